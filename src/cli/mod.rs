@@ -1,0 +1,126 @@
+//! The command line: clap definitions and dispatch. Each command lives in
+//! its own file and returns an [`Exit`]; only this edge prints errors with
+//! anyhow/miette formatting and turns them into exit codes.
+
+mod init;
+mod validate;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+
+/// Exit statuses shared by the commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Success (valid, no changes, done).
+    Ok = 0,
+    /// Invalid input or a failed operation.
+    Failed = 1,
+    /// Usage or I/O error (or, with `--detailed-exitcode`, changes present).
+    Usage = 2,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> Self {
+        ExitCode::from(e as u8)
+    }
+}
+
+/// Output format of commands that have a machine-readable form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Format {
+    #[default]
+    Human,
+    Json,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "npc",
+    version,
+    about = "One validated manifest for every CLI coding agent in a repository",
+    propagate_version = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check a manifest: every problem at once, with file:line:column
+    Validate {
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
+        path: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+    /// Print the manifest's JSON Schema
+    Schema,
+    /// Write a commented starter npcagent.toml (never overwrites)
+    Init {
+        /// Directory to write into
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Print shell completions
+    Completions { shell: clap_complete::Shell },
+}
+
+/// Run the command line and return the process exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                Exit::Usage
+            } else {
+                Exit::Ok
+            };
+            let _ = e.print();
+            return code.into();
+        }
+    };
+    match run(cli) {
+        Ok(exit) => exit.into(),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            Exit::Usage.into()
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<Exit> {
+    match cli.command {
+        Command::Validate { path, format } => validate::run(path, format),
+        Command::Schema => {
+            println!("{}", schema_text());
+            Ok(Exit::Ok)
+        }
+        Command::Init { dir } => init::run(&dir),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "npc", &mut std::io::stdout());
+            Ok(Exit::Ok)
+        }
+    }
+}
+
+/// The JSON Schema as pretty-printed text (what `npc schema` prints and
+/// `schemas/npcagent.schema.json` holds).
+pub fn schema_text() -> String {
+    serde_json::to_string_pretty(&crate::model::json_schema()).unwrap_or_default()
+}
+
+/// The manifest to use: `path`, or the one in the current directory.
+fn manifest_path(path: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    match path {
+        Some(p) => Ok(p),
+        None => {
+            let cwd = std::env::current_dir()?;
+            crate::model::find_manifest(&cwd).ok_or_else(|| {
+                anyhow::anyhow!("no `npcagent.toml` or `npcagent.json` in {}; run `npc init` to create one, or pass a path", cwd.display())
+            })
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! `npc validate`: load a manifest and print every diagnostic, like a
+//! compiler (human) or like `terraform validate -json` (json).
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+
+use super::{Exit, Format};
+use crate::model::diagnostics::JsonReport;
+use crate::model::{self, Manifest, ProcessEnv};
+
+pub fn run(path: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
+    let path = super::manifest_path(path)?;
+    let loaded = model::load_path(&path, &ProcessEnv)
+        .with_context(|| format!("cannot read `{}`", path.display()))?;
+    let errors = loaded.error_count();
+    let warnings = loaded.diagnostics.len() - errors;
+    match format {
+        Format::Json => {
+            let report = JsonReport::new(&loaded.diagnostics);
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        }
+        Format::Human => {
+            let mut out = String::new();
+            for d in &loaded.diagnostics {
+                out.push_str(&d.to_string());
+                out.push('\n');
+            }
+            let name = loaded.source.name();
+            match &loaded.manifest {
+                Some(m) if warnings == 0 => {
+                    out.push_str(&format!("{name}: valid ({})\n", summary(m)))
+                }
+                Some(m) => out.push_str(&format!(
+                    "{name}: valid with {} ({})\n",
+                    plural(warnings, "warning"),
+                    summary(m)
+                )),
+                None => out.push_str(&format!(
+                    "{name}: invalid: {}{}\n",
+                    plural(errors, "error"),
+                    if warnings > 0 {
+                        format!(", {}", plural(warnings, "warning"))
+                    } else {
+                        String::new()
+                    }
+                )),
+            }
+            print!("{out}");
+        }
+    }
+    Ok(if errors == 0 { Exit::Ok } else { Exit::Failed })
+}
+
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// "2 MCP servers, 1 provider, …" for the sections that have entries.
+fn summary(m: &Manifest) -> String {
+    let hooks: usize = m.hooks.values().map(Vec::len).sum();
+    let parts = [
+        (m.mcp_servers.len(), "MCP server"),
+        (m.providers.len(), "provider"),
+        (m.profiles.len(), "profile"),
+        (m.prompts.len(), "prompt"),
+        (hooks, "hook"),
+        (m.plugins.len(), "plugin"),
+        (m.triggers.len(), "trigger"),
+        (m.pane_plugins.len(), "pane plugin"),
+        (m.panes.len(), "pane"),
+    ];
+    let shown: Vec<String> = parts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, w)| plural(*n, w))
+        .collect();
+    if shown.is_empty() {
+        "empty".to_string()
+    } else {
+        shown.join(", ")
+    }
+}

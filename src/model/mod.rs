@@ -1,0 +1,172 @@
+//! The manifest model. PURE: parsing, interpolation, validation and the JSON
+//! Schema, with no async runtime, no processes and no database.
+//!
+//! Loading is two-phase. [`node`] parses TOML or JSON into a span-keeping
+//! tree; [`de`] deserializes that tree into the [`raw`] serde structs,
+//! recording every shape error; [`lower`] turns the raw structs into the
+//! validated [`Manifest`], recording every semantic error. All diagnostics
+//! come back together.
+
+pub mod de;
+pub mod diagnostics;
+pub mod interp;
+mod json;
+pub mod lower;
+pub mod node;
+pub mod raw;
+pub mod schedule;
+pub mod source;
+pub mod template;
+pub mod text;
+pub mod types;
+
+use std::path::{Path, PathBuf};
+
+pub use diagnostics::{Diagnostic, Severity};
+pub use interp::{Env, ProcessEnv};
+pub use lower::{DiskFiles, Files};
+pub use node::Syntax;
+pub use source::SourceFile;
+pub use text::Text;
+pub use types::*;
+
+/// Manifest file names looked for in a directory, in order.
+pub const MANIFEST_NAMES: [&str; 2] = ["npcagent.toml", "npcagent.json"];
+
+/// The outcome of loading a manifest: the model when it is valid, and every
+/// diagnostic either way.
+#[derive(Debug)]
+pub struct Loaded {
+    pub manifest: Option<Manifest>,
+    pub diagnostics: Vec<Diagnostic>,
+    pub source: SourceFile,
+}
+
+impl Loaded {
+    pub fn error_count(&self) -> usize {
+        self.diagnostics.iter().filter(|d| d.is_error()).count()
+    }
+}
+
+/// Load a manifest from bytes. `name` is what diagnostics call the file.
+pub fn load_bytes(
+    name: &str,
+    bytes: &[u8],
+    syntax: Syntax,
+    env: &dyn Env,
+    files: &dyn Files,
+) -> Loaded {
+    let mut diagnostics = Vec::new();
+    if bytes.len() > node::MAX_MANIFEST_BYTES {
+        let source = SourceFile::new(name, "");
+        diagnostics.push(
+            Diagnostic::error(format!(
+                "manifest is larger than the limit of {} bytes",
+                node::MAX_MANIFEST_BYTES
+            ))
+            .at(&source, 0..0)
+            .with_hint("a manifest this large is almost certainly not one; check the path"),
+        );
+        return Loaded {
+            manifest: None,
+            diagnostics,
+            source,
+        };
+    }
+    let text = match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_string(),
+        Err(e) => {
+            let lossy = String::from_utf8_lossy(bytes).into_owned();
+            let source = SourceFile::new(name, lossy);
+            // Offsets in the lossy text match the input up to the first bad byte.
+            let at = e.valid_up_to();
+            diagnostics.push(
+                Diagnostic::error("manifest is not valid UTF-8")
+                    .at(&source, at..at + 1)
+                    .with_hint("save the file as UTF-8"),
+            );
+            return Loaded {
+                manifest: None,
+                diagnostics,
+                source,
+            };
+        }
+    };
+    let source = SourceFile::new(name, text);
+    let Some(root) = node::parse(&source, syntax, &mut diagnostics) else {
+        return Loaded {
+            manifest: None,
+            diagnostics,
+            source,
+        };
+    };
+    let ctx = de::DeCtx::new(&source, env);
+    let raw: Option<raw::RawManifest> = ctx.deserialize(&root);
+    diagnostics.append(&mut ctx.diags.borrow_mut());
+    let manifest = raw.and_then(|raw| lower::lower(raw, &source, files, &mut diagnostics));
+    diagnostics::sort(&mut diagnostics);
+    let manifest = if diagnostics.iter().any(Diagnostic::is_error) {
+        None
+    } else {
+        manifest
+    };
+    Loaded {
+        manifest,
+        diagnostics,
+        source,
+    }
+}
+
+/// Load the manifest at `path`; files it references resolve against its directory.
+pub fn load_path(path: &Path, env: &dyn Env) -> std::io::Result<Loaded> {
+    let bytes = read_bounded(path)?;
+    let files = DiskFiles {
+        root: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+    };
+    let name = path.display().to_string();
+    Ok(load_bytes(
+        &name,
+        &bytes,
+        Syntax::from_path(&name),
+        env,
+        &files,
+    ))
+}
+
+/// Read at most one byte more than [`node::MAX_MANIFEST_BYTES`], so a huge
+/// file is refused without reading all of it.
+fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    if file.metadata()?.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "is a directory",
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(node::MAX_MANIFEST_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The manifest in `dir`: `npcagent.toml`, else `npcagent.json`.
+pub fn find_manifest(dir: &Path) -> Option<PathBuf> {
+    MANIFEST_NAMES
+        .iter()
+        .map(|n| dir.join(n))
+        .find(|p| p.is_file())
+}
+
+/// The JSON Schema of the manifest, generated from the raw structs.
+pub fn json_schema() -> serde_json::Value {
+    let schema = schemars::schema_for!(raw::RawManifest);
+    let mut value = serde_json::to_value(schema).unwrap_or_default();
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert("$id".into(), SCHEMA_ID.into());
+    }
+    value
+}
+
+/// The `$id` of the published schema.
+pub const SCHEMA_ID: &str = "https://npcagent.dev/schemas/npcagent.schema.json";

@@ -1,0 +1,330 @@
+//! The raw manifest: serde structs that mirror `npcagent.toml` field for
+//! field. They keep spans, reject unknown fields, and are the source of the
+//! JSON Schema (`npc schema`); their doc comments become its descriptions.
+//! Nothing here is checked beyond shape: [`super::lower`] turns a
+//! [`RawManifest`] into the validated [`super::Manifest`].
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::de::{Entry, Spanned};
+use super::text::Text;
+
+/// A name of a manifest entry (`[a-z0-9][a-z0-9_-]*`), with its span.
+pub type Name = Spanned<String>;
+/// A string-to-text map (environment variables, HTTP headers).
+pub type TextMap = IndexMap<Spanned<String>, Spanned<Text>>;
+
+/// `npcagent.toml`: one repository's MCP servers, agent providers, profiles,
+/// prompts, hooks, plugins, triggers and pane plugins.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "npcagent manifest")]
+pub struct RawManifest {
+    /// JSON Schema reference for editors; ignored by npc.
+    #[serde(rename = "$schema")]
+    pub schema: Option<String>,
+    /// Manifest format version. Must be `1`.
+    pub version: Spanned<i64>,
+    /// The project this manifest belongs to.
+    pub project: Option<Entry<Spanned<RawProject>>>,
+    /// Settings of the long-running reconciler (`npc daemon`).
+    pub daemon: Option<Entry<Spanned<RawDaemon>>>,
+    /// Model Context Protocol servers the agents may use.
+    pub mcp: Option<Entry<RawMcp>>,
+    /// Agent CLIs npc can launch, keyed by provider name.
+    #[serde(default)]
+    pub providers: IndexMap<Name, Entry<Spanned<RawProvider>>>,
+    /// Agent profiles, keyed by profile name.
+    #[serde(default)]
+    pub profiles: IndexMap<Name, Entry<Spanned<RawProfile>>>,
+    /// Prompt templates (minijinja), keyed by prompt name.
+    #[serde(default)]
+    pub prompts: IndexMap<Name, Entry<Spanned<RawPrompt>>>,
+    /// Lifecycle hooks, keyed by event: `on_agent_start`, `before_model`,
+    /// `after_model`, `before_tool`, `after_tool`, `on_error`, `on_agent_end`.
+    #[serde(default)]
+    pub hooks: IndexMap<Name, Entry<Vec<Entry<Spanned<RawHook>>>>>,
+    /// Local Agent Plugins 1.0 packages, keyed by name.
+    #[serde(default)]
+    pub plugins: IndexMap<Name, Entry<Spanned<RawPlugin>>>,
+    /// Cron, webhook and file-watch triggers, keyed by name.
+    #[serde(default)]
+    pub triggers: IndexMap<Name, Entry<Spanned<RawTrigger>>>,
+    /// Supervised pane-plugin children speaking the NDJSON pane protocol.
+    #[serde(default)]
+    pub pane_plugins: IndexMap<Name, Entry<Spanned<RawPanePlugin>>>,
+    /// Agent panes (PTYs) npc starts, keyed by name.
+    #[serde(default)]
+    pub panes: IndexMap<Name, Entry<Spanned<RawPane>>>,
+}
+
+/// `[project]`
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawProject {
+    /// Human-readable project name.
+    pub name: Option<Spanned<String>>,
+    /// Where npc keeps its state (database, rendered files), relative to the
+    /// manifest's directory. Default `.npc`. Cannot change while a daemon runs.
+    pub state_dir: Option<Spanned<String>>,
+}
+
+/// `[daemon]`
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawDaemon {
+    /// Address of the REST API and webhook listener. Default `127.0.0.1:8766`.
+    /// Non-loopback addresses need `allow_remote = true` and `token_env`.
+    pub listen: Option<Spanned<String>>,
+    /// Name of the environment variable that holds the API bearer token.
+    pub token_env: Option<Spanned<String>>,
+    /// Allow binding a non-loopback address. Default `false`.
+    pub allow_remote: Option<bool>,
+    /// Log level: `error`, `warn`, `info`, `debug` or `trace`. Default `info`.
+    pub log_level: Option<Spanned<String>>,
+}
+
+/// `[mcp]`
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawMcp {
+    /// MCP servers, keyed by name.
+    #[serde(default)]
+    pub servers: IndexMap<Name, Entry<Spanned<RawMcpServer>>>,
+}
+
+/// `[mcp.servers.NAME]`: a stdio server (`command`) or a streamable HTTP
+/// server (`url`).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawMcpServer {
+    /// Executable of a stdio server: a bare program name or path, no placeholders.
+    pub command: Option<Spanned<String>>,
+    /// Arguments of a stdio server.
+    #[serde(default)]
+    pub args: Vec<Spanned<Text>>,
+    /// Environment of a stdio server (added to a cleared environment).
+    #[serde(default)]
+    pub env: TextMap,
+    /// Working directory of a stdio server, relative to the manifest's directory.
+    pub cwd: Option<Spanned<Text>>,
+    /// Endpoint of a streamable HTTP server (`https://`, or `http://` on loopback).
+    pub url: Option<Spanned<Text>>,
+    /// HTTP headers sent to an HTTP server.
+    #[serde(default)]
+    pub headers: TextMap,
+    /// Name of the environment variable holding a bearer token for an HTTP server.
+    pub bearer_token_env: Option<Spanned<String>>,
+    /// Whether agents get this server. Default `true`.
+    pub enabled: Option<bool>,
+    /// How long the server may take to start, in milliseconds. Default 10000.
+    pub startup_timeout_ms: Option<Spanned<i64>>,
+    /// How long one tool call may take, in milliseconds. Default 60000.
+    pub tool_timeout_ms: Option<Spanned<i64>>,
+    /// Only these tools are exposed (all when absent).
+    pub enabled_tools: Option<Vec<Spanned<String>>>,
+    /// These tools are never exposed.
+    #[serde(default)]
+    pub disabled_tools: Vec<Spanned<String>>,
+    /// Restart policy when the daemon supervises a stdio server:
+    /// `never`, `on-failure` (default) or `always`.
+    pub restart: Option<Spanned<String>>,
+}
+
+/// `[providers.NAME]`: an agent CLI.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawProvider {
+    /// Which CLI this is: `claude_code`, `codex`, `gemini_cli` or `opencode`.
+    pub kind: Spanned<String>,
+    /// Executable to launch. Default: the CLI's usual name (`claude`,
+    /// `codex`, `gemini`, `opencode`).
+    pub command: Option<Spanned<String>>,
+    /// Extra arguments, placed before the ones npc adds.
+    #[serde(default)]
+    pub args: Vec<Spanned<Text>>,
+    /// Extra environment for the CLI.
+    #[serde(default)]
+    pub env: TextMap,
+    /// Required CLI version, a semver requirement such as `>=2.0, <3`.
+    pub version: Option<Spanned<String>>,
+}
+
+/// `[profiles.NAME]`: an agent profile (Markdown with YAML frontmatter).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawProfile {
+    /// The provider (a `providers` entry) that runs this profile.
+    pub provider: Spanned<String>,
+    /// What the agent is for; required by the profile format.
+    pub description: Spanned<String>,
+    /// The prompt (a `prompts` entry) rendered as the profile's body.
+    pub prompt: Option<Spanned<String>>,
+    /// MCP servers (entries of `mcp.servers`) this profile may use.
+    #[serde(default)]
+    pub mcp_servers: Vec<Spanned<String>>,
+    /// Tool patterns the agent may use, such as `mcp__fs__*` or `Bash(git diff:*)`.
+    #[serde(default)]
+    pub allowed_tools: Vec<Spanned<String>>,
+    /// Tool patterns the agent may not use.
+    #[serde(default)]
+    pub denied_tools: Vec<Spanned<String>>,
+    /// Model name passed to the provider.
+    pub model: Option<Spanned<Text>>,
+    /// Agent Skills the profile loads.
+    #[serde(default)]
+    pub skills: Vec<Spanned<String>>,
+    /// Extra YAML frontmatter fields (`role`, `tags`, `permissionMode`, …).
+    #[serde(default)]
+    pub frontmatter: IndexMap<Spanned<String>, serde_json::Value>,
+}
+
+/// `[prompts.NAME]`: a minijinja template, inline or from a file.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrompt {
+    /// The template text.
+    pub template: Option<Spanned<String>>,
+    /// A file holding the template, relative to the manifest's directory.
+    pub file: Option<Spanned<String>>,
+    /// Variables the template reads as `vars.NAME`.
+    #[serde(default)]
+    pub variables: IndexMap<Spanned<String>, Entry<Spanned<RawVariable>>>,
+}
+
+/// A declared template variable.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawVariable {
+    /// What the variable means.
+    pub description: Option<String>,
+    /// Value used when none is given; without one the variable is required.
+    pub default: Option<Spanned<Text>>,
+}
+
+/// One hook command.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawHook {
+    /// Executable to run, one process per call; a bare program, no placeholders.
+    pub command: Spanned<String>,
+    /// Arguments.
+    #[serde(default)]
+    pub args: Vec<Spanned<Text>>,
+    /// Environment (added to a cleared environment).
+    #[serde(default)]
+    pub env: TextMap,
+    /// Working directory, relative to the manifest's directory.
+    pub cwd: Option<Spanned<Text>>,
+    /// Time limit in milliseconds, 1..=30000. Default 5000.
+    pub timeout_ms: Option<Spanned<i64>>,
+    /// Regular expression on the tool name; the hook runs only for matching
+    /// tools (`before_tool`, `after_tool`).
+    pub matcher: Option<Spanned<String>>,
+}
+
+/// `[plugins.NAME]`: a local Agent Plugins 1.0 package.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawPlugin {
+    /// Package directory (holding `plugin.json`), relative to the manifest's directory.
+    pub path: Spanned<String>,
+    /// Whether the plugin is active. Default `true`.
+    pub enabled: Option<bool>,
+}
+
+/// `[triggers.NAME]`
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawTrigger {
+    /// `cron`, `webhook` or `file_watch`.
+    pub kind: Spanned<String>,
+    /// cron: a 5-field crontab expression (`0 3 * * 1-5`), a macro
+    /// (`@daily`), or a duration (`15m`, `1h30m`).
+    pub schedule: Option<Spanned<String>>,
+    /// cron: IANA time zone of the schedule. Default `UTC`.
+    pub timezone: Option<Spanned<String>>,
+    /// webhook: the route; requests arrive at `POST /webhooks/ROUTE`.
+    pub route: Option<Spanned<String>>,
+    /// webhook: environment variable holding the HMAC secret for signatures.
+    pub secret_env: Option<Spanned<String>>,
+    /// webhook: events accepted (such as GitHub's `push`); all when empty.
+    /// file_watch: `created`, `modified` and/or `deleted` (default all three).
+    #[serde(default)]
+    pub events: Vec<Spanned<String>>,
+    /// file_watch: paths or globs, relative to the manifest's directory.
+    #[serde(default)]
+    pub paths: Vec<Spanned<String>>,
+    /// file_watch: quiet time before firing, in milliseconds. Default 500.
+    pub debounce_ms: Option<Spanned<i64>>,
+    /// Whether the trigger is active. Default `true`.
+    pub enabled: Option<bool>,
+    /// What happens when the trigger fires.
+    pub action: Spanned<RawAction>,
+}
+
+/// A trigger's action: run a profile (`profile`) or a command (`command`).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawAction {
+    /// Run this profile (a `profiles` entry).
+    pub profile: Option<Spanned<String>>,
+    /// With this prompt (a `prompts` entry) as the task.
+    pub prompt: Option<Spanned<String>>,
+    /// Values for the prompt's variables.
+    #[serde(default)]
+    pub vars: TextMap,
+    /// Or run this command.
+    pub command: Option<Spanned<String>>,
+    /// Arguments of the command.
+    #[serde(default)]
+    pub args: Vec<Spanned<Text>>,
+    /// Environment of the command.
+    #[serde(default)]
+    pub env: TextMap,
+    /// Working directory of the command.
+    pub cwd: Option<Spanned<Text>>,
+}
+
+/// `[pane_plugins.NAME]`: a pane-plugin child (nightcrow protocol, v3).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawPanePlugin {
+    /// Executable of the plugin; a bare program, no placeholders.
+    pub command: Spanned<String>,
+    /// Arguments.
+    #[serde(default)]
+    pub args: Vec<Spanned<Text>>,
+    /// Environment (added to a cleared environment).
+    #[serde(default)]
+    pub env: TextMap,
+    /// Whether the plugin runs. Default `false`, as in nightcrow.
+    pub enabled: Option<bool>,
+    /// Let the plugin watch panes that signal it (`watch_pane`). Default `false`.
+    pub watch_on_signal: Option<bool>,
+    /// Flags and subcommands a relaunch may add to the pane's command.
+    #[serde(default)]
+    pub allowed_resume_flags: Vec<Spanned<String>>,
+    /// Restart policy: `never`, `on-failure` (default) or `always`.
+    pub restart: Option<Spanned<String>>,
+}
+
+/// `[panes.NAME]`: an agent pane.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawPane {
+    /// Startup command of the pane; a bare program, no placeholders.
+    pub command: Spanned<String>,
+    /// Arguments.
+    #[serde(default)]
+    pub args: Vec<Spanned<Text>>,
+    /// Working directory, relative to the manifest's directory.
+    pub cwd: Option<Spanned<Text>>,
+    /// Environment of the pane.
+    #[serde(default)]
+    pub env: TextMap,
+    /// The pane plugin (a `pane_plugins` entry) watching this pane.
+    pub plugin: Option<Spanned<String>>,
+}

@@ -1,0 +1,368 @@
+//! The validated manifest model: plain typed values with defaults applied,
+//! names resolved and no spans, so two manifests compare equal exactly when
+//! they mean the same thing (whichever syntax, order or formatting they were
+//! written in). Everything downstream (plan, render, runtime) reads this.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use serde::Serialize;
+
+use super::schedule::Schedule;
+use super::text::Text;
+
+/// Default state directory, relative to the manifest's directory.
+pub const DEFAULT_STATE_DIR: &str = ".npc";
+/// Default REST API / webhook address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8766";
+/// Default MCP server startup timeout.
+pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 10_000;
+/// Default MCP tool-call timeout.
+pub const DEFAULT_TOOL_TIMEOUT_MS: u64 = 60_000;
+/// Largest MCP timeout accepted (one hour).
+pub const MAX_MCP_TIMEOUT_MS: u64 = 3_600_000;
+/// Default hook timeout.
+pub const DEFAULT_HOOK_TIMEOUT_MS: u64 = 5_000;
+/// Largest hook timeout accepted.
+pub const MAX_HOOK_TIMEOUT_MS: u64 = 30_000;
+/// Default file-watch debounce.
+pub const DEFAULT_DEBOUNCE_MS: u64 = 500;
+/// Largest file-watch debounce accepted (one minute).
+pub const MAX_DEBOUNCE_MS: u64 = 60_000;
+
+/// A whole validated manifest.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Manifest {
+    pub project: Project,
+    pub daemon: Daemon,
+    pub mcp_servers: BTreeMap<String, McpServer>,
+    pub providers: BTreeMap<String, Provider>,
+    pub profiles: BTreeMap<String, Profile>,
+    pub prompts: BTreeMap<String, Prompt>,
+    pub hooks: BTreeMap<HookEvent, Vec<Hook>>,
+    pub plugins: BTreeMap<String, Plugin>,
+    pub triggers: BTreeMap<String, Trigger>,
+    pub pane_plugins: BTreeMap<String, PanePlugin>,
+    pub panes: BTreeMap<String, Pane>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Project {
+    pub name: Option<String>,
+    pub state_dir: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Daemon {
+    pub listen: SocketAddr,
+    pub token_env: Option<String>,
+    pub allow_remote: bool,
+    pub log_level: LogLevel,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    pub const NAMES: [&'static str; 5] = ["error", "warn", "info", "debug", "trace"];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "error" => Self::Error,
+            "warn" => Self::Warn,
+            "info" => Self::Info,
+            "debug" => Self::Debug,
+            "trace" => Self::Trace,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
+/// What a supervisor does when a child exits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartPolicy {
+    Never,
+    OnFailure,
+    Always,
+}
+
+impl RestartPolicy {
+    pub const NAMES: [&'static str; 3] = ["never", "on-failure", "always"];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "never" => Self::Never,
+            "on-failure" => Self::OnFailure,
+            "always" => Self::Always,
+            _ => return None,
+        })
+    }
+}
+
+/// A program to run: executable, arguments, environment, working directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CommandSpec {
+    pub command: String,
+    pub args: Vec<Text>,
+    pub env: BTreeMap<String, Text>,
+    /// Relative to the manifest's directory; resolved when run.
+    pub cwd: Option<Text>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct McpServer {
+    pub transport: McpTransport,
+    pub enabled: bool,
+    pub startup_timeout_ms: u64,
+    pub tool_timeout_ms: u64,
+    pub enabled_tools: Option<Vec<String>>,
+    pub disabled_tools: Vec<String>,
+    pub restart: RestartPolicy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum McpTransport {
+    Stdio(CommandSpec),
+    Http {
+        url: Text,
+        headers: BTreeMap<String, Text>,
+        bearer_token_env: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    ClaudeCode,
+    Codex,
+    GeminiCli,
+    Opencode,
+}
+
+impl ProviderKind {
+    pub const NAMES: [&'static str; 4] = ["claude_code", "codex", "gemini_cli", "opencode"];
+    pub const ALL: [ProviderKind; 4] = [
+        Self::ClaudeCode,
+        Self::Codex,
+        Self::GeminiCli,
+        Self::Opencode,
+    ];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::NAMES
+            .iter()
+            .position(|n| *n == s)
+            .map(|i| Self::ALL[i])
+    }
+
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// The executable this CLI is usually installed as.
+    pub fn default_command(self) -> &'static str {
+        match self {
+            Self::ClaudeCode => "claude",
+            Self::Codex => "codex",
+            Self::GeminiCli => "gemini",
+            Self::Opencode => "opencode",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Provider {
+    pub kind: ProviderKind,
+    pub command: String,
+    pub args: Vec<Text>,
+    pub env: BTreeMap<String, Text>,
+    pub version: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Profile {
+    pub provider: String,
+    pub description: String,
+    pub prompt: Option<String>,
+    pub mcp_servers: Vec<String>,
+    pub allowed_tools: Vec<String>,
+    pub denied_tools: Vec<String>,
+    pub model: Option<Text>,
+    pub skills: Vec<String>,
+    pub frontmatter: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Prompt {
+    /// Where the template text came from.
+    pub source: PromptSource,
+    /// The template text (read from the file when `source` is a file).
+    pub template: String,
+    pub variables: BTreeMap<String, Variable>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum PromptSource {
+    Inline,
+    /// Relative to the manifest's directory.
+    File {
+        path: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Variable {
+    pub description: Option<String>,
+    pub default: Option<Text>,
+}
+
+/// The seven lifecycle events of Agent Plugins hooks, in lifecycle order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookEvent {
+    OnAgentStart,
+    BeforeModel,
+    AfterModel,
+    BeforeTool,
+    AfterTool,
+    OnError,
+    OnAgentEnd,
+}
+
+impl HookEvent {
+    pub const NAMES: [&'static str; 7] = [
+        "on_agent_start",
+        "before_model",
+        "after_model",
+        "before_tool",
+        "after_tool",
+        "on_error",
+        "on_agent_end",
+    ];
+    pub const ALL: [HookEvent; 7] = [
+        Self::OnAgentStart,
+        Self::BeforeModel,
+        Self::AfterModel,
+        Self::BeforeTool,
+        Self::AfterTool,
+        Self::OnError,
+        Self::OnAgentEnd,
+    ];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::NAMES
+            .iter()
+            .position(|n| *n == s)
+            .map(|i| Self::ALL[i])
+    }
+
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// Observers whose failure does not stop a run.
+    pub fn is_best_effort(self) -> bool {
+        matches!(self, Self::OnError | Self::OnAgentEnd)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Hook {
+    pub run: CommandSpec,
+    pub timeout_ms: u64,
+    /// Regular expression on tool names (validated).
+    pub matcher: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Plugin {
+    /// Package directory, relative to the manifest's directory.
+    pub path: String,
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Trigger {
+    pub enabled: bool,
+    pub source: TriggerSource,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TriggerSource {
+    Cron {
+        schedule: Schedule,
+        timezone: String,
+    },
+    Webhook {
+        route: String,
+        secret_env: Option<String>,
+        events: Vec<String>,
+    },
+    FileWatch {
+        paths: Vec<String>,
+        events: Vec<FileEvent>,
+        debounce_ms: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileEvent {
+    Created,
+    Modified,
+    Deleted,
+}
+
+impl FileEvent {
+    pub const NAMES: [&'static str; 3] = ["created", "modified", "deleted"];
+    pub const ALL: [FileEvent; 3] = [Self::Created, Self::Modified, Self::Deleted];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::NAMES
+            .iter()
+            .position(|n| *n == s)
+            .map(|i| Self::ALL[i])
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Action {
+    RunProfile {
+        profile: String,
+        prompt: Option<String>,
+        vars: BTreeMap<String, Text>,
+    },
+    RunCommand(CommandSpec),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PanePlugin {
+    pub run: CommandSpec,
+    pub enabled: bool,
+    pub watch_on_signal: bool,
+    pub allowed_resume_flags: Vec<String>,
+    pub restart: RestartPolicy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pane {
+    pub run: CommandSpec,
+    pub plugin: Option<String>,
+}
