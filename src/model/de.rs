@@ -161,7 +161,7 @@ fn write_key(f: &mut fmt::Formatter<'_>, key: &str) -> fmt::Result {
 const SPANNED_NAME: &str = "$__npc_private_Spanned";
 const SPANNED_FIELDS: [&str; 3] = ["$__npc_start", "$__npc_end", "$__npc_value"];
 pub(super) const TEXT_NAME: &str = "$__npc_private_Text";
-pub(super) const TEXT_FIELDS: [&str; 2] = ["$__npc_text", "$__npc_secret"];
+pub(super) const TEXT_FIELDS: [&str; 3] = ["$__npc_text", "$__npc_secret", "$__npc_source"];
 
 /// A value with the byte span it was read from. Equality, ordering and
 /// hashing look at the value only.
@@ -566,9 +566,14 @@ impl<'de> Deserializer<'de> for NodeDe<'_, '_, '_> {
         }
         if name == TEXT_NAME {
             let (text, secret) = self.expand_text()?;
+            let source = match &self.node.kind {
+                NodeKind::Str(raw) if raw.contains('$') => Some(raw.clone()),
+                _ => None,
+            };
             let r = visitor.visit_map(TextAccess {
                 text: Some(text),
                 secret: Some(secret),
+                source,
             });
             return self.wrap(r);
         }
@@ -803,6 +808,8 @@ impl<'de, D: Deserializer<'de, Error = DeError>> MapAccess<'de> for SpannedAcces
 struct TextAccess {
     text: Option<String>,
     secret: Option<bool>,
+    /// The string as written, when it had `$` interpolation.
+    source: Option<String>,
 }
 
 impl<'de> MapAccess<'de> for TextAccess {
@@ -815,6 +822,8 @@ impl<'de> MapAccess<'de> for TextAccess {
             TEXT_FIELDS[0]
         } else if self.secret.is_some() {
             TEXT_FIELDS[1]
+        } else if self.source.is_some() {
+            TEXT_FIELDS[2]
         } else {
             return Ok(None);
         };
@@ -823,8 +832,10 @@ impl<'de> MapAccess<'de> for TextAccess {
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, DeError> {
         if let Some(text) = self.text.take() {
             seed.deserialize(text.into_deserializer())
+        } else if let Some(secret) = self.secret.take() {
+            seed.deserialize(secret.into_deserializer())
         } else {
-            seed.deserialize(self.secret.take().unwrap_or(false).into_deserializer())
+            seed.deserialize(self.source.take().unwrap_or_default().into_deserializer())
         }
     }
 }

@@ -19,6 +19,9 @@ pub const REDACTED: &str = "<redacted>";
 pub struct Text {
     value: String,
     secret: bool,
+    /// The string as written in the manifest when it used `${…}`, so
+    /// exporters can write an environment reference instead of the value.
+    source: Option<String>,
 }
 
 impl Text {
@@ -88,8 +91,10 @@ impl<'de> Deserialize<'de> for Text {
                 while let Some(key) = map.next_key::<&str>()? {
                     if key == TEXT_FIELDS[0] {
                         text.value = map.next_value()?;
-                    } else {
+                    } else if key == TEXT_FIELDS[1] {
                         text.secret = map.next_value()?;
+                    } else {
+                        text.source = Some(map.next_value()?);
                     }
                 }
                 Ok(text)

@@ -1,0 +1,5 @@
+//! The one integration test binary: every test here drives the real `npc`
+//! binary or real peers (processes, files, sockets on 127.0.0.1). Each
+//! capability has its own module.
+
+mod support;
