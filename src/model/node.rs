@@ -151,10 +151,11 @@ fn from_toml(value: &toml::de::DeValue<'_>, span: Span, depth: usize, too_deep: 
                 Some(rest) => (true, rest.to_string()),
                 None => (false, digits.trim_start_matches('+').to_string()),
             };
-            let digits = match i.radix() {
-                16 | 8 | 2 => digits.get(2..).unwrap_or("").to_string(),
-                _ => digits,
-            };
+            let digits = ["0x", "0o", "0b"]
+                .iter()
+                .find_map(|p| digits.strip_prefix(p))
+                .unwrap_or(&digits)
+                .to_string();
             match i64::from_str_radix(&digits, i.radix()) {
                 Ok(n) => NodeKind::Int(if neg { -n } else { n }),
                 Err(_) => NodeKind::Float(f64::NAN),

@@ -276,13 +276,16 @@ impl CronExpr {
         let days = list(f.days as u64, 1, 31, |v| v);
         // cron crate: 1 = Sunday … 7 = Saturday.
         let weekdays = list(f.weekdays as u64, 0, 6, |v| v + 1);
-        let specs = match (f.days_star, f.weekdays_star) {
-            (true, true) | (false, true) => vec![format!("{base} {days} {months} *")],
-            (true, false) => vec![format!("{base} * {months} {weekdays}")],
-            (false, false) => vec![
+        let specs = if f.days_star || f.weekdays_star {
+            // Vixie cron ANDs the day fields when either starts with `*`
+            // (even `*/3`), as the `cron` crate always does.
+            vec![format!("{base} {days} {months} {weekdays}")]
+        } else {
+            // Both restricted: either may match.
+            vec![
                 format!("{base} {days} {months} *"),
                 format!("{base} * {months} {weekdays}"),
-            ],
+            ]
         };
         specs
             .iter()

@@ -30,6 +30,7 @@ impl Text {
         Self {
             value: value.into(),
             secret: false,
+            source: None,
         }
     }
 
@@ -38,7 +39,23 @@ impl Text {
         Self {
             value: value.into(),
             secret: true,
+            source: None,
         }
+    }
+
+    /// Text as written with `${…}` references, and what it expanded to.
+    pub fn interpolated(source: impl Into<String>, value: impl Into<String>, secret: bool) -> Self {
+        Self {
+            value: value.into(),
+            secret,
+            source: Some(source.into()),
+        }
+    }
+
+    /// The string as written (`Bearer ${TOKEN}`) when it used
+    /// interpolation; `None` for literal text.
+    pub fn source(&self) -> Option<&str> {
+        self.source.as_deref()
     }
 
     /// The real value, for the few places that must use it (a child's
