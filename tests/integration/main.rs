@@ -2,4 +2,6 @@
 //! binary or real peers (processes, files, sockets on 127.0.0.1). Each
 //! capability has its own module.
 
+mod architecture;
+mod manifest;
 mod support;
