@@ -3,3 +3,6 @@
 
 pub mod cli;
 pub mod model;
+pub mod plan;
+pub mod runtime;
+pub mod surfaces;

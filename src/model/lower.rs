@@ -730,7 +730,7 @@ impl Lower<'_> {
             denied_tools: p.denied_tools.into_iter().map(|v| v.value).collect(),
             model: p.model.map(|v| v.value),
             skills: p.skills.into_iter().map(|v| v.value).collect(),
-            frontmatter,
+            frontmatter: Frontmatter(frontmatter),
         })
     }
 
