@@ -49,7 +49,7 @@ impl Queue {
         };
         if dropped_one {
             let total = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-            if total == 1 || total % DROP_LOG_INTERVAL == 0 {
+            if total == 1 || total.is_multiple_of(DROP_LOG_INTERVAL) {
                 tracing::warn!(
                     subscriber = %self.name,
                     dropped_oldest = total,

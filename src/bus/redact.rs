@@ -127,12 +127,13 @@ mod tests {
     }
 
     proptest! {
-        // Secrets drawn from characters `<redacted>` does not contain, so a
-        // replacement can never spell a secret again.
+        // Secrets drawn from characters that neither `<redacted>` nor a
+        // JSON number contains, so a replacement can never spell a secret
+        // again and only strings can hold one.
         #[test]
         fn no_secret_survives(
             mut value in json_value(),
-            secrets in prop::collection::vec("[A-Z0-9]{1,6}", 1..4),
+            secrets in prop::collection::vec("[A-Z]{1,6}", 1..4),
         ) {
             redact_json(&mut value, &secrets);
             let text = value.to_string();
