@@ -15,9 +15,12 @@
 //!    `event_bus.handler_raised`, `event_bus.handler_panicked`); the
 //!    subscriber and the bus keep running.
 //!
-//! Publishing is group-committed: one writer task drains every queued
-//! publish (up to [`MAX_EVENTS_PER_BATCH`]), persists them in one
-//! transaction, fans them out in id order, then answers each publisher.
+//! Publishing is group-committed: each publish is a job for the store's
+//! writer thread, which drains every queued job (up to
+//! [`crate::store::MAX_JOBS_PER_TRANSACTION`]), commits them in one
+//! transaction, and then, still on that thread and in id order, fans each
+//! event out and answers its publisher. At most [`MAX_PENDING_PUBLISHES`]
+//! publishes wait at once; more wait for room.
 //! Before anything is persisted, every string in the payload and the
 //! component name are scrubbed of the bus's known secret values
 //! ([`redact_json`]). [`EventBus::follow`] gives a gap-free,
@@ -34,7 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwap;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
@@ -47,10 +50,8 @@ use queue::Queue;
 
 /// Events a subscriber may have queued before the oldest is dropped.
 pub const SUBSCRIBER_QUEUE_CAPACITY: usize = 1000;
-/// Publishes waiting for the writer before `publish` waits for room.
-pub const PUBLISH_QUEUE_CAPACITY: usize = 16_384;
-/// Most events persisted in one group-commit transaction.
-pub const MAX_EVENTS_PER_BATCH: usize = 1024;
+/// Publishes queued for the writer before `publish` waits for room.
+pub const MAX_PENDING_PUBLISHES: usize = 16_384;
 /// Longest event kind, in bytes.
 pub const MAX_EVENT_KIND_LEN: usize = 128;
 /// Longest component name, in bytes.
@@ -86,43 +87,37 @@ pub enum BusError {
     DuplicateSubscriber { name: String },
 }
 
-/// A queued publish and where to send its answer.
-struct PublishRequest {
-    event: EncodedEvent,
-    reply: oneshot::Sender<Result<Arc<Event>, BusError>>,
+/// The fan-out list: every subscriber and follow queue.
+#[derive(Debug, Default)]
+struct Queues(Mutex<Vec<Arc<Queue>>>);
+
+impl Queues {
+    fn lock(&self) -> MutexGuard<'_, Vec<Arc<Queue>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn fan_out(&self, event: &Arc<Event>) {
+        for queue in self.lock().iter() {
+            queue.push(Arc::clone(event));
+        }
+    }
 }
 
-/// State the writer and follow tasks share with the bus (no back
-/// reference to the bus itself, so dropping the bus ends them).
+/// State follow tasks share with the bus (no back reference to the bus
+/// itself, so dropping the bus ends them).
 #[derive(Debug)]
 struct Shared {
     store: Arc<Store>,
-    queues: Mutex<Vec<Arc<Queue>>>,
-}
-
-impl Shared {
-    fn queues(&self) -> MutexGuard<'_, Vec<Arc<Queue>>> {
-        self.queues.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn fan_out(&self, events: &[Arc<Event>]) {
-        for queue in self.queues().iter() {
-            for event in events {
-                queue.push(Arc::clone(event));
-            }
-        }
-    }
+    queues: Arc<Queues>,
 }
 
 #[derive(Debug)]
 struct Inner {
     shared: Arc<Shared>,
-    publish: mpsc::Sender<PublishRequest>,
+    pending: Arc<Semaphore>,
     secrets: ArcSwap<Vec<String>>,
     next_queue_id: AtomicU64,
     closed: AtomicBool,
-    stop_writer: watch::Sender<bool>,
-    writer: Mutex<Option<JoinHandle<()>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     shutdown_done: tokio::sync::Mutex<bool>,
 }
@@ -165,28 +160,18 @@ impl Subscription {
 }
 
 impl EventBus {
-    /// A bus persisting into `store`. Must be called inside a tokio runtime
-    /// (it spawns the writer task).
+    /// A bus persisting into `store`.
     pub fn new(store: Arc<Store>) -> Self {
-        let shared = Arc::new(Shared {
-            store,
-            queues: Mutex::new(Vec::new()),
-        });
-        let (publish, requests) = mpsc::channel(PUBLISH_QUEUE_CAPACITY);
-        let (stop_writer, stop) = watch::channel(false);
-        let writer = tokio::spawn(
-            run_writer(Arc::clone(&shared), requests, stop)
-                .instrument(tracing::info_span!("npcagent.bus.writer")),
-        );
         Self {
             inner: Arc::new(Inner {
-                shared,
-                publish,
+                shared: Arc::new(Shared {
+                    store,
+                    queues: Arc::default(),
+                }),
+                pending: Arc::new(Semaphore::new(MAX_PENDING_PUBLISHES)),
                 secrets: ArcSwap::from_pointee(Vec::new()),
                 next_queue_id: AtomicU64::new(1),
                 closed: AtomicBool::new(false),
-                stop_writer,
-                writer: Mutex::new(Some(writer)),
                 tasks: Mutex::new(Vec::new()),
                 shutdown_done: tokio::sync::Mutex::new(false),
             }),
@@ -213,25 +198,34 @@ impl EventBus {
         &self,
         event: NewEvent,
     ) -> impl Future<Output = Result<Arc<Event>, BusError>> + Send + 'static {
-        let queued = self.enqueue(event);
-        async move {
-            let answer = match queued {
-                Err(error) => return Err(error),
-                Ok(Queued::Sent(answer)) => answer,
-                Ok(Queued::Waiting {
-                    publish,
-                    request,
-                    answer,
-                }) => {
-                    publish.send(request).await.map_err(|_| BusError::Closed)?;
-                    answer
+        let (reply, answer) = oneshot::channel();
+        let inner = Arc::clone(&self.inner);
+        let queued = self.encode(event).map(|encoded| {
+            match Arc::clone(&inner.pending).try_acquire_owned() {
+                Ok(permit) => {
+                    submit(&inner.shared, encoded, permit, reply);
+                    None
                 }
-            };
+                Err(_) => Some((encoded, reply)),
+            }
+        });
+        async move {
+            if let Some((encoded, reply)) = queued? {
+                let permit = Arc::clone(&inner.pending)
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| BusError::Closed)?;
+                if inner.closed.load(Ordering::Acquire) {
+                    return Err(BusError::Closed);
+                }
+                submit(&inner.shared, encoded, permit, reply);
+            }
             answer.await.unwrap_or(Err(BusError::Closed))
         }
     }
 
-    fn enqueue(&self, mut event: NewEvent) -> Result<Queued, BusError> {
+    /// Validate, scrub and serialize an event for the store.
+    fn encode(&self, mut event: NewEvent) -> Result<EncodedEvent, BusError> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(BusError::Closed);
         }
@@ -257,20 +251,7 @@ impl EventBus {
                 size: encoded.payload_json.len(),
             });
         }
-        let (reply, answer) = oneshot::channel();
-        let request = PublishRequest {
-            event: encoded,
-            reply,
-        };
-        match self.inner.publish.try_send(request) {
-            Ok(()) => Ok(Queued::Sent(answer)),
-            Err(mpsc::error::TrySendError::Full(request)) => Ok(Queued::Waiting {
-                publish: self.inner.publish.clone(),
-                request,
-                answer,
-            }),
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(BusError::Closed),
-        }
+        Ok(encoded)
     }
 
     /// Add a subscriber. `predicate` picks the events it wants (it runs on
@@ -320,7 +301,7 @@ impl EventBus {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(BusError::Closed);
         }
-        let mut queues = self.inner.shared.queues();
+        let mut queues = self.inner.shared.queues.lock();
         if queues.iter().any(|q| q.name == name) {
             return Err(BusError::DuplicateSubscriber { name });
         }
@@ -331,7 +312,7 @@ impl EventBus {
     }
 
     fn unregister(&self, id: u64) {
-        self.inner.shared.queues().retain(|q| q.id != id);
+        self.inner.shared.queues.lock().retain(|q| q.id != id);
     }
 
     fn spawn_tracked(
@@ -349,26 +330,20 @@ impl EventBus {
         Ok(())
     }
 
-    /// Stop the bus: refuse new publishes, persist and deliver the ones
-    /// already queued, then cancel every subscriber and follow task and wait
-    /// for them. Idempotent; a second call (even a concurrent one) returns
-    /// once the first has finished.
+    /// Stop the bus: refuse new publishes, let the ones already queued be
+    /// persisted and delivered, then cancel every subscriber and follow task
+    /// and wait for them. Idempotent; a second call (even a concurrent one)
+    /// returns once the first has finished.
     pub async fn shutdown(&self) {
         let mut done = self.inner.shutdown_done.lock().await;
         if *done {
             return;
         }
         self.inner.closed.store(true, Ordering::Release);
-        self.inner.stop_writer.send_replace(true);
-        let writer = self
-            .inner
-            .writer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(writer) = writer {
-            let _ = writer.await;
-        }
+        // Writes apply in order: once this resolves, every publish queued
+        // before it has been committed and fanned out. A read-only store
+        // refuses it, and had nothing queued.
+        let _ = self.inner.shared.store.flush().await;
         let tasks =
             std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner()));
         for task in &tasks {
@@ -377,18 +352,9 @@ impl EventBus {
         for task in tasks {
             let _ = task.await;
         }
-        self.inner.shared.queues().clear();
+        self.inner.shared.queues.lock().clear();
         *done = true;
     }
-}
-
-enum Queued {
-    Sent(oneshot::Receiver<Result<Arc<Event>, BusError>>),
-    Waiting {
-        publish: mpsc::Sender<PublishRequest>,
-        request: PublishRequest,
-        answer: oneshot::Receiver<Result<Arc<Event>, BusError>>,
-    },
 }
 
 fn valid_kind(kind: &str) -> bool {
@@ -399,61 +365,34 @@ fn valid_kind(kind: &str) -> bool {
         })
 }
 
-/// The group-commit loop: take every queued publish, persist them in one
-/// store write, fan out in id order, answer the publishers.
-async fn run_writer(
-    shared: Arc<Shared>,
-    mut requests: mpsc::Receiver<PublishRequest>,
-    mut stop: watch::Receiver<bool>,
+/// Hand one event to the store's writer; after the commit, on the writer
+/// thread, fan it out and answer the publisher. Holds only the queue list,
+/// never the store (see [`Store::append_events_then`]).
+fn submit(
+    shared: &Shared,
+    event: EncodedEvent,
+    permit: OwnedSemaphorePermit,
+    reply: oneshot::Sender<Result<Arc<Event>, BusError>>,
 ) {
-    let mut stopping = false;
-    let mut batch = Vec::with_capacity(MAX_EVENTS_PER_BATCH);
-    loop {
-        let first = if stopping {
-            requests.recv().await
-        } else {
-            tokio::select! {
-                biased;
-                _ = stop.changed() => {
-                    // Refuse new sends; what is queued is still persisted.
-                    stopping = true;
-                    requests.close();
-                    continue;
-                }
-                request = requests.recv() => request,
+    let queues = Arc::clone(&shared.queues);
+    shared.store.append_events_then(vec![event], move |stored| {
+        let answer = match stored.map(|mut events| events.pop()) {
+            Ok(Some(event)) => {
+                let event = Arc::new(event);
+                queues.fan_out(&event);
+                Ok(event)
+            }
+            Ok(None) => Err(BusError::Persist {
+                source: StoreError::WriterGone,
+            }),
+            Err(source) => {
+                tracing::error!(error = %source, "event_bus.persist_failed");
+                Err(BusError::Persist { source })
             }
         };
-        let Some(first) = first else { break };
-        batch.push(first);
-        while batch.len() < MAX_EVENTS_PER_BATCH {
-            match requests.try_recv() {
-                Ok(request) => batch.push(request),
-                Err(_) => break,
-            }
-        }
-        commit_batch(&shared, &mut batch).await;
-    }
-}
-
-async fn commit_batch(shared: &Shared, batch: &mut Vec<PublishRequest>) {
-    let (events, replies): (Vec<_>, Vec<_>) = batch.drain(..).map(|r| (r.event, r.reply)).unzip();
-    match shared.store.append_events(events).await {
-        Ok(stored) => {
-            let stored: Vec<Arc<Event>> = stored.into_iter().map(Arc::new).collect();
-            shared.fan_out(&stored);
-            for (event, reply) in stored.into_iter().zip(replies) {
-                let _ = reply.send(Ok(event));
-            }
-        }
-        Err(source) => {
-            tracing::error!(error = %source, events = replies.len(), "event_bus.persist_failed");
-            for reply in replies {
-                let _ = reply.send(Err(BusError::Persist {
-                    source: source.clone(),
-                }));
-            }
-        }
-    }
+        let _ = reply.send(answer);
+        drop(permit);
+    });
 }
 
 async fn run_subscriber<P, H, Fut, E>(queue: Arc<Queue>, predicate: P, mut handler: H)
@@ -527,7 +466,7 @@ struct Unregister {
 
 impl Drop for Unregister {
     fn drop(&mut self) {
-        self.shared.queues().retain(|q| q.id != self.id);
+        self.shared.queues.lock().retain(|q| q.id != self.id);
     }
 }
 

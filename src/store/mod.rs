@@ -402,32 +402,28 @@ impl Store {
     /// their ids and timestamp. The bus calls this; other code publishes
     /// through [`crate::bus::EventBus`] so subscribers see the events.
     pub fn append_events(&self, events: Vec<EncodedEvent>) -> Pending<Vec<Event>> {
-        self.write(move |conn| {
-            let ts_ms = now_ms();
-            let mut insert = conn
-                .prepare_cached(
-                    "INSERT INTO events (ts_ms, kind, component, payload) VALUES (?1, ?2, ?3, ?4)",
-                )
-                .map_err(sqlite("prepare the event insert"))?;
-            let mut stored = Vec::with_capacity(events.len());
-            for EncodedEvent {
-                event,
-                payload_json,
-            } in events
-            {
-                insert
-                    .execute((ts_ms, &event.kind, &event.component, &payload_json))
-                    .map_err(sqlite("insert an event"))?;
-                stored.push(Event {
-                    id: conn.last_insert_rowid(),
-                    ts_ms,
-                    kind: event.kind,
-                    component: event.component,
-                    payload: event.payload,
-                });
-            }
-            Ok(stored)
-        })
+        self.write(insert_events(events))
+    }
+
+    /// Like [`Store::append_events`], but `then` runs ON THE WRITER THREAD
+    /// right after the commit, in commit order, with the stored events. The
+    /// bus uses it to fan out without another thread hop; keep `then`
+    /// short, non-blocking, and free of any `Arc<Store>` (dropping the last
+    /// one there would make the writer wait for itself).
+    pub fn append_events_then<C>(&self, events: Vec<EncodedEvent>, then: C)
+    where
+        C: FnOnce(Result<Vec<Event>, StoreError>) + Send + 'static,
+    {
+        match &self.writer {
+            Some(writer) => writer.submit_then(events.len() == 1, insert_events(events), then),
+            None => then(Err(StoreError::ReadOnly)),
+        }
+    }
+
+    /// Resolves once every write submitted before it has committed (or
+    /// failed). Writes are applied in submission order.
+    pub fn flush(&self) -> Pending<()> {
+        self.write(|_| Ok(()))
     }
 
     /// Up to `limit` (at most [`MAX_EVENTS_PER_READ`]) events with
@@ -700,6 +696,19 @@ impl Store {
 
     /// Make every following event insert fail (`true`) or work again
     /// (`false`), through a temporary trigger on the writer's connection.
+    /// Hold the writer until the returned sender is dropped, so a test can
+    /// queue writes that must then share a transaction.
+    #[cfg(test)]
+    pub(crate) fn pause_writer(&self) -> std::sync::mpsc::Sender<()> {
+        let (release, paused) = std::sync::mpsc::channel::<()>();
+        // The answer is not awaited: the job runs whether or not anyone waits.
+        drop(self.write(move |_| {
+            let _ = paused.recv();
+            Ok(())
+        }));
+        release
+    }
+
     #[cfg(test)]
     pub(crate) fn fail_event_inserts(&self, fail: bool) -> Pending<()> {
         self.write(move |conn| {
@@ -712,6 +721,38 @@ impl Store {
             conn.execute_batch(sql)
                 .map_err(sqlite("inject a write failure"))
         })
+    }
+}
+
+/// The write job inserting `events` in order with one timestamp.
+fn insert_events(
+    events: Vec<EncodedEvent>,
+) -> impl FnOnce(&Connection) -> Result<Vec<Event>, StoreError> + Send + 'static {
+    move |conn| {
+        let ts_ms = now_ms();
+        let mut insert = conn
+            .prepare_cached(
+                "INSERT INTO events (ts_ms, kind, component, payload) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .map_err(sqlite("prepare the event insert"))?;
+        let mut stored = Vec::with_capacity(events.len());
+        for EncodedEvent {
+            event,
+            payload_json,
+        } in events
+        {
+            insert
+                .execute((ts_ms, &event.kind, &event.component, &payload_json))
+                .map_err(sqlite("insert an event"))?;
+            stored.push(Event {
+                id: conn.last_insert_rowid(),
+                ts_ms,
+                kind: event.kind,
+                component: event.component,
+                payload: event.payload,
+            });
+        }
+        Ok(stored)
     }
 }
 

@@ -22,17 +22,26 @@ pub const MAX_JOBS_PER_TRANSACTION: usize = 4096;
 
 /// A unit of work for the writer thread.
 pub(super) trait Job: Send {
-    /// Run inside a savepoint; an error rolls back this job only.
+    /// Whether the job is a single statement. SQLite makes a statement
+    /// atomic by itself, so such a job skips the savepoint round trip.
+    fn single_statement(&self) -> bool;
+    /// Run inside the batch's transaction; an error undoes this job only.
     fn run(&mut self, conn: &Connection) -> Result<(), StoreError>;
-    /// Answer the caller once the transaction's outcome is known.
+    /// Answer the caller once the transaction's outcome is known. Runs on
+    /// the writer thread, in submission order.
     fn finish(self: Box<Self>, commit: Result<(), StoreError>);
 }
 
-/// A job built from a closure, answering through a oneshot channel.
+/// What a job does with its result: wake an awaiting caller, or run a
+/// short callback on the writer thread.
+type Then<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
+
+/// A job built from a closure and its continuation.
 struct FnJob<T, F> {
     work: Option<F>,
     output: Option<Result<T, StoreError>>,
-    reply: oneshot::Sender<Result<T, StoreError>>,
+    then: Then<T>,
+    single_statement: bool,
 }
 
 impl<T, F> Job for FnJob<T, F>
@@ -40,6 +49,10 @@ where
     T: Send,
     F: FnOnce(&Connection) -> Result<T, StoreError> + Send,
 {
+    fn single_statement(&self) -> bool {
+        self.single_statement
+    }
+
     fn run(&mut self, conn: &Connection) -> Result<(), StoreError> {
         let work = self.work.take().ok_or(StoreError::WriterGone)?;
         let output = work(conn);
@@ -55,8 +68,7 @@ where
             (Ok(()), Some(Ok(value))) => Ok(value),
             (Ok(()), None) => Err(StoreError::WriterGone),
         };
-        // The caller may have stopped waiting; that is not the writer's problem.
-        let _ = self.reply.send(answer);
+        (self.then)(answer);
     }
 }
 
@@ -97,14 +109,34 @@ impl WriterHandle {
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let (reply, rx) = oneshot::channel();
-        let job = Box::new(FnJob {
+        self.submit_then(false, work, move |answer| {
+            // The caller may have stopped waiting; not the writer's problem.
+            let _ = reply.send(answer);
+        });
+        Pending::waiting(rx)
+    }
+
+    /// Queue `work`; `then` runs on the writer thread with the outcome once
+    /// the transaction holding it committed (or failed), in submission
+    /// order. If the writer is gone, `then` runs at once on this thread.
+    pub fn submit_then<T, F, C>(&self, single_statement: bool, work: F, then: C)
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        C: FnOnce(Result<T, StoreError>) + Send + 'static,
+    {
+        let job: Box<dyn Job> = Box::new(FnJob {
             work: Some(work),
             output: None,
-            reply,
+            then: Box::new(then),
+            single_statement,
         });
-        match self.jobs.as_ref().map(|jobs| jobs.send(job)) {
-            Some(Ok(())) => Pending::waiting(rx),
-            _ => Pending::failed(StoreError::WriterGone),
+        let unsent = match &self.jobs {
+            Some(jobs) => jobs.send(job).err().map(|e| e.0),
+            None => Some(job),
+        };
+        if let Some(job) = unsent {
+            job.finish(Err(StoreError::WriterGone));
         }
     }
 }
@@ -114,7 +146,9 @@ impl Drop for WriterHandle {
         // Closing the channel lets the thread finish queued work and exit;
         // joining makes "the store is dropped" mean "the database is closed".
         self.jobs.take();
-        if let Some(thread) = self.thread.take() {
+        if let Some(thread) = self.thread.take()
+            && thread.thread().id() != std::thread::current().id()
+        {
             let _ = thread.join();
         }
     }
@@ -147,11 +181,24 @@ fn run_batch(conn: &mut Connection, batch: &mut [Box<dyn Job>]) -> Result<(), St
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(sqlite("begin a write transaction"))?;
     for job in batch.iter_mut() {
-        let savepoint = tx.savepoint().map_err(sqlite("open a savepoint"))?;
-        if job.run(&savepoint).is_ok() {
-            savepoint.commit().map_err(sqlite("release a savepoint"))?;
+        let outcome = if job.single_statement() {
+            job.run(&tx)
+        } else {
+            let savepoint = tx.savepoint().map_err(sqlite("open a savepoint"))?;
+            let outcome = job.run(&savepoint);
+            if outcome.is_ok() {
+                savepoint.commit().map_err(sqlite("release a savepoint"))?;
+            }
+            // A failed job's savepoint rolls back when dropped.
+            outcome
+        };
+        if let Err(error) = outcome
+            && tx.is_autocommit()
+        {
+            // Some errors (I/O, disk full) make SQLite roll back the whole
+            // transaction; nothing after this point may run outside it.
+            return Err(error);
         }
-        // A failed job's savepoint rolls back when dropped.
     }
     tx.commit().map_err(sqlite("commit a write transaction"))
 }
@@ -172,7 +219,7 @@ enum PendingState<T> {
 }
 
 impl<T> Pending<T> {
-    fn waiting(rx: oneshot::Receiver<Result<T, StoreError>>) -> Self {
+    pub(super) fn waiting(rx: oneshot::Receiver<Result<T, StoreError>>) -> Self {
         Self {
             state: PendingState::Waiting(rx),
         }
