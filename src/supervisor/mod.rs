@@ -501,7 +501,7 @@ impl Supervisor {
             .iter()
             .map(|(id, rec)| (rec.seq, id.clone()))
             .collect();
-        order.sort_by(|a, b| b.0.cmp(&a.0));
+        order.sort_by_key(|entry| std::cmp::Reverse(entry.0));
         for (_, id) in order {
             let _ = self.stop(&id).await;
         }

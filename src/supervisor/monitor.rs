@@ -37,7 +37,7 @@ enum Ending {
     /// It exited on its own.
     Exited(ExitInfo),
     /// It was stopped on request; answer `done` once the state is recorded.
-    Stopped(once::Sender<()>),
+    Stopped(ExitInfo, once::Sender<()>),
     /// The supervisor is gone; the group was killed.
     Orphaned,
 }
@@ -61,7 +61,6 @@ impl Monitor {
     }
 
     fn fail(&self, reason: String) {
-        self.shared.set_state(ChildState::Failed);
         self.emit(SupervisorEvent::Failed {
             id: self.id.clone(),
             reason,
@@ -78,19 +77,26 @@ impl Monitor {
 
     pub(super) async fn run(mut self, mut child: Child) {
         loop {
+            let pid = child.id().unwrap_or_default();
             let started = Instant::now();
             let mut guard = GroupGuard::new(spawn::pgid_of(&child));
             let ending = self.watch(&mut child, started).await;
             guard.disarm();
+            // Every path below sets the next state before emitting `Exited`,
+            // so a status read after any event is already up to date.
             let exit = match ending {
                 Ending::Orphaned => return,
-                Ending::Stopped(done) => {
+                Ending::Stopped(exit, done) => {
+                    self.shared.set_state(ChildState::Stopped);
+                    self.emit_exited(pid, exit);
                     self.stopped(done);
                     return;
                 }
                 Ending::Exited(exit) => exit,
             };
             if let Some(ready) = self.ready.take() {
+                self.shared.set_state(ChildState::Failed);
+                self.emit_exited(pid, exit);
                 self.fail(format!(
                     "exited during its {:?} readiness grace with {exit}",
                     self.ready_grace
@@ -100,15 +106,21 @@ impl Monitor {
             }
             if !wants_restart(self.spec.restart, &exit) {
                 self.shared.set_state(ChildState::Exited);
+                self.emit_exited(pid, exit);
                 return;
             }
-            let (attempt, delay) = match self.tracker.on_exit(started.into_std(), Instant::now().into_std()) {
+            let decision = self
+                .tracker
+                .on_exit(started.into_std(), Instant::now().into_std());
+            let (attempt, delay) = match decision {
                 Decision::Restart { attempt, delay } => (attempt, delay),
                 Decision::GiveUp {
                     restarts,
                     window,
                     limit,
                 } => {
+                    self.shared.set_state(ChildState::Failed);
+                    self.emit_exited(pid, exit);
                     self.fail(format!(
                         "flapping: restarted {restarts} times within {window:?} (limit {limit}) and exited again with {exit}; fix it and start it again"
                     ));
@@ -117,6 +129,7 @@ impl Monitor {
             };
             self.shared.update(|s| s.restarts = s.restarts.saturating_add(1));
             self.shared.set_state(ChildState::Backoff);
+            self.emit_exited(pid, exit);
             self.emit(SupervisorEvent::Restarting {
                 id: self.id.clone(),
                 attempt,
@@ -141,6 +154,7 @@ impl Monitor {
                     child = next;
                 }
                 Err(e) => {
+                    self.shared.set_state(ChildState::Failed);
                     self.fail(format!("restart failed: {e}"));
                     return;
                 }
@@ -190,8 +204,8 @@ impl Monitor {
                 cmd = self.control.recv() => match cmd {
                     Some(Control::Stop { done }) => {
                         let exit = spawn::stop_child(child, self.spec.stop_grace).await;
-                        self.record_exit(pid, exit);
-                        return Ending::Stopped(done);
+                        self.record_exit(exit);
+                        return Ending::Stopped(exit, done);
                     }
                     Some(Control::Signal { signal, done }) => {
                         let _ = done.send(self.send_signal(pid, signal));
@@ -211,7 +225,7 @@ impl Monitor {
             if let Some(pgid) = pgid {
                 spawn::kill_leftovers(pgid);
             }
-            self.record_exit(pid, *exit);
+            self.record_exit(*exit);
         }
         ending
     }
@@ -227,12 +241,15 @@ impl Monitor {
         })
     }
 
-    fn record_exit(&self, pid: u32, exit: ExitInfo) {
+    fn record_exit(&self, exit: ExitInfo) {
         self.shared.update(|s| {
             s.pid = None;
             s.last_exit = Some(exit);
         });
         *super::lock(&self.shared.pipes) = None;
+    }
+
+    fn emit_exited(&self, pid: u32, exit: ExitInfo) {
         self.emit(SupervisorEvent::Exited {
             id: self.id.clone(),
             pid,

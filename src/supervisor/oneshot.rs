@@ -183,11 +183,7 @@ async fn read_lines(reader: impl AsyncRead + Unpin, max: usize, tx: mpsc::Sender
     let mut line = Vec::new();
     let mut truncated = false;
     let mut open = true;
-    loop {
-        let buf = match reader.fill_buf().await {
-            Ok(buf) => buf,
-            Err(_) => break,
-        };
+    while let Ok(buf) = reader.fill_buf().await {
         if buf.is_empty() {
             break;
         }

@@ -303,9 +303,39 @@ pub fn signal_group(pgid: Pid, signal: Signal) -> nix::Result<()> {
     }
 }
 
-/// Whether any process (zombies included) is still in group `pgid`.
+/// Whether any live (not zombie) process is still in group `pgid`. Zombies
+/// count as gone: a grandchild reparented to an init that does not reap
+/// (common in containers) stays a zombie forever but holds nothing.
 pub fn group_exists(pgid: Pid) -> bool {
-    !matches!(killpg(pgid, None), Err(Errno::ESRCH))
+    if matches!(killpg(pgid, None), Err(Errno::ESRCH)) {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    entries.flatten().any(|entry| {
+        let is_pid = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
+        is_pid
+            && std::fs::read_to_string(entry.path().join("stat"))
+                .ok()
+                .and_then(|stat| parse_stat(&stat))
+                .is_some_and(|(state, pgrp)| pgrp == pgid.as_raw() && state != 'Z')
+    })
+}
+
+/// `(state, pgrp)` from the text of `/proc/<pid>/stat`. The command name is
+/// in parentheses and may itself contain spaces and parentheses, so fields
+/// are counted from the last `)`.
+fn parse_stat(stat: &str) -> Option<(char, i32)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let _ppid = fields.next()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some((state, pgrp))
 }
 
 /// Kill what is left of a group whose leader already exited.
@@ -390,6 +420,25 @@ mod tests {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
             proptest::prop_assert!(name.ends_with(".log"));
             proptest::prop_assert!(!name.contains('/'));
+        }
+    }
+
+    #[test]
+    fn stat_parsing_survives_hostile_command_names() {
+        assert_eq!(
+            parse_stat("42 (a) b) (c) S 1 42 42 0 -1"),
+            Some(('S', 42))
+        );
+        assert_eq!(parse_stat("7 (sleep) Z 1 5 5"), Some(('Z', 5)));
+        assert_eq!(parse_stat("7 (sleep) Z 1"), None);
+        assert_eq!(parse_stat("no parens"), None);
+        assert_eq!(parse_stat("7 (x) S 1 notanumber"), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn stat_parsing_never_panics(s in ".{0,200}") {
+            let _ = parse_stat(&s);
         }
     }
 
