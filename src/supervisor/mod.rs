@@ -33,8 +33,8 @@ pub use backoff::{
     RestartTracker, wants_restart,
 };
 pub use oneshot::{
-    DEFAULT_STDERR_LIMIT, DEFAULT_STDOUT_LIMIT, GroupKiller, Line, MAX_LINE_BYTES, Output, OutputLimits,
-    POST_EXIT_DRAIN, STREAM_QUEUE_DEPTH, StreamingChild,
+    DEFAULT_STDERR_LIMIT, DEFAULT_STDOUT_LIMIT, GroupKiller, Line, MAX_LINE_BYTES, Output,
+    OutputLimits, POST_EXIT_DRAIN, STREAM_QUEUE_DEPTH, StreamingChild,
 };
 pub use spawn::{
     ChildSpec, DEFAULT_STOP_GRACE, ESSENTIAL_ENV, InputWiring, LOG_DIR, LOG_ROTATE_BYTES,
@@ -421,9 +421,9 @@ impl Supervisor {
     pub async fn stop(&self, id: &str) -> Result<(), SupervisorError> {
         let control = {
             let children = lock(&self.inner.children);
-            let rec = children.get(id).ok_or_else(|| SupervisorError::UnknownChild {
-                id: id.to_string(),
-            })?;
+            let rec = children
+                .get(id)
+                .ok_or_else(|| SupervisorError::UnknownChild { id: id.to_string() })?;
             rec.control.clone()
         };
         let (done, wait) = once::channel();
@@ -454,9 +454,9 @@ impl Supervisor {
     pub async fn signal(&self, id: &str, signal: Signal) -> Result<(), SupervisorError> {
         let (control, state) = {
             let children = lock(&self.inner.children);
-            let rec = children.get(id).ok_or_else(|| SupervisorError::UnknownChild {
-                id: id.to_string(),
-            })?;
+            let rec = children
+                .get(id)
+                .ok_or_else(|| SupervisorError::UnknownChild { id: id.to_string() })?;
             (rec.control.clone(), rec.shared.status().state)
         };
         let not_running = || SupervisorError::NotRunning {

@@ -127,7 +127,8 @@ impl Monitor {
                     return;
                 }
             };
-            self.shared.update(|s| s.restarts = s.restarts.saturating_add(1));
+            self.shared
+                .update(|s| s.restarts = s.restarts.saturating_add(1));
             self.shared.set_state(ChildState::Backoff);
             self.emit_exited(pid, exit);
             self.emit(SupervisorEvent::Restarting {

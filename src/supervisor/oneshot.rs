@@ -289,10 +289,14 @@ impl StreamingChild {
         if let Some(exit) = self.exit {
             return Ok(exit);
         }
-        let status = self.child.wait().await.map_err(|source| SupervisorError::Io {
-            id: self.pid.to_string(),
-            source,
-        })?;
+        let status = self
+            .child
+            .wait()
+            .await
+            .map_err(|source| SupervisorError::Io {
+                id: self.pid.to_string(),
+                source,
+            })?;
         if let Some(pgid) = self.killer.pgid {
             spawn::kill_leftovers(pgid);
         }

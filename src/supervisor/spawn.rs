@@ -425,10 +425,7 @@ mod tests {
 
     #[test]
     fn stat_parsing_survives_hostile_command_names() {
-        assert_eq!(
-            parse_stat("42 (a) b) (c) S 1 42 42 0 -1"),
-            Some(('S', 42))
-        );
+        assert_eq!(parse_stat("42 (a) b) (c) S 1 42 42 0 -1"), Some(('S', 42)));
         assert_eq!(parse_stat("7 (sleep) Z 1 5 5"), Some(('Z', 5)));
         assert_eq!(parse_stat("7 (sleep) Z 1"), None);
         assert_eq!(parse_stat("no parens"), None);

@@ -144,7 +144,10 @@ async fn stop_kills_the_whole_process_group() {
     assert_eq!(status.pid, None);
     assert!(matches!(
         until(&mut rx, |e| matches!(e, SupervisorEvent::Exited { .. })).await,
-        SupervisorEvent::Exited { signal: Some(15), .. }
+        SupervisorEvent::Exited {
+            signal: Some(15),
+            ..
+        }
     ));
     assert_eq!(
         next(&mut rx).await,
@@ -236,9 +239,10 @@ async fn always_policy_restarts_after_a_clean_exit() {
     let mut spec = sh("exit 0");
     spec.restart = RestartPolicy::Always;
     let first = sup.start("loop", spec).expect("starts");
-    let second = until(&mut rx, |e| {
-        matches!(e, SupervisorEvent::Started { pid, .. } if *pid != first)
-    })
+    let second = until(
+        &mut rx,
+        |e| matches!(e, SupervisorEvent::Started { pid, .. } if *pid != first),
+    )
     .await;
     assert!(matches!(second, SupervisorEvent::Started { .. }));
     sup.shutdown().await;
@@ -259,33 +263,55 @@ async fn stop_during_backoff_cancels_the_restart() {
     spec.restart = RestartPolicy::OnFailure;
     sup.start("slow", spec).expect("starts");
     until(&mut rx, |e| matches!(e, SupervisorEvent::Restarting { .. })).await;
-    assert_eq!(sup.status("slow").map(|s| s.state), Some(ChildState::Backoff));
-    let err = sup.signal("slow", Signal::SIGHUP).await.expect_err("no process");
+    assert_eq!(
+        sup.status("slow").map(|s| s.state),
+        Some(ChildState::Backoff)
+    );
+    let err = sup
+        .signal("slow", Signal::SIGHUP)
+        .await
+        .expect_err("no process");
     assert!(matches!(err, SupervisorError::NotRunning { .. }), "{err:?}");
     sup.stop("slow").await.expect("stops");
     assert_eq!(
         next(&mut rx).await,
         SupervisorEvent::Stopped { id: "slow".into() }
     );
-    assert_eq!(sup.status("slow").map(|s| s.state), Some(ChildState::Stopped));
+    assert_eq!(
+        sup.status("slow").map(|s| s.state),
+        Some(ChildState::Stopped)
+    );
 }
 
 #[tokio::test]
 async fn signal_reaches_the_child() {
     let (sup, mut rx) = supervisor();
-    let mut spec = sh("trap 'echo hup; exit 7' HUP; echo ready; while :; do sleep 1 & wait $!; done");
+    let mut spec =
+        sh("trap 'echo hup; exit 7' HUP; echo ready; while :; do sleep 1 & wait $!; done");
     spec.stdio = StdioSpec::piped();
     sup.start("hup", spec).expect("starts");
     let pipes = sup.take_pipes("hup").expect("pipes");
     let mut lines = BufReader::new(pipes.stdout.expect("stdout")).lines();
     let ready = timeout(WAIT_LIMIT, lines.next_line()).await;
-    assert_eq!(ready.ok().and_then(|l| l.ok()).flatten().as_deref(), Some("ready"));
+    assert_eq!(
+        ready.ok().and_then(|l| l.ok()).flatten().as_deref(),
+        Some("ready")
+    );
     sup.signal("hup", Signal::SIGHUP).await.expect("signals");
     let hup = timeout(WAIT_LIMIT, lines.next_line()).await;
-    assert_eq!(hup.ok().and_then(|l| l.ok()).flatten().as_deref(), Some("hup"));
+    assert_eq!(
+        hup.ok().and_then(|l| l.ok()).flatten().as_deref(),
+        Some("hup")
+    );
     let exited = until(&mut rx, |e| matches!(e, SupervisorEvent::Exited { .. })).await;
-    assert!(matches!(exited, SupervisorEvent::Exited { code: Some(7), .. }));
-    let err = sup.signal("nobody", Signal::SIGHUP).await.expect_err("unknown");
+    assert!(matches!(
+        exited,
+        SupervisorEvent::Exited { code: Some(7), .. }
+    ));
+    let err = sup
+        .signal("nobody", Signal::SIGHUP)
+        .await
+        .expect_err("unknown");
     assert!(matches!(err, SupervisorError::UnknownChild { .. }));
     sup.shutdown().await;
 }
@@ -315,7 +341,10 @@ async fn readiness_succeeds_for_a_long_runner_and_fails_for_a_quick_exit() {
     let msg = err.to_string();
     assert!(matches!(err, SupervisorError::NotReady { .. }), "{err:?}");
     assert!(msg.contains("exit code 2"), "{msg}");
-    assert_eq!(sup.status("down").map(|s| s.state), Some(ChildState::Failed));
+    assert_eq!(
+        sup.status("down").map(|s| s.state),
+        Some(ChildState::Failed)
+    );
     let failed = until(&mut rx, |e| matches!(e, SupervisorEvent::Failed { .. })).await;
     assert!(matches!(failed, SupervisorEvent::Failed { ref id, .. } if id == "down"));
     // A failed readiness is not restarted even under `always`.
@@ -394,7 +423,17 @@ async fn children_get_a_cleared_environment_and_their_cwd() {
         .await
         .expect("runs");
     let text = String::from_utf8(out.stdout).expect("utf-8");
-    let allowed = ["PATH", "HOME", "LANG", "TERM", "NPC_DECLARED", "PWD", "SHLVL", "_", "OLDPWD"];
+    let allowed = [
+        "PATH",
+        "HOME",
+        "LANG",
+        "TERM",
+        "NPC_DECLARED",
+        "PWD",
+        "SHLVL",
+        "_",
+        "OLDPWD",
+    ];
     for line in text.lines().filter(|l| !l.starts_with("cwd=")) {
         let key = line.split('=').next().unwrap_or_default();
         assert!(allowed.contains(&key), "leaked variable {line}");
@@ -428,7 +467,12 @@ async fn run_once_feeds_stdin_and_bounds_output() {
     let (sup, _rx) = supervisor();
     let cat = ChildSpec::new("cat", std::env::temp_dir());
     let out = sup
-        .run_once(&cat, Some(b"hello\n".to_vec()), WAIT_LIMIT, OutputLimits::default())
+        .run_once(
+            &cat,
+            Some(b"hello\n".to_vec()),
+            WAIT_LIMIT,
+            OutputLimits::default(),
+        )
         .await
         .expect("runs");
     assert_eq!(out.stdout, b"hello\n");
@@ -440,7 +484,10 @@ async fn run_once_feeds_stdin_and_bounds_output() {
         stdout: 1000,
         stderr: 10,
     };
-    let out = sup.run_once(&big, None, WAIT_LIMIT, limits).await.expect("runs");
+    let out = sup
+        .run_once(&big, None, WAIT_LIMIT, limits)
+        .await
+        .expect("runs");
     assert_eq!(out.stdout.len(), 1000);
     assert_eq!(out.stderr.len(), 10);
     assert!(out.stdout_truncated && out.stderr_truncated);
@@ -452,7 +499,12 @@ async fn run_once_timeout_kills_the_group() {
     let (sup, _rx) = supervisor();
     let spec = sh("sleep 1000 & echo $!; wait");
     let out = sup
-        .run_once(&spec, None, Duration::from_millis(200), OutputLimits::default())
+        .run_once(
+            &spec,
+            None,
+            Duration::from_millis(200),
+            OutputLimits::default(),
+        )
         .await
         .expect("runs");
     assert!(out.timed_out);
@@ -487,11 +539,16 @@ async fn streaming_hands_out_lines_and_the_exit_status() {
     let spec = sh("printf 'a\\nb\\377\\n'; echo oops >&2; exit 4");
     let mut child = sup.spawn_streaming(&spec).expect("spawns");
     let mut out = Vec::new();
-    while let Some(line) = timeout(WAIT_LIMIT, child.stdout.recv()).await.expect("in time") {
+    while let Some(line) = timeout(WAIT_LIMIT, child.stdout.recv())
+        .await
+        .expect("in time")
+    {
         out.push(line.text().into_owned());
     }
     assert_eq!(out, ["a", "b\u{fffd}"]);
-    let err = timeout(WAIT_LIMIT, child.stderr.recv()).await.expect("in time");
+    let err = timeout(WAIT_LIMIT, child.stderr.recv())
+        .await
+        .expect("in time");
     assert_eq!(err.map(|l| l.bytes), Some(b"oops".to_vec()));
     assert_eq!(child.wait().await.expect("waits").code, Some(4));
 }
@@ -510,7 +567,10 @@ async fn streaming_kill_group_cancels_the_run() {
     let killer = child.killer();
     let wait = child.wait();
     killer.kill().expect("kills");
-    let exit = timeout(WAIT_LIMIT, wait).await.expect("in time").expect("waits");
+    let exit = timeout(WAIT_LIMIT, wait)
+        .await
+        .expect("in time")
+        .expect("waits");
     assert_eq!(exit.signal, Some(9));
     wait_dead(grandchild).await;
     // After reaping, killing again is a harmless no-op.
@@ -532,4 +592,61 @@ async fn dropping_a_streaming_child_kills_its_group() {
     drop(child);
     wait_dead(grandchild).await;
     wait_dead(pid).await;
+}
+
+/// Environment variable that turns [`helper_supervise_and_block`] on.
+const HELPER_ENV: &str = "NPC_SUPERVISOR_TEST_HELPER";
+/// Line prefix the helper prints before its supervised child's pid.
+const HELPER_PID_PREFIX: &str = "SUPERVISED_PID=";
+
+/// Not a test: the body of the daemon process in
+/// [`children_die_when_the_daemon_is_killed`]. It supervises a sleeper,
+/// prints its pid, and blocks until killed.
+#[tokio::test]
+#[ignore = "helper process for children_die_when_the_daemon_is_killed"]
+async fn helper_supervise_and_block() {
+    if std::env::var_os(HELPER_ENV).is_none() {
+        return;
+    }
+    let (sup, _rx) = supervisor();
+    let pid = sup.start("sleeper", sh("exec sleep 1000")).expect("starts");
+    println!("{HELPER_PID_PREFIX}{pid}");
+    std::future::pending::<()>().await;
+}
+
+#[test]
+fn children_die_when_the_daemon_is_killed() {
+    use std::io::BufRead;
+    let exe = std::env::current_exe().expect("test binary path");
+    let mut daemon = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "supervisor::helper_supervise_and_block",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER_ENV, "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("helper starts");
+    let stdout = daemon.stdout.take().expect("piped");
+    let pid: u32 = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        // libtest prints the test name on the same line, before the marker.
+        .find_map(|l| {
+            l.split_once(HELPER_PID_PREFIX)
+                .map(|(_, p)| p.trim().to_owned())
+        })
+        .expect("helper reports its child's pid")
+        .parse()
+        .expect("a pid");
+    assert!(alive(pid));
+    daemon.kill().expect("SIGKILL the daemon");
+    daemon.wait().expect("reap the daemon");
+    crate::support::wait_for("the child of a killed daemon to die", || {
+        (!alive(pid)).then_some(())
+    });
 }
