@@ -7,4 +7,5 @@ pub mod model;
 pub mod plan;
 pub mod runtime;
 pub mod store;
+pub mod supervisor;
 pub mod surfaces;

@@ -4,4 +4,5 @@
 
 mod architecture;
 mod manifest;
+mod supervisor;
 mod support;
