@@ -3,6 +3,7 @@
 //! anyhow/miette formatting and turns them into exit codes.
 
 mod init;
+mod reconcile;
 mod validate;
 
 use std::path::PathBuf;
@@ -66,6 +67,50 @@ enum Command {
     },
     /// Print shell completions
     Completions { shell: clap_complete::Shell },
+    /// Show what `npc apply` would change, compared with the running daemon or the last apply
+    Plan {
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
+        #[arg(long, short = 'm')]
+        manifest: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+        /// Exit 2 when there are changes (0 none, 1 error)
+        #[arg(long)]
+        detailed_exitcode: bool,
+    },
+    /// Apply the plan: through the running daemon, or record it when none runs
+    Apply {
+        #[arg(long, short = 'm')]
+        manifest: Option<PathBuf>,
+        /// Apply without asking
+        #[arg(long)]
+        auto_approve: bool,
+    },
+    /// Run the reconciler: apply the manifest and hot-reload it on every change
+    Daemon {
+        #[arg(long, short = 'm')]
+        manifest: Option<PathBuf>,
+    },
+    /// Each component: state, pid, restarts, since when
+    Status {
+        #[arg(long, short = 'm')]
+        manifest: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+    /// The durable event log
+    Events {
+        #[arg(long, short = 'm')]
+        manifest: Option<PathBuf>,
+        /// Only events after this id
+        #[arg(long)]
+        since: Option<i64>,
+        /// Keep printing new events
+        #[arg(long)]
+        follow: bool,
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
 }
 
 /// Run the command line and return the process exit code.
@@ -99,6 +144,23 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             Ok(Exit::Ok)
         }
         Command::Init { dir } => init::run(&dir),
+        Command::Plan {
+            manifest,
+            format,
+            detailed_exitcode,
+        } => reconcile::plan(manifest, format, detailed_exitcode),
+        Command::Apply {
+            manifest,
+            auto_approve,
+        } => reconcile::apply(manifest, auto_approve),
+        Command::Daemon { manifest } => reconcile::daemon(manifest),
+        Command::Status { manifest, format } => reconcile::status(manifest, format),
+        Command::Events {
+            manifest,
+            since,
+            follow,
+            format,
+        } => reconcile::events(manifest, since, follow, format),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "npc", &mut std::io::stdout());
             Ok(Exit::Ok)

@@ -383,3 +383,61 @@ impl std::hash::Hash for Frontmatter {
         self.0.len().hash(state);
     }
 }
+
+impl Manifest {
+    /// Every secret value in the manifest (text that came from the
+    /// environment), so logs and events can scrub them wherever they appear.
+    pub fn secret_values(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut add = |t: &Text| {
+            if t.is_secret() && !t.expose().is_empty() {
+                out.push(t.expose().to_string());
+            }
+        };
+        let command = |c: &CommandSpec, add: &mut dyn FnMut(&Text)| {
+            c.args.iter().for_each(&mut *add);
+            c.env.values().for_each(&mut *add);
+            c.cwd.iter().for_each(&mut *add);
+        };
+        for s in self.mcp_servers.values() {
+            match &s.transport {
+                McpTransport::Stdio(c) => command(c, &mut add),
+                McpTransport::Http { url, headers, .. } => {
+                    add(url);
+                    headers.values().for_each(&mut add);
+                }
+            }
+        }
+        for p in self.providers.values() {
+            p.args.iter().for_each(&mut add);
+            p.env.values().for_each(&mut add);
+        }
+        for p in self.profiles.values() {
+            p.model.iter().for_each(&mut add);
+        }
+        for p in self.prompts.values() {
+            p.variables
+                .values()
+                .filter_map(|v| v.default.as_ref())
+                .for_each(&mut add);
+        }
+        for h in self.hooks.values().flatten() {
+            command(&h.run, &mut add);
+        }
+        for t in self.triggers.values() {
+            match &t.action {
+                Action::RunProfile { vars, .. } => vars.values().for_each(&mut add),
+                Action::RunCommand(c) => command(c, &mut add),
+            }
+        }
+        for p in self.pane_plugins.values() {
+            command(&p.run, &mut add);
+        }
+        for p in self.panes.values() {
+            command(&p.run, &mut add);
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+}

@@ -45,7 +45,7 @@ pub fn observe(desired: &Desired) -> ObservedState {
 }
 
 /// What happens to one component.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Action {
     /// `+`: start or write it.

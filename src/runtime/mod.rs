@@ -1,6 +1,664 @@
 //! The runtime: one object per canonical repository path that composes the
 //! store, the event bus and the supervisor, and the reconcile loop that
-//! applies plans to them (rolling a failed component back).
+//! applies plans through the [`drivers`] (rolling a failed component back to
+//! its last good config).
+//!
+//! Reload order follows Vector's topology reload: components that go away
+//! or get replaced stop first (reverse start order, freeing their ports),
+//! then new and replaced ones start and live changes apply (start order).
 
+pub mod daemon;
+pub mod drivers;
 pub mod lock;
 pub mod watch;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::bus::{BusError, EventBus};
+use crate::model::{self, Manifest, ProcessEnv};
+use crate::plan::{self, Action, ComponentId, Config, Desired, ExternalInputs, ObservedState};
+use crate::store::{ComponentRecord, NewEvent, Store, StoreError, now_ms};
+use crate::supervisor::{BackoffPolicy, Supervisor, SupervisorEvent};
+use drivers::{DriverContext, DriverError, driver_for};
+use lock::{LockError, RepoLock};
+
+/// Name of the SQLite database inside the state directory.
+pub const DB_FILE: &str = "state.db";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error("cannot read the manifest `{path}`: {source}")]
+    Manifest {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the manifest `{0}` is invalid; run `npc validate` to see why")]
+    Invalid(PathBuf),
+    #[error("cannot resolve the repository `{path}`: {source}")]
+    Repo {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Where a repository keeps its manifest and state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoPaths {
+    /// Canonical repository root (the manifest's directory).
+    pub root: PathBuf,
+    pub manifest: PathBuf,
+    pub state_dir: PathBuf,
+}
+
+impl RepoPaths {
+    /// Resolve `manifest` (relative, `~` and symlinked paths collapse to one)
+    /// and the state directory the manifest names (default `.npc`).
+    pub fn resolve(manifest: &Path, state_dir: &str) -> Result<Self, RuntimeError> {
+        let expanded = expand_home(manifest);
+        let manifest = expanded
+            .canonicalize()
+            .map_err(|source| RuntimeError::Repo {
+                path: expanded.clone(),
+                source,
+            })?;
+        let root = manifest.parent().map(Path::to_path_buf).unwrap_or_default();
+        let state_dir = root.join(state_dir);
+        Ok(Self {
+            root,
+            manifest,
+            state_dir,
+        })
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.state_dir.join(DB_FILE)
+    }
+}
+
+fn expand_home(path: &Path) -> PathBuf {
+    match (path.strip_prefix("~"), std::env::var_os("HOME")) {
+        (Ok(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// The state directory a manifest names, read leniently so that `npc
+/// status` and `npc events` work while the manifest is invalid (that is when
+/// the events matter most): `project.state_dir` if the file parses at all,
+/// else the default.
+pub fn state_dir_hint(manifest: &Path) -> String {
+    let text = std::fs::read_to_string(manifest).unwrap_or_default();
+    let value: Option<serde_json::Value> = if manifest.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str(&text).ok()
+    } else {
+        toml::from_str(&text).ok()
+    };
+    value
+        .as_ref()
+        .and_then(|v| v.pointer("/project/state_dir"))
+        .and_then(|v| v.as_str())
+        .unwrap_or(model::DEFAULT_STATE_DIR)
+        .to_string()
+}
+
+/// Load the manifest at `path` with the process environment.
+pub fn load_manifest(path: &Path) -> Result<model::Loaded, RuntimeError> {
+    model::load_path(path, &ProcessEnv).map_err(|source| RuntimeError::Manifest {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Digests of files the pure layer cannot read: each enabled plugin's package.
+pub fn external_inputs(manifest: &Manifest, root: &Path) -> ExternalInputs {
+    let plugin_digests = manifest
+        .plugins
+        .iter()
+        .map(|(name, p)| (name.clone(), dir_digest(&root.join(&p.path))))
+        .collect();
+    ExternalInputs { plugin_digests }
+}
+
+/// Files looked at per plugin package when computing its digest.
+pub const MAX_PACKAGE_FILES: usize = 10_000;
+
+/// SHA-256 over the relative paths and contents of every file under `dir`.
+fn dir_digest(dir: &Path) -> String {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(p),
+                Ok(t) if t.is_file() && files.len() < MAX_PACKAGE_FILES => files.push(p),
+                _ => {}
+            }
+        }
+    }
+    files.sort();
+    let contents: Vec<(String, Vec<u8>)> = files
+        .iter()
+        .map(|f| {
+            (
+                f.strip_prefix(dir).unwrap_or(f).display().to_string(),
+                std::fs::read(f).unwrap_or_default(),
+            )
+        })
+        .collect();
+    plan::fingerprint::fingerprint(&contents)
+}
+
+/// The observed state as stored by the last apply (`None` if never applied).
+pub fn stored_state(store: &Store) -> Result<Option<ObservedState>, RuntimeError> {
+    let Some(last) = store.last_manifest()? else {
+        return Ok(None);
+    };
+    Ok(Some(decode_state(&last.canonical)))
+}
+
+/// Serialize an observed state for the store (keys as `kind.name`).
+pub fn encode_state(state: &ObservedState) -> String {
+    let map: BTreeMap<String, &plan::Observed> =
+        state.iter().map(|(id, o)| (id.to_string(), o)).collect();
+    serde_json::to_string(&map).unwrap_or_default()
+}
+
+/// Parse what [`encode_state`] wrote; unknown kinds are skipped.
+pub fn decode_state(text: &str) -> ObservedState {
+    let map: BTreeMap<String, plan::Observed> = serde_json::from_str(text).unwrap_or_default();
+    map.into_iter()
+        .filter_map(|(k, v)| ComponentId::parse(&k).map(|id| (id, v)))
+        .collect()
+}
+
+/// The outcome of one component in a reload.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ComponentResult {
+    pub id: ComponentId,
+    pub action: Action,
+    /// `applied`, `failed`, `rolled-back` or `unchanged`.
+    pub outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What a reload did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ReloadOutcome {
+    /// The manifest is invalid: nothing changed.
+    Invalid { error_count: usize },
+    /// A change cannot be applied live: nothing changed.
+    Refused { reasons: Vec<String> },
+    /// The plan was applied (possibly with rollbacks).
+    Applied { results: Vec<ComponentResult> },
+}
+
+/// What is applied now: typed configs in start order.
+#[derive(Debug, Default)]
+struct Applied {
+    configs: Desired,
+    pids: HashMap<ComponentId, u32>,
+}
+
+/// One per canonical repository path; see [`Runtime::for_repo`].
+#[derive(Debug)]
+pub struct Runtime {
+    paths: RepoPaths,
+    store: Arc<Store>,
+    bus: EventBus,
+    cx: DriverContext,
+    applied: tokio::sync::Mutex<Applied>,
+    shut_down: std::sync::atomic::AtomicBool,
+    _lock: RepoLock,
+}
+
+static RUNTIMES: Mutex<Option<HashMap<PathBuf, Weak<Runtime>>>> = Mutex::new(None);
+
+impl Runtime {
+    /// The runtime of the repository whose manifest is `paths.manifest`. A
+    /// second call in this process returns the same object; a second process
+    /// fails with the pid of the daemon that holds the repository lock.
+    pub fn for_repo(
+        paths: RepoPaths,
+        backoff: BackoffPolicy,
+    ) -> Result<Arc<Runtime>, RuntimeError> {
+        let mut registry = RUNTIMES.lock().unwrap_or_else(|p| p.into_inner());
+        let registry = registry.get_or_insert_with(HashMap::new);
+        if let Some(existing) = registry.get(&paths.root).and_then(Weak::upgrade) {
+            return Ok(existing);
+        }
+        let lock = RepoLock::acquire(&paths.state_dir, &paths.root)?;
+        let store = Arc::new(Store::open(paths.db())?);
+        let bus = EventBus::new(store.clone());
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let supervisor = Supervisor::new(events_tx, backoff);
+        let cx = DriverContext {
+            repo: paths.root.clone(),
+            state_dir: paths.state_dir.clone(),
+            supervisor,
+        };
+        let runtime = Arc::new(Runtime {
+            paths: paths.clone(),
+            store,
+            bus,
+            cx,
+            applied: tokio::sync::Mutex::new(Applied::default()),
+            shut_down: std::sync::atomic::AtomicBool::new(false),
+            _lock: lock,
+        });
+        tokio::spawn(forward_supervisor_events(
+            Arc::downgrade(&runtime),
+            events_rx,
+        ));
+        registry.insert(paths.root, Arc::downgrade(&runtime));
+        Ok(runtime)
+    }
+
+    pub fn paths(&self) -> &RepoPaths {
+        &self.paths
+    }
+
+    pub fn bus(&self) -> &EventBus {
+        &self.bus
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Publish an event; failures are logged, never fatal to the caller.
+    pub async fn emit(
+        &self,
+        kind: &str,
+        component: Option<&ComponentId>,
+        payload: serde_json::Value,
+    ) {
+        let mut event = NewEvent::new(kind, payload);
+        if let Some(id) = component {
+            event = event.for_component(id.to_string());
+        }
+        if let Err(e) = self.bus.publish(event).await {
+            tracing::error!("cannot publish `{kind}`: {e}");
+        }
+    }
+
+    /// The applied state, in the planner's terms.
+    pub async fn observed(&self) -> ObservedState {
+        plan::observe(&self.applied.lock().await.configs)
+    }
+
+    /// The files a reload depends on: the manifest, prompt files, plugin dirs.
+    pub fn watch_set(&self, manifest: Option<&Manifest>) -> watch::WatchSet {
+        let mut set = watch::WatchSet::default();
+        set.files.insert(self.paths.manifest.clone());
+        if let Some(m) = manifest {
+            for p in m.prompts.values() {
+                if let model::PromptSource::File { path } = &p.source {
+                    set.files.insert(self.paths.root.join(path));
+                }
+            }
+            for p in m.plugins.values() {
+                set.dirs.insert(self.paths.root.join(&p.path));
+            }
+        }
+        set
+    }
+
+    /// Load, validate, plan and apply the manifest. An invalid manifest or a
+    /// refused change leaves everything as it is.
+    pub async fn reload(&self, reason: &str) -> (ReloadOutcome, Option<Manifest>) {
+        let loaded = match load_manifest(&self.paths.manifest) {
+            Ok(l) => l,
+            Err(e) => {
+                self.emit(
+                    "manifest.invalid",
+                    None,
+                    serde_json::json!({ "reason": reason, "error": e.to_string() }),
+                )
+                .await;
+                return (ReloadOutcome::Invalid { error_count: 1 }, None);
+            }
+        };
+        let Some(manifest) = loaded.manifest else {
+            let report = model::diagnostics::JsonReport::new(&loaded.diagnostics);
+            self.emit(
+                "manifest.invalid",
+                None,
+                serde_json::json!({ "reason": reason, "report": report }),
+            )
+            .await;
+            return (
+                ReloadOutcome::Invalid {
+                    error_count: report.error_count,
+                },
+                None,
+            );
+        };
+        self.bus.set_secrets(manifest.secret_values());
+        let desired = plan::desired(&manifest, &external_inputs(&manifest, &self.paths.root));
+        let outcome = self.apply(desired, reason).await;
+        (outcome, Some(manifest))
+    }
+
+    /// Apply `desired` against what is applied now.
+    pub async fn apply(&self, desired: Desired, reason: &str) -> ReloadOutcome {
+        let mut applied = self.applied.lock().await;
+        let plan = plan::plan(&desired, &plan::observe(&applied.configs));
+        let refused: Vec<String> = plan
+            .changes
+            .iter()
+            .filter(|c| c.action == Action::Refuse)
+            .map(|c| format!("{}: {}", c.id, c.cause))
+            .collect();
+        if !refused.is_empty() {
+            self.emit(
+                "reload.refused",
+                None,
+                serde_json::json!({ "reason": reason, "refused": refused }),
+            )
+            .await;
+            return ReloadOutcome::Refused { reasons: refused };
+        }
+        let changes: Vec<serde_json::Value> = plan
+            .actionable()
+            .map(|c| serde_json::json!({ "id": c.id.to_string(), "action": c.action, "cause": c.cause }))
+            .collect();
+        self.emit(
+            "reconcile.planned",
+            None,
+            serde_json::json!({ "reason": reason, "summary": plan.summary(), "changes": changes }),
+        )
+        .await;
+
+        let mut results = Vec::new();
+        // Phase 1: stop what goes away or gets replaced, in reverse start order.
+        for change in plan
+            .changes
+            .iter()
+            .rev()
+            .filter(|c| matches!(c.action, Action::Remove | Action::Replace))
+        {
+            let id = &change.id;
+            if let Err(e) = driver_for(id.kind).stop(&self.cx, id).await {
+                tracing::warn!("stopping `{id}` failed: {e}");
+            }
+            applied.pids.remove(id);
+            if change.action == Action::Remove {
+                applied.configs.remove(id);
+                self.emit(
+                    "component.removed",
+                    Some(id),
+                    serde_json::json!({ "cause": change.cause }),
+                )
+                .await;
+                results.push(ComponentResult {
+                    id: id.clone(),
+                    action: change.action,
+                    outcome: "applied",
+                    pid: None,
+                    error: None,
+                });
+            }
+        }
+        // Phase 2: start and update, in start order.
+        for change in plan
+            .changes
+            .iter()
+            .filter(|c| matches!(c.action, Action::Add | Action::Replace | Action::Update))
+        {
+            let id = &change.id;
+            let Some(new) = desired.get(id) else { continue };
+            let old = applied.configs.get(id).cloned();
+            let driver = driver_for(id.kind);
+            let attempt = match change.action {
+                Action::Update => match &old {
+                    Some(old) => driver
+                        .update(&self.cx, id, old, new)
+                        .await
+                        .map(|()| applied.pids.get(id).copied()),
+                    None => driver.start(&self.cx, id, new).await,
+                },
+                _ => driver.start(&self.cx, id, new).await,
+            };
+            match attempt {
+                Ok(pid) => {
+                    applied.configs.insert(id.clone(), new.clone());
+                    if let Some(pid) = pid {
+                        applied.pids.insert(id.clone(), pid);
+                    }
+                    let kind = match change.action {
+                        Action::Add => "component.added",
+                        Action::Replace => "component.replaced",
+                        _ => "component.updated",
+                    };
+                    self.emit(
+                        kind,
+                        Some(id),
+                        serde_json::json!({ "cause": change.cause, "pid": pid }),
+                    )
+                    .await;
+                    results.push(ComponentResult {
+                        id: id.clone(),
+                        action: change.action,
+                        outcome: "applied",
+                        pid,
+                        error: None,
+                    });
+                }
+                Err(e) => {
+                    let result = self
+                        .roll_back(&mut applied, id, change.action, old, &e)
+                        .await;
+                    results.push(result);
+                }
+            }
+        }
+        self.persist(&applied).await;
+        let outcome = ReloadOutcome::Applied { results };
+        self.emit(
+            "reconcile.applied",
+            None,
+            serde_json::to_value(&outcome).unwrap_or_default(),
+        )
+        .await;
+        outcome
+    }
+
+    /// A start or update failed: go back to the previous config (if there
+    /// was one) so the last good state keeps running.
+    async fn roll_back(
+        &self,
+        applied: &mut Applied,
+        id: &ComponentId,
+        action: Action,
+        old: Option<Config>,
+        error: &DriverError,
+    ) -> ComponentResult {
+        let driver = driver_for(id.kind);
+        let error_text = error.to_string();
+        let Some(old) = old else {
+            self.emit(
+                "component.start_failed",
+                Some(id),
+                serde_json::json!({ "error": error_text }),
+            )
+            .await;
+            let _ = driver.stop(&self.cx, id).await;
+            return ComponentResult {
+                id: id.clone(),
+                action,
+                outcome: "failed",
+                pid: None,
+                error: Some(error_text),
+            };
+        };
+        let restored = if action == Action::Update {
+            Ok(applied.pids.get(id).copied())
+        } else {
+            let _ = driver.stop(&self.cx, id).await;
+            driver.start(&self.cx, id, &old).await
+        };
+        match restored {
+            Ok(pid) => {
+                if let Some(pid) = pid {
+                    applied.pids.insert(id.clone(), pid);
+                }
+                self.emit("component.rolled_back", Some(id), serde_json::json!({ "error": error_text, "pid": pid, "detail": "the new config failed; the previous config runs again" })).await;
+                ComponentResult {
+                    id: id.clone(),
+                    action,
+                    outcome: "rolled-back",
+                    pid,
+                    error: Some(error_text),
+                }
+            }
+            Err(again) => {
+                applied.configs.remove(id);
+                applied.pids.remove(id);
+                self.emit(
+                    "component.failed",
+                    Some(id),
+                    serde_json::json!({ "error": error_text, "rollback_error": again.to_string() }),
+                )
+                .await;
+                ComponentResult {
+                    id: id.clone(),
+                    action,
+                    outcome: "failed",
+                    pid: None,
+                    error: Some(format!("{error_text}; rolling back failed too: {again}")),
+                }
+            }
+        }
+    }
+
+    /// Record the applied state: the canonical observed state and one row per component.
+    async fn persist(&self, applied: &Applied) {
+        let observed = plan::observe(&applied.configs);
+        let canonical = encode_state(&observed);
+        let hash = plan::fingerprint::fingerprint(
+            &observed
+                .values()
+                .map(|o| o.fingerprint.as_str())
+                .collect::<Vec<_>>(),
+        );
+        if let Err(e) = self.store.record_manifest(hash, canonical).await {
+            tracing::error!("cannot record the applied state: {e}");
+        }
+        let existing = self.store.components().unwrap_or_default();
+        for record in existing {
+            let id = ComponentId::parse(&format!("{}.{}", record.kind, record.name));
+            if id.is_none_or(|id| !applied.configs.contains_key(&id)) {
+                let _ = self.store.remove_component(record.kind, record.name).await;
+            }
+        }
+        for (id, config) in &applied.configs {
+            let status = self.cx.supervisor.status(&id.to_string());
+            let record = ComponentRecord {
+                kind: id.kind.as_str().to_string(),
+                name: id.name.clone(),
+                state: status
+                    .as_ref()
+                    .map_or("applied".to_string(), |s| s.state.as_str().to_string()),
+                pid: status.as_ref().and_then(|s| s.pid),
+                restarts: status.as_ref().map_or(0, |s| s.restarts),
+                since_ms: now_ms(),
+                config_hash: Some(config.fingerprint()),
+                detail: None,
+            };
+            let _ = self.store.put_component(record).await;
+        }
+    }
+
+    /// Each component with its live state.
+    pub async fn status(&self) -> Vec<ComponentStatus> {
+        let applied = self.applied.lock().await;
+        applied
+            .configs
+            .keys()
+            .map(|id| {
+                let status = self.cx.supervisor.status(&id.to_string());
+                ComponentStatus {
+                    id: id.to_string(),
+                    kind: id.kind.as_str().to_string(),
+                    state: status
+                        .as_ref()
+                        .map_or("applied".to_string(), |s| s.state.as_str().to_string()),
+                    pid: status.as_ref().and_then(|s| s.pid),
+                    restarts: status.as_ref().map_or(0, |s| s.restarts),
+                    since: status
+                        .as_ref()
+                        .map(|s| chrono::DateTime::<chrono::Utc>::from(s.since).to_rfc3339()),
+                }
+            })
+            .collect()
+    }
+
+    /// Stop every component (reverse start order), then the bus. Idempotent.
+    pub async fn shutdown(&self) {
+        if self
+            .shut_down
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return;
+        }
+        self.emit("daemon.stopping", None, serde_json::json!({}))
+            .await;
+        self.cx.supervisor.shutdown().await;
+        let mut applied = self.applied.lock().await;
+        applied.pids.clear();
+        self.emit("daemon.stopped", None, serde_json::json!({}))
+            .await;
+        self.bus.shutdown().await;
+        let _ = self.store.flush().await;
+    }
+}
+
+/// One row of `npc status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ComponentStatus {
+    pub id: String,
+    pub kind: String,
+    pub state: String,
+    pub pid: Option<u32>,
+    pub restarts: u32,
+    pub since: Option<String>,
+}
+
+/// Turn supervisor events into bus events.
+async fn forward_supervisor_events(
+    runtime: Weak<Runtime>,
+    mut rx: mpsc::UnboundedReceiver<SupervisorEvent>,
+) {
+    while let Some(event) = rx.recv().await {
+        let Some(rt) = runtime.upgrade() else { return };
+        let (kind, id) = match &event {
+            SupervisorEvent::Started { id, .. } => ("component.started", id),
+            SupervisorEvent::Exited { id, .. } => ("component.exited", id),
+            SupervisorEvent::Restarting { id, .. } => ("component.restarting", id),
+            SupervisorEvent::Failed { id, .. } => ("component.failed", id),
+            SupervisorEvent::Stopped { id } => ("component.stopped", id),
+        };
+        let component = ComponentId::parse(id);
+        let payload = serde_json::to_value(&event).unwrap_or_default();
+        rt.emit(kind, component.as_ref(), payload).await;
+    }
+}
