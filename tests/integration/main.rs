@@ -3,6 +3,7 @@
 //! capability has its own module.
 
 mod architecture;
+mod daemon;
 mod manifest;
 mod supervisor;
 mod support;

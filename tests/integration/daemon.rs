@@ -1,0 +1,430 @@
+//! The reconciler end to end: a real `npc daemon` on a temporary repository
+//! whose manifest runs real child processes. Every wait is on an observable
+//! condition (an event, a pid, a file) with a deadline.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+use crate::support::{npc, npc_path, wait_for};
+
+const TWO_CHILDREN: &str = r#"version = 1
+[mcp.servers.alpha]
+command = "sleep"
+args = ["1000"]
+[pane_plugins.beta]
+command = "sleep"
+args = ["2000"]
+enabled = true
+allowed_resume_flags = ["--session"]
+"#;
+
+/// A temporary repository with a running daemon, stopped (SIGTERM) on drop.
+struct Daemon {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Daemon {
+    fn start(manifest: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+        let mut this = Self { dir, child: None };
+        this.spawn();
+        this
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("daemon.log")).unwrap();
+        let child = Command::new(npc_path())
+            .arg("daemon")
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        wait_for("the daemon's first apply", || {
+            self.events()
+                .iter()
+                .any(|e| e["kind"] == "reconcile.applied")
+                .then_some(())
+        });
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn write_manifest(&self, text: &str) {
+        // Editors save by writing a temp file and renaming it over the original.
+        let tmp = self.root().join(".npcagent.toml.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.root().join("npcagent.toml")).unwrap();
+    }
+
+    fn npc(&self, args: &[&str]) -> assert_cmd::assert::Assert {
+        npc().current_dir(self.root()).args(args).assert()
+    }
+
+    fn events(&self) -> Vec<Value> {
+        let out = npc()
+            .current_dir(self.root())
+            .args(["events", "--format", "json"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    fn events_after(&self, id: i64) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["id"].as_i64().unwrap_or(0) > id)
+            .collect()
+    }
+
+    fn last_event_id(&self) -> i64 {
+        self.events()
+            .last()
+            .and_then(|e| e["id"].as_i64())
+            .unwrap_or(0)
+    }
+
+    /// Wait for a `reconcile.applied` (or `manifest.invalid`, …) event after `id`.
+    fn wait_event(&self, after: i64, kind: &str) -> Value {
+        wait_for(&format!("a `{kind}` event after #{after}"), || {
+            self.events_after(after)
+                .into_iter()
+                .find(|e| e["kind"] == kind)
+        })
+    }
+
+    fn status(&self) -> Vec<Value> {
+        let out = self
+            .npc(&["status", "--format", "json"])
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        v["components"].as_array().unwrap().clone()
+    }
+
+    fn pid_of(&self, id: &str) -> Option<u32> {
+        self.status()
+            .iter()
+            .find(|c| c["id"] == id)
+            .and_then(|c| c["pid"].as_u64())
+            .map(|p| p as u32)
+    }
+
+    fn daemon_pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        wait_for("the daemon to exit", || child.try_wait().unwrap())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = child.wait();
+        }
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie still answers kill(0); check its state too.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    !stat.is_empty() && !stat.contains(") Z ")
+}
+
+#[test]
+fn editing_one_component_restarts_only_it_and_live_fields_restart_nothing() {
+    let d = Daemon::start(TWO_CHILDREN);
+    let alpha = wait_for("alpha running", || d.pid_of("mcp_server.alpha"));
+    let beta = wait_for("beta running", || d.pid_of("pane_plugin.beta"));
+    assert!(alive(alpha) && alive(beta));
+
+    // `args` of the pane plugin replace its child; alpha keeps its pid.
+    let mark = d.last_event_id();
+    d.write_manifest(&TWO_CHILDREN.replace("\"2000\"", "\"2001\""));
+    let applied = d.wait_event(mark, "reconcile.applied");
+    assert_eq!(
+        applied["payload"]["results"].as_array().unwrap().len(),
+        1,
+        "{applied}"
+    );
+    let new_beta = wait_for("beta restarted", || {
+        d.pid_of("pane_plugin.beta").filter(|p| *p != beta)
+    });
+    assert_eq!(
+        d.pid_of("mcp_server.alpha"),
+        Some(alpha),
+        "alpha must not restart"
+    );
+    assert!(alive(alpha) && alive(new_beta) && !alive(beta));
+
+    // `allowed_resume_flags` is live: nothing restarts.
+    let mark = d.last_event_id();
+    d.write_manifest(
+        &TWO_CHILDREN
+            .replace("\"2000\"", "\"2001\"")
+            .replace("[\"--session\"]", "[\"--session\", \"--last\"]"),
+    );
+    let applied = d.wait_event(mark, "reconcile.applied");
+    let results = applied["payload"]["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0]["action"], "update");
+    assert_eq!(d.pid_of("mcp_server.alpha"), Some(alpha));
+    assert_eq!(d.pid_of("pane_plugin.beta"), Some(new_beta));
+    assert!(
+        d.events_after(mark)
+            .iter()
+            .all(|e| e["kind"] != "component.started"),
+        "a live change started a process"
+    );
+
+    // A reformatted manifest with the same meaning plans no change at all.
+    d.npc(&["plan", "--detailed-exitcode"]).code(0);
+}
+
+#[test]
+fn an_invalid_manifest_changes_nothing_and_says_where() {
+    let d = Daemon::start(TWO_CHILDREN);
+    let alpha = wait_for("alpha running", || d.pid_of("mcp_server.alpha"));
+    let beta = wait_for("beta running", || d.pid_of("pane_plugin.beta"));
+    let mark = d.last_event_id();
+    d.write_manifest(
+        &TWO_CHILDREN.replace("args = [\"1000\"]", "args = [\"1000\"]\ncomand = \"oops\""),
+    );
+    let invalid = d.wait_event(mark, "manifest.invalid");
+    let diag = &invalid["payload"]["report"]["diagnostics"][0];
+    assert_eq!(
+        diag["summary"], "unknown field `comand` in `mcp.servers.alpha`",
+        "{invalid}"
+    );
+    assert_eq!(diag["range"]["start"]["line"], 5);
+    assert_eq!(diag["range"]["start"]["column"], 1);
+    assert_eq!(d.pid_of("mcp_server.alpha"), Some(alpha));
+    assert_eq!(d.pid_of("pane_plugin.beta"), Some(beta));
+    assert!(
+        d.events_after(mark)
+            .iter()
+            .all(|e| e["kind"] != "reconcile.planned")
+    );
+    // `npc status` and `npc events` still work while the manifest is broken.
+    d.npc(&["status"]).success();
+}
+
+#[test]
+fn a_killed_child_restarts_with_backoff() {
+    let d = Daemon::start(TWO_CHILDREN);
+    let alpha = wait_for("alpha running", || d.pid_of("mcp_server.alpha"));
+    let mark = d.last_event_id();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(alpha as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let restarting = d.wait_event(mark, "component.restarting");
+    assert_eq!(restarting["component"], "mcp_server.alpha");
+    assert_eq!(restarting["payload"]["attempt"], 1);
+    assert!(
+        restarting["payload"]["delay_ms"].as_u64().unwrap() >= 1000,
+        "{restarting}"
+    );
+    let new_alpha = wait_for("alpha back", || {
+        d.pid_of("mcp_server.alpha").filter(|p| *p != alpha)
+    });
+    assert!(alive(new_alpha));
+    let row = d
+        .status()
+        .into_iter()
+        .find(|c| c["id"] == "mcp_server.alpha")
+        .unwrap();
+    assert_eq!(row["restarts"], 1);
+}
+
+#[test]
+fn sigterm_leaves_no_child_behind() {
+    let mut d = Daemon::start(TWO_CHILDREN);
+    let alpha = wait_for("alpha running", || d.pid_of("mcp_server.alpha"));
+    let beta = wait_for("beta running", || d.pid_of("pane_plugin.beta"));
+    let status = d.terminate();
+    assert!(status.success(), "daemon exit: {status}");
+    assert!(!alive(alpha) && !alive(beta), "a child survived the daemon");
+    assert!(d.events().iter().any(|e| e["kind"] == "daemon.stopped"));
+    assert!(!d.root().join(".npc/daemon.sock").exists());
+}
+
+#[test]
+fn a_second_daemon_refuses_and_names_the_first() {
+    let d = Daemon::start(TWO_CHILDREN);
+    let out = npc()
+        .current_dir(d.root())
+        .arg("daemon")
+        .timeout(std::time::Duration::from_secs(30))
+        .assert()
+        .failure();
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(
+        stderr.contains(&format!("pid {}", d.daemon_pid())),
+        "{stderr}"
+    );
+    // The same repository through a symlink is the same repository.
+    let link = tempfile::tempdir().unwrap();
+    let linked: PathBuf = link.path().join("repo");
+    std::os::unix::fs::symlink(d.root(), &linked).unwrap();
+    let out = npc()
+        .current_dir(&linked)
+        .arg("daemon")
+        .timeout(std::time::Duration::from_secs(30))
+        .assert()
+        .failure();
+    assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("already runs"));
+}
+
+#[test]
+fn a_component_that_fails_to_start_is_rolled_back() {
+    let d = Daemon::start(TWO_CHILDREN);
+    let beta = wait_for("beta running", || d.pid_of("pane_plugin.beta"));
+    let mark = d.last_event_id();
+    d.write_manifest(&TWO_CHILDREN.replace(
+        "command = \"sleep\"\nargs = [\"2000\"]",
+        "command = \"npc-test-no-such-program\"\nargs = [\"2000\"]",
+    ));
+    let rolled = d.wait_event(mark, "component.rolled_back");
+    assert_eq!(rolled["component"], "pane_plugin.beta");
+    let back = wait_for("beta running again", || d.pid_of("pane_plugin.beta"));
+    assert!(alive(back));
+    assert!(!alive(beta) || back == beta);
+    // The manifest still differs from what runs, so the plan still shows it.
+    d.npc(&["plan", "--detailed-exitcode"]).code(2);
+}
+
+#[test]
+fn plan_and_apply_go_through_the_daemon() {
+    let d = Daemon::start(TWO_CHILDREN);
+    let alpha = wait_for("alpha running", || d.pid_of("mcp_server.alpha"));
+    // Edit without the watcher seeing a difference in timing: plan shows it
+    // against the daemon, apply carries it out through the daemon.
+    let out = d
+        .npc(&["plan", "--format", "json"])
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let plan: Value = serde_json::from_slice(&out).unwrap();
+    assert!(
+        plan["against"]
+            .as_str()
+            .unwrap()
+            .starts_with("the running daemon")
+    );
+    assert_eq!(plan["summary"]["unchanged"], 4);
+    d.npc(&["apply", "--auto-approve"])
+        .success()
+        .stdout(predicates::str::contains("No changes"));
+    assert_eq!(d.pid_of("mcp_server.alpha"), Some(alpha));
+    // SIGHUP reloads at once.
+    let mark = d.last_event_id();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.daemon_pid() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    let planned = d.wait_event(mark, "reconcile.planned");
+    assert_eq!(planned["payload"]["reason"], "SIGHUP");
+}
+
+#[test]
+fn events_follow_streams_new_events() {
+    let d = Daemon::start(TWO_CHILDREN);
+    let mark = d.last_event_id();
+    let mut follower = Command::new(npc_path())
+        .args(["events", "--follow", "--format", "json", "--since"])
+        .arg(mark.to_string())
+        .current_dir(d.root())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = follower.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    d.write_manifest(&TWO_CHILDREN.replace("\"1000\"", "\"1001\""));
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + crate::support::WAIT_LIMIT;
+    while !seen
+        .iter()
+        .any(|e: &Value| e["kind"] == "reconcile.applied")
+    {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = rx.recv_timeout(left).expect("followed events arrive");
+        seen.push(serde_json::from_str(&line).unwrap());
+    }
+    let ids: Vec<i64> = seen.iter().map(|e| e["id"].as_i64().unwrap()).collect();
+    assert!(
+        ids.windows(2).all(|w| w[1] == w[0] + 1),
+        "gap or duplicate in {ids:?}"
+    );
+    assert_eq!(ids[0], mark + 1);
+    let _ = follower.kill();
+    let _ = follower.wait();
+}
+
+#[test]
+fn apply_without_a_daemon_records_the_state_for_the_next_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("npcagent.toml"), TWO_CHILDREN).unwrap();
+    let run = |args: &[&str]| npc().current_dir(dir.path()).args(args).assert();
+    run(&["plan", "--detailed-exitcode"])
+        .code(2)
+        .stdout(predicates::str::contains(
+            "compared with nothing applied yet",
+        ));
+    run(&["apply"])
+        .code(1)
+        .stderr(predicates::str::contains("--auto-approve"));
+    run(&["apply", "--auto-approve"])
+        .success()
+        .stdout(predicates::str::contains("starts with `npc daemon`"));
+    run(&["plan", "--detailed-exitcode"])
+        .code(0)
+        .stdout(predicates::str::contains("the last applied state"));
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        TWO_CHILDREN.replace("\"1000\"", "\"1001\""),
+    )
+    .unwrap();
+    let out = run(&["plan", "--detailed-exitcode"]).code(2);
+    let text = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(text.contains("-/+ mcp_server.alpha"), "{text}");
+}
