@@ -51,6 +51,9 @@ struct Lower<'a> {
     /// Every entry name per section, including entries that failed to
     /// parse, so a reference to a broken entry is not reported twice.
     names: HashMap<&'static str, BTreeSet<String>>,
+    /// Whether deserializing already reported the `version` value (a wrong
+    /// type); its placeholder must not be reported again as unsupported.
+    version_reported: bool,
 }
 
 /// Lower and check a raw manifest. Returns the model only when there was no error.
@@ -60,11 +63,17 @@ pub fn lower(
     files: &dyn Files,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<Manifest> {
+    let version_reported = diags.iter().any(|d| {
+        d.location
+            .as_ref()
+            .is_some_and(|l| l.span == raw.version.span)
+    });
     let mut l = Lower {
         file,
         files,
         diags: Vec::new(),
         names: HashMap::new(),
+        version_reported,
     };
     let manifest = l.manifest(raw);
     let failed = l.diags.iter().any(Diagnostic::is_error);
@@ -140,7 +149,7 @@ impl Lower<'_> {
     }
 
     fn manifest(&mut self, raw: RawManifest) -> Manifest {
-        if *raw.version != 1 {
+        if *raw.version != 1 && !self.version_reported {
             self.error(
                 &raw.version.span,
                 format!("unsupported manifest version `{}`", *raw.version),
@@ -660,7 +669,14 @@ impl Lower<'_> {
                         return None;
                     }
                     Ok(text) => {
-                        let located = template::TemplateSource::file(&path.value, &text);
+                        // Name the file as the manifest is named (relative to
+                        // the same directory), so the location can be opened.
+                        let shown = Path::new(self.file.name())
+                            .parent()
+                            .unwrap_or(Path::new(""))
+                            .join(&path.value);
+                        let located =
+                            template::TemplateSource::file(&shown.to_string_lossy(), &text);
                         (PromptSource::File { path: path.value }, text, located)
                     }
                     Err(e) => {
@@ -780,6 +796,8 @@ impl Lower<'_> {
                     .lines()
                     .last()
                     .unwrap_or("")
+                    .trim()
+                    .trim_start_matches("error:")
                     .trim()
                     .to_lowercase();
                 self.error(

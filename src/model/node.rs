@@ -109,7 +109,13 @@ fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
     let failed = !errors.is_empty();
     for err in errors {
         let span = err.span().unwrap_or(0..0);
-        let message = err.message().trim().replace('\n', "; ");
+        let mut message = err.message().trim().replace('\n', "; ");
+        // toml says only "duplicate key"; name the key the caret points at.
+        if message == "duplicate key" {
+            if let Some(key) = text.get(span.clone()).filter(|k| !k.contains('\n')) {
+                message = format!("duplicate key `{key}`");
+            }
+        }
         diags.push(
             Diagnostic::error(format!("invalid TOML: {message}"))
                 .at(file, span)
