@@ -10,7 +10,7 @@ use std::path::{Component, Path, PathBuf};
 use indexmap::IndexMap;
 
 use super::de::{Entry, Spanned, quoted_list};
-use super::diagnostics::{Diagnostic, did_you_mean};
+use super::diagnostics::{Diagnostic, did_you_mean, has_room};
 use super::raw::*;
 use super::schedule::Schedule;
 use super::source::{SourceFile, Span};
@@ -54,6 +54,8 @@ struct Lower<'a> {
     /// Whether deserializing already reported the `version` value (a wrong
     /// type); its placeholder must not be reported again as unsupported.
     version_reported: bool,
+    /// Whether any error was found, including ones dropped past the cap.
+    errored: bool,
 }
 
 /// Lower and check a raw manifest. Returns the model only when there was no error.
@@ -74,9 +76,10 @@ pub fn lower(
         diags: Vec::new(),
         names: HashMap::new(),
         version_reported,
+        errored: false,
     };
     let manifest = l.manifest(raw);
-    let failed = l.diags.iter().any(Diagnostic::is_error);
+    let failed = l.errored || l.diags.iter().any(Diagnostic::is_error);
     diags.append(&mut l.diags);
     if failed || diags.iter().any(Diagnostic::is_error) {
         None
@@ -105,6 +108,10 @@ pub const SHELL_METACHARACTERS: &[char] = &[
 
 impl Lower<'_> {
     fn error(&mut self, span: &Span, summary: impl Into<String>, hint: impl Into<String>) {
+        self.errored = true;
+        if !has_room(&self.diags) {
+            return;
+        }
         self.diags.push(
             Diagnostic::error(summary)
                 .at(self.file, span.clone())
@@ -113,6 +120,9 @@ impl Lower<'_> {
     }
 
     fn warning(&mut self, span: &Span, summary: impl Into<String>, hint: impl Into<String>) {
+        if !has_room(&self.diags) {
+            return;
+        }
         self.diags.push(
             Diagnostic::warning(summary)
                 .at(self.file, span.clone())
