@@ -20,6 +20,9 @@ pub mod template;
 pub mod text;
 pub mod types;
 
+#[cfg(test)]
+mod tests;
+
 use std::path::{Path, PathBuf};
 
 pub use diagnostics::{Diagnostic, Severity};
