@@ -1,5 +1,11 @@
 //! npc: one validated manifest (`npcagent.toml`) for every CLI coding agent
 //! in a repository, and the tools around it. See ARCHITECTURE.md for the map.
 
+pub mod bus;
 pub mod cli;
 pub mod model;
+pub mod plan;
+pub mod runtime;
+pub mod store;
+pub mod supervisor;
+pub mod surfaces;

@@ -112,15 +112,21 @@ pub fn schema_text() -> String {
     serde_json::to_string_pretty(&crate::model::json_schema()).unwrap_or_default()
 }
 
-/// The manifest to use: `path`, or the one in the current directory.
+/// The manifest to use: `path`, or the one in the current directory
+/// (named relative to it, so diagnostics read `npcagent.toml:3:1`).
 fn manifest_path(path: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    match path {
-        Some(p) => Ok(p),
-        None => {
-            let cwd = std::env::current_dir()?;
-            crate::model::find_manifest(&cwd).ok_or_else(|| {
-                anyhow::anyhow!("no `npcagent.toml` or `npcagent.json` in {}; run `npc init` to create one, or pass a path", cwd.display())
-            })
-        }
+    if let Some(p) = path {
+        return Ok(p);
     }
+    crate::model::MANIFEST_NAMES
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            let cwd = std::env::current_dir().unwrap_or_default();
+            anyhow::anyhow!(
+                "no `npcagent.toml` or `npcagent.json` in {}; run `npc init` to create one, or pass a path",
+                cwd.display()
+            )
+        })
 }

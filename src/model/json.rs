@@ -141,10 +141,8 @@ impl Parser<'_, '_> {
             }
         }
         let text = std::str::from_utf8(&self.bytes[start..self.pos]).unwrap_or("0");
-        if !float {
-            if let Ok(n) = text.parse::<i64>() {
-                return Ok(NodeKind::Int(n));
-            }
+        if !float && let Ok(n) = text.parse::<i64>() {
+            return Ok(NodeKind::Int(n));
         }
         Ok(NodeKind::Float(text.parse().unwrap_or(f64::NAN)))
     }

@@ -529,14 +529,14 @@ impl Lower<'_> {
                         self.error(&url.span, format!("`{what}` only applies to stdio servers, and `{}` is an HTTP server", name.value), format!("remove `{what}`"));
                     }
                 }
-                if !url.is_secret() {
-                    if let Err(problem) = check_url(url.expose()) {
-                        self.error(
-                            &url.span,
-                            format!("invalid MCP server URL: {problem}"),
-                            "use `https://host/path`, or `http://` on loopback only",
-                        );
-                    }
+                if !url.is_secret()
+                    && let Err(problem) = check_url(url.expose())
+                {
+                    self.error(
+                        &url.span,
+                        format!("invalid MCP server URL: {problem}"),
+                        "use `https://host/path`, or `http://` on loopback only",
+                    );
                 }
                 let mut headers = BTreeMap::new();
                 let mut seen: HashMap<String, Span> = HashMap::new();
@@ -603,14 +603,14 @@ impl Lower<'_> {
             }
             None => kind.default_command().to_string(),
         };
-        if let Some(req) = &p.version {
-            if let Err(e) = semver::VersionReq::parse(req) {
-                self.error(
-                    &req.span,
-                    format!("`{}` is not a version requirement: {e}", req.value),
-                    "write a semver requirement such as `>=2.0` or `^1.4, <2`",
-                );
-            }
+        if let Some(req) = &p.version
+            && let Err(e) = semver::VersionReq::parse(req)
+        {
+            self.error(
+                &req.span,
+                format!("`{}` is not a version requirement: {e}", req.value),
+                "write a semver requirement such as `>=2.0` or `^1.4, <2`",
+            );
         }
         Some(Provider {
             kind,
@@ -756,7 +756,7 @@ impl Lower<'_> {
             denied_tools: p.denied_tools.into_iter().map(|v| v.value).collect(),
             model: p.model.map(|v| v.value),
             skills: p.skills.into_iter().map(|v| v.value).collect(),
-            frontmatter,
+            frontmatter: Frontmatter(frontmatter),
         })
     }
 
@@ -925,9 +925,8 @@ impl Lower<'_> {
                     );
                     return None;
                 };
-                let valid = !route.is_empty()
-                    && route.split('/').all(|seg| is_name(seg))
-                    && !route.starts_with('/');
+                let valid =
+                    !route.is_empty() && route.split('/').all(is_name) && !route.starts_with('/');
                 if !valid {
                     self.error(&route.span, format!("invalid webhook route `{}`", route.value), "routes are `/`-separated names of lowercase letters, digits, `_` and `-`, such as `github/push`");
                 } else if let Some(first) = routes.get(&route.value) {
@@ -958,10 +957,10 @@ impl Lower<'_> {
                     );
                 }
                 for path in &t.paths {
-                    if self.relative_path(&path.span, &path.value, "a watched path") {
-                        if let Err(e) = globset::Glob::new(path) {
-                            self.error(&path.span, format!("invalid glob `{}`: {}", path.value, e.kind()), "fix the pattern; `*` matches within a directory and `**` across directories");
-                        }
+                    if self.relative_path(&path.span, &path.value, "a watched path")
+                        && let Err(e) = globset::Glob::new(path)
+                    {
+                        self.error(&path.span, format!("invalid glob `{}`: {}", path.value, e.kind()), "fix the pattern; `*` matches within a directory and `**` across directories");
                     }
                 }
                 let mut events = Vec::new();
@@ -1157,24 +1156,23 @@ impl Lower<'_> {
         Spanned { value: p, .. }: Spanned<RawPane>,
         m: &Manifest,
     ) -> Option<Pane> {
-        if let Some(plugin) = &p.plugin {
-            if self.reference(plugin, "pane plugin", "pane_plugins")
-                && m.pane_plugins
-                    .get(&plugin.value)
-                    .is_some_and(|p| !p.enabled)
-            {
-                self.warning(
-                    &plugin.span,
-                    format!(
-                        "pane `{}` opts into pane plugin `{}`, which is disabled",
-                        name.value, plugin.value
-                    ),
-                    format!(
-                        "set `enabled = true` under `[pane_plugins.{}]`",
-                        plugin.value
-                    ),
-                );
-            }
+        if let Some(plugin) = &p.plugin
+            && self.reference(plugin, "pane plugin", "pane_plugins")
+            && m.pane_plugins
+                .get(&plugin.value)
+                .is_some_and(|p| !p.enabled)
+        {
+            self.warning(
+                &plugin.span,
+                format!(
+                    "pane `{}` opts into pane plugin `{}`, which is disabled",
+                    name.value, plugin.value
+                ),
+                format!(
+                    "set `enabled = true` under `[pane_plugins.{}]`",
+                    plugin.value
+                ),
+            );
         }
         let run = self.command_spec(p.command, p.args, p.env, p.cwd);
         Some(Pane {

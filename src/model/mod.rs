@@ -165,6 +165,7 @@ pub fn find_manifest(dir: &Path) -> Option<PathBuf> {
 pub fn json_schema() -> serde_json::Value {
     let schema = schemars::schema_for!(raw::RawManifest);
     let mut value = serde_json::to_value(schema).unwrap_or_default();
+    drop_null(&mut value);
     if let Some(obj) = value.as_object_mut() {
         obj.insert("$id".into(), SCHEMA_ID.into());
     }
@@ -173,3 +174,38 @@ pub fn json_schema() -> serde_json::Value {
 
 /// The `$id` of the published schema.
 pub const SCHEMA_ID: &str = "https://npcagent.dev/schemas/npcagent.schema.json";
+
+/// Remove the `null` alternatives schemars adds for `Option` fields: TOML
+/// has no null, and an absent key already means "not set".
+fn drop_null(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::Array(types)) = map.get_mut("type") {
+                types.retain(|t| t != "null");
+                if types.len() == 1 {
+                    let only = types.remove(0);
+                    map.insert("type".into(), only);
+                }
+            }
+            if let Some(Value::Array(alts)) = map.get("anyOf") {
+                let rest: Vec<Value> = alts
+                    .iter()
+                    .filter(|a| a.get("type") != Some(&Value::from("null")))
+                    .cloned()
+                    .collect();
+                if rest.len() == 1 {
+                    map.remove("anyOf");
+                    if let Value::Object(inner) = &rest[0] {
+                        for (k, v) in inner {
+                            map.entry(k.clone()).or_insert_with(|| v.clone());
+                        }
+                    }
+                }
+            }
+            map.values_mut().for_each(drop_null);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_null),
+        _ => {}
+    }
+}

@@ -26,6 +26,7 @@ pub struct RawManifest {
     #[serde(rename = "$schema")]
     pub schema: Option<String>,
     /// Manifest format version. Must be `1`.
+    #[schemars(extend("const" = 1))]
     pub version: Spanned<i64>,
     /// The project this manifest belongs to.
     pub project: Option<Entry<Spanned<RawProject>>>,
@@ -35,34 +36,43 @@ pub struct RawManifest {
     pub mcp: Option<Entry<RawMcp>>,
     /// Agent CLIs npc can launch, keyed by provider name.
     #[serde(default)]
+    #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
     pub providers: IndexMap<Name, Entry<Spanned<RawProvider>>>,
     /// Agent profiles, keyed by profile name.
     #[serde(default)]
+    #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
     pub profiles: IndexMap<Name, Entry<Spanned<RawProfile>>>,
     /// Prompt templates (minijinja), keyed by prompt name.
     #[serde(default)]
+    #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
     pub prompts: IndexMap<Name, Entry<Spanned<RawPrompt>>>,
     /// Lifecycle hooks, keyed by event: `on_agent_start`, `before_model`,
     /// `after_model`, `before_tool`, `after_tool`, `on_error`, `on_agent_end`.
     #[serde(default)]
+    #[schemars(extend("propertyNames" = { "enum": ["on_agent_start", "before_model", "after_model", "before_tool", "after_tool", "on_error", "on_agent_end"] }))]
     pub hooks: IndexMap<Name, Entry<Vec<Entry<Spanned<RawHook>>>>>,
     /// Local Agent Plugins 1.0 packages, keyed by name.
     #[serde(default)]
+    #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
     pub plugins: IndexMap<Name, Entry<Spanned<RawPlugin>>>,
     /// Cron, webhook and file-watch triggers, keyed by name.
     #[serde(default)]
+    #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
     pub triggers: IndexMap<Name, Entry<Spanned<RawTrigger>>>,
     /// Supervised pane-plugin children speaking the NDJSON pane protocol.
     #[serde(default)]
+    #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
     pub pane_plugins: IndexMap<Name, Entry<Spanned<RawPanePlugin>>>,
     /// Agent panes (PTYs) npc starts, keyed by name.
     #[serde(default)]
+    #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
     pub panes: IndexMap<Name, Entry<Spanned<RawPane>>>,
 }
 
 /// `[project]`
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Project")]
 pub struct RawProject {
     /// Human-readable project name.
     pub name: Option<Spanned<String>>,
@@ -74,6 +84,7 @@ pub struct RawProject {
 /// `[daemon]`
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Daemon")]
 pub struct RawDaemon {
     /// Address of the REST API and webhook listener. Default `127.0.0.1:8766`.
     /// Non-loopback addresses need `allow_remote = true` and `token_env`.
@@ -83,15 +94,18 @@ pub struct RawDaemon {
     /// Allow binding a non-loopback address. Default `false`.
     pub allow_remote: Option<bool>,
     /// Log level: `error`, `warn`, `info`, `debug` or `trace`. Default `info`.
+    #[schemars(extend("enum" = ["error", "warn", "info", "debug", "trace"]))]
     pub log_level: Option<Spanned<String>>,
 }
 
 /// `[mcp]`
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Mcp")]
 pub struct RawMcp {
     /// MCP servers, keyed by name.
     #[serde(default)]
+    #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
     pub servers: IndexMap<Name, Entry<Spanned<RawMcpServer>>>,
 }
 
@@ -99,6 +113,7 @@ pub struct RawMcp {
 /// server (`url`).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "McpServer")]
 pub struct RawMcpServer {
     /// Executable of a stdio server: a bare program name or path, no placeholders.
     pub command: Option<Spanned<String>>,
@@ -120,8 +135,10 @@ pub struct RawMcpServer {
     /// Whether agents get this server. Default `true`.
     pub enabled: Option<bool>,
     /// How long the server may take to start, in milliseconds. Default 10000.
+    #[schemars(range(min = 1, max = 3600000))]
     pub startup_timeout_ms: Option<Spanned<i64>>,
     /// How long one tool call may take, in milliseconds. Default 60000.
+    #[schemars(range(min = 1, max = 3600000))]
     pub tool_timeout_ms: Option<Spanned<i64>>,
     /// Only these tools are exposed (all when absent).
     pub enabled_tools: Option<Vec<Spanned<String>>>,
@@ -130,14 +147,17 @@ pub struct RawMcpServer {
     pub disabled_tools: Vec<Spanned<String>>,
     /// Restart policy when the daemon supervises a stdio server:
     /// `never`, `on-failure` (default) or `always`.
+    #[schemars(extend("enum" = ["never", "on-failure", "always"]))]
     pub restart: Option<Spanned<String>>,
 }
 
 /// `[providers.NAME]`: an agent CLI.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Provider")]
 pub struct RawProvider {
     /// Which CLI this is: `claude_code`, `codex`, `gemini_cli` or `opencode`.
+    #[schemars(extend("enum" = ["claude_code", "codex", "gemini_cli", "opencode"]))]
     pub kind: Spanned<String>,
     /// Executable to launch. Default: the CLI's usual name (`claude`,
     /// `codex`, `gemini`, `opencode`).
@@ -155,6 +175,7 @@ pub struct RawProvider {
 /// `[profiles.NAME]`: an agent profile (Markdown with YAML frontmatter).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Profile")]
 pub struct RawProfile {
     /// The provider (a `providers` entry) that runs this profile.
     pub provider: Spanned<String>,
@@ -184,6 +205,7 @@ pub struct RawProfile {
 /// `[prompts.NAME]`: a minijinja template, inline or from a file.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Prompt")]
 pub struct RawPrompt {
     /// The template text.
     pub template: Option<Spanned<String>>,
@@ -197,6 +219,7 @@ pub struct RawPrompt {
 /// A declared template variable.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Variable")]
 pub struct RawVariable {
     /// What the variable means.
     pub description: Option<String>,
@@ -207,6 +230,7 @@ pub struct RawVariable {
 /// One hook command.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Hook")]
 pub struct RawHook {
     /// Executable to run, one process per call; a bare program, no placeholders.
     pub command: Spanned<String>,
@@ -219,6 +243,7 @@ pub struct RawHook {
     /// Working directory, relative to the manifest's directory.
     pub cwd: Option<Spanned<Text>>,
     /// Time limit in milliseconds, 1..=30000. Default 5000.
+    #[schemars(range(min = 1, max = 30000))]
     pub timeout_ms: Option<Spanned<i64>>,
     /// Regular expression on the tool name; the hook runs only for matching
     /// tools (`before_tool`, `after_tool`).
@@ -228,6 +253,7 @@ pub struct RawHook {
 /// `[plugins.NAME]`: a local Agent Plugins 1.0 package.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Plugin")]
 pub struct RawPlugin {
     /// Package directory (holding `plugin.json`), relative to the manifest's directory.
     pub path: Spanned<String>,
@@ -238,8 +264,10 @@ pub struct RawPlugin {
 /// `[triggers.NAME]`
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Trigger")]
 pub struct RawTrigger {
     /// `cron`, `webhook` or `file_watch`.
+    #[schemars(extend("enum" = ["cron", "webhook", "file_watch"]))]
     pub kind: Spanned<String>,
     /// cron: a 5-field crontab expression (`0 3 * * 1-5`), a macro
     /// (`@daily`), or a duration (`15m`, `1h30m`).
@@ -258,6 +286,7 @@ pub struct RawTrigger {
     #[serde(default)]
     pub paths: Vec<Spanned<String>>,
     /// file_watch: quiet time before firing, in milliseconds. Default 500.
+    #[schemars(range(min = 0, max = 60000))]
     pub debounce_ms: Option<Spanned<i64>>,
     /// Whether the trigger is active. Default `true`.
     pub enabled: Option<bool>,
@@ -268,6 +297,7 @@ pub struct RawTrigger {
 /// A trigger's action: run a profile (`profile`) or a command (`command`).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Action")]
 pub struct RawAction {
     /// Run this profile (a `profiles` entry).
     pub profile: Option<Spanned<String>>,
@@ -291,6 +321,7 @@ pub struct RawAction {
 /// `[pane_plugins.NAME]`: a pane-plugin child (nightcrow protocol, v3).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "PanePlugin")]
 pub struct RawPanePlugin {
     /// Executable of the plugin; a bare program, no placeholders.
     pub command: Spanned<String>,
@@ -308,12 +339,14 @@ pub struct RawPanePlugin {
     #[serde(default)]
     pub allowed_resume_flags: Vec<Spanned<String>>,
     /// Restart policy: `never`, `on-failure` (default) or `always`.
+    #[schemars(extend("enum" = ["never", "on-failure", "always"]))]
     pub restart: Option<Spanned<String>>,
 }
 
 /// `[panes.NAME]`: an agent pane.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Pane")]
 pub struct RawPane {
     /// Startup command of the pane; a bare program, no placeholders.
     pub command: Spanned<String>,

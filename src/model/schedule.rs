@@ -39,6 +39,22 @@ impl PartialEq for Schedule {
     }
 }
 
+impl std::hash::Hash for Schedule {
+    /// Consistent with `PartialEq`: the spelling does not count.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        match self {
+            Schedule::Cron(c) => {
+                0u8.hash(state);
+                c.fields.hash(state);
+            }
+            Schedule::Every { seconds, .. } => {
+                1u8.hash(state);
+                seconds.hash(state);
+            }
+        }
+    }
+}
+
 impl Serialize for Schedule {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.to_string())
@@ -61,15 +77,16 @@ pub struct CronExpr {
     fields: CronFields,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct CronFields {
-    minutes: u64,    // bits 0..=59
-    hours: u32,      // bits 0..=23
-    days: u32,       // bits 1..=31
-    months: u16,     // bits 1..=12
-    weekdays: u8,    // bits 0..=6, 0 = Sunday
-    days_star: bool, // day-of-month field started with `*`
-    weekdays_star: bool,
+    minutes: u64, // bits 0..=59
+    hours: u32,   // bits 0..=23
+    days: u32,    // bits 1..=31
+    months: u16,  // bits 1..=12
+    weekdays: u8, // bits 0..=6, 0 = Sunday
+    /// Both day fields restricted (neither starts with `*`): a day matches
+    /// when either does. Otherwise both must match.
+    either_day: bool,
 }
 
 const MONTH_NAMES: [&str; 12] = [
@@ -141,8 +158,7 @@ impl FromStr for Schedule {
                 days: days as u32,
                 months: months as u16,
                 weekdays: weekdays as u8,
-                days_star: parts[2].starts_with('*'),
-                weekdays_star: parts[4].starts_with('*'),
+                either_day: !parts[2].starts_with('*') && !parts[4].starts_with('*'),
             },
         }))
     }
@@ -276,7 +292,7 @@ impl CronExpr {
         let days = list(f.days as u64, 1, 31, |v| v);
         // cron crate: 1 = Sunday … 7 = Saturday.
         let weekdays = list(f.weekdays as u64, 0, 6, |v| v + 1);
-        let specs = if f.days_star || f.weekdays_star {
+        let specs = if !f.either_day {
             // Vixie cron ANDs the day fields when either starts with `*`
             // (even `*/3`), as the `cron` crate always does.
             vec![format!("{base} {days} {months} {weekdays}")]
@@ -300,11 +316,7 @@ impl CronExpr {
         let f = &self.fields;
         let dom = f.days & (1 << t.day()) != 0;
         let dow = f.weekdays & (1 << t.weekday().num_days_from_sunday()) != 0;
-        let day_ok = if f.days_star || f.weekdays_star {
-            dom && dow
-        } else {
-            dom || dow
-        };
+        let day_ok = if f.either_day { dom || dow } else { dom && dow };
         t.second() == 0
             && f.minutes & (1 << t.minute()) != 0
             && f.hours & (1 << t.hour()) != 0

@@ -31,7 +31,7 @@ pub const DEFAULT_DEBOUNCE_MS: u64 = 500;
 pub const MAX_DEBOUNCE_MS: u64 = 60_000;
 
 /// A whole validated manifest.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Serialize)]
 pub struct Manifest {
     pub project: Project,
     pub daemon: Daemon,
@@ -46,13 +46,13 @@ pub struct Manifest {
     pub panes: BTreeMap<String, Pane>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 pub struct Project {
     pub name: Option<String>,
     pub state_dir: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 pub struct Daemon {
     pub listen: SocketAddr,
     pub token_env: Option<String>,
@@ -60,7 +60,7 @@ pub struct Daemon {
     pub log_level: LogLevel,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogLevel {
     Error,
@@ -90,7 +90,7 @@ impl LogLevel {
 }
 
 /// What a supervisor does when a child exits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RestartPolicy {
     Never,
@@ -112,7 +112,7 @@ impl RestartPolicy {
 }
 
 /// A program to run: executable, arguments, environment, working directory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 pub struct CommandSpec {
     pub command: String,
     pub args: Vec<Text>,
@@ -121,7 +121,7 @@ pub struct CommandSpec {
     pub cwd: Option<Text>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Serialize)]
 pub struct McpServer {
     pub transport: McpTransport,
     pub enabled: bool,
@@ -132,7 +132,7 @@ pub struct McpServer {
     pub restart: RestartPolicy,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum McpTransport {
     Stdio(CommandSpec),
@@ -183,7 +183,7 @@ impl ProviderKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 pub struct Provider {
     pub kind: ProviderKind,
     pub command: String,
@@ -192,7 +192,7 @@ pub struct Provider {
     pub version: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Serialize)]
 pub struct Profile {
     pub provider: String,
     pub description: String,
@@ -202,10 +202,10 @@ pub struct Profile {
     pub denied_tools: Vec<String>,
     pub model: Option<Text>,
     pub skills: Vec<String>,
-    pub frontmatter: BTreeMap<String, serde_json::Value>,
+    pub frontmatter: Frontmatter,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 pub struct Prompt {
     /// Where the template text came from.
     pub source: PromptSource,
@@ -214,7 +214,7 @@ pub struct Prompt {
     pub variables: BTreeMap<String, Variable>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum PromptSource {
     Inline,
@@ -224,7 +224,7 @@ pub enum PromptSource {
     },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 pub struct Variable {
     pub description: Option<String>,
     pub default: Option<Text>,
@@ -280,7 +280,7 @@ impl HookEvent {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 pub struct Hook {
     pub run: CommandSpec,
     pub timeout_ms: u64,
@@ -288,21 +288,21 @@ pub struct Hook {
     pub matcher: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 pub struct Plugin {
     /// Package directory, relative to the manifest's directory.
     pub path: String,
     pub enabled: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Serialize)]
 pub struct Trigger {
     pub enabled: bool,
     pub source: TriggerSource,
     pub action: Action,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TriggerSource {
     Cron {
@@ -321,7 +321,7 @@ pub enum TriggerSource {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FileEvent {
     Created,
@@ -341,7 +341,7 @@ impl FileEvent {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Action {
     RunProfile {
@@ -352,7 +352,7 @@ pub enum Action {
     RunCommand(CommandSpec),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 pub struct PanePlugin {
     pub run: CommandSpec,
     pub enabled: bool,
@@ -361,8 +361,25 @@ pub struct PanePlugin {
     pub restart: RestartPolicy,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 pub struct Pane {
     pub run: CommandSpec,
     pub plugin: Option<String>,
+}
+
+/// Extra YAML frontmatter of a profile: free-form JSON values by key.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(transparent)]
+pub struct Frontmatter(pub BTreeMap<String, serde_json::Value>);
+
+impl std::hash::Hash for Frontmatter {
+    /// JSON values have no `Hash`; their canonical text does (map keys are
+    /// ordered, so equal values give equal text).
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        for (k, v) in &self.0 {
+            k.hash(state);
+            v.to_string().hash(state);
+        }
+        self.0.len().hash(state);
+    }
 }

@@ -2,5 +2,8 @@
 //! binary or real peers (processes, files, sockets on 127.0.0.1). Each
 //! capability has its own module.
 
+mod architecture;
+mod manifest;
+mod supervisor;
 mod support;
 mod validate;

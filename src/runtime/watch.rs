@@ -1,0 +1,222 @@
+//! Watching the manifest and every file it references, as watchexec does:
+//! watch parent directories (editors replace files by renaming a temp file
+//! over them, which kills a watch on the file itself), filter by path,
+//! ignore editor temp files and reads, and debounce with a trailing quiet
+//! window. Nothing polls: with no file activity the watcher costs nothing.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+
+/// Quiet time after the last change before a reload starts.
+pub const DEBOUNCE: Duration = Duration::from_millis(100);
+/// Most changed paths remembered per burst (the rest still trigger a reload).
+pub const MAX_PATHS_PER_BURST: usize = 256;
+
+/// What to watch: exact files (by their directory) and whole directories.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchSet {
+    pub files: BTreeSet<PathBuf>,
+    pub dirs: BTreeSet<PathBuf>,
+}
+
+impl WatchSet {
+    fn matches(&self, path: &Path) -> bool {
+        if is_editor_noise(path) {
+            return false;
+        }
+        self.files.contains(path) || self.dirs.iter().any(|d| path.starts_with(d))
+    }
+}
+
+/// Files editors write beside the real one: swap files, backups, `4913`
+/// (vim's probe), emacs lock files, and temporaries of atomic saves.
+pub fn is_editor_noise(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return true;
+    };
+    name.ends_with('~')
+        || name.ends_with(".swp")
+        || name.ends_with(".swx")
+        || name.ends_with(".swo")
+        || name.ends_with(".tmp")
+        || name.starts_with(".#")
+        || name.starts_with('#')
+        || name == "4913"
+        || name.contains(".tmp.")
+}
+
+/// Errors setting up a watch.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("cannot watch `{path}`: {source}")]
+    Watch {
+        path: PathBuf,
+        source: notify::Error,
+    },
+}
+
+/// A live watch; dropping it stops watching.
+pub struct ManifestWatcher {
+    watcher: RecommendedWatcher,
+    watched_dirs: BTreeSet<(PathBuf, bool)>,
+    set: std::sync::Arc<std::sync::RwLock<WatchSet>>,
+}
+
+impl std::fmt::Debug for ManifestWatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManifestWatcher")
+            .field("dirs", &self.watched_dirs)
+            .finish()
+    }
+}
+
+impl ManifestWatcher {
+    /// Start watching; every relevant change sends its path on `tx`.
+    pub fn new(set: WatchSet, tx: mpsc::UnboundedSender<PathBuf>) -> Result<Self, WatchError> {
+        let shared = std::sync::Arc::new(std::sync::RwLock::new(WatchSet::default()));
+        let filter = shared.clone();
+        let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+            let Ok(event) = res else { return };
+            if matches!(event.kind, EventKind::Access(_)) {
+                return;
+            }
+            let Ok(set) = filter.read() else { return };
+            for path in event.paths {
+                if set.matches(&path) {
+                    let _ = tx.send(path);
+                }
+            }
+        })
+        .map_err(|source| WatchError::Watch {
+            path: PathBuf::new(),
+            source,
+        })?;
+        let mut this = Self {
+            watcher,
+            watched_dirs: BTreeSet::new(),
+            set: shared,
+        };
+        this.update(set)?;
+        Ok(this)
+    }
+
+    /// Change what is watched (after a reload referenced other files).
+    pub fn update(&mut self, set: WatchSet) -> Result<(), WatchError> {
+        let mut wanted: BTreeSet<(PathBuf, bool)> = BTreeSet::new();
+        for file in &set.files {
+            if let Some(parent) = file.parent() {
+                wanted.insert((parent.to_path_buf(), false));
+            }
+        }
+        for dir in &set.dirs {
+            wanted.insert((dir.clone(), true));
+        }
+        for (dir, recursive) in self
+            .watched_dirs
+            .difference(&wanted)
+            .cloned()
+            .collect::<Vec<_>>()
+        {
+            let _ = self.watcher.unwatch(&dir);
+            self.watched_dirs.remove(&(dir, recursive));
+        }
+        for (dir, recursive) in wanted
+            .difference(&self.watched_dirs.clone())
+            .cloned()
+            .collect::<Vec<_>>()
+        {
+            if !dir.is_dir() {
+                continue; // a missing directory is reported by validation
+            }
+            let mode = if recursive {
+                RecursiveMode::Recursive
+            } else {
+                RecursiveMode::NonRecursive
+            };
+            self.watcher
+                .watch(&dir, mode)
+                .map_err(|source| WatchError::Watch {
+                    path: dir.clone(),
+                    source,
+                })?;
+            self.watched_dirs.insert((dir, recursive));
+        }
+        if let Ok(mut shared) = self.set.write() {
+            *shared = set;
+        }
+        Ok(())
+    }
+}
+
+/// Wait for the next burst of changes: the first path, then everything that
+/// arrives until the channel has been quiet for `quiet`. `None` when the
+/// sender is gone.
+pub async fn next_burst(
+    rx: &mut mpsc::UnboundedReceiver<PathBuf>,
+    quiet: Duration,
+) -> Option<BTreeSet<PathBuf>> {
+    let first = rx.recv().await?;
+    let mut paths = BTreeSet::from([first]);
+    while let Ok(Some(path)) = tokio::time::timeout(quiet, rx.recv()).await {
+        if paths.len() < MAX_PATHS_PER_BURST {
+            paths.insert(path);
+        }
+    }
+    Some(paths)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn editor_noise_is_ignored() {
+        for noise in [
+            "a/.npcagent.toml.swp",
+            "a/npcagent.toml~",
+            "a/4913",
+            "a/.#npcagent.toml",
+            "a/x.tmp",
+        ] {
+            assert!(is_editor_noise(Path::new(noise)), "{noise}");
+        }
+        assert!(!is_editor_noise(Path::new("a/npcagent.toml")));
+    }
+
+    #[tokio::test]
+    async fn a_replaced_file_is_seen_and_bursts_collapse() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let manifest = root.join("npcagent.toml");
+        std::fs::write(&manifest, "a").unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let _w = ManifestWatcher::new(
+            WatchSet {
+                files: [manifest.clone()].into(),
+                dirs: BTreeSet::new(),
+            },
+            tx,
+        )
+        .unwrap();
+        // An editor-style save: write a temp file, rename it over the original.
+        std::fs::write(root.join("npcagent.toml.tmp"), "b").unwrap();
+        std::fs::rename(root.join("npcagent.toml.tmp"), &manifest).unwrap();
+        std::fs::write(root.join("unrelated.txt"), "x").unwrap();
+        let burst = tokio::time::timeout(Duration::from_secs(10), next_burst(&mut rx, DEBOUNCE))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(burst, BTreeSet::from([manifest.clone()]));
+        // A second save after the rename is still watched.
+        std::fs::write(&manifest, "c").unwrap();
+        let burst = tokio::time::timeout(Duration::from_secs(10), next_burst(&mut rx, DEBOUNCE))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(burst.contains(&manifest));
+    }
+}

@@ -1,0 +1,140 @@
+//! Schema migrations for the state database. Each migration is applied once,
+//! in order, inside one immediate transaction, and recorded in the
+//! `schema_migrations` version table with the time it was applied. A
+//! database written by a newer npc (a version this build does not know) is
+//! refused rather than guessed at.
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+
+use super::{StoreError, now_ms, sqlite};
+
+/// One schema step: the version it produces and the SQL that gets there.
+struct Migration {
+    version: i64,
+    sql: &'static str,
+}
+
+/// Every migration, oldest first. Append only; never edit a shipped step.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    sql: r#"
+        CREATE TABLE events (
+            id        INTEGER PRIMARY KEY AUTOINCREMENT,
+            ts_ms     INTEGER NOT NULL,
+            kind      TEXT    NOT NULL,
+            component TEXT,
+            payload   TEXT    NOT NULL
+        );
+        CREATE INDEX events_by_component ON events (component, id);
+
+        CREATE TABLE manifests (
+            id            INTEGER PRIMARY KEY AUTOINCREMENT,
+            hash          TEXT    NOT NULL,
+            canonical     TEXT    NOT NULL,
+            applied_at_ms INTEGER NOT NULL
+        );
+
+        CREATE TABLE components (
+            kind        TEXT    NOT NULL,
+            name        TEXT    NOT NULL,
+            state       TEXT    NOT NULL,
+            pid         INTEGER,
+            restarts    INTEGER NOT NULL DEFAULT 0,
+            since_ms    INTEGER NOT NULL,
+            config_hash TEXT,
+            detail      TEXT,
+            PRIMARY KEY (kind, name)
+        ) WITHOUT ROWID;
+
+        CREATE TABLE managed_entries (
+            path  TEXT NOT NULL,
+            entry TEXT NOT NULL,
+            PRIMARY KEY (path, entry)
+        ) WITHOUT ROWID;
+
+        CREATE TABLE trigger_state (
+            trigger       TEXT    NOT NULL,
+            key           TEXT    NOT NULL,
+            value         TEXT    NOT NULL,
+            updated_at_ms INTEGER NOT NULL,
+            PRIMARY KEY (trigger, key)
+        ) WITHOUT ROWID;
+    "#,
+}];
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: i64 = 1;
+
+const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
+    version       INTEGER PRIMARY KEY,
+    applied_at_ms INTEGER NOT NULL
+)";
+
+/// The highest applied version, or 0 for a database with no version table.
+pub(super) fn current_version(conn: &Connection) -> Result<i64, StoreError> {
+    let has_table: Option<i64> = conn
+        .query_row(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(sqlite("read the schema version"))?;
+    if has_table.is_none() {
+        return Ok(0);
+    }
+    conn.query_row(
+        "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+        [],
+        |row| row.get(0),
+    )
+    .map_err(sqlite("read the schema version"))
+}
+
+/// Bring the database up to [`SCHEMA_VERSION`], returning how many steps ran.
+pub(super) fn migrate(conn: &mut Connection, path: &std::path::Path) -> Result<usize, StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(sqlite("begin the migration transaction"))?;
+    tx.execute_batch(CREATE_VERSION_TABLE)
+        .map_err(sqlite("create the version table"))?;
+    let found = current_version(&tx)?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            path: path.to_path_buf(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    let mut applied = 0;
+    for step in MIGRATIONS.iter().filter(|m| m.version > found) {
+        tx.execute_batch(step.sql)
+            .map_err(|source| StoreError::Migrate {
+                version: step.version,
+                source: source.into(),
+            })?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, applied_at_ms) VALUES (?1, ?2)",
+            (step.version, now_ms()),
+        )
+        .map_err(sqlite("record a migration"))?;
+        applied += 1;
+    }
+    tx.commit().map_err(sqlite("commit the migrations"))?;
+    Ok(applied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_ordered_and_end_at_the_schema_version() {
+        let versions: Vec<i64> = MIGRATIONS.iter().map(|m| m.version).collect();
+        let mut sorted = versions.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(versions, sorted, "versions strictly increase");
+        assert_eq!(versions.last().copied(), Some(SCHEMA_VERSION));
+    }
+}

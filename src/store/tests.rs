@@ -1,0 +1,401 @@
+//! Unit tests for the state store: migrations, WAL, read-only opening and
+//! every table's round trip.
+
+use super::*;
+use serde_json::json;
+
+fn temp_store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open(Store::default_path(dir.path())).expect("open store");
+    (dir, store)
+}
+
+fn event(kind: &str, n: i64) -> EncodedEvent {
+    EncodedEvent::encode(NewEvent::new(kind, json!({ "n": n })).for_component("mcp_server/fs"))
+}
+
+fn raw(path: &Path) -> Connection {
+    Connection::open(path).expect("raw connection")
+}
+
+#[test]
+fn fresh_database_is_migrated_in_wal_mode() {
+    let (_dir, store) = temp_store();
+    assert!(store.path().ends_with(".npc/state.db"));
+    let conn = raw(store.path());
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let versions: Vec<i64> = conn
+        .prepare("SELECT version FROM schema_migrations ORDER BY version")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+    for table in [
+        "events",
+        "manifests",
+        "components",
+        "managed_entries",
+        "trigger_state",
+    ] {
+        let found: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [table],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(found, 1, "table {table}");
+    }
+}
+
+#[test]
+fn reopening_keeps_data_and_does_not_rerun_migrations() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = Store::default_path(dir.path());
+    {
+        let store = Store::open(&path).unwrap();
+        store.append_events(vec![event("a.b", 1)]).wait().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.events_since(0, 10).unwrap().len(), 1);
+    let rows: i64 = raw(&path)
+        .query_row("SELECT COUNT(*) FROM schema_migrations", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, SCHEMA_VERSION);
+}
+
+#[test]
+fn newer_schema_is_refused_by_both_openers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = Store::default_path(dir.path());
+    drop(Store::open(&path).unwrap());
+    raw(&path)
+        .execute(
+            "INSERT INTO schema_migrations (version, applied_at_ms) VALUES (?1, 0)",
+            [SCHEMA_VERSION + 1],
+        )
+        .unwrap();
+    let err = Store::open(&path).unwrap_err();
+    assert!(matches!(err, StoreError::SchemaTooNew { found, .. } if found == SCHEMA_VERSION + 1));
+    assert!(err.to_string().contains("upgrade npc"), "{err}");
+    let err = Store::open_read_only(&path).unwrap_err();
+    assert!(matches!(err, StoreError::SchemaTooNew { .. }), "{err}");
+}
+
+#[test]
+fn read_only_open_of_an_unmigrated_file_says_to_migrate() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    raw(&path).execute_batch("CREATE TABLE x (y)").unwrap();
+    let err = Store::open_read_only(&path).unwrap_err();
+    assert!(
+        matches!(err, StoreError::SchemaTooOld { found: 0, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn read_only_open_of_a_missing_file_is_not_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = Store::open_read_only(dir.path().join("nope.db")).unwrap_err();
+    assert!(matches!(err, StoreError::NotFound { .. }));
+    assert!(err.to_string().contains("`npc daemon`"), "{err}");
+}
+
+#[test]
+fn read_only_store_reads_beside_the_writer_and_refuses_writes() {
+    let (_dir, store) = temp_store();
+    store.append_events(vec![event("a.b", 1)]).wait().unwrap();
+    let reader = Store::open_read_only(store.path()).unwrap();
+    assert!(reader.is_read_only());
+    assert_eq!(reader.events_since(0, 10).unwrap().len(), 1);
+    // The writer keeps writing; the second opener sees new commits.
+    store.append_events(vec![event("a.b", 2)]).wait().unwrap();
+    assert_eq!(reader.last_event_id().unwrap(), 2);
+    let err = reader
+        .append_events(vec![event("a.b", 3)])
+        .wait()
+        .unwrap_err();
+    assert!(matches!(err, StoreError::ReadOnly));
+    let err = reader
+        .set_managed_entries("x", BTreeSet::new())
+        .wait()
+        .unwrap_err();
+    assert!(matches!(err, StoreError::ReadOnly));
+}
+
+#[test]
+fn read_only_store_works_after_the_writer_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = Store::default_path(dir.path());
+    {
+        let store = Store::open(&path).unwrap();
+        store.append_events(vec![event("a.b", 1)]).wait().unwrap();
+    }
+    let reader = Store::open_read_only(&path).unwrap();
+    assert_eq!(
+        reader.events_since(0, 10).unwrap()[0].payload,
+        json!({"n": 1})
+    );
+}
+
+#[test]
+fn events_come_back_in_order_with_limits_and_cursor() {
+    let (_dir, store) = temp_store();
+    let stored = store
+        .append_events((1..=5).map(|n| event("component.started", n)).collect())
+        .wait()
+        .unwrap();
+    let ids: Vec<i64> = stored.iter().map(|e| e.id).collect();
+    assert_eq!(ids, vec![1, 2, 3, 4, 5]);
+    let page = store.events_since(2, 2).unwrap();
+    assert_eq!(page.iter().map(|e| e.id).collect::<Vec<_>>(), vec![3, 4]);
+    assert_eq!(page[0].kind, "component.started");
+    assert_eq!(page[0].component.as_deref(), Some("mcp_server/fs"));
+    assert_eq!(page[0].payload, json!({"n": 3}));
+    assert_eq!(page[0], stored[2]);
+    assert!(store.events_since(5, 10).unwrap().is_empty());
+    assert_eq!(store.last_event_id().unwrap(), 5);
+}
+
+#[test]
+fn events_since_is_a_primary_key_range_scan() {
+    let (_dir, store) = temp_store();
+    let plan: Vec<String> = raw(store.path())
+        .prepare(
+            "EXPLAIN QUERY PLAN SELECT id, ts_ms, kind, component, payload FROM events
+             WHERE id > ?1 ORDER BY id LIMIT ?2",
+        )
+        .unwrap()
+        .query_map((0, 10), |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let plan = plan.join("\n");
+    assert!(plan.contains("INTEGER PRIMARY KEY"), "{plan}");
+}
+
+#[test]
+fn ids_are_never_reused_after_deletion() {
+    let (_dir, store) = temp_store();
+    store
+        .append_events(vec![event("a.b", 1), event("a.b", 2)])
+        .wait()
+        .unwrap();
+    raw(store.path()).execute("DELETE FROM events", []).unwrap();
+    let again = store.append_events(vec![event("a.b", 3)]).wait().unwrap();
+    assert_eq!(again[0].id, 3);
+}
+
+#[test]
+fn a_failing_write_reports_the_error_and_stores_nothing() {
+    let (_dir, store) = temp_store();
+    store.fail_event_inserts(true).wait().unwrap();
+    let err = store
+        .append_events(vec![event("a.b", 1), event("a.b", 2)])
+        .wait()
+        .unwrap_err();
+    assert!(err.to_string().contains("injected write failure"), "{err}");
+    // Other writes still work, and the failed batch left no partial rows.
+    store.fail_event_inserts(false).wait().unwrap();
+    store.append_events(vec![event("a.b", 3)]).wait().unwrap();
+    let payloads: Vec<_> = store
+        .events_since(0, 10)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.payload)
+        .collect();
+    assert_eq!(payloads, vec![json!({"n": 3})]);
+}
+
+#[test]
+fn write_from_async_code_by_awaiting() {
+    let (_dir, store) = temp_store();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let stored = rt
+        .block_on(store.append_events(vec![event("a.b", 1)]))
+        .unwrap();
+    assert_eq!(stored[0].id, 1);
+    assert_eq!(store.stats().transactions, 1);
+    assert_eq!(store.stats().jobs, 1);
+}
+
+#[test]
+fn cross_process_tail_returns_new_events_and_times_out_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = Store::default_path(dir.path());
+    let writer = Store::open(&path).unwrap();
+    let reader = Store::open_read_only(&path).unwrap();
+    assert!(
+        reader
+            .wait_for_events_after(0, 10, Duration::from_millis(30))
+            .unwrap()
+            .is_empty()
+    );
+    let appender = std::thread::spawn(move || {
+        writer.append_events(vec![event("a.b", 1)]).wait().unwrap();
+        writer
+    });
+    let got = reader
+        .wait_for_events_after(0, 10, Duration::from_secs(20))
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    drop(appender.join().unwrap());
+}
+
+#[test]
+fn manifests_keep_a_bounded_history() {
+    let (_dir, store) = temp_store();
+    assert_eq!(store.last_manifest().unwrap(), None);
+    for n in 0..MANIFEST_HISTORY_LIMIT + 5 {
+        store
+            .record_manifest(format!("hash-{n}"), format!("{{\"n\":{n}}}"))
+            .wait()
+            .unwrap();
+    }
+    let last = store.last_manifest().unwrap().unwrap();
+    assert_eq!(last.hash, format!("hash-{}", MANIFEST_HISTORY_LIMIT + 4));
+    assert_eq!(
+        last.canonical,
+        format!("{{\"n\":{}}}", MANIFEST_HISTORY_LIMIT + 4)
+    );
+    assert!(last.applied_at_ms > 0);
+    let history = store.manifest_history(1000).unwrap();
+    assert_eq!(history.len() as i64, MANIFEST_HISTORY_LIMIT);
+    assert_eq!(history[0], last);
+}
+
+#[test]
+fn component_rows_upsert_list_and_remove() {
+    let (_dir, store) = temp_store();
+    let mut fs = ComponentRecord {
+        kind: "mcp_server".into(),
+        name: "fs".into(),
+        state: "running".into(),
+        pid: Some(4242),
+        restarts: 0,
+        since_ms: 1_700_000_000_000,
+        config_hash: Some("abc".into()),
+        detail: None,
+    };
+    store.put_component(fs.clone()).wait().unwrap();
+    fs.state = "backoff".into();
+    fs.pid = None;
+    fs.restarts = 3;
+    fs.detail = Some("exit status 1".into());
+    store.put_component(fs.clone()).wait().unwrap();
+    let hook = ComponentRecord {
+        kind: "hook".into(),
+        name: "lint".into(),
+        ..fs.clone()
+    };
+    store.put_component(hook.clone()).wait().unwrap();
+    assert_eq!(
+        store.component("mcp_server", "fs").unwrap(),
+        Some(fs.clone())
+    );
+    assert_eq!(store.components().unwrap(), vec![hook, fs]);
+    assert!(store.remove_component("hook", "lint").wait().unwrap());
+    assert!(!store.remove_component("hook", "lint").wait().unwrap());
+    assert_eq!(store.components().unwrap().len(), 1);
+}
+
+#[test]
+fn managed_entries_replace_per_path() {
+    let (_dir, store) = temp_store();
+    let set = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    store
+        .set_managed_entries(".mcp.json", set(&["fs", "git"]))
+        .wait()
+        .unwrap();
+    store
+        .set_managed_entries("opencode.json", set(&["fs"]))
+        .wait()
+        .unwrap();
+    store
+        .set_managed_entries(".mcp.json", set(&["git", "web"]))
+        .wait()
+        .unwrap();
+    assert_eq!(
+        store.managed_entries(".mcp.json").unwrap(),
+        set(&["git", "web"])
+    );
+    assert_eq!(
+        store.managed_entries("opencode.json").unwrap(),
+        set(&["fs"])
+    );
+    store
+        .set_managed_entries(".mcp.json", BTreeSet::new())
+        .wait()
+        .unwrap();
+    assert!(store.managed_entries(".mcp.json").unwrap().is_empty());
+}
+
+#[test]
+fn trigger_state_is_json_per_key() {
+    let (_dir, store) = temp_store();
+    store
+        .set_trigger_value("nightly", "next_run_at", &json!("2026-12-01T00:00:00Z"))
+        .wait()
+        .unwrap();
+    store
+        .set_trigger_value("nightly", "last_fired_at", &json!(1_700_000_000_000_i64))
+        .wait()
+        .unwrap();
+    store
+        .set_trigger_value("nightly", "next_run_at", &json!("2026-12-02T00:00:00Z"))
+        .wait()
+        .unwrap();
+    store
+        .set_trigger_value("other", "k", &json!({"a": [1]}))
+        .wait()
+        .unwrap();
+    let state = store.trigger_state("nightly").unwrap();
+    assert_eq!(state.len(), 2);
+    assert_eq!(state["next_run_at"], json!("2026-12-02T00:00:00Z"));
+    assert_eq!(state["last_fired_at"], json!(1_700_000_000_000_i64));
+    store.clear_trigger_state("nightly").wait().unwrap();
+    assert!(store.trigger_state("nightly").unwrap().is_empty());
+    assert_eq!(
+        store.trigger_state("other").unwrap()["k"],
+        json!({"a": [1]})
+    );
+}
+
+#[test]
+fn hostile_rows_written_by_others_are_reported_not_panicked() {
+    let (_dir, store) = temp_store();
+    raw(store.path())
+        .execute(
+            "INSERT INTO events (ts_ms, kind, component, payload) VALUES (0, 'x', NULL, '{not json')",
+            [],
+        )
+        .unwrap();
+    let err = store.events_since(0, 10).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Json {
+                what: "event payload",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn open_reports_an_unusable_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plain-file");
+    std::fs::write(&file, b"x").unwrap();
+    let err = Store::open(file.join("state.db")).unwrap_err();
+    assert!(matches!(err, StoreError::CreateDir { .. }), "{err}");
+}

@@ -1,0 +1,257 @@
+//! The store's single writer: a dedicated OS thread that owns the writable
+//! SQLite connection. Callers submit jobs over a channel; the thread drains
+//! every job already queued, runs them all in ONE immediate transaction
+//! (each inside its own savepoint, so one failing job rolls back only
+//! itself), commits once, and then answers every caller. That is group
+//! commit: concurrent writers share a transaction and an fsync.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::task::{Context, Poll};
+
+use rusqlite::{Connection, TransactionBehavior};
+use tokio::sync::oneshot;
+
+use super::{StoreError, sqlite};
+
+/// Most jobs one transaction takes before it commits and starts another.
+pub const MAX_JOBS_PER_TRANSACTION: usize = 4096;
+
+/// A unit of work for the writer thread.
+pub(super) trait Job: Send {
+    /// Whether the job is a single statement. SQLite makes a statement
+    /// atomic by itself, so such a job skips the savepoint round trip.
+    fn single_statement(&self) -> bool;
+    /// Run inside the batch's transaction; an error undoes this job only.
+    fn run(&mut self, conn: &Connection) -> Result<(), StoreError>;
+    /// Answer the caller once the transaction's outcome is known. Runs on
+    /// the writer thread, in submission order.
+    fn finish(self: Box<Self>, commit: Result<(), StoreError>);
+}
+
+/// What a job does with its result: wake an awaiting caller, or run a
+/// short callback on the writer thread.
+type Then<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
+
+/// A job built from a closure and its continuation.
+struct FnJob<T, F> {
+    work: Option<F>,
+    output: Option<Result<T, StoreError>>,
+    then: Then<T>,
+    single_statement: bool,
+}
+
+impl<T, F> Job for FnJob<T, F>
+where
+    T: Send,
+    F: FnOnce(&Connection) -> Result<T, StoreError> + Send,
+{
+    fn single_statement(&self) -> bool {
+        self.single_statement
+    }
+
+    fn run(&mut self, conn: &Connection) -> Result<(), StoreError> {
+        let work = self.work.take().ok_or(StoreError::WriterGone)?;
+        let output = work(conn);
+        let failed = output.as_ref().err().cloned();
+        self.output = Some(output);
+        failed.map_or(Ok(()), Err)
+    }
+
+    fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
+        let answer = match (commit, self.output) {
+            (_, Some(Err(job_error))) => Err(job_error),
+            (Err(commit_error), _) => Err(commit_error),
+            (Ok(()), Some(Ok(value))) => Ok(value),
+            (Ok(()), None) => Err(StoreError::WriterGone),
+        };
+        (self.then)(answer);
+    }
+}
+
+/// Counters the writer keeps, shared with [`super::Store::stats`].
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub transactions: AtomicU64,
+    pub jobs: AtomicU64,
+}
+
+/// The sending side of the writer thread.
+#[derive(Debug)]
+pub(super) struct WriterHandle {
+    jobs: Option<mpsc::Sender<Box<dyn Job>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl WriterHandle {
+    /// Move `conn` onto a new writer thread.
+    pub fn spawn(conn: Connection, counters: Arc<Counters>) -> Result<Self, StoreError> {
+        let (tx, rx) = mpsc::channel::<Box<dyn Job>>();
+        let thread = std::thread::Builder::new()
+            .name("npc-store-writer".into())
+            .spawn(move || writer_loop(conn, &rx, &counters))
+            .map_err(|e| StoreError::WriterThread {
+                source: Arc::new(e),
+            })?;
+        Ok(Self {
+            jobs: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Queue `work`; the returned [`Pending`] resolves after the commit.
+    pub fn submit<T, F>(&self, work: F) -> Pending<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (reply, rx) = oneshot::channel();
+        self.submit_then(false, work, move |answer| {
+            // The caller may have stopped waiting; not the writer's problem.
+            let _ = reply.send(answer);
+        });
+        Pending::waiting(rx)
+    }
+
+    /// Queue `work`; `then` runs on the writer thread with the outcome once
+    /// the transaction holding it committed (or failed), in submission
+    /// order. If the writer is gone, `then` runs at once on this thread.
+    pub fn submit_then<T, F, C>(&self, single_statement: bool, work: F, then: C)
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        C: FnOnce(Result<T, StoreError>) + Send + 'static,
+    {
+        let job: Box<dyn Job> = Box::new(FnJob {
+            work: Some(work),
+            output: None,
+            then: Box::new(then),
+            single_statement,
+        });
+        let unsent = match &self.jobs {
+            Some(jobs) => jobs.send(job).err().map(|e| e.0),
+            None => Some(job),
+        };
+        if let Some(job) = unsent {
+            job.finish(Err(StoreError::WriterGone));
+        }
+    }
+}
+
+impl Drop for WriterHandle {
+    fn drop(&mut self) {
+        // Closing the channel lets the thread finish queued work and exit;
+        // joining makes "the store is dropped" mean "the database is closed".
+        self.jobs.take();
+        if let Some(thread) = self.thread.take()
+            && thread.thread().id() != std::thread::current().id()
+        {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn writer_loop(mut conn: Connection, jobs: &mpsc::Receiver<Box<dyn Job>>, counters: &Counters) {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_JOBS_PER_TRANSACTION {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let outcome = run_batch(&mut conn, &mut batch);
+        if outcome.is_ok() {
+            counters.transactions.fetch_add(1, Ordering::Relaxed);
+            counters
+                .jobs
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        }
+        for job in batch {
+            job.finish(outcome.clone());
+        }
+    }
+}
+
+fn run_batch(conn: &mut Connection, batch: &mut [Box<dyn Job>]) -> Result<(), StoreError> {
+    let mut tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(sqlite("begin a write transaction"))?;
+    for job in batch.iter_mut() {
+        let outcome = if job.single_statement() {
+            job.run(&tx)
+        } else {
+            let savepoint = tx.savepoint().map_err(sqlite("open a savepoint"))?;
+            let outcome = job.run(&savepoint);
+            if outcome.is_ok() {
+                savepoint.commit().map_err(sqlite("release a savepoint"))?;
+            }
+            // A failed job's savepoint rolls back when dropped.
+            outcome
+        };
+        if let Err(error) = outcome
+            && tx.is_autocommit()
+        {
+            // Some errors (I/O, disk full) make SQLite roll back the whole
+            // transaction; nothing after this point may run outside it.
+            return Err(error);
+        }
+    }
+    tx.commit().map_err(sqlite("commit a write transaction"))
+}
+
+/// The answer to a write: `.await` it from async code, or call
+/// [`Pending::wait`] from a plain thread. It resolves only after the
+/// transaction holding the write committed (or failed).
+#[must_use = "a write is only known to be durable once its `Pending` resolves"]
+#[derive(Debug)]
+pub struct Pending<T> {
+    state: PendingState<T>,
+}
+
+#[derive(Debug)]
+enum PendingState<T> {
+    Waiting(oneshot::Receiver<Result<T, StoreError>>),
+    Failed(Option<StoreError>),
+}
+
+impl<T> Pending<T> {
+    pub(super) fn waiting(rx: oneshot::Receiver<Result<T, StoreError>>) -> Self {
+        Self {
+            state: PendingState::Waiting(rx),
+        }
+    }
+
+    pub(super) fn failed(error: StoreError) -> Self {
+        Self {
+            state: PendingState::Failed(Some(error)),
+        }
+    }
+
+    /// Block the current thread until the write is committed. Do not call
+    /// this from inside an async task (it panics there); `.await` instead.
+    pub fn wait(self) -> Result<T, StoreError> {
+        match self.state {
+            PendingState::Waiting(rx) => rx.blocking_recv().unwrap_or(Err(StoreError::WriterGone)),
+            PendingState::Failed(error) => Err(error.unwrap_or(StoreError::WriterGone)),
+        }
+    }
+}
+
+impl<T> Future for Pending<T> {
+    type Output = Result<T, StoreError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.state {
+            PendingState::Waiting(rx) => Pin::new(rx)
+                .poll(cx)
+                .map(|answer| answer.unwrap_or(Err(StoreError::WriterGone))),
+            PendingState::Failed(error) => {
+                Poll::Ready(Err(error.take().unwrap_or(StoreError::WriterGone)))
+            }
+        }
+    }
+}

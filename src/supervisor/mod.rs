@@ -1,0 +1,535 @@
+//! The supervisor: the ONLY place in npc that spawns processes. It starts,
+//! stops (SIGTERM to the process group, SIGKILL after a grace period),
+//! restarts and signals named long-running children under a restart policy
+//! with exponential backoff and flap detection, and runs one-shot and
+//! streaming processes (hooks, agent runs) with bounded output. Every child
+//! gets a cleared environment and its own process group, so stopping a child
+//! stops its whole tree, and nothing outlives the daemon.
+//!
+//! State changes go out as [`SupervisorEvent`]s on the channel passed to
+//! [`Supervisor::new`]; the runtime forwards them to the event bus.
+
+mod backoff;
+mod monitor;
+mod oneshot;
+mod spawn;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use nix::sys::signal::Signal;
+use serde::{Serialize, Serializer};
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+use tokio::sync::{mpsc, oneshot as once};
+
+pub use backoff::{
+    BackoffPolicy, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX,
+    DEFAULT_BACKOFF_RESET_AFTER, DEFAULT_FLAP_MAX_RESTARTS, DEFAULT_FLAP_WINDOW, Decision,
+    RestartTracker, wants_restart,
+};
+pub use oneshot::{
+    DEFAULT_STDERR_LIMIT, DEFAULT_STDOUT_LIMIT, GroupKiller, Line, MAX_LINE_BYTES, Output,
+    OutputLimits, POST_EXIT_DRAIN, STREAM_QUEUE_DEPTH, StreamingChild,
+};
+pub use spawn::{
+    ChildSpec, DEFAULT_STOP_GRACE, ESSENTIAL_ENV, InputWiring, LOG_DIR, LOG_ROTATE_BYTES,
+    OutputWiring, StdioSpec, child_env, group_exists, log_path, signal_group,
+};
+
+/// How long a freshly started child must stay up to count as "running".
+pub const DEFAULT_READY_GRACE: Duration = Duration::from_millis(500);
+
+/// Errors from the supervisor.
+#[derive(Debug, thiserror::Error)]
+pub enum SupervisorError {
+    #[error(
+        "cannot start `{id}`: `{program}` failed to spawn: {source}; check that the program exists on `PATH` and is executable"
+    )]
+    Spawn {
+        id: String,
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "cannot start `{id}`: working directory `{}` does not exist; create it or fix `cwd`",
+        cwd.display()
+    )]
+    Cwd { id: String, cwd: PathBuf },
+    #[error(
+        "cannot open log file `{}` for `{id}`: {source}; check that the state directory is writable",
+        path.display()
+    )]
+    Log {
+        id: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("child `{id}` is already {state}; stop it first or use `restart`")]
+    AlreadyRunning { id: String, state: ChildState },
+    #[error("no child `{id}` is supervised; start it first")]
+    UnknownChild { id: String },
+    #[error("child `{id}` is {state}, not running; start it first")]
+    NotRunning { id: String, state: ChildState },
+    #[error("child `{id}` did not come up: {reason}; check its log and command")]
+    NotReady { id: String, reason: String },
+    #[error("cannot signal `{id}`: {source}")]
+    Signal {
+        id: String,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("cannot talk to `{id}`: {source}")]
+    Io {
+        id: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the supervisor is shutting down; no new processes are started")]
+    ShuttingDown,
+}
+
+/// How a process ended: an exit code, or the signal that killed it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ExitInfo {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl ExitInfo {
+    /// Exit code 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+impl From<ExitStatus> for ExitInfo {
+    fn from(status: ExitStatus) -> Self {
+        use std::os::unix::process::ExitStatusExt;
+        Self {
+            code: status.code(),
+            signal: status.signal(),
+        }
+    }
+}
+
+impl fmt::Display for ExitInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.code, self.signal) {
+            (Some(c), _) => write!(f, "exit code {c}"),
+            (None, Some(s)) => match Signal::try_from(s) {
+                Ok(sig) => write!(f, "killed by signal {s} ({})", sig.as_str()),
+                Err(_) => write!(f, "killed by signal {s}"),
+            },
+            (None, None) => f.write_str("unknown exit status"),
+        }
+    }
+}
+
+/// Lifecycle state of a supervised child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChildState {
+    /// Spawned, still within its readiness grace.
+    Starting,
+    /// Up for at least its readiness grace.
+    Running,
+    /// Exited; waiting out the backoff delay before a restart.
+    Backoff,
+    /// Stopped on request.
+    Stopped,
+    /// Exited and its restart policy does not restart it.
+    Exited,
+    /// Gave up: flapping, failed readiness, or a restart that could not spawn.
+    Failed,
+}
+
+impl ChildState {
+    /// Starting, running or waiting to restart.
+    pub fn is_active(self) -> bool {
+        matches!(self, Self::Starting | Self::Running | Self::Backoff)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Running => "running",
+            Self::Backoff => "backoff",
+            Self::Stopped => "stopped",
+            Self::Exited => "exited",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+impl fmt::Display for ChildState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn ser_time<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&chrono::DateTime::<chrono::Utc>::from(*t).to_rfc3339())
+}
+
+fn ser_millis<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Observable state of one supervised child.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChildStatus {
+    pub id: String,
+    pub state: ChildState,
+    /// Pid of the current process (also its process group), if one is alive.
+    pub pid: Option<u32>,
+    /// Automatic restarts since the last `start`.
+    pub restarts: u32,
+    /// When `state` last changed (RFC 3339 when serialised).
+    #[serde(serialize_with = "ser_time")]
+    pub since: SystemTime,
+    /// How the previous process ended.
+    pub last_exit: Option<ExitInfo>,
+}
+
+/// What happened to a supervised child.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum SupervisorEvent {
+    Started {
+        id: String,
+        pid: u32,
+    },
+    /// The process ended (on its own or because it was stopped).
+    Exited {
+        id: String,
+        pid: u32,
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+    /// A restart is scheduled after `delay` (serialised as `delay_ms`).
+    Restarting {
+        id: String,
+        attempt: u32,
+        #[serde(rename = "delay_ms", serialize_with = "ser_millis")]
+        delay: Duration,
+    },
+    /// The supervisor gave up on the child; `reason` says why.
+    Failed {
+        id: String,
+        reason: String,
+    },
+    /// The child was stopped on request and its process group is gone.
+    Stopped {
+        id: String,
+    },
+}
+
+/// The pipes of the current process of a child started with piped stdio.
+#[derive(Debug)]
+pub struct ChildPipes {
+    pub pid: u32,
+    pub stdin: Option<ChildStdin>,
+    pub stdout: Option<ChildStdout>,
+    pub stderr: Option<ChildStderr>,
+}
+
+/// A request to a child's monitor task.
+#[derive(Debug)]
+enum Control {
+    Stop {
+        done: once::Sender<()>,
+    },
+    Signal {
+        signal: Signal,
+        done: once::Sender<Result<(), SupervisorError>>,
+    },
+}
+
+/// Shared between a child's record and its monitor task.
+#[derive(Debug)]
+struct Shared {
+    status: Mutex<ChildStatus>,
+    pipes: Mutex<Option<ChildPipes>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    fn status(&self) -> ChildStatus {
+        lock(&self.status).clone()
+    }
+
+    fn update(&self, f: impl FnOnce(&mut ChildStatus)) {
+        f(&mut lock(&self.status));
+    }
+
+    fn set_state(&self, state: ChildState) {
+        self.update(|s| {
+            s.state = state;
+            s.since = SystemTime::now();
+        });
+    }
+}
+
+#[derive(Debug)]
+struct Record {
+    /// Start order, for reverse-order shutdown.
+    seq: u64,
+    shared: Arc<Shared>,
+    control: mpsc::UnboundedSender<Control>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    events: mpsc::UnboundedSender<SupervisorEvent>,
+    backoff: BackoffPolicy,
+    children: Mutex<BTreeMap<String, Record>>,
+    next_seq: AtomicU64,
+    shutting_down: AtomicBool,
+}
+
+/// Owns every long-running child. Cheap to clone (all clones share state).
+/// Dropping the last clone without [`Supervisor::shutdown`] SIGKILLs every
+/// child's process group; `PR_SET_PDEATHSIG` covers the daemon being killed.
+#[derive(Debug, Clone)]
+pub struct Supervisor {
+    inner: Arc<Inner>,
+}
+
+impl Supervisor {
+    /// A supervisor sending its events to `events` and spacing restarts by
+    /// `backoff`. Must be created and used inside a tokio runtime.
+    pub fn new(events: mpsc::UnboundedSender<SupervisorEvent>, backoff: BackoffPolicy) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                events,
+                backoff,
+                children: Mutex::new(BTreeMap::new()),
+                next_seq: AtomicU64::new(0),
+                shutting_down: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Spawn child `id` and supervise it. Returns its pid once spawned;
+    /// spawn failures (program not found, missing `cwd`) are reported here.
+    /// A child that exits within [`DEFAULT_READY_GRACE`] is handled by its
+    /// restart policy like any other exit.
+    pub fn start(&self, id: &str, spec: ChildSpec) -> Result<u32, SupervisorError> {
+        self.launch(id, spec, DEFAULT_READY_GRACE, None)
+    }
+
+    /// Like [`Supervisor::start`], then wait until the child has stayed up
+    /// for `grace`. If it exits during `grace` the child is marked `failed`
+    /// (not restarted) and `Err(NotReady)` says how it ended.
+    pub async fn start_and_wait_ready(
+        &self,
+        id: &str,
+        spec: ChildSpec,
+        grace: Duration,
+    ) -> Result<u32, SupervisorError> {
+        let (tx, rx) = once::channel();
+        let pid = self.launch(id, spec, grace, Some(tx))?;
+        match rx.await {
+            Ok(Ok(())) => Ok(pid),
+            Ok(Err(exit)) => Err(SupervisorError::NotReady {
+                id: id.to_string(),
+                reason: format!("it exited during the {grace:?} readiness grace with {exit}"),
+            }),
+            Err(_) => Err(SupervisorError::NotReady {
+                id: id.to_string(),
+                reason: "it was stopped before its readiness grace ended".to_string(),
+            }),
+        }
+    }
+
+    fn launch(
+        &self,
+        id: &str,
+        spec: ChildSpec,
+        ready_grace: Duration,
+        ready: Option<once::Sender<Result<(), ExitInfo>>>,
+    ) -> Result<u32, SupervisorError> {
+        if self.inner.shutting_down.load(Ordering::SeqCst) {
+            return Err(SupervisorError::ShuttingDown);
+        }
+        let mut children = lock(&self.inner.children);
+        if let Some(rec) = children.get(id) {
+            let state = rec.shared.status().state;
+            if state.is_active() {
+                return Err(SupervisorError::AlreadyRunning {
+                    id: id.to_string(),
+                    state,
+                });
+            }
+        }
+        let mut child = spawn::spawn_supervised(id, &spec)?;
+        let pid = child.id().unwrap_or_default();
+        let shared = Arc::new(Shared {
+            status: Mutex::new(ChildStatus {
+                id: id.to_string(),
+                state: ChildState::Starting,
+                pid: Some(pid),
+                restarts: 0,
+                since: SystemTime::now(),
+                last_exit: None,
+            }),
+            pipes: Mutex::new(None),
+        });
+        monitor::stash_pipes(&shared, &mut child);
+        let (control, control_rx) = mpsc::unbounded_channel();
+        let _ = self.inner.events.send(SupervisorEvent::Started {
+            id: id.to_string(),
+            pid,
+        });
+        let seq = self.inner.next_seq.fetch_add(1, Ordering::SeqCst);
+        children.insert(
+            id.to_string(),
+            Record {
+                seq,
+                shared: shared.clone(),
+                control,
+            },
+        );
+        drop(children);
+        let monitor = monitor::Monitor {
+            id: id.to_string(),
+            spec,
+            ready_grace,
+            ready,
+            events: self.inner.events.clone(),
+            shared,
+            control: control_rx,
+            tracker: RestartTracker::new(self.inner.backoff),
+        };
+        tokio::spawn(monitor.run(child));
+        Ok(pid)
+    }
+
+    /// Stop child `id`: SIGTERM its process group, SIGKILL after the spec's
+    /// `stop_grace`, reap it. Cancels a pending restart. Stopping a child that
+    /// is not active is a no-op. The record stays (state `stopped`).
+    pub async fn stop(&self, id: &str) -> Result<(), SupervisorError> {
+        let control = {
+            let children = lock(&self.inner.children);
+            let rec = children
+                .get(id)
+                .ok_or_else(|| SupervisorError::UnknownChild { id: id.to_string() })?;
+            rec.control.clone()
+        };
+        let (done, wait) = once::channel();
+        if control.send(Control::Stop { done }).is_ok() {
+            // A monitor that ends without answering has already finished.
+            let _ = wait.await;
+        }
+        Ok(())
+    }
+
+    /// Stop child `id` if active and forget it.
+    pub async fn remove(&self, id: &str) -> Result<(), SupervisorError> {
+        self.stop(id).await?;
+        lock(&self.inner.children).remove(id);
+        Ok(())
+    }
+
+    /// Stop child `id` (if supervised) and start it again with `spec`.
+    pub async fn restart(&self, id: &str, spec: ChildSpec) -> Result<u32, SupervisorError> {
+        match self.stop(id).await {
+            Ok(()) | Err(SupervisorError::UnknownChild { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        self.start(id, spec)
+    }
+
+    /// Send `signal` to the current process of child `id` (not its group).
+    pub async fn signal(&self, id: &str, signal: Signal) -> Result<(), SupervisorError> {
+        let (control, state) = {
+            let children = lock(&self.inner.children);
+            let rec = children
+                .get(id)
+                .ok_or_else(|| SupervisorError::UnknownChild { id: id.to_string() })?;
+            (rec.control.clone(), rec.shared.status().state)
+        };
+        let not_running = || SupervisorError::NotRunning {
+            id: id.to_string(),
+            state,
+        };
+        let (done, wait) = once::channel();
+        control
+            .send(Control::Signal { signal, done })
+            .map_err(|_| not_running())?;
+        wait.await.map_err(|_| not_running())?
+    }
+
+    /// Status of child `id`, if supervised.
+    pub fn status(&self, id: &str) -> Option<ChildStatus> {
+        lock(&self.inner.children)
+            .get(id)
+            .map(|rec| rec.shared.status())
+    }
+
+    /// Status of every supervised child, in start order.
+    pub fn list(&self) -> Vec<ChildStatus> {
+        let children = lock(&self.inner.children);
+        let mut recs: Vec<&Record> = children.values().collect();
+        recs.sort_by_key(|r| r.seq);
+        recs.iter().map(|r| r.shared.status()).collect()
+    }
+
+    /// Take the pipes of child `id`'s current process (stdio wired `Piped`).
+    /// Each process's pipes can be taken once; after a restart (see the
+    /// `Started` event) the new process's pipes are available.
+    pub fn take_pipes(&self, id: &str) -> Option<ChildPipes> {
+        let shared = lock(&self.inner.children).get(id)?.shared.clone();
+        lock(&shared.pipes).take()
+    }
+
+    /// Stop every child in reverse start order and wait for each. Refuses
+    /// new starts afterwards. Calling it again is a no-op.
+    pub async fn shutdown(&self) {
+        self.inner.shutting_down.store(true, Ordering::SeqCst);
+        let mut order: Vec<(u64, String)> = lock(&self.inner.children)
+            .iter()
+            .map(|(id, rec)| (rec.seq, id.clone()))
+            .collect();
+        order.sort_by_key(|entry| std::cmp::Reverse(entry.0));
+        for (_, id) in order {
+            let _ = self.stop(&id).await;
+        }
+    }
+
+    /// Run `spec` to completion (restart policy and stdio wiring ignored):
+    /// write `stdin` (if any) then close it, capture stdout and stderr up to
+    /// `limits`, and SIGKILL the process group if it outlives `timeout`.
+    /// Processes the leader left behind are killed when it exits.
+    pub async fn run_once(
+        &self,
+        spec: &ChildSpec,
+        stdin: Option<Vec<u8>>,
+        timeout: Duration,
+        limits: OutputLimits,
+    ) -> Result<Output, SupervisorError> {
+        if self.inner.shutting_down.load(Ordering::SeqCst) {
+            return Err(SupervisorError::ShuttingDown);
+        }
+        oneshot::run_once(spec, stdin, timeout, limits).await
+    }
+
+    /// Spawn `spec` with piped streams and hand out its output line by line
+    /// (for agent runs). Dropping the handle kills the process group.
+    pub fn spawn_streaming(&self, spec: &ChildSpec) -> Result<StreamingChild, SupervisorError> {
+        if self.inner.shutting_down.load(Ordering::SeqCst) {
+            return Err(SupervisorError::ShuttingDown);
+        }
+        oneshot::spawn_streaming(spec)
+    }
+}

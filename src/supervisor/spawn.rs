@@ -1,0 +1,464 @@
+//! How a child process is built and torn down: the [`ChildSpec`] a caller
+//! hands in, the cleared environment (declared `env` plus a few essentials
+//! copied from the daemon), stdio wiring (null, pipes, or an append-only log
+//! file), its own process group, the parent-death signal, and the
+//! process-group kill helpers (TERM, grace, KILL) used by every spawn path.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::time::{Instant, sleep, timeout};
+
+use crate::model::RestartPolicy;
+
+use super::{ExitInfo, SupervisorError};
+
+/// Variables copied from the daemon's environment into every child (when set);
+/// everything else is cleared and only the declared `env` is added.
+pub const ESSENTIAL_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TERM"];
+/// Default time between SIGTERM and SIGKILL when stopping a child.
+pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(10);
+/// Subdirectory of the state directory holding child log files.
+pub const LOG_DIR: &str = "logs";
+/// A child log file larger than this is renamed to `<name>.1` when the child
+/// (re)starts, so logs stay bounded to about twice this size.
+pub const LOG_ROTATE_BYTES: u64 = 16 * 1024 * 1024;
+/// First pause while waiting for the rest of a process group to exit.
+const GROUP_POLL_MIN: Duration = Duration::from_millis(5);
+/// Longest pause while waiting for the rest of a process group to exit.
+const GROUP_POLL_MAX: Duration = Duration::from_millis(100);
+
+/// Where a child's stdin comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InputWiring {
+    /// `/dev/null`.
+    Null,
+    /// A pipe the caller takes (see `Supervisor::take_pipes`).
+    Piped,
+}
+
+/// Where a child's stdout or stderr goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutputWiring {
+    /// `/dev/null`.
+    Null,
+    /// A pipe the caller takes and must keep reading, or the child blocks.
+    Piped,
+    /// Appended to this file (created with its directories). Nothing blocks.
+    AppendTo(PathBuf),
+}
+
+/// How a supervised child's three standard streams are wired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StdioSpec {
+    pub stdin: InputWiring,
+    pub stdout: OutputWiring,
+    pub stderr: OutputWiring,
+}
+
+impl StdioSpec {
+    /// All three streams on `/dev/null`.
+    pub fn null() -> Self {
+        Self {
+            stdin: InputWiring::Null,
+            stdout: OutputWiring::Null,
+            stderr: OutputWiring::Null,
+        }
+    }
+
+    /// All three streams piped (e.g. a stdio MCP server).
+    pub fn piped() -> Self {
+        Self {
+            stdin: InputWiring::Piped,
+            stdout: OutputWiring::Piped,
+            stderr: OutputWiring::Piped,
+        }
+    }
+
+    /// stdin on `/dev/null`, stdout and stderr appended to `path`.
+    pub fn log_to(path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
+        Self {
+            stdin: InputWiring::Null,
+            stdout: OutputWiring::AppendTo(path.clone()),
+            stderr: OutputWiring::AppendTo(path),
+        }
+    }
+}
+
+/// What to run and how to keep it running. Strings are already resolved:
+/// the caller passes `Text::expose()` values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildSpec {
+    /// Executable name (looked up on the child's `PATH`) or path.
+    pub program: String,
+    pub args: Vec<String>,
+    /// Declared environment, added to [`ESSENTIAL_ENV`] (and overriding it).
+    pub env: BTreeMap<String, String>,
+    /// Working directory; must exist.
+    pub cwd: PathBuf,
+    /// What happens when a supervised child exits (ignored by one-shot runs).
+    pub restart: RestartPolicy,
+    /// Time between SIGTERM and SIGKILL on stop.
+    pub stop_grace: Duration,
+    /// Stream wiring for supervised children (one-shot runs always pipe).
+    pub stdio: StdioSpec,
+}
+
+impl ChildSpec {
+    /// `program` with no arguments or declared env, run in `cwd`, never
+    /// restarted, stopped with [`DEFAULT_STOP_GRACE`], streams on `/dev/null`.
+    pub fn new(program: impl Into<String>, cwd: impl Into<PathBuf>) -> Self {
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: cwd.into(),
+            restart: RestartPolicy::Never,
+            stop_grace: DEFAULT_STOP_GRACE,
+            stdio: StdioSpec::null(),
+        }
+    }
+
+    /// Replace the arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args = args.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
+/// The log file for child `id` under `state_dir` (`<state_dir>/logs/<id>.log`).
+/// Characters other than ASCII letters, digits, `-` and `_` are
+/// percent-encoded, so distinct ids never share a file and no id escapes the
+/// directory (`mcp_server/fs` → `mcp_server%2Ffs.log`).
+pub fn log_path(state_dir: &Path, id: &str) -> PathBuf {
+    let mut name = String::with_capacity(id.len() + 4);
+    for b in id.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            name.push(char::from(b));
+        } else {
+            name.push_str(&format!("%{b:02X}"));
+        }
+    }
+    if name.is_empty() {
+        name.push('%');
+    }
+    name.push_str(".log");
+    state_dir.join(LOG_DIR).join(name)
+}
+
+/// The environment a child gets: [`ESSENTIAL_ENV`] from `parent` (when set),
+/// then the declared `env` on top.
+pub fn child_env(
+    declared: &BTreeMap<String, String>,
+    parent: impl Fn(&str) -> Option<String>,
+) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for key in ESSENTIAL_ENV {
+        if let Some(v) = parent(key) {
+            env.insert(key.to_string(), v);
+        }
+    }
+    env.extend(declared.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
+
+fn open_log(path: &Path) -> io::Result<File> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    if let Ok(meta) = std::fs::metadata(path)
+        && meta.len() > LOG_ROTATE_BYTES
+    {
+        let mut rotated = path.as_os_str().to_owned();
+        rotated.push(".1");
+        std::fs::rename(path, rotated)?;
+    }
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+fn output_stdio(wiring: &OutputWiring) -> io::Result<Stdio> {
+    Ok(match wiring {
+        OutputWiring::Null => Stdio::null(),
+        OutputWiring::Piped => Stdio::piped(),
+        OutputWiring::AppendTo(path) => Stdio::from(open_log(path)?),
+    })
+}
+
+/// Build the command: cleared environment, own process group, parent-death
+/// signal, kill on drop.
+fn command(spec: &ChildSpec) -> Command {
+    let mut cmd = Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .env_clear()
+        .envs(child_env(&spec.env, |k| std::env::var(k).ok()))
+        .current_dir(&spec.cwd)
+        .process_group(0)
+        .kill_on_drop(true);
+    set_parent_death_signal(&mut cmd);
+    cmd
+}
+
+/// Ask the kernel to SIGKILL the child when the daemon dies, even by SIGKILL.
+/// The signal fires when the *thread* that forked exits; tokio spawns from
+/// runtime worker threads, which live as long as the runtime, so do not call
+/// the supervisor from `spawn_blocking` threads.
+#[allow(unsafe_code)]
+fn set_parent_death_signal(cmd: &mut Command) {
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // two async-signal-safe system calls (prctl, getppid); it allocates
+    // nothing and touches no locks.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
+            // The daemon may have died between fork and prctl.
+            if nix::unistd::getppid() != parent {
+                return Err(io::Error::from(Errno::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+fn spawn_error(id: &str, spec: &ChildSpec, source: io::Error) -> SupervisorError {
+    SupervisorError::Spawn {
+        id: id.to_string(),
+        program: spec.program.clone(),
+        source,
+    }
+}
+
+fn check_cwd(id: &str, spec: &ChildSpec) -> Result<(), SupervisorError> {
+    if spec.cwd.is_dir() {
+        Ok(())
+    } else {
+        Err(SupervisorError::Cwd {
+            id: id.to_string(),
+            cwd: spec.cwd.clone(),
+        })
+    }
+}
+
+/// Spawn a supervised child with its declared stdio wiring.
+pub(super) fn spawn_supervised(id: &str, spec: &ChildSpec) -> Result<Child, SupervisorError> {
+    check_cwd(id, spec)?;
+    let mut cmd = command(spec);
+    let log_err = |path: &Path, source| SupervisorError::Log {
+        id: id.to_string(),
+        path: path.to_path_buf(),
+        source,
+    };
+    let wire = |w: &OutputWiring| {
+        output_stdio(w).map_err(|e| match w {
+            OutputWiring::AppendTo(p) => log_err(p, e),
+            _ => spawn_error(id, spec, e),
+        })
+    };
+    cmd.stdin(match spec.stdio.stdin {
+        InputWiring::Null => Stdio::null(),
+        InputWiring::Piped => Stdio::piped(),
+    })
+    .stdout(wire(&spec.stdio.stdout)?)
+    .stderr(wire(&spec.stdio.stderr)?);
+    cmd.spawn().map_err(|e| spawn_error(id, spec, e))
+}
+
+/// Spawn a one-shot child with all three streams piped.
+pub(super) fn spawn_piped(id: &str, spec: &ChildSpec) -> Result<Child, SupervisorError> {
+    check_cwd(id, spec)?;
+    let mut cmd = command(spec);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd.spawn().map_err(|e| spawn_error(id, spec, e))
+}
+
+/// The process group of a child started by this module (its pid).
+pub(super) fn pgid_of(child: &Child) -> Option<Pid> {
+    child
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .map(Pid::from_raw)
+}
+
+/// Send `signal` to every process in group `pgid`. A group that no longer
+/// exists is not an error.
+pub fn signal_group(pgid: Pid, signal: Signal) -> nix::Result<()> {
+    match killpg(pgid, signal) {
+        Err(Errno::ESRCH) => Ok(()),
+        other => other,
+    }
+}
+
+/// Whether any live (not zombie) process is still in group `pgid`. Zombies
+/// count as gone: a grandchild reparented to an init that does not reap
+/// (common in containers) stays a zombie forever but holds nothing.
+pub fn group_exists(pgid: Pid) -> bool {
+    if matches!(killpg(pgid, None), Err(Errno::ESRCH)) {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    entries.flatten().any(|entry| {
+        let is_pid = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
+        is_pid
+            && std::fs::read_to_string(entry.path().join("stat"))
+                .ok()
+                .and_then(|stat| parse_stat(&stat))
+                .is_some_and(|(state, pgrp)| pgrp == pgid.as_raw() && state != 'Z')
+    })
+}
+
+/// `(state, pgrp)` from the text of `/proc/<pid>/stat`. The command name is
+/// in parentheses and may itself contain spaces and parentheses, so fields
+/// are counted from the last `)`.
+fn parse_stat(stat: &str) -> Option<(char, i32)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let _ppid = fields.next()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some((state, pgrp))
+}
+
+/// Kill what is left of a group whose leader already exited.
+pub(super) fn kill_leftovers(pgid: Pid) {
+    let _ = signal_group(pgid, Signal::SIGKILL);
+}
+
+/// Stop a child: SIGTERM to its group, wait up to `grace` for the leader,
+/// SIGKILL the group if it is still there, reap the leader; then give the
+/// rest of the group what remains of `grace` and SIGKILL any stragglers.
+pub(super) async fn stop_child(child: &mut Child, grace: Duration) -> ExitInfo {
+    let Some(pgid) = pgid_of(child) else {
+        // Already reaped.
+        return child.wait().await.map(ExitInfo::from).unwrap_or_default();
+    };
+    let deadline = Instant::now() + grace;
+    let _ = signal_group(pgid, Signal::SIGTERM);
+    let status = match timeout(grace, child.wait()).await {
+        Ok(status) => status,
+        Err(_) => {
+            let _ = signal_group(pgid, Signal::SIGKILL);
+            child.wait().await
+        }
+    };
+    let mut pause = GROUP_POLL_MIN;
+    while group_exists(pgid) && Instant::now() < deadline {
+        sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+        pause = (pause * 2).min(GROUP_POLL_MAX);
+    }
+    kill_leftovers(pgid);
+    status.map(ExitInfo::from).unwrap_or_default()
+}
+
+/// Kills a process group when dropped unless disarmed: the last line of
+/// defence against orphans when a task is cancelled or a handle is dropped.
+#[derive(Debug)]
+pub(super) struct GroupGuard {
+    pgid: Option<Pid>,
+}
+
+impl GroupGuard {
+    pub(super) fn new(pgid: Option<Pid>) -> Self {
+        Self { pgid }
+    }
+
+    /// The group was dealt with; dropping the guard does nothing.
+    pub(super) fn disarm(&mut self) {
+        self.pgid = None;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            let _ = signal_group(pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_path_encodes_ids_unambiguously() {
+        let dir = Path::new("/state");
+        assert_eq!(
+            log_path(dir, "mcp_server/fs"),
+            Path::new("/state/logs/mcp_server%2Ffs.log")
+        );
+        assert_ne!(log_path(dir, "a/b"), log_path(dir, "a_b"));
+        assert_ne!(log_path(dir, "a.b"), log_path(dir, "a/b"));
+        assert_eq!(log_path(dir, ".."), Path::new("/state/logs/%2E%2E.log"));
+        assert_eq!(log_path(dir, ""), Path::new("/state/logs/%.log"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn log_path_stays_in_the_log_dir(id in ".{0,64}") {
+            let p = log_path(Path::new("/state"), &id);
+            proptest::prop_assert_eq!(p.parent(), Some(Path::new("/state/logs")));
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            proptest::prop_assert!(name.ends_with(".log"));
+            proptest::prop_assert!(!name.contains('/'));
+        }
+    }
+
+    #[test]
+    fn stat_parsing_survives_hostile_command_names() {
+        assert_eq!(parse_stat("42 (a) b) (c) S 1 42 42 0 -1"), Some(('S', 42)));
+        assert_eq!(parse_stat("7 (sleep) Z 1 5 5"), Some(('Z', 5)));
+        assert_eq!(parse_stat("7 (sleep) Z 1"), None);
+        assert_eq!(parse_stat("no parens"), None);
+        assert_eq!(parse_stat("7 (x) S 1 notanumber"), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn stat_parsing_never_panics(s in ".{0,200}") {
+            let _ = parse_stat(&s);
+        }
+    }
+
+    #[test]
+    fn env_is_essentials_plus_declared() {
+        let parent = |k: &str| match k {
+            "PATH" => Some("/bin".to_string()),
+            "HOME" => Some("/home/u".to_string()),
+            "SECRET" => Some("leak".to_string()),
+            _ => None,
+        };
+        let declared = BTreeMap::from([
+            ("HOME".to_string(), "/override".to_string()),
+            ("A".to_string(), "1".to_string()),
+        ]);
+        let env = child_env(&declared, parent);
+        assert_eq!(
+            env,
+            BTreeMap::from([
+                ("A".to_string(), "1".to_string()),
+                ("HOME".to_string(), "/override".to_string()),
+                ("PATH".to_string(), "/bin".to_string()),
+            ])
+        );
+    }
+}

@@ -1,0 +1,349 @@
+//! The daemon's control channel: newline-delimited JSON over a Unix socket
+//! in the state directory, readable and writable by the owner only, and
+//! answering only peers with the daemon's own uid. `npc plan`, `apply`,
+//! `status` and `events` use it to talk to a running daemon.
+//!
+//! A client writes one request line; the server answers with one or more
+//! JSON lines (a stream for `events --follow`) and closes.
+
+use std::future::Future;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, watch};
+
+/// Socket file name inside the state directory.
+pub const SOCKET_FILE: &str = "daemon.sock";
+/// Longest request line accepted.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Responses buffered per connection before the handler waits for the client.
+pub const RESPONSE_QUEUE: usize = 1024;
+/// How long a client waits to connect and for each response line (except
+/// while following events).
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest Unix socket path the kernel accepts (sun_path minus the NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// What a client asks the daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Each component: state, pid, restarts, since.
+    Status,
+    /// The applied (observed) state, for planning.
+    State,
+    /// Reload the manifest now and apply it; answers with per-component results.
+    Apply,
+    /// Events after `since`; with `follow`, keep streaming new ones.
+    Events { since: Option<i64>, follow: bool },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error(
+        "the socket path `{0}` is too long for a Unix socket; use a shorter `project.state_dir`"
+    )]
+    PathTooLong(PathBuf),
+    #[error("cannot bind the control socket `{path}`: {source}")]
+    Bind {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no daemon answers at `{path}`: {source}")]
+    Connect {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the daemon did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("control channel i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the daemon sent a malformed answer: {0}")]
+    Protocol(String),
+    #[error("the daemon refused the request: {0}")]
+    Refused(String),
+}
+
+/// Responses are written here by a handler; closing it ends the answer.
+pub type Responder = mpsc::Sender<serde_json::Value>;
+/// The function that answers requests.
+pub type Handler =
+    Arc<dyn Fn(Request, Responder) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// Path of the control socket for a state directory.
+pub fn socket_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(SOCKET_FILE)
+}
+
+/// Bind the socket (owner-only) and serve until `shutdown` turns true.
+pub async fn serve(
+    path: &Path,
+    handler: Handler,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), ControlError> {
+    if path.as_os_str().len() > MAX_SOCKET_PATH {
+        return Err(ControlError::PathTooLong(path.to_path_buf()));
+    }
+    // A stale socket from a crashed daemon: the repository lock (held by the
+    // caller) proves nobody serves it.
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path).map_err(|source| ControlError::Bind {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
+        ControlError::Bind {
+            path: path.to_path_buf(),
+            source,
+        }
+    })?;
+    let uid = nix::unistd::getuid().as_raw();
+    let mut connections = tokio::task::JoinSet::new();
+    let per_connection = shutdown.clone();
+    loop {
+        tokio::select! {
+            _ = stopped(&mut shutdown) => break,
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                if stream.peer_cred().map(|c| c.uid()).ok() != Some(uid) {
+                    tracing::warn!("control channel: refused a peer with another uid");
+                    continue;
+                }
+                let handler = handler.clone();
+                let stop = per_connection.clone();
+                connections.spawn(serve_one(stream, handler, stop));
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    connections.shutdown().await;
+    let _ = std::fs::remove_file(path);
+    Ok(())
+}
+
+async fn serve_one(stream: UnixStream, handler: Handler, mut shutdown: watch::Receiver<bool>) {
+    let (read, mut write) = stream.into_split();
+    let mut reader = BufReader::new(read).take(MAX_REQUEST_BYTES as u64 + 1);
+    let mut line = String::new();
+    let request = match reader.read_line(&mut line).await {
+        Ok(_) if line.len() > MAX_REQUEST_BYTES || !line.ends_with('\n') => {
+            Err("request line too long or unterminated".to_string())
+        }
+        Ok(_) => serde_json::from_str::<Request>(line.trim_end())
+            .map_err(|e| format!("bad request: {e}")),
+        Err(e) => Err(format!("cannot read the request: {e}")),
+    };
+    let request = match request {
+        Ok(r) => r,
+        Err(error) => {
+            let _ = write_line(&mut write, &serde_json::json!({ "error": error })).await;
+            return;
+        }
+    };
+    let (tx, mut rx) = mpsc::channel(RESPONSE_QUEUE);
+    let work = tokio::spawn(handler(request, tx));
+    loop {
+        tokio::select! {
+            _ = stopped(&mut shutdown) => break,
+            next = rx.recv() => match next {
+                Some(value) => {
+                    if write_line(&mut write, &value).await.is_err() {
+                        break; // the client went away
+                    }
+                }
+                None => break,
+            }
+        }
+    }
+    work.abort();
+    let _ = write.shutdown().await;
+}
+
+/// Resolves once `rx` holds `true` (or its sender is gone).
+pub async fn stopped(rx: &mut watch::Receiver<bool>) {
+    loop {
+        if *rx.borrow_and_update() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn write_line(
+    w: &mut (impl AsyncWriteExt + Unpin),
+    value: &serde_json::Value,
+) -> std::io::Result<()> {
+    let mut bytes = serde_json::to_vec(value).map_err(std::io::Error::other)?;
+    bytes.push(b'\n');
+    w.write_all(&bytes).await
+}
+
+/// A connection to a running daemon.
+#[derive(Debug)]
+pub struct Client {
+    lines: tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
+    _write: tokio::net::unix::OwnedWriteHalf,
+}
+
+impl Client {
+    /// Send `request`; read the answer with [`Client::next`].
+    pub async fn request(path: &Path, request: &Request) -> Result<Self, ControlError> {
+        let stream = tokio::time::timeout(CLIENT_TIMEOUT, UnixStream::connect(path))
+            .await
+            .map_err(|_| ControlError::Timeout(CLIENT_TIMEOUT))?
+            .map_err(|source| ControlError::Connect {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let (read, mut write) = stream.into_split();
+        let value =
+            serde_json::to_value(request).map_err(|e| ControlError::Protocol(e.to_string()))?;
+        write_line(&mut write, &value).await?;
+        Ok(Self {
+            lines: BufReader::new(read).lines(),
+            _write: write,
+        })
+    }
+
+    /// The next answer line, `None` at the end. `wait` bounds the wait.
+    pub async fn next(
+        &mut self,
+        wait: Option<Duration>,
+    ) -> Result<Option<serde_json::Value>, ControlError> {
+        let line = match wait {
+            Some(limit) => tokio::time::timeout(limit, self.lines.next_line())
+                .await
+                .map_err(|_| ControlError::Timeout(limit))??,
+            None => self.lines.next_line().await?,
+        };
+        let Some(line) = line else { return Ok(None) };
+        let value: serde_json::Value =
+            serde_json::from_str(&line).map_err(|e| ControlError::Protocol(e.to_string()))?;
+        if let Some(error) = value.get("error").and_then(|e| e.as_str()) {
+            return Err(ControlError::Refused(error.to_string()));
+        }
+        Ok(Some(value))
+    }
+
+    /// Send `request` and return its single answer.
+    pub async fn call(path: &Path, request: &Request) -> Result<serde_json::Value, ControlError> {
+        let mut client = Self::request(path, request).await?;
+        client
+            .next(Some(CLIENT_TIMEOUT))
+            .await?
+            .ok_or_else(|| ControlError::Protocol("empty answer".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn echo_handler() -> Handler {
+        Arc::new(|req, tx| {
+            Box::pin(async move {
+                match req {
+                    Request::Events { since, .. } => {
+                        for i in since.unwrap_or(0)..3 {
+                            let _ = tx.send(serde_json::json!({ "id": i })).await;
+                        }
+                    }
+                    other => {
+                        let _ = tx.send(serde_json::to_value(&other).unwrap()).await;
+                    }
+                }
+            })
+        })
+    }
+
+    #[tokio::test]
+    async fn requests_and_streams_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = socket_path(dir.path());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let server = tokio::spawn({
+            let path = path.clone();
+            async move { serve(&path, echo_handler(), stop_rx).await }
+        });
+        // Wait for the socket to appear (the server binds it first thing).
+        let mut tries = 0;
+        let answer = loop {
+            match Client::call(&path, &Request::Status).await {
+                Ok(a) => break a,
+                Err(_) if tries < 200 => {
+                    tries += 1;
+                    tokio::task::yield_now().await;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(answer, serde_json::json!({"op": "status"}));
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let mut c = Client::request(
+            &path,
+            &Request::Events {
+                since: Some(1),
+                follow: false,
+            },
+        )
+        .await
+        .unwrap();
+        let mut ids = Vec::new();
+        while let Some(v) = c.next(Some(Duration::from_secs(5))).await.unwrap() {
+            ids.push(v["id"].as_i64().unwrap());
+        }
+        assert_eq!(ids, vec![1, 2]);
+        stop_tx.send(true).unwrap();
+        server.await.unwrap().unwrap();
+        assert!(!path.exists(), "socket removed on shutdown");
+    }
+
+    #[tokio::test]
+    async fn malformed_and_oversized_requests_get_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = socket_path(dir.path());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let server = tokio::spawn({
+            let path = path.clone();
+            async move { serve(&path, echo_handler(), stop_rx).await }
+        });
+        let connect = || async {
+            for _ in 0..400 {
+                if let Ok(s) = UnixStream::connect(&path).await {
+                    return s;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            panic!("no socket");
+        };
+        for bad in [
+            b"{\"op\":\"nope\"}\n".to_vec(),
+            b"not json\n".to_vec(),
+            vec![b'x'; MAX_REQUEST_BYTES + 10],
+        ] {
+            let s = connect().await;
+            let (r, mut w) = s.into_split();
+            let _ = w.write_all(&bad).await;
+            let _ = w.shutdown().await;
+            let mut lines = BufReader::new(r).lines();
+            let line = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            assert!(line.contains("error"), "{line}");
+        }
+        stop_tx.send(true).unwrap();
+        server.await.unwrap().unwrap();
+    }
+}
