@@ -112,10 +112,10 @@ fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
         let span = err.span().unwrap_or(0..0);
         let mut message = err.message().trim().replace('\n', "; ");
         // toml says only "duplicate key"; name the key the caret points at.
-        if message == "duplicate key" {
-            if let Some(key) = text.get(span.clone()).filter(|k| !k.contains('\n')) {
-                message = format!("duplicate key `{key}`");
-            }
+        if message == "duplicate key"
+            && let Some(key) = text.get(span.clone()).filter(|k| !k.contains('\n'))
+        {
+            message = format!("duplicate key `{key}`");
         }
         diags.push(
             Diagnostic::error(format!("invalid TOML: {message}"))
