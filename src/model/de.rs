@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use super::diagnostics::{Diagnostic, did_you_mean};
+use super::diagnostics::{Diagnostic, did_you_mean, has_room};
 use super::interp::{Env, InterpError, interpolate};
 use super::node::{Key, Node, NodeKind};
 use super::source::{SourceFile, Span};
@@ -60,7 +60,12 @@ impl<'a> DeCtx<'a> {
     }
 
     fn push(&self, diag: Diagnostic) {
-        self.diags.borrow_mut().push(diag);
+        // Past the cap the entry still fails, but the diagnostic is dropped.
+        let mut diags = self.diags.borrow_mut();
+        if has_room(&diags) {
+            diags.push(diag);
+        }
+        drop(diags);
         if let Some(count) = self.entry_errors.borrow_mut().last_mut() {
             *count += 1;
         }
@@ -632,6 +637,11 @@ impl<'de> Deserializer<'de> for NodeDe<'_, '_, '_> {
 
 impl NodeDe<'_, '_, '_> {
     fn unknown_field(&self, key: &Key, fields: &[&str]) {
+        if !has_room(&self.ctx.diags.borrow()) {
+            // Past the cap: fail the entry without the cost of a suggestion.
+            self.ctx.push(Diagnostic::error(String::new()));
+            return;
+        }
         let visible: Vec<&str> = fields
             .iter()
             .copied()

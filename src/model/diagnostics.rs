@@ -7,7 +7,7 @@ use std::fmt::{self, Write as _};
 
 use serde::Serialize;
 
-use super::source::{Position, SourceFile, Span};
+use super::source::{Position, SourceFile, Span, floor_char_boundary};
 
 /// How bad a diagnostic is: errors make the manifest invalid, warnings do not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -124,33 +124,53 @@ impl fmt::Display for Diagnostic {
                 start.column
             )?;
             writeln!(f, "{pad} |")?;
-            let line: Vec<char> = loc.file.line_text(start.line).chars().collect();
-            // Cut very long lines to a window around the caret.
-            let window_start = (start.column - 1).saturating_sub(SNIPPET_MAX_CHARS / 2);
-            let window_start = window_start.min(line.len());
-            let window_end = (window_start + SNIPPET_MAX_CHARS).min(line.len());
+            // Work on a window of the line around the caret, in bytes, so a
+            // very long line costs no more than a short one.
+            let file = &loc.file;
+            let line = file.line_text(start.line);
+            let line_start = file.line_start(start.line);
+            let byte_in_line = |offset: usize| {
+                (floor_char_boundary(file.text(), offset).saturating_sub(line_start))
+                    .min(line.len())
+            };
+            let caret = byte_in_line(loc.span.start);
+            let window_start = line[..caret]
+                .char_indices()
+                .rev()
+                .nth(SNIPPET_MAX_CHARS / 2 - 1)
+                .map_or(0, |(i, _)| i);
+            let window_end = line[window_start..]
+                .char_indices()
+                .nth(SNIPPET_MAX_CHARS)
+                .map_or(line.len(), |(i, _)| window_start + i);
             let shown: String = line[window_start..window_end]
-                .iter()
+                .chars()
                 .map(|c| {
-                    if c.is_control() && *c != '\t' {
+                    if c.is_control() && c != '\t' {
                         '\u{fffd}'
                     } else {
-                        *c
+                        c
                     }
                 })
                 .collect();
             writeln!(f, "{} | {shown}", start.line)?;
-            let caret_col = (start.column - 1).saturating_sub(window_start);
-            let width = if end.line == start.line {
-                end.column.saturating_sub(start.column).max(1)
+            let before_caret = &line[window_start..caret];
+            let caret_col = before_caret.chars().count();
+            let marked_end = if end.line == start.line {
+                byte_in_line(loc.span.end).max(caret)
             } else {
-                line.len().saturating_sub(start.column - 1).max(1)
+                line.len()
             };
+            let width = line[caret..marked_end]
+                .chars()
+                .take(SNIPPET_MAX_CHARS)
+                .count()
+                .max(1);
             let width = width.min(SNIPPET_MAX_CHARS.saturating_sub(caret_col).max(1));
-            let mut marker = String::new();
-            for c in line.iter().skip(window_start).take(caret_col) {
-                marker.push(if *c == '\t' { '\t' } else { ' ' });
-            }
+            let mut marker: String = before_caret
+                .chars()
+                .map(|c| if c == '\t' { '\t' } else { ' ' })
+                .collect();
             marker.push_str(&"^".repeat(width));
             writeln!(f, "{pad} | {marker}")?;
         }
@@ -256,14 +276,39 @@ impl From<&Diagnostic> for JsonDiagnostic {
 
 /// Sort diagnostics by file and position so output is stable.
 pub fn sort(diagnostics: &mut [Diagnostic]) {
-    diagnostics.sort_by(|a, b| {
-        let key = |d: &Diagnostic| {
-            d.location
-                .as_ref()
-                .map(|l| (l.file.name().to_string(), l.span.start, l.span.end))
+    fn key(d: &Diagnostic) -> Option<(&str, usize, usize)> {
+        d.location
+            .as_ref()
+            .map(|l| (l.file.name(), l.span.start, l.span.end))
+    }
+    diagnostics.sort_by(|a, b| key(a).cmp(&key(b)));
+}
+
+/// Most diagnostics one load reports. Past this the input is not a manifest
+/// with mistakes but something else (or hostile); more output helps nobody.
+pub const MAX_DIAGNOSTICS: usize = 1000;
+
+/// Whether a producer should still record diagnostics into `diags`: it may
+/// go one past [`MAX_DIAGNOSTICS`], so [`finish`] knows some were dropped.
+pub fn has_room(diags: &[Diagnostic]) -> bool {
+    diags.len() <= MAX_DIAGNOSTICS
+}
+
+/// Sort diagnostics and cut them to [`MAX_DIAGNOSTICS`], ending with a note
+/// when some were dropped.
+pub fn finish(diags: &mut Vec<Diagnostic>) {
+    sort(diags);
+    if diags.len() > MAX_DIAGNOSTICS {
+        let dropped_error = diags[MAX_DIAGNOSTICS..].iter().any(Diagnostic::is_error);
+        diags.truncate(MAX_DIAGNOSTICS);
+        let summary = format!("too many problems; only the first {MAX_DIAGNOSTICS} are shown");
+        let note = if dropped_error {
+            Diagnostic::error(summary)
+        } else {
+            Diagnostic::warning(summary)
         };
-        key(a).cmp(&key(b))
-    });
+        diags.push(note.with_hint("fix these and run `npc validate` again"));
+    }
 }
 
 /// The closest of `candidates` to `unknown`, for "did you mean" hints.
@@ -303,5 +348,40 @@ mod tests {
         let text = d.to_string();
         assert!(text.contains("--> m.toml:2:1"), "{text}");
         assert!(text.contains("2 | comand = \"x\"\n  | ^^^^^^"), "{text}");
+    }
+
+    #[test]
+    fn long_lines_are_cut_to_a_window_around_the_caret() {
+        let line = format!("{}BAD{}", "é".repeat(100_000), "x".repeat(100_000));
+        let file = SourceFile::new("m.json", line.as_str());
+        let at = "é".len() * 100_000;
+        let text = Diagnostic::error("bad").at(&file, at..at + 3).to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].ends_with("m.json:1:100001"), "{}", lines[1]);
+        let quoted = lines[3].strip_prefix("1 | ").unwrap();
+        assert_eq!(quoted.chars().count(), SNIPPET_MAX_CHARS);
+        assert!(
+            quoted.starts_with('é') && quoted.contains("BAD"),
+            "{quoted}"
+        );
+        let marker = lines[4].strip_prefix("  | ").unwrap();
+        assert_eq!(marker.find('^'), quoted.chars().position(|c| c == 'B'));
+        assert_eq!(marker.trim(), "^^^");
+    }
+
+    #[test]
+    fn finish_caps_the_count_and_says_so() {
+        let file = SourceFile::new("m.toml", "x");
+        let mut diags: Vec<Diagnostic> = (0..MAX_DIAGNOSTICS + 5)
+            .map(|_| Diagnostic::error("e").at(&file, 0..1))
+            .collect();
+        finish(&mut diags);
+        assert_eq!(diags.len(), MAX_DIAGNOSTICS + 1);
+        assert!(
+            diags[MAX_DIAGNOSTICS]
+                .summary
+                .starts_with("too many problems")
+        );
+        assert!(diags[MAX_DIAGNOSTICS].is_error());
     }
 }

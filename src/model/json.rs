@@ -4,7 +4,9 @@
 //! this parser reports duplicates, bounds nesting depth, and never recurses
 //! past [`MAX_NESTING_DEPTH`].
 
-use super::diagnostics::Diagnostic;
+use std::collections::HashMap;
+
+use super::diagnostics::{Diagnostic, has_room};
 use super::node::{Key, MAX_NESTING_DEPTH, Node, NodeKind};
 use super::source::{SourceFile, Span};
 
@@ -250,6 +252,8 @@ impl Parser<'_, '_> {
     fn object(&mut self, depth: usize) -> PResult<NodeKind> {
         self.pos += 1;
         let mut entries: Vec<(Key, Node)> = Vec::new();
+        // Where each key was first defined; a map, so wide objects stay linear.
+        let mut seen: HashMap<String, usize> = HashMap::new();
         self.skip_ws();
         if self.bytes.get(self.pos) == Some(&b'}') {
             self.pos += 1;
@@ -273,16 +277,20 @@ impl Parser<'_, '_> {
             self.pos += 1;
             self.skip_ws();
             let value = self.value(depth + 1)?;
-            if let Some((first, _)) = entries.iter().find(|(k, _)| k.name == key.name) {
-                let line = self.file.position(first.span.start).line;
-                self.diags.push(
-                    Diagnostic::error(format!("duplicate key `{}`", key.name))
-                        .at(self.file, key.span.clone())
-                        .with_hint(format!(
-                            "the key is first defined on line {line}; keep one of them"
-                        )),
-                );
+            if let Some(&first) = seen.get(&key.name) {
+                // Past the cap keep parsing (syntax errors still count) but stop collecting.
+                if has_room(self.diags) {
+                    let line = self.file.position(first).line;
+                    self.diags.push(
+                        Diagnostic::error(format!("duplicate key `{}`", key.name))
+                            .at(self.file, key.span.clone())
+                            .with_hint(format!(
+                                "the key is first defined on line {line}; keep one of them"
+                            )),
+                    );
+                }
             } else {
+                seen.insert(key.name.clone(), key.span.start);
                 entries.push((key, value));
             }
             self.skip_ws();

@@ -10,7 +10,7 @@ use std::path::{Component, Path, PathBuf};
 use indexmap::IndexMap;
 
 use super::de::{Entry, Spanned, quoted_list};
-use super::diagnostics::{Diagnostic, did_you_mean};
+use super::diagnostics::{Diagnostic, did_you_mean, has_room};
 use super::raw::*;
 use super::schedule::Schedule;
 use super::source::{SourceFile, Span};
@@ -51,6 +51,11 @@ struct Lower<'a> {
     /// Every entry name per section, including entries that failed to
     /// parse, so a reference to a broken entry is not reported twice.
     names: HashMap<&'static str, BTreeSet<String>>,
+    /// Whether deserializing already reported the `version` value (a wrong
+    /// type); its placeholder must not be reported again as unsupported.
+    version_reported: bool,
+    /// Whether any error was found, including ones dropped past the cap.
+    errored: bool,
 }
 
 /// Lower and check a raw manifest. Returns the model only when there was no error.
@@ -60,14 +65,21 @@ pub fn lower(
     files: &dyn Files,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<Manifest> {
+    let version_reported = diags.iter().any(|d| {
+        d.location
+            .as_ref()
+            .is_some_and(|l| l.span == raw.version.span)
+    });
     let mut l = Lower {
         file,
         files,
         diags: Vec::new(),
         names: HashMap::new(),
+        version_reported,
+        errored: false,
     };
     let manifest = l.manifest(raw);
-    let failed = l.diags.iter().any(Diagnostic::is_error);
+    let failed = l.errored || l.diags.iter().any(Diagnostic::is_error);
     diags.append(&mut l.diags);
     if failed || diags.iter().any(Diagnostic::is_error) {
         None
@@ -96,6 +108,10 @@ pub const SHELL_METACHARACTERS: &[char] = &[
 
 impl Lower<'_> {
     fn error(&mut self, span: &Span, summary: impl Into<String>, hint: impl Into<String>) {
+        self.errored = true;
+        if !has_room(&self.diags) {
+            return;
+        }
         self.diags.push(
             Diagnostic::error(summary)
                 .at(self.file, span.clone())
@@ -104,6 +120,9 @@ impl Lower<'_> {
     }
 
     fn warning(&mut self, span: &Span, summary: impl Into<String>, hint: impl Into<String>) {
+        if !has_room(&self.diags) {
+            return;
+        }
         self.diags.push(
             Diagnostic::warning(summary)
                 .at(self.file, span.clone())
@@ -140,7 +159,7 @@ impl Lower<'_> {
     }
 
     fn manifest(&mut self, raw: RawManifest) -> Manifest {
-        if *raw.version != 1 {
+        if *raw.version != 1 && !self.version_reported {
             self.error(
                 &raw.version.span,
                 format!("unsupported manifest version `{}`", *raw.version),
@@ -660,7 +679,14 @@ impl Lower<'_> {
                         return None;
                     }
                     Ok(text) => {
-                        let located = template::TemplateSource::file(&path.value, &text);
+                        // Name the file as the manifest is named (relative to
+                        // the same directory), so the location can be opened.
+                        let shown = Path::new(self.file.name())
+                            .parent()
+                            .unwrap_or(Path::new(""))
+                            .join(&path.value);
+                        let located =
+                            template::TemplateSource::file(&shown.to_string_lossy(), &text);
                         (PromptSource::File { path: path.value }, text, located)
                     }
                     Err(e) => {
@@ -780,6 +806,8 @@ impl Lower<'_> {
                     .lines()
                     .last()
                     .unwrap_or("")
+                    .trim()
+                    .trim_start_matches("error:")
                     .trim()
                     .to_lowercase();
                 self.error(

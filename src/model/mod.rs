@@ -20,6 +20,9 @@ pub mod template;
 pub mod text;
 pub mod types;
 
+#[cfg(test)]
+mod tests;
+
 use std::path::{Path, PathBuf};
 
 pub use diagnostics::{Diagnostic, Severity};
@@ -104,7 +107,7 @@ pub fn load_bytes(
     let raw: Option<raw::RawManifest> = ctx.deserialize(&root);
     diagnostics.append(&mut ctx.diags.borrow_mut());
     let manifest = raw.and_then(|raw| lower::lower(raw, &source, files, &mut diagnostics));
-    diagnostics::sort(&mut diagnostics);
+    diagnostics::finish(&mut diagnostics);
     let manifest = if diagnostics.iter().any(Diagnostic::is_error) {
         None
     } else {

@@ -3,7 +3,7 @@
 //! every value and key. Parsing is bounded (size, nesting depth) and reports
 //! every syntax error it can find, never panicking on hostile input.
 
-use super::diagnostics::Diagnostic;
+use super::diagnostics::{Diagnostic, MAX_DIAGNOSTICS};
 use super::json;
 use super::source::{SourceFile, Span};
 
@@ -107,9 +107,16 @@ fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
     let text = file.text();
     let (table, errors) = toml::de::DeTable::parse_recoverable(text);
     let failed = !errors.is_empty();
-    for err in errors {
+    // One past the cap, so the report says problems were dropped.
+    for err in errors.into_iter().take(MAX_DIAGNOSTICS + 1) {
         let span = err.span().unwrap_or(0..0);
-        let message = err.message().trim().replace('\n', "; ");
+        let mut message = err.message().trim().replace('\n', "; ");
+        // toml says only "duplicate key"; name the key the caret points at.
+        if message == "duplicate key"
+            && let Some(key) = text.get(span.clone()).filter(|k| !k.contains('\n'))
+        {
+            message = format!("duplicate key `{key}`");
+        }
         diags.push(
             Diagnostic::error(format!("invalid TOML: {message}"))
                 .at(file, span)

@@ -7,3 +7,4 @@ mod daemon;
 mod manifest;
 mod supervisor;
 mod support;
+mod validate;

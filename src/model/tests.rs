@@ -1,0 +1,443 @@
+//! Whole-loader tests of [`load_bytes`]: regressions found while building
+//! the fixture corpus, hostile input (empty, binary, NUL bytes, huge, deeply
+//! nested, duplicate keys, very long lines), and property tests feeding the
+//! loader arbitrary bytes and mutated valid manifests in both syntaxes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+
+use super::diagnostics::{JsonReport, MAX_DIAGNOSTICS};
+use super::*;
+
+/// The valid fixtures, compiled in so the property tests need no disk.
+const FULL_TOML: &str = include_str!("../../fixtures/valid/full.toml");
+const MINIMAL_JSON: &str = include_str!("../../fixtures/valid/minimal.json");
+const TRIAGE_TEMPLATE: &str = include_str!("../../fixtures/valid/prompts/triage.md.j2");
+const LINT_PLUGIN: &str = include_str!("../../fixtures/valid/plugins/lint/plugin.json");
+
+/// Nesting depth of the hostile documents.
+const HOSTILE_DEPTH: usize = 10_000;
+
+/// Referenced files held in memory.
+#[derive(Debug, Default)]
+struct MapFiles {
+    files: BTreeMap<PathBuf, String>,
+    dirs: BTreeSet<PathBuf>,
+}
+
+impl MapFiles {
+    fn with(mut self, path: &str, text: &str) -> Self {
+        let path = PathBuf::from(path);
+        let mut dir = path.parent();
+        while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
+            self.dirs.insert(d.to_path_buf());
+            dir = d.parent();
+        }
+        self.files.insert(path, text.to_string());
+        self
+    }
+}
+
+impl Files for MapFiles {
+    fn read_to_string(&self, path: &Path) -> std::io::Result<String> {
+        self.files
+            .get(path)
+            .cloned()
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        self.dirs.contains(path)
+    }
+}
+
+/// The files `fixtures/valid/full.toml` references.
+fn fixture_files() -> MapFiles {
+    MapFiles::default()
+        .with("prompts/triage.md.j2", TRIAGE_TEMPLATE)
+        .with("plugins/lint/plugin.json", LINT_PLUGIN)
+}
+
+/// Load with an empty environment.
+fn load(name: &str, bytes: &[u8], files: &dyn Files) -> Loaded {
+    let env: BTreeMap<String, String> = BTreeMap::new();
+    load_bytes(name, bytes, Syntax::from_path(name), &env, files)
+}
+
+/// What every load must satisfy, whatever the input.
+fn check_invariants(loaded: &Loaded) -> Result<(), String> {
+    match &loaded.manifest {
+        None if loaded.error_count() == 0 => {
+            return Err(format!(
+                "no manifest but no error: {:#?}",
+                loaded.diagnostics
+            ));
+        }
+        Some(_) if loaded.error_count() > 0 => {
+            return Err("a manifest despite errors".into());
+        }
+        _ => {}
+    }
+    if loaded.diagnostics.len() > MAX_DIAGNOSTICS + 1 {
+        return Err(format!("{} diagnostics", loaded.diagnostics.len()));
+    }
+    for d in &loaded.diagnostics {
+        if let Some(loc) = &d.location {
+            let len = loc.file.text().len();
+            if !(loc.span.start <= loc.span.end && loc.span.end <= len) {
+                return Err(format!(
+                    "span {:?} outside `{}` ({len} bytes): {}",
+                    loc.span,
+                    loc.file.name(),
+                    d.summary
+                ));
+            }
+        }
+        if d.summary.is_empty() {
+            return Err("empty summary".into());
+        }
+        // Rendering must not panic either.
+        let _ = d.to_string();
+    }
+    let _ = serde_json::to_string(&JsonReport::new(&loaded.diagnostics));
+    Ok(())
+}
+
+fn summaries(loaded: &Loaded) -> Vec<&str> {
+    loaded
+        .diagnostics
+        .iter()
+        .map(|d| d.summary.as_str())
+        .collect()
+}
+
+/// Load hostile bytes, check the invariants, and require a refusal.
+fn refused(name: &str, bytes: &[u8]) -> Loaded {
+    let loaded = load(name, bytes, &MapFiles::default());
+    check_invariants(&loaded).unwrap();
+    assert!(loaded.manifest.is_none(), "{name} accepted");
+    loaded
+}
+
+#[test]
+fn valid_fixtures_load() {
+    let full = load("full.toml", FULL_TOML.as_bytes(), &fixture_files());
+    assert!(full.diagnostics.is_empty(), "{:#?}", full.diagnostics);
+    let m = full.manifest.unwrap();
+    assert_eq!(m.triggers.len(), 4);
+    assert_eq!(m.prompts.len(), 2);
+    let minimal = load(
+        "minimal.json",
+        MINIMAL_JSON.as_bytes(),
+        &MapFiles::default(),
+    );
+    assert!(minimal.manifest.is_some(), "{:#?}", minimal.diagnostics);
+}
+
+// Regressions found with the corpus ------------------------------------------
+
+#[test]
+fn a_wrong_typed_version_is_reported_once() {
+    for (name, text) in [
+        ("m.json", "{\"version\": \"1\"}"),
+        ("m.toml", "version = 1.5\n"),
+        ("m.toml", "version = [1]\n"),
+    ] {
+        let loaded = refused(name, text.as_bytes());
+        assert_eq!(loaded.diagnostics.len(), 1, "{:#?}", loaded.diagnostics);
+        assert!(summaries(&loaded)[0].starts_with("wrong type for `version`"));
+    }
+    // A well-typed but unsupported version is still reported.
+    let loaded = refused("m.toml", b"version = 0\n");
+    assert_eq!(summaries(&loaded), ["unsupported manifest version `0`"]);
+}
+
+#[test]
+fn template_file_errors_name_the_file_next_to_the_manifest() {
+    let files = MapFiles::default().with("prompts/p.j2", "ok\n{% if %}\n");
+    let text = "version = 1\n[prompts.p]\nfile = \"prompts/p.j2\"\n";
+    let loaded = load("repo/sub/npcagent.toml", text.as_bytes(), &files);
+    check_invariants(&loaded).unwrap();
+    let d = &loaded.diagnostics[0];
+    assert!(d.summary.starts_with("template syntax error in prompt `p`"));
+    let loc = d.location.as_ref().unwrap();
+    assert_eq!(loc.file.name(), "repo/sub/prompts/p.j2");
+    assert_eq!(d.range().unwrap().0.line, 2);
+}
+
+#[test]
+fn regex_errors_are_not_prefixed_twice() {
+    let text = "version = 1\n[[hooks.before_tool]]\ncommand = \"x\"\nmatcher = \"(\"\n";
+    let loaded = refused("m.toml", text.as_bytes());
+    assert_eq!(
+        summaries(&loaded),
+        ["`matcher` is not a valid regular expression: unclosed group"]
+    );
+}
+
+#[test]
+fn toml_duplicate_keys_name_the_key() {
+    let loaded = refused(
+        "m.toml",
+        b"version = 1\n[project]\nname = \"a\"\nname = \"b\"\n",
+    );
+    assert_eq!(summaries(&loaded), ["invalid TOML: duplicate key `name`"]);
+}
+
+// Hostile input ---------------------------------------------------------------
+
+#[test]
+fn empty_and_blank_files_are_refused() {
+    for (name, text) in [
+        ("m.toml", ""),
+        ("m.toml", "\n\n   \n"),
+        ("m.json", ""),
+        ("m.json", "  \n"),
+    ] {
+        let loaded = refused(name, text.as_bytes());
+        assert_eq!(loaded.diagnostics.len(), 1, "{name} {text:?}");
+    }
+}
+
+#[test]
+fn binary_garbage_is_refused() {
+    let garbage: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+    for name in ["m.toml", "m.json"] {
+        let loaded = refused(name, &garbage);
+        assert_eq!(summaries(&loaded), ["manifest is not valid UTF-8"]);
+        // Points at the first bad byte (0x80, after 0x00..=0x7f).
+        assert_eq!(
+            loaded.diagnostics[0].location.as_ref().unwrap().span,
+            128..129
+        );
+    }
+    // Valid UTF-8 that is neither TOML nor JSON.
+    let noise: String = "\u{1}\u{7f}é\u{feff}😀\u{0}".repeat(10_000);
+    refused("m.toml", noise.as_bytes());
+    refused("m.json", noise.as_bytes());
+}
+
+#[test]
+fn nul_bytes_are_refused() {
+    for (name, text) in [
+        ("m.toml", &b"version = 1\x00\n"[..]),
+        ("m.toml", b"version = 1\n[project]\nname = \"a\x00b\"\n"),
+        ("m.json", b"{\"version\": 1,\x00 \"a\": 1}"),
+        (
+            "m.json",
+            b"{\"version\": 1, \"project\": {\"name\": \"a\x00b\"}}",
+        ),
+        ("m.toml", b"\x00\x00\x00\x00"),
+    ] {
+        let loaded = refused(name, text);
+        let shown = loaded.diagnostics[0].to_string();
+        assert!(!shown.contains('\0'), "NUL reached the terminal: {shown:?}");
+    }
+}
+
+#[test]
+fn oversized_input_is_refused_before_parsing() {
+    let big = vec![b'#'; node::MAX_MANIFEST_BYTES + 1];
+    let loaded = refused("m.toml", &big);
+    assert_eq!(loaded.diagnostics.len(), 1);
+    assert!(summaries(&loaded)[0].starts_with("manifest is larger than the limit"));
+    // Exactly at the limit it is parsed (and here, a comment-only file,
+    // rejected for what it says rather than its size).
+    let at_limit = vec![b'#'; node::MAX_MANIFEST_BYTES];
+    let loaded = refused("m.toml", &at_limit);
+    assert_eq!(summaries(&loaded), ["missing field `version`"]);
+}
+
+#[test]
+fn deep_nesting_is_refused_without_overflowing_the_stack() {
+    let d = HOSTILE_DEPTH;
+    let cases = [
+        (
+            "m.toml",
+            format!("version = 1\nx = {}{}\n", "[".repeat(d), "]".repeat(d)),
+        ),
+        (
+            "m.toml",
+            format!("version = 1\nx = {}1{}\n", "{a = ".repeat(d), "}".repeat(d)),
+        ),
+        (
+            "m.toml",
+            format!("version = 1\nx = {}\n", "[{a = ".repeat(d)),
+        ),
+        (
+            "m.toml",
+            format!("version = 1\n{} = 1\n", vec!["a"; d].join(".")),
+        ),
+        (
+            "m.toml",
+            format!("version = 1\n[{}]\n", vec!["a"; d].join(".")),
+        ),
+        (
+            "m.toml",
+            format!("version = 1\n[[{}]]\n", vec!["a"; d].join(".")),
+        ),
+        ("m.json", format!("{}{}", "[".repeat(d), "]".repeat(d))),
+        (
+            "m.json",
+            format!("{}1{}", "{\"a\": ".repeat(d), "}".repeat(d)),
+        ),
+        (
+            "m.json",
+            format!("{{\"version\": 1, \"x\": {}", "[{\"a\": ".repeat(d)),
+        ),
+    ];
+    for (name, text) in cases {
+        // The test thread's stack is small (2 MiB), so an unbounded recursion
+        // would abort the whole test binary here.
+        let loaded = refused(name, text.as_bytes());
+        assert!(!loaded.diagnostics.is_empty(), "{name}: {:.40}", text);
+    }
+}
+
+#[test]
+fn duplicate_keys_are_reported_and_bounded() {
+    let toml = format!("version = 1\n{}", "k = 1\n".repeat(5_000));
+    let loaded = refused("m.toml", toml.as_bytes());
+    assert!(summaries(&loaded)[0].starts_with("invalid TOML: duplicate key `k`"));
+
+    let json = format!("{{\"version\": 1, {}\"z\": 1}}", "\"k\": 1, ".repeat(5_000));
+    let loaded = refused("m.json", json.as_bytes());
+    assert_eq!(loaded.diagnostics.len(), MAX_DIAGNOSTICS + 1);
+    // The first `k` is also an unknown field; every later one a duplicate.
+    assert_eq!(loaded.diagnostics[0].summary, "unknown top-level field `k`");
+    assert_eq!(loaded.diagnostics[1].summary, "duplicate key `k`");
+    assert!(
+        loaded.diagnostics[MAX_DIAGNOSTICS]
+            .summary
+            .starts_with("too many problems")
+    );
+}
+
+#[test]
+fn very_long_lines_are_handled() {
+    // A 2 MB string value followed by a mistake on the same line.
+    let long = "x".repeat(2 * 1024 * 1024);
+    let text = format!("version = 1\nproject = {{ name = \"{long}\", nmae = 1 }}\n");
+    let loaded = refused("m.toml", text.as_bytes());
+    assert_eq!(summaries(&loaded), ["unknown field `nmae` in `project`"]);
+    let (start, _) = loaded.diagnostics[0].range().unwrap();
+    assert_eq!(start.line, 2);
+    // 1-based: the columns of `project = { name = "`, the value, `", `, then `nmae`.
+    assert_eq!(
+        start.column,
+        "project = { name = \"".len() + long.len() + 3 + 1
+    );
+    let shown = loaded.diagnostics[0].to_string();
+    assert!(shown.len() < 2_000, "snippet is {} bytes", shown.len());
+    assert!(shown.contains("nmae = 1"), "{shown}");
+
+    // A long line without any newline in JSON, unterminated.
+    let json = format!("{{\"version\": 1, \"project\": {{\"name\": \"{long}");
+    let loaded = refused("m.json", json.as_bytes());
+    assert_eq!(summaries(&loaded), ["invalid JSON: unterminated string"]);
+}
+
+// Property tests ----------------------------------------------------------------
+
+/// One edit of a valid manifest.
+#[derive(Debug, Clone)]
+enum Mutation {
+    /// Replace the byte at `at` (modulo the length) with `byte`.
+    Flip { at: usize, byte: u8 },
+    /// Keep only the first `len` bytes (modulo the length + 1).
+    Truncate { len: usize },
+    /// Delete line `line` (modulo the line count).
+    DeleteLine { line: usize },
+    /// Insert `text` at `at` (modulo the length + 1).
+    Insert { at: usize, text: Vec<u8> },
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    let interesting = prop::sample::select(vec![
+        &b"["[..],
+        b"]",
+        b"{",
+        b"}",
+        b"\"",
+        b"=",
+        b"\n",
+        b"${",
+        b"{{",
+        b"{%",
+        b"\\u",
+        b"\x00",
+        b"\xff",
+        b"[[x]]\n",
+        b"version = 1\n",
+        b",",
+    ])
+    .prop_map(<[u8]>::to_vec);
+    prop_oneof![
+        (any::<usize>(), any::<u8>()).prop_map(|(at, byte)| Mutation::Flip { at, byte }),
+        any::<usize>().prop_map(|len| Mutation::Truncate { len }),
+        any::<usize>().prop_map(|line| Mutation::DeleteLine { line }),
+        (any::<usize>(), interesting).prop_map(|(at, text)| Mutation::Insert { at, text }),
+    ]
+}
+
+fn apply(mut bytes: Vec<u8>, m: &Mutation) -> Vec<u8> {
+    match m {
+        Mutation::Flip { at, byte } if !bytes.is_empty() => {
+            let i = at % bytes.len();
+            bytes[i] = *byte;
+        }
+        Mutation::Flip { .. } => {}
+        Mutation::Truncate { len } => bytes.truncate(len % (bytes.len() + 1)),
+        Mutation::DeleteLine { line } => {
+            let mut lines: Vec<&[u8]> = bytes.split_inclusive(|b| *b == b'\n').collect();
+            if !lines.is_empty() {
+                let i = line % lines.len();
+                lines.remove(i);
+            }
+            bytes = lines.concat();
+        }
+        Mutation::Insert { at, text } => {
+            let i = at % (bytes.len() + 1);
+            bytes.splice(i..i, text.iter().copied());
+        }
+    }
+    bytes
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn arbitrary_bytes_never_break_the_loader(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
+        for name in ["m.toml", "m.json"] {
+            let loaded = load(name, &bytes, &MapFiles::default());
+            prop_assert!(check_invariants(&loaded).is_ok(), "{}", check_invariants(&loaded).unwrap_err());
+        }
+    }
+
+    #[test]
+    fn manifest_like_text_never_breaks_the_loader(
+        text in "(version = 1\n|\\[[a-z_.]{0,12}\\]\n|[a-z_]{1,10} = |\"[a-z${}:-]{0,10}\"|[0-9]{1,4}|\\{|\\}|\\[|\\]|,|\n|\\{\\{ [a-z.]{0,8} \\}\\}){0,60}"
+    ) {
+        for name in ["m.toml", "m.json"] {
+            let loaded = load(name, text.as_bytes(), &fixture_files());
+            prop_assert!(check_invariants(&loaded).is_ok(), "{}", check_invariants(&loaded).unwrap_err());
+        }
+    }
+
+    #[test]
+    fn mutated_valid_manifests_never_break_the_loader(
+        mutations in prop::collection::vec(mutation(), 1..5),
+        json in any::<bool>(),
+    ) {
+        let (name, source) = if json {
+            ("minimal.json", MINIMAL_JSON)
+        } else {
+            ("full.toml", FULL_TOML)
+        };
+        let bytes = mutations.iter().fold(source.as_bytes().to_vec(), apply);
+        let loaded = load(name, &bytes, &fixture_files());
+        prop_assert!(check_invariants(&loaded).is_ok(), "{}", check_invariants(&loaded).unwrap_err());
+    }
+}
