@@ -354,7 +354,7 @@ pub fn codex_entry(name: &str, server: &McpServer) -> Entry<Vec<(&'static str, t
                     note(
                         &mut notes,
                         format!(
-                            "environment variable `{k}` is a secret that codex can only pass through under its own name (`{k} = \"${{{k}}}\"`); left out"
+                            "environment variable `{k}` is a secret, and codex only passes a variable through under its own name (write it as `\"${{{k}}}\"`); left out"
                         ),
                     );
                 }

@@ -112,9 +112,31 @@ pub fn import_str(path: &Path, text: &str) -> Result<Vec<(String, ImportedServer
             ProviderKind::GeminiCli => gemini(&f)?,
             _ => opencode(&f)?,
         };
-        out.push((name.clone(), server));
+        out.push((name.clone(), named(name, server)));
     }
     Ok(out)
+}
+
+/// Whether the manifest accepts `name` as an entry name.
+fn is_manifest_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some('a'..='z' | '0'..='9'))
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_' | '-'))
+}
+
+/// Note a name the manifest would reject, with a suggestion.
+fn named(name: &str, mut server: ImportedServer) -> ImportedServer {
+    if !is_manifest_name(name) {
+        let suggestion = name.to_ascii_lowercase().replace(
+            |c: char| !c.is_ascii_alphanumeric() && c != '_' && c != '-',
+            "-",
+        );
+        server.notes.push(format!(
+            "`{name}` is not a valid manifest name; rename it, for example to `{}`",
+            suggestion.trim_start_matches(['-', '_'])
+        ));
+    }
+    server
 }
 
 fn kind_from_name(path: &Path) -> Option<ProviderKind> {
@@ -517,7 +539,7 @@ fn import_codex(path: &Path, text: &str) -> Result<Vec<(String, ImportedServer)>
             at: format!("mcp_servers.{name}"),
             entry,
         };
-        out.push((name.to_string(), codex(&f)?));
+        out.push((name.to_string(), named(name, codex(&f)?)));
     }
     Ok(out)
 }

@@ -256,6 +256,9 @@ fn unified_diff(path: &Path, before: Option<&str>, after: &str) -> String {
         .to_string()
 }
 
+/// Distinguishes temporary files of concurrent writes in one process.
+static TMP_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Apply a planned change: write `after` to a temporary file beside the
 /// target and rename it over, creating parent directories. Does nothing
 /// (and returns `false`) when the text would not change. Refuses when the
@@ -281,7 +284,11 @@ pub fn write(change: &FileChange) -> Result<bool, NativeError> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{file_name}.npc-{}.tmp", std::process::id()));
+    let unique = TMP_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(
+        ".{file_name}.npc-{}-{unique}.tmp",
+        std::process::id()
+    ));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(change.after.as_bytes())?;

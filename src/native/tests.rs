@@ -765,3 +765,43 @@ proptest! {
         let _ = import_str(Path::new("x.json"), &text);
     }
 }
+
+#[test]
+fn codex_reads_secret_headers_from_the_environment_where_it_can() {
+    let m = manifest(
+        r#"
+version = 1
+[mcp.servers.h]
+url = "https://mcp.example.com/mcp"
+headers = { Authorization = "Bearer ${TOKEN}", "X-Key" = "${API_KEY}", "X-Mixed" = "k=${API_KEY}" }
+"#,
+    );
+    let c = plan(ProviderKind::Codex, None, &m, &none());
+    assert!(
+        c.after.contains("bearer_token_env_var = \"TOKEN\""),
+        "{}",
+        c.after
+    );
+    assert!(
+        c.after
+            .contains("env_http_headers = { X-Key = \"API_KEY\" }"),
+        "{}",
+        c.after
+    );
+    assert!(!c.after.contains("X-Mixed"), "{}", c.after);
+    assert!(
+        c.notes.iter().any(|n| n.contains("`X-Mixed`")),
+        "{:?}",
+        c.notes
+    );
+    assert_change_has_no_secret(&c);
+}
+
+#[test]
+fn imported_names_the_manifest_would_reject_get_a_note() {
+    let text = r#"{"mcpServers": {"GitHub": {"command": "gh-mcp"}, "ok-name": {"command": "x"}}}"#;
+    let e = import_str(Path::new(".mcp.json"), text).unwrap();
+    assert_eq!(e[0].1.notes.len(), 1, "{:?}", e[0].1.notes);
+    assert!(e[0].1.notes[0].contains("`github`"), "{:?}", e[0].1.notes);
+    assert!(e[1].1.notes.is_empty());
+}
