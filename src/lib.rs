@@ -4,6 +4,7 @@
 pub mod bus;
 pub mod cli;
 pub mod model;
+pub mod native;
 pub mod plan;
 pub mod runtime;
 pub mod store;

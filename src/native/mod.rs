@@ -1,0 +1,323 @@
+//! Native MCP configuration files: one registry (the manifest's
+//! `mcp.servers`) kept in sync with each agent CLI's own MCP file — Claude
+//! Code `.mcp.json`, Codex `.codex/config.toml`, Gemini CLI
+//! `.gemini/settings.json`, OpenCode `opencode.json` — and the way back
+//! (`npc import`).
+//!
+//! Export is a plan, then a write. [`plan_file`] reads the existing file,
+//! changes only the entries npc manages (the caller passes the names it
+//! managed before and stores the set returned), keeps every other key,
+//! entry and comment, and returns the new text with a unified diff and
+//! notes on anything a target cannot express. [`write`] replaces the file
+//! atomically, and only when the text changed. A file that does not parse
+//! is reported with its line and column and never overwritten. Secrets are
+//! written as environment references, never as values.
+
+mod edit;
+pub mod export;
+pub mod import;
+pub mod refs;
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write as _};
+use std::path::{Path, PathBuf};
+
+use crate::model::Manifest;
+pub use crate::model::ProviderKind;
+pub use import::{
+    ImportedServer, ImportedTransport, import, import_str, merge_into_manifest, to_manifest_toml,
+};
+
+/// Largest native configuration file npc reads (a user's `~/.claude.json`
+/// holds per-project history and can grow to several megabytes).
+pub const MAX_NATIVE_FILE_BYTES: usize = 16 * 1024 * 1024;
+/// Lines of context around each change in a diff.
+pub const DIFF_CONTEXT_LINES: usize = 3;
+
+/// Which file: a project's own, or the user's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// The file inside the repository (the default).
+    Project,
+    /// The user-level file under `home`; only on an explicit request.
+    User { home: PathBuf },
+}
+
+/// One native configuration file: which agent CLI, which scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub kind: ProviderKind,
+    pub scope: Scope,
+}
+
+impl Target {
+    /// The project-scoped file of `kind`.
+    pub fn project(kind: ProviderKind) -> Self {
+        Self {
+            kind,
+            scope: Scope::Project,
+        }
+    }
+}
+
+/// Options for [`plan_file`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Replace an entry npc did not write when a manifest server has its
+    /// name, instead of reporting a conflict and leaving it alone.
+    pub force: bool,
+}
+
+/// The planned change to one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChange {
+    pub path: PathBuf,
+    /// The file's text now; `None` when it does not exist.
+    pub before: Option<String>,
+    /// The file's text after the change. Empty, with `before` `None`, when
+    /// there is nothing to write and the file is not created.
+    pub after: String,
+    /// Unified diff from `before` to `after`; empty when nothing changes.
+    pub diff: String,
+    /// What a target could not express, conflicts, and skipped servers.
+    pub notes: Vec<String>,
+    /// Entry names npc manages in this file after the change; the caller
+    /// stores this and passes it as `previously_managed` next time.
+    pub managed: BTreeSet<String>,
+    /// Manifest servers whose name is taken by an entry npc did not write.
+    pub conflicts: Vec<String>,
+}
+
+impl FileChange {
+    /// Whether applying this change would modify the file system.
+    pub fn is_change(&self) -> bool {
+        match &self.before {
+            Some(before) => *before != self.after,
+            None => !self.after.is_empty(),
+        }
+    }
+}
+
+/// Errors reading, planning, writing or importing native files.
+#[derive(Debug, thiserror::Error)]
+pub enum NativeError {
+    #[error("cannot read `{path}`: {source}; check the path and its permissions")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write `{path}`: {source}; check the directory exists and is writable")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("`{path}` is larger than the limit of {limit} bytes; check the path")]
+    TooLarge { path: PathBuf, limit: usize },
+    #[error("`{path}` is not valid UTF-8; save it as UTF-8 and try again")]
+    NotUtf8 { path: PathBuf },
+    #[error(
+        "{path}:{line}:{column}: not valid {format}: {message}; fix the file by hand (npc leaves it untouched)"
+    )]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        format: &'static str,
+        message: String,
+    },
+    #[error("`{path}`: {message}; fix the file by hand (npc leaves it untouched)")]
+    Shape { path: PathBuf, message: String },
+    #[error("`{path}` changed since it was planned; run the plan again")]
+    Stale { path: PathBuf },
+    #[error(
+        "cannot tell which agent CLI `{path}` configures; expected `.mcp.json`, `.codex/config.toml`, `.gemini/settings.json` or `opencode.json`"
+    )]
+    UnknownKind { path: PathBuf },
+    #[error(
+        "MCP servers {names} are already declared in the manifest; remove or rename them, then import again"
+    )]
+    AlreadyDeclared { names: String },
+}
+
+/// The file a target lives in.
+pub fn target_path(repo_root: &Path, target: &Target) -> PathBuf {
+    match &target.scope {
+        Scope::Project => repo_root.join(match target.kind {
+            ProviderKind::ClaudeCode => ".mcp.json",
+            ProviderKind::Codex => ".codex/config.toml",
+            ProviderKind::GeminiCli => ".gemini/settings.json",
+            ProviderKind::Opencode => "opencode.json",
+        }),
+        Scope::User { home } => home.join(match target.kind {
+            ProviderKind::ClaudeCode => ".claude.json",
+            ProviderKind::Codex => ".codex/config.toml",
+            ProviderKind::GeminiCli => ".gemini/settings.json",
+            ProviderKind::Opencode => ".config/opencode/opencode.json",
+        }),
+    }
+}
+
+/// Read a native file: `None` when it does not exist, an error when it
+/// cannot be read, is too large or is not UTF-8.
+pub fn read_existing(path: &Path) -> Result<Option<String>, NativeError> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(NativeError::Read {
+                path: path.into(),
+                source,
+            });
+        }
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_NATIVE_FILE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| NativeError::Read {
+            path: path.into(),
+            source,
+        })?;
+    if bytes.len() > MAX_NATIVE_FILE_BYTES {
+        return Err(NativeError::TooLarge {
+            path: path.into(),
+            limit: MAX_NATIVE_FILE_BYTES,
+        });
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| NativeError::NotUtf8 { path: path.into() })
+}
+
+/// Plan the change that brings `target`'s file in line with the
+/// manifest's MCP servers. Reads the file; writes nothing.
+pub fn plan_file(
+    repo_root: &Path,
+    target: &Target,
+    manifest: &Manifest,
+    previously_managed: &BTreeSet<String>,
+    opts: PlanOptions,
+) -> Result<FileChange, NativeError> {
+    let path = target_path(repo_root, target);
+    let before = read_existing(&path)?;
+    plan_text(
+        path,
+        target.kind,
+        before,
+        manifest,
+        previously_managed,
+        opts,
+    )
+}
+
+/// [`plan_file`] on text already read: `before` is the file's content, or
+/// `None` when it does not exist.
+pub fn plan_text(
+    path: PathBuf,
+    kind: ProviderKind,
+    before: Option<String>,
+    manifest: &Manifest,
+    previously_managed: &BTreeSet<String>,
+    opts: PlanOptions,
+) -> Result<FileChange, NativeError> {
+    let edited = edit::edit(
+        &path,
+        kind,
+        before.as_deref(),
+        manifest,
+        previously_managed,
+        opts,
+    )?;
+    let mut change = FileChange {
+        diff: String::new(),
+        path,
+        before,
+        after: edited.after,
+        notes: edited.notes,
+        managed: edited.managed,
+        conflicts: edited.conflicts,
+    };
+    if change.is_change() {
+        change.diff = unified_diff(&change.path, change.before.as_deref(), &change.after);
+    }
+    Ok(change)
+}
+
+fn unified_diff(path: &Path, before: Option<&str>, after: &str) -> String {
+    let shown = path.display().to_string();
+    let old = if before.is_some() {
+        shown.as_str()
+    } else {
+        "/dev/null"
+    };
+    similar::TextDiff::from_lines(before.unwrap_or(""), after)
+        .unified_diff()
+        .context_radius(DIFF_CONTEXT_LINES)
+        .header(old, &shown)
+        .to_string()
+}
+
+/// Distinguishes temporary files of concurrent writes in one process.
+static TMP_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Apply a planned change: write `after` to a temporary file beside the
+/// target and rename it over, creating parent directories. Does nothing
+/// (and returns `false`) when the text would not change. Refuses when the
+/// file changed since it was planned.
+pub fn write(change: &FileChange) -> Result<bool, NativeError> {
+    if !change.is_change() {
+        return Ok(false);
+    }
+    let path = &change.path;
+    if read_existing(path)? != change.before {
+        return Err(NativeError::Stale { path: path.clone() });
+    }
+    let werr = |source| NativeError::Write {
+        path: path.clone(),
+        source,
+    };
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(werr)?;
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let unique = TMP_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(
+        ".{file_name}.npc-{}-{unique}.tmp",
+        std::process::id()
+    ));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(change.after.as_bytes())?;
+        f.sync_all()?;
+        if let Ok(meta) = std::fs::metadata(path) {
+            std::fs::set_permissions(&tmp, meta.permissions())?;
+        }
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        // Best effort: the temporary file is ours and useless now.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(werr(e));
+    }
+    Ok(true)
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count() + 1)
+        .unwrap_or(1);
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests;
