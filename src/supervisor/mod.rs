@@ -226,6 +226,7 @@ pub enum SupervisorEvent {
         reason: String,
     },
     /// The child was stopped on request and its process group is gone.
+    /// A stop of a live process emits `Exited` first, then `Stopped`.
     Stopped {
         id: String,
     },
