@@ -71,11 +71,11 @@ pub enum SupervisorError {
         #[source]
         source: std::io::Error,
     },
-    #[error("child `{id}` is already {state}; stop it first or use `restart`")]
+    #[error("child `{id}` is active (state `{state}`); stop it first or use `restart`")]
     AlreadyRunning { id: String, state: ChildState },
     #[error("no child `{id}` is supervised; start it first")]
     UnknownChild { id: String },
-    #[error("child `{id}` is {state}, not running; start it first")]
+    #[error("child `{id}` is not running (state `{state}`); start it first")]
     NotRunning { id: String, state: ChildState },
     #[error("child `{id}` did not come up: {reason}; check its log and command")]
     NotReady { id: String, reason: String },
@@ -226,6 +226,7 @@ pub enum SupervisorEvent {
         reason: String,
     },
     /// The child was stopped on request and its process group is gone.
+    /// A stop of a live process emits `Exited` first, then `Stopped`.
     Stopped {
         id: String,
     },
@@ -531,5 +532,57 @@ impl Supervisor {
             return Err(SupervisorError::ShuttingDown);
         }
         oneshot::spawn_streaming(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_info_reads_well() {
+        let code = ExitInfo {
+            code: Some(3),
+            signal: None,
+        };
+        let killed = ExitInfo {
+            code: None,
+            signal: Some(9),
+        };
+        assert_eq!(code.to_string(), "exit code 3");
+        assert_eq!(killed.to_string(), "killed by signal 9 (SIGKILL)");
+        assert!(!code.success() && !killed.success());
+        assert!(
+            ExitInfo {
+                code: Some(0),
+                signal: None
+            }
+            .success()
+        );
+    }
+
+    #[test]
+    fn events_serialise_with_a_tag_and_milliseconds() {
+        let ev = SupervisorEvent::Restarting {
+            id: "mcp_server/fs".into(),
+            attempt: 2,
+            delay: Duration::from_millis(1500),
+        };
+        assert_eq!(
+            serde_json::to_value(&ev).expect("serialises"),
+            serde_json::json!({"event": "restarting", "id": "mcp_server/fs", "attempt": 2, "delay_ms": 1500})
+        );
+    }
+
+    #[test]
+    fn error_messages_name_the_child_and_the_fix() {
+        let err = SupervisorError::AlreadyRunning {
+            id: "a".into(),
+            state: ChildState::Backoff,
+        };
+        assert_eq!(
+            err.to_string(),
+            "child `a` is active (state `backoff`); stop it first or use `restart`"
+        );
     }
 }

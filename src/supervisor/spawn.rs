@@ -175,12 +175,14 @@ pub fn child_env(
     env
 }
 
-fn open_log(path: &Path) -> io::Result<File> {
+/// Open `path` for appending, first renaming it to `<path>.1` (replacing
+/// an older one) when it is larger than `rotate_at` bytes.
+fn open_log(path: &Path, rotate_at: u64) -> io::Result<File> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     if let Ok(meta) = std::fs::metadata(path)
-        && meta.len() > LOG_ROTATE_BYTES
+        && meta.len() > rotate_at
     {
         let mut rotated = path.as_os_str().to_owned();
         rotated.push(".1");
@@ -193,7 +195,7 @@ fn output_stdio(wiring: &OutputWiring) -> io::Result<Stdio> {
     Ok(match wiring {
         OutputWiring::Null => Stdio::null(),
         OutputWiring::Piped => Stdio::piped(),
-        OutputWiring::AppendTo(path) => Stdio::from(open_log(path)?),
+        OutputWiring::AppendTo(path) => Stdio::from(open_log(path, LOG_ROTATE_BYTES)?),
     })
 }
 
@@ -421,6 +423,20 @@ mod tests {
             proptest::prop_assert!(name.ends_with(".log"));
             proptest::prop_assert!(!name.contains('/'));
         }
+    }
+
+    #[test]
+    fn oversized_logs_are_rotated_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("logs").join("x.log");
+        let rotated = dir.path().join("logs").join("x.log.1");
+        drop(open_log(&path, 4).expect("creates dirs and file"));
+        std::fs::write(&path, b"12345").expect("write");
+        drop(open_log(&path, 10).expect("below the limit"));
+        assert!(!rotated.exists());
+        drop(open_log(&path, 4).expect("rotates"));
+        assert_eq!(std::fs::read(&rotated).expect("rotated"), b"12345");
+        assert_eq!(std::fs::metadata(&path).expect("fresh").len(), 0);
     }
 
     #[test]

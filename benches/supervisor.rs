@@ -1,0 +1,93 @@
+//! Supervisor overheads against plain spawning, measured in the same run:
+//! a one-shot `true` through `run_once` vs `tokio::process::Command::output`,
+//! and streaming 200,000 lines through `spawn_streaming` vs a plain
+//! `BufReader::lines` over the child's stdout. Prints each ratio.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use npcagent::supervisor::{BackoffPolicy, ChildSpec, OutputLimits, Supervisor};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// One-shot runs per measurement.
+const RUNS: u32 = 200;
+/// Lines streamed per measurement.
+const LINES: u32 = 200_000;
+/// Generous timeout for each benchmarked process.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn report(name: &str, baseline: Duration, ours: Duration, unit: &str, n: u32) {
+    println!(
+        "{name}: baseline {:.1} {unit}, supervisor {:.1} {unit}, ratio {:.2}",
+        baseline.as_secs_f64() * 1e6 / f64::from(n),
+        ours.as_secs_f64() * 1e6 / f64::from(n),
+        ours.as_secs_f64() / baseline.as_secs_f64()
+    );
+}
+
+async fn one_shot(sup: &Supervisor) {
+    let spec = ChildSpec::new("true", std::env::temp_dir());
+    let t = Instant::now();
+    for _ in 0..RUNS {
+        let out = tokio::process::Command::new("true")
+            .output()
+            .await
+            .expect("true runs");
+        assert!(out.status.success());
+    }
+    let baseline = t.elapsed();
+    let t = Instant::now();
+    for _ in 0..RUNS {
+        let out = sup
+            .run_once(&spec, None, TIMEOUT, OutputLimits::default())
+            .await
+            .expect("true runs");
+        assert!(out.status.success());
+    }
+    report("run_once(true)", baseline, t.elapsed(), "µs/run", RUNS);
+}
+
+async fn streaming(sup: &Supervisor) {
+    let script = format!("seq 1 {LINES}");
+    let t = Instant::now();
+    let mut child = tokio::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sh runs");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let mut n = 0u32;
+    while lines.next_line().await.expect("reads").is_some() {
+        n += 1;
+    }
+    child.wait().await.expect("waits");
+    assert_eq!(n, LINES);
+    let baseline = t.elapsed();
+
+    let spec = ChildSpec::new("sh", std::env::temp_dir()).args(["-c", &script]);
+    let t = Instant::now();
+    let mut child = sup.spawn_streaming(&spec).expect("spawns");
+    let mut n = 0u32;
+    while child.stdout.recv().await.is_some() {
+        n += 1;
+    }
+    child.wait().await.expect("waits");
+    assert_eq!(n, LINES);
+    report(
+        "spawn_streaming lines",
+        baseline,
+        t.elapsed(),
+        "µs/line",
+        LINES,
+    );
+}
+
+fn main() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let sup = Supervisor::new(tx, BackoffPolicy::default());
+        one_shot(&sup).await;
+        streaming(&sup).await;
+    });
+}
