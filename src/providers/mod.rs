@@ -13,7 +13,8 @@
 //!
 //! The `native_*` strategies read the provider's JSON lines.
 //! `capture_diff_fallback` reads them too, and when it is the last strategy
-//! left it also passes plain text lines on as `agent.message`. While a
+//! left it also passes every other line on as text: `agent.message`, or
+//! `agent.idle` for a line that is one of the [`IDLE_MARKERS`]. While a
 //! JSON-reading strategy has a fallback after it and a fixture baseline is
 //! loaded, a drift guard ([`drift`]) compares the shape of the recent lines
 //! with the newest recorded fixture; below [`DRIFT_THRESHOLD`] the parser
@@ -359,7 +360,12 @@ impl Parser {
             }
         }
         let mut events = Vec::new();
+        let capture_text = strategy == Strategy::CaptureDiffFallback && !armed;
         let understood = match &parsed {
+            Ok(v) if !v.is_object() && capture_text => {
+                text::screen_line(&String::from_utf8_lossy(line), &mut events);
+                true
+            }
             Ok(v) if v.is_object() => {
                 let read = match self.kind {
                     ProviderKind::ClaudeCode => claude::parse(v, &mut self.native, &mut events),
@@ -391,7 +397,7 @@ impl Parser {
                 ));
                 false
             }
-            Err(_) if strategy == Strategy::CaptureDiffFallback && !armed => {
+            Err(_) if capture_text => {
                 text::screen_line(&String::from_utf8_lossy(line), &mut events);
                 true
             }

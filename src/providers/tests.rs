@@ -408,6 +408,23 @@ fn a_run_of_text_falls_below_the_threshold() {
 }
 
 #[test]
+fn the_last_capture_strategy_passes_any_line_on_as_text() {
+    let mut p = Parser::new(ProviderKind::Opencode, Some(source_fixtures_root()));
+    let mut ev = p.feed(b"one\ntwo\nthree\nfour\n");
+    assert_eq!(p.strategy(), Strategy::CaptureDiffFallback);
+    ev.extend(p.feed(b"42\n{\"type\":\"text\",\"part\":{\"text\":\"json still reads\"}}\nReady.\n"));
+    let texts: Vec<_> = ev
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Message { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, ["one", "two", "three", "four", "42", "json still reads"]);
+    assert!(matches!(ev.last(), Some(AgentEvent::Idle { .. })));
+}
+
+#[test]
 fn gemini_interactive_screen_drifts_to_probe_on_stale() {
     let ev = parse_all(
         ProviderKind::GeminiCli,
