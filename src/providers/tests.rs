@@ -412,7 +412,9 @@ fn the_last_capture_strategy_passes_any_line_on_as_text() {
     let mut p = Parser::new(ProviderKind::Opencode, Some(source_fixtures_root()));
     let mut ev = p.feed(b"one\ntwo\nthree\nfour\n");
     assert_eq!(p.strategy(), Strategy::CaptureDiffFallback);
-    ev.extend(p.feed(b"42\n{\"type\":\"text\",\"part\":{\"text\":\"json still reads\"}}\nReady.\n"));
+    ev.extend(
+        p.feed(b"42\n{\"type\":\"text\",\"part\":{\"text\":\"json still reads\"}}\nReady.\n"),
+    );
     let texts: Vec<_> = ev
         .iter()
         .filter_map(|e| match e {
@@ -420,7 +422,10 @@ fn the_last_capture_strategy_passes_any_line_on_as_text() {
             _ => None,
         })
         .collect();
-    assert_eq!(texts, ["one", "two", "three", "four", "42", "json still reads"]);
+    assert_eq!(
+        texts,
+        ["one", "two", "three", "four", "42", "json still reads"]
+    );
     assert!(matches!(ev.last(), Some(AgentEvent::Idle { .. })));
 }
 
