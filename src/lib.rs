@@ -6,6 +6,7 @@ pub mod cli;
 pub mod model;
 pub mod native;
 pub mod plan;
+pub mod providers;
 pub mod runtime;
 pub mod store;
 pub mod supervisor;

@@ -5,6 +5,7 @@
 mod architecture;
 mod daemon;
 mod manifest;
+mod providers;
 mod supervisor;
 mod support;
 mod validate;

@@ -1,0 +1,398 @@
+//! Drift detection ("capture-diff"): compare the *shape* of live output
+//! lines with the newest recorded fixture for the provider, so a silent
+//! upstream format change is noticed instead of being mis-parsed.
+//!
+//! A line's shape is its event `type`, the `type` of any nested object one
+//! level down (Codex `item`, OpenCode `part`…) and its sorted top-level keys
+//! — never ids or text. Non-JSON lines all have the shape [`TEXT_SHAPE`].
+//! Each live line scores the best [`str_similarity`] against the distinct
+//! fixture shapes; the guard's ratio is the mean score over the last
+//! [`DRIFT_WINDOW_LINES`] lines. Below [`DRIFT_THRESHOLD`] is drift.
+//!
+//! Fixtures live in `<root>/<provider>/<version>/*.jsonl`; the newest
+//! version directory in semver order is the baseline.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::model::ProviderKind;
+
+use super::similarity::str_similarity;
+
+/// Mean shape similarity below which live output counts as drifted.
+pub const DRIFT_THRESHOLD: f64 = 0.72;
+/// How many recent lines the drift ratio is computed over.
+pub const DRIFT_WINDOW_LINES: usize = 16;
+/// Lines needed before the guard gives a verdict (earlier only at the end
+/// of the stream).
+pub const DRIFT_MIN_LINES: usize = 4;
+/// Distinct live shapes whose scores are remembered before the memo resets.
+pub const SHAPE_CACHE_CAPACITY: usize = 512;
+/// Largest fixture file read for a baseline.
+pub const FIXTURE_MAX_BYTES: u64 = 1024 * 1024;
+/// Most fixture files read from one version directory.
+pub const FIXTURE_MAX_FILES: usize = 64;
+/// Longest shape string kept (a line with thousands of keys is cut here).
+pub const SHAPE_MAX_BYTES: usize = 256;
+/// The shape of every line that is not a JSON object.
+pub const TEXT_SHAPE: &str = "~text";
+
+/// Why a fixture baseline could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum FixtureError {
+    #[error(
+        "cannot read fixture directory `{path}`: {source}; check the path given as the fixtures root"
+    )]
+    ReadDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read fixture `{path}`: {source}; fix or remove the file")]
+    ReadFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("fixture `{path}` is larger than {FIXTURE_MAX_BYTES} bytes; keep fixtures small")]
+    TooLarge { path: PathBuf },
+    #[error(
+        "fixture directory `{path}` has no `.jsonl` lines; add a recorded transcript or remove the directory"
+    )]
+    Empty { path: PathBuf },
+}
+
+/// The shape of one output line (see the module docs).
+pub fn line_shape(line: &[u8]) -> String {
+    match serde_json::from_slice::<Value>(line) {
+        Ok(v) => value_shape(&v),
+        Err(_) => TEXT_SHAPE.to_string(),
+    }
+}
+
+/// The shape of a parsed JSON line.
+pub fn value_shape(v: &Value) -> String {
+    let Some(obj) = v.as_object() else {
+        return TEXT_SHAPE.to_string();
+    };
+    let mut shape = String::new();
+    shape.push_str(obj.get("type").and_then(Value::as_str).unwrap_or("?"));
+    let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    for key in &keys {
+        if let Some(inner) = obj
+            .get(*key)
+            .and_then(Value::as_object)
+            .and_then(|o| o.get("type"))
+            .and_then(Value::as_str)
+        {
+            shape.push(':');
+            shape.push_str(key);
+            shape.push('.');
+            shape.push_str(inner);
+        }
+    }
+    shape.push('|');
+    shape.push_str(&keys.join(","));
+    if shape.len() > SHAPE_MAX_BYTES {
+        let mut cut = SHAPE_MAX_BYTES;
+        while !shape.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        shape.truncate(cut);
+    }
+    shape
+}
+
+/// The distinct line shapes of the newest recorded fixture of a provider.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Baseline {
+    pub provider: ProviderKind,
+    pub version: String,
+    shapes: Vec<String>,
+}
+
+impl Baseline {
+    /// A baseline from fixture lines (as recorded transcripts).
+    pub fn from_lines<'a>(
+        provider: ProviderKind,
+        version: impl Into<String>,
+        lines: impl IntoIterator<Item = &'a str>,
+    ) -> Self {
+        let shapes: BTreeSet<String> = lines
+            .into_iter()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| line_shape(l.as_bytes()))
+            .collect();
+        Self {
+            provider,
+            version: version.into(),
+            shapes: shapes.into_iter().collect(),
+        }
+    }
+
+    /// Load the newest `<root>/<provider>/<version>/` (semver order;
+    /// directories whose name is not a version are ignored). `Ok(None)` when
+    /// the provider has no fixtures.
+    pub fn load(root: &Path, provider: ProviderKind) -> Result<Option<Self>, FixtureError> {
+        let Some((version, dir)) = newest_version_dir(root, provider)? else {
+            return Ok(None);
+        };
+        let entries = std::fs::read_dir(&dir).map_err(|source| FixtureError::ReadDir {
+            path: dir.clone(),
+            source,
+        })?;
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+            .collect();
+        files.sort();
+        files.truncate(FIXTURE_MAX_FILES);
+        let mut text = String::new();
+        for path in files {
+            let len = std::fs::metadata(&path)
+                .map_err(|source| FixtureError::ReadFile {
+                    path: path.clone(),
+                    source,
+                })?
+                .len();
+            if len > FIXTURE_MAX_BYTES {
+                return Err(FixtureError::TooLarge { path });
+            }
+            let body = std::fs::read(&path).map_err(|source| FixtureError::ReadFile {
+                path: path.clone(),
+                source,
+            })?;
+            text.push_str(&String::from_utf8_lossy(&body));
+            text.push('\n');
+        }
+        let baseline = Self::from_lines(provider, version.to_string(), text.lines());
+        if baseline.shapes.is_empty() {
+            return Err(FixtureError::Empty { path: dir });
+        }
+        Ok(Some(baseline))
+    }
+
+    /// The distinct shapes, sorted.
+    pub fn shapes(&self) -> &[String] {
+        &self.shapes
+    }
+
+    /// How well one live line shape matches the fixture: the best
+    /// similarity against any fixture shape.
+    pub fn score(&self, shape: &str) -> f64 {
+        self.shapes
+            .iter()
+            .map(|s| {
+                if s == shape {
+                    1.0
+                } else {
+                    str_similarity(s, shape)
+                }
+            })
+            .fold(0.0, f64::max)
+    }
+}
+
+/// The newest version directory for a provider under `root`.
+pub fn newest_version_dir(
+    root: &Path,
+    provider: ProviderKind,
+) -> Result<Option<(semver::Version, PathBuf)>, FixtureError> {
+    let dir = root.join(provider.as_str());
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(FixtureError::ReadDir { path: dir, source }),
+    };
+    Ok(entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_string();
+            let v = semver::Version::parse(name.trim_start_matches('v')).ok()?;
+            Some((v, e.path()))
+        })
+        .max_by(|a, b| a.0.cmp(&b.0)))
+}
+
+/// Is `ratio` drift?
+pub fn is_drift(ratio: f64) -> bool {
+    ratio < DRIFT_THRESHOLD
+}
+
+/// Sliding-window comparison of live line shapes against a [`Baseline`].
+#[derive(Debug)]
+pub struct Guard {
+    baseline: Baseline,
+    window: VecDeque<f64>,
+    memo: HashMap<String, f64>,
+}
+
+impl Guard {
+    pub fn new(baseline: Baseline) -> Self {
+        Self {
+            baseline,
+            window: VecDeque::with_capacity(DRIFT_WINDOW_LINES),
+            memo: HashMap::new(),
+        }
+    }
+
+    pub fn baseline(&self) -> &Baseline {
+        &self.baseline
+    }
+
+    /// Record one live line's shape.
+    pub fn observe(&mut self, shape: &str) {
+        let score = match self.memo.get(shape) {
+            Some(s) => *s,
+            None => {
+                let s = self.baseline.score(shape);
+                if self.memo.len() >= SHAPE_CACHE_CAPACITY {
+                    self.memo.clear();
+                }
+                self.memo.insert(shape.to_string(), s);
+                s
+            }
+        };
+        if self.window.len() == DRIFT_WINDOW_LINES {
+            self.window.pop_front();
+        }
+        self.window.push_back(score);
+    }
+
+    /// Lines in the window.
+    pub fn len(&self) -> usize {
+        self.window.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.window.is_empty()
+    }
+
+    /// Forget the window (after a switch of strategy).
+    pub fn reset(&mut self) {
+        self.window.clear();
+    }
+
+    /// The mean score over the window, once it has [`DRIFT_MIN_LINES`]
+    /// lines (or any lines when `at_end`).
+    pub fn ratio(&self, at_end: bool) -> Option<f64> {
+        let enough = self.window.len() >= DRIFT_MIN_LINES || (at_end && !self.window.is_empty());
+        enough.then(|| self.window.iter().sum::<f64>() / self.window.len() as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn baseline() -> Baseline {
+        Baseline::from_lines(
+            ProviderKind::Codex,
+            "1.0.0",
+            [
+                r#"{"type":"thread.started","thread_id":"t1"}"#,
+                r#"{"type":"turn.started"}"#,
+                r#"{"type":"item.completed","item":{"id":"i1","type":"agent_message","text":"hi"}}"#,
+                r#"{"type":"turn.completed","usage":{"input_tokens":1}}"#,
+            ],
+        )
+    }
+
+    #[test]
+    fn shapes_ignore_values_and_key_order() {
+        let a = line_shape(
+            br#"{"type":"item.completed","item":{"id":"x","type":"agent_message","text":"a"}}"#,
+        );
+        let b = line_shape(
+            br#"{"item":{"type":"agent_message","id":"y","text":"zzz"},"type":"item.completed"}"#,
+        );
+        assert_eq!(a, b);
+        assert_eq!(a, "item.completed:item.agent_message|item,type");
+        assert_eq!(line_shape(b"[ASSISTANT] hi"), TEXT_SHAPE);
+        assert_eq!(line_shape(b"42"), TEXT_SHAPE);
+    }
+
+    #[test]
+    fn matching_output_is_not_drift_and_text_is() {
+        let mut g = Guard::new(baseline());
+        for _ in 0..DRIFT_MIN_LINES {
+            g.observe("turn.started|type");
+        }
+        assert_eq!(g.ratio(false), Some(1.0));
+        let mut g = Guard::new(baseline());
+        for _ in 0..DRIFT_MIN_LINES {
+            g.observe(TEXT_SHAPE);
+        }
+        assert!(is_drift(g.ratio(false).unwrap()));
+    }
+
+    #[test]
+    fn verdict_waits_for_enough_lines_unless_at_end() {
+        let mut g = Guard::new(baseline());
+        g.observe(TEXT_SHAPE);
+        assert_eq!(g.ratio(false), None);
+        assert!(g.ratio(true).is_some());
+    }
+
+    #[test]
+    fn threshold_is_strict_on_both_sides() {
+        assert!(is_drift(DRIFT_THRESHOLD - 1e-9));
+        assert!(!is_drift(DRIFT_THRESHOLD));
+        assert!(!is_drift(DRIFT_THRESHOLD + 1e-9));
+    }
+
+    /// Windows mixing exact shapes (score 1) with text (score `s`) land on
+    /// either side of the threshold as the arithmetic says: with this
+    /// baseline 10 exact + 6 text lines sit just above 0.72 and 9 + 7 just
+    /// below.
+    #[test]
+    fn mixed_windows_on_both_sides_of_the_threshold() {
+        let b = baseline();
+        let s = b.score(TEXT_SHAPE);
+        assert!(
+            (0.2..0.3).contains(&s),
+            "text scores low against JSON shapes: {s}"
+        );
+        let window = |text_lines: usize| {
+            let mut g = Guard::new(b.clone());
+            for i in 0..DRIFT_WINDOW_LINES {
+                g.observe(if i < text_lines {
+                    TEXT_SHAPE
+                } else {
+                    "turn.started|type"
+                });
+            }
+            g.ratio(false).unwrap()
+        };
+        let above = window(6);
+        assert!((above - (10.0 + 6.0 * s) / 16.0).abs() < 1e-12);
+        assert!(!is_drift(above), "{above}");
+        assert!(
+            above - DRIFT_THRESHOLD < 0.05,
+            "{above} is near the threshold"
+        );
+        let below = window(7);
+        assert!((below - (9.0 + 7.0 * s) / 16.0).abs() < 1e-12);
+        assert!(is_drift(below), "{below}");
+        assert!(
+            DRIFT_THRESHOLD - below < 0.05,
+            "{below} is near the threshold"
+        );
+    }
+
+    #[test]
+    fn window_slides() {
+        let mut g = Guard::new(baseline());
+        for _ in 0..DRIFT_WINDOW_LINES {
+            g.observe(TEXT_SHAPE);
+        }
+        for _ in 0..DRIFT_WINDOW_LINES {
+            g.observe("turn.started|type");
+        }
+        assert_eq!(g.len(), DRIFT_WINDOW_LINES);
+        assert_eq!(g.ratio(false), Some(1.0));
+    }
+}
