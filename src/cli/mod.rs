@@ -3,6 +3,7 @@
 //! anyhow/miette formatting and turns them into exit codes.
 
 mod init;
+mod render;
 mod validate;
 
 use std::path::PathBuf;
@@ -64,6 +65,8 @@ enum Command {
         #[arg(default_value = ".")]
         dir: PathBuf,
     },
+    /// Render an agent profile or a prompt to stdout
+    Render(render::RenderArgs),
     /// Print shell completions
     Completions { shell: clap_complete::Shell },
 }
@@ -99,6 +102,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             Ok(Exit::Ok)
         }
         Command::Init { dir } => init::run(&dir),
+        Command::Render(args) => render::run(args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "npc", &mut std::io::stdout());
             Ok(Exit::Ok)

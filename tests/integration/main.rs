@@ -3,3 +3,4 @@
 //! capability has its own module.
 
 mod support;
+mod render;
