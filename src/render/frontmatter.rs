@@ -25,14 +25,15 @@ pub fn frontmatter_map(
     name: &str,
     p: &Profile,
 ) -> Result<Map<String, Value>, RenderError> {
-    let provider = manifest
-        .providers
-        .get(&p.provider)
-        .ok_or_else(|| RenderError::DanglingReference {
-            profile: name.to_string(),
-            what: "provider",
-            name: p.provider.clone(),
-        })?;
+    let provider =
+        manifest
+            .providers
+            .get(&p.provider)
+            .ok_or_else(|| RenderError::DanglingReference {
+                profile: name.to_string(),
+                what: "provider",
+                name: p.provider.clone(),
+            })?;
     let mut m = Map::new();
     m.insert("name".into(), name.into());
     m.insert("description".into(), p.description.clone().into());
@@ -54,7 +55,10 @@ pub fn frontmatter_map(
                 name: server.clone(),
             })?;
         if s.enabled {
-            servers.insert(server.clone(), mcp_server(server, &s.transport, s.tool_timeout_ms)?);
+            servers.insert(
+                server.clone(),
+                mcp_server(server, &s.transport, s.tool_timeout_ms)?,
+            );
         }
     }
     if !servers.is_empty() {
@@ -72,8 +76,7 @@ pub fn frontmatter_map(
     for (key, value) in &p.frontmatter {
         m.insert(key.clone(), value.clone());
     }
-    Ok(m
-        .into_iter()
+    Ok(m.into_iter()
         .map(|(k, v)| (scrub(&k), scrub_value(v)))
         .collect())
 }
@@ -94,7 +97,10 @@ fn mcp_server(name: &str, transport: &McpTransport, timeout_ms: u64) -> Result<V
                 m.insert("args".into(), Value::Array(args));
             }
             if !spec.env.is_empty() {
-                m.insert("env".into(), text_map(&spec.env, |k| what(&format!("env.{k}")))?);
+                m.insert(
+                    "env".into(),
+                    text_map(&spec.env, |k| what(&format!("env.{k}")))?,
+                );
             }
         }
         McpTransport::Http {
@@ -109,7 +115,10 @@ fn mcp_server(name: &str, transport: &McpTransport, timeout_ms: u64) -> Result<V
                 _ => Map::new(),
             };
             if let Some(var) = bearer_token_env {
-                headers.insert(AUTHORIZATION_HEADER.into(), format!("Bearer ${{{var}}}").into());
+                headers.insert(
+                    AUTHORIZATION_HEADER.into(),
+                    format!("Bearer ${{{var}}}").into(),
+                );
             }
             if !headers.is_empty() {
                 m.insert("headers".into(), Value::Object(headers));

@@ -11,7 +11,8 @@
 //!
 //! A profile renders to Markdown with YAML frontmatter (the
 //! cli-agent-orchestrator agent profile format); its body is the workspace
-//! block followed by its rendered prompt. Every output is scrubbed of
+//! block followed by its rendered prompt (unless the prompt prints the block
+//! itself, where it chooses). Every output is scrubbed of
 //! memory-style tags ([`scrub`]) before it is returned, so nothing stored or
 //! shown carries them. Output is deterministic: the same manifest and context
 //! give the same bytes.
@@ -23,6 +24,7 @@ pub mod yaml;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 
@@ -44,7 +46,9 @@ pub enum RenderError {
     UnknownProfile { name: String, known: String },
     #[error("no prompt `{name}` in the manifest; known prompts: {known}")]
     UnknownPrompt { name: String, known: String },
-    #[error("profile `{profile}` names {what} `{name}`, which the manifest does not define; run `npc validate` and fix the reference")]
+    #[error(
+        "profile `{profile}` names {what} `{name}`, which the manifest does not define; run `npc validate` and fix the reference"
+    )]
     DanglingReference {
         profile: String,
         what: &'static str,
@@ -69,7 +73,9 @@ pub enum RenderError {
         line: Option<usize>,
         detail: String,
     },
-    #[error("{what} holds a secret without an environment reference; write it as `${{VAR}}` in the manifest so rendered files name the variable, not the value")]
+    #[error(
+        "{what} holds a secret without an environment reference; write it as `${{VAR}}` in the manifest so rendered files name the variable, not the value"
+    )]
     UnreferencedSecret { what: String },
 }
 
@@ -152,7 +158,11 @@ pub fn profile_path(state_dir: &Path, name: &str) -> PathBuf {
 
 /// Render profile `name`: YAML frontmatter, then the workspace block and
 /// the profile's prompt (rendered with its variables' defaults).
-pub fn profile(manifest: &Manifest, name: &str, ctx: &RenderContext) -> Result<String, RenderError> {
+pub fn profile(
+    manifest: &Manifest,
+    name: &str,
+    ctx: &RenderContext,
+) -> Result<String, RenderError> {
     let p = manifest
         .profiles
         .get(name)
@@ -169,12 +179,22 @@ pub fn profile(manifest: &Manifest, name: &str, ctx: &RenderContext) -> Result<S
     match &p.prompt {
         None => out.push_str(block),
         Some(prompt_name) => {
-            let prompt = manifest.prompts.get(prompt_name).ok_or_else(|| RenderError::DanglingReference {
-                profile: name.to_string(),
-                what: "prompt",
-                name: prompt_name.clone(),
+            let prompt = manifest.prompts.get(prompt_name).ok_or_else(|| {
+                RenderError::DanglingReference {
+                    profile: name.to_string(),
+                    what: "prompt",
+                    name: prompt_name.clone(),
+                }
             })?;
-            let body = render_template(manifest, prompt_name, prompt, &BTreeMap::new(), ctx, Some(name), Placement::PrependWorkspace)?;
+            let body = render_template(
+                manifest,
+                prompt_name,
+                prompt,
+                &BTreeMap::new(),
+                ctx,
+                Some(name),
+                Placement::PrependWorkspace,
+            )?;
             out.push_str(&body);
         }
     }
@@ -203,7 +223,15 @@ pub fn prompt(
             known: known(manifest.profiles.keys()),
         });
     }
-    let out = render_template(manifest, name, prompt, vars, ctx, ctx.profile.as_deref(), Placement::AsWritten)?;
+    let out = render_template(
+        manifest,
+        name,
+        prompt,
+        vars,
+        ctx,
+        ctx.profile.as_deref(),
+        Placement::AsWritten,
+    )?;
     Ok(scrub(&out))
 }
 
@@ -213,7 +241,7 @@ enum Placement {
     /// Only where the template prints `{{ workspace }}`.
     AsWritten,
     /// First (a stable prefix keeps prompt caches warm), unless the
-    /// template places `workspace` itself.
+    /// template printed `{{ workspace }}` (or `workspace.block`) itself.
     PrependWorkspace,
 }
 
@@ -244,22 +272,24 @@ fn render_template(
     context.insert(CONTEXT_ROOTS[0], ser(&vars));
     context.insert(CONTEXT_ROOTS[1], project_value(manifest, ctx));
     if let Some(profile_name) = profile {
-        let p = manifest.profiles.get(profile_name).ok_or_else(|| RenderError::UnknownProfile {
-            name: profile_name.to_string(),
-            known: known(manifest.profiles.keys()),
-        })?;
+        let p = manifest
+            .profiles
+            .get(profile_name)
+            .ok_or_else(|| RenderError::UnknownProfile {
+                name: profile_name.to_string(),
+                known: known(manifest.profiles.keys()),
+            })?;
         context.insert(CONTEXT_ROOTS[2], profile_value(manifest, profile_name, p)?);
     }
     context.insert(CONTEXT_ROOTS[3], ser(&ctx.trigger));
-    context.insert(CONTEXT_ROOTS[4], ctx.workspace.value(profile));
+    let (workspace, printed) = ctx.workspace.value(profile);
+    context.insert(CONTEXT_ROOTS[4], workspace);
     context.insert(CONTEXT_ROOTS[5], ser(&ctx.run));
     let body = template
         .render(&context)
         .map_err(|e| template_error(&e, &template_name, name))?;
     Ok(match placement {
-        Placement::PrependWorkspace
-            if !template.undeclared_variables(false).contains(CONTEXT_ROOTS[4]) =>
-        {
+        Placement::PrependWorkspace if !printed.load(Ordering::Relaxed) => {
             let block = ctx.workspace.block(profile);
             let mut out = String::with_capacity(block.len() + 1 + body.len());
             out.push_str(block);
@@ -283,7 +313,12 @@ fn variables(
     let mut vars = BTreeMap::new();
     for (var, decl) in &prompt.variables {
         if let Some(default) = &decl.default {
-            vars.insert(var.clone(), text_out(default, || format!("default of variable `{var}` of prompt `{prompt_name}`"))?);
+            vars.insert(
+                var.clone(),
+                text_out(default, || {
+                    format!("default of variable `{var}` of prompt `{prompt_name}`")
+                })?,
+            );
         }
     }
     for (var, value) in given {
@@ -313,7 +348,11 @@ fn project_value(manifest: &Manifest, ctx: &RenderContext) -> minijinja::Value {
     }
 }
 
-fn profile_value(manifest: &Manifest, name: &str, p: &Profile) -> Result<minijinja::Value, RenderError> {
+fn profile_value(
+    manifest: &Manifest,
+    name: &str,
+    p: &Profile,
+) -> Result<minijinja::Value, RenderError> {
     let kind = manifest
         .providers
         .get(&p.provider)
@@ -372,7 +411,10 @@ fn known<'a>(names: impl Iterator<Item = &'a String>) -> String {
 /// and (for undefined values) the expression.
 fn template_error(e: &minijinja::Error, template: &str, prompt_name: &str) -> RenderError {
     let template = e.name().unwrap_or(template).to_string();
-    let detail = e.detail().map(str::to_string).unwrap_or_else(|| e.kind().to_string());
+    let detail = e
+        .detail()
+        .map(str::to_string)
+        .unwrap_or_else(|| e.kind().to_string());
     if e.kind() == minijinja::ErrorKind::UndefinedError {
         let expr = undefined_expr(&detail).unwrap_or("?").to_string();
         let hint = undefined_hint(&expr, prompt_name);
@@ -407,11 +449,14 @@ fn undefined_hint(expr: &str, prompt_name: &str) -> String {
             ),
             None => "read a declared variable as `vars.NAME`".to_string(),
         },
-        "profile" => "render the prompt for a profile (`npc render prompt NAME --profile PROFILE`)".to_string(),
+        "profile" => "render the prompt for a profile (`npc render prompt NAME --profile PROFILE`)"
+            .to_string(),
         "trigger" | "run" => format!(
             "`{root}` is none unless a trigger starts the run; guard it with `{{% if {root} %}}`"
         ),
-        _ => "check the spelling, or guard it with `is defined` or the `default` filter".to_string(),
+        _ => {
+            "check the spelling, or guard it with `is defined` or the `default` filter".to_string()
+        }
     }
 }
 
@@ -482,18 +527,26 @@ prompt = "placed"
     }
 
     fn set_branch(root: &Path, branch: &str) {
-        std::fs::write(root.join(".git/HEAD"), format!("ref: refs/heads/{branch}\n")).unwrap();
+        std::fs::write(
+            root.join(".git/HEAD"),
+            format!("ref: refs/heads/{branch}\n"),
+        )
+        .unwrap();
     }
 
     fn manifest(root: &Path) -> Manifest {
-        let env: BTreeMap<String, String> = [
-            ("API_TOKEN".to_string(), "hunter2-secret".to_string()),
-        ]
-        .into();
+        let env: BTreeMap<String, String> =
+            [("API_TOKEN".to_string(), "hunter2-secret".to_string())].into();
         let files = DiskFiles {
             root: root.to_path_buf(),
         };
-        let loaded = load_bytes("npcagent.toml", MANIFEST.as_bytes(), Syntax::Toml, &env, &files);
+        let loaded = load_bytes(
+            "npcagent.toml",
+            MANIFEST.as_bytes(),
+            Syntax::Toml,
+            &env,
+            &files,
+        );
         loaded
             .manifest
             .unwrap_or_else(|| panic!("{:#?}", loaded.diagnostics))
@@ -520,24 +573,38 @@ prompt = "placed"
             }
         );
         let msg = err.to_string();
-        assert!(msg.starts_with("undefined value `vars.target` in template `prompts.needs` line 2;"), "{msg}");
+        assert!(
+            msg.starts_with("undefined value `vars.target` in template `prompts.needs` line 2;"),
+            "{msg}"
+        );
         assert!(!msg.ends_with('.'));
 
         let given = BTreeMap::from([("target".to_string(), "x".to_string())]);
-        assert_eq!(prompt(&m, "needs", &given, &ctx).unwrap(), "first line\nsecond x line\n");
+        assert_eq!(
+            prompt(&m, "needs", &given, &ctx).unwrap(),
+            "first line\nsecond x line\n"
+        );
     }
 
     #[test]
     fn profile_is_undefined_for_a_bare_prompt() {
         let (_dir, m, ctx) = setup();
         match prompt(&m, "review", &BTreeMap::new(), &ctx).unwrap_err() {
-            RenderError::Undefined { expr, line, hint, .. } => {
+            RenderError::Undefined {
+                expr, line, hint, ..
+            } => {
                 assert_eq!((expr.as_str(), line), ("profile", 1));
                 assert!(hint.contains("--profile"), "{hint}");
             }
             other => panic!("{other:?}"),
         }
-        let out = prompt(&m, "review", &BTreeMap::new(), &ctx.clone().with_profile("reviewer")).unwrap();
+        let out = prompt(
+            &m,
+            "review",
+            &BTreeMap::new(),
+            &ctx.clone().with_profile("reviewer"),
+        )
+        .unwrap();
         assert_eq!(out, "Review main in demo as reviewer.\n\n");
     }
 
@@ -546,7 +613,11 @@ prompt = "placed"
         let (_dir, m, ctx) = setup();
         let ctx = ctx.with_profile("reviewer");
         let given = BTreeMap::from([("branch".to_string(), "topic".to_string())]);
-        assert!(prompt(&m, "review", &given, &ctx).unwrap().starts_with("Review topic in demo"));
+        assert!(
+            prompt(&m, "review", &given, &ctx)
+                .unwrap()
+                .starts_with("Review topic in demo")
+        );
         let bad = BTreeMap::from([("brnach".to_string(), "x".to_string())]);
         let err = prompt(&m, "review", &bad, &ctx).unwrap_err();
         assert_eq!(
@@ -568,13 +639,18 @@ prompt = "placed"
         let (_dir, m, ctx) = setup();
         let ctx = ctx
             .with_profile("reviewer")
-            .with_trigger(serde_json::json!({"event": "push", "note": "<memory>private</memory>ok"}))
+            .with_trigger(
+                serde_json::json!({"event": "push", "note": "<memory>private</memory>ok"}),
+            )
             .with_run(RunInfo {
                 id: "r1".into(),
                 ..RunInfo::default()
             });
         let out = prompt(&m, "review", &BTreeMap::new(), &ctx).unwrap();
-        assert_eq!(out, "Review main in demo as reviewer.\nTriggered by push: ok\n");
+        assert_eq!(
+            out,
+            "Review main in demo as reviewer.\nTriggered by push: ok\n"
+        );
     }
 
     #[test]
@@ -584,12 +660,26 @@ prompt = "placed"
         let rest = out.strip_prefix("---\n").unwrap();
         let (front, body) = rest.split_once("---\n").unwrap();
         let parsed: serde_json::Value = serde_norway::from_str(front).unwrap();
-        let keys: Vec<&str> = parsed.as_object().unwrap().keys().map(String::as_str).collect();
+        let keys: Vec<&str> = parsed
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
         assert_eq!(
             keys,
             [
-                "name", "description", "provider", "model", "mcpServers", "allowedTools",
-                "deniedTools", "skills", "permissionMode", "role", "tags"
+                "name",
+                "description",
+                "provider",
+                "model",
+                "mcpServers",
+                "allowedTools",
+                "deniedTools",
+                "skills",
+                "permissionMode",
+                "role",
+                "tags"
             ]
         );
         assert_eq!(parsed["description"], "Reviews: changes \"before\" merge");
@@ -604,7 +694,10 @@ prompt = "placed"
         assert_eq!(search["url"], "https://mcp.example.com/mcp");
         assert_eq!(search["headers"]["Authorization"], "Bearer ${SEARCH_TOKEN}");
         assert!(body.starts_with("\n<workspace-context>\n"), "{body}");
-        assert!(body.ends_with("</workspace-context>\n\nReview main in demo as reviewer.\n\n"), "{body}");
+        assert!(
+            body.ends_with("</workspace-context>\n\nReview main in demo as reviewer.\n\n"),
+            "{body}"
+        );
     }
 
     #[test]
@@ -616,12 +709,16 @@ prompt = "placed"
 
         // A secret with no `${VAR}` spelling cannot be written at all.
         let mut m = m;
-        let Some(McpTransport::Stdio(spec)) = m.mcp_servers.get_mut("fs").map(|s| &mut s.transport) else {
+        let Some(McpTransport::Stdio(spec)) = m.mcp_servers.get_mut("fs").map(|s| &mut s.transport)
+        else {
             panic!("fs is stdio");
         };
         spec.env.insert("RAW".into(), Text::secret("hunter2"));
         let err = profile(&m, "reviewer", &ctx).unwrap_err();
-        assert!(matches!(err, RenderError::UnreferencedSecret { .. }), "{err}");
+        assert!(
+            matches!(err, RenderError::UnreferencedSecret { .. }),
+            "{err}"
+        );
         assert!(!err.to_string().contains("hunter2"));
     }
 
@@ -647,12 +744,22 @@ prompt = "placed"
 
         // The branch changes on disk mid-run: this run's renders do not.
         set_branch(dir.path(), "elsewhere");
-        assert_eq!(profile(&m, "reviewer", &ctx).unwrap().as_bytes(), first.as_bytes());
-        assert_eq!(ctx.workspace().block(Some("reviewer")).as_bytes(), block.as_bytes());
+        assert_eq!(
+            profile(&m, "reviewer", &ctx).unwrap().as_bytes(),
+            first.as_bytes()
+        );
+        assert_eq!(
+            ctx.workspace().block(Some("reviewer")).as_bytes(),
+            block.as_bytes()
+        );
 
         // A new run sees the new branch.
         let next = RenderContext::new(dir.path(), &m);
-        assert!(next.workspace().block(Some("reviewer")).contains("branch: elsewhere\n"));
+        assert!(
+            next.workspace()
+                .block(Some("reviewer"))
+                .contains("branch: elsewhere\n")
+        );
     }
 
     #[test]
@@ -668,7 +775,11 @@ prompt = "placed"
                  denied tools: mcp__fs__write_file\n</workspace-context>\n"
             )
         );
-        assert!(ctx.workspace().block(Some("bare")).contains("mcp servers: none\n"));
+        assert!(
+            ctx.workspace()
+                .block(Some("bare"))
+                .contains("mcp servers: none\n")
+        );
     }
 
     #[test]
@@ -676,8 +787,17 @@ prompt = "placed"
         let (_dir, m, ctx) = setup();
         let out = profile(&m, "placed", &ctx).unwrap();
         assert_eq!(out.matches("<workspace-context>").count(), 1, "{out}");
-        assert!(out.contains("---\n\nbefore\n<workspace-context>\n"), "{out}");
+        assert!(
+            out.contains("---\n\nbefore\n<workspace-context>\n"),
+            "{out}"
+        );
         assert!(out.ends_with("</workspace-context>\nafter main\n"), "{out}");
+
+        // Reading a field is not placing the block: it still comes first.
+        let mut m = m;
+        m.prompts.get_mut("placed").unwrap().template = "on {{ workspace.branch }}\n".into();
+        let out = profile(&m, "placed", &ctx).unwrap();
+        assert!(out.ends_with("</workspace-context>\n\non main\n"), "{out}");
 
         let bare = profile(&m, "bare", &ctx).unwrap();
         assert!(bare.ends_with(&format!("---\n\n{}", ctx.workspace().block(Some("bare")))));
@@ -687,7 +807,10 @@ prompt = "placed"
     fn every_context_root_is_provided() {
         let (_dir, m, ctx) = setup();
         let ctx = ctx.with_profile("bare");
-        let reads: Vec<String> = CONTEXT_ROOTS.iter().map(|r| format!("{{{{ {r} is defined }}}}")).collect();
+        let reads: Vec<String> = CONTEXT_ROOTS
+            .iter()
+            .map(|r| format!("{{{{ {r} is defined }}}}"))
+            .collect();
         let mut m = m;
         m.prompts.get_mut("placed").unwrap().template = reads.join(",");
         let out = prompt(&m, "placed", &BTreeMap::new(), &ctx).unwrap();

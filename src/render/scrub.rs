@@ -72,7 +72,9 @@ fn tag_at(bytes: &[u8], at: usize) -> Option<Tag> {
     let (name, len) = SCRUBBED_TAGS
         .iter()
         .enumerate()
-        .filter(|(_, n)| rest.len() >= n.len() && rest[..n.len()].eq_ignore_ascii_case(n.as_bytes()))
+        .filter(|(_, n)| {
+            rest.len() >= n.len() && rest[..n.len()].eq_ignore_ascii_case(n.as_bytes())
+        })
         .map(|(k, n)| (k, n.len()))
         .max_by_key(|&(_, len)| len)?;
     i += len;
@@ -82,7 +84,12 @@ fn tag_at(bytes: &[u8], at: usize) -> Option<Tag> {
         Some(c) if c.is_ascii_whitespace() => {}
         Some(_) => return None,
     }
-    if closing && !bytes[i..].iter().take_while(|c| **c != b'>').all(u8::is_ascii_whitespace) {
+    if closing
+        && !bytes[i..]
+            .iter()
+            .take_while(|c| **c != b'>')
+            .all(u8::is_ascii_whitespace)
+    {
         return None;
     }
     let close = bytes[i..].iter().position(|&c| c == b'>').map(|p| i + p);
@@ -145,7 +152,10 @@ mod tests {
         assert_eq!(scrub("a<MEMORY kind=\"x\">s</Memory >b"), "ab");
         assert_eq!(scrub("a<memories>s</memories>b"), "ab");
         assert_eq!(scrub("a<memory/>b<memory />c"), "abc");
-        assert_eq!(scrub("keep <memo> and <memoryx> and <b>"), "keep <memo> and <memoryx> and <b>");
+        assert_eq!(
+            scrub("keep <memo> and <memoryx> and <b>"),
+            "keep <memo> and <memoryx> and <b>"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::fmt::Write as _;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::model::{Manifest, McpTransport};
 
@@ -84,7 +85,10 @@ impl GitHead {
         match self {
             Self::Branch { name } => name.clone(),
             Self::Detached { commit } => {
-                format!("detached at {}", &commit[..SHORT_COMMIT_LEN.min(commit.len())])
+                format!(
+                    "detached at {}",
+                    &commit[..SHORT_COMMIT_LEN.min(commit.len())]
+                )
             }
             Self::Unknown => "unknown".to_string(),
         }
@@ -208,11 +212,15 @@ impl WorkspaceSnapshot {
 
     /// The template value `workspace`: prints as the block, and has
     /// `root`, `branch` (none when detached or unknown), `head` and `block`.
-    pub(crate) fn value(&self, profile: Option<&str>) -> minijinja::Value {
-        minijinja::Value::from_object(WorkspaceValue {
+    /// The flag turns true once the template prints the block.
+    pub(crate) fn value(&self, profile: Option<&str>) -> (minijinja::Value, Arc<AtomicBool>) {
+        let printed = Arc::new(AtomicBool::new(false));
+        let value = minijinja::Value::from_object(WorkspaceValue {
             snapshot: self.clone(),
             block: self.block(profile).to_string(),
-        })
+            printed: printed.clone(),
+        });
+        (value, printed)
     }
 }
 
@@ -265,7 +273,11 @@ fn block<'a>(
 }
 
 fn list(items: &[String]) -> String {
-    items.iter().map(|s| one_line(s)).collect::<Vec<_>>().join(", ")
+    items
+        .iter()
+        .map(|s| one_line(s))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `s` with control characters escaped, so every value stays on its line.
@@ -289,6 +301,8 @@ fn one_line(s: &str) -> String {
 struct WorkspaceValue {
     snapshot: WorkspaceSnapshot,
     block: String,
+    /// Set when the block is printed (or read as `workspace.block`).
+    printed: Arc<AtomicBool>,
 }
 
 impl minijinja::value::Object for WorkspaceValue {
@@ -296,9 +310,15 @@ impl minijinja::value::Object for WorkspaceValue {
         let s = &self.snapshot;
         Some(match key.as_str()? {
             "root" => minijinja::Value::from(s.root().display().to_string()),
-            "branch" => s.head().branch().map_or(minijinja::Value::from(()), minijinja::Value::from),
+            "branch" => s
+                .head()
+                .branch()
+                .map_or(minijinja::Value::from(()), minijinja::Value::from),
             "head" => minijinja::Value::from(s.head().describe()),
-            "block" => minijinja::Value::from(self.block.as_str()),
+            "block" => {
+                self.printed.store(true, Ordering::Relaxed);
+                minijinja::Value::from(self.block.as_str())
+            }
             _ => return None,
         })
     }
@@ -308,6 +328,7 @@ impl minijinja::value::Object for WorkspaceValue {
     }
 
     fn render(self: &Arc<Self>, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.printed.store(true, Ordering::Relaxed);
         f.write_str(&self.block)
     }
 }
@@ -327,9 +348,7 @@ mod tests {
         let sha = "0123456789abcdef0123456789abcdef01234567";
         assert_eq!(
             GitHead::parse(sha),
-            GitHead::Detached {
-                commit: sha.into()
-            }
+            GitHead::Detached { commit: sha.into() }
         );
         assert_eq!(GitHead::parse("garbage"), GitHead::Unknown);
         assert_eq!(GitHead::parse("ref: "), GitHead::Unknown);
@@ -361,7 +380,10 @@ mod tests {
     fn oversized_head_is_not_read_whole() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join(".git")).unwrap();
-        let big = format!("ref: refs/heads/{}", "x".repeat(2 * MAX_GIT_FILE_BYTES as usize));
+        let big = format!(
+            "ref: refs/heads/{}",
+            "x".repeat(2 * MAX_GIT_FILE_BYTES as usize)
+        );
         std::fs::write(dir.path().join(".git/HEAD"), big).unwrap();
         match GitHead::read(dir.path()) {
             GitHead::Branch { name } => assert!(name.len() < MAX_GIT_FILE_BYTES as usize),

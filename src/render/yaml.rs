@@ -234,7 +234,10 @@ mod tests {
     #[test]
     fn deterministic() {
         let v = json!({"b": [1, {"x": "y"}], "a": "z"});
-        assert_eq!(mapping(v.as_object().unwrap()), mapping(v.as_object().unwrap()));
+        assert_eq!(
+            mapping(v.as_object().unwrap()),
+            mapping(v.as_object().unwrap())
+        );
         assert_eq!(mapping(&Map::new()), "{}\n");
     }
 

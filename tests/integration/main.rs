@@ -2,5 +2,5 @@
 //! binary or real peers (processes, files, sockets on 127.0.0.1). Each
 //! capability has its own module.
 
-mod support;
 mod render;
+mod support;

@@ -50,7 +50,11 @@ frontmatter = { role = "reviewer", tags = ["ci", "- review"] }
 fn repo() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join(".git")).unwrap();
-    std::fs::write(dir.path().join(".git/HEAD"), "ref: refs/heads/feature/render\n").unwrap();
+    std::fs::write(
+        dir.path().join(".git/HEAD"),
+        "ref: refs/heads/feature/render\n",
+    )
+    .unwrap();
     std::fs::write(dir.path().join("npcagent.toml"), MANIFEST).unwrap();
     dir
 }
@@ -94,7 +98,10 @@ fn renders_a_profile() {
         parsed["description"],
         "Reviews: changes \"before\" they merge # carefully"
     );
-    assert_eq!(parsed["mcpServers"]["fs"]["env"]["API_TOKEN"], "${NPC_RENDER_TEST_TOKEN}");
+    assert_eq!(
+        parsed["mcpServers"]["fs"]["env"]["API_TOKEN"],
+        "${NPC_RENDER_TEST_TOKEN}"
+    );
 
     // Same manifest, same bytes.
     let again = render(dir.path(), &["profile", "reviewer"]).success();
@@ -127,7 +134,10 @@ fn renders_a_prompt_with_vars_profile_and_trigger() {
         ],
     )
     .success();
-    assert_eq!(stdout(&a), "Review topic of demo for reviewer.\nEvent: push\n");
+    assert_eq!(
+        stdout(&a),
+        "Review topic of demo for reviewer.\nEvent: push\n"
+    );
 }
 
 #[test]
