@@ -7,6 +7,7 @@ pub mod model;
 pub mod native;
 pub mod plan;
 pub mod providers;
+pub mod render;
 pub mod runtime;
 pub mod store;
 pub mod supervisor;

@@ -4,6 +4,7 @@
 
 mod init;
 mod reconcile;
+mod render;
 mod validate;
 
 use std::path::PathBuf;
@@ -65,6 +66,8 @@ enum Command {
         #[arg(default_value = ".")]
         dir: PathBuf,
     },
+    /// Render an agent profile or a prompt to stdout
+    Render(render::RenderArgs),
     /// Print shell completions
     Completions { shell: clap_complete::Shell },
     /// Show what `npc apply` would change, compared with the running daemon or the last apply
@@ -161,6 +164,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             follow,
             format,
         } => reconcile::events(manifest, since, follow, format),
+        Command::Render(args) => render::run(args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "npc", &mut std::io::stdout());
             Ok(Exit::Ok)

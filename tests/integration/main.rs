@@ -6,6 +6,7 @@ mod architecture;
 mod daemon;
 mod manifest;
 mod providers;
+mod render;
 mod supervisor;
 mod support;
 mod validate;

@@ -1,0 +1,131 @@
+//! `npc render profile NAME` / `npc render prompt NAME [--var k=v]`: load
+//! the manifest and print a rendered agent profile or prompt (or, with
+//! `--write`, write a profile where `npc apply` keeps rendered profiles).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+
+use super::Exit;
+use crate::model::{self, ProcessEnv};
+use crate::render::{self, RenderContext};
+
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    #[command(subcommand)]
+    target: Target,
+    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
+    #[arg(long, short = 'm', global = true)]
+    manifest: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Target {
+    /// Render an agent profile: Markdown with YAML frontmatter
+    Profile {
+        /// Profile name (a `[profiles.NAME]` entry)
+        name: String,
+        /// Write it under the state directory (`profiles/NAME.md`) instead of printing it
+        #[arg(long)]
+        write: bool,
+    },
+    /// Render a prompt template
+    Prompt {
+        /// Prompt name (a `[prompts.NAME]` entry)
+        name: String,
+        /// Set a declared variable (repeatable)
+        #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
+        vars: Vec<(String, String)>,
+        /// Render for this profile (fills `profile` in the template)
+        #[arg(long)]
+        profile: Option<String>,
+        /// A trigger payload as JSON (fills `trigger` in the template)
+        #[arg(long, value_name = "JSON", value_parser = parse_json)]
+        trigger: Option<serde_json::Value>,
+    },
+}
+
+fn parse_var(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected NAME=VALUE, got `{s}`")),
+    }
+}
+
+fn parse_json(s: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(s).map_err(|e| format!("not JSON: {e}"))
+}
+
+pub fn run(args: RenderArgs) -> anyhow::Result<Exit> {
+    let path = super::manifest_path(args.manifest)?;
+    let path = path
+        .canonicalize()
+        .with_context(|| format!("cannot read `{}`", path.display()))?;
+    let loaded = model::load_path(&path, &ProcessEnv)
+        .with_context(|| format!("cannot read `{}`", path.display()))?;
+    let Some(manifest) = &loaded.manifest else {
+        for d in &loaded.diagnostics {
+            eprintln!("{d}");
+        }
+        eprintln!(
+            "error: `{}` is invalid; fix it (see `npc validate`) before rendering",
+            loaded.source.name()
+        );
+        return Ok(Exit::Failed);
+    };
+    let root = path.parent().map(PathBuf::from).unwrap_or_default();
+    let ctx = RenderContext::new(&root, manifest);
+    let result = match args.target {
+        Target::Profile { name, write } => render::profile(manifest, &name, &ctx).map(|text| {
+            if write {
+                Some((render::profile_path(ctx.state_dir(), &name), text))
+            } else {
+                print!("{text}");
+                None
+            }
+        }),
+        Target::Prompt {
+            name,
+            vars,
+            profile,
+            trigger,
+        } => {
+            let mut given = BTreeMap::new();
+            for (k, v) in vars {
+                if given.insert(k.clone(), v).is_some() {
+                    anyhow::bail!("`--var {k}` is given twice; give each variable once");
+                }
+            }
+            let mut ctx = ctx;
+            if let Some(p) = profile {
+                ctx = ctx.with_profile(p);
+            }
+            if let Some(t) = trigger {
+                ctx = ctx.with_trigger(t);
+            }
+            render::prompt(manifest, &name, &given, &ctx).map(|text| {
+                print!("{text}");
+                None
+            })
+        }
+    };
+    match result {
+        Ok(None) => Ok(Exit::Ok),
+        Ok(Some((file, text))) => {
+            if let Some(dir) = file.parent() {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("cannot create `{}`", dir.display()))?;
+            }
+            std::fs::write(&file, text)
+                .with_context(|| format!("cannot write `{}`", file.display()))?;
+            println!("wrote {}", file.display());
+            Ok(Exit::Ok)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(Exit::Failed)
+        }
+    }
+}
