@@ -91,6 +91,9 @@ enum Command {
         /// Exit 2 when there are changes (0 none, 1 error)
         #[arg(long)]
         detailed_exitcode: bool,
+        /// Plan the user-level agent config files (`~/.claude.json`, `~/.codex/config.toml`, …) instead of the repository's
+        #[arg(long)]
+        user: bool,
     },
     /// Apply the plan: through the running daemon, or record it when none runs
     Apply {
@@ -99,6 +102,9 @@ enum Command {
         /// Apply without asking
         #[arg(long)]
         auto_approve: bool,
+        /// Write the user-level agent config files (`~/.claude.json`, `~/.codex/config.toml`, …) instead of the repository's
+        #[arg(long)]
+        user: bool,
     },
     /// Run the reconciler: apply the manifest and hot-reload it on every change
     Daemon {
@@ -162,11 +168,13 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             manifest,
             format,
             detailed_exitcode,
-        } => reconcile::plan(manifest, format, detailed_exitcode),
+            user,
+        } => reconcile::plan(manifest, format, detailed_exitcode, user),
         Command::Apply {
             manifest,
             auto_approve,
-        } => reconcile::apply(manifest, auto_approve),
+            user,
+        } => reconcile::apply(manifest, auto_approve, user),
         Command::Daemon { manifest } => reconcile::daemon(manifest),
         Command::Status { manifest, format } => reconcile::status(manifest, format),
         Command::Events {

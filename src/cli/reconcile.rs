@@ -129,17 +129,31 @@ fn print_files(files: &[FilePlan]) {
     }
 }
 
+/// Project files by default; the user-level ones only when asked.
+fn scope(user: bool) -> anyhow::Result<crate::native::Scope> {
+    if !user {
+        return Ok(crate::native::Scope::Project);
+    }
+    let home = std::env::var_os("HOME").ok_or_else(|| {
+        anyhow::anyhow!("`--user` needs `HOME` to find the user-level agent config files")
+    })?;
+    Ok(crate::native::Scope::User {
+        home: PathBuf::from(home),
+    })
+}
+
 pub fn plan(
     manifest: Option<PathBuf>,
     format: Format,
     detailed_exitcode: bool,
+    user: bool,
 ) -> anyhow::Result<Exit> {
     let Some((model, paths)) = load(manifest)? else {
         return Ok(Exit::Failed);
     };
     let (observed, against) = tokio()?.block_on(observed(&paths))?;
     let plan = compute(&model, &paths, &observed);
-    let files = files::plan_files(&model, &paths, read_store(&paths).as_ref());
+    let files = files::plan_files(&model, &paths, read_store(&paths).as_ref(), &scope(user)?);
     let file_changes = files.iter().any(FilePlan::is_change);
     match format {
         Format::Json => {
@@ -166,14 +180,14 @@ pub fn plan(
     )
 }
 
-pub fn apply(manifest: Option<PathBuf>, auto_approve: bool) -> anyhow::Result<Exit> {
+pub fn apply(manifest: Option<PathBuf>, auto_approve: bool, user: bool) -> anyhow::Result<Exit> {
     let Some((model, paths)) = load(manifest)? else {
         return Ok(Exit::Failed);
     };
     let rt = tokio()?;
     let (observed, against) = rt.block_on(observed(&paths))?;
     let plan = compute(&model, &paths, &observed);
-    let files = files::plan_files(&model, &paths, read_store(&paths).as_ref());
+    let files = files::plan_files(&model, &paths, read_store(&paths).as_ref(), &scope(user)?);
     let file_changes = files.iter().any(FilePlan::is_change);
     if plan.has_changes() || !file_changes {
         print!("{}", plan::render_human(&plan, &against));

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::RepoPaths;
 use crate::model::{Manifest, ProviderKind};
-use crate::native::{self, FileChange, PlanOptions, Target};
+use crate::native::{self, FileChange, PlanOptions, Scope, Target};
 use crate::render::{self, RenderContext};
 use crate::store::Store;
 
@@ -89,11 +89,20 @@ fn declared_kinds(manifest: &Manifest) -> BTreeSet<ProviderKind> {
     manifest.providers.values().map(|p| p.kind).collect()
 }
 
-/// Plan every file. `store` (read-only is fine) supplies the managed sets.
-pub fn plan_files(manifest: &Manifest, paths: &RepoPaths, store: Option<&Store>) -> Vec<FilePlan> {
+/// Plan every file. `store` (read-only is fine) supplies the managed sets;
+/// `scope` picks the project files (the default) or the user-level ones.
+pub fn plan_files(
+    manifest: &Manifest,
+    paths: &RepoPaths,
+    store: Option<&Store>,
+    scope: &Scope,
+) -> Vec<FilePlan> {
     let mut out = Vec::new();
     for kind in declared_kinds(manifest) {
-        let target = Target::project(kind);
+        let target = Target {
+            kind,
+            scope: scope.clone(),
+        };
         let path = native::target_path(&paths.root, &target);
         let key = rel(&paths.root, &path);
         let managed = store

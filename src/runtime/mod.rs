@@ -364,7 +364,12 @@ impl Runtime {
 
     /// Render profiles and native agent configs; record what changed.
     async fn write_files(&self, manifest: &Manifest) {
-        let plans = files::plan_files(manifest, &self.paths, Some(&self.store));
+        let plans = files::plan_files(
+            manifest,
+            &self.paths,
+            Some(&self.store),
+            &crate::native::Scope::Project,
+        );
         if !plans.iter().any(|p| p.is_change() || p.error.is_some()) {
             return;
         }

@@ -167,3 +167,26 @@ fn import_rejects_garbage_with_a_clear_error() {
         .code(1)
         .stderr(predicates::str::contains(".mcp.json"));
 }
+
+#[test]
+fn user_level_files_only_with_the_flag() {
+    let dir = repo(MANIFEST);
+    let home = tempfile::tempdir().unwrap();
+    npc()
+        .current_dir(dir.path())
+        .env("HOME", home.path())
+        .env("NPC_AGENTS_TEST_SECRET", SECRET)
+        .args(["apply", "--auto-approve", "--user"])
+        .assert()
+        .success();
+    let user_file = std::fs::read_to_string(home.path().join(".claude.json")).unwrap();
+    assert!(
+        user_file.contains("\"fs\"") && !user_file.contains(SECRET),
+        "{user_file}"
+    );
+    assert!(home.path().join(".codex/config.toml").is_file());
+    assert!(
+        !dir.path().join(".mcp.json").exists(),
+        "--user must not write the project file"
+    );
+}
