@@ -5,6 +5,7 @@
 mod init;
 mod reconcile;
 mod render;
+mod run;
 mod validate;
 
 use std::path::PathBuf;
@@ -21,6 +22,12 @@ pub enum Exit {
     Failed = 1,
     /// Usage or I/O error (or, with `--detailed-exitcode`, changes present).
     Usage = 2,
+    /// The operation outlived its timeout (`npc run`).
+    TimedOut = 124,
+    /// Cancelled by SIGINT (Ctrl-C).
+    Interrupted = 130,
+    /// Cancelled by SIGTERM.
+    Terminated = 143,
 }
 
 impl From<Exit> for ExitCode {
@@ -68,6 +75,8 @@ enum Command {
     },
     /// Render an agent profile or a prompt to stdout
     Render(render::RenderArgs),
+    /// Run an agent profile headless, stream its events and record them
+    Run(run::RunArgs),
     /// Print shell completions
     Completions { shell: clap_complete::Shell },
     /// Show what `npc apply` would change, compared with the running daemon or the last apply
@@ -165,6 +174,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             format,
         } => reconcile::events(manifest, since, follow, format),
         Command::Render(args) => render::run(args),
+        Command::Run(args) => run::run(args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "npc", &mut std::io::stdout());
             Ok(Exit::Ok)
