@@ -33,7 +33,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME")]
     prompt_template: Option<String>,
     /// Set a variable of `--prompt-template` (repeatable)
-    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var, requires = "prompt_template")]
+    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
     vars: Vec<(String, String)>,
     /// Stop the run after this many seconds (default 1800)
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
@@ -71,6 +71,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Failed);
     };
     let prompt = match (args.prompt, args.prompt_template) {
+        (_, None) if !args.vars.is_empty() => {
+            eprintln!("error: {}", runs::RunError::VarsWithoutTemplate);
+            return Ok(Exit::Usage);
+        }
         (Some(text), _) => PromptChoice::Literal { text },
         (None, Some(name)) => {
             let mut vars = BTreeMap::new();

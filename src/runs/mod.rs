@@ -71,7 +71,9 @@ pub enum RunError {
         "profile `{profile}` has no `prompt`; pass `--prompt TEXT` or `--prompt-template NAME`"
     )]
     NoPrompt { profile: String },
-    #[error("`--var` needs `--prompt-template`; `--prompt` text is used as written")]
+    #[error(
+        "`--var` needs `--prompt-template NAME`; `--prompt` text and the profile's prompt take no variables"
+    )]
     VarsWithoutTemplate,
     #[error(transparent)]
     Render(#[from] RenderError),
