@@ -2,6 +2,7 @@
 //! its own file and returns an [`Exit`]; only this edge prints errors with
 //! anyhow/miette formatting and turns them into exit codes.
 
+mod import;
 mod init;
 mod reconcile;
 mod render;
@@ -79,6 +80,16 @@ enum Command {
     Run(run::RunArgs),
     /// Print shell completions
     Completions { shell: clap_complete::Shell },
+    /// Read an agent CLI's MCP config and print (or merge) the manifest entries
+    Import {
+        /// `.mcp.json`, `.codex/config.toml`, `.gemini/settings.json` or `opencode.json`
+        file: PathBuf,
+        /// Merge into the manifest instead of printing
+        #[arg(long)]
+        write: bool,
+        #[arg(long, short = 'm')]
+        manifest: Option<PathBuf>,
+    },
     /// Show what `npc apply` would change, compared with the running daemon or the last apply
     Plan {
         /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
@@ -175,6 +186,11 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         } => reconcile::events(manifest, since, follow, format),
         Command::Render(args) => render::run(args),
         Command::Run(args) => run::run(args),
+        Command::Import {
+            file,
+            write,
+            manifest,
+        } => import::run(&file, write, manifest),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "npc", &mut std::io::stdout());
             Ok(Exit::Ok)

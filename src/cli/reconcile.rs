@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use super::{Exit, Format};
 use crate::model::Manifest;
 use crate::plan::{self, Action, ObservedState, Plan};
+use crate::runtime::files::{self, FilePlan};
 use crate::runtime::{self, RepoPaths};
 use crate::store::Store;
 use crate::surfaces::control::{self, Client, Request};
@@ -94,6 +95,40 @@ fn compute(model: &Manifest, paths: &RepoPaths, observed: &ObservedState) -> Pla
     plan::plan(&desired, observed)
 }
 
+/// The store for reading managed entries, if the repository has one.
+fn read_store(paths: &RepoPaths) -> Option<Store> {
+    paths
+        .db()
+        .is_file()
+        .then(|| Store::open_read_only(paths.db()).ok())
+        .flatten()
+}
+
+fn print_files(files: &[FilePlan]) {
+    let shown: Vec<&FilePlan> = files.iter().filter(|f| f.action != "unchanged").collect();
+    if shown.is_empty() {
+        return;
+    }
+    println!("\nFiles npc writes for the agents:\n");
+    for f in shown {
+        let symbol = match f.action {
+            "create" => "+",
+            "update" => "~",
+            _ => "!",
+        };
+        println!("  {symbol:>3} {}  ({})", f.path, f.what);
+        if let Some(e) = &f.error {
+            println!("        error: {e}");
+        }
+        for n in &f.notes {
+            println!("        note: {n}");
+        }
+        for line in f.diff.lines() {
+            println!("        {line}");
+        }
+    }
+}
+
 pub fn plan(
     manifest: Option<PathBuf>,
     format: Format,
@@ -104,18 +139,31 @@ pub fn plan(
     };
     let (observed, against) = tokio()?.block_on(observed(&paths))?;
     let plan = compute(&model, &paths, &observed);
+    let files = files::plan_files(&model, &paths, read_store(&paths).as_ref());
+    let file_changes = files.iter().any(FilePlan::is_change);
     match format {
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&plan::render_json(&plan, &against))?
-        ),
-        Format::Human => print!("{}", plan::render_human(&plan, &against)),
+        Format::Json => {
+            let mut doc = plan::render_json(&plan, &against);
+            doc["files"] = serde_json::to_value(&files)?;
+            println!("{}", serde_json::to_string_pretty(&doc)?);
+        }
+        Format::Human => {
+            if plan.has_changes() || !file_changes {
+                print!("{}", plan::render_human(&plan, &against));
+            }
+            print_files(&files);
+        }
     }
-    Ok(if plan.has_changes() && detailed_exitcode {
-        Exit::Usage
-    } else {
-        Exit::Ok
-    })
+    if files.iter().any(|f| f.error.is_some()) {
+        return Ok(Exit::Failed);
+    }
+    Ok(
+        if (plan.has_changes() || file_changes) && detailed_exitcode {
+            Exit::Usage
+        } else {
+            Exit::Ok
+        },
+    )
 }
 
 pub fn apply(manifest: Option<PathBuf>, auto_approve: bool) -> anyhow::Result<Exit> {
@@ -125,8 +173,19 @@ pub fn apply(manifest: Option<PathBuf>, auto_approve: bool) -> anyhow::Result<Ex
     let rt = tokio()?;
     let (observed, against) = rt.block_on(observed(&paths))?;
     let plan = compute(&model, &paths, &observed);
-    print!("{}", plan::render_human(&plan, &against));
-    if !plan.has_changes() {
+    let files = files::plan_files(&model, &paths, read_store(&paths).as_ref());
+    let file_changes = files.iter().any(FilePlan::is_change);
+    if plan.has_changes() || !file_changes {
+        print!("{}", plan::render_human(&plan, &against));
+    }
+    print_files(&files);
+    if files.iter().any(|f| f.error.is_some()) {
+        eprintln!(
+            "error: npc cannot write the files marked `!` above; fix them, then apply again (nothing was applied)"
+        );
+        return Ok(Exit::Failed);
+    }
+    if !plan.has_changes() && !file_changes {
         return Ok(Exit::Ok);
     }
     if plan.changes.iter().any(|c| c.action == Action::Refuse) {
@@ -174,6 +233,16 @@ pub fn apply(manifest: Option<PathBuf>, auto_approve: bool) -> anyhow::Result<Ex
             .collect::<Vec<_>>(),
     );
     rt.block_on(store.record_manifest(hash, runtime::encode_state(&state)))?;
+    let mut failed = false;
+    for (path, outcome) in rt.block_on(files::write_files(&files, &store)) {
+        match outcome {
+            Ok(what) => println!("      {path}: {what}"),
+            Err(e) => {
+                failed = true;
+                println!("      {path}: not written: {e}");
+            }
+        }
+    }
     for change in plan.actionable() {
         let note = match change.id.kind {
             plan::Kind::McpServer | plan::Kind::PanePlugin if change.action != Action::Remove => {
@@ -185,7 +254,7 @@ pub fn apply(manifest: Option<PathBuf>, auto_approve: bool) -> anyhow::Result<Ex
     }
     rt.block_on(store.flush())?;
     println!("\nApplied without a daemon. Run `npc daemon` to start the supervised components.");
-    Ok(Exit::Ok)
+    Ok(if failed { Exit::Failed } else { Exit::Ok })
 }
 
 fn print_outcome(answer: &serde_json::Value, how: &str) -> Exit {

@@ -242,7 +242,8 @@ pub fn plan_text(
     Ok(change)
 }
 
-fn unified_diff(path: &Path, before: Option<&str>, after: &str) -> String {
+/// A unified diff of a file's text, headed with its path.
+pub fn unified_diff(path: &Path, before: Option<&str>, after: &str) -> String {
     let shown = path.display().to_string();
     let old = if before.is_some() {
         shown.as_str()

@@ -80,10 +80,10 @@ pub async fn run(
             },
         };
         let (_, manifest) = runtime.reload(&reason).await;
-        if let (Some(w), Some(m)) = (watcher.as_mut(), manifest.as_ref()) {
-            if let Err(e) = w.update(runtime.watch_set(Some(m))) {
-                tracing::warn!("{e}");
-            }
+        if let (Some(w), Some(m)) = (watcher.as_mut(), manifest.as_ref())
+            && let Err(e) = w.update(runtime.watch_set(Some(m)))
+        {
+            tracing::warn!("{e}");
         }
     }
     let _ = stop_tx.send(true);

@@ -9,6 +9,7 @@
 
 pub mod daemon;
 pub mod drivers;
+pub mod files;
 pub mod lock;
 pub mod watch;
 
@@ -355,7 +356,28 @@ impl Runtime {
         self.bus.set_secrets(manifest.secret_values());
         let desired = plan::desired(&manifest, &external_inputs(&manifest, &self.paths.root));
         let outcome = self.apply(desired, reason).await;
+        if matches!(outcome, ReloadOutcome::Applied { .. }) {
+            self.write_files(&manifest).await;
+        }
         (outcome, Some(manifest))
+    }
+
+    /// Render profiles and native agent configs; record what changed.
+    async fn write_files(&self, manifest: &Manifest) {
+        let plans = files::plan_files(manifest, &self.paths, Some(&self.store));
+        if !plans.iter().any(|p| p.is_change() || p.error.is_some()) {
+            return;
+        }
+        let results = files::write_files(&plans, &self.store).await;
+        let lines: Vec<serde_json::Value> = results
+            .iter()
+            .map(|(path, r)| match r {
+                Ok(outcome) => serde_json::json!({ "path": path, "outcome": outcome }),
+                Err(e) => serde_json::json!({ "path": path, "outcome": "error", "error": e }),
+            })
+            .collect();
+        self.emit("files.written", None, serde_json::json!({ "files": lines }))
+            .await;
     }
 
     /// Apply `desired` against what is applied now.

@@ -399,3 +399,32 @@ fn open_reports_an_unusable_path() {
     let err = Store::open(file.join("state.db")).unwrap_err();
     assert!(matches!(err, StoreError::CreateDir { .. }), "{err}");
 }
+
+#[test]
+fn continuations_run_in_commit_order_and_a_panicking_one_is_contained() {
+    let (_dir, store) = temp_store();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for n in 1..=3 {
+        let tx = tx.clone();
+        store.append_events_then(vec![event("a.b", n)], move |stored| {
+            let _ = tx.send(stored.map(|events| events[0].id));
+        });
+    }
+    store.append_events_then(vec![event("a.b", 4)], |_| panic!("continuation exploded"));
+    let later = store.append_events(vec![event("a.b", 5)]).wait().unwrap();
+    let ids: Vec<i64> = rx.try_iter().map(Result::unwrap).collect();
+    assert_eq!(ids, vec![1, 2, 3]);
+    assert_eq!(later[0].id, 5, "the writer survived the panic");
+}
+
+#[test]
+fn read_only_store_reports_continuations_as_read_only() {
+    let (_dir, store) = temp_store();
+    let reader = Store::open_read_only(store.path()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    reader.append_events_then(vec![event("a.b", 1)], move |stored| {
+        let _ = tx.send(stored.map(|_| ()));
+    });
+    assert!(matches!(rx.try_recv().unwrap(), Err(StoreError::ReadOnly)));
+    assert!(matches!(reader.flush().wait(), Err(StoreError::ReadOnly)));
+}

@@ -171,7 +171,13 @@ fn writer_loop(mut conn: Connection, jobs: &mpsc::Receiver<Box<dyn Job>>, counte
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
         }
         for job in batch {
-            job.finish(outcome.clone());
+            // A continuation that panics must not take the writer down with it.
+            let finished = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                job.finish(outcome.clone())
+            }));
+            if finished.is_err() {
+                tracing::error!("store.writer_continuation_panicked");
+            }
         }
     }
 }

@@ -1,0 +1,188 @@
+//! The files npc writes for the agents: each declared provider's native MCP
+//! configuration (see `native`) and every rendered profile (see `render`).
+//! `npc plan` shows their diffs, `npc apply` and every daemon reload write
+//! them atomically, and the store remembers which native entries npc manages.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::RepoPaths;
+use crate::model::{Manifest, ProviderKind};
+use crate::native::{self, FileChange, PlanOptions, Target};
+use crate::render::{self, RenderContext};
+use crate::store::Store;
+
+/// One file npc would write, and what would change in it.
+#[derive(Debug, Clone, Serialize)]
+pub struct FilePlan {
+    /// Relative to the repository root.
+    pub path: String,
+    /// What the file is for.
+    pub what: String,
+    /// `create`, `update`, `unchanged` or `error`.
+    pub action: &'static str,
+    pub diff: String,
+    pub notes: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip)]
+    change: Option<FileChange>,
+    /// A native config file whose managed entry names the store keeps.
+    #[serde(skip)]
+    native: bool,
+}
+
+impl FilePlan {
+    pub fn is_change(&self) -> bool {
+        matches!(self.action, "create" | "update")
+    }
+
+    fn from_change(root: &Path, what: String, change: FileChange) -> Self {
+        let action = match (&change.before, change.is_change()) {
+            (_, false) => "unchanged",
+            (None, true) => "create",
+            (Some(_), true) => "update",
+        };
+        let mut notes = change.notes.clone();
+        notes.extend(
+            change.conflicts.iter().map(|c| {
+                format!("conflict: `{c}` is an entry npc did not write; it is left alone")
+            }),
+        );
+        Self {
+            path: rel(root, &change.path),
+            what,
+            action,
+            diff: change.diff.clone(),
+            notes,
+            error: None,
+            change: Some(change),
+            native: false,
+        }
+    }
+
+    fn failed(path: String, what: String, error: String) -> Self {
+        Self {
+            path,
+            what,
+            action: "error",
+            diff: String::new(),
+            notes: Vec::new(),
+            error: Some(error),
+            change: None,
+            native: false,
+        }
+    }
+}
+
+fn rel(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+/// The provider kinds the manifest declares, each once.
+fn declared_kinds(manifest: &Manifest) -> BTreeSet<ProviderKind> {
+    manifest.providers.values().map(|p| p.kind).collect()
+}
+
+/// Plan every file. `store` (read-only is fine) supplies the managed sets.
+pub fn plan_files(manifest: &Manifest, paths: &RepoPaths, store: Option<&Store>) -> Vec<FilePlan> {
+    let mut out = Vec::new();
+    for kind in declared_kinds(manifest) {
+        let target = Target::project(kind);
+        let path = native::target_path(&paths.root, &target);
+        let key = rel(&paths.root, &path);
+        let managed = store
+            .and_then(|s| s.managed_entries(&key).ok())
+            .unwrap_or_default();
+        let what = format!("{} MCP servers", kind.as_str());
+        match native::plan_file(
+            &paths.root,
+            &target,
+            manifest,
+            &managed,
+            PlanOptions::default(),
+        ) {
+            Ok(change) => out.push(FilePlan {
+                native: true,
+                ..FilePlan::from_change(&paths.root, what, change)
+            }),
+            Err(e) => out.push(FilePlan::failed(key, what, e.to_string())),
+        }
+    }
+    let ctx = RenderContext::new(&paths.root, manifest);
+    for name in manifest.profiles.keys() {
+        let path = render::profile_path(&paths.state_dir, name);
+        let what = format!("profile `{name}`");
+        let rendered = render::profile(manifest, name, &ctx);
+        let before = native::read_existing(&path);
+        match (rendered, before) {
+            (Ok(after), Ok(before)) => {
+                let diff = if before.as_deref() == Some(after.as_str()) {
+                    String::new()
+                } else {
+                    native::unified_diff(&path, before.as_deref(), &after)
+                };
+                let change = FileChange {
+                    path: path.clone(),
+                    before,
+                    after,
+                    diff,
+                    notes: Vec::new(),
+                    managed: BTreeSet::new(),
+                    conflicts: Vec::new(),
+                };
+                out.push(FilePlan::from_change(&paths.root, what, change));
+            }
+            (Err(e), _) => out.push(FilePlan::failed(
+                rel(&paths.root, &path),
+                what,
+                e.to_string(),
+            )),
+            (_, Err(e)) => out.push(FilePlan::failed(
+                rel(&paths.root, &path),
+                what,
+                e.to_string(),
+            )),
+        }
+    }
+    out
+}
+
+/// Write the files that change and record the managed sets. Returns one
+/// line per file: `(path, outcome)`; an `Err` outcome means nothing was
+/// written to that file.
+pub async fn write_files(
+    plans: &[FilePlan],
+    store: &Store,
+) -> Vec<(String, Result<&'static str, String>)> {
+    let mut out = Vec::new();
+    for plan in plans {
+        let Some(change) = &plan.change else {
+            out.push((
+                plan.path.clone(),
+                Err(plan.error.clone().unwrap_or_default()),
+            ));
+            continue;
+        };
+        let written = if plan.is_change() {
+            native::write(change).map_err(|e| e.to_string())
+        } else {
+            Ok(false)
+        };
+        if written.is_ok() && plan.native {
+            let _ = store
+                .set_managed_entries(plan.path.clone(), change.managed.clone())
+                .await;
+        }
+        out.push((
+            plan.path.clone(),
+            written.map(|w| if w { "written" } else { "unchanged" }),
+        ));
+    }
+    out
+}
