@@ -6,6 +6,7 @@ mod import;
 mod init;
 mod reconcile;
 mod render;
+mod run;
 mod validate;
 
 use std::path::PathBuf;
@@ -22,6 +23,12 @@ pub enum Exit {
     Failed = 1,
     /// Usage or I/O error (or, with `--detailed-exitcode`, changes present).
     Usage = 2,
+    /// The operation outlived its timeout (`npc run`).
+    TimedOut = 124,
+    /// Cancelled by SIGINT (Ctrl-C).
+    Interrupted = 130,
+    /// Cancelled by SIGTERM.
+    Terminated = 143,
 }
 
 impl From<Exit> for ExitCode {
@@ -69,6 +76,8 @@ enum Command {
     },
     /// Render an agent profile or a prompt to stdout
     Render(render::RenderArgs),
+    /// Run an agent profile headless, stream its events and record them
+    Run(run::RunArgs),
     /// Print shell completions
     Completions { shell: clap_complete::Shell },
     /// Read an agent CLI's MCP config and print (or merge) the manifest entries
@@ -184,6 +193,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             format,
         } => reconcile::events(manifest, since, follow, format),
         Command::Render(args) => render::run(args),
+        Command::Run(args) => run::run(args),
         Command::Import {
             file,
             write,

@@ -8,6 +8,7 @@ mod daemon;
 mod manifest;
 mod providers;
 mod render;
+mod runs;
 mod supervisor;
 mod support;
 mod validate;

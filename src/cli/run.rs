@@ -1,0 +1,180 @@
+//! `npc run PROFILE`: run an agent profile headless with a rendered prompt,
+//! stream its events to the terminal (compact, or NDJSON with
+//! `--format json`), record them in the event log, and exit with the
+//! agent's outcome (0 success, 1 agent failure, 2 usage, 124 timeout,
+//! 130 Ctrl-C, 143 SIGTERM).
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::{Exit, Format};
+use crate::bus::EventBus;
+use crate::model::{self, ProcessEnv};
+use crate::providers::AgentEvent;
+use crate::runs::{self, Outcome, PromptChoice, RunRequest, view};
+use crate::store::Store;
+use crate::supervisor::{BackoffPolicy, Supervisor};
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Profile name (a `[profiles.NAME]` entry)
+    profile: String,
+    /// The task prompt, used as written
+    #[arg(long, conflicts_with = "prompt_template")]
+    prompt: Option<String>,
+    /// Render this prompt (a `[prompts.NAME]` entry) as the task
+    #[arg(long, value_name = "NAME")]
+    prompt_template: Option<String>,
+    /// Set a variable of `--prompt-template` (repeatable)
+    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
+    vars: Vec<(String, String)>,
+    /// Stop the run after this many seconds (default 1800)
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
+    timeout: Option<u64>,
+    /// Where the agent runs (e.g. a worktree); tools keep the repository root
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
+    #[arg(long, short = 'm')]
+    manifest: Option<PathBuf>,
+}
+
+fn parse_var(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected NAME=VALUE, got `{s}`")),
+    }
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
+    let path = super::manifest_path(args.manifest.clone())?;
+    let paths = crate::runtime::RepoPaths::resolve(&path, &crate::runtime::state_dir_hint(&path))?;
+    let loaded = model::load_path(&paths.manifest, &ProcessEnv)
+        .with_context(|| format!("cannot read `{}`", path.display()))?;
+    let Some(manifest) = &loaded.manifest else {
+        for d in &loaded.diagnostics {
+            eprintln!("{d}");
+        }
+        eprintln!(
+            "error: `{}` is invalid; fix it (see `npc validate`) before running",
+            loaded.source.name()
+        );
+        return Ok(Exit::Failed);
+    };
+    let prompt = match (args.prompt, args.prompt_template) {
+        (_, None) if !args.vars.is_empty() => {
+            eprintln!("error: {}", runs::RunError::VarsWithoutTemplate);
+            return Ok(Exit::Usage);
+        }
+        (Some(text), _) => PromptChoice::Literal { text },
+        (None, Some(name)) => {
+            let mut vars = BTreeMap::new();
+            for (k, v) in args.vars {
+                if vars.insert(k.clone(), v).is_some() {
+                    eprintln!("error: `--var {k}` is given twice; give each variable once");
+                    return Ok(Exit::Usage);
+                }
+            }
+            PromptChoice::Template { name, vars }
+        }
+        (None, None) => PromptChoice::Profile,
+    };
+    let request = RunRequest {
+        profile: args.profile,
+        prompt,
+        timeout: args
+            .timeout
+            .map_or(runs::DEFAULT_RUN_TIMEOUT, Duration::from_secs),
+        cwd: args.cwd,
+    };
+    let prepared = match runs::prepare(manifest, &paths.root, &request, runs::new_run_id()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(Exit::Usage);
+        }
+    };
+    for w in &prepared.warnings {
+        eprintln!("warning: {w}");
+    }
+    let format = args.format;
+    if format == Format::Human {
+        eprintln!(
+            "run {} · profile `{}` · provider `{}` · in {}",
+            prepared.id,
+            prepared.profile,
+            prepared.provider,
+            prepared.spec.cwd.display()
+        );
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        // Handlers are installed before the agent starts, so a Ctrl-C at
+        // any moment cancels the run instead of killing npc alone.
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        let cancel = async move {
+            tokio::select! {
+                _ = interrupt.recv() => nix::sys::signal::Signal::SIGINT as i32,
+                _ = terminate.recv() => nix::sys::signal::Signal::SIGTERM as i32,
+            }
+        };
+        let store = Arc::new(
+            Store::open(paths.db())
+                .with_context(|| format!("cannot open `{}`", paths.db().display()))?,
+        );
+        let bus = EventBus::new(store);
+        bus.set_secrets(manifest.secret_values());
+        let (events, _supervisor_events) = tokio::sync::mpsc::unbounded_channel();
+        let supervisor = Supervisor::new(events, BackoffPolicy::default());
+        let sink = |e: &AgentEvent| print_event(&prepared.id, e, format);
+        let result = runs::execute(&prepared, &supervisor, &bus, sink, cancel).await;
+        bus.shutdown().await;
+        let report = result?;
+        if format == Format::Human {
+            eprintln!(
+                "run {} {} ({}) in {:.1}s",
+                prepared.id,
+                report.outcome.as_str().replace('_', " "),
+                report.exit,
+                report.duration.as_secs_f64()
+            );
+        }
+        Ok(match report.outcome {
+            Outcome::Succeeded => Exit::Ok,
+            Outcome::Failed { .. } => Exit::Failed,
+            Outcome::TimedOut => Exit::TimedOut,
+            Outcome::Cancelled { signal } if signal == nix::sys::signal::Signal::SIGTERM as i32 => {
+                Exit::Terminated
+            }
+            Outcome::Cancelled { .. } => Exit::Interrupted,
+        })
+    })
+}
+
+fn print_event(run_id: &str, event: &AgentEvent, format: Format) {
+    match format {
+        Format::Json => {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{}", runs::event_payload(run_id, event));
+            let _ = out.flush();
+        }
+        Format::Human => match view::line(event) {
+            Some((view::Stream::Stdout, text)) => println!("{text}"),
+            Some((view::Stream::Stderr, text)) => eprintln!("{text}"),
+            None => {}
+        },
+    }
+}

@@ -1,0 +1,565 @@
+//! Recorded agent runs (`npc run`): launch one profile's provider CLI
+//! headless with a rendered prompt and the profile's MCP servers, read its
+//! output with the provider's [`Parser`], hand every [`AgentEvent`] to the
+//! caller (for the terminal) and to the event log (the [`EventBus`]), and
+//! end with an [`Outcome`].
+//!
+//! A run is prepared ([`prepare`]: render the prompt once, write the MCP
+//! configuration under `<state>/runs/<run-id>/`, build the launch plan and
+//! the child's environment) and then executed ([`execute`]: spawn through
+//! the [`Supervisor`], stream, and stop on exit, timeout or cancellation by
+//! killing the child's whole process group). Every recorded event carries
+//! the run id in its payload and the component `run.<id>`; the run is
+//! bracketed by `run.started` and `run.finished`.
+
+pub mod view;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::bus::{BusError, EventBus};
+use crate::model::{Manifest, ProviderKind};
+use crate::native::{self, NativeError, PlanOptions, Target};
+use crate::providers::{self, AgentEvent, LaunchError, LaunchRequest, Parser};
+use crate::render::{self, RenderContext, RenderError, RunInfo};
+use crate::store::NewEvent;
+use crate::supervisor::{ChildSpec, ExitInfo, Supervisor, SupervisorError};
+
+/// How long a run may take unless `--timeout` says otherwise.
+pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// After the agent exits, how long its output streams may take to close.
+pub const POST_EXIT_DRAIN: Duration = Duration::from_secs(2);
+/// Subdirectory of the state directory holding one directory per run.
+pub const RUNS_DIR: &str = "runs";
+/// Prefix of every run id.
+pub const RUN_ID_PREFIX: &str = "run-";
+/// Random bytes in a run id (after its timestamp).
+pub const RUN_ID_RANDOM_BYTES: usize = 4;
+/// Provider CLI authentication and configuration variables passed through
+/// to the agent when set (on top of the supervisor's essentials). Their
+/// values are never logged or recorded.
+pub const AUTH_ENV: [&str; 8] = [
+    "ANTHROPIC_API_KEY",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "OPENAI_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "CODEX_HOME",
+    "XDG_CONFIG_HOME",
+];
+/// Exit status of `npc run` when the run timed out (as `timeout(1)`).
+pub const EXIT_TIMED_OUT: u8 = 124;
+/// Exit statuses after a signal are 128 plus the signal number.
+pub const EXIT_SIGNAL_BASE: u8 = 128;
+
+/// Why a run could not be prepared or executed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("no profile `{name}` in the manifest; known profiles: {known}")]
+    UnknownProfile { name: String, known: String },
+    #[error(
+        "profile `{profile}` names provider `{provider}`, which the manifest does not define; run `npc validate` and fix the reference"
+    )]
+    UnknownProvider { profile: String, provider: String },
+    #[error(
+        "profile `{profile}` has no `prompt`; pass `--prompt TEXT` or `--prompt-template NAME`"
+    )]
+    NoPrompt { profile: String },
+    #[error(
+        "`--var` needs `--prompt-template NAME`; `--prompt` text and the profile's prompt take no variables"
+    )]
+    VarsWithoutTemplate,
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    #[error("working directory `{}` is not a directory; pass an existing `--cwd`", path.display())]
+    BadCwd { path: PathBuf },
+    #[error("cannot write the run's MCP configuration: {0}")]
+    Native(#[from] NativeError),
+    #[error("cannot create `{}`: {source}; check the state directory's permissions", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error("cannot start the agent: {0}")]
+    Spawn(#[from] SupervisorError),
+    #[error("cannot record the run in the event log: {0}")]
+    Record(#[from] BusError),
+}
+
+/// Where the task prompt comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptChoice {
+    /// `--prompt TEXT`, used as written.
+    Literal { text: String },
+    /// `--prompt-template NAME` rendered with `--var`s.
+    Template {
+        name: String,
+        vars: BTreeMap<String, String>,
+    },
+    /// The profile's own `prompt`, rendered with its defaults.
+    Profile,
+}
+
+/// What the caller asks of one run.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    pub profile: String,
+    pub prompt: PromptChoice,
+    pub timeout: Duration,
+    /// Where the agent runs (e.g. a worktree); the repository root when `None`.
+    pub cwd: Option<PathBuf>,
+}
+
+/// A run ready to start: everything [`execute`] needs.
+#[derive(Debug, Clone)]
+pub struct PreparedRun {
+    pub id: String,
+    pub profile: String,
+    pub provider: String,
+    pub kind: ProviderKind,
+    /// The rendered task prompt.
+    pub prompt: String,
+    /// The child to spawn (exposed values; never log `args` or `env`).
+    pub spec: ChildSpec,
+    /// The repository root: the tools' working directory.
+    pub tool_cwd: PathBuf,
+    /// The MCP configuration file passed to the agent, if any.
+    pub mcp_config: Option<PathBuf>,
+    pub timeout: Duration,
+    /// Things the user should know (printed on stderr, not recorded as errors).
+    pub warnings: Vec<String>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The agent exited 0 and did not report a failed turn.
+    Succeeded,
+    /// The agent exited non-zero, was killed, or reported a failed turn.
+    Failed { exit: ExitInfo },
+    /// The run outlived its timeout; the process group was killed.
+    TimedOut,
+    /// The run was cancelled by `signal` (SIGINT, SIGTERM); the process
+    /// group was killed.
+    Cancelled { signal: i32 },
+}
+
+impl Outcome {
+    /// The exit status `npc run` ends with.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Self::Succeeded => 0,
+            Self::Failed { .. } => 1,
+            Self::TimedOut => EXIT_TIMED_OUT,
+            Self::Cancelled { signal } => {
+                EXIT_SIGNAL_BASE.saturating_add(u8::try_from(signal).unwrap_or(0))
+            }
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Failed { .. } => "failed",
+            Self::TimedOut => "timed_out",
+            Self::Cancelled { .. } => "cancelled",
+        }
+    }
+}
+
+/// What [`execute`] reports at the end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunReport {
+    pub outcome: Outcome,
+    /// The agent's own exit status (killed by a signal after a timeout or
+    /// cancellation).
+    pub exit: ExitInfo,
+    pub duration: Duration,
+    /// Agent events read from the output (recorded and handed to the sink).
+    pub events: usize,
+}
+
+/// A new run id: `run-` + UTC timestamp to the millisecond + random hex,
+/// so ids sort by start time and two runs never share one.
+pub fn new_run_id() -> String {
+    let now = chrono::Utc::now();
+    let mut random = [0u8; RUN_ID_RANDOM_BYTES];
+    let filled = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut random))
+        .is_ok();
+    if !filled {
+        let mix = u64::from(std::process::id()) ^ u64::from(now.timestamp_subsec_nanos());
+        random.copy_from_slice(&mix.to_le_bytes()[..RUN_ID_RANDOM_BYTES]);
+    }
+    format!(
+        "{RUN_ID_PREFIX}{}-{}",
+        now.format("%Y%m%dt%H%M%S%3fz"),
+        hex::encode(random)
+    )
+}
+
+/// The directory of run `id` under `state_dir`.
+pub fn run_dir(state_dir: &Path, id: &str) -> PathBuf {
+    state_dir.join(RUNS_DIR).join(id)
+}
+
+/// Prepare run `req` of `manifest` (repository at `root`): render the
+/// prompt with one [`RenderContext`], write the profile's MCP servers in
+/// the provider's native format under the run's directory, and build the
+/// child's launch plan and environment.
+pub fn prepare(
+    manifest: &Manifest,
+    root: &Path,
+    req: &RunRequest,
+    id: String,
+) -> Result<PreparedRun, RunError> {
+    let profile = manifest
+        .profiles
+        .get(&req.profile)
+        .ok_or_else(|| RunError::UnknownProfile {
+            name: req.profile.clone(),
+            known: known(manifest.profiles.keys()),
+        })?;
+    let provider =
+        manifest
+            .providers
+            .get(&profile.provider)
+            .ok_or_else(|| RunError::UnknownProvider {
+                profile: req.profile.clone(),
+                provider: profile.provider.clone(),
+            })?;
+    let cwd = match &req.cwd {
+        None => root.to_path_buf(),
+        Some(dir) => {
+            let dir = if dir.is_absolute() {
+                dir.clone()
+            } else {
+                std::env::current_dir().unwrap_or_default().join(dir)
+            };
+            dir.canonicalize()
+                .ok()
+                .filter(|d| d.is_dir())
+                .ok_or(RunError::BadCwd { path: dir })?
+        }
+    };
+    let ctx = RenderContext::new(root, manifest)
+        .with_profile(req.profile.clone())
+        .with_run(RunInfo {
+            id: id.clone(),
+            trigger: None,
+            started_at: Some(chrono::Utc::now().to_rfc3339()),
+        });
+    let prompt = match &req.prompt {
+        PromptChoice::Literal { text } => text.clone(),
+        PromptChoice::Template { name, vars } => render::prompt(manifest, name, vars, &ctx)?,
+        PromptChoice::Profile => {
+            let name = profile.prompt.as_ref().ok_or_else(|| RunError::NoPrompt {
+                profile: req.profile.clone(),
+            })?;
+            render::prompt(manifest, name, &BTreeMap::new(), &ctx)?
+        }
+    };
+    let dir = run_dir(ctx.state_dir(), &id);
+    let mut warnings = Vec::new();
+    let mcp_text = mcp_config_text(manifest, &profile.mcp_servers, provider.kind, &dir)?;
+    let model = profile.model.as_ref().map(|m| m.expose());
+    let mut mcp_config = None;
+    let plan = match &mcp_text {
+        None => launch(provider, &prompt, model, None)?,
+        Some((path, text)) => match launch(provider, &prompt, model, Some(path)) {
+            Ok(plan) => {
+                write_file(path, text)?;
+                mcp_config = Some(path.clone());
+                plan
+            }
+            Err(e @ LaunchError::McpConfigUnsupported { .. }) => {
+                warnings.push(format!("running without the profile's MCP servers: {e}"));
+                launch(provider, &prompt, model, None)?
+            }
+        },
+    };
+    let mut env: BTreeMap<String, String> = AUTH_ENV
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect();
+    env.extend(
+        plan.exposed_env()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    let spec =
+        ChildSpec::new(plan.program.clone(), cwd).args(plan.exposed_args().map(str::to_string));
+    let spec = ChildSpec { env, ..spec };
+    Ok(PreparedRun {
+        id,
+        profile: req.profile.clone(),
+        provider: profile.provider.clone(),
+        kind: provider.kind,
+        prompt,
+        spec,
+        tool_cwd: root.to_path_buf(),
+        mcp_config,
+        timeout: req.timeout,
+        warnings,
+    })
+}
+
+fn launch(
+    provider: &crate::model::Provider,
+    prompt: &str,
+    model: Option<&str>,
+    mcp_config: Option<&Path>,
+) -> Result<providers::LaunchPlan, LaunchError> {
+    providers::launch_plan(
+        provider,
+        &LaunchRequest {
+            prompt,
+            model,
+            mcp_config,
+        },
+    )
+}
+
+/// The native MCP configuration holding only `servers`, and where it goes
+/// under `dir`; `None` when the profile names no server.
+fn mcp_config_text(
+    manifest: &Manifest,
+    servers: &[String],
+    kind: ProviderKind,
+    dir: &Path,
+) -> Result<Option<(PathBuf, String)>, RunError> {
+    if servers.is_empty() {
+        return Ok(None);
+    }
+    let mut only = manifest.clone();
+    only.mcp_servers.retain(|name, _| servers.contains(name));
+    let path = native::target_path(dir, &Target::project(kind));
+    let change = native::plan_text(
+        path.clone(),
+        kind,
+        None,
+        &only,
+        &BTreeSet::new(),
+        PlanOptions::default(),
+    )?;
+    if change.after.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((path, change.after)))
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), RunError> {
+    let io = |source| RunError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(io)?;
+    }
+    std::fs::write(path, text).map_err(io)
+}
+
+fn known<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    let names: Vec<String> = names.map(|n| format!("`{n}`")).collect();
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// The recorded (and `--format json`) payload of an agent event: the event
+/// with its `type`, plus the run id.
+pub fn event_payload(run_id: &str, event: &AgentEvent) -> Value {
+    let mut v = serde_json::to_value(event).unwrap_or_else(|_| json!({}));
+    if let Value::Object(map) = &mut v {
+        map.insert("run_id".to_string(), Value::String(run_id.to_string()));
+    }
+    v
+}
+
+/// The component name of run `id` in the event log.
+pub fn component(id: &str) -> String {
+    format!("run.{id}")
+}
+
+/// Start `run` through `supervisor` and stream it: every parsed event goes
+/// to `sink` and is recorded on `bus`. The run stops when the agent exits,
+/// when its timeout passes, or when `cancel` resolves (with the signal
+/// number); the last two kill the child's process group.
+pub async fn execute<F>(
+    run: &PreparedRun,
+    supervisor: &Supervisor,
+    bus: &EventBus,
+    mut sink: F,
+    cancel: impl std::future::Future<Output = i32>,
+) -> Result<RunReport, RunError>
+where
+    F: FnMut(&AgentEvent),
+{
+    let started = Instant::now();
+    let component = component(&run.id);
+    let record = |kind: &str, payload: Value| {
+        bus.publish(NewEvent::new(kind.to_string(), payload).for_component(component.clone()))
+    };
+    record(
+        "run.started",
+        json!({
+            "run_id": run.id,
+            "profile": run.profile,
+            "provider": run.provider,
+            "provider_kind": run.kind.as_str(),
+            "program": run.spec.program,
+            "cwd": run.spec.cwd,
+            "tool_cwd": run.tool_cwd,
+            "mcp_config": run.mcp_config,
+            "timeout_secs": run.timeout.as_secs(),
+            "prompt_chars": run.prompt.chars().count(),
+        }),
+    )
+    .await?;
+    let mut child = match supervisor.spawn_streaming(&run.spec) {
+        Ok(child) => child,
+        Err(e) => {
+            let message = e.to_string();
+            record(
+                "run.finished",
+                json!({
+                    "run_id": run.id,
+                    "outcome": "failed",
+                    "error": message,
+                    "duration_ms": millis(started.elapsed()),
+                    "cwd": run.spec.cwd,
+                    "tool_cwd": run.tool_cwd,
+                    "cancelled": false,
+                }),
+            )
+            .await?;
+            return Err(e.into());
+        }
+    };
+    // The agent reads nothing from npc: close its stdin at once (EOF, as
+    // `/dev/null` would give; Gemini CLI waits on an open stdin).
+    drop(child.stdin.take());
+    let killer = child.killer();
+    let (_, empty_out) = tokio::sync::mpsc::channel(1);
+    let (_, empty_err) = tokio::sync::mpsc::channel(1);
+    let mut stdout = std::mem::replace(&mut child.stdout, empty_out);
+    let mut stderr = std::mem::replace(&mut child.stderr, empty_err);
+    let mut parser = Parser::new(run.kind, Some(providers::source_fixtures_root()));
+    let mut count = 0usize;
+    let mut failed_turn = false;
+    let mut deliver = |events: Vec<AgentEvent>, count: &mut usize| {
+        let mut pending = Vec::with_capacity(events.len());
+        for e in events {
+            if let AgentEvent::Idle { is_error, .. } = &e {
+                failed_turn = *is_error;
+            }
+            sink(&e);
+            pending.push(record(e.type_name(), event_payload(&run.id, &e)));
+            *count += 1;
+        }
+        pending
+    };
+    let timeout = tokio::time::sleep(run.timeout);
+    tokio::pin!(timeout);
+    tokio::pin!(cancel);
+    let wait = child.wait();
+    tokio::pin!(wait);
+    let mut stop: Option<Outcome> = None;
+    let mut exit: Option<ExitInfo> = None;
+    let (mut out_open, mut err_open) = (true, true);
+    let drain = tokio::time::sleep(run.timeout.saturating_add(POST_EXIT_DRAIN));
+    tokio::pin!(drain);
+    while out_open || err_open || exit.is_none() {
+        let pending = tokio::select! {
+            line = stdout.recv(), if out_open => match line {
+                Some(mut line) => {
+                    line.bytes.push(b'\n');
+                    deliver(parser.feed(&line.bytes), &mut count)
+                }
+                None => {
+                    out_open = false;
+                    Vec::new()
+                }
+            },
+            line = stderr.recv(), if err_open => match line {
+                Some(mut line) => {
+                    line.bytes.push(b'\n');
+                    deliver(parser.feed_stderr(&line.bytes), &mut count)
+                }
+                None => {
+                    err_open = false;
+                    Vec::new()
+                }
+            },
+            status = &mut wait, if exit.is_none() => {
+                exit = Some(status?);
+                drain.as_mut().reset(tokio::time::Instant::now() + POST_EXIT_DRAIN);
+                Vec::new()
+            }
+            () = &mut drain, if exit.is_some() => break,
+            () = &mut timeout, if stop.is_none() && exit.is_none() => {
+                stop = Some(Outcome::TimedOut);
+                let _ = killer.kill();
+                Vec::new()
+            }
+            signal = &mut cancel, if stop.is_none() && exit.is_none() => {
+                stop = Some(Outcome::Cancelled { signal });
+                let _ = killer.kill();
+                Vec::new()
+            }
+        };
+        for p in pending {
+            p.await?;
+        }
+    }
+    for p in deliver(parser.finish(), &mut count) {
+        p.await?;
+    }
+    let exit = exit.unwrap_or_default();
+    let outcome = stop.unwrap_or(if exit.success() && !failed_turn {
+        Outcome::Succeeded
+    } else {
+        Outcome::Failed { exit }
+    });
+    let duration = started.elapsed();
+    record(
+        "run.finished",
+        json!({
+            "run_id": run.id,
+            "outcome": outcome.as_str(),
+            "exit": exit,
+            "exit_code": outcome.exit_code(),
+            "cancelled": matches!(outcome, Outcome::Cancelled { .. }),
+            "timed_out": outcome == Outcome::TimedOut,
+            "duration_ms": millis(duration),
+            "cwd": run.spec.cwd,
+            "tool_cwd": run.tool_cwd,
+            "events": count,
+        }),
+    )
+    .await?;
+    Ok(RunReport {
+        outcome,
+        exit,
+        duration,
+        events: count,
+    })
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,121 @@
+use super::*;
+
+#[test]
+fn run_ids_are_unique_sortable_and_valid_components() {
+    let a = new_run_id();
+    let b = new_run_id();
+    assert_ne!(a, b);
+    assert!(a.starts_with(RUN_ID_PREFIX));
+    assert!(
+        a.bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'),
+        "{a}"
+    );
+    assert_eq!(a.len(), b.len());
+}
+
+#[test]
+fn outcomes_map_to_exit_codes() {
+    assert_eq!(Outcome::Succeeded.exit_code(), 0);
+    let exit = ExitInfo {
+        code: Some(3),
+        signal: None,
+    };
+    assert_eq!(Outcome::Failed { exit }.exit_code(), 1);
+    assert_eq!(Outcome::TimedOut.exit_code(), 124);
+    assert_eq!(Outcome::Cancelled { signal: 2 }.exit_code(), 130);
+    assert_eq!(Outcome::Cancelled { signal: 15 }.exit_code(), 143);
+}
+
+#[test]
+fn event_payload_carries_type_and_run_id() {
+    let e = AgentEvent::Message {
+        text: "hi".into(),
+        delta: false,
+    };
+    let v = event_payload("run-1", &e);
+    assert_eq!(v["type"], "agent.message");
+    assert_eq!(v["run_id"], "run-1");
+    assert_eq!(v["text"], "hi");
+}
+
+fn manifest(dir: &Path, kind: &str) -> Manifest {
+    let text = format!(
+        r#"
+version = 1
+[mcp.servers.fs]
+command = "npx"
+[mcp.servers.other]
+command = "other"
+[providers.p]
+kind = "{kind}"
+env = {{ FROM_MANIFEST = "yes" }}
+[profiles.dev]
+provider = "p"
+description = "d"
+mcp_servers = ["fs"]
+"#
+    );
+    let path = dir.join("npcagent.toml");
+    std::fs::write(&path, text).unwrap();
+    crate::model::load_path(&path, &crate::model::ProcessEnv)
+        .unwrap()
+        .manifest
+        .expect("valid manifest")
+}
+
+fn request(prompt: PromptChoice) -> RunRequest {
+    RunRequest {
+        profile: "dev".into(),
+        prompt,
+        timeout: DEFAULT_RUN_TIMEOUT,
+        cwd: None,
+    }
+}
+
+#[test]
+fn prepare_writes_only_the_profiles_servers_and_keeps_the_plan_env() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let m = manifest(&root, "claude_code");
+    let literal = PromptChoice::Literal { text: "hi".into() };
+    let run = prepare(&m, &root, &request(literal), "run-x".into()).unwrap();
+    let config = run.mcp_config.expect("an MCP config for claude");
+    assert!(config.starts_with(root.join(".npc/runs/run-x")));
+    let text = std::fs::read_to_string(config).unwrap();
+    assert!(
+        text.contains("\"fs\"") && !text.contains("\"other\""),
+        "{text}"
+    );
+    assert_eq!(
+        run.spec.env.get("FROM_MANIFEST").map(String::as_str),
+        Some("yes")
+    );
+    assert_eq!(run.spec.cwd, root);
+    assert!(run.warnings.is_empty());
+}
+
+#[test]
+fn prepare_runs_codex_without_mcp_config_and_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let m = manifest(&root, "codex");
+    let literal = PromptChoice::Literal { text: "hi".into() };
+    let run = prepare(&m, &root, &request(literal), "run-y".into()).unwrap();
+    assert_eq!(run.mcp_config, None);
+    assert_eq!(run.warnings.len(), 1);
+    assert!(!root.join(".npc/runs/run-y").exists());
+}
+
+#[test]
+fn prepare_rejects_a_profile_without_prompt_and_a_missing_cwd() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let m = manifest(&root, "claude_code");
+    let err = prepare(&m, &root, &request(PromptChoice::Profile), "run-z".into()).unwrap_err();
+    assert!(matches!(err, RunError::NoPrompt { .. }), "{err}");
+    let mut req = request(PromptChoice::Literal { text: "hi".into() });
+    req.cwd = Some(root.join("missing"));
+    let err = prepare(&m, &root, &req, "run-z".into()).unwrap_err();
+    assert!(matches!(err, RunError::BadCwd { .. }), "{err}");
+}

@@ -1,0 +1,355 @@
+//! `npc run`: the real binary running a profile whose provider is the fake
+//! agent (`fixtures/clis/fake-agent.py`), which replays recorded CLI output.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+use crate::support::{npc, npc_path, repo_root, wait_for};
+
+/// A temporary repository whose profile `dev` runs the fake agent as
+/// `kind`, replaying `fixture`, with `env` in the provider's environment.
+fn repo(kind: &str, fixture: &str, env: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = repo_root().join("fixtures/clis/fake-agent.py");
+    let fixture = repo_root().join("fixtures/clis").join(fixture);
+    let env: Vec<String> = env
+        .iter()
+        .map(|(k, v)| format!("{k} = {}", toml_str(v)))
+        .collect();
+    let manifest = format!(
+        r#"
+version = 1
+
+[mcp.servers.fs]
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-filesystem", "."]
+
+[providers.fake]
+kind = "{kind}"
+command = {agent}
+args = ["--provider", "{kind}", "--fixture", {fixture}]
+env = {{ {env} }}
+
+[prompts.task]
+template = "Fix {{{{ vars.what }}}} now"
+variables.what = {{ default = "everything" }}
+
+[profiles.dev]
+provider = "fake"
+description = "development"
+prompt = "task"
+mcp_servers = ["fs"]
+"#,
+        agent = toml_str(&agent.display().to_string()),
+        fixture = toml_str(&fixture.display().to_string()),
+        env = env.join(", "),
+    );
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    dir
+}
+
+fn toml_str(s: &str) -> String {
+    Value::String(s.to_string()).to_string()
+}
+
+fn events(dir: &Path) -> Vec<Value> {
+    let out = npc()
+        .current_dir(dir)
+        .args(["events", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn finished(dir: &Path) -> Value {
+    events(dir)
+        .into_iter()
+        .find(|e| e["kind"] == "run.finished")
+        .expect("a run.finished event")
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie is gone for our purposes: it holds nothing.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .trim_start()
+        .chars()
+        .next();
+    kill(Pid::from_raw(pid), None).is_ok() && !matches!(state, Some('Z') | None)
+}
+
+fn read_pid(file: &Path) -> Option<i32> {
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+const CLAUDE_TOOL_CALL: &str = "claude_code/2.1.197/tool_call.jsonl";
+
+#[test]
+fn a_claude_run_streams_messages_and_records_them_with_its_run_id() {
+    let dir = repo("claude_code", CLAUDE_TOOL_CALL, &[]);
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "list the files"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("Listing files."), "{stdout}");
+    assert!(stdout.contains("→ Bash {\"command\":\"ls\"}"), "{stdout}");
+    assert!(stdout.contains("✓ done (success)"), "{stdout}");
+
+    let all = events(dir.path());
+    let started = all.iter().find(|e| e["kind"] == "run.started").unwrap();
+    let run_id = started["payload"]["run_id"].as_str().unwrap().to_string();
+    assert!(run_id.starts_with("run-"));
+    let root = dir.path().canonicalize().unwrap();
+    assert_eq!(started["payload"]["cwd"], root.display().to_string());
+    assert_eq!(started["payload"]["tool_cwd"], root.display().to_string());
+    let agent: Vec<&Value> = all
+        .iter()
+        .filter(|e| e["kind"].as_str().unwrap().starts_with("agent."))
+        .collect();
+    for kind in [
+        "agent.message",
+        "agent.tool_call",
+        "agent.tool_result",
+        "agent.idle",
+        "agent.usage",
+    ] {
+        assert!(
+            agent.iter().any(|e| e["kind"] == kind),
+            "no {kind} in {agent:?}"
+        );
+    }
+    for e in &agent {
+        assert_eq!(e["payload"]["run_id"], run_id.as_str());
+        assert_eq!(e["component"], format!("run.{run_id}"));
+    }
+    let fin = finished(dir.path());
+    assert_eq!(fin["payload"]["outcome"], "succeeded");
+    assert_eq!(fin["payload"]["exit"]["code"], 0);
+    assert_eq!(fin["payload"]["cancelled"], false);
+    // The profile's MCP server went to the run's own Claude config file.
+    let config = PathBuf::from(started["payload"]["mcp_config"].as_str().unwrap());
+    assert!(config.starts_with(root.join(".npc/runs").join(&run_id)));
+    let parsed: Value = serde_json::from_str(&std::fs::read_to_string(config).unwrap()).unwrap();
+    assert_eq!(parsed["mcpServers"]["fs"]["command"], "npx");
+}
+
+#[test]
+fn json_format_prints_one_agent_event_per_line() {
+    let dir = repo("claude_code", CLAUDE_TOOL_CALL, &[]);
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "go", "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every stdout line is JSON"))
+        .collect();
+    assert!(lines.len() >= 5, "{lines:?}");
+    let run_id = lines[0]["run_id"].as_str().unwrap();
+    assert!(lines.iter().all(|l| l["run_id"] == run_id));
+    let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert!(types.contains(&"agent.tool_call"), "{types:?}");
+    assert_eq!(types.last(), Some(&"agent.idle"));
+}
+
+#[test]
+fn the_agent_is_launched_with_the_rendered_prompt_and_stream_json() {
+    let argv_dir = tempfile::tempdir().unwrap();
+    let argv_file = argv_dir.path().join("argv.json");
+    let dir = repo(
+        "claude_code",
+        CLAUDE_TOOL_CALL,
+        &[("FAKE_AGENT_ARGV_FILE", argv_file.to_str().unwrap())],
+    );
+    let worktree = tempfile::tempdir().unwrap();
+    npc()
+        .current_dir(dir.path())
+        .args([
+            "run",
+            "dev",
+            "--prompt-template",
+            "task",
+            "--var",
+            "what=the tests",
+        ])
+        .arg("--cwd")
+        .arg(worktree.path())
+        .assert()
+        .code(0);
+    let argv: Vec<String> =
+        serde_json::from_str(&std::fs::read_to_string(&argv_file).unwrap()).unwrap();
+    let at = |flag: &str| {
+        argv.iter()
+            .position(|a| a == flag)
+            .unwrap_or_else(|| panic!("no {flag} in {argv:?}"))
+    };
+    assert_eq!(argv[at("-p") + 1], "Fix the tests now");
+    assert_eq!(argv[at("--output-format") + 1], "stream-json");
+    assert!(argv[at("--mcp-config") + 1].ends_with(".mcp.json"));
+    let started = events(dir.path())
+        .into_iter()
+        .find(|e| e["kind"] == "run.started")
+        .unwrap();
+    let wt = worktree.path().canonicalize().unwrap();
+    assert_eq!(started["payload"]["cwd"], wt.display().to_string());
+    assert_eq!(
+        started["payload"]["tool_cwd"],
+        dir.path().canonicalize().unwrap().display().to_string()
+    );
+}
+
+#[test]
+fn a_profile_prompt_is_rendered_when_no_prompt_is_given() {
+    let argv_dir = tempfile::tempdir().unwrap();
+    let argv_file = argv_dir.path().join("argv.json");
+    let dir = repo(
+        "claude_code",
+        CLAUDE_TOOL_CALL,
+        &[("FAKE_AGENT_ARGV_FILE", argv_file.to_str().unwrap())],
+    );
+    npc()
+        .current_dir(dir.path())
+        .args(["run", "dev"])
+        .assert()
+        .code(0);
+    let argv: Vec<String> =
+        serde_json::from_str(&std::fs::read_to_string(&argv_file).unwrap()).unwrap();
+    assert!(argv.contains(&"Fix everything now".to_string()), "{argv:?}");
+}
+
+#[test]
+fn a_non_zero_agent_exit_fails_the_run() {
+    let dir = repo("claude_code", CLAUDE_TOOL_CALL, &[("FAKE_AGENT_EXIT", "3")]);
+    npc()
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "go"])
+        .assert()
+        .code(1);
+    let fin = finished(dir.path());
+    assert_eq!(fin["payload"]["outcome"], "failed");
+    assert_eq!(fin["payload"]["exit"]["code"], 3);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let dir = repo("claude_code", CLAUDE_TOOL_CALL, &[]);
+    npc()
+        .current_dir(dir.path())
+        .args(["run", "nope", "--prompt", "go"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("no profile `nope`"));
+    npc()
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "go", "--var", "a=b"])
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn a_timed_out_run_kills_the_agent_and_exits_124() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pid_file = tmp.path().join("pid");
+    let dir = repo(
+        "claude_code",
+        CLAUDE_TOOL_CALL,
+        &[
+            ("FAKE_AGENT_HANG", "1"),
+            ("FAKE_AGENT_PID_FILE", pid_file.to_str().unwrap()),
+        ],
+    );
+    npc()
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "go", "--timeout", "1"])
+        .assert()
+        .code(124);
+    let pid = read_pid(&pid_file).expect("the agent wrote its pid");
+    wait_for("the timed-out agent to be gone", || {
+        (!alive(pid)).then_some(())
+    });
+    let fin = finished(dir.path());
+    assert_eq!(fin["payload"]["outcome"], "timed_out");
+    assert_eq!(fin["payload"]["exit_code"], 124);
+}
+
+#[test]
+fn ctrl_c_cancels_the_run_kills_the_agent_and_exits_130() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pid_file = tmp.path().join("pid");
+    let dir = repo(
+        "claude_code",
+        CLAUDE_TOOL_CALL,
+        &[
+            ("FAKE_AGENT_HANG", "1"),
+            ("FAKE_AGENT_PID_FILE", pid_file.to_str().unwrap()),
+        ],
+    );
+    let mut child = std::process::Command::new(npc_path())
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "go"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = wait_for("the agent's pid", || read_pid(&pid_file));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let status = wait_for("npc run to exit", || child.try_wait().unwrap());
+    assert_eq!(status.code(), Some(130));
+    wait_for("the cancelled agent to be gone", || {
+        (!alive(pid)).then_some(())
+    });
+    let fin = finished(dir.path());
+    assert_eq!(fin["payload"]["outcome"], "cancelled");
+    assert_eq!(fin["payload"]["cancelled"], true);
+}
+
+#[test]
+fn a_codex_run_goes_without_mcp_config_and_reads_codex_json() {
+    let argv_dir = tempfile::tempdir().unwrap();
+    let argv_file = argv_dir.path().join("argv.json");
+    let dir = repo(
+        "codex",
+        "codex/0.171.0/tool_call.jsonl",
+        &[("FAKE_AGENT_ARGV_FILE", argv_file.to_str().unwrap())],
+    );
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "go", "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("without the profile's MCP servers"));
+    let types: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(types.iter().any(|t| t == "agent.tool_call"), "{types:?}");
+    let argv: Vec<String> =
+        serde_json::from_str(&std::fs::read_to_string(&argv_file).unwrap()).unwrap();
+    assert_eq!(&argv[..2], ["exec", "--json"]);
+    assert_eq!(argv.last().map(String::as_str), Some("go"));
+}
