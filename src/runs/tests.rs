@@ -1,3 +1,6 @@
+//! Unit tests of agent runs: prompt choice, MCP config preparation, the
+//! compact view, run ids and outcomes.
+
 use super::*;
 
 #[test]
