@@ -56,6 +56,8 @@ struct Lower<'a> {
     version_reported: bool,
     /// Whether any error was found, including ones dropped past the cap.
     errored: bool,
+    /// One minijinja environment for every template check of this run.
+    templates: Option<minijinja::Environment<'static>>,
 }
 
 /// Lower and check a raw manifest. Returns the model only when there was no error.
@@ -75,6 +77,7 @@ pub fn lower(
         files,
         diags: Vec::new(),
         names: HashMap::new(),
+        templates: None,
         version_reported,
         errored: false,
     };
@@ -702,8 +705,9 @@ impl Lower<'_> {
             }
         };
         let declared: BTreeSet<&str> = variables.keys().map(String::as_str).collect();
-        self.diags
-            .extend(template::check(name, &template, &template_file, &declared));
+        let env = self.templates.get_or_insert_with(template::environment);
+        let found = template::check(env, name, &template, &template_file, &declared);
+        self.diags.extend(found);
         Some(Prompt {
             source,
             template,
@@ -762,10 +766,15 @@ impl Lower<'_> {
 
     /// Report a name that is not a key of `section`.
     fn reference(&mut self, name: &Spanned<String>, what: &str, section: &'static str) -> bool {
-        let known = self.names.get(section).cloned().unwrap_or_default();
-        if known.contains(name.as_str()) {
+        if self
+            .names
+            .get(section)
+            .is_some_and(|known| known.contains(name.as_str()))
+        {
             return true;
         }
+        // Only the error path copies the names (for the hint).
+        let known = self.names.get(section).cloned().unwrap_or_default();
         let keys: Vec<&str> = known.iter().map(String::as_str).collect();
         let hint = match did_you_mean(name, keys.iter().copied()) {
             Some(best) => format!("did you mean `{best}`?"),

@@ -96,13 +96,13 @@ impl TemplateSource {
 
 /// Check one prompt template; returns its diagnostics.
 pub fn check(
+    env: &minijinja::Environment<'_>,
     name: &Spanned<String>,
     template: &str,
     at: &TemplateSource,
     declared: &BTreeSet<&str>,
 ) -> Vec<Diagnostic> {
     let mut diags = Vec::new();
-    let env = environment();
     let compiled = match env.template_from_named_str(name.as_str(), template) {
         Ok(t) => t,
         Err(e) => {

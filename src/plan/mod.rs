@@ -181,7 +181,25 @@ impl Plan {
 
 /// Plan `desired` against `observed`.
 pub fn plan(desired: &Desired, observed: &ObservedState) -> Plan {
-    let after = observe(desired);
+    // JSON is only needed to explain a change: skip it for components whose
+    // fingerprint matches what is applied (most of them, most of the time).
+    let after: ObservedState = desired
+        .iter()
+        .map(|(id, c)| {
+            let fingerprint = c.fingerprint();
+            let config = match observed.get(id) {
+                Some(o) if o.fingerprint == fingerprint => serde_json::Value::Null,
+                _ => c.to_json(),
+            };
+            (
+                id.clone(),
+                Observed {
+                    fingerprint,
+                    config,
+                },
+            )
+        })
+        .collect();
     plan_observed(&after, observed)
 }
 
@@ -207,13 +225,14 @@ pub fn plan_observed(after: &ObservedState, before: &ObservedState) -> Plan {
                 (Some(b), Some(a)) => classify(id.kind, b, a),
                 (None, None) => return None,
             };
+            let keep = action != Action::NoOp;
             Some(Change {
                 id: id.clone(),
                 action,
                 cause,
                 fields,
-                before: b.cloned(),
-                after: a.cloned(),
+                before: b.filter(|_| keep).cloned(),
+                after: a.filter(|_| keep).cloned(),
             })
         })
         .collect();

@@ -498,7 +498,8 @@ impl Runtime {
                 }
             }
         }
-        self.persist(&applied).await;
+        let touched: Vec<ComponentId> = plan.actionable().map(|c| c.id.clone()).collect();
+        self.persist(&applied, &touched).await;
         let outcome = ReloadOutcome::Applied { results };
         self.emit(
             "reconcile.applied",
@@ -578,7 +579,7 @@ impl Runtime {
     }
 
     /// Record the applied state: the canonical observed state and one row per component.
-    async fn persist(&self, applied: &Applied) {
+    async fn persist(&self, applied: &Applied, touched: &[ComponentId]) {
         let observed = plan::observe(&applied.configs);
         let canonical = encode_state(&observed);
         let hash = plan::fingerprint::fingerprint(
@@ -587,17 +588,19 @@ impl Runtime {
                 .map(|o| o.fingerprint.as_str())
                 .collect::<Vec<_>>(),
         );
-        if let Err(e) = self.store.record_manifest(hash, canonical).await {
-            tracing::error!("cannot record the applied state: {e}");
-        }
-        let existing = self.store.components().unwrap_or_default();
-        for record in existing {
-            let id = ComponentId::parse(&format!("{}.{}", record.kind, record.name));
-            if id.is_none_or(|id| !applied.configs.contains_key(&id)) {
-                let _ = self.store.remove_component(record.kind, record.name).await;
-            }
-        }
-        for (id, config) in &applied.configs {
+        // Issue every write before awaiting any, so group commit puts them
+        // in one transaction; only the components this reload touched change.
+        let manifest = self.store.record_manifest(hash, canonical);
+        let mut writes = Vec::with_capacity(touched.len());
+        for id in touched {
+            let Some(config) = applied.configs.get(id) else {
+                let removed = self
+                    .store
+                    .remove_component(id.kind.as_str(), id.name.clone());
+                writes.push(Box::pin(async move { removed.await.map(|_| ()) })
+                    as drivers::BoxFuture<'static, Result<(), StoreError>>);
+                continue;
+            };
             let status = self.cx.supervisor.status(&id.to_string());
             let record = ComponentRecord {
                 kind: id.kind.as_str().to_string(),
@@ -611,7 +614,15 @@ impl Runtime {
                 config_hash: Some(config.fingerprint()),
                 detail: None,
             };
-            let _ = self.store.put_component(record).await;
+            writes.push(Box::pin(self.store.put_component(record)));
+        }
+        if let Err(e) = manifest.await {
+            tracing::error!("cannot record the applied state: {e}");
+        }
+        for write in writes {
+            if let Err(e) = write.await {
+                tracing::error!("cannot record a component: {e}");
+            }
         }
     }
 
