@@ -205,37 +205,47 @@ pub fn plan(desired: &Desired, observed: &ObservedState) -> Plan {
 
 /// Plan between two observed states (`after` is what should be).
 pub fn plan_observed(after: &ObservedState, before: &ObservedState) -> Plan {
-    let mut ids: Vec<&ComponentId> = after.keys().chain(before.keys()).collect();
-    ids.sort();
-    ids.dedup();
-    let changes = ids
-        .into_iter()
-        .filter_map(|id| {
-            let (b, a) = (before.get(id), after.get(id));
-            let (action, cause, fields) = match (b, a) {
-                (None, Some(_)) => (Action::Add, "new".to_string(), Vec::new()),
-                (Some(_), None) => (
-                    Action::Remove,
-                    "no longer in the manifest (or disabled)".to_string(),
-                    Vec::new(),
-                ),
-                (Some(b), Some(a)) if b.fingerprint == a.fingerprint => {
-                    (Action::NoOp, "unchanged".to_string(), Vec::new())
-                }
-                (Some(b), Some(a)) => classify(id.kind, b, a),
-                (None, None) => return None,
-            };
-            let keep = action != Action::NoOp;
-            Some(Change {
-                id: id.clone(),
-                action,
-                cause,
-                fields,
-                before: b.filter(|_| keep).cloned(),
-                after: a.filter(|_| keep).cloned(),
-            })
-        })
-        .collect();
+    // Both maps are sorted by id: walk them together (a merge join), so
+    // planning stays linear in the number of components.
+    let mut changes = Vec::with_capacity(after.len().max(before.len()));
+    let (mut a_iter, mut b_iter) = (after.iter().peekable(), before.iter().peekable());
+    loop {
+        let (id, b, a) = match (b_iter.peek(), a_iter.peek()) {
+            (None, None) => break,
+            (Some((bid, _)), Some((aid, _))) if bid == aid => {
+                let (id, b) = b_iter.next().unwrap_or_else(|| unreachable!());
+                let (_, a) = a_iter.next().unwrap_or_else(|| unreachable!());
+                (id, Some(b), Some(a))
+            }
+            (Some((bid, _)), Some((aid, _))) if bid < aid => {
+                let (id, b) = b_iter.next().unwrap_or_else(|| unreachable!());
+                (id, Some(b), None)
+            }
+            (Some(_), None) => {
+                let (id, b) = b_iter.next().unwrap_or_else(|| unreachable!());
+                (id, Some(b), None)
+            }
+            _ => {
+                let (id, a) = a_iter.next().unwrap_or_else(|| unreachable!());
+                (id, None, Some(a))
+            }
+        };
+        let (action, cause, fields) = match (b, a) {
+            (None, Some(_)) => (Action::Add, "new".to_string(), Vec::new()),
+            (Some(b), Some(a)) if b.fingerprint == a.fingerprint => (Action::NoOp, "unchanged".to_string(), Vec::new()),
+            (Some(b), Some(a)) => classify(id.kind, b, a),
+            _ => (Action::Remove, "no longer in the manifest (or disabled)".to_string(), Vec::new()),
+        };
+        let keep = action != Action::NoOp;
+        changes.push(Change {
+            id: id.clone(),
+            action,
+            cause,
+            fields,
+            before: b.filter(|_| keep).cloned(),
+            after: a.filter(|_| keep).cloned(),
+        });
+    }
     Plan { changes }
 }
 
