@@ -232,9 +232,15 @@ pub fn plan_observed(after: &ObservedState, before: &ObservedState) -> Plan {
         };
         let (action, cause, fields) = match (b, a) {
             (None, Some(_)) => (Action::Add, "new".to_string(), Vec::new()),
-            (Some(b), Some(a)) if b.fingerprint == a.fingerprint => (Action::NoOp, "unchanged".to_string(), Vec::new()),
+            (Some(b), Some(a)) if b.fingerprint == a.fingerprint => {
+                (Action::NoOp, "unchanged".to_string(), Vec::new())
+            }
             (Some(b), Some(a)) => classify(id.kind, b, a),
-            _ => (Action::Remove, "no longer in the manifest (or disabled)".to_string(), Vec::new()),
+            _ => (
+                Action::Remove,
+                "no longer in the manifest (or disabled)".to_string(),
+                Vec::new(),
+            ),
         };
         let keep = action != Action::NoOp;
         changes.push(Change {
