@@ -210,26 +210,18 @@ pub fn plan_observed(after: &ObservedState, before: &ObservedState) -> Plan {
     let mut changes = Vec::with_capacity(after.len().max(before.len()));
     let (mut a_iter, mut b_iter) = (after.iter().peekable(), before.iter().peekable());
     loop {
-        let (id, b, a) = match (b_iter.peek(), a_iter.peek()) {
+        let order = match (b_iter.peek(), a_iter.peek()) {
             (None, None) => break,
-            (Some((bid, _)), Some((aid, _))) if bid == aid => {
-                let (id, b) = b_iter.next().unwrap_or_else(|| unreachable!());
-                let (_, a) = a_iter.next().unwrap_or_else(|| unreachable!());
-                (id, Some(b), Some(a))
-            }
-            (Some((bid, _)), Some((aid, _))) if bid < aid => {
-                let (id, b) = b_iter.next().unwrap_or_else(|| unreachable!());
-                (id, Some(b), None)
-            }
-            (Some(_), None) => {
-                let (id, b) = b_iter.next().unwrap_or_else(|| unreachable!());
-                (id, Some(b), None)
-            }
-            _ => {
-                let (id, a) = a_iter.next().unwrap_or_else(|| unreachable!());
-                (id, None, Some(a))
-            }
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (Some((b, _)), Some((a, _))) => b.cmp(a),
         };
+        let before_entry = if order.is_le() { b_iter.next() } else { None };
+        let after_entry = if order.is_ge() { a_iter.next() } else { None };
+        let Some(id) = before_entry.or(after_entry).map(|(id, _)| id) else {
+            break;
+        };
+        let (b, a) = (before_entry.map(|e| e.1), after_entry.map(|e| e.1));
         let (action, cause, fields) = match (b, a) {
             (None, Some(_)) => (Action::Add, "new".to_string(), Vec::new()),
             (Some(b), Some(a)) if b.fingerprint == a.fingerprint => {
