@@ -239,14 +239,7 @@ pub fn apply(manifest: Option<PathBuf>, auto_approve: bool, user: bool) -> anyho
     let _lock = runtime::lock::RepoLock::acquire(&paths.state_dir, &paths.root)?;
     let store = Store::open(paths.db())?;
     let desired = plan::desired(&model, &runtime::external_inputs(&model, &paths.root));
-    let state = plan::observe(&desired);
-    let hash = plan::fingerprint::fingerprint(
-        &state
-            .values()
-            .map(|o| o.fingerprint.as_str())
-            .collect::<Vec<_>>(),
-    );
-    rt.block_on(store.record_manifest(hash, runtime::encode_state(&state)))?;
+    rt.block_on(runtime::record_state(&store, &plan::observe(&desired)))?;
     let mut failed = false;
     for (path, outcome) in rt.block_on(files::write_files(&files, &store)) {
         match outcome {

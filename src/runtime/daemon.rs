@@ -49,15 +49,13 @@ pub async fn run(
             serde_json::json!({ "pid": std::process::id(), "repo": paths.root }),
         )
         .await;
+    // Bind before the first apply so a socket problem stops the start at
+    // once; connections wait in the backlog until the first apply is done.
+    let bound = control::bind(&control::socket_path(&paths.state_dir))?;
     let (outcome, current) = runtime.reload("startup").await;
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let socket = control::socket_path(&paths.state_dir);
-    let server = tokio::spawn({
-        let handler = handler(runtime.clone());
-        let stop = stop_rx.clone();
-        async move { control::serve(&socket, handler, stop).await }
-    });
+    let server = tokio::spawn(bound.serve(handler(runtime.clone()), stop_rx.clone()));
 
     let (changes_tx, mut changes_rx) = mpsc::unbounded_channel();
     let mut watcher = match ManifestWatcher::new(runtime.watch_set(current.as_ref()), changes_tx) {

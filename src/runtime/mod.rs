@@ -39,6 +39,8 @@ pub enum RuntimeError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Bus(#[from] BusError),
+    #[error(transparent)]
+    Control(#[from] crate::surfaces::control::ControlError),
     #[error("cannot read the manifest `{path}`: {source}")]
     Manifest {
         path: PathBuf,
@@ -179,6 +181,21 @@ pub fn encode_state(state: &ObservedState) -> String {
     serde_json::to_string(&map).unwrap_or_default()
 }
 
+/// Record `state` as the last applied state (canonical JSON + a hash of the
+/// component fingerprints). The write is queued when called.
+pub fn record_state(
+    store: &Store,
+    state: &ObservedState,
+) -> crate::store::Pending<crate::store::AppliedManifest> {
+    let hash = plan::fingerprint::fingerprint(
+        &state
+            .values()
+            .map(|o| o.fingerprint.as_str())
+            .collect::<Vec<_>>(),
+    );
+    store.record_manifest(hash, encode_state(state))
+}
+
 /// Parse what [`encode_state`] wrote; unknown kinds are skipped.
 pub fn decode_state(text: &str) -> ObservedState {
     let map: BTreeMap<String, plan::Observed> = serde_json::from_str(text).unwrap_or_default();
@@ -216,6 +233,8 @@ pub enum ReloadOutcome {
 #[derive(Debug, Default)]
 struct Applied {
     configs: Desired,
+    /// `configs` in the planner's terms, refreshed once per reload.
+    observed: ObservedState,
     pids: HashMap<ComponentId, u32>,
 }
 
@@ -303,7 +322,7 @@ impl Runtime {
 
     /// The applied state, in the planner's terms.
     pub async fn observed(&self) -> ObservedState {
-        plan::observe(&self.applied.lock().await.configs)
+        self.applied.lock().await.observed.clone()
     }
 
     /// The files a reload depends on: the manifest, prompt files, plugin dirs.
@@ -388,7 +407,7 @@ impl Runtime {
     /// Apply `desired` against what is applied now.
     pub async fn apply(&self, desired: Desired, reason: &str) -> ReloadOutcome {
         let mut applied = self.applied.lock().await;
-        let plan = plan::plan(&desired, &plan::observe(&applied.configs));
+        let plan = plan::plan(&desired, &applied.observed);
         let refused: Vec<String> = plan
             .changes
             .iter()
@@ -499,7 +518,7 @@ impl Runtime {
             }
         }
         let touched: Vec<ComponentId> = plan.actionable().map(|c| c.id.clone()).collect();
-        self.persist(&applied, &touched).await;
+        self.persist(&mut applied, &touched).await;
         let outcome = ReloadOutcome::Applied { results };
         self.emit(
             "reconcile.applied",
@@ -579,18 +598,11 @@ impl Runtime {
     }
 
     /// Record the applied state: the canonical observed state and one row per component.
-    async fn persist(&self, applied: &Applied, touched: &[ComponentId]) {
-        let observed = plan::observe(&applied.configs);
-        let canonical = encode_state(&observed);
-        let hash = plan::fingerprint::fingerprint(
-            &observed
-                .values()
-                .map(|o| o.fingerprint.as_str())
-                .collect::<Vec<_>>(),
-        );
+    async fn persist(&self, applied: &mut Applied, touched: &[ComponentId]) {
+        applied.observed = plan::observe(&applied.configs);
         // Issue every write before awaiting any, so group commit puts them
         // in one transaction; only the components this reload touched change.
-        let manifest = self.store.record_manifest(hash, canonical);
+        let manifest = record_state(&self.store, &applied.observed);
         let mut writes = Vec::with_capacity(touched.len());
         for id in touched {
             let Some(config) = applied.configs.get(id) else {

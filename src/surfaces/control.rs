@@ -81,50 +81,60 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
     state_dir.join(SOCKET_FILE)
 }
 
-/// Bind the socket (owner-only) and serve until `shutdown` turns true.
-pub async fn serve(
-    path: &Path,
-    handler: Handler,
-    mut shutdown: watch::Receiver<bool>,
-) -> Result<(), ControlError> {
+/// A bound control socket: clients can connect from the moment [`bind`]
+/// returns, before [`Bound::serve`] runs.
+#[derive(Debug)]
+pub struct Bound {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+/// Bind the socket, owner-only (0600). Needs a tokio runtime.
+pub fn bind(path: &Path) -> Result<Bound, ControlError> {
     if path.as_os_str().len() > MAX_SOCKET_PATH {
         return Err(ControlError::PathTooLong(path.to_path_buf()));
     }
+    let bind_error = |source| ControlError::Bind {
+        path: path.to_path_buf(),
+        source,
+    };
     // A stale socket from a crashed daemon: the repository lock (held by the
     // caller) proves nobody serves it.
     let _ = std::fs::remove_file(path);
-    let listener = UnixListener::bind(path).map_err(|source| ControlError::Bind {
+    let listener = UnixListener::bind(path).map_err(bind_error)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(bind_error)?;
+    Ok(Bound {
+        listener,
         path: path.to_path_buf(),
-        source,
-    })?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
-        ControlError::Bind {
-            path: path.to_path_buf(),
-            source,
-        }
-    })?;
-    let uid = nix::unistd::getuid().as_raw();
-    let mut connections = tokio::task::JoinSet::new();
-    let per_connection = shutdown.clone();
-    loop {
-        tokio::select! {
-            _ = stopped(&mut shutdown) => break,
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
-                if stream.peer_cred().map(|c| c.uid()).ok() != Some(uid) {
-                    tracing::warn!("control channel: refused a peer with another uid");
-                    continue;
+    })
+}
+
+impl Bound {
+    /// Answer requests until `shutdown` turns true, then remove the socket.
+    pub async fn serve(self, handler: Handler, mut shutdown: watch::Receiver<bool>) {
+        let Bound { listener, path } = self;
+        let uid = nix::unistd::getuid().as_raw();
+        let mut connections = tokio::task::JoinSet::new();
+        let per_connection = shutdown.clone();
+        loop {
+            tokio::select! {
+                _ = stopped(&mut shutdown) => break,
+                accepted = listener.accept() => {
+                    let Ok((stream, _)) = accepted else { continue };
+                    if stream.peer_cred().map(|c| c.uid()).ok() != Some(uid) {
+                        tracing::warn!("control channel: refused a peer with another uid");
+                        continue;
+                    }
+                    let handler = handler.clone();
+                    let stop = per_connection.clone();
+                    connections.spawn(serve_one(stream, handler, stop));
                 }
-                let handler = handler.clone();
-                let stop = per_connection.clone();
-                connections.spawn(serve_one(stream, handler, stop));
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
             }
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
+        connections.shutdown().await;
+        let _ = std::fs::remove_file(&path);
     }
-    connections.shutdown().await;
-    let _ = std::fs::remove_file(path);
-    Ok(())
 }
 
 async fn serve_one(stream: UnixStream, handler: Handler, mut shutdown: watch::Receiver<bool>) {
@@ -269,23 +279,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = socket_path(dir.path());
         let (stop_tx, stop_rx) = watch::channel(false);
-        let server = tokio::spawn({
-            let path = path.clone();
-            async move { serve(&path, echo_handler(), stop_rx).await }
-        });
-        // Wait for the socket to appear (the server binds it first thing).
-        let mut tries = 0;
-        let answer = loop {
-            match Client::call(&path, &Request::Status).await {
-                Ok(a) => break a,
-                Err(_) if tries < 200 => {
-                    tries += 1;
-                    tokio::task::yield_now().await;
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                Err(e) => panic!("{e}"),
-            }
-        };
+        let server = tokio::spawn(bind(&path).unwrap().serve(echo_handler(), stop_rx));
+        let answer = Client::call(&path, &Request::Status).await.unwrap();
         assert_eq!(answer, serde_json::json!({"op": "status"}));
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
@@ -304,7 +299,7 @@ mod tests {
         }
         assert_eq!(ids, vec![1, 2]);
         stop_tx.send(true).unwrap();
-        server.await.unwrap().unwrap();
+        server.await.unwrap();
         assert!(!path.exists(), "socket removed on shutdown");
     }
 
@@ -313,19 +308,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = socket_path(dir.path());
         let (stop_tx, stop_rx) = watch::channel(false);
-        let server = tokio::spawn({
-            let path = path.clone();
-            async move { serve(&path, echo_handler(), stop_rx).await }
-        });
-        let connect = || async {
-            for _ in 0..400 {
-                if let Ok(s) = UnixStream::connect(&path).await {
-                    return s;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            panic!("no socket");
-        };
+        let server = tokio::spawn(bind(&path).unwrap().serve(echo_handler(), stop_rx));
+        let connect = || async { UnixStream::connect(&path).await.unwrap() };
         for bad in [
             b"{\"op\":\"nope\"}\n".to_vec(),
             b"not json\n".to_vec(),
@@ -344,6 +328,6 @@ mod tests {
             assert!(line.contains("error"), "{line}");
         }
         stop_tx.send(true).unwrap();
-        server.await.unwrap().unwrap();
+        server.await.unwrap();
     }
 }
