@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use crate::support::{npc, npc_path, wait_for};
+use crate::support::{alive, npc, npc_path, wait_for};
 
 const TWO_CHILDREN: &str = r#"version = 1
 [mcp.servers.alpha]
@@ -148,12 +148,6 @@ impl Drop for Daemon {
             let _ = child.wait();
         }
     }
-}
-
-fn alive(pid: u32) -> bool {
-    // A zombie still answers kill(0); check its state too.
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    !stat.is_empty() && !stat.contains(") Z ")
 }
 
 #[test]

@@ -8,7 +8,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-use crate::support::{npc, npc_path, repo_root, wait_for};
+use crate::support::{alive, npc, npc_path, repo_root, wait_for};
 
 /// A temporary repository whose profile `dev` runs the fake agent as
 /// `kind`, replaying `fixture`, with `env` in the provider's environment.
@@ -75,19 +75,6 @@ fn finished(dir: &Path) -> Value {
         .into_iter()
         .find(|e| e["kind"] == "run.finished")
         .expect("a run.finished event")
-}
-
-fn alive(pid: i32) -> bool {
-    // A zombie is gone for our purposes: it holds nothing.
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .trim_start()
-        .chars()
-        .next();
-    kill(Pid::from_raw(pid), None).is_ok() && !matches!(state, Some('Z') | None)
 }
 
 fn read_pid(file: &Path) -> Option<i32> {
@@ -283,7 +270,7 @@ fn a_timed_out_run_kills_the_agent_and_exits_124() {
         .code(124);
     let pid = read_pid(&pid_file).expect("the agent wrote its pid");
     wait_for("the timed-out agent to be gone", || {
-        (!alive(pid)).then_some(())
+        (!alive(pid as u32)).then_some(())
     });
     let fin = finished(dir.path());
     assert_eq!(fin["payload"]["outcome"], "timed_out");
@@ -314,7 +301,7 @@ fn ctrl_c_cancels_the_run_kills_the_agent_and_exits_130() {
     let status = wait_for("npc run to exit", || child.try_wait().unwrap());
     assert_eq!(status.code(), Some(130));
     wait_for("the cancelled agent to be gone", || {
-        (!alive(pid)).then_some(())
+        (!alive(pid as u32)).then_some(())
     });
     let fin = finished(dir.path());
     assert_eq!(fin["payload"]["outcome"], "cancelled");

@@ -19,7 +19,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 
-use crate::support::WAIT_LIMIT;
+use crate::support::{WAIT_LIMIT, alive};
 
 /// Backoff small enough that restart tests finish at once.
 fn fast_backoff() -> BackoffPolicy {
@@ -61,18 +61,6 @@ async fn until(
         if want(&ev) {
             return ev;
         }
-    }
-}
-
-/// A process is alive when `/proc/<pid>` exists and it is not a zombie
-/// (orphaned zombies are reparented to an init that may never reap them).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let rest = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
-            !rest.trim_start().starts_with('Z')
-        }
-        Err(_) => false,
     }
 }
 

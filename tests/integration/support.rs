@@ -39,3 +39,18 @@ pub fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
         pause = (pause * 2).min(Duration::from_millis(100));
     }
 }
+
+/// Whether process `pid` is alive: `/proc/<pid>` exists and it is not a
+/// zombie (orphaned zombies are reparented to an init that may never reap
+/// them, and hold nothing).
+pub fn alive(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .trim_start()
+        .chars()
+        .next();
+    !matches!(state, Some('Z') | None)
+}
