@@ -5,6 +5,7 @@
 mod agents;
 mod architecture;
 mod daemon;
+mod hostile;
 mod manifest;
 mod providers;
 mod render;
