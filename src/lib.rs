@@ -8,6 +8,7 @@ pub mod native;
 pub mod plan;
 pub mod providers;
 pub mod render;
+pub mod repofs;
 pub mod runs;
 pub mod runtime;
 pub mod store;

@@ -1,0 +1,812 @@
+//! The guarded file layer: every file npc reads or writes on a repository's
+//! behalf goes through here (the store keeps its SQLite files, opened on a
+//! path this layer prepared). A [`Root`] is a directory nothing may leave:
+//! every path is resolved one component at a time from an open directory
+//! descriptor (`openat` with `O_NOFOLLOW`), symbolic links are followed by
+//! this code, not the kernel, and only while they stay inside the root; one
+//! that points out is refused with an error naming the link and its target.
+//!
+//! Reads take only regular files: the entry is checked with `lstat` before
+//! it is opened (so a FIFO or a device is never opened at all), opened
+//! `O_NONBLOCK | O_NOFOLLOW`, checked again with `fstat`, and read with the
+//! size cap enforced while reading. Writes of whole files go to a temporary
+//! file beside the target (`.NAME.npc-PID-N.tmp`, created `O_EXCL |
+//! O_NOFOLLOW`) renamed over it, so a link or a hard link at the target is
+//! replaced, never written through; temporary files a killed process left
+//! are removed the next time npc writes in that directory. Files npc keeps
+//! open and writes in place (the lock, logs) are opened `O_NOFOLLOW`, must
+//! be regular files with one link, and are owner-only.
+//!
+//! What a repository's own symbolic links may do: agent files (`.mcp.json`,
+//! `.codex/config.toml`, …), prompt files and plugin directories may be
+//! links that stay inside the repository ([`Links::Follow`]); the target is
+//! read, and replaced atomically on write, keeping the link. npc's own files
+//! under the state directory are never links ([`Links::Refuse`]). A hard
+//! link cannot be told from the file it links to, so a hard link to a file
+//! outside is read like any file (git and archives cannot create one; only
+//! a local user can); writes replace the name by rename and never reach the
+//! other file, and in-place writes refuse files with more than one link.
+
+mod walk;
+
+#[cfg(test)]
+mod tests;
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{Read as _, Write as _};
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, openat, readlinkat, renameat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat, fstatat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
+
+use walk::Walk;
+
+/// Most symbolic links followed while resolving one path (Linux's `MAXSYMLINKS`).
+pub const MAX_LINK_HOPS: usize = 40;
+/// Marker inside the names of npc's temporary files: `.NAME.npc-PID-N.tmp`.
+pub const TEMP_MARKER: &str = ".npc-";
+/// Suffix of npc's temporary files.
+pub const TEMP_SUFFIX: &str = ".tmp";
+/// File npc keeps in each state directory so git never shows it as untracked.
+pub const GITIGNORE_FILE: &str = ".gitignore";
+/// What that file says: ignore everything in the directory.
+pub const GITIGNORE_TEXT: &str = "*\n";
+/// Permission bits of npc's own directories (state directory, logs, profiles).
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+/// Permission bits of npc's own files (database, logs, profiles, lock, socket).
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+/// Permission bits asked for new shared files and directories (agent
+/// files); the process umask takes away from them, as for any program.
+pub const SHARED_MODE: u32 = 0o777;
+/// The same for new shared files (no execute bits).
+pub const SHARED_FILE_MODE: u32 = 0o666;
+
+/// Whether a symbolic link at the last component is followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Links {
+    /// Follow links whose target stays inside the root (agent files, prompt
+    /// files); a link leaving it is refused.
+    Follow,
+    /// Refuse any link (npc's own files).
+    Refuse,
+}
+
+/// Who may read what npc creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Perms {
+    /// Owner only: directories 0700, files 0600, tightened when they exist
+    /// looser (npc's own state).
+    Private,
+    /// New files and directories as any program makes them (umask applies);
+    /// an existing file keeps its mode (agent files in the repository).
+    Shared,
+}
+
+/// How [`Root::write`] writes a whole file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOptions {
+    pub links: Links,
+    pub perms: Perms,
+}
+
+impl WriteOptions {
+    /// An agent file in the repository: in-repository links followed, mode kept.
+    pub const SHARED: Self = Self {
+        links: Links::Follow,
+        perms: Perms::Shared,
+    };
+    /// One of npc's own files: never a link, owner-only.
+    pub const PRIVATE: Self = Self {
+        links: Links::Refuse,
+        perms: Perms::Private,
+    };
+}
+
+/// A refused or failed file operation: the path (relative to the root when
+/// inside it) and why.
+#[derive(Debug, thiserror::Error)]
+#[error("`{}` {reason}", path.display())]
+pub struct FsError {
+    pub path: PathBuf,
+    pub reason: Reason,
+}
+
+/// Why a file operation was refused or failed; reads after the path.
+#[derive(Debug, thiserror::Error)]
+pub enum Reason {
+    #[error(
+        "leaves `{}`: `{}` is a symbolic link to `{}`; npc never reads or writes outside it; replace the link with the file itself",
+        root.display(), link.display(), target.display()
+    )]
+    Escapes {
+        root: PathBuf,
+        link: PathBuf,
+        target: PathBuf,
+    },
+    #[error("is outside `{}`; npc never reads or writes outside it", root.display())]
+    Outside { root: PathBuf },
+    #[error(
+        "is a symbolic link to `{}`; npc does not follow links among its own files; remove it and run again",
+        target.display()
+    )]
+    Link { target: PathBuf },
+    #[error("is {what}, not a regular file; npc reads only regular files; replace it with a file")]
+    NotRegular { what: &'static str },
+    #[error(
+        "has {links} hard links; npc writes in place only to a file with one link; remove it and run again"
+    )]
+    HardLinked { links: u64 },
+    #[error("is larger than the limit of {limit} bytes; check the path")]
+    TooLarge { limit: usize },
+    #[error("does not exist")]
+    NotFound,
+    #[error("is not a directory; remove it or fix the path")]
+    NotDir,
+    #[error("goes through more than {MAX_LINK_HOPS} symbolic links; fix the links")]
+    TooManyLinks,
+    #[error("is not valid UTF-8; save it as UTF-8 and try again")]
+    NotUtf8,
+    #[error(
+        "is the repository itself; `project.state_dir` must name a directory inside it, such as `.npc`"
+    )]
+    StateDirIsRoot,
+    #[error("is not a socket npc left; remove it and run again")]
+    NotSocket,
+    #[error("could not be {op}: {source}; check it and its permissions")]
+    Io {
+        op: &'static str,
+        source: std::io::Error,
+    },
+}
+
+impl FsError {
+    pub fn is_not_found(&self) -> bool {
+        matches!(self.reason, Reason::NotFound)
+    }
+
+    fn new(path: impl Into<PathBuf>, reason: Reason) -> Self {
+        Self {
+            path: path.into(),
+            reason,
+        }
+    }
+
+    fn io(path: impl Into<PathBuf>, op: &'static str, errno: Errno) -> Self {
+        let reason = if errno == Errno::ENOENT {
+            Reason::NotFound
+        } else {
+            Reason::Io {
+                op,
+                source: std::io::Error::from(errno),
+            }
+        };
+        Self::new(path, reason)
+    }
+}
+
+/// For traits that speak `std::io`: not-found stays `NotFound`, and the
+/// message is the whole error.
+impl From<FsError> for std::io::Error {
+    fn from(e: FsError) -> Self {
+        let kind = match &e.reason {
+            Reason::NotFound => std::io::ErrorKind::NotFound,
+            Reason::Io { source, .. } => source.kind(),
+            _ => std::io::ErrorKind::InvalidInput,
+        };
+        std::io::Error::new(kind, e)
+    }
+}
+
+/// A directory nothing may leave. Cheap to make; holds no descriptor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Root {
+    /// Canonical absolute path.
+    dir: PathBuf,
+    /// As the caller spelled it, to accept absolute paths spelled the same way.
+    given: PathBuf,
+}
+
+impl Root {
+    /// The root at `dir` (which must exist; an empty path is the current
+    /// directory). The root itself may be reached through links: the
+    /// caller chose it.
+    pub fn new(dir: &Path) -> Result<Self, FsError> {
+        let given = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        let canonical = given.canonicalize().map_err(|e| {
+            FsError::new(
+                given,
+                Reason::Io {
+                    op: "opened",
+                    source: e,
+                },
+            )
+        })?;
+        Ok(Self {
+            dir: canonical,
+            given: given.to_path_buf(),
+        })
+    }
+
+    /// The canonical path of the root.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    fn open_root(&self) -> Result<OwnedFd, FsError> {
+        openat(
+            nix::fcntl::AT_FDCWD,
+            &self.dir,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| FsError::io(&self.dir, "opened", e))
+    }
+
+    /// `path` relative to the root, for messages.
+    fn shown(&self, path: &Path) -> PathBuf {
+        path.strip_prefix(&self.dir)
+            .or_else(|_| path.strip_prefix(&self.given))
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|_| path.to_path_buf())
+    }
+
+    /// Where `path` really is: every link resolved (each one inside).
+    pub fn real_path(&self, path: &Path) -> Result<PathBuf, FsError> {
+        let mut walk = Walk::new(self, path)?;
+        let name = walk.locate(None, Links::Follow)?;
+        Ok(match name {
+            Some(name) => walk.here().join(name),
+            None => walk.here(),
+        })
+    }
+
+    /// Whether `path` is a directory inside the root (links inside followed).
+    pub fn is_dir(&self, path: &Path) -> bool {
+        self.dir_check(path).is_ok()
+    }
+
+    /// `Ok` when `path` is a directory inside the root; else why not.
+    pub fn dir_check(&self, path: &Path) -> Result<(), FsError> {
+        let mut walk = Walk::new(self, path)?;
+        let Some(name) = walk.locate(None, Links::Follow)? else {
+            return Ok(());
+        };
+        let st = walk.stat(&name)?;
+        if kind(&st) == SFlag::S_IFDIR {
+            Ok(())
+        } else {
+            Err(FsError::new(walk.shown_entry(&name), Reason::NotDir))
+        }
+    }
+
+    /// Read the regular file at `path`, at most `limit` bytes (a longer
+    /// file is refused once `limit + 1` bytes were read). Links inside
+    /// the root are followed.
+    pub fn read(&self, path: &Path, limit: usize) -> Result<Vec<u8>, FsError> {
+        let mut walk = Walk::new(self, path)?;
+        let Some(name) = walk.locate(None, Links::Follow)? else {
+            return Err(FsError::new(
+                self.shown(path),
+                Reason::NotRegular {
+                    what: "a directory",
+                },
+            ));
+        };
+        let shown = walk.shown_entry(&name);
+        let st = walk.stat(&name)?;
+        regular(&shown, &st)?;
+        let fd = openat(
+            walk.dir(),
+            name.as_os_str(),
+            OFlag::O_RDONLY
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_NONBLOCK
+                | OFlag::O_NOCTTY
+                | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| FsError::io(&shown, "opened", e))?;
+        read_open(fd, &shown, &st, limit)
+    }
+
+    /// [`read`](Self::read) as UTF-8 text.
+    pub fn read_string(&self, path: &Path, limit: usize) -> Result<String, FsError> {
+        let bytes = self.read(path, limit)?;
+        String::from_utf8(bytes).map_err(|_| FsError::new(self.shown(path), Reason::NotUtf8))
+    }
+
+    /// [`read_string`](Self::read_string), `None` when the file does not exist.
+    pub fn read_existing(&self, path: &Path, limit: usize) -> Result<Option<String>, FsError> {
+        match self.read_string(path, limit) {
+            Ok(text) => Ok(Some(text)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Create the directory `path` and its missing parents (inside the
+    /// root); returns its real path. With [`Perms::Private`] the last
+    /// directory is owner-only, tightened if it exists looser.
+    pub fn create_dir_all(&self, path: &Path, perms: Perms) -> Result<PathBuf, FsError> {
+        let mut walk = Walk::new(self, path)?;
+        walk.push_end_marker();
+        walk.locate(Some(perms), Links::Follow)?;
+        if perms == Perms::Private {
+            tighten(walk.dir(), &walk.here(), PRIVATE_DIR_MODE)?;
+        }
+        Ok(walk.here())
+    }
+
+    /// Make `path` npc's state directory: created owner-only (an existing
+    /// one is tightened, never loosened), holding a `.gitignore` of `*`,
+    /// and cleared of temporary files a killed npc left. Refuses the root
+    /// itself. Returns its real path.
+    pub fn ensure_state_dir(&self, path: &Path) -> Result<PathBuf, FsError> {
+        let real = self.create_dir_all(path, Perms::Private)?;
+        if real == self.dir {
+            return Err(FsError::new(self.shown(path), Reason::StateDirIsRoot));
+        }
+        let ignore = real.join(GITIGNORE_FILE);
+        if self
+            .read_existing(&ignore, GITIGNORE_TEXT.len() + 1)
+            .ok()
+            .flatten()
+            != Some(GITIGNORE_TEXT.to_string())
+        {
+            self.write(&ignore, GITIGNORE_TEXT.as_bytes(), WriteOptions::PRIVATE)?;
+        }
+        self.sweep_temp(&real)?;
+        Ok(real)
+    }
+
+    /// Replace the file at `path` with `bytes`: a temporary file beside
+    /// the target, renamed over it. Creates missing parent directories (with
+    /// `options.perms`). Returns the real path written.
+    pub fn write(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        options: WriteOptions,
+    ) -> Result<PathBuf, FsError> {
+        let mut walk = Walk::new(self, path)?;
+        let name = walk
+            .locate(Some(options.perms), options.links)?
+            .ok_or_else(|| {
+                FsError::new(
+                    self.shown(path),
+                    Reason::NotRegular {
+                        what: "a directory",
+                    },
+                )
+            })?;
+        let shown = walk.shown_entry(&name);
+        let existing = match walk.stat(&name) {
+            Ok(st) if kind(&st) == SFlag::S_IFLNK => {
+                return Err(FsError::new(
+                    &shown,
+                    Reason::Link {
+                        target: walk.link_target(&name),
+                    },
+                ));
+            }
+            Ok(st) => {
+                regular(&shown, &st)?;
+                Some(st)
+            }
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(e),
+        };
+        let dir = walk.dir();
+        sweep_dir(dir, &walk.here())?;
+        let tmp = temp_name(&name);
+        let create_mode = match options.perms {
+            Perms::Private => PRIVATE_FILE_MODE,
+            Perms::Shared => SHARED_FILE_MODE,
+        };
+        let fd = openat(
+            dir,
+            tmp.as_os_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(create_mode),
+        )
+        .map_err(|e| FsError::io(&shown, "written", e))?;
+        let result = (|| {
+            let keep = match (options.perms, &existing) {
+                (Perms::Private, _) => Some(PRIVATE_FILE_MODE),
+                (Perms::Shared, Some(st)) => Some(u32::from(st.st_mode) & 0o7777),
+                (Perms::Shared, None) => None,
+            };
+            if let Some(mode) = keep {
+                fchmod(&fd, Mode::from_bits_truncate(mode))?;
+            }
+            let mut file = File::from(fd);
+            file.write_all(bytes).map_err(errno_of)?;
+            file.sync_all().map_err(errno_of)?;
+            renameat(dir, tmp.as_os_str(), dir, name.as_os_str())
+        })();
+        if let Err(e) = result {
+            let _ = unlinkat(dir, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+            return Err(FsError::io(&shown, "written", e));
+        }
+        Ok(walk.here().join(&name))
+    }
+
+    /// Create `path` with `bytes` only if nothing is there (`O_EXCL`; a
+    /// link there counts as something). Parents are created `perms`.
+    pub fn create_new(&self, path: &Path, bytes: &[u8], perms: Perms) -> Result<(), FsError> {
+        let file = self.open_new(path, perms)?;
+        let mut file = file;
+        file.write_all(bytes)
+            .map_err(|e| FsError::io(self.shown(path), "written", errno_of(e)))
+    }
+
+    fn open_new(&self, path: &Path, perms: Perms) -> Result<File, FsError> {
+        let mut walk = Walk::new(self, path)?;
+        let name = walk.locate(Some(perms), Links::Refuse)?.ok_or_else(|| {
+            FsError::new(
+                self.shown(path),
+                Reason::NotRegular {
+                    what: "a directory",
+                },
+            )
+        })?;
+        let shown = walk.shown_entry(&name);
+        let mode = match perms {
+            Perms::Private => PRIVATE_FILE_MODE,
+            Perms::Shared => SHARED_FILE_MODE,
+        };
+        let fd = openat(
+            walk.dir(),
+            name.as_os_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(mode),
+        )
+        .map_err(|e| FsError::io(&shown, "created", e))?;
+        Ok(File::from(fd))
+    }
+
+    /// Open (creating) one of npc's own files for reading and writing in
+    /// place, without truncating: never a link, a regular file with one
+    /// link, owner-only (tightened). For the repository lock.
+    pub fn open_private(&self, path: &Path) -> Result<File, FsError> {
+        self.open_in_place(path, OFlag::O_RDWR, None)
+    }
+
+    /// Open (creating) one of npc's own files for appending, like
+    /// [`open_private`](Self::open_private); first renamed to `NAME.1`
+    /// (replacing an older one) when larger than `rotate_at` bytes. For logs.
+    pub fn open_append(&self, path: &Path, rotate_at: u64) -> Result<File, FsError> {
+        self.open_in_place(path, OFlag::O_WRONLY | OFlag::O_APPEND, Some(rotate_at))
+    }
+
+    fn open_in_place(
+        &self,
+        path: &Path,
+        access: OFlag,
+        rotate_at: Option<u64>,
+    ) -> Result<File, FsError> {
+        let mut walk = Walk::new(self, path)?;
+        let name = walk
+            .locate(Some(Perms::Private), Links::Refuse)?
+            .ok_or_else(|| {
+                FsError::new(
+                    self.shown(path),
+                    Reason::NotRegular {
+                        what: "a directory",
+                    },
+                )
+            })?;
+        let shown = walk.shown_entry(&name);
+        match walk.stat(&name) {
+            Ok(st) if kind(&st) == SFlag::S_IFLNK => {
+                return Err(FsError::new(
+                    &shown,
+                    Reason::Link {
+                        target: walk.link_target(&name),
+                    },
+                ));
+            }
+            Ok(st) => {
+                regular(&shown, &st)?;
+                if let Some(limit) = rotate_at
+                    && st.st_size > 0
+                    && st.st_size as u64 > limit
+                {
+                    let mut rotated = name.clone();
+                    rotated.push(".1");
+                    renameat(
+                        walk.dir(),
+                        name.as_os_str(),
+                        walk.dir(),
+                        rotated.as_os_str(),
+                    )
+                    .map_err(|e| FsError::io(&shown, "rotated", e))?;
+                }
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+        let fd = openat(
+            walk.dir(),
+            name.as_os_str(),
+            access | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(PRIVATE_FILE_MODE),
+        )
+        .map_err(|e| match e {
+            Errno::ELOOP => FsError::new(
+                &shown,
+                Reason::Link {
+                    target: walk.link_target(&name),
+                },
+            ),
+            e => FsError::io(&shown, "opened", e),
+        })?;
+        let st = fstat(&fd).map_err(|e| FsError::io(&shown, "opened", e))?;
+        regular(&shown, &st)?;
+        if st.st_nlink > 1 {
+            return Err(FsError::new(
+                &shown,
+                Reason::HardLinked {
+                    links: st.st_nlink as u64,
+                },
+            ));
+        }
+        if u32::from(st.st_mode) & 0o077 != 0 {
+            fchmod(&fd, Mode::from_bits_truncate(PRIVATE_FILE_MODE))
+                .map_err(|e| FsError::io(&shown, "made private", e))?;
+        }
+        // Regular files ignore O_NONBLOCK; clear it all the same.
+        nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_SETFL(access))
+            .map_err(|e| FsError::io(&shown, "opened", e))?;
+        Ok(File::from(fd))
+    }
+
+    /// Make a Unix socket path ready to bind: parents created owner-only,
+    /// a socket a dead daemon left removed, anything else there (a link, a
+    /// file) refused. Returns the real path to bind. The caller holds the
+    /// repository lock, which proves no live daemon serves an old socket.
+    pub fn prepare_socket(&self, path: &Path) -> Result<PathBuf, FsError> {
+        let mut walk = Walk::new(self, path)?;
+        let name = walk
+            .locate(Some(Perms::Private), Links::Refuse)?
+            .ok_or_else(|| FsError::new(self.shown(path), Reason::NotSocket))?;
+        let shown = walk.shown_entry(&name);
+        match walk.stat(&name) {
+            Ok(st) if kind(&st) == SFlag::S_IFSOCK => {
+                unlinkat(walk.dir(), name.as_os_str(), UnlinkatFlags::NoRemoveDir)
+                    .map_err(|e| FsError::io(&shown, "removed", e))?;
+            }
+            Ok(st) if kind(&st) == SFlag::S_IFLNK => {
+                return Err(FsError::new(
+                    &shown,
+                    Reason::Link {
+                        target: walk.link_target(&name),
+                    },
+                ));
+            }
+            Ok(_) => return Err(FsError::new(&shown, Reason::NotSocket)),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+        Ok(walk.here().join(name))
+    }
+
+    /// After binding: make the socket at `path` owner-only, checking that
+    /// it is a socket (not something swapped in).
+    pub fn socket_private(&self, path: &Path) -> Result<(), FsError> {
+        let mut walk = Walk::new(self, path)?;
+        let name = walk
+            .locate(None, Links::Refuse)?
+            .ok_or_else(|| FsError::new(self.shown(path), Reason::NotSocket))?;
+        let shown = walk.shown_entry(&name);
+        let st = walk.stat(&name)?;
+        if kind(&st) != SFlag::S_IFSOCK {
+            return Err(FsError::new(&shown, Reason::NotSocket));
+        }
+        nix::sys::stat::fchmodat(
+            walk.dir(),
+            name.as_os_str(),
+            Mode::from_bits_truncate(PRIVATE_FILE_MODE),
+            nix::sys::stat::FchmodatFlags::FollowSymlink,
+        )
+        .map_err(|e| FsError::io(&shown, "made private", e))
+    }
+
+    /// Remove the socket at `path` if it is one; anything else is left alone.
+    pub fn remove_socket(&self, path: &Path) -> Result<(), FsError> {
+        let mut walk = Walk::new(self, path)?;
+        let Some(name) = walk.locate(None, Links::Refuse)? else {
+            return Ok(());
+        };
+        match walk.stat(&name) {
+            Ok(st) if kind(&st) == SFlag::S_IFSOCK => {
+                unlinkat(walk.dir(), name.as_os_str(), UnlinkatFlags::NoRemoveDir)
+                    .map_err(|e| FsError::io(walk.shown_entry(&name), "removed", e))
+            }
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Remove npc's temporary files (`.NAME.npc-PID-N.tmp`) whose process
+    /// is gone from the directory `dir`. Returns how many were removed.
+    pub fn sweep_temp(&self, dir: &Path) -> Result<usize, FsError> {
+        let mut walk = Walk::new(self, dir)?;
+        walk.push_end_marker();
+        match walk.locate(None, Links::Follow) {
+            Ok(_) => sweep_dir(walk.dir(), &walk.here()),
+            Err(e) if e.is_not_found() => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Read a file the user named (a command-line argument, a user-level
+/// config under `$HOME`, git's `HEAD`): links are followed, since the user
+/// chose the path, but only a regular file is read (checked before it is
+/// opened, so a FIFO never blocks), at most `limit` bytes.
+pub fn read_file(path: &Path, limit: usize) -> Result<Vec<u8>, FsError> {
+    let st = nix::sys::stat::stat(path).map_err(|e| FsError::io(path, "read", e))?;
+    regular(path, &st)?;
+    let fd = openat(
+        nix::fcntl::AT_FDCWD,
+        path,
+        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| FsError::io(path, "opened", e))?;
+    read_open(fd, path, &st, limit)
+}
+
+/// [`read_file`] as UTF-8 text, `None` when the file does not exist.
+pub fn read_file_existing(path: &Path, limit: usize) -> Result<Option<String>, FsError> {
+    match read_file(path, limit) {
+        Ok(bytes) => String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| FsError::new(path, Reason::NotUtf8)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn kind(st: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
+}
+
+fn describe(kind: SFlag) -> &'static str {
+    match kind {
+        SFlag::S_IFDIR => "a directory",
+        SFlag::S_IFIFO => "a FIFO",
+        SFlag::S_IFCHR => "a character device",
+        SFlag::S_IFBLK => "a block device",
+        SFlag::S_IFSOCK => "a socket",
+        SFlag::S_IFLNK => "a symbolic link",
+        _ => "not a file",
+    }
+}
+
+fn regular(shown: &Path, st: &FileStat) -> Result<(), FsError> {
+    let k = kind(st);
+    if k == SFlag::S_IFREG {
+        Ok(())
+    } else {
+        Err(FsError::new(
+            shown,
+            Reason::NotRegular { what: describe(k) },
+        ))
+    }
+}
+
+/// Read an opened file checked as `before`: still the same regular file,
+/// at most `limit` bytes.
+fn read_open(
+    fd: OwnedFd,
+    shown: &Path,
+    before: &FileStat,
+    limit: usize,
+) -> Result<Vec<u8>, FsError> {
+    let st = fstat(&fd).map_err(|e| FsError::io(shown, "read", e))?;
+    regular(shown, &st)?;
+    if st.st_dev != before.st_dev || st.st_ino != before.st_ino {
+        return Err(FsError::io(shown, "read", Errno::EAGAIN));
+    }
+    let mut bytes = Vec::new();
+    File::from(fd)
+        .take(limit as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| FsError::io(shown, "read", errno_of(e)))?;
+    if bytes.len() > limit {
+        return Err(FsError::new(shown, Reason::TooLarge { limit }));
+    }
+    Ok(bytes)
+}
+
+/// Remove group and other bits from the directory `fd` when set.
+fn tighten(fd: BorrowedFd<'_>, shown: &Path, mode: u32) -> Result<(), FsError> {
+    let st = fstat(fd).map_err(|e| FsError::io(shown, "read", e))?;
+    if u32::from(st.st_mode) & 0o777 & !mode != 0 {
+        fchmod(fd, Mode::from_bits_truncate(u32::from(st.st_mode) & mode))
+            .map_err(|e| FsError::io(shown, "made private", e))?;
+    }
+    Ok(())
+}
+
+fn errno_of(e: std::io::Error) -> Errno {
+    e.raw_os_error().map(Errno::from_raw).unwrap_or(Errno::EIO)
+}
+
+/// Distinguishes temporary files of concurrent writes in one process.
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn temp_name(name: &OsStr) -> OsString {
+    let unique = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut tmp = OsString::from(".");
+    tmp.push(name);
+    tmp.push(format!(
+        "{TEMP_MARKER}{}-{unique}{TEMP_SUFFIX}",
+        std::process::id()
+    ));
+    tmp
+}
+
+/// The pid in one of npc's temporary file names.
+fn temp_pid(name: &[u8]) -> Option<i32> {
+    let name = std::str::from_utf8(name).ok()?;
+    let rest = name.strip_prefix('.')?.strip_suffix(TEMP_SUFFIX)?;
+    let (rest, counter) = rest.rsplit_once('-')?;
+    let (_, pid) = rest.rsplit_once(TEMP_MARKER)?;
+    if counter.is_empty() || !counter.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok().filter(|p| *p > 0)
+}
+
+fn pid_gone(pid: i32) -> bool {
+    pid != std::process::id() as i32
+        && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(Errno::ESRCH)
+}
+
+fn sweep_dir(dir: BorrowedFd<'_>, shown: &Path) -> Result<usize, FsError> {
+    let listing = nix::dir::Dir::openat(
+        dir,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| FsError::io(shown, "listed", e))?;
+    let stale: Vec<OsString> = listing
+        .into_iter()
+        .flatten()
+        .filter(|entry| temp_pid(entry.file_name().to_bytes()).is_some_and(pid_gone))
+        .map(|entry| OsStr::from_bytes(entry.file_name().to_bytes()).to_os_string())
+        .collect();
+    let mut removed = 0;
+    for name in stale {
+        let is_file = fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| kind(&st) == SFlag::S_IFREG || kind(&st) == SFlag::S_IFLNK);
+        if is_file && unlinkat(dir, name.as_os_str(), UnlinkatFlags::NoRemoveDir).is_ok() {
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// `readlinkat` for messages; empty when it cannot be read.
+fn link_target(dir: BorrowedFd<'_>, name: &OsStr) -> PathBuf {
+    readlinkat(dir, name).map(PathBuf::from).unwrap_or_default()
+}
+
+fn stat_at(dir: BorrowedFd<'_>, name: &OsStr, shown: &Path) -> Result<FileStat, FsError> {
+    fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(|e| FsError::io(shown, "read", e))
+}
