@@ -23,7 +23,14 @@ pub fn run(file: &Path, write: bool, manifest: Option<PathBuf>) -> anyhow::Resul
         return Ok(Exit::Ok);
     }
     let path = super::manifest_path(manifest)?;
-    let text = std::fs::read_to_string(&path)
+    // The manifest through the guarded layer rooted at its directory: read
+    // bounded, replaced atomically (a link inside the directory is written
+    // through; one leaving it is refused).
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let guard = crate::repofs::Root::new(dir)?;
+    let name = path.file_name().map(Path::new).unwrap_or(&path);
+    let text = guard
+        .read_string(name, crate::model::node::MAX_MANIFEST_BYTES)
         .with_context(|| format!("cannot read `{}`", path.display()))?;
     let merged = match native::merge_into_manifest(&text, &entries) {
         Ok(m) => m,
@@ -32,9 +39,9 @@ pub fn run(file: &Path, write: bool, manifest: Option<PathBuf>) -> anyhow::Resul
             return Ok(Exit::Failed);
         }
     };
-    let tmp = path.with_extension("toml.npc-import");
-    std::fs::write(&tmp, &merged).with_context(|| format!("cannot write `{}`", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("cannot replace `{}`", path.display()))?;
+    guard
+        .write(name, merged.as_bytes(), crate::repofs::WriteOptions::SHARED)
+        .with_context(|| format!("cannot replace `{}`", path.display()))?;
     println!(
         "merged {} MCP server(s) from {} into {}",
         entries.len(),

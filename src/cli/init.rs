@@ -24,22 +24,28 @@ pub fn run(dir: &Path) -> anyhow::Result<Exit> {
             return Ok(Exit::Usage);
         }
     }
+    // `dir` is the user's choice; everything in it goes through the
+    // guarded layer: the state directory private and git-ignored, the
+    // manifest created only where nothing (not even a link) is.
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
+    let guard = crate::repofs::Root::new(dir)?;
     let schema = dir.join(SCHEMA_FILE);
-    if let Some(parent) = schema.parent() {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("cannot create `{}`", parent.display()))?;
+    if let Some(parent) = Path::new(SCHEMA_FILE).parent() {
+        guard.ensure_state_dir(parent)?;
     }
-    std::fs::write(&schema, super::schema_text() + "\n")
-        .with_context(|| format!("cannot write `{}`", schema.display()))?;
+    guard.write(
+        Path::new(SCHEMA_FILE),
+        (super::schema_text() + "\n").as_bytes(),
+        crate::repofs::WriteOptions::PRIVATE,
+    )?;
     let manifest = dir.join(crate::model::MANIFEST_NAMES[0]);
-    // create_new: never clobber a file that appeared in the meantime.
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&manifest)
+    guard
+        .create_new(
+            Path::new(crate::model::MANIFEST_NAMES[0]),
+            STARTER.as_bytes(),
+            crate::repofs::Perms::Shared,
+        )
         .with_context(|| format!("cannot create `{}`", manifest.display()))?;
-    std::io::Write::write_all(&mut file, STARTER.as_bytes())?;
     println!(
         "wrote {} (schema for editors: {})",
         manifest.display(),

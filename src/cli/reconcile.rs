@@ -46,16 +46,28 @@ fn load(manifest: Option<PathBuf>) -> anyhow::Result<Option<(Manifest, RepoPaths
     Ok(Some((model, paths)))
 }
 
-/// Where the repository keeps state, even when its manifest is invalid.
+/// Where the repository keeps state, even when its manifest is invalid or
+/// was deleted: with no manifest in the current directory, a daemon's
+/// lock there still marks it as a repository.
 fn locate(manifest: Option<PathBuf>) -> anyhow::Result<RepoPaths> {
-    let path = super::manifest_path(manifest)?;
+    let path = match super::manifest_path(manifest) {
+        Ok(path) => path,
+        Err(e) => {
+            let fallback = PathBuf::from(crate::model::MANIFEST_NAMES[0]);
+            let paths = RepoPaths::resolve(&fallback, crate::model::DEFAULT_STATE_DIR)?;
+            if runtime::lock::holder(&paths.runtime_dir()).is_none() {
+                return Err(e);
+            }
+            fallback
+        }
+    };
     Ok(RepoPaths::resolve(&path, &runtime::state_dir_hint(&path))?)
 }
 
 /// The daemon's control socket, if a daemon holds the repository.
 fn daemon_socket(paths: &RepoPaths) -> Option<(PathBuf, u32)> {
-    let pid = runtime::lock::holder(&paths.state_dir)?;
-    Some((control::socket_path(&paths.state_dir), pid))
+    let pid = runtime::lock::holder(&paths.runtime_dir())?;
+    Some((control::socket_path(&paths.runtime_dir()), pid))
 }
 
 /// What is applied, and how to say where that came from.
@@ -236,8 +248,8 @@ pub fn apply(manifest: Option<PathBuf>, auto_approve: bool, user: bool) -> anyho
     }
     // No daemon: the one-shot parts. Record the applied state so plans and a
     // later daemon start from it; processes start with `npc daemon`.
-    let _lock = runtime::lock::RepoLock::acquire(&paths.state_dir, &paths.root)?;
-    let store = Store::open(paths.db())?;
+    let _lock = runtime::lock::RepoLock::acquire(&paths.runtime_dir(), &paths.root)?;
+    let store = runtime::open_store(&paths)?;
     let desired = plan::desired(&model, &runtime::external_inputs(&model, &paths.root));
     rt.block_on(runtime::record_state(&store, &plan::observe(&desired)))?;
     let mut failed = false;
@@ -322,7 +334,7 @@ pub fn daemon(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
             "npc daemon: pid {} watching {} (control socket {})",
             std::process::id(),
             paths.manifest.display(),
-            control::socket_path(&paths.state_dir).display()
+            control::socket_path(&paths.runtime_dir()).display()
         );
         eprintln!(
             "npc daemon: startup {}",

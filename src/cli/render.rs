@@ -54,15 +54,22 @@ fn parse_var(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// The state directory of `manifest` in the repository at `root`.
+fn ctx_state_dir(root: &std::path::Path, manifest: &crate::model::Manifest) -> PathBuf {
+    root.join(&manifest.project.state_dir)
+}
+
 fn parse_json(s: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(s).map_err(|e| format!("not JSON: {e}"))
 }
 
 pub fn run(args: RenderArgs) -> anyhow::Result<Exit> {
     let path = super::manifest_path(args.manifest)?;
-    let path = path
-        .canonicalize()
-        .with_context(|| format!("cannot read `{}`", path.display()))?;
+    // The repository is the manifest's directory (a manifest that is a
+    // link never moves it elsewhere).
+    let path = crate::runtime::RepoPaths::resolve(&path, crate::model::DEFAULT_STATE_DIR)
+        .with_context(|| format!("cannot read `{}`", path.display()))?
+        .manifest;
     let loaded = model::load_path(&path, &ProcessEnv)
         .with_context(|| format!("cannot read `{}`", path.display()))?;
     let Some(manifest) = &loaded.manifest else {
@@ -114,12 +121,11 @@ pub fn run(args: RenderArgs) -> anyhow::Result<Exit> {
     match result {
         Ok(None) => Ok(Exit::Ok),
         Ok(Some((file, text))) => {
-            if let Some(dir) = file.parent() {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("cannot create `{}`", dir.display()))?;
-            }
-            std::fs::write(&file, text)
-                .with_context(|| format!("cannot write `{}`", file.display()))?;
+            // npc's own file: private, never through a link, in a state
+            // directory that git ignores.
+            let guard = crate::repofs::Root::new(&root)?;
+            guard.ensure_state_dir(ctx_state_dir(&root, manifest).as_path())?;
+            guard.write(&file, text.as_bytes(), crate::repofs::WriteOptions::PRIVATE)?;
             println!("wrote {}", file.display());
             Ok(Exit::Ok)
         }

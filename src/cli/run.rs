@@ -19,7 +19,6 @@ use crate::bus::EventBus;
 use crate::model::{self, ProcessEnv};
 use crate::providers::AgentEvent;
 use crate::runs::{self, Outcome, PromptChoice, RunRequest, view};
-use crate::store::Store;
 use crate::supervisor::{BackoffPolicy, Supervisor};
 
 #[derive(Debug, Args)]
@@ -132,7 +131,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             }
         };
         let store = Arc::new(
-            Store::open(paths.db())
+            crate::runtime::open_store(&paths)
                 .with_context(|| format!("cannot open `{}`", paths.db().display()))?,
         );
         let bus = EventBus::new(store);

@@ -24,9 +24,20 @@ use super::types::*;
 pub trait Files {
     fn read_to_string(&self, path: &Path) -> std::io::Result<String>;
     fn is_dir(&self, path: &Path) -> bool;
+    /// `Ok` when `path` is a directory; else why not (the message reads
+    /// after the path).
+    fn check_dir(&self, path: &Path) -> std::io::Result<()> {
+        if self.is_dir(path) {
+            Ok(())
+        } else {
+            Err(std::io::ErrorKind::NotFound.into())
+        }
+    }
 }
 
-/// The real file system, rooted at the manifest's directory.
+/// The real file system, rooted at the manifest's directory, through the
+/// guarded layer (`crate::repofs`): nothing outside the root is read, only
+/// regular files, at most [`MAX_TEMPLATE_BYTES`] of each.
 #[derive(Debug, Clone)]
 pub struct DiskFiles {
     pub root: PathBuf,
@@ -34,10 +45,31 @@ pub struct DiskFiles {
 
 impl Files for DiskFiles {
     fn read_to_string(&self, path: &Path) -> std::io::Result<String> {
-        std::fs::read_to_string(self.root.join(path))
+        crate::repofs::Root::new(&self.root)
+            .and_then(|root| root.read_string(path, MAX_TEMPLATE_BYTES))
+            .map_err(crate::repofs::FsError::into_reason)
     }
     fn is_dir(&self, path: &Path) -> bool {
-        self.root.join(path).is_dir()
+        self.check_dir(path).is_ok()
+    }
+    fn check_dir(&self, path: &Path) -> std::io::Result<()> {
+        crate::repofs::Root::new(&self.root)
+            .and_then(|root| root.dir_check(path))
+            .map_err(crate::repofs::FsError::into_reason)
+    }
+}
+
+/// An I/O error's message as the tail of a sentence that starts with the
+/// path: "`x` does not exist", "`x` permission denied (os error 13)".
+fn io_reason(e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        return "does not exist".to_string();
+    }
+    let text = e.to_string();
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => text,
     }
 }
 
@@ -693,11 +725,7 @@ impl Lower<'_> {
                         (PromptSource::File { path: path.value }, text, located)
                     }
                     Err(e) => {
-                        let why = if e.kind() == std::io::ErrorKind::NotFound {
-                            "does not exist".to_string()
-                        } else {
-                            e.to_string().to_lowercase()
-                        };
+                        let why = io_reason(&e);
                         self.error(&path.span, format!("prompt file `{}` {why}", path.value), "create the file, or fix the path (relative to the manifest's directory)");
                         return None;
                     }
@@ -837,8 +865,8 @@ impl Lower<'_> {
     fn plugin(&mut self, Spanned { value: p, .. }: Spanned<RawPlugin>) -> Option<Plugin> {
         if self.relative_path(&p.path.span, &p.path.value, "the plugin `path`") {
             let dir = Path::new(&p.path.value);
-            if !self.files.is_dir(dir) {
-                self.error(&p.path.span, format!("plugin directory `{}` does not exist", p.path.value), "fix the path (relative to the manifest's directory), or create the package with `npc plugin init`");
+            if let Err(e) = self.files.check_dir(dir) {
+                self.error(&p.path.span, format!("plugin directory `{}` {}", p.path.value, io_reason(&e)), "fix the path (relative to the manifest's directory), or create the package with `npc plugin init`");
             } else if self.files.read_to_string(&dir.join("plugin.json")).is_err() {
                 self.error(
                     &p.path.span,

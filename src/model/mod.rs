@@ -61,20 +61,7 @@ pub fn load_bytes(
 ) -> Loaded {
     let mut diagnostics = Vec::new();
     if bytes.len() > node::MAX_MANIFEST_BYTES {
-        let source = SourceFile::new(name, "");
-        diagnostics.push(
-            Diagnostic::error(format!(
-                "manifest is larger than the limit of {} bytes",
-                node::MAX_MANIFEST_BYTES
-            ))
-            .at(&source, 0..0)
-            .with_hint("a manifest this large is almost certainly not one; check the path"),
-        );
-        return Loaded {
-            manifest: None,
-            diagnostics,
-            source,
-        };
+        return too_large(name);
     }
     let text = match std::str::from_utf8(bytes) {
         Ok(text) => text.to_string(),
@@ -120,13 +107,40 @@ pub fn load_bytes(
     }
 }
 
-/// Load the manifest at `path`; files it references resolve against its directory.
+/// The outcome for a manifest over [`node::MAX_MANIFEST_BYTES`].
+fn too_large(name: &str) -> Loaded {
+    let source = SourceFile::new(name, "");
+    let diagnostics = vec![
+        Diagnostic::error(format!(
+            "manifest is larger than the limit of {} bytes",
+            node::MAX_MANIFEST_BYTES
+        ))
+        .at(&source, 0..0)
+        .with_hint("a manifest this large is almost certainly not one; check the path"),
+    ];
+    Loaded {
+        manifest: None,
+        diagnostics,
+        source,
+    }
+}
+
+/// Load the manifest at `path`; files it references resolve against its
+/// directory. The manifest is read through the guarded layer: a regular
+/// file inside its directory (a link may point elsewhere in it), read no
+/// further than [`node::MAX_MANIFEST_BYTES`].
 pub fn load_path(path: &Path, env: &dyn Env) -> std::io::Result<Loaded> {
-    let bytes = read_bounded(path)?;
+    let name = path.display().to_string();
+    let bytes = match read_manifest(path) {
+        Ok(bytes) => bytes,
+        Err(e) if matches!(e.reason, crate::repofs::Reason::TooLarge { .. }) => {
+            return Ok(too_large(&name));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let files = DiskFiles {
         root: path.parent().map(Path::to_path_buf).unwrap_or_default(),
     };
-    let name = path.display().to_string();
     Ok(load_bytes(
         &name,
         &bytes,
@@ -136,21 +150,11 @@ pub fn load_path(path: &Path, env: &dyn Env) -> std::io::Result<Loaded> {
     ))
 }
 
-/// Read at most one byte more than [`node::MAX_MANIFEST_BYTES`], so a huge
-/// file is refused without reading all of it.
-fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let file = std::fs::File::open(path)?;
-    if file.metadata()?.is_dir() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "is a directory",
-        ));
-    }
-    let mut bytes = Vec::new();
-    file.take(node::MAX_MANIFEST_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)?;
-    Ok(bytes)
+/// The manifest's bytes, through the guarded layer rooted at its directory.
+pub fn read_manifest(path: &Path) -> Result<Vec<u8>, crate::repofs::FsError> {
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let file = path.file_name().map(Path::new).unwrap_or(path);
+    crate::repofs::Root::new(dir)?.read(file, node::MAX_MANIFEST_BYTES)
 }
 
 /// The manifest in `dir`: `npcagent.toml`, else `npcagent.json`.

@@ -19,11 +19,11 @@ pub mod import;
 pub mod refs;
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write as _};
 use std::path::{Path, PathBuf};
 
 use crate::model::Manifest;
 pub use crate::model::ProviderKind;
+use crate::repofs::{FsError, Reason, Root, WriteOptions};
 pub use import::{
     ImportedServer, ImportedTransport, import, import_str, merge_into_manifest, to_manifest_toml,
 };
@@ -137,6 +137,32 @@ pub enum NativeError {
         "MCP servers {names} are already declared in the manifest; remove or rename them, then import again"
     )]
     AlreadyDeclared { names: String },
+    /// Refused by the guarded file layer (a link out of the repository, a
+    /// FIFO, …).
+    #[error(transparent)]
+    Guard(FsError),
+}
+
+impl From<FsError> for NativeError {
+    fn from(e: FsError) -> Self {
+        match e.reason {
+            Reason::TooLarge { limit } => Self::TooLarge {
+                path: e.path,
+                limit,
+            },
+            Reason::NotUtf8 => Self::NotUtf8 { path: e.path },
+            _ => Self::Guard(e),
+        }
+    }
+}
+
+/// The directory a target's file is confined to: the repository, or for
+/// user-level files the home directory.
+pub fn target_root<'a>(repo_root: &'a Path, target: &'a Target) -> &'a Path {
+    match &target.scope {
+        Scope::Project => repo_root,
+        Scope::User { home } => home,
+    }
 }
 
 /// The file a target lives in.
@@ -157,35 +183,21 @@ pub fn target_path(repo_root: &Path, target: &Target) -> PathBuf {
     }
 }
 
-/// Read a native file: `None` when it does not exist, an error when it
-/// cannot be read, is too large or is not UTF-8.
+/// Read a native file the user named (`npc import FILE`): `None` when it
+/// does not exist, an error when it cannot be read, is not a regular file,
+/// is too large or is not UTF-8.
 pub fn read_existing(path: &Path) -> Result<Option<String>, NativeError> {
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(NativeError::Read {
-                path: path.into(),
-                source,
-            });
-        }
-    };
-    let mut bytes = Vec::new();
-    file.take(MAX_NATIVE_FILE_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|source| NativeError::Read {
-            path: path.into(),
-            source,
-        })?;
-    if bytes.len() > MAX_NATIVE_FILE_BYTES {
-        return Err(NativeError::TooLarge {
-            path: path.into(),
-            limit: MAX_NATIVE_FILE_BYTES,
-        });
-    }
-    String::from_utf8(bytes)
-        .map(Some)
-        .map_err(|_| NativeError::NotUtf8 { path: path.into() })
+    Ok(crate::repofs::read_file_existing(
+        path,
+        MAX_NATIVE_FILE_BYTES,
+    )?)
+}
+
+/// Read a native file confined to `root` (links inside it followed, links
+/// out refused): `None` when it does not exist.
+pub fn read_existing_in(root: &Path, path: &Path) -> Result<Option<String>, NativeError> {
+    let root = Root::new(root)?;
+    Ok(root.read_existing(path, MAX_NATIVE_FILE_BYTES, crate::repofs::Links::Follow)?)
 }
 
 /// Plan the change that brings `target`'s file in line with the
@@ -198,7 +210,7 @@ pub fn plan_file(
     opts: PlanOptions,
 ) -> Result<FileChange, NativeError> {
     let path = target_path(repo_root, target);
-    let before = read_existing(&path)?;
+    let before = read_existing_in(target_root(repo_root, target), &path)?;
     plan_text(
         path,
         target.kind,
@@ -257,53 +269,22 @@ pub fn unified_diff(path: &Path, before: Option<&str>, after: &str) -> String {
         .to_string()
 }
 
-/// Distinguishes temporary files of concurrent writes in one process.
-static TMP_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Apply a planned change: write `after` to a temporary file beside the
-/// target and rename it over, creating parent directories. Does nothing
-/// (and returns `false`) when the text would not change. Refuses when the
-/// file changed since it was planned.
-pub fn write(change: &FileChange) -> Result<bool, NativeError> {
+/// Apply a planned change through the guarded layer confined to `root`:
+/// the new text goes to a temporary file beside the target, renamed over
+/// it (parents created). Does nothing (and returns `false`) when the text
+/// would not change. Refuses when the file changed since it was planned.
+/// `options` say whether links inside `root` are followed and who may read
+/// a new file.
+pub fn write(root: &Path, change: &FileChange, options: WriteOptions) -> Result<bool, NativeError> {
     if !change.is_change() {
         return Ok(false);
     }
+    let root = Root::new(root)?;
     let path = &change.path;
-    if read_existing(path)? != change.before {
+    if root.read_existing(path, MAX_NATIVE_FILE_BYTES, options.links)? != change.before {
         return Err(NativeError::Stale { path: path.clone() });
     }
-    let werr = |source| NativeError::Write {
-        path: path.clone(),
-        source,
-    };
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(werr)?;
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let unique = TMP_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(
-        ".{file_name}.npc-{}-{unique}.tmp",
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(change.after.as_bytes())?;
-        f.sync_all()?;
-        if let Ok(meta) = std::fs::metadata(path) {
-            std::fs::set_permissions(&tmp, meta.permissions())?;
-        }
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        // Best effort: the temporary file is ours and useless now.
-        let _ = std::fs::remove_file(&tmp);
-        return Err(werr(e));
-    }
+    root.write(path, change.after.as_bytes(), options)?;
     Ok(true)
 }
 

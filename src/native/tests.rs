@@ -400,7 +400,7 @@ fn write_creates_directories_is_atomic_and_refuses_stale_plans() {
     let target = Target::project(ProviderKind::Codex);
     let c = plan_file(dir.path(), &target, &m, &none(), PlanOptions::default()).unwrap();
     assert!(c.diff.starts_with("--- /dev/null\n"), "{}", c.diff);
-    assert!(write(&c).unwrap());
+    assert!(write(dir.path(), &c, crate::repofs::WriteOptions::SHARED).unwrap());
     let path = dir.path().join(".codex/config.toml");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), c.after);
     let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
@@ -411,7 +411,7 @@ fn write_creates_directories_is_atomic_and_refuses_stale_plans() {
 
     let again = plan_file(dir.path(), &target, &m, &c.managed, PlanOptions::default()).unwrap();
     assert!(
-        !write(&again).unwrap(),
+        !write(dir.path(), &again, crate::repofs::WriteOptions::SHARED).unwrap(),
         "an unchanged file is not rewritten"
     );
 
@@ -424,7 +424,10 @@ fn write_creates_directories_is_atomic_and_refuses_stale_plans() {
     )
     .unwrap();
     std::fs::write(&path, "# edited meanwhile\n").unwrap();
-    assert!(matches!(write(&stale), Err(NativeError::Stale { .. })));
+    assert!(matches!(
+        write(dir.path(), &stale, crate::repofs::WriteOptions::SHARED),
+        Err(NativeError::Stale { .. })
+    ));
     assert_eq!(
         std::fs::read_to_string(&path).unwrap(),
         "# edited meanwhile\n"

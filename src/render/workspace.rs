@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -96,30 +95,39 @@ impl GitHead {
 }
 
 /// The git directory for `dir`: `.git` in it or an ancestor, following a
-/// `.git` file (`gitdir: PATH`, as worktrees and submodules have).
+/// `.git` file (`gitdir: PATH`, as worktrees and submodules have). A git
+/// directory may lie outside the repository (worktrees, submodules, a
+/// checkout below the git root), but only one that looks like git's own
+/// (its real path has a component named `.git` or ending in `.git`) is
+/// read, so a `.git` file or link cannot point npc at an arbitrary file.
 fn find_git_dir(dir: &Path) -> Option<PathBuf> {
     for ancestor in dir.ancestors().take(MAX_GIT_SEARCH_DEPTH) {
         let dot_git = ancestor.join(".git");
-        if dot_git.is_dir() {
-            return Some(dot_git);
-        }
-        if dot_git.is_file() {
+        let found = if dot_git.is_dir() {
+            dot_git
+        } else if dot_git.is_file() {
             let text = read_small(&dot_git)?;
             let target = text.trim().strip_prefix("gitdir:")?.trim();
-            return Some(ancestor.join(target));
-        }
+            ancestor.join(target)
+        } else {
+            continue;
+        };
+        let real = found.canonicalize().ok()?;
+        let gitlike = real.components().any(|c| {
+            c.as_os_str()
+                .to_str()
+                .is_some_and(|s| s == ".git" || s.ends_with(".git"))
+        });
+        return gitlike.then_some(real);
     }
     None
 }
 
+/// A small git file: a regular file only (a FIFO never blocks), at most
+/// [`MAX_GIT_FILE_BYTES`].
 fn read_small(path: &Path) -> Option<String> {
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(MAX_GIT_FILE_BYTES)
-        .read_to_string(&mut text)
-        .ok()?;
-    Some(text)
+    let bytes = crate::repofs::read_file(path, MAX_GIT_FILE_BYTES as usize).ok()?;
+    String::from_utf8(bytes).ok()
 }
 
 /// One MCP server as the block describes it.
@@ -368,7 +376,7 @@ mod tests {
 
         // A worktree: `.git` is a file pointing at the real git dir.
         let wt = dir.path().join("wt");
-        let wt_git = dir.path().join("gitdirs/wt");
+        let wt_git = dir.path().join("main/.git/worktrees/wt");
         std::fs::create_dir_all(&wt).unwrap();
         std::fs::create_dir_all(&wt_git).unwrap();
         std::fs::write(wt.join(".git"), format!("gitdir: {}\n", wt_git.display())).unwrap();
@@ -385,10 +393,28 @@ mod tests {
             "x".repeat(2 * MAX_GIT_FILE_BYTES as usize)
         );
         std::fs::write(dir.path().join(".git/HEAD"), big).unwrap();
-        match GitHead::read(dir.path()) {
-            GitHead::Branch { name } => assert!(name.len() < MAX_GIT_FILE_BYTES as usize),
-            other => panic!("{other:?}"),
-        }
+        assert_eq!(GitHead::read(dir.path()), GitHead::Unknown);
+    }
+
+    #[test]
+    fn a_git_file_pointing_at_something_else_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = dir.path().join("elsewhere");
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(other.join("HEAD"), "ref: refs/heads/secret\n").unwrap();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        std::fs::write(repo.join(".git"), format!("gitdir: {}\n", other.display())).unwrap();
+        assert_eq!(GitHead::read(&repo), GitHead::Unknown);
+        // A FIFO as HEAD is refused without blocking.
+        let fifo_repo = dir.path().join("fifo");
+        std::fs::create_dir_all(fifo_repo.join(".git")).unwrap();
+        nix::unistd::mkfifo(
+            &fifo_repo.join(".git/HEAD"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        assert_eq!(GitHead::read(&fifo_repo), GitHead::Unknown);
     }
 
     #[test]

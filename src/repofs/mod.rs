@@ -170,6 +170,21 @@ impl FsError {
         matches!(self.reason, Reason::NotFound)
     }
 
+    /// As an `std::io::Error` whose message is only the reason, for callers
+    /// that name the path themselves ("prompt file `x` {reason}").
+    pub fn into_reason(self) -> std::io::Error {
+        let kind = self.io_kind();
+        std::io::Error::new(kind, self.reason.to_string())
+    }
+
+    fn io_kind(&self) -> std::io::ErrorKind {
+        match &self.reason {
+            Reason::NotFound => std::io::ErrorKind::NotFound,
+            Reason::Io { source, .. } => source.kind(),
+            _ => std::io::ErrorKind::InvalidInput,
+        }
+    }
+
     fn new(path: impl Into<PathBuf>, reason: Reason) -> Self {
         Self {
             path: path.into(),
@@ -194,11 +209,7 @@ impl FsError {
 /// message is the whole error.
 impl From<FsError> for std::io::Error {
     fn from(e: FsError) -> Self {
-        let kind = match &e.reason {
-            Reason::NotFound => std::io::ErrorKind::NotFound,
-            Reason::Io { source, .. } => source.kind(),
-            _ => std::io::ErrorKind::InvalidInput,
-        };
+        let kind = e.io_kind();
         std::io::Error::new(kind, e)
     }
 }
@@ -293,8 +304,14 @@ impl Root {
     /// file is refused once `limit + 1` bytes were read). Links inside
     /// the root are followed.
     pub fn read(&self, path: &Path, limit: usize) -> Result<Vec<u8>, FsError> {
+        self.read_with(path, limit, Links::Follow)
+    }
+
+    /// [`read`](Self::read), choosing whether a link at the last component
+    /// is followed (inside the root) or refused.
+    pub fn read_with(&self, path: &Path, limit: usize, links: Links) -> Result<Vec<u8>, FsError> {
         let mut walk = Walk::new(self, path)?;
-        let Some(name) = walk.locate(None, Links::Follow)? else {
+        let Some(name) = walk.locate(None, links)? else {
             return Err(FsError::new(
                 self.shown(path),
                 Reason::NotRegular {
@@ -304,6 +321,14 @@ impl Root {
         };
         let shown = walk.shown_entry(&name);
         let st = walk.stat(&name)?;
+        if kind(&st) == SFlag::S_IFLNK {
+            return Err(FsError::new(
+                &shown,
+                Reason::Link {
+                    target: walk.link_target(&name),
+                },
+            ));
+        }
         regular(&shown, &st)?;
         let fd = openat(
             walk.dir(),
@@ -325,10 +350,18 @@ impl Root {
         String::from_utf8(bytes).map_err(|_| FsError::new(self.shown(path), Reason::NotUtf8))
     }
 
-    /// [`read_string`](Self::read_string), `None` when the file does not exist.
-    pub fn read_existing(&self, path: &Path, limit: usize) -> Result<Option<String>, FsError> {
-        match self.read_string(path, limit) {
-            Ok(text) => Ok(Some(text)),
+    /// A UTF-8 file read with [`read_with`](Self::read_with), `None` when
+    /// it does not exist.
+    pub fn read_existing(
+        &self,
+        path: &Path,
+        limit: usize,
+        links: Links,
+    ) -> Result<Option<String>, FsError> {
+        match self.read_with(path, limit, links) {
+            Ok(bytes) => String::from_utf8(bytes)
+                .map(Some)
+                .map_err(|_| FsError::new(self.shown(path), Reason::NotUtf8)),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
         }
@@ -358,7 +391,7 @@ impl Root {
         }
         let ignore = real.join(GITIGNORE_FILE);
         if self
-            .read_existing(&ignore, GITIGNORE_TEXT.len() + 1)
+            .read_existing(&ignore, GITIGNORE_TEXT.len() + 1, Links::Refuse)
             .ok()
             .flatten()
             != Some(GITIGNORE_TEXT.to_string())
@@ -480,6 +513,37 @@ impl Root {
     /// link, owner-only (tightened). For the repository lock.
     pub fn open_private(&self, path: &Path) -> Result<File, FsError> {
         self.open_in_place(path, OFlag::O_RDWR, None)
+    }
+
+    /// Open one of npc's own files that exists, read-only: never through a
+    /// link, only a regular file, without blocking.
+    pub fn open_existing(&self, path: &Path) -> Result<File, FsError> {
+        let mut walk = Walk::new(self, path)?;
+        let name = walk.locate(None, Links::Refuse)?.ok_or_else(|| {
+            FsError::new(
+                self.shown(path),
+                Reason::NotRegular {
+                    what: "a directory",
+                },
+            )
+        })?;
+        let shown = walk.shown_entry(&name);
+        let st = walk.stat(&name)?;
+        regular(&shown, &st)?;
+        let fd = openat(
+            walk.dir(),
+            name.as_os_str(),
+            OFlag::O_RDONLY
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_NONBLOCK
+                | OFlag::O_NOCTTY
+                | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| FsError::io(&shown, "opened", e))?;
+        let after = fstat(&fd).map_err(|e| FsError::io(&shown, "opened", e))?;
+        regular(&shown, &after)?;
+        Ok(File::from(fd))
     }
 
     /// Open (creating) one of npc's own files for appending, like

@@ -278,7 +278,7 @@ pub fn prepare(
         None => launch(provider, &prompt, model, None)?,
         Some((path, text)) => match launch(provider, &prompt, model, Some(path)) {
             Ok(plan) => {
-                write_file(path, text)?;
+                write_file(root, path, text)?;
                 mcp_config = Some(path.clone());
                 plan
             }
@@ -357,15 +357,18 @@ fn mcp_config_text(
     Ok(Some((path, change.after)))
 }
 
-fn write_file(path: &Path, text: &str) -> Result<(), RunError> {
+/// Write one of npc's own files under the repository `root` through the
+/// guarded layer: private, never through a link.
+fn write_file(root: &Path, path: &Path, text: &str) -> Result<(), RunError> {
     let io = |source| RunError::Io {
         path: path.to_path_buf(),
         source,
     };
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(io)?;
-    }
-    std::fs::write(path, text).map_err(io)
+    let guard = crate::repofs::Root::new(root).map_err(|e| io(e.into()))?;
+    guard
+        .write(path, text.as_bytes(), crate::repofs::WriteOptions::PRIVATE)
+        .map_err(|e| io(e.into()))?;
+    Ok(())
 }
 
 fn known<'a>(names: impl Iterator<Item = &'a String>) -> String {

@@ -51,7 +51,7 @@ pub async fn run(
         .await;
     // Bind before the first apply so a socket problem stops the start at
     // once; connections wait in the backlog until the first apply is done.
-    let bound = control::bind(&control::socket_path(&paths.state_dir))?;
+    let bound = control::bind(&control::socket_path(&paths.runtime_dir()))?;
     let (outcome, current) = runtime.reload("startup").await;
 
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -4,7 +4,7 @@
 //! them atomically, and the store remembers which native entries npc manages.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -12,6 +12,7 @@ use super::RepoPaths;
 use crate::model::{Manifest, ProviderKind};
 use crate::native::{self, FileChange, PlanOptions, Scope, Target};
 use crate::render::{self, RenderContext};
+use crate::repofs::{Links, WriteOptions};
 use crate::store::Store;
 
 /// One file npc would write, and what would change in it.
@@ -32,6 +33,10 @@ pub struct FilePlan {
     /// A native config file whose managed entry names the store keeps.
     #[serde(skip)]
     native: bool,
+    /// The directory the file is confined to (the repository, or the home
+    /// directory for user-level files).
+    #[serde(skip)]
+    root: PathBuf,
 }
 
 impl FilePlan {
@@ -60,6 +65,7 @@ impl FilePlan {
             error: None,
             change: Some(change),
             native: false,
+            root: root.to_path_buf(),
         }
     }
 
@@ -73,6 +79,7 @@ impl FilePlan {
             error: Some(error),
             change: None,
             native: false,
+            root: PathBuf::new(),
         }
     }
 }
@@ -118,6 +125,7 @@ pub fn plan_files(
         ) {
             Ok(change) => out.push(FilePlan {
                 native: true,
+                root: native::target_root(&paths.root, &target).to_path_buf(),
                 ..FilePlan::from_change(&paths.root, what, change)
             }),
             Err(e) => out.push(FilePlan::failed(key, what, e.to_string())),
@@ -128,7 +136,12 @@ pub fn plan_files(
         let path = render::profile_path(&paths.state_dir, name);
         let what = format!("profile `{name}`");
         let rendered = render::profile(manifest, name, &ctx);
-        let before = native::read_existing(&path);
+        // npc's own file: never read through a link.
+        let before = crate::repofs::Root::new(&paths.root)
+            .and_then(|root| {
+                root.read_existing(&path, native::MAX_NATIVE_FILE_BYTES, Links::Refuse)
+            })
+            .map_err(native::NativeError::from);
         match (rendered, before) {
             (Ok(after), Ok(before)) => {
                 let diff = if before.as_deref() == Some(after.as_str()) {
@@ -178,8 +191,13 @@ pub async fn write_files(
             ));
             continue;
         };
+        let options = if plan.native {
+            WriteOptions::SHARED
+        } else {
+            WriteOptions::PRIVATE
+        };
         let written = if plan.is_change() {
-            native::write(change).map_err(|e| e.to_string())
+            native::write(&plan.root, change, options).map_err(|e| e.to_string())
         } else {
             Ok(false)
         };

@@ -1,13 +1,23 @@
 //! The repository lock: one daemon per repository. An exclusive `flock` on
-//! `<state_dir>/daemon.lock` held for the daemon's life, with the holder's
-//! pid written inside so a second daemon can say who holds it. The kernel
-//! drops the lock when the process dies, so a crash never leaves it stale.
+//! `<repo>/.npc/daemon.lock` (the runtime directory, [`RUNTIME_DIR`]: a
+//! fixed place that does not depend on the manifest, so changing
+//! `project.state_dir` or breaking the manifest never hides a running
+//! daemon) held for the daemon's life, with the holder's pid written inside
+//! so a second daemon can say who holds it. The kernel drops the lock when
+//! the process dies, so a crash never leaves it stale. The file is opened
+//! through the guarded layer: never through a link, owner-only.
 
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
+
+use crate::repofs::{FsError, Root};
+
+/// The runtime directory under the repository root: the lock and the
+/// control socket live here whatever `project.state_dir` says.
+pub const RUNTIME_DIR: &str = ".npc";
 
 /// File name of the lock inside the state directory.
 pub const LOCK_FILE: &str = "daemon.lock";
@@ -23,6 +33,8 @@ pub enum LockError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot take the repository lock: {0}")]
+    Guard(#[from] FsError),
 }
 
 /// Holds the repository lock until dropped.
@@ -33,21 +45,17 @@ pub struct RepoLock {
 }
 
 impl RepoLock {
-    /// Take the lock for `repo` in `state_dir`, or say which pid holds it.
-    pub fn acquire(state_dir: &Path, repo: &Path) -> Result<Self, LockError> {
-        let path = state_dir.join(LOCK_FILE);
+    /// Take the lock for `repo` in `dir` (its runtime directory, made a
+    /// private state directory first), or say which pid holds it.
+    pub fn acquire(dir: &Path, repo: &Path) -> Result<Self, LockError> {
+        let path = dir.join(LOCK_FILE);
         let io = |source| LockError::Io {
             path: path.clone(),
             source,
         };
-        std::fs::create_dir_all(state_dir).map_err(io)?;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io)?;
+        let root = Root::new(repo)?;
+        root.ensure_state_dir(dir)?;
+        let file = root.open_private(&path)?;
         let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => lock,
             Err((mut file, _)) => {
@@ -76,10 +84,13 @@ impl RepoLock {
     }
 }
 
-/// The pid written in a lock file, if a daemon holds it now.
-pub fn holder(state_dir: &Path) -> Option<u32> {
-    let path = state_dir.join(LOCK_FILE);
-    let file = File::open(&path).ok()?;
+/// The pid written in the lock file in `dir`, if a daemon holds it now.
+/// A lock file that is a link or not a regular file is no daemon's.
+pub fn holder(dir: &Path) -> Option<u32> {
+    let file = Root::new(dir)
+        .ok()?
+        .open_existing(Path::new(LOCK_FILE))
+        .ok()?;
     match Flock::lock(file, FlockArg::LockSharedNonblock) {
         Ok(_free) => None,
         Err((mut file, _)) => {
@@ -96,17 +107,18 @@ mod tests {
 
     #[test]
     fn second_lock_names_the_holder() {
-        let dir = tempfile::tempdir().unwrap();
-        let first = RepoLock::acquire(dir.path(), Path::new("/repo")).unwrap();
-        let err = RepoLock::acquire(dir.path(), Path::new("/repo")).unwrap_err();
+        let repo = tempfile::tempdir().unwrap();
+        let dir = repo.path().join(RUNTIME_DIR);
+        let first = RepoLock::acquire(&dir, repo.path()).unwrap();
+        let err = RepoLock::acquire(&dir, repo.path()).unwrap_err();
         assert!(
             err.to_string()
                 .contains(&format!("pid {}", std::process::id())),
             "{err}"
         );
-        assert_eq!(holder(dir.path()), Some(std::process::id()));
+        assert_eq!(holder(&dir), Some(std::process::id()));
         drop(first);
-        assert_eq!(holder(dir.path()), None);
-        RepoLock::acquire(dir.path(), Path::new("/repo")).unwrap();
+        assert_eq!(holder(&dir), None);
+        RepoLock::acquire(&dir, repo.path()).unwrap();
     }
 }

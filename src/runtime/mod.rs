@@ -53,6 +53,8 @@ pub enum RuntimeError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Guard(#[from] crate::repofs::FsError),
 }
 
 /// Where a repository keeps its manifest and state.
@@ -65,17 +67,22 @@ pub struct RepoPaths {
 }
 
 impl RepoPaths {
-    /// Resolve `manifest` (relative, `~` and symlinked paths collapse to one)
-    /// and the state directory the manifest names (default `.npc`).
+    /// Resolve `manifest` (relative, `~` and symlinked directories collapse
+    /// to one) and the state directory the manifest names (default `.npc`).
+    /// The root is the manifest's directory; the manifest itself need not
+    /// exist (`npc status` finds a daemon whose manifest was deleted), and a
+    /// manifest that is a link never moves the root elsewhere.
     pub fn resolve(manifest: &Path, state_dir: &str) -> Result<Self, RuntimeError> {
         let expanded = expand_home(manifest);
-        let manifest = expanded
-            .canonicalize()
-            .map_err(|source| RuntimeError::Repo {
-                path: expanded.clone(),
-                source,
-            })?;
-        let root = manifest.parent().map(Path::to_path_buf).unwrap_or_default();
+        let dir = match expanded.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let root = dir.canonicalize().map_err(|source| RuntimeError::Repo {
+            path: expanded.clone(),
+            source,
+        })?;
+        let manifest = root.join(expanded.file_name().unwrap_or_default());
         let state_dir = root.join(state_dir);
         Ok(Self {
             root,
@@ -87,6 +94,21 @@ impl RepoPaths {
     pub fn db(&self) -> PathBuf {
         self.state_dir.join(DB_FILE)
     }
+
+    /// Where the lock and the control socket live: `<root>/.npc`, whatever
+    /// the manifest says (see [`lock::RUNTIME_DIR`]).
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.root.join(lock::RUNTIME_DIR)
+    }
+}
+
+/// Make the state directory and the database file ready through the
+/// guarded layer (private, never links), then open the store.
+pub fn open_store(paths: &RepoPaths) -> Result<Store, RuntimeError> {
+    let root = crate::repofs::Root::new(&paths.root)?;
+    root.ensure_state_dir(&paths.state_dir)?;
+    drop(root.open_private(&paths.db())?);
+    Ok(Store::open(paths.db())?)
 }
 
 fn expand_home(path: &Path) -> PathBuf {
@@ -99,9 +121,11 @@ fn expand_home(path: &Path) -> PathBuf {
 /// The state directory a manifest names, read leniently so that `npc
 /// status` and `npc events` work while the manifest is invalid (that is when
 /// the events matter most): `project.state_dir` if the file parses at all,
-/// else the default.
+/// else the default. The manifest is read through the guarded layer with
+/// the manifest size cap, so a huge or hostile file costs nothing.
 pub fn state_dir_hint(manifest: &Path) -> String {
-    let text = std::fs::read_to_string(manifest).unwrap_or_default();
+    let bytes = model::read_manifest(manifest).unwrap_or_default();
+    let text = String::from_utf8(bytes).unwrap_or_default();
     let value: Option<serde_json::Value> = if manifest.extension().is_some_and(|e| e == "json") {
         serde_json::from_str(&text).ok()
     } else {
@@ -135,6 +159,9 @@ pub fn external_inputs(manifest: &Manifest, root: &Path) -> ExternalInputs {
 
 /// Files looked at per plugin package when computing its digest.
 pub const MAX_PACKAGE_FILES: usize = 10_000;
+/// Bytes of one package file read for the digest (a larger file counts as
+/// unreadable).
+pub const MAX_PACKAGE_FILE_BYTES: usize = 16 * 1024 * 1024;
 
 /// SHA-256 over the relative paths and contents of every file under `dir`.
 fn dir_digest(dir: &Path) -> String {
@@ -159,7 +186,7 @@ fn dir_digest(dir: &Path) -> String {
         .map(|f| {
             (
                 f.strip_prefix(dir).unwrap_or(f).display().to_string(),
-                std::fs::read(f).unwrap_or_default(),
+                crate::repofs::read_file(f, MAX_PACKAGE_FILE_BYTES).unwrap_or_default(),
             )
         })
         .collect();
@@ -265,8 +292,8 @@ impl Runtime {
         if let Some(existing) = registry.get(&paths.root).and_then(Weak::upgrade) {
             return Ok(existing);
         }
-        let lock = RepoLock::acquire(&paths.state_dir, &paths.root)?;
-        let store = Arc::new(Store::open(paths.db())?);
+        let lock = RepoLock::acquire(&paths.runtime_dir(), &paths.root)?;
+        let store = Arc::new(open_store(&paths)?);
         let bus = EventBus::new(store.clone());
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let supervisor = Supervisor::new(events_tx, backoff);

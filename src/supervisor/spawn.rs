@@ -5,7 +5,7 @@
 //! process-group kill helpers (TERM, grace, KILL) used by every spawn path.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -175,20 +175,18 @@ pub fn child_env(
     env
 }
 
-/// Open `path` for appending, first renaming it to `<path>.1` (replacing
-/// an older one) when it is larger than `rotate_at` bytes.
+/// Open `path` (`<state_dir>/logs/NAME`, see [`log_path`]) for appending,
+/// first renaming it to `<path>.1` (replacing an older one) when it is
+/// larger than `rotate_at` bytes. Through the guarded layer confined to the
+/// state directory: the logs directory is private, the file is owner-only,
+/// never opened through a link nor written in place when hard-linked.
 fn open_log(path: &Path, rotate_at: u64) -> io::Result<File> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    if let Ok(meta) = std::fs::metadata(path)
-        && meta.len() > rotate_at
-    {
-        let mut rotated = path.as_os_str().to_owned();
-        rotated.push(".1");
-        std::fs::rename(path, rotated)?;
-    }
-    OpenOptions::new().create(true).append(true).open(path)
+    let state_dir = path
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new(""));
+    let root = crate::repofs::Root::new(state_dir)?;
+    Ok(root.open_append(path, rotate_at)?)
 }
 
 fn output_stdio(wiring: &OutputWiring) -> io::Result<Stdio> {

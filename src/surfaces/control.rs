@@ -7,7 +7,6 @@
 //! JSON lines (a stream for `events --follow`) and closes.
 
 use std::future::Future;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -81,6 +80,13 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
     state_dir.join(SOCKET_FILE)
 }
 
+/// The directory of a socket path and the socket's name in it.
+fn socket_parts(path: &Path) -> (&Path, &Path) {
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let name = path.file_name().map(Path::new).unwrap_or(path);
+    (dir, name)
+}
+
 /// A bound control socket: clients can connect from the moment [`bind`]
 /// returns, before [`Bound::serve`] runs.
 #[derive(Debug)]
@@ -99,10 +105,17 @@ pub fn bind(path: &Path) -> Result<Bound, ControlError> {
         source,
     };
     // A stale socket from a crashed daemon: the repository lock (held by the
-    // caller) proves nobody serves it.
-    let _ = std::fs::remove_file(path);
-    let listener = UnixListener::bind(path).map_err(bind_error)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(bind_error)?;
+    // caller) proves nobody serves it. Anything else there (a link, a
+    // file) is refused, never followed or removed.
+    let (dir, name) = socket_parts(path);
+    let guard = crate::repofs::Root::new(dir).map_err(|e| bind_error(e.into()))?;
+    let real = guard
+        .prepare_socket(name)
+        .map_err(|e| bind_error(e.into()))?;
+    let listener = UnixListener::bind(&real).map_err(bind_error)?;
+    guard
+        .socket_private(name)
+        .map_err(|e| bind_error(e.into()))?;
     Ok(Bound {
         listener,
         path: path.to_path_buf(),
@@ -133,7 +146,10 @@ impl Bound {
             }
         }
         connections.shutdown().await;
-        let _ = std::fs::remove_file(&path);
+        let (dir, name) = socket_parts(&path);
+        if let Ok(guard) = crate::repofs::Root::new(dir) {
+            let _ = guard.remove_socket(name);
+        }
     }
 }
 
@@ -255,6 +271,8 @@ impl Client {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     fn echo_handler() -> Handler {
