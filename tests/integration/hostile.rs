@@ -14,6 +14,392 @@ use crate::support::*;
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
+mod guarded_files {
+    use std::os::unix::fs::{PermissionsExt as _, symlink};
+    use std::path::{Path, PathBuf};
+    use std::time::Duration;
+
+    use crate::support::npc;
+
+    /// Longest a command may take before it counts as hanging.
+    const HANG: Duration = Duration::from_secs(30);
+
+    /// A manifest with an MCP server, two agent CLIs, a prompt read from
+    /// `prompts/p.md` and a profile rendering it.
+    const MANIFEST: &str = r#"version = 1
+[mcp.servers.fs]
+command = "sleep"
+args = ["1000"]
+[providers.claude]
+kind = "claude_code"
+[providers.codex]
+kind = "codex"
+[prompts.p]
+file = "prompts/p.md"
+[profiles.dev]
+provider = "claude"
+description = "develops"
+prompt = "p"
+mcp_servers = ["fs"]
+"#;
+
+    /// A repository (with `prompts/p.md`) and a directory outside it
+    /// holding a `secret` file.
+    pub(super) struct Repo {
+        pub dir: tempfile::TempDir,
+        pub outside: tempfile::TempDir,
+    }
+
+    impl Repo {
+        pub fn new(manifest: &str) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let outside = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+            std::fs::create_dir_all(dir.path().join("prompts")).unwrap();
+            std::fs::write(dir.path().join("prompts/p.md"), "Be careful.\n").unwrap();
+            std::fs::write(outside.path().join("secret"), "TOP-SECRET-VALUE\n").unwrap();
+            Self { dir, outside }
+        }
+
+        pub fn standard() -> Self {
+            Self::new(MANIFEST)
+        }
+
+        pub fn path(&self, rel: &str) -> PathBuf {
+            self.dir.path().join(rel)
+        }
+
+        pub fn secret(&self) -> PathBuf {
+            self.outside.path().join("secret")
+        }
+
+        pub fn npc(&self, args: &[&str]) -> assert_cmd::assert::Assert {
+            npc()
+                .current_dir(self.dir.path())
+                .args(args)
+                .timeout(HANG)
+                .assert()
+        }
+
+        pub fn outside_untouched(&self) {
+            assert_eq!(
+                std::fs::read_to_string(self.secret()).unwrap(),
+                "TOP-SECRET-VALUE\n",
+                "the file outside the repository changed"
+            );
+            let names: Vec<_> = std::fs::read_dir(self.outside.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(
+                names,
+                ["secret"],
+                "npc created files outside the repository"
+            );
+        }
+    }
+
+    pub(super) fn stderr(a: &assert_cmd::assert::Assert) -> String {
+        String::from_utf8_lossy(&a.get_output().stderr).into_owned()
+    }
+
+    pub(super) fn stdout(a: &assert_cmd::assert::Assert) -> String {
+        String::from_utf8_lossy(&a.get_output().stdout).into_owned()
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::symlink_metadata(path)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    fn is_link(path: &Path) -> bool {
+        std::fs::symlink_metadata(path)
+            .map(|m| m.file_type().is_symlink())
+            .unwrap_or(false)
+    }
+
+    /// The pid of a process that has exited (and was reaped).
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    #[test]
+    fn lock_symlink_outside_is_refused_and_the_outside_file_untouched() {
+        let repo = Repo::standard();
+        std::fs::create_dir(repo.path(".npc")).unwrap();
+        symlink(repo.secret(), repo.path(".npc/daemon.lock")).unwrap();
+        let a = repo.npc(&["apply", "--auto-approve"]).failure();
+        let err = stderr(&a);
+        assert!(err.contains("daemon.lock"), "{err}");
+        assert!(err.contains(&repo.secret().display().to_string()), "{err}");
+        repo.outside_untouched();
+    }
+
+    #[test]
+    fn prompt_file_symlink_to_a_secret_outside_is_refused_and_nothing_rendered() {
+        let repo = Repo::standard();
+        std::fs::remove_file(repo.path("prompts/p.md")).unwrap();
+        symlink(repo.secret(), repo.path("prompts/p.md")).unwrap();
+        let a = repo.npc(&["validate"]).code(1);
+        let err = stdout(&a) + &stderr(&a);
+        assert!(err.contains("prompts/p.md"), "{err}");
+        assert!(err.contains(&repo.secret().display().to_string()), "{err}");
+        assert!(!err.contains("TOP-SECRET-VALUE"), "{err}");
+        let a = repo.npc(&["apply", "--auto-approve"]).failure();
+        assert!(!stdout(&a).contains("TOP-SECRET-VALUE"));
+        assert!(!repo.path(".npc/profiles/dev.md").exists());
+        let a = repo.npc(&["render", "profile", "dev"]).failure();
+        assert!(!stdout(&a).contains("TOP-SECRET-VALUE"));
+        repo.outside_untouched();
+    }
+
+    #[test]
+    fn prompt_directory_symlink_outside_is_refused() {
+        let repo = Repo::standard();
+        std::fs::remove_dir_all(repo.path("prompts")).unwrap();
+        std::fs::write(repo.outside.path().join("p.md"), "outside prompt\n").unwrap();
+        symlink(repo.outside.path(), repo.path("prompts")).unwrap();
+        let a = repo.npc(&["validate"]).code(1);
+        let err = stdout(&a) + &stderr(&a);
+        assert!(err.contains("`prompts` is a symbolic link to"), "{err}");
+    }
+
+    #[test]
+    fn prompt_file_linked_to_dev_zero_is_refused_without_reading_it() {
+        let repo = Repo::standard();
+        std::fs::remove_file(repo.path("prompts/p.md")).unwrap();
+        symlink("/dev/zero", repo.path("prompts/p.md")).unwrap();
+        // Under a 1 GB address-space limit: reading /dev/zero up to the
+        // old 2 GB would fail, refusing it costs nothing.
+        let a = npc_limited(repo.dir.path(), "validate").code(1);
+        let err = stdout(&a) + &stderr(&a);
+        assert!(err.contains("/dev/zero"), "{err}");
+    }
+
+    /// `npc ARGS` under a 1 GB address-space limit and the hang deadline.
+    pub(super) fn npc_limited(dir: &Path, args: &str) -> assert_cmd::assert::Assert {
+        assert_cmd::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -v 1048576 && exec \"{}\" {args}",
+                crate::support::npc_path().display()
+            ))
+            .current_dir(dir)
+            .timeout(HANG)
+            .assert()
+    }
+
+    #[test]
+    fn fifo_as_manifest_does_not_hang_validate() {
+        let repo = Repo::standard();
+        std::fs::remove_file(repo.path("npcagent.toml")).unwrap();
+        nix::unistd::mkfifo(
+            &repo.path("npcagent.toml"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let a = repo.npc(&["validate", "npcagent.toml"]).failure();
+        assert!(stderr(&a).contains("FIFO"), "{}", stderr(&a));
+        let a = repo.npc(&["status"]);
+        assert!(a.get_output().status.code().is_some(), "status hung");
+    }
+
+    #[test]
+    fn fifo_as_prompt_file_does_not_hang_validate() {
+        let repo = Repo::standard();
+        std::fs::remove_file(repo.path("prompts/p.md")).unwrap();
+        nix::unistd::mkfifo(
+            &repo.path("prompts/p.md"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let a = repo.npc(&["validate"]).code(1);
+        let err = stdout(&a) + &stderr(&a);
+        assert!(err.contains("prompt file `prompts/p.md`"), "{err}");
+        assert!(err.contains("FIFO"), "{err}");
+    }
+
+    #[test]
+    fn codex_dir_symlink_outside_is_not_written_through() {
+        let repo = Repo::standard();
+        symlink(repo.outside.path(), repo.path(".codex")).unwrap();
+        let a = repo.npc(&["apply", "--auto-approve"]).failure();
+        let out = stdout(&a) + &stderr(&a);
+        assert!(out.contains("`.codex` is a symbolic link to"), "{out}");
+        repo.outside_untouched();
+        // The other files are still planned and written normally.
+        let a = repo.npc(&["plan"]);
+        assert!(stdout(&a).contains(".mcp.json"), "{}", stdout(&a));
+    }
+
+    #[test]
+    fn mcp_json_symlink_outside_is_neither_shown_nor_replaced() {
+        let repo = Repo::standard();
+        std::fs::write(
+            repo.secret(),
+            "{\"mcpServers\":{\"leak\":{\"command\":\"TOP-SECRET-VALUE\"}}}\n",
+        )
+        .unwrap();
+        symlink(repo.secret(), repo.path(".mcp.json")).unwrap();
+        let a = repo.npc(&["plan"]);
+        let out = stdout(&a) + &stderr(&a);
+        assert!(!out.contains("TOP-SECRET-VALUE"), "{out}");
+        assert!(out.contains("`.mcp.json` is a symbolic link to"), "{out}");
+        let a = repo.npc(&["plan", "--format", "json"]);
+        assert!(!stdout(&a).contains("TOP-SECRET-VALUE"));
+        repo.npc(&["apply", "--auto-approve"]).failure();
+        assert!(is_link(&repo.path(".mcp.json")), "the link was replaced");
+        assert_eq!(
+            std::fs::read_to_string(repo.secret()).unwrap(),
+            "{\"mcpServers\":{\"leak\":{\"command\":\"TOP-SECRET-VALUE\"}}}\n"
+        );
+    }
+
+    #[test]
+    fn mcp_json_symlink_inside_the_repository_is_written_through() {
+        let repo = Repo::standard();
+        std::fs::create_dir(repo.path("config")).unwrap();
+        std::fs::write(repo.path("config/mcp.json"), "{}\n").unwrap();
+        symlink("config/mcp.json", repo.path(".mcp.json")).unwrap();
+        repo.npc(&["apply", "--auto-approve"]).success();
+        assert!(is_link(&repo.path(".mcp.json")), "the link is kept");
+        let text = std::fs::read_to_string(repo.path("config/mcp.json")).unwrap();
+        assert!(text.contains("\"fs\""), "{text}");
+    }
+
+    #[test]
+    fn npc_dir_symlink_outside_is_refused() {
+        let repo = Repo::standard();
+        std::fs::remove_file(repo.secret()).unwrap();
+        symlink(repo.outside.path(), repo.path(".npc")).unwrap();
+        let a = repo.npc(&["apply", "--auto-approve"]).failure();
+        let out = stdout(&a) + &stderr(&a);
+        assert!(out.contains("`.npc` is a symbolic link to"), "{out}");
+        let names: Vec<_> = std::fs::read_dir(repo.outside.path()).unwrap().collect();
+        assert!(
+            names.is_empty(),
+            "npc wrote into the linked directory: {names:?}"
+        );
+    }
+
+    #[test]
+    fn profiles_dir_symlink_outside_is_not_written_through() {
+        let repo = Repo::standard();
+        std::fs::create_dir(repo.path(".npc")).unwrap();
+        symlink(repo.outside.path(), repo.path(".npc/profiles")).unwrap();
+        let a = repo.npc(&["apply", "--auto-approve"]).failure();
+        let out = stdout(&a) + &stderr(&a);
+        assert!(
+            out.contains("`.npc/profiles` is a symbolic link to"),
+            "{out}"
+        );
+        repo.outside_untouched();
+        repo.npc(&["render", "profile", "dev", "--write"]).failure();
+        repo.outside_untouched();
+    }
+
+    #[test]
+    fn rendered_profile_symlink_is_refused_not_followed() {
+        let repo = Repo::standard();
+        std::fs::create_dir_all(repo.path(".npc/profiles")).unwrap();
+        symlink(repo.secret(), repo.path(".npc/profiles/dev.md")).unwrap();
+        let a = repo.npc(&["plan"]);
+        let out = stdout(&a) + &stderr(&a);
+        assert!(!out.contains("TOP-SECRET-VALUE"), "{out}");
+        repo.npc(&["apply", "--auto-approve"]).failure();
+        repo.outside_untouched();
+    }
+
+    #[test]
+    fn plugin_path_symlink_outside_is_refused() {
+        let repo = Repo::new(&format!("{MANIFEST}[plugins.x]\npath = \"plug\"\n"));
+        std::fs::write(repo.outside.path().join("plugin.json"), "{}").unwrap();
+        symlink(repo.outside.path(), repo.path("plug")).unwrap();
+        let a = repo.npc(&["validate"]).code(1);
+        let out = stdout(&a) + &stderr(&a);
+        assert!(out.contains("`plug` is a symbolic link to"), "{out}");
+    }
+
+    #[test]
+    fn manifest_symlink_outside_is_refused() {
+        let repo = Repo::standard();
+        std::fs::rename(
+            repo.path("npcagent.toml"),
+            repo.outside.path().join("npcagent.toml"),
+        )
+        .unwrap();
+        symlink(
+            repo.outside.path().join("npcagent.toml"),
+            repo.path("npcagent.toml"),
+        )
+        .unwrap();
+        let a = repo.npc(&["validate", "npcagent.toml"]).failure();
+        assert!(
+            stderr(&a).contains("is a symbolic link to"),
+            "{}",
+            stderr(&a)
+        );
+    }
+
+    #[test]
+    fn control_socket_symlink_is_not_followed() {
+        let repo = Repo::new("version = 1\n");
+        std::fs::create_dir(repo.path(".npc")).unwrap();
+        symlink(repo.secret(), repo.path(".npc/daemon.sock")).unwrap();
+        let a = repo.npc(&["daemon"]).failure();
+        assert!(stderr(&a).contains("daemon.sock"), "{}", stderr(&a));
+        repo.outside_untouched();
+        assert!(is_link(&repo.path(".npc/daemon.sock")));
+    }
+
+    #[test]
+    fn state_files_are_private_and_git_ignored() {
+        let repo = Repo::standard();
+        std::fs::create_dir(repo.path(".npc")).unwrap();
+        std::fs::set_permissions(repo.path(".npc"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        repo.npc(&["apply", "--auto-approve"]).success();
+        assert_eq!(mode(&repo.path(".npc")), 0o700, ".npc is tightened");
+        for file in ["state.db", "daemon.lock", "profiles/dev.md", ".gitignore"] {
+            assert_eq!(mode(&repo.path(&format!(".npc/{file}"))), 0o600, "{file}");
+        }
+        assert_eq!(mode(&repo.path(".npc/profiles")), 0o700);
+        assert_eq!(
+            std::fs::read_to_string(repo.path(".npc/.gitignore")).unwrap(),
+            "*\n"
+        );
+    }
+
+    #[test]
+    fn stale_temp_files_of_a_killed_npc_are_removed_on_the_next_run() {
+        let repo = Repo::standard();
+        let pid = dead_pid();
+        std::fs::create_dir_all(repo.path(".npc/profiles")).unwrap();
+        // Temp files live beside their target, named `.NAME.npc-PID-N.tmp`.
+        let stale = [
+            format!(".npc/profiles/.dev.md.npc-{pid}-0.tmp"),
+            format!(".npc/.gone.md.npc-{pid}-7.tmp"),
+            format!("..mcp.json.npc-{pid}-1.tmp"),
+        ];
+        let not_ours = repo.path("notes.npc-1-0.txt");
+        std::fs::write(&not_ours, "keep").unwrap();
+        for s in &stale {
+            std::fs::write(repo.path(s), "half-written").unwrap();
+        }
+        repo.npc(&["apply", "--auto-approve"]).success();
+        for s in &stale {
+            assert!(!repo.path(s).exists(), "{s} was left behind");
+        }
+        assert!(not_ours.exists(), "a file npc did not write was removed");
+    }
+}
+
 // ---------------------------------------------------------------------------
 // §2. templates cannot hang or exhaust the daemon
 //
