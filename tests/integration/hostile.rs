@@ -421,6 +421,116 @@ mcp_servers = ["fs"]
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
+mod one_lock_per_repository {
+    use std::process::{Child, Command, Stdio};
+
+    use super::guarded_files::{Repo, stderr, stdout};
+    use crate::support::{npc_path, wait_for};
+
+    const MANIFEST: &str = "version = 1\n[providers.claude]\nkind = \"claude_code\"\n";
+
+    /// A daemon on `repo`, stopped with SIGTERM on drop.
+    struct Daemon {
+        child: Child,
+    }
+
+    impl Daemon {
+        fn start(repo: &Repo) -> Self {
+            let log = std::fs::File::create(repo.outside.path().join("daemon.log")).unwrap();
+            let child = Command::new(npc_path())
+                .arg("daemon")
+                .current_dir(repo.dir.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            let daemon = Self { child };
+            let pid = daemon.pid();
+            wait_for("the daemon to answer `npc status`", || {
+                let a = repo.npc(&["status"]);
+                stdout(&a)
+                    .contains(&format!("daemon pid {pid}"))
+                    .then_some(())
+            });
+            daemon
+        }
+
+        fn pid(&self) -> u32 {
+            self.child.id()
+        }
+    }
+
+    impl Drop for Daemon {
+        fn drop(&mut self) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = self.child.wait();
+        }
+    }
+
+    fn finds_the_daemon(repo: &Repo, daemon: &Daemon) {
+        let a = repo.npc(&["status"]).success();
+        assert!(
+            stdout(&a).contains(&format!("daemon pid {}", daemon.pid())),
+            "{}{}",
+            stdout(&a),
+            stderr(&a)
+        );
+        let a = repo.npc(&["events", "--format", "json"]).success();
+        assert!(stdout(&a).contains("daemon.started"), "{}", stdout(&a));
+    }
+
+    #[test]
+    fn second_daemon_refused_after_state_dir_change() {
+        let repo = Repo::new(MANIFEST);
+        let daemon = Daemon::start(&repo);
+        std::fs::write(
+            repo.path("npcagent.toml"),
+            format!("{MANIFEST}[project]\nstate_dir = \"elsewhere\"\n"),
+        )
+        .unwrap();
+        let a = repo.npc(&["daemon"]).failure();
+        assert!(
+            stderr(&a).contains(&format!("another npc daemon (pid {})", daemon.pid())),
+            "{}",
+            stderr(&a)
+        );
+        // `apply` goes to the running daemon instead of applying alone.
+        let a = repo.npc(&["apply", "--auto-approve"]);
+        assert!(
+            !stdout(&a).contains("Applied without a daemon"),
+            "{}",
+            stdout(&a)
+        );
+        finds_the_daemon(&repo, &daemon);
+    }
+
+    #[test]
+    fn status_and_events_find_the_daemon_with_an_invalid_manifest() {
+        let repo = Repo::new(MANIFEST);
+        let daemon = Daemon::start(&repo);
+        // Invalid, and naming another state directory: the lock is found
+        // where it always is, not where the broken manifest points.
+        std::fs::write(
+            repo.path("npcagent.toml"),
+            "version = 2\n[project]\nstate_dir = \"elsewhere\"\n",
+        )
+        .unwrap();
+        finds_the_daemon(&repo, &daemon);
+    }
+
+    #[test]
+    fn status_and_events_find_the_daemon_with_the_manifest_deleted() {
+        let repo = Repo::new(MANIFEST);
+        let daemon = Daemon::start(&repo);
+        std::fs::remove_file(repo.path("npcagent.toml")).unwrap();
+        finds_the_daemon(&repo, &daemon);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // §5. no orphans, fast shutdown
 //
@@ -434,6 +544,30 @@ mcp_servers = ["fs"]
 // (tests for §6 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
+
+mod bounded_manifest_reads {
+    use super::guarded_files::{Repo, npc_limited, stdout};
+
+    #[test]
+    fn huge_manifest_to_status_and_events_is_refused_fast() {
+        let repo = Repo::new("");
+        // 50 MB of `[1,1,…]`: an unbounded read and parse took 20 s and
+        // 5 GB; under a 1 GB address-space limit it cannot be parsed at all.
+        let mut text = String::from("version = 1\nx = [");
+        text.push_str(&"1,".repeat(25 * 1024 * 1024));
+        text.push_str("1]\n");
+        std::fs::write(repo.path("npcagent.toml"), text).unwrap();
+        let a = npc_limited(repo.dir.path(), "status").success();
+        assert!(stdout(&a).contains("no daemon running"), "{}", stdout(&a));
+        npc_limited(repo.dir.path(), "events").success();
+        let a = npc_limited(repo.dir.path(), "validate").code(1);
+        assert!(
+            stdout(&a).contains("larger than the limit"),
+            "{}",
+            stdout(&a)
+        );
+    }
+}
 
 // ---------------------------------------------------------------------------
 // §7. redaction that is exact
