@@ -299,7 +299,17 @@ impl Lower<'_> {
         };
         let state_dir = match raw.value.state_dir {
             Some(dir) => {
-                self.relative_path(&dir.span, &dir.value, "`project.state_dir`");
+                if self.relative_path(&dir.span, &dir.value, "`project.state_dir`")
+                    && !below(Path::new(&dir.value))
+                {
+                    // npc makes its state directory private and git-ignores
+                    // everything in it: never the repository itself.
+                    self.error(
+                        &dir.span,
+                        "`project.state_dir` is the manifest's directory itself",
+                        "name a directory inside it, such as `.npc`",
+                    );
+                }
                 dir.value
             }
             None => DEFAULT_STATE_DIR.to_string(),
@@ -1242,6 +1252,19 @@ fn suggest(value: &str, names: &[&str]) -> String {
 }
 
 /// Whether a relative path climbs above its starting directory.
+/// Whether a relative `path` names something strictly below its start.
+fn below(path: &Path) -> bool {
+    let mut depth: i64 = 0;
+    for c in path.components() {
+        match c {
+            Component::ParentDir => depth -= 1,
+            Component::Normal(_) => depth += 1,
+            _ => {}
+        }
+    }
+    depth > 0
+}
+
 fn escapes(path: &Path) -> bool {
     let mut depth: i64 = 0;
     for c in path.components() {

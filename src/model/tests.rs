@@ -441,3 +441,22 @@ proptest! {
         prop_assert!(check_invariants(&loaded).is_ok(), "{}", check_invariants(&loaded).unwrap_err());
     }
 }
+
+#[test]
+fn state_dir_must_be_below_the_manifest_directory() {
+    for dir in [".", "a/..", "./"] {
+        let text = format!("version = 1\n[project]\nstate_dir = \"{dir}\"\n");
+        let loaded = load("m.toml", text.as_bytes(), &MapFiles::default());
+        assert_eq!(
+            summaries(&loaded),
+            ["`project.state_dir` is the manifest's directory itself"],
+            "{dir}"
+        );
+    }
+    let loaded = load(
+        "m.toml",
+        b"version = 1\n[project]\nstate_dir = \"state/npc\"\n",
+        &MapFiles::default(),
+    );
+    assert!(loaded.manifest.is_some(), "{:?}", summaries(&loaded));
+}
