@@ -456,7 +456,7 @@ impl Root {
         let result = (|| {
             let keep = match (options.perms, &existing) {
                 (Perms::Private, _) => Some(PRIVATE_FILE_MODE),
-                (Perms::Shared, Some(st)) => Some(u32::from(st.st_mode) & 0o7777),
+                (Perms::Shared, Some(st)) => Some(st.st_mode & 0o7777),
                 (Perms::Shared, None) => None,
             };
             if let Some(mode) = keep {
@@ -625,7 +625,7 @@ impl Root {
                 },
             ));
         }
-        if u32::from(st.st_mode) & 0o077 != 0 {
+        if st.st_mode & 0o077 != 0 {
             fchmod(&fd, Mode::from_bits_truncate(PRIVATE_FILE_MODE))
                 .map_err(|e| FsError::io(&shown, "made private", e))?;
         }
@@ -799,8 +799,8 @@ fn read_open(
 /// Remove group and other bits from the directory `fd` when set.
 fn tighten(fd: BorrowedFd<'_>, shown: &Path, mode: u32) -> Result<(), FsError> {
     let st = fstat(fd).map_err(|e| FsError::io(shown, "read", e))?;
-    if u32::from(st.st_mode) & 0o777 & !mode != 0 {
-        fchmod(fd, Mode::from_bits_truncate(u32::from(st.st_mode) & mode))
+    if st.st_mode & 0o777 & !mode != 0 {
+        fchmod(fd, Mode::from_bits_truncate(st.st_mode & mode))
             .map_err(|e| FsError::io(shown, "made private", e))?;
     }
     Ok(())

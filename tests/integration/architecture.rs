@@ -140,3 +140,15 @@ fn main_stays_tiny() {
         "src/main.rs should only call into the library"
     );
 }
+
+/// The guarded file layer is a leaf: every layer (the pure model included)
+/// may read through it, so it depends on nothing in the crate.
+#[test]
+fn repofs_is_a_leaf() {
+    let found = offenders("repofs", &["crate::"]);
+    assert!(
+        found.is_empty(),
+        "src/repofs must not depend on the rest of the crate:\n{}",
+        found.join("\n")
+    );
+}

@@ -17,9 +17,10 @@ use crate::support::*;
 mod guarded_files {
     use std::os::unix::fs::{PermissionsExt as _, symlink};
     use std::path::{Path, PathBuf};
+    use std::process::{Child, Command, Stdio};
     use std::time::Duration;
 
-    use crate::support::npc;
+    use crate::support::{npc, npc_path, wait_for};
 
     /// Longest a command may take before it counts as hanging.
     const HANG: Duration = Duration::from_secs(30);
@@ -127,6 +128,48 @@ mcp_servers = ["fs"]
         let pid = child.id();
         child.wait().unwrap();
         pid
+    }
+
+    /// A daemon on `repo`, stopped with SIGTERM on drop.
+    pub(super) struct Daemon {
+        child: Child,
+    }
+
+    impl Daemon {
+        pub fn start(repo: &Repo) -> Self {
+            let log = std::fs::File::create(repo.path("daemon.log")).unwrap();
+            let child = Command::new(npc_path())
+                .arg("daemon")
+                .current_dir(repo.dir.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            let daemon = Self { child };
+            let pid = daemon.pid();
+            wait_for("the daemon to answer `npc status`", || {
+                let a = repo.npc(&["status"]);
+                stdout(&a)
+                    .contains(&format!("daemon pid {pid}"))
+                    .then_some(())
+            });
+            daemon
+        }
+
+        pub fn pid(&self) -> u32 {
+            self.child.id()
+        }
+    }
+
+    impl Drop for Daemon {
+        fn drop(&mut self) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = self.child.wait();
+        }
     }
 
     #[test]
@@ -359,6 +402,22 @@ mcp_servers = ["fs"]
     }
 
     #[test]
+    fn log_file_symlink_outside_is_not_written_through() {
+        let repo = Repo::standard();
+        std::fs::create_dir_all(repo.path(".npc/logs")).unwrap();
+        symlink(repo.secret(), repo.path(".npc/logs/mcp_server%2Efs.log")).unwrap();
+        let daemon = Daemon::start(&repo);
+        let a = repo.npc(&["events", "--format", "json"]).success();
+        assert!(
+            stdout(&a).contains("is a symbolic link to"),
+            "{}",
+            stdout(&a)
+        );
+        drop(daemon);
+        repo.outside_untouched();
+    }
+
+    #[test]
     fn state_files_are_private_and_git_ignored() {
         let repo = Repo::standard();
         std::fs::create_dir(repo.path(".npc")).unwrap();
@@ -422,54 +481,9 @@ mcp_servers = ["fs"]
 // ---------------------------------------------------------------------------
 
 mod one_lock_per_repository {
-    use std::process::{Child, Command, Stdio};
-
-    use super::guarded_files::{Repo, stderr, stdout};
-    use crate::support::{npc_path, wait_for};
+    use super::guarded_files::{Daemon, Repo, stderr, stdout};
 
     const MANIFEST: &str = "version = 1\n[providers.claude]\nkind = \"claude_code\"\n";
-
-    /// A daemon on `repo`, stopped with SIGTERM on drop.
-    struct Daemon {
-        child: Child,
-    }
-
-    impl Daemon {
-        fn start(repo: &Repo) -> Self {
-            let log = std::fs::File::create(repo.outside.path().join("daemon.log")).unwrap();
-            let child = Command::new(npc_path())
-                .arg("daemon")
-                .current_dir(repo.dir.path())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap();
-            let daemon = Self { child };
-            let pid = daemon.pid();
-            wait_for("the daemon to answer `npc status`", || {
-                let a = repo.npc(&["status"]);
-                stdout(&a)
-                    .contains(&format!("daemon pid {pid}"))
-                    .then_some(())
-            });
-            daemon
-        }
-
-        fn pid(&self) -> u32 {
-            self.child.id()
-        }
-    }
-
-    impl Drop for Daemon {
-        fn drop(&mut self) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(self.child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let _ = self.child.wait();
-        }
-    }
 
     fn finds_the_daemon(repo: &Repo, daemon: &Daemon) {
         let a = repo.npc(&["status"]).success();
