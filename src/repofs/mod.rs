@@ -665,18 +665,29 @@ impl Root {
         Ok(walk.here().join(name))
     }
 
-    /// After binding: make the socket at `path` owner-only, checking that
-    /// it is a socket (not something swapped in).
-    pub fn socket_private(&self, path: &Path) -> Result<(), FsError> {
+    /// `Ok` when `path` is a socket itself (not a link to one), inside the
+    /// root: what a client checks before it connects.
+    pub fn socket_check(&self, path: &Path) -> Result<(), FsError> {
+        self.locate_socket(path).map(drop)
+    }
+
+    fn locate_socket(&self, path: &Path) -> Result<(Walk<'_>, OsString), FsError> {
         let mut walk = Walk::new(self, path)?;
         let name = walk
             .locate(None, Links::Refuse)?
             .ok_or_else(|| FsError::new(self.shown(path), Reason::NotSocket))?;
-        let shown = walk.shown_entry(&name);
         let st = walk.stat(&name)?;
         if kind(&st) != SFlag::S_IFSOCK {
-            return Err(FsError::new(&shown, Reason::NotSocket));
+            return Err(FsError::new(walk.shown_entry(&name), Reason::NotSocket));
         }
+        Ok((walk, name))
+    }
+
+    /// After binding: make the socket at `path` owner-only, checking that
+    /// it is a socket (not something swapped in).
+    pub fn socket_private(&self, path: &Path) -> Result<(), FsError> {
+        let (walk, name) = self.locate_socket(path)?;
+        let shown = walk.shown_entry(&name);
         nix::sys::stat::fchmodat(
             walk.dir(),
             name.as_os_str(),

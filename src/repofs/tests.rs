@@ -296,6 +296,13 @@ fn a_socket_path_is_prepared_without_following_links() {
     std::fs::remove_file(&sock).unwrap();
     let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     drop(listener);
+    root.socket_check(&sock).unwrap();
+    let link = repo.path().join(".npc/link.sock");
+    symlink(&sock, &link).unwrap();
+    assert!(matches!(
+        root.socket_check(&link).unwrap_err().reason,
+        Reason::NotSocket
+    ));
     // A socket a dead daemon left is removed; a file is not a socket.
     assert_eq!(
         root.prepare_socket(&sock).unwrap(),

@@ -87,9 +87,12 @@ impl RepoLock {
 /// The pid written in the lock file in `dir`, if a daemon holds it now.
 /// A lock file that is a link or not a regular file is no daemon's.
 pub fn holder(dir: &Path) -> Option<u32> {
-    let file = Root::new(dir)
+    // Rooted at the repository, so a runtime directory that is a link out
+    // of it is not followed.
+    let repo = dir.parent().unwrap_or(Path::new(""));
+    let file = Root::new(repo)
         .ok()?
-        .open_existing(Path::new(LOCK_FILE))
+        .open_existing(&dir.join(LOCK_FILE))
         .ok()?;
     match Flock::lock(file, FlockArg::LockSharedNonblock) {
         Ok(_free) => None,

@@ -80,11 +80,18 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
     state_dir.join(SOCKET_FILE)
 }
 
-/// The directory of a socket path and the socket's name in it.
+/// The directory the guarded layer confines a socket path to (the one
+/// above the socket's directory: the repository for `<repo>/.npc/daemon.sock`,
+/// so a runtime directory that is a link out of it is refused) and the
+/// socket's path relative to it.
 fn socket_parts(path: &Path) -> (&Path, &Path) {
-    let dir = path.parent().unwrap_or(Path::new(""));
-    let name = path.file_name().map(Path::new).unwrap_or(path);
-    (dir, name)
+    let root = path
+        .parent()
+        .and_then(Path::parent)
+        .or_else(|| path.parent())
+        .unwrap_or(Path::new(""));
+    let rel = path.strip_prefix(root).unwrap_or(path);
+    (root, rel)
 }
 
 /// A bound control socket: clients can connect from the moment [`bind`]
