@@ -21,6 +21,9 @@ pub const RUNTIME_DIR: &str = ".npc";
 
 /// File name of the lock inside the state directory.
 pub const LOCK_FILE: &str = "daemon.lock";
+/// Bytes of the lock file read for the holder's pid (a pid is at most 10
+/// digits).
+pub const MAX_LOCK_BYTES: u64 = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
@@ -60,7 +63,7 @@ impl RepoLock {
             Ok(lock) => lock,
             Err((mut file, _)) => {
                 let mut pid = String::new();
-                let _ = file.read_to_string(&mut pid);
+                let _ = (&mut file).take(MAX_LOCK_BYTES).read_to_string(&mut pid);
                 let pid = if pid.trim().is_empty() {
                     "unknown".to_string()
                 } else {
@@ -98,7 +101,10 @@ pub fn holder(dir: &Path) -> Option<u32> {
         Ok(_free) => None,
         Err((mut file, _)) => {
             let mut pid = String::new();
-            file.read_to_string(&mut pid).ok()?;
+            (&mut file)
+                .take(MAX_LOCK_BYTES)
+                .read_to_string(&mut pid)
+                .ok()?;
             pid.trim().parse().ok()
         }
     }
