@@ -97,12 +97,15 @@ enum Command {
         manifest: Option<PathBuf>,
         #[arg(long, value_enum, default_value_t)]
         format: Format,
-        /// Exit 2 when there are changes (0 none, 1 error)
+        /// Exit 2 when there are changes or conflicts in agent files (0 none, 1 error)
         #[arg(long)]
         detailed_exitcode: bool,
         /// Plan the user-level agent config files (`~/.claude.json`, `~/.codex/config.toml`, …) instead of the repository's
         #[arg(long)]
         user: bool,
+        /// Plan replacing agent-file entries npc did not write that have a manifest server's name (they are conflicts otherwise)
+        #[arg(long)]
+        force_agent_files: bool,
     },
     /// Apply the plan: through the running daemon, or record it when none runs
     Apply {
@@ -114,6 +117,9 @@ enum Command {
         /// Write the user-level agent config files (`~/.claude.json`, `~/.codex/config.toml`, …) instead of the repository's
         #[arg(long)]
         user: bool,
+        /// Replace agent-file entries npc did not write that have a manifest server's name; from then on npc manages them
+        #[arg(long)]
+        force_agent_files: bool,
     },
     /// Run the reconciler: apply the manifest and hot-reload it on every change
     Daemon {
@@ -178,12 +184,29 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             format,
             detailed_exitcode,
             user,
-        } => reconcile::plan(manifest, format, detailed_exitcode, user),
+            force_agent_files,
+        } => reconcile::plan(
+            manifest,
+            format,
+            detailed_exitcode,
+            reconcile::FileOptions {
+                user,
+                force_agent_files,
+            },
+        ),
         Command::Apply {
             manifest,
             auto_approve,
             user,
-        } => reconcile::apply(manifest, auto_approve, user),
+            force_agent_files,
+        } => reconcile::apply(
+            manifest,
+            auto_approve,
+            reconcile::FileOptions {
+                user,
+                force_agent_files,
+            },
+        ),
         Command::Daemon { manifest } => reconcile::daemon(manifest),
         Command::Status { manifest, format } => reconcile::status(manifest, format),
         Command::Events {

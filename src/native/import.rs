@@ -157,9 +157,8 @@ fn kind_from_name(path: &Path) -> Option<ProviderKind> {
 }
 
 /// Keys only a Gemini CLI entry has.
-const GEMINI_ONLY: [&str; 6] = [
+const GEMINI_ONLY: [&str; 5] = [
     "httpUrl",
-    "timeout",
     "trust",
     "includeTools",
     "excludeTools",
@@ -367,6 +366,7 @@ fn claude(f: &Fields<'_>) -> Result<ImportedServer, NativeError> {
         return Err(no_transport(f, "`command` or `url`"));
     };
     Ok(ImportedServer {
+        tool_timeout_ms: non_default(f.millis("timeout")?, DEFAULT_TOOL_TIMEOUT_MS),
         notes,
         ..ImportedServer::new(transport)
     })
@@ -387,10 +387,15 @@ fn gemini(f: &Fields<'_>) -> Result<ImportedServer, NativeError> {
     } else if let Some(url) = f.str("httpUrl")? {
         http(url, f.map("headers")?, syntax)
     } else if let Some(url) = f.str("url")? {
-        notes.push(
-            "SSE transport (`url`) imported as streamable HTTP; check the server supports it"
-                .into(),
-        );
+        // `type` picks the transport; without one the CLI tries streamable
+        // HTTP first.
+        match f.str("type")? {
+            None | Some("http") => {}
+            Some("sse") => notes.push(
+                "SSE transport imported as streamable HTTP; check the server supports it".into(),
+            ),
+            Some(_) => return Err(f.err("type", "`http` or `sse`")),
+        }
         http(url, f.map("headers")?, syntax)
     } else {
         return Err(no_transport(f, "`command`, `httpUrl` or `url`"));
@@ -418,11 +423,12 @@ fn opencode(f: &Fields<'_>) -> Result<ImportedServer, NativeError> {
             let Some(program) = command.next() else {
                 return Err(f.err("command", "a non-empty array of strings"));
             };
+            let cwd = f.str("cwd")?.map(str::to_string);
             stdio(
                 &program,
                 command.collect(),
                 f.map("environment")?,
-                None,
+                cwd,
                 syntax,
                 &mut notes,
             )
@@ -442,6 +448,7 @@ fn opencode(f: &Fields<'_>) -> Result<ImportedServer, NativeError> {
     };
     Ok(ImportedServer {
         enabled: f.bool("enabled")?.unwrap_or(true),
+        tool_timeout_ms: non_default(f.millis("timeout")?, DEFAULT_TOOL_TIMEOUT_MS),
         notes,
         ..ImportedServer::new(transport)
     })
@@ -706,6 +713,22 @@ pub fn to_manifest_toml(entries: &[(String, ImportedServer)]) -> String {
     doc.to_string()
 }
 
+/// `text` as the body of one TOML comment line: every control character
+/// (a newline above all, which would end the comment and turn the rest of
+/// the text into live TOML) is written as its escape, so whatever a file
+/// contains, a comment stays a comment.
+pub fn comment_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() && c != '\t' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn implicit_table() -> Item {
     let mut t = Table::new();
     t.set_implicit(true);
@@ -724,7 +747,11 @@ fn insert_servers(root: &mut Table, entries: &[(String, ImportedServer)]) -> Opt
     for (name, server) in entries {
         let mut table = server_table(server);
         if !server.notes.is_empty() {
-            let comments: String = server.notes.iter().map(|n| format!("# {n}\n")).collect();
+            let comments: String = server
+                .notes
+                .iter()
+                .map(|n| format!("# {}\n", comment_line(n)))
+                .collect();
             table.decor_mut().set_prefix(format!("\n{comments}"));
         }
         servers.insert(name, Item::Table(table));

@@ -237,9 +237,34 @@ pub fn plan_text(
         conflicts: edited.conflicts,
     };
     if change.is_change() {
-        change.diff = unified_diff(&change.path, change.before.as_deref(), &change.after);
+        change.diff = redacted_diff(
+            &change.path,
+            change.before.as_deref(),
+            &change.after,
+            &manifest.secret_values(),
+        );
     }
     Ok(change)
+}
+
+/// [`unified_diff`] with every known secret value replaced on both sides
+/// before diffing: the file on disk may hold a value a CLI resolved from
+/// the environment (Gemini's `mcp add` writes `${VAR}` resolved), and a
+/// plan never prints it.
+pub fn redacted_diff<S: AsRef<str>>(
+    path: &Path,
+    before: Option<&str>,
+    after: &str,
+    secrets: &[S],
+) -> String {
+    let clean = |text: &str| crate::bus::redact_str(text, secrets);
+    let before_clean = before.map(|b| clean(b).unwrap_or_else(|| b.to_string()));
+    let after_clean = clean(after);
+    unified_diff(
+        path,
+        before_clean.as_deref(),
+        after_clean.as_deref().unwrap_or(after),
+    )
 }
 
 /// A unified diff of a file's text, headed with its path.

@@ -606,7 +606,7 @@ fn import_detects_kind_by_shape_when_the_name_says_nothing() {
 
 #[test]
 fn sse_and_trust_are_imported_with_notes() {
-    let text = r#"{"mcpServers": {"s": {"url": "https://x.example/sse", "trust": true}}}"#;
+    let text = r#"{"mcpServers": {"s": {"type": "sse", "url": "https://x.example/sse", "trust": true}}}"#;
     let e = import_str(Path::new(".gemini/settings.json"), text).unwrap();
     assert_eq!(e[0].1.notes.len(), 2, "{:?}", e[0].1.notes);
     let toml = to_manifest_toml(&e);
