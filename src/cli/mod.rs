@@ -84,9 +84,12 @@ enum Command {
     Import {
         /// `.mcp.json`, `.codex/config.toml`, `.gemini/settings.json` or `opencode.json`
         file: PathBuf,
-        /// Merge into the manifest instead of printing
+        /// Merge into the manifest instead of printing; entries the manifest already declares identically are left as they are
         #[arg(long)]
         write: bool,
+        /// With `--write`: replace the manifest's entries that differ from the imported ones of the same name (without it, they are shown as a diff and nothing is written)
+        #[arg(long, requires = "write")]
+        replace: bool,
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
     },
@@ -220,8 +223,9 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Import {
             file,
             write,
+            replace,
             manifest,
-        } => import::run(&file, write, manifest),
+        } => import::run(&file, write, replace, manifest),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "npc", &mut std::io::stdout());
             Ok(Exit::Ok)

@@ -10,12 +10,15 @@
 //! entry and comment, and returns the new text with a unified diff and
 //! notes on anything a target cannot express. [`write`] replaces the file
 //! atomically, and only when the text changed. A file that does not parse
-//! is reported with its line and column and never overwritten. Secrets are
-//! written as environment references, never as values.
+//! is reported with its line and column and never overwritten. Gemini CLI
+//! and OpenCode files are read as JSON with comments (see [`jsonc`]) and
+//! rewritten with their comments kept. Secrets are written as environment
+//! references, never as values, and plan diffs redact known secret values.
 
-mod edit;
+pub(crate) mod edit;
 pub mod export;
 pub mod import;
+pub mod jsonc;
 pub mod refs;
 
 use std::collections::BTreeSet;
@@ -25,7 +28,8 @@ use std::path::{Path, PathBuf};
 use crate::model::Manifest;
 pub use crate::model::ProviderKind;
 pub use import::{
-    ImportedServer, ImportedTransport, import, import_str, merge_into_manifest, to_manifest_toml,
+    Imported, ImportedServer, ImportedTransport, MergeOptions, Merged, import, import_str,
+    import_with_kind, merge_into_manifest, same_as_manifest, to_manifest_toml,
 };
 
 /// Largest native configuration file npc reads (a user's `~/.claude.json`
@@ -134,9 +138,9 @@ pub enum NativeError {
     )]
     UnknownKind { path: PathBuf },
     #[error(
-        "MCP servers {names} are already declared in the manifest; remove or rename them, then import again"
+        "MCP servers {names} are already declared in the manifest with different entries; pass `--replace` to take the imported ones, or rename them in the file, then import again\n{diff}"
     )]
-    AlreadyDeclared { names: String },
+    ImportConflict { names: String, diff: String },
 }
 
 /// The file a target lives in.
