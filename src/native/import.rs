@@ -236,13 +236,7 @@ fn kind_from_name(path: &Path) -> Option<ProviderKind> {
 }
 
 /// Keys only a Gemini CLI entry has.
-const GEMINI_ONLY: [&str; 5] = [
-    "httpUrl",
-    "trust",
-    "includeTools",
-    "excludeTools",
-    "cwd",
-];
+const GEMINI_ONLY: [&str; 5] = ["httpUrl", "trust", "includeTools", "excludeTools", "cwd"];
 
 fn kind_from_shape(path: &Path, text: &str) -> Result<ProviderKind, NativeError> {
     let lenient = super::jsonc::strip(
@@ -961,11 +955,14 @@ pub fn merge_into_manifest(
         let diff = differing
             .iter()
             .map(|(n, s, ours)| {
-                similar::TextDiff::from_lines(&table_text(n, ours), &table_text(n, &server_table(s)))
-                    .unified_diff()
-                    .context_radius(super::DIFF_CONTEXT_LINES)
-                    .header("manifest", "imported")
-                    .to_string()
+                similar::TextDiff::from_lines(
+                    &table_text(n, ours),
+                    &table_text(n, &server_table(s)),
+                )
+                .unified_diff()
+                .context_radius(super::DIFF_CONTEXT_LINES)
+                .header("manifest", "imported")
+                .to_string()
             })
             .collect::<String>();
         return Err(NativeError::ImportConflict { names, diff });

@@ -606,7 +606,8 @@ fn import_detects_kind_by_shape_when_the_name_says_nothing() {
 
 #[test]
 fn sse_and_trust_are_imported_with_notes() {
-    let text = r#"{"mcpServers": {"s": {"type": "sse", "url": "https://x.example/sse", "trust": true}}}"#;
+    let text =
+        r#"{"mcpServers": {"s": {"type": "sse", "url": "https://x.example/sse", "trust": true}}}"#;
     let e = import_str(Path::new(".gemini/settings.json"), text).unwrap();
     assert_eq!(e[0].1.notes.len(), 2, "{:?}", e[0].1.notes);
     let toml = to_manifest_toml(&e);
@@ -662,7 +663,11 @@ fn manifest_toml_is_loadable_and_merge_keeps_comments() {
     assert!(matches!(err, NativeError::ImportConflict { .. }), "{err}");
     let shown = err.to_string();
     assert!(
-        shown.contains("`fs`") && !shown.contains("`web`") && shown.contains("+") && shown.contains("--extra") && shown.contains("--replace"),
+        shown.contains("`fs`")
+            && !shown.contains("`web`")
+            && shown.contains("+")
+            && shown.contains("--extra")
+            && shown.contains("--replace"),
         "{shown}"
     );
     let replaced =
@@ -671,11 +676,15 @@ fn manifest_toml_is_loadable_and_merge_keeps_comments() {
     assert_eq!(replaced.unchanged, ["web"]);
     assert!(replaced.text.contains("--extra"), "{}", replaced.text);
     assert_eq!(
-        manifest(&replaced.text).mcp_servers.keys().collect::<Vec<_>>(),
+        manifest(&replaced.text)
+            .mcp_servers
+            .keys()
+            .collect::<Vec<_>>(),
         ["fs", "old", "web"]
     );
 
-    let bad = merge_into_manifest("version = \n", &entries, never, MergeOptions::default()).unwrap_err();
+    let bad =
+        merge_into_manifest("version = \n", &entries, never, MergeOptions::default()).unwrap_err();
     assert!(matches!(bad, NativeError::Parse { line: 1, .. }), "{bad}");
 }
 
@@ -877,7 +886,11 @@ fn native_file(kind: ProviderKind, servers: &[(String, String, String, String)])
                 };
                 all.insert(name.clone(), entry);
             }
-            let key = if kind == ProviderKind::Opencode { "mcp" } else { "mcpServers" };
+            let key = if kind == ProviderKind::Opencode {
+                "mcp"
+            } else {
+                "mcpServers"
+            };
             serde_json::json!({ key: all }).to_string()
         }
     }
@@ -952,7 +965,10 @@ fn a_newline_in_a_name_stays_inside_its_comment() {
     let doc: toml::Table = out.parse().unwrap();
     assert_eq!(doc.keys().collect::<Vec<_>>(), ["mcp"], "{out}");
     assert!(out.contains("# `x\\n[daemon]\\nlisten"), "{out}");
-    assert_eq!(import::comment_line("a\nb\r\u{7f}\tc"), "a\\nb\\r\\u{7f}\tc");
+    assert_eq!(
+        import::comment_line("a\nb\r\u{7f}\tc"),
+        "a\\nb\\r\\u{7f}\tc"
+    );
 }
 
 #[test]
@@ -997,8 +1013,20 @@ fn diffs_redact_secret_values_a_cli_resolved_into_the_file() {
     assert!(c.is_change());
     assert_no_secret("diff", &c.diff);
     assert_no_secret("notes", &c.notes.join("\n"));
-    assert!(c.diff.contains("-") && c.diff.contains("<redacted>"), "{}", c.diff);
-    assert_no_secret("diff", &redacted_diff(Path::new("f"), Some(KEY_VALUE), TOKEN_VALUE, &[KEY_VALUE, TOKEN_VALUE]));
+    assert!(
+        c.diff.contains("-") && c.diff.contains("<redacted>"),
+        "{}",
+        c.diff
+    );
+    assert_no_secret(
+        "diff",
+        &redacted_diff(
+            Path::new("f"),
+            Some(KEY_VALUE),
+            TOKEN_VALUE,
+            &[KEY_VALUE, TOKEN_VALUE],
+        ),
+    );
 }
 
 // --- what the agent CLIs accept (hostile issue §10) ---
@@ -1018,7 +1046,12 @@ const GEMINI_WITH_COMMENTS: &str = r#"// Gemini settings, kept by hand
 #[test]
 fn gemini_settings_with_comments_are_read_and_their_comments_kept() {
     let m = manifest(SAMPLE);
-    let c = plan(ProviderKind::GeminiCli, Some(GEMINI_WITH_COMMENTS), &m, &names(&["fs"]));
+    let c = plan(
+        ProviderKind::GeminiCli,
+        Some(GEMINI_WITH_COMMENTS),
+        &m,
+        &names(&["fs"]),
+    );
     for comment in [
         "// Gemini settings, kept by hand",
         "/* the theme */",
@@ -1028,7 +1061,11 @@ fn gemini_settings_with_comments_are_read_and_their_comments_kept() {
     ] {
         assert!(c.after.contains(comment), "lost {comment}:\n{}", c.after);
     }
-    assert!(c.notes.iter().all(|n| !n.contains("comments")), "{:?}", c.notes);
+    assert!(
+        c.notes.iter().all(|n| !n.contains("comments")),
+        "{:?}",
+        c.notes
+    );
     let stripped = jsonc::strip(&c.after, edit::dialect(ProviderKind::GeminiCli).unwrap()).unwrap();
     let v: serde_json::Value = serde_json::from_str(&stripped).unwrap();
     assert_eq!(v["theme"], "dark");
@@ -1046,11 +1083,21 @@ fn gemini_settings_with_comments_are_read_and_their_comments_kept() {
 #[test]
 fn removing_a_managed_entry_keeps_the_comments_of_the_others() {
     let m = manifest("version = 1\n");
-    let c = plan(ProviderKind::GeminiCli, Some(GEMINI_WITH_COMMENTS), &m, &names(&["fs"]));
+    let c = plan(
+        ProviderKind::GeminiCli,
+        Some(GEMINI_WITH_COMMENTS),
+        &m,
+        &names(&["fs"]),
+    );
     let stripped = jsonc::strip(&c.after, edit::dialect(ProviderKind::GeminiCli).unwrap()).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&stripped).unwrap_or_else(|e| panic!("{e}\n{}", c.after));
+    let v: serde_json::Value =
+        serde_json::from_str(&stripped).unwrap_or_else(|e| panic!("{e}\n{}", c.after));
     assert_eq!(v["mcpServers"].as_object().unwrap().len(), 1, "{}", c.after);
-    assert!(c.after.contains("// a server the user keeps"), "{}", c.after);
+    assert!(
+        c.after.contains("// a server the user keeps"),
+        "{}",
+        c.after
+    );
 }
 
 #[test]
