@@ -289,7 +289,7 @@ pub fn apply(
         // The daemon never replaces an entry it did not write; a forced
         // replacement is written here, and the store records it as managed
         // so the daemon keeps it in step from now on.
-        if opts.force_agent_files && has_conflicts(&files) && exit == Exit::Ok {
+        if opts.force_agent_files && file_changes && exit == Exit::Ok {
             let forced: Vec<FilePlan> = opts
                 .plan(&model, &paths)?
                 .into_iter()

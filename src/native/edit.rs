@@ -88,7 +88,7 @@ impl Rules<'_> {
                     if !self.opts.force {
                         self.conflicts.push(name.to_string());
                         self.notes.push(format!(
-                            "`{name}`: `{}` already has an entry of this name that npc did not write; left alone (force to replace it)",
+                            "`{name}`: `{}` already has an entry of this name that npc did not write; left alone (`--force-agent-files` replaces it)",
                             path.display()
                         ));
                         return Decision::Nothing;

@@ -48,12 +48,7 @@ impl FilePlan {
             (None, true) => "create",
             (Some(_), true) => "update",
         };
-        let mut notes = change.notes.clone();
-        notes.extend(
-            change.conflicts.iter().map(|c| {
-                format!("conflict: `{c}` is an entry npc did not write; it is left alone")
-            }),
-        );
+        let notes = change.notes.clone();
         Self {
             path: rel(root, &change.path),
             what,

@@ -261,6 +261,69 @@ fn export_conflict_shows_in_the_human_plan_and_detailed_exitcode_returns_2() {
         .code(0);
 }
 
+#[test]
+fn force_agent_files_replaces_a_conflicting_entry_while_a_daemon_runs() {
+    let dir = hostile_repo(KEPT);
+    let theirs = "{\"mcpServers\": {\"fs\": {\"command\": \"their-fs\"}}}\n";
+    std::fs::write(dir.path().join(".mcp.json"), theirs).unwrap();
+    let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
+    let child = std::process::Command::new(npc_path())
+        .arg("daemon")
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.0.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = self.0.wait();
+        }
+    }
+    let _daemon = Stop(child);
+    wait_for("the daemon to hold the repository", || {
+        let out = npc()
+            .current_dir(dir.path())
+            .args(["status"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .contains("daemon pid")
+            .then_some(())
+    });
+    assert_eq!(
+        read(&dir, ".mcp.json"),
+        theirs,
+        "the daemon replaced an entry it did not write"
+    );
+    npc()
+        .current_dir(dir.path())
+        .args(["plan", "--detailed-exitcode"])
+        .assert()
+        .code(2)
+        .stdout(predicates::str::contains("Conflicts"));
+    npc()
+        .current_dir(dir.path())
+        .args(["apply", "--auto-approve", "--force-agent-files"])
+        .assert()
+        .success();
+    assert!(
+        read(&dir, ".mcp.json").contains("\"npx\""),
+        "{}",
+        read(&dir, ".mcp.json")
+    );
+    npc()
+        .current_dir(dir.path())
+        .args(["plan", "--detailed-exitcode"])
+        .assert()
+        .code(0);
+}
+
 // ---------------------------------------------------------------------------
 // §4. the daemon keeps serving and keeps converging
 //
