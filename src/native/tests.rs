@@ -1138,3 +1138,56 @@ fn gemini_url_entries_are_labelled_by_their_type() {
     .unwrap_err();
     assert!(bad.to_string().contains("mcpServers.b.type"), "{bad}");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Comments anywhere between tokens: stripping gives the same value as
+    /// the comment-free text, and a plan either keeps every comment of the
+    /// entries it did not touch or says it dropped them — never a file
+    /// that Gemini would read differently.
+    #[test]
+    fn jsonc_comments_anywhere_are_read_and_edits_stay_valid(
+        names in prop::collection::btree_set("[a-z]{1,6}", 0..4),
+        comment in prop_oneof![Just("// c\n"), Just("/* c */"), Just("/* a\n b */")],
+        slots in prop::collection::vec(any::<bool>(), 64),
+        managed in any::<bool>(),
+    ) {
+        let mut servers = serde_json::Map::new();
+        for n in &names {
+            servers.insert(n.clone(), serde_json::json!({"command": n, "args": ["a"]}));
+        }
+        let plain = serde_json::to_string_pretty(&serde_json::json!({"theme": "x", "mcpServers": servers})).unwrap();
+        // Put the comment after some of the structural tokens.
+        let mut text = String::new();
+        let mut k = 0;
+        for ch in plain.chars() {
+            text.push(ch);
+            if matches!(ch, '{' | ',' | '[' | ':') {
+                if slots[k % slots.len()] {
+                    text.push_str(comment);
+                }
+                k += 1;
+            }
+        }
+        let dialect = edit::dialect(ProviderKind::GeminiCli).unwrap();
+        let stripped = jsonc::strip(&text, dialect).unwrap_or_else(|| text.clone());
+        let a: serde_json::Value = serde_json::from_str(&stripped).unwrap();
+        let b: serde_json::Value = serde_json::from_str(&plain).unwrap();
+        prop_assert_eq!(&a, &b);
+        let m = manifest(SAMPLE);
+        let prev: BTreeSet<String> = if managed { names.clone() } else { none() };
+        let c = plan(ProviderKind::GeminiCli, Some(&text), &m, &prev);
+        let after = jsonc::strip(&c.after, dialect).unwrap_or_else(|| c.after.clone());
+        let v: serde_json::Value = serde_json::from_str(&after).unwrap_or_else(|e| panic!("{e}\n{}", c.after));
+        prop_assert_eq!(&v["theme"], "x");
+        prop_assert_eq!(&v["mcpServers"]["fs"]["command"], "npx");
+        prop_assert!(!c.notes.iter().any(|n| n.contains("comments")), "{:?}\n{}", c.notes, c.after);
+        for n in &names {
+            let kept = v["mcpServers"].get(n.as_str()).is_some();
+            prop_assert_eq!(kept, !managed || m.mcp_servers.contains_key(n.as_str()), "{}", c.after);
+        }
+        let again = plan(ProviderKind::GeminiCli, Some(&c.after), &m, &c.managed);
+        prop_assert!(!again.is_change(), "{}", again.diff);
+    }
+}
