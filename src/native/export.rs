@@ -37,6 +37,7 @@ pub const GEMINI_KEYS: &[&str] = &[
     "env",
     "cwd",
     "url",
+    // No longer written, still owned: an entry an older npc wrote loses it.
     "httpUrl",
     "headers",
     "timeout",

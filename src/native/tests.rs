@@ -917,6 +917,7 @@ proptest! {
             .filter(|(_, (command, _, _))| !command.is_empty())
             .map(|(n, (c, a, v))| (n, c, a, v))
             .collect();
+        prop_assume!(!servers.is_empty());
         let path = target_path(Path::new("/repo"), &Target::project(kind));
         let text = native_file(kind, &servers);
         let entries = import_str(&path, &text).unwrap();
