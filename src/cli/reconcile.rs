@@ -210,7 +210,7 @@ pub fn plan(
             println!("{}", serde_json::to_string_pretty(&doc)?);
         }
         Format::Human => {
-            if plan.has_changes() || !file_changes {
+            if plan.has_changes() || !files.iter().any(FilePlan::is_change) {
                 print!("{}", plan::render_human(&plan, &against));
             }
             print_files(&files);

@@ -242,6 +242,7 @@ fn export_conflict_shows_in_the_human_plan_and_detailed_exitcode_returns_2() {
             && plan.contains("--force-agent-files"),
         "{plan}"
     );
+    insta::assert_snapshot!("export_conflict_human_plan", plan);
     npc()
         .current_dir(dir.path())
         .args(["plan", "--force-agent-files"])
