@@ -1,17 +1,29 @@
-//! `npc import FILE [--write]`: read an agent CLI's native MCP config
-//! (Claude `.mcp.json`, Codex `config.toml`, Gemini `settings.json`,
+//! `npc import FILE [--write] [--replace]`: read an agent CLI's native MCP
+//! config (Claude `.mcp.json`, Codex `config.toml`, Gemini `settings.json`,
 //! OpenCode `opencode.json`) and print the equivalent manifest entries, or
-//! merge them into the manifest keeping its comments.
+//! merge them into the manifest keeping its comments. Importing a file npc
+//! keeps in step works: entries the manifest already declares identically
+//! are left as they are, differing ones are shown as a diff and taken only
+//! with `--replace`, and every imported entry becomes managed in the file it
+//! came from, so the next manifest edit reaches it.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
 use super::Exit;
-use crate::native;
+use crate::native::{self, MergeOptions, Target};
+use crate::runtime::{self, RepoPaths};
+use crate::store::Store;
 
-pub fn run(file: &Path, write: bool, manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
-    let entries = match native::import(file) {
+pub fn run(
+    file: &Path,
+    write: bool,
+    replace: bool,
+    manifest: Option<PathBuf>,
+) -> anyhow::Result<Exit> {
+    let (kind, entries) = match native::import(file) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("error: {e}");
@@ -32,22 +44,90 @@ pub fn run(file: &Path, write: bool, manifest: Option<PathBuf>) -> anyhow::Resul
     let text = guard
         .read_string(name, crate::model::node::MAX_MANIFEST_BYTES)
         .with_context(|| format!("cannot read `{}`", path.display()))?;
-    let merged = match native::merge_into_manifest(&text, &entries) {
+    // The manifest as it stands (when valid) decides which entries npc
+    // already keeps in step; an invalid one is compared by its text only.
+    let model = runtime::load_manifest(&path)
+        .ok()
+        .and_then(|loaded| loaded.manifest);
+    let same = |name: &str, server: &native::ImportedServer| {
+        model
+            .as_ref()
+            .and_then(|m| m.mcp_servers.get(name))
+            .is_some_and(|ours| native::same_as_manifest(kind, name, ours, server))
+    };
+    let merged = match native::merge_into_manifest(&text, &entries, same, MergeOptions { replace })
+    {
         Ok(m) => m,
         Err(e) => {
             eprintln!("error: {e}");
             return Ok(Exit::Failed);
         }
     };
-    guard
-        .write(name, merged.as_bytes(), crate::repofs::WriteOptions::SHARED)
-        .with_context(|| format!("cannot replace `{}`", path.display()))?;
+    if merged.text != text {
+        guard
+            .write(name, merged.text.as_bytes(), crate::repofs::WriteOptions::SHARED)
+            .with_context(|| format!("cannot replace `{}`", path.display()))?;
+    }
+    let list = |names: &[String]| {
+        names
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     println!(
         "merged {} MCP server(s) from {} into {}",
-        entries.len(),
+        merged.added.len() + merged.replaced.len(),
         file.display(),
         path.display()
     );
+    if !merged.unchanged.is_empty() {
+        println!(
+            "already in the manifest, unchanged: {}",
+            list(&merged.unchanged)
+        );
+    }
+    if !merged.replaced.is_empty() {
+        println!("replaced: {}", list(&merged.replaced));
+    }
+    let names: BTreeSet<String> = entries.into_iter().map(|(n, _)| n).collect();
+    adopt(&path, file, kind, names)?;
     println!("next: run `npc validate`, then `npc plan`");
     Ok(Exit::Ok)
+}
+
+/// When `file` is the repository's own agent file of `kind`, record the
+/// imported names as entries npc manages there.
+fn adopt(
+    manifest: &Path,
+    file: &Path,
+    kind: native::ProviderKind,
+    names: BTreeSet<String>,
+) -> anyhow::Result<()> {
+    let paths = RepoPaths::resolve(manifest, &runtime::state_dir_hint(manifest))?;
+    let target = native::target_path(&paths.root, &Target::project(kind));
+    let same_file = match (file.canonicalize(), target.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if !same_file || names.is_empty() {
+        return Ok(());
+    }
+    let key = target
+        .strip_prefix(&paths.root)
+        .unwrap_or(&target)
+        .display()
+        .to_string();
+    let store = Store::open(paths.db())?;
+    let mut managed = store.managed_entries(&key)?;
+    managed.extend(names);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        store.set_managed_entries(key.clone(), managed).await?;
+        store.flush().await
+    })?;
+    println!("npc now keeps these entries of {key} in step with the manifest");
+    Ok(())
 }

@@ -84,9 +84,12 @@ enum Command {
     Import {
         /// `.mcp.json`, `.codex/config.toml`, `.gemini/settings.json` or `opencode.json`
         file: PathBuf,
-        /// Merge into the manifest instead of printing
+        /// Merge into the manifest instead of printing; entries the manifest already declares identically are left as they are
         #[arg(long)]
         write: bool,
+        /// With `--write`: replace the manifest's entries that differ from the imported ones of the same name (without it, they are shown as a diff and nothing is written)
+        #[arg(long, requires = "write")]
+        replace: bool,
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
     },
@@ -97,12 +100,15 @@ enum Command {
         manifest: Option<PathBuf>,
         #[arg(long, value_enum, default_value_t)]
         format: Format,
-        /// Exit 2 when there are changes (0 none, 1 error)
+        /// Exit 2 when there are changes or conflicts in agent files (0 none, 1 error)
         #[arg(long)]
         detailed_exitcode: bool,
         /// Plan the user-level agent config files (`~/.claude.json`, `~/.codex/config.toml`, …) instead of the repository's
         #[arg(long)]
         user: bool,
+        /// Plan replacing agent-file entries npc did not write that have a manifest server's name (they are conflicts otherwise)
+        #[arg(long)]
+        force_agent_files: bool,
     },
     /// Apply the plan: through the running daemon, or record it when none runs
     Apply {
@@ -114,6 +120,9 @@ enum Command {
         /// Write the user-level agent config files (`~/.claude.json`, `~/.codex/config.toml`, …) instead of the repository's
         #[arg(long)]
         user: bool,
+        /// Replace agent-file entries npc did not write that have a manifest server's name; from then on npc manages them
+        #[arg(long)]
+        force_agent_files: bool,
     },
     /// Run the reconciler: apply the manifest and hot-reload it on every change
     Daemon {
@@ -178,12 +187,29 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             format,
             detailed_exitcode,
             user,
-        } => reconcile::plan(manifest, format, detailed_exitcode, user),
+            force_agent_files,
+        } => reconcile::plan(
+            manifest,
+            format,
+            detailed_exitcode,
+            reconcile::FileOptions {
+                user,
+                force_agent_files,
+            },
+        ),
         Command::Apply {
             manifest,
             auto_approve,
             user,
-        } => reconcile::apply(manifest, auto_approve, user),
+            force_agent_files,
+        } => reconcile::apply(
+            manifest,
+            auto_approve,
+            reconcile::FileOptions {
+                user,
+                force_agent_files,
+            },
+        ),
         Command::Daemon { manifest } => reconcile::daemon(manifest),
         Command::Status { manifest, format } => reconcile::status(manifest, format),
         Command::Events {
@@ -197,8 +223,9 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Import {
             file,
             write,
+            replace,
             manifest,
-        } => import::run(&file, write, manifest),
+        } => import::run(&file, write, replace, manifest),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "npc", &mut std::io::stdout());
             Ok(Exit::Ok)

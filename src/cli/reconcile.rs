@@ -121,8 +121,36 @@ fn read_store(paths: &RepoPaths) -> Option<Store> {
         .flatten()
 }
 
+/// Which agent files `plan` and `apply` look at, and how.
+#[derive(Debug, Clone, Copy)]
+pub struct FileOptions {
+    /// The user-level files instead of the repository's.
+    pub user: bool,
+    /// Replace entries npc did not write that have a manifest server's name.
+    pub force_agent_files: bool,
+}
+
+impl FileOptions {
+    fn plan(&self, model: &Manifest, paths: &RepoPaths) -> anyhow::Result<Vec<FilePlan>> {
+        Ok(files::plan_files_with(
+            model,
+            paths,
+            read_store(paths).as_ref(),
+            &scope(self.user)?,
+            crate::native::PlanOptions {
+                force: self.force_agent_files,
+            },
+        ))
+    }
+}
+
+fn has_conflicts(files: &[FilePlan]) -> bool {
+    files.iter().any(|f| !f.conflicts.is_empty())
+}
+
 fn print_files(files: &[FilePlan]) {
     let shown: Vec<&FilePlan> = files.iter().filter(|f| f.action != "unchanged").collect();
+    print_conflicts(files);
     if shown.is_empty() {
         return;
     }
@@ -146,6 +174,26 @@ fn print_files(files: &[FilePlan]) {
     }
 }
 
+/// Entries left alone because npc did not write them: shown whether or not
+/// their file changes otherwise, with the flag that resolves them.
+fn print_conflicts(files: &[FilePlan]) {
+    if !has_conflicts(files) {
+        return;
+    }
+    println!("\nConflicts in agent files (left alone):\n");
+    for f in files {
+        for name in &f.conflicts {
+            println!(
+                "    ! {}: `{name}` is an entry npc did not write; the manifest server of that name is not written there",
+                f.path
+            );
+        }
+    }
+    println!(
+        "\n  Replace them with the manifest's servers: `npc apply --force-agent-files` (npc manages them from then on)."
+    );
+}
+
 /// Project files by default; the user-level ones only when asked.
 fn scope(user: bool) -> anyhow::Result<crate::native::Scope> {
     if !user {
@@ -163,15 +211,15 @@ pub fn plan(
     manifest: Option<PathBuf>,
     format: Format,
     detailed_exitcode: bool,
-    user: bool,
+    opts: FileOptions,
 ) -> anyhow::Result<Exit> {
     let Some((model, paths)) = load(manifest)? else {
         return Ok(Exit::Failed);
     };
     let (observed, against) = tokio()?.block_on(observed(&paths))?;
     let plan = compute(&model, &paths, &observed);
-    let files = files::plan_files(&model, &paths, read_store(&paths).as_ref(), &scope(user)?);
-    let file_changes = files.iter().any(FilePlan::is_change);
+    let files = opts.plan(&model, &paths)?;
+    let file_changes = files.iter().any(FilePlan::is_change) || has_conflicts(&files);
     match format {
         Format::Json => {
             let mut doc = plan::render_json(&plan, &against);
@@ -179,7 +227,7 @@ pub fn plan(
             println!("{}", serde_json::to_string_pretty(&doc)?);
         }
         Format::Human => {
-            if plan.has_changes() || !file_changes {
+            if plan.has_changes() || !files.iter().any(FilePlan::is_change) {
                 print!("{}", plan::render_human(&plan, &against));
             }
             print_files(&files);
@@ -197,27 +245,35 @@ pub fn plan(
     )
 }
 
-pub fn apply(manifest: Option<PathBuf>, auto_approve: bool, user: bool) -> anyhow::Result<Exit> {
+pub fn apply(
+    manifest: Option<PathBuf>,
+    auto_approve: bool,
+    opts: FileOptions,
+) -> anyhow::Result<Exit> {
     let Some((model, paths)) = load(manifest)? else {
         return Ok(Exit::Failed);
     };
     let rt = tokio()?;
     let (observed, against) = rt.block_on(observed(&paths))?;
     let plan = compute(&model, &paths, &observed);
-    let files = files::plan_files(&model, &paths, read_store(&paths).as_ref(), &scope(user)?);
+    let files = opts.plan(&model, &paths)?;
     let file_changes = files.iter().any(FilePlan::is_change);
     if plan.has_changes() || !file_changes {
         print!("{}", plan::render_human(&plan, &against));
     }
     print_files(&files);
-    if files.iter().any(|f| f.error.is_some()) {
-        eprintln!(
-            "error: npc cannot write the files marked `!` above; fix them, then apply again (nothing was applied)"
-        );
-        return Ok(Exit::Failed);
-    }
+    // A broken agent file is left alone; everything else still applies.
+    let broken = files.iter().any(|f| f.error.is_some());
+    let report_broken = || {
+        if broken {
+            eprintln!(
+                "error: npc left the files marked `!` above untouched; fix them, then apply again (everything else was applied)"
+            );
+        }
+    };
     if !plan.has_changes() && !file_changes {
-        return Ok(Exit::Ok);
+        report_broken();
+        return Ok(if broken { Exit::Failed } else { Exit::Ok });
     }
     if plan.changes.iter().any(|c| c.action == Action::Refuse) {
         eprintln!(
@@ -246,10 +302,24 @@ pub fn apply(manifest: Option<PathBuf>, auto_approve: bool, user: bool) -> anyho
         let answer = rt
             .block_on(Client::call(&socket, &Request::Apply))
             .with_context(|| format!("the daemon (pid {pid}) did not apply"))?;
-        return Ok(print_outcome(
-            &answer,
-            &format!("through the daemon (pid {pid})"),
-        ));
+        let mut exit = print_outcome(&answer, &format!("through the daemon (pid {pid})"));
+        // The daemon never replaces an entry it did not write; a forced
+        // replacement is written here, and the store records it as managed
+        // so the daemon keeps it in step from now on.
+        if opts.force_agent_files && file_changes && exit == Exit::Ok {
+            let forced: Vec<FilePlan> = opts
+                .plan(&model, &paths)?
+                .into_iter()
+                .filter(|f| f.is_change())
+                .collect();
+            let store = Store::open(paths.db())?;
+            if !print_written(rt.block_on(files::write_files(&forced, &store))) {
+                exit = Exit::Failed;
+            }
+            rt.block_on(store.flush())?;
+        }
+        report_broken();
+        return Ok(if broken { Exit::Failed } else { exit });
     }
     // No daemon: the one-shot parts. Record the applied state so plans and a
     // later daemon start from it; processes start with `npc daemon`.
@@ -257,16 +327,8 @@ pub fn apply(manifest: Option<PathBuf>, auto_approve: bool, user: bool) -> anyho
     let store = runtime::open_store(&paths)?;
     let desired = plan::desired(&model, &runtime::external_inputs(&model, &paths.root));
     rt.block_on(runtime::record_state(&store, &plan::observe(&desired)))?;
-    let mut failed = false;
-    for (path, outcome) in rt.block_on(files::write_files(&files, &store)) {
-        match outcome {
-            Ok(what) => println!("      {path}: {what}"),
-            Err(e) => {
-                failed = true;
-                println!("      {path}: not written: {e}");
-            }
-        }
-    }
+    let written: Vec<FilePlan> = files.into_iter().filter(|f| f.error.is_none()).collect();
+    let failed = !print_written(rt.block_on(files::write_files(&written, &store))) || broken;
     for change in plan.actionable() {
         let note = match change.id.kind {
             plan::Kind::McpServer | plan::Kind::PanePlugin if change.action != Action::Remove => {
@@ -278,7 +340,23 @@ pub fn apply(manifest: Option<PathBuf>, auto_approve: bool, user: bool) -> anyho
     }
     rt.block_on(store.flush())?;
     println!("\nApplied without a daemon. Run `npc daemon` to start the supervised components.");
+    report_broken();
     Ok(if failed { Exit::Failed } else { Exit::Ok })
+}
+
+/// One line per written file; whether every write succeeded.
+fn print_written(results: Vec<(String, Result<&'static str, String>)>) -> bool {
+    let mut ok = true;
+    for (path, outcome) in results {
+        match outcome {
+            Ok(what) => println!("      {path}: {what}"),
+            Err(e) => {
+                ok = false;
+                println!("      {path}: not written: {e}");
+            }
+        }
+    }
+    ok
 }
 
 fn print_outcome(answer: &serde_json::Value, how: &str) -> Exit {

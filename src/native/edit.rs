@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use toml_edit::{DocumentMut, Item, Table};
 
 use super::export::{self, Entry, JsonKind, Rendered};
+use super::jsonc::{self, Dialect};
 use super::{NativeError, PlanOptions, ProviderKind, line_col};
 use crate::model::Manifest;
 
@@ -87,7 +88,7 @@ impl Rules<'_> {
                     if !self.opts.force {
                         self.conflicts.push(name.to_string());
                         self.notes.push(format!(
-                            "`{name}`: `{}` already has an entry of this name that npc did not write; left alone (force to replace it)",
+                            "`{name}`: `{}` already has an entry of this name that npc did not write; left alone (`--force-agent-files` replaces it)",
                             path.display()
                         ));
                         return Decision::Nothing;
@@ -141,6 +142,32 @@ pub fn parse_json_object(path: &Path, text: &str) -> Result<Map<String, Value>, 
     }
 }
 
+/// What a JSON target's reader accepts beyond plain JSON; `None` for
+/// strict JSON (Claude Code).
+pub fn dialect(kind: ProviderKind) -> Option<Dialect> {
+    match kind {
+        ProviderKind::GeminiCli => Some(Dialect {
+            trailing_commas: false,
+        }),
+        ProviderKind::Opencode => Some(Dialect {
+            trailing_commas: true,
+        }),
+        ProviderKind::ClaudeCode | ProviderKind::Codex => None,
+    }
+}
+
+/// Parse a JSON target's text in its own dialect: the top-level object and,
+/// when the text held comments, its comment-free form (same offsets).
+pub fn parse_native_json(
+    path: &Path,
+    kind: ProviderKind,
+    text: &str,
+) -> Result<(Map<String, Value>, Option<String>), NativeError> {
+    let stripped = dialect(kind).and_then(|d| jsonc::strip(text, d));
+    let root = parse_json_object(path, stripped.as_deref().unwrap_or(text))?;
+    Ok((root, stripped))
+}
+
 fn edit_json(
     path: &Path,
     json: JsonKind,
@@ -150,9 +177,9 @@ fn edit_json(
     previously: &BTreeSet<String>,
     opts: PlanOptions,
 ) -> Result<Edited, NativeError> {
-    let mut root = match before {
-        Some(text) => parse_json_object(path, text)?,
-        None => Map::new(),
+    let (mut root, stripped) = match before {
+        Some(text) => parse_native_json(path, kind, text)?,
+        None => (Map::new(), None),
     };
     let original = root.clone();
     let key = container_key(json);
@@ -203,9 +230,22 @@ fn edit_json(
     if had_container || !servers.is_empty() {
         root.insert(key.to_string(), Value::Object(servers));
     }
+    let commented = match (before, &stripped) {
+        (Some(text), Some(stripped)) if root != original => {
+            keep_comments(text, stripped, original.clone(), root.clone(), kind)
+        }
+        _ => None,
+    };
+    if stripped.is_some() && root != original && commented.is_none() {
+        rules.notes.push(format!(
+            "`{}` holds comments npc could not keep in place; they are dropped",
+            path.display()
+        ));
+    }
     let after = match before {
         Some(text) if root == original => text.to_string(),
         None if root.is_empty() => String::new(),
+        _ if commented.is_some() => commented.unwrap_or_default(),
         _ => {
             let mut s = serde_json::to_string_pretty(&Value::Object(root)).map_err(|e| {
                 NativeError::Shape {
@@ -223,6 +263,23 @@ fn edit_json(
         managed: rules.managed,
         conflicts: rules.conflicts,
     })
+}
+
+/// The edited text with the original's comments in place, checked by
+/// parsing it back; `None` when the check fails.
+fn keep_comments(
+    text: &str,
+    stripped: &str,
+    original: Map<String, Value>,
+    edited: Map<String, Value>,
+    kind: ProviderKind,
+) -> Option<String> {
+    let (old, new) = (Value::Object(original), Value::Object(edited));
+    let after = jsonc::rewrite(text, stripped, &old, &new)?;
+    let dialect = dialect(kind)?;
+    let check = jsonc::strip(&after, dialect);
+    let parsed: Value = serde_json::from_str(check.as_deref().unwrap_or(&after)).ok()?;
+    (parsed == new).then_some(after)
 }
 
 /// Parse a TOML file, reporting line and column on failure.

@@ -12,15 +12,32 @@ use crate::model::{
     DEFAULT_STARTUP_TIMEOUT_MS, DEFAULT_TOOL_TIMEOUT_MS, McpServer, McpTransport, Text,
 };
 
+// What each CLI accepts, checked in the schemas inside the installed npm
+// packages (claude 2.1.197, gemini 0.61.0, opencode 1.18.33, codex 0.171.0):
+// - Claude Code: stdio `{type, command, args, env, timeout}`, http `{type,
+//   url, headers, timeout}`; `timeout` is a per-tool-call limit in ms whose
+//   default is longer than any the manifest allows. No `cwd`, no switch.
+// - Gemini CLI: `{command, args, env, cwd}` or `{type: "http" | "sse", url,
+//   headers}` (`httpUrl` is deprecated); `timeout` in ms defaults to 600 s;
+//   `includeTools`/`excludeTools`; no per-server switch. The file may hold
+//   `//` and `/* */` comments (read with `strip-json-comments`).
+// - OpenCode: local `{type: "local", command: [..], cwd, environment,
+//   enabled, timeout}`, remote `{type: "remote", url, headers, enabled,
+//   timeout}`; `timeout` in ms per request defaults to 5 s.
+
 /// Keys of a Claude Code `.mcp.json` entry that npc writes.
-pub const CLAUDE_KEYS: &[&str] = &["type", "command", "args", "env", "url", "headers"];
+pub const CLAUDE_KEYS: &[&str] = &[
+    "type", "command", "args", "env", "url", "headers", "timeout",
+];
 /// Keys of a Gemini CLI `mcpServers` entry that npc writes.
 pub const GEMINI_KEYS: &[&str] = &[
+    "type",
     "command",
     "args",
     "env",
     "cwd",
     "url",
+    // No longer written, still owned: an entry an older npc wrote loses it.
     "httpUrl",
     "headers",
     "timeout",
@@ -28,7 +45,16 @@ pub const GEMINI_KEYS: &[&str] = &[
     "excludeTools",
 ];
 /// Keys of an OpenCode `mcp` entry that npc writes.
-pub const OPENCODE_KEYS: &[&str] = &["type", "command", "environment", "url", "headers"];
+pub const OPENCODE_KEYS: &[&str] = &[
+    "type",
+    "command",
+    "cwd",
+    "environment",
+    "url",
+    "headers",
+    "enabled",
+    "timeout",
+];
 /// Keys of a Codex `[mcp_servers.NAME]` table that npc writes.
 pub const CODEX_KEYS: &[&str] = &[
     "command",
@@ -146,7 +172,7 @@ pub fn json_entry(kind: JsonKind, name: &str, server: &McpServer) -> Entry<Map<S
         kind,
         notes: Vec::new(),
     };
-    if !server.enabled {
+    if !server.enabled && kind != JsonKind::Opencode {
         cx.note(format!(
             "disabled, and {} has no per-server switch: not written",
             kind.label()
@@ -207,8 +233,8 @@ pub fn json_entry(kind: JsonKind, name: &str, server: &McpServer) -> Entry<Map<S
                     if !env.is_empty() {
                         e.insert("environment".into(), Value::Object(env));
                     }
-                    if cwd.is_some() {
-                        cx.note("`cwd` is not supported by opencode and was left out");
+                    if let Some(cwd) = cwd {
+                        e.insert("cwd".into(), json!(cwd));
                     }
                 }
             }
@@ -246,7 +272,10 @@ pub fn json_entry(kind: JsonKind, name: &str, server: &McpServer) -> Entry<Map<S
                     e.insert("url".into(), json!(url));
                 }
                 JsonKind::Gemini => {
-                    e.insert("httpUrl".into(), json!(url));
+                    // `httpUrl` is deprecated in Gemini CLI 0.61: `type`
+                    // picks the transport and `url` holds the address.
+                    e.insert("type".into(), json!("http"));
+                    e.insert("url".into(), json!(url));
                 }
                 JsonKind::Opencode => {
                     e.insert("type".into(), json!("remote"));
@@ -259,7 +288,11 @@ pub fn json_entry(kind: JsonKind, name: &str, server: &McpServer) -> Entry<Map<S
         }
     }
     if kind == JsonKind::Gemini {
-        e.insert("timeout".into(), json!(server.tool_timeout_ms));
+        // Only when the manifest sets one: the CLI's own default (600 s)
+        // is longer than the manifest's.
+        if server.tool_timeout_ms != DEFAULT_TOOL_TIMEOUT_MS {
+            e.insert("timeout".into(), json!(server.tool_timeout_ms));
+        }
         if let Some(tools) = &server.enabled_tools {
             e.insert("includeTools".into(), json!(tools));
         }
@@ -273,11 +306,25 @@ pub fn json_entry(kind: JsonKind, name: &str, server: &McpServer) -> Entry<Map<S
                 kind.label()
             ));
         }
-        if server.startup_timeout_ms != DEFAULT_STARTUP_TIMEOUT_MS
-            || server.tool_timeout_ms != DEFAULT_TOOL_TIMEOUT_MS
-        {
+        match kind {
+            // Claude's own default is longer than any manifest value: only
+            // a timeout the manifest sets is written.
+            JsonKind::Claude if server.tool_timeout_ms != DEFAULT_TOOL_TIMEOUT_MS => {
+                e.insert("timeout".into(), json!(server.tool_timeout_ms));
+            }
+            // OpenCode's own default (5 s) is shorter than the manifest's:
+            // always written, so the manifest's value holds.
+            JsonKind::Opencode => {
+                if !server.enabled {
+                    e.insert("enabled".into(), json!(false));
+                }
+                e.insert("timeout".into(), json!(server.tool_timeout_ms));
+            }
+            _ => {}
+        }
+        if server.startup_timeout_ms != DEFAULT_STARTUP_TIMEOUT_MS {
             cx.note(format!(
-                "per-server timeouts cannot be expressed for {} and were left out",
+                "a startup timeout cannot be expressed for {} and was left out",
                 kind.label()
             ));
         }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 use toml_edit::{Array, DocumentMut, InlineTable, Item, Table};
 
-use super::edit::{parse_json_object, parse_toml};
+use super::edit::{parse_native_json, parse_toml};
 use super::refs::{self, Segment, Syntax};
 use super::{NativeError, ProviderKind, read_existing};
 use crate::model::{DEFAULT_STARTUP_TIMEOUT_MS, DEFAULT_TOOL_TIMEOUT_MS, MAX_MCP_TIMEOUT_MS};
@@ -66,26 +66,44 @@ impl ImportedServer {
     }
 }
 
+/// Servers read from one native file, and which agent CLI's file it is.
+pub type Imported = (ProviderKind, Vec<(String, ImportedServer)>);
+
 /// Read the native MCP file at `path`; its kind comes from its name, or
 /// failing that from its shape.
-pub fn import(path: &Path) -> Result<Vec<(String, ImportedServer)>, NativeError> {
+pub fn import(path: &Path) -> Result<Imported, NativeError> {
     let text = read_existing(path)?.ok_or_else(|| NativeError::Read {
         path: path.into(),
         source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
     })?;
-    import_str(path, &text)
+    import_with_kind(path, &text)
 }
 
 /// [`import`] on text already read; `path` names the file and decides its kind.
 pub fn import_str(path: &Path, text: &str) -> Result<Vec<(String, ImportedServer)>, NativeError> {
+    import_with_kind(path, text).map(|(_, entries)| entries)
+}
+
+/// [`import_str`], with the kind it decided.
+pub fn import_with_kind(path: &Path, text: &str) -> Result<Imported, NativeError> {
     let kind = match kind_from_name(path) {
         Some(kind) => kind,
         None => kind_from_shape(path, text)?,
     };
-    if kind == ProviderKind::Codex {
-        return import_codex(path, text);
-    }
-    let root = parse_json_object(path, text)?;
+    let entries = if kind == ProviderKind::Codex {
+        import_codex(path, text)?
+    } else {
+        import_json(path, kind, text)?
+    };
+    Ok((kind, entries))
+}
+
+fn import_json(
+    path: &Path,
+    kind: ProviderKind,
+    text: &str,
+) -> Result<Vec<(String, ImportedServer)>, NativeError> {
+    let (root, _) = parse_native_json(path, kind, text)?;
     let key = if kind == ProviderKind::Opencode {
         "mcp"
     } else {
@@ -107,14 +125,75 @@ pub fn import_str(path: &Path, text: &str) -> Result<Vec<(String, ImportedServer
             at: format!("{key}.{name}"),
             entry,
         };
-        let server = match kind {
-            ProviderKind::ClaudeCode => claude(&f)?,
-            ProviderKind::GeminiCli => gemini(&f)?,
-            _ => opencode(&f)?,
-        };
-        out.push((name.clone(), named(name, server)));
+        out.push((name.clone(), named(name, json_server(kind, &f)?)));
     }
     Ok(out)
+}
+
+fn json_server(kind: ProviderKind, f: &Fields<'_>) -> Result<ImportedServer, NativeError> {
+    match kind {
+        ProviderKind::ClaudeCode => claude(f),
+        ProviderKind::GeminiCli => gemini(f),
+        _ => opencode(f),
+    }
+}
+
+/// Whether `imported` (read from a `kind` file) is what npc writes there
+/// for the manifest's `server`: the entry npc keeps in step. Both sides go
+/// through the same export and import, so what the file cannot express
+/// does not count as a difference.
+pub fn same_as_manifest(
+    kind: ProviderKind,
+    name: &str,
+    server: &crate::model::McpServer,
+    imported: &ImportedServer,
+) -> bool {
+    use super::export::{self, JsonKind, Rendered};
+    let path = Path::new("");
+    let at = String::new();
+    let ours = match kind {
+        ProviderKind::Codex => {
+            let Rendered::Write(kv) = export::codex_entry(name, server).rendered else {
+                return false;
+            };
+            let mut table = Table::new();
+            for (k, v) in kv {
+                table.insert(k, Item::Value(v));
+            }
+            codex(&TomlFields {
+                path,
+                at,
+                entry: &table,
+            })
+        }
+        _ => {
+            let json = match kind {
+                ProviderKind::ClaudeCode => JsonKind::Claude,
+                ProviderKind::GeminiCli => JsonKind::Gemini,
+                _ => JsonKind::Opencode,
+            };
+            let Rendered::Write(entry) = export::json_entry(json, name, server).rendered else {
+                return false;
+            };
+            json_server(
+                kind,
+                &Fields {
+                    path,
+                    at,
+                    entry: &entry,
+                },
+            )
+        }
+    };
+    ours.is_ok_and(|ours| {
+        ImportedServer {
+            notes: Vec::new(),
+            ..ours
+        } == ImportedServer {
+            notes: Vec::new(),
+            ..imported.clone()
+        }
+    })
 }
 
 /// Whether the manifest accepts `name` as an entry name.
@@ -157,17 +236,18 @@ fn kind_from_name(path: &Path) -> Option<ProviderKind> {
 }
 
 /// Keys only a Gemini CLI entry has.
-const GEMINI_ONLY: [&str; 6] = [
-    "httpUrl",
-    "timeout",
-    "trust",
-    "includeTools",
-    "excludeTools",
-    "cwd",
-];
+const GEMINI_ONLY: [&str; 5] = ["httpUrl", "trust", "includeTools", "excludeTools", "cwd"];
 
 fn kind_from_shape(path: &Path, text: &str) -> Result<ProviderKind, NativeError> {
-    if let Ok(Value::Object(root)) = serde_json::from_str::<Value>(text) {
+    let lenient = super::jsonc::strip(
+        text,
+        super::jsonc::Dialect {
+            trailing_commas: true,
+        },
+    );
+    if let Ok(Value::Object(root)) =
+        serde_json::from_str::<Value>(lenient.as_deref().unwrap_or(text))
+    {
         if root.get("mcp").is_some_and(Value::is_object) {
             return Ok(ProviderKind::Opencode);
         }
@@ -367,6 +447,7 @@ fn claude(f: &Fields<'_>) -> Result<ImportedServer, NativeError> {
         return Err(no_transport(f, "`command` or `url`"));
     };
     Ok(ImportedServer {
+        tool_timeout_ms: non_default(f.millis("timeout")?, DEFAULT_TOOL_TIMEOUT_MS),
         notes,
         ..ImportedServer::new(transport)
     })
@@ -387,10 +468,15 @@ fn gemini(f: &Fields<'_>) -> Result<ImportedServer, NativeError> {
     } else if let Some(url) = f.str("httpUrl")? {
         http(url, f.map("headers")?, syntax)
     } else if let Some(url) = f.str("url")? {
-        notes.push(
-            "SSE transport (`url`) imported as streamable HTTP; check the server supports it"
-                .into(),
-        );
+        // `type` picks the transport; without one the CLI tries streamable
+        // HTTP first.
+        match f.str("type")? {
+            None | Some("http") => {}
+            Some("sse") => notes.push(
+                "SSE transport imported as streamable HTTP; check the server supports it".into(),
+            ),
+            Some(_) => return Err(f.err("type", "`http` or `sse`")),
+        }
         http(url, f.map("headers")?, syntax)
     } else {
         return Err(no_transport(f, "`command`, `httpUrl` or `url`"));
@@ -418,11 +504,12 @@ fn opencode(f: &Fields<'_>) -> Result<ImportedServer, NativeError> {
             let Some(program) = command.next() else {
                 return Err(f.err("command", "a non-empty array of strings"));
             };
+            let cwd = f.str("cwd")?.map(str::to_string);
             stdio(
                 &program,
                 command.collect(),
                 f.map("environment")?,
-                None,
+                cwd,
                 syntax,
                 &mut notes,
             )
@@ -442,6 +529,7 @@ fn opencode(f: &Fields<'_>) -> Result<ImportedServer, NativeError> {
     };
     Ok(ImportedServer {
         enabled: f.bool("enabled")?.unwrap_or(true),
+        tool_timeout_ms: non_default(f.millis("timeout")?, DEFAULT_TOOL_TIMEOUT_MS),
         notes,
         ..ImportedServer::new(transport)
     })
@@ -706,6 +794,22 @@ pub fn to_manifest_toml(entries: &[(String, ImportedServer)]) -> String {
     doc.to_string()
 }
 
+/// `text` as the body of one TOML comment line: every control character
+/// (a newline above all, which would end the comment and turn the rest of
+/// the text into live TOML) is written as its escape, so whatever a file
+/// contains, a comment stays a comment.
+pub fn comment_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() && c != '\t' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn implicit_table() -> Item {
     let mut t = Table::new();
     t.set_implicit(true);
@@ -724,7 +828,11 @@ fn insert_servers(root: &mut Table, entries: &[(String, ImportedServer)]) -> Opt
     for (name, server) in entries {
         let mut table = server_table(server);
         if !server.notes.is_empty() {
-            let comments: String = server.notes.iter().map(|n| format!("# {n}\n")).collect();
+            let comments: String = server
+                .notes
+                .iter()
+                .map(|n| format!("# {}\n", comment_line(n)))
+                .collect();
             table.decor_mut().set_prefix(format!("\n{comments}"));
         }
         servers.insert(name, Item::Table(table));
@@ -732,16 +840,75 @@ fn insert_servers(root: &mut Table, entries: &[(String, ImportedServer)]) -> Opt
     Some(())
 }
 
+/// How [`merge_into_manifest`] treats a name the manifest already declares
+/// with a different entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MergeOptions {
+    /// Replace the manifest's entry with the imported one (`--replace`).
+    pub replace: bool,
+}
+
+/// The merged manifest text and what happened to each imported name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Merged {
+    pub text: String,
+    /// New to the manifest.
+    pub added: Vec<String>,
+    /// Already declared with the same entry: left as it is.
+    pub unchanged: Vec<String>,
+    /// Declared with a different entry and replaced (only with `replace`).
+    pub replaced: Vec<String>,
+}
+
+/// One `[mcp.servers.NAME]` table as manifest text, for a diff.
+fn table_text(name: &str, table: &Table) -> String {
+    let mut doc = DocumentMut::new();
+    let mut bare = table.clone();
+    bare.decor_mut().clear();
+    insert_servers_raw(doc.as_table_mut(), name, bare);
+    doc.to_string()
+}
+
+fn insert_servers_raw(root: &mut Table, name: &str, table: Table) -> Option<()> {
+    let mcp = root
+        .entry("mcp")
+        .or_insert_with(implicit_table)
+        .as_table_mut()?;
+    let servers = mcp
+        .entry("servers")
+        .or_insert_with(implicit_table)
+        .as_table_mut()?;
+    servers.insert(name, Item::Table(table));
+    Some(())
+}
+
+/// Whether two TOML tables mean the same, whatever their layout.
+fn same_table(a: &Table, b: &Table) -> bool {
+    let text = |t: &Table| {
+        let mut doc = DocumentMut::new();
+        for (k, v) in t.iter() {
+            doc.insert(k, v.clone());
+        }
+        doc.to_string().parse::<toml::Table>().ok()
+    };
+    matches!((text(a), text(b)), (Some(a), Some(b)) if a == b)
+}
+
 /// Merge the entries into an existing `npcagent.toml`, keeping its
-/// comments and layout. A name the manifest already declares is an error.
+/// comments and layout. A name the manifest already declares is left
+/// alone when its entry is the same — by the manifest's own text, or by
+/// `same(name, server)` (see [`same_as_manifest`]) — and replaced with
+/// `opts.replace`; otherwise the merge fails with a diff of each.
 pub fn merge_into_manifest(
     manifest_text: &str,
     entries: &[(String, ImportedServer)],
-) -> Result<String, NativeError> {
+    same: impl Fn(&str, &ImportedServer) -> bool,
+    opts: MergeOptions,
+) -> Result<Merged, NativeError> {
     let path = PathBuf::from(crate::model::MANIFEST_NAMES[0]);
     let mut doc = parse_toml(&path, manifest_text)?;
     let not_table = || shape(&path, "`mcp` and `mcp.servers` must be tables".into());
-    let existing: Vec<String> = match doc.get("mcp") {
+    let existing: Vec<(String, Table)> = match doc.get("mcp") {
         None => Vec::new(),
         Some(mcp) => match mcp.as_table().ok_or_else(not_table)?.get("servers") {
             None => Vec::new(),
@@ -749,20 +916,62 @@ pub fn merge_into_manifest(
                 .as_table()
                 .ok_or_else(not_table)?
                 .iter()
-                .map(|(k, _)| k.to_string())
-                .collect(),
+                .map(|(k, v)| {
+                    v.as_table()
+                        .map(|t| (k.to_string(), t.clone()))
+                        .ok_or_else(not_table)
+                })
+                .collect::<Result<_, _>>()?,
         },
     };
-    let taken: Vec<String> = entries
-        .iter()
-        .filter(|(n, _)| existing.contains(n))
-        .map(|(n, _)| format!("`{n}`"))
-        .collect();
-    if !taken.is_empty() {
-        return Err(NativeError::AlreadyDeclared {
-            names: taken.join(", "),
-        });
+    let mut merged = Merged {
+        text: String::new(),
+        added: Vec::new(),
+        unchanged: Vec::new(),
+        replaced: Vec::new(),
+    };
+    let mut fresh = Vec::new();
+    let mut differing = Vec::new();
+    for (name, server) in entries {
+        let ours = existing.iter().find(|(n, _)| n == name).map(|(_, t)| t);
+        let theirs = server_table(server);
+        match ours {
+            None => {
+                merged.added.push(name.clone());
+                fresh.push((name.clone(), server.clone()));
+            }
+            Some(ours) if same_table(ours, &theirs) || same(name, server) => {
+                merged.unchanged.push(name.clone());
+            }
+            Some(ours) => differing.push((name.clone(), server.clone(), ours.clone())),
+        }
     }
-    insert_servers(doc.as_table_mut(), entries).ok_or_else(not_table)?;
-    Ok(doc.to_string())
+    if !differing.is_empty() && !opts.replace {
+        let names = differing
+            .iter()
+            .map(|(n, _, _)| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let diff = differing
+            .iter()
+            .map(|(n, s, ours)| {
+                similar::TextDiff::from_lines(
+                    &table_text(n, ours),
+                    &table_text(n, &server_table(s)),
+                )
+                .unified_diff()
+                .context_radius(super::DIFF_CONTEXT_LINES)
+                .header("manifest", "imported")
+                .to_string()
+            })
+            .collect::<String>();
+        return Err(NativeError::ImportConflict { names, diff });
+    }
+    insert_servers(doc.as_table_mut(), &fresh).ok_or_else(not_table)?;
+    for (name, server, _) in differing {
+        insert_servers(doc.as_table_mut(), &[(name.clone(), server)]).ok_or_else(not_table)?;
+        merged.replaced.push(name);
+    }
+    merged.text = doc.to_string();
+    Ok(merged)
 }

@@ -10,12 +10,15 @@
 //! entry and comment, and returns the new text with a unified diff and
 //! notes on anything a target cannot express. [`write`] replaces the file
 //! atomically, and only when the text changed. A file that does not parse
-//! is reported with its line and column and never overwritten. Secrets are
-//! written as environment references, never as values.
+//! is reported with its line and column and never overwritten. Gemini CLI
+//! and OpenCode files are read as JSON with comments (see [`jsonc`]) and
+//! rewritten with their comments kept. Secrets are written as environment
+//! references, never as values, and plan diffs redact known secret values.
 
-mod edit;
+pub(crate) mod edit;
 pub mod export;
 pub mod import;
+pub mod jsonc;
 pub mod refs;
 
 use std::collections::BTreeSet;
@@ -25,7 +28,8 @@ use crate::model::Manifest;
 pub use crate::model::ProviderKind;
 use crate::repofs::{FsError, Reason, Root, WriteOptions};
 pub use import::{
-    ImportedServer, ImportedTransport, import, import_str, merge_into_manifest, to_manifest_toml,
+    Imported, ImportedServer, ImportedTransport, MergeOptions, Merged, import, import_str,
+    import_with_kind, merge_into_manifest, same_as_manifest, to_manifest_toml,
 };
 
 /// Largest native configuration file npc reads (a user's `~/.claude.json`
@@ -134,9 +138,9 @@ pub enum NativeError {
     )]
     UnknownKind { path: PathBuf },
     #[error(
-        "MCP servers {names} are already declared in the manifest; remove or rename them, then import again"
+        "MCP servers {names} are already declared in the manifest with different entries; pass `--replace` to take the imported ones, or rename them in the file, then import again\n{diff}"
     )]
-    AlreadyDeclared { names: String },
+    ImportConflict { names: String, diff: String },
     /// Refused by the guarded file layer (a link out of the repository, a
     /// FIFO, …).
     #[error(transparent)]
@@ -249,9 +253,34 @@ pub fn plan_text(
         conflicts: edited.conflicts,
     };
     if change.is_change() {
-        change.diff = unified_diff(&change.path, change.before.as_deref(), &change.after);
+        change.diff = redacted_diff(
+            &change.path,
+            change.before.as_deref(),
+            &change.after,
+            &manifest.secret_values(),
+        );
     }
     Ok(change)
+}
+
+/// [`unified_diff`] with every known secret value replaced on both sides
+/// before diffing: the file on disk may hold a value a CLI resolved from
+/// the environment (Gemini's `mcp add` writes `${VAR}` resolved), and a
+/// plan never prints it.
+pub fn redacted_diff<S: AsRef<str>>(
+    path: &Path,
+    before: Option<&str>,
+    after: &str,
+    secrets: &[S],
+) -> String {
+    let clean = |text: &str| crate::bus::redact_str(text, secrets);
+    let before_clean = before.map(|b| clean(b).unwrap_or_else(|| b.to_string()));
+    let after_clean = clean(after);
+    unified_diff(
+        path,
+        before_clean.as_deref(),
+        after_clean.as_deref().unwrap_or(after),
+    )
 }
 
 /// A unified diff of a file's text, headed with its path.

@@ -609,7 +609,8 @@ fn import_detects_kind_by_shape_when_the_name_says_nothing() {
 
 #[test]
 fn sse_and_trust_are_imported_with_notes() {
-    let text = r#"{"mcpServers": {"s": {"url": "https://x.example/sse", "trust": true}}}"#;
+    let text =
+        r#"{"mcpServers": {"s": {"type": "sse", "url": "https://x.example/sse", "trust": true}}}"#;
     let e = import_str(Path::new(".gemini/settings.json"), text).unwrap();
     assert_eq!(e[0].1.notes.len(), 2, "{:?}", e[0].1.notes);
     let toml = to_manifest_toml(&e);
@@ -620,6 +621,11 @@ fn sse_and_trust_are_imported_with_notes() {
     );
 }
 
+/// A `same` judgement that never matches: only the manifest text decides.
+fn never(_: &str, _: &ImportedServer) -> bool {
+    false
+}
+
 #[test]
 fn manifest_toml_is_loadable_and_merge_keeps_comments() {
     let path = Path::new(".mcp.json");
@@ -628,7 +634,9 @@ fn manifest_toml_is_loadable_and_merge_keeps_comments() {
     insta::assert_snapshot!("imported_manifest_toml", printed);
 
     let existing = "# my manifest\nversion = 1\n\n[mcp.servers.old] # keep\ncommand = \"old\"\n\n[providers.claude]\nkind = \"claude_code\"\n";
-    let merged = merge_into_manifest(existing, &entries).unwrap();
+    let merged = merge_into_manifest(existing, &entries, never, MergeOptions::default())
+        .unwrap()
+        .text;
     assert!(
         merged.starts_with(existing.split("[providers").next().unwrap()),
         "{merged}"
@@ -643,14 +651,43 @@ fn manifest_toml_is_loadable_and_merge_keeps_comments() {
         ["fs", "old", "web"]
     );
 
-    let again = merge_into_manifest(&merged, &entries).unwrap_err();
-    assert!(
-        matches!(again, NativeError::AlreadyDeclared { .. }),
-        "{again}"
-    );
-    assert!(again.to_string().contains("`fs`, `web`"), "{again}");
+    // The same entries again: already declared identically, nothing changes.
+    let again = merge_into_manifest(&merged, &entries, never, MergeOptions::default()).unwrap();
+    assert_eq!(again.text, merged);
+    assert_eq!(again.unchanged, ["fs", "web"]);
+    assert!(again.added.is_empty() && again.replaced.is_empty());
 
-    let bad = merge_into_manifest("version = \n", &entries).unwrap_err();
+    // A differing entry is a conflict with a diff, resolved by `replace`.
+    let mut changed = entries.clone();
+    if let ImportedTransport::Stdio { args, .. } = &mut changed[0].1.transport {
+        args.push("--extra".into());
+    }
+    let err = merge_into_manifest(&merged, &changed, never, MergeOptions::default()).unwrap_err();
+    assert!(matches!(err, NativeError::ImportConflict { .. }), "{err}");
+    let shown = err.to_string();
+    assert!(
+        shown.contains("`fs`")
+            && !shown.contains("`web`")
+            && shown.contains("+")
+            && shown.contains("--extra")
+            && shown.contains("--replace"),
+        "{shown}"
+    );
+    let replaced =
+        merge_into_manifest(&merged, &changed, never, MergeOptions { replace: true }).unwrap();
+    assert_eq!(replaced.replaced, ["fs"]);
+    assert_eq!(replaced.unchanged, ["web"]);
+    assert!(replaced.text.contains("--extra"), "{}", replaced.text);
+    assert_eq!(
+        manifest(&replaced.text)
+            .mcp_servers
+            .keys()
+            .collect::<Vec<_>>(),
+        ["fs", "old", "web"]
+    );
+
+    let bad =
+        merge_into_manifest("version = \n", &entries, never, MergeOptions::default()).unwrap_err();
     assert!(matches!(bad, NativeError::Parse { line: 1, .. }), "{bad}");
 }
 
@@ -807,4 +844,354 @@ fn imported_names_the_manifest_would_reject_get_a_note() {
     assert_eq!(e[0].1.notes.len(), 1, "{:?}", e[0].1.notes);
     assert!(e[0].1.notes[0].contains("`github`"), "{:?}", e[0].1.notes);
     assert!(e[1].1.notes.is_empty());
+}
+
+// --- import never turns data into configuration (hostile issue §3) ---
+
+/// Arbitrary text, control characters and TOML/JSON punctuation included.
+fn hostile_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "\\PC{0,24}",
+        "[a-z\\n\\r\\t\"'#=\\[\\]{}.$\\\\ \u{7f}\u{85}\u{2028}]{0,24}",
+        Just("x\n[daemon]\nlisten = \"0.0.0.0:80\"\n#".to_string()),
+        Just("y\r\n[hooks.h]\nbefore_tool = \"sh -c evil\"".to_string()),
+    ]
+}
+
+/// One native file of `kind` declaring `servers` (name, command, arg,
+/// env value), built with each format's own serializer.
+fn native_file(kind: ProviderKind, servers: &[(String, String, String, String)]) -> String {
+    match kind {
+        ProviderKind::Codex => {
+            let mut doc = toml_edit::DocumentMut::new();
+            let mut all = toml_edit::Table::new();
+            for (name, command, arg, value) in servers {
+                let mut t = toml_edit::Table::new();
+                t["command"] = toml_edit::value(command.as_str());
+                let mut args = toml_edit::Array::new();
+                args.push(arg.as_str());
+                t["args"] = toml_edit::value(args);
+                let mut env = toml_edit::InlineTable::new();
+                env.insert("K", value.as_str().into());
+                t["env"] = toml_edit::value(env);
+                all.insert(name, toml_edit::Item::Table(t));
+            }
+            doc.insert("mcp_servers", toml_edit::Item::Table(all));
+            doc.to_string()
+        }
+        _ => {
+            let mut all = serde_json::Map::new();
+            for (name, command, arg, value) in servers {
+                let entry = if kind == ProviderKind::Opencode {
+                    serde_json::json!({"type": "local", "command": [command, arg], "environment": {"K": value}})
+                } else {
+                    serde_json::json!({"command": command, "args": [arg], "env": {"K": value}})
+                };
+                all.insert(name.clone(), entry);
+            }
+            let key = if kind == ProviderKind::Opencode {
+                "mcp"
+            } else {
+                "mcpServers"
+            };
+            serde_json::json!({ key: all }).to_string()
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever names and values a file holds, the printed and the merged
+    /// manifest parse, and declare exactly the imported servers and nothing
+    /// else: no text escapes a comment or a string into live TOML.
+    #[test]
+    fn import_output_declares_only_what_was_imported(
+        servers in prop::collection::btree_map(
+            hostile_text(),
+            (hostile_text(), hostile_text(), hostile_text()),
+            1..4,
+        ),
+        which in 0usize..4,
+    ) {
+        let kind = ProviderKind::ALL[which];
+        let servers: Vec<(String, String, String, String)> = servers
+            .into_iter()
+            .filter(|(_, (command, _, _))| !command.is_empty())
+            .map(|(n, (c, a, v))| (n, c, a, v))
+            .collect();
+        prop_assume!(!servers.is_empty());
+        let path = target_path(Path::new("/repo"), &Target::project(kind));
+        let text = native_file(kind, &servers);
+        let entries = import_str(&path, &text).unwrap();
+        let want: BTreeSet<&str> = servers.iter().map(|(n, ..)| n.as_str()).collect();
+        let check = |out: &str, extra: &[&str]| {
+            let doc: toml::Table = out.parse().unwrap_or_else(|e| panic!("{e}\n{out}"));
+            let mut top: Vec<&str> = doc.keys().map(String::as_str).collect();
+            top.sort_unstable();
+            let mut expected_top = vec!["mcp"];
+            expected_top.extend(extra);
+            expected_top.sort_unstable();
+            prop_assert_eq!(top, expected_top, "{}", out);
+            let mcp = doc["mcp"].as_table().unwrap();
+            prop_assert_eq!(mcp.keys().collect::<Vec<_>>(), vec!["servers"], "{}", out);
+            let declared = mcp["servers"].as_table().unwrap();
+            let got: BTreeSet<&str> = declared.keys().map(String::as_str).filter(|n| *n != "base").collect();
+            prop_assert_eq!(&got, &want, "{}", out);
+            for (name, command, ..) in &servers {
+                let s = declared[name.as_str()].as_table().unwrap();
+                prop_assert_eq!(s["command"].as_str(), Some(command.as_str()));
+                let keys: BTreeSet<&str> = s.keys().map(String::as_str).collect();
+                prop_assert!(keys.is_subset(&["command", "args", "env"].into()), "{:?}", keys);
+                // Values come back in manifest spelling: `$` doubled unless
+                // it was a reference; the text itself is never dropped.
+                let args = s.get("args").and_then(|a| a.as_array()).map(|a| a.len()).unwrap_or(0);
+                prop_assert_eq!(args, 1, "{}", out);
+                prop_assert!(s.get("env").and_then(|e| e.get("K")).is_some_and(toml::Value::is_str), "{}", out);
+            }
+            Ok(())
+        };
+        check(&to_manifest_toml(&entries), &[])?;
+        let base = "version = 1\n# keep\n[mcp.servers.base]\ncommand = \"b\"\n";
+        let merged = merge_into_manifest(base, &entries, never, MergeOptions::default());
+        // A name equal to `base` is a conflict (with a diff), never a merge.
+        if let Ok(merged) = merged {
+            check(&merged.text, &["version"])?;
+        }
+    }
+}
+
+#[test]
+fn a_newline_in_a_name_stays_inside_its_comment() {
+    let text = r#"{"mcpServers": {"x\n[daemon]\nlisten = \"0.0.0.0:9\"\n": {"command": "c"}}}"#;
+    let entries = import_str(Path::new(".mcp.json"), text).unwrap();
+    let out = to_manifest_toml(&entries);
+    let doc: toml::Table = out.parse().unwrap();
+    assert_eq!(doc.keys().collect::<Vec<_>>(), ["mcp"], "{out}");
+    assert!(out.contains("# `x\\n[daemon]\\nlisten"), "{out}");
+    assert_eq!(
+        import::comment_line("a\nb\r\u{7f}\tc"),
+        "a\\nb\\r\\u{7f}\tc"
+    );
+}
+
+#[test]
+fn same_as_manifest_holds_for_what_npc_writes_in_every_format() {
+    let m = manifest(SAMPLE);
+    for kind in ProviderKind::ALL {
+        let c = plan(kind, None, &m, &none());
+        let path = target_path(Path::new("/repo"), &Target::project(kind));
+        let imported = import_str(&path, &c.after).unwrap();
+        assert!(!imported.is_empty(), "{kind:?}");
+        for (name, server) in &imported {
+            assert!(
+                same_as_manifest(kind, name, &m.mcp_servers[name], server),
+                "{kind:?} `{name}`: {server:?}\n{}",
+                c.after
+            );
+        }
+        // A changed file entry is no longer the manifest's.
+        let (name, server) = &imported[0];
+        let mut other = server.clone();
+        other.enabled_tools = Some(vec!["zzz".into()]);
+        other.transport = ImportedTransport::Stdio {
+            command: "other".into(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: None,
+        };
+        assert!(!same_as_manifest(kind, name, &m.mcp_servers[name], &other));
+    }
+}
+
+// --- plan diffs redact known secrets on both sides (hostile issue §7) ---
+
+#[test]
+fn diffs_redact_secret_values_a_cli_resolved_into_the_file() {
+    let m = manifest(SAMPLE);
+    // Gemini's `mcp add` wrote the value, not the reference.
+    let before = format!(
+        "{{\"mcpServers\": {{\"fs\": {{\"command\": \"npx\", \"env\": {{\"API_KEY\": \"{KEY_VALUE}\"}}}}}}}}"
+    );
+    let c = plan(ProviderKind::GeminiCli, Some(&before), &m, &names(&["fs"]));
+    assert!(c.is_change());
+    assert_no_secret("diff", &c.diff);
+    assert_no_secret("notes", &c.notes.join("\n"));
+    assert!(
+        c.diff.contains("-") && c.diff.contains("<redacted>"),
+        "{}",
+        c.diff
+    );
+    assert_no_secret(
+        "diff",
+        &redacted_diff(
+            Path::new("f"),
+            Some(KEY_VALUE),
+            TOKEN_VALUE,
+            &[KEY_VALUE, TOKEN_VALUE],
+        ),
+    );
+}
+
+// --- what the agent CLIs accept (hostile issue §10) ---
+
+const GEMINI_WITH_COMMENTS: &str = r#"// Gemini settings, kept by hand
+{
+  /* the theme */
+  "theme": "dark", // trailing note
+  "mcpServers": {
+    // a server the user keeps
+    "mine": { "command": "my-server" /* inline */ },
+    "fs": { "command": "old" } // managed by npc
+  }
+}
+"#;
+
+#[test]
+fn gemini_settings_with_comments_are_read_and_their_comments_kept() {
+    let m = manifest(SAMPLE);
+    let c = plan(
+        ProviderKind::GeminiCli,
+        Some(GEMINI_WITH_COMMENTS),
+        &m,
+        &names(&["fs"]),
+    );
+    for comment in [
+        "// Gemini settings, kept by hand",
+        "/* the theme */",
+        "// trailing note",
+        "// a server the user keeps",
+        "/* inline */",
+    ] {
+        assert!(c.after.contains(comment), "lost {comment}:\n{}", c.after);
+    }
+    assert!(
+        c.notes.iter().all(|n| !n.contains("comments")),
+        "{:?}",
+        c.notes
+    );
+    let stripped = jsonc::strip(&c.after, edit::dialect(ProviderKind::GeminiCli).unwrap()).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&stripped).unwrap();
+    assert_eq!(v["theme"], "dark");
+    assert_eq!(v["mcpServers"]["mine"]["command"], "my-server");
+    assert_eq!(v["mcpServers"]["fs"]["command"], "npx");
+    assert_eq!(v["mcpServers"]["web"]["type"], "http");
+    // Applied once, the next plan changes nothing.
+    let again = plan(ProviderKind::GeminiCli, Some(&c.after), &m, &c.managed);
+    assert!(!again.is_change(), "{}", again.diff);
+    // Import reads the commented file too.
+    let imported = import_str(Path::new(".gemini/settings.json"), GEMINI_WITH_COMMENTS).unwrap();
+    assert_eq!(imported.len(), 2);
+}
+
+#[test]
+fn removing_a_managed_entry_keeps_the_comments_of_the_others() {
+    let m = manifest("version = 1\n");
+    let c = plan(
+        ProviderKind::GeminiCli,
+        Some(GEMINI_WITH_COMMENTS),
+        &m,
+        &names(&["fs"]),
+    );
+    let stripped = jsonc::strip(&c.after, edit::dialect(ProviderKind::GeminiCli).unwrap()).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&stripped).unwrap_or_else(|e| panic!("{e}\n{}", c.after));
+    assert_eq!(v["mcpServers"].as_object().unwrap().len(), 1, "{}", c.after);
+    assert!(
+        c.after.contains("// a server the user keeps"),
+        "{}",
+        c.after
+    );
+}
+
+#[test]
+fn opencode_jsonc_with_trailing_commas_is_accepted() {
+    let m = manifest(SAMPLE);
+    let before = "{\n  // mine\n  \"mcp\": {\n    \"x\": {\"type\": \"local\", \"command\": [\"x\"],},\n  },\n}\n";
+    let c = plan(ProviderKind::Opencode, Some(before), &m, &none());
+    assert!(c.after.contains("// mine"), "{}", c.after);
+    let again = plan(ProviderKind::Opencode, Some(&c.after), &m, &c.managed);
+    assert!(!again.is_change(), "{}", again.diff);
+    // Strict JSON for Claude: a comment is a parse error with its position.
+    let err = plan_text(
+        PathBuf::from(".mcp.json"),
+        ProviderKind::ClaudeCode,
+        Some("// no\n{}".into()),
+        &m,
+        &none(),
+        PlanOptions::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, NativeError::Parse { line: 1, .. }), "{err}");
+}
+
+#[test]
+fn gemini_url_entries_are_labelled_by_their_type() {
+    let text = r#"{"mcpServers": {
+        "h": {"type": "http", "url": "https://h.example/mcp"},
+        "plain": {"url": "https://p.example/mcp"},
+        "s": {"type": "sse", "url": "https://s.example/sse"}
+    }}"#;
+    let e = import_str(Path::new(".gemini/settings.json"), text).unwrap();
+    let notes: BTreeMap<&str, usize> = e.iter().map(|(n, s)| (n.as_str(), s.notes.len())).collect();
+    assert_eq!(notes, [("h", 0), ("plain", 0), ("s", 1)].into());
+    let bad = import_str(
+        Path::new(".gemini/settings.json"),
+        r#"{"mcpServers": {"b": {"type": "ws", "url": "https://b"}}}"#,
+    )
+    .unwrap_err();
+    assert!(bad.to_string().contains("mcpServers.b.type"), "{bad}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Comments anywhere between tokens: stripping gives the same value as
+    /// the comment-free text, and a plan either keeps every comment of the
+    /// entries it did not touch or says it dropped them — never a file
+    /// that Gemini would read differently.
+    #[test]
+    fn jsonc_comments_anywhere_are_read_and_edits_stay_valid(
+        names in prop::collection::btree_set("[a-z]{1,6}", 0..4),
+        comment in prop_oneof![Just("// c\n"), Just("/* c */"), Just("/* a\n b */")],
+        slots in prop::collection::vec(any::<bool>(), 64),
+        managed in any::<bool>(),
+    ) {
+        let mut servers = serde_json::Map::new();
+        for n in &names {
+            servers.insert(n.clone(), serde_json::json!({"command": n, "args": ["a"]}));
+        }
+        let plain = serde_json::to_string_pretty(&serde_json::json!({"theme": "x", "mcpServers": servers})).unwrap();
+        // Put the comment after some of the structural tokens.
+        let mut text = String::new();
+        let mut k = 0;
+        for ch in plain.chars() {
+            text.push(ch);
+            if matches!(ch, '{' | ',' | '[' | ':') {
+                if slots[k % slots.len()] {
+                    text.push_str(comment);
+                }
+                k += 1;
+            }
+        }
+        let dialect = edit::dialect(ProviderKind::GeminiCli).unwrap();
+        let stripped = jsonc::strip(&text, dialect).unwrap_or_else(|| text.clone());
+        let a: serde_json::Value = serde_json::from_str(&stripped).unwrap();
+        let b: serde_json::Value = serde_json::from_str(&plain).unwrap();
+        prop_assert_eq!(&a, &b);
+        let m = manifest(SAMPLE);
+        let prev: BTreeSet<String> = if managed { names.clone() } else { none() };
+        let c = plan(ProviderKind::GeminiCli, Some(&text), &m, &prev);
+        let after = jsonc::strip(&c.after, dialect).unwrap_or_else(|| c.after.clone());
+        let v: serde_json::Value = serde_json::from_str(&after).unwrap_or_else(|e| panic!("{e}\n{}", c.after));
+        prop_assert_eq!(&v["theme"], "x");
+        prop_assert_eq!(&v["mcpServers"]["fs"]["command"], "npx");
+        prop_assert!(!c.notes.iter().any(|n| n.contains("comments")), "{:?}\n{}", c.notes, c.after);
+        for n in &names {
+            let kept = v["mcpServers"].get(n.as_str()).is_some();
+            prop_assert_eq!(kept, !managed || m.mcp_servers.contains_key(n.as_str()), "{}", c.after);
+        }
+        let again = plan(ProviderKind::GeminiCli, Some(&c.after), &m, &c.managed);
+        prop_assert!(!again.is_change(), "{}", again.diff);
+    }
 }

@@ -26,6 +26,9 @@ pub struct FilePlan {
     pub action: &'static str,
     pub diff: String,
     pub notes: Vec<String>,
+    /// Entries npc leaves alone because a manifest server has their name
+    /// but npc did not write them (`--force-agent-files` replaces them).
+    pub conflicts: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     #[serde(skip)]
@@ -50,18 +53,14 @@ impl FilePlan {
             (None, true) => "create",
             (Some(_), true) => "update",
         };
-        let mut notes = change.notes.clone();
-        notes.extend(
-            change.conflicts.iter().map(|c| {
-                format!("conflict: `{c}` is an entry npc did not write; it is left alone")
-            }),
-        );
+        let notes = change.notes.clone();
         Self {
             path: rel(root, &change.path),
             what,
             action,
             diff: change.diff.clone(),
             notes,
+            conflicts: change.conflicts.clone(),
             error: None,
             change: Some(change),
             native: false,
@@ -76,6 +75,7 @@ impl FilePlan {
             action: "error",
             diff: String::new(),
             notes: Vec::new(),
+            conflicts: Vec::new(),
             error: Some(error),
             change: None,
             native: false,
@@ -104,7 +104,20 @@ pub fn plan_files(
     store: Option<&Store>,
     scope: &Scope,
 ) -> Vec<FilePlan> {
+    plan_files_with(manifest, paths, store, scope, PlanOptions::default())
+}
+
+/// [`plan_files`] with options: `opts.force` replaces entries npc did not
+/// write (`--force-agent-files`).
+pub fn plan_files_with(
+    manifest: &Manifest,
+    paths: &RepoPaths,
+    store: Option<&Store>,
+    scope: &Scope,
+    opts: PlanOptions,
+) -> Vec<FilePlan> {
     let mut out = Vec::new();
+    let secrets = manifest.secret_values();
     for kind in declared_kinds(manifest) {
         let target = Target {
             kind,
@@ -116,13 +129,7 @@ pub fn plan_files(
             .and_then(|s| s.managed_entries(&key).ok())
             .unwrap_or_default();
         let what = format!("{} MCP servers", kind.as_str());
-        match native::plan_file(
-            &paths.root,
-            &target,
-            manifest,
-            &managed,
-            PlanOptions::default(),
-        ) {
+        match native::plan_file(&paths.root, &target, manifest, &managed, opts) {
             Ok(change) => out.push(FilePlan {
                 native: true,
                 root: native::target_root(&paths.root, &target).to_path_buf(),
@@ -147,7 +154,7 @@ pub fn plan_files(
                 let diff = if before.as_deref() == Some(after.as_str()) {
                     String::new()
                 } else {
-                    native::unified_diff(&path, before.as_deref(), &after)
+                    native::redacted_diff(&path, before.as_deref(), &after, &secrets)
                 };
                 let change = FileChange {
                     path: path.clone(),

@@ -190,3 +190,82 @@ fn user_level_files_only_with_the_flag() {
         "--user must not write the project file"
     );
 }
+
+/// The installed agent CLI `program`, if any, run in `dir` with its own
+/// (empty) home so no user config mixes in.
+fn agent_cli(
+    program: &str,
+    dir: &std::path::Path,
+    home: &std::path::Path,
+) -> Option<std::process::Command> {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+        .unwrap_or(false);
+    if !found {
+        eprintln!("{program} is not installed; skipping its read-back check");
+        return None;
+    }
+    let mut cmd = std::process::Command::new(program);
+    cmd.current_dir(dir)
+        .env("HOME", home)
+        .env_remove("XDG_CONFIG_HOME")
+        .stdin(std::process::Stdio::null());
+    Some(cmd)
+}
+
+/// Longest an installed agent CLI may take to list its MCP servers.
+const CLI_LIST_LIMIT: std::time::Duration = std::time::Duration::from_secs(90);
+
+fn list_output(mut cmd: std::process::Command, args: &[&str]) -> String {
+    cmd.args(args);
+    let out = assert_cmd::Command::from_std(cmd)
+        .timeout(CLI_LIST_LIMIT)
+        .output()
+        .expect("the agent CLI runs");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Where installed, the agent CLIs themselves read what npc writes: Gemini
+/// a settings file with comments and `type = "http"`, Claude the per-server
+/// `timeout`, OpenCode `cwd` and `timeout`.
+#[test]
+fn installed_agent_clis_read_the_files_npc_writes() {
+    let dir = repo(
+        "version = 1\n[providers.claude]\nkind = \"claude_code\"\n[providers.gemini]\nkind = \"gemini_cli\"\n[providers.opencode]\nkind = \"opencode\"\n\n[mcp.servers.fs]\ncommand = \"true\"\ncwd = \".\"\ntool_timeout_ms = 30000\n\n[mcp.servers.web]\nurl = \"http://127.0.0.1:9/mcp\"\n",
+    );
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".gemini")).unwrap();
+    std::fs::write(
+        dir.path().join(".gemini/settings.json"),
+        "// kept by hand\n{\n  /* no servers yet */\n}\n",
+    )
+    .unwrap();
+    run(dir.path(), &["apply", "--auto-approve"]).success();
+    assert!(
+        std::fs::read_to_string(dir.path().join(".gemini/settings.json"))
+            .unwrap()
+            .contains("// kept by hand")
+    );
+    if let Some(cmd) = agent_cli("gemini", dir.path(), home.path()) {
+        let out = list_output(cmd, &["mcp", "list"]);
+        assert!(
+            out.contains("fs: true") && out.contains("web: http://127.0.0.1:9/mcp (http)"),
+            "{out}"
+        );
+    }
+    if let Some(cmd) = agent_cli("claude", dir.path(), home.path()) {
+        let out = list_output(cmd, &["mcp", "get", "fs"]);
+        assert!(out.contains("Timeout: 30000ms"), "{out}");
+    }
+    if let Some(cmd) = agent_cli("opencode", dir.path(), home.path()) {
+        let out = list_output(cmd, &["mcp", "list"]);
+        assert!(
+            out.contains("fs") && out.contains("web") && out.contains("2 server"),
+            "{out}"
+        );
+    }
+}
