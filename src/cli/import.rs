@@ -14,12 +14,12 @@ pub fn run(file: &Path, write: bool, manifest: Option<PathBuf>) -> anyhow::Resul
     let entries = match native::import(file) {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return Ok(Exit::Failed);
         }
     };
     if !write {
-        print!("{}", native::to_manifest_toml(&entries));
+        out!("{}", native::to_manifest_toml(&entries))?;
         return Ok(Exit::Ok);
     }
     let path = super::manifest_path(manifest)?;
@@ -28,19 +28,19 @@ pub fn run(file: &Path, write: bool, manifest: Option<PathBuf>) -> anyhow::Resul
     let merged = match native::merge_into_manifest(&text, &entries) {
         Ok(m) => m,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return Ok(Exit::Failed);
         }
     };
     let tmp = path.with_extension("toml.npc-import");
     std::fs::write(&tmp, &merged).with_context(|| format!("cannot write `{}`", tmp.display()))?;
     std::fs::rename(&tmp, &path).with_context(|| format!("cannot replace `{}`", path.display()))?;
-    println!(
+    outln!(
         "merged {} MCP server(s) from {} into {}",
         entries.len(),
         file.display(),
         path.display()
-    );
-    println!("next: run `npc validate`, then `npc plan`");
+    )?;
+    outln!("next: run `npc validate`, then `npc plan`")?;
     Ok(Exit::Ok)
 }

@@ -2,12 +2,13 @@
 //! the reconciler's commands. Each talks to the running daemon through the
 //! control channel when one runs, and to the store otherwise.
 
-use std::io::{IsTerminal, Write as _};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
 
+use super::output::OutputError;
 use super::{Exit, Format};
 use crate::model::Manifest;
 use crate::plan::{self, Action, ObservedState, Plan};
@@ -34,9 +35,9 @@ fn load(manifest: Option<PathBuf>) -> anyhow::Result<Option<(Manifest, RepoPaths
     let loaded = runtime::load_manifest(&path)?;
     let Some(model) = loaded.manifest else {
         for d in &loaded.diagnostics {
-            eprintln!("{d}");
+            errln!("{d}");
         }
-        eprintln!(
+        errln!(
             "error: `{}` is invalid; nothing was planned",
             path.display()
         );
@@ -104,29 +105,30 @@ fn read_store(paths: &RepoPaths) -> Option<Store> {
         .flatten()
 }
 
-fn print_files(files: &[FilePlan]) {
+fn print_files(files: &[FilePlan]) -> Result<(), OutputError> {
     let shown: Vec<&FilePlan> = files.iter().filter(|f| f.action != "unchanged").collect();
     if shown.is_empty() {
-        return;
+        return Ok(());
     }
-    println!("\nFiles npc writes for the agents:\n");
+    outln!("\nFiles npc writes for the agents:\n")?;
     for f in shown {
         let symbol = match f.action {
             "create" => "+",
             "update" => "~",
             _ => "!",
         };
-        println!("  {symbol:>3} {}  ({})", f.path, f.what);
+        outln!("  {symbol:>3} {}  ({})", f.path, f.what)?;
         if let Some(e) = &f.error {
-            println!("        error: {e}");
+            outln!("        error: {e}")?;
         }
         for n in &f.notes {
-            println!("        note: {n}");
+            outln!("        note: {n}")?;
         }
         for line in f.diff.lines() {
-            println!("        {line}");
+            outln!("        {line}")?;
         }
     }
+    Ok(())
 }
 
 /// Project files by default; the user-level ones only when asked.
@@ -159,13 +161,13 @@ pub fn plan(
         Format::Json => {
             let mut doc = plan::render_json(&plan, &against);
             doc["files"] = serde_json::to_value(&files)?;
-            println!("{}", serde_json::to_string_pretty(&doc)?);
+            outln!("{}", serde_json::to_string_pretty(&doc)?)?;
         }
         Format::Human => {
             if plan.has_changes() || !file_changes {
-                print!("{}", plan::render_human(&plan, &against));
+                out!("{}", plan::render_human(&plan, &against))?;
             }
-            print_files(&files);
+            print_files(&files)?;
         }
     }
     if files.iter().any(|f| f.error.is_some()) {
@@ -190,11 +192,11 @@ pub fn apply(manifest: Option<PathBuf>, auto_approve: bool, user: bool) -> anyho
     let files = files::plan_files(&model, &paths, read_store(&paths).as_ref(), &scope(user)?);
     let file_changes = files.iter().any(FilePlan::is_change);
     if plan.has_changes() || !file_changes {
-        print!("{}", plan::render_human(&plan, &against));
+        out!("{}", plan::render_human(&plan, &against))?;
     }
-    print_files(&files);
+    print_files(&files)?;
     if files.iter().any(|f| f.error.is_some()) {
-        eprintln!(
+        errln!(
             "error: npc cannot write the files marked `!` above; fix them, then apply again (nothing was applied)"
         );
         return Ok(Exit::Failed);
@@ -203,28 +205,27 @@ pub fn apply(manifest: Option<PathBuf>, auto_approve: bool, user: bool) -> anyho
         return Ok(Exit::Ok);
     }
     if plan.changes.iter().any(|c| c.action == Action::Refuse) {
-        eprintln!(
+        errln!(
             "error: the plan has changes npc cannot apply while it runs (marked `!`); nothing was applied"
         );
         return Ok(Exit::Failed);
     }
     if !auto_approve {
         if !std::io::stdin().is_terminal() {
-            eprintln!(
+            errln!(
                 "error: stdin is not a terminal, so npc cannot ask; pass `--auto-approve` to apply without asking"
             );
             return Ok(Exit::Failed);
         }
-        print!("\nApply these changes? Only `yes` applies: ");
-        std::io::stdout().flush()?;
+        out!("\nApply these changes? Only `yes` applies: ")?;
         let mut answer = String::new();
         std::io::stdin().read_line(&mut answer)?;
         if answer.trim() != "yes" {
-            println!("Nothing applied.");
+            outln!("Nothing applied.")?;
             return Ok(Exit::Failed);
         }
     }
-    println!();
+    outln!()?;
     if let Some((socket, pid)) = daemon_socket(&paths) {
         let answer = rt
             .block_on(Client::call(&socket, &Request::Apply))
@@ -232,7 +233,7 @@ pub fn apply(manifest: Option<PathBuf>, auto_approve: bool, user: bool) -> anyho
         return Ok(print_outcome(
             &answer,
             &format!("through the daemon (pid {pid})"),
-        ));
+        )?);
     }
     // No daemon: the one-shot parts. Record the applied state so plans and a
     // later daemon start from it; processes start with `npc daemon`.
@@ -243,10 +244,10 @@ pub fn apply(manifest: Option<PathBuf>, auto_approve: bool, user: bool) -> anyho
     let mut failed = false;
     for (path, outcome) in rt.block_on(files::write_files(&files, &store)) {
         match outcome {
-            Ok(what) => println!("      {path}: {what}"),
+            Ok(what) => outln!("      {path}: {what}")?,
             Err(e) => {
                 failed = true;
-                println!("      {path}: not written: {e}");
+                outln!("      {path}: not written: {e}")?;
             }
         }
     }
@@ -255,22 +256,30 @@ pub fn apply(manifest: Option<PathBuf>, auto_approve: bool, user: bool) -> anyho
             plan::Kind::McpServer | plan::Kind::PanePlugin if change.action != Action::Remove => {
                 "recorded; its process starts with `npc daemon`"
             }
-            _ => "applied",
+            kind => Standing::of_kind(kind.as_str()).map_or("applied", Standing::human),
         };
-        println!("  {:>3} {}: {note}", change.action.symbol(), change.id);
+        outln!("  {:>3} {}: {note}", change.action.symbol(), change.id)?;
     }
     rt.block_on(store.flush())?;
-    println!("\nApplied without a daemon. Run `npc daemon` to start the supervised components.");
+    outln!("\nApplied without a daemon. Run `npc daemon` to start the supervised components.")?;
     Ok(if failed { Exit::Failed } else { Exit::Ok })
 }
 
-fn print_outcome(answer: &serde_json::Value, how: &str) -> Exit {
+fn print_outcome(answer: &serde_json::Value, how: &str) -> Result<Exit, OutputError> {
     match answer.get("outcome").and_then(|o| o.as_str()) {
         Some("applied") => {
             let mut failed = false;
             for r in answer["results"].as_array().into_iter().flatten() {
                 let outcome = r["outcome"].as_str().unwrap_or("?");
                 failed |= outcome != "applied";
+                let kind = r["id"]
+                    .as_str()
+                    .and_then(|id| id.split_once('.'))
+                    .map(|(k, _)| k);
+                let outcome = match (outcome, kind.and_then(Standing::of_kind)) {
+                    ("applied", Some(standing)) if r["pid"].is_null() => standing.human(),
+                    _ => outcome,
+                };
                 let symbol = serde_json::from_value::<Action>(r["action"].clone())
                     .map(|a| a.symbol())
                     .unwrap_or("?");
@@ -282,29 +291,29 @@ fn print_outcome(answer: &serde_json::Value, how: &str) -> Exit {
                     .as_str()
                     .map(|e| format!(": {e}"))
                     .unwrap_or_default();
-                println!(
+                outln!(
                     "  {symbol:>3} {}: {outcome}{pid}{error}",
                     r["id"].as_str().unwrap_or("?")
-                );
+                )?;
             }
-            println!("\nApplied {how}.");
-            if failed { Exit::Failed } else { Exit::Ok }
+            outln!("\nApplied {how}.")?;
+            Ok(if failed { Exit::Failed } else { Exit::Ok })
         }
         Some("invalid") => {
-            eprintln!(
+            errln!(
                 "error: the daemon found the manifest invalid; nothing changed (see `npc events`)"
             );
-            Exit::Failed
+            Ok(Exit::Failed)
         }
         Some("refused") => {
             for r in answer["reasons"].as_array().into_iter().flatten() {
-                eprintln!("error: refused: {}", r.as_str().unwrap_or("?"));
+                errln!("error: refused: {}", r.as_str().unwrap_or("?"));
             }
-            Exit::Failed
+            Ok(Exit::Failed)
         }
         _ => {
-            eprintln!("error: unexpected answer from the daemon: {answer}");
-            Exit::Failed
+            errln!("error: unexpected answer from the daemon: {answer}");
+            Ok(Exit::Failed)
         }
     }
 }
@@ -318,13 +327,13 @@ pub fn daemon(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
         .try_init();
     let rt = tokio()?;
     let result = rt.block_on(runtime::daemon::run(&path, |paths, outcome| {
-        eprintln!(
+        errln!(
             "npc daemon: pid {} watching {} (control socket {})",
             std::process::id(),
             paths.manifest.display(),
             control::socket_path(&paths.state_dir).display()
         );
-        eprintln!(
+        errln!(
             "npc daemon: startup {}",
             serde_json::to_string(outcome).unwrap_or_default()
         );
@@ -333,7 +342,7 @@ pub fn daemon(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
     match result {
         Ok(()) => Ok(Exit::Ok),
         Err(runtime::RuntimeError::Invalid(p)) => {
-            eprintln!(
+            errln!(
                 "error: `{}` is invalid; the daemon did not start",
                 p.display()
             );
@@ -381,43 +390,134 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
         }
     };
     match format {
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({ "source": source, "components": components })
-            )?
-        ),
+        Format::Json => {
+            let rows: Vec<serde_json::Value> = components
+                .iter()
+                .map(|c| {
+                    let mut row = serde_json::to_value(c).unwrap_or_default();
+                    if let Some(standing) = Standing::of(c) {
+                        row["state"] = standing.state().into();
+                        row["detail"] = standing.detail().into();
+                    }
+                    row
+                })
+                .collect();
+            outln!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &serde_json::json!({ "source": source, "components": rows })
+                )?
+            )?;
+        }
         Format::Human => {
-            println!("{source}");
+            outln!("{source}")?;
+            let states: Vec<String> = components
+                .iter()
+                .map(|c| Standing::of(c).map_or_else(|| c.state.clone(), |s| s.human().to_string()))
+                .collect();
             let width = components
                 .iter()
                 .map(|c| c.id.len())
                 .max()
                 .unwrap_or(9)
                 .max(9);
-            println!(
-                "{:<width$}  {:<11}  {:>7}  {:>8}  SINCE",
-                "COMPONENT", "STATE", "PID", "RESTARTS"
-            );
-            for c in &components {
+            let state_width = states.iter().map(String::len).max().unwrap_or(11).max(11);
+            outln!(
+                "{:<width$}  {:<state_width$}  {:>7}  {:>8}  SINCE",
+                "COMPONENT",
+                "STATE",
+                "PID",
+                "RESTARTS"
+            )?;
+            for (c, state) in components.iter().zip(&states) {
                 let pid = c.pid.map_or("-".to_string(), |p| p.to_string());
-                println!(
-                    "{:<width$}  {:<11}  {:>7}  {:>8}  {}",
+                outln!(
+                    "{:<width$}  {state:<state_width$}  {:>7}  {:>8}  {}",
                     c.id,
-                    c.state,
                     pid,
                     c.restarts,
                     c.since.as_deref().unwrap_or("-")
-                );
+                )?;
             }
         }
     }
     Ok(Exit::Ok)
 }
 
-fn print_event(event: &serde_json::Value, format: Format) {
+/// What is true of a component that no process stands for. The runtime
+/// records every such component as `applied` once its config is accepted;
+/// `npc status` and `npc apply` say instead what that means for its kind,
+/// so nothing reads as running that npc does not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// Validated and recorded, but npc has no runtime for the kind yet
+    /// (triggers, hooks, plugins, panes).
+    Declared,
+    /// Read by `npc run` and `npc render` when they are used (providers,
+    /// prompts, profiles).
+    Ready,
+    /// Written into the agents' config files; the agent connects to it (an
+    /// HTTP MCP server).
+    Configured,
+    /// Settings npc itself reads (project, daemon).
+    Recorded,
+}
+
+impl Standing {
+    /// The standing of `c`, when its recorded state is the runtime's
+    /// catch-all `applied`; `None` for supervised states (running, …).
+    fn of(c: &runtime::ComponentStatus) -> Option<Self> {
+        (c.state == "applied").then(|| Self::of_kind(&c.kind))?
+    }
+
+    fn of_kind(kind: &str) -> Option<Self> {
+        Some(match kind {
+            "trigger" | "hooks" | "plugin" | "pane" | "pane_plugin" => Self::Declared,
+            "provider" | "prompt" | "profile" => Self::Ready,
+            "mcp_server" => Self::Configured,
+            "project" | "daemon" => Self::Recorded,
+            _ => return None,
+        })
+    }
+
+    /// The machine-readable state (`--format json`).
+    fn state(self) -> &'static str {
+        match self {
+            Self::Declared => "declared",
+            Self::Ready => "ready",
+            Self::Configured => "configured",
+            Self::Recorded => "recorded",
+        }
+    }
+
+    /// The state column of the human table.
+    fn human(self) -> &'static str {
+        match self {
+            Self::Declared => "declared (not run yet)",
+            Self::Ready => "ready",
+            Self::Configured => "configured",
+            Self::Recorded => "recorded",
+        }
+    }
+
+    /// One sentence on what the state means.
+    fn detail(self) -> &'static str {
+        match self {
+            Self::Declared => {
+                "validated and recorded; nothing runs it yet (npc has no runtime for this kind)"
+            }
+            Self::Ready => "used by `npc run` and `npc render`; no process of its own",
+            Self::Configured => {
+                "written to the agents' config files; each agent connects to it, npc runs no process"
+            }
+            Self::Recorded => "settings npc reads; no process of its own",
+        }
+    }
+}
+
+fn print_event(event: &serde_json::Value, format: Format) -> Result<(), OutputError> {
     match format {
-        Format::Json => println!("{event}"),
+        Format::Json => outln!("{event}")?,
         Format::Human => {
             let ts = event["ts_ms"]
                 .as_i64()
@@ -425,14 +525,15 @@ fn print_event(event: &serde_json::Value, format: Format) {
                 .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
                 .unwrap_or_default();
             let component = event["component"].as_str().unwrap_or("-");
-            println!(
+            outln!(
                 "{:>6}  {ts}  {:<22}  {component:<24}  {}",
                 event["id"],
                 event["kind"].as_str().unwrap_or("?"),
                 event["payload"]
-            );
+            )?;
         }
     }
+    Ok(())
 }
 
 pub fn events(
@@ -447,7 +548,7 @@ pub fn events(
         return rt.block_on(async {
             let mut client = Client::request(&socket, &Request::Events { since, follow }).await?;
             while let Some(event) = client.next(None).await? {
-                print_event(&event, format);
+                print_event(&event, format)?;
             }
             Ok(Exit::Ok)
         });
@@ -468,7 +569,7 @@ pub fn events(
         }
         for event in &page {
             after = event.id;
-            print_event(&serde_json::to_value(event)?, format);
+            print_event(&serde_json::to_value(event)?, format)?;
         }
     }
 }

@@ -67,9 +67,9 @@ pub fn run(args: RenderArgs) -> anyhow::Result<Exit> {
         .with_context(|| format!("cannot read `{}`", path.display()))?;
     let Some(manifest) = &loaded.manifest else {
         for d in &loaded.diagnostics {
-            eprintln!("{d}");
+            errln!("{d}");
         }
-        eprintln!(
+        errln!(
             "error: `{}` is invalid; fix it (see `npc validate`) before rendering",
             loaded.source.name()
         );
@@ -79,12 +79,8 @@ pub fn run(args: RenderArgs) -> anyhow::Result<Exit> {
     let ctx = RenderContext::new(&root, manifest);
     let result = match args.target {
         Target::Profile { name, write } => render::profile(manifest, &name, &ctx).map(|text| {
-            if write {
-                Some((render::profile_path(ctx.state_dir(), &name), text))
-            } else {
-                print!("{text}");
-                None
-            }
+            let file = write.then(|| render::profile_path(ctx.state_dir(), &name));
+            (file, text)
         }),
         Target::Prompt {
             name,
@@ -105,26 +101,26 @@ pub fn run(args: RenderArgs) -> anyhow::Result<Exit> {
             if let Some(t) = trigger {
                 ctx = ctx.with_trigger(t);
             }
-            render::prompt(manifest, &name, &given, &ctx).map(|text| {
-                print!("{text}");
-                None
-            })
+            render::prompt(manifest, &name, &given, &ctx).map(|text| (None, text))
         }
     };
     match result {
-        Ok(None) => Ok(Exit::Ok),
-        Ok(Some((file, text))) => {
+        Ok((None, text)) => {
+            out!("{text}")?;
+            Ok(Exit::Ok)
+        }
+        Ok((Some(file), text)) => {
             if let Some(dir) = file.parent() {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("cannot create `{}`", dir.display()))?;
             }
             std::fs::write(&file, text)
                 .with_context(|| format!("cannot write `{}`", file.display()))?;
-            println!("wrote {}", file.display());
+            outln!("wrote {}", file.display())?;
             Ok(Exit::Ok)
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             Ok(Exit::Failed)
         }
     }

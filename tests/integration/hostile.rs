@@ -7,14 +7,12 @@
 
 use crate::support::*;
 
-
 // ---------------------------------------------------------------------------
 // §1. one guarded layer for every file npc touches on a repository's behalf
 //
 // (tests for §1 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
-
 
 // ---------------------------------------------------------------------------
 // §2. templates cannot hang or exhaust the daemon
@@ -23,14 +21,12 @@ use crate::support::*;
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
-
 // ---------------------------------------------------------------------------
 // §3. `npc import` never turns data into configuration
 //
 // (tests for §3 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
-
 
 // ---------------------------------------------------------------------------
 // §4. the daemon keeps serving and keeps converging
@@ -39,14 +35,12 @@ use crate::support::*;
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
-
 // ---------------------------------------------------------------------------
 // §5. no orphans, fast shutdown
 //
 // (tests for §5 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
-
 
 // ---------------------------------------------------------------------------
 // §6. bounded memory on every input
@@ -55,14 +49,12 @@ use crate::support::*;
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
-
 // ---------------------------------------------------------------------------
 // §7. redaction that is exact
 //
 // (tests for §7 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
-
 
 // ---------------------------------------------------------------------------
 // §8. output and errors a user can act on
@@ -71,6 +63,273 @@ use crate::support::*;
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
+/// A temporary repository holding `manifest` as `npcagent.toml`.
+fn repo_with(manifest: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    dir
+}
+
+/// `npc ARGS` in `dir` with stdout a pipe whose reader is already gone, so
+/// the first write fails with EPIPE (what `npc events | head -1` meets once
+/// `head` has exited).
+fn run_into_closed_pipe(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    std::process::Command::new(npc_path())
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::from(write))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+const EVENTFUL: &str = "version = 1\n[mcp.servers.alpha]\ncommand = \"sleep\"\nargs = [\"1000\"]\n";
+
+#[test]
+fn events_into_a_closed_pipe_ends_quietly_without_a_panic() {
+    let dir = repo_with(EVENTFUL);
+    {
+        // through the daemon, following too: the first write meets EPIPE
+        let _daemon = RunningDaemon::start(dir.path());
+        for args in [&["events"][..], &["events", "--follow"], &["status"]] {
+            let out = run_into_closed_pipe(dir.path(), args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !stderr.contains("panicked"),
+                "npc {args:?} panicked: {stderr}"
+            );
+            assert_eq!(out.status.code(), Some(0), "npc {args:?}: {stderr}");
+            assert!(stderr.is_empty(), "npc {args:?} is not quiet: {stderr}");
+        }
+    }
+    // without a daemon, from the store the daemon left
+    let listed = npc()
+        .current_dir(dir.path())
+        .args(["events", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(!listed.stdout.is_empty(), "the store holds events to print");
+    for args in [
+        &["events"][..],
+        &["events", "--format", "json"],
+        &["events", "--follow"],
+        &["schema"],
+        &["validate"],
+        &["validate", "--format", "json"],
+        &["plan"],
+        &["status"],
+        &["completions", "bash"],
+        &["--help"],
+        &["--version"],
+        &["render", "profile", "nope"],
+    ] {
+        let out = run_into_closed_pipe(dir.path(), args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("panicked"),
+            "npc {args:?} panicked: {stderr}"
+        );
+        assert_ne!(out.status.code(), Some(101), "npc {args:?}: {stderr}");
+        if args != ["render", "profile", "nope"] {
+            assert_eq!(out.status.code(), Some(0), "npc {args:?}: {stderr}");
+            assert!(stderr.is_empty(), "npc {args:?} is not quiet: {stderr}");
+        }
+    }
+}
+
+#[test]
+fn events_piped_into_head_exits_zero_under_pipefail() {
+    let dir = repo_with(EVENTFUL);
+    npc()
+        .current_dir(dir.path())
+        .args(["apply", "--auto-approve"])
+        .assert()
+        .success();
+    // `npc schema` is longer than a pipe buffer, so `head -1` closes the pipe
+    // while npc still writes.
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("set -o pipefail; \"$NPC\" schema | head -1 >/dev/null && \"$NPC\" events | head -1 >/dev/null")
+        .env("NPC", npc_path())
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+}
+
+#[test]
+fn output_to_a_full_disk_is_an_error_message_and_exit_1() {
+    let dir = repo_with(EVENTFUL);
+    for args in [
+        &["schema"][..],
+        &["validate", "--format", "json"],
+        &["plan"],
+        &["completions", "zsh"],
+        &["--help"],
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = std::process::Command::new(npc_path())
+            .args(args)
+            .current_dir(dir.path())
+            .stdout(full)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("panicked"),
+            "npc {args:?} panicked: {stderr}"
+        );
+        assert_eq!(out.status.code(), Some(1), "npc {args:?}: {stderr}");
+        assert!(
+            stderr.contains("cannot write to stdout") && stderr.contains("No space left on device"),
+            "npc {args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_closed_stderr_does_not_panic_either() {
+    let dir = repo_with("version = 1\n[profiles.x]\nprovider = \"missing\"\n");
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    let out = std::process::Command::new(npc_path())
+        .arg("validate")
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(write))
+        .output()
+        .unwrap();
+    // invalid manifest: exit 1 as always, not 101
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn hints_name_only_commands_that_exist() {
+    // The unit test `cli::tests::every_npc_command_named_in_src_exists`
+    // checks every hint in the source; through the binary, the plugin hint
+    // validate gives for a missing package names no command npc lacks.
+    let dir = repo_with("version = 1\n[plugins.lint]\npath = \"plugins/lint\"\n");
+    let out = npc()
+        .current_dir(dir.path())
+        .arg("validate")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("plugins/lint") || stderr.contains("plugins/lint"),
+        "{stdout}{stderr}"
+    );
+    assert!(
+        !stdout.contains("npc plugin") && !stderr.contains("npc plugin"),
+        "{stdout}{stderr}"
+    );
+}
+
+/// A daemon on `dir`, stopped with SIGTERM on drop.
+struct RunningDaemon(std::process::Child);
+
+impl RunningDaemon {
+    fn start(dir: &std::path::Path) -> Self {
+        let child = std::process::Command::new(npc_path())
+            .arg("daemon")
+            .current_dir(dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let daemon = Self(child);
+        wait_for("the daemon's first apply", || {
+            let out = npc()
+                .current_dir(dir)
+                .args(["events", "--format", "json"])
+                .output()
+                .ok()?;
+            String::from_utf8_lossy(&out.stdout)
+                .contains("\"reconcile.applied\"")
+                .then_some(())
+        });
+        daemon
+    }
+}
+
+impl Drop for RunningDaemon {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.0.wait();
+    }
+}
+
+const UNRUN_KINDS: &str = r#"version = 1
+[mcp.servers.remote]
+url = "https://mcp.example.com/mcp"
+[providers.claude]
+kind = "claude_code"
+[[hooks.on_agent_end]]
+command = "true"
+[triggers.poll]
+kind = "cron"
+schedule = "15m"
+action = { command = "true" }
+"#;
+
+#[test]
+fn status_shows_triggers_and_hooks_as_declared_not_applied() {
+    let dir = repo_with(UNRUN_KINDS);
+    let _daemon = RunningDaemon::start(dir.path());
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["status", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = doc["components"].as_array().unwrap();
+    let state = |id: &str| {
+        rows.iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("no `{id}` in {doc}"))["state"]
+            .clone()
+    };
+    assert_eq!(state("trigger.poll"), "declared");
+    assert_eq!(state("hooks.on_agent_end"), "declared");
+    assert_eq!(state("mcp_server.remote"), "configured");
+    assert_eq!(state("provider.claude"), "ready");
+    assert!(rows.iter().all(|c| c["state"] != "applied"), "{doc}");
+    assert!(
+        rows.iter()
+            .filter(|c| c["state"] == "declared")
+            .all(|c| c["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("nothing runs it"))),
+        "{doc}"
+    );
+    let human = npc()
+        .current_dir(dir.path())
+        .arg("status")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("trigger.poll"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("declared (not run yet)"), "{text}");
+    assert!(!text.contains("applied"), "{text}");
+}
 
 // ---------------------------------------------------------------------------
 // §9. correctness found by the audit
@@ -78,7 +337,6 @@ use crate::support::*;
 // (tests for §9 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
-
 
 // ---------------------------------------------------------------------------
 // §10. what the agent CLIs accept
