@@ -52,7 +52,8 @@ use serde_json::Value;
 use crate::model::ProviderKind;
 
 pub use drift::{
-    Baseline, DRIFT_MIN_LINES, DRIFT_THRESHOLD, DRIFT_WINDOW_LINES, FixtureError, Guard,
+    Baseline, DRIFT_MIN_LINES, DRIFT_THRESHOLD, DRIFT_WINDOW_LINES, EMBEDDED_FIXTURES,
+    EmbeddedFixture, FixtureError, Guard,
 };
 pub use event::{AgentEvent, ErrorKind};
 pub use launch::{LaunchError, LaunchPlan, LaunchRequest, launch_plan};
@@ -113,8 +114,9 @@ pub fn detection_chain(kind: ProviderKind) -> &'static [Strategy] {
     }
 }
 
-/// The fixtures shipped with the source tree (`fixtures/clis`), for tests
-/// and development builds.
+/// The fixtures in the source tree (`fixtures/clis`), for tests and
+/// benchmarks only: the binary reads its baselines from the copies
+/// embedded at build time ([`Parser::embedded`]).
 pub fn source_fixtures_root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/clis"))
 }
@@ -165,6 +167,12 @@ impl Parser {
         let mut parser = Self::with_baseline(kind, baseline);
         parser.pending = pending;
         parser
+    }
+
+    /// A parser whose drift guard compares with the fixtures embedded in the
+    /// binary (what `npc run` uses, wherever `npc` is installed).
+    pub fn embedded(kind: ProviderKind) -> Self {
+        Self::with_baseline(kind, Baseline::embedded(kind))
     }
 
     /// A parser with an explicit baseline (`None`: no drift guard).

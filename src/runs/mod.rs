@@ -455,7 +455,7 @@ where
     let (_, empty_err) = tokio::sync::mpsc::channel(1);
     let mut stdout = std::mem::replace(&mut child.stdout, empty_out);
     let mut stderr = std::mem::replace(&mut child.stderr, empty_err);
-    let mut parser = Parser::new(run.kind, Some(providers::source_fixtures_root()));
+    let mut parser = Parser::embedded(run.kind);
     let mut count = 0usize;
     let mut failed_turn = false;
     let mut deliver = |events: Vec<AgentEvent>, count: &mut usize| {

@@ -338,6 +338,106 @@ fn status_shows_triggers_and_hooks_as_declared_not_applied() {
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
+/// A repository whose profile `dev` runs a copy of the fake agent as
+/// `kind`, replaying a copy of `fixture` (relative to `fixtures/clis`),
+/// with nothing pointing into the source tree.
+fn fake_agent_repo(kind: &str, fixture: &str, extra_env: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let clis = repo_root().join("fixtures/clis");
+    let agent = dir.path().join("fake-agent.py");
+    std::fs::copy(clis.join("fake-agent.py"), &agent).unwrap();
+    let transcript = dir.path().join("transcript.jsonl");
+    std::fs::copy(clis.join(fixture), &transcript).unwrap();
+    let quote = |s: &str| serde_json::Value::String(s.to_string()).to_string();
+    let env: Vec<String> = extra_env
+        .iter()
+        .map(|(k, v)| format!("{k} = {}", quote(v)))
+        .collect();
+    let manifest = format!(
+        "version = 1\n[providers.fake]\nkind = \"{kind}\"\ncommand = {}\nargs = [\"--provider\", \"{kind}\", \"--fixture\", {}]\nenv = {{ {} }}\n[profiles.dev]\nprovider = \"fake\"\ndescription = \"replays a transcript\"\n",
+        quote(&agent.display().to_string()),
+        quote(&transcript.display().to_string()),
+        env.join(", "),
+    );
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    dir
+}
+
+/// The agent events `npc run --format json` printed.
+fn json_lines(stdout: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+#[test]
+fn drift_detection_works_from_a_binary_installed_outside_the_source_tree() {
+    let install = tempfile::tempdir().unwrap();
+    let npc_copy = install.path().join("npc");
+    std::fs::copy(npc_path(), &npc_copy).unwrap();
+    // The binary names no file in the source tree's fixtures…
+    let binary = std::fs::read(&npc_copy).unwrap();
+    let source_fixtures = repo_root().join("fixtures/clis");
+    let needle = source_fixtures.to_str().unwrap().as_bytes();
+    assert!(
+        !binary.windows(needle.len()).any(|w| w == needle),
+        "the binary still refers to {}",
+        source_fixtures.display()
+    );
+    // …and, run with the source fixtures hidden (an empty tmpfs over them in
+    // a private mount namespace, where the system allows one), it still
+    // notices that Codex's old `{id, msg}` output is not the 0.171.0 format.
+    let repo = fake_agent_repo("codex", "codex/0.9.0/idle.jsonl", &[]);
+    let hide = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", "mount -t tmpfs tmpfs \"$1\"", "sh"])
+        .arg(&source_fixtures)
+        .status()
+        .is_ok_and(|s| s.success());
+    let mut cmd = if hide {
+        let mut c = std::process::Command::new("unshare");
+        c.args([
+            "-m",
+            "sh",
+            "-c",
+            "mount -t tmpfs tmpfs \"$1\" && shift && exec \"$@\"",
+            "sh",
+        ])
+        .arg(&source_fixtures)
+        .arg(&npc_copy);
+        c
+    } else {
+        eprintln!(
+            "note: no private mount namespace here; running the copy with the source tree visible"
+        );
+        std::process::Command::new(&npc_copy)
+    };
+    let out = cmd
+        .args(["run", "dev", "--prompt", "go", "--format", "json"])
+        .env_remove("CARGO_MANIFEST_DIR")
+        .current_dir(repo.path())
+        .output()
+        .unwrap();
+    let events = json_lines(&out.stdout);
+    let drift = events
+        .iter()
+        .find(|e| e["type"] == "cli_detection.drift_detected")
+        .unwrap_or_else(|| {
+            panic!(
+                "no drift event: {events:#?}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    assert_eq!(drift["fixture_version"], "0.171.0");
+    assert_eq!(drift["provider"], "codex");
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["type"] == "agent.error" && e["kind"] == "detection"),
+        "{events:#?}"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // §10. what the agent CLIs accept
 //
