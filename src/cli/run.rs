@@ -38,6 +38,11 @@ pub struct RunArgs {
     /// Stop the run after this many seconds (default 1800)
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
     timeout: Option<u64>,
+    /// Gemini CLI: after this many seconds without output, send the advisory
+    /// idle probe (a newline on its stdin) and record whether it answers
+    /// (default 30)
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
+    probe_after: Option<u64>,
     /// Where the agent runs (e.g. a worktree); tools keep the repository root
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
@@ -95,6 +100,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             .timeout
             .map_or(runs::DEFAULT_RUN_TIMEOUT, Duration::from_secs),
         cwd: args.cwd,
+        probe_after: args
+            .probe_after
+            .map_or(crate::providers::STALE_AFTER, Duration::from_secs),
     };
     let prepared = match runs::prepare(manifest, &paths.root, &request, runs::new_run_id()) {
         Ok(p) => p,
