@@ -252,11 +252,19 @@ pub fn apply(manifest: Option<PathBuf>, auto_approve: bool, user: bool) -> anyho
         }
     }
     for change in plan.actionable() {
-        let note = match change.id.kind {
-            plan::Kind::McpServer | plan::Kind::PanePlugin if change.action != Action::Remove => {
-                "recorded; its process starts with `npc daemon`"
+        let runs_a_process = match desired.get(&change.id) {
+            Some(plan::Config::McpServer(s)) => {
+                matches!(s.transport, crate::model::McpTransport::Stdio(_))
             }
-            kind => Standing::of_kind(kind.as_str()).map_or("applied", Standing::human),
+            Some(plan::Config::PanePlugin(_)) => true,
+            _ => false,
+        };
+        let note = if change.action == Action::Remove {
+            "removed"
+        } else if runs_a_process {
+            "recorded; its process starts with `npc daemon`"
+        } else {
+            Standing::of_kind(change.id.kind.as_str()).map_or("applied", Standing::human)
         };
         outln!("  {:>3} {}: {note}", change.action.symbol(), change.id)?;
     }
@@ -276,13 +284,14 @@ fn print_outcome(answer: &serde_json::Value, how: &str) -> Result<Exit, OutputEr
                     .as_str()
                     .and_then(|id| id.split_once('.'))
                     .map(|(k, _)| k);
+                let action = serde_json::from_value::<Action>(r["action"].clone()).ok();
+                // Say what "applied" means for a component no process stands for.
                 let outcome = match (outcome, kind.and_then(Standing::of_kind)) {
+                    ("applied", _) if action == Some(Action::Remove) => "removed",
                     ("applied", Some(standing)) if r["pid"].is_null() => standing.human(),
                     _ => outcome,
                 };
-                let symbol = serde_json::from_value::<Action>(r["action"].clone())
-                    .map(|a| a.symbol())
-                    .unwrap_or("?");
+                let symbol = action.map_or("?", Action::symbol);
                 let pid = r["pid"]
                     .as_u64()
                     .map(|p| format!(" (pid {p})"))

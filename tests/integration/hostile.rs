@@ -198,18 +198,19 @@ fn output_to_a_full_disk_is_an_error_message_and_exit_1() {
 
 #[test]
 fn a_closed_stderr_does_not_panic_either() {
-    let dir = repo_with("version = 1\n[profiles.x]\nprovider = \"missing\"\n");
+    // The error for a missing manifest goes to stderr, whose reader is gone:
+    // the exit status stays the usage error it is, not a panic's 101.
+    let dir = tempfile::tempdir().unwrap();
     let (read, write) = nix::unistd::pipe().unwrap();
     drop(read);
     let out = std::process::Command::new(npc_path())
-        .arg("validate")
+        .args(["validate", "missing.toml"])
         .current_dir(dir.path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::from(write))
         .output()
         .unwrap();
-    // invalid manifest: exit 1 as always, not 101
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
 }
 
 #[test]
@@ -285,6 +286,50 @@ kind = "cron"
 schedule = "15m"
 action = { command = "true" }
 "#;
+
+#[test]
+fn apply_says_declared_for_kinds_nothing_runs() {
+    let dir = repo_with(UNRUN_KINDS);
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["apply", "--auto-approve"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = |id: &str| {
+        text.lines()
+            .find(|l| l.contains(&format!(" {id}: ")))
+            .unwrap_or_else(|| panic!("no `{id}` in {text}"))
+            .to_string()
+    };
+    assert!(
+        line("trigger.poll").ends_with("declared (not run yet)"),
+        "{text}"
+    );
+    assert!(
+        line("hooks.on_agent_end").ends_with("declared (not run yet)"),
+        "{text}"
+    );
+    assert!(line("mcp_server.remote").ends_with("configured"), "{text}");
+    assert!(!text.contains(": applied"), "{text}");
+    // removing a declared trigger says so
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        UNRUN_KINDS.split("[triggers.poll]").next().unwrap(),
+    )
+    .unwrap();
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["apply", "--auto-approve"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l.contains("trigger.poll: removed")),
+        "{text}"
+    );
+}
 
 #[test]
 fn status_shows_triggers_and_hooks_as_declared_not_applied() {
