@@ -141,6 +141,34 @@ fn events_into_a_closed_pipe_ends_quietly_without_a_panic() {
 }
 
 #[test]
+fn run_into_a_closed_pipe_lets_the_agent_finish_and_records_it() {
+    let repo = fake_agent_repo("codex", "codex/0.171.0/tool_call.jsonl", &[]);
+    for format in ["json", "human"] {
+        let out = run_into_closed_pipe(
+            repo.path(),
+            &["run", "dev", "--prompt", "go", "--format", format],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "the run's own outcome: {stderr}"
+        );
+    }
+    let finished: Vec<serde_json::Value> = recorded_events(repo.path())
+        .into_iter()
+        .filter(|e| e["kind"] == "run.finished")
+        .collect();
+    assert_eq!(finished.len(), 2);
+    assert!(
+        finished
+            .iter()
+            .all(|e| e["payload"]["outcome"] == "succeeded")
+    );
+}
+
+#[test]
 fn events_piped_into_head_exits_zero_under_pipefail() {
     let dir = repo_with(EVENTFUL);
     npc()
