@@ -10,7 +10,12 @@
 //! the [`Supervisor`], stream, and stop on exit, timeout or cancellation by
 //! killing the child's whole process group). Every recorded event carries
 //! the run id in its payload and the component `run.<id>`; the run is
-//! bracketed by `run.started` and `run.finished`.
+//! bracketed by `run.started` and `run.finished`. A provider whose chain
+//! has `probe_on_stale` (Gemini CLI) keeps its stdin open for the advisory
+//! idle probe: after [`RunRequest::probe_after`] of silence outside an idle
+//! state, a newline ([`PROBE_BYTES`]) goes to the agent once per silence,
+//! recorded as `run.probe_sent`, then `run.probe_answered` when output
+//! follows (`run.probe_failed` when stdin no longer takes it).
 
 pub mod view;
 
@@ -60,6 +65,9 @@ pub const EXIT_SIGNAL_BASE: u8 = 128;
 /// What the advisory idle probe writes to a stale agent's stdin (the seed's
 /// "sends a newline and watches for a response").
 pub const PROBE_BYTES: &[u8] = b"\n";
+/// Longest a probe may wait for room in the agent's stdin pipe (an agent
+/// that never reads it fills it eventually); after that probing stops.
+pub const PROBE_WRITE_LIMIT: Duration = Duration::from_secs(1);
 
 /// Why a run could not be prepared or executed.
 #[derive(Debug, thiserror::Error)]
@@ -507,13 +515,13 @@ where
                 .as_mut()
                 .reset(tokio::time::Instant::from_std(due));
         }
-        let mut answered = Vec::new();
+        let mut probe_records = Vec::new();
         let pending = tokio::select! {
             line = stdout.recv(), if out_open => match line {
                 Some(mut line) => {
                     line.bytes.push(b'\n');
                     if let Some(payload) = probe.answered(&run.id) {
-                        answered.push(record("run.probe_answered", payload));
+                        probe_records.push(record("run.probe_answered", payload));
                     }
                     deliver(parser.feed(&line.bytes), &mut count)
                 }
@@ -526,7 +534,7 @@ where
                 Some(mut line) => {
                     line.bytes.push(b'\n');
                     if let Some(payload) = probe.answered(&run.id) {
-                        answered.push(record("run.probe_answered", payload));
+                        probe_records.push(record("run.probe_answered", payload));
                     }
                     deliver(parser.feed_stderr(&line.bytes), &mut count)
                 }
@@ -559,12 +567,13 @@ where
                         }))
                     }
                     Err(e) => {
-                        // The agent closed its stdin: no more probes.
+                        // The agent closed its stdin or never reads it: no
+                        // more probes.
                         probe_pipe = None;
                         ("run.probe_failed", json!({ "run_id": run.id, "error": e.to_string() }))
                     }
                 };
-                answered.push(record(kind, payload));
+                probe_records.push(record(kind, payload));
                 Vec::new()
             }
             () = &mut timeout, if stop.is_none() && exit.is_none() => {
@@ -578,7 +587,7 @@ where
                 Vec::new()
             }
         };
-        for p in answered {
+        for p in probe_records {
             p.await?;
         }
         for p in pending {
@@ -639,11 +648,21 @@ impl ProbeState {
     }
 }
 
-/// Write [`PROBE_BYTES`] to the agent's stdin.
+/// Write [`PROBE_BYTES`] to the agent's stdin, within [`PROBE_WRITE_LIMIT`].
 async fn write_probe(pipe: &mut tokio::process::ChildStdin) -> std::io::Result<()> {
     use tokio::io::AsyncWriteExt as _;
-    pipe.write_all(PROBE_BYTES).await?;
-    pipe.flush().await
+    let write = async {
+        pipe.write_all(PROBE_BYTES).await?;
+        pipe.flush().await
+    };
+    tokio::time::timeout(PROBE_WRITE_LIMIT, write)
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the agent's stdin stayed full; it does not read the probe",
+            ))
+        })
 }
 
 fn millis(d: Duration) -> u64 {
