@@ -64,7 +64,7 @@ use crate::support::*;
 // ---------------------------------------------------------------------------
 
 /// A temporary repository holding `manifest` as `npcagent.toml`.
-fn repo_with(manifest: &str) -> tempfile::TempDir {
+fn s8_repo(manifest: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
     dir
@@ -73,7 +73,7 @@ fn repo_with(manifest: &str) -> tempfile::TempDir {
 /// `npc ARGS` in `dir` with stdout a pipe whose reader is already gone, so
 /// the first write fails with EPIPE (what `npc events | head -1` meets once
 /// `head` has exited).
-fn run_into_closed_pipe(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+fn s8_into_closed_pipe(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     let (read, write) = nix::unistd::pipe().unwrap();
     drop(read);
     std::process::Command::new(npc_path())
@@ -86,16 +86,17 @@ fn run_into_closed_pipe(dir: &std::path::Path, args: &[&str]) -> std::process::O
         .unwrap()
 }
 
-const EVENTFUL: &str = "version = 1\n[mcp.servers.alpha]\ncommand = \"sleep\"\nargs = [\"1000\"]\n";
+const S8_EVENTFUL: &str =
+    "version = 1\n[mcp.servers.alpha]\ncommand = \"sleep\"\nargs = [\"1000\"]\n";
 
 #[test]
 fn events_into_a_closed_pipe_ends_quietly_without_a_panic() {
-    let dir = repo_with(EVENTFUL);
+    let dir = s8_repo(S8_EVENTFUL);
     {
         // through the daemon, following too: the first write meets EPIPE
-        let _daemon = RunningDaemon::start(dir.path());
+        let _daemon = S8Daemon::start(dir.path());
         for args in [&["events"][..], &["events", "--follow"], &["status"]] {
-            let out = run_into_closed_pipe(dir.path(), args);
+            let out = s8_into_closed_pipe(dir.path(), args);
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(
                 !stderr.contains("panicked"),
@@ -126,7 +127,7 @@ fn events_into_a_closed_pipe_ends_quietly_without_a_panic() {
         &["--version"],
         &["render", "profile", "nope"],
     ] {
-        let out = run_into_closed_pipe(dir.path(), args);
+        let out = s8_into_closed_pipe(dir.path(), args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             !stderr.contains("panicked"),
@@ -142,9 +143,9 @@ fn events_into_a_closed_pipe_ends_quietly_without_a_panic() {
 
 #[test]
 fn run_into_a_closed_pipe_lets_the_agent_finish_and_records_it() {
-    let repo = fake_agent_repo("codex", "codex/0.171.0/tool_call.jsonl", &[]);
+    let repo = s9_fake_agent_repo("codex", "codex/0.171.0/tool_call.jsonl", &[]);
     for format in ["json", "human"] {
-        let out = run_into_closed_pipe(
+        let out = s8_into_closed_pipe(
             repo.path(),
             &["run", "dev", "--prompt", "go", "--format", format],
         );
@@ -156,7 +157,7 @@ fn run_into_a_closed_pipe_lets_the_agent_finish_and_records_it() {
             "the run's own outcome: {stderr}"
         );
     }
-    let finished: Vec<serde_json::Value> = recorded_events(repo.path())
+    let finished: Vec<serde_json::Value> = s9_recorded_events(repo.path())
         .into_iter()
         .filter(|e| e["kind"] == "run.finished")
         .collect();
@@ -170,7 +171,7 @@ fn run_into_a_closed_pipe_lets_the_agent_finish_and_records_it() {
 
 #[test]
 fn events_piped_into_head_exits_zero_under_pipefail() {
-    let dir = repo_with(EVENTFUL);
+    let dir = s8_repo(S8_EVENTFUL);
     npc()
         .current_dir(dir.path())
         .args(["apply", "--auto-approve"])
@@ -192,7 +193,7 @@ fn events_piped_into_head_exits_zero_under_pipefail() {
 
 #[test]
 fn output_to_a_full_disk_is_an_error_message_and_exit_1() {
-    let dir = repo_with(EVENTFUL);
+    let dir = s8_repo(S8_EVENTFUL);
     for args in [
         &["schema"][..],
         &["validate", "--format", "json"],
@@ -246,7 +247,7 @@ fn hints_name_only_commands_that_exist() {
     // The unit test `cli::tests::every_npc_command_named_in_src_exists`
     // checks every hint in the source; through the binary, the plugin hint
     // validate gives for a missing package names no command npc lacks.
-    let dir = repo_with("version = 1\n[plugins.lint]\npath = \"plugins/lint\"\n");
+    let dir = s8_repo("version = 1\n[plugins.lint]\npath = \"plugins/lint\"\n");
     let out = npc()
         .current_dir(dir.path())
         .arg("validate")
@@ -265,9 +266,9 @@ fn hints_name_only_commands_that_exist() {
 }
 
 /// A daemon on `dir`, stopped with SIGTERM on drop.
-struct RunningDaemon(std::process::Child);
+struct S8Daemon(std::process::Child);
 
-impl RunningDaemon {
+impl S8Daemon {
     fn start(dir: &std::path::Path) -> Self {
         let child = std::process::Command::new(npc_path())
             .arg("daemon")
@@ -292,7 +293,7 @@ impl RunningDaemon {
     }
 }
 
-impl Drop for RunningDaemon {
+impl Drop for S8Daemon {
     fn drop(&mut self) {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.0.id() as i32),
@@ -302,7 +303,7 @@ impl Drop for RunningDaemon {
     }
 }
 
-const UNRUN_KINDS: &str = r#"version = 1
+const S8_UNRUN_KINDS: &str = r#"version = 1
 [mcp.servers.remote]
 url = "https://mcp.example.com/mcp"
 [providers.claude]
@@ -317,7 +318,7 @@ action = { command = "true" }
 
 #[test]
 fn apply_says_declared_for_kinds_nothing_runs() {
-    let dir = repo_with(UNRUN_KINDS);
+    let dir = s8_repo(S8_UNRUN_KINDS);
     let out = npc()
         .current_dir(dir.path())
         .args(["apply", "--auto-approve"])
@@ -344,7 +345,7 @@ fn apply_says_declared_for_kinds_nothing_runs() {
     // removing a declared trigger says so
     std::fs::write(
         dir.path().join("npcagent.toml"),
-        UNRUN_KINDS.split("[triggers.poll]").next().unwrap(),
+        S8_UNRUN_KINDS.split("[triggers.poll]").next().unwrap(),
     )
     .unwrap();
     let out = npc()
@@ -361,8 +362,8 @@ fn apply_says_declared_for_kinds_nothing_runs() {
 
 #[test]
 fn status_shows_triggers_and_hooks_as_declared_not_applied() {
-    let dir = repo_with(UNRUN_KINDS);
-    let _daemon = RunningDaemon::start(dir.path());
+    let dir = s8_repo(S8_UNRUN_KINDS);
+    let _daemon = S8Daemon::start(dir.path());
     let out = npc()
         .current_dir(dir.path())
         .args(["status", "--format", "json"])
@@ -414,13 +415,13 @@ fn status_shows_triggers_and_hooks_as_declared_not_applied() {
 /// A repository whose profile `dev` runs a copy of the fake agent as
 /// `kind`, replaying a copy of `fixture` (relative to `fixtures/clis`),
 /// with nothing pointing into the source tree.
-fn fake_agent_repo(kind: &str, fixture: &str, extra_env: &[(&str, &str)]) -> tempfile::TempDir {
+fn s9_fake_agent_repo(kind: &str, fixture: &str, extra_env: &[(&str, &str)]) -> tempfile::TempDir {
     let text = std::fs::read(repo_root().join("fixtures/clis").join(fixture)).unwrap();
-    fake_agent_repo_replaying(kind, &text, extra_env)
+    s9_fake_agent_repo_replaying(kind, &text, extra_env)
 }
 
-/// [`fake_agent_repo`] replaying `transcript` as given.
-fn fake_agent_repo_replaying(
+/// [`s9_fake_agent_repo`] replaying `transcript` as given.
+fn s9_fake_agent_repo_replaying(
     kind: &str,
     transcript: &[u8],
     extra_env: &[(&str, &str)],
@@ -447,7 +448,7 @@ fn fake_agent_repo_replaying(
 }
 
 /// The agent events `npc run --format json` printed.
-fn json_lines(stdout: &[u8]) -> Vec<serde_json::Value> {
+fn s9_json_lines(stdout: &[u8]) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
@@ -471,7 +472,7 @@ fn drift_detection_works_from_a_binary_installed_outside_the_source_tree() {
     // …and, run with the source fixtures hidden (an empty tmpfs over them in
     // a private mount namespace, where the system allows one), it still
     // notices that Codex's old `{id, msg}` output is not the 0.171.0 format.
-    let repo = fake_agent_repo("codex", "codex/0.9.0/idle.jsonl", &[]);
+    let repo = s9_fake_agent_repo("codex", "codex/0.9.0/idle.jsonl", &[]);
     let hide = std::process::Command::new("unshare")
         .args(["-m", "sh", "-c", "mount -t tmpfs tmpfs \"$1\"", "sh"])
         .arg(&source_fixtures)
@@ -501,7 +502,7 @@ fn drift_detection_works_from_a_binary_installed_outside_the_source_tree() {
         .current_dir(repo.path())
         .output()
         .unwrap();
-    let events = json_lines(&out.stdout);
+    let events = s9_json_lines(&out.stdout);
     let drift = events
         .iter()
         .find(|e| e["type"] == "cli_detection.drift_detected")
@@ -523,7 +524,7 @@ fn drift_detection_works_from_a_binary_installed_outside_the_source_tree() {
 
 #[test]
 fn opencode_seed_shaped_transcript_parses_through_npc_run() {
-    let repo = fake_agent_repo("opencode", "opencode/seed-000/kinds.jsonl", &[]);
+    let repo = s9_fake_agent_repo("opencode", "opencode/seed-000/kinds.jsonl", &[]);
     let out = npc()
         .current_dir(repo.path())
         .args(["run", "dev", "--prompt", "go", "--format", "json"])
@@ -533,7 +534,7 @@ fn opencode_seed_shaped_transcript_parses_through_npc_run() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     // Unlike the newest recording, so the guard may report drift once; the
     // next strategy reads the same JSON.
-    let events: Vec<serde_json::Value> = json_lines(&out.stdout)
+    let events: Vec<serde_json::Value> = s9_json_lines(&out.stdout)
         .into_iter()
         .filter(|e| e["type"] != "cli_detection.drift_detected")
         .collect();
@@ -561,14 +562,14 @@ fn opencode_seed_shaped_transcript_parses_through_npc_run() {
 }
 
 /// Recorded events of the repository, as JSON.
-fn recorded_events(dir: &std::path::Path) -> Vec<serde_json::Value> {
+fn s9_recorded_events(dir: &std::path::Path) -> Vec<serde_json::Value> {
     let out = npc()
         .current_dir(dir)
         .args(["events", "--format", "json"])
         .output()
         .unwrap();
     assert!(out.status.success());
-    json_lines(&out.stdout)
+    s9_json_lines(&out.stdout)
 }
 
 #[test]
@@ -591,7 +592,7 @@ fn gemini_idle_probe_is_sent_by_npc_run_when_the_agent_goes_quiet() {
     let after = scratch.path().join("after.jsonl");
     std::fs::write(&after, rest).unwrap();
     let stdin_file = scratch.path().join("stdin.bin");
-    let repo = fake_agent_repo_replaying(
+    let repo = s9_fake_agent_repo_replaying(
         "gemini_cli",
         first.as_bytes(),
         &[
@@ -622,14 +623,14 @@ fn gemini_idle_probe_is_sent_by_npc_run_when_the_agent_goes_quiet() {
         b"\n",
         "the probe is a newline"
     );
-    let printed = json_lines(&out.stdout);
+    let printed = s9_json_lines(&out.stdout);
     assert!(
         printed
             .iter()
             .any(|e| e["type"] == "agent.idle" && e["status"] == "success"),
         "{printed:#?}"
     );
-    let kinds: Vec<String> = recorded_events(repo.path())
+    let kinds: Vec<String> = s9_recorded_events(repo.path())
         .iter()
         .filter_map(|e| e["kind"].as_str().map(str::to_string))
         .filter(|k| k.starts_with("run.probe") || k == "agent.idle")
@@ -646,7 +647,7 @@ fn agents_that_are_not_probed_get_their_stdin_closed_at_once() {
     // The same fake agent as a Claude Code provider: stdin is EOF at once,
     // so it exits 3 without waiting for a probe that never comes.
     let after = tempfile::NamedTempFile::new().unwrap();
-    let repo = fake_agent_repo(
+    let repo = s9_fake_agent_repo(
         "claude_code",
         "claude_code/2.1.197/boot.jsonl",
         &[("FAKE_AGENT_AFTER_PROBE", after.path().to_str().unwrap())],
@@ -672,7 +673,7 @@ fn agents_that_are_not_probed_get_their_stdin_closed_at_once() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        !recorded_events(repo.path()).iter().any(|e| e["kind"]
+        !s9_recorded_events(repo.path()).iter().any(|e| e["kind"]
             .as_str()
             .is_some_and(|k| k.starts_with("run.probe"))),
         "no probe for a provider without probe_on_stale"
