@@ -15,7 +15,6 @@ use anyhow::Context as _;
 use super::Exit;
 use crate::native::{self, MergeOptions, Target};
 use crate::runtime::{self, RepoPaths};
-use crate::store::Store;
 
 pub fn run(
     file: &Path,
@@ -26,12 +25,12 @@ pub fn run(
     let (kind, entries) = match native::import(file) {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return Ok(Exit::Failed);
         }
     };
     if !write {
-        print!("{}", native::to_manifest_toml(&entries));
+        out!("{}", native::to_manifest_toml(&entries))?;
         return Ok(Exit::Ok);
     }
     let path = super::manifest_path(manifest)?;
@@ -59,13 +58,17 @@ pub fn run(
     {
         Ok(m) => m,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return Ok(Exit::Failed);
         }
     };
     if merged.text != text {
         guard
-            .write(name, merged.text.as_bytes(), crate::repofs::WriteOptions::SHARED)
+            .write(
+                name,
+                merged.text.as_bytes(),
+                crate::repofs::WriteOptions::SHARED,
+            )
             .with_context(|| format!("cannot replace `{}`", path.display()))?;
     }
     let list = |names: &[String]| {
@@ -75,24 +78,24 @@ pub fn run(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    println!(
+    outln!(
         "merged {} MCP server(s) from {} into {}",
         merged.added.len() + merged.replaced.len(),
         file.display(),
         path.display()
-    );
+    )?;
     if !merged.unchanged.is_empty() {
-        println!(
+        outln!(
             "already in the manifest, unchanged: {}",
             list(&merged.unchanged)
-        );
+        )?;
     }
     if !merged.replaced.is_empty() {
-        println!("replaced: {}", list(&merged.replaced));
+        outln!("replaced: {}", list(&merged.replaced))?;
     }
     let names: BTreeSet<String> = entries.into_iter().map(|(n, _)| n).collect();
     adopt(&path, file, kind, names)?;
-    println!("next: run `npc validate`, then `npc plan`");
+    outln!("next: run `npc validate`, then `npc plan`")?;
     Ok(Exit::Ok)
 }
 
@@ -118,7 +121,7 @@ fn adopt(
         .unwrap_or(&target)
         .display()
         .to_string();
-    let store = Store::open(paths.db())?;
+    let store = runtime::open_store(&paths)?;
     let mut managed = store.managed_entries(&key)?;
     managed.extend(names);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -128,6 +131,6 @@ fn adopt(
         store.set_managed_entries(key.clone(), managed).await?;
         store.flush().await
     })?;
-    println!("npc now keeps these entries of {key} in step with the manifest");
+    outln!("npc now keeps these entries of {key} in step with the manifest")?;
     Ok(())
 }

@@ -16,11 +16,11 @@ pub fn run(dir: &Path) -> anyhow::Result<Exit> {
     for name in crate::model::MANIFEST_NAMES {
         let existing = dir.join(name);
         if existing.exists() {
-            eprintln!(
+            errln!(
                 "error: `{}` already exists; npc init never overwrites a manifest",
                 existing.display()
             );
-            eprintln!("  = help: edit it, or run `npc validate` to check it");
+            errln!("  = help: edit it, or run `npc validate` to check it");
             return Ok(Exit::Usage);
         }
     }
@@ -46,11 +46,11 @@ pub fn run(dir: &Path) -> anyhow::Result<Exit> {
             crate::repofs::Perms::Shared,
         )
         .with_context(|| format!("cannot create `{}`", manifest.display()))?;
-    println!(
+    outln!(
         "wrote {} (schema for editors: {})",
         manifest.display(),
         schema.display()
-    );
-    println!("next: edit it, then run `npc validate`");
+    )?;
+    outln!("next: edit it, then run `npc validate`")?;
     Ok(Exit::Ok)
 }

@@ -1,6 +1,12 @@
 //! The command line: clap definitions and dispatch. Each command lives in
 //! its own file and returns an [`Exit`]; only this edge prints errors with
-//! anyhow/miette formatting and turns them into exit codes.
+//! anyhow/miette formatting and turns them into exit codes. All printing
+//! goes through [`output`] (`out!`, `outln!`, `errln!`), never `println!`.
+
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+#[macro_use]
+mod output;
 
 mod import;
 mod init;
@@ -161,15 +167,34 @@ pub fn main() -> ExitCode {
             } else {
                 Exit::Ok
             };
-            let _ = e.print();
-            return code.into();
+            // `--help` and `--version` print to stdout: a failure there is
+            // handled like any other output failure.
+            return match e.print() {
+                Err(io) if code == Exit::Ok => end_on_output_error(&output::OutputError::from(io)),
+                _ => code.into(),
+            };
         }
     };
     match run(cli) {
         Ok(exit) => exit.into(),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            Exit::Usage.into()
+        Err(e) => match output::classify(&e) {
+            Some(out) => end_on_output_error(out),
+            None => {
+                errln!("error: {e:#}");
+                Exit::Usage.into()
+            }
+        },
+    }
+}
+
+/// The exit for a failed write to stdout: quiet success when the reader
+/// closed the pipe, a message and [`Exit::Failed`] otherwise.
+fn end_on_output_error(e: &output::OutputError) -> ExitCode {
+    match e {
+        output::OutputError::Closed => Exit::Ok.into(),
+        output::OutputError::Failed { .. } => {
+            errln!("error: {e}");
+            Exit::Failed.into()
         }
     }
 }
@@ -178,7 +203,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
     match cli.command {
         Command::Validate { path, format } => validate::run(path, format),
         Command::Schema => {
-            println!("{}", schema_text());
+            outln!("{}", schema_text())?;
             Ok(Exit::Ok)
         }
         Command::Init { dir } => init::run(&dir),
@@ -227,7 +252,10 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             manifest,
         } => import::run(&file, write, replace, manifest),
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "npc", &mut std::io::stdout());
+            // Generated into memory: clap_complete panics on a failed write.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "npc", &mut script);
+            output::write_stdout_bytes(&script)?;
             Ok(Exit::Ok)
         }
     }
@@ -256,4 +284,97 @@ fn manifest_path(path: Option<PathBuf>) -> anyhow::Result<PathBuf> {
                 cwd.display()
             )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `npc …` command lines named in `text`: inside backticks
+    /// (`` `npc plan --format json` ``) or after "run"/"try"/"use" in prose.
+    fn named_commands(text: &str) -> Vec<Vec<String>> {
+        let pattern =
+            regex::Regex::new(r"(?:`npc|\b(?:[Rr]un|[Tt]ry|[Uu]se) npc)((?: [a-z][a-z0-9_-]*)+)")
+                .expect("pattern is valid");
+        pattern
+            .captures_iter(text)
+            .map(|c| c[1].split_whitespace().map(str::to_string).collect())
+            .collect()
+    }
+
+    /// Is `words` a command line the clap definition accepts as far as its
+    /// subcommands go (arguments after a leaf command are not checked)?
+    fn exists(words: &[String]) -> bool {
+        let mut cmd = Cli::command();
+        for word in words {
+            if !cmd.has_subcommands() {
+                return true;
+            }
+            match cmd.find_subcommand(word) {
+                Some(sub) => cmd = sub.clone(),
+                None => return false,
+            }
+        }
+        true
+    }
+
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("src is readable").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs" || e == "toml") {
+                out.push(path);
+            }
+        }
+    }
+
+    #[test]
+    fn every_npc_command_named_in_src_exists() {
+        let mut files = Vec::new();
+        rust_files(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut files,
+        );
+        let mut checked = 0;
+        let mut missing = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).expect("source is UTF-8");
+            for words in named_commands(&text) {
+                checked += 1;
+                if !exists(&words) {
+                    missing.push(format!("{}: `npc {}`", file.display(), words.join(" ")));
+                }
+            }
+        }
+        assert!(checked > 20, "the scan found only {checked} command names");
+        assert!(
+            missing.is_empty(),
+            "hints name commands that do not exist:\n{}",
+            missing.join("\n")
+        );
+    }
+
+    #[test]
+    fn the_command_scan_sees_prose_and_backticks_and_rejects_unknown_words() {
+        // Assembled at run time so the scan of this file does not see it.
+        let text = [
+            "run `npc",
+            " plugin init`, or run npc",
+            " validate; npc manages x",
+        ]
+        .concat();
+        let found = named_commands(&text);
+        assert_eq!(
+            found,
+            [
+                vec!["plugin".to_string(), "init".to_string()],
+                vec!["validate".to_string()]
+            ]
+        );
+        assert!(!exists(&found[0]));
+        assert!(exists(&found[1]));
+        assert!(exists(&["render".into(), "prompt".into(), "x".into()]));
+        assert!(!exists(&["render".into(), "nothing".into()]));
+    }
 }

@@ -2,12 +2,13 @@
 //! the reconciler's commands. Each talks to the running daemon through the
 //! control channel when one runs, and to the store otherwise.
 
-use std::io::{IsTerminal, Write as _};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
 
+use super::output::OutputError;
 use super::{Exit, Format};
 use crate::model::Manifest;
 use crate::plan::{self, Action, ObservedState, Plan};
@@ -34,9 +35,9 @@ fn load(manifest: Option<PathBuf>) -> anyhow::Result<Option<(Manifest, RepoPaths
     let loaded = runtime::load_manifest(&path)?;
     let Some(model) = loaded.manifest else {
         for d in &loaded.diagnostics {
-            eprintln!("{d}");
+            errln!("{d}");
         }
-        eprintln!(
+        errln!(
             "error: `{}` is invalid; nothing was planned",
             path.display()
         );
@@ -148,50 +149,51 @@ fn has_conflicts(files: &[FilePlan]) -> bool {
     files.iter().any(|f| !f.conflicts.is_empty())
 }
 
-fn print_files(files: &[FilePlan]) {
+fn print_files(files: &[FilePlan]) -> Result<(), OutputError> {
     let shown: Vec<&FilePlan> = files.iter().filter(|f| f.action != "unchanged").collect();
-    print_conflicts(files);
+    print_conflicts(files)?;
     if shown.is_empty() {
-        return;
+        return Ok(());
     }
-    println!("\nFiles npc writes for the agents:\n");
+    outln!("\nFiles npc writes for the agents:\n")?;
     for f in shown {
         let symbol = match f.action {
             "create" => "+",
             "update" => "~",
             _ => "!",
         };
-        println!("  {symbol:>3} {}  ({})", f.path, f.what);
+        outln!("  {symbol:>3} {}  ({})", f.path, f.what)?;
         if let Some(e) = &f.error {
-            println!("        error: {e}");
+            outln!("        error: {e}")?;
         }
         for n in &f.notes {
-            println!("        note: {n}");
+            outln!("        note: {n}")?;
         }
         for line in f.diff.lines() {
-            println!("        {line}");
+            outln!("        {line}")?;
         }
     }
+    Ok(())
 }
 
 /// Entries left alone because npc did not write them: shown whether or not
 /// their file changes otherwise, with the flag that resolves them.
-fn print_conflicts(files: &[FilePlan]) {
+fn print_conflicts(files: &[FilePlan]) -> Result<(), OutputError> {
     if !has_conflicts(files) {
-        return;
+        return Ok(());
     }
-    println!("\nConflicts in agent files (left alone):\n");
+    outln!("\nConflicts in agent files (left alone):\n")?;
     for f in files {
         for name in &f.conflicts {
-            println!(
+            outln!(
                 "    ! {}: `{name}` is an entry npc did not write; the manifest server of that name is not written there",
                 f.path
-            );
+            )?;
         }
     }
-    println!(
+    outln!(
         "\n  Replace them with the manifest's servers: `npc apply --force-agent-files` (npc manages them from then on)."
-    );
+    )
 }
 
 /// Project files by default; the user-level ones only when asked.
@@ -224,13 +226,13 @@ pub fn plan(
         Format::Json => {
             let mut doc = plan::render_json(&plan, &against);
             doc["files"] = serde_json::to_value(&files)?;
-            println!("{}", serde_json::to_string_pretty(&doc)?);
+            outln!("{}", serde_json::to_string_pretty(&doc)?)?;
         }
         Format::Human => {
             if plan.has_changes() || !files.iter().any(FilePlan::is_change) {
-                print!("{}", plan::render_human(&plan, &against));
+                out!("{}", plan::render_human(&plan, &against))?;
             }
-            print_files(&files);
+            print_files(&files)?;
         }
     }
     if files.iter().any(|f| f.error.is_some()) {
@@ -259,14 +261,14 @@ pub fn apply(
     let files = opts.plan(&model, &paths)?;
     let file_changes = files.iter().any(FilePlan::is_change);
     if plan.has_changes() || !file_changes {
-        print!("{}", plan::render_human(&plan, &against));
+        out!("{}", plan::render_human(&plan, &against))?;
     }
-    print_files(&files);
+    print_files(&files)?;
     // A broken agent file is left alone; everything else still applies.
     let broken = files.iter().any(|f| f.error.is_some());
     let report_broken = || {
         if broken {
-            eprintln!(
+            errln!(
                 "error: npc left the files marked `!` above untouched; fix them, then apply again (everything else was applied)"
             );
         }
@@ -276,33 +278,32 @@ pub fn apply(
         return Ok(if broken { Exit::Failed } else { Exit::Ok });
     }
     if plan.changes.iter().any(|c| c.action == Action::Refuse) {
-        eprintln!(
+        errln!(
             "error: the plan has changes npc cannot apply while it runs (marked `!`); nothing was applied"
         );
         return Ok(Exit::Failed);
     }
     if !auto_approve {
         if !std::io::stdin().is_terminal() {
-            eprintln!(
+            errln!(
                 "error: stdin is not a terminal, so npc cannot ask; pass `--auto-approve` to apply without asking"
             );
             return Ok(Exit::Failed);
         }
-        print!("\nApply these changes? Only `yes` applies: ");
-        std::io::stdout().flush()?;
+        out!("\nApply these changes? Only `yes` applies: ")?;
         let mut answer = String::new();
         std::io::stdin().read_line(&mut answer)?;
         if answer.trim() != "yes" {
-            println!("Nothing applied.");
+            outln!("Nothing applied.")?;
             return Ok(Exit::Failed);
         }
     }
-    println!();
+    outln!()?;
     if let Some((socket, pid)) = daemon_socket(&paths) {
         let answer = rt
             .block_on(Client::call(&socket, &Request::Apply))
             .with_context(|| format!("the daemon (pid {pid}) did not apply"))?;
-        let mut exit = print_outcome(&answer, &format!("through the daemon (pid {pid})"));
+        let mut exit = print_outcome(&answer, &format!("through the daemon (pid {pid})"))?;
         // The daemon never replaces an entry it did not write; a forced
         // replacement is written here, and the store records it as managed
         // so the daemon keeps it in step from now on.
@@ -312,8 +313,8 @@ pub fn apply(
                 .into_iter()
                 .filter(|f| f.is_change())
                 .collect();
-            let store = Store::open(paths.db())?;
-            if !print_written(rt.block_on(files::write_files(&forced, &store))) {
+            let store = runtime::open_store(&paths)?;
+            if !print_written(rt.block_on(files::write_files(&forced, &store)))? {
                 exit = Exit::Failed;
             }
             rt.block_on(store.flush())?;
@@ -328,47 +329,66 @@ pub fn apply(
     let desired = plan::desired(&model, &runtime::external_inputs(&model, &paths.root));
     rt.block_on(runtime::record_state(&store, &plan::observe(&desired)))?;
     let written: Vec<FilePlan> = files.into_iter().filter(|f| f.error.is_none()).collect();
-    let failed = !print_written(rt.block_on(files::write_files(&written, &store))) || broken;
+    let failed = !print_written(rt.block_on(files::write_files(&written, &store)))? || broken;
     for change in plan.actionable() {
-        let note = match change.id.kind {
-            plan::Kind::McpServer | plan::Kind::PanePlugin if change.action != Action::Remove => {
-                "recorded; its process starts with `npc daemon`"
+        let runs_a_process = match desired.get(&change.id) {
+            Some(plan::Config::McpServer(s)) => {
+                matches!(s.transport, crate::model::McpTransport::Stdio(_))
             }
-            _ => "applied",
+            Some(plan::Config::PanePlugin(_)) => true,
+            _ => false,
         };
-        println!("  {:>3} {}: {note}", change.action.symbol(), change.id);
+        let note = if change.action == Action::Remove {
+            "removed"
+        } else if runs_a_process {
+            "recorded; its process starts with `npc daemon`"
+        } else {
+            Standing::of_kind(change.id.kind.as_str()).map_or("applied", Standing::human)
+        };
+        outln!("  {:>3} {}: {note}", change.action.symbol(), change.id)?;
     }
     rt.block_on(store.flush())?;
-    println!("\nApplied without a daemon. Run `npc daemon` to start the supervised components.");
+    outln!("\nApplied without a daemon. Run `npc daemon` to start the supervised components.")?;
     report_broken();
     Ok(if failed { Exit::Failed } else { Exit::Ok })
 }
 
 /// One line per written file; whether every write succeeded.
-fn print_written(results: Vec<(String, Result<&'static str, String>)>) -> bool {
+fn print_written(
+    results: Vec<(String, Result<&'static str, String>)>,
+) -> Result<bool, OutputError> {
     let mut ok = true;
     for (path, outcome) in results {
         match outcome {
-            Ok(what) => println!("      {path}: {what}"),
+            Ok(what) => outln!("      {path}: {what}")?,
             Err(e) => {
                 ok = false;
-                println!("      {path}: not written: {e}");
+                outln!("      {path}: not written: {e}")?;
             }
         }
     }
-    ok
+    Ok(ok)
 }
 
-fn print_outcome(answer: &serde_json::Value, how: &str) -> Exit {
+fn print_outcome(answer: &serde_json::Value, how: &str) -> Result<Exit, OutputError> {
     match answer.get("outcome").and_then(|o| o.as_str()) {
         Some("applied") => {
             let mut failed = false;
             for r in answer["results"].as_array().into_iter().flatten() {
                 let outcome = r["outcome"].as_str().unwrap_or("?");
                 failed |= outcome != "applied";
-                let symbol = serde_json::from_value::<Action>(r["action"].clone())
-                    .map(|a| a.symbol())
-                    .unwrap_or("?");
+                let kind = r["id"]
+                    .as_str()
+                    .and_then(|id| id.split_once('.'))
+                    .map(|(k, _)| k);
+                let action = serde_json::from_value::<Action>(r["action"].clone()).ok();
+                // Say what "applied" means for a component no process stands for.
+                let outcome = match (outcome, kind.and_then(Standing::of_kind)) {
+                    ("applied", _) if action == Some(Action::Remove) => "removed",
+                    ("applied", Some(standing)) if r["pid"].is_null() => standing.human(),
+                    _ => outcome,
+                };
+                let symbol = action.map_or("?", Action::symbol);
                 let pid = r["pid"]
                     .as_u64()
                     .map(|p| format!(" (pid {p})"))
@@ -377,29 +397,29 @@ fn print_outcome(answer: &serde_json::Value, how: &str) -> Exit {
                     .as_str()
                     .map(|e| format!(": {e}"))
                     .unwrap_or_default();
-                println!(
+                outln!(
                     "  {symbol:>3} {}: {outcome}{pid}{error}",
                     r["id"].as_str().unwrap_or("?")
-                );
+                )?;
             }
-            println!("\nApplied {how}.");
-            if failed { Exit::Failed } else { Exit::Ok }
+            outln!("\nApplied {how}.")?;
+            Ok(if failed { Exit::Failed } else { Exit::Ok })
         }
         Some("invalid") => {
-            eprintln!(
+            errln!(
                 "error: the daemon found the manifest invalid; nothing changed (see `npc events`)"
             );
-            Exit::Failed
+            Ok(Exit::Failed)
         }
         Some("refused") => {
             for r in answer["reasons"].as_array().into_iter().flatten() {
-                eprintln!("error: refused: {}", r.as_str().unwrap_or("?"));
+                errln!("error: refused: {}", r.as_str().unwrap_or("?"));
             }
-            Exit::Failed
+            Ok(Exit::Failed)
         }
         _ => {
-            eprintln!("error: unexpected answer from the daemon: {answer}");
-            Exit::Failed
+            errln!("error: unexpected answer from the daemon: {answer}");
+            Ok(Exit::Failed)
         }
     }
 }
@@ -413,13 +433,13 @@ pub fn daemon(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
         .try_init();
     let rt = tokio()?;
     let result = rt.block_on(runtime::daemon::run(&path, |paths, outcome| {
-        eprintln!(
+        errln!(
             "npc daemon: pid {} watching {} (control socket {})",
             std::process::id(),
             paths.manifest.display(),
             control::socket_path(&paths.runtime_dir()).display()
         );
-        eprintln!(
+        errln!(
             "npc daemon: startup {}",
             serde_json::to_string(outcome).unwrap_or_default()
         );
@@ -428,7 +448,7 @@ pub fn daemon(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
     match result {
         Ok(()) => Ok(Exit::Ok),
         Err(runtime::RuntimeError::Invalid(p)) => {
-            eprintln!(
+            errln!(
                 "error: `{}` is invalid; the daemon did not start",
                 p.display()
             );
@@ -476,43 +496,134 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
         }
     };
     match format {
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({ "source": source, "components": components })
-            )?
-        ),
+        Format::Json => {
+            let rows: Vec<serde_json::Value> = components
+                .iter()
+                .map(|c| {
+                    let mut row = serde_json::to_value(c).unwrap_or_default();
+                    if let Some(standing) = Standing::of(c) {
+                        row["state"] = standing.state().into();
+                        row["detail"] = standing.detail().into();
+                    }
+                    row
+                })
+                .collect();
+            outln!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &serde_json::json!({ "source": source, "components": rows })
+                )?
+            )?;
+        }
         Format::Human => {
-            println!("{source}");
+            outln!("{source}")?;
+            let states: Vec<String> = components
+                .iter()
+                .map(|c| Standing::of(c).map_or_else(|| c.state.clone(), |s| s.human().to_string()))
+                .collect();
             let width = components
                 .iter()
                 .map(|c| c.id.len())
                 .max()
                 .unwrap_or(9)
                 .max(9);
-            println!(
-                "{:<width$}  {:<11}  {:>7}  {:>8}  SINCE",
-                "COMPONENT", "STATE", "PID", "RESTARTS"
-            );
-            for c in &components {
+            let state_width = states.iter().map(String::len).max().unwrap_or(11).max(11);
+            outln!(
+                "{:<width$}  {:<state_width$}  {:>7}  {:>8}  SINCE",
+                "COMPONENT",
+                "STATE",
+                "PID",
+                "RESTARTS"
+            )?;
+            for (c, state) in components.iter().zip(&states) {
                 let pid = c.pid.map_or("-".to_string(), |p| p.to_string());
-                println!(
-                    "{:<width$}  {:<11}  {:>7}  {:>8}  {}",
+                outln!(
+                    "{:<width$}  {state:<state_width$}  {:>7}  {:>8}  {}",
                     c.id,
-                    c.state,
                     pid,
                     c.restarts,
                     c.since.as_deref().unwrap_or("-")
-                );
+                )?;
             }
         }
     }
     Ok(Exit::Ok)
 }
 
-fn print_event(event: &serde_json::Value, format: Format) {
+/// What is true of a component that no process stands for. The runtime
+/// records every such component as `applied` once its config is accepted;
+/// `npc status` and `npc apply` say instead what that means for its kind,
+/// so nothing reads as running that npc does not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// Validated and recorded, but npc has no runtime for the kind yet
+    /// (triggers, hooks, plugins, panes).
+    Declared,
+    /// Read by `npc run` and `npc render` when they are used (providers,
+    /// prompts, profiles).
+    Ready,
+    /// Written into the agents' config files; the agent connects to it (an
+    /// HTTP MCP server).
+    Configured,
+    /// Settings npc itself reads (project, daemon).
+    Recorded,
+}
+
+impl Standing {
+    /// The standing of `c`, when its recorded state is the runtime's
+    /// catch-all `applied`; `None` for supervised states (running, …).
+    fn of(c: &runtime::ComponentStatus) -> Option<Self> {
+        (c.state == "applied").then(|| Self::of_kind(&c.kind))?
+    }
+
+    fn of_kind(kind: &str) -> Option<Self> {
+        Some(match kind {
+            "trigger" | "hooks" | "plugin" | "pane" | "pane_plugin" => Self::Declared,
+            "provider" | "prompt" | "profile" => Self::Ready,
+            "mcp_server" => Self::Configured,
+            "project" | "daemon" => Self::Recorded,
+            _ => return None,
+        })
+    }
+
+    /// The machine-readable state (`--format json`).
+    fn state(self) -> &'static str {
+        match self {
+            Self::Declared => "declared",
+            Self::Ready => "ready",
+            Self::Configured => "configured",
+            Self::Recorded => "recorded",
+        }
+    }
+
+    /// The state column of the human table.
+    fn human(self) -> &'static str {
+        match self {
+            Self::Declared => "declared (not run yet)",
+            Self::Ready => "ready",
+            Self::Configured => "configured",
+            Self::Recorded => "recorded",
+        }
+    }
+
+    /// One sentence on what the state means.
+    fn detail(self) -> &'static str {
+        match self {
+            Self::Declared => {
+                "validated and recorded; nothing runs it yet (npc has no runtime for this kind)"
+            }
+            Self::Ready => "used by `npc run` and `npc render`; no process of its own",
+            Self::Configured => {
+                "written to the agents' config files; each agent connects to it, npc runs no process"
+            }
+            Self::Recorded => "settings npc reads; no process of its own",
+        }
+    }
+}
+
+fn print_event(event: &serde_json::Value, format: Format) -> Result<(), OutputError> {
     match format {
-        Format::Json => println!("{event}"),
+        Format::Json => outln!("{event}")?,
         Format::Human => {
             let ts = event["ts_ms"]
                 .as_i64()
@@ -520,14 +631,15 @@ fn print_event(event: &serde_json::Value, format: Format) {
                 .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
                 .unwrap_or_default();
             let component = event["component"].as_str().unwrap_or("-");
-            println!(
+            outln!(
                 "{:>6}  {ts}  {:<22}  {component:<24}  {}",
                 event["id"],
                 event["kind"].as_str().unwrap_or("?"),
                 event["payload"]
-            );
+            )?;
         }
     }
+    Ok(())
 }
 
 pub fn events(
@@ -542,7 +654,7 @@ pub fn events(
         return rt.block_on(async {
             let mut client = Client::request(&socket, &Request::Events { since, follow }).await?;
             while let Some(event) = client.next(None).await? {
-                print_event(&event, format);
+                print_event(&event, format)?;
             }
             Ok(Exit::Ok)
         });
@@ -563,7 +675,7 @@ pub fn events(
         }
         for event in &page {
             after = event.id;
-            print_event(&serde_json::to_value(event)?, format);
+            print_event(&serde_json::to_value(event)?, format)?;
         }
     }
 }

@@ -74,9 +74,9 @@ pub fn run(args: RenderArgs) -> anyhow::Result<Exit> {
         .with_context(|| format!("cannot read `{}`", path.display()))?;
     let Some(manifest) = &loaded.manifest else {
         for d in &loaded.diagnostics {
-            eprintln!("{d}");
+            errln!("{d}");
         }
-        eprintln!(
+        errln!(
             "error: `{}` is invalid; fix it (see `npc validate`) before rendering",
             loaded.source.name()
         );
@@ -86,12 +86,8 @@ pub fn run(args: RenderArgs) -> anyhow::Result<Exit> {
     let ctx = RenderContext::new(&root, manifest);
     let result = match args.target {
         Target::Profile { name, write } => render::profile(manifest, &name, &ctx).map(|text| {
-            if write {
-                Some((render::profile_path(ctx.state_dir(), &name), text))
-            } else {
-                print!("{text}");
-                None
-            }
+            let file = write.then(|| render::profile_path(ctx.state_dir(), &name));
+            (file, text)
         }),
         Target::Prompt {
             name,
@@ -112,25 +108,25 @@ pub fn run(args: RenderArgs) -> anyhow::Result<Exit> {
             if let Some(t) = trigger {
                 ctx = ctx.with_trigger(t);
             }
-            render::prompt(manifest, &name, &given, &ctx).map(|text| {
-                print!("{text}");
-                None
-            })
+            render::prompt(manifest, &name, &given, &ctx).map(|text| (None, text))
         }
     };
     match result {
-        Ok(None) => Ok(Exit::Ok),
-        Ok(Some((file, text))) => {
+        Ok((None, text)) => {
+            out!("{text}")?;
+            Ok(Exit::Ok)
+        }
+        Ok((Some(file), text)) => {
             // npc's own file: private, never through a link, in a state
             // directory that git ignores.
             let guard = crate::repofs::Root::new(&root)?;
             guard.ensure_state_dir(ctx_state_dir(&root, manifest).as_path())?;
             guard.write(&file, text.as_bytes(), crate::repofs::WriteOptions::PRIVATE)?;
-            println!("wrote {}", file.display());
+            outln!("wrote {}", file.display())?;
             Ok(Exit::Ok)
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             Ok(Exit::Failed)
         }
     }

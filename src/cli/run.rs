@@ -5,7 +5,6 @@
 //! 130 Ctrl-C, 143 SIGTERM).
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +13,7 @@ use anyhow::Context as _;
 use clap::Args;
 use tokio::signal::unix::{SignalKind, signal};
 
+use super::output::OutputError;
 use super::{Exit, Format};
 use crate::bus::EventBus;
 use crate::model::{self, ProcessEnv};
@@ -37,6 +37,11 @@ pub struct RunArgs {
     /// Stop the run after this many seconds (default 1800)
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
     timeout: Option<u64>,
+    /// Gemini CLI: after this many seconds without output, send the advisory
+    /// idle probe (a newline on its stdin) and record whether it answers
+    /// (default 30)
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
+    probe_after: Option<u64>,
     /// Where the agent runs (e.g. a worktree); tools keep the repository root
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
@@ -61,9 +66,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         .with_context(|| format!("cannot read `{}`", path.display()))?;
     let Some(manifest) = &loaded.manifest else {
         for d in &loaded.diagnostics {
-            eprintln!("{d}");
+            errln!("{d}");
         }
-        eprintln!(
+        errln!(
             "error: `{}` is invalid; fix it (see `npc validate`) before running",
             loaded.source.name()
         );
@@ -71,7 +76,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
     };
     let prompt = match (args.prompt, args.prompt_template) {
         (_, None) if !args.vars.is_empty() => {
-            eprintln!("error: {}", runs::RunError::VarsWithoutTemplate);
+            errln!("error: {}", runs::RunError::VarsWithoutTemplate);
             return Ok(Exit::Usage);
         }
         (Some(text), _) => PromptChoice::Literal { text },
@@ -79,7 +84,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             let mut vars = BTreeMap::new();
             for (k, v) in args.vars {
                 if vars.insert(k.clone(), v).is_some() {
-                    eprintln!("error: `--var {k}` is given twice; give each variable once");
+                    errln!("error: `--var {k}` is given twice; give each variable once");
                     return Ok(Exit::Usage);
                 }
             }
@@ -94,20 +99,23 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             .timeout
             .map_or(runs::DEFAULT_RUN_TIMEOUT, Duration::from_secs),
         cwd: args.cwd,
+        probe_after: args
+            .probe_after
+            .map_or(crate::providers::STALE_AFTER, Duration::from_secs),
     };
     let prepared = match runs::prepare(manifest, &paths.root, &request, runs::new_run_id()) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return Ok(Exit::Usage);
         }
     };
     for w in &prepared.warnings {
-        eprintln!("warning: {w}");
+        errln!("warning: {w}");
     }
     let format = args.format;
     if format == Format::Human {
-        eprintln!(
+        errln!(
             "run {} · profile `{}` · provider `{}` · in {}",
             prepared.id,
             prepared.profile,
@@ -138,12 +146,24 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         bus.set_secrets(manifest.secret_values());
         let (events, _supervisor_events) = tokio::sync::mpsc::unbounded_channel();
         let supervisor = Supervisor::new(events, BackoffPolicy::default());
-        let sink = |e: &AgentEvent| print_event(&prepared.id, e, format);
+        // A closed or failing stdout stops the printing, not the run: the
+        // agent's work goes on and every event is still recorded. A closed
+        // reader is not an error; another write failure fails the command
+        // once the run has ended.
+        let mut printing: Result<(), OutputError> = Ok(());
+        let sink = |e: &AgentEvent| {
+            if printing.is_ok() {
+                printing = print_event(&prepared.id, e, format);
+            }
+        };
         let result = runs::execute(&prepared, &supervisor, &bus, sink, cancel).await;
         bus.shutdown().await;
         let report = result?;
+        if let Err(e @ OutputError::Failed { .. }) = printing {
+            return Err(e.into());
+        }
         if format == Format::Human {
-            eprintln!(
+            errln!(
                 "run {} {} ({}) in {:.1}s",
                 prepared.id,
                 report.outcome.as_str().replace('_', " "),
@@ -163,17 +183,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
     })
 }
 
-fn print_event(run_id: &str, event: &AgentEvent, format: Format) {
+fn print_event(run_id: &str, event: &AgentEvent, format: Format) -> Result<(), OutputError> {
     match format {
-        Format::Json => {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{}", runs::event_payload(run_id, event));
-            let _ = out.flush();
-        }
+        Format::Json => outln!("{}", runs::event_payload(run_id, event))?,
         Format::Human => match view::line(event) {
-            Some((view::Stream::Stdout, text)) => println!("{text}"),
-            Some((view::Stream::Stderr, text)) => eprintln!("{text}"),
+            Some((view::Stream::Stdout, text)) => outln!("{text}")?,
+            Some((view::Stream::Stderr, text)) => errln!("{text}"),
             None => {}
         },
     }
+    Ok(())
 }

@@ -18,7 +18,7 @@ pub fn run(path: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
     match format {
         Format::Json => {
             let report = JsonReport::new(&loaded.diagnostics);
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            outln!("{}", serde_json::to_string_pretty(&report)?)?;
         }
         Format::Human => {
             let mut out = String::new();
@@ -46,7 +46,7 @@ pub fn run(path: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
                     }
                 )),
             }
-            print!("{out}");
+            out!("{out}")?;
         }
     }
     Ok(if errors == 0 { Exit::Ok } else { Exit::Failed })

@@ -876,7 +876,7 @@ impl Lower<'_> {
         if self.relative_path(&p.path.span, &p.path.value, "the plugin `path`") {
             let dir = Path::new(&p.path.value);
             if let Err(e) = self.files.check_dir(dir) {
-                self.error(&p.path.span, format!("plugin directory `{}` {}", p.path.value, io_reason(&e)), "fix the path (relative to the manifest's directory), or create the package with `npc plugin init`");
+                self.error(&p.path.span, format!("plugin directory `{}` {}", p.path.value, io_reason(&e)), "fix the path (relative to the manifest's directory), or create the package there (a directory with a `plugin.json`)");
             } else if self.files.read_to_string(&dir.join("plugin.json")).is_err() {
                 self.error(
                     &p.path.span,

@@ -5,12 +5,29 @@
 //! A line's shape is its event `type`, the `type` of any nested object one
 //! level down (Codex `item`, OpenCode `part`…) and its sorted top-level keys
 //! — never ids or text. Non-JSON lines all have the shape [`TEXT_SHAPE`].
-//! Each live line scores the best [`str_similarity`] against the distinct
-//! fixture shapes; the guard's ratio is the mean score over the last
-//! [`DRIFT_WINDOW_LINES`] lines. Below [`DRIFT_THRESHOLD`] is drift.
+//! Each live line scores the best difflib ratio ([`str_similarity`]:
+//! `SequenceMatcher(None, live, fixture).ratio()` with difflib's default
+//! autojunk, ported exactly and checked against Python) against the
+//! distinct fixture shapes; an identical shape scores 1.0. The guard's
+//! ratio is the mean score over the last [`DRIFT_WINDOW_LINES`] lines.
+//! Below [`DRIFT_THRESHOLD`] is drift.
 //!
-//! Fixtures live in `<root>/<provider>/<version>/*.jsonl`; the newest
-//! version directory in semver order is the baseline.
+//! The seed's detector takes one difflib ratio of the whole captured output
+//! against the fixture. npc applies the same ratio per line to shapes
+//! instead, on purpose, and is stricter about format for it (both are
+//! tested below with real fixtures): values are not format, so a correct
+//! run whose messages are longer than the fixture's scores far below the
+//! threshold as whole text (and beyond 200 characters autojunk drops the
+//! characters JSON is made of from the index), while a key renamed in every
+//! line still leaves most of the whole text matching, above the threshold;
+//! by shape the first is 1.0 and the second is drift on every line.
+//!
+//! The fixtures are embedded in the binary ([`EMBEDDED_FIXTURES`], listed
+//! by `build.rs` from `fixtures/clis/<provider>/<version>/`), so an
+//! installed `npc` keeps the guard; the newest version in semver order is
+//! the baseline and only its `*.jsonl` files count. [`Baseline::load`]
+//! reads the same layout from a directory, for tests and for trying new
+//! recordings.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -36,6 +53,9 @@ pub const FIXTURE_MAX_BYTES: u64 = 1024 * 1024;
 pub const FIXTURE_MAX_FILES: usize = 64;
 /// Longest shape string kept (a line with thousands of keys is cut here).
 pub const SHAPE_MAX_BYTES: usize = 256;
+/// Extension of the fixture files that make up a drift baseline (`*.txt`
+/// transcripts are for the text strategies).
+pub const FIXTURE_EXTENSION: &str = "jsonl";
 /// The shape of every line that is not a JSON object.
 pub const TEXT_SHAPE: &str = "~text";
 
@@ -131,6 +151,23 @@ impl Baseline {
         }
     }
 
+    /// The baseline embedded in the binary for `provider` (the newest
+    /// version of [`EMBEDDED_FIXTURES`]), `None` when it has none.
+    pub fn embedded(provider: ProviderKind) -> Option<Self> {
+        let newest = EMBEDDED_FIXTURES
+            .iter()
+            .filter(|f| f.provider == provider.as_str())
+            .filter_map(|f| Some((parse_version(f.version)?, f.version)))
+            .max_by(|a, b| a.0.cmp(&b.0))?
+            .1;
+        let files = EMBEDDED_FIXTURES
+            .iter()
+            .filter(|f| f.provider == provider.as_str() && f.version == newest)
+            .map(|f| (f.name, f.bytes));
+        let baseline = Self::from_files(provider, newest, files);
+        (!baseline.shapes.is_empty()).then_some(baseline)
+    }
+
     /// Load the newest `<root>/<provider>/<version>/` (semver order;
     /// directories whose name is not a version are ignored). `Ok(None)` when
     /// the provider has no fixtures.
@@ -145,11 +182,11 @@ impl Baseline {
         let mut files: Vec<PathBuf> = entries
             .filter_map(Result::ok)
             .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+            .filter(|p| p.extension().is_some_and(|e| e == FIXTURE_EXTENSION))
             .collect();
         files.sort();
         files.truncate(FIXTURE_MAX_FILES);
-        let mut text = String::new();
+        let mut bodies = Vec::with_capacity(files.len());
         for path in files {
             let len = std::fs::metadata(&path)
                 .map_err(|source| FixtureError::ReadFile {
@@ -164,14 +201,44 @@ impl Baseline {
                 path: path.clone(),
                 source,
             })?;
-            text.push_str(&String::from_utf8_lossy(&body));
-            text.push('\n');
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            bodies.push((name, body));
         }
-        let baseline = Self::from_lines(provider, version.to_string(), text.lines());
+        let baseline = Self::from_files(
+            provider,
+            &version.to_string(),
+            bodies.iter().map(|(n, b)| (n.as_str(), b.as_slice())),
+        );
         if baseline.shapes.is_empty() {
             return Err(FixtureError::Empty { path: dir });
         }
         Ok(Some(baseline))
+    }
+
+    /// A baseline from the files of one version directory: the `*.jsonl`
+    /// ones, in name order, at most [`FIXTURE_MAX_FILES`].
+    fn from_files<'a>(
+        provider: ProviderKind,
+        version: &str,
+        files: impl Iterator<Item = (&'a str, &'a [u8])>,
+    ) -> Self {
+        let mut files: Vec<(&str, &[u8])> = files
+            .filter(|(name, _)| {
+                Path::new(name)
+                    .extension()
+                    .is_some_and(|e| e == FIXTURE_EXTENSION)
+            })
+            .collect();
+        files.sort_by(|a, b| a.0.cmp(b.0));
+        files.truncate(FIXTURE_MAX_FILES);
+        let text: Vec<String> = files
+            .iter()
+            .map(|(_, body)| String::from_utf8_lossy(body).into_owned())
+            .collect();
+        Self::from_lines(provider, version, text.iter().flat_map(|t| t.lines()))
     }
 
     /// The distinct shapes, sorted.
@@ -209,13 +276,28 @@ pub fn newest_version_dir(
     Ok(entries
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| {
-            let name = e.file_name().to_str()?.to_string();
-            let v = semver::Version::parse(name.trim_start_matches('v')).ok()?;
-            Some((v, e.path()))
-        })
+        .filter_map(|e| Some((parse_version(e.file_name().to_str()?)?, e.path())))
         .max_by(|a, b| a.0.cmp(&b.0)))
 }
+
+/// A fixture directory name as a version (`1.2.3` or `v1.2.3`).
+fn parse_version(name: &str) -> Option<semver::Version> {
+    semver::Version::parse(name.trim_start_matches('v')).ok()
+}
+
+/// One recorded transcript compiled into the binary.
+#[derive(Debug, Clone, Copy)]
+pub struct EmbeddedFixture {
+    /// The provider directory (`codex`, `gemini_cli`, …).
+    pub provider: &'static str,
+    /// The version directory (`0.171.0`).
+    pub version: &'static str,
+    /// The file name (`idle.jsonl`).
+    pub name: &'static str,
+    pub bytes: &'static [u8],
+}
+
+include!(concat!(env!("OUT_DIR"), "/cli_fixtures.rs"));
 
 /// Is `ratio` drift?
 pub fn is_drift(ratio: f64) -> bool {
@@ -394,5 +476,116 @@ mod tests {
         }
         assert_eq!(g.len(), DRIFT_WINDOW_LINES);
         assert_eq!(g.ratio(false), Some(1.0));
+    }
+
+    /// Every file under `fixtures/clis/<provider>/<version>/` is in the
+    /// binary, byte for byte, and nothing else is.
+    #[test]
+    fn every_fixture_file_is_embedded() {
+        let root = crate::providers::source_fixtures_root();
+        let mut on_disk = BTreeSet::new();
+        for provider in std::fs::read_dir(root).unwrap().flatten() {
+            if !provider.path().is_dir() {
+                continue;
+            }
+            for version in std::fs::read_dir(provider.path()).unwrap().flatten() {
+                if !version.path().is_dir() {
+                    continue;
+                }
+                for file in std::fs::read_dir(version.path()).unwrap().flatten() {
+                    on_disk.insert((
+                        provider.file_name().into_string().unwrap(),
+                        version.file_name().into_string().unwrap(),
+                        file.file_name().into_string().unwrap(),
+                        std::fs::read(file.path()).unwrap(),
+                    ));
+                }
+            }
+        }
+        let embedded: BTreeSet<(String, String, String, Vec<u8>)> = EMBEDDED_FIXTURES
+            .iter()
+            .map(|f| {
+                (
+                    f.provider.into(),
+                    f.version.into(),
+                    f.name.into(),
+                    f.bytes.to_vec(),
+                )
+            })
+            .collect();
+        assert!(on_disk.len() > 10, "{} fixture files", on_disk.len());
+        let missing: Vec<_> = on_disk
+            .difference(&embedded)
+            .map(|f| (&f.0, &f.1, &f.2))
+            .collect();
+        let extra: Vec<_> = embedded
+            .difference(&on_disk)
+            .map(|f| (&f.0, &f.1, &f.2))
+            .collect();
+        assert!(missing.is_empty(), "not embedded (rebuild): {missing:?}");
+        assert!(extra.is_empty(), "embedded but gone from disk: {extra:?}");
+    }
+
+    #[test]
+    fn embedded_baselines_equal_the_ones_read_from_the_source_tree() {
+        for kind in ProviderKind::ALL {
+            let from_disk = Baseline::load(crate::providers::source_fixtures_root(), kind).unwrap();
+            assert_eq!(Baseline::embedded(kind), from_disk, "{kind:?}");
+            assert!(from_disk.is_some(), "{kind:?} has fixtures");
+        }
+        assert_eq!(
+            Baseline::embedded(ProviderKind::Codex).unwrap().version,
+            "0.171.0",
+            "semver order, not string order"
+        );
+    }
+
+    fn codex_tool_call() -> String {
+        let f = EMBEDDED_FIXTURES
+            .iter()
+            .find(|f| {
+                f.provider == "codex" && f.version == "0.171.0" && f.name == "tool_call.jsonl"
+            })
+            .unwrap();
+        String::from_utf8(f.bytes.to_vec()).unwrap()
+    }
+
+    fn guard_ratio(capture: &str) -> f64 {
+        let mut g = Guard::new(Baseline::embedded(ProviderKind::Codex).unwrap());
+        for line in capture.lines() {
+            g.observe(&line_shape(line.as_bytes()));
+        }
+        g.ratio(true).unwrap()
+    }
+
+    /// Why npc compares shapes per line, not the whole capture: a correct
+    /// run that only says more than the fixture is drift by the seed's
+    /// whole-text ratio (Python agrees: 0.5423…), and 1.0 by shape.
+    #[test]
+    fn whole_capture_ratio_flags_correct_output_with_longer_messages() {
+        let fixture = codex_tool_call();
+        let long = "The quick brown fox jumps over the lazy dog. ".repeat(8);
+        let re = regex::Regex::new(r#""text":"[^"]*""#).unwrap();
+        let capture = re.replace_all(&fixture, format!(r#""text":"{long}""#).as_str());
+        let whole = str_similarity(&capture, &fixture);
+        assert_eq!(whole, 0.5423327412670219, "python3 difflib gives this");
+        assert!(is_drift(whole));
+        assert_eq!(guard_ratio(&capture), 1.0);
+    }
+
+    /// ...and stricter about format: a key renamed in every line keeps the
+    /// whole-text ratio above the threshold (Python: 0.8244…), while every
+    /// line's shape misses.
+    #[test]
+    fn whole_capture_ratio_misses_a_key_renamed_in_every_line() {
+        let fixture = codex_tool_call();
+        let capture = fixture
+            .replace(r#""item""#, r#""entry""#)
+            .replace(r#""type""#, r#""kind""#);
+        let whole = str_similarity(&capture, &fixture);
+        assert_eq!(whole, 0.824486301369863, "python3 difflib gives this");
+        assert!(!is_drift(whole));
+        let by_shape = guard_ratio(&capture);
+        assert!(is_drift(by_shape), "{by_shape}");
     }
 }

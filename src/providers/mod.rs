@@ -26,7 +26,9 @@
 //! delivered at once. `regex_fallback` reads `[ASSISTANT]`-style markers;
 //! `probe_on_stale` reads an interactive screen, idle by [`IDLE_MARKERS`],
 //! and [`Parser::needs_probe`] tells the runner when output has gone stale
-//! (advisory: the parser never writes to the agent).
+//! (advisory: the parser never writes to the agent; `npc run` sends the
+//! probe, a newline on the agent's stdin, and records whether output
+//! followed).
 //!
 //! Parsing is incremental and total: feed any bytes, in any chunks; bad
 //! lines become `agent.error` events and parsing goes on.
@@ -52,7 +54,8 @@ use serde_json::Value;
 use crate::model::ProviderKind;
 
 pub use drift::{
-    Baseline, DRIFT_MIN_LINES, DRIFT_THRESHOLD, DRIFT_WINDOW_LINES, FixtureError, Guard,
+    Baseline, DRIFT_MIN_LINES, DRIFT_THRESHOLD, DRIFT_WINDOW_LINES, EMBEDDED_FIXTURES,
+    EmbeddedFixture, FixtureError, Guard,
 };
 pub use event::{AgentEvent, ErrorKind};
 pub use launch::{LaunchError, LaunchPlan, LaunchRequest, launch_plan};
@@ -113,8 +116,9 @@ pub fn detection_chain(kind: ProviderKind) -> &'static [Strategy] {
     }
 }
 
-/// The fixtures shipped with the source tree (`fixtures/clis`), for tests
-/// and development builds.
+/// The fixtures in the source tree (`fixtures/clis`), for tests and
+/// benchmarks only: the binary reads its baselines from the copies
+/// embedded at build time ([`Parser::embedded`]).
 pub fn source_fixtures_root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/clis"))
 }
@@ -143,6 +147,7 @@ pub struct Parser {
     last_output: Option<Instant>,
     idle: bool,
     probe_sent: Option<Instant>,
+    stale_after: Duration,
 }
 
 impl Parser {
@@ -167,6 +172,12 @@ impl Parser {
         parser
     }
 
+    /// A parser whose drift guard compares with the fixtures embedded in the
+    /// binary (what `npc run` uses, wherever `npc` is installed).
+    pub fn embedded(kind: ProviderKind) -> Self {
+        Self::with_baseline(kind, Baseline::embedded(kind))
+    }
+
     /// A parser with an explicit baseline (`None`: no drift guard).
     pub fn with_baseline(kind: ProviderKind, baseline: Option<Baseline>) -> Self {
         Self {
@@ -184,7 +195,15 @@ impl Parser {
             last_output: None,
             idle: false,
             probe_sent: None,
+            stale_after: STALE_AFTER,
         }
+    }
+
+    /// Count the agent as stale after `quiet` of silence instead of
+    /// [`STALE_AFTER`].
+    pub fn with_stale_after(mut self, quiet: Duration) -> Self {
+        self.stale_after = quiet;
+        self
     }
 
     /// Use a different line bound (before feeding anything).
@@ -256,18 +275,38 @@ impl Parser {
         out
     }
 
-    /// Advisory stale detection for providers whose chain has
-    /// `probe_on_stale`: true when the agent is not idle, has been silent
-    /// for [`STALE_AFTER`], and no probe was recorded since its last output.
-    /// The runner decides whether to send a probe (and then calls
-    /// [`Parser::probe_sent`]).
-    pub fn needs_probe(&self, now: Instant) -> bool {
-        if !self.chain.contains(&Strategy::ProbeOnStale) || self.idle {
-            return false;
+    /// Does this provider's chain have `probe_on_stale` (so a runner keeps
+    /// the agent's stdin open to probe it)?
+    pub fn probes(&self) -> bool {
+        self.chain.contains(&Strategy::ProbeOnStale)
+    }
+
+    /// When the agent will count as stale: its last output (or the parser's
+    /// creation) plus the stale time, unless it is idle or was probed since
+    /// that output. `None` for providers that are never probed.
+    pub fn probe_due(&self) -> Option<Instant> {
+        if !self.probes() || self.idle {
+            return None;
         }
         let since = self.last_output.unwrap_or(self.created);
-        let probed_since = self.probe_sent.is_some_and(|p| p >= since);
-        !probed_since && now.saturating_duration_since(since) >= STALE_AFTER
+        if self.probe_sent.is_some_and(|p| p >= since) {
+            return None;
+        }
+        Some(since + self.stale_after)
+    }
+
+    /// Advisory stale detection for providers whose chain has
+    /// `probe_on_stale`: true when the agent is not idle, has been silent
+    /// for [`STALE_AFTER`] (or [`Parser::with_stale_after`]), and no probe
+    /// was recorded since its last output. The runner decides whether to
+    /// send a probe (and then calls [`Parser::probe_sent`]).
+    pub fn needs_probe(&self, now: Instant) -> bool {
+        self.probe_due().is_some_and(|due| now >= due)
+    }
+
+    /// The last output the agent wrote (stdout or stderr).
+    pub fn last_output(&self) -> Option<Instant> {
+        self.last_output
     }
 
     /// Record that the runner probed the agent at `now`.

@@ -1,10 +1,21 @@
-//! OpenCode `run --format json` (NDJSON): `{type, timestamp, sessionID,
-//! part}` with types `step_start`, `text` (`part.text`), `tool_use`
-//! (`part{callID, tool, state{status, input, output, error}}`),
-//! `step_finish` (`part{reason, tokens{input, output, reasoning,
-//! cache{read, write}}, cost}`), `reasoning` and `error` (`error{name,
-//! data{message}}`). A `step_finish` whose reason is not `tool-calls` ends
-//! the turn.
+//! OpenCode NDJSON, in both shapes npc has seen.
+//!
+//! The installed CLI (`run --format json`, see FORMATS.md): `{type,
+//! timestamp, sessionID, part}` with types `step_start`, `text`
+//! (`part.text`), `tool_use` (`part{callID, tool, state{status, input,
+//! output, error}}`), `step_finish` (`part{reason, tokens{input, output,
+//! reasoning, cache{read, write}}, cost}`), `reasoning` and `error`
+//! (`error{name, data{message}}`). A `step_finish` whose reason is not
+//! `tool-calls` ends the turn.
+//!
+//! The seed's description (`message`, `tool`, `tool_output`, `done`
+//! kinds), read field by field with the usual spellings, since the seed
+//! names only the kinds: the kind in `type` or `kind`; `message{role?,
+//! content|text, delta?}` (only the assistant's, when a role is given);
+//! `tool{id|callID|call_id, name|tool, input|args|arguments|parameters}`;
+//! `tool_output{id|callID|call_id, name|tool?, output|content|result,
+//! is_error?|error?|status?}`; `done{reason|status?, is_error?, error?,
+//! usage|tokens?, cost?}`, which ends the turn.
 
 use serde_json::Value;
 
@@ -18,7 +29,11 @@ const MORE_STEPS_REASON: &str = "tool-calls";
 
 pub fn parse(v: &Value, st: &mut NativeState, out: &mut Vec<AgentEvent>) -> Read {
     let part = v.get("part").unwrap_or(&Value::Null);
-    match str_at(v, "type").unwrap_or("") {
+    let kind = str_at(v, "type")
+        .or_else(|| str_at(v, "kind"))
+        .unwrap_or("");
+    match kind {
+        "message" | "tool" | "tool_output" | "done" => seed(kind, v, st, out),
         "step_start" => {
             if !st.started {
                 st.started = true;
@@ -93,4 +108,96 @@ pub fn parse(v: &Value, st: &mut NativeState, out: &mut Vec<AgentEvent>) -> Read
         }
         _ => Read::Unknown,
     }
+}
+
+/// The first of `keys` that `v` has (and is not null).
+fn first<'a>(v: &'a Value, keys: &[&str]) -> Option<&'a Value> {
+    keys.iter().find_map(|k| v.get(*k).filter(|x| !x.is_null()))
+}
+
+fn first_string(v: &Value, keys: &[&str]) -> Option<String> {
+    first(v, keys).and_then(Value::as_str).map(str::to_string)
+}
+
+/// Keys a seed-shaped tool call or output carries its call id in.
+const SEED_ID_KEYS: [&str; 3] = ["id", "callID", "call_id"];
+/// Keys a seed-shaped tool call or output carries the tool name in.
+const SEED_NAME_KEYS: [&str; 3] = ["name", "tool", "tool_name"];
+
+/// One line of the seed's shape (`message`, `tool`, `tool_output`, `done`).
+fn seed(kind: &str, v: &Value, st: &mut NativeState, out: &mut Vec<AgentEvent>) -> Read {
+    match kind {
+        "message" => {
+            if str_at(v, "role").is_none_or(|r| r == "assistant") {
+                out.push(AgentEvent::Message {
+                    text: output_text(first(v, &["content", "text", "message"])),
+                    delta: v.get("delta").and_then(Value::as_bool).unwrap_or(false),
+                });
+            }
+        }
+        "tool" => {
+            let id = first_string(v, &SEED_ID_KEYS);
+            let name = first_string(v, &SEED_NAME_KEYS).unwrap_or_default();
+            if let Some(id) = &id {
+                st.remember(id, &name);
+            }
+            out.push(AgentEvent::ToolCall {
+                id,
+                name,
+                input: first(v, &["input", "args", "arguments", "parameters"])
+                    .cloned()
+                    .unwrap_or(Value::Null),
+            });
+        }
+        "tool_output" => {
+            let id = first_string(v, &SEED_ID_KEYS);
+            let error = first(v, &["error"]);
+            let is_error = v.get("is_error").and_then(Value::as_bool).unwrap_or(false)
+                || error.is_some()
+                || str_at(v, "status").is_some_and(|s| s == "error");
+            let output = match error {
+                Some(e) if first(v, &["output", "content", "result"]).is_none() => error_text(e),
+                _ => output_text(first(v, &["output", "content", "result"])),
+            };
+            out.push(AgentEvent::ToolResult {
+                name: first_string(v, &SEED_NAME_KEYS).or_else(|| st.name_of(id.as_deref())),
+                id,
+                output,
+                is_error,
+            });
+        }
+        _ => {
+            let tokens = first(v, &["usage", "tokens"]);
+            let cost = v.get("cost").and_then(Value::as_f64);
+            if tokens.is_some() || cost.is_some() {
+                out.push(AgentEvent::Usage {
+                    input_tokens: tokens
+                        .and_then(|t| first(t, &["input_tokens", "input"]))
+                        .and_then(Value::as_u64),
+                    output_tokens: tokens
+                        .and_then(|t| first(t, &["output_tokens", "output"]))
+                        .and_then(Value::as_u64),
+                    cached_input_tokens: tokens
+                        .and_then(|t| t.get("cache"))
+                        .and_then(|c| u64_at(c, "read")),
+                    cost_usd: cost,
+                });
+            }
+            let error = first(v, &["error"]).map(error_text);
+            let status =
+                first_string(v, &["reason", "status"]).unwrap_or_else(|| "done".to_string());
+            let is_error = v.get("is_error").and_then(Value::as_bool).unwrap_or(false)
+                || error.is_some()
+                || status == "error";
+            if let Some(e) = &error {
+                out.push(provider_error(e.clone()));
+            }
+            out.push(AgentEvent::Idle {
+                status,
+                is_error,
+                result: error,
+            });
+        }
+    }
+    Read::Understood
 }

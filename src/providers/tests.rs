@@ -595,3 +595,115 @@ proptest! {
         }
     }
 }
+
+/// The seed's OpenCode shape (`message`, `tool`, `tool_output`, `done`)
+/// reads as the same agent events as the installed CLI's shape, with no
+/// `unknown_event`; read by every strategy of the chain (the guard may move
+/// on, since it differs from the newest recording).
+#[test]
+fn opencode_seed_kinds_parse_like_the_cli_shape() {
+    let seed = fixture(ProviderKind::Opencode, "seed-000", "kinds.jsonl");
+    for parser in [
+        Parser::new(ProviderKind::Opencode, None),
+        Parser::embedded(ProviderKind::Opencode),
+    ] {
+        let mut p = parser;
+        let mut ev = p.feed(&seed);
+        ev.extend(p.finish());
+        let ev: Vec<AgentEvent> = ev
+            .into_iter()
+            .filter(|e| !matches!(e, AgentEvent::DriftDetected { .. }))
+            .collect();
+        assert_eq!(
+            types(&ev),
+            [
+                "agent.message",
+                "agent.tool_call",
+                "agent.tool_result",
+                "agent.tool_call",
+                "agent.tool_result",
+                "agent.message",
+                "agent.usage",
+                "agent.idle"
+            ],
+            "{ev:#?}"
+        );
+        assert_eq!(
+            ev[1],
+            AgentEvent::ToolCall {
+                id: Some("call_1".into()),
+                name: "bash".into(),
+                input: serde_json::json!({"command": "ls"})
+            }
+        );
+        assert_eq!(
+            ev[2],
+            AgentEvent::ToolResult {
+                id: Some("call_1".into()),
+                name: Some("bash".into()),
+                output: "Cargo.toml\nsrc".into(),
+                is_error: false
+            }
+        );
+        assert!(
+            matches!(&ev[4], AgentEvent::ToolResult { name: Some(n), is_error: true, output, .. } if n == "read" && output.contains("not found")),
+            "{ev:#?}"
+        );
+        assert_eq!(
+            ev[7],
+            AgentEvent::Idle {
+                status: "stop".into(),
+                is_error: false,
+                result: None
+            }
+        );
+    }
+}
+
+#[test]
+fn opencode_seed_kinds_also_read_under_kind_and_report_failures() {
+    let lines = concat!(
+        r#"{"kind":"message","text":"hi","delta":true}"#,
+        "\n",
+        r#"{"kind":"done","status":"error","error":{"message":"rate limited"}}"#,
+        "\n"
+    );
+    let ev = parse_all(ProviderKind::Opencode, lines.as_bytes());
+    let ev: Vec<&AgentEvent> = ev
+        .iter()
+        .filter(|e| !matches!(e, AgentEvent::DriftDetected { .. }))
+        .collect();
+    assert_eq!(
+        *ev[0],
+        AgentEvent::Message {
+            text: "hi".into(),
+            delta: true
+        }
+    );
+    assert!(
+        matches!(ev[1], AgentEvent::Error { kind: ErrorKind::Provider, message } if message == "rate limited")
+    );
+    assert!(matches!(ev[2], AgentEvent::Idle { is_error: true, .. }));
+}
+
+#[test]
+fn probe_due_follows_the_last_output_and_the_stale_time() {
+    let quiet = Duration::from_secs(2);
+    let t0 = Instant::now();
+    let mut p = Parser::new(ProviderKind::GeminiCli, None).with_stale_after(quiet);
+    assert!(p.probes());
+    p.feed_at(b"{\"type\":\"init\",\"session_id\":\"g\"}\n", t0);
+    assert_eq!(p.probe_due(), Some(t0 + quiet));
+    assert!(!p.needs_probe(t0 + quiet - Duration::from_millis(1)));
+    assert!(p.needs_probe(t0 + quiet));
+    p.probe_sent(t0 + quiet);
+    assert_eq!(p.probe_due(), None, "one probe per silence");
+    let t1 = t0 + quiet * 3;
+    p.feed_at(
+        b"{\"type\":\"message\",\"role\":\"assistant\",\"content\":\"x\"}\n",
+        t1,
+    );
+    assert_eq!(p.probe_due(), Some(t1 + quiet), "output re-arms the probe");
+    assert!(!Parser::new(ProviderKind::Codex, None).probes());
+    assert_eq!(Parser::new(ProviderKind::Codex, None).probe_due(), None);
+}

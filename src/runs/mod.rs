@@ -10,7 +10,12 @@
 //! the [`Supervisor`], stream, and stop on exit, timeout or cancellation by
 //! killing the child's whole process group). Every recorded event carries
 //! the run id in its payload and the component `run.<id>`; the run is
-//! bracketed by `run.started` and `run.finished`.
+//! bracketed by `run.started` and `run.finished`. A provider whose chain
+//! has `probe_on_stale` (Gemini CLI) keeps its stdin open for the advisory
+//! idle probe: after [`RunRequest::probe_after`] of silence outside an idle
+//! state, a newline ([`PROBE_BYTES`]) goes to the agent once per silence,
+//! recorded as `run.probe_sent`, then `run.probe_answered` when output
+//! follows (`run.probe_failed` when stdin no longer takes it).
 
 pub mod view;
 
@@ -57,6 +62,12 @@ pub const AUTH_ENV: [&str; 8] = [
 pub const EXIT_TIMED_OUT: u8 = 124;
 /// Exit statuses after a signal are 128 plus the signal number.
 pub const EXIT_SIGNAL_BASE: u8 = 128;
+/// What the advisory idle probe writes to a stale agent's stdin (the seed's
+/// "sends a newline and watches for a response").
+pub const PROBE_BYTES: &[u8] = b"\n";
+/// Longest a probe may wait for room in the agent's stdin pipe (an agent
+/// that never reads it fills it eventually); after that probing stops.
+pub const PROBE_WRITE_LIMIT: Duration = Duration::from_secs(1);
 
 /// Why a run could not be prepared or executed.
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +128,9 @@ pub struct RunRequest {
     pub timeout: Duration,
     /// Where the agent runs (e.g. a worktree); the repository root when `None`.
     pub cwd: Option<PathBuf>,
+    /// Silence after which a provider with `probe_on_stale` is probed
+    /// ([`providers::STALE_AFTER`] by default).
+    pub probe_after: Duration,
 }
 
 /// A run ready to start: everything [`execute`] needs.
@@ -135,6 +149,8 @@ pub struct PreparedRun {
     /// The MCP configuration file passed to the agent, if any.
     pub mcp_config: Option<PathBuf>,
     pub timeout: Duration,
+    /// See [`RunRequest::probe_after`].
+    pub probe_after: Duration,
     /// Things the user should know (printed on stderr, not recorded as errors).
     pub warnings: Vec<String>,
 }
@@ -309,6 +325,7 @@ pub fn prepare(
         tool_cwd: root.to_path_buf(),
         mcp_config,
         timeout: req.timeout,
+        probe_after: req.probe_after,
         warnings,
     })
 }
@@ -450,15 +467,19 @@ where
             return Err(e.into());
         }
     };
-    // The agent reads nothing from npc: close its stdin at once (EOF, as
-    // `/dev/null` would give; Gemini CLI waits on an open stdin).
-    drop(child.stdin.take());
+    let mut parser = Parser::embedded(run.kind).with_stale_after(run.probe_after);
+    // The agent reads nothing from npc but the advisory idle probe: for a
+    // provider that is probed (`probe_on_stale`, Gemini CLI) stdin stays
+    // open for it — Gemini stops waiting for piped input after 500 ms of
+    // silence, so an open stdin does not hold it up; for every other
+    // provider stdin closes at once (EOF, as `/dev/null` would give).
+    let mut probe_pipe = child.stdin.take().filter(|_| parser.probes());
+    let mut probe = ProbeState::default();
     let killer = child.killer();
     let (_, empty_out) = tokio::sync::mpsc::channel(1);
     let (_, empty_err) = tokio::sync::mpsc::channel(1);
     let mut stdout = std::mem::replace(&mut child.stdout, empty_out);
     let mut stderr = std::mem::replace(&mut child.stderr, empty_err);
-    let mut parser = Parser::new(run.kind, Some(providers::source_fixtures_root()));
     let mut count = 0usize;
     let mut failed_turn = false;
     let mut deliver = |events: Vec<AgentEvent>, count: &mut usize| {
@@ -483,11 +504,28 @@ where
     let (mut out_open, mut err_open) = (true, true);
     let drain = tokio::time::sleep(run.timeout.saturating_add(POST_EXIT_DRAIN));
     tokio::pin!(drain);
+    let probe_timer = tokio::time::sleep(run.timeout);
+    tokio::pin!(probe_timer);
     while out_open || err_open || exit.is_none() {
+        // The probe is due when the parser says the agent went stale; the
+        // timer is re-armed after every event.
+        let due = probe_pipe
+            .as_ref()
+            .and(parser.probe_due())
+            .filter(|_| exit.is_none() && stop.is_none());
+        if let Some(due) = due {
+            probe_timer
+                .as_mut()
+                .reset(tokio::time::Instant::from_std(due));
+        }
+        let mut probe_records = Vec::new();
         let pending = tokio::select! {
             line = stdout.recv(), if out_open => match line {
                 Some(mut line) => {
                     line.bytes.push(b'\n');
+                    if let Some(payload) = probe.answered(&run.id) {
+                        probe_records.push(record("run.probe_answered", payload));
+                    }
                     deliver(parser.feed(&line.bytes), &mut count)
                 }
                 None => {
@@ -498,6 +536,9 @@ where
             line = stderr.recv(), if err_open => match line {
                 Some(mut line) => {
                     line.bytes.push(b'\n');
+                    if let Some(payload) = probe.answered(&run.id) {
+                        probe_records.push(record("run.probe_answered", payload));
+                    }
                     deliver(parser.feed_stderr(&line.bytes), &mut count)
                 }
                 None => {
@@ -511,6 +552,33 @@ where
                 Vec::new()
             }
             () = &mut drain, if exit.is_some() => break,
+            () = &mut probe_timer, if due.is_some() => {
+                let now = Instant::now();
+                let silent = parser.last_output().map_or(started, |t| t.max(started));
+                let written = match probe_pipe.as_mut() {
+                    Some(pipe) => write_probe(pipe).await,
+                    None => Ok(()),
+                };
+                parser.probe_sent(now);
+                let (kind, payload) = match written {
+                    Ok(()) => {
+                        probe.sent = Some(now);
+                        ("run.probe_sent", json!({
+                            "run_id": run.id,
+                            "silent_ms": millis(now.saturating_duration_since(silent)),
+                            "advisory": true,
+                        }))
+                    }
+                    Err(e) => {
+                        // The agent closed its stdin or never reads it: no
+                        // more probes.
+                        probe_pipe = None;
+                        ("run.probe_failed", json!({ "run_id": run.id, "error": e.to_string() }))
+                    }
+                };
+                probe_records.push(record(kind, payload));
+                Vec::new()
+            }
             () = &mut timeout, if stop.is_none() && exit.is_none() => {
                 stop = Some(Outcome::TimedOut);
                 let _ = killer.kill();
@@ -522,10 +590,14 @@ where
                 Vec::new()
             }
         };
+        for p in probe_records {
+            p.await?;
+        }
         for p in pending {
             p.await?;
         }
     }
+    drop(probe_pipe);
     for p in deliver(parser.finish(), &mut count) {
         p.await?;
     }
@@ -558,6 +630,42 @@ where
         duration,
         events: count,
     })
+}
+
+/// The idle probe's bookkeeping within one run.
+#[derive(Debug, Default)]
+struct ProbeState {
+    /// When the last probe went out, until the agent's next output.
+    sent: Option<Instant>,
+}
+
+impl ProbeState {
+    /// Output arrived: the payload of `run.probe_answered` when a probe was
+    /// waiting for it.
+    fn answered(&mut self, run_id: &str) -> Option<Value> {
+        let sent = self.sent.take()?;
+        Some(json!({
+            "run_id": run_id,
+            "after_ms": millis(sent.elapsed()),
+        }))
+    }
+}
+
+/// Write [`PROBE_BYTES`] to the agent's stdin, within [`PROBE_WRITE_LIMIT`].
+async fn write_probe(pipe: &mut tokio::process::ChildStdin) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt as _;
+    let write = async {
+        pipe.write_all(PROBE_BYTES).await?;
+        pipe.flush().await
+    };
+    tokio::time::timeout(PROBE_WRITE_LIMIT, write)
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the agent's stdin stayed full; it does not read the probe",
+            ))
+        })
 }
 
 fn millis(d: Duration) -> u64 {

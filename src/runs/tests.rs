@@ -73,6 +73,7 @@ fn request(prompt: PromptChoice) -> RunRequest {
         prompt,
         timeout: DEFAULT_RUN_TIMEOUT,
         cwd: None,
+        probe_after: crate::providers::STALE_AFTER,
     }
 }
 
