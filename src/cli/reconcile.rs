@@ -296,6 +296,13 @@ fn print_outcome(answer: &serde_json::Value, how: &str) -> Exit {
             );
             Exit::Failed
         }
+        Some("failed") => {
+            eprintln!(
+                "error: the daemon could not reload: {}; it retries by itself (see `npc events`)",
+                answer["error"].as_str().unwrap_or("?")
+            );
+            Exit::Failed
+        }
         Some("refused") => {
             for r in answer["reasons"].as_array().into_iter().flatten() {
                 eprintln!("error: refused: {}", r.as_str().unwrap_or("?"));

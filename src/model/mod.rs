@@ -122,17 +122,23 @@ pub fn load_bytes(
 
 /// Load the manifest at `path`; files it references resolve against its directory.
 pub fn load_path(path: &Path, env: &dyn Env) -> std::io::Result<Loaded> {
-    let bytes = read_bounded(path)?;
     let files = DiskFiles {
         root: path.parent().map(Path::to_path_buf).unwrap_or_default(),
     };
+    load_path_with(path, env, &files)
+}
+
+/// [`load_path`] with referenced files read through `files` (the runtime
+/// wraps [`DiskFiles`] to tell operational read failures from invalid input).
+pub fn load_path_with(path: &Path, env: &dyn Env, files: &dyn Files) -> std::io::Result<Loaded> {
+    let bytes = read_bounded(path)?;
     let name = path.display().to_string();
     Ok(load_bytes(
         &name,
         &bytes,
         Syntax::from_path(&name),
         env,
-        &files,
+        files,
     ))
 }
 

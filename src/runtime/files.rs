@@ -39,6 +39,13 @@ impl FilePlan {
         matches!(self.action, "create" | "update")
     }
 
+    /// The file's absolute path and the content npc would write there.
+    pub fn content(&self) -> Option<(&Path, &str)> {
+        self.change
+            .as_ref()
+            .map(|c| (c.path.as_path(), c.after.as_str()))
+    }
+
     fn from_change(root: &Path, what: String, change: FileChange) -> Self {
         let action = match (&change.before, change.is_change()) {
             (_, false) => "unchanged",

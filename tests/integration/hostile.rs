@@ -7,14 +7,12 @@
 
 use crate::support::*;
 
-
 // ---------------------------------------------------------------------------
 // §1. one guarded layer for every file npc touches on a repository's behalf
 //
 // (tests for §1 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
-
 
 // ---------------------------------------------------------------------------
 // §2. templates cannot hang or exhaust the daemon
@@ -23,6 +21,276 @@ use crate::support::*;
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
+/// A temporary repository with a real `npc daemon`, its stderr in a log
+/// outside the repository; SIGTERM on drop. Events are read from the store
+/// directly, so they can be read while the daemon cannot answer.
+struct HostileDaemon {
+    dir: tempfile::TempDir,
+    logs: tempfile::TempDir,
+    child: Option<std::process::Child>,
+}
+
+impl HostileDaemon {
+    fn start(manifest: &str) -> Self {
+        Self::start_with(manifest, None)
+    }
+
+    /// Start the daemon, with its descriptor limit set to `nofile` if given.
+    fn start_with(manifest: &str, nofile: Option<u32>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+        let log = std::fs::File::create(logs.path().join("daemon.log")).unwrap();
+        let mut cmd = match nofile {
+            Some(n) => {
+                let mut c = std::process::Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" daemon"))
+                    .arg(npc_path());
+                c
+            }
+            None => {
+                let mut c = std::process::Command::new(npc_path());
+                c.arg("daemon");
+                c
+            }
+        };
+        let child = cmd
+            .current_dir(dir.path())
+            .env("NPC_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let this = Self {
+            dir,
+            logs,
+            child: Some(child),
+        };
+        this.wait_event(0, "daemon.started");
+        wait_for("the daemon's control socket", || {
+            this.root().join(".npc/daemon.sock").exists().then_some(())
+        });
+        this
+    }
+
+    fn root(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.logs.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    fn write_manifest(&self, text: &str) {
+        let tmp = self.root().join(".npcagent.toml.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.root().join("npcagent.toml")).unwrap();
+    }
+
+    fn events_after(&self, id: i64) -> Vec<serde_json::Value> {
+        let db = self.root().join(".npc/state.db");
+        if !db.is_file() {
+            return Vec::new();
+        }
+        let Ok(store) = npcagent::store::Store::open_read_only(&db) else {
+            return Vec::new();
+        };
+        store
+            .events_since(id, 100_000)
+            .unwrap_or_default()
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap())
+            .collect()
+    }
+
+    fn last_event_id(&self) -> i64 {
+        self.events_after(0)
+            .last()
+            .and_then(|e| e["id"].as_i64())
+            .unwrap_or(0)
+    }
+
+    fn wait_event(&self, after: i64, kind: &str) -> serde_json::Value {
+        wait_for(&format!("a `{kind}` event after #{after}"), || {
+            self.events_after(after)
+                .into_iter()
+                .find(|e| e["kind"] == kind)
+        })
+    }
+
+    fn npc(&self, args: &[&str]) -> std::process::Output {
+        npc().current_dir(self.root()).args(args).output().unwrap()
+    }
+
+    /// SIGTERM, then wait (with the usual deadline) for the exit.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        wait_for("the daemon to exit", || child.try_wait().unwrap())
+    }
+}
+
+impl Drop for HostileDaemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A manifest with one prompt whose inline template is `template`.
+fn prompt_manifest(template: &str) -> String {
+    format!(
+        "version = 1\n\n[prompts.task]\ntemplate = {}\n",
+        serde_json::Value::String(template.to_string())
+    )
+}
+
+const LOOP_BOMB: &str =
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+
+/// Run `npc ARGS` in `dir`; it must exit 1 and name `needle` at
+/// `npcagent.toml:LINE`.
+fn assert_refused_at(dir: &std::path::Path, args: &[&str], needle: &str, line: usize) {
+    let out = npc().current_dir(dir).args(args).output().unwrap();
+    let stderr = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "npc {args:?}: {stderr}");
+    assert!(stderr.contains(needle), "npc {args:?}: {stderr}");
+    assert!(
+        stderr.contains(&format!("npcagent.toml:{line}:")),
+        "npc {args:?} names no location: {stderr}"
+    );
+}
+
+#[test]
+fn a_nested_loop_template_bomb_fails_validate_plan_and_render_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("npcagent.toml"), prompt_manifest(LOOP_BOMB)).unwrap();
+    for args in [
+        &["validate"][..],
+        &["plan"][..],
+        &["render", "prompt", "task"][..],
+        &["apply", "--auto-approve"][..],
+    ] {
+        assert_refused_at(dir.path(), args, "work budget", 4);
+    }
+}
+
+#[test]
+fn a_string_multiplication_bomb_fails_validation_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest =
+        "version = 1\n\n[prompts.task]\ntemplate = \"\"\"intro\n{{ 'x' * 10**9 }}\"\"\"\n";
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    assert_refused_at(dir.path(), &["validate"], "work budget", 5);
+}
+
+#[test]
+fn a_recursive_macro_bomb_fails_validation() {
+    let dir = tempfile::tempdir().unwrap();
+    let bomb = "{% macro m(n) %}{% if n > 0 %}{{ m(n - 1) }}{{ m(n - 1) }}{% endif %}{% endmacro %}{{ m(40) }}";
+    std::fs::write(dir.path().join("npcagent.toml"), prompt_manifest(bomb)).unwrap();
+    assert_refused_at(dir.path(), &["validate"], "work budget", 4);
+}
+
+#[test]
+fn a_huge_output_template_fails_validation_with_the_output_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let flood = "{% for i in range(100000) %}0123456789abcdef0123456789abcdef{% endfor %}";
+    std::fs::write(dir.path().join("npcagent.toml"), prompt_manifest(flood)).unwrap();
+    assert_refused_at(dir.path(), &["validate"], "output passed the limit", 4);
+}
+
+/// A bomb that only goes off with the variable's value: validation cannot
+/// see it, the render's own bound stops it.
+#[test]
+fn a_template_bomb_driven_by_a_variable_fails_render_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = "version = 1\n\n[prompts.task]\ntemplate = \"{% for i in range(vars.n|int) %}{% for j in range(vars.n|int) %}{% endfor %}{% endfor %}\"\nvariables.n = { default = \"100000\" }\n";
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    npc()
+        .current_dir(dir.path())
+        .arg("validate")
+        .assert()
+        .success();
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["render", "prompt", "task"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("prompts.task")
+            && stderr.contains("line 1")
+            && stderr.contains("work budget"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_template_bomb_edit_leaves_the_daemon_responsive_and_the_next_edit_applies() {
+    let mut d = HostileDaemon::start(&prompt_manifest("hello"));
+    d.wait_event(0, "reconcile.applied");
+    let mark = d.last_event_id();
+    d.write_manifest(&prompt_manifest(LOOP_BOMB));
+    let invalid = d.wait_event(mark, "manifest.invalid");
+    assert!(invalid.to_string().contains("work budget"), "{invalid}");
+    // The control socket answers while and after the bomb was looked at.
+    let status = d.npc(&["status", "--format", "json"]);
+    assert!(status.status.success(), "{:?}", status);
+    // The next good edit is applied.
+    let mark = d.last_event_id();
+    d.write_manifest(&prompt_manifest("hello again"));
+    let applied = d.wait_event(mark, "reconcile.applied");
+    assert!(applied.to_string().contains("prompt.task"), "{applied}");
+    // And a stop signal still ends it.
+    d.write_manifest(&prompt_manifest(LOOP_BOMB));
+    let exit = d.terminate();
+    assert!(exit.success(), "daemon exit: {exit}");
+}
+
+#[test]
+fn a_variable_driven_template_bomb_in_a_profile_keeps_the_daemon_serving() {
+    let good = "version = 1\n\n[providers.claude]\nkind = \"claude_code\"\n\n[prompts.task]\ntemplate = \"hello\"\n\n[profiles.dev]\nprovider = \"claude\"\ndescription = \"d\"\nprompt = \"task\"\n";
+    let mut d = HostileDaemon::start(good);
+    d.wait_event(0, "reconcile.applied");
+    let profile = d.root().join(".npc/profiles/dev.md");
+    wait_for("the rendered profile", || {
+        std::fs::read_to_string(&profile)
+            .ok()
+            .filter(|t| t.contains("hello"))
+    });
+    let mark = d.last_event_id();
+    d.write_manifest(&good.replace(
+        "template = \"hello\"",
+        "template = \"{% for i in range(vars.n|int) %}{% for j in range(vars.n|int) %}{% endfor %}{% endfor %}\"\nvariables.n = { default = \"100000\" }",
+    ));
+    let written = d.wait_event(mark, "files.written");
+    assert!(written.to_string().contains("work budget"), "{written}");
+    assert!(
+        std::fs::read_to_string(&profile).unwrap().contains("hello"),
+        "the last good profile stays"
+    );
+    assert!(d.npc(&["status"]).status.success());
+    let exit = d.terminate();
+    assert!(exit.success(), "daemon exit: {exit}");
+}
 
 // ---------------------------------------------------------------------------
 // §3. `npc import` never turns data into configuration
@@ -31,14 +299,12 @@ use crate::support::*;
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
-
 // ---------------------------------------------------------------------------
 // §4. the daemon keeps serving and keeps converging
 //
 // (tests for §4 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
-
 
 // ---------------------------------------------------------------------------
 // §5. no orphans, fast shutdown
@@ -47,14 +313,12 @@ use crate::support::*;
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
-
 // ---------------------------------------------------------------------------
 // §6. bounded memory on every input
 //
 // (tests for §6 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
-
 
 // ---------------------------------------------------------------------------
 // §7. redaction that is exact
@@ -63,7 +327,6 @@ use crate::support::*;
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
-
 // ---------------------------------------------------------------------------
 // §8. output and errors a user can act on
 //
@@ -71,14 +334,12 @@ use crate::support::*;
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
-
 // ---------------------------------------------------------------------------
 // §9. correctness found by the audit
 //
 // (tests for §9 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
-
 
 // ---------------------------------------------------------------------------
 // §10. what the agent CLIs accept
