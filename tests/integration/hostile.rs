@@ -32,14 +32,18 @@ struct HostileDaemon {
 
 impl HostileDaemon {
     fn start(manifest: &str) -> Self {
-        Self::start_with(manifest, None)
+        Self::start_with(manifest, None, &[])
     }
 
-    /// Start the daemon, with its descriptor limit set to `nofile` if given.
-    fn start_with(manifest: &str, nofile: Option<u32>) -> Self {
+    /// Start the daemon in a repository that also holds `files`, with its
+    /// descriptor limit set to `nofile` if given.
+    fn start_with(manifest: &str, nofile: Option<u32>, files: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let logs = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
         let log = std::fs::File::create(logs.path().join("daemon.log")).unwrap();
         let mut cmd = match nofile {
             Some(n) => {
@@ -142,8 +146,12 @@ impl HostileDaemon {
 
 impl Drop for HostileDaemon {
     fn drop(&mut self) {
+        // SIGTERM, so the daemon stops its children before it exits.
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
             let _ = child.wait();
         }
     }
@@ -269,7 +277,7 @@ fn a_template_bomb_edit_leaves_the_daemon_responsive_and_the_next_edit_applies()
 fn a_variable_driven_template_bomb_in_a_profile_keeps_the_daemon_serving() {
     let good = "version = 1\n\n[providers.claude]\nkind = \"claude_code\"\n\n[prompts.task]\ntemplate = \"hello\"\n\n[profiles.dev]\nprovider = \"claude\"\ndescription = \"d\"\nprompt = \"task\"\n";
     let mut d = HostileDaemon::start(good);
-    d.wait_event(0, "reconcile.applied");
+    d.wait_event(0, "files.written");
     let profile = d.root().join(".npc/profiles/dev.md");
     wait_for("the rendered profile", || {
         std::fs::read_to_string(&profile)
@@ -306,6 +314,111 @@ fn a_variable_driven_template_bomb_in_a_profile_keeps_the_daemon_serving() {
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
+/// Descriptors process `pid` has open.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+#[test]
+fn idle_connections_beyond_the_cap_do_not_keep_status_from_answering() {
+    use npcagent::surfaces::control::MAX_CONNECTIONS;
+    let d = HostileDaemon::start(&prompt_manifest("hello"));
+    let socket = d.root().join(".npc/daemon.sock");
+    let idle: Vec<std::os::unix::net::UnixStream> = (0..MAX_CONNECTIONS + 200)
+        .map(|_| std::os::unix::net::UnixStream::connect(&socket).unwrap())
+        .collect();
+    let out = d.npc(&["status", "--format", "json"]);
+    assert!(
+        out.status.success(),
+        "status with {} idle connections: {}",
+        idle.len(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fds = open_fds(d.pid());
+    assert!(
+        fds < MAX_CONNECTIONS + 64,
+        "the daemon holds {fds} descriptors for {} connections",
+        idle.len()
+    );
+    drop(idle);
+}
+
+#[test]
+fn a_reload_that_fails_for_lack_of_descriptors_is_retried_until_it_applies() {
+    const NOFILE: usize = 64;
+    let d = HostileDaemon::start_with(&prompt_manifest("hello"), Some(NOFILE as u32), &[]);
+    d.wait_event(0, "reconcile.applied");
+    // Idle connections use up the daemon's descriptors.
+    let socket = d.root().join(".npc/daemon.sock");
+    let spare = NOFILE.saturating_sub(open_fds(d.pid())) + 8;
+    let idle: Vec<std::os::unix::net::UnixStream> = (0..spare)
+        .map(|_| std::os::unix::net::UnixStream::connect(&socket).unwrap())
+        .collect();
+    wait_for("the daemon to run out of descriptors", || {
+        (open_fds(d.pid()) >= NOFILE).then_some(())
+    });
+    let mark = d.last_event_id();
+    d.write_manifest(&prompt_manifest("hello again"));
+    let failed = d.wait_event(mark, "reload.failed");
+    assert!(
+        failed.to_string().contains("Too many open files"),
+        "{failed}"
+    );
+    assert!(
+        !d.events_after(mark)
+            .iter()
+            .any(|e| e["kind"] == "manifest.invalid"),
+        "an operational failure is not an invalid manifest"
+    );
+    // Descriptors come back; the daemon retries by itself, no edit needed.
+    drop(idle);
+    let applied = d.wait_event(failed["id"].as_i64().unwrap(), "reconcile.applied");
+    assert!(applied.to_string().contains("prompt.task"), "{applied}");
+}
+
+#[test]
+fn a_plugin_at_the_repository_root_does_not_reload_the_daemon_by_itself() {
+    let manifest = |greeting: &str| {
+        format!(
+            "version = 1\n\n[providers.claude]\nkind = \"claude_code\"\n\n[mcp.servers.alpha]\ncommand = \"sleep\"\nargs = [\"1000\"]\n\n[plugins.self]\npath = \".\"\n\n[prompts.task]\ntemplate = \"{greeting}\"\n"
+        )
+    };
+    let d = HostileDaemon::start_with(
+        &manifest("one"),
+        None,
+        &[("plugin.json", r#"{"name": "self", "version": "1.0.0"}"#)],
+    );
+    d.wait_event(0, "reconcile.applied");
+    wait_for("npc's own agent file", || {
+        d.root().join(".mcp.json").is_file().then_some(())
+    });
+    let reloads = |log: &str| log.matches("reloading:").count();
+    let before = reloads(&d.log());
+    // Two edits, each waited for: a daemon that reloads itself on its own
+    // writes shows more reloads (and more reconcile events) than edits.
+    for greeting in ["two", "three"] {
+        let mark = d.last_event_id();
+        d.write_manifest(&manifest(greeting));
+        let applied = d.wait_event(mark, "reconcile.applied");
+        assert!(applied.to_string().contains("prompt.task"), "{applied}");
+    }
+    let mark = d.last_event_id();
+    d.write_manifest(&manifest("four"));
+    d.wait_event(mark, "reconcile.applied");
+    let log = d.log();
+    assert_eq!(
+        reloads(&log) - before,
+        3,
+        "reloads besides the edits:\n{log}"
+    );
+    let reconciles = d
+        .events_after(0)
+        .iter()
+        .filter(|e| e["kind"] == "reconcile.applied")
+        .count();
+    assert_eq!(reconciles, 4, "startup and three edits");
+}
+
 // ---------------------------------------------------------------------------
 // §5. no orphans, fast shutdown
 //
@@ -340,6 +453,105 @@ fn a_variable_driven_template_bomb_in_a_profile_keeps_the_daemon_serving() {
 // (tests for §9 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
+
+#[test]
+fn after_a_failed_start_the_agent_files_follow_what_runs() {
+    let manifest = |alpha: &str, extra: &str| {
+        format!(
+            "version = 1\n\n[providers.claude]\nkind = \"claude_code\"\n\n[mcp.servers.alpha]\ncommand = \"{alpha}\"\nargs = [\"1000\"]\n{extra}"
+        )
+    };
+    let d = HostileDaemon::start(&manifest("sleep", ""));
+    let mcp = d.root().join(".mcp.json");
+    wait_for("alpha in .mcp.json", || {
+        std::fs::read_to_string(&mcp)
+            .ok()
+            .filter(|t| t.contains("\"sleep\""))
+    });
+    // alpha's new command and the new gamma cannot start: alpha rolls back,
+    // gamma does not run.
+    let broken = "\n[mcp.servers.gamma]\ncommand = \"npc-test-no-such-program\"\n";
+    let mark = d.last_event_id();
+    d.write_manifest(&manifest("npc-test-no-such-program", broken));
+    d.wait_event(mark, "component.rolled_back");
+    // A later edit adds delta; once delta is in the file, that reload's
+    // files are written.
+    let mark = d.last_event_id();
+    d.write_manifest(&manifest(
+        "npc-test-no-such-program",
+        &format!("{broken}\n[mcp.servers.delta]\ncommand = \"sleep\"\nargs = [\"1001\"]\n"),
+    ));
+    d.wait_event(mark, "reconcile.applied");
+    let text = wait_for("delta in .mcp.json", || {
+        std::fs::read_to_string(&mcp)
+            .ok()
+            .filter(|t| t.contains("delta"))
+    });
+    let file: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let servers = &file["mcpServers"];
+    assert_eq!(servers["alpha"]["command"], "sleep", "{text}");
+    assert!(servers.get("gamma").is_none(), "{text}");
+}
+
+#[test]
+fn events_follow_through_the_daemon_shows_the_events_npc_run_writes() {
+    let agent = repo_root().join("fixtures/clis/fake-agent.py");
+    let fixture = repo_root().join("fixtures/clis/claude_code/2.1.197/tool_call.jsonl");
+    let manifest = format!(
+        "version = 1\n\n[providers.fake]\nkind = \"claude_code\"\ncommand = {}\nargs = [\"--provider\", \"claude_code\", \"--fixture\", {}]\n\n[profiles.dev]\nprovider = \"fake\"\ndescription = \"d\"\n",
+        serde_json::Value::String(agent.display().to_string()),
+        serde_json::Value::String(fixture.display().to_string()),
+    );
+    let d = HostileDaemon::start(&manifest);
+    d.wait_event(0, "reconcile.applied");
+    let mark = d.last_event_id();
+    let mut follower = std::process::Command::new(npc_path())
+        .args(["events", "--follow", "--format", "json", "--since"])
+        .arg(mark.to_string())
+        .current_dir(d.root())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = follower.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let run = d.npc(&["run", "dev", "--prompt", "go"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let stored: Vec<i64> = d
+        .events_after(mark)
+        .iter()
+        .filter(|e| e["kind"].as_str().is_some_and(|k| k.starts_with("run.")))
+        .map(|e| e["id"].as_i64().unwrap())
+        .collect();
+    assert!(!stored.is_empty(), "npc run recorded no run events");
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + WAIT_LIMIT;
+    while !stored.iter().all(|id| seen.contains(id)) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("the follower showed {seen:?}, not all of {stored:?}"));
+        let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+        seen.push(event["id"].as_i64().unwrap());
+    }
+    assert!(seen.windows(2).all(|w| w[1] == w[0] + 1), "gap in {seen:?}");
+    let _ = follower.kill();
+    let _ = follower.wait();
+}
 
 // ---------------------------------------------------------------------------
 // §10. what the agent CLIs accept
