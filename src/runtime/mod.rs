@@ -126,7 +126,7 @@ pub fn load_manifest(path: &Path) -> Result<model::Loaded, RuntimeError> {
 
 /// Digests of files the pure layer cannot read: each enabled plugin's package.
 pub fn external_inputs(manifest: &Manifest, root: &Path) -> ExternalInputs {
-    let skip = npc_output(manifest, root);
+    let skip = npc_output(&manifest.project.state_dir, root);
     let plugin_digests = manifest
         .plugins
         .iter()
@@ -156,8 +156,8 @@ impl NpcOutput {
     }
 }
 
-/// [`NpcOutput`] of the repository at `root` for `manifest`.
-pub fn npc_output(manifest: &Manifest, root: &Path) -> NpcOutput {
+/// [`NpcOutput`] of the repository at `root` whose manifest names `state_dir`.
+pub fn npc_output(state_dir: &str, root: &Path) -> NpcOutput {
     let files = model::ProviderKind::ALL
         .iter()
         .map(|&kind| {
@@ -171,7 +171,7 @@ pub fn npc_output(manifest: &Manifest, root: &Path) -> NpcOutput {
         })
         .collect();
     NpcOutput {
-        dirs: BTreeSet::from([root.join(&manifest.project.state_dir)]),
+        dirs: BTreeSet::from([root.join(state_dir)]),
         files,
     }
 }
@@ -472,7 +472,7 @@ impl Runtime {
         set.files.insert(self.paths.manifest.clone());
         set.own.dirs.insert(self.paths.state_dir.clone());
         if let Some(m) = manifest {
-            set.own = npc_output(m, &self.paths.root);
+            set.own = npc_output(&m.project.state_dir, &self.paths.root);
             for p in m.prompts.values() {
                 if let model::PromptSource::File { path } = &p.source {
                     set.files.insert(self.paths.root.join(path));
@@ -969,5 +969,61 @@ async fn forward_supervisor_events(
         let component = ComponentId::parse(id);
         let payload = serde_json::to_value(&event).unwrap_or_default();
         rt.emit(kind, component.as_ref(), payload).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptor_and_memory_errors_are_operational_missing_files_are_not() {
+        for errno in [
+            nix::errno::Errno::EMFILE,
+            nix::errno::Errno::ENFILE,
+            nix::errno::Errno::ENOMEM,
+        ] {
+            assert!(
+                is_operational(&std::io::Error::from_raw_os_error(errno as i32)),
+                "{errno}"
+            );
+        }
+        for errno in [
+            nix::errno::Errno::ENOENT,
+            nix::errno::Errno::EACCES,
+            nix::errno::Errno::EISDIR,
+        ] {
+            assert!(
+                !is_operational(&std::io::Error::from_raw_os_error(errno as i32)),
+                "{errno}"
+            );
+        }
+    }
+
+    #[test]
+    fn npc_output_covers_the_state_dir_agent_files_and_temp_files() {
+        let root = Path::new("/repo");
+        let own = npc_output(model::DEFAULT_STATE_DIR, root);
+        assert!(own.contains(Path::new("/repo/.npc/state.db-wal")));
+        assert!(own.contains(Path::new("/repo/./.npc/logs/x.log")));
+        assert!(own.contains(Path::new("/repo/.mcp.json")));
+        assert!(own.contains(Path::new("/repo/.codex/.config.toml.npc-1-2.tmp")));
+        assert!(!own.contains(Path::new("/repo/plugin.json")));
+        assert!(!own.contains(Path::new("/repo/npcagent.toml")));
+    }
+
+    #[test]
+    fn a_plugin_digest_ignores_what_npc_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("plugin.json"), "{}").unwrap();
+        let own = npc_output(model::DEFAULT_STATE_DIR, root);
+        let before = dir_digest(root, &own);
+        std::fs::create_dir_all(root.join(".npc")).unwrap();
+        std::fs::write(root.join(".npc/state.db"), "x").unwrap();
+        std::fs::write(root.join(".mcp.json"), "{}").unwrap();
+        assert_eq!(dir_digest(root, &own), before);
+        std::fs::write(root.join("plugin.json"), "{\"v\": 2}").unwrap();
+        assert_ne!(dir_digest(root, &own), before);
     }
 }

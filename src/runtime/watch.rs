@@ -238,6 +238,22 @@ mod tests {
         assert!(!is_editor_noise(Path::new("a/npcagent.toml")));
     }
 
+    #[test]
+    fn written_recognises_only_npc_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(".mcp.json");
+        let written = Written::default();
+        std::fs::write(&file, "{}").unwrap();
+        assert!(!written.is_ours(&file), "never recorded");
+        written.record(&file, "{\"a\": 1}");
+        std::fs::write(&file, "{\"a\": 1}").unwrap();
+        assert!(written.is_ours(&file));
+        std::fs::write(&file, "{\"a\": 2}").unwrap();
+        assert!(!written.is_ours(&file), "a user's edit");
+        std::fs::write(&file, "{\"a\": 1} ").unwrap();
+        assert!(!written.is_ours(&file), "longer content");
+    }
+
     #[tokio::test]
     async fn a_replaced_file_is_seen_and_bursts_collapse() {
         let dir = tempfile::tempdir().unwrap();

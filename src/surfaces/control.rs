@@ -238,7 +238,9 @@ async fn serve_one(
         }
     };
     let (tx, mut rx) = mpsc::channel(RESPONSE_QUEUE);
-    let work = tokio::spawn(handler(request, tx));
+    // Aborted when this connection ends, however it ends (an evicted or
+    // shut-down connection is dropped mid-await).
+    let _work = AbortOnDrop(tokio::spawn(handler(request, tx)).abort_handle());
     loop {
         tokio::select! {
             _ = stopped(&mut shutdown) => break,
@@ -253,8 +255,17 @@ async fn serve_one(
             }
         }
     }
-    work.abort();
     let _ = write.shutdown().await;
+}
+
+/// Aborts a task when dropped.
+#[derive(Debug)]
+struct AbortOnDrop(AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Resolves once `rx` holds `true` (or its sender is gone).
@@ -383,6 +394,36 @@ mod tests {
         stop_tx.send(true).unwrap();
         server.await.unwrap();
         assert!(!path.exists(), "socket removed on shutdown");
+    }
+
+    #[tokio::test]
+    async fn connections_over_the_cap_evict_idle_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = socket_path(dir.path());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let server = tokio::spawn(bind(&path).unwrap().serve(echo_handler(), stop_rx));
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS + 20 {
+            idle.push(UnixStream::connect(&path).await.unwrap());
+        }
+        let answer = tokio::time::timeout(
+            Duration::from_secs(10),
+            Client::call(&path, &Request::Status),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(answer, serde_json::json!({"op": "status"}));
+        // The oldest idle connection was closed by the server.
+        let mut first = idle.remove(0);
+        let mut buf = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(10), first.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(read, 0, "evicted connection reads end of file");
+        stop_tx.send(true).unwrap();
+        server.await.unwrap();
     }
 
     #[tokio::test]
