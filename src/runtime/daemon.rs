@@ -82,6 +82,11 @@ pub async fn run(
             _ = term.recv() => break,
             _ = int.recv() => break,
             _ = hup.recv() => "SIGHUP".to_string(),
+            () = runtime.reload_failed() => {
+                // A reload a control request started failed: retry it too.
+                retry = retry.or_else(|| Some(Retry::first()));
+                continue;
+            }
             () = Retry::wait(&retry) => "retry after an operational failure".to_string(),
             burst = next_burst(&mut changes_rx, DEBOUNCE) => match burst {
                 Some(paths) => format!("changed: {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
@@ -127,10 +132,15 @@ struct Retry {
 impl Retry {
     /// The first retry after `outcome`, if it was an operational failure.
     fn after(outcome: &ReloadOutcome) -> Option<Self> {
-        matches!(outcome, ReloadOutcome::Failed { .. }).then(|| Self {
+        matches!(outcome, ReloadOutcome::Failed { .. }).then(Self::first)
+    }
+
+    /// The first retry, [`RETRY_INITIAL`] from now.
+    fn first() -> Self {
+        Self {
             at: tokio::time::Instant::now() + RETRY_INITIAL,
             pause: RETRY_INITIAL,
-        })
+        }
     }
 
     /// The retry after this one failed too: twice the pause, up to [`RETRY_MAX`].

@@ -387,6 +387,9 @@ pub struct Runtime {
     applied: tokio::sync::Mutex<Applied>,
     shut_down: std::sync::atomic::AtomicBool,
     written: Arc<watch::Written>,
+    /// Signalled by every reload that fails for an operational reason, so
+    /// the daemon retries reloads that a control request started too.
+    failed: tokio::sync::Notify,
     _lock: RepoLock,
 }
 
@@ -423,6 +426,7 @@ impl Runtime {
             applied: tokio::sync::Mutex::new(Applied::default()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             written: Arc::default(),
+            failed: tokio::sync::Notify::new(),
             _lock: lock,
         });
         tokio::spawn(forward_supervisor_events(
@@ -493,13 +497,7 @@ impl Runtime {
         let (manifest, desired) = match self.load().await {
             Ok(loaded) => loaded,
             Err(LoadFailure::Operational(error)) => {
-                tracing::warn!("reload failed: {error}");
-                self.emit(
-                    "reload.failed",
-                    None,
-                    serde_json::json!({ "reason": reason, "error": error }),
-                )
-                .await;
+                self.report_failure(reason, &error).await;
                 return (ReloadOutcome::Failed { error }, None);
             }
             Err(LoadFailure::Invalid {
@@ -516,17 +514,29 @@ impl Runtime {
         if let ReloadOutcome::Applied { results } = &outcome {
             let running = self.as_running(&manifest, results).await;
             if let Err(error) = self.write_files(&running).await {
-                tracing::warn!("reload failed: {error}");
-                self.emit(
-                    "reload.failed",
-                    None,
-                    serde_json::json!({ "reason": reason, "error": error }),
-                )
-                .await;
+                self.report_failure(reason, &error).await;
                 return (ReloadOutcome::Failed { error }, Some(manifest));
             }
         }
         (outcome, Some(manifest))
+    }
+
+    /// A reload failed for an operational reason: say so, and wake the
+    /// daemon's retry.
+    async fn report_failure(&self, reason: &str, error: &str) {
+        tracing::warn!("reload failed: {error}");
+        self.emit(
+            "reload.failed",
+            None,
+            serde_json::json!({ "reason": reason, "error": error }),
+        )
+        .await;
+        self.failed.notify_one();
+    }
+
+    /// Resolves after a reload failed for an operational reason.
+    pub async fn reload_failed(&self) {
+        self.failed.notified().await;
     }
 
     /// Read and validate the manifest and compute the desired state, off the
