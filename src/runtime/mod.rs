@@ -124,13 +124,39 @@ pub fn load_manifest(path: &Path) -> Result<model::Loaded, RuntimeError> {
     })
 }
 
-/// Digests of files the pure layer cannot read: each enabled plugin's package.
+/// Digests of files the pure layer cannot read: each enabled plugin's
+/// package. A file that cannot be read counts as empty (see
+/// [`checked_external_inputs`] for the daemon, which must not plan from that).
 pub fn external_inputs(manifest: &Manifest, root: &Path) -> ExternalInputs {
+    external_inputs_with(manifest, root, &mut None)
+}
+
+/// [`external_inputs`], failing on an operational read error (out of
+/// descriptors, say) instead of digesting a package that was not fully read.
+pub fn checked_external_inputs(
+    manifest: &Manifest,
+    root: &Path,
+) -> Result<ExternalInputs, std::io::Error> {
+    let mut failure = None;
+    let inputs = external_inputs_with(manifest, root, &mut failure);
+    failure.map_or(Ok(inputs), Err)
+}
+
+fn external_inputs_with(
+    manifest: &Manifest,
+    root: &Path,
+    failure: &mut Option<std::io::Error>,
+) -> ExternalInputs {
     let skip = npc_output(&manifest.project.state_dir, root);
     let plugin_digests = manifest
         .plugins
         .iter()
-        .map(|(name, p)| (name.clone(), dir_digest(&root.join(&p.path), &skip)))
+        .map(|(name, p)| {
+            (
+                name.clone(),
+                dir_digest(&root.join(&p.path), &skip, failure),
+            )
+        })
         .collect();
     ExternalInputs { plugin_digests }
 }
@@ -179,16 +205,35 @@ pub fn npc_output(state_dir: &str, root: &Path) -> NpcOutput {
 /// Files looked at per plugin package when computing its digest.
 pub const MAX_PACKAGE_FILES: usize = 10_000;
 
-/// SHA-256 over the relative paths and contents of every file under `dir`,
-/// except what npc writes itself (`skip`).
-fn dir_digest(dir: &Path, skip: &NpcOutput) -> String {
+/// SHA-256 over the relative paths and contents of every regular file
+/// under `dir` (each file hashed as it is read, so size costs no memory),
+/// except what npc writes itself (`skip`). The first operational read error
+/// goes to `failure`.
+fn dir_digest(dir: &Path, skip: &NpcOutput, failure: &mut Option<std::io::Error>) -> String {
+    use sha2::Digest as _;
+    let mut note = |e: std::io::Error| {
+        if is_operational(&e) && failure.is_none() {
+            *failure = Some(e);
+        }
+    };
     let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
+        let entries = match std::fs::read_dir(&d) {
+            Ok(entries) => entries,
+            Err(e) => {
+                note(e);
+                continue;
+            }
         };
-        for e in entries.flatten() {
+        for e in entries {
+            let e = match e {
+                Ok(e) => e,
+                Err(e) => {
+                    note(e);
+                    continue;
+                }
+            };
             let p = e.path();
             if skip.contains(&p) {
                 continue;
@@ -201,12 +246,18 @@ fn dir_digest(dir: &Path, skip: &NpcOutput) -> String {
         }
     }
     files.sort();
-    let contents: Vec<(String, Vec<u8>)> = files
+    let contents: Vec<(String, String)> = files
         .iter()
         .map(|f| {
+            let mut hasher = sha2::Sha256::new();
+            if let Err(e) =
+                std::fs::File::open(f).and_then(|mut r| std::io::copy(&mut r, &mut hasher))
+            {
+                note(e);
+            }
             (
                 f.strip_prefix(dir).unwrap_or(f).display().to_string(),
-                std::fs::read(f).unwrap_or_default(),
+                hex::encode(hasher.finalize()),
             )
         })
         .collect();
@@ -574,7 +625,10 @@ impl Runtime {
                     payload: serde_json::json!({ "report": report }),
                 });
             };
-            let desired = plan::desired(&manifest, &external_inputs(&manifest, &paths.root));
+            let inputs = checked_external_inputs(&manifest, &paths.root).map_err(|e| {
+                LoadFailure::Operational(format!("cannot read a plugin package: {e}"))
+            })?;
+            let desired = plan::desired(&manifest, &inputs);
             Ok((manifest, desired))
         });
         match tokio::time::timeout(LOAD_DEADLINE, work).await {
@@ -1028,12 +1082,12 @@ mod tests {
         let root = dir.path();
         std::fs::write(root.join("plugin.json"), "{}").unwrap();
         let own = npc_output(model::DEFAULT_STATE_DIR, root);
-        let before = dir_digest(root, &own);
+        let before = dir_digest(root, &own, &mut None);
         std::fs::create_dir_all(root.join(".npc")).unwrap();
         std::fs::write(root.join(".npc/state.db"), "x").unwrap();
         std::fs::write(root.join(".mcp.json"), "{}").unwrap();
-        assert_eq!(dir_digest(root, &own), before);
+        assert_eq!(dir_digest(root, &own, &mut None), before);
         std::fs::write(root.join("plugin.json"), "{\"v\": 2}").unwrap();
-        assert_ne!(dir_digest(root, &own), before);
+        assert_ne!(dir_digest(root, &own, &mut None), before);
     }
 }
