@@ -66,6 +66,8 @@ pub enum Exhausted {
     Fuel,
     /// The output passed [`MAX_RENDERED_BYTES`].
     Output,
+    /// The renders of one batch spent their shared pool ([`with_fuel_pool`]).
+    Pool,
 }
 
 impl Exhausted {
@@ -78,6 +80,9 @@ impl Exhausted {
             Exhausted::Output => {
                 format!("the template's output passed the limit of {MAX_RENDERED_BYTES} bytes")
             }
+            Exhausted::Pool => format!(
+                "the templates rendered together spent their shared work budget ({BATCH_FUEL} fuel); some loop, recurse or build data without bound"
+            ),
         }
     }
 }
@@ -98,22 +103,66 @@ pub struct Rendered {
     pub fuel: u64,
 }
 
+/// Fuel all renders of one batch may use together (every profile of one
+/// plan of the agent files): see [`with_fuel_pool`].
+pub const BATCH_FUEL: u64 = 8 * TEMPLATE_FUEL;
+
+thread_local! {
+    /// What is left of the pool set by [`with_fuel_pool`] on this thread.
+    static POOL: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// Run `f` with every render on this thread drawing from one pool of
+/// `fuel`: many templates cannot add up to unbounded work. Once less than
+/// one render's [`TEMPLATE_FUEL`] is left, renders fail at once.
+pub fn with_fuel_pool<R>(fuel: u64, f: impl FnOnce() -> R) -> R {
+    let previous = POOL.replace(Some(fuel));
+    let result = f();
+    POOL.set(previous);
+    result
+}
+
+/// Charge `used` fuel to the pool, if one is set.
+fn charge_pool(used: u64) {
+    POOL.with(|pool| {
+        if let Some(left) = pool.get() {
+            pool.set(Some(left.saturating_sub(used)));
+        }
+    });
+}
+
 /// Render `template` with `ctx` within [`TEMPLATE_FUEL`] (set by
-/// [`environment`]) and [`MAX_RENDERED_BYTES`] of output.
+/// [`environment`]), [`MAX_RENDERED_BYTES`] of output, and the pool of
+/// [`with_fuel_pool`] if one is set.
 pub fn render_bounded(
     template: &minijinja::Template<'_, '_>,
     ctx: impl Into<minijinja::Value>,
 ) -> Result<Rendered, RenderFailure> {
+    if POOL.get().is_some_and(|left| left < TEMPLATE_FUEL) {
+        return Err(RenderFailure {
+            error: minijinja::Error::new(
+                minijinja::ErrorKind::OutOfFuel,
+                Exhausted::Pool.describe(),
+            ),
+            exhausted: Some(Exhausted::Pool),
+        });
+    }
     let mut out = CappedWriter::default();
     match template.render_captured_to(ctx, &mut out) {
-        Ok(captured) => Ok(Rendered {
-            fuel: captured
+        Ok(captured) => {
+            let fuel = captured
                 .state()
                 .fuel_levels()
-                .map_or(TEMPLATE_FUEL, |(used, _)| used),
-            text: String::from_utf8_lossy(&out.bytes).into_owned(),
-        }),
+                .map_or(TEMPLATE_FUEL, |(used, _)| used);
+            charge_pool(fuel);
+            Ok(Rendered {
+                fuel,
+                text: String::from_utf8_lossy(&out.bytes).into_owned(),
+            })
+        }
         Err(error) => {
+            // What a failed render used is unknown: count all of it.
+            charge_pool(TEMPLATE_FUEL);
             let exhausted = if out.overflowed {
                 Some(Exhausted::Output)
             } else if error.kind() == minijinja::ErrorKind::OutOfFuel {

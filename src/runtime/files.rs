@@ -131,10 +131,23 @@ pub fn plan_files(
         }
     }
     let ctx = RenderContext::new(&paths.root, manifest);
+    crate::model::template::with_fuel_pool(crate::model::template::BATCH_FUEL, || {
+        plan_profiles(manifest, paths, &ctx, &mut out);
+    });
+    out
+}
+
+/// Plan every rendered profile (all drawing on one render budget).
+fn plan_profiles(
+    manifest: &Manifest,
+    paths: &RepoPaths,
+    ctx: &RenderContext,
+    out: &mut Vec<FilePlan>,
+) {
     for name in manifest.profiles.keys() {
         let path = render::profile_path(&paths.state_dir, name);
         let what = format!("profile `{name}`");
-        let rendered = render::profile(manifest, name, &ctx);
+        let rendered = render::profile(manifest, name, ctx);
         let before = native::read_existing(&path);
         match (rendered, before) {
             (Ok(after), Ok(before)) => {
@@ -166,7 +179,6 @@ pub fn plan_files(
             )),
         }
     }
-    out
 }
 
 /// Write the files that change and record the managed sets. Returns one

@@ -252,6 +252,42 @@ fn a_template_bomb_driven_by_a_variable_fails_render_at_its_line() {
 }
 
 #[test]
+fn many_profiles_of_variable_driven_bombs_share_one_render_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut manifest = String::from(
+        "version = 1\n\n[providers.claude]\nkind = \"claude_code\"\n\n[prompts.task]\ntemplate = \"{% for i in range(vars.n|int) %}{% for j in range(vars.n|int) %}{% endfor %}{% endfor %}\"\nvariables.n = { default = \"100000\" }\n",
+    );
+    for i in 0..40 {
+        manifest.push_str(&format!(
+            "\n[profiles.p{i}]\nprovider = \"claude\"\ndescription = \"d\"\nprompt = \"task\"\n"
+        ));
+    }
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["plan", "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let errors: Vec<String> = plan["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["error"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(errors.len(), 40, "{errors:?}");
+    let shared = errors
+        .iter()
+        .filter(|e| e.contains("shared work budget"))
+        .count();
+    assert!(
+        shared >= 30,
+        "renders stopped by the shared budget: {shared} of 40"
+    );
+}
+
+#[test]
 fn a_template_bomb_edit_leaves_the_daemon_responsive_and_the_next_edit_applies() {
     let mut d = HostileDaemon::start(&prompt_manifest("hello"));
     d.wait_event(0, "reconcile.applied");
