@@ -58,9 +58,6 @@ pub async fn run(
     let bound = control::bind(&control::socket_path(&paths.state_dir))?;
     let (outcome, current) = runtime.reload("startup").await;
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let server = tokio::spawn(bound.serve(handler(runtime.clone()), stop_rx.clone()));
-
     let (changes_tx, mut changes_rx) = mpsc::unbounded_channel();
     let mut watcher = match ManifestWatcher::new(
         runtime.watch_set(current.as_ref()),
@@ -73,6 +70,10 @@ pub async fn run(
             None
         }
     };
+    // Answer only once the watcher is up: a client that saw the first
+    // apply can edit the manifest and be sure the edit is seen.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let server = tokio::spawn(bound.serve(handler(runtime.clone()), stop_rx.clone()));
     ready(&paths, &outcome);
 
     // After an operational failure the reload runs again by itself.

@@ -30,13 +30,19 @@ pub struct WatchSet {
 
 impl WatchSet {
     fn matches(&self, path: &Path, written: &Written) -> bool {
-        if is_editor_noise(path) || self.own.dirs.iter().any(|d| path.starts_with(d)) {
+        if is_editor_noise(path) {
             return false;
         }
-        if self.own.files.contains(path) && written.is_ours(path) {
+        // A file named in the manifest counts wherever it is.
+        if self.files.contains(path) {
+            return true;
+        }
+        if self.own.dirs.iter().any(|d| path.starts_with(d))
+            || (self.own.files.contains(path) && written.is_ours(path))
+        {
             return false;
         }
-        self.files.contains(path) || self.dirs.iter().any(|d| path.starts_with(d))
+        self.dirs.iter().any(|d| path.starts_with(d))
     }
 }
 

@@ -72,9 +72,10 @@ impl HostileDaemon {
             logs,
             child: Some(child),
         };
-        this.wait_event(0, "daemon.started");
-        wait_for("the daemon's control socket", || {
-            this.root().join(".npc/daemon.sock").exists().then_some(())
+        // The daemon prints its startup line once the first apply is done
+        // and the watcher is up: edits from then on are seen.
+        wait_for("the daemon's startup line", || {
+            this.log().contains("npc daemon: startup").then_some(())
         });
         this
     }
