@@ -411,6 +411,13 @@ fn print_outcome(answer: &serde_json::Value, how: &str) -> Result<Exit, OutputEr
             );
             Ok(Exit::Failed)
         }
+        Some("failed") => {
+            errln!(
+                "error: the daemon could not reload: {}; it retries by itself (see `npc events`)",
+                answer["error"].as_str().unwrap_or("?")
+            );
+            Ok(Exit::Failed)
+        }
         Some("refused") => {
             for r in answer["reasons"].as_array().into_iter().flatten() {
                 errln!("error: refused: {}", r.as_str().unwrap_or("?"));

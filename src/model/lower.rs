@@ -90,6 +90,8 @@ struct Lower<'a> {
     errored: bool,
     /// One minijinja environment for every template check of this run.
     templates: Option<minijinja::Environment<'static>>,
+    /// What is left of [`template::MANIFEST_PROBE_FUEL`] for this manifest.
+    probe_fuel: u64,
 }
 
 /// Lower and check a raw manifest. Returns the model only when there was no error.
@@ -110,6 +112,7 @@ pub fn lower(
         diags: Vec::new(),
         names: HashMap::new(),
         templates: None,
+        probe_fuel: template::MANIFEST_PROBE_FUEL,
         version_reported,
         errored: false,
     };
@@ -744,7 +747,14 @@ impl Lower<'_> {
         };
         let declared: BTreeSet<&str> = variables.keys().map(String::as_str).collect();
         let env = self.templates.get_or_insert_with(template::environment);
-        let found = template::check(env, name, &template, &template_file, &declared);
+        let found = template::check(
+            env,
+            name,
+            &template,
+            &template_file,
+            &declared,
+            &mut self.probe_fuel,
+        );
         self.diags.extend(found);
         Some(Prompt {
             source,

@@ -130,6 +130,15 @@ fn too_large(name: &str) -> Loaded {
 /// file inside its directory (a link may point elsewhere in it), read no
 /// further than [`node::MAX_MANIFEST_BYTES`].
 pub fn load_path(path: &Path, env: &dyn Env) -> std::io::Result<Loaded> {
+    let files = DiskFiles {
+        root: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+    };
+    load_path_with(path, env, &files)
+}
+
+/// [`load_path`] with referenced files read through `files` (the runtime
+/// wraps [`DiskFiles`] to tell operational read failures from invalid input).
+pub fn load_path_with(path: &Path, env: &dyn Env, files: &dyn Files) -> std::io::Result<Loaded> {
     let name = path.display().to_string();
     let bytes = match read_manifest(path) {
         Ok(bytes) => bytes,
@@ -138,15 +147,12 @@ pub fn load_path(path: &Path, env: &dyn Env) -> std::io::Result<Loaded> {
         }
         Err(e) => return Err(e.into()),
     };
-    let files = DiskFiles {
-        root: path.parent().map(Path::to_path_buf).unwrap_or_default(),
-    };
     Ok(load_bytes(
         &name,
         &bytes,
         Syntax::from_path(&name),
         env,
-        &files,
+        files,
     ))
 }
 

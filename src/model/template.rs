@@ -2,6 +2,12 @@
 //! minijinja (the same environment settings `render` uses), map syntax errors
 //! back to the manifest or template file, and check that a template reads
 //! only the context npc provides and only variables its prompt declares.
+//!
+//! Every render is bounded: [`TEMPLATE_FUEL`] caps the work (instructions and
+//! the data a template creates, so loops, recursive macros and `"x" * 10**9`
+//! all run out), and [`MAX_RENDERED_BYTES`] caps the output. Validation
+//! renders each template once with an empty context ([`check`]), so a
+//! template that exhausts either bound on its own is an error at its line.
 
 use std::collections::BTreeSet;
 
@@ -24,11 +30,25 @@ const BUILTIN_GLOBALS: [&str; 9] = [
     "varargs",
 ];
 
+/// Work one render may do, in minijinja fuel: about one unit per
+/// instruction and per 64 bytes of data the template creates (so it also
+/// bounds the memory a render allocates, to about 64 MiB). Real prompts use
+/// a few thousand.
+pub const TEMPLATE_FUEL: u64 = 1_000_000;
+/// Fuel all validation renders of one manifest may use together: once it
+/// is spent, the remaining templates are only compiled and checked (their
+/// real renders stay bounded by [`TEMPLATE_FUEL`] each).
+pub const MANIFEST_PROBE_FUEL: u64 = 4 * TEMPLATE_FUEL;
+/// Largest output one render may produce (a prompt or a profile body).
+pub const MAX_RENDERED_BYTES: usize = 1024 * 1024;
+
 /// A minijinja environment with npc's settings: strict undefined values,
-/// trailing newlines kept, no auto-escaping (prompts are not HTML).
+/// trailing newlines kept, no auto-escaping (prompts are not HTML), and the
+/// [`TEMPLATE_FUEL`] budget per render.
 pub fn environment<'s>() -> minijinja::Environment<'s> {
     let mut env = minijinja::Environment::new();
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    env.set_fuel(Some(TEMPLATE_FUEL));
     if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder()
         .keep_trailing_newline(true)
         .build()
@@ -37,6 +57,155 @@ pub fn environment<'s>() -> minijinja::Environment<'s> {
     }
     env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
     env
+}
+
+/// Which bound a render ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exhausted {
+    /// [`TEMPLATE_FUEL`] ran out.
+    Fuel,
+    /// The output passed [`MAX_RENDERED_BYTES`].
+    Output,
+    /// The renders of one batch spent their shared pool ([`with_fuel_pool`]).
+    Pool,
+}
+
+impl Exhausted {
+    /// What ran out, for error messages.
+    pub fn describe(self) -> String {
+        match self {
+            Exhausted::Fuel => format!(
+                "the template ran out of its work budget ({TEMPLATE_FUEL} fuel); it loops, recurses or builds data without bound"
+            ),
+            Exhausted::Output => {
+                format!("the template's output passed the limit of {MAX_RENDERED_BYTES} bytes")
+            }
+            Exhausted::Pool => format!(
+                "the templates rendered together spent their shared work budget ({BATCH_FUEL} fuel); some loop, recurse or build data without bound"
+            ),
+        }
+    }
+}
+
+/// A failed bounded render: minijinja's error (with the template's name and
+/// line) and which bound, if any, it ran into.
+#[derive(Debug)]
+pub struct RenderFailure {
+    pub error: minijinja::Error,
+    pub exhausted: Option<Exhausted>,
+}
+
+/// A successful bounded render.
+#[derive(Debug)]
+pub struct Rendered {
+    pub text: String,
+    /// Fuel the render used.
+    pub fuel: u64,
+}
+
+/// Fuel all renders of one batch may use together (every profile of one
+/// plan of the agent files): see [`with_fuel_pool`].
+pub const BATCH_FUEL: u64 = 8 * TEMPLATE_FUEL;
+
+thread_local! {
+    /// What is left of the pool set by [`with_fuel_pool`] on this thread.
+    static POOL: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// Run `f` with every render on this thread drawing from one pool of
+/// `fuel`: many templates cannot add up to unbounded work. Once less than
+/// one render's [`TEMPLATE_FUEL`] is left, renders fail at once.
+pub fn with_fuel_pool<R>(fuel: u64, f: impl FnOnce() -> R) -> R {
+    let previous = POOL.replace(Some(fuel));
+    let result = f();
+    POOL.set(previous);
+    result
+}
+
+/// Charge `used` fuel to the pool, if one is set.
+fn charge_pool(used: u64) {
+    POOL.with(|pool| {
+        if let Some(left) = pool.get() {
+            pool.set(Some(left.saturating_sub(used)));
+        }
+    });
+}
+
+/// Render `template` with `ctx` within [`TEMPLATE_FUEL`] (set by
+/// [`environment`]), [`MAX_RENDERED_BYTES`] of output, and the pool of
+/// [`with_fuel_pool`] if one is set.
+pub fn render_bounded(
+    template: &minijinja::Template<'_, '_>,
+    ctx: impl Into<minijinja::Value>,
+) -> Result<Rendered, RenderFailure> {
+    if POOL.get().is_some_and(|left| left < TEMPLATE_FUEL) {
+        return Err(RenderFailure {
+            error: minijinja::Error::new(
+                minijinja::ErrorKind::OutOfFuel,
+                Exhausted::Pool.describe(),
+            ),
+            exhausted: Some(Exhausted::Pool),
+        });
+    }
+    let mut out = CappedWriter::default();
+    match template.render_captured_to(ctx, &mut out) {
+        Ok(captured) => {
+            let fuel = captured
+                .state()
+                .fuel_levels()
+                .map_or(TEMPLATE_FUEL, |(used, _)| used);
+            charge_pool(fuel);
+            Ok(Rendered {
+                fuel,
+                text: String::from_utf8_lossy(&out.bytes).into_owned(),
+            })
+        }
+        Err(error) => {
+            // What a failed render used is unknown: count all of it.
+            charge_pool(TEMPLATE_FUEL);
+            let exhausted = if out.overflowed {
+                Some(Exhausted::Output)
+            } else if error.kind() == minijinja::ErrorKind::OutOfFuel {
+                Some(Exhausted::Fuel)
+            } else {
+                None
+            };
+            Err(RenderFailure { error, exhausted })
+        }
+    }
+}
+
+/// An output buffer that refuses to grow past [`MAX_RENDERED_BYTES`].
+#[derive(Debug, Default)]
+struct CappedWriter {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for CappedWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > MAX_RENDERED_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("rendered output too large"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// npc's environment with undefined values allowed: validation renders each
+/// template once without a context to find templates that exhaust a bound
+/// on their own (undefined values iterate as empty and print nothing).
+fn probe_environment() -> &'static minijinja::Environment<'static> {
+    static PROBE: std::sync::OnceLock<minijinja::Environment<'static>> = std::sync::OnceLock::new();
+    PROBE.get_or_init(|| {
+        let mut env = environment();
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
+        env
+    })
 }
 
 /// Where a template's text sits, to turn template offsets into manifest spans.
@@ -94,13 +263,15 @@ impl TemplateSource {
     }
 }
 
-/// Check one prompt template; returns its diagnostics.
+/// Check one prompt template; returns its diagnostics. `probe_fuel` is
+/// what is left of the manifest's [`MANIFEST_PROBE_FUEL`].
 pub fn check(
     env: &minijinja::Environment<'_>,
     name: &Spanned<String>,
     template: &str,
     at: &TemplateSource,
     declared: &BTreeSet<&str>,
+    probe_fuel: &mut u64,
 ) -> Vec<Diagnostic> {
     let mut diags = Vec::new();
     let compiled = match env.template_from_named_str(name.as_str(), template) {
@@ -123,6 +294,9 @@ pub fn check(
             return diags;
         }
     };
+    if let Some(diag) = probe(name, template, at, probe_fuel) {
+        diags.push(diag);
+    }
     let mut used: Vec<String> = compiled.undeclared_variables(true).into_iter().collect();
     used.sort();
     for var in used {
@@ -167,6 +341,47 @@ pub fn check(
         }
     }
     diags
+}
+
+/// Render the template once with no context; a bound it exhausts on its
+/// own is an error at the line where it ran out. Other render errors depend
+/// on the context a real render has, so they are not reported here.
+fn probe(
+    name: &Spanned<String>,
+    template: &str,
+    at: &TemplateSource,
+    probe_fuel: &mut u64,
+) -> Option<Diagnostic> {
+    if *probe_fuel < TEMPLATE_FUEL {
+        return None;
+    }
+    let env = probe_environment();
+    let compiled = env.template_from_named_str(name.as_str(), template).ok()?;
+    let failure = match render_bounded(&compiled, minijinja::Value::UNDEFINED) {
+        Ok(rendered) => {
+            *probe_fuel -= rendered.fuel.min(*probe_fuel);
+            return None;
+        }
+        Err(failure) => {
+            // What a failed render used is unknown: count all of it.
+            *probe_fuel -= TEMPLATE_FUEL;
+            failure
+        }
+    };
+    let exhausted = failure.exhausted?;
+    let span = match failure.error.line() {
+        Some(line) => at.span_of_line(template, line),
+        None => at.span(None),
+    };
+    Some(
+        Diagnostic::error(format!(
+            "prompt `{}` cannot be rendered: {}",
+            name.value,
+            exhausted.describe()
+        ))
+        .at(&at.file, span)
+        .with_hint("bound the loops and recursion in the template, and keep its output small"),
+    )
 }
 
 /// The byte range of the first use of dotted `var` in the template text.

@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 
-use crate::model::template::{CONTEXT_ROOTS, environment};
+use crate::model::template::{CONTEXT_ROOTS, RenderFailure, environment, render_bounded};
 use crate::model::{Manifest, Profile, Prompt, PromptSource, Text};
 
 pub use scrub::{SCRUBBED_TAGS, scrub};
@@ -285,9 +285,9 @@ fn render_template(
     let (workspace, printed) = ctx.workspace.value(profile);
     context.insert(CONTEXT_ROOTS[4], workspace);
     context.insert(CONTEXT_ROOTS[5], ser(&ctx.run));
-    let body = template
-        .render(&context)
-        .map_err(|e| template_error(&e, &template_name, name))?;
+    let body = render_bounded(&template, minijinja::Value::from(context))
+        .map_err(|f| failure_error(&f, &template_name, name))?
+        .text;
     Ok(match placement {
         Placement::PrependWorkspace if !printed.load(Ordering::Relaxed) => {
             let block = ctx.workspace.block(profile);
@@ -409,6 +409,18 @@ fn known<'a>(names: impl Iterator<Item = &'a String>) -> String {
 
 /// Turn a minijinja error into a [`RenderError`] naming the template, line
 /// and (for undefined values) the expression.
+/// A bounded render failed: a bound it ran into is named as such.
+fn failure_error(failure: &RenderFailure, template: &str, prompt_name: &str) -> RenderError {
+    match failure.exhausted {
+        Some(exhausted) => RenderError::Template {
+            template: failure.error.name().unwrap_or(template).to_string(),
+            line: failure.error.line(),
+            detail: exhausted.describe(),
+        },
+        None => template_error(&failure.error, template, prompt_name),
+    }
+}
+
 fn template_error(e: &minijinja::Error, template: &str, prompt_name: &str) -> RenderError {
     let template = e.name().unwrap_or(template).to_string();
     let detail = e

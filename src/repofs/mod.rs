@@ -174,7 +174,15 @@ impl FsError {
     /// that name the path themselves ("prompt file `x` {reason}").
     pub fn into_reason(self) -> std::io::Error {
         let kind = self.io_kind();
-        std::io::Error::new(kind, self.reason.to_string())
+        std::io::Error::new(kind, ReasonOnly(self))
+    }
+
+    /// The operating system's error underneath, if the reason is one.
+    pub fn os_error(&self) -> Option<&std::io::Error> {
+        match &self.reason {
+            Reason::Io { source, .. } => Some(source),
+            _ => None,
+        }
     }
 
     fn io_kind(&self) -> std::io::ErrorKind {
@@ -203,6 +211,31 @@ impl FsError {
         };
         Self::new(path, reason)
     }
+}
+
+/// An [`FsError`] that displays only its reason (see
+/// [`FsError::into_reason`]); the error itself stays reachable.
+#[derive(Debug)]
+struct ReasonOnly(FsError);
+
+impl std::fmt::Display for ReasonOnly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.reason.fmt(f)
+    }
+}
+
+impl std::error::Error for ReasonOnly {}
+
+/// The operating system's error inside an `std::io::Error` made from an
+/// [`FsError`] (by `From` or [`FsError::into_reason`]), else `e` itself: how
+/// callers tell "out of descriptors" from "refused by the guard".
+pub fn os_error(e: &std::io::Error) -> &std::io::Error {
+    let fs = e.get_ref().and_then(|inner| {
+        inner
+            .downcast_ref::<FsError>()
+            .or_else(|| inner.downcast_ref::<ReasonOnly>().map(|r| &r.0))
+    });
+    fs.and_then(FsError::os_error).unwrap_or(e)
 }
 
 /// For traits that speak `std::io`: not-found stays `NotFound`, and the

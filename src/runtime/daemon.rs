@@ -3,6 +3,7 @@
 //! the control channel, and on SIGTERM/SIGINT stop every child and exit.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
@@ -13,6 +14,9 @@ use crate::surfaces::control::{self, Handler, Request};
 
 /// Events replayed per page when a client asks for history.
 pub const EVENTS_PAGE: usize = 1000;
+/// Longest a follower waits on the store before looking again whether its
+/// client is still there.
+pub const FOLLOW_WAIT: Duration = Duration::from_secs(1);
 
 /// Run the daemon for the manifest at `manifest` until a stop signal.
 /// `ready` is called once the first apply finished and the control socket is up.
@@ -54,30 +58,53 @@ pub async fn run(
     let bound = control::bind(&control::socket_path(&paths.runtime_dir()))?;
     let (outcome, current) = runtime.reload("startup").await;
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let server = tokio::spawn(bound.serve(handler(runtime.clone()), stop_rx.clone()));
-
     let (changes_tx, mut changes_rx) = mpsc::unbounded_channel();
-    let mut watcher = match ManifestWatcher::new(runtime.watch_set(current.as_ref()), changes_tx) {
+    let mut watcher = match ManifestWatcher::new(
+        runtime.watch_set(current.as_ref()),
+        runtime.written().clone(),
+        changes_tx,
+    ) {
         Ok(w) => Some(w),
         Err(e) => {
             tracing::error!("file watching is off: {e}");
             None
         }
     };
+    // Answer only once the watcher is up: a client that saw the first
+    // apply can edit the manifest and be sure the edit is seen.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let server = tokio::spawn(bound.serve(handler(runtime.clone()), stop_rx.clone()));
     ready(&paths, &outcome);
 
+    // After an operational failure the reload runs again by itself.
+    let mut retry = Retry::after(&outcome);
     loop {
         let reason = tokio::select! {
             _ = term.recv() => break,
             _ = int.recv() => break,
             _ = hup.recv() => "SIGHUP".to_string(),
+            () = runtime.reload_failed() => {
+                // A reload a control request started failed: retry it too.
+                retry = retry.or_else(|| Some(Retry::first()));
+                continue;
+            }
+            () = Retry::wait(&retry) => "retry after an operational failure".to_string(),
             burst = next_burst(&mut changes_rx, DEBOUNCE) => match burst {
                 Some(paths) => format!("changed: {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
                 None => break,
             },
         };
-        let (_, manifest) = runtime.reload(&reason).await;
+        // A stop signal ends a reload in progress: nothing a manifest holds
+        // can keep the daemon from stopping.
+        let (outcome, manifest) = tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            done = runtime.reload(&reason) => done,
+        };
+        retry = match (&outcome, retry) {
+            (ReloadOutcome::Failed { .. }, Some(r)) => Some(r.next()),
+            (outcome, _) => Retry::after(outcome),
+        };
         if let (Some(w), Some(m)) = (watcher.as_mut(), manifest.as_ref())
             && let Err(e) = w.update(runtime.watch_set(Some(m)))
         {
@@ -89,6 +116,50 @@ pub async fn run(
     drop(watcher);
     runtime.shutdown().await;
     Ok(())
+}
+
+/// First wait before a reload that failed for an operational reason runs again.
+pub const RETRY_INITIAL: Duration = Duration::from_millis(250);
+/// Longest wait between retries of a failing reload.
+pub const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// When the next retry of a failed reload runs.
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    at: tokio::time::Instant,
+    pause: Duration,
+}
+
+impl Retry {
+    /// The first retry after `outcome`, if it was an operational failure.
+    fn after(outcome: &ReloadOutcome) -> Option<Self> {
+        matches!(outcome, ReloadOutcome::Failed { .. }).then(Self::first)
+    }
+
+    /// The first retry, [`RETRY_INITIAL`] from now.
+    fn first() -> Self {
+        Self {
+            at: tokio::time::Instant::now() + RETRY_INITIAL,
+            pause: RETRY_INITIAL,
+        }
+    }
+
+    /// The retry after this one failed too: twice the pause, up to [`RETRY_MAX`].
+    fn next(self) -> Self {
+        let pause = (self.pause * 2).min(RETRY_MAX);
+        Self {
+            at: tokio::time::Instant::now() + pause,
+            pause,
+        }
+    }
+
+    /// Resolves when the retry is due; never without one.
+    async fn wait(retry: &Option<Self>) {
+        match retry {
+            Some(r) => tokio::time::sleep_until(r.at).await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 /// Answer control requests from the runtime.
@@ -115,37 +186,36 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
                         .await;
                 }
                 Request::Events { since, follow } => {
-                    let since = since.unwrap_or(0);
-                    if follow {
-                        let Ok(mut rx) = runtime.bus().follow(since) else {
+                    // The store is the one stream of a repository: it holds
+                    // the daemon's events and those `npc run` writes itself,
+                    // so a follower tails its rows by id.
+                    let mut after = since.unwrap_or(0);
+                    loop {
+                        let store = runtime.store().clone();
+                        let page = tokio::task::spawn_blocking(move || {
+                            if follow {
+                                store.wait_for_events_after(after, EVENTS_PAGE, FOLLOW_WAIT)
+                            } else {
+                                store.events_since(after, EVENTS_PAGE)
+                            }
+                        })
+                        .await;
+                        let Ok(Ok(page)) = page else { return };
+                        if page.is_empty() && !follow {
                             return;
-                        };
-                        while let Some(event) = rx.recv().await {
+                        }
+                        for event in &page {
+                            after = event.id;
                             if tx
-                                .send(serde_json::to_value(&*event).unwrap_or_default())
+                                .send(serde_json::to_value(event).unwrap_or_default())
                                 .await
                                 .is_err()
                             {
                                 return;
                             }
                         }
-                    } else {
-                        let mut after = since;
-                        loop {
-                            let Ok(page) = runtime.store().events_since(after, EVENTS_PAGE) else {
-                                return;
-                            };
-                            let Some(last) = page.last() else { return };
-                            after = last.id;
-                            for event in &page {
-                                if tx
-                                    .send(serde_json::to_value(event).unwrap_or_default())
-                                    .await
-                                    .is_err()
-                                {
-                                    return;
-                                }
-                            }
+                        if tx.is_closed() {
+                            return;
                         }
                     }
                 }

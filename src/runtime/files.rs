@@ -47,6 +47,13 @@ impl FilePlan {
         matches!(self.action, "create" | "update")
     }
 
+    /// The file's absolute path and the content npc would write there.
+    pub fn content(&self) -> Option<(&Path, &str)> {
+        self.change
+            .as_ref()
+            .map(|c| (c.path.as_path(), c.after.as_str()))
+    }
+
     fn from_change(root: &Path, what: String, change: FileChange) -> Self {
         let action = match (&change.before, change.is_change()) {
             (_, false) => "unchanged",
@@ -117,7 +124,6 @@ pub fn plan_files_with(
     opts: PlanOptions,
 ) -> Vec<FilePlan> {
     let mut out = Vec::new();
-    let secrets = manifest.secret_values();
     for kind in declared_kinds(manifest) {
         let target = Target {
             kind,
@@ -139,10 +145,24 @@ pub fn plan_files_with(
         }
     }
     let ctx = RenderContext::new(&paths.root, manifest);
+    crate::model::template::with_fuel_pool(crate::model::template::BATCH_FUEL, || {
+        plan_profiles(manifest, paths, &ctx, &mut out);
+    });
+    out
+}
+
+/// Plan every rendered profile (all drawing on one render budget).
+fn plan_profiles(
+    manifest: &Manifest,
+    paths: &RepoPaths,
+    ctx: &RenderContext,
+    out: &mut Vec<FilePlan>,
+) {
+    let secrets = manifest.secret_values();
     for name in manifest.profiles.keys() {
         let path = render::profile_path(&paths.state_dir, name);
         let what = format!("profile `{name}`");
-        let rendered = render::profile(manifest, name, &ctx);
+        let rendered = render::profile(manifest, name, ctx);
         // npc's own file: never read through a link.
         let before = crate::repofs::Root::new(&paths.root)
             .and_then(|root| {
@@ -179,7 +199,6 @@ pub fn plan_files_with(
             )),
         }
     }
-    out
 }
 
 /// Write the files that change and record the managed sets. Returns one

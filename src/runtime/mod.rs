@@ -13,9 +13,10 @@ pub mod files;
 pub mod lock;
 pub mod watch;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -147,14 +148,82 @@ pub fn load_manifest(path: &Path) -> Result<model::Loaded, RuntimeError> {
     })
 }
 
-/// Digests of files the pure layer cannot read: each enabled plugin's package.
+/// Digests of files the pure layer cannot read: each enabled plugin's
+/// package. A file that cannot be read counts as empty (see
+/// [`checked_external_inputs`] for the daemon, which must not plan from that).
 pub fn external_inputs(manifest: &Manifest, root: &Path) -> ExternalInputs {
+    external_inputs_with(manifest, root, &mut None)
+}
+
+/// [`external_inputs`], failing on an operational read error (out of
+/// descriptors, say) instead of digesting a package that was not fully read.
+pub fn checked_external_inputs(
+    manifest: &Manifest,
+    root: &Path,
+) -> Result<ExternalInputs, std::io::Error> {
+    let mut failure = None;
+    let inputs = external_inputs_with(manifest, root, &mut failure);
+    failure.map_or(Ok(inputs), Err)
+}
+
+fn external_inputs_with(
+    manifest: &Manifest,
+    root: &Path,
+    failure: &mut Option<std::io::Error>,
+) -> ExternalInputs {
+    let skip = npc_output(&manifest.project.state_dir, root);
     let plugin_digests = manifest
         .plugins
         .iter()
-        .map(|(name, p)| (name.clone(), dir_digest(&root.join(&p.path))))
+        .map(|(name, p)| {
+            (
+                name.clone(),
+                dir_digest(&root.join(&p.path), &skip, failure),
+            )
+        })
         .collect();
     ExternalInputs { plugin_digests }
+}
+
+/// What npc itself writes in a repository, which no digest or watch counts
+/// as a change of its inputs (a plugin at `path = "."` would otherwise
+/// change with every event npc records): the state directory and the
+/// project-level agent config files, whose content follows the manifest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NpcOutput {
+    /// Directories (and everything under them).
+    pub dirs: BTreeSet<PathBuf>,
+    /// Single files.
+    pub files: BTreeSet<PathBuf>,
+}
+
+impl NpcOutput {
+    /// Whether `path` is something npc writes (or a temporary file beside it).
+    pub fn contains(&self, path: &Path) -> bool {
+        self.dirs.iter().any(|d| path.starts_with(d))
+            || self.files.contains(path)
+            || watch::is_editor_noise(path)
+    }
+}
+
+/// [`NpcOutput`] of the repository at `root` whose manifest names `state_dir`.
+pub fn npc_output(state_dir: &str, root: &Path) -> NpcOutput {
+    let files = model::ProviderKind::ALL
+        .iter()
+        .map(|&kind| {
+            crate::native::target_path(
+                root,
+                &crate::native::Target {
+                    kind,
+                    scope: crate::native::Scope::Project,
+                },
+            )
+        })
+        .collect();
+    NpcOutput {
+        dirs: BTreeSet::from([root.join(state_dir)]),
+        files,
+    }
 }
 
 /// Files looked at per plugin package when computing its digest.
@@ -163,16 +232,46 @@ pub const MAX_PACKAGE_FILES: usize = 10_000;
 /// unreadable).
 pub const MAX_PACKAGE_FILE_BYTES: usize = 16 * 1024 * 1024;
 
-/// SHA-256 over the relative paths and contents of every file under `dir`.
-fn dir_digest(dir: &Path) -> String {
+/// SHA-256 over the relative paths and contents of every regular file
+/// under `dir` (each file hashed as it is read, so size costs no memory),
+/// except what npc writes itself (`skip`). The first operational read error
+/// goes to `failure`.
+fn dir_digest(dir: &Path, skip: &NpcOutput, failure: &mut Option<std::io::Error>) -> String {
+    use sha2::Digest as _;
+    let mut note = |e: std::io::Error| {
+        if is_operational(&e) && failure.is_none() {
+            *failure = Some(e);
+        }
+    };
+    let guard = match crate::repofs::Root::new(dir) {
+        Ok(guard) => guard,
+        Err(e) => {
+            note(e.into());
+            return String::new();
+        }
+    };
     let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
+        let entries = match std::fs::read_dir(&d) {
+            Ok(entries) => entries,
+            Err(e) => {
+                note(e);
+                continue;
+            }
         };
-        for e in entries.flatten() {
+        for e in entries {
+            let e = match e {
+                Ok(e) => e,
+                Err(e) => {
+                    note(e);
+                    continue;
+                }
+            };
             let p = e.path();
+            if skip.contains(&p) {
+                continue;
+            }
             match e.file_type() {
                 Ok(t) if t.is_dir() => stack.push(p),
                 Ok(t) if t.is_file() && files.len() < MAX_PACKAGE_FILES => files.push(p),
@@ -181,13 +280,26 @@ fn dir_digest(dir: &Path) -> String {
         }
     }
     files.sort();
-    let contents: Vec<(String, Vec<u8>)> = files
+    let contents: Vec<(String, String)> = files
         .iter()
         .map(|f| {
-            (
-                f.strip_prefix(dir).unwrap_or(f).display().to_string(),
-                crate::repofs::read_file(f, MAX_PACKAGE_FILE_BYTES).unwrap_or_default(),
-            )
+            let mut hasher = sha2::Sha256::new();
+            // Through the guarded layer: a regular file, never a link, opened
+            // without blocking (a FIFO swapped in is refused).
+            let rel = f.strip_prefix(dir).unwrap_or(f);
+            if let Err(e) = guard
+                .open_existing(rel)
+                .map_err(std::io::Error::from)
+                .and_then(|r| {
+                    std::io::copy(
+                        &mut std::io::Read::take(r, MAX_PACKAGE_FILE_BYTES as u64),
+                        &mut hasher,
+                    )
+                })
+            {
+                note(e);
+            }
+            (rel.display().to_string(), hex::encode(hasher.finalize()))
         })
         .collect();
     plan::fingerprint::fingerprint(&contents)
@@ -231,6 +343,95 @@ pub fn decode_state(text: &str) -> ObservedState {
         .collect()
 }
 
+/// Longest a reload may spend loading and validating the manifest (template
+/// probes and plugin digests included) before it counts as an operational
+/// failure and is retried.
+pub const LOAD_DEADLINE: Duration = Duration::from_secs(30);
+/// Longest a reload may spend rendering and planning the agent files.
+pub const FILES_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Why a reload's load step did not produce a manifest.
+#[derive(Debug)]
+enum LoadFailure {
+    /// Not the manifest's fault: retried with backoff (`reload.failed`).
+    Operational(String),
+    /// The manifest is wrong: reported once (`manifest.invalid`).
+    Invalid {
+        payload: serde_json::Value,
+        error_count: usize,
+    },
+}
+
+/// Whether an I/O error is about the machine (descriptors, memory, an
+/// interrupted or busy call) rather than the file: such a reload is retried
+/// instead of calling the manifest invalid.
+pub fn is_operational(e: &std::io::Error) -> bool {
+    use nix::errno::Errno;
+    use std::io::ErrorKind;
+    let e = crate::repofs::os_error(e);
+    const OPERATIONAL: [Errno; 8] = [
+        Errno::EMFILE,
+        Errno::ENFILE,
+        Errno::ENOMEM,
+        Errno::EAGAIN,
+        Errno::EINTR,
+        Errno::ENOBUFS,
+        Errno::EIO,
+        Errno::ETIMEDOUT,
+    ];
+    e.raw_os_error()
+        .is_some_and(|n| OPERATIONAL.contains(&Errno::from_raw(n)))
+        || matches!(
+            e.kind(),
+            ErrorKind::Interrupted
+                | ErrorKind::WouldBlock
+                | ErrorKind::TimedOut
+                | ErrorKind::OutOfMemory
+        )
+}
+
+/// The files a manifest references, read from disk, remembering the first
+/// operational failure (a prompt file that cannot be opened for lack of
+/// descriptors is not an invalid manifest).
+struct OperationalFiles {
+    disk: model::DiskFiles,
+    failure: Mutex<Option<String>>,
+}
+
+impl OperationalFiles {
+    fn new(root: &Path) -> Self {
+        Self {
+            disk: model::DiskFiles {
+                root: root.to_path_buf(),
+            },
+            failure: Mutex::new(None),
+        }
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl model::Files for OperationalFiles {
+    fn read_to_string(&self, path: &Path) -> std::io::Result<String> {
+        let read = self.disk.read_to_string(path);
+        if let Err(e) = &read
+            && is_operational(e)
+        {
+            let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+            failure.get_or_insert_with(|| format!("cannot read `{}`: {e}", path.display()));
+        }
+        read
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        self.disk.is_dir(path)
+    }
+}
+
 /// The outcome of one component in a reload.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ComponentResult {
@@ -250,6 +451,10 @@ pub struct ComponentResult {
 pub enum ReloadOutcome {
     /// The manifest is invalid: nothing changed.
     Invalid { error_count: usize },
+    /// The reload could not run for an operational reason (no file
+    /// descriptors, no memory, a deadline): nothing changed, and the daemon
+    /// tries again with backoff.
+    Failed { error: String },
     /// A change cannot be applied live: nothing changed.
     Refused { reasons: Vec<String> },
     /// The plan was applied (possibly with rollbacks).
@@ -274,6 +479,10 @@ pub struct Runtime {
     cx: DriverContext,
     applied: tokio::sync::Mutex<Applied>,
     shut_down: std::sync::atomic::AtomicBool,
+    written: Arc<watch::Written>,
+    /// Signalled by every reload that fails for an operational reason, so
+    /// the daemon retries reloads that a control request started too.
+    failed: tokio::sync::Notify,
     _lock: RepoLock,
 }
 
@@ -309,6 +518,8 @@ impl Runtime {
             cx,
             applied: tokio::sync::Mutex::new(Applied::default()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
+            written: Arc::default(),
+            failed: tokio::sync::Notify::new(),
             _lock: lock,
         });
         tokio::spawn(forward_supervisor_events(
@@ -356,7 +567,9 @@ impl Runtime {
     pub fn watch_set(&self, manifest: Option<&Manifest>) -> watch::WatchSet {
         let mut set = watch::WatchSet::default();
         set.files.insert(self.paths.manifest.clone());
+        set.own.dirs.insert(self.paths.state_dir.clone());
         if let Some(m) = manifest {
+            set.own = npc_output(&m.project.state_dir, &self.paths.root);
             for p in m.prompts.values() {
                 if let model::PromptSource::File { path } = &p.source {
                     set.files.insert(self.paths.root.join(path));
@@ -369,55 +582,169 @@ impl Runtime {
         set
     }
 
-    /// Load, validate, plan and apply the manifest. An invalid manifest or a
-    /// refused change leaves everything as it is.
+    /// Load, validate, plan and apply the manifest. An invalid manifest, a
+    /// refused change or an operational failure leaves everything as it is;
+    /// a reload that changes nothing emits nothing.
     pub async fn reload(&self, reason: &str) -> (ReloadOutcome, Option<Manifest>) {
-        let loaded = match load_manifest(&self.paths.manifest) {
-            Ok(l) => l,
-            Err(e) => {
-                self.emit(
-                    "manifest.invalid",
-                    None,
-                    serde_json::json!({ "reason": reason, "error": e.to_string() }),
-                )
-                .await;
-                return (ReloadOutcome::Invalid { error_count: 1 }, None);
+        tracing::info!("reloading: {reason}");
+        let (manifest, desired) = match self.load().await {
+            Ok(loaded) => loaded,
+            Err(LoadFailure::Operational(error)) => {
+                self.report_failure(reason, &error).await;
+                return (ReloadOutcome::Failed { error }, None);
+            }
+            Err(LoadFailure::Invalid {
+                mut payload,
+                error_count,
+            }) => {
+                payload["reason"] = reason.into();
+                self.emit("manifest.invalid", None, payload).await;
+                return (ReloadOutcome::Invalid { error_count }, None);
             }
         };
-        let Some(manifest) = loaded.manifest else {
-            let report = model::diagnostics::JsonReport::new(&loaded.diagnostics);
-            self.emit(
-                "manifest.invalid",
-                None,
-                serde_json::json!({ "reason": reason, "report": report }),
-            )
-            .await;
-            return (
-                ReloadOutcome::Invalid {
-                    error_count: report.error_count,
-                },
-                None,
-            );
-        };
         self.bus.set_secrets(manifest.secret_values());
-        let desired = plan::desired(&manifest, &external_inputs(&manifest, &self.paths.root));
         let outcome = self.apply(desired, reason).await;
-        if matches!(outcome, ReloadOutcome::Applied { .. }) {
-            self.write_files(&manifest).await;
+        if let ReloadOutcome::Applied { results } = &outcome {
+            let running = self.as_running(&manifest, results).await;
+            if let Err(error) = self.write_files(&running).await {
+                self.report_failure(reason, &error).await;
+                return (ReloadOutcome::Failed { error }, Some(manifest));
+            }
         }
         (outcome, Some(manifest))
     }
 
-    /// Render profiles and native agent configs; record what changed.
-    async fn write_files(&self, manifest: &Manifest) {
-        let plans = files::plan_files(
-            manifest,
-            &self.paths,
-            Some(&self.store),
-            &crate::native::Scope::Project,
-        );
+    /// A reload failed for an operational reason: say so, and wake the
+    /// daemon's retry.
+    async fn report_failure(&self, reason: &str, error: &str) {
+        tracing::warn!("reload failed: {error}");
+        self.emit(
+            "reload.failed",
+            None,
+            serde_json::json!({ "reason": reason, "error": error }),
+        )
+        .await;
+        self.failed.notify_one();
+    }
+
+    /// Resolves after a reload failed for an operational reason.
+    pub async fn reload_failed(&self) {
+        self.failed.notified().await;
+    }
+
+    /// Read and validate the manifest and compute the desired state, off the
+    /// async executor and within [`LOAD_DEADLINE`] (templates are rendered
+    /// and plugin packages read here).
+    async fn load(&self) -> Result<(Manifest, Desired), LoadFailure> {
+        let paths = self.paths.clone();
+        let work = tokio::task::spawn_blocking(move || {
+            let files = OperationalFiles::new(&paths.root);
+            let loaded = model::load_path_with(&paths.manifest, &ProcessEnv, &files);
+            let loaded = match (files.failure(), loaded) {
+                (Some(error), _) => return Err(LoadFailure::Operational(error)),
+                (None, Err(e)) if is_operational(&e) => {
+                    return Err(LoadFailure::Operational(format!(
+                        "cannot read the manifest `{}`: {e}",
+                        paths.manifest.display()
+                    )));
+                }
+                (None, Err(e)) => {
+                    let error = RuntimeError::Manifest {
+                        path: paths.manifest.clone(),
+                        source: e,
+                    };
+                    return Err(LoadFailure::Invalid {
+                        payload: serde_json::json!({ "error": error.to_string() }),
+                        error_count: 1,
+                    });
+                }
+                (None, Ok(loaded)) => loaded,
+            };
+            let Some(manifest) = loaded.manifest else {
+                let report = model::diagnostics::JsonReport::new(&loaded.diagnostics);
+                return Err(LoadFailure::Invalid {
+                    error_count: report.error_count,
+                    payload: serde_json::json!({ "report": report }),
+                });
+            };
+            let inputs = checked_external_inputs(&manifest, &paths.root).map_err(|e| {
+                LoadFailure::Operational(format!("cannot read a plugin package: {e}"))
+            })?;
+            let desired = plan::desired(&manifest, &inputs);
+            Ok((manifest, desired))
+        });
+        match tokio::time::timeout(LOAD_DEADLINE, work).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(e)) => Err(LoadFailure::Operational(format!(
+                "loading the manifest failed: {e}"
+            ))),
+            Err(_) => Err(LoadFailure::Operational(format!(
+                "loading the manifest took longer than {LOAD_DEADLINE:?}"
+            ))),
+        }
+    }
+
+    /// `manifest` as it actually runs after a reload: an entry whose start
+    /// failed is back at its previous config, or gone if it had none, so the
+    /// agent files never name a config that does not run.
+    async fn as_running(&self, manifest: &Manifest, results: &[ComponentResult]) -> Manifest {
+        let mut running = manifest.clone();
+        let applied = self.applied.lock().await;
+        for r in results
+            .iter()
+            .filter(|r| matches!(r.outcome, "failed" | "rolled-back"))
+        {
+            let name = r.id.name.clone();
+            match (r.id.kind, applied.configs.get(&r.id)) {
+                (plan::Kind::McpServer, Some(Config::McpServer(old))) => {
+                    running.mcp_servers.insert(name, old.clone());
+                }
+                (plan::Kind::McpServer, _) => {
+                    running.mcp_servers.remove(&name);
+                }
+                (plan::Kind::Prompt, Some(Config::Prompt(old))) => {
+                    running.prompts.insert(name, old.clone());
+                }
+                (plan::Kind::Provider, Some(Config::Provider(old))) => {
+                    running.providers.insert(name, old.clone());
+                }
+                _ => {}
+            }
+        }
+        running
+    }
+
+    /// Render profiles and native agent configs, off the async executor and
+    /// within [`FILES_DEADLINE`]; record what changed. An `Err` is an
+    /// operational failure (the work did not finish).
+    async fn write_files(&self, manifest: &Manifest) -> Result<(), String> {
+        let (manifest, paths, store) = (manifest.clone(), self.paths.clone(), self.store.clone());
+        let work = tokio::task::spawn_blocking(move || {
+            files::plan_files(
+                &manifest,
+                &paths,
+                Some(&store),
+                &crate::native::Scope::Project,
+            )
+        });
+        let plans = match tokio::time::timeout(FILES_DEADLINE, work).await {
+            Ok(Ok(plans)) => plans,
+            Ok(Err(e)) => return Err(format!("planning the agent files failed: {e}")),
+            Err(_) => {
+                return Err(format!(
+                    "planning the agent files took longer than {FILES_DEADLINE:?}"
+                ));
+            }
+        };
         if !plans.iter().any(|p| p.is_change() || p.error.is_some()) {
-            return;
+            return Ok(());
+        }
+        // Remember what npc writes before writing it, so the watcher knows
+        // the change it is about to see is npc's own.
+        for plan in plans.iter().filter(|p| p.is_change()) {
+            if let Some((path, content)) = plan.content() {
+                self.written.record(path, content);
+            }
         }
         let results = files::write_files(&plans, &self.store).await;
         let lines: Vec<serde_json::Value> = results
@@ -429,12 +756,23 @@ impl Runtime {
             .collect();
         self.emit("files.written", None, serde_json::json!({ "files": lines }))
             .await;
+        Ok(())
+    }
+
+    /// The agent files npc wrote, for the watcher to recognise its own writes.
+    pub fn written(&self) -> &Arc<watch::Written> {
+        &self.written
     }
 
     /// Apply `desired` against what is applied now.
     pub async fn apply(&self, desired: Desired, reason: &str) -> ReloadOutcome {
         let mut applied = self.applied.lock().await;
         let plan = plan::plan(&desired, &applied.observed);
+        if plan.actionable().next().is_none() {
+            return ReloadOutcome::Applied {
+                results: Vec::new(),
+            };
+        }
         let refused: Vec<String> = plan
             .changes
             .iter()
@@ -737,5 +1075,61 @@ async fn forward_supervisor_events(
         let component = ComponentId::parse(id);
         let payload = serde_json::to_value(&event).unwrap_or_default();
         rt.emit(kind, component.as_ref(), payload).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptor_and_memory_errors_are_operational_missing_files_are_not() {
+        for errno in [
+            nix::errno::Errno::EMFILE,
+            nix::errno::Errno::ENFILE,
+            nix::errno::Errno::ENOMEM,
+        ] {
+            assert!(
+                is_operational(&std::io::Error::from_raw_os_error(errno as i32)),
+                "{errno}"
+            );
+        }
+        for errno in [
+            nix::errno::Errno::ENOENT,
+            nix::errno::Errno::EACCES,
+            nix::errno::Errno::EISDIR,
+        ] {
+            assert!(
+                !is_operational(&std::io::Error::from_raw_os_error(errno as i32)),
+                "{errno}"
+            );
+        }
+    }
+
+    #[test]
+    fn npc_output_covers_the_state_dir_agent_files_and_temp_files() {
+        let root = Path::new("/repo");
+        let own = npc_output(model::DEFAULT_STATE_DIR, root);
+        assert!(own.contains(Path::new("/repo/.npc/state.db-wal")));
+        assert!(own.contains(Path::new("/repo/./.npc/logs/x.log")));
+        assert!(own.contains(Path::new("/repo/.mcp.json")));
+        assert!(own.contains(Path::new("/repo/.codex/.config.toml.npc-1-2.tmp")));
+        assert!(!own.contains(Path::new("/repo/plugin.json")));
+        assert!(!own.contains(Path::new("/repo/npcagent.toml")));
+    }
+
+    #[test]
+    fn a_plugin_digest_ignores_what_npc_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("plugin.json"), "{}").unwrap();
+        let own = npc_output(model::DEFAULT_STATE_DIR, root);
+        let before = dir_digest(root, &own, &mut None);
+        std::fs::create_dir_all(root.join(".npc")).unwrap();
+        std::fs::write(root.join(".npc/state.db"), "x").unwrap();
+        std::fs::write(root.join(".mcp.json"), "{}").unwrap();
+        assert_eq!(dir_digest(root, &own, &mut None), before);
+        std::fs::write(root.join("plugin.json"), "{\"v\": 2}").unwrap();
+        assert_ne!(dir_digest(root, &own, &mut None), before);
     }
 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use sha2::Digest as _;
 use tokio::sync::mpsc;
 
 /// Quiet time after the last change before a reload starts.
@@ -16,19 +17,70 @@ pub const DEBOUNCE: Duration = Duration::from_millis(100);
 /// Most changed paths remembered per burst (the rest still trigger a reload).
 pub const MAX_PATHS_PER_BURST: usize = 256;
 
-/// What to watch: exact files (by their directory) and whole directories.
+/// What to watch: exact files (by their directory) and whole directories,
+/// minus what npc writes itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WatchSet {
     pub files: BTreeSet<PathBuf>,
     pub dirs: BTreeSet<PathBuf>,
+    /// npc's own output: changes under the state directory never count; a
+    /// change to an agent file counts unless it holds what npc wrote there.
+    pub own: super::NpcOutput,
 }
 
 impl WatchSet {
-    fn matches(&self, path: &Path) -> bool {
+    fn matches(&self, path: &Path, written: &Written) -> bool {
         if is_editor_noise(path) {
             return false;
         }
-        self.files.contains(path) || self.dirs.iter().any(|d| path.starts_with(d))
+        // A file named in the manifest counts wherever it is.
+        if self.files.contains(path) {
+            return true;
+        }
+        if self.own.dirs.iter().any(|d| path.starts_with(d))
+            || (self.own.files.contains(path) && written.is_ours(path))
+        {
+            return false;
+        }
+        self.dirs.iter().any(|d| path.starts_with(d))
+    }
+}
+
+/// The content npc last wrote to each agent file (as a SHA-256), so the
+/// watcher can tell npc's own writes from a user's edit.
+#[derive(Debug, Default)]
+pub struct Written(std::sync::Mutex<std::collections::HashMap<PathBuf, (usize, Vec<u8>)>>);
+
+impl Written {
+    /// npc is about to write `content` to `path`.
+    pub fn record(&self, path: &Path, content: &str) {
+        let digest = sha2::Sha256::digest(content.as_bytes()).to_vec();
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(path.to_path_buf(), (content.len(), digest));
+    }
+
+    /// Whether `path` holds exactly what npc last wrote to it.
+    pub fn is_ours(&self, path: &Path) -> bool {
+        use std::io::Read;
+        let Some((len, digest)) = self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(path)
+            .cloned()
+        else {
+            return false;
+        };
+        let mut bytes = Vec::with_capacity(len);
+        let Ok(file) = std::fs::File::open(path) else {
+            return false;
+        };
+        if file.take(len as u64 + 1).read_to_end(&mut bytes).is_err() || bytes.len() != len {
+            return false;
+        }
+        sha2::Sha256::digest(&bytes).as_slice() == digest.as_slice()
     }
 }
 
@@ -76,7 +128,12 @@ impl std::fmt::Debug for ManifestWatcher {
 
 impl ManifestWatcher {
     /// Start watching; every relevant change sends its path on `tx`.
-    pub fn new(set: WatchSet, tx: mpsc::UnboundedSender<PathBuf>) -> Result<Self, WatchError> {
+    /// `written` tells npc's own writes to agent files from other changes.
+    pub fn new(
+        set: WatchSet,
+        written: std::sync::Arc<Written>,
+        tx: mpsc::UnboundedSender<PathBuf>,
+    ) -> Result<Self, WatchError> {
         let shared = std::sync::Arc::new(std::sync::RwLock::new(WatchSet::default()));
         let filter = shared.clone();
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
@@ -86,7 +143,7 @@ impl ManifestWatcher {
             }
             let Ok(set) = filter.read() else { return };
             for path in event.paths {
-                if set.matches(&path) {
+                if set.matches(&path, &written) {
                     let _ = tx.send(path);
                 }
             }
@@ -187,6 +244,22 @@ mod tests {
         assert!(!is_editor_noise(Path::new("a/npcagent.toml")));
     }
 
+    #[test]
+    fn written_recognises_only_npc_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(".mcp.json");
+        let written = Written::default();
+        std::fs::write(&file, "{}").unwrap();
+        assert!(!written.is_ours(&file), "never recorded");
+        written.record(&file, "{\"a\": 1}");
+        std::fs::write(&file, "{\"a\": 1}").unwrap();
+        assert!(written.is_ours(&file));
+        std::fs::write(&file, "{\"a\": 2}").unwrap();
+        assert!(!written.is_ours(&file), "a user's edit");
+        std::fs::write(&file, "{\"a\": 1} ").unwrap();
+        assert!(!written.is_ours(&file), "longer content");
+    }
+
     #[tokio::test]
     async fn a_replaced_file_is_seen_and_bursts_collapse() {
         let dir = tempfile::tempdir().unwrap();
@@ -197,8 +270,9 @@ mod tests {
         let _w = ManifestWatcher::new(
             WatchSet {
                 files: [manifest.clone()].into(),
-                dirs: BTreeSet::new(),
+                ..WatchSet::default()
             },
+            std::sync::Arc::default(),
             tx,
         )
         .unwrap();

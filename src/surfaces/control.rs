@@ -10,12 +10,14 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
+use tokio::task::AbortHandle;
 
 /// Socket file name inside the state directory.
 pub const SOCKET_FILE: &str = "daemon.sock";
@@ -28,6 +30,19 @@ pub const RESPONSE_QUEUE: usize = 1024;
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest Unix socket path the kernel accepts (sun_path minus the NUL).
 pub const MAX_SOCKET_PATH: usize = 107;
+/// Connections served at once. At the cap, a new connection evicts the
+/// oldest one that has not sent its request yet; when every connection is
+/// busy, the new one gets an error and is closed.
+pub const MAX_CONNECTIONS: usize = 256;
+/// How long a connection may take to send its request line.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long writing one answer line may wait for a client that does not read.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// First pause after a failed `accept` (out of descriptors, say): the
+/// pending connection stays queued, so retrying at once would spin.
+pub const ACCEPT_BACKOFF_INITIAL: Duration = Duration::from_millis(10);
+/// Longest pause between `accept` attempts while they keep failing.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// What a client asks the daemon.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -135,21 +150,61 @@ impl Bound {
         let Bound { listener, path } = self;
         let uid = nix::unistd::getuid().as_raw();
         let mut connections = tokio::task::JoinSet::new();
+        // Live connections, oldest first, with whether each still waits for
+        // its request (those are the ones the cap evicts).
+        let mut live: std::collections::VecDeque<(tokio::task::Id, AbortHandle, Arc<AtomicBool>)> =
+            std::collections::VecDeque::new();
         let per_connection = shutdown.clone();
+        let mut backoff = ACCEPT_BACKOFF_INITIAL;
         loop {
             tokio::select! {
                 _ = stopped(&mut shutdown) => break,
                 accepted = listener.accept() => {
-                    let Ok((stream, _)) = accepted else { continue };
+                    let stream = match accepted {
+                        Ok((stream, _)) => {
+                            backoff = ACCEPT_BACKOFF_INITIAL;
+                            stream
+                        }
+                        Err(e) => {
+                            tracing::warn!("control channel: accept failed: {e}; retrying in {backoff:?}");
+                            tokio::select! {
+                                _ = stopped(&mut shutdown) => break,
+                                () = tokio::time::sleep(backoff) => {}
+                            }
+                            backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                            continue;
+                        }
+                    };
                     if stream.peer_cred().map(|c| c.uid()).ok() != Some(uid) {
                         tracing::warn!("control channel: refused a peer with another uid");
                         continue;
                     }
-                    let handler = handler.clone();
-                    let stop = per_connection.clone();
-                    connections.spawn(serve_one(stream, handler, stop));
+                    if live.len() >= MAX_CONNECTIONS {
+                        let idle = live.iter().position(|(_, _, waiting)| waiting.load(Ordering::Relaxed));
+                        match idle.and_then(|i| live.remove(i)) {
+                            Some((_, handle, _)) => handle.abort(),
+                            None => {
+                                tokio::spawn(refuse(stream));
+                                continue;
+                            }
+                        }
+                    }
+                    let waiting = Arc::new(AtomicBool::new(true));
+                    let handle = connections.spawn(serve_one(
+                        stream,
+                        handler.clone(),
+                        per_connection.clone(),
+                        waiting.clone(),
+                    ));
+                    live.push_back((handle.id(), handle, waiting));
                 }
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                Some(done) = connections.join_next_with_id(), if !connections.is_empty() => {
+                    let id = match done {
+                        Ok((id, ())) => id,
+                        Err(e) => e.id(),
+                    };
+                    live.retain(|(live_id, _, _)| *live_id != id);
+                }
             }
         }
         connections.shutdown().await;
@@ -160,42 +215,80 @@ impl Bound {
     }
 }
 
-async fn serve_one(stream: UnixStream, handler: Handler, mut shutdown: watch::Receiver<bool>) {
+/// Answer a connection over the cap with an error, then close it.
+async fn refuse(stream: UnixStream) {
+    let (_, mut write) = stream.into_split();
+    let error = format!(
+        "the daemon serves {MAX_CONNECTIONS} connections already; try again when some have closed"
+    );
+    let _ = tokio::time::timeout(
+        WRITE_TIMEOUT,
+        write_line(&mut write, &serde_json::json!({ "error": error })),
+    )
+    .await;
+}
+
+async fn serve_one(
+    stream: UnixStream,
+    handler: Handler,
+    mut shutdown: watch::Receiver<bool>,
+    waiting: Arc<AtomicBool>,
+) {
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read).take(MAX_REQUEST_BYTES as u64 + 1);
     let mut line = String::new();
-    let request = match reader.read_line(&mut line).await {
-        Ok(_) if line.len() > MAX_REQUEST_BYTES || !line.ends_with('\n') => {
+    let request = match tokio::time::timeout(REQUEST_TIMEOUT, reader.read_line(&mut line)).await {
+        Err(_) => Err(format!(
+            "no request within {REQUEST_TIMEOUT:?}; send one JSON line right after connecting"
+        )),
+        Ok(Ok(_)) if line.len() > MAX_REQUEST_BYTES || !line.ends_with('\n') => {
             Err("request line too long or unterminated".to_string())
         }
-        Ok(_) => serde_json::from_str::<Request>(line.trim_end())
+        Ok(Ok(_)) => serde_json::from_str::<Request>(line.trim_end())
             .map_err(|e| format!("bad request: {e}")),
-        Err(e) => Err(format!("cannot read the request: {e}")),
+        Ok(Err(e)) => Err(format!("cannot read the request: {e}")),
     };
+    waiting.store(false, Ordering::Relaxed);
     let request = match request {
         Ok(r) => r,
         Err(error) => {
-            let _ = write_line(&mut write, &serde_json::json!({ "error": error })).await;
+            let _ = tokio::time::timeout(
+                WRITE_TIMEOUT,
+                write_line(&mut write, &serde_json::json!({ "error": error })),
+            )
+            .await;
             return;
         }
     };
     let (tx, mut rx) = mpsc::channel(RESPONSE_QUEUE);
-    let work = tokio::spawn(handler(request, tx));
+    // Aborted when this connection ends, however it ends (an evicted or
+    // shut-down connection is dropped mid-await).
+    let _work = AbortOnDrop(tokio::spawn(handler(request, tx)).abort_handle());
     loop {
         tokio::select! {
             _ = stopped(&mut shutdown) => break,
             next = rx.recv() => match next {
                 Some(value) => {
-                    if write_line(&mut write, &value).await.is_err() {
-                        break; // the client went away
+                    match tokio::time::timeout(WRITE_TIMEOUT, write_line(&mut write, &value)).await {
+                        Ok(Ok(())) => {}
+                        _ => break, // the client went away or stopped reading
                     }
                 }
                 None => break,
             }
         }
     }
-    work.abort();
     let _ = write.shutdown().await;
+}
+
+/// Aborts a task when dropped.
+#[derive(Debug)]
+struct AbortOnDrop(AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Resolves once `rx` holds `true` (or its sender is gone).
@@ -326,6 +419,36 @@ mod tests {
         stop_tx.send(true).unwrap();
         server.await.unwrap();
         assert!(!path.exists(), "socket removed on shutdown");
+    }
+
+    #[tokio::test]
+    async fn connections_over_the_cap_evict_idle_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = socket_path(dir.path());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let server = tokio::spawn(bind(&path).unwrap().serve(echo_handler(), stop_rx));
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS + 20 {
+            idle.push(UnixStream::connect(&path).await.unwrap());
+        }
+        let answer = tokio::time::timeout(
+            Duration::from_secs(10),
+            Client::call(&path, &Request::Status),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(answer, serde_json::json!({"op": "status"}));
+        // The oldest idle connection was closed by the server.
+        let mut first = idle.remove(0);
+        let mut buf = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(10), first.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(read, 0, "evicted connection reads end of file");
+        stop_tx.send(true).unwrap();
+        server.await.unwrap();
     }
 
     #[tokio::test]
