@@ -140,6 +140,14 @@ enum Command {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
+    /// Internal: the watchdog a daemon or `npc run` starts so that its
+    /// children's process trees die with it (see `supervisor::Containment`)
+    #[command(name = crate::supervisor::WATCHDOG_COMMAND, hide = true)]
+    Watchdog {
+        /// The ledger file to remove once every recorded group is stopped
+        #[arg(long)]
+        ledger: PathBuf,
+    },
 }
 
 /// Run the command line and return the process exit code.
@@ -199,6 +207,10 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             write,
             manifest,
         } => import::run(&file, write, manifest),
+        Command::Watchdog { ledger } => {
+            crate::supervisor::run_watchdog(std::io::stdin().lock(), &ledger);
+            Ok(Exit::Ok)
+        }
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "npc", &mut std::io::stdout());
             Ok(Exit::Ok)

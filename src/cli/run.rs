@@ -138,7 +138,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         let bus = EventBus::new(store);
         bus.set_secrets(manifest.secret_values());
         let (events, _supervisor_events) = tokio::sync::mpsc::unbounded_channel();
-        let supervisor = Supervisor::new(events, BackoffPolicy::default());
+        let supervisor = Supervisor::for_npc(events, BackoffPolicy::default(), &paths.state_dir);
         let sink = |e: &AgentEvent| print_event(&prepared.id, e, format);
         let result = runs::execute(&prepared, &supervisor, &bus, sink, cancel).await;
         bus.shutdown().await;

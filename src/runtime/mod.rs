@@ -269,7 +269,7 @@ impl Runtime {
         let store = Arc::new(Store::open(paths.db())?);
         let bus = EventBus::new(store.clone());
         let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let supervisor = Supervisor::new(events_tx, backoff);
+        let supervisor = Supervisor::for_npc(events_tx, backoff, &paths.state_dir);
         let cx = DriverContext {
             repo: paths.root.clone(),
             state_dir: paths.state_dir.clone(),
