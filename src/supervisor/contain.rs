@@ -92,11 +92,7 @@ pub(super) fn parse_stat(stat: &str) -> Option<ProcStat> {
     let _ppid = fields.next()?;
     let pgrp = fields.next()?.parse().ok()?;
     let start = fields.nth(16)?.parse().ok()?;
-    Some(ProcStat {
-        state,
-        pgrp,
-        start,
-    })
+    Some(ProcStat { state, pgrp, start })
 }
 
 /// `/proc/<pid>/stat` of a process, if it exists.
@@ -168,9 +164,7 @@ fn members(g: GroupRecord, all: &[(i32, ProcStat)]) -> Vec<i32> {
         return Vec::new();
     }
     all.iter()
-        .filter(|(pid, s)| {
-            *pid != me && s.pgrp == g.pgid && s.start >= g.start && s.state != 'Z'
-        })
+        .filter(|(pid, s)| *pid != me && s.pgrp == g.pgid && s.start >= g.start && s.state != 'Z')
         .map(|(pid, _)| *pid)
         .collect()
 }
@@ -359,12 +353,11 @@ impl Containment {
         let ledger = state_dir
             .join(LEDGER_DIR)
             .join(format!("{}-{}.json", owner.pid, owner.start));
-        let watchdog = spawn_watchdog(program, &ledger).map_err(|source| {
-            ContainError::Watchdog {
+        let watchdog =
+            spawn_watchdog(program, &ledger).map_err(|source| ContainError::Watchdog {
                 program: program.to_path_buf(),
                 source,
-            }
-        })?;
+            })?;
         Ok(Arc::new(Self {
             program: program.to_path_buf(),
             ledger,
@@ -628,7 +621,11 @@ mod tests {
             .spawn()
             .expect("sleep");
         let (k, x) = (kept.id(), killed.id());
-        let start = |pid: u32| read_stat(i32::try_from(pid).expect("pid")).expect("stat").start;
+        let start = |pid: u32| {
+            read_stat(i32::try_from(pid).expect("pid"))
+                .expect("stat")
+                .start
+        };
         let input = format!(
             "+ {k} {}\n+ {x} {}\ngarbage\n- {k}\n+ 1\n",
             start(k),
@@ -636,7 +633,10 @@ mod tests {
         );
         run_watchdog(input.as_bytes(), &ledger);
         assert!(killed.wait().is_ok());
-        assert!(matches!(kept.try_wait(), Ok(None)), "removed groups are left alone");
+        assert!(
+            matches!(kept.try_wait(), Ok(None)),
+            "removed groups are left alone"
+        );
         assert!(!ledger.exists());
         let _ = kept.kill();
         let _ = kept.wait();

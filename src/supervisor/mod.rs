@@ -34,9 +34,9 @@ pub use backoff::{
     RestartTracker, wants_restart,
 };
 pub use contain::{
-    ContainError, Containment, GroupRecord, LEDGER_DIR, Ledger, MAX_LEDGER_BYTES,
-    MAX_LEDGER_FILES, MAX_TRACKED_GROUPS, ProcessRecord, REAP_GRACE, WATCHDOG_COMMAND, reap,
-    reap_leftovers, run_watchdog,
+    ContainError, Containment, GroupRecord, LEDGER_DIR, Ledger, MAX_LEDGER_BYTES, MAX_LEDGER_FILES,
+    MAX_TRACKED_GROUPS, ProcessRecord, REAP_GRACE, WATCHDOG_COMMAND, reap, reap_leftovers,
+    run_watchdog,
 };
 pub use oneshot::{
     DEFAULT_STDERR_LIMIT, DEFAULT_STDOUT_LIMIT, GroupKiller, Line, MAX_LINE_BYTES, Output,
