@@ -435,7 +435,16 @@ impl Runtime {
         .await;
 
         let mut results = Vec::new();
-        // Phase 1: stop what goes away or gets replaced, in reverse start order.
+        // Phase 1: stop what goes away or gets replaced. Supervised processes
+        // stop all at once (one grace period in all); the loop then forgets
+        // them in reverse start order.
+        let leaving: Vec<String> = plan
+            .changes
+            .iter()
+            .filter(|c| matches!(c.action, Action::Remove | Action::Replace))
+            .map(|c| c.id.to_string())
+            .collect();
+        self.cx.supervisor.stop_all(&leaving).await;
         for change in plan
             .changes
             .iter()

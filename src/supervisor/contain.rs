@@ -494,6 +494,8 @@ fn spawn_watchdog(program: &Path, ledger: &Path) -> io::Result<Watchdog> {
         .arg("--ledger")
         .arg(ledger)
         .env_clear()
+        // Holds nothing of the repository open (its directory can go away).
+        .current_dir("/")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null());

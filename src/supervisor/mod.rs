@@ -564,8 +564,8 @@ impl Supervisor {
         self.inner.shutting_down.store(true, Ordering::SeqCst);
         let ids: Vec<String> = lock(&self.inner.children).keys().cloned().collect();
         self.stop_all(&ids).await;
-        if let Some(contain) = &self.inner.contain {
-            contain.finish();
+        if let Some(contain) = self.inner.contain.clone() {
+            let _ = tokio::task::spawn_blocking(move || contain.finish()).await;
         }
     }
 

@@ -285,25 +285,33 @@ mod no_orphans {
 touch marks/up.$1
 while :; do sleep 0.05; done"#;
 
-    #[test]
-    fn sigterm_stops_ten_stubborn_children_at_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let marks = dir.path().join("marks");
-        std::fs::create_dir(&marks).unwrap();
+    /// Ten stdio servers running [`STUBBORN`].
+    fn stubborn_manifest() -> String {
         let mut manifest = String::from("version = 1\n");
         for i in 0..10 {
             manifest.push_str(&format!(
                 "[mcp.servers.s{i}]\ncommand = \"sh\"\nargs = [\"-c\", '''{STUBBORN}''', \"sh\", \"{i}\"]\n"
             ));
         }
-        std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
-        let count = |prefix: &str| {
-            std::fs::read_dir(&marks)
-                .unwrap()
-                .flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
-                .count()
-        };
+        manifest
+    }
+
+    /// Files in `marks` whose names start with `prefix`.
+    fn marks_with(marks: &Path, prefix: &str) -> usize {
+        std::fs::read_dir(marks)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+            .count()
+    }
+
+    #[test]
+    fn sigterm_stops_ten_stubborn_children_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let marks = dir.path().join("marks");
+        std::fs::create_dir(&marks).unwrap();
+        std::fs::write(dir.path().join("npcagent.toml"), stubborn_manifest()).unwrap();
+        let count = |prefix: &str| marks_with(&marks, prefix);
         let mut daemon = spawn_daemon(dir.path());
         wait_for("ten stubborn servers", || {
             (count("up.") == 10).then_some(())
@@ -318,6 +326,74 @@ while :; do sleep 0.05; done"#;
             10,
             "every server got SIGTERM before any was killed"
         );
+    }
+
+    #[test]
+    fn a_reload_that_removes_ten_stubborn_children_stops_them_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let marks = dir.path().join("marks");
+        std::fs::create_dir(&marks).unwrap();
+        std::fs::write(dir.path().join("npcagent.toml"), stubborn_manifest()).unwrap();
+        let count = |prefix: &str| marks_with(&marks, prefix);
+        let daemon = spawn_daemon(dir.path());
+        wait_for("ten stubborn servers", || {
+            (count("up.") == 10).then_some(())
+        });
+        // The watcher starts once the first apply is done.
+        wait_for("the first apply", || {
+            let out = crate::support::npc()
+                .current_dir(dir.path())
+                .args(["events", "--format", "json"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .contains("\"reconcile.applied\"")
+                .then_some(())
+        });
+
+        let tmp = dir.path().join(".npcagent.toml.tmp");
+        std::fs::write(&tmp, "version = 1\n").unwrap();
+        std::fs::rename(&tmp, dir.path().join("npcagent.toml")).unwrap();
+        wait_for("every server to see all ten SIGTERMs", || {
+            (count("all.") == 10).then_some(())
+        });
+        terminate(daemon);
+    }
+
+    #[test]
+    fn kill_9_of_npc_run_leaves_no_grandchildren_of_the_agent() {
+        use std::os::unix::fs::PermissionsExt;
+
+        let dir = tempfile::tempdir().unwrap();
+        let sleep = unique_sleep(5);
+        let agent = dir.path().join("agent.sh");
+        std::fs::write(
+            &agent,
+            format!("#!/bin/sh\nsleep {sleep} &\necho $! > grandchild.pid\nwait\n"),
+        )
+        .unwrap();
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let manifest = format!(
+            "version = 1\n[providers.fake]\nkind = \"claude_code\"\ncommand = {}\n[profiles.dev]\nprovider = \"fake\"\ndescription = \"d\"\n",
+            serde_json::Value::String(agent.display().to_string())
+        );
+        std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+        let mut run = Command::new(npc_path())
+            .args(["run", "dev", "--prompt", "go"])
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map(Killed)
+            .unwrap();
+        let grandchild = wait_pid(&dir.path().join("grandchild.pid"));
+        assert!(alive(grandchild));
+        run.kill().unwrap();
+        run.wait().unwrap();
+        wait_for("the agent's grandchild to die with `npc run`", || {
+            (!alive(grandchild)).then_some(())
+        });
     }
 }
 
