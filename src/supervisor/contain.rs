@@ -226,7 +226,9 @@ pub struct Ledger {
 /// from another boot, oversized or unreadable ones are removed unread.
 /// Returns how many processes were stopped.
 pub fn reap_leftovers(state_dir: &Path) -> usize {
-    let dir = state_dir.join(LEDGER_DIR);
+    let Some(dir) = ledger_dir(state_dir) else {
+        return 0;
+    };
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return 0;
     };
@@ -238,21 +240,19 @@ pub fn reap_leftovers(state_dir: &Path) -> usize {
         if path.extension().is_none_or(|e| e != "json") {
             continue;
         }
-        // A link or anything but a regular file is not ours: remove the entry only.
+        // `DirEntry::metadata` does not follow links: only regular files are read.
         let regular = entry
             .metadata()
             .is_ok_and(|m| m.is_file() && m.len() <= MAX_LEDGER_BYTES);
-        let ledger = regular
-            .then(|| read_ledger(&path))
-            .flatten()
-            .filter(|l| boot.as_deref() == Some(l.boot_id.as_str()));
-        match ledger {
-            Some(l) if l.owner.alive() => {}
-            Some(l) => {
-                groups.extend(l.groups);
-                stale.push(path);
-            }
-            None => stale.push(path),
+        // What does not parse as a ledger is not ours: it is left alone.
+        let Some(ledger) = regular.then(|| read_ledger(&path)).flatten() else {
+            continue;
+        };
+        if boot.as_deref() != Some(ledger.boot_id.as_str()) {
+            stale.push(path); // another boot: nothing it names can be alive
+        } else if !ledger.owner.alive() {
+            groups.extend(ledger.groups);
+            stale.push(path);
         }
     }
     let stopped = reap(&groups, REAP_GRACE);
@@ -260,6 +260,19 @@ pub fn reap_leftovers(state_dir: &Path) -> usize {
         let _ = std::fs::remove_file(path);
     }
     stopped
+}
+
+/// `<state_dir>/groups`, unless the state directory or it is a symbolic link
+/// or not a directory (npc neither reads nor writes ledgers through a link).
+fn ledger_dir(state_dir: &Path) -> Option<PathBuf> {
+    let real_dir = |p: &Path| std::fs::symlink_metadata(p).map(|m| m.is_dir());
+    let dir = state_dir.join(LEDGER_DIR);
+    match (real_dir(state_dir), real_dir(&dir)) {
+        (Ok(true), Ok(true)) => Some(dir),
+        (Ok(true), Err(e)) if e.kind() == io::ErrorKind::NotFound => Some(dir),
+        (Err(e), _) if e.kind() == io::ErrorKind::NotFound => Some(dir),
+        _ => None,
+    }
 }
 
 fn read_ledger(path: &Path) -> Option<Ledger> {
@@ -330,6 +343,9 @@ struct State {
 #[derive(Debug)]
 pub struct Containment {
     program: PathBuf,
+    /// `<state_dir>/groups`.
+    ledger_dir: PathBuf,
+    /// This process's ledger file in `ledger_dir`.
     ledger: PathBuf,
     boot_id: String,
     owner: ProcessRecord,
@@ -350,9 +366,8 @@ impl Containment {
                 "stopped {stopped} process(es) left behind by a supervisor that did not exit cleanly"
             );
         }
-        let ledger = state_dir
-            .join(LEDGER_DIR)
-            .join(format!("{}-{}.json", owner.pid, owner.start));
+        let ledger_dir = state_dir.join(LEDGER_DIR);
+        let ledger = ledger_dir.join(format!("{}-{}.json", owner.pid, owner.start));
         let watchdog =
             spawn_watchdog(program, &ledger).map_err(|source| ContainError::Watchdog {
                 program: program.to_path_buf(),
@@ -360,6 +375,7 @@ impl Containment {
             })?;
         Ok(Arc::new(Self {
             program: program.to_path_buf(),
+            ledger_dir,
             ledger,
             boot_id,
             owner,
@@ -451,10 +467,24 @@ impl Containment {
                 .collect(),
         };
         let write = || -> io::Result<()> {
-            let dir = self.ledger.parent().unwrap_or(Path::new("."));
-            std::fs::create_dir_all(dir)?;
+            use std::os::unix::fs::OpenOptionsExt;
+            let state_dir = self.ledger_dir.parent().unwrap_or(Path::new("."));
+            let dir = ledger_dir(state_dir).ok_or_else(|| {
+                io::Error::other("it or the state directory is not a plain directory")
+            })?;
+            std::fs::create_dir_all(&dir)?;
             let tmp = dir.join(format!(".{}-{}.tmp", self.owner.pid, self.owner.start));
-            std::fs::write(&tmp, serde_json::to_vec(&ledger).unwrap_or_default())?;
+            // Never through whatever already sits at the temp path.
+            match std::fs::remove_file(&tmp) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            file.write_all(&serde_json::to_vec(&ledger).unwrap_or_default())?;
             std::fs::rename(&tmp, &self.ledger)
         };
         if let Err(e) = write() {
@@ -605,6 +635,32 @@ mod tests {
         assert!(matches!(child.try_wait(), Ok(None)), "never signalled");
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    #[test]
+    fn ledgers_are_never_read_or_removed_through_a_link_and_foreign_files_stay() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outside = tempfile::tempdir().expect("outside");
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).expect("state");
+        let other_boot = serde_json::json!({
+            "boot_id": "another-boot", "owner": { "pid": 1, "start": 0 }, "groups": []
+        });
+        let victim = outside.path().join("settings.json");
+        std::fs::write(&victim, other_boot.to_string()).expect("write");
+        std::os::unix::fs::symlink(outside.path(), state.join(LEDGER_DIR)).expect("link");
+        reap_leftovers(&state);
+        assert!(
+            victim.exists(),
+            "nothing is removed through a linked ledger dir"
+        );
+
+        std::fs::remove_file(state.join(LEDGER_DIR)).expect("unlink");
+        std::fs::create_dir(state.join(LEDGER_DIR)).expect("dir");
+        let foreign = state.join(LEDGER_DIR).join("notes.json");
+        std::fs::write(&foreign, b"{ not a ledger").expect("write");
+        reap_leftovers(&state);
+        assert!(foreign.exists(), "what is not a ledger is left alone");
     }
 
     #[test]

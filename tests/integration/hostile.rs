@@ -222,6 +222,54 @@ mod no_orphans {
     }
 
     #[test]
+    fn a_linked_ledger_directory_is_neither_read_nor_written() {
+        use std::os::unix::fs::DirBuilderExt;
+
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("npcagent.toml"),
+            tree_manifest(&unique_sleep(6)),
+        )
+        .unwrap();
+        let state = dir.path().join(".npc");
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&state)
+            .unwrap();
+        std::os::unix::fs::symlink(outside.path(), state.join("groups")).unwrap();
+        // Parses as nothing npc knows: must survive any cleanup.
+        let victim = outside.path().join("settings.json");
+        std::fs::write(&victim, "{ \"keep\": true }").unwrap();
+
+        let names = || -> Vec<String> {
+            std::fs::read_dir(outside.path())
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        };
+        let daemon = spawn_daemon(dir.path());
+        // The group is recorded before its shell can write the pid.
+        wait_pid(&dir.path().join("grandchild.pid"));
+        assert_eq!(
+            names(),
+            ["settings.json"],
+            "nothing written through the link"
+        );
+        terminate(daemon);
+        assert_eq!(
+            names(),
+            ["settings.json"],
+            "nothing removed through the link"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "{ \"keep\": true }"
+        );
+    }
+
+    #[test]
     fn a_recorded_group_whose_pid_was_reused_is_never_signalled() {
         use std::os::unix::fs::DirBuilderExt;
         use std::os::unix::process::CommandExt;
