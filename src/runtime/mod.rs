@@ -4,7 +4,7 @@
 //! its last good config).
 //!
 //! Reload order follows Vector's topology reload: components that go away
-//! or get replaced stop first (reverse start order, freeing their ports),
+//! or get replaced stop first (all at once, freeing their ports),
 //! then new and replaced ones start and live changes apply (start order).
 
 pub mod daemon;
@@ -671,7 +671,7 @@ impl Runtime {
             .collect()
     }
 
-    /// Stop every component (reverse start order), then the bus. Idempotent.
+    /// Stop every component (all at once), then the bus. Idempotent.
     pub async fn shutdown(&self) {
         if self
             .shut_down
