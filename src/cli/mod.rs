@@ -155,6 +155,14 @@ enum Command {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
+    /// Internal: the watchdog a daemon or `npc run` starts so that its
+    /// children's process trees die with it (see `supervisor::Containment`)
+    #[command(name = crate::supervisor::WATCHDOG_COMMAND, hide = true)]
+    Watchdog {
+        /// The ledger file to remove once every recorded group is stopped
+        #[arg(long)]
+        ledger: PathBuf,
+    },
 }
 
 /// Run the command line and return the process exit code.
@@ -251,6 +259,10 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             replace,
             manifest,
         } => import::run(&file, write, replace, manifest),
+        Command::Watchdog { ledger } => {
+            crate::supervisor::run_watchdog(std::io::stdin().lock(), &ledger);
+            Ok(Exit::Ok)
+        }
         Command::Completions { shell } => {
             // Generated into memory: clap_complete panics on a failed write.
             let mut script = Vec::new();

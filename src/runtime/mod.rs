@@ -4,7 +4,7 @@
 //! its last good config).
 //!
 //! Reload order follows Vector's topology reload: components that go away
-//! or get replaced stop first (reverse start order, freeing their ports),
+//! or get replaced stop first (all at once, freeing their ports),
 //! then new and replaced ones start and live changes apply (start order).
 
 pub mod daemon;
@@ -505,7 +505,7 @@ impl Runtime {
         let store = Arc::new(open_store(&paths)?);
         let bus = EventBus::new(store.clone());
         let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let supervisor = Supervisor::new(events_tx, backoff);
+        let supervisor = Supervisor::for_npc(events_tx, backoff, &paths.state_dir);
         let cx = DriverContext {
             repo: paths.root.clone(),
             state_dir: paths.state_dir.clone(),
@@ -800,7 +800,16 @@ impl Runtime {
         .await;
 
         let mut results = Vec::new();
-        // Phase 1: stop what goes away or gets replaced, in reverse start order.
+        // Phase 1: stop what goes away or gets replaced. Supervised processes
+        // stop all at once (one grace period in all); the loop then forgets
+        // them in reverse start order.
+        let leaving: Vec<String> = plan
+            .changes
+            .iter()
+            .filter(|c| matches!(c.action, Action::Remove | Action::Replace))
+            .map(|c| c.id.to_string())
+            .collect();
+        self.cx.supervisor.stop_all(&leaving).await;
         for change in plan
             .changes
             .iter()
@@ -1027,7 +1036,7 @@ impl Runtime {
             .collect()
     }
 
-    /// Stop every component (reverse start order), then the bus. Idempotent.
+    /// Stop every component (all at once), then the bus. Idempotent.
     pub async fn shutdown(&self) {
         if self
             .shut_down

@@ -10,6 +10,7 @@
 //! [`Supervisor::new`]; the runtime forwards them to the event bus.
 
 mod backoff;
+mod contain;
 mod monitor;
 mod oneshot;
 mod spawn;
@@ -31,6 +32,11 @@ pub use backoff::{
     BackoffPolicy, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX,
     DEFAULT_BACKOFF_RESET_AFTER, DEFAULT_FLAP_MAX_RESTARTS, DEFAULT_FLAP_WINDOW, Decision,
     RestartTracker, wants_restart,
+};
+pub use contain::{
+    ContainError, Containment, GroupRecord, LEDGER_DIR, Ledger, MAX_LEDGER_BYTES, MAX_LEDGER_FILES,
+    MAX_TRACKED_GROUPS, ProcessRecord, REAP_GRACE, WATCHDOG_COMMAND, reap, reap_leftovers,
+    run_watchdog,
 };
 pub use oneshot::{
     DEFAULT_STDERR_LIMIT, DEFAULT_STDOUT_LIMIT, GroupKiller, Line, MAX_LINE_BYTES, Output,
@@ -296,11 +302,15 @@ struct Inner {
     children: Mutex<BTreeMap<String, Record>>,
     next_seq: AtomicU64,
     shutting_down: AtomicBool,
+    /// Records process groups so they die with this process (see [`Containment`]).
+    contain: Option<Arc<Containment>>,
 }
 
 /// Owns every long-running child. Cheap to clone (all clones share state).
 /// Dropping the last clone without [`Supervisor::shutdown`] SIGKILLs every
-/// child's process group; `PR_SET_PDEATHSIG` covers the daemon being killed.
+/// child's process group; `PR_SET_PDEATHSIG` covers the daemon's direct
+/// children when it is killed, and a [`Containment`] (see
+/// [`Supervisor::contained`]) their descendants.
 #[derive(Debug, Clone)]
 pub struct Supervisor {
     inner: Arc<Inner>,
@@ -310,6 +320,51 @@ impl Supervisor {
     /// A supervisor sending its events to `events` and spacing restarts by
     /// `backoff`. Must be created and used inside a tokio runtime.
     pub fn new(events: mpsc::UnboundedSender<SupervisorEvent>, backoff: BackoffPolicy) -> Self {
+        Self::build(events, backoff, None)
+    }
+
+    /// Like [`Supervisor::new`], and every process group it spawns (long-running
+    /// or one-shot) is recorded with `contain`, so the whole tree of every
+    /// child dies with this process even when it is killed with SIGKILL.
+    pub fn contained(
+        events: mpsc::UnboundedSender<SupervisorEvent>,
+        backoff: BackoffPolicy,
+        contain: Arc<Containment>,
+    ) -> Self {
+        Self::build(events, backoff, Some(contain))
+    }
+
+    /// The supervisor of an `npc` process (the daemon, `npc run`): contained
+    /// by a watchdog started from this executable, with its ledger under
+    /// `state_dir`, after stopping what crashed supervisors left there (this
+    /// may wait up to [`REAP_GRACE`]). When containment cannot start, a
+    /// warning is logged and children still die with this process through
+    /// the parent-death signal, but not their descendants.
+    pub fn for_npc(
+        events: mpsc::UnboundedSender<SupervisorEvent>,
+        backoff: BackoffPolicy,
+        state_dir: &std::path::Path,
+    ) -> Self {
+        let contain = std::env::current_exe()
+            .map_err(|source| ContainError::Watchdog {
+                program: PathBuf::from("npc"),
+                source,
+            })
+            .and_then(|program| Containment::start(&program, state_dir));
+        match contain {
+            Ok(contain) => Self::contained(events, backoff, contain),
+            Err(e) => {
+                tracing::warn!("{e}");
+                Self::new(events, backoff)
+            }
+        }
+    }
+
+    fn build(
+        events: mpsc::UnboundedSender<SupervisorEvent>,
+        backoff: BackoffPolicy,
+        contain: Option<Arc<Containment>>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 events,
@@ -317,8 +372,14 @@ impl Supervisor {
                 children: Mutex::new(BTreeMap::new()),
                 next_seq: AtomicU64::new(0),
                 shutting_down: AtomicBool::new(false),
+                contain,
             }),
         }
+    }
+
+    /// The containment this supervisor records its groups with, if any.
+    pub fn containment(&self) -> Option<&Arc<Containment>> {
+        self.inner.contain.as_ref()
     }
 
     /// Spawn child `id` and supervise it. Returns its pid once spawned;
@@ -374,6 +435,7 @@ impl Supervisor {
             }
         }
         let mut child = spawn::spawn_supervised(id, &spec)?;
+        let guard = spawn::GroupGuard::new(spawn::pgid_of(&child), self.inner.contain.as_ref());
         let pid = child.id().unwrap_or_default();
         let shared = Arc::new(Shared {
             status: Mutex::new(ChildStatus {
@@ -411,8 +473,9 @@ impl Supervisor {
             shared,
             control: control_rx,
             tracker: RestartTracker::new(self.inner.backoff),
+            contain: self.inner.contain.clone(),
         };
-        tokio::spawn(monitor.run(child));
+        tokio::spawn(monitor.run(child, guard));
         Ok(pid)
     }
 
@@ -494,17 +557,39 @@ impl Supervisor {
         lock(&shared.pipes).take()
     }
 
-    /// Stop every child in reverse start order and wait for each. Refuses
+    /// Stop every child and wait for all of them, then release the
+    /// containment (its watchdog exits and the ledger is removed). Refuses
     /// new starts afterwards. Calling it again is a no-op.
     pub async fn shutdown(&self) {
         self.inner.shutting_down.store(true, Ordering::SeqCst);
-        let mut order: Vec<(u64, String)> = lock(&self.inner.children)
-            .iter()
-            .map(|(id, rec)| (rec.seq, id.clone()))
+        let ids: Vec<String> = lock(&self.inner.children).keys().cloned().collect();
+        self.stop_all(&ids).await;
+        if let Some(contain) = self.inner.contain.clone() {
+            let _ = tokio::task::spawn_blocking(move || contain.finish()).await;
+        }
+    }
+
+    /// Stop the children `ids` concurrently: each gets SIGTERM at once and its
+    /// own grace period, so stopping many stubborn children takes about one
+    /// grace period, not one per child. Unknown ids are skipped.
+    pub async fn stop_all(&self, ids: &[String]) {
+        let controls: Vec<mpsc::UnboundedSender<Control>> = {
+            let children = lock(&self.inner.children);
+            ids.iter()
+                .filter_map(|id| children.get(id).map(|rec| rec.control.clone()))
+                .collect()
+        };
+        // Every stop request goes out before any is awaited.
+        let waits: Vec<once::Receiver<()>> = controls
+            .into_iter()
+            .filter_map(|control| {
+                let (done, wait) = once::channel();
+                control.send(Control::Stop { done }).ok().map(|()| wait)
+            })
             .collect();
-        order.sort_by_key(|entry| std::cmp::Reverse(entry.0));
-        for (_, id) in order {
-            let _ = self.stop(&id).await;
+        for wait in waits {
+            // A monitor that ends without answering has already finished.
+            let _ = wait.await;
         }
     }
 
@@ -522,7 +607,7 @@ impl Supervisor {
         if self.inner.shutting_down.load(Ordering::SeqCst) {
             return Err(SupervisorError::ShuttingDown);
         }
-        oneshot::run_once(spec, stdin, timeout, limits).await
+        oneshot::run_once(spec, stdin, timeout, limits, self.inner.contain.as_ref()).await
     }
 
     /// Spawn `spec` with piped streams and hand out its output line by line
@@ -531,7 +616,7 @@ impl Supervisor {
         if self.inner.shutting_down.load(Ordering::SeqCst) {
             return Err(SupervisorError::ShuttingDown);
         }
-        oneshot::spawn_streaming(spec)
+        oneshot::spawn_streaming(spec, self.inner.contain.as_ref())
     }
 }
 

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot as once};
 use tokio::time::{Instant, sleep_until};
 
 use super::backoff::{Decision, RestartTracker, wants_restart};
+use super::contain::Containment;
 use super::spawn::{self, ChildSpec, GroupGuard};
 use super::{ChildPipes, ChildState, Control, ExitInfo, Shared, SupervisorError, SupervisorEvent};
 
@@ -53,6 +54,7 @@ pub(super) struct Monitor {
     pub(super) shared: Arc<Shared>,
     pub(super) control: mpsc::UnboundedReceiver<Control>,
     pub(super) tracker: RestartTracker,
+    pub(super) contain: Option<Arc<Containment>>,
 }
 
 impl Monitor {
@@ -75,11 +77,12 @@ impl Monitor {
         let _ = done.send(());
     }
 
-    pub(super) async fn run(mut self, mut child: Child) {
+    /// Supervise `child` (whose group `guard` records) until it is stopped,
+    /// given up on, or orphaned.
+    pub(super) async fn run(mut self, mut child: Child, mut guard: GroupGuard) {
         loop {
             let pid = child.id().unwrap_or_default();
             let started = Instant::now();
-            let mut guard = GroupGuard::new(spawn::pgid_of(&child));
             let ending = self.watch(&mut child, started).await;
             guard.disarm();
             // Every path below sets the next state before emitting `Exited`,
@@ -144,6 +147,7 @@ impl Monitor {
             }
             match spawn::spawn_supervised(&self.id, &self.spec) {
                 Ok(mut next) => {
+                    guard = GroupGuard::new(spawn::pgid_of(&next), self.contain.as_ref());
                     let pid = next.id().unwrap_or_default();
                     stash_pipes(&self.shared, &mut next);
                     self.shared.update(|s| s.pid = Some(pid));

@@ -16,6 +16,7 @@ use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::contain::Containment;
 use super::spawn::{self, ChildSpec, GroupGuard};
 use super::{ExitInfo, SupervisorError, lock};
 
@@ -119,10 +120,11 @@ pub(super) async fn run_once(
     stdin: Option<Vec<u8>>,
     timeout: Duration,
     limits: OutputLimits,
+    contain: Option<&Arc<Containment>>,
 ) -> Result<Output, SupervisorError> {
     let mut child = spawn::spawn_piped(&spec.program, spec)?;
     let pgid = spawn::pgid_of(&child);
-    let mut guard = GroupGuard::new(pgid);
+    let mut guard = GroupGuard::new(pgid, contain);
     let pipe = child.stdin.take();
     let writer = tokio::spawn(async move {
         if let (Some(mut pipe), Some(data)) = (pipe, stdin) {
@@ -309,7 +311,10 @@ impl StreamingChild {
 }
 
 /// See `Supervisor::spawn_streaming`.
-pub(super) fn spawn_streaming(spec: &ChildSpec) -> Result<StreamingChild, SupervisorError> {
+pub(super) fn spawn_streaming(
+    spec: &ChildSpec,
+    contain: Option<&Arc<Containment>>,
+) -> Result<StreamingChild, SupervisorError> {
     let mut child = spawn::spawn_piped(&spec.program, spec)?;
     let pid = child.id().unwrap_or_default();
     let pgid = spawn::pgid_of(&child);
@@ -329,7 +334,7 @@ pub(super) fn spawn_streaming(spec: &ChildSpec) -> Result<StreamingChild, Superv
             pgid,
             reaped: Arc::new(AtomicBool::new(false)),
         },
-        guard: GroupGuard::new(pgid),
+        guard: GroupGuard::new(pgid, contain),
         exit: None,
         stdout,
         stderr,

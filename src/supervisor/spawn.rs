@@ -9,6 +9,7 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -19,6 +20,7 @@ use tokio::time::{Instant, sleep, timeout};
 
 use crate::model::RestartPolicy;
 
+use super::contain::{self, Containment};
 use super::{ExitInfo, SupervisorError};
 
 /// Variables copied from the daemon's environment into every child (when set);
@@ -310,32 +312,9 @@ pub fn group_exists(pgid: Pid) -> bool {
     if matches!(killpg(pgid, None), Err(Errno::ESRCH)) {
         return false;
     }
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return true;
-    };
-    entries.flatten().any(|entry| {
-        let is_pid = entry
-            .file_name()
-            .to_str()
-            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
-        is_pid
-            && std::fs::read_to_string(entry.path().join("stat"))
-                .ok()
-                .and_then(|stat| parse_stat(&stat))
-                .is_some_and(|(state, pgrp)| pgrp == pgid.as_raw() && state != 'Z')
-    })
-}
-
-/// `(state, pgrp)` from the text of `/proc/<pid>/stat`. The command name is
-/// in parentheses and may itself contain spaces and parentheses, so fields
-/// are counted from the last `)`.
-fn parse_stat(stat: &str) -> Option<(char, i32)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let _ppid = fields.next()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    Some((state, pgrp))
+    contain::processes()
+        .iter()
+        .any(|(_, s)| s.pgrp == pgid.as_raw() && s.state != 'Z')
 }
 
 /// Kill what is left of a group whose leader already exited.
@@ -369,29 +348,40 @@ pub(super) async fn stop_child(child: &mut Child, grace: Duration) -> ExitInfo {
     status.map(ExitInfo::from).unwrap_or_default()
 }
 
-/// Kills a process group when dropped unless disarmed: the last line of
-/// defence against orphans when a task is cancelled or a handle is dropped.
+/// One spawned process group from spawn to its end: records it with the
+/// supervisor's [`Containment`] (if any) when created, forgets it when
+/// disarmed, and SIGKILLs the group when dropped while still armed — the last
+/// line of defence against orphans when a task is cancelled or a handle is
+/// dropped.
 #[derive(Debug)]
 pub(super) struct GroupGuard {
     pgid: Option<Pid>,
+    contain: Option<Arc<Containment>>,
 }
 
 impl GroupGuard {
-    pub(super) fn new(pgid: Option<Pid>) -> Self {
-        Self { pgid }
+    pub(super) fn new(pgid: Option<Pid>, contain: Option<&Arc<Containment>>) -> Self {
+        let contain = contain.filter(|_| pgid.is_some()).cloned();
+        if let (Some(c), Some(pgid)) = (&contain, pgid) {
+            c.track(pgid);
+        }
+        Self { pgid, contain }
     }
 
     /// The group was dealt with; dropping the guard does nothing.
     pub(super) fn disarm(&mut self) {
-        self.pgid = None;
+        if let (Some(pgid), Some(c)) = (self.pgid.take(), self.contain.take()) {
+            c.untrack(pgid);
+        }
     }
 }
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        if let Some(pgid) = self.pgid.take() {
+        if let Some(pgid) = self.pgid {
             let _ = signal_group(pgid, Signal::SIGKILL);
         }
+        self.disarm();
     }
 }
 
@@ -435,22 +425,6 @@ mod tests {
         drop(open_log(&path, 4).expect("rotates"));
         assert_eq!(std::fs::read(&rotated).expect("rotated"), b"12345");
         assert_eq!(std::fs::metadata(&path).expect("fresh").len(), 0);
-    }
-
-    #[test]
-    fn stat_parsing_survives_hostile_command_names() {
-        assert_eq!(parse_stat("42 (a) b) (c) S 1 42 42 0 -1"), Some(('S', 42)));
-        assert_eq!(parse_stat("7 (sleep) Z 1 5 5"), Some(('Z', 5)));
-        assert_eq!(parse_stat("7 (sleep) Z 1"), None);
-        assert_eq!(parse_stat("no parens"), None);
-        assert_eq!(parse_stat("7 (x) S 1 notanumber"), None);
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn stat_parsing_never_panics(s in ".{0,200}") {
-            let _ = parse_stat(&s);
-        }
     }
 
     #[test]

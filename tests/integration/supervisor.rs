@@ -347,7 +347,7 @@ async fn readiness_succeeds_for_a_long_runner_and_fails_for_a_quick_exit() {
 }
 
 #[tokio::test]
-async fn shutdown_stops_in_reverse_start_order_and_is_idempotent() {
+async fn shutdown_stops_every_child_and_is_idempotent() {
     let (sup, mut rx) = supervisor();
     let mut pids = Vec::new();
     for id in ["a", "b", "c"] {
@@ -360,7 +360,9 @@ async fn shutdown_stops_in_reverse_start_order_and_is_idempotent() {
             stopped.push(id);
         }
     }
-    assert_eq!(stopped, ["c", "b", "a"]);
+    // Children stop concurrently, so the order of their events is free.
+    stopped.sort();
+    assert_eq!(stopped, ["a", "b", "c"]);
     for pid in pids {
         assert!(!Path::new(&format!("/proc/{pid}")).exists(), "{pid} reaped");
     }

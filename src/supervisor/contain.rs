@@ -1,0 +1,702 @@
+//! Containment: nothing a supervised child starts outlives the process that
+//! supervises it, even when that process is killed with SIGKILL. Every child
+//! leads its own process group; [`Containment`] records each group as
+//! `(pgid, start time)` (the leader's `/proc/<pid>/stat` field 22, in clock
+//! ticks since boot) in two places:
+//!
+//! - a watchdog process (`npc __watchdog`, in its own session) that reads the
+//!   groups from a pipe. When the pipe reaches end of file — the supervising
+//!   process exited or died — it stops every recorded group (SIGTERM,
+//!   [`REAP_GRACE`], SIGKILL) and exits. `PR_SET_PDEATHSIG` only reaches
+//!   direct children; the watchdog reaches their descendants.
+//! - a ledger file per supervising process under `<state_dir>/groups/`, so a
+//!   later start cleans up what a crashed process and its watchdog left.
+//!
+//! A recorded group is only signalled while it is provably the same group:
+//! when its leader is alive, the leader's start time must equal the record
+//! (a reused pid has another start time and is never signalled); when the
+//! leader is gone, each member must still be in the group and have started
+//! no earlier than the leader did. A ledger from another boot (the boot id
+//! differs) is discarded without signalling anything, so a ledger a
+//! repository ships cannot name processes to kill.
+
+use std::collections::BTreeMap;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+
+/// The hidden `npc` subcommand that runs the watchdog.
+pub const WATCHDOG_COMMAND: &str = "__watchdog";
+/// Subdirectory of the state directory holding one ledger file per
+/// supervising process.
+pub const LEDGER_DIR: &str = "groups";
+/// Time between SIGTERM and SIGKILL when the watchdog or a starting process
+/// stops groups whose supervisor is gone.
+pub const REAP_GRACE: Duration = Duration::from_secs(2);
+/// Longest ledger file read at start; a longer one is removed unread.
+pub const MAX_LEDGER_BYTES: u64 = 1024 * 1024;
+/// Ledger files looked at per start; the rest wait for the next start.
+pub const MAX_LEDGER_FILES: usize = 1024;
+/// Groups one supervisor records at once; more are still supervised but not
+/// recorded (and a warning is logged).
+pub const MAX_TRACKED_GROUPS: usize = 65_536;
+/// Longest line the watchdog accepts on its pipe.
+const MAX_WATCHDOG_LINE: usize = 128;
+/// Rounds of SIGKILL while members of a group are still being found (a
+/// member forking while it is killed); bounds a fork bomb's hold on us.
+const MAX_KILL_ROUNDS: usize = 16;
+/// Pause between looks at whether stopped groups are gone.
+const POLL: Duration = Duration::from_millis(20);
+/// How long a supervisor waits for its watchdog to exit after closing the pipe.
+const WATCHDOG_EXIT_WAIT: Duration = Duration::from_secs(1);
+
+/// Errors from containment.
+#[derive(Debug, thiserror::Error)]
+pub enum ContainError {
+    #[error(
+        "cannot start the watchdog `{}`: {source}; the `npc` binary must stay where it was started from",
+        program.display()
+    )]
+    Watchdog {
+        program: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot read `/proc/self/stat`; npc needs Linux procfs to contain its children")]
+    NoProcfs,
+}
+
+/// The fields npc reads from `/proc/<pid>/stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ProcStat {
+    pub(super) state: char,
+    pub(super) pgrp: i32,
+    /// Start time in clock ticks after boot (field 22).
+    pub(super) start: u64,
+}
+
+/// Parse the text of `/proc/<pid>/stat`. The command name is in parentheses
+/// and may itself contain spaces and parentheses, so fields are counted from
+/// the last `)`.
+pub(super) fn parse_stat(stat: &str) -> Option<ProcStat> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    // Field 3 is the state; the start time is field 22, 19 fields later.
+    let state = fields.next()?.chars().next()?;
+    let _ppid = fields.next()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    let start = fields.nth(16)?.parse().ok()?;
+    Some(ProcStat { state, pgrp, start })
+}
+
+/// `/proc/<pid>/stat` of a process, if it exists.
+pub(super) fn read_stat(pid: i32) -> Option<ProcStat> {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| parse_stat(&s))
+}
+
+/// Every process as `(pid, stat)`; processes that vanish while listed are skipped.
+pub(super) fn processes() -> Vec<(i32, ProcStat)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| Some((pid, read_stat(pid)?)))
+        .collect()
+}
+
+/// This boot's id; start times only compare within one boot.
+fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// One process group as recorded: its id and its leader's start time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRecord {
+    pub pgid: i32,
+    /// The leader's start time in clock ticks after boot.
+    pub start: u64,
+}
+
+/// A process as recorded: its pid and start time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessRecord {
+    pub pid: i32,
+    pub start: u64,
+}
+
+impl ProcessRecord {
+    /// Whether this exact process (same pid and start time) is alive.
+    fn alive(self) -> bool {
+        read_stat(self.pid).is_some_and(|s| s.start == self.start && s.state != 'Z')
+    }
+
+    fn current() -> Option<Self> {
+        let pid = i32::try_from(std::process::id()).ok()?;
+        Some(Self {
+            pid,
+            start: read_stat(pid)?.start,
+        })
+    }
+}
+
+/// The members of recorded group `g` still alive (see the module docs for
+/// when a process counts as a member). Empty when the pid was reused.
+fn members(g: GroupRecord, all: &[(i32, ProcStat)]) -> Vec<i32> {
+    let me = i32::try_from(std::process::id()).unwrap_or(0);
+    if g.pgid <= 1 || g.pgid == nix::unistd::getpgrp().as_raw() {
+        return Vec::new();
+    }
+    if let Some((_, leader)) = all.iter().find(|(pid, _)| *pid == g.pgid)
+        && leader.start != g.start
+    {
+        return Vec::new();
+    }
+    all.iter()
+        .filter(|(pid, s)| *pid != me && s.pgrp == g.pgid && s.start >= g.start && s.state != 'Z')
+        .map(|(pid, _)| *pid)
+        .collect()
+}
+
+/// Send `signal` to every member of every group in `groups`; returns how
+/// many processes were signalled.
+fn signal_groups(groups: &[GroupRecord], signal: Signal) -> usize {
+    let all = processes();
+    let mut sent = 0;
+    for g in groups {
+        for pid in members(*g, &all) {
+            // Checked again right before the signal: a member that exited
+            // since the listing may have left its pid to someone else.
+            let still = read_stat(pid).is_some_and(|s| s.pgrp == g.pgid && s.start >= g.start);
+            if still && kill(Pid::from_raw(pid), signal).is_ok() {
+                sent += 1;
+            }
+        }
+    }
+    sent
+}
+
+/// Stop recorded groups whose supervisor is gone: SIGTERM to every member of
+/// every group at once, up to `grace` for them to exit, then SIGKILL what is
+/// left. Returns how many processes were found at the start.
+pub fn reap(groups: &[GroupRecord], grace: Duration) -> usize {
+    let found = signal_groups(groups, Signal::SIGTERM);
+    if found == 0 {
+        return 0;
+    }
+    let deadline = Instant::now() + grace;
+    let all_gone = || {
+        let all = processes();
+        groups.iter().all(|g| members(*g, &all).is_empty())
+    };
+    while !all_gone() && Instant::now() < deadline {
+        std::thread::sleep(POLL);
+    }
+    for _ in 0..MAX_KILL_ROUNDS {
+        if signal_groups(groups, Signal::SIGKILL) == 0 {
+            break;
+        }
+    }
+    found
+}
+
+/// What a ledger file holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ledger {
+    /// `/proc/sys/kernel/random/boot_id` when it was written.
+    pub boot_id: String,
+    /// The supervising process.
+    pub owner: ProcessRecord,
+    pub groups: Vec<GroupRecord>,
+}
+
+/// Stop the groups recorded under `state_dir` by supervising processes that
+/// are gone, and remove their ledgers. Ledgers of live owners stay; ledgers
+/// from another boot, oversized or unreadable ones are removed unread.
+/// Returns how many processes were stopped.
+pub fn reap_leftovers(state_dir: &Path) -> usize {
+    let Some(dir) = ledger_dir(state_dir) else {
+        return 0;
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return 0;
+    };
+    let boot = boot_id();
+    let mut stale = Vec::new();
+    let mut groups = Vec::new();
+    for entry in entries.flatten().take(MAX_LEDGER_FILES) {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        // `DirEntry::metadata` does not follow links: only regular files are read.
+        let regular = entry
+            .metadata()
+            .is_ok_and(|m| m.is_file() && m.len() <= MAX_LEDGER_BYTES);
+        // What does not parse as a ledger is not ours: it is left alone.
+        let Some(ledger) = regular.then(|| read_ledger(&path)).flatten() else {
+            continue;
+        };
+        if boot.as_deref() != Some(ledger.boot_id.as_str()) {
+            stale.push(path); // another boot: nothing it names can be alive
+        } else if !ledger.owner.alive() {
+            groups.extend(ledger.groups);
+            stale.push(path);
+        }
+    }
+    let stopped = reap(&groups, REAP_GRACE);
+    for path in stale {
+        let _ = std::fs::remove_file(path);
+    }
+    stopped
+}
+
+/// `<state_dir>/groups`, unless the state directory or it is a symbolic link
+/// or not a directory (npc neither reads nor writes ledgers through a link).
+fn ledger_dir(state_dir: &Path) -> Option<PathBuf> {
+    let real_dir = |p: &Path| std::fs::symlink_metadata(p).map(|m| m.is_dir());
+    let dir = state_dir.join(LEDGER_DIR);
+    match (real_dir(state_dir), real_dir(&dir)) {
+        (Ok(true), Ok(true)) => Some(dir),
+        (Ok(true), Err(e)) if e.kind() == io::ErrorKind::NotFound => Some(dir),
+        (Err(e), _) if e.kind() == io::ErrorKind::NotFound => Some(dir),
+        _ => None,
+    }
+}
+
+fn read_ledger(path: &Path) -> Option<Ledger> {
+    let file = std::fs::File::open(path).ok()?;
+    let mut text = String::new();
+    file.take(MAX_LEDGER_BYTES).read_to_string(&mut text).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// The watchdog's main loop: read `+ <pgid> <start>` and `- <pgid>` lines
+/// from `input` until end of file, then stop every group still recorded and
+/// remove `ledger` (its groups are gone).
+pub fn run_watchdog(input: impl Read, ledger: &Path) {
+    let mut groups: BTreeMap<i32, u64> = BTreeMap::new();
+    let mut reader = BufReader::new(input);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut reader)
+            .take(MAX_WATCHDOG_LINE as u64)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let text = String::from_utf8_lossy(&line);
+        let mut words = text.split_ascii_whitespace();
+        match (words.next(), words.next().and_then(|p| p.parse().ok())) {
+            (Some("+"), Some(pgid)) => {
+                if let Some(start) = words.next().and_then(|s| s.parse().ok())
+                    && groups.len() < MAX_TRACKED_GROUPS
+                {
+                    groups.insert(pgid, start);
+                }
+            }
+            (Some("-"), Some(pgid)) => {
+                groups.remove(&pgid);
+            }
+            _ => {}
+        }
+    }
+    let records: Vec<GroupRecord> = groups
+        .into_iter()
+        .map(|(pgid, start)| GroupRecord { pgid, start })
+        .collect();
+    reap(&records, REAP_GRACE);
+    let _ = std::fs::remove_file(ledger);
+}
+
+/// The running watchdog and the write end of its pipe.
+#[derive(Debug)]
+struct Watchdog {
+    child: Child,
+    pipe: ChildStdin,
+}
+
+#[derive(Debug)]
+struct State {
+    groups: BTreeMap<i32, u64>,
+    watchdog: Option<Watchdog>,
+    /// [`Containment::finish`] ran: no watchdog is started again.
+    finished: bool,
+}
+
+/// Records the process groups of one supervising process with its watchdog
+/// and in its ledger. Create one with [`Containment::start`] and hand it to
+/// `Supervisor::contained`.
+#[derive(Debug)]
+pub struct Containment {
+    program: PathBuf,
+    /// `<state_dir>/groups`.
+    ledger_dir: PathBuf,
+    /// This process's ledger file in `ledger_dir`.
+    ledger: PathBuf,
+    boot_id: String,
+    owner: ProcessRecord,
+    state: Mutex<State>,
+}
+
+impl Containment {
+    /// Clean up what crashed supervisors left under `state_dir` (see
+    /// [`reap_leftovers`]; this may wait up to [`REAP_GRACE`]), then start a
+    /// watchdog by running `program` (the `npc` binary) with
+    /// [`WATCHDOG_COMMAND`].
+    pub fn start(program: &Path, state_dir: &Path) -> Result<Arc<Self>, ContainError> {
+        let owner = ProcessRecord::current().ok_or(ContainError::NoProcfs)?;
+        let boot_id = boot_id().ok_or(ContainError::NoProcfs)?;
+        let stopped = reap_leftovers(state_dir);
+        if stopped > 0 {
+            tracing::warn!(
+                "stopped {stopped} process(es) left behind by a supervisor that did not exit cleanly"
+            );
+        }
+        let ledger_dir = state_dir.join(LEDGER_DIR);
+        let ledger = ledger_dir.join(format!("{}-{}.json", owner.pid, owner.start));
+        let watchdog =
+            spawn_watchdog(program, &ledger).map_err(|source| ContainError::Watchdog {
+                program: program.to_path_buf(),
+                source,
+            })?;
+        Ok(Arc::new(Self {
+            program: program.to_path_buf(),
+            ledger_dir,
+            ledger,
+            boot_id,
+            owner,
+            state: Mutex::new(State {
+                groups: BTreeMap::new(),
+                watchdog: Some(watchdog),
+                finished: false,
+            }),
+        }))
+    }
+
+    /// Pid of the current watchdog, if one runs.
+    pub fn watchdog_pid(&self) -> Option<u32> {
+        let state = super::lock(&self.state);
+        state.watchdog.as_ref().map(|w| w.child.id())
+    }
+
+    /// Record group `pgid` (just spawned; its leader is `pgid`).
+    pub(super) fn track(&self, pgid: Pid) {
+        let Some(stat) = read_stat(pgid.as_raw()) else {
+            return; // already reaped: nothing of it can outlive us through this record
+        };
+        let mut state = super::lock(&self.state);
+        if state.groups.len() >= MAX_TRACKED_GROUPS {
+            tracing::warn!(
+                "more than {MAX_TRACKED_GROUPS} process groups at once; group {pgid} is not recorded"
+            );
+            return;
+        }
+        state.groups.insert(pgid.as_raw(), stat.start);
+        self.tell(&mut state, &format!("+ {} {}\n", pgid.as_raw(), stat.start));
+        self.write_ledger(&state);
+    }
+
+    /// Forget group `pgid` (it is gone).
+    pub(super) fn untrack(&self, pgid: Pid) {
+        let mut state = super::lock(&self.state);
+        if state.groups.remove(&pgid.as_raw()).is_none() {
+            return;
+        }
+        self.tell(&mut state, &format!("- {}\n", pgid.as_raw()));
+        self.write_ledger(&state);
+    }
+
+    /// Send `line` to the watchdog; replace a watchdog that died or stopped
+    /// reading, and replay every recorded group to the new one.
+    fn tell(&self, state: &mut State, line: &str) {
+        let healthy = match state.watchdog.as_mut() {
+            Some(w) => {
+                matches!(w.child.try_wait(), Ok(None)) && w.pipe.write_all(line.as_bytes()).is_ok()
+            }
+            None => false,
+        };
+        if healthy || state.finished {
+            return;
+        }
+        if let Some(mut old) = state.watchdog.take() {
+            let _ = old.child.kill();
+            let _ = old.child.wait();
+        }
+        match spawn_watchdog(&self.program, &self.ledger) {
+            Ok(mut w) => {
+                let replay: String = state
+                    .groups
+                    .iter()
+                    .map(|(pgid, start)| format!("+ {pgid} {start}\n"))
+                    .collect();
+                if let Err(e) = w.pipe.write_all(replay.as_bytes()) {
+                    tracing::warn!("the new watchdog does not read: {e}");
+                }
+                state.watchdog = Some(w);
+            }
+            Err(e) => tracing::warn!(
+                "cannot restart the watchdog `{}`: {e}; children's descendants may outlive a crash until the next start",
+                self.program.display()
+            ),
+        }
+    }
+
+    /// Replace the ledger file atomically (temp file + rename).
+    fn write_ledger(&self, state: &State) {
+        let ledger = Ledger {
+            boot_id: self.boot_id.clone(),
+            owner: self.owner,
+            groups: state
+                .groups
+                .iter()
+                .map(|(&pgid, &start)| GroupRecord { pgid, start })
+                .collect(),
+        };
+        let write = || -> io::Result<()> {
+            use std::os::unix::fs::OpenOptionsExt;
+            let state_dir = self.ledger_dir.parent().unwrap_or(Path::new("."));
+            let dir = ledger_dir(state_dir).ok_or_else(|| {
+                io::Error::other("it or the state directory is not a plain directory")
+            })?;
+            std::fs::create_dir_all(&dir)?;
+            let tmp = dir.join(format!(".{}-{}.tmp", self.owner.pid, self.owner.start));
+            // Never through whatever already sits at the temp path.
+            match std::fs::remove_file(&tmp) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            file.write_all(&serde_json::to_vec(&ledger).unwrap_or_default())?;
+            std::fs::rename(&tmp, &self.ledger)
+        };
+        if let Err(e) = write() {
+            tracing::warn!(
+                "cannot record process groups in `{}`: {e}",
+                self.ledger.display()
+            );
+        }
+    }
+
+    /// Every group is stopped: close the watchdog's pipe, wait briefly for it
+    /// to exit, and remove the ledger.
+    pub(super) fn finish(&self) {
+        let mut state = super::lock(&self.state);
+        state.finished = true;
+        if let Some(mut w) = state.watchdog.take() {
+            drop(w.pipe);
+            let deadline = Instant::now() + WATCHDOG_EXIT_WAIT;
+            while matches!(w.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(POLL);
+            }
+        }
+        if state.groups.is_empty() {
+            let _ = std::fs::remove_file(&self.ledger);
+        }
+    }
+}
+
+/// Start `program __watchdog --ledger <ledger>` in its own session (so
+/// nothing aimed at the supervisor's group or terminal reaches it) with a
+/// non-blocking pipe on its stdin.
+#[allow(unsafe_code)]
+fn spawn_watchdog(program: &Path, ledger: &Path) -> io::Result<Watchdog> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(program);
+    cmd.arg(WATCHDOG_COMMAND)
+        .arg("--ledger")
+        .arg(ledger)
+        .env_clear()
+        // Holds nothing of the repository open (its directory can go away).
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: setsid is async-signal-safe; the closure allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid().map_err(io::Error::from)?;
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let Some(pipe) = child.stdin.take() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(io::Error::other("the watchdog has no stdin pipe"));
+    };
+    // A stopped watchdog must never block the supervisor: a full pipe is an
+    // error that replaces it.
+    let flags = nix::fcntl::fcntl(&pipe, nix::fcntl::FcntlArg::F_GETFL).map_err(io::Error::from)?;
+    let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+    nix::fcntl::fcntl(&pipe, nix::fcntl::FcntlArg::F_SETFL(flags)).map_err(io::Error::from)?;
+    Ok(Watchdog { child, pipe })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+
+    #[test]
+    fn stat_parsing_reads_group_and_start_time() {
+        let line = "42 (a) b) (c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(
+            parse_stat(line),
+            Some(ProcStat {
+                state: 'S',
+                pgrp: 42,
+                start: 987_654
+            })
+        );
+        assert_eq!(parse_stat("7 (sleep) Z 1 5 5"), None);
+        assert_eq!(parse_stat("no parens"), None);
+        assert_eq!(parse_stat("7 (x) S 1 notanumber"), None);
+    }
+
+    #[test]
+    fn own_stat_is_readable_and_stable() {
+        let me = ProcessRecord::current().expect("procfs");
+        assert!(me.alive());
+        let other = ProcessRecord {
+            pid: me.pid,
+            start: me.start + 1,
+        };
+        assert!(!other.alive(), "another start time is another process");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn stat_parsing_never_panics(s in ".{0,300}") {
+            let _ = parse_stat(&s);
+        }
+    }
+
+    #[test]
+    fn a_group_whose_leader_started_at_another_time_has_no_members() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .expect("sleep");
+        let pid = i32::try_from(child.id()).expect("pid");
+        let start = read_stat(pid).expect("stat").start;
+        let all = processes();
+        let reused = GroupRecord {
+            pgid: pid,
+            start: start + 1,
+        };
+        assert!(members(reused, &all).is_empty());
+        assert_eq!(members(GroupRecord { pgid: pid, start }, &all), [pid]);
+        assert_eq!(reap(&[reused], Duration::ZERO), 0);
+        assert!(matches!(child.try_wait(), Ok(None)), "never signalled");
+        assert_eq!(reap(&[GroupRecord { pgid: pid, start }], REAP_GRACE), 1);
+        assert!(child.wait().is_ok());
+    }
+
+    #[test]
+    fn ledgers_from_another_boot_are_removed_without_signalling() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .expect("sleep");
+        let pid = i32::try_from(child.id()).expect("pid");
+        let start = read_stat(pid).expect("stat").start;
+        let ledgers = dir.path().join(LEDGER_DIR);
+        std::fs::create_dir_all(&ledgers).expect("dir");
+        let ledger = Ledger {
+            boot_id: "another-boot".into(),
+            owner: ProcessRecord { pid: 1, start: 0 },
+            groups: vec![GroupRecord { pgid: pid, start }],
+        };
+        let path = ledgers.join("x.json");
+        std::fs::write(&path, serde_json::to_vec(&ledger).expect("json")).expect("write");
+        assert_eq!(reap_leftovers(dir.path()), 0);
+        assert!(!path.exists());
+        assert!(matches!(child.try_wait(), Ok(None)), "never signalled");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[test]
+    fn ledgers_are_never_read_or_removed_through_a_link_and_foreign_files_stay() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outside = tempfile::tempdir().expect("outside");
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).expect("state");
+        let other_boot = serde_json::json!({
+            "boot_id": "another-boot", "owner": { "pid": 1, "start": 0 }, "groups": []
+        });
+        let victim = outside.path().join("settings.json");
+        std::fs::write(&victim, other_boot.to_string()).expect("write");
+        std::os::unix::fs::symlink(outside.path(), state.join(LEDGER_DIR)).expect("link");
+        reap_leftovers(&state);
+        assert!(
+            victim.exists(),
+            "nothing is removed through a linked ledger dir"
+        );
+
+        std::fs::remove_file(state.join(LEDGER_DIR)).expect("unlink");
+        std::fs::create_dir(state.join(LEDGER_DIR)).expect("dir");
+        let foreign = state.join(LEDGER_DIR).join("notes.json");
+        std::fs::write(&foreign, b"{ not a ledger").expect("write");
+        reap_leftovers(&state);
+        assert!(foreign.exists(), "what is not a ledger is left alone");
+    }
+
+    #[test]
+    fn the_watchdog_loop_stops_what_is_recorded_at_end_of_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ledger = dir.path().join("l.json");
+        std::fs::write(&ledger, b"{}").expect("write");
+        let mut kept = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .expect("sleep");
+        let mut killed = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .expect("sleep");
+        let (k, x) = (kept.id(), killed.id());
+        let start = |pid: u32| {
+            read_stat(i32::try_from(pid).expect("pid"))
+                .expect("stat")
+                .start
+        };
+        let input = format!(
+            "+ {k} {}\n+ {x} {}\ngarbage\n- {k}\n+ 1\n",
+            start(k),
+            start(x)
+        );
+        run_watchdog(input.as_bytes(), &ledger);
+        assert!(killed.wait().is_ok());
+        assert!(
+            matches!(kept.try_wait(), Ok(None)),
+            "removed groups are left alone"
+        );
+        assert!(!ledger.exists());
+        let _ = kept.kill();
+        let _ = kept.wait();
+    }
+}
