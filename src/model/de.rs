@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use super::diagnostics::{Diagnostic, did_you_mean, has_room};
+use super::diagnostics::{Diagnostic, clip, did_you_mean, has_room};
 use super::interp::{Env, InterpError, interpolate};
 use super::node::{Key, Node, NodeKind};
 use super::source::{SourceFile, Span};
@@ -154,9 +154,9 @@ fn write_key(f: &mut fmt::Formatter<'_>, key: &str) -> fmt::Result {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if bare {
-        f.write_str(key)
+        f.write_str(&clip(key))
     } else {
-        write!(f, "\"{}\"", key.escape_debug())
+        write!(f, "\"{}\"", clip(key).escape_debug())
     }
 }
 
@@ -326,7 +326,7 @@ impl<'a, 'n, 'p> NodeDe<'a, 'n, 'p> {
                 for err in errors {
                     let (summary, hint, range) = match err {
                         InterpError::Unset { name, range } => (
-                            format!("environment variable `{name}` is not set"),
+                            format!("environment variable `{}` is not set", clip(&name)),
                             format!("set `{name}`, or give a default with `${{{name}:-default}}`"),
                             range,
                         ),
@@ -607,8 +607,9 @@ impl<'de> Deserializer<'de> for NodeDe<'_, '_, '_> {
             return Err(self.fail(&format!("one of {}", quoted_list(variants))));
         };
         if !variants.contains(&s.as_str()) {
-            let mut diag = Diagnostic::error(format!("unknown value `{s}` for `{}`", self.path))
-                .at(self.ctx.file, self.span());
+            let mut diag =
+                Diagnostic::error(format!("unknown value `{}` for `{}`", clip(s), self.path))
+                    .at(self.ctx.file, self.span());
             diag = match did_you_mean(s, variants.iter().copied()) {
                 Some(best) => diag.with_hint(format!(
                     "did you mean `{best}`? expected one of {}",
@@ -648,8 +649,8 @@ impl NodeDe<'_, '_, '_> {
             .filter(|f| !f.starts_with('$') || *f == "$schema")
             .collect();
         let summary = match self.path {
-            Path::Root => format!("unknown top-level field `{}`", key.name),
-            path => format!("unknown field `{}` in `{path}`", key.name),
+            Path::Root => format!("unknown top-level field `{}`", clip(&key.name)),
+            path => format!("unknown field `{}` in `{path}`", clip(&key.name)),
         };
         let hint = match did_you_mean(&key.name, visible.iter().copied()) {
             Some(best) => format!("did you mean `{best}`?"),
@@ -664,12 +665,21 @@ impl NodeDe<'_, '_, '_> {
     }
 }
 
+/// Most names a message lists (`declared in …: `a`, `b`, …`); the rest are counted.
+pub const MAX_LISTED_NAMES: usize = 20;
+
+/// `a`, `b`, `c`: at most [`MAX_LISTED_NAMES`], each clipped, then how many more.
 pub(super) fn quoted_list(items: &[&str]) -> String {
-    items
+    let mut list = items
         .iter()
-        .map(|v| format!("`{v}`"))
+        .take(MAX_LISTED_NAMES)
+        .map(|v| format!("`{}`", clip(v)))
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    if items.len() > MAX_LISTED_NAMES {
+        list.push_str(&format!(" and {} more", items.len() - MAX_LISTED_NAMES));
+    }
+    list
 }
 
 struct Seq<'a, 'n, 'p> {

@@ -10,7 +10,7 @@ use std::path::{Component, Path, PathBuf};
 use indexmap::IndexMap;
 
 use super::de::{Entry, Spanned, quoted_list};
-use super::diagnostics::{Diagnostic, did_you_mean, has_room};
+use super::diagnostics::{Diagnostic, clip, did_you_mean, has_room};
 use super::raw::*;
 use super::schedule::Schedule;
 use super::source::{SourceFile, Span};
@@ -150,8 +150,8 @@ impl Lower<'_> {
                 );
                 self.error(
                     &name.span,
-                    format!("invalid name `{}` in `{section}`", name.value),
-                    format!("names are lowercase letters, digits, `_` and `-`, starting with a letter or digit, such as `{}`", suggestion.trim_start_matches(['-', '_'])),
+                    format!("invalid name `{}` in `{section}`", clip(&name.value)),
+                    format!("names are lowercase letters, digits, `_` and `-`, starting with a letter or digit, such as `{}`", clip(suggestion.trim_start_matches(['-', '_']))),
                 );
             }
             if let Entry(Some(value)) = entry {
@@ -242,7 +242,7 @@ impl Lower<'_> {
                 };
                 self.error(
                     &event.span,
-                    format!("unknown hook event `{}`", event.value),
+                    format!("unknown hook event `{}`", clip(&event.value)),
                     hint,
                 );
                 continue;
@@ -350,7 +350,7 @@ impl Lower<'_> {
                 Err(_) => {
                     self.error(
                         &l.span,
-                        format!("`{}` is not a socket address", l.value),
+                        format!("`{}` is not a socket address", clip(&l.value)),
                         "write an IP address and port, such as `127.0.0.1:8766`",
                     );
                     default_listen
@@ -363,7 +363,7 @@ impl Lower<'_> {
                 let hint = suggest(level, &LogLevel::NAMES);
                 self.error(
                     &level.span,
-                    format!("unknown log level `{}`", level.value),
+                    format!("unknown log level `{}`", clip(&level.value)),
                     hint,
                 );
                 LogLevel::Info
@@ -387,11 +387,11 @@ impl Lower<'_> {
                 "name the program to run, such as `npx` or `python3`",
             );
         } else if c.contains('$') || c.contains("{{") || c.contains("{%") {
-            self.error(&command.span, format!("`command` contains a placeholder: `{c}`"), "`command` is run as written: name a bare executable and put variables in `args`, `env` or `cwd`");
+            self.error(&command.span, format!("`command` contains a placeholder: `{}`", clip(c)), "`command` is run as written: name a bare executable and put variables in `args`, `env` or `cwd`");
         } else if c.contains(char::is_whitespace) && !Path::new(c).is_absolute() {
             self.warning(
                 &command.span,
-                format!("`command` contains whitespace: `{c}`"),
+                format!("`command` contains whitespace: `{}`", clip(c)),
                 "`command` is one executable, not a shell line; put arguments in `args`",
             );
         }
@@ -452,7 +452,7 @@ impl Lower<'_> {
             let hint = suggest(&v, &RestartPolicy::NAMES);
             self.error(
                 &v.span,
-                format!("unknown restart policy `{}`", v.value),
+                format!("unknown restart policy `{}`", clip(&v.value)),
                 hint,
             );
             RestartPolicy::OnFailure
@@ -497,13 +497,16 @@ impl Lower<'_> {
             (Some(_), Some(url)) => {
                 self.error(
                     &url.span,
-                    format!("MCP server `{}` has both `command` and `url`", name.value),
+                    format!(
+                        "MCP server `{}` has both `command` and `url`",
+                        clip(&name.value)
+                    ),
                     "a server is either stdio (`command`) or streamable HTTP (`url`); remove one",
                 );
                 return None;
             }
             (None, None) => {
-                self.error(&name.span, format!("MCP server `{}` has neither `command` nor `url`", name.value), "add `command = \"…\"` for a stdio server or `url = \"https://…\"` for an HTTP server");
+                self.error(&name.span, format!("MCP server `{}` has neither `command` nor `url`", clip(&name.value)), "add `command = \"…\"` for a stdio server or `url = \"https://…\"` for an HTTP server");
                 return None;
             }
             (Some(command), None) => {
@@ -518,7 +521,7 @@ impl Lower<'_> {
                     );
                 }
                 if let Some(token) = &s.bearer_token_env {
-                    self.error(&token.span, format!("`bearer_token_env` only applies to HTTP servers, and `{}` is a stdio server", name.value), "remove it, or pass the token through `env`");
+                    self.error(&token.span, format!("`bearer_token_env` only applies to HTTP servers, and `{}` is a stdio server", clip(&name.value)), "remove it, or pass the token through `env`");
                 }
                 McpTransport::Stdio(self.command_spec(command, s.args, s.env, s.cwd))
             }
@@ -529,7 +532,7 @@ impl Lower<'_> {
                     ("cwd", s.cwd.is_some()),
                 ] {
                     if present {
-                        self.error(&url.span, format!("`{what}` only applies to stdio servers, and `{}` is an HTTP server", name.value), format!("remove `{what}`"));
+                        self.error(&url.span, format!("`{what}` only applies to stdio servers, and `{}` is an HTTP server", clip(&name.value)), format!("remove `{what}`"));
                     }
                 }
                 if !url.is_secret()
@@ -552,14 +555,14 @@ impl Lower<'_> {
                     {
                         self.error(
                             &key.span,
-                            format!("`{}` is not a valid HTTP header name", key.value),
+                            format!("`{}` is not a valid HTTP header name", clip(&key.value)),
                             "header names are letters, digits and `-`",
                         );
                     } else if let Some(first) = seen.get(&lower) {
                         let line = self.file.position(first.start).line;
                         self.error(
                             &key.span,
-                            format!("duplicate header `{}`", key.value),
+                            format!("duplicate header `{}`", clip(&key.value)),
                             format!("header names ignore case; it is already set on line {line}"),
                         );
                     } else {
@@ -594,7 +597,7 @@ impl Lower<'_> {
             let hint = suggest(&p.kind, &ProviderKind::NAMES);
             self.error(
                 &p.kind.span,
-                format!("unknown provider kind `{}`", p.kind.value),
+                format!("unknown provider kind `{}`", clip(&p.kind.value)),
                 hint,
             );
             return None;
@@ -611,7 +614,7 @@ impl Lower<'_> {
         {
             self.error(
                 &req.span,
-                format!("`{}` is not a version requirement: {e}", req.value),
+                format!("`{}` is not a version requirement: {e}", clip(&req.value)),
                 "write a semver requirement such as `>=2.0` or `^1.4, <2`",
             );
         }
@@ -632,7 +635,7 @@ impl Lower<'_> {
         let mut variables = BTreeMap::new();
         for (var, entry) in p.variables {
             if !is_env_name(&var) {
-                self.error(&var.span, format!("`{}` is not a valid variable name", var.value), "variable names are letters, digits and `_`, usable as `vars.NAME` in the template");
+                self.error(&var.span, format!("`{}` is not a valid variable name", clip(&var.value)), "variable names are letters, digits and `_`, usable as `vars.NAME` in the template");
             }
             if let Entry(Some(v)) = entry {
                 variables.insert(
@@ -648,7 +651,10 @@ impl Lower<'_> {
             (Some(_), Some(file)) => {
                 self.error(
                     &file.span,
-                    format!("prompt `{}` has both `template` and `file`", name.value),
+                    format!(
+                        "prompt `{}` has both `template` and `file`",
+                        clip(&name.value)
+                    ),
                     "keep one: inline `template` or a `file` to read it from",
                 );
                 return None;
@@ -656,7 +662,10 @@ impl Lower<'_> {
             (None, None) => {
                 self.error(
                     &span,
-                    format!("prompt `{}` has neither `template` nor `file`", name.value),
+                    format!(
+                        "prompt `{}` has neither `template` nor `file`",
+                        clip(&name.value)
+                    ),
                     "add `template = \"…\"` or `file = \"prompts/NAME.md.j2\"`",
                 );
                 return None;
@@ -698,7 +707,7 @@ impl Lower<'_> {
                         } else {
                             e.to_string().to_lowercase()
                         };
-                        self.error(&path.span, format!("prompt file `{}` {why}", path.value), "create the file, or fix the path (relative to the manifest's directory)");
+                        self.error(&path.span, format!("prompt file `{}` {why}", clip(&path.value)), "create the file, or fix the path (relative to the manifest's directory)");
                         return None;
                     }
                 }
@@ -744,7 +753,7 @@ impl Lower<'_> {
             if PROFILE_OWN_KEYS.contains(&key.as_str()) {
                 self.error(
                     &key.span,
-                    format!("frontmatter key `{}` is set by npc", key.value),
+                    format!("frontmatter key `{}` is set by npc", clip(&key.value)),
                     "set it with the profile field of the same meaning instead",
                 );
             } else {
@@ -773,18 +782,26 @@ impl Lower<'_> {
         {
             return true;
         }
-        // Only the error path copies the names (for the hint).
-        let known = self.names.get(section).cloned().unwrap_or_default();
-        let keys: Vec<&str> = known.iter().map(String::as_str).collect();
-        let hint = match did_you_mean(name, keys.iter().copied()) {
-            Some(best) => format!("did you mean `{best}`?"),
-            None if keys.is_empty() => format!(
-                "there is no `[{section}]` entry; add `[{section}.{}]`",
-                name.value
-            ),
-            None => format!("declared in `{section}`: {}", quoted_list(&keys)),
+        let hint = {
+            let keys: Vec<&str> = self
+                .names
+                .get(section)
+                .map(|known| known.iter().map(String::as_str).collect())
+                .unwrap_or_default();
+            match did_you_mean(name, keys.iter().copied()) {
+                Some(best) => format!("did you mean `{}`?", clip(best)),
+                None if keys.is_empty() => format!(
+                    "there is no `[{section}]` entry; add `[{section}.{}]`",
+                    clip(&name.value)
+                ),
+                None => format!("declared in `{section}`: {}", quoted_list(&keys)),
+            }
         };
-        self.error(&name.span, format!("unknown {what} `{}`", name.value), hint);
+        self.error(
+            &name.span,
+            format!("unknown {what} `{}`", clip(&name.value)),
+            hint,
+        );
         false
     }
 
@@ -838,7 +855,7 @@ impl Lower<'_> {
         if self.relative_path(&p.path.span, &p.path.value, "the plugin `path`") {
             let dir = Path::new(&p.path.value);
             if !self.files.is_dir(dir) {
-                self.error(&p.path.span, format!("plugin directory `{}` does not exist", p.path.value), "fix the path (relative to the manifest's directory), or create the package with `npc plugin init`");
+                self.error(&p.path.span, format!("plugin directory `{}` does not exist", clip(&p.path.value)), "fix the path (relative to the manifest's directory), or create the package with `npc plugin init`");
             } else if self.files.read_to_string(&dir.join("plugin.json")).is_err() {
                 self.error(
                     &p.path.span,
@@ -892,7 +909,7 @@ impl Lower<'_> {
                 let schedule = match expr.parse::<Schedule>() {
                     Ok(s) => Some(s),
                     Err(e) => {
-                        self.error(&expr.span, format!("invalid schedule `{}`: {e}", expr.value), "write 5 crontab fields (minute hour day-of-month month day-of-week), a macro such as `@daily`, or an interval such as `15m`");
+                        self.error(&expr.span, format!("invalid schedule `{}`: {e}", clip(&expr.value)), "write 5 crontab fields (minute hour day-of-month month day-of-week), a macro such as `@daily`, or an interval such as `15m`");
                         None
                     }
                 };
@@ -907,7 +924,11 @@ impl Lower<'_> {
                                         .to_string()
                                 }
                             };
-                        self.error(&tz.span, format!("unknown time zone `{}`", tz.value), hint);
+                        self.error(
+                            &tz.span,
+                            format!("unknown time zone `{}`", clip(&tz.value)),
+                            hint,
+                        );
                         "UTC".to_string()
                     }
                     Some(tz) => tz.value.clone(),
@@ -937,10 +958,10 @@ impl Lower<'_> {
                 let valid =
                     !route.is_empty() && route.split('/').all(is_name) && !route.starts_with('/');
                 if !valid {
-                    self.error(&route.span, format!("invalid webhook route `{}`", route.value), "routes are `/`-separated names of lowercase letters, digits, `_` and `-`, such as `github/push`");
+                    self.error(&route.span, format!("invalid webhook route `{}`", clip(&route.value)), "routes are `/`-separated names of lowercase letters, digits, `_` and `-`, such as `github/push`");
                 } else if let Some(first) = routes.get(&route.value) {
                     let line = self.file.position(first.start).line;
-                    self.error(&route.span, format!("duplicate webhook route `{}`", route.value), format!("another trigger already uses it on line {line}; each route has one trigger"));
+                    self.error(&route.span, format!("duplicate webhook route `{}`", clip(&route.value)), format!("another trigger already uses it on line {line}; each route has one trigger"));
                 } else {
                     routes.insert(route.value.clone(), route.span.clone());
                 }
@@ -949,7 +970,7 @@ impl Lower<'_> {
                     .as_ref()
                     .and_then(|s| self.env_var_name(s, "`secret_env`"));
                 if t.secret_env.is_none() {
-                    self.warning(&route.span, format!("webhook route `{}` has no `secret_env`", route.value), "without a secret, any local process can fire it; set `secret_env` to verify signatures");
+                    self.warning(&route.span, format!("webhook route `{}` has no `secret_env`", clip(&route.value)), "without a secret, any local process can fire it; set `secret_env` to verify signatures");
                 }
                 TriggerSource::Webhook {
                     route: route.value.clone(),
@@ -980,7 +1001,7 @@ impl Lower<'_> {
                             let hint = suggest(event, &FileEvent::NAMES);
                             self.error(
                                 &event.span,
-                                format!("unknown file event `{}`", event.value),
+                                format!("unknown file event `{}`", clip(&event.value)),
                                 hint,
                             );
                         }
@@ -1013,7 +1034,7 @@ impl Lower<'_> {
                 let hint = suggest(other, &KINDS);
                 self.error(
                     &t.kind.span,
-                    format!("unknown trigger kind `{other}`"),
+                    format!("unknown trigger kind `{}`", clip(other)),
                     hint,
                 );
                 return None;
@@ -1088,7 +1109,7 @@ impl Lower<'_> {
                         }
                         for (name, var) in declared {
                             if var.default.is_none() && !a.vars.keys().any(|k| k.value == *name) {
-                                self.error(&prompt.span, format!("prompt `{}` needs variable `{name}`", prompt.value), format!("add `vars = {{ {name} = \"…\" }}` to the action, or give the variable a default"));
+                                self.error(&prompt.span, format!("prompt `{}` needs variable `{name}`", clip(&prompt.value)), format!("add `vars = {{ {name} = \"…\" }}` to the action, or give the variable a default"));
                             }
                         }
                     }
@@ -1141,7 +1162,7 @@ impl Lower<'_> {
                 || flag.contains(SHELL_METACHARACTERS)
                 || flag.contains(char::is_whitespace)
             {
-                self.error(&flag.span, format!("resume flag `{}` is not a plain flag", flag.value), "list single flags or subcommands such as `--session` or `resume`, without spaces or shell characters");
+                self.error(&flag.span, format!("resume flag `{}` is not a plain flag", clip(&flag.value)), "list single flags or subcommands such as `--session` or `resume`, without spaces or shell characters");
             }
         }
         let restart = self.restart(p.restart);

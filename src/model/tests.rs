@@ -316,8 +316,8 @@ fn duplicate_keys_are_reported_and_bounded() {
 
 #[test]
 fn very_long_lines_are_handled() {
-    // A 2 MB string value followed by a mistake on the same line.
-    let long = "x".repeat(2 * 1024 * 1024);
+    // A string value just under the string bound followed by a mistake on the same line.
+    let long = "x".repeat(crate::model::node::MAX_STRING_BYTES - 1024);
     let text = format!("version = 1\nproject = {{ name = \"{long}\", nmae = 1 }}\n");
     let loaded = refused("m.toml", text.as_bytes());
     assert_eq!(summaries(&loaded), ["unknown field `nmae` in `project`"]);
@@ -439,5 +439,104 @@ proptest! {
         let bytes = mutations.iter().fold(source.as_bytes().to_vec(), apply);
         let loaded = load(name, &bytes, &fixture_files());
         prop_assert!(check_invariants(&loaded).is_ok(), "{}", check_invariants(&loaded).unwrap_err());
+    }
+}
+
+#[test]
+fn every_document_bound_is_a_diagnostic_at_its_place_in_both_syntaxes() {
+    use super::node::{MAX_ARRAY_LEN, MAX_DOCUMENT_ITEMS, MAX_STRING_BYTES, MAX_TABLE_ENTRIES};
+    let ones = |n: usize| vec!["1"; n].join(",");
+    // Past the item bound in arrays that are each within the array bound.
+    let inner = format!("[{}]", vec!["[]"; MAX_ARRAY_LEN - 1].join(","));
+    let many = format!(
+        "[{}]",
+        vec![inner; MAX_DOCUMENT_ITEMS / MAX_ARRAY_LEN + 1].join(",")
+    );
+    let cases: Vec<(&str, String, String, &str)> = vec![
+        (
+            "items",
+            format!("version = 1\nx = {many}\n"),
+            format!("{{\"version\": 1, \"x\": {many}}}"),
+            "keys and values",
+        ),
+        (
+            "array",
+            format!("version = 1\nx = [{}]\n", ones(MAX_ARRAY_LEN + 1)),
+            format!("{{\"version\": 1, \"x\": [{}]}}", ones(MAX_ARRAY_LEN + 1)),
+            "array has more than",
+        ),
+        (
+            "table",
+            format!(
+                "version = 1\n[x]\n{}",
+                (0..=MAX_TABLE_ENTRIES)
+                    .map(|i| format!("k{i} = 1\n"))
+                    .collect::<String>()
+            ),
+            format!(
+                "{{\"version\": 1, \"x\": {{{}}}}}",
+                (0..=MAX_TABLE_ENTRIES)
+                    .map(|i| format!("\"k{i}\": 1"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            "table has more than",
+        ),
+        (
+            "string",
+            format!(
+                "version = 1\nx = \"{}\"\n",
+                "s".repeat(MAX_STRING_BYTES + 1)
+            ),
+            format!(
+                "{{\"version\": 1, \"x\": \"{}\"}}",
+                "s".repeat(MAX_STRING_BYTES + 1)
+            ),
+            "string is longer than",
+        ),
+    ];
+    for (what, toml, json, summary) in cases {
+        for (name, text) in [("m.toml", &toml), ("m.json", &json)] {
+            let loaded = refused(name, text.as_bytes());
+            assert_eq!(
+                loaded.error_count(),
+                1,
+                "{what} {name}: {:?}",
+                summaries(&loaded)
+            );
+            let diag = &loaded.diagnostics[0];
+            assert!(
+                diag.summary.contains(summary),
+                "{what} {name}: {}",
+                diag.summary
+            );
+            assert!(diag.hint.is_some(), "{what} {name}");
+            let (start, _) = diag.range().expect("located");
+            assert!(start.line >= 1 && start.column >= 1, "{what} {name}");
+        }
+    }
+}
+
+#[test]
+fn a_manifest_at_the_bounds_is_still_read() {
+    use super::node::MAX_ARRAY_LEN;
+    let args = vec!["\"a\""; MAX_ARRAY_LEN].join(",");
+    let text = format!("version = 1\n[mcp.servers.fs]\ncommand = \"x\"\nargs = [{args}]\n");
+    let loaded = load("m.toml", text.as_bytes(), &MapFiles::default());
+    assert_eq!(loaded.error_count(), 0, "{:?}", summaries(&loaded));
+}
+
+#[test]
+fn messages_quote_a_bounded_prefix_of_values() {
+    let key = "k".repeat(100_000);
+    let text = format!(
+        "version = 1\n{key} = 1\n[profiles.p]\nprovider = \"{key}\"\ndescription = \"d\"\n"
+    );
+    let loaded = refused("m.toml", text.as_bytes());
+    assert!(loaded.error_count() >= 2);
+    for d in &loaded.diagnostics {
+        let all = format!("{} {}", d.summary, d.hint.as_deref().unwrap_or(""));
+        assert!(all.len() < 600, "{all}");
+        assert!(all.contains('…'), "{all}");
     }
 }

@@ -7,14 +7,12 @@
 
 use crate::support::*;
 
-
 // ---------------------------------------------------------------------------
 // §1. one guarded layer for every file npc touches on a repository's behalf
 //
 // (tests for §1 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
-
 
 // ---------------------------------------------------------------------------
 // §2. templates cannot hang or exhaust the daemon
@@ -23,14 +21,12 @@ use crate::support::*;
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
-
 // ---------------------------------------------------------------------------
 // §3. `npc import` never turns data into configuration
 //
 // (tests for §3 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
-
 
 // ---------------------------------------------------------------------------
 // §4. the daemon keeps serving and keeps converging
@@ -39,14 +35,12 @@ use crate::support::*;
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
-
 // ---------------------------------------------------------------------------
 // §5. no orphans, fast shutdown
 //
 // (tests for §5 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
-
 
 // ---------------------------------------------------------------------------
 // §6. bounded memory on every input
@@ -55,14 +49,12 @@ use crate::support::*;
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
-
 // ---------------------------------------------------------------------------
 // §7. redaction that is exact
 //
 // (tests for §7 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
-
 
 // ---------------------------------------------------------------------------
 // §8. output and errors a user can act on
@@ -71,14 +63,12 @@ use crate::support::*;
 // merges stay clean)
 // ---------------------------------------------------------------------------
 
-
 // ---------------------------------------------------------------------------
 // §9. correctness found by the audit
 //
 // (tests for §9 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
-
 
 // ---------------------------------------------------------------------------
 // §10. what the agent CLIs accept
