@@ -103,6 +103,18 @@ fn is_env_name(s: &str) -> bool {
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
+/// Longest single argument or `KEY=VALUE` environment string the OS passes
+/// to a program, counting its terminating NUL (Linux `MAX_ARG_STRLEN`, 32
+/// pages): a longer one makes the spawn fail with `E2BIG`.
+pub const MAX_ARG_STRLEN: usize = 131_072;
+/// Most bytes of arguments and environment one program may be given: every
+/// string with its NUL plus one pointer each, as the kernel counts them
+/// against `ARG_MAX` (2 MiB with the default 8 MiB stack). A quarter is kept
+/// free for what npc, the agent CLI and the inherited environment add.
+pub const MAX_ARG_LIST_BYTES: usize = 1536 * 1024;
+/// Bytes of one pointer in `argv` / `envp`, as the kernel counts them.
+const ARG_POINTER_BYTES: usize = std::mem::size_of::<usize>();
+
 /// Characters a shell would interpret; never allowed in relaunch flags.
 pub const SHELL_METACHARACTERS: &[char] = &[
     '|', '&', ';', '<', '>', '(', ')', '$', '`', '\\', '"', '\'', '*', '?', '[', ']', '#', '~',
@@ -409,10 +421,99 @@ impl Lower<'_> {
 
     fn cwd(&mut self, cwd: Option<Spanned<Text>>) -> Option<Text> {
         let cwd = cwd?;
-        if !cwd.is_secret() {
+        // The rule holds for a directory from the environment too; the
+        // messages never quote the value.
+        if !cwd.is_unresolved() {
             self.relative_path(&cwd.span, cwd.expose(), "`cwd`");
         }
         Some(cwd.value)
+    }
+
+    /// What the OS can pass to a program: no NUL byte in the program, an
+    /// argument, an environment entry or the working directory; no single
+    /// string over [`MAX_ARG_STRLEN`]; all of it within
+    /// [`MAX_ARG_LIST_BYTES`]. Messages never quote the values (they may
+    /// come from the environment).
+    fn exec_limits(
+        &mut self,
+        command: &Spanned<String>,
+        args: &[Spanned<Text>],
+        env: &TextMap,
+        cwd: Option<&Spanned<Text>>,
+    ) {
+        let nul = "remove it; the OS cannot pass a NUL byte inside an argument, an environment value or a path";
+        if command.contains('\0') {
+            self.error(&command.span, "`command` contains a NUL byte", nul);
+        }
+        let mut total = command.len() + 1 + ARG_POINTER_BYTES;
+        for (i, arg) in args.iter().enumerate() {
+            if arg.is_unresolved() {
+                continue;
+            }
+            let value = arg.expose();
+            total += value.len() + 1 + ARG_POINTER_BYTES;
+            if value.contains('\0') {
+                self.error(
+                    &arg.span,
+                    format!("argument {} contains a NUL byte", i + 1),
+                    nul,
+                );
+            } else if value.len() + 1 > MAX_ARG_STRLEN {
+                self.error(
+                    &arg.span,
+                    format!(
+                        "argument {} is {} bytes, more than the {} the OS passes in one argument",
+                        i + 1,
+                        value.len(),
+                        MAX_ARG_STRLEN - 1
+                    ),
+                    "pass long data in a file and give its path as the argument",
+                );
+            }
+        }
+        for (key, value) in env {
+            if value.is_unresolved() {
+                continue;
+            }
+            let entry = key.len() + 1 + value.expose().len();
+            total += entry + 1 + ARG_POINTER_BYTES;
+            if value.expose().contains('\0') {
+                self.error(
+                    &value.span,
+                    format!(
+                        "environment value of `{}` contains a NUL byte",
+                        clip(&key.value)
+                    ),
+                    nul,
+                );
+            } else if entry + 1 > MAX_ARG_STRLEN {
+                self.error(
+                    &value.span,
+                    format!(
+                        "environment entry `{}` is {entry} bytes, more than the {} the OS passes in one entry",
+                        clip(&key.value),
+                        MAX_ARG_STRLEN - 1
+                    ),
+                    "pass long data in a file and give its path in the variable",
+                );
+            }
+        }
+        if let Some(cwd) = cwd
+            && !cwd.is_unresolved()
+            && cwd.expose().contains('\0')
+        {
+            self.error(&cwd.span, "`cwd` contains a NUL byte", nul);
+        }
+        if total > MAX_ARG_LIST_BYTES {
+            self.error(
+                &command.span,
+                format!(
+                    "the arguments and environment of `{}` take {total} bytes, more than the {MAX_ARG_LIST_BYTES} npc can pass to a program",
+                    clip(&command.value)
+                ),
+                "pass long data in files, or split the work into several commands",
+            );
+        }
     }
 
     fn command_spec(
@@ -423,6 +524,7 @@ impl Lower<'_> {
         cwd: Option<Spanned<Text>>,
     ) -> CommandSpec {
         self.command(&command);
+        self.exec_limits(&command, &args, &env, cwd.as_ref());
         CommandSpec {
             command: command.value,
             args: args.into_iter().map(|a| a.value).collect(),
@@ -535,12 +637,29 @@ impl Lower<'_> {
                         self.error(&url.span, format!("`{what}` only applies to stdio servers, and `{}` is an HTTP server", clip(&name.value)), format!("remove `{what}`"));
                     }
                 }
-                if !url.is_secret()
+                // The rules hold for a URL from the environment too; then
+                // the message names the reference, never the value.
+                if !url.is_unresolved()
                     && let Err(problem) = check_url(url.expose())
                 {
+                    let summary = match (url.is_secret(), url.source()) {
+                        (true, Some(source)) => format!(
+                            "invalid MCP server URL from `{}`: {}",
+                            clip(source),
+                            problem.describe(UrlShown::Redacted)
+                        ),
+                        (true, None) => format!(
+                            "invalid MCP server URL: {}",
+                            problem.describe(UrlShown::Redacted)
+                        ),
+                        (false, _) => format!(
+                            "invalid MCP server URL: {}",
+                            problem.describe(UrlShown::Value)
+                        ),
+                    };
                     self.error(
                         &url.span,
-                        format!("invalid MCP server URL: {problem}"),
+                        summary,
                         "use `https://host/path`, or `http://` on loopback only",
                     );
                 }
@@ -603,12 +722,15 @@ impl Lower<'_> {
             return None;
         };
         let command = match p.command {
-            Some(c) => {
-                self.command(&c);
-                c.value
-            }
-            None => kind.default_command().to_string(),
+            Some(c) => c,
+            None => Spanned {
+                span: p.kind.span.clone(),
+                value: kind.default_command().to_string(),
+            },
         };
+        self.command(&command);
+        self.exec_limits(&command, &p.args, &p.env, None);
+        let command = command.value;
         if let Some(req) = &p.version
             && let Err(e) = semver::VersionReq::parse(req)
         {
@@ -1250,19 +1372,58 @@ fn escapes(path: &Path) -> bool {
     false
 }
 
+/// What is wrong with an MCP endpoint URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UrlProblem {
+    NoScheme { url: String },
+    Fragment,
+    Credentials,
+    NoHost { url: String },
+    PlainHttp { host: String },
+    Scheme { scheme: String },
+}
+
+/// Whether a [`UrlProblem`] may quote the URL (`Value`) or must not, because
+/// it came from the environment (`Redacted`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UrlShown {
+    Value,
+    Redacted,
+}
+
+impl UrlProblem {
+    /// One lowercase phrase; quotes parts of the URL only when `shown` allows.
+    pub fn describe(&self, shown: UrlShown) -> String {
+        let quote = |part: &str| match shown {
+            UrlShown::Value => format!("`{}`", clip(part)),
+            UrlShown::Redacted => format!("`{}`", super::text::REDACTED),
+        };
+        match self {
+            UrlProblem::NoScheme { url } => format!("{} has no scheme", quote(url)),
+            UrlProblem::Fragment => "a URL with a fragment (`#…`)".into(),
+            UrlProblem::Credentials => {
+                "credentials in the URL; pass them with `bearer_token_env` or `headers`".into()
+            }
+            UrlProblem::NoHost { url } => format!("{} has no host", quote(url)),
+            UrlProblem::PlainHttp { host } => {
+                format!("plain `http` to {}, which is not loopback", quote(host))
+            }
+            UrlProblem::Scheme { scheme } => format!("unsupported scheme {}", quote(scheme)),
+        }
+    }
+}
+
 /// Check an MCP endpoint: http(s), https unless loopback, no userinfo, no fragment.
-pub fn check_url(url: &str) -> Result<(), String> {
+pub fn check_url(url: &str) -> Result<(), UrlProblem> {
     let (scheme, rest) = url
         .split_once("://")
-        .ok_or_else(|| format!("`{url}` has no scheme"))?;
+        .ok_or_else(|| UrlProblem::NoScheme { url: url.into() })?;
     if url.contains('#') {
-        return Err("a URL with a fragment (`#…`)".into());
+        return Err(UrlProblem::Fragment);
     }
     let authority = rest.split(['/', '?']).next().unwrap_or("");
     if authority.contains('@') {
-        return Err(
-            "credentials in the URL; pass them with `bearer_token_env` or `headers`".into(),
-        );
+        return Err(UrlProblem::Credentials);
     }
     let host = if let Some(v6) = authority.strip_prefix('[') {
         v6.split(']').next().unwrap_or("")
@@ -1270,7 +1431,7 @@ pub fn check_url(url: &str) -> Result<(), String> {
         authority.rsplit_once(':').map_or(authority, |(h, _)| h)
     };
     if host.is_empty() {
-        return Err(format!("`{url}` has no host"));
+        return Err(UrlProblem::NoHost { url: url.into() });
     }
     let loopback = host == "localhost"
         || host
@@ -1279,8 +1440,10 @@ pub fn check_url(url: &str) -> Result<(), String> {
     match scheme {
         "https" => Ok(()),
         "http" if loopback => Ok(()),
-        "http" => Err(format!("plain `http` to `{host}`, which is not loopback")),
-        other => Err(format!("unsupported scheme `{other}`")),
+        "http" => Err(UrlProblem::PlainHttp { host: host.into() }),
+        other => Err(UrlProblem::Scheme {
+            scheme: other.into(),
+        }),
     }
 }
 

@@ -540,3 +540,140 @@ fn messages_quote_a_bounded_prefix_of_values() {
         assert!(all.contains('…'), "{all}");
     }
 }
+
+fn load_with_env(text: &str, env: &[(&str, &str)]) -> Loaded {
+    let env: BTreeMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    load_bytes(
+        "m.toml",
+        text.as_bytes(),
+        Syntax::Toml,
+        &env,
+        &MapFiles::default(),
+    )
+}
+
+#[test]
+fn an_unset_variable_does_not_hide_the_entrys_other_errors() {
+    let loaded = load_with_env(
+        "version = 1\n[mcp.servers.s1]\ncommand = \"x\"\nargs = [\"${UNSET_VAR}\"]\ncwd = \"/abs\"\n",
+        &[],
+    );
+    assert_eq!(
+        summaries(&loaded),
+        [
+            "environment variable `UNSET_VAR` is not set",
+            "`cwd` is an absolute path"
+        ]
+    );
+}
+
+#[test]
+fn url_rules_hold_for_urls_from_the_environment_without_quoting_them() {
+    for (value, problem) in [
+        (
+            "ftp://secret-host.example/x",
+            "unsupported scheme `<redacted>`",
+        ),
+        (
+            "http://10.0.0.7/mcp",
+            "plain `http` to `<redacted>`, which is not loopback",
+        ),
+        (
+            "https://user:pw@secret-host.example",
+            "credentials in the URL",
+        ),
+    ] {
+        let loaded = load_with_env(
+            "version = 1\n[mcp.servers.s1]\nurl = \"${MCP_URL}\"\n",
+            &[("MCP_URL", value)],
+        );
+        let all = summaries(&loaded);
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert!(
+            all[0].starts_with("invalid MCP server URL from `${MCP_URL}`: ")
+                && all[0].contains(problem),
+            "{all:?}"
+        );
+        for d in &loaded.diagnostics {
+            assert!(
+                !d.to_string().contains("secret-host") && !d.to_string().contains("10.0.0.7"),
+                "{d}"
+            );
+        }
+    }
+    let fine = load_with_env(
+        "version = 1\n[mcp.servers.s1]\nurl = \"${MCP_URL}\"\n",
+        &[("MCP_URL", "https://ok.example/mcp")],
+    );
+    assert_eq!(fine.error_count(), 0);
+}
+
+#[test]
+fn what_the_os_cannot_pass_to_a_program_is_refused() {
+    use super::lower::{MAX_ARG_LIST_BYTES, MAX_ARG_STRLEN};
+    let nul = [
+        (
+            "command",
+            "version = 1\n[mcp.servers.s1]\ncommand = \"a\\u0000b\"\n",
+        ),
+        (
+            "argument",
+            "version = 1\n[mcp.servers.s1]\ncommand = \"x\"\nargs = [\"a\\u0000b\"]\n",
+        ),
+        (
+            "env value",
+            "version = 1\n[hooks]\nbefore_tool = [{ command = \"x\", env = { K = \"a\\u0000b\" } }]\n",
+        ),
+        (
+            "cwd",
+            "version = 1\n[panes.p]\ncommand = \"x\"\ncwd = \"a\\u0000b\"\n",
+        ),
+        (
+            "provider arg",
+            "version = 1\n[providers.p]\nkind = \"codex\"\nargs = [\"${NUL_VAR}\"]\n",
+        ),
+    ];
+    for (what, text) in nul {
+        let loaded = load_with_env(text, &[("NUL_VAR", "a\0b")]);
+        let all = summaries(&loaded);
+        assert_eq!(all.len(), 1, "{what}: {all:?}");
+        assert!(all[0].contains("NUL byte"), "{what}: {all:?}");
+    }
+    let long = "a".repeat(MAX_ARG_STRLEN);
+    let loaded = load_with_env(
+        &format!("version = 1\n[mcp.servers.s1]\ncommand = \"x\"\nargs = [\"ok\", \"{long}\"]\n"),
+        &[],
+    );
+    assert_eq!(
+        summaries(&loaded),
+        [format!(
+            "argument 2 is {} bytes, more than the {} the OS passes in one argument",
+            MAX_ARG_STRLEN,
+            MAX_ARG_STRLEN - 1
+        )]
+    );
+    let chunk = "a".repeat(MAX_ARG_STRLEN / 2);
+    let many = vec![format!("\"{chunk}\""); MAX_ARG_LIST_BYTES / chunk.len() + 1].join(",");
+    let loaded = load_with_env(
+        &format!(
+            "version = 1\n[triggers.t]\nkind = \"cron\"\nschedule = \"1h\"\naction = {{ command = \"x\", args = [{many}] }}\n"
+        ),
+        &[],
+    );
+    let all = summaries(&loaded);
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert!(
+        all[0].starts_with("the arguments and environment of `x` take "),
+        "{all:?}"
+    );
+    // Just under the single-argument limit is fine.
+    let fits = "a".repeat(MAX_ARG_STRLEN - 1);
+    let loaded = load_with_env(
+        &format!("version = 1\n[mcp.servers.s1]\ncommand = \"x\"\nargs = [\"{fits}\"]\n"),
+        &[],
+    );
+    assert_eq!(loaded.error_count(), 0, "{:?}", summaries(&loaded));
+}
