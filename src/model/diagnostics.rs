@@ -345,8 +345,15 @@ pub fn did_you_mean<'a>(
 ) -> Option<&'a str> {
     /// Minimum Jaro-Winkler similarity for a suggestion.
     const SUGGESTION_THRESHOLD: f64 = 0.8;
+    /// Longest name compared (the comparison costs the product of the two
+    /// lengths); nothing longer is a typo of a name worth suggesting.
+    const MAX_COMPARED_BYTES: usize = 128;
+    if unknown.len() > MAX_COMPARED_BYTES {
+        return None;
+    }
     candidates
         .into_iter()
+        .filter(|c| c.len() <= MAX_COMPARED_BYTES)
         .map(|c| (strsim::jaro_winkler(unknown, c), c))
         .filter(|(score, _)| *score >= SUGGESTION_THRESHOLD)
         .max_by(|a, b| a.0.total_cmp(&b.0))
