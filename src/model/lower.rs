@@ -112,6 +112,9 @@ pub const MAX_ARG_STRLEN: usize = 131_072;
 /// against `ARG_MAX` (2 MiB with the default 8 MiB stack). A quarter is kept
 /// free for what npc, the agent CLI and the inherited environment add.
 pub const MAX_ARG_LIST_BYTES: usize = 1536 * 1024;
+/// What to do about a NUL byte in a value the OS would receive.
+const NUL_HINT: &str =
+    "remove it; the OS cannot pass a NUL byte inside an argument, an environment value or a path";
 /// Bytes of one pointer in `argv` / `envp`, as the kernel counts them.
 const ARG_POINTER_BYTES: usize = std::mem::size_of::<usize>();
 
@@ -293,7 +296,10 @@ impl Lower<'_> {
     /// A path must be relative and stay inside the repository.
     fn relative_path(&mut self, span: &Span, path: &str, what: &str) -> bool {
         let p = Path::new(path);
-        if path.is_empty() {
+        if path.contains('\0') {
+            self.error(span, format!("{what} contains a NUL byte"), NUL_HINT);
+            false
+        } else if path.is_empty() {
             self.error(
                 span,
                 format!("{what} is empty"),
@@ -430,20 +436,13 @@ impl Lower<'_> {
     }
 
     /// What the OS can pass to a program: no NUL byte in the program, an
-    /// argument, an environment entry or the working directory; no single
-    /// string over [`MAX_ARG_STRLEN`]; all of it within
-    /// [`MAX_ARG_LIST_BYTES`]. Messages never quote the values (they may
-    /// come from the environment).
-    fn exec_limits(
-        &mut self,
-        command: &Spanned<String>,
-        args: &[Spanned<Text>],
-        env: &TextMap,
-        cwd: Option<&Spanned<Text>>,
-    ) {
-        let nul = "remove it; the OS cannot pass a NUL byte inside an argument, an environment value or a path";
+    /// argument or an environment entry (paths such as `cwd` are checked by
+    /// [`Self::relative_path`]); no single string over [`MAX_ARG_STRLEN`];
+    /// all of it within [`MAX_ARG_LIST_BYTES`]. Messages never quote the
+    /// values (they may come from the environment).
+    fn exec_limits(&mut self, command: &Spanned<String>, args: &[Spanned<Text>], env: &TextMap) {
         if command.contains('\0') {
-            self.error(&command.span, "`command` contains a NUL byte", nul);
+            self.error(&command.span, "`command` contains a NUL byte", NUL_HINT);
         }
         let mut total = command.len() + 1 + ARG_POINTER_BYTES;
         for (i, arg) in args.iter().enumerate() {
@@ -456,7 +455,7 @@ impl Lower<'_> {
                 self.error(
                     &arg.span,
                     format!("argument {} contains a NUL byte", i + 1),
-                    nul,
+                    NUL_HINT,
                 );
             } else if value.len() + 1 > MAX_ARG_STRLEN {
                 self.error(
@@ -484,7 +483,7 @@ impl Lower<'_> {
                         "environment value of `{}` contains a NUL byte",
                         clip(&key.value)
                     ),
-                    nul,
+                    NUL_HINT,
                 );
             } else if entry + 1 > MAX_ARG_STRLEN {
                 self.error(
@@ -497,12 +496,6 @@ impl Lower<'_> {
                     "pass long data in a file and give its path in the variable",
                 );
             }
-        }
-        if let Some(cwd) = cwd
-            && !cwd.is_unresolved()
-            && cwd.expose().contains('\0')
-        {
-            self.error(&cwd.span, "`cwd` contains a NUL byte", nul);
         }
         if total > MAX_ARG_LIST_BYTES {
             self.error(
@@ -524,7 +517,7 @@ impl Lower<'_> {
         cwd: Option<Spanned<Text>>,
     ) -> CommandSpec {
         self.command(&command);
-        self.exec_limits(&command, &args, &env, cwd.as_ref());
+        self.exec_limits(&command, &args, &env);
         CommandSpec {
             command: command.value,
             args: args.into_iter().map(|a| a.value).collect(),
@@ -729,7 +722,7 @@ impl Lower<'_> {
             },
         };
         self.command(&command);
-        self.exec_limits(&command, &p.args, &p.env, None);
+        self.exec_limits(&command, &p.args, &p.env);
         let command = command.value;
         if let Some(req) = &p.version
             && let Err(e) = semver::VersionReq::parse(req)

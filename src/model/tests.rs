@@ -635,6 +635,14 @@ fn what_the_os_cannot_pass_to_a_program_is_refused() {
             "provider arg",
             "version = 1\n[providers.p]\nkind = \"codex\"\nargs = [\"${NUL_VAR}\"]\n",
         ),
+        (
+            "state_dir",
+            "version = 1\n[project]\nstate_dir = \"a\\u0000b\"\n",
+        ),
+        (
+            "prompt file",
+            "version = 1\n[prompts.p]\nfile = \"a\\u0000b\"\n",
+        ),
     ];
     for (what, text) in nul {
         let loaded = load_with_env(text, &[("NUL_VAR", "a\0b")]);
