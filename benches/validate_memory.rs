@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use nix::sys::resource::{UsageWho, getrusage};
+use npcagent::model::node::item_limit;
 
 /// Set to a manifest path when this binary runs as the measuring runner.
 const RUNNER_ENV: &str = "NPC_BENCH_VALIDATE_MEMORY_RUN";
@@ -40,6 +41,22 @@ fn fill(head: &str, tail: &str, mut unit: impl FnMut(usize) -> String) -> String
         i += 1;
     }
     s.push_str(tail);
+    s
+}
+
+/// Add `unit(i)` (text, items it adds) after `head` while the document stays
+/// within [`item_limit`] of its own size.
+fn under_limit(head: &str, mut unit: impl FnMut(usize) -> (String, usize)) -> String {
+    let mut s = String::from(head);
+    let mut items = 1;
+    for i in 0.. {
+        let (next, n) = unit(i);
+        if items + n > item_limit(s.len() + next.len()) {
+            break;
+        }
+        s.push_str(&next);
+        items += n;
+    }
     s
 }
 
@@ -76,15 +93,30 @@ fn cases() -> Vec<(&'static str, &'static str, String)> {
         "toml",
         fill("version = 1\n[x]\n", "", |i| format!("k{i} = 1\n")),
     ));
-    // Just under the item bound: 48 arrays of 4,000 ints (192,000 items).
-    out.push(("192,000 ints just under the bounds", "toml", {
-        let row = vec!["1"; 4000].join(",");
-        let mut s = String::from("version = 1\n");
-        for i in 0..48 {
-            s.push_str(&format!("a{i} = [{row}]\n"));
-        }
-        s
-    }));
+    // Densest shapes just under the item limit (small files, the hardest
+    // for a budget proportional to size).
+    for (name, unit) in [
+        ("ints `1,` just under the item limit", "1"),
+        ("empty arrays `[],` just under the item limit", "[]"),
+        ("empty inline tables `{},` just under the item limit", "{}"),
+        ("empty strings just under the item limit", "\"\""),
+    ] {
+        let row = vec![unit; 4000].join(",");
+        let text = under_limit("version = 1\n", |r| (format!("a{r} = [{row}]\n"), 4002));
+        out.push((name, "toml", text));
+    }
+    out.push((
+        "keys `kN = 1` just under the item limit",
+        "toml",
+        under_limit("version = 1\n", |i| {
+            let table = if i % 4000 == 0 {
+                format!("[t{i}]\n")
+            } else {
+                String::new()
+            };
+            (format!("{table}k{i} = 1\n"), 4)
+        }),
+    ));
     // Strings at the string bound: seven prompts of just under 1 MiB each.
     out.push(("long strings (7 × 1 MiB templates)", "toml", {
         let body = "word ".repeat((1024 * 1024 - 64) / 5);

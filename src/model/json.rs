@@ -10,8 +10,8 @@ use std::collections::HashMap;
 
 use super::diagnostics::{Diagnostic, has_room};
 use super::node::{
-    Exceeded, Key, MAX_ARRAY_LEN, MAX_DOCUMENT_ITEMS, MAX_NESTING_DEPTH, MAX_STRING_BYTES,
-    MAX_TABLE_ENTRIES, Node, NodeKind,
+    Exceeded, Key, MAX_ARRAY_LEN, MAX_NESTING_DEPTH, MAX_STRING_BYTES, MAX_TABLE_ENTRIES, Node,
+    NodeKind, item_limit,
 };
 use super::source::{SourceFile, Span};
 
@@ -23,6 +23,7 @@ pub fn parse(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
         bytes: file.text().as_bytes(),
         pos: 0,
         items: 0,
+        item_limit: item_limit(file.text().len()),
         diags,
     };
     p.skip_ws();
@@ -57,8 +58,10 @@ struct Parser<'a, 'd> {
     file: &'a SourceFile,
     bytes: &'a [u8],
     pos: usize,
-    /// Keys and values read so far, against [`MAX_DOCUMENT_ITEMS`].
+    /// Keys and values read so far, against `item_limit`.
     items: usize,
+    /// [`item_limit`] of this document.
+    item_limit: usize,
     diags: &'d mut Vec<Diagnostic>,
 }
 
@@ -94,10 +97,10 @@ impl Parser<'_, '_> {
         })
     }
 
-    /// Count one key or value against [`MAX_DOCUMENT_ITEMS`].
+    /// Count one key or value against [`item_limit`].
     fn count_item(&mut self) -> PResult<()> {
         self.items += 1;
-        if self.items > MAX_DOCUMENT_ITEMS {
+        if self.items > self.item_limit {
             let end = (self.pos + 1).min(self.bytes.len());
             return Self::exceeded(self.pos..end, Exceeded::Items);
         }

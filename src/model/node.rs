@@ -15,12 +15,22 @@ use super::source::{SourceFile, Span};
 pub const MAX_MANIFEST_BYTES: usize = 8 * 1024 * 1024;
 /// Deepest nesting of arrays and tables accepted in a manifest.
 pub const MAX_NESTING_DEPTH: usize = 64;
-/// Most keys and values one manifest may hold: every key (each part of a
-/// dotted key), scalar, array and table counts once. Bounds the memory of
-/// parsing: a parsed item costs about 250 bytes across the parser's tokens,
-/// events and both trees, so the cap keeps that under 50 MB whatever the
-/// file holds. Four times the items of the 5,000-component benchmark manifest.
+/// Keys and values any manifest may hold, however small the file: every key
+/// (each part of a dotted key), scalar, array and table counts once.
+pub const BASE_DOCUMENT_ITEMS: usize = 60_000;
+/// One more key or value is allowed per this many bytes of the file.
+pub const BYTES_PER_EXTRA_ITEM: usize = 10;
+/// Most keys and values in any manifest (reached at 1.4 MB of text).
 pub const MAX_DOCUMENT_ITEMS: usize = 200_000;
+
+/// How many keys and values a manifest of `len` bytes may hold. A parsed
+/// item costs about 180 bytes at its peak (the TOML parser's tokens and
+/// events, its tree and ours), so memory stays within 20 times the file
+/// size plus 20 MB even for a file of nothing but `1,` (2 bytes an item);
+/// real manifests spend 8 or more bytes an item and never come near it.
+pub fn item_limit(len: usize) -> usize {
+    (BASE_DOCUMENT_ITEMS + len / BYTES_PER_EXTRA_ITEM).min(MAX_DOCUMENT_ITEMS)
+}
 /// Most items in one array (`args`, `paths`, `[[hooks.…]]`, …).
 pub const MAX_ARRAY_LEN: usize = 4096;
 /// Most entries in one table (a section's named entries, an `env` map, …).
@@ -32,7 +42,7 @@ pub const MAX_STRING_BYTES: usize = 1024 * 1024;
 /// A bound of the document tree that an input exceeded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exceeded {
-    /// More than [`MAX_DOCUMENT_ITEMS`] keys and values.
+    /// More keys and values than [`item_limit`] allows.
     Items,
     /// An array longer than [`MAX_ARRAY_LEN`].
     ArrayLen,
@@ -50,7 +60,9 @@ impl Exceeded {
     pub fn diagnostic(self, file: &SourceFile, span: Span) -> Diagnostic {
         let (summary, hint) = match self {
             Exceeded::Items => (
-                format!("the manifest has more than {MAX_DOCUMENT_ITEMS} keys and values"),
+                format!(
+                    "the manifest has more keys and values than {BASE_DOCUMENT_ITEMS} plus one per {BYTES_PER_EXTRA_ITEM} bytes of text (at most {MAX_DOCUMENT_ITEMS})"
+                ),
                 "a manifest declares components, not data: split it, or move bulk data into files the commands read",
             ),
             Exceeded::ArrayLen => (
@@ -166,13 +178,14 @@ pub fn parse(file: &SourceFile, syntax: Syntax, diags: &mut Vec<Diagnostic>) -> 
 }
 
 /// The span of the first key or value of a TOML document past
-/// [`MAX_DOCUMENT_ITEMS`], if it has that many. One streaming pass over the
+/// [`item_limit`], if it has that many. One streaming pass over the
 /// tokens in constant memory: every string, bare word (key part, number,
 /// boolean, date), `[` and `{` counts once, an upper bound on the keys and
 /// values the document parses to. Importers reading agent configs may call
 /// it before parsing a file they did not write.
 pub fn toml_items_exceeded(text: &str) -> Option<Span> {
     use toml_parser::lexer::TokenKind;
+    let limit = item_limit(text.len());
     let mut items = 0usize;
     for token in toml_parser::Source::new(text).lex() {
         let counted = matches!(
@@ -187,7 +200,7 @@ pub fn toml_items_exceeded(text: &str) -> Option<Span> {
         );
         if counted {
             items += 1;
-            if items > MAX_DOCUMENT_ITEMS {
+            if items > limit {
                 let span = token.span();
                 return Some(span.start()..span.end());
             }

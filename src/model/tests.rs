@@ -685,3 +685,26 @@ fn what_the_os_cannot_pass_to_a_program_is_refused() {
     );
     assert_eq!(loaded.error_count(), 0, "{:?}", summaries(&loaded));
 }
+
+#[test]
+fn the_item_limit_grows_with_the_file_and_fits_large_real_manifests() {
+    use super::node::{BASE_DOCUMENT_ITEMS, MAX_DOCUMENT_ITEMS, item_limit};
+    assert_eq!(item_limit(0), BASE_DOCUMENT_ITEMS);
+    assert_eq!(item_limit(8 * 1024 * 1024), MAX_DOCUMENT_ITEMS);
+    // Dense punctuation past the limit of its small size is refused…
+    let rows: String = (0..20)
+        .map(|r| format!("a{r} = [{}]\n", vec!["1"; 4000].join(",")))
+        .collect();
+    let loaded = refused("m.toml", format!("version = 1\n{rows}").as_bytes());
+    assert_eq!(loaded.error_count(), 1, "{:?}", summaries(&loaded));
+    assert!(loaded.diagnostics[0].summary.contains("keys and values"));
+    // …while 10,000 components (the planner benchmark's shape) load.
+    let mut text = String::from("version = 1\n");
+    for i in 0..5_000 {
+        text += &format!(
+            "[mcp.servers.s{i}]\ncommand = \"srv\"\nargs = [\"--n\", \"0\"]\nenv = {{ A = \"b\" }}\n[triggers.t{i}]\nkind = \"cron\"\nschedule = \"1 * * * *\"\naction = {{ command = \"make\" }}\n"
+        );
+    }
+    let loaded = load("m.toml", text.as_bytes(), &MapFiles::default());
+    assert_eq!(loaded.error_count(), 0, "{:?}", &summaries(&loaded)[..1]);
+}
