@@ -2,7 +2,7 @@
 //! `npcagent.json` gets the same file:line:column diagnostics as TOML.
 //! serde_json drops positions and silently keeps the last of duplicate keys;
 //! this parser reports duplicates, never recurses past [`MAX_NESTING_DEPTH`],
-//! and stops at the bounds of [`super::node`] (keys and values in the
+//! and stops at the bounds of [`super::node`] (items in the
 //! document, items per array, entries per object, bytes per string) before
 //! it allocates past them.
 
@@ -97,7 +97,7 @@ impl Parser<'_, '_> {
         })
     }
 
-    /// Count one key or value against [`item_limit`].
+    /// Count one item (key, value or closing bracket) against [`item_limit`].
     fn count_item(&mut self) -> PResult<()> {
         self.items += 1;
         if self.items > self.item_limit {
@@ -276,6 +276,7 @@ impl Parser<'_, '_> {
         let mut items = Vec::new();
         self.skip_ws();
         if self.bytes.get(self.pos) == Some(&b']') {
+            self.count_item()?;
             self.pos += 1;
             return Ok(NodeKind::Array(items));
         }
@@ -289,6 +290,7 @@ impl Parser<'_, '_> {
             match self.bytes.get(self.pos) {
                 Some(b',') => self.pos += 1,
                 Some(b']') => {
+                    self.count_item()?;
                     self.pos += 1;
                     return Ok(NodeKind::Array(items));
                 }
@@ -305,6 +307,7 @@ impl Parser<'_, '_> {
         let mut seen: HashMap<String, usize> = HashMap::new();
         self.skip_ws();
         if self.bytes.get(self.pos) == Some(&b'}') {
+            self.count_item()?;
             self.pos += 1;
             return Ok(NodeKind::Table(entries));
         }
@@ -350,6 +353,7 @@ impl Parser<'_, '_> {
             match self.bytes.get(self.pos) {
                 Some(b',') => self.pos += 1,
                 Some(b'}') => {
+                    self.count_item()?;
                     self.pos += 1;
                     return Ok(NodeKind::Table(entries));
                 }

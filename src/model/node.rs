@@ -15,19 +15,22 @@ use super::source::{SourceFile, Span};
 pub const MAX_MANIFEST_BYTES: usize = 8 * 1024 * 1024;
 /// Deepest nesting of arrays and tables accepted in a manifest.
 pub const MAX_NESTING_DEPTH: usize = 64;
-/// Keys and values any manifest may hold, however small the file: every key
-/// (each part of a dotted key), scalar, array and table counts once.
+/// Items any manifest may hold, however small the file. Items are what
+/// parsing spends memory on: every key (each part of a dotted key), every
+/// scalar, and every bracket (an array or table counts twice, once per
+/// bracket, as it costs about twice a scalar).
 pub const BASE_DOCUMENT_ITEMS: usize = 60_000;
-/// One more key or value is allowed per this many bytes of the file.
-pub const BYTES_PER_EXTRA_ITEM: usize = 10;
-/// Most keys and values in any manifest (reached at 1.4 MB of text).
+/// One more item is allowed per this many bytes of the file.
+pub const BYTES_PER_EXTRA_ITEM: usize = 8;
+/// Most items in any manifest (reached at about 1.1 MB of text).
 pub const MAX_DOCUMENT_ITEMS: usize = 200_000;
 
-/// How many keys and values a manifest of `len` bytes may hold. A parsed
-/// item costs about 180 bytes at its peak (the TOML parser's tokens and
+/// How many items a manifest of `len` bytes may hold. An item costs up to
+/// about 180 bytes at the peak of parsing (the TOML parser's tokens and
 /// events, its tree and ours), so memory stays within 20 times the file
-/// size plus 20 MB even for a file of nothing but `1,` (2 bytes an item);
-/// real manifests spend 8 or more bytes an item and never come near it.
+/// size plus 20 MB even for a file of nothing but `1,` or `[],` (the densest
+/// shapes); real manifests spend 5 or more bytes an item and never come near
+/// it (10,000 components take 150,000 items in 800 KB).
 pub fn item_limit(len: usize) -> usize {
     (BASE_DOCUMENT_ITEMS + len / BYTES_PER_EXTRA_ITEM).min(MAX_DOCUMENT_ITEMS)
 }
@@ -42,7 +45,7 @@ pub const MAX_STRING_BYTES: usize = 1024 * 1024;
 /// A bound of the document tree that an input exceeded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exceeded {
-    /// More keys and values than [`item_limit`] allows.
+    /// More items than [`item_limit`] allows.
     Items,
     /// An array longer than [`MAX_ARRAY_LEN`].
     ArrayLen,
@@ -61,7 +64,7 @@ impl Exceeded {
         let (summary, hint) = match self {
             Exceeded::Items => (
                 format!(
-                    "the manifest has more keys and values than {BASE_DOCUMENT_ITEMS} plus one per {BYTES_PER_EXTRA_ITEM} bytes of text (at most {MAX_DOCUMENT_ITEMS})"
+                    "the manifest has more items (keys, values, brackets) than {BASE_DOCUMENT_ITEMS} plus one per {BYTES_PER_EXTRA_ITEM} bytes of text (at most {MAX_DOCUMENT_ITEMS})"
                 ),
                 "a manifest declares components, not data: split it, or move bulk data into files the commands read",
             ),
@@ -177,11 +180,10 @@ pub fn parse(file: &SourceFile, syntax: Syntax, diags: &mut Vec<Diagnostic>) -> 
     }
 }
 
-/// The span of the first key or value of a TOML document past
-/// [`item_limit`], if it has that many. One streaming pass over the
-/// tokens in constant memory: every string, bare word (key part, number,
-/// boolean, date), `[` and `{` counts once, an upper bound on the keys and
-/// values the document parses to. Importers reading agent configs may call
+/// The span of the first item of a TOML document past [`item_limit`], if it
+/// has that many. One streaming pass over the tokens in constant memory:
+/// every string, bare word (key part, number, boolean, date) and bracket
+/// counts once. Importers reading agent configs may call
 /// it before parsing a file they did not write.
 pub fn toml_items_exceeded(text: &str) -> Option<Span> {
     use toml_parser::lexer::TokenKind;
@@ -196,7 +198,9 @@ pub fn toml_items_exceeded(text: &str) -> Option<Span> {
                 | TokenKind::MlBasicString
                 | TokenKind::MlLiteralString
                 | TokenKind::LeftSquareBracket
+                | TokenKind::RightSquareBracket
                 | TokenKind::LeftCurlyBracket
+                | TokenKind::RightCurlyBracket
         );
         if counted {
             items += 1;

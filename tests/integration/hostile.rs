@@ -165,7 +165,7 @@ fn an_8_mb_array_of_ints_is_refused_by_the_item_cap() {
     assert_eq!(
         summaries,
         [
-            "the manifest has more keys and values than 60000 plus one per 10 bytes of text (at most 200000)"
+            "the manifest has more items (keys, values, brackets) than 60000 plus one per 8 bytes of text (at most 200000)"
         ]
     );
     assert_eq!(report["diagnostics"][0]["range"]["start"]["line"], 2);
@@ -181,7 +181,7 @@ fn millions_of_empty_args_are_refused() {
     assert_eq!(
         report_summaries(&report),
         [
-            "the manifest has more keys and values than 60000 plus one per 10 bytes of text (at most 200000)"
+            "the manifest has more items (keys, values, brackets) than 60000 plus one per 8 bytes of text (at most 200000)"
         ]
     );
     // …and any list past the per-array bound, in TOML and JSON alike.
