@@ -48,7 +48,8 @@ fn fill(head: &str, tail: &str, mut unit: impl FnMut(usize) -> String) -> String
 /// within [`item_limit`] of its own size.
 fn under_limit(head: &str, mut unit: impl FnMut(usize) -> (String, usize)) -> String {
     let mut s = String::from(head);
-    let mut items = 1;
+    // `version = 1`.
+    let mut items = 2;
     for i in 0.. {
         let (next, n) = unit(i);
         if items + n > item_limit(s.len() + next.len()) {
@@ -95,26 +96,33 @@ fn cases() -> Vec<(&'static str, &'static str, String)> {
     ));
     // Densest shapes just under the item limit (small files, the hardest
     // for a budget proportional to size).
-    for (name, unit) in [
-        ("ints `1,` just under the item limit", "1"),
-        ("empty arrays `[],` just under the item limit", "[]"),
-        ("empty inline tables `{},` just under the item limit", "{}"),
-        ("empty strings just under the item limit", "\"\""),
+    // Items per unit: one per scalar, two per empty array or table.
+    for (name, unit, items) in [
+        ("ints `1,` just under the item limit", "1", 1),
+        ("empty arrays `[],` just under the item limit", "[]", 2),
+        (
+            "empty inline tables `{},` just under the item limit",
+            "{}",
+            2,
+        ),
+        ("empty strings just under the item limit", "\"\"", 1),
     ] {
         let row = vec![unit; 4000].join(",");
-        let text = under_limit("version = 1\n", |r| (format!("a{r} = [{row}]\n"), 4002));
+        // A row is its key, its brackets and 4,000 units.
+        let text = under_limit("version = 1\n", |r| {
+            (format!("a{r} = [{row}]\n"), 3 + 4000 * items)
+        });
         out.push((name, "toml", text));
     }
     out.push((
         "keys `kN = 1` just under the item limit",
         "toml",
         under_limit("version = 1\n", |i| {
-            let table = if i % 4000 == 0 {
-                format!("[t{i}]\n")
+            if i % 4000 == 0 {
+                (format!("[t{i}]\nk{i} = 1\n"), 5)
             } else {
-                String::new()
-            };
-            (format!("{table}k{i} = 1\n"), 4)
+                (format!("k{i} = 1\n"), 2)
+            }
         }),
     ));
     // Strings at the string bound: seven prompts of just under 1 MiB each.
