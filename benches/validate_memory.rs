@@ -125,6 +125,18 @@ fn cases() -> Vec<(&'static str, &'static str, String)> {
             }
         }),
     ));
+    // A real large manifest for reference: the planner benchmark's 10,000
+    // components (valid), whose cost is mostly the model, not parsing.
+    out.push((
+        "10,000 components (valid, reference)",
+        "toml",
+        (0..5_000).fold(String::from("version = 1\n"), |mut s, i| {
+            s.push_str(&format!(
+                "[mcp.servers.s{i}]\ncommand = \"srv\"\nargs = [\"--n\", \"0\"]\nenv = {{ A = \"b\" }}\n[triggers.t{i}]\nkind = \"cron\"\nschedule = \"1 * * * *\"\naction = {{ command = \"make\" }}\n"
+            ));
+            s
+        }),
+    ));
     // Strings at the string bound: seven prompts of just under 1 MiB each.
     out.push(("long strings (7 × 1 MiB templates)", "toml", {
         let body = "word ".repeat((1024 * 1024 - 64) / 5);
