@@ -21,13 +21,18 @@
 //! transaction, and then, still on that thread and in id order, fans each
 //! event out and answers its publisher. At most [`MAX_PENDING_PUBLISHES`]
 //! publishes wait at once; more wait for room.
-//! Before anything is persisted, every string in the payload and the
-//! component name are scrubbed of the bus's known secret values
-//! ([`redact_json`]). [`EventBus::follow`] gives a gap-free,
+//! Before anything is persisted, every string value in the payload is
+//! scrubbed of the bus's known secret values ([`redact_json`]); object keys
+//! and the component id are names from the manifest and are never touched,
+//! and values shorter than [`MIN_SCRUBBED_SECRET_CHARS`] are not searched for
+//! (they print as `<redacted>` in their own fields through `Text`). A payload
+//! over [`MAX_PAYLOAD_BYTES`] is cut to fit with markers ([`truncate_payload`]);
+//! no event is dropped for its size. [`EventBus::follow`] gives a gap-free,
 //! duplicate-free stream: replay from the database, then the live tail.
 
 mod queue;
 mod redact;
+mod truncate;
 
 use std::fmt::Display;
 use std::future::{Future, poll_fn};
@@ -44,7 +49,8 @@ use tracing::Instrument;
 use crate::store::{EncodedEvent, Event, NewEvent, Store, StoreError};
 
 pub use queue::DROP_LOG_INTERVAL;
-pub use redact::{redact_json, redact_str};
+pub use redact::{MIN_SCRUBBED_SECRET_CHARS, redact_json, redact_str};
+pub use truncate::{TRUNCATED, TRUNCATED_FROM_KEY, truncate_payload};
 
 use queue::Queue;
 
@@ -56,7 +62,7 @@ pub const MAX_PENDING_PUBLISHES: usize = 16_384;
 pub const MAX_EVENT_KIND_LEN: usize = 128;
 /// Longest component name, in bytes.
 pub const MAX_COMPONENT_LEN: usize = 512;
-/// Largest serialized payload, in bytes.
+/// Largest serialized payload, in bytes; a larger one is cut to fit.
 pub const MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// Events a [`EventBus::follow`] receiver buffers.
 pub const FOLLOW_CHANNEL_CAPACITY: usize = 1000;
@@ -79,10 +85,6 @@ pub enum BusError {
     InvalidKind { kind: String },
     #[error("component name of {len} bytes is longer than {MAX_COMPONENT_LEN}; shorten it")]
     ComponentTooLong { len: usize },
-    #[error(
-        "the `{kind}` event payload is {size} bytes, over the {MAX_PAYLOAD_BYTES}-byte limit; publish a summary instead"
-    )]
-    PayloadTooLarge { kind: String, size: usize },
     #[error("a subscriber named `{name}` already exists; give each subscriber its own name")]
     DuplicateSubscriber { name: String },
 }
@@ -184,9 +186,13 @@ impl EventBus {
     }
 
     /// Replace the secret values scrubbed from every published event (call
-    /// it whenever the manifest's resolved secrets change).
+    /// it whenever the manifest's resolved secrets change). Values shorter
+    /// than [`MIN_SCRUBBED_SECRET_CHARS`] are kept out of the scrub list.
     pub fn set_secrets(&self, secrets: impl IntoIterator<Item = String>) {
-        let secrets: Vec<String> = secrets.into_iter().filter(|s| !s.is_empty()).collect();
+        let secrets: Vec<String> = secrets
+            .into_iter()
+            .filter(|s| s.chars().count() >= MIN_SCRUBBED_SECRET_CHARS)
+            .collect();
         self.inner.secrets.store(Arc::new(secrets));
     }
 
@@ -224,7 +230,7 @@ impl EventBus {
         }
     }
 
-    /// Validate, scrub and serialize an event for the store.
+    /// Validate, scrub, serialize and (when oversize) truncate an event for the store.
     fn encode(&self, mut event: NewEvent) -> Result<EncodedEvent, BusError> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(BusError::Closed);
@@ -233,25 +239,28 @@ impl EventBus {
             return Err(BusError::InvalidKind { kind: event.kind });
         }
         let secrets = self.inner.secrets.load();
-        if let Some(component) = &mut event.component {
-            if component.len() > MAX_COMPONENT_LEN {
-                return Err(BusError::ComponentTooLong {
-                    len: component.len(),
-                });
-            }
-            if let Some(clean) = redact_str(component, &secrets) {
-                *component = clean;
-            }
+        if let Some(component) = &event.component
+            && component.len() > MAX_COMPONENT_LEN
+        {
+            return Err(BusError::ComponentTooLong {
+                len: component.len(),
+            });
         }
         redact_json(&mut event.payload, &secrets);
         let encoded = EncodedEvent::encode(event);
-        if encoded.payload_json.len() > MAX_PAYLOAD_BYTES {
-            return Err(BusError::PayloadTooLarge {
-                kind: encoded.event.kind,
-                size: encoded.payload_json.len(),
-            });
+        let size = encoded.payload_json.len();
+        if size <= MAX_PAYLOAD_BYTES {
+            return Ok(encoded);
         }
-        Ok(encoded)
+        let mut event = encoded.event;
+        truncate_payload(&mut event.payload, size, MAX_PAYLOAD_BYTES);
+        tracing::warn!(
+            kind = %event.kind,
+            size,
+            limit = MAX_PAYLOAD_BYTES,
+            "event_bus.payload_truncated"
+        );
+        Ok(EncodedEvent::encode(event))
     }
 
     /// Add a subscriber. `predicate` picks the events it wants (it runs on

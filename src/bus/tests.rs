@@ -461,11 +461,11 @@ async fn secret_values_never_reach_the_database_or_subscribers() {
         "component.started",
         json!({
             "env": { "TOKEN": format!("Bearer {SECRET}") },
-            SECRET: [SECRET],
+            "list": [SECRET],
             "from_model": Text::secret(SECRET),
         }),
     )
-    .for_component(format!("mcp_server/{SECRET}"));
+    .for_component("mcp_server/fs");
     let published = bus.publish(event).await.unwrap();
     let delivered = recv(&mut rx).await;
     let stored = bus.store().events_since(0, 10).unwrap().remove(0);
@@ -474,7 +474,8 @@ async fn secret_values_never_reach_the_database_or_subscribers() {
         assert!(!text.contains(SECRET), "{text}");
         assert_eq!(seen.payload["env"]["TOKEN"], "Bearer <redacted>");
         assert_eq!(seen.payload["from_model"], "<redacted>");
-        assert_eq!(seen.component.as_deref(), Some("mcp_server/<redacted>"));
+        assert_eq!(seen.payload["list"][0], "<redacted>");
+        assert_eq!(seen.component.as_deref(), Some("mcp_server/fs"));
     }
     bus.shutdown().await;
     let path = bus.store().path().to_path_buf();
@@ -535,11 +536,6 @@ async fn predicates_select_and_bad_input_is_refused() {
         let err = bus.publish(ev(kind, 0)).await.unwrap_err();
         assert!(matches!(err, BusError::InvalidKind { .. }), "{kind}: {err}");
     }
-    let huge = NewEvent::new("big.event", json!("x".repeat(MAX_PAYLOAD_BYTES)));
-    assert!(matches!(
-        bus.publish(huge).await,
-        Err(BusError::PayloadTooLarge { .. })
-    ));
     let long = ev("a.b", 0).for_component("c".repeat(MAX_COMPONENT_LEN + 1));
     assert!(matches!(
         bus.publish(long).await,
@@ -550,4 +546,64 @@ async fn predicates_select_and_bad_input_is_refused() {
         4,
         "refused events were not stored"
     );
+}
+
+#[tokio::test]
+async fn an_oversize_payload_is_stored_truncated_with_a_marker_never_dropped() {
+    let (_dir, bus) = new_bus();
+    let (_sub, mut rx) = forwarder(&bus, "reader");
+    // A `manifest.invalid` report of about 3 MB.
+    let diagnostics: Vec<serde_json::Value> = (0..1000)
+        .map(|i| json!({ "severity": "error", "summary": format!("problem {i}: {}", "v".repeat(3000)) }))
+        .collect();
+    let payload = json!({ "reason": "manifest changed", "report": { "error_count": 1000, "diagnostics": diagnostics } });
+    let original = payload.to_string().len();
+    assert!(original > 2 * MAX_PAYLOAD_BYTES, "{original}");
+    let published = bus
+        .publish(NewEvent::new("manifest.invalid", payload))
+        .await
+        .expect("an oversize event is published, not refused");
+    let delivered = recv(&mut rx).await;
+    let stored = bus.store().events_since(0, 10).unwrap().remove(0);
+    for seen in [&*published, &*delivered, &stored] {
+        assert_eq!(seen.kind, "manifest.invalid");
+        assert!(seen.payload.to_string().len() <= MAX_PAYLOAD_BYTES);
+        assert_eq!(seen.payload[TRUNCATED_FROM_KEY], original);
+        assert_eq!(seen.payload["report"]["error_count"], 1000);
+        let kept = seen.payload["report"]["diagnostics"].as_array().unwrap();
+        assert!(
+            kept.len() > 100,
+            "the head of the list is kept: {}",
+            kept.len()
+        );
+        assert!(
+            kept[0]["summary"]
+                .as_str()
+                .unwrap()
+                .starts_with("problem 0: ")
+        );
+        assert!(
+            kept.last()
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .starts_with(TRUNCATED)
+        );
+    }
+}
+
+#[tokio::test]
+async fn short_secrets_keys_and_component_ids_are_never_rewritten() {
+    let (_dir, bus) = new_bus();
+    bus.set_secrets(["e".to_string(), "s1".to_string()]);
+    let event = NewEvent::new(
+        "component.started",
+        json!({ "env": { "RT_DEBUG": Text::secret("e") }, "component": "mcp_server.s1", "message": "server started" }),
+    )
+    .for_component("mcp_server.s1");
+    let stored = bus.publish(event).await.unwrap();
+    assert_eq!(stored.component.as_deref(), Some("mcp_server.s1"));
+    assert_eq!(stored.payload["env"]["RT_DEBUG"], "<redacted>");
+    assert_eq!(stored.payload["component"], "mcp_server.s1");
+    assert_eq!(stored.payload["message"], "server started");
 }

@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use super::diagnostics::{Diagnostic, did_you_mean, has_room};
+use super::diagnostics::{Diagnostic, clip, did_you_mean, has_room};
 use super::interp::{Env, InterpError, interpolate};
 use super::node::{Key, Node, NodeKind};
 use super::source::{SourceFile, Span};
@@ -60,14 +60,21 @@ impl<'a> DeCtx<'a> {
     }
 
     fn push(&self, diag: Diagnostic) {
+        self.push_value_error(diag);
         // Past the cap the entry still fails, but the diagnostic is dropped.
+        if let Some(count) = self.entry_errors.borrow_mut().last_mut() {
+            *count += 1;
+        }
+    }
+
+    /// Record a problem with a value that does not fail its [`Entry`]: the
+    /// value becomes a placeholder that later checks skip, and the entry's
+    /// other fields are still lowered and checked. The document is invalid
+    /// either way (this is an error diagnostic).
+    fn push_value_error(&self, diag: Diagnostic) {
         let mut diags = self.diags.borrow_mut();
         if has_room(&diags) {
             diags.push(diag);
-        }
-        drop(diags);
-        if let Some(count) = self.entry_errors.borrow_mut().last_mut() {
-            *count += 1;
         }
     }
 
@@ -154,9 +161,9 @@ fn write_key(f: &mut fmt::Formatter<'_>, key: &str) -> fmt::Result {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if bare {
-        f.write_str(key)
+        f.write_str(&clip(key))
     } else {
-        write!(f, "\"{}\"", key.escape_debug())
+        write!(f, "\"{}\"", clip(key).escape_debug())
     }
 }
 
@@ -166,7 +173,12 @@ fn write_key(f: &mut fmt::Formatter<'_>, key: &str) -> fmt::Result {
 const SPANNED_NAME: &str = "$__npc_private_Spanned";
 const SPANNED_FIELDS: [&str; 3] = ["$__npc_start", "$__npc_end", "$__npc_value"];
 pub(super) const TEXT_NAME: &str = "$__npc_private_Text";
-pub(super) const TEXT_FIELDS: [&str; 3] = ["$__npc_text", "$__npc_secret", "$__npc_source"];
+pub(super) const TEXT_FIELDS: [&str; 4] = [
+    "$__npc_text",
+    "$__npc_secret",
+    "$__npc_source",
+    "$__npc_unresolved",
+];
 
 /// A value with the byte span it was read from. Equality, ordering and
 /// hashing look at the value only.
@@ -314,19 +326,21 @@ impl<'a, 'n, 'p> NodeDe<'a, 'n, 'p> {
         r.map_err(|e| self.ctx.record(e, self.span()))
     }
 
-    fn expand_text(&self) -> Result<(String, bool), DeError> {
+    /// The expanded text, whether it is secret, and whether expansion
+    /// failed (then the text is an empty placeholder).
+    fn expand_text(&self) -> Result<(String, bool, bool), DeError> {
         let NodeKind::Str(raw) = &self.node.kind else {
             // Record and go on with a placeholder, so siblings are checked too.
             self.fail("a string");
-            return Ok((String::new(), false));
+            return Ok((String::new(), false, false));
         };
         match interpolate(raw, self.ctx.env) {
-            Ok(done) => Ok((done.value, done.secret)),
+            Ok(done) => Ok((done.value, done.secret, false)),
             Err(errors) => {
                 for err in errors {
                     let (summary, hint, range) = match err {
                         InterpError::Unset { name, range } => (
-                            format!("environment variable `{name}` is not set"),
+                            format!("environment variable `{}` is not set", clip(&name)),
                             format!("set `{name}`, or give a default with `${{{name}:-default}}`"),
                             range,
                         ),
@@ -338,14 +352,14 @@ impl<'a, 'n, 'p> NodeDe<'a, 'n, 'p> {
                         ),
                     };
                     let span = inner_span(self.ctx.file, &self.node.span, raw, range);
-                    self.ctx.push(
+                    self.ctx.push_value_error(
                         Diagnostic::error(summary)
                             .at(self.ctx.file, span)
                             .with_hint(hint),
                     );
                 }
-                // Keep checking the rest of the document with a placeholder.
-                Ok((String::new(), false))
+                // Keep checking the rest of the entry with a placeholder.
+                Ok((String::new(), false, true))
             }
         }
     }
@@ -570,7 +584,7 @@ impl<'de> Deserializer<'de> for NodeDe<'_, '_, '_> {
             return r;
         }
         if name == TEXT_NAME {
-            let (text, secret) = self.expand_text()?;
+            let (text, secret, unresolved) = self.expand_text()?;
             let source = match &self.node.kind {
                 NodeKind::Str(raw) if raw.contains('$') => Some(raw.clone()),
                 _ => None,
@@ -579,6 +593,7 @@ impl<'de> Deserializer<'de> for NodeDe<'_, '_, '_> {
                 text: Some(text),
                 secret: Some(secret),
                 source,
+                unresolved: unresolved.then_some(true),
             });
             return self.wrap(r);
         }
@@ -607,8 +622,9 @@ impl<'de> Deserializer<'de> for NodeDe<'_, '_, '_> {
             return Err(self.fail(&format!("one of {}", quoted_list(variants))));
         };
         if !variants.contains(&s.as_str()) {
-            let mut diag = Diagnostic::error(format!("unknown value `{s}` for `{}`", self.path))
-                .at(self.ctx.file, self.span());
+            let mut diag =
+                Diagnostic::error(format!("unknown value `{}` for `{}`", clip(s), self.path))
+                    .at(self.ctx.file, self.span());
             diag = match did_you_mean(s, variants.iter().copied()) {
                 Some(best) => diag.with_hint(format!(
                     "did you mean `{best}`? expected one of {}",
@@ -648,8 +664,8 @@ impl NodeDe<'_, '_, '_> {
             .filter(|f| !f.starts_with('$') || *f == "$schema")
             .collect();
         let summary = match self.path {
-            Path::Root => format!("unknown top-level field `{}`", key.name),
-            path => format!("unknown field `{}` in `{path}`", key.name),
+            Path::Root => format!("unknown top-level field `{}`", clip(&key.name)),
+            path => format!("unknown field `{}` in `{path}`", clip(&key.name)),
         };
         let hint = match did_you_mean(&key.name, visible.iter().copied()) {
             Some(best) => format!("did you mean `{best}`?"),
@@ -664,12 +680,21 @@ impl NodeDe<'_, '_, '_> {
     }
 }
 
+/// Most names a message lists (`declared in …: `a`, `b`, …`); the rest are counted.
+pub const MAX_LISTED_NAMES: usize = 20;
+
+/// `a`, `b`, `c`: at most [`MAX_LISTED_NAMES`], each clipped, then how many more.
 pub(super) fn quoted_list(items: &[&str]) -> String {
-    items
+    let mut list = items
         .iter()
-        .map(|v| format!("`{v}`"))
+        .take(MAX_LISTED_NAMES)
+        .map(|v| format!("`{}`", clip(v)))
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    if items.len() > MAX_LISTED_NAMES {
+        list.push_str(&format!(" and {} more", items.len() - MAX_LISTED_NAMES));
+    }
+    list
 }
 
 struct Seq<'a, 'n, 'p> {
@@ -820,6 +845,8 @@ struct TextAccess {
     secret: Option<bool>,
     /// The string as written, when it had `$` interpolation.
     source: Option<String>,
+    /// `Some(true)` when expansion failed.
+    unresolved: Option<bool>,
 }
 
 impl<'de> MapAccess<'de> for TextAccess {
@@ -834,6 +861,8 @@ impl<'de> MapAccess<'de> for TextAccess {
             TEXT_FIELDS[1]
         } else if self.source.is_some() {
             TEXT_FIELDS[2]
+        } else if self.unresolved.is_some() {
+            TEXT_FIELDS[3]
         } else {
             return Ok(None);
         };
@@ -844,8 +873,15 @@ impl<'de> MapAccess<'de> for TextAccess {
             seed.deserialize(text.into_deserializer())
         } else if let Some(secret) = self.secret.take() {
             seed.deserialize(secret.into_deserializer())
+        } else if let Some(source) = self.source.take() {
+            seed.deserialize(source.into_deserializer())
         } else {
-            seed.deserialize(self.source.take().unwrap_or_default().into_deserializer())
+            seed.deserialize(
+                self.unresolved
+                    .take()
+                    .unwrap_or_default()
+                    .into_deserializer(),
+            )
         }
     }
 }

@@ -37,11 +37,38 @@ pub struct Diagnostic {
     pub location: Option<Location>,
 }
 
+/// Longest value quoted inside a message (a key, a name, a string from the
+/// manifest); [`clip`] cuts longer ones to a prefix ending in `…`.
+pub const MAX_QUOTED_CHARS: usize = 64;
+/// Longest summary, detail or hint, in bytes; longer text is cut to a prefix
+/// ending in `…`. With [`MAX_DIAGNOSTICS`] this bounds a whole report.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// `value` cut to [`MAX_QUOTED_CHARS`] characters, ending in `…` when cut:
+/// what a message quotes of a value from the manifest.
+pub fn clip(value: &str) -> std::borrow::Cow<'_, str> {
+    match value.char_indices().nth(MAX_QUOTED_CHARS) {
+        None => value.into(),
+        Some((end, _)) => format!("{}…", &value[..end]).into(),
+    }
+}
+
+/// `text` cut to at most [`MAX_MESSAGE_BYTES`] bytes, ending in `…` when cut.
+fn bounded(text: impl Into<String>) -> String {
+    let mut text = text.into();
+    if text.len() > MAX_MESSAGE_BYTES {
+        let end = floor_char_boundary(&text, MAX_MESSAGE_BYTES - '…'.len_utf8());
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
 impl Diagnostic {
     pub fn error(summary: impl Into<String>) -> Self {
         Self {
             severity: Severity::Error,
-            summary: summary.into(),
+            summary: bounded(summary),
             detail: None,
             hint: None,
             location: None,
@@ -64,12 +91,12 @@ impl Diagnostic {
     }
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
-        self.hint = Some(hint.into());
+        self.hint = Some(bounded(hint));
         self
     }
 
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
-        self.detail = Some(detail.into());
+        self.detail = Some(bounded(detail));
         self
     }
 
@@ -318,8 +345,15 @@ pub fn did_you_mean<'a>(
 ) -> Option<&'a str> {
     /// Minimum Jaro-Winkler similarity for a suggestion.
     const SUGGESTION_THRESHOLD: f64 = 0.8;
+    /// Longest name compared (the comparison costs the product of the two
+    /// lengths); nothing longer is a typo of a name worth suggesting.
+    const MAX_COMPARED_BYTES: usize = 128;
+    if unknown.len() > MAX_COMPARED_BYTES {
+        return None;
+    }
     candidates
         .into_iter()
+        .filter(|c| c.len() <= MAX_COMPARED_BYTES)
         .map(|c| (strsim::jaro_winkler(unknown, c), c))
         .filter(|(score, _)| *score >= SUGGESTION_THRESHOLD)
         .max_by(|a, b| a.0.total_cmp(&b.0))
@@ -367,6 +401,26 @@ mod tests {
         let marker = lines[4].strip_prefix("  | ").unwrap();
         assert_eq!(marker.find('^'), quoted.chars().position(|c| c == 'B'));
         assert_eq!(marker.trim(), "^^^");
+    }
+
+    #[test]
+    fn quoted_values_and_messages_are_bounded() {
+        let long = "é".repeat(10_000);
+        let clipped = clip(&long);
+        assert_eq!(clipped.chars().count(), MAX_QUOTED_CHARS + 1);
+        assert!(clipped.ends_with('…'));
+        assert_eq!(clip("short"), "short");
+        let d = Diagnostic::error(format!("bad `{long}`"))
+            .with_hint(long.clone())
+            .with_detail(long.clone());
+        for text in [
+            &d.summary,
+            d.hint.as_ref().unwrap(),
+            d.detail.as_ref().unwrap(),
+        ] {
+            assert!(text.len() <= MAX_MESSAGE_BYTES, "{}", text.len());
+            assert!(text.ends_with('…'));
+        }
     }
 
     #[test]

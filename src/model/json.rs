@@ -1,13 +1,18 @@
 //! A small JSON parser that keeps the byte span of every value and key, so
 //! `npcagent.json` gets the same file:line:column diagnostics as TOML.
 //! serde_json drops positions and silently keeps the last of duplicate keys;
-//! this parser reports duplicates, bounds nesting depth, and never recurses
-//! past [`MAX_NESTING_DEPTH`].
+//! this parser reports duplicates, never recurses past [`MAX_NESTING_DEPTH`],
+//! and stops at the bounds of [`super::node`] (items in the
+//! document, items per array, entries per object, bytes per string) before
+//! it allocates past them.
 
 use std::collections::HashMap;
 
 use super::diagnostics::{Diagnostic, has_room};
-use super::node::{Key, MAX_NESTING_DEPTH, Node, NodeKind};
+use super::node::{
+    Exceeded, Key, MAX_ARRAY_LEN, MAX_NESTING_DEPTH, MAX_STRING_BYTES, MAX_TABLE_ENTRIES, Node,
+    NodeKind, item_limit,
+};
 use super::source::{SourceFile, Span};
 
 /// Parse a JSON document. Stops at the first syntax error (JSON has no
@@ -17,6 +22,8 @@ pub fn parse(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
         file,
         bytes: file.text().as_bytes(),
         pos: 0,
+        items: 0,
+        item_limit: item_limit(file.text().len()),
         diags,
     };
     p.skip_ws();
@@ -33,6 +40,7 @@ pub fn parse(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
         p.report(SyntaxError {
             at: at..at + 1,
             message: "trailing characters after the JSON document".into(),
+            bound: None,
         });
         return None;
     }
@@ -42,12 +50,18 @@ pub fn parse(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
 struct SyntaxError {
     at: Span,
     message: String,
+    /// Set when the input is well-formed so far but exceeds a bound.
+    bound: Option<Exceeded>,
 }
 
 struct Parser<'a, 'd> {
     file: &'a SourceFile,
     bytes: &'a [u8],
     pos: usize,
+    /// Keys and values read so far, against `item_limit`.
+    items: usize,
+    /// [`item_limit`] of this document.
+    item_limit: usize,
     diags: &'d mut Vec<Diagnostic>,
 }
 
@@ -55,6 +69,10 @@ type PResult<T> = Result<T, SyntaxError>;
 
 impl Parser<'_, '_> {
     fn report(&mut self, e: SyntaxError) {
+        if let Some(bound) = e.bound {
+            self.diags.push(bound.diagnostic(self.file, e.at));
+            return;
+        }
         self.diags.push(
             Diagnostic::error(format!("invalid JSON: {}", e.message))
                 .at(self.file, e.at)
@@ -67,7 +85,26 @@ impl Parser<'_, '_> {
         Err(SyntaxError {
             at: self.pos..end,
             message: message.into(),
+            bound: None,
         })
+    }
+
+    fn exceeded<T>(at: Span, bound: Exceeded) -> PResult<T> {
+        Err(SyntaxError {
+            at,
+            message: String::new(),
+            bound: Some(bound),
+        })
+    }
+
+    /// Count one item (key, value or closing bracket) against [`item_limit`].
+    fn count_item(&mut self) -> PResult<()> {
+        self.items += 1;
+        if self.items > self.item_limit {
+            let end = (self.pos + 1).min(self.bytes.len());
+            return Self::exceeded(self.pos..end, Exceeded::Items);
+        }
+        Ok(())
     }
 
     fn skip_ws(&mut self) {
@@ -81,6 +118,9 @@ impl Parser<'_, '_> {
             return self.err(format!("nesting is deeper than {MAX_NESTING_DEPTH} levels"));
         }
         let start = self.pos;
+        if self.pos < self.bytes.len() {
+            self.count_item()?;
+        }
         let kind = match self.bytes.get(self.pos) {
             None => return self.err("unexpected end of input, expected a value"),
             Some(b'{') => self.object(depth)?,
@@ -162,6 +202,7 @@ impl Parser<'_, '_> {
     }
 
     fn string(&mut self) -> PResult<String> {
+        let start = self.pos;
         self.pos += 1; // opening quote
         let mut out = String::new();
         loop {
@@ -174,6 +215,9 @@ impl Parser<'_, '_> {
             }
             // The input is a &str, and we only stop on ASCII, so this is valid UTF-8.
             out.push_str(std::str::from_utf8(&self.bytes[run_start..self.pos]).unwrap_or(""));
+            if out.len() > MAX_STRING_BYTES {
+                return Self::exceeded(start..self.pos, Exceeded::StringBytes);
+            }
             match self.bytes.get(self.pos) {
                 None => return self.err("unterminated string"),
                 Some(b'"') => {
@@ -227,20 +271,26 @@ impl Parser<'_, '_> {
     }
 
     fn array(&mut self, depth: usize) -> PResult<NodeKind> {
+        let start = self.pos;
         self.pos += 1;
         let mut items = Vec::new();
         self.skip_ws();
         if self.bytes.get(self.pos) == Some(&b']') {
+            self.count_item()?;
             self.pos += 1;
             return Ok(NodeKind::Array(items));
         }
         loop {
             self.skip_ws();
+            if items.len() == MAX_ARRAY_LEN {
+                return Self::exceeded(start..start + 1, Exceeded::ArrayLen);
+            }
             items.push(self.value(depth + 1)?);
             self.skip_ws();
             match self.bytes.get(self.pos) {
                 Some(b',') => self.pos += 1,
                 Some(b']') => {
+                    self.count_item()?;
                     self.pos += 1;
                     return Ok(NodeKind::Array(items));
                 }
@@ -250,12 +300,14 @@ impl Parser<'_, '_> {
     }
 
     fn object(&mut self, depth: usize) -> PResult<NodeKind> {
+        let start = self.pos;
         self.pos += 1;
         let mut entries: Vec<(Key, Node)> = Vec::new();
         // Where each key was first defined; a map, so wide objects stay linear.
         let mut seen: HashMap<String, usize> = HashMap::new();
         self.skip_ws();
         if self.bytes.get(self.pos) == Some(&b'}') {
+            self.count_item()?;
             self.pos += 1;
             return Ok(NodeKind::Table(entries));
         }
@@ -264,6 +316,10 @@ impl Parser<'_, '_> {
             if self.bytes.get(self.pos) != Some(&b'"') {
                 return self.err("expected a string key");
             }
+            if entries.len() == MAX_TABLE_ENTRIES {
+                return Self::exceeded(start..start + 1, Exceeded::TableEntries);
+            }
+            self.count_item()?;
             let key_start = self.pos;
             let name = self.string()?;
             let key = Key {
@@ -297,6 +353,7 @@ impl Parser<'_, '_> {
             match self.bytes.get(self.pos) {
                 Some(b',') => self.pos += 1,
                 Some(b'}') => {
+                    self.count_item()?;
                     self.pos += 1;
                     return Ok(NodeKind::Table(entries));
                 }

@@ -10,7 +10,7 @@ use std::path::{Component, Path, PathBuf};
 use indexmap::IndexMap;
 
 use super::de::{Entry, Spanned, quoted_list};
-use super::diagnostics::{Diagnostic, did_you_mean, has_room};
+use super::diagnostics::{Diagnostic, clip, did_you_mean, has_room};
 use super::raw::*;
 use super::schedule::Schedule;
 use super::source::{SourceFile, Span};
@@ -138,6 +138,21 @@ fn is_env_name(s: &str) -> bool {
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
+/// Longest single argument or `KEY=VALUE` environment string the OS passes
+/// to a program, counting its terminating NUL (Linux `MAX_ARG_STRLEN`, 32
+/// pages): a longer one makes the spawn fail with `E2BIG`.
+pub const MAX_ARG_STRLEN: usize = 131_072;
+/// Most bytes of arguments and environment one program may be given: every
+/// string with its NUL plus one pointer each, as the kernel counts them
+/// against `ARG_MAX` (2 MiB with the default 8 MiB stack). A quarter is kept
+/// free for what npc, the agent CLI and the inherited environment add.
+pub const MAX_ARG_LIST_BYTES: usize = 1536 * 1024;
+/// What to do about a NUL byte in a value the OS would receive.
+const NUL_HINT: &str =
+    "remove it; the OS cannot pass a NUL byte inside an argument, an environment value or a path";
+/// Bytes of one pointer in `argv` / `envp`, as the kernel counts them.
+const ARG_POINTER_BYTES: usize = std::mem::size_of::<usize>();
+
 /// Characters a shell would interpret; never allowed in relaunch flags.
 pub const SHELL_METACHARACTERS: &[char] = &[
     '|', '&', ';', '<', '>', '(', ')', '$', '`', '\\', '"', '\'', '*', '?', '[', ']', '#', '~',
@@ -185,8 +200,8 @@ impl Lower<'_> {
                 );
                 self.error(
                     &name.span,
-                    format!("invalid name `{}` in `{section}`", name.value),
-                    format!("names are lowercase letters, digits, `_` and `-`, starting with a letter or digit, such as `{}`", suggestion.trim_start_matches(['-', '_'])),
+                    format!("invalid name `{}` in `{section}`", clip(&name.value)),
+                    format!("names are lowercase letters, digits, `_` and `-`, starting with a letter or digit, such as `{}`", clip(suggestion.trim_start_matches(['-', '_']))),
                 );
             }
             if let Entry(Some(value)) = entry {
@@ -277,7 +292,7 @@ impl Lower<'_> {
                 };
                 self.error(
                     &event.span,
-                    format!("unknown hook event `{}`", event.value),
+                    format!("unknown hook event `{}`", clip(&event.value)),
                     hint,
                 );
                 continue;
@@ -326,7 +341,10 @@ impl Lower<'_> {
     /// A path must be relative and stay inside the repository.
     fn relative_path(&mut self, span: &Span, path: &str, what: &str) -> bool {
         let p = Path::new(path);
-        if path.is_empty() {
+        if path.contains('\0') {
+            self.error(span, format!("{what} contains a NUL byte"), NUL_HINT);
+            false
+        } else if path.is_empty() {
             self.error(
                 span,
                 format!("{what} is empty"),
@@ -395,7 +413,7 @@ impl Lower<'_> {
                 Err(_) => {
                     self.error(
                         &l.span,
-                        format!("`{}` is not a socket address", l.value),
+                        format!("`{}` is not a socket address", clip(&l.value)),
                         "write an IP address and port, such as `127.0.0.1:8766`",
                     );
                     default_listen
@@ -408,7 +426,7 @@ impl Lower<'_> {
                 let hint = suggest(level, &LogLevel::NAMES);
                 self.error(
                     &level.span,
-                    format!("unknown log level `{}`", level.value),
+                    format!("unknown log level `{}`", clip(&level.value)),
                     hint,
                 );
                 LogLevel::Info
@@ -432,11 +450,11 @@ impl Lower<'_> {
                 "name the program to run, such as `npx` or `python3`",
             );
         } else if c.contains('$') || c.contains("{{") || c.contains("{%") {
-            self.error(&command.span, format!("`command` contains a placeholder: `{c}`"), "`command` is run as written: name a bare executable and put variables in `args`, `env` or `cwd`");
+            self.error(&command.span, format!("`command` contains a placeholder: `{}`", clip(c)), "`command` is run as written: name a bare executable and put variables in `args`, `env` or `cwd`");
         } else if c.contains(char::is_whitespace) && !Path::new(c).is_absolute() {
             self.warning(
                 &command.span,
-                format!("`command` contains whitespace: `{c}`"),
+                format!("`command` contains whitespace: `{}`", clip(c)),
                 "`command` is one executable, not a shell line; put arguments in `args`",
             );
         }
@@ -454,10 +472,86 @@ impl Lower<'_> {
 
     fn cwd(&mut self, cwd: Option<Spanned<Text>>) -> Option<Text> {
         let cwd = cwd?;
-        if !cwd.is_secret() {
+        // The rule holds for a directory from the environment too; the
+        // messages never quote the value.
+        if !cwd.is_unresolved() {
             self.relative_path(&cwd.span, cwd.expose(), "`cwd`");
         }
         Some(cwd.value)
+    }
+
+    /// What the OS can pass to a program: no NUL byte in the program, an
+    /// argument or an environment entry (paths such as `cwd` are checked by
+    /// [`Self::relative_path`]); no single string over [`MAX_ARG_STRLEN`];
+    /// all of it within [`MAX_ARG_LIST_BYTES`]. Messages never quote the
+    /// values (they may come from the environment).
+    fn exec_limits(&mut self, command: &Spanned<String>, args: &[Spanned<Text>], env: &TextMap) {
+        if command.contains('\0') {
+            self.error(&command.span, "`command` contains a NUL byte", NUL_HINT);
+        }
+        let mut total = command.len() + 1 + ARG_POINTER_BYTES;
+        for (i, arg) in args.iter().enumerate() {
+            if arg.is_unresolved() {
+                continue;
+            }
+            let value = arg.expose();
+            total += value.len() + 1 + ARG_POINTER_BYTES;
+            if value.contains('\0') {
+                self.error(
+                    &arg.span,
+                    format!("argument {} contains a NUL byte", i + 1),
+                    NUL_HINT,
+                );
+            } else if value.len() + 1 > MAX_ARG_STRLEN {
+                self.error(
+                    &arg.span,
+                    format!(
+                        "argument {} is {} bytes, more than the {} the OS passes in one argument",
+                        i + 1,
+                        value.len(),
+                        MAX_ARG_STRLEN - 1
+                    ),
+                    "pass long data in a file and give its path as the argument",
+                );
+            }
+        }
+        for (key, value) in env {
+            if value.is_unresolved() {
+                continue;
+            }
+            let entry = key.len() + 1 + value.expose().len();
+            total += entry + 1 + ARG_POINTER_BYTES;
+            if value.expose().contains('\0') {
+                self.error(
+                    &value.span,
+                    format!(
+                        "environment value of `{}` contains a NUL byte",
+                        clip(&key.value)
+                    ),
+                    NUL_HINT,
+                );
+            } else if entry + 1 > MAX_ARG_STRLEN {
+                self.error(
+                    &value.span,
+                    format!(
+                        "environment entry `{}` is {entry} bytes, more than the {} the OS passes in one entry",
+                        clip(&key.value),
+                        MAX_ARG_STRLEN - 1
+                    ),
+                    "pass long data in a file and give its path in the variable",
+                );
+            }
+        }
+        if total > MAX_ARG_LIST_BYTES {
+            self.error(
+                &command.span,
+                format!(
+                    "the arguments and environment of `{}` take {total} bytes, more than the {MAX_ARG_LIST_BYTES} npc can pass to a program",
+                    clip(&command.value)
+                ),
+                "pass long data in files, or split the work into several commands",
+            );
+        }
     }
 
     fn command_spec(
@@ -468,6 +562,7 @@ impl Lower<'_> {
         cwd: Option<Spanned<Text>>,
     ) -> CommandSpec {
         self.command(&command);
+        self.exec_limits(&command, &args, &env);
         CommandSpec {
             command: command.value,
             args: args.into_iter().map(|a| a.value).collect(),
@@ -497,7 +592,7 @@ impl Lower<'_> {
             let hint = suggest(&v, &RestartPolicy::NAMES);
             self.error(
                 &v.span,
-                format!("unknown restart policy `{}`", v.value),
+                format!("unknown restart policy `{}`", clip(&v.value)),
                 hint,
             );
             RestartPolicy::OnFailure
@@ -542,13 +637,16 @@ impl Lower<'_> {
             (Some(_), Some(url)) => {
                 self.error(
                     &url.span,
-                    format!("MCP server `{}` has both `command` and `url`", name.value),
+                    format!(
+                        "MCP server `{}` has both `command` and `url`",
+                        clip(&name.value)
+                    ),
                     "a server is either stdio (`command`) or streamable HTTP (`url`); remove one",
                 );
                 return None;
             }
             (None, None) => {
-                self.error(&name.span, format!("MCP server `{}` has neither `command` nor `url`", name.value), "add `command = \"…\"` for a stdio server or `url = \"https://…\"` for an HTTP server");
+                self.error(&name.span, format!("MCP server `{}` has neither `command` nor `url`", clip(&name.value)), "add `command = \"…\"` for a stdio server or `url = \"https://…\"` for an HTTP server");
                 return None;
             }
             (Some(command), None) => {
@@ -563,7 +661,7 @@ impl Lower<'_> {
                     );
                 }
                 if let Some(token) = &s.bearer_token_env {
-                    self.error(&token.span, format!("`bearer_token_env` only applies to HTTP servers, and `{}` is a stdio server", name.value), "remove it, or pass the token through `env`");
+                    self.error(&token.span, format!("`bearer_token_env` only applies to HTTP servers, and `{}` is a stdio server", clip(&name.value)), "remove it, or pass the token through `env`");
                 }
                 McpTransport::Stdio(self.command_spec(command, s.args, s.env, s.cwd))
             }
@@ -574,15 +672,32 @@ impl Lower<'_> {
                     ("cwd", s.cwd.is_some()),
                 ] {
                     if present {
-                        self.error(&url.span, format!("`{what}` only applies to stdio servers, and `{}` is an HTTP server", name.value), format!("remove `{what}`"));
+                        self.error(&url.span, format!("`{what}` only applies to stdio servers, and `{}` is an HTTP server", clip(&name.value)), format!("remove `{what}`"));
                     }
                 }
-                if !url.is_secret()
+                // The rules hold for a URL from the environment too; then
+                // the message names the reference, never the value.
+                if !url.is_unresolved()
                     && let Err(problem) = check_url(url.expose())
                 {
+                    let summary = match (url.is_secret(), url.source()) {
+                        (true, Some(source)) => format!(
+                            "invalid MCP server URL from `{}`: {}",
+                            clip(source),
+                            problem.describe(UrlShown::Redacted)
+                        ),
+                        (true, None) => format!(
+                            "invalid MCP server URL: {}",
+                            problem.describe(UrlShown::Redacted)
+                        ),
+                        (false, _) => format!(
+                            "invalid MCP server URL: {}",
+                            problem.describe(UrlShown::Value)
+                        ),
+                    };
                     self.error(
                         &url.span,
-                        format!("invalid MCP server URL: {problem}"),
+                        summary,
                         "use `https://host/path`, or `http://` on loopback only",
                     );
                 }
@@ -597,14 +712,14 @@ impl Lower<'_> {
                     {
                         self.error(
                             &key.span,
-                            format!("`{}` is not a valid HTTP header name", key.value),
+                            format!("`{}` is not a valid HTTP header name", clip(&key.value)),
                             "header names are letters, digits and `-`",
                         );
                     } else if let Some(first) = seen.get(&lower) {
                         let line = self.file.position(first.start).line;
                         self.error(
                             &key.span,
-                            format!("duplicate header `{}`", key.value),
+                            format!("duplicate header `{}`", clip(&key.value)),
                             format!("header names ignore case; it is already set on line {line}"),
                         );
                     } else {
@@ -639,24 +754,27 @@ impl Lower<'_> {
             let hint = suggest(&p.kind, &ProviderKind::NAMES);
             self.error(
                 &p.kind.span,
-                format!("unknown provider kind `{}`", p.kind.value),
+                format!("unknown provider kind `{}`", clip(&p.kind.value)),
                 hint,
             );
             return None;
         };
         let command = match p.command {
-            Some(c) => {
-                self.command(&c);
-                c.value
-            }
-            None => kind.default_command().to_string(),
+            Some(c) => c,
+            None => Spanned {
+                span: p.kind.span.clone(),
+                value: kind.default_command().to_string(),
+            },
         };
+        self.command(&command);
+        self.exec_limits(&command, &p.args, &p.env);
+        let command = command.value;
         if let Some(req) = &p.version
             && let Err(e) = semver::VersionReq::parse(req)
         {
             self.error(
                 &req.span,
-                format!("`{}` is not a version requirement: {e}", req.value),
+                format!("`{}` is not a version requirement: {e}", clip(&req.value)),
                 "write a semver requirement such as `>=2.0` or `^1.4, <2`",
             );
         }
@@ -677,7 +795,7 @@ impl Lower<'_> {
         let mut variables = BTreeMap::new();
         for (var, entry) in p.variables {
             if !is_env_name(&var) {
-                self.error(&var.span, format!("`{}` is not a valid variable name", var.value), "variable names are letters, digits and `_`, usable as `vars.NAME` in the template");
+                self.error(&var.span, format!("`{}` is not a valid variable name", clip(&var.value)), "variable names are letters, digits and `_`, usable as `vars.NAME` in the template");
             }
             if let Entry(Some(v)) = entry {
                 variables.insert(
@@ -693,7 +811,10 @@ impl Lower<'_> {
             (Some(_), Some(file)) => {
                 self.error(
                     &file.span,
-                    format!("prompt `{}` has both `template` and `file`", name.value),
+                    format!(
+                        "prompt `{}` has both `template` and `file`",
+                        clip(&name.value)
+                    ),
                     "keep one: inline `template` or a `file` to read it from",
                 );
                 return None;
@@ -701,7 +822,10 @@ impl Lower<'_> {
             (None, None) => {
                 self.error(
                     &span,
-                    format!("prompt `{}` has neither `template` nor `file`", name.value),
+                    format!(
+                        "prompt `{}` has neither `template` nor `file`",
+                        clip(&name.value)
+                    ),
                     "add `template = \"…\"` or `file = \"prompts/NAME.md.j2\"`",
                 );
                 return None;
@@ -739,7 +863,7 @@ impl Lower<'_> {
                     }
                     Err(e) => {
                         let why = io_reason(&e);
-                        self.error(&path.span, format!("prompt file `{}` {why}", path.value), "create the file, or fix the path (relative to the manifest's directory)");
+                        self.error(&path.span, format!("prompt file `{}` {why}", clip(&path.value)), "create the file, or fix the path (relative to the manifest's directory)");
                         return None;
                     }
                 }
@@ -792,7 +916,7 @@ impl Lower<'_> {
             if PROFILE_OWN_KEYS.contains(&key.as_str()) {
                 self.error(
                     &key.span,
-                    format!("frontmatter key `{}` is set by npc", key.value),
+                    format!("frontmatter key `{}` is set by npc", clip(&key.value)),
                     "set it with the profile field of the same meaning instead",
                 );
             } else {
@@ -821,18 +945,26 @@ impl Lower<'_> {
         {
             return true;
         }
-        // Only the error path copies the names (for the hint).
-        let known = self.names.get(section).cloned().unwrap_or_default();
-        let keys: Vec<&str> = known.iter().map(String::as_str).collect();
-        let hint = match did_you_mean(name, keys.iter().copied()) {
-            Some(best) => format!("did you mean `{best}`?"),
-            None if keys.is_empty() => format!(
-                "there is no `[{section}]` entry; add `[{section}.{}]`",
-                name.value
-            ),
-            None => format!("declared in `{section}`: {}", quoted_list(&keys)),
+        let hint = {
+            let keys: Vec<&str> = self
+                .names
+                .get(section)
+                .map(|known| known.iter().map(String::as_str).collect())
+                .unwrap_or_default();
+            match did_you_mean(name, keys.iter().copied()) {
+                Some(best) => format!("did you mean `{}`?", clip(best)),
+                None if keys.is_empty() => format!(
+                    "there is no `[{section}]` entry; add `[{section}.{}]`",
+                    clip(&name.value)
+                ),
+                None => format!("declared in `{section}`: {}", quoted_list(&keys)),
+            }
         };
-        self.error(&name.span, format!("unknown {what} `{}`", name.value), hint);
+        self.error(
+            &name.span,
+            format!("unknown {what} `{}`", clip(&name.value)),
+            hint,
+        );
         false
     }
 
@@ -886,7 +1018,7 @@ impl Lower<'_> {
         if self.relative_path(&p.path.span, &p.path.value, "the plugin `path`") {
             let dir = Path::new(&p.path.value);
             if let Err(e) = self.files.check_dir(dir) {
-                self.error(&p.path.span, format!("plugin directory `{}` {}", p.path.value, io_reason(&e)), "fix the path (relative to the manifest's directory), or create the package there (a directory with a `plugin.json`)");
+                self.error(&p.path.span, format!("plugin directory `{}` {}", clip(&p.path.value), io_reason(&e)), "fix the path (relative to the manifest's directory), or create the package there (a directory with a `plugin.json`)");
             } else if self.files.read_to_string(&dir.join("plugin.json")).is_err() {
                 self.error(
                     &p.path.span,
@@ -940,7 +1072,7 @@ impl Lower<'_> {
                 let schedule = match expr.parse::<Schedule>() {
                     Ok(s) => Some(s),
                     Err(e) => {
-                        self.error(&expr.span, format!("invalid schedule `{}`: {e}", expr.value), "write 5 crontab fields (minute hour day-of-month month day-of-week), a macro such as `@daily`, or an interval such as `15m`");
+                        self.error(&expr.span, format!("invalid schedule `{}`: {e}", clip(&expr.value)), "write 5 crontab fields (minute hour day-of-month month day-of-week), a macro such as `@daily`, or an interval such as `15m`");
                         None
                     }
                 };
@@ -955,7 +1087,11 @@ impl Lower<'_> {
                                         .to_string()
                                 }
                             };
-                        self.error(&tz.span, format!("unknown time zone `{}`", tz.value), hint);
+                        self.error(
+                            &tz.span,
+                            format!("unknown time zone `{}`", clip(&tz.value)),
+                            hint,
+                        );
                         "UTC".to_string()
                     }
                     Some(tz) => tz.value.clone(),
@@ -985,10 +1121,10 @@ impl Lower<'_> {
                 let valid =
                     !route.is_empty() && route.split('/').all(is_name) && !route.starts_with('/');
                 if !valid {
-                    self.error(&route.span, format!("invalid webhook route `{}`", route.value), "routes are `/`-separated names of lowercase letters, digits, `_` and `-`, such as `github/push`");
+                    self.error(&route.span, format!("invalid webhook route `{}`", clip(&route.value)), "routes are `/`-separated names of lowercase letters, digits, `_` and `-`, such as `github/push`");
                 } else if let Some(first) = routes.get(&route.value) {
                     let line = self.file.position(first.start).line;
-                    self.error(&route.span, format!("duplicate webhook route `{}`", route.value), format!("another trigger already uses it on line {line}; each route has one trigger"));
+                    self.error(&route.span, format!("duplicate webhook route `{}`", clip(&route.value)), format!("another trigger already uses it on line {line}; each route has one trigger"));
                 } else {
                     routes.insert(route.value.clone(), route.span.clone());
                 }
@@ -997,7 +1133,7 @@ impl Lower<'_> {
                     .as_ref()
                     .and_then(|s| self.env_var_name(s, "`secret_env`"));
                 if t.secret_env.is_none() {
-                    self.warning(&route.span, format!("webhook route `{}` has no `secret_env`", route.value), "without a secret, any local process can fire it; set `secret_env` to verify signatures");
+                    self.warning(&route.span, format!("webhook route `{}` has no `secret_env`", clip(&route.value)), "without a secret, any local process can fire it; set `secret_env` to verify signatures");
                 }
                 TriggerSource::Webhook {
                     route: route.value.clone(),
@@ -1028,7 +1164,7 @@ impl Lower<'_> {
                             let hint = suggest(event, &FileEvent::NAMES);
                             self.error(
                                 &event.span,
-                                format!("unknown file event `{}`", event.value),
+                                format!("unknown file event `{}`", clip(&event.value)),
                                 hint,
                             );
                         }
@@ -1061,7 +1197,7 @@ impl Lower<'_> {
                 let hint = suggest(other, &KINDS);
                 self.error(
                     &t.kind.span,
-                    format!("unknown trigger kind `{other}`"),
+                    format!("unknown trigger kind `{}`", clip(other)),
                     hint,
                 );
                 return None;
@@ -1136,7 +1272,7 @@ impl Lower<'_> {
                         }
                         for (name, var) in declared {
                             if var.default.is_none() && !a.vars.keys().any(|k| k.value == *name) {
-                                self.error(&prompt.span, format!("prompt `{}` needs variable `{name}`", prompt.value), format!("add `vars = {{ {name} = \"…\" }}` to the action, or give the variable a default"));
+                                self.error(&prompt.span, format!("prompt `{}` needs variable `{name}`", clip(&prompt.value)), format!("add `vars = {{ {name} = \"…\" }}` to the action, or give the variable a default"));
                             }
                         }
                     }
@@ -1189,7 +1325,7 @@ impl Lower<'_> {
                 || flag.contains(SHELL_METACHARACTERS)
                 || flag.contains(char::is_whitespace)
             {
-                self.error(&flag.span, format!("resume flag `{}` is not a plain flag", flag.value), "list single flags or subcommands such as `--session` or `resume`, without spaces or shell characters");
+                self.error(&flag.span, format!("resume flag `{}` is not a plain flag", clip(&flag.value)), "list single flags or subcommands such as `--session` or `resume`, without spaces or shell characters");
             }
         }
         let restart = self.restart(p.restart);
@@ -1290,19 +1426,58 @@ fn escapes(path: &Path) -> bool {
     false
 }
 
+/// What is wrong with an MCP endpoint URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UrlProblem {
+    NoScheme { url: String },
+    Fragment,
+    Credentials,
+    NoHost { url: String },
+    PlainHttp { host: String },
+    Scheme { scheme: String },
+}
+
+/// Whether a [`UrlProblem`] may quote the URL (`Value`) or must not, because
+/// it came from the environment (`Redacted`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UrlShown {
+    Value,
+    Redacted,
+}
+
+impl UrlProblem {
+    /// One lowercase phrase; quotes parts of the URL only when `shown` allows.
+    pub fn describe(&self, shown: UrlShown) -> String {
+        let quote = |part: &str| match shown {
+            UrlShown::Value => format!("`{}`", clip(part)),
+            UrlShown::Redacted => format!("`{}`", super::text::REDACTED),
+        };
+        match self {
+            UrlProblem::NoScheme { url } => format!("{} has no scheme", quote(url)),
+            UrlProblem::Fragment => "a URL with a fragment (`#…`)".into(),
+            UrlProblem::Credentials => {
+                "credentials in the URL; pass them with `bearer_token_env` or `headers`".into()
+            }
+            UrlProblem::NoHost { url } => format!("{} has no host", quote(url)),
+            UrlProblem::PlainHttp { host } => {
+                format!("plain `http` to {}, which is not loopback", quote(host))
+            }
+            UrlProblem::Scheme { scheme } => format!("unsupported scheme {}", quote(scheme)),
+        }
+    }
+}
+
 /// Check an MCP endpoint: http(s), https unless loopback, no userinfo, no fragment.
-pub fn check_url(url: &str) -> Result<(), String> {
+pub fn check_url(url: &str) -> Result<(), UrlProblem> {
     let (scheme, rest) = url
         .split_once("://")
-        .ok_or_else(|| format!("`{url}` has no scheme"))?;
+        .ok_or_else(|| UrlProblem::NoScheme { url: url.into() })?;
     if url.contains('#') {
-        return Err("a URL with a fragment (`#…`)".into());
+        return Err(UrlProblem::Fragment);
     }
     let authority = rest.split(['/', '?']).next().unwrap_or("");
     if authority.contains('@') {
-        return Err(
-            "credentials in the URL; pass them with `bearer_token_env` or `headers`".into(),
-        );
+        return Err(UrlProblem::Credentials);
     }
     let host = if let Some(v6) = authority.strip_prefix('[') {
         v6.split(']').next().unwrap_or("")
@@ -1310,7 +1485,7 @@ pub fn check_url(url: &str) -> Result<(), String> {
         authority.rsplit_once(':').map_or(authority, |(h, _)| h)
     };
     if host.is_empty() {
-        return Err(format!("`{url}` has no host"));
+        return Err(UrlProblem::NoHost { url: url.into() });
     }
     let loopback = host == "localhost"
         || host
@@ -1319,8 +1494,10 @@ pub fn check_url(url: &str) -> Result<(), String> {
     match scheme {
         "https" => Ok(()),
         "http" if loopback => Ok(()),
-        "http" => Err(format!("plain `http` to `{host}`, which is not loopback")),
-        other => Err(format!("unsupported scheme `{other}`")),
+        "http" => Err(UrlProblem::PlainHttp { host: host.into() }),
+        other => Err(UrlProblem::Scheme {
+            scheme: other.into(),
+        }),
     }
 }
 

@@ -1,9 +1,13 @@
 //! The generic document tree every manifest is read into before serde sees
 //! it: TOML and JSON both become a [`Node`] tree that keeps the byte span of
-//! every value and key. Parsing is bounded (size, nesting depth) and reports
-//! every syntax error it can find, never panicking on hostile input.
+//! every value and key. Parsing is bounded (size, nesting depth, keys and
+//! values in the document, items per array, entries per table, bytes per
+//! string) and reports every syntax error it can find, never panicking on
+//! hostile input. The item count of a TOML document is checked by a
+//! streaming pass over its tokens before any tree is built, so a document of
+//! millions of tiny values is refused in constant memory.
 
-use super::diagnostics::{Diagnostic, MAX_DIAGNOSTICS};
+use super::diagnostics::{Diagnostic, MAX_DIAGNOSTICS, clip, has_room};
 use super::json;
 use super::source::{SourceFile, Span};
 
@@ -11,6 +15,79 @@ use super::source::{SourceFile, Span};
 pub const MAX_MANIFEST_BYTES: usize = 8 * 1024 * 1024;
 /// Deepest nesting of arrays and tables accepted in a manifest.
 pub const MAX_NESTING_DEPTH: usize = 64;
+/// Items any manifest may hold, however small the file. Items are what
+/// parsing spends memory on: every key (each part of a dotted key), every
+/// scalar, and every bracket (an array or table counts twice, once per
+/// bracket, as it costs about twice a scalar).
+pub const BASE_DOCUMENT_ITEMS: usize = 60_000;
+/// One more item is allowed per this many bytes of the file.
+pub const BYTES_PER_EXTRA_ITEM: usize = 8;
+/// Most items in any manifest (reached at about 1.1 MB of text).
+pub const MAX_DOCUMENT_ITEMS: usize = 200_000;
+
+/// How many items a manifest of `len` bytes may hold. An item costs up to
+/// about 180 bytes at the peak of parsing (the TOML parser's tokens and
+/// events, its tree and ours), so memory stays within 20 times the file
+/// size plus 20 MB even for a file of nothing but `1,` or `[],` (the densest
+/// shapes); real manifests spend 5 or more bytes an item and never come near
+/// it (10,000 components take 150,000 items in 800 KB).
+pub fn item_limit(len: usize) -> usize {
+    (BASE_DOCUMENT_ITEMS + len / BYTES_PER_EXTRA_ITEM).min(MAX_DOCUMENT_ITEMS)
+}
+/// Most items in one array (`args`, `paths`, `[[hooks.…]]`, …).
+pub const MAX_ARRAY_LEN: usize = 4096;
+/// Most entries in one table (a section's named entries, an `env` map, …).
+pub const MAX_TABLE_ENTRIES: usize = 20_000;
+/// Longest string value or key, in bytes after unescaping (the same as the
+/// largest prompt template file).
+pub const MAX_STRING_BYTES: usize = 1024 * 1024;
+
+/// A bound of the document tree that an input exceeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exceeded {
+    /// More items than [`item_limit`] allows.
+    Items,
+    /// An array longer than [`MAX_ARRAY_LEN`].
+    ArrayLen,
+    /// A table with more than [`MAX_TABLE_ENTRIES`] entries.
+    TableEntries,
+    /// A string or key longer than [`MAX_STRING_BYTES`].
+    StringBytes,
+    /// Nesting deeper than [`MAX_NESTING_DEPTH`].
+    Depth,
+}
+
+impl Exceeded {
+    /// The diagnostic for this bound, at `span` (the item that went past it,
+    /// or the array, table or string that is too large).
+    pub fn diagnostic(self, file: &SourceFile, span: Span) -> Diagnostic {
+        let (summary, hint) = match self {
+            Exceeded::Items => (
+                format!(
+                    "the manifest has more items (keys, values, brackets) than {BASE_DOCUMENT_ITEMS} plus one per {BYTES_PER_EXTRA_ITEM} bytes of text (at most {MAX_DOCUMENT_ITEMS})"
+                ),
+                "a manifest declares components, not data: split it, or move bulk data into files the commands read",
+            ),
+            Exceeded::ArrayLen => (
+                format!("this array has more than {MAX_ARRAY_LEN} items"),
+                "no manifest field takes this many; shorten the list, or move the data into a file",
+            ),
+            Exceeded::TableEntries => (
+                format!("this table has more than {MAX_TABLE_ENTRIES} entries"),
+                "split the manifest, or move the data into a file",
+            ),
+            Exceeded::StringBytes => (
+                format!("this string is longer than {MAX_STRING_BYTES} bytes"),
+                "move long text into a file, such as a prompt `file`",
+            ),
+            Exceeded::Depth => (
+                format!("nesting is deeper than {MAX_NESTING_DEPTH} levels"),
+                "flatten the document; no manifest field nests this deep",
+            ),
+        };
+        Diagnostic::error(summary).at(file, span).with_hint(hint)
+    }
+}
 
 /// A value in a parsed document, with its span in the source.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,8 +180,45 @@ pub fn parse(file: &SourceFile, syntax: Syntax, diags: &mut Vec<Diagnostic>) -> 
     }
 }
 
+/// The span of the first item of a TOML document past [`item_limit`], if it
+/// has that many. One streaming pass over the tokens in constant memory:
+/// every string, bare word (key part, number, boolean, date) and bracket
+/// counts once. Importers reading agent configs may call
+/// it before parsing a file they did not write.
+pub fn toml_items_exceeded(text: &str) -> Option<Span> {
+    use toml_parser::lexer::TokenKind;
+    let limit = item_limit(text.len());
+    let mut items = 0usize;
+    for token in toml_parser::Source::new(text).lex() {
+        let counted = matches!(
+            token.kind(),
+            TokenKind::Atom
+                | TokenKind::BasicString
+                | TokenKind::LiteralString
+                | TokenKind::MlBasicString
+                | TokenKind::MlLiteralString
+                | TokenKind::LeftSquareBracket
+                | TokenKind::RightSquareBracket
+                | TokenKind::LeftCurlyBracket
+                | TokenKind::RightCurlyBracket
+        );
+        if counted {
+            items += 1;
+            if items > limit {
+                let span = token.span();
+                return Some(span.start()..span.end());
+            }
+        }
+    }
+    None
+}
+
 fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
     let text = file.text();
+    if let Some(span) = toml_items_exceeded(text) {
+        diags.push(Exceeded::Items.diagnostic(file, span));
+        return None;
+    }
     let (table, errors) = toml::de::DeTable::parse_recoverable(text);
     let failed = !errors.is_empty();
     // One past the cap, so the report says problems were dropped.
@@ -115,7 +229,7 @@ fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
         if message == "duplicate key"
             && let Some(key) = text.get(span.clone()).filter(|k| !k.contains('\n'))
         {
-            message = format!("duplicate key `{key}`");
+            message = format!("duplicate key `{}`", clip(key));
         }
         diags.push(
             Diagnostic::error(format!("invalid TOML: {message}"))
@@ -128,29 +242,44 @@ fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
     }
     let span = table.span();
     let root = toml::de::DeValue::Table(table.into_inner());
-    let mut depth_error = false;
-    let node = from_toml(&root, span, 0, &mut depth_error);
-    if depth_error {
-        diags.push(
-            Diagnostic::error(format!("nesting is deeper than {MAX_NESTING_DEPTH} levels"))
-                .at(file, 0..0)
-                .with_hint("flatten the document; no manifest field nests this deep"),
-        );
-        return None;
+    let mut exceeded = Vec::new();
+    let node = from_toml(&root, span, 0, &mut exceeded);
+    if exceeded.is_empty() {
+        return Some(node);
     }
-    Some(node)
+    for (what, span) in exceeded {
+        if has_room(diags) {
+            diags.push(what.diagnostic(file, span));
+        }
+    }
+    None
 }
 
-fn from_toml(value: &toml::de::DeValue<'_>, span: Span, depth: usize, too_deep: &mut bool) -> Node {
+/// Convert toml's tree into a [`Node`], recording every bound it exceeds
+/// (the offending value becomes `Null`, so nothing past a bound is copied).
+fn from_toml(
+    value: &toml::de::DeValue<'_>,
+    span: Span,
+    depth: usize,
+    exceeded: &mut Vec<(Exceeded, Span)>,
+) -> Node {
     use toml::de::DeValue;
+    let null = |span| Node {
+        kind: NodeKind::Null,
+        span,
+    };
     if depth > MAX_NESTING_DEPTH {
-        *too_deep = true;
-        return Node {
-            kind: NodeKind::Null,
-            span,
-        };
+        // Report the outermost place only.
+        if !exceeded.iter().any(|(e, _)| *e == Exceeded::Depth) {
+            exceeded.push((Exceeded::Depth, span.clone()));
+        }
+        return null(span);
     }
     let kind = match value {
+        DeValue::String(s) if s.len() > MAX_STRING_BYTES => {
+            exceeded.push((Exceeded::StringBytes, span.clone()));
+            return null(span);
+        }
         DeValue::String(s) => NodeKind::Str(s.to_string()),
         DeValue::Integer(i) => {
             let digits: String = i.as_str().chars().filter(|c| *c != '_').collect();
@@ -180,22 +309,37 @@ fn from_toml(value: &toml::de::DeValue<'_>, span: Span, depth: usize, too_deep: 
         }
         DeValue::Boolean(b) => NodeKind::Bool(*b),
         DeValue::Datetime(d) => NodeKind::Datetime(d.to_string()),
+        DeValue::Array(items) if items.len() > MAX_ARRAY_LEN => {
+            exceeded.push((Exceeded::ArrayLen, span.clone()));
+            return null(span);
+        }
         DeValue::Array(items) => NodeKind::Array(
             items
                 .iter()
-                .map(|item| from_toml(item.get_ref(), item.span(), depth + 1, too_deep))
+                .map(|item| from_toml(item.get_ref(), item.span(), depth + 1, exceeded))
                 .collect(),
         ),
+        DeValue::Table(table) if table.len() > MAX_TABLE_ENTRIES => {
+            exceeded.push((Exceeded::TableEntries, span.clone()));
+            return null(span);
+        }
         DeValue::Table(table) => NodeKind::Table(
             table
                 .iter()
                 .map(|(k, v)| {
+                    let name = k.get_ref();
+                    let name = if name.len() > MAX_STRING_BYTES {
+                        exceeded.push((Exceeded::StringBytes, k.span()));
+                        String::new()
+                    } else {
+                        name.to_string()
+                    };
                     (
                         Key {
-                            name: k.get_ref().to_string(),
+                            name,
                             span: k.span(),
                         },
-                        from_toml(v.get_ref(), v.span(), depth + 1, too_deep),
+                        from_toml(v.get_ref(), v.span(), depth + 1, exceeded),
                     )
                 })
                 .collect(),

@@ -316,8 +316,8 @@ fn duplicate_keys_are_reported_and_bounded() {
 
 #[test]
 fn very_long_lines_are_handled() {
-    // A 2 MB string value followed by a mistake on the same line.
-    let long = "x".repeat(2 * 1024 * 1024);
+    // A string value just under the string bound followed by a mistake on the same line.
+    let long = "x".repeat(crate::model::node::MAX_STRING_BYTES - 1024);
     let text = format!("version = 1\nproject = {{ name = \"{long}\", nmae = 1 }}\n");
     let loaded = refused("m.toml", text.as_bytes());
     assert_eq!(summaries(&loaded), ["unknown field `nmae` in `project`"]);
@@ -459,4 +459,275 @@ fn state_dir_must_be_below_the_manifest_directory() {
         &MapFiles::default(),
     );
     assert!(loaded.manifest.is_some(), "{:?}", summaries(&loaded));
+}
+
+#[test]
+fn every_document_bound_is_a_diagnostic_at_its_place_in_both_syntaxes() {
+    use super::node::{MAX_ARRAY_LEN, MAX_DOCUMENT_ITEMS, MAX_STRING_BYTES, MAX_TABLE_ENTRIES};
+    let ones = |n: usize| vec!["1"; n].join(",");
+    // Past the item bound in arrays that are each within the array bound.
+    let inner = format!("[{}]", vec!["[]"; MAX_ARRAY_LEN - 1].join(","));
+    let many = format!(
+        "[{}]",
+        vec![inner; MAX_DOCUMENT_ITEMS / MAX_ARRAY_LEN + 1].join(",")
+    );
+    let cases: Vec<(&str, String, String, &str)> = vec![
+        (
+            "items",
+            format!("version = 1\nx = {many}\n"),
+            format!("{{\"version\": 1, \"x\": {many}}}"),
+            "items (keys, values, brackets)",
+        ),
+        (
+            "array",
+            format!("version = 1\nx = [{}]\n", ones(MAX_ARRAY_LEN + 1)),
+            format!("{{\"version\": 1, \"x\": [{}]}}", ones(MAX_ARRAY_LEN + 1)),
+            "array has more than",
+        ),
+        (
+            "table",
+            format!(
+                "version = 1\n[x]\n{}",
+                (0..=MAX_TABLE_ENTRIES)
+                    .map(|i| format!("k{i} = 1\n"))
+                    .collect::<String>()
+            ),
+            format!(
+                "{{\"version\": 1, \"x\": {{{}}}}}",
+                (0..=MAX_TABLE_ENTRIES)
+                    .map(|i| format!("\"k{i}\": 1"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            "table has more than",
+        ),
+        (
+            "string",
+            format!(
+                "version = 1\nx = \"{}\"\n",
+                "s".repeat(MAX_STRING_BYTES + 1)
+            ),
+            format!(
+                "{{\"version\": 1, \"x\": \"{}\"}}",
+                "s".repeat(MAX_STRING_BYTES + 1)
+            ),
+            "string is longer than",
+        ),
+    ];
+    for (what, toml, json, summary) in cases {
+        for (name, text) in [("m.toml", &toml), ("m.json", &json)] {
+            let loaded = refused(name, text.as_bytes());
+            assert_eq!(
+                loaded.error_count(),
+                1,
+                "{what} {name}: {:?}",
+                summaries(&loaded)
+            );
+            let diag = &loaded.diagnostics[0];
+            assert!(
+                diag.summary.contains(summary),
+                "{what} {name}: {}",
+                diag.summary
+            );
+            assert!(diag.hint.is_some(), "{what} {name}");
+            let (start, _) = diag.range().expect("located");
+            assert!(start.line >= 1 && start.column >= 1, "{what} {name}");
+        }
+    }
+}
+
+#[test]
+fn a_manifest_at_the_bounds_is_still_read() {
+    use super::node::MAX_ARRAY_LEN;
+    let args = vec!["\"a\""; MAX_ARRAY_LEN].join(",");
+    let text = format!("version = 1\n[mcp.servers.fs]\ncommand = \"x\"\nargs = [{args}]\n");
+    let loaded = load("m.toml", text.as_bytes(), &MapFiles::default());
+    assert_eq!(loaded.error_count(), 0, "{:?}", summaries(&loaded));
+}
+
+#[test]
+fn messages_quote_a_bounded_prefix_of_values() {
+    let key = "k".repeat(100_000);
+    let text = format!(
+        "version = 1\n{key} = 1\n[profiles.p]\nprovider = \"{key}\"\ndescription = \"d\"\n"
+    );
+    let loaded = refused("m.toml", text.as_bytes());
+    assert!(loaded.error_count() >= 2);
+    for d in &loaded.diagnostics {
+        let all = format!("{} {}", d.summary, d.hint.as_deref().unwrap_or(""));
+        assert!(all.len() < 600, "{all}");
+        assert!(all.contains('…'), "{all}");
+    }
+}
+
+fn load_with_env(text: &str, env: &[(&str, &str)]) -> Loaded {
+    let env: BTreeMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    load_bytes(
+        "m.toml",
+        text.as_bytes(),
+        Syntax::Toml,
+        &env,
+        &MapFiles::default(),
+    )
+}
+
+#[test]
+fn an_unset_variable_does_not_hide_the_entrys_other_errors() {
+    let loaded = load_with_env(
+        "version = 1\n[mcp.servers.s1]\ncommand = \"x\"\nargs = [\"${UNSET_VAR}\"]\ncwd = \"/abs\"\n",
+        &[],
+    );
+    assert_eq!(
+        summaries(&loaded),
+        [
+            "environment variable `UNSET_VAR` is not set",
+            "`cwd` is an absolute path"
+        ]
+    );
+}
+
+#[test]
+fn url_rules_hold_for_urls_from_the_environment_without_quoting_them() {
+    for (value, problem) in [
+        (
+            "ftp://secret-host.example/x",
+            "unsupported scheme `<redacted>`",
+        ),
+        (
+            "http://10.0.0.7/mcp",
+            "plain `http` to `<redacted>`, which is not loopback",
+        ),
+        (
+            "https://user:pw@secret-host.example",
+            "credentials in the URL",
+        ),
+    ] {
+        let loaded = load_with_env(
+            "version = 1\n[mcp.servers.s1]\nurl = \"${MCP_URL}\"\n",
+            &[("MCP_URL", value)],
+        );
+        let all = summaries(&loaded);
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert!(
+            all[0].starts_with("invalid MCP server URL from `${MCP_URL}`: ")
+                && all[0].contains(problem),
+            "{all:?}"
+        );
+        for d in &loaded.diagnostics {
+            assert!(
+                !d.to_string().contains("secret-host") && !d.to_string().contains("10.0.0.7"),
+                "{d}"
+            );
+        }
+    }
+    let fine = load_with_env(
+        "version = 1\n[mcp.servers.s1]\nurl = \"${MCP_URL}\"\n",
+        &[("MCP_URL", "https://ok.example/mcp")],
+    );
+    assert_eq!(fine.error_count(), 0);
+}
+
+#[test]
+fn what_the_os_cannot_pass_to_a_program_is_refused() {
+    use super::lower::{MAX_ARG_LIST_BYTES, MAX_ARG_STRLEN};
+    let nul = [
+        (
+            "command",
+            "version = 1\n[mcp.servers.s1]\ncommand = \"a\\u0000b\"\n",
+        ),
+        (
+            "argument",
+            "version = 1\n[mcp.servers.s1]\ncommand = \"x\"\nargs = [\"a\\u0000b\"]\n",
+        ),
+        (
+            "env value",
+            "version = 1\n[hooks]\nbefore_tool = [{ command = \"x\", env = { K = \"a\\u0000b\" } }]\n",
+        ),
+        (
+            "cwd",
+            "version = 1\n[panes.p]\ncommand = \"x\"\ncwd = \"a\\u0000b\"\n",
+        ),
+        (
+            "provider arg",
+            "version = 1\n[providers.p]\nkind = \"codex\"\nargs = [\"${NUL_VAR}\"]\n",
+        ),
+        (
+            "state_dir",
+            "version = 1\n[project]\nstate_dir = \"a\\u0000b\"\n",
+        ),
+        (
+            "prompt file",
+            "version = 1\n[prompts.p]\nfile = \"a\\u0000b\"\n",
+        ),
+    ];
+    for (what, text) in nul {
+        let loaded = load_with_env(text, &[("NUL_VAR", "a\0b")]);
+        let all = summaries(&loaded);
+        assert_eq!(all.len(), 1, "{what}: {all:?}");
+        assert!(all[0].contains("NUL byte"), "{what}: {all:?}");
+    }
+    let long = "a".repeat(MAX_ARG_STRLEN);
+    let loaded = load_with_env(
+        &format!("version = 1\n[mcp.servers.s1]\ncommand = \"x\"\nargs = [\"ok\", \"{long}\"]\n"),
+        &[],
+    );
+    assert_eq!(
+        summaries(&loaded),
+        [format!(
+            "argument 2 is {} bytes, more than the {} the OS passes in one argument",
+            MAX_ARG_STRLEN,
+            MAX_ARG_STRLEN - 1
+        )]
+    );
+    let chunk = "a".repeat(MAX_ARG_STRLEN / 2);
+    let many = vec![format!("\"{chunk}\""); MAX_ARG_LIST_BYTES / chunk.len() + 1].join(",");
+    let loaded = load_with_env(
+        &format!(
+            "version = 1\n[triggers.t]\nkind = \"cron\"\nschedule = \"1h\"\naction = {{ command = \"x\", args = [{many}] }}\n"
+        ),
+        &[],
+    );
+    let all = summaries(&loaded);
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert!(
+        all[0].starts_with("the arguments and environment of `x` take "),
+        "{all:?}"
+    );
+    // Just under the single-argument limit is fine.
+    let fits = "a".repeat(MAX_ARG_STRLEN - 1);
+    let loaded = load_with_env(
+        &format!("version = 1\n[mcp.servers.s1]\ncommand = \"x\"\nargs = [\"{fits}\"]\n"),
+        &[],
+    );
+    assert_eq!(loaded.error_count(), 0, "{:?}", summaries(&loaded));
+}
+
+#[test]
+fn the_item_limit_grows_with_the_file_and_fits_large_real_manifests() {
+    use super::node::{BASE_DOCUMENT_ITEMS, MAX_DOCUMENT_ITEMS, item_limit};
+    assert_eq!(item_limit(0), BASE_DOCUMENT_ITEMS);
+    assert_eq!(item_limit(8 * 1024 * 1024), MAX_DOCUMENT_ITEMS);
+    // Dense punctuation past the limit of its small size is refused…
+    let rows: String = (0..24)
+        .map(|r| format!("a{r} = [{}]\n", vec!["1"; 4000].join(",")))
+        .collect();
+    let loaded = refused("m.toml", format!("version = 1\n{rows}").as_bytes());
+    assert_eq!(loaded.error_count(), 1, "{:?}", summaries(&loaded));
+    assert!(
+        loaded.diagnostics[0]
+            .summary
+            .contains("items (keys, values, brackets)")
+    );
+    // …while 10,000 components (the planner benchmark's shape) load.
+    let mut text = String::from("version = 1\n");
+    for i in 0..5_000 {
+        text += &format!(
+            "[mcp.servers.s{i}]\ncommand = \"srv\"\nargs = [\"--n\", \"0\"]\nenv = {{ A = \"b\" }}\n[triggers.t{i}]\nkind = \"cron\"\nschedule = \"1 * * * *\"\naction = {{ command = \"make\" }}\n"
+        );
+    }
+    let loaded = load("m.toml", text.as_bytes(), &MapFiles::default());
+    assert_eq!(loaded.error_count(), 0, "{:?}", &summaries(&loaded)[..1]);
 }

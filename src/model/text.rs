@@ -22,6 +22,11 @@ pub struct Text {
     /// The string as written in the manifest when it used `${…}`, so
     /// exporters can write an environment reference instead of the value.
     source: Option<String>,
+    /// An interpolation failed (an unset variable, a malformed `${…}`): the
+    /// value is a placeholder. The failure is already an error diagnostic,
+    /// so such text never reaches a valid model; checks on the value skip it
+    /// while the rest of its entry is still checked.
+    unresolved: bool,
 }
 
 impl Text {
@@ -31,6 +36,7 @@ impl Text {
             value: value.into(),
             secret: false,
             source: None,
+            unresolved: false,
         }
     }
 
@@ -40,6 +46,7 @@ impl Text {
             value: value.into(),
             secret: true,
             source: None,
+            unresolved: false,
         }
     }
 
@@ -49,6 +56,7 @@ impl Text {
             value: value.into(),
             secret,
             source: Some(source.into()),
+            unresolved: false,
         }
     }
 
@@ -66,6 +74,12 @@ impl Text {
 
     pub fn is_secret(&self) -> bool {
         self.secret
+    }
+
+    /// Whether `${…}` expansion failed and the value is a placeholder
+    /// (only while loading; a valid model has none).
+    pub fn is_unresolved(&self) -> bool {
+        self.unresolved
     }
 
     /// The value, or [`REDACTED`] when secret.
@@ -110,6 +124,8 @@ impl<'de> Deserialize<'de> for Text {
                         text.value = map.next_value()?;
                     } else if key == TEXT_FIELDS[1] {
                         text.secret = map.next_value()?;
+                    } else if key == TEXT_FIELDS[3] {
+                        text.unresolved = map.next_value()?;
                     } else {
                         text.source = Some(map.next_value()?);
                     }

@@ -442,7 +442,7 @@ fn hostile_files_through_the_binary() {
 /// the report is capped and ends with a note saying so.
 #[test]
 fn many_problems_on_one_long_line_are_capped() {
-    let keys: String = (0..20_000).map(|i| format!("\"k{i}\": 1, ")).collect();
+    let keys: String = (0..10_000).map(|i| format!("\"k{i}\": 1, ")).collect();
     let text = format!("{{\"version\": 1, {keys}\"k0\": 2}}");
     let (_dir, run) = validate_bytes("npcagent.json", text.as_bytes());
     let summaries = refused("wide JSON", &run);
