@@ -363,17 +363,7 @@ impl Root {
             ));
         }
         regular(&shown, &st)?;
-        let fd = openat(
-            walk.dir(),
-            name.as_os_str(),
-            OFlag::O_RDONLY
-                | OFlag::O_NOFOLLOW
-                | OFlag::O_NONBLOCK
-                | OFlag::O_NOCTTY
-                | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| FsError::io(&shown, "opened", e))?;
+        let fd = open_entry_read_only(&walk, &name, &shown)?;
         read_open(fd, &shown, &st, limit)
     }
 
@@ -563,17 +553,7 @@ impl Root {
         let shown = walk.shown_entry(&name);
         let st = walk.stat(&name)?;
         regular(&shown, &st)?;
-        let fd = openat(
-            walk.dir(),
-            name.as_os_str(),
-            OFlag::O_RDONLY
-                | OFlag::O_NOFOLLOW
-                | OFlag::O_NONBLOCK
-                | OFlag::O_NOCTTY
-                | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| FsError::io(&shown, "opened", e))?;
+        let fd = open_entry_read_only(&walk, &name, &shown)?;
         let after = fstat(&fd).map_err(|e| FsError::io(&shown, "opened", e))?;
         regular(&shown, &after)?;
         Ok(File::from(fd))
@@ -802,6 +782,27 @@ fn describe(kind: SFlag) -> &'static str {
         SFlag::S_IFLNK => "a symbolic link",
         _ => "not a file",
     }
+}
+
+/// Open the entry `name` of the directory `walk` stands in, read-only:
+/// never through a link, never blocking (a FIFO swapped in opens and is
+/// then refused by the caller's `fstat` check), never as a terminal.
+fn open_entry_read_only(
+    walk: &Walk<'_>,
+    name: &std::ffi::OsStr,
+    shown: &Path,
+) -> Result<OwnedFd, FsError> {
+    openat(
+        walk.dir(),
+        name,
+        OFlag::O_RDONLY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| FsError::io(shown, "opened", e))
 }
 
 fn regular(shown: &Path, st: &FileStat) -> Result<(), FsError> {
