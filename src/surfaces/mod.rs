@@ -3,3 +3,4 @@
 //! Unix socket, owner-only); the REST API and webhooks join it later.
 
 pub mod control;
+pub mod mcp_http;
