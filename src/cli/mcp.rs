@@ -149,10 +149,14 @@ async fn terminated() -> anyhow::Result<()> {
 }
 
 async fn serve_stdio(gateway: Gateway) -> anyhow::Result<Exit> {
-    let service = gateway
-        .serve(rmcp::transport::stdio())
-        .await
-        .context("the MCP client on stdin did not initialize")?;
+    let service = match gateway.serve(rmcp::transport::stdio()).await {
+        Ok(service) => service,
+        // The client left before initializing: nothing went wrong here.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(Exit::Ok),
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context("the MCP client on stdin did not initialize"));
+        }
+    };
     let cancel = service.cancellation_token();
     tokio::select! {
         quit = service.waiting() => { quit.context("the gateway's session task failed")?; }

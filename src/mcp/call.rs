@@ -29,7 +29,8 @@ pub const MAX_RECORDED_ARGUMENT_BYTES: usize = 4096;
 /// matches any tool (seed 000: `fetch_url`'s `url`).
 pub const SENSITIVE_ARGUMENTS: [(&str, &str); 1] = [("fetch_url", "url")];
 /// Argument names (lowercase substrings) treated as secrets for every tool.
-pub const SECRET_ARGUMENT_MARKERS: [&str; 5] = ["token", "secret", "password", "api_key", "authorization"];
+pub const SECRET_ARGUMENT_MARKERS: [&str; 5] =
+    ["token", "secret", "password", "api_key", "authorization"];
 /// What a redacted argument is recorded as.
 pub const REDACTED: &str = "<redacted>";
 
@@ -54,7 +55,9 @@ pub enum Before {
     Continue,
     /// The call does not reach the server; the client gets `reason` as an
     /// `isError` result.
-    Deny { reason: String },
+    Deny {
+        reason: String,
+    },
 }
 
 /// A step around the dispatch (the hooks runner is one).
@@ -65,7 +68,11 @@ pub trait CallStage: Send + Sync + std::fmt::Debug {
     }
 
     /// Runs after the dispatch (also after a denial or failure), in stage order.
-    fn after<'a>(&'a self, _call: &'a ToolCall, _result: &'a mut CallToolResult) -> BoxFuture<'a, ()> {
+    fn after<'a>(
+        &'a self,
+        _call: &'a ToolCall,
+        _result: &'a mut CallToolResult,
+    ) -> BoxFuture<'a, ()> {
         Box::pin(async {})
     }
 }
@@ -137,11 +144,18 @@ impl CallPath {
     pub async fn call(&self, name: &str, arguments: Option<JsonObject>) -> CallToolResult {
         let started = Instant::now();
         let Some((server, tool)) = self.pool.resolve(name) else {
-            let message = format!(
-                "no tool `{name}`; tools are named `SERVER__TOOL`, see `tools/list`"
-            );
-            self.record(name, None, None, &arguments, Outcome::UnknownTool, started, Some(&message))
-                .await;
+            let message =
+                format!("no tool `{name}`; tools are named `SERVER__TOOL`, see `tools/list`");
+            self.record(
+                name,
+                None,
+                None,
+                &arguments,
+                Outcome::UnknownTool,
+                started,
+                Some(&message),
+            )
+            .await;
             return error_result(message);
         };
         let mut call = ToolCall {
@@ -160,7 +174,11 @@ impl CallPath {
         let (mut result, mut outcome, mut error) = match denied {
             Some(reason) => {
                 let message = format!("the call of `{}` was denied: {reason}", call.name);
-                (error_result(message.clone()), Outcome::Denied, Some(message))
+                (
+                    error_result(message.clone()),
+                    Outcome::Denied,
+                    Some(message),
+                )
             }
             None => match self
                 .pool

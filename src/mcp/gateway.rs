@@ -56,21 +56,21 @@ impl ServerHandler for Gateway {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        Ok(self.path.call(&request.name, request.arguments).await.into())
+        Ok(self
+            .path
+            .call(&request.name, request.arguments)
+            .await
+            .into())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         let mut changes = self.path.pool().subscribe_changes();
         let peer = context.peer.clone();
         tokio::spawn(async move {
-            loop {
-                match changes.recv().await {
-                    Ok(()) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        if peer.notify_tool_list_changed().await.is_err() {
-                            break;
-                        }
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            use tokio::sync::broadcast::error::RecvError;
+            while let Ok(()) | Err(RecvError::Lagged(_)) = changes.recv().await {
+                if peer.notify_tool_list_changed().await.is_err() {
+                    break;
                 }
             }
         });

@@ -60,7 +60,9 @@ pub enum UpstreamState {
     Disconnected,
     Connecting,
     Connected,
-    Failed { reason: String },
+    Failed {
+        reason: String,
+    },
 }
 
 /// Keeps a session's cached tool list fresh: `notifications/tools/list_changed`
@@ -134,9 +136,15 @@ fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
 pub enum CallError {
     Unavailable(PoolError),
     /// The call outlived `tool_timeout_ms`.
-    Timeout { server: String, limit_ms: u64 },
+    Timeout {
+        server: String,
+        limit_ms: u64,
+    },
     /// The session broke during the call (the server crashed or closed).
-    Lost { server: String, reason: String },
+    Lost {
+        server: String,
+        reason: String,
+    },
 }
 
 impl std::fmt::Display for CallError {
@@ -216,7 +224,8 @@ impl Upstream {
         };
         self.cx.supervisor.start(&key, spec).map_err(spawn)?;
         let pipes = self.cx.supervisor.take_pipes(&key);
-        let (Some(stdout), Some(stdin)) = pipes.map_or((None, None), |p| (p.stdout, p.stdin)) else {
+        let (Some(stdout), Some(stdin)) = pipes.map_or((None, None), |p| (p.stdout, p.stdin))
+        else {
             return Err(PoolError::Spawn {
                 server,
                 reason: "its standard streams were not piped".into(),
@@ -252,7 +261,11 @@ impl Upstream {
 
     async fn stop_process(&self) {
         if matches!(self.config.transport, McpTransport::Stdio(_)) {
-            let _ = self.cx.supervisor.remove(&self.component().to_string()).await;
+            let _ = self
+                .cx
+                .supervisor
+                .remove(&self.component().to_string())
+                .await;
         }
     }
 
@@ -292,14 +305,16 @@ impl Upstream {
         let mut params = CallToolRequestParams::new(tool.to_string());
         params.arguments = arguments;
         let limit_ms = self.config.tool_timeout_ms;
-        match tokio::time::timeout(Duration::from_millis(limit_ms), peer.call_tool(params)).await
-        {
+        match tokio::time::timeout(Duration::from_millis(limit_ms), peer.call_tool(params)).await {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(rmcp::ServiceError::McpError(e))) => {
                 // A protocol-level error answer: the session is fine.
-                Ok(CallToolResult::error(vec![rmcp::model::ContentBlock::text(
-                    format!("MCP server `{}` answered with an error: {}", self.name, e.message),
-                )]))
+                Ok(CallToolResult::error(vec![
+                    rmcp::model::ContentBlock::text(format!(
+                        "MCP server `{}` answered with an error: {}",
+                        self.name, e.message
+                    )),
+                ]))
             }
             Ok(Err(e)) => {
                 self.close(Some(generation)).await;

@@ -525,7 +525,9 @@ impl Lower<'_> {
                 self.error(
                     &v.span,
                     format!("`idle_timeout` `{}` is out of range", v.value),
-                    format!("use a number of seconds from 0 (never close) to {MAX_MCP_IDLE_TIMEOUT_S}"),
+                    format!(
+                        "use a number of seconds from 0 (never close) to {MAX_MCP_IDLE_TIMEOUT_S}"
+                    ),
                 );
                 DEFAULT_MCP_IDLE_TIMEOUT_S
             }

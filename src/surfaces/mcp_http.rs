@@ -53,9 +53,13 @@ impl McpHttpListener {
     }
 
     /// Serve `gateway` until `shutdown` is cancelled.
-    pub async fn serve(self, gateway: Gateway, shutdown: CancellationToken) -> Result<(), McpHttpError> {
-        let config = StreamableHttpServerConfig::default()
-            .with_cancellation_token(shutdown.child_token());
+    pub async fn serve(
+        self,
+        gateway: Gateway,
+        shutdown: CancellationToken,
+    ) -> Result<(), McpHttpError> {
+        let config =
+            StreamableHttpServerConfig::default().with_cancellation_token(shutdown.child_token());
         let service = StreamableHttpService::new(
             move || Ok(gateway.clone()),
             Arc::new(LocalSessionManager::default()),
