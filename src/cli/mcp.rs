@@ -21,6 +21,7 @@ use super::Exit;
 use crate::bus::EventBus;
 use crate::mcp::{CallPath, Gateway, Pool, pool::IDLE_SWEEP_INTERVAL};
 use crate::model::{self, ProcessEnv};
+use crate::plan::{ComponentId, Kind};
 use crate::store::NewEvent;
 use crate::supervisor::{BackoffPolicy, Supervisor};
 use crate::surfaces::mcp_http::{MCP_HTTP_PATH, McpHttpError, McpHttpListener};
@@ -101,10 +102,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         for failure in pool.connect_all().await {
             eprintln!("warning: {failure}");
             let _ = bus
-                .publish(NewEvent::new(
-                    SERVER_FAILED_EVENT,
-                    json!({ "reason": failure.to_string() }),
-                ))
+                .publish(
+                    NewEvent::new(
+                        SERVER_FAILED_EVENT,
+                        json!({ "server": failure.server(), "reason": failure.to_string() }),
+                    )
+                    .for_component(ComponentId::new(Kind::McpServer, failure.server()).to_string()),
+                )
                 .await;
         }
         let sweeper = {

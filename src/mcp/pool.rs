@@ -51,6 +51,19 @@ pub enum PoolError {
     HttpUnsupported { server: String },
 }
 
+impl PoolError {
+    /// The server the error is about.
+    pub fn server(&self) -> &str {
+        match self {
+            Self::UnknownServer { server }
+            | Self::Spawn { server, .. }
+            | Self::StartupTimeout { server, .. }
+            | Self::Handshake { server, .. }
+            | Self::HttpUnsupported { server } => server,
+        }
+    }
+}
+
 /// Where an upstream's session stands (for status and events).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]

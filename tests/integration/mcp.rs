@@ -109,6 +109,11 @@ fn error_text(step: &Value) -> &str {
 
 /// The `mcp.tool_call` events recorded in `dir`.
 fn tool_call_events(dir: &TempDir) -> Vec<Value> {
+    events_of_kind(dir, "mcp.tool_call")
+}
+
+/// The events of `kind` recorded in `dir`.
+fn events_of_kind(dir: &TempDir, kind: &str) -> Vec<Value> {
     let out = npc()
         .args(["events", "--format", "json"])
         .current_dir(dir.path())
@@ -118,7 +123,7 @@ fn tool_call_events(dir: &TempDir) -> Vec<Value> {
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| e["kind"] == "mcp.tool_call")
+        .filter(|e| e["kind"] == kind)
         .collect()
 }
 
@@ -221,7 +226,74 @@ fn server_printing_garbage_is_an_error_result_and_the_gateway_keeps_serving() {
     assert_eq!(ok_text(&got[1]), "fine");
     assert_eq!(
         got[2]["tools"],
-        json!(["bad__ok", "bad__crash", "bad__hang", "bad__garbage"])
+        json!([
+            "bad__ok",
+            "bad__pid",
+            "bad__grow",
+            "bad__crash",
+            "bad__hang",
+            "bad__garbage"
+        ])
+    );
+}
+
+#[test]
+fn upstream_tool_list_change_refreshes_the_cache_and_notifies_clients() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&format!("version = 1\n{}", bad_server(60_000)));
+    let got = stdio_session(
+        &dir,
+        json!([
+            ["list"],
+            call("bad__grow", json!({})),
+            ["wait_list_changed"],
+            ["list"],
+            call("bad__extra", json!({}))
+        ]),
+    );
+    assert!(
+        !got[0]["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("bad__extra"))
+    );
+    assert_eq!(got[2]["list_changed"], true, "the gateway told its client");
+    assert!(
+        got[3]["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("bad__extra")),
+        "{}",
+        got[3]
+    );
+    assert_eq!(ok_text(&got[4]), "fine", "the new tool is callable");
+}
+
+#[test]
+fn idle_session_is_closed_and_reconnected_on_the_next_call() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&format!(
+        "version = 1\n{}idle_timeout = 1\n",
+        bad_server(60_000)
+    ));
+    let got = stdio_session(
+        &dir,
+        json!([
+            call("bad__pid", json!({})),
+            ["wait_gone"],
+            call("bad__pid", json!({}))
+        ]),
+    );
+    let first = ok_text(&got[0]).to_string();
+    assert_eq!(got[1]["gone"], true, "the idle server process was stopped");
+    assert_ne!(
+        ok_text(&got[2]),
+        first,
+        "the next call started a new process"
     );
 }
 
