@@ -45,10 +45,6 @@ pub enum PoolError {
     StartupTimeout { server: String, limit_ms: u64 },
     #[error("MCP server `{server}` failed to connect: {reason}")]
     Handshake { server: String, reason: String },
-    #[error(
-        "MCP server `{server}` is an HTTP server; the gateway connects only to stdio servers so far"
-    )]
-    HttpUnsupported { server: String },
 }
 
 impl PoolError {
@@ -58,8 +54,7 @@ impl PoolError {
             Self::UnknownServer { server }
             | Self::Spawn { server, .. }
             | Self::StartupTimeout { server, .. }
-            | Self::Handshake { server, .. }
-            | Self::HttpUnsupported { server } => server,
+            | Self::Handshake { server, .. } => server,
         }
     }
 }
@@ -222,38 +217,77 @@ impl Upstream {
 
     async fn connect(&self) -> Result<RunningService<RoleClient, Listener>, PoolError> {
         let server = self.name.clone();
-        let McpTransport::Stdio(command) = &self.config.transport else {
-            return Err(PoolError::HttpUnsupported { server });
-        };
-        let id = self.component();
-        // The pool reconnects lazily, so the supervisor never restarts it.
-        let mut spec = child_spec(&self.cx, &id, command, RestartPolicy::Never);
-        spec.stdio.stdout = OutputWiring::Piped;
-        let key = id.to_string();
-        let _ = self.cx.supervisor.remove(&key).await;
-        let spawn = |e: SupervisorError| PoolError::Spawn {
-            server: server.clone(),
-            reason: e.to_string(),
-        };
-        self.cx.supervisor.start(&key, spec).map_err(spawn)?;
-        let pipes = self.cx.supervisor.take_pipes(&key);
-        let (Some(stdout), Some(stdin)) = pipes.map_or((None, None), |p| (p.stdout, p.stdin))
-        else {
-            return Err(PoolError::Spawn {
-                server,
-                reason: "its standard streams were not piped".into(),
-            });
-        };
+        match &self.config.transport {
+            McpTransport::Stdio(command) => {
+                let id = self.component();
+                // The pool reconnects lazily, so the supervisor never restarts it.
+                let mut spec = child_spec(&self.cx, &id, command, RestartPolicy::Never);
+                spec.stdio.stdout = OutputWiring::Piped;
+                let key = id.to_string();
+                let _ = self.cx.supervisor.remove(&key).await;
+                let spawn = |e: SupervisorError| PoolError::Spawn {
+                    server: server.clone(),
+                    reason: e.to_string(),
+                };
+                self.cx.supervisor.start(&key, spec).map_err(spawn)?;
+                let pipes = self.cx.supervisor.take_pipes(&key);
+                let (Some(stdout), Some(stdin)) =
+                    pipes.map_or((None, None), |p| (p.stdout, p.stdin))
+                else {
+                    return Err(PoolError::Spawn {
+                        server,
+                        reason: "its standard streams were not piped".into(),
+                    });
+                };
+                self.handshake((stdout, stdin)).await
+            }
+            McpTransport::Http {
+                url,
+                headers,
+                bearer_token_env,
+            } => {
+                let bearer = match bearer_token_env {
+                    None => None,
+                    Some(var) => Some(std::env::var(var).map_err(|_| PoolError::Handshake {
+                        server: server.clone(),
+                        reason: format!(
+                            "its `bearer_token_env` names `{var}`, which is not set; export it before starting npc"
+                        ),
+                    })?),
+                };
+                let headers = headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.expose().to_string()))
+                    .collect();
+                let transport =
+                    crate::surfaces::mcp_http::client_transport(url.expose(), &headers, bearer)
+                        .map_err(|e| PoolError::Handshake {
+                            server,
+                            reason: e.to_string(),
+                        })?;
+                self.handshake(transport).await
+            }
+        }
+    }
+
+    /// Initialize a session over `transport` and fetch its tools, within
+    /// the server's `startup_timeout_ms`.
+    async fn handshake<T, E, A>(
+        &self,
+        transport: T,
+    ) -> Result<RunningService<RoleClient, Listener>, PoolError>
+    where
+        T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let server = self.name.clone();
         let listener = Listener {
             tools: self.tools.clone(),
             changed: self.changed.clone(),
         };
         let limit_ms = self.config.startup_timeout_ms;
         let handshake = async {
-            let service = listener
-                .serve((stdout, stdin))
-                .await
-                .map_err(|e| e.to_string())?;
+            let service = listener.serve(transport).await.map_err(|e| e.to_string())?;
             let tools = service
                 .peer()
                 .list_all_tools()

@@ -1,14 +1,22 @@
-//! The gateway over streamable HTTP (`npc mcp serve --http`): rmcp's
-//! streamable HTTP service mounted at [`MCP_HTTP_PATH`] on a loopback
-//! listener. Non-loopback addresses are refused here as well as by the
+//! MCP over streamable HTTP. The gateway's side (`npc mcp serve --http`):
+//! rmcp's streamable HTTP service mounted at [`MCP_HTTP_PATH`] on a loopback
+//! listener; non-loopback addresses are refused here as well as by the
 //! command, so nothing else can make the gateway listen beyond the machine.
+//! The pool's side: [`client_transport`], the connection to an upstream
+//! HTTP server (rustls with the ring provider; headers and bearer token from
+//! the manifest).
+
+use std::collections::{BTreeMap, HashMap};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use rmcp::transport::StreamableHttpServerConfig;
-use rmcp::transport::StreamableHttpService;
+use rmcp::RoleClient;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{
+    StreamableHttpClientTransport, StreamableHttpServerConfig, StreamableHttpService, Transport,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::mcp::Gateway;
@@ -27,6 +35,36 @@ pub enum McpHttpError {
     },
     #[error("the HTTP gateway stopped: {0}")]
     Serve(std::io::Error),
+    #[error("header `{name}` cannot be sent: {reason}")]
+    Header { name: String, reason: String },
+}
+
+/// A client transport to the streamable HTTP MCP server at `url`, sending
+/// `headers` and, when given, `Authorization: Bearer <bearer>`.
+pub fn client_transport(
+    url: &str,
+    headers: &BTreeMap<String, String>,
+    bearer: Option<String>,
+) -> Result<impl Transport<RoleClient> + 'static, McpHttpError> {
+    // reqwest is built without a default TLS provider; install ring once.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut custom = HashMap::new();
+    for (name, value) in headers {
+        let header = |reason: String| McpHttpError::Header {
+            name: name.clone(),
+            reason,
+        };
+        let key =
+            axum::http::HeaderName::try_from(name.as_str()).map_err(|e| header(e.to_string()))?;
+        let value = axum::http::HeaderValue::try_from(value.as_str())
+            .map_err(|_| header("its value has characters HTTP does not allow".into()))?;
+        custom.insert(key, value);
+    }
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(custom);
+    if let Some(token) = bearer {
+        config = config.auth_header(token);
+    }
+    Ok(StreamableHttpClientTransport::from_config(config))
 }
 
 /// A bound, not yet serving, gateway listener.

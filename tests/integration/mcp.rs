@@ -362,12 +362,8 @@ fn recorded_calls_redact_secret_and_sensitive_arguments() {
     assert_eq!(events[0]["payload"]["arguments"]["api_token"], "<redacted>");
 }
 
-#[test]
-fn http_gateway_serves_on_loopback_and_exits_cleanly_on_sigterm() {
-    if !python_sdk() {
-        return;
-    }
-    let dir = repo(&format!("version = 1\n{}", bad_server(60_000)));
+/// `npc mcp serve --http 127.0.0.1:0` in `dir`, and the URL it listens on.
+fn spawn_http_gateway(dir: &TempDir) -> (std::process::Child, String) {
     let mut gateway = Command::new(npc_path())
         .args(["mcp", "serve", "--http", "127.0.0.1:0"])
         .current_dir(dir.path())
@@ -389,6 +385,26 @@ fn http_gateway_serves_on_loopback_and_exits_cleanly_on_sigterm() {
             .and_then(|l| l.split("listening on ").nth(1).map(str::to_string))
     });
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    (gateway, url)
+}
+
+fn sigterm_exits_0(mut gateway: std::process::Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(gateway.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_for("the gateway to exit", || gateway.try_wait().unwrap());
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn http_gateway_serves_on_loopback_and_exits_cleanly_on_sigterm() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&format!("version = 1\n{}", bad_server(60_000)));
+    let (gateway, url) = spawn_http_gateway(&dir);
     let steps = json!([call("bad__crash", json!({})), call("bad__ok", json!({}))]);
     let out = assert_cmd::Command::new("python3")
         .arg(repo_root().join("fixtures/mcp/client.py"))
@@ -409,13 +425,44 @@ fn http_gateway_serves_on_loopback_and_exits_cleanly_on_sigterm() {
         .collect();
     assert!(error_text(&got[0]).contains("`bad`"));
     assert_eq!(ok_text(&got[1]), "fine");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(gateway.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = wait_for("the gateway to exit", || gateway.try_wait().unwrap());
-    assert_eq!(status.code(), Some(0));
+    sigterm_exits_0(gateway);
+}
+
+#[test]
+fn http_upstream_is_pooled_like_a_stdio_one() {
+    if !python_sdk() {
+        return;
+    }
+    // Upstream: another gateway, over streamable HTTP on loopback.
+    let upstream = repo(&format!("version = 1\n{}", bad_server(60_000)));
+    let (upstream_gateway, url) = spawn_http_gateway(&upstream);
+    let dir = repo(&format!(
+        "version = 1\n[mcp.servers.remote]\nurl = \"{url}\"\nheaders = {{ X-Team = \"web\" }}\n"
+    ));
+    let got = stdio_session(
+        &dir,
+        json!([
+            ["list"],
+            call("remote__bad__ok", json!({})),
+            call("remote__bad__crash", json!({})),
+            call("remote__bad__ok", json!({}))
+        ]),
+    );
+    assert!(
+        got[0]["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("remote__bad__ok")),
+        "{}",
+        got[0]
+    );
+    assert_eq!(ok_text(&got[1]), "fine");
+    assert!(
+        error_text(&got[2]).contains("`bad`"),
+        "the upstream's error passes through"
+    );
+    assert_eq!(ok_text(&got[3]), "fine");
+    sigterm_exits_0(upstream_gateway);
 }
 
 #[test]
