@@ -139,7 +139,8 @@ fn gateway_lists_server_everything_tools_namespaced_and_calls_echo() {
         &dir,
         json!([
             ["list"],
-            call("everything__echo", json!({"message": "hello gateway"}))
+            call("everything__echo", json!({"message": "hello gateway"})),
+            call("everything__get-env", json!({}))
         ]),
     );
     let tools: Vec<&str> = got[0]["tools"]
@@ -156,8 +157,12 @@ fn gateway_lists_server_everything_tools_namespaced_and_calls_echo() {
     );
     assert!(tools.iter().all(|t| t.starts_with("everything__")));
     assert_eq!(ok_text(&got[1]), "Echo: hello gateway");
+    assert!(
+        error_text(&got[2]).contains("no tool `everything__get-env`"),
+        "a disabled tool cannot be called either"
+    );
     let events = tool_call_events(&dir);
-    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events.len(), 2, "{events:?}");
     let p = &events[0]["payload"];
     assert_eq!(
         (&p["server"], &p["tool"], &p["outcome"]),
