@@ -9,11 +9,13 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject, Tool};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, JsonObject, PaginatedRequestParams, Tool,
+};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::sync::{Semaphore, broadcast};
@@ -31,6 +33,51 @@ pub const MAX_CONCURRENT_CALLS_PER_SERVER: usize = 64;
 pub const IDLE_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// Tool-list refreshes queued for gateway clients before the oldest is dropped.
 const CHANGE_QUEUE_DEPTH: usize = 16;
+/// Most tools kept from one server; the rest are left out (logged).
+pub const MAX_TOOLS_PER_SERVER: usize = 1024;
+/// Most `tools/list` pages fetched from one server at a time.
+pub const MAX_TOOL_PAGES: usize = 64;
+
+/// The server's tools, at most [`MAX_TOOL_PAGES`] pages and
+/// [`MAX_TOOLS_PER_SERVER`] tools, so a server paging forever or listing
+/// without end cannot grow npc's memory.
+async fn fetch_tools(
+    peer: &Peer<RoleClient>,
+    server: &str,
+) -> Result<Vec<Tool>, rmcp::ServiceError> {
+    let mut tools = Vec::new();
+    let mut cursor = None;
+    for _ in 0..MAX_TOOL_PAGES {
+        let params = cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+        let page = peer.list_tools(params).await?;
+        tools.extend(page.tools);
+        if tools.len() > MAX_TOOLS_PER_SERVER {
+            tracing::warn!(
+                server,
+                limit = MAX_TOOLS_PER_SERVER,
+                "mcp: server lists too many tools; the rest are left out"
+            );
+            tools.truncate(MAX_TOOLS_PER_SERVER);
+            return Ok(tools);
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(tools),
+        }
+    }
+    tracing::warn!(
+        server,
+        pages = MAX_TOOL_PAGES,
+        "mcp: server pages its tools without end; the rest are left out"
+    );
+    Ok(tools)
+}
+
+/// A refresh of a session's tool list: none running, one running, or one
+/// running with another notification since it started.
+const REFRESH_IDLE: u8 = 0;
+const REFRESH_RUNNING: u8 = 1;
+const REFRESH_AGAIN: u8 = 2;
 
 /// Why an upstream server could not be used.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -75,24 +122,53 @@ pub enum UpstreamState {
 
 /// Keeps a session's cached tool list fresh: `notifications/tools/list_changed`
 /// refetches it and tells the gateway's clients.
+/// Notifications arriving while a refresh runs coalesce into one more
+/// refresh, so a server flooding them costs at most one task.
 #[derive(Debug, Clone)]
 struct Listener {
+    server: String,
     tools: Arc<RwLock<Vec<Tool>>>,
     changed: broadcast::Sender<()>,
+    refresh: Arc<AtomicU8>,
 }
 
 impl ClientHandler for Listener {
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
-        let peer = context.peer.clone();
-        let tools = self.tools.clone();
-        let changed = self.changed.clone();
+        let previous = self
+            .refresh
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
+                Some(if s == REFRESH_IDLE {
+                    REFRESH_RUNNING
+                } else {
+                    REFRESH_AGAIN
+                })
+            })
+            .unwrap_or(REFRESH_AGAIN);
+        if previous != REFRESH_IDLE {
+            return;
+        }
+        let (peer, listener) = (context.peer.clone(), self.clone());
         tokio::spawn(async move {
-            match peer.list_all_tools().await {
-                Ok(list) => {
-                    *write(&tools) = list;
-                    let _ = changed.send(());
+            loop {
+                match fetch_tools(&peer, &listener.server).await {
+                    Ok(list) => {
+                        *write(&listener.tools) = list;
+                        let _ = listener.changed.send(());
+                    }
+                    Err(e) => {
+                        tracing::warn!(server = %listener.server, error = %e, "mcp: refreshing a tool list failed")
+                    }
                 }
-                Err(e) => tracing::warn!(error = %e, "mcp: refreshing a tool list failed"),
+                let done = listener.refresh.compare_exchange(
+                    REFRESH_RUNNING,
+                    REFRESH_IDLE,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+                if done.is_ok() {
+                    break;
+                }
+                listener.refresh.store(REFRESH_RUNNING, Ordering::SeqCst);
             }
         });
     }
@@ -140,35 +216,20 @@ fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
 }
 
 /// How one upstream call ended, before it becomes a tool result.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum CallError {
+    #[error(transparent)]
     Unavailable(PoolError),
     /// The call outlived `tool_timeout_ms`.
-    Timeout {
-        server: String,
-        limit_ms: u64,
-    },
+    #[error(
+        "MCP server `{server}` did not answer within its `tool_timeout_ms` of {limit_ms} ms; its session was closed and is reconnected on the next call"
+    )]
+    Timeout { server: String, limit_ms: u64 },
     /// The session broke during the call (the server crashed or closed).
-    Lost {
-        server: String,
-        reason: String,
-    },
-}
-
-impl std::fmt::Display for CallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Unavailable(e) => write!(f, "{e}"),
-            Self::Timeout { server, limit_ms } => write!(
-                f,
-                "MCP server `{server}` did not answer within its `tool_timeout_ms` of {limit_ms} ms; its session was closed and is reconnected on the next call"
-            ),
-            Self::Lost { server, reason } => write!(
-                f,
-                "MCP server `{server}` lost its connection during the call ({reason}); it is reconnected on the next call"
-            ),
-        }
-    }
+    #[error(
+        "MCP server `{server}` lost its connection during the call ({reason}); it is reconnected on the next call"
+    )]
+    Lost { server: String, reason: String },
 }
 
 impl Upstream {
@@ -282,15 +343,15 @@ impl Upstream {
     {
         let server = self.name.clone();
         let listener = Listener {
+            server: server.clone(),
             tools: self.tools.clone(),
             changed: self.changed.clone(),
+            refresh: Arc::default(),
         };
         let limit_ms = self.config.startup_timeout_ms;
         let handshake = async {
             let service = listener.serve(transport).await.map_err(|e| e.to_string())?;
-            let tools = service
-                .peer()
-                .list_all_tools()
+            let tools = fetch_tools(service.peer(), &server)
                 .await
                 .map_err(|e| format!("`tools/list` failed: {e}"))?;
             Ok::<_, String>((service, tools))

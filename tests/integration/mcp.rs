@@ -235,6 +235,7 @@ fn server_printing_garbage_is_an_error_result_and_the_gateway_keeps_serving() {
             "bad__ok",
             "bad__pid",
             "bad__grow",
+            "bad__flood",
             "bad__crash",
             "bad__hang",
             "bad__garbage"
@@ -274,6 +275,41 @@ fn upstream_tool_list_change_refreshes_the_cache_and_notifies_clients() {
         got[3]
     );
     assert_eq!(ok_text(&got[4]), "fine", "the new tool is callable");
+}
+
+#[test]
+fn flood_of_list_changed_notifications_leaves_the_gateway_serving() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&format!("version = 1\n{}", bad_server(60_000)));
+    let got = stdio_session(
+        &dir,
+        json!([
+            call("bad__flood", json!({})),
+            call("bad__ok", json!({})),
+            ["list"]
+        ]),
+    );
+    assert_eq!(ok_text(&got[0]), "fine");
+    assert_eq!(ok_text(&got[1]), "fine");
+    assert_eq!(got[2]["tools"].as_array().unwrap().len(), 7, "{}", got[2]);
+}
+
+#[test]
+fn endless_tool_pages_are_cut_at_the_page_limit() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&format!(
+        "version = 1\n{}env = {{ MISBEHAVE_ENDLESS_PAGES = \"1\" }}\n",
+        bad_server(60_000)
+    ));
+    let got = stdio_session(&dir, json!([["list"], call("bad__p0", json!({}))]));
+    let tools = got[0]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 64, "MAX_TOOL_PAGES pages of one tool each");
+    assert_eq!(tools[0], "bad__p0");
+    assert_eq!(ok_text(&got[1]), "fine", "the server still serves calls");
 }
 
 #[test]
