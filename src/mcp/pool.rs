@@ -582,12 +582,18 @@ impl Pool {
         out
     }
 
-    /// The (server, tool) a namespaced name stands for, if listed.
+    /// The (server, tool) a namespaced name stands for, if listed (the
+    /// first match in [`Pool::tools`] order, without building the list).
     pub fn resolve(&self, name: &str) -> Option<(String, String)> {
-        self.tools()
-            .into_iter()
-            .find(|t| t.definition.name == name)
-            .map(|t| (t.server, t.tool))
+        self.upstreams.iter().find_map(|(server, upstream)| {
+            let tool = name
+                .strip_prefix(server.as_str())?
+                .strip_prefix(super::NAMESPACE_SEPARATOR)?;
+            let listed = read(&upstream.tools).iter().any(|t| t.name == tool)
+                && super::exposes(&upstream.config, tool)
+                && super::namespaced(server, tool).is_some();
+            listed.then(|| (server.clone(), tool.to_string()))
+        })
     }
 
     /// Call `tool` of `server` within the server's `tool_timeout_ms`.
