@@ -10,6 +10,7 @@ mod output;
 
 mod import;
 mod init;
+mod mcp;
 mod reconcile;
 mod render;
 mod run;
@@ -135,6 +136,9 @@ enum Command {
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
     },
+    /// The MCP gateway: the repository's MCP servers behind one MCP server
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
     /// Each component: state, pid, restarts, since when
     Status {
         #[arg(long, short = 'm')]
@@ -253,6 +257,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         } => reconcile::events(manifest, since, follow, format),
         Command::Render(args) => render::run(args),
         Command::Run(args) => run::run(args),
+        Command::Mcp(command) => mcp::run(command),
         Command::Import {
             file,
             write,

@@ -616,6 +616,20 @@ impl Lower<'_> {
             MAX_MCP_TIMEOUT_MS,
             "`tool_timeout_ms`",
         );
+        let idle_timeout_s = match s.idle_timeout {
+            None => DEFAULT_MCP_IDLE_TIMEOUT_S,
+            Some(v) if (0..=MAX_MCP_IDLE_TIMEOUT_S as i64).contains(&v.value) => v.value as u64,
+            Some(v) => {
+                self.error(
+                    &v.span,
+                    format!("`idle_timeout` `{}` is out of range", v.value),
+                    format!(
+                        "use a number of seconds from 0 (never close) to {MAX_MCP_IDLE_TIMEOUT_S}"
+                    ),
+                );
+                DEFAULT_MCP_IDLE_TIMEOUT_S
+            }
+        };
         let enabled_tools = s
             .enabled_tools
             .map(|t| t.into_iter().map(|t| t.value).collect::<Vec<_>>());
@@ -743,6 +757,7 @@ impl Lower<'_> {
             enabled: s.enabled.unwrap_or(true),
             startup_timeout_ms,
             tool_timeout_ms,
+            idle_timeout_s,
             enabled_tools,
             disabled_tools,
             restart,

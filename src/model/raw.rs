@@ -140,6 +140,10 @@ pub struct RawMcpServer {
     /// How long one tool call may take, in milliseconds. Default 60000.
     #[schemars(range(min = 1, max = 3600000))]
     pub tool_timeout_ms: Option<Spanned<i64>>,
+    /// Seconds an unused session stays open before npc closes it (it is
+    /// reconnected on the next call). Default 300; `0` never closes it.
+    #[schemars(range(min = 0, max = 86400))]
+    pub idle_timeout: Option<Spanned<i64>>,
     /// Only these tools are exposed (all when absent).
     pub enabled_tools: Option<Vec<Spanned<String>>>,
     /// These tools are never exposed.

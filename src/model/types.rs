@@ -21,6 +21,11 @@ pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_TOOL_TIMEOUT_MS: u64 = 60_000;
 /// Largest MCP timeout accepted (one hour).
 pub const MAX_MCP_TIMEOUT_MS: u64 = 3_600_000;
+/// Default idle timeout of an MCP session, in seconds: a session unused this
+/// long is closed and reconnected on the next call.
+pub const DEFAULT_MCP_IDLE_TIMEOUT_S: u64 = 300;
+/// Largest MCP idle timeout accepted, in seconds (one day).
+pub const MAX_MCP_IDLE_TIMEOUT_S: u64 = 86_400;
 /// Default hook timeout.
 pub const DEFAULT_HOOK_TIMEOUT_MS: u64 = 5_000;
 /// Largest hook timeout accepted.
@@ -127,6 +132,8 @@ pub struct McpServer {
     pub enabled: bool,
     pub startup_timeout_ms: u64,
     pub tool_timeout_ms: u64,
+    /// Seconds an unused session stays open; `0` keeps it open.
+    pub idle_timeout_s: u64,
     pub enabled_tools: Option<Vec<String>>,
     pub disabled_tools: Vec<String>,
     pub restart: RestartPolicy,

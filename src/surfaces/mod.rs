@@ -1,5 +1,7 @@
 //! Surfaces: every socket npc binds or connects to lives here, and so do the
 //! wire types spoken on them. Today that is the daemon's control channel (a
-//! Unix socket, owner-only); the REST API and webhooks join it later.
+//! Unix socket, owner-only) and the MCP gateway's loopback HTTP listener
+//! (`mcp_http`); the REST API and webhooks join them later.
 
 pub mod control;
+pub mod mcp_http;

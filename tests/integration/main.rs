@@ -7,6 +7,7 @@ mod architecture;
 mod daemon;
 mod hostile;
 mod manifest;
+mod mcp;
 mod providers;
 mod render;
 mod runs;

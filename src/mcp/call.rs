@@ -1,0 +1,280 @@
+//! The one call path of every `tools/call` the gateway serves:
+//! resolve the namespaced name, run the [`CallStage`]s' `before` (each may
+//! continue, rewrite the arguments, or deny), dispatch to the pool, run the
+//! stages' `after` (each may replace the result), then record the call as an
+//! `mcp.tool_call` event (tool, server, duration, outcome, arguments with
+//! sensitive ones redacted). Nothing here fails the connection: every
+//! problem becomes an `isError: true` result with a message saying what
+//! happened and what to do. The hooks runner plugs in as a stage.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use serde_json::{Value, json};
+
+use super::pool::{CallError, Pool};
+use crate::bus::EventBus;
+use crate::plan::{ComponentId, Kind};
+use crate::store::NewEvent;
+
+/// Kind of the event recorded for every tool call.
+pub const TOOL_CALL_EVENT: &str = "mcp.tool_call";
+/// Largest serialized arguments recorded in an event; larger ones are
+/// replaced by their size.
+pub const MAX_RECORDED_ARGUMENT_BYTES: usize = 4096;
+/// Arguments whose values are never recorded, by `(tool, argument)`; `*`
+/// matches any tool (seed 000: `fetch_url`'s `url`).
+pub const SENSITIVE_ARGUMENTS: [(&str, &str); 1] = [("fetch_url", "url")];
+/// Argument names (lowercase substrings) treated as secrets for every tool.
+pub const SECRET_ARGUMENT_MARKERS: [&str; 5] =
+    ["token", "secret", "password", "api_key", "authorization"];
+/// What a redacted argument is recorded as.
+pub const REDACTED: &str = "<redacted>";
+
+/// A boxed future, for object-safe async stage methods.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One tool call as it travels the path.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The namespaced name the client called.
+    pub name: String,
+    pub server: String,
+    /// The upstream's own name of the tool.
+    pub tool: String,
+    pub arguments: Option<JsonObject>,
+}
+
+/// What a stage decides before the dispatch (it may also rewrite the
+/// call's arguments in place).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Before {
+    Continue,
+    /// The call does not reach the server; the client gets `reason` as an
+    /// `isError` result.
+    Deny {
+        reason: String,
+    },
+}
+
+/// A step around the dispatch (the hooks runner is one).
+pub trait CallStage: Send + Sync + std::fmt::Debug {
+    /// Runs before the dispatch, in stage order.
+    fn before<'a>(&'a self, _call: &'a mut ToolCall) -> BoxFuture<'a, Before> {
+        Box::pin(async { Before::Continue })
+    }
+
+    /// Runs after the dispatch (also after a denial or failure), in stage order.
+    fn after<'a>(
+        &'a self,
+        _call: &'a ToolCall,
+        _result: &'a mut CallToolResult,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// How a call ended, as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The server answered with a result that is not an error.
+    Ok,
+    /// The server answered with an `isError` result.
+    ToolError,
+    UnknownTool,
+    Denied,
+    /// The server could not be connected.
+    Unavailable,
+    Timeout,
+    /// The server's session broke during the call.
+    Lost,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::ToolError => "tool_error",
+            Self::UnknownTool => "unknown_tool",
+            Self::Denied => "denied",
+            Self::Unavailable => "unavailable",
+            Self::Timeout => "timeout",
+            Self::Lost => "lost",
+        }
+    }
+}
+
+/// The gateway's call path: the pool, the stages around it, the event log.
+#[derive(Debug)]
+pub struct CallPath {
+    pool: Arc<Pool>,
+    stages: Vec<Arc<dyn CallStage>>,
+    bus: Option<EventBus>,
+}
+
+fn error_result(message: String) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+impl CallPath {
+    /// A path dispatching to `pool`, recording on `bus` (when given).
+    pub fn new(pool: Arc<Pool>, bus: Option<EventBus>) -> Self {
+        Self {
+            pool,
+            stages: Vec::new(),
+            bus,
+        }
+    }
+
+    /// Add a stage after the existing ones.
+    pub fn with_stage(mut self, stage: Arc<dyn CallStage>) -> Self {
+        self.stages.push(stage);
+        self
+    }
+
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    /// Serve one `tools/call` of the namespaced tool `name`.
+    pub async fn call(&self, name: &str, arguments: Option<JsonObject>) -> CallToolResult {
+        let started = Instant::now();
+        let Some((server, tool)) = self.pool.resolve(name) else {
+            let message =
+                format!("no tool `{name}`; tools are named `SERVER__TOOL`, see `tools/list`");
+            self.record(
+                name,
+                None,
+                None,
+                &arguments,
+                Outcome::UnknownTool,
+                started,
+                Some(&message),
+            )
+            .await;
+            return error_result(message);
+        };
+        let mut call = ToolCall {
+            name: name.to_string(),
+            server,
+            tool,
+            arguments,
+        };
+        let mut denied = None;
+        for stage in &self.stages {
+            if let Before::Deny { reason } = stage.before(&mut call).await {
+                denied = Some(reason);
+                break;
+            }
+        }
+        let (mut result, mut outcome, mut error) = match denied {
+            Some(reason) => {
+                let message = format!("the call of `{}` was denied: {reason}", call.name);
+                (
+                    error_result(message.clone()),
+                    Outcome::Denied,
+                    Some(message),
+                )
+            }
+            None => match self
+                .pool
+                .call(&call.server, &call.tool, call.arguments.clone())
+                .await
+            {
+                Ok(result) if result.is_error == Some(true) => (result, Outcome::ToolError, None),
+                Ok(result) => (result, Outcome::Ok, None),
+                Err(e) => {
+                    let outcome = match e {
+                        CallError::Unavailable(_) => Outcome::Unavailable,
+                        CallError::Timeout { .. } => Outcome::Timeout,
+                        CallError::Lost { .. } => Outcome::Lost,
+                    };
+                    let message = e.to_string();
+                    (error_result(message.clone()), outcome, Some(message))
+                }
+            },
+        };
+        for stage in &self.stages {
+            stage.after(&call, &mut result).await;
+        }
+        if outcome == Outcome::Ok && result.is_error == Some(true) {
+            outcome = Outcome::ToolError;
+            error = None;
+        }
+        self.record(
+            &call.name,
+            Some(&call.server),
+            Some(&call.tool),
+            &call.arguments,
+            outcome,
+            started,
+            error.as_deref(),
+        )
+        .await;
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn record(
+        &self,
+        name: &str,
+        server: Option<&str>,
+        tool: Option<&str>,
+        arguments: &Option<JsonObject>,
+        outcome: Outcome,
+        started: Instant,
+        error: Option<&str>,
+    ) {
+        let Some(bus) = &self.bus else { return };
+        let payload = json!({
+            "name": name,
+            "server": server,
+            "tool": tool,
+            "outcome": outcome,
+            "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
+            "error": error,
+            "arguments": recorded_arguments(tool.unwrap_or(name), arguments),
+        });
+        let mut event = NewEvent::new(TOOL_CALL_EVENT, payload);
+        if let Some(server) = server {
+            event = event.for_component(ComponentId::new(Kind::McpServer, server).to_string());
+        }
+        if let Err(e) = bus.publish(event).await {
+            tracing::warn!(error = %e, "mcp: recording a tool call failed");
+        }
+    }
+}
+
+/// The arguments as recorded: sensitive ones replaced by [`REDACTED`], the
+/// whole replaced by its size when larger than [`MAX_RECORDED_ARGUMENT_BYTES`].
+pub fn recorded_arguments(tool: &str, arguments: &Option<JsonObject>) -> Value {
+    let Some(arguments) = arguments else {
+        return Value::Null;
+    };
+    let redacted: JsonObject = arguments
+        .iter()
+        .map(|(k, v)| {
+            let key = k.to_ascii_lowercase();
+            let sensitive = SENSITIVE_ARGUMENTS
+                .iter()
+                .any(|(t, a)| (*t == "*" || *t == tool) && *a == key)
+                || SECRET_ARGUMENT_MARKERS.iter().any(|m| key.contains(m));
+            let value = if sensitive {
+                Value::String(REDACTED.into())
+            } else {
+                v.clone()
+            };
+            (k.clone(), value)
+        })
+        .collect();
+    let size = serde_json::to_string(&redacted).map_or(0, |s| s.len());
+    if size > MAX_RECORDED_ARGUMENT_BYTES {
+        json!({ "omitted_bytes": size })
+    } else {
+        Value::Object(redacted)
+    }
+}

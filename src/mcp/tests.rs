@@ -1,0 +1,202 @@
+//! Unit tests of `mcp`: namespacing, tool filtering, what a recorded call
+//! keeps of its arguments, and the call path's stages around a real server
+//! (`fixtures/mcp/misbehave.py`).
+
+use std::sync::Arc;
+
+use rmcp::model::{CallToolResult, ContentBlock};
+use serde_json::json;
+
+use super::call::{BoxFuture, MAX_RECORDED_ARGUMENT_BYTES, REDACTED, recorded_arguments};
+use super::{Before, CallPath, CallStage, Pool, ToolCall, UpstreamState, exposes, namespaced};
+use crate::model::{McpServer, McpTransport, RestartPolicy};
+
+fn server(enabled: Option<&[&str]>, disabled: &[&str]) -> McpServer {
+    McpServer {
+        transport: McpTransport::Http {
+            url: crate::model::Text::plain("https://example.invalid/mcp"),
+            headers: Default::default(),
+            bearer_token_env: None,
+        },
+        enabled: true,
+        startup_timeout_ms: 1,
+        tool_timeout_ms: 1,
+        idle_timeout_s: 0,
+        enabled_tools: enabled.map(|e| e.iter().map(|s| s.to_string()).collect()),
+        disabled_tools: disabled.iter().map(|s| s.to_string()).collect(),
+        restart: RestartPolicy::Never,
+    }
+}
+
+#[test]
+fn namespaced_names_are_portable() {
+    assert_eq!(
+        namespaced("fs", "read_file").as_deref(),
+        Some("fs__read_file")
+    );
+    assert_eq!(
+        namespaced("every-thing", "get-sum").as_deref(),
+        Some("every-thing__get-sum")
+    );
+    assert_eq!(
+        namespaced("fs", "read.file"),
+        None,
+        "dots are rejected by some CLIs"
+    );
+    assert_eq!(namespaced("fs", ""), None);
+    assert_eq!(
+        namespaced("fs", &"x".repeat(64)),
+        None,
+        "over the length limit"
+    );
+}
+
+#[test]
+fn enabled_and_disabled_tools_filter() {
+    assert!(exposes(&server(None, &[]), "echo"));
+    assert!(!exposes(&server(None, &["echo"]), "echo"));
+    assert!(exposes(&server(Some(&["echo"]), &[]), "echo"));
+    assert!(!exposes(&server(Some(&["add"]), &[]), "echo"));
+    assert!(
+        !exposes(&server(Some(&["echo"]), &["echo"]), "echo"),
+        "disabled wins"
+    );
+}
+
+#[test]
+fn sensitive_arguments_are_redacted_and_large_ones_omitted() {
+    let args = json!({"url": "https://x.test/?k=1", "q": "hi", "API_KEY": "abc"});
+    let got = recorded_arguments("fetch_url", &args.as_object().cloned());
+    assert_eq!(
+        got,
+        json!({"url": REDACTED, "q": "hi", "API_KEY": REDACTED})
+    );
+    let got = recorded_arguments("other", &args.as_object().cloned());
+    assert_eq!(
+        got["url"], "https://x.test/?k=1",
+        "only `fetch_url`'s url is sensitive"
+    );
+    let big = json!({"text": "x".repeat(MAX_RECORDED_ARGUMENT_BYTES)});
+    let got = recorded_arguments("echo", &big.as_object().cloned());
+    assert!(got.get("omitted_bytes").is_some(), "{got}");
+    assert_eq!(recorded_arguments("echo", &None), serde_json::Value::Null);
+}
+
+/// The seam the hooks runner plugs into: a stage that denies one tool,
+/// rewrites another's arguments, and replaces every result it sees.
+#[derive(Debug, Default)]
+struct Policy {
+    seen: std::sync::Mutex<Vec<serde_json::Value>>,
+}
+
+impl CallStage for Policy {
+    fn before<'a>(&'a self, call: &'a mut ToolCall) -> BoxFuture<'a, Before> {
+        Box::pin(async move {
+            if call.tool == "crash" {
+                return Before::Deny {
+                    reason: "crashing is not allowed here".into(),
+                };
+            }
+            call.arguments = Some(json!({"rewritten": true}).as_object().unwrap().clone());
+            Before::Continue
+        })
+    }
+
+    fn after<'a>(
+        &'a self,
+        call: &'a ToolCall,
+        result: &'a mut CallToolResult,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            self.seen.lock().unwrap().push(json!({
+                "tool": call.tool,
+                "arguments": call.arguments,
+                "is_error": result.is_error,
+            }));
+            if result.is_error != Some(true) {
+                *result = CallToolResult::success(vec![ContentBlock::text("replaced")]);
+            }
+        })
+    }
+}
+
+struct NoFiles;
+impl crate::model::Files for NoFiles {
+    fn read_to_string(&self, _: &std::path::Path) -> std::io::Result<String> {
+        Err(std::io::ErrorKind::NotFound.into())
+    }
+    fn is_dir(&self, _: &std::path::Path) -> bool {
+        false
+    }
+}
+
+fn text_of(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| match c {
+            ContentBlock::Text(t) => Some(t.text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn stages_deny_rewrite_and_replace_around_the_dispatch() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mcp/misbehave.py");
+    let text = format!(
+        "version = 1\n[mcp.servers.bad]\ncommand = \"python3\"\nargs = [{:?}]\n",
+        script.display().to_string()
+    );
+    let env = std::collections::BTreeMap::<String, String>::new();
+    let loaded = crate::model::load_bytes(
+        "t.toml",
+        text.as_bytes(),
+        crate::model::Syntax::Toml,
+        &env,
+        &NoFiles,
+    );
+    let manifest = loaded.manifest.expect("valid manifest");
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join(".npc");
+    crate::repofs::Root::new(dir.path())
+        .unwrap()
+        .ensure_state_dir(&state)
+        .unwrap();
+    let (events, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let supervisor = crate::supervisor::Supervisor::new(events, Default::default());
+    let pool = Arc::new(Pool::new(
+        &manifest,
+        dir.path().to_path_buf(),
+        state,
+        supervisor.clone(),
+    ));
+    assert!(pool.connect_all().await.is_empty());
+    let policy = Arc::new(Policy::default());
+    let path = CallPath::new(pool.clone(), None).with_stage(policy.clone());
+
+    let denied = path.call("bad__crash", None).await;
+    assert_eq!(denied.is_error, Some(true));
+    assert!(
+        text_of(&denied).contains("denied: crashing is not allowed here"),
+        "{}",
+        text_of(&denied)
+    );
+    let replaced = path.call("bad__ok", Some(serde_json::Map::new())).await;
+    assert_eq!(text_of(&replaced), "replaced");
+    let seen = policy.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            json!({"tool": "crash", "arguments": null, "is_error": true}),
+            json!({"tool": "ok", "arguments": {"rewritten": true}, "is_error": null}),
+        ]
+    );
+    assert_eq!(
+        pool.states()["bad"],
+        UpstreamState::Connected,
+        "the denied crash never reached it"
+    );
+    pool.shutdown().await;
+    supervisor.shutdown().await;
+}

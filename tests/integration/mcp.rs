@@ -1,0 +1,582 @@
+//! The MCP gateway (`npc mcp serve`) through the real binary, driven by a
+//! real MCP client (the Python `mcp` SDK, `fixtures/mcp/client.py`), in
+//! front of real upstream servers: the reference `server-everything` (npm)
+//! and `fixtures/mcp/misbehave.py`, which crashes, hangs or writes garbage
+//! on request. `.ci/run` installs both SDK and server; tests skip with a
+//! message only where they are missing.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+use crate::support::{npc, npc_path, repo_root, wait_for};
+
+/// Longest one client session may take in these tests.
+const CLIENT_LIMIT: Duration = Duration::from_secs(90);
+
+fn python_sdk() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import mcp"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!(
+            "skipped: the Python `mcp` SDK is not installed (`pip install mcp`; .ci/run installs it)"
+        );
+    }
+    ok
+}
+
+fn server_everything() -> bool {
+    let ok = Command::new("sh")
+        .args(["-c", "command -v mcp-server-everything"])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!(
+            "skipped: `mcp-server-everything` is not installed (`npm install -g @modelcontextprotocol/server-everything`; .ci/run installs it)"
+        );
+    }
+    ok
+}
+
+fn misbehave() -> String {
+    repo_root()
+        .join("fixtures/mcp/misbehave.py")
+        .display()
+        .to_string()
+}
+
+/// A repository with `manifest` as its `npcagent.toml`.
+fn repo(manifest: &str) -> TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    dir
+}
+
+fn bad_server(tool_timeout_ms: u64) -> String {
+    format!(
+        "[mcp.servers.bad]\ncommand = \"python3\"\nargs = [{:?}]\ntool_timeout_ms = {tool_timeout_ms}\n",
+        misbehave()
+    )
+}
+
+/// Run the client's `steps` against `npc mcp serve` on stdio in `dir`; one
+/// JSON value per step.
+fn stdio_session(dir: &TempDir, steps: Value) -> Vec<Value> {
+    let npc = npc_path().display().to_string();
+    let client = repo_root().join("fixtures/mcp/client.py");
+    let out = assert_cmd::Command::new("python3")
+        .arg(client)
+        .arg(steps.to_string())
+        .args(["--", &npc, "mcp", "serve"])
+        .current_dir(dir.path())
+        .timeout(CLIENT_LIMIT)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client failed: {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn call(name: &str, arguments: Value) -> Value {
+    json!(["call", name, arguments])
+}
+
+fn ok_text(step: &Value) -> &str {
+    assert_eq!(step["is_error"], false, "expected a result: {step}");
+    step["text"].as_str().unwrap()
+}
+
+fn error_text(step: &Value) -> &str {
+    assert_eq!(step["is_error"], true, "expected an isError result: {step}");
+    step["text"].as_str().unwrap()
+}
+
+/// The `mcp.tool_call` events recorded in `dir`.
+fn tool_call_events(dir: &TempDir) -> Vec<Value> {
+    events_of_kind(dir, "mcp.tool_call")
+}
+
+/// The events of `kind` recorded in `dir`.
+fn events_of_kind(dir: &TempDir, kind: &str) -> Vec<Value> {
+    let out = npc()
+        .args(["events", "--format", "json"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["kind"] == kind)
+        .collect()
+}
+
+#[test]
+fn gateway_lists_server_everything_tools_namespaced_and_calls_echo() {
+    if !python_sdk() || !server_everything() {
+        return;
+    }
+    let dir = repo(
+        "version = 1\n[mcp.servers.everything]\ncommand = \"mcp-server-everything\"\ndisabled_tools = [\"get-env\"]\n",
+    );
+    let got = stdio_session(
+        &dir,
+        json!([
+            ["list"],
+            call("everything__echo", json!({"message": "hello gateway"})),
+            call("everything__get-env", json!({}))
+        ]),
+    );
+    let tools: Vec<&str> = got[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"everything__echo"), "{tools:?}");
+    assert!(tools.contains(&"everything__get-sum"), "{tools:?}");
+    assert!(
+        !tools.contains(&"everything__get-env"),
+        "`disabled_tools` hides it: {tools:?}"
+    );
+    assert!(tools.iter().all(|t| t.starts_with("everything__")));
+    assert_eq!(ok_text(&got[1]), "Echo: hello gateway");
+    assert!(
+        error_text(&got[2]).contains("no tool `everything__get-env`"),
+        "a disabled tool cannot be called either"
+    );
+    let events = tool_call_events(&dir);
+    assert_eq!(events.len(), 2, "{events:?}");
+    let p = &events[0]["payload"];
+    assert_eq!(
+        (&p["server"], &p["tool"], &p["outcome"]),
+        (&json!("everything"), &json!("echo"), &json!("ok"))
+    );
+    assert!(p["duration_ms"].as_f64().is_some(), "{p}");
+    assert_eq!(events[0]["component"], "mcp_server.everything");
+}
+
+#[test]
+fn server_crashing_mid_call_costs_one_error_result_and_a_reconnect() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&format!("version = 1\n{}", bad_server(60_000)));
+    let got = stdio_session(
+        &dir,
+        json!([call("bad__crash", json!({})), call("bad__ok", json!({}))]),
+    );
+    let message = error_text(&got[0]);
+    assert!(
+        message.contains("`bad`") && message.contains("reconnected"),
+        "{message}"
+    );
+    assert_eq!(ok_text(&got[1]), "fine", "the next call reconnects");
+    let outcomes: Vec<Value> = tool_call_events(&dir)
+        .iter()
+        .map(|e| e["payload"]["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes, [json!("lost"), json!("ok")]);
+}
+
+#[test]
+fn server_hanging_past_tool_timeout_is_an_error_naming_server_and_limit() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&format!("version = 1\n{}", bad_server(700)));
+    let got = stdio_session(
+        &dir,
+        json!([call("bad__hang", json!({})), call("bad__ok", json!({}))]),
+    );
+    let message = error_text(&got[0]);
+    assert!(
+        message.contains("`bad`") && message.contains("`tool_timeout_ms` of 700 ms"),
+        "{message}"
+    );
+    assert_eq!(ok_text(&got[1]), "fine", "the gateway keeps serving");
+}
+
+#[test]
+fn server_printing_garbage_is_an_error_result_and_the_gateway_keeps_serving() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&format!("version = 1\n{}", bad_server(1500)));
+    let got = stdio_session(
+        &dir,
+        json!([
+            call("bad__garbage", json!({})),
+            call("bad__ok", json!({})),
+            ["list"]
+        ]),
+    );
+    assert!(error_text(&got[0]).contains("`bad`"));
+    assert_eq!(ok_text(&got[1]), "fine");
+    assert_eq!(
+        got[2]["tools"],
+        json!([
+            "bad__ok",
+            "bad__pid",
+            "bad__grow",
+            "bad__flood",
+            "bad__crash",
+            "bad__hang",
+            "bad__garbage"
+        ])
+    );
+}
+
+#[test]
+fn upstream_tool_list_change_refreshes_the_cache_and_notifies_clients() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&format!("version = 1\n{}", bad_server(60_000)));
+    let got = stdio_session(
+        &dir,
+        json!([
+            ["list"],
+            call("bad__grow", json!({})),
+            ["wait_list_changed"],
+            ["list"],
+            call("bad__extra", json!({}))
+        ]),
+    );
+    assert!(
+        !got[0]["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("bad__extra"))
+    );
+    assert_eq!(got[2]["list_changed"], true, "the gateway told its client");
+    assert!(
+        got[3]["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("bad__extra")),
+        "{}",
+        got[3]
+    );
+    assert_eq!(ok_text(&got[4]), "fine", "the new tool is callable");
+}
+
+#[test]
+fn flood_of_list_changed_notifications_leaves_the_gateway_serving() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&format!("version = 1\n{}", bad_server(60_000)));
+    let got = stdio_session(
+        &dir,
+        json!([
+            call("bad__flood", json!({})),
+            call("bad__ok", json!({})),
+            ["list"]
+        ]),
+    );
+    assert_eq!(ok_text(&got[0]), "fine");
+    assert_eq!(ok_text(&got[1]), "fine");
+    assert_eq!(got[2]["tools"].as_array().unwrap().len(), 7, "{}", got[2]);
+}
+
+#[test]
+fn endless_tool_pages_are_cut_at_the_page_limit() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&format!(
+        "version = 1\n{}env = {{ MISBEHAVE_ENDLESS_PAGES = \"1\" }}\n",
+        bad_server(60_000)
+    ));
+    let got = stdio_session(&dir, json!([["list"], call("bad__p0", json!({}))]));
+    let tools = got[0]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 64, "MAX_TOOL_PAGES pages of one tool each");
+    assert_eq!(tools[0], "bad__p0");
+    assert_eq!(ok_text(&got[1]), "fine", "the server still serves calls");
+}
+
+#[test]
+fn idle_session_is_closed_and_reconnected_on_the_next_call() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&format!(
+        "version = 1\n{}idle_timeout = 1\n",
+        bad_server(60_000)
+    ));
+    let got = stdio_session(
+        &dir,
+        json!([
+            call("bad__pid", json!({})),
+            ["wait_gone"],
+            call("bad__pid", json!({}))
+        ]),
+    );
+    let first = ok_text(&got[0]).to_string();
+    assert_eq!(got[1]["gone"], true, "the idle server process was stopped");
+    assert_ne!(
+        ok_text(&got[2]),
+        first,
+        "the next call started a new process"
+    );
+}
+
+#[test]
+fn unknown_tool_and_unreachable_server_are_error_results() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&format!(
+        "version = 1\n{}[mcp.servers.gone]\ncommand = \"npc-test-no-such-program\"\n",
+        bad_server(60_000)
+    ));
+    let got = stdio_session(
+        &dir,
+        json!([call("nope__x", json!({})), call("bad__ok", json!({}))]),
+    );
+    assert!(error_text(&got[0]).contains("no tool `nope__x`"));
+    assert_eq!(
+        ok_text(&got[1]),
+        "fine",
+        "a failing server costs only itself"
+    );
+}
+
+#[test]
+fn recorded_calls_redact_secret_and_sensitive_arguments() {
+    if !python_sdk() {
+        return;
+    }
+    let secret = "npc-mcp-test-secret-4f1a";
+    let manifest = format!(
+        "version = 1\n{}env = {{ KEY = \"${{NPC_MCP_TEST_SECRET}}\" }}\n",
+        bad_server(60_000)
+    );
+    let dir = repo(&manifest);
+    let npc = npc_path().display().to_string();
+    let steps = json!([call(
+        "bad__ok",
+        json!({"q": secret, "api_token": "tok-123456789"})
+    )]);
+    let out = assert_cmd::Command::new("python3")
+        .arg(repo_root().join("fixtures/mcp/client.py"))
+        .arg(steps.to_string())
+        .args(["--", &npc, "mcp", "serve"])
+        .env("NPC_MCP_TEST_SECRET", secret)
+        .current_dir(dir.path())
+        .timeout(CLIENT_LIMIT)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = tool_call_events(&dir);
+    let text = serde_json::to_string(&events).unwrap();
+    assert_eq!(events.len(), 1, "{text}");
+    assert!(
+        !text.contains(secret),
+        "a secret value reached the event log: {text}"
+    );
+    assert!(
+        !text.contains("tok-123456789"),
+        "a token argument was recorded: {text}"
+    );
+    assert_eq!(events[0]["payload"]["arguments"]["api_token"], "<redacted>");
+}
+
+/// `npc mcp serve --http 127.0.0.1:0` in `dir`, and the URL it listens on.
+fn spawn_http_gateway(dir: &TempDir) -> (std::process::Child, String) {
+    let mut gateway = Command::new(npc_path())
+        .args(["mcp", "serve", "--http", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = gateway.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let url = wait_for("the gateway's listening line", || {
+        rx.try_recv()
+            .ok()
+            .and_then(|l| l.split("listening on ").nth(1).map(str::to_string))
+    });
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    (gateway, url)
+}
+
+fn sigterm_exits_0(mut gateway: std::process::Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(gateway.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_for("the gateway to exit", || gateway.try_wait().unwrap());
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn http_gateway_serves_on_loopback_and_exits_cleanly_on_sigterm() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&format!("version = 1\n{}", bad_server(60_000)));
+    let (gateway, url) = spawn_http_gateway(&dir);
+    let steps = json!([call("bad__crash", json!({})), call("bad__ok", json!({}))]);
+    let out = assert_cmd::Command::new("python3")
+        .arg(repo_root().join("fixtures/mcp/client.py"))
+        .arg(steps.to_string())
+        .args(["--http", &url])
+        .timeout(CLIENT_LIMIT)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(error_text(&got[0]).contains("`bad`"));
+    assert_eq!(ok_text(&got[1]), "fine");
+    sigterm_exits_0(gateway);
+}
+
+#[test]
+fn http_upstream_is_pooled_like_a_stdio_one() {
+    if !python_sdk() {
+        return;
+    }
+    // Upstream: another gateway, over streamable HTTP on loopback.
+    let upstream = repo(&format!("version = 1\n{}", bad_server(60_000)));
+    let (upstream_gateway, url) = spawn_http_gateway(&upstream);
+    let dir = repo(&format!(
+        "version = 1\n[mcp.servers.remote]\nurl = \"{url}\"\nheaders = {{ X-Team = \"web\" }}\n"
+    ));
+    let got = stdio_session(
+        &dir,
+        json!([
+            ["list"],
+            call("remote__bad__ok", json!({})),
+            call("remote__bad__crash", json!({})),
+            call("remote__bad__ok", json!({}))
+        ]),
+    );
+    assert!(
+        got[0]["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("remote__bad__ok")),
+        "{}",
+        got[0]
+    );
+    assert_eq!(ok_text(&got[1]), "fine");
+    assert!(
+        error_text(&got[2]).contains("`bad`"),
+        "the upstream's error passes through"
+    );
+    assert_eq!(ok_text(&got[3]), "fine");
+    sigterm_exits_0(upstream_gateway);
+}
+
+#[test]
+fn non_loopback_http_address_is_refused_as_usage() {
+    let dir = repo("version = 1\n");
+    let out = npc()
+        .args(["mcp", "serve", "--http", "0.0.0.0:8767"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not a loopback address"), "{stderr}");
+}
+
+#[test]
+fn invalid_manifest_exits_1_and_stdout_stays_clean() {
+    let dir = repo("version = 1\n[mcp.servers.x]\nidle_timeout = -1\ncommand = \"x\"\n");
+    let out = npc()
+        .args(["mcp", "serve"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "stdout carries only protocol frames");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`idle_timeout` `-1` is out of range"));
+}
+
+#[test]
+fn client_leaving_before_initialize_is_a_clean_exit() {
+    let dir = repo("version = 1\n");
+    let out = npc()
+        .args(["mcp", "serve"])
+        .current_dir(dir.path())
+        .write_stdin("")
+        .timeout(CLIENT_LIMIT)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+}
+
+/// Architecture invariant: `src/mcp` binds and connects no socket itself
+/// (the HTTP listener lives in `surfaces`) and starts servers only through
+/// the supervisor.
+#[test]
+fn mcp_module_binds_no_socket_and_spawns_nothing_itself() {
+    let dir = repo_root().join("src/mcp");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for needle in [
+                "tokio::net",
+                "std::net::Tcp",
+                "UnixListener",
+                "UnixStream",
+                "Command::new",
+                "process::Command",
+            ] {
+                assert!(
+                    !code.contains(needle),
+                    "{}:{}: `{needle}` in src/mcp",
+                    path.display(),
+                    i + 1
+                );
+            }
+        }
+    }
+}
