@@ -1926,6 +1926,77 @@ fn a_3_mb_diagnostics_report_is_stored_not_dropped() {
     );
 }
 
+mod bounded_imports {
+    use super::guarded_files::{Repo, npc_limited};
+
+    fn stderr(a: &assert_cmd::assert::Assert) -> String {
+        String::from_utf8_lossy(&a.get_output().stderr).into_owned()
+    }
+
+    /// Just under the 16 MB read cap.
+    const NEAR_CAP: usize = 15 * 1024 * 1024;
+
+    #[test]
+    fn a_15_mb_codex_config_of_ints_is_refused_by_import() {
+        let repo = Repo::new("");
+        std::fs::create_dir_all(repo.path(".codex")).unwrap();
+        let ones = "1,".repeat(NEAR_CAP / 2);
+        let toml = format!("[mcp_servers.s]\ncommand = \"x\"\nx = [{ones}1]\n");
+        std::fs::write(repo.path(".codex/config.toml"), &toml).unwrap();
+        // The same bulk in every JSON kind, and in a file whose kind comes
+        // from its shape: parsing either took about 1 GB.
+        let json = format!(r#"{{"mcpServers": {{"s": {{"command": "x"}}}}, "x": [{ones}1]}}"#);
+        std::fs::write(repo.path(".mcp.json"), &json).unwrap();
+        std::fs::write(repo.path("opencode.json"), &json).unwrap();
+        std::fs::write(repo.path("unnamed"), &json).unwrap();
+        std::fs::write(repo.path("unnamed-toml"), &toml).unwrap();
+        for file in [
+            ".codex/config.toml",
+            ".mcp.json",
+            "opencode.json",
+            "unnamed",
+            "unnamed-toml",
+        ] {
+            let a = npc_limited(repo.dir.path(), &format!("import {file}")).code(1);
+            let err = stderr(&a);
+            assert!(
+                err.contains(file) && err.contains("more items (keys, values, brackets)"),
+                "{file}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn thousands_of_codex_server_tables_are_refused_by_import() {
+        let repo = Repo::new("");
+        std::fs::create_dir_all(repo.path(".codex")).unwrap();
+        let table = |i: usize| format!("[mcp_servers.s{i}]\ncommand = \"x\"\n");
+        // Past the server cap but well within the item bound…
+        let few: String = (0..2000).map(table).collect();
+        std::fs::write(repo.path(".codex/config.toml"), few).unwrap();
+        let a = npc_limited(repo.dir.path(), "import .codex/config.toml").code(1);
+        assert!(
+            stderr(&a).contains("declares 2000 MCP servers, more than the limit of 1024"),
+            "{}",
+            stderr(&a)
+        );
+        // …and as many tables as fit under the read cap.
+        let mut many = String::new();
+        let mut i = 0;
+        while many.len() < NEAR_CAP {
+            many.push_str(&table(i));
+            i += 1;
+        }
+        std::fs::write(repo.path(".codex/config.toml"), many).unwrap();
+        let a = npc_limited(repo.dir.path(), "import .codex/config.toml").code(1);
+        assert!(
+            stderr(&a).contains("more items (keys, values, brackets)"),
+            "{}",
+            stderr(&a)
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------
 // §7. redaction that is exact
 //
