@@ -145,7 +145,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         let bus = EventBus::new(store);
         bus.set_secrets(manifest.secret_values());
         let (events, _supervisor_events) = tokio::sync::mpsc::unbounded_channel();
-        let supervisor = Supervisor::for_npc(events, BackoffPolicy::default(), &paths.state_dir);
+        let supervisor = Supervisor::for_npc(
+            events,
+            BackoffPolicy::default(),
+            &paths.root,
+            &paths.runtime_dir(),
+        );
         // A closed or failing stdout stops the printing, not the run: the
         // agent's work goes on and every event is still recorded. A closed
         // reader is not an error; another write failure fails the command

@@ -1450,6 +1450,41 @@ mod no_orphans {
     }
 
     #[test]
+    fn a_state_dir_change_after_a_crash_does_not_hide_leftovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let sleep = unique_sleep(7);
+        std::fs::write(dir.path().join("npcagent.toml"), tree_manifest(&sleep)).unwrap();
+        let pid_file = dir.path().join("grandchild.pid");
+        let mut daemon = spawn_daemon(dir.path());
+        let grandchild = wait_pid(&pid_file);
+        let watchdog = watchdog_of(daemon.id());
+
+        signal(watchdog, Signal::SIGSTOP);
+        daemon.kill().unwrap();
+        daemon.wait().unwrap();
+        signal(watchdog, Signal::SIGKILL);
+        wait_for("the watchdog to die", || (!alive(watchdog)).then_some(()));
+        assert!(alive(grandchild), "the crash left the grandchild behind");
+
+        // The next start reads another state directory; the ledger is not there.
+        std::fs::write(
+            dir.path().join("npcagent.toml"),
+            format!(
+                "{}[project]\nstate_dir = \"elsewhere\"\n",
+                tree_manifest(&sleep)
+            ),
+        )
+        .unwrap();
+        std::fs::remove_file(&pid_file).unwrap();
+        let daemon = spawn_daemon(dir.path());
+        let again = wait_pid(&pid_file);
+        assert!(!alive(grandchild), "stopped before the new start");
+        assert_ne!(again, grandchild);
+        assert_eq!(copies(&sleep), 1, "one copy after the restart");
+        terminate(daemon);
+    }
+
+    #[test]
     fn a_linked_ledger_directory_is_neither_read_nor_written() {
         use std::os::unix::fs::DirBuilderExt;
 
