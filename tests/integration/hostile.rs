@@ -2559,6 +2559,130 @@ fn an_env_derived_url_with_a_bad_scheme_is_reported_with_the_value_redacted() {
     }
 }
 
+mod closed_stderr {
+    use std::process::{Command, Stdio};
+
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    use crate::support::{npc, npc_path, wait_for};
+
+    /// `npc daemon` in `dir` with stderr redirected by `redirect` (`2>&-`,
+    /// `2>/dev/full`), stdout to a file.
+    fn daemon_with(dir: &std::path::Path, redirect: &str) -> std::process::Child {
+        let out = std::fs::File::create(dir.join("daemon.out")).unwrap();
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "exec \"{}\" daemon {redirect}",
+                npc_path().display()
+            ))
+            .current_dir(dir)
+            .env("NPC_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .spawn()
+            .unwrap()
+    }
+
+    fn daemon_without_stderr(dir: &std::path::Path) -> std::process::Child {
+        daemon_with(dir, "2>&-")
+    }
+
+    #[test]
+    fn a_daemon_with_stderr_closed_applies_and_stops_cleanly() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("npcagent.toml"),
+            "version = 1\n[mcp.servers.s]\ncommand = \"sleep\"\nargs = [\"1000\"]\n",
+        )
+        .unwrap();
+        let mut daemon = daemon_without_stderr(dir.path());
+        wait_for("the daemon to apply", || {
+            let out = npc()
+                .current_dir(dir.path())
+                .args(["events", "--format", "json"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .contains("reconcile.applied")
+                .then_some(())
+        });
+        kill(Pid::from_raw(daemon.id() as i32), Signal::SIGTERM).unwrap();
+        let status = wait_for("the daemon to exit", || daemon.try_wait().unwrap());
+        assert_eq!(status.code(), Some(0), "no panic (101), a clean exit");
+        // No file the daemon opened took the place of its stderr.
+        for entry in walkdir(dir.path()) {
+            let text = String::from_utf8_lossy(&std::fs::read(&entry).unwrap()).into_owned();
+            assert!(
+                !text.contains("npc daemon:") && !text.contains("DEBUG"),
+                "log lines written into {}",
+                entry.display()
+            );
+        }
+        // The store is intact.
+        npc()
+            .current_dir(dir.path())
+            .arg("events")
+            .assert()
+            .success();
+    }
+
+    #[test]
+    fn an_invalid_manifest_with_stderr_failing_exits_1_without_a_panic() {
+        // `eprint!` panicked (exit 101) on a stderr that fails to write; a
+        // closed one (EBADF) std ignores.
+        for redirect in ["2>/dev/full", "2>&-"] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("npcagent.toml"), "version = 1\nbogus = 1\n").unwrap();
+            let mut daemon = daemon_with(dir.path(), redirect);
+            let status = wait_for("the daemon to exit", || daemon.try_wait().unwrap());
+            assert_eq!(status.code(), Some(1), "{redirect}");
+        }
+    }
+
+    #[test]
+    fn a_daemon_with_stderr_on_a_full_disk_applies_and_stops_cleanly() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("npcagent.toml"),
+            "version = 1\n[mcp.servers.s]\ncommand = \"sleep\"\nargs = [\"1000\"]\n",
+        )
+        .unwrap();
+        let mut daemon = daemon_with(dir.path(), "2>/dev/full");
+        wait_for("the daemon to apply", || {
+            let out = npc()
+                .current_dir(dir.path())
+                .args(["events", "--format", "json"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .contains("reconcile.applied")
+                .then_some(())
+        });
+        kill(Pid::from_raw(daemon.id() as i32), Signal::SIGTERM).unwrap();
+        let status = wait_for("the daemon to exit", || daemon.try_wait().unwrap());
+        assert_eq!(status.code(), Some(0), "no panic (101), a clean exit");
+    }
+
+    /// Every regular file under `dir`.
+    fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut files = Vec::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let t = e.file_type().unwrap();
+                if t.is_dir() {
+                    todo.push(e.path());
+                } else if t.is_file() {
+                    files.push(e.path());
+                }
+            }
+        }
+        files
+    }
+}
+
 // ---------------------------------------------------------------------------
 // §9. correctness found by the audit
 //
