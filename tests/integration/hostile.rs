@@ -801,6 +801,75 @@ fn a_variable_driven_template_bomb_in_a_profile_keeps_the_daemon_serving() {
     assert!(exit.success(), "daemon exit: {exit}");
 }
 
+/// A repository whose profile `dev` runs Claude Code with the prompt `task`,
+/// a nested loop over the variable `n`.
+fn run_bomb_repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n\n[providers.claude]\nkind = \"claude_code\"\n\n[prompts.task]\ntemplate = \"{% for i in range(vars.n|int) %}{% for j in range(vars.n|int) %}{% endfor %}{% endfor %}\"\nvariables.n = { default = \"1\" }\n\n[profiles.dev]\nprovider = \"claude\"\ndescription = \"d\"\nprompt = \"task\"\n",
+    )
+    .unwrap();
+    dir
+}
+
+const RUN_BOMB_ARGS: [&str; 6] = [
+    "run",
+    "dev",
+    "--prompt-template",
+    "task",
+    "--var",
+    "n=100000",
+];
+
+#[test]
+fn npc_run_with_a_variable_driven_template_bomb_exits_1_with_the_template_error() {
+    let dir = run_bomb_repo();
+    let out = npc()
+        .current_dir(dir.path())
+        .args(RUN_BOMB_ARGS)
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("prompts.task") && stderr.contains("work budget"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn sigint_still_ends_npc_run_while_its_prompt_renders() {
+    use std::process::Stdio;
+    let dir = run_bomb_repo();
+    let mut child = std::process::Command::new(npc_path())
+        .current_dir(dir.path())
+        .args(RUN_BOMB_ARGS)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = wait_for("npc run to end after SIGINT", || child.try_wait().unwrap());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    // Interrupted (130) while rendering, the template error (1) if the
+    // render had already failed, or killed by the signal before the
+    // handlers were installed; never a panic or a run that goes on.
+    use std::os::unix::process::ExitStatusExt as _;
+    assert!(
+        matches!(status.code(), Some(1 | 130)) || status.signal() == Some(2),
+        "{status:?}: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 // ---------------------------------------------------------------------------
 // §3. `npc import` never turns data into configuration
 //
