@@ -163,6 +163,9 @@ enum Command {
     /// children's process trees die with it (see `supervisor::Containment`)
     #[command(name = crate::supervisor::WATCHDOG_COMMAND, hide = true)]
     Watchdog {
+        /// The repository the ledger is confined to
+        #[arg(long)]
+        root: PathBuf,
         /// The ledger file to remove once every recorded group is stopped
         #[arg(long)]
         ledger: PathBuf,
@@ -264,8 +267,8 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             replace,
             manifest,
         } => import::run(&file, write, replace, manifest),
-        Command::Watchdog { ledger } => {
-            crate::supervisor::run_watchdog(std::io::stdin().lock(), &ledger);
+        Command::Watchdog { root, ledger } => {
+            crate::supervisor::run_watchdog(std::io::stdin().lock(), &root, &ledger);
             Ok(Exit::Ok)
         }
         Command::Completions { shell } => {

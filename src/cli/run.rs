@@ -103,33 +103,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             .probe_after
             .map_or(crate::providers::STALE_AFTER, Duration::from_secs),
     };
-    let prepared = match runs::prepare(manifest, &paths.root, &request, runs::new_run_id()) {
-        Ok(p) => p,
-        Err(e) => {
-            errln!("error: {e}");
-            return Ok(Exit::Usage);
-        }
-    };
-    for w in &prepared.warnings {
-        errln!("warning: {w}");
-    }
     let format = args.format;
-    if format == Format::Human {
-        errln!(
-            "run {} · profile `{}` · provider `{}` · in {}",
-            prepared.id,
-            prepared.profile,
-            prepared.provider,
-            prepared.spec.cwd.display()
-        );
-    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(async move {
-        // Handlers are installed before the agent starts, so a Ctrl-C at
-        // any moment cancels the run instead of killing npc alone.
+    let result = rt.block_on(async move {
+        // Handlers are installed before the prompt renders and the agent
+        // starts, so a Ctrl-C at any moment cancels the run instead of
+        // killing npc alone.
         let mut interrupt = signal(SignalKind::interrupt())?;
         let mut terminate = signal(SignalKind::terminate())?;
         let cancel = async move {
@@ -138,6 +120,42 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
                 _ = terminate.recv() => nix::sys::signal::Signal::SIGTERM as i32,
             }
         };
+        tokio::pin!(cancel);
+        // The prompt renders off the executor (see `runs::prepare_blocking`).
+        let preparing = runs::prepare_blocking(
+            manifest.clone(),
+            paths.root.clone(),
+            request,
+            runs::new_run_id(),
+        );
+        let prepared = tokio::select! {
+            prepared = preparing => prepared,
+            signal = &mut cancel => return Ok(cancelled_exit(signal)),
+        };
+        let prepared = match prepared {
+            Ok(p) => p,
+            Err(e) => {
+                errln!("error: {e}");
+                return Ok(match e {
+                    runs::RunError::Render(_)
+                    | runs::RunError::PrepareTimeout { .. }
+                    | runs::RunError::PrepareFailed { .. } => Exit::Failed,
+                    _ => Exit::Usage,
+                });
+            }
+        };
+        for w in &prepared.warnings {
+            errln!("warning: {w}");
+        }
+        if format == Format::Human {
+            errln!(
+                "run {} · profile `{}` · provider `{}` · in {}",
+                prepared.id,
+                prepared.profile,
+                prepared.provider,
+                prepared.spec.cwd.display()
+            );
+        }
         let store = Arc::new(
             crate::runtime::open_store(&paths)
                 .with_context(|| format!("cannot open `{}`", paths.db().display()))?,
@@ -145,7 +163,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         let bus = EventBus::new(store);
         bus.set_secrets(manifest.secret_values());
         let (events, _supervisor_events) = tokio::sync::mpsc::unbounded_channel();
-        let supervisor = Supervisor::for_npc(events, BackoffPolicy::default(), &paths.state_dir);
+        let supervisor = Supervisor::for_npc(
+            events,
+            BackoffPolicy::default(),
+            &paths.root,
+            &paths.runtime_dir(),
+        );
         // A closed or failing stdout stops the printing, not the run: the
         // agent's work goes on and every event is still recorded. A closed
         // reader is not an error; another write failure fails the command
@@ -175,12 +198,22 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             Outcome::Succeeded => Exit::Ok,
             Outcome::Failed { .. } => Exit::Failed,
             Outcome::TimedOut => Exit::TimedOut,
-            Outcome::Cancelled { signal } if signal == nix::sys::signal::Signal::SIGTERM as i32 => {
-                Exit::Terminated
-            }
-            Outcome::Cancelled { .. } => Exit::Interrupted,
+            Outcome::Cancelled { signal } => cancelled_exit(signal),
         })
-    })
+    });
+    // A render still running on a blocking thread (cancelled above) is not
+    // waited for.
+    rt.shutdown_background();
+    result
+}
+
+/// The exit of a run cancelled by `signal`.
+fn cancelled_exit(signal: i32) -> Exit {
+    if signal == nix::sys::signal::Signal::SIGTERM as i32 {
+        Exit::Terminated
+    } else {
+        Exit::Interrupted
+    }
 }
 
 fn print_event(run_id: &str, event: &AgentEvent, format: Format) -> Result<(), OutputError> {

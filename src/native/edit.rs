@@ -130,8 +130,10 @@ fn json_parse_error(path: &Path, e: &serde_json::Error) -> NativeError {
     }
 }
 
-/// Parse a JSON file whose top level must be an object.
+/// Parse a JSON file whose top level must be an object (bounded by
+/// [`super::check_items`]).
 pub fn parse_json_object(path: &Path, text: &str) -> Result<Map<String, Value>, NativeError> {
+    super::check_items(path, text, super::Syntax::Json)?;
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(NativeError::Shape {
@@ -282,8 +284,10 @@ fn keep_comments(
     (parsed == new).then_some(after)
 }
 
-/// Parse a TOML file, reporting line and column on failure.
+/// Parse a TOML file (bounded by [`super::check_items`]), reporting line
+/// and column on failure.
 pub fn parse_toml(path: &Path, text: &str) -> Result<DocumentMut, NativeError> {
+    super::check_items(path, text, super::Syntax::Toml)?;
     text.parse::<DocumentMut>().map_err(|e| {
         let (line, column) = line_col(text, e.span().map(|s| s.start).unwrap_or(0));
         NativeError::Parse {

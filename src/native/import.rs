@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 use toml_edit::{Array, DocumentMut, InlineTable, Item, Table};
 
-use super::edit::{parse_native_json, parse_toml};
+use super::edit::{parse_json_object, parse_native_json, parse_toml};
 use super::refs::{self, Segment, Syntax};
 use super::{NativeError, ProviderKind, read_existing};
 use crate::model::{DEFAULT_STARTUP_TIMEOUT_MS, DEFAULT_TOOL_TIMEOUT_MS, MAX_MCP_TIMEOUT_MS};
@@ -245,27 +245,31 @@ fn kind_from_shape(path: &Path, text: &str) -> Result<ProviderKind, NativeError>
             trailing_commas: true,
         },
     );
-    if let Ok(Value::Object(root)) =
-        serde_json::from_str::<Value>(lenient.as_deref().unwrap_or(text))
-    {
-        if root.get("mcp").is_some_and(Value::is_object) {
-            return Ok(ProviderKind::Opencode);
+    // Both parsers are bounded; a file past the bound is an error, not
+    // another kind.
+    match parse_json_object(path, lenient.as_deref().unwrap_or(text)) {
+        Ok(root) => {
+            if root.get("mcp").is_some_and(Value::is_object) {
+                return Ok(ProviderKind::Opencode);
+            }
+            if let Some(Value::Object(servers)) = root.get("mcpServers") {
+                let gemini = servers.values().any(|e| {
+                    e.as_object()
+                        .is_some_and(|e| GEMINI_ONLY.iter().any(|k| e.contains_key(*k)))
+                });
+                return Ok(if gemini {
+                    ProviderKind::GeminiCli
+                } else {
+                    ProviderKind::ClaudeCode
+                });
+            }
         }
-        if let Some(Value::Object(servers)) = root.get("mcpServers") {
-            let gemini = servers.values().any(|e| {
-                e.as_object()
-                    .is_some_and(|e| GEMINI_ONLY.iter().any(|k| e.contains_key(*k)))
-            });
-            return Ok(if gemini {
-                ProviderKind::GeminiCli
-            } else {
-                ProviderKind::ClaudeCode
-            });
-        }
-    } else if let Ok(doc) = text.parse::<DocumentMut>()
-        && doc.contains_key("mcp_servers")
-    {
-        return Ok(ProviderKind::Codex);
+        Err(e @ NativeError::TooManyItems { .. }) => return Err(e),
+        Err(_) => match parse_toml(path, text) {
+            Ok(doc) if doc.contains_key("mcp_servers") => return Ok(ProviderKind::Codex),
+            Err(e @ NativeError::TooManyItems { .. }) => return Err(e),
+            _ => {}
+        },
     }
     Err(NativeError::UnknownKind { path: path.into() })
 }

@@ -77,6 +77,41 @@ pub fn strip(text: &str, dialect: Dialect) -> Option<String> {
     changed.then(|| String::from_utf8(out).unwrap_or_else(|_| text.to_string()))
 }
 
+/// The byte offset of the first item of a (comment-free) JSON text past
+/// [`crate::model::node::item_limit`], if it has that many: the JSON
+/// counterpart of [`crate::model::node::toml_items_exceeded`], one pass in
+/// constant memory before serde_json builds a tree. Every string, bare word
+/// (number, `true`, `false`, `null`) and bracket counts once.
+pub fn items_exceeded(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let limit = crate::model::node::item_limit(text.len());
+    let mut items = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        let start = i;
+        match bytes[i] {
+            b'"' => i = string_end(bytes, i),
+            b'[' | b']' | b'{' | b'}' => i += 1,
+            b if b.is_ascii_alphanumeric() || b == b'-' => {
+                while i < bytes.len()
+                    && (bytes[i].is_ascii_alphanumeric() || b"+-.".contains(&bytes[i]))
+                {
+                    i += 1;
+                }
+            }
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        items += 1;
+        if items > limit {
+            return Some(start);
+        }
+    }
+    None
+}
+
 fn blank(out: &mut [u8], start: usize, end: usize) {
     for b in &mut out[start..end] {
         if *b != b'\n' && *b != b'\r' {

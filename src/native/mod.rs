@@ -129,6 +129,15 @@ pub enum NativeError {
         format: &'static str,
         message: String,
     },
+    #[error(
+        "{path}:{line}:{column}: more items (keys, values, brackets) than the limit of {limit} for a file of this size; an agent config declares servers, not bulk data: check the file"
+    )]
+    TooManyItems {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        limit: usize,
+    },
     #[error("`{path}`: {message}; fix the file by hand (npc leaves it untouched)")]
     Shape { path: PathBuf, message: String },
     #[error("`{path}` changed since it was planned; run the plan again")]
@@ -315,6 +324,35 @@ pub fn write(root: &Path, change: &FileChange, options: WriteOptions) -> Result<
     }
     root.write(path, change.after.as_bytes(), options)?;
     Ok(true)
+}
+
+/// Which syntax [`check_items`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Syntax {
+    Toml,
+    /// Comment-free JSON (see [`jsonc::strip`]).
+    Json,
+}
+
+/// Refuse `text` (read from `path`) when it holds more items than a
+/// manifest of its size may ([`crate::model::node::item_limit`]), before
+/// any parser builds a tree of it: every reader of an agent file goes
+/// through here, so a file of millions of tiny values costs constant memory.
+pub(crate) fn check_items(path: &Path, text: &str, syntax: Syntax) -> Result<(), NativeError> {
+    let at = match syntax {
+        Syntax::Toml => crate::model::node::toml_items_exceeded(text).map(|span| span.start),
+        Syntax::Json => jsonc::items_exceeded(text),
+    };
+    let Some(at) = at else {
+        return Ok(());
+    };
+    let (line, column) = line_col(text, at);
+    Err(NativeError::TooManyItems {
+        path: path.into(),
+        line,
+        column,
+        limit: crate::model::node::item_limit(text.len()),
+    })
 }
 
 /// 1-based line and column of byte `offset` in `text`.

@@ -751,9 +751,20 @@ fn import_rejects_wrong_shapes_with_the_field_named() {
 #[test]
 fn hostile_input_gives_clear_errors() {
     let deep_json = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    // Past the item bound: refused before a parser sees it.
+    let err = import_str(Path::new(".mcp.json"), &deep_json).unwrap_err();
+    assert!(
+        matches!(err, NativeError::TooManyItems { line: 1, .. }),
+        "{err}"
+    );
+    let deep_toml = format!("a = {}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let err = import_str(Path::new("config.toml"), &deep_toml).unwrap_err();
+    assert!(matches!(err, NativeError::TooManyItems { .. }), "{err}");
+    // Within it: the parsers' own depth limits.
+    let deep_json = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
     let err = import_str(Path::new(".mcp.json"), &deep_json).unwrap_err();
     assert!(matches!(err, NativeError::Parse { line: 1, .. }), "{err}");
-    let deep_toml = format!("a = {}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let deep_toml = format!("a = {}{}", "[".repeat(10_000), "]".repeat(10_000));
     let err = import_str(Path::new("config.toml"), &deep_toml).unwrap_err();
     assert!(matches!(err, NativeError::Parse { .. }), "{err}");
     let err = import_str(Path::new(".mcp.json"), "\u{0}\u{1}garbage").unwrap_err();

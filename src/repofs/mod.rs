@@ -712,12 +712,31 @@ impl Root {
 
     /// Remove the socket at `path` if it is one; anything else is left alone.
     pub fn remove_socket(&self, path: &Path) -> Result<(), FsError> {
-        let mut walk = Walk::new(self, path)?;
-        let Some(name) = walk.locate(None, Links::Refuse)? else {
-            return Ok(());
+        self.remove_if(path, SFlag::S_IFSOCK)
+    }
+
+    /// Remove the regular file at `path` if it is one (never through a
+    /// link; a link, directory or anything else is left alone). A missing
+    /// file is not an error.
+    pub fn remove_file(&self, path: &Path) -> Result<(), FsError> {
+        self.remove_if(path, SFlag::S_IFREG)
+    }
+
+    /// Remove what sits at `path` when it is of kind `want`.
+    fn remove_if(&self, path: &Path, want: SFlag) -> Result<(), FsError> {
+        let mut walk = match Walk::new(self, path) {
+            Ok(walk) => walk,
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let name = match walk.locate(None, Links::Refuse) {
+            Ok(Some(name)) => name,
+            Ok(None) => return Ok(()),
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e),
         };
         match walk.stat(&name) {
-            Ok(st) if kind(&st) == SFlag::S_IFSOCK => {
+            Ok(st) if kind(&st) == want => {
                 unlinkat(walk.dir(), name.as_os_str(), UnlinkatFlags::NoRemoveDir)
                     .map_err(|e| FsError::io(walk.shown_entry(&name), "removed", e))
             }

@@ -88,6 +88,13 @@ pub enum RunError {
     VarsWithoutTemplate,
     #[error(transparent)]
     Render(#[from] RenderError),
+    #[error(
+        "rendering the prompt and preparing the run took longer than {}s; look for loops over large ranges in the prompt template",
+        deadline.as_secs()
+    )]
+    PrepareTimeout { deadline: Duration },
+    #[error("preparing the run failed: {reason}; report this as a bug")]
+    PrepareFailed { reason: String },
     #[error("working directory `{}` is not a directory; pass an existing `--cwd`", path.display())]
     BadCwd { path: PathBuf },
     #[error("cannot write the run's MCP configuration: {0}")]
@@ -227,6 +234,32 @@ pub fn new_run_id() -> String {
 /// The directory of run `id` under `state_dir`.
 pub fn run_dir(state_dir: &Path, id: &str) -> PathBuf {
     state_dir.join(RUNS_DIR).join(id)
+}
+
+/// Longest [`prepare_blocking`] may take: rendering is bounded by its fuel
+/// budget well before this (the daemon's reloads have the same deadline,
+/// `runtime::LOAD_DEADLINE`).
+pub const PREPARE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// [`prepare`] on a blocking thread, off the async executor, within
+/// [`PREPARE_DEADLINE`]: while the prompt renders, the executor stays free
+/// for the signal handlers, so Ctrl-C and SIGTERM still end the command.
+pub async fn prepare_blocking(
+    manifest: Manifest,
+    root: PathBuf,
+    req: RunRequest,
+    id: String,
+) -> Result<PreparedRun, RunError> {
+    let work = tokio::task::spawn_blocking(move || prepare(&manifest, &root, &req, id));
+    match tokio::time::timeout(PREPARE_DEADLINE, work).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(e)) => Err(RunError::PrepareFailed {
+            reason: e.to_string(),
+        }),
+        Err(_) => Err(RunError::PrepareTimeout {
+            deadline: PREPARE_DEADLINE,
+        }),
+    }
 }
 
 /// Prepare run `req` of `manifest` (repository at `root`): render the

@@ -2,6 +2,7 @@
 //! equal to it — reload on file changes (debounced) and on SIGHUP, answer
 //! the control channel, and on SIGTERM/SIGINT stop every child and exit.
 
+use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +19,26 @@ pub const EVENTS_PAGE: usize = 1000;
 /// client is still there.
 pub const FOLLOW_WAIT: Duration = Duration::from_secs(1);
 
+/// Put `/dev/null` on every standard descriptor (0, 1, 2) that is closed,
+/// before the daemon opens anything: otherwise the first file it opens
+/// (the lock, the database) becomes its stderr under `npc daemon 2>&-` and
+/// receives its log lines. Writes to stderr then go nowhere, never panic.
+pub fn fill_closed_std_fds() {
+    use std::os::fd::{AsRawFd as _, IntoRawFd as _};
+    const LAST_STD_FD: i32 = 2;
+    while let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        if null.as_raw_fd() > LAST_STD_FD {
+            break; // every standard descriptor is open; this one is closed on drop
+        }
+        // The lowest free descriptor was a standard one: keep it open.
+        let _ = null.into_raw_fd();
+    }
+}
+
 /// Run the daemon for the manifest at `manifest` until a stop signal.
 /// `ready` is called once the first apply finished and the control socket is up.
 pub async fn run(
@@ -26,8 +47,10 @@ pub async fn run(
 ) -> Result<(), RuntimeError> {
     let loaded = super::load_manifest(manifest)?;
     let Some(model) = loaded.manifest else {
+        // Never `eprint!`: it panics when stderr is closed (`2>&-`).
+        let mut err = std::io::stderr().lock();
         for d in &loaded.diagnostics {
-            eprint!("{d}");
+            let _ = write!(err, "{d}");
         }
         return Err(RuntimeError::Invalid(manifest.to_path_buf()));
     };

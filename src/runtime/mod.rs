@@ -505,7 +505,7 @@ impl Runtime {
         let store = Arc::new(open_store(&paths)?);
         let bus = EventBus::new(store.clone());
         let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let supervisor = Supervisor::for_npc(events_tx, backoff, &paths.state_dir);
+        let supervisor = Supervisor::for_npc(events_tx, backoff, &paths.root, &paths.runtime_dir());
         let cx = DriverContext {
             repo: paths.root.clone(),
             state_dir: paths.state_dir.clone(),

@@ -9,8 +9,12 @@
 //!   process exited or died — it stops every recorded group (SIGTERM,
 //!   [`REAP_GRACE`], SIGKILL) and exits. `PR_SET_PDEATHSIG` only reaches
 //!   direct children; the watchdog reaches their descendants.
-//! - a ledger file per supervising process under `<state_dir>/groups/`, so a
-//!   later start cleans up what a crashed process and its watchdog left.
+//! - a ledger file per supervising process under `<repo>/.npc/groups/` (the
+//!   fixed runtime directory, beside the lock: a `project.state_dir` change
+//!   between a crash and the next start cannot hide it), so a later start
+//!   cleans up what a crashed process and its watchdog left. Ledgers are
+//!   read, written and removed only through [`crate::repofs`] (owner-only,
+//!   never through a link, never outside the repository).
 //!
 //! A recorded group is only signalled while it is provably the same group:
 //! when its leader is alive, the leader's start time must equal the record
@@ -22,6 +26,8 @@
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
+
+use crate::repofs::{Links, Root, WriteOptions};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -33,14 +39,14 @@ use serde::{Deserialize, Serialize};
 
 /// The hidden `npc` subcommand that runs the watchdog.
 pub const WATCHDOG_COMMAND: &str = "__watchdog";
-/// Subdirectory of the state directory holding one ledger file per
+/// Subdirectory of the runtime directory holding one ledger file per
 /// supervising process.
 pub const LEDGER_DIR: &str = "groups";
 /// Time between SIGTERM and SIGKILL when the watchdog or a starting process
 /// stops groups whose supervisor is gone.
 pub const REAP_GRACE: Duration = Duration::from_secs(2);
 /// Longest ledger file read at start; a longer one is removed unread.
-pub const MAX_LEDGER_BYTES: u64 = 1024 * 1024;
+pub const MAX_LEDGER_BYTES: usize = 1024 * 1024;
 /// Ledger files looked at per start; the rest wait for the next start.
 pub const MAX_LEDGER_FILES: usize = 1024;
 /// Groups one supervisor records at once; more are still supervised but not
@@ -70,6 +76,9 @@ pub enum ContainError {
     },
     #[error("cannot read `/proc/self/stat`; npc needs Linux procfs to contain its children")]
     NoProcfs,
+    /// The runtime directory holding the ledgers is refused or unusable.
+    #[error("cannot keep the process-group ledger: {0}")]
+    Ledger(crate::repofs::FsError),
 }
 
 /// The fields npc reads from `/proc/<pid>/stat`.
@@ -221,31 +230,37 @@ pub struct Ledger {
     pub groups: Vec<GroupRecord>,
 }
 
-/// Stop the groups recorded under `state_dir` by supervising processes that
-/// are gone, and remove their ledgers. Ledgers of live owners stay; ledgers
-/// from another boot, oversized or unreadable ones are removed unread.
-/// Returns how many processes were stopped.
-pub fn reap_leftovers(state_dir: &Path) -> usize {
-    let Some(dir) = ledger_dir(state_dir) else {
+/// The ledger directory of the runtime directory `runtime_dir`.
+pub fn ledger_dir(runtime_dir: &Path) -> PathBuf {
+    runtime_dir.join(LEDGER_DIR)
+}
+
+/// Stop the groups recorded under `runtime_dir` (inside `root`) by
+/// supervising processes that are gone, and remove their ledgers and any
+/// temporary file a killed writer left. Ledgers of live owners stay;
+/// ledgers from another boot are removed unread; what is not a ledger (a
+/// link, a FIFO, an oversized or unparsable file) is left alone. A ledger
+/// directory that leaves the repository is not looked at. Returns how many
+/// processes were stopped.
+pub fn reap_leftovers(root: &Root, runtime_dir: &Path) -> usize {
+    let dir = ledger_dir(runtime_dir);
+    // Names only: every read and removal below goes through `root`.
+    let Ok(real) = root.real_path(&dir) else {
         return 0;
     };
-    let Ok(entries) = std::fs::read_dir(&dir) else {
+    let Ok(entries) = std::fs::read_dir(&real) else {
         return 0;
     };
+    let _ = root.sweep_temp(&real);
     let boot = boot_id();
     let mut stale = Vec::new();
     let mut groups = Vec::new();
     for entry in entries.flatten().take(MAX_LEDGER_FILES) {
-        let path = entry.path();
+        let path = real.join(entry.file_name());
         if path.extension().is_none_or(|e| e != "json") {
             continue;
         }
-        // `DirEntry::metadata` does not follow links: only regular files are read.
-        let regular = entry
-            .metadata()
-            .is_ok_and(|m| m.is_file() && m.len() <= MAX_LEDGER_BYTES);
-        // What does not parse as a ledger is not ours: it is left alone.
-        let Some(ledger) = regular.then(|| read_ledger(&path)).flatten() else {
+        let Some(ledger) = read_ledger(root, &path) else {
             continue;
         };
         if boot.as_deref() != Some(ledger.boot_id.as_str()) {
@@ -257,35 +272,20 @@ pub fn reap_leftovers(state_dir: &Path) -> usize {
     }
     let stopped = reap(&groups, REAP_GRACE);
     for path in stale {
-        let _ = std::fs::remove_file(path);
+        let _ = root.remove_file(&path);
     }
     stopped
 }
 
-/// `<state_dir>/groups`, unless the state directory or it is a symbolic link
-/// or not a directory (npc neither reads nor writes ledgers through a link).
-fn ledger_dir(state_dir: &Path) -> Option<PathBuf> {
-    let real_dir = |p: &Path| std::fs::symlink_metadata(p).map(|m| m.is_dir());
-    let dir = state_dir.join(LEDGER_DIR);
-    match (real_dir(state_dir), real_dir(&dir)) {
-        (Ok(true), Ok(true)) => Some(dir),
-        (Ok(true), Err(e)) if e.kind() == io::ErrorKind::NotFound => Some(dir),
-        (Err(e), _) if e.kind() == io::ErrorKind::NotFound => Some(dir),
-        _ => None,
-    }
-}
-
-fn read_ledger(path: &Path) -> Option<Ledger> {
-    let file = std::fs::File::open(path).ok()?;
-    let mut text = String::new();
-    file.take(MAX_LEDGER_BYTES).read_to_string(&mut text).ok()?;
-    serde_json::from_str(&text).ok()
+fn read_ledger(root: &Root, path: &Path) -> Option<Ledger> {
+    let bytes = root.read_with(path, MAX_LEDGER_BYTES, Links::Refuse).ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 /// The watchdog's main loop: read `+ <pgid> <start>` and `- <pgid>` lines
 /// from `input` until end of file, then stop every group still recorded and
-/// remove `ledger` (its groups are gone).
-pub fn run_watchdog(input: impl Read, ledger: &Path) {
+/// remove `ledger` inside the repository `root` (its groups are gone).
+pub fn run_watchdog(input: impl Read, root: &Path, ledger: &Path) {
     let mut groups: BTreeMap<i32, u64> = BTreeMap::new();
     let mut reader = BufReader::new(input);
     let mut line = Vec::new();
@@ -319,7 +319,9 @@ pub fn run_watchdog(input: impl Read, ledger: &Path) {
         .map(|(pgid, start)| GroupRecord { pgid, start })
         .collect();
     reap(&records, REAP_GRACE);
-    let _ = std::fs::remove_file(ledger);
+    if let Ok(root) = Root::new(root) {
+        let _ = root.remove_file(ledger);
+    }
 }
 
 /// The running watchdog and the write end of its pipe.
@@ -343,9 +345,9 @@ struct State {
 #[derive(Debug)]
 pub struct Containment {
     program: PathBuf,
-    /// `<state_dir>/groups`.
-    ledger_dir: PathBuf,
-    /// This process's ledger file in `ledger_dir`.
+    /// The repository every ledger path is confined to.
+    root: Root,
+    /// This process's ledger file, `<runtime_dir>/groups/<pid>-<start>.json`.
     ledger: PathBuf,
     boot_id: String,
     owner: ProcessRecord,
@@ -353,29 +355,35 @@ pub struct Containment {
 }
 
 impl Containment {
-    /// Clean up what crashed supervisors left under `state_dir` (see
-    /// [`reap_leftovers`]; this may wait up to [`REAP_GRACE`]), then start a
-    /// watchdog by running `program` (the `npc` binary) with
-    /// [`WATCHDOG_COMMAND`].
-    pub fn start(program: &Path, state_dir: &Path) -> Result<Arc<Self>, ContainError> {
+    /// Clean up what crashed supervisors left under `runtime_dir` (the
+    /// repository `root`'s runtime directory; see [`reap_leftovers`]; this
+    /// may wait up to [`REAP_GRACE`]), then start a watchdog by running
+    /// `program` (the `npc` binary) with [`WATCHDOG_COMMAND`].
+    pub fn start(
+        program: &Path,
+        root: &Path,
+        runtime_dir: &Path,
+    ) -> Result<Arc<Self>, ContainError> {
         let owner = ProcessRecord::current().ok_or(ContainError::NoProcfs)?;
         let boot_id = boot_id().ok_or(ContainError::NoProcfs)?;
-        let stopped = reap_leftovers(state_dir);
+        let root = Root::new(root).map_err(ContainError::Ledger)?;
+        root.ensure_state_dir(runtime_dir)
+            .map_err(ContainError::Ledger)?;
+        let stopped = reap_leftovers(&root, runtime_dir);
         if stopped > 0 {
             tracing::warn!(
                 "stopped {stopped} process(es) left behind by a supervisor that did not exit cleanly"
             );
         }
-        let ledger_dir = state_dir.join(LEDGER_DIR);
-        let ledger = ledger_dir.join(format!("{}-{}.json", owner.pid, owner.start));
+        let ledger = ledger_dir(runtime_dir).join(format!("{}-{}.json", owner.pid, owner.start));
         let watchdog =
-            spawn_watchdog(program, &ledger).map_err(|source| ContainError::Watchdog {
+            spawn_watchdog(program, &root, &ledger).map_err(|source| ContainError::Watchdog {
                 program: program.to_path_buf(),
                 source,
             })?;
         Ok(Arc::new(Self {
             program: program.to_path_buf(),
-            ledger_dir,
+            root,
             ledger,
             boot_id,
             owner,
@@ -436,7 +444,7 @@ impl Containment {
             let _ = old.child.kill();
             let _ = old.child.wait();
         }
-        match spawn_watchdog(&self.program, &self.ledger) {
+        match spawn_watchdog(&self.program, &self.root, &self.ledger) {
             Ok(mut w) => {
                 let replay: String = state
                     .groups
@@ -466,32 +474,9 @@ impl Containment {
                 .map(|(&pgid, &start)| GroupRecord { pgid, start })
                 .collect(),
         };
-        let write = || -> io::Result<()> {
-            use std::os::unix::fs::OpenOptionsExt;
-            let state_dir = self.ledger_dir.parent().unwrap_or(Path::new("."));
-            let dir = ledger_dir(state_dir).ok_or_else(|| {
-                io::Error::other("it or the state directory is not a plain directory")
-            })?;
-            std::fs::create_dir_all(&dir)?;
-            let tmp = dir.join(format!(".{}-{}.tmp", self.owner.pid, self.owner.start));
-            // Never through whatever already sits at the temp path.
-            match std::fs::remove_file(&tmp) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                _ => {}
-            }
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            file.write_all(&serde_json::to_vec(&ledger).unwrap_or_default())?;
-            std::fs::rename(&tmp, &self.ledger)
-        };
-        if let Err(e) = write() {
-            tracing::warn!(
-                "cannot record process groups in `{}`: {e}",
-                self.ledger.display()
-            );
+        let bytes = serde_json::to_vec(&ledger).unwrap_or_default();
+        if let Err(e) = self.root.write(&self.ledger, &bytes, WriteOptions::PRIVATE) {
+            tracing::warn!("cannot record process groups: {e}");
         }
     }
 
@@ -508,19 +493,21 @@ impl Containment {
             }
         }
         if state.groups.is_empty() {
-            let _ = std::fs::remove_file(&self.ledger);
+            let _ = self.root.remove_file(&self.ledger);
         }
     }
 }
 
-/// Start `program __watchdog --ledger <ledger>` in its own session (so
-/// nothing aimed at the supervisor's group or terminal reaches it) with a
-/// non-blocking pipe on its stdin.
+/// Start `program __watchdog --root <root> --ledger <ledger>` in its own
+/// session (so nothing aimed at the supervisor's group or terminal reaches
+/// it) with a non-blocking pipe on its stdin.
 #[allow(unsafe_code)]
-fn spawn_watchdog(program: &Path, ledger: &Path) -> io::Result<Watchdog> {
+fn spawn_watchdog(program: &Path, root: &Root, ledger: &Path) -> io::Result<Watchdog> {
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(program);
     cmd.arg(WATCHDOG_COMMAND)
+        .arg("--root")
+        .arg(root.path())
         .arg("--ledger")
         .arg(ledger)
         .env_clear()
@@ -630,7 +617,8 @@ mod tests {
         };
         let path = ledgers.join("x.json");
         std::fs::write(&path, serde_json::to_vec(&ledger).expect("json")).expect("write");
-        assert_eq!(reap_leftovers(dir.path()), 0);
+        let root = Root::new(dir.path()).expect("root");
+        assert_eq!(reap_leftovers(&root, dir.path()), 0);
         assert!(!path.exists());
         assert!(matches!(child.try_wait(), Ok(None)), "never signalled");
         let _ = child.kill();
@@ -649,7 +637,8 @@ mod tests {
         let victim = outside.path().join("settings.json");
         std::fs::write(&victim, other_boot.to_string()).expect("write");
         std::os::unix::fs::symlink(outside.path(), state.join(LEDGER_DIR)).expect("link");
-        reap_leftovers(&state);
+        let root = Root::new(dir.path()).expect("root");
+        reap_leftovers(&root, &state);
         assert!(
             victim.exists(),
             "nothing is removed through a linked ledger dir"
@@ -659,7 +648,7 @@ mod tests {
         std::fs::create_dir(state.join(LEDGER_DIR)).expect("dir");
         let foreign = state.join(LEDGER_DIR).join("notes.json");
         std::fs::write(&foreign, b"{ not a ledger").expect("write");
-        reap_leftovers(&state);
+        reap_leftovers(&root, &state);
         assert!(foreign.exists(), "what is not a ledger is left alone");
     }
 
@@ -689,7 +678,7 @@ mod tests {
             start(k),
             start(x)
         );
-        run_watchdog(input.as_bytes(), &ledger);
+        run_watchdog(input.as_bytes(), dir.path(), &ledger);
         assert!(killed.wait().is_ok());
         assert!(
             matches!(kept.try_wait(), Ok(None)),

@@ -35,8 +35,8 @@ pub use backoff::{
 };
 pub use contain::{
     ContainError, Containment, GroupRecord, LEDGER_DIR, Ledger, MAX_LEDGER_BYTES, MAX_LEDGER_FILES,
-    MAX_TRACKED_GROUPS, ProcessRecord, REAP_GRACE, WATCHDOG_COMMAND, reap, reap_leftovers,
-    run_watchdog,
+    MAX_TRACKED_GROUPS, ProcessRecord, REAP_GRACE, WATCHDOG_COMMAND, ledger_dir, reap,
+    reap_leftovers, run_watchdog,
 };
 pub use oneshot::{
     DEFAULT_STDERR_LIMIT, DEFAULT_STDOUT_LIMIT, GroupKiller, Line, MAX_LINE_BYTES, Output,
@@ -336,21 +336,23 @@ impl Supervisor {
 
     /// The supervisor of an `npc` process (the daemon, `npc run`): contained
     /// by a watchdog started from this executable, with its ledger under
-    /// `state_dir`, after stopping what crashed supervisors left there (this
-    /// may wait up to [`REAP_GRACE`]). When containment cannot start, a
-    /// warning is logged and children still die with this process through
-    /// the parent-death signal, but not their descendants.
+    /// `runtime_dir` (the repository `root`'s fixed runtime directory), after
+    /// stopping what crashed supervisors left there (this may wait up to
+    /// [`REAP_GRACE`]). When containment cannot start, a warning is logged
+    /// and children still die with this process through the parent-death
+    /// signal, but not their descendants.
     pub fn for_npc(
         events: mpsc::UnboundedSender<SupervisorEvent>,
         backoff: BackoffPolicy,
-        state_dir: &std::path::Path,
+        root: &std::path::Path,
+        runtime_dir: &std::path::Path,
     ) -> Self {
         let contain = std::env::current_exe()
             .map_err(|source| ContainError::Watchdog {
                 program: PathBuf::from("npc"),
                 source,
             })
-            .and_then(|program| Containment::start(&program, state_dir));
+            .and_then(|program| Containment::start(&program, root, runtime_dir));
         match contain {
             Ok(contain) => Self::contained(events, backoff, contain),
             Err(e) => {

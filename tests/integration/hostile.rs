@@ -801,6 +801,75 @@ fn a_variable_driven_template_bomb_in_a_profile_keeps_the_daemon_serving() {
     assert!(exit.success(), "daemon exit: {exit}");
 }
 
+/// A repository whose profile `dev` runs Claude Code with the prompt `task`,
+/// a nested loop over the variable `n`.
+fn run_bomb_repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n\n[providers.claude]\nkind = \"claude_code\"\n\n[prompts.task]\ntemplate = \"{% for i in range(vars.n|int) %}{% for j in range(vars.n|int) %}{% endfor %}{% endfor %}\"\nvariables.n = { default = \"1\" }\n\n[profiles.dev]\nprovider = \"claude\"\ndescription = \"d\"\nprompt = \"task\"\n",
+    )
+    .unwrap();
+    dir
+}
+
+const RUN_BOMB_ARGS: [&str; 6] = [
+    "run",
+    "dev",
+    "--prompt-template",
+    "task",
+    "--var",
+    "n=100000",
+];
+
+#[test]
+fn npc_run_with_a_variable_driven_template_bomb_exits_1_with_the_template_error() {
+    let dir = run_bomb_repo();
+    let out = npc()
+        .current_dir(dir.path())
+        .args(RUN_BOMB_ARGS)
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("prompts.task") && stderr.contains("work budget"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn sigint_still_ends_npc_run_while_its_prompt_renders() {
+    use std::process::Stdio;
+    let dir = run_bomb_repo();
+    let mut child = std::process::Command::new(npc_path())
+        .current_dir(dir.path())
+        .args(RUN_BOMB_ARGS)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = wait_for("npc run to end after SIGINT", || child.try_wait().unwrap());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    // Interrupted (130) while rendering, the template error (1) if the
+    // render had already failed, or killed by the signal before the
+    // handlers were installed; never a panic or a run that goes on.
+    use std::os::unix::process::ExitStatusExt as _;
+    assert!(
+        matches!(status.code(), Some(1 | 130)) || status.signal() == Some(2),
+        "{status:?}: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 // ---------------------------------------------------------------------------
 // §3. `npc import` never turns data into configuration
 //
@@ -1450,6 +1519,41 @@ mod no_orphans {
     }
 
     #[test]
+    fn a_state_dir_change_after_a_crash_does_not_hide_leftovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let sleep = unique_sleep(7);
+        std::fs::write(dir.path().join("npcagent.toml"), tree_manifest(&sleep)).unwrap();
+        let pid_file = dir.path().join("grandchild.pid");
+        let mut daemon = spawn_daemon(dir.path());
+        let grandchild = wait_pid(&pid_file);
+        let watchdog = watchdog_of(daemon.id());
+
+        signal(watchdog, Signal::SIGSTOP);
+        daemon.kill().unwrap();
+        daemon.wait().unwrap();
+        signal(watchdog, Signal::SIGKILL);
+        wait_for("the watchdog to die", || (!alive(watchdog)).then_some(()));
+        assert!(alive(grandchild), "the crash left the grandchild behind");
+
+        // The next start reads another state directory; the ledger is not there.
+        std::fs::write(
+            dir.path().join("npcagent.toml"),
+            format!(
+                "{}[project]\nstate_dir = \"elsewhere\"\n",
+                tree_manifest(&sleep)
+            ),
+        )
+        .unwrap();
+        std::fs::remove_file(&pid_file).unwrap();
+        let daemon = spawn_daemon(dir.path());
+        let again = wait_pid(&pid_file);
+        assert!(!alive(grandchild), "stopped before the new start");
+        assert_ne!(again, grandchild);
+        assert_eq!(copies(&sleep), 1, "one copy after the restart");
+        terminate(daemon);
+    }
+
+    #[test]
     fn a_linked_ledger_directory_is_neither_read_nor_written() {
         use std::os::unix::fs::DirBuilderExt;
 
@@ -1924,6 +2028,77 @@ fn a_3_mb_diagnostics_report_is_stored_not_dropped() {
         diagnostics.iter().all(|d| d.to_string().len() < 2000),
         "every diagnostic quotes a bounded prefix"
     );
+}
+
+mod bounded_imports {
+    use super::guarded_files::{Repo, npc_limited};
+
+    fn stderr(a: &assert_cmd::assert::Assert) -> String {
+        String::from_utf8_lossy(&a.get_output().stderr).into_owned()
+    }
+
+    /// Just under the 16 MB read cap.
+    const NEAR_CAP: usize = 15 * 1024 * 1024;
+
+    #[test]
+    fn a_15_mb_codex_config_of_ints_is_refused_by_import() {
+        let repo = Repo::new("");
+        std::fs::create_dir_all(repo.path(".codex")).unwrap();
+        let ones = "1,".repeat(NEAR_CAP / 2);
+        let toml = format!("[mcp_servers.s]\ncommand = \"x\"\nx = [{ones}1]\n");
+        std::fs::write(repo.path(".codex/config.toml"), &toml).unwrap();
+        // The same bulk in every JSON kind, and in a file whose kind comes
+        // from its shape: parsing either took about 1 GB.
+        let json = format!(r#"{{"mcpServers": {{"s": {{"command": "x"}}}}, "x": [{ones}1]}}"#);
+        std::fs::write(repo.path(".mcp.json"), &json).unwrap();
+        std::fs::write(repo.path("opencode.json"), &json).unwrap();
+        std::fs::write(repo.path("unnamed"), &json).unwrap();
+        std::fs::write(repo.path("unnamed-toml"), &toml).unwrap();
+        for file in [
+            ".codex/config.toml",
+            ".mcp.json",
+            "opencode.json",
+            "unnamed",
+            "unnamed-toml",
+        ] {
+            let a = npc_limited(repo.dir.path(), &format!("import {file}")).code(1);
+            let err = stderr(&a);
+            assert!(
+                err.contains(file) && err.contains("more items (keys, values, brackets)"),
+                "{file}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn thousands_of_codex_server_tables_are_refused_by_import() {
+        let repo = Repo::new("");
+        std::fs::create_dir_all(repo.path(".codex")).unwrap();
+        let table = |i: usize| format!("[mcp_servers.s{i}]\ncommand = \"x\"\n");
+        // Past the server cap but well within the item bound…
+        let few: String = (0..2000).map(table).collect();
+        std::fs::write(repo.path(".codex/config.toml"), few).unwrap();
+        let a = npc_limited(repo.dir.path(), "import .codex/config.toml").code(1);
+        assert!(
+            stderr(&a).contains("declares 2000 MCP servers, more than the limit of 1024"),
+            "{}",
+            stderr(&a)
+        );
+        // …and as many tables as fit under the read cap.
+        let mut many = String::new();
+        let mut i = 0;
+        while many.len() < NEAR_CAP {
+            many.push_str(&table(i));
+            i += 1;
+        }
+        std::fs::write(repo.path(".codex/config.toml"), many).unwrap();
+        let a = npc_limited(repo.dir.path(), "import .codex/config.toml").code(1);
+        assert!(
+            stderr(&a).contains("more items (keys, values, brackets)"),
+            "{}",
+            stderr(&a)
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -2450,6 +2625,130 @@ fn an_env_derived_url_with_a_bad_scheme_is_reported_with_the_value_redacted() {
             !shown.contains("secret-place") && !shown.contains("192.168"),
             "{shown}"
         );
+    }
+}
+
+mod closed_stderr {
+    use std::process::{Command, Stdio};
+
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    use crate::support::{npc, npc_path, wait_for};
+
+    /// `npc daemon` in `dir` with stderr redirected by `redirect` (`2>&-`,
+    /// `2>/dev/full`), stdout to a file.
+    fn daemon_with(dir: &std::path::Path, redirect: &str) -> std::process::Child {
+        let out = std::fs::File::create(dir.join("daemon.out")).unwrap();
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "exec \"{}\" daemon {redirect}",
+                npc_path().display()
+            ))
+            .current_dir(dir)
+            .env("NPC_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .spawn()
+            .unwrap()
+    }
+
+    fn daemon_without_stderr(dir: &std::path::Path) -> std::process::Child {
+        daemon_with(dir, "2>&-")
+    }
+
+    #[test]
+    fn a_daemon_with_stderr_closed_applies_and_stops_cleanly() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("npcagent.toml"),
+            "version = 1\n[mcp.servers.s]\ncommand = \"sleep\"\nargs = [\"1000\"]\n",
+        )
+        .unwrap();
+        let mut daemon = daemon_without_stderr(dir.path());
+        wait_for("the daemon to apply", || {
+            let out = npc()
+                .current_dir(dir.path())
+                .args(["events", "--format", "json"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .contains("reconcile.applied")
+                .then_some(())
+        });
+        kill(Pid::from_raw(daemon.id() as i32), Signal::SIGTERM).unwrap();
+        let status = wait_for("the daemon to exit", || daemon.try_wait().unwrap());
+        assert_eq!(status.code(), Some(0), "no panic (101), a clean exit");
+        // No file the daemon opened took the place of its stderr.
+        for entry in walkdir(dir.path()) {
+            let text = String::from_utf8_lossy(&std::fs::read(&entry).unwrap()).into_owned();
+            assert!(
+                !text.contains("npc daemon:") && !text.contains("DEBUG"),
+                "log lines written into {}",
+                entry.display()
+            );
+        }
+        // The store is intact.
+        npc()
+            .current_dir(dir.path())
+            .arg("events")
+            .assert()
+            .success();
+    }
+
+    #[test]
+    fn an_invalid_manifest_with_stderr_failing_exits_1_without_a_panic() {
+        // `eprint!` panicked (exit 101) on a stderr that fails to write; a
+        // closed one (EBADF) std ignores.
+        for redirect in ["2>/dev/full", "2>&-"] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("npcagent.toml"), "version = 1\nbogus = 1\n").unwrap();
+            let mut daemon = daemon_with(dir.path(), redirect);
+            let status = wait_for("the daemon to exit", || daemon.try_wait().unwrap());
+            assert_eq!(status.code(), Some(1), "{redirect}");
+        }
+    }
+
+    #[test]
+    fn a_daemon_with_stderr_on_a_full_disk_applies_and_stops_cleanly() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("npcagent.toml"),
+            "version = 1\n[mcp.servers.s]\ncommand = \"sleep\"\nargs = [\"1000\"]\n",
+        )
+        .unwrap();
+        let mut daemon = daemon_with(dir.path(), "2>/dev/full");
+        wait_for("the daemon to apply", || {
+            let out = npc()
+                .current_dir(dir.path())
+                .args(["events", "--format", "json"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .contains("reconcile.applied")
+                .then_some(())
+        });
+        kill(Pid::from_raw(daemon.id() as i32), Signal::SIGTERM).unwrap();
+        let status = wait_for("the daemon to exit", || daemon.try_wait().unwrap());
+        assert_eq!(status.code(), Some(0), "no panic (101), a clean exit");
+    }
+
+    /// Every regular file under `dir`.
+    fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut files = Vec::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let t = e.file_type().unwrap();
+                if t.is_dir() {
+                    todo.push(e.path());
+                } else if t.is_file() {
+                    files.push(e.path());
+                }
+            }
+        }
+        files
     }
 }
 
