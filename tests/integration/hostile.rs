@@ -801,6 +801,61 @@ fn a_variable_driven_template_bomb_in_a_profile_keeps_the_daemon_serving() {
     assert!(exit.success(), "daemon exit: {exit}");
 }
 
+/// Expressions that nest without brackets, each long enough to overflow a
+/// thread's stack in the template compiler if it were compiled.
+fn deep_chains() -> Vec<String> {
+    vec![
+        format!("{{{{ 1{} }}}}", "|upper".repeat(20_000)),
+        format!("{{{{ vars{} }}}}", ".a".repeat(20_000)),
+        format!("{{{{ {}1 }}}}", "not ".repeat(20_000)),
+        format!("{{{{ {}1 }}}}", "-".repeat(20_000)),
+        format!("{{{{ 1{} }}}}", "~1".repeat(20_000)),
+        format!("{{{{ x{} }}}}", "[0]".repeat(20_000)),
+    ]
+}
+
+#[test]
+fn a_deeply_chained_template_expression_is_an_error_not_a_stack_overflow() {
+    for chain in deep_chains() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("npcagent.toml"), prompt_manifest(&chain)).unwrap();
+        assert_refused_at(dir.path(), &["validate"], "more than 512 tokens", 4);
+        // A prompt file is refused the same way, at its own line.
+        let file = "version = 1\n\n[prompts.task]\nfile = \"task.md\"\n";
+        std::fs::write(dir.path().join("npcagent.toml"), file).unwrap();
+        std::fs::write(dir.path().join("task.md"), format!("intro\n{chain}\n")).unwrap();
+        for args in [&["validate"][..], &["render", "prompt", "task"][..]] {
+            let out = npc().current_dir(dir.path()).args(args).output().unwrap();
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(out.status.code(), Some(1), "npc {args:?}: {said:.300}");
+            assert!(said.contains("more than 512 tokens"), "{said:.300}");
+        }
+    }
+}
+
+#[test]
+fn a_deeply_chained_template_edit_leaves_the_daemon_running() {
+    let mut d = HostileDaemon::start(&prompt_manifest("hello"));
+    d.wait_event(0, "reconcile.applied");
+    for chain in deep_chains() {
+        let mark = d.last_event_id();
+        d.write_manifest(&prompt_manifest(&chain));
+        let invalid = d.wait_event(mark, "manifest.invalid");
+        assert!(invalid.to_string().contains("512 tokens"), "{invalid:.300}");
+    }
+    let status = d.npc(&["status", "--format", "json"]);
+    assert!(status.status.success(), "{:?}", status);
+    let mark = d.last_event_id();
+    d.write_manifest(&prompt_manifest("hello again"));
+    d.wait_event(mark, "reconcile.applied");
+    let exit = d.terminate();
+    assert!(exit.success(), "daemon exit: {exit}");
+}
+
 // ---------------------------------------------------------------------------
 // §3. `npc import` never turns data into configuration
 //
