@@ -103,13 +103,44 @@ impl RepoPaths {
     }
 }
 
+/// Files SQLite keeps beside the database (`state.db-wal`, …), named by
+/// these suffixes. SQLite opens them itself, following links, so they are
+/// checked through the guarded layer first.
+pub const STORE_SIDE_SUFFIXES: [&str; 3] = ["-wal", "-shm", "-journal"];
+
 /// Make the state directory and the database file ready through the
 /// guarded layer (private, never links), then open the store.
 pub fn open_store(paths: &RepoPaths) -> Result<Store, RuntimeError> {
     let root = crate::repofs::Root::new(&paths.root)?;
     root.ensure_state_dir(&paths.state_dir)?;
     drop(root.open_private(&paths.db())?);
+    check_side_files(&root, paths)?;
     Ok(Store::open(paths.db())?)
+}
+
+/// Open the existing store read-only (the CLI beside a daemon), after the
+/// same checks as [`open_store`]: the database and its side files are
+/// regular files, never links.
+pub fn open_store_read_only(paths: &RepoPaths) -> Result<Store, RuntimeError> {
+    let root = crate::repofs::Root::new(&paths.root)?;
+    drop(root.open_existing(&paths.db())?);
+    check_side_files(&root, paths)?;
+    Ok(Store::open_read_only(paths.db())?)
+}
+
+/// Each of SQLite's side files is absent or a regular file in the state
+/// directory: a link (to anywhere) or a FIFO there is refused by name.
+fn check_side_files(root: &crate::repofs::Root, paths: &RepoPaths) -> Result<(), RuntimeError> {
+    for suffix in STORE_SIDE_SUFFIXES {
+        let mut name = paths.db().into_os_string();
+        name.push(suffix);
+        match root.open_existing(Path::new(&name)) {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 fn expand_home(path: &Path) -> PathBuf {

@@ -436,6 +436,34 @@ mcp_servers = ["fs"]
         repo.outside_untouched();
     }
 
+    /// SQLite opens the files beside its database itself; a link planted
+    /// at any of them is refused by name before SQLite sees it, for the
+    /// commands that write the store and those that only read it.
+    #[test]
+    fn sqlite_side_file_symlinks_are_refused_by_name() {
+        for side in ["state.db-wal", "state.db-shm", "state.db-journal"] {
+            let repo = Repo::standard();
+            repo.npc(&["apply", "--auto-approve"]).success();
+            let planted = repo.path(&format!(".npc/{side}"));
+            let _ = std::fs::remove_file(&planted);
+            symlink(repo.secret(), &planted).unwrap();
+            for args in [
+                &["apply", "--auto-approve"][..],
+                &["events"][..],
+                &["status"][..],
+            ] {
+                let a = repo.npc(args).failure();
+                let err = stderr(&a);
+                assert!(err.contains(side), "npc {args:?}: {err}");
+                assert!(
+                    err.contains(&repo.secret().display().to_string()),
+                    "npc {args:?}: {err}"
+                );
+            }
+            repo.outside_untouched();
+        }
+    }
+
     #[test]
     fn state_files_are_private_and_git_ignored() {
         let repo = Repo::standard();
