@@ -1218,6 +1218,24 @@ mod one_lock_per_repository {
         finds_the_daemon(&repo, &daemon);
     }
 
+    /// `git clean -fdx` removes the git-ignored `.npc` with the lock file
+    /// in it; the running daemon still holds the repository.
+    #[test]
+    fn second_daemon_refused_after_the_runtime_directory_is_removed() {
+        let repo = Repo::new(MANIFEST);
+        let _daemon = Daemon::start(&repo);
+        std::fs::remove_dir_all(repo.path(".npc")).unwrap();
+        let a = repo.npc(&["daemon"]).failure();
+        assert!(stderr(&a).contains("another npc daemon"), "{}", stderr(&a));
+        let a = repo.npc(&["apply", "--auto-approve"]).failure();
+        assert!(
+            stderr(&a).contains("another npc daemon"),
+            "{}{}",
+            stdout(&a),
+            stderr(&a)
+        );
+    }
+
     #[test]
     fn status_and_events_find_the_daemon_with_an_invalid_manifest() {
         let repo = Repo::new(MANIFEST);
