@@ -1288,6 +1288,34 @@ fn idle_connections_beyond_the_cap_do_not_keep_status_from_answering() {
     drop(idle);
 }
 
+/// Followers that went away (killed, or `npc events --follow | head -1`
+/// after its line) hold no place under the connection cap: their
+/// connections end when they close, not at the next event.
+#[test]
+fn closed_event_followers_do_not_fill_the_connection_cap() {
+    use npcagent::surfaces::control::MAX_CONNECTIONS;
+    use std::io::Write as _;
+    let d = HostileDaemon::start(&prompt_manifest("hello"));
+    d.wait_event(0, "reconcile.applied");
+    let socket = d.root().join(".npc/daemon.sock");
+    for _ in 0..MAX_CONNECTIONS + 20 {
+        let mut follower = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        follower
+            .write_all(b"{\"op\":\"events\",\"since\":null,\"follow\":true}\n")
+            .unwrap();
+        drop(follower);
+    }
+    wait_for("`npc status` to answer", || {
+        d.npc(&["status", "--format", "json"])
+            .status
+            .success()
+            .then_some(())
+    });
+    wait_for("the closed followers' descriptors to be released", || {
+        (open_fds(d.pid()) < 64).then_some(())
+    });
+}
+
 #[test]
 fn a_reload_that_fails_for_lack_of_descriptors_is_retried_until_it_applies() {
     const NOFILE: usize = 64;
