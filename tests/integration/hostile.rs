@@ -1288,6 +1288,30 @@ fn idle_connections_beyond_the_cap_do_not_keep_status_from_answering() {
     drop(idle);
 }
 
+/// The watcher compares an agent file with what npc last wrote to it; a
+/// FIFO swapped in for the file must not block it (opening a FIFO waits for
+/// a writer), so later edits still reach the daemon.
+#[test]
+fn a_fifo_swapped_in_for_an_agent_file_does_not_stop_the_watcher() {
+    let manifest = |text: &str| {
+        format!(
+            "{}\n[mcp.servers.fs]\ncommand = \"sleep\"\nargs = [\"1000\"]\n[providers.claude]\nkind = \"claude_code\"\n",
+            prompt_manifest(text)
+        )
+    };
+    let d = HostileDaemon::start(&manifest("hello"));
+    let agent_file = d.root().join(".mcp.json");
+    wait_for("npc to write .mcp.json", || {
+        agent_file.is_file().then_some(())
+    });
+    std::fs::remove_file(&agent_file).unwrap();
+    nix::unistd::mkfifo(&agent_file, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let mark = d.last_event_id();
+    d.write_manifest(&manifest("edited"));
+    let applied = d.wait_event(mark, "reconcile.applied");
+    assert!(applied.to_string().contains("prompt.task"), "{applied}");
+}
+
 /// Followers that went away (killed, or `npc events --follow | head -1`
 /// after its line) hold no place under the connection cap: their
 /// connections end when they close, not at the next event.
