@@ -262,6 +262,13 @@ pub const MAX_PACKAGE_FILES: usize = 10_000;
 /// Bytes of one package file read for the digest (a larger file counts as
 /// unreadable).
 pub const MAX_PACKAGE_FILE_BYTES: usize = 16 * 1024 * 1024;
+/// Bytes of all files of one package read for its digest: past this, a
+/// file counts by its path and size only. Without it, 10,000 sparse 16 MiB
+/// files (no disk space at all) would cost 160 GiB of hashing per reload.
+pub const MAX_PACKAGE_BYTES: u64 = 64 * 1024 * 1024;
+/// Directory entries looked at per package (the walk stops there), so a
+/// package in a huge tree costs a bounded walk.
+pub const MAX_PACKAGE_ENTRIES: usize = 100_000;
 
 /// SHA-256 over the relative paths and contents of every regular file
 /// under `dir` (each file hashed as it is read, so size costs no memory),
@@ -283,7 +290,11 @@ fn dir_digest(dir: &Path, skip: &NpcOutput, failure: &mut Option<std::io::Error>
     };
     let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
+    let mut entries_seen = 0usize;
     while let Some(d) = stack.pop() {
+        if entries_seen >= MAX_PACKAGE_ENTRIES {
+            break;
+        }
         let entries = match std::fs::read_dir(&d) {
             Ok(entries) => entries,
             Err(e) => {
@@ -291,7 +302,8 @@ fn dir_digest(dir: &Path, skip: &NpcOutput, failure: &mut Option<std::io::Error>
                 continue;
             }
         };
-        for e in entries {
+        for e in entries.take(MAX_PACKAGE_ENTRIES - entries_seen) {
+            entries_seen += 1;
             let e = match e {
                 Ok(e) => e,
                 Err(e) => {
@@ -311,6 +323,7 @@ fn dir_digest(dir: &Path, skip: &NpcOutput, failure: &mut Option<std::io::Error>
         }
     }
     files.sort();
+    let mut bytes_left = MAX_PACKAGE_BYTES;
     let contents: Vec<(String, String)> = files
         .iter()
         .map(|f| {
@@ -322,10 +335,16 @@ fn dir_digest(dir: &Path, skip: &NpcOutput, failure: &mut Option<std::io::Error>
                 .open_existing(rel)
                 .map_err(std::io::Error::from)
                 .and_then(|r| {
-                    std::io::copy(
-                        &mut std::io::Read::take(r, MAX_PACKAGE_FILE_BYTES as u64),
-                        &mut hasher,
-                    )
+                    let len = r.metadata()?.len();
+                    let budget = (MAX_PACKAGE_FILE_BYTES as u64).min(bytes_left);
+                    let read = std::io::copy(&mut std::io::Read::take(r, budget), &mut hasher)?;
+                    bytes_left -= read;
+                    if read < len && budget < MAX_PACKAGE_FILE_BYTES as u64 {
+                        // Cut short by the package budget: the size stands
+                        // for the rest.
+                        hasher.update(len.to_le_bytes());
+                    }
+                    Ok(())
                 })
             {
                 note(e);

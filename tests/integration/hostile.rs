@@ -1416,6 +1416,32 @@ fn a_plugin_at_the_repository_root_does_not_reload_the_daemon_by_itself() {
     assert_eq!(reconciles, 4, "startup and three edits");
 }
 
+/// A plugin package of sparse files (no disk space, 32 GiB to read) costs
+/// a bounded digest: `plan` (and every daemon reload) finishes.
+#[test]
+fn a_plugin_package_of_huge_sparse_files_is_digested_within_a_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n[plugins.x]\npath = \"plug\"\n",
+    )
+    .unwrap();
+    let plug = dir.path().join("plug");
+    std::fs::create_dir(&plug).unwrap();
+    std::fs::write(plug.join("plugin.json"), "{}").unwrap();
+    for i in 0..2_000 {
+        let f = std::fs::File::create(plug.join(format!("f{i}"))).unwrap();
+        f.set_len(npcagent::runtime::MAX_PACKAGE_FILE_BYTES as u64)
+            .unwrap();
+    }
+    npc()
+        .current_dir(dir.path())
+        .arg("plan")
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .success();
+}
+
 // ---------------------------------------------------------------------------
 // §5. no orphans, fast shutdown
 //
