@@ -44,8 +44,16 @@ pub enum LockError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// Refused by the guarded layer. Not a `source`: the message already
+    /// says it, and a chained source would print it twice.
     #[error("cannot take the repository lock: {0}")]
-    Guard(#[from] FsError),
+    Guard(FsError),
+}
+
+impl From<FsError> for LockError {
+    fn from(e: FsError) -> Self {
+        Self::Guard(e)
+    }
 }
 
 /// Prefix of the abstract socket name that locks a repository.

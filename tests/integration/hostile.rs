@@ -1864,6 +1864,26 @@ fn status_shows_triggers_and_hooks_as_declared_not_applied() {
     assert!(!text.contains("applied"), "{text}");
 }
 
+/// A refusal of the guarded layer while taking the lock is said once, not
+/// repeated by the error chain.
+#[test]
+fn a_refused_runtime_directory_is_reported_once() {
+    let dir = s8_repo("version = 1\n");
+    std::fs::write(dir.path().join(".npc"), "not a directory").unwrap();
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["apply", "--auto-approve"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.matches("is not a directory").count(),
+        1,
+        "said more than once: {stderr}"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // §9. correctness found by the audit
 //
