@@ -62,11 +62,21 @@ pub const ABSTRACT_LOCK_PREFIX: &str = "npc-lock-";
 pub const ABSTRACT_LOCK_DIGEST_HEX: usize = 32;
 
 /// The abstract socket name locking the repository at `repo` (its
-/// canonical path): the prefix and a digest of the path, so any path fits.
+/// canonical path): the prefix and a digest of the directory's device and
+/// inode and its path, so any path fits, and the same path in another mount
+/// namespace sharing the network namespace (two containers on the host
+/// network) is another repository.
 pub fn abstract_name(repo: &Path) -> String {
     use sha2::Digest as _;
     use std::os::unix::ffi::OsStrExt as _;
-    let digest = sha2::Sha256::digest(repo.as_os_str().as_bytes());
+    use std::os::unix::fs::MetadataExt as _;
+    let mut hasher = sha2::Sha256::new();
+    if let Ok(meta) = std::fs::metadata(repo) {
+        hasher.update(meta.dev().to_le_bytes());
+        hasher.update(meta.ino().to_le_bytes());
+    }
+    hasher.update(repo.as_os_str().as_bytes());
+    let digest = hasher.finalize();
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     format!("{ABSTRACT_LOCK_PREFIX}{}", &hex[..ABSTRACT_LOCK_DIGEST_HEX])
 }
