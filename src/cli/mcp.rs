@@ -79,6 +79,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .log_internal_errors(false)
         .try_init();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -92,7 +93,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         let bus = EventBus::new(store);
         bus.set_secrets(manifest.secret_values());
         let (events, _supervisor_events) = tokio::sync::mpsc::unbounded_channel();
-        let supervisor = Supervisor::new(events, BackoffPolicy::default());
+        // Contained like the daemon's: every upstream server's process
+        // group dies with the gateway, even when it is killed.
+        let supervisor = Supervisor::for_npc(
+            events,
+            BackoffPolicy::default(),
+            &paths.root,
+            &paths.runtime_dir(),
+        );
         let pool = Arc::new(Pool::new(
             &manifest,
             paths.root.clone(),

@@ -92,7 +92,7 @@ async fn observed(paths: &RepoPaths) -> anyhow::Result<(ObservedState, String)> 
     }
     let db = paths.db();
     if db.is_file() {
-        let store = Store::open_read_only(&db)?;
+        let store = runtime::open_store_read_only(paths)?;
         if let Some(state) = runtime::stored_state(&store)? {
             return Ok((state, format!("the last applied state in {}", rel(&db))));
         }
@@ -118,7 +118,7 @@ fn read_store(paths: &RepoPaths) -> Option<Store> {
     paths
         .db()
         .is_file()
-        .then(|| Store::open_read_only(paths.db()).ok())
+        .then(|| runtime::open_store_read_only(paths).ok())
         .flatten()
 }
 
@@ -483,7 +483,7 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
         }
         None => {
             let rows = if paths.db().is_file() {
-                Store::open_read_only(paths.db())?.components()?
+                runtime::open_store_read_only(&paths)?.components()?
             } else {
                 Vec::new()
             };
@@ -673,7 +673,7 @@ pub fn events(
     if !paths.db().is_file() {
         return Ok(Exit::Ok);
     }
-    let store = Store::open_read_only(paths.db())?;
+    let store = runtime::open_store_read_only(&paths)?;
     let mut after = since.unwrap_or(0);
     loop {
         let page = if follow {

@@ -8,6 +8,9 @@
 //! all run out), and [`MAX_RENDERED_BYTES`] caps the output. Validation
 //! renders each template once with an empty context ([`check`]), so a
 //! template that exhausts either bound on its own is an error at its line.
+//! Compiling is bounded too: every template goes through [`compile`], which
+//! refuses a tag over [`MAX_TAG_TOKENS`] before minijinja's recursive code
+//! generator could overflow the stack on it.
 
 use std::collections::BTreeSet;
 
@@ -41,6 +44,70 @@ pub const TEMPLATE_FUEL: u64 = 1_000_000;
 pub const MANIFEST_PROBE_FUEL: u64 = 4 * TEMPLATE_FUEL;
 /// Largest output one render may produce (a prompt or a profile body).
 pub const MAX_RENDERED_BYTES: usize = 1024 * 1024;
+
+/// Most tokens one tag (`{{ … }}` or `{% … %}`) may hold. minijinja's
+/// parser bounds nesting across tags and inside brackets, but chains within
+/// one tag (`1~1~1…`, `x|f|f…`, `a.b.c…`, `- - - 1`, `not not …`) build a
+/// tree as deep as the chain is long, which its code generator walks
+/// recursively: a long enough chain overflows the thread's stack and aborts
+/// the process. The tree is never deeper than the tag has tokens, and this
+/// many fit in a 2 MiB thread stack (see the unit test); real tags hold a
+/// few dozen.
+pub const MAX_TAG_TOKENS: usize = 512;
+
+/// The byte range of the first tag of `source` holding more than
+/// [`MAX_TAG_TOKENS`] tokens, if any. Lexing stops at a lexer error (the
+/// compiler reports it) and lexes in linear time, without recursion.
+pub fn oversized_tag(source: &str) -> Option<std::ops::Range<usize>> {
+    use minijinja::machinery::{Token, tokenize};
+    let syntax = minijinja::syntax::SyntaxConfig::default();
+    let mut open: Option<(usize, usize)> = None;
+    for item in tokenize(source, false, syntax) {
+        let Ok((token, span)) = item else {
+            return None;
+        };
+        match token {
+            Token::VariableStart | Token::BlockStart => {
+                open = Some((span.start_offset as usize, 0));
+            }
+            Token::VariableEnd | Token::BlockEnd => open = None,
+            Token::TemplateData(_) => {}
+            _ => {
+                if let Some((start, count)) = open.as_mut() {
+                    *count += 1;
+                    if *count > MAX_TAG_TOKENS {
+                        return Some(*start..span.end_offset as usize);
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+/// What [`compile`] says of a tag over [`MAX_TAG_TOKENS`].
+pub fn oversized_tag_message() -> String {
+    format!(
+        "a tag holds more than {MAX_TAG_TOKENS} tokens; split the expression into smaller ones (`{{% set %}}` intermediate values)"
+    )
+}
+
+/// Compile `source` in `env` as the template `name`, refusing first a tag
+/// too long to compile safely ([`MAX_TAG_TOKENS`]). Every template npc
+/// compiles goes through here.
+pub fn compile<'e, 's>(
+    env: &'e minijinja::Environment<'s>,
+    name: &'s str,
+    source: &'s str,
+) -> Result<minijinja::Template<'e, 's>, minijinja::Error> {
+    if oversized_tag(source).is_some() {
+        return Err(minijinja::Error::new(
+            minijinja::ErrorKind::SyntaxError,
+            oversized_tag_message(),
+        ));
+    }
+    env.template_from_named_str(name, source)
+}
 
 /// A minijinja environment with npc's settings: strict undefined values,
 /// trailing newlines kept, no auto-escaping (prompts are not HTML), and the
@@ -274,7 +341,21 @@ pub fn check(
     probe_fuel: &mut u64,
 ) -> Vec<Diagnostic> {
     let mut diags = Vec::new();
-    let compiled = match env.template_from_named_str(name.as_str(), template) {
+    if let Some(range) = oversized_tag(template) {
+        diags.push(
+            Diagnostic::error(format!(
+                "template syntax error in prompt `{}`: {}",
+                name.value,
+                oversized_tag_message()
+            ))
+            .at(&at.file, at.span(Some(range)))
+            .with_hint(
+                "fix the minijinja syntax; see https://docs.rs/minijinja/latest/minijinja/syntax/",
+            ),
+        );
+        return diags;
+    }
+    let compiled = match compile(env, name.as_str(), template) {
         Ok(t) => t,
         Err(e) => {
             let span = match (e.range(), e.line()) {
@@ -356,7 +437,7 @@ fn probe(
         return None;
     }
     let env = probe_environment();
-    let compiled = env.template_from_named_str(name.as_str(), template).ok()?;
+    let compiled = compile(env, name.as_str(), template).ok()?;
     let failure = match render_bounded(&compiled, minijinja::Value::UNDEFINED) {
         Ok(rendered) => {
             *probe_fuel -= rendered.fuel.min(*probe_fuel);
@@ -387,4 +468,60 @@ fn probe(
 /// The byte range of the first use of dotted `var` in the template text.
 fn find_use(template: &str, var: &str) -> Option<std::ops::Range<usize>> {
     template.find(var).map(|i| i..i + var.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stack of tokio's blocking threads and of most threads npc renders on.
+    const SMALL_STACK: usize = 2 * 1024 * 1024;
+
+    /// Tags at the limit, in every shape that nests without brackets.
+    fn chains(tokens: usize) -> Vec<String> {
+        let n = (tokens - 1) / 2;
+        vec![
+            format!("{{{{ 1{} }}}}", "~1".repeat(n)),
+            format!("{{{{ 1{} }}}}", "|upper".repeat(n)),
+            format!("{{{{ x{} }}}}", ".a".repeat(n)),
+            format!("{{{{ x{} }}}}", "[0]".repeat((tokens - 1) / 3)),
+            format!("{{{{ {}1 }}}}", "-".repeat(tokens - 1)),
+            format!("{{{{ {}1 }}}}", "not ".repeat(tokens - 1)),
+            format!("{{{{ f{} }}}}", "()".repeat(n)),
+        ]
+    }
+
+    #[test]
+    fn tags_at_the_token_limit_compile_and_render_on_a_small_stack() {
+        std::thread::Builder::new()
+            .stack_size(SMALL_STACK)
+            .spawn(|| {
+                let env = environment();
+                for source in chains(MAX_TAG_TOKENS) {
+                    assert_eq!(oversized_tag(&source), None, "{source:.40}");
+                    if let Ok(t) = compile(&env, "t", &source) {
+                        let _ = render_bounded(&t, minijinja::Value::UNDEFINED);
+                    }
+                }
+            })
+            .unwrap()
+            .join()
+            .expect("no stack overflow at the limit");
+    }
+
+    #[test]
+    fn a_tag_over_the_token_limit_is_refused_before_compiling() {
+        let env = environment();
+        for source in chains(100_000) {
+            let range = oversized_tag(&source).expect("oversized");
+            assert_eq!(range.start, 0);
+            let err = compile(&env, "t", &source).map(drop).unwrap_err();
+            assert_eq!(err.kind(), minijinja::ErrorKind::SyntaxError);
+        }
+        let text = format!(
+            "{} {{{{ 1 }}}} {{% if x %}}y{{% endif %}}",
+            "a".repeat(100_000)
+        );
+        assert_eq!(oversized_tag(&text), None, "template data does not count");
+    }
 }

@@ -265,8 +265,7 @@ fn render_template(
     let template_name = template_name(name, prompt);
     let vars = variables(name, prompt, given)?;
     let env = environment();
-    let template = env
-        .template_from_named_str(&template_name, &prompt.template)
+    let template = crate::model::template::compile(&env, &template_name, &prompt.template)
         .map_err(|e| template_error(&e, &template_name, name))?;
     let mut context = BTreeMap::new();
     context.insert(CONTEXT_ROOTS[0], ser(&vars));

@@ -552,6 +552,14 @@ impl Root {
         })?;
         let shown = walk.shown_entry(&name);
         let st = walk.stat(&name)?;
+        if kind(&st) == SFlag::S_IFLNK {
+            return Err(FsError::new(
+                &shown,
+                Reason::Link {
+                    target: walk.link_target(&name),
+                },
+            ));
+        }
         regular(&shown, &st)?;
         let fd = open_entry_read_only(&walk, &name, &shown)?;
         let after = fstat(&fd).map_err(|e| FsError::io(&shown, "opened", e))?;

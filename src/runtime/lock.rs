@@ -6,6 +6,14 @@
 //! so a second daemon can say who holds it. The kernel drops the lock when
 //! the process dies, so a crash never leaves it stale. The file is opened
 //! through the guarded layer: never through a link, owner-only.
+//!
+//! A file lock lasts only as long as its file: `rm -rf .npc` (or `git
+//! clean -fdx`, the directory being git-ignored) while a daemon runs would
+//! let a second daemon lock a fresh file and supervise a second copy of
+//! everything. So the lock is also a name no file operation can remove: an
+//! abstract Unix socket named after the repository's canonical path
+//! ([`abstract_name`]), bound for the daemon's life and released by the
+//! kernel when the process dies, like the `flock`.
 
 use std::fs::File;
 use std::io::{Read, Seek, Write};
@@ -36,14 +44,66 @@ pub enum LockError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// Refused by the guarded layer. Not a `source`: the message already
+    /// says it, and a chained source would print it twice.
     #[error("cannot take the repository lock: {0}")]
-    Guard(#[from] FsError),
+    Guard(FsError),
+}
+
+impl From<FsError> for LockError {
+    fn from(e: FsError) -> Self {
+        Self::Guard(e)
+    }
+}
+
+/// Prefix of the abstract socket name that locks a repository.
+pub const ABSTRACT_LOCK_PREFIX: &str = "npc-lock-";
+/// Hex digits of the repository path's SHA-256 in that name.
+pub const ABSTRACT_LOCK_DIGEST_HEX: usize = 32;
+
+/// The abstract socket name locking the repository at `repo` (its
+/// canonical path): the prefix and a digest of the directory's device and
+/// inode and its path, so any path fits, and the same path in another mount
+/// namespace sharing the network namespace (two containers on the host
+/// network) is another repository.
+pub fn abstract_name(repo: &Path) -> String {
+    use sha2::Digest as _;
+    use std::os::unix::ffi::OsStrExt as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let mut hasher = sha2::Sha256::new();
+    if let Ok(meta) = std::fs::metadata(repo) {
+        hasher.update(meta.dev().to_le_bytes());
+        hasher.update(meta.ino().to_le_bytes());
+    }
+    hasher.update(repo.as_os_str().as_bytes());
+    let digest = hasher.finalize();
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{ABSTRACT_LOCK_PREFIX}{}", &hex[..ABSTRACT_LOCK_DIGEST_HEX])
+}
+
+/// Bind the abstract lock socket of `repo`: `Ok(None)` when the system
+/// offers no abstract sockets (the file lock still holds), an error when
+/// another process holds it.
+fn bind_abstract(repo: &Path) -> Result<Option<std::os::unix::net::UnixListener>, LockError> {
+    use std::os::linux::net::SocketAddrExt as _;
+    let Ok(addr) = std::os::unix::net::SocketAddr::from_abstract_name(abstract_name(repo)) else {
+        return Ok(None);
+    };
+    match std::os::unix::net::UnixListener::bind_addr(&addr) {
+        Ok(listener) => Ok(Some(listener)),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(LockError::Held {
+            pid: "unknown: its `.npc` directory was removed while it ran".to_string(),
+            repo: repo.to_path_buf(),
+        }),
+        Err(_) => Ok(None),
+    }
 }
 
 /// Holds the repository lock until dropped.
 #[derive(Debug)]
 pub struct RepoLock {
     _lock: Flock<File>,
+    _name: Option<std::os::unix::net::UnixListener>,
     path: PathBuf,
 }
 
@@ -75,11 +135,16 @@ impl RepoLock {
                 });
             }
         };
+        let name = bind_abstract(repo)?;
         lock.set_len(0).map_err(io)?;
         lock.rewind().map_err(io)?;
         write!(lock, "{}", std::process::id()).map_err(io)?;
         lock.flush().map_err(io)?;
-        Ok(Self { _lock: lock, path })
+        Ok(Self {
+            _lock: lock,
+            _name: name,
+            path,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -129,5 +194,18 @@ mod tests {
         drop(first);
         assert_eq!(holder(&dir), None);
         RepoLock::acquire(&dir, repo.path()).unwrap();
+    }
+
+    #[test]
+    fn removing_the_runtime_directory_does_not_free_the_lock() {
+        let repo = tempfile::tempdir().unwrap();
+        let root = repo.path().canonicalize().unwrap();
+        let dir = root.join(RUNTIME_DIR);
+        let first = RepoLock::acquire(&dir, &root).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let err = RepoLock::acquire(&dir, &root).unwrap_err();
+        assert!(matches!(err, LockError::Held { .. }), "{err}");
+        drop(first);
+        RepoLock::acquire(&dir, &root).unwrap();
     }
 }

@@ -103,13 +103,44 @@ impl RepoPaths {
     }
 }
 
+/// Files SQLite keeps beside the database (`state.db-wal`, …), named by
+/// these suffixes. SQLite opens them itself, following links, so they are
+/// checked through the guarded layer first.
+pub const STORE_SIDE_SUFFIXES: [&str; 3] = ["-wal", "-shm", "-journal"];
+
 /// Make the state directory and the database file ready through the
 /// guarded layer (private, never links), then open the store.
 pub fn open_store(paths: &RepoPaths) -> Result<Store, RuntimeError> {
     let root = crate::repofs::Root::new(&paths.root)?;
     root.ensure_state_dir(&paths.state_dir)?;
     drop(root.open_private(&paths.db())?);
+    check_side_files(&root, paths)?;
     Ok(Store::open(paths.db())?)
+}
+
+/// Open the existing store read-only (the CLI beside a daemon), after the
+/// same checks as [`open_store`]: the database and its side files are
+/// regular files, never links.
+pub fn open_store_read_only(paths: &RepoPaths) -> Result<Store, RuntimeError> {
+    let root = crate::repofs::Root::new(&paths.root)?;
+    drop(root.open_existing(&paths.db())?);
+    check_side_files(&root, paths)?;
+    Ok(Store::open_read_only(paths.db())?)
+}
+
+/// Each of SQLite's side files is absent or a regular file in the state
+/// directory: a link (to anywhere) or a FIFO there is refused by name.
+fn check_side_files(root: &crate::repofs::Root, paths: &RepoPaths) -> Result<(), RuntimeError> {
+    for suffix in STORE_SIDE_SUFFIXES {
+        let mut name = paths.db().into_os_string();
+        name.push(suffix);
+        match root.open_existing(Path::new(&name)) {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 fn expand_home(path: &Path) -> PathBuf {
@@ -231,6 +262,13 @@ pub const MAX_PACKAGE_FILES: usize = 10_000;
 /// Bytes of one package file read for the digest (a larger file counts as
 /// unreadable).
 pub const MAX_PACKAGE_FILE_BYTES: usize = 16 * 1024 * 1024;
+/// Bytes of all files of one package read for its digest: past this, a
+/// file counts by its path and size only. Without it, 10,000 sparse 16 MiB
+/// files (no disk space at all) would cost 160 GiB of hashing per reload.
+pub const MAX_PACKAGE_BYTES: u64 = 64 * 1024 * 1024;
+/// Directory entries looked at per package (the walk stops there), so a
+/// package in a huge tree costs a bounded walk.
+pub const MAX_PACKAGE_ENTRIES: usize = 100_000;
 
 /// SHA-256 over the relative paths and contents of every regular file
 /// under `dir` (each file hashed as it is read, so size costs no memory),
@@ -252,7 +290,11 @@ fn dir_digest(dir: &Path, skip: &NpcOutput, failure: &mut Option<std::io::Error>
     };
     let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
+    let mut entries_seen = 0usize;
     while let Some(d) = stack.pop() {
+        if entries_seen >= MAX_PACKAGE_ENTRIES {
+            break;
+        }
         let entries = match std::fs::read_dir(&d) {
             Ok(entries) => entries,
             Err(e) => {
@@ -260,7 +302,8 @@ fn dir_digest(dir: &Path, skip: &NpcOutput, failure: &mut Option<std::io::Error>
                 continue;
             }
         };
-        for e in entries {
+        for e in entries.take(MAX_PACKAGE_ENTRIES - entries_seen) {
+            entries_seen += 1;
             let e = match e {
                 Ok(e) => e,
                 Err(e) => {
@@ -280,6 +323,7 @@ fn dir_digest(dir: &Path, skip: &NpcOutput, failure: &mut Option<std::io::Error>
         }
     }
     files.sort();
+    let mut bytes_left = MAX_PACKAGE_BYTES;
     let contents: Vec<(String, String)> = files
         .iter()
         .map(|f| {
@@ -291,10 +335,16 @@ fn dir_digest(dir: &Path, skip: &NpcOutput, failure: &mut Option<std::io::Error>
                 .open_existing(rel)
                 .map_err(std::io::Error::from)
                 .and_then(|r| {
-                    std::io::copy(
-                        &mut std::io::Read::take(r, MAX_PACKAGE_FILE_BYTES as u64),
-                        &mut hasher,
-                    )
+                    let len = r.metadata()?.len();
+                    let budget = (MAX_PACKAGE_FILE_BYTES as u64).min(bytes_left);
+                    let read = std::io::copy(&mut std::io::Read::take(r, budget), &mut hasher)?;
+                    bytes_left -= read;
+                    if read < len && budget < MAX_PACKAGE_FILE_BYTES as u64 {
+                        // Cut short by the package budget: the size stands
+                        // for the rest.
+                        hasher.update(len.to_le_bytes());
+                    }
+                    Ok(())
                 })
             {
                 note(e);

@@ -63,7 +63,6 @@ impl Written {
 
     /// Whether `path` holds exactly what npc last wrote to it.
     pub fn is_ours(&self, path: &Path) -> bool {
-        use std::io::Read;
         let Some((len, digest)) = self
             .0
             .lock()
@@ -73,14 +72,13 @@ impl Written {
         else {
             return false;
         };
-        let mut bytes = Vec::with_capacity(len);
-        let Ok(file) = std::fs::File::open(path) else {
+        // Through the guarded layer: a FIFO or a device swapped in for the
+        // agent file is never opened (opening a FIFO would block the watcher
+        // for good), and at most `len + 1` bytes are read.
+        let Ok(bytes) = crate::repofs::read_file(path, len) else {
             return false;
         };
-        if file.take(len as u64 + 1).read_to_end(&mut bytes).is_err() || bytes.len() != len {
-            return false;
-        }
-        sha2::Sha256::digest(&bytes).as_slice() == digest.as_slice()
+        bytes.len() == len && sha2::Sha256::digest(&bytes).as_slice() == digest.as_slice()
     }
 }
 

@@ -264,9 +264,22 @@ async fn serve_one(
     // Aborted when this connection ends, however it ends (an evicted or
     // shut-down connection is dropped mid-await).
     let _work = AbortOnDrop(tokio::spawn(handler(request, tx)).abort_handle());
+    // A client sends nothing after its request, so reading ends only when
+    // it closes: a follower that died or was killed ends its connection
+    // now, not at the next event (until then it would hold a place under
+    // the cap that the cap cannot evict). A client that only shut down its
+    // sending side still gets its answers.
+    let mut rest = reader.into_inner();
+    let mut sink = [0u8; 64];
+    let mut watching = true;
     loop {
         tokio::select! {
             _ = stopped(&mut shutdown) => break,
+            read = rest.read(&mut sink), if watching => match read {
+                Ok(0) | Err(_) if peer_gone(rest.get_ref().as_ref()) => break,
+                Ok(0) | Err(_) => watching = false,
+                Ok(_) => {}
+            },
             next = rx.recv() => match next {
                 Some(value) => {
                     match tokio::time::timeout(WRITE_TIMEOUT, write_line(&mut write, &value)).await {
@@ -279,6 +292,17 @@ async fn serve_one(
         }
     }
     let _ = write.shutdown().await;
+}
+
+/// Whether the peer of `stream` closed entirely (not only its sending side).
+fn peer_gone(stream: &UnixStream) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd as _;
+    let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLOUT)];
+    poll(&mut fds, PollTimeout::ZERO).is_ok()
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
 }
 
 /// Aborts a task when dropped.

@@ -436,6 +436,34 @@ mcp_servers = ["fs"]
         repo.outside_untouched();
     }
 
+    /// SQLite opens the files beside its database itself; a link planted
+    /// at any of them is refused by name before SQLite sees it, for the
+    /// commands that write the store and those that only read it.
+    #[test]
+    fn sqlite_side_file_symlinks_are_refused_by_name() {
+        for side in ["state.db-wal", "state.db-shm", "state.db-journal"] {
+            let repo = Repo::standard();
+            repo.npc(&["apply", "--auto-approve"]).success();
+            let planted = repo.path(&format!(".npc/{side}"));
+            let _ = std::fs::remove_file(&planted);
+            symlink(repo.secret(), &planted).unwrap();
+            for args in [
+                &["apply", "--auto-approve"][..],
+                &["events"][..],
+                &["status"][..],
+            ] {
+                let a = repo.npc(args).failure();
+                let err = stderr(&a);
+                assert!(err.contains(side), "npc {args:?}: {err}");
+                assert!(
+                    err.contains(&repo.secret().display().to_string()),
+                    "npc {args:?}: {err}"
+                );
+            }
+            repo.outside_untouched();
+        }
+    }
+
     #[test]
     fn state_files_are_private_and_git_ignored() {
         let repo = Repo::standard();
@@ -870,6 +898,61 @@ fn sigint_still_ends_npc_run_while_its_prompt_renders() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+/// Expressions that nest without brackets, each long enough to overflow a
+/// thread's stack in the template compiler if it were compiled.
+fn deep_chains() -> Vec<String> {
+    vec![
+        format!("{{{{ 1{} }}}}", "|upper".repeat(20_000)),
+        format!("{{{{ vars{} }}}}", ".a".repeat(20_000)),
+        format!("{{{{ {}1 }}}}", "not ".repeat(20_000)),
+        format!("{{{{ {}1 }}}}", "-".repeat(20_000)),
+        format!("{{{{ 1{} }}}}", "~1".repeat(20_000)),
+        format!("{{{{ x{} }}}}", "[0]".repeat(20_000)),
+    ]
+}
+
+#[test]
+fn a_deeply_chained_template_expression_is_an_error_not_a_stack_overflow() {
+    for chain in deep_chains() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("npcagent.toml"), prompt_manifest(&chain)).unwrap();
+        assert_refused_at(dir.path(), &["validate"], "more than 512 tokens", 4);
+        // A prompt file is refused the same way, at its own line.
+        let file = "version = 1\n\n[prompts.task]\nfile = \"task.md\"\n";
+        std::fs::write(dir.path().join("npcagent.toml"), file).unwrap();
+        std::fs::write(dir.path().join("task.md"), format!("intro\n{chain}\n")).unwrap();
+        for args in [&["validate"][..], &["render", "prompt", "task"][..]] {
+            let out = npc().current_dir(dir.path()).args(args).output().unwrap();
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(out.status.code(), Some(1), "npc {args:?}: {said:.300}");
+            assert!(said.contains("more than 512 tokens"), "{said:.300}");
+        }
+    }
+}
+
+#[test]
+fn a_deeply_chained_template_edit_leaves_the_daemon_running() {
+    let mut d = HostileDaemon::start(&prompt_manifest("hello"));
+    d.wait_event(0, "reconcile.applied");
+    for chain in deep_chains() {
+        let mark = d.last_event_id();
+        d.write_manifest(&prompt_manifest(&chain));
+        let invalid = d.wait_event(mark, "manifest.invalid");
+        assert!(invalid.to_string().contains("512 tokens"), "{invalid:.300}");
+    }
+    let status = d.npc(&["status", "--format", "json"]);
+    assert!(status.status.success(), "{:?}", status);
+    let mark = d.last_event_id();
+    d.write_manifest(&prompt_manifest("hello again"));
+    d.wait_event(mark, "reconcile.applied");
+    let exit = d.terminate();
+    assert!(exit.success(), "daemon exit: {exit}");
+}
+
 // ---------------------------------------------------------------------------
 // §3. `npc import` never turns data into configuration
 //
@@ -1204,6 +1287,24 @@ mod one_lock_per_repository {
         finds_the_daemon(&repo, &daemon);
     }
 
+    /// `git clean -fdx` removes the git-ignored `.npc` with the lock file
+    /// in it; the running daemon still holds the repository.
+    #[test]
+    fn second_daemon_refused_after_the_runtime_directory_is_removed() {
+        let repo = Repo::new(MANIFEST);
+        let _daemon = Daemon::start(&repo);
+        std::fs::remove_dir_all(repo.path(".npc")).unwrap();
+        let a = repo.npc(&["daemon"]).failure();
+        assert!(stderr(&a).contains("another npc daemon"), "{}", stderr(&a));
+        let a = repo.npc(&["apply", "--auto-approve"]).failure();
+        assert!(
+            stderr(&a).contains("another npc daemon"),
+            "{}{}",
+            stdout(&a),
+            stderr(&a)
+        );
+    }
+
     #[test]
     fn status_and_events_find_the_daemon_with_an_invalid_manifest() {
         let repo = Repo::new(MANIFEST);
@@ -1254,6 +1355,58 @@ fn idle_connections_beyond_the_cap_do_not_keep_status_from_answering() {
         idle.len()
     );
     drop(idle);
+}
+
+/// The watcher compares an agent file with what npc last wrote to it; a
+/// FIFO swapped in for the file must not block it (opening a FIFO waits for
+/// a writer), so later edits still reach the daemon.
+#[test]
+fn a_fifo_swapped_in_for_an_agent_file_does_not_stop_the_watcher() {
+    let manifest = |text: &str| {
+        format!(
+            "{}\n[mcp.servers.fs]\ncommand = \"sleep\"\nargs = [\"1000\"]\n[providers.claude]\nkind = \"claude_code\"\n",
+            prompt_manifest(text)
+        )
+    };
+    let d = HostileDaemon::start(&manifest("hello"));
+    let agent_file = d.root().join(".mcp.json");
+    wait_for("npc to write .mcp.json", || {
+        agent_file.is_file().then_some(())
+    });
+    std::fs::remove_file(&agent_file).unwrap();
+    nix::unistd::mkfifo(&agent_file, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let mark = d.last_event_id();
+    d.write_manifest(&manifest("edited"));
+    let applied = d.wait_event(mark, "reconcile.applied");
+    assert!(applied.to_string().contains("prompt.task"), "{applied}");
+}
+
+/// Followers that went away (killed, or `npc events --follow | head -1`
+/// after its line) hold no place under the connection cap: their
+/// connections end when they close, not at the next event.
+#[test]
+fn closed_event_followers_do_not_fill_the_connection_cap() {
+    use npcagent::surfaces::control::MAX_CONNECTIONS;
+    use std::io::Write as _;
+    let d = HostileDaemon::start(&prompt_manifest("hello"));
+    d.wait_event(0, "reconcile.applied");
+    let socket = d.root().join(".npc/daemon.sock");
+    for _ in 0..MAX_CONNECTIONS + 20 {
+        let mut follower = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        follower
+            .write_all(b"{\"op\":\"events\",\"since\":null,\"follow\":true}\n")
+            .unwrap();
+        drop(follower);
+    }
+    wait_for("`npc status` to answer", || {
+        d.npc(&["status", "--format", "json"])
+            .status
+            .success()
+            .then_some(())
+    });
+    wait_for("the closed followers' descriptors to be released", || {
+        (open_fds(d.pid()) < 64).then_some(())
+    });
 }
 
 #[test]
@@ -1330,6 +1483,32 @@ fn a_plugin_at_the_repository_root_does_not_reload_the_daemon_by_itself() {
         .filter(|e| e["kind"] == "reconcile.applied")
         .count();
     assert_eq!(reconciles, 4, "startup and three edits");
+}
+
+/// A plugin package of sparse files (no disk space, 32 GiB to read) costs
+/// a bounded digest: `plan` (and every daemon reload) finishes.
+#[test]
+fn a_plugin_package_of_huge_sparse_files_is_digested_within_a_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n[plugins.x]\npath = \"plug\"\n",
+    )
+    .unwrap();
+    let plug = dir.path().join("plug");
+    std::fs::create_dir(&plug).unwrap();
+    std::fs::write(plug.join("plugin.json"), "{}").unwrap();
+    for i in 0..2_000 {
+        let f = std::fs::File::create(plug.join(format!("f{i}"))).unwrap();
+        f.set_len(npcagent::runtime::MAX_PACKAGE_FILE_BYTES as u64)
+            .unwrap();
+    }
+    npc()
+        .current_dir(dir.path())
+        .arg("plan")
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .success();
 }
 
 // ---------------------------------------------------------------------------
@@ -2750,6 +2929,26 @@ mod closed_stderr {
         }
         files
     }
+}
+
+/// A refusal of the guarded layer while taking the lock is said once, not
+/// repeated by the error chain.
+#[test]
+fn a_refused_runtime_directory_is_reported_once() {
+    let dir = s8_repo("version = 1\n");
+    std::fs::write(dir.path().join(".npc"), "not a directory").unwrap();
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["apply", "--auto-approve"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.matches("is not a directory").count(),
+        1,
+        "said more than once: {stderr}"
+    );
 }
 
 // ---------------------------------------------------------------------------
