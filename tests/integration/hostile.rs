@@ -1348,12 +1348,11 @@ fn idle_connections_beyond_the_cap_do_not_keep_status_from_answering() {
         idle.len(),
         String::from_utf8_lossy(&out.stderr)
     );
-    let fds = open_fds(d.pid());
-    assert!(
-        fds < MAX_CONNECTIONS + 64,
-        "the daemon holds {fds} descriptors for {} connections",
-        idle.len()
-    );
+    // Evictions catch up with the accept queue: the daemon settles below
+    // the cap (plus its own descriptors) while every client stays connected.
+    wait_for("the daemon to hold at most the connection cap", || {
+        (open_fds(d.pid()) < MAX_CONNECTIONS + 64).then_some(())
+    });
     drop(idle);
 }
 
