@@ -736,6 +736,16 @@ impl Lower<'_> {
                             format!("duplicate header `{}`", clip(&key.value)),
                             format!("header names ignore case; it is already set on line {line}"),
                         );
+                    } else if value.value.expose().contains(['\r', '\n', '\0']) {
+                        // The value is not quoted: it may be a secret.
+                        self.error(
+                            &value.span,
+                            format!(
+                                "the value of header `{}` contains a line break or a NUL byte",
+                                clip(&key.value)
+                            ),
+                            "an HTTP header value is one line of text; remove the line break (a value with one could inject headers)",
+                        );
                     } else {
                         seen.insert(lower, key.span.clone());
                         headers.insert(key.value, value.value);

@@ -2950,6 +2950,33 @@ fn a_refused_runtime_directory_is_reported_once() {
     );
 }
 
+#[test]
+fn a_header_value_with_a_line_break_is_refused_without_quoting_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n[mcp.servers.web]\nurl = \"https://example.com/mcp\"\nheaders = { X-Api = \"${S8_HEADER}\" }\n",
+    )
+    .unwrap();
+    let out = npc()
+        .current_dir(dir.path())
+        .env("S8_HEADER", "abc\r\nX-Injected: 1")
+        .arg("validate")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("header `X-Api` contains a line break"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("X-Injected"),
+        "the value is never quoted: {text}"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // §9. correctness found by the audit
 //
