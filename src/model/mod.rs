@@ -59,29 +59,60 @@ pub fn load_bytes(
     env: &dyn Env,
     files: &dyn Files,
 ) -> Loaded {
-    let mut diagnostics = Vec::new();
     if bytes.len() > node::MAX_MANIFEST_BYTES {
         return too_large(name);
     }
-    let text = match std::str::from_utf8(bytes) {
-        Ok(text) => text.to_string(),
-        Err(e) => {
-            let lossy = String::from_utf8_lossy(bytes).into_owned();
-            let source = SourceFile::new(name, lossy);
-            // Offsets in the lossy text match the input up to the first bad byte.
-            let at = e.valid_up_to();
-            diagnostics.push(
-                Diagnostic::error("manifest is not valid UTF-8")
-                    .at(&source, at..at + 1)
-                    .with_hint("save the file as UTF-8"),
-            );
-            return Loaded {
-                manifest: None,
-                diagnostics,
-                source,
-            };
-        }
-    };
+    match std::str::from_utf8(bytes) {
+        Ok(text) => load_text(name, text, syntax, env, files),
+        Err(e) => not_utf8(name, bytes, e),
+    }
+}
+
+/// [`load_bytes`] taking the bytes by value, so they are freed before
+/// parsing starts (the text is kept once, in the [`SourceFile`]).
+pub fn load_owned(
+    name: &str,
+    bytes: Vec<u8>,
+    syntax: Syntax,
+    env: &dyn Env,
+    files: &dyn Files,
+) -> Loaded {
+    if bytes.len() > node::MAX_MANIFEST_BYTES {
+        return too_large(name);
+    }
+    match String::from_utf8(bytes) {
+        Ok(text) => load_text(name, text, syntax, env, files),
+        Err(e) => not_utf8(name, e.as_bytes(), e.utf8_error()),
+    }
+}
+
+/// The outcome for a manifest that is not UTF-8.
+fn not_utf8(name: &str, bytes: &[u8], e: std::str::Utf8Error) -> Loaded {
+    let lossy = String::from_utf8_lossy(bytes).into_owned();
+    let source = SourceFile::new(name, lossy);
+    // Offsets in the lossy text match the input up to the first bad byte.
+    let at = e.valid_up_to();
+    let diagnostics = vec![
+        Diagnostic::error("manifest is not valid UTF-8")
+            .at(&source, at..at + 1)
+            .with_hint("save the file as UTF-8"),
+    ];
+    Loaded {
+        manifest: None,
+        diagnostics,
+        source,
+    }
+}
+
+/// Load a manifest from its text (already checked against the size limit).
+fn load_text(
+    name: &str,
+    text: impl Into<std::sync::Arc<str>>,
+    syntax: Syntax,
+    env: &dyn Env,
+    files: &dyn Files,
+) -> Loaded {
+    let mut diagnostics = Vec::new();
     let source = SourceFile::new(name, text);
     let Some(root) = node::parse(&source, syntax, &mut diagnostics) else {
         return Loaded {
@@ -92,6 +123,8 @@ pub fn load_bytes(
     };
     let ctx = de::DeCtx::new(&source, env);
     let raw: Option<raw::RawManifest> = ctx.deserialize(&root);
+    // The tree is not needed past this point; free it before lowering.
+    drop(root);
     diagnostics.append(&mut ctx.diags.borrow_mut());
     let manifest = raw.and_then(|raw| lower::lower(raw, &source, files, &mut diagnostics));
     diagnostics::finish(&mut diagnostics);
@@ -147,9 +180,9 @@ pub fn load_path_with(path: &Path, env: &dyn Env, files: &dyn Files) -> std::io:
         }
         Err(e) => return Err(e.into()),
     };
-    Ok(load_bytes(
+    Ok(load_owned(
         &name,
-        &bytes,
+        bytes,
         Syntax::from_path(&name),
         env,
         files,

@@ -243,7 +243,9 @@ fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
     let span = table.span();
     let root = toml::de::DeValue::Table(table.into_inner());
     let mut exceeded = Vec::new();
-    let node = from_toml(&root, span, 0, &mut exceeded);
+    // By value: each of toml's tables is freed as soon as it is converted,
+    // so the two trees are never both whole in memory.
+    let node = from_toml(root, span, 0, &mut exceeded);
     if exceeded.is_empty() {
         return Some(node);
     }
@@ -255,10 +257,11 @@ fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
     None
 }
 
-/// Convert toml's tree into a [`Node`], recording every bound it exceeds
-/// (the offending value becomes `Null`, so nothing past a bound is copied).
+/// Convert toml's tree into a [`Node`], consuming it, and recording every
+/// bound it exceeds (the offending value becomes `Null`, so nothing past a
+/// bound is copied).
 fn from_toml(
-    value: &toml::de::DeValue<'_>,
+    value: toml::de::DeValue<'_>,
     span: Span,
     depth: usize,
     exceeded: &mut Vec<(Exceeded, Span)>,
@@ -280,7 +283,7 @@ fn from_toml(
             exceeded.push((Exceeded::StringBytes, span.clone()));
             return null(span);
         }
-        DeValue::String(s) => NodeKind::Str(s.to_string()),
+        DeValue::String(s) => NodeKind::Str(s.into_owned()),
         DeValue::Integer(i) => {
             let digits: String = i.as_str().chars().filter(|c| *c != '_').collect();
             let (neg, digits) = match digits.strip_prefix('-') {
@@ -307,7 +310,7 @@ fn from_toml(
             };
             NodeKind::Float(v)
         }
-        DeValue::Boolean(b) => NodeKind::Bool(*b),
+        DeValue::Boolean(b) => NodeKind::Bool(b),
         DeValue::Datetime(d) => NodeKind::Datetime(d.to_string()),
         DeValue::Array(items) if items.len() > MAX_ARRAY_LEN => {
             exceeded.push((Exceeded::ArrayLen, span.clone()));
@@ -315,8 +318,11 @@ fn from_toml(
         }
         DeValue::Array(items) => NodeKind::Array(
             items
-                .iter()
-                .map(|item| from_toml(item.get_ref(), item.span(), depth + 1, exceeded))
+                .into_iter()
+                .map(|item| {
+                    let span = item.span();
+                    from_toml(item.into_inner(), span, depth + 1, exceeded)
+                })
                 .collect(),
         ),
         DeValue::Table(table) if table.len() > MAX_TABLE_ENTRIES => {
@@ -325,21 +331,23 @@ fn from_toml(
         }
         DeValue::Table(table) => NodeKind::Table(
             table
-                .iter()
+                .into_iter()
                 .map(|(k, v)| {
-                    let name = k.get_ref();
+                    let key_span = k.span();
+                    let name = k.into_inner();
                     let name = if name.len() > MAX_STRING_BYTES {
-                        exceeded.push((Exceeded::StringBytes, k.span()));
+                        exceeded.push((Exceeded::StringBytes, key_span.clone()));
                         String::new()
                     } else {
-                        name.to_string()
+                        name.into_owned()
                     };
+                    let span = v.span();
                     (
                         Key {
                             name,
-                            span: k.span(),
+                            span: key_span,
                         },
-                        from_toml(v.get_ref(), v.span(), depth + 1, exceeded),
+                        from_toml(v.into_inner(), span, depth + 1, exceeded),
                     )
                 })
                 .collect(),
