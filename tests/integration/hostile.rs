@@ -1682,6 +1682,17 @@ mod no_orphans {
         });
     }
 
+    /// SIGKILL the daemon and its watchdog; the watchdog cannot act while
+    /// stopped, so both die without cleaning up.
+    fn crash_with_its_watchdog(daemon: &mut std::process::Child) {
+        let watchdog = watchdog_of(daemon.id());
+        signal(watchdog, Signal::SIGSTOP);
+        daemon.kill().unwrap();
+        daemon.wait().unwrap();
+        signal(watchdog, Signal::SIGKILL);
+        wait_for("the watchdog to die", || (!alive(watchdog)).then_some(()));
+    }
+
     #[test]
     fn a_starting_daemon_stops_what_a_crashed_daemon_and_its_watchdog_left() {
         let dir = tempfile::tempdir().unwrap();
@@ -1690,14 +1701,7 @@ mod no_orphans {
         let pid_file = dir.path().join("grandchild.pid");
         let mut daemon = spawn_daemon(dir.path());
         let grandchild = wait_pid(&pid_file);
-        let watchdog = watchdog_of(daemon.id());
-
-        // The watchdog cannot act while stopped, so both die without cleaning up.
-        signal(watchdog, Signal::SIGSTOP);
-        daemon.kill().unwrap();
-        daemon.wait().unwrap();
-        signal(watchdog, Signal::SIGKILL);
-        wait_for("the watchdog to die", || (!alive(watchdog)).then_some(()));
+        crash_with_its_watchdog(&mut daemon);
         assert!(alive(grandchild), "the crash left the grandchild behind");
         let ledgers = std::fs::read_dir(dir.path().join(".npc/groups"))
             .unwrap()
@@ -1721,13 +1725,7 @@ mod no_orphans {
         let pid_file = dir.path().join("grandchild.pid");
         let mut daemon = spawn_daemon(dir.path());
         let grandchild = wait_pid(&pid_file);
-        let watchdog = watchdog_of(daemon.id());
-
-        signal(watchdog, Signal::SIGSTOP);
-        daemon.kill().unwrap();
-        daemon.wait().unwrap();
-        signal(watchdog, Signal::SIGKILL);
-        wait_for("the watchdog to die", || (!alive(watchdog)).then_some(()));
+        crash_with_its_watchdog(&mut daemon);
         assert!(alive(grandchild), "the crash left the grandchild behind");
 
         // The next start reads another state directory; the ledger is not there.
