@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use crate::support::{alive, npc, npc_path, wait_for};
+use crate::support::{alive, npc, npc_path, stop_child, terminate_child, wait_for};
 
 const TWO_CHILDREN: &str = r#"version = 1
 [mcp.servers.alpha]
@@ -128,24 +128,14 @@ impl Daemon {
     }
 
     fn terminate(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().unwrap();
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-        wait_for("the daemon to exit", || child.try_wait().unwrap())
+        terminate_child(self.child.take().unwrap())
     }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let _ = child.wait();
+            stop_child(&mut child);
         }
     }
 }

@@ -39,7 +39,7 @@ mod guarded_files {
     use std::process::{Child, Command, Stdio};
     use std::time::Duration;
 
-    use crate::support::{npc, npc_path, wait_for};
+    use crate::support::{npc, npc_path, stop_child, wait_for};
 
     /// Longest a command may take before it counts as hanging.
     const HANG: Duration = Duration::from_secs(30);
@@ -183,11 +183,7 @@ mcp_servers = ["fs"]
 
     impl Drop for Daemon {
         fn drop(&mut self) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(self.child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let _ = self.child.wait();
+            stop_child(&mut self.child);
         }
     }
 
@@ -627,13 +623,7 @@ impl HostileDaemon {
 
     /// SIGTERM, then wait (with the usual deadline) for the exit.
     fn terminate(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().unwrap();
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-        wait_for("the daemon to exit", || child.try_wait().unwrap())
+        terminate_child(self.child.take().unwrap())
     }
 }
 
@@ -641,11 +631,7 @@ impl Drop for HostileDaemon {
     fn drop(&mut self) {
         // SIGTERM, so the daemon stops its children before it exits.
         if let Some(mut child) = self.child.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let _ = child.wait();
+            stop_child(&mut child);
         }
     }
 }
@@ -1192,11 +1178,7 @@ fn force_agent_files_replaces_a_conflicting_entry_while_a_daemon_runs() {
     struct Stop(std::process::Child);
     impl Drop for Stop {
         fn drop(&mut self) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(self.0.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let _ = self.0.wait();
+            stop_child(&mut self.0);
         }
     }
     let _daemon = Stop(child);
@@ -2099,11 +2081,7 @@ impl BoundedDaemon {
 
 impl Drop for BoundedDaemon {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let _ = self.child.wait();
+        stop_child(&mut self.child);
     }
 }
 
@@ -2603,11 +2581,7 @@ impl S8Daemon {
 
 impl Drop for S8Daemon {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.0.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let _ = self.0.wait();
+        stop_child(&mut self.0);
     }
 }
 

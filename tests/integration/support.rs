@@ -54,3 +54,23 @@ pub fn alive(pid: u32) -> bool {
         .next();
     !matches!(state, Some('Z') | None)
 }
+
+/// Send SIGTERM to `child` (a daemon under test stops its own children
+/// first) and reap it; for `Drop`, so errors are ignored.
+pub fn stop_child(child: &mut std::process::Child) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = child.wait();
+}
+
+/// Send SIGTERM to `child` and wait (with the usual deadline) for its exit.
+pub fn terminate_child(mut child: std::process::Child) -> std::process::ExitStatus {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    wait_for("the daemon to exit", || child.try_wait().unwrap())
+}
