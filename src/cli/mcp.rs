@@ -18,12 +18,10 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use super::Exit;
-use crate::bus::EventBus;
 use crate::mcp::{CallPath, Gateway, Pool, pool::IDLE_SWEEP_INTERVAL};
 use crate::model::{self, ProcessEnv};
 use crate::plan::{ComponentId, Kind};
 use crate::store::NewEvent;
-use crate::supervisor::{BackoffPolicy, Supervisor};
 use crate::surfaces::mcp_http::{MCP_HTTP_PATH, McpHttpError, McpHttpListener};
 
 /// Event recorded when an upstream server cannot be connected at start.
@@ -86,21 +84,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         .enable_all()
         .build()?;
     let result = rt.block_on(async move {
-        let store = Arc::new(
-            crate::runtime::open_store(&paths)
-                .with_context(|| format!("cannot open `{}`", paths.db().display()))?,
-        );
-        let bus = EventBus::new(store);
-        bus.set_secrets(manifest.secret_values());
-        let (events, _supervisor_events) = tokio::sync::mpsc::unbounded_channel();
         // Contained like the daemon's: every upstream server's process
         // group dies with the gateway, even when it is killed.
-        let supervisor = Supervisor::for_npc(
-            events,
-            BackoffPolicy::default(),
-            &paths.root,
-            &paths.runtime_dir(),
-        );
+        let (bus, supervisor, _supervisor_events) = super::standalone_recording(&paths, &manifest)?;
         let pool = Arc::new(Pool::new(
             &manifest,
             paths.root.clone(),

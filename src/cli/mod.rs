@@ -289,6 +289,36 @@ pub fn schema_text() -> String {
 
 /// The manifest to use: `path`, or the one in the current directory
 /// (named relative to it, so diagnostics read `npcagent.toml:3:1`).
+/// What a command that records events and starts processes without a
+/// daemon (`npc run`, `npc mcp serve`) works with: the event bus over the
+/// repository's store (the manifest's secrets scrubbed), a supervisor that
+/// contains every process group it starts, and the receiver of that
+/// supervisor's events (keep it alive). Call inside a tokio runtime.
+fn standalone_recording(
+    paths: &crate::runtime::RepoPaths,
+    manifest: &crate::model::Manifest,
+) -> anyhow::Result<(
+    crate::bus::EventBus,
+    crate::supervisor::Supervisor,
+    tokio::sync::mpsc::UnboundedReceiver<crate::supervisor::SupervisorEvent>,
+)> {
+    use anyhow::Context as _;
+    let store = std::sync::Arc::new(
+        crate::runtime::open_store(paths)
+            .with_context(|| format!("cannot open `{}`", paths.db().display()))?,
+    );
+    let bus = crate::bus::EventBus::new(store);
+    bus.set_secrets(manifest.secret_values());
+    let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
+    let supervisor = crate::supervisor::Supervisor::for_npc(
+        events,
+        crate::supervisor::BackoffPolicy::default(),
+        &paths.root,
+        &paths.runtime_dir(),
+    );
+    Ok((bus, supervisor, receiver))
+}
+
 fn manifest_path(path: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     if let Some(p) = path {
         return Ok(p);

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -15,11 +14,9 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::output::OutputError;
 use super::{Exit, Format};
-use crate::bus::EventBus;
 use crate::model::{self, ProcessEnv};
 use crate::providers::AgentEvent;
 use crate::runs::{self, Outcome, PromptChoice, RunRequest, view};
-use crate::supervisor::{BackoffPolicy, Supervisor};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -156,19 +153,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
                 prepared.spec.cwd.display()
             );
         }
-        let store = Arc::new(
-            crate::runtime::open_store(&paths)
-                .with_context(|| format!("cannot open `{}`", paths.db().display()))?,
-        );
-        let bus = EventBus::new(store);
-        bus.set_secrets(manifest.secret_values());
-        let (events, _supervisor_events) = tokio::sync::mpsc::unbounded_channel();
-        let supervisor = Supervisor::for_npc(
-            events,
-            BackoffPolicy::default(),
-            &paths.root,
-            &paths.runtime_dir(),
-        );
+        let (bus, supervisor, _supervisor_events) = super::standalone_recording(&paths, manifest)?;
         // A closed or failing stdout stops the printing, not the run: the
         // agent's work goes on and every event is still recorded. A closed
         // reader is not an error; another write failure fails the command
