@@ -2,12 +2,12 @@
 //! whose manifest runs real child processes. Every wait is on an observable
 //! condition (an event, a pid, a file) with a deadline.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use crate::support::{alive, npc, npc_path, stop_child, terminate_child, wait_for};
+use crate::support::{Daemon, alive, npc, npc_path, wait_for};
 
 const TWO_CHILDREN: &str = r#"version = 1
 [mcp.servers.alpha]
@@ -19,126 +19,6 @@ args = ["2000"]
 enabled = true
 allowed_resume_flags = ["--session"]
 "#;
-
-/// A temporary repository with a running daemon, stopped (SIGTERM) on drop.
-struct Daemon {
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-}
-
-impl Daemon {
-    fn start(manifest: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
-        let mut this = Self { dir, child: None };
-        this.spawn();
-        this
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::File::create(self.dir.path().join("daemon.log")).unwrap();
-        let child = Command::new(npc_path())
-            .arg("daemon")
-            .current_dir(self.dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        wait_for("the daemon's first apply", || {
-            self.events()
-                .iter()
-                .any(|e| e["kind"] == "reconcile.applied")
-                .then_some(())
-        });
-    }
-
-    fn root(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn write_manifest(&self, text: &str) {
-        // Editors save by writing a temp file and renaming it over the original.
-        let tmp = self.root().join(".npcagent.toml.tmp");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, self.root().join("npcagent.toml")).unwrap();
-    }
-
-    fn npc(&self, args: &[&str]) -> assert_cmd::assert::Assert {
-        npc().current_dir(self.root()).args(args).assert()
-    }
-
-    fn events(&self) -> Vec<Value> {
-        let out = npc()
-            .current_dir(self.root())
-            .args(["events", "--format", "json"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    }
-
-    fn events_after(&self, id: i64) -> Vec<Value> {
-        self.events()
-            .into_iter()
-            .filter(|e| e["id"].as_i64().unwrap_or(0) > id)
-            .collect()
-    }
-
-    fn last_event_id(&self) -> i64 {
-        self.events()
-            .last()
-            .and_then(|e| e["id"].as_i64())
-            .unwrap_or(0)
-    }
-
-    /// Wait for a `reconcile.applied` (or `manifest.invalid`, …) event after `id`.
-    fn wait_event(&self, after: i64, kind: &str) -> Value {
-        wait_for(&format!("a `{kind}` event after #{after}"), || {
-            self.events_after(after)
-                .into_iter()
-                .find(|e| e["kind"] == kind)
-        })
-    }
-
-    fn status(&self) -> Vec<Value> {
-        let out = self
-            .npc(&["status", "--format", "json"])
-            .success()
-            .get_output()
-            .stdout
-            .clone();
-        let v: Value = serde_json::from_slice(&out).unwrap();
-        v["components"].as_array().unwrap().clone()
-    }
-
-    fn pid_of(&self, id: &str) -> Option<u32> {
-        self.status()
-            .iter()
-            .find(|c| c["id"] == id)
-            .and_then(|c| c["pid"].as_u64())
-            .map(|p| p as u32)
-    }
-
-    fn daemon_pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        terminate_child(self.child.take().unwrap())
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            stop_child(&mut child);
-        }
-    }
-}
 
 #[test]
 fn editing_one_component_restarts_only_it_and_live_fields_restart_nothing() {
@@ -269,10 +149,7 @@ fn a_second_daemon_refuses_and_names_the_first() {
         .assert()
         .failure();
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).to_string();
-    assert!(
-        stderr.contains(&format!("pid {}", d.daemon_pid())),
-        "{stderr}"
-    );
+    assert!(stderr.contains(&format!("pid {}", d.pid())), "{stderr}");
     // The same repository through a symlink is the same repository.
     let link = tempfile::tempdir().unwrap();
     let linked: PathBuf = link.path().join("repo");
@@ -332,15 +209,12 @@ fn plan_and_apply_go_through_the_daemon() {
     // nothing, so the daemon's log shows it.
     let mark = d.last_event_id();
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(d.daemon_pid() as i32),
+        nix::unistd::Pid::from_raw(d.pid() as i32),
         nix::sys::signal::Signal::SIGHUP,
     )
     .unwrap();
     wait_for("the SIGHUP reload", || {
-        std::fs::read_to_string(d.root().join("daemon.log"))
-            .unwrap_or_default()
-            .contains("reloading: SIGHUP")
-            .then_some(())
+        d.log().contains("reloading: SIGHUP").then_some(())
     });
     assert!(
         d.events_after(mark).is_empty(),

@@ -18,14 +18,6 @@ fn read(dir: &tempfile::TempDir, file: &str) -> String {
     std::fs::read_to_string(dir.path().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
 }
 
-fn stdout_of(a: &assert_cmd::assert::Assert) -> String {
-    String::from_utf8_lossy(&a.get_output().stdout).into_owned()
-}
-
-fn stderr_of(a: &assert_cmd::assert::Assert) -> String {
-    String::from_utf8_lossy(&a.get_output().stderr).into_owned()
-}
-
 // ---------------------------------------------------------------------------
 // §1. one guarded layer for every file npc touches on a repository's behalf
 //
@@ -39,7 +31,7 @@ mod guarded_files {
     use std::process::{Child, Command, Stdio};
     use std::time::Duration;
 
-    use crate::support::{npc, npc_path, stop_child, wait_for};
+    use crate::support::{Daemon, npc, npc_path, stop_child, wait_for};
 
     /// Longest a command may take before it counts as hanging.
     const HANG: Duration = Duration::from_secs(30);
@@ -119,13 +111,7 @@ mcp_servers = ["fs"]
         }
     }
 
-    pub(super) fn stderr(a: &assert_cmd::assert::Assert) -> String {
-        String::from_utf8_lossy(&a.get_output().stderr).into_owned()
-    }
-
-    pub(super) fn stdout(a: &assert_cmd::assert::Assert) -> String {
-        String::from_utf8_lossy(&a.get_output().stdout).into_owned()
-    }
+    pub(super) use crate::support::{stderr_of as stderr, stdout_of as stdout};
 
     fn mode(path: &Path) -> u32 {
         std::fs::symlink_metadata(path)
@@ -147,44 +133,6 @@ mcp_servers = ["fs"]
         let pid = child.id();
         child.wait().unwrap();
         pid
-    }
-
-    /// A daemon on `repo`, stopped with SIGTERM on drop.
-    pub(super) struct Daemon {
-        child: Child,
-    }
-
-    impl Daemon {
-        pub fn start(repo: &Repo) -> Self {
-            let log = std::fs::File::create(repo.path("daemon.log")).unwrap();
-            let child = Command::new(npc_path())
-                .arg("daemon")
-                .current_dir(repo.dir.path())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap();
-            let daemon = Self { child };
-            let pid = daemon.pid();
-            wait_for("the daemon to answer `npc status`", || {
-                let a = repo.npc(&["status"]);
-                stdout(&a)
-                    .contains(&format!("daemon pid {pid}"))
-                    .then_some(())
-            });
-            daemon
-        }
-
-        pub fn pid(&self) -> u32 {
-            self.child.id()
-        }
-    }
-
-    impl Drop for Daemon {
-        fn drop(&mut self) {
-            stop_child(&mut self.child);
-        }
     }
 
     #[test]
@@ -421,7 +369,7 @@ mcp_servers = ["fs"]
         let repo = Repo::standard();
         std::fs::create_dir_all(repo.path(".npc/logs")).unwrap();
         symlink(repo.secret(), repo.path(".npc/logs/mcp_server%2Efs.log")).unwrap();
-        let daemon = Daemon::start(&repo);
+        let daemon = Daemon::start_in(repo.dir.path());
         let a = repo.npc(&["events", "--format", "json"]).success();
         assert!(
             stdout(&a).contains("is a symbolic link to"),
@@ -508,133 +456,6 @@ mcp_servers = ["fs"]
 // (tests for §2 go below this header; keep them inside this section so
 // merges stay clean)
 // ---------------------------------------------------------------------------
-
-/// A temporary repository with a real `npc daemon`, its stderr in a log
-/// outside the repository; SIGTERM on drop. Events are read from the store
-/// directly, so they can be read while the daemon cannot answer.
-struct HostileDaemon {
-    dir: tempfile::TempDir,
-    logs: tempfile::TempDir,
-    child: Option<std::process::Child>,
-}
-
-impl HostileDaemon {
-    fn start(manifest: &str) -> Self {
-        Self::start_with(manifest, None, &[])
-    }
-
-    /// Start the daemon in a repository that also holds `files`, with its
-    /// descriptor limit set to `nofile` if given.
-    fn start_with(manifest: &str, nofile: Option<u32>, files: &[(&str, &str)]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let logs = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
-        for (name, text) in files {
-            std::fs::write(dir.path().join(name), text).unwrap();
-        }
-        let log = std::fs::File::create(logs.path().join("daemon.log")).unwrap();
-        let mut cmd = match nofile {
-            Some(n) => {
-                let mut c = std::process::Command::new("sh");
-                c.arg("-c")
-                    .arg(format!("ulimit -n {n} && exec \"$0\" daemon"))
-                    .arg(npc_path());
-                c
-            }
-            None => {
-                let mut c = std::process::Command::new(npc_path());
-                c.arg("daemon");
-                c
-            }
-        };
-        let child = cmd
-            .current_dir(dir.path())
-            .env("NPC_LOG", "info")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let this = Self {
-            dir,
-            logs,
-            child: Some(child),
-        };
-        // The daemon prints its startup line once the first apply is done
-        // and the watcher is up: edits from then on are seen.
-        wait_for("the daemon's startup line", || {
-            this.log().contains("npc daemon: startup").then_some(())
-        });
-        this
-    }
-
-    fn root(&self) -> &std::path::Path {
-        self.dir.path()
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.logs.path().join("daemon.log")).unwrap_or_default()
-    }
-
-    fn write_manifest(&self, text: &str) {
-        let tmp = self.root().join(".npcagent.toml.tmp");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, self.root().join("npcagent.toml")).unwrap();
-    }
-
-    fn events_after(&self, id: i64) -> Vec<serde_json::Value> {
-        let db = self.root().join(".npc/state.db");
-        if !db.is_file() {
-            return Vec::new();
-        }
-        let Ok(store) = npcagent::store::Store::open_read_only(&db) else {
-            return Vec::new();
-        };
-        store
-            .events_since(id, 100_000)
-            .unwrap_or_default()
-            .iter()
-            .map(|e| serde_json::to_value(e).unwrap())
-            .collect()
-    }
-
-    fn last_event_id(&self) -> i64 {
-        self.events_after(0)
-            .last()
-            .and_then(|e| e["id"].as_i64())
-            .unwrap_or(0)
-    }
-
-    fn wait_event(&self, after: i64, kind: &str) -> serde_json::Value {
-        wait_for(&format!("a `{kind}` event after #{after}"), || {
-            self.events_after(after)
-                .into_iter()
-                .find(|e| e["kind"] == kind)
-        })
-    }
-
-    fn npc(&self, args: &[&str]) -> std::process::Output {
-        npc().current_dir(self.root()).args(args).output().unwrap()
-    }
-
-    /// SIGTERM, then wait (with the usual deadline) for the exit.
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        terminate_child(self.child.take().unwrap())
-    }
-}
-
-impl Drop for HostileDaemon {
-    fn drop(&mut self) {
-        // SIGTERM, so the daemon stops its children before it exits.
-        if let Some(mut child) = self.child.take() {
-            stop_child(&mut child);
-        }
-    }
-}
 
 /// A manifest with one prompt whose inline template is `template`.
 fn prompt_manifest(template: &str) -> String {
@@ -768,14 +589,14 @@ fn many_profiles_of_variable_driven_bombs_share_one_render_budget() {
 
 #[test]
 fn a_template_bomb_edit_leaves_the_daemon_responsive_and_the_next_edit_applies() {
-    let mut d = HostileDaemon::start(&prompt_manifest("hello"));
+    let mut d = Daemon::start(&prompt_manifest("hello"));
     d.wait_event(0, "reconcile.applied");
     let mark = d.last_event_id();
     d.write_manifest(&prompt_manifest(LOOP_BOMB));
     let invalid = d.wait_event(mark, "manifest.invalid");
     assert!(invalid.to_string().contains("work budget"), "{invalid}");
     // The control socket answers while and after the bomb was looked at.
-    let status = d.npc(&["status", "--format", "json"]);
+    let status = d.npc_output(&["status", "--format", "json"]);
     assert!(status.status.success(), "{:?}", status);
     // The next good edit is applied.
     let mark = d.last_event_id();
@@ -791,7 +612,7 @@ fn a_template_bomb_edit_leaves_the_daemon_responsive_and_the_next_edit_applies()
 #[test]
 fn a_variable_driven_template_bomb_in_a_profile_keeps_the_daemon_serving() {
     let good = "version = 1\n\n[providers.claude]\nkind = \"claude_code\"\n\n[prompts.task]\ntemplate = \"hello\"\n\n[profiles.dev]\nprovider = \"claude\"\ndescription = \"d\"\nprompt = \"task\"\n";
-    let mut d = HostileDaemon::start(good);
+    let mut d = Daemon::start(good);
     d.wait_event(0, "files.written");
     let profile = d.root().join(".npc/profiles/dev.md");
     wait_for("the rendered profile", || {
@@ -810,7 +631,7 @@ fn a_variable_driven_template_bomb_in_a_profile_keeps_the_daemon_serving() {
         std::fs::read_to_string(&profile).unwrap().contains("hello"),
         "the last good profile stays"
     );
-    assert!(d.npc(&["status"]).status.success());
+    assert!(d.npc_output(&["status"]).status.success());
     let exit = d.terminate();
     assert!(exit.success(), "daemon exit: {exit}");
 }
@@ -922,7 +743,7 @@ fn a_deeply_chained_template_expression_is_an_error_not_a_stack_overflow() {
 
 #[test]
 fn a_deeply_chained_template_edit_leaves_the_daemon_running() {
-    let mut d = HostileDaemon::start(&prompt_manifest("hello"));
+    let mut d = Daemon::start(&prompt_manifest("hello"));
     d.wait_event(0, "reconcile.applied");
     for chain in deep_chains() {
         let mark = d.last_event_id();
@@ -930,7 +751,7 @@ fn a_deeply_chained_template_edit_leaves_the_daemon_running() {
         let invalid = d.wait_event(mark, "manifest.invalid");
         assert!(invalid.to_string().contains("512 tokens"), "{invalid:.300}");
     }
-    let status = d.npc(&["status", "--format", "json"]);
+    let status = d.npc_output(&["status", "--format", "json"]);
     assert!(status.status.success(), "{:?}", status);
     let mark = d.last_event_id();
     d.write_manifest(&prompt_manifest("hello again"));
@@ -1228,7 +1049,8 @@ fn force_agent_files_replaces_a_conflicting_entry_while_a_daemon_runs() {
 // ---------------------------------------------------------------------------
 
 mod one_lock_per_repository {
-    use super::guarded_files::{Daemon, Repo, stderr, stdout};
+    use super::guarded_files::{Repo, stderr, stdout};
+    use crate::support::Daemon;
 
     const MANIFEST: &str = "version = 1\n[providers.claude]\nkind = \"claude_code\"\n";
 
@@ -1247,7 +1069,7 @@ mod one_lock_per_repository {
     #[test]
     fn second_daemon_refused_after_state_dir_change() {
         let repo = Repo::new(MANIFEST);
-        let daemon = Daemon::start(&repo);
+        let daemon = Daemon::start_in(repo.dir.path());
         std::fs::write(
             repo.path("npcagent.toml"),
             format!("{MANIFEST}[project]\nstate_dir = \"elsewhere\"\n"),
@@ -1274,7 +1096,7 @@ mod one_lock_per_repository {
     #[test]
     fn second_daemon_refused_after_the_runtime_directory_is_removed() {
         let repo = Repo::new(MANIFEST);
-        let _daemon = Daemon::start(&repo);
+        let _daemon = Daemon::start_in(repo.dir.path());
         std::fs::remove_dir_all(repo.path(".npc")).unwrap();
         let a = repo.npc(&["daemon"]).failure();
         assert!(stderr(&a).contains("another npc daemon"), "{}", stderr(&a));
@@ -1290,7 +1112,7 @@ mod one_lock_per_repository {
     #[test]
     fn status_and_events_find_the_daemon_with_an_invalid_manifest() {
         let repo = Repo::new(MANIFEST);
-        let daemon = Daemon::start(&repo);
+        let daemon = Daemon::start_in(repo.dir.path());
         // Invalid, and naming another state directory: the lock is found
         // where it always is, not where the broken manifest points.
         std::fs::write(
@@ -1304,7 +1126,7 @@ mod one_lock_per_repository {
     #[test]
     fn status_and_events_find_the_daemon_with_the_manifest_deleted() {
         let repo = Repo::new(MANIFEST);
-        let daemon = Daemon::start(&repo);
+        let daemon = Daemon::start_in(repo.dir.path());
         std::fs::remove_file(repo.path("npcagent.toml")).unwrap();
         finds_the_daemon(&repo, &daemon);
     }
@@ -1330,12 +1152,12 @@ fn open_fds(pid: u32) -> usize {
 #[test]
 fn idle_connections_beyond_the_cap_do_not_keep_status_from_answering() {
     use npcagent::surfaces::control::MAX_CONNECTIONS;
-    let d = HostileDaemon::start(&prompt_manifest("hello"));
+    let d = Daemon::start(&prompt_manifest("hello"));
     let socket = d.root().join(".npc/daemon.sock");
     let idle: Vec<std::os::unix::net::UnixStream> = (0..MAX_CONNECTIONS + 200)
         .map(|_| std::os::unix::net::UnixStream::connect(&socket).unwrap())
         .collect();
-    let out = d.npc(&["status", "--format", "json"]);
+    let out = d.npc_output(&["status", "--format", "json"]);
     assert!(
         out.status.success(),
         "status with {} idle connections: {}",
@@ -1361,7 +1183,7 @@ fn a_fifo_swapped_in_for_an_agent_file_does_not_stop_the_watcher() {
             prompt_manifest(text)
         )
     };
-    let d = HostileDaemon::start(&manifest("hello"));
+    let d = Daemon::start(&manifest("hello"));
     let agent_file = d.root().join(".mcp.json");
     wait_for("npc to write .mcp.json", || {
         agent_file.is_file().then_some(())
@@ -1381,7 +1203,7 @@ fn a_fifo_swapped_in_for_an_agent_file_does_not_stop_the_watcher() {
 fn closed_event_followers_do_not_fill_the_connection_cap() {
     use npcagent::surfaces::control::MAX_CONNECTIONS;
     use std::io::Write as _;
-    let d = HostileDaemon::start(&prompt_manifest("hello"));
+    let d = Daemon::start(&prompt_manifest("hello"));
     d.wait_event(0, "reconcile.applied");
     let socket = d.root().join(".npc/daemon.sock");
     let before = open_sockets(d.pid());
@@ -1393,7 +1215,7 @@ fn closed_event_followers_do_not_fill_the_connection_cap() {
         drop(follower);
     }
     wait_for("`npc status` to answer", || {
-        d.npc(&["status", "--format", "json"])
+        d.npc_output(&["status", "--format", "json"])
             .status
             .success()
             .then_some(())
@@ -1410,7 +1232,13 @@ fn closed_event_followers_do_not_fill_the_connection_cap() {
 #[test]
 fn a_reload_that_fails_for_lack_of_descriptors_is_retried_until_it_applies() {
     const NOFILE: usize = 64;
-    let d = HostileDaemon::start_with(&prompt_manifest("hello"), Some(NOFILE as u32), &[]);
+    let d = Daemon::start_with(
+        &prompt_manifest("hello"),
+        DaemonSetup {
+            nofile: Some(NOFILE as u32),
+            ..DaemonSetup::default()
+        },
+    );
     d.wait_event(0, "reconcile.applied");
     // Idle connections use up the daemon's descriptors.
     let socket = d.root().join(".npc/daemon.sock");
@@ -1447,10 +1275,12 @@ fn a_plugin_at_the_repository_root_does_not_reload_the_daemon_by_itself() {
             "version = 1\n\n[providers.claude]\nkind = \"claude_code\"\n\n[mcp.servers.alpha]\ncommand = \"sleep\"\nargs = [\"1000\"]\n\n[plugins.self]\npath = \".\"\n\n[prompts.task]\ntemplate = \"{greeting}\"\n"
         )
     };
-    let d = HostileDaemon::start_with(
+    let d = Daemon::start_with(
         &manifest("one"),
-        None,
-        &[("plugin.json", r#"{"name": "self", "version": "1.0.0"}"#)],
+        DaemonSetup {
+            files: &[("plugin.json", r#"{"name": "self", "version": "1.0.0"}"#)],
+            ..DaemonSetup::default()
+        },
     );
     d.wait_event(0, "reconcile.applied");
     wait_for("npc's own agent file", || {
@@ -2013,78 +1843,6 @@ fn report_summaries(report: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
-/// A repository with `npc daemon` running in it (env cleared but for
-/// `env`), stopped with SIGTERM on drop.
-struct BoundedDaemon {
-    dir: tempfile::TempDir,
-    child: std::process::Child,
-}
-
-impl BoundedDaemon {
-    fn start(manifest: &str, env: &[(&str, &str)]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
-        let child = std::process::Command::new(npc_path())
-            .arg("daemon")
-            .current_dir(dir.path())
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .envs(env.iter().copied())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let d = Self { dir, child };
-        d.wait_event(0, "reconcile.applied");
-        d
-    }
-
-    /// `npc events --format json`: every stored event, and the raw text.
-    fn events(&self) -> (Vec<serde_json::Value>, String) {
-        let out = npc()
-            .current_dir(self.dir.path())
-            .args(["events", "--format", "json"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let events = text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect();
-        (events, text)
-    }
-
-    fn wait_event(&self, after: i64, kind: &str) -> serde_json::Value {
-        wait_for(&format!("a `{kind}` event after #{after}"), || {
-            self.events()
-                .0
-                .into_iter()
-                .find(|e| e["kind"] == kind && e["id"].as_i64().unwrap_or(0) > after)
-        })
-    }
-
-    fn last_event_id(&self) -> i64 {
-        self.events()
-            .0
-            .last()
-            .and_then(|e| e["id"].as_i64())
-            .unwrap_or(0)
-    }
-
-    fn write_manifest(&self, text: &str) {
-        let tmp = self.dir.path().join(".npcagent.toml.tmp");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, self.dir.path().join("npcagent.toml")).unwrap();
-    }
-}
-
-impl Drop for BoundedDaemon {
-    fn drop(&mut self) {
-        stop_child(&mut self.child);
-    }
-}
-
 #[test]
 fn an_8_mb_array_of_ints_is_refused_by_the_item_cap() {
     let ones = "1,".repeat((8 * 1024 * 1024 - 64) / 2);
@@ -2163,7 +1921,13 @@ fn a_string_past_the_bound_is_refused_in_both_syntaxes() {
 
 #[test]
 fn a_3_mb_diagnostics_report_is_stored_not_dropped() {
-    let d = BoundedDaemon::start("version = 1\n", &[]);
+    let d = Daemon::start_with(
+        "version = 1\n",
+        DaemonSetup {
+            only_env: Some(&[]),
+            ..DaemonSetup::default()
+        },
+    );
     let mark = d.last_event_id();
     // 1,200 unknown fields, each named by a 3,000-character key: quoted in
     // full, the report was 3.6 MB and the event over the payload limit.
@@ -2316,10 +2080,16 @@ command = "sleep"
 args = ["1000", "${LONG_TOKEN}"]
 env = { RT_DEBUG = "${RT_DEBUG}", SERVER_TOKEN = "${LONG_TOKEN}" }
 "#;
-    let d = BoundedDaemon::start(manifest, &[("RT_DEBUG", "e"), ("LONG_TOKEN", TOKEN)]);
+    let d = Daemon::start_with(
+        manifest,
+        DaemonSetup {
+            only_env: Some(&[("RT_DEBUG", "e"), ("LONG_TOKEN", TOKEN)]),
+            ..DaemonSetup::default()
+        },
+    );
     let started = d.wait_event(0, "component.started");
     assert_eq!(started["component"], "mcp_server.s1", "{started}");
-    let (events, text) = d.events();
+    let (events, text) = d.cli_events();
     assert!(events.len() >= 2);
     assert!(
         !text.contains(TOKEN),
@@ -2380,7 +2150,7 @@ fn events_into_a_closed_pipe_ends_quietly_without_a_panic() {
     let dir = s8_repo(S8_EVENTFUL);
     {
         // through the daemon, following too: the first write meets EPIPE
-        let _daemon = S8Daemon::start(dir.path());
+        let _daemon = Daemon::start_in(dir.path());
         for args in [&["events"][..], &["events", "--follow"], &["status"]] {
             let out = s8_into_closed_pipe(dir.path(), args);
             let stderr = String::from_utf8_lossy(&out.stderr);
@@ -2551,40 +2321,6 @@ fn hints_name_only_commands_that_exist() {
     );
 }
 
-/// A daemon on `dir`, stopped with SIGTERM on drop.
-struct S8Daemon(std::process::Child);
-
-impl S8Daemon {
-    fn start(dir: &std::path::Path) -> Self {
-        let child = std::process::Command::new(npc_path())
-            .arg("daemon")
-            .current_dir(dir)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let daemon = Self(child);
-        wait_for("the daemon's first apply", || {
-            let out = npc()
-                .current_dir(dir)
-                .args(["events", "--format", "json"])
-                .output()
-                .ok()?;
-            String::from_utf8_lossy(&out.stdout)
-                .contains("\"reconcile.applied\"")
-                .then_some(())
-        });
-        daemon
-    }
-}
-
-impl Drop for S8Daemon {
-    fn drop(&mut self) {
-        stop_child(&mut self.0);
-    }
-}
-
 const S8_UNRUN_KINDS: &str = r#"version = 1
 [mcp.servers.remote]
 url = "https://mcp.example.com/mcp"
@@ -2645,7 +2381,7 @@ fn apply_says_declared_for_kinds_nothing_runs() {
 #[test]
 fn status_shows_triggers_and_hooks_as_declared_not_applied() {
     let dir = s8_repo(S8_UNRUN_KINDS);
-    let _daemon = S8Daemon::start(dir.path());
+    let _daemon = Daemon::start_in(dir.path());
     let out = npc()
         .current_dir(dir.path())
         .args(["status", "--format", "json"])
@@ -3248,7 +2984,7 @@ fn after_a_failed_start_the_agent_files_follow_what_runs() {
             "version = 1\n\n[providers.claude]\nkind = \"claude_code\"\n\n[mcp.servers.alpha]\ncommand = \"{alpha}\"\nargs = [\"1000\"]\n{extra}"
         )
     };
-    let d = HostileDaemon::start(&manifest("sleep", ""));
+    let d = Daemon::start(&manifest("sleep", ""));
     let mcp = d.root().join(".mcp.json");
     wait_for("alpha in .mcp.json", || {
         std::fs::read_to_string(&mcp)
@@ -3289,7 +3025,7 @@ fn events_follow_through_the_daemon_shows_the_events_npc_run_writes() {
         serde_json::Value::String(agent.display().to_string()),
         serde_json::Value::String(fixture.display().to_string()),
     );
-    let d = HostileDaemon::start(&manifest);
+    let d = Daemon::start(&manifest);
     d.wait_event(0, "reconcile.applied");
     let mark = d.last_event_id();
     let mut follower = std::process::Command::new(npc_path())
@@ -3312,7 +3048,7 @@ fn events_follow_through_the_daemon_shows_the_events_npc_run_writes() {
             }
         }
     });
-    let run = d.npc(&["run", "dev", "--prompt", "go"]);
+    let run = d.npc_output(&["run", "dev", "--prompt", "go"]);
     assert!(
         run.status.success(),
         "{}",

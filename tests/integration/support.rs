@@ -74,3 +74,230 @@ pub fn terminate_child(mut child: std::process::Child) -> std::process::ExitStat
     .unwrap();
     wait_for("the daemon to exit", || child.try_wait().unwrap())
 }
+
+/// What a command printed on stdout, lossily decoded.
+pub fn stdout_of(a: &assert_cmd::assert::Assert) -> String {
+    String::from_utf8_lossy(&a.get_output().stdout).into_owned()
+}
+
+/// What a command printed on stderr, lossily decoded.
+pub fn stderr_of(a: &assert_cmd::assert::Assert) -> String {
+    String::from_utf8_lossy(&a.get_output().stderr).into_owned()
+}
+
+/// How a [`Daemon`] under test is started, beyond its manifest.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DaemonSetup<'a> {
+    /// Files written into the repository (relative path, content) first.
+    pub files: &'a [(&'a str, &'a str)],
+    /// The daemon's descriptor limit (`ulimit -n`), if not inherited.
+    pub nofile: Option<u32>,
+    /// When set, the daemon's environment is cleared but for `PATH` and
+    /// these variables.
+    pub only_env: Option<&'a [(&'a str, &'a str)]>,
+}
+
+/// A real `npc daemon` on a repository, its stderr in a log outside the
+/// repository, stopped with SIGTERM on drop (it stops its children first).
+/// Ready once it printed its startup line: the first apply is done, the
+/// watcher is up and the control socket answers, so a test's edits are seen.
+/// Events are read from the store directly, so they can be read while the
+/// daemon cannot answer.
+pub struct Daemon {
+    /// The repository, when the daemon owns it.
+    dir: Option<tempfile::TempDir>,
+    root: PathBuf,
+    logs: tempfile::TempDir,
+    child: Option<std::process::Child>,
+}
+
+impl Daemon {
+    /// A daemon on a fresh repository holding `manifest` as `npcagent.toml`.
+    pub fn start(manifest: &str) -> Self {
+        Self::start_with(manifest, DaemonSetup::default())
+    }
+
+    /// [`Daemon::start`] with files, limits or environment of `setup`.
+    pub fn start_with(manifest: &str, setup: DaemonSetup<'_>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+        for (name, text) in setup.files {
+            let path = dir.path().join(name);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).unwrap();
+            }
+            std::fs::write(path, text).unwrap();
+        }
+        let root = dir.path().to_path_buf();
+        Self::spawn(Some(dir), root, setup)
+    }
+
+    /// A daemon on the existing repository `root` (owned by the caller).
+    pub fn start_in(root: &Path) -> Self {
+        Self::spawn(None, root.to_path_buf(), DaemonSetup::default())
+    }
+
+    fn spawn(dir: Option<tempfile::TempDir>, root: PathBuf, setup: DaemonSetup<'_>) -> Self {
+        let logs = tempfile::tempdir().unwrap();
+        let log = std::fs::File::create(logs.path().join("daemon.log")).unwrap();
+        let mut cmd = match setup.nofile {
+            Some(n) => {
+                let mut c = std::process::Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" daemon"))
+                    .arg(npc_path());
+                c
+            }
+            None => {
+                let mut c = std::process::Command::new(npc_path());
+                c.arg("daemon");
+                c
+            }
+        };
+        if let Some(env) = setup.only_env {
+            cmd.env_clear()
+                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                .envs(env.iter().copied());
+        }
+        cmd.env("NPC_LOG", "info");
+        let child = cmd
+            .current_dir(&root)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let this = Self {
+            dir,
+            root,
+            logs,
+            child: Some(child),
+        };
+        wait_for("the daemon's startup line", || {
+            this.log().contains("npc daemon: startup").then_some(())
+        });
+        this
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the daemon runs").id()
+    }
+
+    /// What the daemon wrote on stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.logs.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Replace the manifest the way editors save: a temp file renamed over it.
+    pub fn write_manifest(&self, text: &str) {
+        let tmp = self.root.join(".npcagent.toml.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.root.join("npcagent.toml")).unwrap();
+    }
+
+    /// `npc ARGS` in the repository.
+    pub fn npc(&self, args: &[&str]) -> assert_cmd::assert::Assert {
+        npc().current_dir(&self.root).args(args).assert()
+    }
+
+    /// `npc ARGS` in the repository, its output whatever the exit.
+    pub fn npc_output(&self, args: &[&str]) -> std::process::Output {
+        npc().current_dir(&self.root).args(args).output().unwrap()
+    }
+
+    /// The stored events after `id`, read from the store.
+    pub fn events_after(&self, id: i64) -> Vec<serde_json::Value> {
+        let db = self.root.join(".npc/state.db");
+        if !db.is_file() {
+            return Vec::new();
+        }
+        let Ok(store) = npcagent::store::Store::open_read_only(&db) else {
+            return Vec::new();
+        };
+        store
+            .events_since(id, 100_000)
+            .unwrap_or_default()
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap())
+            .collect()
+    }
+
+    /// Every stored event.
+    pub fn events(&self) -> Vec<serde_json::Value> {
+        self.events_after(0)
+    }
+
+    pub fn last_event_id(&self) -> i64 {
+        self.events()
+            .last()
+            .and_then(|e| e["id"].as_i64())
+            .unwrap_or(0)
+    }
+
+    /// Wait for an event of `kind` after `id`.
+    pub fn wait_event(&self, after: i64, kind: &str) -> serde_json::Value {
+        wait_for(&format!("a `{kind}` event after #{after}"), || {
+            self.events_after(after)
+                .into_iter()
+                .find(|e| e["kind"] == kind)
+        })
+    }
+
+    /// `npc events --format json` as the user sees it: the events and the raw text.
+    pub fn cli_events(&self) -> (Vec<serde_json::Value>, String) {
+        let out = npc()
+            .current_dir(&self.root)
+            .args(["events", "--format", "json"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let events = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        (events, text)
+    }
+
+    /// The components of `npc status --format json`.
+    pub fn status(&self) -> Vec<serde_json::Value> {
+        let a = self.npc(&["status", "--format", "json"]).success();
+        let v: serde_json::Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
+        v["components"].as_array().unwrap().clone()
+    }
+
+    /// The pid `npc status` shows for component `id`.
+    pub fn pid_of(&self, id: &str) -> Option<u32> {
+        self.status()
+            .iter()
+            .find(|c| c["id"] == id)
+            .and_then(|c| c["pid"].as_u64())
+            .map(|p| p as u32)
+    }
+
+    /// SIGTERM, then wait (with the usual deadline) for the exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        terminate_child(self.child.take().expect("the daemon runs"))
+    }
+
+    /// Start the daemon again on the same repository after [`Daemon::terminate`].
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "the daemon still runs");
+        let dir = self.dir.take();
+        let mut next = Self::spawn(dir, self.root.clone(), DaemonSetup::default());
+        self.child = next.child.take();
+        self.dir = next.dir.take();
+        self.logs = std::mem::replace(&mut next.logs, tempfile::tempdir().unwrap());
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            stop_child(&mut child);
+        }
+    }
+}
