@@ -343,6 +343,19 @@ impl Root {
     /// [`read`](Self::read), choosing whether a link at the last component
     /// is followed (inside the root) or refused.
     pub fn read_with(&self, path: &Path, limit: usize, links: Links) -> Result<Vec<u8>, FsError> {
+        let (fd, shown, st) = self.open_regular(path, links)?;
+        read_open(fd, &shown, &st, limit)
+    }
+
+    /// Open the regular file at `path` read-only (a link at the last
+    /// component followed inside the root or refused, as `links` says):
+    /// its descriptor, its name for messages, and what `stat` said of it
+    /// before it was opened.
+    fn open_regular(
+        &self,
+        path: &Path,
+        links: Links,
+    ) -> Result<(OwnedFd, PathBuf, FileStat), FsError> {
         let mut walk = Walk::new(self, path)?;
         let Some(name) = walk.locate(None, links)? else {
             return Err(FsError::new(
@@ -364,7 +377,7 @@ impl Root {
         }
         regular(&shown, &st)?;
         let fd = open_entry_read_only(&walk, &name, &shown)?;
-        read_open(fd, &shown, &st, limit)
+        Ok((fd, shown, st))
     }
 
     /// [`read`](Self::read) as UTF-8 text.
@@ -541,27 +554,7 @@ impl Root {
     /// Open one of npc's own files that exists, read-only: never through a
     /// link, only a regular file, without blocking.
     pub fn open_existing(&self, path: &Path) -> Result<File, FsError> {
-        let mut walk = Walk::new(self, path)?;
-        let name = walk.locate(None, Links::Refuse)?.ok_or_else(|| {
-            FsError::new(
-                self.shown(path),
-                Reason::NotRegular {
-                    what: "a directory",
-                },
-            )
-        })?;
-        let shown = walk.shown_entry(&name);
-        let st = walk.stat(&name)?;
-        if kind(&st) == SFlag::S_IFLNK {
-            return Err(FsError::new(
-                &shown,
-                Reason::Link {
-                    target: walk.link_target(&name),
-                },
-            ));
-        }
-        regular(&shown, &st)?;
-        let fd = open_entry_read_only(&walk, &name, &shown)?;
+        let (fd, shown, _) = self.open_regular(path, Links::Refuse)?;
         let after = fstat(&fd).map_err(|e| FsError::io(&shown, "opened", e))?;
         regular(&shown, &after)?;
         Ok(File::from(fd))
