@@ -603,3 +603,144 @@ fn garbage_and_oversized_mcp_upgrades_leave_the_daemon_serving() {
     let got = stdio_session(d.root(), json!([call("a__pid")]));
     assert_eq!(got[0]["text"], pid.to_string());
 }
+
+/// An installed agent CLI `program` run in `dir` with its own `home` and
+/// `npc` (this build) first on `PATH`; `None` (skipped) when not installed.
+fn agent_cli(program: &str, dir: &Path, home: &Path) -> Option<assert_cmd::Command> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if !std::env::split_paths(&path).any(|d| d.join(program).is_file()) {
+        eprintln!("skipped: {program} is not installed");
+        return None;
+    }
+    let mut dirs = vec![npc_path().parent().unwrap().to_path_buf()];
+    dirs.extend(std::env::split_paths(&path));
+    let mut cmd = assert_cmd::Command::new(program);
+    cmd.current_dir(dir)
+        .env("HOME", home)
+        .env("CODEX_HOME", home.join(".codex"))
+        .env("PATH", std::env::join_paths(dirs).unwrap())
+        .env_remove("XDG_CONFIG_HOME")
+        .timeout(CLIENT_LIMIT);
+    Some(cmd)
+}
+
+fn cli_output(cmd: Option<assert_cmd::Command>, args: &[&str]) -> Option<String> {
+    let mut cmd = cmd?;
+    let out = cmd.args(args).output().unwrap();
+    Some(format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
+}
+
+#[test]
+fn gateway_mode_writes_one_npc_entry_that_every_agent_cli_lists_and_connects_to() {
+    if !python_sdk() {
+        return;
+    }
+    let servers = format!(
+        "{}{}[providers.claude]\nkind = \"claude_code\"\n[providers.codex]\nkind = \"codex\"\n[providers.gemini]\nkind = \"gemini_cli\"\n[providers.opencode]\nkind = \"opencode\"\n",
+        misbehave("a", &[]),
+        misbehave("b", &[])
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(
+        root.join("npcagent.toml"),
+        format!("version = 1\n{servers}"),
+    )
+    .unwrap();
+    let apply = || {
+        let out = npc()
+            .current_dir(&root)
+            .args(["apply", "--auto-approve"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    apply();
+    let claude = || -> Value {
+        serde_json::from_str(&std::fs::read_to_string(root.join(".mcp.json")).unwrap()).unwrap()
+    };
+    assert!(claude()["mcpServers"]["a"].is_object());
+
+    // The switch: one entry per file, the per-server ones gone.
+    std::fs::write(
+        root.join("npcagent.toml"),
+        format!("version = 1\n[mcp]\ngateway = true\n{servers}"),
+    )
+    .unwrap();
+    apply();
+    let entries = claude()["mcpServers"].as_object().unwrap().clone();
+    assert_eq!(entries.keys().collect::<Vec<_>>(), ["npc"], "{entries:?}");
+    assert_eq!(entries["npc"]["command"], "npc");
+    assert_eq!(entries["npc"]["args"], json!(["mcp", "serve"]));
+    let codex = std::fs::read_to_string(root.join(".codex/config.toml")).unwrap();
+    assert!(
+        codex.contains("[mcp_servers.npc]") && !codex.contains("[mcp_servers.a]"),
+        "{codex}"
+    );
+    let gemini = std::fs::read_to_string(root.join(".gemini/settings.json")).unwrap();
+    assert!(
+        gemini.contains("\"npc\"") && !gemini.contains("\"a\""),
+        "{gemini}"
+    );
+    let opencode = std::fs::read_to_string(root.join("opencode.json")).unwrap();
+    assert!(
+        opencode.contains("\"npc\"") && !opencode.contains("\"a\""),
+        "{opencode}"
+    );
+
+    // Each installed CLI lists the one entry and (where it can check) connects.
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    // The CLIs load project servers only in folders the user trusted.
+    std::fs::write(
+        home.join(".claude.json"),
+        json!({"projects": {root.display().to_string(): {"hasTrustDialogAccepted": true, "enabledMcpjsonServers": ["npc"]}}}).to_string(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(home.join(".gemini")).unwrap();
+    std::fs::write(
+        home.join(".gemini/trustedFolders.json"),
+        json!({root.display().to_string(): "TRUST_FOLDER"}).to_string(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(home.join(".codex")).unwrap();
+    std::fs::write(
+        home.join(".codex/config.toml"),
+        format!(
+            "[projects.{:?}]\ntrust_level = \"trusted\"\n",
+            root.display().to_string()
+        ),
+    )
+    .unwrap();
+    if let Some(out) = cli_output(agent_cli("claude", &root, home), &["mcp", "list"]) {
+        assert!(out.contains("npc: npc mcp serve - ✔ Connected"), "{out}");
+        assert!(!out.contains("a: "), "{out}");
+    }
+    if let Some(out) = cli_output(agent_cli("gemini", &root, home), &["mcp", "list"]) {
+        assert!(
+            out.contains("npc: npc mcp serve (stdio) - Connected"),
+            "{out}"
+        );
+    }
+    if let Some(out) = cli_output(agent_cli("opencode", &root, home), &["mcp", "list"]) {
+        assert!(
+            out.contains("npc") && out.contains("connected") && out.contains("1 server"),
+            "{out}"
+        );
+    }
+    if let Some(out) = cli_output(agent_cli("codex", &root, home), &["mcp", "list"]) {
+        // Codex lists without connecting (`codex mcp` has no health check).
+        let row = out
+            .lines()
+            .find(|l| l.starts_with("npc "))
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(
+            row.contains("mcp serve") && row.contains("enabled"),
+            "{row}"
+        );
+    }
+}
