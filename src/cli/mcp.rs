@@ -1,10 +1,16 @@
-//! `npc mcp serve [--http 127.0.0.1:PORT]`: the MCP gateway. Runs its own
-//! upstream pool from the manifest (standalone mode; fronting a running
-//! daemon's pool comes later), connects every enabled server at start (all at
-//! once, each within its `startup_timeout_ms`), then serves MCP on stdio
-//! (stdout carries only protocol frames; logs go to stderr) or streamable
-//! HTTP on loopback. Exit codes: 0 clean (stdin closed, SIGINT/SIGTERM),
-//! 1 unexpected failure or invalid manifest, 2 usage.
+//! `npc mcp serve [--http ADDR]`: the MCP gateway. When a daemon runs for
+//! the repository it is a thin front to the daemon's pool: on stdio it pipes
+//! MCP frames over an upgraded control connection, with `--http` it serves
+//! HTTP and relays each session over its own upgraded connection (no second
+//! copy of any server; the daemon records every call). Without a daemon it
+//! runs its own pool from the manifest, connecting every enabled server at
+//! start (all at once, each within its `startup_timeout_ms`). Stdout carries
+//! only protocol frames; logs go to stderr. HTTP listens on loopback; a
+//! non-loopback address needs `daemon.allow_remote = true` and
+//! `daemon.token_env` naming a set variable, and then (as whenever that
+//! token is set) every request needs `Authorization: Bearer <token>`.
+//! Exit codes: 0 clean (stdin closed, SIGINT/SIGTERM), 1 unexpected failure
+//! or invalid manifest, 2 usage.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,19 +19,15 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use rmcp::ServiceExt;
-use serde_json::json;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use super::Exit;
-use crate::mcp::{CallPath, Gateway, Pool, pool::IDLE_SWEEP_INTERVAL};
+use crate::mcp::{CallPath, Gateway, Pool, pool::IDLE_SWEEP_INTERVAL, relay};
 use crate::model::{self, ProcessEnv};
-use crate::plan::{ComponentId, Kind};
-use crate::store::NewEvent;
-use crate::surfaces::mcp_http::{MCP_HTTP_PATH, McpHttpError, McpHttpListener};
-
-/// Event recorded when an upstream server cannot be connected at start.
-pub const SERVER_FAILED_EVENT: &str = "mcp.server_failed";
+use crate::surfaces::control::connect_mcp;
+use crate::surfaces::mcp_http::{Access, MCP_HTTP_PATH, McpHttpError, McpHttpListener};
+use tokio::io::AsyncWriteExt as _;
 
 #[derive(Debug, Subcommand)]
 pub enum McpCommand {
@@ -35,7 +37,7 @@ pub enum McpCommand {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Serve streamable HTTP on this loopback address (e.g. 127.0.0.1:8767) instead of stdio
+    /// Serve streamable HTTP on this address (e.g. 127.0.0.1:8767) instead of stdio; non-loopback needs `daemon.allow_remote` and `daemon.token_env`
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
     /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
@@ -49,15 +51,33 @@ pub fn run(command: McpCommand) -> anyhow::Result<Exit> {
     }
 }
 
-fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
-    if let Some(addr) = args.http
-        && !addr.ip().is_loopback()
-    {
-        errln!(
-            "error: `{addr}` is not a loopback address; the gateway serves HTTP on 127.0.0.1 or ::1 only (remote access with a token is not supported yet)"
-        );
-        return Ok(Exit::Usage);
+/// Who may use the HTTP gateway, from the manifest and the environment.
+fn http_access(addr: SocketAddr, daemon: &model::Daemon) -> Result<Access, String> {
+    let token = daemon
+        .token_env
+        .as_ref()
+        .and_then(|var| std::env::var(var).ok())
+        .filter(|t| !t.is_empty());
+    if addr.ip().is_loopback() {
+        return Ok(token.map_or(Access::Loopback, Access::Token));
     }
+    if !daemon.allow_remote {
+        return Err(format!(
+            "`{addr}` is not a loopback address, and the manifest does not allow remote access; serving MCP beyond this machine needs `daemon.allow_remote = true` and `daemon.token_env` in the manifest, or listen on 127.0.0.1"
+        ));
+    }
+    match (&daemon.token_env, token) {
+        (_, Some(token)) => Ok(Access::Token(token)),
+        (None, None) => Err(format!(
+            "`{addr}` is not a loopback address and no token is configured; set `daemon.token_env` to the variable holding the bearer token clients must send"
+        )),
+        (Some(var), None) => Err(format!(
+            "`{addr}` is not a loopback address and `{var}` (named by `daemon.token_env`) is not set; export the bearer token in it before serving"
+        )),
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     let path = super::manifest_path(args.manifest)?;
     let paths = crate::runtime::RepoPaths::resolve(&path, &crate::runtime::state_dir_hint(&path))?;
     let loaded = model::load_path(&paths.manifest, &ProcessEnv)
@@ -72,6 +92,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         );
         return Ok(Exit::Failed);
     };
+    let access = match args.http.map(|addr| http_access(addr, &manifest.daemon)) {
+        Some(Err(refusal)) => {
+            errln!("error: {refusal}");
+            return Ok(Exit::Usage);
+        }
+        Some(Ok(access)) => Some(access),
+        None => None,
+    };
     // Logs go to stderr only: stdout belongs to the protocol.
     let filter = std::env::var("NPC_LOG").unwrap_or_else(|_| "warn".to_string());
     let _ = tracing_subscriber::fmt()
@@ -83,27 +111,39 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    if let Some((socket, pid)) = super::reconcile::daemon_socket(&paths) {
+        let result = rt.block_on(async move {
+            match (args.http, access) {
+                (Some(addr), Some(access)) => front_http(addr, access, socket).await,
+                _ => front_stdio(&socket, pid).await,
+            }
+        });
+        // A read of stdin may still be blocked in the runtime's pool.
+        rt.shutdown_background();
+        return match result {
+            Ok(exit) => Ok(exit),
+            Err(e) => {
+                errln!("error: {e:#}");
+                Ok(Exit::Failed)
+            }
+        };
+    }
     let result = rt.block_on(async move {
         // Contained like the daemon's: every upstream server's process
         // group dies with the gateway, even when it is killed.
         let (bus, supervisor, _supervisor_events) = super::standalone_recording(&paths, &manifest)?;
-        let pool = Arc::new(Pool::new(
-            &manifest,
-            paths.root.clone(),
-            paths.state_dir.clone(),
-            supervisor.clone(),
-        ));
+        let pool = Arc::new(
+            Pool::new(
+                &manifest,
+                paths.root.clone(),
+                paths.state_dir.clone(),
+                supervisor.clone(),
+            )
+            .with_events(bus.clone()),
+        );
+        // Each failure is also an `mcp.server_failed` event (the pool records it).
         for failure in pool.connect_all().await {
             errln!("warning: {failure}");
-            let _ = bus
-                .publish(
-                    NewEvent::new(
-                        SERVER_FAILED_EVENT,
-                        json!({ "server": failure.server(), "reason": failure.to_string() }),
-                    )
-                    .for_component(ComponentId::new(Kind::McpServer, failure.server()).to_string()),
-                )
-                .await;
         }
         let sweeper = {
             let pool = pool.clone();
@@ -116,9 +156,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
             })
         };
         let gateway = Gateway::new(Arc::new(CallPath::new(pool.clone(), Some(bus.clone()))));
-        let served = match args.http {
-            None => serve_stdio(gateway).await,
-            Some(addr) => serve_http(addr, gateway).await,
+        let served = match (args.http, access) {
+            (Some(addr), Some(access)) => serve_http(addr, access, gateway).await,
+            _ => serve_stdio(gateway).await,
         };
         sweeper.abort();
         pool.shutdown().await;
@@ -163,20 +203,83 @@ async fn serve_stdio(gateway: Gateway) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
-async fn serve_http(addr: SocketAddr, gateway: Gateway) -> anyhow::Result<Exit> {
-    let listener = match McpHttpListener::bind(addr).await {
+/// Bind the HTTP listener for `access`; `Err(exit)` when the address is refused.
+async fn bind_http(
+    addr: SocketAddr,
+    access: Access,
+) -> anyhow::Result<Result<McpHttpListener, Exit>> {
+    let listener = match McpHttpListener::bind_with(addr, access).await {
         Ok(l) => l,
         Err(e @ (McpHttpError::NotLoopback { .. } | McpHttpError::Bind { .. })) => {
             errln!("error: {e}");
-            return Ok(Exit::Usage);
+            return Ok(Err(Exit::Usage));
         }
         Err(e) => return Err(e.into()),
     };
     if let Some(bound) = listener.local_addr() {
         errln!("npc mcp serve: listening on http://{bound}{MCP_HTTP_PATH}");
     }
+    Ok(Ok(listener))
+}
+
+async fn serve_http(addr: SocketAddr, access: Access, gateway: Gateway) -> anyhow::Result<Exit> {
+    let listener = match bind_http(addr, access).await? {
+        Ok(l) => l,
+        Err(exit) => return Ok(exit),
+    };
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(listener.serve(gateway, shutdown.clone()));
+    terminated().await?;
+    shutdown.cancel();
+    server.await??;
+    Ok(Exit::Ok)
+}
+
+/// Front the daemon's pool on stdio: MCP frames are copied between this
+/// process's stdin/stdout and an upgraded control connection.
+async fn front_stdio(socket: &std::path::Path, pid: u32) -> anyhow::Result<Exit> {
+    let (mut from_daemon, mut to_daemon) = connect_mcp(socket).await.with_context(|| {
+        format!("the daemon (pid {pid}) holds the repository but did not accept an MCP session")
+    })?;
+    tracing::info!("fronting the daemon's pool (pid {pid})");
+    // When the client closes stdin, the daemon ends the session and then
+    // its side of the connection, which ends `down`.
+    let up = tokio::spawn(async move {
+        let mut stdin = tokio::io::stdin();
+        let _ = tokio::io::copy(&mut stdin, &mut to_daemon).await;
+        let _ = to_daemon.shutdown().await;
+    });
+    let down = async {
+        let mut stdout = tokio::io::stdout();
+        let _ = tokio::io::copy(&mut from_daemon, &mut stdout).await;
+        let _ = stdout.flush().await;
+    };
+    tokio::select! {
+        () = down => {}
+        signalled = terminated() => signalled?,
+    }
+    up.abort();
+    Ok(Exit::Ok)
+}
+
+/// Front the daemon's pool over HTTP: each HTTP session is relayed over its
+/// own upgraded control connection.
+async fn front_http(addr: SocketAddr, access: Access, socket: PathBuf) -> anyhow::Result<Exit> {
+    let listener = match bind_http(addr, access).await? {
+        Ok(l) => l,
+        Err(exit) => return Ok(exit),
+    };
+    let connect: relay::Connect = Arc::new(move || {
+        let socket = socket.clone();
+        Box::pin(async move {
+            let (read, write) = connect_mcp(&socket).await.map_err(|e| e.to_string())?;
+            Ok::<relay::Stream, String>((Box::new(read), Box::new(write)))
+        })
+    });
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(
+        listener.serve_with(move || relay::Relay::new(connect.clone()), shutdown.clone()),
+    );
     terminated().await?;
     shutdown.cancel();
     server.await??;

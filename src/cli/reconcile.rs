@@ -66,7 +66,7 @@ fn locate(manifest: Option<PathBuf>) -> anyhow::Result<RepoPaths> {
 }
 
 /// The daemon's control socket, if a daemon holds the repository.
-fn daemon_socket(paths: &RepoPaths) -> Option<(PathBuf, u32)> {
+pub(super) fn daemon_socket(paths: &RepoPaths) -> Option<(PathBuf, u32)> {
     let pid = runtime::lock::holder(&paths.runtime_dir())?;
     let socket = control::socket_path(&paths.runtime_dir());
     // Connect only to a socket that is one (a link could lead anywhere).
@@ -472,10 +472,16 @@ pub fn daemon(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
 pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
     let paths = locate(manifest)?;
     let rt = tokio()?;
+    let mut mcp_servers: Vec<serde_json::Value> = Vec::new();
+    let mut gateway = MCP_GATEWAY_STANDALONE;
     let (components, source): (Vec<runtime::ComponentStatus>, String) = match daemon_socket(&paths)
     {
         Some((socket, pid)) => {
             let answer = rt.block_on(Client::call(&socket, &Request::Status))?;
+            if let Some(servers) = answer["mcp"]["servers"].as_array() {
+                gateway = MCP_GATEWAY_DAEMON;
+                mcp_servers = servers.clone();
+            }
             (
                 serde_json::from_value(answer["components"].clone()).unwrap_or_default(),
                 format!("daemon pid {pid}"),
@@ -519,10 +525,11 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
                     row
                 })
                 .collect();
+            let mcp = serde_json::json!({ "gateway": gateway, "servers": mcp_servers });
             outln!(
                 "{}",
                 serde_json::to_string_pretty(
-                    &serde_json::json!({ "source": source, "components": rows })
+                    &serde_json::json!({ "source": source, "components": rows, "mcp": mcp })
                 )?
             )?;
         }
@@ -556,9 +563,61 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
                     c.since.as_deref().unwrap_or("-")
                 )?;
             }
+            print_mcp_status(gateway, &mcp_servers)?;
         }
     }
     Ok(Exit::Ok)
+}
+
+/// `npc status`'s gateway value when a daemon owns the pool.
+pub const MCP_GATEWAY_DAEMON: &str = "daemon";
+/// `npc status`'s gateway value without a daemon.
+pub const MCP_GATEWAY_STANDALONE: &str = "standalone";
+
+/// The MCP part of `npc status`: which pool `npc mcp serve` uses, and each
+/// server of the daemon's pool with its state, tools and last call.
+fn print_mcp_status(gateway: &str, servers: &[serde_json::Value]) -> anyhow::Result<()> {
+    outln!()?;
+    if gateway == MCP_GATEWAY_DAEMON {
+        outln!("MCP gateway: the daemon's pool (`npc mcp serve` fronts it)")?;
+    } else {
+        outln!("MCP gateway: standalone (`npc mcp serve` runs its own pool)")?;
+    }
+    if servers.is_empty() {
+        return Ok(());
+    }
+    let text = |v: &serde_json::Value, key: &str| v[key].as_str().unwrap_or("-").to_string();
+    let rows: Vec<[String; 4]> = servers
+        .iter()
+        .map(|s| {
+            let state = match s["state"].as_str() {
+                Some("failed") => format!("failed: {}", text(s, "reason")),
+                Some(state) => state.to_string(),
+                None => "-".to_string(),
+            };
+            let last = match s["last_call"].as_object() {
+                Some(c) => format!(
+                    "{} {}",
+                    c.get("at").and_then(|v| v.as_str()).unwrap_or("-"),
+                    c.get("tool").and_then(|v| v.as_str()).unwrap_or("-")
+                ),
+                None => "-".to_string(),
+            };
+            [text(s, "name"), state, s["tools"].to_string(), last]
+        })
+        .collect();
+    let width = rows.iter().map(|r| r[0].len()).max().unwrap_or(10).max(10);
+    let state_width = rows.iter().map(|r| r[1].len()).max().unwrap_or(5).max(5);
+    outln!(
+        "{:<width$}  {:<state_width$}  {:>5}  LAST CALL",
+        "MCP SERVER",
+        "STATE",
+        "TOOLS"
+    )?;
+    for [name, state, tools, last] in &rows {
+        outln!("{name:<width$}  {state:<state_width$}  {tools:>5}  {last}")?;
+    }
+    Ok(())
 }
 
 /// What is true of a component that no process stands for. The runtime

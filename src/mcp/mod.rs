@@ -12,11 +12,14 @@
 //! upstream tool under its namespaced name ([`namespaced`]).
 //!
 //! Stdio upstreams are started through the supervisor (the MCP session rides
-//! on the child's stdin/stdout; its stderr goes to the component's log).
+//! on the child's stdin/stdout; its stderr goes to the component's log). In
+//! the daemon the pool is owned by the MCP driver (`runtime::mcp`) and
+//! `npc mcp serve` is a thin front to it ([`relay`] for HTTP sessions).
 
 pub mod call;
 pub mod gateway;
 pub mod pool;
+pub mod relay;
 
 pub use call::{Before, CallPath, CallStage, Outcome, ToolCall};
 pub use gateway::Gateway;

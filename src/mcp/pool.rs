@@ -1,17 +1,28 @@
-//! The upstream client pool: one [`Upstream`] per enabled MCP server of the
-//! manifest, each with at most one live session. Sessions connect lazily
-//! (or all at once with [`Pool::connect_all`], at most
-//! [`MAX_CONCURRENT_CONNECTS`] at a time), each within its
-//! `startup_timeout_ms`. The tool list is cached per server and survives a
-//! closed session, so `tools/list` never waits on a server. A call that
-//! times out or loses its connection closes the session (and stops the
-//! server's process); the next call reconnects.
+//! The upstream client pool: one [`Upstream`] per enabled MCP server, each
+//! with at most one live session. Membership is dynamic ([`Pool::upsert`],
+//! [`Pool::remove`]): the daemon's MCP driver adds, edits and removes servers
+//! as the manifest changes, and every change tells the gateway's clients
+//! (`notifications/tools/list_changed`). Sessions connect in the background
+//! or lazily on a call (or all at once with [`Pool::connect_all`]), at most
+//! [`MAX_CONCURRENT_CONNECTS`] at a time, each within its
+//! `startup_timeout_ms`; a server that fails is an `mcp.server_failed` event
+//! and its own state, never the others'. The tool list is cached per server
+//! and survives a closed session, so `tools/list` never waits on a server.
+//!
+//! How a stdio server's process runs is the pool's [`Launch`]: `Owned` (the
+//! standalone `npc mcp serve`) starts one process per session and stops it
+//! with the session; `Supervised` (the daemon) leaves the process to the
+//! supervisor (restart policy, backoff, log) and rides the session on the
+//! current process's stdin/stdout, reconnecting after each restart
+//! ([`Pool::process_started`]). A call that times out or loses its
+//! connection closes the session (an owned process is stopped, a live
+//! supervised one restarted); the next call reconnects.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, JsonObject, PaginatedRequestParams, Tool,
@@ -20,10 +31,15 @@ use rmcp::service::{NotificationContext, RunningService};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::sync::{Semaphore, broadcast};
 
-use crate::model::{Manifest, McpServer, McpTransport, RestartPolicy};
+use crate::bus::EventBus;
+use crate::model::{CommandSpec, Manifest, McpServer, McpTransport, RestartPolicy};
 use crate::plan::{ComponentId, Kind};
 use crate::runtime::drivers::{DriverContext, child_spec};
-use crate::supervisor::{OutputWiring, Supervisor, SupervisorError};
+use crate::store::NewEvent;
+use crate::supervisor::{ChildSpec, ChildState, OutputWiring, Supervisor, SupervisorError};
+
+/// Event recorded when an upstream server cannot be connected.
+pub const SERVER_FAILED_EVENT: &str = "mcp.server_failed";
 
 /// Upstream sessions being established at once.
 pub const MAX_CONCURRENT_CONNECTS: usize = 8;
@@ -92,6 +108,10 @@ pub enum PoolError {
     StartupTimeout { server: String, limit_ms: u64 },
     #[error("MCP server `{server}` failed to connect: {reason}")]
     Handshake { server: String, reason: String },
+    #[error(
+        "MCP server `{server}`'s process is `{state}`; the supervisor restarts it per its `restart` policy (see `npc status` and its log)"
+    )]
+    NotRunning { server: String, state: String },
 }
 
 impl PoolError {
@@ -101,7 +121,8 @@ impl PoolError {
             Self::UnknownServer { server }
             | Self::Spawn { server, .. }
             | Self::StartupTimeout { server, .. }
-            | Self::Handshake { server, .. } => server,
+            | Self::Handshake { server, .. }
+            | Self::NotRunning { server, .. } => server,
         }
     }
 }
@@ -118,6 +139,67 @@ pub enum UpstreamState {
     Failed {
         reason: String,
     },
+}
+
+/// How a pool's stdio servers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launch {
+    /// The pool starts a stdio server for each session (never restarted by
+    /// the supervisor) and stops it with the session: `npc mcp serve`
+    /// without a daemon.
+    Owned,
+    /// The daemon's MCP driver runs each stdio server as a supervised
+    /// component with its `restart` policy; sessions ride on the current
+    /// process's pipes.
+    Supervised,
+}
+
+/// Who asked for a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    /// A tool call: a supervised process whose pipes an earlier session used
+    /// is restarted to get fresh ones.
+    Call,
+    /// A background connect (a new server, a restarted process): uses only
+    /// fresh pipes, so a server that fails its handshake is never restarted
+    /// in a loop.
+    Background,
+}
+
+/// The child spec of a stdio server's process: its command, stdout piped
+/// for the session, stderr to the component's log.
+pub fn stdio_spec(
+    cx: &DriverContext,
+    name: &str,
+    command: &CommandSpec,
+    restart: RestartPolicy,
+) -> ChildSpec {
+    let id = ComponentId::new(Kind::McpServer, name);
+    let mut spec = child_spec(cx, &id, command, restart);
+    spec.stdio.stdout = OutputWiring::Piped;
+    spec
+}
+
+/// The last tool call of a server (for status).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LastCall {
+    /// The upstream's own name of the tool.
+    pub tool: String,
+    /// RFC 3339.
+    pub at: String,
+}
+
+/// One server of the pool, as `npc status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ServerStatus {
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: &'static str,
+    #[serde(flatten)]
+    pub state: UpstreamState,
+    /// Tools the gateway lists for it.
+    pub tools: usize,
+    pub last_call: Option<LastCall>,
 }
 
 /// Keeps a session's cached tool list fresh: `notifications/tools/list_changed`
@@ -177,13 +259,19 @@ impl ClientHandler for Listener {
 struct Session {
     service: RunningService<RoleClient, Listener>,
     generation: u64,
+    /// The supervised process the session rides on, if any.
+    pid: Option<u32>,
 }
 
 /// One upstream server: its config, cached tools and (at most one) session.
 struct Upstream {
     name: String,
-    config: McpServer,
+    /// Replaced in place by an edit that keeps the transport.
+    config: RwLock<Arc<McpServer>>,
     cx: DriverContext,
+    launch: Launch,
+    bus: Option<EventBus>,
+    last_call: Mutex<Option<(SystemTime, String)>>,
     tools: Arc<RwLock<Vec<Tool>>>,
     session: tokio::sync::Mutex<Option<Session>>,
     state: Mutex<UpstreamState>,
@@ -237,38 +325,133 @@ impl Upstream {
         *lock(&self.state) = state;
     }
 
+    fn config(&self) -> Arc<McpServer> {
+        read(&self.config).clone()
+    }
+
+    /// Whether a session is up.
+    async fn is_connected(&self) -> bool {
+        let slot = self.session.lock().await;
+        slot.as_ref().is_some_and(|s| !s.service.is_closed())
+    }
+
     /// The live session's peer, connecting first when there is none.
-    async fn peer(&self, connects: &Semaphore) -> Result<(Peer<RoleClient>, u64), PoolError> {
+    /// `Ok(None)`: a background connect found nothing to connect to.
+    async fn peer(
+        &self,
+        connects: &Semaphore,
+        trigger: Trigger,
+    ) -> Result<Option<(Peer<RoleClient>, u64)>, PoolError> {
         let mut slot = self.session.lock().await;
         if let Some(s) = slot.as_ref()
             && !s.service.is_closed()
         {
-            return Ok((s.service.peer().clone(), s.generation));
+            return Ok(Some((s.service.peer().clone(), s.generation)));
         }
         if let Some(old) = slot.take() {
-            drop(old);
-            self.stop_process().await;
+            self.stop_process(old.pid).await;
         }
         let _permit = connects.acquire().await;
+        let rides_on_pipes = self.launch == Launch::Supervised
+            && matches!(self.config().transport, McpTransport::Stdio(_));
+        let pipes = match self.process_pipes(trigger).await {
+            Ok(Some(pipes)) => Some(pipes),
+            Ok(None) if rides_on_pipes && trigger == Trigger::Background => return Ok(None),
+            Ok(None) if rides_on_pipes => {
+                // Never start a second, unsupervised copy of the server.
+                let e = PoolError::NotRunning {
+                    server: self.name.clone(),
+                    state: "restarting".into(),
+                };
+                self.failed(&e).await;
+                return Err(e);
+            }
+            Ok(None) => None,
+            Err(e) => {
+                self.failed(&e).await;
+                return Err(e);
+            }
+        };
         self.set_state(UpstreamState::Connecting);
-        match self.connect().await {
+        let pid = pipes.as_ref().map(|p| p.pid);
+        match self.connect(pipes).await {
             Ok(service) => {
                 let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
                 let peer = service.peer().clone();
                 *slot = Some(Session {
                     service,
                     generation,
+                    pid,
                 });
                 self.set_state(UpstreamState::Connected);
-                Ok((peer, generation))
+                Ok(Some((peer, generation)))
             }
             Err(e) => {
-                self.stop_process().await;
-                self.set_state(UpstreamState::Failed {
-                    reason: e.to_string(),
-                });
+                if self.launch == Launch::Owned {
+                    self.stop_process(None).await;
+                }
+                self.failed(&e).await;
                 Err(e)
             }
+        }
+    }
+
+    /// Record a failed connect: the state, and an `mcp.server_failed` event.
+    async fn failed(&self, e: &PoolError) {
+        self.set_state(UpstreamState::Failed {
+            reason: e.to_string(),
+        });
+        if let Some(bus) = &self.bus {
+            let event = NewEvent::new(
+                SERVER_FAILED_EVENT,
+                serde_json::json!({ "server": self.name, "reason": e.to_string() }),
+            )
+            .for_component(self.component().to_string());
+            if let Err(e) = bus.publish(event).await {
+                tracing::warn!(error = %e, "mcp: recording a failed server failed");
+            }
+        }
+    }
+
+    /// The pipes of the supervised process to ride a session on (`None`
+    /// for an owned launch or an HTTP server, which connect themselves, and
+    /// for a background connect that finds no fresh pipes).
+    async fn process_pipes(
+        &self,
+        trigger: Trigger,
+    ) -> Result<Option<crate::supervisor::ChildPipes>, PoolError> {
+        let config = self.config();
+        let McpTransport::Stdio(command) = &config.transport else {
+            return Ok(None);
+        };
+        if self.launch == Launch::Owned {
+            return Ok(None);
+        }
+        let key = self.component().to_string();
+        if let Some(pipes) = self.cx.supervisor.take_pipes(&key) {
+            return Ok(Some(pipes));
+        }
+        if trigger == Trigger::Background {
+            return Ok(None);
+        }
+        match self.cx.supervisor.status(&key) {
+            // Alive, but an earlier session used its pipes: a fresh process.
+            Some(s) if matches!(s.state, ChildState::Running | ChildState::Starting) => {
+                let spec = stdio_spec(&self.cx, &self.name, command, config.restart);
+                self.cx
+                    .supervisor
+                    .restart(&key, spec)
+                    .await
+                    .map_err(|e| PoolError::Spawn {
+                        server: self.name.clone(),
+                        reason: e.to_string(),
+                    })?;
+                Ok(self.cx.supervisor.take_pipes(&key))
+            }
+            status => Err(PoolError::NotRunning {
+                server: self.name.clone(),
+                state: status.map_or("not started".to_string(), |s| s.state.as_str().to_string()),
+            }),
         }
     }
 
@@ -276,15 +459,28 @@ impl Upstream {
         ComponentId::new(Kind::McpServer, &self.name)
     }
 
-    async fn connect(&self) -> Result<RunningService<RoleClient, Listener>, PoolError> {
+    async fn connect(
+        &self,
+        pipes: Option<crate::supervisor::ChildPipes>,
+    ) -> Result<RunningService<RoleClient, Listener>, PoolError> {
         let server = self.name.clone();
-        match &self.config.transport {
+        let config = self.config();
+        match &config.transport {
+            McpTransport::Stdio(_) if pipes.is_some() => {
+                let (Some(stdout), Some(stdin)) =
+                    pipes.map_or((None, None), |p| (p.stdout, p.stdin))
+                else {
+                    return Err(PoolError::Spawn {
+                        server,
+                        reason: "its standard streams were not piped".into(),
+                    });
+                };
+                self.handshake((stdout, stdin)).await
+            }
             McpTransport::Stdio(command) => {
-                let id = self.component();
                 // The pool reconnects lazily, so the supervisor never restarts it.
-                let mut spec = child_spec(&self.cx, &id, command, RestartPolicy::Never);
-                spec.stdio.stdout = OutputWiring::Piped;
-                let key = id.to_string();
+                let spec = stdio_spec(&self.cx, &self.name, command, RestartPolicy::Never);
+                let key = self.component().to_string();
                 let _ = self.cx.supervisor.remove(&key).await;
                 let spawn = |e: SupervisorError| PoolError::Spawn {
                     server: server.clone(),
@@ -348,7 +544,7 @@ impl Upstream {
             changed: self.changed.clone(),
             refresh: Arc::default(),
         };
-        let limit_ms = self.config.startup_timeout_ms;
+        let limit_ms = self.config().startup_timeout_ms;
         let handshake = async {
             let service = listener.serve(transport).await.map_err(|e| e.to_string())?;
             let tools = fetch_tools(service.peer(), &server)
@@ -367,26 +563,61 @@ impl Upstream {
         }
     }
 
-    async fn stop_process(&self) {
-        if matches!(self.config.transport, McpTransport::Stdio(_)) {
-            let _ = self
-                .cx
-                .supervisor
-                .remove(&self.component().to_string())
-                .await;
+    /// After a session ended: an owned process is stopped; a supervised
+    /// one that still runs as `session_pid` is restarted (its pipes belong to
+    /// the dead session), which reconnects through [`Pool::process_started`].
+    async fn stop_process(&self, session_pid: Option<u32>) {
+        let config = self.config();
+        let McpTransport::Stdio(command) = &config.transport else {
+            return;
+        };
+        let key = self.component().to_string();
+        match self.launch {
+            Launch::Owned => {
+                let _ = self.cx.supervisor.remove(&key).await;
+            }
+            Launch::Supervised => {
+                let Some(pid) = session_pid else { return };
+                let alive = self.cx.supervisor.status(&key).is_some_and(|s| {
+                    s.pid == Some(pid)
+                        && matches!(s.state, ChildState::Running | ChildState::Starting)
+                });
+                if alive {
+                    let spec = stdio_spec(&self.cx, &self.name, command, config.restart);
+                    if let Err(e) = self.cx.supervisor.restart(&key, spec).await {
+                        tracing::warn!(server = %self.name, error = %e, "mcp: restarting a server failed");
+                    }
+                }
+            }
         }
     }
 
-    /// Close the session of `generation` (if still current) and stop its process.
+    /// Close the session of `generation` (if still current) and stop (or,
+    /// supervised, restart) its process.
     async fn close(&self, generation: Option<u64>) {
         let mut slot = self.session.lock().await;
         if generation.is_none_or(|g| slot.as_ref().is_some_and(|s| s.generation == g)) {
+            let mut pid = None;
             if let Some(s) = slot.take() {
+                pid = s.pid;
                 let _ = s.service.cancel().await;
             }
-            self.stop_process().await;
+            self.stop_process(pid).await;
             self.set_state(UpstreamState::Disconnected);
         }
+    }
+
+    /// Close the session for good (the server left the pool): an owned
+    /// process is stopped; a supervised one is the driver's to stop.
+    async fn detach(&self) {
+        let mut slot = self.session.lock().await;
+        if let Some(s) = slot.take() {
+            let _ = s.service.cancel().await;
+        }
+        if self.launch == Launch::Owned {
+            self.stop_process(None).await;
+        }
+        self.set_state(UpstreamState::Disconnected);
     }
 
     async fn call(
@@ -399,6 +630,7 @@ impl Upstream {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         let result = self.call_inner(tool, arguments, connects).await;
         *lock(&self.last_used) = Instant::now();
+        *lock(&self.last_call) = Some((SystemTime::now(), tool.to_string()));
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         result
     }
@@ -409,10 +641,19 @@ impl Upstream {
         arguments: Option<JsonObject>,
         connects: &Semaphore,
     ) -> Result<CallToolResult, CallError> {
-        let (peer, generation) = self.peer(connects).await.map_err(CallError::Unavailable)?;
+        let (peer, generation) = self
+            .peer(connects, Trigger::Call)
+            .await
+            .map_err(CallError::Unavailable)?
+            .ok_or_else(|| {
+                CallError::Unavailable(PoolError::NotRunning {
+                    server: self.name.clone(),
+                    state: "not started".into(),
+                })
+            })?;
         let mut params = CallToolRequestParams::new(tool.to_string());
         params.arguments = arguments;
-        let limit_ms = self.config.tool_timeout_ms;
+        let limit_ms = self.config().tool_timeout_ms;
         match tokio::time::timeout(Duration::from_millis(limit_ms), peer.call_tool(params)).await {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(rmcp::ServiceError::McpError(e))) => {
@@ -441,9 +682,15 @@ impl Upstream {
         }
     }
 
-    /// Close the session if it has been unused for the server's idle timeout.
+    /// Close the session if it has been unused for the server's idle
+    /// timeout. A supervised stdio server's session lives as long as its
+    /// process (closing it would end the process the supervisor keeps).
     async fn sweep(&self, now: Instant) {
-        let idle = Duration::from_secs(self.config.idle_timeout_s);
+        let config = self.config();
+        if self.launch == Launch::Supervised && matches!(config.transport, McpTransport::Stdio(_)) {
+            return;
+        }
+        let idle = Duration::from_secs(config.idle_timeout_s);
         if idle.is_zero() || self.in_flight.load(Ordering::SeqCst) > 0 {
             return;
         }
@@ -464,7 +711,10 @@ impl Upstream {
 /// The upstream servers of one manifest.
 #[derive(Debug)]
 pub struct Pool {
-    upstreams: BTreeMap<String, Arc<Upstream>>,
+    members: RwLock<Arc<BTreeMap<String, Arc<Upstream>>>>,
+    cx: DriverContext,
+    launch: Launch,
+    bus: Option<EventBus>,
     connects: Arc<Semaphore>,
     changed: broadcast::Sender<()>,
 }
@@ -480,8 +730,9 @@ pub struct ListedTool {
 }
 
 impl Pool {
-    /// A pool for the manifest's enabled MCP servers; nothing connects yet.
-    /// Stdio servers run through `supervisor`, in `repo`, logging to
+    /// A pool for the manifest's enabled MCP servers, each stdio server
+    /// started per session (`Launch::Owned`); nothing connects yet. Stdio
+    /// servers run through `supervisor`, in `repo`, logging to
     /// `state_dir/logs`.
     pub fn new(
         manifest: &Manifest,
@@ -489,37 +740,149 @@ impl Pool {
         state_dir: PathBuf,
         supervisor: Supervisor,
     ) -> Self {
-        let (changed, _) = broadcast::channel(CHANGE_QUEUE_DEPTH);
         let cx = DriverContext {
             repo,
             state_dir,
             supervisor,
         };
-        let upstreams = manifest
+        let pool = Self::empty(cx, Launch::Owned, None);
+        let members = manifest
             .mcp_servers
             .iter()
             .filter(|(_, s)| s.enabled)
-            .map(|(name, config)| {
-                let upstream = Upstream {
-                    name: name.clone(),
-                    config: config.clone(),
-                    cx: cx.clone(),
-                    tools: Arc::default(),
-                    session: tokio::sync::Mutex::new(None),
-                    state: Mutex::new(UpstreamState::Disconnected),
-                    generation: AtomicU64::new(0),
-                    in_flight: AtomicUsize::new(0),
-                    last_used: Mutex::new(Instant::now()),
-                    calls: Semaphore::new(MAX_CONCURRENT_CALLS_PER_SERVER),
-                    changed: changed.clone(),
-                };
-                (name.clone(), Arc::new(upstream))
-            })
+            .map(|(name, config)| (name.clone(), pool.upstream(name, config)))
             .collect();
+        *write(&pool.members) = Arc::new(members);
+        pool
+    }
+
+    /// An empty pool whose members come and go ([`Pool::upsert`],
+    /// [`Pool::remove`]); failures are recorded on `bus` when given.
+    pub fn empty(cx: DriverContext, launch: Launch, bus: Option<EventBus>) -> Self {
+        let (changed, _) = broadcast::channel(CHANGE_QUEUE_DEPTH);
         Self {
-            upstreams,
+            members: RwLock::new(Arc::default()),
+            cx,
+            launch,
+            bus,
             connects: Arc::new(Semaphore::new(MAX_CONCURRENT_CONNECTS)),
             changed,
+        }
+    }
+
+    /// Record connection failures on `bus` (`mcp.server_failed`).
+    pub fn with_events(mut self, bus: EventBus) -> Self {
+        self.bus = Some(bus.clone());
+        let members = read(&self.members).clone();
+        let rebuilt = members
+            .iter()
+            .map(|(name, u)| (name.clone(), self.upstream(name, &u.config())))
+            .collect();
+        *write(&self.members) = Arc::new(rebuilt);
+        self
+    }
+
+    /// How this pool runs stdio servers.
+    pub fn launch(&self) -> Launch {
+        self.launch
+    }
+
+    fn upstream(&self, name: &str, config: &McpServer) -> Arc<Upstream> {
+        Arc::new(Upstream {
+            name: name.to_string(),
+            config: RwLock::new(Arc::new(config.clone())),
+            cx: self.cx.clone(),
+            launch: self.launch,
+            bus: self.bus.clone(),
+            last_call: Mutex::new(None),
+            tools: Arc::default(),
+            session: tokio::sync::Mutex::new(None),
+            state: Mutex::new(UpstreamState::Disconnected),
+            generation: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+            last_used: Mutex::new(Instant::now()),
+            calls: Semaphore::new(MAX_CONCURRENT_CALLS_PER_SERVER),
+            changed: self.changed.clone(),
+        })
+    }
+
+    /// The current members (a snapshot: membership changes replace the map).
+    fn members(&self) -> Arc<BTreeMap<String, Arc<Upstream>>> {
+        read(&self.members).clone()
+    }
+
+    fn member(&self, name: &str) -> Option<Arc<Upstream>> {
+        self.members().get(name).cloned()
+    }
+
+    /// Add server `name`, or apply an edit of it. An edit that keeps its
+    /// transport and restart policy (filters, timeouts) applies in place and
+    /// keeps the session; any other replaces the member, closing its
+    /// session. A new member connects in the background. Only `name` is
+    /// touched; the gateway's clients are told the tool list changed.
+    pub fn upsert(self: &Arc<Self>, name: &str, config: &McpServer) {
+        let existing = self.member(name);
+        if let Some(u) = &existing {
+            let old = u.config();
+            if old.transport == config.transport && old.restart == config.restart {
+                *write(&u.config) = Arc::new(config.clone());
+                let _ = self.changed.send(());
+                return;
+            }
+        }
+        let upstream = self.upstream(name, config);
+        {
+            let mut members = write(&self.members);
+            let mut next = (**members).clone();
+            next.insert(name.to_string(), upstream.clone());
+            *members = Arc::new(next);
+        }
+        let _ = self.changed.send(());
+        let pool = self.clone();
+        tokio::spawn(async move {
+            if let Some(old) = existing {
+                old.detach().await;
+            }
+            pool.connect_member(&upstream).await;
+        });
+    }
+
+    /// Take server `name` out of the pool and close its session. Returns
+    /// whether it was a member.
+    pub async fn remove(&self, name: &str) -> bool {
+        let removed = {
+            let mut members = write(&self.members);
+            let mut next = (**members).clone();
+            let removed = next.remove(name);
+            *members = Arc::new(next);
+            removed
+        };
+        let Some(upstream) = removed else {
+            return false;
+        };
+        upstream.detach().await;
+        let _ = self.changed.send(());
+        true
+    }
+
+    /// The supervisor (re)started server `name`'s process: connect a
+    /// session on its fresh pipes in the background.
+    pub fn process_started(self: &Arc<Self>, name: &str) {
+        let Some(upstream) = self.member(name) else {
+            return;
+        };
+        let pool = self.clone();
+        tokio::spawn(async move { pool.connect_member(&upstream).await });
+    }
+
+    async fn connect_member(&self, upstream: &Arc<Upstream>) {
+        if upstream.is_connected().await {
+            return;
+        }
+        let result = upstream.peer(&self.connects, Trigger::Background).await;
+        *lock(&upstream.last_used) = Instant::now();
+        if let Err(e) = result {
+            tracing::warn!(server = %upstream.name, error = %e, "mcp: a server failed to connect");
         }
     }
 
@@ -527,10 +890,10 @@ impl Pool {
     /// returns the ones that failed. A failure affects only its server.
     pub async fn connect_all(&self) -> Vec<PoolError> {
         let mut attempts = tokio::task::JoinSet::new();
-        for upstream in self.upstreams.values() {
+        for upstream in self.members().values() {
             let (upstream, connects) = (upstream.clone(), self.connects.clone());
             attempts.spawn(async move {
-                let result = upstream.peer(&connects).await;
+                let result = upstream.peer(&connects, Trigger::Call).await;
                 *lock(&upstream.last_used) = Instant::now();
                 result.err()
             });
@@ -539,15 +902,36 @@ impl Pool {
     }
 
     /// Names of the pool's servers.
-    pub fn servers(&self) -> impl Iterator<Item = &str> {
-        self.upstreams.keys().map(String::as_str)
+    pub fn servers(&self) -> Vec<String> {
+        self.members().keys().cloned().collect()
     }
 
     /// Each server's state.
     pub fn states(&self) -> BTreeMap<String, UpstreamState> {
-        self.upstreams
+        self.members()
             .iter()
             .map(|(n, u)| (n.clone(), lock(&u.state).clone()))
+            .collect()
+    }
+
+    /// Each server's state, listed tools and last call, in name order.
+    pub fn status(&self) -> Vec<ServerStatus> {
+        let tools = self.tools();
+        self.members()
+            .iter()
+            .map(|(name, u)| ServerStatus {
+                name: name.clone(),
+                transport: match u.config().transport {
+                    McpTransport::Stdio(_) => "stdio",
+                    McpTransport::Http { .. } => "http",
+                },
+                state: lock(&u.state).clone(),
+                tools: tools.iter().filter(|t| &t.server == name).count(),
+                last_call: lock(&u.last_call).as_ref().map(|(at, tool)| LastCall {
+                    tool: tool.clone(),
+                    at: chrono::DateTime::<chrono::Utc>::from(*at).to_rfc3339(),
+                }),
+            })
             .collect()
     }
 
@@ -557,9 +941,10 @@ impl Pool {
     pub fn tools(&self) -> Vec<ListedTool> {
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::new();
-        for (server, upstream) in &self.upstreams {
+        for (server, upstream) in self.members().iter() {
+            let config = upstream.config();
             for tool in read(&upstream.tools).iter() {
-                if !super::exposes(&upstream.config, &tool.name) {
+                if !super::exposes(&config, &tool.name) {
                     continue;
                 }
                 let Some(name) = super::namespaced(server, &tool.name) else {
@@ -585,12 +970,12 @@ impl Pool {
     /// The (server, tool) a namespaced name stands for, if listed (the
     /// first match in [`Pool::tools`] order, without building the list).
     pub fn resolve(&self, name: &str) -> Option<(String, String)> {
-        self.upstreams.iter().find_map(|(server, upstream)| {
+        self.members().iter().find_map(|(server, upstream)| {
             let tool = name
                 .strip_prefix(server.as_str())?
                 .strip_prefix(super::NAMESPACE_SEPARATOR)?;
             let listed = read(&upstream.tools).iter().any(|t| t.name == tool)
-                && super::exposes(&upstream.config, tool)
+                && super::exposes(&upstream.config(), tool)
                 && super::namespaced(server, tool).is_some();
             listed.then(|| (server.clone(), tool.to_string()))
         })
@@ -603,7 +988,7 @@ impl Pool {
         tool: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResult, CallError> {
-        let upstream = self.upstreams.get(server).ok_or_else(|| {
+        let upstream = self.member(server).ok_or_else(|| {
             CallError::Unavailable(PoolError::UnknownServer {
                 server: server.to_string(),
             })
@@ -619,15 +1004,15 @@ impl Pool {
     /// Close sessions idle for longer than their server's `idle_timeout`.
     pub async fn sweep_idle(&self) {
         let now = Instant::now();
-        for upstream in self.upstreams.values() {
+        for upstream in self.members().values() {
             upstream.sweep(now).await;
         }
     }
 
     /// Close every session and stop every server process.
     pub async fn shutdown(&self) {
-        for upstream in self.upstreams.values() {
-            upstream.close(None).await;
+        for upstream in self.members().values() {
+            upstream.detach().await;
         }
     }
 }

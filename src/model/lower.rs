@@ -221,14 +221,19 @@ impl Lower<'_> {
         }
         let project = self.project(raw.project.and_then(|e| e.0));
         let daemon = self.daemon(raw.daemon.and_then(|e| e.0));
-        let servers = raw
-            .mcp
-            .and_then(|e| e.0)
-            .map(|m| m.servers)
-            .unwrap_or_default();
+        let (mcp, servers) = match raw.mcp.and_then(|e| e.0) {
+            Some(m) => (
+                McpSettings {
+                    gateway: m.gateway.unwrap_or(false),
+                },
+                m.servers,
+            ),
+            None => (McpSettings::default(), Default::default()),
+        };
         let mut m = Manifest {
             project,
             daemon,
+            mcp,
             mcp_servers: BTreeMap::new(),
             providers: BTreeMap::new(),
             profiles: BTreeMap::new(),

@@ -103,6 +103,10 @@ pub struct RawDaemon {
 #[serde(deny_unknown_fields)]
 #[schemars(rename = "Mcp")]
 pub struct RawMcp {
+    /// Gateway mode: `npc apply` writes ONE server entry (`npc mcp serve`
+    /// for this repository) into each agent CLI's config instead of one
+    /// entry per server, so every tool call passes npc's gateway. Default `false`.
+    pub gateway: Option<bool>,
     /// MCP servers, keyed by name.
     #[serde(default)]
     #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]

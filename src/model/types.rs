@@ -40,6 +40,7 @@ pub const MAX_DEBOUNCE_MS: u64 = 60_000;
 pub struct Manifest {
     pub project: Project,
     pub daemon: Daemon,
+    pub mcp: McpSettings,
     pub mcp_servers: BTreeMap<String, McpServer>,
     pub providers: BTreeMap<String, Provider>,
     pub profiles: BTreeMap<String, Profile>,
@@ -124,6 +125,13 @@ pub struct CommandSpec {
     pub env: BTreeMap<String, Text>,
     /// Relative to the manifest's directory; resolved when run.
     pub cwd: Option<Text>,
+}
+
+/// `[mcp]` settings other than the servers.
+#[derive(Debug, Clone, Default, PartialEq, Hash, Eq, Serialize)]
+pub struct McpSettings {
+    /// The agent files get one entry, `npc mcp serve`, instead of one per server.
+    pub gateway: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Hash, Serialize)]

@@ -96,6 +96,7 @@ pub async fn run(
     // Answer only once the watcher is up: a client that saw the first
     // apply can edit the manifest and be sure the edit is seen.
     let (stop_tx, stop_rx) = watch::channel(false);
+    let bound = bound.with_mcp(mcp_upgrade(runtime.mcp().gateway()));
     let server = tokio::spawn(bound.serve(handler(runtime.clone()), stop_rx.clone()));
     ready(&paths, &outcome);
 
@@ -185,6 +186,23 @@ impl Retry {
     }
 }
 
+/// Serve the daemon's gateway on an upgraded control connection: every
+/// `npc mcp serve` in front of this daemon is one such session.
+fn mcp_upgrade(gateway: crate::mcp::Gateway) -> control::Upgrade {
+    Arc::new(move |read, write| {
+        let gateway = gateway.clone();
+        Box::pin(async move {
+            use rmcp::ServiceExt as _;
+            match gateway.serve((read, write)).await {
+                Ok(session) => {
+                    let _ = session.waiting().await;
+                }
+                Err(e) => tracing::debug!("an MCP client left before initializing: {e}"),
+            }
+        })
+    })
+}
+
 /// Answer control requests from the runtime.
 fn handler(runtime: Arc<Runtime>) -> Handler {
     Arc::new(move |request, tx| {
@@ -192,7 +210,8 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
         Box::pin(async move {
             match request {
                 Request::Status => {
-                    let _ = tx.send(serde_json::json!({ "pid": std::process::id(), "components": runtime.status().await })).await;
+                    let mcp = serde_json::json!({ "gateway": "daemon", "servers": runtime.mcp().pool().status() });
+                    let _ = tx.send(serde_json::json!({ "pid": std::process::id(), "components": runtime.status().await, "mcp": mcp })).await;
                 }
                 Request::State => {
                     let _ = tx
@@ -206,6 +225,12 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
                     let (outcome, _) = runtime.reload("npc apply").await;
                     let _ = tx
                         .send(serde_json::to_value(&outcome).unwrap_or_default())
+                        .await;
+                }
+                Request::Mcp => {
+                    // Served by `mcp_upgrade` before a handler runs.
+                    let _ = tx
+                        .send(serde_json::json!({ "error": "this connection cannot be upgraded to MCP" }))
                         .await;
                 }
                 Request::Events { since, follow } => {

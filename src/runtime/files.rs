@@ -2,6 +2,9 @@
 //! configuration (see `native`) and every rendered profile (see `render`).
 //! `npc plan` shows their diffs, `npc apply` and every daemon reload write
 //! them atomically, and the store remembers which native entries npc manages.
+//! In gateway mode (`[mcp] gateway = true`) each native file gets ONE entry,
+//! [`GATEWAY_ENTRY`], running `npc mcp serve` for the repository, instead of
+//! one entry per server ([`exported`]).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -9,7 +12,10 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::RepoPaths;
-use crate::model::{Manifest, ProviderKind};
+use crate::model::{
+    CommandSpec, DEFAULT_MCP_IDLE_TIMEOUT_S, DEFAULT_STARTUP_TIMEOUT_MS, Manifest, McpServer,
+    McpTransport, ProviderKind, RestartPolicy, Text,
+};
 use crate::native::{self, FileChange, PlanOptions, Scope, Target};
 use crate::render::{self, RenderContext};
 use crate::repofs::{Links, WriteOptions};
@@ -103,6 +109,55 @@ fn declared_kinds(manifest: &Manifest) -> BTreeSet<ProviderKind> {
     manifest.providers.values().map(|p| p.kind).collect()
 }
 
+/// Name of the one agent-file entry gateway mode writes.
+pub const GATEWAY_ENTRY: &str = "npc";
+/// The manifest file name `npc mcp serve` finds without `--manifest`.
+const DEFAULT_MANIFEST_NAME: &str = "npcagent.toml";
+
+/// The manifest as the agent files see it: itself, or in gateway mode one
+/// server, [`GATEWAY_ENTRY`]: `npc mcp serve` (run by the agent CLI in the
+/// repository, with `--manifest` when the manifest has another name), whose
+/// tool timeout is the longest of the servers it fronts.
+pub fn exported(manifest: &Manifest, paths: &RepoPaths) -> Manifest {
+    if !manifest.mcp.gateway {
+        return manifest.clone();
+    }
+    let mut args = vec![Text::plain("mcp"), Text::plain("serve")];
+    if let Some(name) = paths.manifest.file_name().and_then(|n| n.to_str())
+        && name != DEFAULT_MANIFEST_NAME
+    {
+        args.extend([Text::plain("--manifest"), Text::plain(name)]);
+    }
+    let enabled = manifest.mcp_servers.values().filter(|s| s.enabled);
+    let gateway = McpServer {
+        transport: McpTransport::Stdio(CommandSpec {
+            command: "npc".to_string(),
+            args,
+            env: Default::default(),
+            cwd: None,
+        }),
+        enabled: true,
+        // The gateway connects its servers before it answers.
+        startup_timeout_ms: enabled
+            .clone()
+            .map(|s| s.startup_timeout_ms)
+            .max()
+            .unwrap_or(DEFAULT_STARTUP_TIMEOUT_MS)
+            .max(DEFAULT_STARTUP_TIMEOUT_MS),
+        tool_timeout_ms: enabled
+            .map(|s| s.tool_timeout_ms)
+            .max()
+            .unwrap_or(crate::model::DEFAULT_TOOL_TIMEOUT_MS),
+        idle_timeout_s: DEFAULT_MCP_IDLE_TIMEOUT_S,
+        enabled_tools: None,
+        disabled_tools: Vec::new(),
+        restart: RestartPolicy::Never,
+    };
+    let mut out = manifest.clone();
+    out.mcp_servers = [(GATEWAY_ENTRY.to_string(), gateway)].into();
+    out
+}
+
 /// Plan every file. `store` (read-only is fine) supplies the managed sets;
 /// `scope` picks the project files (the default) or the user-level ones.
 pub fn plan_files(
@@ -124,6 +179,7 @@ pub fn plan_files_with(
     opts: PlanOptions,
 ) -> Vec<FilePlan> {
     let mut out = Vec::new();
+    let exported = exported(manifest, paths);
     for kind in declared_kinds(manifest) {
         let target = Target {
             kind,
@@ -135,7 +191,7 @@ pub fn plan_files_with(
             .and_then(|s| s.managed_entries(&key).ok())
             .unwrap_or_default();
         let what = format!("{} MCP servers", kind.as_str());
-        match native::plan_file(&paths.root, &target, manifest, &managed, opts) {
+        match native::plan_file(&paths.root, &target, &exported, &managed, opts) {
             Ok(change) => out.push(FilePlan {
                 native: true,
                 root: native::target_root(&paths.root, &target).to_path_buf(),

@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod drivers;
 pub mod files;
 pub mod lock;
+pub mod mcp;
 pub mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -26,7 +27,7 @@ use crate::model::{self, Manifest, ProcessEnv};
 use crate::plan::{self, Action, ComponentId, Config, Desired, ExternalInputs, ObservedState};
 use crate::store::{ComponentRecord, NewEvent, Store, StoreError, now_ms};
 use crate::supervisor::{BackoffPolicy, Supervisor, SupervisorEvent};
-use drivers::{DriverContext, DriverError, driver_for};
+use drivers::{Driver, DriverContext, DriverError, driver_for};
 use lock::{LockError, RepoLock};
 
 /// Name of the SQLite database inside the state directory.
@@ -527,6 +528,8 @@ pub struct Runtime {
     store: Arc<Store>,
     bus: EventBus,
     cx: DriverContext,
+    /// The MCP servers' driver and the daemon's upstream pool.
+    mcp: mcp::McpDriver,
     applied: tokio::sync::Mutex<Applied>,
     shut_down: std::sync::atomic::AtomicBool,
     written: Arc<watch::Written>,
@@ -561,11 +564,13 @@ impl Runtime {
             state_dir: paths.state_dir.clone(),
             supervisor,
         };
+        let mcp = mcp::McpDriver::new(cx.clone(), bus.clone());
         let runtime = Arc::new(Runtime {
             paths: paths.clone(),
             store,
             bus,
             cx,
+            mcp,
             applied: tokio::sync::Mutex::new(Applied::default()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             written: Arc::default(),
@@ -590,6 +595,19 @@ impl Runtime {
 
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// The MCP driver, which owns the daemon's upstream pool and gateway.
+    pub fn mcp(&self) -> &mcp::McpDriver {
+        &self.mcp
+    }
+
+    /// The driver of `kind`: the runtime's own MCP driver, or a stateless one.
+    fn driver(&self, kind: plan::Kind) -> &dyn Driver {
+        match kind {
+            plan::Kind::McpServer => &self.mcp,
+            other => driver_for(other),
+        }
     }
 
     /// Publish an event; failures are logged, never fatal to the caller.
@@ -867,7 +885,7 @@ impl Runtime {
             .filter(|c| matches!(c.action, Action::Remove | Action::Replace))
         {
             let id = &change.id;
-            if let Err(e) = driver_for(id.kind).stop(&self.cx, id).await {
+            if let Err(e) = self.driver(id.kind).stop(&self.cx, id).await {
                 tracing::warn!("stopping `{id}` failed: {e}");
             }
             applied.pids.remove(id);
@@ -897,7 +915,7 @@ impl Runtime {
             let id = &change.id;
             let Some(new) = desired.get(id) else { continue };
             let old = applied.configs.get(id).cloned();
-            let driver = driver_for(id.kind);
+            let driver = self.driver(id.kind);
             let attempt = match change.action {
                 Action::Update => match &old {
                     Some(old) => driver
@@ -963,7 +981,7 @@ impl Runtime {
         old: Option<Config>,
         error: &DriverError,
     ) -> ComponentResult {
-        let driver = driver_for(id.kind);
+        let driver = self.driver(id.kind);
         let error_text = error.to_string();
         let Some(old) = old else {
             self.emit(
@@ -1132,6 +1150,12 @@ async fn forward_supervisor_events(
             SupervisorEvent::Stopped { id } => ("component.stopped", id),
         };
         let component = ComponentId::parse(id);
+        if let (SupervisorEvent::Started { .. }, Some(c)) = (&event, &component)
+            && c.kind == plan::Kind::McpServer
+        {
+            // A (re)started stdio server: its session rides on the new pipes.
+            rt.mcp.pool().process_started(&c.name);
+        }
         let payload = serde_json::to_value(&event).unwrap_or_default();
         rt.emit(kind, component.as_ref(), payload).await;
     }

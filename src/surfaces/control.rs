@@ -4,7 +4,11 @@
 //! `status` and `events` use it to talk to a running daemon.
 //!
 //! A client writes one request line; the server answers with one or more
-//! JSON lines (a stream for `events --follow`) and closes.
+//! JSON lines (a stream for `events --follow`) and closes. The one
+//! exception is the MCP upgrade (`{"op":"mcp"}`): the daemon answers
+//! [`MCP_UPGRADED`] and the connection then carries MCP's newline-delimited
+//! JSON-RPC frames both ways, served by the daemon's gateway ([`Upgrade`]),
+//! so `npc mcp serve` can front the daemon's pool.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -56,7 +60,25 @@ pub enum Request {
     Apply,
     /// Events after `since`; with `follow`, keep streaming new ones.
     Events { since: Option<i64>, follow: bool },
+    /// Turn this connection into an MCP session with the daemon's gateway.
+    Mcp,
 }
+
+/// The daemon's answer to an accepted MCP upgrade; MCP frames follow.
+pub const MCP_UPGRADED: &str = "mcp";
+
+/// The reading half of an upgraded connection (bytes the client sent right
+/// after its request line are kept).
+pub type UpgradedRead = BufReader<tokio::net::unix::OwnedReadHalf>;
+/// Serves an upgraded connection until either side closes it.
+pub type Upgrade = Arc<
+    dyn Fn(
+            UpgradedRead,
+            tokio::net::unix::OwnedWriteHalf,
+        ) -> Pin<Box<dyn Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -111,10 +133,19 @@ fn socket_parts(path: &Path) -> (&Path, &Path) {
 
 /// A bound control socket: clients can connect from the moment [`bind`]
 /// returns, before [`Bound::serve`] runs.
-#[derive(Debug)]
 pub struct Bound {
     listener: UnixListener,
     path: PathBuf,
+    upgrade: Option<Upgrade>,
+}
+
+impl std::fmt::Debug for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bound")
+            .field("path", &self.path)
+            .field("mcp", &self.upgrade.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Bind the socket, owner-only (0600). Needs a tokio runtime.
@@ -141,13 +172,24 @@ pub fn bind(path: &Path) -> Result<Bound, ControlError> {
     Ok(Bound {
         listener,
         path: path.to_path_buf(),
+        upgrade: None,
     })
 }
 
 impl Bound {
+    /// Serve MCP upgrades with `upgrade` (without it they are refused).
+    pub fn with_mcp(mut self, upgrade: Upgrade) -> Self {
+        self.upgrade = Some(upgrade);
+        self
+    }
+
     /// Answer requests until `shutdown` turns true, then remove the socket.
     pub async fn serve(self, handler: Handler, mut shutdown: watch::Receiver<bool>) {
-        let Bound { listener, path } = self;
+        let Bound {
+            listener,
+            path,
+            upgrade,
+        } = self;
         let uid = nix::unistd::getuid().as_raw();
         let mut connections = tokio::task::JoinSet::new();
         // Live connections, oldest first, with whether each still waits for
@@ -193,6 +235,7 @@ impl Bound {
                     let handle = connections.spawn(serve_one(
                         stream,
                         handler.clone(),
+                        upgrade.clone(),
                         per_connection.clone(),
                         waiting.clone(),
                     ));
@@ -231,6 +274,7 @@ async fn refuse(stream: UnixStream) {
 async fn serve_one(
     stream: UnixStream,
     handler: Handler,
+    upgrade: Option<Upgrade>,
     mut shutdown: watch::Receiver<bool>,
     waiting: Arc<AtomicBool>,
 ) {
@@ -249,6 +293,23 @@ async fn serve_one(
         Ok(Err(e)) => Err(format!("cannot read the request: {e}")),
     };
     waiting.store(false, Ordering::Relaxed);
+    let request = match (request, upgrade) {
+        (Ok(Request::Mcp), Some(upgrade)) => {
+            let answer = serde_json::json!({ "upgraded": MCP_UPGRADED });
+            match tokio::time::timeout(WRITE_TIMEOUT, write_line(&mut write, &answer)).await {
+                Ok(Ok(())) => {}
+                _ => return,
+            }
+            // Ends with the daemon: the connection task is dropped at shutdown.
+            tokio::select! {
+                _ = stopped(&mut shutdown) => {}
+                () = upgrade(reader.into_inner(), write) => {}
+            }
+            return;
+        }
+        (Ok(Request::Mcp), None) => Err("this daemon serves no MCP gateway".to_string()),
+        (request, _) => request,
+    };
     let request = match request {
         Ok(r) => r,
         Err(error) => {
@@ -334,6 +395,42 @@ async fn write_line(
     let mut bytes = serde_json::to_vec(value).map_err(std::io::Error::other)?;
     bytes.push(b'\n');
     w.write_all(&bytes).await
+}
+
+/// Connect to the daemon at `path` and upgrade the connection to an MCP
+/// session with its gateway; MCP frames go to the returned writer and come
+/// from the returned reader.
+pub async fn connect_mcp(
+    path: &Path,
+) -> Result<(UpgradedRead, tokio::net::unix::OwnedWriteHalf), ControlError> {
+    let stream = tokio::time::timeout(CLIENT_TIMEOUT, UnixStream::connect(path))
+        .await
+        .map_err(|_| ControlError::Timeout(CLIENT_TIMEOUT))?
+        .map_err(|source| ControlError::Connect {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let (read, mut write) = stream.into_split();
+    let request =
+        serde_json::to_value(Request::Mcp).map_err(|e| ControlError::Protocol(e.to_string()))?;
+    write_line(&mut write, &request).await?;
+    let mut reader = BufReader::new(read);
+    let mut line = String::new();
+    let mut limited = (&mut reader).take(MAX_REQUEST_BYTES as u64);
+    tokio::time::timeout(CLIENT_TIMEOUT, limited.read_line(&mut line))
+        .await
+        .map_err(|_| ControlError::Timeout(CLIENT_TIMEOUT))??;
+    let answer: serde_json::Value = serde_json::from_str(line.trim_end())
+        .map_err(|e| ControlError::Protocol(format!("no answer to the MCP upgrade: {e}")))?;
+    if let Some(error) = answer.get("error").and_then(|e| e.as_str()) {
+        return Err(ControlError::Refused(error.to_string()));
+    }
+    if answer["upgraded"] != MCP_UPGRADED {
+        return Err(ControlError::Protocol(format!(
+            "unexpected answer to the MCP upgrade: {answer}"
+        )));
+    }
+    Ok((reader, write))
 }
 
 /// A connection to a running daemon.

@@ -1,7 +1,9 @@
 //! MCP over streamable HTTP. The gateway's side (`npc mcp serve --http`):
-//! rmcp's streamable HTTP service mounted at [`MCP_HTTP_PATH`] on a loopback
-//! listener; non-loopback addresses are refused here as well as by the
-//! command, so nothing else can make the gateway listen beyond the machine.
+//! rmcp's streamable HTTP service mounted at [`MCP_HTTP_PATH`]. A listener
+//! binds a loopback address, or another one only with a bearer token
+//! ([`Access::Token`]): nothing else can make the gateway listen beyond the
+//! machine without one. With a token, every request must carry
+//! `Authorization: Bearer <token>`, compared in constant time; others get 401.
 //! The pool's side: [`client_transport`], the connection to an upstream
 //! HTTP server (rustls with the ring provider; headers and bearer token from
 //! the manifest).
@@ -26,7 +28,9 @@ pub const MCP_HTTP_PATH: &str = "/mcp";
 
 #[derive(Debug, thiserror::Error)]
 pub enum McpHttpError {
-    #[error("`{addr}` is not a loopback address; the gateway listens on 127.0.0.1 or ::1 only")]
+    #[error(
+        "`{addr}` is not a loopback address; the gateway listens beyond the machine only with a bearer token (`daemon.allow_remote` and `daemon.token_env`)"
+    )]
     NotLoopback { addr: SocketAddr },
     #[error("cannot listen on `{addr}`: {source}; pick another port")]
     Bind {
@@ -67,22 +71,60 @@ pub fn client_transport(
     Ok(StreamableHttpClientTransport::from_config(config))
 }
 
+/// Who may use the HTTP gateway.
+#[derive(Clone)]
+pub enum Access {
+    /// Anyone on this machine; only loopback addresses may be bound.
+    Loopback,
+    /// Requests carrying `Authorization: Bearer <token>`; any address.
+    Token(String),
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Loopback => f.write_str("Loopback"),
+            Self::Token(_) => f.write_str("Token(<redacted>)"),
+        }
+    }
+}
+
+/// Whether `header` is `Bearer <token>`, in time independent of where they
+/// differ (both sides are hashed first, so their lengths do not leak either).
+pub fn bearer_matches(header: Option<&[u8]>, token: &str) -> bool {
+    use sha2::{Digest as _, Sha256};
+    let Some(given) = header.and_then(|h| h.strip_prefix(b"Bearer ")) else {
+        return false;
+    };
+    let (a, b) = (Sha256::digest(given), Sha256::digest(token.as_bytes()));
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
+}
+
 /// A bound, not yet serving, gateway listener.
 #[derive(Debug)]
 pub struct McpHttpListener {
     listener: tokio::net::TcpListener,
+    access: Access,
 }
 
 impl McpHttpListener {
     /// Bind `addr`, which must be a loopback address.
     pub async fn bind(addr: SocketAddr) -> Result<Self, McpHttpError> {
-        if !addr.ip().is_loopback() {
+        Self::bind_with(addr, Access::Loopback).await
+    }
+
+    /// Bind `addr` for `access`: a non-loopback address only with a token.
+    pub async fn bind_with(addr: SocketAddr, access: Access) -> Result<Self, McpHttpError> {
+        if !addr.ip().is_loopback() && matches!(access, Access::Loopback) {
             return Err(McpHttpError::NotLoopback { addr });
         }
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| McpHttpError::Bind { addr, source })?;
-        Ok(Self { listener })
+        Ok(Self { listener, access })
     }
 
     /// The address actually bound (port 0 picks a free one).
@@ -96,17 +138,78 @@ impl McpHttpListener {
         gateway: Gateway,
         shutdown: CancellationToken,
     ) -> Result<(), McpHttpError> {
+        self.serve_with(move || gateway.clone(), shutdown).await
+    }
+
+    /// Serve one MCP service from `make` per HTTP session until `shutdown`
+    /// is cancelled.
+    pub async fn serve_with<S>(
+        self,
+        make: impl Fn() -> S + Send + Sync + 'static,
+        shutdown: CancellationToken,
+    ) -> Result<(), McpHttpError>
+    where
+        S: rmcp::ServerHandler + Send + 'static,
+    {
         let config =
             StreamableHttpServerConfig::default().with_cancellation_token(shutdown.child_token());
         let service = StreamableHttpService::new(
-            move || Ok(gateway.clone()),
+            move || Ok(make()),
             Arc::new(LocalSessionManager::default()),
             config,
         );
-        let router = axum::Router::new().nest_service(MCP_HTTP_PATH, service);
+        let mut router = axum::Router::new().nest_service(MCP_HTTP_PATH, service);
+        if let Access::Token(token) = self.access {
+            let token: Arc<str> = token.into();
+            router = router.layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let token = token.clone();
+                    async move {
+                        let header = request
+                            .headers()
+                            .get(axum::http::header::AUTHORIZATION)
+                            .map(|v| v.as_bytes());
+                        if bearer_matches(header, &token) {
+                            next.run(request).await
+                        } else {
+                            axum::response::IntoResponse::into_response((
+                                axum::http::StatusCode::UNAUTHORIZED,
+                                [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
+                                "this MCP gateway needs `Authorization: Bearer <token>` (the token in the variable `daemon.token_env` names)\n",
+                            ))
+                        }
+                    }
+                },
+            ));
+        }
         axum::serve(self.listener, router)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
             .await
             .map_err(McpHttpError::Serve)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_must_match_exactly() {
+        assert!(bearer_matches(Some(b"Bearer s3cret"), "s3cret"));
+        assert!(!bearer_matches(Some(b"Bearer s3cre"), "s3cret"));
+        assert!(!bearer_matches(Some(b"Bearer s3cretx"), "s3cret"));
+        assert!(!bearer_matches(Some(b"bearer s3cret"), "s3cret"));
+        assert!(!bearer_matches(Some(b"s3cret"), "s3cret"));
+        assert!(!bearer_matches(None, "s3cret"));
+    }
+
+    #[tokio::test]
+    async fn a_non_loopback_address_is_refused_without_a_token() {
+        // Refused before any socket is bound.
+        let addr: SocketAddr = "192.0.2.1:9".parse().unwrap();
+        assert!(matches!(
+            McpHttpListener::bind(addr).await,
+            Err(McpHttpError::NotLoopback { .. })
+        ));
     }
 }

@@ -1,0 +1,228 @@
+//! A relay: an MCP server whose every message goes to another MCP server
+//! and back. `npc mcp serve --http` in front of a daemon serves one [`Relay`]
+//! per HTTP session, each riding its own upgraded control connection to the
+//! daemon's gateway, so the daemon's pool serves every call (no second copy
+//! of any server) and records it. The relay is generic: requests and
+//! tools, resources and prompts pass through, the daemon's requests and
+//! notifications (`tools/list_changed`, …) reach the HTTP client unchanged,
+//! and the HTTP client's `initialize` parameters become the relay's own. The connection comes from a
+//! [`Connect`] the caller provides; nothing here binds or connects sockets.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ClientConfig, ClientResult, GetPromptRequestParams,
+    GetPromptResponse, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, ServerNotification, ServerRequest,
+};
+use rmcp::service::{NotificationContext, RequestContext, RunningService, ServiceRole};
+use rmcp::{ErrorData, Peer, RoleClient, RoleServer, ServerHandler, Service, ServiceExt};
+
+/// The daemon side of one relayed session: a reader and a writer of MCP frames.
+pub type Stream = (
+    Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+);
+/// Opens a new connection to the server behind the relay.
+pub type Connect =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<Stream, String>> + Send>> + Send + Sync>;
+
+/// The front of one relayed session (an MCP server to its client).
+#[derive(Clone)]
+pub struct Relay {
+    connect: Connect,
+    back: Arc<Mutex<Option<Peer<RoleClient>>>>,
+    session: Arc<tokio::sync::Mutex<Option<RunningService<RoleClient, Back>>>>,
+}
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relay").finish_non_exhaustive()
+    }
+}
+
+/// The back of one relayed session (an MCP client to the server behind),
+/// passing the server's requests and notifications to the front's client.
+#[derive(Clone)]
+struct Back {
+    info: ClientConfig,
+    front: Peer<RoleServer>,
+}
+
+fn unreachable_back(reason: impl std::fmt::Display) -> ErrorData {
+    ErrorData::internal_error(
+        format!("the npc daemon's gateway cannot be reached ({reason}); check `npc status`"),
+        None,
+    )
+}
+
+fn service_error(e: rmcp::ServiceError) -> ErrorData {
+    match e {
+        rmcp::ServiceError::McpError(e) => e,
+        other => unreachable_back(other),
+    }
+}
+
+impl Relay {
+    pub fn new(connect: Connect) -> Self {
+        Self {
+            connect,
+            back: Arc::default(),
+            session: Arc::default(),
+        }
+    }
+
+    fn back(&self) -> Result<Peer<RoleClient>, ErrorData> {
+        self.back
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| unreachable_back("the session is not initialized"))
+    }
+}
+
+impl ServerHandler for Relay {
+    async fn initialize(
+        &self,
+        request: ClientConfig,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ServerConfig, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let (read, write) = (self.connect)().await.map_err(unreachable_back)?;
+        let back = Back {
+            info: request,
+            front: context.peer.clone(),
+        };
+        let running = back.serve((read, write)).await.map_err(unreachable_back)?;
+        let info = running
+            .peer_info()
+            .ok_or_else(|| unreachable_back("it sent no server info"))?;
+        let mut answer = ServerConfig::new(info.capabilities.clone());
+        answer.protocol_version = info.protocol_version.clone();
+        answer.instructions = info.instructions.clone();
+        if let Some(server) = &info.server_info {
+            answer.server_info = server.clone();
+        }
+        *self.back.lock().unwrap_or_else(|p| p.into_inner()) = Some(running.peer().clone());
+        *self.session.lock().await = Some(running);
+        Ok(answer)
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        self.back()?
+            .list_tools(request)
+            .await
+            .map_err(service_error)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.back()?
+            .call_tool_once(request)
+            .await
+            .map_err(service_error)
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.back()?
+            .list_resources(request)
+            .await
+            .map_err(service_error)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.back()?
+            .list_resource_templates(request)
+            .await
+            .map_err(service_error)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.back()?
+            .read_resource_once(request)
+            .await
+            .map_err(service_error)
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.back()?
+            .list_prompts(request)
+            .await
+            .map_err(service_error)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.back()?
+            .get_prompt_once(request)
+            .await
+            .map_err(service_error)
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+    }
+}
+
+impl Service<RoleClient> for Back {
+    async fn handle_request(
+        &self,
+        request: ServerRequest,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ClientResult, ErrorData> {
+        self.front.send_request(request).await.map_err(|e| match e {
+            rmcp::ServiceError::McpError(e) => e,
+            other => ErrorData::internal_error(
+                format!("the relayed MCP client did not answer: {other}"),
+                None,
+            ),
+        })
+    }
+
+    async fn handle_notification(
+        &self,
+        notification: ServerNotification,
+        _context: NotificationContext<RoleClient>,
+    ) -> Result<(), ErrorData> {
+        let _ = self.front.send_notification(notification).await;
+        Ok(())
+    }
+
+    fn get_info(&self) -> <RoleClient as ServiceRole>::Info {
+        self.info.clone()
+    }
+}

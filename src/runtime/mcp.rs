@@ -1,0 +1,121 @@
+//! The daemon's MCP driver: the daemon owns one upstream [`Pool`]
+//! (`Launch::Supervised`) and this driver keeps its membership equal to the
+//! applied MCP servers. A stdio server stays the supervised process it was
+//! (its `restart` policy, backoff and log are the supervisor's), started with
+//! its stdout piped so the pool's session rides on its stdin/stdout; an HTTP
+//! server has no process and only joins the pool. Sessions connect in the
+//! background; a server that fails is an `mcp.server_failed` event and a
+//! `failed` state in `npc status`, never a failed reload or another
+//! server's problem. Editing a server touches only it; removing it
+//! disconnects it. The gateway every `npc mcp serve` fronts ([`McpDriver::gateway`])
+//! records each call in the daemon's store.
+
+use std::sync::Arc;
+
+use super::drivers::{BoxFuture, Driver, DriverContext, DriverError, READY_GRACE};
+use crate::bus::EventBus;
+use crate::mcp::pool::{IDLE_SWEEP_INTERVAL, Launch, stdio_spec};
+use crate::mcp::{CallPath, Gateway, Pool};
+use crate::model::McpTransport;
+use crate::plan::{ComponentId, Config};
+
+/// The MCP servers' driver, holding the daemon's pool.
+#[derive(Debug)]
+pub struct McpDriver {
+    path: Arc<CallPath>,
+}
+
+impl McpDriver {
+    /// A driver with an empty pool running stdio servers through `cx`'s
+    /// supervisor and recording on `bus`. Starts the idle sweeper (it ends
+    /// with the last reference to the pool).
+    pub fn new(cx: DriverContext, bus: EventBus) -> Self {
+        let pool = Arc::new(Pool::empty(cx, Launch::Supervised, Some(bus.clone())));
+        let weak = Arc::downgrade(&pool);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(IDLE_SWEEP_INTERVAL);
+            loop {
+                tick.tick().await;
+                let Some(pool) = weak.upgrade() else { return };
+                pool.sweep_idle().await;
+            }
+        });
+        Self {
+            path: Arc::new(CallPath::new(pool, Some(bus))),
+        }
+    }
+
+    pub fn pool(&self) -> &Arc<Pool> {
+        self.path.pool()
+    }
+
+    /// The MCP server the daemon serves on upgraded control connections.
+    pub fn gateway(&self) -> Gateway {
+        Gateway::new(self.path.clone())
+    }
+}
+
+fn server_config<'a>(
+    id: &ComponentId,
+    config: &'a Config,
+) -> Result<&'a crate::model::McpServer, DriverError> {
+    match config {
+        Config::McpServer(s) => Ok(s),
+        _ => Err(DriverError::WrongConfig { id: id.to_string() }),
+    }
+}
+
+impl Driver for McpDriver {
+    fn start<'a>(
+        &'a self,
+        cx: &'a DriverContext,
+        id: &'a ComponentId,
+        config: &'a Config,
+    ) -> BoxFuture<'a, Result<Option<u32>, DriverError>> {
+        Box::pin(async move {
+            let server = server_config(id, config)?;
+            let mut pid = None;
+            if let McpTransport::Stdio(command) = &server.transport {
+                let spec = stdio_spec(cx, &id.name, command, server.restart);
+                let key = id.to_string();
+                // A record left by an earlier run of this id is replaced.
+                let _ = cx.supervisor.remove(&key).await;
+                pid = Some(
+                    cx.supervisor
+                        .start_and_wait_ready(&key, spec, READY_GRACE)
+                        .await?,
+                );
+            }
+            self.pool().upsert(&id.name, server);
+            Ok(pid)
+        })
+    }
+
+    fn update<'a>(
+        &'a self,
+        _cx: &'a DriverContext,
+        id: &'a ComponentId,
+        _old: &'a Config,
+        new: &'a Config,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(async move {
+            self.pool().upsert(&id.name, server_config(id, new)?);
+            Ok(())
+        })
+    }
+
+    fn stop<'a>(
+        &'a self,
+        cx: &'a DriverContext,
+        id: &'a ComponentId,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(async move {
+            self.pool().remove(&id.name).await;
+            let key = id.to_string();
+            if cx.supervisor.status(&key).is_some() {
+                cx.supervisor.remove(&key).await?;
+            }
+            Ok(())
+        })
+    }
+}

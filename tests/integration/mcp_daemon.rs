@@ -1,0 +1,746 @@
+//! The daemon owns the MCP pool: a real `npc daemon` whose manifest lists
+//! stdio servers (`fixtures/mcp/misbehave.py`) and HTTP ones, driven by the
+//! Python `mcp` SDK client (`fixtures/mcp/client.py`) through `npc mcp serve`
+//! (stdio and `--http`), which fronts the daemon's pool. Editing one server
+//! reconnects only it; the supervisor's restart reconnects the session;
+//! `npc status` shows each server; every call is an event in the daemon's
+//! store. Also the HTTP gateway's remote-access refusal and bearer check
+//! (on 127.0.0.1 only), and hostile MCP upgrades on the control socket.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{npc, npc_path, repo_root, stop_child, wait_for};
+
+/// Longest one client session may take in these tests.
+const CLIENT_LIMIT: Duration = Duration::from_secs(90);
+
+fn python_sdk() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import mcp"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!(
+            "skipped: the Python `mcp` SDK is not installed (`pip install mcp`; .ci/run installs it)"
+        );
+    }
+    ok
+}
+
+/// A stdio server `name` running misbehave.py, with extra `args`.
+fn misbehave(name: &str, args: &[&str]) -> String {
+    let script = repo_root().join("fixtures/mcp/misbehave.py");
+    let mut all = vec![format!("{:?}", script.display().to_string())];
+    all.extend(args.iter().map(|a| format!("{a:?}")));
+    format!(
+        "[mcp.servers.{name}]\ncommand = \"python3\"\nargs = [{}]\ntool_timeout_ms = 5000\n",
+        all.join(", ")
+    )
+}
+
+/// A temporary repository with a running daemon, stopped on drop.
+struct Daemon {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Daemon {
+    fn start(manifest: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+        let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
+        let child = Command::new(npc_path())
+            .arg("daemon")
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let this = Self {
+            dir,
+            child: Some(child),
+        };
+        wait_for("the daemon's first apply", || {
+            this.events()
+                .iter()
+                .any(|e| e["kind"] == "reconcile.applied")
+                .then_some(())
+        });
+        this
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn write_manifest(&self, text: &str) {
+        let tmp = self.root().join(".npcagent.toml.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.root().join("npcagent.toml")).unwrap();
+    }
+
+    fn events(&self) -> Vec<Value> {
+        let out = npc()
+            .current_dir(self.root())
+            .args(["events", "--format", "json"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    fn status(&self) -> Value {
+        let out = npc()
+            .current_dir(self.root())
+            .args(["status", "--format", "json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// The pool's row for `server`.
+    fn server(&self, server: &str) -> Value {
+        self.status()["mcp"]["servers"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["name"] == server).cloned())
+            .unwrap_or(Value::Null)
+    }
+
+    fn pid_of(&self, server: &str) -> Option<u64> {
+        let id = format!("mcp_server.{server}");
+        self.status()["components"]
+            .as_array()?
+            .iter()
+            .find(|c| c["id"] == id)
+            .and_then(|c| c["pid"].as_u64())
+    }
+
+    /// Wait until `server` is connected; its process's pid.
+    fn wait_connected(&self, server: &str) -> u64 {
+        wait_for(&format!("`{server}` connected"), || {
+            (self.server(server)["state"] == "connected")
+                .then(|| self.pid_of(server))
+                .flatten()
+        })
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            stop_child(&mut child);
+        }
+    }
+}
+
+fn call(name: &str) -> Value {
+    json!(["call", name, {}])
+}
+
+fn parse_lines(out: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Run the client's `steps` against `npc mcp serve` (stdio) in `dir`.
+fn stdio_session(dir: &Path, steps: Value) -> Vec<Value> {
+    let out = assert_cmd::Command::new("python3")
+        .arg(repo_root().join("fixtures/mcp/client.py"))
+        .arg(steps.to_string())
+        .args(["--", &npc_path().display().to_string(), "mcp", "serve"])
+        .current_dir(dir)
+        .timeout(CLIENT_LIMIT)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client failed: {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    parse_lines(&out.stdout)
+}
+
+/// A client session running in the background; its answers arrive line by line.
+struct LiveSession {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<Value>,
+}
+
+impl LiveSession {
+    fn start(dir: &Path, steps: Value) -> Self {
+        let mut child = Command::new("python3")
+            .arg(repo_root().join("fixtures/mcp/client.py"))
+            .arg(steps.to_string())
+            .args(["--", &npc_path().display().to_string(), "mcp", "serve"])
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
+            }
+        });
+        Self { child, lines }
+    }
+
+    fn next(&self) -> Value {
+        wait_for("the client's next answer", || self.lines.try_recv().ok())
+    }
+
+    fn finish(mut self) {
+        let status = wait_for("the client to exit", || self.child.try_wait().unwrap());
+        assert!(status.success(), "client failed: {status}");
+    }
+}
+
+#[test]
+fn editing_one_server_reconnects_only_it_and_clients_hear_of_each_change() {
+    if !python_sdk() {
+        return;
+    }
+    let both = format!(
+        "version = 1\n{}{}",
+        misbehave("a", &[]),
+        misbehave("b", &[])
+    );
+    let d = Daemon::start(&both);
+    let a_pid = d.wait_connected("a");
+    let b_pid = d.wait_connected("b");
+
+    // A session open across the edit: `a` answers from the same process.
+    let live = LiveSession::start(
+        d.root(),
+        json!([call("a__pid"), ["wait_list_changed"], call("a__pid")]),
+    );
+    assert_eq!(live.next()["text"], a_pid.to_string());
+    d.write_manifest(&format!(
+        "version = 1\n{}{}",
+        misbehave("a", &[]),
+        misbehave("b", &["edited"])
+    ));
+    assert_eq!(live.next(), json!({"list_changed": true}));
+    assert_eq!(
+        live.next()["text"],
+        a_pid.to_string(),
+        "`a`'s session and process were untouched"
+    );
+    live.finish();
+    let new_b = wait_for("`b` reconnected on a new process", || {
+        let pid = d.wait_connected("b");
+        (pid != b_pid).then_some(pid)
+    });
+    assert_eq!(d.pid_of("a"), Some(a_pid));
+    let got = stdio_session(d.root(), json!([call("b__pid")]));
+    assert_eq!(got[0]["text"], new_b.to_string());
+
+    // Removing `b` disconnects it; the client hears of it and lists without it.
+    let live = LiveSession::start(
+        d.root(),
+        json!([call("a__ok"), ["wait_list_changed"], ["list"]]),
+    );
+    // An answer means the session is initialized (and subscribed).
+    assert_eq!(live.next()["text"], "fine");
+    d.write_manifest(&format!("version = 1\n{}", misbehave("a", &[])));
+    assert_eq!(live.next(), json!({"list_changed": true}));
+    let tools = live.next()["tools"].clone();
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(names.contains(&"a__ok"), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("b__")), "{names:?}");
+    live.finish();
+    wait_for("`b` left the pool", || {
+        d.server("b").is_null().then_some(())
+    });
+    assert_eq!(d.pid_of("a"), Some(a_pid));
+}
+
+#[test]
+fn status_shows_each_server_and_one_failing_server_fails_alone() {
+    if !python_sdk() {
+        return;
+    }
+    let manifest = format!(
+        "version = 1\n{}[mcp.servers.mute]\ncommand = \"sleep\"\nargs = [\"1000\"]\nstartup_timeout_ms = 300\n[mcp.servers.gone]\nurl = \"http://127.0.0.1:9/mcp\"\nstartup_timeout_ms = 2000\n",
+        misbehave("a", &[])
+    );
+    let d = Daemon::start(&manifest);
+    d.wait_connected("a");
+    let failed = |name: &str| {
+        wait_for(&format!("`{name}` failed"), || {
+            let s = d.server(name);
+            (s["state"] == "failed").then_some(s)
+        })
+    };
+    let mute = failed("mute");
+    assert!(
+        mute["reason"]
+            .as_str()
+            .unwrap()
+            .contains("startup_timeout_ms"),
+        "{mute}"
+    );
+    let gone = failed("gone");
+    assert_eq!(gone["transport"], "http");
+    assert!(
+        gone["reason"].as_str().unwrap().contains("`gone`"),
+        "{gone}"
+    );
+    let failures: Vec<Value> = d
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "mcp.server_failed")
+        .collect();
+    assert!(failures.iter().any(|e| e["payload"]["server"] == "mute"));
+    assert!(failures.iter().any(|e| e["payload"]["server"] == "gone"));
+
+    // The others' failure costs `a` nothing; its last call shows.
+    let a = d.server("a");
+    assert_eq!(a["tools"], 7, "{a}");
+    assert!(a["last_call"].is_null(), "{a}");
+    let got = stdio_session(d.root(), json!([call("a__ok")]));
+    assert_eq!(got[0]["text"], "fine");
+    let a = d.server("a");
+    assert_eq!(a["last_call"]["tool"], "ok", "{a}");
+    assert!(a["last_call"]["at"].as_str().unwrap().contains('T'), "{a}");
+    assert_eq!(d.status()["mcp"]["gateway"], "daemon");
+
+    let human = npc().current_dir(d.root()).arg("status").output().unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.contains("MCP gateway: the daemon's pool"), "{text}");
+    assert!(text.contains("failed: "), "{text}");
+    let a_row = text
+        .lines()
+        .find(|l| l.starts_with("a "))
+        .unwrap_or_else(|| panic!("no row for `a`: {text}"));
+    assert!(
+        a_row.contains("connected") && a_row.contains(" ok"),
+        "{a_row}"
+    );
+}
+
+#[test]
+fn status_without_a_daemon_says_the_gateway_runs_its_own_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        format!("version = 1\n{}", misbehave("a", &[])),
+    )
+    .unwrap();
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["status", "--format", "json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["mcp"]["gateway"], "standalone");
+    let human = npc()
+        .current_dir(dir.path())
+        .arg("status")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&human.stdout)
+            .contains("standalone (`npc mcp serve` runs its own pool)")
+    );
+}
+
+#[test]
+fn the_front_uses_the_daemons_process_and_the_daemon_records_each_call() {
+    if !python_sdk() {
+        return;
+    }
+    let d = Daemon::start(&format!("version = 1\n{}", misbehave("a", &[])));
+    let pid = d.wait_connected("a");
+    let got = stdio_session(d.root(), json!([["list"], call("a__pid"), call("a__nope")]));
+    assert!(
+        got[0]["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("a__ok"))
+    );
+    assert_eq!(got[1]["text"], pid.to_string(), "no second copy of `a`");
+    assert_eq!(got[2]["is_error"], true);
+    let calls: Vec<Value> = d
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "mcp.tool_call")
+        .collect();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[0]["payload"]["server"], "a");
+    assert_eq!(calls[0]["payload"]["outcome"], "ok");
+    assert_eq!(calls[1]["payload"]["outcome"], "unknown_tool");
+    // Still one process of `a`: the supervisor's.
+    assert_eq!(d.pid_of("a"), Some(pid));
+}
+
+#[test]
+fn a_supervisor_restart_reconnects_the_session() {
+    if !python_sdk() {
+        return;
+    }
+    let d = Daemon::start(&format!(
+        "version = 1\n{}restart = \"on-failure\"\n",
+        misbehave("a", &[])
+    ));
+    let pid = d.wait_connected("a");
+    let got = stdio_session(d.root(), json!([call("a__crash")]));
+    assert_eq!(got[0]["is_error"], true, "{got:?}");
+    let restarted = wait_for("`a` restarted and reconnected", || {
+        let now = d.wait_connected("a");
+        (now != pid).then_some(now)
+    });
+    let got = stdio_session(d.root(), json!([call("a__pid")]));
+    assert_eq!(got[0]["text"], restarted.to_string());
+}
+
+/// `npc mcp serve --http 127.0.0.1:0` in `dir` (with `env`), and its URL.
+fn spawn_http(dir: &Path, env: &[(&str, &str)]) -> (Child, String) {
+    let mut gateway = Command::new(npc_path())
+        .args(["mcp", "serve", "--http", "127.0.0.1:0"])
+        .envs(env.iter().copied())
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = gateway.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let url = wait_for("the gateway's listening line", || {
+        rx.try_recv()
+            .ok()
+            .and_then(|l| l.split("listening on ").nth(1).map(str::to_string))
+    });
+    (gateway, url)
+}
+
+#[test]
+fn the_http_front_relays_each_session_to_the_daemons_pool() {
+    if !python_sdk() {
+        return;
+    }
+    let d = Daemon::start(&format!("version = 1\n{}", misbehave("a", &[])));
+    let pid = d.wait_connected("a");
+    let (mut gateway, url) = spawn_http(d.root(), &[]);
+    let out = assert_cmd::Command::new("python3")
+        .arg(repo_root().join("fixtures/mcp/client.py"))
+        .arg(
+            json!([
+                call("a__pid"),
+                call("a__grow"),
+                ["wait_list_changed"],
+                ["list"]
+            ])
+            .to_string(),
+        )
+        .args(["--http", &url])
+        .timeout(CLIENT_LIMIT)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = parse_lines(&out.stdout);
+    assert_eq!(got[0]["text"], pid.to_string());
+    assert_eq!(
+        got[2],
+        json!({"list_changed": true}),
+        "the daemon's notification reached the HTTP client"
+    );
+    assert!(
+        got[3]["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("a__extra"))
+    );
+    let recorded = d
+        .events()
+        .iter()
+        .filter(|e| e["kind"] == "mcp.tool_call")
+        .count();
+    assert_eq!(recorded, 2);
+    stop_child(&mut gateway);
+}
+
+/// POST an MCP `initialize` to `url` with `authorization`; the status code.
+fn post_initialize(url: &str, authorization: Option<&str>) -> u16 {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}})
+    .to_string();
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let auth = authorization.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
+    write!(
+        stream,
+        "POST /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).unwrap();
+    String::from_utf8_lossy(&head[9..12]).parse().unwrap()
+}
+
+#[test]
+fn with_a_token_set_the_http_gateway_answers_only_the_bearer() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n[daemon]\ntoken_env = \"NPC_TEST_MCP_TOKEN\"\n",
+    )
+    .unwrap();
+    let (mut gateway, url) = spawn_http(dir.path(), &[("NPC_TEST_MCP_TOKEN", "s3cret-token-1")]);
+    assert_eq!(post_initialize(&url, None), 401);
+    assert_eq!(post_initialize(&url, Some("Bearer wrong")), 401);
+    assert_eq!(post_initialize(&url, Some("Bearer s3cret-token-")), 401);
+    assert_eq!(post_initialize(&url, Some("Bearer s3cret-token-1")), 200);
+    stop_child(&mut gateway);
+}
+
+#[test]
+fn a_non_loopback_address_is_refused_without_remote_access_and_a_token() {
+    // 192.0.2.1 is TEST-NET-1: the refusal comes before any bind is tried.
+    let cases = [
+        ("", "daemon.allow_remote = true"),
+        ("[daemon]\nallow_remote = true\n", "`daemon.token_env`"),
+        (
+            "[daemon]\nallow_remote = true\ntoken_env = \"NPC_TEST_UNSET_TOKEN\"\n",
+            "`NPC_TEST_UNSET_TOKEN`",
+        ),
+    ];
+    for (daemon, says) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("npcagent.toml"),
+            format!("version = 1\n{daemon}"),
+        )
+        .unwrap();
+        let out = npc()
+            .current_dir(dir.path())
+            .args(["mcp", "serve", "--http", "192.0.2.1:8767"])
+            .env_remove("NPC_TEST_UNSET_TOKEN")
+            .timeout(CLIENT_LIMIT)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("not a loopback address"), "{err}");
+        assert!(err.contains(says), "{daemon}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn garbage_and_oversized_mcp_upgrades_leave_the_daemon_serving() {
+    if !python_sdk() {
+        return;
+    }
+    let d = Daemon::start(&format!("version = 1\n{}", misbehave("a", &[])));
+    let pid = d.wait_connected("a");
+    let socket = d.root().join(".npc/daemon.sock");
+    // An upgrade followed by garbage frames, binary junk and a huge line.
+    let mut s = UnixStream::connect(&socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"{\"op\":\"mcp\"}\nnot json\n\xff\xfe\x00junk\n")
+        .unwrap();
+    let mut reader = BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&line).unwrap(),
+        json!({"upgraded": "mcp"})
+    );
+    let huge = vec![b'x'; 20 << 20];
+    let _ = s.write_all(&huge);
+    drop(s);
+    // A misspelt upgrade, and an oversized unterminated request.
+    for bad in [b"{\"op\":\"mcpx\"}\n".to_vec(), vec![b'{'; 70 * 1024]] {
+        let mut s = UnixStream::connect(&socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let _ = s.write_all(&bad);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        assert!(answer.contains("error"), "{answer}");
+    }
+    // Still serving MCP, from the same process.
+    let got = stdio_session(d.root(), json!([call("a__pid")]));
+    assert_eq!(got[0]["text"], pid.to_string());
+}
+
+/// An installed agent CLI `program` run in `dir` with its own `home` and
+/// `npc` (this build) first on `PATH`; `None` (skipped) when not installed.
+fn agent_cli(program: &str, dir: &Path, home: &Path) -> Option<assert_cmd::Command> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if !std::env::split_paths(&path).any(|d| d.join(program).is_file()) {
+        eprintln!("skipped: {program} is not installed");
+        return None;
+    }
+    let mut dirs = vec![npc_path().parent().unwrap().to_path_buf()];
+    dirs.extend(std::env::split_paths(&path));
+    let mut cmd = assert_cmd::Command::new(program);
+    cmd.current_dir(dir)
+        .env("HOME", home)
+        .env("CODEX_HOME", home.join(".codex"))
+        .env("PATH", std::env::join_paths(dirs).unwrap())
+        .env_remove("XDG_CONFIG_HOME")
+        .timeout(CLIENT_LIMIT);
+    Some(cmd)
+}
+
+fn cli_output(cmd: Option<assert_cmd::Command>, args: &[&str]) -> Option<String> {
+    let mut cmd = cmd?;
+    let out = cmd.args(args).output().unwrap();
+    Some(format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
+}
+
+#[test]
+fn gateway_mode_writes_one_npc_entry_that_every_agent_cli_lists_and_connects_to() {
+    if !python_sdk() {
+        return;
+    }
+    let servers = format!(
+        "{}{}[providers.claude]\nkind = \"claude_code\"\n[providers.codex]\nkind = \"codex\"\n[providers.gemini]\nkind = \"gemini_cli\"\n[providers.opencode]\nkind = \"opencode\"\n",
+        misbehave("a", &[]),
+        misbehave("b", &[])
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(
+        root.join("npcagent.toml"),
+        format!("version = 1\n{servers}"),
+    )
+    .unwrap();
+    let apply = || {
+        let out = npc()
+            .current_dir(&root)
+            .args(["apply", "--auto-approve"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    apply();
+    let claude = || -> Value {
+        serde_json::from_str(&std::fs::read_to_string(root.join(".mcp.json")).unwrap()).unwrap()
+    };
+    assert!(claude()["mcpServers"]["a"].is_object());
+
+    // The switch: one entry per file, the per-server ones gone.
+    std::fs::write(
+        root.join("npcagent.toml"),
+        format!("version = 1\n[mcp]\ngateway = true\n{servers}"),
+    )
+    .unwrap();
+    apply();
+    let entries = claude()["mcpServers"].as_object().unwrap().clone();
+    assert_eq!(entries.keys().collect::<Vec<_>>(), ["npc"], "{entries:?}");
+    assert_eq!(entries["npc"]["command"], "npc");
+    assert_eq!(entries["npc"]["args"], json!(["mcp", "serve"]));
+    let codex = std::fs::read_to_string(root.join(".codex/config.toml")).unwrap();
+    assert!(
+        codex.contains("[mcp_servers.npc]") && !codex.contains("[mcp_servers.a]"),
+        "{codex}"
+    );
+    let gemini = std::fs::read_to_string(root.join(".gemini/settings.json")).unwrap();
+    assert!(
+        gemini.contains("\"npc\"") && !gemini.contains("\"a\""),
+        "{gemini}"
+    );
+    let opencode = std::fs::read_to_string(root.join("opencode.json")).unwrap();
+    assert!(
+        opencode.contains("\"npc\"") && !opencode.contains("\"a\""),
+        "{opencode}"
+    );
+
+    // Each installed CLI lists the one entry and (where it can check) connects.
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path();
+    // The CLIs load project servers only in folders the user trusted.
+    std::fs::write(
+        home.join(".claude.json"),
+        json!({"projects": {root.display().to_string(): {"hasTrustDialogAccepted": true, "enabledMcpjsonServers": ["npc"]}}}).to_string(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(home.join(".gemini")).unwrap();
+    std::fs::write(
+        home.join(".gemini/trustedFolders.json"),
+        json!({root.display().to_string(): "TRUST_FOLDER"}).to_string(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(home.join(".codex")).unwrap();
+    std::fs::write(
+        home.join(".codex/config.toml"),
+        format!(
+            "[projects.{:?}]\ntrust_level = \"trusted\"\n",
+            root.display().to_string()
+        ),
+    )
+    .unwrap();
+    if let Some(out) = cli_output(agent_cli("claude", &root, home), &["mcp", "list"]) {
+        assert!(out.contains("npc: npc mcp serve - ✔ Connected"), "{out}");
+        assert!(!out.contains("a: "), "{out}");
+    }
+    if let Some(out) = cli_output(agent_cli("gemini", &root, home), &["mcp", "list"]) {
+        assert!(
+            out.contains("npc: npc mcp serve (stdio) - Connected"),
+            "{out}"
+        );
+    }
+    if let Some(out) = cli_output(agent_cli("opencode", &root, home), &["mcp", "list"]) {
+        assert!(
+            out.contains("npc") && out.contains("connected") && out.contains("1 server"),
+            "{out}"
+        );
+    }
+    if let Some(out) = cli_output(agent_cli("codex", &root, home), &["mcp", "list"]) {
+        // Codex lists without connecting (`codex mcp` has no health check).
+        let row = out
+            .lines()
+            .find(|l| l.starts_with("npc "))
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(
+            row.contains("mcp serve") && row.contains("enabled"),
+            "{row}"
+        );
+    }
+}
