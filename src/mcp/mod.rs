@@ -15,6 +15,7 @@
 //! on the child's stdin/stdout; its stderr goes to the component's log).
 
 pub mod call;
+pub mod catalog;
 pub mod gateway;
 pub mod pool;
 

@@ -122,3 +122,131 @@ fn upstream_closing_its_stdout_costs_one_error_and_a_reconnect() {
     let (_, outcome) = breaks_once_then_reconnects("closeout");
     assert_eq!(outcome, "lost");
 }
+
+fn catalog_server() -> String {
+    repo_root()
+        .join("fixtures/mcp/catalog.py")
+        .display()
+        .to_string()
+}
+
+#[test]
+fn resources_and_prompts_pass_through_namespaced_with_manifest_prompts() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&format!(
+        "version = 1\n[mcp.servers.cat]\ncommand = \"python3\"\nargs = [{:?}]\n\
+         [prompts.review]\ntemplate = \"Review {{{{ vars.branch }}}} for {{{{ vars.who }}}}\"\n\
+         variables.branch = {{ default = \"main\" }}\nvariables.who = {{ description = \"reviewer\" }}\n",
+        catalog_server()
+    ));
+    let got = stdio_session(
+        &dir,
+        json!([
+            ["resources"],
+            ["templates"],
+            ["read", "npc://cat/mem://one"],
+            ["read", "npc://cat/mem://item/7"],
+            ["read", "mem://one"],
+            ["read", "npc://nope/mem://one"],
+            ["prompts"],
+            ["prompt", "cat__greet", {"who": "ann"}],
+            ["prompt", "review", {"who": "bob"}],
+            ["prompt", "review", {}],
+            call("cat__grow", json!({})),
+            ["wait_resources_changed"],
+            ["wait_prompts_changed"],
+            ["resources"],
+            ["prompts"]
+        ]),
+    );
+    assert_eq!(got[0]["resources"], json!(["npc://cat/mem://one"]));
+    assert_eq!(got[1]["templates"], json!(["npc://cat/mem://item/{id}"]));
+    assert_eq!(
+        got[2]["contents"],
+        json!([{"uri": "npc://cat/mem://one", "text": "first"}])
+    );
+    assert_eq!(got[3]["contents"][0]["text"], "item 7", "{}", got[3]);
+    assert_eq!(
+        got[4]["contents"][0]["text"], "first",
+        "a bare upstream URI one server lists is read too"
+    );
+    assert!(
+        got[5]["error"].as_str().unwrap().contains("no resource"),
+        "{}",
+        got[5]
+    );
+    assert_eq!(
+        got[6]["prompts"],
+        json!([
+            {"name": "review", "arguments": [["branch", false], ["who", true]]},
+            {"name": "cat__greet", "arguments": [["who", true]]}
+        ])
+    );
+    assert_eq!(got[7]["messages"], json!(["hello ann"]));
+    assert_eq!(got[8]["messages"], json!(["Review main for bob"]));
+    assert!(
+        got[9]["error"].as_str().unwrap().contains("who"),
+        "a required variable left out is an error naming it: {}",
+        got[9]
+    );
+    assert_eq!(ok_text(&got[10]), "grown");
+    assert_eq!(got[11]["resources_changed"], true);
+    assert_eq!(got[12]["prompts_changed"], true);
+    assert_eq!(
+        got[13]["resources"],
+        json!(["npc://cat/mem://one", "npc://cat/mem://two"])
+    );
+    let prompts: Vec<&str> = got[14]["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(prompts, ["review", "cat__greet", "cat__second"]);
+}
+
+#[test]
+fn server_everything_resources_and_prompts_pass_through() {
+    if !python_sdk() || !crate::mcp::server_everything() {
+        return;
+    }
+    let dir = repo("version = 1\n[mcp.servers.everything]\ncommand = \"mcp-server-everything\"\n");
+    let doc = "npc://everything/demo://resource/static/document/architecture.md";
+    let got = stdio_session(
+        &dir,
+        json!([
+            ["resources"],
+            ["read", doc],
+            ["prompts"],
+            ["prompt", "everything__args-prompt", {"city": "Lyon"}]
+        ]),
+    );
+    let uris = got[0]["resources"].as_array().unwrap();
+    assert!(uris.contains(&json!(doc)), "{uris:?}");
+    assert_eq!(got[1]["contents"][0]["uri"], doc, "{}", got[1]);
+    assert!(
+        got[1]["contents"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Everything Server"),
+        "{}",
+        got[1]
+    );
+    let prompts: Vec<&str> = got[2]["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        prompts.contains(&"everything__simple-prompt"),
+        "{prompts:?}"
+    );
+    assert!(
+        got[3]["messages"][0].as_str().unwrap().contains("Lyon"),
+        "{}",
+        got[3]
+    );
+}
