@@ -23,6 +23,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use super::Exit;
+use crate::mcp::catalog::ManifestPrompts;
 use crate::mcp::{CallPath, Gateway, Pool, pool::IDLE_SWEEP_INTERVAL, relay};
 use crate::model::{self, ProcessEnv};
 use crate::surfaces::control::connect_mcp;
@@ -155,7 +156,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
                 }
             })
         };
-        let gateway = Gateway::new(Arc::new(CallPath::new(pool.clone(), Some(bus.clone()))));
+        let gateway = Gateway::new(Arc::new(CallPath::new(pool.clone(), Some(bus.clone()))))
+            .with_manifest_prompts(ManifestPrompts {
+                manifest: Arc::new(manifest.clone()),
+                root: paths.root.clone(),
+            });
         let served = match (args.http, access) {
             (Some(addr), Some(access)) => serve_http(addr, access, gateway).await,
             _ => serve_stdio(gateway).await,

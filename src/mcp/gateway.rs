@@ -2,27 +2,43 @@
 //! upstream tool under its namespaced name from the pool's cache;
 //! `tools/call` goes through the [`CallPath`]; clients get
 //! `notifications/tools/list_changed` when an upstream's tool list changes.
+//! Resources and prompts are served from the [`Catalog`] (namespaced like
+//! tools, see [`super::catalog`]); clients get
+//! `notifications/resources/list_changed` and `notifications/prompts/list_changed`
+//! when an upstream's lists change.
 
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
+    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use super::call::CallPath;
+use super::catalog::{Catalog, CatalogChange, ManifestPrompts};
 
 /// The gateway's MCP server handler; cheap to clone (one per HTTP session).
 #[derive(Debug, Clone)]
 pub struct Gateway {
     path: Arc<CallPath>,
+    catalog: Arc<Catalog>,
 }
 
 impl Gateway {
     pub fn new(path: Arc<CallPath>) -> Self {
-        Self { path }
+        let catalog = Arc::new(Catalog::new(path.pool().clone()));
+        Self { path, catalog }
+    }
+
+    /// Serve the manifest's `prompts` as MCP prompts too.
+    pub fn with_manifest_prompts(mut self, prompts: ManifestPrompts) -> Self {
+        let catalog = Catalog::new(self.path.pool().clone()).with_manifest_prompts(prompts);
+        self.catalog = Arc::new(catalog);
+        self
     }
 }
 
@@ -30,13 +46,17 @@ impl ServerHandler for Gateway {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
+                .enable_prompts()
+                .enable_prompts_list_changed()
+                .enable_resources()
+                .enable_resources_list_changed()
                 .enable_tools()
                 .enable_tool_list_changed()
                 .build(),
         )
         .with_server_info(Implementation::new("npc", env!("CARGO_PKG_VERSION")))
         .with_instructions(
-            "npc gateway: the repository's MCP servers' tools, named SERVER__TOOL; every call is recorded",
+            "npc gateway: the repository's MCP servers' tools and prompts, named SERVER__NAME, and resources, named npc://SERVER/URI; every tool call is recorded",
         )
     }
 
@@ -63,7 +83,77 @@ impl ServerHandler for Gateway {
             .into())
     }
 
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(
+            self.catalog.resources(),
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(
+            self.catalog.resource_templates(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        Ok(self.catalog.read_resource(&request.uri).await?.into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(self.catalog.prompts()))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        Ok(self
+            .catalog
+            .get_prompt(&request.name, request.arguments)
+            .await?
+            .into())
+    }
+
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let mut catalog_changes = self.path.pool().subscribe_catalog_changes();
+        let catalog_peer = context.peer.clone();
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                let sent = match catalog_changes.recv().await {
+                    Ok(CatalogChange::Resources) => {
+                        catalog_peer.notify_resource_list_changed().await
+                    }
+                    Ok(CatalogChange::Prompts) => catalog_peer.notify_prompt_list_changed().await,
+                    // Missed some: tell both.
+                    Err(RecvError::Lagged(_)) => {
+                        let _ = catalog_peer.notify_resource_list_changed().await;
+                        catalog_peer.notify_prompt_list_changed().await
+                    }
+                    Err(RecvError::Closed) => break,
+                };
+                if sent.is_err() {
+                    break;
+                }
+            }
+        });
         let mut changes = self.path.pool().subscribe_changes();
         let peer = context.peer.clone();
         tokio::spawn(async move {

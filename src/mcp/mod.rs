@@ -17,6 +17,7 @@
 //! `npc mcp serve` is a thin front to it ([`relay`] for HTTP sessions).
 
 pub mod call;
+pub mod catalog;
 pub mod gateway;
 pub mod pool;
 pub mod relay;

@@ -28,8 +28,10 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResult, JsonObject, PaginatedRequestParams, Tool,
 };
 use rmcp::service::{NotificationContext, RunningService};
-use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use rmcp::{ClientHandler, ErrorData, Peer, RoleClient, ServiceExt};
 use tokio::sync::{Semaphore, broadcast};
+
+use super::catalog::{CatalogChange, ServerCatalog};
 
 use crate::bus::EventBus;
 use crate::model::{CommandSpec, Manifest, McpServer, McpTransport, RestartPolicy};
@@ -212,9 +214,20 @@ struct Listener {
     tools: Arc<RwLock<Vec<Tool>>>,
     changed: broadcast::Sender<()>,
     refresh: Arc<AtomicU8>,
+    catalog: Arc<ServerCatalog>,
 }
 
 impl ClientHandler for Listener {
+    async fn on_resource_list_changed(&self, context: NotificationContext<RoleClient>) {
+        self.catalog
+            .list_changed(CatalogChange::Resources, context.peer, self.server.clone());
+    }
+
+    async fn on_prompt_list_changed(&self, context: NotificationContext<RoleClient>) {
+        self.catalog
+            .list_changed(CatalogChange::Prompts, context.peer, self.server.clone());
+    }
+
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
         let previous = self
             .refresh
@@ -280,6 +293,7 @@ struct Upstream {
     last_used: Mutex<Instant>,
     calls: Semaphore,
     changed: broadcast::Sender<()>,
+    catalog: Arc<ServerCatalog>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -543,6 +557,7 @@ impl Upstream {
             tools: self.tools.clone(),
             changed: self.changed.clone(),
             refresh: Arc::default(),
+            catalog: self.catalog.clone(),
         };
         let limit_ms = self.config().startup_timeout_ms;
         let handshake = async {
@@ -550,6 +565,7 @@ impl Upstream {
             let tools = fetch_tools(service.peer(), &server)
                 .await
                 .map_err(|e| format!("`tools/list` failed: {e}"))?;
+            self.catalog.fetch(service.peer(), &server).await;
             Ok::<_, String>((service, tools))
         };
         match tokio::time::timeout(Duration::from_millis(limit_ms), handshake).await {
@@ -626,21 +642,51 @@ impl Upstream {
         arguments: Option<JsonObject>,
         connects: &Semaphore,
     ) -> Result<CallToolResult, CallError> {
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        params.arguments = arguments;
+        *lock(&self.last_call) = Some((SystemTime::now(), tool.to_string()));
+        let answer = self
+            .request(connects, |peer| async move { peer.call_tool(params).await })
+            .await?;
+        // A protocol-level error answer: the session is fine.
+        Ok(answer.unwrap_or_else(|e| {
+            CallToolResult::error(vec![rmcp::model::ContentBlock::text(format!(
+                "MCP server `{}` answered with an error: {}",
+                self.name, e.message
+            ))])
+        }))
+    }
+
+    /// Send one request through `send` within the server's
+    /// `tool_timeout_ms`, connecting first when there is no session. An error
+    /// answer is the inner `Err` (the session stays); a timeout or a broken
+    /// session closes the session, and the next request reconnects.
+    async fn request<T, F, Fut>(
+        &self,
+        connects: &Semaphore,
+        send: F,
+    ) -> Result<Result<T, ErrorData>, CallError>
+    where
+        F: FnOnce(Peer<RoleClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, rmcp::ServiceError>>,
+    {
         let _slot = self.calls.acquire().await;
         self.in_flight.fetch_add(1, Ordering::SeqCst);
-        let result = self.call_inner(tool, arguments, connects).await;
+        let result = self.request_inner(connects, send).await;
         *lock(&self.last_used) = Instant::now();
-        *lock(&self.last_call) = Some((SystemTime::now(), tool.to_string()));
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         result
     }
 
-    async fn call_inner(
+    async fn request_inner<T, F, Fut>(
         &self,
-        tool: &str,
-        arguments: Option<JsonObject>,
         connects: &Semaphore,
-    ) -> Result<CallToolResult, CallError> {
+        send: F,
+    ) -> Result<Result<T, ErrorData>, CallError>
+    where
+        F: FnOnce(Peer<RoleClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, rmcp::ServiceError>>,
+    {
         let (peer, generation) = self
             .peer(connects, Trigger::Call)
             .await
@@ -651,20 +697,10 @@ impl Upstream {
                     state: "not started".into(),
                 })
             })?;
-        let mut params = CallToolRequestParams::new(tool.to_string());
-        params.arguments = arguments;
         let limit_ms = self.config().tool_timeout_ms;
-        match tokio::time::timeout(Duration::from_millis(limit_ms), peer.call_tool(params)).await {
-            Ok(Ok(result)) => Ok(result),
-            Ok(Err(rmcp::ServiceError::McpError(e))) => {
-                // A protocol-level error answer: the session is fine.
-                Ok(CallToolResult::error(vec![
-                    rmcp::model::ContentBlock::text(format!(
-                        "MCP server `{}` answered with an error: {}",
-                        self.name, e.message
-                    )),
-                ]))
-            }
+        match tokio::time::timeout(Duration::from_millis(limit_ms), send(peer)).await {
+            Ok(Ok(answer)) => Ok(Ok(answer)),
+            Ok(Err(rmcp::ServiceError::McpError(e))) => Ok(Err(e)),
             Ok(Err(e)) => {
                 self.close(Some(generation)).await;
                 Err(CallError::Lost {
@@ -717,6 +753,7 @@ pub struct Pool {
     bus: Option<EventBus>,
     connects: Arc<Semaphore>,
     changed: broadcast::Sender<()>,
+    catalog_changed: broadcast::Sender<CatalogChange>,
 }
 
 /// One tool as the gateway lists it.
@@ -760,6 +797,7 @@ impl Pool {
     /// [`Pool::remove`]); failures are recorded on `bus` when given.
     pub fn empty(cx: DriverContext, launch: Launch, bus: Option<EventBus>) -> Self {
         let (changed, _) = broadcast::channel(CHANGE_QUEUE_DEPTH);
+        let (catalog_changed, _) = broadcast::channel(CHANGE_QUEUE_DEPTH);
         Self {
             members: RwLock::new(Arc::default()),
             cx,
@@ -767,6 +805,7 @@ impl Pool {
             bus,
             connects: Arc::new(Semaphore::new(MAX_CONCURRENT_CONNECTS)),
             changed,
+            catalog_changed,
         }
     }
 
@@ -803,6 +842,7 @@ impl Pool {
             last_used: Mutex::new(Instant::now()),
             calls: Semaphore::new(MAX_CONCURRENT_CALLS_PER_SERVER),
             changed: self.changed.clone(),
+            catalog: Arc::new(ServerCatalog::new(self.catalog_changed.clone())),
         })
     }
 
@@ -837,7 +877,7 @@ impl Pool {
             next.insert(name.to_string(), upstream.clone());
             *members = Arc::new(next);
         }
-        let _ = self.changed.send(());
+        self.membership_changed();
         let pool = self.clone();
         tokio::spawn(async move {
             if let Some(old) = existing {
@@ -861,8 +901,16 @@ impl Pool {
             return false;
         };
         upstream.detach().await;
-        let _ = self.changed.send(());
+        self.membership_changed();
         true
+    }
+
+    /// A server joined, left or was replaced: its tools, resources and
+    /// prompts appeared or went away.
+    fn membership_changed(&self) {
+        let _ = self.changed.send(());
+        let _ = self.catalog_changed.send(CatalogChange::Resources);
+        let _ = self.catalog_changed.send(CatalogChange::Prompts);
     }
 
     /// The supervisor (re)started server `name`'s process: connect a
@@ -994,6 +1042,47 @@ impl Pool {
             })
         })?;
         upstream.call(tool, arguments, &self.connects).await
+    }
+
+    /// Each server's resources and prompts, servers in name order.
+    pub fn catalogs(&self) -> impl Iterator<Item = (String, Arc<ServerCatalog>)> + use<> {
+        let members = self.members();
+        let catalogs: Vec<_> = members
+            .iter()
+            .map(|(name, u)| (name.clone(), u.catalog.clone()))
+            .collect();
+        catalogs.into_iter()
+    }
+
+    /// The resources and prompts of `server`, if it is in the pool.
+    pub fn catalog_of(&self, server: &str) -> Option<Arc<ServerCatalog>> {
+        self.member(server).map(|u| u.catalog.clone())
+    }
+
+    /// A receiver told whenever some server's resources or prompts changed.
+    pub fn subscribe_catalog_changes(&self) -> broadcast::Receiver<CatalogChange> {
+        self.catalog_changed.subscribe()
+    }
+
+    /// Send one request to `server` through `send`, like a tool call: within
+    /// its `tool_timeout_ms`, connecting first when needed; a timeout or a
+    /// broken session costs the session. The inner `Err` is the server's
+    /// error answer.
+    pub async fn request<T, F, Fut>(
+        &self,
+        server: &str,
+        send: F,
+    ) -> Result<Result<T, ErrorData>, CallError>
+    where
+        F: FnOnce(Peer<RoleClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, rmcp::ServiceError>>,
+    {
+        let upstream = self.member(server).ok_or_else(|| {
+            CallError::Unavailable(PoolError::UnknownServer {
+                server: server.to_string(),
+            })
+        })?;
+        upstream.request(&self.connects, send).await
     }
 
     /// A receiver told whenever some server's tool list changed.

@@ -9,6 +9,7 @@ mod hostile;
 mod manifest;
 mod mcp;
 mod mcp_daemon;
+mod mcp_interop;
 mod providers;
 mod render;
 mod runs;

@@ -17,7 +17,7 @@ use crate::support::{npc, npc_path, repo_root, wait_for};
 /// Longest one client session may take in these tests.
 const CLIENT_LIMIT: Duration = Duration::from_secs(90);
 
-fn python_sdk() -> bool {
+pub(crate) fn python_sdk() -> bool {
     let ok = Command::new("python3")
         .args(["-c", "import mcp"])
         .stderr(Stdio::null())
@@ -31,7 +31,7 @@ fn python_sdk() -> bool {
     ok
 }
 
-fn server_everything() -> bool {
+pub(crate) fn server_everything() -> bool {
     let ok = Command::new("sh")
         .args(["-c", "command -v mcp-server-everything"])
         .stdout(Stdio::null())
@@ -53,7 +53,7 @@ fn misbehave() -> String {
 }
 
 /// A repository with `manifest` as its `npcagent.toml`.
-fn repo(manifest: &str) -> TempDir {
+pub(crate) fn repo(manifest: &str) -> TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
     dir
@@ -68,7 +68,7 @@ fn bad_server(tool_timeout_ms: u64) -> String {
 
 /// Run the client's `steps` against `npc mcp serve` on stdio in `dir`; one
 /// JSON value per step.
-fn stdio_session(dir: &TempDir, steps: Value) -> Vec<Value> {
+pub(crate) fn stdio_session(dir: &TempDir, steps: Value) -> Vec<Value> {
     let npc = npc_path().display().to_string();
     let client = repo_root().join("fixtures/mcp/client.py");
     let out = assert_cmd::Command::new("python3")
@@ -93,27 +93,27 @@ fn stdio_session(dir: &TempDir, steps: Value) -> Vec<Value> {
         .collect()
 }
 
-fn call(name: &str, arguments: Value) -> Value {
+pub(crate) fn call(name: &str, arguments: Value) -> Value {
     json!(["call", name, arguments])
 }
 
-fn ok_text(step: &Value) -> &str {
+pub(crate) fn ok_text(step: &Value) -> &str {
     assert_eq!(step["is_error"], false, "expected a result: {step}");
     step["text"].as_str().unwrap()
 }
 
-fn error_text(step: &Value) -> &str {
+pub(crate) fn error_text(step: &Value) -> &str {
     assert_eq!(step["is_error"], true, "expected an isError result: {step}");
     step["text"].as_str().unwrap()
 }
 
 /// The `mcp.tool_call` events recorded in `dir`.
-fn tool_call_events(dir: &TempDir) -> Vec<Value> {
+pub(crate) fn tool_call_events(dir: &TempDir) -> Vec<Value> {
     events_of_kind(dir, "mcp.tool_call")
 }
 
 /// The events of `kind` recorded in `dir`.
-fn events_of_kind(dir: &TempDir, kind: &str) -> Vec<Value> {
+pub(crate) fn events_of_kind(dir: &TempDir, kind: &str) -> Vec<Value> {
     let out = npc()
         .args(["events", "--format", "json"])
         .current_dir(dir.path())
@@ -404,7 +404,7 @@ fn recorded_calls_redact_secret_and_sensitive_arguments() {
 }
 
 /// `npc mcp serve --http 127.0.0.1:0` in `dir`, and the URL it listens on.
-fn spawn_http_gateway(dir: &TempDir) -> (std::process::Child, String) {
+pub(crate) fn spawn_http_gateway(dir: &TempDir) -> (std::process::Child, String) {
     let mut gateway = Command::new(npc_path())
         .args(["mcp", "serve", "--http", "127.0.0.1:0"])
         .current_dir(dir.path())
@@ -429,7 +429,7 @@ fn spawn_http_gateway(dir: &TempDir) -> (std::process::Child, String) {
     (gateway, url)
 }
 
-fn sigterm_exits_0(mut gateway: std::process::Child) {
+pub(crate) fn sigterm_exits_0(mut gateway: std::process::Child) {
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(gateway.id() as i32),
         nix::sys::signal::Signal::SIGTERM,

@@ -1,0 +1,580 @@
+//! Resources and prompts behind the gateway. Each upstream session's
+//! resources, resource templates and prompts are fetched at connect into its
+//! [`ServerCatalog`] (only what the server's capabilities offer, at most
+//! [`MAX_LIST_PAGES`] pages and [`MAX_ITEMS_PER_LIST`] items a list) and
+//! refetched on `notifications/resources/list_changed` /
+//! `notifications/prompts/list_changed` (coalesced, like tool lists); the
+//! gateway's clients are then told in turn.
+//!
+//! Names, as the gateway's clients see them ([`Catalog`]):
+//! - a resource `URI` of server `S` is `npc://S/URI` (the upstream URI kept
+//!   verbatim after the server, so a template `file:///{path}` becomes
+//!   `npc://S/file:///{path}` and its expansions route back unchanged); a
+//!   bare upstream URI is read too when exactly one server lists it;
+//! - a prompt `P` of server `S` is `S__P`, spelled like tools
+//!   ([`super::namespaced`]);
+//! - a prompt `NAME` of the manifest's `prompts` section keeps its name and
+//!   is rendered by [`crate::render::prompt`] (fuel- and size-bounded, off
+//!   the executor, within [`PROMPT_RENDER_DEADLINE`]); its variables are the
+//!   prompt's arguments, required when they have no default. A manifest
+//!   prompt wins a name collision with a server's prompt.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use rmcp::model::{
+    GetPromptRequestParams, GetPromptResult, JsonObject, PaginatedRequestParams, Prompt,
+    PromptArgument, PromptMessage, ReadResourceRequestParams, ReadResourceResult, Resource,
+    ResourceContents, ResourceTemplate, Role,
+};
+use rmcp::{ErrorData, Peer, RoleClient};
+use tokio::sync::broadcast;
+
+use super::pool::{CallError, Pool};
+use crate::model::Manifest;
+
+/// Scheme and prefix of the gateway's resource URIs: `npc://SERVER/URI`.
+pub const RESOURCE_URI_PREFIX: &str = "npc://";
+/// Most pages fetched of one list (resources, templates, prompts) of one server.
+pub const MAX_LIST_PAGES: usize = super::pool::MAX_TOOL_PAGES;
+/// Most items kept of one list of one server; the rest are left out (logged).
+pub const MAX_ITEMS_PER_LIST: usize = 1024;
+/// Longest a manifest prompt may take to render for `prompts/get`.
+pub const PROMPT_RENDER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Which of a server's lists changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatalogChange {
+    /// Resources or resource templates.
+    Resources,
+    Prompts,
+}
+
+/// Refresh states of one list: none running, one running, one running with
+/// another notification since it started.
+const REFRESH_IDLE: u8 = 0;
+const REFRESH_RUNNING: u8 = 1;
+const REFRESH_AGAIN: u8 = 2;
+
+/// Mark a refresh wanted; true when the caller must start it (none ran).
+fn refresh_begins(state: &AtomicU8) -> bool {
+    state
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
+            Some(if s == REFRESH_IDLE {
+                REFRESH_RUNNING
+            } else {
+                REFRESH_AGAIN
+            })
+        })
+        .unwrap_or(REFRESH_AGAIN)
+        == REFRESH_IDLE
+}
+
+/// After one refresh: true when done, false when another is due.
+fn refresh_done(state: &AtomicU8) -> bool {
+    let done = state
+        .compare_exchange(
+            REFRESH_RUNNING,
+            REFRESH_IDLE,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        )
+        .is_ok();
+    if !done {
+        state.store(REFRESH_RUNNING, Ordering::SeqCst);
+    }
+    done
+}
+
+/// A paged list, at most [`MAX_LIST_PAGES`] pages and [`MAX_ITEMS_PER_LIST`]
+/// items, so a server paging forever or listing without end cannot grow
+/// npc's memory. `page` fetches one page after the given cursor.
+async fn fetch_paged<T, F, Fut>(
+    server: &str,
+    what: &str,
+    mut page: F,
+) -> Result<Vec<T>, rmcp::ServiceError>
+where
+    F: FnMut(Option<PaginatedRequestParams>) -> Fut,
+    Fut: Future<Output = Result<(Vec<T>, Option<String>), rmcp::ServiceError>>,
+{
+    let mut items = Vec::new();
+    let mut cursor = None;
+    for _ in 0..MAX_LIST_PAGES {
+        let params = cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+        let (more, next) = page(params).await?;
+        items.extend(more);
+        if items.len() > MAX_ITEMS_PER_LIST {
+            tracing::warn!(
+                server,
+                what,
+                limit = MAX_ITEMS_PER_LIST,
+                "mcp: server lists too many; the rest are left out"
+            );
+            items.truncate(MAX_ITEMS_PER_LIST);
+            return Ok(items);
+        }
+        match next {
+            Some(next) => cursor = Some(next),
+            None => return Ok(items),
+        }
+    }
+    tracing::warn!(
+        server,
+        what,
+        pages = MAX_LIST_PAGES,
+        "mcp: server pages without end; the rest are left out"
+    );
+    Ok(items)
+}
+
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One upstream server's cached resources, resource templates and prompts.
+/// The cache survives a closed session, so listing never waits on a server.
+#[derive(Debug)]
+pub struct ServerCatalog {
+    resources: RwLock<Vec<Resource>>,
+    templates: RwLock<Vec<ResourceTemplate>>,
+    prompts: RwLock<Vec<Prompt>>,
+    resources_refresh: AtomicU8,
+    prompts_refresh: AtomicU8,
+    changed: broadcast::Sender<CatalogChange>,
+}
+
+impl ServerCatalog {
+    /// An empty catalog announcing its changes on `changed`.
+    pub fn new(changed: broadcast::Sender<CatalogChange>) -> Self {
+        Self {
+            resources: RwLock::default(),
+            templates: RwLock::default(),
+            prompts: RwLock::default(),
+            resources_refresh: AtomicU8::new(REFRESH_IDLE),
+            prompts_refresh: AtomicU8::new(REFRESH_IDLE),
+            changed,
+        }
+    }
+
+    /// Fetch every list the server's capabilities offer (at connect). A list
+    /// the server fails to give is logged and left empty; the session stays.
+    pub async fn fetch(&self, peer: &Peer<RoleClient>, server: &str) {
+        self.refetch(CatalogChange::Resources, peer, server).await;
+        self.refetch(CatalogChange::Prompts, peer, server).await;
+    }
+
+    async fn refetch(&self, what: CatalogChange, peer: &Peer<RoleClient>, server: &str) {
+        let capabilities = peer.peer_info().map(|i| i.capabilities.clone());
+        let offered = capabilities.as_ref().is_some_and(|c| match what {
+            CatalogChange::Resources => c.resources.is_some(),
+            CatalogChange::Prompts => c.prompts.is_some(),
+        });
+        if !offered {
+            return;
+        }
+        match what {
+            CatalogChange::Resources => {
+                let resources = fetch_paged(server, "resources", |p| async move {
+                    peer.list_resources(p)
+                        .await
+                        .map(|r| (r.resources, r.next_cursor))
+                })
+                .await;
+                let templates = fetch_paged(server, "resource templates", |p| async move {
+                    peer.list_resource_templates(p)
+                        .await
+                        .map(|r| (r.resource_templates, r.next_cursor))
+                })
+                .await;
+                store(&self.resources, resources, server, "resources/list");
+                store(
+                    &self.templates,
+                    templates,
+                    server,
+                    "resources/templates/list",
+                );
+            }
+            CatalogChange::Prompts => {
+                let prompts = fetch_paged(server, "prompts", |p| async move {
+                    peer.list_prompts(p)
+                        .await
+                        .map(|r| (r.prompts, r.next_cursor))
+                })
+                .await;
+                store(&self.prompts, prompts, server, "prompts/list");
+            }
+        }
+        let _ = self.changed.send(what);
+    }
+
+    /// `notifications/*/list_changed` arrived: refetch that list. While a
+    /// refetch runs, further notifications coalesce into one more, so a
+    /// server flooding them costs at most one task.
+    pub fn list_changed(
+        self: &Arc<Self>,
+        what: CatalogChange,
+        peer: Peer<RoleClient>,
+        server: String,
+    ) {
+        if !refresh_begins(self.refresh_state(what)) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                this.refetch(what, &peer, &server).await;
+                if refresh_done(this.refresh_state(what)) {
+                    break;
+                }
+            }
+        });
+    }
+
+    fn refresh_state(&self, what: CatalogChange) -> &AtomicU8 {
+        match what {
+            CatalogChange::Resources => &self.resources_refresh,
+            CatalogChange::Prompts => &self.prompts_refresh,
+        }
+    }
+
+    pub fn resources(&self) -> Vec<Resource> {
+        read(&self.resources).clone()
+    }
+
+    pub fn templates(&self) -> Vec<ResourceTemplate> {
+        read(&self.templates).clone()
+    }
+
+    pub fn prompts(&self) -> Vec<Prompt> {
+        read(&self.prompts).clone()
+    }
+
+    fn lists_resource(&self, uri: &str) -> bool {
+        read(&self.resources).iter().any(|r| r.uri == uri)
+    }
+
+    fn lists_prompt(&self, name: &str) -> bool {
+        read(&self.prompts).iter().any(|p| p.name == name)
+    }
+}
+
+fn store<T>(
+    slot: &RwLock<Vec<T>>,
+    fetched: Result<Vec<T>, rmcp::ServiceError>,
+    server: &str,
+    method: &str,
+) {
+    match fetched {
+        Ok(items) => *write(slot) = items,
+        Err(e) => {
+            tracing::warn!(server, method, error = %e, "mcp: fetching a list failed; keeping the last one")
+        }
+    }
+}
+
+/// `npc://SERVER/URI`: how the gateway names resource `uri` of `server`.
+pub fn resource_uri(server: &str, uri: &str) -> String {
+    format!("{RESOURCE_URI_PREFIX}{server}/{uri}")
+}
+
+/// The (server, upstream URI) a gateway resource URI stands for.
+pub fn split_resource_uri(uri: &str) -> Option<(&str, &str)> {
+    uri.strip_prefix(RESOURCE_URI_PREFIX)?
+        .split_once('/')
+        .filter(|(server, rest)| !server.is_empty() && !rest.is_empty())
+}
+
+/// The manifest whose `prompts` the gateway serves, and the repository
+/// they render in.
+#[derive(Debug, Clone)]
+pub struct ManifestPrompts {
+    pub manifest: Arc<Manifest>,
+    pub root: PathBuf,
+}
+
+/// What the gateway lists and serves of resources and prompts: every
+/// server's catalog in the pool, plus the manifest's prompts.
+#[derive(Debug)]
+pub struct Catalog {
+    pool: Arc<Pool>,
+    manifest: Option<ManifestPrompts>,
+}
+
+fn unavailable(e: CallError) -> ErrorData {
+    ErrorData::internal_error(e.to_string(), None)
+}
+
+impl Catalog {
+    pub fn new(pool: Arc<Pool>) -> Self {
+        Self {
+            pool,
+            manifest: None,
+        }
+    }
+
+    /// Serve the manifest's `prompts` too.
+    pub fn with_manifest_prompts(mut self, prompts: ManifestPrompts) -> Self {
+        self.manifest = Some(prompts);
+        self
+    }
+
+    /// Every server's resources under their gateway URIs, servers in name order.
+    pub fn resources(&self) -> Vec<Resource> {
+        let mut out = Vec::new();
+        for (server, catalog) in self.pool.catalogs() {
+            out.extend(catalog.resources().into_iter().map(|mut r| {
+                r.uri = resource_uri(&server, &r.uri);
+                r
+            }));
+        }
+        out
+    }
+
+    /// Every server's resource templates under their gateway URIs.
+    pub fn resource_templates(&self) -> Vec<ResourceTemplate> {
+        let mut out = Vec::new();
+        for (server, catalog) in self.pool.catalogs() {
+            out.extend(catalog.templates().into_iter().map(|mut t| {
+                t.uri_template = resource_uri(&server, &t.uri_template);
+                t
+            }));
+        }
+        out
+    }
+
+    /// The (server, upstream URI) `uri` reads: a gateway URI of a pool
+    /// server, or an upstream URI exactly one server lists.
+    fn route(&self, uri: &str) -> Option<(String, String)> {
+        if let Some((server, rest)) = split_resource_uri(uri)
+            && self.pool.catalog_of(server).is_some()
+        {
+            return Some((server.to_string(), rest.to_string()));
+        }
+        let mut listing = self
+            .pool
+            .catalogs()
+            .filter(|(_, c)| c.lists_resource(uri))
+            .map(|(s, _)| s.to_string());
+        match (listing.next(), listing.next()) {
+            (Some(server), None) => Some((server, uri.to_string())),
+            _ => None,
+        }
+    }
+
+    /// Read `uri` from its server within the server's `tool_timeout_ms`;
+    /// the contents come back under gateway URIs.
+    pub async fn read_resource(&self, uri: &str) -> Result<ReadResourceResult, ErrorData> {
+        let Some((server, upstream_uri)) = self.route(uri) else {
+            return Err(ErrorData::resource_not_found(
+                format!(
+                    "no resource `{uri}`; resources are named `{RESOURCE_URI_PREFIX}SERVER/URI`, see `resources/list`"
+                ),
+                None,
+            ));
+        };
+        let params = ReadResourceRequestParams::new(upstream_uri);
+        let mut result = self
+            .pool
+            .request(
+                &server,
+                |peer| async move { peer.read_resource(params).await },
+            )
+            .await
+            .map_err(unavailable)?
+            .map_err(|e| answered(&server, e))?;
+        for content in &mut result.contents {
+            if let ResourceContents::TextResourceContents { uri, .. }
+            | ResourceContents::BlobResourceContents { uri, .. } = content
+            {
+                *uri = resource_uri(&server, uri);
+            }
+        }
+        Ok(result)
+    }
+
+    /// The manifest's prompts, then every server's under `SERVER__PROMPT`;
+    /// a name that is not portable or collides with an earlier one is left out.
+    pub fn prompts(&self) -> Vec<Prompt> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        if let Some(m) = &self.manifest {
+            for (name, prompt) in &m.manifest.prompts {
+                let arguments = prompt
+                    .variables
+                    .iter()
+                    .map(|(var, decl)| {
+                        let mut arg =
+                            PromptArgument::new(var).with_required(decl.default.is_none());
+                        if let Some(d) = &decl.description {
+                            arg = arg.with_description(d);
+                        }
+                        arg
+                    })
+                    .collect();
+                seen.insert(name.clone());
+                out.push(Prompt::new(name, None::<String>, Some(arguments)));
+            }
+        }
+        for (server, catalog) in self.pool.catalogs() {
+            for mut prompt in catalog.prompts() {
+                let Some(name) = super::namespaced(&server, &prompt.name) else {
+                    tracing::warn!(server, prompt = %prompt.name, "mcp: prompt name is not portable; left out");
+                    continue;
+                };
+                if !seen.insert(name.clone()) {
+                    tracing::warn!(name = %name, "mcp: namespaced prompt name collides; left out");
+                    continue;
+                }
+                prompt.name = name;
+                out.push(prompt);
+            }
+        }
+        out
+    }
+
+    /// Get prompt `name`: a manifest prompt rendered here, or a server's
+    /// prompt fetched within its `tool_timeout_ms`.
+    pub async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<GetPromptResult, ErrorData> {
+        if let Some(m) = &self.manifest
+            && m.manifest.prompts.contains_key(name)
+        {
+            return render(m, name, arguments).await;
+        }
+        let routed = self.pool.catalogs().find_map(|(server, catalog)| {
+            let prompt = name
+                .strip_prefix(server.as_str())?
+                .strip_prefix(super::NAMESPACE_SEPARATOR)?;
+            catalog
+                .lists_prompt(prompt)
+                .then(|| (server.to_string(), prompt.to_string()))
+        });
+        let Some((server, prompt)) = routed else {
+            return Err(ErrorData::invalid_params(
+                format!("no prompt `{name}`; see `prompts/list`"),
+                None,
+            ));
+        };
+        let mut params = GetPromptRequestParams::new(prompt);
+        params.arguments = arguments;
+        self.pool
+            .request(&server, |peer| async move { peer.get_prompt(params).await })
+            .await
+            .map_err(unavailable)?
+            .map_err(|e| answered(&server, e))
+    }
+}
+
+/// A server's error answer, passed on with its code and the server named.
+fn answered(server: &str, e: ErrorData) -> ErrorData {
+    ErrorData::new(
+        e.code,
+        format!("MCP server `{server}` answered: {}", e.message),
+        e.data,
+    )
+}
+
+/// Render manifest prompt `name` with `arguments` (strings) as its variables.
+async fn render(
+    m: &ManifestPrompts,
+    name: &str,
+    arguments: Option<JsonObject>,
+) -> Result<GetPromptResult, ErrorData> {
+    let mut vars = std::collections::BTreeMap::new();
+    for (key, value) in arguments.unwrap_or_default() {
+        let serde_json::Value::String(value) = value else {
+            return Err(ErrorData::invalid_params(
+                format!("argument `{key}` of prompt `{name}` must be a string"),
+                None,
+            ));
+        };
+        vars.insert(key, value);
+    }
+    let (manifest, root, prompt) = (m.manifest.clone(), m.root.clone(), name.to_string());
+    let work = tokio::task::spawn_blocking(move || {
+        let ctx = crate::render::RenderContext::new(&root, &manifest);
+        crate::render::prompt(&manifest, &prompt, &vars, &ctx)
+    });
+    match tokio::time::timeout(PROMPT_RENDER_DEADLINE, work).await {
+        Ok(Ok(Ok(text))) => Ok(GetPromptResult::new(vec![PromptMessage::new_text(
+            Role::User,
+            text,
+        )])),
+        Ok(Ok(Err(e))) => Err(ErrorData::invalid_params(e.to_string(), None)),
+        Ok(Err(e)) => Err(ErrorData::internal_error(
+            format!("rendering prompt `{name}` failed: {e}"),
+            None,
+        )),
+        Err(_) => Err(ErrorData::internal_error(
+            format!(
+                "prompt `{name}` did not render within {} s; simplify its template",
+                PROMPT_RENDER_DEADLINE.as_secs()
+            ),
+            None,
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_uris_round_trip_verbatim() {
+        let uri = resource_uri("fs", "file:///tmp/a b.txt");
+        assert_eq!(uri, "npc://fs/file:///tmp/a b.txt");
+        assert_eq!(
+            split_resource_uri(&uri),
+            Some(("fs", "file:///tmp/a b.txt"))
+        );
+        let template = resource_uri("every", "demo://resource/{id}");
+        assert_eq!(
+            split_resource_uri(&template.replace("{id}", "7")),
+            Some(("every", "demo://resource/7"))
+        );
+        assert_eq!(split_resource_uri("npc://fs"), None);
+        assert_eq!(split_resource_uri("npc:///x"), None);
+        assert_eq!(split_resource_uri("file:///x"), None);
+    }
+
+    #[test]
+    fn refreshes_coalesce() {
+        let state = AtomicU8::new(REFRESH_IDLE);
+        assert!(refresh_begins(&state), "the first notification starts one");
+        assert!(!refresh_begins(&state), "the next ones only mark it again");
+        assert!(!refresh_begins(&state));
+        assert!(!refresh_done(&state), "one more refresh is due");
+        assert!(refresh_done(&state), "then it is done");
+        assert!(refresh_begins(&state));
+    }
+
+    #[tokio::test]
+    async fn paging_is_bounded() {
+        let pages = std::sync::atomic::AtomicUsize::new(0);
+        let got = fetch_paged("s", "things", |_| {
+            pages.fetch_add(1, Ordering::SeqCst);
+            async { Ok((vec![1u8], Some("more".to_string()))) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(got.len(), MAX_LIST_PAGES);
+        assert_eq!(pages.load(Ordering::SeqCst), MAX_LIST_PAGES);
+        let got = fetch_paged("s", "things", |_| async {
+            Ok((vec![0u8; MAX_ITEMS_PER_LIST + 5], Some("more".to_string())))
+        })
+        .await
+        .unwrap();
+        assert_eq!(got.len(), MAX_ITEMS_PER_LIST);
+    }
+}

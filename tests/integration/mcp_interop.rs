@@ -1,0 +1,252 @@
+//! The gateway (`npc mcp serve`) against real peers and hostile ones:
+//! upstream servers that crash, hang, flood stdout or answer with invalid
+//! JSON (`fixtures/mcp/hostile.py`) each cost one `isError` result and a
+//! reconnect, never the gateway.
+
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+use crate::mcp::{call, error_text, ok_text, python_sdk, repo, stdio_session, tool_call_events};
+use crate::support::repo_root;
+
+fn hostile() -> String {
+    repo_root()
+        .join("fixtures/mcp/hostile.py")
+        .display()
+        .to_string()
+}
+
+/// A repository with the hostile server `h` (calls bounded by 1.5 s).
+fn hostile_repo() -> TempDir {
+    repo(&format!(
+        "version = 1\n[mcp.servers.h]\ncommand = \"python3\"\nargs = [{:?}]\ntool_timeout_ms = 1500\n",
+        hostile()
+    ))
+}
+
+/// Calls `h__pid`, then the breaking `tool`, then `h__pid` again: the
+/// breaking call is one `isError` result naming the server, the gateway
+/// keeps serving and the next call runs in a new server process. Returns
+/// the error message and the recorded outcome of the breaking call.
+fn breaks_once_then_reconnects(tool: &str) -> (String, Value) {
+    let dir = hostile_repo();
+    let got = stdio_session(
+        &dir,
+        json!([
+            call("h__pid", json!({})),
+            call(&format!("h__{tool}"), json!({})),
+            call("h__pid", json!({}))
+        ]),
+    );
+    let before = ok_text(&got[0]).to_string();
+    let message = error_text(&got[1]).to_string();
+    assert!(
+        message.contains("`h`"),
+        "the error names the server: {message}"
+    );
+    let after = ok_text(&got[2]);
+    assert_ne!(after, before, "`{tool}` cost a reconnect (a new process)");
+    let outcomes: Vec<Value> = tool_call_events(&dir)
+        .iter()
+        .map(|e| e["payload"]["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes.len(), 3, "{outcomes:?}");
+    assert_eq!((&outcomes[0], &outcomes[2]), (&json!("ok"), &json!("ok")));
+    (message, outcomes[1].clone())
+}
+
+#[test]
+fn upstream_crashing_mid_call_costs_one_error_and_a_reconnect() {
+    if !python_sdk() {
+        return;
+    }
+    let (message, outcome) = breaks_once_then_reconnects("crash");
+    assert_eq!(outcome, "lost");
+    assert!(message.contains("reconnected"), "{message}");
+}
+
+#[test]
+fn upstream_hanging_costs_one_timeout_and_a_reconnect() {
+    if !python_sdk() {
+        return;
+    }
+    let (message, outcome) = breaks_once_then_reconnects("hang");
+    assert_eq!(outcome, "timeout");
+    assert!(
+        message.contains("`tool_timeout_ms` of 1500 ms"),
+        "{message}"
+    );
+}
+
+#[test]
+fn upstream_flooding_stdout_with_an_endless_line_costs_one_error_and_a_reconnect() {
+    if !python_sdk() {
+        return;
+    }
+    let (_, outcome) = breaks_once_then_reconnects("stream");
+    assert_eq!(outcome, "timeout");
+}
+
+#[test]
+fn upstream_flooding_stdout_with_junk_lines_costs_one_error_and_a_reconnect() {
+    if !python_sdk() {
+        return;
+    }
+    let (_, outcome) = breaks_once_then_reconnects("spam");
+    assert_eq!(outcome, "timeout");
+}
+
+#[test]
+fn upstream_answering_with_truncated_json_costs_one_error_and_a_reconnect() {
+    if !python_sdk() {
+        return;
+    }
+    let (_, outcome) = breaks_once_then_reconnects("badjson");
+    assert_eq!(outcome, "timeout");
+}
+
+#[test]
+fn upstream_answering_with_a_wrong_result_shape_costs_one_error_and_a_reconnect() {
+    if !python_sdk() {
+        return;
+    }
+    let (message, _) = breaks_once_then_reconnects("wrongshape");
+    assert!(message.contains("`h`"), "{message}");
+}
+
+#[test]
+fn upstream_closing_its_stdout_costs_one_error_and_a_reconnect() {
+    if !python_sdk() {
+        return;
+    }
+    let (_, outcome) = breaks_once_then_reconnects("closeout");
+    assert_eq!(outcome, "lost");
+}
+
+fn catalog_server() -> String {
+    repo_root()
+        .join("fixtures/mcp/catalog.py")
+        .display()
+        .to_string()
+}
+
+#[test]
+fn resources_and_prompts_pass_through_namespaced_with_manifest_prompts() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&format!(
+        "version = 1\n[mcp.servers.cat]\ncommand = \"python3\"\nargs = [{:?}]\n\
+         [prompts.review]\ntemplate = \"Review {{{{ vars.branch }}}} for {{{{ vars.who }}}}\"\n\
+         variables.branch = {{ default = \"main\" }}\nvariables.who = {{ description = \"reviewer\" }}\n",
+        catalog_server()
+    ));
+    let got = stdio_session(
+        &dir,
+        json!([
+            ["resources"],
+            ["templates"],
+            ["read", "npc://cat/mem://one"],
+            ["read", "npc://cat/mem://item/7"],
+            ["read", "mem://one"],
+            ["read", "npc://nope/mem://one"],
+            ["prompts"],
+            ["prompt", "cat__greet", {"who": "ann"}],
+            ["prompt", "review", {"who": "bob"}],
+            ["prompt", "review", {}],
+            call("cat__grow", json!({})),
+            ["wait_resources_changed"],
+            ["wait_prompts_changed"],
+            ["resources"],
+            ["prompts"]
+        ]),
+    );
+    assert_eq!(got[0]["resources"], json!(["npc://cat/mem://one"]));
+    assert_eq!(got[1]["templates"], json!(["npc://cat/mem://item/{id}"]));
+    assert_eq!(
+        got[2]["contents"],
+        json!([{"uri": "npc://cat/mem://one", "text": "first"}])
+    );
+    assert_eq!(got[3]["contents"][0]["text"], "item 7", "{}", got[3]);
+    assert_eq!(
+        got[4]["contents"][0]["text"], "first",
+        "a bare upstream URI one server lists is read too"
+    );
+    assert!(
+        got[5]["error"].as_str().unwrap().contains("no resource"),
+        "{}",
+        got[5]
+    );
+    assert_eq!(
+        got[6]["prompts"],
+        json!([
+            {"name": "review", "arguments": [["branch", false], ["who", true]]},
+            {"name": "cat__greet", "arguments": [["who", true]]}
+        ])
+    );
+    assert_eq!(got[7]["messages"], json!(["hello ann"]));
+    assert_eq!(got[8]["messages"], json!(["Review main for bob"]));
+    assert!(
+        got[9]["error"].as_str().unwrap().contains("who"),
+        "a required variable left out is an error naming it: {}",
+        got[9]
+    );
+    assert_eq!(ok_text(&got[10]), "grown");
+    assert_eq!(got[11]["resources_changed"], true);
+    assert_eq!(got[12]["prompts_changed"], true);
+    assert_eq!(
+        got[13]["resources"],
+        json!(["npc://cat/mem://one", "npc://cat/mem://two"])
+    );
+    let prompts: Vec<&str> = got[14]["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(prompts, ["review", "cat__greet", "cat__second"]);
+}
+
+#[test]
+fn server_everything_resources_and_prompts_pass_through() {
+    if !python_sdk() || !crate::mcp::server_everything() {
+        return;
+    }
+    let dir = repo("version = 1\n[mcp.servers.everything]\ncommand = \"mcp-server-everything\"\n");
+    let doc = "npc://everything/demo://resource/static/document/architecture.md";
+    let got = stdio_session(
+        &dir,
+        json!([
+            ["resources"],
+            ["read", doc],
+            ["prompts"],
+            ["prompt", "everything__args-prompt", {"city": "Lyon"}]
+        ]),
+    );
+    let uris = got[0]["resources"].as_array().unwrap();
+    assert!(uris.contains(&json!(doc)), "{uris:?}");
+    assert_eq!(got[1]["contents"][0]["uri"], doc, "{}", got[1]);
+    assert!(
+        got[1]["contents"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Everything Server"),
+        "{}",
+        got[1]
+    );
+    let prompts: Vec<&str> = got[2]["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        prompts.contains(&"everything__simple-prompt"),
+        "{prompts:?}"
+    );
+    assert!(
+        got[3]["messages"][0].as_str().unwrap().contains("Lyon"),
+        "{}",
+        got[3]
+    );
+}
