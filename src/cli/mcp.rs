@@ -18,6 +18,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use super::Exit;
+use crate::mcp::builtin::{Builtins, npc::NpcContext};
 use crate::mcp::{CallPath, Gateway, Pool, pool::IDLE_SWEEP_INTERVAL};
 use crate::model::{self, ProcessEnv};
 use crate::plan::{ComponentId, Kind};
@@ -115,7 +116,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
                 }
             })
         };
-        let gateway = Gateway::new(Arc::new(CallPath::new(pool.clone(), Some(bus.clone()))));
+        let builtins = Arc::new(Builtins::standard(
+            &NpcContext {
+                paths: paths.clone(),
+            },
+            &manifest.mcp_builtins,
+        ));
+        let gateway = Gateway::new(Arc::new(
+            CallPath::new(pool.clone(), Some(bus.clone())).with_builtins(builtins),
+        ));
         let served = match args.http {
             None => serve_stdio(gateway).await,
             Some(addr) => serve_http(addr, gateway).await,

@@ -36,7 +36,7 @@ impl ServerHandler for Gateway {
         )
         .with_server_info(Implementation::new("npc", env!("CARGO_PKG_VERSION")))
         .with_instructions(
-            "npc gateway: the repository's MCP servers' tools, named SERVER__TOOL; every call is recorded",
+            "npc gateway: npc's built-in tools (memory_*, board_*, fetch_url, web_search, npc_*) and the repository's MCP servers' tools, named SERVER__TOOL; every call is recorded",
         )
     }
 
@@ -45,10 +45,11 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = self.path.pool().tools();
-        Ok(ListToolsResult::with_all_items(
-            tools.into_iter().map(|t| t.definition).collect(),
-        ))
+        // Built-ins first, then every upstream tool (never the same names:
+        // upstream ones are `server__tool`).
+        let mut tools = self.path.builtins().tools().to_vec();
+        tools.extend(self.path.pool().tools().into_iter().map(|t| t.definition));
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(

@@ -221,15 +221,17 @@ impl Lower<'_> {
         }
         let project = self.project(raw.project.and_then(|e| e.0));
         let daemon = self.daemon(raw.daemon.and_then(|e| e.0));
-        let servers = raw
+        let (servers, builtins) = raw
             .mcp
             .and_then(|e| e.0)
-            .map(|m| m.servers)
+            .map(|m| (m.servers, m.builtins.and_then(|e| e.0)))
             .unwrap_or_default();
+        let mcp_builtins = self.mcp_builtins(builtins);
         let mut m = Manifest {
             project,
             daemon,
             mcp_servers: BTreeMap::new(),
+            mcp_builtins,
             providers: BTreeMap::new(),
             profiles: BTreeMap::new(),
             prompts: BTreeMap::new(),
@@ -597,6 +599,27 @@ impl Lower<'_> {
             );
             RestartPolicy::OnFailure
         })
+    }
+
+    fn mcp_builtins(&mut self, raw: Option<Spanned<RawMcpBuiltins>>) -> McpBuiltins {
+        let Some(Spanned { value: raw, .. }) = raw else {
+            return McpBuiltins::default();
+        };
+        let mut networks = Vec::new();
+        for net in &raw.fetch_allow_networks {
+            match IpNet::parse(net.value.trim()) {
+                Some(n) => networks.push(n),
+                None => self.error(
+                    &net.span,
+                    format!("`{}` is not a network", clip(&net.value)),
+                    "write an address with a prefix length, such as `10.1.2.0/24` or `127.0.0.1/32`",
+                ),
+            }
+        }
+        McpBuiltins {
+            fetch_allow_private: raw.fetch_allow_private.unwrap_or(false),
+            fetch_allow_networks: networks,
+        }
     }
 
     fn mcp_server(

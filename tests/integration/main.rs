@@ -8,6 +8,7 @@ mod daemon;
 mod hostile;
 mod manifest;
 mod mcp;
+mod mcp_builtin;
 mod providers;
 mod render;
 mod runs;

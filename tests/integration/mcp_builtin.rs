@@ -1,0 +1,290 @@
+//! npc's built-in MCP tools through the real gateway (`npc mcp serve`),
+//! driven by the Python `mcp` SDK client (`fixtures/mcp/client.py`): the
+//! memory group on a real SQLite file in a temporary data directory,
+//! `fetch_url` against real HTTP servers on 127.0.0.1, `web_search`
+//! without keys, and npc's own read-only tools. Nothing here reaches the
+//! network beyond loopback.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+use crate::support::{npc, npc_path, repo_root};
+
+/// Longest one client session may take in these tests.
+const CLIENT_LIMIT: Duration = Duration::from_secs(90);
+
+fn python_sdk() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import mcp"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!(
+            "skipped: the Python `mcp` SDK is not installed (`pip install mcp`; .ci/run installs it)"
+        );
+    }
+    ok
+}
+
+/// A repository with `manifest` as its `npcagent.toml`, and a data
+/// directory of its own (`XDG_DATA_HOME`).
+struct Repo {
+    dir: TempDir,
+    data: TempDir,
+}
+
+fn repo(manifest: &str) -> Repo {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    Repo {
+        dir,
+        data: tempfile::tempdir().unwrap(),
+    }
+}
+
+/// Environment changes of one session: `Some` sets, `None` removes.
+type Env<'a> = &'a [(&'a str, Option<&'a str>)];
+
+/// Run the client's `steps` against `npc mcp serve` on stdio in the repo,
+/// with `XDG_DATA_HOME` at the repo's data directory, no search keys, and
+/// `env` applied last; one JSON value per step.
+fn session(repo: &Repo, env: Env<'_>, steps: Value) -> Vec<Value> {
+    let npc = npc_path().display().to_string();
+    let client = repo_root().join("fixtures/mcp/client.py");
+    let mut cmd = assert_cmd::Command::new("python3");
+    cmd.arg(client)
+        .arg(steps.to_string())
+        .args(["--", &npc, "mcp", "serve"])
+        .current_dir(repo.dir.path())
+        .env("XDG_DATA_HOME", repo.data.path())
+        .env_remove("BRAVE_API_KEY")
+        .env_remove("EXA_API_KEY")
+        .timeout(CLIENT_LIMIT);
+    for (k, v) in env {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "client failed: {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn call(name: &str, arguments: Value) -> Value {
+    json!(["call", name, arguments])
+}
+
+fn ok_json(step: &Value) -> Value {
+    assert_eq!(step["is_error"], false, "expected a result: {step}");
+    serde_json::from_str(step["text"].as_str().unwrap()).unwrap()
+}
+
+fn error_text(step: &Value) -> &str {
+    assert_eq!(step["is_error"], true, "expected an isError result: {step}");
+    step["text"].as_str().unwrap()
+}
+
+/// The `mcp.tool_call` events recorded in `dir`.
+fn tool_calls(dir: &Path) -> Vec<Value> {
+    let out = npc()
+        .args(["events", "--format", "json"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["kind"] == "mcp.tool_call")
+        .collect()
+}
+
+const BUILTINS: [&str; 11] = [
+    "memory_write",
+    "memory_search",
+    "memory_recent",
+    "memory_delete",
+    "board_post",
+    "board_read",
+    "fetch_url",
+    "web_search",
+    "npc_status",
+    "npc_plan",
+    "npc_events",
+];
+
+#[test]
+fn tools_list_is_the_builtins_in_order_then_every_upstream_tool() {
+    if !python_sdk() {
+        return;
+    }
+    let misbehave = repo_root().join("fixtures/mcp/misbehave.py");
+    let r = repo(&format!(
+        "version = 1\n[mcp.servers.bad]\ncommand = \"python3\"\nargs = [{:?}]\n",
+        misbehave.display().to_string()
+    ));
+    let got = session(&r, &[], json!([["list"], call("bad__ok", json!({}))]));
+    let tools: Vec<&str> = got[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(tools[..BUILTINS.len()], BUILTINS, "{tools:?}");
+    assert!(tools[BUILTINS.len()..].contains(&"bad__ok"), "{tools:?}");
+    assert!(
+        tools[BUILTINS.len()..]
+            .iter()
+            .all(|t| t.starts_with("bad__")),
+        "{tools:?}"
+    );
+    assert_eq!(got[1]["text"], "fine", "upstream calls still work");
+}
+
+#[test]
+fn memory_tools_write_search_and_read_with_the_untrusted_notice() {
+    if !python_sdk() {
+        return;
+    }
+    let r = repo("version = 1\n");
+    let got = session(
+        &r,
+        &[],
+        json!([
+            call(
+                "memory_write",
+                json!({"text": "The build runs cargo nextest", "tags": ["build"], "writer": "codex ghp_0123456789abcdefABCDEF"})
+            ),
+            call(
+                "memory_write",
+                json!({"text": "Deploys go through staging"})
+            ),
+            call(
+                "memory_search",
+                json!({"query": "NEAR(\"build\" AND cargo*) OR ) ("})
+            ),
+            call("memory_recent", json!({"limit": 5})),
+            call("memory_write", json!({"text": "x".repeat(16 * 1024 + 1)})),
+            call("memory_search", json!({"query": "\"*:^()"})),
+            call("memory_delete", json!({"id": 2})),
+            call(
+                "board_post",
+                json!({"text": "taking the parser", "writer": "claude"})
+            ),
+            call("board_post", json!({"text": "ok", "channel": "../../etc"})),
+            call("board_read", json!({})),
+            call("memory_recent", json!({"limit": 1000})),
+            call("memory_write", json!({"text": "t", "surprise": 1})),
+        ]),
+    );
+    assert_eq!(ok_json(&got[0])["id"], 1);
+    let found = ok_json(&got[2]);
+    assert!(
+        found["notice"].as_str().unwrap().contains("untrusted"),
+        "{found}"
+    );
+    let entries = found["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "FTS syntax is only words: {found}");
+    assert_eq!(entries[0]["text"], "The build runs cargo nextest");
+    assert_eq!(
+        entries[0]["writer"], "codex ghp_01…",
+        "a token keeps 6 characters"
+    );
+    let recent = ok_json(&got[3]);
+    assert!(recent["notice"].as_str().unwrap().contains("untrusted"));
+    assert_eq!(recent["entries"][0]["text"], "Deploys go through staging");
+    assert!(error_text(&got[4]).contains("16384"), "{}", got[4]);
+    assert!(error_text(&got[5]).contains("no words"));
+    assert_eq!(ok_json(&got[6])["deleted"], true);
+    assert_eq!(ok_json(&got[7])["channel"], "general");
+    assert!(error_text(&got[8]).contains("channel name"));
+    let board = ok_json(&got[9]);
+    assert!(board["notice"].as_str().unwrap().contains("untrusted"));
+    assert_eq!(board["entries"].as_array().unwrap().len(), 1, "{board}");
+    assert_eq!(board["entries"][0]["writer"], "claude");
+    assert!(error_text(&got[10]).contains("the most allowed is 50"));
+    assert!(error_text(&got[11]).contains("surprise"));
+
+    // The file lives in the data directory, under the project's key; a
+    // second session sees what the first wrote (one memory is left).
+    let files: Vec<String> = std::fs::read_dir(r.data.path().join("npc/memory"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        files
+            .iter()
+            .any(|f| f.ends_with(".sqlite3") && !f.contains('/')),
+        "{files:?}"
+    );
+    let again = session(&r, &[], json!([call("memory_recent", json!({}))]));
+    assert_eq!(ok_json(&again[0])["entries"].as_array().unwrap().len(), 1);
+
+    // Another repository with the same data directory has its own memory.
+    let other = Repo {
+        dir: tempfile::tempdir().unwrap(),
+        data: r.data,
+    };
+    std::fs::write(other.dir.path().join("npcagent.toml"), "version = 1\n").unwrap();
+    let apart = session(&other, &[], json!([call("memory_recent", json!({}))]));
+    assert_eq!(ok_json(&apart[0])["entries"], json!([]));
+
+    // Every call is an event with the built-in server; failures say why.
+    let events = tool_calls(r.dir.path());
+    assert_eq!(events.len(), 13, "{events:?}");
+    let p = &events[0]["payload"];
+    assert_eq!(
+        (&p["server"], &p["tool"], &p["outcome"], &p["builtin"]),
+        (
+            &json!("npc"),
+            &json!("memory_write"),
+            &json!("ok"),
+            &json!(true)
+        )
+    );
+    assert_eq!(events[4]["payload"]["outcome"], "tool_error");
+}
+
+#[test]
+fn memory_without_a_data_directory_lists_its_tools_and_says_what_is_missing() {
+    if !python_sdk() {
+        return;
+    }
+    let r = repo("version = 1\n");
+    let got = session(
+        &r,
+        &[("XDG_DATA_HOME", None), ("HOME", None)],
+        json!([
+            ["list"],
+            call("memory_write", json!({"text": "x"})),
+            call("board_read", json!({}))
+        ]),
+    );
+    let tools = got[0]["tools"].as_array().unwrap();
+    assert!(tools.contains(&json!("memory_write")), "{tools:?}");
+    for step in &got[1..] {
+        let message = error_text(step);
+        assert!(
+            message.contains("unavailable") && message.contains("XDG_DATA_HOME"),
+            "{message}"
+        );
+    }
+    let events = tool_calls(r.dir.path());
+    assert_eq!(events[0]["payload"]["outcome"], "unavailable");
+}
