@@ -616,9 +616,16 @@ impl Lower<'_> {
                 ),
             }
         }
+        let fetch_timeout_ms = self.timeout(
+            raw.fetch_timeout_ms,
+            DEFAULT_FETCH_TIMEOUT_MS,
+            MAX_FETCH_TIMEOUT_MS,
+            "`fetch_timeout_ms`",
+        );
         McpBuiltins {
             fetch_allow_private: raw.fetch_allow_private.unwrap_or(false),
             fetch_allow_networks: networks,
+            fetch_timeout_ms,
         }
     }
 

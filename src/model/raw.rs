@@ -125,6 +125,10 @@ pub struct RawMcpBuiltins {
     /// than `fetch_allow_private`.
     #[serde(default)]
     pub fetch_allow_networks: Vec<Spanned<String>>,
+    /// How long one `fetch_url` call may take in all (name resolution,
+    /// redirects, the whole body), in milliseconds. Default 20000.
+    #[schemars(range(min = 1, max = 120000))]
+    pub fetch_timeout_ms: Option<Spanned<i64>>,
 }
 
 /// `[mcp.servers.NAME]`: a stdio server (`command`) or a streamable HTTP

@@ -140,13 +140,30 @@ pub struct McpServer {
     pub restart: RestartPolicy,
 }
 
+/// Default limit of one `fetch_url` call.
+pub const DEFAULT_FETCH_TIMEOUT_MS: u64 = 20_000;
+/// Largest `fetch_timeout_ms` accepted (two minutes).
+pub const MAX_FETCH_TIMEOUT_MS: u64 = 120_000;
+
 /// `[mcp.builtins]`: settings of npc's built-in MCP tools.
-#[derive(Debug, Clone, Default, PartialEq, Hash, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 pub struct McpBuiltins {
     /// `fetch_url` may reach every non-global unicast address.
     pub fetch_allow_private: bool,
     /// Non-global networks `fetch_url` may reach.
     pub fetch_allow_networks: Vec<IpNet>,
+    /// Limit of one `fetch_url` call, all included.
+    pub fetch_timeout_ms: u64,
+}
+
+impl Default for McpBuiltins {
+    fn default() -> Self {
+        Self {
+            fetch_allow_private: false,
+            fetch_allow_networks: Vec::new(),
+            fetch_timeout_ms: DEFAULT_FETCH_TIMEOUT_MS,
+        }
+    }
 }
 
 /// An IP network in CIDR notation (`10.1.2.0/24`, `fd00::/8`).

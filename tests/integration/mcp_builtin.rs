@@ -5,8 +5,12 @@
 //! without keys, and npc's own read-only tools. Nothing here reaches the
 //! network beyond loopback.
 
+use std::io::{Read, Write};
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -287,4 +291,240 @@ fn memory_without_a_data_directory_lists_its_tools_and_says_what_is_missing() {
     }
     let events = tool_calls(r.dir.path());
     assert_eq!(events[0]["payload"]["outcome"], "unavailable");
+}
+
+/// What the loopback test server answers.
+enum Reply {
+    Body(&'static str),
+    /// A `302` to this location.
+    Redirect(String),
+    /// A body of this many bytes, written until the client hangs up.
+    Huge(usize),
+    /// Headers, then one body byte at a time, slowly, until the client
+    /// hangs up (slowloris).
+    Dribble,
+}
+
+/// An HTTP server on a loopback address that counts the connections it
+/// accepts and answers each request with `answer(path)`.
+struct Server {
+    port: u16,
+    accepts: Arc<AtomicUsize>,
+}
+
+fn serve(ip: &str, answer: impl Fn(&str) -> Reply + Send + Sync + 'static) -> Server {
+    let listener = TcpListener::bind((ip, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepts = Arc::new(AtomicUsize::new(0));
+    let (count, answer) = (accepts.clone(), Arc::new(answer));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            count.fetch_add(1, Ordering::SeqCst);
+            let answer = answer.clone();
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && head.len() < 64 * 1024 {
+                    match stream.read(&mut byte) {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let head = String::from_utf8_lossy(&head);
+                let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+                let _ = match answer(&path) {
+                    Reply::Body(b) => write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}",
+                        b.len()
+                    ),
+                    Reply::Redirect(to) => write!(
+                        stream,
+                        "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    ),
+                    Reply::Huge(n) => {
+                        let _ = write!(
+                            stream,
+                            "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n"
+                        );
+                        let chunk = vec![b'x'; 64 * 1024];
+                        let mut left = n;
+                        while left > 0 {
+                            let k = left.min(chunk.len());
+                            if stream.write_all(&chunk[..k]).is_err() {
+                                break;
+                            }
+                            left -= k;
+                        }
+                        Ok(())
+                    }
+                    Reply::Dribble => {
+                        let _ = write!(
+                            stream,
+                            "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\nConnection: close\r\n\r\n"
+                        );
+                        // The hostile behaviour itself, not synchronisation.
+                        for _ in 0..100_000 {
+                            if stream.write_all(b"x").is_err() {
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        Ok(())
+                    }
+                };
+            });
+        }
+    });
+    Server { port, accepts }
+}
+
+impl Server {
+    fn accepts(&self) -> usize {
+        self.accepts.load(Ordering::SeqCst)
+    }
+}
+
+fn fetch(url: String) -> Value {
+    call("fetch_url", json!({ "url": url }))
+}
+
+#[test]
+fn fetch_url_reaches_loopback_only_with_the_opt_in_and_redacts_the_url() {
+    if !python_sdk() {
+        return;
+    }
+    let server = serve("127.0.0.1", |_| Reply::Body("hello from loopback"));
+    let url = format!("http://127.0.0.1:{}/page", server.port);
+
+    let strict = repo("version = 1\n");
+    let got = session(&strict, &[], json!([fetch(url.clone())]));
+    let message = error_text(&got[0]);
+    assert!(
+        message.contains("loopback") && message.contains("fetch_allow_private"),
+        "{message}"
+    );
+    assert_eq!(server.accepts(), 0, "refused before connecting");
+
+    let open = repo("version = 1\n[mcp.builtins]\nfetch_allow_private = true\n");
+    let got = session(&open, &[], json!([fetch(url.clone())]));
+    let fetched = ok_json(&got[0]);
+    assert_eq!(fetched["body"], "hello from loopback");
+    assert_eq!(fetched["status"], 200);
+    assert!(fetched["notice"].as_str().unwrap().contains("untrusted"));
+    assert_eq!(server.accepts(), 1);
+
+    for dir in [strict.dir.path(), open.dir.path()] {
+        let events = tool_calls(dir);
+        assert_eq!(events.len(), 1);
+        let p = &events[0]["payload"];
+        assert_eq!(p["arguments"]["url"], "<redacted>", "{p}");
+        assert!(
+            !p.to_string().contains(&server.port.to_string()),
+            "the url appears nowhere in the event: {p}"
+        );
+    }
+}
+
+#[test]
+fn redirects_are_followed_and_checked_hop_by_hop_without_connecting_to_refused_ones() {
+    if !python_sdk() {
+        return;
+    }
+    // The private target: another loopback address, outside the opt-in.
+    let target = serve("127.0.0.2", |_| Reply::Body("secret"));
+    // Reachable on Linux through 0.0.0.0, which is refused always.
+    let local = serve("127.0.0.1", |_| Reply::Body("local"));
+    let (t, l) = (target.port, local.port);
+    let front = serve("127.0.0.1", move |path| match path {
+        "/private" => Reply::Redirect(format!("http://127.0.0.2:{t}/secret")),
+        "/mapped" => Reply::Redirect(format!("http://[::ffff:127.0.0.2]:{t}/secret")),
+        "/zero" => Reply::Redirect(format!("http://0.0.0.0:{l}/")),
+        "/chain" => Reply::Redirect("/chain2".into()),
+        "/chain2" => Reply::Redirect("ok".into()),
+        "/loop" => Reply::Redirect("/loop".into()),
+        "/ok" => Reply::Body("arrived"),
+        _ => Reply::Body("?"),
+    });
+    let base = format!("http://127.0.0.1:{}", front.port);
+    let only_front =
+        repo("version = 1\n[mcp.builtins]\nfetch_allow_networks = [\"127.0.0.1/32\"]\n");
+    let got = session(
+        &only_front,
+        &[],
+        json!([
+            fetch(format!("{base}/private")),
+            fetch(format!("{base}/mapped")),
+            fetch(format!("{base}/chain")),
+            fetch(format!("{base}/loop")),
+        ]),
+    );
+    for step in &got[..2] {
+        let message = error_text(step);
+        assert!(
+            message.starts_with("redirect 1 leads to a loopback address"),
+            "{message}"
+        );
+    }
+    let chained = ok_json(&got[2]);
+    assert_eq!(
+        (&chained["body"], &chained["redirects"]),
+        (&json!("arrived"), &json!(2))
+    );
+    assert!(error_text(&got[3]).contains("more than 5 redirects"));
+
+    let everything = repo("version = 1\n[mcp.builtins]\nfetch_allow_private = true\n");
+    let got = session(&everything, &[], json!([fetch(format!("{base}/zero"))]));
+    assert!(
+        error_text(&got[0]).contains("unspecified"),
+        "0.0.0.0 is refused even with the opt-in: {}",
+        got[0]
+    );
+    assert_eq!(target.accepts(), 0, "no connection to the refused address");
+    assert_eq!(local.accepts(), 0, "no connection through 0.0.0.0");
+}
+
+#[test]
+fn huge_and_slow_responses_are_capped_in_size_and_time() {
+    if !python_sdk() {
+        return;
+    }
+    let server = serve("127.0.0.1", |path| match path {
+        "/huge" => Reply::Huge(8 * 1024 * 1024),
+        _ => Reply::Dribble,
+    });
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let r =
+        repo("version = 1\n[mcp.builtins]\nfetch_allow_private = true\nfetch_timeout_ms = 1500\n");
+    let got = session(
+        &r,
+        &[],
+        json!([
+            fetch(format!("{base}/huge")),
+            call(
+                "fetch_url",
+                json!({"url": format!("{base}/huge"), "max_bytes": 10})
+            ),
+            fetch(format!("{base}/slow")),
+            call("fetch_url", json!({"url": "file:///etc/passwd"})),
+            call(
+                "fetch_url",
+                json!({"url": format!("{base}/huge"), "max_bytes": 1 << 30})
+            ),
+        ]),
+    );
+    let huge = ok_json(&got[0]);
+    assert_eq!(
+        (&huge["bytes"], &huge["truncated"]),
+        (&json!(1024 * 1024), &json!(true))
+    );
+    assert_eq!(ok_json(&got[1])["body"], "xxxxxxxxxx");
+    assert!(
+        error_text(&got[2]).contains("did not finish within 1500 ms"),
+        "{}",
+        got[2]
+    );
+    assert!(error_text(&got[3]).contains("scheme `file`"));
+    assert!(error_text(&got[4]).contains("max_bytes"));
 }

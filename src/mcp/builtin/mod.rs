@@ -110,7 +110,10 @@ impl Builtins {
     pub fn standard(cx: &npc::NpcContext, settings: &crate::model::McpBuiltins) -> Self {
         Self::new(vec![
             Arc::new(memory::MemoryGroup::for_repo(&cx.paths.root)),
-            Arc::new(fetch::FetchGroup::new(fetch::AddressPolicy::from(settings))),
+            Arc::new(fetch::FetchGroup::new(
+                fetch::AddressPolicy::from(settings),
+                std::time::Duration::from_millis(settings.fetch_timeout_ms),
+            )),
             Arc::new(search::SearchGroup::from_env()),
             Arc::new(npc::NpcGroup::new(cx.clone())),
         ])
