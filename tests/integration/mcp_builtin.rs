@@ -528,3 +528,63 @@ fn huge_and_slow_responses_are_capped_in_size_and_time() {
     assert!(error_text(&got[3]).contains("scheme `file`"));
     assert!(error_text(&got[4]).contains("max_bytes"));
 }
+
+#[test]
+fn npc_tools_read_status_plan_and_paged_events() {
+    if !python_sdk() {
+        return;
+    }
+    let misbehave = repo_root().join("fixtures/mcp/misbehave.py");
+    let r = repo(&format!(
+        "version = 1\n[mcp.servers.bad]\ncommand = \"python3\"\nargs = [{:?}]\n",
+        misbehave.display().to_string()
+    ));
+    let got = session(
+        &r,
+        &[],
+        json!([
+            call("bad__ok", json!({})),
+            call("memory_recent", json!({})),
+            call("npc_events", json!({"kind": "mcp.tool_call", "limit": 1})),
+            call("npc_status", json!({})),
+            call("npc_plan", json!({})),
+            call("npc_events", json!({"limit": 100_000})),
+            call("npc_status", json!({"extra": true})),
+        ]),
+    );
+    let first = ok_json(&got[2]);
+    assert!(first["notice"].as_str().unwrap().contains("untrusted"));
+    let events = first["events"].as_array().unwrap();
+    assert_eq!(events.len(), 1, "{first}");
+    assert_eq!(events[0]["payload"]["tool"], "ok");
+    let after = first["next_after"].as_i64().unwrap();
+    assert_eq!(after, events[0]["id"].as_i64().unwrap());
+
+    let status = ok_json(&got[3]);
+    assert!(status["components"].is_array(), "{status}");
+    let plan = ok_json(&got[4]);
+    assert!(
+        plan.to_string().contains("bad"),
+        "the server is still to be applied: {plan}"
+    );
+    assert!(error_text(&got[5]).contains("the most allowed is 500"));
+    assert!(error_text(&got[6]).contains("extra"));
+
+    // The next page starts after the first and sees the later calls.
+    let next = session(
+        &r,
+        &[],
+        json!([call(
+            "npc_events",
+            json!({"kind": "mcp.tool_call", "after": after, "limit": 2})
+        )]),
+    );
+    let page = ok_json(&next[0]);
+    let tools: Vec<&Value> = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["payload"]["tool"])
+        .collect();
+    assert_eq!(tools, [&json!("memory_recent"), &json!("npc_events")]);
+}
