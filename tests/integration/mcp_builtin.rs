@@ -588,3 +588,46 @@ fn npc_tools_read_status_plan_and_paged_events() {
         .collect();
     assert_eq!(tools, [&json!("memory_recent"), &json!("npc_events")]);
 }
+
+#[test]
+fn web_search_without_keys_is_not_configured_naming_both_variables() {
+    if !python_sdk() {
+        return;
+    }
+    let r = repo("version = 1\n");
+    let got = session(
+        &r,
+        &[],
+        json!([call("web_search", json!({"query": "rust mcp gateway"}))]),
+    );
+    let message = error_text(&got[0]);
+    assert!(
+        message.contains("not_configured")
+            && message.contains("BRAVE_API_KEY")
+            && message.contains("EXA_API_KEY"),
+        "{message}"
+    );
+    assert_eq!(
+        tool_calls(r.dir.path())[0]["payload"]["outcome"],
+        "unavailable"
+    );
+
+    // With a key, calls refused before any request never show it either
+    // (no request reaches the real services from tests).
+    let key = "brave-key-sentinel-0123456789";
+    let got = session(
+        &r,
+        &[("BRAVE_API_KEY", Some(key)), ("NPC_LOG", Some("debug"))],
+        json!([
+            call("web_search", json!({"query": "  "})),
+            call("web_search", json!({"query": "q".repeat(401)})),
+            call("web_search", json!({"query": "x", "limit": 21})),
+        ]),
+    );
+    assert!(error_text(&got[0]).contains("empty"));
+    assert!(error_text(&got[1]).contains("401 bytes"));
+    assert!(error_text(&got[2]).contains("the most allowed is 20"));
+    let events = tool_calls(r.dir.path());
+    assert_eq!(events.len(), 4);
+    assert!(!Value::Array(events).to_string().contains(key));
+}
