@@ -1,4 +1,5 @@
-//! `npc mcp serve [--http 127.0.0.1:PORT]`: the MCP gateway. Runs its own
+//! `npc mcp serve [--http 127.0.0.1:PORT]`: the MCP gateway (npc's built-in
+//! tools, `mcp::builtin`, ahead of the upstream ones). Runs its own
 //! upstream pool from the manifest (standalone mode; fronting a running
 //! daemon's pool comes later), connects every enabled server at start (all at
 //! once, each within its `startup_timeout_ms`), then serves MCP on stdio

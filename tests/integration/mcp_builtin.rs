@@ -415,6 +415,17 @@ fn fetch_url_reaches_loopback_only_with_the_opt_in_and_redacts_the_url() {
     assert!(fetched["notice"].as_str().unwrap().contains("untrusted"));
     assert_eq!(server.accepts(), 1);
 
+    // A host name is resolved once and the connection pinned to the
+    // checked address (reqwest's own resolver refuses every lookup).
+    let named = repo("version = 1\n[mcp.builtins]\nfetch_allow_networks = [\"127.0.0.1/32\"]\n");
+    let got = session(
+        &named,
+        &[],
+        json!([fetch(format!("http://localhost:{}/page", server.port))]),
+    );
+    assert_eq!(ok_json(&got[0])["body"], "hello from loopback");
+    assert_eq!(server.accepts(), 2);
+
     for dir in [strict.dir.path(), open.dir.path()] {
         let events = tool_calls(dir);
         assert_eq!(events.len(), 1);

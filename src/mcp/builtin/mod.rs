@@ -40,7 +40,7 @@ pub enum BuiltinError {
     #[error("invalid arguments for `{tool}`: {reason}")]
     InvalidArguments { tool: String, reason: String },
     #[error(transparent)]
-    Memory(#[from] memory::MemoryError),
+    Memory(#[from] crate::store::memory::MemoryError),
     #[error(transparent)]
     Fetch(#[from] fetch::FetchError),
     #[error(transparent)]
