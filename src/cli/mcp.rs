@@ -1,4 +1,5 @@
-//! `npc mcp serve [--http ADDR]`: the MCP gateway. When a daemon runs for
+//! `npc mcp serve [--http ADDR]`: the MCP gateway (npc's built-in tools,
+//! `mcp::builtin`, ahead of the upstream ones). When a daemon runs for
 //! the repository it is a thin front to the daemon's pool: on stdio it pipes
 //! MCP frames over an upgraded control connection, with `--http` it serves
 //! HTTP and relays each session over its own upgraded connection (no second
@@ -23,6 +24,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use super::Exit;
+use crate::mcp::builtin::{Builtins, npc::NpcContext};
 use crate::mcp::catalog::ManifestPrompts;
 use crate::mcp::{CallPath, Gateway, Pool, pool::IDLE_SWEEP_INTERVAL, relay};
 use crate::model::{self, ProcessEnv};
@@ -156,11 +158,19 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
                 }
             })
         };
-        let gateway = Gateway::new(Arc::new(CallPath::new(pool.clone(), Some(bus.clone()))))
-            .with_manifest_prompts(ManifestPrompts {
-                manifest: Arc::new(manifest.clone()),
-                root: paths.root.clone(),
-            });
+        let builtins = Arc::new(Builtins::standard(
+            &NpcContext {
+                paths: paths.clone(),
+            },
+            &manifest.mcp_builtins,
+        ));
+        let gateway = Gateway::new(Arc::new(
+            CallPath::new(pool.clone(), Some(bus.clone())).with_builtins(builtins),
+        ))
+        .with_manifest_prompts(ManifestPrompts {
+            manifest: Arc::new(manifest.clone()),
+            root: paths.root.clone(),
+        });
         let served = match (args.http, access) {
             (Some(addr), Some(access)) => serve_http(addr, access, gateway).await,
             _ => serve_stdio(gateway).await,

@@ -15,6 +15,7 @@ use std::time::Instant;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use serde_json::{Value, json};
 
+use super::builtin::{BUILTIN_SERVER, Builtins};
 use super::pool::{CallError, Pool};
 use crate::bus::EventBus;
 use crate::plan::{ComponentId, Kind};
@@ -112,6 +113,8 @@ impl Outcome {
 #[derive(Debug)]
 pub struct CallPath {
     pool: Arc<Pool>,
+    /// npc's own tools, served before the pool's (see [`super::builtin`]).
+    builtins: Arc<Builtins>,
     stages: Vec<Arc<dyn CallStage>>,
     bus: Option<EventBus>,
 }
@@ -125,9 +128,21 @@ impl CallPath {
     pub fn new(pool: Arc<Pool>, bus: Option<EventBus>) -> Self {
         Self {
             pool,
+            builtins: Arc::default(),
             stages: Vec::new(),
             bus,
         }
+    }
+
+    /// Serve `builtins` too (listed first; dispatched with
+    /// [`BUILTIN_SERVER`] as the call's server).
+    pub fn with_builtins(mut self, builtins: Arc<Builtins>) -> Self {
+        self.builtins = builtins;
+        self
+    }
+
+    pub fn builtins(&self) -> &Arc<Builtins> {
+        &self.builtins
     }
 
     /// Add a stage after the existing ones.
@@ -143,7 +158,12 @@ impl CallPath {
     /// Serve one `tools/call` of the namespaced tool `name`.
     pub async fn call(&self, name: &str, arguments: Option<JsonObject>) -> CallToolResult {
         let started = Instant::now();
-        let Some((server, tool)) = self.pool.resolve(name) else {
+        let resolved = if self.builtins.contains(name) {
+            Some((BUILTIN_SERVER.to_string(), name.to_string()))
+        } else {
+            self.pool.resolve(name)
+        };
+        let Some((server, tool)) = resolved else {
             let message =
                 format!("no tool `{name}`; tools are named `SERVER__TOOL`, see `tools/list`");
             self.record(
@@ -179,6 +199,21 @@ impl CallPath {
                     Outcome::Denied,
                     Some(message),
                 )
+            }
+            // A built-in's name never resolves to an upstream (no `__`).
+            None if self.builtins.contains(&call.name) => {
+                match self.builtins.call(&call.tool, call.arguments.clone()).await {
+                    Ok(result) => (result, Outcome::Ok, None),
+                    Err(e) => {
+                        let outcome = if e.is_unavailable() {
+                            Outcome::Unavailable
+                        } else {
+                            Outcome::ToolError
+                        };
+                        let message = e.to_string();
+                        (error_result(message.clone()), outcome, Some(message))
+                    }
+                }
             }
             None => match self
                 .pool
@@ -237,10 +272,13 @@ impl CallPath {
             "outcome": outcome,
             "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
             "error": error,
+            "builtin": server == Some(BUILTIN_SERVER) && self.builtins.contains(name),
             "arguments": recorded_arguments(tool.unwrap_or(name), arguments),
         });
         let mut event = NewEvent::new(TOOL_CALL_EVENT, payload);
-        if let Some(server) = server {
+        if let Some(server) =
+            server.filter(|s| *s != BUILTIN_SERVER || !self.builtins.contains(name))
+        {
             event = event.for_component(ComponentId::new(Kind::McpServer, server).to_string());
         }
         if let Err(e) = bus.publish(event).await {

@@ -56,7 +56,7 @@ impl ServerHandler for Gateway {
         )
         .with_server_info(Implementation::new("npc", env!("CARGO_PKG_VERSION")))
         .with_instructions(
-            "npc gateway: the repository's MCP servers' tools and prompts, named SERVER__NAME, and resources, named npc://SERVER/URI; every tool call is recorded",
+            "npc gateway: npc's built-in tools (memory_*, board_*, fetch_url, web_search, npc_*), the repository's MCP servers' tools and prompts, named SERVER__NAME, and their resources, named npc://SERVER/URI; every tool call is recorded",
         )
     }
 
@@ -65,10 +65,11 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = self.path.pool().tools();
-        Ok(ListToolsResult::with_all_items(
-            tools.into_iter().map(|t| t.definition).collect(),
-        ))
+        // Built-ins first, then every upstream tool (never the same names:
+        // upstream ones are `server__tool`).
+        let mut tools = self.path.builtins().tools().to_vec();
+        tools.extend(self.path.pool().tools().into_iter().map(|t| t.definition));
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(

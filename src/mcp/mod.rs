@@ -9,13 +9,15 @@
 //! [`call`] is the ONE path every `tools/call` takes (stages run before and
 //! after the dispatch, then the call is recorded as an `mcp.tool_call`
 //! event); [`gateway`] is the MCP server `npc mcp serve` speaks, listing every
-//! upstream tool under its namespaced name ([`namespaced`]).
+//! upstream tool under its namespaced name ([`namespaced`]) after npc's own
+//! [`builtin`] tools.
 //!
 //! Stdio upstreams are started through the supervisor (the MCP session rides
 //! on the child's stdin/stdout; its stderr goes to the component's log). In
 //! the daemon the pool is owned by the MCP driver (`runtime::mcp`) and
 //! `npc mcp serve` is a thin front to it ([`relay`] for HTTP sessions).
 
+pub mod builtin;
 pub mod call;
 pub mod catalog;
 pub mod gateway;

@@ -221,20 +221,23 @@ impl Lower<'_> {
         }
         let project = self.project(raw.project.and_then(|e| e.0));
         let daemon = self.daemon(raw.daemon.and_then(|e| e.0));
-        let (mcp, servers) = match raw.mcp.and_then(|e| e.0) {
+        let (mcp, servers, builtins) = match raw.mcp.and_then(|e| e.0) {
             Some(m) => (
                 McpSettings {
                     gateway: m.gateway.unwrap_or(false),
                 },
                 m.servers,
+                m.builtins.and_then(|e| e.0),
             ),
-            None => (McpSettings::default(), Default::default()),
+            None => (McpSettings::default(), Default::default(), None),
         };
+        let mcp_builtins = self.mcp_builtins(builtins);
         let mut m = Manifest {
             project,
             daemon,
             mcp,
             mcp_servers: BTreeMap::new(),
+            mcp_builtins,
             providers: BTreeMap::new(),
             profiles: BTreeMap::new(),
             prompts: BTreeMap::new(),
@@ -602,6 +605,34 @@ impl Lower<'_> {
             );
             RestartPolicy::OnFailure
         })
+    }
+
+    fn mcp_builtins(&mut self, raw: Option<Spanned<RawMcpBuiltins>>) -> McpBuiltins {
+        let Some(Spanned { value: raw, .. }) = raw else {
+            return McpBuiltins::default();
+        };
+        let mut networks = Vec::new();
+        for net in &raw.fetch_allow_networks {
+            match IpNet::parse(net.value.trim()) {
+                Some(n) => networks.push(n),
+                None => self.error(
+                    &net.span,
+                    format!("`{}` is not a network", clip(&net.value)),
+                    "write an address with a prefix length, such as `10.1.2.0/24` or `127.0.0.1/32`",
+                ),
+            }
+        }
+        let fetch_timeout_ms = self.timeout(
+            raw.fetch_timeout_ms,
+            DEFAULT_FETCH_TIMEOUT_MS,
+            MAX_FETCH_TIMEOUT_MS,
+            "`fetch_timeout_ms`",
+        );
+        McpBuiltins {
+            fetch_allow_private: raw.fetch_allow_private.unwrap_or(false),
+            fetch_allow_networks: networks,
+            fetch_timeout_ms,
+        }
     }
 
     fn mcp_server(

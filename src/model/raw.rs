@@ -111,6 +111,28 @@ pub struct RawMcp {
     #[serde(default)]
     #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
     pub servers: IndexMap<Name, Entry<Spanned<RawMcpServer>>>,
+    /// Settings of npc's built-in MCP tools (served by `npc mcp serve`).
+    pub builtins: Option<Entry<Spanned<RawMcpBuiltins>>>,
+}
+
+/// `[mcp.builtins]`: settings of npc's built-in MCP tools.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "McpBuiltins")]
+pub struct RawMcpBuiltins {
+    /// Let `fetch_url` reach every non-global unicast address: private
+    /// (`10/8`, `172.16/12`, `192.168/16`, `fc00::/7`), loopback, link-local
+    /// and shared (`100.64/10`) ones. Default `false`: only global addresses.
+    pub fetch_allow_private: Option<bool>,
+    /// Networks `fetch_url` may reach although they are not global, in CIDR
+    /// notation (such as `10.1.2.0/24` or `127.0.0.1/32`); a narrower opt-in
+    /// than `fetch_allow_private`.
+    #[serde(default)]
+    pub fetch_allow_networks: Vec<Spanned<String>>,
+    /// How long one `fetch_url` call may take in all (name resolution,
+    /// redirects, the whole body), in milliseconds. Default 20000.
+    #[schemars(range(min = 1, max = 120000))]
+    pub fetch_timeout_ms: Option<Spanned<i64>>,
 }
 
 /// `[mcp.servers.NAME]`: a stdio server (`command`) or a streamable HTTP

@@ -42,6 +42,7 @@ pub struct Manifest {
     pub daemon: Daemon,
     pub mcp: McpSettings,
     pub mcp_servers: BTreeMap<String, McpServer>,
+    pub mcp_builtins: McpBuiltins,
     pub providers: BTreeMap<String, Provider>,
     pub profiles: BTreeMap<String, Profile>,
     pub prompts: BTreeMap<String, Prompt>,
@@ -145,6 +146,97 @@ pub struct McpServer {
     pub enabled_tools: Option<Vec<String>>,
     pub disabled_tools: Vec<String>,
     pub restart: RestartPolicy,
+}
+
+/// Default limit of one `fetch_url` call.
+pub const DEFAULT_FETCH_TIMEOUT_MS: u64 = 20_000;
+/// Largest `fetch_timeout_ms` accepted (two minutes).
+pub const MAX_FETCH_TIMEOUT_MS: u64 = 120_000;
+
+/// `[mcp.builtins]`: settings of npc's built-in MCP tools.
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
+pub struct McpBuiltins {
+    /// `fetch_url` may reach every non-global unicast address.
+    pub fetch_allow_private: bool,
+    /// Non-global networks `fetch_url` may reach.
+    pub fetch_allow_networks: Vec<IpNet>,
+    /// Limit of one `fetch_url` call, all included.
+    pub fetch_timeout_ms: u64,
+}
+
+impl Default for McpBuiltins {
+    fn default() -> Self {
+        Self {
+            fetch_allow_private: false,
+            fetch_allow_networks: Vec::new(),
+            fetch_timeout_ms: DEFAULT_FETCH_TIMEOUT_MS,
+        }
+    }
+}
+
+/// An IP network in CIDR notation (`10.1.2.0/24`, `fd00::/8`).
+#[derive(Debug, Clone, Copy, PartialEq, Hash, Eq)]
+pub struct IpNet {
+    /// The network's address, host bits cleared.
+    pub addr: std::net::IpAddr,
+    pub prefix: u8,
+}
+
+impl IpNet {
+    /// `ADDR/PREFIX`, or a bare address (a network of one); `None` when
+    /// malformed or the prefix is too long for the address.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p))
+                if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && p.len() <= 3 =>
+            {
+                (
+                    a.parse::<std::net::IpAddr>().ok()?,
+                    Some(p.parse::<u8>().ok()?),
+                )
+            }
+            Some(_) => return None,
+            None => (s.parse::<std::net::IpAddr>().ok()?, None),
+        };
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = prefix.unwrap_or(max);
+        (prefix <= max).then(|| Self {
+            addr: Self::masked(addr, prefix),
+            prefix,
+        })
+    }
+
+    fn masked(addr: std::net::IpAddr, prefix: u8) -> std::net::IpAddr {
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+        match addr {
+            IpAddr::V4(a) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+                IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
+            }
+            IpAddr::V6(a) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+                IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
+            }
+        }
+    }
+
+    /// Whether `ip` lies in the network (an IPv4 network never contains an
+    /// IPv6 address, nor the reverse; map first).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        ip.is_ipv4() == self.addr.is_ipv4() && Self::masked(ip, self.prefix) == self.addr
+    }
+}
+
+impl std::fmt::Display for IpNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+impl Serialize for IpNet {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]

@@ -8,6 +8,7 @@ mod daemon;
 mod hostile;
 mod manifest;
 mod mcp;
+mod mcp_builtin;
 mod mcp_daemon;
 mod mcp_interop;
 mod providers;
