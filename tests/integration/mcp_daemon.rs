@@ -17,6 +17,9 @@ use serde_json::{Value, json};
 
 use crate::support::{npc, npc_path, repo_root, stop_child, wait_for};
 
+/// `surfaces::control::MAX_MCP_SESSIONS`.
+const MAX_MCP_SESSIONS: usize = 64;
+
 /// Longest one client session may take in these tests.
 const CLIENT_LIMIT: Duration = Duration::from_secs(90);
 
@@ -574,6 +577,29 @@ fn garbage_and_oversized_mcp_upgrades_leave_the_daemon_serving() {
     let d = Daemon::start(&format!("version = 1\n{}", misbehave("a", &[])));
     let pid = d.wait_connected("a");
     let socket = d.root().join(".npc/daemon.sock");
+    // Upgrades that never initialize hold at most MAX_MCP_SESSIONS places:
+    // the next is refused, and control requests still find room.
+    let held: Vec<UnixStream> = (0..MAX_MCP_SESSIONS)
+        .map(|_| {
+            let mut s = UnixStream::connect(&socket).unwrap();
+            s.write_all(b"{\"op\":\"mcp\"}\n").unwrap();
+            let mut line = String::new();
+            BufReader::new(s.try_clone().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            assert!(line.contains("upgraded"), "{line}");
+            s
+        })
+        .collect();
+    let mut over = UnixStream::connect(&socket).unwrap();
+    over.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    over.write_all(b"{\"op\":\"mcp\"}\n").unwrap();
+    let mut answer = String::new();
+    let _ = over.read_to_string(&mut answer);
+    assert!(answer.contains("MCP sessions already"), "{answer}");
+    assert_eq!(d.server("a")["state"], "connected");
+    drop(held);
     // An upgrade followed by garbage frames, binary junk and a huge line.
     let mut s = UnixStream::connect(&socket).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -599,7 +625,14 @@ fn garbage_and_oversized_mcp_upgrades_leave_the_daemon_serving() {
         let _ = s.read_to_string(&mut answer);
         assert!(answer.contains("error"), "{answer}");
     }
-    // Still serving MCP, from the same process.
+    // Closed sessions free their places; MCP is served again, from the same process.
+    wait_for("an MCP upgrade to be accepted again", || {
+        let mut s = UnixStream::connect(&socket).ok()?;
+        s.write_all(b"{\"op\":\"mcp\"}\n").ok()?;
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).ok()?;
+        line.contains("upgraded").then_some(())
+    });
     let got = stdio_session(d.root(), json!([call("a__pid")]));
     assert_eq!(got[0]["text"], pid.to_string());
 }
