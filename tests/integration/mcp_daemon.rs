@@ -777,3 +777,30 @@ fn gateway_mode_writes_one_npc_entry_that_every_agent_cli_lists_and_connects_to(
         );
     }
 }
+
+#[test]
+fn an_http_upstream_joins_the_daemons_pool_without_a_process() {
+    if !python_sdk() {
+        return;
+    }
+    // The upstream: a standalone gateway over HTTP in another repository.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(
+        other.path().join("npcagent.toml"),
+        format!("version = 1\n{}", misbehave("b", &[])),
+    )
+    .unwrap();
+    let (mut upstream, url) = spawn_http(other.path(), &[]);
+    let d = Daemon::start(&format!("version = 1\n[mcp.servers.up]\nurl = \"{url}\"\n"));
+    wait_for("`up` connected", || {
+        (d.server("up")["state"] == "connected").then_some(())
+    });
+    let up = d.server("up");
+    assert_eq!(up["transport"], "http");
+    assert_eq!(up["tools"], 7, "{up}");
+    assert!(d.pid_of("up").is_none(), "an HTTP server has no process");
+    let got = stdio_session(d.root(), json!([call("up__b__ok")]));
+    assert_eq!(got[0]["text"], "fine");
+    assert_eq!(d.server("up")["last_call"]["tool"], "b__ok");
+    stop_child(&mut upstream);
+}
