@@ -673,7 +673,7 @@ fn gateway_mode_writes_one_npc_entry_that_every_agent_cli_lists_and_connects_to(
         return;
     }
     let servers = format!(
-        "{}{}[providers.claude]\nkind = \"claude_code\"\n[providers.codex]\nkind = \"codex\"\n[providers.gemini]\nkind = \"gemini_cli\"\n[providers.opencode]\nkind = \"opencode\"\n",
+        "{}{}[providers.claude]\nkind = \"claude_code\"\n[providers.codex]\nkind = \"codex\"\n[providers.gemini]\nkind = \"gemini_cli\"\n[providers.opencode]\nkind = \"opencode\"\n[profiles.checker]\nprovider = \"codex\"\ndescription = \"Checks\"\nallowed_tools = [\"mcp__a__ok\", \"mcp__b__pid\"]\n",
         misbehave("a", &[]),
         misbehave("b", &[])
     );
@@ -712,6 +712,11 @@ fn gateway_mode_writes_one_npc_entry_that_every_agent_cli_lists_and_connects_to(
     let codex = std::fs::read_to_string(root.join(".codex/config.toml")).unwrap();
     assert!(
         codex.contains("[mcp_servers.npc]") && !codex.contains("[mcp_servers.a]"),
+        "{codex}"
+    );
+    // The codex profile's allowed MCP tools, under the gateway's names.
+    assert!(
+        codex.contains(r#"enabled_tools = ["a__ok", "b__pid"]"#),
         "{codex}"
     );
     let gemini = std::fs::read_to_string(root.join(".gemini/settings.json")).unwrap();
