@@ -569,6 +569,24 @@ fn a_non_loopback_address_is_refused_without_remote_access_and_a_token() {
     }
 }
 
+/// A connection to `socket` upgraded to MCP, once the daemon accepts one.
+fn upgraded(socket: &Path) -> UnixStream {
+    wait_for("an MCP upgrade to be accepted", || {
+        let mut s = UnixStream::connect(socket).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+        s.write_all(b"{\"op\":\"mcp\"}\n").ok()?;
+        // One byte at a time: nothing after the answer line is consumed.
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        while byte[0] != b'\n' {
+            s.read_exact(&mut byte).ok()?;
+            line.push(byte[0]);
+        }
+        let answer: Value = serde_json::from_slice(&line).ok()?;
+        (answer == json!({"upgraded": "mcp"})).then_some(s)
+    })
+}
+
 #[test]
 fn garbage_and_oversized_mcp_upgrades_leave_the_daemon_serving() {
     if !python_sdk() {
@@ -600,18 +618,10 @@ fn garbage_and_oversized_mcp_upgrades_leave_the_daemon_serving() {
     assert!(answer.contains("MCP sessions already"), "{answer}");
     assert_eq!(d.server("a")["state"], "connected");
     drop(held);
-    // An upgrade followed by garbage frames, binary junk and a huge line.
-    let mut s = UnixStream::connect(&socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(b"{\"op\":\"mcp\"}\nnot json\n\xff\xfe\x00junk\n")
-        .unwrap();
-    let mut reader = BufReader::new(s.try_clone().unwrap());
-    let mut line = String::new();
-    reader.read_line(&mut line).unwrap();
-    assert_eq!(
-        serde_json::from_str::<Value>(&line).unwrap(),
-        json!({"upgraded": "mcp"})
-    );
+    // An upgrade (once the closed sessions freed their places) followed by
+    // garbage frames, binary junk and a huge line.
+    let mut s = upgraded(&socket);
+    s.write_all(b"not json\n\xff\xfe\x00junk\n").unwrap();
     let huge = vec![b'x'; 20 << 20];
     let _ = s.write_all(&huge);
     drop(s);
@@ -625,14 +635,8 @@ fn garbage_and_oversized_mcp_upgrades_leave_the_daemon_serving() {
         let _ = s.read_to_string(&mut answer);
         assert!(answer.contains("error"), "{answer}");
     }
-    // Closed sessions free their places; MCP is served again, from the same process.
-    wait_for("an MCP upgrade to be accepted again", || {
-        let mut s = UnixStream::connect(&socket).ok()?;
-        s.write_all(b"{\"op\":\"mcp\"}\n").ok()?;
-        let mut line = String::new();
-        BufReader::new(s).read_line(&mut line).ok()?;
-        line.contains("upgraded").then_some(())
-    });
+    // MCP is served again, from the same process.
+    drop(upgraded(&socket));
     let got = stdio_session(d.root(), json!([call("a__pid")]));
     assert_eq!(got[0]["text"], pid.to_string());
 }
