@@ -200,3 +200,55 @@ async fn stages_deny_rewrite_and_replace_around_the_dispatch() {
     pool.shutdown().await;
     supervisor.shutdown().await;
 }
+
+#[tokio::test]
+async fn members_come_and_go_and_each_change_is_announced() {
+    let dir = tempfile::tempdir().unwrap();
+    let (events, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let supervisor = crate::supervisor::Supervisor::new(events, Default::default());
+    let cx = crate::runtime::drivers::DriverContext {
+        repo: dir.path().to_path_buf(),
+        state_dir: dir.path().join(".npc"),
+        supervisor: supervisor.clone(),
+    };
+    let pool = Arc::new(Pool::empty(cx, super::pool::Launch::Owned, None));
+    let mut changes = pool.subscribe_changes();
+    let mut unreachable = server(None, &[]);
+    unreachable.startup_timeout_ms = 2000;
+    unreachable.transport = McpTransport::Http {
+        url: crate::model::Text::plain("http://127.0.0.1:9/mcp"),
+        headers: Default::default(),
+        bearer_token_env: None,
+    };
+    pool.upsert("gone", &unreachable);
+    changes.recv().await.unwrap();
+    assert_eq!(pool.servers(), ["gone"]);
+    // It fails alone, in the background.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !matches!(pool.states()["gone"], UpstreamState::Failed { .. }) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            pool.states()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let status = pool.status();
+    assert_eq!(status[0].transport, "http");
+    assert_eq!(status[0].tools, 0);
+    // An edit of filters keeps the member (in place) and is announced.
+    let mut edited = unreachable.clone();
+    edited.disabled_tools = vec!["x".into()];
+    while changes.try_recv().is_ok() {}
+    pool.upsert("gone", &edited);
+    changes.recv().await.unwrap();
+    assert!(matches!(
+        pool.states()["gone"],
+        UpstreamState::Failed { .. }
+    ));
+    assert!(pool.remove("gone").await);
+    changes.recv().await.unwrap();
+    assert!(pool.servers().is_empty());
+    assert!(!pool.remove("gone").await);
+    supervisor.shutdown().await;
+}

@@ -193,11 +193,13 @@ fn mcp_upgrade(gateway: crate::mcp::Gateway) -> control::Upgrade {
         let gateway = gateway.clone();
         Box::pin(async move {
             use rmcp::ServiceExt as _;
-            match gateway.serve((read, write)).await {
-                Ok(session) => {
+            let init = gateway.serve((read, write));
+            match tokio::time::timeout(control::MCP_INIT_TIMEOUT, init).await {
+                Ok(Ok(session)) => {
                     let _ = session.waiting().await;
                 }
-                Err(e) => tracing::debug!("an MCP client left before initializing: {e}"),
+                Ok(Err(e)) => tracing::debug!("an MCP client left before initializing: {e}"),
+                Err(_) => tracing::debug!("an MCP client did not initialize in time"),
             }
         })
     })

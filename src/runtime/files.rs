@@ -114,11 +114,12 @@ pub const GATEWAY_ENTRY: &str = "npc";
 /// The manifest file name `npc mcp serve` finds without `--manifest`.
 const DEFAULT_MANIFEST_NAME: &str = "npcagent.toml";
 
-/// The manifest as the agent files see it: itself, or in gateway mode one
-/// server, [`GATEWAY_ENTRY`]: `npc mcp serve` (run by the agent CLI in the
-/// repository, with `--manifest` when the manifest has another name), whose
-/// tool timeout is the longest of the servers it fronts.
-pub fn exported(manifest: &Manifest, paths: &RepoPaths) -> Manifest {
+/// The manifest as `kind`'s agent file sees it: itself, or in gateway mode
+/// one server, [`GATEWAY_ENTRY`]: `npc mcp serve` (run by the agent CLI in
+/// the repository, with `--manifest` when the manifest has another name),
+/// whose tool timeout is the longest of the servers it fronts and whose
+/// tools are the profiles' allowed ones ([`gateway_tools`]).
+pub fn exported(manifest: &Manifest, paths: &RepoPaths, kind: ProviderKind) -> Manifest {
     if !manifest.mcp.gateway {
         return manifest.clone();
     }
@@ -149,13 +150,46 @@ pub fn exported(manifest: &Manifest, paths: &RepoPaths) -> Manifest {
             .max()
             .unwrap_or(crate::model::DEFAULT_TOOL_TIMEOUT_MS),
         idle_timeout_s: DEFAULT_MCP_IDLE_TIMEOUT_S,
-        enabled_tools: None,
+        enabled_tools: gateway_tools(manifest, kind),
         disabled_tools: Vec::new(),
         restart: RestartPolicy::Never,
     };
     let mut out = manifest.clone();
     out.mcp_servers = [(GATEWAY_ENTRY.to_string(), gateway)].into();
     out
+}
+
+/// Prefix of an MCP tool in a profile's `allowed_tools` (`mcp__SERVER__TOOL`).
+const MCP_TOOL_PREFIX: &str = "mcp__";
+
+/// The gateway tools (`SERVER__TOOL`) `kind`'s profiles allow, when that
+/// can be said exactly: every profile of a provider of `kind` allows MCP
+/// tools only by exact name (`mcp__SERVER__TOOL`, no `*`). Otherwise (no
+/// such profile, a wildcard, or a profile that allows no MCP tool by
+/// name) `None`: the entry lists every tool and the gateway's own filters
+/// apply. Targets without a tool filter note that they cannot express it.
+pub fn gateway_tools(manifest: &Manifest, kind: ProviderKind) -> Option<Vec<String>> {
+    let profiles: Vec<_> = manifest
+        .profiles
+        .values()
+        .filter(|p| manifest.providers.get(&p.provider).map(|v| v.kind) == Some(kind))
+        .collect();
+    if profiles.is_empty() {
+        return None;
+    }
+    let mut tools = BTreeSet::new();
+    for profile in profiles {
+        let named: Vec<&str> = profile
+            .allowed_tools
+            .iter()
+            .filter_map(|t| t.strip_prefix(MCP_TOOL_PREFIX))
+            .collect();
+        if named.is_empty() || named.iter().any(|t| t.contains('*')) {
+            return None;
+        }
+        tools.extend(named.into_iter().map(str::to_string));
+    }
+    Some(tools.into_iter().collect())
 }
 
 /// Plan every file. `store` (read-only is fine) supplies the managed sets;
@@ -179,8 +213,8 @@ pub fn plan_files_with(
     opts: PlanOptions,
 ) -> Vec<FilePlan> {
     let mut out = Vec::new();
-    let exported = exported(manifest, paths);
     for kind in declared_kinds(manifest) {
+        let exported = exported(manifest, paths, kind);
         let target = Target {
             kind,
             scope: scope.clone(),
@@ -294,4 +328,93 @@ pub async fn write_files(
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(text: &str) -> Manifest {
+        struct NoFiles;
+        impl crate::model::Files for NoFiles {
+            fn read_to_string(&self, _: &Path) -> std::io::Result<String> {
+                Err(std::io::ErrorKind::NotFound.into())
+            }
+            fn is_dir(&self, _: &Path) -> bool {
+                false
+            }
+        }
+        let env = std::collections::BTreeMap::<String, String>::new();
+        let loaded = crate::model::load_bytes(
+            "npcagent.toml",
+            text.as_bytes(),
+            crate::model::Syntax::Toml,
+            &env,
+            &NoFiles,
+        );
+        loaded
+            .manifest
+            .unwrap_or_else(|| panic!("{:#?}", loaded.diagnostics))
+    }
+
+    const BASE: &str = "version = 1\n[mcp]\ngateway = true\n[mcp.servers.fs]\ncommand = \"x\"\n[mcp.servers.web]\nurl = \"https://example.com/mcp\"\ntool_timeout_ms = 90000\n[providers.codex]\nkind = \"codex\"\n[providers.claude]\nkind = \"claude_code\"\n";
+
+    fn paths() -> RepoPaths {
+        RepoPaths {
+            root: PathBuf::from("/repo"),
+            manifest: PathBuf::from("/repo/npcagent.toml"),
+            state_dir: PathBuf::from("/repo/.npc"),
+        }
+    }
+
+    #[test]
+    fn gateway_mode_exports_one_npc_server() {
+        let m = manifest(BASE);
+        let out = exported(&m, &paths(), ProviderKind::Codex);
+        assert_eq!(out.mcp_servers.keys().collect::<Vec<_>>(), [GATEWAY_ENTRY]);
+        let gateway = &out.mcp_servers[GATEWAY_ENTRY];
+        let McpTransport::Stdio(command) = &gateway.transport else {
+            panic!("{gateway:?}")
+        };
+        assert_eq!(command.command, "npc");
+        let args: Vec<&str> = command.args.iter().map(Text::expose).collect();
+        assert_eq!(args, ["mcp", "serve"]);
+        assert_eq!(gateway.tool_timeout_ms, 90_000);
+        assert_eq!(gateway.enabled_tools, None);
+        let mut other = paths();
+        other.manifest = PathBuf::from("/repo/npcagent.json");
+        let McpTransport::Stdio(command) =
+            &exported(&m, &other, ProviderKind::Codex).mcp_servers[GATEWAY_ENTRY].transport
+        else {
+            panic!()
+        };
+        let args: Vec<&str> = command.args.iter().map(Text::expose).collect();
+        assert_eq!(args, ["mcp", "serve", "--manifest", "npcagent.json"]);
+        let plain = manifest(&BASE.replace("gateway = true", "gateway = false"));
+        assert_eq!(exported(&plain, &paths(), ProviderKind::Codex), plain);
+    }
+
+    #[test]
+    fn the_profiles_exact_mcp_tools_become_the_entrys_tools() {
+        let exact = format!(
+            "{BASE}[profiles.a]\nprovider = \"codex\"\ndescription = \"a\"\nallowed_tools = [\"mcp__fs__read_file\", \"Bash(ls)\"]\n[profiles.b]\nprovider = \"codex\"\ndescription = \"b\"\nallowed_tools = [\"mcp__web__search\"]\n"
+        );
+        let m = manifest(&exact);
+        assert_eq!(
+            gateway_tools(&m, ProviderKind::Codex),
+            Some(vec!["fs__read_file".to_string(), "web__search".to_string()])
+        );
+        assert_eq!(
+            gateway_tools(&m, ProviderKind::ClaudeCode),
+            None,
+            "no claude profile"
+        );
+        let wild = exact.replace("mcp__web__search", "mcp__web__*");
+        assert_eq!(gateway_tools(&manifest(&wild), ProviderKind::Codex), None);
+        let unnamed = exact.replace("[\"mcp__web__search\"]", "[\"Bash(ls)\"]");
+        assert_eq!(
+            gateway_tools(&manifest(&unnamed), ProviderKind::Codex),
+            None
+        );
+    }
 }

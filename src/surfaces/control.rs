@@ -66,6 +66,12 @@ pub enum Request {
 
 /// The daemon's answer to an accepted MCP upgrade; MCP frames follow.
 pub const MCP_UPGRADED: &str = "mcp";
+/// MCP sessions served at once over upgraded connections. They stay open
+/// (unlike requests), so they are capped below [`MAX_CONNECTIONS`]: control
+/// requests always find room.
+pub const MAX_MCP_SESSIONS: usize = 64;
+/// How long an upgraded connection may take to send MCP's `initialize`.
+pub const MCP_INIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The reading half of an upgraded connection (bytes the client sent right
 /// after its request line are kept).
@@ -197,6 +203,7 @@ impl Bound {
         let mut live: std::collections::VecDeque<(tokio::task::Id, AbortHandle, Arc<AtomicBool>)> =
             std::collections::VecDeque::new();
         let per_connection = shutdown.clone();
+        let mcp_sessions = Arc::new(tokio::sync::Semaphore::new(MAX_MCP_SESSIONS));
         let mut backoff = ACCEPT_BACKOFF_INITIAL;
         loop {
             tokio::select! {
@@ -235,7 +242,7 @@ impl Bound {
                     let handle = connections.spawn(serve_one(
                         stream,
                         handler.clone(),
-                        upgrade.clone(),
+                        upgrade.clone().map(|u| (u, mcp_sessions.clone())),
                         per_connection.clone(),
                         waiting.clone(),
                     ));
@@ -274,7 +281,7 @@ async fn refuse(stream: UnixStream) {
 async fn serve_one(
     stream: UnixStream,
     handler: Handler,
-    upgrade: Option<Upgrade>,
+    upgrade: Option<(Upgrade, Arc<tokio::sync::Semaphore>)>,
     mut shutdown: watch::Receiver<bool>,
     waiting: Arc<AtomicBool>,
 ) {
@@ -294,7 +301,18 @@ async fn serve_one(
     };
     waiting.store(false, Ordering::Relaxed);
     let request = match (request, upgrade) {
-        (Ok(Request::Mcp), Some(upgrade)) => {
+        (Ok(Request::Mcp), Some((upgrade, sessions))) => {
+            let Ok(_session) = sessions.try_acquire_owned() else {
+                let error = format!(
+                    "the daemon serves {MAX_MCP_SESSIONS} MCP sessions already; close one (an idle `npc mcp serve`) and try again"
+                );
+                let _ = tokio::time::timeout(
+                    WRITE_TIMEOUT,
+                    write_line(&mut write, &serde_json::json!({ "error": error })),
+                )
+                .await;
+                return;
+            };
             let answer = serde_json::json!({ "upgraded": MCP_UPGRADED });
             match tokio::time::timeout(WRITE_TIMEOUT, write_line(&mut write, &answer)).await {
                 Ok(Ok(())) => {}

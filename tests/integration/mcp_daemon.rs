@@ -17,6 +17,9 @@ use serde_json::{Value, json};
 
 use crate::support::{npc, npc_path, repo_root, stop_child, wait_for};
 
+/// `surfaces::control::MAX_MCP_SESSIONS`.
+const MAX_MCP_SESSIONS: usize = 64;
+
 /// Longest one client session may take in these tests.
 const CLIENT_LIMIT: Duration = Duration::from_secs(90);
 
@@ -566,6 +569,24 @@ fn a_non_loopback_address_is_refused_without_remote_access_and_a_token() {
     }
 }
 
+/// A connection to `socket` upgraded to MCP, once the daemon accepts one.
+fn upgraded(socket: &Path) -> UnixStream {
+    wait_for("an MCP upgrade to be accepted", || {
+        let mut s = UnixStream::connect(socket).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+        s.write_all(b"{\"op\":\"mcp\"}\n").ok()?;
+        // One byte at a time: nothing after the answer line is consumed.
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        while byte[0] != b'\n' {
+            s.read_exact(&mut byte).ok()?;
+            line.push(byte[0]);
+        }
+        let answer: Value = serde_json::from_slice(&line).ok()?;
+        (answer == json!({"upgraded": "mcp"})).then_some(s)
+    })
+}
+
 #[test]
 fn garbage_and_oversized_mcp_upgrades_leave_the_daemon_serving() {
     if !python_sdk() {
@@ -574,18 +595,33 @@ fn garbage_and_oversized_mcp_upgrades_leave_the_daemon_serving() {
     let d = Daemon::start(&format!("version = 1\n{}", misbehave("a", &[])));
     let pid = d.wait_connected("a");
     let socket = d.root().join(".npc/daemon.sock");
-    // An upgrade followed by garbage frames, binary junk and a huge line.
-    let mut s = UnixStream::connect(&socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(b"{\"op\":\"mcp\"}\nnot json\n\xff\xfe\x00junk\n")
+    // Upgrades that never initialize hold at most MAX_MCP_SESSIONS places:
+    // the next is refused, and control requests still find room.
+    let held: Vec<UnixStream> = (0..MAX_MCP_SESSIONS)
+        .map(|_| {
+            let mut s = UnixStream::connect(&socket).unwrap();
+            s.write_all(b"{\"op\":\"mcp\"}\n").unwrap();
+            let mut line = String::new();
+            BufReader::new(s.try_clone().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            assert!(line.contains("upgraded"), "{line}");
+            s
+        })
+        .collect();
+    let mut over = UnixStream::connect(&socket).unwrap();
+    over.set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    let mut reader = BufReader::new(s.try_clone().unwrap());
-    let mut line = String::new();
-    reader.read_line(&mut line).unwrap();
-    assert_eq!(
-        serde_json::from_str::<Value>(&line).unwrap(),
-        json!({"upgraded": "mcp"})
-    );
+    over.write_all(b"{\"op\":\"mcp\"}\n").unwrap();
+    let mut answer = String::new();
+    let _ = over.read_to_string(&mut answer);
+    assert!(answer.contains("MCP sessions already"), "{answer}");
+    assert_eq!(d.server("a")["state"], "connected");
+    drop(held);
+    // An upgrade (once the closed sessions freed their places) followed by
+    // garbage frames, binary junk and a huge line.
+    let mut s = upgraded(&socket);
+    s.write_all(b"not json\n\xff\xfe\x00junk\n").unwrap();
     let huge = vec![b'x'; 20 << 20];
     let _ = s.write_all(&huge);
     drop(s);
@@ -599,7 +635,8 @@ fn garbage_and_oversized_mcp_upgrades_leave_the_daemon_serving() {
         let _ = s.read_to_string(&mut answer);
         assert!(answer.contains("error"), "{answer}");
     }
-    // Still serving MCP, from the same process.
+    // MCP is served again, from the same process.
+    drop(upgraded(&socket));
     let got = stdio_session(d.root(), json!([call("a__pid")]));
     assert_eq!(got[0]["text"], pid.to_string());
 }
@@ -640,7 +677,7 @@ fn gateway_mode_writes_one_npc_entry_that_every_agent_cli_lists_and_connects_to(
         return;
     }
     let servers = format!(
-        "{}{}[providers.claude]\nkind = \"claude_code\"\n[providers.codex]\nkind = \"codex\"\n[providers.gemini]\nkind = \"gemini_cli\"\n[providers.opencode]\nkind = \"opencode\"\n",
+        "{}{}[providers.claude]\nkind = \"claude_code\"\n[providers.codex]\nkind = \"codex\"\n[providers.gemini]\nkind = \"gemini_cli\"\n[providers.opencode]\nkind = \"opencode\"\n[profiles.checker]\nprovider = \"codex\"\ndescription = \"Checks\"\nallowed_tools = [\"mcp__a__ok\", \"mcp__b__pid\"]\n",
         misbehave("a", &[]),
         misbehave("b", &[])
     );
@@ -679,6 +716,11 @@ fn gateway_mode_writes_one_npc_entry_that_every_agent_cli_lists_and_connects_to(
     let codex = std::fs::read_to_string(root.join(".codex/config.toml")).unwrap();
     assert!(
         codex.contains("[mcp_servers.npc]") && !codex.contains("[mcp_servers.a]"),
+        "{codex}"
+    );
+    // The codex profile's allowed MCP tools, under the gateway's names.
+    assert!(
+        codex.contains(r#"enabled_tools = ["a__ok", "b__pid"]"#),
         "{codex}"
     );
     let gemini = std::fs::read_to_string(root.join(".gemini/settings.json")).unwrap();
@@ -743,4 +785,31 @@ fn gateway_mode_writes_one_npc_entry_that_every_agent_cli_lists_and_connects_to(
             "{row}"
         );
     }
+}
+
+#[test]
+fn an_http_upstream_joins_the_daemons_pool_without_a_process() {
+    if !python_sdk() {
+        return;
+    }
+    // The upstream: a standalone gateway over HTTP in another repository.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(
+        other.path().join("npcagent.toml"),
+        format!("version = 1\n{}", misbehave("b", &[])),
+    )
+    .unwrap();
+    let (mut upstream, url) = spawn_http(other.path(), &[]);
+    let d = Daemon::start(&format!("version = 1\n[mcp.servers.up]\nurl = \"{url}\"\n"));
+    wait_for("`up` connected", || {
+        (d.server("up")["state"] == "connected").then_some(())
+    });
+    let up = d.server("up");
+    assert_eq!(up["transport"], "http");
+    assert_eq!(up["tools"], 7, "{up}");
+    assert!(d.pid_of("up").is_none(), "an HTTP server has no process");
+    let got = stdio_session(d.root(), json!([call("up__b__ok")]));
+    assert_eq!(got[0]["text"], "fine");
+    assert_eq!(d.server("up")["last_call"]["tool"], "b__ok");
+    stop_child(&mut upstream);
 }
