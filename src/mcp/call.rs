@@ -12,6 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use serde_json::{Value, json};
 
@@ -113,8 +114,9 @@ impl Outcome {
 #[derive(Debug)]
 pub struct CallPath {
     pool: Arc<Pool>,
-    /// npc's own tools, served before the pool's (see [`super::builtin`]).
-    builtins: Arc<Builtins>,
+    /// npc's own tools, served before the pool's (see [`super::builtin`]);
+    /// replaced when the daemon applies new `[mcp.builtins]` settings.
+    builtins: ArcSwap<Builtins>,
     stages: Vec<Arc<dyn CallStage>>,
     bus: Option<EventBus>,
 }
@@ -128,7 +130,7 @@ impl CallPath {
     pub fn new(pool: Arc<Pool>, bus: Option<EventBus>) -> Self {
         Self {
             pool,
-            builtins: Arc::default(),
+            builtins: ArcSwap::default(),
             stages: Vec::new(),
             bus,
         }
@@ -136,13 +138,19 @@ impl CallPath {
 
     /// Serve `builtins` too (listed first; dispatched with
     /// [`BUILTIN_SERVER`] as the call's server).
-    pub fn with_builtins(mut self, builtins: Arc<Builtins>) -> Self {
-        self.builtins = builtins;
+    pub fn with_builtins(self, builtins: Arc<Builtins>) -> Self {
+        self.set_builtins(builtins);
         self
     }
 
-    pub fn builtins(&self) -> &Arc<Builtins> {
-        &self.builtins
+    /// Serve `builtins` from now on (calls in flight finish with the old ones).
+    pub fn set_builtins(&self, builtins: Arc<Builtins>) {
+        self.builtins.store(builtins);
+    }
+
+    /// The built-ins served now.
+    pub fn builtins(&self) -> Arc<Builtins> {
+        self.builtins.load_full()
     }
 
     /// Add a stage after the existing ones.
@@ -158,7 +166,9 @@ impl CallPath {
     /// Serve one `tools/call` of the namespaced tool `name`.
     pub async fn call(&self, name: &str, arguments: Option<JsonObject>) -> CallToolResult {
         let started = Instant::now();
-        let resolved = if self.builtins.contains(name) {
+        // One set of built-ins for the whole call, even across a reload.
+        let builtins = self.builtins();
+        let resolved = if builtins.contains(name) {
             Some((BUILTIN_SERVER.to_string(), name.to_string()))
         } else {
             self.pool.resolve(name)
@@ -201,8 +211,8 @@ impl CallPath {
                 )
             }
             // A built-in's name never resolves to an upstream (no `__`).
-            None if self.builtins.contains(&call.name) => {
-                match self.builtins.call(&call.tool, call.arguments.clone()).await {
+            None if builtins.contains(&call.name) => {
+                match builtins.call(&call.tool, call.arguments.clone()).await {
                     Ok(result) => (result, Outcome::Ok, None),
                     Err(e) => {
                         let outcome = if e.is_unavailable() {
@@ -272,12 +282,12 @@ impl CallPath {
             "outcome": outcome,
             "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
             "error": error,
-            "builtin": server == Some(BUILTIN_SERVER) && self.builtins.contains(name),
+            "builtin": server == Some(BUILTIN_SERVER) && self.builtins.load().contains(name),
             "arguments": recorded_arguments(tool.unwrap_or(name), arguments),
         });
         let mut event = NewEvent::new(TOOL_CALL_EVENT, payload);
         if let Some(server) =
-            server.filter(|s| *s != BUILTIN_SERVER || !self.builtins.contains(name))
+            server.filter(|s| *s != BUILTIN_SERVER || !self.builtins.load().contains(name))
         {
             event = event.for_component(ComponentId::new(Kind::McpServer, server).to_string());
         }

@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use arc_swap::ArcSwapOption;
 use rmcp::model::{
     GetPromptRequestParams, GetPromptResult, JsonObject, PaginatedRequestParams, Prompt,
     PromptArgument, PromptMessage, ReadResourceRequestParams, ReadResourceResult, Resource,
@@ -305,7 +306,8 @@ pub struct ManifestPrompts {
 #[derive(Debug)]
 pub struct Catalog {
     pool: Arc<Pool>,
-    manifest: Option<ManifestPrompts>,
+    /// Replaced when the daemon applies a new manifest.
+    manifest: ArcSwapOption<ManifestPrompts>,
 }
 
 fn unavailable(e: CallError) -> ErrorData {
@@ -316,14 +318,25 @@ impl Catalog {
     pub fn new(pool: Arc<Pool>) -> Self {
         Self {
             pool,
-            manifest: None,
+            manifest: ArcSwapOption::empty(),
         }
     }
 
     /// Serve the manifest's `prompts` too.
-    pub fn with_manifest_prompts(mut self, prompts: ManifestPrompts) -> Self {
-        self.manifest = Some(prompts);
+    pub fn with_manifest_prompts(self, prompts: ManifestPrompts) -> Self {
+        self.set_manifest_prompts(prompts);
         self
+    }
+
+    /// Serve these manifest prompts from now on. Returns whether the
+    /// prompts differ from the ones served before.
+    pub fn set_manifest_prompts(&self, prompts: ManifestPrompts) -> bool {
+        let old = self.manifest.swap(Some(Arc::new(prompts)));
+        let new = self.manifest.load();
+        match (old.as_deref(), new.as_deref()) {
+            (Some(old), Some(new)) => old.manifest.prompts != new.manifest.prompts,
+            _ => true,
+        }
     }
 
     /// Every server's resources under their gateway URIs, servers in name order.
@@ -405,7 +418,7 @@ impl Catalog {
     pub fn prompts(&self) -> Vec<Prompt> {
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::new();
-        if let Some(m) = &self.manifest {
+        if let Some(m) = self.manifest.load_full() {
             for (name, prompt) in &m.manifest.prompts {
                 let arguments = prompt
                     .variables
@@ -447,10 +460,10 @@ impl Catalog {
         name: &str,
         arguments: Option<JsonObject>,
     ) -> Result<GetPromptResult, ErrorData> {
-        if let Some(m) = &self.manifest
+        if let Some(m) = self.manifest.load_full()
             && m.manifest.prompts.contains_key(name)
         {
-            return render(m, name, arguments).await;
+            return render(&m, name, arguments).await;
         }
         let routed = self.pool.catalogs().find_map(|(server, catalog)| {
             let prompt = name

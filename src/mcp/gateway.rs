@@ -34,6 +34,12 @@ impl Gateway {
         Self { path, catalog }
     }
 
+    /// A gateway serving `catalog`'s resources and prompts (shared with
+    /// other gateways of the same pool, so one update reaches them all).
+    pub fn with_catalog(path: Arc<CallPath>, catalog: Arc<Catalog>) -> Self {
+        Self { path, catalog }
+    }
+
     /// Serve the manifest's `prompts` as MCP prompts too.
     pub fn with_manifest_prompts(mut self, prompts: ManifestPrompts) -> Self {
         let catalog = Catalog::new(self.path.pool().clone()).with_manifest_prompts(prompts);

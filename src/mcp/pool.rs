@@ -905,6 +905,12 @@ impl Pool {
         true
     }
 
+    /// Tell the gateway's clients that resources or prompts changed (the
+    /// manifest's prompts are served beside the servers').
+    pub fn catalog_changed(&self, change: CatalogChange) {
+        let _ = self.catalog_changed.send(change);
+    }
+
     /// A server joined, left or was replaced: its tools, resources and
     /// prompts appeared or went away.
     fn membership_changed(&self) {

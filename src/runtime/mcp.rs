@@ -10,26 +10,34 @@
 //! disconnects it. The gateway every `npc mcp serve` fronts ([`McpDriver::gateway`])
 //! records each call in the daemon's store.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use super::RepoPaths;
 use super::drivers::{BoxFuture, Driver, DriverContext, DriverError, READY_GRACE};
 use crate::bus::EventBus;
+use crate::mcp::builtin::{Builtins, npc::NpcContext};
+use crate::mcp::catalog::{Catalog, CatalogChange, ManifestPrompts};
 use crate::mcp::pool::{IDLE_SWEEP_INTERVAL, Launch, stdio_spec};
 use crate::mcp::{CallPath, Gateway, Pool};
-use crate::model::McpTransport;
+use crate::model::{Manifest, McpBuiltins, McpTransport};
 use crate::plan::{ComponentId, Config};
 
-/// The MCP servers' driver, holding the daemon's pool.
+/// The MCP servers' driver, holding the daemon's pool, the built-in tools
+/// and the catalog every gateway client shares.
 #[derive(Debug)]
 pub struct McpDriver {
     path: Arc<CallPath>,
+    catalog: Arc<Catalog>,
+    npc: NpcContext,
+    /// The `[mcp.builtins]` settings the served built-ins were made with.
+    builtins: Mutex<Option<McpBuiltins>>,
 }
 
 impl McpDriver {
     /// A driver with an empty pool running stdio servers through `cx`'s
     /// supervisor and recording on `bus`. Starts the idle sweeper (it ends
     /// with the last reference to the pool).
-    pub fn new(cx: DriverContext, bus: EventBus) -> Self {
+    pub fn new(cx: DriverContext, paths: &RepoPaths, bus: EventBus) -> Self {
         let pool = Arc::new(Pool::empty(cx, Launch::Supervised, Some(bus.clone())));
         let weak = Arc::downgrade(&pool);
         tokio::spawn(async move {
@@ -40,8 +48,38 @@ impl McpDriver {
                 pool.sweep_idle().await;
             }
         });
+        let npc = NpcContext {
+            paths: paths.clone(),
+        };
+        let builtins = Arc::new(Builtins::standard(&npc, &McpBuiltins::default()));
         Self {
-            path: Arc::new(CallPath::new(pool, Some(bus))),
+            catalog: Arc::new(Catalog::new(pool.clone())),
+            path: Arc::new(CallPath::new(pool, Some(bus)).with_builtins(builtins)),
+            npc,
+            builtins: Mutex::new(None),
+        }
+    }
+
+    /// A manifest was applied: serve its `[mcp.builtins]` settings and its
+    /// `prompts` from now on (connected clients are told when the prompts
+    /// changed).
+    pub fn manifest_applied(&self, manifest: &Manifest) {
+        {
+            let mut current = self.builtins.lock().unwrap_or_else(|p| p.into_inner());
+            if current.as_ref() != Some(&manifest.mcp_builtins) {
+                self.path.set_builtins(Arc::new(Builtins::standard(
+                    &self.npc,
+                    &manifest.mcp_builtins,
+                )));
+                *current = Some(manifest.mcp_builtins.clone());
+            }
+        }
+        let changed = self.catalog.set_manifest_prompts(ManifestPrompts {
+            manifest: Arc::new(manifest.clone()),
+            root: self.npc.paths.root.clone(),
+        });
+        if changed {
+            self.pool().catalog_changed(CatalogChange::Prompts);
         }
     }
 
@@ -51,7 +89,7 @@ impl McpDriver {
 
     /// The MCP server the daemon serves on upgraded control connections.
     pub fn gateway(&self) -> Gateway {
-        Gateway::new(self.path.clone())
+        Gateway::with_catalog(self.path.clone(), self.catalog.clone())
     }
 }
 

@@ -564,7 +564,7 @@ impl Runtime {
             state_dir: paths.state_dir.clone(),
             supervisor,
         };
-        let mcp = mcp::McpDriver::new(cx.clone(), bus.clone());
+        let mcp = mcp::McpDriver::new(cx.clone(), &paths, bus.clone());
         let runtime = Arc::new(Runtime {
             paths: paths.clone(),
             store,
@@ -673,6 +673,8 @@ impl Runtime {
         self.bus.set_secrets(manifest.secret_values());
         let outcome = self.apply(desired, reason).await;
         if let ReloadOutcome::Applied { results } = &outcome {
+            // The gateway's built-ins and manifest prompts follow the manifest.
+            self.mcp.manifest_applied(&manifest);
             let running = self.as_running(&manifest, results).await;
             if let Err(error) = self.write_files(&running).await {
                 self.report_failure(reason, &error).await;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{npc, npc_path, repo_root, stop_child, wait_for};
+use crate::support::{Daemon, npc, npc_path, repo_root, stop_child, wait_for};
 
 /// `surfaces::control::MAX_MCP_SESSIONS`.
 const MAX_MCP_SESSIONS: usize = 64;
@@ -48,102 +48,34 @@ fn misbehave(name: &str, args: &[&str]) -> String {
     )
 }
 
-/// A temporary repository with a running daemon, stopped on drop.
-struct Daemon {
-    dir: tempfile::TempDir,
-    child: Option<Child>,
+/// What these tests ask a daemon about its MCP pool.
+trait McpStatus {
+    /// The pool's row for `server` in `npc status`.
+    fn server(&self, server: &str) -> Value;
+    /// The pid of `server`'s process.
+    fn mcp_pid(&self, server: &str) -> Option<u64>;
+    /// Wait until `server` is connected; its process's pid.
+    fn wait_connected(&self, server: &str) -> u64;
 }
 
-impl Daemon {
-    fn start(manifest: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
-        let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
-        let child = Command::new(npc_path())
-            .arg("daemon")
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let this = Self {
-            dir,
-            child: Some(child),
-        };
-        wait_for("the daemon's first apply", || {
-            this.events()
-                .iter()
-                .any(|e| e["kind"] == "reconcile.applied")
-                .then_some(())
-        });
-        this
-    }
-
-    fn root(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn write_manifest(&self, text: &str) {
-        let tmp = self.root().join(".npcagent.toml.tmp");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, self.root().join("npcagent.toml")).unwrap();
-    }
-
-    fn events(&self) -> Vec<Value> {
-        let out = npc()
-            .current_dir(self.root())
-            .args(["events", "--format", "json"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    }
-
-    fn status(&self) -> Value {
-        let out = npc()
-            .current_dir(self.root())
-            .args(["status", "--format", "json"])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-
-    /// The pool's row for `server`.
+impl McpStatus for Daemon {
     fn server(&self, server: &str) -> Value {
-        self.status()["mcp"]["servers"]
+        self.status_json()["mcp"]["servers"]
             .as_array()
             .and_then(|s| s.iter().find(|s| s["name"] == server).cloned())
             .unwrap_or(Value::Null)
     }
 
-    fn pid_of(&self, server: &str) -> Option<u64> {
-        let id = format!("mcp_server.{server}");
-        self.status()["components"]
-            .as_array()?
-            .iter()
-            .find(|c| c["id"] == id)
-            .and_then(|c| c["pid"].as_u64())
+    fn mcp_pid(&self, server: &str) -> Option<u64> {
+        self.pid_of(&format!("mcp_server.{server}")).map(u64::from)
     }
 
-    /// Wait until `server` is connected; its process's pid.
     fn wait_connected(&self, server: &str) -> u64 {
         wait_for(&format!("`{server}` connected"), || {
             (self.server(server)["state"] == "connected")
-                .then(|| self.pid_of(server))
+                .then(|| self.mcp_pid(server))
                 .flatten()
         })
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            stop_child(&mut child);
-        }
     }
 }
 
@@ -252,7 +184,7 @@ fn editing_one_server_reconnects_only_it_and_clients_hear_of_each_change() {
         let pid = d.wait_connected("b");
         (pid != b_pid).then_some(pid)
     });
-    assert_eq!(d.pid_of("a"), Some(a_pid));
+    assert_eq!(d.mcp_pid("a"), Some(a_pid));
     let got = stdio_session(d.root(), json!([call("b__pid")]));
     assert_eq!(got[0]["text"], new_b.to_string());
 
@@ -278,7 +210,7 @@ fn editing_one_server_reconnects_only_it_and_clients_hear_of_each_change() {
     wait_for("`b` left the pool", || {
         d.server("b").is_null().then_some(())
     });
-    assert_eq!(d.pid_of("a"), Some(a_pid));
+    assert_eq!(d.mcp_pid("a"), Some(a_pid));
 }
 
 #[test]
@@ -329,7 +261,7 @@ fn status_shows_each_server_and_one_failing_server_fails_alone() {
     let a = d.server("a");
     assert_eq!(a["last_call"]["tool"], "ok", "{a}");
     assert!(a["last_call"]["at"].as_str().unwrap().contains('T'), "{a}");
-    assert_eq!(d.status()["mcp"]["gateway"], "daemon");
+    assert_eq!(d.status_json()["mcp"]["gateway"], "daemon");
 
     let human = npc().current_dir(d.root()).arg("status").output().unwrap();
     let text = String::from_utf8_lossy(&human.stdout);
@@ -397,7 +329,7 @@ fn the_front_uses_the_daemons_process_and_the_daemon_records_each_call() {
     assert_eq!(calls[0]["payload"]["outcome"], "ok");
     assert_eq!(calls[1]["payload"]["outcome"], "unknown_tool");
     // Still one process of `a`: the supervisor's.
-    assert_eq!(d.pid_of("a"), Some(pid));
+    assert_eq!(d.mcp_pid("a"), Some(pid));
 }
 
 #[test]
@@ -807,9 +739,54 @@ fn an_http_upstream_joins_the_daemons_pool_without_a_process() {
     let up = d.server("up");
     assert_eq!(up["transport"], "http");
     assert_eq!(up["tools"], 7, "{up}");
-    assert!(d.pid_of("up").is_none(), "an HTTP server has no process");
+    assert!(d.mcp_pid("up").is_none(), "an HTTP server has no process");
     let got = stdio_session(d.root(), json!([call("up__b__ok")]));
     assert_eq!(got[0]["text"], "fine");
     assert_eq!(d.server("up")["last_call"]["tool"], "b__ok");
     stop_child(&mut upstream);
+}
+
+#[test]
+fn the_daemons_gateway_serves_the_builtins_and_follows_the_manifests_prompts() {
+    if !python_sdk() {
+        return;
+    }
+    let manifest = |greeting: &str| {
+        format!(
+            "version = 1\n{}\n[prompts.greet]\ntemplate = \"{greeting} {{{{ vars.who }}}}\"\nvariables = {{ who = {{ default = \"team\" }} }}\n",
+            misbehave("a", &[])
+        )
+    };
+    let d = Daemon::start(&manifest("hello"));
+    d.wait_connected("a");
+    let session = LiveSession::start(
+        d.root(),
+        json!([
+            ["list"],
+            ["call", "npc_status", {}],
+            ["prompt", "greet", {}],
+            ["wait_prompts_changed"],
+            ["prompt", "greet", {}],
+        ]),
+    );
+    let tools = session.next();
+    let names = tools["tools"].as_array().unwrap();
+    assert_eq!(names[0], "memory_write", "built-ins first: {tools}");
+    assert!(names.contains(&json!("a__ok")), "{tools}");
+    let status = session.next();
+    assert_eq!(status["is_error"], false, "{status}");
+    assert_eq!(session.next()["messages"][0], "hello team");
+    // An edit of the prompt reaches the connected client: told, then served.
+    let mark = d.last_event_id();
+    d.write_manifest(&manifest("goodbye"));
+    d.wait_event(mark, "reconcile.applied");
+    assert_eq!(session.next()["prompts_changed"], true);
+    assert_eq!(session.next()["messages"][0], "goodbye team");
+    session.finish();
+    let builtin_call = d
+        .events()
+        .into_iter()
+        .find(|e| e["kind"] == "mcp.tool_call" && e["payload"]["tool"] == "npc_status")
+        .expect("the daemon recorded the built-in call");
+    assert_eq!(builtin_call["payload"]["server"], "npc");
 }

@@ -167,13 +167,19 @@ impl Daemon {
             .stderr(log)
             .spawn()
             .unwrap();
-        let this = Self {
+        let mut this = Self {
             dir,
             root,
             logs,
             child: Some(child),
         };
         wait_for("the daemon's startup line", || {
+            if let Some(status) = this.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!(
+                    "the daemon exited ({status}) before it started:\n{}",
+                    this.log()
+                );
+            }
             this.log().contains("npc daemon: startup").then_some(())
         });
         this
@@ -262,11 +268,15 @@ impl Daemon {
         (events, text)
     }
 
+    /// `npc status --format json`.
+    pub fn status_json(&self) -> serde_json::Value {
+        let a = self.npc(&["status", "--format", "json"]).success();
+        serde_json::from_slice(&a.get_output().stdout).unwrap()
+    }
+
     /// The components of `npc status --format json`.
     pub fn status(&self) -> Vec<serde_json::Value> {
-        let a = self.npc(&["status", "--format", "json"]).success();
-        let v: serde_json::Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
-        v["components"].as_array().unwrap().clone()
+        self.status_json()["components"].as_array().unwrap().clone()
     }
 
     /// The pid `npc status` shows for component `id`.
