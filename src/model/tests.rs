@@ -731,3 +731,57 @@ fn the_item_limit_grows_with_the_file_and_fits_large_real_manifests() {
     let loaded = load("m.toml", text.as_bytes(), &MapFiles::default());
     assert_eq!(loaded.error_count(), 0, "{:?}", &summaries(&loaded)[..1]);
 }
+
+#[test]
+fn mcp_builtins_lower_with_defaults_and_refuse_malformed_networks() {
+    let defaults = load_with_env("version = 1\n", &[]).manifest.unwrap();
+    assert_eq!(defaults.mcp_builtins, McpBuiltins::default());
+    assert!(!defaults.mcp_builtins.fetch_allow_private);
+    let m = load_with_env(
+        "version = 1\n[mcp.builtins]\nfetch_allow_private = true\nfetch_allow_networks = [\"10.1.2.7/24\", \"::1\", \" 127.0.0.1/32 \"]\nfetch_timeout_ms = 500\n",
+        &[],
+    )
+    .manifest
+    .unwrap();
+    let nets: Vec<String> = m
+        .mcp_builtins
+        .fetch_allow_networks
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(nets, ["10.1.2.0/24", "::1/128", "127.0.0.1/32"]);
+    assert_eq!(m.mcp_builtins.fetch_timeout_ms, 500);
+    let net = IpNet::parse("10.1.2.0/24").unwrap();
+    assert!(net.contains("10.1.2.255".parse().unwrap()));
+    assert!(!net.contains("10.1.3.0".parse().unwrap()));
+    assert!(!net.contains("::ffff:10.1.2.1".parse().unwrap()));
+    assert_eq!(IpNet::parse("0.0.0.0/0").unwrap().prefix, 0);
+    for bad in [
+        "10.0.0.0/33",
+        "::/129",
+        "10.0.0.0/",
+        "host/8",
+        "10.0.0.0/8/8",
+        "10.0.0.0/+8",
+        "",
+    ] {
+        assert!(IpNet::parse(bad).is_none(), "{bad}");
+    }
+    let bad = load_with_env(
+        "version = 1\n[mcp.builtins]\nfetch_allow_networks = [\"10.0.0.0/99\"]\nfetch_timeout_ms = 0\nfetch_allow_everything = true\n",
+        &[],
+    );
+    assert!(bad.manifest.is_none());
+    let text = summaries(&bad).join("\n");
+    assert!(text.contains("fetch_allow_everything"), "{text}");
+    let bad = load_with_env(
+        "version = 1\n[mcp.builtins]\nfetch_allow_networks = [\"10.0.0.0/99\"]\nfetch_timeout_ms = 0\n",
+        &[],
+    );
+    let text = summaries(&bad).join("\n");
+    assert!(text.contains("`10.0.0.0/99` is not a network"), "{text}");
+    assert!(
+        text.contains("`fetch_timeout_ms` `0` is out of range"),
+        "{text}"
+    );
+}

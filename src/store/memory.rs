@@ -303,19 +303,30 @@ fn check_channel(channel: &str) -> Result<(), MemoryError> {
 impl MemoryStore {
     /// Open (creating) the file of `key` in `dir` (created private).
     pub fn open(dir: &Path, key: &ProjectKey) -> Result<Self, MemoryError> {
-        use std::os::unix::fs::DirBuilderExt as _;
+        use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+        let cannot = |what: &Path, e: std::io::Error| {
+            MemoryError::Sqlite(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+                Some(format!("cannot create `{}`: {e}", what.display())),
+            ))
+        };
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(|e| {
-                rusqlite::Error::SqliteFailure(
-                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
-                    Some(format!("cannot create `{}`: {e}", dir.display())),
-                )
-            })?;
+            .map_err(|e| cannot(dir, e))?;
+        let path = dir.join(format!("{}.sqlite3", key.as_str()));
+        // Owner-only from the start (SQLite gives its side files the same
+        // mode), never through a link.
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(&path)
+            .map_err(|e| cannot(&path, e))?;
         let conn = Connection::open_with_flags(
-            dir.join(format!("{}.sqlite3", key.as_str())),
+            &path,
             OpenFlags::default() | OpenFlags::SQLITE_OPEN_NOFOLLOW,
         )?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
@@ -487,6 +498,61 @@ mod tests {
         let key = ProjectKey::parse("proj-1").unwrap();
         let store = MemoryStore::open(&dir.path().join("m"), &key).unwrap();
         (dir, store)
+    }
+
+    #[test]
+    fn the_file_is_owner_only_and_never_opened_through_a_link() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let key = ProjectKey::parse("p").unwrap();
+        drop(MemoryStore::open(dir.path(), &key).unwrap());
+        let mode = std::fs::metadata(dir.path().join("p.sqlite3"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "").unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join("q.sqlite3")).unwrap();
+        let q = ProjectKey::parse("q").unwrap();
+        assert!(MemoryStore::open(dir.path(), &q).is_err());
+        assert_eq!(std::fs::read(&target).unwrap(), b"");
+    }
+
+    #[test]
+    fn two_writers_on_one_file_both_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = ProjectKey::parse("shared").unwrap();
+        let stores: Vec<_> = (0..2)
+            .map(|_| std::sync::Arc::new(MemoryStore::open(dir.path(), &key).unwrap()))
+            .collect();
+        let writers: Vec<_> = stores
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    for n in 0..50 {
+                        s.write(&format!("w{i}"), &format!("note {n}"), &[])
+                            .unwrap();
+                        s.post(&format!("w{i}"), "general", "hi").unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        assert_eq!(stores[0].recent(MAX_LIMIT).unwrap().len(), MAX_LIMIT);
+        let count: i64 = stores[1]
+            .conn()
+            .query_row(
+                "SELECT count(*) FROM entries WHERE kind = 'memory'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(count, 100);
     }
 
     #[test]
