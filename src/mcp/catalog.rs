@@ -27,9 +27,10 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use rmcp::model::{
-    GetPromptRequestParams, GetPromptResult, JsonObject, PaginatedRequestParams, Prompt,
-    PromptArgument, PromptMessage, ReadResourceRequestParams, ReadResourceResult, Resource,
-    ResourceContents, ResourceTemplate, Role,
+    CompleteRequestParams, CompleteResult, CompletionInfo, GetPromptRequestParams, GetPromptResult,
+    JsonObject, PaginatedRequestParams, Prompt, PromptArgument, PromptMessage,
+    ReadResourceRequestParams, ReadResourceResult, Reference, Resource, ResourceContents,
+    ResourceTemplate, Role,
 };
 use rmcp::{ErrorData, Peer, RoleClient};
 use tokio::sync::broadcast;
@@ -262,6 +263,12 @@ impl ServerCatalog {
         read(&self.resources).iter().any(|r| r.uri == uri)
     }
 
+    fn lists_template(&self, uri_template: &str) -> bool {
+        read(&self.templates)
+            .iter()
+            .any(|t| t.uri_template == uri_template)
+    }
+
     fn lists_prompt(&self, name: &str) -> bool {
         read(&self.prompts).iter().any(|p| p.name == name)
     }
@@ -465,15 +472,7 @@ impl Catalog {
         {
             return render(&m, name, arguments).await;
         }
-        let routed = self.pool.catalogs().find_map(|(server, catalog)| {
-            let prompt = name
-                .strip_prefix(server.as_str())?
-                .strip_prefix(super::NAMESPACE_SEPARATOR)?;
-            catalog
-                .lists_prompt(prompt)
-                .then(|| (server.to_string(), prompt.to_string()))
-        });
-        let Some((server, prompt)) = routed else {
+        let Some((server, prompt)) = self.route_prompt(name) else {
             return Err(ErrorData::invalid_params(
                 format!("no prompt `{name}`; see `prompts/list`"),
                 None,
@@ -486,6 +485,69 @@ impl Catalog {
             .await
             .map_err(unavailable)?
             .map_err(|e| answered(&server, e))
+    }
+}
+
+impl Catalog {
+    /// The (server, upstream prompt) a namespaced prompt name stands for.
+    fn route_prompt(&self, name: &str) -> Option<(String, String)> {
+        self.pool.catalogs().find_map(|(server, catalog)| {
+            let prompt = name
+                .strip_prefix(server.as_str())?
+                .strip_prefix(super::NAMESPACE_SEPARATOR)?;
+            catalog
+                .lists_prompt(prompt)
+                .then(|| (server.to_string(), prompt.to_string()))
+        })
+    }
+
+    /// `completion/complete`: an argument of a server's prompt or resource
+    /// template is completed by that server (within its `tool_timeout_ms`);
+    /// anything else (manifest prompts, unknown references, servers without
+    /// completions) completes to no values.
+    pub async fn complete(
+        &self,
+        mut params: CompleteRequestParams,
+    ) -> Result<CompleteResult, ErrorData> {
+        let none = || CompleteResult::new(CompletionInfo::default());
+        let server = match &mut params.r#ref {
+            Reference::Prompt(p) => match self.route_prompt(&p.name) {
+                Some((server, prompt)) => {
+                    p.name = prompt;
+                    server
+                }
+                None => return Ok(none()),
+            },
+            Reference::Resource(r) => match split_resource_uri(&r.uri) {
+                Some((server, template))
+                    if self
+                        .pool
+                        .catalog_of(server)
+                        .is_some_and(|c| c.lists_template(template)) =>
+                {
+                    let server = server.to_string();
+                    r.uri = template.to_string();
+                    server
+                }
+                _ => return Ok(none()),
+            },
+            _ => return Ok(none()),
+        };
+        let answer = self
+            .pool
+            .request(&server, |peer| async move {
+                let offered = peer
+                    .peer_info()
+                    .is_some_and(|i| i.capabilities.completions.is_some());
+                if !offered {
+                    return Ok(None);
+                }
+                peer.complete(params).await.map(Some)
+            })
+            .await
+            .map_err(unavailable)?
+            .map_err(|e| answered(&server, e))?;
+        Ok(answer.unwrap_or_else(none))
     }
 }
 

@@ -10,11 +10,14 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
-    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
-    ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
 };
+// Logging is deprecated (SEP-2577) but clients still set a level.
+#[allow(deprecated)]
+use rmcp::model::SetLevelRequestParams;
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
@@ -51,7 +54,10 @@ impl Gateway {
 impl ServerHandler for Gateway {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
+            #[allow(deprecated)] // logging: accepted for clients that set a level
             ServerCapabilities::builder()
+                .enable_logging()
+                .enable_completions()
                 .enable_prompts()
                 .enable_prompts_list_changed()
                 .enable_resources()
@@ -136,6 +142,25 @@ impl ServerHandler for Gateway {
             .get_prompt(&request.name, request.arguments)
             .await?
             .into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.catalog.complete(request).await
+    }
+
+    /// Accepted: the gateway sends no log notifications of its own (its
+    /// logs go to stderr), so every level filters them all.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        _request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

@@ -13,11 +13,15 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientConfig, ClientResult, GetPromptRequestParams,
-    GetPromptResponse, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
-    ServerCapabilities, ServerConfig, ServerNotification, ServerRequest,
+    CallToolRequestParams, CallToolResponse, ClientConfig, ClientResult, CompleteRequestParams,
+    CompleteResult, GetPromptRequestParams, GetPromptResponse, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    ServerNotification, ServerRequest,
 };
+// Logging is deprecated (SEP-2577) but clients still send `logging/setLevel`.
+#[allow(deprecated)]
+use rmcp::model::SetLevelRequestParams;
 use rmcp::service::{NotificationContext, RequestContext, RunningService, ServiceRole};
 use rmcp::{ErrorData, Peer, RoleClient, RoleServer, ServerHandler, Service, ServiceExt};
 
@@ -186,6 +190,23 @@ impl ServerHandler for Relay {
             .get_prompt_once(request)
             .await
             .map_err(service_error)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.back()?.complete(request).await.map_err(service_error)
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.back()?.set_level(request).await.map_err(service_error)
     }
 
     fn get_info(&self) -> ServerConfig {

@@ -1,7 +1,13 @@
 //! The gateway (`npc mcp serve`) against real peers and hostile ones:
 //! upstream servers that crash, hang, flood stdout or answer with invalid
 //! JSON (`fixtures/mcp/hostile.py`) each cost one `isError` result and a
-//! reconnect, never the gateway.
+//! reconnect, never the gateway; resources and prompts pass through
+//! (`fixtures/mcp/catalog.py`, server-everything); the reference
+//! `server-filesystem` behind the pool; the TypeScript SDK
+//! (`fixtures/mcp/client.mjs`) in front over stdio and HTTP; the MCP
+//! conformance suite's server scenarios (`fixtures/mcp/conformance.py`).
+//! Peers come from npm/PyPI (`.ci/run`); tests skip with a message only
+//! where one is missing.
 
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -249,4 +255,224 @@ fn server_everything_resources_and_prompts_pass_through() {
         "{}",
         got[3]
     );
+}
+
+/// Conformance scenarios the gateway passes with `server-everything`
+/// behind it; every other scenario is listed in `docs/mcp-conformance.md`
+/// with why it fails.
+const CONFORMANCE_PASSING: [&str; 11] = [
+    "completion-complete",
+    "dns-rebinding-protection",
+    "logging-set-level",
+    "ping",
+    "prompts-list",
+    "resources-list",
+    "server-initialize",
+    "server-sse-multiple-streams",
+    "tools-call-error",
+    "tools-call-simple-text",
+    "tools-list",
+];
+
+#[test]
+fn conformance_server_scenarios_against_the_http_gateway() {
+    let out = assert_cmd::Command::new("python3")
+        .arg(repo_root().join("fixtures/mcp/conformance.py"))
+        .arg(crate::support::npc_path())
+        .arg("--json")
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    if out.status.code() == Some(3) {
+        eprintln!(
+            "skipped: {} (`npm install -g @modelcontextprotocol/conformance@0.1.13 @modelcontextprotocol/server-everything`; .ci/run installs them)",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return;
+    }
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let doc = std::fs::read_to_string(repo_root().join("docs/mcp-conformance.md")).unwrap();
+    for r in &results {
+        let name = r["scenario"].as_str().unwrap();
+        if CONFORMANCE_PASSING.contains(&name) {
+            assert_eq!(r["failed"], 0, "{r}");
+        } else {
+            assert!(
+                doc.contains(&format!("| `{name}` | fail |")),
+                "scenario `{name}` is neither passing nor explained in docs/mcp-conformance.md: {r}"
+            );
+        }
+    }
+    let ran: Vec<&str> = results
+        .iter()
+        .map(|r| r["scenario"].as_str().unwrap())
+        .collect();
+    for name in CONFORMANCE_PASSING {
+        assert!(
+            ran.contains(&name),
+            "scenario `{name}` did not run: {ran:?}"
+        );
+    }
+}
+
+fn installed(program: &str, install: &str) -> bool {
+    let ok = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: `{program}` is not installed (`{install}`; .ci/run installs it)");
+    }
+    ok
+}
+
+#[test]
+fn server_filesystem_reads_a_file_of_the_repository_through_the_gateway() {
+    if !python_sdk()
+        || !installed(
+            "mcp-server-filesystem",
+            "npm install -g @modelcontextprotocol/server-filesystem zod",
+        )
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("notes.txt"), "hello from a file\n").unwrap();
+    std::fs::write(
+        root.join("npcagent.toml"),
+        format!(
+            "version = 1\n[mcp.servers.fs]\ncommand = \"mcp-server-filesystem\"\nargs = [{:?}]\n",
+            root.display().to_string()
+        ),
+    )
+    .unwrap();
+    let notes = root.join("notes.txt").display().to_string();
+    let got = stdio_session(
+        &dir,
+        json!([
+            ["list"],
+            call("fs__read_text_file", json!({"path": notes})),
+            call("fs__read_text_file", json!({"path": "/etc/hostname"}))
+        ]),
+    );
+    let tools = got[0]["tools"].as_array().unwrap();
+    assert!(tools.contains(&json!("fs__read_text_file")), "{tools:?}");
+    assert_eq!(ok_text(&got[1]), "hello from a file\n");
+    assert!(
+        error_text(&got[2]).contains("outside allowed directories"),
+        "the server's own refusal passes through as an isError result"
+    );
+}
+
+/// Runs `fixtures/mcp/client.mjs` (the TypeScript SDK) with `steps`; `None`
+/// when node or the SDK is missing.
+fn typescript_session(dir: &TempDir, steps: &Value, endpoint: &[&str]) -> Option<Vec<Value>> {
+    let root = std::process::Command::new("npm")
+        .args(["root", "-g"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let out = assert_cmd::Command::new("node")
+        .arg(repo_root().join("fixtures/mcp/client.mjs"))
+        .arg(steps.to_string())
+        .args(endpoint)
+        .env("NODE_PATH", String::from_utf8_lossy(&root.stdout).trim())
+        .current_dir(dir.path())
+        .timeout(std::time::Duration::from_secs(90))
+        .output()
+        .unwrap();
+    if out.status.code() == Some(3) {
+        eprintln!(
+            "skipped: {} (`npm install -g @modelcontextprotocol/sdk`; .ci/run installs it)",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return None;
+    }
+    assert!(
+        out.status.success(),
+        "client.mjs failed: {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect(),
+    )
+}
+
+#[test]
+fn typescript_sdk_client_uses_the_gateway_over_stdio_and_http() {
+    if !installed("node", "install Node.js")
+        || !crate::mcp::server_everything()
+        || !crate::mcp::python_sdk()
+    {
+        return;
+    }
+    let dir = repo(&format!(
+        "version = 1\n[mcp.servers.everything]\ncommand = \"mcp-server-everything\"\n\
+         [mcp.servers.cat]\ncommand = \"python3\"\nargs = [{:?}]\n",
+        catalog_server()
+    ));
+    let steps = json!([
+        ["list"],
+        call("everything__echo", json!({"message": "from typescript"})),
+        call("nope__x", json!({})),
+        ["resources"],
+        ["read", "npc://cat/mem://item/3"],
+        ["prompts"],
+        ["prompt", "cat__greet", {"who": "ts"}]
+    ]);
+    let npc = crate::support::npc_path().display().to_string();
+    let Some(stdio) = typescript_session(&dir, &steps, &["--", &npc, "mcp", "serve"]) else {
+        return;
+    };
+    let (gateway, url) = crate::mcp::spawn_http_gateway(&dir);
+    let http = typescript_session(&dir, &steps, &["--http", &url]).unwrap();
+    crate::mcp::sigterm_exits_0(gateway);
+    for got in [&stdio, &http] {
+        assert!(
+            got[0]["tools"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("everything__echo")),
+            "{}",
+            got[0]
+        );
+        assert_eq!(ok_text(&got[1]), "Echo: from typescript");
+        assert!(error_text(&got[2]).contains("no tool `nope__x`"));
+        assert!(
+            got[3]["resources"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("npc://cat/mem://one")),
+            "{}",
+            got[3]
+        );
+        assert_eq!(got[4]["contents"][0]["text"], "item 3", "{}", got[4]);
+        assert!(
+            got[5]["prompts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == "everything__simple-prompt"),
+            "{}",
+            got[5]
+        );
+        assert_eq!(got[6]["messages"], json!(["hello ts"]));
+    }
 }
