@@ -10,6 +10,7 @@
 use super::diagnostics::{Diagnostic, MAX_DIAGNOSTICS, clip, has_room};
 use super::json;
 use super::source::{SourceFile, Span};
+use super::toml_tree;
 
 /// Largest manifest npc reads; bigger files are refused before parsing.
 pub const MAX_MANIFEST_BYTES: usize = 8 * 1024 * 1024;
@@ -219,6 +220,21 @@ fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
         diags.push(Exceeded::Items.diagnostic(file, span));
         return None;
     }
+    // A valid document within the bounds is built straight from the
+    // parser's events, in little more memory than the tree itself.
+    if let Some(node) = toml_tree::build(text) {
+        return Some(node);
+    }
+    parse_toml_reference(file, diags)
+}
+
+/// Parse a TOML document through the toml crate's own tree, converted into
+/// ours: the path for documents with errors or past a bound (its
+/// diagnostics are the ones npc reports), and the oracle the streaming
+/// builder is tested against. Costs the toml crate's tokens, events and
+/// table on top of our tree; the item limit bounds that.
+pub(super) fn parse_toml_reference(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
+    let text = file.text();
     let (table, errors) = toml::de::DeTable::parse_recoverable(text);
     let failed = !errors.is_empty();
     // One past the cap, so the report says problems were dropped.
@@ -257,6 +273,38 @@ fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
     None
 }
 
+/// The value of a TOML integer as decoded by `toml_parser` (sign, radix
+/// prefix and underscores still in the text). One out of `i64` range
+/// becomes a NaN float, which no field accepts.
+pub(super) fn int_kind(text: &str, radix: u32) -> NodeKind {
+    let digits: String = text.chars().filter(|c| *c != '_').collect();
+    let (neg, digits) = match digits.strip_prefix('-') {
+        Some(rest) => (true, rest.to_string()),
+        None => (false, digits.trim_start_matches('+').to_string()),
+    };
+    let digits = ["0x", "0o", "0b"]
+        .iter()
+        .find_map(|p| digits.strip_prefix(p))
+        .unwrap_or(&digits)
+        .to_string();
+    match i64::from_str_radix(&digits, radix) {
+        Ok(n) => NodeKind::Int(if neg { -n } else { n }),
+        Err(_) => NodeKind::Float(f64::NAN),
+    }
+}
+
+/// The value of a TOML float as decoded by `toml_parser`.
+pub(super) fn float_kind(text: &str) -> NodeKind {
+    let text: String = text.chars().filter(|c| *c != '_').collect();
+    let v = match text.as_str() {
+        "inf" | "+inf" => f64::INFINITY,
+        "-inf" => f64::NEG_INFINITY,
+        "nan" | "+nan" | "-nan" => f64::NAN,
+        t => t.parse().unwrap_or(f64::NAN),
+    };
+    NodeKind::Float(v)
+}
+
 /// Convert toml's tree into a [`Node`], consuming it, and recording every
 /// bound it exceeds (the offending value becomes `Null`, so nothing past a
 /// bound is copied).
@@ -284,32 +332,8 @@ fn from_toml(
             return null(span);
         }
         DeValue::String(s) => NodeKind::Str(s.into_owned()),
-        DeValue::Integer(i) => {
-            let digits: String = i.as_str().chars().filter(|c| *c != '_').collect();
-            let (neg, digits) = match digits.strip_prefix('-') {
-                Some(rest) => (true, rest.to_string()),
-                None => (false, digits.trim_start_matches('+').to_string()),
-            };
-            let digits = ["0x", "0o", "0b"]
-                .iter()
-                .find_map(|p| digits.strip_prefix(p))
-                .unwrap_or(&digits)
-                .to_string();
-            match i64::from_str_radix(&digits, i.radix()) {
-                Ok(n) => NodeKind::Int(if neg { -n } else { n }),
-                Err(_) => NodeKind::Float(f64::NAN),
-            }
-        }
-        DeValue::Float(f) => {
-            let text: String = f.as_str().chars().filter(|c| *c != '_').collect();
-            let v = match text.as_str() {
-                "inf" | "+inf" => f64::INFINITY,
-                "-inf" => f64::NEG_INFINITY,
-                "nan" | "+nan" | "-nan" => f64::NAN,
-                t => t.parse().unwrap_or(f64::NAN),
-            };
-            NodeKind::Float(v)
-        }
+        DeValue::Integer(i) => int_kind(i.as_str(), i.radix()),
+        DeValue::Float(f) => float_kind(f.as_str()),
         DeValue::Boolean(b) => NodeKind::Bool(b),
         DeValue::Datetime(d) => NodeKind::Datetime(d.to_string()),
         DeValue::Array(items) if items.len() > MAX_ARRAY_LEN => {
