@@ -166,6 +166,8 @@ fn every_redefinition_and_syntax_error_is_refused_by_both() {
         "a = { b = 1, b = 2 }\n",
         "[a.b]\nc = 1\n[a]\nb = 2\n",
         "[a]\nb.c = 1\n[a.b]\n",
+        "[a.b.c]\n[a]\nb.d = 1\n[a.b]\n",
+        "[x.a.b.c]\n[x.a]\nb.d = 1\n[x.a.b]\n",
         "[a]\nx = 1\n[a.x]\n",
         "[a]\nx = 1\n[[a.x]]\n",
         "x = [1]\n[x.y]\n",
@@ -264,7 +266,7 @@ impl Rng {
 
 fn random_document(rng: &mut Rng) -> String {
     const KEYS: &[&str] = &[
-        "a", "b", "c", "\"a\"", "'b'", "a.b", "b.c", "a.b.c", "c.a", "\"x.y\"",
+        "a", "b", "c", "\"a\"", "'b'", "a.b", "b.c", "a.b.c", "c.a", "\"x.y\"", "b.a", "a.c", "c.b.a",
     ];
     const VALUES: &[&str] = &[
         "1",
