@@ -5,7 +5,10 @@
 //! string) and reports every syntax error it can find, never panicking on
 //! hostile input. The item count of a TOML document is checked by a
 //! streaming pass over its tokens before any tree is built, so a document of
-//! millions of tiny values is refused in constant memory.
+//! millions of tiny values is refused in constant memory. A valid TOML
+//! document is then built by `model::toml_tree` straight from the parser's
+//! events; one with errors goes through the toml crate, whose diagnostics
+//! npc reports.
 
 use super::diagnostics::{Diagnostic, MAX_DIAGNOSTICS, clip, has_room};
 use super::json;
@@ -26,12 +29,15 @@ pub const BYTES_PER_EXTRA_ITEM: usize = 8;
 /// Most items in any manifest (reached at about 1.1 MB of text).
 pub const MAX_DOCUMENT_ITEMS: usize = 200_000;
 
-/// How many items a manifest of `len` bytes may hold. An item costs up to
-/// about 180 bytes at the peak of parsing (the TOML parser's tokens and
-/// events, its tree and ours), so memory stays within 20 times the file
-/// size plus 20 MB even for a file of nothing but `1,` or `[],` (the densest
-/// shapes); real manifests spend 5 or more bytes an item and never come near
-/// it (10,000 components take 150,000 items in 800 KB).
+/// How many items a manifest of `len` bytes may hold. Built by
+/// `model::toml_tree`, an item costs about 100 bytes at the peak of
+/// parsing (our tree and its key index), so memory stays within 20 times the
+/// file size plus 20 MB even for a file of nothing but `1,`, `[],` or
+/// `kN = 1` (the densest shapes); a document with errors costs the toml
+/// crate's tokens, events and table too (about 250 bytes an item, within the
+/// limit's 200,000 items about 55 MB). Real manifests spend 5 or more bytes
+/// an item and never come near the limit (10,000 components take 150,000
+/// items in 800 KB).
 pub fn item_limit(len: usize) -> usize {
     (BASE_DOCUMENT_ITEMS + len / BYTES_PER_EXTRA_ITEM).min(MAX_DOCUMENT_ITEMS)
 }

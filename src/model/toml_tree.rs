@@ -70,7 +70,11 @@ pub(super) fn build(text: &str) -> Option<Node> {
 }
 
 /// Parse one chunk of tokens into `builder`; false on any error.
-fn parse_chunk(source: Source<'_>, tokens: &[toml_parser::lexer::Token], builder: &mut Builder<'_>) -> bool {
+fn parse_chunk(
+    source: Source<'_>,
+    tokens: &[toml_parser::lexer::Token],
+    builder: &mut Builder<'_>,
+) -> bool {
     let mut parser_failed = false;
     let mut sink = |_: ParseError| parser_failed = true;
     let mut whitespace = ValidateWhitespace::new(builder, source);
@@ -184,7 +188,13 @@ impl Index {
     }
 
     /// Append an entry (its key known to be absent); its index.
-    fn push(&mut self, entries: &mut Vec<(Key, BNode)>, id: u32, key: Key, value: BNode) -> Built<usize> {
+    fn push(
+        &mut self,
+        entries: &mut Vec<(Key, BNode)>,
+        id: u32,
+        key: Key,
+        value: BNode,
+    ) -> Built<usize> {
         entries.push((key, value));
         let last = entries.len() - 1;
         if entries.len() == INDEXED_FROM {
@@ -213,9 +223,15 @@ impl Index {
 
 /// A value still open while its events arrive.
 enum Frame {
-    Array { items: Vec<BNode>, start: usize },
+    Array {
+        items: Vec<BNode>,
+        start: usize,
+    },
     /// An inline table and the key its next value goes to.
-    Inline { table: BNode, key: Vec<Key> },
+    Inline {
+        table: BNode,
+        key: Vec<Key>,
+    },
 }
 
 struct Builder<'s> {

@@ -266,7 +266,8 @@ impl Rng {
 
 fn random_document(rng: &mut Rng) -> String {
     const KEYS: &[&str] = &[
-        "a", "b", "c", "\"a\"", "'b'", "a.b", "b.c", "a.b.c", "c.a", "\"x.y\"", "b.a", "a.c", "c.b.a",
+        "a", "b", "c", "\"a\"", "'b'", "a.b", "b.c", "a.b.c", "c.a", "\"x.y\"", "b.a", "a.c",
+        "c.b.a",
     ];
     const VALUES: &[&str] = &[
         "1",
@@ -325,7 +326,7 @@ fn random_documents_agree_with_the_oracle() {
             while !edited.is_char_boundary(at) {
                 at -= 1;
             }
-            if rng.next() % 2 == 0 && at < edited.len() {
+            if rng.next().is_multiple_of(2) && at < edited.len() {
                 edited.remove(at);
             } else {
                 edited.insert_str(at, rng.pick(EDITS));
