@@ -139,6 +139,8 @@ fn scalars_decode_as_the_toml_crate_does() {
         "d = 1979-05-27T07:32Z\n",
         "a = {\n  b = 1,\n  c = 2,\n}\n",
         "clé = 1\n",
+        "\u{FEFF}a = 1\n[b]\nc = 2\n",
+        "s = \"\"\"\r\nline\r\n\"\"\"\r\n",
         "i = 9223372036854775808\n",
         "f = 1e400\n",
         "a = 0x\n",
