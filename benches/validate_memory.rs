@@ -2,7 +2,9 @@
 //! about 8 MB (the size limit), against the budget of 20 × the file size +
 //! 20 MB. Worst cases: an array of millions of ints, tens of thousands of
 //! tables, strings at the string bound, deep inline tables, the same shapes
-//! just under the item bound, and JSON. Baseline in the same run: `npc
+//! just under the item bound, JSON, and large documents with one error at
+//! their end (parsed a second time, by the toml crate, for their
+//! diagnostics). Baseline in the same run: `npc
 //! validate` on `examples/minimal.toml`. Prints, per case, the file size,
 //! the peak, the budget, peak / size and the peak over the baseline.
 //!
@@ -125,18 +127,36 @@ fn cases() -> Vec<(&'static str, &'static str, String)> {
             }
         }),
     ));
+    // The same with one redefinition at the very end: a document with an
+    // error is parsed again by the toml crate for its diagnostics.
+    // Its last line replaced by a redefinition of the line before (same
+    // size, same items).
+    let keys = out.last().expect("the keys case").2.clone();
+    let (head, _) = keys
+        .trim_end_matches('\n')
+        .rsplit_once('\n')
+        .expect("several lines");
+    let before = head.rsplit_once('\n').map_or(head, |(_, l)| l);
+    let key = before.split(" =").next().expect("a key");
+    out.push((
+        "keys `kN = 1` under the limit, a redefinition at the end",
+        "toml",
+        format!("{head}\n{key} = 2\n"),
+    ));
     // A real large manifest for reference: the planner benchmark's 10,000
     // components (valid), whose cost is mostly the model, not parsing.
+    let components = (0..5_000).fold(String::from("version = 1\n"), |mut s, i| {
+        s.push_str(&format!(
+            "[mcp.servers.s{i}]\ncommand = \"srv\"\nargs = [\"--n\", \"0\"]\nenv = {{ A = \"b\" }}\n[triggers.t{i}]\nkind = \"cron\"\nschedule = \"1 * * * *\"\naction = {{ command = \"make\" }}\n"
+        ));
+        s
+    });
     out.push((
-        "10,000 components (valid, reference)",
+        "10,000 components, a redefinition at the end",
         "toml",
-        (0..5_000).fold(String::from("version = 1\n"), |mut s, i| {
-            s.push_str(&format!(
-                "[mcp.servers.s{i}]\ncommand = \"srv\"\nargs = [\"--n\", \"0\"]\nenv = {{ A = \"b\" }}\n[triggers.t{i}]\nkind = \"cron\"\nschedule = \"1 * * * *\"\naction = {{ command = \"make\" }}\n"
-            ));
-            s
-        }),
+        format!("{components}[mcp.servers.s7]\n"),
     ));
+    out.push(("10,000 components (valid, reference)", "toml", components));
     // Strings at the string bound: seven prompts of just under 1 MiB each.
     out.push(("long strings (7 × 1 MiB templates)", "toml", {
         let body = "word ".repeat((1024 * 1024 - 64) / 5);

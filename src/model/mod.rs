@@ -18,6 +18,7 @@ pub mod schedule;
 pub mod source;
 pub mod template;
 pub mod text;
+mod toml_tree;
 pub mod types;
 
 #[cfg(test)]

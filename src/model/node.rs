@@ -5,11 +5,15 @@
 //! string) and reports every syntax error it can find, never panicking on
 //! hostile input. The item count of a TOML document is checked by a
 //! streaming pass over its tokens before any tree is built, so a document of
-//! millions of tiny values is refused in constant memory.
+//! millions of tiny values is refused in constant memory. A valid TOML
+//! document is then built by `model::toml_tree` straight from the parser's
+//! events; one with errors goes through the toml crate, whose diagnostics
+//! npc reports.
 
 use super::diagnostics::{Diagnostic, MAX_DIAGNOSTICS, clip, has_room};
 use super::json;
 use super::source::{SourceFile, Span};
+use super::toml_tree;
 
 /// Largest manifest npc reads; bigger files are refused before parsing.
 pub const MAX_MANIFEST_BYTES: usize = 8 * 1024 * 1024;
@@ -25,12 +29,15 @@ pub const BYTES_PER_EXTRA_ITEM: usize = 8;
 /// Most items in any manifest (reached at about 1.1 MB of text).
 pub const MAX_DOCUMENT_ITEMS: usize = 200_000;
 
-/// How many items a manifest of `len` bytes may hold. An item costs up to
-/// about 180 bytes at the peak of parsing (the TOML parser's tokens and
-/// events, its tree and ours), so memory stays within 20 times the file
-/// size plus 20 MB even for a file of nothing but `1,` or `[],` (the densest
-/// shapes); real manifests spend 5 or more bytes an item and never come near
-/// it (10,000 components take 150,000 items in 800 KB).
+/// How many items a manifest of `len` bytes may hold. Built by
+/// `model::toml_tree`, an item costs about 100 bytes at the peak of
+/// parsing (our tree and its key index), so memory stays within 20 times the
+/// file size plus 20 MB even for a file of nothing but `1,`, `[],` or
+/// `kN = 1` (the densest shapes); a document with errors costs the toml
+/// crate's tokens, events and table too (about 250 bytes an item, within the
+/// limit's 200,000 items about 55 MB). Real manifests spend 5 or more bytes
+/// an item and never come near the limit (10,000 components take 150,000
+/// items in 800 KB).
 pub fn item_limit(len: usize) -> usize {
     (BASE_DOCUMENT_ITEMS + len / BYTES_PER_EXTRA_ITEM).min(MAX_DOCUMENT_ITEMS)
 }
@@ -219,6 +226,21 @@ fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
         diags.push(Exceeded::Items.diagnostic(file, span));
         return None;
     }
+    // A valid document within the bounds is built straight from the
+    // parser's events, in little more memory than the tree itself.
+    if let Some(node) = toml_tree::build(text) {
+        return Some(node);
+    }
+    parse_toml_reference(file, diags)
+}
+
+/// Parse a TOML document through the toml crate's own tree, converted into
+/// ours: the path for documents with errors or past a bound (its
+/// diagnostics are the ones npc reports), and the oracle the streaming
+/// builder is tested against. Costs the toml crate's tokens, events and
+/// table on top of our tree; the item limit bounds that.
+pub(super) fn parse_toml_reference(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
+    let text = file.text();
     let (table, errors) = toml::de::DeTable::parse_recoverable(text);
     let failed = !errors.is_empty();
     // One past the cap, so the report says problems were dropped.
@@ -257,6 +279,38 @@ fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
     None
 }
 
+/// The value of a TOML integer as decoded by `toml_parser` (sign, radix
+/// prefix and underscores still in the text). One out of `i64` range
+/// becomes a NaN float, which no field accepts.
+pub(super) fn int_kind(text: &str, radix: u32) -> NodeKind {
+    let digits: String = text.chars().filter(|c| *c != '_').collect();
+    let (neg, digits) = match digits.strip_prefix('-') {
+        Some(rest) => (true, rest.to_string()),
+        None => (false, digits.trim_start_matches('+').to_string()),
+    };
+    let digits = ["0x", "0o", "0b"]
+        .iter()
+        .find_map(|p| digits.strip_prefix(p))
+        .unwrap_or(&digits)
+        .to_string();
+    match i64::from_str_radix(&digits, radix) {
+        Ok(n) => NodeKind::Int(if neg { -n } else { n }),
+        Err(_) => NodeKind::Float(f64::NAN),
+    }
+}
+
+/// The value of a TOML float as decoded by `toml_parser`.
+pub(super) fn float_kind(text: &str) -> NodeKind {
+    let text: String = text.chars().filter(|c| *c != '_').collect();
+    let v = match text.as_str() {
+        "inf" | "+inf" => f64::INFINITY,
+        "-inf" => f64::NEG_INFINITY,
+        "nan" | "+nan" | "-nan" => f64::NAN,
+        t => t.parse().unwrap_or(f64::NAN),
+    };
+    NodeKind::Float(v)
+}
+
 /// Convert toml's tree into a [`Node`], consuming it, and recording every
 /// bound it exceeds (the offending value becomes `Null`, so nothing past a
 /// bound is copied).
@@ -284,32 +338,8 @@ fn from_toml(
             return null(span);
         }
         DeValue::String(s) => NodeKind::Str(s.into_owned()),
-        DeValue::Integer(i) => {
-            let digits: String = i.as_str().chars().filter(|c| *c != '_').collect();
-            let (neg, digits) = match digits.strip_prefix('-') {
-                Some(rest) => (true, rest.to_string()),
-                None => (false, digits.trim_start_matches('+').to_string()),
-            };
-            let digits = ["0x", "0o", "0b"]
-                .iter()
-                .find_map(|p| digits.strip_prefix(p))
-                .unwrap_or(&digits)
-                .to_string();
-            match i64::from_str_radix(&digits, i.radix()) {
-                Ok(n) => NodeKind::Int(if neg { -n } else { n }),
-                Err(_) => NodeKind::Float(f64::NAN),
-            }
-        }
-        DeValue::Float(f) => {
-            let text: String = f.as_str().chars().filter(|c| *c != '_').collect();
-            let v = match text.as_str() {
-                "inf" | "+inf" => f64::INFINITY,
-                "-inf" => f64::NEG_INFINITY,
-                "nan" | "+nan" | "-nan" => f64::NAN,
-                t => t.parse().unwrap_or(f64::NAN),
-            };
-            NodeKind::Float(v)
-        }
+        DeValue::Integer(i) => int_kind(i.as_str(), i.radix()),
+        DeValue::Float(f) => float_kind(f.as_str()),
         DeValue::Boolean(b) => NodeKind::Bool(b),
         DeValue::Datetime(d) => NodeKind::Datetime(d.to_string()),
         DeValue::Array(items) if items.len() > MAX_ARRAY_LEN => {

@@ -1965,6 +1965,84 @@ fn a_3_mb_diagnostics_report_is_stored_not_dropped() {
     );
 }
 
+/// The planner benchmark's 10,000 components (5,000 servers, 5,000
+/// triggers): about 150,000 items in 750 KB.
+fn ten_thousand_components() -> String {
+    (0..5_000).fold(String::from("version = 1\n"), |mut s, i| {
+        s.push_str(&format!(
+            "[mcp.servers.s{i}]\ncommand = \"srv\"\nargs = [\"--n\", \"0\"]\nenv = {{ A = \"b\" }}\n[triggers.t{i}]\nkind = \"cron\"\nschedule = \"1 * * * *\"\naction = {{ command = \"make\" }}\n"
+        ));
+        s
+    })
+}
+
+#[test]
+fn a_large_valid_manifest_validates_and_its_errors_are_still_reported() {
+    let text = ten_thousand_components();
+    let (code, report) = validate_json("npcagent.toml", text.as_bytes(), &[]);
+    assert_eq!(code, 0, "{:?}", report_summaries(&report));
+    assert_eq!(report["error_count"], 0);
+    // The same document with one redefinition at its very end: the toml
+    // crate's diagnostic, at the redefinition.
+    let broken = format!("{text}[mcp.servers.s7]\n");
+    let (code, report) = validate_json("npcagent.toml", broken.as_bytes(), &[]);
+    assert_eq!(code, 1);
+    let summaries = report_summaries(&report);
+    assert_eq!(
+        summaries,
+        ["invalid TOML: duplicate key `s7`"],
+        "{summaries:?}"
+    );
+    let last_line = text.lines().count() + 1;
+    assert_eq!(
+        report["diagnostics"][0]["range"]["start"]["line"]
+            .as_u64()
+            .unwrap() as usize,
+        last_line
+    );
+}
+
+#[test]
+fn the_item_limit_holds_at_its_edge() {
+    use npcagent::model::node::item_limit;
+    const LIMIT_SUMMARY: &str = "the manifest has more items (keys, values, brackets) than 60000 plus one per 8 bytes of text (at most 200000)";
+    // `kN = 1` lines, 1,000 to a table, up to exactly the limit of the
+    // document's own size (`version = 1` is 2 items, a header 3, a key 2).
+    let mut text = String::from("version = 1\n");
+    let mut items = 2;
+    for i in 0.. {
+        let next = if i % 1000 == 0 {
+            format!("[t{i}]\nk{i} = 1\n")
+        } else {
+            format!("k{i} = 1\n")
+        };
+        let n = if i % 1000 == 0 { 5 } else { 2 };
+        if items + n > item_limit(text.len() + next.len()) {
+            break;
+        }
+        text.push_str(&next);
+        items += n;
+    }
+    assert!(items > 150_000, "{items}");
+    // At the limit: parsed (the unknown sections are the only errors).
+    let (code, report) = validate_json("npcagent.toml", text.as_bytes(), &[]);
+    assert_eq!(code, 1);
+    let summaries = report_summaries(&report);
+    assert!(
+        !summaries.iter().any(|s| s == LIMIT_SUMMARY),
+        "{summaries:?}"
+    );
+    assert!(
+        summaries.iter().all(|s| s.starts_with("unknown")),
+        "{summaries:?}"
+    );
+    // Past it by a few items in few bytes: refused before parsing.
+    text.push_str("z = [1,1,1,1,1,1,1,1,1,1]\n");
+    let (code, report) = validate_json("npcagent.toml", text.as_bytes(), &[]);
+    assert_eq!(code, 1);
+    assert_eq!(report_summaries(&report), [LIMIT_SUMMARY]);
+}
+
 mod bounded_imports {
     use super::guarded_files::{Repo, npc_limited};
 

@@ -1,0 +1,816 @@
+//! Builds the [`Node`] tree of a valid TOML document straight from
+//! `toml_parser`'s events, in little more memory than the tree itself: the
+//! text is lexed lazily and parsed in chunks of whole top-level lines, and
+//! each event is applied to the tree as it arrives, so no vector of the
+//! document's tokens or events and no toml-crate table of it ever exists.
+//! The table rules (dotted keys, `[table]` and `[[array]]` headers,
+//! implicit tables, immutable inline tables, key order, the span of every key
+//! and value) are the toml crate's document builder's, step for step. Any
+//! syntax or semantic error, and any bound of [`super::node`], makes
+//! [`build`] give up with `None`; the caller then parses the document with
+//! the toml crate, whose diagnostics npc reports, so only documents with
+//! errors pay for its tokens, events and table.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+
+use toml_parser::decoder::{Encoding, ScalarKind};
+use toml_parser::lexer::TokenKind;
+use toml_parser::parser::{EventReceiver, RecursionGuard, ValidateWhitespace};
+use toml_parser::{ErrorSink, ParseError, Raw, Source};
+
+use super::node::{
+    Key, MAX_ARRAY_LEN, MAX_NESTING_DEPTH, MAX_STRING_BYTES, MAX_TABLE_ENTRIES, Node, NodeKind,
+    float_kind, int_kind,
+};
+use super::source::Span;
+
+/// Tokens lexed before they are parsed, at the next newline outside any
+/// bracket: all the token memory the builder holds (24 bytes a token).
+const CHUNK_TOKENS: usize = 4096;
+/// Nesting of arrays and inline tables the parser allows: the toml crate's
+/// own limit, so both paths refuse the same documents.
+const PARSER_RECURSION_LIMIT: u32 = 80;
+/// Tables with at least this many entries (removed ones included) find keys
+/// through the shared hash index; smaller ones are scanned.
+const INDEXED_FROM: usize = 8;
+
+/// Build the tree of `text`, or `None` when it has any error or exceeds a
+/// bound (then the toml crate's path reports why).
+pub(super) fn build(text: &str) -> Option<Node> {
+    let source = Source::new(text);
+    let mut builder = Builder::new(text);
+    let mut tokens = Vec::with_capacity(CHUNK_TOKENS);
+    let mut depth = 0usize;
+    for token in source.lex() {
+        match token.kind() {
+            TokenKind::LeftSquareBracket | TokenKind::LeftCurlyBracket => depth += 1,
+            TokenKind::RightSquareBracket | TokenKind::RightCurlyBracket => {
+                depth = depth.saturating_sub(1)
+            }
+            _ => {}
+        }
+        // A newline outside brackets ends every expression, so the parser
+        // starts the next chunk in the state it would have been in anyway.
+        let boundary = depth == 0 && token.kind() == TokenKind::Newline;
+        tokens.push(token);
+        if boundary && tokens.len() >= CHUNK_TOKENS {
+            if !parse_chunk(source, &tokens, &mut builder) {
+                return None;
+            }
+            tokens.clear();
+        }
+    }
+    if !parse_chunk(source, &tokens, &mut builder) {
+        return None;
+    }
+    drop(tokens);
+    builder.finish().ok()
+}
+
+/// Parse one chunk of tokens into `builder`; false on any error.
+fn parse_chunk(
+    source: Source<'_>,
+    tokens: &[toml_parser::lexer::Token],
+    builder: &mut Builder<'_>,
+) -> bool {
+    let mut parser_failed = false;
+    let mut sink = |_: ParseError| parser_failed = true;
+    let mut whitespace = ValidateWhitespace::new(builder, source);
+    let mut guard = RecursionGuard::new(&mut whitespace, PARSER_RECURSION_LIMIT);
+    toml_parser::parser::parse_document(tokens, &mut guard, &mut sink);
+    !parser_failed && !builder.gave_up
+}
+
+/// A reason to give up; the caller falls back to the toml crate.
+#[derive(Debug)]
+struct GiveUp;
+type Built<T> = Result<T, GiveUp>;
+
+/// The toml crate's flags of a table (top bits) and the table's id in the
+/// [`Index`] (the rest), in one word so a [`BNode`] is as large as a
+/// [`Node`].
+#[derive(Debug, Clone, Copy)]
+struct Meta(u32);
+
+impl Meta {
+    /// Made for a dotted key or a header's path, not declared.
+    const IMPLICIT: u32 = 1 << 31;
+    /// Made or extended by a dotted key.
+    const DOTTED: u32 = 1 << 30;
+    /// Part of an inline table, closed to later additions.
+    const INLINE: u32 = 1 << 29;
+    /// Table ids stay below the flags.
+    const MAX_ID: u32 = Self::INLINE - 1;
+
+    fn new(id: u32, flags: u32) -> Self {
+        Meta(id | flags)
+    }
+
+    fn id(self) -> u32 {
+        self.0 & Self::MAX_ID
+    }
+
+    fn has(self, flag: u32) -> bool {
+        self.0 & flag != 0
+    }
+}
+
+/// Whether an array was written as `[…]` or as `[[…]]` headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ArrayKind {
+    Values,
+    Tables,
+}
+
+/// A value of the tree being built. As large as a [`Node`], so converting
+/// one into the other can reuse each vector in place.
+#[derive(Debug)]
+struct BNode {
+    kind: BKind,
+    span: Span,
+}
+
+#[derive(Debug)]
+enum BKind {
+    /// An entry taken over by a `[table]` header (the toml crate removes it
+    /// and inserts the table again at the end); left out of the result.
+    Removed,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Datetime(String),
+    Array {
+        items: Vec<BNode>,
+        kind: ArrayKind,
+    },
+    Table {
+        entries: Vec<(Key, BNode)>,
+        meta: Meta,
+    },
+}
+
+/// The key → entry index of every table with [`INDEXED_FROM`] or more
+/// entries, one map for all of them (keyed by table id and the key's hash;
+/// a hash collision gives up rather than guess).
+struct Index {
+    hasher: RandomState,
+    map: HashMap<(u32, u64), u32>,
+}
+
+impl Index {
+    fn hash(&self, name: &str) -> u64 {
+        self.hasher.hash_one(name)
+    }
+
+    /// The live entry named `name` in table `id`.
+    fn find(&self, entries: &[(Key, BNode)], id: u32, name: &str) -> Built<Option<usize>> {
+        if entries.len() < INDEXED_FROM {
+            return Ok(entries
+                .iter()
+                .position(|(k, v)| !matches!(v.kind, BKind::Removed) && k.name == name));
+        }
+        match self.map.get(&(id, self.hash(name))) {
+            None => Ok(None),
+            Some(&i) if entries[i as usize].0.name == name => Ok(Some(i as usize)),
+            Some(_) => Err(GiveUp),
+        }
+    }
+
+    fn insert(&mut self, id: u32, name: &str, i: usize) -> Built<()> {
+        let i = u32::try_from(i).map_err(|_| GiveUp)?;
+        match self.map.insert((id, self.hash(name)), i) {
+            None => Ok(()),
+            Some(_) => Err(GiveUp),
+        }
+    }
+
+    /// Append an entry (its key known to be absent); its index.
+    fn push(
+        &mut self,
+        entries: &mut Vec<(Key, BNode)>,
+        id: u32,
+        key: Key,
+        value: BNode,
+    ) -> Built<usize> {
+        entries.push((key, value));
+        let last = entries.len() - 1;
+        if entries.len() == INDEXED_FROM {
+            for (i, (k, v)) in entries.iter().enumerate() {
+                if !matches!(v.kind, BKind::Removed) {
+                    self.insert(id, &k.name, i)?;
+                }
+            }
+        } else if entries.len() > INDEXED_FROM {
+            self.insert(id, &entries[last].0.name, last)?;
+        }
+        Ok(last)
+    }
+
+    /// Take the value of entry `i` out, leaving [`BKind::Removed`].
+    fn remove(&mut self, entries: &mut [(Key, BNode)], id: u32, i: usize) -> BNode {
+        if entries.len() >= INDEXED_FROM {
+            let hash = self.hash(&entries[i].0.name);
+            self.map.remove(&(id, hash));
+        }
+        let span = entries[i].1.span.clone();
+        let kind = std::mem::replace(&mut entries[i].1.kind, BKind::Removed);
+        BNode { kind, span }
+    }
+}
+
+/// A value still open while its events arrive.
+enum Frame {
+    Array {
+        items: Vec<BNode>,
+        start: usize,
+    },
+    /// An inline table and the key its next value goes to.
+    Inline {
+        table: BNode,
+        key: Vec<Key>,
+    },
+}
+
+struct Builder<'s> {
+    text: &'s str,
+    gave_up: bool,
+    root: BNode,
+    /// Entry indices from the root to the table of the last header (into an
+    /// array of tables: its last element).
+    current: Vec<usize>,
+    index: Index,
+    next_id: u32,
+    /// Parts of the key being read (a header's or a key/value's).
+    keys: Vec<Key>,
+    /// The key of the document-level value being read.
+    doc_key: Vec<Key>,
+    /// Where the open header started.
+    header: Option<(ArrayKind, usize)>,
+    stack: Vec<Frame>,
+}
+
+impl<'s> Builder<'s> {
+    fn new(text: &'s str) -> Self {
+        Builder {
+            text,
+            gave_up: false,
+            root: BNode {
+                kind: BKind::Table {
+                    entries: Vec::new(),
+                    meta: Meta::new(0, 0),
+                },
+                span: 0..0,
+            },
+            current: Vec::new(),
+            index: Index {
+                hasher: RandomState::new(),
+                map: HashMap::new(),
+            },
+            next_id: 1,
+            keys: Vec::new(),
+            doc_key: Vec::new(),
+            header: None,
+            stack: Vec::new(),
+        }
+    }
+
+    /// Run one event's step unless an earlier one gave up.
+    fn step(&mut self, f: impl FnOnce(&mut Self) -> Built<()>) {
+        if !self.gave_up && f(self).is_err() {
+            self.gave_up = true;
+        }
+    }
+
+    fn finish(self) -> Built<Node> {
+        if self.gave_up || !self.stack.is_empty() || self.header.is_some() || !self.keys.is_empty()
+        {
+            return Err(GiveUp);
+        }
+        if !self.doc_key.is_empty() {
+            return Err(GiveUp);
+        }
+        convert(self.root, 0)
+    }
+
+    fn raw(&self, span: toml_parser::Span, encoding: Option<Encoding>) -> Built<Raw<'s>> {
+        let text = self.text.get(span.start()..span.end()).ok_or(GiveUp)?;
+        Ok(Raw::new_unchecked(text, encoding, span))
+    }
+
+    fn key(&mut self, span: toml_parser::Span, encoding: Option<Encoding>) -> Built<()> {
+        let raw = self.raw(span, encoding)?;
+        let mut name: Cow<'s, str> = Cow::Borrowed("");
+        let mut bad = false;
+        raw.decode_key(&mut name, &mut |_: ParseError| bad = true);
+        if bad || name.len() > MAX_STRING_BYTES || self.keys.len() >= MAX_NESTING_DEPTH {
+            return Err(GiveUp);
+        }
+        self.keys.push(Key {
+            name: name.into_owned(),
+            span: span.start()..span.end(),
+        });
+        Ok(())
+    }
+
+    fn scalar(&mut self, span: toml_parser::Span, encoding: Option<Encoding>) -> Built<()> {
+        let raw = self.raw(span, encoding)?;
+        let mut text: Cow<'s, str> = Cow::Borrowed("");
+        let mut bad = false;
+        let scalar = raw.decode_scalar(&mut text, &mut |_: ParseError| bad = true);
+        if bad {
+            return Err(GiveUp);
+        }
+        let kind = match scalar {
+            ScalarKind::String if text.len() > MAX_STRING_BYTES => return Err(GiveUp),
+            ScalarKind::String => BKind::Str(text.into_owned()),
+            ScalarKind::Boolean(b) => BKind::Bool(b),
+            ScalarKind::DateTime => {
+                let datetime: toml::value::Datetime = text.parse().map_err(|_| GiveUp)?;
+                BKind::Datetime(datetime.to_string())
+            }
+            ScalarKind::Float => match float_kind(&text) {
+                NodeKind::Float(f) => BKind::Float(f),
+                _ => return Err(GiveUp),
+            },
+            ScalarKind::Integer(radix) => match int_kind(&text, radix.value()) {
+                NodeKind::Int(i) => BKind::Int(i),
+                NodeKind::Float(f) => BKind::Float(f),
+                _ => return Err(GiveUp),
+            },
+        };
+        self.deliver(BNode {
+            kind,
+            span: span.start()..span.end(),
+        })
+    }
+
+    /// A complete value: into the open array or inline table, or under the
+    /// document-level key.
+    fn deliver(&mut self, value: BNode) -> Built<()> {
+        match self.stack.last_mut() {
+            Some(Frame::Array { items, .. }) => {
+                if items.len() >= MAX_ARRAY_LEN {
+                    return Err(GiveUp);
+                }
+                items.push(value);
+                Ok(())
+            }
+            Some(Frame::Inline { table, key }) => {
+                let keys = std::mem::take(key);
+                inline_insert(&mut self.index, &mut self.next_id, table, keys, value)
+            }
+            None => {
+                let keys = std::mem::take(&mut self.doc_key);
+                self.keyval(keys, value)
+            }
+        }
+    }
+
+    /// `a.b.c = value` in the table of the last header (the toml crate's
+    /// `capture_key_value`).
+    fn keyval(&mut self, mut keys: Vec<Key>, value: BNode) -> Built<()> {
+        let key = keys.pop().ok_or(GiveUp)?;
+        let dotted = !keys.is_empty();
+        let current = current_table(&mut self.root, &self.current)?;
+        let parent = descend(
+            &mut self.index,
+            &mut self.next_id,
+            current,
+            &keys,
+            dotted,
+            None,
+        )?;
+        let BKind::Table { entries, meta } = &mut parent.kind else {
+            return Err(GiveUp);
+        };
+        if dotted && !meta.has(Meta::IMPLICIT) {
+            return Err(GiveUp);
+        }
+        let id = meta.id();
+        if self.index.find(entries, id, &key.name)?.is_some() {
+            return Err(GiveUp);
+        }
+        self.index.push(entries, id, key, value)?;
+        Ok(())
+    }
+
+    /// `[a.b.c]` (the toml crate's `start_table` and `finish_table`; the
+    /// table goes into its parent at once, as nothing else can change the
+    /// parent before the next header).
+    fn std_header(&mut self, mut keys: Vec<Key>, span: Span) -> Built<()> {
+        let key = keys.pop().ok_or(GiveUp)?;
+        let mut trail = Vec::with_capacity(keys.len() + 1);
+        let parent = descend(
+            &mut self.index,
+            &mut self.next_id,
+            &mut self.root,
+            &keys,
+            false,
+            Some(&mut trail),
+        )?;
+        let BKind::Table { entries, meta } = &mut parent.kind else {
+            return Err(GiveUp);
+        };
+        let id = meta.id();
+        let value = match self.index.find(entries, id, &key.name)? {
+            Some(i) => {
+                // Only a table implied by an earlier header's path may be
+                // declared; it moves to the end, children kept.
+                match &entries[i].1.kind {
+                    BKind::Table { meta, .. }
+                        if meta.has(Meta::IMPLICIT) && !meta.has(Meta::DOTTED) => {}
+                    _ => return Err(GiveUp),
+                }
+                let old = self.index.remove(entries, id, i);
+                let BKind::Table { entries, meta } = old.kind else {
+                    return Err(GiveUp);
+                };
+                let meta = Meta(meta.0 & !(Meta::IMPLICIT | Meta::DOTTED));
+                BNode {
+                    kind: BKind::Table { entries, meta },
+                    span,
+                }
+            }
+            None => new_table(&mut self.next_id, 0, span)?,
+        };
+        let BKind::Table { entries, .. } = &mut parent.kind else {
+            return Err(GiveUp);
+        };
+        let i = self.index.push(entries, id, key, value)?;
+        trail.push(i);
+        self.current = trail;
+        Ok(())
+    }
+
+    /// `[[a.b.c]]`: a new table at the end of the array of tables.
+    fn array_header(&mut self, mut keys: Vec<Key>, span: Span) -> Built<()> {
+        let key = keys.pop().ok_or(GiveUp)?;
+        let element = new_table(&mut self.next_id, 0, span.clone())?;
+        let mut trail = Vec::with_capacity(keys.len() + 1);
+        let parent = descend(
+            &mut self.index,
+            &mut self.next_id,
+            &mut self.root,
+            &keys,
+            false,
+            Some(&mut trail),
+        )?;
+        let BKind::Table { entries, meta } = &mut parent.kind else {
+            return Err(GiveUp);
+        };
+        let id = meta.id();
+        let i = match self.index.find(entries, id, &key.name)? {
+            Some(i) => {
+                let BKind::Array {
+                    items,
+                    kind: ArrayKind::Tables,
+                } = &mut entries[i].1.kind
+                else {
+                    return Err(GiveUp);
+                };
+                if items.len() >= MAX_ARRAY_LEN {
+                    return Err(GiveUp);
+                }
+                items.push(element);
+                i
+            }
+            None => {
+                let array = BNode {
+                    kind: BKind::Array {
+                        items: vec![element],
+                        kind: ArrayKind::Tables,
+                    },
+                    span,
+                };
+                self.index.push(entries, id, key, array)?
+            }
+        };
+        trail.push(i);
+        self.current = trail;
+        Ok(())
+    }
+
+    fn close_header(&mut self, kind: ArrayKind, close: toml_parser::Span) -> Built<()> {
+        let (open_kind, start) = self.header.take().ok_or(GiveUp)?;
+        if open_kind != kind {
+            return Err(GiveUp);
+        }
+        let keys = std::mem::take(&mut self.keys);
+        let span = start..close.end();
+        match kind {
+            ArrayKind::Values => self.std_header(keys, span),
+            ArrayKind::Tables => self.array_header(keys, span),
+        }
+    }
+}
+
+/// The table of the last header: `path` from the root, into the last
+/// element of each array of tables on the way.
+fn current_table<'t>(root: &'t mut BNode, path: &[usize]) -> Built<&'t mut BNode> {
+    let mut table = root;
+    for &i in path {
+        let BKind::Table { entries, .. } = &mut table.kind else {
+            return Err(GiveUp);
+        };
+        let child = &mut entries.get_mut(i).ok_or(GiveUp)?.1;
+        table = into_table(child)?;
+    }
+    Ok(table)
+}
+
+/// A table itself, or the last table of an array of tables.
+fn into_table(node: &mut BNode) -> Built<&mut BNode> {
+    match node.kind {
+        BKind::Table { .. } => Ok(node),
+        BKind::Array {
+            kind: ArrayKind::Tables,
+            ..
+        } => {
+            let BKind::Array { items, .. } = &mut node.kind else {
+                return Err(GiveUp);
+            };
+            let last = items.last_mut().ok_or(GiveUp)?;
+            match last.kind {
+                BKind::Table { .. } => Ok(last),
+                _ => Err(GiveUp),
+            }
+        }
+        _ => Err(GiveUp),
+    }
+}
+
+/// Walk `path` down from `table`, making implicit tables where keys are
+/// missing (the toml crate's document-level `descend_path`). `dotted` for a
+/// dotted key, false for a header's path; `trail` collects the entry
+/// indices walked.
+fn descend<'t>(
+    index: &mut Index,
+    next_id: &mut u32,
+    mut table: &'t mut BNode,
+    path: &[Key],
+    dotted: bool,
+    mut trail: Option<&mut Vec<usize>>,
+) -> Built<&'t mut BNode> {
+    for key in path {
+        let BKind::Table { entries, meta } = &mut table.kind else {
+            return Err(GiveUp);
+        };
+        let id = meta.id();
+        let i = match index.find(entries, id, &key.name)? {
+            Some(i) => i,
+            None => {
+                let flags = Meta::IMPLICIT | if dotted { Meta::DOTTED } else { 0 };
+                let child = new_table(next_id, flags, key.span.clone())?;
+                index.push(entries, id, key.clone(), child)?
+            }
+        };
+        let child = &mut entries[i].1;
+        match &mut child.kind {
+            BKind::Array {
+                kind: ArrayKind::Tables,
+                ..
+            } => {}
+            BKind::Table { meta, .. } => {
+                if meta.has(Meta::INLINE) {
+                    return Err(GiveUp);
+                }
+                if dotted && meta.has(Meta::IMPLICIT) {
+                    meta.0 |= Meta::DOTTED;
+                }
+                if dotted && !meta.has(Meta::IMPLICIT) {
+                    return Err(GiveUp);
+                }
+            }
+            _ => return Err(GiveUp),
+        }
+        table = into_table(child)?;
+        if let Some(trail) = trail.as_deref_mut() {
+            trail.push(i);
+        }
+    }
+    Ok(table)
+}
+
+fn new_table(next_id: &mut u32, flags: u32, span: Span) -> Built<BNode> {
+    let id = *next_id;
+    if id > Meta::MAX_ID {
+        return Err(GiveUp);
+    }
+    *next_id += 1;
+    Ok(BNode {
+        kind: BKind::Table {
+            entries: Vec::new(),
+            meta: Meta::new(id, flags),
+        },
+        span,
+    })
+}
+
+/// `a.b = value` inside an inline table (the toml crate's inline
+/// `finish_value` and `descend_path`).
+fn inline_insert(
+    index: &mut Index,
+    next_id: &mut u32,
+    table: &mut BNode,
+    mut keys: Vec<Key>,
+    value: BNode,
+) -> Built<()> {
+    let key = keys.pop().ok_or(GiveUp)?;
+    let mut table = table;
+    for part in &keys {
+        let BKind::Table { entries, meta } = &mut table.kind else {
+            return Err(GiveUp);
+        };
+        let id = meta.id();
+        let i = match index.find(entries, id, &part.name)? {
+            Some(i) => i,
+            None => {
+                let flags = Meta::IMPLICIT | Meta::DOTTED | Meta::INLINE;
+                let child = new_table(next_id, flags, part.span.clone())?;
+                index.push(entries, id, part.clone(), child)?
+            }
+        };
+        let child = &mut entries[i].1;
+        match &child.kind {
+            BKind::Table { meta, .. } if meta.has(Meta::IMPLICIT) => {}
+            _ => return Err(GiveUp),
+        }
+        table = child;
+    }
+    let BKind::Table { entries, meta } = &mut table.kind else {
+        return Err(GiveUp);
+    };
+    if meta.has(Meta::DOTTED) == keys.is_empty() {
+        return Err(GiveUp);
+    }
+    let id = meta.id();
+    if index.find(entries, id, &key.name)?.is_some() {
+        return Err(GiveUp);
+    }
+    index.push(entries, id, key, value)?;
+    Ok(())
+}
+
+/// The finished tree as [`Node`]s, checking the bounds the toml path
+/// checks (any bound exceeded gives up, and that path reports it).
+fn convert(node: BNode, depth: usize) -> Built<Node> {
+    if depth > MAX_NESTING_DEPTH {
+        return Err(GiveUp);
+    }
+    let kind = match node.kind {
+        BKind::Removed => return Err(GiveUp),
+        BKind::Bool(b) => NodeKind::Bool(b),
+        BKind::Int(i) => NodeKind::Int(i),
+        BKind::Float(f) => NodeKind::Float(f),
+        BKind::Str(s) => NodeKind::Str(s),
+        BKind::Datetime(d) => NodeKind::Datetime(d),
+        BKind::Array { items, .. } => {
+            if items.len() > MAX_ARRAY_LEN {
+                return Err(GiveUp);
+            }
+            NodeKind::Array(
+                items
+                    .into_iter()
+                    .map(|item| convert(item, depth + 1))
+                    .collect::<Built<Vec<_>>>()?,
+            )
+        }
+        BKind::Table { entries, .. } => {
+            let live = entries
+                .iter()
+                .filter(|(_, v)| !matches!(v.kind, BKind::Removed))
+                .count();
+            if live > MAX_TABLE_ENTRIES {
+                return Err(GiveUp);
+            }
+            NodeKind::Table(
+                entries
+                    .into_iter()
+                    .filter(|(_, v)| !matches!(v.kind, BKind::Removed))
+                    .map(|(k, v)| Ok((k, convert(v, depth + 1)?)))
+                    .collect::<Built<Vec<_>>>()?,
+            )
+        }
+    };
+    Ok(Node {
+        kind,
+        span: node.span,
+    })
+}
+
+impl EventReceiver for Builder<'_> {
+    fn std_table_open(&mut self, span: toml_parser::Span, _error: &mut dyn ErrorSink) {
+        self.step(|b| {
+            if b.header.is_some() || !b.stack.is_empty() {
+                return Err(GiveUp);
+            }
+            b.header = Some((ArrayKind::Values, span.start()));
+            Ok(())
+        });
+    }
+    fn std_table_close(&mut self, span: toml_parser::Span, _error: &mut dyn ErrorSink) {
+        self.step(|b| b.close_header(ArrayKind::Values, span));
+    }
+    fn array_table_open(&mut self, span: toml_parser::Span, _error: &mut dyn ErrorSink) {
+        self.step(|b| {
+            if b.header.is_some() || !b.stack.is_empty() {
+                return Err(GiveUp);
+            }
+            b.header = Some((ArrayKind::Tables, span.start()));
+            Ok(())
+        });
+    }
+    fn array_table_close(&mut self, span: toml_parser::Span, _error: &mut dyn ErrorSink) {
+        self.step(|b| b.close_header(ArrayKind::Tables, span));
+    }
+    fn inline_table_open(&mut self, span: toml_parser::Span, _error: &mut dyn ErrorSink) -> bool {
+        self.step(|b| {
+            let table = new_table(&mut b.next_id, Meta::INLINE, span.start()..span.start())?;
+            b.stack.push(Frame::Inline {
+                table,
+                key: Vec::new(),
+            });
+            Ok(())
+        });
+        true
+    }
+    fn inline_table_close(&mut self, span: toml_parser::Span, _error: &mut dyn ErrorSink) {
+        self.step(|b| {
+            let Some(Frame::Inline { mut table, key }) = b.stack.pop() else {
+                return Err(GiveUp);
+            };
+            if !key.is_empty() {
+                return Err(GiveUp);
+            }
+            table.span = table.span.start..span.end();
+            b.deliver(table)
+        });
+    }
+    fn array_open(&mut self, span: toml_parser::Span, _error: &mut dyn ErrorSink) -> bool {
+        self.step(|b| {
+            b.stack.push(Frame::Array {
+                items: Vec::new(),
+                start: span.start(),
+            });
+            Ok(())
+        });
+        true
+    }
+    fn array_close(&mut self, span: toml_parser::Span, _error: &mut dyn ErrorSink) {
+        self.step(|b| {
+            let Some(Frame::Array { items, start }) = b.stack.pop() else {
+                return Err(GiveUp);
+            };
+            b.deliver(BNode {
+                kind: BKind::Array {
+                    items,
+                    kind: ArrayKind::Values,
+                },
+                span: start..span.end(),
+            })
+        });
+    }
+    fn simple_key(
+        &mut self,
+        span: toml_parser::Span,
+        encoding: Option<Encoding>,
+        _error: &mut dyn ErrorSink,
+    ) {
+        self.step(|b| b.key(span, encoding));
+    }
+    fn key_val_sep(&mut self, _span: toml_parser::Span, _error: &mut dyn ErrorSink) {
+        self.step(|b| {
+            if b.header.is_some() || b.keys.is_empty() {
+                return Err(GiveUp);
+            }
+            let keys = std::mem::take(&mut b.keys);
+            let slot = match b.stack.last_mut() {
+                Some(Frame::Inline { key, .. }) => key,
+                Some(Frame::Array { .. }) => return Err(GiveUp),
+                None => &mut b.doc_key,
+            };
+            if !slot.is_empty() {
+                return Err(GiveUp);
+            }
+            *slot = keys;
+            Ok(())
+        });
+    }
+    fn scalar(
+        &mut self,
+        span: toml_parser::Span,
+        encoding: Option<Encoding>,
+        _error: &mut dyn ErrorSink,
+    ) {
+        self.step(|b| b.scalar(span, encoding));
+    }
+    fn error(&mut self, _span: toml_parser::Span, _error: &mut dyn ErrorSink) {
+        self.gave_up = true;
+    }
+}
+
+#[cfg(test)]
+mod tests;
