@@ -27,8 +27,10 @@ use crate::plan::{ComponentId, Kind};
 use crate::runtime::drivers::{DriverContext, child_spec};
 use crate::supervisor::{OutputWiring, Supervisor, SupervisorError};
 
-/// Upstream sessions being established at once.
-pub const MAX_CONCURRENT_CONNECTS: usize = 8;
+/// Upstream sessions being established at once: enough that a repository's
+/// servers all start together (start-up is bounded by the slowest one, see
+/// `benches/mcp_gateway.rs`), still bounded.
+pub const MAX_CONCURRENT_CONNECTS: usize = 32;
 /// Calls in flight to one upstream server at once; more wait their turn.
 pub const MAX_CONCURRENT_CALLS_PER_SERVER: usize = 64;
 /// How often idle sessions are looked for.
@@ -94,6 +96,12 @@ pub enum PoolError {
     StartupTimeout { server: String, limit_ms: u64 },
     #[error("MCP server `{server}` failed to connect: {reason}")]
     Handshake { server: String, reason: String },
+    /// The server speaks the HTTP+SSE transport of protocol 2024-11-05,
+    /// which rmcp's client dropped (rmcp 0.11).
+    #[error(
+        "MCP server `{server}` speaks the deprecated HTTP+SSE transport (protocol 2024-11-05), which npc does not support; point `url` at the server's streamable HTTP endpoint, or run it as a stdio server with `command`"
+    )]
+    LegacySse { server: String },
 }
 
 impl PoolError {
@@ -103,7 +111,8 @@ impl PoolError {
             Self::UnknownServer { server }
             | Self::Spawn { server, .. }
             | Self::StartupTimeout { server, .. }
-            | Self::Handshake { server, .. } => server,
+            | Self::Handshake { server, .. }
+            | Self::LegacySse { server } => server,
         }
     }
 }
@@ -334,13 +343,27 @@ impl Upstream {
                     .iter()
                     .map(|(k, v)| (k.clone(), v.expose().to_string()))
                     .collect();
-                let transport =
-                    crate::surfaces::mcp_http::client_transport(url.expose(), &headers, bearer)
-                        .map_err(|e| PoolError::Handshake {
-                            server,
-                            reason: e.to_string(),
-                        })?;
-                self.handshake(transport).await
+                let transport = crate::surfaces::mcp_http::client_transport(
+                    url.expose(),
+                    &headers,
+                    bearer.clone(),
+                )
+                .map_err(|e| PoolError::Handshake {
+                    server: server.clone(),
+                    reason: e.to_string(),
+                })?;
+                let result = self.handshake(transport).await;
+                if let Err(PoolError::Handshake { .. }) = &result
+                    && crate::surfaces::mcp_http::is_legacy_sse(
+                        url.expose(),
+                        &headers,
+                        bearer.as_deref(),
+                    )
+                    .await
+                {
+                    return Err(PoolError::LegacySse { server });
+                }
+                result
             }
         }
     }
