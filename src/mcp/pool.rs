@@ -43,8 +43,10 @@ use crate::supervisor::{ChildSpec, ChildState, OutputWiring, Supervisor, Supervi
 /// Event recorded when an upstream server cannot be connected.
 pub const SERVER_FAILED_EVENT: &str = "mcp.server_failed";
 
-/// Upstream sessions being established at once.
-pub const MAX_CONCURRENT_CONNECTS: usize = 8;
+/// Upstream sessions being established at once: enough that a repository's
+/// servers all start together (start-up is bounded by the slowest one, see
+/// `benches/mcp_gateway.rs`), still bounded.
+pub const MAX_CONCURRENT_CONNECTS: usize = 32;
 /// Calls in flight to one upstream server at once; more wait their turn.
 pub const MAX_CONCURRENT_CALLS_PER_SERVER: usize = 64;
 /// How often idle sessions are looked for.
@@ -114,6 +116,12 @@ pub enum PoolError {
         "MCP server `{server}`'s process is `{state}`; the supervisor restarts it per its `restart` policy (see `npc status` and its log)"
     )]
     NotRunning { server: String, state: String },
+    /// The server speaks the HTTP+SSE transport of protocol 2024-11-05,
+    /// which rmcp's client dropped (rmcp 0.11).
+    #[error(
+        "MCP server `{server}` speaks the deprecated HTTP+SSE transport (protocol 2024-11-05), which npc does not support; point `url` at the server's streamable HTTP endpoint, or run it as a stdio server with `command`"
+    )]
+    LegacySse { server: String },
 }
 
 impl PoolError {
@@ -124,7 +132,8 @@ impl PoolError {
             | Self::Spawn { server, .. }
             | Self::StartupTimeout { server, .. }
             | Self::Handshake { server, .. }
-            | Self::NotRunning { server, .. } => server,
+            | Self::NotRunning { server, .. }
+            | Self::LegacySse { server } => server,
         }
     }
 }
@@ -530,13 +539,27 @@ impl Upstream {
                     .iter()
                     .map(|(k, v)| (k.clone(), v.expose().to_string()))
                     .collect();
-                let transport =
-                    crate::surfaces::mcp_http::client_transport(url.expose(), &headers, bearer)
-                        .map_err(|e| PoolError::Handshake {
-                            server,
-                            reason: e.to_string(),
-                        })?;
-                self.handshake(transport).await
+                let transport = crate::surfaces::mcp_http::client_transport(
+                    url.expose(),
+                    &headers,
+                    bearer.clone(),
+                )
+                .map_err(|e| PoolError::Handshake {
+                    server: server.clone(),
+                    reason: e.to_string(),
+                })?;
+                let result = self.handshake(transport).await;
+                if let Err(PoolError::Handshake { .. }) = &result
+                    && crate::surfaces::mcp_http::is_legacy_sse(
+                        url.expose(),
+                        &headers,
+                        bearer.as_deref(),
+                    )
+                    .await
+                {
+                    return Err(PoolError::LegacySse { server });
+                }
+                result
             }
         }
     }

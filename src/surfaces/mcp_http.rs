@@ -6,7 +6,9 @@
 //! `Authorization: Bearer <token>`, compared in constant time; others get 401.
 //! The pool's side: [`client_transport`], the connection to an upstream
 //! HTTP server (rustls with the ring provider; headers and bearer token from
-//! the manifest).
+//! the manifest), and [`is_legacy_sse`], which recognises a server of the
+//! deprecated HTTP+SSE transport (protocol 2024-11-05) that rmcp's client
+//! no longer speaks (removed in rmcp 0.11), so npc can say so.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -101,6 +103,63 @@ pub fn bearer_matches(header: Option<&[u8]>, token: &str) -> bool {
         .zip(b.iter())
         .fold(0u8, |acc, (x, y)| acc | (x ^ y))
         == 0
+}
+
+/// How long the legacy SSE probe waits for the server's first event.
+pub const SSE_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+/// Most bytes of the event stream the legacy SSE probe reads.
+pub const SSE_PROBE_MAX_BYTES: usize = 4096;
+
+/// Whether `url` answers like a server of the deprecated HTTP+SSE
+/// transport: a GET with `Accept: text/event-stream` opens an event stream
+/// whose first event is `endpoint`. Reads at most [`SSE_PROBE_MAX_BYTES`]
+/// within [`SSE_PROBE_TIMEOUT`], follows no redirect; any failure is `false`.
+pub async fn is_legacy_sse(
+    url: &str,
+    headers: &BTreeMap<String, String>,
+    bearer: Option<&str>,
+) -> bool {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let probe = async {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .ok()?;
+        let mut request = client
+            .get(url)
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        for (name, value) in headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        if let Some(token) = bearer {
+            request = request.bearer_auth(token);
+        }
+        let mut response = request.send().await.ok()?;
+        let event_stream = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if !response.status().is_success() || !event_stream {
+            return Some(false);
+        }
+        let mut head = Vec::new();
+        while head.len() < SSE_PROBE_MAX_BYTES && !head.windows(2).any(|w| w == b"\n\n") {
+            match response.chunk().await.ok()? {
+                Some(chunk) => head.extend_from_slice(&chunk),
+                None => break,
+            }
+        }
+        let head = String::from_utf8_lossy(&head);
+        Some(head.lines().any(|l| {
+            l.strip_prefix("event:")
+                .is_some_and(|e| e.trim() == "endpoint")
+        }))
+    };
+    matches!(
+        tokio::time::timeout(SSE_PROBE_TIMEOUT, probe).await,
+        Ok(Some(true))
+    )
 }
 
 /// A bound, not yet serving, gateway listener.

@@ -24,10 +24,7 @@ fn hostile() -> String {
 
 /// A repository with the hostile server `h` (calls bounded by 1.5 s).
 fn hostile_repo() -> TempDir {
-    repo(&format!(
-        "version = 1\n[mcp.servers.h]\ncommand = \"python3\"\nargs = [{:?}]\ntool_timeout_ms = 1500\n",
-        hostile()
-    ))
+    repo(&format!("version = 1\n{}", bad_server_section()))
 }
 
 /// Calls `h__pid`, then the breaking `tool`, then `h__pid` again: the
@@ -475,4 +472,73 @@ fn typescript_sdk_client_uses_the_gateway_over_stdio_and_http() {
         );
         assert_eq!(got[6]["messages"], json!(["hello ts"]));
     }
+}
+
+/// A free loopback port (bound, then released for a server to take).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+#[test]
+fn deprecated_sse_server_is_a_clear_error_and_costs_only_itself() {
+    if !python_sdk() || !crate::mcp::server_everything() {
+        return;
+    }
+    // server-everything's HTTP+SSE transport (protocol 2024-11-05), bound
+    // to 127.0.0.1 by the loopback preload.
+    let port = free_port();
+    let preload = repo_root().join("fixtures/mcp/loopback.cjs");
+    let old = std::process::Command::new("mcp-server-everything")
+        .arg("sse")
+        .env("PORT", port.to_string())
+        .env("NODE_OPTIONS", format!("--require {}", preload.display()))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _old = Stopped(old);
+    crate::support::wait_for("the SSE server to listen", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    });
+    let dir = repo(&format!(
+        "version = 1\n[mcp.servers.old]\nurl = \"http://127.0.0.1:{port}/sse\"\n{}",
+        bad_server_section()
+    ));
+    let got = stdio_session(&dir, json!([["list"], call("h__pid", json!({}))]));
+    assert!(
+        got[0]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t.as_str().unwrap().starts_with("h__")),
+        "{}",
+        got[0]
+    );
+    ok_text(&got[1]);
+    let failures = crate::mcp::events_of_kind(&dir, "mcp.server_failed");
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    let reason = failures[0]["payload"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("`old`") && reason.contains("deprecated HTTP+SSE transport"),
+        "{reason}"
+    );
+}
+
+/// A child stopped (SIGTERM, reaped) when the test ends, even by a panic.
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        crate::support::stop_child(&mut self.0);
+    }
+}
+
+/// The hostile server `h` as a manifest section.
+fn bad_server_section() -> String {
+    format!(
+        "[mcp.servers.h]\ncommand = \"python3\"\nargs = [{:?}]\ntool_timeout_ms = 1500\n",
+        hostile()
+    )
 }
