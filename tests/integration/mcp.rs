@@ -94,7 +94,7 @@ pub(crate) fn stdio_session(dir: &TempDir, steps: Value) -> Vec<Value> {
 }
 
 /// A `list` step's tools without npc's built-ins (which have no `__`).
-fn upstream_tools(step: &Value) -> Vec<Value> {
+pub(crate) fn upstream_tools(step: &Value) -> Vec<Value> {
     step["tools"]
         .as_array()
         .unwrap()
