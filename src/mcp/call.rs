@@ -24,6 +24,9 @@ use crate::store::NewEvent;
 
 /// Kind of the event recorded for every tool call.
 pub const TOOL_CALL_EVENT: &str = "mcp.tool_call";
+/// Event recorded when an MCP client finished its handshake with the
+/// gateway: which agent (its `clientInfo`) connected.
+pub const CLIENT_CONNECTED_EVENT: &str = "mcp.client_connected";
 /// Largest serialized arguments recorded in an event; larger ones are
 /// replaced by their size.
 pub const MAX_RECORDED_ARGUMENT_BYTES: usize = 4096;
@@ -161,6 +164,19 @@ impl CallPath {
 
     pub fn pool(&self) -> &Arc<Pool> {
         &self.pool
+    }
+
+    /// Record that a client (`clientInfo` name and version, as it says)
+    /// finished its handshake with the gateway.
+    pub async fn record_client(&self, name: &str, version: &str) {
+        let Some(bus) = &self.bus else { return };
+        let payload = json!({ "client": name, "version": version });
+        if let Err(e) = bus
+            .publish(NewEvent::new(CLIENT_CONNECTED_EVENT, payload))
+            .await
+        {
+            tracing::warn!(error = %e, "mcp: recording a client connection failed");
+        }
     }
 
     /// Serve one `tools/call` of the namespaced tool `name`.

@@ -164,6 +164,10 @@ impl ServerHandler for Gateway {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Some(info) = context.peer.peer_info() {
+            let client = &info.client_info;
+            self.path.record_client(&client.name, &client.version).await;
+        }
         let mut catalog_changes = self.path.pool().subscribe_catalog_changes();
         let catalog_peer = context.peer.clone();
         tokio::spawn(async move {

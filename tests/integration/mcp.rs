@@ -125,9 +125,14 @@ pub(crate) fn tool_call_events(dir: &TempDir) -> Vec<Value> {
 
 /// The events of `kind` recorded in `dir`.
 pub(crate) fn events_of_kind(dir: &TempDir, kind: &str) -> Vec<Value> {
+    events_of_kind_in(dir.path(), kind)
+}
+
+/// The events of `kind` recorded for the repository at `root`.
+pub(crate) fn events_of_kind_in(root: &std::path::Path, kind: &str) -> Vec<Value> {
     let out = npc()
         .args(["events", "--format", "json"])
-        .current_dir(dir.path())
+        .current_dir(root)
         .output()
         .unwrap();
     String::from_utf8(out.stdout)

@@ -581,13 +581,11 @@ fn agent_cli(program: &str, dir: &Path, home: &Path) -> Option<assert_cmd::Comma
         eprintln!("skipped: {program} is not installed");
         return None;
     }
-    let mut dirs = vec![npc_path().parent().unwrap().to_path_buf()];
-    dirs.extend(std::env::split_paths(&path));
     let mut cmd = assert_cmd::Command::new(program);
     cmd.current_dir(dir)
         .env("HOME", home)
         .env("CODEX_HOME", home.join(".codex"))
-        .env("PATH", std::env::join_paths(dirs).unwrap())
+        .env("PATH", agent_path())
         .env_remove("XDG_CONFIG_HOME")
         .timeout(CLIENT_LIMIT);
     Some(cmd)
@@ -716,7 +714,39 @@ fn gateway_mode_writes_one_npc_entry_that_every_agent_cli_lists_and_connects_to(
             row.contains("mcp serve") && row.contains("enabled"),
             "{row}"
         );
+        // `codex mcp` has no health check, but a `codex exec` session starts
+        // its MCP servers before it asks the model (here a closed loopback
+        // port, so nothing leaves the machine): the gateway records Codex's
+        // handshake.
+        let mut codex = Command::new("codex")
+            .args(["exec", "--skip-git-repo-check", "-c", "model_provider=local", "-c"])
+            .arg(r#"model_providers.local={name="local",base_url="http://127.0.0.1:9/v1",wire_api="responses"}"#)
+            .arg("say hi")
+            .current_dir(&root)
+            .env("HOME", home)
+            .env("CODEX_HOME", home.join(".codex"))
+            .env("PATH", agent_path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let connected = wait_for("Codex's handshake with the gateway", || {
+            crate::mcp::events_of_kind_in(&root, "mcp.client_connected")
+                .into_iter()
+                .find(|e| e["payload"]["client"] == "codex-mcp-client")
+        });
+        stop_child(&mut codex);
+        assert!(connected["payload"]["version"].is_string(), "{connected}");
     }
+}
+
+/// `PATH` for the agent CLIs: the `npc` under test first.
+fn agent_path() -> std::ffi::OsString {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs = vec![npc_path().parent().unwrap().to_path_buf()];
+    dirs.extend(std::env::split_paths(&path));
+    std::env::join_paths(dirs).unwrap()
 }
 
 #[test]
