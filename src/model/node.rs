@@ -41,6 +41,35 @@ pub const MAX_DOCUMENT_ITEMS: usize = 200_000;
 pub fn item_limit(len: usize) -> usize {
     (BASE_DOCUMENT_ITEMS + len / BYTES_PER_EXTRA_ITEM).min(MAX_DOCUMENT_ITEMS)
 }
+/// Peak memory parsing may cost: this many times the file size…
+pub const PARSE_BUDGET_FACTOR: usize = 20;
+/// …plus this (issue 7 §6's budget for `npc validate`, whole process).
+pub const PARSE_BUDGET_BASE_BYTES: usize = 20 * 1024 * 1024;
+/// What the toml crate's path costs a document with errors, per item
+/// ([`toml_item_count`]): its token and event vectors, its `DeTable`, and
+/// the heap the streaming builder's freed tree leaves behind. Measured with
+/// `/usr/bin/time -f %M` on `npc validate` (release): 54.4 MiB for 187,000
+/// items of `kN = 1` lines, 40.1 MiB for the 150,000 items of 10,000
+/// components, each with a redefinition at the end (about 260 and 225 bytes
+/// an item over the baseline), rounded up.
+pub const TOML_PATH_BYTES_PER_ITEM: usize = 300;
+/// The process's own peak before any parsing (`npc validate` of a minimal
+/// manifest peaks at 7.8 MiB), rounded up.
+pub const TOML_PATH_BASE_BYTES: usize = 9 * 1024 * 1024;
+
+/// Whether a TOML document of `len` bytes and `items` items may be parsed
+/// again by the toml crate (for its exact diagnostics) within the parse
+/// budget. Every ordinary manifest may (a 100 KB one of 20,000 items takes
+/// 15 MB); a large one near the item limit reports the streaming builder's
+/// own diagnostics instead.
+pub fn toml_path_fits(len: usize, items: usize) -> bool {
+    let cost = items
+        .saturating_mul(TOML_PATH_BYTES_PER_ITEM)
+        .saturating_add(TOML_PATH_BASE_BYTES);
+    cost <= len
+        .saturating_mul(PARSE_BUDGET_FACTOR)
+        .saturating_add(PARSE_BUDGET_BASE_BYTES)
+}
 /// Most items in one array (`args`, `paths`, `[[hooks.…]]`, …).
 pub const MAX_ARRAY_LEN: usize = 4096;
 /// Most entries in one table (a section's named entries, an `env` map, …).
@@ -193,6 +222,12 @@ pub fn parse(file: &SourceFile, syntax: Syntax, diags: &mut Vec<Diagnostic>) -> 
 /// counts once. Importers reading agent configs may call
 /// it before parsing a file they did not write.
 pub fn toml_items_exceeded(text: &str) -> Option<Span> {
+    toml_item_count(text).err()
+}
+
+/// The items of a TOML document (as [`toml_items_exceeded`] counts them),
+/// or the span of the first past [`item_limit`].
+pub fn toml_item_count(text: &str) -> Result<usize, Span> {
     use toml_parser::lexer::TokenKind;
     let limit = item_limit(text.len());
     let mut items = 0usize;
@@ -213,25 +248,61 @@ pub fn toml_items_exceeded(text: &str) -> Option<Span> {
             items += 1;
             if items > limit {
                 let span = token.span();
-                return Some(span.start()..span.end());
+                return Err(span.start()..span.end());
             }
         }
     }
-    None
+    Ok(items)
 }
 
 fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
     let text = file.text();
-    if let Some(span) = toml_items_exceeded(text) {
-        diags.push(Exceeded::Items.diagnostic(file, span));
-        return None;
+    let items = match toml_item_count(text) {
+        Ok(items) => items,
+        Err(span) => {
+            diags.push(Exceeded::Items.diagnostic(file, span));
+            return None;
+        }
+    };
+    // A document is built straight from the parser's events, in little
+    // more memory than the tree itself.
+    let failure = match toml_tree::build(text) {
+        Ok(node) => return Some(node),
+        Err(failure) => failure,
+    };
+    // One with errors is parsed again by the toml crate, whose diagnostics
+    // npc has always reported, when that fits the memory budget; a larger
+    // one reports the builder's own (the same errors, in toml's words).
+    if failure.is_empty() || toml_path_fits(text.len(), items) {
+        return parse_toml_reference(file, diags);
     }
-    // A valid document within the bounds is built straight from the
-    // parser's events, in little more memory than the tree itself.
-    if let Some(node) = toml_tree::build(text) {
-        return Some(node);
+    for error in failure.errors {
+        if has_room(diags) {
+            diags.push(toml_error_diagnostic(file, &error.message, error.span));
+        }
     }
-    parse_toml_reference(file, diags)
+    if let Some((what, span)) = failure.exceeded
+        && has_room(diags)
+    {
+        diags.push(what.diagnostic(file, span));
+    }
+    None
+}
+
+/// The diagnostic for one error of the toml crate (or of the streaming
+/// builder, in its words).
+fn toml_error_diagnostic(file: &SourceFile, message: &str, span: Span) -> Diagnostic {
+    let text = file.text();
+    let mut message = message.trim().replace('\n', "; ");
+    // toml says only "duplicate key"; name the key the caret points at.
+    if message == "duplicate key"
+        && let Some(key) = text.get(span.clone()).filter(|k| !k.contains('\n'))
+    {
+        message = format!("duplicate key `{}`", clip(key));
+    }
+    Diagnostic::error(format!("invalid TOML: {message}"))
+        .at(file, span)
+        .with_hint("fix the syntax at the caret; see https://toml.io/en/v1.0.0")
 }
 
 /// Parse a TOML document through the toml crate's own tree, converted into
@@ -246,18 +317,7 @@ pub(super) fn parse_toml_reference(file: &SourceFile, diags: &mut Vec<Diagnostic
     // One past the cap, so the report says problems were dropped.
     for err in errors.into_iter().take(MAX_DIAGNOSTICS + 1) {
         let span = err.span().unwrap_or(0..0);
-        let mut message = err.message().trim().replace('\n', "; ");
-        // toml says only "duplicate key"; name the key the caret points at.
-        if message == "duplicate key"
-            && let Some(key) = text.get(span.clone()).filter(|k| !k.contains('\n'))
-        {
-            message = format!("duplicate key `{}`", clip(key));
-        }
-        diags.push(
-            Diagnostic::error(format!("invalid TOML: {message}"))
-                .at(file, span)
-                .with_hint("fix the syntax at the caret; see https://toml.io/en/v1.0.0"),
-        );
+        diags.push(toml_error_diagnostic(file, err.message(), span));
     }
     if failed {
         return None;
