@@ -5,10 +5,12 @@
 //! string) and reports every syntax error it can find, never panicking on
 //! hostile input. The item count of a TOML document is checked by a
 //! streaming pass over its tokens before any tree is built, so a document of
-//! millions of tiny values is refused in constant memory. A valid TOML
-//! document is then built by `model::toml_tree` straight from the parser's
-//! events; one with errors goes through the toml crate, whose diagnostics
-//! npc reports.
+//! millions of tiny values is refused in constant memory. A TOML document
+//! is then built by `model::toml_tree` straight from the parser's events;
+//! one with errors is parsed again by the toml crate, whose diagnostics npc
+//! reports, when that fits the memory budget ([`toml_path_fits`]), and
+//! otherwise reports the builder's own diagnostics (the same errors in the
+//! same words, see `model::toml_tree`).
 
 use super::diagnostics::{Diagnostic, MAX_DIAGNOSTICS, clip, has_room};
 use super::json;
@@ -33,9 +35,9 @@ pub const MAX_DOCUMENT_ITEMS: usize = 200_000;
 /// `model::toml_tree`, an item costs about 100 bytes at the peak of
 /// parsing (our tree and its key index), so memory stays within 20 times the
 /// file size plus 20 MB even for a file of nothing but `1,`, `[],` or
-/// `kN = 1` (the densest shapes); a document with errors costs the toml
-/// crate's tokens, events and table too (about 250 bytes an item, within the
-/// limit's 200,000 items about 55 MB). Real manifests spend 5 or more bytes
+/// `kN = 1` (the densest shapes); a document with errors is parsed again
+/// by the toml crate only when its cost fits ([`toml_path_fits`]). Real
+/// manifests spend 5 or more bytes
 /// an item and never come near the limit (10,000 components take 150,000
 /// items in 800 KB).
 pub fn item_limit(len: usize) -> usize {
@@ -487,6 +489,55 @@ mod tests {
             "{}",
             diags[0].summary
         );
+    }
+
+    #[test]
+    fn the_toml_path_is_taken_only_where_it_fits_the_budget() {
+        // Every ordinary manifest with errors keeps toml's diagnostics.
+        let small = "version = 1\n".repeat(1000);
+        assert!(toml_path_fits(
+            small.len(),
+            toml_item_count(&small).unwrap()
+        ));
+        assert!(toml_path_fits(100_000, 20_000));
+        // The densest documents near the item limit do not.
+        let len = 1_000_000;
+        assert!(!toml_path_fits(len, item_limit(len)));
+        // Fitting is monotonic in the items.
+        let edge = (0..item_limit(len))
+            .find(|&items| !toml_path_fits(len, items))
+            .unwrap();
+        assert!((edge..item_limit(len)).all(|items| !toml_path_fits(len, items)));
+        assert!(
+            (edge - 1) * TOML_PATH_BYTES_PER_ITEM + TOML_PATH_BASE_BYTES
+                <= PARSE_BUDGET_FACTOR * len + PARSE_BUDGET_BASE_BYTES
+        );
+    }
+
+    #[test]
+    fn a_document_past_the_threshold_reports_the_builders_errors() {
+        // `kN = 1` lines up to the item limit of their size, then a
+        // duplicate key: too many items for the toml crate's path.
+        let mut text = String::new();
+        let mut items = 0;
+        for i in 0.. {
+            if items + 4 > item_limit(text.len()) {
+                break;
+            }
+            text.push_str(&format!("k{i} = 1\n"));
+            items += 2;
+        }
+        assert!(!toml_path_fits(text.len(), toml_item_count(&text).unwrap()));
+        text.push_str("k7 = 2\n");
+        let (node, diags) = toml(&text);
+        assert!(node.is_none());
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert_eq!(diags[0].summary, "invalid TOML: duplicate key `k7`");
+        // The same error the toml crate's path reports.
+        let file = SourceFile::new("t.toml", text.as_str());
+        let mut reference = Vec::new();
+        assert!(parse_toml_reference(&file, &mut reference).is_none());
+        assert_eq!(format!("{diags:?}"), format!("{reference:?}"));
     }
 
     #[test]
