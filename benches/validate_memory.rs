@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use nix::sys::resource::{UsageWho, getrusage};
-use npcagent::model::node::item_limit;
+use npcagent::model::node::{item_limit, toml_path_fits};
 
 /// Set to a manifest path when this binary runs as the measuring runner.
 const RUNNER_ENV: &str = "NPC_BENCH_VALIDATE_MEMORY_RUN";
@@ -60,6 +60,28 @@ fn under_limit(head: &str, mut unit: impl FnMut(usize) -> (String, usize)) -> St
         s.push_str(&next);
         items += n;
     }
+    s
+}
+
+/// The largest document of `unit(i)` lines whose errors the toml crate's
+/// path still reports (the costliest document that path is given), ending
+/// with `tail` (an error).
+fn at_toml_threshold(
+    tail: &str,
+    tail_items: usize,
+    mut unit: impl FnMut(usize) -> (String, usize),
+) -> String {
+    let mut s = String::from("version = 1\n");
+    let mut items = 2 + tail_items;
+    for i in 0.. {
+        let (next, n) = unit(i);
+        if !toml_path_fits(s.len() + next.len() + tail.len(), items + n) {
+            break;
+        }
+        s.push_str(&next);
+        items += n;
+    }
+    s.push_str(tail);
     s
 }
 
@@ -142,6 +164,20 @@ fn cases() -> Vec<(&'static str, &'static str, String)> {
         "keys `kN = 1` under the limit, a redefinition at the end",
         "toml",
         format!("{head}\n{key} = 2\n"),
+    ));
+    // The costliest documents the toml crate's path still takes: as many
+    // items as its measured cost allows, an error at the end.
+    out.push((
+        "keys `kN = 1` at the toml-path threshold, a duplicate at the end",
+        "toml",
+        at_toml_threshold("k0 = 2\n", 2, |i| (format!("k{i} = 1\n"), 2)),
+    ));
+    out.push((
+        "ints `1,` at the toml-path threshold, a duplicate at the end",
+        "toml",
+        at_toml_threshold("a0 = 1\n", 2, |r| {
+            (format!("a{r} = [{}]\n", vec!["1"; 400].join(",")), 403)
+        }),
     ));
     // A real large manifest for reference: the planner benchmark's 10,000
     // components (valid), whose cost is mostly the model, not parsing.
