@@ -154,7 +154,36 @@ pub(super) fn build(text: &str) -> Result<Node, Failure> {
     let mut builder = Builder::new(text, broken);
     let mut tokens = Vec::with_capacity(CHUNK_TOKENS);
     let mut depth = 0usize;
+    let mut run = TriviaRun::default();
+    // Errors of trivia left out of the current chunk, to merge into the
+    // parser's in document order.
+    let mut dropped = Vec::new();
     for token in source.lex() {
+        // Inside brackets no newline ends the chunk, so trivia is thinned
+        // out there (see [`TriviaRun`]); what is left out is still checked.
+        if depth > 0 && TriviaRun::is_trivia(token.kind()) {
+            let after_comment = tokens
+                .last()
+                .is_some_and(|t: &toml_parser::lexer::Token| t.kind() == TokenKind::Comment);
+            if !run.keep(token.kind(), after_comment) {
+                let start = token.span().start();
+                let mut check = |e: ParseError| {
+                    if dropped.len() <= MAX_DIAGNOSTICS {
+                        dropped.push((start, TomlError::from_parse(&e)));
+                    }
+                };
+                let mut nothing = ();
+                let mut validate = ValidateWhitespace::new(&mut nothing, source);
+                match token.kind() {
+                    TokenKind::Comment => validate.comment(token.span(), &mut check),
+                    TokenKind::Newline => validate.newline(token.span(), &mut check),
+                    _ => {}
+                }
+                continue;
+            }
+        } else {
+            run = TriviaRun::default();
+        }
         match token.kind() {
             TokenKind::LeftSquareBracket | TokenKind::LeftCurlyBracket => depth += 1,
             TokenKind::RightSquareBracket | TokenKind::RightCurlyBracket => {
@@ -167,11 +196,11 @@ pub(super) fn build(text: &str) -> Result<Node, Failure> {
         let boundary = depth == 0 && token.kind() == TokenKind::Newline;
         tokens.push(token);
         if boundary && tokens.len() >= CHUNK_TOKENS {
-            parse_chunk(source, &tokens, &mut builder, &mut sink);
+            parse_chunk(source, &tokens, &mut builder, &mut sink, &mut dropped);
             tokens.clear();
         }
     }
-    parse_chunk(source, &tokens, &mut builder, &mut sink);
+    parse_chunk(source, &tokens, &mut builder, &mut sink, &mut dropped);
     drop(tokens);
     builder.finish(sink.errors)
 }
@@ -182,10 +211,62 @@ fn parse_chunk(
     tokens: &[toml_parser::lexer::Token],
     builder: &mut Builder<'_>,
     sink: &mut SyntaxSink,
+    dropped: &mut Vec<(usize, TomlError)>,
 ) {
+    let first = sink.errors.len();
     let mut whitespace = ValidateWhitespace::new(builder, source);
     let mut guard = RecursionGuard::new(&mut whitespace, PARSER_RECURSION_LIMIT);
     toml_parser::parser::parse_document(tokens, &mut guard, sink);
+    // Where the parser would have met each left-out token.
+    for (start, error) in dropped.drain(..) {
+        sink.broken.set(true);
+        let at = sink.errors[first..]
+            .iter()
+            .position(|e| e.span.start > start)
+            .map_or(sink.errors.len(), |i| first + i);
+        sink.errors.insert(at, error);
+    }
+    sink.errors.truncate(MAX_DIAGNOSTICS + 1);
+}
+
+/// The trivia (whitespace, newlines, comments, commas) between two other
+/// tokens inside brackets, where a chunk cannot end: only the first of each
+/// kind is kept (the newline after a kept comment too, and a second comma,
+/// which is an error), so no run of blank lines, comments or commas inside
+/// an array can make the chunk's tokens (24 bytes each) outgrow the text.
+/// The parser sees the same structure: whether a gap holds whitespace, a
+/// newline, a comment, no comma, one or more than one. Comments and
+/// newlines left out are still checked for invalid characters.
+#[derive(Default)]
+struct TriviaRun {
+    whitespace: bool,
+    newline: bool,
+    comment: bool,
+    commas: u8,
+}
+
+impl TriviaRun {
+    fn is_trivia(kind: TokenKind) -> bool {
+        matches!(
+            kind,
+            TokenKind::Whitespace | TokenKind::Newline | TokenKind::Comment | TokenKind::Comma
+        )
+    }
+
+    /// Whether to keep this token of the run; `after_comment` when the last
+    /// token kept is a comment, which must be followed by its newline.
+    fn keep(&mut self, kind: TokenKind, after_comment: bool) -> bool {
+        let seen = match kind {
+            TokenKind::Whitespace => std::mem::replace(&mut self.whitespace, true),
+            TokenKind::Newline => std::mem::replace(&mut self.newline, true) && !after_comment,
+            TokenKind::Comment => std::mem::replace(&mut self.comment, true),
+            _ => {
+                self.commas = self.commas.saturating_add(1);
+                self.commas > 2
+            }
+        };
+        !seen
+    }
 }
 
 /// Why a step of the builder stopped.

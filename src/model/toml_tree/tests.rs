@@ -476,3 +476,77 @@ fn errors_are_bounded() {
     let text = "a = = 1\n".repeat(MAX_DIAGNOSTICS * 3);
     assert_eq!(builder_errors(&text).len(), MAX_DIAGNOSTICS + 1);
 }
+
+/// Arrays and inline tables with long runs of whitespace, blank lines,
+/// comments (some with invalid characters) and commas between their items:
+/// the thinned-out trivia builds the oracle's tree and finds its first
+/// error, and the tokens kept stay few.
+#[test]
+fn trivia_inside_brackets_is_thinned_without_changing_the_result() {
+    const TRIVIA: &[&str] = &[
+        " ",
+        "\t",
+        "\n",
+        "\r\n",
+        "# c\n",
+        "#\n",
+        ",",
+        "# \u{7}\n",
+        "\r",
+    ];
+    const ITEMS: &[&str] = &["1", "\"s\"", "[]", "{}", "[1 ,\n 2]", "{ a = 1 }"];
+    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    let mut gap =
+        |rng: &mut Rng| -> String { (0..rng.next() % 6).map(|_| rng.pick(TRIVIA)).collect() };
+    for _ in 0..3000 {
+        let mut text = String::from("a = [");
+        for _ in 0..(rng.next() % 5) {
+            text.push_str(&gap(&mut rng));
+            text.push_str(rng.pick(ITEMS));
+            text.push_str(&gap(&mut rng));
+            if rng.next() % 4 != 0 {
+                text.push(',');
+            }
+        }
+        text.push_str(&gap(&mut rng));
+        text.push_str("]\nb = { x = 1");
+        text.push_str(&gap(&mut rng));
+        text.push_str("}\n");
+        same(&text);
+        same_errors(&text);
+    }
+    // Megabytes of blank lines and comments inside one array: few tokens.
+    valid("a = [1,\n# c\n \n2]\n");
+    let long = format!("a = [1,{}2]\n", "\n # c\n\t\n".repeat(100_000));
+    assert!(built_tokens(&long) < 20, "{}", built_tokens(&long));
+    valid(&long);
+}
+
+/// Tokens the builder keeps of `text` (all in one chunk when it is one
+/// bracketed value).
+fn built_tokens(text: &str) -> usize {
+    let source = Source::new(text);
+    let mut run = TriviaRun::default();
+    let mut depth = 0usize;
+    let mut last = None;
+    let mut kept = 0;
+    for token in source.lex() {
+        if depth > 0
+            && TriviaRun::is_trivia(token.kind())
+            && !run.keep(token.kind(), last == Some(TokenKind::Comment))
+        {
+            continue;
+        }
+        if !TriviaRun::is_trivia(token.kind()) {
+            run = TriviaRun::default();
+        }
+        match token.kind() {
+            TokenKind::LeftSquareBracket | TokenKind::LeftCurlyBracket => depth += 1,
+            TokenKind::RightSquareBracket | TokenKind::RightCurlyBracket => depth -= 1,
+            _ => {}
+        }
+        last = Some(token.kind());
+        kept += 1;
+    }
+    kept
+}
