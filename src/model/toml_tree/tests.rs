@@ -496,15 +496,14 @@ fn trivia_inside_brackets_is_thinned_without_changing_the_result() {
     ];
     const ITEMS: &[&str] = &["1", "\"s\"", "[]", "{}", "[1 ,\n 2]", "{ a = 1 }"];
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
-    let mut gap =
-        |rng: &mut Rng| -> String { (0..rng.next() % 6).map(|_| rng.pick(TRIVIA)).collect() };
+    let gap = |rng: &mut Rng| -> String { (0..rng.next() % 6).map(|_| rng.pick(TRIVIA)).collect() };
     for _ in 0..3000 {
         let mut text = String::from("a = [");
         for _ in 0..(rng.next() % 5) {
             text.push_str(&gap(&mut rng));
             text.push_str(rng.pick(ITEMS));
             text.push_str(&gap(&mut rng));
-            if rng.next() % 4 != 0 {
+            if !rng.next().is_multiple_of(4) {
                 text.push(',');
             }
         }
