@@ -47,26 +47,28 @@ pub fn item_limit(len: usize) -> usize {
 pub const PARSE_BUDGET_FACTOR: usize = 20;
 /// …plus this (issue 7 §6's budget for `npc validate`, whole process).
 pub const PARSE_BUDGET_BASE_BYTES: usize = 20 * 1024 * 1024;
-/// What the toml crate's path costs a document with errors, per item
-/// ([`toml_item_count`]): its token and event vectors, its `DeTable`, and
-/// the heap the streaming builder's freed tree leaves behind. Measured with
-/// `/usr/bin/time -f %M` on `npc validate` (release): 54.4 MiB for 187,000
-/// items of `kN = 1` lines, 40.1 MiB for the 150,000 items of 10,000
-/// components, each with a redefinition at the end (about 260 and 225 bytes
-/// an item over the baseline), rounded up.
-pub const TOML_PATH_BYTES_PER_ITEM: usize = 300;
+/// What the toml crate's path costs a document with errors, per token
+/// ([`TomlCounts::tokens`], whitespace and commas included): its token and
+/// event vectors, its `DeTable`, up to one error a token (a run of commas
+/// makes one each), and the heap the streaming builder's freed tree leaves
+/// behind. Measured with `/usr/bin/time -f %M` on `npc validate` (release):
+/// 54.4 MiB for the 560,000 tokens of `kN = 1` lines with a redefinition at
+/// the end (83 bytes a token over the baseline), 1.5 GB for 8 MB of commas
+/// in one array (an error a token, about 190 bytes a token); rounded up
+/// with room.
+pub const TOML_PATH_BYTES_PER_TOKEN: usize = 400;
 /// The process's own peak before any parsing (`npc validate` of a minimal
-/// manifest peaks at 7.8 MiB), rounded up.
+/// manifest peaks at 8.7 MiB), rounded up.
 pub const TOML_PATH_BASE_BYTES: usize = 9 * 1024 * 1024;
 
-/// Whether a TOML document of `len` bytes and `items` items may be parsed
+/// Whether a TOML document of `len` bytes and `tokens` tokens may be parsed
 /// again by the toml crate (for its exact diagnostics) within the parse
-/// budget. Every ordinary manifest may (a 100 KB one of 20,000 items takes
-/// 15 MB); a large one near the item limit reports the streaming builder's
-/// own diagnostics instead.
-pub fn toml_path_fits(len: usize, items: usize) -> bool {
-    let cost = items
-        .saturating_mul(TOML_PATH_BYTES_PER_ITEM)
+/// budget. Every ordinary manifest may (a 50 KB one of 25,000 tokens takes
+/// 19 MB); a large or dense one reports the streaming builder's own
+/// diagnostics instead.
+pub fn toml_path_fits(len: usize, tokens: usize) -> bool {
+    let cost = tokens
+        .saturating_mul(TOML_PATH_BYTES_PER_TOKEN)
         .saturating_add(TOML_PATH_BASE_BYTES);
     cost <= len
         .saturating_mul(PARSE_BUDGET_FACTOR)
@@ -227,13 +229,24 @@ pub fn toml_items_exceeded(text: &str) -> Option<Span> {
     toml_item_count(text).err()
 }
 
-/// The items of a TOML document (as [`toml_items_exceeded`] counts them),
-/// or the span of the first past [`item_limit`].
-pub fn toml_item_count(text: &str) -> Result<usize, Span> {
+/// What a TOML document holds, counted in one pass over its tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TomlCounts {
+    /// Items, as [`toml_items_exceeded`] counts them.
+    pub items: usize,
+    /// Every token, whitespace, newlines and commas included.
+    pub tokens: usize,
+}
+
+/// The items and tokens of a TOML document, or the span of the first item
+/// past [`item_limit`].
+pub fn toml_item_count(text: &str) -> Result<TomlCounts, Span> {
     use toml_parser::lexer::TokenKind;
     let limit = item_limit(text.len());
     let mut items = 0usize;
+    let mut tokens = 0usize;
     for token in toml_parser::Source::new(text).lex() {
+        tokens += 1;
         let counted = matches!(
             token.kind(),
             TokenKind::Atom
@@ -254,13 +267,13 @@ pub fn toml_item_count(text: &str) -> Result<usize, Span> {
             }
         }
     }
-    Ok(items)
+    Ok(TomlCounts { items, tokens })
 }
 
 fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
     let text = file.text();
-    let items = match toml_item_count(text) {
-        Ok(items) => items,
+    let counts = match toml_item_count(text) {
+        Ok(counts) => counts,
         Err(span) => {
             diags.push(Exceeded::Items.diagnostic(file, span));
             return None;
@@ -275,7 +288,7 @@ fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
     // One with errors is parsed again by the toml crate, whose diagnostics
     // npc has always reported, when that fits the memory budget; a larger
     // one reports the builder's own (the same errors, in toml's words).
-    if failure.is_empty() || toml_path_fits(text.len(), items) {
+    if failure.is_empty() || toml_path_fits(text.len(), counts.tokens) {
         return parse_toml_reference(file, diags);
     }
     for error in failure.errors {
@@ -497,19 +510,18 @@ mod tests {
         let small = "version = 1\n".repeat(1000);
         assert!(toml_path_fits(
             small.len(),
-            toml_item_count(&small).unwrap()
+            toml_item_count(&small).unwrap().tokens
         ));
-        assert!(toml_path_fits(100_000, 20_000));
-        // The densest documents near the item limit do not.
+        assert!(toml_path_fits(50_000, 25_000));
+        // Dense documents near the item limit do not, nor runs of commas.
         let len = 1_000_000;
-        assert!(!toml_path_fits(len, item_limit(len)));
-        // Fitting is monotonic in the items.
-        let edge = (0..item_limit(len))
-            .find(|&items| !toml_path_fits(len, items))
-            .unwrap();
-        assert!((edge..item_limit(len)).all(|items| !toml_path_fits(len, items)));
+        assert!(!toml_path_fits(len, 3 * item_limit(len)));
+        assert!(!toml_path_fits(len, len));
+        // Fitting is monotonic in the tokens.
+        let edge = (0..len).find(|&t| !toml_path_fits(len, t)).unwrap();
+        assert!((edge..len).step_by(97).all(|t| !toml_path_fits(len, t)));
         assert!(
-            (edge - 1) * TOML_PATH_BYTES_PER_ITEM + TOML_PATH_BASE_BYTES
+            (edge - 1) * TOML_PATH_BYTES_PER_TOKEN + TOML_PATH_BASE_BYTES
                 <= PARSE_BUDGET_FACTOR * len + PARSE_BUDGET_BASE_BYTES
         );
     }
@@ -527,7 +539,8 @@ mod tests {
             text.push_str(&format!("k{i} = 1\n"));
             items += 2;
         }
-        assert!(!toml_path_fits(text.len(), toml_item_count(&text).unwrap()));
+        let tokens = toml_item_count(&text).unwrap().tokens;
+        assert!(!toml_path_fits(text.len(), tokens));
         text.push_str("k7 = 2\n");
         let (node, diags) = toml(&text);
         assert!(node.is_none());
