@@ -21,7 +21,9 @@
 //! not looked for); after the first bound ([`super::node::Exceeded`]) no
 //! semantic error is looked for either, and only the first bound is
 //! reported, while toml's path reports every bound; a syntax error's
-//! recovery can differ when an unclosed bracket spans a chunk boundary.
+//! recovery can differ when an unclosed bracket spans a chunk boundary;
+//! of a run of commas inside brackets only the first extra comma is
+//! reported (see [`TriviaRun`]), where toml reports each.
 //! The wording of each message is toml's (`description, expected …`).
 
 use std::borrow::Cow;
