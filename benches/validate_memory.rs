@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use nix::sys::resource::{UsageWho, getrusage};
-use npcagent::model::node::item_limit;
+use npcagent::model::node::{item_limit, toml_item_count, toml_path_fits};
 
 /// Set to a manifest path when this binary runs as the measuring runner.
 const RUNNER_ENV: &str = "NPC_BENCH_VALIDATE_MEMORY_RUN";
@@ -60,6 +60,30 @@ fn under_limit(head: &str, mut unit: impl FnMut(usize) -> (String, usize)) -> St
         s.push_str(&next);
         items += n;
     }
+    s
+}
+
+/// Tokens of a piece of TOML text that ends with a newline.
+fn tokens(text: &str) -> usize {
+    toml_item_count(text).map_or(usize::MAX, |c| c.tokens)
+}
+
+/// The largest document of `unit(i)` lines whose errors the toml crate's
+/// path still reports (the costliest document that path is given), ending
+/// with `tail` (an error).
+fn at_toml_threshold(tail: &str, mut unit: impl FnMut(usize) -> String) -> String {
+    let mut s = String::from("version = 1\n");
+    let mut count = tokens(&s) + tokens(tail);
+    for i in 0.. {
+        let next = unit(i);
+        let n = tokens(&next);
+        if !toml_path_fits(s.len() + next.len() + tail.len(), count + n) {
+            break;
+        }
+        s.push_str(&next);
+        count += n;
+    }
+    s.push_str(tail);
     s
 }
 
@@ -142,6 +166,42 @@ fn cases() -> Vec<(&'static str, &'static str, String)> {
         "keys `kN = 1` under the limit, a redefinition at the end",
         "toml",
         format!("{head}\n{key} = 2\n"),
+    ));
+    // The costliest documents the toml crate's path still takes: as many
+    // items as its measured cost allows, an error at the end.
+    out.push((
+        "keys `kN = 1` at the toml-path threshold, a duplicate at the end",
+        "toml",
+        at_toml_threshold("k0 = 2\n", |i| format!("k{i} = 1\n")),
+    ));
+    out.push((
+        "ints `1,` at the toml-path threshold, a duplicate at the end",
+        "toml",
+        at_toml_threshold("a0 = 1\n", |r| {
+            format!("a{r} = [{}]\n", vec!["1"; 400].join(","))
+        }),
+    ));
+    // A run of commas makes the toml crate report an error for each.
+    out.push((
+        "commas `,,,` at the toml-path threshold",
+        "toml",
+        at_toml_threshold("]\n", |i| {
+            if i == 0 {
+                "x = [\n".to_string()
+            } else {
+                ",,,,,,,,,,,,,,,\n".to_string()
+            }
+        }),
+    ));
+    out.push((
+        "commas `,,,` in one array (8 MB)",
+        "toml",
+        fill("version = 1\nx = [", "]\n", |_| ",".repeat(64)),
+    ));
+    out.push((
+        "blank lines in one array (8 MB)",
+        "toml",
+        fill("version = 1\nx = [", "]\n", |_| "\n".repeat(64)),
     ));
     // A real large manifest for reference: the planner benchmark's 10,000
     // components (valid), whose cost is mostly the model, not parsing.

@@ -5,10 +5,12 @@
 //! string) and reports every syntax error it can find, never panicking on
 //! hostile input. The item count of a TOML document is checked by a
 //! streaming pass over its tokens before any tree is built, so a document of
-//! millions of tiny values is refused in constant memory. A valid TOML
-//! document is then built by `model::toml_tree` straight from the parser's
-//! events; one with errors goes through the toml crate, whose diagnostics
-//! npc reports.
+//! millions of tiny values is refused in constant memory. A TOML document
+//! is then built by `model::toml_tree` straight from the parser's events;
+//! one with errors is parsed again by the toml crate, whose diagnostics npc
+//! reports, when that fits the memory budget ([`toml_path_fits`]), and
+//! otherwise reports the builder's own diagnostics (the same errors in the
+//! same words, see `model::toml_tree`).
 
 use super::diagnostics::{Diagnostic, MAX_DIAGNOSTICS, clip, has_room};
 use super::json;
@@ -33,13 +35,44 @@ pub const MAX_DOCUMENT_ITEMS: usize = 200_000;
 /// `model::toml_tree`, an item costs about 100 bytes at the peak of
 /// parsing (our tree and its key index), so memory stays within 20 times the
 /// file size plus 20 MB even for a file of nothing but `1,`, `[],` or
-/// `kN = 1` (the densest shapes); a document with errors costs the toml
-/// crate's tokens, events and table too (about 250 bytes an item, within the
-/// limit's 200,000 items about 55 MB). Real manifests spend 5 or more bytes
+/// `kN = 1` (the densest shapes); a document with errors is parsed again
+/// by the toml crate only when its cost fits ([`toml_path_fits`]). Real
+/// manifests spend 5 or more bytes
 /// an item and never come near the limit (10,000 components take 150,000
 /// items in 800 KB).
 pub fn item_limit(len: usize) -> usize {
     (BASE_DOCUMENT_ITEMS + len / BYTES_PER_EXTRA_ITEM).min(MAX_DOCUMENT_ITEMS)
+}
+/// Peak memory parsing may cost: this many times the file size…
+pub const PARSE_BUDGET_FACTOR: usize = 20;
+/// …plus this (issue 7 §6's budget for `npc validate`, whole process).
+pub const PARSE_BUDGET_BASE_BYTES: usize = 20 * 1024 * 1024;
+/// What the toml crate's path costs a document with errors, per token
+/// ([`TomlCounts::tokens`], whitespace and commas included): its token and
+/// event vectors, its `DeTable`, up to one error a token (a run of commas
+/// makes one each), and the heap the streaming builder's freed tree leaves
+/// behind. Measured with `/usr/bin/time -f %M` on `npc validate` (release):
+/// 54.4 MiB for the 560,000 tokens of `kN = 1` lines with a redefinition at
+/// the end (83 bytes a token over the baseline), 1.5 GB for 8 MB of commas
+/// in one array (an error a token, about 190 bytes a token); rounded up
+/// with room.
+pub const TOML_PATH_BYTES_PER_TOKEN: usize = 400;
+/// The process's own peak before any parsing (`npc validate` of a minimal
+/// manifest peaks at 8.7 MiB), rounded up.
+pub const TOML_PATH_BASE_BYTES: usize = 9 * 1024 * 1024;
+
+/// Whether a TOML document of `len` bytes and `tokens` tokens may be parsed
+/// again by the toml crate (for its exact diagnostics) within the parse
+/// budget. Every ordinary manifest may (a 50 KB one of 25,000 tokens takes
+/// 19 MB); a large or dense one reports the streaming builder's own
+/// diagnostics instead.
+pub fn toml_path_fits(len: usize, tokens: usize) -> bool {
+    let cost = tokens
+        .saturating_mul(TOML_PATH_BYTES_PER_TOKEN)
+        .saturating_add(TOML_PATH_BASE_BYTES);
+    cost <= len
+        .saturating_mul(PARSE_BUDGET_FACTOR)
+        .saturating_add(PARSE_BUDGET_BASE_BYTES)
 }
 /// Most items in one array (`args`, `paths`, `[[hooks.…]]`, …).
 pub const MAX_ARRAY_LEN: usize = 4096;
@@ -193,10 +226,27 @@ pub fn parse(file: &SourceFile, syntax: Syntax, diags: &mut Vec<Diagnostic>) -> 
 /// counts once. Importers reading agent configs may call
 /// it before parsing a file they did not write.
 pub fn toml_items_exceeded(text: &str) -> Option<Span> {
+    toml_item_count(text).err()
+}
+
+/// What a TOML document holds, counted in one pass over its tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TomlCounts {
+    /// Items, as [`toml_items_exceeded`] counts them.
+    pub items: usize,
+    /// Every token, whitespace, newlines and commas included.
+    pub tokens: usize,
+}
+
+/// The items and tokens of a TOML document, or the span of the first item
+/// past [`item_limit`].
+pub fn toml_item_count(text: &str) -> Result<TomlCounts, Span> {
     use toml_parser::lexer::TokenKind;
     let limit = item_limit(text.len());
     let mut items = 0usize;
+    let mut tokens = 0usize;
     for token in toml_parser::Source::new(text).lex() {
+        tokens += 1;
         let counted = matches!(
             token.kind(),
             TokenKind::Atom
@@ -213,25 +263,61 @@ pub fn toml_items_exceeded(text: &str) -> Option<Span> {
             items += 1;
             if items > limit {
                 let span = token.span();
-                return Some(span.start()..span.end());
+                return Err(span.start()..span.end());
             }
         }
     }
-    None
+    Ok(TomlCounts { items, tokens })
 }
 
 fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
     let text = file.text();
-    if let Some(span) = toml_items_exceeded(text) {
-        diags.push(Exceeded::Items.diagnostic(file, span));
-        return None;
+    let counts = match toml_item_count(text) {
+        Ok(counts) => counts,
+        Err(span) => {
+            diags.push(Exceeded::Items.diagnostic(file, span));
+            return None;
+        }
+    };
+    // A document is built straight from the parser's events, in little
+    // more memory than the tree itself.
+    let failure = match toml_tree::build(text) {
+        Ok(node) => return Some(node),
+        Err(failure) => failure,
+    };
+    // One with errors is parsed again by the toml crate, whose diagnostics
+    // npc has always reported, when that fits the memory budget; a larger
+    // one reports the builder's own (the same errors, in toml's words).
+    if failure.is_empty() || toml_path_fits(text.len(), counts.tokens) {
+        return parse_toml_reference(file, diags);
     }
-    // A valid document within the bounds is built straight from the
-    // parser's events, in little more memory than the tree itself.
-    if let Some(node) = toml_tree::build(text) {
-        return Some(node);
+    for error in failure.errors {
+        if has_room(diags) {
+            diags.push(toml_error_diagnostic(file, &error.message, error.span));
+        }
     }
-    parse_toml_reference(file, diags)
+    if let Some((what, span)) = failure.exceeded
+        && has_room(diags)
+    {
+        diags.push(what.diagnostic(file, span));
+    }
+    None
+}
+
+/// The diagnostic for one error of the toml crate (or of the streaming
+/// builder, in its words).
+fn toml_error_diagnostic(file: &SourceFile, message: &str, span: Span) -> Diagnostic {
+    let text = file.text();
+    let mut message = message.trim().replace('\n', "; ");
+    // toml says only "duplicate key"; name the key the caret points at.
+    if message == "duplicate key"
+        && let Some(key) = text.get(span.clone()).filter(|k| !k.contains('\n'))
+    {
+        message = format!("duplicate key `{}`", clip(key));
+    }
+    Diagnostic::error(format!("invalid TOML: {message}"))
+        .at(file, span)
+        .with_hint("fix the syntax at the caret; see https://toml.io/en/v1.0.0")
 }
 
 /// Parse a TOML document through the toml crate's own tree, converted into
@@ -246,18 +332,7 @@ pub(super) fn parse_toml_reference(file: &SourceFile, diags: &mut Vec<Diagnostic
     // One past the cap, so the report says problems were dropped.
     for err in errors.into_iter().take(MAX_DIAGNOSTICS + 1) {
         let span = err.span().unwrap_or(0..0);
-        let mut message = err.message().trim().replace('\n', "; ");
-        // toml says only "duplicate key"; name the key the caret points at.
-        if message == "duplicate key"
-            && let Some(key) = text.get(span.clone()).filter(|k| !k.contains('\n'))
-        {
-            message = format!("duplicate key `{}`", clip(key));
-        }
-        diags.push(
-            Diagnostic::error(format!("invalid TOML: {message}"))
-                .at(file, span)
-                .with_hint("fix the syntax at the caret; see https://toml.io/en/v1.0.0"),
-        );
+        diags.push(toml_error_diagnostic(file, err.message(), span));
     }
     if failed {
         return None;
@@ -427,6 +502,55 @@ mod tests {
             "{}",
             diags[0].summary
         );
+    }
+
+    #[test]
+    fn the_toml_path_is_taken_only_where_it_fits_the_budget() {
+        // Every ordinary manifest with errors keeps toml's diagnostics.
+        let small = "version = 1\n".repeat(1000);
+        assert!(toml_path_fits(
+            small.len(),
+            toml_item_count(&small).unwrap().tokens
+        ));
+        assert!(toml_path_fits(50_000, 25_000));
+        // Dense documents near the item limit do not, nor runs of commas.
+        let len = 1_000_000;
+        assert!(!toml_path_fits(len, 3 * item_limit(len)));
+        assert!(!toml_path_fits(len, len));
+        // Fitting is monotonic in the tokens.
+        let edge = (0..len).find(|&t| !toml_path_fits(len, t)).unwrap();
+        assert!((edge..len).step_by(97).all(|t| !toml_path_fits(len, t)));
+        assert!(
+            (edge - 1) * TOML_PATH_BYTES_PER_TOKEN + TOML_PATH_BASE_BYTES
+                <= PARSE_BUDGET_FACTOR * len + PARSE_BUDGET_BASE_BYTES
+        );
+    }
+
+    #[test]
+    fn a_document_past_the_threshold_reports_the_builders_errors() {
+        // `kN = 1` lines up to the item limit of their size, then a
+        // duplicate key: too many items for the toml crate's path.
+        let mut text = String::new();
+        let mut items = 0;
+        for i in 0.. {
+            if items + 4 > item_limit(text.len()) {
+                break;
+            }
+            text.push_str(&format!("k{i} = 1\n"));
+            items += 2;
+        }
+        let tokens = toml_item_count(&text).unwrap().tokens;
+        assert!(!toml_path_fits(text.len(), tokens));
+        text.push_str("k7 = 2\n");
+        let (node, diags) = toml(&text);
+        assert!(node.is_none());
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert_eq!(diags[0].summary, "invalid TOML: duplicate key `k7`");
+        // The same error the toml crate's path reports.
+        let file = SourceFile::new("t.toml", text.as_str());
+        let mut reference = Vec::new();
+        assert!(parse_toml_reference(&file, &mut reference).is_none());
+        assert_eq!(format!("{diags:?}"), format!("{reference:?}"));
     }
 
     #[test]

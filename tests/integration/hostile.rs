@@ -2002,6 +2002,59 @@ fn a_large_valid_manifest_validates_and_its_errors_are_still_reported() {
     );
 }
 
+/// Line and column (1-based) where diagnostic `i` of a report starts.
+fn diagnostic_at(report: &serde_json::Value, i: usize) -> (u64, u64) {
+    let start = &report["diagnostics"][i]["range"]["start"];
+    (
+        start["line"].as_u64().unwrap(),
+        start["column"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn a_large_document_with_errors_reports_them_without_the_toml_crate() {
+    use npcagent::model::node::{toml_item_count, toml_path_fits};
+    // Too many items for the toml crate's path to fit the memory budget:
+    // npc's own builder reports the errors, in toml's words.
+    let text = ten_thousand_components();
+    let tokens = toml_item_count(&text).unwrap().tokens;
+    assert!(!toml_path_fits(text.len(), tokens), "{tokens} tokens");
+    let lines = text.lines().count() as u64;
+    // A duplicate key in the middle, a redefinition at the very end: both,
+    // in document order, at the key the caret points at.
+    let broken = text.replacen(
+        "[mcp.servers.s100]\ncommand = \"srv\"\n",
+        "[mcp.servers.s100]\ncommand = \"srv\"\ncommand = \"again\"\n",
+        1,
+    ) + "[mcp.servers.s7]\n";
+    let (code, report) = validate_json("npcagent.toml", broken.as_bytes(), &[]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        report_summaries(&report),
+        [
+            "invalid TOML: duplicate key `command`",
+            "invalid TOML: duplicate key `s7`"
+        ]
+    );
+    let first = text[..text.find("[mcp.servers.s100]\n").unwrap()]
+        .lines()
+        .count() as u64;
+    assert_eq!(diagnostic_at(&report, 0), (first + 3, 1));
+    assert_eq!(diagnostic_at(&report, 1), (lines + 2, 14));
+    // A syntax error at the end: the parser's message and place.
+    let broken = format!("{text}z = = 1\n");
+    let (code, report) = validate_json("npcagent.toml", broken.as_bytes(), &[]);
+    assert_eq!(code, 1);
+    let summaries = report_summaries(&report);
+    assert_eq!(
+        summaries[0], "invalid TOML: extra `=`, expected nothing",
+        "{summaries:?}"
+    );
+    for i in 0..summaries.len() {
+        assert_eq!(diagnostic_at(&report, i).0, lines + 1, "{summaries:?}");
+    }
+}
+
 #[test]
 fn the_item_limit_holds_at_its_edge() {
     use npcagent::model::node::item_limit;

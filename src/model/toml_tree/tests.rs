@@ -15,7 +15,7 @@ fn reference(text: &str) -> Option<Node> {
 /// The builder gives exactly the oracle's tree (compared as `Debug`, so NaN
 /// equals NaN), and gives up on every document the oracle refuses.
 fn same(text: &str) {
-    let built = build(text);
+    let built = build(text).ok();
     let expected = reference(text);
     assert_eq!(
         format!("{built:#?}"),
@@ -31,7 +31,7 @@ fn valid(text: &str) {
 
 fn invalid(text: &str) {
     assert!(reference(text).is_none(), "the oracle accepts:\n{text}");
-    assert!(build(text).is_none(), "the builder accepts:\n{text}");
+    assert!(build(text).is_err(), "the builder accepts:\n{text}");
 }
 
 #[test]
@@ -75,7 +75,7 @@ fn every_fixture_and_example_builds_the_oracles_tree() {
     let mut built = 0;
     for (name, text) in &corpus {
         let expected = reference(text);
-        let got = build(text);
+        let got = build(text).ok();
         assert_eq!(format!("{got:#?}"), format!("{expected:#?}"), "{name}");
         built += usize::from(got.is_some());
     }
@@ -215,7 +215,7 @@ fn bounds_make_the_builder_give_up() {
         deep_keys,
         deep_header,
     ] {
-        assert!(build(&text).is_none(), "{}", &text[..40.min(text.len())]);
+        assert!(build(&text).is_err(), "{}", &text[..40.min(text.len())]);
         assert!(reference(&text).is_none());
     }
     // Just within each bound: built, and the same tree.
@@ -336,4 +336,216 @@ fn random_documents_agree_with_the_oracle() {
             same(&edited);
         }
     }
+}
+
+/// The toml crate's own errors of `text`: message and span.
+fn oracle_errors(text: &str) -> Vec<TomlError> {
+    toml::de::DeTable::parse_recoverable(text)
+        .1
+        .into_iter()
+        .map(|e| TomlError::new(e.message(), e.span().unwrap_or(0..0)))
+        .collect()
+}
+
+fn builder_errors(text: &str) -> Vec<TomlError> {
+    match build(text) {
+        Ok(_) => Vec::new(),
+        Err(failure) => failure.errors,
+    }
+}
+
+/// Whether the toml crate finds a syntax error (one the parser reports,
+/// before any semantic error) in `text`.
+fn has_syntax_error(text: &str) -> bool {
+    let mut found = false;
+    let source = Source::new(text);
+    let tokens = source.lex().into_vec();
+    let mut events = Vec::new();
+    let mut whitespace = ValidateWhitespace::new(&mut events, source);
+    let mut guard = RecursionGuard::new(&mut whitespace, PARSER_RECURSION_LIMIT);
+    toml_parser::parser::parse_document(&tokens, &mut guard, &mut |_: ParseError| found = true);
+    found
+}
+
+/// Compare the builder's errors with the toml crate's on one document:
+/// both find errors or neither; the first error is at the same place with
+/// the same message; a document with only semantic errors gets exactly
+/// toml's list. Returns whether the lists are identical.
+fn same_errors(text: &str) -> bool {
+    let expected = oracle_errors(text);
+    let got = builder_errors(text);
+    assert_eq!(
+        got.is_empty(),
+        expected.is_empty(),
+        "document:\n{text}\nbuilder: {got:#?}\ntoml: {expected:#?}"
+    );
+    if let (Some(g), Some(e)) = (got.first(), expected.first()) {
+        assert_eq!(
+            g, e,
+            "first error of:\n{text}\nall: {got:#?}\ntoml: {expected:#?}"
+        );
+    }
+    if !has_syntax_error(text) {
+        assert_eq!(got, expected, "semantic errors of:\n{text}");
+    }
+    got == expected
+}
+
+#[test]
+fn every_error_class_is_reported_as_toml_reports_it() {
+    for text in [
+        "a = 1\na = 2\n",
+        "[a]\n[a]\n",
+        "[a]\nb = 1\n[a]\nc = 2\nb = 3\n",
+        "a.b = 1\n[a]\n",
+        "a.b = 1\n[a.b]\n",
+        "a = {}\n[a]\nb = 1\n[a.c]\n",
+        "a = {}\na.b = 1\n",
+        "a = { b = 1 }\n[a.c]\n",
+        "a = []\n[[a]]\nb = 1\nb = 2\n[c]\n",
+        "[[a]]\n[a]\n",
+        "a = 1\na.b = 2\n",
+        "a = { b.c = 1, b = 2 }\n",
+        "a = { b = { c = 1 }, b.d = 2 }\n",
+        "a = { b = 1, b = 2 }\n",
+        "a = { b = 1, b.c = 2 }\n",
+        "[a.b]\nc = 1\n[a]\nb = 2\n",
+        "[a]\nb.c = 1\n[a.b]\n",
+        "[a.b.c]\n[a]\nb.d = 1\n[a.b]\n",
+        "[a]\nx = 1\n[a.x]\ny = 1\ny = 2\n",
+        "[a]\nx = 1\n[[a.x]]\n",
+        "x = [1]\n[x.y]\n",
+        "x = [1]\nx.y = 2\n",
+        "[t]\nk = 1\n[t.k.l]\n",
+        "a = 1\n\"a\" = 2\n'a' = 3\n",
+        "a = \"\\q\"\nb = 1\nb = 2\n",
+        "a = 1979-13-45\n",
+        "a = 1\na = 2\nb = 1\nb = 2\n[c]\n[c]\n",
+        // Syntax errors: the first is toml's; later ones may differ.
+        "a = \n",
+        "a = 1 b = 2\n",
+        "[a\n",
+        "a = [1, 2\nb = 3\n",
+        "= 1\n",
+        "a.b. = 1\n",
+        "[[a]\n",
+        "]\n",
+        "a = { b = 1\n",
+        "a = { b = 1 }}\n",
+        "a = 1 # comment with \u{7} bell\n",
+        "a = \nb = = 2\nc = [\n",
+    ] {
+        same_errors(text);
+    }
+}
+
+/// Random small documents with redefinitions, and random edits of the
+/// corpus (most with syntax errors): the builder's first error is toml's,
+/// and its whole list is toml's whenever the parser finds no syntax error.
+#[test]
+fn random_errors_agree_with_the_oracle() {
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let mut identical = 0;
+    let mut with_errors = 0;
+    for _ in 0..4000 {
+        let text = random_document(&mut rng);
+        with_errors += usize::from(!oracle_errors(&text).is_empty());
+        identical += usize::from(same_errors(&text));
+    }
+    assert!(with_errors > 1000, "{with_errors} documents with errors");
+    assert_eq!(identical, 4000);
+    const EDITS: &[&str] = &["[", "]", "{", "}", "=", ".", ",", "\"", "\n", "a", "1"];
+    for (_, text) in corpus() {
+        for _ in 0..10 {
+            let mut edited = text.clone();
+            let mut at = (rng.next() % (edited.len() as u64 + 1)) as usize;
+            while !edited.is_char_boundary(at) {
+                at -= 1;
+            }
+            edited.insert_str(at, rng.pick(EDITS));
+            same_errors(&edited);
+        }
+    }
+}
+
+/// Errors stop at one past the diagnostics cap, however many there are.
+#[test]
+fn errors_are_bounded() {
+    let text = "a = 1\n".repeat(MAX_DIAGNOSTICS * 3);
+    assert_eq!(builder_errors(&text).len(), MAX_DIAGNOSTICS + 1);
+    let text = "a = = 1\n".repeat(MAX_DIAGNOSTICS * 3);
+    assert_eq!(builder_errors(&text).len(), MAX_DIAGNOSTICS + 1);
+}
+
+/// Arrays and inline tables with long runs of whitespace, blank lines,
+/// comments (some with invalid characters) and commas between their items:
+/// the thinned-out trivia builds the oracle's tree and finds its first
+/// error, and the tokens kept stay few.
+#[test]
+fn trivia_inside_brackets_is_thinned_without_changing_the_result() {
+    const TRIVIA: &[&str] = &[
+        " ",
+        "\t",
+        "\n",
+        "\r\n",
+        "# c\n",
+        "#\n",
+        ",",
+        "# \u{7}\n",
+        "\r",
+    ];
+    const ITEMS: &[&str] = &["1", "\"s\"", "[]", "{}", "[1 ,\n 2]", "{ a = 1 }"];
+    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    let gap = |rng: &mut Rng| -> String { (0..rng.next() % 6).map(|_| rng.pick(TRIVIA)).collect() };
+    for _ in 0..3000 {
+        let mut text = String::from("a = [");
+        for _ in 0..(rng.next() % 5) {
+            text.push_str(&gap(&mut rng));
+            text.push_str(rng.pick(ITEMS));
+            text.push_str(&gap(&mut rng));
+            if !rng.next().is_multiple_of(4) {
+                text.push(',');
+            }
+        }
+        text.push_str(&gap(&mut rng));
+        text.push_str("]\nb = { x = 1");
+        text.push_str(&gap(&mut rng));
+        text.push_str("}\n");
+        same(&text);
+        same_errors(&text);
+    }
+    // Megabytes of blank lines and comments inside one array: few tokens.
+    valid("a = [1,\n# c\n \n2]\n");
+    let long = format!("a = [1,{}2]\n", "\n # c\n\t\n".repeat(100_000));
+    assert!(built_tokens(&long) < 20, "{}", built_tokens(&long));
+    valid(&long);
+}
+
+/// Tokens the builder keeps of `text` (all in one chunk when it is one
+/// bracketed value).
+fn built_tokens(text: &str) -> usize {
+    let source = Source::new(text);
+    let mut run = TriviaRun::default();
+    let mut depth = 0usize;
+    let mut last = None;
+    let mut kept = 0;
+    for token in source.lex() {
+        if depth > 0
+            && TriviaRun::is_trivia(token.kind())
+            && !run.keep(token.kind(), last == Some(TokenKind::Comment))
+        {
+            continue;
+        }
+        if !TriviaRun::is_trivia(token.kind()) {
+            run = TriviaRun::default();
+        }
+        match token.kind() {
+            TokenKind::LeftSquareBracket | TokenKind::LeftCurlyBracket => depth += 1,
+            TokenKind::RightSquareBracket | TokenKind::RightCurlyBracket => depth -= 1,
+            _ => {}
+        }
+        last = Some(token.kind());
+        kept += 1;
+    }
+    kept
 }
