@@ -27,6 +27,11 @@ pub const TOOL_CALL_EVENT: &str = "mcp.tool_call";
 /// Event recorded when an MCP client finished its handshake with the
 /// gateway: which agent (its `clientInfo`) connected.
 pub const CLIENT_CONNECTED_EVENT: &str = "mcp.client_connected";
+/// Event recorded for each `resources/read` through the gateway.
+pub const RESOURCE_READ_EVENT: &str = "mcp.resource_read";
+/// Event recorded for each `prompts/get` through the gateway (the
+/// arguments are not recorded).
+pub const PROMPT_GET_EVENT: &str = "mcp.prompt_get";
 /// Largest serialized arguments recorded in an event; larger ones are
 /// replaced by their size.
 pub const MAX_RECORDED_ARGUMENT_BYTES: usize = 4096;
@@ -176,6 +181,33 @@ impl CallPath {
             .await
         {
             tracing::warn!(error = %e, "mcp: recording a client connection failed");
+        }
+    }
+
+    /// Record one `resources/read` (`target` the URI) or `prompts/get`
+    /// (`target` the prompt's name) the gateway served: its outcome and
+    /// duration.
+    pub async fn record_request(
+        &self,
+        kind: &'static str,
+        target: &str,
+        error: Option<&str>,
+        started: Instant,
+    ) {
+        let Some(bus) = &self.bus else { return };
+        let key = if kind == RESOURCE_READ_EVENT {
+            "uri"
+        } else {
+            "name"
+        };
+        let payload = json!({
+            key: target,
+            "outcome": if error.is_some() { "error" } else { "ok" },
+            "error": error,
+            "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
+        });
+        if let Err(e) = bus.publish(NewEvent::new(kind, payload)).await {
+            tracing::warn!(error = %e, "mcp: recording a request failed");
         }
     }
 

@@ -21,7 +21,7 @@ use rmcp::model::SetLevelRequestParams;
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
-use super::call::CallPath;
+use super::call::{CallPath, PROMPT_GET_EVENT, RESOURCE_READ_EVENT};
 use super::catalog::{Catalog, CatalogChange, ManifestPrompts};
 
 /// The gateway's MCP server handler; cheap to clone (one per HTTP session).
@@ -121,7 +121,13 @@ impl ServerHandler for Gateway {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        Ok(self.catalog.read_resource(&request.uri).await?.into())
+        let started = std::time::Instant::now();
+        let read = self.catalog.read_resource(&request.uri).await;
+        let error = read.as_ref().err().map(|e| e.message.to_string());
+        self.path
+            .record_request(RESOURCE_READ_EVENT, &request.uri, error.as_deref(), started)
+            .await;
+        Ok(read?.into())
     }
 
     async fn list_prompts(
@@ -137,11 +143,16 @@ impl ServerHandler for Gateway {
         request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        Ok(self
+        let started = std::time::Instant::now();
+        let got = self
             .catalog
             .get_prompt(&request.name, request.arguments)
-            .await?
-            .into())
+            .await;
+        let error = got.as_ref().err().map(|e| e.message.to_string());
+        self.path
+            .record_request(PROMPT_GET_EVENT, &request.name, error.as_deref(), started)
+            .await;
+        Ok(got?.into())
     }
 
     async fn complete(

@@ -825,4 +825,12 @@ fn the_daemons_gateway_serves_the_builtins_and_follows_the_manifests_prompts() {
         .find(|e| e["kind"] == "mcp.tool_call" && e["payload"]["tool"] == "npc_status")
         .expect("the daemon recorded the built-in call");
     assert_eq!(builtin_call["payload"]["server"], "npc");
+    let gets: Vec<Value> = d
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "mcp.prompt_get")
+        .collect();
+    assert_eq!(gets.len(), 2, "{gets:?}");
+    assert_eq!(gets[0]["payload"]["name"], "greet");
+    assert_eq!(gets[0]["payload"]["outcome"], "ok");
 }

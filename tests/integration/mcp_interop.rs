@@ -208,6 +208,38 @@ fn resources_and_prompts_pass_through_namespaced_with_manifest_prompts() {
         .map(|p| p["name"].as_str().unwrap())
         .collect();
     assert_eq!(prompts, ["review", "cat__greet", "cat__second"]);
+    // Every read and get is recorded, failures with their reason.
+    let reads = crate::mcp::events_of_kind(&dir, "mcp.resource_read");
+    let uris: Vec<_> = reads.iter().map(|e| &e["payload"]["uri"]).collect();
+    assert_eq!(
+        uris,
+        [
+            "npc://cat/mem://one",
+            "npc://cat/mem://item/7",
+            "mem://one",
+            "npc://nope/mem://one"
+        ]
+    );
+    assert_eq!(reads[3]["payload"]["outcome"], "error");
+    assert!(
+        reads[3]["payload"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no resource")
+    );
+    let gets = crate::mcp::events_of_kind(&dir, "mcp.prompt_get");
+    let outcomes: Vec<_> = gets
+        .iter()
+        .map(|e| (&e["payload"]["name"], &e["payload"]["outcome"]))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (&json!("cat__greet"), &json!("ok")),
+            (&json!("review"), &json!("ok")),
+            (&json!("review"), &json!("error"))
+        ]
+    );
 }
 
 #[test]
