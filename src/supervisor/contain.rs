@@ -59,6 +59,10 @@ const MAX_WATCHDOG_LINE: usize = 128;
 const MAX_KILL_ROUNDS: usize = 16;
 /// Pause between looks at whether stopped groups are gone.
 const POLL: Duration = Duration::from_millis(20);
+/// Longest wait, after SIGKILL, for the killed members to be gone (the
+/// kernel delivers the signal asynchronously), so a reap returns only once
+/// what it stopped has stopped.
+const KILL_WAIT: Duration = Duration::from_secs(1);
 /// How long a supervisor waits for its watchdog to exit after closing the pipe.
 const WATCHDOG_EXIT_WAIT: Duration = Duration::from_secs(1);
 
@@ -216,6 +220,10 @@ pub fn reap(groups: &[GroupRecord], grace: Duration) -> usize {
         if signal_groups(groups, Signal::SIGKILL) == 0 {
             break;
         }
+    }
+    let deadline = Instant::now() + KILL_WAIT;
+    while !all_gone() && Instant::now() < deadline {
+        std::thread::sleep(POLL);
     }
     found
 }
