@@ -69,16 +69,24 @@ fn bad_server(tool_timeout_ms: u64) -> String {
 /// Run the client's `steps` against `npc mcp serve` on stdio in `dir`; one
 /// JSON value per step.
 pub(crate) fn stdio_session(dir: &TempDir, steps: Value) -> Vec<Value> {
-    let npc = npc_path().display().to_string();
-    let client = repo_root().join("fixtures/mcp/client.py");
+    stdio_session_in(dir.path(), steps)
+}
+
+/// [`stdio_session`] in the repository at `root`.
+pub(crate) fn stdio_session_in(root: &std::path::Path, steps: Value) -> Vec<Value> {
     let out = assert_cmd::Command::new("python3")
-        .arg(client)
+        .arg(repo_root().join("fixtures/mcp/client.py"))
         .arg(steps.to_string())
-        .args(["--", &npc, "mcp", "serve"])
-        .current_dir(dir.path())
+        .args(["--", &npc_path().display().to_string(), "mcp", "serve"])
+        .current_dir(root)
         .timeout(CLIENT_LIMIT)
         .output()
         .unwrap();
+    client_answers(&out)
+}
+
+/// The answers (one JSON line a step) of a client run that must succeed.
+pub(crate) fn client_answers(out: &std::process::Output) -> Vec<Value> {
     assert!(
         out.status.success(),
         "client failed: {}\nstdout: {}\nstderr: {}",
@@ -86,8 +94,7 @@ pub(crate) fn stdio_session(dir: &TempDir, steps: Value) -> Vec<Value> {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout)
-        .unwrap()
+    String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
@@ -417,9 +424,18 @@ fn recorded_calls_redact_secret_and_sensitive_arguments() {
 
 /// `npc mcp serve --http 127.0.0.1:0` in `dir`, and the URL it listens on.
 pub(crate) fn spawn_http_gateway(dir: &TempDir) -> (std::process::Child, String) {
+    spawn_http_gateway_in(dir.path(), &[])
+}
+
+/// [`spawn_http_gateway`] in the repository at `root`, with `env` set.
+pub(crate) fn spawn_http_gateway_in(
+    root: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (std::process::Child, String) {
     let mut gateway = Command::new(npc_path())
         .args(["mcp", "serve", "--http", "127.0.0.1:0"])
-        .current_dir(dir.path())
+        .envs(env.iter().copied())
+        .current_dir(root)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

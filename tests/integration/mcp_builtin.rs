@@ -75,19 +75,7 @@ fn session(repo: &Repo, env: Env<'_>, steps: Value) -> Vec<Value> {
             None => cmd.env_remove(k),
         };
     }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "client failed: {}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    crate::mcp::client_answers(&cmd.output().unwrap())
 }
 
 fn call(name: &str, arguments: Value) -> Value {

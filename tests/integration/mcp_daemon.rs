@@ -83,32 +83,9 @@ fn call(name: &str) -> Value {
     json!(["call", name, {}])
 }
 
-fn parse_lines(out: &[u8]) -> Vec<Value> {
-    String::from_utf8_lossy(out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-/// Run the client's `steps` against `npc mcp serve` (stdio) in `dir`.
-fn stdio_session(dir: &Path, steps: Value) -> Vec<Value> {
-    let out = assert_cmd::Command::new("python3")
-        .arg(repo_root().join("fixtures/mcp/client.py"))
-        .arg(steps.to_string())
-        .args(["--", &npc_path().display().to_string(), "mcp", "serve"])
-        .current_dir(dir)
-        .timeout(CLIENT_LIMIT)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "client failed: {}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    parse_lines(&out.stdout)
-}
+use crate::mcp::{
+    client_answers, spawn_http_gateway_in as spawn_http, stdio_session_in as stdio_session,
+};
 
 /// A client session running in the background; its answers arrive line by line.
 struct LiveSession {
@@ -352,32 +329,6 @@ fn a_supervisor_restart_reconnects_the_session() {
     assert_eq!(got[0]["text"], restarted.to_string());
 }
 
-/// `npc mcp serve --http 127.0.0.1:0` in `dir` (with `env`), and its URL.
-fn spawn_http(dir: &Path, env: &[(&str, &str)]) -> (Child, String) {
-    let mut gateway = Command::new(npc_path())
-        .args(["mcp", "serve", "--http", "127.0.0.1:0"])
-        .envs(env.iter().copied())
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stderr = gateway.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let url = wait_for("the gateway's listening line", || {
-        rx.try_recv()
-            .ok()
-            .and_then(|l| l.split("listening on ").nth(1).map(str::to_string))
-    });
-    (gateway, url)
-}
-
 #[test]
 fn the_http_front_relays_each_session_to_the_daemons_pool() {
     if !python_sdk() {
@@ -401,12 +352,7 @@ fn the_http_front_relays_each_session_to_the_daemons_pool() {
         .timeout(CLIENT_LIMIT)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got = parse_lines(&out.stdout);
+    let got = client_answers(&out);
     assert_eq!(got[0]["text"], pid.to_string());
     assert_eq!(
         got[2],
