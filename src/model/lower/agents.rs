@@ -1,0 +1,198 @@
+//! Lowering of Agent providers, prompt templates and profiles (`[providers.*]`, `[prompts.*]`, `[profiles.*]`).
+
+use super::*;
+
+impl Lower<'_> {
+    pub(super) fn provider(
+        &mut self,
+        Spanned { value: p, .. }: Spanned<RawProvider>,
+    ) -> Option<Provider> {
+        let Some(kind) = ProviderKind::parse(&p.kind) else {
+            let hint = suggest(&p.kind, &ProviderKind::NAMES);
+            self.error(
+                &p.kind.span,
+                format!("unknown provider kind `{}`", clip(&p.kind.value)),
+                hint,
+            );
+            return None;
+        };
+        let command = match p.command {
+            Some(c) => c,
+            None => Spanned {
+                span: p.kind.span.clone(),
+                value: kind.default_command().to_string(),
+            },
+        };
+        self.command(&command);
+        self.exec_limits(&command, &p.args, &p.env);
+        let command = command.value;
+        if let Some(req) = &p.version
+            && let Err(e) = semver::VersionReq::parse(req)
+        {
+            self.error(
+                &req.span,
+                format!("`{}` is not a version requirement: {e}", clip(&req.value)),
+                "write a semver requirement such as `>=2.0` or `^1.4, <2`",
+            );
+        }
+        Some(Provider {
+            kind,
+            command,
+            args: p.args.into_iter().map(|a| a.value).collect(),
+            env: self.env_map(p.env),
+            version: p.version.map(|v| v.value),
+        })
+    }
+
+    pub(super) fn prompt(
+        &mut self,
+        name: &Spanned<String>,
+        Spanned { value: p, span }: Spanned<RawPrompt>,
+    ) -> Option<Prompt> {
+        let mut variables = BTreeMap::new();
+        for (var, entry) in p.variables {
+            if !is_env_name(&var) {
+                self.error(&var.span, format!("`{}` is not a valid variable name", clip(&var.value)), "variable names are letters, digits and `_`, usable as `vars.NAME` in the template");
+            }
+            if let Entry(Some(v)) = entry {
+                variables.insert(
+                    var.value,
+                    Variable {
+                        description: v.value.description,
+                        default: v.value.default.map(|d| d.value),
+                    },
+                );
+            }
+        }
+        let (source, template, template_file) = match (p.template, p.file) {
+            (Some(_), Some(file)) => {
+                self.error(
+                    &file.span,
+                    format!(
+                        "prompt `{}` has both `template` and `file`",
+                        clip(&name.value)
+                    ),
+                    "keep one: inline `template` or a `file` to read it from",
+                );
+                return None;
+            }
+            (None, None) => {
+                self.error(
+                    &span,
+                    format!(
+                        "prompt `{}` has neither `template` nor `file`",
+                        clip(&name.value)
+                    ),
+                    "add `template = \"…\"` or `file = \"prompts/NAME.md.j2\"`",
+                );
+                return None;
+            }
+            (Some(text), None) => {
+                let located = template::TemplateSource::inline(self.file, &text.span, &text.value);
+                (PromptSource::Inline, text.value, located)
+            }
+            (None, Some(path)) => {
+                if !self.relative_path(&path.span, &path.value, "the prompt `file`") {
+                    return None;
+                }
+                match self.files.read_to_string(Path::new(&path.value)) {
+                    Ok(text) if text.len() > MAX_TEMPLATE_BYTES => {
+                        self.error(
+                            &path.span,
+                            format!(
+                                "prompt file `{}` is larger than {MAX_TEMPLATE_BYTES} bytes",
+                                path.value
+                            ),
+                            "split the template, or move data out of it",
+                        );
+                        return None;
+                    }
+                    Ok(text) => {
+                        // Name the file as the manifest is named (relative to
+                        // the same directory), so the location can be opened.
+                        let shown = Path::new(self.file.name())
+                            .parent()
+                            .unwrap_or(Path::new(""))
+                            .join(&path.value);
+                        let located =
+                            template::TemplateSource::file(&shown.to_string_lossy(), &text);
+                        (PromptSource::File { path: path.value }, text, located)
+                    }
+                    Err(e) => {
+                        let why = io_reason(&e);
+                        self.error(&path.span, format!("prompt file `{}` {why}", clip(&path.value)), "create the file, or fix the path (relative to the manifest's directory)");
+                        return None;
+                    }
+                }
+            }
+        };
+        let declared: BTreeSet<&str> = variables.keys().map(String::as_str).collect();
+        let env = self.templates.get_or_insert_with(template::environment);
+        let found = template::check(
+            env,
+            name,
+            &template,
+            &template_file,
+            &declared,
+            &mut self.probe_fuel,
+        );
+        self.diags.extend(found);
+        Some(Prompt {
+            source,
+            template,
+            variables,
+        })
+    }
+
+    pub(super) fn profile(
+        &mut self,
+        Spanned { value: p, .. }: Spanned<RawProfile>,
+    ) -> Option<Profile> {
+        self.reference(&p.provider, "provider", "providers");
+        if let Some(prompt) = &p.prompt {
+            self.reference(prompt, "prompt", "prompts");
+        }
+        for server in &p.mcp_servers {
+            self.reference(server, "MCP server", "mcp.servers");
+        }
+        if p.description.trim().is_empty() {
+            self.error(
+                &p.description.span,
+                "profile `description` is empty",
+                "say in a sentence what the agent is for; the profile format requires it",
+            );
+        }
+        for pattern in p.allowed_tools.iter().chain(&p.denied_tools) {
+            if pattern.trim().is_empty() {
+                self.error(
+                    &pattern.span,
+                    "empty tool pattern",
+                    "remove it, or write a pattern such as `mcp__fs__*`",
+                );
+            }
+        }
+        let mut frontmatter = BTreeMap::new();
+        for (key, value) in p.frontmatter {
+            if PROFILE_OWN_KEYS.contains(&key.as_str()) {
+                self.error(
+                    &key.span,
+                    format!("frontmatter key `{}` is set by npc", clip(&key.value)),
+                    "set it with the profile field of the same meaning instead",
+                );
+            } else {
+                frontmatter.insert(key.value, value);
+            }
+        }
+        Some(Profile {
+            provider: p.provider.value,
+            description: p.description.value,
+            prompt: p.prompt.map(|v| v.value),
+            mcp_servers: p.mcp_servers.into_iter().map(|v| v.value).collect(),
+            allowed_tools: p.allowed_tools.into_iter().map(|v| v.value).collect(),
+            denied_tools: p.denied_tools.into_iter().map(|v| v.value).collect(),
+            model: p.model.map(|v| v.value),
+            skills: p.skills.into_iter().map(|v| v.value).collect(),
+            frontmatter: Frontmatter(frontmatter),
+        })
+    }
+}

@@ -1,0 +1,285 @@
+//! Lowering of Triggers and their actions (`[triggers.*]`).
+
+use super::*;
+
+impl Lower<'_> {
+    pub(super) fn trigger(
+        &mut self,
+        Spanned { value: t, span }: Spanned<RawTrigger>,
+        m: &Manifest,
+        routes: &mut HashMap<String, Span>,
+    ) -> Option<Trigger> {
+        const KINDS: [&str; 3] = ["cron", "webhook", "file_watch"];
+        let kind = t.kind.as_str();
+        let fields: [(&str, bool, &[&str]); 6] = [
+            ("schedule", t.schedule.is_some(), &["cron"]),
+            ("timezone", t.timezone.is_some(), &["cron"]),
+            ("route", t.route.is_some(), &["webhook"]),
+            ("secret_env", t.secret_env.is_some(), &["webhook"]),
+            ("paths", !t.paths.is_empty(), &["file_watch"]),
+            ("debounce_ms", t.debounce_ms.is_some(), &["file_watch"]),
+        ];
+        if KINDS.contains(&kind) {
+            for (field, present, kinds) in fields {
+                if present && !kinds.contains(&kind) {
+                    self.error(
+                        &t.kind.span,
+                        format!("`{field}` does not apply to a `{kind}` trigger"),
+                        format!("`{field}` belongs to `{}` triggers; remove it", kinds[0]),
+                    );
+                }
+            }
+        }
+        let source = match kind {
+            "cron" => {
+                let Some(expr) = &t.schedule else {
+                    self.error(&span, "a `cron` trigger needs a `schedule`", "add `schedule = \"0 3 * * *\"` (crontab) or `schedule = \"15m\"` (an interval)");
+                    return None;
+                };
+                let schedule = match expr.parse::<Schedule>() {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        self.error(&expr.span, format!("invalid schedule `{}`: {e}", clip(&expr.value)), "write 5 crontab fields (minute hour day-of-month month day-of-week), a macro such as `@daily`, or an interval such as `15m`");
+                        None
+                    }
+                };
+                let timezone = match &t.timezone {
+                    Some(tz) if tz.parse::<chrono_tz::Tz>().is_err() => {
+                        let hint =
+                            match did_you_mean(tz, chrono_tz::TZ_VARIANTS.iter().map(|z| z.name()))
+                            {
+                                Some(best) => format!("did you mean `{best}`?"),
+                                None => {
+                                    "use an IANA time zone name such as `UTC` or `Europe/Berlin`"
+                                        .to_string()
+                                }
+                            };
+                        self.error(
+                            &tz.span,
+                            format!("unknown time zone `{}`", clip(&tz.value)),
+                            hint,
+                        );
+                        "UTC".to_string()
+                    }
+                    Some(tz) => tz.value.clone(),
+                    None => "UTC".to_string(),
+                };
+                if !t.events.is_empty() {
+                    self.error(
+                        &t.events[0].span,
+                        "`events` does not apply to a `cron` trigger",
+                        "remove it",
+                    );
+                }
+                TriggerSource::Cron {
+                    schedule: schedule?,
+                    timezone,
+                }
+            }
+            "webhook" => {
+                let Some(route) = &t.route else {
+                    self.error(
+                        &span,
+                        "a `webhook` trigger needs a `route`",
+                        "add `route = \"github\"`; requests then arrive at `POST /webhooks/github`",
+                    );
+                    return None;
+                };
+                let valid =
+                    !route.is_empty() && route.split('/').all(is_name) && !route.starts_with('/');
+                if !valid {
+                    self.error(&route.span, format!("invalid webhook route `{}`", clip(&route.value)), "routes are `/`-separated names of lowercase letters, digits, `_` and `-`, such as `github/push`");
+                } else if let Some(first) = routes.get(&route.value) {
+                    let line = self.file.position(first.start).line;
+                    self.error(&route.span, format!("duplicate webhook route `{}`", clip(&route.value)), format!("another trigger already uses it on line {line}; each route has one trigger"));
+                } else {
+                    routes.insert(route.value.clone(), route.span.clone());
+                }
+                let secret_env = t
+                    .secret_env
+                    .as_ref()
+                    .and_then(|s| self.env_var_name(s, "`secret_env`"));
+                if t.secret_env.is_none() {
+                    self.warning(&route.span, format!("webhook route `{}` has no `secret_env`", clip(&route.value)), "without a secret, any local process can fire it; set `secret_env` to verify signatures");
+                }
+                TriggerSource::Webhook {
+                    route: route.value.clone(),
+                    secret_env,
+                    events: t.events.iter().map(|e| e.value.clone()).collect(),
+                }
+            }
+            "file_watch" => {
+                if t.paths.is_empty() {
+                    self.error(
+                        &span,
+                        "a `file_watch` trigger needs `paths`",
+                        "add `paths = [\"src/**/*.rs\"]`",
+                    );
+                }
+                for path in &t.paths {
+                    if self.relative_path(&path.span, &path.value, "a watched path")
+                        && let Err(e) = globset::Glob::new(path)
+                    {
+                        self.error(&path.span, format!("invalid glob `{}`: {}", path.value, e.kind()), "fix the pattern; `*` matches within a directory and `**` across directories");
+                    }
+                }
+                let mut events = Vec::new();
+                for event in &t.events {
+                    match FileEvent::parse(event) {
+                        Some(e) => events.push(e),
+                        None => {
+                            let hint = suggest(event, &FileEvent::NAMES);
+                            self.error(
+                                &event.span,
+                                format!("unknown file event `{}`", clip(&event.value)),
+                                hint,
+                            );
+                        }
+                    }
+                }
+                if t.events.is_empty() {
+                    events = FileEvent::ALL.to_vec();
+                }
+                events.sort();
+                events.dedup();
+                let debounce_ms = match &t.debounce_ms {
+                    Some(d) if !(0..=MAX_DEBOUNCE_MS as i64).contains(&d.value) => {
+                        self.error(
+                            &d.span,
+                            format!("`debounce_ms` `{}` is out of range", d.value),
+                            format!("use 0 to {MAX_DEBOUNCE_MS} milliseconds"),
+                        );
+                        DEFAULT_DEBOUNCE_MS
+                    }
+                    Some(d) => d.value as u64,
+                    None => DEFAULT_DEBOUNCE_MS,
+                };
+                TriggerSource::FileWatch {
+                    paths: t.paths.iter().map(|p| p.value.clone()).collect(),
+                    events,
+                    debounce_ms,
+                }
+            }
+            other => {
+                let hint = suggest(other, &KINDS);
+                self.error(
+                    &t.kind.span,
+                    format!("unknown trigger kind `{}`", clip(other)),
+                    hint,
+                );
+                return None;
+            }
+        };
+        let action = self.action(t.action, m)?;
+        Some(Trigger {
+            enabled: t.enabled.unwrap_or(true),
+            source,
+            action,
+        })
+    }
+
+    pub(super) fn action(
+        &mut self,
+        Spanned { value: a, span }: Spanned<RawAction>,
+        m: &Manifest,
+    ) -> Option<Action> {
+        match (a.profile, a.command) {
+            (Some(_), Some(command)) => {
+                self.error(
+                    &command.span,
+                    "an action runs a `profile` or a `command`, not both",
+                    "split it into two triggers, or remove one",
+                );
+                None
+            }
+            (None, None) => {
+                self.error(&span, "the action has neither `profile` nor `command`", "add `profile = \"NAME\"` to run an agent, or `command = \"…\"` to run a program");
+                None
+            }
+            (Some(profile), None) => {
+                for (what, present) in [
+                    ("args", !a.args.is_empty()),
+                    ("env", !a.env.is_empty()),
+                    ("cwd", a.cwd.is_some()),
+                ] {
+                    if present {
+                        self.error(
+                            &profile.span,
+                            format!("`{what}` applies to `command` actions, not `profile` actions"),
+                            format!("remove `{what}`, or pass values through `vars`"),
+                        );
+                    }
+                }
+                self.reference(&profile, "profile", "profiles");
+                if let Some(prompt) = &a.prompt {
+                    if let (true, Some(declared)) = (
+                        self.reference(prompt, "prompt", "prompts"),
+                        m.prompts.get(&prompt.value),
+                    ) {
+                        let declared = &declared.variables;
+                        for (var, _) in &a.vars {
+                            if !declared.contains_key(&var.value) {
+                                let hint =
+                                    match did_you_mean(var, declared.keys().map(String::as_str)) {
+                                        Some(best) => format!("did you mean `{best}`?"),
+                                        None => format!(
+                                            "declare it under `[prompts.{}.variables]`",
+                                            prompt.value
+                                        ),
+                                    };
+                                self.error(
+                                    &var.span,
+                                    format!(
+                                        "prompt `{}` has no variable `{}`",
+                                        prompt.value, var.value
+                                    ),
+                                    hint,
+                                );
+                            }
+                        }
+                        for (name, var) in declared {
+                            if var.default.is_none() && !a.vars.keys().any(|k| k.value == *name) {
+                                self.error(&prompt.span, format!("prompt `{}` needs variable `{name}`", clip(&prompt.value)), format!("add `vars = {{ {name} = \"…\" }}` to the action, or give the variable a default"));
+                            }
+                        }
+                    }
+                } else if !a.vars.is_empty() {
+                    self.error(
+                        &profile.span,
+                        "`vars` without a `prompt`",
+                        "name the prompt the variables are for with `prompt = \"NAME\"`",
+                    );
+                }
+                let vars = a
+                    .vars
+                    .into_iter()
+                    .map(|(k, v)| (k.value, v.value))
+                    .collect();
+                Some(Action::RunProfile {
+                    profile: profile.value,
+                    prompt: a.prompt.map(|p| p.value),
+                    vars,
+                })
+            }
+            (None, Some(command)) => {
+                if let Some(prompt) = &a.prompt {
+                    self.error(
+                        &prompt.span,
+                        "`prompt` applies to `profile` actions, not `command` actions",
+                        "remove `prompt`",
+                    );
+                }
+                if let Some((var, _)) = a.vars.first() {
+                    self.error(
+                        &var.span,
+                        "`vars` applies to `profile` actions, not `command` actions",
+                        "pass values through `args` or `env`",
+                    );
+                }
+                Some(Action::RunCommand(
+                    self.command_spec(command, a.args, a.env, a.cwd),
+                ))
+            }
+        }
+    }
+}
