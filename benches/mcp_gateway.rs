@@ -1,7 +1,8 @@
 //! The MCP gateway's cost, measured in one run against its same-run
 //! baseline: `tools/call` of server-everything's `echo` directly (client →
 //! server-everything) and through `npc mcp serve` (client → gateway →
-//! server-everything), over stdio and over streamable HTTP. Prints p50/p99
+//! server-everything), over stdio and over streamable HTTP, the two paths'
+//! sequential calls alternating so both see the same load. Prints p50/p99
 //! per call, the added latency, and calls/s with 1 and [`CONCURRENT`]
 //! concurrent callers (stdio: callers sharing the one session a stdio
 //! server has; HTTP: one session each). Then the gateway's start-up to
@@ -101,18 +102,25 @@ async fn call(client: &Client, tool: &str) {
     assert_ne!(result.is_error, Some(true), "{result:?}");
 }
 
-/// Per-call latencies of [`CALLS`] sequential calls, sorted.
-async fn sequential(client: &Client, tool: &str) -> Vec<Duration> {
+/// Per-call latencies of [`CALLS`] sequential calls on each path, sorted,
+/// the two paths alternating call by call so that both see the same
+/// machine (a load spike costs both, not one).
+async fn sequential(direct: (&Client, &str), gateway: (&Client, &str)) -> [Vec<Duration>; 2] {
     for _ in 0..WARMUP {
-        call(client, tool).await;
+        call(direct.0, direct.1).await;
+        call(gateway.0, gateway.1).await;
     }
-    let mut times = Vec::with_capacity(CALLS);
+    let mut times = [Vec::with_capacity(CALLS), Vec::with_capacity(CALLS)];
     for _ in 0..CALLS {
-        let t = Instant::now();
-        call(client, tool).await;
-        times.push(t.elapsed());
+        for (path, (client, tool)) in [direct, gateway].into_iter().enumerate() {
+            let t = Instant::now();
+            call(client, tool).await;
+            times[path].push(t.elapsed());
+        }
     }
-    times.sort();
+    for path in &mut times {
+        path.sort();
+    }
     times
 }
 
@@ -148,11 +156,23 @@ struct Measured {
     many: f64,
 }
 
-async fn measure(clients: Vec<Arc<Client>>, tool: &str) -> Measured {
-    let seq = sequential(&clients[0], tool).await;
-    let one = throughput(&clients[..1], tool).await;
-    let many = throughput(&clients, tool).await;
-    Measured { seq, one, many }
+/// Both paths: sequential latencies (interleaved), then calls/s with one
+/// and with every caller, path after path.
+async fn measure(
+    direct: (Vec<Arc<Client>>, &str),
+    gateway: (Vec<Arc<Client>>, &str),
+) -> [Measured; 2] {
+    let [direct_seq, gateway_seq] =
+        sequential((&direct.0[0], direct.1), (&gateway.0[0], gateway.1)).await;
+    let mut out = Vec::new();
+    for ((clients, tool), seq) in [(direct, direct_seq), (gateway, gateway_seq)] {
+        let one = throughput(&clients[..1], tool).await;
+        let many = throughput(&clients, tool).await;
+        out.push(Measured { seq, one, many });
+    }
+    let gateway = out.pop().expect("two paths");
+    let direct = out.pop().expect("two paths");
+    [direct, gateway]
 }
 
 fn report(transport: &str, direct: &Measured, gateway: &Measured) {
@@ -205,11 +225,14 @@ async fn stdio_paths() {
         (out, child)
     };
     let (direct_clients, _direct) = clients(CONCURRENT).await;
-    let direct = measure(direct_clients, "echo").await;
     let dir = repo("version = 1\n[mcp.servers.everything]\ncommand = \"mcp-server-everything\"\n");
     let (client, _gateway) = stdio_client(gateway_command(dir.path(), None)).await;
     let client = Arc::new(client);
-    let gateway = measure(vec![client; CONCURRENT], "everything__echo").await;
+    let [direct, gateway] = measure(
+        (direct_clients, "echo"),
+        (vec![client; CONCURRENT], "everything__echo"),
+    )
+    .await;
     report("stdio", &direct, &gateway);
 }
 
@@ -255,7 +278,6 @@ async fn http_paths() {
     for _ in 0..CONCURRENT {
         direct_clients.push(Arc::new(http_client(&url).await));
     }
-    let direct = measure(direct_clients, "echo").await;
     let dir = repo(&format!(
         "version = 1\n[mcp.servers.everything]\nurl = \"{url}\"\n"
     ));
@@ -271,7 +293,7 @@ async fn http_paths() {
     for _ in 0..CONCURRENT {
         clients.push(Arc::new(http_client(&gateway_url).await));
     }
-    let through = measure(clients, "everything__echo").await;
+    let [direct, through] = measure((direct_clients, "echo"), (clients, "everything__echo")).await;
     report("http", &direct, &through);
 }
 

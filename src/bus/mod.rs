@@ -230,6 +230,35 @@ impl EventBus {
         }
     }
 
+    /// Publish `event` without waiting for it to be durable: it is queued
+    /// now, in order with every other publish, and the writer persists and
+    /// fans it out (a failure is logged there). The future waits only while
+    /// [`MAX_PENDING_PUBLISHES`] events are in flight, so a flood of
+    /// publishers is held back rather than buffered. For hot paths whose
+    /// answer must not wait for a commit (the MCP gateway's tool calls);
+    /// [`Store::flush`](crate::store::Store::flush) orders a later read after it.
+    pub async fn publish_detached(&self, event: NewEvent) -> Result<(), BusError> {
+        let encoded = self.encode(event)?;
+        let inner = &self.inner;
+        let permit = match Arc::clone(&inner.pending).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                let permit = Arc::clone(&inner.pending)
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| BusError::Closed)?;
+                if inner.closed.load(Ordering::Acquire) {
+                    return Err(BusError::Closed);
+                }
+                permit
+            }
+        };
+        // Nobody awaits the answer: the writer's outcome is only logged.
+        let (reply, _) = oneshot::channel();
+        submit(&inner.shared, encoded, permit, reply);
+        Ok(())
+    }
+
     /// Validate, scrub, serialize and (when oversize) truncate an event for the store.
     fn encode(&self, mut event: NewEvent) -> Result<EncodedEvent, BusError> {
         if self.inner.closed.load(Ordering::Acquire) {

@@ -202,7 +202,7 @@ async fn terminated() -> anyhow::Result<()> {
 }
 
 async fn serve_stdio(gateway: Gateway) -> anyhow::Result<Exit> {
-    let service = match gateway.serve(rmcp::transport::stdio()).await {
+    let service = match gateway.serve(crate::surfaces::stdio::std_streams()).await {
         Ok(service) => service,
         // The client left before initializing: nothing went wrong here.
         Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(Exit::Ok),
@@ -259,13 +259,12 @@ async fn front_stdio(socket: &std::path::Path, pid: u32) -> anyhow::Result<Exit>
     tracing::info!("fronting the daemon's pool (pid {pid})");
     // When the client closes stdin, the daemon ends the session and then
     // its side of the connection, which ends `down`.
+    let (mut stdin, mut stdout) = crate::surfaces::stdio::std_streams();
     let up = tokio::spawn(async move {
-        let mut stdin = tokio::io::stdin();
         let _ = tokio::io::copy(&mut stdin, &mut to_daemon).await;
         let _ = to_daemon.shutdown().await;
     });
     let down = async {
-        let mut stdout = tokio::io::stdout();
         let _ = tokio::io::copy(&mut from_daemon, &mut stdout).await;
         let _ = stdout.flush().await;
     };

@@ -3,7 +3,8 @@
 //! continue, rewrite the arguments, or deny), dispatch to the pool, run the
 //! stages' `after` (each may replace the result), then record the call as an
 //! `mcp.tool_call` event (tool, server, duration, outcome, arguments with
-//! sensitive ones redacted). Nothing here fails the connection: every
+//! sensitive ones redacted; queued in order, not awaited, so the answer
+//! never waits for a commit). Nothing here fails the connection: every
 //! problem becomes an `isError: true` result with a message saying what
 //! happened and what to do. The hooks runner plugs in as a stage.
 
@@ -260,6 +261,11 @@ impl CallPath {
             }
             // A built-in's name never resolves to an upstream (no `__`).
             None if builtins.contains(&call.name) => {
+                // Tool-call events are written behind the answers; a
+                // built-in (`npc_events`, the memory tools) sees them all.
+                if let Some(bus) = &self.bus {
+                    let _ = bus.store().flush().await;
+                }
                 match builtins.call(&call.tool, call.arguments.clone()).await {
                     Ok(result) => (result, Outcome::Ok, None),
                     Err(e) => {
@@ -339,7 +345,9 @@ impl CallPath {
         {
             event = event.for_component(ComponentId::new(Kind::McpServer, server).to_string());
         }
-        if let Err(e) = bus.publish(event).await {
+        // Queued in order but not awaited: the answer does not wait for the
+        // commit (a built-in reading the log flushes first, see `call`).
+        if let Err(e) = bus.publish_detached(event).await {
             tracing::warn!(error = %e, "mcp: recording a tool call failed");
         }
     }

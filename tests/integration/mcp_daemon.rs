@@ -296,11 +296,15 @@ fn the_front_uses_the_daemons_process_and_the_daemon_records_each_call() {
     );
     assert_eq!(got[1]["text"], pid.to_string(), "no second copy of `a`");
     assert_eq!(got[2]["is_error"], true);
-    let calls: Vec<Value> = d
-        .events()
-        .into_iter()
-        .filter(|e| e["kind"] == "mcp.tool_call")
-        .collect();
+    // Tool-call events are written behind the answers: wait for both.
+    let calls: Vec<Value> = wait_for("both tool-call events", || {
+        let calls: Vec<Value> = d
+            .events()
+            .into_iter()
+            .filter(|e| e["kind"] == "mcp.tool_call")
+            .collect();
+        (calls.len() >= 2).then_some(calls)
+    });
     assert_eq!(calls.len(), 2, "{calls:?}");
     assert_eq!(calls[0]["payload"]["server"], "a");
     assert_eq!(calls[0]["payload"]["outcome"], "ok");
@@ -365,11 +369,14 @@ fn the_http_front_relays_each_session_to_the_daemons_pool() {
             .unwrap()
             .contains(&json!("a__extra"))
     );
-    let recorded = d
-        .events()
-        .iter()
-        .filter(|e| e["kind"] == "mcp.tool_call")
-        .count();
+    let recorded = wait_for("the tool-call events", || {
+        let n = d
+            .events()
+            .iter()
+            .filter(|e| e["kind"] == "mcp.tool_call")
+            .count();
+        (n >= 2).then_some(n)
+    });
     assert_eq!(recorded, 2);
     stop_child(&mut gateway);
 }
@@ -765,11 +772,11 @@ fn the_daemons_gateway_serves_the_builtins_and_follows_the_manifests_prompts() {
     assert_eq!(session.next()["prompts_changed"], true);
     assert_eq!(session.next()["messages"][0], "goodbye team");
     session.finish();
-    let builtin_call = d
-        .events()
-        .into_iter()
-        .find(|e| e["kind"] == "mcp.tool_call" && e["payload"]["tool"] == "npc_status")
-        .expect("the daemon recorded the built-in call");
+    let builtin_call = wait_for("the daemon's record of the built-in call", || {
+        d.events()
+            .into_iter()
+            .find(|e| e["kind"] == "mcp.tool_call" && e["payload"]["tool"] == "npc_status")
+    });
     assert_eq!(builtin_call["payload"]["server"], "npc");
     let gets: Vec<Value> = d
         .events()
