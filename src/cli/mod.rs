@@ -10,6 +10,7 @@ mod output;
 
 mod import;
 mod init;
+mod man;
 mod mcp;
 mod reconcile;
 mod render;
@@ -73,8 +74,12 @@ enum Command {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
-    /// Print the manifest's JSON Schema
-    Schema,
+    /// Print the manifest's JSON Schema (or the REST API's OpenAPI document)
+    Schema {
+        /// Print the daemon API's OpenAPI 3.1 document instead
+        #[arg(long)]
+        openapi: bool,
+    },
     /// Write a commented starter npcagent.toml (never overwrites)
     Init {
         /// Directory to write into
@@ -87,6 +92,12 @@ enum Command {
     Run(run::RunArgs),
     /// Print shell completions
     Completions { shell: clap_complete::Shell },
+    /// Write the man pages (npc(1), one per subcommand, npcagent.toml(5)), or list them
+    Man {
+        /// Directory to write `man1/` and `man5/` into (e.g. ~/.local/share/man)
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Read an agent CLI's MCP config and print (or merge) the manifest entries
     Import {
         /// `.mcp.json`, `.codex/config.toml`, `.gemini/settings.json` or `opencode.json`
@@ -217,8 +228,13 @@ fn end_on_output_error(e: &output::OutputError) -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<Exit> {
     match cli.command {
         Command::Validate { path, format } => validate::run(path, format),
-        Command::Schema => {
+        Command::Schema { openapi: false } => {
             outln!("{}", schema_text())?;
+            Ok(Exit::Ok)
+        }
+        Command::Schema { openapi: true } => {
+            let doc = crate::surfaces::api::openapi::document();
+            outln!("{}", serde_json::to_string_pretty(&doc)?)?;
             Ok(Exit::Ok)
         }
         Command::Init { dir } => init::run(&dir),
@@ -271,6 +287,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             crate::supervisor::run_watchdog(std::io::stdin().lock(), &root, &ledger);
             Ok(Exit::Ok)
         }
+        Command::Man { out } => man::run(out.as_deref()),
         Command::Completions { shell } => {
             // Generated into memory: clap_complete panics on a failed write.
             let mut script = Vec::new();

@@ -443,7 +443,7 @@ pub fn daemon(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
         .log_internal_errors(false)
         .try_init();
     let rt = tokio()?;
-    let result = rt.block_on(runtime::daemon::run(&path, |paths, outcome| {
+    let result = rt.block_on(runtime::daemon::run(&path, |paths, outcome, api| {
         errln!(
             "npc daemon: pid {} watching {} (control socket {})",
             std::process::id(),
@@ -454,6 +454,9 @@ pub fn daemon(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
             "npc daemon: startup {}",
             serde_json::to_string(outcome).unwrap_or_default()
         );
+        if let Some(url) = api {
+            errln!("npc daemon: API {url}/api/v1/status");
+        }
     }));
     rt.shutdown_timeout(Duration::from_secs(5));
     match result {
@@ -474,10 +477,12 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
     let rt = tokio()?;
     let mut mcp_servers: Vec<serde_json::Value> = Vec::new();
     let mut gateway = MCP_GATEWAY_STANDALONE;
+    let mut api: Option<String> = None;
     let (components, source): (Vec<runtime::ComponentStatus>, String) = match daemon_socket(&paths)
     {
         Some((socket, pid)) => {
             let answer = rt.block_on(Client::call(&socket, &Request::Status))?;
+            api = answer["api"].as_str().map(str::to_string);
             if let Some(servers) = answer["mcp"]["servers"].as_array() {
                 gateway = MCP_GATEWAY_DAEMON;
                 mcp_servers = servers.clone();
@@ -529,12 +534,15 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
             outln!(
                 "{}",
                 serde_json::to_string_pretty(
-                    &serde_json::json!({ "source": source, "components": rows, "mcp": mcp })
+                    &serde_json::json!({ "source": source, "components": rows, "mcp": mcp, "api": api })
                 )?
             )?;
         }
         Format::Human => {
             outln!("{source}")?;
+            if let Some(url) = &api {
+                outln!("API {url}/api/v1")?;
+            }
             let states: Vec<String> = components
                 .iter()
                 .map(|c| Standing::of(c).map_or_else(|| c.state.clone(), |s| s.human().to_string()))

@@ -40,10 +40,11 @@ pub fn fill_closed_std_fds() {
 }
 
 /// Run the daemon for the manifest at `manifest` until a stop signal.
-/// `ready` is called once the first apply finished and the control socket is up.
+/// `ready` is called once the first apply finished and the control socket
+/// is up, with the REST API's URL when it listens.
 pub async fn run(
     manifest: &std::path::Path,
-    ready: impl FnOnce(&RepoPaths, &ReloadOutcome),
+    ready: impl FnOnce(&RepoPaths, &ReloadOutcome, Option<&str>),
 ) -> Result<(), RuntimeError> {
     let loaded = super::load_manifest(manifest)?;
     let Some(model) = loaded.manifest else {
@@ -98,7 +99,9 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     let bound = bound.with_mcp(mcp_upgrade(runtime.mcp().gateway()));
     let server = tokio::spawn(bound.serve(handler(runtime.clone()), stop_rx.clone()));
-    ready(&paths, &outcome);
+    let api_stop = tokio_util::sync::CancellationToken::new();
+    let api = super::api::start(&runtime, &model.daemon, api_stop.clone()).await;
+    ready(&paths, &outcome, api.as_deref());
 
     // After an operational failure the reload runs again by itself.
     let mut retry = Retry::after(&outcome);
@@ -136,6 +139,7 @@ pub async fn run(
         }
     }
     let _ = stop_tx.send(true);
+    api_stop.cancel();
     let _ = server.await;
     drop(watcher);
     runtime.shutdown().await;
@@ -212,8 +216,7 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
         Box::pin(async move {
             match request {
                 Request::Status => {
-                    let mcp = serde_json::json!({ "gateway": "daemon", "servers": runtime.mcp().pool().status() });
-                    let _ = tx.send(serde_json::json!({ "pid": std::process::id(), "components": runtime.status().await, "mcp": mcp })).await;
+                    let _ = tx.send(super::api::status_document(&runtime).await).await;
                 }
                 Request::State => {
                     let _ = tx

@@ -7,6 +7,7 @@
 //! or get replaced stop first (all at once, freeing their ports),
 //! then new and replaced ones start and live changes apply (start order).
 
+pub mod api;
 pub mod daemon;
 pub mod drivers;
 pub mod files;
@@ -512,6 +513,20 @@ pub enum ReloadOutcome {
     Applied { results: Vec<ComponentResult> },
 }
 
+/// What [`Runtime::preview`] found.
+#[derive(Debug)]
+pub enum Preview {
+    Plan(plan::Plan),
+    /// The manifest is invalid; the payload a `manifest.invalid` event would carry.
+    Invalid {
+        payload: serde_json::Value,
+    },
+    /// Loading failed for an operational reason.
+    Failed {
+        error: String,
+    },
+}
+
 /// What is applied now: typed configs in start order.
 #[derive(Debug, Default)]
 struct Applied {
@@ -536,6 +551,8 @@ pub struct Runtime {
     /// Signalled by every reload that fails for an operational reason, so
     /// the daemon retries reloads that a control request started too.
     failed: tokio::sync::Notify,
+    /// The REST API's base URL, once it listens.
+    api_url: std::sync::OnceLock<String>,
     _lock: RepoLock,
 }
 
@@ -575,6 +592,7 @@ impl Runtime {
             shut_down: std::sync::atomic::AtomicBool::new(false),
             written: Arc::default(),
             failed: tokio::sync::Notify::new(),
+            api_url: std::sync::OnceLock::new(),
             _lock: lock,
         });
         tokio::spawn(forward_supervisor_events(
@@ -595,6 +613,11 @@ impl Runtime {
 
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// The REST API's base URL, once it listens (see `api::start`).
+    pub fn api_url(&self) -> Option<&str> {
+        self.api_url.get().map(String::as_str)
     }
 
     /// The MCP driver, which owns the daemon's upstream pool and gateway.
@@ -695,6 +718,16 @@ impl Runtime {
         )
         .await;
         self.failed.notify_one();
+    }
+
+    /// What a reload would change now, computed like one (same loading,
+    /// same deadline) but applying nothing and emitting nothing.
+    pub async fn preview(&self) -> Preview {
+        match self.load().await {
+            Ok((_, desired)) => Preview::Plan(plan::plan(&desired, &self.observed().await)),
+            Err(LoadFailure::Operational(error)) => Preview::Failed { error },
+            Err(LoadFailure::Invalid { payload, .. }) => Preview::Invalid { payload },
+        }
     }
 
     /// Resolves after a reload failed for an operational reason.

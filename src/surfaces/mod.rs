@@ -4,6 +4,7 @@
 //! (`mcp_http`), plus the standard streams stdio protocols are spoken on
 //! (`stdio`); the REST API and webhooks join them later.
 
+pub mod api;
 pub mod control;
 pub mod mcp_http;
 pub mod stdio;

@@ -152,3 +152,18 @@ fn repofs_is_a_leaf() {
         found.join("\n")
     );
 }
+
+/// Architecture invariant: the REST API answers only through `ApiBackend`
+/// (the daemon's implementation is `runtime::api`).
+#[test]
+fn the_api_surface_never_reaches_into_the_runtime() {
+    let found = offenders(
+        "surfaces/api",
+        &["crate::runtime", "crate::supervisor", "crate::mcp"],
+    );
+    assert!(
+        found.is_empty(),
+        "src/surfaces/api must go through `ApiBackend`:\n{}",
+        found.join("\n")
+    );
+}

@@ -3,6 +3,7 @@
 //! capability has its own module.
 
 mod agents;
+mod api;
 mod architecture;
 mod daemon;
 mod hostile;

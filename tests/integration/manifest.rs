@@ -228,3 +228,40 @@ fn version_help_and_completions() {
     }
     npc().args(["completions", "tcsh-nope"]).assert().code(2);
 }
+
+#[test]
+fn committed_man_pages_are_the_generated_ones() {
+    let out = tempfile::tempdir().unwrap();
+    npc()
+        .args(["man", "--out"])
+        .arg(out.path())
+        .assert()
+        .success();
+    let list = |root: &std::path::Path| {
+        let mut files = Vec::new();
+        for section in ["man1", "man5"] {
+            for entry in std::fs::read_dir(root.join(section)).unwrap() {
+                files.push(format!(
+                    "{section}/{}",
+                    entry.unwrap().file_name().to_string_lossy()
+                ));
+            }
+        }
+        files.sort();
+        files
+    };
+    let committed = repo_root().join("man");
+    let stale = "man/ is stale: run `cargo run -- man --out man`";
+    assert_eq!(list(out.path()), list(&committed), "{stale}");
+    for file in list(&committed) {
+        assert_eq!(
+            std::fs::read_to_string(out.path().join(&file)).unwrap(),
+            std::fs::read_to_string(committed.join(&file)).unwrap(),
+            "{file}: {stale}"
+        );
+    }
+    let page = std::fs::read_to_string(committed.join("man5/npcagent.toml.5")).unwrap();
+    for section in ["mcp", "triggers", "panes", "daemon"] {
+        assert!(page.contains(&format!(".SS {section}\n")), "{section}");
+    }
+}

@@ -1,0 +1,507 @@
+//! The daemon's REST API (`daemon.listen`, 127.0.0.1:8766 by default): the
+//! same runtime the control socket and the MCP gateway see, over HTTP/JSON,
+//! plus the event log as a live Server-Sent Events stream that resumes from
+//! `Last-Event-ID` without a gap ([`events`]).
+//!
+//! Two layers of protection run before any handler: a trusted-host check
+//! (the `Host` header must name `localhost`, `127.0.0.1` or `[::1]`, which
+//! stops DNS-rebinding pages in a browser) and, when `daemon.token_env`
+//! names a set variable, `Authorization: Bearer <token>` compared in
+//! constant time. A non-loopback address is bound only with a token (the
+//! manifest's `allow_remote`), and then the host check gives way to it.
+//!
+//! The handlers know nothing of the runtime: they call an [`ApiBackend`]
+//! (the daemon's is `runtime::api`), so each endpoint is testable with
+//! `tower::ServiceExt::oneshot` against a fake. Every route is declared
+//! once in [`ROUTES`], which also generates the OpenAPI document
+//! ([`openapi`], kept in `schemas/openapi.json`). Errors are JSON
+//! `{"error": {"code", "message"}}` with a stable code; internal details go
+//! to the log, not to the client.
+
+pub mod events;
+pub mod openapi;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::mcp_http::{Access, bearer_matches};
+use crate::bus::EventBus;
+use crate::store::Store;
+
+/// Host names (without port) the trusted-host check accepts.
+pub const TRUSTED_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
+/// Largest request body any endpoint reads.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Events one page of `GET /api/v1/events` returns when `limit` is absent.
+pub const DEFAULT_EVENTS_LIMIT: usize = 100;
+/// Most events one page of `GET /api/v1/events` returns.
+pub const MAX_EVENTS_LIMIT: usize = 1000;
+/// Prefix of every API route.
+pub const API_PREFIX: &str = "/api/v1";
+
+/// A boxed future, for the object-safe backend.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What the API asks of the runtime.
+pub trait ApiBackend: Send + Sync + 'static {
+    /// Components, MCP servers and the daemon's pid, as `npc status --format json`.
+    fn status(&self) -> BoxFuture<'_, Value>;
+    /// What applying the manifest on disk would change, without applying it.
+    fn plan(&self) -> BoxFuture<'_, Answer>;
+    /// Load the manifest and apply it (`reason` is recorded with the reload).
+    fn apply(&self, reason: &'static str) -> BoxFuture<'_, Answer>;
+    /// The repository's event log.
+    fn store(&self) -> Arc<Store>;
+    /// The daemon's event bus (live events wake the streams).
+    fn bus(&self) -> EventBus;
+}
+
+/// A backend's answer: a document, or why there is none.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    Ok(Value),
+    /// The manifest on disk is invalid; the payload of its
+    /// `manifest.invalid` event (diagnostics with line:column).
+    Invalid(Value),
+    /// The change cannot be applied while the daemon runs.
+    Refused(Value),
+    /// An operational failure (retried by the daemon); the message is the
+    /// daemon's own, already fit for the user.
+    Failed(String),
+}
+
+/// An error answer: status, stable code, message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// The JSON body of every error.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ErrorDetail {
+    /// Stable, machine-readable: `unauthorized`, `untrusted_host`,
+    /// `not_found`, `bad_request`, `manifest_invalid`, `refused`,
+    /// `unavailable`, `internal`.
+    pub code: String,
+    pub message: String,
+    /// Structured detail where the code has some (the diagnostics of
+    /// `manifest_invalid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Value>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    /// An internal failure: logged in full, answered in general terms.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %detail, "api: internal error");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the daemon failed to answer; see its log",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({ "error": { "code": self.code, "message": self.message } });
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, "Bearer".parse().expect("static"));
+        }
+        response
+    }
+}
+
+/// An [`Answer`] as an HTTP response.
+fn respond(answer: Answer) -> Response {
+    match answer {
+        Answer::Ok(doc) => Json(doc).into_response(),
+        Answer::Invalid(detail) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({ "error": {
+                "code": "manifest_invalid",
+                "message": "the manifest is invalid; nothing was changed (see `detail`, or run `npc validate`)",
+                "detail": detail,
+            }})),
+        )
+            .into_response(),
+        Answer::Refused(detail) => (
+            StatusCode::CONFLICT,
+            Json(json!({ "error": {
+                "code": "refused",
+                "message": "the plan has changes the daemon cannot apply while it runs; nothing was changed (restart the daemon to apply them)",
+                "detail": detail,
+            }})),
+        )
+            .into_response(),
+        Answer::Failed(message) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message).into_response()
+        }
+    }
+}
+
+/// The router's state.
+#[derive(Clone)]
+pub struct ApiState {
+    backend: Arc<dyn ApiBackend>,
+    live: events::Live,
+}
+
+impl std::fmt::Debug for ApiState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiState").finish_non_exhaustive()
+    }
+}
+
+/// One route: method, path, summary, answer schema. The router and the
+/// OpenAPI document are both built from this table.
+#[derive(Debug, Clone, Copy)]
+pub struct Route {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub operation: &'static str,
+    pub summary: &'static str,
+    /// Query parameters: name, description.
+    pub query: &'static [(&'static str, &'static str)],
+    /// The success body: a JSON Schema generator, or `None` for an event stream.
+    pub answer: Option<fn() -> schemars::Schema>,
+}
+
+fn any_object() -> schemars::Schema {
+    schemars::json_schema!({ "type": "object" })
+}
+
+fn events_page_schema() -> schemars::Schema {
+    schemars::schema_for!(EventsPage)
+}
+
+/// Every route of the API.
+pub const ROUTES: [Route; 7] = [
+    Route {
+        method: "get",
+        path: "/api/v1/status",
+        operation: "getStatus",
+        summary: "Components (state, pid, restarts, since), MCP servers and the daemon's pid",
+        query: &[],
+        answer: Some(any_object),
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/plan",
+        operation: "getPlan",
+        summary: "What applying the manifest on disk would change (plan JSON format 1)",
+        query: &[],
+        answer: Some(any_object),
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/apply",
+        operation: "apply",
+        summary: "Load the manifest and apply it; per-component results",
+        query: &[],
+        answer: Some(any_object),
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/reload",
+        operation: "reload",
+        summary: "Reload the manifest now, as after a file change (same answer as apply)",
+        query: &[],
+        answer: Some(any_object),
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/events",
+        operation: "listEvents",
+        summary: "A page of the event log, oldest first, after an id",
+        query: &[
+            ("after", "Only events with an id above this (default 0)"),
+            ("limit", "Most events returned (default 100, at most 1000)"),
+            ("kind", "Only events of this kind"),
+        ],
+        answer: Some(events_page_schema),
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/events/stream",
+        operation: "streamEvents",
+        summary: "Live events as Server-Sent Events (`id` = event id, `event` = kind); resumes after `Last-Event-ID` or `after`",
+        query: &[(
+            "after",
+            "Resume after this id when no `Last-Event-ID` header is sent",
+        )],
+        answer: None,
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/openapi.json",
+        operation: "getOpenApi",
+        summary: "This API's OpenAPI 3.1 document",
+        query: &[],
+        answer: Some(any_object),
+    },
+];
+
+/// One page of events.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EventsPage {
+    pub events: Vec<Value>,
+    /// Pass as `after` for the next page.
+    pub next_after: i64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    after: Option<i64>,
+    limit: Option<usize>,
+    kind: Option<String>,
+}
+
+/// The API's router over `backend`, protected for `access`. `remote` says
+/// the listener is bound beyond loopback (then a token is required and
+/// the host check gives way to it).
+pub fn router(backend: Arc<dyn ApiBackend>, access: Access, remote: bool) -> Router {
+    let live = events::Live::start(backend.store(), backend.bus());
+    let state = ApiState { backend, live };
+    let api = Router::new()
+        .route("/api/v1/status", get(status))
+        .route("/api/v1/plan", get(plan))
+        .route("/api/v1/apply", post(apply))
+        .route("/api/v1/reload", post(reload))
+        .route("/api/v1/events", get(list_events))
+        .route("/api/v1/events/stream", get(events::stream))
+        .route("/api/v1/openapi.json", get(openapi_doc))
+        .fallback(not_found)
+        .with_state(state)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES));
+    let token: Option<Arc<str>> = match access {
+        Access::Token(t) => Some(t.into()),
+        Access::Loopback => None,
+    };
+    api.layer(axum::middleware::from_fn(
+        move |request: Request, next: Next| {
+            let token = token.clone();
+            async move {
+                if let Err(e) = guard(request.headers(), token.as_deref(), remote) {
+                    return e.into_response();
+                }
+                next.run(request).await
+            }
+        },
+    ))
+}
+
+/// The two layers: trusted host (unless remote), then the bearer token.
+fn guard(headers: &HeaderMap, token: Option<&str>, remote: bool) -> Result<(), ApiError> {
+    if !remote && !trusted_host(headers.get(header::HOST).map(|v| v.as_bytes())) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "untrusted_host",
+            "the `Host` header must be localhost, 127.0.0.1 or [::1]; open the API by one of those names",
+        ));
+    }
+    if let Some(token) = token {
+        let given = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+        if !bearer_matches(given, token) {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "this API needs `Authorization: Bearer <token>` (the token in the variable `daemon.token_env` names)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `host` (a `Host` header) names this machine.
+pub fn trusted_host(host: Option<&[u8]>) -> bool {
+    let Some(host) = host.and_then(|h| std::str::from_utf8(h).ok()) else {
+        return false;
+    };
+    let name = if host.starts_with('[') {
+        // `[::1]` or `[::1]:8766`
+        match host.find(']') {
+            Some(end) if host[end + 1..].is_empty() || host[end + 1..].starts_with(':') => {
+                &host[..=end]
+            }
+            _ => return false,
+        }
+    } else {
+        match host.split_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            Some(_) => return false,
+            None => host,
+        }
+    };
+    TRUSTED_HOSTS
+        .iter()
+        .any(|trusted| trusted.eq_ignore_ascii_case(name))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such endpoint; see /api/v1/openapi.json",
+    )
+}
+
+async fn status(State(state): State<ApiState>) -> Response {
+    Json(state.backend.status().await).into_response()
+}
+
+async fn plan(State(state): State<ApiState>) -> Response {
+    respond(state.backend.plan().await)
+}
+
+async fn apply(State(state): State<ApiState>) -> Response {
+    respond(state.backend.apply("api apply").await)
+}
+
+async fn reload(State(state): State<ApiState>) -> Response {
+    respond(state.backend.apply("api reload").await)
+}
+
+async fn openapi_doc() -> Json<Value> {
+    Json(openapi::document())
+}
+
+async fn list_events(
+    State(state): State<ApiState>,
+    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<EventsPage>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(format!("bad query: {e}")))?;
+    let limit = query.limit.unwrap_or(DEFAULT_EVENTS_LIMIT);
+    if limit == 0 || limit > MAX_EVENTS_LIMIT {
+        return Err(ApiError::bad_request(format!(
+            "`limit` must be between 1 and {MAX_EVENTS_LIMIT}"
+        )));
+    }
+    let after = query.after.unwrap_or(0).max(0);
+    let store = state.backend.store();
+    let kind = query.kind;
+    let page = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        let mut cursor = after;
+        // Filtering by kind may need several pages of the log; each is bounded.
+        while out.len() < limit {
+            let page = store.events_since(cursor, MAX_EVENTS_LIMIT)?;
+            let Some(last) = page.last() else { break };
+            cursor = last.id;
+            for event in page {
+                if kind.as_deref().is_none_or(|k| k == event.kind) {
+                    cursor = event.id;
+                    out.push(event);
+                    if out.len() == limit {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok::<_, crate::store::StoreError>((out, cursor))
+    })
+    .await
+    .map_err(ApiError::internal)?
+    .map_err(ApiError::internal)?;
+    let (events, next_after) = page;
+    Ok(Json(EventsPage {
+        events: events
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap_or_default())
+            .collect(),
+        next_after,
+    }))
+}
+
+/// A bound, not yet serving, API listener.
+#[derive(Debug)]
+pub struct ApiListener {
+    listener: tokio::net::TcpListener,
+    access: Access,
+}
+
+/// Why the API did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiBindError {
+    #[error(
+        "`{addr}` is not a loopback address; the API can run agents and change files, so serving it beyond this machine needs `daemon.allow_remote = true` and a token in the variable `daemon.token_env` names"
+    )]
+    NotLoopback { addr: SocketAddr },
+    #[error("cannot listen on `{addr}`: {source}; free the port or set another `daemon.listen`")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+impl ApiListener {
+    /// Bind `addr` for `access`: a non-loopback address only with a token.
+    pub async fn bind(addr: SocketAddr, access: Access) -> Result<Self, ApiBindError> {
+        if !addr.ip().is_loopback() && matches!(access, Access::Loopback) {
+            return Err(ApiBindError::NotLoopback { addr });
+        }
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| ApiBindError::Bind { addr, source })?;
+        Ok(Self { listener, access })
+    }
+
+    /// The address actually bound (port 0 picks a free one).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    /// Serve `backend` until `shutdown` is cancelled.
+    pub async fn serve(
+        self,
+        backend: Arc<dyn ApiBackend>,
+        shutdown: CancellationToken,
+    ) -> std::io::Result<()> {
+        let remote = self
+            .listener
+            .local_addr()
+            .is_ok_and(|a| !a.ip().is_loopback());
+        let router = router(backend, self.access, remote);
+        axum::serve(self.listener, router)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,301 @@
+//! The REST API end to end: a real `npc daemon` listening on loopback,
+//! spoken to over real TCP with hand-written HTTP/1.1 (so a test can send
+//! any `Host`), and its event stream resumed across reconnects.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::{Daemon, DaemonSetup, npc, repo_root};
+
+const LISTEN_ANY_PORT: &str = "version = 1\n[daemon]\nlisten = \"127.0.0.1:0\"\n";
+
+/// `host:port` of the daemon's API, from its `api.listening` event.
+fn api_addr(d: &Daemon) -> String {
+    let event = d.wait_event(0, "api.listening");
+    let url = event["payload"]["url"].as_str().unwrap().to_string();
+    url.strip_prefix("http://").unwrap().to_string()
+}
+
+struct Answer {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+/// One request; `headers` are extra lines. `Host` is 127.0.0.1 unless given.
+fn http(addr: &str, method: &str, path: &str, headers: &[&str]) -> Answer {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut request =
+        format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: 0\r\n");
+    if !headers
+        .iter()
+        .any(|h| h.to_ascii_lowercase().starts_with("host:"))
+    {
+        request.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for h in headers {
+        request.push_str(h);
+        request.push_str("\r\n");
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let raw = String::from_utf8_lossy(&raw).to_string();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Answer {
+        status,
+        head: head.to_string(),
+        body,
+    }
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = &rest[n + 2..];
+    }
+    out
+}
+
+#[test]
+fn status_plan_apply_and_events_answer_from_the_running_daemon() {
+    let d = Daemon::start(LISTEN_ANY_PORT);
+    let addr = api_addr(&d);
+    assert!(
+        d.log()
+            .contains(&format!("API http://{addr}/api/v1/status")),
+        "the daemon prints its API URL:\n{}",
+        d.log()
+    );
+    let status = http(&addr, "GET", "/api/v1/status", &[]);
+    assert_eq!(status.status, 200, "{}", status.body);
+    assert_eq!(status.json()["pid"], d.pid());
+    assert_eq!(status.json()["api"], format!("http://{addr}"));
+    // `npc status` shows the same API URL.
+    assert_eq!(d.status_json()["api"], format!("http://{addr}"));
+
+    let plan = http(&addr, "GET", "/api/v1/plan", &[]);
+    assert_eq!(plan.status, 200, "{}", plan.body);
+    assert_eq!(plan.json()["format_version"], "1");
+    assert_eq!(plan.json()["summary"]["add"], 0, "{}", plan.body);
+
+    // An invalid manifest: the plan says where, and apply changes nothing.
+    let before = d.last_event_id();
+    d.write_manifest(&format!("{LISTEN_ANY_PORT}[mcp.servers.x]\ncommand = 7\n"));
+    d.wait_event(before, "manifest.invalid");
+    let plan = http(&addr, "GET", "/api/v1/plan", &[]);
+    assert_eq!(plan.status, 422, "{}", plan.body);
+    let doc = plan.json();
+    assert_eq!(doc["error"]["code"], "manifest_invalid");
+    let diagnostics = doc["error"]["detail"]["report"]["diagnostics"].to_string();
+    assert!(diagnostics.contains("\"line\":5"), "{diagnostics}");
+    let apply = http(&addr, "POST", "/api/v1/apply", &[]);
+    assert_eq!(apply.status, 422, "{}", apply.body);
+
+    // Fixed: apply answers with the reload's results.
+    d.write_manifest(LISTEN_ANY_PORT);
+    let apply = http(&addr, "POST", "/api/v1/reload", &[]);
+    assert_eq!(apply.status, 200, "{}", apply.body);
+
+    let page = http(&addr, "GET", "/api/v1/events?limit=1000", &[]).json();
+    let ids: Vec<i64> = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_i64().unwrap())
+        .collect();
+    let stored: Vec<i64> = d
+        .events()
+        .iter()
+        .map(|e| e["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, stored[..ids.len()], "the API pages the store's log");
+    assert!(
+        page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "manifest.invalid")
+    );
+    let missing = http(&addr, "GET", "/api/v1/nothing", &[]);
+    assert_eq!(
+        (missing.status, missing.json()["error"]["code"].as_str()),
+        (404, Some("not_found"))
+    );
+}
+
+#[test]
+fn untrusted_hosts_and_missing_tokens_are_refused() {
+    let manifest = format!("{LISTEN_ANY_PORT}token_env = \"NPC_TEST_API_TOKEN\"\n");
+    let d = Daemon::start_with(
+        &manifest,
+        DaemonSetup {
+            only_env: Some(&[("NPC_TEST_API_TOKEN", "correct-horse-battery")]),
+            ..DaemonSetup::default()
+        },
+    );
+    let addr = api_addr(&d);
+    let auth = "Authorization: Bearer correct-horse-battery";
+    assert_eq!(http(&addr, "GET", "/api/v1/status", &[auth]).status, 200);
+    let missing = http(&addr, "GET", "/api/v1/status", &[]);
+    assert_eq!(missing.status, 401);
+    assert_eq!(missing.json()["error"]["code"], "unauthorized");
+    assert!(
+        missing
+            .head
+            .to_ascii_lowercase()
+            .contains("www-authenticate: bearer")
+    );
+    let wrong = http(
+        &addr,
+        "GET",
+        "/api/v1/status",
+        &["Authorization: Bearer correct-horse"],
+    );
+    assert_eq!(wrong.status, 401);
+    // A DNS-rebinding page sends its own name as Host, even with a token.
+    let rebound = http(
+        &addr,
+        "POST",
+        "/api/v1/apply",
+        &[auth, "Host: attacker.example:8766"],
+    );
+    assert_eq!(rebound.status, 403);
+    assert_eq!(rebound.json()["error"]["code"], "untrusted_host");
+    assert!(
+        !d.log().contains("correct-horse-battery"),
+        "the token never reaches the log"
+    );
+}
+
+#[test]
+fn a_busy_api_port_costs_the_api_not_the_daemon() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let d = Daemon::start(&format!(
+        "version = 1\n[daemon]\nlisten = \"127.0.0.1:{port}\"\n"
+    ));
+    let failed = d.wait_event(0, "api.failed");
+    assert!(
+        failed["payload"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("free the port or set another `daemon.listen`"),
+        "{failed}"
+    );
+    // The control socket still answers.
+    let status = d.status_json();
+    assert_eq!(status["source"], format!("daemon pid {}", d.pid()));
+    assert_eq!(status["api"], Value::Null);
+}
+
+/// Read SSE frames from `reader` until `n` event ids arrived.
+fn read_ids(reader: &mut BufReader<TcpStream>, n: usize) -> Vec<i64> {
+    let mut ids = Vec::new();
+    let mut line = String::new();
+    while ids.len() < n {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended");
+        // Chunked framing: size lines and SSE lines arrive interleaved.
+        if let Some(id) = line.trim_end().strip_prefix("id: ") {
+            ids.push(id.parse().unwrap());
+        }
+    }
+    ids
+}
+
+fn open_stream(addr: &str, last_event_id: Option<i64>) -> BufReader<TcpStream> {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let resume = last_event_id.map_or(String::new(), |id| format!("Last-Event-ID: {id}\r\n"));
+    write!(
+        stream,
+        "GET /api/v1/events/stream HTTP/1.1\r\nHost: {addr}\r\n{resume}\r\n"
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    reader
+}
+
+#[test]
+fn the_event_stream_resumes_across_reconnects_without_gap_or_duplicate() {
+    let d = Daemon::start(LISTEN_ANY_PORT);
+    let addr = api_addr(&d);
+    let mut seen: Vec<i64> = Vec::new();
+    let mut stream = open_stream(&addr, None);
+    seen.extend(read_ids(&mut stream, d.last_event_id() as usize));
+    for round in 0..5 {
+        // Events are published while no stream is open ...
+        drop(stream);
+        let before = d.last_event_id();
+        d.write_manifest(&format!(
+            "{LISTEN_ANY_PORT}[mcp.servers.x]\ncommand = {round}\n"
+        ));
+        d.wait_event(before, "manifest.invalid");
+        // ... and while the client reconnects.
+        let between = d.last_event_id();
+        stream = open_stream(&addr, seen.last().copied());
+        d.write_manifest(&format!(
+            "{LISTEN_ANY_PORT}[mcp.servers.y]\ncommand = {round}\n"
+        ));
+        d.wait_event(between, "manifest.invalid");
+        let target = d.last_event_id();
+        let want = (target - seen.last().unwrap()) as usize;
+        seen.extend(read_ids(&mut stream, want));
+    }
+    let stored: Vec<i64> = d
+        .events()
+        .iter()
+        .map(|e| e["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seen, stored[..seen.len()], "every event once, in order");
+}
+
+#[test]
+fn the_committed_openapi_document_is_the_generated_one() {
+    let committed = std::fs::read_to_string(repo_root().join("schemas/openapi.json")).unwrap();
+    let printed = npc()
+        .args(["schema", "--openapi"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert_eq!(
+        committed.trim_end(),
+        String::from_utf8(printed).unwrap().trim_end(),
+        "schemas/openapi.json is stale: run `cargo run -- schema --openapi > schemas/openapi.json`"
+    );
+}
