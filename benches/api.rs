@@ -1,0 +1,267 @@
+//! The REST API, measured against same-run baselines:
+//!
+//! 1. `GET /api/v1/status` of a release `npc daemon` under `wrk` on
+//!    loopback (requests/s, every answer a 200). Baseline: an axum route in
+//!    this process answering a constant JSON document, same `wrk`
+//!    parameters.
+//! 2. SSE fan-out: [`SSE_CLIENTS`] streams of the API's router (the same
+//!    code the daemon serves, over real loopback sockets) while
+//!    [`SSE_EVENTS`] events are published on the bus: deliveries per
+//!    second, and a check that every client got every event once, in
+//!    order. Baseline: publishing the same events with no stream open.
+//!
+//! Needs `wrk` (Debian package, installed by `.ci/run`) for part 1, which
+//! is skipped with a message without it.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use npcagent::bus::EventBus;
+use npcagent::store::{NewEvent, Store};
+use npcagent::surfaces::api::{Answer, ApiBackend, BoxFuture, router};
+use npcagent::surfaces::mcp_http::Access;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+
+/// How long each `wrk` run lasts.
+const WRK_SECONDS: u32 = 8;
+/// `wrk` connections and threads.
+const WRK_CONNECTIONS: u32 = 64;
+const WRK_THREADS: u32 = 2;
+/// Streams in the fan-out measurement.
+const SSE_CLIENTS: usize = 100;
+/// Events published in the fan-out measurement.
+const SSE_EVENTS: usize = 2_000;
+/// Longest any wait may take.
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn npc() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_npc"))
+}
+
+fn installed(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Requests/s and non-2xx answers of one `wrk` run against `url`.
+fn wrk(url: &str) -> (f64, u64) {
+    let out = Command::new("wrk")
+        .args([
+            "-t",
+            &WRK_THREADS.to_string(),
+            "-c",
+            &WRK_CONNECTIONS.to_string(),
+            "-d",
+            &format!("{WRK_SECONDS}s"),
+            url,
+        ])
+        .output()
+        .expect("wrk runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let number = |prefix: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(prefix))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+    };
+    let rps = number("Requests/sec:").unwrap_or_else(|| panic!("no rate in {text}"));
+    let non_2xx = number("Non-2xx or 3xx responses:").unwrap_or(0.0) as u64;
+    (rps, non_2xx)
+}
+
+/// A constant-answer axum server in this process: the baseline.
+async fn constant_server() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().route(
+        "/api/v1/status",
+        axum::routing::get(|| async { axum::Json(json!({ "pid": 1, "components": [] })) }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/api/v1/status")
+}
+
+/// A release daemon on a fresh repository, and its API's status URL.
+fn daemon() -> (tempfile::TempDir, std::process::Child, String) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n[daemon]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+    let mut child = Command::new(npc())
+        .arg("daemon")
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the daemon starts");
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let started = Instant::now();
+    let url = loop {
+        assert!(started.elapsed() < LIMIT, "the daemon printed no API URL");
+        let line = lines.next().expect("a startup line").unwrap();
+        if let Some(url) = line.strip_prefix("npc daemon: API ") {
+            break url.to_string();
+        }
+    };
+    // Keep draining its log so it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (dir, child, url)
+}
+
+async fn status_paths() {
+    if !installed("wrk") {
+        println!("skipped the status measurement: `wrk` is not installed (`apt-get install wrk`)");
+        return;
+    }
+    let baseline_url = constant_server().await;
+    let (_dir, mut child, url) = daemon();
+    let (base, base_bad) = tokio::task::spawn_blocking(move || wrk(&baseline_url))
+        .await
+        .unwrap();
+    let (api, api_bad) = tokio::task::spawn_blocking(move || wrk(&url))
+        .await
+        .unwrap();
+    assert_eq!((base_bad, api_bad), (0, 0), "every answer a 200");
+    println!(
+        "status: baseline (constant axum route) {base:.0} req/s | npc daemon GET /api/v1/status {api:.0} req/s (ratio {:.2})",
+        api / base
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[derive(Debug)]
+struct Bench {
+    store: Arc<Store>,
+    bus: EventBus,
+}
+
+impl ApiBackend for Bench {
+    fn status(&self) -> BoxFuture<'_, Value> {
+        Box::pin(async { json!({}) })
+    }
+    fn plan(&self) -> BoxFuture<'_, Answer> {
+        Box::pin(async { Answer::Ok(json!({})) })
+    }
+    fn apply(&self, _reason: &'static str) -> BoxFuture<'_, Answer> {
+        Box::pin(async { Answer::Ok(json!({})) })
+    }
+    fn store(&self) -> Arc<Store> {
+        self.store.clone()
+    }
+    fn bus(&self) -> EventBus {
+        self.bus.clone()
+    }
+}
+
+/// Publish [`SSE_EVENTS`] events; their ids.
+async fn publish_all(bus: &EventBus) -> Vec<i64> {
+    let mut pending = Vec::with_capacity(SSE_EVENTS);
+    for i in 0..SSE_EVENTS {
+        pending.push(bus.publish(NewEvent::new("bench.tick", json!({ "i": i }))));
+    }
+    let mut ids = Vec::with_capacity(SSE_EVENTS);
+    for p in pending {
+        ids.push(p.await.unwrap().id);
+    }
+    ids
+}
+
+/// One SSE client: the ids it received, until it has `n`.
+async fn client(addr: std::net::SocketAddr, after: i64, n: usize) -> Vec<i64> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(
+            format!("GET /api/v1/events/stream?after={after} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(stream).lines();
+    let mut ids = Vec::with_capacity(n);
+    while ids.len() < n {
+        let line = lines
+            .next_line()
+            .await
+            .unwrap()
+            .expect("the stream stays open");
+        if let Some(id) = line.strip_prefix("id: ") {
+            ids.push(id.parse().unwrap());
+        }
+    }
+    ids
+}
+
+async fn fan_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(Store::default_path(dir.path())).unwrap());
+    let bus = EventBus::new(store.clone());
+    // Baseline: the same events published with no stream open.
+    let t = Instant::now();
+    let warm = publish_all(&bus).await;
+    let publish_only = SSE_EVENTS as f64 / t.elapsed().as_secs_f64();
+    let after = *warm.last().unwrap();
+
+    let backend = Arc::new(Bench {
+        store: store.clone(),
+        bus: bus.clone(),
+    });
+    let app = router(backend, Access::Loopback, false);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut clients = tokio::task::JoinSet::new();
+    for _ in 0..SSE_CLIENTS {
+        clients.spawn(client(addr, after, SSE_EVENTS));
+    }
+    let t = Instant::now();
+    let ids = publish_all(&bus).await;
+    let mut delivered = 0usize;
+    while let Some(got) = tokio::time::timeout(LIMIT, clients.join_next())
+        .await
+        .expect("every client got every event in time")
+    {
+        let got = got.unwrap();
+        assert_eq!(got, ids, "every event once, in order");
+        delivered += got.len();
+    }
+    let elapsed = t.elapsed().as_secs_f64();
+    println!(
+        "sse: {SSE_CLIENTS} streams, {SSE_EVENTS} events: {:.0} deliveries/s ({:.0} events/s to every stream), none lost | baseline publish only {publish_only:.0} events/s (ratio {:.2})",
+        delivered as f64 / elapsed,
+        SSE_EVENTS as f64 / elapsed,
+        (SSE_EVENTS as f64 / elapsed) / publish_only
+    );
+}
+
+fn main() {
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        if wanted("status") {
+            status_paths().await;
+        }
+        if wanted("sse") {
+            fan_out().await;
+        }
+    });
+}
