@@ -157,6 +157,11 @@ enum Command {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
+    /// Print the URL of the dashboard the running daemon serves
+    Dashboard {
+        #[arg(long, short = 'm')]
+        manifest: Option<PathBuf>,
+    },
     /// The durable event log
     Events {
         #[arg(long, short = 'm')]
@@ -268,6 +273,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         ),
         Command::Daemon { manifest } => reconcile::daemon(manifest),
         Command::Status { manifest, format } => reconcile::status(manifest, format),
+        Command::Dashboard { manifest } => reconcile::dashboard(manifest),
         Command::Events {
             manifest,
             since,

@@ -472,6 +472,27 @@ pub fn daemon(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
     }
 }
 
+/// `npc dashboard`: the URL of the page the running daemon serves.
+pub fn dashboard(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
+    let paths = locate(manifest)?;
+    let Some((socket, pid)) = daemon_socket(&paths) else {
+        errln!(
+            "error: no daemon runs for this repository; start one with `npc daemon`, which serves the dashboard"
+        );
+        return Ok(Exit::Failed);
+    };
+    let answer = tokio()?.block_on(Client::call(&socket, &Request::Status))?;
+    let Some(url) = answer["api"].as_str() else {
+        errln!(
+            "error: the daemon (pid {pid}) serves no API; see its `api.failed` event (`npc events`) and `daemon.listen`"
+        );
+        return Ok(Exit::Failed);
+    };
+    outln!("{url}/")?;
+    errln!("open it in a browser; when `daemon.token_env` is set, append `#token=` and the token");
+    Ok(Exit::Ok)
+}
+
 pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
     let paths = locate(manifest)?;
     let rt = tokio()?;

@@ -299,3 +299,82 @@ fn the_committed_openapi_document_is_the_generated_one() {
         "schemas/openapi.json is stale: run `cargo run -- schema --openapi > schemas/openapi.json`"
     );
 }
+
+#[test]
+fn npc_dashboard_prints_the_page_the_daemon_serves() {
+    let d = Daemon::start(LISTEN_ANY_PORT);
+    let addr = api_addr(&d);
+    let out = d.npc_output(&["dashboard"]);
+    assert!(out.status.success());
+    let url = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(url.trim_end(), format!("http://{addr}/"));
+    let page = http(&addr, "GET", "/", &[]);
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("<title>npc dashboard</title>"));
+    let script = http(&addr, "GET", "/dashboard.js", &[]);
+    assert!(script.body.contains("/events/stream"));
+}
+
+fn playwright() -> bool {
+    let chromium = ["chromium", "chromium-browser"].iter().any(|c| {
+        std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {c}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    chromium
+        && std::process::Command::new("python3")
+            .args(["-c", "import playwright"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+}
+
+/// The dashboard in a real browser: live stream, `manifest.invalid` with
+/// its line, a component appearing after an edit; the screenshot is kept
+/// under `target/artifacts/`.
+#[test]
+fn the_dashboard_shows_live_state_in_headless_chromium() {
+    if !playwright() {
+        eprintln!(
+            "skipped: chromium or the Python playwright package is missing (.ci/run installs both)"
+        );
+        return;
+    }
+    let d = Daemon::start(LISTEN_ANY_PORT);
+    let addr = api_addr(&d);
+    let artifacts = repo_root().join("target/artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let screenshot = artifacts.join("dashboard.png");
+    let out = std::process::Command::new("python3")
+        .arg(repo_root().join("fixtures/dashboard/browse.py"))
+        .arg(format!("http://{addr}/"))
+        .arg(d.root())
+        .arg(&screenshot)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["daemon"], format!("daemon pid {}", d.pid()));
+    assert_eq!(seen["diagnostic_line"], "5", "{seen}");
+    assert!(
+        seen["diagnostic"]
+            .as_str()
+            .unwrap()
+            .contains("mcp.servers.broken.command"),
+        "{seen}"
+    );
+    assert!(
+        seen["component_row"]
+            .as_str()
+            .unwrap()
+            .contains("mcp_server.sleeper"),
+        "{seen}"
+    );
+    assert!(seen["events_shown"].as_u64().unwrap() > 0);
+    assert!(std::fs::metadata(&screenshot).unwrap().len() > 0);
+}

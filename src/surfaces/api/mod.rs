@@ -21,6 +21,30 @@
 pub mod events;
 pub mod openapi;
 
+/// The dashboard: one page and its two assets, compiled into the binary.
+/// They hold no data (the page reads the API), so they are served without
+/// the token; the host check still applies.
+pub const DASHBOARD_ASSETS: [(&str, &str, &str); 3] = [
+    (
+        "/",
+        "text/html; charset=utf-8",
+        include_str!("assets/dashboard.html"),
+    ),
+    (
+        "/dashboard.js",
+        "text/javascript; charset=utf-8",
+        include_str!("assets/dashboard.js"),
+    ),
+    (
+        "/dashboard.css",
+        "text/css; charset=utf-8",
+        include_str!("assets/dashboard.css"),
+    ),
+];
+/// The dashboard's Content-Security-Policy: nothing from elsewhere, never framed.
+pub const DASHBOARD_CSP: &str =
+    "default-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'";
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -298,7 +322,24 @@ struct EventsQuery {
 pub fn router(backend: Arc<dyn ApiBackend>, access: Access, remote: bool) -> Router {
     let live = events::Live::start(backend.store(), backend.bus());
     let state = ApiState { backend, live };
-    let api = Router::new()
+    let mut api = Router::new();
+    for (path, content_type, body) in DASHBOARD_ASSETS {
+        api = api.route(
+            path,
+            get(move || async move {
+                (
+                    [
+                        (header::CONTENT_TYPE, content_type),
+                        (header::CONTENT_SECURITY_POLICY, DASHBOARD_CSP),
+                        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+                        (header::X_FRAME_OPTIONS, "DENY"),
+                    ],
+                    body,
+                )
+            }),
+        );
+    }
+    let api = api
         .route("/api/v1/status", get(status))
         .route("/api/v1/plan", get(plan))
         .route("/api/v1/apply", post(apply))
@@ -317,6 +358,10 @@ pub fn router(backend: Arc<dyn ApiBackend>, access: Access, remote: bool) -> Rou
         move |request: Request, next: Next| {
             let token = token.clone();
             async move {
+                let asset = DASHBOARD_ASSETS
+                    .iter()
+                    .any(|(path, _, _)| *path == request.uri().path());
+                let token = if asset { None } else { token };
                 if let Err(e) = guard(request.headers(), token.as_deref(), remote) {
                     return e.into_response();
                 }

@@ -377,3 +377,39 @@ async fn the_stream_sees_events_other_processes_write() {
     other.append_events(events).await.unwrap();
     assert_eq!(sse_ids(response.into_body(), 1).await, [1]);
 }
+
+#[tokio::test]
+async fn the_dashboard_is_served_without_the_token_but_behind_the_host_check() {
+    let (_dir, fake) = fake();
+    let router = router(fake, Access::Token("s3cret-token".into()), false);
+    for (path, content_type, body) in DASHBOARD_ASSETS {
+        let response = router
+            .clone()
+            .oneshot(request("GET", path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        assert_eq!(response.headers()["content-type"], content_type);
+        assert_eq!(response.headers()["content-security-policy"], DASHBOARD_CSP);
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!(bytes, body.as_bytes());
+    }
+    let page = String::from_utf8_lossy(DASHBOARD_ASSETS[0].2.as_bytes()).to_string();
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "no CDN"
+    );
+    let rebound = HttpRequest::builder()
+        .uri("/")
+        .header("host", "attacker.example")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&router, rebound).await.0, StatusCode::FORBIDDEN);
+    // The data still needs the token.
+    assert_eq!(
+        get(&router, "/api/v1/status").await.0,
+        StatusCode::UNAUTHORIZED
+    );
+}
