@@ -66,6 +66,8 @@ impl Lower<'_> {
                     ),
                     "point `path` at the package root, the directory holding `plugin.json`",
                 );
+            } else if let Some(report) = self.files.plugin_report(dir) {
+                self.plugin_problems(&p.path, &report);
             }
         }
         Some(Plugin {
@@ -73,4 +75,43 @@ impl Lower<'_> {
             enabled: p.enabled.unwrap_or(true),
         })
     }
+
+    /// A package's own problems at its `path`, errors as errors: the
+    /// manifest is invalid while a package it declares is (the daemon keeps
+    /// the last good runtime); `npc plugin validate` shows them in full.
+    fn plugin_problems(&mut self, path: &Spanned<String>, report: &crate::plugins::Report) {
+        let hint = format!(
+            "run `npc plugin validate {}` for the details",
+            clip(&path.value)
+        );
+        let total = report.problems.len() + report.omitted;
+        for problem in report.problems.iter().take(MAX_PLUGIN_DIAGNOSTICS) {
+            let summary = format!(
+                "plugin `{}`: `{}`: {}",
+                clip(&path.value),
+                problem.place(),
+                problem.message
+            );
+            let hint = problem.hint.clone().unwrap_or_else(|| hint.clone());
+            if problem.is_error() {
+                self.error(&path.span, summary, hint);
+            } else {
+                self.warning(&path.span, summary, hint);
+            }
+        }
+        if total > MAX_PLUGIN_DIAGNOSTICS {
+            self.error(
+                &path.span,
+                format!(
+                    "plugin `{}` has {} more problems",
+                    clip(&path.value),
+                    total - MAX_PLUGIN_DIAGNOSTICS
+                ),
+                hint,
+            );
+        }
+    }
 }
+
+/// Most problems of one plugin package quoted in the manifest's diagnostics.
+pub const MAX_PLUGIN_DIAGNOSTICS: usize = 20;

@@ -1,0 +1,1 @@
+//! The user-level plugin registry (filled in below).

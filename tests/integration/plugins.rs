@@ -1,0 +1,644 @@
+//! Agent Plugins 1.0 packages through the real binary: `npc plugin
+//! validate` on the fixture packages in `fixtures/plugins/` and on packages
+//! built at run time (symbolic links leaving the package). Every item of
+//! the specification's conformance checklist (Appendix A) has a test named
+//! after its section (`s5_3_…` is §5.3).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::support::{npc, repo_root};
+
+const FIXTURES: &str = "fixtures/plugins";
+const PLUGIN_SCHEMA: &str = "https://agent-plugins.org/schemas/1.0.0/plugin.schema.json";
+const MCP_SCHEMA: &str = "https://agent-plugins.org/schemas/1.0.0/mcp.schema.json";
+
+fn fixture(name: &str) -> PathBuf {
+    repo_root().join(FIXTURES).join(name)
+}
+
+/// `npc plugin validate PATH --format json`: exit code and report.
+fn validate_json(path: &Path) -> (i32, Value) {
+    let out = npc()
+        .env_clear()
+        .args(["plugin", "validate"])
+        .arg(path)
+        .args(["--format", "json"])
+        .output()
+        .expect("npc runs");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "json report: {e}\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().expect("exited"), report)
+}
+
+/// The diagnostics of a report as `(severity, file, pointer)`.
+fn places(report: &Value) -> Vec<(String, String, String)> {
+    report["diagnostics"]
+        .as_array()
+        .expect("diagnostics")
+        .iter()
+        .map(|d| {
+            (
+                d["severity"].as_str().unwrap().to_string(),
+                d["file"].as_str().unwrap().to_string(),
+                d["pointer"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn has(report: &Value, severity: &str, file: &str, pointer: &str) -> bool {
+    places(report)
+        .iter()
+        .any(|(s, f, p)| s == severity && f == file && p == pointer)
+}
+
+fn summary_at(report: &Value, file: &str, pointer: &str) -> String {
+    report["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["file"] == file && d["pointer"] == pointer)
+        .map(|d| d["summary"].as_str().unwrap().to_string())
+        .unwrap_or_else(|| panic!("no diagnostic at {file}#{pointer}: {report:#}"))
+}
+
+/// A package in a temporary directory: `plugin.json` named `name`, plus files.
+fn package(name: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = serde_json::json!({"$schema": PLUGIN_SCHEMA, "name": name});
+    std::fs::write(dir.path().join("plugin.json"), manifest.to_string()).unwrap();
+    for (path, text) in files {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    dir
+}
+
+// ---- Plugin loader -------------------------------------------------------
+
+#[test]
+fn s5_1_plugin_json_is_parsed_and_validated_against_the_official_schema() {
+    let (code, report) = validate_json(&fixture("full"));
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["valid"], true);
+    assert_eq!(report["plugin"], "full-kit");
+    let dir = package("x", &[]);
+    std::fs::write(dir.path().join("plugin.json"), "{ not json").unwrap();
+    let (code, report) = validate_json(dir.path());
+    assert_eq!(code, 1);
+    assert!(has(&report, "error", "plugin.json", ""), "{report:#}");
+    std::fs::write(
+        dir.path().join("plugin.json"),
+        serde_json::json!({"$schema": PLUGIN_SCHEMA, "name": "x", "keywords": "one", "author": {"nick": "y"}}).to_string(),
+    )
+    .unwrap();
+    let (code, report) = validate_json(dir.path());
+    assert_eq!(code, 1);
+    assert!(
+        has(&report, "error", "plugin.json", "/keywords"),
+        "{report:#}"
+    );
+    assert!(
+        has(&report, "error", "plugin.json", "/author"),
+        "{report:#}"
+    );
+}
+
+#[test]
+fn s5_3_schema_and_name_are_required_and_schema_is_canonical() {
+    let (code, report) = validate_json(&fixture("no-schema"));
+    assert_eq!(code, 1);
+    assert!(summary_at(&report, "plugin.json", "").contains("`$schema` is required"));
+    let (code, report) = validate_json(&fixture("bad-schema"));
+    assert_eq!(code, 1);
+    assert!(
+        has(&report, "error", "plugin.json", "/$schema"),
+        "{report:#}"
+    );
+    assert_eq!(
+        report["error_count"], 1,
+        "only the `$schema` is wrong: {report:#}"
+    );
+    let dir = package("x", &[]);
+    std::fs::write(
+        dir.path().join("plugin.json"),
+        serde_json::json!({"$schema": PLUGIN_SCHEMA}).to_string(),
+    )
+    .unwrap();
+    let (code, report) = validate_json(dir.path());
+    assert_eq!(code, 1);
+    assert!(summary_at(&report, "plugin.json", "").contains("`name` is required"));
+}
+
+#[test]
+fn s5_3_the_shipped_example_uses_the_canonical_schema() {
+    let (code, report) = validate_json(&repo_root().join("examples/plugins/review-kit"));
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["warning_count"], 0, "{report:#}");
+}
+
+#[test]
+fn s5_5_names_follow_the_naming_constraints() {
+    let (code, report) = validate_json(&fixture("bad-name"));
+    assert_eq!(code, 1);
+    assert!(has(&report, "error", "plugin.json", "/name"));
+    for bad in ["-a", "a-", "a..b", "A", "a_b", "", &"a".repeat(65)] {
+        let dir = package(bad, &[]);
+        let (code, report) = validate_json(dir.path());
+        assert_eq!(code, 1, "{bad}");
+        assert!(
+            has(&report, "error", "plugin.json", "/name"),
+            "{bad}: {report:#}"
+        );
+    }
+    for good in ["a", "a.b-c", "x9", &"a".repeat(64)] {
+        let dir = package(good, &[]);
+        assert_eq!(validate_json(dir.path()).0, 0, "{good}");
+    }
+}
+
+#[test]
+fn s5_2_unknown_fields_are_reported_and_ignored() {
+    let (code, report) = validate_json(&fixture("unknown-field"));
+    assert_eq!(code, 0, "{report:#}");
+    assert!(
+        has(&report, "warning", "plugin.json", "/setup"),
+        "{report:#}"
+    );
+    assert_eq!(report["error_count"], 0);
+}
+
+#[test]
+fn s8_1_unimplemented_extension_namespaces_are_not_validated() {
+    // `full` has `"com.example.other": 42`, which the schema alone rejects.
+    let (code, report) = validate_json(&fixture("full"));
+    assert_eq!(code, 0, "{report:#}");
+    assert!(
+        !places(&report)
+            .iter()
+            .any(|(_, f, p)| f == "plugin.json" && p.starts_with("/extensions")),
+        "{report:#}"
+    );
+}
+
+#[test]
+fn s4_1_a_path_resolving_outside_the_plugin_root_is_rejected() {
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("server"), "#!/bin/sh\n").unwrap();
+    std::fs::create_dir(outside.path().join("work")).unwrap();
+    std::fs::write(
+        outside.path().join("SKILL.md"),
+        "---\nname: leak\ndescription: outside\n---\n",
+    )
+    .unwrap();
+    let mcp = serde_json::json!({"$schema": MCP_SCHEMA, "mcpServers": {
+        "cmd": {"type": "stdio", "command": "./bin/server"},
+        "cwd": {"type": "stdio", "command": "node", "cwd": "./work"},
+        "ok": {"type": "stdio", "command": "node"}
+    }});
+    let dir = package("links", &[("mcp.json", &mcp.to_string())]);
+    std::fs::create_dir(dir.path().join("bin")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("server"), dir.path().join("bin/server"))
+        .unwrap();
+    std::os::unix::fs::symlink(outside.path().join("work"), dir.path().join("work")).unwrap();
+    std::fs::create_dir_all(dir.path().join("skills/leak")).unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("SKILL.md"),
+        dir.path().join("skills/leak/SKILL.md"),
+    )
+    .unwrap();
+    let (code, report) = validate_json(dir.path());
+    assert_eq!(code, 1, "{report:#}");
+    assert!(
+        summary_at(&report, "mcp.json", "/mcpServers/cmd/command").contains("outside the package")
+    );
+    assert!(summary_at(&report, "mcp.json", "/mcpServers/cwd/cwd").contains("outside the package"));
+    assert!(
+        has(&report, "error", "skills/leak/SKILL.md", ""),
+        "{report:#}"
+    );
+    // `plugin.json` itself as a link out: the package does not load.
+    let dir = package("x", &[]);
+    std::fs::remove_file(dir.path().join("plugin.json")).unwrap();
+    let target = outside.path().join("plugin.json");
+    std::fs::write(
+        &target,
+        serde_json::json!({"$schema": PLUGIN_SCHEMA, "name": "x"}).to_string(),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join("plugin.json")).unwrap();
+    let (code, report) = validate_json(dir.path());
+    assert_eq!(code, 1);
+    assert!(
+        summary_at(&report, "plugin.json", "").contains("symbolic link"),
+        "{report:#}"
+    );
+}
+
+#[test]
+fn s4_1_plugin_relative_paths_start_with_dot_slash() {
+    let (code, report) = validate_json(&fixture("mcp-entries"));
+    assert_eq!(code, 1);
+    assert!(summary_at(&report, "mcp.json", "/mcpServers/cwd-prefix/cwd").contains("`./`"));
+    assert!(has(
+        &report,
+        "error",
+        "mcp.json",
+        "/mcpServers/absolute/command"
+    ));
+}
+
+#[test]
+fn s8_2_hooks_are_found_in_their_reverse_domain_directories() {
+    let (code, report) = validate_json(&fixture("orcacode"));
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["diagnostics"].as_array().unwrap().len(), 0);
+    let human = npc()
+        .args(["plugin", "validate"])
+        .arg(fixture("orcacode"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&human.stdout).contains("1 hook"));
+    // Both present: npc's own wins, Orcacode's is reported and ignored.
+    let (code, report) = validate_json(&fixture("both-hooks"));
+    assert_eq!(code, 0, "{report:#}");
+    assert!(has(
+        &report,
+        "warning",
+        "io.github.okikorg.orcacode/hooks.json",
+        ""
+    ));
+    let human = npc()
+        .args(["plugin", "validate"])
+        .arg(fixture("both-hooks"))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&human.stdout).contains("(plugin `both-hooks`: 1 hook)"),
+        "{}",
+        String::from_utf8_lossy(&human.stdout)
+    );
+}
+
+#[test]
+fn s8_2_a_hooks_file_is_closed_with_seven_events_and_bounded_timeouts() {
+    let (code, report) = validate_json(&fixture("hooks-bad"));
+    assert_eq!(code, 1);
+    let f = "dev.npcagent/hooks.json";
+    assert!(
+        has(&report, "error", f, "/hooks/before_tool/0/timeout_ms"),
+        "{report:#}"
+    );
+    assert!(has(&report, "error", f, "/hooks/before_tool/1/timeout_ms"));
+    assert!(summary_at(&report, f, "/hooks/before_tool/2").contains("`matcher`"));
+    assert!(summary_at(&report, f, "/hooks").contains("`on_start`"));
+    assert!(summary_at(&report, f, "").contains("`extra`"));
+    assert!(has(&report, "error", f, "/hooks/after_tool/0/command"));
+    assert!(has(
+        &report,
+        "error",
+        f,
+        "/hooks/after_tool/0/env/PLUGIN_ROOT"
+    ));
+    for (version, ok) in [("1", true), ("2", false), ("\"1\"", false)] {
+        let text = format!(
+            r#"{{"version":{version},"hooks":{{"on_error":[{{"command":"true","timeout_ms":30000}}]}}}}"#
+        );
+        let dir = package("v", &[(f, &text)]);
+        assert_eq!(validate_json(dir.path()).0 == 0, ok, "{version}");
+    }
+}
+
+// ---- Component discovery -------------------------------------------------
+
+#[test]
+fn s6_1_skills_and_mcp_json_are_found_at_their_fixed_locations() {
+    let out = npc()
+        .args(["plugin", "validate"])
+        .arg(fixture("full"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("4 MCP servers, 2 skills, 2 hooks"), "{text}");
+    // One level deep only: a nested SKILL.md is reported and ignored.
+    let (_, report) = validate_json(&fixture("full"));
+    assert!(
+        has(&report, "warning", "skills/greet/inner/deeper/SKILL.md", ""),
+        "{report:#}"
+    );
+}
+
+#[test]
+fn s6_1_skill_frontmatter_is_checked() {
+    let (code, report) = validate_json(&fixture("skills-bad"));
+    assert_eq!(code, 1);
+    assert!(has(&report, "error", "skills/mismatch/SKILL.md", "/name"));
+    assert!(has(&report, "error", "skills/no-front/SKILL.md", ""));
+    assert!(has(&report, "warning", "skills/no-skill-file", ""));
+    assert!(
+        !places(&report)
+            .iter()
+            .any(|(_, f, _)| f.starts_with("skills/ok"))
+    );
+    let long = "x".repeat(1025);
+    let text = format!("---\nname: d\ndescription: {long}\n---\n");
+    let dir = package("d", &[("skills/d/SKILL.md", &text)]);
+    let (code, report) = validate_json(dir.path());
+    assert_eq!(code, 1);
+    assert!(has(&report, "error", "skills/d/SKILL.md", "/description"));
+}
+
+#[test]
+fn s6_2_a_missing_location_is_not_an_error() {
+    let (code, report) = validate_json(&fixture("minimal"));
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["diagnostics"].as_array().unwrap().len(), 0);
+}
+
+// ---- MCP configuration ----------------------------------------------------
+
+#[test]
+fn s7_2_1_rules_are_picked_by_a_recognised_schema() {
+    let (code, report) = validate_json(&fixture("mcp-no-schema"));
+    assert_eq!(code, 1);
+    assert!(summary_at(&report, "mcp.json", "").contains("`$schema`"));
+    let mcp = serde_json::json!({"$schema": "https://example.com/mcp.json", "mcpServers": {}});
+    let dir = package("x", &[("mcp.json", &mcp.to_string())]);
+    let (code, report) = validate_json(dir.path());
+    assert_eq!(code, 1);
+    assert!(has(&report, "error", "mcp.json", "/$schema"));
+    let mcp = serde_json::json!({"$schema": MCP_SCHEMA, "mcpServers": {}, "other": 1});
+    let dir = package("x", &[("mcp.json", &mcp.to_string())]);
+    let (_, report) = validate_json(dir.path());
+    assert!(
+        summary_at(&report, "mcp.json", "").contains("`other`"),
+        "closed document"
+    );
+}
+
+#[test]
+fn s7_2_2_one_bad_entry_skips_only_that_entry() {
+    let (code, report) = validate_json(&fixture("mcp-entries"));
+    assert_eq!(code, 1);
+    let bad: Vec<&str> = vec![
+        "placeholder-command",
+        "two-tokens",
+        "absolute",
+        "reserved-env",
+        "cwd-escape",
+        "cwd-prefix",
+        "mixed-variant",
+        "unknown-type",
+        "plain-http",
+        "userinfo",
+        "fragment",
+        "dup-headers",
+    ];
+    for name in &bad {
+        assert!(
+            places(&report).iter().any(|(s, f, p)| s == "error"
+                && f == "mcp.json"
+                && p.starts_with(&format!("/mcpServers/{name}"))),
+            "{name}: {report:#}"
+        );
+    }
+    for good in ["good", "localhost"] {
+        assert!(
+            !places(&report)
+                .iter()
+                .any(|(_, _, p)| p.starts_with(&format!("/mcpServers/{good}"))),
+            "{good}"
+        );
+    }
+    // Every problem of the file in one run.
+    assert_eq!(report["error_count"], bad.len(), "{report:#}");
+}
+
+#[test]
+fn s7_2_variants_are_closed() {
+    let (_, report) = validate_json(&fixture("mcp-entries"));
+    assert!(summary_at(&report, "mcp.json", "/mcpServers/mixed-variant").contains("`url`"));
+    assert!(
+        summary_at(&report, "mcp.json", "/mcpServers/unknown-type/type").contains("`websocket`")
+    );
+}
+
+#[test]
+fn s7_2_command_is_one_token_without_placeholders() {
+    let (_, report) = validate_json(&fixture("mcp-entries"));
+    assert!(
+        summary_at(
+            &report,
+            "mcp.json",
+            "/mcpServers/placeholder-command/command"
+        )
+        .contains("placeholder")
+    );
+    assert!(
+        summary_at(&report, "mcp.json", "/mcpServers/two-tokens/command").contains("one token")
+    );
+    let (_, report) = validate_json(&fixture("full"));
+    assert!(
+        !has(&report, "error", "mcp.json", "/mcpServers/bundled/command"),
+        "`./bin/server` inside"
+    );
+}
+
+#[test]
+fn s7_2_cwd_is_plugin_relative_and_stays_inside() {
+    let (_, report) = validate_json(&fixture("mcp-entries"));
+    assert!(
+        summary_at(&report, "mcp.json", "/mcpServers/cwd-escape/cwd")
+            .contains("leaves the package")
+    );
+    let mcp = serde_json::json!({"$schema": MCP_SCHEMA, "mcpServers": {
+        "data-up": {"type": "stdio", "command": "node", "cwd": "${PLUGIN_DATA}/../x"},
+        "root-up": {"type": "stdio", "command": "node", "cwd": "${PLUGIN_ROOT}/a/../../x"},
+        "data": {"type": "stdio", "command": "node", "cwd": "${PLUGIN_DATA}/cache"},
+        "root": {"type": "stdio", "command": "node", "cwd": "${PLUGIN_ROOT}"}
+    }});
+    let dir = package("cwd", &[("mcp.json", &mcp.to_string())]);
+    let (_, report) = validate_json(dir.path());
+    assert!(
+        has(&report, "error", "mcp.json", "/mcpServers/data-up/cwd"),
+        "{report:#}"
+    );
+    assert!(has(&report, "error", "mcp.json", "/mcpServers/root-up/cwd"));
+    assert_eq!(report["error_count"], 2, "{report:#}");
+}
+
+#[test]
+fn s7_2_remote_urls_are_https_unless_loopback_without_userinfo_or_fragment() {
+    let (_, report) = validate_json(&fixture("mcp-entries"));
+    assert!(summary_at(&report, "mcp.json", "/mcpServers/plain-http/url").contains("not loopback"));
+    assert!(summary_at(&report, "mcp.json", "/mcpServers/userinfo/url").contains("userinfo"));
+    assert!(summary_at(&report, "mcp.json", "/mcpServers/fragment/url").contains("fragment"));
+    assert!(
+        !places(&report)
+            .iter()
+            .any(|(_, _, p)| p.starts_with("/mcpServers/localhost"))
+    );
+    let (_, report) = validate_json(&fixture("full"));
+    assert!(
+        !places(&report)
+            .iter()
+            .any(|(_, _, p)| p.starts_with("/mcpServers/loopback")),
+        "127.0.0.1 over http"
+    );
+}
+
+#[test]
+fn s7_2_header_names_are_case_insensitively_unique() {
+    let (_, report) = validate_json(&fixture("mcp-entries"));
+    assert!(
+        has(
+            &report,
+            "error",
+            "mcp.json",
+            "/mcpServers/dup-headers/headers/authorization"
+        ),
+        "{report:#}"
+    );
+}
+
+// ---- Environment and expansion -------------------------------------------
+
+#[test]
+fn s9_an_env_entry_named_plugin_root_or_plugin_data_invalidates_the_server() {
+    let (_, report) = validate_json(&fixture("mcp-entries"));
+    assert!(
+        summary_at(
+            &report,
+            "mcp.json",
+            "/mcpServers/reserved-env/env/PLUGIN_DATA"
+        )
+        .contains("`PLUGIN_DATA`")
+    );
+}
+
+// ---- Resilience ------------------------------------------------------------
+
+#[test]
+fn s11_3_unsupported_component_types_are_ignored() {
+    let (code, report) = validate_json(&fixture("unsupported"));
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["diagnostics"].as_array().unwrap().len(), 0);
+}
+
+// ---- The command itself ----------------------------------------------------
+
+#[test]
+fn validate_runs_nothing_and_creates_nothing() {
+    let marker = tempfile::tempdir().unwrap();
+    let flag = marker.path().join("ran");
+    let hooks = format!(
+        r#"{{"version":1,"hooks":{{"on_agent_start":[{{"command":"touch","args":["{}"]}}]}}}}"#,
+        flag.display()
+    );
+    let dir = package("inert", &[("dev.npcagent/hooks.json", &hooks)]);
+    let before = list_tree(dir.path());
+    let (code, _) = validate_json(dir.path());
+    assert_eq!(code, 0);
+    assert!(!flag.exists());
+    assert_eq!(list_tree(dir.path()), before);
+}
+
+fn list_tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn validate_human_output_places_every_problem_by_file_and_pointer() {
+    let out = npc()
+        .args(["plugin", "validate"])
+        .arg(fixture("mcp-entries"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("mcp.json#/mcpServers/two-tokens/command: error: "),
+        "{text}"
+    );
+    assert!(text.contains(": invalid: 12 errors"), "{text}");
+}
+
+#[test]
+fn validate_defaults_to_the_current_directory_and_a_missing_dir_is_a_usage_error() {
+    let out = npc()
+        .current_dir(fixture("minimal"))
+        .args(["plugin", "validate"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = npc()
+        .args(["plugin", "validate", "/nonexistent/npc-plugin"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("plugin directory"));
+}
+
+#[test]
+fn a_manifest_declaring_an_invalid_package_is_invalid() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n[plugins.kit]\npath = \"kit\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("kit")).unwrap();
+    std::fs::write(dir.path().join("kit/plugin.json"), "not json").unwrap();
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["validate"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("plugin `kit`: `plugin.json`: not valid JSON"),
+        "{text}"
+    );
+    std::fs::write(
+        dir.path().join("kit/plugin.json"),
+        serde_json::json!({"$schema": PLUGIN_SCHEMA, "name": "kit"}).to_string(),
+    )
+    .unwrap();
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["validate"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
