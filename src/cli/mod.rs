@@ -415,7 +415,7 @@ mod tests {
         // Assembled at run time so the scan of this file does not see it.
         let text = [
             "run `npc",
-            " plugin init`, or run npc",
+            " plugin frobnicate`, or run npc",
             " validate; npc manages x",
         ]
         .concat();
@@ -423,7 +423,7 @@ mod tests {
         assert_eq!(
             found,
             [
-                vec!["plugin".to_string(), "init".to_string()],
+                vec!["plugin".to_string(), "frobnicate".to_string()],
                 vec!["validate".to_string()]
             ]
         );

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context as _;
 use clap::Subcommand;
 use serde::Serialize;
 
@@ -21,11 +22,40 @@ pub enum PluginCommand {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
+    /// Run a package once: list its skills, probe each stdio MCP server, run each hook with a sample payload
+    Test {
+        /// Package directory (default: the current directory)
+        #[arg(default_value = ".")]
+        path: PathBuf,
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+    /// Write a new package that passes `validate` and `test` (refuses a non-empty target)
+    Init {
+        /// The plugin's name (1–64 of `a-z`, `0-9`, inner `.` or `-`)
+        name: String,
+        /// Python MCP server (Python 3.11+, the MCP Python SDK); the default
+        #[arg(long, visible_alias = "py", conflicts_with = "typescript")]
+        python: bool,
+        /// TypeScript MCP server (Node 20+, the 1.x MCP TypeScript SDK)
+        #[arg(long, visible_alias = "ts")]
+        typescript: bool,
+        /// Directory to write (default: ./NAME)
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
 }
 
 pub fn run(command: PluginCommand) -> anyhow::Result<Exit> {
     match command {
         PluginCommand::Validate { path, format } => validate(&path, format),
+        PluginCommand::Test { path, format } => test(&path, format),
+        PluginCommand::Init {
+            name,
+            python: _,
+            typescript,
+            dir,
+        } => init(&name, typescript, dir),
     }
 }
 
@@ -161,4 +191,156 @@ fn summary(pkg: &plugins::Package) -> String {
     } else {
         shown.join(", ")
     }
+}
+
+fn init(name: &str, typescript: bool, dir: Option<PathBuf>) -> anyhow::Result<Exit> {
+    use crate::plugins::scaffold::{self, Language};
+    if !scaffold::valid_name(name) {
+        errln!(
+            "error: `{}` is not a valid plugin name",
+            crate::model::diagnostics::clip(name)
+        );
+        errln!(
+            "  = help: use 1 to 64 characters `a-z`, `0-9`, with inner `.` or `-` and no `--` or `..`"
+        );
+        return Ok(Exit::Usage);
+    }
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    if let Ok(mut entries) = std::fs::read_dir(&dir)
+        && entries.next().is_some()
+    {
+        errln!(
+            "error: `{}` is not empty; npc plugin init writes only into an empty or new directory",
+            dir.display()
+        );
+        errln!("  = help: choose another directory with `--dir`, or remove its contents");
+        return Ok(Exit::Usage);
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
+    let root = crate::repofs::Root::new(&dir)?;
+    let language = if typescript {
+        Language::TypeScript
+    } else {
+        Language::Python
+    };
+    for file in scaffold::files(name, language) {
+        let path = std::path::Path::new(&file.path);
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            root.create_dir_all(parent, crate::repofs::Perms::Shared)?;
+        }
+        root.create_new(path, file.text.as_bytes(), crate::repofs::Perms::Shared)
+            .with_context(|| format!("cannot create `{}`", dir.join(path).display()))?;
+    }
+    outln!("wrote plugin `{name}` in {}", dir.display())?;
+    outln!(
+        "next: run `npc plugin validate {0}` and `npc plugin test {0}`",
+        dir.display()
+    )?;
+    Ok(Exit::Ok)
+}
+
+/// What `npc plugin test --format json` prints.
+#[derive(Debug, Serialize)]
+struct TestReport<'a> {
+    plugin: &'a str,
+    ok: bool,
+    skills: Vec<&'a str>,
+    servers: Vec<crate::plugins::probe::ServerProbe>,
+    hooks: Vec<crate::plugins::probe::HookProbe>,
+}
+
+fn test(path: &std::path::Path, format: Format) -> anyhow::Result<Exit> {
+    use crate::plugins::{expand::Placeholders, probe};
+    let report = plugins::validate(path)?;
+    let Some(pkg) = report
+        .package
+        .as_ref()
+        .filter(|_| report.error_count() == 0)
+    else {
+        print_report(path, &report, Format::Human)?;
+        errln!("error: the package is invalid; fix it before `npc plugin test` runs it");
+        return Ok(Exit::Failed);
+    };
+    let data = plugins::data::ensure(&pkg.manifest.name)?;
+    let places = Placeholders {
+        root: &pkg.root,
+        data: &data,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (servers, hooks) = rt.block_on(async {
+        let (events, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let supervisor = crate::supervisor::Supervisor::new(events, Default::default());
+        let mut servers = Vec::new();
+        for s in &pkg.servers {
+            servers.push(probe::probe_server(&supervisor, s, &places).await);
+        }
+        let mut hooks = Vec::new();
+        if let Some(file) = &pkg.hooks {
+            for (event, entries) in &file.hooks {
+                for (i, entry) in entries.iter().enumerate() {
+                    hooks.push(
+                        probe::run_hook(&supervisor, &pkg.manifest.name, *event, i, entry, &places)
+                            .await,
+                    );
+                }
+            }
+        }
+        (servers, hooks)
+    });
+    let ok = servers.iter().all(|s| s.ok) && hooks.iter().all(|h| h.ok);
+    match format {
+        Format::Json => {
+            let doc = TestReport {
+                plugin: &pkg.manifest.name,
+                ok,
+                skills: pkg.skills.iter().map(|s| s.name.as_str()).collect(),
+                servers,
+                hooks,
+            };
+            outln!("{}", serde_json::to_string_pretty(&doc)?)?;
+        }
+        Format::Human => {
+            let mut out = format!("plugin `{}` at {}\n", pkg.manifest.name, pkg.root.display());
+            for s in &pkg.skills {
+                out.push_str(&format!(
+                    "  skill  {}: {}\n",
+                    s.name,
+                    crate::model::diagnostics::clip(&s.description)
+                ));
+            }
+            for s in &servers {
+                match &s.error {
+                    None if s.skipped.is_some() => out.push_str(&format!(
+                        "  mcp    {}: skipped: {}\n",
+                        s.server,
+                        s.skipped.as_deref().unwrap_or("")
+                    )),
+                    None => out.push_str(&format!(
+                        "  mcp    {}: ok, {} ({})\n",
+                        s.server,
+                        plural(s.tools.len(), "tool"),
+                        s.tools.join(", ")
+                    )),
+                    Some(e) => out.push_str(&format!("  mcp    {}: failed: {e}\n", s.server)),
+                }
+            }
+            for h in &hooks {
+                let what = format!("{}[{}] `{}`", h.event.as_str(), h.index, h.command);
+                match (&h.decision, &h.error) {
+                    (Some(d), _) => out.push_str(&format!("  hook   {what}: {d}\n")),
+                    (_, Some(e)) => out.push_str(&format!("  hook   {what}: failed: {e}\n")),
+                    _ => {}
+                }
+            }
+            out.push_str(if ok {
+                "all probes passed\n"
+            } else {
+                "some probes failed\n"
+            });
+            out!("{out}")?;
+        }
+    }
+    Ok(if ok { Exit::Ok } else { Exit::Failed })
 }

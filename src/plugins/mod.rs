@@ -13,10 +13,13 @@
 //! wins and the other is reported as ignored. The parsed [`hooks::HooksFile`]
 //! is what the hook runner consumes for a plugin's hooks.
 
+pub mod data;
 pub mod expand;
 pub mod hooks;
 pub mod mcp;
+pub mod probe;
 pub mod registry;
+pub mod scaffold;
 pub mod schema;
 pub mod skills;
 
@@ -245,7 +248,7 @@ pub(crate) fn read_json(
         Ok(None) if required => {
             problems.push(
                 Problem::error(file, "", format!("`{file}` does not exist"))
-                    .hint("an Agent Plugins package has a `plugin.json` at its root"),
+                    .hint("an Agent Plugins package has a `plugin.json` at its root; `npc plugin init NAME` writes a new package"),
             );
             None
         }

@@ -642,3 +642,216 @@ fn a_manifest_declaring_an_invalid_package_is_invalid() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+// ---- npc plugin test / init ----------------------------------------------
+
+/// `npc plugin test PATH --format json` with its own user data directory.
+fn test_json(path: &Path, data: &Path) -> (i32, Value) {
+    let out = npc()
+        .env("XDG_DATA_HOME", data)
+        .env("NPC_TEST_SECRET", "must-not-reach-plugins")
+        .args(["plugin", "test"])
+        .arg(path)
+        .args(["--format", "json"])
+        .output()
+        .expect("npc runs");
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap(), report)
+}
+
+#[test]
+fn test_probes_servers_runs_hooks_and_lists_skills() {
+    let data = tempfile::tempdir().unwrap();
+    let (code, report) = test_json(&fixture("probe"), data.path());
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["skills"], serde_json::json!(["hello"]));
+    assert_eq!(
+        report["servers"][0]["tools"],
+        serde_json::json!(["echo", "shout"])
+    );
+    assert_eq!(report["hooks"][0]["event"], "before_tool");
+    assert_eq!(report["hooks"][0]["decision"], "deny: probe says no");
+    assert_eq!(report["hooks"][1]["decision"], "observed");
+    let plugin_data = data.path().join("npc/plugin-data/probe-kit");
+    let input: Value = serde_json::from_str(
+        &std::fs::read_to_string(plugin_data.join("hook-input.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(input["version"], 1);
+    assert_eq!(input["event"], "before_tool");
+    assert_eq!(input["plugin"], "probe-kit");
+    assert_eq!(input["payload"]["tool_call"]["name"], "echo");
+}
+
+#[test]
+fn s9_every_plugin_subprocess_gets_plugin_root_and_a_private_plugin_data() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let data = tempfile::tempdir().unwrap();
+    let plugin_data = data.path().join("npc/plugin-data/probe-kit");
+    // An existing, too-open data directory is tightened before the start.
+    std::fs::create_dir_all(&plugin_data).unwrap();
+    std::fs::set_permissions(&plugin_data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, report) = test_json(&fixture("probe"), data.path());
+    assert_eq!(code, 0, "{report:#}");
+    let mode = std::fs::metadata(&plugin_data)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o700);
+    let seen: Value =
+        serde_json::from_str(&std::fs::read_to_string(plugin_data.join("seen.json")).unwrap())
+            .unwrap();
+    let root = fixture("probe").canonicalize().unwrap();
+    let real_data = plugin_data.canonicalize().unwrap();
+    assert_eq!(seen["env"]["PLUGIN_ROOT"], root.to_str().unwrap());
+    assert_eq!(seen["env"]["PLUGIN_DATA"], real_data.to_str().unwrap());
+    assert_eq!(seen["cwd"], real_data.to_str().unwrap());
+    assert!(
+        seen["env"].get("NPC_TEST_SECRET").is_none(),
+        "the ambient environment is cleared"
+    );
+}
+
+#[test]
+fn s9_expansion_is_one_pass_of_the_two_names_in_args_env_and_cwd() {
+    let data = tempfile::tempdir().unwrap();
+    let (code, _) = test_json(&fixture("probe"), data.path());
+    assert_eq!(code, 0);
+    let plugin_data = data
+        .path()
+        .join("npc/plugin-data/probe-kit")
+        .canonicalize()
+        .unwrap();
+    let seen: Value =
+        serde_json::from_str(&std::fs::read_to_string(plugin_data.join("seen.json")).unwrap())
+            .unwrap();
+    let root = fixture("probe").canonicalize().unwrap();
+    assert_eq!(
+        seen["argv"],
+        serde_json::json!([
+            "${HOME}",
+            format!("{}/arg", plugin_data.display()),
+            format!("${}", root.display()),
+        ])
+    );
+    assert_eq!(seen["env"]["WHERE"], format!("{}/x", plugin_data.display()));
+    assert_eq!(
+        seen["env"]["LIT"], "${OTHER}",
+        "any other `${{…}}` stays literal"
+    );
+}
+
+#[test]
+fn test_reports_a_failing_server_and_hook_and_exits_1() {
+    let mcp = serde_json::json!({"$schema": MCP_SCHEMA, "mcpServers": {
+        "gone": {"type": "stdio", "command": "npc-no-such-program-xyz"},
+        "quits": {"type": "stdio", "command": "true"}
+    }});
+    let hooks = r#"{"version":1,"hooks":{"before_tool":[{"command":"sh","args":["-c","echo garbage"]},{"command":"sh","args":["-c","sleep 5"],"timeout_ms":100},{"command":"false"}]}}"#;
+    let dir = package(
+        "failing",
+        &[
+            ("mcp.json", &mcp.to_string()),
+            ("dev.npcagent/hooks.json", hooks),
+        ],
+    );
+    let data = tempfile::tempdir().unwrap();
+    let (code, report) = test_json(dir.path(), data.path());
+    assert_eq!(code, 1, "{report:#}");
+    assert!(
+        report["servers"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot start")
+    );
+    assert!(
+        report["servers"][1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("exited before answering")
+    );
+    assert!(
+        report["hooks"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not one JSON object")
+    );
+    assert!(
+        report["hooks"][1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("100 ms")
+    );
+    assert!(
+        report["hooks"][2]["error"]
+            .as_str()
+            .unwrap()
+            .contains("exited")
+    );
+}
+
+#[test]
+fn init_writes_packages_that_validate_and_a_python_one_that_tests() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, flag) in [("py-kit", "--python"), ("ts-kit", "--typescript")] {
+        npc()
+            .current_dir(dir.path())
+            .args(["plugin", "init", name, flag])
+            .assert()
+            .success();
+        let pkg = dir.path().join(name);
+        let (code, report) = validate_json(&pkg);
+        assert_eq!(code, 0, "{name}: {report:#}");
+        assert_eq!(
+            report["diagnostics"].as_array().unwrap().len(),
+            0,
+            "{report:#}"
+        );
+        assert!(pkg.join("skills/.gitkeep").is_file());
+        let hooks: Value = serde_json::from_str(
+            &std::fs::read_to_string(pkg.join("dev.npcagent/hooks.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(hooks, serde_json::json!({"version": 1, "hooks": {}}));
+    }
+    assert!(dir.path().join("py-kit/src/py_kit/server.py").is_file());
+    assert!(dir.path().join("ts-kit/src/index.ts").is_file());
+    // Python with the MCP SDK is installed where the suite runs (`.ci/run`).
+    let data = tempfile::tempdir().unwrap();
+    let (code, report) = test_json(&dir.path().join("py-kit"), data.path());
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["servers"][0]["tools"], serde_json::json!(["echo"]));
+}
+
+#[test]
+fn init_refuses_a_non_empty_target_and_a_bad_name() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("kit")).unwrap();
+    std::fs::write(dir.path().join("kit/keep.txt"), "mine").unwrap();
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["plugin", "init", "kit"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not empty"));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("kit/keep.txt")).unwrap(),
+        "mine"
+    );
+    assert!(!dir.path().join("kit/plugin.json").exists());
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["plugin", "init", "Bad--Name"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!dir.path().join("Bad--Name").exists());
+}
