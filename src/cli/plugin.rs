@@ -30,6 +30,37 @@ pub enum PluginCommand {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
+    /// Register a package in the user-level registry (disabled); same name and path again is a no-op
+    Install {
+        /// Package directory (default: the current directory)
+        #[arg(default_value = ".")]
+        path: PathBuf,
+    },
+    /// Enable a registered plugin (revalidates it first)
+    Enable { name: String },
+    /// Disable a registered plugin
+    Disable { name: String },
+    /// Remove a registration; the package and its data stay
+    Uninstall { name: String },
+    /// The plugins of this repository's manifest, the user registry and built-ins, in discovery order
+    List {
+        /// Show each plugin's servers, skills and hooks
+        #[arg(long)]
+        tools: bool,
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory; none is fine)
+        #[arg(long, short = 'm')]
+        manifest: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+    /// One plugin in detail: where it is, its state and its components
+    Inspect {
+        name: String,
+        #[arg(long, short = 'm')]
+        manifest: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
     /// Write a new package that passes `validate` and `test` (refuses a non-empty target)
     Init {
         /// The plugin's name (1–64 of `a-z`, `0-9`, inner `.` or `-`)
@@ -50,6 +81,20 @@ pub fn run(command: PluginCommand) -> anyhow::Result<Exit> {
     match command {
         PluginCommand::Validate { path, format } => validate(&path, format),
         PluginCommand::Test { path, format } => test(&path, format),
+        PluginCommand::Install { path } => install(&path),
+        PluginCommand::Enable { name } => set_enabled(&name, true),
+        PluginCommand::Disable { name } => set_enabled(&name, false),
+        PluginCommand::Uninstall { name } => uninstall(&name),
+        PluginCommand::List {
+            tools,
+            manifest,
+            format,
+        } => list(tools, manifest, format),
+        PluginCommand::Inspect {
+            name,
+            manifest,
+            format,
+        } => inspect(&name, manifest, format),
         PluginCommand::Init {
             name,
             python: _,
@@ -343,4 +388,332 @@ fn test(path: &std::path::Path, format: Format) -> anyhow::Result<Exit> {
         }
     }
     Ok(if ok { Exit::Ok } else { Exit::Failed })
+}
+
+fn install(path: &std::path::Path) -> anyhow::Result<Exit> {
+    use crate::plugins::registry::{self, Installed};
+    let report = plugins::validate(path)?;
+    let Some(pkg) = &report.package else {
+        print_report(path, &report, Format::Human)?;
+        errln!(
+            "error: `{}` is not a loadable Agent Plugins package; nothing was installed",
+            path.display()
+        );
+        return Ok(Exit::Failed);
+    };
+    let mut reg = registry::load()?;
+    let name = pkg.manifest.name.clone();
+    match reg.install(&name, &pkg.root) {
+        Ok(Installed::AlreadyThere) => {
+            outln!(
+                "plugin `{name}` is already installed from {}",
+                pkg.root.display()
+            )?;
+        }
+        Ok(Installed::New) => {
+            registry::save(&reg)?;
+            outln!(
+                "installed plugin `{name}` from {} (disabled)",
+                pkg.root.display()
+            )?;
+            outln!("next: run `npc plugin enable {name}`")?;
+        }
+        Err(e) => {
+            errln!("error: {e}");
+            return Ok(Exit::Failed);
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+fn set_enabled(name: &str, enabled: bool) -> anyhow::Result<Exit> {
+    use crate::plugins::registry;
+    let mut reg = registry::load()?;
+    let entry = match reg.get(name) {
+        Ok(e) => e.clone(),
+        Err(e) => {
+            errln!("error: {e}");
+            return Ok(Exit::Failed);
+        }
+    };
+    if enabled {
+        let report = match plugins::validate(&entry.path) {
+            Ok(r) => r,
+            Err(e) => {
+                errln!("error: {e}; plugin `{name}` stays disabled");
+                return Ok(Exit::Failed);
+            }
+        };
+        let renamed = report
+            .package
+            .as_ref()
+            .is_some_and(|p| p.manifest.name != name);
+        if !report.is_valid() || renamed {
+            print_report(&entry.path, &report, Format::Human)?;
+            if renamed {
+                errln!(
+                    "error: the package at `{}` is no longer named `{name}`",
+                    entry.path.display()
+                );
+            }
+            errln!(
+                "error: plugin `{name}` is invalid and stays disabled; fix it and run `npc plugin enable {name}` again"
+            );
+            return Ok(Exit::Failed);
+        }
+    }
+    reg.set_enabled(name, enabled)?;
+    registry::save(&reg)?;
+    outln!(
+        "plugin `{name}` {}",
+        if enabled { "enabled" } else { "disabled" }
+    )?;
+    Ok(Exit::Ok)
+}
+
+fn uninstall(name: &str) -> anyhow::Result<Exit> {
+    use crate::plugins::registry;
+    let mut reg = registry::load()?;
+    match reg.uninstall(name) {
+        Ok(entry) => {
+            registry::save(&reg)?;
+            outln!(
+                "uninstalled plugin `{name}`; its package ({}) and data are left in place",
+                entry.path.display()
+            )?;
+            Ok(Exit::Ok)
+        }
+        Err(e) => {
+            errln!("error: {e}");
+            Ok(Exit::Failed)
+        }
+    }
+}
+
+/// One row of `npc plugin list`.
+#[derive(Debug, Serialize)]
+struct Row {
+    kind: &'static str,
+    id: String,
+    version: Option<String>,
+    source: &'static str,
+    path: PathBuf,
+    /// `enabled` / `disabled`: what is saved.
+    saved: &'static str,
+    /// `valid` / `invalid`.
+    package: &'static str,
+    servers: Vec<String>,
+    skills: Vec<String>,
+    hooks: usize,
+}
+
+/// Every plugin in discovery order (manifest, user registry), deduplicated;
+/// collisions are reported on stderr.
+fn discover(manifest: Option<PathBuf>) -> anyhow::Result<Vec<Row>> {
+    use crate::plugins::registry::{self, Found, Source};
+    let mut found = Vec::new();
+    if let Ok(path) = super::manifest_path(manifest)
+        && let Ok(loaded) = crate::model::load_path(&path, &crate::model::ProcessEnv)
+    {
+        let dir = path
+            .parent()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_default();
+        match &loaded.manifest {
+            Some(m) => {
+                for (name, p) in &m.plugins {
+                    found.push(Found {
+                        kind: "plugin",
+                        id: name.clone(),
+                        source: Source::Manifest,
+                        path: dir.join(&p.path),
+                        enabled: p.enabled,
+                    });
+                }
+            }
+            None => errln!(
+                "warning: `{}` is invalid; its plugins are not listed (see `npc validate`)",
+                path.display()
+            ),
+        }
+    }
+    for (name, e) in registry::load()?.plugins {
+        found.push(Found {
+            kind: "plugin",
+            id: name,
+            source: Source::User,
+            path: e.path,
+            enabled: e.enabled,
+        });
+    }
+    let (kept, collisions) = registry::dedup(found);
+    for c in &collisions {
+        errln!(
+            "warning: plugin `{}` from the {} registration is also registered by the {} one ({}); the first is kept (`{}`)",
+            c.id,
+            c.kept.as_str(),
+            c.dropped.as_str(),
+            c.dropped_path.display(),
+            c.policy
+        );
+    }
+    Ok(kept
+        .into_iter()
+        .map(|f| {
+            let report = plugins::validate(&f.path).ok();
+            let pkg = report.as_ref().and_then(|r| r.package.as_ref());
+            Row {
+                kind: f.kind,
+                id: f.id,
+                version: pkg.and_then(|p| p.manifest.version.clone()),
+                source: f.source.as_str(),
+                path: f.path,
+                saved: if f.enabled { "enabled" } else { "disabled" },
+                package: if report.as_ref().is_some_and(Report::is_valid) {
+                    "valid"
+                } else {
+                    "invalid"
+                },
+                servers: pkg
+                    .map(|p| p.servers.iter().map(|s| s.name.clone()).collect())
+                    .unwrap_or_default(),
+                skills: pkg
+                    .map(|p| p.skills.iter().map(|s| s.name.clone()).collect())
+                    .unwrap_or_default(),
+                hooks: pkg
+                    .and_then(|p| p.hooks.as_ref())
+                    .map_or(0, plugins::hooks::HooksFile::len),
+            }
+        })
+        .collect())
+}
+
+fn list(tools: bool, manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
+    let rows = discover(manifest)?;
+    if format == Format::Json {
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
+        return Ok(Exit::Ok);
+    }
+    if rows.is_empty() {
+        outln!(
+            "no plugins; add `[plugins.NAME]` to the manifest or run `npc plugin install PATH`"
+        )?;
+        return Ok(Exit::Ok);
+    }
+    let mut table = vec![vec![
+        "KIND".to_string(),
+        "ID".into(),
+        "VERSION".into(),
+        "SOURCE".into(),
+        "STATE".into(),
+    ]];
+    if tools {
+        table[0].push("TOOLS".into());
+    }
+    for r in &rows {
+        let mut line = vec![
+            r.kind.to_string(),
+            r.id.clone(),
+            r.version.clone().unwrap_or_else(|| "-".into()),
+            r.source.to_string(),
+            if r.package == "valid" {
+                r.saved.to_string()
+            } else {
+                format!("{} (invalid)", r.saved)
+            },
+        ];
+        if tools {
+            line.push(components(r));
+        }
+        table.push(line);
+    }
+    let widths: Vec<usize> = (0..table[0].len())
+        .map(|i| {
+            table
+                .iter()
+                .map(|l| l[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for line in table {
+        let cells: Vec<String> = line
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out!("{out}")?;
+    Ok(Exit::Ok)
+}
+
+/// "mcp: a, b; skills: x; hooks: 2" or "-".
+fn components(r: &Row) -> String {
+    let mut parts = Vec::new();
+    if !r.servers.is_empty() {
+        parts.push(format!("mcp: {}", r.servers.join(", ")));
+    }
+    if !r.skills.is_empty() {
+        parts.push(format!("skills: {}", r.skills.join(", ")));
+    }
+    if r.hooks > 0 {
+        parts.push(format!("hooks: {}", r.hooks));
+    }
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+fn inspect(name: &str, manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
+    let Some(row) = discover(manifest)?.into_iter().find(|r| r.id == name) else {
+        errln!(
+            "error: no plugin `{name}` in the manifest or the user registry; see `npc plugin list`"
+        );
+        return Ok(Exit::Failed);
+    };
+    if format == Format::Json {
+        outln!("{}", serde_json::to_string_pretty(&row)?)?;
+        return Ok(Exit::Ok);
+    }
+    let mut out = format!("plugin `{}`\n", row.id);
+    out.push_str(&format!(
+        "  version  {}\n",
+        row.version.as_deref().unwrap_or("-")
+    ));
+    out.push_str(&format!(
+        "  source   {} ({})\n",
+        row.source,
+        row.path.display()
+    ));
+    out.push_str(&format!(
+        "  state    {}, package {}\n",
+        row.saved, row.package
+    ));
+    out.push_str(&format!(
+        "  mcp      {}\n",
+        if row.servers.is_empty() {
+            "-".into()
+        } else {
+            row.servers.join(", ")
+        }
+    ));
+    out.push_str(&format!(
+        "  skills   {}\n",
+        if row.skills.is_empty() {
+            "-".into()
+        } else {
+            row.skills.join(", ")
+        }
+    ));
+    out.push_str(&format!("  hooks    {}\n", row.hooks));
+    if let Ok(data) = plugins::data::dir_of(&row.id) {
+        out.push_str(&format!("  data     {}\n", data.display()));
+    }
+    out!("{out}")?;
+    Ok(Exit::Ok)
 }

@@ -855,3 +855,155 @@ fn init_refuses_a_non_empty_target_and_a_bad_name() {
     assert_eq!(out.status.code(), Some(2));
     assert!(!dir.path().join("Bad--Name").exists());
 }
+
+// ---- The user registry -----------------------------------------------------
+
+/// `npc plugin ARGS…` with its own user data directory, from `cwd`.
+fn plugin_cmd(data: &Path, cwd: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = npc()
+        .env("XDG_DATA_HOME", data)
+        .current_dir(cwd)
+        .arg("plugin")
+        .args(args)
+        .output()
+        .expect("npc runs");
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn install_enable_disable_uninstall_keep_source_and_data() {
+    let data = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let pkg = fixture("probe");
+    let pkg_s = pkg.to_str().unwrap();
+    let (code, out, _) = plugin_cmd(data.path(), work.path(), &["install", pkg_s]);
+    assert_eq!(code, 0);
+    assert!(out.contains("(disabled)"), "{out}");
+    let registry = data.path().join("npc/plugins.json");
+    let saved = std::fs::read_to_string(&registry).unwrap();
+    // Idempotent for the same name and canonical path (spelled differently).
+    let (code, out, _) = plugin_cmd(data.path(), &pkg, &["install", "."]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("already installed"));
+    assert_eq!(std::fs::read_to_string(&registry).unwrap(), saved);
+    // The same name from another path is rejected.
+    let copy = work.path().join("copy");
+    copy_tree(&pkg, &copy);
+    let (code, _, err) = plugin_cmd(
+        data.path(),
+        work.path(),
+        &["install", copy.to_str().unwrap()],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("already installed from"), "{err}");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(&registry).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    let (code, out, _) = plugin_cmd(data.path(), work.path(), &["list", "--format", "json"]);
+    assert_eq!(code, 0);
+    let rows: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["id"], "probe-kit");
+    assert_eq!(rows[0]["source"], "user");
+    assert_eq!(rows[0]["saved"], "disabled");
+    assert_eq!(
+        plugin_cmd(data.path(), work.path(), &["enable", "probe-kit"]).0,
+        0
+    );
+    let (_, out, _) = plugin_cmd(data.path(), work.path(), &["list", "--tools"]);
+    assert!(out.contains("KIND") && out.contains("TOOLS"), "{out}");
+    assert!(
+        out.contains("enabled") && out.contains("mcp: echo; skills: hello; hooks: 2"),
+        "{out}"
+    );
+    let (_, out, _) = plugin_cmd(data.path(), work.path(), &["inspect", "probe-kit"]);
+    assert!(out.contains("state    enabled, package valid"), "{out}");
+    assert_eq!(
+        plugin_cmd(data.path(), work.path(), &["disable", "probe-kit"]).0,
+        0
+    );
+    let (_, out, _) = plugin_cmd(data.path(), work.path(), &["list", "--format", "json"]);
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap()[0]["saved"],
+        "disabled"
+    );
+
+    std::fs::create_dir_all(data.path().join("npc/plugin-data/probe-kit")).unwrap();
+    let (code, out, _) = plugin_cmd(data.path(), work.path(), &["uninstall", "probe-kit"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(pkg.join("plugin.json").is_file());
+    assert!(data.path().join("npc/plugin-data/probe-kit").is_dir());
+    let (_, out, _) = plugin_cmd(data.path(), work.path(), &["list"]);
+    assert!(out.starts_with("no plugins"), "{out}");
+    assert_eq!(
+        plugin_cmd(data.path(), work.path(), &["uninstall", "probe-kit"]).0,
+        1
+    );
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+#[test]
+fn enable_revalidates_and_keeps_a_broken_plugin_disabled() {
+    let data = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let pkg = work.path().join("kit");
+    copy_tree(&fixture("minimal"), &pkg);
+    assert_eq!(
+        plugin_cmd(data.path(), work.path(), &["install", "kit"]).0,
+        0
+    );
+    std::fs::write(pkg.join("mcp.json"), "{ broken").unwrap();
+    let (code, _, err) = plugin_cmd(data.path(), work.path(), &["enable", "minimal"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("stays disabled"), "{err}");
+    let (_, out, _) = plugin_cmd(data.path(), work.path(), &["list", "--format", "json"]);
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap()[0]["saved"],
+        "disabled"
+    );
+}
+
+#[test]
+fn discovery_is_manifest_then_user_registry_and_the_first_registration_wins() {
+    let data = tempfile::tempdir().unwrap();
+    let repo = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("probe"), &repo.path().join("kit"));
+    std::fs::write(
+        repo.path().join("npcagent.toml"),
+        "version = 1\n[plugins.probe-kit]\npath = \"kit\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        plugin_cmd(
+            data.path(),
+            repo.path(),
+            &["install", fixture("probe").to_str().unwrap()]
+        )
+        .0,
+        0
+    );
+    let (code, out, err) = plugin_cmd(data.path(), repo.path(), &["list", "--format", "json"]);
+    assert_eq!(code, 0);
+    let rows: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 1);
+    assert_eq!(rows[0]["source"], "manifest");
+    assert!(err.contains("keep_first"), "{err}");
+}
