@@ -51,6 +51,26 @@ pub fn ensure(name: &str) -> Result<PathBuf, DataError> {
     Ok(root.create_dir_all(Path::new(name), Perms::Private)?)
 }
 
+/// Before a start: when `env` (a server's declared environment) carries a
+/// `PLUGIN_DATA` that is a plugin data directory (directly under
+/// [`base`]), create or re-enforce it. Failures are logged; the start then
+/// fails on its own with the reason.
+pub fn ensure_for(env: &BTreeMap<String, crate::model::Text>) {
+    let Some(data) = env.get(super::PLUGIN_DATA) else {
+        return;
+    };
+    let path = Path::new(data.expose());
+    let (Ok(base), Some(parent), Some(name)) = (base(), path.parent(), path.file_name()) else {
+        return;
+    };
+    if parent != base {
+        return;
+    }
+    if let Err(e) = ensure(&name.to_string_lossy()) {
+        tracing::warn!("cannot prepare `{}`: {e}", path.display());
+    }
+}
+
 /// The environment of a plugin's process: the declared `env` (placeholders
 /// expanded), then `PLUGIN_ROOT` and `PLUGIN_DATA` set last (§9).
 pub fn plugin_env(

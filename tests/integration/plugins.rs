@@ -1007,3 +1007,90 @@ fn discovery_is_manifest_then_user_registry_and_the_first_registration_wins() {
     assert_eq!(rows[0]["source"], "manifest");
     assert!(err.contains("keep_first"), "{err}");
 }
+
+// ---- The daemon ------------------------------------------------------------
+
+#[test]
+fn the_daemon_runs_an_enabled_plugins_servers_and_disabling_it_stops_only_them() {
+    use crate::support::{Daemon, DaemonSetup, wait_for};
+    let data = tempfile::tempdir().unwrap();
+    let data_s = data.path().to_str().unwrap().to_string();
+    let home = std::env::var("HOME").unwrap_or_default();
+    let manifest = |enabled: bool| {
+        format!(
+            "version = 1\n\n[mcp.servers.other]\ncommand = \"sleep\"\nargs = [\"1000\"]\n\n[plugins.kit]\npath = \"kit\"\nenabled = {enabled}\n"
+        )
+    };
+    let mut files: Vec<(String, String)> = Vec::new();
+    for name in [
+        "plugin.json",
+        "mcp.json",
+        "server.py",
+        "hook.py",
+        "dev.npcagent/hooks.json",
+        "skills/hello/SKILL.md",
+    ] {
+        files.push((
+            format!("kit/{name}"),
+            std::fs::read_to_string(fixture("probe").join(name)).unwrap(),
+        ));
+    }
+    let files_ref: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let env = [("XDG_DATA_HOME", data_s.as_str()), ("HOME", home.as_str())];
+    let d = Daemon::start_with(
+        &manifest(true),
+        DaemonSetup {
+            files: &files_ref,
+            only_env: Some(&env),
+            ..DaemonSetup::default()
+        },
+    );
+    let plugin_data = data.path().join("npc/plugin-data/probe-kit");
+    let seen = plugin_data.join("seen.json");
+    wait_for("the plugin's server to start", || {
+        seen.is_file().then_some(())
+    });
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(&plugin_data)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o700
+    );
+    let pid = wait_for("the plugin's server in status", || {
+        d.pid_of("mcp_server.kit__echo")
+    });
+    let other = d
+        .pid_of("mcp_server.other")
+        .expect("the manifest's own server runs");
+    let seen: Value = serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
+    assert_eq!(
+        seen["env"]["PLUGIN_DATA"],
+        plugin_data.canonicalize().unwrap().to_str().unwrap()
+    );
+    assert!(
+        seen["env"]["PLUGIN_ROOT"]
+            .as_str()
+            .unwrap()
+            .ends_with("/kit")
+    );
+
+    d.write_manifest(&manifest(false));
+    wait_for("the plugin's server to stop", || {
+        d.status()
+            .iter()
+            .all(|c| c["id"] != "mcp_server.kit__echo")
+            .then_some(())
+    });
+    assert!(!crate::support::alive(pid));
+    assert_eq!(
+        d.pid_of("mcp_server.other"),
+        Some(other),
+        "the rest keeps running"
+    );
+}

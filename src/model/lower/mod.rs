@@ -288,7 +288,7 @@ impl Lower<'_> {
             }
         }
         for (name, p) in self.entries("plugins", raw.plugins) {
-            if let Some(plugin) = self.plugin(p) {
+            if let Some(plugin) = self.plugin(&name, p, &mut m.mcp_servers) {
                 m.plugins.insert(name.value, plugin);
             }
         }
