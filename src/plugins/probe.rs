@@ -165,14 +165,14 @@ async fn handshake(child: &mut StreamingChild) -> Result<Vec<String>, String> {
     stdin
         .write_all(send(init).as_bytes())
         .await
-        .map_err(|e| format!("cannot write: {e}"))?;
+        .map_err(write_error)?;
     response(&mut child.stdout, 1).await?;
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}});
     stdin
         .write_all((send(initialized) + &send(list)).as_bytes())
         .await
-        .map_err(|e| format!("cannot write: {e}"))?;
+        .map_err(write_error)?;
     let result = response(&mut child.stdout, 2).await?;
     Ok(result["tools"]
         .as_array()
@@ -183,6 +183,15 @@ async fn handshake(child: &mut StreamingChild) -> Result<Vec<String>, String> {
                 .collect()
         })
         .unwrap_or_default())
+}
+
+/// A failed write to the server: a closed pipe means it is gone.
+fn write_error(e: std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        "the server exited before answering".into()
+    } else {
+        format!("cannot write to the server: {e}")
+    }
 }
 
 /// Read lines until the response with `id`; its `result`.

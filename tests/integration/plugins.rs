@@ -1094,3 +1094,27 @@ fn the_daemon_runs_an_enabled_plugins_servers_and_disabling_it_stops_only_them()
         "the rest keeps running"
     );
 }
+
+#[test]
+fn in_the_manifest_plugin_root_and_data_are_placeholders_not_environment_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n[mcp.servers.x]\ncommand = \"node\"\nargs = [\"${PLUGIN_ROOT}/a\"]\n",
+    )
+    .unwrap();
+    // Set or not, the environment's value is never used.
+    let out = npc()
+        .current_dir(dir.path())
+        .env("PLUGIN_ROOT", "/from/env")
+        .args(["validate"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("uses `${PLUGIN_ROOT}`, which only a plugin's own servers and hooks have"),
+        "{text}"
+    );
+    assert!(!text.contains("is not set"), "{text}");
+}
