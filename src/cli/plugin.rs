@@ -160,8 +160,8 @@ fn print_report(path: &std::path::Path, report: &Report, format: Format) -> anyh
             let doc = JsonReport {
                 format_version: "1",
                 valid: report.is_valid(),
-                error_count: report.error_count() + report.omitted,
-                warning_count: report.warning_count(),
+                error_count: report.error_count() + report.omitted_errors,
+                warning_count: report.warning_count() + report.omitted - report.omitted_errors,
                 plugin: report.package.as_ref().map(|p| p.manifest.name.as_str()),
                 diagnostics: report.problems.iter().map(JsonDiagnostic::from).collect(),
                 omitted: report.omitted,
@@ -181,8 +181,8 @@ fn print_report(path: &std::path::Path, report: &Report, format: Format) -> anyh
                 ));
             }
             let shown = path.display();
-            let errors = report.error_count() + report.omitted;
-            let warnings = report.warning_count();
+            let errors = report.error_count() + report.omitted_errors;
+            let warnings = report.warning_count() + report.omitted - report.omitted_errors;
             match &report.package {
                 Some(pkg) if errors == 0 => out.push_str(&format!(
                     "{shown}: valid{} (plugin `{}`: {})\n",

@@ -154,6 +154,8 @@ pub struct Report {
     pub problems: Vec<Problem>,
     /// Problems found beyond [`MAX_PROBLEMS`], not listed.
     pub omitted: usize,
+    /// How many of those were errors.
+    pub omitted_errors: usize,
 }
 
 impl Report {
@@ -167,7 +169,7 @@ impl Report {
 
     /// Valid: it loaded, and nothing in it is an error.
     pub fn is_valid(&self) -> bool {
-        self.package.is_some() && self.error_count() == 0 && self.omitted == 0
+        self.package.is_some() && self.error_count() == 0 && self.omitted_errors == 0
     }
 }
 
@@ -183,14 +185,28 @@ pub enum PluginError {
 pub(crate) struct Problems {
     list: Vec<Problem>,
     omitted: usize,
+    omitted_errors: usize,
 }
 
 impl Problems {
+    /// Keep `p`; past [`MAX_PROBLEMS`] an error takes the place of the
+    /// last warning (errors are never crowded out by warnings), and what
+    /// is left out is counted.
     pub(crate) fn push(&mut self, p: Problem) {
         if self.list.len() < MAX_PROBLEMS {
             self.list.push(p);
-        } else {
-            self.omitted += 1;
+            return;
+        }
+        self.omitted += 1;
+        if !p.is_error() {
+            return;
+        }
+        match self.list.iter().rposition(|q| !q.is_error()) {
+            Some(i) => {
+                self.list.remove(i);
+                self.list.push(p);
+            }
+            None => self.omitted_errors += 1,
         }
     }
 
@@ -229,6 +245,7 @@ pub fn validate_root(root: &Root) -> Report {
         package,
         problems: problems.list,
         omitted: problems.omitted,
+        omitted_errors: problems.omitted_errors,
     }
 }
 

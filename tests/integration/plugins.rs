@@ -1118,3 +1118,38 @@ fn in_the_manifest_plugin_root_and_data_are_placeholders_not_environment_variabl
     );
     assert!(!text.contains("is not set"), "{text}");
 }
+
+// ---- Hostile packages ------------------------------------------------------
+
+#[test]
+fn hostile_package_files_are_refused_without_hanging_or_reading_without_bound() {
+    let dir = package("hostile", &[]);
+    let fifo = dir.path().join("mcp.json");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    // A hooks file far over the size cap, sparse so the test stays cheap.
+    let big = dir.path().join("dev.npcagent/hooks.json");
+    std::fs::create_dir_all(big.parent().unwrap()).unwrap();
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(64 * 1024 * 1024)
+        .unwrap();
+    // Many skill folders: only a bounded number are looked at.
+    for i in 0..1100 {
+        std::fs::create_dir_all(dir.path().join(format!("skills/s{i:04}"))).unwrap();
+    }
+    let (code, report) = validate_json(dir.path());
+    assert_eq!(code, 1, "{report:#}");
+    assert!(
+        summary_at(&report, "mcp.json", "").contains("FIFO"),
+        "{report:#}"
+    );
+    assert!(
+        summary_at(&report, "dev.npcagent/hooks.json", "").contains("larger than"),
+        "{report:#}"
+    );
+    assert!(
+        summary_at(&report, "skills", "").contains("more than 1024 entries"),
+        "{report:#}"
+    );
+    assert!(report["diagnostics"].as_array().unwrap().len() <= 500);
+}

@@ -195,7 +195,10 @@ impl Lower<'_> {
             clip(&path.value)
         );
         let total = report.problems.len() + report.omitted;
-        for problem in report.problems.iter().take(MAX_PLUGIN_DIAGNOSTICS) {
+        // Errors first, so a cut never hides why the manifest is invalid.
+        let (errors, warnings): (Vec<_>, Vec<_>) =
+            report.problems.iter().partition(|p| p.is_error());
+        for problem in errors.iter().chain(&warnings).take(MAX_PLUGIN_DIAGNOSTICS) {
             let summary = format!(
                 "plugin `{}`: `{}`: {}",
                 clip(&path.value),
@@ -210,15 +213,17 @@ impl Lower<'_> {
             }
         }
         if total > MAX_PLUGIN_DIAGNOSTICS {
-            self.error(
-                &path.span,
-                format!(
-                    "plugin `{}` has {} more problems",
-                    clip(&path.value),
-                    total - MAX_PLUGIN_DIAGNOSTICS
-                ),
-                hint,
+            let summary = format!(
+                "plugin `{}` has {} more problems",
+                clip(&path.value),
+                total - MAX_PLUGIN_DIAGNOSTICS
             );
+            let more_errors = report.omitted_errors > 0 || errors.len() > MAX_PLUGIN_DIAGNOSTICS;
+            if more_errors {
+                self.error(&path.span, summary, hint);
+            } else {
+                self.warning(&path.span, summary, hint);
+            }
         }
     }
 }
