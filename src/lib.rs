@@ -7,6 +7,7 @@ pub mod mcp;
 pub mod model;
 pub mod native;
 pub mod plan;
+pub mod plugins;
 pub mod providers;
 pub mod render;
 pub mod repofs;

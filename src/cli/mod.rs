@@ -12,6 +12,7 @@ mod import;
 mod init;
 mod man;
 mod mcp;
+mod plugin;
 mod reconcile;
 mod render;
 mod run;
@@ -150,6 +151,9 @@ enum Command {
     /// The MCP gateway: the repository's MCP servers behind one MCP server
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
+    /// Agent Plugins 1.0 packages: validate, test, scaffold, register
+    #[command(subcommand)]
+    Plugin(plugin::PluginCommand),
     /// Each component: state, pid, restarts, since when
     Status {
         #[arg(long, short = 'm')]
@@ -283,6 +287,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Render(args) => render::run(args),
         Command::Run(args) => run::run(args),
         Command::Mcp(command) => mcp::run(command),
+        Command::Plugin(command) => plugin::run(command),
         Command::Import {
             file,
             write,
@@ -433,7 +438,7 @@ mod tests {
         // Assembled at run time so the scan of this file does not see it.
         let text = [
             "run `npc",
-            " plugin init`, or run npc",
+            " plugin frobnicate`, or run npc",
             " validate; npc manages x",
         ]
         .concat();
@@ -441,7 +446,7 @@ mod tests {
         assert_eq!(
             found,
             [
-                vec!["plugin".to_string(), "init".to_string()],
+                vec!["plugin".to_string(), "frobnicate".to_string()],
                 vec!["validate".to_string()]
             ]
         );

@@ -186,6 +186,7 @@ pub fn stdio_spec(
     restart: RestartPolicy,
 ) -> ChildSpec {
     let id = ComponentId::new(Kind::McpServer, name);
+    crate::plugins::data::ensure_for(&command.env);
     let mut spec = child_spec(cx, &id, command, restart);
     spec.stdio.stdout = OutputWiring::Piped;
     spec

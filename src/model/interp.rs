@@ -47,6 +47,11 @@ fn is_name(name: &str) -> bool {
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
+/// `${PLUGIN_ROOT}` and `${PLUGIN_DATA}` are placeholders of a plugin's
+/// hooks and servers, never environment variables: interpolation keeps them
+/// as written (see `crate::plugins::expand`).
+pub const PLUGIN_PLACEHOLDERS: [&str; 2] = ["PLUGIN_ROOT", "PLUGIN_DATA"];
+
 /// Expand every `${…}` in `input`. All problems are returned, not just the first.
 pub fn interpolate(input: &str, env: &dyn Env) -> Result<Interpolated, Vec<InterpError>> {
     if !input.contains('$') {
@@ -85,6 +90,9 @@ pub fn interpolate(input: &str, env: &dyn Env) -> Result<Interpolated, Vec<Inter
                 errors.push(InterpError::Malformed {
                     range: range.clone(),
                 });
+            } else if default.is_none() && PLUGIN_PLACEHOLDERS.contains(&name) {
+                // Not an environment variable: kept for the plugin that owns the entry.
+                out.push_str(&input[range.clone()]);
             } else if let Some(value) = env.var(name) {
                 out.push_str(&value);
                 secret = true;
@@ -119,6 +127,16 @@ mod tests {
 
     fn env() -> BTreeMap<String, String> {
         [("TOKEN".to_string(), "s3cret".to_string())].into()
+    }
+
+    #[test]
+    fn plugin_placeholders_are_kept_and_never_read_from_the_environment() {
+        let env: BTreeMap<String, String> =
+            [("PLUGIN_ROOT".to_string(), "/env".to_string())].into();
+        let r = interpolate("${PLUGIN_ROOT}/a:${PLUGIN_DATA}", &env).unwrap();
+        assert_eq!(r.value, "${PLUGIN_ROOT}/a:${PLUGIN_DATA}");
+        assert!(!r.secret);
+        assert_eq!(interpolate("${PLUGIN_DATA:-x}", &env).unwrap().value, "x");
     }
 
     #[test]

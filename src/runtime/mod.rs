@@ -482,6 +482,12 @@ impl model::Files for OperationalFiles {
     fn is_dir(&self, path: &Path) -> bool {
         self.disk.is_dir(path)
     }
+    fn check_dir(&self, path: &Path) -> std::io::Result<()> {
+        self.disk.check_dir(path)
+    }
+    fn plugin_report(&self, path: &Path) -> Option<crate::plugins::Report> {
+        self.disk.plugin_report(path)
+    }
 }
 
 /// The outcome of one component in a reload.

@@ -1278,7 +1278,10 @@ fn a_plugin_at_the_repository_root_does_not_reload_the_daemon_by_itself() {
     let d = Daemon::start_with(
         &manifest("one"),
         DaemonSetup {
-            files: &[("plugin.json", r#"{"name": "self", "version": "1.0.0"}"#)],
+            files: &[(
+                "plugin.json",
+                r#"{"$schema": "https://agent-plugins.org/schemas/1.0.0/plugin.schema.json", "name": "self", "version": "1.0.0"}"#,
+            )],
             ..DaemonSetup::default()
         },
     );
@@ -1325,7 +1328,11 @@ fn a_plugin_package_of_huge_sparse_files_is_digested_within_a_bound() {
     .unwrap();
     let plug = dir.path().join("plug");
     std::fs::create_dir(&plug).unwrap();
-    std::fs::write(plug.join("plugin.json"), "{}").unwrap();
+    std::fs::write(
+        plug.join("plugin.json"),
+        r#"{"$schema": "https://agent-plugins.org/schemas/1.0.0/plugin.schema.json", "name": "x"}"#,
+    )
+    .unwrap();
     for i in 0..2_000 {
         let f = std::fs::File::create(plug.join(format!("f{i}"))).unwrap();
         f.set_len(npcagent::runtime::MAX_PACKAGE_FILE_BYTES as u64)

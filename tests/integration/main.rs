@@ -12,6 +12,7 @@ mod mcp;
 mod mcp_builtin;
 mod mcp_daemon;
 mod mcp_interop;
+mod plugins;
 mod providers;
 mod render;
 mod runs;

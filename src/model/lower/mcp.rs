@@ -194,6 +194,9 @@ impl Lower<'_> {
                 }
             }
         };
+        if let McpTransport::Stdio(spec) = &transport {
+            self.no_plugin_placeholders(name, spec);
+        }
         Some(McpServer {
             transport,
             enabled: s.enabled.unwrap_or(true),
@@ -204,5 +207,28 @@ impl Lower<'_> {
             disabled_tools,
             restart,
         })
+    }
+
+    /// A manifest server belongs to no plugin: `${PLUGIN_ROOT}` and
+    /// `${PLUGIN_DATA}` (kept as written by interpolation) mean nothing here.
+    fn no_plugin_placeholders(&mut self, name: &Spanned<String>, spec: &CommandSpec) {
+        let values = spec
+            .args
+            .iter()
+            .chain(spec.env.values())
+            .chain(spec.cwd.iter());
+        for v in values {
+            if let Some(p) = crate::model::interp::PLUGIN_PLACEHOLDERS
+                .iter()
+                .find(|p| v.expose().contains(&format!("${{{p}}}")))
+            {
+                self.error(
+                    &name.span,
+                    format!("MCP server `{}` uses `${{{p}}}`, which only a plugin's own servers and hooks have", clip(&name.value)),
+                    "declare the server in a plugin package's `mcp.json`, or use a path relative to the manifest",
+                );
+                return;
+            }
+        }
     }
 }

@@ -39,6 +39,11 @@ pub trait Files {
             Err(std::io::ErrorKind::NotFound.into())
         }
     }
+    /// The static check of the Agent Plugins package at directory `path`
+    /// (`crate::plugins::validate`), when this file system can run it.
+    fn plugin_report(&self, _path: &Path) -> Option<crate::plugins::Report> {
+        None
+    }
 }
 
 /// The real file system, rooted at the manifest's directory, through the
@@ -62,6 +67,12 @@ impl Files for DiskFiles {
         crate::repofs::Root::new(&self.root)
             .and_then(|root| root.dir_check(path))
             .map_err(crate::repofs::FsError::into_reason)
+    }
+    fn plugin_report(&self, path: &Path) -> Option<crate::plugins::Report> {
+        let real = crate::repofs::Root::new(&self.root)
+            .and_then(|root| root.real_path(path))
+            .ok()?;
+        crate::plugins::validate(&real).ok()
     }
 }
 
@@ -277,7 +288,7 @@ impl Lower<'_> {
             }
         }
         for (name, p) in self.entries("plugins", raw.plugins) {
-            if let Some(plugin) = self.plugin(p) {
+            if let Some(plugin) = self.plugin(&name, p, &mut m.mcp_servers) {
                 m.plugins.insert(name.value, plugin);
             }
         }
