@@ -8,6 +8,7 @@
 #[macro_use]
 mod output;
 
+mod hook;
 mod import;
 mod init;
 mod mcp;
@@ -139,6 +140,9 @@ enum Command {
     /// The MCP gateway: the repository's MCP servers behind one MCP server
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
+    /// Lifecycle hooks: run the manifest's hooks for an agent CLI's own hook mechanism
+    #[command(subcommand)]
+    Hook(hook::HookCommand),
     /// Each component: state, pid, restarts, since when
     Status {
         #[arg(long, short = 'm')]
@@ -261,6 +265,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Render(args) => render::run(args),
         Command::Run(args) => run::run(args),
         Command::Mcp(command) => mcp::run(command),
+        Command::Hook(command) => hook::run(command),
         Command::Import {
             file,
             write,

@@ -5,6 +5,7 @@
 mod agents;
 mod architecture;
 mod daemon;
+mod hooks;
 mod hostile;
 mod manifest;
 mod mcp;

@@ -1,0 +1,352 @@
+//! Lifecycle hooks through the real binary with real hook scripts:
+//! `npc hook run` (npc's own protocol and the native protocols of Claude
+//! Code and Gemini CLI), the hooks around the MCP gateway's `tools/call`
+//! (standalone and in the daemon, swapped live on reload), and the agent
+//! events of `npc run`. Every case is a table row: the hooks, the input, and
+//! what must come out (exit status, answer, recorded `hook.call` events).
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+use crate::support::{alive, npc, repo_root, wait_for};
+
+/// A repository with `hooks` (TOML `[[hooks.*]]` entries) as its manifest
+/// and `scripts` (name, shell body) as executable files under `hooks/`.
+fn repo(hooks: &str, scripts: &[(&str, &str)]) -> TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("hooks")).unwrap();
+    for (name, body) in scripts {
+        let path = dir.path().join("hooks").join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        format!("version = 1\n{hooks}"),
+    )
+    .unwrap();
+    dir
+}
+
+/// `npc hook run EVENT` in `dir` with `input` on stdin.
+fn hook_run(dir: &Path, args: &[&str], input: &Value) -> std::process::Output {
+    npc()
+        .current_dir(dir)
+        .args(["hook", "run"])
+        .args(args)
+        .write_stdin(input.to_string())
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap()
+}
+
+fn recorded(dir: &Path) -> Vec<Value> {
+    let out = npc()
+        .current_dir(dir)
+        .args(["events", "--format", "json"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["kind"] == "hook.call")
+        .collect()
+}
+
+fn push_call() -> Value {
+    json!({"tool_call": {"id": "c1", "name": "shell__run", "arguments": {"cmd": "git push"}}})
+}
+
+/// One row of the `before_tool` table.
+struct Case {
+    name: &'static str,
+    /// `[[hooks.before_tool]]` entries, `{dir}` replaced by the repository.
+    hooks: &'static str,
+    scripts: &'static [(&'static str, &'static str)],
+    exit: i32,
+    /// Substrings the answer (stdout + stderr) must contain.
+    says: &'static [&'static str],
+    /// Recorded decisions, in order.
+    decisions: &'static [&'static str],
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "continue",
+        hooks: "[[hooks.before_tool]]\ncommand = \"./hooks/ok\"\n",
+        scripts: &[("ok", "cat > /dev/null; echo '{\"decision\":\"continue\"}'")],
+        exit: 0,
+        says: &["{\"decision\":\"continue\"}"],
+        decisions: &["continue"],
+    },
+    Case {
+        name: "empty stdout continues",
+        hooks: "[[hooks.before_tool]]\ncommand = \"./hooks/quiet\"\n",
+        scripts: &[("quiet", "cat > /dev/null")],
+        exit: 0,
+        says: &["continue"],
+        decisions: &["continue"],
+    },
+    Case {
+        name: "deny without reason fails closed",
+        hooks: "[[hooks.before_tool]]\ncommand = \"./hooks/deny\"\n",
+        scripts: &[("deny", "echo '{\"decision\":\"deny\"}'")],
+        exit: 1,
+        says: &[
+            "\"decision\":\"deny\"",
+            "non-empty `reason`",
+            "before_tool[0]",
+        ],
+        decisions: &["failed"],
+    },
+    Case {
+        name: "rewrite chain then deny",
+        hooks: "[[hooks.before_tool]]\ncommand = \"./hooks/a\"\n\
+                [[hooks.before_tool]]\ncommand = \"./hooks/b\"\n\
+                [[hooks.before_tool]]\ncommand = \"./hooks/c\"\n\
+                [[hooks.before_tool]]\ncommand = \"./hooks/never\"\n",
+        scripts: &[
+            (
+                "a",
+                "grep -q '\"cmd\":\"git push\"' && echo '{\"decision\":\"rewrite\",\"arguments\":{\"cmd\":\"git push\",\"a\":1}}'",
+            ),
+            (
+                "b",
+                "grep -q '\"a\":1' && echo '{\"decision\":\"rewrite\",\"arguments\":{\"cmd\":\"git push\",\"a\":1,\"b\":2}}'",
+            ),
+            (
+                "c",
+                "grep -q '\"a\":1,\"b\":2' && echo '{\"decision\":\"deny\",\"reason\":\"pushing is reviewed by a human\"}'",
+            ),
+            ("never", "touch never-ran-marker"),
+        ],
+        exit: 1,
+        says: &["pushing is reviewed by a human", "before_tool[2]"],
+        decisions: &["rewrite", "rewrite", "deny"],
+    },
+    Case {
+        name: "garbage output fails closed",
+        hooks: "[[hooks.before_tool]]\ncommand = \"./hooks/garbage\"\n",
+        scripts: &[("garbage", "echo 'sure, go ahead'")],
+        exit: 1,
+        says: &["not one JSON object"],
+        decisions: &["failed"],
+    },
+    Case {
+        name: "more than 2 MiB of output fails closed",
+        hooks: "[[hooks.before_tool]]\ncommand = \"./hooks/flood\"\n",
+        scripts: &[("flood", "head -c 2200000 /dev/zero | tr '\\0' a")],
+        exit: 1,
+        says: &["more than 1048576 bytes"],
+        decisions: &["failed"],
+    },
+    Case {
+        name: "sleep past the timeout fails closed",
+        hooks: "[[hooks.before_tool]]\ncommand = \"./hooks/slow\"\ntimeout_ms = 300\n",
+        scripts: &[("slow", "echo $$ > slow.pid; exec sleep 30")],
+        exit: 1,
+        says: &["timeout of 300 ms"],
+        decisions: &["failed"],
+    },
+    Case {
+        name: "exit 1 fails closed and quotes stderr",
+        hooks: "[[hooks.before_tool]]\ncommand = \"./hooks/crash\"\n",
+        scripts: &[("crash", "echo 'policy file missing' >&2; exit 1")],
+        exit: 1,
+        says: &["exit code 1", "policy file missing"],
+        decisions: &["failed"],
+    },
+    Case {
+        name: "missing executable fails closed",
+        hooks: "[[hooks.before_tool]]\ncommand = \"./hooks/not-there\"\n",
+        scripts: &[],
+        exit: 1,
+        says: &["could not be started", "not-there"],
+        decisions: &["failed"],
+    },
+    Case {
+        name: "matcher skips other tools",
+        hooks: "[[hooks.before_tool]]\ncommand = \"./hooks/deny\"\nmatcher = \"^fs__\"\n",
+        scripts: &[("deny", "echo '{\"decision\":\"deny\",\"reason\":\"no\"}'")],
+        exit: 0,
+        says: &["continue"],
+        decisions: &[],
+    },
+];
+
+#[test]
+fn before_tool_table() {
+    for case in CASES {
+        let dir = repo(case.hooks, case.scripts);
+        let out = hook_run(dir.path(), &["before_tool"], &push_call());
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(case.exit), "{}: {text}", case.name);
+        for s in case.says {
+            assert!(text.contains(s), "{}: missing `{s}` in {text}", case.name);
+        }
+        let decisions: Vec<String> = recorded(dir.path())
+            .iter()
+            .map(|e| e["payload"]["decision"].as_str().unwrap_or("").to_string())
+            .collect();
+        assert_eq!(decisions, case.decisions, "{}", case.name);
+        assert!(
+            !dir.path().join("never-ran-marker").exists(),
+            "{}: a hook after the deny ran",
+            case.name
+        );
+        if let Ok(pid) = std::fs::read_to_string(dir.path().join("slow.pid")) {
+            let pid: u32 = pid.trim().parse().unwrap();
+            wait_for("the timed-out hook to be killed", || {
+                (!alive(pid)).then_some(())
+            });
+        }
+    }
+}
+
+#[test]
+fn the_envelope_and_environment_a_hook_gets() {
+    let dir = repo(
+        "[[hooks.before_tool]]\ncommand = \"./hooks/spy\"\nargs = [\"${NPC_TEST_HOOK_ARG}\"]\n\
+         env = { DECLARED = \"yes\" }\n",
+        &[(
+            "spy",
+            "cat > seen.json; printf '%s|%s|%s|%s' \"$1\" \"$DECLARED\" \"${UNDECLARED:-unset}\" \"$(pwd)\" > env.txt",
+        )],
+    );
+    let out = npc()
+        .current_dir(dir.path())
+        .env("NPC_TEST_HOOK_ARG", "from-env")
+        .env("UNDECLARED", "leaked")
+        .args(["hook", "run", "before_tool"])
+        .write_stdin(push_call().to_string())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let seen: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("seen.json")).unwrap()).unwrap();
+    assert_eq!(
+        seen,
+        json!({"version": 1, "event": "before_tool", "plugin": null,
+               "payload": {"tool_call": {"id": "c1", "name": "shell__run", "arguments": {"cmd": "git push"}}}})
+    );
+    let env = std::fs::read_to_string(dir.path().join("env.txt")).unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    assert_eq!(env, format!("from-env|yes|unset|{}", root.display()));
+}
+
+#[test]
+fn after_tool_replaces_output_and_observers_are_best_effort() {
+    let dir = repo(
+        "[[hooks.after_tool]]\ncommand = \"./hooks/redact\"\n\
+         [[hooks.on_agent_end]]\ncommand = \"./hooks/broken\"\n\
+         [[hooks.on_agent_end]]\ncommand = \"./hooks/after-broken\"\n\
+         [[hooks.on_agent_start]]\ncommand = \"./hooks/broken\"\n",
+        &[
+            (
+                "redact",
+                "grep -q 'sk-123' && echo '{\"output\":\"[redacted]\",\"is_error\":false}'",
+            ),
+            ("broken", "exit 3"),
+            ("after-broken", "cat > end.json"),
+        ],
+    );
+    let input = json!({"tool_call": {"id": "c", "name": "kv__get", "arguments": {}},
+                       "result": {"output": "token sk-123", "is_error": true}});
+    let out = hook_run(dir.path(), &["after_tool"], &input);
+    assert!(out.status.success(), "{out:?}");
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer, json!({"output": "[redacted]", "is_error": false}));
+
+    // A best-effort observer's failure is recorded, the next one still runs.
+    let out = hook_run(dir.path(), &["on_agent_end"], &json!({"messages": []}));
+    assert!(out.status.success(), "{out:?}");
+    let end: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("end.json")).unwrap()).unwrap();
+    assert_eq!(end["event"], "on_agent_end");
+    // A deterministic observer's failure stops what it guards.
+    let out = hook_run(dir.path(), &["on_agent_start"], &json!({"messages": []}));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exit code 3"));
+}
+
+#[test]
+fn invalid_input_or_manifest_fails_closed() {
+    let dir = repo("[[hooks.before_tool]]\ncommand = \"true\"\n", &[]);
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["hook", "run", "before_tool"])
+        .write_stdin("not json")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"decision\":\"deny\""));
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n[[hooks.before_tool]]\n",
+    )
+    .unwrap();
+    let out = hook_run(
+        dir.path(),
+        &["before_tool", "--agent", "claude"],
+        &claude_payload("ls"),
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is invalid"));
+}
+
+/// A `PreToolUse` input as Claude Code 2.1 builds it for its Bash tool
+/// (the fields of its hook input: the session part, then the event's).
+fn claude_payload(command: &str) -> Value {
+    let mut v: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("fixtures/hooks/claude-pretooluse-bash.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    v["tool_input"]["command"] = command.into();
+    v
+}
+
+const NO_PUSH: &str =
+    "[[hooks.before_tool]]\ncommand = \"./hooks/no-push\"\nmatcher = \"^Bash$\"\n";
+const NO_PUSH_SCRIPT: (&str, &str) = (
+    "no-push",
+    "if grep -q '\"command\":\"git push'; then echo '{\"decision\":\"deny\",\"reason\":\"git push is not allowed from agents\"}'; fi",
+);
+
+#[test]
+fn a_manifest_deny_stops_claude_codes_bash_git_push() {
+    let dir = repo(NO_PUSH, &[NO_PUSH_SCRIPT]);
+    // Claude Code runs the managed entry's command through its shell, with
+    // the hook input on stdin; exit status 2 blocks the tool and hands
+    // stderr to the model.
+    let out = hook_run(
+        dir.path(),
+        &["before_tool", "--agent", "claude"],
+        &claude_payload("git push origin main"),
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("git push is not allowed from agents"));
+    let out = hook_run(
+        dir.path(),
+        &["before_tool", "--agent", "claude"],
+        &claude_payload("git status"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
+
+    // Gemini CLI: a `deny` decision on stdout, exit 0.
+    let mut gemini = claude_payload("git push");
+    gemini["hook_event_name"] = "BeforeTool".into();
+    gemini["tool_name"] = "Bash".into();
+    let out = hook_run(dir.path(), &["before_tool", "--agent", "gemini"], &gemini);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["decision"], "deny");
+}
