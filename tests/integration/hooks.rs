@@ -350,3 +350,110 @@ fn a_manifest_deny_stops_claude_codes_bash_git_push() {
     let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(answer["decision"], "deny");
 }
+
+/// A `[mcp.servers.NAME]` entry running `fixtures/mcp/misbehave.py`.
+fn misbehave(name: &str) -> String {
+    format!(
+        "[mcp.servers.{name}]\ncommand = \"python3\"\nargs = [{:?}]\ntool_timeout_ms = 5000\n",
+        repo_root()
+            .join("fixtures/mcp/misbehave.py")
+            .display()
+            .to_string()
+    )
+}
+
+/// A hook running `sh -c SCRIPT`.
+fn sh_hook(event: &str, script: &str, matcher: &str) -> String {
+    format!(
+        "[[hooks.{event}]]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nmatcher = {matcher:?}\n"
+    )
+}
+
+fn deny_hook(matcher: &str, reason: &str) -> String {
+    sh_hook(
+        "before_tool",
+        &format!("echo '{{\"decision\":\"deny\",\"reason\":\"{reason}\"}}'"),
+        matcher,
+    )
+}
+
+#[test]
+fn the_gateway_runs_tool_hooks_around_each_call() {
+    if !crate::mcp::python_sdk() {
+        return;
+    }
+    let manifest = format!(
+        "version = 1\n{}{}{}{}",
+        misbehave("bad"),
+        deny_hook("^bad__crash$", "crashing is not allowed here"),
+        sh_hook(
+            "before_tool",
+            "echo '{\"decision\":\"rewrite\",\"arguments\":{\"x\":1}}'",
+            "^bad__ok$"
+        ),
+        sh_hook(
+            "after_tool",
+            "in=$(cat); echo \"$in\" | grep -q '\"arguments\":{\"x\":1}' && echo \"$in\" | grep -q '\"output\":\"fine\"' && echo '{\"output\":\"replaced\"}'",
+            "^bad__ok$"
+        ),
+    );
+    let dir = crate::mcp::repo(&manifest);
+    let got = crate::mcp::stdio_session(
+        &dir,
+        json!([
+            ["call", "bad__crash", {}],
+            ["call", "bad__ok", {}],
+            ["call", "bad__pid", {}]
+        ]),
+    );
+    assert_eq!(got[0]["is_error"], true, "{got:?}");
+    assert!(
+        got[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("crashing is not allowed here"),
+        "{got:?}"
+    );
+    assert_eq!(got[1]["text"], "replaced", "{got:?}");
+    // The denied crash never reached the server: it still answers.
+    assert_eq!(got[2]["is_error"], false, "{got:?}");
+    let calls: Vec<Value> = recorded(dir.path())
+        .into_iter()
+        .map(|e| json!([e["payload"]["tool"], e["payload"]["decision"]]))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            json!(["bad__crash", "deny"]),
+            json!(["bad__ok", "rewrite"]),
+            json!(["bad__ok", "replace"]),
+        ]
+    );
+}
+
+#[test]
+fn the_daemons_gateway_swaps_its_hooks_on_reload() {
+    if !crate::mcp::python_sdk() {
+        return;
+    }
+    let base = format!("version = 1\n{}", misbehave("a"));
+    let d =
+        crate::support::Daemon::start(&format!("{base}{}", deny_hook("^a__ok$", "first policy")));
+    let text = |got: &Vec<Value>| got[0]["text"].as_str().unwrap_or("").to_string();
+    let got = crate::mcp::stdio_session_in(d.root(), json!([["call", "a__ok", {}]]));
+    assert!(text(&got).contains("first policy"), "{got:?}");
+    let pid = crate::mcp::stdio_session_in(d.root(), json!([["call", "a__pid", {}]]));
+    d.write_manifest(&format!("{base}{}", deny_hook("^a__ok$", "second policy")));
+    wait_for("the new hook to apply", || {
+        let got = crate::mcp::stdio_session_in(d.root(), json!([["call", "a__ok", {}]]));
+        text(&got).contains("second policy").then_some(())
+    });
+    d.write_manifest(&base);
+    wait_for("the hook to be removed", || {
+        let got = crate::mcp::stdio_session_in(d.root(), json!([["call", "a__ok", {}]]));
+        (text(&got) == "fine").then_some(())
+    });
+    // Nothing else restarted: the server is the same process.
+    let again = crate::mcp::stdio_session_in(d.root(), json!([["call", "a__pid", {}]]));
+    assert_eq!(pid[0]["text"], again[0]["text"]);
+}
