@@ -457,3 +457,138 @@ fn the_daemons_gateway_swaps_its_hooks_on_reload() {
     let again = crate::mcp::stdio_session_in(d.root(), json!([["call", "a__pid", {}]]));
     assert_eq!(pid[0]["text"], again[0]["text"]);
 }
+
+/// A repository whose profile `dev` runs the fake agent replaying a Claude
+/// Code transcript with a tool call, plus `hooks`; every hook script
+/// `./hooks/log` appends its event name to `hook.log`.
+fn run_repo(hooks: &str, scripts: &[(&str, &str)]) -> TempDir {
+    let agent = repo_root().join("fixtures/clis/fake-agent.py");
+    let fixture = repo_root().join("fixtures/clis/claude_code/2.1.197/tool_call.jsonl");
+    let manifest = format!(
+        "[providers.fake]\nkind = \"claude_code\"\ncommand = {:?}\nargs = [\"--provider\", \"claude_code\", \"--fixture\", {:?}]\n\
+         [profiles.dev]\nprovider = \"fake\"\ndescription = \"d\"\n{hooks}",
+        agent.display().to_string(),
+        fixture.display().to_string(),
+    );
+    let mut all = vec![(
+        "log",
+        "in=$(cat); echo \"$in\" | sed -n 's/.*\"event\":\"\\([a-z_]*\\)\".*/\\1/p' >> hook.log",
+    )];
+    all.extend_from_slice(scripts);
+    repo(&manifest, &all)
+}
+
+/// One `./hooks/log` hook on every event.
+fn every_event_logs() -> String {
+    [
+        "on_agent_start",
+        "before_model",
+        "after_model",
+        "before_tool",
+        "after_tool",
+        "on_error",
+        "on_agent_end",
+    ]
+    .iter()
+    .map(|e| format!("[[hooks.{e}]]\ncommand = \"./hooks/log\"\n"))
+    .collect()
+}
+
+fn hook_log(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("hook.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn npc_run_calls_the_agent_and_model_hooks_in_order() {
+    let dir = run_repo(&every_event_logs(), &[]);
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "list the files"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let log = hook_log(dir.path());
+    assert_eq!(
+        log.first().map(String::as_str),
+        Some("on_agent_start"),
+        "{log:?}"
+    );
+    assert_eq!(
+        log.get(1).map(String::as_str),
+        Some("before_model"),
+        "{log:?}"
+    );
+    assert!(log.iter().any(|e| e == "after_model"), "{log:?}");
+    assert_eq!(
+        log.iter().filter(|e| *e == "before_model").count(),
+        2,
+        "the prompt, then the tool result: {log:?}"
+    );
+    assert_eq!(
+        log.last().map(String::as_str),
+        Some("on_agent_end"),
+        "{log:?}"
+    );
+    assert!(
+        !log.iter().any(|e| e == "on_error" || e.ends_with("_tool")),
+        "{log:?}"
+    );
+}
+
+#[test]
+fn a_failing_model_hook_stops_the_run_and_the_end_observers_still_run() {
+    let hooks = format!(
+        "{}[[hooks.after_model]]\ncommand = \"./hooks/refuse\"\n",
+        every_event_logs()
+    );
+    let dir = run_repo(&hooks, &[("refuse", "echo 'not json'")]);
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "list the files"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("after_model[1] failed"),
+        "{out:?}"
+    );
+    let log = hook_log(dir.path());
+    assert_eq!(
+        &log[log.len() - 2..],
+        ["on_error", "on_agent_end"],
+        "{log:?}"
+    );
+    let events = recorded(dir.path());
+    assert!(events.iter().any(|e| e["payload"]["decision"] == "failed"));
+
+    // A failing `on_agent_start` hook: the agent never starts.
+    let hooks = format!(
+        "{}[[hooks.on_agent_start]]\ncommand = \"./hooks/crash\"\n",
+        every_event_logs()
+    );
+    let dir = run_repo(&hooks, &[("crash", "exit 9")]);
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "list the files"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("exit code 9"),
+        "{out:?}"
+    );
+    assert_eq!(
+        hook_log(dir.path()),
+        ["on_agent_start", "on_error", "on_agent_end"]
+    );
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["events", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("agent.message"));
+}
