@@ -592,3 +592,112 @@ fn a_failing_model_hook_stops_the_run_and_the_end_observers_still_run() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&out.stdout).contains("agent.message"));
 }
+
+/// Run a bridge entry's `command` the way its CLI does: through `sh -c` in
+/// the project, with the CLI's project variable set (Gemini substitutes
+/// `$GEMINI_PROJECT_DIR` with the shell-quoted path first), `npc` on `PATH`
+/// and the hook input on stdin.
+fn run_bridge(root: &Path, command: &str, cli: &str, input: &Value) -> std::process::Output {
+    let quoted = format!("'{}'", root.display());
+    let command = match cli {
+        "gemini" => command.replace("$GEMINI_PROJECT_DIR", &quoted),
+        _ => command.to_string(),
+    };
+    let bin = crate::support::npc_path();
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    assert_cmd::Command::new("sh")
+        .args(["-c", &command])
+        .current_dir(root)
+        .env("PATH", path)
+        .env("CLAUDE_PROJECT_DIR", root)
+        .env("GEMINI_PROJECT_DIR", root)
+        .write_stdin(input.to_string())
+        .output()
+        .unwrap()
+}
+
+fn settings(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap();
+    let text: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn apply_writes_hook_bridges_that_stop_git_push_and_removes_them_again() {
+    let providers =
+        "[providers.claude]\nkind = \"claude_code\"\n[providers.gemini]\nkind = \"gemini_cli\"\n";
+    let dir = repo(&format!("{providers}{NO_PUSH}"), &[NO_PUSH_SCRIPT]);
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::create_dir(root.join(".claude")).unwrap();
+    std::fs::write(
+        root.join(".claude/settings.json"),
+        r#"{"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"./mine"}]}]},"model":"opus"}"#,
+    )
+    .unwrap();
+    let plan = npc().current_dir(&root).args(["plan"]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&plan.stdout).contains(".claude/settings.json"),
+        "{plan:?}"
+    );
+    let out = npc()
+        .current_dir(&root)
+        .args(["apply", "--auto-approve"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+
+    let claude = settings(&root.join(".claude/settings.json"));
+    assert_eq!(claude["model"], "opus");
+    let groups = claude["hooks"]["PreToolUse"].as_array().unwrap();
+    assert_eq!(
+        groups[0]["hooks"][0]["command"], "./mine",
+        "the user's entry stays first"
+    );
+    let command = groups[1]["hooks"][0]["command"].as_str().unwrap();
+    let push = claude_payload("git push --force origin main");
+    let out = run_bridge(&root, command, "claude", &push);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("git push is not allowed from agents"));
+    let out = run_bridge(&root, command, "claude", &claude_payload("cargo test"));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
+    let gemini = settings(&root.join(".gemini/settings.json"));
+    let command = gemini["hooks"]["BeforeTool"][0]["hooks"][0]["command"]
+        .as_str()
+        .unwrap();
+    let mut input = push.clone();
+    input["hook_event_name"] = "BeforeTool".into();
+    let out = run_bridge(&root, command, "gemini", &input);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["decision"], "deny", "{answer}");
+
+    // The hooks leave the manifest: npc's entries go, the user's stay.
+    std::fs::write(
+        root.join("npcagent.toml"),
+        format!("version = 1\n{providers}"),
+    )
+    .unwrap();
+    let out = npc()
+        .current_dir(&root)
+        .args(["apply", "--auto-approve"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let claude = settings(&root.join(".claude/settings.json"));
+    assert_eq!(claude["hooks"]["PreToolUse"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        claude["hooks"]["PreToolUse"][0]["hooks"][0]["command"],
+        "./mine"
+    );
+    let gemini = settings(&root.join(".gemini/settings.json"));
+    assert!(gemini.get("hooks").is_none(), "{gemini}");
+}
