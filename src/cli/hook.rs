@@ -171,7 +171,7 @@ fn answer(args: &RunArgs) -> Answer {
             ),
         );
     };
-    let set = HookSet::from_manifest(&paths.root, manifest);
+    let set = HookSet::for_repository(&paths.root, manifest);
     let tool_name = tool.as_ref().map(|t| t.call.name.as_str());
     if set.matching(args.event, tool_name).next().is_none() {
         return match (args.event, args.agent) {

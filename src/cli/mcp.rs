@@ -165,7 +165,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
             &manifest.mcp_builtins,
         ));
         let hooks = Arc::new(crate::hooks::HookRunner::new(
-            crate::hooks::HookSet::from_manifest(&paths.root, &manifest),
+            crate::hooks::HookSet::for_repository(&paths.root, &manifest),
             supervisor.clone(),
             Some(bus.clone()),
         ));

@@ -165,7 +165,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             }
         };
         let hooks = crate::hooks::HookRunner::new(
-            crate::hooks::HookSet::from_manifest(&paths.root, manifest),
+            crate::hooks::HookSet::for_repository(&paths.root, manifest),
             supervisor.clone(),
             Some(bus.clone()),
         );

@@ -174,6 +174,16 @@ impl HookSet {
         )
     }
 
+    /// Every hook that runs for the repository at `root`: the manifest's,
+    /// then each enabled plugin's in discovery order. The one place that
+    /// lists the sources: every runner (gateway, daemon, `npc run`, `npc
+    /// hook run`) builds its set here. Today the manifest is the only
+    /// source; enabled plugins' hooks files join as further
+    /// [`SourceHooks`] with [`HookSource::Plugin`].
+    pub fn for_repository(root: &Path, manifest: &Manifest) -> Self {
+        Self::from_manifest(root, manifest)
+    }
+
     /// The hooks of `event` that apply to `tool` (every hook of a non-tool event).
     pub fn matching<'a>(
         &'a self,

@@ -80,7 +80,7 @@ impl McpDriver {
     /// clients are told when the prompts changed).
     pub fn manifest_applied(&self, manifest: &Manifest) {
         self.hooks
-            .replace(HookSet::from_manifest(&self.npc.paths.root, manifest));
+            .replace(HookSet::for_repository(&self.npc.paths.root, manifest));
         {
             let mut current = self.builtins.lock().unwrap_or_else(|p| p.into_inner());
             if current.as_ref() != Some(&manifest.mcp_builtins) {
