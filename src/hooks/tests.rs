@@ -1,3 +1,6 @@
+//! Unit tests of the hooks module: answer parsing, placeholder expansion,
+//! set order and matching, plugin child specs, input clipping.
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
