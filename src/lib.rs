@@ -3,6 +3,7 @@
 
 pub mod bus;
 pub mod cli;
+pub mod hooks;
 pub mod mcp;
 pub mod model;
 pub mod native;

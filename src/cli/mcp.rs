@@ -164,8 +164,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
             },
             &manifest.mcp_builtins,
         ));
+        let hooks = Arc::new(crate::hooks::HookRunner::new(
+            crate::hooks::HookSet::for_repository(&paths.root, &manifest),
+            supervisor.clone(),
+            Some(bus.clone()),
+        ));
         let gateway = Gateway::new(Arc::new(
-            CallPath::new(pool.clone(), Some(bus.clone())).with_builtins(builtins),
+            CallPath::new(pool.clone(), Some(bus.clone()))
+                .with_builtins(builtins)
+                .with_stage(Arc::new(crate::hooks::stage::HookStage::new(hooks))),
         ))
         .with_manifest_prompts(ManifestPrompts {
             manifest: Arc::new(manifest.clone()),

@@ -8,6 +8,7 @@
 #[macro_use]
 mod output;
 
+mod hook;
 mod import;
 mod init;
 mod man;
@@ -154,6 +155,9 @@ enum Command {
     /// Agent Plugins 1.0 packages: validate, test, scaffold, register
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// Lifecycle hooks: run the manifest's hooks for an agent CLI's own hook mechanism
+    #[command(subcommand)]
+    Hook(hook::HookCommand),
     /// Each component: state, pid, restarts, since when
     Status {
         #[arg(long, short = 'm')]
@@ -288,6 +292,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Run(args) => run::run(args),
         Command::Mcp(command) => mcp::run(command),
         Command::Plugin(command) => plugin::run(command),
+        Command::Hook(command) => hook::run(command),
         Command::Import {
             file,
             write,

@@ -656,8 +656,11 @@ fn print_mcp_status(gateway: &str, servers: &[serde_json::Value]) -> anyhow::Res
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Standing {
     /// Validated and recorded, but npc has no runtime for the kind yet
-    /// (triggers, hooks, plugins, panes).
+    /// (triggers, plugins, panes).
     Declared,
+    /// Run once per call, no process of its own (hooks: around the
+    /// gateway's tool calls, in `npc run`, from the agents' native hooks).
+    PerCall,
     /// Read by `npc run` and `npc render` when they are used (providers,
     /// prompts, profiles).
     Ready,
@@ -677,7 +680,8 @@ impl Standing {
 
     fn of_kind(kind: &str) -> Option<Self> {
         Some(match kind {
-            "trigger" | "hooks" | "plugin" | "pane" | "pane_plugin" => Self::Declared,
+            "trigger" | "plugin" | "pane" | "pane_plugin" => Self::Declared,
+            "hooks" => Self::PerCall,
             "provider" | "prompt" | "profile" => Self::Ready,
             "mcp_server" => Self::Configured,
             "project" | "daemon" => Self::Recorded,
@@ -689,6 +693,7 @@ impl Standing {
     fn state(self) -> &'static str {
         match self {
             Self::Declared => "declared",
+            Self::PerCall => "per_call",
             Self::Ready => "ready",
             Self::Configured => "configured",
             Self::Recorded => "recorded",
@@ -699,6 +704,7 @@ impl Standing {
     fn human(self) -> &'static str {
         match self {
             Self::Declared => "declared (not run yet)",
+            Self::PerCall => "active (runs per call)",
             Self::Ready => "ready",
             Self::Configured => "configured",
             Self::Recorded => "recorded",
@@ -710,6 +716,9 @@ impl Standing {
         match self {
             Self::Declared => {
                 "validated and recorded; nothing runs it yet (npc has no runtime for this kind)"
+            }
+            Self::PerCall => {
+                "run once per call: around the gateway's tool calls, in `npc run`, and from the agents' native hooks (`npc hook run`)"
             }
             Self::Ready => "used by `npc run` and `npc render`; no process of its own",
             Self::Configured => {

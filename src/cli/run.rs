@@ -164,11 +164,25 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
                 printing = print_event(&prepared.id, e, format);
             }
         };
-        let result = runs::execute(&prepared, &supervisor, &bus, sink, cancel).await;
+        let hooks = crate::hooks::HookRunner::new(
+            crate::hooks::HookSet::for_repository(&paths.root, manifest),
+            supervisor.clone(),
+            Some(bus.clone()),
+        );
+        let result = runs::execute(&prepared, &supervisor, &bus, &hooks, sink, cancel).await;
         bus.shutdown().await;
-        let report = result?;
+        let report = match result {
+            Err(e @ runs::RunError::Hook(_)) => {
+                errln!("error: {e}");
+                return Ok(Exit::Failed);
+            }
+            other => other?,
+        };
         if let Err(e @ OutputError::Failed { .. }) = printing {
             return Err(e.into());
+        }
+        if let Some(error) = &report.hook_error {
+            errln!("error: {error}");
         }
         if format == Format::Human {
             errln!(
@@ -181,7 +195,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         }
         Ok(match report.outcome {
             Outcome::Succeeded => Exit::Ok,
-            Outcome::Failed { .. } => Exit::Failed,
+            Outcome::Failed { .. } | Outcome::HookFailed => Exit::Failed,
             Outcome::TimedOut => Exit::TimedOut,
             Outcome::Cancelled { signal } => cancelled_exit(signal),
         })

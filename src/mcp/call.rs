@@ -51,12 +51,18 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// One tool call as it travels the path.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCall {
+    /// Unique within this process (`call-PID-N`): ties a call's `before`
+    /// and `after` together (hooks see it as `tool_call.id`).
+    pub id: String,
     /// The namespaced name the client called.
     pub name: String,
     pub server: String,
     /// The upstream's own name of the tool.
     pub tool: String,
     pub arguments: Option<JsonObject>,
+    /// A stage denied the call: it never reached the server, and the
+    /// `after` of every stage sees the denial's error result.
+    pub denied: bool,
 }
 
 /// What a stage decides before the dispatch (it may also rewrite the
@@ -130,7 +136,14 @@ pub struct CallPath {
     bus: Option<EventBus>,
 }
 
-fn error_result(message: String) -> CallToolResult {
+/// A fresh [`ToolCall::id`].
+fn next_call_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("call-{}-{n}", std::process::id())
+}
+
+pub(crate) fn error_result(message: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message)])
 }
 
@@ -238,15 +251,18 @@ impl CallPath {
             return error_result(message);
         };
         let mut call = ToolCall {
+            id: next_call_id(),
             name: name.to_string(),
             server,
             tool,
             arguments,
+            denied: false,
         };
         let mut denied = None;
         for stage in &self.stages {
             if let Before::Deny { reason } = stage.before(&mut call).await {
                 denied = Some(reason);
+                call.denied = true;
                 break;
             }
         }

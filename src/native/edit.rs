@@ -269,7 +269,7 @@ fn edit_json(
 
 /// The edited text with the original's comments in place, checked by
 /// parsing it back; `None` when the check fails.
-fn keep_comments(
+pub(crate) fn keep_comments(
     text: &str,
     stripped: &str,
     original: Map<String, Value>,

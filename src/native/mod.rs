@@ -17,6 +17,7 @@
 
 pub(crate) mod edit;
 pub mod export;
+pub mod hooks;
 pub mod import;
 pub mod jsonc;
 pub mod refs;

@@ -28,7 +28,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::bus::{BusError, EventBus};
-use crate::model::{Manifest, ProviderKind};
+use crate::hooks::{HookFailure, HookRunner};
+use crate::model::{HookEvent, Manifest, ProviderKind};
 use crate::native::{self, NativeError, PlanOptions, Target};
 use crate::providers::{self, AgentEvent, LaunchError, LaunchRequest, Parser};
 use crate::render::{self, RenderContext, RenderError, RunInfo};
@@ -111,6 +112,8 @@ pub enum RunError {
     Spawn(#[from] SupervisorError),
     #[error("cannot record the run in the event log: {0}")]
     Record(#[from] BusError),
+    #[error("the run did not start: {0}")]
+    Hook(#[from] HookFailure),
 }
 
 /// Where the task prompt comes from.
@@ -175,6 +178,9 @@ pub enum Outcome {
     /// The run was cancelled by `signal` (SIGINT, SIGTERM); the process
     /// group was killed.
     Cancelled { signal: i32 },
+    /// A `before_model` / `after_model` hook failed (hooks fail closed); the
+    /// process group was killed.
+    HookFailed,
 }
 
 impl Outcome {
@@ -182,7 +188,7 @@ impl Outcome {
     pub fn exit_code(self) -> u8 {
         match self {
             Self::Succeeded => 0,
-            Self::Failed { .. } => 1,
+            Self::Failed { .. } | Self::HookFailed => 1,
             Self::TimedOut => EXIT_TIMED_OUT,
             Self::Cancelled { signal } => {
                 EXIT_SIGNAL_BASE.saturating_add(u8::try_from(signal).unwrap_or(0))
@@ -196,6 +202,7 @@ impl Outcome {
             Self::Failed { .. } => "failed",
             Self::TimedOut => "timed_out",
             Self::Cancelled { .. } => "cancelled",
+            Self::HookFailed => "hook_failed",
         }
     }
 }
@@ -210,6 +217,8 @@ pub struct RunReport {
     pub duration: Duration,
     /// Agent events read from the output (recorded and handed to the sink).
     pub events: usize,
+    /// Why a hook stopped the run ([`Outcome::HookFailed`]).
+    pub hook_error: Option<String>,
 }
 
 /// A new run id: `run-` + UTC timestamp to the millisecond + random hex,
@@ -449,10 +458,20 @@ pub fn component(id: &str) -> String {
 /// to `sink` and is recorded on `bus`. The run stops when the agent exits,
 /// when its timeout passes, or when `cancel` resolves (with the signal
 /// number); the last two kill the child's process group.
+///
+/// `hooks` observe the run: `on_agent_start` and `before_model` (the task
+/// prompt) before the agent starts — a failure there means it never starts
+/// ([`RunError::Hook`]); `after_model` for each assistant message and
+/// `before_model` for each tool result the agent feeds back, from the
+/// parsed provider events — a failure kills the agent
+/// ([`Outcome::HookFailed`]); then the best-effort `on_error` (a run that
+/// did not succeed) and `on_agent_end`. Tool hooks are not run here: the
+/// gateway and the agents' native hook bridges enforce them.
 pub async fn execute<F>(
     run: &PreparedRun,
     supervisor: &Supervisor,
     bus: &EventBus,
+    hooks: &HookRunner,
     mut sink: F,
     cancel: impl std::future::Future<Output = i32>,
 ) -> Result<RunReport, RunError>
@@ -480,6 +499,37 @@ where
         }),
     )
     .await?;
+    let start_payload = json!({
+        "messages": [{ "role": "user", "content": run.prompt }],
+        "run_id": run.id,
+        "profile": run.profile,
+        "provider": run.provider,
+    });
+    let starting = match hooks
+        .observe(HookEvent::OnAgentStart, start_payload.clone())
+        .await
+    {
+        Ok(()) => hooks.observe(HookEvent::BeforeModel, start_payload).await,
+        failed => failed,
+    };
+    if let Err(failure) = starting {
+        let message = failure.to_string();
+        record(
+            "run.finished",
+            json!({
+                "run_id": run.id,
+                "outcome": "hook_failed",
+                "error": message,
+                "duration_ms": millis(started.elapsed()),
+                "cwd": run.spec.cwd,
+                "tool_cwd": run.tool_cwd,
+                "cancelled": false,
+            }),
+        )
+        .await?;
+        end_hooks(hooks, run, Some(&message), "hook_failed").await;
+        return Err(failure.into());
+    }
     let mut child = match supervisor.spawn_streaming(&run.spec) {
         Ok(child) => child,
         Err(e) => {
@@ -497,9 +547,12 @@ where
                 }),
             )
             .await?;
+            end_hooks(hooks, run, Some(&message), "failed").await;
             return Err(e.into());
         }
     };
+    let mut model = ModelHooks::default();
+    let mut hook_error: Option<String> = None;
     let mut parser = Parser::embedded(run.kind).with_stale_after(run.probe_after);
     // The agent reads nothing from npc but the advisory idle probe: for a
     // provider that is probed (`probe_on_stale`, Gemini CLI) stdin stays
@@ -559,7 +612,9 @@ where
                     if let Some(payload) = probe.answered(&run.id) {
                         probe_records.push(record("run.probe_answered", payload));
                     }
-                    deliver(parser.feed(&line.bytes), &mut count)
+                    let events = parser.feed(&line.bytes);
+                    model.saw(&events);
+                    deliver(events, &mut count)
                 }
                 None => {
                     out_open = false;
@@ -572,7 +627,9 @@ where
                     if let Some(payload) = probe.answered(&run.id) {
                         probe_records.push(record("run.probe_answered", payload));
                     }
-                    deliver(parser.feed_stderr(&line.bytes), &mut count)
+                    let events = parser.feed_stderr(&line.bytes);
+                    model.saw(&events);
+                    deliver(events, &mut count)
                 }
                 None => {
                     err_open = false;
@@ -629,10 +686,26 @@ where
         for p in pending {
             p.await?;
         }
+        if stop.is_none()
+            && let Err(failure) = model.run(hooks, &run.id).await
+        {
+            stop = Some(Outcome::HookFailed);
+            hook_error = Some(failure.to_string());
+            let _ = killer.kill();
+        }
     }
     drop(probe_pipe);
-    for p in deliver(parser.finish(), &mut count) {
+    let events = parser.finish();
+    model.saw(&events);
+    model.flush();
+    for p in deliver(events, &mut count) {
         p.await?;
+    }
+    if stop.is_none()
+        && let Err(failure) = model.run(hooks, &run.id).await
+    {
+        stop = Some(Outcome::HookFailed);
+        hook_error = Some(failure.to_string());
     }
     let exit = exit.unwrap_or_default();
     let outcome = stop.unwrap_or(if exit.success() && !failed_turn {
@@ -654,15 +727,118 @@ where
             "cwd": run.spec.cwd,
             "tool_cwd": run.tool_cwd,
             "events": count,
+            "error": hook_error,
         }),
     )
     .await?;
+    let error = match outcome {
+        Outcome::Succeeded => None,
+        Outcome::HookFailed => hook_error.clone(),
+        Outcome::Failed { exit } => Some(format!("the agent failed ({exit})")),
+        Outcome::TimedOut => Some(format!(
+            "the run outlived its timeout of {}s",
+            run.timeout.as_secs()
+        )),
+        Outcome::Cancelled { signal } => Some(format!("the run was cancelled by signal {signal}")),
+    };
+    end_hooks(hooks, run, error.as_deref(), outcome.as_str()).await;
     Ok(RunReport {
         outcome,
         exit,
         duration,
         events: count,
+        hook_error,
     })
+}
+
+/// The best-effort end of a run's hooks: `on_error` with `error` (when the
+/// run did not succeed), then `on_agent_end`.
+async fn end_hooks(hooks: &HookRunner, run: &PreparedRun, error: Option<&str>, outcome: &str) {
+    if let Some(error) = error {
+        let payload = json!({ "error": error, "run_id": run.id, "outcome": outcome });
+        let _ = hooks.observe(HookEvent::OnError, payload).await;
+    }
+    let payload = json!({ "messages": [], "run_id": run.id, "outcome": outcome });
+    let _ = hooks.observe(HookEvent::OnAgentEnd, payload).await;
+}
+
+/// Longest assistant text gathered from message fragments for one
+/// `after_model` call; the rest of a longer message is dropped from it.
+pub const MAX_MODEL_TEXT_BYTES: usize = 1024 * 1024;
+
+/// The model hooks a run's parsed events call for, in order: `after_model`
+/// for each assistant message (fragments gathered until the message ends),
+/// `before_model` for each tool result the agent hands back to its model.
+#[derive(Debug, Default)]
+struct ModelHooks {
+    /// Text of a message arriving in fragments.
+    partial: String,
+    due: Vec<(HookEvent, Value)>,
+}
+
+impl ModelHooks {
+    fn saw(&mut self, events: &[AgentEvent]) {
+        for e in events {
+            match e {
+                AgentEvent::Message { text, delta: true } => {
+                    let room = MAX_MODEL_TEXT_BYTES.saturating_sub(self.partial.len());
+                    let cut = crate::model::source::floor_char_boundary(text, room);
+                    self.partial.push_str(&text[..cut]);
+                }
+                AgentEvent::Message { text, delta: false } => {
+                    self.flush();
+                    self.after_model(text.clone());
+                }
+                AgentEvent::ToolResult {
+                    id,
+                    name,
+                    output,
+                    is_error,
+                } => {
+                    self.flush();
+                    self.due.push((
+                        HookEvent::BeforeModel,
+                        json!({ "messages": [{
+                            "role": "tool",
+                            "tool_call_id": id,
+                            "name": name,
+                            "content": output,
+                            "is_error": is_error,
+                        }] }),
+                    ));
+                }
+                AgentEvent::Idle { .. } | AgentEvent::ToolCall { .. } => self.flush(),
+                _ => {}
+            }
+        }
+    }
+
+    /// A message that arrived in fragments is complete.
+    fn flush(&mut self) {
+        if !self.partial.is_empty() {
+            let text = std::mem::take(&mut self.partial);
+            self.after_model(text);
+        }
+    }
+
+    fn after_model(&mut self, text: String) {
+        self.due.push((
+            HookEvent::AfterModel,
+            json!({ "messages": [{ "role": "assistant", "content": text }] }),
+        ));
+    }
+
+    /// Run the hooks due, in order; the first failure stops them.
+    async fn run(&mut self, hooks: &HookRunner, run_id: &str) -> Result<(), HookFailure> {
+        for (event, mut payload) in std::mem::take(&mut self.due) {
+            if !hooks.set().has(event) {
+                continue;
+            }
+            payload["run_id"] = run_id.into();
+            hooks.observe(event, payload).await?;
+        }
+        Ok(())
+    }
 }
 
 /// The idle probe's bookkeeping within one run.

@@ -224,8 +224,23 @@ pub fn plan_files_with(
         let managed = store
             .and_then(|s| s.managed_entries(&key).ok())
             .unwrap_or_default();
-        let what = format!("{} MCP servers", kind.as_str());
-        match native::plan_file(&paths.root, &target, &exported, &managed, opts) {
+        let project = *scope == Scope::Project;
+        let what = if project && kind == ProviderKind::GeminiCli {
+            format!("{} MCP servers and hooks", kind.as_str())
+        } else {
+            format!("{} MCP servers", kind.as_str())
+        };
+        let planned =
+            native::plan_file(&paths.root, &target, &exported, &managed, opts).and_then(|change| {
+                match kind {
+                    // The hook bridge lives in the same file: one change for both.
+                    ProviderKind::GeminiCli if project => {
+                        with_hook_bridge(change, kind, manifest, paths)
+                    }
+                    _ => Ok(change),
+                }
+            });
+        match planned {
             Ok(change) => out.push(FilePlan {
                 native: true,
                 root: native::target_root(&paths.root, &target).to_path_buf(),
@@ -233,12 +248,80 @@ pub fn plan_files_with(
             }),
             Err(e) => out.push(FilePlan::failed(key, what, e.to_string())),
         }
+        if project && kind == ProviderKind::ClaudeCode {
+            out.extend(plan_claude_hooks(manifest, paths));
+        }
     }
     let ctx = RenderContext::new(&paths.root, manifest);
     crate::model::template::with_fuel_pool(crate::model::template::BATCH_FUEL, || {
         plan_profiles(manifest, paths, &ctx, &mut out);
     });
     out
+}
+
+/// The manifest's file name, as the hook bridge commands name it.
+fn manifest_name(paths: &RepoPaths) -> String {
+    paths
+        .manifest
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(DEFAULT_MANIFEST_NAME)
+        .to_string()
+}
+
+/// `change` (to `kind`'s settings file) with the hook bridge entries
+/// brought in line too (see [`native::hooks`]).
+fn with_hook_bridge(
+    mut change: FileChange,
+    kind: ProviderKind,
+    manifest: &Manifest,
+    paths: &RepoPaths,
+) -> Result<FileChange, native::NativeError> {
+    let current =
+        (change.before.is_some() || !change.after.is_empty()).then_some(change.after.as_str());
+    let (after, notes) =
+        native::hooks::edit(&change.path, kind, current, manifest, &manifest_name(paths))?;
+    change.after = after;
+    change.notes.extend(notes);
+    change.diff = if change.is_change() {
+        native::redacted_diff(
+            &change.path,
+            change.before.as_deref(),
+            &change.after,
+            &manifest.secret_values(),
+        )
+    } else {
+        String::new()
+    };
+    Ok(change)
+}
+
+/// Claude Code's project settings with the hook bridge entries; `None`
+/// when the file does not exist and no entry is due.
+fn plan_claude_hooks(manifest: &Manifest, paths: &RepoPaths) -> Option<FilePlan> {
+    let path = paths.root.join(native::hooks::CLAUDE_SETTINGS);
+    let what = format!("{} hooks", ProviderKind::ClaudeCode.as_str());
+    let planned = native::read_existing_in(&paths.root, &path).and_then(|before| {
+        let change = FileChange {
+            path: path.clone(),
+            after: before.clone().unwrap_or_default(),
+            before,
+            diff: String::new(),
+            notes: Vec::new(),
+            managed: BTreeSet::new(),
+            conflicts: Vec::new(),
+        };
+        with_hook_bridge(change, ProviderKind::ClaudeCode, manifest, paths)
+    });
+    Some(match planned {
+        Ok(change) if change.before.is_none() && change.after.is_empty() => return None,
+        Ok(change) => FilePlan {
+            native: true,
+            root: paths.root.clone(),
+            ..FilePlan::from_change(&paths.root, what, change)
+        },
+        Err(e) => FilePlan::failed(rel(&paths.root, &path), what, e.to_string()),
+    })
 }
 
 /// Plan every rendered profile (all drawing on one render budget).

@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex};
 use super::RepoPaths;
 use super::drivers::{BoxFuture, Driver, DriverContext, DriverError, READY_GRACE};
 use crate::bus::EventBus;
+use crate::hooks::stage::HookStage;
+use crate::hooks::{HookRunner, HookSet};
 use crate::mcp::builtin::{Builtins, npc::NpcContext};
 use crate::mcp::catalog::{Catalog, CatalogChange, ManifestPrompts};
 use crate::mcp::pool::{IDLE_SWEEP_INTERVAL, Launch, stdio_spec};
@@ -27,6 +29,8 @@ use crate::plan::{ComponentId, Config};
 #[derive(Debug)]
 pub struct McpDriver {
     path: Arc<CallPath>,
+    /// The hooks around every `tools/call`; their set follows the manifest.
+    hooks: Arc<HookRunner>,
     catalog: Arc<Catalog>,
     npc: NpcContext,
     /// The `[mcp.builtins]` settings the served built-ins were made with.
@@ -38,6 +42,7 @@ impl McpDriver {
     /// supervisor and recording on `bus`. Starts the idle sweeper (it ends
     /// with the last reference to the pool).
     pub fn new(cx: DriverContext, paths: &RepoPaths, bus: EventBus) -> Self {
+        let supervisor = cx.supervisor.clone();
         let pool = Arc::new(Pool::empty(cx, Launch::Supervised, Some(bus.clone())));
         let weak = Arc::downgrade(&pool);
         tokio::spawn(async move {
@@ -52,18 +57,30 @@ impl McpDriver {
             paths: paths.clone(),
         };
         let builtins = Arc::new(Builtins::standard(&npc, &McpBuiltins::default()));
+        let hooks = Arc::new(HookRunner::new(
+            HookSet::default(),
+            supervisor,
+            Some(bus.clone()),
+        ));
         Self {
             catalog: Arc::new(Catalog::new(pool.clone())),
-            path: Arc::new(CallPath::new(pool, Some(bus)).with_builtins(builtins)),
+            path: Arc::new(
+                CallPath::new(pool, Some(bus))
+                    .with_builtins(builtins)
+                    .with_stage(Arc::new(HookStage::new(hooks.clone()))),
+            ),
+            hooks,
             npc,
             builtins: Mutex::new(None),
         }
     }
 
-    /// A manifest was applied: serve its `[mcp.builtins]` settings and its
-    /// `prompts` from now on (connected clients are told when the prompts
-    /// changed).
+    /// A manifest was applied: run its hooks around tool calls, serve its
+    /// `[mcp.builtins]` settings and its `prompts` from now on (connected
+    /// clients are told when the prompts changed).
     pub fn manifest_applied(&self, manifest: &Manifest) {
+        self.hooks
+            .replace(HookSet::for_repository(&self.npc.paths.root, manifest));
         {
             let mut current = self.builtins.lock().unwrap_or_else(|p| p.into_inner());
             if current.as_ref() != Some(&manifest.mcp_builtins) {

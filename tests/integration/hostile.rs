@@ -2493,7 +2493,7 @@ fn apply_says_declared_for_kinds_nothing_runs() {
         "{text}"
     );
     assert!(
-        line("hooks.on_agent_end").ends_with("declared (not run yet)"),
+        line("hooks.on_agent_end").ends_with("active (runs per call)"),
         "{text}"
     );
     assert!(line("mcp_server.remote").ends_with("configured"), "{text}");
@@ -2535,7 +2535,7 @@ fn status_shows_triggers_and_hooks_as_declared_not_applied() {
             .clone()
     };
     assert_eq!(state("trigger.poll"), "declared");
-    assert_eq!(state("hooks.on_agent_end"), "declared");
+    assert_eq!(state("hooks.on_agent_end"), "per_call");
     assert_eq!(state("mcp_server.remote"), "configured");
     assert_eq!(state("provider.claude"), "ready");
     assert!(rows.iter().all(|c| c["state"] != "applied"), "{doc}");

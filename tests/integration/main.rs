@@ -6,6 +6,7 @@ mod agents;
 mod api;
 mod architecture;
 mod daemon;
+mod hooks;
 mod hostile;
 mod manifest;
 mod mcp;

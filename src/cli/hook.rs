@@ -1,0 +1,227 @@
+//! `npc hook run EVENT [--agent npc|claude|gemini]`: run the repository's
+//! hooks of one event once, for an agent CLI's own hook mechanism (the
+//! entries `npc apply` writes call it) or as a composite Agent Plugins hook.
+//! It reads the event's input on stdin (bounded), loads the manifest, runs
+//! the matching hooks through the runner (each call recorded as a
+//! `hook.call` event) and answers in the caller's protocol (see
+//! `hooks::bridge`). It fails closed: an unreadable input or manifest, or a
+//! failing hook, is a denial of a tool event. With no matching hook it
+//! answers at once, without opening the event store or starting a runtime.
+
+use std::io::Read as _;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use super::Exit;
+use crate::hooks::bridge::{self, Answer, BridgeError, MAX_NATIVE_INPUT_BYTES, Protocol};
+use crate::hooks::{BeforeTool, HookRunner, HookSet};
+use crate::model::{self, HookEvent, ProcessEnv};
+
+#[derive(Debug, Subcommand)]
+pub enum HookCommand {
+    /// Run the hooks of EVENT once: stdin is the event's input, the answer follows the `--agent` protocol (the entries `npc apply` writes into agent CLI settings call this)
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// on_agent_start, before_model, after_model, before_tool, after_tool, on_error or on_agent_end
+    #[arg(value_parser = parse_event)]
+    event: HookEvent,
+    /// Whose hook protocol stdin and the answer use
+    #[arg(long, value_enum, default_value_t = Protocol::Npc)]
+    agent: Protocol,
+    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
+    #[arg(long, short = 'm')]
+    manifest: Option<PathBuf>,
+}
+
+fn parse_event(s: &str) -> Result<HookEvent, String> {
+    HookEvent::parse(s).ok_or_else(|| {
+        format!(
+            "unknown hook event `{s}`; use one of {}",
+            HookEvent::NAMES.join(", ")
+        )
+    })
+}
+
+pub fn run(command: HookCommand) -> anyhow::Result<Exit> {
+    match command {
+        HookCommand::Run(args) => hook_run(args),
+    }
+}
+
+/// Why the hooks could not run at all (answered as a failure, fail closed).
+fn refuse(args: &RunArgs, reason: String) -> Answer {
+    match args.event {
+        HookEvent::BeforeTool => bridge::before_tool_answer(
+            args.agent,
+            Ok(BeforeTool::Deny {
+                hook: "setup".into(),
+                reason,
+            }),
+        ),
+        HookEvent::AfterTool
+        | HookEvent::OnAgentStart
+        | HookEvent::BeforeModel
+        | HookEvent::AfterModel => match args.agent {
+            Protocol::Npc => Answer {
+                exit: bridge::EXIT_DENIED,
+                stdout: String::new(),
+                stderr: format!("error: {reason}"),
+            },
+            Protocol::Claude => Answer {
+                exit: bridge::CLAUDE_BLOCK_EXIT,
+                stdout: String::new(),
+                stderr: reason,
+            },
+            Protocol::Gemini => Answer {
+                exit: 0,
+                stdout: json!({"decision": "deny", "reason": reason}).to_string(),
+                stderr: String::new(),
+            },
+        },
+        // Best-effort observers never stop anything.
+        HookEvent::OnError | HookEvent::OnAgentEnd => Answer {
+            stderr: format!("warning: {reason}"),
+            ..Answer::default()
+        },
+    }
+}
+
+fn hook_run(args: RunArgs) -> anyhow::Result<Exit> {
+    let answer = answer(&args);
+    if !answer.stderr.is_empty() {
+        errln!("{}", answer.stderr);
+    }
+    if !answer.stdout.is_empty() {
+        outln!("{}", answer.stdout)?;
+    }
+    Ok(match answer.exit {
+        0 => Exit::Ok,
+        1 => Exit::Failed,
+        _ => Exit::Usage,
+    })
+}
+
+fn answer(args: &RunArgs) -> Answer {
+    let mut input = Vec::new();
+    let read = std::io::stdin()
+        .lock()
+        .take(MAX_NATIVE_INPUT_BYTES as u64 + 1)
+        .read_to_end(&mut input);
+    if let Err(e) = read {
+        return refuse(args, format!("cannot read the hook input on stdin: {e}"));
+    }
+    if input.len() > MAX_NATIVE_INPUT_BYTES {
+        return refuse(
+            args,
+            format!("the hook input is larger than {MAX_NATIVE_INPUT_BYTES} bytes; npc refuses it"),
+        );
+    }
+    let input = match bridge::parse_input(&input) {
+        Ok(v) => v,
+        Err(e) => return refuse(args, e.to_string()),
+    };
+    let tool = match args.event {
+        HookEvent::BeforeTool | HookEvent::AfterTool => {
+            match bridge::tool_input(args.agent, args.event, &input) {
+                Ok(t) => Some(t),
+                Err(e) => return refuse(args, e.to_string()),
+            }
+        }
+        _ if args.agent != Protocol::Npc => {
+            return refuse(
+                args,
+                BridgeError::NotBridged {
+                    event: args.event.as_str(),
+                }
+                .to_string(),
+            );
+        }
+        _ => None,
+    };
+    let path = match super::manifest_path(args.manifest.clone()) {
+        Ok(p) => p,
+        Err(e) => return refuse(args, format!("{e:#}")),
+    };
+    let paths =
+        match crate::runtime::RepoPaths::resolve(&path, &crate::runtime::state_dir_hint(&path)) {
+            Ok(p) => p,
+            Err(e) => return refuse(args, e.to_string()),
+        };
+    let loaded = match model::load_path(&paths.manifest, &ProcessEnv) {
+        Ok(l) => l,
+        Err(e) => return refuse(args, format!("cannot read `{}`: {e}", path.display())),
+    };
+    let Some(manifest) = &loaded.manifest else {
+        let first = loaded
+            .diagnostics
+            .iter()
+            .find(|d| d.severity == model::Severity::Error)
+            .map(|d| format!(" (first error: {})", d.summary))
+            .unwrap_or_default();
+        return refuse(
+            args,
+            format!(
+                "`{}` is invalid, so its hooks cannot run{first}; fix it (see `npc validate`)",
+                loaded.source.name()
+            ),
+        );
+    };
+    let set = HookSet::for_repository(&paths.root, manifest);
+    let tool_name = tool.as_ref().map(|t| t.call.name.as_str());
+    if set.matching(args.event, tool_name).next().is_none() {
+        return match (args.event, args.agent) {
+            (HookEvent::BeforeTool, _) => {
+                bridge::before_tool_answer(args.agent, Ok(BeforeTool::Continue { arguments: None }))
+            }
+            _ => Answer::default(),
+        };
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return refuse(args, format!("cannot start the runtime: {e}")),
+    };
+    rt.block_on(async {
+        let bus = match crate::runtime::open_store(&paths) {
+            Ok(store) => {
+                let bus = crate::bus::EventBus::new(std::sync::Arc::new(store));
+                bus.set_secrets(manifest.secret_values());
+                Some(bus)
+            }
+            Err(e) => {
+                errln!("warning: hook calls are not recorded: cannot open the event store: {e}");
+                None
+            }
+        };
+        let (events, _receiver) = tokio::sync::mpsc::unbounded_channel();
+        let supervisor =
+            crate::supervisor::Supervisor::new(events, crate::supervisor::BackoffPolicy::default());
+        let runner = HookRunner::new(set, supervisor, bus.clone());
+        let answer = match (args.event, tool) {
+            (HookEvent::BeforeTool, Some(t)) => {
+                bridge::before_tool_answer(args.agent, runner.before_tool(&t.call).await)
+            }
+            (HookEvent::AfterTool, Some(t)) => {
+                let result = t.result.unwrap_or_else(|| crate::hooks::ToolResultInfo {
+                    call_id: t.call.id.clone(),
+                    tool_name: t.call.name.clone(),
+                    output: String::new(),
+                    is_error: false,
+                });
+                bridge::after_tool_answer(args.agent, runner.after_tool(&t.call, &result).await)
+            }
+            (event, _) => bridge::observe_answer(runner.observe(event, input).await),
+        };
+        if let Some(bus) = bus {
+            bus.shutdown().await;
+        }
+        answer
+    })
+}

@@ -1,0 +1,514 @@
+//! Lifecycle hooks (Agent Plugins 1.0 as Orcacode runs them, seed 004):
+//! the [`HookSet`] (every hook of every source, in a documented order) and
+//! the [`HookRunner`] that runs them — one process per call through the
+//! supervisor's one-shot spawn path (cleared environment plus essentials,
+//! declared `env`, `PLUGIN_ROOT` / `PLUGIN_DATA` for plugin hooks), the JSON
+//! envelope `{version, event, plugin, payload}` on stdin (≤
+//! [`MAX_INPUT_BYTES`]), one JSON object or nothing on stdout (≤
+//! [`MAX_OUTPUT_BYTES`]), bounded stderr, a timeout per hook. Decisions:
+//! `before_tool` continue / deny (non-empty reason) / rewrite (arguments
+//! chain from hook to hook; the first deny wins); `after_tool` an optional
+//! replacement `output` / `is_error`; the other events observe. Fail closed:
+//! invalid output, a non-zero exit, a timeout or a launch failure stops what
+//! the hook guards, except for the best-effort observers `on_error` and
+//! `on_agent_end`. Every call is a `hook.call` event. The set is swapped live
+//! ([`HookRunner::replace`]) without touching anything else. The gateway's
+//! call path wraps `tools/call` with it ([`stage::HookStage`]), `npc run`
+//! calls the agent and model events, and `npc hook run` answers agent CLIs'
+//! own hook protocols through [`bridge`].
+
+pub mod bridge;
+mod exec;
+pub mod stage;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::bus::EventBus;
+use crate::model::{Hook, HookEvent, Manifest};
+use crate::store::NewEvent;
+use crate::supervisor::Supervisor;
+
+pub use exec::HookError;
+
+/// Version of the stdin envelope (`{"version": 1, …}`).
+pub const PROTOCOL_VERSION: u64 = 1;
+/// Largest stdin envelope a hook is sent (seed 004: 2 MiB); a larger one is
+/// a failure of the hook (fail closed), except that an `after_tool` result's
+/// `output` is clipped to fit first.
+pub const MAX_INPUT_BYTES: usize = 2 * 1024 * 1024;
+/// Largest stdout a hook may answer with (seed 004: 1 MiB); more is invalid output.
+pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+/// stderr kept per call for diagnostics; the rest is read and dropped.
+pub const MAX_STDERR_BYTES: usize = 16 * 1024;
+/// Characters of a hook's stderr quoted in an error message or event.
+pub const STDERR_QUOTE_CHARS: usize = 400;
+/// Kind of the event recorded for every hook call.
+pub const HOOK_CALL_EVENT: &str = "hook.call";
+/// The environment variables naming a plugin's package and data directory;
+/// also the only placeholders (`${PLUGIN_ROOT}`, `${PLUGIN_DATA}`) expanded in
+/// a plugin hook's args, env and cwd, in one non-recursive pass.
+pub const PLUGIN_ROOT_VAR: &str = "PLUGIN_ROOT";
+pub const PLUGIN_DATA_VAR: &str = "PLUGIN_DATA";
+
+/// Where a hook was declared.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum HookSource {
+    /// The manifest's `[[hooks.EVENT]]`: runs in the repository root, no
+    /// `PLUGIN_*` variables, `plugin` is `null` in the envelope.
+    Manifest,
+    /// An enabled plugin's hooks file.
+    Plugin {
+        name: String,
+        /// The package root (`PLUGIN_ROOT`; relative programs and `cwd` resolve here).
+        root: PathBuf,
+        /// The plugin's data directory (`PLUGIN_DATA`), created by the caller.
+        data: PathBuf,
+    },
+}
+
+impl HookSource {
+    /// The plugin's name (`None` for the manifest).
+    pub fn plugin(&self) -> Option<&str> {
+        match self {
+            Self::Manifest => None,
+            Self::Plugin { name, .. } => Some(name),
+        }
+    }
+}
+
+/// The hooks one source declares, event by event, in declaration order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceHooks {
+    pub source: HookSource,
+    pub hooks: BTreeMap<HookEvent, Vec<Hook>>,
+}
+
+/// One runnable hook.
+#[derive(Debug, Clone)]
+pub struct HookEntry {
+    pub event: HookEvent,
+    pub source: HookSource,
+    /// Position among its source's hooks of this event.
+    pub index: usize,
+    pub hook: Hook,
+    /// The compiled `matcher` (tool events only; `None` matches every tool).
+    matcher: Option<regex::Regex>,
+}
+
+impl HookEntry {
+    /// A stable name for messages and events: `before_tool[0]` for the
+    /// manifest, `plugin NAME before_tool[0]` for a plugin.
+    pub fn label(&self) -> String {
+        match self.source.plugin() {
+            None => format!("{}[{}]", self.event.as_str(), self.index),
+            Some(p) => format!("plugin `{p}` {}[{}]", self.event.as_str(), self.index),
+        }
+    }
+
+    fn matches(&self, tool: Option<&str>) -> bool {
+        match (&self.matcher, tool) {
+            (Some(m), Some(tool)) => m.is_match(tool),
+            _ => true,
+        }
+    }
+}
+
+/// Every hook npc runs, per event, in order: the manifest's first, then each
+/// plugin's in the order the sources were given (the plugin discovery order),
+/// each source's hooks in declaration order.
+#[derive(Debug, Clone, Default)]
+pub struct HookSet {
+    /// The repository root: manifest hooks run here and relative programs
+    /// with a slash (`./hooks/x`) resolve against it.
+    root: PathBuf,
+    entries: BTreeMap<HookEvent, Vec<HookEntry>>,
+}
+
+impl HookSet {
+    /// The set of `sources`, in the order given. A `matcher` that does not
+    /// compile (validation already refused it) matches nothing.
+    pub fn build(root: &Path, sources: &[SourceHooks]) -> Self {
+        let mut entries: BTreeMap<HookEvent, Vec<HookEntry>> = BTreeMap::new();
+        let nothing = regex::Regex::new("[^\\s\\S]").expect("an empty class compiles");
+        for source in sources {
+            for (event, hooks) in &source.hooks {
+                for (index, hook) in hooks.iter().enumerate() {
+                    let matcher = hook
+                        .matcher
+                        .as_deref()
+                        .map(|m| regex::Regex::new(m).unwrap_or_else(|_| nothing.clone()));
+                    entries.entry(*event).or_default().push(HookEntry {
+                        event: *event,
+                        source: source.source.clone(),
+                        index,
+                        hook: hook.clone(),
+                        matcher,
+                    });
+                }
+            }
+        }
+        Self {
+            root: root.to_path_buf(),
+            entries,
+        }
+    }
+
+    /// The manifest's hooks alone.
+    pub fn from_manifest(root: &Path, manifest: &Manifest) -> Self {
+        Self::build(
+            root,
+            &[SourceHooks {
+                source: HookSource::Manifest,
+                hooks: manifest.hooks.clone(),
+            }],
+        )
+    }
+
+    /// Every hook that runs for the repository at `root`: the manifest's,
+    /// then each enabled plugin's in discovery order. The one place that
+    /// lists the sources: every runner (gateway, daemon, `npc run`, `npc
+    /// hook run`) builds its set here. Today the manifest is the only
+    /// source; enabled plugins' hooks files join as further
+    /// [`SourceHooks`] with [`HookSource::Plugin`].
+    pub fn for_repository(root: &Path, manifest: &Manifest) -> Self {
+        Self::from_manifest(root, manifest)
+    }
+
+    /// The hooks of `event` that apply to `tool` (every hook of a non-tool event).
+    pub fn matching<'a>(
+        &'a self,
+        event: HookEvent,
+        tool: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a HookEntry> + 'a {
+        self.entries
+            .get(&event)
+            .into_iter()
+            .flatten()
+            .filter(move |e| e.matches(tool))
+    }
+
+    /// Whether any hook of `event` is declared.
+    pub fn has(&self, event: HookEvent) -> bool {
+        self.entries.get(&event).is_some_and(|e| !e.is_empty())
+    }
+
+    /// Number of hooks in the set.
+    pub fn len(&self) -> usize {
+        self.entries.values().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+/// A tool call as hooks see it (`payload.tool_call`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolCallInfo {
+    pub id: String,
+    pub name: String,
+    /// A JSON object (or `null` when the call had none).
+    pub arguments: Value,
+}
+
+/// A tool's result as `after_tool` hooks see it (`payload.result`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolResultInfo {
+    pub call_id: String,
+    pub tool_name: String,
+    pub output: String,
+    pub is_error: bool,
+}
+
+/// What the `before_tool` hooks decided together.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BeforeTool {
+    /// Every hook let the call through; `arguments` is set when one or more
+    /// rewrote them (the last rewrite, built on the ones before it).
+    Continue { arguments: Option<Value> },
+    /// A hook denied the call (the first deny wins; later hooks do not run).
+    Deny { hook: String, reason: String },
+}
+
+/// What the `after_tool` hooks made of a result (each sees the previous one's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AfterTool {
+    pub output: Option<String>,
+    pub is_error: Option<bool>,
+}
+
+/// A hook failed (launch failure, non-zero exit, timeout, invalid output):
+/// what it guarded stops — fail closed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "hook {hook} failed: {error}; fix the hook or remove it from the manifest (hooks fail closed, so what it guards is stopped)"
+)]
+pub struct HookFailure {
+    /// The failing hook's [`HookEntry::label`].
+    pub hook: String,
+    pub error: HookError,
+}
+
+/// The decision of one hook call, as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Recorded {
+    Continue,
+    Deny,
+    Rewrite,
+    Replace,
+    Observe,
+    Failed,
+}
+
+/// Runs the hooks of the current [`HookSet`] (swapped live by [`HookRunner::replace`]).
+#[derive(Debug)]
+pub struct HookRunner {
+    set: ArcSwap<HookSet>,
+    supervisor: Supervisor,
+    bus: Option<EventBus>,
+}
+
+impl HookRunner {
+    /// A runner spawning through `supervisor` and recording on `bus` (when given).
+    pub fn new(set: HookSet, supervisor: Supervisor, bus: Option<EventBus>) -> Self {
+        Self {
+            set: ArcSwap::from_pointee(set),
+            supervisor,
+            bus,
+        }
+    }
+
+    /// Use `set` from the next call on (calls in flight finish with the old one).
+    pub fn replace(&self, set: HookSet) {
+        self.set.store(Arc::new(set));
+    }
+
+    /// The set used now.
+    pub fn set(&self) -> Arc<HookSet> {
+        self.set.load_full()
+    }
+
+    /// Run the `before_tool` hooks matching `call.name`, chaining rewrites.
+    pub async fn before_tool(&self, call: &ToolCallInfo) -> Result<BeforeTool, HookFailure> {
+        let set = self.set();
+        let mut arguments = call.arguments.clone();
+        let mut rewritten = false;
+        for entry in set.matching(HookEvent::BeforeTool, Some(&call.name)) {
+            let payload = json!({ "tool_call": { "id": call.id, "name": call.name, "arguments": arguments } });
+            let started = Instant::now();
+            let answer = self
+                .call(&set, entry, payload)
+                .await
+                .and_then(exec::before_tool_answer);
+            match answer {
+                Err(error) => {
+                    return Err(self.failed(entry, Some(&call.name), started, error).await);
+                }
+                Ok(exec::BeforeAnswer::Continue) => {
+                    self.record(entry, Some(&call.name), Recorded::Continue, started, None)
+                        .await;
+                }
+                Ok(exec::BeforeAnswer::Rewrite { arguments: new }) => {
+                    self.record(entry, Some(&call.name), Recorded::Rewrite, started, None)
+                        .await;
+                    arguments = Value::Object(new);
+                    rewritten = true;
+                }
+                Ok(exec::BeforeAnswer::Deny { reason }) => {
+                    self.record(
+                        entry,
+                        Some(&call.name),
+                        Recorded::Deny,
+                        started,
+                        Some(&reason),
+                    )
+                    .await;
+                    return Ok(BeforeTool::Deny {
+                        hook: entry.label(),
+                        reason,
+                    });
+                }
+            }
+        }
+        Ok(BeforeTool::Continue {
+            arguments: rewritten.then_some(arguments),
+        })
+    }
+
+    /// Run the `after_tool` hooks matching `call.name`; each sees the result
+    /// the previous one left.
+    pub async fn after_tool(
+        &self,
+        call: &ToolCallInfo,
+        result: &ToolResultInfo,
+    ) -> Result<AfterTool, HookFailure> {
+        let set = self.set();
+        let mut current = result.clone();
+        let mut changed = AfterTool {
+            output: None,
+            is_error: None,
+        };
+        for entry in set.matching(HookEvent::AfterTool, Some(&call.name)) {
+            let payload = after_tool_payload(call, &current);
+            let started = Instant::now();
+            match self
+                .call(&set, entry, payload)
+                .await
+                .and_then(exec::after_tool_answer)
+            {
+                Err(error) => {
+                    return Err(self.failed(entry, Some(&call.name), started, error).await);
+                }
+                Ok(answer) => {
+                    let replaced = answer.output.is_some() || answer.is_error.is_some();
+                    if let Some(output) = answer.output {
+                        current.output = output.clone();
+                        changed.output = Some(output);
+                    }
+                    if let Some(is_error) = answer.is_error {
+                        current.is_error = is_error;
+                        changed.is_error = Some(is_error);
+                    }
+                    let decision = if replaced {
+                        Recorded::Replace
+                    } else {
+                        Recorded::Continue
+                    };
+                    self.record(entry, Some(&call.name), decision, started, None)
+                        .await;
+                }
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Run the hooks of an observing event (`on_agent_start`, `before_model`,
+    /// `after_model`, `on_error`, `on_agent_end`) with `payload`. The first
+    /// failure stops the chain and is returned, except for the best-effort
+    /// observers (`on_error`, `on_agent_end`): their failures are recorded,
+    /// every hook runs, and the result is `Ok`.
+    pub async fn observe(&self, event: HookEvent, payload: Value) -> Result<(), HookFailure> {
+        let set = self.set();
+        for entry in set.matching(event, None) {
+            let started = Instant::now();
+            match self
+                .call(&set, entry, payload.clone())
+                .await
+                .and_then(exec::observer_answer)
+            {
+                Ok(()) => {
+                    self.record(entry, None, Recorded::Observe, started, None)
+                        .await
+                }
+                Err(error) => {
+                    let failure = self.failed(entry, None, started, error).await;
+                    if !event.is_best_effort() {
+                        return Err(failure);
+                    }
+                    tracing::warn!("{failure}");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Run one hook with `payload` and return its parsed stdout (`None` when empty).
+    async fn call(
+        &self,
+        set: &HookSet,
+        entry: &HookEntry,
+        payload: Value,
+    ) -> Result<Option<Map<String, Value>>, HookError> {
+        let envelope = json!({
+            "version": PROTOCOL_VERSION,
+            "event": entry.event.as_str(),
+            "plugin": entry.source.plugin(),
+            "payload": payload,
+        });
+        exec::run(&self.supervisor, &set.root, entry, &envelope).await
+    }
+
+    async fn failed(
+        &self,
+        entry: &HookEntry,
+        tool: Option<&str>,
+        started: Instant,
+        error: HookError,
+    ) -> HookFailure {
+        let message = error.to_string();
+        self.record(entry, tool, Recorded::Failed, started, Some(&message))
+            .await;
+        HookFailure {
+            hook: entry.label(),
+            error,
+        }
+    }
+
+    async fn record(
+        &self,
+        entry: &HookEntry,
+        tool: Option<&str>,
+        decision: Recorded,
+        started: Instant,
+        detail: Option<&str>,
+    ) {
+        let Some(bus) = &self.bus else { return };
+        let payload = json!({
+            "event": entry.event.as_str(),
+            "hook": entry.label(),
+            "index": entry.index,
+            "plugin": entry.source.plugin(),
+            "tool": tool,
+            "decision": decision,
+            "detail": detail,
+            "duration_ms": millis(started.elapsed()),
+        });
+        let event = NewEvent::new(HOOK_CALL_EVENT, payload).for_component(
+            crate::plan::ComponentId::new(crate::plan::Kind::Hooks, entry.event.as_str())
+                .to_string(),
+        );
+        if let Err(e) = bus.publish(event).await {
+            tracing::warn!(error = %e, "hooks: recording a hook call failed");
+        }
+    }
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The `after_tool` payload, with `output` clipped so the envelope stays
+/// within [`MAX_INPUT_BYTES`] (the clipped result says `output_truncated`).
+fn after_tool_payload(call: &ToolCallInfo, result: &ToolResultInfo) -> Value {
+    /// Room kept for the envelope, the call and JSON escaping of the rest.
+    const ENVELOPE_ROOM: usize = 64 * 1024;
+    let call_size = serde_json::to_string(&call.arguments).map_or(0, |s| s.len());
+    // JSON escaping can grow a string up to 6× (`\u0000`); clip by the worst case.
+    let budget = MAX_INPUT_BYTES.saturating_sub(ENVELOPE_ROOM + call_size) / 6;
+    let mut result = serde_json::to_value(result).unwrap_or(Value::Null);
+    if result["output"].as_str().is_some_and(|o| o.len() > budget) {
+        let output = result["output"].as_str().unwrap_or_default();
+        let cut = crate::model::source::floor_char_boundary(output, budget);
+        result["output"] = Value::String(output[..cut].to_string());
+        result["output_truncated"] = Value::Bool(true);
+    }
+    json!({
+        "tool_call": { "id": call.id, "name": call.name, "arguments": call.arguments },
+        "result": result,
+    })
+}

@@ -1,0 +1,225 @@
+//! Unit tests of the hooks module: answer parsing, placeholder expansion,
+//! set order and matching, plugin child specs, input clipping.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::exec::{
+    BeforeAnswer, after_tool_answer, before_tool_answer, expand_placeholders, observer_answer,
+    parse_stdout,
+};
+use super::*;
+use crate::model::{CommandSpec, Text};
+
+fn obj(v: Value) -> Option<Map<String, Value>> {
+    v.as_object().cloned()
+}
+
+#[test]
+fn stdout_is_nothing_or_one_object() {
+    assert_eq!(parse_stdout(b"").unwrap(), None);
+    assert_eq!(parse_stdout(b" \n\t").unwrap(), None);
+    assert_eq!(parse_stdout(b"{}\n").unwrap(), Some(Map::new()));
+    for bad in [&b"[]"[..], b"not json", b"{} {}", b"\"x\"", b"{\"a\":"] {
+        assert!(
+            parse_stdout(bad).is_err(),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}
+
+#[test]
+fn before_tool_answers() {
+    assert_eq!(before_tool_answer(None).unwrap(), BeforeAnswer::Continue);
+    assert_eq!(
+        before_tool_answer(obj(json!({}))).unwrap(),
+        BeforeAnswer::Continue
+    );
+    assert_eq!(
+        before_tool_answer(obj(json!({"decision":"continue"}))).unwrap(),
+        BeforeAnswer::Continue
+    );
+    assert_eq!(
+        before_tool_answer(obj(json!({"decision":"deny","reason":"no"}))).unwrap(),
+        BeforeAnswer::Deny {
+            reason: "no".into()
+        }
+    );
+    assert_eq!(
+        before_tool_answer(obj(json!({"decision":"rewrite","arguments":{"a":1}}))).unwrap(),
+        BeforeAnswer::Rewrite {
+            arguments: obj(json!({"a":1})).unwrap()
+        }
+    );
+    for bad in [
+        json!({"decision":"deny"}),
+        json!({"decision":"deny","reason":"  "}),
+        json!({"decision":"rewrite"}),
+        json!({"decision":"rewrite","arguments":[1]}),
+        json!({"decision":"maybe"}),
+        json!({"decision":"continue","arguments":{}}),
+        json!({"decision":"continue","extra":1}),
+        json!({"decision":7}),
+    ] {
+        let e = before_tool_answer(obj(bad.clone())).unwrap_err();
+        assert!(matches!(e, HookError::InvalidOutput { .. }), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn after_tool_and_observer_answers() {
+    let a = after_tool_answer(obj(json!({"output":"x","is_error":true}))).unwrap();
+    assert_eq!(a.output.as_deref(), Some("x"));
+    assert_eq!(a.is_error, Some(true));
+    let a = after_tool_answer(obj(json!({"output":{"k":1}}))).unwrap();
+    assert_eq!(a.output.as_deref(), Some("{\"k\":1}"));
+    assert!(after_tool_answer(obj(json!({"outputs":"x"}))).is_err());
+    assert_eq!(
+        after_tool_answer(obj(json!({"output":null})))
+            .unwrap()
+            .output,
+        None
+    );
+    assert!(observer_answer(None).is_ok());
+    assert!(observer_answer(obj(json!({}))).is_ok());
+    assert!(observer_answer(obj(json!({"decision":"deny","reason":"x"}))).is_err());
+}
+
+#[test]
+fn placeholders_expand_once_and_only_the_two_names() {
+    let root = Path::new("/p/${PLUGIN_DATA}");
+    let data = Path::new("/d");
+    assert_eq!(
+        expand_placeholders("${PLUGIN_ROOT}/bin:${PLUGIN_DATA}/x", root, data),
+        "/p/${PLUGIN_DATA}/bin:/d/x"
+    );
+    assert_eq!(
+        expand_placeholders("${HOME} ${PLUGIN_ROOT ${", root, data),
+        "${HOME} ${PLUGIN_ROOT ${"
+    );
+    assert_eq!(expand_placeholders("a€${", root, data), "a€${");
+}
+
+fn hook(command: &str, args: &[&str], matcher: Option<&str>) -> Hook {
+    Hook {
+        run: CommandSpec {
+            command: command.into(),
+            args: args.iter().map(|a| Text::plain(*a)).collect(),
+            env: BTreeMap::new(),
+            cwd: None,
+        },
+        timeout_ms: 5_000,
+        matcher: matcher.map(str::to_string),
+    }
+}
+
+#[test]
+fn sets_keep_source_order_and_match_tools() {
+    let plugin = HookSource::Plugin {
+        name: "p".into(),
+        root: "/p".into(),
+        data: "/d".into(),
+    };
+    let set = HookSet::build(
+        Path::new("/repo"),
+        &[
+            SourceHooks {
+                source: HookSource::Manifest,
+                hooks: BTreeMap::from([(
+                    HookEvent::BeforeTool,
+                    vec![hook("a", &[], Some("^fs__")), hook("b", &[], None)],
+                )]),
+            },
+            SourceHooks {
+                source: plugin,
+                hooks: BTreeMap::from([(HookEvent::BeforeTool, vec![hook("c", &[], None)])]),
+            },
+        ],
+    );
+    let names = |tool| {
+        set.matching(HookEvent::BeforeTool, Some(tool))
+            .map(HookEntry::label)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names("fs__read"),
+        [
+            "before_tool[0]",
+            "before_tool[1]",
+            "plugin `p` before_tool[0]"
+        ]
+    );
+    assert_eq!(
+        names("git__push"),
+        ["before_tool[1]", "plugin `p` before_tool[0]"]
+    );
+    assert!(!set.has(HookEvent::AfterTool));
+    assert_eq!(set.len(), 3);
+}
+
+#[test]
+fn plugin_hooks_get_their_variables_and_a_confined_cwd() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("pkg");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    let mut h = hook("./bin/h", &["${PLUGIN_DATA}/state"], None);
+    h.run.env.insert("X".into(), Text::plain("${PLUGIN_ROOT}"));
+    h.run.cwd = Some(Text::plain("${PLUGIN_ROOT}/sub"));
+    let source = HookSource::Plugin {
+        name: "p".into(),
+        root: root.clone(),
+        data: data.clone(),
+    };
+    let set = HookSet::build(
+        dir.path(),
+        &[SourceHooks {
+            source: source.clone(),
+            hooks: BTreeMap::from([(HookEvent::OnAgentStart, vec![h.clone()])]),
+        }],
+    );
+    let entry = set.matching(HookEvent::OnAgentStart, None).next().unwrap();
+    let spec = exec::child_spec(dir.path(), entry).unwrap();
+    assert_eq!(spec.program, root.join("./bin/h").display().to_string());
+    assert_eq!(spec.args, [format!("{}/state", data.display())]);
+    assert_eq!(spec.env["X"], root.display().to_string());
+    assert_eq!(spec.env[PLUGIN_ROOT_VAR], root.display().to_string());
+    assert_eq!(spec.env[PLUGIN_DATA_VAR], data.display().to_string());
+    assert_eq!(spec.cwd, root.join("sub"));
+
+    h.run.cwd = Some(Text::plain("../"));
+    let set = HookSet::build(
+        dir.path(),
+        &[SourceHooks {
+            source,
+            hooks: BTreeMap::from([(HookEvent::OnAgentStart, vec![h])]),
+        }],
+    );
+    let entry = set.matching(HookEvent::OnAgentStart, None).next().unwrap();
+    assert!(matches!(
+        exec::child_spec(dir.path(), entry),
+        Err(HookError::CwdOutside { .. })
+    ));
+}
+
+#[test]
+fn large_outputs_are_clipped_to_fit_the_input_bound() {
+    let call = ToolCallInfo {
+        id: "1".into(),
+        name: "t".into(),
+        arguments: json!({}),
+    };
+    let result = ToolResultInfo {
+        call_id: "1".into(),
+        tool_name: "t".into(),
+        output: "\u{1}".repeat(3 * MAX_INPUT_BYTES),
+        is_error: false,
+    };
+    let payload = after_tool_payload(&call, &result);
+    assert_eq!(payload["result"]["output_truncated"], true);
+    assert!(serde_json::to_vec(&payload).unwrap().len() <= MAX_INPUT_BYTES);
+}

@@ -1,0 +1,341 @@
+//! Native hook bridges: the managed entries that make an agent CLI's own
+//! hook mechanism call `npc hook run EVENT --agent CLI`, so the manifest's
+//! tool hooks govern the agent's built-in tools (shell, file edits) as well
+//! as the MCP tools the gateway serves. Checked against the installed CLIs:
+//! - Claude Code (2.1): `.claude/settings.json`
+//!   `hooks.PreToolUse` / `hooks.PostToolUse`: `[{matcher, hooks: [{type:
+//!   "command", command, timeout (seconds)}]}]`, run through the shell with
+//!   `CLAUDE_PROJECT_DIR` set.
+//! - Gemini CLI (0.61): `.gemini/settings.json` (the MCP file too)
+//!   `hooks.BeforeTool` / `hooks.AfterTool`, same shape, `timeout` in ms;
+//!   it substitutes `$GEMINI_PROJECT_DIR` (shell-quoted) itself and runs
+//!   project hooks only in trusted folders.
+//! - Codex CLI (0.171) has hooks behind its `codex_hooks` feature flag and
+//!   OpenCode (1.18) has JavaScript plugins (`tool.execute.before`); neither
+//!   is bridged yet, so their built-in tools are governed only through the
+//!   gateway's MCP tools.
+//!
+//! An entry is npc's when one of its commands starts with [`BRIDGE_COMMAND`];
+//! those are replaced or removed, every other entry and key is kept. With no
+//! tool hook declared, npc's entries are removed and nothing is added.
+
+use std::path::Path;
+
+use serde_json::{Map, Value, json};
+
+use super::NativeError;
+use super::edit::{keep_comments, parse_native_json};
+use crate::model::{HookEvent, Manifest, ProviderKind};
+
+/// What every bridge entry's command starts with (how npc knows its own).
+pub const BRIDGE_COMMAND: &str = "npc hook run ";
+/// Time an agent CLI gives `npc hook run` beyond the sum of its hooks'
+/// timeouts (process start, manifest load).
+pub const BRIDGE_MARGIN_MS: u64 = 10_000;
+/// The project settings file holding Claude Code's hooks.
+pub const CLAUDE_SETTINGS: &str = ".claude/settings.json";
+
+/// Whether `kind`'s CLI has a hook mechanism npc bridges.
+pub fn bridged(kind: ProviderKind) -> bool {
+    matches!(kind, ProviderKind::ClaudeCode | ProviderKind::GeminiCli)
+}
+
+/// The tool events bridged, with their name in `kind`'s settings.
+fn events(kind: ProviderKind) -> [(HookEvent, &'static str); 2] {
+    match kind {
+        ProviderKind::GeminiCli => [
+            (HookEvent::BeforeTool, "BeforeTool"),
+            (HookEvent::AfterTool, "AfterTool"),
+        ],
+        _ => [
+            (HookEvent::BeforeTool, "PreToolUse"),
+            (HookEvent::AfterTool, "PostToolUse"),
+        ],
+    }
+}
+
+fn is_ours(group: &Value) -> bool {
+    group
+        .get("hooks")
+        .and_then(Value::as_array)
+        .is_some_and(|hooks| {
+            hooks.iter().any(|h| {
+                h.get("command")
+                    .and_then(Value::as_str)
+                    .is_some_and(|c| c.starts_with(BRIDGE_COMMAND))
+            })
+        })
+}
+
+/// The managed group of `event` for `kind`, when the manifest declares hooks of it.
+fn entry(
+    kind: ProviderKind,
+    manifest: &Manifest,
+    manifest_name: &str,
+    event: HookEvent,
+) -> Option<Value> {
+    let hooks = manifest.hooks.get(&event).filter(|h| !h.is_empty())?;
+    let total_ms: u64 = hooks.iter().map(|h| h.timeout_ms).sum::<u64>() + BRIDGE_MARGIN_MS;
+    let (agent, manifest_arg, timeout) = match kind {
+        ProviderKind::GeminiCli => (
+            "gemini",
+            format!("$GEMINI_PROJECT_DIR/{manifest_name}"),
+            json!(total_ms),
+        ),
+        _ => (
+            "claude",
+            format!("\"$CLAUDE_PROJECT_DIR\"/{manifest_name}"),
+            json!(total_ms.div_ceil(1000)),
+        ),
+    };
+    let command = format!(
+        "{BRIDGE_COMMAND}{} --agent {agent} --manifest {manifest_arg}",
+        event.as_str()
+    );
+    Some(json!({
+        "matcher": "*",
+        "hooks": [{ "type": "command", "command": command, "timeout": timeout }],
+    }))
+}
+
+/// A manifest file name is written into a shell command: only plain names.
+fn shell_safe(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+/// The text of `kind`'s settings file (`before`, `None` when absent) with
+/// npc's hook entries brought in line with the manifest, and notes.
+pub fn edit(
+    path: &Path,
+    kind: ProviderKind,
+    before: Option<&str>,
+    manifest: &Manifest,
+    manifest_name: &str,
+) -> Result<(String, Vec<String>), NativeError> {
+    let mut notes = Vec::new();
+    let wanted: Vec<(&str, Value)> = if shell_safe(manifest_name) {
+        events(kind)
+            .into_iter()
+            .filter_map(|(event, native)| {
+                Some((native, entry(kind, manifest, manifest_name, event)?))
+            })
+            .collect()
+    } else {
+        notes.push(format!(
+            "the manifest's file name `{}` is not a plain file name; no hook bridge is written (rename it `npcagent.toml`)",
+            crate::model::diagnostics::clip(manifest_name)
+        ));
+        Vec::new()
+    };
+    let (mut root, stripped) = match before {
+        Some(text) => parse_native_json(path, kind, text)?,
+        None if wanted.is_empty() => return Ok((String::new(), notes)),
+        None => (Map::new(), None),
+    };
+    let original = root.clone();
+    let mut hooks = match root.get("hooks") {
+        None => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => {
+            return Err(NativeError::Shape {
+                path: path.into(),
+                message: "`hooks` is not a JSON object".into(),
+            });
+        }
+    };
+    for (_, native) in events(kind) {
+        let Some(groups) = hooks.get_mut(native) else {
+            continue;
+        };
+        let Some(list) = groups.as_array_mut() else {
+            return Err(NativeError::Shape {
+                path: path.into(),
+                message: format!("`hooks.{native}` is not a JSON array"),
+            });
+        };
+        list.retain(|g| !is_ours(g));
+        if list.is_empty() {
+            hooks.shift_remove(native);
+        }
+    }
+    for (native, group) in wanted {
+        match hooks
+            .entry(native.to_string())
+            .or_insert_with(|| Value::Array(Vec::new()))
+        {
+            Value::Array(list) => list.push(group),
+            _ => unreachable!("checked above"),
+        }
+    }
+    if hooks.is_empty() {
+        root.shift_remove("hooks");
+    } else {
+        root.insert("hooks".into(), Value::Object(hooks));
+    }
+    if root == original {
+        return Ok((before.unwrap_or_default().to_string(), notes));
+    }
+    if kind == ProviderKind::GeminiCli && root.contains_key("hooks") {
+        notes.push(
+            "Gemini CLI runs project hooks only in folders you trust (`/permissions`)".into(),
+        );
+    }
+    let commented = match (before, &stripped) {
+        (Some(text), Some(stripped)) => keep_comments(text, stripped, original, root.clone(), kind),
+        _ => None,
+    };
+    if let Some(text) = commented {
+        return Ok((text, notes));
+    }
+    if stripped.is_some() {
+        notes.push(format!(
+            "`{}` holds comments npc could not keep in place; they are dropped",
+            path.display()
+        ));
+    }
+    if root.is_empty() && before.is_none() {
+        return Ok((String::new(), notes));
+    }
+    let mut text =
+        serde_json::to_string_pretty(&Value::Object(root)).map_err(|e| NativeError::Shape {
+            path: path.into(),
+            message: format!("cannot serialize: {e}"),
+        })?;
+    text.push('\n');
+    Ok((text, notes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(hooks: &str) -> Manifest {
+        let text = format!("version = 1\n{hooks}");
+        let env = std::collections::BTreeMap::<String, String>::new();
+        struct NoFiles;
+        impl crate::model::Files for NoFiles {
+            fn read_to_string(&self, _: &Path) -> std::io::Result<String> {
+                Err(std::io::ErrorKind::NotFound.into())
+            }
+            fn is_dir(&self, _: &Path) -> bool {
+                false
+            }
+        }
+        crate::model::load_bytes(
+            "t.toml",
+            text.as_bytes(),
+            crate::model::Syntax::Toml,
+            &env,
+            &NoFiles,
+        )
+        .manifest
+        .expect("valid")
+    }
+
+    const DENY: &str = "[[hooks.before_tool]]\ncommand = \"./deny\"\ntimeout_ms = 2500\n";
+
+    #[test]
+    fn claude_entries_are_added_kept_apart_from_the_users_and_removed() {
+        let path = Path::new(".claude/settings.json");
+        let user = r#"{"permissions":{"allow":["Bash(ls)"]},"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"./mine"}]}]}}"#;
+        let (text, _) = edit(
+            path,
+            ProviderKind::ClaudeCode,
+            Some(user),
+            &manifest(DENY),
+            "npcagent.toml",
+        )
+        .unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let groups = v["hooks"]["PreToolUse"].as_array().unwrap();
+        assert_eq!(groups.len(), 2);
+        assert_eq!(groups[0]["hooks"][0]["command"], "./mine");
+        assert_eq!(
+            groups[1]["hooks"][0]["command"],
+            "npc hook run before_tool --agent claude --manifest \"$CLAUDE_PROJECT_DIR\"/npcagent.toml"
+        );
+        assert_eq!(groups[1]["hooks"][0]["timeout"], 13);
+        assert!(v["hooks"].get("PostToolUse").is_none());
+        assert_eq!(v["permissions"]["allow"][0], "Bash(ls)");
+        // Idempotent, then removed when the manifest drops its hooks.
+        let (again, _) = edit(
+            path,
+            ProviderKind::ClaudeCode,
+            Some(&text),
+            &manifest(DENY),
+            "npcagent.toml",
+        )
+        .unwrap();
+        assert_eq!(again, text);
+        let (gone, _) = edit(
+            path,
+            ProviderKind::ClaudeCode,
+            Some(&text),
+            &manifest(""),
+            "npcagent.toml",
+        )
+        .unwrap();
+        let v: Value = serde_json::from_str(&gone).unwrap();
+        assert_eq!(v["hooks"]["PreToolUse"].as_array().unwrap().len(), 1);
+        // No file and no hooks: nothing is created.
+        let (none, _) = edit(
+            path,
+            ProviderKind::ClaudeCode,
+            None,
+            &manifest(""),
+            "npcagent.toml",
+        )
+        .unwrap();
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn gemini_entries_keep_comments_and_use_milliseconds() {
+        let path = Path::new(".gemini/settings.json");
+        let before = "{\n  // mine\n  \"mcpServers\": {}\n}\n";
+        let (text, notes) = edit(
+            path,
+            ProviderKind::GeminiCli,
+            Some(before),
+            &manifest(DENY),
+            "npcagent.toml",
+        )
+        .unwrap();
+        assert!(text.contains("// mine"), "{text}");
+        let stripped = super::super::jsonc::strip(
+            &text,
+            super::super::edit::dialect(ProviderKind::GeminiCli).unwrap(),
+        );
+        let v: Value = serde_json::from_str(stripped.as_deref().unwrap_or(&text)).unwrap();
+        assert_eq!(v["hooks"]["BeforeTool"][0]["hooks"][0]["timeout"], 12_500);
+        assert!(notes.iter().any(|n| n.contains("trust")));
+    }
+
+    #[test]
+    fn odd_manifest_names_and_shapes_are_refused() {
+        let path = Path::new(".claude/settings.json");
+        let (text, notes) = edit(
+            path,
+            ProviderKind::ClaudeCode,
+            None,
+            &manifest(DENY),
+            "a b;rm.toml",
+        )
+        .unwrap();
+        assert!(text.is_empty());
+        assert!(notes[0].contains("not a plain file name"));
+        assert!(
+            edit(
+                path,
+                ProviderKind::ClaudeCode,
+                Some("{\"hooks\":[]}"),
+                &manifest(DENY),
+                "npcagent.toml"
+            )
+            .is_err()
+        );
+    }
+}
