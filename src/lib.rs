@@ -6,6 +6,7 @@ pub mod cli;
 pub mod mcp;
 pub mod model;
 pub mod native;
+pub mod panes;
 pub mod plan;
 pub mod providers;
 pub mod render;

@@ -11,6 +11,7 @@ mod output;
 mod import;
 mod init;
 mod mcp;
+mod pane;
 mod reconcile;
 mod render;
 mod run;
@@ -139,6 +140,9 @@ enum Command {
     /// The MCP gateway: the repository's MCP servers behind one MCP server
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
+    /// Panes: agent CLIs in terminals the daemon hosts
+    #[command(subcommand)]
+    Pane(pane::PaneCommand),
     /// Each component: state, pid, restarts, since when
     Status {
         #[arg(long, short = 'm')]
@@ -261,6 +265,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Render(args) => render::run(args),
         Command::Run(args) => run::run(args),
         Command::Mcp(command) => mcp::run(command),
+        Command::Pane(command) => pane::run(command),
         Command::Import {
             file,
             write,

@@ -21,7 +21,7 @@ use crate::surfaces::control::{self, Client, Request};
 /// while following (the daemon pushes events; the store can only be read).
 pub const STORE_FOLLOW_WAIT: Duration = Duration::from_secs(1);
 
-fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(super) fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -50,7 +50,7 @@ fn load(manifest: Option<PathBuf>) -> anyhow::Result<Option<(Manifest, RepoPaths
 /// Where the repository keeps state, even when its manifest is invalid or
 /// was deleted: with no manifest in the current directory, a daemon's
 /// lock there still marks it as a repository.
-fn locate(manifest: Option<PathBuf>) -> anyhow::Result<RepoPaths> {
+pub(super) fn locate(manifest: Option<PathBuf>) -> anyhow::Result<RepoPaths> {
     let path = match super::manifest_path(manifest) {
         Ok(path) => path,
         Err(e) => {

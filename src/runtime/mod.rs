@@ -530,6 +530,8 @@ pub struct Runtime {
     cx: DriverContext,
     /// The MCP servers' driver and the daemon's upstream pool.
     mcp: mcp::McpDriver,
+    /// Panes and pane plugins.
+    panes: crate::panes::PaneHost,
     applied: tokio::sync::Mutex<Applied>,
     shut_down: std::sync::atomic::AtomicBool,
     written: Arc<watch::Written>,
@@ -565,12 +567,14 @@ impl Runtime {
             supervisor,
         };
         let mcp = mcp::McpDriver::new(cx.clone(), &paths, bus.clone());
+        let panes = crate::panes::PaneHost::new(&cx, &paths.runtime_dir(), bus.clone());
         let runtime = Arc::new(Runtime {
             paths: paths.clone(),
             store,
             bus,
             cx,
             mcp,
+            panes,
             applied: tokio::sync::Mutex::new(Applied::default()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             written: Arc::default(),
@@ -602,10 +606,16 @@ impl Runtime {
         &self.mcp
     }
 
-    /// The driver of `kind`: the runtime's own MCP driver, or a stateless one.
+    /// The pane host (panes and pane plugins).
+    pub fn panes(&self) -> &crate::panes::PaneHost {
+        &self.panes
+    }
+
+    /// The driver of `kind`: the runtime's own MCP driver or pane host, or a stateless one.
     fn driver(&self, kind: plan::Kind) -> &dyn Driver {
         match kind {
             plan::Kind::McpServer => &self.mcp,
+            plan::Kind::Pane | plan::Kind::PanePlugin => &self.panes,
             other => driver_for(other),
         }
     }
@@ -675,6 +685,7 @@ impl Runtime {
         if let ReloadOutcome::Applied { results } = &outcome {
             // The gateway's built-ins and manifest prompts follow the manifest.
             self.mcp.manifest_applied(&manifest);
+            self.panes.manifest_applied(&manifest).await;
             let running = self.as_running(&manifest, results).await;
             if let Err(error) = self.write_files(&running).await {
                 self.report_failure(reason, &error).await;
@@ -1116,6 +1127,7 @@ impl Runtime {
         }
         self.emit("daemon.stopping", None, serde_json::json!({}))
             .await;
+        self.panes.shutdown().await;
         self.cx.supervisor.shutdown().await;
         let mut applied = self.applied.lock().await;
         applied.pids.clear();
