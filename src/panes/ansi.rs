@@ -143,7 +143,7 @@ mod tests {
             for c in &chunks {
                 s.feed(c, &mut out);
             }
-            proptest::prop_assert!(!out.chars().any(|c| (c.is_control() && c != '\n' && c != '\t')));
+            proptest::prop_assert!(!out.chars().any(|c| c.is_control() && c != '\n' && c != '\t'));
         }
     }
 }

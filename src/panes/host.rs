@@ -174,6 +174,26 @@ impl PaneHost {
         self.host.list()
     }
 
+    /// The live state and pid of component `id` (a pane or a pane plugin),
+    /// for `npc status`; `None` for other kinds.
+    pub fn component_status(&self, id: &ComponentId) -> Option<(String, Option<u32>)> {
+        let state = lock(&self.host.state);
+        match id.kind {
+            Kind::PanePlugin => {
+                let entry = state.plugins.get(&id.name)?;
+                Some(match &entry.child {
+                    Some(c) => ("running".to_string(), Some(c.pid)),
+                    None => ("stopped".to_string(), None),
+                })
+            }
+            Kind::Pane => {
+                let info = Host::info_of(&state, &id.name);
+                Some((info.state, info.pid))
+            }
+            _ => None,
+        }
+    }
+
     /// Open the configured pane `name` (it must not be running).
     pub async fn open(&self, name: &str) -> Result<PaneInfo, PaneError> {
         self.host.open(name)?;
@@ -245,6 +265,12 @@ impl PaneHost {
         }
         for pane in &panes {
             pane.kill();
+        }
+        // Plugins get the rest of the grace to read `shutdown` and exit.
+        let deadline = tokio::time::Instant::now() + super::plugin::SHUTDOWN_GRACE;
+        while plugins.iter().any(PluginChild::is_running) && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(TICK).await;
         }
         for p in &plugins {
             p.kill();

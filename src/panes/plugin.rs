@@ -94,7 +94,7 @@ impl PluginChild {
         let mut stdout = std::mem::replace(&mut child.stdout, mpsc::channel(1).1);
         let plugin = name.to_string();
         tokio::spawn(async move {
-            let mut bucket = Bucket::new();
+            let mut bucket = Bucket::new(std::time::Instant::now());
             while let Some(line) = stdout.recv().await {
                 bucket.take().await;
                 let decoded = match protocol::decode_command(&line.bytes, line.truncated) {
@@ -141,6 +141,12 @@ impl PluginChild {
         });
     }
 
+    /// Whether the plugin's process still runs.
+    pub fn is_running(&self) -> bool {
+        i32::try_from(self.pid)
+            .is_ok_and(|p| crate::supervisor::group_exists(nix::unistd::Pid::from_raw(p)))
+    }
+
     /// Kill the plugin's group now (the daemon is stopping).
     pub fn kill(&self) {
         self.outbox.close();
@@ -152,31 +158,37 @@ impl PluginChild {
 #[derive(Debug)]
 struct Bucket {
     tokens: f64,
-    last: tokio::time::Instant,
+    last: std::time::Instant,
 }
 
 impl Bucket {
-    fn new() -> Self {
+    fn new(now: std::time::Instant) -> Self {
         Self {
             tokens: f64::from(COMMAND_BURST),
-            last: tokio::time::Instant::now(),
+            last: now,
+        }
+    }
+
+    /// Take one token at `now`: how long to wait before using it.
+    fn take_at(&mut self, now: std::time::Instant) -> Duration {
+        let rate = f64::from(COMMANDS_PER_SECOND);
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * rate).min(f64::from(COMMAND_BURST));
+        self.last = now;
+        self.tokens -= 1.0;
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / rate)
         }
     }
 
     /// Take one token, waiting for it when the bucket is empty.
     async fn take(&mut self) {
-        let now = tokio::time::Instant::now();
-        let rate = f64::from(COMMANDS_PER_SECOND);
-        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * rate)
-            .min(f64::from(COMMAND_BURST));
-        self.last = now;
-        if self.tokens < 1.0 {
-            let wait = Duration::from_secs_f64((1.0 - self.tokens) / rate);
+        let wait = self.take_at(std::time::Instant::now());
+        if !wait.is_zero() {
             tokio::time::sleep(wait).await;
-            self.tokens = 1.0;
-            self.last = tokio::time::Instant::now();
         }
-        self.tokens -= 1.0;
     }
 }
 
@@ -184,17 +196,20 @@ impl Bucket {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn a_flood_is_slowed_to_the_rate() {
-        let mut b = Bucket::new();
-        let start = tokio::time::Instant::now();
+    #[test]
+    fn a_flood_is_slowed_to_the_rate() {
+        let start = std::time::Instant::now();
+        let mut b = Bucket::new(start);
         for _ in 0..COMMAND_BURST {
-            b.take().await;
+            assert_eq!(b.take_at(start), Duration::ZERO);
         }
-        assert!(start.elapsed() < Duration::from_millis(10));
-        for _ in 0..COMMANDS_PER_SECOND {
-            b.take().await;
-        }
-        assert!(start.elapsed() >= Duration::from_millis(990));
+        // Past the burst, each line waits one more interval.
+        let waits: Vec<Duration> = (0..3).map(|_| b.take_at(start)).collect();
+        let step = Duration::from_secs_f64(1.0 / f64::from(COMMANDS_PER_SECOND));
+        assert!(waits[0] > Duration::ZERO && waits[1] > waits[0] && waits[2] > waits[1]);
+        assert!(waits[2] >= step * 2);
+        // A second later the bucket has refilled by the rate.
+        let later = start + Duration::from_secs(1);
+        assert_eq!(b.take_at(later), Duration::ZERO);
     }
 }

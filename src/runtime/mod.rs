@@ -1101,13 +1101,18 @@ impl Runtime {
             .keys()
             .map(|id| {
                 let status = self.cx.supervisor.status(&id.to_string());
+                let pane = self.panes.component_status(id);
                 ComponentStatus {
                     id: id.to_string(),
                     kind: id.kind.as_str().to_string(),
-                    state: status
-                        .as_ref()
-                        .map_or("applied".to_string(), |s| s.state.as_str().to_string()),
-                    pid: status.as_ref().and_then(|s| s.pid),
+                    state: pane.as_ref().map(|p| p.0.clone()).unwrap_or_else(|| {
+                        status
+                            .as_ref()
+                            .map_or("applied".to_string(), |s| s.state.as_str().to_string())
+                    }),
+                    pid: pane
+                        .and_then(|p| p.1)
+                        .or_else(|| status.as_ref().and_then(|s| s.pid)),
                     restarts: status.as_ref().map_or(0, |s| s.restarts),
                     since: status
                         .as_ref()

@@ -11,6 +11,7 @@ mod mcp;
 mod mcp_builtin;
 mod mcp_daemon;
 mod mcp_interop;
+mod panes;
 mod providers;
 mod render;
 mod runs;
