@@ -696,3 +696,154 @@ fn nothing_but_a_guard_approval_reaches_a_pty_from_a_plugin() {
         );
     }
 }
+
+/// A repository with the fake CLI installed as `bin/PROGRAM` (executable).
+fn repo_with_fake(program: &str, manifest: &str) -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(fixture("fake_cli.py"), bin.join(program)).unwrap();
+    std::fs::set_permissions(bin.join(program), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    dir
+}
+
+fn recovery_plugin(env: &str) -> String {
+    format!(
+        r#"
+[pane_plugins.recovery]
+command = "{}"
+enabled = true
+allowed_resume_flags = ["resume", "--session"]
+env = {{ {env} }}
+"#,
+        assert_cmd::cargo::cargo_bin("npc-recovery").display()
+    )
+}
+
+#[test]
+fn npc_recovery_resumes_codex_after_its_usage_limit_resets() {
+    let manifest = format!(
+        r#"version = 1
+{}
+[panes.agent]
+command = "./bin/codex"
+plugin = "recovery"
+env = {{ FAKE_MODE = "codex", CODEX_HOME = "codex-home", FAKE_RESET_IN = "1", FAKE_DELAY = "0.3" }}
+"#,
+        recovery_plugin(r#"CODEX_HOME = "codex-home""#)
+    );
+    let repo = repo_with_fake("codex", &manifest);
+    let d = Daemon::start_in(repo.path());
+    let limited = wait_for("a rate_limited status", || {
+        d.events()
+            .into_iter()
+            .find(|e| e["kind"] == "pane.status" && e["payload"]["state"] == "rate_limited")
+    });
+    let deadline = limited["payload"]["deadline_epoch"]
+        .as_i64()
+        .expect("a deadline");
+    let relaunched = d.wait_event(0, "pane.relaunched");
+    assert_eq!(relaunched["payload"]["generation"], 2);
+    let args = relaunched["payload"]["resume_args"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(args[0], "resume");
+    let session = args[1].as_str().unwrap().to_string();
+    // The session is the one the fake CLI recorded in its rollout.
+    let rollout = wait_for("the rollout", || {
+        walk(&repo.path().join("codex-home"))
+            .into_iter()
+            .find(|p| p.to_string_lossy().ends_with(".jsonl"))
+    });
+    assert!(rollout.to_string_lossy().contains(&session));
+    wait_for("codex resumed in the pane", || {
+        read(&d, "argv.log")
+            .contains(&format!(r#"["resume", "{session}"]"#))
+            .then_some(())
+    });
+    // Relaunched only once the reset time had passed.
+    let relaunched_at = relaunched["ts_ms"].as_i64().unwrap() / 1000;
+    assert!(
+        relaunched_at >= deadline,
+        "relaunched at {relaunched_at}, before {deadline}"
+    );
+    // The hold's end clears the stale deadline; no transcript ever left the plugin.
+    d.wait_event(0, "pane.recovery");
+    let events = serde_json::to_string(&d.events()).unwrap();
+    assert!(!events.contains("SECRET TRANSCRIPT"));
+}
+
+#[test]
+fn npc_recovery_follows_opencode_status_and_resumes_its_session_after_exit() {
+    let manifest = format!(
+        r#"version = 1
+{}
+[panes.agent]
+command = "./bin/opencode"
+plugin = "recovery"
+idle_ms = 200
+env = {{ FAKE_MODE = "opencode" }}
+"#,
+        recovery_plugin(r#"NPC_RECOVERY_OPENCODE_STATUS = "oc-status.json""#)
+    );
+    let repo = repo_with_fake("opencode", &manifest);
+    let d = Daemon::start_in(repo.path());
+    wait_for("pane agent", || pane(&d, "agent")["pid"].as_u64());
+    let next_ms = 1_900_000_000_000i64;
+    std::fs::write(
+        repo.path().join("oc-status.json"),
+        format!(r#"{{"ses_fake1":{{"type":"retry","attempt":3,"message":"rate limited","next":{next_ms}}}}}"#),
+    )
+    .unwrap();
+    let retrying = wait_for("a retrying status", || {
+        d.events()
+            .into_iter()
+            .find(|e| e["kind"] == "pane.status" && e["payload"]["state"] == "retrying")
+    });
+    assert_eq!(retrying["payload"]["deadline_epoch"], next_ms / 1000);
+    assert_eq!(retrying["payload"]["attempt"], 3);
+    // While OpenCode retries by itself the plugin does not intervene.
+    assert!(!d.events().iter().any(|e| e["kind"] == "pane.relaunched"));
+    // Idle after the retries: a person is needed, and every client hears it.
+    std::fs::write(
+        repo.path().join("oc-status.json"),
+        r#"{"ses_fake1":{"type":"idle"}}"#,
+    )
+    .unwrap();
+    wait_for("needs_attention", || {
+        d.events()
+            .into_iter()
+            .find(|e| e["kind"] == "pane.status" && e["payload"]["state"] == "needs_attention")
+    });
+    d.wait_event(0, "pane.notice");
+    // Only after the process exits is it relaunched with its session.
+    d.npc(&["pane", "send", "agent", "quit"]).success();
+    let relaunched = d.wait_event(0, "pane.relaunched");
+    assert_eq!(
+        relaunched["payload"]["resume_args"],
+        serde_json::json!(["--session", "ses_fake1"])
+    );
+    wait_for("opencode resumed", || {
+        read(&d, "argv.log")
+            .contains(r#"["--session", "ses_fake1"]"#)
+            .then_some(())
+    });
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
