@@ -62,7 +62,15 @@ struct Slot {
 struct PluginEntry {
     config: PluginConfig,
     child: Option<PluginChild>,
+    /// Restarts after exits since the child last ran [`PLUGIN_STABLE_AFTER`].
+    restarts: u32,
+    started: Instant,
 }
+
+/// Restarts of a crashing plugin child before it is left stopped.
+pub const MAX_PLUGIN_RESTARTS: u32 = crate::supervisor::DEFAULT_FLAP_MAX_RESTARTS;
+/// A plugin child that ran this long has its restart count reset.
+pub const PLUGIN_STABLE_AFTER: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Default)]
 struct State {
@@ -104,6 +112,7 @@ pub struct PaneHost {
 
 #[derive(Debug)]
 pub struct Host {
+    me: Weak<Host>,
     repo: PathBuf,
     state_dir: PathBuf,
     runtime_dir: PathBuf,
@@ -152,7 +161,8 @@ impl PaneHost {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
         let key = crate::store::memory::ProjectKey::for_repo(&cx.repo);
-        let host = Arc::new(Host {
+        let host = Arc::new_cyclic(|me| Host {
+            me: me.clone(),
             repo: cx.repo.clone(),
             state_dir: cx.state_dir.clone(),
             runtime_dir: runtime_dir.join(PANE_RUNTIME_DIR).join(key.as_str()),
@@ -881,6 +891,7 @@ impl Host {
         exit: Option<crate::supervisor::ExitInfo>,
     ) {
         let mut state = lock(&self.state);
+        let stopping = state.stopping;
         let Some(entry) = state.plugins.get_mut(plugin) else {
             return;
         };
@@ -888,11 +899,30 @@ impl Host {
             return;
         }
         entry.child = None;
+        if entry.started.elapsed() >= PLUGIN_STABLE_AFTER {
+            entry.restarts = 0;
+        }
+        let info = exit.unwrap_or_default();
+        let restart = !stopping
+            && crate::supervisor::wants_restart(entry.config.restart, &info)
+            && entry.restarts < MAX_PLUGIN_RESTARTS;
         self.note_plugin(
             "pane_plugin.exited",
             plugin,
-            serde_json::json!({ "exit": exit.map(|e| e.to_string()) }),
+            serde_json::json!({ "exit": exit.map(|e| e.to_string()), "restarting": restart }),
         );
+        if restart {
+            entry.restarts += 1;
+            let delay = crate::supervisor::BackoffPolicy::default().delay(entry.restarts);
+            let (me, name) = (self.me.clone(), plugin.to_string());
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                if let Some(host) = me.upgrade() {
+                    host.restart_plugin(&name);
+                    host.flush_events().await;
+                }
+            });
+        }
         // Panes keep running; nobody will relaunch what this plugin held.
         self.discard_holds_of(&mut state, plugin);
     }
@@ -933,11 +963,14 @@ impl Host {
         let pid = child.pid;
         let mut state = lock(&self.state);
         let outbox = child.outbox.clone();
+        let restarts = state.plugins.get(name).map_or(0, |e| e.restarts);
         state.plugins.insert(
             name.to_string(),
             PluginEntry {
                 config: config.clone(),
                 child: Some(child),
+                restarts,
+                started: Instant::now(),
             },
         );
         // Panes whose entry names this plugin and that nobody watches yet.
@@ -958,6 +991,24 @@ impl Host {
             }
         }
         Ok(Some(pid))
+    }
+
+    /// Start a plugin child again after it exited (its restart policy wanted it).
+    fn restart_plugin(&self, name: &str) {
+        let config = {
+            let state = lock(&self.state);
+            match state.plugins.get(name) {
+                Some(entry) if entry.child.is_none() && !state.stopping => entry.config.clone(),
+                _ => return,
+            }
+        };
+        if let Err(e) = self.start_plugin(name, &config) {
+            self.note_plugin(
+                "pane_plugin.failed",
+                name,
+                serde_json::json!({ "error": e.to_string() }),
+            );
+        }
     }
 
     fn stop_plugin(&self, name: &str) {
@@ -1069,9 +1120,20 @@ impl Driver for PaneHost {
     ) -> BoxFuture<'a, Result<Option<u32>, DriverError>> {
         Box::pin(async move {
             let pid = match id.kind {
-                Kind::PanePlugin => self
-                    .host
-                    .start_plugin(&id.name, plugin_config(id, config)?)?,
+                Kind::PanePlugin => {
+                    match self.host.start_plugin(&id.name, plugin_config(id, config)?) {
+                        Ok(pid) => pid,
+                        Err(e) => {
+                            // No recovery is left without an owner.
+                            {
+                                let mut state = lock(&self.host.state);
+                                self.host.discard_holds_of(&mut state, &id.name);
+                            }
+                            self.host.flush_events().await;
+                            return Err(e);
+                        }
+                    }
+                }
                 _ => {
                     let pane = pane_config(id, config)?.clone();
                     lock(&self.host.state).configs.insert(id.name.clone(), pane);

@@ -847,3 +847,88 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+#[test]
+fn resume_flags_apply_at_the_next_decision_and_a_failed_successor_discards_the_hold() {
+    let manifest = |flags: &str, command: &str| {
+        format!(
+            r#"version = 1
+[pane_plugins.rec]
+command = "{command}"
+args = ["{script}"]
+enabled = true
+allowed_resume_flags = [{flags}]
+env = {{ PLUGIN_LOG = "rec.log", PLUGIN_CMDS = "rec.cmds" }}
+
+[panes.cli]
+command = "python3"
+args = ["{fake}"]
+plugin = "rec"
+env = {{ FAKE_MODE = "exit", FAKE_DELAY = "0.1" }}
+"#,
+            script = fixture("scripted_plugin.py"),
+            fake = fixture("fake_cli.py"),
+        )
+    };
+    let d = Daemon::start(&manifest("", "python3"));
+    wait_received(&d, "rec", "pane_opened", |_| true);
+    let pid = wait_for("plugin pid", || d.pid_of("pane_plugin.rec"));
+    wait_for("cli held", || {
+        (pane(&d, "cli")["state"] == "held").then_some(())
+    });
+    let relaunch = r#"{"v":3,"cmd":"relaunch","token":"{token:cli}","generation":{gen:cli},"resume_args":["--session","s1"]}"#;
+    let after = d.last_event_id();
+    plugin_sends(&d, "rec", relaunch);
+    assert!(refusal_after(&d, after, "relaunch").contains("allowed_resume_flags"));
+    // The new flags apply at the next decision; the child is not replaced.
+    let after = d.last_event_id();
+    d.write_manifest(&manifest(r#""--session""#, "python3"));
+    d.wait_event(after, "reconcile.applied");
+    assert_eq!(d.pid_of("pane_plugin.rec"), Some(pid));
+    let after = d.last_event_id();
+    plugin_sends(&d, "rec", relaunch);
+    let e = d.wait_event(after, "pane.relaunched");
+    assert_eq!(e["payload"]["generation"], 2);
+    wait_for("cli held again", || {
+        (pane(&d, "cli")["state"] == "held").then_some(())
+    });
+    // A successor that cannot start leaves no hold without an owner.
+    let after = d.last_event_id();
+    d.write_manifest(&manifest(r#""--session""#, "/nonexistent/npc-plugin"));
+    d.wait_event(after, "reconcile.applied");
+    wait_for("the hold discarded", || {
+        (pane(&d, "cli")["state"] == "closed").then_some(())
+    });
+    let cancelled = d.wait_event(after, "pane.recovery");
+    assert_eq!(cancelled["payload"]["state"], "cancelled");
+}
+
+#[test]
+fn a_crashed_plugin_is_restarted_and_hears_of_its_panes_again() {
+    let manifest = format!(
+        "version = 1\n{}{}",
+        scripted_plugin("rec", r#"restart = "always""#),
+        recording_pane("one", "plugin = \"rec\"")
+    );
+    let d = Daemon::start(&manifest);
+    let first = wait_received(&d, "rec", "pane_opened", |_| true);
+    let pid = wait_for("plugin pid", || d.pid_of("pane_plugin.rec"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let new_pid = wait_for("a restarted plugin", || {
+        d.pid_of("pane_plugin.rec").filter(|p| *p != pid)
+    });
+    assert!(alive(new_pid));
+    wait_for("pane_opened again", || {
+        let opened = received(&d, "rec")
+            .into_iter()
+            .filter(|m| m["event"] == "pane_opened" && m["token"] == first["token"])
+            .count();
+        (opened >= 2).then_some(())
+    });
+    // The pane never stopped.
+    assert!(pane(&d, "one")["pid"].as_u64().is_some());
+}
