@@ -627,8 +627,10 @@ fn print_mcp_status(gateway: &str, servers: &[serde_json::Value]) -> anyhow::Res
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Standing {
     /// Validated and recorded, but npc has no runtime for the kind yet
-    /// (triggers, hooks, plugins, panes).
+    /// (triggers, hooks, plugins).
     Declared,
+    /// Runs only inside the daemon, and no daemon runs (panes, pane plugins).
+    InDaemon,
     /// Read by `npc run` and `npc render` when they are used (providers,
     /// prompts, profiles).
     Ready,
@@ -648,7 +650,8 @@ impl Standing {
 
     fn of_kind(kind: &str) -> Option<Self> {
         Some(match kind {
-            "trigger" | "hooks" | "plugin" | "pane" | "pane_plugin" => Self::Declared,
+            "trigger" | "hooks" | "plugin" => Self::Declared,
+            "pane" | "pane_plugin" => Self::InDaemon,
             "provider" | "prompt" | "profile" => Self::Ready,
             "mcp_server" => Self::Configured,
             "project" | "daemon" => Self::Recorded,
@@ -660,6 +663,7 @@ impl Standing {
     fn state(self) -> &'static str {
         match self {
             Self::Declared => "declared",
+            Self::InDaemon => "not running",
             Self::Ready => "ready",
             Self::Configured => "configured",
             Self::Recorded => "recorded",
@@ -670,6 +674,7 @@ impl Standing {
     fn human(self) -> &'static str {
         match self {
             Self::Declared => "declared (not run yet)",
+            Self::InDaemon => "not running (runs in `npc daemon`)",
             Self::Ready => "ready",
             Self::Configured => "configured",
             Self::Recorded => "recorded",
@@ -682,6 +687,7 @@ impl Standing {
             Self::Declared => {
                 "validated and recorded; nothing runs it yet (npc has no runtime for this kind)"
             }
+            Self::InDaemon => "panes and pane plugins run while `npc daemon` runs",
             Self::Ready => "used by `npc run` and `npc render`; no process of its own",
             Self::Configured => {
                 "written to the agents' config files; each agent connects to it, npc runs no process"
