@@ -192,7 +192,11 @@ fn attach(manifest: Option<PathBuf>, name: String) -> anyhow::Result<Exit> {
         rows,
         cols,
     };
-    let (mut read, mut write, _) = rt.block_on(connect_upgrade(&socket, &request))?;
+    let (mut read, mut write, answer) = rt.block_on(connect_upgrade(&socket, &request))?;
+    if let Some(state) = answer["status"]["state"].as_str() {
+        let detail = answer["status"]["detail"].as_str().unwrap_or("");
+        errln!("[npc: pane `{name}` reports {state}: {detail}]");
+    }
     let raw = RawMode::enter();
     // Keys: a blocking thread reads stdin and hands chunks over.
     let (keys_tx, mut keys_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(64);

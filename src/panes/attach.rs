@@ -25,7 +25,12 @@ pub async fn serve(
     mut read: impl AsyncBufRead + Unpin,
     mut write: impl AsyncWrite + Unpin,
 ) {
-    let (snapshot, mut output, pane) = match host.attach(&name) {
+    let super::host::Attached {
+        scrollback: snapshot,
+        mut output,
+        pane,
+        status,
+    } = match host.attach(&name) {
         Ok(attached) => attached,
         Err(e) => {
             let _ = write_line(&mut write, &serde_json::json!({ "error": e.to_string() })).await;
@@ -35,7 +40,8 @@ pub async fn serve(
     if rows > 0 && cols > 0 {
         let _ = pane.resize(rows, cols);
     }
-    let answer = serde_json::json!({ "attached": name, "generation": pane.generation });
+    let answer =
+        serde_json::json!({ "attached": name, "generation": pane.generation, "status": status });
     if write_line(&mut write, &answer).await.is_err() || write.write_all(&snapshot).await.is_err() {
         return;
     }

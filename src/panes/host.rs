@@ -104,6 +104,16 @@ pub struct PaneInfo {
     pub status: Option<serde_json::Value>,
 }
 
+/// What a client attaching to a pane gets.
+#[derive(Debug)]
+pub struct Attached {
+    pub scrollback: Vec<u8>,
+    pub output: broadcast::Receiver<Arc<[u8]>>,
+    pub pane: Arc<Pane>,
+    /// The last status report, if one is cached.
+    pub status: Option<serde_json::Value>,
+}
+
 /// The pane host; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct PaneHost {
@@ -223,12 +233,9 @@ impl PaneHost {
         self.host.user_input(name, bytes)
     }
 
-    /// Attach to pane `name`: its scrollback, the output that follows, and the pane.
-    #[allow(clippy::type_complexity)]
-    pub fn attach(
-        &self,
-        name: &str,
-    ) -> Result<(Vec<u8>, broadcast::Receiver<Arc<[u8]>>, Arc<Pane>), PaneError> {
+    /// Attach to pane `name`: its scrollback, the output that follows, the
+    /// pane, and its last status report (replayed to a client that attaches later).
+    pub fn attach(&self, name: &str) -> Result<Attached, PaneError> {
         let state = lock(&self.host.state);
         let slot = state
             .slots
@@ -237,8 +244,13 @@ impl PaneHost {
         if !slot.pane.is_live() {
             return Err(PaneError::Exited(name.to_string()));
         }
-        let (snapshot, rx) = slot.pane.subscribe();
-        Ok((snapshot, rx, slot.pane.clone()))
+        let (scrollback, output) = slot.pane.subscribe();
+        Ok(Attached {
+            scrollback,
+            output,
+            pane: slot.pane.clone(),
+            status: state.recovery.get(name).cloned(),
+        })
     }
 
     /// A manifest was applied: plugins no longer enabled watch nothing, and
@@ -1011,7 +1023,7 @@ impl Host {
         }
     }
 
-    fn stop_plugin(&self, name: &str) {
+    async fn stop_plugin(&self, name: &str) {
         let child = {
             let mut state = lock(&self.state);
             let Some(entry) = state.plugins.get_mut(name) else {
@@ -1027,7 +1039,7 @@ impl Host {
             child
         };
         if let Some(child) = child {
-            child.stop();
+            child.stop().await;
         }
     }
 
@@ -1194,7 +1206,7 @@ impl Driver for PaneHost {
     ) -> BoxFuture<'a, Result<(), DriverError>> {
         Box::pin(async move {
             match id.kind {
-                Kind::PanePlugin => self.host.stop_plugin(&id.name),
+                Kind::PanePlugin => self.host.stop_plugin(&id.name).await,
                 _ => {
                     let _ = self.host.close(&id.name);
                     lock(&self.host.state).configs.remove(&id.name);

@@ -26,6 +26,8 @@ pub const COMMAND_BURST: u32 = 400;
 pub const COMMAND_QUEUE: usize = 64;
 /// How long a plugin has to exit after `shutdown` before its group is killed.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// Pause between looks at a stopping plugin.
+pub const STOP_POLL: Duration = Duration::from_millis(10);
 /// Longest stderr line of a plugin copied into npc's log.
 pub const MAX_STDERR_LINE: usize = 4096;
 
@@ -128,17 +130,22 @@ impl PluginChild {
         })
     }
 
-    /// Send `shutdown`, give the plugin [`SHUTDOWN_GRACE`], then kill its group.
-    pub fn stop(self) {
+    /// Send `shutdown` and close its stdin, give the plugin
+    /// [`SHUTDOWN_GRACE`] to exit, then kill its group; returns once it is gone.
+    pub async fn stop(self) {
         self.outbox.event(HostEvent::Shutdown {
             v: PROTOCOL_VERSION,
         });
         self.outbox.close();
-        let killer = self.killer;
-        tokio::spawn(async move {
-            tokio::time::sleep(SHUTDOWN_GRACE).await;
-            let _ = killer.kill();
-        });
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        while self.is_running() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(STOP_POLL).await;
+        }
+        let _ = self.killer.kill();
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        while self.is_running() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(STOP_POLL).await;
+        }
     }
 
     /// Whether the plugin's process still runs.

@@ -202,6 +202,12 @@ fn the_plugin_sees_the_whole_message_sequence() {
     assert_eq!(status["payload"]["deadline_epoch"], 1_900_000_000i64);
     d.wait_event(after, "pane.notice");
     assert_eq!(pane(&d, "one")["status"]["state"], "needs_attention");
+    // A client that attaches later is told the last report.
+    let mut late = attach(&d, "one");
+    let told = pipe_reader(late.stderr.take().unwrap());
+    wait_output(&told, &mut Vec::new(), "reports needs_attention: limit");
+    late.stdin.as_mut().unwrap().write_all(&[0x1d]).unwrap();
+    wait_for("the late client detached", || late.try_wait().unwrap());
     let human = crate::support::stdout_of(&d.npc(&["pane", "list"]).success());
     assert!(human.contains("needs_attention: limit"), "{human}");
     plugin_sends(
@@ -549,7 +555,11 @@ fn attach(d: &Daemon, name: &str) -> std::process::Child {
 }
 
 fn reader(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<Vec<u8>> {
-    let mut out = child.stdout.take().unwrap();
+    pipe_reader(child.stdout.take().unwrap())
+}
+
+/// Chunks read from `out` by a thread, for [`wait_output`].
+fn pipe_reader(mut out: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<Vec<u8>> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
