@@ -6,7 +6,7 @@
 //! plugin with a fake Codex and OpenCode in real PTYs; and the mechanical
 //! check that nothing but a guard-approved command reaches a PTY.
 
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::support::{Daemon, alive, npc, npc_path, repo_root, wait_for};
