@@ -7,6 +7,7 @@ pub mod hooks;
 pub mod mcp;
 pub mod model;
 pub mod native;
+pub mod panes;
 pub mod plan;
 pub mod plugins;
 pub mod providers;

@@ -14,6 +14,7 @@ mod init;
 mod man;
 mod mcp;
 mod plugin;
+mod pane;
 mod reconcile;
 mod render;
 mod run;
@@ -158,6 +159,9 @@ enum Command {
     /// Lifecycle hooks: run the manifest's hooks for an agent CLI's own hook mechanism
     #[command(subcommand)]
     Hook(hook::HookCommand),
+    /// Panes: agent CLIs in terminals the daemon hosts
+    #[command(subcommand)]
+    Pane(pane::PaneCommand),
     /// Each component: state, pid, restarts, since when
     Status {
         #[arg(long, short = 'm')]
@@ -293,6 +297,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Mcp(command) => mcp::run(command),
         Command::Plugin(command) => plugin::run(command),
         Command::Hook(command) => hook::run(command),
+        Command::Pane(command) => pane::run(command),
         Command::Import {
             file,
             write,

@@ -21,7 +21,7 @@ use crate::surfaces::control::{self, Client, Request};
 /// while following (the daemon pushes events; the store can only be read).
 pub const STORE_FOLLOW_WAIT: Duration = Duration::from_secs(1);
 
-fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(super) fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -50,7 +50,7 @@ fn load(manifest: Option<PathBuf>) -> anyhow::Result<Option<(Manifest, RepoPaths
 /// Where the repository keeps state, even when its manifest is invalid or
 /// was deleted: with no manifest in the current directory, a daemon's
 /// lock there still marks it as a repository.
-fn locate(manifest: Option<PathBuf>) -> anyhow::Result<RepoPaths> {
+pub(super) fn locate(manifest: Option<PathBuf>) -> anyhow::Result<RepoPaths> {
     let path = match super::manifest_path(manifest) {
         Ok(path) => path,
         Err(e) => {
@@ -656,11 +656,13 @@ fn print_mcp_status(gateway: &str, servers: &[serde_json::Value]) -> anyhow::Res
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Standing {
     /// Validated and recorded, but npc has no runtime for the kind yet
-    /// (triggers, plugins, panes).
+    /// (triggers, plugins).
     Declared,
     /// Run once per call, no process of its own (hooks: around the
     /// gateway's tool calls, in `npc run`, from the agents' native hooks).
     PerCall,
+    /// Runs only inside the daemon, and no daemon runs (panes, pane plugins).
+    InDaemon,
     /// Read by `npc run` and `npc render` when they are used (providers,
     /// prompts, profiles).
     Ready,
@@ -680,8 +682,9 @@ impl Standing {
 
     fn of_kind(kind: &str) -> Option<Self> {
         Some(match kind {
-            "trigger" | "plugin" | "pane" | "pane_plugin" => Self::Declared,
+            "trigger" | "plugin" => Self::Declared,
             "hooks" => Self::PerCall,
+            "pane" | "pane_plugin" => Self::InDaemon,
             "provider" | "prompt" | "profile" => Self::Ready,
             "mcp_server" => Self::Configured,
             "project" | "daemon" => Self::Recorded,
@@ -694,6 +697,7 @@ impl Standing {
         match self {
             Self::Declared => "declared",
             Self::PerCall => "per_call",
+            Self::InDaemon => "not running",
             Self::Ready => "ready",
             Self::Configured => "configured",
             Self::Recorded => "recorded",
@@ -705,6 +709,7 @@ impl Standing {
         match self {
             Self::Declared => "declared (not run yet)",
             Self::PerCall => "active (runs per call)",
+            Self::InDaemon => "not running (runs in `npc daemon`)",
             Self::Ready => "ready",
             Self::Configured => "configured",
             Self::Recorded => "recorded",
@@ -720,6 +725,7 @@ impl Standing {
             Self::PerCall => {
                 "run once per call: around the gateway's tool calls, in `npc run`, and from the agents' native hooks (`npc hook run`)"
             }
+            Self::InDaemon => "panes and pane plugins run while `npc daemon` runs",
             Self::Ready => "used by `npc run` and `npc render`; no process of its own",
             Self::Configured => {
                 "written to the agents' config files; each agent connects to it, npc runs no process"

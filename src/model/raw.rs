@@ -390,4 +390,10 @@ pub struct RawPane {
     pub env: TextMap,
     /// The pane plugin (a `pane_plugins` entry) watching this pane.
     pub plugin: Option<Spanned<String>>,
+    /// Milliseconds without output after which the pane counts as idle
+    /// (`pane_idle`). Default 2000.
+    pub idle_ms: Option<Spanned<i64>>,
+    /// Milliseconds an exited pane is held for its plugin's relaunch.
+    /// Default 120000.
+    pub relaunch_ttl_ms: Option<Spanned<i64>>,
 }

@@ -472,6 +472,10 @@ pub struct PanePlugin {
 pub struct Pane {
     pub run: CommandSpec,
     pub plugin: Option<String>,
+    /// No output for this long makes the pane idle.
+    pub idle_ms: u64,
+    /// How long an exited pane is held for a relaunch.
+    pub relaunch_ttl_ms: u64,
 }
 
 /// Extra YAML frontmatter of a profile: free-form JSON values by key.

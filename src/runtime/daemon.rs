@@ -97,7 +97,9 @@ pub async fn run(
     // Answer only once the watcher is up: a client that saw the first
     // apply can edit the manifest and be sure the edit is seen.
     let (stop_tx, stop_rx) = watch::channel(false);
-    let bound = bound.with_mcp(mcp_upgrade(runtime.mcp().gateway()));
+    let bound = bound
+        .with_mcp(mcp_upgrade(runtime.mcp().gateway()))
+        .with_attach(attach_upgrade(runtime.panes().clone()));
     let server = tokio::spawn(bound.serve(handler(runtime.clone()), stop_rx.clone()));
     let api_stop = tokio_util::sync::CancellationToken::new();
     let api = super::api::start(&runtime, &model.daemon, api_stop.clone()).await;
@@ -209,6 +211,26 @@ fn mcp_upgrade(gateway: crate::mcp::Gateway) -> control::Upgrade {
     })
 }
 
+/// Serve `npc pane attach` on an upgraded control connection.
+fn attach_upgrade(panes: crate::panes::PaneHost) -> control::AttachUpgrade {
+    Arc::new(move |request, read, write| {
+        let panes = panes.clone();
+        Box::pin(async move {
+            if let Request::PaneAttach { name, rows, cols } = request {
+                crate::panes::attach::serve(panes, name, rows, cols, read, write).await;
+            }
+        })
+    })
+}
+
+/// The answer to a pane request: `ok` or the error.
+fn pane_answer(result: Result<serde_json::Value, crate::panes::PaneError>) -> serde_json::Value {
+    match result {
+        Ok(v) => v,
+        Err(e) => serde_json::json!({ "error": e.to_string() }),
+    }
+}
+
 /// Answer control requests from the runtime.
 fn handler(runtime: Arc<Runtime>) -> Handler {
     Arc::new(move |request, tx| {
@@ -230,6 +252,40 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
                     let (outcome, _) = runtime.reload("npc apply").await;
                     let _ = tx
                         .send(serde_json::to_value(&outcome).unwrap_or_default())
+                        .await;
+                }
+                Request::PaneList => {
+                    let _ = tx
+                        .send(serde_json::json!({ "panes": runtime.panes().list() }))
+                        .await;
+                }
+                Request::PaneOpen { name } => {
+                    let answer = runtime
+                        .panes()
+                        .open(&name)
+                        .await
+                        .map(|info| serde_json::json!({ "opened": info }));
+                    let _ = tx.send(pane_answer(answer)).await;
+                }
+                Request::PaneClose { name } => {
+                    let answer = runtime
+                        .panes()
+                        .close(&name)
+                        .await
+                        .map(|()| serde_json::json!({ "closed": name }));
+                    let _ = tx.send(pane_answer(answer)).await;
+                }
+                Request::PaneSend { name, text } => {
+                    let answer = runtime
+                        .panes()
+                        .user_input(&name, text.as_bytes())
+                        .map(|()| serde_json::json!({ "sent": text.len() }));
+                    let _ = tx.send(pane_answer(answer)).await;
+                }
+                Request::PaneAttach { .. } => {
+                    // Served by `attach_upgrade` before a handler runs.
+                    let _ = tx
+                        .send(serde_json::json!({ "error": "this connection cannot attach" }))
                         .await;
                 }
                 Request::Mcp => {

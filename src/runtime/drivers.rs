@@ -1,7 +1,7 @@
 //! Drivers: how each component kind starts, changes in place and stops.
 //! Adding a kind to the runtime means implementing [`Driver`] for it.
-//! Supervised kinds (stdio MCP servers, pane plugins) run as processes
-//! through the supervisor; the other kinds are recorded so the plan and the
+//! Supervised kinds (stdio MCP servers) run as processes through the
+//! supervisor; panes and pane plugins are `panes::PaneHost`'s; the other kinds are recorded so the plan and the
 //! status show them, and their effects come from other commands.
 
 use std::future::Future;
@@ -91,7 +91,7 @@ impl Driver for Recorded {
     }
 }
 
-/// Kinds that run as a supervised process: stdio MCP servers and pane plugins.
+/// Kinds that run as a supervised process: stdio MCP servers.
 #[derive(Debug, Default)]
 pub struct Process;
 
@@ -102,7 +102,6 @@ fn command_of(config: &Config) -> Option<(&CommandSpec, RestartPolicy)> {
             McpTransport::Stdio(c) => Some((c, s.restart)),
             McpTransport::Http { .. } => None,
         },
-        Config::PanePlugin(p) => Some((&p.run, p.restart)),
         _ => None,
     }
 }
@@ -197,7 +196,7 @@ pub fn driver_for(kind: Kind) -> &'static dyn Driver {
     static RECORDED: Recorded = Recorded;
     static PROCESS: Process = Process;
     match kind {
-        Kind::McpServer | Kind::PanePlugin => &PROCESS,
+        Kind::McpServer => &PROCESS,
         Kind::Project
         | Kind::Daemon
         | Kind::Provider
@@ -206,6 +205,7 @@ pub fn driver_for(kind: Kind) -> &'static dyn Driver {
         | Kind::Hooks
         | Kind::Profile
         | Kind::Pane
+        | Kind::PanePlugin
         | Kind::Trigger => &RECORDED,
     }
 }

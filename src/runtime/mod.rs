@@ -551,6 +551,8 @@ pub struct Runtime {
     cx: DriverContext,
     /// The MCP servers' driver and the daemon's upstream pool.
     mcp: mcp::McpDriver,
+    /// Panes and pane plugins.
+    panes: crate::panes::PaneHost,
     applied: tokio::sync::Mutex<Applied>,
     shut_down: std::sync::atomic::AtomicBool,
     written: Arc<watch::Written>,
@@ -588,12 +590,14 @@ impl Runtime {
             supervisor,
         };
         let mcp = mcp::McpDriver::new(cx.clone(), &paths, bus.clone());
+        let panes = crate::panes::PaneHost::new(&cx, &paths.runtime_dir(), bus.clone());
         let runtime = Arc::new(Runtime {
             paths: paths.clone(),
             store,
             bus,
             cx,
             mcp,
+            panes,
             applied: tokio::sync::Mutex::new(Applied::default()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             written: Arc::default(),
@@ -631,10 +635,16 @@ impl Runtime {
         &self.mcp
     }
 
-    /// The driver of `kind`: the runtime's own MCP driver, or a stateless one.
+    /// The pane host (panes and pane plugins).
+    pub fn panes(&self) -> &crate::panes::PaneHost {
+        &self.panes
+    }
+
+    /// The driver of `kind`: the runtime's own MCP driver or pane host, or a stateless one.
     fn driver(&self, kind: plan::Kind) -> &dyn Driver {
         match kind {
             plan::Kind::McpServer => &self.mcp,
+            plan::Kind::Pane | plan::Kind::PanePlugin => &self.panes,
             other => driver_for(other),
         }
     }
@@ -704,6 +714,7 @@ impl Runtime {
         if let ReloadOutcome::Applied { results } = &outcome {
             // The gateway's built-ins and manifest prompts follow the manifest.
             self.mcp.manifest_applied(&manifest);
+            self.panes.manifest_applied(&manifest).await;
             let running = self.as_running(&manifest, results).await;
             if let Err(error) = self.write_files(&running).await {
                 self.report_failure(reason, &error).await;
@@ -1129,13 +1140,18 @@ impl Runtime {
             .keys()
             .map(|id| {
                 let status = self.cx.supervisor.status(&id.to_string());
+                let pane = self.panes.component_status(id);
                 ComponentStatus {
                     id: id.to_string(),
                     kind: id.kind.as_str().to_string(),
-                    state: status
-                        .as_ref()
-                        .map_or("applied".to_string(), |s| s.state.as_str().to_string()),
-                    pid: status.as_ref().and_then(|s| s.pid),
+                    state: pane.as_ref().map(|p| p.0.clone()).unwrap_or_else(|| {
+                        status
+                            .as_ref()
+                            .map_or("applied".to_string(), |s| s.state.as_str().to_string())
+                    }),
+                    pid: pane
+                        .and_then(|p| p.1)
+                        .or_else(|| status.as_ref().and_then(|s| s.pid)),
                     restarts: status.as_ref().map_or(0, |s| s.restarts),
                     since: status
                         .as_ref()
@@ -1155,6 +1171,7 @@ impl Runtime {
         }
         self.emit("daemon.stopping", None, serde_json::json!({}))
             .await;
+        self.panes.shutdown().await;
         self.cx.supervisor.shutdown().await;
         let mut applied = self.applied.lock().await;
         applied.pids.clear();

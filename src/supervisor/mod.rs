@@ -13,6 +13,7 @@ mod backoff;
 mod contain;
 mod monitor;
 mod oneshot;
+mod pty;
 mod spawn;
 
 use std::collections::BTreeMap;
@@ -42,6 +43,7 @@ pub use oneshot::{
     DEFAULT_STDERR_LIMIT, DEFAULT_STDOUT_LIMIT, GroupKiller, Line, MAX_LINE_BYTES, Output,
     OutputLimits, POST_EXIT_DRAIN, STREAM_QUEUE_DEPTH, StreamingChild,
 };
+pub use pty::{PTY_TERM, PtyControl, PtyExit, PtyProcess, PtySpec, PtyWaiter};
 pub use spawn::{
     ChildSpec, DEFAULT_STOP_GRACE, ESSENTIAL_ENV, InputWiring, LOG_DIR, LOG_ROTATE_BYTES,
     OutputWiring, StdioSpec, child_env, group_exists, log_path, signal_group,
@@ -618,7 +620,29 @@ impl Supervisor {
         if self.inner.shutting_down.load(Ordering::SeqCst) {
             return Err(SupervisorError::ShuttingDown);
         }
-        oneshot::spawn_streaming(spec, self.inner.contain.as_ref())
+        oneshot::spawn_streaming(spec, MAX_LINE_BYTES, self.inner.contain.as_ref())
+    }
+
+    /// [`Supervisor::spawn_streaming`] with lines of at most `max_line`
+    /// bytes (a longer line arrives cut and marked `truncated`).
+    pub fn spawn_streaming_lines(
+        &self,
+        spec: &ChildSpec,
+        max_line: usize,
+    ) -> Result<StreamingChild, SupervisorError> {
+        if self.inner.shutting_down.load(Ordering::SeqCst) {
+            return Err(SupervisorError::ShuttingDown);
+        }
+        oneshot::spawn_streaming(spec, max_line, self.inner.contain.as_ref())
+    }
+
+    /// Spawn `spec` in a new pseudo-terminal (for panes); its process group
+    /// is contained like every other child's.
+    pub fn spawn_pty(&self, spec: &PtySpec) -> Result<PtyProcess, SupervisorError> {
+        if self.inner.shutting_down.load(Ordering::SeqCst) {
+            return Err(SupervisorError::ShuttingDown);
+        }
+        pty::spawn_pty(spec, self.inner.contain.as_ref())
     }
 }
 

@@ -313,6 +313,7 @@ impl StreamingChild {
 /// See `Supervisor::spawn_streaming`.
 pub(super) fn spawn_streaming(
     spec: &ChildSpec,
+    max_line: usize,
     contain: Option<&Arc<Containment>>,
 ) -> Result<StreamingChild, SupervisorError> {
     let mut child = spawn::spawn_piped(&spec.program, spec)?;
@@ -321,10 +322,10 @@ pub(super) fn spawn_streaming(
     let (out_tx, stdout) = mpsc::channel(STREAM_QUEUE_DEPTH);
     let (err_tx, stderr) = mpsc::channel(STREAM_QUEUE_DEPTH);
     if let Some(out) = child.stdout.take() {
-        tokio::spawn(read_lines(out, MAX_LINE_BYTES, out_tx));
+        tokio::spawn(read_lines(out, max_line, out_tx));
     }
     if let Some(err) = child.stderr.take() {
-        tokio::spawn(read_lines(err, MAX_LINE_BYTES, err_tx));
+        tokio::spawn(read_lines(err, max_line, err_tx));
     }
     Ok(StreamingChild {
         pid,

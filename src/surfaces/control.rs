@@ -62,7 +62,42 @@ pub enum Request {
     Events { since: Option<i64>, follow: bool },
     /// Turn this connection into an MCP session with the daemon's gateway.
     Mcp,
+    /// Every pane: state, generation, watcher, last status report.
+    PaneList,
+    /// Open a configured pane.
+    PaneOpen { name: String },
+    /// Close a pane.
+    PaneClose { name: String },
+    /// Type `text` into a pane.
+    PaneSend { name: String, text: String },
+    /// Turn this connection into a terminal session with a pane: the
+    /// daemon answers one line, then sends the pane's raw output; the
+    /// client sends [`AttachInput`] lines.
+    PaneAttach { name: String, rows: u16, cols: u16 },
 }
+
+/// What an attached client sends, one JSON line each.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum AttachInput {
+    /// Bytes typed, hex-encoded.
+    Input(String),
+    /// The client's terminal size changed.
+    Resize { rows: u16, cols: u16 },
+}
+
+/// Attached sessions served at once (below [`MAX_CONNECTIONS`], like MCP sessions).
+pub const MAX_ATTACH_SESSIONS: usize = 64;
+/// Serves an attach upgrade (the request names the pane) until either side closes.
+pub type AttachUpgrade = Arc<
+    dyn Fn(
+            Request,
+            UpgradedRead,
+            tokio::net::unix::OwnedWriteHalf,
+        ) -> Pin<Box<dyn Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// The daemon's answer to an accepted MCP upgrade; MCP frames follow.
 pub const MCP_UPGRADED: &str = "mcp";
@@ -143,6 +178,7 @@ pub struct Bound {
     listener: UnixListener,
     path: PathBuf,
     upgrade: Option<Upgrade>,
+    attach: Option<AttachUpgrade>,
 }
 
 impl std::fmt::Debug for Bound {
@@ -179,6 +215,7 @@ pub fn bind(path: &Path) -> Result<Bound, ControlError> {
         listener,
         path: path.to_path_buf(),
         upgrade: None,
+        attach: None,
     })
 }
 
@@ -189,13 +226,21 @@ impl Bound {
         self
     }
 
+    /// Serve pane attach upgrades with `attach` (without it they are refused).
+    pub fn with_attach(mut self, attach: AttachUpgrade) -> Self {
+        self.attach = Some(attach);
+        self
+    }
+
     /// Answer requests until `shutdown` turns true, then remove the socket.
     pub async fn serve(self, handler: Handler, mut shutdown: watch::Receiver<bool>) {
         let Bound {
             listener,
             path,
             upgrade,
+            attach,
         } = self;
+        let attach_sessions = Arc::new(tokio::sync::Semaphore::new(MAX_ATTACH_SESSIONS));
         let uid = nix::unistd::getuid().as_raw();
         let mut connections = tokio::task::JoinSet::new();
         // Live connections, oldest first, with whether each still waits for
@@ -243,6 +288,7 @@ impl Bound {
                         stream,
                         handler.clone(),
                         upgrade.clone().map(|u| (u, mcp_sessions.clone())),
+                        attach.clone().map(|a| (a, attach_sessions.clone())),
                         per_connection.clone(),
                         waiting.clone(),
                     ));
@@ -282,6 +328,7 @@ async fn serve_one(
     stream: UnixStream,
     handler: Handler,
     upgrade: Option<(Upgrade, Arc<tokio::sync::Semaphore>)>,
+    attach: Option<(AttachUpgrade, Arc<tokio::sync::Semaphore>)>,
     mut shutdown: watch::Receiver<bool>,
     waiting: Arc<AtomicBool>,
 ) {
@@ -326,6 +373,34 @@ async fn serve_one(
             return;
         }
         (Ok(Request::Mcp), None) => Err("this daemon serves no MCP gateway".to_string()),
+        (Ok(request @ Request::PaneAttach { .. }), _) => {
+            let Some((attach, sessions)) = attach else {
+                let error = "this daemon serves no panes";
+                let _ = tokio::time::timeout(
+                    WRITE_TIMEOUT,
+                    write_line(&mut write, &serde_json::json!({ "error": error })),
+                )
+                .await;
+                return;
+            };
+            let Ok(_session) = sessions.try_acquire_owned() else {
+                let error = format!(
+                    "the daemon serves {MAX_ATTACH_SESSIONS} attached terminals already; detach one and try again"
+                );
+                let _ = tokio::time::timeout(
+                    WRITE_TIMEOUT,
+                    write_line(&mut write, &serde_json::json!({ "error": error })),
+                )
+                .await;
+                return;
+            };
+            // The attach handler answers (or refuses) itself.
+            tokio::select! {
+                _ = stopped(&mut shutdown) => {}
+                () = attach(request, reader.into_inner(), write) => {}
+            }
+            return;
+        }
         (request, _) => request,
     };
     let request = match request {
@@ -406,7 +481,7 @@ pub async fn stopped(rx: &mut watch::Receiver<bool>) {
     }
 }
 
-async fn write_line(
+pub async fn write_line(
     w: &mut (impl AsyncWriteExt + Unpin),
     value: &serde_json::Value,
 ) -> std::io::Result<()> {
@@ -421,6 +496,28 @@ async fn write_line(
 pub async fn connect_mcp(
     path: &Path,
 ) -> Result<(UpgradedRead, tokio::net::unix::OwnedWriteHalf), ControlError> {
+    let (reader, write, answer) = connect_upgrade(path, &Request::Mcp).await?;
+    if answer["upgraded"] != MCP_UPGRADED {
+        return Err(ControlError::Protocol(format!(
+            "unexpected answer to the MCP upgrade: {answer}"
+        )));
+    }
+    Ok((reader, write))
+}
+
+/// Send an upgrading `request` (MCP, pane attach) and read the daemon's
+/// one answer line; the connection then carries the upgraded protocol.
+pub async fn connect_upgrade(
+    path: &Path,
+    request: &Request,
+) -> Result<
+    (
+        UpgradedRead,
+        tokio::net::unix::OwnedWriteHalf,
+        serde_json::Value,
+    ),
+    ControlError,
+> {
     let stream = tokio::time::timeout(CLIENT_TIMEOUT, UnixStream::connect(path))
         .await
         .map_err(|_| ControlError::Timeout(CLIENT_TIMEOUT))?
@@ -430,7 +527,7 @@ pub async fn connect_mcp(
         })?;
     let (read, mut write) = stream.into_split();
     let request =
-        serde_json::to_value(Request::Mcp).map_err(|e| ControlError::Protocol(e.to_string()))?;
+        serde_json::to_value(request).map_err(|e| ControlError::Protocol(e.to_string()))?;
     write_line(&mut write, &request).await?;
     let mut reader = BufReader::new(read);
     let mut line = String::new();
@@ -439,16 +536,11 @@ pub async fn connect_mcp(
         .await
         .map_err(|_| ControlError::Timeout(CLIENT_TIMEOUT))??;
     let answer: serde_json::Value = serde_json::from_str(line.trim_end())
-        .map_err(|e| ControlError::Protocol(format!("no answer to the MCP upgrade: {e}")))?;
+        .map_err(|e| ControlError::Protocol(format!("no answer to the upgrade: {e}")))?;
     if let Some(error) = answer.get("error").and_then(|e| e.as_str()) {
         return Err(ControlError::Refused(error.to_string()));
     }
-    if answer["upgraded"] != MCP_UPGRADED {
-        return Err(ControlError::Protocol(format!(
-            "unexpected answer to the MCP upgrade: {answer}"
-        )));
-    }
-    Ok((reader, write))
+    Ok((reader, write, answer))
 }
 
 /// A connection to a running daemon.

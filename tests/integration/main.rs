@@ -14,6 +14,7 @@ mod mcp_builtin;
 mod mcp_daemon;
 mod mcp_interop;
 mod plugins;
+mod panes;
 mod providers;
 mod render;
 mod runs;

@@ -2,6 +2,16 @@
 
 use super::*;
 
+/// Default quiet time before a pane counts as idle.
+pub const DEFAULT_IDLE_MS: u64 = 2_000;
+/// Longest `idle_ms`.
+pub const MAX_IDLE_MS: u64 = 3_600_000;
+/// Default time an exited pane is held for its plugin's relaunch
+/// (nightcrow's `PENDING_RELAUNCH_TTL`).
+pub const PENDING_RELAUNCH_TTL_MS: u64 = 120_000;
+/// Longest `relaunch_ttl_ms`.
+pub const MAX_RELAUNCH_TTL_MS: u64 = 86_400_000;
+
 impl Lower<'_> {
     pub(super) fn pane_plugin(
         &mut self,
@@ -54,10 +64,19 @@ impl Lower<'_> {
                 ),
             );
         }
+        let idle_ms = self.timeout(p.idle_ms, DEFAULT_IDLE_MS, MAX_IDLE_MS, "`idle_ms`");
+        let relaunch_ttl_ms = self.timeout(
+            p.relaunch_ttl_ms,
+            PENDING_RELAUNCH_TTL_MS,
+            MAX_RELAUNCH_TTL_MS,
+            "`relaunch_ttl_ms`",
+        );
         let run = self.command_spec(p.command, p.args, p.env, p.cwd);
         Some(Pane {
             run,
             plugin: p.plugin.map(|p| p.value),
+            idle_ms,
+            relaunch_ttl_ms,
         })
     }
 }

@@ -1,0 +1,215 @@
+//! Children in a pseudo-terminal (`portable-pty`): the agent CLIs that
+//! panes host. A PTY child gets the same cleared environment as every other
+//! child (essentials plus its declared `env`), its own session and process
+//! group (`setsid`, with the PTY as controlling terminal), and is recorded
+//! with the supervisor's containment, so its whole tree dies with npc; when
+//! npc dies the master side closes and the kernel hangs the session up too.
+//!
+//! The caller gets the blocking halves: a reader (for a dedicated reader
+//! thread), a writer, the master for resizing, and a waiter that blocks
+//! until the child exits and then kills whatever it left in its group.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use portable_pty::{CommandBuilder, MasterPty, PtySize, native_pty_system};
+
+use super::contain::Containment;
+use super::spawn::{GroupGuard, child_env, kill_leftovers, signal_group};
+use super::{SupervisorError, lock};
+
+/// `TERM` of a PTY child when its declared environment sets none.
+pub const PTY_TERM: &str = "xterm-256color";
+
+/// What to run in a PTY.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PtySpec {
+    pub program: String,
+    pub args: Vec<String>,
+    /// Declared environment (added to the essentials of a cleared environment).
+    pub env: BTreeMap<String, String>,
+    pub cwd: PathBuf,
+    pub rows: u16,
+    pub cols: u16,
+}
+
+/// How a PTY child ended: its exit code, or the name of the signal that
+/// killed it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PtyExit {
+    pub code: Option<u32>,
+    pub signal: Option<String>,
+}
+
+impl std::fmt::Display for PtyExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.signal, self.code) {
+            (Some(s), _) => write!(f, "killed by {s}"),
+            (None, Some(c)) => write!(f, "exit code {c}"),
+            (None, None) => f.write_str("unknown exit status"),
+        }
+    }
+}
+
+/// The master side of a PTY child, for resizing and signalling.
+pub struct PtyControl {
+    master: std::sync::Mutex<Box<dyn MasterPty + Send>>,
+    pgid: Option<Pid>,
+}
+
+impl std::fmt::Debug for PtyControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PtyControl")
+            .field("pgid", &self.pgid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PtyControl {
+    /// Set the terminal size (the child gets SIGWINCH).
+    pub fn resize(&self, rows: u16, cols: u16) -> std::io::Result<()> {
+        lock(&self.master)
+            .resize(PtySize {
+                rows,
+                cols,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .map_err(std::io::Error::other)
+    }
+
+    /// Signal the child's whole process group (no-op once it is gone).
+    pub fn signal(&self, signal: Signal) {
+        if let Some(pgid) = self.pgid {
+            let _ = signal_group(pgid, signal);
+        }
+    }
+}
+
+/// Blocks until the child exits; see [`PtyWaiter::wait`].
+pub struct PtyWaiter {
+    child: Box<dyn portable_pty::Child + Send + Sync>,
+    pgid: Option<Pid>,
+    guard: GroupGuard,
+}
+
+impl std::fmt::Debug for PtyWaiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PtyWaiter")
+            .field("pgid", &self.pgid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PtyWaiter {
+    /// Wait (blocking) for the child to exit, then kill what it left in its
+    /// group and forget the group.
+    pub fn wait(mut self) -> PtyExit {
+        let status = self.child.wait();
+        if let Some(pgid) = self.pgid {
+            kill_leftovers(pgid);
+        }
+        self.guard.disarm();
+        match status {
+            Ok(s) => PtyExit {
+                code: s.signal().is_none().then(|| s.exit_code()),
+                signal: s.signal().map(str::to_string),
+            },
+            Err(_) => PtyExit {
+                code: None,
+                signal: None,
+            },
+        }
+    }
+}
+
+/// A child running in a PTY, split into its parts.
+pub struct PtyProcess {
+    pub pid: u32,
+    /// The child's output (blocking reads; ends when every holder of the
+    /// slave side is gone).
+    pub reader: Box<dyn Read + Send>,
+    /// The child's input.
+    pub writer: Box<dyn Write + Send>,
+    pub control: Arc<PtyControl>,
+    pub waiter: PtyWaiter,
+}
+
+impl std::fmt::Debug for PtyProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PtyProcess")
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
+    }
+}
+
+fn pty_error(spec: &PtySpec, e: impl std::fmt::Display) -> SupervisorError {
+    SupervisorError::Spawn {
+        id: spec.program.clone(),
+        program: spec.program.clone(),
+        source: std::io::Error::other(e.to_string()),
+    }
+}
+
+/// See `Supervisor::spawn_pty`.
+pub(super) fn spawn_pty(
+    spec: &PtySpec,
+    contain: Option<&Arc<Containment>>,
+) -> Result<PtyProcess, SupervisorError> {
+    if !spec.cwd.is_dir() {
+        return Err(SupervisorError::Cwd {
+            id: spec.program.clone(),
+            cwd: spec.cwd.clone(),
+        });
+    }
+    let pair = native_pty_system()
+        .openpty(PtySize {
+            rows: spec.rows,
+            cols: spec.cols,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .map_err(|e| pty_error(spec, e))?;
+    let mut cmd = CommandBuilder::new(&spec.program);
+    cmd.args(&spec.args);
+    cmd.env_clear();
+    let mut env = child_env(&spec.env, |k| std::env::var(k).ok());
+    env.entry("TERM".to_string())
+        .or_insert_with(|| PTY_TERM.to_string());
+    for (k, v) in &env {
+        cmd.env(k, v);
+    }
+    cmd.cwd(&spec.cwd);
+    let child = pair
+        .slave
+        .spawn_command(cmd)
+        .map_err(|e| pty_error(spec, e))?;
+    // Only the child keeps the slave side: reads end when it is gone.
+    drop(pair.slave);
+    let pid = child.process_id().unwrap_or_default();
+    // `setsid` in the child made it a session and group leader.
+    let pgid = i32::try_from(pid)
+        .ok()
+        .filter(|p| *p > 0)
+        .map(Pid::from_raw);
+    let guard = GroupGuard::new(pgid, contain);
+    let reader = pair
+        .master
+        .try_clone_reader()
+        .map_err(|e| pty_error(spec, e))?;
+    let writer = pair.master.take_writer().map_err(|e| pty_error(spec, e))?;
+    Ok(PtyProcess {
+        pid,
+        reader,
+        writer,
+        control: Arc::new(PtyControl {
+            master: std::sync::Mutex::new(pair.master),
+            pgid,
+        }),
+        waiter: PtyWaiter { child, pgid, guard },
+    })
+}
