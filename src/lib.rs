@@ -15,3 +15,4 @@ pub mod runtime;
 pub mod store;
 pub mod supervisor;
 pub mod surfaces;
+pub mod triggers;

@@ -342,6 +342,8 @@ pub fn apply(
             "removed"
         } else if runs_a_process {
             "recorded; its process starts with `npc daemon`"
+        } else if change.id.kind == plan::Kind::Trigger {
+            "recorded; it fires while `npc daemon` runs"
         } else {
             Standing::of_kind(change.id.kind.as_str()).map_or("applied", Standing::human)
         };
@@ -497,12 +499,13 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
                 .into_iter()
                 .map(|r| runtime::ComponentStatus {
                     id: format!("{}.{}", r.kind, r.name),
-                    kind: r.kind,
-                    state: if r.state == "running" || r.state == "starting" {
+                    // Triggers fire only inside a daemon.
+                    state: if r.state == "running" || r.state == "starting" || r.kind == "trigger" {
                         "not running".to_string()
                     } else {
                         r.state
                     },
+                    kind: r.kind,
                     pid: None,
                     restarts: r.restarts,
                     since: chrono::DateTime::from_timestamp_millis(r.since_ms)
@@ -637,6 +640,8 @@ enum Standing {
     Configured,
     /// Settings npc itself reads (project, daemon).
     Recorded,
+    /// A trigger the daemon runs: its firings go to the run queue.
+    Armed,
 }
 
 impl Standing {
@@ -648,7 +653,8 @@ impl Standing {
 
     fn of_kind(kind: &str) -> Option<Self> {
         Some(match kind {
-            "trigger" | "hooks" | "plugin" | "pane" | "pane_plugin" => Self::Declared,
+            "hooks" | "plugin" | "pane" | "pane_plugin" => Self::Declared,
+            "trigger" => Self::Armed,
             "provider" | "prompt" | "profile" => Self::Ready,
             "mcp_server" => Self::Configured,
             "project" | "daemon" => Self::Recorded,
@@ -663,6 +669,7 @@ impl Standing {
             Self::Ready => "ready",
             Self::Configured => "configured",
             Self::Recorded => "recorded",
+            Self::Armed => "armed",
         }
     }
 
@@ -673,6 +680,7 @@ impl Standing {
             Self::Ready => "ready",
             Self::Configured => "configured",
             Self::Recorded => "recorded",
+            Self::Armed => "armed",
         }
     }
 
@@ -687,6 +695,9 @@ impl Standing {
                 "written to the agents' config files; each agent connects to it, npc runs no process"
             }
             Self::Recorded => "settings npc reads; no process of its own",
+            Self::Armed => {
+                "the daemon fires it into the run queue; see `npc triggers` and `npc runs`"
+            }
         }
     }
 }

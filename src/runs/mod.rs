@@ -138,6 +138,16 @@ pub struct RunRequest {
     /// Silence after which a provider with `probe_on_stale` is probed
     /// ([`providers::STALE_AFTER`] by default).
     pub probe_after: Duration,
+    /// The trigger that started the run, if one did.
+    pub trigger: Option<TriggeredBy>,
+}
+
+/// The trigger behind a run: its name (`run.trigger` in a template) and
+/// its payload (the template value `trigger`, looked up leniently).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TriggeredBy {
+    pub name: String,
+    pub payload: serde_json::Value,
 }
 
 /// A run ready to start: everything [`execute`] needs.
@@ -301,13 +311,16 @@ pub fn prepare(
                 .ok_or(RunError::BadCwd { path: dir })?
         }
     };
-    let ctx = RenderContext::new(root, manifest)
+    let mut ctx = RenderContext::new(root, manifest)
         .with_profile(req.profile.clone())
         .with_run(RunInfo {
             id: id.clone(),
-            trigger: None,
+            trigger: req.trigger.as_ref().map(|t| t.name.clone()),
             started_at: Some(chrono::Utc::now().to_rfc3339()),
         });
+    if let Some(t) = &req.trigger {
+        ctx = ctx.with_trigger(t.payload.clone());
+    }
     let prompt = match &req.prompt {
         PromptChoice::Literal { text } => text.clone(),
         PromptChoice::Template { name, vars } => render::prompt(manifest, name, vars, &ctx)?,

@@ -12,6 +12,7 @@ pub mod drivers;
 pub mod files;
 pub mod lock;
 pub mod mcp;
+pub mod triggers;
 pub mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -530,6 +531,8 @@ pub struct Runtime {
     cx: DriverContext,
     /// The MCP servers' driver and the daemon's upstream pool.
     mcp: mcp::McpDriver,
+    /// The triggers' driver, with the run queue's executor.
+    triggers: triggers::TriggerDriver,
     applied: tokio::sync::Mutex<Applied>,
     shut_down: std::sync::atomic::AtomicBool,
     written: Arc<watch::Written>,
@@ -565,12 +568,14 @@ impl Runtime {
             supervisor,
         };
         let mcp = mcp::McpDriver::new(cx.clone(), &paths, bus.clone());
+        let triggers = triggers::TriggerDriver::new(cx.clone(), store.clone(), bus.clone());
         let runtime = Arc::new(Runtime {
             paths: paths.clone(),
             store,
             bus,
             cx,
             mcp,
+            triggers,
             applied: tokio::sync::Mutex::new(Applied::default()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             written: Arc::default(),
@@ -602,10 +607,17 @@ impl Runtime {
         &self.mcp
     }
 
-    /// The driver of `kind`: the runtime's own MCP driver, or a stateless one.
+    /// The trigger driver, which owns the run queue's executor.
+    pub fn triggers(&self) -> &triggers::TriggerDriver {
+        &self.triggers
+    }
+
+    /// The driver of `kind`: the runtime's own MCP or trigger driver, or a
+    /// stateless one.
     fn driver(&self, kind: plan::Kind) -> &dyn Driver {
         match kind {
             plan::Kind::McpServer => &self.mcp,
+            plan::Kind::Trigger => &self.triggers,
             other => driver_for(other),
         }
     }
@@ -671,6 +683,7 @@ impl Runtime {
             }
         };
         self.bus.set_secrets(manifest.secret_values());
+        self.triggers.manifest_loaded(&manifest);
         let outcome = self.apply(desired, reason).await;
         if let ReloadOutcome::Applied { results } = &outcome {
             // The gateway's built-ins and manifest prompts follow the manifest.
@@ -1116,6 +1129,7 @@ impl Runtime {
         }
         self.emit("daemon.stopping", None, serde_json::json!({}))
             .await;
+        self.triggers.shutdown().await;
         self.cx.supervisor.shutdown().await;
         let mut applied = self.applied.lock().await;
         applied.pids.clear();

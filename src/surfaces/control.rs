@@ -62,6 +62,13 @@ pub enum Request {
     Events { since: Option<i64>, follow: bool },
     /// Turn this connection into an MCP session with the daemon's gateway.
     Mcp,
+    /// The applied triggers: next fire times, routes, watched paths.
+    Triggers,
+    /// Fire trigger `name` by hand through the run queue.
+    FireTrigger {
+        name: String,
+        payload: Option<serde_json::Value>,
+    },
 }
 
 /// The daemon's answer to an accepted MCP upgrade; MCP frames follow.

@@ -1,7 +1,9 @@
 //! Surfaces: every socket npc binds or connects to lives here, and so do the
 //! wire types spoken on them. Today that is the daemon's control channel (a
 //! Unix socket, owner-only) and the MCP gateway's loopback HTTP listener
-//! (`mcp_http`); the REST API and webhooks join them later.
+//! (`mcp_http`), and the webhook listener (`webhook`); the REST API joins
+//! them later.
 
 pub mod control;
 pub mod mcp_http;
+pub mod webhook;

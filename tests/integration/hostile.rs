@@ -2482,7 +2482,7 @@ fn apply_says_declared_for_kinds_nothing_runs() {
             .to_string()
     };
     assert!(
-        line("trigger.poll").ends_with("declared (not run yet)"),
+        line("trigger.poll").ends_with("recorded; it fires while `npc daemon` runs"),
         "{text}"
     );
     assert!(
@@ -2527,7 +2527,7 @@ fn status_shows_triggers_and_hooks_as_declared_not_applied() {
             .unwrap_or_else(|| panic!("no `{id}` in {doc}"))["state"]
             .clone()
     };
-    assert_eq!(state("trigger.poll"), "declared");
+    assert_eq!(state("trigger.poll"), "armed");
     assert_eq!(state("hooks.on_agent_end"), "declared");
     assert_eq!(state("mcp_server.remote"), "configured");
     assert_eq!(state("provider.claude"), "ready");
@@ -2548,9 +2548,14 @@ fn status_shows_triggers_and_hooks_as_declared_not_applied() {
     let text = String::from_utf8_lossy(&human.stdout);
     let line = text
         .lines()
-        .find(|l| l.starts_with("trigger.poll"))
+        .find(|l| l.starts_with("hooks.on_agent_end"))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains("declared (not run yet)"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("trigger.poll"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("armed"), "{text}");
     assert!(!text.contains("applied"), "{text}");
 }
 
