@@ -285,19 +285,23 @@ pub fn trigger(command: TriggerCommand) -> anyhow::Result<Exit> {
         );
         return Ok(Exit::Failed);
     };
-    let answer = tokio()?
-        .block_on(Client::call(
-            &socket,
-            &Request::FireTrigger {
-                name: name.clone(),
-                payload,
-            },
-        ))
-        .with_context(|| format!("the daemon (pid {pid}) did not answer"))?;
-    if let Some(error) = answer["error"].as_str() {
-        errln!("error: {error}");
-        return Ok(Exit::Failed);
-    }
+    let answer = match tokio()?.block_on(Client::call(
+        &socket,
+        &Request::FireTrigger {
+            name: name.clone(),
+            payload,
+        },
+    )) {
+        Ok(answer) => answer,
+        // The daemon answered with an error (an unknown trigger, a full queue).
+        Err(crate::surfaces::control::ControlError::Refused(error)) => {
+            errln!("error: {error}");
+            return Ok(Exit::Failed);
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("the daemon (pid {pid}) did not answer"));
+        }
+    };
     match format {
         Format::Json => outln!("{answer}")?,
         Format::Human => outln!(

@@ -16,4 +16,5 @@ mod render;
 mod runs;
 mod supervisor;
 mod support;
+mod triggers;
 mod validate;
