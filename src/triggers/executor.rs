@@ -25,7 +25,7 @@ use crate::model::{Action, CommandSpec, Manifest, Overlap, RestartPolicy, Trigge
 use crate::plan::{ComponentId, Kind};
 use crate::runs::{self, PromptChoice, RunRequest, TriggeredBy};
 use crate::runtime::drivers::{DriverContext, child_spec};
-use crate::store::queue::{RunRow, state};
+use crate::store::queue::{RUN_HISTORY_LIMIT, RunRow, state};
 use crate::store::{NewEvent, Store};
 
 /// Runs carried out at once, over all triggers.
@@ -43,6 +43,8 @@ pub const MAX_OUTPUT_LINE_CHARS: usize = 4096;
 pub const MAX_PAYLOAD_ENV_BYTES: usize = 64 * 1024;
 /// How long a shutdown waits for cancelled runs to record their end.
 pub const STOP_WAIT: Duration = Duration::from_secs(10);
+/// How often finished runs beyond `store::queue::RUN_HISTORY_LIMIT` are pruned.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// After a command exits, how long its output pipes may take to close.
 pub const POST_EXIT_DRAIN: Duration = Duration::from_secs(2);
 
@@ -113,9 +115,16 @@ impl Executor {
                 }
                 Err(e) => tracing::error!("cannot mark interrupted runs: {e}"),
             }
+            let mut pruned = Instant::now();
             loop {
                 if this.inner().manifest.is_some() {
                     this.dispatch().await;
+                }
+                if pruned.elapsed() >= PRUNE_EVERY {
+                    pruned = Instant::now();
+                    if let Err(e) = this.store.prune_runs(RUN_HISTORY_LIMIT).await {
+                        tracing::warn!("cannot prune old runs: {e}");
+                    }
                 }
                 tokio::select! {
                     () = this.wake.notified() => {}

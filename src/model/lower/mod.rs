@@ -467,7 +467,12 @@ impl Lower<'_> {
             Ok(addr) => {
                 if !addr.ip().is_loopback() {
                     if !allow_remote {
-                        self.error(&l.span, format!("`{field}` is `{addr}`, which is not a loopback address"), "the API and webhooks can run agents and change files; to expose them set `allow_remote = true` and `token_env`, or listen on `127.0.0.1`");
+                        let what = if field == "daemon.listen" {
+                            "the API"
+                        } else {
+                            "a webhook"
+                        };
+                        self.error(&l.span, format!("`{field}` is `{addr}`, which is not a loopback address"), format!("{what} can run agents and change files; to expose it set `allow_remote = true` and `token_env`, or listen on `127.0.0.1`"));
                     } else if !has_token {
                         self.error(
                             &l.span,
