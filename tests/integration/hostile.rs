@@ -450,6 +450,39 @@ mcp_servers = ["fs"]
     }
 }
 
+mod trigger_watches {
+    use std::os::unix::fs::symlink;
+
+    use crate::support::*;
+
+    /// A `file_watch` trigger never watches through a link out of the
+    /// repository: changes in the linked directory fire nothing.
+    #[test]
+    fn a_watched_directory_linked_outside_the_repository_fires_nothing() {
+        let outside = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        symlink(outside.path(), dir.path().join("docs")).unwrap();
+        std::fs::write(
+            dir.path().join("npcagent.toml"),
+            "version = 1\n[triggers.docs]\nkind = \"file_watch\"\npaths = [\"docs/**/*.md\", \"*.md\"]\ndebounce_ms = 100\naction = { command = \"sh\", args = [\"-c\", \"echo \\\"$NPC_TRIGGER_PAYLOAD\\\" >> fired.log\"] }\n",
+        )
+        .unwrap();
+        let d = Daemon::start_in(dir.path());
+        std::fs::create_dir_all(outside.path().join("sub")).unwrap();
+        std::fs::write(outside.path().join("secret.md"), "x").unwrap();
+        std::fs::write(outside.path().join("sub/more.md"), "x").unwrap();
+        std::fs::write(dir.path().join("zz.md"), "x").unwrap();
+        let log = wait_for("the sentinel's run", || {
+            let log = std::fs::read_to_string(d.root().join("fired.log")).unwrap_or_default();
+            log.contains("zz.md").then_some(log)
+        });
+        assert!(
+            !log.contains("secret.md") && !log.contains("more.md"),
+            "{log}"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------
 // §2. templates cannot hang or exhaust the daemon
 //

@@ -948,3 +948,32 @@ fn sigkill_at_random_points_never_duplicates_a_cron_run() {
     }
     drop(d);
 }
+
+#[test]
+fn routes_change_live_without_dropping_the_listener() {
+    let route = |name: &str| {
+        format!(
+            "[triggers.{name}]\nkind = \"webhook\"\nroute = \"{name}\"\naction = {{ command = \"true\" }}\n"
+        )
+    };
+    let head = "version = 1\n[daemon]\nwebhook_listen = \"127.0.0.1:0\"\n";
+    let d = Daemon::start(&format!("{head}{}", route("one")));
+    let url = webhook_url(d.root(), "one");
+    let json = [("Content-Type", "application/json".to_string())];
+    assert_eq!(http(&url, "POST", "/webhooks/one", &json, b"{}").0, 202);
+    let after = d.last_event_id();
+    d.write_manifest(&format!("{head}{}", route("two")));
+    d.wait_event(after, "component.removed");
+    wait_for("the new route", || {
+        (http(&url, "POST", "/webhooks/two", &json, b"{}").0 == 202).then_some(())
+    });
+    assert_eq!(http(&url, "POST", "/webhooks/one", &json, b"{}").0, 404);
+    assert_eq!(webhook_url(d.root(), "two"), url.replace("/one", "/two"));
+    // One listener all along.
+    let listening = d
+        .events()
+        .iter()
+        .filter(|e| e["kind"] == "webhook.listening")
+        .count();
+    assert_eq!(listening, 1);
+}
