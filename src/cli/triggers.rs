@@ -146,9 +146,15 @@ pub fn list(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
                 "webhook",
                 json!({ "route": route, "url": live.and_then(|v| v.get("url")).cloned() }),
             ),
-            TriggerSource::FileWatch { paths, events, .. } => {
-                ("file_watch", json!({ "paths": paths, "events": events }))
-            }
+            TriggerSource::FileWatch {
+                paths,
+                ignore,
+                events,
+                ..
+            } => (
+                "file_watch",
+                json!({ "paths": paths, "ignore": ignore, "events": events }),
+            ),
         };
         let recent: Vec<Value> = match &store {
             Some(s) => s

@@ -319,6 +319,11 @@ pub struct RawTrigger {
     /// file_watch: paths or globs, relative to the manifest's directory.
     #[serde(default)]
     pub paths: Vec<Spanned<String>>,
+    /// file_watch: globs of paths never to fire for, relative to the
+    /// manifest's directory (`.git/`, the state directory and editor temp
+    /// files are always ignored).
+    #[serde(default)]
+    pub ignore: Vec<Spanned<String>>,
     /// file_watch: quiet time before firing, in milliseconds. Default 500.
     #[schemars(range(min = 0, max = 60000))]
     pub debounce_ms: Option<Spanned<i64>>,

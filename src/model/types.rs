@@ -494,6 +494,8 @@ pub enum TriggerSource {
     },
     FileWatch {
         paths: Vec<String>,
+        /// Globs of paths never to fire for.
+        ignore: Vec<String>,
         events: Vec<FileEvent>,
         debounce_ms: u64,
     },

@@ -67,6 +67,8 @@ struct Shared {
     root: PathBuf,
     ignored: Vec<PathBuf>,
     globs: globset::GlobSet,
+    /// The trigger's own `ignore` globs.
+    ignore: globset::GlobSet,
     debounce: Duration,
     pending: Mutex<Pending>,
     changed: Notify,
@@ -82,7 +84,7 @@ impl Shared {
 
     fn matches(&self, path: &Path) -> bool {
         path.strip_prefix(&self.root)
-            .is_ok_and(|rel| self.globs.is_match(rel))
+            .is_ok_and(|rel| self.globs.is_match(rel) && !self.ignore.is_match(rel))
     }
 
     /// A change of `path` seen as `first` if it opens a window.
@@ -216,10 +218,30 @@ fn walk_dirs(dir: &Path, shared: &Shared, limit: usize) -> Vec<PathBuf> {
     out
 }
 
+/// `patterns` as one set (`*` stays within a directory, `**` crosses them).
+fn glob_set(patterns: &[String]) -> Result<globset::GlobSet, TriggerError> {
+    let mut builder = globset::GlobSetBuilder::new();
+    for p in patterns {
+        let glob = globset::GlobBuilder::new(p)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| TriggerError::Watch {
+                path: p.clone(),
+                detail: e.kind().to_string(),
+            })?;
+        builder.add(glob);
+    }
+    builder.build().map_err(|e| TriggerError::Watch {
+        path: patterns.join(", "),
+        detail: e.to_string(),
+    })
+}
+
 /// A file-watch trigger.
 #[derive(Debug)]
 pub struct FileWatchTrigger {
     paths: Vec<String>,
+    ignore: Vec<String>,
     events: Vec<FileEvent>,
     debounce: Duration,
     stop: Option<CancellationToken>,
@@ -228,16 +250,18 @@ pub struct FileWatchTrigger {
 impl FileWatchTrigger {
     /// `source` must be a file-watch source.
     pub fn new(source: &TriggerSource) -> Self {
-        let (paths, events, debounce_ms) = match source {
+        let (paths, ignore, events, debounce_ms) = match source {
             TriggerSource::FileWatch {
                 paths,
+                ignore,
                 events,
                 debounce_ms,
-            } => (paths.clone(), events.clone(), *debounce_ms),
+            } => (paths.clone(), ignore.clone(), events.clone(), *debounce_ms),
             _ => Default::default(),
         };
         Self {
             paths,
+            ignore,
             events,
             debounce: Duration::from_millis(debounce_ms),
             stop: None,
@@ -262,21 +286,8 @@ impl TriggerKind for FileWatchTrigger {
     }
 
     fn start(&mut self, cx: &TriggerContext) -> Result<Firings, TriggerError> {
-        let mut builder = globset::GlobSetBuilder::new();
-        for p in &self.paths {
-            let glob = globset::GlobBuilder::new(p)
-                .literal_separator(true)
-                .build()
-                .map_err(|e| TriggerError::Watch {
-                    path: p.clone(),
-                    detail: e.kind().to_string(),
-                })?;
-            builder.add(glob);
-        }
-        let globs = builder.build().map_err(|e| TriggerError::Watch {
-            path: self.paths.join(", "),
-            detail: e.to_string(),
-        })?;
+        let globs = glob_set(&self.paths)?;
+        let ignore = glob_set(&self.ignore)?;
         let (dirs_tx, mut dirs_rx) = mpsc::unbounded_channel();
         let ignored = IGNORED_DIRS
             .iter()
@@ -287,6 +298,7 @@ impl TriggerKind for FileWatchTrigger {
             root: cx.root.clone(),
             ignored,
             globs,
+            ignore,
             debounce: self.debounce,
             pending: Mutex::new(Pending::default()),
             changed: Notify::new(),

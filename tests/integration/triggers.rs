@@ -795,7 +795,7 @@ action = {{ profile = "reviewer", prompt = "review" }}
 
 fn watch_manifest(debounce: u64) -> String {
     format!(
-        "version = 1\n[triggers.docs]\nkind = \"file_watch\"\npaths = [\"**/*.md\"]\ndebounce_ms = {debounce}\naction = {}\n",
+        "version = 1\n[triggers.docs]\nkind = \"file_watch\"\npaths = [\"**/*.md\"]\nignore = [\"drafts/**\"]\ndebounce_ms = {debounce}\naction = {}\n",
         append_payload("fired.log")
     )
 }
@@ -842,7 +842,11 @@ fn an_editor_style_save_is_one_run_and_ignored_paths_are_never_runs() {
     // Ignored: git's directory and npc's state directory.
     std::fs::write(root.join(".git/notes.md"), "x").unwrap();
     std::fs::write(root.join(".npc/notes.md"), "x").unwrap();
+    // Ignored by the trigger's own `ignore`.
+    std::fs::create_dir_all(root.join("drafts")).unwrap();
+    std::fs::write(root.join("drafts/wip.md"), "x").unwrap();
     sentinel(root, "docs/zz.md");
+    assert!(watch_runs(root, "drafts/wip.md").is_empty());
     let saved = watch_runs(root, "docs/a.md");
     assert_eq!(saved.len(), 1, "{saved:?}");
     assert_eq!(saved[0]["event"], "modified");

@@ -11,7 +11,7 @@ impl Lower<'_> {
     ) -> Option<Trigger> {
         const KINDS: [&str; 3] = ["cron", "webhook", "file_watch"];
         let kind = t.kind.as_str();
-        let fields: [(&str, bool, &[&str]); 9] = [
+        let fields: [(&str, bool, &[&str]); 10] = [
             ("schedule", t.schedule.is_some(), &["cron"]),
             ("timezone", t.timezone.is_some(), &["cron"]),
             ("missed", t.missed.is_some(), &["cron"]),
@@ -24,6 +24,7 @@ impl Lower<'_> {
                 &["webhook"],
             ),
             ("paths", !t.paths.is_empty(), &["file_watch"]),
+            ("ignore", !t.ignore.is_empty(), &["file_watch"]),
             ("debounce_ms", t.debounce_ms.is_some(), &["file_watch"]),
         ];
         if KINDS.contains(&kind) {
@@ -159,7 +160,7 @@ impl Lower<'_> {
                         "add `paths = [\"src/**/*.rs\"]`",
                     );
                 }
-                for path in &t.paths {
+                for path in t.paths.iter().chain(&t.ignore) {
                     if self.relative_path(&path.span, &path.value, "a watched path")
                         && let Err(e) = globset::Glob::new(path)
                     {
@@ -199,6 +200,7 @@ impl Lower<'_> {
                 };
                 TriggerSource::FileWatch {
                     paths: t.paths.iter().map(|p| p.value.clone()).collect(),
+                    ignore: t.ignore.iter().map(|p| p.value.clone()).collect(),
                     events,
                     debounce_ms,
                 }
