@@ -61,9 +61,8 @@ impl RunQueue {
                 Err(e) => Err(Refused::Store(e.to_string())),
                 Ok(Enqueued::Full) => Err(Refused::QueueFull(firing.trigger.clone())),
                 Ok(outcome) => {
-                    if outcome == Enqueued::Queued {
-                        wake.notify_one();
-                    }
+                    // Recorded before the executor is woken, so a run's
+                    // events read `run.queued`, `run.started`, … in order.
                     if outcome != Enqueued::Duplicate {
                         let kind = match outcome {
                             Enqueued::Skipped => "run.skipped",
@@ -82,6 +81,9 @@ impl RunQueue {
                         if let Err(e) = bus.publish(event).await {
                             tracing::warn!("cannot record `{kind}`: {e}");
                         }
+                    }
+                    if outcome == Enqueued::Queued {
+                        wake.notify_one();
                     }
                     Ok(Accepted { run_id, outcome })
                 }
