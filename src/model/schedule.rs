@@ -75,6 +75,9 @@ impl fmt::Display for Schedule {
 pub struct CronExpr {
     source: String,
     fields: CronFields,
+    /// The `cron` crate schedules, built once on first use (building them
+    /// parses text: per call, it cost more than the search itself).
+    compiled: std::sync::OnceLock<Vec<cron::Schedule>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -160,6 +163,7 @@ impl FromStr for Schedule {
                 weekdays: weekdays as u8,
                 either_day: !parts[2].starts_with('*') && !parts[4].starts_with('*'),
             },
+            compiled: std::sync::OnceLock::new(),
         }))
     }
 }
@@ -295,7 +299,11 @@ impl CronExpr {
 
     /// The `cron` crate schedules whose earliest fire time is this
     /// expression's next fire time.
-    fn cron_schedules(&self) -> Vec<cron::Schedule> {
+    fn cron_schedules(&self) -> &[cron::Schedule] {
+        self.compiled.get_or_init(|| self.compile())
+    }
+
+    fn compile(&self) -> Vec<cron::Schedule> {
         let f = &self.fields;
         let base = format!(
             "0 {} {}",
