@@ -694,6 +694,13 @@ fn a_202_is_committed_before_it_is_sent_even_across_sigkill() {
     .unwrap();
     let mut accepted = Vec::new();
     for round in 0..8 {
+        // A child forked at the moment of the kill may hold the lock's open
+        // file for an instant; the next daemon starts once it is free.
+        wait_for("the killed daemon's lock to be free", || {
+            npcagent::runtime::lock::holder(&dir.path().join(".npc"))
+                .is_none()
+                .then_some(())
+        });
         let d = Daemon::start_in(dir.path());
         let url = webhook_url(d.root(), "in");
         let (status, text) = http(
