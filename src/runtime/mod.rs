@@ -688,6 +688,7 @@ impl Runtime {
         if let ReloadOutcome::Applied { results } = &outcome {
             // The gateway's built-ins and manifest prompts follow the manifest.
             self.mcp.manifest_applied(&manifest);
+            self.triggers.manifest_applied(&manifest);
             let running = self.as_running(&manifest, results).await;
             if let Err(error) = self.write_files(&running).await {
                 self.report_failure(reason, &error).await;

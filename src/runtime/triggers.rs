@@ -96,11 +96,17 @@ impl TriggerDriver {
     }
 
     /// A manifest is about to be applied: the webhook listener's address
-    /// and the manifest profile runs render from follow it.
+    /// follows it (routes start during the apply).
     pub fn manifest_loaded(&self, manifest: &Manifest) {
         let remote = manifest.daemon.allow_remote && manifest.daemon.token_env.is_some();
         self.webhooks
             .configure(manifest.daemon.webhook_listen, remote);
+    }
+
+    /// A manifest was applied: profile runs render from it, and the first
+    /// call lets queued runs start (only now are their triggers known, so a
+    /// run queued before a restart is never taken for a removed trigger's).
+    pub fn manifest_applied(&self, manifest: &Manifest) {
         self.executor.set_manifest(manifest);
     }
 

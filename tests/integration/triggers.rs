@@ -728,6 +728,23 @@ fn a_202_is_committed_before_it_is_sent_even_across_sigkill() {
     for id in &accepted {
         assert!(listed.contains(id), "accepted run `{id}` was lost");
     }
+    // A daemon on the repository carries out what was still queued: each
+    // accepted run ends as run or cut off by a kill, never cancelled.
+    wait_for("the killed daemon's lock to be free", || {
+        npcagent::runtime::lock::holder(&dir.path().join(".npc"))
+            .is_none()
+            .then_some(())
+    });
+    let _d = Daemon::start_in(dir.path());
+    for id in &accepted {
+        let state = wait_for(&format!("run `{id}` to end"), || {
+            run_state(dir.path(), id).filter(|s| s != "queued" && s != "running")
+        });
+        assert!(
+            state == "succeeded" || state == "interrupted",
+            "run `{id}` ended `{state}`"
+        );
+    }
 }
 
 /// A profile action renders its prompt with the payload, looked up
