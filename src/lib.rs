@@ -18,3 +18,4 @@ pub mod runtime;
 pub mod store;
 pub mod supervisor;
 pub mod surfaces;
+pub mod triggers;

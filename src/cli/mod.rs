@@ -13,11 +13,12 @@ mod import;
 mod init;
 mod man;
 mod mcp;
-mod plugin;
 mod pane;
+mod plugin;
 mod reconcile;
 mod render;
 mod run;
+mod triggers;
 mod validate;
 
 use std::path::PathBuf;
@@ -187,6 +188,18 @@ enum Command {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
+    /// Triggers: next fire times, routes, watched paths and recent runs
+    Triggers {
+        #[arg(long, short = 'm')]
+        manifest: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+    /// Act on one trigger (`npc trigger fire NAME`)
+    #[command(subcommand)]
+    Trigger(triggers::TriggerCommand),
+    /// Runs of triggers and of `npc run`; `npc runs show ID` prints one run's events
+    Runs(triggers::RunsArgs),
     /// Internal: the watchdog a daemon or `npc run` starts so that its
     /// children's process trees die with it (see `supervisor::Containment`)
     #[command(name = crate::supervisor::WATCHDOG_COMMAND, hide = true)]
@@ -292,6 +305,9 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             follow,
             format,
         } => reconcile::events(manifest, since, follow, format),
+        Command::Triggers { manifest, format } => triggers::list(manifest, format),
+        Command::Trigger(command) => triggers::trigger(command),
+        Command::Runs(args) => triggers::runs(args),
         Command::Render(args) => render::run(args),
         Command::Run(args) => run::run(args),
         Command::Mcp(command) => mcp::run(command),

@@ -342,6 +342,8 @@ pub fn apply(
             "removed"
         } else if runs_a_process {
             "recorded; its process starts with `npc daemon`"
+        } else if change.id.kind == plan::Kind::Trigger {
+            "recorded; it fires while `npc daemon` runs"
         } else {
             Standing::of_kind(change.id.kind.as_str()).map_or("applied", Standing::human)
         };
@@ -523,12 +525,13 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
                 .into_iter()
                 .map(|r| runtime::ComponentStatus {
                     id: format!("{}.{}", r.kind, r.name),
-                    kind: r.kind,
-                    state: if r.state == "running" || r.state == "starting" {
+                    // Triggers fire only inside a daemon.
+                    state: if r.state == "running" || r.state == "starting" || r.kind == "trigger" {
                         "not running".to_string()
                     } else {
                         r.state
                     },
+                    kind: r.kind,
                     pid: None,
                     restarts: r.restarts,
                     since: chrono::DateTime::from_timestamp_millis(r.since_ms)
@@ -655,8 +658,8 @@ fn print_mcp_status(gateway: &str, servers: &[serde_json::Value]) -> anyhow::Res
 /// so nothing reads as running that npc does not run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Standing {
-    /// Validated and recorded, but npc has no runtime for the kind yet
-    /// (triggers, plugins).
+    /// Validated and recorded, but npc has no runtime for the kind itself
+    /// (plugins: their servers and hooks run as their own components).
     Declared,
     /// Run once per call, no process of its own (hooks: around the
     /// gateway's tool calls, in `npc run`, from the agents' native hooks).
@@ -671,6 +674,8 @@ enum Standing {
     Configured,
     /// Settings npc itself reads (project, daemon).
     Recorded,
+    /// A trigger the daemon runs: its firings go to the run queue.
+    Armed,
 }
 
 impl Standing {
@@ -682,7 +687,8 @@ impl Standing {
 
     fn of_kind(kind: &str) -> Option<Self> {
         Some(match kind {
-            "trigger" | "plugin" => Self::Declared,
+            "plugin" => Self::Declared,
+            "trigger" => Self::Armed,
             "hooks" => Self::PerCall,
             "pane" | "pane_plugin" => Self::InDaemon,
             "provider" | "prompt" | "profile" => Self::Ready,
@@ -701,6 +707,7 @@ impl Standing {
             Self::Ready => "ready",
             Self::Configured => "configured",
             Self::Recorded => "recorded",
+            Self::Armed => "armed",
         }
     }
 
@@ -713,6 +720,7 @@ impl Standing {
             Self::Ready => "ready",
             Self::Configured => "configured",
             Self::Recorded => "recorded",
+            Self::Armed => "armed",
         }
     }
 
@@ -731,6 +739,9 @@ impl Standing {
                 "written to the agents' config files; each agent connects to it, npc runs no process"
             }
             Self::Recorded => "settings npc reads; no process of its own",
+            Self::Armed => {
+                "the daemon fires it into the run queue; see `npc triggers` and `npc runs`"
+            }
         }
     }
 }

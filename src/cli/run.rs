@@ -99,6 +99,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         probe_after: args
             .probe_after
             .map_or(crate::providers::STALE_AFTER, Duration::from_secs),
+        trigger: None,
     };
     let format = args.format;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -96,6 +96,10 @@ pub struct RawDaemon {
     /// Log level: `error`, `warn`, `info`, `debug` or `trace`. Default `info`.
     #[schemars(extend("enum" = ["error", "warn", "info", "debug", "trace"]))]
     pub log_level: Option<Spanned<String>>,
+    /// Address of the webhook listener (`POST /webhooks/ROUTE`). Default
+    /// `127.0.0.1:8765`. Non-loopback addresses need `allow_remote = true`
+    /// and `token_env`.
+    pub webhook_listen: Option<Spanned<String>>,
 }
 
 /// `[mcp]`
@@ -315,9 +319,30 @@ pub struct RawTrigger {
     /// file_watch: paths or globs, relative to the manifest's directory.
     #[serde(default)]
     pub paths: Vec<Spanned<String>>,
+    /// file_watch: globs of paths never to fire for, relative to the
+    /// manifest's directory (`.git/`, the state directory and editor temp
+    /// files are always ignored).
+    #[serde(default)]
+    pub ignore: Vec<Spanned<String>>,
     /// file_watch: quiet time before firing, in milliseconds. Default 500.
     #[schemars(range(min = 0, max = 60000))]
     pub debounce_ms: Option<Spanned<i64>>,
+    /// webhook: largest request body accepted, in bytes. Default 1 MiB.
+    #[schemars(range(min = 1, max = 16777216))]
+    pub max_body_bytes: Option<Spanned<i64>>,
+    /// webhook: requests accepted per minute on this route (a token bucket
+    /// holding a minute's worth). Default 600.
+    #[schemars(range(min = 1, max = 100000000))]
+    pub rate_limit_per_minute: Option<Spanned<i64>>,
+    /// What a firing does while a run of this trigger is still going:
+    /// `skip` it (recorded as skipped), `queue` it (default; runs after the
+    /// current one), or `replace` the current run (cancelled).
+    #[schemars(extend("enum" = ["skip", "queue", "replace"]))]
+    pub overlap: Option<Spanned<String>>,
+    /// cron: fires missed while the daemon was down: `skip` them (default)
+    /// or `run_once` on start.
+    #[schemars(extend("enum" = ["skip", "run_once"]))]
+    pub missed: Option<Spanned<String>>,
     /// Whether the trigger is active. Default `true`.
     pub enabled: Option<bool>,
     /// What happens when the trigger fires.

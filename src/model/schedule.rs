@@ -75,6 +75,9 @@ impl fmt::Display for Schedule {
 pub struct CronExpr {
     source: String,
     fields: CronFields,
+    /// The `cron` crate schedules, built once on first use (building them
+    /// parses text: per call, it cost more than the search itself).
+    compiled: std::sync::OnceLock<Vec<cron::Schedule>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -160,6 +163,7 @@ impl FromStr for Schedule {
                 weekdays: weekdays as u8,
                 either_day: !parts[2].starts_with('*') && !parts[4].starts_with('*'),
             },
+            compiled: std::sync::OnceLock::new(),
         }))
     }
 }
@@ -279,9 +283,27 @@ impl CronExpr {
         &self.source
     }
 
+    /// Whether the expression sits in the corner where cron dialects
+    /// disagree: a `*/n` day field next to a restricted other day field.
+    /// Vixie cron and cronie (and npc) AND the two day fields there, since
+    /// one starts with `*`; croniter (seed 000's library) ORs them.
+    pub fn has_star_step_day_corner(&self) -> bool {
+        let parts: Vec<&str> = self.source.split_whitespace().collect();
+        let [_, _, dom, _, dow] = parts.as_slice() else {
+            return false;
+        };
+        let star_step = |f: &str| f.starts_with("*/");
+        let restricted = |f: &str| !f.starts_with('*');
+        (star_step(dom) && restricted(dow)) || (star_step(dow) && restricted(dom))
+    }
+
     /// The `cron` crate schedules whose earliest fire time is this
     /// expression's next fire time.
-    fn cron_schedules(&self) -> Vec<cron::Schedule> {
+    fn cron_schedules(&self) -> &[cron::Schedule] {
+        self.compiled.get_or_init(|| self.compile())
+    }
+
+    fn compile(&self) -> Vec<cron::Schedule> {
         let f = &self.fields;
         let base = format!(
             "0 {} {}",
@@ -407,6 +429,26 @@ mod tests {
         assert_eq!(
             next("0 0 1 jan *", "2026-11-29T10:01:00Z"),
             "2027-01-01T00:00:00+00:00"
+        );
+    }
+
+    #[test]
+    fn the_star_step_day_corner_is_recognised() {
+        let corner = |e: &str| match e.parse::<Schedule>().unwrap() {
+            Schedule::Cron(c) => c.has_star_step_day_corner(),
+            Schedule::Every { .. } => false,
+        };
+        assert!(corner("0 0 */2 * 1"));
+        assert!(corner("0 0 1,15 * */2"));
+        assert!(!corner("0 0 */2 * *"));
+        assert!(!corner("0 0 1 * 1"));
+        assert!(!corner("*/5 * * * *"));
+        assert!(!corner("@daily"));
+        // npc ANDs them (Vixie): an odd day of the month that is also a
+        // Monday (croniter would fire on Tue 1 Dec, an odd day).
+        assert_eq!(
+            next("0 0 */2 * 1", "2026-11-29T00:00:00Z"),
+            "2026-12-07T00:00:00+00:00"
         );
     }
 

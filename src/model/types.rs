@@ -30,6 +30,17 @@ pub const MAX_MCP_IDLE_TIMEOUT_S: u64 = 86_400;
 pub const DEFAULT_HOOK_TIMEOUT_MS: u64 = 5_000;
 /// Largest hook timeout accepted.
 pub const MAX_HOOK_TIMEOUT_MS: u64 = 30_000;
+/// Default address of the webhook listener (seed 000 has it there; the REST
+/// API keeps [`DEFAULT_LISTEN`]).
+pub const DEFAULT_WEBHOOK_LISTEN: &str = "127.0.0.1:8765";
+/// Default largest webhook request body (1 MiB).
+pub const DEFAULT_WEBHOOK_MAX_BODY_BYTES: u64 = 1024 * 1024;
+/// Largest `max_body_bytes` a webhook route may set (16 MiB).
+pub const MAX_WEBHOOK_BODY_BYTES: u64 = 16 * 1024 * 1024;
+/// Default webhook requests accepted per minute per route.
+pub const DEFAULT_WEBHOOK_RATE_PER_MINUTE: u64 = 600;
+/// Largest `rate_limit_per_minute` a route may set.
+pub const MAX_WEBHOOK_RATE_PER_MINUTE: u64 = 100_000_000;
 /// Default file-watch debounce.
 pub const DEFAULT_DEBOUNCE_MS: u64 = 500;
 /// Largest file-watch debounce accepted (one minute).
@@ -65,6 +76,8 @@ pub struct Daemon {
     pub token_env: Option<String>,
     pub allow_remote: bool,
     pub log_level: LogLevel,
+    /// Where the webhook listener binds.
+    pub webhook_listen: SocketAddr,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, PartialOrd, Ord, Serialize)]
@@ -407,6 +420,61 @@ pub struct Trigger {
     pub enabled: bool,
     pub source: TriggerSource,
     pub action: Action,
+    /// What a firing does while a run of this trigger is still going.
+    pub overlap: Overlap,
+}
+
+/// A trigger's overlap policy (`overlap = "skip" | "queue" | "replace"`).
+#[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Overlap {
+    /// Record the firing as skipped.
+    Skip,
+    /// Run it after the current run ends.
+    #[default]
+    Queue,
+    /// Cancel the current run and start this one.
+    Replace,
+}
+
+impl Overlap {
+    pub const NAMES: [&'static str; 3] = ["skip", "queue", "replace"];
+    pub const ALL: [Overlap; 3] = [Self::Skip, Self::Queue, Self::Replace];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::NAMES
+            .iter()
+            .position(|n| *n == s)
+            .map(|i| Self::ALL[i])
+    }
+
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
+/// What a cron trigger does with fires missed while no daemon ran
+/// (`missed = "skip" | "run_once"`).
+#[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Missed {
+    /// Forget them; the next fire is the next one from now.
+    #[default]
+    Skip,
+    /// Run once on start (however many were missed), then go on.
+    RunOnce,
+}
+
+impl Missed {
+    pub const NAMES: [&'static str; 2] = ["skip", "run_once"];
+    pub const ALL: [Missed; 2] = [Self::Skip, Self::RunOnce];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::NAMES
+            .iter()
+            .position(|n| *n == s)
+            .map(|i| Self::ALL[i])
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Hash, Serialize)]
@@ -415,14 +483,19 @@ pub enum TriggerSource {
     Cron {
         schedule: Schedule,
         timezone: String,
+        missed: Missed,
     },
     Webhook {
         route: String,
         secret_env: Option<String>,
         events: Vec<String>,
+        max_body_bytes: u64,
+        rate_limit_per_minute: u64,
     },
     FileWatch {
         paths: Vec<String>,
+        /// Globs of paths never to fire for.
+        ignore: Vec<String>,
         events: Vec<FileEvent>,
         debounce_ms: u64,
     },

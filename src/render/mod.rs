@@ -4,7 +4,8 @@
 //! ([`crate::model::template::environment`]: strict undefined values, so a
 //! missing variable is an error naming the template, line and variable).
 //! A template reads the roots in [`CONTEXT_ROOTS`]: `project`, `profile`,
-//! `trigger` (the payload when a trigger starts the run, else none), `vars`
+//! `trigger` (the payload when a trigger starts the run, looked up
+//! leniently — see [`lenient`] — else none), `vars`
 //! (declared variables: defaults overlaid with given values), `workspace`
 //! (the `<workspace-context>` block, captured once per run; see
 //! [`workspace`]) and `run` (run id etc., none outside a run).
@@ -18,6 +19,7 @@
 //! give the same bytes.
 
 pub mod frontmatter;
+pub mod lenient;
 pub mod scrub;
 pub mod workspace;
 pub mod yaml;
@@ -280,7 +282,14 @@ fn render_template(
             })?;
         context.insert(CONTEXT_ROOTS[2], profile_value(manifest, profile_name, p)?);
     }
-    context.insert(CONTEXT_ROOTS[3], ser(&ctx.trigger));
+    // The payload is looked up leniently (see `lenient`); `trigger` itself
+    // is none outside a triggered run.
+    context.insert(
+        CONTEXT_ROOTS[3],
+        ctx.trigger
+            .clone()
+            .map_or_else(|| ser(&ctx.trigger), lenient::lenient),
+    );
     let (workspace, printed) = ctx.workspace.value(profile);
     context.insert(CONTEXT_ROOTS[4], workspace);
     context.insert(CONTEXT_ROOTS[5], ser(&ctx.run));

@@ -141,6 +141,16 @@ pub struct RunRequest {
     /// Silence after which a provider with `probe_on_stale` is probed
     /// ([`providers::STALE_AFTER`] by default).
     pub probe_after: Duration,
+    /// The trigger that started the run, if one did.
+    pub trigger: Option<TriggeredBy>,
+}
+
+/// The trigger behind a run: its name (`run.trigger` in a template) and
+/// its payload (the template value `trigger`, looked up leniently).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TriggeredBy {
+    pub name: String,
+    pub payload: serde_json::Value,
 }
 
 /// A run ready to start: everything [`execute`] needs.
@@ -222,21 +232,36 @@ pub struct RunReport {
 }
 
 /// A new run id: `run-` + UTC timestamp to the millisecond + random hex,
-/// so ids sort by start time and two runs never share one.
+/// so ids sort by start time and two runs never share one. The random part
+/// comes from a per-process seed read once from `/dev/urandom` and a
+/// counter mixed through splitmix64 (a daemon names thousands of webhook
+/// runs a second; opening `/dev/urandom` for each cost more than the rest).
 pub fn new_run_id() -> String {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEED: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
     let now = chrono::Utc::now();
-    let mut random = [0u8; RUN_ID_RANDOM_BYTES];
-    let filled = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut random))
-        .is_ok();
-    if !filled {
-        let mix = u64::from(std::process::id()) ^ u64::from(now.timestamp_subsec_nanos());
-        random.copy_from_slice(&mix.to_le_bytes()[..RUN_ID_RANDOM_BYTES]);
-    }
+    let seed = *SEED.get_or_init(|| {
+        let mut bytes = [0u8; 8];
+        let filled = std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut bytes))
+            .is_ok();
+        if filled {
+            u64::from_le_bytes(bytes)
+        } else {
+            u64::from(std::process::id()) << 32 ^ u64::from(now.timestamp_subsec_nanos())
+        }
+    });
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut z = seed.wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
     format!(
         "{RUN_ID_PREFIX}{}-{}",
         now.format("%Y%m%dt%H%M%S%3fz"),
-        hex::encode(random)
+        hex::encode(&z.to_le_bytes()[..RUN_ID_RANDOM_BYTES])
     )
 }
 
@@ -310,13 +335,16 @@ pub fn prepare(
                 .ok_or(RunError::BadCwd { path: dir })?
         }
     };
-    let ctx = RenderContext::new(root, manifest)
+    let mut ctx = RenderContext::new(root, manifest)
         .with_profile(req.profile.clone())
         .with_run(RunInfo {
             id: id.clone(),
-            trigger: None,
+            trigger: req.trigger.as_ref().map(|t| t.name.clone()),
             started_at: Some(chrono::Utc::now().to_rfc3339()),
         });
+    if let Some(t) = &req.trigger {
+        ctx = ctx.with_trigger(t.payload.clone());
+    }
     let prompt = match &req.prompt {
         PromptChoice::Literal { text } => text.clone(),
         PromptChoice::Template { name, vars } => render::prompt(manifest, name, vars, &ctx)?,

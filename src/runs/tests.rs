@@ -74,6 +74,7 @@ fn request(prompt: PromptChoice) -> RunRequest {
         timeout: DEFAULT_RUN_TIMEOUT,
         cwd: None,
         probe_after: crate::providers::STALE_AFTER,
+        trigger: None,
     }
 }
 

@@ -288,6 +288,18 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
                         .send(serde_json::json!({ "error": "this connection cannot attach" }))
                         .await;
                 }
+                Request::Triggers => {
+                    let views = runtime.triggers().views();
+                    let _ = tx.send(serde_json::json!({ "triggers": views })).await;
+                }
+                Request::FireTrigger { name, payload } => {
+                    let payload = payload.unwrap_or(serde_json::Value::Null);
+                    let answer = match runtime.triggers().fire(&name, payload).await {
+                        Ok(accepted) => serde_json::to_value(&accepted).unwrap_or_default(),
+                        Err(e) => serde_json::json!({ "error": e.to_string() }),
+                    };
+                    let _ = tx.send(answer).await;
+                }
                 Request::Mcp => {
                     // Served by `mcp_upgrade` before a handler runs.
                     let _ = tx

@@ -37,6 +37,8 @@ pub enum DriverError {
     Supervisor(#[from] SupervisorError),
     #[error("`{id}` was given a config of another kind")]
     WrongConfig { id: String },
+    #[error(transparent)]
+    Trigger(#[from] crate::triggers::TriggerError),
 }
 
 /// One component kind's behaviour.

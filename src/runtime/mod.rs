@@ -13,6 +13,7 @@ pub mod drivers;
 pub mod files;
 pub mod lock;
 pub mod mcp;
+pub mod triggers;
 pub mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -553,6 +554,8 @@ pub struct Runtime {
     mcp: mcp::McpDriver,
     /// Panes and pane plugins.
     panes: crate::panes::PaneHost,
+    /// The triggers' driver, with the run queue's executor.
+    triggers: triggers::TriggerDriver,
     applied: tokio::sync::Mutex<Applied>,
     shut_down: std::sync::atomic::AtomicBool,
     written: Arc<watch::Written>,
@@ -591,6 +594,7 @@ impl Runtime {
         };
         let mcp = mcp::McpDriver::new(cx.clone(), &paths, bus.clone());
         let panes = crate::panes::PaneHost::new(&cx, &paths.runtime_dir(), bus.clone());
+        let triggers = triggers::TriggerDriver::new(cx.clone(), store.clone(), bus.clone());
         let runtime = Arc::new(Runtime {
             paths: paths.clone(),
             store,
@@ -598,6 +602,7 @@ impl Runtime {
             cx,
             mcp,
             panes,
+            triggers,
             applied: tokio::sync::Mutex::new(Applied::default()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             written: Arc::default(),
@@ -640,10 +645,17 @@ impl Runtime {
         &self.panes
     }
 
-    /// The driver of `kind`: the runtime's own MCP driver or pane host, or a stateless one.
+    /// The trigger driver, which owns the run queue's executor.
+    pub fn triggers(&self) -> &triggers::TriggerDriver {
+        &self.triggers
+    }
+
+    /// The driver of `kind`: the runtime's own MCP driver, trigger driver or
+    /// pane host, or a stateless one.
     fn driver(&self, kind: plan::Kind) -> &dyn Driver {
         match kind {
             plan::Kind::McpServer => &self.mcp,
+            plan::Kind::Trigger => &self.triggers,
             plan::Kind::Pane | plan::Kind::PanePlugin => &self.panes,
             other => driver_for(other),
         }
@@ -710,11 +722,13 @@ impl Runtime {
             }
         };
         self.bus.set_secrets(manifest.secret_values());
+        self.triggers.manifest_loaded(&manifest);
         let outcome = self.apply(desired, reason).await;
         if let ReloadOutcome::Applied { results } = &outcome {
             // The gateway's built-ins and manifest prompts follow the manifest.
             self.mcp.manifest_applied(&manifest);
             self.panes.manifest_applied(&manifest).await;
+            self.triggers.manifest_applied(&manifest);
             let running = self.as_running(&manifest, results).await;
             if let Err(error) = self.write_files(&running).await {
                 self.report_failure(reason, &error).await;
@@ -1172,6 +1186,7 @@ impl Runtime {
         self.emit("daemon.stopping", None, serde_json::json!({}))
             .await;
         self.panes.shutdown().await;
+        self.triggers.shutdown().await;
         self.cx.supervisor.shutdown().await;
         let mut applied = self.applied.lock().await;
         applied.pids.clear();

@@ -15,9 +15,10 @@ struct Migration {
 }
 
 /// Every migration, oldest first. Append only; never edit a shipped step.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    sql: r#"
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        sql: r#"
         CREATE TABLE events (
             id        INTEGER PRIMARY KEY AUTOINCREMENT,
             ts_ms     INTEGER NOT NULL,
@@ -60,10 +61,36 @@ const MIGRATIONS: &[Migration] = &[Migration {
             PRIMARY KEY (trigger, key)
         ) WITHOUT ROWID;
     "#,
-}];
+    },
+    Migration {
+        // The durable run queue of triggers (`store::queue`). A firing with a
+        // dedupe key (a cron fire time, a webhook delivery id) is stored at
+        // most once per trigger: the UNIQUE constraint makes a duplicate
+        // structurally impossible.
+        version: 2,
+        sql: r#"
+        CREATE TABLE trigger_runs (
+            seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+            id             TEXT    NOT NULL UNIQUE,
+            trigger        TEXT    NOT NULL,
+            origin         TEXT    NOT NULL,
+            dedupe_key     TEXT,
+            payload        TEXT    NOT NULL,
+            state          TEXT    NOT NULL,
+            enqueued_at_ms INTEGER NOT NULL,
+            started_at_ms  INTEGER,
+            finished_at_ms INTEGER,
+            detail         TEXT,
+            UNIQUE (trigger, dedupe_key)
+        );
+        CREATE INDEX trigger_runs_by_state ON trigger_runs (state, seq);
+        CREATE INDEX trigger_runs_by_trigger ON trigger_runs (trigger, state, seq);
+    "#,
+    },
+];
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

@@ -74,6 +74,13 @@ pub enum Request {
     /// daemon answers one line, then sends the pane's raw output; the
     /// client sends [`AttachInput`] lines.
     PaneAttach { name: String, rows: u16, cols: u16 },
+    /// The applied triggers: next fire times, routes, watched paths.
+    Triggers,
+    /// Fire trigger `name` by hand through the run queue.
+    FireTrigger {
+        name: String,
+        payload: Option<serde_json::Value>,
+    },
 }
 
 /// What an attached client sends, one JSON line each.

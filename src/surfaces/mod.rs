@@ -1,10 +1,12 @@
 //! Surfaces: every socket npc binds or connects to lives here, and so do the
 //! wire types spoken on them. Today that is the daemon's control channel (a
 //! Unix socket, owner-only) and the MCP gateway's loopback HTTP listener
-//! (`mcp_http`), plus the standard streams stdio protocols are spoken on
-//! (`stdio`); the REST API and webhooks join them later.
+//! (`mcp_http`), the webhook listener (`webhook`), the REST API
+//! (`api`), and the standard streams stdio protocols are spoken on
+//! (`stdio`).
 
 pub mod api;
 pub mod control;
 pub mod mcp_http;
 pub mod stdio;
+pub mod webhook;

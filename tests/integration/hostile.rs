@@ -450,6 +450,39 @@ mcp_servers = ["fs"]
     }
 }
 
+mod trigger_watches {
+    use std::os::unix::fs::symlink;
+
+    use crate::support::*;
+
+    /// A `file_watch` trigger never watches through a link out of the
+    /// repository: changes in the linked directory fire nothing.
+    #[test]
+    fn a_watched_directory_linked_outside_the_repository_fires_nothing() {
+        let outside = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        symlink(outside.path(), dir.path().join("docs")).unwrap();
+        std::fs::write(
+            dir.path().join("npcagent.toml"),
+            "version = 1\n[triggers.docs]\nkind = \"file_watch\"\npaths = [\"docs/**/*.md\", \"*.md\"]\ndebounce_ms = 100\naction = { command = \"sh\", args = [\"-c\", \"echo \\\"$NPC_TRIGGER_PAYLOAD\\\" >> fired.log\"] }\n",
+        )
+        .unwrap();
+        let d = Daemon::start_in(dir.path());
+        std::fs::create_dir_all(outside.path().join("sub")).unwrap();
+        std::fs::write(outside.path().join("secret.md"), "x").unwrap();
+        std::fs::write(outside.path().join("sub/more.md"), "x").unwrap();
+        std::fs::write(dir.path().join("zz.md"), "x").unwrap();
+        let log = wait_for("the sentinel's run", || {
+            let log = std::fs::read_to_string(d.root().join("fired.log")).unwrap_or_default();
+            log.contains("zz.md").then_some(log)
+        });
+        assert!(
+            !log.contains("secret.md") && !log.contains("more.md"),
+            "{log}"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------
 // §2. templates cannot hang or exhaust the daemon
 //
@@ -2489,7 +2522,7 @@ fn apply_says_declared_for_kinds_nothing_runs() {
             .to_string()
     };
     assert!(
-        line("trigger.poll").ends_with("declared (not run yet)"),
+        line("trigger.poll").ends_with("recorded; it fires while `npc daemon` runs"),
         "{text}"
     );
     assert!(
@@ -2534,7 +2567,7 @@ fn status_shows_triggers_and_hooks_as_declared_not_applied() {
             .unwrap_or_else(|| panic!("no `{id}` in {doc}"))["state"]
             .clone()
     };
-    assert_eq!(state("trigger.poll"), "declared");
+    assert_eq!(state("trigger.poll"), "armed");
     assert_eq!(state("hooks.on_agent_end"), "per_call");
     assert_eq!(state("mcp_server.remote"), "configured");
     assert_eq!(state("provider.claude"), "ready");
@@ -2555,9 +2588,14 @@ fn status_shows_triggers_and_hooks_as_declared_not_applied() {
     let text = String::from_utf8_lossy(&human.stdout);
     let line = text
         .lines()
-        .find(|l| l.starts_with("trigger.poll"))
+        .find(|l| l.starts_with("hooks.on_agent_end"))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains("declared (not run yet)"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("trigger.poll"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("armed"), "{text}");
     assert!(!text.contains("applied"), "{text}");
 }
 

@@ -137,6 +137,12 @@ impl Daemon {
         Self::spawn(None, root.to_path_buf(), DaemonSetup::default())
     }
 
+    /// [`Daemon::start_in`] with the limits or environment of `setup` (its
+    /// `files` are not written).
+    pub fn start_in_with(root: &Path, setup: DaemonSetup<'_>) -> Self {
+        Self::spawn(None, root.to_path_buf(), setup)
+    }
+
     fn spawn(dir: Option<tempfile::TempDir>, root: PathBuf, setup: DaemonSetup<'_>) -> Self {
         let logs = tempfile::tempdir().unwrap();
         let log = std::fs::File::create(logs.path().join("daemon.log")).unwrap();

@@ -415,6 +415,9 @@ impl Lower<'_> {
                 token_env: None,
                 allow_remote: false,
                 log_level: LogLevel::Info,
+                webhook_listen: DEFAULT_WEBHOOK_LISTEN
+                    .parse()
+                    .expect("default address parses"),
             };
         };
         let token_env = raw
@@ -422,29 +425,22 @@ impl Lower<'_> {
             .as_ref()
             .and_then(|t| self.env_var_name(t, "`daemon.token_env`"));
         let allow_remote = raw.allow_remote.unwrap_or(false);
-        let listen = match &raw.listen {
-            None => default_listen,
-            Some(l) => match l.parse::<SocketAddr>() {
-                Ok(addr) => {
-                    if !addr.ip().is_loopback() {
-                        if !allow_remote {
-                            self.error(&l.span, format!("`daemon.listen` is `{addr}`, which is not a loopback address"), "the API can run agents and change files; to expose it set `allow_remote = true` and `token_env`, or listen on `127.0.0.1`");
-                        } else if token_env.is_none() {
-                            self.error(&l.span, "remote listening needs a token", "set `daemon.token_env` to the variable holding the API bearer token");
-                        }
-                    }
-                    addr
-                }
-                Err(_) => {
-                    self.error(
-                        &l.span,
-                        format!("`{}` is not a socket address", clip(&l.value)),
-                        "write an IP address and port, such as `127.0.0.1:8766`",
-                    );
-                    default_listen
-                }
-            },
-        };
+        let listen = self.listen_address(
+            raw.listen.as_ref(),
+            "daemon.listen",
+            default_listen,
+            allow_remote,
+            token_env.is_some(),
+        );
+        let webhook_listen = self.listen_address(
+            raw.webhook_listen.as_ref(),
+            "daemon.webhook_listen",
+            DEFAULT_WEBHOOK_LISTEN
+                .parse()
+                .expect("default address parses"),
+            allow_remote,
+            token_env.is_some(),
+        );
         let log_level = match &raw.log_level {
             None => LogLevel::Info,
             Some(level) => LogLevel::parse(level).unwrap_or_else(|| {
@@ -462,6 +458,50 @@ impl Lower<'_> {
             token_env,
             allow_remote,
             log_level,
+            webhook_listen,
+        }
+    }
+
+    /// A listening address (`daemon.listen`, `daemon.webhook_listen`): a
+    /// socket address, loopback unless remote access is allowed and a token
+    /// is set.
+    fn listen_address(
+        &mut self,
+        raw: Option<&Spanned<String>>,
+        field: &str,
+        default: SocketAddr,
+        allow_remote: bool,
+        has_token: bool,
+    ) -> SocketAddr {
+        let Some(l) = raw else { return default };
+        match l.parse::<SocketAddr>() {
+            Ok(addr) => {
+                if !addr.ip().is_loopback() {
+                    if !allow_remote {
+                        let what = if field == "daemon.listen" {
+                            "the API"
+                        } else {
+                            "a webhook"
+                        };
+                        self.error(&l.span, format!("`{field}` is `{addr}`, which is not a loopback address"), format!("{what} can run agents and change files; to expose it set `allow_remote = true` and `token_env`, or listen on `127.0.0.1`"));
+                    } else if !has_token {
+                        self.error(
+                            &l.span,
+                            "remote listening needs a token",
+                            "set `daemon.token_env` to the variable holding the API bearer token",
+                        );
+                    }
+                }
+                addr
+            }
+            Err(_) => {
+                self.error(
+                    &l.span,
+                    format!("`{}` is not a socket address", clip(&l.value)),
+                    format!("write an IP address and port, such as `{default}`"),
+                );
+                default
+            }
         }
     }
 

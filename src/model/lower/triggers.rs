@@ -11,12 +11,20 @@ impl Lower<'_> {
     ) -> Option<Trigger> {
         const KINDS: [&str; 3] = ["cron", "webhook", "file_watch"];
         let kind = t.kind.as_str();
-        let fields: [(&str, bool, &[&str]); 6] = [
+        let fields: [(&str, bool, &[&str]); 10] = [
             ("schedule", t.schedule.is_some(), &["cron"]),
             ("timezone", t.timezone.is_some(), &["cron"]),
+            ("missed", t.missed.is_some(), &["cron"]),
             ("route", t.route.is_some(), &["webhook"]),
             ("secret_env", t.secret_env.is_some(), &["webhook"]),
+            ("max_body_bytes", t.max_body_bytes.is_some(), &["webhook"]),
+            (
+                "rate_limit_per_minute",
+                t.rate_limit_per_minute.is_some(),
+                &["webhook"],
+            ),
             ("paths", !t.paths.is_empty(), &["file_watch"]),
+            ("ignore", !t.ignore.is_empty(), &["file_watch"]),
             ("debounce_ms", t.debounce_ms.is_some(), &["file_watch"]),
         ];
         if KINDS.contains(&kind) {
@@ -37,7 +45,14 @@ impl Lower<'_> {
                     return None;
                 };
                 let schedule = match expr.parse::<Schedule>() {
-                    Ok(s) => Some(s),
+                    Ok(s) => {
+                        if let Schedule::Cron(c) = &s
+                            && c.has_star_step_day_corner()
+                        {
+                            self.warning(&expr.span, format!("cron dialects read `{}` differently", clip(&expr.value)), "npc (like Vixie cron and cronie) fires only on days matching BOTH day fields, because one starts with `*`; croniter (seed 000) fires on days matching EITHER; write both day fields without `*` to mean either, or make one `*` to mean the other alone");
+                        }
+                        Some(s)
+                    }
                     Err(e) => {
                         self.error(&expr.span, format!("invalid schedule `{}`: {e}", clip(&expr.value)), "write 5 crontab fields (minute hour day-of-month month day-of-week), a macro such as `@daily`, or an interval such as `15m`");
                         None
@@ -71,9 +86,22 @@ impl Lower<'_> {
                         "remove it",
                     );
                 }
+                let missed = match &t.missed {
+                    None => Missed::default(),
+                    Some(m) => Missed::parse(m).unwrap_or_else(|| {
+                        let hint = suggest(m, &Missed::NAMES);
+                        self.error(
+                            &m.span,
+                            format!("unknown missed-fire policy `{}`", clip(&m.value)),
+                            hint,
+                        );
+                        Missed::default()
+                    }),
+                };
                 TriggerSource::Cron {
                     schedule: schedule?,
                     timezone,
+                    missed,
                 }
             }
             "webhook" => {
@@ -102,10 +130,26 @@ impl Lower<'_> {
                 if t.secret_env.is_none() {
                     self.warning(&route.span, format!("webhook route `{}` has no `secret_env`", clip(&route.value)), "without a secret, any local process can fire it; set `secret_env` to verify signatures");
                 }
+                let max_body_bytes = self.bounded(
+                    t.max_body_bytes.as_ref(),
+                    "max_body_bytes",
+                    1..=MAX_WEBHOOK_BODY_BYTES,
+                    DEFAULT_WEBHOOK_MAX_BODY_BYTES,
+                    "bytes",
+                );
+                let rate_limit_per_minute = self.bounded(
+                    t.rate_limit_per_minute.as_ref(),
+                    "rate_limit_per_minute",
+                    1..=MAX_WEBHOOK_RATE_PER_MINUTE,
+                    DEFAULT_WEBHOOK_RATE_PER_MINUTE,
+                    "requests a minute",
+                );
                 TriggerSource::Webhook {
                     route: route.value.clone(),
                     secret_env,
                     events: t.events.iter().map(|e| e.value.clone()).collect(),
+                    max_body_bytes,
+                    rate_limit_per_minute,
                 }
             }
             "file_watch" => {
@@ -116,7 +160,7 @@ impl Lower<'_> {
                         "add `paths = [\"src/**/*.rs\"]`",
                     );
                 }
-                for path in &t.paths {
+                for path in t.paths.iter().chain(&t.ignore) {
                     if self.relative_path(&path.span, &path.value, "a watched path")
                         && let Err(e) = globset::Glob::new(path)
                     {
@@ -156,6 +200,7 @@ impl Lower<'_> {
                 };
                 TriggerSource::FileWatch {
                     paths: t.paths.iter().map(|p| p.value.clone()).collect(),
+                    ignore: t.ignore.iter().map(|p| p.value.clone()).collect(),
                     events,
                     debounce_ms,
                 }
@@ -170,12 +215,51 @@ impl Lower<'_> {
                 return None;
             }
         };
+        let overlap = match &t.overlap {
+            None => Overlap::default(),
+            Some(o) => Overlap::parse(o).unwrap_or_else(|| {
+                let hint = suggest(o, &Overlap::NAMES);
+                self.error(
+                    &o.span,
+                    format!("unknown overlap policy `{}`", clip(&o.value)),
+                    hint,
+                );
+                Overlap::default()
+            }),
+        };
         let action = self.action(t.action, m)?;
         Some(Trigger {
             enabled: t.enabled.unwrap_or(true),
             source,
             action,
+            overlap,
         })
+    }
+
+    /// An optional whole number in `range`, else `default` (with an error
+    /// naming the range when it is outside).
+    fn bounded(
+        &mut self,
+        value: Option<&Spanned<i64>>,
+        field: &str,
+        range: std::ops::RangeInclusive<u64>,
+        default: u64,
+        unit: &str,
+    ) -> u64 {
+        match value {
+            None => default,
+            Some(v) => match u64::try_from(v.value) {
+                Ok(n) if range.contains(&n) => n,
+                _ => {
+                    self.error(
+                        &v.span,
+                        format!("`{field}` `{}` is out of range", v.value),
+                        format!("use {} to {} {unit}", range.start(), range.end()),
+                    );
+                    default
+                }
+            },
+        }
     }
 
     pub(super) fn action(

@@ -1,0 +1,385 @@
+//! Triggers, measured against same-run baselines:
+//!
+//! 1. Webhooks: `wrk` on loopback against a signed route of a release
+//!    `npc daemon` — accepted requests per second (each answered 202 only
+//!    after its run row committed; the route's overlap is `skip`, so the
+//!    rows are recorded without running anything), and rejected requests
+//!    per second (bad signature, 401). Baseline: an axum route in this
+//!    process that answers 202 without work, same `wrk` parameters.
+//! 2. Cron scheduling cost with [`CRON_TRIGGERS`] triggers: the next-fire
+//!    computation for all of them per tick. Baseline: one time-zone
+//!    conversion per trigger.
+//! 3. file_watch: event-to-enqueue latency minus the debounce (the
+//!    `run.queued` event's commit time − the write time − `debounce_ms`).
+//!    Baseline: a bare notify watcher in this process seeing the same kind
+//!    of write.
+//!
+//! Needs `wrk` (Debian package `wrk`, installed by `.ci/run`); the webhook
+//! part is skipped with a message without it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use npcagent::model::schedule::Schedule;
+use npcagent::triggers::cron;
+
+/// How long each `wrk` run lasts.
+const WRK_SECONDS: u32 = 8;
+/// `wrk` connections and threads.
+const WRK_CONNECTIONS: u32 = 64;
+const WRK_THREADS: u32 = 2;
+/// Triggers in the cron scheduling measurement.
+const CRON_TRIGGERS: usize = 10_000;
+/// Ticks measured (the median is reported).
+const CRON_TICKS: usize = 30;
+/// File writes measured.
+const WATCH_WRITES: usize = 30;
+/// The file_watch debounce used.
+const WATCH_DEBOUNCE_MS: u64 = 100;
+/// Longest any wait may take.
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn npc() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_npc"))
+}
+
+fn installed(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + LIMIT;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A daemon on a fresh repository; killed on drop.
+struct Daemon {
+    dir: tempfile::TempDir,
+    child: std::process::Child,
+}
+
+impl Daemon {
+    fn start(manifest: &str, env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+        let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
+        let child = Command::new(npc())
+            .arg("daemon")
+            .current_dir(dir.path())
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let d = Self { dir, child };
+        wait_for("the daemon's startup", || {
+            std::fs::read_to_string(d.dir.path().join("daemon.log"))
+                .unwrap_or_default()
+                .contains("npc daemon: startup")
+                .then_some(())
+        });
+        d
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn store(&self) -> npcagent::store::Store {
+        npcagent::store::Store::open_read_only(self.root().join(".npc/state.db")).unwrap()
+    }
+
+    fn webhook_addr(&self) -> String {
+        wait_for("the webhook listener", || {
+            self.store()
+                .events_since(0, 10_000)
+                .ok()?
+                .into_iter()
+                .find(|e| e.kind == "webhook.listening")
+                .and_then(|e| e.payload["addr"].as_str().map(str::to_string))
+        })
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+/// `wrk` against `url` with `script`: (requests/s, non-2xx responses, total).
+fn wrk(url: &str, script: &Path) -> (f64, u64, u64) {
+    let out = Command::new("wrk")
+        .args([
+            "-t",
+            &WRK_THREADS.to_string(),
+            "-c",
+            &WRK_CONNECTIONS.to_string(),
+            "-d",
+            &format!("{WRK_SECONDS}s"),
+            "-s",
+            &script.display().to_string(),
+            url,
+        ])
+        .output()
+        .expect("wrk runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let number = |prefix: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(prefix))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+    };
+    let rps = number("Requests/sec:").unwrap_or_else(|| panic!("no rate in {text}"));
+    let non_2xx = number("Non-2xx or 3xx responses:").unwrap_or(0.0) as u64;
+    let total = text
+        .lines()
+        .find(|l| l.contains("requests in"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    (rps, non_2xx, total)
+}
+
+/// A `wrk` script POSTing `body` with `signature`, and a delivery id unique
+/// per request (thread number + counter).
+fn script(dir: &Path, name: &str, body: &str, signature: Option<&str>) -> PathBuf {
+    let sig = signature
+        .map(|s| format!("headers[\"X-Hub-Signature-256\"] = \"{s}\"\n"))
+        .unwrap_or_default();
+    let text = format!(
+        r#"
+local counter = 0
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("tid", threads)
+end
+function request()
+  counter = counter + 1
+  local headers = {{}}
+  headers["Content-Type"] = "application/json"
+  headers["X-GitHub-Event"] = "push"
+  headers["X-GitHub-Delivery"] = tid .. "-" .. counter
+  {sig}
+  return wrk.format("POST", nil, headers, {body:?})
+end
+"#
+    );
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn webhooks() {
+    if !installed("wrk") {
+        println!("webhooks: skipped (`wrk` is not installed; `apt-get install wrk`)");
+        return;
+    }
+    let secret = "bench-secret";
+    let manifest = r#"version = 1
+[daemon]
+webhook_listen = "127.0.0.1:0"
+[triggers.bench]
+kind = "webhook"
+route = "bench"
+secret_env = "BENCH_SECRET"
+overlap = "skip"
+rate_limit_per_minute = 100000000
+action = { command = "sleep", args = ["3600"] }
+"#;
+    let d = Daemon::start(manifest, &[("BENCH_SECRET", secret)]);
+    let addr = d.webhook_addr();
+    let body = r#"{"ref":"refs/heads/main","repository":{"full_name":"acme/widget"}}"#;
+    let signature = format!(
+        "sha256={}",
+        hex::encode(npcagent::triggers::webhook::hmac_sha256(
+            secret.as_bytes(),
+            &[body.as_bytes()]
+        ))
+    );
+    let scripts = tempfile::tempdir().unwrap();
+    let signed = script(scripts.path(), "signed.lua", body, Some(&signature));
+    let unsigned = script(scripts.path(), "unsigned.lua", body, None);
+    let url = format!("http://{addr}/webhooks/bench");
+
+    // Baseline: axum answering 202 without work, in this process.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let base_addr = listener.local_addr().unwrap();
+    rt.spawn(async move {
+        let app = axum::Router::new().fallback(|| async { axum::http::StatusCode::ACCEPTED });
+        axum::serve(listener, app).await.unwrap();
+    });
+    let base_url = format!("http://{base_addr}/webhooks/bench");
+    let (base_rps, base_bad, _) = wrk(&base_url, &signed);
+    let before = d.store().trigger_runs(Some("bench"), 1).unwrap();
+    let (acc_rps, acc_bad, acc_total) = wrk(&url, &signed);
+    let (rej_rps, rej_bad, rej_total) = wrk(&url, &unsigned);
+    let rows = wait_for("the committed rows", || {
+        let runs = d.store().trigger_runs(Some("bench"), 1).ok()?;
+        Some(runs.first()?.seq - before.first().map_or(0, |r| r.seq))
+    });
+    println!("webhooks (wrk -t{WRK_THREADS} -c{WRK_CONNECTIONS} -d{WRK_SECONDS}s, loopback):");
+    println!("  baseline axum 202, no work:        {base_rps:>10.0} req/s ({base_bad} non-2xx)");
+    println!(
+        "  signed, accepted (202, committed): {acc_rps:>10.0} req/s ({acc_bad} non-2xx of {acc_total}; {rows} rows committed)  ratio {:.2}",
+        acc_rps / base_rps
+    );
+    println!(
+        "  bad signature (401):               {rej_rps:>10.0} req/s ({rej_bad} non-2xx of {rej_total})  ratio {:.2}",
+        rej_rps / base_rps
+    );
+}
+
+fn cron_cost() {
+    let exprs = [
+        "*/5 * * * *",
+        "0 3 * * 1-5",
+        "30 2 * * *",
+        "15 */2 1,15 * *",
+        "@hourly",
+        "0 9 * * mon",
+        "15m",
+        "1h30m",
+    ];
+    let zones = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo"];
+    let triggers: Vec<(Schedule, chrono_tz::Tz)> = (0..CRON_TRIGGERS)
+        .map(|i| {
+            (
+                exprs[i % exprs.len()].parse().unwrap(),
+                zones[i % zones.len()].parse().unwrap(),
+            )
+        })
+        .collect();
+    let start = chrono::Utc::now();
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let mut ticks = Vec::new();
+    let mut baseline = Vec::new();
+    for tick in 0..CRON_TICKS {
+        let now = start + chrono::Duration::minutes(tick as i64);
+        let t = Instant::now();
+        let mut fired = 0usize;
+        for (s, tz) in &triggers {
+            fired += usize::from(cron::next_after(s, *tz, now).is_some());
+        }
+        ticks.push(t.elapsed());
+        assert_eq!(fired, CRON_TRIGGERS);
+        let t = Instant::now();
+        let mut n = 0u32;
+        for (_, tz) in &triggers {
+            n = n.wrapping_add(chrono::Timelike::minute(&now.with_timezone(tz)));
+        }
+        baseline.push(t.elapsed());
+        std::hint::black_box(n);
+    }
+    let (tick, base) = (median(ticks), median(baseline));
+    println!("cron scheduling ({CRON_TRIGGERS} triggers, median of {CRON_TICKS} ticks):");
+    println!(
+        "  next-fire for all: {:.2} ms per tick ({:.2} µs per trigger)",
+        tick.as_secs_f64() * 1e3,
+        tick.as_secs_f64() * 1e6 / CRON_TRIGGERS as f64
+    );
+    println!(
+        "  baseline (one zone conversion each): {:.3} ms  ratio {:.1}",
+        base.as_secs_f64() * 1e3,
+        tick.as_secs_f64() / base.as_secs_f64()
+    );
+}
+
+fn file_watch_latency() {
+    use notify::Watcher as _;
+    let manifest = format!(
+        "version = 1\n[triggers.w]\nkind = \"file_watch\"\npaths = [\"*.txt\"]\ndebounce_ms = {WATCH_DEBOUNCE_MS}\naction = {{ command = \"true\" }}\n"
+    );
+    let d = Daemon::start(&manifest, &[]);
+    let mut added = Vec::new();
+    let mut last_id = d.store().last_event_id().unwrap();
+    for i in 0..WATCH_WRITES {
+        let wrote_ms = chrono::Utc::now().timestamp_millis();
+        std::fs::write(d.root().join(format!("f{i}.txt")), "x").unwrap();
+        let event = wait_for("the run.queued event", || {
+            d.store()
+                .events_since(last_id, 10_000)
+                .ok()?
+                .into_iter()
+                .find(|e| e.kind == "run.queued")
+        });
+        last_id = event.id;
+        added.push(event.ts_ms - wrote_ms - WATCH_DEBOUNCE_MS as i64);
+    }
+    added.sort_unstable();
+    // Baseline: a bare notify watcher seeing a write.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let bare = tempfile::tempdir().unwrap();
+    let mut watcher = notify::recommended_watcher(move |e: notify::Result<notify::Event>| {
+        if let Ok(e) = e
+            && matches!(e.kind, notify::EventKind::Create(_))
+        {
+            let _ = tx.send(Instant::now());
+        }
+    })
+    .unwrap();
+    watcher
+        .watch(bare.path(), notify::RecursiveMode::NonRecursive)
+        .unwrap();
+    let mut raw = Vec::new();
+    for i in 0..WATCH_WRITES {
+        let t = Instant::now();
+        std::fs::write(bare.path().join(format!("f{i}.txt")), "x").unwrap();
+        let seen = rx.recv_timeout(LIMIT).unwrap();
+        raw.push(seen.duration_since(t).as_secs_f64() * 1e3);
+        while rx.try_recv().is_ok() {}
+    }
+    raw.sort_by(f64::total_cmp);
+    println!("file_watch ({WATCH_WRITES} writes, debounce {WATCH_DEBOUNCE_MS} ms):");
+    println!(
+        "  event → run.queued committed, minus the debounce: p50 {} ms, max {} ms",
+        added[added.len() / 2],
+        added[added.len() - 1]
+    );
+    println!(
+        "  baseline, bare notify event: p50 {:.2} ms, max {:.2} ms",
+        raw[raw.len() / 2],
+        raw[raw.len() - 1]
+    );
+}
+
+fn main() {
+    let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let wants = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
+    if wants("cron") {
+        cron_cost();
+    }
+    if wants("file_watch") {
+        file_watch_latency();
+    }
+    if wants("webhooks") {
+        webhooks();
+    }
+}

@@ -1,0 +1,453 @@
+//! `npc triggers`, `npc trigger fire NAME [--payload JSON]`, `npc runs` and
+//! `npc runs show ID`: the triggers with their next fire times, routes and
+//! watched paths and recent runs; a firing by hand through the daemon's run
+//! queue; the runs of triggers and of `npc run`, and one run's events.
+//! Listings read the store (and the daemon, when one runs); firing needs
+//! the daemon, because only the daemon carries runs out.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use super::reconcile::daemon_socket;
+use super::{Exit, Format};
+use crate::model::TriggerSource;
+use crate::runtime::{self, RepoPaths};
+use crate::store::Store;
+use crate::surfaces::control::{Client, Request};
+use crate::triggers::{DEFAULT_NEXT_FIRES, cron};
+
+/// Largest `--payload` accepted (it travels in one control request).
+pub const MAX_MANUAL_PAYLOAD_BYTES: usize = 32 * 1024;
+/// Recent runs shown per trigger by `npc triggers`.
+pub const RECENT_RUNS: usize = 3;
+/// Runs `npc runs` lists unless `--limit` says otherwise.
+pub const DEFAULT_RUNS_LIMIT: u64 = 50;
+/// Events `npc runs show` prints at most.
+pub const MAX_SHOWN_EVENTS: usize = 10_000;
+
+#[derive(Debug, Subcommand)]
+pub enum TriggerCommand {
+    /// Fire a trigger by hand, through the daemon's run queue
+    Fire {
+        /// Trigger name (a `[triggers.NAME]` entry)
+        name: String,
+        /// JSON the action sees as the payload's `payload`
+        #[arg(long, value_name = "JSON")]
+        payload: Option<String>,
+        #[arg(long, short = 'm')]
+        manifest: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    #[command(subcommand)]
+    show: Option<RunsCommand>,
+    /// Only runs of this trigger
+    #[arg(long, value_name = "NAME")]
+    trigger: Option<String>,
+    /// How many runs to list (newest first)
+    #[arg(long, default_value_t = DEFAULT_RUNS_LIMIT, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    limit: u64,
+    #[arg(long, short = 'm', global = true)]
+    manifest: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t, global = true)]
+    format: Format,
+}
+
+#[derive(Debug, Subcommand)]
+enum RunsCommand {
+    /// One run's events
+    Show {
+        /// The run id (`run-…`)
+        id: String,
+    },
+}
+
+fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn paths_of(manifest: Option<PathBuf>) -> anyhow::Result<RepoPaths> {
+    let path = super::manifest_path(manifest)?;
+    Ok(RepoPaths::resolve(&path, &runtime::state_dir_hint(&path))?)
+}
+
+/// The store, read-only, if it exists.
+fn store_of(paths: &RepoPaths) -> anyhow::Result<Option<Store>> {
+    if !paths.db().is_file() {
+        return Ok(None);
+    }
+    Ok(Some(runtime::open_store_read_only(paths)?))
+}
+
+fn time(ms: Option<i64>) -> String {
+    ms.and_then(chrono::DateTime::from_timestamp_millis)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_else(|| "-".to_string())
+}
+
+/// `npc triggers`.
+pub fn list(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
+    let path = super::manifest_path(manifest)?;
+    let loaded = runtime::load_manifest(&path)?;
+    let Some(model) = loaded.manifest else {
+        for d in &loaded.diagnostics {
+            errln!("{d}");
+        }
+        errln!(
+            "error: `{}` is invalid; fix it (see `npc validate`)",
+            path.display()
+        );
+        return Ok(Exit::Failed);
+    };
+    let paths = RepoPaths::resolve(&path, &model.project.state_dir)?;
+    let daemon = daemon_socket(&paths);
+    let from_daemon: Vec<Value> = match &daemon {
+        Some((socket, _)) => {
+            let answer = tokio()?.block_on(Client::call(socket, &Request::Triggers))?;
+            answer["triggers"].as_array().cloned().unwrap_or_default()
+        }
+        None => Vec::new(),
+    };
+    let store = store_of(&paths)?;
+    let now = chrono::Utc::now();
+    let mut rows = Vec::new();
+    for (name, t) in &model.triggers {
+        let live = from_daemon.iter().find(|v| v["name"] == name.as_str());
+        let (kind, mut detail) = match &t.source {
+            TriggerSource::Cron {
+                schedule, timezone, ..
+            } => {
+                let next: Vec<Value> = match live {
+                    Some(v) => v["next_fire_times"].as_array().cloned().unwrap_or_default(),
+                    None => {
+                        let tz = timezone.parse().unwrap_or(chrono_tz::UTC);
+                        let first = cron::next_after(schedule, tz, now);
+                        cron::fire_times(schedule, tz, first, DEFAULT_NEXT_FIRES)
+                            .iter()
+                            .map(|t| json!(t.to_rfc3339()))
+                            .collect()
+                    }
+                };
+                (
+                    "cron",
+                    json!({ "schedule": schedule.to_string(), "timezone": timezone, "next_fire_times": next }),
+                )
+            }
+            TriggerSource::Webhook { route, .. } => (
+                "webhook",
+                json!({ "route": route, "url": live.and_then(|v| v.get("url")).cloned() }),
+            ),
+            TriggerSource::FileWatch {
+                paths,
+                ignore,
+                events,
+                ..
+            } => (
+                "file_watch",
+                json!({ "paths": paths, "ignore": ignore, "events": events }),
+            ),
+        };
+        let recent: Vec<Value> = match &store {
+            Some(s) => s
+                .trigger_runs(Some(name), RECENT_RUNS)?
+                .iter()
+                .map(
+                    |r| json!({ "id": r.id, "state": r.state, "enqueued_at_ms": r.enqueued_at_ms }),
+                )
+                .collect(),
+            None => Vec::new(),
+        };
+        detail["name"] = json!(name);
+        detail["kind"] = json!(kind);
+        detail["enabled"] = json!(t.enabled);
+        detail["overlap"] = json!(t.overlap.as_str());
+        detail["armed"] = json!(live.is_some());
+        detail["recent_runs"] = json!(recent);
+        rows.push(detail);
+    }
+    let source = match &daemon {
+        Some((_, pid)) => format!("daemon pid {pid}"),
+        None => "no daemon running; triggers fire only while `npc daemon` runs".to_string(),
+    };
+    match format {
+        Format::Json => {
+            outln!(
+                "{}",
+                serde_json::to_string_pretty(&json!({ "source": source, "triggers": rows }))?
+            )?;
+        }
+        Format::Human => {
+            outln!("{source}")?;
+            if rows.is_empty() {
+                outln!("no triggers; declare them under `[triggers.NAME]`")?;
+            }
+            for r in &rows {
+                let state = match (r["enabled"].as_bool(), r["armed"].as_bool()) {
+                    (Some(false), _) => "disabled",
+                    (_, Some(true)) => "armed",
+                    _ => "not armed",
+                };
+                outln!(
+                    "{}  {}  {state}  overlap {}",
+                    r["name"].as_str().unwrap_or(""),
+                    r["kind"].as_str().unwrap_or(""),
+                    r["overlap"].as_str().unwrap_or("")
+                )?;
+                match r["kind"].as_str() {
+                    Some("cron") => {
+                        outln!(
+                            "    schedule  {} ({})",
+                            r["schedule"].as_str().unwrap_or(""),
+                            r["timezone"].as_str().unwrap_or("")
+                        )?;
+                        let next: Vec<&str> = r["next_fire_times"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|v| v.as_str())
+                            .collect();
+                        outln!(
+                            "    next      {}",
+                            if next.is_empty() {
+                                "never".to_string()
+                            } else {
+                                next.join(", ")
+                            }
+                        )?;
+                    }
+                    Some("webhook") => {
+                        let url = r["url"]
+                            .as_str()
+                            .map_or_else(|| "(listener not bound)".to_string(), str::to_string);
+                        outln!(
+                            "    route     POST /webhooks/{}  {url}",
+                            r["route"].as_str().unwrap_or("")
+                        )?;
+                    }
+                    _ => {
+                        let watched: Vec<&str> = r["paths"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|v| v.as_str())
+                            .collect();
+                        outln!("    watches   {}", watched.join(", "))?;
+                    }
+                }
+                for run in r["recent_runs"].as_array().into_iter().flatten() {
+                    outln!(
+                        "    run       {}  {}  {}",
+                        run["id"].as_str().unwrap_or(""),
+                        run["state"].as_str().unwrap_or(""),
+                        time(run["enqueued_at_ms"].as_i64())
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+/// `npc trigger …`.
+pub fn trigger(command: TriggerCommand) -> anyhow::Result<Exit> {
+    let TriggerCommand::Fire {
+        name,
+        payload,
+        manifest,
+        format,
+    } = command;
+    let payload = match payload {
+        None => None,
+        Some(text) if text.len() > MAX_MANUAL_PAYLOAD_BYTES => {
+            errln!(
+                "error: `--payload` is {} bytes; at most {MAX_MANUAL_PAYLOAD_BYTES} are accepted",
+                text.len()
+            );
+            return Ok(Exit::Usage);
+        }
+        Some(text) => match serde_json::from_str::<Value>(&text) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                errln!(
+                    "error: `--payload` is not JSON: {e}; pass a JSON value such as '{{\"ref\": \"main\"}}'"
+                );
+                return Ok(Exit::Usage);
+            }
+        },
+    };
+    let paths = paths_of(manifest)?;
+    let Some((socket, pid)) = daemon_socket(&paths) else {
+        errln!(
+            "error: no daemon runs for this repository; start `npc daemon`, then fire `{name}` again"
+        );
+        return Ok(Exit::Failed);
+    };
+    let answer = match tokio()?.block_on(Client::call(
+        &socket,
+        &Request::FireTrigger {
+            name: name.clone(),
+            payload,
+        },
+    )) {
+        Ok(answer) => answer,
+        // The daemon answered with an error (an unknown trigger, a full queue).
+        Err(crate::surfaces::control::ControlError::Refused(error)) => {
+            errln!("error: {error}");
+            return Ok(Exit::Failed);
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("the daemon (pid {pid}) did not answer"));
+        }
+    };
+    match format {
+        Format::Json => outln!("{answer}")?,
+        Format::Human => outln!(
+            "run {} {}",
+            answer["run_id"].as_str().unwrap_or("?"),
+            answer["outcome"].as_str().unwrap_or("?")
+        )?,
+    }
+    Ok(Exit::Ok)
+}
+
+/// `npc runs` and `npc runs show ID`.
+pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
+    let paths = paths_of(args.manifest)?;
+    let Some(store) = store_of(&paths)? else {
+        if let Some(RunsCommand::Show { id }) = &args.show {
+            errln!("error: no run `{id}`; nothing was recorded in this repository yet");
+            return Ok(Exit::Failed);
+        }
+        match args.format {
+            Format::Json => outln!("[]")?,
+            Format::Human => outln!("no runs yet")?,
+        }
+        return Ok(Exit::Ok);
+    };
+    if let Some(RunsCommand::Show { id }) = args.show {
+        return show(&store, &id, args.format);
+    }
+    let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
+    let mut rows: Vec<Value> = store
+        .trigger_runs(args.trigger.as_deref(), limit)?
+        .iter()
+        .map(|r| {
+            json!({
+                "id": r.id, "trigger": r.trigger, "origin": r.origin, "state": r.state,
+                "enqueued_at_ms": r.enqueued_at_ms, "started_at_ms": r.started_at_ms,
+                "finished_at_ms": r.finished_at_ms, "detail": r.detail,
+            })
+        })
+        .collect();
+    if args.trigger.is_none() {
+        // `npc run`'s runs: a `run.started` without a queue row.
+        for e in store.run_started_events(limit)? {
+            let Some(id) = e.payload["run_id"].as_str() else {
+                continue;
+            };
+            if store.trigger_run(id)?.is_some() {
+                continue;
+            }
+            let component = crate::runs::component(id);
+            let finished = store
+                .component_events(&component, e.id, MAX_SHOWN_EVENTS)?
+                .into_iter()
+                .find(|f| f.kind == "run.finished");
+            let state = finished
+                .as_ref()
+                .and_then(|f| f.payload["outcome"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "running".to_string());
+            rows.push(json!({
+                "id": id, "trigger": null, "origin": "npc_run", "state": state,
+                "profile": e.payload["profile"],
+                "enqueued_at_ms": e.ts_ms, "started_at_ms": e.ts_ms,
+                "finished_at_ms": finished.map(|f| f.ts_ms), "detail": null,
+            }));
+        }
+        rows.sort_by(|a, b| {
+            b["enqueued_at_ms"]
+                .as_i64()
+                .cmp(&a["enqueued_at_ms"].as_i64())
+        });
+        rows.truncate(limit);
+    }
+    match args.format {
+        Format::Json => outln!("{}", serde_json::to_string_pretty(&rows)?)?,
+        Format::Human => {
+            if rows.is_empty() {
+                outln!("no runs yet")?;
+            } else {
+                outln!(
+                    "{:<36}  {:<20}  {:<10}  {:<11}  QUEUED",
+                    "RUN",
+                    "TRIGGER",
+                    "ORIGIN",
+                    "STATE"
+                )?;
+            }
+            for r in &rows {
+                outln!(
+                    "{:<36}  {:<20}  {:<10}  {:<11}  {}",
+                    r["id"].as_str().unwrap_or(""),
+                    r["trigger"].as_str().unwrap_or("-"),
+                    r["origin"].as_str().unwrap_or(""),
+                    r["state"].as_str().unwrap_or(""),
+                    time(r["enqueued_at_ms"].as_i64())
+                )?;
+            }
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+fn show(store: &Store, id: &str, format: Format) -> anyhow::Result<Exit> {
+    let row = store.trigger_run(id)?;
+    let events = store.component_events(&crate::runs::component(id), 0, MAX_SHOWN_EVENTS)?;
+    if row.is_none() && events.is_empty() {
+        errln!("error: no run `{id}`; list them with `npc runs`");
+        return Ok(Exit::Failed);
+    }
+    match format {
+        Format::Json => {
+            outln!(
+                "{}",
+                serde_json::to_string_pretty(&json!({ "run": row, "events": events }))?
+            )?;
+        }
+        Format::Human => {
+            if let Some(r) = &row {
+                outln!(
+                    "run {}  trigger `{}` ({})  {}",
+                    r.id,
+                    r.trigger,
+                    r.origin,
+                    r.state
+                )?;
+                outln!(
+                    "queued {}  started {}  finished {}",
+                    time(Some(r.enqueued_at_ms)),
+                    time(r.started_at_ms),
+                    time(r.finished_at_ms)
+                )?;
+                if let Some(d) = &r.detail {
+                    outln!("detail: {d}")?;
+                }
+            } else {
+                outln!("run {id} (npc run)")?;
+            }
+            for e in &events {
+                outln!("{}  {:<16}  {}", time(Some(e.ts_ms)), e.kind, e.payload)?;
+            }
+        }
+    }
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,314 @@
+//! The daemon's trigger driver: keeps one running [`TriggerKind`] per
+//! applied trigger, pumps its firings into the durable run queue, and owns
+//! the [`Executor`] and the webhook [`Listener`] every trigger shares.
+//! Starting a trigger sets it up (reading its stored state) and starts it;
+//! an edit restarts it in place with its state kept (a cron trigger whose
+//! schedule changed recomputes its next fire); removing it tears it down,
+//! which forgets its state. A daemon that stops leaves every state stored.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio::sync::Notify;
+
+use super::drivers::{BoxFuture, Driver, DriverContext, DriverError};
+use crate::bus::EventBus;
+use crate::model::{Manifest, Trigger, TriggerSource};
+use crate::plan::{ComponentId, Config};
+use crate::store::Store;
+use crate::triggers::clock::{Clock, SystemClock};
+use crate::triggers::cron::CronTrigger;
+use crate::triggers::executor::Executor;
+use crate::triggers::file_watch::FileWatchTrigger;
+use crate::triggers::queue::RunQueue;
+use crate::triggers::webhook::{Listener, WebhookTrigger};
+use crate::triggers::{
+    Accepted, DEFAULT_NEXT_FIRES, Firing, Firings, Origin, Refused, TriggerContext, TriggerError,
+    TriggerKind,
+};
+
+/// A started trigger.
+#[derive(Debug)]
+struct Active {
+    kind: Box<dyn TriggerKind>,
+    config: Trigger,
+}
+
+/// What `npc triggers` shows of one applied trigger.
+#[derive(Debug, Clone, Serialize)]
+pub struct TriggerView {
+    pub name: String,
+    pub kind: &'static str,
+    pub next_fire_times: Vec<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    pub overlap: &'static str,
+}
+
+/// The trigger driver.
+#[derive(Debug)]
+pub struct TriggerDriver {
+    store: Arc<Store>,
+    bus: EventBus,
+    cx: DriverContext,
+    clock: Arc<dyn Clock>,
+    queue: RunQueue,
+    executor: Arc<Executor>,
+    webhooks: Arc<Listener>,
+    active: Mutex<HashMap<String, Active>>,
+}
+
+fn trigger_config<'a>(id: &ComponentId, config: &'a Config) -> Result<&'a Trigger, DriverError> {
+    match config {
+        Config::Trigger(t) => Ok(t),
+        _ => Err(DriverError::WrongConfig { id: id.to_string() }),
+    }
+}
+
+impl TriggerDriver {
+    /// A driver with no triggers; starts the executor.
+    pub fn new(cx: DriverContext, store: Arc<Store>, bus: EventBus) -> Self {
+        let wake = Arc::new(Notify::new());
+        let executor = Executor::new(store.clone(), bus.clone(), cx.clone(), wake.clone());
+        executor.spawn();
+        let queue = RunQueue::new(store.clone(), bus.clone(), wake);
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::from_env());
+        Self {
+            webhooks: Listener::new(bus.clone(), clock.clone()),
+            store,
+            bus,
+            cx,
+            clock,
+            queue,
+            executor,
+            active: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn active(&self) -> std::sync::MutexGuard<'_, HashMap<String, Active>> {
+        self.active.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A manifest is about to be applied: the webhook listener's address
+    /// follows it (routes start during the apply).
+    pub fn manifest_loaded(&self, manifest: &Manifest) {
+        let remote = manifest.daemon.allow_remote && manifest.daemon.token_env.is_some();
+        self.webhooks
+            .configure(manifest.daemon.webhook_listen, remote);
+    }
+
+    /// A manifest was applied: profile runs render from it, and the first
+    /// call lets queued runs start (only now are their triggers known, so a
+    /// run queued before a restart is never taken for a removed trigger's).
+    pub fn manifest_applied(&self, manifest: &Manifest) {
+        self.executor.set_manifest(manifest);
+    }
+
+    fn context(&self, name: &str) -> TriggerContext {
+        TriggerContext {
+            name: name.to_string(),
+            root: self.cx.repo.clone(),
+            state_dir: self.cx.state_dir.clone(),
+            store: self.store.clone(),
+            bus: self.bus.clone(),
+            clock: self.clock.clone(),
+        }
+    }
+
+    fn make(&self, name: &str, t: &Trigger) -> Result<Box<dyn TriggerKind>, TriggerError> {
+        Ok(match &t.source {
+            TriggerSource::Cron {
+                schedule,
+                timezone,
+                missed,
+            } => Box::new(CronTrigger::new(schedule.clone(), timezone, *missed)?),
+            TriggerSource::Webhook { .. } => {
+                Box::new(WebhookTrigger::new(name, &t.source, self.webhooks.clone()))
+            }
+            TriggerSource::FileWatch { .. } => Box::new(FileWatchTrigger::new(&t.source)),
+        })
+    }
+
+    /// Set up and start trigger `name`, pumping its firings into the queue.
+    fn launch(&self, name: &str, t: &Trigger) -> Result<(), TriggerError> {
+        let mut kind = self.make(name, t)?;
+        let tcx = self.context(name);
+        kind.setup(&tcx)?;
+        let firings = kind.start(&tcx)?;
+        self.executor.set_trigger(name, t);
+        tokio::spawn(pump(firings, self.queue.clone(), self.executor.clone()));
+        self.active().insert(
+            name.to_string(),
+            Active {
+                kind,
+                config: t.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Stop trigger `name`; with `teardown`, forget its state too.
+    fn halt(&self, name: &str, teardown: bool) {
+        if let Some(mut a) = self.active().remove(name) {
+            a.kind.stop();
+            if teardown {
+                a.kind.teardown(&self.context(name));
+            }
+        }
+    }
+
+    /// Fire trigger `name` by hand (`npc trigger fire`), through the queue.
+    pub async fn fire(
+        &self,
+        name: &str,
+        payload: serde_json::Value,
+    ) -> Result<Accepted, FireError> {
+        let Some(overlap) = self.executor.overlap_of(name) else {
+            let known = self.executor.trigger_names();
+            return Err(FireError::Unknown(TriggerError::UnknownTrigger {
+                name: name.to_string(),
+                known: if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known
+                        .iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+            }));
+        };
+        let firing = Firing::new(
+            name,
+            Origin::Manual,
+            serde_json::json!({ "trigger": name, "kind": "manual", "payload": payload }),
+        );
+        self.queue
+            .submit(firing, overlap)
+            .await
+            .map_err(FireError::Refused)
+    }
+
+    /// Each applied trigger, sorted by name.
+    pub fn views(&self) -> Vec<TriggerView> {
+        let active = self.active();
+        let mut views: Vec<TriggerView> = active
+            .iter()
+            .map(|(name, a)| {
+                let (kind, route, paths) = match &a.config.source {
+                    TriggerSource::Cron { .. } => ("cron", None, Vec::new()),
+                    TriggerSource::Webhook { route, .. } => {
+                        ("webhook", Some(route.clone()), Vec::new())
+                    }
+                    TriggerSource::FileWatch { paths, .. } => ("file_watch", None, paths.clone()),
+                };
+                let url = route.as_ref().and_then(|r| {
+                    self.webhooks
+                        .bound()
+                        .map(|addr| format!("http://{addr}/webhooks/{r}"))
+                });
+                TriggerView {
+                    name: name.clone(),
+                    kind,
+                    next_fire_times: a.kind.next_fire_times(DEFAULT_NEXT_FIRES),
+                    route,
+                    url,
+                    paths,
+                    overlap: a.config.overlap.as_str(),
+                }
+            })
+            .collect();
+        views.sort_by(|a, b| a.name.cmp(&b.name));
+        views
+    }
+
+    /// The daemon stops: every trigger stops (state kept), running runs are
+    /// cancelled, the listener closes.
+    pub async fn shutdown(&self) {
+        let names: Vec<String> = self.active().keys().cloned().collect();
+        for name in names {
+            self.halt(&name, false);
+        }
+        self.webhooks.shutdown();
+        self.executor.shutdown().await;
+    }
+}
+
+/// Why `npc trigger fire` recorded nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum FireError {
+    #[error(transparent)]
+    Unknown(TriggerError),
+    #[error(transparent)]
+    Refused(Refused),
+}
+
+/// Move a trigger's firings into the queue. Each submission is issued at
+/// once (commit order is firing order) and awaited on its own task, so a
+/// burst shares group commits.
+async fn pump(mut firings: Firings, queue: RunQueue, executor: Arc<Executor>) {
+    while let Some(firing) = firings.recv().await {
+        let overlap = executor.overlap_of(&firing.trigger).unwrap_or_default();
+        let trigger = firing.trigger.clone();
+        let submitted = queue.submit(firing, overlap);
+        tokio::spawn(async move {
+            if let Err(e) = submitted.await {
+                tracing::warn!("trigger `{trigger}`: {e}");
+            }
+        });
+    }
+}
+
+impl Driver for TriggerDriver {
+    fn start<'a>(
+        &'a self,
+        _cx: &'a DriverContext,
+        id: &'a ComponentId,
+        config: &'a Config,
+    ) -> BoxFuture<'a, Result<Option<u32>, DriverError>> {
+        Box::pin(async move {
+            let t = trigger_config(id, config)?;
+            self.halt(&id.name, false);
+            self.launch(&id.name, t)?;
+            Ok(None)
+        })
+    }
+
+    fn update<'a>(
+        &'a self,
+        _cx: &'a DriverContext,
+        id: &'a ComponentId,
+        old: &'a Config,
+        new: &'a Config,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(async move {
+            let (old, new) = (trigger_config(id, old)?, trigger_config(id, new)?);
+            // In place: the stored state stays (a new schedule recomputes).
+            self.halt(&id.name, false);
+            if let Err(e) = self.launch(&id.name, new) {
+                // Back to the old config, so the trigger keeps firing.
+                let _ = self.launch(&id.name, old);
+                return Err(e.into());
+            }
+            Ok(())
+        })
+    }
+
+    fn stop<'a>(
+        &'a self,
+        _cx: &'a DriverContext,
+        id: &'a ComponentId,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(async move {
+            self.halt(&id.name, true);
+            self.executor.remove_trigger(&id.name);
+            Ok(())
+        })
+    }
+}

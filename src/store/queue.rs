@@ -1,0 +1,453 @@
+//! The durable run queue of triggers: one row per firing in `trigger_runs`
+//! (migration 2), moving `queued` → `running` → a final state. A firing is
+//! committed here before anyone hears of it (a webhook answers 202 only
+//! after [`Store::enqueue_run`] resolved). A firing with a dedupe key (a
+//! cron fire time, a webhook delivery id) is stored at most once per
+//! trigger, by a UNIQUE constraint; a cron trigger's advanced next fire
+//! time is written in the same job, so a crash can lose a firing but never
+//! repeat one. The executor lives in `crate::triggers::executor`; this
+//! module only reads and writes rows.
+
+use rusqlite::{Connection, OptionalExtension, Row};
+use serde::{Deserialize, Serialize};
+
+use super::{Event, Pending, Store, StoreError, json_error, now_ms, sqlite};
+
+/// Most rows one listing returns.
+pub const MAX_RUNS_PER_READ: usize = 1_000;
+/// Finished runs kept; older finished rows are pruned.
+pub const RUN_HISTORY_LIMIT: usize = 10_000;
+
+/// Run states as stored.
+pub mod state {
+    pub const QUEUED: &str = "queued";
+    pub const RUNNING: &str = "running";
+    pub const SUCCEEDED: &str = "succeeded";
+    pub const FAILED: &str = "failed";
+    /// Recorded, never run: the overlap policy is `skip` and a run was active.
+    pub const SKIPPED: &str = "skipped";
+    /// Cancelled: replaced by a newer run, the trigger was removed, or the
+    /// daemon stopped.
+    pub const CANCELLED: &str = "cancelled";
+    /// Was running when the daemon died; never run again (at most once).
+    pub const INTERRUPTED: &str = "interrupted";
+    pub const TIMED_OUT: &str = "timed_out";
+}
+
+/// A firing to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    pub id: String,
+    pub trigger: String,
+    /// `cron`, `webhook`, `file_watch` or `manual`.
+    pub origin: String,
+    /// Same key, same trigger: stored once.
+    pub dedupe_key: Option<String>,
+    /// JSON text of the payload.
+    pub payload: String,
+    /// Record the firing as skipped when a run of the trigger is queued or
+    /// running (overlap `skip`).
+    pub skip_if_active: bool,
+    /// Refuse the firing when this many runs of the trigger wait already.
+    pub max_queued: usize,
+    /// A trigger-state key written in the same job, whatever the outcome
+    /// (a cron trigger's next fire time).
+    pub state: Option<(String, serde_json::Value)>,
+}
+
+/// What [`Store::enqueue_run`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Enqueued {
+    Queued,
+    /// Recorded as skipped (overlap `skip`).
+    Skipped,
+    /// The dedupe key was seen before for this trigger: nothing recorded.
+    Duplicate,
+    /// The trigger's queue is full: nothing recorded.
+    Full,
+}
+
+/// One stored run of a trigger.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRow {
+    pub seq: i64,
+    pub id: String,
+    pub trigger: String,
+    pub origin: String,
+    pub dedupe_key: Option<String>,
+    pub payload: serde_json::Value,
+    pub state: String,
+    pub enqueued_at_ms: i64,
+    pub started_at_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
+    pub detail: Option<String>,
+}
+
+const RUN_SELECT: &str = "SELECT seq, id, trigger, origin, dedupe_key, payload, state, \
+     enqueued_at_ms, started_at_ms, finished_at_ms, detail FROM trigger_runs";
+
+type RawRun = (RunRow, String);
+
+fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RawRun> {
+    Ok((
+        RunRow {
+            seq: row.get(0)?,
+            id: row.get(1)?,
+            trigger: row.get(2)?,
+            origin: row.get(3)?,
+            dedupe_key: row.get(4)?,
+            payload: serde_json::Value::Null,
+            state: row.get(6)?,
+            enqueued_at_ms: row.get(7)?,
+            started_at_ms: row.get(8)?,
+            finished_at_ms: row.get(9)?,
+            detail: row.get(10)?,
+        },
+        row.get(5)?,
+    ))
+}
+
+fn decode(rows: Vec<RawRun>) -> Result<Vec<RunRow>, StoreError> {
+    rows.into_iter()
+        .map(|(mut row, payload)| {
+            row.payload = serde_json::from_str(&payload).map_err(json_error("run payload"))?;
+            Ok(row)
+        })
+        .collect()
+}
+
+fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
+    let failed = sqlite("enqueue a run");
+    let now = now_ms();
+    if let Some((key, value)) = &run.state {
+        conn.prepare_cached(
+            "INSERT OR REPLACE INTO trigger_state (trigger, key, value, updated_at_ms)
+             VALUES (?1, ?2, ?3, ?4)",
+        )
+        .and_then(|mut s| s.execute((&run.trigger, key, value.to_string(), now)))
+        .map_err(&failed)?;
+    }
+    if let Some(key) = &run.dedupe_key {
+        let seen: Option<i64> = conn
+            .prepare_cached("SELECT 1 FROM trigger_runs WHERE trigger = ?1 AND dedupe_key = ?2")
+            .and_then(|mut s| s.query_row((&run.trigger, key), |r| r.get(0)).optional())
+            .map_err(&failed)?;
+        if seen.is_some() {
+            return Ok(Enqueued::Duplicate);
+        }
+    }
+    let active = |states: &str, limit: usize| -> Result<usize, StoreError> {
+        conn.prepare_cached(&format!(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM trigger_runs
+             WHERE trigger = ?1 AND state IN ({states}) LIMIT ?2)"
+        ))
+        .and_then(|mut s| s.query_row((&run.trigger, limit as i64), |r| r.get::<_, i64>(0)))
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+        .map_err(&failed)
+    };
+    let outcome = if run.skip_if_active && active("'queued', 'running'", 1)? > 0 {
+        Enqueued::Skipped
+    } else if active("'queued'", run.max_queued)? >= run.max_queued {
+        return Ok(Enqueued::Full);
+    } else {
+        Enqueued::Queued
+    };
+    let (state, finished) = match outcome {
+        Enqueued::Skipped => (state::SKIPPED, Some(now)),
+        _ => (state::QUEUED, None),
+    };
+    conn.prepare_cached(
+        "INSERT INTO trigger_runs (id, trigger, origin, dedupe_key, payload, state,
+         enqueued_at_ms, finished_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )
+    .and_then(|mut s| {
+        s.execute((
+            &run.id,
+            &run.trigger,
+            &run.origin,
+            &run.dedupe_key,
+            &run.payload,
+            state,
+            now,
+            finished,
+        ))
+    })
+    .map_err(&failed)?;
+    Ok(outcome)
+}
+
+impl Store {
+    /// Record a firing (see [`NewRun`]); resolves once committed.
+    pub fn enqueue_run(&self, run: NewRun) -> Pending<Enqueued> {
+        self.write(move |conn| enqueue(conn, &run))
+    }
+
+    /// Move run `id` to `state` with an optional detail. `running` sets its
+    /// start time; any other state its finish time.
+    pub fn mark_run(
+        &self,
+        id: impl Into<String>,
+        state: &'static str,
+        detail: Option<String>,
+    ) -> Pending<()> {
+        let id = id.into();
+        self.write(move |conn| {
+            let sql = if state == state::RUNNING {
+                "UPDATE trigger_runs SET state = ?2, detail = ?3, started_at_ms = ?4 WHERE id = ?1"
+            } else {
+                "UPDATE trigger_runs SET state = ?2, detail = ?3, finished_at_ms = ?4 WHERE id = ?1"
+            };
+            conn.execute(sql, (&id, state, &detail, now_ms()))
+                .map(drop)
+                .map_err(sqlite("update a run"))
+        })
+    }
+
+    /// Runs left `running` by a daemon that died become `interrupted`
+    /// (never run again: at most once). Returns their ids.
+    pub fn interrupt_running_runs(&self) -> Pending<Vec<String>> {
+        self.write(|conn| {
+            let failed = sqlite("mark interrupted runs");
+            let ids: Vec<String> = conn
+                .prepare("SELECT id FROM trigger_runs WHERE state = ?1")
+                .and_then(|mut s| {
+                    s.query_map([state::RUNNING], |r| r.get(0))?
+                        .collect::<rusqlite::Result<_>>()
+                })
+                .map_err(&failed)?;
+            conn.execute(
+                "UPDATE trigger_runs SET state = ?1, finished_at_ms = ?2,
+                 detail = 'the daemon stopped while it ran; not run again'
+                 WHERE state = ?3",
+                (state::INTERRUPTED, now_ms(), state::RUNNING),
+            )
+            .map_err(&failed)?;
+            Ok(ids)
+        })
+    }
+
+    /// Forget finished runs beyond the newest `keep`.
+    pub fn prune_runs(&self, keep: usize) -> Pending<usize> {
+        self.write(move |conn| {
+            conn.execute(
+                "DELETE FROM trigger_runs WHERE state NOT IN ('queued', 'running') AND seq <
+                 (SELECT COALESCE(MIN(seq), 0) FROM (SELECT seq FROM trigger_runs
+                  ORDER BY seq DESC LIMIT ?1))",
+                [keep as i64],
+            )
+            .map_err(sqlite("prune runs"))
+        })
+    }
+
+    /// The oldest queued run of each trigger, oldest first, at most `limit`
+    /// (the executor's view: a trigger's later runs wait behind its first).
+    pub fn queued_runs(&self, limit: usize) -> Result<Vec<RunRow>, StoreError> {
+        let limit = limit.min(MAX_RUNS_PER_READ) as i64;
+        let rows = self.read("read queued runs", |conn| {
+            conn.prepare_cached(&format!(
+                "{RUN_SELECT} WHERE seq IN (SELECT MIN(seq) FROM trigger_runs
+                 WHERE state = 'queued' GROUP BY trigger) ORDER BY seq LIMIT ?1"
+            ))?
+            .query_map([limit], run_from_row)?
+            .collect()
+        })?;
+        decode(rows)
+    }
+
+    /// The newest runs (of `trigger`, or of all), newest first.
+    pub fn trigger_runs(
+        &self,
+        trigger: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<RunRow>, StoreError> {
+        let limit = limit.min(MAX_RUNS_PER_READ) as i64;
+        let rows = self.read("read runs", |conn| match trigger {
+            Some(t) => conn
+                .prepare_cached(&format!(
+                    "{RUN_SELECT} WHERE trigger = ?1 ORDER BY seq DESC LIMIT ?2"
+                ))?
+                .query_map((t, limit), run_from_row)?
+                .collect(),
+            None => conn
+                .prepare_cached(&format!("{RUN_SELECT} ORDER BY seq DESC LIMIT ?1"))?
+                .query_map([limit], run_from_row)?
+                .collect(),
+        })?;
+        decode(rows)
+    }
+
+    /// One run by id.
+    pub fn trigger_run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
+        let row = self.read("read a run", |conn| {
+            conn.prepare_cached(&format!("{RUN_SELECT} WHERE id = ?1"))?
+                .query_row([id], run_from_row)
+                .optional()
+        })?;
+        Ok(decode(row.into_iter().collect())?.pop())
+    }
+
+    /// Events of `component` after event `after`, oldest first (a range
+    /// scan on the component index).
+    pub fn component_events(
+        &self,
+        component: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
+        self.events_where(
+            "component = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
+            (
+                component.to_string(),
+                after,
+                limit.min(super::MAX_EVENTS_PER_READ) as i64,
+            ),
+        )
+    }
+
+    /// The newest `run.started` events of runs (`run.<id>` components),
+    /// newest first: how `npc run`'s runs are found.
+    pub fn run_started_events(&self, limit: usize) -> Result<Vec<Event>, StoreError> {
+        self.events_where(
+            "component >= 'run.' AND component < 'run/' AND kind = 'run.started'
+             ORDER BY id DESC LIMIT ?1",
+            [limit.min(MAX_RUNS_PER_READ) as i64],
+        )
+    }
+
+    fn events_where(
+        &self,
+        condition: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<Vec<Event>, StoreError> {
+        let rows = self.read("read events", |conn| {
+            conn.prepare_cached(&format!(
+                "SELECT id, ts_ms, kind, component, payload FROM events WHERE {condition}"
+            ))?
+            .query_map(params, |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, Option<String>>(3)?,
+                    row.get::<_, String>(4)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
+        })?;
+        rows.into_iter()
+            .map(|(id, ts_ms, kind, component, payload)| {
+                Ok(Event {
+                    id,
+                    ts_ms,
+                    kind,
+                    component,
+                    payload: serde_json::from_str(&payload).map_err(json_error("event payload"))?,
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(id: &str, key: Option<&str>) -> NewRun {
+        NewRun {
+            id: id.to_string(),
+            trigger: "t".to_string(),
+            origin: "cron".to_string(),
+            dedupe_key: key.map(str::to_string),
+            payload: "{}".to_string(),
+            skip_if_active: false,
+            max_queued: 3,
+            state: None,
+        }
+    }
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("state.db")).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn a_dedupe_key_is_stored_once_and_the_state_advances_anyway() {
+        let (_dir, store) = store();
+        let mut first = run("a", Some("k"));
+        first.state = Some(("next".into(), serde_json::json!(1)));
+        assert_eq!(store.enqueue_run(first).wait().unwrap(), Enqueued::Queued);
+        let mut again = run("b", Some("k"));
+        again.state = Some(("next".into(), serde_json::json!(2)));
+        assert_eq!(
+            store.enqueue_run(again).wait().unwrap(),
+            Enqueued::Duplicate
+        );
+        assert_eq!(store.trigger_runs(None, 10).unwrap().len(), 1);
+        assert_eq!(store.trigger_state("t").unwrap()["next"], 2);
+    }
+
+    #[test]
+    fn skip_records_a_skipped_run_and_the_queue_is_bounded() {
+        let (_dir, store) = store();
+        for i in 0..3 {
+            let r = run(&format!("q{i}"), None);
+            assert_eq!(store.enqueue_run(r).wait().unwrap(), Enqueued::Queued);
+        }
+        assert_eq!(
+            store.enqueue_run(run("full", None)).wait().unwrap(),
+            Enqueued::Full
+        );
+        let mut skip = run("s", None);
+        skip.skip_if_active = true;
+        assert_eq!(store.enqueue_run(skip).wait().unwrap(), Enqueued::Skipped);
+        assert_eq!(store.trigger_run("s").unwrap().unwrap().state, "skipped");
+        assert!(store.trigger_run("full").unwrap().is_none());
+    }
+
+    #[test]
+    fn running_runs_become_interrupted_and_are_not_queued_again() {
+        let (_dir, store) = store();
+        store.enqueue_run(run("a", None)).wait().unwrap();
+        store.enqueue_run(run("b", None)).wait().unwrap();
+        store.mark_run("a", state::RUNNING, None).wait().unwrap();
+        assert_eq!(
+            store.interrupt_running_runs().wait().unwrap(),
+            vec!["a".to_string()]
+        );
+        let queued: Vec<String> = store
+            .queued_runs(10)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(queued, vec!["b".to_string()]);
+        assert_eq!(
+            store.trigger_run("a").unwrap().unwrap().state,
+            "interrupted"
+        );
+    }
+
+    #[test]
+    fn pruning_keeps_the_newest_and_every_waiting_run() {
+        let (_dir, store) = store();
+        for i in 0..3 {
+            let mut r = run(&format!("r{i}"), None);
+            r.max_queued = 100;
+            store.enqueue_run(r).wait().unwrap();
+            store
+                .mark_run(format!("r{i}"), state::SUCCEEDED, None)
+                .wait()
+                .unwrap();
+        }
+        store.prune_runs(1).wait().unwrap();
+        let ids: Vec<String> = store
+            .trigger_runs(None, 10)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(ids, vec!["r2".to_string()]);
+    }
+}

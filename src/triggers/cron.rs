@@ -1,0 +1,369 @@
+//! `cron` triggers: crontab expressions (Vixie semantics, macros) and
+//! duration shortcuts, in a time zone per trigger.
+//!
+//! State lives in the store (`trigger_state`, key [`STATE_KEY`]): the next
+//! fire time and the schedule it belongs to. At most once is structural:
+//! a firing carries the following fire time, committed in the same store
+//! job as the run row, and its fire time is the run's dedupe key — a crash
+//! can lose a fire, never repeat one. On start, a stored fire time already
+//! past was missed while no daemon ran: `missed = "skip"` forgets it,
+//! `"run_once"` fires once for it (however many were missed). Editing the
+//! schedule keeps the trigger and recomputes the next fire from now.
+//!
+//! Time zones and DST: the next fire is computed in the trigger's zone by
+//! wall-clock time. A local time that a spring-forward gap skips does not
+//! exist, so it does not fire that day (`30 2 * * *` in `Europe/Berlin`
+//! skips the last Sunday of March); a local time that a fall-back overlap
+//! repeats fires once, at its first occurrence. Interval schedules (`15m`)
+//! count elapsed time and ignore zones.
+
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    FIRING_QUEUE_DEPTH, Firing, Firings, Origin, TriggerContext, TriggerError, TriggerKind,
+};
+use crate::model::Missed;
+use crate::model::schedule::Schedule;
+
+/// The `trigger_state` key of a cron trigger.
+pub const STATE_KEY: &str = "cron";
+/// Most fire times one [`TriggerKind::next_fire_times`] call computes.
+pub const MAX_NEXT_FIRES: usize = 100;
+
+/// A cron trigger.
+#[derive(Debug)]
+pub struct CronTrigger {
+    schedule: Schedule,
+    timezone: String,
+    tz: Tz,
+    missed: Missed,
+    /// The next fire time (`None`: never again).
+    next: Arc<Mutex<Option<DateTime<Utc>>>>,
+    /// A fire missed while no daemon ran, to run once at start.
+    catch_up: Option<DateTime<Utc>>,
+    stop: Option<CancellationToken>,
+}
+
+/// The first fire of `schedule` in `tz` strictly after `after`.
+pub fn next_after(schedule: &Schedule, tz: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    schedule
+        .next_after(&after.with_timezone(&tz))
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// Up to `limit` fire times from `first` on (`first` included).
+pub fn fire_times(
+    schedule: &Schedule,
+    tz: Tz,
+    first: Option<DateTime<Utc>>,
+    limit: usize,
+) -> Vec<DateTime<Utc>> {
+    let mut out = Vec::new();
+    let mut at = first;
+    while let Some(t) = at {
+        if out.len() >= limit.min(MAX_NEXT_FIRES) {
+            break;
+        }
+        out.push(t);
+        at = next_after(schedule, tz, t);
+    }
+    out
+}
+
+/// The stored state: the next fire time and what it was computed for.
+fn state_value(
+    next: Option<DateTime<Utc>>,
+    schedule: &Schedule,
+    timezone: &str,
+) -> serde_json::Value {
+    json!({
+        "next_fire_ms": next.map(|t| t.timestamp_millis()),
+        "schedule": schedule.to_string(),
+        "timezone": timezone,
+    })
+}
+
+impl CronTrigger {
+    pub fn new(schedule: Schedule, timezone: &str, missed: Missed) -> Result<Self, TriggerError> {
+        let tz: Tz = timezone
+            .parse()
+            .map_err(|_| TriggerError::TimeZone(timezone.to_string()))?;
+        Ok(Self {
+            schedule,
+            timezone: timezone.to_string(),
+            tz,
+            missed,
+            next: Arc::new(Mutex::new(None)),
+            catch_up: None,
+            stop: None,
+        })
+    }
+
+    fn next(&self) -> Option<DateTime<Utc>> {
+        *self.next.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl TriggerKind for CronTrigger {
+    fn setup(&mut self, cx: &TriggerContext) -> Result<(), TriggerError> {
+        let now = cx.clock.now();
+        let from_now = next_after(&self.schedule, self.tz, now)
+            .ok_or_else(|| TriggerError::NeverFires(self.schedule.to_string()))?;
+        let stored = cx.store.trigger_state(&cx.name)?.remove(STATE_KEY);
+        let stored_next = stored.as_ref().and_then(|s| {
+            let same = s["schedule"] == self.schedule.to_string() && s["timezone"] == self.timezone;
+            same.then(|| s["next_fire_ms"].as_i64())
+                .flatten()
+                .and_then(DateTime::<Utc>::from_timestamp_millis)
+        });
+        let next = match stored_next {
+            Some(t) if t > now => t,
+            Some(missed_at) => {
+                if self.missed == Missed::RunOnce {
+                    self.catch_up = Some(missed_at);
+                }
+                from_now
+            }
+            None => from_now,
+        };
+        *self.next.lock().unwrap_or_else(|p| p.into_inner()) = Some(next);
+        if self.catch_up.is_none() {
+            // Committed before anything fires; a catch-up firing carries
+            // the same state itself.
+            drop(cx.store.set_trigger_value(
+                cx.name.clone(),
+                STATE_KEY,
+                &state_value(Some(next), &self.schedule, &self.timezone),
+            ));
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, cx: &TriggerContext) -> Result<Firings, TriggerError> {
+        let (tx, rx) = mpsc::channel(FIRING_QUEUE_DEPTH);
+        let stop = CancellationToken::new();
+        self.stop = Some(stop.clone());
+        let (schedule, tz, timezone) = (self.schedule.clone(), self.tz, self.timezone.clone());
+        let (next, clock, name) = (self.next.clone(), cx.clock.clone(), cx.name.clone());
+        let catch_up = self.catch_up.take();
+        let firing = move |due: DateTime<Utc>, following: Option<DateTime<Utc>>, missed: bool| {
+            let mut f = Firing::new(
+                &name,
+                Origin::Cron,
+                json!({
+                    "trigger": name,
+                    "kind": "cron",
+                    "scheduled_at": due.to_rfc3339(),
+                    "schedule": schedule.to_string(),
+                    "timezone": timezone,
+                    "missed": missed,
+                }),
+            );
+            f.dedupe_key = Some(due.timestamp_millis().to_string());
+            f.state = Some((
+                STATE_KEY.to_string(),
+                state_value(following, &schedule, &timezone),
+            ));
+            f
+        };
+        let schedule = self.schedule.clone();
+        tokio::spawn(async move {
+            if let Some(missed_at) = catch_up {
+                let following = *next.lock().unwrap_or_else(|p| p.into_inner());
+                if tx.send(firing(missed_at, following, true)).await.is_err() {
+                    return;
+                }
+            }
+            loop {
+                let Some(due) = *next.lock().unwrap_or_else(|p| p.into_inner()) else {
+                    return;
+                };
+                tokio::select! {
+                    () = clock.sleep_until(due) => {}
+                    () = stop.cancelled() => return,
+                }
+                // Late (a suspended machine, a busy daemon): fire once for
+                // `due`, then go on from now.
+                let following = next_after(&schedule, tz, due.max(clock.now()));
+                *next.lock().unwrap_or_else(|p| p.into_inner()) = following;
+                if tx.send(firing(due, following, false)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            stop.cancel();
+        }
+    }
+
+    fn teardown(&mut self, cx: &TriggerContext) {
+        drop(cx.store.clear_trigger_state(cx.name.clone()));
+    }
+
+    fn next_fire_times(&self, limit: usize) -> Vec<DateTime<Utc>> {
+        fire_times(&self.schedule, self.tz, self.next(), limit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::triggers::clock::FakeClock;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn cx(dir: &std::path::Path, clock: Arc<FakeClock>) -> TriggerContext {
+        let store = Arc::new(crate::store::Store::open(dir.join("state.db")).unwrap());
+        TriggerContext {
+            name: "nightly".into(),
+            root: dir.to_path_buf(),
+            state_dir: dir.to_path_buf(),
+            bus: crate::bus::EventBus::new(store.clone()),
+            store,
+            clock,
+        }
+    }
+
+    fn times(expr: &str, tz: &str, from: &str, n: usize) -> Vec<String> {
+        let s: Schedule = expr.parse().unwrap();
+        let tz: Tz = tz.parse().unwrap();
+        let first = next_after(&s, tz, at(from));
+        fire_times(&s, tz, first, n)
+            .iter()
+            .map(|t| t.to_rfc3339())
+            .collect()
+    }
+
+    #[test]
+    fn a_local_time_in_a_dst_gap_does_not_fire_that_day() {
+        // Europe/Berlin springs from 02:00 to 03:00 on 2026-03-29.
+        assert_eq!(
+            times("30 2 * * *", "Europe/Berlin", "2026-03-27T12:00:00Z", 3),
+            [
+                "2026-03-28T01:30:00+00:00",
+                "2026-03-30T00:30:00+00:00",
+                "2026-03-31T00:30:00+00:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_repeated_local_time_in_a_dst_overlap_fires_once() {
+        // Europe/Berlin falls from 03:00 back to 02:00 on 2026-10-25.
+        assert_eq!(
+            times("30 2 * * *", "Europe/Berlin", "2026-10-24T12:00:00Z", 3),
+            [
+                "2026-10-25T00:30:00+00:00",
+                "2026-10-26T01:30:00+00:00",
+                "2026-10-27T01:30:00+00:00"
+            ]
+        );
+    }
+
+    #[test]
+    fn zones_shift_fire_times() {
+        assert_eq!(
+            times("0 9 * * *", "America/New_York", "2026-11-29T00:00:00Z", 1),
+            ["2026-11-29T14:00:00+00:00"]
+        );
+        assert_eq!(
+            times("15m", "UTC", "2026-11-29T00:00:00Z", 2),
+            ["2026-11-29T00:15:00+00:00", "2026-11-29T00:30:00+00:00"]
+        );
+    }
+
+    async fn next_firing(rx: &mut Firings) -> Firing {
+        tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv())
+            .await
+            .expect("a firing in time")
+            .expect("the stream is open")
+    }
+
+    #[tokio::test]
+    async fn fires_on_the_fake_clock_and_carries_its_next_fire_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(FakeClock::new(at("2026-11-29T10:00:30Z")));
+        let cx = cx(dir.path(), clock.clone());
+        let mut cron = CronTrigger::new("* * * * *".parse().unwrap(), "UTC", Missed::Skip).unwrap();
+        cron.setup(&cx).unwrap();
+        assert_eq!(
+            cron.next_fire_times(2),
+            [at("2026-11-29T10:01:00Z"), at("2026-11-29T10:02:00Z")]
+        );
+        let mut rx = cron.start(&cx).unwrap();
+        clock.set(at("2026-11-29T10:01:00Z"));
+        let f = next_firing(&mut rx).await;
+        assert_eq!(f.payload["scheduled_at"], "2026-11-29T10:01:00+00:00");
+        assert_eq!(
+            f.dedupe_key.as_deref(),
+            Some(
+                at("2026-11-29T10:01:00Z")
+                    .timestamp_millis()
+                    .to_string()
+                    .as_str()
+            )
+        );
+        assert_eq!(
+            f.state.unwrap().1["next_fire_ms"],
+            at("2026-11-29T10:02:00Z").timestamp_millis()
+        );
+        // Late by five minutes: one firing for the due minute, then from now.
+        clock.set(at("2026-11-29T10:07:10Z"));
+        let f = next_firing(&mut rx).await;
+        assert_eq!(f.payload["scheduled_at"], "2026-11-29T10:02:00+00:00");
+        assert_eq!(cron.next_fire_times(1), [at("2026-11-29T10:08:00Z")]);
+        cron.stop();
+        assert!(rx.recv().await.is_none(), "the stream ends on stop");
+    }
+
+    #[tokio::test]
+    async fn missed_fires_follow_the_policy_and_edits_recompute() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(FakeClock::new(at("2026-11-29T10:00:30Z")));
+        let cx = cx(dir.path(), clock.clone());
+        let hourly: Schedule = "@hourly".parse().unwrap();
+        let mut first = CronTrigger::new(hourly.clone(), "UTC", Missed::Skip).unwrap();
+        first.setup(&cx).unwrap();
+        cx.store.flush().await.unwrap();
+        // Three hours later, no daemon ran in between.
+        clock.set(at("2026-11-29T13:20:00Z"));
+        let mut skip = CronTrigger::new(hourly.clone(), "UTC", Missed::Skip).unwrap();
+        skip.setup(&cx).unwrap();
+        assert!(skip.catch_up.is_none());
+        assert_eq!(skip.next_fire_times(1), [at("2026-11-29T14:00:00Z")]);
+        // The stored next fire is 11:00 again (skip stored 14:00; go back).
+        cx.store
+            .set_trigger_value(
+                "nightly",
+                STATE_KEY,
+                &state_value(Some(at("2026-11-29T11:00:00Z")), &hourly, "UTC"),
+            )
+            .await
+            .unwrap();
+        let mut once = CronTrigger::new(hourly.clone(), "UTC", Missed::RunOnce).unwrap();
+        once.setup(&cx).unwrap();
+        let mut rx = once.start(&cx).unwrap();
+        let f = next_firing(&mut rx).await;
+        assert_eq!(f.payload["missed"], true);
+        assert_eq!(f.payload["scheduled_at"], "2026-11-29T11:00:00+00:00");
+        once.stop();
+        // An edited schedule does not inherit the old next fire time.
+        let mut edited =
+            CronTrigger::new("0 0 * * *".parse().unwrap(), "UTC", Missed::RunOnce).unwrap();
+        edited.setup(&cx).unwrap();
+        assert!(edited.catch_up.is_none());
+        assert_eq!(edited.next_fire_times(1), [at("2026-11-30T00:00:00Z")]);
+    }
+}
