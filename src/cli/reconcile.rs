@@ -458,6 +458,7 @@ pub fn daemon(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
         );
         if let Some(url) = api {
             errln!("npc daemon: API {url}/api/v1/status");
+            errln!("npc daemon: dashboard {url}/ (open it in a browser)");
         }
     }));
     rt.shutdown_timeout(Duration::from_secs(5));

@@ -378,3 +378,42 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
     assert!(seen["events_shown"].as_u64().unwrap() > 0);
     assert!(std::fs::metadata(&screenshot).unwrap().len() > 0);
 }
+
+/// The README's first command: the daemon on the shipped demo brings up
+/// its MCP server, fires its cron trigger and hosts its shell pane. Run on
+/// a copy (API on a free port, the trigger every second).
+#[test]
+fn the_shipped_demo_comes_up_and_its_trigger_fires() {
+    let demo = repo_root().join("examples/demo");
+    let manifest = std::fs::read_to_string(demo.join("npcagent.toml"))
+        .unwrap()
+        .replace("127.0.0.1:8766", "127.0.0.1:0")
+        .replace("schedule = \"10s\"", "schedule = \"1s\"");
+    let server = std::fs::read_to_string(demo.join("tools/hello_mcp.py")).unwrap();
+    let d = Daemon::start_with(
+        &manifest,
+        DaemonSetup {
+            files: &[("tools/hello_mcp.py", &server)],
+            ..DaemonSetup::default()
+        },
+    );
+    api_addr(&d);
+    let status = crate::support::wait_for("the demo's MCP server to connect", || {
+        let status = d.status_json();
+        (status["mcp"]["servers"][0]["state"] == "connected").then_some(status)
+    });
+    assert_eq!(status["mcp"]["servers"][0]["tools"], 2, "{status}");
+    crate::support::wait_for("a heartbeat run to succeed", || {
+        let out = d.npc_output(&["runs", "--format", "json"]);
+        String::from_utf8_lossy(&out.stdout)
+            .contains("\"succeeded\"")
+            .then_some(())
+    });
+    let panes = d.npc_output(&["pane", "list"]);
+    assert!(
+        String::from_utf8_lossy(&panes.stdout).contains("shell"),
+        "{}",
+        String::from_utf8_lossy(&panes.stdout)
+    );
+    assert!(d.root().join("heartbeat.log").is_file());
+}

@@ -2590,7 +2590,7 @@ fn status_shows_triggers_and_hooks_as_declared_not_applied() {
         .lines()
         .find(|l| l.starts_with("hooks.on_agent_end"))
         .unwrap_or_else(|| panic!("{text}"));
-    assert!(line.contains("declared (not run yet)"), "{text}");
+    assert!(line.contains("active (runs per call)"), "{text}");
     let line = text
         .lines()
         .find(|l| l.starts_with("trigger.poll"))
