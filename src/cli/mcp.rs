@@ -56,25 +56,21 @@ pub fn run(command: McpCommand) -> anyhow::Result<Exit> {
 
 /// Who may use the HTTP gateway, from the manifest and the environment.
 fn http_access(addr: SocketAddr, daemon: &model::Daemon) -> Result<Access, String> {
-    let token = daemon
-        .token_env
-        .as_ref()
-        .and_then(|var| std::env::var(var).ok())
-        .filter(|t| !t.is_empty());
+    let access = Access::from_token_env(daemon.token_env.as_deref());
     if addr.ip().is_loopback() {
-        return Ok(token.map_or(Access::Loopback, Access::Token));
+        return Ok(access);
     }
     if !daemon.allow_remote {
         return Err(format!(
             "`{addr}` is not a loopback address, and the manifest does not allow remote access; serving MCP beyond this machine needs `daemon.allow_remote = true` and `daemon.token_env` in the manifest, or listen on 127.0.0.1"
         ));
     }
-    match (&daemon.token_env, token) {
-        (_, Some(token)) => Ok(Access::Token(token)),
-        (None, None) => Err(format!(
+    match (&daemon.token_env, access) {
+        (_, token @ Access::Token(_)) => Ok(token),
+        (None, Access::Loopback) => Err(format!(
             "`{addr}` is not a loopback address and no token is configured; set `daemon.token_env` to the variable holding the bearer token clients must send"
         )),
-        (Some(var), None) => Err(format!(
+        (Some(var), Access::Loopback) => Err(format!(
             "`{addr}` is not a loopback address and `{var}` (named by `daemon.token_env`) is not set; export the bearer token in it before serving"
         )),
     }

@@ -41,12 +41,7 @@ pub async fn start(
     daemon: &crate::model::Daemon,
     shutdown: CancellationToken,
 ) -> Option<String> {
-    let token = daemon
-        .token_env
-        .as_ref()
-        .and_then(|var| std::env::var(var).ok())
-        .filter(|t| !t.is_empty());
-    let access = token.map_or(Access::Loopback, Access::Token);
+    let access = Access::from_token_env(daemon.token_env.as_deref());
     match ApiListener::bind(daemon.listen, access).await {
         Ok(listener) => {
             let addr = listener.local_addr()?;

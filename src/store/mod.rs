@@ -442,12 +442,34 @@ impl Store {
     /// `id > after_id`, oldest first. A range scan on the primary key.
     pub fn events_since(&self, after_id: i64, limit: usize) -> Result<Vec<Event>, StoreError> {
         let limit = limit.min(MAX_EVENTS_PER_READ) as i64;
+        self.events_where("id > ?1 ORDER BY id LIMIT ?2", (after_id, limit))
+    }
+
+    /// Like [`Store::events_since`], only events of `kind`.
+    pub fn events_of_kind_since(
+        &self,
+        after_id: i64,
+        kind: &str,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
+        let limit = limit.min(MAX_EVENTS_PER_READ) as i64;
+        self.events_where(
+            "id > ?1 AND kind = ?2 ORDER BY id LIMIT ?3",
+            (after_id, kind, limit),
+        )
+    }
+
+    /// The events matching `condition` (SQL after `WHERE`, with `params`).
+    pub(super) fn events_where(
+        &self,
+        condition: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<Vec<Event>, StoreError> {
         let rows = self.read("read events", |conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT id, ts_ms, kind, component, payload FROM events
-                 WHERE id > ?1 ORDER BY id LIMIT ?2",
-            )?;
-            stmt.query_map((after_id, limit), |row| {
+            conn.prepare_cached(&format!(
+                "SELECT id, ts_ms, kind, component, payload FROM events WHERE {condition}"
+            ))?
+            .query_map(params, |row| {
                 Ok((
                     row.get::<_, i64>(0)?,
                     row.get::<_, i64>(1)?,

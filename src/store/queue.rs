@@ -314,39 +314,6 @@ impl Store {
             [limit.min(MAX_RUNS_PER_READ) as i64],
         )
     }
-
-    fn events_where(
-        &self,
-        condition: &str,
-        params: impl rusqlite::Params,
-    ) -> Result<Vec<Event>, StoreError> {
-        let rows = self.read("read events", |conn| {
-            conn.prepare_cached(&format!(
-                "SELECT id, ts_ms, kind, component, payload FROM events WHERE {condition}"
-            ))?
-            .query_map(params, |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    row.get::<_, i64>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, Option<String>>(3)?,
-                    row.get::<_, String>(4)?,
-                ))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()
-        })?;
-        rows.into_iter()
-            .map(|(id, ts_ms, kind, component, payload)| {
-                Ok(Event {
-                    id,
-                    ts_ms,
-                    kind,
-                    component,
-                    payload: serde_json::from_str(&payload).map_err(json_error("event payload"))?,
-                })
-            })
-            .collect()
-    }
 }
 
 #[cfg(test)]

@@ -91,6 +91,23 @@ impl std::fmt::Debug for Access {
     }
 }
 
+impl Access {
+    /// The access the daemon's settings ask for: a token when
+    /// `token_env` names a variable holding a non-empty value.
+    pub fn from_token_env(token_env: Option<&str>) -> Self {
+        token_env
+            .and_then(|var| std::env::var(var).ok())
+            .filter(|t| !t.is_empty())
+            .map_or(Self::Loopback, Self::Token)
+    }
+
+    /// Whether a listener on `addr` may serve under this access: beyond
+    /// loopback only with a token.
+    pub fn allows(&self, addr: SocketAddr) -> bool {
+        addr.ip().is_loopback() || matches!(self, Self::Token(_))
+    }
+}
+
 /// Whether `header` is `Bearer <token>`, in time independent of where they
 /// differ (both sides are hashed first, so their lengths do not leak either).
 pub fn bearer_matches(header: Option<&[u8]>, token: &str) -> bool {
@@ -177,7 +194,7 @@ impl McpHttpListener {
 
     /// Bind `addr` for `access`: a non-loopback address only with a token.
     pub async fn bind_with(addr: SocketAddr, access: Access) -> Result<Self, McpHttpError> {
-        if !addr.ip().is_loopback() && matches!(access, Access::Loopback) {
+        if !access.allows(addr) {
             return Err(McpHttpError::NotLoopback { addr });
         }
         let listener = tokio::net::TcpListener::bind(addr)

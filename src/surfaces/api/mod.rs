@@ -460,30 +460,14 @@ async fn list_events(
     let after = query.after.unwrap_or(0).max(0);
     let store = state.backend.store();
     let kind = query.kind;
-    let page = tokio::task::spawn_blocking(move || {
-        let mut out = Vec::new();
-        let mut cursor = after;
-        // Filtering by kind may need several pages of the log; each is bounded.
-        while out.len() < limit {
-            let page = store.events_since(cursor, MAX_EVENTS_LIMIT)?;
-            let Some(last) = page.last() else { break };
-            cursor = last.id;
-            for event in page {
-                if kind.as_deref().is_none_or(|k| k == event.kind) {
-                    cursor = event.id;
-                    out.push(event);
-                    if out.len() == limit {
-                        break;
-                    }
-                }
-            }
-        }
-        Ok::<_, crate::store::StoreError>((out, cursor))
+    let events = tokio::task::spawn_blocking(move || match kind {
+        Some(kind) => store.events_of_kind_since(after, &kind, limit),
+        None => store.events_since(after, limit),
     })
     .await
     .map_err(ApiError::internal)?
     .map_err(ApiError::internal)?;
-    let (events, next_after) = page;
+    let next_after = events.last().map_or(after, |e| e.id);
     Ok(Json(EventsPage {
         events: events
             .iter()
@@ -517,7 +501,7 @@ pub enum ApiBindError {
 impl ApiListener {
     /// Bind `addr` for `access`: a non-loopback address only with a token.
     pub async fn bind(addr: SocketAddr, access: Access) -> Result<Self, ApiBindError> {
-        if !addr.ip().is_loopback() && matches!(access, Access::Loopback) {
+        if !access.allows(addr) {
             return Err(ApiBindError::NotLoopback { addr });
         }
         let listener = tokio::net::TcpListener::bind(addr)
