@@ -101,8 +101,12 @@ pub async fn run(
         .with_mcp(mcp_upgrade(runtime.mcp().gateway()))
         .with_attach(attach_upgrade(runtime.panes().clone()));
     let server = tokio::spawn(bound.serve(handler(runtime.clone()), stop_rx.clone()));
-    let api_stop = tokio_util::sync::CancellationToken::new();
-    let api = super::api::start(&runtime, &model.daemon, api_stop.clone()).await;
+    let services_stop = tokio_util::sync::CancellationToken::new();
+    let api = super::api::start(&runtime, &model.daemon, services_stop.clone()).await;
+    match crate::store::notices::default_dir() {
+        Ok(dir) => super::notices::start(&runtime, dir, services_stop.clone()).await,
+        Err(e) => tracing::warn!("notices of other repositories are off: {e}"),
+    }
     ready(&paths, &outcome, api.as_deref());
 
     // After an operational failure the reload runs again by itself.
@@ -141,7 +145,7 @@ pub async fn run(
         }
     }
     let _ = stop_tx.send(true);
-    api_stop.cancel();
+    services_stop.cancel();
     let _ = server.await;
     drop(watcher);
     runtime.shutdown().await;

@@ -13,6 +13,7 @@ pub mod drivers;
 pub mod files;
 pub mod lock;
 pub mod mcp;
+pub mod notices;
 pub mod triggers;
 pub mod watch;
 

@@ -300,38 +300,46 @@ fn check_channel(channel: &str) -> Result<(), MemoryError> {
     }
 }
 
+/// Open (creating) the user-level SQLite file `file` in `dir`: the
+/// directory created private (0700), the file owner-only (0600, and SQLite
+/// gives its side files the same mode), never through a link; WAL with a
+/// [`BUSY_TIMEOUT`], so several processes of the user share it. The memory
+/// store and the notice board (`crate::store::notices`) open theirs here.
+pub fn open_user_db(dir: &Path, file: &str) -> Result<Connection, rusqlite::Error> {
+    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    let cannot = |what: &Path, e: std::io::Error| {
+        rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+            Some(format!("cannot create `{}`: {e}", what.display())),
+        )
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| cannot(dir, e))?;
+    let path = dir.join(file);
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&path)
+        .map_err(|e| cannot(&path, e))?;
+    let conn = Connection::open_with_flags(
+        &path,
+        OpenFlags::default() | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+    )?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(conn)
+}
+
 impl MemoryStore {
     /// Open (creating) the file of `key` in `dir` (created private).
     pub fn open(dir: &Path, key: &ProjectKey) -> Result<Self, MemoryError> {
-        use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
-        let cannot = |what: &Path, e: std::io::Error| {
-            MemoryError::Sqlite(rusqlite::Error::SqliteFailure(
-                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
-                Some(format!("cannot create `{}`: {e}", what.display())),
-            ))
-        };
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| cannot(dir, e))?;
-        let path = dir.join(format!("{}.sqlite3", key.as_str()));
-        // Owner-only from the start (SQLite gives its side files the same
-        // mode), never through a link.
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-            .open(&path)
-            .map_err(|e| cannot(&path, e))?;
-        let conn = Connection::open_with_flags(
-            &path,
-            OpenFlags::default() | OpenFlags::SQLITE_OPEN_NOFOLLOW,
-        )?;
-        conn.busy_timeout(BUSY_TIMEOUT)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let conn = open_user_db(dir, &format!("{}.sqlite3", key.as_str()))?;
         conn.execute_batch(SCHEMA)?;
         Ok(Self {
             conn: Mutex::new(conn),

@@ -15,6 +15,7 @@
 //! Timestamps are unix milliseconds (UTC) in `i64` everywhere.
 
 pub mod memory;
+pub mod notices;
 pub mod queue;
 mod schema;
 mod writer;

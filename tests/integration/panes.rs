@@ -229,6 +229,57 @@ fn the_plugin_sees_the_whole_message_sequence() {
 }
 
 #[test]
+fn needs_attention_reaches_the_clients_of_another_repository() {
+    let data = tempfile::tempdir().unwrap();
+    let shared = crate::support::DaemonSetup {
+        data_home: Some(data.path()),
+        ..Default::default()
+    };
+    let manifest = format!(
+        "version = 1\n{}{}",
+        scripted_plugin("rec", ""),
+        recording_pane("one", "plugin = \"rec\"")
+    );
+    let a = Daemon::start_with(&manifest, shared);
+    let b = Daemon::start_with("version = 1\n", shared);
+    wait_received(&a, "rec", "pane_opened", |_| true);
+    let (a_after, b_after) = (a.last_event_id(), b.last_event_id());
+    plugin_sends(
+        &a,
+        "rec",
+        r#"{"v":3,"cmd":"status","token":"{token:one}","generation":{gen:one},"state":"needs_attention","detail":"limit"}"#,
+    );
+    a.wait_event(a_after, "pane.notice");
+    let notice = b.wait_event(b_after, "notice");
+    let payload = &notice["payload"];
+    assert_eq!(payload["repository"], a.root().display().to_string());
+    assert_eq!(payload["pane"], "one");
+    assert_eq!(payload["plugin"], "rec");
+    assert_eq!(payload["reason"], "needs_attention");
+    // Names and the label only: the plugin's detail text stays home.
+    assert!(!notice.to_string().contains("limit"), "{notice}");
+    // B's own clients see it (`npc events`), and A's notice is not echoed
+    // back to A once B has it.
+    let listed = crate::support::stdout_of(&b.npc(&["events", "--format", "json"]).success());
+    assert!(listed.contains("needs_attention"), "{listed}");
+    let c = Daemon::start_with("version = 1\n", shared);
+    let c_after = c.last_event_id();
+    plugin_sends(
+        &a,
+        "rec",
+        r#"{"v":3,"cmd":"attention","token":"{token:one}","generation":{gen:one}}"#,
+    );
+    let second = c.wait_event(c_after, "notice");
+    assert_eq!(second["payload"]["reason"], "attention");
+    assert!(
+        a.events_after(a_after)
+            .iter()
+            .all(|e| e["kind"] != "notice"),
+        "a repository hears its own notice back"
+    );
+}
+
+#[test]
 fn every_guard_refusal_is_refused_and_recorded() {
     let manifest = format!(
         r#"version = 1

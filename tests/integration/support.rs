@@ -95,6 +95,11 @@ pub struct DaemonSetup<'a> {
     /// When set, the daemon's environment is cleared but for `PATH` and
     /// these variables.
     pub only_env: Option<&'a [(&'a str, &'a str)]>,
+    /// The user's data directory (`XDG_DATA_HOME`: the notice board, plugin
+    /// data, memory files). Unless set here or in `only_env`, each daemon
+    /// gets its own, so tests never write to the real home or hear each
+    /// other's notices.
+    pub data_home: Option<&'a Path>,
 }
 
 /// A real `npc daemon` on a repository, its stderr in a log outside the
@@ -164,6 +169,14 @@ impl Daemon {
             cmd.env_clear()
                 .env("PATH", std::env::var_os("PATH").unwrap_or_default())
                 .envs(env.iter().copied());
+        }
+        let own_data = logs.path().join("data");
+        let data_home = setup.data_home.unwrap_or(&own_data);
+        if !setup
+            .only_env
+            .is_some_and(|env| env.iter().any(|(k, _)| *k == "XDG_DATA_HOME"))
+        {
+            cmd.env("XDG_DATA_HOME", data_home);
         }
         cmd.env("NPC_LOG", "info");
         let child = cmd
