@@ -20,7 +20,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::guard::{Approved, Guard, PaneFacts, PluginFacts};
 use super::pane::{Pane, PaneEvent, Watch};
-use super::plugin::{COMMAND_QUEUE, PluginChild, PluginMsg};
+use super::plugin::{PluginChild, PluginMsg};
 use super::protocol::{HostEvent, PROTOCOL_VERSION};
 use super::{
     PANE_GENERATION_ENV, PANE_NAME_ENV, PANE_TOKEN_ENV, PLUGIN_RUNTIME_DIR_ENV, PaneError,
@@ -46,6 +46,9 @@ pub const MAX_PANES: usize = 64;
 pub const MAX_USER_INPUT_BYTES: usize = 32 * 1024;
 /// Status label that becomes a notice for every client.
 pub const NEEDS_ATTENTION: &str = "needs_attention";
+/// Status reports buffered for attached clients; a client further behind
+/// skips the oldest (the next report replaces them anyway).
+pub const STATUS_QUEUE: usize = 64;
 /// Directory (inside the runtime directory) of the panes' runtime directories.
 pub const PANE_RUNTIME_DIR: &str = "panes";
 
@@ -104,6 +107,14 @@ pub struct PaneInfo {
     pub status: Option<serde_json::Value>,
 }
 
+/// A pane's status report as attached clients receive it live: a plugin's
+/// `status`, or `{"state":"cancelled"}` when a report or hold is cleared.
+#[derive(Debug, Clone)]
+pub struct StatusUpdate {
+    pub pane: String,
+    pub report: serde_json::Value,
+}
+
 /// What a client attaching to a pane gets.
 #[derive(Debug)]
 pub struct Attached {
@@ -112,6 +123,10 @@ pub struct Attached {
     pub pane: Arc<Pane>,
     /// The last status report, if one is cached.
     pub status: Option<serde_json::Value>,
+    /// Every later report of every pane (filter by [`StatusUpdate::pane`]),
+    /// subscribed under the same lock the cache is read under, so none is
+    /// missed or doubled.
+    pub statuses: broadcast::Receiver<StatusUpdate>,
 }
 
 /// The pane host; cheap to clone.
@@ -130,7 +145,11 @@ pub struct Host {
     bus: EventBus,
     state: Mutex<State>,
     events: mpsc::UnboundedSender<PaneEvent>,
-    commands: mpsc::Sender<PluginMsg>,
+    /// Lines of every plugin child; each child's share is bounded by
+    /// [`super::plugin::COMMANDS_IN_FLIGHT`].
+    commands: mpsc::UnboundedSender<PluginMsg>,
+    /// Status reports for attached clients, sent under the state lock.
+    statuses: broadcast::Sender<StatusUpdate>,
     next_id: AtomicU64,
     /// Bus events noted under the state lock, published after it.
     pending: Mutex<Pending>,
@@ -169,7 +188,7 @@ impl PaneHost {
     /// is the repository's fixed runtime directory (`.npc`). Starts its loop.
     pub fn new(cx: &DriverContext, runtime_dir: &std::path::Path, bus: EventBus) -> Self {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
+        let (commands_tx, commands_rx) = mpsc::unbounded_channel();
         let key = crate::store::memory::ProjectKey::for_repo(&cx.repo);
         let host = Arc::new_cyclic(|me| Host {
             me: me.clone(),
@@ -181,6 +200,7 @@ impl PaneHost {
             state: Mutex::new(State::default()),
             events: events_tx,
             commands: commands_tx,
+            statuses: broadcast::channel(STATUS_QUEUE).0,
             next_id: AtomicU64::new(1),
             pending: Mutex::default(),
             publishing: tokio::sync::Mutex::new(()),
@@ -250,6 +270,7 @@ impl PaneHost {
             output,
             pane: slot.pane.clone(),
             status: state.recovery.get(name).cloned(),
+            statuses: self.host.statuses.subscribe(),
         })
     }
 
@@ -308,6 +329,15 @@ impl Host {
     fn note(&self, kind: &str, pane: Option<&str>, payload: serde_json::Value) {
         let component = pane.map(|p| ComponentId::new(Kind::Pane, p).to_string());
         lock(&self.pending).push((kind.to_string(), component, payload));
+    }
+
+    /// Send a status report to the clients attached to any pane (call with
+    /// the state lock held, beside the cache update).
+    fn tell_attached(&self, pane: &str, report: &serde_json::Value) {
+        let _ = self.statuses.send(StatusUpdate {
+            pane: pane.to_string(),
+            report: report.clone(),
+        });
     }
 
     fn note_plugin(&self, kind: &str, plugin: &str, payload: serde_json::Value) {
@@ -561,11 +591,9 @@ impl Host {
     fn cancel_recovery(&self, state: &mut State, name: &str, held: bool) {
         let cached = state.recovery.remove(name).is_some();
         if held || cached {
-            self.note(
-                "pane.recovery",
-                Some(name),
-                serde_json::json!({ "state": "cancelled" }),
-            );
+            let cancelled = serde_json::json!({ "state": "cancelled" });
+            self.tell_attached(name, &cancelled);
+            self.note("pane.recovery", Some(name), cancelled);
         }
     }
 
@@ -817,6 +845,7 @@ impl Host {
                 } else {
                     state.recovery.insert(name.clone(), report.clone());
                 }
+                self.tell_attached(&name, &report);
                 self.note("pane.status", Some(&name), report);
                 if entering {
                     self.note(
@@ -1076,7 +1105,7 @@ impl Host {
 async fn run_loop(
     host: Weak<Host>,
     mut events: mpsc::UnboundedReceiver<PaneEvent>,
-    mut commands: mpsc::Receiver<PluginMsg>,
+    mut commands: mpsc::UnboundedReceiver<PluginMsg>,
 ) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -1092,7 +1121,10 @@ async fn run_loop(
             Some(msg) = commands.recv() => {
                 let Some(host) = host.upgrade() else { return };
                 match msg {
-                    PluginMsg::Line { plugin, instance, line } => host.plugin_line(&plugin, instance, line),
+                    PluginMsg::Line { plugin, instance, line, permit } => {
+                        host.plugin_line(&plugin, instance, line);
+                        drop(permit);
+                    }
                     PluginMsg::Exited { plugin, instance, exit } => host.plugin_exited(&plugin, instance, exit),
                 }
                 host.flush_events().await;

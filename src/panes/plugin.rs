@@ -1,10 +1,12 @@
 //! A pane-plugin child: started through the supervisor with piped stdio,
 //! fed host events from its [`Outbox`] on stdin, and read line by line on
 //! stdout (lines cut at the protocol's bound, decoded for shape only). The
-//! reader hands decoded lines to the host through a bounded queue and
+//! reader hands decoded lines to the host with at most
+//! [`COMMANDS_IN_FLIGHT`] of this plugin's lines waiting at once, and
 //! throttles a flooding plugin (at most [`COMMANDS_PER_SECOND`] lines a
-//! second, in bursts of [`COMMAND_BURST`]): past that it stops reading, so
-//! the plugin blocks on its own full pipe and npc's memory stays flat.
+//! second, in bursts of [`COMMAND_BURST`]): past either it stops reading,
+//! so the plugin blocks on its own full pipe, npc's memory stays flat, and
+//! one flooding plugin never crowds out another's lines.
 //! This module never touches a pane: what a command does is the guard's
 //! and the host's business.
 
@@ -12,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt as _;
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use super::outbox::Outbox;
 use super::protocol::{self, DecodeError, HostEvent, PROTOCOL_VERSION, PluginCommand};
@@ -22,8 +24,10 @@ use crate::supervisor::{ChildSpec, ExitInfo, GroupKiller, Supervisor, Supervisor
 pub const COMMANDS_PER_SECOND: u32 = 200;
 /// Lines a plugin may send at once before the rate applies.
 pub const COMMAND_BURST: u32 = 400;
-/// Decoded lines queued from all plugins to the host.
-pub const COMMAND_QUEUE: usize = 64;
+/// Decoded lines of one plugin waiting for the host at once; its reader
+/// waits for the host before reading more. Each plugin has its own budget,
+/// so the host's queue holds at most this many lines per plugin child.
+pub const COMMANDS_IN_FLIGHT: usize = 16;
 /// How long a plugin has to exit after `shutdown` before its group is killed.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Pause between looks at a stopping plugin.
@@ -38,6 +42,9 @@ pub enum PluginMsg {
         plugin: String,
         instance: u64,
         line: Result<PluginCommand, DecodeError>,
+        /// One of the plugin's [`COMMANDS_IN_FLIGHT`]; released once the
+        /// host has handled the line.
+        permit: OwnedSemaphorePermit,
     },
     Exited {
         plugin: String,
@@ -62,7 +69,7 @@ impl PluginChild {
         name: &str,
         instance: u64,
         spec: &ChildSpec,
-        to_host: mpsc::Sender<PluginMsg>,
+        to_host: mpsc::UnboundedSender<PluginMsg>,
     ) -> Result<Self, SupervisorError> {
         let mut child = supervisor.spawn_streaming_lines(spec, protocol::MAX_LINE_BYTES)?;
         let pid = child.pid();
@@ -95,10 +102,14 @@ impl PluginChild {
         // Reader: stdout lines, decoded and throttled.
         let mut stdout = std::mem::replace(&mut child.stdout, mpsc::channel(1).1);
         let plugin = name.to_string();
+        let in_flight = Arc::new(Semaphore::new(COMMANDS_IN_FLIGHT));
         tokio::spawn(async move {
             let mut bucket = Bucket::new(std::time::Instant::now());
             while let Some(line) = stdout.recv().await {
                 bucket.take().await;
+                let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                    break;
+                };
                 let decoded = match protocol::decode_command(&line.bytes, line.truncated) {
                     Ok(None) => continue,
                     Ok(Some(cmd)) => Ok(cmd),
@@ -108,19 +119,18 @@ impl PluginChild {
                     plugin: plugin.clone(),
                     instance,
                     line: decoded,
+                    permit,
                 };
-                if to_host.send(msg).await.is_err() {
+                if to_host.send(msg).is_err() {
                     break;
                 }
             }
             let exit = child.wait().await.ok();
-            let _ = to_host
-                .send(PluginMsg::Exited {
-                    plugin,
-                    instance,
-                    exit,
-                })
-                .await;
+            let _ = to_host.send(PluginMsg::Exited {
+                plugin,
+                instance,
+                exit,
+            });
         });
         Ok(Self {
             instance,
@@ -202,6 +212,44 @@ impl Bucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// How long a test waits for the reader to do something.
+    const WAIT: Duration = Duration::from_secs(20);
+
+    async fn queued_lines(rx: &mpsc::UnboundedReceiver<PluginMsg>, n: usize) {
+        tokio::time::timeout(WAIT, async {
+            while rx.len() < n {
+                tokio::time::sleep(STOP_POLL).await;
+            }
+        })
+        .await
+        .expect("the reader queued the lines");
+    }
+
+    #[tokio::test]
+    async fn a_flooding_plugin_has_at_most_its_own_budget_of_lines_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let (events, _events_rx) = mpsc::unbounded_channel();
+        let supervisor = Supervisor::new(events, Default::default());
+        let mut spec = ChildSpec::new("sh", dir.path());
+        let line = r#"{"v":3,"cmd":"log","level":"info","message":"flood"}"#;
+        spec.args = vec!["-c".into(), format!("while :; do echo '{line}'; done")];
+        let (to_host, mut rx) = mpsc::unbounded_channel();
+        let child = PluginChild::start(&supervisor, "flood", 1, &spec, to_host).unwrap();
+        queued_lines(&rx, COMMANDS_IN_FLIGHT).await;
+        // The plugin keeps writing, but nothing more is read for the host
+        // until the host handles a line.
+        for _ in 0..20 {
+            tokio::time::sleep(STOP_POLL).await;
+            assert_eq!(rx.len(), COMMANDS_IN_FLIGHT);
+        }
+        let first = rx.recv().await.unwrap();
+        assert!(matches!(first, PluginMsg::Line { line: Ok(_), .. }));
+        drop(first);
+        queued_lines(&rx, COMMANDS_IN_FLIGHT).await;
+        assert_eq!(rx.len(), COMMANDS_IN_FLIGHT);
+        child.kill();
+    }
 
     #[test]
     fn a_flood_is_slowed_to_the_rate() {

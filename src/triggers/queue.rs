@@ -61,8 +61,11 @@ impl RunQueue {
                 Err(e) => Err(Refused::Store(e.to_string())),
                 Ok(Enqueued::Full) => Err(Refused::QueueFull(firing.trigger.clone())),
                 Ok(outcome) => {
-                    // Recorded before the executor is woken, so a run's
+                    // Queued before the executor is woken, so a run's
                     // events read `run.queued`, `run.started`, … in order.
+                    // The answer does not wait for this event's commit (the
+                    // run row it reports is committed already): a webhook's
+                    // 202 costs one write, not two.
                     if outcome != Enqueued::Duplicate {
                         let kind = match outcome {
                             Enqueued::Skipped => "run.skipped",
@@ -78,7 +81,7 @@ impl RunQueue {
                             }),
                         )
                         .for_component(crate::runs::component(&run_id));
-                        if let Err(e) = bus.publish(event).await {
+                        if let Err(e) = bus.publish_detached(event).await {
                             tracing::warn!("cannot record `{kind}`: {e}");
                         }
                     }

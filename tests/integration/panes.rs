@@ -206,6 +206,36 @@ fn the_plugin_sees_the_whole_message_sequence() {
     let mut late = attach(&d, "one");
     let told = pipe_reader(late.stderr.take().unwrap());
     wait_output(&told, &mut Vec::new(), "reports needs_attention: limit");
+    // ... and, in band as its terminal's title, every report after that.
+    let shown = reader(&mut late);
+    let mut seen = Vec::new();
+    wait_output(
+        &shown,
+        &mut seen,
+        "\x1b]2;npc: one [needs_attention: limit]\x07",
+    );
+    plugin_sends(
+        &d,
+        "rec",
+        r#"{"v":3,"cmd":"status","token":"{token:one}","generation":{gen:one},"state":"waiting","detail":"retry\u001b[2J soon"}"#,
+    );
+    wait_output(
+        &shown,
+        &mut seen,
+        "\x1b]2;npc: one [waiting: retry[2J soon]\x07",
+    );
+    plugin_sends(
+        &d,
+        "rec",
+        r#"{"v":3,"cmd":"status","token":"{token:one}","generation":{gen:one},"state":"needs_attention","detail":"limit","deadline_epoch":1900000000,"attempt":1}"#,
+    );
+    let title = "\x1b]2;npc: one [needs_attention: limit]\x07";
+    wait_for("the second report on the attached terminal", || {
+        while let Ok(chunk) = shown.try_recv() {
+            seen.extend(chunk);
+        }
+        (String::from_utf8_lossy(&seen).matches(title).count() == 2).then_some(())
+    });
     late.stdin.as_mut().unwrap().write_all(&[0x1d]).unwrap();
     wait_for("the late client detached", || late.try_wait().unwrap());
     let human = crate::support::stdout_of(&d.npc(&["pane", "list"]).success());
