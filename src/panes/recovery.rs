@@ -2,8 +2,11 @@
 //! crate): it recognises Codex and OpenCode from a watched pane's launch
 //! command, finds the session id and the usage-limit reset time — Codex's
 //! rollout JSONL under `$CODEX_HOME/sessions`, OpenCode's session status
-//! (the JSON of `GET /session/status`, read from the file named by
-//! [`OPENCODE_STATUS_ENV`]) — reports `status` with that deadline, and asks
+//! (`GET /session/status` on the server OpenCode runs when its launch
+//! command names `--port N`, loopback only, with basic auth from
+//! `OPENCODE_SERVER_USERNAME` / `OPENCODE_SERVER_PASSWORD` when the
+//! plugin's environment sets them; else the same JSON read from the file
+//! named by [`OPENCODE_STATUS_ENV`]) — reports `status` with that deadline, and asks
 //! for a relaunch with the provider's resume arguments (`codex resume ID`,
 //! `opencode --session ID`) only after the process exited, and for Codex
 //! only once the reset time has passed. It never sends transcripts or raw
@@ -31,6 +34,13 @@ pub const MAX_ROLLOUT_TAIL: u64 = 1024 * 1024;
 pub const MAX_META_LINE: usize = 64 * 1024;
 /// Largest OpenCode status document read.
 pub const MAX_STATUS_BYTES: u64 = 256 * 1024;
+/// How long one look at OpenCode's server may take (connect, then each read).
+pub const HTTP_TIMEOUT: Duration = Duration::from_millis(500);
+/// Longest response head from OpenCode's server.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// OpenCode's basic-auth variables (as its own CLI reads them).
+pub const OPENCODE_USERNAME_ENV: &str = "OPENCODE_SERVER_USERNAME";
+pub const OPENCODE_PASSWORD_ENV: &str = "OPENCODE_SERVER_PASSWORD";
 /// A rollout counts for a pane when it was written at most this long
 /// before the pane opened.
 pub const ROLLOUT_SLACK: Duration = Duration::from_secs(5);
@@ -66,6 +76,136 @@ impl Provider {
             Self::Codex => vec!["resume".into(), session.into()],
             Self::OpenCode => vec!["--session".into(), session.into()],
         }
+    }
+}
+
+/// The loopback address of the server OpenCode runs for its TUI, when its
+/// launch command names one: `--port N` (N > 0) and a `--hostname` that is
+/// a loopback address or absent. Any other host is never contacted.
+pub fn opencode_server(command: &str) -> Option<std::net::SocketAddr> {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let value = |flag: &str| {
+        let joined = format!("{flag}=");
+        words.iter().enumerate().find_map(|(i, w)| {
+            if *w == flag {
+                words.get(i + 1).copied()
+            } else {
+                w.strip_prefix(joined.as_str())
+            }
+        })
+    };
+    let port: u16 = value("--port")?.parse().ok().filter(|p| *p > 0)?;
+    let ip = match value("--hostname") {
+        None | Some("localhost") => std::net::IpAddr::from([127, 0, 0, 1]),
+        Some(host) => host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse()
+            .ok()?,
+    };
+    ip.is_loopback()
+        .then_some(std::net::SocketAddr::new(ip, port))
+}
+
+/// `GET path` on the loopback server at `addr` (HTTP/1.1, bounded in time
+/// and size, `Content-Length` or chunked); the body of a 200 answer.
+pub fn http_get(
+    addr: std::net::SocketAddr,
+    path: &str,
+    authorization: Option<&str>,
+) -> Option<Vec<u8>> {
+    use std::net::TcpStream;
+    if !addr.ip().is_loopback() {
+        return None;
+    }
+    let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT).ok()?;
+    stream.set_read_timeout(Some(HTTP_TIMEOUT)).ok()?;
+    stream.set_write_timeout(Some(HTTP_TIMEOUT)).ok()?;
+    let auth = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\n{auth}Connection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let limit = MAX_HEAD_BYTES + MAX_STATUS_BYTES as usize;
+    let mut data = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let body_at = loop {
+        let n = stream.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        data.extend_from_slice(&chunk[..n]);
+        if let Some(i) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if data.len() > MAX_HEAD_BYTES {
+            return None;
+        }
+    };
+    let head = std::str::from_utf8(&data[..body_at])
+        .ok()?
+        .to_ascii_lowercase();
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?;
+    if status.split_whitespace().nth(1) != Some("200") {
+        return None;
+    }
+    let header = |name: &str| {
+        head.split("\r\n")
+            .filter_map(|l| l.split_once(':'))
+            .find(|(k, _)| k.trim() == name)
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let complete = |data: &[u8]| -> Option<Option<Vec<u8>>> {
+        let body = &data[body_at..];
+        if header("transfer-encoding").is_some_and(|t| t.contains("chunked")) {
+            return dechunk(body);
+        }
+        let length: usize = header("content-length")?.parse().ok()?;
+        if length > MAX_STATUS_BYTES as usize {
+            return Some(None);
+        }
+        Some((body.len() >= length).then(|| body[..length].to_vec()))
+    };
+    loop {
+        match complete(&data) {
+            Some(Some(body)) => return Some(body),
+            None => return None,
+            Some(None) if data.len() > limit => return None,
+            Some(None) => {}
+        }
+        let n = stream.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        data.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A chunked body: `Some(Some(body))` when complete, `Some(None)` when more
+/// is needed, `None` when malformed.
+fn dechunk(mut rest: &[u8]) -> Option<Option<Vec<u8>>> {
+    let mut body = Vec::new();
+    loop {
+        let Some(end) = rest.windows(2).position(|w| w == b"\r\n") else {
+            return Some(None);
+        };
+        let size_text = std::str::from_utf8(&rest[..end]).ok()?;
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        if size > MAX_STATUS_BYTES as usize {
+            return None;
+        }
+        rest = &rest[end + 2..];
+        if size == 0 {
+            return Some(Some(body));
+        }
+        if rest.len() < size + 2 {
+            return Some(None);
+        }
+        body.extend_from_slice(&rest[..size]);
+        rest = &rest[size + 2..];
     }
 }
 
@@ -265,7 +405,17 @@ pub fn opencode_finding(status: &serde_json::Value, known: Option<&str>) -> Find
     }
 }
 
-fn probe_opencode(status_file: Option<&Path>, known: Option<&str>) -> Finding {
+fn probe_opencode(
+    server: Option<std::net::SocketAddr>,
+    authorization: Option<&str>,
+    status_file: Option<&Path>,
+    known: Option<&str>,
+) -> Finding {
+    if let Some(addr) = server {
+        return http_get(addr, "/session/status", authorization)
+            .and_then(|body| serde_json::from_slice(&body).ok())
+            .map_or_else(Finding::default, |status| opencode_finding(&status, known));
+    }
     let Some(path) = status_file else {
         return Finding::default();
     };
@@ -283,6 +433,8 @@ fn probe_opencode(status_file: Option<&Path>, known: Option<&str>) -> Finding {
 struct Watched {
     generation: u64,
     provider: Provider,
+    /// OpenCode's server, when the launch command names one.
+    server: Option<std::net::SocketAddr>,
     cwd: String,
     opened: SystemTime,
     live: bool,
@@ -300,6 +452,8 @@ pub struct Plugin<W: Write> {
     out: W,
     codex_home: PathBuf,
     opencode_status: Option<PathBuf>,
+    /// `Basic …` for OpenCode's server, from the plugin's environment.
+    opencode_auth: Option<String>,
     panes: BTreeMap<String, Watched>,
 }
 
@@ -323,8 +477,20 @@ impl<W: Write> Plugin<W> {
             out,
             codex_home,
             opencode_status,
+            opencode_auth: None,
             panes: BTreeMap::new(),
         }
+    }
+
+    /// Authenticate to OpenCode's server as `username` with `password`.
+    pub fn with_opencode_auth(mut self, username: &str, password: &str) -> Self {
+        use base64::Engine as _;
+        let pair = format!("{username}:{password}");
+        self.opencode_auth = Some(format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(pair)
+        ));
+        self
     }
 
     /// The plugin as `npc-recovery` runs it: `$CODEX_HOME` (or `~/.codex`)
@@ -335,7 +501,17 @@ impl<W: Write> Plugin<W> {
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".codex")))
             .unwrap_or_else(|| PathBuf::from(".codex"));
         let status = std::env::var_os(OPENCODE_STATUS_ENV).map(PathBuf::from);
-        Self::new(out, codex_home, status)
+        let plugin = Self::new(out, codex_home, status);
+        match std::env::var(OPENCODE_PASSWORD_ENV) {
+            Ok(password) if !password.is_empty() => {
+                let username = std::env::var(OPENCODE_USERNAME_ENV)
+                    .ok()
+                    .filter(|u| !u.is_empty())
+                    .unwrap_or_else(|| "opencode".to_string());
+                plugin.with_opencode_auth(&username, &password)
+            }
+            _ => plugin,
+        }
     }
 
     fn send(&mut self, command: &PluginCommand) -> std::io::Result<()> {
@@ -384,11 +560,15 @@ impl<W: Write> Plugin<W> {
                     self.panes.remove(&token);
                     return Ok(true);
                 };
+                let server = (provider == Provider::OpenCode)
+                    .then(|| command.as_deref().and_then(opencode_server))
+                    .flatten();
                 self.panes.insert(
                     token,
                     Watched {
                         generation,
                         provider,
+                        server,
                         cwd,
                         opened: SystemTime::now(),
                         live: true,
@@ -446,7 +626,12 @@ impl<W: Write> Plugin<W> {
         let known = p.finding.session.clone();
         let finding = match p.provider {
             Provider::Codex => probe_codex(&self.codex_home, &p.cwd, p.opened, known.as_deref()),
-            Provider::OpenCode => probe_opencode(self.opencode_status.as_deref(), known.as_deref()),
+            Provider::OpenCode => probe_opencode(
+                p.server,
+                self.opencode_auth.as_deref(),
+                self.opencode_status.as_deref(),
+                known.as_deref(),
+            ),
         };
         let p = self.panes.get_mut(token).expect("looked up above");
         if finding.session.is_some() {
@@ -544,6 +729,93 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("fixtures/panes")
             .join(name)
+    }
+
+    #[test]
+    fn opencode_servers_are_taken_from_the_launch_command_on_loopback_only() {
+        let addr = |s: &str| s.parse::<std::net::SocketAddr>().ok();
+        assert_eq!(
+            opencode_server("opencode --port 4096"),
+            addr("127.0.0.1:4096")
+        );
+        assert_eq!(
+            opencode_server("opencode --port=4096 --hostname ::1"),
+            addr("[::1]:4096")
+        );
+        assert_eq!(
+            opencode_server("opencode --hostname localhost --port 7"),
+            addr("127.0.0.1:7")
+        );
+        assert_eq!(opencode_server("opencode"), None);
+        assert_eq!(opencode_server("opencode --port 0"), None);
+        assert_eq!(opencode_server("opencode --port x"), None);
+        assert_eq!(
+            opencode_server("opencode --port 4096 --hostname 0.0.0.0"),
+            None
+        );
+        assert_eq!(
+            opencode_server("opencode --port 4096 --hostname example.com"),
+            None
+        );
+        assert_eq!(
+            opencode_server("opencode --port 4096 --hostname 10.0.0.1"),
+            None
+        );
+    }
+
+    /// A one-shot loopback server answering every connection with `answer`.
+    fn serve(answer: Vec<u8>) -> std::net::SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(&answer);
+                // Like OpenCode's server: the connection stays open.
+                std::thread::sleep(HTTP_TIMEOUT * 4);
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn status_is_read_over_http_with_a_length_or_in_chunks_and_bounded() {
+        let plain = serve(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+                .to_vec(),
+        );
+        assert_eq!(
+            http_get(plain, "/session/status", None).as_deref(),
+            Some(&b"{}"[..])
+        );
+        let chunked = serve(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n5;x=y\r\n\":1}\n\r\n0\r\n\r\n".to_vec());
+        assert_eq!(
+            http_get(chunked, "/", None).as_deref(),
+            Some(&b"{\"a\":1}\n"[..])
+        );
+        let refused = serve(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n".to_vec());
+        assert_eq!(http_get(refused, "/", None), None);
+        let huge = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+            MAX_STATUS_BYTES + 1
+        );
+        assert_eq!(http_get(serve(huge.into_bytes()), "/", None), None);
+        let endless_head = serve(vec![b'x'; MAX_HEAD_BYTES * 2]);
+        assert_eq!(http_get(endless_head, "/", None), None);
+        // Short of its length: the wait is bounded by the timeout.
+        let short = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}".to_vec());
+        assert_eq!(http_get(short, "/", None), None);
+        let bad_chunk =
+            serve(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n".to_vec());
+        assert_eq!(http_get(bad_chunk, "/", None), None);
+        // Nobody listening.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        assert_eq!(http_get(closed, "/", None), None);
     }
 
     #[test]

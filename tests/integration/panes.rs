@@ -869,6 +869,29 @@ env = {{ FAKE_MODE = "codex", CODEX_HOME = "codex-home", FAKE_RESET_IN = "1", FA
 
 #[test]
 fn npc_recovery_follows_opencode_status_and_resumes_its_session_after_exit() {
+    opencode_recovery("", r#"NPC_RECOVERY_OPENCODE_STATUS = "oc-status.json""#, "");
+}
+
+#[test]
+fn npc_recovery_asks_opencodes_own_server_for_its_status() {
+    // A free loopback port for the fake OpenCode's server.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    opencode_recovery(
+        &format!(r#"args = ["--port", "{port}"]"#),
+        r#"OPENCODE_SERVER_PASSWORD = "pw-1""#,
+        r#", OPENCODE_SERVER_PASSWORD = "pw-1""#,
+    );
+}
+
+/// The fake OpenCode in a pane (`pane_extra` in its entry, `pane_env` added
+/// to its env) watched by `npc-recovery` (with `plugin_env`): retrying is
+/// reported with its deadline and left alone, idle after it needs a
+/// person, and only the exited process is relaunched with its session.
+fn opencode_recovery(pane_extra: &str, plugin_env: &str, pane_env: &str) {
     let manifest = format!(
         r#"version = 1
 {}
@@ -876,9 +899,10 @@ fn npc_recovery_follows_opencode_status_and_resumes_its_session_after_exit() {
 command = "./bin/opencode"
 plugin = "recovery"
 idle_ms = 200
-env = {{ FAKE_MODE = "opencode" }}
+env = {{ FAKE_MODE = "opencode"{pane_env} }}
+{pane_extra}
 "#,
-        recovery_plugin(r#"NPC_RECOVERY_OPENCODE_STATUS = "oc-status.json""#)
+        recovery_plugin(plugin_env)
     );
     let repo = repo_with_fake("opencode", &manifest);
     let d = Daemon::start_in(repo.path());
@@ -919,7 +943,7 @@ env = {{ FAKE_MODE = "opencode" }}
     );
     wait_for("opencode resumed", || {
         read(&d, "argv.log")
-            .contains(r#"["--session", "ses_fake1"]"#)
+            .contains(r#""--session", "ses_fake1"]"#)
             .then_some(())
     });
 }
