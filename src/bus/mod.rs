@@ -46,7 +46,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::store::{EncodedEvent, Event, NewEvent, Store, StoreError};
+use crate::store::{Commit, EncodedEvent, Event, NewEvent, Store, StoreError};
 
 pub use queue::DROP_LOG_INTERVAL;
 pub use redact::{MIN_SCRUBBED_SECRET_CHARS, redact_json, redact_str};
@@ -209,7 +209,7 @@ impl EventBus {
         let queued = self.encode(event).map(|encoded| {
             match Arc::clone(&inner.pending).try_acquire_owned() {
                 Ok(permit) => {
-                    submit(&inner.shared, encoded, permit, reply);
+                    submit(&inner.shared, encoded, Commit::Now, permit, reply);
                     None
                 }
                 Err(_) => Some((encoded, reply)),
@@ -224,7 +224,7 @@ impl EventBus {
                 if inner.closed.load(Ordering::Acquire) {
                     return Err(BusError::Closed);
                 }
-                submit(&inner.shared, encoded, permit, reply);
+                submit(&inner.shared, encoded, Commit::Now, permit, reply);
             }
             answer.await.unwrap_or(Err(BusError::Closed))
         }
@@ -234,8 +234,10 @@ impl EventBus {
     /// now, in order with every other publish, and the writer persists and
     /// fans it out (a failure is logged there). The future waits only while
     /// [`MAX_PENDING_PUBLISHES`] events are in flight, so a flood of
-    /// publishers is held back rather than buffered. For hot paths whose
-    /// answer must not wait for a commit (the MCP gateway's tool calls);
+    /// publishers is held back rather than buffered. Its commit may wait up
+    /// to [`crate::store::LINGER`] to share a transaction with the next
+    /// ones. For hot paths whose answer must not wait for a commit (the MCP
+    /// gateway's tool calls, a webhook's `run.queued`);
     /// [`Store::flush`](crate::store::Store::flush) orders a later read after it.
     pub async fn publish_detached(&self, event: NewEvent) -> Result<(), BusError> {
         let encoded = self.encode(event)?;
@@ -255,7 +257,7 @@ impl EventBus {
         };
         // Nobody awaits the answer: the writer's outcome is only logged.
         let (reply, _) = oneshot::channel();
-        submit(&inner.shared, encoded, permit, reply);
+        submit(&inner.shared, encoded, Commit::MayLinger, permit, reply);
         Ok(())
     }
 
@@ -409,28 +411,31 @@ fn valid_kind(kind: &str) -> bool {
 fn submit(
     shared: &Shared,
     event: EncodedEvent,
+    commit: Commit,
     permit: OwnedSemaphorePermit,
     reply: oneshot::Sender<Result<Arc<Event>, BusError>>,
 ) {
     let queues = Arc::clone(&shared.queues);
-    shared.store.append_events_then(vec![event], move |stored| {
-        let answer = match stored.map(|mut events| events.pop()) {
-            Ok(Some(event)) => {
-                let event = Arc::new(event);
-                queues.fan_out(&event);
-                Ok(event)
-            }
-            Ok(None) => Err(BusError::Persist {
-                source: StoreError::WriterGone,
-            }),
-            Err(source) => {
-                tracing::error!(error = %source, "event_bus.persist_failed");
-                Err(BusError::Persist { source })
-            }
-        };
-        let _ = reply.send(answer);
-        drop(permit);
-    });
+    shared
+        .store
+        .append_events_then(vec![event], commit, move |stored| {
+            let answer = match stored.map(|mut events| events.pop()) {
+                Ok(Some(event)) => {
+                    let event = Arc::new(event);
+                    queues.fan_out(&event);
+                    Ok(event)
+                }
+                Ok(None) => Err(BusError::Persist {
+                    source: StoreError::WriterGone,
+                }),
+                Err(source) => {
+                    tracing::error!(error = %source, "event_bus.persist_failed");
+                    Err(BusError::Persist { source })
+                }
+            };
+            let _ = reply.send(answer);
+            drop(permit);
+        });
 }
 
 async fn run_subscriber<P, H, Fut, E>(queue: Arc<Queue>, predicate: P, mut handler: H)

@@ -30,7 +30,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
 pub use schema::SCHEMA_VERSION;
-pub use writer::{MAX_JOBS_PER_TRANSACTION, Pending};
+pub use writer::{Commit, LINGER, MAX_JOBS_PER_TRANSACTION, Pending};
 
 use writer::{Counters, WriterHandle};
 
@@ -419,16 +419,20 @@ impl Store {
     }
 
     /// Like [`Store::append_events`], but `then` runs ON THE WRITER THREAD
-    /// right after the commit, in commit order, with the stored events. The
+    /// right after the commit, in commit order, with the stored events;
+    /// with [`Commit::MayLinger`] the commit may wait a little for company
+    /// (see [`LINGER`]). The
     /// bus uses it to fan out without another thread hop; keep `then`
     /// short, non-blocking, and free of any `Arc<Store>` (dropping the last
     /// one there would make the writer wait for itself).
-    pub fn append_events_then<C>(&self, events: Vec<EncodedEvent>, then: C)
+    pub fn append_events_then<C>(&self, events: Vec<EncodedEvent>, commit: Commit, then: C)
     where
         C: FnOnce(Result<Vec<Event>, StoreError>) + Send + 'static,
     {
         match &self.writer {
-            Some(writer) => writer.submit_then(events.len() == 1, insert_events(events), then),
+            Some(writer) => {
+                writer.submit_then(events.len() == 1, commit, insert_events(events), then);
+            }
             None => then(Err(StoreError::ReadOnly)),
         }
     }

@@ -406,11 +406,13 @@ fn continuations_run_in_commit_order_and_a_panicking_one_is_contained() {
     let (tx, rx) = std::sync::mpsc::channel();
     for n in 1..=3 {
         let tx = tx.clone();
-        store.append_events_then(vec![event("a.b", n)], move |stored| {
+        store.append_events_then(vec![event("a.b", n)], Commit::Now, move |stored| {
             let _ = tx.send(stored.map(|events| events[0].id));
         });
     }
-    store.append_events_then(vec![event("a.b", 4)], |_| panic!("continuation exploded"));
+    store.append_events_then(vec![event("a.b", 4)], Commit::Now, |_| {
+        panic!("continuation exploded")
+    });
     let later = store.append_events(vec![event("a.b", 5)]).wait().unwrap();
     let ids: Vec<i64> = rx.try_iter().map(Result::unwrap).collect();
     assert_eq!(ids, vec![1, 2, 3]);
@@ -422,9 +424,36 @@ fn read_only_store_reports_continuations_as_read_only() {
     let (_dir, store) = temp_store();
     let reader = Store::open_read_only(store.path()).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
-    reader.append_events_then(vec![event("a.b", 1)], move |stored| {
+    reader.append_events_then(vec![event("a.b", 1)], Commit::Now, move |stored| {
         let _ = tx.send(stored.map(|_| ()));
     });
     assert!(matches!(rx.try_recv().unwrap(), Err(StoreError::ReadOnly)));
     assert!(matches!(reader.flush().wait(), Err(StoreError::ReadOnly)));
+}
+
+#[test]
+fn lingering_events_share_a_transaction_and_an_awaited_write_ends_the_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("state.db")).unwrap();
+    let before = store.stats().transactions;
+    let (tx, rx) = std::sync::mpsc::channel();
+    for n in 0..20 {
+        let tx = tx.clone();
+        store.append_events_then(vec![event("a.b", n)], Commit::MayLinger, move |stored| {
+            tx.send(stored.is_ok()).unwrap();
+        });
+    }
+    // An awaited write commits without waiting out the linger, and with it
+    // every lingering event before it.
+    store.flush().wait().unwrap();
+    let done: Vec<bool> = rx.try_iter().collect();
+    assert_eq!(done, vec![true; 20]);
+    assert_eq!(store.events_since(0, 100).unwrap().len(), 20);
+    // Twenty lingering events and the flush took far fewer transactions
+    // than twenty-one.
+    assert!(
+        store.stats().transactions - before < 20,
+        "{:?}",
+        store.stats()
+    );
 }

@@ -3,7 +3,11 @@
 //! every job already queued, runs them all in ONE immediate transaction
 //! (each inside its own savepoint, so one failing job rolls back only
 //! itself), commits once, and then answers every caller. That is group
-//! commit: concurrent writers share a transaction and an fsync.
+//! commit: concurrent writers share a transaction and an fsync. A batch of
+//! nothing but [`Commit::MayLinger`] jobs (events nobody waits for) waits up
+//! to [`LINGER`] for more before it commits, so a steady trickle of them —
+//! one per MCP tool call — costs one transaction per few milliseconds rather
+//! than one each; any job someone awaits ends the wait at once.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,12 +23,25 @@ use super::{StoreError, sqlite};
 
 /// Most jobs one transaction takes before it commits and starts another.
 pub const MAX_JOBS_PER_TRANSACTION: usize = 4096;
+/// Longest a batch of [`Commit::MayLinger`] jobs waits for company.
+pub const LINGER: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// When a job's transaction may commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// As soon as the writer gets to it (someone waits for the answer).
+    Now,
+    /// Within [`LINGER`]: nobody waits, so it may share a later transaction.
+    MayLinger,
+}
 
 /// A unit of work for the writer thread.
 pub(super) trait Job: Send {
     /// Whether the job is a single statement. SQLite makes a statement
     /// atomic by itself, so such a job skips the savepoint round trip.
     fn single_statement(&self) -> bool;
+    /// When its transaction may commit.
+    fn commit(&self) -> Commit;
     /// Run inside the batch's transaction; an error undoes this job only.
     fn run(&mut self, conn: &Connection) -> Result<(), StoreError>;
     /// Answer the caller once the transaction's outcome is known. Runs on
@@ -42,6 +59,7 @@ struct FnJob<T, F> {
     output: Option<Result<T, StoreError>>,
     then: Then<T>,
     single_statement: bool,
+    commit: Commit,
 }
 
 impl<T, F> Job for FnJob<T, F>
@@ -51,6 +69,10 @@ where
 {
     fn single_statement(&self) -> bool {
         self.single_statement
+    }
+
+    fn commit(&self) -> Commit {
+        self.commit
     }
 
     fn run(&mut self, conn: &Connection) -> Result<(), StoreError> {
@@ -109,7 +131,7 @@ impl WriterHandle {
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let (reply, rx) = oneshot::channel();
-        self.submit_then(false, work, move |answer| {
+        self.submit_then(false, Commit::Now, work, move |answer| {
             // The caller may have stopped waiting; not the writer's problem.
             let _ = reply.send(answer);
         });
@@ -119,7 +141,7 @@ impl WriterHandle {
     /// Queue `work`; `then` runs on the writer thread with the outcome once
     /// the transaction holding it committed (or failed), in submission
     /// order. If the writer is gone, `then` runs at once on this thread.
-    pub fn submit_then<T, F, C>(&self, single_statement: bool, work: F, then: C)
+    pub fn submit_then<T, F, C>(&self, single_statement: bool, commit: Commit, work: F, then: C)
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
@@ -130,6 +152,7 @@ impl WriterHandle {
             output: None,
             then: Box::new(then),
             single_statement,
+            commit,
         });
         let unsent = match &self.jobs {
             Some(jobs) => jobs.send(job).err().map(|e| e.0),
@@ -163,6 +186,7 @@ fn writer_loop(mut conn: Connection, jobs: &mpsc::Receiver<Box<dyn Job>>, counte
                 Err(_) => break,
             }
         }
+        linger(jobs, &mut batch);
         let outcome = run_batch(&mut conn, &mut batch);
         if outcome.is_ok() {
             counters.transactions.fetch_add(1, Ordering::Relaxed);
@@ -178,6 +202,28 @@ fn writer_loop(mut conn: Connection, jobs: &mpsc::Receiver<Box<dyn Job>>, counte
             if finished.is_err() {
                 tracing::error!("store.writer_continuation_panicked");
             }
+        }
+    }
+}
+
+/// While every job of `batch` may linger, wait (up to [`LINGER`] in all)
+/// for more; stop at a job someone awaits, or a full batch.
+fn linger(jobs: &mpsc::Receiver<Box<dyn Job>>, batch: &mut Vec<Box<dyn Job>>) {
+    if batch.iter().any(|j| j.commit() == Commit::Now) {
+        return;
+    }
+    let deadline = std::time::Instant::now() + LINGER;
+    while batch.len() < MAX_JOBS_PER_TRANSACTION {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match jobs.recv_timeout(left) {
+            Ok(job) => {
+                let now = job.commit() == Commit::Now;
+                batch.push(job);
+                if now {
+                    return;
+                }
+            }
+            Err(_) => return,
         }
     }
 }
