@@ -74,7 +74,10 @@ fn entry(
     manifest_name: &str,
     event: HookEvent,
 ) -> Option<Value> {
-    let hooks = manifest.hooks.get(&event).filter(|h| !h.is_empty())?;
+    let hooks = tool_hooks(manifest, event);
+    if hooks.is_empty() {
+        return None;
+    }
     let total_ms: u64 = hooks.iter().map(|h| h.timeout_ms).sum::<u64>() + BRIDGE_MARGIN_MS;
     let (agent, manifest_arg, timeout) = match kind {
         ProviderKind::GeminiCli => (
@@ -96,6 +99,17 @@ fn entry(
         "matcher": "*",
         "hooks": [{ "type": "command", "command": command, "timeout": timeout }],
     }))
+}
+
+/// The hooks of `event` that `npc hook run` runs: the manifest's and its
+/// enabled plugins' (see `HookSet::for_repository`).
+fn tool_hooks(manifest: &Manifest, event: HookEvent) -> Vec<&crate::model::Hook> {
+    let own = manifest.hooks.get(&event).into_iter().flatten();
+    let plugins = manifest
+        .plugin_parts()
+        .into_iter()
+        .flat_map(move |(_, parts)| parts.hooks.get(&event).into_iter().flatten());
+    own.chain(plugins).collect()
 }
 
 /// A manifest file name is written into a shell command: only plain names.
