@@ -899,15 +899,19 @@ impl Runtime {
     async fn write_files(&self, manifest: &Manifest) -> Result<(), String> {
         let (manifest, paths, store) = (manifest.clone(), self.paths.clone(), self.store.clone());
         let work = tokio::task::spawn_blocking(move || {
-            files::plan_files(
+            let plans = files::plan_files(
                 &manifest,
                 &paths,
                 Some(&store),
                 &crate::native::Scope::Project,
-            )
+            );
+            // Plugin skills are copied here too (they follow the plugins).
+            let skills = crate::native::skills::plan(&manifest, &paths.root);
+            let copied = crate::native::skills::apply(&paths.root, &skills);
+            (plans, copied)
         });
-        let plans = match tokio::time::timeout(FILES_DEADLINE, work).await {
-            Ok(Ok(plans)) => plans,
+        let (plans, copied) = match tokio::time::timeout(FILES_DEADLINE, work).await {
+            Ok(Ok(done)) => done,
             Ok(Err(e)) => return Err(format!("planning the agent files failed: {e}")),
             Err(_) => {
                 return Err(format!(
@@ -915,7 +919,7 @@ impl Runtime {
                 ));
             }
         };
-        if !plans.iter().any(|p| p.is_change() || p.error.is_some()) {
+        if !plans.iter().any(|p| p.is_change() || p.error.is_some()) && copied.is_empty() {
             return Ok(());
         }
         // Remember what npc writes before writing it, so the watcher knows
@@ -925,7 +929,8 @@ impl Runtime {
                 self.written.record(path, content);
             }
         }
-        let results = files::write_files(&plans, &self.store).await;
+        let mut results = files::write_files(&plans, &self.store).await;
+        results.extend(copied);
         let lines: Vec<serde_json::Value> = results
             .iter()
             .map(|(path, r)| match r {
