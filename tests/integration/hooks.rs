@@ -701,3 +701,92 @@ fn apply_writes_hook_bridges_that_stop_git_push_and_removes_them_again() {
     let gemini = settings(&root.join(".gemini/settings.json"));
     assert!(gemini.get("hooks").is_none(), "{gemini}");
 }
+
+/// A plugin package at `kit/` in `dir` whose hooks file has `hooks` (JSON).
+fn plugin_kit(dir: &Path, name: &str, hooks: Value) {
+    let kit = dir.join("kit");
+    std::fs::create_dir_all(kit.join("dev.npcagent")).unwrap();
+    std::fs::write(
+        kit.join("plugin.json"),
+        json!({"$schema": "https://agent-plugins.org/schemas/1.0.0/plugin.schema.json", "name": name})
+            .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        kit.join("dev.npcagent/hooks.json"),
+        json!({"version": 1, "hooks": hooks}).to_string(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn npc_run_runs_plugin_hooks_after_the_manifests_with_plugin_root_and_data() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = run_repo(
+        "[[hooks.on_agent_start]]\ncommand = \"./hooks/log\"\n[[hooks.on_agent_end]]\ncommand = \"./hooks/log\"\n[plugins.kit]\npath = \"kit\"\n",
+        &[],
+    );
+    // The plugin's hooks run in the package root; they log where they run.
+    let log = json!([{"command": "sh", "args": ["-c", "cat >/dev/null; echo \"plugin:$PLUGIN_ROOT:$PLUGIN_DATA:$(pwd)\" >> ../hook.log"]}]);
+    plugin_kit(
+        dir.path(),
+        "ordered",
+        json!({"on_agent_start": log, "on_agent_end": log}),
+    );
+    let out = npc()
+        .env("XDG_DATA_HOME", data.path())
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "list the files"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let kit = dir.path().join("kit").canonicalize().unwrap();
+    let plugin_line = format!(
+        "plugin:{}:{}:{}",
+        kit.display(),
+        data.path().join("npc/plugin-data/ordered").display(),
+        kit.display()
+    );
+    assert_eq!(
+        hook_log(dir.path()),
+        [
+            "on_agent_start".to_string(),
+            plugin_line.clone(),
+            "on_agent_end".to_string(),
+            plugin_line
+        ]
+    );
+}
+
+#[test]
+fn a_failing_plugin_hook_fails_closed_like_the_manifests() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = repo("", &[]);
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n[plugins.kit]\npath = \"kit\"\n",
+    )
+    .unwrap();
+    plugin_kit(
+        dir.path(),
+        "broken-hook",
+        json!({"before_tool": [{"command": "sh", "args": ["-c", "echo not json"]}]}),
+    );
+    let out = npc()
+        .env("XDG_DATA_HOME", data.path())
+        .current_dir(dir.path())
+        .args(["hook", "run", "before_tool"])
+        .write_stdin(push_call().to_string())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["decision"], "deny");
+    assert!(
+        answer["reason"]
+            .as_str()
+            .unwrap()
+            .contains("hook plugin `kit` before_tool[0] failed"),
+        "{answer}"
+    );
+}
