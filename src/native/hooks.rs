@@ -10,10 +10,14 @@
 //!   `hooks.BeforeTool` / `hooks.AfterTool`, same shape, `timeout` in ms;
 //!   it substitutes `$GEMINI_PROJECT_DIR` (shell-quoted) itself and runs
 //!   project hooks only in trusted folders.
-//! - Codex CLI (0.171) has hooks behind its `codex_hooks` feature flag and
-//!   OpenCode (1.18) has JavaScript plugins (`tool.execute.before`); neither
-//!   is bridged yet, so their built-in tools are governed only through the
-//!   gateway's MCP tools.
+//! - Codex CLI (0.171, hooks on by default): `.codex/hooks.json`
+//!   `hooks.PreToolUse` / `hooks.PostToolUse`, Claude Code's shape with
+//!   `timeout` in seconds, run in the session's directory (the repository
+//!   root, where npc's entry finds the manifest). Codex loads project hooks
+//!   only in trusted projects and runs a new or changed hook only after the
+//!   user trusted it once (`/hooks`). No `matcher`: every tool.
+//! - OpenCode (1.18) has no command hooks; its plugins are bridged by a
+//!   managed plugin file instead (see [`opencode_plugin`]).
 //!
 //! An entry is npc's when one of its commands starts with [`BRIDGE_COMMAND`];
 //! those are replaced or removed, every other entry and key is kept. With no
@@ -35,9 +39,15 @@ pub const BRIDGE_MARGIN_MS: u64 = 10_000;
 /// The project settings file holding Claude Code's hooks.
 pub const CLAUDE_SETTINGS: &str = ".claude/settings.json";
 
-/// Whether `kind`'s CLI has a hook mechanism npc bridges.
+/// The project file holding Codex CLI's hooks.
+pub const CODEX_HOOKS: &str = ".codex/hooks.json";
+
+/// Whether `kind`'s CLI has a command-hook mechanism npc bridges.
 pub fn bridged(kind: ProviderKind) -> bool {
-    matches!(kind, ProviderKind::ClaudeCode | ProviderKind::GeminiCli)
+    matches!(
+        kind,
+        ProviderKind::ClaudeCode | ProviderKind::GeminiCli | ProviderKind::Codex
+    )
 }
 
 /// The tool events bridged, with their name in `kind`'s settings.
@@ -85,6 +95,11 @@ fn entry(
             format!("$GEMINI_PROJECT_DIR/{manifest_name}"),
             json!(total_ms),
         ),
+        ProviderKind::Codex => (
+            "codex",
+            manifest_name.to_string(),
+            json!(total_ms.div_ceil(1000)),
+        ),
         _ => (
             "claude",
             format!("\"$CLAUDE_PROJECT_DIR\"/{manifest_name}"),
@@ -95,10 +110,12 @@ fn entry(
         "{BRIDGE_COMMAND}{} --agent {agent} --manifest {manifest_arg}",
         event.as_str()
     );
-    Some(json!({
-        "matcher": "*",
-        "hooks": [{ "type": "command", "command": command, "timeout": timeout }],
-    }))
+    let handler = json!([{ "type": "command", "command": command, "timeout": timeout }]);
+    Some(match kind {
+        // Codex matches every tool without a `matcher`.
+        ProviderKind::Codex => json!({ "hooks": handler }),
+        _ => json!({ "matcher": "*", "hooks": handler }),
+    })
 }
 
 /// The hooks of `event` that `npc hook run` runs: the manifest's and its

@@ -248,8 +248,8 @@ pub fn plan_files_with(
             }),
             Err(e) => out.push(FilePlan::failed(key, what, e.to_string())),
         }
-        if project && kind == ProviderKind::ClaudeCode {
-            out.extend(plan_claude_hooks(manifest, paths));
+        if project && matches!(kind, ProviderKind::ClaudeCode | ProviderKind::Codex) {
+            out.extend(plan_hooks_file(kind, manifest, paths));
         }
     }
     let ctx = RenderContext::new(&paths.root, manifest);
@@ -296,11 +296,15 @@ fn with_hook_bridge(
     Ok(change)
 }
 
-/// Claude Code's project settings with the hook bridge entries; `None`
-/// when the file does not exist and no entry is due.
-fn plan_claude_hooks(manifest: &Manifest, paths: &RepoPaths) -> Option<FilePlan> {
-    let path = paths.root.join(native::hooks::CLAUDE_SETTINGS);
-    let what = format!("{} hooks", ProviderKind::ClaudeCode.as_str());
+/// Claude Code's project settings (Codex CLI's hooks file) with the hook
+/// bridge entries; `None` when the file does not exist and no entry is due.
+fn plan_hooks_file(kind: ProviderKind, manifest: &Manifest, paths: &RepoPaths) -> Option<FilePlan> {
+    let file = match kind {
+        ProviderKind::Codex => native::hooks::CODEX_HOOKS,
+        _ => native::hooks::CLAUDE_SETTINGS,
+    };
+    let path = paths.root.join(file);
+    let what = format!("{} hooks", kind.as_str());
     let planned = native::read_existing_in(&paths.root, &path).and_then(|before| {
         let change = FileChange {
             path: path.clone(),
@@ -311,7 +315,7 @@ fn plan_claude_hooks(manifest: &Manifest, paths: &RepoPaths) -> Option<FilePlan>
             managed: BTreeSet::new(),
             conflicts: Vec::new(),
         };
-        with_hook_bridge(change, ProviderKind::ClaudeCode, manifest, paths)
+        with_hook_bridge(change, kind, manifest, paths)
     });
     Some(match planned {
         Ok(change) if change.before.is_none() && change.after.is_empty() => return None,

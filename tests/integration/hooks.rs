@@ -790,3 +790,67 @@ fn a_failing_plugin_hook_fails_closed_like_the_manifests() {
         "{answer}"
     );
 }
+
+#[test]
+fn apply_writes_a_codex_hook_bridge_that_stops_git_push() {
+    let providers = "[providers.codex]\nkind = \"codex\"\n";
+    let dir = repo(&format!("{providers}{NO_PUSH}"), &[NO_PUSH_SCRIPT]);
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::create_dir(root.join(".codex")).unwrap();
+    std::fs::write(
+        root.join(".codex/hooks.json"),
+        r#"{"hooks":{"SessionStart":[{"matcher":"startup","hooks":[{"type":"command","command":"./mine"}]}]}}"#,
+    )
+    .unwrap();
+    let out = npc()
+        .current_dir(&root)
+        .args(["apply", "--auto-approve"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let codex = settings(&root.join(".codex/hooks.json"));
+    assert_eq!(
+        codex["hooks"]["SessionStart"][0]["hooks"][0]["command"],
+        "./mine"
+    );
+    let group = &codex["hooks"]["PreToolUse"][0];
+    assert!(group.get("matcher").is_none(), "{group}");
+    assert_eq!(group["hooks"][0]["type"], "command");
+    assert!(group["hooks"][0]["timeout"].as_u64().unwrap() >= 10);
+    // Codex runs the command through its shell in the session's directory
+    // with the input (the recorded shape of its schema) on stdin; exit
+    // status 2 with a reason on stderr blocks the tool.
+    let command = group["hooks"][0]["command"].as_str().unwrap();
+    let push: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("fixtures/hooks/codex-pretooluse-bash.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let out = run_bridge(&root, command, "codex", &push);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("git push is not allowed from agents"));
+    let mut ok = push.clone();
+    ok["tool_input"]["command"] = "cargo test".into();
+    let out = run_bridge(&root, command, "codex", &ok);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+
+    // Without tool hooks npc's entry goes and the user's stays.
+    std::fs::write(
+        root.join("npcagent.toml"),
+        format!("version = 1\n{providers}"),
+    )
+    .unwrap();
+    let out = npc()
+        .current_dir(&root)
+        .args(["apply", "--auto-approve"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let codex = settings(&root.join(".codex/hooks.json"));
+    assert!(codex["hooks"].get("PreToolUse").is_none(), "{codex}");
+    assert_eq!(
+        codex["hooks"]["SessionStart"][0]["hooks"][0]["command"],
+        "./mine"
+    );
+}
