@@ -129,6 +129,54 @@ fn tool_hooks(manifest: &Manifest, event: HookEvent) -> Vec<&crate::model::Hook>
     own.chain(plugins).collect()
 }
 
+/// OpenCode's managed plugin file (OpenCode loads `.opencode/plugins/*.js`).
+pub const OPENCODE_PLUGIN: &str = ".opencode/plugins/npc-hooks.js";
+/// How npc's plugin file starts (how npc knows its own).
+pub const OPENCODE_MARKER: &str = "// Managed by npc";
+/// The plugin's source, with `__NAME__` placeholders filled in by [`opencode_plugin`].
+const OPENCODE_TEMPLATE: &str = include_str!("opencode/npc-hooks.js");
+
+/// The text of OpenCode's managed plugin file (`before`, `None` when
+/// absent) for `manifest`, and notes. OpenCode (1.18) has no command hooks
+/// but loads JavaScript plugins whose `tool.execute.before` may throw to
+/// stop a tool (and may change its arguments) and whose
+/// `tool.execute.after` may change its output: npc's plugin calls `npc
+/// hook run` (npc's own protocol) from them. A file of that name that is not
+/// npc's is left alone; with no tool hook npc's file stays as a plugin that
+/// does nothing.
+pub fn opencode_plugin(
+    before: Option<&str>,
+    manifest: &Manifest,
+    manifest_name: &str,
+) -> (String, Vec<String>) {
+    let mut notes = Vec::new();
+    if let Some(text) = before
+        && !text.starts_with(OPENCODE_MARKER)
+    {
+        notes.push(format!(
+            "`{OPENCODE_PLUGIN}` is not npc's; it is left alone and OpenCode's own tools are not bridged to the hooks"
+        ));
+        return (text.to_string(), notes);
+    }
+    let before_hooks = tool_hooks(manifest, HookEvent::BeforeTool);
+    let after_hooks = tool_hooks(manifest, HookEvent::AfterTool);
+    if before_hooks.is_empty() && after_hooks.is_empty() && before.is_none() {
+        return (String::new(), notes);
+    }
+    // One `npc hook run` runs one event's hooks one after the other.
+    let sum = |hooks: &[&crate::model::Hook]| hooks.iter().map(|h| h.timeout_ms).sum::<u64>();
+    let total_ms = sum(&before_hooks).max(sum(&after_hooks)) + BRIDGE_MARGIN_MS;
+    let text = OPENCODE_TEMPLATE
+        .replace(
+            "__MANIFEST__",
+            &serde_json::to_string(manifest_name).unwrap_or_default(),
+        )
+        .replace("__TIMEOUT_MS__", &total_ms.to_string())
+        .replace("__BEFORE__", &(!before_hooks.is_empty()).to_string())
+        .replace("__AFTER__", &(!after_hooks.is_empty()).to_string());
+    (text, notes)
+}
+
 /// A manifest file name is written into a shell command: only plain names.
 fn shell_safe(name: &str) -> bool {
     !name.is_empty()

@@ -251,6 +251,9 @@ pub fn plan_files_with(
         if project && matches!(kind, ProviderKind::ClaudeCode | ProviderKind::Codex) {
             out.extend(plan_hooks_file(kind, manifest, paths));
         }
+        if project && kind == ProviderKind::Opencode {
+            out.extend(plan_opencode_plugin(manifest, paths));
+        }
     }
     let ctx = RenderContext::new(&paths.root, manifest);
     crate::model::template::with_fuel_pool(crate::model::template::BATCH_FUEL, || {
@@ -324,6 +327,42 @@ fn plan_hooks_file(kind: ProviderKind, manifest: &Manifest, paths: &RepoPaths) -
             root: paths.root.clone(),
             ..FilePlan::from_change(&paths.root, what, change)
         },
+        Err(e) => FilePlan::failed(rel(&paths.root, &path), what, e.to_string()),
+    })
+}
+
+/// OpenCode's managed hook plugin (see [`native::hooks::opencode_plugin`]);
+/// `None` when it does not exist and no tool hook is declared.
+fn plan_opencode_plugin(manifest: &Manifest, paths: &RepoPaths) -> Option<FilePlan> {
+    let path = paths.root.join(native::hooks::OPENCODE_PLUGIN);
+    let what = format!("{} hooks", ProviderKind::Opencode.as_str());
+    Some(match native::read_existing_in(&paths.root, &path) {
+        Ok(before) => {
+            let (after, notes) =
+                native::hooks::opencode_plugin(before.as_deref(), manifest, &manifest_name(paths));
+            if before.is_none() && after.is_empty() {
+                return None;
+            }
+            let diff = if before.as_deref() == Some(after.as_str()) {
+                String::new()
+            } else {
+                native::redacted_diff(&path, before.as_deref(), &after, &manifest.secret_values())
+            };
+            let change = FileChange {
+                path: path.clone(),
+                before,
+                after,
+                diff,
+                notes,
+                managed: BTreeSet::new(),
+                conflicts: Vec::new(),
+            };
+            FilePlan {
+                native: true,
+                root: paths.root.clone(),
+                ..FilePlan::from_change(&paths.root, what, change)
+            }
+        }
         Err(e) => FilePlan::failed(rel(&paths.root, &path), what, e.to_string()),
     })
 }

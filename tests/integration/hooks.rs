@@ -854,3 +854,141 @@ fn apply_writes_a_codex_hook_bridge_that_stops_git_push() {
         "./mine"
     );
 }
+
+/// Load OpenCode's managed plugin file the way OpenCode does (an ES module
+/// whose exports are plugin factories called with the project directory)
+/// and call its `tool.execute.before` / `after` hooks with `calls`, each
+/// `[tool, args, output]`; one JSON line per call: `{args, output}` or `{error}`.
+fn opencode_calls(root: &Path, calls: Value) -> Vec<Value> {
+    let harness = format!(
+        r#"import {{ pathToFileURL }} from "node:url";
+const mod = await import(pathToFileURL({plugin:?}).href);
+for (const make of Object.values(mod)) {{
+  const hooks = await make({{ directory: {root:?} }});
+  for (const [i, [tool, args, out]] of {calls}.entries()) {{
+    const input = {{ tool, sessionID: "s", callID: `c${{i}}` }};
+    const output = {{ args }};
+    try {{
+      if (hooks["tool.execute.before"]) await hooks["tool.execute.before"](input, output);
+      const result = {{ title: "", output: out, metadata: {{}} }};
+      if (hooks["tool.execute.after"]) await hooks["tool.execute.after"](input, result);
+      console.log(JSON.stringify({{ args: output.args, output: result.output }}));
+    }} catch (e) {{
+      console.log(JSON.stringify({{ error: String(e.message) }}));
+    }}
+  }}
+}}
+"#,
+        plugin = root
+            .join(".opencode/plugins/npc-hooks.js")
+            .display()
+            .to_string(),
+        root = root.display().to_string(),
+    );
+    let bin = crate::support::npc_path();
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = assert_cmd::Command::new("node")
+        .args(["--input-type=module", "-e", &harness])
+        .env("PATH", path)
+        .current_dir(root)
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn apply_writes_an_opencode_plugin_that_stops_git_push_and_rewrites() {
+    if std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: `node` is not installed");
+        return;
+    }
+    let providers = "[providers.oc]\nkind = \"opencode\"\n";
+    let hooks = format!(
+        "{}{}",
+        "[[hooks.before_tool]]\ncommand = \"./hooks/no-push\"\nmatcher = \"^bash$\"\n",
+        sh_hook(
+            "after_tool",
+            "in=$(cat); echo \"$in\" | grep -q '\"output\":\"secret\"' && echo '{\"output\":\"[redacted]\"}' || true",
+            "^read$"
+        ),
+    );
+    let dir = repo(&format!("{providers}{hooks}"), &[NO_PUSH_SCRIPT]);
+    let root = dir.path().canonicalize().unwrap();
+    let out = npc()
+        .current_dir(&root)
+        .args(["apply", "--auto-approve"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let got = opencode_calls(
+        &root,
+        json!([
+            ["bash", {"command": "git push origin main"}, ""],
+            ["bash", {"command": "cargo test"}, "ok"],
+            ["read", {"filePath": "a"}, "secret"]
+        ]),
+    );
+    assert!(
+        got[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("git push is not allowed from agents")),
+        "{got:?}"
+    );
+    assert_eq!(got[1]["output"], "ok", "{got:?}");
+    assert_eq!(got[2]["output"], "[redacted]", "{got:?}");
+
+    // A user's file of that name is left alone.
+    let plugin = root.join(".opencode/plugins/npc-hooks.js");
+    std::fs::write(&plugin, "export const Mine = async () => ({});\n").unwrap();
+    npc()
+        .current_dir(&root)
+        .args(["apply", "--auto-approve"])
+        .assert()
+        .success();
+    let out = npc()
+        .current_dir(&root)
+        .args(["plan", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("is not npc's; it is left alone"),
+        "{out:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&plugin).unwrap(),
+        "export const Mine = async () => ({});\n"
+    );
+
+    // npc's file without tool hooks: a plugin that does nothing.
+    std::fs::remove_file(&plugin).unwrap();
+    npc()
+        .current_dir(&root)
+        .args(["apply", "--auto-approve"])
+        .assert()
+        .success();
+    std::fs::write(
+        root.join("npcagent.toml"),
+        format!("version = 1\n{providers}"),
+    )
+    .unwrap();
+    npc()
+        .current_dir(&root)
+        .args(["apply", "--auto-approve"])
+        .assert()
+        .success();
+    let got = opencode_calls(&root, json!([["bash", {"command": "git push"}, "pushed"]]));
+    assert_eq!(got[0]["output"], "pushed", "{got:?}");
+}
