@@ -290,3 +290,189 @@ pub fn user_plugins(
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest() -> Manifest {
+        struct NoFiles;
+        impl crate::model::Files for NoFiles {
+            fn read_to_string(&self, _: &Path) -> std::io::Result<String> {
+                Err(std::io::ErrorKind::NotFound.into())
+            }
+            fn is_dir(&self, _: &Path) -> bool {
+                false
+            }
+        }
+        let env = BTreeMap::<String, String>::new();
+        crate::model::load_bytes(
+            "t.toml",
+            b"version = 1\n[mcp.servers.kit__echo]\ncommand = \"x\"\n",
+            crate::model::Syntax::Toml,
+            &env,
+            &NoFiles,
+        )
+        .manifest
+        .expect("valid")
+    }
+
+    fn package(dir: &Path, name: &str, hooks: bool) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(
+            dir.join("plugin.json"),
+            serde_json::json!({"$schema": super::super::PLUGIN_SCHEMA_URL, "name": name})
+                .to_string(),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("mcp.json"),
+            serde_json::json!({"$schema": super::super::MCP_SCHEMA_URL,
+                "mcpServers": {"echo": {"type": "stdio", "command": "python3"}}})
+            .to_string(),
+        )
+        .unwrap();
+        if hooks {
+            std::fs::create_dir_all(dir.join("dev.npcagent")).unwrap();
+            std::fs::write(
+                dir.join("dev.npcagent/hooks.json"),
+                r#"{"version":1,"hooks":{"before_tool":[{"command":"./deny","args":["${PLUGIN_DATA}/x"]}]}}"#,
+            )
+            .unwrap();
+        }
+    }
+
+    fn user(name: &str, path: &Path, enabled: bool) -> UserPlugin {
+        UserPlugin {
+            name: name.into(),
+            path: path.canonicalize().unwrap_or_else(|_| path.into()),
+            enabled,
+        }
+    }
+
+    #[test]
+    fn user_plugins_join_after_the_manifests_and_bad_ones_are_dropped_with_a_notice() {
+        let tmp = tempfile::tempdir().unwrap();
+        package(&tmp.path().join("kit"), "kit", true);
+        package(&tmp.path().join("other"), "other", false);
+        package(&tmp.path().join("renamed"), "not-the-name", false);
+        std::fs::create_dir_all(tmp.path().join("broken")).unwrap();
+        std::fs::write(tmp.path().join("broken/plugin.json"), "{").unwrap();
+        let mut m = manifest();
+        m.plugins.insert(
+            "other".into(),
+            Plugin {
+                path: "x".into(),
+                enabled: false,
+                source: PluginSource::Manifest,
+                parts: None,
+            },
+        );
+        let users = [
+            user("kit", &tmp.path().join("kit"), true),
+            user("other", &tmp.path().join("other"), true),
+            user("renamed", &tmp.path().join("renamed"), true),
+            user("broken", &tmp.path().join("broken"), true),
+            user("off", &tmp.path().join("kit"), false),
+        ];
+        user_plugins(&mut m, &users, &|p| crate::plugins::validate(p).ok());
+        // `kit` joined; its server collides with the manifest's `kit__echo`.
+        let kit = &m.plugins["kit"];
+        assert_eq!(kit.source, PluginSource::User);
+        let parts = kit.parts.as_ref().unwrap();
+        assert_eq!(parts.hooks[&HookEvent::BeforeTool].len(), 1);
+        assert_eq!(
+            m.mcp_servers["kit__echo"].transport,
+            manifest().mcp_servers["kit__echo"].transport
+        );
+        let kinds: Vec<(String, String)> = m
+            .plugin_notices
+            .iter()
+            .map(|n| match n {
+                PluginNotice::Collision {
+                    kind, id, policy, ..
+                } => {
+                    assert_eq!(policy, "keep_first");
+                    (format!("collision {kind}"), id.clone())
+                }
+                PluginNotice::Dropped { id, .. } => ("dropped".into(), id.clone()),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("collision mcp_server".to_string(), "kit__echo".to_string()),
+                ("collision plugin".to_string(), "other".to_string()),
+                ("dropped".to_string(), "renamed".to_string()),
+                ("dropped".to_string(), "broken".to_string()),
+            ]
+        );
+        assert!(!m.plugins.contains_key("off"));
+        assert_eq!(m.plugins["other"].source, PluginSource::Manifest);
+        // Hooks order: the manifest's plugins, then the user registry's.
+        assert_eq!(
+            m.plugin_parts().iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            ["kit"]
+        );
+    }
+
+    #[test]
+    fn the_hook_set_runs_the_manifests_hooks_then_each_plugins_in_discovery_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        for name in ["b-user", "a-user"] {
+            package(&tmp.path().join(name), name, true);
+        }
+        let mut m = manifest();
+        let hook = crate::model::Hook {
+            run: CommandSpec {
+                command: "true".into(),
+                args: Vec::new(),
+                env: BTreeMap::new(),
+                cwd: None,
+            },
+            timeout_ms: 1000,
+            matcher: None,
+        };
+        m.hooks.insert(HookEvent::BeforeTool, vec![hook]);
+        // A manifest plugin named after both user ones still runs first.
+        package(&tmp.path().join("z-manifest"), "z-manifest", true);
+        let pkg = crate::plugins::validate(&tmp.path().join("z-manifest"))
+            .unwrap()
+            .package
+            .unwrap();
+        m.plugins.insert(
+            "z-manifest".into(),
+            Plugin {
+                path: "z-manifest".into(),
+                enabled: true,
+                source: PluginSource::Manifest,
+                parts: Some(parts(&pkg, &tmp.path().join("data"))),
+            },
+        );
+        let users = [
+            user("b-user", &tmp.path().join("b-user"), true),
+            user("a-user", &tmp.path().join("a-user"), true),
+        ];
+        user_plugins(&mut m, &users, &|p| crate::plugins::validate(p).ok());
+        let set = crate::hooks::HookSet::for_repository(tmp.path(), &m);
+        let labels: Vec<String> = set
+            .matching(HookEvent::BeforeTool, Some("any__tool"))
+            .map(crate::hooks::HookEntry::label)
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "before_tool[0]",
+                "plugin `z-manifest` before_tool[0]",
+                "plugin `a-user` before_tool[0]",
+                "plugin `b-user` before_tool[0]",
+            ]
+        );
+    }
+
+    #[test]
+    fn server_ids_keep_only_safe_characters() {
+        assert_eq!(server_id("kit", "echo"), "kit__echo");
+        assert_eq!(server_id("a.b", "c d/e"), "a-b__c-d-e");
+    }
+}
