@@ -93,7 +93,7 @@ pub struct SkillChange {
     pub note: Option<String>,
     /// The files to write (relative path, bytes) and the marker.
     #[serde(skip)]
-    files: Vec<(PathBuf, Vec<u8>)>,
+    files: SkillFiles,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -103,8 +103,11 @@ struct Marker {
     digest: String,
 }
 
-/// A skill's files read from its package, bounded: (relative path, bytes).
-fn read_skill(root: &Path, dir: &Path) -> Result<Vec<(PathBuf, Vec<u8>)>, String> {
+/// A skill's files: (path relative to the skill folder, bytes), sorted.
+type SkillFiles = Vec<(PathBuf, Vec<u8>)>;
+
+/// A skill's files read from its package, bounded.
+fn read_skill(root: &Path, dir: &Path) -> Result<SkillFiles, String> {
     let pkg = Root::new(root).map_err(|e| e.to_string())?;
     let rel = dir.strip_prefix(root).map_err(|_| {
         format!(
@@ -178,8 +181,7 @@ pub fn plan(manifest: &Manifest, root: &Path) -> Vec<SkillChange> {
     let kinds: std::collections::BTreeSet<ProviderKind> =
         manifest.providers.values().map(|p| p.kind).collect();
     // The skills to install, by name: the first plugin (discovery order) wins.
-    let mut wanted: BTreeMap<String, (String, Result<Vec<(PathBuf, Vec<u8>)>, String>)> =
-        BTreeMap::new();
+    let mut wanted: BTreeMap<String, (String, Result<SkillFiles, String>)> = BTreeMap::new();
     let mut shadowed = Vec::new();
     for (plugin, parts) in manifest.plugin_parts() {
         for skill in &parts.skills {
