@@ -1293,6 +1293,25 @@ fn the_daemon_runs_user_registry_plugins_live_and_reports_collisions_and_drops()
         "{:?}",
         d.status()
     );
+    // Its before_tool hook now guards the daemon's gateway.
+    let python = crate::mcp::python_sdk();
+    let call = || {
+        gateway_session(
+            d.root(),
+            data.path(),
+            serde_json::json!([["call", "probe-kit__echo__echo", {}]]),
+        )
+    };
+    if python {
+        let got = wait_for("the plugin's hook in the daemon's gateway", || {
+            let got = call();
+            got[0]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("probe says no"))
+                .then_some(got)
+        });
+        assert_eq!(got[0]["is_error"], true, "{got:?}");
+    }
 
     // A plugin that stops loading is dropped with an event; the rest stays.
     let after = d.last_event_id();
