@@ -7,7 +7,8 @@
 //! - Gemini CLI (0.61): `.gemini/skills/<name>/` (read in trusted folders only)
 //! - OpenCode (1.18): `.opencode/skills/<name>/`
 //!
-//! Every CLI npc configures has such a folder, so none is left out.
+//! Every CLI npc configures has such a folder, so none is left out. npc's
+//! copies also leave the folder of a CLI the manifest no longer declares.
 //!
 //! Copies, never links: a link would point the agent (and whoever clones
 //! the repository) at a path outside it for a user-registry plugin, and a
@@ -199,12 +200,21 @@ pub fn plan(manifest: &Manifest, root: &Path) -> Vec<SkillChange> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for folder in kinds.into_iter().filter_map(skills_dir) {
+    let none = BTreeMap::new();
+    // Every CLI's folder is looked at, so npc's copies also leave the folder
+    // of a CLI the manifest no longer declares; skills go to declared ones.
+    for kind in ProviderKind::ALL {
+        let Some(folder) = skills_dir(kind) else {
+            continue;
+        };
+        let declared = kinds.contains(&kind);
+        let wanted = if declared { &wanted } else { &none };
         let folder = Path::new(folder);
         let existing = match repo.real_path(folder) {
             Ok(real) if real.starts_with(repo.path()) => list(&real),
             Ok(_) => Vec::new(),
             Err(e) if e.is_not_found() => Vec::new(),
+            Err(_) if !declared => Vec::new(),
             Err(e) => {
                 out.push(SkillChange {
                     path: folder.display().to_string(),
@@ -231,7 +241,7 @@ pub fn plan(manifest: &Manifest, root: &Path) -> Vec<SkillChange> {
                 });
             }
         }
-        for (name, (plugin, files)) in &wanted {
+        for (name, (plugin, files)) in wanted {
             let path = folder.join(name);
             let shown = path.display().to_string();
             let change = |action, note: Option<String>, files| SkillChange {

@@ -1433,6 +1433,23 @@ fn apply_copies_plugin_skills_for_every_agent_and_removes_only_its_own() {
             .ends_with("More.\n")
     );
 
+    // A CLI no longer declared loses npc's copies; the others keep them.
+    std::fs::write(
+        repo.path().join("npcagent.toml"),
+        format!(
+            "{}[plugins.kit]\npath = \"kit\"\n",
+            FOUR_AGENTS.replace("[providers.o]\nkind = \"opencode\"\n", "")
+        ),
+    )
+    .unwrap();
+    let (code, out) = apply(repo.path(), data.path());
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        !repo.path().join(".opencode/skills/hello").exists(),
+        "{out}"
+    );
+    assert!(repo.path().join(".claude/skills/hello/SKILL.md").is_file());
+
     // Disabled: npc's copies go, the user's skills stay.
     std::fs::write(
         repo.path().join("npcagent.toml"),
