@@ -1,4 +1,4 @@
-//! `npc hook run EVENT [--agent npc|claude|gemini]`: run the repository's
+//! `npc hook run EVENT [--agent npc|claude|gemini|codex]`: run the repository's
 //! hooks of one event once, for an agent CLI's own hook mechanism (the
 //! entries `npc apply` writes call it) or as a composite Agent Plugins hook.
 //! It reads the event's input on stdin (bounded), loads the manifest, runs
@@ -72,7 +72,7 @@ fn refuse(args: &RunArgs, reason: String) -> Answer {
                 stdout: String::new(),
                 stderr: format!("error: {reason}"),
             },
-            Protocol::Claude => Answer {
+            Protocol::Claude | Protocol::Codex => Answer {
                 exit: bridge::CLAUDE_BLOCK_EXIT,
                 stdout: String::new(),
                 stderr: reason,

@@ -145,6 +145,41 @@ impl FileOptions {
     }
 }
 
+/// The plugin skill folders npc copies for the agents (project files only).
+fn skill_plan(
+    opts: &FileOptions,
+    model: &Manifest,
+    paths: &RepoPaths,
+) -> Vec<crate::native::skills::SkillChange> {
+    if opts.user {
+        return Vec::new();
+    }
+    crate::native::skills::plan(model, &paths.root)
+}
+
+fn print_skills(skills: &[crate::native::skills::SkillChange]) -> Result<(), OutputError> {
+    let shown: Vec<_> = skills
+        .iter()
+        .filter(|c| c.action != crate::native::skills::SkillAction::Unchanged)
+        .collect();
+    if shown.is_empty() {
+        return Ok(());
+    }
+    outln!("\nPlugin skills npc copies for the agents:\n")?;
+    for c in shown {
+        let from = c
+            .plugin
+            .as_deref()
+            .map(|p| format!("  (plugin `{p}`)"))
+            .unwrap_or_default();
+        outln!("  {:>3} {}{from}", c.action.symbol(), c.path)?;
+        if let Some(note) = &c.note {
+            outln!("        note: {note}")?;
+        }
+    }
+    Ok(())
+}
+
 fn has_conflicts(files: &[FilePlan]) -> bool {
     files.iter().any(|f| !f.conflicts.is_empty())
 }
@@ -221,18 +256,23 @@ pub fn plan(
     let (observed, against) = tokio()?.block_on(observed(&paths))?;
     let plan = compute(&model, &paths, &observed);
     let files = opts.plan(&model, &paths)?;
-    let file_changes = files.iter().any(FilePlan::is_change) || has_conflicts(&files);
+    let skills = skill_plan(&opts, &model, &paths);
+    let skill_changes = skills.iter().any(|c| c.action.is_change());
+    let file_changes =
+        files.iter().any(FilePlan::is_change) || has_conflicts(&files) || skill_changes;
     match format {
         Format::Json => {
             let mut doc = plan::render_json(&plan, &against);
             doc["files"] = serde_json::to_value(&files)?;
+            doc["skills"] = serde_json::to_value(&skills)?;
             outln!("{}", serde_json::to_string_pretty(&doc)?)?;
         }
         Format::Human => {
-            if plan.has_changes() || !files.iter().any(FilePlan::is_change) {
+            if plan.has_changes() || !(files.iter().any(FilePlan::is_change) || skill_changes) {
                 out!("{}", plan::render_human(&plan, &against))?;
             }
             print_files(&files)?;
+            print_skills(&skills)?;
         }
     }
     if files.iter().any(|f| f.error.is_some()) {
@@ -259,11 +299,15 @@ pub fn apply(
     let (observed, against) = rt.block_on(observed(&paths))?;
     let plan = compute(&model, &paths, &observed);
     let files = opts.plan(&model, &paths)?;
+    let skills = skill_plan(&opts, &model, &paths);
+    let skill_changes = skills.iter().any(|c| c.action.is_change());
     let file_changes = files.iter().any(FilePlan::is_change);
-    if plan.has_changes() || !file_changes {
+    if plan.has_changes() || !(file_changes || skill_changes) {
         out!("{}", plan::render_human(&plan, &against))?;
     }
     print_files(&files)?;
+    print_skills(&skills)?;
+    let file_changes = file_changes || skill_changes;
     // A broken agent file is left alone; everything else still applies.
     let broken = files.iter().any(|f| f.error.is_some());
     let report_broken = || {
@@ -330,6 +374,7 @@ pub fn apply(
     rt.block_on(runtime::record_state(&store, &plan::observe(&desired)))?;
     let written: Vec<FilePlan> = files.into_iter().filter(|f| f.error.is_none()).collect();
     let failed = !print_written(rt.block_on(files::write_files(&written, &store)))? || broken;
+    let failed = !print_written(crate::native::skills::apply(&paths.root, &skills))? || failed;
     for change in plan.actionable() {
         let runs_a_process = match desired.get(&change.id) {
             Some(plan::Config::McpServer(s)) => {

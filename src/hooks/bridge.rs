@@ -13,7 +13,11 @@
 //!   exit 1 as a warning that lets the tool run, so failures are answered
 //!   as denials too); a rewrite is `hookSpecificOutput.tool_input`.
 //!
-//! Neither CLI can replace a built-in tool's output after it ran: an
+//! - Codex CLI (`PreToolUse` / `PostToolUse` in `.codex/hooks.json`,
+//!   project hooks in trusted projects only, each one trusted by the user
+//!   once through `/hooks`): Claude Code's protocol.
+//!
+//! None of these CLIs can replace a built-in tool's output after it ran: an
 //! `after_tool` replacement is handed to the model as additional context,
 //! and a failing `after_tool` hook is reported to it as an error.
 
@@ -34,6 +38,10 @@ pub enum Protocol {
     Claude,
     /// Gemini CLI's command hooks.
     Gemini,
+    /// Codex CLI's command hooks (`.codex/hooks.json`): Claude Code's
+    /// protocol (`PreToolUse` / `PostToolUse`, exit status 2 with the
+    /// reason on stderr blocks, `updatedInput` rewrites).
+    Codex,
 }
 
 impl Protocol {
@@ -41,8 +49,8 @@ impl Protocol {
     /// are bridged for the agent CLIs).
     pub fn native_event(self, event: HookEvent) -> Option<&'static str> {
         match (self, event) {
-            (Self::Claude, HookEvent::BeforeTool) => Some("PreToolUse"),
-            (Self::Claude, HookEvent::AfterTool) => Some("PostToolUse"),
+            (Self::Claude | Self::Codex, HookEvent::BeforeTool) => Some("PreToolUse"),
+            (Self::Claude | Self::Codex, HookEvent::AfterTool) => Some("PostToolUse"),
             (Self::Gemini, HookEvent::BeforeTool) => Some("BeforeTool"),
             (Self::Gemini, HookEvent::AfterTool) => Some("AfterTool"),
             (Self::Npc, e) => Some(e.as_str()),
@@ -117,7 +125,7 @@ pub fn tool_input(
             });
             (call, result)
         }
-        Protocol::Claude | Protocol::Gemini => {
+        Protocol::Claude | Protocol::Gemini | Protocol::Codex => {
             let name = input
                 .get("tool_name")
                 .and_then(Value::as_str)
@@ -171,7 +179,7 @@ fn deny(protocol: Protocol, reason: String) -> Answer {
             stdout: json!({"decision": "deny", "reason": reason}).to_string(),
             stderr: String::new(),
         },
-        Protocol::Claude => Answer {
+        Protocol::Claude | Protocol::Codex => Answer {
             exit: CLAUDE_BLOCK_EXIT,
             stdout: String::new(),
             stderr: reason,
@@ -203,7 +211,7 @@ pub fn before_tool_answer(protocol: Protocol, outcome: Result<BeforeTool, HookFa
         }) => Answer {
             stdout: match protocol {
                 Protocol::Npc => json!({"decision": "rewrite", "arguments": arguments}),
-                Protocol::Claude => json!({"hookSpecificOutput": {
+                Protocol::Claude | Protocol::Codex => json!({"hookSpecificOutput": {
                     "hookEventName": "PreToolUse", "updatedInput": arguments }}),
                 Protocol::Gemini => json!({"hookSpecificOutput": {
                     "hookEventName": "BeforeTool", "tool_input": arguments }}),
@@ -235,7 +243,7 @@ pub fn after_tool_answer(protocol: Protocol, outcome: Result<AfterTool, HookFail
             }
             Value::Object(answer)
         }
-        Protocol::Claude | Protocol::Gemini => {
+        Protocol::Claude | Protocol::Gemini | Protocol::Codex => {
             let mut context = String::from("npc's after_tool hooks replaced this tool's result");
             if changed.is_error == Some(true) {
                 context.push_str(" and marked it an error");

@@ -146,6 +146,11 @@ pub(super) async fn run(
     if input.len() > MAX_INPUT_BYTES {
         return Err(HookError::InputTooLarge { bytes: input.len() });
     }
+    if let HookSource::Plugin { data, .. } = &entry.source {
+        // `PLUGIN_DATA` is created 0700 (or re-enforced) before every start;
+        // a failure shows as the launch failing below.
+        crate::plugins::data::ensure_at(data);
+    }
     let spec = child_spec(root, entry)?;
     let limits = OutputLimits {
         stdout: MAX_OUTPUT_BYTES,

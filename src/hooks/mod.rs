@@ -175,13 +175,30 @@ impl HookSet {
     }
 
     /// Every hook that runs for the repository at `root`: the manifest's,
-    /// then each enabled plugin's in discovery order. The one place that
-    /// lists the sources: every runner (gateway, daemon, `npc run`, `npc
-    /// hook run`) builds its set here. Today the manifest is the only
-    /// source; enabled plugins' hooks files join as further
-    /// [`SourceHooks`] with [`HookSource::Plugin`].
+    /// then each enabled plugin's in discovery order
+    /// ([`Manifest::plugin_parts`]: the manifest's plugins, then the user
+    /// registry's, each by name). The one place that lists the sources:
+    /// every runner (gateway, daemon, `npc run`, triggered runs, `npc hook
+    /// run`) builds its set here.
     pub fn for_repository(root: &Path, manifest: &Manifest) -> Self {
-        Self::from_manifest(root, manifest)
+        let mut sources = vec![SourceHooks {
+            source: HookSource::Manifest,
+            hooks: manifest.hooks.clone(),
+        }];
+        sources.extend(
+            manifest
+                .plugin_parts()
+                .into_iter()
+                .map(|(name, parts)| SourceHooks {
+                    source: HookSource::Plugin {
+                        name: name.to_string(),
+                        root: parts.root.clone(),
+                        data: parts.data.clone(),
+                    },
+                    hooks: parts.hooks.clone(),
+                }),
+        );
+        Self::build(root, &sources)
     }
 
     /// The hooks of `event` that apply to `tool` (every hook of a non-tool event).

@@ -62,6 +62,9 @@ pub struct Manifest {
     pub triggers: BTreeMap<String, Trigger>,
     pub pane_plugins: BTreeMap<String, PanePlugin>,
     pub panes: BTreeMap<String, Pane>,
+    /// Plugin registrations dropped while loading (collisions, user
+    /// plugins that do not load): the daemon records each as an event.
+    pub plugin_notices: Vec<PluginNotice>,
 }
 
 #[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
@@ -410,9 +413,97 @@ pub struct Hook {
 
 #[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 pub struct Plugin {
-    /// Package directory, relative to the manifest's directory.
+    /// Package directory: relative to the manifest's directory for a
+    /// manifest plugin, absolute (canonical) for a user-registry one.
     pub path: String,
     pub enabled: bool,
+    /// Where the plugin was registered.
+    pub source: PluginSource,
+    /// What an enabled, valid package brings besides its MCP servers (those
+    /// join `mcp_servers` as `NAME__SERVER`); `None` when disabled.
+    pub parts: Option<PluginParts>,
+}
+
+/// Where a plugin was registered, in discovery order: the repository's
+/// manifest first, then the user registry (`npc plugin install`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PluginSource {
+    Manifest,
+    User,
+}
+
+/// The hooks and skills of an enabled plugin package, resolved.
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
+pub struct PluginParts {
+    /// The package's `plugin.json` name (its data directory's name).
+    pub package: String,
+    /// Canonical package root (`PLUGIN_ROOT`).
+    pub root: std::path::PathBuf,
+    /// The plugin's data directory (`PLUGIN_DATA`), under the user's data directory.
+    pub data: std::path::PathBuf,
+    /// Its hooks file's hooks (placeholders not yet expanded; the hook
+    /// runner expands them), per event in file order.
+    pub hooks: BTreeMap<HookEvent, Vec<Hook>>,
+    /// Its valid skills: name and canonical folder.
+    pub skills: Vec<PluginSkill>,
+}
+
+/// A plugin registration that does not run (see `crate::plugins::resolve`).
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
+#[serde(tag = "notice", rename_all = "snake_case")]
+pub enum PluginNotice {
+    /// A later registration of a `(kind, id)` already registered: dropped.
+    Collision {
+        /// `plugin` or `mcp_server`.
+        kind: String,
+        id: String,
+        kept: PluginSource,
+        dropped: PluginSource,
+        dropped_path: String,
+        /// Always `keep_first`.
+        policy: String,
+    },
+    /// A plugin (or one of its servers) that does not load: dropped.
+    Dropped {
+        id: String,
+        source: PluginSource,
+        path: String,
+        reason: String,
+    },
+}
+
+impl PluginNotice {
+    /// The event kind the daemon records for it.
+    pub fn event_kind(&self) -> &'static str {
+        match self {
+            Self::Collision { .. } => "registry.plugin_collision",
+            Self::Dropped { .. } => "registry.plugin_dropped",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
+pub struct PluginSkill {
+    pub name: String,
+    /// The skill's folder (`<root>/skills/<name>`), canonical.
+    pub dir: std::path::PathBuf,
+}
+
+impl Manifest {
+    /// Enabled plugins with their parts, in discovery order: the
+    /// manifest's, then the user registry's, each by name. This is the
+    /// order their hooks run in (after the manifest's own hooks).
+    pub fn plugin_parts(&self) -> Vec<(&str, &PluginParts)> {
+        let mut out: Vec<(PluginSource, &str, &PluginParts)> = self
+            .plugins
+            .iter()
+            .filter(|(_, p)| p.enabled)
+            .filter_map(|(n, p)| Some((p.source, n.as_str(), p.parts.as_ref()?)))
+            .collect();
+        out.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        out.into_iter().map(|(_, n, p)| (n, p)).collect()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Hash, Serialize)]

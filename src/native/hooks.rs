@@ -10,10 +10,14 @@
 //!   `hooks.BeforeTool` / `hooks.AfterTool`, same shape, `timeout` in ms;
 //!   it substitutes `$GEMINI_PROJECT_DIR` (shell-quoted) itself and runs
 //!   project hooks only in trusted folders.
-//! - Codex CLI (0.171) has hooks behind its `codex_hooks` feature flag and
-//!   OpenCode (1.18) has JavaScript plugins (`tool.execute.before`); neither
-//!   is bridged yet, so their built-in tools are governed only through the
-//!   gateway's MCP tools.
+//! - Codex CLI (0.171, hooks on by default): `.codex/hooks.json`
+//!   `hooks.PreToolUse` / `hooks.PostToolUse`, Claude Code's shape with
+//!   `timeout` in seconds, run in the session's directory (the repository
+//!   root, where npc's entry finds the manifest). Codex loads project hooks
+//!   only in trusted projects and runs a new or changed hook only after the
+//!   user trusted it once (`/hooks`). No `matcher`: every tool.
+//! - OpenCode (1.18) has no command hooks; its plugins are bridged by a
+//!   managed plugin file instead (see [`opencode_plugin`]).
 //!
 //! An entry is npc's when one of its commands starts with [`BRIDGE_COMMAND`];
 //! those are replaced or removed, every other entry and key is kept. With no
@@ -35,9 +39,15 @@ pub const BRIDGE_MARGIN_MS: u64 = 10_000;
 /// The project settings file holding Claude Code's hooks.
 pub const CLAUDE_SETTINGS: &str = ".claude/settings.json";
 
-/// Whether `kind`'s CLI has a hook mechanism npc bridges.
+/// The project file holding Codex CLI's hooks.
+pub const CODEX_HOOKS: &str = ".codex/hooks.json";
+
+/// Whether `kind`'s CLI has a command-hook mechanism npc bridges.
 pub fn bridged(kind: ProviderKind) -> bool {
-    matches!(kind, ProviderKind::ClaudeCode | ProviderKind::GeminiCli)
+    matches!(
+        kind,
+        ProviderKind::ClaudeCode | ProviderKind::GeminiCli | ProviderKind::Codex
+    )
 }
 
 /// The tool events bridged, with their name in `kind`'s settings.
@@ -74,13 +84,21 @@ fn entry(
     manifest_name: &str,
     event: HookEvent,
 ) -> Option<Value> {
-    let hooks = manifest.hooks.get(&event).filter(|h| !h.is_empty())?;
+    let hooks = tool_hooks(manifest, event);
+    if hooks.is_empty() {
+        return None;
+    }
     let total_ms: u64 = hooks.iter().map(|h| h.timeout_ms).sum::<u64>() + BRIDGE_MARGIN_MS;
     let (agent, manifest_arg, timeout) = match kind {
         ProviderKind::GeminiCli => (
             "gemini",
             format!("$GEMINI_PROJECT_DIR/{manifest_name}"),
             json!(total_ms),
+        ),
+        ProviderKind::Codex => (
+            "codex",
+            manifest_name.to_string(),
+            json!(total_ms.div_ceil(1000)),
         ),
         _ => (
             "claude",
@@ -92,10 +110,71 @@ fn entry(
         "{BRIDGE_COMMAND}{} --agent {agent} --manifest {manifest_arg}",
         event.as_str()
     );
-    Some(json!({
-        "matcher": "*",
-        "hooks": [{ "type": "command", "command": command, "timeout": timeout }],
-    }))
+    let handler = json!([{ "type": "command", "command": command, "timeout": timeout }]);
+    Some(match kind {
+        // Codex matches every tool without a `matcher`.
+        ProviderKind::Codex => json!({ "hooks": handler }),
+        _ => json!({ "matcher": "*", "hooks": handler }),
+    })
+}
+
+/// The hooks of `event` that `npc hook run` runs: the manifest's and its
+/// enabled plugins' (see `HookSet::for_repository`).
+fn tool_hooks(manifest: &Manifest, event: HookEvent) -> Vec<&crate::model::Hook> {
+    let own = manifest.hooks.get(&event).into_iter().flatten();
+    let plugins = manifest
+        .plugin_parts()
+        .into_iter()
+        .flat_map(move |(_, parts)| parts.hooks.get(&event).into_iter().flatten());
+    own.chain(plugins).collect()
+}
+
+/// OpenCode's managed plugin file (OpenCode loads `.opencode/plugins/*.js`).
+pub const OPENCODE_PLUGIN: &str = ".opencode/plugins/npc-hooks.js";
+/// How npc's plugin file starts (how npc knows its own).
+pub const OPENCODE_MARKER: &str = "// Managed by npc";
+/// The plugin's source, with `__NAME__` placeholders filled in by [`opencode_plugin`].
+const OPENCODE_TEMPLATE: &str = include_str!("opencode/npc-hooks.js");
+
+/// The text of OpenCode's managed plugin file (`before`, `None` when
+/// absent) for `manifest`, and notes. OpenCode (1.18) has no command hooks
+/// but loads JavaScript plugins whose `tool.execute.before` may throw to
+/// stop a tool (and may change its arguments) and whose
+/// `tool.execute.after` may change its output: npc's plugin calls `npc
+/// hook run` (npc's own protocol) from them. A file of that name that is not
+/// npc's is left alone; with no tool hook npc's file stays as a plugin that
+/// does nothing.
+pub fn opencode_plugin(
+    before: Option<&str>,
+    manifest: &Manifest,
+    manifest_name: &str,
+) -> (String, Vec<String>) {
+    let mut notes = Vec::new();
+    if let Some(text) = before
+        && !text.starts_with(OPENCODE_MARKER)
+    {
+        notes.push(format!(
+            "`{OPENCODE_PLUGIN}` is not npc's; it is left alone and OpenCode's own tools are not bridged to the hooks"
+        ));
+        return (text.to_string(), notes);
+    }
+    let before_hooks = tool_hooks(manifest, HookEvent::BeforeTool);
+    let after_hooks = tool_hooks(manifest, HookEvent::AfterTool);
+    if before_hooks.is_empty() && after_hooks.is_empty() && before.is_none() {
+        return (String::new(), notes);
+    }
+    // One `npc hook run` runs one event's hooks one after the other.
+    let sum = |hooks: &[&crate::model::Hook]| hooks.iter().map(|h| h.timeout_ms).sum::<u64>();
+    let total_ms = sum(&before_hooks).max(sum(&after_hooks)) + BRIDGE_MARGIN_MS;
+    let text = OPENCODE_TEMPLATE
+        .replace(
+            "__MANIFEST__",
+            &serde_json::to_string(manifest_name).unwrap_or_default(),
+        )
+        .replace("__TIMEOUT_MS__", &total_ms.to_string())
+        .replace("__BEFORE__", &(!before_hooks.is_empty()).to_string())
+        .replace("__AFTER__", &(!after_hooks.is_empty()).to_string());
+    (text, notes)
 }
 
 /// A manifest file name is written into a shell command: only plain names.

@@ -21,6 +21,7 @@ pub mod hooks;
 pub mod import;
 pub mod jsonc;
 pub mod refs;
+pub mod skills;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

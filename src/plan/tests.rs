@@ -262,6 +262,8 @@ fn plugin_package_digest_counts() {
             model::Plugin {
                 path: "k".into(),
                 enabled: true,
+                source: model::PluginSource::Manifest,
+                parts: None,
             },
         )]
         .into(),

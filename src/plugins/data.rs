@@ -56,10 +56,15 @@ pub fn ensure(name: &str) -> Result<PathBuf, DataError> {
 /// [`base`]), create or re-enforce it. Failures are logged; the start then
 /// fails on its own with the reason.
 pub fn ensure_for(env: &BTreeMap<String, crate::model::Text>) {
-    let Some(data) = env.get(super::PLUGIN_DATA) else {
-        return;
-    };
-    let path = Path::new(data.expose());
+    if let Some(data) = env.get(super::PLUGIN_DATA) {
+        ensure_at(Path::new(data.expose()));
+    }
+}
+
+/// When `path` is a plugin data directory (directly under [`base`]),
+/// create or re-enforce it. Failures are logged; the start then fails on
+/// its own with the reason.
+pub fn ensure_at(path: &Path) {
     let (Ok(base), Some(parent), Some(name)) = (base(), path.parent(), path.file_name()) else {
         return;
     };

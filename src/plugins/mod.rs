@@ -19,6 +19,7 @@ pub mod hooks;
 pub mod mcp;
 pub mod probe;
 pub mod registry;
+pub mod resolve;
 pub mod scaffold;
 pub mod schema;
 pub mod skills;

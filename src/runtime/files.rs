@@ -248,8 +248,11 @@ pub fn plan_files_with(
             }),
             Err(e) => out.push(FilePlan::failed(key, what, e.to_string())),
         }
-        if project && kind == ProviderKind::ClaudeCode {
-            out.extend(plan_claude_hooks(manifest, paths));
+        if project && matches!(kind, ProviderKind::ClaudeCode | ProviderKind::Codex) {
+            out.extend(plan_hooks_file(kind, manifest, paths));
+        }
+        if project && kind == ProviderKind::Opencode {
+            out.extend(plan_opencode_plugin(manifest, paths));
         }
     }
     let ctx = RenderContext::new(&paths.root, manifest);
@@ -296,11 +299,15 @@ fn with_hook_bridge(
     Ok(change)
 }
 
-/// Claude Code's project settings with the hook bridge entries; `None`
-/// when the file does not exist and no entry is due.
-fn plan_claude_hooks(manifest: &Manifest, paths: &RepoPaths) -> Option<FilePlan> {
-    let path = paths.root.join(native::hooks::CLAUDE_SETTINGS);
-    let what = format!("{} hooks", ProviderKind::ClaudeCode.as_str());
+/// Claude Code's project settings (Codex CLI's hooks file) with the hook
+/// bridge entries; `None` when the file does not exist and no entry is due.
+fn plan_hooks_file(kind: ProviderKind, manifest: &Manifest, paths: &RepoPaths) -> Option<FilePlan> {
+    let file = match kind {
+        ProviderKind::Codex => native::hooks::CODEX_HOOKS,
+        _ => native::hooks::CLAUDE_SETTINGS,
+    };
+    let path = paths.root.join(file);
+    let what = format!("{} hooks", kind.as_str());
     let planned = native::read_existing_in(&paths.root, &path).and_then(|before| {
         let change = FileChange {
             path: path.clone(),
@@ -311,7 +318,7 @@ fn plan_claude_hooks(manifest: &Manifest, paths: &RepoPaths) -> Option<FilePlan>
             managed: BTreeSet::new(),
             conflicts: Vec::new(),
         };
-        with_hook_bridge(change, ProviderKind::ClaudeCode, manifest, paths)
+        with_hook_bridge(change, kind, manifest, paths)
     });
     Some(match planned {
         Ok(change) if change.before.is_none() && change.after.is_empty() => return None,
@@ -320,6 +327,42 @@ fn plan_claude_hooks(manifest: &Manifest, paths: &RepoPaths) -> Option<FilePlan>
             root: paths.root.clone(),
             ..FilePlan::from_change(&paths.root, what, change)
         },
+        Err(e) => FilePlan::failed(rel(&paths.root, &path), what, e.to_string()),
+    })
+}
+
+/// OpenCode's managed hook plugin (see [`native::hooks::opencode_plugin`]);
+/// `None` when it does not exist and no tool hook is declared.
+fn plan_opencode_plugin(manifest: &Manifest, paths: &RepoPaths) -> Option<FilePlan> {
+    let path = paths.root.join(native::hooks::OPENCODE_PLUGIN);
+    let what = format!("{} hooks", ProviderKind::Opencode.as_str());
+    Some(match native::read_existing_in(&paths.root, &path) {
+        Ok(before) => {
+            let (after, notes) =
+                native::hooks::opencode_plugin(before.as_deref(), manifest, &manifest_name(paths));
+            if before.is_none() && after.is_empty() {
+                return None;
+            }
+            let diff = if before.as_deref() == Some(after.as_str()) {
+                String::new()
+            } else {
+                native::redacted_diff(&path, before.as_deref(), &after, &manifest.secret_values())
+            };
+            let change = FileChange {
+                path: path.clone(),
+                before,
+                after,
+                diff,
+                notes,
+                managed: BTreeSet::new(),
+                conflicts: Vec::new(),
+            };
+            FilePlan {
+                native: true,
+                root: paths.root.clone(),
+                ..FilePlan::from_change(&paths.root, what, change)
+            }
+        }
         Err(e) => FilePlan::failed(rel(&paths.root, &path), what, e.to_string()),
     })
 }

@@ -490,6 +490,9 @@ impl model::Files for OperationalFiles {
     fn plugin_report(&self, path: &Path) -> Option<crate::plugins::Report> {
         self.disk.plugin_report(path)
     }
+    fn user_plugins(&self) -> Result<Vec<crate::plugins::resolve::UserPlugin>, String> {
+        self.disk.user_plugins()
+    }
 }
 
 /// The outcome of one component in a reload.
@@ -565,6 +568,9 @@ pub struct Runtime {
     failed: tokio::sync::Notify,
     /// The REST API's base URL, once it listens.
     api_url: std::sync::OnceLock<String>,
+    /// The plugin notices of the last applied manifest, so each collision
+    /// or dropped plugin is an event once, not on every reload.
+    plugin_notices: Mutex<Vec<model::PluginNotice>>,
     _lock: RepoLock,
 }
 
@@ -609,6 +615,7 @@ impl Runtime {
             written: Arc::default(),
             failed: tokio::sync::Notify::new(),
             api_url: std::sync::OnceLock::new(),
+            plugin_notices: Mutex::new(Vec::new()),
             _lock: lock,
         });
         tokio::spawn(forward_supervisor_events(
@@ -699,6 +706,14 @@ impl Runtime {
                 set.dirs.insert(self.paths.root.join(&p.path));
             }
         }
+        // The user plugin registry: `npc plugin enable` / `disable` reload.
+        if let Ok(registry) = crate::plugins::registry::path() {
+            if let Some(dir) = registry.parent() {
+                // Watched by its directory, which must exist to be watched.
+                let _ = std::fs::create_dir_all(dir);
+            }
+            set.files.insert(registry);
+        }
         set
     }
 
@@ -730,6 +745,7 @@ impl Runtime {
             self.mcp.manifest_applied(&manifest);
             self.panes.manifest_applied(&manifest).await;
             self.triggers.manifest_applied(&manifest);
+            self.plugin_notices_applied(&manifest).await;
             let running = self.as_running(&manifest, results).await;
             if let Err(error) = self.write_files(&running).await {
                 self.report_failure(reason, &error).await;
@@ -737,6 +753,35 @@ impl Runtime {
             }
         }
         (outcome, Some(manifest))
+    }
+
+    /// Record each plugin notice of `manifest` (a `registry.plugin_collision`
+    /// with `policy = "keep_first"`, or a `registry.plugin_dropped`) that
+    /// the previous applied manifest did not have.
+    async fn plugin_notices_applied(&self, manifest: &Manifest) {
+        let new: Vec<model::PluginNotice> = {
+            let mut seen = self
+                .plugin_notices
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let new = manifest
+                .plugin_notices
+                .iter()
+                .filter(|n| !seen.contains(n))
+                .cloned()
+                .collect();
+            *seen = manifest.plugin_notices.clone();
+            new
+        };
+        for notice in new {
+            tracing::warn!("{}: {notice:?}", notice.event_kind());
+            self.emit(
+                notice.event_kind(),
+                None,
+                serde_json::to_value(&notice).unwrap_or_default(),
+            )
+            .await;
+        }
     }
 
     /// A reload failed for an operational reason: say so, and wake the
@@ -855,15 +900,19 @@ impl Runtime {
     async fn write_files(&self, manifest: &Manifest) -> Result<(), String> {
         let (manifest, paths, store) = (manifest.clone(), self.paths.clone(), self.store.clone());
         let work = tokio::task::spawn_blocking(move || {
-            files::plan_files(
+            let plans = files::plan_files(
                 &manifest,
                 &paths,
                 Some(&store),
                 &crate::native::Scope::Project,
-            )
+            );
+            // Plugin skills are copied here too (they follow the plugins).
+            let skills = crate::native::skills::plan(&manifest, &paths.root);
+            let copied = crate::native::skills::apply(&paths.root, &skills);
+            (plans, copied)
         });
-        let plans = match tokio::time::timeout(FILES_DEADLINE, work).await {
-            Ok(Ok(plans)) => plans,
+        let (plans, copied) = match tokio::time::timeout(FILES_DEADLINE, work).await {
+            Ok(Ok(done)) => done,
             Ok(Err(e)) => return Err(format!("planning the agent files failed: {e}")),
             Err(_) => {
                 return Err(format!(
@@ -871,7 +920,7 @@ impl Runtime {
                 ));
             }
         };
-        if !plans.iter().any(|p| p.is_change() || p.error.is_some()) {
+        if !plans.iter().any(|p| p.is_change() || p.error.is_some()) && copied.is_empty() {
             return Ok(());
         }
         // Remember what npc writes before writing it, so the watcher knows
@@ -881,7 +930,8 @@ impl Runtime {
                 self.written.record(path, content);
             }
         }
-        let results = files::write_files(&plans, &self.store).await;
+        let mut results = files::write_files(&plans, &self.store).await;
+        results.extend(copied);
         let lines: Vec<serde_json::Value> = results
             .iter()
             .map(|(path, r)| match r {

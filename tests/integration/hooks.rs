@@ -701,3 +701,294 @@ fn apply_writes_hook_bridges_that_stop_git_push_and_removes_them_again() {
     let gemini = settings(&root.join(".gemini/settings.json"));
     assert!(gemini.get("hooks").is_none(), "{gemini}");
 }
+
+/// A plugin package at `kit/` in `dir` whose hooks file has `hooks` (JSON).
+fn plugin_kit(dir: &Path, name: &str, hooks: Value) {
+    let kit = dir.join("kit");
+    std::fs::create_dir_all(kit.join("dev.npcagent")).unwrap();
+    std::fs::write(
+        kit.join("plugin.json"),
+        json!({"$schema": "https://agent-plugins.org/schemas/1.0.0/plugin.schema.json", "name": name})
+            .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        kit.join("dev.npcagent/hooks.json"),
+        json!({"version": 1, "hooks": hooks}).to_string(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn npc_run_runs_plugin_hooks_after_the_manifests_with_plugin_root_and_data() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = run_repo(
+        "[[hooks.on_agent_start]]\ncommand = \"./hooks/log\"\n[[hooks.on_agent_end]]\ncommand = \"./hooks/log\"\n[plugins.kit]\npath = \"kit\"\n",
+        &[],
+    );
+    // The plugin's hooks run in the package root; they log where they run.
+    let log = json!([{"command": "sh", "args": ["-c", "cat >/dev/null; echo \"plugin:$PLUGIN_ROOT:$PLUGIN_DATA:$(pwd)\" >> ../hook.log"]}]);
+    plugin_kit(
+        dir.path(),
+        "ordered",
+        json!({"on_agent_start": log, "on_agent_end": log}),
+    );
+    let out = npc()
+        .env("XDG_DATA_HOME", data.path())
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "list the files"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let kit = dir.path().join("kit").canonicalize().unwrap();
+    let plugin_line = format!(
+        "plugin:{}:{}:{}",
+        kit.display(),
+        data.path().join("npc/plugin-data/ordered").display(),
+        kit.display()
+    );
+    assert_eq!(
+        hook_log(dir.path()),
+        [
+            "on_agent_start".to_string(),
+            plugin_line.clone(),
+            "on_agent_end".to_string(),
+            plugin_line
+        ]
+    );
+}
+
+#[test]
+fn a_failing_plugin_hook_fails_closed_like_the_manifests() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = repo("", &[]);
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n[plugins.kit]\npath = \"kit\"\n",
+    )
+    .unwrap();
+    plugin_kit(
+        dir.path(),
+        "broken-hook",
+        json!({"before_tool": [{"command": "sh", "args": ["-c", "echo not json"]}]}),
+    );
+    let out = npc()
+        .env("XDG_DATA_HOME", data.path())
+        .current_dir(dir.path())
+        .args(["hook", "run", "before_tool"])
+        .write_stdin(push_call().to_string())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["decision"], "deny");
+    assert!(
+        answer["reason"]
+            .as_str()
+            .unwrap()
+            .contains("hook plugin `kit` before_tool[0] failed"),
+        "{answer}"
+    );
+}
+
+#[test]
+fn apply_writes_a_codex_hook_bridge_that_stops_git_push() {
+    let providers = "[providers.codex]\nkind = \"codex\"\n";
+    let dir = repo(&format!("{providers}{NO_PUSH}"), &[NO_PUSH_SCRIPT]);
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::create_dir(root.join(".codex")).unwrap();
+    std::fs::write(
+        root.join(".codex/hooks.json"),
+        r#"{"hooks":{"SessionStart":[{"matcher":"startup","hooks":[{"type":"command","command":"./mine"}]}]}}"#,
+    )
+    .unwrap();
+    let out = npc()
+        .current_dir(&root)
+        .args(["apply", "--auto-approve"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let codex = settings(&root.join(".codex/hooks.json"));
+    assert_eq!(
+        codex["hooks"]["SessionStart"][0]["hooks"][0]["command"],
+        "./mine"
+    );
+    let group = &codex["hooks"]["PreToolUse"][0];
+    assert!(group.get("matcher").is_none(), "{group}");
+    assert_eq!(group["hooks"][0]["type"], "command");
+    assert!(group["hooks"][0]["timeout"].as_u64().unwrap() >= 10);
+    // Codex runs the command through its shell in the session's directory
+    // with the input (the recorded shape of its schema) on stdin; exit
+    // status 2 with a reason on stderr blocks the tool.
+    let command = group["hooks"][0]["command"].as_str().unwrap();
+    let push: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("fixtures/hooks/codex-pretooluse-bash.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let out = run_bridge(&root, command, "codex", &push);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("git push is not allowed from agents"));
+    let mut ok = push.clone();
+    ok["tool_input"]["command"] = "cargo test".into();
+    let out = run_bridge(&root, command, "codex", &ok);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+
+    // Without tool hooks npc's entry goes and the user's stays.
+    std::fs::write(
+        root.join("npcagent.toml"),
+        format!("version = 1\n{providers}"),
+    )
+    .unwrap();
+    let out = npc()
+        .current_dir(&root)
+        .args(["apply", "--auto-approve"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let codex = settings(&root.join(".codex/hooks.json"));
+    assert!(codex["hooks"].get("PreToolUse").is_none(), "{codex}");
+    assert_eq!(
+        codex["hooks"]["SessionStart"][0]["hooks"][0]["command"],
+        "./mine"
+    );
+}
+
+/// Load OpenCode's managed plugin file the way OpenCode does (an ES module
+/// whose exports are plugin factories called with the project directory)
+/// and call its `tool.execute.before` / `after` hooks with `calls`, each
+/// `[tool, args, output]`; one JSON line per call: `{args, output}` or `{error}`.
+fn opencode_calls(root: &Path, calls: Value) -> Vec<Value> {
+    let harness = format!(
+        r#"import {{ pathToFileURL }} from "node:url";
+const mod = await import(pathToFileURL({plugin:?}).href);
+for (const make of Object.values(mod)) {{
+  const hooks = await make({{ directory: {root:?} }});
+  for (const [i, [tool, args, out]] of {calls}.entries()) {{
+    const input = {{ tool, sessionID: "s", callID: `c${{i}}` }};
+    const output = {{ args }};
+    try {{
+      if (hooks["tool.execute.before"]) await hooks["tool.execute.before"](input, output);
+      const result = {{ title: "", output: out, metadata: {{}} }};
+      if (hooks["tool.execute.after"]) await hooks["tool.execute.after"](input, result);
+      console.log(JSON.stringify({{ args: output.args, output: result.output }}));
+    }} catch (e) {{
+      console.log(JSON.stringify({{ error: String(e.message) }}));
+    }}
+  }}
+}}
+"#,
+        plugin = root
+            .join(".opencode/plugins/npc-hooks.js")
+            .display()
+            .to_string(),
+        root = root.display().to_string(),
+    );
+    let bin = crate::support::npc_path();
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = assert_cmd::Command::new("node")
+        .args(["--input-type=module", "-e", &harness])
+        .env("PATH", path)
+        .current_dir(root)
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn apply_writes_an_opencode_plugin_that_stops_git_push_and_rewrites() {
+    if std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: `node` is not installed");
+        return;
+    }
+    let providers = "[providers.oc]\nkind = \"opencode\"\n";
+    let hooks = format!(
+        "{}{}",
+        "[[hooks.before_tool]]\ncommand = \"./hooks/no-push\"\nmatcher = \"^bash$\"\n",
+        sh_hook(
+            "after_tool",
+            "in=$(cat); echo \"$in\" | grep -q '\"output\":\"secret\"' && echo '{\"output\":\"[redacted]\"}' || true",
+            "^read$"
+        ),
+    );
+    let dir = repo(&format!("{providers}{hooks}"), &[NO_PUSH_SCRIPT]);
+    let root = dir.path().canonicalize().unwrap();
+    let out = npc()
+        .current_dir(&root)
+        .args(["apply", "--auto-approve"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let got = opencode_calls(
+        &root,
+        json!([
+            ["bash", {"command": "git push origin main"}, ""],
+            ["bash", {"command": "cargo test"}, "ok"],
+            ["read", {"filePath": "a"}, "secret"]
+        ]),
+    );
+    assert!(
+        got[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("git push is not allowed from agents")),
+        "{got:?}"
+    );
+    assert_eq!(got[1]["output"], "ok", "{got:?}");
+    assert_eq!(got[2]["output"], "[redacted]", "{got:?}");
+
+    // A user's file of that name is left alone.
+    let plugin = root.join(".opencode/plugins/npc-hooks.js");
+    std::fs::write(&plugin, "export const Mine = async () => ({});\n").unwrap();
+    npc()
+        .current_dir(&root)
+        .args(["apply", "--auto-approve"])
+        .assert()
+        .success();
+    let out = npc()
+        .current_dir(&root)
+        .args(["plan", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("is not npc's; it is left alone"),
+        "{out:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&plugin).unwrap(),
+        "export const Mine = async () => ({});\n"
+    );
+
+    // npc's file without tool hooks: a plugin that does nothing.
+    std::fs::remove_file(&plugin).unwrap();
+    npc()
+        .current_dir(&root)
+        .args(["apply", "--auto-approve"])
+        .assert()
+        .success();
+    std::fs::write(
+        root.join("npcagent.toml"),
+        format!("version = 1\n{providers}"),
+    )
+    .unwrap();
+    npc()
+        .current_dir(&root)
+        .args(["apply", "--auto-approve"])
+        .assert()
+        .success();
+    let got = opencode_calls(&root, json!([["bash", {"command": "git push"}, "pushed"]]));
+    assert_eq!(got[0]["output"], "pushed", "{got:?}");
+}

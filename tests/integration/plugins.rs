@@ -1153,3 +1153,396 @@ fn hostile_package_files_are_refused_without_hanging_or_reading_without_bound() 
     );
     assert!(report["diagnostics"].as_array().unwrap().len() <= 500);
 }
+
+// ---- Plugins at work: hooks, the user registry in the daemon, skills -------
+
+/// A repository holding a copy of the `probe` package at `kit/` and `manifest`.
+fn repo_with_kit(manifest: &str) -> tempfile::TempDir {
+    let repo = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("probe"), &repo.path().join("kit"));
+    std::fs::write(repo.path().join("npcagent.toml"), manifest).unwrap();
+    repo
+}
+
+/// The MCP client's `steps` against `npc mcp serve` in `root`, with its own
+/// user data directory `data`.
+fn gateway_session(root: &Path, data: &Path, steps: Value) -> Vec<Value> {
+    let out = assert_cmd::Command::new("python3")
+        .arg(repo_root().join("fixtures/mcp/client.py"))
+        .arg(steps.to_string())
+        .args([
+            "--",
+            &crate::support::npc_path().display().to_string(),
+            "mcp",
+            "serve",
+        ])
+        .env("XDG_DATA_HOME", data)
+        .current_dir(root)
+        .timeout(std::time::Duration::from_secs(90))
+        .output()
+        .unwrap();
+    crate::mcp::client_answers(&out)
+}
+
+#[test]
+fn a_plugins_before_tool_hook_denies_gateway_calls_and_answers_npc_hook_run() {
+    if !crate::mcp::python_sdk() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let repo = repo_with_kit("version = 1\n[plugins.kit]\npath = \"kit\"\n");
+    let got = gateway_session(
+        repo.path(),
+        data.path(),
+        serde_json::json!([["call", "kit__echo__echo", {"x": 1}]]),
+    );
+    assert_eq!(got[0]["is_error"], true, "{got:?}");
+    let text = got[0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("probe says no") && text.contains("plugin `kit` before_tool[0]"),
+        "{text}"
+    );
+    // The hook ran with its own PLUGIN_DATA (created 0700) and saw the call.
+    let plugin_data = data.path().join("npc/plugin-data/probe-kit");
+    let input: Value = serde_json::from_str(
+        &std::fs::read_to_string(plugin_data.join("hook-input.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(input["plugin"], "kit");
+    assert_eq!(input["event"], "before_tool");
+    assert_eq!(input["payload"]["tool_call"]["name"], "kit__echo__echo");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(&plugin_data)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o700
+    );
+
+    // `npc hook run` (what agent CLIs call) runs the plugin's hook too.
+    std::fs::remove_file(plugin_data.join("hook-input.json")).unwrap();
+    let out = npc()
+        .env("XDG_DATA_HOME", data.path())
+        .current_dir(repo.path())
+        .args(["hook", "run", "before_tool", "--agent", "claude"])
+        .write_stdin(
+            serde_json::json!({"hook_event_name": "PreToolUse", "tool_name": "Bash",
+                "tool_input": {"command": "git push"}, "tool_use_id": "t1"})
+            .to_string(),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("probe says no"));
+    assert!(plugin_data.join("hook-input.json").is_file());
+
+    // Disabled, the plugin's hook is gone.
+    std::fs::write(
+        repo.path().join("npcagent.toml"),
+        "version = 1\n[plugins.kit]\npath = \"kit\"\nenabled = false\n",
+    )
+    .unwrap();
+    let out = npc()
+        .env("XDG_DATA_HOME", data.path())
+        .current_dir(repo.path())
+        .args(["hook", "run", "before_tool"])
+        .write_stdin(
+            serde_json::json!({"tool_call": {"id": "c", "name": "x", "arguments": {}}}).to_string(),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+#[test]
+fn the_daemon_runs_user_registry_plugins_live_and_reports_collisions_and_drops() {
+    use crate::support::{Daemon, DaemonSetup, wait_for};
+    let data = tempfile::tempdir().unwrap();
+    let data_s = data.path().to_str().unwrap().to_string();
+    let home = std::env::var("HOME").unwrap_or_default();
+    let pkgs = tempfile::tempdir().unwrap();
+    let kit = pkgs.path().join("probe");
+    copy_tree(&fixture("probe"), &kit);
+    let broken = pkgs.path().join("minimal");
+    copy_tree(&fixture("minimal"), &broken);
+    let plugin = |args: &[&str]| plugin_cmd(data.path(), pkgs.path(), args);
+    assert_eq!(plugin(&["install", "probe"]).0, 0);
+    assert_eq!(plugin(&["install", "minimal"]).0, 0);
+    assert_eq!(plugin(&["enable", "minimal"]).0, 0);
+    let env = [("XDG_DATA_HOME", data_s.as_str()), ("HOME", home.as_str())];
+    let d = Daemon::start_with(
+        "version = 1\n\n[mcp.servers.other]\ncommand = \"sleep\"\nargs = [\"1000\"]\n",
+        DaemonSetup {
+            only_env: Some(&env),
+            ..DaemonSetup::default()
+        },
+    );
+    let other = d
+        .pid_of("mcp_server.other")
+        .expect("the manifest's server runs");
+
+    // Enabling a user plugin starts its server in the daemon's pool.
+    assert_eq!(plugin(&["enable", "probe-kit"]).0, 0);
+    let pid = wait_for("the user plugin's server to start", || {
+        d.pid_of("mcp_server.probe-kit__echo")
+    });
+    assert!(
+        d.status().iter().any(|c| c["id"] == "plugin.probe-kit"),
+        "{:?}",
+        d.status()
+    );
+    // Its before_tool hook now guards the daemon's gateway.
+    let python = crate::mcp::python_sdk();
+    let call = || {
+        gateway_session(
+            d.root(),
+            data.path(),
+            serde_json::json!([["call", "probe-kit__echo__echo", {}]]),
+        )
+    };
+    if python {
+        let got = wait_for("the plugin's hook in the daemon's gateway", || {
+            let got = call();
+            got[0]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("probe says no"))
+                .then_some(got)
+        });
+        assert_eq!(got[0]["is_error"], true, "{got:?}");
+    }
+
+    // A plugin that stops loading is dropped with an event; the rest stays.
+    let after = d.last_event_id();
+    std::fs::write(broken.join("mcp.json"), "{ broken").unwrap();
+    let dropped = d.wait_event(after, "registry.plugin_dropped");
+    assert_eq!(dropped["payload"]["id"], "minimal", "{dropped}");
+    assert_eq!(d.pid_of("mcp_server.probe-kit__echo"), Some(pid));
+
+    // The same id in the manifest: the manifest's registration is kept.
+    let after = d.last_event_id();
+    std::fs::create_dir(d.root().join("shadow")).unwrap();
+    std::fs::write(
+        d.root().join("shadow/plugin.json"),
+        serde_json::json!({"$schema": PLUGIN_SCHEMA, "name": "probe-kit"}).to_string(),
+    )
+    .unwrap();
+    d.write_manifest(
+        "version = 1\n\n[mcp.servers.other]\ncommand = \"sleep\"\nargs = [\"1000\"]\n\n[plugins.probe-kit]\npath = \"shadow\"\nenabled = false\n",
+    );
+    let collision = d.wait_event(after, "registry.plugin_collision");
+    assert_eq!(collision["payload"]["policy"], "keep_first", "{collision}");
+    assert_eq!(collision["payload"]["kept"], "manifest", "{collision}");
+    assert_eq!(collision["payload"]["dropped"], "user", "{collision}");
+    wait_for("the shadowed plugin's server to stop", || {
+        d.status()
+            .iter()
+            .all(|c| c["id"] != "mcp_server.probe-kit__echo")
+            .then_some(())
+    });
+
+    // Back to the plain manifest, then disabling: only the plugin's parts go.
+    d.write_manifest(
+        "version = 1\n\n[mcp.servers.other]\ncommand = \"sleep\"\nargs = [\"1000\"]\n",
+    );
+    let pid = wait_for("the user plugin's server to be back", || {
+        d.pid_of("mcp_server.probe-kit__echo")
+    });
+    assert_eq!(plugin(&["disable", "probe-kit"]).0, 0);
+    wait_for("the user plugin's server to stop", || {
+        d.status()
+            .iter()
+            .all(|c| c["id"] != "mcp_server.probe-kit__echo" && c["id"] != "plugin.probe-kit")
+            .then_some(())
+    });
+    assert!(!crate::support::alive(pid));
+    assert_eq!(
+        d.pid_of("mcp_server.other"),
+        Some(other),
+        "the rest keeps running"
+    );
+}
+
+/// The project skills folder of each agent CLI npc configures.
+const SKILL_FOLDERS: [&str; 4] = [
+    ".claude/skills",
+    ".agents/skills",
+    ".gemini/skills",
+    ".opencode/skills",
+];
+
+const FOUR_AGENTS: &str = "version = 1\n[providers.c]\nkind = \"claude_code\"\n[providers.x]\nkind = \"codex\"\n[providers.g]\nkind = \"gemini_cli\"\n[providers.o]\nkind = \"opencode\"\n";
+
+fn apply(repo: &Path, data: &Path) -> (i32, String) {
+    let out = npc()
+        .env("XDG_DATA_HOME", data)
+        .current_dir(repo)
+        .args(["apply", "--auto-approve"])
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn apply_copies_plugin_skills_for_every_agent_and_removes_only_its_own() {
+    let data = tempfile::tempdir().unwrap();
+    let repo = repo_with_kit(&format!("{FOUR_AGENTS}[plugins.kit]\npath = \"kit\"\n"));
+    // The user's own skills, one with the plugin skill's name.
+    let mine = repo.path().join(".claude/skills/mine/SKILL.md");
+    std::fs::create_dir_all(mine.parent().unwrap()).unwrap();
+    std::fs::write(&mine, "mine").unwrap();
+    let theirs = repo.path().join(".gemini/skills/hello/SKILL.md");
+    std::fs::create_dir_all(theirs.parent().unwrap()).unwrap();
+    std::fs::write(&theirs, "the user's hello").unwrap();
+
+    let (code, out) = apply(repo.path(), data.path());
+    assert_eq!(code, 0, "{out}");
+    let source = std::fs::read_to_string(repo.path().join("kit/skills/hello/SKILL.md")).unwrap();
+    for folder in SKILL_FOLDERS {
+        let copy = repo.path().join(folder).join("hello/SKILL.md");
+        if folder == ".gemini/skills" {
+            assert_eq!(std::fs::read_to_string(&copy).unwrap(), "the user's hello");
+            continue;
+        }
+        assert_eq!(std::fs::read_to_string(&copy).unwrap(), source, "{folder}");
+        assert!(!copy.is_symlink());
+    }
+    assert!(out.contains("is not npc's"), "{out}");
+    // Applying again changes nothing.
+    let (code, out) = apply(repo.path(), data.path());
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("hello: written"), "{out}");
+    // An edited skill is copied again.
+    std::fs::write(
+        repo.path().join("kit/skills/hello/SKILL.md"),
+        format!("{source}More.\n"),
+    )
+    .unwrap();
+    apply(repo.path(), data.path());
+    assert!(
+        std::fs::read_to_string(repo.path().join(".claude/skills/hello/SKILL.md"))
+            .unwrap()
+            .ends_with("More.\n")
+    );
+
+    // A CLI no longer declared loses npc's copies; the others keep them.
+    std::fs::write(
+        repo.path().join("npcagent.toml"),
+        format!(
+            "{}[plugins.kit]\npath = \"kit\"\n",
+            FOUR_AGENTS.replace("[providers.o]\nkind = \"opencode\"\n", "")
+        ),
+    )
+    .unwrap();
+    let (code, out) = apply(repo.path(), data.path());
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        !repo.path().join(".opencode/skills/hello").exists(),
+        "{out}"
+    );
+    assert!(repo.path().join(".claude/skills/hello/SKILL.md").is_file());
+
+    // Disabled: npc's copies go, the user's skills stay.
+    std::fs::write(
+        repo.path().join("npcagent.toml"),
+        format!("{FOUR_AGENTS}[plugins.kit]\npath = \"kit\"\nenabled = false\n"),
+    )
+    .unwrap();
+    let (code, out) = apply(repo.path(), data.path());
+    assert_eq!(code, 0, "{out}");
+    for folder in [".claude/skills", ".agents/skills", ".opencode/skills"] {
+        assert!(!repo.path().join(folder).join("hello").exists(), "{folder}");
+    }
+    assert_eq!(std::fs::read_to_string(&mine).unwrap(), "mine");
+    assert_eq!(
+        std::fs::read_to_string(&theirs).unwrap(),
+        "the user's hello"
+    );
+}
+
+#[test]
+fn skills_of_a_user_registry_plugin_are_copied_and_never_written_outside_the_repository() {
+    let data = tempfile::tempdir().unwrap();
+    let pkgs = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("probe"), &pkgs.path().join("probe"));
+    assert_eq!(
+        plugin_cmd(data.path(), pkgs.path(), &["install", "probe"]).0,
+        0
+    );
+    assert_eq!(
+        plugin_cmd(data.path(), pkgs.path(), &["enable", "probe-kit"]).0,
+        0
+    );
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::write(repo.path().join("npcagent.toml"), FOUR_AGENTS).unwrap();
+    // Hostile: a skills folder that is a link out of the repository.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(repo.path().join(".gemini")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), repo.path().join(".gemini/skills")).unwrap();
+    let (code, out) = apply(repo.path(), data.path());
+    assert_eq!(code, 0, "{out}");
+    assert!(repo.path().join(".claude/skills/hello/SKILL.md").is_file());
+    assert!(!repo.path().join(".claude/skills/hello").is_symlink());
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        0,
+        "{out}"
+    );
+    assert!(out.contains(".gemini/skills"), "{out}");
+
+    // Disabling the plugin removes the copies on the next apply.
+    assert_eq!(
+        plugin_cmd(data.path(), pkgs.path(), &["disable", "probe-kit"]).0,
+        0
+    );
+    let (code, out) = apply(repo.path(), data.path());
+    assert_eq!(code, 0, "{out}");
+    assert!(!repo.path().join(".claude/skills/hello").exists(), "{out}");
+}
+
+#[test]
+fn hostile_skills_are_never_copied() {
+    let data = tempfile::tempdir().unwrap();
+    let repo = repo_with_kit(&format!("{FOUR_AGENTS}[plugins.kit]\npath = \"kit\"\n"));
+    // A skill folder that is a link out of the package, and a skill whose
+    // name climbs: the package is invalid, nothing is copied anywhere.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(
+        outside.path().join("SKILL.md"),
+        "---\nname: evil\ndescription: reads outside\n---\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(outside.path(), repo.path().join("kit/skills/evil")).unwrap();
+    std::fs::create_dir_all(repo.path().join("kit/skills/up")).unwrap();
+    std::fs::write(
+        repo.path().join("kit/skills/up/SKILL.md"),
+        "---\nname: ../../up\ndescription: climbs\n---\n",
+    )
+    .unwrap();
+    let (code, out) = apply(repo.path(), data.path());
+    assert_eq!(code, 1, "{out}");
+    for folder in SKILL_FOLDERS {
+        assert!(!repo.path().join(folder).exists(), "{folder}: {out}");
+    }
+    assert!(!repo.path().join("up").exists());
+    // A file inside a skill that links out of the package is not copied.
+    std::fs::remove_file(repo.path().join("kit/skills/evil")).unwrap();
+    std::fs::remove_dir_all(repo.path().join("kit/skills/up")).unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("SKILL.md"),
+        repo.path().join("kit/skills/hello/secret.md"),
+    )
+    .unwrap();
+    let (code, out) = apply(repo.path(), data.path());
+    assert_eq!(code, 0, "{out}");
+    assert!(repo.path().join(".claude/skills/hello/SKILL.md").is_file());
+    assert!(!repo.path().join(".claude/skills/hello/secret.md").exists());
+}

@@ -56,6 +56,7 @@ impl Lower<'_> {
         servers: &mut BTreeMap<String, McpServer>,
     ) -> Option<Plugin> {
         let enabled = p.enabled.unwrap_or(true);
+        let mut parts = None;
         if self.relative_path(&p.path.span, &p.path.value, "the plugin `path`") {
             let dir = Path::new(&p.path.value);
             if let Err(e) = self.files.check_dir(dir) {
@@ -72,96 +73,61 @@ impl Lower<'_> {
             } else if let Some(report) = self.files.plugin_report(dir) {
                 self.plugin_problems(&p.path, &report);
                 if let Some(pkg) = report.package.as_ref().filter(|_| enabled) {
-                    self.plugin_servers(name, &p.path, pkg, servers);
+                    parts = self.plugin_parts(name, &p.path, pkg, servers);
                 }
             }
         }
         Some(Plugin {
             path: p.path.value,
             enabled,
+            source: PluginSource::Manifest,
+            parts,
         })
     }
 
     /// An enabled plugin's MCP servers join the manifest's as
-    /// `PLUGIN__SERVER` (characters other than `A-Za-z0-9_-` become `-`),
-    /// so the daemon runs them through the pool like any server and the
-    /// agents see them; `${PLUGIN_ROOT}` and `${PLUGIN_DATA}` are expanded
-    /// here, once, and both are set in the environment (§9). A manifest
-    /// server of the same name is kept (`keep_first`) and this one dropped.
-    fn plugin_servers(
+    /// `PLUGIN__SERVER` (see `crate::plugins::resolve`), so the daemon runs
+    /// them through the pool like any server and the agents see them;
+    /// `${PLUGIN_ROOT}` and `${PLUGIN_DATA}` are expanded there, once, and
+    /// both are set in the environment (§9). A manifest server of the same
+    /// name is kept (`keep_first`) and this one dropped. Returns the
+    /// plugin's hooks and skills.
+    fn plugin_parts(
         &mut self,
         name: &Spanned<String>,
         path: &Spanned<String>,
         pkg: &crate::plugins::Package,
         servers: &mut BTreeMap<String, McpServer>,
-    ) {
-        use crate::plugins::mcp::Transport;
+    ) -> Option<PluginParts> {
         let data = match crate::plugins::data::dir_of(&pkg.manifest.name) {
             Ok(d) => d,
             Err(e) => {
-                if !pkg.servers.is_empty() {
+                let runs_something =
+                    !pkg.servers.is_empty() || pkg.hooks.as_ref().is_some_and(|h| !h.is_empty());
+                if runs_something {
                     self.error(
                         &path.span,
                         format!("plugin `{}`: {e}", clip(&name.value)),
                         "npc keeps each plugin's data under the user's data directory",
                     );
                 }
-                return;
+                return None;
             }
         };
-        let places = crate::plugins::expand::Placeholders {
-            root: &pkg.root,
-            data: &data,
-        };
-        for server in &pkg.servers {
-            let id = format!("{}__{}", name.value, server.name)
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                        c
-                    } else {
-                        '-'
-                    }
-                })
-                .collect::<String>();
-            let transport = match &server.transport {
-                Transport::Stdio {
-                    command,
-                    args,
-                    env,
-                    cwd,
-                } => {
-                    let program = match command.strip_prefix("./") {
-                        Some(rel) => pkg.root.join(rel).to_string_lossy().into_owned(),
-                        None => command.clone(),
-                    };
-                    McpTransport::Stdio(CommandSpec {
-                        command: program,
-                        args: places
-                            .expand_all(args)
-                            .into_iter()
-                            .map(Text::plain)
-                            .collect(),
-                        env: crate::plugins::data::plugin_env(env, &places)
-                            .into_iter()
-                            .map(|(k, v)| (k, Text::plain(v)))
-                            .collect(),
-                        cwd: Some(Text::plain(places.cwd(cwd.as_deref()).to_string_lossy())),
-                    })
-                }
-                Transport::StreamableHttp { url, headers } => McpTransport::Http {
-                    url: Text::plain(url.clone()),
-                    headers: headers
-                        .iter()
-                        .map(|(k, v)| (k.clone(), Text::plain(v.clone())))
-                        .collect(),
-                    bearer_token_env: None,
-                },
-                Transport::Sse { .. } => {
-                    self.warning(&path.span, format!("plugin `{}`: server `{}` uses the legacy `sse` transport, which npc does not run; it is skipped", clip(&name.value), clip(&server.name)), "use `streamable-http`");
-                    continue;
-                }
-            };
+        let (found, skipped) = crate::plugins::resolve::servers(&name.value, pkg, &data);
+        for s in skipped {
+            self.warning(
+                &path.span,
+                format!(
+                    "plugin `{}`: server `{}` is skipped: {}",
+                    clip(&name.value),
+                    clip(&s.server),
+                    s.reason
+                ),
+                "use `streamable-http`",
+            );
+        }
+        for (id, server) in found {
             if servers.contains_key(&id) {
                 self.warning(
                     &path.span,
@@ -170,20 +136,9 @@ impl Lower<'_> {
                 );
                 continue;
             }
-            servers.insert(
-                id,
-                McpServer {
-                    transport,
-                    enabled: true,
-                    startup_timeout_ms: DEFAULT_STARTUP_TIMEOUT_MS,
-                    tool_timeout_ms: DEFAULT_TOOL_TIMEOUT_MS,
-                    idle_timeout_s: DEFAULT_MCP_IDLE_TIMEOUT_S,
-                    enabled_tools: None,
-                    disabled_tools: Vec::new(),
-                    restart: RestartPolicy::OnFailure,
-                },
-            );
+            servers.insert(id, server);
         }
+        Some(crate::plugins::resolve::parts(pkg, &data))
     }
 
     /// A package's own problems at its `path`, errors as errors: the

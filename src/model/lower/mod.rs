@@ -44,6 +44,12 @@ pub trait Files {
     fn plugin_report(&self, _path: &Path) -> Option<crate::plugins::Report> {
         None
     }
+    /// The user registry's plugins (`npc plugin install`), when this file
+    /// system reads it; `Err` says why it cannot be read (its plugins are
+    /// then dropped, never an error of the manifest).
+    fn user_plugins(&self) -> Result<Vec<crate::plugins::resolve::UserPlugin>, String> {
+        Ok(Vec::new())
+    }
 }
 
 /// The real file system, rooted at the manifest's directory, through the
@@ -73,6 +79,9 @@ impl Files for DiskFiles {
             .and_then(|root| root.real_path(path))
             .ok()?;
         crate::plugins::validate(&real).ok()
+    }
+    fn user_plugins(&self) -> Result<Vec<crate::plugins::resolve::UserPlugin>, String> {
+        crate::plugins::resolve::registered()
     }
 }
 
@@ -263,6 +272,7 @@ impl Lower<'_> {
             triggers: BTreeMap::new(),
             pane_plugins: BTreeMap::new(),
             panes: BTreeMap::new(),
+            plugin_notices: Vec::new(),
         };
         for (name, s) in self.entries("mcp.servers", servers) {
             if let Some(server) = self.mcp_server(&name, s) {
@@ -291,6 +301,20 @@ impl Lower<'_> {
             if let Some(plugin) = self.plugin(&name, p, &mut m.mcp_servers) {
                 m.plugins.insert(name.value, plugin);
             }
+        }
+        // Then the user registry's, which never make the manifest invalid.
+        match self.files.user_plugins() {
+            Ok(users) => crate::plugins::resolve::user_plugins(&mut m, &users, &|path| {
+                crate::plugins::validate(path).ok()
+            }),
+            Err(reason) => m.plugin_notices.push(PluginNotice::Dropped {
+                id: "*".into(),
+                source: PluginSource::User,
+                path: crate::plugins::registry::path()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                reason,
+            }),
         }
         // Sections that reference others come after what they reference.
         for (name, p) in raw_profiles {
