@@ -151,6 +151,10 @@ fn open(
         ))
         .into_response());
     }
+    let attached = state
+        .backend
+        .terminal(&name)
+        .map_err(IntoResponse::into_response)?;
     let ws = ws.map_err(|e| {
         ApiError::new(
             StatusCode::UPGRADE_REQUIRED,
@@ -167,10 +171,6 @@ fn open(
         )
         .into_response());
     };
-    let attached = state
-        .backend
-        .terminal(&name)
-        .map_err(IntoResponse::into_response)?;
     let backend = state.backend.clone();
     Ok(ws
         .protocols([SUBPROTOCOL])
