@@ -729,9 +729,10 @@ async fn hostile_bodies_get_stable_errors_and_change_nothing() {
         assert_eq!(got, StatusCode::UNPROCESSABLE_ENTITY, "{size}");
     }
     assert!(fake.pane.lock().unwrap().typed.is_empty());
-    let pane = fake.pane.lock().unwrap();
-    assert_eq!((pane.rows, pane.cols), (24, 80));
-    drop(pane);
+    {
+        let pane = fake.pane.lock().unwrap();
+        assert_eq!((pane.rows, pane.cols), (24, 80));
+    }
     let big = format!(
         r#"{{"payload":"{}"}}"#,
         "z".repeat(crate::triggers::MAX_MANUAL_PAYLOAD_BYTES)
