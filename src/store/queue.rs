@@ -204,6 +204,31 @@ impl Store {
         })
     }
 
+    /// Move run `id` from state `from` to `to` only if it is still in
+    /// `from`; resolves to whether it moved. The executor and a cancel race
+    /// for a queued run through this one write, so exactly one wins.
+    pub fn mark_run_if(
+        &self,
+        id: impl Into<String>,
+        from: &'static str,
+        to: &'static str,
+        detail: Option<String>,
+    ) -> Pending<bool> {
+        let id = id.into();
+        self.write(move |conn| {
+            let sql = if to == state::RUNNING {
+                "UPDATE trigger_runs SET state = ?2, detail = ?3, started_at_ms = ?4
+                 WHERE id = ?1 AND state = ?5"
+            } else {
+                "UPDATE trigger_runs SET state = ?2, detail = ?3, finished_at_ms = ?4
+                 WHERE id = ?1 AND state = ?5"
+            };
+            conn.execute(sql, (&id, to, &detail, now_ms(), from))
+                .map(|changed| changed > 0)
+                .map_err(sqlite("update a run"))
+        })
+    }
+
     /// Runs left `running` by a daemon that died become `interrupted`
     /// (never run again: at most once). Returns their ids.
     pub fn interrupt_running_runs(&self) -> Pending<Vec<String>> {
@@ -305,6 +330,15 @@ impl Store {
         )
     }
 
+    /// The `run.started` and `run.finished` events of run `id` (a range
+    /// scan on the component index), oldest first.
+    pub fn run_bracket(&self, id: &str) -> Result<Vec<Event>, StoreError> {
+        self.events_where(
+            "component = ?1 AND kind IN ('run.started', 'run.finished') ORDER BY id LIMIT 4",
+            [crate::runs::component(id)],
+        )
+    }
+
     /// The newest `run.started` events of runs (`run.<id>` components),
     /// newest first: how `npc run`'s runs are found.
     pub fn run_started_events(&self, limit: usize) -> Result<Vec<Event>, StoreError> {
@@ -371,6 +405,24 @@ mod tests {
         assert_eq!(store.enqueue_run(skip).wait().unwrap(), Enqueued::Skipped);
         assert_eq!(store.trigger_run("s").unwrap().unwrap().state, "skipped");
         assert!(store.trigger_run("full").unwrap().is_none());
+    }
+
+    #[test]
+    fn a_conditional_move_happens_once_and_only_from_its_state() {
+        let (_dir, store) = store();
+        store.enqueue_run(run("a", None)).wait().unwrap();
+        let cancel = || store.mark_run_if("a", state::QUEUED, state::CANCELLED, None);
+        let start = || store.mark_run_if("a", state::QUEUED, state::RUNNING, None);
+        assert!(cancel().wait().unwrap());
+        assert!(!start().wait().unwrap(), "a cancelled run never starts");
+        assert!(!cancel().wait().unwrap());
+        assert_eq!(store.trigger_run("a").unwrap().unwrap().state, "cancelled");
+        assert!(
+            !store
+                .mark_run_if("nope", state::QUEUED, state::RUNNING, None)
+                .wait()
+                .unwrap()
+        );
     }
 
     #[test]
