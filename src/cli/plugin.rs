@@ -490,64 +490,20 @@ fn uninstall(name: &str) -> anyhow::Result<Exit> {
     }
 }
 
-/// One row of `npc plugin list`.
-#[derive(Debug, Serialize)]
-struct Row {
-    kind: &'static str,
-    id: String,
-    version: Option<String>,
-    source: &'static str,
-    path: PathBuf,
-    /// `enabled` / `disabled`: what is saved.
-    saved: &'static str,
-    /// `valid` / `invalid`.
-    package: &'static str,
-    servers: Vec<String>,
-    skills: Vec<String>,
-    hooks: usize,
-}
+type Row = crate::runtime::listings::PluginRow;
 
 /// Every plugin in discovery order (manifest, user registry), deduplicated;
 /// collisions are reported on stderr.
 fn discover(manifest: Option<PathBuf>) -> anyhow::Result<Vec<Row>> {
-    use crate::plugins::registry::{self, Found, Source};
-    let mut found = Vec::new();
-    if let Ok(path) = super::manifest_path(manifest)
-        && let Ok(loaded) = crate::model::load_path(&path, &crate::model::ProcessEnv)
-    {
-        let dir = path
-            .parent()
-            .map(std::path::Path::to_path_buf)
-            .unwrap_or_default();
-        match &loaded.manifest {
-            Some(m) => {
-                for (name, p) in &m.plugins {
-                    found.push(Found {
-                        kind: "plugin",
-                        id: name.clone(),
-                        source: Source::Manifest,
-                        path: dir.join(&p.path),
-                        enabled: p.enabled,
-                    });
-                }
-            }
-            None => errln!(
-                "warning: `{}` is invalid; its plugins are not listed (see `npc validate`)",
-                path.display()
-            ),
-        }
+    let path = super::manifest_path(manifest).ok();
+    let listing = crate::runtime::listings::plugin_rows(path.as_deref())?;
+    if let Some(path) = &listing.invalid_manifest {
+        errln!(
+            "warning: `{}` is invalid; its plugins are not listed (see `npc validate`)",
+            path.display()
+        );
     }
-    for (name, e) in registry::load()?.plugins {
-        found.push(Found {
-            kind: "plugin",
-            id: name,
-            source: Source::User,
-            path: e.path,
-            enabled: e.enabled,
-        });
-    }
-    let (kept, collisions) = registry::dedup(found);
-    for c in &collisions {
+    for c in &listing.collisions {
         errln!(
             "warning: plugin `{}` from the {} registration is also registered by the {} one ({}); the first is kept (`{}`)",
             c.id,
@@ -557,35 +513,7 @@ fn discover(manifest: Option<PathBuf>) -> anyhow::Result<Vec<Row>> {
             c.policy
         );
     }
-    Ok(kept
-        .into_iter()
-        .map(|f| {
-            let report = plugins::validate(&f.path).ok();
-            let pkg = report.as_ref().and_then(|r| r.package.as_ref());
-            Row {
-                kind: f.kind,
-                id: f.id,
-                version: pkg.and_then(|p| p.manifest.version.clone()),
-                source: f.source.as_str(),
-                path: f.path,
-                saved: if f.enabled { "enabled" } else { "disabled" },
-                package: if report.as_ref().is_some_and(Report::is_valid) {
-                    "valid"
-                } else {
-                    "invalid"
-                },
-                servers: pkg
-                    .map(|p| p.servers.iter().map(|s| s.name.clone()).collect())
-                    .unwrap_or_default(),
-                skills: pkg
-                    .map(|p| p.skills.iter().map(|s| s.name.clone()).collect())
-                    .unwrap_or_default(),
-                hooks: pkg
-                    .and_then(|p| p.hooks.as_ref())
-                    .map_or(0, plugins::hooks::HooksFile::len),
-            }
-        })
-        .collect())
+    Ok(listing.rows)
 }
 
 fn list(tools: bool, manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {

@@ -13,16 +13,12 @@ use serde_json::{Value, json};
 
 use super::reconcile::daemon_socket;
 use super::{Exit, Format};
-use crate::model::TriggerSource;
 use crate::runtime::{self, RepoPaths};
 use crate::store::Store;
 use crate::surfaces::control::{Client, Request};
-use crate::triggers::{DEFAULT_NEXT_FIRES, cron};
 
 /// Largest `--payload` accepted (it travels in one control request).
 pub const MAX_MANUAL_PAYLOAD_BYTES: usize = 32 * 1024;
-/// Recent runs shown per trigger by `npc triggers`.
-pub const RECENT_RUNS: usize = 3;
 /// Runs `npc runs` lists unless `--limit` says otherwise.
 pub const DEFAULT_RUNS_LIMIT: u64 = 50;
 /// Events `npc runs show` prints at most.
@@ -118,62 +114,7 @@ pub fn list(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
         None => Vec::new(),
     };
     let store = store_of(&paths)?;
-    let now = chrono::Utc::now();
-    let mut rows = Vec::new();
-    for (name, t) in &model.triggers {
-        let live = from_daemon.iter().find(|v| v["name"] == name.as_str());
-        let (kind, mut detail) = match &t.source {
-            TriggerSource::Cron {
-                schedule, timezone, ..
-            } => {
-                let next: Vec<Value> = match live {
-                    Some(v) => v["next_fire_times"].as_array().cloned().unwrap_or_default(),
-                    None => {
-                        let tz = timezone.parse().unwrap_or(chrono_tz::UTC);
-                        let first = cron::next_after(schedule, tz, now);
-                        cron::fire_times(schedule, tz, first, DEFAULT_NEXT_FIRES)
-                            .iter()
-                            .map(|t| json!(t.to_rfc3339()))
-                            .collect()
-                    }
-                };
-                (
-                    "cron",
-                    json!({ "schedule": schedule.to_string(), "timezone": timezone, "next_fire_times": next }),
-                )
-            }
-            TriggerSource::Webhook { route, .. } => (
-                "webhook",
-                json!({ "route": route, "url": live.and_then(|v| v.get("url")).cloned() }),
-            ),
-            TriggerSource::FileWatch {
-                paths,
-                ignore,
-                events,
-                ..
-            } => (
-                "file_watch",
-                json!({ "paths": paths, "ignore": ignore, "events": events }),
-            ),
-        };
-        let recent: Vec<Value> = match &store {
-            Some(s) => s
-                .trigger_runs(Some(name), RECENT_RUNS)?
-                .iter()
-                .map(
-                    |r| json!({ "id": r.id, "state": r.state, "enqueued_at_ms": r.enqueued_at_ms }),
-                )
-                .collect(),
-            None => Vec::new(),
-        };
-        detail["name"] = json!(name);
-        detail["kind"] = json!(kind);
-        detail["enabled"] = json!(t.enabled);
-        detail["overlap"] = json!(t.overlap.as_str());
-        detail["armed"] = json!(live.is_some());
-        detail["recent_runs"] = json!(recent);
-        rows.push(detail);
-    }
+    let rows = runtime::listings::trigger_rows(&model, &from_daemon, store.as_ref())?;
     let source = match &daemon {
         Some((_, pid)) => format!("daemon pid {pid}"),
         None => "no daemon running; triggers fire only while `npc daemon` runs".to_string(),

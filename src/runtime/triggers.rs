@@ -15,18 +15,18 @@ use tokio::sync::Notify;
 
 use super::drivers::{BoxFuture, Driver, DriverContext, DriverError};
 use crate::bus::EventBus;
-use crate::model::{Manifest, Trigger, TriggerSource};
+use crate::model::{Manifest, Overlap, Trigger, TriggerSource};
 use crate::plan::{ComponentId, Config};
 use crate::store::Store;
 use crate::triggers::clock::{Clock, SystemClock};
 use crate::triggers::cron::CronTrigger;
-use crate::triggers::executor::Executor;
+use crate::triggers::executor::{CancelError, Executor};
 use crate::triggers::file_watch::FileWatchTrigger;
 use crate::triggers::queue::RunQueue;
 use crate::triggers::webhook::{Listener, WebhookTrigger};
 use crate::triggers::{
-    Accepted, DEFAULT_NEXT_FIRES, Firing, Firings, Origin, Refused, TriggerContext, TriggerError,
-    TriggerKind,
+    Accepted, DEFAULT_NEXT_FIRES, Firing, Firings, MANUAL_QUEUE, ManualRun, Origin, Refused,
+    TriggerContext, TriggerError, TriggerKind,
 };
 
 /// A started trigger.
@@ -195,6 +195,58 @@ impl TriggerDriver {
             .map_err(FireError::Refused)
     }
 
+    /// Start a profile run by hand (`POST /api/v1/runs`): checked against
+    /// the applied manifest, then queued like a trigger's firing and
+    /// carried out by the same executor. Returns the run id.
+    pub async fn start_run(&self, run: ManualRun) -> Result<String, StartRunError> {
+        let manifest = self.executor.manifest().ok_or(StartRunError::NoManifest)?;
+        if !manifest.profiles.contains_key(&run.profile) {
+            return Err(StartRunError::UnknownProfile {
+                name: run.profile,
+                known: names(manifest.profiles.keys()),
+            });
+        }
+        if run.prompt.is_some() && run.prompt_template.is_some() {
+            return Err(StartRunError::TwoPrompts);
+        }
+        match &run.prompt_template {
+            Some(name) if !manifest.prompts.contains_key(name) => {
+                return Err(StartRunError::UnknownTemplate {
+                    name: name.clone(),
+                    known: names(manifest.prompts.keys()),
+                });
+            }
+            None if !run.vars.is_empty() => return Err(StartRunError::VarsWithoutTemplate),
+            _ => {}
+        }
+        if run.prompt.is_none()
+            && run.prompt_template.is_none()
+            && manifest.profiles[&run.profile].prompt.is_none()
+        {
+            return Err(StartRunError::NoPrompt {
+                profile: run.profile,
+            });
+        }
+        let payload = serde_json::to_value(&run).unwrap_or_default();
+        let firing = Firing::new(MANUAL_QUEUE, Origin::Api, payload);
+        let accepted = self
+            .queue
+            .submit(firing, Overlap::Queue)
+            .await
+            .map_err(StartRunError::Refused)?;
+        Ok(accepted.run_id)
+    }
+
+    /// Cancel run `id` (see [`Executor::cancel`]).
+    pub async fn cancel_run(&self, id: &str) -> Result<String, CancelError> {
+        self.executor.cancel(id).await
+    }
+
+    /// The applied manifest, once one is.
+    pub fn manifest(&self) -> Option<Arc<Manifest>> {
+        self.executor.manifest()
+    }
+
     /// Each applied trigger, sorted by name.
     pub fn views(&self) -> Vec<TriggerView> {
         let active = self.active();
@@ -237,6 +289,34 @@ impl TriggerDriver {
         }
         self.webhooks.shutdown();
         self.executor.shutdown().await;
+    }
+}
+
+/// Why a run by hand was not queued.
+#[derive(Debug, thiserror::Error)]
+pub enum StartRunError {
+    #[error("the daemon has applied no manifest yet; fix it (see `npc validate`) and retry")]
+    NoManifest,
+    #[error("no profile `{name}` in the applied manifest; known profiles: {known}")]
+    UnknownProfile { name: String, known: String },
+    #[error("no prompt template `{name}` in the applied manifest; known prompts: {known}")]
+    UnknownTemplate { name: String, known: String },
+    #[error("pass `prompt` or `prompt_template`, not both")]
+    TwoPrompts,
+    #[error("`vars` needs `prompt_template`; `prompt` text and the profile's prompt take no variables")]
+    VarsWithoutTemplate,
+    #[error("profile `{profile}` has no `prompt`; pass `prompt` or `prompt_template`")]
+    NoPrompt { profile: String },
+    #[error(transparent)]
+    Refused(Refused),
+}
+
+fn names<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    let names: Vec<String> = names.map(|n| format!("`{n}`")).collect();
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
     }
 }
 

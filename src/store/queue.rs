@@ -204,6 +204,31 @@ impl Store {
         })
     }
 
+    /// Move run `id` from state `from` to `to` only if it is still in
+    /// `from`; resolves to whether it moved. The executor and a cancel race
+    /// for a queued run through this one write, so exactly one wins.
+    pub fn mark_run_if(
+        &self,
+        id: impl Into<String>,
+        from: &'static str,
+        to: &'static str,
+        detail: Option<String>,
+    ) -> Pending<bool> {
+        let id = id.into();
+        self.write(move |conn| {
+            let sql = if to == state::RUNNING {
+                "UPDATE trigger_runs SET state = ?2, detail = ?3, started_at_ms = ?4
+                 WHERE id = ?1 AND state = ?5"
+            } else {
+                "UPDATE trigger_runs SET state = ?2, detail = ?3, finished_at_ms = ?4
+                 WHERE id = ?1 AND state = ?5"
+            };
+            conn.execute(sql, (&id, to, &detail, now_ms(), from))
+                .map(|changed| changed > 0)
+                .map_err(sqlite("update a run"))
+        })
+    }
+
     /// Runs left `running` by a daemon that died become `interrupted`
     /// (never run again: at most once). Returns their ids.
     pub fn interrupt_running_runs(&self) -> Pending<Vec<String>> {
@@ -302,6 +327,15 @@ impl Store {
                 after,
                 limit.min(super::MAX_EVENTS_PER_READ) as i64,
             ),
+        )
+    }
+
+    /// The `run.started` and `run.finished` events of run `id` (a range
+    /// scan on the component index), oldest first.
+    pub fn run_bracket(&self, id: &str) -> Result<Vec<Event>, StoreError> {
+        self.events_where(
+            "component = ?1 AND kind IN ('run.started', 'run.finished') ORDER BY id LIMIT 4",
+            [crate::runs::component(id)],
         )
     }
 

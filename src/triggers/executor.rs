@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::bus::EventBus;
 use crate::model::{Action, CommandSpec, Manifest, Overlap, RestartPolicy, Trigger};
 use crate::plan::{ComponentId, Kind};
+use super::{MANUAL_QUEUE, ManualRun};
 use crate::runs::{self, PromptChoice, RunRequest, TriggeredBy};
 use crate::runtime::drivers::{DriverContext, child_spec};
 use crate::store::queue::{RUN_HISTORY_LIMIT, RunRow, state};
@@ -47,6 +48,11 @@ pub const STOP_WAIT: Duration = Duration::from_secs(10);
 pub const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// After a command exits, how long its output pipes may take to close.
 pub const POST_EXIT_DRAIN: Duration = Duration::from_secs(2);
+/// How long [`Executor::cancel`] waits for a cancelled run to record its
+/// end (the process group is killed at once; its output then drains).
+pub const CANCEL_WAIT: Duration = Duration::from_secs(10);
+/// Why a run cancelled by hand ended.
+pub const CANCELLED_BY_HAND: &str = "cancelled by hand";
 
 /// A run being carried out.
 #[derive(Debug)]
@@ -217,6 +223,19 @@ impl Executor {
                     if inner.running.len() >= MAX_CONCURRENT_RUNS {
                         break;
                     }
+                    if row.trigger == MANUAL_QUEUE {
+                        // A run started by hand: its own action, no overlap
+                        // (each is its queue's head once the one before
+                        // started, so they never wait behind each other).
+                        match manual_request(&row) {
+                            Some(request) => Decision::Start(Action::RunProfile {
+                                profile: request.profile,
+                                prompt: None,
+                                vars: Default::default(),
+                            }),
+                            None => Decision::Unreadable,
+                        }
+                    } else {
                     match inner.triggers.get(&row.trigger) {
                         None => Decision::Cancel,
                         Some(t) => {
@@ -226,7 +245,7 @@ impl Executor {
                                 .filter(|r| r.trigger == row.trigger)
                                 .collect();
                             match (active.is_empty(), t.overlap) {
-                                (true, _) => Decision::Start(t.clone()),
+                                (true, _) => Decision::Start(t.action.clone()),
                                 (false, Overlap::Queue) => Decision::Wait,
                                 (false, Overlap::Skip) => Decision::Skip,
                                 (false, Overlap::Replace) => {
@@ -235,14 +254,32 @@ impl Executor {
                                             Some(format!("replaced by run `{}`", row.id));
                                         r.cancel.cancel();
                                     }
-                                    Decision::Start(t.clone())
+                                    Decision::Start(t.action.clone())
                                 }
                             }
                         }
                     }
+                    }
                 };
+                if let Decision::Start(_) = &decision {
+                    // Running from the decision on (under the same lock), so
+                    // a cancel finds it; `start` commits it or lets it go.
+                    self.inner().running.insert(
+                        row.id.clone(),
+                        Running {
+                            trigger: row.trigger.clone(),
+                            cancel: CancellationToken::new(),
+                            reason: Arc::new(Mutex::new(None)),
+                        },
+                    );
+                }
                 match decision {
                     Decision::Wait => {}
+                    Decision::Unreadable => {
+                        let detail = "the run's request is unreadable".to_string();
+                        self.finish(&row.id, (state::FAILED, Some(detail))).await;
+                        progress = true;
+                    }
                     Decision::Cancel => {
                         let detail = format!("trigger `{}` is no longer applied", row.trigger);
                         self.finish(&row.id, (state::CANCELLED, Some(detail))).await;
@@ -254,8 +291,8 @@ impl Executor {
                             .await;
                         progress = true;
                     }
-                    Decision::Start(trigger) => {
-                        self.start(row, trigger).await;
+                    Decision::Start(action) => {
+                        self.start(row, action).await;
                         progress = true;
                     }
                 }
@@ -289,46 +326,60 @@ impl Executor {
         }
     }
 
-    /// Mark the run running (committed first), then carry it out in its own task.
-    async fn start(self: &Arc<Self>, row: RunRow, trigger: Trigger) {
-        if let Err(e) = self.store.mark_run(&row.id, state::RUNNING, None).await {
-            tracing::error!("cannot start run `{}`: {e}", row.id);
-            return;
-        }
-        let cancel = CancellationToken::new();
-        let reason = Arc::new(Mutex::new(None));
-        let manifest = {
+    /// Mark the run running (committed first, and only if it is still
+    /// queued: a cancel may have taken it), then carry it out in its own task.
+    async fn start(self: &Arc<Self>, row: RunRow, action: Action) {
+        let committed = self
+            .store
+            .mark_run_if(&row.id, state::QUEUED, state::RUNNING, None)
+            .await;
+        let (cancel, reason, manifest) = {
             let mut inner = self.inner();
-            inner.running.insert(
-                row.id.clone(),
-                Running {
-                    trigger: row.trigger.clone(),
-                    cancel: cancel.clone(),
-                    reason: reason.clone(),
-                },
-            );
-            inner.manifest.clone()
+            let Some(running) = inner.running.get(&row.id) else {
+                return;
+            };
+            let handles = (running.cancel.clone(), running.reason.clone());
+            if !matches!(committed, Ok(true)) {
+                if let Err(e) = &committed {
+                    tracing::error!("cannot start run `{}`: {e}", row.id);
+                }
+                inner.running.remove(&row.id);
+                drop(inner);
+                self.ended.notify_waiters();
+                return;
+            }
+            (handles.0, handles.1, inner.manifest.clone())
         };
         let this = self.clone();
         tokio::spawn(async move {
-            let ending = match &trigger.action {
+            let ending = match &action {
                 Action::RunCommand(command) => this.run_command(&row, command, &cancel).await,
                 Action::RunProfile {
                     profile,
                     prompt,
                     vars,
                 } => {
-                    let prompt = match prompt {
-                        Some(name) => PromptChoice::Template {
-                            name: name.clone(),
-                            vars: vars
-                                .iter()
-                                .map(|(k, v)| (k.clone(), v.expose().to_string()))
-                                .collect(),
-                        },
-                        None => PromptChoice::Profile,
+                    let vars = vars
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.expose().to_string()))
+                        .collect();
+                    let (prompt, triggered) = if row.trigger == MANUAL_QUEUE {
+                        (manual_prompt(&row), None)
+                    } else {
+                        let prompt = match prompt {
+                            Some(name) => PromptChoice::Template {
+                                name: name.clone(),
+                                vars,
+                            },
+                            None => PromptChoice::Profile,
+                        };
+                        let triggered = TriggeredBy {
+                            name: row.trigger.clone(),
+                            payload: row.payload.clone(),
+                        };
+                        (prompt, Some(triggered))
                     };
-                    this.run_profile(&row, profile, prompt, manifest, &cancel)
+                    this.run_profile(&row, profile, prompt, triggered, manifest, &cancel)
                         .await
                 }
             };
@@ -348,11 +399,80 @@ impl Executor {
         });
     }
 
+    /// The applied manifest, once one is.
+    pub fn manifest(&self) -> Option<Arc<Manifest>> {
+        self.inner().manifest.clone()
+    }
+
+    /// Cancel run `id`: a queued run never starts; a running one has its
+    /// process group killed, and the answer waits (at most [`CANCEL_WAIT`])
+    /// until it recorded its end. Returns the run's state after that.
+    pub async fn cancel(&self, id: &str) -> Result<String, CancelError> {
+        let signal = |inner: &Inner| {
+            inner.running.get(id).map(|r| {
+                *r.reason.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(CANCELLED_BY_HAND.to_string());
+                r.cancel.cancel();
+            })
+        };
+        let mut signalled = signal(&self.inner()).is_some();
+        if !signalled {
+            let taken = self
+                .store
+                .mark_run_if(
+                    id,
+                    state::QUEUED,
+                    state::CANCELLED,
+                    Some(CANCELLED_BY_HAND.to_string()),
+                )
+                .await
+                .map_err(|e| CancelError::Store(e.to_string()))?;
+            if taken {
+                self.record(
+                    id,
+                    "run.cancelled",
+                    json!({ "run_id": id, "detail": CANCELLED_BY_HAND }),
+                )
+                .await;
+                return Ok(state::CANCELLED.to_string());
+            }
+            // It may have started in between.
+            signalled = signal(&self.inner()).is_some();
+        }
+        if signalled {
+            let _ = tokio::time::timeout(CANCEL_WAIT, async {
+                loop {
+                    let ended = self.ended.notified();
+                    if !self.inner().running.contains_key(id) {
+                        return;
+                    }
+                    ended.await;
+                }
+            })
+            .await;
+        }
+        let store = self.store.clone();
+        let key = id.to_string();
+        let row = tokio::task::spawn_blocking(move || store.trigger_run(&key))
+            .await
+            .map_err(|e| CancelError::Store(e.to_string()))?
+            .map_err(|e| CancelError::Store(e.to_string()))?;
+        match row {
+            None => Err(CancelError::NotFound(id.to_string())),
+            Some(row) if signalled => Ok(row.state),
+            Some(row) => Err(CancelError::Finished {
+                id: id.to_string(),
+                state: row.state,
+            }),
+        }
+    }
+
     async fn run_profile(
         &self,
         row: &RunRow,
         profile: &str,
         prompt: PromptChoice,
+        triggered: Option<TriggeredBy>,
         manifest: Option<Arc<Manifest>>,
         cancel: &CancellationToken,
     ) -> Ending {
@@ -365,10 +485,7 @@ impl Executor {
             timeout: runs::DEFAULT_RUN_TIMEOUT,
             cwd: None,
             probe_after: crate::providers::STALE_AFTER,
-            trigger: Some(TriggeredBy {
-                name: row.trigger.clone(),
-                payload: row.payload.clone(),
-            }),
+            trigger: triggered,
         };
         let prepared = runs::prepare_blocking(
             (*manifest).clone(),
@@ -385,6 +502,10 @@ impl Executor {
                 return (state::FAILED, Some(error));
             }
         };
+        if cancel.is_cancelled() {
+            // Cancelled while it was being prepared: it never starts.
+            return (state::CANCELLED, None);
+        }
         let cancelled = async {
             cancel.cancelled().await;
             nix::sys::signal::Signal::SIGTERM as i32
@@ -579,8 +700,42 @@ impl Executor {
 /// What a pass does with the oldest queued run of a trigger.
 #[derive(Debug)]
 enum Decision {
-    Start(Trigger),
+    Start(Action),
     Wait,
     Skip,
     Cancel,
+    /// A run started by hand whose stored request does not parse.
+    Unreadable,
+}
+
+/// Why [`Executor::cancel`] cancelled nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum CancelError {
+    #[error("no run `{0}` in the daemon's queue; list runs with `npc runs`")]
+    NotFound(String),
+    #[error("run `{id}` has already ended (`{state}`); nothing to cancel")]
+    Finished { id: String, state: String },
+    #[error("the run queue cannot record the cancel: {0}")]
+    Store(String),
+}
+
+/// The request of a run started by hand, from its queue row.
+fn manual_request(row: &RunRow) -> Option<ManualRun> {
+    serde_json::from_value(row.payload.clone()).ok()
+}
+
+/// The prompt of a run started by hand: text as written, a template with
+/// its variables, or the profile's own.
+fn manual_prompt(row: &RunRow) -> PromptChoice {
+    match manual_request(row) {
+        Some(ManualRun {
+            prompt: Some(text), ..
+        }) => PromptChoice::Literal { text },
+        Some(ManualRun {
+            prompt_template: Some(name),
+            vars,
+            ..
+        }) => PromptChoice::Template { name, vars },
+        _ => PromptChoice::Profile,
+    }
 }

@@ -43,6 +43,8 @@ pub enum Origin {
     FileWatch,
     /// `npc trigger fire NAME`.
     Manual,
+    /// A profile run started through the REST API (`POST /api/v1/runs`).
+    Api,
 }
 
 impl Origin {
@@ -52,8 +54,32 @@ impl Origin {
             Self::Webhook => "webhook",
             Self::FileWatch => "file_watch",
             Self::Manual => "manual",
+            Self::Api => "api",
         }
     }
+}
+
+/// The queue name of profile runs started by hand through the API. It is
+/// not a valid trigger name (`[a-z0-9][a-z0-9_-]*`), so no trigger shares
+/// it; its runs never wait behind each other (overlap does not apply).
+pub const MANUAL_QUEUE: &str = "@manual";
+
+/// A profile run started by hand (`POST /api/v1/runs`): the request body,
+/// and the queue row's payload the executor runs it from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ManualRun {
+    /// A `[profiles.NAME]` of the applied manifest.
+    pub profile: String,
+    /// The task prompt, used as written (instead of the profile's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// A `[prompts.NAME]` to render instead (with `vars`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_template: Option<String>,
+    /// Variables for `prompt_template`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub vars: std::collections::BTreeMap<String, String>,
 }
 
 /// What became of a firing, once the queue committed it (or refused it).

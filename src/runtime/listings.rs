@@ -1,0 +1,351 @@
+//! The listings the CLI and the REST API both show, built in one place so
+//! they cannot drift: triggers (`npc triggers --format json`,
+//! `GET /api/v1/triggers`), plugins (`npc plugin list --format json`,
+//! `GET /api/v1/plugins`) and runs (`GET /api/v1/runs`: the queue's runs
+//! and those `npc run` recorded, newest first).
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::model::{Manifest, TriggerSource};
+use crate::plugins::registry::{Collision, RegistryError};
+use crate::store::queue::{MAX_RUNS_PER_READ, RunRow};
+use crate::store::{Event, Store, StoreError};
+use crate::triggers::{DEFAULT_NEXT_FIRES, MANUAL_QUEUE, cron};
+
+/// Recent runs shown per trigger.
+pub const RECENT_RUNS: usize = 3;
+
+/// One object per trigger of `manifest`: its kind and schedule, route or
+/// watched paths, whether the daemon armed it (`live` are the daemon's
+/// trigger views, empty without a daemon) and its recent runs.
+pub fn trigger_rows(
+    manifest: &Manifest,
+    live: &[Value],
+    store: Option<&Store>,
+) -> Result<Vec<Value>, StoreError> {
+    let now = chrono::Utc::now();
+    let mut rows = Vec::new();
+    for (name, t) in &manifest.triggers {
+        let live = live.iter().find(|v| v["name"] == name.as_str());
+        let (kind, mut detail) = match &t.source {
+            TriggerSource::Cron {
+                schedule, timezone, ..
+            } => {
+                let next: Vec<Value> = match live {
+                    Some(v) => v["next_fire_times"].as_array().cloned().unwrap_or_default(),
+                    None => {
+                        let tz = timezone.parse().unwrap_or(chrono_tz::UTC);
+                        let first = cron::next_after(schedule, tz, now);
+                        cron::fire_times(schedule, tz, first, DEFAULT_NEXT_FIRES)
+                            .iter()
+                            .map(|t| json!(t.to_rfc3339()))
+                            .collect()
+                    }
+                };
+                (
+                    "cron",
+                    json!({ "schedule": schedule.to_string(), "timezone": timezone, "next_fire_times": next }),
+                )
+            }
+            TriggerSource::Webhook { route, .. } => (
+                "webhook",
+                json!({ "route": route, "url": live.and_then(|v| v.get("url")).cloned() }),
+            ),
+            TriggerSource::FileWatch {
+                paths,
+                ignore,
+                events,
+                ..
+            } => (
+                "file_watch",
+                json!({ "paths": paths, "ignore": ignore, "events": events }),
+            ),
+        };
+        let recent: Vec<Value> = match store {
+            Some(s) => s
+                .trigger_runs(Some(name), RECENT_RUNS)?
+                .iter()
+                .map(
+                    |r| json!({ "id": r.id, "state": r.state, "enqueued_at_ms": r.enqueued_at_ms }),
+                )
+                .collect(),
+            None => Vec::new(),
+        };
+        detail["name"] = json!(name);
+        detail["kind"] = json!(kind);
+        detail["enabled"] = json!(t.enabled);
+        detail["overlap"] = json!(t.overlap.as_str());
+        detail["armed"] = json!(live.is_some());
+        detail["recent_runs"] = json!(recent);
+        rows.push(detail);
+    }
+    Ok(rows)
+}
+
+/// One plugin of `npc plugin list`.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct PluginRow {
+    pub kind: &'static str,
+    pub id: String,
+    pub version: Option<String>,
+    /// `manifest` or `user`: where it is registered.
+    pub source: &'static str,
+    pub path: PathBuf,
+    /// `enabled` / `disabled`: what is saved.
+    pub saved: &'static str,
+    /// `valid` / `invalid`.
+    pub package: &'static str,
+    /// The package's MCP servers.
+    pub servers: Vec<String>,
+    pub skills: Vec<String>,
+    /// How many hooks the package declares.
+    pub hooks: usize,
+}
+
+/// Every plugin in discovery order, and what discovery noticed.
+#[derive(Debug)]
+pub struct PluginListing {
+    pub rows: Vec<PluginRow>,
+    /// The same plugin registered twice (the first is kept).
+    pub collisions: Vec<Collision>,
+    /// The manifest did not load, so its plugins are not listed.
+    pub invalid_manifest: Option<PathBuf>,
+}
+
+/// Every plugin of the manifest at `manifest` (if any) and of the user
+/// registry, deduplicated, each validated statically (nothing runs).
+pub fn plugin_rows(manifest: Option<&Path>) -> Result<PluginListing, RegistryError> {
+    use crate::plugins::registry::{self, Found, Source};
+    let mut found = Vec::new();
+    let mut invalid_manifest = None;
+    if let Some(path) = manifest
+        && let Ok(loaded) = crate::model::load_path(path, &crate::model::ProcessEnv)
+    {
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        match &loaded.manifest {
+            Some(m) => {
+                for (name, p) in &m.plugins {
+                    found.push(Found {
+                        kind: "plugin",
+                        id: name.clone(),
+                        source: Source::Manifest,
+                        path: dir.join(&p.path),
+                        enabled: p.enabled,
+                    });
+                }
+            }
+            None => invalid_manifest = Some(path.to_path_buf()),
+        }
+    }
+    for (name, e) in registry::load()?.plugins {
+        found.push(Found {
+            kind: "plugin",
+            id: name,
+            source: Source::User,
+            path: e.path,
+            enabled: e.enabled,
+        });
+    }
+    let (kept, collisions) = registry::dedup(found);
+    let rows = kept
+        .into_iter()
+        .map(|f| {
+            let report = crate::plugins::validate(&f.path).ok();
+            let pkg = report.as_ref().and_then(|r| r.package.as_ref());
+            PluginRow {
+                kind: f.kind,
+                id: f.id,
+                version: pkg.and_then(|p| p.manifest.version.clone()),
+                source: f.source.as_str(),
+                path: f.path,
+                saved: if f.enabled { "enabled" } else { "disabled" },
+                package: if report
+                    .as_ref()
+                    .is_some_and(crate::plugins::Report::is_valid)
+                {
+                    "valid"
+                } else {
+                    "invalid"
+                },
+                servers: pkg
+                    .map(|p| p.servers.iter().map(|s| s.name.clone()).collect())
+                    .unwrap_or_default(),
+                skills: pkg
+                    .map(|p| p.skills.iter().map(|s| s.name.clone()).collect())
+                    .unwrap_or_default(),
+                hooks: pkg
+                    .and_then(|p| p.hooks.as_ref())
+                    .map_or(0, crate::plugins::hooks::HooksFile::len),
+            }
+        })
+        .collect();
+    Ok(PluginListing {
+        rows,
+        collisions,
+        invalid_manifest,
+    })
+}
+
+/// One run as the API lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct RunSummary {
+    pub id: String,
+    /// `manual` (started through the API), `trigger:NAME`, `cli` (`npc
+    /// run`), or the `source` a `run.started` event names (e.g. `acp`).
+    pub source: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// The program of a command action.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// `queued`, `running`, `succeeded`, `failed`, `cancelled`, `skipped`,
+    /// `timed_out`, `interrupted` (the daemon died while it ran) or
+    /// `hook_failed`.
+    pub state: String,
+    /// RFC 3339.
+    pub created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// The process's exit (`run.finished`'s `exit`), once it ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit: Option<Value>,
+    /// Why it ended as it did, when the queue says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// `run.started` / `run.finished` of a run, if recorded.
+fn bracket(store: &Store, id: &str) -> Result<(Option<Event>, Option<Event>), StoreError> {
+    let mut started = None;
+    let mut finished = None;
+    for e in store.run_bracket(id)? {
+        match e.kind.as_str() {
+            "run.started" => started = Some(e),
+            _ => finished = Some(e),
+        }
+    }
+    Ok((started, finished))
+}
+
+fn from_row(store: &Store, row: RunRow) -> Result<RunSummary, StoreError> {
+    let (started, finished) = bracket(store, &row.id)?;
+    let source = if row.trigger == MANUAL_QUEUE {
+        "manual".to_string()
+    } else {
+        format!("trigger:{}", row.trigger)
+    };
+    let profile = row.payload["profile"].as_str().map(str::to_string).or_else(|| {
+        started
+            .as_ref()
+            .and_then(|e| e.payload["profile"].as_str().map(str::to_string))
+    });
+    let command = started.as_ref().and_then(|e| {
+        (e.payload["action"] == "command")
+            .then(|| e.payload["program"].as_str().map(str::to_string))
+            .flatten()
+    });
+    Ok(RunSummary {
+        id: row.id,
+        source,
+        profile,
+        command,
+        state: row.state,
+        created_at: rfc3339(row.enqueued_at_ms),
+        started_at: row.started_at_ms.map(rfc3339),
+        finished_at: row.finished_at_ms.map(rfc3339),
+        exit: finished.and_then(|e| e.payload.get("exit").cloned()),
+        detail: row.detail,
+    })
+}
+
+fn from_started(store: &Store, started: Event) -> Result<RunSummary, StoreError> {
+    let id = started.payload["run_id"].as_str().unwrap_or("").to_string();
+    let (_, finished) = bracket(store, &id)?;
+    let state = finished
+        .as_ref()
+        .and_then(|f| f.payload["outcome"].as_str().map(str::to_string))
+        .unwrap_or_else(|| "running".to_string());
+    Ok(RunSummary {
+        source: started.payload["source"]
+            .as_str()
+            .unwrap_or("cli")
+            .to_string(),
+        profile: started.payload["profile"].as_str().map(str::to_string),
+        command: None,
+        state,
+        created_at: rfc3339(started.ts_ms),
+        started_at: Some(rfc3339(started.ts_ms)),
+        finished_at: finished.as_ref().map(|f| rfc3339(f.ts_ms)),
+        exit: finished.and_then(|e| e.payload.get("exit").cloned()),
+        detail: None,
+        id,
+    })
+}
+
+/// The newest `limit` runs with an id below `before` (run ids sort by
+/// creation time), newest first: the queue's runs and those only the
+/// event log knows (`npc run`'s). Looks at most [`MAX_RUNS_PER_READ`] of
+/// each kind.
+pub fn run_summaries(
+    store: &Store,
+    limit: usize,
+    before: Option<&str>,
+) -> Result<Vec<RunSummary>, StoreError> {
+    let below = |id: &str| before.is_none_or(|b| id < b);
+    let mut queued: Vec<RunRow> = store
+        .trigger_runs(None, MAX_RUNS_PER_READ)?
+        .into_iter()
+        .filter(|r| below(&r.id))
+        .collect();
+    queued.sort_by(|a, b| b.id.cmp(&a.id));
+    queued.truncate(limit);
+    let mut others: Vec<Event> = Vec::new();
+    for e in store.run_started_events(MAX_RUNS_PER_READ)? {
+        let Some(id) = e.payload["run_id"].as_str() else {
+            continue;
+        };
+        if !below(id) || queued.iter().any(|r| r.id == id) {
+            continue;
+        }
+        others.push(e);
+        if others.len() >= limit {
+            break;
+        }
+    }
+    let mut runs = Vec::new();
+    for row in queued {
+        runs.push(from_row(store, row)?);
+    }
+    for e in others {
+        let id = e.payload["run_id"].as_str().unwrap_or("");
+        if store.trigger_run(id)?.is_some() {
+            continue; // a queue run beyond the rows read
+        }
+        runs.push(from_started(store, e)?);
+    }
+    runs.sort_by(|a, b| b.id.cmp(&a.id));
+    runs.truncate(limit);
+    Ok(runs)
+}
+
+/// One run by id, as [`run_summaries`] lists it.
+pub fn run_summary(store: &Store, id: &str) -> Result<Option<RunSummary>, StoreError> {
+    if let Some(row) = store.trigger_run(id)? {
+        return Ok(Some(from_row(store, row)?));
+    }
+    match bracket(store, id)? {
+        (Some(started), _) => Ok(Some(from_started(store, started)?)),
+        _ => Ok(None),
+    }
+}
