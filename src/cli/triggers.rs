@@ -18,7 +18,7 @@ use crate::store::Store;
 use crate::surfaces::control::{Client, Request};
 
 /// Largest `--payload` accepted (it travels in one control request).
-pub const MAX_MANUAL_PAYLOAD_BYTES: usize = 32 * 1024;
+pub use crate::triggers::MAX_MANUAL_PAYLOAD_BYTES;
 /// Runs `npc runs` lists unless `--limit` says otherwise.
 pub const DEFAULT_RUNS_LIMIT: u64 = 50;
 /// Events `npc runs show` prints at most.

@@ -102,6 +102,11 @@ pub struct PaneInfo {
     pub watcher: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<serde_json::Value>,
+    /// The terminal size of an open pane.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cols: Option<u16>,
 }
 
 /// What a client attaching to a pane gets.
@@ -233,6 +238,30 @@ impl PaneHost {
         self.host.user_input(name, bytes)
     }
 
+    /// Resize pane `name`'s terminal (an operator's request, like attach's).
+    pub fn resize(&self, name: &str, rows: u16, cols: u16) -> Result<(), PaneError> {
+        let state = lock(&self.host.state);
+        if !state.configs.contains_key(name) && !state.slots.contains_key(name) {
+            return Err(PaneError::Unknown(name.to_string()));
+        }
+        let slot = state
+            .slots
+            .get(name)
+            .ok_or_else(|| PaneError::NotOpen(name.to_string()))?;
+        if !slot.pane.is_live() {
+            return Err(PaneError::Exited(name.to_string()));
+        }
+        slot.pane
+            .resize(rows, cols)
+            .map_err(|e| PaneError::Io(e.to_string()))
+    }
+
+    /// Whether pane `name` is configured or open.
+    pub fn knows(&self, name: &str) -> bool {
+        let state = lock(&self.host.state);
+        state.configs.contains_key(name) || state.slots.contains_key(name)
+    }
+
     /// Attach to pane `name`: its scrollback, the output that follows, the
     /// pane, and its last status report (replayed to a client that attaches later).
     pub fn attach(&self, name: &str) -> Result<Attached, PaneError> {
@@ -356,6 +385,8 @@ impl Host {
             exit,
             watcher: pane.and_then(|p| state.guard.watcher(&p.token).map(str::to_string)),
             status: state.recovery.get(name).cloned(),
+            rows: pane.map(|p| p.size().0),
+            cols: pane.map(|p| p.size().1),
         }
     }
 

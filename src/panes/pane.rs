@@ -81,6 +81,8 @@ pub struct Pane {
     /// `pane_idle` was reported since the last output.
     pub idle_reported: AtomicBool,
     exit: Mutex<Option<PtyExit>>,
+    /// The terminal size: rows, columns.
+    size: Mutex<(u16, u16)>,
     /// The watcher's outbox, set by the host.
     pub watch: Watch,
 }
@@ -126,6 +128,7 @@ impl Pane {
             last_output_ms: AtomicU64::new(0),
             idle_reported: AtomicBool::new(false),
             exit: Mutex::new(None),
+            size: Mutex::new((super::DEFAULT_ROWS, super::DEFAULT_COLS)),
             watch,
         });
         let (drained_tx, drained_rx) = std::sync::mpsc::channel::<()>();
@@ -206,7 +209,14 @@ impl Pane {
     }
 
     pub fn resize(&self, rows: u16, cols: u16) -> std::io::Result<()> {
-        self.control.resize(rows, cols)
+        self.control.resize(rows, cols)?;
+        *lock(&self.size) = (rows, cols);
+        Ok(())
+    }
+
+    /// The terminal size: rows, columns.
+    pub fn size(&self) -> (u16, u16) {
+        *lock(&self.size)
     }
 
     /// SIGHUP then (after `grace`) SIGKILL the pane's process group.

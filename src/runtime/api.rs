@@ -11,7 +11,14 @@ use crate::bus::EventBus;
 use crate::store::Store;
 use tokio_util::sync::CancellationToken;
 
-use crate::surfaces::api::{Answer, ApiBackend, ApiListener, BoxFuture};
+use crate::panes::{NEEDS_ATTENTION, PaneError, PaneInfo};
+use crate::runtime::listings::{self, PluginRow};
+use crate::surfaces::api::resources::{FireAccepted, PaneAnswer, PaneOp, PaneView};
+use crate::surfaces::api::terminal::Terminal;
+use crate::surfaces::api::{Answer, ApiBackend, ApiError, ApiListener, BoxFuture};
+use crate::triggers::executor::CancelError;
+use crate::triggers::{ManualRun, Refused};
+use axum::http::StatusCode;
 use crate::surfaces::mcp_http::Access;
 
 /// Event: the REST API listens (`url`).
@@ -124,4 +131,227 @@ impl ApiBackend for DaemonApi {
     fn bus(&self) -> EventBus {
         self.runtime.bus().clone()
     }
+
+    fn start_run(&self, run: ManualRun) -> BoxFuture<'_, Result<String, ApiError>> {
+        Box::pin(async move {
+            use super::triggers::StartRunError as E;
+            self.runtime
+                .triggers()
+                .start_run(run)
+                .await
+                .map_err(|e| match e {
+                    E::NoManifest => {
+                        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", e.to_string())
+                    }
+                    E::Refused(Refused::QueueFull(_)) => ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "run.queue_full",
+                        "too many runs started by hand are waiting; retry once some have run",
+                    ),
+                    E::Refused(Refused::Store(detail)) => ApiError::internal(detail),
+                    other => ApiError::new(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "run.invalid",
+                        other.to_string(),
+                    ),
+                })
+        })
+    }
+
+    fn cancel_run(&self, id: String) -> BoxFuture<'_, Result<String, ApiError>> {
+        Box::pin(async move {
+            match self.runtime.triggers().cancel_run(&id).await {
+                Ok(state) => Ok(state),
+                Err(CancelError::Finished { id, state }) => Err(finished(&id, &state)),
+                Err(CancelError::Store(detail)) => Err(ApiError::internal(detail)),
+                Err(CancelError::NotFound(_)) => {
+                    // Not the daemon's: a run `npc run` records itself?
+                    let store = self.runtime.store().clone();
+                    let key = id.clone();
+                    let summary =
+                        tokio::task::spawn_blocking(move || listings::run_summary(&store, &key))
+                            .await
+                            .map_err(ApiError::internal)?
+                            .map_err(ApiError::internal)?;
+                    Err(match summary {
+                        None => crate::surfaces::api::resources::run_not_found(&id),
+                        Some(run) if run.state == "running" => ApiError::new(
+                            StatusCode::CONFLICT,
+                            "run.not_daemon",
+                            format!("run `{id}` is carried out by `npc run` in another process; stop it there (Ctrl-C)"),
+                        ),
+                        Some(run) => finished(&id, &run.state),
+                    })
+                }
+            }
+        })
+    }
+
+    fn panes(&self) -> Vec<PaneView> {
+        self.runtime.panes().list().into_iter().map(pane_view).collect()
+    }
+
+    fn pane(&self, name: String, op: PaneOp) -> BoxFuture<'_, Result<PaneAnswer, ApiError>> {
+        Box::pin(async move {
+            let panes = self.runtime.panes();
+            if !panes.knows(&name) {
+                return Err(pane_error(PaneError::Unknown(name)));
+            }
+            let view = |name: &str| {
+                panes
+                    .list()
+                    .into_iter()
+                    .find(|p| p.name == name)
+                    .map(pane_view)
+            };
+            let mut answer = PaneAnswer {
+                name: name.clone(),
+                sent: None,
+                pane: None,
+            };
+            match op {
+                PaneOp::Input(bytes) => {
+                    panes.user_input(&name, &bytes).map_err(pane_error)?;
+                    answer.sent = Some(bytes.len());
+                }
+                PaneOp::Resize { rows, cols } => {
+                    panes.resize(&name, rows, cols).map_err(pane_error)?;
+                    answer.pane = view(&name);
+                }
+                PaneOp::Close => panes.close(&name).await.map_err(pane_error)?,
+                PaneOp::Open => {
+                    panes.open(&name).await.map_err(pane_error)?;
+                    answer.pane = view(&name);
+                }
+            }
+            Ok(answer)
+        })
+    }
+
+    fn terminal(&self, name: &str) -> Result<Terminal, ApiError> {
+        let panes = self.runtime.panes();
+        if !panes.knows(name) {
+            return Err(pane_error(PaneError::Unknown(name.to_string())));
+        }
+        let attached = panes.attach(name).map_err(pane_error)?;
+        let pane = attached.pane.clone();
+        Ok(Terminal {
+            scrollback: attached.scrollback,
+            output: attached.output,
+            status: attached.status,
+            exit: Box::new(move || {
+                pane.exit()
+                    .map(|e| serde_json::to_value(e).unwrap_or_default())
+            }),
+        })
+    }
+
+    fn triggers(&self) -> BoxFuture<'_, Result<Vec<Value>, ApiError>> {
+        Box::pin(async move {
+            let Some(manifest) = self.runtime.triggers().manifest() else {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "the daemon has applied no manifest yet; fix it (see `npc validate`)",
+                ));
+            };
+            let live: Vec<Value> = self
+                .runtime
+                .triggers()
+                .views()
+                .iter()
+                .map(|v| serde_json::to_value(v).unwrap_or_default())
+                .collect();
+            let store = self.runtime.store().clone();
+            tokio::task::spawn_blocking(move || {
+                listings::trigger_rows(&manifest, &live, Some(&store))
+            })
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(ApiError::internal)
+        })
+    }
+
+    fn fire(&self, name: String, payload: Value) -> BoxFuture<'_, Result<FireAccepted, ApiError>> {
+        Box::pin(async move {
+            use super::triggers::FireError;
+            match self.runtime.triggers().fire(&name, payload).await {
+                Ok(accepted) => Ok(FireAccepted {
+                    run_id: accepted.run_id,
+                    outcome: serde_json::to_value(accepted.outcome)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                }),
+                Err(FireError::Unknown(e)) => Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "trigger.not_found",
+                    e.to_string(),
+                )),
+                Err(FireError::Refused(e @ Refused::QueueFull(_))) => Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "trigger.queue_full",
+                    e.to_string(),
+                )),
+                Err(FireError::Refused(Refused::Store(detail))) => Err(ApiError::internal(detail)),
+            }
+        })
+    }
+
+    fn plugins(&self) -> BoxFuture<'_, Result<Vec<PluginRow>, ApiError>> {
+        Box::pin(async move {
+            let manifest = self.runtime.paths().manifest.clone();
+            tokio::task::spawn_blocking(move || listings::plugin_rows(Some(&manifest)))
+                .await
+                .map_err(ApiError::internal)?
+                .map(|listing| listing.rows)
+                .map_err(|e| {
+                    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", e.to_string())
+                })
+        })
+    }
+}
+
+fn finished(id: &str, state: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "run.finished",
+        format!("run `{id}` has already ended (`{state}`); nothing to cancel"),
+    )
+}
+
+/// A pane as the API shows it.
+pub fn pane_view(info: PaneInfo) -> PaneView {
+    let attention = info
+        .status
+        .as_ref()
+        .is_some_and(|s| s["state"] == NEEDS_ATTENTION);
+    PaneView {
+        name: info.name,
+        id: info.id,
+        generation: info.generation,
+        state: info.state,
+        pid: info.pid,
+        cols: info.cols.unwrap_or(crate::panes::DEFAULT_COLS),
+        rows: info.rows.unwrap_or(crate::panes::DEFAULT_ROWS),
+        exit: info.exit.map(|e| serde_json::to_value(e).unwrap_or_default()),
+        status: info.status,
+        attention,
+    }
+}
+
+/// A pane operation's failure as a stable API error.
+pub fn pane_error(e: PaneError) -> ApiError {
+    let (status, code) = match &e {
+        PaneError::Unknown(_) => (StatusCode::NOT_FOUND, "pane.not_found"),
+        PaneError::AlreadyOpen(_) => (StatusCode::CONFLICT, "pane.already_open"),
+        PaneError::NotOpen(_) => (StatusCode::CONFLICT, "pane.not_open"),
+        PaneError::Exited(_) => (StatusCode::CONFLICT, "pane.exited"),
+        PaneError::TooMany => (StatusCode::CONFLICT, "pane.too_many"),
+        PaneError::InputTooLong => (StatusCode::PAYLOAD_TOO_LARGE, "pane.input_too_long"),
+        PaneError::Start { .. } => (StatusCode::SERVICE_UNAVAILABLE, "pane.start_failed"),
+        PaneError::Stopping => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        PaneError::Io(_) => (StatusCode::SERVICE_UNAVAILABLE, "pane.io"),
+    };
+    ApiError::new(status, code, e.to_string())
 }

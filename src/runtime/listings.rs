@@ -190,7 +190,7 @@ pub fn plugin_rows(manifest: Option<&Path>) -> Result<PluginListing, RegistryErr
 }
 
 /// One run as the API lists it.
-#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct RunSummary {
     pub id: String,
     /// `manual` (started through the API), `trigger:NAME`, `cli` (`npc

@@ -31,6 +31,9 @@ use crate::store::queue::Enqueued;
 
 /// Firings buffered between a trigger and the queue before the trigger waits.
 pub const FIRING_QUEUE_DEPTH: usize = 1024;
+/// Largest payload a firing by hand carries (`npc trigger fire --payload`,
+/// `POST /api/v1/triggers/{name}/fire`), as JSON text.
+pub const MAX_MANUAL_PAYLOAD_BYTES: usize = 32 * 1024;
 /// Default for [`TriggerKind::next_fire_times`] in listings.
 pub const DEFAULT_NEXT_FIRES: usize = 5;
 

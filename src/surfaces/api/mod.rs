@@ -21,6 +21,8 @@
 pub mod assets;
 pub mod events;
 pub mod openapi;
+pub mod resources;
+pub mod terminal;
 
 pub use assets::{DASHBOARD_ASSETS, DASHBOARD_CSP};
 
@@ -41,7 +43,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::mcp_http::{Access, bearer_matches};
 use crate::bus::EventBus;
+use crate::runtime::listings::PluginRow;
 use crate::store::Store;
+use crate::triggers::ManualRun;
+use resources::{FireAccepted, PaneAnswer, PaneOp, PaneView};
+use terminal::Terminal;
 
 /// Host names (without port) the trusted-host check accepts.
 pub const TRUSTED_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
@@ -69,6 +75,22 @@ pub trait ApiBackend: Send + Sync + 'static {
     fn store(&self) -> Arc<Store>;
     /// The daemon's event bus (live events wake the streams).
     fn bus(&self) -> EventBus;
+    /// Queue a profile run by hand; its run id.
+    fn start_run(&self, run: ManualRun) -> BoxFuture<'_, Result<String, ApiError>>;
+    /// Cancel run `id`; its state afterwards.
+    fn cancel_run(&self, id: String) -> BoxFuture<'_, Result<String, ApiError>>;
+    /// Every configured or open pane.
+    fn panes(&self) -> Vec<PaneView>;
+    /// An operator's operation on pane `name` (the path `npc pane` takes).
+    fn pane(&self, name: String, op: PaneOp) -> BoxFuture<'_, Result<PaneAnswer, ApiError>>;
+    /// Attach a terminal client to pane `name`.
+    fn terminal(&self, name: &str) -> Result<Terminal, ApiError>;
+    /// The objects of `npc triggers --format json`.
+    fn triggers(&self) -> BoxFuture<'_, Result<Vec<Value>, ApiError>>;
+    /// Fire trigger `name` by hand through the run queue.
+    fn fire(&self, name: String, payload: Value) -> BoxFuture<'_, Result<FireAccepted, ApiError>>;
+    /// The objects of `npc plugin list --format json`.
+    fn plugins(&self) -> BoxFuture<'_, Result<Vec<PluginRow>, ApiError>>;
 }
 
 /// A backend's answer: a document, or why there is none.
@@ -102,8 +124,14 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ErrorDetail {
     /// Stable, machine-readable: `unauthorized`, `untrusted_host`,
-    /// `not_found`, `bad_request`, `manifest_invalid`, `refused`,
-    /// `unavailable`, `internal`.
+    /// `untrusted_origin`, `not_found`, `bad_request`, `invalid_body`,
+    /// `payload_too_large`, `unsupported_media_type`, `upgrade_required`,
+    /// `manifest_invalid`, `refused`, `unavailable`, `internal`,
+    /// `too_many_streams`, `too_many_terminals`, and per resource
+    /// `run.not_found`, `run.finished`, `run.not_daemon`, `run.invalid`,
+    /// `pane.not_found`, `pane.not_open`, `pane.exited`,
+    /// `pane.already_open`, `pane.too_many`, `pane.input_too_long`,
+    /// `trigger.not_found`, `trigger.queue_full`.
     pub code: String,
     pub message: String,
     /// Structured detail where the code has some (the diagnostics of
@@ -121,7 +149,7 @@ impl ApiError {
         }
     }
 
-    fn bad_request(message: impl Into<String>) -> Self {
+    pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 
@@ -182,6 +210,10 @@ fn respond(answer: Answer) -> Response {
 pub struct ApiState {
     backend: Arc<dyn ApiBackend>,
     live: events::Live,
+    /// The listener is bound beyond loopback.
+    remote: bool,
+    /// Open terminals (see [`terminal::MAX_TERMINALS`]).
+    terminals: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -190,92 +222,393 @@ impl std::fmt::Debug for ApiState {
     }
 }
 
-/// One route: method, path, summary, answer schema. The router and the
-/// OpenAPI document are both built from this table.
+/// Where a parameter goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum In {
+    Path,
+    Query,
+}
+
+/// A path or query parameter.
+#[derive(Debug, Clone, Copy)]
+pub struct Param {
+    pub name: &'static str,
+    pub location: In,
+    pub description: &'static str,
+    /// `integer` (non-negative) or `string`.
+    pub kind: &'static str,
+}
+
+const fn query(name: &'static str, description: &'static str, kind: &'static str) -> Param {
+    Param {
+        name,
+        location: In::Query,
+        description,
+        kind,
+    }
+}
+
+const fn path(name: &'static str, description: &'static str) -> Param {
+    Param {
+        name,
+        location: In::Path,
+        description,
+        kind: "string",
+    }
+}
+
+/// One route: method, path, summary, parameters, body and answer schemas,
+/// its error statuses. The OpenAPI document is built from this table, and
+/// a test checks that the router serves each entry.
 #[derive(Debug, Clone, Copy)]
 pub struct Route {
     pub method: &'static str,
     pub path: &'static str,
     pub operation: &'static str,
     pub summary: &'static str,
-    /// Query parameters: name, description.
-    pub query: &'static [(&'static str, &'static str)],
-    /// The success body: a JSON Schema generator, or `None` for an event stream.
+    pub params: &'static [Param],
+    /// The JSON request body, if the route reads one.
+    pub body: Option<fn() -> schemars::Schema>,
+    /// Whether the body may be left out.
+    pub body_optional: bool,
+    /// The success status.
+    pub status: u16,
+    /// The success body: a JSON Schema generator, or `None` for an event
+    /// stream (200) or a WebSocket (101).
     pub answer: Option<fn() -> schemars::Schema>,
+    /// Route-specific error statuses (400, 401 and 403 apply to all).
+    pub errors: &'static [(u16, &'static str)],
 }
 
 fn any_object() -> schemars::Schema {
     schemars::json_schema!({ "type": "object" })
 }
 
-fn events_page_schema() -> schemars::Schema {
-    schemars::schema_for!(EventsPage)
+/// The JSON Schema of `T` with every subschema inlined (no `$defs`, whose
+/// references would not resolve inside the OpenAPI document).
+pub fn schema_of<T: schemars::JsonSchema>() -> schemars::Schema {
+    let mut schema = schemars::generate::SchemaSettings::draft2020_12()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator()
+        .into_root_schema_for::<T>();
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("$schema");
+    }
+    schema
 }
 
+const INVALID: (u16, &str) = (
+    422,
+    "The manifest on disk is invalid (`detail` has the diagnostics)",
+);
+const FAILED: (u16, &str) = (503, "An operational failure; the daemon retries by itself");
+const BODY: [(u16, &str); 3] = [
+    (413, "The body is too large"),
+    (415, "The body is not `application/json`"),
+    (422, "The body does not fit the schema or names nothing known"),
+];
+const PANE_ERRORS: [(u16, &str); 2] = [
+    (404, "No such pane in the manifest (`pane.not_found`)"),
+    (
+        409,
+        "The pane is not open, has exited, or is open already (`pane.not_open`, `pane.exited`, `pane.already_open`)",
+    ),
+];
+
 /// Every route of the API.
-pub const ROUTES: [Route; 7] = [
+pub const ROUTES: &[Route] = &[
     Route {
         method: "get",
         path: "/api/v1/status",
         operation: "getStatus",
         summary: "Components (state, pid, restarts, since), MCP servers and the daemon's pid",
-        query: &[],
+        params: &[],
+        body: None,
+        body_optional: false,
+        status: 200,
         answer: Some(any_object),
+        errors: &[],
     },
     Route {
         method: "get",
         path: "/api/v1/plan",
         operation: "getPlan",
         summary: "What applying the manifest on disk would change (plan JSON format 1)",
-        query: &[],
+        params: &[],
+        body: None,
+        body_optional: false,
+        status: 200,
         answer: Some(any_object),
+        errors: &[INVALID, FAILED],
     },
     Route {
         method: "post",
         path: "/api/v1/apply",
         operation: "apply",
         summary: "Load the manifest and apply it; per-component results",
-        query: &[],
+        params: &[],
+        body: None,
+        body_optional: false,
+        status: 200,
         answer: Some(any_object),
+        errors: &[
+            INVALID,
+            FAILED,
+            (409, "The change cannot be applied while the daemon runs"),
+        ],
     },
     Route {
         method: "post",
         path: "/api/v1/reload",
         operation: "reload",
         summary: "Reload the manifest now, as after a file change (same answer as apply)",
-        query: &[],
+        params: &[],
+        body: None,
+        body_optional: false,
+        status: 200,
         answer: Some(any_object),
+        errors: &[
+            INVALID,
+            FAILED,
+            (409, "The change cannot be applied while the daemon runs"),
+        ],
     },
     Route {
         method: "get",
         path: "/api/v1/events",
         operation: "listEvents",
         summary: "A page of the event log, oldest first, after an id",
-        query: &[
-            ("after", "Only events with an id above this (default 0)"),
-            ("limit", "Most events returned (default 100, at most 1000)"),
-            ("kind", "Only events of this kind"),
+        params: &[
+            query("after", "Only events with an id above this (default 0)", "integer"),
+            query("limit", "Most events returned (default 100, at most 1000)", "integer"),
+            query("kind", "Only events of this kind", "string"),
         ],
-        answer: Some(events_page_schema),
+        body: None,
+        body_optional: false,
+        status: 200,
+        answer: Some(schema_of::<EventsPage>),
+        errors: &[],
     },
     Route {
         method: "get",
         path: "/api/v1/events/stream",
         operation: "streamEvents",
         summary: "Live events as Server-Sent Events (`id` = event id, `event` = kind); resumes after `Last-Event-ID` or `after`",
-        query: &[(
+        params: &[query(
             "after",
             "Resume after this id when no `Last-Event-ID` header is sent",
+            "integer",
         )],
+        body: None,
+        body_optional: false,
+        status: 200,
         answer: None,
+        errors: &[(503, "Too many open streams")],
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/runs",
+        operation: "listRuns",
+        summary: "Runs, newest first: started through the API (`manual`), by triggers (`trigger:NAME`), by `npc run` (`cli`)",
+        params: &[
+            query("limit", "Most runs returned (default 50, at most 1000)", "integer"),
+            query("before", "Only runs whose id sorts below this run id (the next page)", "string"),
+        ],
+        body: None,
+        body_optional: false,
+        status: 200,
+        answer: Some(schema_of::<resources::RunsPage>),
+        errors: &[],
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/runs",
+        operation: "startRun",
+        summary: "Start a profile run inside the daemon (queued and recorded like a triggered profile run); `prompt` or `prompt_template` with `vars`, else the profile's own prompt",
+        params: &[],
+        body: Some(schema_of::<ManualRun>),
+        body_optional: false,
+        status: 202,
+        answer: Some(schema_of::<resources::RunAccepted>),
+        errors: &[
+            BODY[0],
+            BODY[1],
+            (422, "The body does not fit, or names a profile or prompt the applied manifest lacks (`run.invalid`)"),
+            (503, "No manifest is applied yet, or the queue is full"),
+        ],
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/runs/{id}",
+        operation: "getRun",
+        summary: "One run (the same object as in the list)",
+        params: &[path("id", "A run id (`run-…`)")],
+        body: None,
+        body_optional: false,
+        status: 200,
+        answer: Some(schema_of::<crate::runtime::listings::RunSummary>),
+        errors: &[(404, "No such run (`run.not_found`)")],
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/runs/{id}/events",
+        operation: "listRunEvents",
+        summary: "One run's events, oldest first, parsed agent events included (the same objects as `/events`)",
+        params: &[
+            path("id", "A run id (`run-…`)"),
+            query("since", "Only events with an id above this (default 0)", "integer"),
+            query("limit", "Most events returned (default 500, at most 1000)", "integer"),
+        ],
+        body: None,
+        body_optional: false,
+        status: 200,
+        answer: Some(schema_of::<resources::RunEvents>),
+        errors: &[(404, "No such run (`run.not_found`)")],
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/runs/{id}/cancel",
+        operation: "cancelRun",
+        summary: "Cancel a run: a queued one never starts, a running one has its process group killed; answers once it ended (`state`)",
+        params: &[path("id", "A run id (`run-…`)")],
+        body: None,
+        body_optional: false,
+        status: 202,
+        answer: Some(schema_of::<resources::RunCancelled>),
+        errors: &[
+            (404, "No such run in the daemon's queue (`run.not_found`)"),
+            (409, "The run has ended (`run.finished`), or `npc run` runs it in another process (`run.not_daemon`)"),
+        ],
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/panes",
+        operation: "listPanes",
+        summary: "Every configured or open pane: state, size, last plugin status, attention",
+        params: &[],
+        body: None,
+        body_optional: false,
+        status: 200,
+        answer: Some(schema_of::<resources::PanesPage>),
+        errors: &[],
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/panes/{name}/input",
+        operation: "paneInput",
+        summary: "Type text into a pane (at most 8 KiB), as `npc pane send`",
+        params: &[path("name", "A pane name")],
+        body: Some(schema_of::<resources::PaneInput>),
+        body_optional: false,
+        status: 202,
+        answer: Some(schema_of::<resources::PaneAnswer>),
+        errors: &[PANE_ERRORS[0], PANE_ERRORS[1], BODY[0], BODY[1], BODY[2]],
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/panes/{name}/resize",
+        operation: "paneResize",
+        summary: "Resize a pane's terminal (1 to 1000 columns and rows)",
+        params: &[path("name", "A pane name")],
+        body: Some(schema_of::<resources::PaneSize>),
+        body_optional: false,
+        status: 200,
+        answer: Some(schema_of::<resources::PaneAnswer>),
+        errors: &[PANE_ERRORS[0], PANE_ERRORS[1], BODY[0], BODY[1], BODY[2]],
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/panes/{name}/close",
+        operation: "paneClose",
+        summary: "Close a pane (its process group is hung up), as `npc pane close`",
+        params: &[path("name", "A pane name")],
+        body: None,
+        body_optional: false,
+        status: 200,
+        answer: Some(schema_of::<resources::PaneAnswer>),
+        errors: &[PANE_ERRORS[0], PANE_ERRORS[1]],
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/panes/{name}/open",
+        operation: "paneOpen",
+        summary: "Start a configured pane that is closed or has exited, as `npc pane open`",
+        params: &[path("name", "A pane name")],
+        body: None,
+        body_optional: false,
+        status: 200,
+        answer: Some(schema_of::<resources::PaneAnswer>),
+        errors: &[PANE_ERRORS[0], PANE_ERRORS[1], (503, "The daemon is stopping")],
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/panes/{name}/terminal",
+        operation: "paneTerminal",
+        summary: "The pane's terminal as a WebSocket: offer subprotocol `npc.v1` (echoed) and, with a token, `npc.bearer.<token>`; `Origin` must match `Host`. Scrollback then live output as binary frames; text frames `{\"type\":\"status\"|\"exited\",…}`. Send binary input, or text `{\"type\":\"input\",\"data\"}` / `{\"type\":\"resize\",\"cols\",\"rows\"}`; anything else closes with 1008",
+        params: &[path("name", "A pane name")],
+        body: None,
+        body_optional: false,
+        status: 101,
+        answer: None,
+        errors: &[
+            PANE_ERRORS[0],
+            PANE_ERRORS[1],
+            (426, "Not a WebSocket upgrade"),
+            (503, "Too many open terminals"),
+        ],
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/triggers",
+        operation: "listTriggers",
+        summary: "The applied manifest's triggers, as `npc triggers --format json`: kind, next fire times, route, paths, recent runs",
+        params: &[],
+        body: None,
+        body_optional: false,
+        status: 200,
+        answer: Some(schema_of::<resources::TriggersPage>),
+        errors: &[(503, "No manifest is applied yet")],
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/triggers/{name}/fire",
+        operation: "fireTrigger",
+        summary: "Fire a trigger by hand through the run queue, as `npc trigger fire` (the body may be empty)",
+        params: &[path("name", "A trigger name")],
+        body: Some(schema_of::<resources::FireRequest>),
+        body_optional: true,
+        status: 202,
+        answer: Some(schema_of::<resources::FireAccepted>),
+        errors: &[
+            (404, "No such applied trigger (`trigger.not_found`)"),
+            BODY[0],
+            BODY[2],
+            (503, "The trigger's queue is full (`trigger.queue_full`)"),
+        ],
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/plugins",
+        operation: "listPlugins",
+        summary: "The plugins of the manifest and the user registry, as `npc plugin list --format json` (servers, skills, hooks)",
+        params: &[],
+        body: None,
+        body_optional: false,
+        status: 200,
+        answer: Some(schema_of::<resources::PluginsPage>),
+        errors: &[],
     },
     Route {
         method: "get",
         path: "/api/v1/openapi.json",
         operation: "getOpenApi",
         summary: "This API's OpenAPI 3.1 document",
-        query: &[],
+        params: &[],
+        body: None,
+        body_optional: false,
+        status: 200,
         answer: Some(any_object),
+        errors: &[],
     },
 ];
 
@@ -300,7 +633,12 @@ struct EventsQuery {
 /// the host check gives way to it).
 pub fn router(backend: Arc<dyn ApiBackend>, access: Access, remote: bool) -> Router {
     let live = events::Live::start(backend.store(), backend.bus());
-    let state = ApiState { backend, live };
+    let state = ApiState {
+        backend,
+        live,
+        remote,
+        terminals: Arc::new(tokio::sync::Semaphore::new(terminal::MAX_TERMINALS)),
+    };
     let mut api = Router::new();
     for (path, content_type, body) in DASHBOARD_ASSETS {
         api = api.route(
@@ -325,6 +663,25 @@ pub fn router(backend: Arc<dyn ApiBackend>, access: Access, remote: bool) -> Rou
         .route("/api/v1/reload", post(reload))
         .route("/api/v1/events", get(list_events))
         .route("/api/v1/events/stream", get(events::stream))
+        .route(
+            "/api/v1/runs",
+            get(resources::list_runs).post(resources::start_run),
+        )
+        .route("/api/v1/runs/{id}", get(resources::get_run))
+        .route("/api/v1/runs/{id}/events", get(resources::run_events))
+        .route("/api/v1/runs/{id}/cancel", post(resources::cancel_run))
+        .route("/api/v1/panes", get(resources::list_panes))
+        .route("/api/v1/panes/{name}/input", post(resources::pane_input))
+        .route("/api/v1/panes/{name}/resize", post(resources::pane_resize))
+        .route("/api/v1/panes/{name}/close", post(resources::pane_close))
+        .route("/api/v1/panes/{name}/open", post(resources::pane_open))
+        .route("/api/v1/panes/{name}/terminal", get(terminal::terminal))
+        .route("/api/v1/triggers", get(resources::list_triggers))
+        .route(
+            "/api/v1/triggers/{name}/fire",
+            post(resources::fire_trigger),
+        )
+        .route("/api/v1/plugins", get(resources::list_plugins))
         .route("/api/v1/openapi.json", get(openapi_doc))
         .fallback(not_found)
         .with_state(state)
@@ -350,7 +707,9 @@ pub fn router(backend: Arc<dyn ApiBackend>, access: Access, remote: bool) -> Rou
     ))
 }
 
-/// The two layers: trusted host (unless remote), then the bearer token.
+/// The two layers: trusted host (unless remote), then the bearer token
+/// (from `Authorization`, or for a WebSocket from the subprotocol
+/// `npc.bearer.<token>`, since browsers cannot set headers on one).
 fn guard(headers: &HeaderMap, token: Option<&str>, remote: bool) -> Result<(), ApiError> {
     if !remote && !trusted_host(headers.get(header::HOST).map(|v| v.as_bytes())) {
         return Err(ApiError::new(
@@ -360,12 +719,19 @@ fn guard(headers: &HeaderMap, token: Option<&str>, remote: bool) -> Result<(), A
         ));
     }
     if let Some(token) = token {
-        let given = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+        let from_protocol = headers
+            .contains_key(header::SEC_WEBSOCKET_KEY)
+            .then(|| terminal::bearer_from_protocols(headers))
+            .flatten();
+        let given = match headers.get(header::AUTHORIZATION) {
+            Some(v) => Some(v.as_bytes()),
+            None => from_protocol.as_deref().map(str::as_bytes),
+        };
         if !bearer_matches(given, token) {
             return Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
-                "this API needs `Authorization: Bearer <token>` (the token in the variable `daemon.token_env` names)",
+                "this API needs `Authorization: Bearer <token>` (a terminal WebSocket: the subprotocol `npc.bearer.<token>`), the token in the variable `daemon.token_env` names",
             ));
         }
     }

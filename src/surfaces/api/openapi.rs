@@ -5,73 +5,77 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{ErrorBody, ROUTES};
+use super::{ErrorBody, In, ROUTES};
 
 /// The document.
 pub fn document() -> Value {
     let mut paths = Map::new();
-    for route in &ROUTES {
-        let ok = match route.answer {
-            Some(schema) => json!({
+    for route in ROUTES {
+        let ok = match (route.answer, route.status) {
+            (Some(schema), _) => json!({
                 "description": "OK",
                 "content": { "application/json": { "schema": schema() } },
             }),
-            None => json!({
+            (None, 101) => json!({
+                "description": "Switching Protocols: the WebSocket (subprotocol `npc.v1`)",
+            }),
+            (None, _) => json!({
                 "description": "An event stream: `id` is the event id, `event` its kind, `data` the event as JSON",
                 "content": { "text/event-stream": { "schema": { "type": "string" } } },
             }),
         };
         let parameters: Vec<Value> = route
-            .query
+            .params
             .iter()
-            .map(|(name, description)| {
-                let schema = if *name == "kind" {
-                    json!({ "type": "string" })
-                } else {
+            .map(|p| {
+                let schema = if p.kind == "integer" {
                     json!({ "type": "integer", "minimum": 0 })
+                } else {
+                    json!({ "type": "string" })
                 };
-                json!({ "name": name, "in": "query", "required": false, "description": description, "schema": schema })
+                let location = match p.location {
+                    In::Path => "path",
+                    In::Query => "query",
+                };
+                json!({
+                    "name": p.name,
+                    "in": location,
+                    "required": p.location == In::Path,
+                    "description": p.description,
+                    "schema": schema,
+                })
             })
             .collect();
         let mut responses = Map::new();
-        responses.insert("200".into(), ok);
+        responses.insert(route.status.to_string(), ok);
         for (status, why) in [
-            ("400", "A malformed query or header"),
-            ("401", "A token is configured and the request lacks it"),
-            ("403", "The `Host` header is not a trusted name"),
-        ] {
-            responses.insert(status.into(), error_response(why));
+            (400, "A malformed query, path, header or body"),
+            (401, "A token is configured and the request lacks it"),
+            (403, "The `Host` header is not a trusted name (a terminal: nor is `Origin`)"),
+        ]
+        .iter()
+        .chain(route.errors)
+        {
+            let entry = responses.entry(status.to_string()).or_insert_with(|| error_response(""));
+            let text = entry["description"].as_str().unwrap_or_default();
+            entry["description"] = if text.is_empty() {
+                json!(why)
+            } else {
+                json!(format!("{text}; {why}"))
+            };
         }
-        match route.operation {
-            "getPlan" | "apply" | "reload" => {
-                responses.insert(
-                    "422".into(),
-                    error_response(
-                        "The manifest on disk is invalid (`detail` has the diagnostics)",
-                    ),
-                );
-                responses.insert(
-                    "503".into(),
-                    error_response("An operational failure; the daemon retries by itself"),
-                );
-            }
-            "streamEvents" => {
-                responses.insert("503".into(), error_response("Too many open streams"));
-            }
-            _ => {}
-        }
-        if matches!(route.operation, "apply" | "reload") {
-            responses.insert(
-                "409".into(),
-                error_response("The change cannot be applied while the daemon runs"),
-            );
-        }
-        let operation = json!({
+        let mut operation = json!({
             "operationId": route.operation,
             "summary": route.summary,
             "parameters": parameters,
             "responses": responses,
         });
+        if let Some(body) = route.body {
+            operation["requestBody"] = json!({
+                "required": !route.body_optional,
+                "content": { "application/json": { "schema": body() } },
+            });
+        }
         let entry = paths
             .entry(route.path.to_string())
             .or_insert_with(|| Value::Object(Map::new()));
@@ -86,7 +90,7 @@ pub fn document() -> Value {
         },
         "servers": [{ "url": "http://127.0.0.1:8766" }],
         "components": {
-            "schemas": { "Error": schemars::schema_for!(ErrorBody) },
+            "schemas": { "Error": super::schema_of::<ErrorBody>() },
             "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
         },
         "security": [{}, { "bearer": [] }],

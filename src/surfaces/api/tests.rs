@@ -18,7 +18,22 @@ struct Fake {
     bus: EventBus,
     plan: Mutex<Answer>,
     applied: Mutex<Vec<&'static str>>,
+    /// The one configured pane, `shell`: open or not, its size, what was typed.
+    pane: Mutex<FakePane>,
+    output: tokio::sync::broadcast::Sender<Arc<[u8]>>,
+    fired: Mutex<Vec<(String, Value)>>,
 }
+
+#[derive(Debug)]
+struct FakePane {
+    open: bool,
+    rows: u16,
+    cols: u16,
+    typed: Vec<u8>,
+}
+
+/// Capacity of the fake pane's output broadcast (small, so a client lags).
+const FAKE_OUTPUT_QUEUE: usize = 8;
 
 impl ApiBackend for Fake {
     fn status(&self) -> BoxFuture<'_, Value> {
@@ -39,6 +54,138 @@ impl ApiBackend for Fake {
     fn bus(&self) -> EventBus {
         self.bus.clone()
     }
+    fn start_run(&self, run: ManualRun) -> BoxFuture<'_, Result<String, ApiError>> {
+        Box::pin(async move {
+            if run.profile != "reviewer" {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "run.invalid",
+                    "no profile",
+                ));
+            }
+            let id = crate::runs::new_run_id();
+            self.store
+                .enqueue_run(crate::store::queue::NewRun {
+                    id: id.clone(),
+                    trigger: crate::triggers::MANUAL_QUEUE.to_string(),
+                    origin: "api".to_string(),
+                    dedupe_key: None,
+                    payload: serde_json::to_string(&run).unwrap(),
+                    skip_if_active: false,
+                    max_queued: 10,
+                    state: None,
+                })
+                .await
+                .unwrap();
+            self.bus
+                .publish(
+                    NewEvent::new("run.queued", json!({ "run_id": id }))
+                        .for_component(crate::runs::component(&id)),
+                )
+                .await
+                .unwrap();
+            Ok(id)
+        })
+    }
+    fn cancel_run(&self, id: String) -> BoxFuture<'_, Result<String, ApiError>> {
+        Box::pin(async move {
+            let state = crate::store::queue::state::CANCELLED;
+            match self.store.trigger_run(&id).unwrap() {
+                None => Err(resources::run_not_found(&id)),
+                Some(row) if row.state == "queued" => {
+                    self.store.mark_run(&id, state, None).await.unwrap();
+                    Ok(state.to_string())
+                }
+                Some(row) => Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "run.finished",
+                    format!("ended `{}`", row.state),
+                )),
+            }
+        })
+    }
+    fn panes(&self) -> Vec<PaneView> {
+        let pane = self.pane.lock().unwrap();
+        vec![PaneView {
+            name: "shell".into(),
+            id: pane.open.then_some(1),
+            generation: pane.open.then_some(1),
+            state: if pane.open { "running" } else { "closed" }.into(),
+            pid: None,
+            cols: pane.cols,
+            rows: pane.rows,
+            exit: None,
+            status: None,
+            attention: false,
+        }]
+    }
+    fn pane(&self, name: String, op: PaneOp) -> BoxFuture<'_, Result<PaneAnswer, ApiError>> {
+        Box::pin(async move {
+            use crate::panes::PaneError;
+            use crate::runtime::api::pane_error;
+            if name != "shell" {
+                return Err(pane_error(PaneError::Unknown(name)));
+            }
+            let mut pane = self.pane.lock().unwrap();
+            let mut answer = PaneAnswer {
+                name: name.clone(),
+                sent: None,
+                pane: None,
+            };
+            match op {
+                PaneOp::Open if pane.open => return Err(pane_error(PaneError::AlreadyOpen(name))),
+                PaneOp::Open => pane.open = true,
+                _ if !pane.open => return Err(pane_error(PaneError::NotOpen(name))),
+                PaneOp::Input(bytes) => {
+                    // A terminal echoes what is typed.
+                    answer.sent = Some(bytes.len());
+                    pane.typed.extend(&bytes);
+                    let _ = self.output.send(Arc::from(&bytes[..]));
+                }
+                PaneOp::Resize { rows, cols } => (pane.rows, pane.cols) = (rows, cols),
+                PaneOp::Close => pane.open = false,
+            }
+            Ok(answer)
+        })
+    }
+    fn terminal(&self, name: &str) -> Result<Terminal, ApiError> {
+        use crate::panes::PaneError;
+        use crate::runtime::api::pane_error;
+        if name != "shell" {
+            return Err(pane_error(PaneError::Unknown(name.into())));
+        }
+        if !self.pane.lock().unwrap().open {
+            return Err(pane_error(PaneError::NotOpen(name.into())));
+        }
+        Ok(Terminal {
+            scrollback: b"scrollback$ ".to_vec(),
+            output: self.output.subscribe(),
+            status: Some(json!({ "state": "working" })),
+            exit: Box::new(|| Some(json!({ "code": 0 }))),
+        })
+    }
+    fn triggers(&self) -> BoxFuture<'_, Result<Vec<Value>, ApiError>> {
+        Box::pin(async { Ok(vec![json!({ "name": "nightly", "kind": "cron" })]) })
+    }
+    fn fire(&self, name: String, payload: Value) -> BoxFuture<'_, Result<FireAccepted, ApiError>> {
+        Box::pin(async move {
+            if name != "nightly" {
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "trigger.not_found",
+                    "no trigger",
+                ));
+            }
+            self.fired.lock().unwrap().push((name, payload));
+            Ok(FireAccepted {
+                run_id: "run-fired".into(),
+                outcome: "queued".into(),
+            })
+        })
+    }
+    fn plugins(&self) -> BoxFuture<'_, Result<Vec<PluginRow>, ApiError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
 }
 
 fn fake() -> (tempfile::TempDir, Arc<Fake>) {
@@ -50,6 +197,14 @@ fn fake() -> (tempfile::TempDir, Arc<Fake>) {
         bus,
         plan: Mutex::new(Answer::Ok(json!({ "format_version": "1" }))),
         applied: Mutex::new(Vec::new()),
+        pane: Mutex::new(FakePane {
+            open: true,
+            rows: 24,
+            cols: 80,
+            typed: Vec::new(),
+        }),
+        output: tokio::sync::broadcast::channel(FAKE_OUTPUT_QUEUE).0,
+        fired: Mutex::new(Vec::new()),
     });
     (dir, fake)
 }
@@ -288,7 +443,7 @@ async fn unknown_endpoints_are_json_404s() {
 #[test]
 fn the_openapi_document_lists_every_route() {
     let doc = openapi::document();
-    for route in &ROUTES {
+    for route in ROUTES {
         assert!(
             doc["paths"][route.path][route.method].is_object(),
             "{} {}",
