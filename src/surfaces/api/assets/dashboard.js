@@ -23,6 +23,8 @@ const TERMINAL_SCROLLBACK = 5000;
 // Slash commands the dashboard runs itself; they never reach the pane.
 const SLASH_COMMANDS = ["/restart", "/relaunch", "/status"];
 const RUN_ACTIVE = ["queued", "running"];
+// Pane states `/relaunch` applies to (`held`: exited, a plugin's relaunch pending).
+const PANE_ENDED = ["exited", "held", "closed"];
 
 const token = new URLSearchParams(location.hash.slice(1)).get("token");
 let lastEventId = 0;
@@ -89,7 +91,9 @@ function cut(text) {
 function when(value) {
   if (value === undefined || value === null || value === "") return "";
   const date = typeof value === "number" ? new Date(value) : new Date(String(value));
-  return isNaN(date) ? String(value) : date.toLocaleTimeString();
+  if (isNaN(date)) return String(value);
+  const today = date.toDateString() === new Date().toDateString();
+  return today ? date.toLocaleTimeString() : date.toLocaleString();
 }
 
 function byId(id) {
@@ -413,7 +417,7 @@ async function refreshPanes() {
       p.generation ?? "",
       p.pid ?? "-",
       p.status == null ? "" : cut(typeof p.status === "string" ? p.status : JSON.stringify(p.status)),
-      p.attention == null || p.attention === false ? "" : cut(typeof p.attention === "string" ? p.attention : JSON.stringify(p.attention)),
+      p.attention === true ? "needs attention" : p.attention ? cut(String(p.attention)) : "",
     ],
   })), "no panes");
   if (openPane) {
@@ -535,7 +539,7 @@ async function reopenPane(name, { onlyExited }) {
   const verb = onlyExited ? "relaunch" : "restart";
   const { pane, error } = await paneStatus(name);
   if (error) return paneMessage(`/${verb}: ${error}`);
-  if (onlyExited && pane.state !== "exited") {
+  if (onlyExited && !PANE_ENDED.includes(pane.state)) {
     return paneMessage(`/relaunch: the pane is ${pane.state}, not exited; use /restart to close and open it`);
   }
   paneMessage(`${verb}ing ${name}…`);
@@ -565,7 +569,7 @@ async function showPaneStatus(name) {
   ];
   if (pane.exit != null) lines.push(`exit ${JSON.stringify(pane.exit)}`);
   lines.push(`plugin status: ${pane.status == null ? "none" : JSON.stringify(pane.status)}`);
-  lines.push(`attention: ${pane.attention == null ? "none" : JSON.stringify(pane.attention)}`);
+  lines.push(`attention: ${pane.attention ? "needs attention" : "none"}`);
   box.textContent = lines.join("\n");
 }
 
