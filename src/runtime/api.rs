@@ -16,10 +16,10 @@ use crate::runtime::listings::{self, PluginRow};
 use crate::surfaces::api::resources::{FireAccepted, PaneAnswer, PaneOp, PaneView};
 use crate::surfaces::api::terminal::Terminal;
 use crate::surfaces::api::{Answer, ApiBackend, ApiError, ApiListener, BoxFuture};
+use crate::surfaces::mcp_http::Access;
 use crate::triggers::executor::CancelError;
 use crate::triggers::{ManualRun, Refused};
 use axum::http::StatusCode;
-use crate::surfaces::mcp_http::Access;
 
 /// Event: the REST API listens (`url`).
 pub const API_LISTENING_EVENT: &str = "api.listening";
@@ -140,9 +140,11 @@ impl ApiBackend for DaemonApi {
                 .start_run(run)
                 .await
                 .map_err(|e| match e {
-                    E::NoManifest => {
-                        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", e.to_string())
-                    }
+                    E::NoManifest => ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "unavailable",
+                        e.to_string(),
+                    ),
                     E::Refused(Refused::QueueFull(_)) => ApiError::new(
                         StatusCode::SERVICE_UNAVAILABLE,
                         "run.queue_full",
@@ -178,7 +180,9 @@ impl ApiBackend for DaemonApi {
                         Some(run) if run.state == "running" => ApiError::new(
                             StatusCode::CONFLICT,
                             "run.not_daemon",
-                            format!("run `{id}` is carried out by `npc run` in another process; stop it there (Ctrl-C)"),
+                            format!(
+                                "run `{id}` is carried out by `npc run` in another process; stop it there (Ctrl-C)"
+                            ),
                         ),
                         Some(run) => finished(&id, &run.state),
                     })
@@ -188,7 +192,12 @@ impl ApiBackend for DaemonApi {
     }
 
     fn panes(&self) -> Vec<PaneView> {
-        self.runtime.panes().list().into_iter().map(pane_view).collect()
+        self.runtime
+            .panes()
+            .list()
+            .into_iter()
+            .map(pane_view)
+            .collect()
     }
 
     fn pane(&self, name: String, op: PaneOp) -> BoxFuture<'_, Result<PaneAnswer, ApiError>> {
@@ -306,7 +315,11 @@ impl ApiBackend for DaemonApi {
                 .map_err(ApiError::internal)?
                 .map(|listing| listing.rows)
                 .map_err(|e| {
-                    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", e.to_string())
+                    ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "unavailable",
+                        e.to_string(),
+                    )
                 })
         })
     }
@@ -334,7 +347,9 @@ pub fn pane_view(info: PaneInfo) -> PaneView {
         pid: info.pid,
         cols: info.cols.unwrap_or(crate::panes::DEFAULT_COLS),
         rows: info.rows.unwrap_or(crate::panes::DEFAULT_ROWS),
-        exit: info.exit.map(|e| serde_json::to_value(e).unwrap_or_default()),
+        exit: info
+            .exit
+            .map(|e| serde_json::to_value(e).unwrap_or_default()),
         status: info.status,
         attention,
     }

@@ -245,11 +245,14 @@ fn from_row(store: &Store, row: RunRow) -> Result<RunSummary, StoreError> {
     } else {
         format!("trigger:{}", row.trigger)
     };
-    let profile = row.payload["profile"].as_str().map(str::to_string).or_else(|| {
-        started
-            .as_ref()
-            .and_then(|e| e.payload["profile"].as_str().map(str::to_string))
-    });
+    let profile = row.payload["profile"]
+        .as_str()
+        .map(str::to_string)
+        .or_else(|| {
+            started
+                .as_ref()
+                .and_then(|e| e.payload["profile"].as_str().map(str::to_string))
+        });
     let command = started.as_ref().and_then(|e| {
         (e.payload["action"] == "command")
             .then(|| e.payload["program"].as_str().map(str::to_string))

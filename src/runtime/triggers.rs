@@ -303,7 +303,9 @@ pub enum StartRunError {
     UnknownTemplate { name: String, known: String },
     #[error("pass `prompt` or `prompt_template`, not both")]
     TwoPrompts,
-    #[error("`vars` needs `prompt_template`; `prompt` text and the profile's prompt take no variables")]
+    #[error(
+        "`vars` needs `prompt_template`; `prompt` text and the profile's prompt take no variables"
+    )]
     VarsWithoutTemplate,
     #[error("profile `{profile}` has no `prompt`; pass `prompt` or `prompt_template`")]
     NoPrompt { profile: String },

@@ -20,10 +20,10 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::{MANUAL_QUEUE, ManualRun};
 use crate::bus::EventBus;
 use crate::model::{Action, CommandSpec, Manifest, Overlap, RestartPolicy, Trigger};
 use crate::plan::{ComponentId, Kind};
-use super::{MANUAL_QUEUE, ManualRun};
 use crate::runs::{self, PromptChoice, RunRequest, TriggeredBy};
 use crate::runtime::drivers::{DriverContext, child_spec};
 use crate::store::queue::{RUN_HISTORY_LIMIT, RunRow, state};
@@ -236,29 +236,29 @@ impl Executor {
                             None => Decision::Unreadable,
                         }
                     } else {
-                    match inner.triggers.get(&row.trigger) {
-                        None => Decision::Cancel,
-                        Some(t) => {
-                            let active: Vec<&Running> = inner
-                                .running
-                                .values()
-                                .filter(|r| r.trigger == row.trigger)
-                                .collect();
-                            match (active.is_empty(), t.overlap) {
-                                (true, _) => Decision::Start(t.action.clone()),
-                                (false, Overlap::Queue) => Decision::Wait,
-                                (false, Overlap::Skip) => Decision::Skip,
-                                (false, Overlap::Replace) => {
-                                    for r in active {
-                                        *r.reason.lock().unwrap_or_else(|p| p.into_inner()) =
-                                            Some(format!("replaced by run `{}`", row.id));
-                                        r.cancel.cancel();
+                        match inner.triggers.get(&row.trigger) {
+                            None => Decision::Cancel,
+                            Some(t) => {
+                                let active: Vec<&Running> = inner
+                                    .running
+                                    .values()
+                                    .filter(|r| r.trigger == row.trigger)
+                                    .collect();
+                                match (active.is_empty(), t.overlap) {
+                                    (true, _) => Decision::Start(t.action.clone()),
+                                    (false, Overlap::Queue) => Decision::Wait,
+                                    (false, Overlap::Skip) => Decision::Skip,
+                                    (false, Overlap::Replace) => {
+                                        for r in active {
+                                            *r.reason.lock().unwrap_or_else(|p| p.into_inner()) =
+                                                Some(format!("replaced by run `{}`", row.id));
+                                            r.cancel.cancel();
+                                        }
+                                        Decision::Start(t.action.clone())
                                     }
-                                    Decision::Start(t.action.clone())
                                 }
                             }
                         }
-                    }
                     }
                 };
                 if let Decision::Start(_) = &decision {

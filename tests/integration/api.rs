@@ -380,9 +380,9 @@ env = {{ HISTFILE = "shell-history", PROMPT_COMMAND = "history -a", PS1 = "$ " }
 /// The dashboard in a real browser: live stream, `manifest.invalid` with
 /// its line, a component appearing after an edit, a trigger fired from the
 /// page and its run's parsed events, runs started and cancelled from the
-/// page, a shell pane's live terminal taking input, and `/status`
-/// answered by the page without reaching the shell; the screenshot is
-/// kept under `target/artifacts/`.
+/// page, a shell pane's live terminal taking input, and `/status`,
+/// `/relaunch` and `/restart` handled by the page without reaching the
+/// shell; the screenshot is kept under `target/artifacts/`.
 #[test]
 fn the_dashboard_shows_live_state_in_headless_chromium() {
     if !playwright() {
@@ -475,6 +475,32 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
     });
     assert!(history.contains("echo npc-$((6*7))-echo"), "{history}");
     assert!(!history.contains("/status"), "{history}");
+    // `/restart`: a new shell (another pid) took the next line; neither
+    // slash command reached a shell.
+    assert!(text("relaunch_refused").contains("/restart"), "{seen}");
+    let pid_line = |key: &str| {
+        text(key)
+            .lines()
+            .find(|l| l.contains(" pid "))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_ne!(
+        pid_line("pane_status"),
+        pid_line("pane_status_after_restart")
+    );
+    assert!(
+        text("pane_status_after_restart").contains("state running"),
+        "{seen}"
+    );
+    let history = crate::support::wait_for("the new shell to record its line", || {
+        let history = std::fs::read_to_string(d.root().join("shell-history")).ok()?;
+        history.contains("echo restarted-").then_some(history)
+    });
+    for command in ["/status", "/restart", "/relaunch"] {
+        assert!(!history.contains(command), "{command} in {history}");
+        assert!(!text("terminal_after_restart").contains(command), "{seen}");
+    }
     assert!(std::fs::metadata(&screenshot).unwrap().len() > 0);
 }
 

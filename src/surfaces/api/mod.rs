@@ -305,7 +305,10 @@ const FAILED: (u16, &str) = (503, "An operational failure; the daemon retries by
 const BODY: [(u16, &str); 3] = [
     (413, "The body is too large"),
     (415, "The body is not `application/json`"),
-    (422, "The body does not fit the schema or names nothing known"),
+    (
+        422,
+        "The body does not fit the schema or names nothing known",
+    ),
 ];
 const PANE_ERRORS: [(u16, &str); 2] = [
     (404, "No such pane in the manifest (`pane.not_found`)"),
@@ -379,8 +382,16 @@ pub const ROUTES: &[Route] = &[
         operation: "listEvents",
         summary: "A page of the event log, oldest first, after an id",
         params: &[
-            query("after", "Only events with an id above this (default 0)", "integer"),
-            query("limit", "Most events returned (default 100, at most 1000)", "integer"),
+            query(
+                "after",
+                "Only events with an id above this (default 0)",
+                "integer",
+            ),
+            query(
+                "limit",
+                "Most events returned (default 100, at most 1000)",
+                "integer",
+            ),
             query("kind", "Only events of this kind", "string"),
         ],
         body: None,
@@ -411,8 +422,16 @@ pub const ROUTES: &[Route] = &[
         operation: "listRuns",
         summary: "Runs, newest first: started through the API (`manual`), by triggers (`trigger:NAME`), by `npc run` (`cli`)",
         params: &[
-            query("limit", "Most runs returned (default 50, at most 1000)", "integer"),
-            query("before", "Only runs whose id sorts below this run id (the next page)", "string"),
+            query(
+                "limit",
+                "Most runs returned (default 50, at most 1000)",
+                "integer",
+            ),
+            query(
+                "before",
+                "Only runs whose id sorts below this run id (the next page)",
+                "string",
+            ),
         ],
         body: None,
         body_optional: false,
@@ -433,7 +452,10 @@ pub const ROUTES: &[Route] = &[
         errors: &[
             BODY[0],
             BODY[1],
-            (422, "The body does not fit, or names a profile or prompt the applied manifest lacks (`run.invalid`)"),
+            (
+                422,
+                "The body does not fit, or names a profile or prompt the applied manifest lacks (`run.invalid`)",
+            ),
             (503, "No manifest is applied yet, or the queue is full"),
         ],
     },
@@ -456,8 +478,16 @@ pub const ROUTES: &[Route] = &[
         summary: "One run's events, oldest first, parsed agent events included (the same objects as `/events`)",
         params: &[
             path("id", "A run id (`run-…`)"),
-            query("since", "Only events with an id above this (default 0)", "integer"),
-            query("limit", "Most events returned (default 500, at most 1000)", "integer"),
+            query(
+                "since",
+                "Only events with an id above this (default 0)",
+                "integer",
+            ),
+            query(
+                "limit",
+                "Most events returned (default 500, at most 1000)",
+                "integer",
+            ),
         ],
         body: None,
         body_optional: false,
@@ -477,7 +507,10 @@ pub const ROUTES: &[Route] = &[
         answer: Some(schema_of::<resources::RunCancelled>),
         errors: &[
             (404, "No such run in the daemon's queue (`run.not_found`)"),
-            (409, "The run has ended (`run.finished`), or `npc run` runs it in another process (`run.not_daemon`)"),
+            (
+                409,
+                "The run has ended (`run.finished`), or `npc run` runs it in another process (`run.not_daemon`)",
+            ),
         ],
     },
     Route {
@@ -538,7 +571,11 @@ pub const ROUTES: &[Route] = &[
         body_optional: false,
         status: 200,
         answer: Some(schema_of::<resources::PaneAnswer>),
-        errors: &[PANE_ERRORS[0], PANE_ERRORS[1], (503, "The daemon is stopping")],
+        errors: &[
+            PANE_ERRORS[0],
+            PANE_ERRORS[1],
+            (503, "The daemon is stopping"),
+        ],
     },
     Route {
         method: "get",

@@ -51,12 +51,17 @@ pub fn document() -> Value {
         for (status, why) in [
             (400, "A malformed query, path, header or body"),
             (401, "A token is configured and the request lacks it"),
-            (403, "The `Host` header is not a trusted name (a terminal: nor is `Origin`)"),
+            (
+                403,
+                "The `Host` header is not a trusted name (a terminal: nor is `Origin`)",
+            ),
         ]
         .iter()
         .chain(route.errors)
         {
-            let entry = responses.entry(status.to_string()).or_insert_with(|| error_response(""));
+            let entry = responses
+                .entry(status.to_string())
+                .or_insert_with(|| error_response(""));
             let text = entry["description"].as_str().unwrap_or_default();
             entry["description"] = if text.is_empty() {
                 json!(why)

@@ -184,10 +184,9 @@ fn body<T>(parsed: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
                 "invalid_body",
                 format!("the body does not fit this endpoint: {}", e.body_text()),
             ),
-            JsonRejection::JsonSyntaxError(e) => ApiError::bad_request(format!(
-                "the body is not JSON: {}",
-                e.body_text()
-            )),
+            JsonRejection::JsonSyntaxError(e) => {
+                ApiError::bad_request(format!("the body is not JSON: {}", e.body_text()))
+            }
             JsonRejection::MissingJsonContentType(_) => ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported_media_type",
@@ -457,7 +456,9 @@ pub(super) async fn fire_trigger(
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
-            format!("`payload` is {size} bytes as JSON; at most {MAX_MANUAL_PAYLOAD_BYTES} are accepted"),
+            format!(
+                "`payload` is {size} bytes as JSON; at most {MAX_MANUAL_PAYLOAD_BYTES} are accepted"
+            ),
         ));
     }
     let fired = state.backend.fire(name, payload).await?;

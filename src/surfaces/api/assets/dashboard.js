@@ -13,6 +13,9 @@ const MAX_EVENTS_SHOWN = 200;
 const MAX_NOTICES_SHOWN = 50;
 const MAX_RUN_EVENTS_SHOWN = 2000;
 const MAX_TEXT_SHOWN = 4000;
+// `GET /runs/{id}/events` pages (at most 1000 events each) read when a run opens.
+const RUN_EVENTS_PAGE = 1000;
+const MAX_RUN_EVENT_PAGES = 20;
 const RUNS_LISTED = 50;
 const REFRESH_DEBOUNCE_MS = 150;
 const RECONNECT_MAX_MS = 5000;
@@ -162,6 +165,22 @@ async function refreshStatus() {
   fillProfiles();
 }
 
+async function refreshPlugins() {
+  const answer = await call("GET", "/plugins");
+  if (!answer.ok) return;
+  fillTable("plugins", (answer.doc.plugins || []).map((p) => ({
+    key: p.id,
+    cells: [
+      `${p.id}${p.version ? " " + p.version : ""}`,
+      `${p.saved ?? ""} ${p.package ?? ""}`.trim(),
+      (p.servers || []).join(", "),
+      (p.skills || []).join(", "),
+      p.hooks ?? 0,
+      p.source ?? "",
+    ],
+  })), "no plugin packages");
+}
+
 function fillProfiles() {
   const select = byId("run-profile");
   const chosen = select.value;
@@ -267,14 +286,16 @@ async function refreshRuns() {
 
 function showRunState(run) {
   openRun.state = run.state;
-  say("run-state", [run.state, run.source, run.profile ?? run.command, run.exit != null ? `exit ${JSON.stringify(run.exit)}` : ""]
+  say("run-state", [run.state, run.source, run.profile ?? run.command,
+    run.exit != null ? `exit ${JSON.stringify(run.exit)}` : "", run.detail ? cut(run.detail) : ""]
     .filter((x) => x !== undefined && x !== null && x !== "").join(" · "));
   byId("run-state").className = "state-" + run.state;
   byId("run-cancel").hidden = !RUN_ACTIVE.includes(run.state);
 }
 
 async function showRun(id) {
-  openRun = { id: String(id), seen: new Set(), calls: new Map(), state: null, message: null };
+  // Live events that arrive while the run's past is fetched wait in `early`.
+  openRun = { id: String(id), seen: new Set(), calls: new Map(), state: null, message: null, early: [] };
   byId("run-view").hidden = false;
   say("run-title", `Run ${id}`);
   say("run-state", "");
@@ -282,14 +303,32 @@ async function showRun(id) {
   byId("run-cancel").hidden = true;
   byId("run-events").replaceChildren();
   byId("run-view").scrollIntoView({ block: "nearest" });
-  const [run, events] = await Promise.all([
+  const [run, past] = await Promise.all([
     call("GET", `/runs/${encodeURIComponent(id)}`),
-    call("GET", `/runs/${encodeURIComponent(id)}/events`),
+    runEvents(id),
   ]);
   if (!openRun || openRun.id !== String(id)) return;
   if (run.ok) showRunState(run.doc.run || run.doc);
   else say("run-result", errorText(run));
-  if (events.ok) for (const event of events.doc.events || []) drawRunEvent(event);
+  const early = openRun.early;
+  openRun.early = null;
+  for (const event of past.concat(early).sort((a, b) => a.id - b.id)) drawRunEvent(event);
+}
+
+// The run's recorded events, oldest first, a page at a time (the view
+// keeps the newest MAX_RUN_EVENTS_SHOWN).
+async function runEvents(id) {
+  let events = [];
+  let since = 0;
+  for (let page = 0; page < MAX_RUN_EVENT_PAGES; page++) {
+    const answer = await call("GET", `/runs/${encodeURIComponent(id)}/events?since=${since}&limit=${RUN_EVENTS_PAGE}`);
+    if (!answer.ok) break;
+    const got = answer.doc.events || [];
+    events = events.concat(got).slice(-MAX_RUN_EVENTS_SHOWN);
+    if (got.length < RUN_EVENTS_PAGE) break;
+    since = got[got.length - 1].id;
+  }
+  return events;
 }
 
 function belongsToOpenRun(event) {
@@ -563,6 +602,8 @@ async function showPaneStatus(name) {
     box.textContent = `/status: ${error}`;
     return;
   }
+  box.setAttribute("data-pid", pane.pid ?? "");
+  box.setAttribute("data-state", pane.state);
   const lines = [
     `pane ${pane.name} (${pane.id ?? "?"})`,
     `state ${pane.state} · generation ${pane.generation ?? "?"} · pid ${pane.pid ?? "-"} · ${pane.cols ?? "?"}×${pane.rows ?? "?"}`,
@@ -611,7 +652,7 @@ function refresh() {
   const parts = [...dirty];
   dirty.clear();
   const work = {
-    status: refreshStatus, plan: refreshPlan, triggers: refreshTriggers,
+    status: refreshStatus, plan: refreshPlan, plugins: refreshPlugins, triggers: refreshTriggers,
     runs: refreshRuns, panes: refreshPanes,
   };
   for (const part of parts) work[part]().catch(() => {});
@@ -623,6 +664,9 @@ function staleParts(kind) {
   if (kind.startsWith("run.")) return ["runs", "triggers"];
   if (kind.startsWith("trigger.")) return ["triggers", "runs"];
   if (kind.startsWith("pane")) return ["panes", "status"];
+  if (["manifest.", "reload", "plugin", "files.", "component."].some((p) => kind.startsWith(p))) {
+    return ["status", "plan", "plugins", "triggers", "panes"];
+  }
   return ["status", "plan", "triggers", "panes"];
 }
 
@@ -639,7 +683,13 @@ function onEvent(event) {
     while (notices.children.length > MAX_NOTICES_SHOWN) notices.lastChild.remove();
     byId("notices").hidden = false;
   }
-  if (belongsToOpenRun(event)) drawRunEvent(event);
+  if (belongsToOpenRun(event)) {
+    if (openRun.early) {
+      openRun.early.push(event);
+      if (openRun.early.length > MAX_RUN_EVENTS_SHOWN) openRun.early.shift();
+    }
+    else drawRunEvent(event);
+  }
   markDirty(...staleParts(event.kind));
 }
 
@@ -711,5 +761,5 @@ document.addEventListener("click", (click) => {
   else showPane(link.getAttribute("data-pane"));
 });
 
-markDirty("status", "plan", "triggers", "runs", "panes");
+markDirty("status", "plan", "plugins", "triggers", "runs", "panes");
 follow();
