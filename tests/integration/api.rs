@@ -329,7 +329,8 @@ fn playwright() -> bool {
             .is_ok_and(|o| o.status.success())
 }
 
-/// The repository the browser test drives: a profile `dev` replaying a
+/// The repository the browser test drives: the demo's MCP server `hello`
+/// (two tools), a profile `dev` replaying a
 /// Claude Code transcript with a tool call, a profile `hang` whose agent
 /// never ends, a cron trigger `review` (once a year) running `dev`, and a
 /// bash pane `shell` that appends every line it runs to `shell-history`.
@@ -347,8 +348,17 @@ fn dashboard_manifest() -> String {
             .display()
             .to_string(),
     );
+    let mcp_server = quote(
+        &repo_root()
+            .join("examples/demo/tools/hello_mcp.py")
+            .display()
+            .to_string(),
+    );
     format!(
-        r#"{LISTEN_ANY_PORT}[providers.fake]
+        r#"{LISTEN_ANY_PORT}[mcp.servers.hello]
+command = "python3"
+args = [{mcp_server}]
+[providers.fake]
 kind = "claude_code"
 command = {agent}
 args = ["--provider", "claude_code", "--fixture", {fixture}]
@@ -431,6 +441,8 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
         "{seen}"
     );
     assert!(seen["events_shown"].as_u64().unwrap() > 0);
+    let mcp_row = text("mcp_row");
+    assert!(mcp_row.starts_with("helloconnected2"), "{mcp_row}");
 
     // The trigger row names its schedule and next fire time (1 January).
     assert!(text("trigger_row").contains("0 0 1 1 *"), "{seen}");
