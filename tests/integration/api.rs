@@ -329,7 +329,10 @@ fn playwright() -> bool {
             .is_ok_and(|o| o.status.success())
 }
 
-/// The repository the browser test drives: the demo's MCP server `hello`
+/// The API token of the browser test's daemon.
+const DASHBOARD_TOKEN: &str = "dashboard-test-token-4d1c";
+
+/// The repository the browser test drives (its API needs a token): the demo's MCP server `hello`
 /// (two tools), a profile `dev` replaying a
 /// Claude Code transcript with a tool call, a profile `hang` whose agent
 /// never ends, a cron trigger `review` (once a year) running `dev`, and a
@@ -355,7 +358,8 @@ fn dashboard_manifest() -> String {
             .to_string(),
     );
     format!(
-        r#"{LISTEN_ANY_PORT}[mcp.servers.hello]
+        r#"{LISTEN_ANY_PORT}token_env = "NPC_DASHBOARD_TOKEN"
+[mcp.servers.hello]
 command = "python3"
 args = [{mcp_server}]
 [providers.fake]
@@ -402,15 +406,29 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
         return;
     }
     let manifest = dashboard_manifest();
-    let d = Daemon::start(&manifest);
+    let home = std::env::var("HOME").unwrap_or_default();
+    let d = Daemon::start_with(
+        &manifest,
+        DaemonSetup {
+            only_env: Some(&[
+                ("NPC_DASHBOARD_TOKEN", DASHBOARD_TOKEN),
+                ("HOME", home.as_str()),
+            ]),
+            ..DaemonSetup::default()
+        },
+    );
     let addr = api_addr(&d);
+    // The API wants the token; the page gets it from the URL's fragment
+    // and sends it (as a bearer header, and as the terminal WebSocket's
+    // subprotocol).
+    assert_eq!(http(&addr, "GET", "/api/v1/panes", &[]).status, 401);
     let artifacts = repo_root().join("target/artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
     let screenshot = artifacts.join("dashboard.png");
     let _ = std::fs::remove_file(&screenshot);
     let out = std::process::Command::new("python3")
         .arg(repo_root().join("fixtures/dashboard/browse.py"))
-        .arg(format!("http://{addr}/"))
+        .arg(format!("http://{addr}/#token={DASHBOARD_TOKEN}"))
         .arg(d.root())
         .arg(&screenshot)
         .output()
