@@ -336,7 +336,9 @@ const DASHBOARD_TOKEN: &str = "dashboard-test-token-4d1c";
 /// (two tools), a profile `dev` replaying a
 /// Claude Code transcript with a tool call, a profile `hang` whose agent
 /// never ends, a cron trigger `review` (once a year) running `dev`, and a
-/// bash pane `shell` that appends every line it runs to `shell-history`.
+/// bash pane `shell` that appends every line it runs to `shell-history`,
+/// watched by the scripted pane plugin `rec` (it sends what is appended to
+/// `rec.cmds`).
 fn dashboard_manifest() -> String {
     let quote = |s: &str| Value::String(s.to_string()).to_string();
     let agent = quote(
@@ -354,6 +356,12 @@ fn dashboard_manifest() -> String {
     let mcp_server = quote(
         &repo_root()
             .join("examples/demo/tools/hello_mcp.py")
+            .display()
+            .to_string(),
+    );
+    let pane_plugin = quote(
+        &repo_root()
+            .join("fixtures/panes/scripted_plugin.py")
             .display()
             .to_string(),
     );
@@ -383,7 +391,13 @@ description = "never ends on its own"
 kind = "cron"
 schedule = "0 0 1 1 *"
 action = {{ profile = "dev", prompt = "review" }}
+[pane_plugins.rec]
+command = "python3"
+args = [{pane_plugin}]
+enabled = true
+env = {{ PLUGIN_LOG = "rec.log", PLUGIN_CMDS = "rec.cmds" }}
 [panes.shell]
+plugin = "rec"
 command = "bash"
 args = ["--norc", "--noprofile", "-i"]
 env = {{ HISTFILE = "shell-history", PROMPT_COMMAND = "history -a", PS1 = "$ " }}
@@ -422,6 +436,13 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
     // and sends it (as a bearer header, and as the terminal WebSocket's
     // subprotocol).
     assert_eq!(http(&addr, "GET", "/api/v1/panes", &[]).status, 401);
+    // The plugin knows the pane (so the page can make it report).
+    crate::support::wait_for("the plugin to see the pane open", || {
+        std::fs::read_to_string(d.root().join("rec.log"))
+            .ok()?
+            .contains("pane_opened")
+            .then_some(())
+    });
     let artifacts = repo_root().join("target/artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
     let screenshot = artifacts.join("dashboard.png");
@@ -459,6 +480,9 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
         "{seen}"
     );
     assert!(seen["events_shown"].as_u64().unwrap() > 0);
+    // The plugin's `needs_attention` report: a notice, and the pane's row.
+    assert!(text("notice").contains("needs_attention"), "{seen}");
+    assert!(text("attention_row").contains("needs attention"), "{seen}");
     let mcp_row = text("mcp_row");
     assert!(mcp_row.starts_with("helloconnected2"), "{mcp_row}");
 

@@ -635,11 +635,19 @@ function submitPaneLine(submit) {
 
 // ------------------------------------------------------------ live events
 
+// Notices: `notice*` events and `pane.notice` (a pane entering
+// `needs_attention`, or a plugin's attention request; the `pane.status` and
+// `pane.attention` events behind them are not repeated here).
 function isNotice(event) {
   const p = event.payload || {};
   return event.kind === "notice" || event.kind.startsWith("notice.") ||
-    event.kind === "pane.attention" || event.kind === "pane.notice" ||
-    p.needs_attention === true || p.reason === "needs_attention" || p.state === "needs_attention";
+    event.kind === "pane.notice" || p.needs_attention === true;
+}
+
+function noticeText(event) {
+  const p = event.payload || {};
+  const what = p.reason ?? p.message ?? p.detail ?? cut(JSON.stringify(p));
+  return `${when(event.ts_ms)} ${event.component ?? event.kind}: ${what}${p.plugin ? " (plugin " + p.plugin + ")" : ""}`;
 }
 
 function markDirty(...parts) {
@@ -679,7 +687,7 @@ function onEvent(event) {
   if (event.kind === "manifest.invalid") showDiagnostics(event.payload && event.payload.report);
   if (isNotice(event)) {
     const notices = byId("notice-list");
-    notices.prepend(el("li", { "data-kind": event.kind }, line));
+    notices.prepend(el("li", { "data-kind": event.kind }, noticeText(event)));
     while (notices.children.length > MAX_NOTICES_SHOWN) notices.lastChild.remove();
     byId("notices").hidden = false;
   }
