@@ -529,8 +529,8 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
     });
     assert!(history.contains("echo npc-$((6*7))-echo"), "{history}");
     assert!(!history.contains("/status"), "{history}");
-    // `/restart`: a new shell (another pid) took the next line; neither
-    // slash command reached a shell.
+    // `/restart`: a new shell (another pid) took the next line; after
+    // `exit`, `/relaunch` another one; no slash command reached a shell.
     assert!(text("relaunch_refused").contains("/restart"), "{seen}");
     let pid_line = |key: &str| {
         text(key)
@@ -549,7 +549,7 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
     );
     let history = crate::support::wait_for("the new shell to record its line", || {
         let history = std::fs::read_to_string(d.root().join("shell-history")).ok()?;
-        history.contains("echo restarted-").then_some(history)
+        history.contains("echo relaunched-").then_some(history)
     });
     for command in ["/status", "/restart", "/relaunch"] {
         assert!(!history.contains(command), "{command} in {history}");

@@ -34,7 +34,7 @@ let lastEventId = 0;
 let refreshTimer = null;
 const dirty = new Set();
 let profiles = [];
-// The run shown in the run view: its id, the event ids drawn, open tool calls.
+// The run shown in the run view: its id, the last event id drawn, open tool calls.
 let openRun = null;
 // The pane shown in the terminal view: name, terminal, socket, reconnect timer.
 let openPane = null;
@@ -295,7 +295,7 @@ function showRunState(run) {
 
 async function showRun(id) {
   // Live events that arrive while the run's past is fetched wait in `early`.
-  openRun = { id: String(id), seen: new Set(), calls: new Map(), state: null, message: null, early: [] };
+  openRun = { id: String(id), lastId: 0, calls: new Map(), state: null, message: null, early: [] };
   byId("run-view").hidden = false;
   say("run-title", `Run ${id}`);
   say("run-state", "");
@@ -339,8 +339,9 @@ function belongsToOpenRun(event) {
 
 // One event of the open run, as the parsed stream a person reads.
 function drawRunEvent(event) {
-  if (openRun.seen.has(event.id)) return;
-  openRun.seen.add(event.id);
+  // Events come in id order (the past sorted, then live), each once.
+  if (event.id <= openRun.lastId) return;
+  openRun.lastId = event.id;
   const list = byId("run-events");
   const p = event.payload || {};
   const kind = event.kind;
@@ -491,10 +492,12 @@ function showPane(name) {
   } else {
     paneMessage("the terminal emulator did not load");
   }
-  openPane = { name, term, socket: null, timer: null, pause: 250 };
+  // `ended`: the pane's output ended (an `exited` frame); no reconnecting
+  // until /restart or /relaunch opens it again.
+  openPane = { name, term, socket: null, timer: null, pause: 250, ended: false };
   if (term) term.onData((data) => sendToPane(name, data));
   connectPane(openPane);
-  refreshPanes();
+  refreshPanes().catch(() => {});
   byId("pane-input").focus();
 }
 
@@ -503,11 +506,20 @@ function closePane() {
   const pane = openPane;
   openPane = null;
   clearTimeout(pane.timer);
-  if (pane.socket) pane.socket.close();
+  detachSocket(pane);
   if (pane.term) pane.term.dispose();
 }
 
+// Drop the pane's terminal socket (its late frames and close are ignored).
+function detachSocket(pane) {
+  const old = pane.socket;
+  pane.socket = null;
+  clearTimeout(pane.timer);
+  if (old) old.close();
+}
+
 function connectPane(pane) {
+  detachSocket(pane);
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   const url = `${scheme}//${location.host}/api/v1/panes/${encodeURIComponent(pane.name)}/terminal`;
   const protocols = token ? ["npc.v1", "npc.bearer." + token] : ["npc.v1"];
@@ -521,6 +533,7 @@ function connectPane(pane) {
   socket.binaryType = "arraybuffer";
   pane.socket = socket;
   socket.addEventListener("open", () => {
+    if (openPane !== pane || pane.socket !== socket) return;
     pane.pause = 250;
     // The server starts with the scrollback: draw it on a clean screen.
     if (pane.term) pane.term.reset();
@@ -530,22 +543,29 @@ function connectPane(pane) {
     if (typeof message.data === "string") {
       let frame = {};
       try { frame = JSON.parse(message.data); } catch (_) { return; }
+      if (openPane !== pane || pane.socket !== socket) return;
       if (frame.type === "exited") {
+        pane.ended = true;
         paneMessage(`the pane exited${frame.exit != null ? " (" + JSON.stringify(frame.exit) + ")" : ""}; type /relaunch to start it again`);
         markDirty("panes");
       } else if (frame.type === "status") {
-        paneMessage(`status: ${cut(JSON.stringify(frame))}`);
+        paneMessage(`plugin status: ${frame.state ?? "?"}${frame.detail ? " — " + cut(String(frame.detail)) : ""}`);
         markDirty("panes");
       }
       return;
     }
-    if (pane.term) pane.term.write(new Uint8Array(message.data));
+    if (openPane === pane && pane.socket === socket && pane.term) {
+      pane.term.write(new Uint8Array(message.data));
+    }
   });
   socket.addEventListener("close", () => {
+    if (openPane !== pane || pane.socket !== socket) return;
     byId("pane-view").setAttribute("data-connected", "false");
-    if (openPane !== pane) return;
     pane.socket = null;
-    pane.timer = setTimeout(() => { if (openPane === pane) connectPane(pane); }, pane.pause);
+    if (pane.ended) return;
+    pane.timer = setTimeout(() => {
+      if (openPane === pane && !pane.ended && !pane.socket) connectPane(pane);
+    }, pane.pause);
     pane.pause = Math.min(pane.pause * 2, RECONNECT_MAX_MS);
   });
 }
@@ -574,6 +594,16 @@ async function paneStatus(name) {
   return pane ? { pane } : { error: `no pane \`${name}\`` };
 }
 
+// Close pane `name` (an already closed or exited one is fine) and open it
+// again; why not, or null.
+async function closeAndOpen(name) {
+  const path = `/panes/${encodeURIComponent(name)}`;
+  const closed = await call("POST", `${path}/close`);
+  if (!closed.ok && closed.status !== 404 && closed.status !== 409) return errorText(closed);
+  const opened = await call("POST", `${path}/open`);
+  return opened.ok ? null : errorText(opened);
+}
+
 async function reopenPane(name, { onlyExited }) {
   const verb = onlyExited ? "relaunch" : "restart";
   const { pane, error } = await paneStatus(name);
@@ -582,15 +612,19 @@ async function reopenPane(name, { onlyExited }) {
     return paneMessage(`/relaunch: the pane is ${pane.state}, not exited; use /restart to close and open it`);
   }
   paneMessage(`${verb}ing ${name}…`);
-  const closed = await call("POST", `/panes/${encodeURIComponent(name)}/close`);
-  if (!closed.ok && closed.status !== 404 && closed.status !== 409) {
-    return paneMessage(`/${verb}: ${errorText(closed)}`);
+  const viewing = openPane && openPane.name === name ? openPane : null;
+  if (viewing) {
+    // The old process's stream ends here; the new one is connected below.
+    viewing.ended = true;
+    detachSocket(viewing);
   }
-  const opened = await call("POST", `/panes/${encodeURIComponent(name)}/open`);
-  if (!opened.ok) return paneMessage(`/${verb}: ${errorText(opened)}`);
-  paneMessage(`${name} ${verb}ed`);
+  const failure = await closeAndOpen(name);
+  paneMessage(failure ? `/${verb}: ${failure}` : `${name} ${verb}ed`);
   markDirty("panes");
-  if (openPane && openPane.name === name && openPane.socket) openPane.socket.close();
+  if (viewing && openPane === viewing) {
+    viewing.ended = false;
+    connectPane(viewing);
+  }
 }
 
 async function showPaneStatus(name) {
@@ -760,13 +794,18 @@ byId("pane-close").addEventListener("click", () => {
   closePane();
   byId("pane-view").hidden = true;
 });
-// Links drawn in tables: open a run or a pane.
+// Links: open a run or a pane, or scroll to a section (the URL's fragment
+// keeps the token).
 document.addEventListener("click", (click) => {
-  const link = click.target.closest && click.target.closest("a[data-run], a[data-pane]");
+  const link = click.target.closest && click.target.closest("a[href^='#']");
   if (!link) return;
   click.preventDefault();
   if (link.hasAttribute("data-run")) showRun(link.getAttribute("data-run"));
-  else showPane(link.getAttribute("data-pane"));
+  else if (link.hasAttribute("data-pane")) showPane(link.getAttribute("data-pane"));
+  else {
+    const target = document.getElementById(link.getAttribute("href").slice(1));
+    if (target) target.scrollIntoView();
+  }
 });
 
 markDirty("status", "plan", "plugins", "triggers", "runs", "panes");
