@@ -20,9 +20,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use npcagent::bus::EventBus;
+use npcagent::runtime::listings::PluginRow;
 use npcagent::store::{NewEvent, Store};
-use npcagent::surfaces::api::{Answer, ApiBackend, BoxFuture, router};
+use npcagent::surfaces::api::resources::{FireAccepted, PaneAnswer, PaneOp, PaneView};
+use npcagent::surfaces::api::terminal::Terminal;
+use npcagent::surfaces::api::{Answer, ApiBackend, ApiError, BoxFuture, router};
 use npcagent::surfaces::mcp_http::Access;
+use npcagent::triggers::ManualRun;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 
@@ -163,6 +167,39 @@ impl ApiBackend for Bench {
     fn bus(&self) -> EventBus {
         self.bus.clone()
     }
+    // The benchmark measures status and events only.
+    fn start_run(&self, _: ManualRun) -> BoxFuture<'_, Result<String, ApiError>> {
+        Box::pin(async { Err(unmeasured()) })
+    }
+    fn cancel_run(&self, _: String) -> BoxFuture<'_, Result<String, ApiError>> {
+        Box::pin(async { Err(unmeasured()) })
+    }
+    fn panes(&self) -> Vec<PaneView> {
+        Vec::new()
+    }
+    fn pane(&self, _: String, _: PaneOp) -> BoxFuture<'_, Result<PaneAnswer, ApiError>> {
+        Box::pin(async { Err(unmeasured()) })
+    }
+    fn terminal(&self, _: &str) -> Result<Terminal, ApiError> {
+        Err(unmeasured())
+    }
+    fn triggers(&self) -> BoxFuture<'_, Result<Vec<Value>, ApiError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn fire(&self, _: String, _: Value) -> BoxFuture<'_, Result<FireAccepted, ApiError>> {
+        Box::pin(async { Err(unmeasured()) })
+    }
+    fn plugins(&self) -> BoxFuture<'_, Result<Vec<PluginRow>, ApiError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+fn unmeasured() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "not_found",
+        "the benchmark's backend has no runs or panes",
+    )
 }
 
 /// Publish [`SSE_EVENTS`] events; their ids.

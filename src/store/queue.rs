@@ -408,6 +408,24 @@ mod tests {
     }
 
     #[test]
+    fn a_conditional_move_happens_once_and_only_from_its_state() {
+        let (_dir, store) = store();
+        store.enqueue_run(run("a", None)).wait().unwrap();
+        let cancel = || store.mark_run_if("a", state::QUEUED, state::CANCELLED, None);
+        let start = || store.mark_run_if("a", state::QUEUED, state::RUNNING, None);
+        assert!(cancel().wait().unwrap());
+        assert!(!start().wait().unwrap(), "a cancelled run never starts");
+        assert!(!cancel().wait().unwrap());
+        assert_eq!(store.trigger_run("a").unwrap().unwrap().state, "cancelled");
+        assert!(
+            !store
+                .mark_run_if("nope", state::QUEUED, state::RUNNING, None)
+                .wait()
+                .unwrap()
+        );
+    }
+
+    #[test]
     fn running_runs_become_interrupted_and_are_not_queued_again() {
         let (_dir, store) = store();
         store.enqueue_run(run("a", None)).wait().unwrap();

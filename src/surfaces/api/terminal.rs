@@ -123,9 +123,7 @@ pub(super) async fn terminal(
     headers: HeaderMap,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
-    match open(state, name, &headers, ws) {
-        Ok(response) | Err(response) => response,
-    }
+    open(state, name, &headers, ws).unwrap_or_else(IntoResponse::into_response)
 }
 
 fn open(
@@ -133,44 +131,37 @@ fn open(
     name: Result<Path<String>, PathRejection>,
     headers: &HeaderMap,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
-) -> Result<Response, Response> {
+) -> Result<Response, ApiError> {
     let Ok(Path(name)) = name else {
-        return Err(ApiError::bad_request("bad path: a pane name").into_response());
+        return Err(ApiError::bad_request("bad path: a pane name"));
     };
     if !origin_allowed(headers, state.remote) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "untrusted_origin",
             "a terminal opens only from the dashboard the daemon serves: the `Origin` header must match `Host`",
-        )
-        .into_response());
+        ));
     }
     if !offered_protocols(headers).any(|p| p == SUBPROTOCOL) {
         return Err(ApiError::bad_request(format!(
             "offer the subprotocol `{SUBPROTOCOL}` (and `{BEARER_SUBPROTOCOL_PREFIX}<token>` when a token is set)"
-        ))
-        .into_response());
+        )));
     }
+    let attached = state.backend.terminal(&name)?;
     let ws = ws.map_err(|e| {
         ApiError::new(
             StatusCode::UPGRADE_REQUIRED,
             "upgrade_required",
             format!("this endpoint is a WebSocket: {}", e.body_text()),
         )
-        .into_response()
     })?;
     let Ok(permit) = state.terminals.clone().try_acquire_owned() else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "too_many_terminals",
             format!("{MAX_TERMINALS} terminals are open already; close one and retry"),
-        )
-        .into_response());
+        ));
     };
-    let attached = state
-        .backend
-        .terminal(&name)
-        .map_err(IntoResponse::into_response)?;
     let backend = state.backend.clone();
     Ok(ws
         .protocols([SUBPROTOCOL])

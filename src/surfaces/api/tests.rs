@@ -568,3 +568,644 @@ async fn the_dashboard_is_served_without_the_token_but_behind_the_host_check() {
         StatusCode::UNAUTHORIZED
     );
 }
+
+fn post_json(uri: &str, body: &str) -> HttpRequest<Body> {
+    request("POST", uri)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+fn post(uri: &str) -> HttpRequest<Body> {
+    request("POST", uri).body(Body::empty()).unwrap()
+}
+
+#[tokio::test]
+async fn runs_start_list_show_and_cancel_with_stable_errors() {
+    let (_dir, fake) = fake();
+    let router = router(fake.clone(), Access::Loopback, false);
+    let (status, started) = send(
+        &router,
+        post_json("/api/v1/runs", r#"{"profile":"reviewer","prompt":"look"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    let id = started["run_id"].as_str().unwrap().to_string();
+    let (_, second) = send(
+        &router,
+        post_json("/api/v1/runs", r#"{"profile":"reviewer"}"#),
+    )
+    .await;
+    let newer = second["run_id"].as_str().unwrap().to_string();
+
+    let (status, page) = get(&router, "/api/v1/runs").await;
+    assert_eq!(status, StatusCode::OK);
+    let ids: Vec<&str> = page["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [newer.as_str(), id.as_str()], "newest first");
+    assert_eq!(page["runs"][1]["source"], "manual");
+    assert_eq!(page["runs"][1]["profile"], "reviewer");
+    assert_eq!(page["runs"][1]["state"], "queued");
+    let (_, older) = get(&router, &format!("/api/v1/runs?limit=1&before={newer}")).await;
+    assert_eq!(older["runs"].as_array().unwrap().len(), 1);
+    assert_eq!(older["runs"][0]["id"], id.as_str());
+
+    let (status, one) = get(&router, &format!("/api/v1/runs/{id}")).await;
+    assert_eq!((status, &one["id"]), (StatusCode::OK, &json!(id)));
+    let (status, events) = get(&router, &format!("/api/v1/runs/{id}/events")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(events["events"][0]["kind"], "run.queued");
+    let first = events["events"][0]["id"].as_i64().unwrap();
+    let (_, later) = get(&router, &format!("/api/v1/runs/{id}/events?since={first}")).await;
+    assert_eq!(later["events"], json!([]));
+
+    let (status, cancelled) = send(&router, post(&format!("/api/v1/runs/{id}/cancel"))).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(cancelled, json!({ "run_id": id, "state": "cancelled" }));
+    let (status, again) = send(&router, post(&format!("/api/v1/runs/{id}/cancel"))).await;
+    assert_eq!(
+        (status, again["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("run.finished"))
+    );
+
+    for (status, uri) in [
+        (StatusCode::NOT_FOUND, "/api/v1/runs/run-nope"),
+        (StatusCode::NOT_FOUND, "/api/v1/runs/run-nope/events"),
+    ] {
+        let (got, body) = get(&router, uri).await;
+        assert_eq!(
+            (got, body["error"]["code"].as_str()),
+            (status, Some("run.not_found")),
+            "{uri}"
+        );
+    }
+    let (got, body) = send(&router, post("/api/v1/runs/run-nope/cancel")).await;
+    assert_eq!(
+        (got, body["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("run.not_found"))
+    );
+    for bad in [
+        "/api/v1/runs?limit=0",
+        "/api/v1/runs?limit=1001",
+        "/api/v1/runs?page=2",
+        "/api/v1/runs/x/events?since=y",
+    ] {
+        assert_eq!(get(&router, bad).await.0, StatusCode::BAD_REQUEST, "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn hostile_bodies_get_stable_errors_and_change_nothing() {
+    let (_dir, fake) = fake();
+    let router = router(fake.clone(), Access::Loopback, false);
+    let huge = format!(
+        r#"{{"profile":"reviewer","prompt":"{}"}}"#,
+        "x".repeat(MAX_BODY_BYTES)
+    );
+    for (body, status, code) in [
+        ("{", StatusCode::BAD_REQUEST, "bad_request"),
+        ("[1,2]", StatusCode::UNPROCESSABLE_ENTITY, "invalid_body"),
+        (
+            r#"{"profile":"reviewer","shell":"rm -rf /"}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+        ),
+        (
+            r#"{"profile":"ghost"}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "run.invalid",
+        ),
+        (
+            huge.as_str(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+        ),
+    ] {
+        let (got, answer) = send(&router, post_json("/api/v1/runs", body)).await;
+        assert_eq!(
+            (got, answer["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{}",
+            &body[..body.len().min(40)]
+        );
+    }
+    let plain = request("POST", "/api/v1/runs")
+        .header("content-type", "text/plain")
+        .body(Body::from(r#"{"profile":"reviewer"}"#))
+        .unwrap();
+    let (got, answer) = send(&router, plain).await;
+    assert_eq!(
+        (got, answer["error"]["code"].as_str()),
+        (
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Some("unsupported_media_type")
+        )
+    );
+    assert!(
+        fake.store.trigger_runs(None, 10).unwrap().is_empty(),
+        "nothing was queued"
+    );
+    // Pane input over its own bound, bad sizes, trigger payloads.
+    let long = format!(
+        r#"{{"data":"{}"}}"#,
+        "y".repeat(resources::MAX_PANE_INPUT_BYTES + 1)
+    );
+    let (got, answer) = send(&router, post_json("/api/v1/panes/shell/input", &long)).await;
+    assert_eq!(
+        (got, answer["error"]["code"].as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, Some("pane.input_too_long"))
+    );
+    for size in [
+        r#"{"cols":0,"rows":24}"#,
+        r#"{"cols":80,"rows":1001}"#,
+        r#"{"cols":-1,"rows":2}"#,
+        r#"{"cols":80}"#,
+    ] {
+        let (got, _) = send(&router, post_json("/api/v1/panes/shell/resize", size)).await;
+        assert_eq!(got, StatusCode::UNPROCESSABLE_ENTITY, "{size}");
+    }
+    assert!(fake.pane.lock().unwrap().typed.is_empty());
+    {
+        let pane = fake.pane.lock().unwrap();
+        assert_eq!((pane.rows, pane.cols), (24, 80));
+    }
+    let big = format!(
+        r#"{{"payload":"{}"}}"#,
+        "z".repeat(crate::triggers::MAX_MANUAL_PAYLOAD_BYTES)
+    );
+    for (body, status) in [
+        (big.as_str(), StatusCode::PAYLOAD_TOO_LARGE),
+        ("{nope", StatusCode::BAD_REQUEST),
+        (
+            r#"{"payload":1,"extra":2}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+    ] {
+        assert_eq!(
+            send(&router, post_json("/api/v1/triggers/nightly/fire", body))
+                .await
+                .0,
+            status
+        );
+    }
+    assert!(fake.fired.lock().unwrap().is_empty(), "nothing was fired");
+}
+
+#[tokio::test]
+async fn panes_take_input_resize_close_and_open_through_the_operator_path() {
+    let (_dir, fake) = fake();
+    let router = router(fake.clone(), Access::Loopback, false);
+    let (status, list) = get(&router, "/api/v1/panes").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list["panes"][0]["name"], "shell");
+    assert_eq!(list["panes"][0]["state"], "running");
+    let (status, sent) = send(
+        &router,
+        post_json("/api/v1/panes/shell/input", r#"{"data":"ls\n"}"#),
+    )
+    .await;
+    assert_eq!((status, &sent["sent"]), (StatusCode::ACCEPTED, &json!(3)));
+    assert_eq!(fake.pane.lock().unwrap().typed, b"ls\n");
+    let (status, _) = send(
+        &router,
+        post_json("/api/v1/panes/shell/resize", r#"{"cols":120,"rows":40}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        get(&router, "/api/v1/panes").await.1["panes"][0]["cols"],
+        120
+    );
+    assert_eq!(
+        send(&router, post("/api/v1/panes/shell/close")).await.0,
+        StatusCode::OK
+    );
+    let (status, closed) = send(
+        &router,
+        post_json("/api/v1/panes/shell/input", r#"{"data":"x"}"#),
+    )
+    .await;
+    assert_eq!(
+        (status, closed["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("pane.not_open"))
+    );
+    assert_eq!(
+        send(&router, post("/api/v1/panes/shell/open")).await.0,
+        StatusCode::OK
+    );
+    let (status, twice) = send(&router, post("/api/v1/panes/shell/open")).await;
+    assert_eq!(
+        (status, twice["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("pane.already_open"))
+    );
+    for uri in ["/api/v1/panes/ghost/close", "/api/v1/panes/ghost/open"] {
+        let (status, body) = send(&router, post(uri)).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (StatusCode::NOT_FOUND, Some("pane.not_found")),
+            "{uri}"
+        );
+    }
+    let (status, _) = send(
+        &router,
+        post_json("/api/v1/panes/ghost/input", r#"{"data":"x"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn triggers_and_plugins_list_and_a_trigger_fires() {
+    let (_dir, fake) = fake();
+    let router = router(fake.clone(), Access::Loopback, false);
+    let (status, list) = get(&router, "/api/v1/triggers").await;
+    assert_eq!(
+        (status, &list["triggers"][0]["name"]),
+        (StatusCode::OK, &json!("nightly"))
+    );
+    let (status, fired) = send(&router, post("/api/v1/triggers/nightly/fire")).await;
+    assert_eq!(
+        (status, &fired["run_id"]),
+        (StatusCode::ACCEPTED, &json!("run-fired"))
+    );
+    let (status, _) = send(
+        &router,
+        post_json(
+            "/api/v1/triggers/nightly/fire",
+            r#"{"payload":{"ref":"main"}}"#,
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(
+        *fake.fired.lock().unwrap(),
+        [
+            ("nightly".to_string(), Value::Null),
+            ("nightly".to_string(), json!({ "ref": "main" }))
+        ]
+    );
+    let (status, body) = send(&router, post("/api/v1/triggers/ghost/fire")).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("trigger.not_found"))
+    );
+    let (status, plugins) = get(&router, "/api/v1/plugins").await;
+    assert_eq!(
+        (status, plugins),
+        (StatusCode::OK, json!({ "plugins": [] }))
+    );
+}
+
+/// `path` with its parameters filled in.
+fn concrete(path: &str) -> String {
+    path.replace("{id}", "run-x").replace("{name}", "shell")
+}
+
+#[tokio::test]
+async fn every_route_is_served_and_guarded_by_host_and_token() {
+    let (_dir, fake) = fake();
+    let open = router(fake.clone(), Access::Loopback, false);
+    let guarded = router(fake.clone(), Access::Token("s3cret-token".into()), false);
+    for route in ROUTES {
+        let uri = concrete(route.path);
+        let method = route.method.to_uppercase();
+        // Served: whatever it answers, it is not the fallback's 404 (the
+        // event stream never ends: only its head is read).
+        let response = open
+            .clone()
+            .oneshot(request(&method, &uri).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        if route.answer.is_some() || route.status == 101 {
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            assert_ne!(
+                body["error"]["code"], "not_found",
+                "{method} {uri} is routed"
+            );
+        } else {
+            assert_eq!(response.status(), StatusCode::OK, "{method} {uri}");
+        }
+        let (status, body) = send(
+            &guarded,
+            request(&method, &uri).body(Body::empty()).unwrap(),
+        )
+        .await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (StatusCode::UNAUTHORIZED, Some("unauthorized")),
+            "{method} {uri}"
+        );
+        let rebound = HttpRequest::builder()
+            .method(method.as_str())
+            .uri(&uri)
+            .header("host", "attacker.example")
+            .header("authorization", "Bearer s3cret-token")
+            .body(Body::empty())
+            .unwrap();
+        let (status, body) = send(&guarded, rebound).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (StatusCode::FORBIDDEN, Some("untrusted_host")),
+            "{method} {uri}"
+        );
+    }
+    assert!(fake.fired.lock().unwrap().is_empty());
+    assert!(fake.pane.lock().unwrap().typed.is_empty());
+}
+
+/// A terminal upgrade request's headers (no real upgrade under `oneshot`).
+fn upgrade(uri: &str, origin: Option<&str>, protocols: &str) -> axum::http::request::Builder {
+    let mut req = request("GET", uri)
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==");
+    if let Some(origin) = origin {
+        req = req.header("origin", origin);
+    }
+    if !protocols.is_empty() {
+        req = req.header("sec-websocket-protocol", protocols);
+    }
+    req
+}
+
+#[tokio::test]
+async fn a_terminal_is_refused_to_foreign_origins_bad_subprotocols_and_missing_tokens() {
+    let (_dir, fake) = fake();
+    let router = router(fake.clone(), Access::Token("s3cret-token".into()), false);
+    let uri = "/api/v1/panes/shell/terminal";
+    let good = "npc.v1, npc.bearer.s3cret-token";
+    let me = Some("http://127.0.0.1:8766");
+    for (origin, protocols, status, code) in [
+        (me, "npc.v1", StatusCode::UNAUTHORIZED, "unauthorized"),
+        (
+            me,
+            "npc.v1, npc.bearer.wrong",
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        ),
+        (
+            Some("http://evil.example"),
+            good,
+            StatusCode::FORBIDDEN,
+            "untrusted_origin",
+        ),
+        (
+            Some("http://localhost:8766"),
+            good,
+            StatusCode::FORBIDDEN,
+            "untrusted_origin",
+        ),
+        (
+            Some("null"),
+            good,
+            StatusCode::FORBIDDEN,
+            "untrusted_origin",
+        ),
+        (None, good, StatusCode::FORBIDDEN, "untrusted_origin"),
+        (
+            me,
+            "npc.bearer.s3cret-token",
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        (
+            me,
+            "chat, npc.bearer.s3cret-token",
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        ),
+        // Everything right, but `oneshot` cannot upgrade: past every check.
+        (me, good, StatusCode::UPGRADE_REQUIRED, "upgrade_required"),
+    ] {
+        let (got, body) = send(
+            &router,
+            upgrade(uri, origin, protocols).body(Body::empty()).unwrap(),
+        )
+        .await;
+        assert_eq!(
+            (got, body["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{origin:?} {protocols}"
+        );
+    }
+    // Unknown and closed panes answer before the upgrade.
+    let open = super::router(fake.clone(), Access::Loopback, false);
+    let (got, body) = send(
+        &open,
+        upgrade("/api/v1/panes/ghost/terminal", me, "npc.v1")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (got, body["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("pane.not_found"))
+    );
+    fake.pane.lock().unwrap().open = false;
+    let (got, body) = send(
+        &open,
+        upgrade(uri, me, "npc.v1").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (got, body["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("pane.not_open"))
+    );
+}
+
+mod websocket {
+    //! The terminal over a real WebSocket on loopback.
+    use super::*;
+    use futures_util::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+    type Socket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+    /// Serve `router` on a free loopback port.
+    async fn serve(router: Router) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        addr
+    }
+
+    async fn connect(addr: SocketAddr, protocols: &str) -> (Socket, Option<String>) {
+        let mut req = format!("ws://{addr}/api/v1/panes/shell/terminal")
+            .into_client_request()
+            .unwrap();
+        let headers = req.headers_mut();
+        headers.insert("origin", format!("http://{addr}").parse().unwrap());
+        headers.insert("sec-websocket-protocol", protocols.parse().unwrap());
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (socket, response) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
+        let echoed = response
+            .headers()
+            .get("sec-websocket-protocol")
+            .map(|v| v.to_str().unwrap().to_string());
+        (socket, echoed)
+    }
+
+    async fn next(socket: &mut Socket) -> Message {
+        tokio::time::timeout(Duration::from_secs(10), socket.next())
+            .await
+            .expect("a frame within the deadline")
+            .expect("the socket stays open")
+            .unwrap()
+    }
+
+    /// Binary output until it contains `want`.
+    async fn output_until(socket: &mut Socket, want: &[u8]) -> Vec<u8> {
+        let mut seen = Vec::new();
+        while !seen.windows(want.len()).any(|w| w == want) {
+            match next(socket).await {
+                Message::Binary(b) => seen.extend_from_slice(&b),
+                Message::Text(_) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        seen
+    }
+
+    async fn close_code(socket: &mut Socket) -> CloseCode {
+        loop {
+            match next(socket).await {
+                Message::Close(Some(frame)) => return frame.code,
+                Message::Close(None) => panic!("a close without a code"),
+                _ => {}
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn two_clients_get_scrollback_then_live_output_and_their_input_echoes() {
+        let (_dir, fake) = fake();
+        let addr = serve(router(
+            fake.clone(),
+            Access::Token("s3cret-token".into()),
+            false,
+        ))
+        .await;
+        let (mut a, echoed) = connect(addr, "npc.v1, npc.bearer.s3cret-token").await;
+        assert_eq!(
+            echoed.as_deref(),
+            Some("npc.v1"),
+            "only npc.v1 is echoed, never the token"
+        );
+        let (mut b, _) = connect(addr, "npc.v1, npc.bearer.s3cret-token").await;
+        for socket in [&mut a, &mut b] {
+            assert_eq!(next(socket).await, Message::Binary("scrollback$ ".into()));
+            let Message::Text(status) = next(socket).await else {
+                panic!("a status frame")
+            };
+            let status: Value = serde_json::from_str(status.as_str()).unwrap();
+            assert_eq!(
+                (status["type"].as_str(), status["state"].as_str()),
+                (Some("status"), Some("working"))
+            );
+        }
+        a.send(Message::Binary("typed by a\n".into()))
+            .await
+            .unwrap();
+        b.send(Message::Text(
+            r#"{"type":"input","data":"typed by b\n"}"#.into(),
+        ))
+        .await
+        .unwrap();
+        for socket in [&mut a, &mut b] {
+            let seen = output_until(socket, b"typed by b\n").await;
+            assert!(seen.windows(11).any(|w| w == b"typed by a\n"), "{seen:?}");
+        }
+        b.send(Message::Text(
+            r#"{"type":"resize","cols":132,"rows":43}"#.into(),
+        ))
+        .await
+        .unwrap();
+        // The resize is carried out before the next input is.
+        b.send(Message::Binary("after\n".into())).await.unwrap();
+        output_until(&mut a, b"after\n").await;
+        let pane = fake.pane.lock().unwrap();
+        assert_eq!((pane.rows, pane.cols), (43, 132));
+        assert_eq!(pane.typed, b"typed by a\ntyped by b\nafter\n");
+    }
+
+    #[tokio::test]
+    async fn anything_but_input_and_resize_closes_with_a_policy_violation() {
+        let (_dir, fake) = fake();
+        let addr = serve(router(fake.clone(), Access::Loopback, false)).await;
+        for (frame, code) in [
+            (Message::Text("ls".into()), CloseCode::Policy),
+            (
+                Message::Text(r#"{"type":"relaunch"}"#.into()),
+                CloseCode::Policy,
+            ),
+            (
+                Message::Text(r#"{"type":"resize","cols":0,"rows":1}"#.into()),
+                CloseCode::Policy,
+            ),
+            (
+                Message::Text(r#"{"type":"input","data":"x","as":"plugin"}"#.into()),
+                CloseCode::Policy,
+            ),
+            (
+                Message::Binary(vec![b'x'; resources::MAX_PANE_INPUT_BYTES + 1].into()),
+                CloseCode::Size,
+            ),
+        ] {
+            let (mut socket, _) = connect(addr, "npc.v1").await;
+            socket.send(frame).await.unwrap();
+            assert_eq!(close_code(&mut socket).await, code);
+        }
+        assert!(
+            fake.pane.lock().unwrap().typed.is_empty(),
+            "nothing was typed"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_client_that_does_not_read_is_dropped_and_the_others_go_on() {
+        let (_dir, fake) = fake();
+        let addr = serve(router(fake.clone(), Access::Loopback, false)).await;
+        let (mut slow, _) = connect(addr, "npc.v1").await;
+        // Far more output than the socket buffers and the bounded queue hold.
+        let chunk: Arc<[u8]> = Arc::from(vec![b'o'; 256 * 1024]);
+        for _ in 0..64 {
+            let _ = fake.output.send(chunk.clone());
+            tokio::task::yield_now().await;
+        }
+        let _ = fake.output.send(Arc::from(&b"end"[..]));
+        assert_eq!(close_code(&mut slow).await, CloseCode::Again);
+        // A new client still attaches and is served.
+        let (mut fresh, _) = connect(addr, "npc.v1").await;
+        fresh.send(Message::Binary("hi\n".into())).await.unwrap();
+        output_until(&mut fresh, b"hi\n").await;
+    }
+
+    #[tokio::test]
+    async fn the_end_of_the_output_is_an_exited_frame() {
+        let (_dir, fake) = fake();
+        let addr = serve(router(fake.clone(), Access::Loopback, false)).await;
+        let (mut socket, _) = connect(addr, "npc.v1").await;
+        output_until(&mut socket, b"scrollback$ ").await;
+        let _ = fake.output.send(Arc::from(&b""[..]));
+        loop {
+            if let Message::Text(text) = next(&mut socket).await {
+                let frame: Value = serde_json::from_str(text.as_str()).unwrap();
+                if frame["type"] == "exited" {
+                    assert_eq!(frame["exit"], json!({ "code": 0 }));
+                    break;
+                }
+            }
+        }
+        assert_eq!(close_code(&mut socket).await, CloseCode::Normal);
+    }
+}
