@@ -20,11 +20,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use npcagent::bus::EventBus;
-use npcagent::runtime::listings::PluginRow;
 use npcagent::store::{NewEvent, Store};
 use npcagent::surfaces::api::resources::{FireAccepted, PaneAnswer, PaneOp, PaneView};
 use npcagent::surfaces::api::terminal::Terminal;
 use npcagent::surfaces::api::{Answer, ApiBackend, ApiError, BoxFuture, router};
+use npcagent::surfaces::listings::PluginRow;
 use npcagent::surfaces::mcp_http::Access;
 use npcagent::triggers::ManualRun;
 use serde_json::{Value, json};

@@ -114,7 +114,7 @@ pub fn list(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
         None => Vec::new(),
     };
     let store = store_of(&paths)?;
-    let rows = runtime::listings::trigger_rows(&model, &from_daemon, store.as_ref())?;
+    let rows = crate::surfaces::listings::trigger_rows(&model, &from_daemon, store.as_ref())?;
     let source = match &daemon {
         Some((_, pid)) => format!("daemon pid {pid}"),
         None => "no daemon running; triggers fire only while `npc daemon` runs".to_string(),

@@ -11,11 +11,13 @@ use crate::bus::EventBus;
 use crate::store::Store;
 use tokio_util::sync::CancellationToken;
 
-use crate::panes::{NEEDS_ATTENTION, PaneError, PaneInfo};
-use crate::runtime::listings::{self, PluginRow};
-use crate::surfaces::api::resources::{FireAccepted, PaneAnswer, PaneOp, PaneView};
+use crate::panes::PaneError;
+use crate::surfaces::api::resources::{
+    FireAccepted, PaneAnswer, PaneOp, PaneView, pane_error, pane_view,
+};
 use crate::surfaces::api::terminal::Terminal;
 use crate::surfaces::api::{Answer, ApiBackend, ApiError, ApiListener, BoxFuture};
+use crate::surfaces::listings::{self, PluginRow};
 use crate::surfaces::mcp_http::Access;
 use crate::triggers::executor::CancelError;
 use crate::triggers::{ManualRun, Refused};
@@ -331,42 +333,4 @@ fn finished(id: &str, state: &str) -> ApiError {
         "run.finished",
         format!("run `{id}` has already ended (`{state}`); nothing to cancel"),
     )
-}
-
-/// A pane as the API shows it.
-pub fn pane_view(info: PaneInfo) -> PaneView {
-    let attention = info
-        .status
-        .as_ref()
-        .is_some_and(|s| s["state"] == NEEDS_ATTENTION);
-    PaneView {
-        name: info.name,
-        id: info.id,
-        generation: info.generation,
-        state: info.state,
-        pid: info.pid,
-        cols: info.cols.unwrap_or(crate::panes::DEFAULT_COLS),
-        rows: info.rows.unwrap_or(crate::panes::DEFAULT_ROWS),
-        exit: info
-            .exit
-            .map(|e| serde_json::to_value(e).unwrap_or_default()),
-        status: info.status,
-        attention,
-    }
-}
-
-/// A pane operation's failure as a stable API error.
-pub fn pane_error(e: PaneError) -> ApiError {
-    let (status, code) = match &e {
-        PaneError::Unknown(_) => (StatusCode::NOT_FOUND, "pane.not_found"),
-        PaneError::AlreadyOpen(_) => (StatusCode::CONFLICT, "pane.already_open"),
-        PaneError::NotOpen(_) => (StatusCode::CONFLICT, "pane.not_open"),
-        PaneError::Exited(_) => (StatusCode::CONFLICT, "pane.exited"),
-        PaneError::TooMany => (StatusCode::CONFLICT, "pane.too_many"),
-        PaneError::InputTooLong => (StatusCode::PAYLOAD_TOO_LARGE, "pane.input_too_long"),
-        PaneError::Start { .. } => (StatusCode::SERVICE_UNAVAILABLE, "pane.start_failed"),
-        PaneError::Stopping => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-        PaneError::Io(_) => (StatusCode::SERVICE_UNAVAILABLE, "pane.io"),
-    };
-    ApiError::new(status, code, e.to_string())
 }

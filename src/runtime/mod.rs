@@ -11,7 +11,6 @@ pub mod api;
 pub mod daemon;
 pub mod drivers;
 pub mod files;
-pub mod listings;
 pub mod lock;
 pub mod mcp;
 pub mod triggers;

@@ -3,10 +3,12 @@
 //! Unix socket, owner-only) and the MCP gateway's loopback HTTP listener
 //! (`mcp_http`), the webhook listener (`webhook`), the REST API
 //! (`api`), and the standard streams stdio protocols are spoken on
-//! (`stdio`).
+//! (`stdio`); `listings` builds the JSON objects the CLI and the REST API
+//! both answer with.
 
 pub mod api;
 pub mod control;
+pub mod listings;
 pub mod mcp_http;
 pub mod stdio;
 pub mod webhook;

@@ -43,8 +43,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::mcp_http::{Access, bearer_matches};
 use crate::bus::EventBus;
-use crate::runtime::listings::PluginRow;
 use crate::store::Store;
+use crate::surfaces::listings::PluginRow;
 use crate::triggers::ManualRun;
 use resources::{FireAccepted, PaneAnswer, PaneOp, PaneView};
 use terminal::Terminal;
@@ -468,7 +468,7 @@ pub const ROUTES: &[Route] = &[
         body: None,
         body_optional: false,
         status: 200,
-        answer: Some(schema_of::<crate::runtime::listings::RunSummary>),
+        answer: Some(schema_of::<crate::surfaces::listings::RunSummary>),
         errors: &[(404, "No such run (`run.not_found`)")],
     },
     Route {
@@ -735,7 +735,8 @@ pub fn router(backend: Arc<dyn ApiBackend>, access: Access, remote: bool) -> Rou
                     .iter()
                     .any(|(path, _, _)| *path == request.uri().path());
                 let token = if asset { None } else { token };
-                if let Err(e) = guard(request.headers(), token.as_deref(), remote) {
+                let websocket = request.uri().path().ends_with(terminal::PATH_SUFFIX);
+                if let Err(e) = guard(request.headers(), token.as_deref(), remote, websocket) {
                     return e.into_response();
                 }
                 next.run(request).await
@@ -745,9 +746,15 @@ pub fn router(backend: Arc<dyn ApiBackend>, access: Access, remote: bool) -> Rou
 }
 
 /// The two layers: trusted host (unless remote), then the bearer token
-/// (from `Authorization`, or for a WebSocket from the subprotocol
-/// `npc.bearer.<token>`, since browsers cannot set headers on one).
-fn guard(headers: &HeaderMap, token: Option<&str>, remote: bool) -> Result<(), ApiError> {
+/// (from `Authorization`, or for a terminal WebSocket (`websocket`) from
+/// the subprotocol `npc.bearer.<token>`, since browsers cannot set headers
+/// on one).
+fn guard(
+    headers: &HeaderMap,
+    token: Option<&str>,
+    remote: bool,
+    websocket: bool,
+) -> Result<(), ApiError> {
     if !remote && !trusted_host(headers.get(header::HOST).map(|v| v.as_bytes())) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -756,8 +763,7 @@ fn guard(headers: &HeaderMap, token: Option<&str>, remote: bool) -> Result<(), A
         ));
     }
     if let Some(token) = token {
-        let from_protocol = headers
-            .contains_key(header::SEC_WEBSOCKET_KEY)
+        let from_protocol = (websocket && headers.contains_key(header::SEC_WEBSOCKET_KEY))
             .then(|| terminal::bearer_from_protocols(headers))
             .flatten();
         let given = match headers.get(header::AUTHORIZATION) {

@@ -16,8 +16,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{ApiError, ApiState};
-use crate::runtime::listings::{self, PluginRow, RunSummary};
+use crate::panes::{NEEDS_ATTENTION, PaneError, PaneInfo};
 use crate::store::Event;
+use crate::surfaces::listings::{self, PluginRow, RunSummary};
 use crate::triggers::{MAX_MANUAL_PAYLOAD_BYTES, ManualRun};
 
 /// Runs one page of `GET /api/v1/runs` lists when `limit` is absent.
@@ -472,4 +473,42 @@ pub(super) async fn list_plugins(
     Ok(Json(PluginsPage {
         plugins: state.backend.plugins().await?,
     }))
+}
+
+/// A pane as the API shows it.
+pub fn pane_view(info: PaneInfo) -> PaneView {
+    let attention = info
+        .status
+        .as_ref()
+        .is_some_and(|s| s["state"] == NEEDS_ATTENTION);
+    PaneView {
+        name: info.name,
+        id: info.id,
+        generation: info.generation,
+        state: info.state,
+        pid: info.pid,
+        cols: info.cols.unwrap_or(crate::panes::DEFAULT_COLS),
+        rows: info.rows.unwrap_or(crate::panes::DEFAULT_ROWS),
+        exit: info
+            .exit
+            .map(|e| serde_json::to_value(e).unwrap_or_default()),
+        status: info.status,
+        attention,
+    }
+}
+
+/// A pane operation's failure as a stable API error.
+pub fn pane_error(e: PaneError) -> ApiError {
+    let (status, code) = match &e {
+        PaneError::Unknown(_) => (StatusCode::NOT_FOUND, "pane.not_found"),
+        PaneError::AlreadyOpen(_) => (StatusCode::CONFLICT, "pane.already_open"),
+        PaneError::NotOpen(_) => (StatusCode::CONFLICT, "pane.not_open"),
+        PaneError::Exited(_) => (StatusCode::CONFLICT, "pane.exited"),
+        PaneError::TooMany => (StatusCode::CONFLICT, "pane.too_many"),
+        PaneError::InputTooLong => (StatusCode::PAYLOAD_TOO_LARGE, "pane.input_too_long"),
+        PaneError::Start { .. } => (StatusCode::SERVICE_UNAVAILABLE, "pane.start_failed"),
+        PaneError::Stopping => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        PaneError::Io(_) => (StatusCode::SERVICE_UNAVAILABLE, "pane.io"),
+    };
+    ApiError::new(status, code, e.to_string())
 }

@@ -39,6 +39,9 @@ use tokio::sync::broadcast::error::RecvError;
 use super::resources::{MAX_PANE_INPUT_BYTES, PaneOp, PaneSize, checked_size};
 use super::{ApiBackend, ApiError, ApiState, trusted_host};
 
+/// How every terminal route's path ends (the only paths whose token may
+/// come as a subprotocol).
+pub const PATH_SUFFIX: &str = "/terminal";
 /// The subprotocol every terminal client offers and the server echoes.
 pub const SUBPROTOCOL: &str = "npc.v1";
 /// Prefix of the subprotocol that carries the bearer token.

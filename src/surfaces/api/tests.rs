@@ -122,7 +122,7 @@ impl ApiBackend for Fake {
     fn pane(&self, name: String, op: PaneOp) -> BoxFuture<'_, Result<PaneAnswer, ApiError>> {
         Box::pin(async move {
             use crate::panes::PaneError;
-            use crate::runtime::api::pane_error;
+            use resources::pane_error;
             if name != "shell" {
                 return Err(pane_error(PaneError::Unknown(name)));
             }
@@ -150,7 +150,7 @@ impl ApiBackend for Fake {
     }
     fn terminal(&self, name: &str) -> Result<Terminal, ApiError> {
         use crate::panes::PaneError;
-        use crate::runtime::api::pane_error;
+        use resources::pane_error;
         if name != "shell" {
             return Err(pane_error(PaneError::Unknown(name.into())));
         }
@@ -996,6 +996,11 @@ async fn a_terminal_is_refused_to_foreign_origins_bad_subprotocols_and_missing_t
             "{origin:?} {protocols}"
         );
     }
+    // The subprotocol carries the token to terminals only.
+    let elsewhere = upgrade("/api/v1/status", me, good)
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&router, elsewhere).await.0, StatusCode::UNAUTHORIZED);
     // Unknown and closed panes answer before the upgrade.
     let open = super::router(fake.clone(), Access::Loopback, false);
     let (got, body) = send(
