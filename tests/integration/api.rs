@@ -348,9 +348,88 @@ fn playwright() -> bool {
             .is_ok_and(|o| o.status.success())
 }
 
+/// The API token of the browser test's daemon.
+const DASHBOARD_TOKEN: &str = "dashboard-test-token-4d1c";
+
+/// The repository the browser test drives (its API needs a token): the demo's MCP server `hello`
+/// (two tools), a profile `dev` replaying a
+/// Claude Code transcript with a tool call, a profile `hang` whose agent
+/// never ends, a cron trigger `review` (once a year) running `dev`, and a
+/// bash pane `shell` that appends every line it runs to `shell-history`,
+/// watched by the scripted pane plugin `rec` (it sends what is appended to
+/// `rec.cmds`).
+fn dashboard_manifest() -> String {
+    let quote = |s: &str| Value::String(s.to_string()).to_string();
+    let agent = quote(
+        &repo_root()
+            .join("fixtures/clis/fake-agent.py")
+            .display()
+            .to_string(),
+    );
+    let fixture = quote(
+        &repo_root()
+            .join("fixtures/clis/claude_code/2.1.197/tool_call.jsonl")
+            .display()
+            .to_string(),
+    );
+    let mcp_server = quote(
+        &repo_root()
+            .join("examples/demo/tools/hello_mcp.py")
+            .display()
+            .to_string(),
+    );
+    let pane_plugin = quote(
+        &repo_root()
+            .join("fixtures/panes/scripted_plugin.py")
+            .display()
+            .to_string(),
+    );
+    format!(
+        r#"{LISTEN_ANY_PORT}token_env = "NPC_DASHBOARD_TOKEN"
+[mcp.servers.hello]
+command = "python3"
+args = [{mcp_server}]
+[providers.fake]
+kind = "claude_code"
+command = {agent}
+args = ["--provider", "claude_code", "--fixture", {fixture}]
+[providers.stuck]
+kind = "claude_code"
+command = {agent}
+args = ["--provider", "claude_code", "--fixture", {fixture}]
+env = {{ FAKE_AGENT_HANG = "1" }}
+[prompts.review]
+template = "list the files"
+[profiles.dev]
+provider = "fake"
+description = "replays a transcript with a tool call"
+[profiles.hang]
+provider = "stuck"
+description = "never ends on its own"
+[triggers.review]
+kind = "cron"
+schedule = "0 0 1 1 *"
+action = {{ profile = "dev", prompt = "review" }}
+[pane_plugins.rec]
+command = "python3"
+args = [{pane_plugin}]
+enabled = true
+env = {{ PLUGIN_LOG = "rec.log", PLUGIN_CMDS = "rec.cmds" }}
+[panes.shell]
+plugin = "rec"
+command = "bash"
+args = ["--norc", "--noprofile", "-i"]
+env = {{ HISTFILE = "shell-history", PROMPT_COMMAND = "history -a", PS1 = "$ " }}
+"#
+    )
+}
+
 /// The dashboard in a real browser: live stream, `manifest.invalid` with
-/// its line, a component appearing after an edit; the screenshot is kept
-/// under `target/artifacts/`.
+/// its line, a component appearing after an edit, a trigger fired from the
+/// page and its run's parsed events, runs started and cancelled from the
+/// page, a shell pane's live terminal taking input, and `/status`,
+/// `/relaunch` and `/restart` handled by the page without reaching the
+/// shell; the screenshot is kept under `target/artifacts/`.
 #[test]
 fn the_dashboard_shows_live_state_in_headless_chromium() {
     if !playwright() {
@@ -359,14 +438,37 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
         );
         return;
     }
-    let d = Daemon::start(LISTEN_ANY_PORT);
+    let manifest = dashboard_manifest();
+    let home = std::env::var("HOME").unwrap_or_default();
+    let d = Daemon::start_with(
+        &manifest,
+        DaemonSetup {
+            only_env: Some(&[
+                ("NPC_DASHBOARD_TOKEN", DASHBOARD_TOKEN),
+                ("HOME", home.as_str()),
+            ]),
+            ..DaemonSetup::default()
+        },
+    );
     let addr = api_addr(&d);
+    // The API wants the token; the page gets it from the URL's fragment
+    // and sends it (as a bearer header, and as the terminal WebSocket's
+    // subprotocol).
+    assert_eq!(http(&addr, "GET", "/api/v1/panes", &[]).status, 401);
+    // The plugin knows the pane (so the page can make it report).
+    crate::support::wait_for("the plugin to see the pane open", || {
+        std::fs::read_to_string(d.root().join("rec.log"))
+            .ok()?
+            .contains("pane_opened")
+            .then_some(())
+    });
     let artifacts = repo_root().join("target/artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
     let screenshot = artifacts.join("dashboard.png");
+    let _ = std::fs::remove_file(&screenshot);
     let out = std::process::Command::new("python3")
         .arg(repo_root().join("fixtures/dashboard/browse.py"))
-        .arg(format!("http://{addr}/"))
+        .arg(format!("http://{addr}/#token={DASHBOARD_TOKEN}"))
         .arg(d.root())
         .arg(&screenshot)
         .output()
@@ -378,23 +480,100 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
         String::from_utf8_lossy(&out.stderr)
     );
     let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = |key: &str| seen[key].as_str().unwrap_or_default().to_string();
     assert_eq!(seen["daemon"], format!("daemon pid {}", d.pid()));
-    assert_eq!(seen["diagnostic_line"], "5", "{seen}");
+    assert_eq!(
+        seen["csp_violations"],
+        serde_json::json!([]),
+        "the page and xterm.js run under the CSP"
+    );
+    // The broken line is the second one appended to the manifest.
+    let broken_line = manifest.lines().count() + 2;
+    assert_eq!(seen["diagnostic_line"], broken_line.to_string(), "{seen}");
     assert!(
-        seen["diagnostic"]
-            .as_str()
-            .unwrap()
-            .contains("mcp.servers.broken.command"),
+        text("diagnostic").contains("mcp.servers.broken.command"),
         "{seen}"
     );
     assert!(
-        seen["component_row"]
-            .as_str()
-            .unwrap()
-            .contains("mcp_server.sleeper"),
+        text("component_row").contains("mcp_server.sleeper"),
         "{seen}"
     );
     assert!(seen["events_shown"].as_u64().unwrap() > 0);
+    // The plugin's `needs_attention` report: a notice, and the pane's row.
+    assert!(text("notice").contains("needs_attention"), "{seen}");
+    assert!(text("attention_row").contains("needs attention"), "{seen}");
+    let mcp_row = text("mcp_row");
+    assert!(mcp_row.starts_with("helloconnected2"), "{mcp_row}");
+
+    // The trigger row names its schedule and next fire time (1 January).
+    assert!(text("trigger_row").contains("0 0 1 1 *"), "{seen}");
+    let fired_id = text("fired").rsplit(' ').next().unwrap().to_string();
+    assert!(text("fired_run_title").contains(&fired_id), "{seen}");
+    let kinds: Vec<&str> = seen["fired_run_kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for kind in [
+        "run.started",
+        "agent.message",
+        "agent.tool_call",
+        "run.finished",
+    ] {
+        assert!(kinds.contains(&kind), "{kind} in {kinds:?}");
+    }
+    // The tool call and its result, joined in one entry, as the transcript has them.
+    assert!(text("tool_call").contains("Bash"), "{seen}");
+    assert!(text("tool_result").contains("Cargo.toml"), "{seen}");
+    assert!(text("outcome").contains("succeeded"), "{seen}");
+    assert!(text("form_run_outcome").contains("succeeded"), "{seen}");
+    assert!(text("hang_outcome").contains("cancelled"), "{seen}");
+    // The page's runs are the daemon's runs.
+    let runs = d.npc_output(&["runs", "--format", "json"]);
+    let runs = String::from_utf8_lossy(&runs.stdout);
+    for id in [&fired_id, &text("form_run"), &text("hang_run")] {
+        assert!(runs.contains(id.as_str()), "{id} in {runs}");
+    }
+
+    // The pane: the shell ran what was typed, and never saw `/status`.
+    assert!(text("pane_status").contains("state running"), "{seen}");
+    assert!(text("pane_row").contains("shell"), "{seen}");
+    let terminal = text("terminal");
+    assert!(terminal.contains("npc-42-echo"), "{terminal}");
+    assert!(!terminal.contains("/status"), "{terminal}");
+    let history = crate::support::wait_for("the shell to record its last line", || {
+        let history = std::fs::read_to_string(d.root().join("shell-history")).ok()?;
+        history.contains("echo after-").then_some(history)
+    });
+    assert!(history.contains("echo npc-$((6*7))-echo"), "{history}");
+    assert!(!history.contains("/status"), "{history}");
+    // `/restart`: a new shell (another pid) took the next line; after
+    // `exit`, `/relaunch` another one; no slash command reached a shell.
+    assert!(text("relaunch_refused").contains("/restart"), "{seen}");
+    let pid_line = |key: &str| {
+        text(key)
+            .lines()
+            .find(|l| l.contains(" pid "))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_ne!(
+        pid_line("pane_status"),
+        pid_line("pane_status_after_restart")
+    );
+    assert!(
+        text("pane_status_after_restart").contains("state running"),
+        "{seen}"
+    );
+    let history = crate::support::wait_for("the new shell to record its line", || {
+        let history = std::fs::read_to_string(d.root().join("shell-history")).ok()?;
+        history.contains("echo relaunched-").then_some(history)
+    });
+    for command in ["/status", "/restart", "/relaunch"] {
+        assert!(!history.contains(command), "{command} in {history}");
+        assert!(!text("terminal_after_restart").contains(command), "{seen}");
+    }
     assert!(std::fs::metadata(&screenshot).unwrap().len() > 0);
 }
 

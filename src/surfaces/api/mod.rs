@@ -18,34 +18,13 @@
 //! `{"error": {"code", "message"}}` with a stable code; internal details go
 //! to the log, not to the client.
 
+pub mod assets;
 pub mod events;
 pub mod openapi;
 pub mod resources;
 pub mod terminal;
 
-/// The dashboard: one page and its two assets, compiled into the binary.
-/// They hold no data (the page reads the API), so they are served without
-/// the token; the host check still applies.
-pub const DASHBOARD_ASSETS: [(&str, &str, &str); 3] = [
-    (
-        "/",
-        "text/html; charset=utf-8",
-        include_str!("assets/dashboard.html"),
-    ),
-    (
-        "/dashboard.js",
-        "text/javascript; charset=utf-8",
-        include_str!("assets/dashboard.js"),
-    ),
-    (
-        "/dashboard.css",
-        "text/css; charset=utf-8",
-        include_str!("assets/dashboard.css"),
-    ),
-];
-/// The dashboard's Content-Security-Policy: nothing from elsewhere, never framed.
-pub const DASHBOARD_CSP: &str =
-    "default-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'";
+pub use assets::{DASHBOARD_ASSETS, DASHBOARD_CSP};
 
 use std::future::Future;
 use std::net::SocketAddr;

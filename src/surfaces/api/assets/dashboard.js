@@ -1,17 +1,45 @@
 // npc dashboard: one page over the daemon's REST API (/api/v1). No
-// framework, no CDN. A token, when the daemon needs one, is read from the
-// URL fragment (#token=...) and sent as a bearer header only; events come
-// from the SSE stream read with fetch (so the header can be sent), resumed
-// after the last id seen when the connection drops.
+// framework, no CDN; the one library is the vendored terminal emulator
+// (/vendor/xterm.js, the global `Terminal`). A token, when the daemon needs
+// one, is read from the URL fragment (#token=...) and sent as a bearer
+// header (REST, SSE) or as the WebSocket subprotocol `npc.bearer.<token>`
+// (browsers cannot set headers on a WebSocket). Events come from the SSE
+// stream read with fetch (so the header can be sent), resumed after the
+// last id seen when the connection drops. Everything the server says is
+// written as text (textContent, text nodes), never parsed as HTML.
 "use strict";
 
 const MAX_EVENTS_SHOWN = 200;
+const MAX_NOTICES_SHOWN = 50;
+const MAX_RUN_EVENTS_SHOWN = 2000;
+const MAX_TEXT_SHOWN = 4000;
+// `GET /runs/{id}/events` pages (at most 1000 events each) read when a run opens.
+const RUN_EVENTS_PAGE = 1000;
+const MAX_RUN_EVENT_PAGES = 20;
+const RUNS_LISTED = 50;
 const REFRESH_DEBOUNCE_MS = 150;
 const RECONNECT_MAX_MS = 5000;
+// The API's bound on one `POST /panes/{name}/input` (8 KiB); keystrokes
+// and lines longer than this go in pieces.
+const MAX_INPUT_CHARS = 2048;
+const TERMINAL_SCROLLBACK = 5000;
+// Slash commands the dashboard runs itself; they never reach the pane.
+const SLASH_COMMANDS = ["/restart", "/relaunch", "/status"];
+const RUN_ACTIVE = ["queued", "running"];
+// Pane states `/relaunch` applies to (`held`: exited, a plugin's relaunch pending).
+const PANE_ENDED = ["exited", "held", "closed"];
 
 const token = new URLSearchParams(location.hash.slice(1)).get("token");
 let lastEventId = 0;
 let refreshTimer = null;
+const dirty = new Set();
+let profiles = [];
+// The run shown in the run view: its id, the last event id drawn, open tool calls.
+let openRun = null;
+// The pane shown in the terminal view: name, terminal, socket, reconnect timer.
+let openPane = null;
+
+// ---------------------------------------------------------------- helpers
 
 function api(path, options = {}) {
   const headers = Object.assign({}, options.headers || {});
@@ -19,96 +47,696 @@ function api(path, options = {}) {
   return fetch("/api/v1" + path, Object.assign({}, options, { headers }));
 }
 
+// One JSON request: `{ ok, status, doc }`; a network failure is status 0.
+async function call(method, path, body) {
+  const options = { method };
+  if (body !== undefined) {
+    options.body = JSON.stringify(body);
+    options.headers = { "Content-Type": "application/json" };
+  }
+  try {
+    const response = await api(path, options);
+    const doc = await response.json().catch(() => ({}));
+    return { ok: response.ok, status: response.status, doc };
+  } catch (e) {
+    return { ok: false, status: 0, doc: { error: { message: "the daemon does not answer" } } };
+  }
+}
+
+function errorText(answer) {
+  const e = answer.doc && answer.doc.error;
+  return e && e.message ? String(e.message) : `failed (HTTP ${answer.status})`;
+}
+
+// An element; `children` are nodes or values shown as text.
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
-  for (const child of children) node.append(child == null ? "" : String(child));
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v !== undefined && v !== null) node.setAttribute(k, String(v));
+  }
+  for (const child of children) {
+    node.append(child instanceof Node ? child : child == null ? "" : String(child));
+  }
   return node;
 }
 
-function fillTable(id, rows) {
+function button(label, onClick, attrs = {}) {
+  const b = el("button", Object.assign({ type: "button" }, attrs), label);
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+function cut(text) {
+  const s = typeof text === "string" ? text : JSON.stringify(text);
+  return s.length > MAX_TEXT_SHOWN ? s.slice(0, MAX_TEXT_SHOWN) + "…" : s;
+}
+
+function when(value) {
+  if (value === undefined || value === null || value === "") return "";
+  const date = typeof value === "number" ? new Date(value) : new Date(String(value));
+  if (isNaN(date)) return String(value);
+  const today = date.toDateString() === new Date().toDateString();
+  return today ? date.toLocaleTimeString() : date.toLocaleString();
+}
+
+function byId(id) {
+  return document.getElementById(id);
+}
+
+// Rows of cells (nodes or text) into `#id tbody`; the second cell is the state.
+function fillTable(id, rows, empty) {
   const body = document.querySelector("#" + id + " tbody");
-  body.replaceChildren(...rows.map((cells) => {
-    const tr = el("tr");
+  if (rows.length === 0 && empty) {
+    const cols = document.querySelectorAll("#" + id + " thead th").length;
+    body.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: cols }, empty)));
+    return;
+  }
+  body.replaceChildren(...rows.map(({ key, cells }) => {
+    const tr = el("tr", { "data-key": key });
     cells.forEach((cell, i) => {
-      const td = el("td", i === 1 ? { class: "state-" + String(cell).split(" ")[0] } : {}, cell);
-      tr.append(td);
+      const attrs = i === 1 ? { class: "state-" + String(cell).split(" ")[0] } : {};
+      tr.append(el("td", attrs, cell));
     });
     return tr;
   }));
 }
 
+function say(id, text) {
+  byId(id).textContent = text;
+}
+
+// ---------------------------------------------------------- status, plan
+
 function showDiagnostics(report) {
-  const list = document.getElementById("diagnostics");
+  const list = byId("diagnostics");
   const diagnostics = (report && report.diagnostics) || [];
   list.replaceChildren(...diagnostics.map((d) => {
     const where = d.range ? `${d.range.start.line}:${d.range.start.column}` : "";
     return el("li", { "data-line": d.range ? d.range.start.line : "" },
       `${where} ${d.severity}: ${d.summary}${d.detail ? " — " + d.detail : ""}`);
   }));
-  document.getElementById("invalid").hidden = diagnostics.length === 0;
+  byId("invalid").hidden = diagnostics.length === 0;
+}
+
+function toolNames(server) {
+  const names = server.tool_names || (Array.isArray(server.tools) ? server.tools : null);
+  if (!names) return server.tools ?? server.tool_count ?? "";
+  return names.map((t) => (typeof t === "string" ? t : t.name || t.tool || "")).join(", ");
 }
 
 async function refreshStatus() {
-  const response = await api("/status");
-  if (!response.ok) return;
-  const status = await response.json();
-  document.getElementById("daemon").textContent = `daemon pid ${status.pid}`;
-  fillTable("components", (status.components || []).map((c) =>
-    [c.id, c.state, c.pid ?? "-", c.restarts ?? 0, c.since ?? ""]));
+  const answer = await call("GET", "/status");
+  if (!answer.ok) return;
+  const status = answer.doc;
+  say("daemon", `daemon pid ${status.pid}`);
+  const components = status.components || [];
+  fillTable("components", components.map((c) => ({
+    key: c.id,
+    cells: [c.id, c.state, c.pid ?? "-", c.restarts ?? 0, when(c.since)],
+  })));
   const servers = (status.mcp && status.mcp.servers) || [];
-  fillTable("mcp", servers.map((s) =>
-    [s.name ?? s.server ?? "", s.state ?? "", s.tools ?? s.tool_count ?? "", s.last_call ?? ""]));
+  fillTable("mcp", servers.map((s) => ({
+    key: s.name,
+    cells: [s.name ?? "", s.state ?? "", toolNames(s),
+      s.error ?? (s.last_call ? `${s.last_call.tool ?? ""} ${s.last_call.outcome ?? ""}` : "")],
+  })), "no MCP servers");
+  profiles = components.filter((c) => c.kind === "profile" || String(c.id).startsWith("profile."))
+    .map((c) => String(c.id).replace(/^profile\./, ""));
+  fillProfiles();
+}
+
+async function refreshPlugins() {
+  const answer = await call("GET", "/plugins");
+  if (!answer.ok) return;
+  fillTable("plugins", (answer.doc.plugins || []).map((p) => ({
+    key: p.id,
+    cells: [
+      `${p.id}${p.version ? " " + p.version : ""}`,
+      `${p.saved ?? ""} ${p.package ?? ""}`.trim(),
+      (p.servers || []).join(", "),
+      (p.skills || []).join(", "),
+      p.hooks ?? 0,
+      p.source ?? "",
+    ],
+  })), "no plugin packages");
+}
+
+function fillProfiles() {
+  const select = byId("run-profile");
+  const chosen = select.value;
+  const names = profiles.slice().sort();
+  if (select.options.length === names.length &&
+      names.every((n, i) => select.options[i].value === n)) return;
+  select.replaceChildren(...names.map((n) => el("option", { value: n }, n)));
+  if (names.includes(chosen)) select.value = chosen;
+  byId("run-start").disabled = names.length === 0;
 }
 
 async function refreshPlan() {
-  const response = await api("/plan");
-  const doc = await response.json();
-  const section = document.getElementById("plan");
-  if (response.status === 422) {
+  const answer = await call("GET", "/plan");
+  const doc = answer.doc;
+  const section = byId("plan");
+  if (answer.status === 422) {
     showDiagnostics(doc.error && doc.error.detail && doc.error.detail.report);
     section.hidden = true;
     return;
   }
+  if (!answer.ok) return;
   showDiagnostics(null);
-  if (!response.ok) return;
   const changes = (doc.actions || []).filter((a) => a.action !== "no-op");
   section.hidden = changes.length === 0;
   const s = doc.summary || {};
-  document.getElementById("plan-summary").textContent =
+  say("plan-summary",
     `${s.add} to add, ${s.update} to change, ${s.replace} to replace, ${s.remove} to remove` +
-    (s.refused ? `, ${s.refused} refused` : "");
-  document.getElementById("plan-actions").replaceChildren(...changes.map((a) =>
+    (s.refused ? `, ${s.refused} refused` : ""));
+  byId("plan-actions").replaceChildren(...changes.map((a) =>
     el("li", {}, `${a.symbol} ${a.id}${a.cause ? " — " + a.cause : ""}`)));
 }
 
-function refresh() {
+// ---------------------------------------------------------------- triggers
+
+function triggerTarget(t) {
+  if (t.route) return `route ${t.route}`;
+  if (Array.isArray(t.paths)) return `paths ${t.paths.join(", ")}`;
+  if (t.schedule) return `${t.schedule}${t.timezone ? " " + t.timezone : ""}`;
+  return "";
+}
+
+async function refreshTriggers() {
+  const answer = await call("GET", "/triggers");
+  if (!answer.ok) {
+    say("triggers-note", answer.status === 404 ? "this daemon lists no triggers over the API" : errorText(answer));
+    return;
+  }
+  say("triggers-note", "");
+  const triggers = answer.doc.triggers || [];
+  fillTable("triggers", triggers.map((t) => ({
+    key: t.name,
+    cells: [
+      t.name,
+      t.kind + (t.enabled === false ? " (disabled)" : ""),
+      (t.next_fire_times || []).slice(0, 3).map(when).join(", "),
+      triggerTarget(t),
+      el("span", {}, ...(t.recent_runs || []).slice(0, 5).map((r) =>
+        el("a", { href: "#run", class: "run-link state-" + r.state, "data-run": r.id, title: r.id },
+          r.state))),
+      button("Fire", () => fireTrigger(t.name), { class: "fire", "data-trigger": t.name }),
+    ],
+  })), "no triggers");
+}
+
+async function fireTrigger(name) {
+  say("trigger-result", `firing ${name}…`);
+  const answer = await call("POST", `/triggers/${encodeURIComponent(name)}/fire`, {});
+  if (!answer.ok) {
+    say("trigger-result", `${name}: ${errorText(answer)}`);
+    return;
+  }
+  say("trigger-result", `${name} fired: run ${answer.doc.run_id}`);
+  markDirty("runs", "triggers");
+  if (answer.doc.run_id) showRun(answer.doc.run_id);
+}
+
+// -------------------------------------------------------------------- runs
+
+async function refreshRuns() {
+  const answer = await call("GET", `/runs?limit=${RUNS_LISTED}`);
+  if (!answer.ok) {
+    say("runs-note", answer.status === 404 ? "this daemon lists no runs over the API" : errorText(answer));
+    return;
+  }
+  say("runs-note", "");
+  const runs = answer.doc.runs || [];
+  fillTable("runs", runs.map((r) => ({
+    key: r.id,
+    cells: [
+      el("a", { href: "#run", class: "run-link", "data-run": r.id }, r.id),
+      r.state,
+      r.source ?? "",
+      r.profile ?? r.command ?? "",
+      when(r.created_at),
+      when(r.finished_at),
+    ],
+  })), "no runs yet");
+  if (openRun) {
+    const mine = runs.find((r) => r.id === openRun.id);
+    if (mine) showRunState(mine);
+  }
+}
+
+function showRunState(run) {
+  openRun.state = run.state;
+  say("run-state", [run.state, run.source, run.profile ?? run.command,
+    run.exit != null ? `exit ${JSON.stringify(run.exit)}` : "", run.detail ? cut(run.detail) : ""]
+    .filter((x) => x !== undefined && x !== null && x !== "").join(" · "));
+  byId("run-state").className = "state-" + run.state;
+  byId("run-cancel").hidden = !RUN_ACTIVE.includes(run.state);
+}
+
+async function showRun(id) {
+  // Live events that arrive while the run's past is fetched wait in `early`.
+  openRun = { id: String(id), lastId: 0, calls: new Map(), state: null, message: null, early: [] };
+  byId("run-view").hidden = false;
+  say("run-title", `Run ${id}`);
+  say("run-state", "");
+  say("run-result", "");
+  byId("run-cancel").hidden = true;
+  byId("run-events").replaceChildren();
+  byId("run-view").scrollIntoView({ block: "nearest" });
+  const [run, past] = await Promise.all([
+    call("GET", `/runs/${encodeURIComponent(id)}`),
+    runEvents(id),
+  ]);
+  if (!openRun || openRun.id !== String(id)) return;
+  if (run.ok) showRunState(run.doc.run || run.doc);
+  else say("run-result", errorText(run));
+  const early = openRun.early;
+  openRun.early = null;
+  for (const event of past.concat(early).sort((a, b) => a.id - b.id)) drawRunEvent(event);
+}
+
+// The run's recorded events, oldest first, a page at a time (the view
+// keeps the newest MAX_RUN_EVENTS_SHOWN).
+async function runEvents(id) {
+  let events = [];
+  let since = 0;
+  for (let page = 0; page < MAX_RUN_EVENT_PAGES; page++) {
+    const answer = await call("GET", `/runs/${encodeURIComponent(id)}/events?since=${since}&limit=${RUN_EVENTS_PAGE}`);
+    if (!answer.ok) break;
+    const got = answer.doc.events || [];
+    events = events.concat(got).slice(-MAX_RUN_EVENTS_SHOWN);
+    if (got.length < RUN_EVENTS_PAGE) break;
+    since = got[got.length - 1].id;
+  }
+  return events;
+}
+
+function belongsToOpenRun(event) {
+  if (!openRun) return false;
+  const p = event.payload || {};
+  return String(p.run_id ?? "") === openRun.id || event.component === "run." + openRun.id;
+}
+
+// One event of the open run, as the parsed stream a person reads.
+function drawRunEvent(event) {
+  // Events come in id order (the past sorted, then live), each once.
+  if (event.id <= openRun.lastId) return;
+  openRun.lastId = event.id;
+  const list = byId("run-events");
+  const p = event.payload || {};
+  const kind = event.kind;
+  const item = (cls, ...children) => el("li", { class: cls, "data-kind": kind, "data-id": event.id }, ...children);
+  let node = null;
+  switch (kind) {
+    case "agent.message":
+      if (p.delta && openRun.message) {
+        openRun.message.append(String(p.text ?? ""));
+        return;
+      }
+      node = item("message", el("span", { class: "label" }, "agent"), el("div", { class: "text" }, cut(p.text ?? "")));
+      openRun.message = p.delta ? node.querySelector(".text") : null;
+      break;
+    case "agent.tool_call": {
+      const result = el("div", { class: "result pending" }, "…");
+      node = item("tool-call", el("span", { class: "label" }, "tool"), el("code", {}, p.name ?? "?"),
+        el("pre", { class: "input" }, cut(JSON.stringify(p.input ?? {}, null, 1))), result);
+      if (p.id != null) openRun.calls.set(String(p.id), result);
+      break;
+    }
+    case "agent.tool_result": {
+      const target = p.id != null ? openRun.calls.get(String(p.id)) : null;
+      const text = (p.is_error ? "error: " : "") + cut(p.output ?? "");
+      if (target) {
+        target.textContent = text;
+        target.className = "result" + (p.is_error ? " error" : "");
+        target.setAttribute("data-kind", kind);
+        return;
+      }
+      node = item("tool-result" + (p.is_error ? " error" : ""), el("span", { class: "label" }, `result ${p.name ?? ""}`), el("pre", {}, text));
+      break;
+    }
+    case "agent.error":
+      node = item("error", el("span", { class: "label" }, `error (${p.kind ?? "?"})`), cut(p.message ?? ""));
+      break;
+    case "agent.started":
+      node = item("meta", `session ${p.session_id ?? "?"}${p.model ? " · model " + p.model : ""}`);
+      break;
+    case "agent.usage":
+      node = item("meta", `tokens in ${p.input_tokens ?? "?"} · out ${p.output_tokens ?? "?"}${p.cost_usd != null ? " · $" + p.cost_usd : ""}`);
+      break;
+    case "agent.idle":
+      node = item("meta", `turn ended: ${p.status ?? ""}${p.result ? " — " + cut(p.result) : ""}`);
+      break;
+    case "run.output":
+      node = item("output", el("pre", {}, cut(p.line ?? "")));
+      break;
+    case "run.queued":
+    case "run.started":
+      node = item("meta", `${kind.slice(4)}${p.profile ? " · profile " + p.profile : ""}${p.provider ? " · provider " + p.provider : ""}${p.program ? " · " + p.program : ""}`);
+      break;
+    case "run.finished":
+    case "run.cancelled":
+    case "run.skipped":
+    case "run.interrupted":
+      node = item("outcome " + (p.outcome === "succeeded" ? "ok" : "bad"),
+        el("span", { class: "label" }, "outcome"),
+        `${p.outcome ?? kind.slice(4)}${p.exit != null ? " · exit " + JSON.stringify(p.exit) : ""}${p.error ? " — " + cut(p.error) : ""}${p.detail ? " — " + cut(p.detail) : ""}`);
+      markDirty("runs");
+      break;
+    default:
+      node = item("meta", `${kind} ${cut(JSON.stringify(p))}`);
+  }
+  if (kind !== "agent.message") openRun.message = null;
+  list.append(node);
+  while (list.children.length > MAX_RUN_EVENTS_SHOWN) list.firstChild.remove();
+}
+
+async function cancelRun() {
+  if (!openRun) return;
+  say("run-result", "cancelling…");
+  const answer = await call("POST", `/runs/${encodeURIComponent(openRun.id)}/cancel`);
+  say("run-result", answer.ok ? `cancel requested (${answer.doc.state ?? "…"})` : errorText(answer));
+  markDirty("runs");
+}
+
+async function startRun(submit) {
+  submit.preventDefault();
+  const profile = byId("run-profile").value;
+  if (!profile) return;
+  const body = { profile };
+  const prompt = byId("run-prompt").value;
+  if (prompt.trim()) body.prompt = prompt;
+  say("run-start-result", `starting ${profile}…`);
+  const answer = await call("POST", "/runs", body);
+  if (!answer.ok) {
+    say("run-start-result", errorText(answer));
+    return;
+  }
+  say("run-start-result", `started run ${answer.doc.run_id}`);
+  markDirty("runs");
+  showRun(answer.doc.run_id);
+}
+
+// ------------------------------------------------------------------- panes
+
+let panes = [];
+
+async function refreshPanes() {
+  const answer = await call("GET", "/panes");
+  if (!answer.ok) {
+    say("panes-note", answer.status === 404 ? "this daemon lists no panes over the API" : errorText(answer));
+    return;
+  }
+  say("panes-note", "");
+  panes = answer.doc.panes || [];
+  fillTable("panes", panes.map((p) => ({
+    key: p.name,
+    cells: [
+      el("a", { href: "#pane", class: "pane-link", "data-pane": p.name }, p.name),
+      p.state + (p.exit != null ? ` (${typeof p.exit === "string" ? p.exit : JSON.stringify(p.exit)})` : ""),
+      p.generation ?? "",
+      p.pid ?? "-",
+      p.status == null ? "" : cut(typeof p.status === "string" ? p.status : JSON.stringify(p.status)),
+      p.attention === true ? "needs attention" : p.attention ? cut(String(p.attention)) : "",
+    ],
+  })), "no panes");
+  if (openPane) {
+    const mine = panes.find((p) => p.name === openPane.name);
+    say("pane-state", mine ? `${mine.state} · generation ${mine.generation}` : "not configured");
+  }
+}
+
+function paneMessage(text) {
+  say("pane-message", text);
+}
+
+function showPane(name) {
+  closePane();
+  byId("pane-view").hidden = false;
+  say("pane-title", `Pane ${name}`);
+  byId("pane-status").hidden = true;
+  paneMessage("");
+  const pane = panes.find((p) => p.name === name) || {};
+  const host = byId("terminal");
+  host.replaceChildren();
+  let term = null;
+  if (typeof Terminal === "function") {
+    term = new Terminal({
+      cols: pane.cols || 80,
+      rows: pane.rows || 24,
+      scrollback: TERMINAL_SCROLLBACK,
+      fontSize: 13,
+      cursorBlink: false,
+    });
+    term.open(host);
+  } else {
+    paneMessage("the terminal emulator did not load");
+  }
+  // `ended`: the pane's output ended (an `exited` frame); no reconnecting
+  // until /restart or /relaunch opens it again.
+  openPane = { name, term, socket: null, timer: null, pause: 250, ended: false };
+  if (term) term.onData((data) => sendToPane(name, data));
+  connectPane(openPane);
+  refreshPanes().catch(() => {});
+  byId("pane-input").focus();
+}
+
+function closePane() {
+  if (!openPane) return;
+  const pane = openPane;
+  openPane = null;
+  clearTimeout(pane.timer);
+  detachSocket(pane);
+  if (pane.term) pane.term.dispose();
+}
+
+// Drop the pane's terminal socket (its late frames and close are ignored).
+function detachSocket(pane) {
+  const old = pane.socket;
+  pane.socket = null;
+  clearTimeout(pane.timer);
+  if (old) old.close();
+}
+
+function connectPane(pane) {
+  detachSocket(pane);
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const url = `${scheme}//${location.host}/api/v1/panes/${encodeURIComponent(pane.name)}/terminal`;
+  const protocols = token ? ["npc.v1", "npc.bearer." + token] : ["npc.v1"];
+  let socket;
+  try {
+    socket = new WebSocket(url, protocols);
+  } catch (e) {
+    paneMessage(`cannot open the terminal: ${e.message}`);
+    return;
+  }
+  socket.binaryType = "arraybuffer";
+  pane.socket = socket;
+  socket.addEventListener("open", () => {
+    if (openPane !== pane || pane.socket !== socket) return;
+    pane.pause = 250;
+    // The server starts with the scrollback: draw it on a clean screen.
+    if (pane.term) pane.term.reset();
+    byId("pane-view").setAttribute("data-connected", "true");
+  });
+  socket.addEventListener("message", (message) => {
+    if (typeof message.data === "string") {
+      let frame = {};
+      try { frame = JSON.parse(message.data); } catch (_) { return; }
+      if (openPane !== pane || pane.socket !== socket) return;
+      if (frame.type === "exited") {
+        pane.ended = true;
+        paneMessage(`the pane exited${frame.exit != null ? " (" + JSON.stringify(frame.exit) + ")" : ""}; type /relaunch to start it again`);
+        markDirty("panes");
+      } else if (frame.type === "status") {
+        paneMessage(`plugin status: ${frame.state ?? "?"}${frame.detail ? " — " + cut(String(frame.detail)) : ""}`);
+        markDirty("panes");
+      }
+      return;
+    }
+    if (openPane === pane && pane.socket === socket && pane.term) {
+      pane.term.write(new Uint8Array(message.data));
+    }
+  });
+  socket.addEventListener("close", () => {
+    if (openPane !== pane || pane.socket !== socket) return;
+    byId("pane-view").setAttribute("data-connected", "false");
+    pane.socket = null;
+    if (pane.ended) return;
+    pane.timer = setTimeout(() => {
+      if (openPane === pane && !pane.ended && !pane.socket) connectPane(pane);
+    }, pane.pause);
+    pane.pause = Math.min(pane.pause * 2, RECONNECT_MAX_MS);
+  });
+}
+
+// Send `data` to pane `name`: over its terminal socket when open, else by POST.
+async function sendToPane(name, data) {
+  for (let at = 0; at < data.length; at += MAX_INPUT_CHARS) {
+    const piece = data.slice(at, at + MAX_INPUT_CHARS);
+    const socket = openPane && openPane.name === name ? openPane.socket : null;
+    if (socket && socket.readyState === WebSocket.OPEN) {
+      socket.send(JSON.stringify({ type: "input", data: piece }));
+    } else {
+      const answer = await call("POST", `/panes/${encodeURIComponent(name)}/input`, { data: piece });
+      if (!answer.ok) {
+        paneMessage(errorText(answer));
+        return;
+      }
+    }
+  }
+}
+
+async function paneStatus(name) {
+  const answer = await call("GET", "/panes");
+  if (!answer.ok) return { error: errorText(answer) };
+  const pane = (answer.doc.panes || []).find((p) => p.name === name);
+  return pane ? { pane } : { error: `no pane \`${name}\`` };
+}
+
+// Close pane `name` (an already closed or exited one is fine) and open it
+// again; why not, or null.
+async function closeAndOpen(name) {
+  const path = `/panes/${encodeURIComponent(name)}`;
+  const closed = await call("POST", `${path}/close`);
+  if (!closed.ok && closed.status !== 404 && closed.status !== 409) return errorText(closed);
+  const opened = await call("POST", `${path}/open`);
+  return opened.ok ? null : errorText(opened);
+}
+
+async function reopenPane(name, { onlyExited }) {
+  const verb = onlyExited ? "relaunch" : "restart";
+  const { pane, error } = await paneStatus(name);
+  if (error) return paneMessage(`/${verb}: ${error}`);
+  if (onlyExited && !PANE_ENDED.includes(pane.state)) {
+    return paneMessage(`/relaunch: the pane is ${pane.state}, not exited; use /restart to close and open it`);
+  }
+  paneMessage(`${verb}ing ${name}…`);
+  const viewing = openPane && openPane.name === name ? openPane : null;
+  if (viewing) {
+    // The old process's stream ends here; the new one is connected below.
+    viewing.ended = true;
+    detachSocket(viewing);
+  }
+  const failure = await closeAndOpen(name);
+  paneMessage(failure ? `/${verb}: ${failure}` : `${name} ${verb}ed`);
+  markDirty("panes");
+  if (viewing && openPane === viewing) {
+    viewing.ended = false;
+    connectPane(viewing);
+  }
+}
+
+async function showPaneStatus(name) {
+  const { pane, error } = await paneStatus(name);
+  const box = byId("pane-status");
+  box.hidden = false;
+  box.setAttribute("data-pane", name);
+  if (error) {
+    box.textContent = `/status: ${error}`;
+    return;
+  }
+  box.setAttribute("data-pid", pane.pid ?? "");
+  box.setAttribute("data-state", pane.state);
+  const lines = [
+    `pane ${pane.name} (${pane.id ?? "?"})`,
+    `state ${pane.state} · generation ${pane.generation ?? "?"} · pid ${pane.pid ?? "-"} · ${pane.cols ?? "?"}×${pane.rows ?? "?"}`,
+  ];
+  if (pane.exit != null) lines.push(`exit ${JSON.stringify(pane.exit)}`);
+  lines.push(`plugin status: ${pane.status == null ? "none" : JSON.stringify(pane.status)}`);
+  lines.push(`attention: ${pane.attention ? "needs attention" : "none"}`);
+  box.textContent = lines.join("\n");
+}
+
+// A line typed under the terminal: a dashboard slash command, or input.
+function submitPaneLine(submit) {
+  submit.preventDefault();
+  if (!openPane) return;
+  const input = byId("pane-input");
+  const line = input.value;
+  input.value = "";
+  const name = openPane.name;
+  const command = line.trim().split(/\s+/)[0];
+  if (SLASH_COMMANDS.includes(command)) {
+    // Intercepted: handled here, never sent to the pane.
+    byId("pane-view").setAttribute("data-last-command", command);
+    if (command === "/status") showPaneStatus(name);
+    else reopenPane(name, { onlyExited: command === "/relaunch" });
+    return;
+  }
+  sendToPane(name, line + "\r");
+}
+
+// ------------------------------------------------------------ live events
+
+// Notices: `notice*` events and `pane.notice` (a pane entering
+// `needs_attention`, or a plugin's attention request; the `pane.status` and
+// `pane.attention` events behind them are not repeated here).
+function isNotice(event) {
+  const p = event.payload || {};
+  return event.kind === "notice" || event.kind.startsWith("notice.") ||
+    event.kind === "pane.notice" || p.needs_attention === true;
+}
+
+function noticeText(event) {
+  const p = event.payload || {};
+  const what = p.reason ?? p.message ?? p.detail ?? cut(JSON.stringify(p));
+  return `${when(event.ts_ms)} ${event.component ?? event.kind}: ${what}${p.plugin ? " (plugin " + p.plugin + ")" : ""}`;
+}
+
+function markDirty(...parts) {
+  for (const part of parts) dirty.add(part);
   clearTimeout(refreshTimer);
-  refreshTimer = setTimeout(() => {
-    refreshStatus().catch(() => {});
-    refreshPlan().catch(() => {});
-  }, REFRESH_DEBOUNCE_MS);
+  refreshTimer = setTimeout(refresh, REFRESH_DEBOUNCE_MS);
+}
+
+function refresh() {
+  const parts = [...dirty];
+  dirty.clear();
+  const work = {
+    status: refreshStatus, plan: refreshPlan, plugins: refreshPlugins, triggers: refreshTriggers,
+    runs: refreshRuns, panes: refreshPanes,
+  };
+  for (const part of parts) work[part]().catch(() => {});
+}
+
+// Which parts of the page an event makes stale.
+function staleParts(kind) {
+  if (kind.startsWith("agent.")) return [];
+  if (kind.startsWith("run.")) return ["runs", "triggers"];
+  if (kind.startsWith("trigger.")) return ["triggers", "runs"];
+  if (kind.startsWith("pane")) return ["panes", "status"];
+  if (["manifest.", "reload", "plugin", "files.", "component."].some((p) => kind.startsWith(p))) {
+    return ["status", "plan", "plugins", "triggers", "panes"];
+  }
+  return ["status", "plan", "triggers", "panes"];
 }
 
 function onEvent(event) {
   lastEventId = Math.max(lastEventId, event.id);
-  const list = document.getElementById("events");
-  const line = `#${event.id} ${event.kind}${event.component ? " " + event.component : ""} ${JSON.stringify(event.payload)}`;
+  const line = `#${event.id} ${event.kind}${event.component ? " " + event.component : ""} ${cut(JSON.stringify(event.payload))}`;
+  const list = byId("events");
   list.prepend(el("li", { "data-kind": event.kind }, line));
   while (list.children.length > MAX_EVENTS_SHOWN) list.lastChild.remove();
-  if (event.kind === "manifest.invalid") {
-    showDiagnostics(event.payload && event.payload.report);
+  if (event.kind === "manifest.invalid") showDiagnostics(event.payload && event.payload.report);
+  if (isNotice(event)) {
+    const notices = byId("notice-list");
+    notices.prepend(el("li", { "data-kind": event.kind }, noticeText(event)));
+    while (notices.children.length > MAX_NOTICES_SHOWN) notices.lastChild.remove();
+    byId("notices").hidden = false;
   }
-  if (event.kind.startsWith("notice.") || (event.payload && event.payload.needs_attention)) {
-    const notices = document.getElementById("notice-list");
-    notices.prepend(el("li", {}, line));
-    document.getElementById("notices").hidden = false;
+  if (belongsToOpenRun(event)) {
+    if (openRun.early) {
+      openRun.early.push(event);
+      if (openRun.early.length > MAX_RUN_EVENTS_SHOWN) openRun.early.shift();
+    }
+    else drawRunEvent(event);
   }
-  refresh();
+  markDirty(...staleParts(event.kind));
 }
 
 function setLive(on) {
-  const badge = document.getElementById("live");
+  const badge = byId("live");
   badge.textContent = on ? "live" : "offline";
   badge.className = "badge " + (on ? "on" : "off");
 }
@@ -147,14 +775,38 @@ async function follow() {
   }
 }
 
-document.getElementById("apply").addEventListener("click", async () => {
-  const result = document.getElementById("apply-result");
-  result.textContent = "applying…";
-  const response = await api("/apply", { method: "POST" });
-  const doc = await response.json().catch(() => ({}));
-  result.textContent = response.ok ? "applied" : (doc.error ? doc.error.message : "failed");
-  refresh();
+// ------------------------------------------------------------------ wiring
+
+byId("apply").addEventListener("click", async () => {
+  say("apply-result", "applying…");
+  const answer = await call("POST", "/apply");
+  say("apply-result", answer.ok ? "applied" : errorText(answer));
+  markDirty("status", "plan");
+});
+byId("run-form").addEventListener("submit", startRun);
+byId("run-cancel").addEventListener("click", cancelRun);
+byId("run-close").addEventListener("click", () => {
+  openRun = null;
+  byId("run-view").hidden = true;
+});
+byId("pane-form").addEventListener("submit", submitPaneLine);
+byId("pane-close").addEventListener("click", () => {
+  closePane();
+  byId("pane-view").hidden = true;
+});
+// Links: open a run or a pane, or scroll to a section (the URL's fragment
+// keeps the token).
+document.addEventListener("click", (click) => {
+  const link = click.target.closest && click.target.closest("a[href^='#']");
+  if (!link) return;
+  click.preventDefault();
+  if (link.hasAttribute("data-run")) showRun(link.getAttribute("data-run"));
+  else if (link.hasAttribute("data-pane")) showPane(link.getAttribute("data-pane"));
+  else {
+    const target = document.getElementById(link.getAttribute("href").slice(1));
+    if (target) target.scrollIntoView();
+  }
 });
 
-refresh();
+markDirty("status", "plan", "plugins", "triggers", "runs", "panes");
 follow();
