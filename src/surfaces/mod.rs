@@ -6,6 +6,7 @@
 //! (`stdio`).
 
 pub mod api;
+pub mod approval;
 pub mod control;
 pub mod mcp_http;
 pub mod stdio;
