@@ -310,8 +310,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn only_our_socket_names_are_taken_from_the_environment() {
+    #[tokio::test]
+    async fn only_our_socket_names_are_taken_from_the_environment() {
         assert!(valid_name(bind().unwrap().name()));
         for bad in [
             "npc-acp-approval-".to_string(),
