@@ -253,8 +253,13 @@ where
                 };
                 let agent = agent.clone();
                 tokio::spawn(async move {
-                    let outcome = agent.request(&method, params).await;
+                    let mut announce = None;
+                    let outcome = agent.request(&method, params, &mut announce).await;
                     agent.send(frame::response(id, outcome));
+                    // A session's commands follow the response that named it.
+                    if let Some(session) = announce {
+                        agent.announce_commands(&session);
+                    }
                     drop(permit);
                 });
             }
@@ -342,16 +347,31 @@ impl Agent {
         // Other notifications (`$/…` extensions) are ignored, as JSON-RPC asks.
     }
 
-    async fn request(self: &Arc<Self>, method: &str, p: Value) -> Result<Value, Value> {
+    /// Answer one request; `announce` names a session whose available
+    /// commands go out after the response.
+    async fn request(
+        self: &Arc<Self>,
+        method: &str,
+        p: Value,
+        announce: &mut Option<String>,
+    ) -> Result<Value, Value> {
+        let (result, session) = match method {
+            "session/new" => self.new_session(params(p)?).await?,
+            "session/load" => self.load(params(p)?).await?,
+            "session/resume" => self.resume(params(p)?).await?,
+            "session/fork" => self.fork(params(p)?).await?,
+            _ => return self.plain_request(method, p).await,
+        };
+        *announce = Some(session);
+        Ok(result)
+    }
+
+    async fn plain_request(self: &Arc<Self>, method: &str, p: Value) -> Result<Value, Value> {
         match method {
             "initialize" => self.initialize(),
             "authenticate" => Ok(json!({})),
-            "session/new" => self.new_session(params(p)?).await,
             "session/prompt" => self.prompt(params(p)?).await,
             "session/list" => self.list(params(p)?),
-            "session/load" => self.load(params(p)?).await,
-            "session/resume" => self.resume(params(p)?).await,
-            "session/fork" => self.fork(params(p)?).await,
             "session/cancel" => {
                 self.notification(method, p);
                 Ok(Value::Null)
@@ -528,25 +548,12 @@ impl Agent {
         }))
     }
 
-    async fn new_session(self: &Arc<Self>, req: NewSessionRequest) -> Result<Value, Value> {
+    async fn new_session(&self, req: NewSessionRequest) -> Result<(Value, String), Value> {
         let id = self.create(req.cwd, None).await?;
         let response = to_value(
             NewSessionResponse::new(id.clone()).meta(self.session_meta(&self.config.profile)),
-        );
-        self.after_response(id);
-        response
-    }
-
-    /// Announce the commands once the response that named the session is out.
-    fn after_response(self: &Arc<Self>, id: String) {
-        let agent = self.clone();
-        tokio::spawn(async move {
-            // The response is queued by the request task right after this
-            // returns; yielding once puts the announcement behind it.
-            tokio::task::yield_now().await;
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            agent.announce_commands(&id);
-        });
+        )?;
+        Ok((response, id))
     }
 
     fn list(&self, req: ListSessionsRequest) -> Result<Value, Value> {
@@ -591,7 +598,7 @@ impl Agent {
         to_value(ListSessionsResponse::new(sessions).next_cursor(next))
     }
 
-    async fn load(self: &Arc<Self>, req: LoadSessionRequest) -> Result<Value, Value> {
+    async fn load(&self, req: LoadSessionRequest) -> Result<(Value, String), Value> {
         let session = self.stored(&req.session_id.0)?;
         let id = session.record.id.clone();
         let runs = self.config.store.acp_session_runs(&id).map_err(internal)?;
@@ -613,27 +620,25 @@ impl Agent {
             }
         }
         let response =
-            to_value(LoadSessionResponse::new().meta(self.session_meta(&session.record.profile)));
-        self.after_response(id);
-        response
+            to_value(LoadSessionResponse::new().meta(self.session_meta(&session.record.profile)))?;
+        Ok((response, id))
     }
 
-    async fn resume(self: &Arc<Self>, req: ResumeSessionRequest) -> Result<Value, Value> {
+    async fn resume(&self, req: ResumeSessionRequest) -> Result<(Value, String), Value> {
         let session = self.stored(&req.session_id.0)?;
         let response = to_value(
             ResumeSessionResponse::new().meta(self.session_meta(&session.record.profile)),
-        );
-        self.after_response(session.record.id.clone());
-        response
+        )?;
+        Ok((response, session.record.id.clone()))
     }
 
-    async fn fork(self: &Arc<Self>, req: ForkSessionRequest) -> Result<Value, Value> {
+    async fn fork(&self, req: ForkSessionRequest) -> Result<(Value, String), Value> {
         let parent = self.stored(&req.session_id.0)?;
         let id = self.create(req.cwd, Some(parent.record.id.clone())).await?;
-        let response =
-            to_value(ForkSessionResponse::new(id.clone()).meta(self.session_meta(&parent.record.profile)));
-        self.after_response(id);
-        response
+        let response = to_value(
+            ForkSessionResponse::new(id.clone()).meta(self.session_meta(&parent.record.profile)),
+        )?;
+        Ok((response, id))
     }
 
     async fn prompt(self: &Arc<Self>, req: PromptRequest) -> Result<Value, Value> {
