@@ -30,13 +30,8 @@ fn pct(mut v: Vec<f64>, p: f64) -> f64 {
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let npc = root.join("target/release/npc");
-    let npc = if npc.is_file() {
-        npc
-    } else {
-        root.join("target/debug/npc")
-    };
-    assert!(npc.is_file(), "build npc first (`cargo build --release`)");
+    // The `npc` binary Cargo built for this bench (release with `cargo bench`).
+    let npc = Path::new(env!("CARGO_BIN_EXE_npc"));
     let dir = tempfile::tempdir().unwrap();
     let stamp = dir.path().join("first-output");
     let manifest = format!(
@@ -64,7 +59,7 @@ description = "latency"
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut send = |v: Value| {
+    let mut send = move |v: Value| {
         stdin.write_all(format!("{v}\n").as_bytes()).unwrap();
         stdin.flush().unwrap();
     };
@@ -75,7 +70,9 @@ description = "latency"
     };
     send(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}));
     while read()["id"] != 0 {}
-    send(json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":dir.path(),"mcpServers":[]}}));
+    send(
+        json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":dir.path(),"mcpServers":[]}}),
+    );
     let session = loop {
         let v = read();
         if v["id"] == 1 {
@@ -102,7 +99,11 @@ description = "latency"
                 break;
             }
         }
-        let agent: i128 = std::fs::read_to_string(&stamp).unwrap().trim().parse().unwrap();
+        let agent: i128 = std::fs::read_to_string(&stamp)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         agent_ms.push((agent - sent) as f64 / 1e6);
         update_ms.push((first.expect("an update") - sent) as f64 / 1e6);
     }

@@ -102,7 +102,10 @@ pub enum Incoming {
         outcome: Result<Value, Value>,
     },
     /// Not a JSON-RPC message: answer with `error` (to `id`, `null` when unknown).
-    Invalid { id: Value, error: Value },
+    Invalid {
+        id: Value,
+        error: Value,
+    },
     /// Blank line: ignored.
     Empty,
 }

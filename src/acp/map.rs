@@ -11,9 +11,9 @@
 //! prompt comes from the run's [`Outcome`].
 
 use agent_client_protocol_schema::v1::{
-    ContentBlock, ContentChunk, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus,
-    SessionUpdate, StopReason, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate,
-    ToolCallUpdateFields, ToolKind,
+    ContentBlock, ContentChunk, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus, SessionUpdate,
+    StopReason, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
+    ToolKind,
 };
 use serde_json::Value;
 
@@ -261,7 +261,8 @@ mod tests {
         let a = wire(&m.updates(&json!({"type":"agent.tool_call","name":"Read","input":{}})));
         let b = wire(&m.updates(&json!({"type":"agent.tool_call","name":"Read","input":{}})));
         assert_ne!(a[0]["toolCallId"], b[0]["toolCallId"]);
-        let r = wire(&m.updates(&json!({"type":"agent.tool_result","output":"x","is_error":false})));
+        let r =
+            wire(&m.updates(&json!({"type":"agent.tool_result","output":"x","is_error":false})));
         assert_eq!(r[0]["toolCallId"], a[0]["toolCallId"]);
         assert_eq!(r[0]["status"], "completed");
         let r = wire(&m.updates(&json!({"type":"agent.tool_result","output":"y"})));
@@ -313,10 +314,7 @@ mod tests {
             stop_reason(Outcome::Cancelled { signal: 15 }, true),
             StopReason::Cancelled
         );
-        assert_eq!(
-            stop_reason(Outcome::Succeeded, false),
-            StopReason::EndTurn
-        );
+        assert_eq!(stop_reason(Outcome::Succeeded, false), StopReason::EndTurn);
         assert_eq!(
             stop_reason(Outcome::TimedOut, true),
             StopReason::MaxTurnRequests

@@ -196,7 +196,9 @@ where
             while let Some((question, reply)) = asked.recv().await {
                 let agent = agent.clone();
                 tokio::spawn(async move {
-                    let answer = agent.ask_permission(&question.session, question.request).await;
+                    let answer = agent
+                        .ask_permission(&question.session, question.request)
+                        .await;
                     let _ = reply.send(answer);
                 });
             }
@@ -434,7 +436,11 @@ impl Agent {
             .prompts
             .iter()
             .map(|(name, p)| {
-                let first = p.template.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+                let first = p
+                    .template
+                    .lines()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("");
                 let description: String = first.trim().chars().take(MAX_TITLE_CHARS).collect();
                 let mut c = AvailableCommand::new(name.clone(), description);
                 if !p.variables.is_empty() {
@@ -734,7 +740,11 @@ impl Agent {
             .map_err(internal)?;
         let own_runs = match &record.forked_from {
             Some(parent) => {
-                let parent_runs = self.config.store.acp_session_runs(parent).map_err(internal)?;
+                let parent_runs = self
+                    .config
+                    .store
+                    .acp_session_runs(parent)
+                    .map_err(internal)?;
                 earlier.len() > parent_runs.len()
             }
             None => true,
@@ -815,7 +825,11 @@ impl Agent {
     /// Put a hook's question to the client as `session/request_permission`.
     /// Fail closed: no such session, no running prompt, too many questions
     /// waiting, an error answer, a cancelled prompt — each is a denial.
-    async fn ask_permission(self: &Arc<Self>, session_id: &str, request: ApprovalRequest) -> Answer {
+    async fn ask_permission(
+        self: &Arc<Self>,
+        session_id: &str,
+        request: ApprovalRequest,
+    ) -> Answer {
         let deny = |reason: &str| Answer::Deny {
             reason: reason.to_string(),
         };
@@ -859,9 +873,15 @@ impl Agent {
             PermissionOption::new("deny", "Deny", PermissionOptionKind::RejectOnce),
         ];
         let params = RequestPermissionRequest::new(session_id.to_string(), tool_call, options)
-            .meta(meta(json!({ "hook": request.hook, "reason": request.reason })));
+            .meta(meta(
+                json!({ "hook": request.hook, "reason": request.reason }),
+            ));
         match serde_json::to_value(params) {
-            Ok(params) => self.send(frame::message(Some(id), "session/request_permission", params)),
+            Ok(params) => self.send(frame::message(
+                Some(id),
+                "session/request_permission",
+                params,
+            )),
             Err(e) => return deny(&e.to_string()),
         }
         let answer = tokio::select! {
@@ -902,7 +922,10 @@ fn prompt_text(blocks: &[ContentBlock]) -> Result<String, Value> {
             }
             ContentBlock::Resource(r) => {
                 if let EmbeddedResourceResource::TextResourceContents(t) = &r.resource {
-                    text.push_str(&format!("\n<file uri=\"{}\">\n{}\n</file>\n", t.uri, t.text));
+                    text.push_str(&format!(
+                        "\n<file uri=\"{}\">\n{}\n</file>\n",
+                        t.uri, t.text
+                    ));
                 }
             }
             _ => {}
@@ -990,13 +1013,12 @@ mod tests {
 
     #[test]
     fn prompt_text_joins_blocks_and_refuses_empty_or_huge_prompts() {
-        let blocks: Vec<ContentBlock> =
-            serde_json::from_value(json!([
-                {"type":"text","text":"fix it"},
-                {"type":"resource_link","name":"a.rs","uri":"file:///a.rs"},
-                {"type":"resource","resource":{"uri":"file:///b.rs","text":"fn b() {}"}}
-            ]))
-            .unwrap();
+        let blocks: Vec<ContentBlock> = serde_json::from_value(json!([
+            {"type":"text","text":"fix it"},
+            {"type":"resource_link","name":"a.rs","uri":"file:///a.rs"},
+            {"type":"resource","resource":{"uri":"file:///b.rs","text":"fn b() {}"}}
+        ]))
+        .unwrap();
         let text = prompt_text(&blocks).unwrap();
         assert!(text.starts_with("fix it"));
         assert!(text.contains("[a.rs](file:///a.rs)"));

@@ -389,8 +389,14 @@ impl HookRunner {
                         Approval::Allow => "allowed by the user".to_string(),
                         Approval::Deny { reason } => format!("denied: {reason}"),
                     };
-                    self.record(entry, Some(&call.name), Recorded::Ask, started, Some(&detail))
-                        .await;
+                    self.record(
+                        entry,
+                        Some(&call.name),
+                        Recorded::Ask,
+                        started,
+                        Some(&detail),
+                    )
+                    .await;
                     if let Approval::Deny { reason } = approval {
                         return Ok(BeforeTool::Deny {
                             hook: entry.label(),

@@ -50,8 +50,7 @@ fn session_row(row: &Row<'_>) -> rusqlite::Result<AcpSession> {
     })
 }
 
-const SESSION_COLUMNS: &str =
-    "id, profile, cwd, title, forked_from, created_at_ms, updated_at_ms";
+const SESSION_COLUMNS: &str = "id, profile, cwd, title, forked_from, created_at_ms, updated_at_ms";
 
 impl Store {
     /// Record a new session (its runs are copied from `forked_from`'s, when given).
@@ -94,8 +93,12 @@ impl Store {
         prompt: impl Into<String>,
         title: impl Into<String>,
     ) -> Pending<()> {
-        let (session_id, run_id, prompt, title) =
-            (session_id.into(), run_id.into(), prompt.into(), title.into());
+        let (session_id, run_id, prompt, title) = (
+            session_id.into(),
+            run_id.into(),
+            prompt.into(),
+            title.into(),
+        );
         self.write(move |conn| {
             let failed = sqlite("record an acp session's run");
             conn.execute(

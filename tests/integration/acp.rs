@@ -465,10 +465,14 @@ fn stdout_carries_only_json_rpc_frames_and_hostile_frames_get_errors() {
         b"this is not json".to_vec(),
         b"[1,2,3]".to_vec(),
         line(json!({"jsonrpc":"2.0","id":1,"method":"no/such/method"})),
-        line(json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"acp-missing","prompt":[{"type":"text","text":"x"}]}})),
+        line(
+            json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"acp-missing","prompt":[{"type":"text","text":"x"}]}}),
+        ),
         line(json!({"jsonrpc":"2.0","id":3,"method":"session/new","params":{"cwd": 5}})),
         line(json!({"jsonrpc":"2.0","id":4,"method":"initialize","params":{"protocolVersion":1}})),
-        line(json!({"jsonrpc":"2.0","id":5,"method":"session/new","params":{"cwd": dir.path(), "mcpServers": []}})),
+        line(
+            json!({"jsonrpc":"2.0","id":5,"method":"session/new","params":{"cwd": dir.path(), "mcpServers": []}}),
+        ),
     ];
     let lines = raw_session(dir.path(), &frames, 5);
     let error_codes: Vec<i64> = lines
@@ -480,16 +484,15 @@ fn stdout_carries_only_json_rpc_frames_and_hostile_frames_get_errors() {
         [-32600, -32700, -32600, -32601, -32002, -32602],
         "{lines:#?}"
     );
-    let session = lines
-        .iter()
-        .find(|l| l["id"] == 5)
-        .unwrap()["result"]["sessionId"]
+    let session = lines.iter().find(|l| l["id"] == 5).unwrap()["result"]["sessionId"]
         .as_str()
         .unwrap()
         .to_string();
     // The same process still serves a full prompt after the garbage.
-    let frames = vec![line(json!({"jsonrpc":"2.0","id":9,"method":"session/prompt",
-        "params":{"sessionId": session,"prompt":[{"type":"text","text":"list"}]}}))];
+    let frames = vec![line(
+        json!({"jsonrpc":"2.0","id":9,"method":"session/prompt",
+        "params":{"sessionId": session,"prompt":[{"type":"text","text":"list"}]}}),
+    )];
     let lines = raw_session(dir.path(), &frames, 9);
     let updates: Vec<&Value> = lines
         .iter()
