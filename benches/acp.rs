@@ -49,7 +49,7 @@ description = "latency"
         fixture = json!(root.join("fixtures/clis/claude_code/2.1.197/tool_call.jsonl")),
     );
     std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
-    let mut child = Command::new(&npc)
+    let mut child = Command::new(npc)
         .args(["acp", "--profile", "bench"])
         .current_dir(dir.path())
         .stdin(Stdio::piped())
