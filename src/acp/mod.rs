@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_client_protocol_schema::v1::{
-    AgentCapabilities, AvailableCommand, AvailableCommandInput, AvailableCommandsUpdate,
+    AgentCapabilities, AvailableCommand as Slash, AvailableCommandInput, AvailableCommandsUpdate,
     CancelNotification, ContentBlock, ContentChunk, EmbeddedResourceResource, ForkSessionRequest,
     ForkSessionResponse, Implementation, InitializeResponse, ListSessionsRequest,
     ListSessionsResponse, LoadSessionRequest, LoadSessionResponse, McpCapabilities,
@@ -430,7 +430,7 @@ impl Agent {
     }
 
     /// The manifest's prompts as slash commands.
-    fn commands(&self) -> Vec<AvailableCommand> {
+    fn commands(&self) -> Vec<Slash> {
         self.config
             .manifest
             .prompts
@@ -442,7 +442,7 @@ impl Agent {
                     .find(|l| !l.trim().is_empty())
                     .unwrap_or("");
                 let description: String = first.trim().chars().take(MAX_TITLE_CHARS).collect();
-                let mut c = AvailableCommand::new(name.clone(), description);
+                let mut c = Slash::new(name.clone(), description);
                 if !p.variables.is_empty() {
                     let hint = p
                         .variables
