@@ -203,7 +203,11 @@ fn answer(args: &RunArgs) -> Answer {
         let (events, _receiver) = tokio::sync::mpsc::unbounded_channel();
         let supervisor =
             crate::supervisor::Supervisor::new(events, crate::supervisor::BackoffPolicy::default());
-        let runner = HookRunner::new(set, supervisor, bus.clone());
+        let mut runner = HookRunner::new(set, supervisor, bus.clone());
+        // Inside an agent `npc acp` started, an `ask` goes to the editor.
+        if let Some(approver) = crate::surfaces::approval::SocketApprover::from_env() {
+            runner = runner.with_approver(std::sync::Arc::new(approver));
+        }
         let answer = match (args.event, tool) {
             (HookEvent::BeforeTool, Some(t)) => {
                 bridge::before_tool_answer(args.agent, runner.before_tool(&t.call).await)

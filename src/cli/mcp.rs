@@ -160,11 +160,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
             },
             &manifest.mcp_builtins,
         ));
-        let hooks = Arc::new(crate::hooks::HookRunner::new(
+        let mut hooks = crate::hooks::HookRunner::new(
             crate::hooks::HookSet::for_repository(&paths.root, &manifest),
             supervisor.clone(),
             Some(bus.clone()),
-        ));
+        );
+        // A gateway an agent of `npc acp` started asks its editor on `ask`.
+        if let Some(approver) = crate::surfaces::approval::SocketApprover::from_env() {
+            hooks = hooks.with_approver(Arc::new(approver));
+        }
+        let hooks = Arc::new(hooks);
         let gateway = Gateway::new(Arc::new(
             CallPath::new(pool.clone(), Some(bus.clone()))
                 .with_builtins(builtins)

@@ -8,6 +8,7 @@
 #[macro_use]
 mod output;
 
+mod acp;
 mod hook;
 mod import;
 mod init;
@@ -94,6 +95,8 @@ enum Command {
     Render(render::RenderArgs),
     /// Run an agent profile headless, stream its events and record them
     Run(run::RunArgs),
+    /// Serve the Agent Client Protocol on stdio: npc as an agent for editors (Zed, VS Code)
+    Acp(acp::AcpArgs),
     /// Print shell completions
     Completions { shell: clap_complete::Shell },
     /// Write the man pages (npc(1), one per subcommand, npcagent.toml(5)), or list them
@@ -310,6 +313,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Runs(args) => triggers::runs(args),
         Command::Render(args) => render::run(args),
         Command::Run(args) => run::run(args),
+        Command::Acp(args) => acp::run(args),
         Command::Mcp(command) => mcp::run(command),
         Command::Plugin(command) => plugin::run(command),
         Command::Hook(command) => hook::run(command),

@@ -218,11 +218,20 @@ fn closed<T: for<'de> Deserialize<'de>>(
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum BeforeAnswer {
     Continue,
-    Deny { reason: String },
-    Rewrite { arguments: Map<String, Value> },
+    Deny {
+        reason: String,
+    },
+    Rewrite {
+        arguments: Map<String, Value>,
+    },
+    /// The user decides (through an attached editor, `npc acp`); `reason`
+    /// is shown to them.
+    Ask {
+        reason: Option<String>,
+    },
 }
 
-const BEFORE_SHAPE: &str = "`{\"decision\":\"continue\"}`, `{\"decision\":\"deny\",\"reason\":\"…\"}` or `{\"decision\":\"rewrite\",\"arguments\":{…}}`";
+const BEFORE_SHAPE: &str = "`{\"decision\":\"continue\"}`, `{\"decision\":\"deny\",\"reason\":\"…\"}`, `{\"decision\":\"rewrite\",\"arguments\":{…}}` or `{\"decision\":\"ask\",\"reason\":\"…\"}`";
 
 pub(super) fn before_tool_answer(
     answer: Option<Map<String, Value>>,
@@ -252,10 +261,15 @@ pub(super) fn before_tool_answer(
         (Some("rewrite"), _, _) => Err(invalid(
             "a `rewrite` needs `arguments`, a JSON object (and no `reason`)",
         )),
-        (Some(other), _, _) if !["continue", "deny"].contains(&other) => Err(invalid(format!(
-            "unknown `decision` `{}`; expected {BEFORE_SHAPE}",
-            crate::model::diagnostics::clip(other)
-        ))),
+        (Some("ask"), reason, None) => Ok(BeforeAnswer::Ask {
+            reason: reason.filter(|r| !r.trim().is_empty()),
+        }),
+        (Some(other), _, _) if !["continue", "deny", "ask"].contains(&other) => {
+            Err(invalid(format!(
+                "unknown `decision` `{}`; expected {BEFORE_SHAPE}",
+                crate::model::diagnostics::clip(other)
+            )))
+        }
         _ => Err(invalid(format!(
             "`arguments` belongs to a `rewrite` only; expected {BEFORE_SHAPE}"
         ))),

@@ -7,7 +7,9 @@
 //! [`MAX_INPUT_BYTES`]), one JSON object or nothing on stdout (≤
 //! [`MAX_OUTPUT_BYTES`]), bounded stderr, a timeout per hook. Decisions:
 //! `before_tool` continue / deny (non-empty reason) / rewrite (arguments
-//! chain from hook to hook; the first deny wins); `after_tool` an optional
+//! chain from hook to hook; the first deny wins) / ask (the user decides
+//! through the runner's [`Approve`]r — an editor attached with `npc acp`;
+//! with none, or when asking fails, the call is denied); `after_tool` an optional
 //! replacement `output` / `is_error`; the other events observe. Fail closed:
 //! invalid output, a non-zero exit, a timeout or a launch failure stops what
 //! the hook guards, except for the best-effort observers `on_error` and
@@ -234,7 +236,7 @@ impl HookSet {
 }
 
 /// A tool call as hooks see it (`payload.tool_call`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct ToolCallInfo {
     pub id: String,
     pub name: String,
@@ -268,6 +270,35 @@ pub struct AfterTool {
     pub is_error: Option<bool>,
 }
 
+/// A tool call a `before_tool` hook wants the user to approve.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct ApprovalRequest {
+    /// The asking hook's [`HookEntry::label`].
+    pub hook: String,
+    /// Why the hook asks (shown to the user), if it said.
+    pub reason: Option<String>,
+    /// The call, with the arguments earlier hooks rewrote.
+    pub tool_call: ToolCallInfo,
+}
+
+/// The user's answer to an [`ApprovalRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Approval {
+    Allow,
+    Deny { reason: String },
+}
+
+/// Who answers a hook's `ask`: the one way a user approves tool calls of
+/// any agent CLI (`npc acp` forwards it to the editor as
+/// `session/request_permission`). Every failure to get an answer must be a
+/// [`Approval::Deny`] (fail closed).
+pub trait Approve: std::fmt::Debug + Send + Sync {
+    fn approve(&self, request: ApprovalRequest) -> crate::mcp::call::BoxFuture<'_, Approval>;
+}
+
+/// Why a tool call a hook asks about is denied when the runner has no [`Approve`]r.
+pub const NO_APPROVER_REASON: &str = "a hook asks for the user's approval of this tool call and nobody can be asked; run the agent through `npc acp` (an editor answers) or change the hook";
+
 /// A hook failed (launch failure, non-zero exit, timeout, invalid output):
 /// what it guarded stops — fail closed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -287,6 +318,7 @@ enum Recorded {
     Continue,
     Deny,
     Rewrite,
+    Ask,
     Replace,
     Observe,
     Failed,
@@ -298,6 +330,8 @@ pub struct HookRunner {
     set: ArcSwap<HookSet>,
     supervisor: Supervisor,
     bus: Option<EventBus>,
+    /// Who answers `ask` decisions; `None` denies them.
+    approver: Option<Arc<dyn Approve>>,
 }
 
 impl HookRunner {
@@ -307,7 +341,14 @@ impl HookRunner {
             set: ArcSwap::from_pointee(set),
             supervisor,
             bus,
+            approver: None,
         }
+    }
+
+    /// Ask `approver` when a `before_tool` hook answers `ask`.
+    pub fn with_approver(mut self, approver: Arc<dyn Approve>) -> Self {
+        self.approver = Some(approver);
+        self
     }
 
     /// Use `set` from the next call on (calls in flight finish with the old one).
@@ -345,6 +386,40 @@ impl HookRunner {
                         .await;
                     arguments = Value::Object(new);
                     rewritten = true;
+                }
+                Ok(exec::BeforeAnswer::Ask { reason }) => {
+                    let request = ApprovalRequest {
+                        hook: entry.label(),
+                        reason,
+                        tool_call: ToolCallInfo {
+                            arguments: arguments.clone(),
+                            ..call.clone()
+                        },
+                    };
+                    let approval = match &self.approver {
+                        Some(approver) => approver.approve(request).await,
+                        None => Approval::Deny {
+                            reason: NO_APPROVER_REASON.to_string(),
+                        },
+                    };
+                    let detail = match &approval {
+                        Approval::Allow => "allowed by the user".to_string(),
+                        Approval::Deny { reason } => format!("denied: {reason}"),
+                    };
+                    self.record(
+                        entry,
+                        Some(&call.name),
+                        Recorded::Ask,
+                        started,
+                        Some(&detail),
+                    )
+                    .await;
+                    if let Approval::Deny { reason } = approval {
+                        return Ok(BeforeTool::Deny {
+                            hook: entry.label(),
+                            reason,
+                        });
+                    }
                 }
                 Ok(exec::BeforeAnswer::Deny { reason }) => {
                     self.record(

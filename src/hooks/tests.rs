@@ -223,3 +223,115 @@ fn large_outputs_are_clipped_to_fit_the_input_bound() {
     assert_eq!(payload["result"]["output_truncated"], true);
     assert!(serde_json::to_vec(&payload).unwrap().len() <= MAX_INPUT_BYTES);
 }
+
+#[test]
+fn an_ask_answer_carries_its_optional_reason() {
+    assert_eq!(
+        before_tool_answer(obj(json!({"decision":"ask","reason":"touches prod"}))).unwrap(),
+        BeforeAnswer::Ask {
+            reason: Some("touches prod".into())
+        }
+    );
+    assert_eq!(
+        before_tool_answer(obj(json!({"decision":"ask","reason":" "}))).unwrap(),
+        BeforeAnswer::Ask { reason: None }
+    );
+    assert_eq!(
+        before_tool_answer(obj(json!({"decision":"ask"}))).unwrap(),
+        BeforeAnswer::Ask { reason: None }
+    );
+    assert!(before_tool_answer(obj(json!({"decision":"ask","arguments":{}}))).is_err());
+}
+
+/// An [`Approve`]r answering `answer` and remembering what it was asked.
+#[derive(Debug)]
+struct FixedApprover {
+    answer: Approval,
+    asked: std::sync::Mutex<Vec<ApprovalRequest>>,
+}
+
+impl Approve for FixedApprover {
+    fn approve(&self, request: ApprovalRequest) -> crate::mcp::call::BoxFuture<'_, Approval> {
+        self.asked.lock().unwrap().push(request);
+        Box::pin(async move { self.answer.clone() })
+    }
+}
+
+/// A runner whose one `before_tool` hook answers `answer` (a JSON text).
+fn asking_runner(answer: &str) -> HookRunner {
+    let hook = Hook {
+        run: CommandSpec {
+            command: "sh".into(),
+            args: vec![
+                Text::plain("-c"),
+                Text::plain(format!("cat >/dev/null; echo '{answer}'")),
+            ],
+            env: BTreeMap::new(),
+            cwd: None,
+        },
+        timeout_ms: 10_000,
+        matcher: None,
+    };
+    let set = HookSet::build(
+        Path::new("/"),
+        &[SourceHooks {
+            source: HookSource::Manifest,
+            hooks: BTreeMap::from([(HookEvent::BeforeTool, vec![hook])]),
+        }],
+    );
+    let (events, _) = tokio::sync::mpsc::unbounded_channel();
+    let supervisor = Supervisor::new(events, crate::supervisor::BackoffPolicy::default());
+    HookRunner::new(set, supervisor, None)
+}
+
+fn call() -> ToolCallInfo {
+    ToolCallInfo {
+        id: "c1".into(),
+        name: "Bash".into(),
+        arguments: json!({"command": "ls"}),
+    }
+}
+
+#[tokio::test]
+async fn an_ask_is_the_approvers_decision_and_denied_without_one() {
+    let ask = r#"{"decision":"ask","reason":"runs a shell"}"#;
+    let allow = Arc::new(FixedApprover {
+        answer: Approval::Allow,
+        asked: Default::default(),
+    });
+    let runner = asking_runner(ask).with_approver(allow.clone());
+    assert_eq!(
+        runner.before_tool(&call()).await.unwrap(),
+        BeforeTool::Continue { arguments: None }
+    );
+    let asked = allow.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].reason.as_deref(), Some("runs a shell"));
+    assert_eq!(asked[0].tool_call, call());
+    assert_eq!(asked[0].hook, "before_tool[0]");
+
+    let deny = Arc::new(FixedApprover {
+        answer: Approval::Deny {
+            reason: "not today".into(),
+        },
+        asked: Default::default(),
+    });
+    let runner = asking_runner(ask).with_approver(deny);
+    assert_eq!(
+        runner.before_tool(&call()).await.unwrap(),
+        BeforeTool::Deny {
+            hook: "before_tool[0]".into(),
+            reason: "not today".into()
+        }
+    );
+
+    // Nobody to ask: fail closed.
+    let runner = asking_runner(ask);
+    assert_eq!(
+        runner.before_tool(&call()).await.unwrap(),
+        BeforeTool::Deny {
+            hook: "before_tool[0]".into(),
+            reason: NO_APPROVER_REASON.into()
+        }
+    );
+}

@@ -14,6 +14,7 @@
 //!
 //! Timestamps are unix milliseconds (UTC) in `i64` everywhere.
 
+pub mod acp;
 pub mod memory;
 pub mod notices;
 pub mod queue;

@@ -87,10 +87,36 @@ const MIGRATIONS: &[Migration] = &[
         CREATE INDEX trigger_runs_by_trigger ON trigger_runs (trigger, state, seq);
     "#,
     },
+    Migration {
+        // Sessions of `npc acp` (`store::acp`): a session and the runs its
+        // prompts started, in order; the updates it streamed are the runs'
+        // events in `events` (component `run.<id>`), replayed by
+        // `session/load`. Additive: no existing table changes.
+        version: 3,
+        sql: r#"
+        CREATE TABLE acp_sessions (
+            id            TEXT    PRIMARY KEY,
+            profile       TEXT    NOT NULL,
+            cwd           TEXT    NOT NULL,
+            title         TEXT,
+            forked_from   TEXT,
+            created_at_ms INTEGER NOT NULL,
+            updated_at_ms INTEGER NOT NULL
+        );
+        CREATE INDEX acp_sessions_by_update ON acp_sessions (updated_at_ms, id);
+        CREATE TABLE acp_session_runs (
+            session_id TEXT    NOT NULL,
+            seq        INTEGER NOT NULL,
+            run_id     TEXT    NOT NULL,
+            prompt     TEXT    NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        );
+    "#,
+    },
 ];
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

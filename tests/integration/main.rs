@@ -2,6 +2,7 @@
 //! binary or real peers (processes, files, sockets on 127.0.0.1). Each
 //! capability has its own module.
 
+mod acp;
 mod agents;
 mod api;
 mod architecture;

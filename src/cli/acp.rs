@@ -1,0 +1,120 @@
+//! `npc acp [--profile NAME]`: npc as an Agent Client Protocol agent on
+//! stdio for editors (see `crate::acp`). stdout carries only protocol
+//! frames; errors before the protocol starts and every log line go to
+//! stderr (`NPC_LOG` sets the filter). Ends with 0 when the editor closes
+//! stdin or on SIGINT/SIGTERM (running prompts are cancelled, their agents'
+//! process groups killed).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::Exit;
+use crate::model::{self, ProcessEnv};
+
+#[derive(Debug, Args)]
+pub struct AcpArgs {
+    /// The profile sessions run (default: the manifest's only profile, or one named `default`)
+    #[arg(long, value_name = "NAME")]
+    profile: Option<String>,
+    /// Stop each prompt's run after this many seconds (default 1800)
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
+    timeout: Option<u64>,
+    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
+    #[arg(long, short = 'm')]
+    manifest: Option<PathBuf>,
+}
+
+pub fn run(args: AcpArgs) -> anyhow::Result<Exit> {
+    let path = super::manifest_path(args.manifest.clone())?;
+    let paths = crate::runtime::RepoPaths::resolve(&path, &crate::runtime::state_dir_hint(&path))?;
+    let loaded = model::load_path(&paths.manifest, &ProcessEnv)
+        .with_context(|| format!("cannot read `{}`", path.display()))?;
+    let Some(manifest) = loaded.manifest else {
+        for d in &loaded.diagnostics {
+            errln!("{d}");
+        }
+        errln!(
+            "error: `{}` is invalid; fix it (see `npc validate`) before serving ACP",
+            loaded.source.name()
+        );
+        return Ok(Exit::Failed);
+    };
+    let profile = match crate::acp::choose_profile(&manifest, args.profile.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            errln!("error: {e}");
+            return Ok(Exit::Usage);
+        }
+    };
+    // Logs go to stderr only: stdout belongs to the protocol.
+    let filter = std::env::var("NPC_LOG").unwrap_or_else(|_| "warn".to_string());
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .log_internal_errors(false)
+        .try_init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let result = rt.block_on(async move {
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        let store = Arc::new(
+            crate::runtime::open_store(&paths)
+                .with_context(|| format!("cannot open `{}`", paths.db().display()))?,
+        );
+        let bus = crate::bus::EventBus::new(store.clone());
+        bus.set_secrets(manifest.secret_values());
+        let (events, _supervisor_events) = tokio::sync::mpsc::unbounded_channel();
+        // Contained like `npc run`'s: every agent's process group dies with
+        // npc, even when it is killed.
+        let supervisor = crate::supervisor::Supervisor::for_npc(
+            events,
+            crate::supervisor::BackoffPolicy::default(),
+            &paths.root,
+            &paths.runtime_dir(),
+        );
+        let hooks = Arc::new(crate::hooks::HookRunner::new(
+            crate::hooks::HookSet::for_repository(&paths.root, &manifest),
+            supervisor.clone(),
+            Some(bus.clone()),
+        ));
+        let config = crate::acp::Config {
+            manifest,
+            root: paths.root.clone(),
+            profile,
+            store,
+            bus: bus.clone(),
+            supervisor,
+            hooks,
+            timeout: args
+                .timeout
+                .map_or(crate::runs::DEFAULT_RUN_TIMEOUT, Duration::from_secs),
+        };
+        let (stdin, stdout) = crate::surfaces::stdio::std_streams();
+        let serving = crate::acp::serve(config, stdin, stdout);
+        tokio::pin!(serving);
+        let served = tokio::select! {
+            served = &mut serving => served,
+            _ = interrupt.recv() => Ok(()),
+            _ = terminate.recv() => Ok(()),
+        };
+        bus.shutdown().await;
+        served.map_err(anyhow::Error::from)
+    });
+    // A read of stdin may still be blocked in the runtime's pool.
+    rt.shutdown_background();
+    match result {
+        Ok(()) => Ok(Exit::Ok),
+        Err(e) => {
+            errln!("error: {e:#}");
+            Ok(Exit::Failed)
+        }
+    }
+}

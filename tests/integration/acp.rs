@@ -1,0 +1,514 @@
+//! `npc acp`: the real binary driven by a real ACP client — the ACP Python
+//! SDK (PyPI `agent-client-protocol`, installed by `.ci/run`) through
+//! `fixtures/acp/client.py` — over stdio, with the fake agent fixtures as
+//! the profile's agent CLI: initialize, a new session, a prompt streaming
+//! updates, cancel mid-stream (the agent's process group is gone), a hook's
+//! `ask` answered allow and deny in the editor, list/load/resume/fork after
+//! a restart. A raw test reads every stdout line as JSON-RPC while sending
+//! hostile frames.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+
+use crate::support::{npc, npc_path, repo_root, wait_for};
+
+const CLAUDE_TOOL_CALL: &str = "claude_code/2.1.197/tool_call.jsonl";
+/// The Claude session id recorded in [`CLAUDE_TOOL_CALL`].
+const CLAUDE_SESSION: &str = "5f0c-aa";
+
+fn toml_str(s: &str) -> String {
+    Value::String(s.to_string()).to_string()
+}
+
+/// A repository whose profile `dev` runs the fake agent replaying
+/// [`CLAUDE_TOOL_CALL`] with `env`, and whose profile `hooked` runs
+/// `fixtures/acp/hooked-agent.py` under a `before_tool` hook answering `ask`.
+fn repo(env: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = repo_root().join("fixtures/clis/fake-agent.py");
+    let hooked = repo_root().join("fixtures/acp/hooked-agent.py");
+    let fixture = repo_root().join("fixtures/clis").join(CLAUDE_TOOL_CALL);
+    let env: Vec<String> = env
+        .iter()
+        .map(|(k, v)| format!("{k} = {}", toml_str(v)))
+        .collect();
+    let manifest = format!(
+        r#"
+version = 1
+
+[mcp.servers.fs]
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-filesystem", "."]
+
+[providers.fake]
+kind = "claude_code"
+command = {agent}
+args = ["--provider", "claude_code", "--fixture", {fixture}]
+env = {{ {env} }}
+
+[providers.hooked]
+kind = "claude_code"
+command = {hooked}
+env = {{ NPC_BIN = {npc} }}
+
+[prompts.review]
+template = "Review {{{{ vars.branch }}}} carefully"
+variables.branch = {{ default = "main" }}
+
+[[hooks.before_tool]]
+command = "sh"
+args = ["-c", "cat >/dev/null; echo '{{\"decision\":\"ask\",\"reason\":\"it runs a shell\"}}'"]
+matcher = "^Bash$"
+
+[profiles.dev]
+provider = "fake"
+description = "development"
+mcp_servers = ["fs"]
+
+[profiles.hooked]
+provider = "hooked"
+description = "asks before tools"
+"#,
+        agent = toml_str(&agent.display().to_string()),
+        hooked = toml_str(&hooked.display().to_string()),
+        fixture = toml_str(&fixture.display().to_string()),
+        npc = toml_str(&npc_path().display().to_string()),
+        env = env.join(", "),
+    );
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    dir
+}
+
+/// Whether the ACP Python SDK is importable (else the test is skipped).
+fn python_sdk() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import acp"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!(
+            "skipped: the ACP Python SDK is not installed (`pip install agent-client-protocol==0.12.1`; .ci/run installs it)"
+        );
+    }
+    ok
+}
+
+/// Run `fixtures/acp/client.py SCENARIO` against `npc acp --profile PROFILE` in `dir`.
+fn client(dir: &Path, profile: &str, scenario: &str, args: &[&str]) -> Value {
+    let out = Command::new("python3")
+        .arg(repo_root().join("fixtures/acp/client.py"))
+        .arg(scenario)
+        .arg(npc_path())
+        .arg(dir)
+        .args(args)
+        .env("ACP_PROFILE", profile)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client {scenario} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The `update` objects a client saw, of session `id`.
+fn updates<'a>(seen: &'a Value, id: &str) -> Vec<&'a Value> {
+    seen["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["sessionId"] == id)
+        .map(|u| &u["update"])
+        .collect()
+}
+
+fn kinds(updates: &[&Value]) -> Vec<String> {
+    updates
+        .iter()
+        .map(|u| u["sessionUpdate"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn events(dir: &Path) -> Vec<Value> {
+    let out = npc()
+        .current_dir(dir)
+        .args(["events", "--format", "json"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn argv(file: &Path) -> Vec<String> {
+    serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap()
+}
+
+#[test]
+fn a_prompt_streams_the_runs_updates_advertises_commands_and_is_recorded() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&[]);
+    let seen = client(dir.path(), "dev", "prompt", &["list the files"]);
+    let caps = &seen["init"]["agentCapabilities"];
+    assert_eq!(caps["loadSession"], true);
+    for cap in ["list", "resume", "fork"] {
+        assert!(caps["sessionCapabilities"][cap].is_object(), "{caps}");
+    }
+    assert_eq!(caps["_meta"]["npc"]["mcpServers"], json!(["fs"]));
+    assert_eq!(seen["session_meta"]["npc"]["mcpServers"], json!(["fs"]));
+    let id = seen["session_id"].as_str().unwrap();
+    assert!(id.starts_with("acp-"), "{id}");
+    let ups = updates(&seen, id);
+    let commands = ups
+        .iter()
+        .find(|u| u["sessionUpdate"] == "available_commands_update")
+        .expect("the manifest's prompts as slash commands");
+    assert_eq!(commands["availableCommands"][0]["name"], "review");
+    let stream: Vec<&Value> = ups
+        .into_iter()
+        .filter(|u| u["sessionUpdate"] != "available_commands_update")
+        .collect();
+    assert_eq!(
+        kinds(&stream),
+        [
+            "agent_message_chunk",
+            "tool_call",
+            "tool_call_update",
+            "agent_message_chunk"
+        ]
+    );
+    assert_eq!(stream[0]["content"]["text"], "Listing files.");
+    assert_eq!(stream[1]["toolCallId"], "toolu_01");
+    assert_eq!(stream[1]["kind"], "execute");
+    assert_eq!(stream[1]["status"], "in_progress");
+    assert_eq!(stream[2]["toolCallId"], "toolu_01");
+    assert_eq!(stream[2]["status"], "completed");
+    assert_eq!(stream[3]["content"]["text"], "Two entries.");
+    assert_eq!(seen["stop_reason"], "end_turn");
+    // The prompt was an `npc run`: its events are in the log under its id.
+    let run_id = seen["meta"]["npc"]["runId"].as_str().unwrap();
+    let finished = events(dir.path())
+        .into_iter()
+        .find(|e| e["kind"] == "run.finished")
+        .expect("run.finished");
+    assert_eq!(finished["payload"]["run_id"], run_id);
+    assert_eq!(finished["payload"]["outcome"], "succeeded");
+}
+
+#[test]
+fn a_slash_command_renders_the_manifests_prompt_and_a_second_prompt_resumes_the_conversation() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&[]);
+    let argv_file = dir.path().join("argv.json");
+    let manifest = std::fs::read_to_string(dir.path().join("npcagent.toml")).unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        manifest.replacen(
+            "env = {  }",
+            &format!(
+                "env = {{ FAKE_AGENT_ARGV_FILE = {} }}",
+                toml_str(&argv_file.display().to_string())
+            ),
+            1,
+        ),
+    )
+    .unwrap();
+    let seen = client(dir.path(), "dev", "twice", &["/review branch=topic"]);
+    assert_eq!(seen["stop_reason"], "end_turn");
+    // The second run continued the Claude conversation the first recorded.
+    let args = argv(&argv_file);
+    assert_eq!(&args[..2], ["--resume", CLAUDE_SESSION], "{args:?}");
+    assert!(
+        args.iter().any(|a| a == "Review topic carefully"),
+        "{args:?}"
+    );
+}
+
+#[test]
+fn cancel_mid_stream_ends_the_prompt_cancelled_and_kills_the_agents_process_group() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("agent.pid");
+    let repo = repo(&[
+        ("FAKE_AGENT_HANG", "1"),
+        ("FAKE_AGENT_PID_FILE", &pid_file.display().to_string()),
+    ]);
+    let seen = client(repo.path(), "dev", "cancel", &["go on forever"]);
+    assert_eq!(seen["stop_reason"], "cancelled");
+    assert_eq!(seen["meta"]["npc"]["outcome"], "cancelled");
+    let id = seen["session_id"].as_str().unwrap();
+    assert!(
+        updates(&seen, id)
+            .iter()
+            .any(|u| u["sessionUpdate"] == "agent_message_chunk"),
+        "an update streamed before the cancel"
+    );
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The agent led its own process group; nothing of it is left.
+    wait_for("the agent's process group to be gone", || {
+        kill(Pid::from_raw(-pid), None).is_err().then_some(())
+    });
+    let finished = events(repo.path())
+        .into_iter()
+        .find(|e| e["kind"] == "run.finished")
+        .unwrap();
+    assert_eq!(finished["payload"]["cancelled"], true);
+}
+
+#[test]
+fn a_hooks_ask_is_a_permission_request_and_the_editors_answer_decides() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&[]);
+    for (answer, status, text) in [
+        ("allow", "completed", "ran: ls"),
+        ("deny", "failed", "denied in the editor"),
+    ] {
+        let seen = client(dir.path(), "hooked", "permission", &[answer]);
+        let asked = seen["permissions"].as_array().unwrap();
+        assert_eq!(asked.len(), 1, "{seen}");
+        assert_eq!(asked[0]["sessionId"], seen["session_id"]);
+        let call = &asked[0]["toolCall"];
+        assert_eq!(call["toolCallId"], "toolu_hooked");
+        assert_eq!(call["rawInput"], json!({"command": "ls"}));
+        assert!(
+            call["title"].as_str().unwrap().contains("it runs a shell"),
+            "{call}"
+        );
+        let kinds: Vec<&str> = asked[0]["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["allow_once", "reject_once"]);
+        let id = seen["session_id"].as_str().unwrap();
+        let result = updates(&seen, id)
+            .into_iter()
+            .find(|u| u["sessionUpdate"] == "tool_call_update")
+            .unwrap()
+            .clone();
+        assert_eq!(result["status"], status, "{answer}: {result}");
+        assert!(
+            result["rawOutput"].as_str().unwrap().contains(text),
+            "{answer}: {result}"
+        );
+        assert_eq!(seen["stop_reason"], "end_turn");
+    }
+    // Each answer is on record as the hook call's decision.
+    let asks: Vec<String> = events(dir.path())
+        .into_iter()
+        .filter(|e| e["kind"] == "hook.call" && e["payload"]["decision"] == "ask")
+        .map(|e| e["payload"]["detail"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(asks.len(), 2, "{asks:?}");
+    assert_eq!(asks[0], "allowed by the user");
+    assert!(asks[1].starts_with("denied"), "{asks:?}");
+}
+
+#[test]
+fn an_ask_without_an_editor_is_denied() {
+    // `npc hook run` outside `npc acp`: nobody to ask, so the call is blocked.
+    let dir = repo(&[]);
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["hook", "run", "before_tool", "--agent", "claude"])
+        .write_stdin(r#"{"tool_name":"Bash","tool_use_id":"t","tool_input":{"command":"ls"}}"#)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nobody can be asked"));
+}
+
+#[test]
+fn sessions_survive_a_restart_list_load_resume_and_fork() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = repo(&[]);
+    let argv_file = dir.path().join("argv.json");
+    let first = client(dir.path(), "dev", "prompt", &["list the files"]);
+    let id = first["session_id"].as_str().unwrap();
+    let manifest = std::fs::read_to_string(dir.path().join("npcagent.toml")).unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        manifest.replacen(
+            "env = {  }",
+            &format!(
+                "env = {{ FAKE_AGENT_ARGV_FILE = {} }}",
+                toml_str(&argv_file.display().to_string())
+            ),
+            1,
+        ),
+    )
+    .unwrap();
+    // A new `npc acp` process.
+    let seen = client(dir.path(), "dev", "reload", &[id]);
+    let listed = seen["listed"]["sessions"].as_array().unwrap();
+    let entry = listed.iter().find(|s| s["sessionId"] == id).unwrap();
+    assert_eq!(entry["title"], "list the files");
+    assert_eq!(
+        PathBuf::from(entry["cwd"].as_str().unwrap()),
+        dir.path().to_path_buf()
+    );
+    let loaded: Vec<&Value> = seen["loaded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["sessionId"] == id)
+        .map(|u| &u["update"])
+        .filter(|u| u["sessionUpdate"] != "available_commands_update")
+        .collect();
+    assert_eq!(
+        kinds(&loaded),
+        [
+            "user_message_chunk",
+            "agent_message_chunk",
+            "tool_call",
+            "tool_call_update",
+            "agent_message_chunk"
+        ]
+    );
+    assert_eq!(loaded[0]["content"]["text"], "list the files");
+    assert_eq!(loaded[2]["toolCallId"], "toolu_01");
+    // The fork's first prompt branches off the recorded Claude conversation.
+    let fork = seen["fork"].as_str().unwrap();
+    assert_ne!(fork, id);
+    assert_eq!(seen["stop_reason"], "end_turn");
+    let args = argv(&argv_file);
+    assert_eq!(
+        &args[..3],
+        ["--resume", CLAUDE_SESSION, "--fork-session"],
+        "{args:?}"
+    );
+}
+
+/// Send `frames` to a raw `npc acp`, then wait for the response to `last_id`
+/// and close stdin; every stdout line, parsed.
+fn raw_session(dir: &Path, frames: &[Vec<u8>], last_id: i64) -> Vec<Value> {
+    let mut child = Command::new(npc_path())
+        .args(["acp", "--profile", "dev"])
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let frames = frames.to_vec();
+    let writer = std::thread::spawn(move || {
+        for f in frames {
+            stdin.write_all(&f).unwrap();
+            stdin.write_all(b"\n").unwrap();
+        }
+        stdin
+    });
+    let mut lines = Vec::new();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    loop {
+        let mut line = String::new();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "stdout ended early"
+        );
+        let v: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("a stdout line that is not JSON ({e}): {line:?}"));
+        assert_eq!(v["jsonrpc"], "2.0", "{v}");
+        let done = v["id"] == last_id && v.get("method").is_none();
+        lines.push(v);
+        if done {
+            break;
+        }
+    }
+    drop(writer.join().unwrap());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut rest).unwrap();
+    for line in rest.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["jsonrpc"], "2.0");
+        lines.push(v);
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "npc acp exited with {status}");
+    lines
+}
+
+#[test]
+fn stdout_carries_only_json_rpc_frames_and_hostile_frames_get_errors() {
+    let dir = repo(&[]);
+    let line = |v: Value| v.to_string().into_bytes();
+    let mut oversized = vec![b'{'; npcagent::acp::frame::MAX_LINE_BYTES + 10];
+    oversized.push(b'}');
+    let frames = vec![
+        oversized,
+        b"this is not json".to_vec(),
+        b"[1,2,3]".to_vec(),
+        line(json!({"jsonrpc":"2.0","id":1,"method":"no/such/method"})),
+        line(
+            json!({"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"acp-missing","prompt":[{"type":"text","text":"x"}]}}),
+        ),
+        line(json!({"jsonrpc":"2.0","id":3,"method":"session/new","params":{"cwd": 5}})),
+        line(json!({"jsonrpc":"2.0","id":4,"method":"initialize","params":{"protocolVersion":1}})),
+        line(
+            json!({"jsonrpc":"2.0","id":5,"method":"session/new","params":{"cwd": dir.path(), "mcpServers": []}}),
+        ),
+    ];
+    let lines = raw_session(dir.path(), &frames, 5);
+    // Frames that are not requests are answered in order, with a null id.
+    let unaddressed: Vec<i64> = lines
+        .iter()
+        .filter(|l| l["id"].is_null() && l.get("error").is_some())
+        .map(|l| l["error"]["code"].as_i64().unwrap())
+        .collect();
+    assert_eq!(unaddressed, [-32600, -32700, -32600], "{lines:#?}");
+    // Requests are answered concurrently; each gets its own error.
+    let code = |id: i64| {
+        lines
+            .iter()
+            .find(|l| l["id"] == id)
+            .unwrap_or_else(|| panic!("no answer to {id}: {lines:#?}"))["error"]["code"]
+            .as_i64()
+    };
+    assert_eq!(code(1), Some(-32601));
+    assert_eq!(code(2), Some(-32002));
+    assert_eq!(code(3), Some(-32602));
+    assert_eq!(code(4), None);
+    let session = lines.iter().find(|l| l["id"] == 5).unwrap()["result"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The same process still serves a full prompt after the garbage.
+    let frames = vec![line(
+        json!({"jsonrpc":"2.0","id":9,"method":"session/prompt",
+        "params":{"sessionId": session,"prompt":[{"type":"text","text":"list"}]}}),
+    )];
+    let lines = raw_session(dir.path(), &frames, 9);
+    let updates: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["method"] == "session/update")
+        .collect();
+    assert!(updates.len() >= 4, "{lines:#?}");
+    let done = lines.iter().find(|l| l["id"] == 9).unwrap();
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+}
