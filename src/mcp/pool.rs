@@ -211,6 +211,8 @@ pub struct ServerStatus {
     pub state: UpstreamState,
     /// Tools the gateway lists for it.
     pub tools: usize,
+    /// Their namespaced names, as clients see them (the dashboard lists them).
+    pub tool_names: Vec<String>,
     pub last_call: Option<LastCall>,
 }
 
@@ -1005,6 +1007,11 @@ impl Pool {
                 },
                 state: lock(&u.state).clone(),
                 tools: tools.iter().filter(|t| &t.server == name).count(),
+                tool_names: tools
+                    .iter()
+                    .filter(|t| &t.server == name)
+                    .map(|t| t.definition.name.to_string())
+                    .collect(),
                 last_call: lock(&u.last_call).as_ref().map(|(at, tool)| LastCall {
                     tool: tool.clone(),
                     at: chrono::DateTime::<chrono::Utc>::from(*at).to_rfc3339(),

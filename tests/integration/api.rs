@@ -503,7 +503,12 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
     assert!(text("notice").contains("needs_attention"), "{seen}");
     assert!(text("attention_row").contains("needs attention"), "{seen}");
     let mcp_row = text("mcp_row");
-    assert!(mcp_row.starts_with("helloconnected2"), "{mcp_row}");
+    // Connected, with its tools by the names clients call them.
+    assert!(mcp_row.starts_with("helloconnected"), "{mcp_row}");
+    assert!(
+        mcp_row.contains("hello__hello") && mcp_row.contains("hello__add"),
+        "{mcp_row}"
+    );
 
     // The trigger row names its schedule and next fire time (1 January).
     assert!(text("trigger_row").contains("0 0 1 1 *"), "{seen}");
