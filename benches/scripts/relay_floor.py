@@ -1,0 +1,43 @@
+"""The floor of "a process in the middle" for the MCP gateway (RESULTS.md, MCP gateway).
+
+Same-run p50 of server-everything's `echo` over stdio, three ways, calls interleaved:
+directly; through `relay_floor` (benches/scripts/relay_floor.rs: two blocking threads
+copying lines, no parsing); and through `npc mcp serve`. Usage:
+
+    rustc -O benches/scripts/relay_floor.rs -o /tmp/relay_floor
+    RELAY=/tmp/relay_floor NPC=target/release/npc python3 benches/scripts/relay_floor.py REPO
+
+where REPO holds an npcagent.toml declaring `[mcp.servers.everything]` with
+`command = "mcp-server-everything"`.
+"""
+import json, subprocess, sys, time, os, statistics
+def start(cmd, cwd=None):
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd, bufsize=0)
+    def call(i, method, params):
+        p.stdin.write((json.dumps({"jsonrpc":"2.0","id":i,"method":method,"params":params})+"\n").encode())
+        while True:
+            line = p.stdout.readline()
+            m = json.loads(line)
+            if m.get("id") == i: return m
+    call(0, "initialize", {"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"b","version":"1"}})
+    p.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+    return p, call
+repo = sys.argv[1]
+paths = {
+  "direct": start(["mcp-server-everything"]),
+  "relay": start([os.environ["RELAY"], "mcp-server-everything"]),
+  "gateway": start([os.environ["NPC"], "mcp", "serve"], cwd=repo),
+}
+names = {"direct":"echo","relay":"echo","gateway":"everything__echo"}
+lat = {k: [] for k in paths}
+for i in range(1, 2301):
+    for k,(p,call) in paths.items():
+        t = time.perf_counter()
+        r = call(i, "tools/call", {"name":names[k],"arguments":{"message":"hello"}})
+        d = time.perf_counter()-t
+        assert "result" in r, r
+        if i > 300: lat[k].append(d*1000)
+med = {k: statistics.median(v) for k,v in lat.items()}
+print({k: round(v,3) for k,v in med.items()})
+print("relay adds %.3f ms, gateway adds %.3f ms" % (med["relay"]-med["direct"], med["gateway"]-med["direct"]))
+for p,_ in paths.values(): p.stdin.close()
