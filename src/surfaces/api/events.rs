@@ -57,7 +57,15 @@ impl Live {
             store: store.clone(),
             streams: Arc::new(Semaphore::new(MAX_STREAMS)),
         };
-        tokio::spawn(tail(store, bus, tx));
+        // The tailer starts from the log's end as it is now, read before
+        // this returns: an event committed later, by any process, is
+        // broadcast, and one committed earlier is in every stream's replay.
+        match store.last_event_id() {
+            Ok(last) => {
+                tokio::spawn(tail(store, bus, tx, last));
+            }
+            Err(e) => tracing::error!("the event stream cannot follow the log: {e}"),
+        }
         live
     }
 }
@@ -73,14 +81,7 @@ async fn page_after(store: &Arc<Store>, after: i64) -> Option<Vec<Event>> {
 /// Read the store after the last id seen whenever the bus publishes (or
 /// every [`FOREIGN_POLL`]), and broadcast what is new. Ends when every
 /// receiver and the bus are gone.
-async fn tail(store: Arc<Store>, bus: EventBus, tx: broadcast::Sender<Arc<Event>>) {
-    let Ok(mut last) = ({
-        let store = store.clone();
-        tokio::task::spawn_blocking(move || store.last_event_id()).await
-    })
-    .unwrap_or(Ok(0)) else {
-        return;
-    };
+async fn tail(store: Arc<Store>, bus: EventBus, tx: broadcast::Sender<Arc<Event>>, mut last: i64) {
     let mut wake = bus.follow(last).ok();
     loop {
         let Some(page) = page_after(&store, last).await else {
