@@ -14,7 +14,6 @@ use clap::Args;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::Exit;
-use crate::model::{self, ProcessEnv};
 
 #[derive(Debug, Args)]
 pub struct AcpArgs {
@@ -32,16 +31,7 @@ pub struct AcpArgs {
 pub fn run(args: AcpArgs) -> anyhow::Result<Exit> {
     let path = super::manifest_path(args.manifest.clone())?;
     let paths = crate::runtime::RepoPaths::resolve(&path, &crate::runtime::state_dir_hint(&path))?;
-    let loaded = model::load_path(&paths.manifest, &ProcessEnv)
-        .with_context(|| format!("cannot read `{}`", path.display()))?;
-    let Some(manifest) = loaded.manifest else {
-        for d in &loaded.diagnostics {
-            errln!("{d}");
-        }
-        errln!(
-            "error: `{}` is invalid; fix it (see `npc validate`) before serving ACP",
-            loaded.source.name()
-        );
+    let Some(manifest) = super::valid_manifest(&paths.manifest, "before serving ACP")? else {
         return Ok(Exit::Failed);
     };
     let profile = match crate::acp::choose_profile(&manifest, args.profile.as_deref()) {

@@ -27,7 +27,7 @@ use super::Exit;
 use crate::mcp::builtin::{Builtins, npc::NpcContext};
 use crate::mcp::catalog::ManifestPrompts;
 use crate::mcp::{CallPath, Gateway, Pool, pool::IDLE_SWEEP_INTERVAL, relay};
-use crate::model::{self, ProcessEnv};
+use crate::model;
 use crate::surfaces::control::connect_mcp;
 use crate::surfaces::mcp_http::{Access, MCP_HTTP_PATH, McpHttpError, McpHttpListener};
 use tokio::io::AsyncWriteExt as _;
@@ -79,16 +79,7 @@ fn http_access(addr: SocketAddr, daemon: &model::Daemon) -> Result<Access, Strin
 fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     let path = super::manifest_path(args.manifest)?;
     let paths = crate::runtime::RepoPaths::resolve(&path, &crate::runtime::state_dir_hint(&path))?;
-    let loaded = model::load_path(&paths.manifest, &ProcessEnv)
-        .with_context(|| format!("cannot read `{}`", path.display()))?;
-    let Some(manifest) = loaded.manifest else {
-        for d in &loaded.diagnostics {
-            errln!("{d}");
-        }
-        errln!(
-            "error: `{}` is invalid; fix it (see `npc validate`) before serving",
-            loaded.source.name()
-        );
+    let Some(manifest) = super::valid_manifest(&paths.manifest, "before serving")? else {
         return Ok(Exit::Failed);
     };
     let access = match args.http.map(|addr| http_access(addr, &manifest.daemon)) {

@@ -377,6 +377,29 @@ fn standalone_recording(
     Ok((bus, supervisor, receiver))
 }
 
+/// Load the manifest at `path` (with the process environment) for a
+/// command that needs a valid one. When it is invalid, every diagnostic is
+/// printed with "fix it (see `npc validate`) `before`" and `None` returned
+/// (the command exits [`Exit::Failed`]).
+fn valid_manifest(
+    path: &std::path::Path,
+    before: &str,
+) -> anyhow::Result<Option<crate::model::Manifest>> {
+    use anyhow::Context as _;
+    let loaded = crate::model::load_path(path, &crate::model::ProcessEnv)
+        .with_context(|| format!("cannot read `{}`", path.display()))?;
+    if loaded.manifest.is_none() {
+        for d in &loaded.diagnostics {
+            errln!("{d}");
+        }
+        errln!(
+            "error: `{}` is invalid; fix it (see `npc validate`) {before}",
+            loaded.source.name()
+        );
+    }
+    Ok(loaded.manifest)
+}
+
 fn manifest_path(path: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     if let Some(p) = path {
         return Ok(p);

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
 use super::Exit;
-use crate::model::{self, ProcessEnv};
+
 use crate::render::{self, RenderContext};
 
 #[derive(Debug, Args)]
@@ -70,18 +70,10 @@ pub fn run(args: RenderArgs) -> anyhow::Result<Exit> {
     let path = crate::runtime::RepoPaths::resolve(&path, crate::model::DEFAULT_STATE_DIR)
         .with_context(|| format!("cannot read `{}`", path.display()))?
         .manifest;
-    let loaded = model::load_path(&path, &ProcessEnv)
-        .with_context(|| format!("cannot read `{}`", path.display()))?;
-    let Some(manifest) = &loaded.manifest else {
-        for d in &loaded.diagnostics {
-            errln!("{d}");
-        }
-        errln!(
-            "error: `{}` is invalid; fix it (see `npc validate`) before rendering",
-            loaded.source.name()
-        );
+    let Some(manifest) = super::valid_manifest(&path, "before rendering")? else {
         return Ok(Exit::Failed);
     };
+    let manifest = &manifest;
     let root = path.parent().map(PathBuf::from).unwrap_or_default();
     let ctx = RenderContext::new(&root, manifest);
     let result = match args.target {

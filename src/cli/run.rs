@@ -8,13 +8,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::Args;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::output::OutputError;
 use super::{Exit, Format};
-use crate::model::{self, ProcessEnv};
+
 use crate::providers::AgentEvent;
 use crate::runs::{self, Outcome, PromptChoice, RunRequest, view};
 
@@ -59,18 +58,10 @@ fn parse_var(s: &str) -> Result<(String, String), String> {
 pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
     let path = super::manifest_path(args.manifest.clone())?;
     let paths = crate::runtime::RepoPaths::resolve(&path, &crate::runtime::state_dir_hint(&path))?;
-    let loaded = model::load_path(&paths.manifest, &ProcessEnv)
-        .with_context(|| format!("cannot read `{}`", path.display()))?;
-    let Some(manifest) = &loaded.manifest else {
-        for d in &loaded.diagnostics {
-            errln!("{d}");
-        }
-        errln!(
-            "error: `{}` is invalid; fix it (see `npc validate`) before running",
-            loaded.source.name()
-        );
+    let Some(manifest) = super::valid_manifest(&paths.manifest, "before running")? else {
         return Ok(Exit::Failed);
     };
+    let manifest = &manifest;
     let prompt = match (args.prompt, args.prompt_template) {
         (_, None) if !args.vars.is_empty() => {
             errln!("error: {}", runs::RunError::VarsWithoutTemplate);
