@@ -13,8 +13,11 @@
 //! Needs `wrk` (Debian package, installed by `.ci/run`) for part 1, which
 //! is skipped with a message without it.
 
+#[path = "common/mod.rs"]
+mod common;
+use common::{installed, npc};
+
 use std::io::{BufRead as _, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,55 +33,12 @@ use npcagent::triggers::ManualRun;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 
-/// How long each `wrk` run lasts.
-const WRK_SECONDS: u32 = 8;
-/// `wrk` connections and threads.
-const WRK_CONNECTIONS: u32 = 64;
-const WRK_THREADS: u32 = 2;
 /// Streams in the fan-out measurement.
 const SSE_CLIENTS: usize = 100;
 /// Events published in the fan-out measurement.
 const SSE_EVENTS: usize = 2_000;
 /// Longest any wait may take.
 const LIMIT: Duration = Duration::from_secs(120);
-
-fn npc() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_npc"))
-}
-
-fn installed(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Requests/s and non-2xx answers of one `wrk` run against `url`.
-fn wrk(url: &str) -> (f64, u64) {
-    let out = Command::new("wrk")
-        .args([
-            "-t",
-            &WRK_THREADS.to_string(),
-            "-c",
-            &WRK_CONNECTIONS.to_string(),
-            "-d",
-            &format!("{WRK_SECONDS}s"),
-            url,
-        ])
-        .output()
-        .expect("wrk runs");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let number = |prefix: &str| -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.trim().strip_prefix(prefix))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-    };
-    let rps = number("Requests/sec:").unwrap_or_else(|| panic!("no rate in {text}"));
-    let non_2xx = number("Non-2xx or 3xx responses:").unwrap_or(0.0) as u64;
-    (rps, non_2xx)
-}
 
 /// A constant-answer axum server in this process: the baseline.
 async fn constant_server() -> String {
@@ -130,13 +90,14 @@ async fn status_paths() {
     }
     let baseline_url = constant_server().await;
     let (_dir, mut child, url) = daemon();
-    let (base, base_bad) = tokio::task::spawn_blocking(move || wrk(&baseline_url))
+    let base = tokio::task::spawn_blocking(move || common::wrk(&baseline_url, None))
         .await
         .unwrap();
-    let (api, api_bad) = tokio::task::spawn_blocking(move || wrk(&url))
+    let api = tokio::task::spawn_blocking(move || common::wrk(&url, None))
         .await
         .unwrap();
-    assert_eq!((base_bad, api_bad), (0, 0), "every answer a 200");
+    assert_eq!((base.non_2xx, api.non_2xx), (0, 0), "every answer a 200");
+    let (base, api) = (base.requests_per_second, api.requests_per_second);
     println!(
         "status: baseline (constant axum route) {base:.0} req/s | npc daemon GET /api/v1/status {api:.0} req/s (ratio {:.2})",
         api / base

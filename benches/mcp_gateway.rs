@@ -15,8 +15,12 @@
 //! (`.ci/run`); its HTTP transport is bound to 127.0.0.1 by
 //! `fixtures/mcp/loopback.cjs`. Skips with a message when it is missing.
 
+#[path = "common/mod.rs"]
+mod common;
+use common::{installed, npc};
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,18 +53,6 @@ type Client = RunningService<RoleClient, ()>;
 
 fn repo_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn npc() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_npc"))
-}
-
-fn installed(program: &str) -> bool {
-    std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// A client of the stdio server `command` runs (killed with the child).

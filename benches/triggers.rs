@@ -17,6 +17,10 @@
 //! Needs `wrk` (Debian package `wrk`, installed by `.ci/run`); the webhook
 //! part is skipped with a message without it.
 
+#[path = "common/mod.rs"]
+mod common;
+use common::{WRK_CONNECTIONS, WRK_SECONDS, WRK_THREADS, installed, npc};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,11 +28,6 @@ use std::time::{Duration, Instant};
 use npcagent::model::schedule::Schedule;
 use npcagent::triggers::cron;
 
-/// How long each `wrk` run lasts.
-const WRK_SECONDS: u32 = 8;
-/// `wrk` connections and threads.
-const WRK_CONNECTIONS: u32 = 64;
-const WRK_THREADS: u32 = 2;
 /// Triggers in the cron scheduling measurement.
 const CRON_TRIGGERS: usize = 10_000;
 /// Ticks measured (the median is reported).
@@ -39,18 +38,6 @@ const WATCH_WRITES: usize = 30;
 const WATCH_DEBOUNCE_MS: u64 = 100;
 /// Longest any wait may take.
 const LIMIT: Duration = Duration::from_secs(60);
-
-fn npc() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_npc"))
-}
-
-fn installed(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     let end = Instant::now() + LIMIT;
@@ -121,40 +108,6 @@ impl Drop for Daemon {
         );
         let _ = self.child.wait();
     }
-}
-
-/// `wrk` against `url` with `script`: (requests/s, non-2xx responses, total).
-fn wrk(url: &str, script: &Path) -> (f64, u64, u64) {
-    let out = Command::new("wrk")
-        .args([
-            "-t",
-            &WRK_THREADS.to_string(),
-            "-c",
-            &WRK_CONNECTIONS.to_string(),
-            "-d",
-            &format!("{WRK_SECONDS}s"),
-            "-s",
-            &script.display().to_string(),
-            url,
-        ])
-        .output()
-        .expect("wrk runs");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let number = |prefix: &str| -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.trim().strip_prefix(prefix))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-    };
-    let rps = number("Requests/sec:").unwrap_or_else(|| panic!("no rate in {text}"));
-    let non_2xx = number("Non-2xx or 3xx responses:").unwrap_or(0.0) as u64;
-    let total = text
-        .lines()
-        .find(|l| l.contains("requests in"))
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    (rps, non_2xx, total)
 }
 
 /// A `wrk` script POSTing `body` with `signature`, and a delivery id unique
@@ -234,10 +187,13 @@ action = { command = "sleep", args = ["3600"] }
         axum::serve(listener, app).await.unwrap();
     });
     let base_url = format!("http://{base_addr}/webhooks/bench");
-    let (base_rps, base_bad, _) = wrk(&base_url, &signed);
+    let base = common::wrk(&base_url, Some(&signed));
+    let (base_rps, base_bad) = (base.requests_per_second, base.non_2xx);
     let before = d.store().trigger_runs(Some("bench"), 1).unwrap();
-    let (acc_rps, acc_bad, acc_total) = wrk(&url, &signed);
-    let (rej_rps, rej_bad, rej_total) = wrk(&url, &unsigned);
+    let acc = common::wrk(&url, Some(&signed));
+    let (acc_rps, acc_bad, acc_total) = (acc.requests_per_second, acc.non_2xx, acc.requests);
+    let rej = common::wrk(&url, Some(&unsigned));
+    let (rej_rps, rej_bad, rej_total) = (rej.requests_per_second, rej.non_2xx, rej.requests);
     let rows = wait_for("the committed rows", || {
         let runs = d.store().trigger_runs(Some("bench"), 1).ok()?;
         Some(runs.first()?.seq - before.first().map_or(0, |r| r.seq))
