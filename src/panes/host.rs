@@ -46,6 +46,13 @@ pub const MAX_PANES: usize = 64;
 pub const MAX_USER_INPUT_BYTES: usize = 32 * 1024;
 /// Status label that becomes a notice for every client.
 pub const NEEDS_ATTENTION: &str = "needs_attention";
+/// The reason of an `attention` command's notice.
+pub const ATTENTION: &str = "attention";
+/// Event: a pane needs a person (`plugin`, `reason`).
+pub const NOTICE_EVENT: &str = "pane.notice";
+/// Notices buffered for the relay to other repositories; one further
+/// behind skips the oldest.
+pub const NOTICE_QUEUE: usize = 64;
 /// Status reports buffered for attached clients; a client further behind
 /// skips the oldest (the next report replaces them anyway).
 pub const STATUS_QUEUE: usize = 64;
@@ -112,6 +119,15 @@ pub struct PaneInfo {
     pub cols: Option<u16>,
 }
 
+/// A pane needs a person: what the notice relay
+/// (`runtime::notices`) tells other repositories. Names and a fixed label only.
+#[derive(Debug, Clone)]
+pub struct Notice {
+    pub pane: String,
+    pub plugin: String,
+    pub reason: &'static str,
+}
+
 /// A pane's status report as attached clients receive it live: a plugin's
 /// `status`, or `{"state":"cancelled"}` when a report or hold is cleared.
 #[derive(Debug, Clone)]
@@ -155,6 +171,8 @@ pub struct Host {
     commands: mpsc::UnboundedSender<PluginMsg>,
     /// Status reports for attached clients, sent under the state lock.
     statuses: broadcast::Sender<StatusUpdate>,
+    /// Notices for the relay to other repositories.
+    notices: broadcast::Sender<Notice>,
     next_id: AtomicU64,
     /// Bus events noted under the state lock, published after it.
     pending: Mutex<Pending>,
@@ -206,12 +224,18 @@ impl PaneHost {
             events: events_tx,
             commands: commands_tx,
             statuses: broadcast::channel(STATUS_QUEUE).0,
+            notices: broadcast::channel(NOTICE_QUEUE).0,
             next_id: AtomicU64::new(1),
             pending: Mutex::default(),
             publishing: tokio::sync::Mutex::new(()),
         });
         tokio::spawn(run_loop(Arc::downgrade(&host), events_rx, commands_rx));
         Self { host }
+    }
+
+    /// Every later notice of every pane (see [`Notice`]).
+    pub fn notices(&self) -> broadcast::Receiver<Notice> {
+        self.host.notices.subscribe()
     }
 
     /// Every configured or open pane.
@@ -366,6 +390,22 @@ impl Host {
         let _ = self.statuses.send(StatusUpdate {
             pane: pane.to_string(),
             report: report.clone(),
+        });
+    }
+
+    /// Pane `pane` needs a person (`reason`: [`NEEDS_ATTENTION`] or
+    /// [`ATTENTION`]): a `pane.notice` event, and a [`Notice`] for the
+    /// relay that tells other repositories.
+    fn notice(&self, pane: &str, plugin: &str, reason: &'static str) {
+        self.note(
+            NOTICE_EVENT,
+            Some(pane),
+            serde_json::json!({ "plugin": plugin, "reason": reason }),
+        );
+        let _ = self.notices.send(Notice {
+            pane: pane.to_string(),
+            plugin: plugin.to_string(),
+            reason,
         });
     }
 
@@ -879,11 +919,7 @@ impl Host {
                 self.tell_attached(&name, &report);
                 self.note("pane.status", Some(&name), report);
                 if entering {
-                    self.note(
-                        "pane.notice",
-                        Some(&name),
-                        serde_json::json!({ "plugin": plugin, "reason": NEEDS_ATTENTION }),
-                    );
+                    self.notice(&name, plugin, NEEDS_ATTENTION);
                 }
             }
             Approved::Attention { token, .. } => {
@@ -895,11 +931,7 @@ impl Host {
                     Some(&name),
                     serde_json::json!({ "plugin": plugin }),
                 );
-                self.note(
-                    "pane.notice",
-                    Some(&name),
-                    serde_json::json!({ "plugin": plugin, "reason": "attention" }),
-                );
+                self.notice(&name, plugin, ATTENTION);
             }
             Approved::Relaunch {
                 token,

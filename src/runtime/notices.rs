@@ -1,6 +1,7 @@
-//! The daemon's notice relay: the repository's `pane.notice` events (a pane
-//! entering `needs_attention`, a plugin's `attention`) are posted to the
-//! user-level notice board (`crate::store::notices`), and the notices other
+//! The daemon's notice relay: the pane host's notices (a pane entering
+//! `needs_attention`, a plugin's `attention`; each also a `pane.notice`
+//! event) are posted to the user-level notice board
+//! (`crate::store::notices`), and the notices other
 //! repositories' daemons post there come back as [`NOTICE_EVENT`] events on
 //! this daemon's bus, so `npc events --follow`, the REST API's stream and
 //! the dashboard of every repository hear them. Notices posted before the
@@ -18,18 +19,13 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::Runtime;
-use crate::plan::ComponentId;
 use crate::store::NewEvent;
 use crate::store::notices::{NoticeBoard, NoticeError};
 
-/// The local event a notice is posted from.
-pub const LOCAL_NOTICE_EVENT: &str = "pane.notice";
 /// Event: another repository's notice, relayed from the board.
 pub const NOTICE_EVENT: &str = "notice";
 /// How often the board is read for other repositories' notices.
 pub const NOTICE_POLL: Duration = Duration::from_millis(500);
-/// The relay's bus subscriber.
-const SUBSCRIBER: &str = "npcagent.notices";
 
 /// Start the relay for `runtime` on the board in `dir` until `stop`. A
 /// board that cannot be opened is a warning: notices then stay local.
@@ -40,47 +36,46 @@ pub async fn start(runtime: &Arc<Runtime>, dir: std::path::PathBuf, stop: Cancel
         Ok::<_, NoticeError>((Arc::new(board), last))
     })
     .await;
+    let opened = match opened {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(join) => Err(join.to_string()),
+    };
     let (board, mut last) = match opened {
-        Ok(Ok(opened)) => opened,
-        Ok(Err(e)) => {
-            tracing::warn!("notices of other repositories are off: {e}");
-            return;
-        }
+        Ok(opened) => opened,
         Err(e) => {
             tracing::warn!("notices of other repositories are off: {e}");
             return;
         }
     };
     let repository = runtime.paths().root.display().to_string();
-    let poster = board.clone();
-    let own = repository.clone();
-    let subscribed = runtime.bus().subscribe(
-        SUBSCRIBER,
-        |e| e.kind == LOCAL_NOTICE_EVENT,
-        move |event| {
+    // Posting: the pane host's notices, handed over directly (not a bus
+    // subscription, which would wake this task for every event).
+    let mut local = runtime.panes().notices();
+    let (poster, own, posting_stop) = (board.clone(), repository.clone(), stop.clone());
+    tokio::spawn(async move {
+        loop {
+            let notice = tokio::select! {
+                () = posting_stop.cancelled() => return,
+                notice = local.recv() => notice,
+            };
+            let notice = match notice {
+                Ok(notice) => notice,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::warn!("{n} notices were not posted to other repositories");
+                    continue;
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            };
             let (board, repository) = (poster.clone(), own.clone());
-            async move {
-                let pane = event
-                    .component
-                    .as_deref()
-                    .and_then(ComponentId::parse)
-                    .map(|id| id.name)
-                    .unwrap_or_default();
-                let plugin = event.payload["plugin"].as_str().unwrap_or("").to_string();
-                let reason = event.payload["reason"].as_str().unwrap_or("").to_string();
-                tokio::task::spawn_blocking(move || {
-                    board.post(&repository, &pane, &plugin, &reason)
-                })
-                .await
-                .map_err(|e| e.to_string())?
-                .map(drop)
-                .map_err(|e| e.to_string())
+            let posted = tokio::task::spawn_blocking(move || {
+                board.post(&repository, &notice.pane, &notice.plugin, notice.reason)
+            })
+            .await;
+            if let Ok(Err(e)) = posted {
+                tracing::warn!("cannot post a notice for other repositories: {e}");
             }
-        },
-    );
-    if let Err(e) = subscribed {
-        tracing::warn!("notices are not posted to other repositories: {e}");
-    }
+        }
+    });
     let bus = runtime.bus().clone();
     tokio::spawn(async move {
         loop {
