@@ -7,6 +7,8 @@ copying lines, no parsing); and through `npc mcp serve`. Usage:
     rustc -O benches/scripts/relay_floor.rs -o /tmp/relay_floor
     RELAY=/tmp/relay_floor NPC=target/release/npc python3 benches/scripts/relay_floor.py REPO
 
+(NPC=A:B compares several builds, interleaved in the same run.)
+
 where REPO holds an npcagent.toml declaring `[mcp.servers.everything]` with
 `command = "mcp-server-everything"`.
 """
@@ -23,12 +25,17 @@ def start(cmd, cwd=None):
     p.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
     return p, call
 repo = sys.argv[1]
+# NPC may name several npc binaries, `:`-separated, to compare builds in one run.
+gateways = os.environ["NPC"].split(":")
 paths = {
   "direct": start(["mcp-server-everything"]),
   "relay": start([os.environ["RELAY"], "mcp-server-everything"]),
-  "gateway": start([os.environ["NPC"], "mcp", "serve"], cwd=repo),
 }
-names = {"direct":"echo","relay":"echo","gateway":"everything__echo"}
+names = {"direct":"echo","relay":"echo"}
+for n, npc in enumerate(gateways):
+    key = "gateway" if len(gateways) == 1 else "gateway%d" % (n + 1)
+    paths[key] = start([npc, "mcp", "serve"], cwd=repo)
+    names[key] = "everything__echo"
 lat = {k: [] for k in paths}
 for i in range(1, 2301):
     for k,(p,call) in paths.items():
@@ -39,5 +46,6 @@ for i in range(1, 2301):
         if i > 300: lat[k].append(d*1000)
 med = {k: statistics.median(v) for k,v in lat.items()}
 print({k: round(v,3) for k,v in med.items()})
-print("relay adds %.3f ms, gateway adds %.3f ms" % (med["relay"]-med["direct"], med["gateway"]-med["direct"]))
+print("relay adds %.3f ms" % (med["relay"]-med["direct"]) + "".join(
+    ", %s adds %.3f ms" % (k, med[k]-med["direct"]) for k in med if k.startswith("gateway")))
 for p,_ in paths.values(): p.stdin.close()

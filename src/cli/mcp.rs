@@ -19,7 +19,6 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use rmcp::ServiceExt;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
@@ -97,10 +96,19 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .log_internal_errors(false)
         .try_init();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    // Over stdio one client is served: one thread runs its session and the
+    // upstream sessions it waits on, so no answer crosses threads (built-ins
+    // do their blocking work on the blocking pool). HTTP serves many.
+    let rt = if args.http.is_some() {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    };
     if let Some((socket, pid)) = super::reconcile::daemon_socket(&paths) {
         let result = rt.block_on(async move {
             match (args.http, access) {
@@ -201,18 +209,12 @@ async fn terminated() -> anyhow::Result<()> {
 }
 
 async fn serve_stdio(gateway: Gateway) -> anyhow::Result<Exit> {
-    let service = match gateway.serve(crate::surfaces::stdio::std_streams()).await {
-        Ok(service) => service,
-        // The client left before initializing: nothing went wrong here.
-        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(Exit::Ok),
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context("the MCP client on stdin did not initialize"));
-        }
-    };
-    let cancel = service.cancellation_token();
+    let (stdin, stdout) = crate::surfaces::stdio::std_streams();
     tokio::select! {
-        quit = service.waiting() => { quit.context("the gateway's session task failed")?; }
-        signalled = terminated() => { signalled?; cancel.cancel(); }
+        served = crate::mcp::session::serve(gateway, stdin, stdout, None) => {
+            served.context("the MCP session on stdin/stdout failed")?;
+        }
+        signalled = terminated() => signalled?,
     }
     Ok(Exit::Ok)
 }

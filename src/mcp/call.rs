@@ -4,7 +4,9 @@
 //! stages' `after` (each may replace the result), then record the call as an
 //! `mcp.tool_call` event (tool, server, duration, outcome, arguments with
 //! sensitive ones redacted; queued in order, not awaited, so the answer
-//! never waits for a commit). Nothing here fails the connection: every
+//! never waits for a commit). [`CallPath::call_unrecorded`] hands the record
+//! back instead, so the gateway's session writes the answer first and
+//! [`CallPath::publish`]es it after. Nothing here fails the connection: every
 //! problem becomes an `isError: true` result with a message saying what
 //! happened and what to do. The hooks runner plugs in as a stage.
 
@@ -125,6 +127,23 @@ impl Outcome {
     }
 }
 
+/// A served call as it will be recorded (see [`CallPath::publish`]).
+#[derive(Debug, Clone, PartialEq)]
+#[must_use = "a call's record is lost unless it is published"]
+pub struct CallRecord {
+    /// The namespaced name the client called.
+    pub name: String,
+    /// `None` when the name resolved to no tool.
+    pub server: Option<String>,
+    pub tool: Option<String>,
+    /// The arguments as dispatched (after every stage's rewrite).
+    pub arguments: Option<JsonObject>,
+    pub outcome: Outcome,
+    /// From the request to the result, stages included.
+    pub duration: std::time::Duration,
+    pub error: Option<String>,
+}
+
 /// The gateway's call path: the pool, the stages around it, the event log.
 #[derive(Debug)]
 pub struct CallPath {
@@ -225,8 +244,21 @@ impl CallPath {
         }
     }
 
-    /// Serve one `tools/call` of the namespaced tool `name`.
+    /// Serve one `tools/call` of the namespaced tool `name`, recorded.
     pub async fn call(&self, name: &str, arguments: Option<JsonObject>) -> CallToolResult {
+        let (result, record) = self.call_unrecorded(name, arguments).await;
+        self.publish(record).await;
+        result
+    }
+
+    /// Serve one `tools/call` like [`CallPath::call`], but hand back its
+    /// record instead of publishing it, so a caller can answer first and
+    /// [`CallPath::publish`] after (the gateway's session loop does).
+    pub async fn call_unrecorded(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> (CallToolResult, CallRecord) {
         let started = Instant::now();
         // One set of built-ins for the whole call, even across a reload.
         let builtins = self.builtins();
@@ -238,17 +270,16 @@ impl CallPath {
         let Some((server, tool)) = resolved else {
             let message =
                 format!("no tool `{name}`; tools are named `SERVER__TOOL`, see `tools/list`");
-            self.record(
-                name,
-                None,
-                None,
-                &arguments,
-                Outcome::UnknownTool,
-                started,
-                Some(&message),
-            )
-            .await;
-            return error_result(message);
+            let record = CallRecord {
+                name: name.to_string(),
+                server: None,
+                tool: None,
+                arguments,
+                outcome: Outcome::UnknownTool,
+                duration: started.elapsed(),
+                error: Some(message.clone()),
+            };
+            return (error_result(message), record);
         };
         let mut call = ToolCall {
             id: next_call_id(),
@@ -320,45 +351,45 @@ impl CallPath {
             outcome = Outcome::ToolError;
             error = None;
         }
-        self.record(
-            &call.name,
-            Some(&call.server),
-            Some(&call.tool),
-            &call.arguments,
+        let record = CallRecord {
+            name: call.name,
+            server: Some(call.server),
+            tool: Some(call.tool),
+            arguments: call.arguments,
             outcome,
-            started,
-            error.as_deref(),
-        )
-        .await;
-        result
+            duration: started.elapsed(),
+            error,
+        };
+        (result, record)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn record(
-        &self,
-        name: &str,
-        server: Option<&str>,
-        tool: Option<&str>,
-        arguments: &Option<JsonObject>,
-        outcome: Outcome,
-        started: Instant,
-        error: Option<&str>,
-    ) {
+    /// Record a call served by [`CallPath::call_unrecorded`] as an
+    /// `mcp.tool_call` event.
+    pub async fn publish(&self, record: CallRecord) {
         let Some(bus) = &self.bus else { return };
+        let CallRecord {
+            name,
+            server,
+            tool,
+            arguments,
+            outcome,
+            duration,
+            error,
+        } = record;
+        let (name, server, tool) = (name.as_str(), server.as_deref(), tool.as_deref());
+        let builtin = server == Some(BUILTIN_SERVER) && self.builtins.load().contains(name);
         let payload = json!({
             "name": name,
             "server": server,
             "tool": tool,
             "outcome": outcome,
-            "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
+            "duration_ms": duration.as_secs_f64() * 1000.0,
             "error": error,
-            "builtin": server == Some(BUILTIN_SERVER) && self.builtins.load().contains(name),
-            "arguments": recorded_arguments(tool.unwrap_or(name), arguments),
+            "builtin": builtin,
+            "arguments": recorded_arguments(tool.unwrap_or(name), &arguments),
         });
         let mut event = NewEvent::new(TOOL_CALL_EVENT, payload);
-        if let Some(server) =
-            server.filter(|s| *s != BUILTIN_SERVER || !self.builtins.load().contains(name))
-        {
+        if let Some(server) = server.filter(|_| !builtin) {
             event = event.for_component(ComponentId::new(Kind::McpServer, server).to_string());
         }
         // Queued in order but not awaited: the answer does not wait for the

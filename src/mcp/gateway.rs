@@ -43,6 +43,11 @@ impl Gateway {
         Self { path, catalog }
     }
 
+    /// The call path every `tools/call` of this gateway takes.
+    pub fn call_path(&self) -> &Arc<CallPath> {
+        &self.path
+    }
+
     /// Serve the manifest's `prompts` as MCP prompts too.
     pub fn with_manifest_prompts(mut self, prompts: ManifestPrompts) -> Self {
         let catalog = Catalog::new(self.path.pool().clone()).with_manifest_prompts(prompts);

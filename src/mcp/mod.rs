@@ -10,7 +10,8 @@
 //! after the dispatch, then the call is recorded as an `mcp.tool_call`
 //! event); [`gateway`] is the MCP server `npc mcp serve` speaks, listing every
 //! upstream tool under its namespaced name ([`namespaced`]) after npc's own
-//! [`builtin`] tools.
+//! [`builtin`] tools; [`session`] serves it over a byte stream, answering
+//! `tools/call` itself and handing every other message to rmcp.
 //!
 //! Stdio upstreams are started through the supervisor (the MCP session rides
 //! on the child's stdin/stdout; its stderr goes to the component's log). In
@@ -23,6 +24,7 @@ pub mod catalog;
 pub mod gateway;
 pub mod pool;
 pub mod relay;
+pub mod session;
 
 pub use call::{Before, CallPath, CallStage, Outcome, ToolCall};
 pub use gateway::Gateway;

@@ -202,14 +202,9 @@ fn mcp_upgrade(gateway: crate::mcp::Gateway) -> control::Upgrade {
     Arc::new(move |read, write| {
         let gateway = gateway.clone();
         Box::pin(async move {
-            use rmcp::ServiceExt as _;
-            let init = gateway.serve((read, write));
-            match tokio::time::timeout(control::MCP_INIT_TIMEOUT, init).await {
-                Ok(Ok(session)) => {
-                    let _ = session.waiting().await;
-                }
-                Ok(Err(e)) => tracing::debug!("an MCP client left before initializing: {e}"),
-                Err(_) => tracing::debug!("an MCP client did not initialize in time"),
+            let within = Some(control::MCP_INIT_TIMEOUT);
+            if let Err(e) = crate::mcp::session::serve(gateway, read, write, within).await {
+                tracing::debug!("an MCP session over the control socket ended: {e}");
             }
         })
     })

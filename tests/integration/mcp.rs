@@ -357,6 +357,129 @@ fn idle_session_is_closed_and_reconnected_on_the_next_call() {
     );
 }
 
+/// `npc mcp serve` driven frame by frame, its stdout read on a thread.
+struct RawSession {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<Value>,
+}
+
+impl RawSession {
+    fn start(dir: &TempDir) -> Self {
+        let mut child = Command::new(npc_path())
+            .args(["mcp", "serve"])
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                // Every line on stdout is a JSON-RPC frame.
+                let frame: Value = serde_json::from_str(&line).expect("stdout carries only JSON");
+                if tx.send(frame).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut session = Self {
+            child,
+            stdin,
+            lines,
+        };
+        session.send(
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        );
+        assert_eq!(session.next()["id"], 0);
+        session.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        session
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) {
+        use std::io::Write as _;
+        self.stdin.write_all(bytes).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn send(&mut self, frame: &Value) {
+        self.send_raw(frame.to_string().as_bytes());
+    }
+
+    fn call(&mut self, id: Value, name: &str) {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": {}}}));
+    }
+
+    fn next(&mut self) -> Value {
+        self.lines
+            .recv_timeout(CLIENT_LIMIT)
+            .expect("the gateway answers in time")
+    }
+}
+
+impl Drop for RawSession {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn malformed_oversized_and_cancelled_client_frames_cost_only_themselves() {
+    let dir = repo(&format!("version = 1\n{}", bad_server(1500)));
+    let mut session = RawSession::start(&dir);
+    // Not JSON: dropped (as rmcp does); a frame over the bound: a parse
+    // error with no id, read and dropped without holding it.
+    session.send_raw(b"this is not json");
+    let oversized = vec![b'x'; 16 * 1024 * 1024 + 1];
+    session.send_raw(&oversized);
+    let error = session.next();
+    assert_eq!(
+        (&error["id"], &error["error"]["code"]),
+        (&Value::Null, &json!(-32700)),
+        "{error}"
+    );
+    // A malformed call goes to rmcp, which answers it with an error.
+    session.send_raw(br#"{"jsonrpc":"2.0","id":"bad","method":"tools/call","params":{"name":7}}"#);
+    let bad = session.next();
+    assert_eq!(bad["id"], "bad");
+    assert!(bad["error"].is_object(), "{bad}");
+    // Answers keep the shape of the protocol version the client chose.
+    session.call(json!(1), "bad__ok");
+    let ok = session.next();
+    assert_eq!(ok["id"], 1, "{ok}");
+    assert!(ok["result"]["content"].is_array(), "{ok}");
+    assert_eq!(
+        ok["result"].get("resultType"),
+        None,
+        "2025-06-18 shape: {ok}"
+    );
+    // A cancelled call runs to its end and is recorded, but not answered.
+    session.call(json!("slow"), "bad__hang");
+    session.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "slow", "reason": "changed my mind"}}),
+    );
+    wait_for("the cancelled call's record", || {
+        tool_call_events(&dir)
+            .into_iter()
+            .find(|e| e["payload"]["tool"] == "hang")
+    });
+    session.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}));
+    let pong = session.next();
+    assert_eq!(
+        pong["id"], 3,
+        "no answer to the cancelled call came first: {pong}"
+    );
+}
+
 #[test]
 fn unknown_tool_and_unreachable_server_are_error_results() {
     if !python_sdk() {

@@ -1,0 +1,558 @@
+//! One session of the gateway over a byte stream: the standard streams of
+//! `npc mcp serve`, or a control connection the daemon upgraded for an
+//! `npc mcp serve` in front of it. Frames are newline-delimited JSON-RPC.
+//!
+//! `tools/call` is the message an agent sends over and over, so the session
+//! answers it itself: the line is decoded once, the call goes through the
+//! [`CallPath`] in this task (no handler task per request), the answer is
+//! written as soon as the result is there, and only then is the call
+//! recorded ([`CallPath::publish`]). Every other message (the handshake,
+//! lists, resources, prompts, completions, pings, malformed lines) goes to
+//! rmcp's server for the same [`Gateway`] over an in-process pipe, and its
+//! frames come back out through the same writer, whole lines at a time. A
+//! `tools/call` is answered here only once the client has sent
+//! `notifications/initialized` and when it is well formed and carries
+//! nothing this loop does not handle (multi-round-trip input); anything
+//! else goes to rmcp, so both paths answer alike.
+//!
+//! Bounds: a frame longer than [`MAX_FRAME_BYTES`] is dropped unread and
+//! answered with a JSON-RPC parse error (its id is unknown); at most
+//! [`MAX_CALLS_IN_FLIGHT`] calls run at once, and past that the session
+//! stops reading until one ends. A call the client cancels
+//! (`notifications/cancelled`) still runs to its end and is recorded, but
+//! is not answered, as rmcp does. When the client closes its side, calls
+//! still running are dropped.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use futures_util::stream::FuturesUnordered;
+use rmcp::RoleServer;
+use rmcp::ServiceExt as _;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ProtocolVersion, RequestId,
+    ServerJsonRpcMessage, ServerResult,
+};
+use rmcp::service::{Peer, ServerInitializeError};
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader};
+use tokio::sync::Mutex;
+
+use super::call::CallRecord;
+use super::gateway::Gateway;
+
+/// Longest frame (one line) a client may send; longer ones are dropped.
+pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+/// Calls of one session running at once; past it the session stops reading.
+pub const MAX_CALLS_IN_FLIGHT: usize = 64;
+/// Buffer of the in-process pipe to and from rmcp's server.
+const PIPE_BYTES: usize = 256 * 1024;
+
+/// Why a session ended badly (a client that leaves, even before its
+/// handshake, is a clean end).
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("the MCP client did not initialize: {0}")]
+    Initialize(#[source] ServerInitializeError),
+    #[error("the MCP client did not send `initialize` within {}s", .0.as_secs())]
+    InitializeTimeout(Duration),
+    #[error("the gateway's session task failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
+    #[error("reading from the MCP client failed: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("writing to the MCP client failed: {0}")]
+    Write(#[source] std::io::Error),
+}
+
+/// What the session needs to know of a frame, decoded in one pass.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(default, borrow)]
+    jsonrpc: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    method: Option<Cow<'a, str>>,
+    #[serde(default)]
+    id: Option<RequestId>,
+    #[serde(default)]
+    params: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Cancelled {
+    request_id: RequestId,
+}
+
+/// The wire shape of results, from the protocol version the client
+/// initialized with (what rmcp's handler does for its own answers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// Before 2026-07-28: no `resultType: "complete"`, object output only.
+    Legacy,
+    /// 2026-07-28 and later: caching hints filled in.
+    Current,
+}
+
+impl Shape {
+    fn of(peer: &Peer<RoleServer>) -> Self {
+        let version = peer.peer_info().map(|info| info.protocol_version.clone());
+        if version.is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str()) {
+            Self::Current
+        } else {
+            Self::Legacy
+        }
+    }
+
+    fn apply(self, result: &mut ServerResult) {
+        match self {
+            Self::Legacy => {
+                result.strip_result_type_for_legacy_peer();
+                result.strip_non_object_output_for_legacy_peer();
+            }
+            Self::Current => result.fill_missing_cache_hints(),
+        }
+    }
+}
+
+/// What to do with one frame.
+#[derive(Debug, PartialEq)]
+enum Route {
+    /// Answer here: a well-formed `tools/call` after the handshake.
+    Call {
+        id: RequestId,
+        params: CallToolRequestParams,
+    },
+    /// Hand to rmcp; `initialized` / `cancelled` say what it announces.
+    Forward {
+        initialized: bool,
+        cancelled: Option<RequestId>,
+    },
+}
+
+const FORWARD: Route = Route::Forward {
+    initialized: false,
+    cancelled: None,
+};
+
+/// `initialized`: the client sent `notifications/initialized` and rmcp
+/// has its handshake.
+fn route(line: &[u8], initialized: bool) -> Route {
+    let Ok(envelope) = serde_json::from_slice::<Envelope>(line) else {
+        return FORWARD;
+    };
+    if envelope.jsonrpc.as_deref() != Some("2.0") {
+        return FORWARD;
+    }
+    match (envelope.method.as_deref(), envelope.id, envelope.params) {
+        (Some("tools/call"), Some(id), Some(params)) if initialized => {
+            match CallToolRequestParams::deserialize(params) {
+                // A version negotiated inline, or multi-round-trip input, is
+                // rmcp's to check.
+                Ok(params)
+                    if params.input_responses.is_none()
+                        && params.request_state.is_none()
+                        && params
+                            .meta
+                            .as_ref()
+                            .and_then(|m| m.protocol_version())
+                            .is_none() =>
+                {
+                    Route::Call { id, params }
+                }
+                _ => FORWARD,
+            }
+        }
+        (Some("notifications/initialized"), None, _) => Route::Forward {
+            initialized: true,
+            cancelled: None,
+        },
+        (Some("notifications/cancelled"), None, Some(params)) => Route::Forward {
+            initialized: false,
+            cancelled: serde_json::from_value::<Cancelled>(params)
+                .ok()
+                .map(|c| c.request_id),
+        },
+        _ => FORWARD,
+    }
+}
+
+/// A frame read from the client.
+#[derive(Debug, PartialEq)]
+enum Frame {
+    Line(Vec<u8>),
+    /// A line longer than [`MAX_FRAME_BYTES`], dropped.
+    TooLong,
+    Eof,
+}
+
+/// Reads lines of at most `max` bytes; cancel-safe (all state is here).
+struct FrameReader<R> {
+    inner: BufReader<R>,
+    line: Vec<u8>,
+    max: usize,
+    /// Skipping the rest of a line that grew past `max`.
+    skipping: bool,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    fn new(read: R, max: usize) -> Self {
+        Self {
+            inner: BufReader::with_capacity(64 * 1024, read),
+            line: Vec::new(),
+            max,
+            skipping: false,
+        }
+    }
+
+    async fn next(&mut self) -> std::io::Result<Frame> {
+        loop {
+            let available = self.inner.fill_buf().await?;
+            if available.is_empty() {
+                // A last line without its newline is still a frame.
+                let rest = std::mem::take(&mut self.line);
+                return Ok(match (self.skipping, rest.is_empty()) {
+                    (true, _) => {
+                        self.skipping = false;
+                        Frame::TooLong
+                    }
+                    (false, true) => Frame::Eof,
+                    (false, false) => Frame::Line(rest),
+                });
+            }
+            let (taken, ended) = match memchr(available) {
+                Some(at) => (at + 1, true),
+                None => (available.len(), false),
+            };
+            if !self.skipping {
+                let keep = if ended { taken - 1 } else { taken };
+                if self.line.len() + keep > self.max {
+                    self.line = Vec::new();
+                    self.skipping = true;
+                } else {
+                    self.line.extend_from_slice(&available[..keep]);
+                }
+            }
+            self.inner.consume(taken);
+            if ended {
+                if std::mem::take(&mut self.skipping) {
+                    return Ok(Frame::TooLong);
+                }
+                let line = std::mem::take(&mut self.line);
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return Ok(Frame::Line(line));
+            }
+        }
+    }
+}
+
+fn memchr(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|&b| b == b'\n')
+}
+
+/// `message` as one frame.
+fn frame(message: &ServerJsonRpcMessage) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec(message).unwrap_or_else(|e| {
+        // The model's types always serialize; say so rather than panic.
+        tracing::error!(error = %e, "mcp: an answer did not serialize");
+        br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"the answer did not serialize"}}"#.to_vec()
+    });
+    bytes.push(b'\n');
+    bytes
+}
+
+fn answer(id: RequestId, result: CallToolResult, shape: Shape) -> Vec<u8> {
+    let mut result = ServerResult::from(CallToolResponse::from(result));
+    shape.apply(&mut result);
+    frame(&ServerJsonRpcMessage::response(result, id))
+}
+
+/// The answer to a frame longer than [`MAX_FRAME_BYTES`].
+fn too_long() -> Vec<u8> {
+    let message = format!(
+        "a frame longer than {MAX_FRAME_BYTES} bytes was dropped; send smaller messages (large content belongs in resources)"
+    );
+    let error = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": { "code": -32700, "message": message },
+    });
+    let mut bytes = error.to_string().into_bytes();
+    bytes.push(b'\n');
+    bytes
+}
+
+async fn write_frame<W: AsyncWrite + Unpin>(
+    writer: &Mutex<W>,
+    bytes: &[u8],
+) -> Result<(), SessionError> {
+    let mut w = writer.lock().await;
+    w.write_all(bytes).await.map_err(SessionError::Write)?;
+    w.flush().await.map_err(SessionError::Write)
+}
+
+/// Serve one gateway session on `read`/`write` until the client closes
+/// its side (or the connection breaks); `initialize` must come within
+/// `initialize_within` when given.
+pub async fn serve<R, W>(
+    gateway: Gateway,
+    read: R,
+    write: W,
+    initialize_within: Option<Duration>,
+) -> Result<(), SessionError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let path = gateway.call_path().clone();
+    let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
+    let (from_rmcp, mut to_rmcp) = tokio::io::split(ours);
+    // rmcp's side of the handshake, once it is done.
+    let handshake = Arc::new(std::sync::OnceLock::<Peer<RoleServer>>::new());
+    let handshook = handshake.clone();
+    let mut service = tokio::spawn(async move {
+        let starting = gateway.serve(tokio::io::split(theirs));
+        let started = match initialize_within {
+            Some(limit) => tokio::time::timeout(limit, starting)
+                .await
+                .map_err(|_| SessionError::InitializeTimeout(limit))?,
+            None => starting.await,
+        };
+        let running = match started {
+            Ok(running) => running,
+            Err(ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+            Err(e) => return Err(SessionError::Initialize(e)),
+        };
+        let _ = handshook.set(running.peer().clone());
+        let _ = running.waiting().await;
+        Ok(())
+    });
+    let writer = Arc::new(Mutex::new(write));
+    // rmcp's frames, whole lines at a time, so they never interleave with
+    // the answers written here.
+    let pump = {
+        let writer = writer.clone();
+        tokio::spawn(async move {
+            let mut from_rmcp = BufReader::new(from_rmcp);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match from_rmcp.read_until(b'\n', &mut line).await {
+                    Ok(0) | Err(_) => return Ok(()),
+                    Ok(_) => write_frame(&writer, &line).await?,
+                }
+            }
+        })
+    };
+    let mut reader = FrameReader::new(read, MAX_FRAME_BYTES);
+    let mut calls = FuturesUnordered::new();
+    // Calls running here and not cancelled, by id (a count: ids may repeat).
+    let mut answering: HashMap<RequestId, usize> = HashMap::new();
+    let mut initialized = false;
+    let mut shape = None;
+    // rmcp's session's end, once the loop saw it.
+    let mut served = None;
+    let ended: Result<(), SessionError> = loop {
+        tokio::select! {
+            Some((id, result, record)) = calls.next(), if !calls.is_empty() => {
+                let (id, result, record): (RequestId, CallToolResult, CallRecord) = (id, result, record);
+                let answer_it = match answering.get_mut(&id) {
+                    Some(n) => {
+                        *n -= 1;
+                        if *n == 0 {
+                            answering.remove(&id);
+                        }
+                        true
+                    }
+                    None => false,
+                };
+                // Only calls routed here after the handshake are in flight.
+                let shape = shape.unwrap_or(Shape::Legacy);
+                if answer_it && let Err(e) = write_frame(&writer, &answer(id, result, shape)).await {
+                    path.publish(record).await;
+                    break Err(e);
+                }
+                path.publish(record).await;
+            }
+            frame = reader.next(), if calls.len() < MAX_CALLS_IN_FLIGHT => {
+                let line = match frame {
+                    Ok(Frame::Line(line)) => line,
+                    Ok(Frame::TooLong) => {
+                        tracing::warn!("mcp: dropped a frame longer than {MAX_FRAME_BYTES} bytes");
+                        if let Err(e) = write_frame(&writer, &too_long()).await {
+                            break Err(e);
+                        }
+                        continue;
+                    }
+                    Ok(Frame::Eof) => break Ok(()),
+                    Err(e) => break Err(SessionError::Read(e)),
+                };
+                if initialized && shape.is_none() {
+                    shape = handshake.get().map(Shape::of);
+                }
+                match route(&line, shape.is_some()) {
+                    Route::Call { id, params } => {
+                        *answering.entry(id.clone()).or_default() += 1;
+                        let path = path.clone();
+                        calls.push(async move {
+                            let (result, record) =
+                                path.call_unrecorded(&params.name, params.arguments).await;
+                            (id, result, record)
+                        });
+                    }
+                    Route::Forward { initialized: announced, cancelled } => {
+                        initialized |= announced;
+                        if let Some(id) = cancelled {
+                            answering.remove(&id);
+                        }
+                        let mut bytes = line;
+                        bytes.push(b'\n');
+                        // rmcp gone: its end shows in `service` below.
+                        if to_rmcp.write_all(&bytes).await.is_err() {
+                            break Ok(());
+                        }
+                    }
+                }
+            }
+            done = &mut service => {
+                served = Some(done.map_err(SessionError::Task).and_then(|r| r));
+                break Ok(());
+            }
+        }
+    };
+    // Closing rmcp's input ends its session, then its output and the pump.
+    let _ = to_rmcp.shutdown().await;
+    drop(to_rmcp);
+    let served = match served {
+        Some(served) => served,
+        None => service.await.map_err(SessionError::Task).and_then(|r| r),
+    };
+    let pumped = pump.await.map_err(SessionError::Task).and_then(|r| r);
+    ended.and(served).and(pumped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call_route(line: &str, initialized: bool) -> Route {
+        route(line.as_bytes(), initialized)
+    }
+
+    #[test]
+    fn only_well_formed_calls_after_the_handshake_are_answered_here() {
+        let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a__b","arguments":{"x":1}}}"#;
+        match call_route(call, true) {
+            Route::Call { id, params } => {
+                assert_eq!(id, RequestId::Number(7));
+                assert_eq!(params.name, "a__b");
+                assert_eq!(params.arguments.unwrap()["x"], 1);
+            }
+            other => panic!("answered here, not {other:?}"),
+        }
+        // Before `notifications/initialized`, rmcp decides.
+        assert_eq!(call_route(call, false), FORWARD);
+        for line in [
+            // Not JSON-RPC 2.0, no id, no params, a bad name, an array.
+            r#"{"jsonrpc":"1.0","id":7,"method":"tools/call","params":{"name":"a"}}"#,
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":5}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"a"}}"#,
+            r#"[{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a"}}]"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a","requestState":"s"}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#,
+            "not json at all",
+            "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"a\"",
+        ] {
+            assert_eq!(call_route(line, true), FORWARD, "{line}");
+        }
+    }
+
+    #[test]
+    fn the_handshake_and_cancellations_are_noticed_and_still_forwarded() {
+        assert_eq!(
+            call_route(
+                r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+                false
+            ),
+            Route::Forward {
+                initialized: true,
+                cancelled: None
+            }
+        );
+        assert_eq!(
+            call_route(
+                r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"r-1","reason":"x"}}"#,
+                true
+            ),
+            Route::Forward {
+                initialized: false,
+                cancelled: Some(RequestId::String("r-1".into()))
+            }
+        );
+    }
+
+    async fn frames(input: &[u8], max: usize) -> Vec<Frame> {
+        let mut reader = FrameReader::new(input, max);
+        let mut out = Vec::new();
+        loop {
+            let frame = reader.next().await.unwrap();
+            let eof = frame == Frame::Eof;
+            out.push(frame);
+            if eof {
+                return out;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn frames_are_lines_and_overlong_ones_are_dropped_whole() {
+        let long = "x".repeat(40);
+        let input = format!("a\n\n  \n{long}\nb\r\n{long}{long}\nc");
+        assert_eq!(
+            frames(input.as_bytes(), 32).await,
+            vec![
+                Frame::Line(b"a".to_vec()),
+                Frame::TooLong,
+                Frame::Line(b"b\r".to_vec()),
+                Frame::TooLong,
+                Frame::Line(b"c".to_vec()),
+                Frame::Eof,
+            ]
+        );
+        // Exactly the bound is accepted; an unterminated overlong tail is dropped.
+        let exact = "y".repeat(32);
+        assert_eq!(
+            frames(format!("{exact}\n{long}").as_bytes(), 32).await,
+            vec![Frame::Line(exact.into_bytes()), Frame::TooLong, Frame::Eof]
+        );
+    }
+
+    #[test]
+    fn answers_are_one_json_rpc_line() {
+        let result = || CallToolResult::success(vec![rmcp::model::ContentBlock::text("hi")]);
+        let legacy: Value =
+            serde_json::from_slice(&answer(RequestId::Number(1), result(), Shape::Legacy)).unwrap();
+        assert_eq!(legacy["result"].get("resultType"), None, "{legacy}");
+        let current: Value =
+            serde_json::from_slice(&answer(RequestId::Number(1), result(), Shape::Current))
+                .unwrap();
+        assert_eq!(current["result"]["resultType"], "complete", "{current}");
+        let bytes = answer(RequestId::String("q".into()), result(), Shape::Legacy);
+        assert_eq!(bytes.last(), Some(&b'\n'));
+        assert_eq!(bytes.iter().filter(|&&b| b == b'\n').count(), 1);
+        let value: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(value["jsonrpc"], "2.0");
+        assert_eq!(value["id"], "q");
+        assert_eq!(value["result"]["content"][0]["text"], "hi");
+        let error: Value = serde_json::from_slice(&too_long()).unwrap();
+        assert_eq!(error["error"]["code"], -32700);
+        assert_eq!(error["id"], Value::Null);
+    }
+}
