@@ -57,7 +57,7 @@ const PIPE_BYTES: usize = 256 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error("the MCP client did not initialize: {0}")]
-    Initialize(#[source] ServerInitializeError),
+    Initialize(#[source] Box<ServerInitializeError>),
     #[error("the MCP client did not send `initialize` within {}s", .0.as_secs())]
     InitializeTimeout(Duration),
     #[error("the gateway's session task failed: {0}")]
@@ -326,7 +326,7 @@ where
         let running = match started {
             Ok(running) => running,
             Err(ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
-            Err(e) => return Err(SessionError::Initialize(e)),
+            Err(e) => return Err(SessionError::Initialize(Box::new(e))),
         };
         let _ = handshook.set(running.peer().clone());
         let _ = running.waiting().await;
