@@ -158,8 +158,10 @@ pub struct CallPath {
 /// A fresh [`ToolCall::id`].
 fn next_call_id() -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("call-{}-{n}", std::process::id())
+    // One `getpid` per process, not one per call.
+    format!("call-{}-{n}", PID.get_or_init(std::process::id))
 }
 
 pub(crate) fn error_result(message: String) -> CallToolResult {
