@@ -481,6 +481,36 @@ fn malformed_oversized_and_cancelled_client_frames_cost_only_themselves() {
 }
 
 #[test]
+fn a_session_stops_reading_while_its_calls_in_flight_are_at_the_bound() {
+    // `npcagent::mcp::session::MAX_CALLS_IN_FLIGHT`.
+    const BOUND: usize = 64;
+    let dir = repo(&format!("version = 1\n{}", bad_server(1000)));
+    let mut session = RawSession::start(&dir);
+    for i in 0..BOUND {
+        session.call(json!(i), "bad__hang");
+    }
+    session.send(&json!({"jsonrpc": "2.0", "id": "ping", "method": "ping"}));
+    // The ping is read only once a call has ended and been answered.
+    let first = session.next();
+    assert!(first["id"].is_u64(), "a call's answer comes first: {first}");
+    assert!(
+        first["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("tool_timeout_ms")),
+        "{first}"
+    );
+    let mut answered = 1;
+    loop {
+        let frame = session.next();
+        if frame["id"] == "ping" {
+            break;
+        }
+        answered += 1;
+        assert!(answered <= BOUND, "every call answered, and the ping too");
+    }
+}
+
+#[test]
 fn unknown_tool_and_unreachable_server_are_error_results() {
     if !python_sdk() {
         return;
