@@ -222,7 +222,7 @@ impl SocketApprover {
 }
 
 /// Whether `name` is an approval socket name [`bind`] makes.
-fn valid_name(name: &str) -> bool {
+pub fn valid_name(name: &str) -> bool {
     name.strip_prefix(SOCKET_NAME_PREFIX)
         .is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }

@@ -15,7 +15,7 @@ use nix::sys::signal::kill;
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use crate::support::{npc, npc_path, repo_root, wait_for};
+use crate::support::{Daemon, npc, npc_path, repo_root, wait_for};
 
 const CLAUDE_TOOL_CALL: &str = "claude_code/2.1.197/tool_call.jsonl";
 /// The Claude session id recorded in [`CLAUDE_TOOL_CALL`].
@@ -23,6 +23,27 @@ const CLAUDE_SESSION: &str = "5f0c-aa";
 
 fn toml_str(s: &str) -> String {
     Value::String(s.to_string()).to_string()
+}
+
+/// The MCP server profile `dev` names (a daemon would start it; the
+/// daemon's tests leave it out with [`daemon_repo`]).
+const FS_SERVER: &str = r#"
+[mcp.servers.fs]
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-filesystem", "."]
+"#;
+
+/// [`repo`] without the MCP server, and with the daemon's API on a free
+/// loopback port, for a daemon to hold.
+fn daemon_repo(env: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = repo(env);
+    let path = dir.path().join("npcagent.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text
+        .replacen(FS_SERVER, "\n[daemon]\nlisten = \"127.0.0.1:0\"\n", 1)
+        .replacen("mcp_servers = [\"fs\"]\n", "", 1);
+    std::fs::write(&path, text).unwrap();
+    dir
 }
 
 /// A repository whose profile `dev` runs the fake agent replaying
@@ -40,11 +61,7 @@ fn repo(env: &[(&str, &str)]) -> tempfile::TempDir {
     let manifest = format!(
         r#"
 version = 1
-
-[mcp.servers.fs]
-command = "npx"
-args = ["-y", "@modelcontextprotocol/server-filesystem", "."]
-
+{FS_SERVER}
 [providers.fake]
 kind = "claude_code"
 command = {agent}
@@ -197,6 +214,8 @@ fn a_prompt_streams_the_runs_updates_advertises_commands_and_is_recorded() {
     assert_eq!(stream[2]["status"], "completed");
     assert_eq!(stream[3]["content"]["text"], "Two entries.");
     assert_eq!(seen["stop_reason"], "end_turn");
+    // No daemon holds the repository: the run ran in `npc acp` itself.
+    assert_eq!(seen["meta"]["npc"]["ranIn"], "acp");
     // The prompt was an `npc run`: its events are in the log under its id.
     let run_id = seen["meta"]["npc"]["runId"].as_str().unwrap();
     let finished = events(dir.path())
@@ -212,25 +231,34 @@ fn a_slash_command_renders_the_manifests_prompt_and_a_second_prompt_resumes_the_
     if !python_sdk() {
         return;
     }
-    let dir = repo(&[]);
-    let argv_file = dir.path().join("argv.json");
-    let manifest = std::fs::read_to_string(dir.path().join("npcagent.toml")).unwrap();
-    std::fs::write(
-        dir.path().join("npcagent.toml"),
-        manifest.replacen(
-            "env = {  }",
-            &format!(
-                "env = {{ FAKE_AGENT_ARGV_FILE = {} }}",
-                toml_str(&argv_file.display().to_string())
-            ),
-            1,
-        ),
-    )
-    .unwrap();
-    let seen = client(dir.path(), "dev", "twice", &["/review branch=topic"]);
+    let scratch = tempfile::tempdir().unwrap();
+    let argv_file = scratch.path().join("argv.json");
+    let dir = repo(&[("FAKE_AGENT_ARGV_FILE", &argv_file.display().to_string())]);
+    slash_command_and_resume(dir.path(), &argv_file, "acp");
+}
+
+#[test]
+fn with_a_daemon_up_a_slash_command_and_the_resume_of_a_conversation_pass_through_the_daemon() {
+    if !python_sdk() {
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let argv_file = scratch.path().join("argv.json");
+    let dir = daemon_repo(&[("FAKE_AGENT_ARGV_FILE", &argv_file.display().to_string())]);
+    let _daemon = Daemon::start_in(dir.path());
+    slash_command_and_resume(dir.path(), &argv_file, "daemon");
+}
+
+/// Two prompts of one session in `dir`, run where `ran_in` says: the first
+/// a slash command, the second resuming the conversation the first
+/// recorded (the fake agent writes its arguments to `argv_file`).
+fn slash_command_and_resume(dir: &Path, argv_file: &Path, ran_in: &str) {
+    let seen = client(dir, "dev", "twice", &["/review branch=topic"]);
     assert_eq!(seen["stop_reason"], "end_turn");
+    assert_eq!(seen["meta"]["npc"]["ranIn"], ran_in, "{seen}");
+    assert_eq!(seen["second_meta"]["npc"]["ranIn"], ran_in, "{seen}");
     // The second run continued the Claude conversation the first recorded.
-    let args = argv(&argv_file);
+    let args = argv(argv_file);
     assert_eq!(&args[..2], ["--resume", CLAUDE_SESSION], "{args:?}");
     assert!(
         args.iter().any(|a| a == "Review topic carefully"),
@@ -511,4 +539,207 @@ fn stdout_carries_only_json_rpc_frames_and_hostile_frames_get_errors() {
     assert!(updates.len() >= 4, "{lines:#?}");
     let done = lines.iter().find(|l| l["id"] == 9).unwrap();
     assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+}
+
+/// The daemon's runs as `npc runs --format json` lists them.
+fn daemon_runs(daemon: &Daemon) -> Vec<Value> {
+    let out = daemon.npc_output(&["runs", "--format", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `GET path` on the daemon's REST API, as JSON.
+fn api_get(daemon: &Daemon, path: &str) -> Value {
+    use std::io::Read as _;
+    let event = daemon.wait_event(0, "api.listening");
+    let addr = event["payload"]["url"].as_str().unwrap();
+    let addr = addr.strip_prefix("http://").unwrap();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    assert!(head.contains(" 200 "), "{head}");
+    serde_json::from_str(body).unwrap()
+}
+
+#[test]
+fn with_a_daemon_up_a_prompt_is_a_run_of_the_daemon_listed_with_source_acp() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = daemon_repo(&[]);
+    let daemon = Daemon::start_in(dir.path());
+    let seen = client(dir.path(), "dev", "prompt", &["list the files"]);
+    assert_eq!(seen["meta"]["npc"]["ranIn"], "daemon", "{seen}");
+    assert_eq!(seen["stop_reason"], "end_turn");
+    let id = seen["session_id"].as_str().unwrap();
+    let stream: Vec<&Value> = updates(&seen, id)
+        .into_iter()
+        .filter(|u| u["sessionUpdate"] != "available_commands_update")
+        .collect();
+    assert_eq!(
+        kinds(&stream),
+        [
+            "agent_message_chunk",
+            "tool_call",
+            "tool_call_update",
+            "agent_message_chunk"
+        ]
+    );
+    assert_eq!(stream[0]["content"]["text"], "Listing files.");
+    assert_eq!(stream[2]["status"], "completed");
+    let run_id = seen["meta"]["npc"]["runId"].as_str().unwrap();
+    // The daemon's queue carried it out: `npc runs`, the API, `npc events`.
+    let runs = daemon_runs(&daemon);
+    let run = runs.iter().find(|r| r["id"] == run_id).expect("listed");
+    assert_eq!(run["origin"], "acp", "{run}");
+    assert_eq!(run["trigger"], "@manual");
+    assert_eq!(run["state"], "succeeded");
+    let listed = api_get(&daemon, "/api/v1/runs");
+    let run = listed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == run_id)
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(run["source"], "acp", "{run}");
+    assert_eq!(run["profile"], "dev");
+    let component = format!("run.{run_id}");
+    let kinds_of_run: Vec<String> = events(dir.path())
+        .into_iter()
+        .filter(|e| e["component"] == component.as_str())
+        .map(|e| e["kind"].as_str().unwrap().to_string())
+        .collect();
+    for kind in ["run.queued", "run.started", "agent.message", "run.finished"] {
+        assert!(
+            kinds_of_run.iter().any(|k| k == kind),
+            "{kind} in {kinds_of_run:?}"
+        );
+    }
+}
+
+#[test]
+fn with_a_daemon_up_cancel_mid_stream_has_the_daemon_kill_the_agents_group() {
+    if !python_sdk() {
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let pid_file = scratch.path().join("agent.pid");
+    let dir = daemon_repo(&[
+        ("FAKE_AGENT_HANG", "1"),
+        ("FAKE_AGENT_PID_FILE", &pid_file.display().to_string()),
+    ]);
+    let daemon = Daemon::start_in(dir.path());
+    let seen = client(dir.path(), "dev", "cancel", &["go on forever"]);
+    assert_eq!(seen["meta"]["npc"]["ranIn"], "daemon", "{seen}");
+    assert_eq!(seen["stop_reason"], "cancelled");
+    assert_eq!(seen["meta"]["npc"]["outcome"], "cancelled");
+    let id = seen["session_id"].as_str().unwrap();
+    assert!(
+        updates(&seen, id)
+            .iter()
+            .any(|u| u["sessionUpdate"] == "agent_message_chunk"),
+        "an update streamed before the cancel"
+    );
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_for("the agent's process group to be gone", || {
+        (kill(Pid::from_raw(-pid), None) == Err(nix::errno::Errno::ESRCH)).then_some(())
+    });
+    let run_id = seen["meta"]["npc"]["runId"].as_str().unwrap();
+    let runs = daemon_runs(&daemon);
+    let run = runs.iter().find(|r| r["id"] == run_id).expect("listed");
+    assert_eq!(run["state"], "cancelled", "{run}");
+    assert_eq!(run["detail"], "cancelled by hand");
+}
+
+#[test]
+fn with_a_daemon_up_a_hooks_ask_from_the_daemons_agent_reaches_the_editor() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = daemon_repo(&[]);
+    let _daemon = Daemon::start_in(dir.path());
+    for (answer, status, text) in [
+        ("allow", "completed", "ran: ls"),
+        ("deny", "failed", "denied in the editor"),
+    ] {
+        let seen = client(dir.path(), "hooked", "permission", &[answer]);
+        assert_eq!(seen["meta"]["npc"]["ranIn"], "daemon", "{seen}");
+        let asked = seen["permissions"].as_array().unwrap();
+        assert_eq!(asked.len(), 1, "{seen}");
+        assert_eq!(asked[0]["sessionId"], seen["session_id"]);
+        assert_eq!(asked[0]["toolCall"]["toolCallId"], "toolu_hooked");
+        let id = seen["session_id"].as_str().unwrap();
+        let result = updates(&seen, id)
+            .into_iter()
+            .find(|u| u["sessionUpdate"] == "tool_call_update")
+            .unwrap()
+            .clone();
+        assert_eq!(result["status"], status, "{answer}: {result}");
+        assert!(
+            result["rawOutput"].as_str().unwrap().contains(text),
+            "{answer}: {result}"
+        );
+    }
+}
+
+/// One request on the daemon's control socket in `dir`, its one answer line.
+fn control(dir: &Path, request: &Value) -> Value {
+    let mut stream = std::os::unix::net::UnixStream::connect(dir.join(".npc/daemon.sock")).unwrap();
+    writeln!(stream, "{request}").unwrap();
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap()
+}
+
+#[test]
+fn the_daemon_takes_only_typed_bounded_extras_for_a_prompt_of_npc_acp() {
+    let dir = daemon_repo(&[]);
+    let _daemon = Daemon::start_in(dir.path());
+    let run = json!({"profile": "dev", "prompt": "hi"});
+    let socket = format!("npc-acp-approval-{}", "a".repeat(32));
+    let refused = [
+        // No way to set other variables or raw arguments.
+        json!({"op": "acp_run", "run": {"run": run, "env": {"LD_PRELOAD": "/x.so"}}}),
+        json!({"op": "acp_run", "run": {"run": run, "args": ["--dangerously-skip-permissions"]}}),
+        json!({"op": "acp_run", "run": {"run": run, "resume": {"session": "--yolo", "fork": false}}}),
+        json!({"op": "acp_run", "run": {"run": run, "approval": {"socket": "/tmp/x", "session": "acp-1"}}}),
+        json!({"op": "acp_run", "run": {"run": run, "approval": {"socket": socket, "session": "acp-1\nX=1"}}}),
+        json!({"op": "acp_run", "run": {"run": run, "cwd": "relative/dir"}}),
+        json!({"op": "acp_run", "run": {"run": {"profile": "nope", "prompt": "hi"}}}),
+    ];
+    for request in refused {
+        let answer = control(dir.path(), &request);
+        assert!(answer["error"].is_string(), "{request} → {answer}");
+    }
+    // Nothing was queued.
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["runs", "--format", "json"])
+        .output()
+        .unwrap();
+    let runs: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(runs.is_empty(), "{runs:?}");
+    // Cancelling a run the daemon does not know is an error, not a crash.
+    let answer = control(
+        dir.path(),
+        &json!({"op": "cancel_run", "id": "run-missing"}),
+    );
+    assert!(
+        answer["error"].as_str().unwrap().contains("no run"),
+        "{answer}"
+    );
 }
