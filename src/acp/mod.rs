@@ -1096,7 +1096,9 @@ impl Agent {
             pending.insert(id, tx);
         }
         let call = &request.tool_call;
-        let mut title = format!("{} (asked by hook {})", call.name, request.hook);
+        // `request.hook` names the asker: a hook (`before_tool[0]`) or the
+        // profile's policy (`profile `dev` ask_tools`).
+        let mut title = format!("{} (asked by {})", call.name, request.hook);
         if let Some(reason) = &request.reason {
             title = format!("{title}: {reason}");
         }

@@ -743,3 +743,175 @@ fn the_daemon_takes_only_typed_bounded_extras_for_a_prompt_of_npc_acp() {
         "{answer}"
     );
 }
+
+/// A repository without hooks whose profiles run `fixtures/acp/hooked-agent.py`
+/// under `ask_tools = ["Bash(git push:*)"]`: `push` calls Bash with `git
+/// push origin main` (asked), `list` with `ls` (not asked).
+fn policy_repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let hooked = toml_str(
+        &repo_root()
+            .join("fixtures/acp/hooked-agent.py")
+            .display()
+            .to_string(),
+    );
+    let npc = toml_str(&npc_path().display().to_string());
+    let manifest = format!(
+        r#"
+version = 1
+
+[daemon]
+listen = "127.0.0.1:0"
+
+[providers.pusher]
+kind = "claude_code"
+command = {hooked}
+env = {{ NPC_BIN = {npc}, HOOKED_AGENT_COMMAND = "git push origin main" }}
+
+[providers.lister]
+kind = "claude_code"
+command = {hooked}
+env = {{ NPC_BIN = {npc}, HOOKED_AGENT_COMMAND = "ls" }}
+
+[profiles.push]
+provider = "pusher"
+description = "pushes"
+ask_tools = ["Bash(git push:*)"]
+
+[profiles.list]
+provider = "lister"
+description = "lists"
+ask_tools = ["Bash(git push:*)"]
+"#
+    );
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    dir
+}
+
+/// The `push` profile's Bash call is asked about in the editor and each
+/// answer decides; the `list` profile's runs unasked. `ran_in` says where
+/// the runs ran.
+fn ask_tools_ask_the_editor(dir: &Path, ran_in: &str) {
+    for (answer, status, text) in [
+        ("allow", "completed", "ran: git push origin main"),
+        ("deny", "failed", "denied in the editor"),
+    ] {
+        let seen = client(dir, "push", "permission", &[answer]);
+        assert_eq!(seen["meta"]["npc"]["ranIn"], ran_in, "{seen}");
+        let asked = seen["permissions"].as_array().unwrap();
+        assert_eq!(asked.len(), 1, "{seen}");
+        let call = &asked[0]["toolCall"];
+        assert_eq!(call["rawInput"], json!({"command": "git push origin main"}));
+        let title = call["title"].as_str().unwrap();
+        assert!(
+            title.contains("ask_tools") && title.contains("git push:*"),
+            "{title}"
+        );
+        let id = seen["session_id"].as_str().unwrap();
+        let result = updates(&seen, id)
+            .into_iter()
+            .find(|u| u["sessionUpdate"] == "tool_call_update")
+            .unwrap()
+            .clone();
+        assert_eq!(result["status"], status, "{answer}: {result}");
+        assert!(
+            result["rawOutput"].as_str().unwrap().contains(text),
+            "{answer}: {result}"
+        );
+    }
+    let seen = client(dir, "list", "permission", &["deny"]);
+    assert!(seen["permissions"].as_array().unwrap().is_empty(), "{seen}");
+    let id = seen["session_id"].as_str().unwrap();
+    let result = updates(&seen, id)
+        .into_iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update")
+        .unwrap()
+        .clone();
+    assert_eq!(result["status"], "completed", "{result}");
+    // Each answer is on record as the policy's decision.
+    let asks: Vec<Value> = events(dir)
+        .into_iter()
+        .filter(|e| e["kind"] == "hook.call" && e["payload"]["decision"] == "ask")
+        .map(|e| e["payload"].clone())
+        .collect();
+    assert_eq!(asks.len(), 2, "{asks:?}");
+    assert_eq!(asks[0]["hook"], "profile `push` ask_tools");
+    assert_eq!(asks[0]["pattern"], "Bash(git push:*)");
+    assert_eq!(asks[0]["detail"], "allowed by the user");
+    assert!(
+        asks[1]["detail"].as_str().unwrap().starts_with("denied"),
+        "{asks:?}"
+    );
+}
+
+#[test]
+fn a_profiles_ask_tools_is_a_permission_request_and_the_editors_answer_decides() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = policy_repo();
+    ask_tools_ask_the_editor(dir.path(), "acp");
+}
+
+#[test]
+fn with_a_daemon_up_a_profiles_ask_tools_reaches_the_editor_from_the_daemons_agent() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = policy_repo();
+    let _daemon = Daemon::start_in(dir.path());
+    ask_tools_ask_the_editor(dir.path(), "daemon");
+}
+
+#[test]
+fn ask_tools_without_an_editor_deny_the_calls_they_match_and_only_those() {
+    let dir = policy_repo();
+    let hook = |profile: Option<&str>, command: &str| {
+        let mut cmd = npc();
+        cmd.current_dir(dir.path())
+            .env_remove("NPC_PROFILE")
+            .env_remove("NPC_ACP_APPROVAL_SOCKET")
+            .args(["hook", "run", "before_tool", "--agent", "claude"])
+            .write_stdin(
+                json!({"tool_name": "Bash", "tool_use_id": "t", "tool_input": {"command": command}})
+                    .to_string(),
+            );
+        if let Some(p) = profile {
+            cmd.env("NPC_PROFILE", p);
+        }
+        cmd.output().unwrap()
+    };
+    let denied = hook(Some("push"), "git push origin main");
+    assert_eq!(denied.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&denied.stderr);
+    assert!(
+        stderr.contains("nobody can be asked") && stderr.contains("ask_tools"),
+        "{stderr}"
+    );
+    // Other commands, and an agent no profile run started, pass.
+    assert_eq!(hook(Some("push"), "git status").status.code(), Some(0));
+    assert_eq!(hook(None, "git push origin main").status.code(), Some(0));
+    assert_eq!(
+        hook(Some("no-such-profile"), "git push").status.code(),
+        Some(0)
+    );
+}
+
+#[test]
+fn a_malformed_ask_tools_pattern_is_a_manifest_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n[providers.p]\nkind = \"claude_code\"\n[profiles.dev]\nprovider = \"p\"\ndescription = \"d\"\nask_tools = [\"Bash(git push\"]\n",
+    )
+    .unwrap();
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["validate"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("ask_tools"), "{text}");
+}
