@@ -2,12 +2,16 @@
 //! Code). Newline-delimited JSON-RPC 2.0 on stdio ([`frame`]; stdout carries
 //! only protocol frames, logs go to stderr), the wire types of the
 //! `agent-client-protocol-schema` crate (ACP v1). A session is a sequence
-//! of runs of one manifest profile: `session/prompt` is one `npc run`
-//! ([`crate::runs::prepare_blocking`] + [`crate::runs::execute`]), recorded
-//! in the event log like any run, its parsed agent events streamed back as
-//! `session/update`s ([`map`]) and its outcome the stop reason.
-//! `session/cancel` ends the prompt's run by killing the agent's process
-//! group. A `before_tool` hook answering `ask` inside the agent's own hook
+//! of runs of one manifest profile: `session/prompt` is one run — of the
+//! daemon when one holds the repository ([`daemon`]: queued over the
+//! control socket, followed in the store), else of this process like `npc
+//! run` ([`crate::runs::prepare_blocking`] + [`crate::runs::execute`]) —
+//! recorded in the event log like any run, its parsed agent events streamed
+//! back as `session/update`s ([`map`]) and its outcome the stop reason
+//! (`_meta.npc.ranIn` says where it ran). `session/cancel` ends the
+//! prompt's run by killing the agent's process group (through the daemon
+//! for its runs). A `before_tool` hook answering `ask`, or a profile's
+//! `ask_tools` ([`crate::hooks::policy`]), inside the agent's own hook
 //! (`npc hook run`) or npc's gateway reaches this process over the approval
 //! socket ([`crate::surfaces::approval`]) and becomes a
 //! `session/request_permission` to the editor, whose answer is the
