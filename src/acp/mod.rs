@@ -93,6 +93,13 @@ pub const RAN_IN_DAEMON: &str = "daemon";
 pub const RAN_IN_ACP: &str = "acp";
 /// Events of a daemon's run read from the store at a time while following it.
 pub const FOLLOW_PAGE: usize = 500;
+/// Longest pause between reads of a quiet daemon run's events (the pause
+/// starts at `store::TAIL_POLL_INITIAL` and doubles): an update reaches the
+/// editor at most this late.
+pub const FOLLOW_POLL_MAX: Duration = Duration::from_millis(20);
+/// How often a quiet daemon run's queue row and the daemon itself are
+/// checked (a run that ended without `run.finished`, a daemon that died).
+pub const FOLLOW_CHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// Why `npc acp` could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -883,6 +890,7 @@ impl Agent {
         let mut mapper = map::Mapper::default();
         let mut max_turns = false;
         let mut cancel_sent = false;
+        let mut checked = tokio::time::Instant::now();
         // (outcome, why it did not succeed)
         let ending: (String, Option<String>) = loop {
             let store = self.config.store.clone();
@@ -917,8 +925,14 @@ impl Agent {
                 pause = crate::store::TAIL_POLL_INITIAL;
                 continue;
             }
-            // Quiet: did the run end without a `run.finished` (cancelled
-            // while queued, refused), or did the daemon go away?
+            // Quiet now and then: did the run end without a `run.finished`
+            // (cancelled while queued, refused), or did the daemon go away?
+            if checked.elapsed() < FOLLOW_CHECK_EVERY {
+                self.follow_pause(&mut pause, socket, run_id, &mut cancel_sent, cancel_rx)
+                    .await;
+                continue;
+            }
+            checked = tokio::time::Instant::now();
             let store = self.config.store.clone();
             let id = run_id.to_string();
             let row = tokio::task::spawn_blocking(move || store.trigger_run(&id))
@@ -953,20 +967,8 @@ impl Agent {
                     ),
                 );
             }
-            tokio::select! {
-                () = tokio::time::sleep(pause) => {}
-                _ = &mut *cancel_rx, if !cancel_sent => {
-                    cancel_sent = true;
-                    let (socket, id) = (socket.to_path_buf(), run_id.to_string());
-                    tokio::spawn(async move {
-                        let request = Request::CancelRun { id: id.clone() };
-                        if let Err(e) = Client::call(&socket, &request).await {
-                            tracing::warn!("acp: cannot cancel run `{id}` in the daemon: {e}");
-                        }
-                    });
-                }
-            }
-            pause = (pause * 2).min(crate::store::TAIL_POLL_MAX);
+            self.follow_pause(&mut pause, socket, run_id, &mut cancel_sent, cancel_rx)
+                .await;
         };
         let (outcome, why) = ending;
         let stop = match outcome.as_str() {
@@ -983,6 +985,33 @@ impl Agent {
             "outcome": outcome,
             "ranIn": RAN_IN_DAEMON,
         }))))
+    }
+
+    /// Wait `pause` (then double it, up to [`FOLLOW_POLL_MAX`]) for a
+    /// quiet daemon run; a cancel meanwhile asks the daemon to cancel it
+    /// (once).
+    async fn follow_pause(
+        &self,
+        pause: &mut Duration,
+        socket: &std::path::Path,
+        run_id: &str,
+        cancel_sent: &mut bool,
+        cancel_rx: &mut oneshot::Receiver<()>,
+    ) {
+        tokio::select! {
+            () = tokio::time::sleep(*pause) => {}
+            _ = &mut *cancel_rx, if !*cancel_sent => {
+                *cancel_sent = true;
+                let (socket, id) = (socket.to_path_buf(), run_id.to_string());
+                tokio::spawn(async move {
+                    let request = Request::CancelRun { id: id.clone() };
+                    if let Err(e) = Client::call(&socket, &request).await {
+                        tracing::warn!("acp: cannot cancel run `{id}` in the daemon: {e}");
+                    }
+                });
+            }
+        }
+        *pause = (*pause * 2).min(FOLLOW_POLL_MAX);
     }
 
     /// Run the prompt in this process (no daemon holds the repository).
