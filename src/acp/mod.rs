@@ -922,6 +922,16 @@ impl Agent {
                 break ended;
             }
             if !page.is_empty() {
+                // A run that never goes quiet is still cancelled.
+                if !cancel_sent
+                    && !matches!(
+                        cancel_rx.try_recv(),
+                        Err(oneshot::error::TryRecvError::Empty)
+                    )
+                {
+                    cancel_sent = true;
+                    cancel_in_daemon(socket, run_id);
+                }
                 pause = crate::store::TAIL_POLL_INITIAL;
                 continue;
             }
@@ -1002,13 +1012,7 @@ impl Agent {
             () = tokio::time::sleep(*pause) => {}
             _ = &mut *cancel_rx, if !*cancel_sent => {
                 *cancel_sent = true;
-                let (socket, id) = (socket.to_path_buf(), run_id.to_string());
-                tokio::spawn(async move {
-                    let request = Request::CancelRun { id: id.clone() };
-                    if let Err(e) = Client::call(&socket, &request).await {
-                        tracing::warn!("acp: cannot cancel run `{id}` in the daemon: {e}");
-                    }
-                });
+                cancel_in_daemon(socket, run_id);
             }
         }
         *pause = (*pause * 2).min(FOLLOW_POLL_MAX);
@@ -1183,6 +1187,18 @@ impl Agent {
             Err(_) => deny("the editor gave no answer"),
         }
     }
+}
+
+/// Ask the daemon at `socket` to cancel run `id` (it kills the agent's
+/// process group; the run's `run.finished` then ends the prompt).
+fn cancel_in_daemon(socket: &std::path::Path, id: &str) {
+    let (socket, id) = (socket.to_path_buf(), id.to_string());
+    tokio::spawn(async move {
+        let request = Request::CancelRun { id: id.clone() };
+        if let Err(e) = Client::call(&socket, &request).await {
+            tracing::warn!("acp: cannot cancel run `{id}` in the daemon: {e}");
+        }
+    });
 }
 
 /// The text of a prompt's content blocks: text as written, embedded text
