@@ -915,3 +915,74 @@ fn a_malformed_ask_tools_pattern_is_a_manifest_error() {
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("ask_tools"), "{text}");
 }
+
+#[test]
+fn with_a_daemon_up_sigterm_to_npc_acp_has_the_daemon_cancel_the_running_prompt() {
+    let scratch = tempfile::tempdir().unwrap();
+    let pid_file = scratch.path().join("agent.pid");
+    let dir = daemon_repo(&[
+        ("FAKE_AGENT_HANG", "1"),
+        ("FAKE_AGENT_PID_FILE", &pid_file.display().to_string()),
+    ]);
+    let daemon = Daemon::start_in(dir.path());
+    let mut acp = Command::new(npc_path())
+        .args(["acp", "--profile", "dev"])
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = acp.stdin.take().unwrap();
+    let mut stdout = BufReader::new(acp.stdout.take().unwrap());
+    // The answer to `frame`; `None` once npc acp closed its stdout.
+    let mut answer = move |frame: Value| -> Option<Value> {
+        writeln!(stdin, "{frame}").ok()?;
+        let id = frame["id"].clone();
+        loop {
+            let mut line = String::new();
+            if stdout.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id && v.get("method").is_none() {
+                return Some(v);
+            }
+        }
+    };
+    answer(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}))
+        .unwrap();
+    let session = answer(
+        json!({"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd": dir.path(), "mcpServers": []}}),
+    )
+    .unwrap()["result"]["sessionId"]
+        .clone();
+    // The prompt is not answered until the run ends; send it and let it run.
+    let prompt = json!({"jsonrpc":"2.0","id":3,"method":"session/prompt",
+        "params":{"sessionId": session,"prompt":[{"type":"text","text":"go on forever"}]}});
+    std::thread::spawn(move || answer(prompt));
+    let pid: i32 = wait_for("the daemon's agent to start", || {
+        std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok()
+    });
+    let run = wait_for("the daemon's run", || {
+        daemon_runs(&daemon)
+            .into_iter()
+            .find(|r| r["origin"] == "acp" && r["state"] == "running")
+    });
+    kill(
+        Pid::from_raw(acp.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_for("npc acp to exit", || acp.try_wait().unwrap());
+    assert!(status.success(), "{status}");
+    wait_for("the agent's process group to be gone", || {
+        (kill(Pid::from_raw(-pid), None) == Err(nix::errno::Errno::ESRCH)).then_some(())
+    });
+    let state = wait_for("the run to end", || {
+        daemon_runs(&daemon)
+            .into_iter()
+            .find(|r| r["id"] == run["id"] && r["state"] != "running")
+    });
+    assert_eq!(state["state"], "cancelled", "{state}");
+}
