@@ -750,10 +750,6 @@ impl Agent {
     ) -> Result<Value, Value> {
         let record = &session.record;
         let resume = self.resume_of(record)?;
-        let route = ApprovalRoute {
-            socket: self.approval_name.clone(),
-            session: record.id.clone(),
-        };
         if text.len() <= daemon::MAX_DAEMON_PROMPT_BYTES
             && let Some((socket, _pid)) = self
                 .config
@@ -762,22 +758,22 @@ impl Agent {
                 .and_then(|paths| paths.running_daemon())
         {
             let ran = self
-                .run_in_daemon(
-                    &socket,
-                    record,
-                    &text,
-                    &choice,
-                    resume.clone(),
-                    route.clone(),
-                    cancel_rx,
-                )
+                .run_in_daemon(&socket, record, &text, &choice, resume.clone(), cancel_rx)
                 .await;
             if let Some(result) = ran {
                 return result;
             }
         }
-        self.run_here(record, text, choice, resume, route, cancel_rx)
-            .await
+        self.run_here(record, text, choice, resume, cancel_rx).await
+    }
+
+    /// Where the hooks of `record`'s runs ask: this process's approval
+    /// socket, for that session.
+    fn route(&self, record: &AcpSession) -> ApprovalRoute {
+        ApprovalRoute {
+            socket: self.approval_name.clone(),
+            session: record.id.clone(),
+        }
     }
 
     /// The provider conversation a new prompt of `record` continues: the
@@ -822,7 +818,6 @@ impl Agent {
     /// Queue the prompt as a run of the daemon at `socket` and stream it
     /// from the store until it ended. `None` when the daemon is gone before
     /// it took the run (the caller runs it here instead).
-    #[allow(clippy::too_many_arguments)]
     async fn run_in_daemon(
         self: &Arc<Self>,
         socket: &std::path::Path,
@@ -830,7 +825,6 @@ impl Agent {
         text: &str,
         choice: &PromptChoice,
         resume: Option<Resume>,
-        route: ApprovalRoute,
         cancel_rx: &mut oneshot::Receiver<()>,
     ) -> Option<Result<Value, Value>> {
         let mut run = ManualRun {
@@ -854,7 +848,7 @@ impl Agent {
                 cwd: (cwd.is_absolute() && cwd.is_dir()).then_some(cwd),
                 timeout_secs: Some(self.config.timeout.as_secs().max(1)),
                 resume,
-                approval: Some(route),
+                approval: Some(self.route(record)),
             },
         };
         let run_id = match Client::call(socket, &request).await {
@@ -1025,7 +1019,6 @@ impl Agent {
         text: String,
         choice: PromptChoice,
         resume: Option<Resume>,
-        route: ApprovalRoute,
         cancel_rx: &mut oneshot::Receiver<()>,
     ) -> Result<Value, Value> {
         let cwd = PathBuf::from(&record.cwd);
@@ -1051,7 +1044,7 @@ impl Agent {
         for w in &prepared.warnings {
             tracing::warn!("acp: {w}");
         }
-        daemon::apply(&mut prepared, resume.as_ref(), Some(&route));
+        daemon::apply(&mut prepared, resume.as_ref(), Some(&self.route(record)));
         self.record_run(record, &run_id, &text).await?;
         let mut mapper = map::Mapper::default();
         let mut max_turns = false;
