@@ -2,12 +2,16 @@
 //! Code). Newline-delimited JSON-RPC 2.0 on stdio ([`frame`]; stdout carries
 //! only protocol frames, logs go to stderr), the wire types of the
 //! `agent-client-protocol-schema` crate (ACP v1). A session is a sequence
-//! of runs of one manifest profile: `session/prompt` is one `npc run`
-//! ([`crate::runs::prepare_blocking`] + [`crate::runs::execute`]), recorded
-//! in the event log like any run, its parsed agent events streamed back as
-//! `session/update`s ([`map`]) and its outcome the stop reason.
-//! `session/cancel` ends the prompt's run by killing the agent's process
-//! group. A `before_tool` hook answering `ask` inside the agent's own hook
+//! of runs of one manifest profile: `session/prompt` is one run — of the
+//! daemon when one holds the repository ([`daemon`]: queued over the
+//! control socket, followed in the store), else of this process like `npc
+//! run` ([`crate::runs::prepare_blocking`] + [`crate::runs::execute`]) —
+//! recorded in the event log like any run, its parsed agent events streamed
+//! back as `session/update`s ([`map`]) and its outcome the stop reason
+//! (`_meta.npc.ranIn` says where it ran). `session/cancel` ends the
+//! prompt's run by killing the agent's process group (through the daemon
+//! for its runs). A `before_tool` hook answering `ask`, or a profile's
+//! `ask_tools` ([`crate::hooks::policy`]), inside the agent's own hook
 //! (`npc hook run`) or npc's gateway reaches this process over the approval
 //! socket ([`crate::surfaces::approval`]) and becomes a
 //! `session/request_permission` to the editor, whose answer is the
@@ -20,6 +24,7 @@
 //! a fresh conversation per prompt. Every bound is a constant here or in
 //! [`frame`] / [`map`].
 
+pub mod daemon;
 pub mod frame;
 pub mod map;
 
@@ -51,9 +56,13 @@ use crate::model::{Manifest, ProviderKind};
 use crate::runs::{self, Outcome, PromptChoice, RunRequest};
 use crate::store::Store;
 use crate::store::acp::AcpSession;
+use crate::store::queue::state as queue_state;
 use crate::supervisor::Supervisor;
-use crate::surfaces::approval::{self, APPROVAL_SESSION_ENV, APPROVAL_SOCKET_ENV, Answer, Asked};
+use crate::surfaces::approval::{self, Answer, Asked};
+use crate::surfaces::control::{Client, ControlError, Request};
+use crate::triggers::ManualRun;
 use agent_client_protocol_schema::ProtocolVersion;
+use daemon::{AcpRun, ApprovalRoute, Resume};
 use frame::{BUSY, INTERNAL_ERROR, INVALID_PARAMS, Incoming, Line, RESOURCE_NOT_FOUND};
 
 /// Requests from the client handled at once; more are refused (`-32000`).
@@ -78,6 +87,19 @@ pub const CANCEL_SIGNAL: i32 = nix::sys::signal::Signal::SIGTERM as i32;
 pub const SESSION_ID_PREFIX: &str = "acp-";
 /// Key of npc's extensions in `_meta` objects.
 pub const META_KEY: &str = "npc";
+/// `ranIn` of a prompt response whose run the daemon carried out.
+pub const RAN_IN_DAEMON: &str = "daemon";
+/// `ranIn` of a prompt response whose run this `npc acp` carried out.
+pub const RAN_IN_ACP: &str = "acp";
+/// Events of a daemon's run read from the store at a time while following it.
+pub const FOLLOW_PAGE: usize = 500;
+/// Longest pause between reads of a quiet daemon run's events (the pause
+/// starts at `store::TAIL_POLL_INITIAL` and doubles): an update reaches the
+/// editor at most this late.
+pub const FOLLOW_POLL_MAX: Duration = Duration::from_millis(20);
+/// How often a quiet daemon run's queue row and the daemon itself are
+/// checked (a run that ended without `run.finished`, a daemon that died).
+pub const FOLLOW_CHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// Why `npc acp` could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +131,9 @@ pub struct Config {
     pub hooks: Arc<HookRunner>,
     /// Each run's timeout.
     pub timeout: Duration,
+    /// The repository's paths, to find the daemon holding it at each
+    /// prompt (`None`: prompts always run in this process).
+    pub daemon: Option<crate::runtime::RepoPaths>,
 }
 
 /// The profile `npc acp` runs: `requested`, else the manifest's only
@@ -162,12 +187,20 @@ struct Agent {
     approval_name: String,
 }
 
-/// Serve ACP on `input`/`output` until the client closes `input`.
-pub async fn serve<R, W>(config: Config, input: R, output: W) -> Result<(), AcpError>
+/// Serve ACP on `input`/`output` until the client closes `input` or `stop`
+/// resolves; either way running prompts are cancelled first (in-process
+/// agents' groups killed, the daemon's runs cancelled through it).
+pub async fn serve<R, W>(
+    config: Config,
+    input: R,
+    output: W,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), AcpError>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    tokio::pin!(stop);
     let listener = approval::bind().map_err(AcpError::Approval)?;
     let (out, mut frames) = mpsc::unbounded_channel::<Value>();
     let writer = tokio::spawn(async move {
@@ -207,7 +240,11 @@ where
     let inflight = Arc::new(Semaphore::new(MAX_INFLIGHT_REQUESTS));
     let mut lines = frame::LineReader::new(BufReader::new(input), frame::MAX_LINE_BYTES);
     let result = loop {
-        let line = match lines.next().await {
+        let next = tokio::select! {
+            next = lines.next() => next,
+            () = &mut stop => break Ok(()),
+        };
+        let line = match next {
             Ok(Some(line)) => line,
             Ok(None) => break Ok(()),
             Err(e) => break Err(AcpError::Io(e)),
@@ -702,6 +739,8 @@ impl Agent {
         }
     }
 
+    /// Run one prompt: in the daemon when one holds the repository (and
+    /// the prompt fits its control channel), else in this process.
     async fn run_prompt(
         self: &Arc<Self>,
         session: &Session,
@@ -710,6 +749,278 @@ impl Agent {
         cancel_rx: &mut oneshot::Receiver<()>,
     ) -> Result<Value, Value> {
         let record = &session.record;
+        let resume = self.resume_of(record)?;
+        if text.len() <= daemon::MAX_DAEMON_PROMPT_BYTES
+            && let Some((socket, _pid)) = self
+                .config
+                .daemon
+                .as_ref()
+                .and_then(|paths| paths.running_daemon())
+        {
+            let ran = self
+                .run_in_daemon(&socket, record, &text, &choice, resume.clone(), cancel_rx)
+                .await;
+            if let Some(result) = ran {
+                return result;
+            }
+        }
+        self.run_here(record, text, choice, resume, cancel_rx).await
+    }
+
+    /// Where the hooks of `record`'s runs ask: this process's approval
+    /// socket, for that session.
+    fn route(&self, record: &AcpSession) -> ApprovalRoute {
+        ApprovalRoute {
+            socket: self.approval_name.clone(),
+            session: record.id.clone(),
+        }
+    }
+
+    /// The provider conversation a new prompt of `record` continues: the
+    /// one its last run recorded (forked when the session has no run of its
+    /// own yet).
+    fn resume_of(&self, record: &AcpSession) -> Result<Option<Resume>, Value> {
+        let store = &self.config.store;
+        let earlier = store.acp_session_runs(&record.id).map_err(internal)?;
+        let own_runs = match &record.forked_from {
+            Some(parent) => earlier.len() > store.acp_session_runs(parent).map_err(internal)?.len(),
+            None => true,
+        };
+        Ok(earlier
+            .last()
+            .and_then(|last| provider_session(store, &last.run_id))
+            .map(|session| Resume {
+                session,
+                fork: !own_runs,
+            }))
+    }
+
+    async fn record_run(&self, record: &AcpSession, run_id: &str, text: &str) -> Result<(), Value> {
+        let title: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let title: String = title.chars().take(MAX_TITLE_CHARS).collect();
+        self.config
+            .store
+            .add_acp_session_run(&record.id, run_id, text, title)
+            .await
+            .map_err(internal)
+    }
+
+    /// Say in the session why run `run_id` did not succeed.
+    fn say_why(&self, session: &str, run_id: &str, outcome: &str, why: &str) {
+        self.update(
+            session,
+            SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::from(format!(
+                "\n[npc] run {run_id} {outcome}: {why}\n"
+            )))),
+        );
+    }
+
+    /// Queue the prompt as a run of the daemon at `socket` and stream it
+    /// from the store until it ended. `None` when the daemon is gone before
+    /// it took the run (the caller runs it here instead).
+    async fn run_in_daemon(
+        self: &Arc<Self>,
+        socket: &std::path::Path,
+        record: &AcpSession,
+        text: &str,
+        choice: &PromptChoice,
+        resume: Option<Resume>,
+        cancel_rx: &mut oneshot::Receiver<()>,
+    ) -> Option<Result<Value, Value>> {
+        let mut run = ManualRun {
+            profile: record.profile.clone(),
+            prompt: None,
+            prompt_template: None,
+            vars: Default::default(),
+        };
+        match choice {
+            PromptChoice::Literal { text } => run.prompt = Some(text.clone()),
+            PromptChoice::Template { name, vars } => {
+                run.prompt_template = Some(name.clone());
+                run.vars = vars.clone();
+            }
+            PromptChoice::Profile => {}
+        }
+        let cwd = PathBuf::from(&record.cwd);
+        let request = Request::AcpRun {
+            run: AcpRun {
+                run,
+                cwd: (cwd.is_absolute() && cwd.is_dir()).then_some(cwd),
+                timeout_secs: Some(self.config.timeout.as_secs().max(1)),
+                resume,
+                approval: Some(self.route(record)),
+            },
+        };
+        let run_id = match Client::call(socket, &request).await {
+            Ok(answer) => match answer["run_id"].as_str() {
+                Some(id) => id.to_string(),
+                None => return Some(Err(internal(format!("the daemon answered {answer}")))),
+            },
+            Err(ControlError::Connect { .. }) => return None,
+            Err(ControlError::Refused(e)) => {
+                return Some(Err(frame::error(INVALID_PARAMS, &e)));
+            }
+            Err(e) => return Some(Err(internal(e))),
+        };
+        if let Err(e) = self.record_run(record, &run_id, text).await {
+            return Some(Err(e));
+        }
+        Some(self.follow(socket, record, &run_id, cancel_rx).await)
+    }
+
+    /// Stream run `run_id` of the daemon at `socket` from the store (its
+    /// events carry its id) until its `run.finished`, or until its queue
+    /// row ended without one; a cancel asks the daemon to cancel it.
+    async fn follow(
+        self: &Arc<Self>,
+        socket: &std::path::Path,
+        record: &AcpSession,
+        run_id: &str,
+        cancel_rx: &mut oneshot::Receiver<()>,
+    ) -> Result<Value, Value> {
+        let component = runs::component(run_id);
+        let mut after = 0i64;
+        let mut pause = crate::store::TAIL_POLL_INITIAL;
+        let mut mapper = map::Mapper::default();
+        let mut max_turns = false;
+        let mut cancel_sent = false;
+        let mut checked = tokio::time::Instant::now();
+        // (outcome, why it did not succeed)
+        let ending: (String, Option<String>) = loop {
+            let store = self.config.store.clone();
+            let (key, from) = (component.clone(), after);
+            let page = tokio::task::spawn_blocking(move || {
+                store.component_events(&key, from, FOLLOW_PAGE)
+            })
+            .await
+            .map_err(internal)?
+            .map_err(internal)?;
+            let mut ended = None;
+            for e in &page {
+                after = e.id;
+                if e.kind.starts_with("agent.") {
+                    max_turns |= map::hit_turn_limit(&e.payload);
+                    for u in mapper.updates(&e.payload) {
+                        self.update(&record.id, u);
+                    }
+                } else if e.kind == "run.finished" {
+                    let outcome = e.payload["outcome"].as_str().unwrap_or("failed");
+                    let why = e.payload["error"].as_str().map(str::to_string).or_else(|| {
+                        (outcome == "failed")
+                            .then(|| format!("the agent failed (exit {})", e.payload["exit"]))
+                    });
+                    ended = Some((outcome.to_string(), why));
+                }
+            }
+            if let Some(ended) = ended {
+                break ended;
+            }
+            if !page.is_empty() {
+                // A run that never goes quiet is still cancelled.
+                if !cancel_sent
+                    && !matches!(
+                        cancel_rx.try_recv(),
+                        Err(oneshot::error::TryRecvError::Empty)
+                    )
+                {
+                    cancel_sent = true;
+                    cancel_in_daemon(socket, run_id);
+                }
+                pause = crate::store::TAIL_POLL_INITIAL;
+                continue;
+            }
+            // Quiet now and then: did the run end without a `run.finished`
+            // (cancelled while queued, refused), or did the daemon go away?
+            if checked.elapsed() < FOLLOW_CHECK_EVERY {
+                self.follow_pause(&mut pause, socket, run_id, &mut cancel_sent, cancel_rx)
+                    .await;
+                continue;
+            }
+            checked = tokio::time::Instant::now();
+            let store = self.config.store.clone();
+            let id = run_id.to_string();
+            let row = tokio::task::spawn_blocking(move || store.trigger_run(&id))
+                .await
+                .map_err(internal)?
+                .map_err(internal)?;
+            if let Some(row) = row
+                && !matches!(
+                    row.state.as_str(),
+                    queue_state::QUEUED | queue_state::RUNNING
+                )
+            {
+                let again = self
+                    .config
+                    .store
+                    .component_events(&component, after, FOLLOW_PAGE);
+                if again.is_ok_and(|p| p.iter().any(|e| e.kind == "run.finished")) {
+                    continue;
+                }
+                break (row.state, row.detail);
+            }
+            let daemon_up = self
+                .config
+                .daemon
+                .as_ref()
+                .is_some_and(|paths| paths.running_daemon().is_some());
+            if !daemon_up {
+                break (
+                    queue_state::INTERRUPTED.to_string(),
+                    Some(
+                        "the daemon stopped while the run went on; it is not run again".to_string(),
+                    ),
+                );
+            }
+            self.follow_pause(&mut pause, socket, run_id, &mut cancel_sent, cancel_rx)
+                .await;
+        };
+        let (outcome, why) = ending;
+        let stop = match outcome.as_str() {
+            "cancelled" => StopReason::Cancelled,
+            _ if max_turns => StopReason::MaxTurnRequests,
+            _ => StopReason::EndTurn,
+        };
+        if !matches!(outcome.as_str(), "succeeded" | "cancelled") {
+            let why = why.unwrap_or_else(|| format!("see `npc events` for run {run_id}"));
+            self.say_why(&record.id, run_id, &outcome, &why);
+        }
+        to_value(PromptResponse::new(stop).meta(meta(json!({
+            "runId": run_id,
+            "outcome": outcome,
+            "ranIn": RAN_IN_DAEMON,
+        }))))
+    }
+
+    /// Wait `pause` (then double it, up to [`FOLLOW_POLL_MAX`]) for a
+    /// quiet daemon run; a cancel meanwhile asks the daemon to cancel it
+    /// (once).
+    async fn follow_pause(
+        &self,
+        pause: &mut Duration,
+        socket: &std::path::Path,
+        run_id: &str,
+        cancel_sent: &mut bool,
+        cancel_rx: &mut oneshot::Receiver<()>,
+    ) {
+        tokio::select! {
+            () = tokio::time::sleep(*pause) => {}
+            _ = &mut *cancel_rx, if !*cancel_sent => {
+                *cancel_sent = true;
+                cancel_in_daemon(socket, run_id);
+            }
+        }
+        *pause = (*pause * 2).min(FOLLOW_POLL_MAX);
+    }
+
+    /// Run the prompt in this process (no daemon holds the repository).
+    async fn run_here(
+        self: &Arc<Self>,
+        record: &AcpSession,
+        text: String,
+        choice: PromptChoice,
+        resume: Option<Resume>,
+        cancel_rx: &mut oneshot::Receiver<()>,
+    ) -> Result<Value, Value> {
         let cwd = PathBuf::from(&record.cwd);
         let request = RunRequest {
             profile: record.profile.clone(),
@@ -733,45 +1044,8 @@ impl Agent {
         for w in &prepared.warnings {
             tracing::warn!("acp: {w}");
         }
-        let earlier = self
-            .config
-            .store
-            .acp_session_runs(&record.id)
-            .map_err(internal)?;
-        let own_runs = match &record.forked_from {
-            Some(parent) => {
-                let parent_runs = self
-                    .config
-                    .store
-                    .acp_session_runs(parent)
-                    .map_err(internal)?;
-                earlier.len() > parent_runs.len()
-            }
-            None => true,
-        };
-        if let Some(last) = earlier.last()
-            && let Some(provider_session) = provider_session(&self.config.store, &last.run_id)
-        {
-            let forking = !own_runs;
-            let extra = resume_args(prepared.kind, &provider_session, forking);
-            let at = resume_position(prepared.kind, &prepared.spec.args);
-            prepared.spec.args.splice(at..at, extra);
-        }
-        prepared
-            .spec
-            .env
-            .insert(APPROVAL_SOCKET_ENV.to_string(), self.approval_name.clone());
-        prepared
-            .spec
-            .env
-            .insert(APPROVAL_SESSION_ENV.to_string(), record.id.clone());
-        let title: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-        let title: String = title.chars().take(MAX_TITLE_CHARS).collect();
-        self.config
-            .store
-            .add_acp_session_run(&record.id, &run_id, &text, title)
-            .await
-            .map_err(internal)?;
+        daemon::apply(&mut prepared, resume.as_ref(), Some(&self.route(record)));
+        self.record_run(record, &run_id, &text).await?;
         let mut mapper = map::Mapper::default();
         let mut max_turns = false;
         let sink = |e: &crate::providers::AgentEvent| {
@@ -806,18 +1080,14 @@ impl Agent {
                     Outcome::HookFailed => report.hook_error.clone().unwrap_or_default(),
                     _ => format!("the agent failed ({})", report.exit),
                 };
-                self.update(
-                    &record.id,
-                    SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::from(
-                        format!("\n[npc] run {} {}: {why}\n", prepared.id, other.as_str()),
-                    ))),
-                );
+                self.say_why(&record.id, &prepared.id, other.as_str(), &why);
             }
         }
         to_value(
             PromptResponse::new(map::stop_reason(report.outcome, max_turns)).meta(meta(json!({
                 "runId": prepared.id,
                 "outcome": report.outcome.as_str(),
+                "ranIn": RAN_IN_ACP,
             }))),
         )
     }
@@ -856,7 +1126,9 @@ impl Agent {
             pending.insert(id, tx);
         }
         let call = &request.tool_call;
-        let mut title = format!("{} (asked by hook {})", call.name, request.hook);
+        // `request.hook` names the asker: a hook (`before_tool[0]`) or the
+        // profile's policy (`profile `dev` ask_tools`).
+        let mut title = format!("{} (asked by {})", call.name, request.hook);
         if let Some(reason) = &request.reason {
             title = format!("{title}: {reason}");
         }
@@ -910,6 +1182,18 @@ impl Agent {
     }
 }
 
+/// Ask the daemon at `socket` to cancel run `id` (it kills the agent's
+/// process group; the run's `run.finished` then ends the prompt).
+fn cancel_in_daemon(socket: &std::path::Path, id: &str) {
+    let (socket, id) = (socket.to_path_buf(), id.to_string());
+    tokio::spawn(async move {
+        let request = Request::CancelRun { id: id.clone() };
+        if let Err(e) = Client::call(&socket, &request).await {
+            tracing::warn!("acp: cannot cancel run `{id}` in the daemon: {e}");
+        }
+    });
+}
+
 /// The text of a prompt's content blocks: text as written, embedded text
 /// resources and resource links as their URI and text.
 fn prompt_text(blocks: &[ContentBlock]) -> Result<String, Value> {
@@ -950,7 +1234,7 @@ fn provider_session(store: &Store, run_id: &str) -> Option<String> {
         .into_iter()
         .find(|e| e.kind == "agent.started")
         .and_then(|e| e.payload["session_id"].as_str().map(str::to_string))
-        .filter(|s| !s.is_empty() && !s.starts_with('-'))
+        .filter(|s| daemon::valid_provider_session(s))
 }
 
 /// The arguments that make `kind`'s CLI continue conversation `session`
@@ -967,15 +1251,6 @@ pub fn resume_args(kind: ProviderKind, session: &str, fork: bool) -> Vec<String>
         }
         ProviderKind::Opencode => vec!["--session".to_string(), session.to_string()],
         ProviderKind::Codex | ProviderKind::GeminiCli => Vec::new(),
-    }
-}
-
-/// Where [`resume_args`] go in a launch's arguments: first for Claude Code,
-/// after the `run` subcommand for OpenCode.
-fn resume_position(kind: ProviderKind, args: &[String]) -> usize {
-    match kind {
-        ProviderKind::Opencode => usize::from(args.first().is_some_and(|a| a == "run")),
-        _ => 0,
     }
 }
 
@@ -1022,6 +1297,7 @@ mod tests {
             supervisor,
             hooks,
             timeout: Duration::from_secs(5),
+            daemon: None,
         };
         let agent = Agent {
             config,
@@ -1148,10 +1424,13 @@ mod tests {
         assert!(resume_args(ProviderKind::GeminiCli, "s", true).is_empty());
         let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            resume_position(ProviderKind::Opencode, &args(&["run", "--format"])),
+            daemon::resume_position(ProviderKind::Opencode, &args(&["run", "--format"])),
             1
         );
-        assert_eq!(resume_position(ProviderKind::ClaudeCode, &args(&["-p"])), 0);
+        assert_eq!(
+            daemon::resume_position(ProviderKind::ClaudeCode, &args(&["-p"])),
+            0
+        );
     }
 
     #[test]

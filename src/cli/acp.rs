@@ -86,15 +86,18 @@ pub fn run(args: AcpArgs) -> anyhow::Result<Exit> {
             timeout: args
                 .timeout
                 .map_or(crate::runs::DEFAULT_RUN_TIMEOUT, Duration::from_secs),
+            daemon: Some(paths.clone()),
         };
         let (stdin, stdout) = crate::surfaces::stdio::std_streams();
-        let serving = crate::acp::serve(config, stdin, stdout);
-        tokio::pin!(serving);
-        let served = tokio::select! {
-            served = &mut serving => served,
-            _ = interrupt.recv() => Ok(()),
-            _ = terminate.recv() => Ok(()),
+        // A signal stops serving the way a closed stdin does: running
+        // prompts are cancelled first (a daemon's runs too, through it).
+        let stop = async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
         };
+        let served = crate::acp::serve(config, stdin, stdout, stop).await;
         bus.shutdown().await;
         served.map_err(anyhow::Error::from)
     });

@@ -4,9 +4,12 @@
 //! It reads the event's input on stdin (bounded), loads the manifest, runs
 //! the matching hooks through the runner (each call recorded as a
 //! `hook.call` event) and answers in the caller's protocol (see
-//! `hooks::bridge`). It fails closed: an unreadable input or manifest, or a
-//! failing hook, is a denial of a tool event. With no matching hook it
-//! answers at once, without opening the event store or starting a runtime.
+//! `hooks::bridge`). A `before_tool` also applies the `ask_tools` of the
+//! profile the agent runs for (`NPC_PROFILE`, see `hooks::policy`). It fails
+//! closed: an unreadable input or manifest, or a failing hook, is a denial
+//! of a tool event. With no matching hook (and nothing the policy asks
+//! about) it answers at once, without opening the event store or starting
+//! a runtime.
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -16,6 +19,7 @@ use serde_json::json;
 
 use super::Exit;
 use crate::hooks::bridge::{self, Answer, BridgeError, MAX_NATIVE_INPUT_BYTES, Protocol};
+use crate::hooks::policy::ToolPolicy;
 use crate::hooks::{BeforeTool, HookRunner, HookSet};
 use crate::model::{self, HookEvent, ProcessEnv};
 
@@ -173,7 +177,15 @@ fn answer(args: &RunArgs) -> Answer {
     };
     let set = HookSet::for_repository(&paths.root, manifest);
     let tool_name = tool.as_ref().map(|t| t.call.name.as_str());
-    if set.matching(args.event, tool_name).next().is_none() {
+    // The profile the agent runs for may ask about the call (`ask_tools`).
+    let policy = (args.event == HookEvent::BeforeTool)
+        .then(|| ToolPolicy::from_env(manifest))
+        .flatten();
+    let policy_asks = policy
+        .as_ref()
+        .zip(tool.as_ref())
+        .is_some_and(|(p, t)| p.asks(&t.call).is_some());
+    if set.matching(args.event, tool_name).next().is_none() && !policy_asks {
         return match (args.event, args.agent) {
             (HookEvent::BeforeTool, _) => {
                 bridge::before_tool_answer(args.agent, Ok(BeforeTool::Continue { arguments: None }))
@@ -204,6 +216,9 @@ fn answer(args: &RunArgs) -> Answer {
         let supervisor =
             crate::supervisor::Supervisor::new(events, crate::supervisor::BackoffPolicy::default());
         let mut runner = HookRunner::new(set, supervisor, bus.clone());
+        if let Some(policy) = policy {
+            runner = runner.with_policy(policy);
+        }
         // Inside an agent `npc acp` started, an `ask` goes to the editor.
         if let Some(approver) = crate::surfaces::approval::SocketApprover::from_env() {
             runner = runner.with_approver(std::sync::Arc::new(approver));

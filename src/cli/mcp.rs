@@ -168,6 +168,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         if let Some(approver) = crate::surfaces::approval::SocketApprover::from_env() {
             hooks = hooks.with_approver(Arc::new(approver));
         }
+        // A gateway an agent of a profile started applies its `ask_tools`.
+        if let Some(policy) = crate::hooks::policy::ToolPolicy::from_env(&manifest) {
+            hooks = hooks.with_policy(policy);
+        }
         let hooks = Arc::new(hooks);
         let gateway = Gateway::new(Arc::new(
             CallPath::new(pool.clone(), Some(bus.clone()))

@@ -67,13 +67,7 @@ pub(super) fn locate(manifest: Option<PathBuf>) -> anyhow::Result<RepoPaths> {
 
 /// The daemon's control socket, if a daemon holds the repository.
 pub(super) fn daemon_socket(paths: &RepoPaths) -> Option<(PathBuf, u32)> {
-    let pid = runtime::lock::holder(&paths.runtime_dir())?;
-    let socket = control::socket_path(&paths.runtime_dir());
-    // Connect only to a socket that is one (a link could lead anywhere).
-    crate::repofs::Root::new(&paths.root)
-        .and_then(|root| root.socket_check(&socket))
-        .ok()?;
-    Some((socket, pid))
+    paths.running_daemon()
 }
 
 /// What is applied, and how to say where that came from.

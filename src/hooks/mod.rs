@@ -21,6 +21,7 @@
 
 pub mod bridge;
 mod exec;
+pub mod policy;
 pub mod stage;
 #[cfg(test)]
 mod tests;
@@ -332,6 +333,8 @@ pub struct HookRunner {
     bus: Option<EventBus>,
     /// Who answers `ask` decisions; `None` denies them.
     approver: Option<Arc<dyn Approve>>,
+    /// The profile's `ask_tools`, applied after the `before_tool` hooks.
+    policy: Option<policy::ToolPolicy>,
 }
 
 impl HookRunner {
@@ -342,6 +345,7 @@ impl HookRunner {
             supervisor,
             bus,
             approver: None,
+            policy: None,
         }
     }
 
@@ -349,6 +353,33 @@ impl HookRunner {
     pub fn with_approver(mut self, approver: Arc<dyn Approve>) -> Self {
         self.approver = Some(approver);
         self
+    }
+
+    /// Ask about the calls `policy` matches too (see [`policy`]).
+    pub fn with_policy(mut self, policy: policy::ToolPolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Whether a `before_tool` call of tool `name` may do anything: a hook
+    /// matches it or the profile's policy may ask about it.
+    pub fn guards_tool(&self, name: &str) -> bool {
+        self.set()
+            .matching(HookEvent::BeforeTool, Some(name))
+            .next()
+            .is_some()
+            || self.policy.as_ref().is_some_and(|p| p.may_ask(name))
+    }
+
+    /// The user's answer to `request` from the approver; without one, a
+    /// denial with `no_approver` as the reason.
+    async fn ask_user(&self, request: ApprovalRequest, no_approver: String) -> Approval {
+        match &self.approver {
+            Some(approver) => approver.approve(request).await,
+            None => Approval::Deny {
+                reason: no_approver,
+            },
+        }
     }
 
     /// Use `set` from the next call on (calls in flight finish with the old one).
@@ -366,6 +397,7 @@ impl HookRunner {
         let set = self.set();
         let mut arguments = call.arguments.clone();
         let mut rewritten = false;
+        let mut asked = false;
         for entry in set.matching(HookEvent::BeforeTool, Some(&call.name)) {
             let payload = json!({ "tool_call": { "id": call.id, "name": call.name, "arguments": arguments } });
             let started = Instant::now();
@@ -396,12 +428,8 @@ impl HookRunner {
                             ..call.clone()
                         },
                     };
-                    let approval = match &self.approver {
-                        Some(approver) => approver.approve(request).await,
-                        None => Approval::Deny {
-                            reason: NO_APPROVER_REASON.to_string(),
-                        },
-                    };
+                    asked = true;
+                    let approval = self.ask_user(request, NO_APPROVER_REASON.to_string()).await;
                     let detail = match &approval {
                         Approval::Allow => "allowed by the user".to_string(),
                         Approval::Deny { reason } => format!("denied: {reason}"),
@@ -437,8 +465,58 @@ impl HookRunner {
                 }
             }
         }
+        // The profile's policy, on the arguments the hooks left, unless a
+        // hook already asked the user about this call.
+        let call = ToolCallInfo {
+            arguments,
+            ..call.clone()
+        };
+        if !asked
+            && let Some(policy) = &self.policy
+            && let Some(pattern) = policy.asks(&call)
+        {
+            let started = Instant::now();
+            let label = format!("profile `{}` ask_tools", policy.profile());
+            let request = ApprovalRequest {
+                hook: label.clone(),
+                reason: Some(format!(
+                    "the profile asks before calls matching `{}`",
+                    pattern.as_str()
+                )),
+                tool_call: call.clone(),
+            };
+            let no_approver = format!(
+                "profile `{}` asks for the user's approval of calls matching `{}` (`ask_tools`) and nobody can be asked; run the agent through `npc acp` (an editor answers) or change `ask_tools`",
+                policy.profile(),
+                pattern.as_str()
+            );
+            let approval = self.ask_user(request, no_approver).await;
+            let detail = match &approval {
+                Approval::Allow => "allowed by the user".to_string(),
+                Approval::Deny { reason } => format!("denied: {reason}"),
+            };
+            self.publish(json!({
+                "event": HookEvent::BeforeTool.as_str(),
+                "hook": label,
+                "index": null,
+                "plugin": null,
+                "profile": policy.profile(),
+                "pattern": pattern.as_str(),
+                "tool": call.name,
+                "decision": Recorded::Ask,
+                "detail": detail,
+                "duration_ms": millis(started.elapsed()),
+            }))
+            .await;
+            if let Approval::Deny { reason } = approval {
+                return Ok(BeforeTool::Deny {
+                    hook: label,
+                    reason,
+                });
+            }
+        }
         Ok(BeforeTool::Continue {
-            arguments: rewritten.then_some(arguments),
+            arguments: rewritten.then_some(call.arguments),
         })
     }
 
@@ -559,8 +637,7 @@ impl HookRunner {
         started: Instant,
         detail: Option<&str>,
     ) {
-        let Some(bus) = &self.bus else { return };
-        let payload = json!({
+        self.publish(json!({
             "event": entry.event.as_str(),
             "hook": entry.label(),
             "index": entry.index,
@@ -569,11 +646,19 @@ impl HookRunner {
             "decision": decision,
             "detail": detail,
             "duration_ms": millis(started.elapsed()),
-        });
-        let event = NewEvent::new(HOOK_CALL_EVENT, payload).for_component(
-            crate::plan::ComponentId::new(crate::plan::Kind::Hooks, entry.event.as_str())
-                .to_string(),
-        );
+        }))
+        .await;
+    }
+
+    /// Record one `hook.call` (its `event` names the component).
+    async fn publish(&self, payload: Value) {
+        let Some(bus) = &self.bus else { return };
+        let component = crate::plan::ComponentId::new(
+            crate::plan::Kind::Hooks,
+            payload["event"].as_str().unwrap_or_default(),
+        )
+        .to_string();
+        let event = NewEvent::new(HOOK_CALL_EVENT, payload).for_component(component);
         if let Err(e) = bus.publish(event).await {
             tracing::warn!(error = %e, "hooks: recording a hook call failed");
         }

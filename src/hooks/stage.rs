@@ -51,7 +51,7 @@ pub fn result_text(result: &CallToolResult) -> String {
 impl CallStage for HookStage {
     fn before<'a>(&'a self, call: &'a mut ToolCall) -> BoxFuture<'a, Before> {
         Box::pin(async move {
-            if !self.runner.set().has(HookEvent::BeforeTool) {
+            if !self.runner.guards_tool(&call.name) {
                 return Before::Continue;
             }
             match self.runner.before_tool(&info(call)).await {

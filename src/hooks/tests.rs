@@ -335,3 +335,85 @@ async fn an_ask_is_the_approvers_decision_and_denied_without_one() {
         }
     );
 }
+
+/// The policy of a profile `dev` with `ask_tools = patterns`.
+fn policy(patterns: &[&str]) -> policy::ToolPolicy {
+    let text = format!(
+        "version = 1\n[providers.p]\nkind = \"claude_code\"\n[profiles.dev]\nprovider = \"p\"\ndescription = \"d\"\nask_tools = {}\n",
+        serde_json::to_string(patterns).unwrap()
+    );
+    let files = crate::model::DiskFiles {
+        root: std::path::PathBuf::from("/"),
+    };
+    let manifest = crate::model::load_bytes(
+        "npcagent.toml",
+        text.as_bytes(),
+        crate::model::Syntax::Toml,
+        &BTreeMap::<String, String>::new(),
+        &files,
+    )
+    .manifest
+    .unwrap();
+    policy::ToolPolicy::for_profile(&manifest, "dev").unwrap()
+}
+
+#[tokio::test]
+async fn ask_tools_ask_after_the_hooks_once_and_deny_without_an_approver() {
+    let approver = || {
+        Arc::new(FixedApprover {
+            answer: Approval::Allow,
+            asked: Default::default(),
+        })
+    };
+    // The hooks let the call through (rewriting it); the policy asks about
+    // the rewritten call.
+    let rewrite = r#"{"decision":"rewrite","arguments":{"command":"ls -la"}}"#;
+    let allow = approver();
+    let runner = asking_runner(rewrite)
+        .with_policy(policy(&["Bash(ls:*)"]))
+        .with_approver(allow.clone());
+    assert_eq!(
+        runner.before_tool(&call()).await.unwrap(),
+        BeforeTool::Continue {
+            arguments: Some(json!({"command": "ls -la"}))
+        }
+    );
+    let asked = allow.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].hook, "profile `dev` ask_tools");
+    assert_eq!(asked[0].tool_call.arguments, json!({"command": "ls -la"}));
+    // A hook that already asked: the user is not asked twice.
+    let ask = r#"{"decision":"ask"}"#;
+    let allow = approver();
+    let runner = asking_runner(ask)
+        .with_policy(policy(&["Bash"]))
+        .with_approver(allow.clone());
+    runner.before_tool(&call()).await.unwrap();
+    assert_eq!(allow.asked.lock().unwrap().len(), 1);
+    // A hook's deny wins before anyone is asked.
+    let deny = r#"{"decision":"deny","reason":"no"}"#;
+    let allow = approver();
+    let runner = asking_runner(deny)
+        .with_policy(policy(&["Bash"]))
+        .with_approver(allow.clone());
+    assert!(matches!(
+        runner.before_tool(&call()).await.unwrap(),
+        BeforeTool::Deny { .. }
+    ));
+    assert!(allow.asked.lock().unwrap().is_empty());
+    // No match: nobody asked; nobody to ask: denied, naming `ask_tools`.
+    let runner = asking_runner("{}").with_policy(policy(&["Edit", "Bash(git push:*)"]));
+    assert_eq!(
+        runner.before_tool(&call()).await.unwrap(),
+        BeforeTool::Continue { arguments: None }
+    );
+    let runner = asking_runner("{}").with_policy(policy(&["Bash"]));
+    match runner.before_tool(&call()).await.unwrap() {
+        BeforeTool::Deny { hook, reason } => {
+            assert_eq!(hook, "profile `dev` ask_tools");
+            assert!(reason.contains("ask_tools") && reason.contains("nobody can be asked"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(runner.guards_tool("Bash"));
+}

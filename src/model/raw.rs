@@ -226,6 +226,11 @@ pub struct RawProfile {
     /// Tool patterns the agent may not use.
     #[serde(default)]
     pub denied_tools: Vec<Spanned<String>>,
+    /// Tool patterns whose calls need the user's approval, such as `Bash` or
+    /// `Bash(git push:*)`: npc's `before_tool` asks (the editor under `npc
+    /// acp`; with nobody to ask, the call is denied).
+    #[serde(default)]
+    pub ask_tools: Vec<Spanned<String>>,
     /// Model name passed to the provider.
     pub model: Option<Spanned<Text>>,
     /// Agent Skills the profile loads.

@@ -323,6 +323,8 @@ pub struct Profile {
     pub mcp_servers: Vec<String>,
     pub allowed_tools: Vec<String>,
     pub denied_tools: Vec<String>,
+    /// Tool patterns whose calls need the user's approval (`hooks::policy`).
+    pub ask_tools: Vec<String>,
     pub model: Option<Text>,
     pub skills: Vec<String>,
     pub frontmatter: Frontmatter,

@@ -21,7 +21,9 @@
 //!
 //! An entry is npc's when one of its commands starts with [`BRIDGE_COMMAND`];
 //! those are replaced or removed, every other entry and key is kept. With no
-//! tool hook declared, npc's entries are removed and nothing is added.
+//! tool hook declared (and no profile of the CLI with `ask_tools`, which
+//! `npc hook run before_tool` applies), npc's entries are removed and
+//! nothing is added.
 
 use std::path::Path;
 
@@ -85,10 +87,12 @@ fn entry(
     event: HookEvent,
 ) -> Option<Value> {
     let hooks = tool_hooks(manifest, event);
-    if hooks.is_empty() {
+    let asks = event == HookEvent::BeforeTool && profile_asks(manifest, kind);
+    if hooks.is_empty() && !asks {
         return None;
     }
-    let total_ms: u64 = hooks.iter().map(|h| h.timeout_ms).sum::<u64>() + BRIDGE_MARGIN_MS;
+    let total_ms: u64 =
+        hooks.iter().map(|h| h.timeout_ms).sum::<u64>() + BRIDGE_MARGIN_MS + ask_wait_ms(asks);
     let (agent, manifest_arg, timeout) = match kind {
         ProviderKind::GeminiCli => (
             "gemini",
@@ -116,6 +120,23 @@ fn entry(
         ProviderKind::Codex => json!({ "hooks": handler }),
         _ => json!({ "matcher": "*", "hooks": handler }),
     })
+}
+
+/// Whether a profile run by `kind`'s CLI has `ask_tools`: its calls go
+/// through `npc hook run before_tool` even with no hook declared.
+fn profile_asks(manifest: &Manifest, kind: ProviderKind) -> bool {
+    manifest.profiles.values().any(|p| {
+        !p.ask_tools.is_empty() && manifest.providers.get(&p.provider).map(|v| v.kind) == Some(kind)
+    })
+}
+
+/// Time the user may take to answer an `ask_tools` question, when asked.
+fn ask_wait_ms(asks: bool) -> u64 {
+    if asks {
+        u64::try_from(crate::surfaces::approval::ANSWER_WAIT_LIMIT.as_millis()).unwrap_or(u64::MAX)
+    } else {
+        0
+    }
 }
 
 /// The hooks of `event` that `npc hook run` runs: the manifest's and its
@@ -160,19 +181,24 @@ pub fn opencode_plugin(
     }
     let before_hooks = tool_hooks(manifest, HookEvent::BeforeTool);
     let after_hooks = tool_hooks(manifest, HookEvent::AfterTool);
-    if before_hooks.is_empty() && after_hooks.is_empty() && before.is_none() {
+    let asks = profile_asks(manifest, ProviderKind::Opencode);
+    if before_hooks.is_empty() && after_hooks.is_empty() && !asks && before.is_none() {
         return (String::new(), notes);
     }
     // One `npc hook run` runs one event's hooks one after the other.
     let sum = |hooks: &[&crate::model::Hook]| hooks.iter().map(|h| h.timeout_ms).sum::<u64>();
-    let total_ms = sum(&before_hooks).max(sum(&after_hooks)) + BRIDGE_MARGIN_MS;
+    let total_ms =
+        (sum(&before_hooks) + ask_wait_ms(asks)).max(sum(&after_hooks)) + BRIDGE_MARGIN_MS;
     let text = OPENCODE_TEMPLATE
         .replace(
             "__MANIFEST__",
             &serde_json::to_string(manifest_name).unwrap_or_default(),
         )
         .replace("__TIMEOUT_MS__", &total_ms.to_string())
-        .replace("__BEFORE__", &(!before_hooks.is_empty()).to_string())
+        .replace(
+            "__BEFORE__",
+            &(!before_hooks.is_empty() || asks).to_string(),
+        )
         .replace("__AFTER__", &(!after_hooks.is_empty()).to_string());
     (text, notes)
 }
@@ -365,6 +391,43 @@ mod tests {
             ProviderKind::ClaudeCode,
             None,
             &manifest(""),
+            "npcagent.toml",
+        )
+        .unwrap();
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn a_profile_with_ask_tools_gets_the_before_tool_bridge_of_its_cli_only() {
+        let asks = "[providers.c]\nkind = \"claude_code\"\n[providers.g]\nkind = \"gemini_cli\"\n\
+                    [profiles.dev]\nprovider = \"c\"\ndescription = \"d\"\nask_tools = [\"Bash\"]\n";
+        let path = Path::new(".claude/settings.json");
+        let (text, _) = edit(
+            path,
+            ProviderKind::ClaudeCode,
+            None,
+            &manifest(asks),
+            "npcagent.toml",
+        )
+        .unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let entry = &v["hooks"]["PreToolUse"][0]["hooks"][0];
+        assert!(
+            entry["command"]
+                .as_str()
+                .unwrap()
+                .starts_with(BRIDGE_COMMAND)
+        );
+        // The user's answer may take its time.
+        let wait = crate::surfaces::approval::ANSWER_WAIT_LIMIT.as_secs();
+        assert_eq!(entry["timeout"], wait + BRIDGE_MARGIN_MS / 1000);
+        assert!(v["hooks"].get("PostToolUse").is_none());
+        // No profile of Gemini CLI asks: nothing for it.
+        let (none, _) = edit(
+            Path::new(".gemini/settings.json"),
+            ProviderKind::GeminiCli,
+            None,
+            &manifest(asks),
             "npcagent.toml",
         )
         .unwrap();

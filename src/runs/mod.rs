@@ -382,6 +382,11 @@ pub fn prepare(
         plan.exposed_env()
             .map(|(k, v)| (k.to_string(), v.to_string())),
     );
+    // The agent's hooks (`npc hook run`) apply the profile's `ask_tools`.
+    env.insert(
+        crate::hooks::policy::PROFILE_ENV.to_string(),
+        req.profile.clone(),
+    );
     let spec =
         ChildSpec::new(plan.program.clone(), cwd).args(plan.exposed_args().map(str::to_string));
     let spec = ChildSpec { env, ..spec };

@@ -299,6 +299,20 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
                     };
                     let _ = tx.send(answer).await;
                 }
+                Request::AcpRun { run } => {
+                    let answer = match runtime.triggers().start_acp_run(run).await {
+                        Ok(id) => serde_json::json!({ "run_id": id }),
+                        Err(e) => serde_json::json!({ "error": e.to_string() }),
+                    };
+                    let _ = tx.send(answer).await;
+                }
+                Request::CancelRun { id } => {
+                    let answer = match runtime.triggers().cancel_run(&id).await {
+                        Ok(state) => serde_json::json!({ "run_id": id, "state": state }),
+                        Err(e) => serde_json::json!({ "error": e.to_string() }),
+                    };
+                    let _ = tx.send(answer).await;
+                }
                 Request::Mcp => {
                     // Served by `mcp_upgrade` before a handler runs.
                     let _ = tx

@@ -105,6 +105,18 @@ impl RepoPaths {
     pub fn runtime_dir(&self) -> PathBuf {
         self.root.join(lock::RUNTIME_DIR)
     }
+
+    /// The control socket of the daemon holding the repository, and its
+    /// pid; `None` when no daemon runs or the socket is not one (a link
+    /// could lead anywhere, so it is never connected to).
+    pub fn running_daemon(&self) -> Option<(PathBuf, u32)> {
+        let pid = lock::holder(&self.runtime_dir())?;
+        let socket = crate::surfaces::control::socket_path(&self.runtime_dir());
+        crate::repofs::Root::new(&self.root)
+            .and_then(|root| root.socket_check(&socket))
+            .ok()?;
+        Some((socket, pid))
+    }
 }
 
 /// Files SQLite keeps beside the database (`state.db-wal`, …), named by

@@ -14,6 +14,7 @@ use serde::Serialize;
 use tokio::sync::Notify;
 
 use super::drivers::{BoxFuture, Driver, DriverContext, DriverError};
+use crate::acp::daemon::{AcpRun, AcpRunError};
 use crate::bus::EventBus;
 use crate::model::{Manifest, Overlap, Trigger, TriggerSource};
 use crate::plan::{ComponentId, Config};
@@ -199,10 +200,28 @@ impl TriggerDriver {
     /// the applied manifest, then queued like a trigger's firing and
     /// carried out by the same executor. Returns the run id.
     pub async fn start_run(&self, run: ManualRun) -> Result<String, StartRunError> {
+        self.check_run(&run)?;
+        let payload = serde_json::to_value(&run).unwrap_or_default();
+        self.submit_manual(Origin::Api, payload).await
+    }
+
+    /// Start a prompt of `npc acp` (origin `acp`): a manual run whose extras
+    /// (working directory, timeout, resume, approval route) are checked
+    /// too; the executor applies them (`acp::daemon::apply`). Returns the
+    /// run id.
+    pub async fn start_acp_run(&self, run: AcpRun) -> Result<String, StartRunError> {
+        self.check_run(&run.run)?;
+        run.check().map_err(StartRunError::Acp)?;
+        let payload = serde_json::to_value(&run).unwrap_or_default();
+        self.submit_manual(Origin::Acp, payload).await
+    }
+
+    /// Whether `run` can start with the applied manifest.
+    fn check_run(&self, run: &ManualRun) -> Result<(), StartRunError> {
         let manifest = self.executor.manifest().ok_or(StartRunError::NoManifest)?;
         if !manifest.profiles.contains_key(&run.profile) {
             return Err(StartRunError::UnknownProfile {
-                name: run.profile,
+                name: run.profile.clone(),
                 known: names(manifest.profiles.keys()),
             });
         }
@@ -224,11 +243,18 @@ impl TriggerDriver {
             && manifest.profiles[&run.profile].prompt.is_none()
         {
             return Err(StartRunError::NoPrompt {
-                profile: run.profile,
+                profile: run.profile.clone(),
             });
         }
-        let payload = serde_json::to_value(&run).unwrap_or_default();
-        let firing = Firing::new(MANUAL_QUEUE, Origin::Api, payload);
+        Ok(())
+    }
+
+    async fn submit_manual(
+        &self,
+        origin: Origin,
+        payload: serde_json::Value,
+    ) -> Result<String, StartRunError> {
+        let firing = Firing::new(MANUAL_QUEUE, origin, payload);
         let accepted = self
             .queue
             .submit(firing, Overlap::Queue)
@@ -309,6 +335,8 @@ pub enum StartRunError {
     VarsWithoutTemplate,
     #[error("profile `{profile}` has no `prompt`; pass `prompt` or `prompt_template`")]
     NoPrompt { profile: String },
+    #[error(transparent)]
+    Acp(AcpRunError),
     #[error(transparent)]
     Refused(Refused),
 }

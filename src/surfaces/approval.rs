@@ -5,7 +5,8 @@
 //! the session id to the agent in its environment ([`APPROVAL_SOCKET_ENV`],
 //! [`APPROVAL_SESSION_ENV`]); `npc hook run` connects ([`SocketApprover`]),
 //! writes one [`Question`] line and reads one [`Answer`] line. Only peers
-//! with `npc acp`'s uid are answered; frames are bounded
+//! with `npc acp`'s uid are answered, and only a listener of the asker's
+//! own uid is asked; frames are bounded
 //! ([`MAX_FRAME_BYTES`]) and so are connections ([`MAX_CONNECTIONS`]).
 //! Every failure on the asking side is a denial (fail closed).
 
@@ -167,6 +168,8 @@ pub enum ApprovalError {
     Invalid(#[from] serde_json::Error),
     #[error("no answer from the editor within {}s", ANSWER_WAIT_LIMIT.as_secs())]
     Timeout,
+    #[error("the approval socket belongs to another user; only your own `npc acp` is asked")]
+    OtherUser,
 }
 
 /// Read one newline-terminated JSON frame of at most [`MAX_FRAME_BYTES`].
@@ -191,6 +194,12 @@ pub async fn ask(name: &str, question: &Question) -> Result<Answer, ApprovalErro
     let std_stream = std::os::unix::net::UnixStream::connect_addr(&addr)?;
     std_stream.set_nonblocking(true)?;
     let stream = UnixStream::from_std(std_stream)?;
+    // Abstract names are shared by every user of the network namespace:
+    // only an `npc acp` of this user may answer (the name may come from a
+    // queued run read back from the repository's store).
+    if stream.peer_cred()?.uid() != nix::unistd::getuid().as_raw() {
+        return Err(ApprovalError::OtherUser);
+    }
     let mut line = serde_json::to_vec(question)?;
     if line.len() > MAX_FRAME_BYTES {
         return Err(ApprovalError::TooLarge);
@@ -222,7 +231,7 @@ impl SocketApprover {
 }
 
 /// Whether `name` is an approval socket name [`bind`] makes.
-fn valid_name(name: &str) -> bool {
+pub fn valid_name(name: &str) -> bool {
     name.strip_prefix(SOCKET_NAME_PREFIX)
         .is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }

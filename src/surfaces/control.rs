@@ -1,7 +1,8 @@
 //! The daemon's control channel: newline-delimited JSON over a Unix socket
 //! in the state directory, readable and writable by the owner only, and
 //! answering only peers with the daemon's own uid. `npc plan`, `apply`,
-//! `status` and `events` use it to talk to a running daemon.
+//! `status` and `events` use it to talk to a running daemon, and `npc acp`
+//! to run its prompts in the daemon (`acp_run`, `cancel_run`).
 //!
 //! A client writes one request line; the server answers with one or more
 //! JSON lines (a stream for `events --follow`) and closes. The one
@@ -81,6 +82,12 @@ pub enum Request {
         name: String,
         payload: Option<serde_json::Value>,
     },
+    /// Queue a prompt of `npc acp` as a run of the daemon (origin `acp`);
+    /// answers `{"run_id"}`.
+    AcpRun { run: crate::acp::daemon::AcpRun },
+    /// Cancel run `id`: a queued run never starts, a running one has its
+    /// process group killed; answers `{"run_id", "state"}` once it ended.
+    CancelRun { id: String },
 }
 
 /// What an attached client sends, one JSON line each.

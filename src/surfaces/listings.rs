@@ -193,8 +193,9 @@ pub fn plugin_rows(manifest: Option<&Path>) -> Result<PluginListing, RegistryErr
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct RunSummary {
     pub id: String,
-    /// `manual` (started through the API), `trigger:NAME`, `cli` (`npc
-    /// run`), or the `source` a `run.started` event names (e.g. `acp`).
+    /// `manual` (started through the API), `acp` (a prompt of `npc acp`
+    /// the daemon ran), `trigger:NAME`, `cli` (`npc run`), or the `source`
+    /// a `run.started` event names.
     pub source: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
@@ -240,19 +241,23 @@ fn bracket(store: &Store, id: &str) -> Result<(Option<Event>, Option<Event>), St
 
 fn from_row(store: &Store, row: RunRow) -> Result<RunSummary, StoreError> {
     let (started, finished) = bracket(store, &row.id)?;
-    let source = if row.trigger == MANUAL_QUEUE {
-        "manual".to_string()
-    } else {
-        format!("trigger:{}", row.trigger)
+    let acp = row.origin == crate::triggers::Origin::Acp.as_str();
+    let source = match (row.trigger == MANUAL_QUEUE, acp) {
+        (true, true) => "acp".to_string(),
+        (true, false) => "manual".to_string(),
+        _ => format!("trigger:{}", row.trigger),
     };
-    let profile = row.payload["profile"]
-        .as_str()
-        .map(str::to_string)
-        .or_else(|| {
-            started
-                .as_ref()
-                .and_then(|e| e.payload["profile"].as_str().map(str::to_string))
-        });
+    // A prompt of `npc acp` holds its manual run under `run`.
+    let request = if acp {
+        &row.payload["run"]
+    } else {
+        &row.payload
+    };
+    let profile = request["profile"].as_str().map(str::to_string).or_else(|| {
+        started
+            .as_ref()
+            .and_then(|e| e.payload["profile"].as_str().map(str::to_string))
+    });
     let command = started.as_ref().and_then(|e| {
         (e.payload["action"] == "command")
             .then(|| e.payload["program"].as_str().map(str::to_string))

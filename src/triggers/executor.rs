@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{MANUAL_QUEUE, ManualRun};
+use super::{MANUAL_QUEUE, ManualRun, Origin};
+use crate::acp::daemon::AcpRun;
 use crate::bus::EventBus;
 use crate::model::{Action, CommandSpec, Manifest, Overlap, RestartPolicy, Trigger};
 use crate::plan::{ComponentId, Kind};
@@ -363,8 +364,12 @@ impl Executor {
                         .iter()
                         .map(|(k, v)| (k.clone(), v.expose().to_string()))
                         .collect();
-                    let (prompt, triggered) = if row.trigger == MANUAL_QUEUE {
-                        (manual_prompt(&row), None)
+                    let (prompt, starter) = if row.trigger == MANUAL_QUEUE {
+                        let starter = match acp_request(&row) {
+                            Some(acp) => Starter::Acp(Box::new(acp)),
+                            None => Starter::Hand,
+                        };
+                        (manual_prompt(&row), starter)
                     } else {
                         let prompt = match prompt {
                             Some(name) => PromptChoice::Template {
@@ -377,9 +382,9 @@ impl Executor {
                             name: row.trigger.clone(),
                             payload: row.payload.clone(),
                         };
-                        (prompt, Some(triggered))
+                        (prompt, Starter::Trigger(triggered))
                     };
-                    this.run_profile(&row, profile, prompt, triggered, manifest, &cancel)
+                    this.run_profile(&row, profile, prompt, starter, manifest, &cancel)
                         .await
                 }
             };
@@ -472,18 +477,25 @@ impl Executor {
         row: &RunRow,
         profile: &str,
         prompt: PromptChoice,
-        triggered: Option<TriggeredBy>,
+        starter: Starter,
         manifest: Option<Arc<Manifest>>,
         cancel: &CancellationToken,
     ) -> Ending {
         let Some(manifest) = manifest else {
             return (state::FAILED, Some("no manifest is applied".to_string()));
         };
+        let (triggered, acp) = match starter {
+            Starter::Trigger(t) => (Some(t), None),
+            Starter::Hand => (None, None),
+            Starter::Acp(a) => (None, Some(a)),
+        };
         let request = RunRequest {
             profile: profile.to_string(),
             prompt,
-            timeout: runs::DEFAULT_RUN_TIMEOUT,
-            cwd: None,
+            timeout: acp.as_ref().map_or(runs::DEFAULT_RUN_TIMEOUT, |a| {
+                a.timeout(runs::DEFAULT_RUN_TIMEOUT)
+            }),
+            cwd: acp.as_ref().and_then(|a| a.cwd.clone()),
             probe_after: crate::providers::STALE_AFTER,
             trigger: triggered,
         };
@@ -494,7 +506,7 @@ impl Executor {
             row.id.clone(),
         )
         .await;
-        let prepared = match prepared {
+        let mut prepared = match prepared {
             Ok(p) => p,
             Err(e) => {
                 let error = e.to_string();
@@ -502,6 +514,9 @@ impl Executor {
                 return (state::FAILED, Some(error));
             }
         };
+        if let Some(acp) = &acp {
+            crate::acp::daemon::apply(&mut prepared, acp.resume.as_ref(), acp.approval.as_ref());
+        }
         if cancel.is_cancelled() {
             // Cancelled while it was being prepared: it never starts.
             return (state::CANCELLED, None);
@@ -697,6 +712,18 @@ impl Executor {
     }
 }
 
+/// Who started a profile run, with what it brings beyond the prompt.
+#[derive(Debug)]
+enum Starter {
+    /// A trigger's firing (its name and payload reach the templates).
+    Trigger(TriggeredBy),
+    /// By hand (`POST /api/v1/runs`).
+    Hand,
+    /// A prompt of `npc acp`: its working directory, timeout, resume and
+    /// approval route.
+    Acp(Box<AcpRun>),
+}
+
 /// What a pass does with the oldest queued run of a trigger.
 #[derive(Debug)]
 enum Decision {
@@ -719,9 +746,25 @@ pub enum CancelError {
     Store(String),
 }
 
-/// The request of a run started by hand, from its queue row.
+/// The request of a run started by hand, from its queue row (a prompt of
+/// `npc acp` carries it inside its [`AcpRun`], checked again: the row is
+/// read back from a file in the repository).
 fn manual_request(row: &RunRow) -> Option<ManualRun> {
+    if row.origin == Origin::Acp.as_str() {
+        return acp_request(row).map(|a| a.run);
+    }
     serde_json::from_value(row.payload.clone()).ok()
+}
+
+/// The [`AcpRun`] of a prompt of `npc acp`, from its queue row; `None` for
+/// other rows and for one that does not pass [`AcpRun::check`].
+fn acp_request(row: &RunRow) -> Option<AcpRun> {
+    if row.origin != Origin::Acp.as_str() {
+        return None;
+    }
+    serde_json::from_value::<AcpRun>(row.payload.clone())
+        .ok()
+        .filter(|a| a.check().is_ok())
 }
 
 /// The prompt of a run started by hand: text as written, a template with

@@ -48,6 +48,8 @@ pub enum Origin {
     Manual,
     /// A profile run started through the REST API (`POST /api/v1/runs`).
     Api,
+    /// A prompt of `npc acp` run by the daemon (`acp::daemon::AcpRun`).
+    Acp,
 }
 
 impl Origin {
@@ -58,6 +60,7 @@ impl Origin {
             Self::FileWatch => "file_watch",
             Self::Manual => "manual",
             Self::Api => "api",
+            Self::Acp => "acp",
         }
     }
 }

@@ -15,7 +15,7 @@ use nix::sys::signal::kill;
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use crate::support::{npc, npc_path, repo_root, wait_for};
+use crate::support::{Daemon, npc, npc_path, repo_root, wait_for};
 
 const CLAUDE_TOOL_CALL: &str = "claude_code/2.1.197/tool_call.jsonl";
 /// The Claude session id recorded in [`CLAUDE_TOOL_CALL`].
@@ -23,6 +23,27 @@ const CLAUDE_SESSION: &str = "5f0c-aa";
 
 fn toml_str(s: &str) -> String {
     Value::String(s.to_string()).to_string()
+}
+
+/// The MCP server profile `dev` names (a daemon would start it; the
+/// daemon's tests leave it out with [`daemon_repo`]).
+const FS_SERVER: &str = r#"
+[mcp.servers.fs]
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-filesystem", "."]
+"#;
+
+/// [`repo`] without the MCP server, and with the daemon's API on a free
+/// loopback port, for a daemon to hold.
+fn daemon_repo(env: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = repo(env);
+    let path = dir.path().join("npcagent.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text
+        .replacen(FS_SERVER, "\n[daemon]\nlisten = \"127.0.0.1:0\"\n", 1)
+        .replacen("mcp_servers = [\"fs\"]\n", "", 1);
+    std::fs::write(&path, text).unwrap();
+    dir
 }
 
 /// A repository whose profile `dev` runs the fake agent replaying
@@ -40,11 +61,7 @@ fn repo(env: &[(&str, &str)]) -> tempfile::TempDir {
     let manifest = format!(
         r#"
 version = 1
-
-[mcp.servers.fs]
-command = "npx"
-args = ["-y", "@modelcontextprotocol/server-filesystem", "."]
-
+{FS_SERVER}
 [providers.fake]
 kind = "claude_code"
 command = {agent}
@@ -197,6 +214,8 @@ fn a_prompt_streams_the_runs_updates_advertises_commands_and_is_recorded() {
     assert_eq!(stream[2]["status"], "completed");
     assert_eq!(stream[3]["content"]["text"], "Two entries.");
     assert_eq!(seen["stop_reason"], "end_turn");
+    // No daemon holds the repository: the run ran in `npc acp` itself.
+    assert_eq!(seen["meta"]["npc"]["ranIn"], "acp");
     // The prompt was an `npc run`: its events are in the log under its id.
     let run_id = seen["meta"]["npc"]["runId"].as_str().unwrap();
     let finished = events(dir.path())
@@ -212,25 +231,34 @@ fn a_slash_command_renders_the_manifests_prompt_and_a_second_prompt_resumes_the_
     if !python_sdk() {
         return;
     }
-    let dir = repo(&[]);
-    let argv_file = dir.path().join("argv.json");
-    let manifest = std::fs::read_to_string(dir.path().join("npcagent.toml")).unwrap();
-    std::fs::write(
-        dir.path().join("npcagent.toml"),
-        manifest.replacen(
-            "env = {  }",
-            &format!(
-                "env = {{ FAKE_AGENT_ARGV_FILE = {} }}",
-                toml_str(&argv_file.display().to_string())
-            ),
-            1,
-        ),
-    )
-    .unwrap();
-    let seen = client(dir.path(), "dev", "twice", &["/review branch=topic"]);
+    let scratch = tempfile::tempdir().unwrap();
+    let argv_file = scratch.path().join("argv.json");
+    let dir = repo(&[("FAKE_AGENT_ARGV_FILE", &argv_file.display().to_string())]);
+    slash_command_and_resume(dir.path(), &argv_file, "acp");
+}
+
+#[test]
+fn with_a_daemon_up_a_slash_command_and_the_resume_of_a_conversation_pass_through_the_daemon() {
+    if !python_sdk() {
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let argv_file = scratch.path().join("argv.json");
+    let dir = daemon_repo(&[("FAKE_AGENT_ARGV_FILE", &argv_file.display().to_string())]);
+    let _daemon = Daemon::start_in(dir.path());
+    slash_command_and_resume(dir.path(), &argv_file, "daemon");
+}
+
+/// Two prompts of one session in `dir`, run where `ran_in` says: the first
+/// a slash command, the second resuming the conversation the first
+/// recorded (the fake agent writes its arguments to `argv_file`).
+fn slash_command_and_resume(dir: &Path, argv_file: &Path, ran_in: &str) {
+    let seen = client(dir, "dev", "twice", &["/review branch=topic"]);
     assert_eq!(seen["stop_reason"], "end_turn");
+    assert_eq!(seen["meta"]["npc"]["ranIn"], ran_in, "{seen}");
+    assert_eq!(seen["second_meta"]["npc"]["ranIn"], ran_in, "{seen}");
     // The second run continued the Claude conversation the first recorded.
-    let args = argv(&argv_file);
+    let args = argv(argv_file);
     assert_eq!(&args[..2], ["--resume", CLAUDE_SESSION], "{args:?}");
     assert!(
         args.iter().any(|a| a == "Review topic carefully"),
@@ -511,4 +539,450 @@ fn stdout_carries_only_json_rpc_frames_and_hostile_frames_get_errors() {
     assert!(updates.len() >= 4, "{lines:#?}");
     let done = lines.iter().find(|l| l["id"] == 9).unwrap();
     assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+}
+
+/// The daemon's runs as `npc runs --format json` lists them.
+fn daemon_runs(daemon: &Daemon) -> Vec<Value> {
+    let out = daemon.npc_output(&["runs", "--format", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `GET path` on the daemon's REST API, as JSON.
+fn api_get(daemon: &Daemon, path: &str) -> Value {
+    use std::io::Read as _;
+    let event = daemon.wait_event(0, "api.listening");
+    let addr = event["payload"]["url"].as_str().unwrap();
+    let addr = addr.strip_prefix("http://").unwrap();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    assert!(head.contains(" 200 "), "{head}");
+    serde_json::from_str(body).unwrap()
+}
+
+#[test]
+fn with_a_daemon_up_a_prompt_is_a_run_of_the_daemon_listed_with_source_acp() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = daemon_repo(&[]);
+    let daemon = Daemon::start_in(dir.path());
+    let seen = client(dir.path(), "dev", "prompt", &["list the files"]);
+    assert_eq!(seen["meta"]["npc"]["ranIn"], "daemon", "{seen}");
+    assert_eq!(seen["stop_reason"], "end_turn");
+    let id = seen["session_id"].as_str().unwrap();
+    let stream: Vec<&Value> = updates(&seen, id)
+        .into_iter()
+        .filter(|u| u["sessionUpdate"] != "available_commands_update")
+        .collect();
+    assert_eq!(
+        kinds(&stream),
+        [
+            "agent_message_chunk",
+            "tool_call",
+            "tool_call_update",
+            "agent_message_chunk"
+        ]
+    );
+    assert_eq!(stream[0]["content"]["text"], "Listing files.");
+    assert_eq!(stream[2]["status"], "completed");
+    let run_id = seen["meta"]["npc"]["runId"].as_str().unwrap();
+    // The daemon's queue carried it out: `npc runs`, the API, `npc events`.
+    let runs = daemon_runs(&daemon);
+    let run = runs.iter().find(|r| r["id"] == run_id).expect("listed");
+    assert_eq!(run["origin"], "acp", "{run}");
+    assert_eq!(run["trigger"], "@manual");
+    assert_eq!(run["state"], "succeeded");
+    let listed = api_get(&daemon, "/api/v1/runs");
+    let run = listed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == run_id)
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(run["source"], "acp", "{run}");
+    assert_eq!(run["profile"], "dev");
+    let component = format!("run.{run_id}");
+    let kinds_of_run: Vec<String> = events(dir.path())
+        .into_iter()
+        .filter(|e| e["component"] == component.as_str())
+        .map(|e| e["kind"].as_str().unwrap().to_string())
+        .collect();
+    for kind in ["run.queued", "run.started", "agent.message", "run.finished"] {
+        assert!(
+            kinds_of_run.iter().any(|k| k == kind),
+            "{kind} in {kinds_of_run:?}"
+        );
+    }
+}
+
+#[test]
+fn with_a_daemon_up_cancel_mid_stream_has_the_daemon_kill_the_agents_group() {
+    if !python_sdk() {
+        return;
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let pid_file = scratch.path().join("agent.pid");
+    let dir = daemon_repo(&[
+        ("FAKE_AGENT_HANG", "1"),
+        ("FAKE_AGENT_PID_FILE", &pid_file.display().to_string()),
+    ]);
+    let daemon = Daemon::start_in(dir.path());
+    let seen = client(dir.path(), "dev", "cancel", &["go on forever"]);
+    assert_eq!(seen["meta"]["npc"]["ranIn"], "daemon", "{seen}");
+    assert_eq!(seen["stop_reason"], "cancelled");
+    assert_eq!(seen["meta"]["npc"]["outcome"], "cancelled");
+    let id = seen["session_id"].as_str().unwrap();
+    assert!(
+        updates(&seen, id)
+            .iter()
+            .any(|u| u["sessionUpdate"] == "agent_message_chunk"),
+        "an update streamed before the cancel"
+    );
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_for("the agent's process group to be gone", || {
+        (kill(Pid::from_raw(-pid), None) == Err(nix::errno::Errno::ESRCH)).then_some(())
+    });
+    let run_id = seen["meta"]["npc"]["runId"].as_str().unwrap();
+    let runs = daemon_runs(&daemon);
+    let run = runs.iter().find(|r| r["id"] == run_id).expect("listed");
+    assert_eq!(run["state"], "cancelled", "{run}");
+    assert_eq!(run["detail"], "cancelled by hand");
+}
+
+#[test]
+fn with_a_daemon_up_a_hooks_ask_from_the_daemons_agent_reaches_the_editor() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = daemon_repo(&[]);
+    let _daemon = Daemon::start_in(dir.path());
+    for (answer, status, text) in [
+        ("allow", "completed", "ran: ls"),
+        ("deny", "failed", "denied in the editor"),
+    ] {
+        let seen = client(dir.path(), "hooked", "permission", &[answer]);
+        assert_eq!(seen["meta"]["npc"]["ranIn"], "daemon", "{seen}");
+        let asked = seen["permissions"].as_array().unwrap();
+        assert_eq!(asked.len(), 1, "{seen}");
+        assert_eq!(asked[0]["sessionId"], seen["session_id"]);
+        assert_eq!(asked[0]["toolCall"]["toolCallId"], "toolu_hooked");
+        let id = seen["session_id"].as_str().unwrap();
+        let result = updates(&seen, id)
+            .into_iter()
+            .find(|u| u["sessionUpdate"] == "tool_call_update")
+            .unwrap()
+            .clone();
+        assert_eq!(result["status"], status, "{answer}: {result}");
+        assert!(
+            result["rawOutput"].as_str().unwrap().contains(text),
+            "{answer}: {result}"
+        );
+    }
+}
+
+/// One request on the daemon's control socket in `dir`, its one answer line.
+fn control(dir: &Path, request: &Value) -> Value {
+    let mut stream = std::os::unix::net::UnixStream::connect(dir.join(".npc/daemon.sock")).unwrap();
+    writeln!(stream, "{request}").unwrap();
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap()
+}
+
+#[test]
+fn the_daemon_takes_only_typed_bounded_extras_for_a_prompt_of_npc_acp() {
+    let dir = daemon_repo(&[]);
+    let _daemon = Daemon::start_in(dir.path());
+    let run = json!({"profile": "dev", "prompt": "hi"});
+    let socket = format!("npc-acp-approval-{}", "a".repeat(32));
+    let refused = [
+        // No way to set other variables or raw arguments.
+        json!({"op": "acp_run", "run": {"run": run, "env": {"LD_PRELOAD": "/x.so"}}}),
+        json!({"op": "acp_run", "run": {"run": run, "args": ["--dangerously-skip-permissions"]}}),
+        json!({"op": "acp_run", "run": {"run": run, "resume": {"session": "--yolo", "fork": false}}}),
+        json!({"op": "acp_run", "run": {"run": run, "approval": {"socket": "/tmp/x", "session": "acp-1"}}}),
+        json!({"op": "acp_run", "run": {"run": run, "approval": {"socket": socket, "session": "acp-1\nX=1"}}}),
+        json!({"op": "acp_run", "run": {"run": run, "cwd": "relative/dir"}}),
+        json!({"op": "acp_run", "run": {"run": {"profile": "nope", "prompt": "hi"}}}),
+    ];
+    for request in refused {
+        let answer = control(dir.path(), &request);
+        assert!(answer["error"].is_string(), "{request} → {answer}");
+    }
+    // Nothing was queued.
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["runs", "--format", "json"])
+        .output()
+        .unwrap();
+    let runs: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(runs.is_empty(), "{runs:?}");
+    // Cancelling a run the daemon does not know is an error, not a crash.
+    let answer = control(
+        dir.path(),
+        &json!({"op": "cancel_run", "id": "run-missing"}),
+    );
+    assert!(
+        answer["error"].as_str().unwrap().contains("no run"),
+        "{answer}"
+    );
+}
+
+/// A repository without hooks whose profiles run `fixtures/acp/hooked-agent.py`
+/// under `ask_tools = ["Bash(git push:*)"]`: `push` calls Bash with `git
+/// push origin main` (asked), `list` with `ls` (not asked).
+fn policy_repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let hooked = toml_str(
+        &repo_root()
+            .join("fixtures/acp/hooked-agent.py")
+            .display()
+            .to_string(),
+    );
+    let npc = toml_str(&npc_path().display().to_string());
+    let manifest = format!(
+        r#"
+version = 1
+
+[daemon]
+listen = "127.0.0.1:0"
+
+[providers.pusher]
+kind = "claude_code"
+command = {hooked}
+env = {{ NPC_BIN = {npc}, HOOKED_AGENT_COMMAND = "git push origin main" }}
+
+[providers.lister]
+kind = "claude_code"
+command = {hooked}
+env = {{ NPC_BIN = {npc}, HOOKED_AGENT_COMMAND = "ls" }}
+
+[profiles.push]
+provider = "pusher"
+description = "pushes"
+ask_tools = ["Bash(git push:*)"]
+
+[profiles.list]
+provider = "lister"
+description = "lists"
+ask_tools = ["Bash(git push:*)"]
+"#
+    );
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    dir
+}
+
+/// The `push` profile's Bash call is asked about in the editor and each
+/// answer decides; the `list` profile's runs unasked. `ran_in` says where
+/// the runs ran.
+fn ask_tools_ask_the_editor(dir: &Path, ran_in: &str) {
+    for (answer, status, text) in [
+        ("allow", "completed", "ran: git push origin main"),
+        ("deny", "failed", "denied in the editor"),
+    ] {
+        let seen = client(dir, "push", "permission", &[answer]);
+        assert_eq!(seen["meta"]["npc"]["ranIn"], ran_in, "{seen}");
+        let asked = seen["permissions"].as_array().unwrap();
+        assert_eq!(asked.len(), 1, "{seen}");
+        let call = &asked[0]["toolCall"];
+        assert_eq!(call["rawInput"], json!({"command": "git push origin main"}));
+        let title = call["title"].as_str().unwrap();
+        assert!(
+            title.contains("ask_tools") && title.contains("git push:*"),
+            "{title}"
+        );
+        let id = seen["session_id"].as_str().unwrap();
+        let result = updates(&seen, id)
+            .into_iter()
+            .find(|u| u["sessionUpdate"] == "tool_call_update")
+            .unwrap()
+            .clone();
+        assert_eq!(result["status"], status, "{answer}: {result}");
+        assert!(
+            result["rawOutput"].as_str().unwrap().contains(text),
+            "{answer}: {result}"
+        );
+    }
+    let seen = client(dir, "list", "permission", &["deny"]);
+    assert!(seen["permissions"].as_array().unwrap().is_empty(), "{seen}");
+    let id = seen["session_id"].as_str().unwrap();
+    let result = updates(&seen, id)
+        .into_iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update")
+        .unwrap()
+        .clone();
+    assert_eq!(result["status"], "completed", "{result}");
+    // Each answer is on record as the policy's decision.
+    let asks: Vec<Value> = events(dir)
+        .into_iter()
+        .filter(|e| e["kind"] == "hook.call" && e["payload"]["decision"] == "ask")
+        .map(|e| e["payload"].clone())
+        .collect();
+    assert_eq!(asks.len(), 2, "{asks:?}");
+    assert_eq!(asks[0]["hook"], "profile `push` ask_tools");
+    assert_eq!(asks[0]["pattern"], "Bash(git push:*)");
+    assert_eq!(asks[0]["detail"], "allowed by the user");
+    assert!(
+        asks[1]["detail"].as_str().unwrap().starts_with("denied"),
+        "{asks:?}"
+    );
+}
+
+#[test]
+fn a_profiles_ask_tools_is_a_permission_request_and_the_editors_answer_decides() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = policy_repo();
+    ask_tools_ask_the_editor(dir.path(), "acp");
+}
+
+#[test]
+fn with_a_daemon_up_a_profiles_ask_tools_reaches_the_editor_from_the_daemons_agent() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = policy_repo();
+    let _daemon = Daemon::start_in(dir.path());
+    ask_tools_ask_the_editor(dir.path(), "daemon");
+}
+
+#[test]
+fn ask_tools_without_an_editor_deny_the_calls_they_match_and_only_those() {
+    let dir = policy_repo();
+    let hook = |profile: Option<&str>, command: &str| {
+        let mut cmd = npc();
+        cmd.current_dir(dir.path())
+            .env_remove("NPC_PROFILE")
+            .env_remove("NPC_ACP_APPROVAL_SOCKET")
+            .args(["hook", "run", "before_tool", "--agent", "claude"])
+            .write_stdin(
+                json!({"tool_name": "Bash", "tool_use_id": "t", "tool_input": {"command": command}})
+                    .to_string(),
+            );
+        if let Some(p) = profile {
+            cmd.env("NPC_PROFILE", p);
+        }
+        cmd.output().unwrap()
+    };
+    let denied = hook(Some("push"), "git push origin main");
+    assert_eq!(denied.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&denied.stderr);
+    assert!(
+        stderr.contains("nobody can be asked") && stderr.contains("ask_tools"),
+        "{stderr}"
+    );
+    // Other commands, and an agent no profile run started, pass.
+    assert_eq!(hook(Some("push"), "git status").status.code(), Some(0));
+    assert_eq!(hook(None, "git push origin main").status.code(), Some(0));
+    assert_eq!(
+        hook(Some("no-such-profile"), "git push").status.code(),
+        Some(0)
+    );
+}
+
+#[test]
+fn a_malformed_ask_tools_pattern_is_a_manifest_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n[providers.p]\nkind = \"claude_code\"\n[profiles.dev]\nprovider = \"p\"\ndescription = \"d\"\nask_tools = [\"Bash(git push\"]\n",
+    )
+    .unwrap();
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["validate"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("ask_tools"), "{text}");
+}
+
+#[test]
+fn with_a_daemon_up_sigterm_to_npc_acp_has_the_daemon_cancel_the_running_prompt() {
+    let scratch = tempfile::tempdir().unwrap();
+    let pid_file = scratch.path().join("agent.pid");
+    let dir = daemon_repo(&[
+        ("FAKE_AGENT_HANG", "1"),
+        ("FAKE_AGENT_PID_FILE", &pid_file.display().to_string()),
+    ]);
+    let daemon = Daemon::start_in(dir.path());
+    let mut acp = Command::new(npc_path())
+        .args(["acp", "--profile", "dev"])
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = acp.stdin.take().unwrap();
+    let mut stdout = BufReader::new(acp.stdout.take().unwrap());
+    // The answer to `frame`; `None` once npc acp closed its stdout.
+    let mut answer = move |frame: Value| -> Option<Value> {
+        writeln!(stdin, "{frame}").ok()?;
+        let id = frame["id"].clone();
+        loop {
+            let mut line = String::new();
+            if stdout.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id && v.get("method").is_none() {
+                return Some(v);
+            }
+        }
+    };
+    answer(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}))
+        .unwrap();
+    let session = answer(
+        json!({"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd": dir.path(), "mcpServers": []}}),
+    )
+    .unwrap()["result"]["sessionId"]
+        .clone();
+    // The prompt is not answered until the run ends; send it and let it run.
+    let prompt = json!({"jsonrpc":"2.0","id":3,"method":"session/prompt",
+        "params":{"sessionId": session,"prompt":[{"type":"text","text":"go on forever"}]}});
+    std::thread::spawn(move || answer(prompt));
+    let pid: i32 = wait_for("the daemon's agent to start", || {
+        std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok()
+    });
+    let run = wait_for("the daemon's run", || {
+        daemon_runs(&daemon)
+            .into_iter()
+            .find(|r| r["origin"] == "acp" && r["state"] == "running")
+    });
+    kill(
+        Pid::from_raw(acp.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_for("npc acp to exit", || acp.try_wait().unwrap());
+    assert!(status.success(), "{status}");
+    wait_for("the agent's process group to be gone", || {
+        (kill(Pid::from_raw(-pid), None) == Err(nix::errno::Errno::ESRCH)).then_some(())
+    });
+    let state = wait_for("the run to end", || {
+        daemon_runs(&daemon)
+            .into_iter()
+            .find(|r| r["id"] == run["id"] && r["state"] != "running")
+    });
+    assert_eq!(state["state"], "cancelled", "{state}");
 }

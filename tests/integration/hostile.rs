@@ -3252,6 +3252,62 @@ fn events_follow_through_the_daemon_shows_the_events_npc_run_writes() {
     let _ = follower.wait();
 }
 
+/// A prompt of `npc acp` queued in a store the repository brought along
+/// (`.npc/state.db`) whose extras do not pass the daemon's checks — here an
+/// approval session smuggling a variable assignment — is never run: the
+/// daemon reads each queued `acp` row back through `AcpRun::check`.
+#[test]
+fn s9_a_queued_acp_run_with_a_forged_extra_in_the_repositorys_store_never_runs() {
+    let scratch = tempfile::tempdir().unwrap();
+    let pid_file = scratch.path().join("agent.pid");
+    let agent = repo_root().join("fixtures/clis/fake-agent.py");
+    let fixture = repo_root().join("fixtures/clis/claude_code/2.1.197/tool_call.jsonl");
+    let manifest = format!(
+        "version = 1\n[daemon]\nlisten = \"127.0.0.1:0\"\n[providers.fake]\nkind = \"claude_code\"\ncommand = {}\nargs = [\"--provider\", \"claude_code\", \"--fixture\", {}]\nenv = {{ FAKE_AGENT_PID_FILE = {} }}\n[profiles.dev]\nprovider = \"fake\"\ndescription = \"d\"\n",
+        serde_json::json!(agent),
+        serde_json::json!(fixture),
+        serde_json::json!(pid_file),
+    );
+    let dir = hostile_repo(&manifest);
+    let paths =
+        npcagent::runtime::RepoPaths::resolve(&dir.path().join("npcagent.toml"), ".npc").unwrap();
+    let store = npcagent::runtime::open_store(&paths).unwrap();
+    let payload = serde_json::json!({
+        "run": {"profile": "dev", "prompt": "hi"},
+        "approval": {
+            "socket": format!("npc-acp-approval-{}", "a".repeat(32)),
+            "session": "acp-1\nLD_PRELOAD=/tmp/x.so",
+        },
+    });
+    store
+        .enqueue_run(npcagent::store::queue::NewRun {
+            id: "run-20260101t000000000z-0badf00d".into(),
+            trigger: "@manual".into(),
+            origin: "acp".into(),
+            dedupe_key: None,
+            payload: payload.to_string(),
+            skip_if_active: false,
+            max_queued: 10,
+            state: None,
+        })
+        .wait()
+        .unwrap();
+    drop(store);
+    let daemon = Daemon::start_in(dir.path());
+    let run = wait_for("the forged run to be taken off the queue", || {
+        let out = daemon.npc_output(&["runs", "--format", "json"]);
+        let runs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).ok()?;
+        runs.into_iter()
+            .find(|r| r["origin"] == "acp" && r["state"] != "queued")
+    });
+    assert_eq!(run["state"], "failed", "{run}");
+    assert!(
+        run["detail"].as_str().unwrap().contains("unreadable"),
+        "{run}"
+    );
+    assert!(!pid_file.exists(), "the agent was started");
+}
+
 // ---------------------------------------------------------------------------
 // §10. what the agent CLIs accept
 //

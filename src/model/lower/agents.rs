@@ -171,6 +171,15 @@ impl Lower<'_> {
                 );
             }
         }
+        for pattern in &p.ask_tools {
+            if let Err(e) = crate::hooks::policy::ToolPattern::parse(pattern) {
+                self.error(
+                    &pattern.span,
+                    format!("`ask_tools` pattern `{}`: {e}", clip(pattern)),
+                    "write `NAME` or `NAME(SUBJECT)`, such as `Bash`, `mcp__fs__*` or `Bash(git push:*)`",
+                );
+            }
+        }
         let mut frontmatter = BTreeMap::new();
         for (key, value) in p.frontmatter {
             if PROFILE_OWN_KEYS.contains(&key.as_str()) {
@@ -190,6 +199,7 @@ impl Lower<'_> {
             mcp_servers: p.mcp_servers.into_iter().map(|v| v.value).collect(),
             allowed_tools: p.allowed_tools.into_iter().map(|v| v.value).collect(),
             denied_tools: p.denied_tools.into_iter().map(|v| v.value).collect(),
+            ask_tools: p.ask_tools.into_iter().map(|v| v.value).collect(),
             model: p.model.map(|v| v.value),
             skills: p.skills.into_iter().map(|v| v.value).collect(),
             frontmatter: Frontmatter(frontmatter),
