@@ -81,6 +81,29 @@ pub struct ApprovalRoute {
     pub session: String,
 }
 
+impl ApprovalRoute {
+    /// The route of `npc acp`'s approval variables in this process's
+    /// environment, if both are set.
+    pub fn from_env() -> Option<Self> {
+        Some(Self {
+            socket: std::env::var(APPROVAL_SOCKET_ENV).ok()?,
+            session: std::env::var(APPROVAL_SESSION_ENV).ok()?,
+        })
+    }
+
+    /// Whether the socket is one `npc acp` makes and the session an ACP
+    /// session id.
+    pub fn check(&self) -> Result<(), AcpRunError> {
+        if !approval::valid_name(&self.socket) {
+            return Err(AcpRunError::BadSocket);
+        }
+        if !valid_session_id(&self.session) {
+            return Err(AcpRunError::BadSession);
+        }
+        Ok(())
+    }
+}
+
 /// Why an [`AcpRun`] is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AcpRunError {
@@ -143,12 +166,7 @@ impl AcpRun {
             return Err(AcpRunError::BadProviderSession);
         }
         if let Some(a) = &self.approval {
-            if !approval::valid_name(&a.socket) {
-                return Err(AcpRunError::BadSocket);
-            }
-            if !valid_session_id(&a.session) {
-                return Err(AcpRunError::BadSession);
-            }
+            a.check()?;
         }
         if let Some(cwd) = &self.cwd
             && (!cwd.is_absolute() || cwd.as_os_str().len() > MAX_CWD_BYTES)

@@ -255,12 +255,24 @@ async fn serve_http(addr: SocketAddr, access: Access, gateway: Gateway) -> anyho
     Ok(Exit::Ok)
 }
 
+/// The MCP upgrade, naming the `npc acp` and the profile of the agent that
+/// started this gateway (from its environment), so the daemon's hooks ask
+/// that editor and apply that profile's `ask_tools`.
+fn upgrade_request() -> crate::surfaces::control::Request {
+    crate::surfaces::control::Request::Mcp {
+        approval: crate::acp::daemon::ApprovalRoute::from_env(),
+        profile: std::env::var(crate::hooks::policy::PROFILE_ENV).ok(),
+    }
+}
+
 /// Front the daemon's pool on stdio: MCP frames are copied between this
 /// process's stdin/stdout and an upgraded control connection.
 async fn front_stdio(socket: &std::path::Path, pid: u32) -> anyhow::Result<Exit> {
-    let (mut from_daemon, mut to_daemon) = connect_mcp(socket).await.with_context(|| {
-        format!("the daemon (pid {pid}) holds the repository but did not accept an MCP session")
-    })?;
+    let (mut from_daemon, mut to_daemon) = connect_mcp(socket, &upgrade_request())
+        .await
+        .with_context(|| {
+            format!("the daemon (pid {pid}) holds the repository but did not accept an MCP session")
+        })?;
     tracing::info!("fronting the daemon's pool (pid {pid})");
     // When the client closes stdin, the daemon ends the session and then
     // its side of the connection, which ends `down`.
@@ -291,7 +303,9 @@ async fn front_http(addr: SocketAddr, access: Access, socket: PathBuf) -> anyhow
     let connect: relay::Connect = Arc::new(move || {
         let socket = socket.clone();
         Box::pin(async move {
-            let (read, write) = connect_mcp(&socket).await.map_err(|e| e.to_string())?;
+            let (read, write) = connect_mcp(&socket, &upgrade_request())
+                .await
+                .map_err(|e| e.to_string())?;
             Ok::<relay::Stream, String>((Box::new(read), Box::new(write)))
         })
     });

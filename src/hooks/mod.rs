@@ -297,6 +297,35 @@ pub trait Approve: std::fmt::Debug + Send + Sync {
     fn approve(&self, request: ApprovalRequest) -> crate::mcp::call::BoxFuture<'_, Approval>;
 }
 
+/// Who the tool calls of one gateway session ask, and the profile policy of
+/// the agent behind it. The daemon's gateway shares one runner among all its
+/// sessions, so the runner has neither of its own; the `npc mcp serve` in
+/// front of the daemon names them (the `npc acp` its agent belongs to, the
+/// agent's profile), and the session runs its calls inside
+/// [`SessionAsking::scope`]. The runner's own approver and policy, when set,
+/// come first.
+#[derive(Debug, Clone, Default)]
+pub struct SessionAsking {
+    pub approver: Option<Arc<dyn Approve>>,
+    pub policy: Option<Arc<policy::ToolPolicy>>,
+}
+
+tokio::task_local! {
+    static SESSION_ASKING: SessionAsking;
+}
+
+impl SessionAsking {
+    /// Run `work` with this asking in effect for every hook decision made
+    /// while it is polled.
+    pub async fn scope<F: std::future::Future>(self, work: F) -> F::Output {
+        SESSION_ASKING.scope(self, work).await
+    }
+
+    fn current() -> Option<Self> {
+        SESSION_ASKING.try_with(Clone::clone).ok()
+    }
+}
+
 /// Why a tool call a hook asks about is denied when the runner has no [`Approve`]r.
 pub const NO_APPROVER_REASON: &str = "a hook asks for the user's approval of this tool call and nobody can be asked; run the agent through `npc acp` (an editor answers) or change the hook";
 
@@ -369,12 +398,19 @@ impl HookRunner {
             .next()
             .is_some()
             || self.policy.as_ref().is_some_and(|p| p.may_ask(name))
+            || SessionAsking::current()
+                .and_then(|s| s.policy)
+                .is_some_and(|p| p.may_ask(name))
     }
 
     /// The user's answer to `request` from the approver; without one, a
     /// denial with `no_approver` as the reason.
     async fn ask_user(&self, request: ApprovalRequest, no_approver: String) -> Approval {
-        match &self.approver {
+        let approver = self
+            .approver
+            .clone()
+            .or_else(|| SessionAsking::current().and_then(|s| s.approver));
+        match &approver {
             Some(approver) => approver.approve(request).await,
             None => Approval::Deny {
                 reason: no_approver,
@@ -471,8 +507,9 @@ impl HookRunner {
             arguments,
             ..call.clone()
         };
+        let session_policy = SessionAsking::current().and_then(|s| s.policy);
         if !asked
-            && let Some(policy) = &self.policy
+            && let Some(policy) = self.policy.as_ref().or(session_policy.as_deref())
             && let Some(pattern) = policy.asks(&call)
         {
             let started = Instant::now();

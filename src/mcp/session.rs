@@ -126,17 +126,23 @@ enum Route {
         id: RequestId,
         params: CallToolRequestParams,
     },
-    /// Hand to rmcp; `initialized` / `cancelled` say what it announces.
-    Forward {
-        initialized: bool,
-        cancelled: Option<RequestId>,
-    },
+    /// Hand to rmcp, noting what the frame announces.
+    Forward(Notice),
 }
 
-const FORWARD: Route = Route::Forward {
-    initialized: false,
-    cancelled: None,
-};
+/// What a frame handed to rmcp announces to the session loop.
+#[derive(Debug, PartialEq)]
+enum Notice {
+    Nothing,
+    /// The client's `initialize` request.
+    Initialize,
+    /// `notifications/initialized`.
+    Initialized,
+    /// `notifications/cancelled` of this request.
+    Cancelled(RequestId),
+}
+
+const FORWARD: Route = Route::Forward(Notice::Nothing);
 
 /// `initialized`: the client sent `notifications/initialized` and rmcp
 /// has its handshake.
@@ -166,16 +172,14 @@ fn route(line: &[u8], initialized: bool) -> Route {
                 _ => FORWARD,
             }
         }
-        (Some("notifications/initialized"), None, _) => Route::Forward {
-            initialized: true,
-            cancelled: None,
-        },
-        (Some("notifications/cancelled"), None, Some(params)) => Route::Forward {
-            initialized: false,
-            cancelled: serde_json::from_value::<Cancelled>(params)
-                .ok()
-                .map(|c| c.request_id),
-        },
+        (Some("initialize"), Some(_), _) => Route::Forward(Notice::Initialize),
+        (Some("notifications/initialized"), None, _) => Route::Forward(Notice::Initialized),
+        (Some("notifications/cancelled"), None, Some(params)) => {
+            match serde_json::from_value::<Cancelled>(params) {
+                Ok(c) => Route::Forward(Notice::Cancelled(c.request_id)),
+                Err(_) => FORWARD,
+            }
+        }
         _ => FORWARD,
     }
 }
@@ -312,9 +316,8 @@ where
     let path = gateway.call_path().clone();
     let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
     let (from_rmcp, mut to_rmcp) = tokio::io::split(ours);
-    // rmcp's side of the handshake, once it is done.
-    let handshake = Arc::new(std::sync::OnceLock::<Peer<RoleServer>>::new());
-    let handshook = handshake.clone();
+    // rmcp's side of the handshake, once it is done (dropped when it failed).
+    let (handshook, mut handshake) = tokio::sync::watch::channel::<Option<Peer<RoleServer>>>(None);
     let mut service = tokio::spawn(async move {
         let starting = gateway.serve(tokio::io::split(theirs));
         let started = match initialize_within {
@@ -328,8 +331,9 @@ where
             Err(ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
             Err(e) => return Err(SessionError::Initialize(Box::new(e))),
         };
-        let _ = handshook.set(running.peer().clone());
+        let _ = handshook.send(Some(running.peer().clone()));
         let _ = running.waiting().await;
+        drop(handshook);
         Ok(())
     });
     let writer = Arc::new(Mutex::new(write));
@@ -353,7 +357,8 @@ where
     let mut calls = FuturesUnordered::new();
     // Calls running here and not cancelled, by id (a count: ids may repeat).
     let mut answering: HashMap<RequestId, usize> = HashMap::new();
-    let mut initialized = false;
+    // The client sent `initialize`, so rmcp ends its handshake (or fails).
+    let mut initializing = false;
     let mut shape = None;
     // rmcp's session's end, once the loop saw it.
     let mut served = None;
@@ -392,9 +397,6 @@ where
                     Ok(Frame::Eof) => break Ok(()),
                     Err(e) => break Err(SessionError::Read(e)),
                 };
-                if initialized && shape.is_none() {
-                    shape = handshake.get().map(Shape::of);
-                }
                 match route(&line, shape.is_some()) {
                     Route::Call { id, params } => {
                         *answering.entry(id.clone()).or_default() += 1;
@@ -405,16 +407,30 @@ where
                             (id, result, record)
                         });
                     }
-                    Route::Forward { initialized: announced, cancelled } => {
-                        initialized |= announced;
-                        if let Some(id) = cancelled {
-                            answering.remove(&id);
+                    Route::Forward(notice) => {
+                        match &notice {
+                            Notice::Initialize => initializing = true,
+                            Notice::Cancelled(id) => {
+                                answering.remove(id);
+                            }
+                            Notice::Nothing | Notice::Initialized => {}
                         }
                         let mut bytes = line;
                         bytes.push(b'\n');
                         // rmcp gone: its end shows in `service` below.
                         if to_rmcp.write_all(&bytes).await.is_err() {
                             break Ok(());
+                        }
+                        // The client saw rmcp's answer to `initialize`, and rmcp
+                        // is done with the handshake right after writing it:
+                        // wait for that, so that no call after this frame goes
+                        // to rmcp for want of it (an error: rmcp gave up).
+                        if notice == Notice::Initialized
+                            && initializing
+                            && shape.is_none()
+                            && let Ok(peer) = handshake.wait_for(Option::is_some).await
+                        {
+                            shape = peer.as_ref().map(Shape::of);
                         }
                     }
                 }
@@ -481,20 +497,21 @@ mod tests {
                 r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
                 false
             ),
-            Route::Forward {
-                initialized: true,
-                cancelled: None
-            }
+            Route::Forward(Notice::Initialized)
+        );
+        assert_eq!(
+            call_route(
+                r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#,
+                false
+            ),
+            Route::Forward(Notice::Initialize)
         );
         assert_eq!(
             call_route(
                 r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"r-1","reason":"x"}}"#,
                 true
             ),
-            Route::Forward {
-                initialized: false,
-                cancelled: Some(RequestId::String("r-1".into()))
-            }
+            Route::Forward(Notice::Cancelled(RequestId::String("r-1".into())))
         );
     }
 

@@ -98,7 +98,7 @@ pub async fn run(
     // apply can edit the manifest and be sure the edit is seen.
     let (stop_tx, stop_rx) = watch::channel(false);
     let bound = bound
-        .with_mcp(mcp_upgrade(runtime.mcp().gateway()))
+        .with_mcp(mcp_upgrade(runtime.clone()))
         .with_attach(attach_upgrade(runtime.panes().clone()));
     let server = tokio::spawn(bound.serve(handler(runtime.clone()), stop_rx.clone()));
     let services_stop = tokio_util::sync::CancellationToken::new();
@@ -198,16 +198,39 @@ impl Retry {
 
 /// Serve the daemon's gateway on an upgraded control connection: every
 /// `npc mcp serve` in front of this daemon is one such session.
-fn mcp_upgrade(gateway: crate::mcp::Gateway) -> control::Upgrade {
-    Arc::new(move |read, write| {
+fn mcp_upgrade(runtime: Arc<Runtime>) -> control::Upgrade {
+    let gateway = runtime.mcp().gateway();
+    Arc::new(move |request, read, write| {
         let gateway = gateway.clone();
+        let asking = session_asking(&runtime, request);
         Box::pin(async move {
             let within = Some(control::MCP_INIT_TIMEOUT);
-            if let Err(e) = crate::mcp::session::serve(gateway, read, write, within).await {
+            let session = crate::mcp::session::serve(gateway, read, write, within);
+            if let Err(e) = asking.scope(session).await {
                 tracing::debug!("an MCP session over the control socket ended: {e}");
             }
         })
     })
+}
+
+/// Whom the calls of an MCP session ask, from its upgrading request: the
+/// named `npc acp` (a valid route only) and the named profile's
+/// `ask_tools` in the applied manifest (an unknown profile has none).
+fn session_asking(runtime: &Runtime, request: Request) -> crate::hooks::SessionAsking {
+    let Request::Mcp { approval, profile } = request else {
+        return crate::hooks::SessionAsking::default();
+    };
+    let approver = approval
+        .filter(|route| route.check().is_ok())
+        .and_then(|route| {
+            crate::surfaces::approval::SocketApprover::new(route.socket, route.session)
+        })
+        .map(|a| Arc::new(a) as Arc<dyn crate::hooks::Approve>);
+    let policy = profile.and_then(|name| {
+        let manifest = runtime.triggers().manifest()?;
+        crate::hooks::policy::ToolPolicy::for_profile(&manifest, &name).map(Arc::new)
+    });
+    crate::hooks::SessionAsking { approver, policy }
 }
 
 /// Serve `npc pane attach` on an upgraded control connection.
@@ -313,7 +336,7 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
                     };
                     let _ = tx.send(answer).await;
                 }
-                Request::Mcp => {
+                Request::Mcp { .. } => {
                     // Served by `mcp_upgrade` before a handler runs.
                     let _ = tx
                         .send(serde_json::json!({ "error": "this connection cannot be upgraded to MCP" }))

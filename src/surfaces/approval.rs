@@ -226,6 +226,12 @@ impl SocketApprover {
     pub fn from_env() -> Option<Self> {
         let name = std::env::var(APPROVAL_SOCKET_ENV).ok()?;
         let session = std::env::var(APPROVAL_SESSION_ENV).ok()?;
+        Self::new(name, session)
+    }
+
+    /// The approver asking on socket `name` for ACP session `session`, if
+    /// the name is one of ours.
+    pub fn new(name: String, session: String) -> Option<Self> {
         valid_name(&name).then_some(Self { name, session })
     }
 }

@@ -62,7 +62,16 @@ pub enum Request {
     /// Events after `since`; with `follow`, keep streaming new ones.
     Events { since: Option<i64>, follow: bool },
     /// Turn this connection into an MCP session with the daemon's gateway.
-    Mcp,
+    /// `approval` and `profile`: the `npc acp` whose agent the session
+    /// serves and the agent's profile, from the environment of the `npc mcp
+    /// serve` in front (a hook's `ask` and the profile's `ask_tools` then
+    /// reach that editor).
+    Mcp {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approval: Option<crate::acp::daemon::ApprovalRoute>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        profile: Option<String>,
+    },
     /// Every pane: state, generation, watcher, last status report.
     PaneList,
     /// Open a configured pane.
@@ -125,9 +134,11 @@ pub const MCP_INIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The reading half of an upgraded connection (bytes the client sent right
 /// after its request line are kept).
 pub type UpgradedRead = BufReader<tokio::net::unix::OwnedReadHalf>;
-/// Serves an upgraded connection until either side closes it.
+/// Serves an upgraded connection (the upgrading request, then its two
+/// halves) until either side closes it.
 pub type Upgrade = Arc<
     dyn Fn(
+            Request,
             UpgradedRead,
             tokio::net::unix::OwnedWriteHalf,
         ) -> Pin<Box<dyn Future<Output = ()> + Send>>
@@ -362,7 +373,7 @@ async fn serve_one(
     };
     waiting.store(false, Ordering::Relaxed);
     let request = match (request, upgrade) {
-        (Ok(Request::Mcp), Some((upgrade, sessions))) => {
+        (Ok(request @ Request::Mcp { .. }), Some((upgrade, sessions))) => {
             let Ok(_session) = sessions.try_acquire_owned() else {
                 let error = format!(
                     "the daemon serves {MAX_MCP_SESSIONS} MCP sessions already; close one (an idle `npc mcp serve`) and try again"
@@ -382,11 +393,11 @@ async fn serve_one(
             // Ends with the daemon: the connection task is dropped at shutdown.
             tokio::select! {
                 _ = stopped(&mut shutdown) => {}
-                () = upgrade(reader.into_inner(), write) => {}
+                () = upgrade(request, reader.into_inner(), write) => {}
             }
             return;
         }
-        (Ok(Request::Mcp), None) => Err("this daemon serves no MCP gateway".to_string()),
+        (Ok(Request::Mcp { .. }), None) => Err("this daemon serves no MCP gateway".to_string()),
         (Ok(request @ Request::PaneAttach { .. }), _) => {
             let Some((attach, sessions)) = attach else {
                 let error = "this daemon serves no panes";
@@ -509,8 +520,9 @@ pub async fn write_line(
 /// from the returned reader.
 pub async fn connect_mcp(
     path: &Path,
+    request: &Request,
 ) -> Result<(UpgradedRead, tokio::net::unix::OwnedWriteHalf), ControlError> {
-    let (reader, write, answer) = connect_upgrade(path, &Request::Mcp).await?;
+    let (reader, write, answer) = connect_upgrade(path, request).await?;
     if answer["upgraded"] != MCP_UPGRADED {
         return Err(ControlError::Protocol(format!(
             "unexpected answer to the MCP upgrade: {answer}"

@@ -696,6 +696,65 @@ fn with_a_daemon_up_a_hooks_ask_from_the_daemons_agent_reaches_the_editor() {
     }
 }
 
+#[test]
+fn with_a_daemon_up_an_ask_in_the_daemons_gateway_reaches_the_editor_of_the_agent_behind_it() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = daemon_repo(&[]);
+    // An agent whose MCP server is npc's gateway: its `npc mcp serve` fronts
+    // the daemon, and a hook there asks about `npc_status`.
+    let extra = format!(
+        r#"
+[providers.gatewayed]
+kind = "claude_code"
+command = {hooked}
+env = {{ NPC_BIN = {npc}, HOOKED_AGENT_VIA = "mcp" }}
+
+[profiles.gatewayed]
+provider = "gatewayed"
+description = "calls npc's tools through the gateway"
+
+[[hooks.before_tool]]
+command = "sh"
+args = ["-c", "cat >/dev/null; echo '{{\"decision\":\"ask\",\"reason\":\"it reads npc\"}}'"]
+matcher = "^npc_status$"
+"#,
+        hooked = toml_str(
+            &repo_root()
+                .join("fixtures/acp/hooked-agent.py")
+                .display()
+                .to_string()
+        ),
+        npc = toml_str(&npc_path().display().to_string()),
+    );
+    let manifest = dir.path().join("npcagent.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap() + &extra;
+    std::fs::write(&manifest, text).unwrap();
+    let _daemon = Daemon::start_in(dir.path());
+    for (answer, status, text) in [
+        ("allow", "completed", "ran: npc_status"),
+        ("deny", "failed", "denied in the editor"),
+    ] {
+        let seen = client(dir.path(), "gatewayed", "permission", &[answer]);
+        assert_eq!(seen["meta"]["npc"]["ranIn"], "daemon", "{seen}");
+        let asked = seen["permissions"].as_array().unwrap();
+        assert_eq!(asked.len(), 1, "the daemon's gateway asked once: {seen}");
+        assert_eq!(asked[0]["sessionId"], seen["session_id"]);
+        let id = seen["session_id"].as_str().unwrap();
+        let result = updates(&seen, id)
+            .into_iter()
+            .find(|u| u["sessionUpdate"] == "tool_call_update")
+            .unwrap()
+            .clone();
+        assert_eq!(result["status"], status, "{answer}: {result}");
+        assert!(
+            result["rawOutput"].as_str().unwrap().contains(text),
+            "{answer}: {result}"
+        );
+    }
+}
+
 /// One request on the daemon's control socket in `dir`, its one answer line.
 fn control(dir: &Path, request: &Value) -> Value {
     let mut stream = std::os::unix::net::UnixStream::connect(dir.join(".npc/daemon.sock")).unwrap();
