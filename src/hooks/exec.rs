@@ -55,32 +55,6 @@ fn stderr_tail(stderr: &[u8]) -> String {
     if skip > 0 { format!("…{tail}") } else { tail }
 }
 
-/// Replace `${PLUGIN_ROOT}` and `${PLUGIN_DATA}` in `value`, in one pass:
-/// text an expansion inserts is never expanded again, and no other `${…}`
-/// is touched.
-pub(super) fn expand_placeholders(value: &str, root: &Path, data: &Path) -> String {
-    let mut out = String::with_capacity(value.len());
-    let mut rest = value;
-    while let Some(at) = rest.find("${") {
-        out.push_str(&rest[..at]);
-        let tail = &rest[at..];
-        let (with, len) = if tail.starts_with("${PLUGIN_ROOT}") {
-            (Some(root), "${PLUGIN_ROOT}".len())
-        } else if tail.starts_with("${PLUGIN_DATA}") {
-            (Some(data), "${PLUGIN_DATA}".len())
-        } else {
-            (None, 2)
-        };
-        match with {
-            Some(path) => out.push_str(&path.display().to_string()),
-            None => out.push_str("${"),
-        }
-        rest = &tail[len..];
-    }
-    out.push_str(rest);
-    out
-}
-
 /// A relative program path with a slash (`./hooks/x`) is relative to `base`.
 fn resolve_program(base: &Path, program: &str) -> String {
     if program.contains('/') && !Path::new(program).is_absolute() {
@@ -101,9 +75,12 @@ pub(super) fn child_spec(root: &Path, entry: &HookEntry) -> Result<ChildSpec, Ho
             ..
         } => (plugin_root.as_path(), Some((plugin_root, data))),
     };
-    let expand = |s: &str| match plugin_dirs {
+    // A plugin's hooks expand its placeholders like its servers do (§9).
+    let placeholders =
+        plugin_dirs.map(|(root, data)| crate::plugins::expand::Placeholders { root, data });
+    let expand = |s: &str| match &placeholders {
         None => s.to_string(),
-        Some((r, d)) => expand_placeholders(s, r, d),
+        Some(p) => p.expand(s),
     };
     let mut env: BTreeMap<String, String> = run
         .env

@@ -7,8 +7,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::exec::{
-    BeforeAnswer, after_tool_answer, before_tool_answer, expand_placeholders, observer_answer,
-    parse_stdout,
+    BeforeAnswer, after_tool_answer, before_tool_answer, observer_answer, parse_stdout,
 };
 use super::*;
 use crate::model::{CommandSpec, Text};
@@ -86,21 +85,6 @@ fn after_tool_and_observer_answers() {
     assert!(observer_answer(None).is_ok());
     assert!(observer_answer(obj(json!({}))).is_ok());
     assert!(observer_answer(obj(json!({"decision":"deny","reason":"x"}))).is_err());
-}
-
-#[test]
-fn placeholders_expand_once_and_only_the_two_names() {
-    let root = Path::new("/p/${PLUGIN_DATA}");
-    let data = Path::new("/d");
-    assert_eq!(
-        expand_placeholders("${PLUGIN_ROOT}/bin:${PLUGIN_DATA}/x", root, data),
-        "/p/${PLUGIN_DATA}/bin:/d/x"
-    );
-    assert_eq!(
-        expand_placeholders("${HOME} ${PLUGIN_ROOT ${", root, data),
-        "${HOME} ${PLUGIN_ROOT ${"
-    );
-    assert_eq!(expand_placeholders("a€${", root, data), "a€${");
 }
 
 fn hook(command: &str, args: &[&str], matcher: Option<&str>) -> Hook {

@@ -90,6 +90,9 @@ mod tests {
             p.expand("a${PLUGIN_ROOT}${PLUGIN_DATA}b"),
             "a/pkg/data/${PLUGIN_ROOT}b"
         );
+        // Unclosed names and a trailing `${` after a multi-byte character.
+        assert_eq!(p.expand("${PLUGIN_ROOT ${"), "${PLUGIN_ROOT ${");
+        assert_eq!(p.expand("a€${"), "a€${");
     }
 
     #[test]
