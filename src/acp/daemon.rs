@@ -322,6 +322,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             probe_after: Duration::from_secs(1),
             warnings: Vec::new(),
+            source: None,
         };
         let before = prepared.spec.env.len();
         let r = run();

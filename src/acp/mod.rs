@@ -1045,6 +1045,8 @@ impl Agent {
             tracing::warn!("acp: {w}");
         }
         daemon::apply(&mut prepared, resume.as_ref(), Some(&self.route(record)));
+        // Listed like the daemon's runs of a prompt: source `acp`.
+        prepared.source = Some(crate::triggers::Origin::Acp.as_str());
         self.record_run(record, &run_id, &text).await?;
         let mut mapper = map::Mapper::default();
         let mut max_turns = false;

@@ -307,8 +307,10 @@ pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
                 .as_ref()
                 .and_then(|f| f.payload["outcome"].as_str().map(str::to_string))
                 .unwrap_or_else(|| "running".to_string());
+            // A prompt `npc acp` ran itself says so (`source`).
+            let origin = e.payload["source"].as_str().unwrap_or("npc_run");
             rows.push(json!({
-                "id": id, "trigger": null, "origin": "npc_run", "state": state,
+                "id": id, "trigger": null, "origin": origin, "state": state,
                 "profile": e.payload["profile"],
                 "enqueued_at_ms": e.ts_ms, "started_at_ms": e.ts_ms,
                 "finished_at_ms": finished.map(|f| f.ts_ms), "detail": null,

@@ -173,6 +173,9 @@ pub struct PreparedRun {
     pub probe_after: Duration,
     /// Things the user should know (printed on stderr, not recorded as errors).
     pub warnings: Vec<String>,
+    /// Who started the run when the CLI did not (`acp`): recorded as its
+    /// `run.started` event's `source`, which the run listings show.
+    pub source: Option<&'static str>,
 }
 
 /// How a run ended.
@@ -402,6 +405,7 @@ pub fn prepare(
         timeout: req.timeout,
         probe_after: req.probe_after,
         warnings,
+        source: None,
     })
 }
 
@@ -529,6 +533,7 @@ where
             "mcp_config": run.mcp_config,
             "timeout_secs": run.timeout.as_secs(),
             "prompt_chars": run.prompt.chars().count(),
+            "source": run.source,
         }),
     )
     .await?;

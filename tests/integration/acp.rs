@@ -224,6 +224,15 @@ fn a_prompt_streams_the_runs_updates_advertises_commands_and_is_recorded() {
         .expect("run.finished");
     assert_eq!(finished["payload"]["run_id"], run_id);
     assert_eq!(finished["payload"]["outcome"], "succeeded");
+    // Listed as a prompt of `npc acp`, like one the daemon runs.
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["runs", "--format", "json"])
+        .output()
+        .unwrap();
+    let runs: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let run = runs.iter().find(|r| r["id"] == run_id).expect("listed");
+    assert_eq!(run["origin"], "acp", "{run}");
 }
 
 #[test]
