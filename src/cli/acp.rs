@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::Args;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -42,12 +41,7 @@ pub fn run(args: AcpArgs) -> anyhow::Result<Exit> {
         }
     };
     // Logs go to stderr only: stdout belongs to the protocol.
-    let filter = std::env::var("NPC_LOG").unwrap_or_else(|_| "warn".to_string());
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .log_internal_errors(false)
-        .try_init();
+    super::log_to_stderr("warn");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -55,21 +49,10 @@ pub fn run(args: AcpArgs) -> anyhow::Result<Exit> {
     let result = rt.block_on(async move {
         let mut interrupt = signal(SignalKind::interrupt())?;
         let mut terminate = signal(SignalKind::terminate())?;
-        let store = Arc::new(
-            crate::runtime::open_store(&paths)
-                .with_context(|| format!("cannot open `{}`", paths.db().display()))?,
-        );
-        let bus = crate::bus::EventBus::new(store.clone());
-        bus.set_secrets(manifest.secret_values());
-        let (events, _supervisor_events) = tokio::sync::mpsc::unbounded_channel();
         // Contained like `npc run`'s: every agent's process group dies with
         // npc, even when it is killed.
-        let supervisor = crate::supervisor::Supervisor::for_npc(
-            events,
-            crate::supervisor::BackoffPolicy::default(),
-            &paths.root,
-            &paths.runtime_dir(),
-        );
+        let (bus, supervisor, _supervisor_events) = super::standalone_recording(&paths, &manifest)?;
+        let store = bus.store().clone();
         let hooks = Arc::new(crate::hooks::HookRunner::new(
             crate::hooks::HookSet::for_repository(&paths.root, &manifest),
             supervisor.clone(),

@@ -90,12 +90,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         None => None,
     };
     // Logs go to stderr only: stdout belongs to the protocol.
-    let filter = std::env::var("NPC_LOG").unwrap_or_else(|_| "warn".to_string());
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .log_internal_errors(false)
-        .try_init();
+    super::log_to_stderr("warn");
     // Over stdio one client is served: one thread runs its session and the
     // upstream sessions it waits on, so no answer crosses threads (built-ins
     // do their blocking work on the blocking pool). HTTP serves many.

@@ -352,6 +352,18 @@ pub fn schema_text() -> String {
 /// repository's store (the manifest's secrets scrubbed), a supervisor that
 /// contains every process group it starts, and the receiver of that
 /// supervisor's events (keep it alive). Call inside a tokio runtime.
+/// Send logs to stderr, filtered by `NPC_LOG` (else `default`). A failed
+/// write to stderr (a full disk, a gone reader) loses the line and nothing
+/// else: tracing's own report of it would `eprint!` and panic.
+fn log_to_stderr(default: &str) {
+    let filter = std::env::var("NPC_LOG").unwrap_or_else(|_| default.to_string());
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .log_internal_errors(false)
+        .try_init();
+}
+
 fn standalone_recording(
     paths: &crate::runtime::RepoPaths,
     manifest: &crate::model::Manifest,

@@ -475,14 +475,7 @@ fn print_outcome(answer: &serde_json::Value, how: &str) -> Result<Exit, OutputEr
 pub fn daemon(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
     runtime::daemon::fill_closed_std_fds();
     let path = super::manifest_path(manifest)?;
-    let filter = std::env::var("NPC_LOG").unwrap_or_else(|_| "info".to_string());
-    // A failed write to stderr (a full disk, a gone reader) loses the line
-    // and nothing else: tracing's own report of it would `eprint!` and panic.
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .log_internal_errors(false)
-        .try_init();
+    super::log_to_stderr("info");
     let rt = tokio()?;
     let result = rt.block_on(runtime::daemon::run(&path, |paths, outcome, api| {
         errln!(
