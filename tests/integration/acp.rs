@@ -103,17 +103,7 @@ description = "asks before tools"
 
 /// Whether the ACP Python SDK is importable (else the test is skipped).
 fn python_sdk() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import acp"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!(
-            "skipped: the ACP Python SDK is not installed (`pip install agent-client-protocol==0.12.1`; .ci/run installs it)"
-        );
-    }
-    ok
+    crate::support::python_module("acp", "pip install agent-client-protocol==0.12.1")
 }
 
 /// Run `fixtures/acp/client.py SCENARIO` against `npc acp --profile PROFILE` in `dir`.
@@ -145,6 +135,56 @@ fn updates<'a>(seen: &'a Value, id: &str) -> Vec<&'a Value> {
         .filter(|u| u["sessionId"] == id)
         .map(|u| &u["update"])
         .collect()
+}
+
+/// The `tool_call_update` the client saw in its session.
+fn tool_result(seen: &Value) -> Value {
+    let id = seen["session_id"].as_str().unwrap();
+    updates(seen, id)
+        .into_iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update")
+        .expect("a tool_call_update")
+        .clone()
+}
+
+/// The client was asked once, answered `answer`, and the tool call ended
+/// `status` with `text` in its output; the permission request it saw.
+fn the_editor_decided(seen: &Value, answer: &str, status: &str, text: &str) -> Value {
+    let asked = seen["permissions"].as_array().unwrap();
+    assert_eq!(asked.len(), 1, "asked once: {seen}");
+    assert_eq!(asked[0]["sessionId"], seen["session_id"]);
+    let result = tool_result(seen);
+    assert_eq!(result["status"], status, "{answer}: {result}");
+    assert!(
+        result["rawOutput"].as_str().unwrap().contains(text),
+        "{answer}: {result}"
+    );
+    asked[0].clone()
+}
+
+/// The prompt streamed an update, then ended cancelled.
+fn cancelled_after_an_update(seen: &Value) {
+    assert_eq!(seen["stop_reason"], "cancelled");
+    assert_eq!(seen["meta"]["npc"]["outcome"], "cancelled");
+    let id = seen["session_id"].as_str().unwrap();
+    assert!(
+        updates(seen, id)
+            .iter()
+            .any(|u| u["sessionUpdate"] == "agent_message_chunk"),
+        "an update streamed before the cancel"
+    );
+}
+
+/// Wait until the process group of the agent whose pid is in `pid_file` is gone.
+fn agent_group_gone(pid_file: &Path) {
+    let pid: i32 = std::fs::read_to_string(pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_for("the agent's process group to be gone", || {
+        (kill(Pid::from_raw(-pid), None) == Err(nix::errno::Errno::ESRCH)).then_some(())
+    });
 }
 
 fn kinds(updates: &[&Value]) -> Vec<String> {
@@ -287,24 +327,9 @@ fn cancel_mid_stream_ends_the_prompt_cancelled_and_kills_the_agents_process_grou
         ("FAKE_AGENT_PID_FILE", &pid_file.display().to_string()),
     ]);
     let seen = client(repo.path(), "dev", "cancel", &["go on forever"]);
-    assert_eq!(seen["stop_reason"], "cancelled");
-    assert_eq!(seen["meta"]["npc"]["outcome"], "cancelled");
-    let id = seen["session_id"].as_str().unwrap();
-    assert!(
-        updates(&seen, id)
-            .iter()
-            .any(|u| u["sessionUpdate"] == "agent_message_chunk"),
-        "an update streamed before the cancel"
-    );
-    let pid: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    cancelled_after_an_update(&seen);
     // The agent led its own process group; nothing of it is left.
-    wait_for("the agent's process group to be gone", || {
-        kill(Pid::from_raw(-pid), None).is_err().then_some(())
-    });
+    agent_group_gone(&pid_file);
     let finished = events(repo.path())
         .into_iter()
         .find(|e| e["kind"] == "run.finished")
@@ -323,34 +348,21 @@ fn a_hooks_ask_is_a_permission_request_and_the_editors_answer_decides() {
         ("deny", "failed", "denied in the editor"),
     ] {
         let seen = client(dir.path(), "hooked", "permission", &[answer]);
-        let asked = seen["permissions"].as_array().unwrap();
-        assert_eq!(asked.len(), 1, "{seen}");
-        assert_eq!(asked[0]["sessionId"], seen["session_id"]);
-        let call = &asked[0]["toolCall"];
+        let asked = the_editor_decided(&seen, answer, status, text);
+        let call = &asked["toolCall"];
         assert_eq!(call["toolCallId"], "toolu_hooked");
         assert_eq!(call["rawInput"], json!({"command": "ls"}));
         assert!(
             call["title"].as_str().unwrap().contains("it runs a shell"),
             "{call}"
         );
-        let kinds: Vec<&str> = asked[0]["options"]
+        let kinds: Vec<&str> = asked["options"]
             .as_array()
             .unwrap()
             .iter()
             .map(|o| o["kind"].as_str().unwrap())
             .collect();
         assert_eq!(kinds, ["allow_once", "reject_once"]);
-        let id = seen["session_id"].as_str().unwrap();
-        let result = updates(&seen, id)
-            .into_iter()
-            .find(|u| u["sessionUpdate"] == "tool_call_update")
-            .unwrap()
-            .clone();
-        assert_eq!(result["status"], status, "{answer}: {result}");
-        assert!(
-            result["rawOutput"].as_str().unwrap().contains(text),
-            "{answer}: {result}"
-        );
         assert_eq!(seen["stop_reason"], "end_turn");
     }
     // Each answer is on record as the hook call's decision.
@@ -650,23 +662,8 @@ fn with_a_daemon_up_cancel_mid_stream_has_the_daemon_kill_the_agents_group() {
     let daemon = Daemon::start_in(dir.path());
     let seen = client(dir.path(), "dev", "cancel", &["go on forever"]);
     assert_eq!(seen["meta"]["npc"]["ranIn"], "daemon", "{seen}");
-    assert_eq!(seen["stop_reason"], "cancelled");
-    assert_eq!(seen["meta"]["npc"]["outcome"], "cancelled");
-    let id = seen["session_id"].as_str().unwrap();
-    assert!(
-        updates(&seen, id)
-            .iter()
-            .any(|u| u["sessionUpdate"] == "agent_message_chunk"),
-        "an update streamed before the cancel"
-    );
-    let pid: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    wait_for("the agent's process group to be gone", || {
-        (kill(Pid::from_raw(-pid), None) == Err(nix::errno::Errno::ESRCH)).then_some(())
-    });
+    cancelled_after_an_update(&seen);
+    agent_group_gone(&pid_file);
     let run_id = seen["meta"]["npc"]["runId"].as_str().unwrap();
     let runs = daemon_runs(&daemon);
     let run = runs.iter().find(|r| r["id"] == run_id).expect("listed");
@@ -687,21 +684,8 @@ fn with_a_daemon_up_a_hooks_ask_from_the_daemons_agent_reaches_the_editor() {
     ] {
         let seen = client(dir.path(), "hooked", "permission", &[answer]);
         assert_eq!(seen["meta"]["npc"]["ranIn"], "daemon", "{seen}");
-        let asked = seen["permissions"].as_array().unwrap();
-        assert_eq!(asked.len(), 1, "{seen}");
-        assert_eq!(asked[0]["sessionId"], seen["session_id"]);
-        assert_eq!(asked[0]["toolCall"]["toolCallId"], "toolu_hooked");
-        let id = seen["session_id"].as_str().unwrap();
-        let result = updates(&seen, id)
-            .into_iter()
-            .find(|u| u["sessionUpdate"] == "tool_call_update")
-            .unwrap()
-            .clone();
-        assert_eq!(result["status"], status, "{answer}: {result}");
-        assert!(
-            result["rawOutput"].as_str().unwrap().contains(text),
-            "{answer}: {result}"
-        );
+        let asked = the_editor_decided(&seen, answer, status, text);
+        assert_eq!(asked["toolCall"]["toolCallId"], "toolu_hooked");
     }
 }
 
@@ -747,19 +731,14 @@ matcher = "^npc_status$"
     ] {
         let seen = client(dir.path(), "gatewayed", "permission", &[answer]);
         assert_eq!(seen["meta"]["npc"]["ranIn"], "daemon", "{seen}");
-        let asked = seen["permissions"].as_array().unwrap();
-        assert_eq!(asked.len(), 1, "the daemon's gateway asked once: {seen}");
-        assert_eq!(asked[0]["sessionId"], seen["session_id"]);
-        let id = seen["session_id"].as_str().unwrap();
-        let result = updates(&seen, id)
-            .into_iter()
-            .find(|u| u["sessionUpdate"] == "tool_call_update")
-            .unwrap()
-            .clone();
-        assert_eq!(result["status"], status, "{answer}: {result}");
-        assert!(
-            result["rawOutput"].as_str().unwrap().contains(text),
-            "{answer}: {result}"
+        // The daemon's gateway asked the editor of the agent behind it.
+        let asked = the_editor_decided(&seen, answer, status, text);
+        assert_eq!(
+            asked["toolCall"]["title"]
+                .as_str()
+                .map(|t| t.contains("it reads npc")),
+            Some(true),
+            "{asked}"
         );
     }
 }
@@ -866,35 +845,18 @@ fn ask_tools_ask_the_editor(dir: &Path, ran_in: &str) {
     ] {
         let seen = client(dir, "push", "permission", &[answer]);
         assert_eq!(seen["meta"]["npc"]["ranIn"], ran_in, "{seen}");
-        let asked = seen["permissions"].as_array().unwrap();
-        assert_eq!(asked.len(), 1, "{seen}");
-        let call = &asked[0]["toolCall"];
+        let asked = the_editor_decided(&seen, answer, status, text);
+        let call = &asked["toolCall"];
         assert_eq!(call["rawInput"], json!({"command": "git push origin main"}));
         let title = call["title"].as_str().unwrap();
         assert!(
             title.contains("ask_tools") && title.contains("git push:*"),
             "{title}"
         );
-        let id = seen["session_id"].as_str().unwrap();
-        let result = updates(&seen, id)
-            .into_iter()
-            .find(|u| u["sessionUpdate"] == "tool_call_update")
-            .unwrap()
-            .clone();
-        assert_eq!(result["status"], status, "{answer}: {result}");
-        assert!(
-            result["rawOutput"].as_str().unwrap().contains(text),
-            "{answer}: {result}"
-        );
     }
     let seen = client(dir, "list", "permission", &["deny"]);
     assert!(seen["permissions"].as_array().unwrap().is_empty(), "{seen}");
-    let id = seen["session_id"].as_str().unwrap();
-    let result = updates(&seen, id)
-        .into_iter()
-        .find(|u| u["sessionUpdate"] == "tool_call_update")
-        .unwrap()
-        .clone();
+    let result = tool_result(&seen);
     assert_eq!(result["status"], "completed", "{result}");
     // Each answer is on record as the policy's decision.
     let asks: Vec<Value> = events(dir)

@@ -18,17 +18,7 @@ use crate::support::{npc, npc_path, repo_root, wait_for};
 const CLIENT_LIMIT: Duration = Duration::from_secs(90);
 
 pub(crate) fn python_sdk() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import mcp"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!(
-            "skipped: the Python `mcp` SDK is not installed (`pip install mcp`; .ci/run installs it)"
-        );
-    }
-    ok
+    crate::support::python_module("mcp", "pip install mcp")
 }
 
 pub(crate) fn server_everything() -> bool {

@@ -8,7 +8,6 @@
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -21,19 +20,7 @@ use crate::support::{npc, npc_path, repo_root};
 /// Longest one client session may take in these tests.
 const CLIENT_LIMIT: Duration = Duration::from_secs(90);
 
-fn python_sdk() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import mcp"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!(
-            "skipped: the Python `mcp` SDK is not installed (`pip install mcp`; .ci/run installs it)"
-        );
-    }
-    ok
-}
+use crate::mcp::python_sdk;
 
 /// A repository with `manifest` as its `npcagent.toml`, and a data
 /// directory of its own (`XDG_DATA_HOME`).

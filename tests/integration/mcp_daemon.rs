@@ -23,19 +23,7 @@ const MAX_MCP_SESSIONS: usize = 64;
 /// Longest one client session may take in these tests.
 const CLIENT_LIMIT: Duration = Duration::from_secs(90);
 
-fn python_sdk() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import mcp"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!(
-            "skipped: the Python `mcp` SDK is not installed (`pip install mcp`; .ci/run installs it)"
-        );
-    }
-    ok
-}
+use crate::mcp::python_sdk;
 
 /// A stdio server `name` running misbehave.py, with extra `args`.
 fn misbehave(name: &str, args: &[&str]) -> String {

@@ -330,3 +330,19 @@ impl Drop for Daemon {
         }
     }
 }
+
+/// Whether `python3` can import `module` (else the calling test is skipped,
+/// saying how to install it: `install`).
+pub fn python_module(module: &str, install: &str) -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!(
+            "skipped: the Python module `{module}` is not installed (`{install}`; .ci/run installs it)"
+        );
+    }
+    ok
+}
