@@ -7,7 +7,8 @@ copying lines, no parsing); and through `npc mcp serve`. Usage:
     rustc -O benches/scripts/relay_floor.rs -o /tmp/relay_floor
     RELAY=/tmp/relay_floor NPC=target/release/npc python3 benches/scripts/relay_floor.py REPO
 
-(NPC=A:B compares several builds, interleaved in the same run.)
+(NPC=A:B compares several builds, interleaved in the same run; TIGHT=1 runs each path's
+calls back to back instead, and prints the mean per call.)
 
 where REPO holds an npcagent.toml declaring `[mcp.servers.everything]` with
 `command = "mcp-server-everything"`.
@@ -36,6 +37,21 @@ for n, npc in enumerate(gateways):
     key = "gateway" if len(gateways) == 1 else "gateway%d" % (n + 1)
     paths[key] = start([npc, "mcp", "serve"], cwd=repo)
     names[key] = "everything__echo"
+if os.environ.get("TIGHT"):
+    # Each path on its own, calls back to back (no interleaving): mean ms per call.
+    per_call = {}
+    for k, (p, call) in paths.items():
+        for i in range(1, 501):
+            call(i, "tools/call", {"name": names[k], "arguments": {"message": "hello"}})
+        t = time.perf_counter()
+        for i in range(501, 3501):
+            r = call(i, "tools/call", {"name": names[k], "arguments": {"message": "hello"}})
+            assert "result" in r, r
+        per_call[k] = (time.perf_counter() - t) / 3000 * 1000
+    print("tight loop, ms per call:", {k: round(v, 3) for k, v in per_call.items()})
+    print("".join("%s adds %.3f ms; " % (k, v - per_call["direct"]) for k, v in per_call.items() if k != "direct"))
+    for p, _ in paths.values(): p.stdin.close()
+    sys.exit(0)
 lat = {k: [] for k in paths}
 for i in range(1, 2301):
     for k,(p,call) in paths.items():
