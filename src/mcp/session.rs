@@ -42,7 +42,6 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader};
 use tokio::sync::Mutex;
 
-use super::call::CallRecord;
 use super::gateway::Gateway;
 
 /// Longest frame (one line) a client may send; longer ones are dropped.
@@ -365,7 +364,6 @@ where
     let ended: Result<(), SessionError> = loop {
         tokio::select! {
             Some((id, result, record)) = calls.next(), if !calls.is_empty() => {
-                let (id, result, record): (RequestId, CallToolResult, CallRecord) = (id, result, record);
                 let answer_it = match answering.get_mut(&id) {
                     Some(n) => {
                         *n -= 1;
@@ -378,11 +376,15 @@ where
                 };
                 // Only calls routed here after the handshake are in flight.
                 let shape = shape.unwrap_or(Shape::Legacy);
-                if answer_it && let Err(e) = write_frame(&writer, &answer(id, result, shape)).await {
-                    path.publish(record).await;
+                let written = if answer_it {
+                    write_frame(&writer, &answer(id, result, shape)).await
+                } else {
+                    Ok(())
+                };
+                path.publish(record).await;
+                if let Err(e) = written {
                     break Err(e);
                 }
-                path.publish(record).await;
             }
             frame = reader.next(), if calls.len() < MAX_CALLS_IN_FLIGHT => {
                 let line = match frame {
