@@ -330,7 +330,7 @@ impl CallPath {
             }
             None => match self
                 .pool
-                .call(&call.server, &call.tool, call.arguments.clone())
+                .call(&call.server, &call.tool, call.arguments.as_ref())
                 .await
             {
                 Ok(result) if result.is_error == Some(true) => (result, Outcome::ToolError, None),

@@ -21,10 +21,12 @@
 pub mod builtin;
 pub mod call;
 pub mod catalog;
+mod frame;
 pub mod gateway;
 pub mod pool;
 pub mod relay;
 pub mod session;
+pub mod wire;
 
 pub use call::{Before, CallPath, CallStage, Outcome, ToolCall};
 pub use gateway::Gateway;

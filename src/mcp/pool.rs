@@ -32,6 +32,7 @@ use rmcp::{ClientHandler, ErrorData, Peer, RoleClient, ServiceExt};
 use tokio::sync::{Semaphore, broadcast};
 
 use super::catalog::{CatalogChange, ServerCatalog};
+use super::wire::{Failure, Wire};
 
 use crate::bus::EventBus;
 use crate::model::{CommandSpec, Manifest, McpServer, McpTransport, RestartPolicy};
@@ -283,9 +284,28 @@ impl ClientHandler for Listener {
 
 struct Session {
     service: RunningService<RoleClient, Listener>,
+    /// A stdio server's lean side, which its tool calls take.
+    wire: Option<Arc<Wire>>,
     generation: u64,
     /// The supervised process the session rides on, if any.
     pid: Option<u32>,
+}
+
+/// A live session as a request sees it.
+struct Link {
+    peer: Peer<RoleClient>,
+    wire: Option<Arc<Wire>>,
+    generation: u64,
+}
+
+impl Session {
+    fn link(&self) -> Link {
+        Link {
+            peer: self.service.peer().clone(),
+            wire: self.wire.clone(),
+            generation: self.generation,
+        }
+    }
 }
 
 /// One upstream server: its config, cached tools and (at most one) session.
@@ -361,18 +381,18 @@ impl Upstream {
         slot.as_ref().is_some_and(|s| !s.service.is_closed())
     }
 
-    /// The live session's peer, connecting first when there is none.
+    /// The live session, connecting first when there is none.
     /// `Ok(None)`: a background connect found nothing to connect to.
-    async fn peer(
+    async fn link(
         &self,
         connects: &Semaphore,
         trigger: Trigger,
-    ) -> Result<Option<(Peer<RoleClient>, u64)>, PoolError> {
+    ) -> Result<Option<Link>, PoolError> {
         let mut slot = self.session.lock().await;
         if let Some(s) = slot.as_ref()
             && !s.service.is_closed()
         {
-            return Ok(Some((s.service.peer().clone(), s.generation)));
+            return Ok(Some(s.link()));
         }
         if let Some(old) = slot.take() {
             self.stop_process(old.pid).await;
@@ -401,16 +421,18 @@ impl Upstream {
         self.set_state(UpstreamState::Connecting);
         let pid = pipes.as_ref().map(|p| p.pid);
         match self.connect(pipes).await {
-            Ok(service) => {
+            Ok((service, wire)) => {
                 let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
-                let peer = service.peer().clone();
-                *slot = Some(Session {
+                let session = Session {
                     service,
+                    wire: wire.map(Arc::new),
                     generation,
                     pid,
-                });
+                };
+                let link = session.link();
+                *slot = Some(session);
                 self.set_state(UpstreamState::Connected);
-                Ok(Some((peer, generation)))
+                Ok(Some(link))
             }
             Err(e) => {
                 if self.launch == Launch::Owned {
@@ -485,10 +507,12 @@ impl Upstream {
         ComponentId::new(Kind::McpServer, &self.name)
     }
 
+    /// Connect a session: over a stdio server's pipes through a [`Wire`]
+    /// (returned too), over HTTP through rmcp alone.
     async fn connect(
         &self,
         pipes: Option<crate::supervisor::ChildPipes>,
-    ) -> Result<RunningService<RoleClient, Listener>, PoolError> {
+    ) -> Result<(RunningService<RoleClient, Listener>, Option<Wire>), PoolError> {
         let server = self.name.clone();
         let config = self.config();
         match &config.transport {
@@ -501,7 +525,7 @@ impl Upstream {
                         reason: "its standard streams were not piped".into(),
                     });
                 };
-                self.handshake((stdout, stdin)).await
+                self.handshake_stdio(stdout, stdin).await
             }
             McpTransport::Stdio(command) => {
                 // The pool reconnects lazily, so the supervisor never restarts it.
@@ -522,7 +546,7 @@ impl Upstream {
                         reason: "its standard streams were not piped".into(),
                     });
                 };
-                self.handshake((stdout, stdin)).await
+                self.handshake_stdio(stdout, stdin).await
             }
             McpTransport::Http {
                 url,
@@ -551,7 +575,7 @@ impl Upstream {
                     server: server.clone(),
                     reason: e.to_string(),
                 })?;
-                let result = self.handshake(transport).await;
+                let result = self.handshake(transport).await.map(|s| (s, None));
                 if let Err(PoolError::Handshake { .. }) = &result
                     && crate::surfaces::mcp_http::is_legacy_sse(
                         url.expose(),
@@ -565,6 +589,17 @@ impl Upstream {
                 result
             }
         }
+    }
+
+    /// Initialize a session over a stdio server's pipes, through a [`Wire`].
+    async fn handshake_stdio(
+        &self,
+        stdout: tokio::process::ChildStdout,
+        stdin: tokio::process::ChildStdin,
+    ) -> Result<(RunningService<RoleClient, Listener>, Option<Wire>), PoolError> {
+        let (wire, rmcp) = Wire::start(stdout, stdin);
+        let service = self.handshake(rmcp).await?;
+        Ok((service, Some(wire)))
     }
 
     /// Initialize a session over `transport` and fetch its tools, within
@@ -665,14 +700,21 @@ impl Upstream {
     async fn call(
         &self,
         tool: &str,
-        arguments: Option<JsonObject>,
+        arguments: Option<&JsonObject>,
         connects: &Semaphore,
     ) -> Result<CallToolResult, CallError> {
-        let mut params = CallToolRequestParams::new(tool.to_string());
-        params.arguments = arguments;
         *lock(&self.last_call) = Some((SystemTime::now(), tool.to_string()));
         let answer = self
-            .request(connects, |peer| async move { peer.call_tool(params).await })
+            .request(connects, |link| async move {
+                match link.wire {
+                    Some(wire) => wire.call_tool(tool, arguments).await,
+                    None => {
+                        let mut params = CallToolRequestParams::new(tool.to_string());
+                        params.arguments = arguments.cloned();
+                        link.peer.call_tool(params).await.map_err(Failure::from)
+                    }
+                }
+            })
             .await?;
         // A protocol-level error answer: the session is fine.
         Ok(answer.unwrap_or_else(|e| {
@@ -693,8 +735,8 @@ impl Upstream {
         send: F,
     ) -> Result<Result<T, ErrorData>, CallError>
     where
-        F: FnOnce(Peer<RoleClient>) -> Fut,
-        Fut: std::future::Future<Output = Result<T, rmcp::ServiceError>>,
+        F: FnOnce(Link) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Failure>>,
     {
         let _slot = self.calls.acquire().await;
         self.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -710,11 +752,11 @@ impl Upstream {
         send: F,
     ) -> Result<Result<T, ErrorData>, CallError>
     where
-        F: FnOnce(Peer<RoleClient>) -> Fut,
-        Fut: std::future::Future<Output = Result<T, rmcp::ServiceError>>,
+        F: FnOnce(Link) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Failure>>,
     {
-        let (peer, generation) = self
-            .peer(connects, Trigger::Call)
+        let link = self
+            .link(connects, Trigger::Call)
             .await
             .map_err(CallError::Unavailable)?
             .ok_or_else(|| {
@@ -724,14 +766,15 @@ impl Upstream {
                 })
             })?;
         let limit_ms = self.config().tool_timeout_ms;
-        match tokio::time::timeout(Duration::from_millis(limit_ms), send(peer)).await {
+        let generation = link.generation;
+        match tokio::time::timeout(Duration::from_millis(limit_ms), send(link)).await {
             Ok(Ok(answer)) => Ok(Ok(answer)),
-            Ok(Err(rmcp::ServiceError::McpError(e))) => Ok(Err(e)),
-            Ok(Err(e)) => {
+            Ok(Err(Failure::Answer(e))) => Ok(Err(e)),
+            Ok(Err(Failure::Lost(reason))) => {
                 self.close(Some(generation)).await;
                 Err(CallError::Lost {
                     server: self.name.clone(),
-                    reason: e.to_string(),
+                    reason,
                 })
             }
             Err(_) => {
@@ -959,7 +1002,7 @@ impl Pool {
         if upstream.is_connected().await {
             return;
         }
-        let result = upstream.peer(&self.connects, Trigger::Background).await;
+        let result = upstream.link(&self.connects, Trigger::Background).await;
         *lock(&upstream.last_used) = Instant::now();
         if let Err(e) = result {
             tracing::warn!(server = %upstream.name, error = %e, "mcp: a server failed to connect");
@@ -973,7 +1016,7 @@ impl Pool {
         for upstream in self.members().values() {
             let (upstream, connects) = (upstream.clone(), self.connects.clone());
             attempts.spawn(async move {
-                let result = upstream.peer(&connects, Trigger::Call).await;
+                let result = upstream.link(&connects, Trigger::Call).await;
                 *lock(&upstream.last_used) = Instant::now();
                 result.err()
             });
@@ -1071,7 +1114,7 @@ impl Pool {
         &self,
         server: &str,
         tool: &str,
-        arguments: Option<JsonObject>,
+        arguments: Option<&JsonObject>,
     ) -> Result<CallToolResult, CallError> {
         let upstream = self.member(server).ok_or_else(|| {
             CallError::Unavailable(PoolError::UnknownServer {
@@ -1119,7 +1162,11 @@ impl Pool {
                 server: server.to_string(),
             })
         })?;
-        upstream.request(&self.connects, send).await
+        upstream
+            .request(&self.connects, |link| async move {
+                send(link.peer).await.map_err(Failure::from)
+            })
+            .await
     }
 
     /// A receiver told whenever some server's tool list changed.

@@ -42,6 +42,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader};
 use tokio::sync::Mutex;
 
+use super::frame::{Frame, FrameReader, Overlong};
 use super::gateway::Gateway;
 
 /// Longest frame (one line) a client may send; longer ones are dropped.
@@ -183,81 +184,6 @@ fn route(line: &[u8], initialized: bool) -> Route {
     }
 }
 
-/// A frame read from the client.
-#[derive(Debug, PartialEq)]
-enum Frame {
-    Line(Vec<u8>),
-    /// A line longer than [`MAX_FRAME_BYTES`], dropped.
-    TooLong,
-    Eof,
-}
-
-/// Reads lines of at most `max` bytes; cancel-safe (all state is here).
-struct FrameReader<R> {
-    inner: BufReader<R>,
-    line: Vec<u8>,
-    max: usize,
-    /// Skipping the rest of a line that grew past `max`.
-    skipping: bool,
-}
-
-impl<R: AsyncRead + Unpin> FrameReader<R> {
-    fn new(read: R, max: usize) -> Self {
-        Self {
-            inner: BufReader::with_capacity(64 * 1024, read),
-            line: Vec::new(),
-            max,
-            skipping: false,
-        }
-    }
-
-    async fn next(&mut self) -> std::io::Result<Frame> {
-        loop {
-            let available = self.inner.fill_buf().await?;
-            if available.is_empty() {
-                // A last line without its newline is still a frame.
-                let rest = std::mem::take(&mut self.line);
-                return Ok(match (self.skipping, rest.is_empty()) {
-                    (true, _) => {
-                        self.skipping = false;
-                        Frame::TooLong
-                    }
-                    (false, true) => Frame::Eof,
-                    (false, false) => Frame::Line(rest),
-                });
-            }
-            let (taken, ended) = match memchr(available) {
-                Some(at) => (at + 1, true),
-                None => (available.len(), false),
-            };
-            if !self.skipping {
-                let keep = if ended { taken - 1 } else { taken };
-                if self.line.len() + keep > self.max {
-                    self.line = Vec::new();
-                    self.skipping = true;
-                } else {
-                    self.line.extend_from_slice(&available[..keep]);
-                }
-            }
-            self.inner.consume(taken);
-            if ended {
-                if std::mem::take(&mut self.skipping) {
-                    return Ok(Frame::TooLong);
-                }
-                let line = std::mem::take(&mut self.line);
-                if line.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                return Ok(Frame::Line(line));
-            }
-        }
-    }
-}
-
-fn memchr(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|&b| b == b'\n')
-}
-
 /// `message` as one frame.
 fn frame(message: &ServerJsonRpcMessage) -> Vec<u8> {
     let mut bytes = serde_json::to_vec(message).unwrap_or_else(|e| {
@@ -352,7 +278,7 @@ where
             }
         })
     };
-    let mut reader = FrameReader::new(read, MAX_FRAME_BYTES);
+    let mut reader = FrameReader::new(read, MAX_FRAME_BYTES, Overlong::Skip);
     let mut calls = FuturesUnordered::new();
     // Calls running here and not cancelled, by id (a count: ids may repeat).
     let mut answering: HashMap<RequestId, usize> = HashMap::new();
@@ -514,42 +440,6 @@ mod tests {
                 true
             ),
             Route::Forward(Notice::Cancelled(RequestId::String("r-1".into())))
-        );
-    }
-
-    async fn frames(input: &[u8], max: usize) -> Vec<Frame> {
-        let mut reader = FrameReader::new(input, max);
-        let mut out = Vec::new();
-        loop {
-            let frame = reader.next().await.unwrap();
-            let eof = frame == Frame::Eof;
-            out.push(frame);
-            if eof {
-                return out;
-            }
-        }
-    }
-
-    #[tokio::test]
-    async fn frames_are_lines_and_overlong_ones_are_dropped_whole() {
-        let long = "x".repeat(40);
-        let input = format!("a\n\n  \n{long}\nb\r\n{long}{long}\nc");
-        assert_eq!(
-            frames(input.as_bytes(), 32).await,
-            vec![
-                Frame::Line(b"a".to_vec()),
-                Frame::TooLong,
-                Frame::Line(b"b\r".to_vec()),
-                Frame::TooLong,
-                Frame::Line(b"c".to_vec()),
-                Frame::Eof,
-            ]
-        );
-        // Exactly the bound is accepted; an unterminated overlong tail is dropped.
-        let exact = "y".repeat(32);
-        assert_eq!(
-            frames(format!("{exact}\n{long}").as_bytes(), 32).await,
-            vec![Frame::Line(exact.into_bytes()), Frame::TooLong, Frame::Eof]
         );
     }
 
