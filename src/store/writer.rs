@@ -7,7 +7,10 @@
 //! nothing but [`Commit::MayLinger`] jobs (events nobody waits for) waits up
 //! to [`LINGER`] for more before it commits, so a steady trickle of them —
 //! one per MCP tool call — costs one transaction per few milliseconds rather
-//! than one each; any job someone awaits ends the wait at once.
+//! than one each; any job someone awaits ends the wait at once. While it
+//! lingers the writer is parked, not blocked on the channel, so queuing a
+//! lingering job costs no wake-up of the writer thread (one per batch, not
+//! one per event); queuing a job someone awaits unparks it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -160,6 +163,15 @@ impl WriterHandle {
         };
         if let Some(job) = unsent {
             job.finish(Err(StoreError::WriterGone));
+        } else if commit == Commit::Now {
+            // End a linger at once (a blocked `recv` was woken by the send).
+            self.unpark();
+        }
+    }
+
+    fn unpark(&self) {
+        if let Some(thread) = &self.thread {
+            thread.thread().unpark();
         }
     }
 }
@@ -169,6 +181,7 @@ impl Drop for WriterHandle {
         // Closing the channel lets the thread finish queued work and exit;
         // joining makes "the store is dropped" mean "the database is closed".
         self.jobs.take();
+        self.unpark();
         if let Some(thread) = self.thread.take()
             && thread.thread().id() != std::thread::current().id()
         {
@@ -207,15 +220,16 @@ fn writer_loop(mut conn: Connection, jobs: &mpsc::Receiver<Box<dyn Job>>, counte
 }
 
 /// While every job of `batch` may linger, wait (up to [`LINGER`] in all)
-/// for more; stop at a job someone awaits, or a full batch.
+/// for more; stop at a job someone awaits, a full batch, or a closed
+/// channel. The thread parks meanwhile (a job someone awaits, and the
+/// handle's drop, unpark it), so lingering jobs queue without waking it.
 fn linger(jobs: &mpsc::Receiver<Box<dyn Job>>, batch: &mut Vec<Box<dyn Job>>) {
     if batch.iter().any(|j| j.commit() == Commit::Now) {
         return;
     }
     let deadline = std::time::Instant::now() + LINGER;
     while batch.len() < MAX_JOBS_PER_TRANSACTION {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match jobs.recv_timeout(left) {
+        match jobs.try_recv() {
             Ok(job) => {
                 let now = job.commit() == Commit::Now;
                 batch.push(job);
@@ -223,7 +237,14 @@ fn linger(jobs: &mpsc::Receiver<Box<dyn Job>>, batch: &mut Vec<Box<dyn Job>>) {
                     return;
                 }
             }
-            Err(_) => return,
+            Err(mpsc::TryRecvError::Disconnected) => return,
+            Err(mpsc::TryRecvError::Empty) => {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return;
+                }
+                std::thread::park_timeout(left);
+            }
         }
     }
 }
