@@ -209,11 +209,20 @@ async fn terminated() -> anyhow::Result<()> {
 
 async fn serve_stdio(gateway: Gateway) -> anyhow::Result<Exit> {
     let (stdin, stdout) = crate::surfaces::stdio::std_streams();
+    // A task, not the `block_on` future: the current-thread runtime polls
+    // that future only after a zero-timeout poll of the driver whenever a
+    // task wakes it, which would cost a syscall per upstream answer.
+    let mut session = tokio::spawn(crate::mcp::session::serve(gateway, stdin, stdout, None));
     tokio::select! {
-        served = crate::mcp::session::serve(gateway, stdin, stdout, None) => {
-            served.context("the MCP session on stdin/stdout failed")?;
+        served = &mut session => {
+            served
+                .context("the MCP session's task failed")?
+                .context("the MCP session on stdin/stdout failed")?;
         }
-        signalled = terminated() => signalled?,
+        signalled = terminated() => {
+            session.abort();
+            signalled?;
+        }
     }
     Ok(Exit::Ok)
 }
