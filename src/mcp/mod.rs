@@ -11,7 +11,9 @@
 //! event); [`gateway`] is the MCP server `npc mcp serve` speaks, listing every
 //! upstream tool under its namespaced name ([`namespaced`]) after npc's own
 //! [`builtin`] tools; [`session`] serves it over a byte stream, answering
-//! `tools/call` itself and handing every other message to rmcp.
+//! `tools/call` itself and handing every other message to rmcp. Its mirror
+//! on the client side is [`wire`]: a stdio upstream's tool calls go straight
+//! onto its pipes, everything else through rmcp's client.
 //!
 //! Stdio upstreams are started through the supervisor (the MCP session rides
 //! on the child's stdin/stdout; its stderr goes to the component's log). In
