@@ -8,7 +8,8 @@ copying lines, no parsing); and through `npc mcp serve`. Usage:
     RELAY=/tmp/relay_floor NPC=target/release/npc python3 benches/scripts/relay_floor.py REPO
 
 (NPC=A:B compares several builds, interleaved in the same run; TIGHT=1 runs each path's
-calls back to back instead, and prints the mean per call.)
+calls back to back instead, and prints the mean per call. The interleaved run also prints
+each process's CPU per call, start-up included.)
 
 where REPO holds an npcagent.toml declaring `[mcp.servers.everything]` with
 `command = "mcp-server-everything"`.
@@ -64,4 +65,10 @@ med = {k: statistics.median(v) for k,v in lat.items()}
 print({k: round(v,3) for k,v in med.items()})
 print("relay adds %.3f ms" % (med["relay"]-med["direct"]) + "".join(
     ", %s adds %.3f ms" % (k, med[k]-med["direct"]) for k in med if k.startswith("gateway")))
+def cpu_ms(pid):
+    # utime + stime of the whole process (every thread), from /proc.
+    fields = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+print("CPU ms per call, the process in the path (direct: the server itself):",
+      {k: round(cpu_ms(p.pid) / len(lat[k]), 4) for k, (p, _) in paths.items()})
 for p,_ in paths.values(): p.stdin.close()

@@ -9,6 +9,14 @@
 
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, BufReader};
 
+/// `message` as one frame: its JSON on one line (serde_json escapes every
+/// newline inside strings), then `\n`.
+pub(crate) fn encode<T: serde::Serialize + ?Sized>(message: &T) -> serde_json::Result<Vec<u8>> {
+    let mut frame = serde_json::to_vec(message)?;
+    frame.push(b'\n');
+    Ok(frame)
+}
+
 /// Read buffer of a [`FrameReader`].
 const READ_BUFFER_BYTES: usize = 64 * 1024;
 

@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use rmcp::model::{
@@ -32,6 +32,7 @@ use rmcp::{ClientHandler, ErrorData, Peer, RoleClient, ServiceExt};
 use tokio::sync::{Semaphore, broadcast};
 
 use super::catalog::{CatalogChange, ServerCatalog};
+use super::lock;
 use super::wire::{Failure, Wire};
 
 use crate::bus::EventBus;
@@ -335,10 +336,6 @@ impl std::fmt::Debug for Upstream {
             .field("state", &*lock(&self.state))
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {

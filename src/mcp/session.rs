@@ -42,7 +42,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader};
 use tokio::sync::Mutex;
 
-use super::frame::{Frame, FrameReader, Overlong};
+use super::frame::{Frame, FrameReader, Overlong, encode};
 use super::gateway::Gateway;
 
 /// Longest frame (one line) a client may send; longer ones are dropped.
@@ -186,13 +186,12 @@ fn route(line: &[u8], initialized: bool) -> Route {
 
 /// `message` as one frame.
 fn frame(message: &ServerJsonRpcMessage) -> Vec<u8> {
-    let mut bytes = serde_json::to_vec(message).unwrap_or_else(|e| {
+    encode(message).unwrap_or_else(|e| {
         // The model's types always serialize; say so rather than panic.
         tracing::error!(error = %e, "mcp: an answer did not serialize");
-        br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"the answer did not serialize"}}"#.to_vec()
-    });
-    bytes.push(b'\n');
-    bytes
+        br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"the answer did not serialize"}}
+"#.to_vec()
+    })
 }
 
 fn answer(id: RequestId, result: CallToolResult, shape: Shape) -> Vec<u8> {
@@ -211,9 +210,8 @@ fn too_long() -> Vec<u8> {
         "id": null,
         "error": { "code": -32700, "message": message },
     });
-    let mut bytes = error.to_string().into_bytes();
-    bytes.push(b'\n');
-    bytes
+    // A `Value` always serializes.
+    encode(&error).unwrap_or_default()
 }
 
 async fn write_frame<W: AsyncWrite + Unpin>(

@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, JsonObject};
@@ -32,7 +32,8 @@ use tokio::io::{
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::frame::{Frame, FrameReader, Overlong};
+use super::frame::{Frame, FrameReader, Overlong, encode};
+use super::lock;
 use super::session::MAX_FRAME_BYTES;
 
 /// Prefix of the ids of the wire's own requests.
@@ -80,10 +81,6 @@ struct Shared {
     stdin: tokio::sync::Mutex<Option<Stdin>>,
     pending: Mutex<Pending>,
     closed: CancellationToken,
-}
-
-fn lock(pending: &Mutex<Pending>) -> MutexGuard<'_, Pending> {
-    pending.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Shared {
@@ -165,26 +162,28 @@ impl Wire {
     /// server).
     pub async fn call_tool(&self, name: &str, arguments: Option<&JsonObject>) -> Answer {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let frame = call_frame(n, name, arguments)
+            .map_err(|e| Failure::Lost(format!("the call did not serialize: {e}")))?;
         let (answered, answer) = oneshot::channel();
         {
+            // Checked under the lock that `close` drains, so no call
+            // registers after the wire closed.
             let mut pending = lock(&self.shared.pending);
             if let Some(reason) = &pending.closed {
                 return Err(Failure::Lost(reason.clone()));
             }
             pending.calls.insert(n, answered);
         }
-        let frame = call_frame(n, name, arguments)
-            .map_err(|e| Failure::Lost(format!("the call did not serialize: {e}")));
         let mut waiting = Waiting {
             shared: &self.shared,
             n,
             sent: false,
         };
-        self.shared.write(&frame?).await.map_err(Failure::Lost)?;
+        self.shared.write(&frame).await.map_err(Failure::Lost)?;
         waiting.sent = true;
-        let answer = answer.await;
-        waiting.sent = false;
-        answer.unwrap_or_else(|_| Err(Failure::Lost("its session was closed".into())))
+        answer
+            .await
+            .unwrap_or_else(|_| Err(Failure::Lost("its session was closed".into())))
     }
 }
 
@@ -237,15 +236,12 @@ fn call_frame(
         #[serde(skip_serializing_if = "Option::is_none")]
         arguments: Option<&'a JsonObject>,
     }
-    let request = Request {
+    encode(&Request {
         jsonrpc: "2.0",
         id: id_of(n),
         method: "tools/call",
         params: Params { name, arguments },
-    };
-    let mut frame = serde_json::to_vec(&request)?;
-    frame.push(b'\n');
-    Ok(frame)
+    })
 }
 
 /// `notifications/cancelled` for request `n`, as one frame.
@@ -255,9 +251,8 @@ fn cancelled_frame(n: u64) -> Vec<u8> {
         "method": "notifications/cancelled",
         "params": { "requestId": id_of(n), "reason": "the gateway's caller stopped waiting" },
     });
-    let mut frame = notification.to_string().into_bytes();
-    frame.push(b'\n');
-    frame
+    // A `Value` always serializes.
+    encode(&notification).unwrap_or_default()
 }
 
 /// What the wire reads of a frame from the server.
@@ -533,6 +528,12 @@ mod tests {
         serde_json::from_str(&line).unwrap()
     }
 
+    /// The server writes `message` as one frame.
+    async fn reply(server: &mut Server, message: Value) {
+        let frame = encode(&message).unwrap();
+        server.replies.write_all(&frame).await.unwrap();
+    }
+
     #[tokio::test]
     async fn calls_are_answered_by_id_and_rmcp_gets_the_rest() {
         let (wire, (from_server, mut to_server), mut server) = started();
@@ -553,16 +554,16 @@ mod tests {
             .unwrap();
         assert_eq!(next_request(&mut server).await["method"], "tools/list");
         // Answers out of order, with a notification and rmcp's answer between.
-        let reply = |id: &Value, text: &str| {
+        let answer = |id: &Value, text: &str| {
             format!(
                 "{}\n",
                 json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}})
             )
         };
-        let mut out = reply(&two["id"], "2");
+        let mut out = answer(&two["id"], "2");
         out.push_str("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n");
         out.push_str("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"tools\":[]}}\n");
-        out.push_str(&reply(&one["id"], "1"));
+        out.push_str(&answer(&one["id"], "1"));
         server.replies.write_all(out.as_bytes()).await.unwrap();
         let text = |r: Answer| r.unwrap().content[0].as_text().unwrap().text.clone();
         assert_eq!(text(first.await.unwrap()), "1");
@@ -631,20 +632,12 @@ mod tests {
         assert!(lock(&wire.shared.pending).calls.is_empty());
         // A late answer to it is dropped; the wire still serves.
         let late = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"content": []}});
-        server
-            .replies
-            .write_all(format!("{late}\n").as_bytes())
-            .await
-            .unwrap();
+        reply(&mut server, late).await;
         let w = wire.clone();
         let next = tokio::spawn(async move { w.call_tool("again", None).await });
         let again = next_request(&mut server).await;
-        let reply = json!({"jsonrpc": "2.0", "id": again["id"], "result": {"isError": true}});
-        server
-            .replies
-            .write_all(format!("{reply}\n").as_bytes())
-            .await
-            .unwrap();
+        let answer = json!({"jsonrpc": "2.0", "id": again["id"], "result": {"isError": true}});
+        reply(&mut server, answer).await;
         assert_eq!(next.await.unwrap().unwrap().is_error, Some(true));
     }
 
