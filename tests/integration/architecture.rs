@@ -167,3 +167,470 @@ fn the_api_surface_never_reaches_into_the_runtime() {
         found.join("\n")
     );
 }
+
+// ---------------------------------------------------------------------------
+// Layers: the law of imports (ARCHITECTURE.md, "Layers").
+// ---------------------------------------------------------------------------
+
+/// The rooms of `src/`, bottom to top, in their layers (ARCHITECTURE.md,
+/// "Layers"). A room may name only rooms listed before it; a new top-level
+/// module fails [`every_room_imports_only_rooms_below_it`] until it is
+/// placed here.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("leaf", &["stdx", "repofs"]),
+    ("pure core", &["model", "plan"]),
+    ("effects", &["store", "bus", "supervisor", "surfaces"]),
+    ("contract", &["driver"]),
+    (
+        "engines",
+        &[
+            "render",
+            "providers",
+            "native",
+            "plugins",
+            "mcp",
+            "panes",
+            "hooks",
+            "runs",
+            "triggers",
+        ],
+    ),
+    ("presentation", &["api"]),
+    ("composition", &["runtime"]),
+    ("front ends", &["acp", "cli"]),
+];
+
+/// Upward arrows still being moved (room → room). Empty when the layers hold.
+const KNOWN: &[(&str, &str)] = &[
+    ("mcp", "runtime"),
+    ("model", "hooks"),
+    ("model", "plugins"),
+    ("panes", "runtime"),
+    ("plugins", "hooks"),
+    ("plugins", "mcp"),
+    ("runtime", "acp"),
+    ("store", "mcp"),
+    ("store", "runs"),
+    ("surfaces", "acp"),
+    ("surfaces", "hooks"),
+    ("surfaces", "mcp"),
+    ("surfaces", "panes"),
+    ("surfaces", "plugins"),
+    ("surfaces", "runs"),
+    ("surfaces", "triggers"),
+    ("triggers", "acp"),
+    ("triggers", "runtime"),
+];
+
+fn rank(room: &str) -> Option<usize> {
+    LAYERS
+        .iter()
+        .flat_map(|(_, rooms)| rooms.iter())
+        .position(|r| *r == room)
+}
+
+/// `src/mcp/pool.rs` → `mcp`; `lib.rs`, `main.rs` and `bin/` are no room.
+fn room_of(rel: &Path) -> Option<String> {
+    let first = rel.components().next()?.as_os_str().to_str()?;
+    let room = first.strip_suffix(".rs").unwrap_or(first);
+    (!matches!(room, "lib" | "main" | "bin")).then(|| room.to_string())
+}
+
+/// How many `super::` climb from `rel`'s module to the crate root
+/// (`mcp/mod.rs` 1, `mcp/pool.rs` 2, `mcp/builtin/npc.rs` 3).
+fn depth(rel: &Path) -> usize {
+    let n = rel.components().count();
+    if rel.file_name().is_some_and(|f| f == "mod.rs") {
+        n - 1
+    } else {
+        n
+    }
+}
+
+/// The tokens of Rust source that matter to paths: identifiers (with
+/// `$crate` as one), `::`, braces, `,`, `;`, and a placeholder for anything
+/// else. Comments, string, byte-string, raw-string and char literals are
+/// dropped, so text that mentions a path is no import.
+fn path_tokens(src: &str) -> Vec<(String, usize)> {
+    let b = src.as_bytes();
+    let (mut i, mut line) = (0usize, 1usize);
+    let mut out = Vec::new();
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    while i < b.len() {
+        let c = b[i];
+        match c {
+            b'\n' => {
+                line += 1;
+                i += 1;
+            }
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                let mut nest = 0usize;
+                while i < b.len() {
+                    if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
+                        nest += 1;
+                        i += 2;
+                    } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
+                        nest -= 1;
+                        i += 2;
+                        if nest == 0 {
+                            break;
+                        }
+                    } else {
+                        line += usize::from(b[i] == b'\n');
+                        i += 1;
+                    }
+                }
+            }
+            b'r' | b'b' if raw_string_start(b, i).is_some() => {
+                let (open, hashes) = raw_string_start(b, i).unwrap();
+                i = open + 1;
+                let close: Vec<u8> = std::iter::once(b'"')
+                    .chain(std::iter::repeat_n(b'#', hashes))
+                    .collect();
+                while i < b.len() && !b[i..].starts_with(&close) {
+                    line += usize::from(b[i] == b'\n');
+                    i += 1;
+                }
+                i += close.len();
+            }
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    line += usize::from(b[i] == b'\n');
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'\'' => {
+                // A char literal ('x', '\n', '\u{..}') or a lifetime ('a).
+                if b.get(i + 1) == Some(&b'\\') {
+                    i += 2;
+                    while i < b.len() && b[i] != b'\'' {
+                        i += 1;
+                    }
+                    i += 1;
+                } else if b.get(i + 2) == Some(&b'\'') {
+                    i += 3;
+                } else {
+                    let ch = src[i + 1..].chars().next().map_or(1, char::len_utf8);
+                    if b.get(i + 1 + ch) == Some(&b'\'') {
+                        i += 2 + ch;
+                    } else {
+                        i += 1; // a lifetime: its name follows as an identifier
+                    }
+                }
+            }
+            b'$' if b[i + 1..].starts_with(b"crate") => {
+                out.push(("crate".to_string(), line));
+                i += 6;
+            }
+            _ if ident(c) && !c.is_ascii_digit() => {
+                let start = i;
+                while i < b.len() && ident(b[i]) {
+                    i += 1;
+                }
+                out.push((src[start..i].to_string(), line));
+            }
+            b':' if b.get(i + 1) == Some(&b':') => {
+                out.push(("::".to_string(), line));
+                i += 2;
+            }
+            b'{' | b'}' | b',' | b';' => {
+                out.push(((c as char).to_string(), line));
+                i += 1;
+            }
+            _ if c.is_ascii_whitespace() => i += 1,
+            _ => {
+                out.push(("·".to_string(), line));
+                i += src[i..].chars().next().map_or(1, char::len_utf8);
+            }
+        }
+    }
+    out
+}
+
+/// Where a raw (byte) string literal starting at `i` opens its quote, and
+/// how many `#` it uses.
+fn raw_string_start(b: &[u8], i: usize) -> Option<(usize, usize)> {
+    if i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_') {
+        return None;
+    }
+    let mut j = i;
+    if b[j] == b'b' {
+        j += 1;
+        if b.get(j) == Some(&b'"') {
+            return Some((j, 0)); // b"..." is an ordinary string for our purpose
+        }
+    }
+    if b.get(j) != Some(&b'r') {
+        return None;
+    }
+    j += 1;
+    let mut hashes = 0;
+    while b.get(j) == Some(&b'#') {
+        hashes += 1;
+        j += 1;
+    }
+    (b.get(j) == Some(&b'"')).then_some((j, hashes))
+}
+
+/// The first identifiers of the items of a `{…}` group starting at
+/// `tokens[open]` (nested groups skipped), and the index after it.
+fn group_heads(tokens: &[(String, usize)], open: usize) -> (Vec<(String, usize)>, usize) {
+    let mut heads = Vec::new();
+    let (mut i, mut nest, mut at_item) = (open + 1, 1usize, true);
+    while i < tokens.len() && nest > 0 {
+        let (t, line) = &tokens[i];
+        match t.as_str() {
+            "{" => nest += 1,
+            "}" => nest -= 1,
+            "," if nest == 1 => at_item = true,
+            _ if nest == 1 && at_item => {
+                heads.push((t.clone(), *line));
+                at_item = false;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    (heads, i)
+}
+
+/// Every crate-root name a file names, with its line: `crate::X`,
+/// `$crate::X`, `crate::{X, Y}`, and `super::` chains that climb to the
+/// root (counting inline `mod name { … }` blocks).
+fn roots_named(rel: &Path, src: &str) -> Vec<(String, usize)> {
+    let tokens = path_tokens(src);
+    let file_depth = depth(rel);
+    let mut out = Vec::new();
+    // Brace depths at which inline modules opened.
+    let mut inline: Vec<usize> = Vec::new();
+    let mut braces = 0usize;
+    let after_root = |i: usize, out: &mut Vec<(String, usize)>| {
+        // tokens[i] is the `::` after the root.
+        match tokens.get(i + 1).map(|(t, _)| t.as_str()) {
+            Some("{") => out.extend(group_heads(&tokens, i + 1).0),
+            Some(_) => out.push(tokens[i + 1].clone()),
+            None => {}
+        }
+    };
+    let mut i = 0;
+    while i < tokens.len() {
+        let t = tokens[i].0.as_str();
+        match t {
+            "{" => braces += 1,
+            "}" => {
+                braces = braces.saturating_sub(1);
+                if inline.last() == Some(&braces) {
+                    inline.pop();
+                }
+            }
+            "mod" if tokens.get(i + 2).is_some_and(|(t, _)| t == "{") => {
+                inline.push(braces);
+            }
+            "crate" if tokens.get(i + 1).is_some_and(|(t, _)| t == "::") => {
+                let prev = i.checked_sub(1).map(|p| tokens[p].0.as_str());
+                if prev != Some("::") {
+                    after_root(i + 1, &mut out);
+                }
+            }
+            "super" if i == 0 || tokens[i - 1].0 != "::" => {
+                let mut j = i;
+                let mut ups = 0;
+                while tokens.get(j).is_some_and(|(t, _)| t == "super")
+                    && tokens.get(j + 1).is_some_and(|(t, _)| t == "::")
+                {
+                    ups += 1;
+                    j += 2;
+                }
+                if ups > 0 && ups >= file_depth + inline.len() {
+                    after_root(j - 1, &mut out);
+                }
+                i = j.max(i + 1);
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Every arrow between rooms in `src/`: (from, to, where), tests included.
+fn arrows() -> Vec<(String, String, String)> {
+    let src = repo_root().join("src");
+    let mut out = Vec::new();
+    for file in rust_files(&src) {
+        let rel = file.strip_prefix(&src).unwrap();
+        let Some(room) = room_of(rel) else { continue };
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (named, line) in roots_named(rel, &text) {
+            if named != room && room_of(Path::new(&named)).is_some() && is_room(&src, &named) {
+                let at = format!("src/{}:{line}", rel.display());
+                out.push((room.clone(), named, at));
+            }
+        }
+    }
+    out
+}
+
+/// Whether `name` is a top-level module of `src/` (a file or a folder).
+fn is_room(src: &Path, name: &str) -> bool {
+    src.join(format!("{name}.rs")).is_file() || src.join(name).join("mod.rs").is_file()
+}
+
+/// Architecture invariant: a room imports only rooms below it
+/// (ARCHITECTURE.md, "Layers"), in production code and in tests alike.
+#[test]
+fn every_room_imports_only_rooms_below_it() {
+    let src = repo_root().join("src");
+    let mut found = Vec::new();
+    let mut rooms: Vec<String> = std::fs::read_dir(&src)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| room_of(Path::new(&e.file_name())))
+        .filter(|r| is_room(&src, r))
+        .collect();
+    rooms.sort();
+    rooms.dedup();
+    for room in &rooms {
+        if rank(room).is_none() {
+            found.push(format!(
+                "room `{room}` is in no layer: place it in `LAYERS` (tests/integration/architecture.rs) and in ARCHITECTURE.md's layer table"
+            ));
+        }
+    }
+    for (from, to, at) in arrows() {
+        let (Some(a), Some(b)) = (rank(&from), rank(&to)) else {
+            continue;
+        };
+        if b >= a && !KNOWN.contains(&(from.as_str(), to.as_str())) {
+            found.push(format!(
+                "{at}: `{from}` names `{to}`, which is not below it; move the item down, or go through a trait `{from}` defines"
+            ));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "an import runs up the layers (ARCHITECTURE.md, Layers):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The arrows still being moved are still there (a stale entry would let
+/// a new upward arrow between the same rooms pass unseen).
+#[test]
+fn every_known_upward_arrow_still_exists() {
+    let all = arrows();
+    for (from, to) in KNOWN {
+        assert!(
+            all.iter().any(|(f, t, _)| f == from && t == to),
+            "`{from}` → `{to}` is gone; remove it from `KNOWN`"
+        );
+    }
+}
+
+/// The guard sees every way a file can name another room.
+#[test]
+fn the_guard_sees_every_form_of_a_path_to_another_room() {
+    let named = |rel: &str, src: &str| -> Vec<String> {
+        roots_named(Path::new(rel), src)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect()
+    };
+    assert_eq!(
+        named("store/mod.rs", "use crate::runs::component;"),
+        ["runs"]
+    );
+    assert_eq!(
+        named(
+            "store/mod.rs",
+            "use crate::{\n  bus::EventBus,\n  runs::{self, x},\n};"
+        ),
+        ["bus", "runs"]
+    );
+    assert_eq!(
+        named(
+            "store/mod.rs",
+            "fn f() { let x = crate::mcp::builtin::f(); }"
+        ),
+        ["mcp"]
+    );
+    assert_eq!(
+        named("store/queue.rs", "use super::super::runs::x;"),
+        ["runs"]
+    );
+    assert_eq!(
+        named("store/queue.rs", "use super::Store;"),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        named(
+            "store/mod.rs",
+            "mod tests { use super::super::hooks::x; use super::y; }"
+        ),
+        ["hooks"]
+    );
+    assert_eq!(
+        named(
+            "cli/output.rs",
+            "macro_rules! m { () => { $crate::bus::x() } }"
+        ),
+        ["bus"]
+    );
+    assert_eq!(
+        named(
+            "store/mod.rs",
+            "// crate::runs::x\n/* crate::hooks */ let s = \"crate::mcp\"; let r = r#\"crate::api\"#; let c = '\"'; let l: &'a str;"
+        ),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        named("store/mod.rs", "pub(in crate::store) fn f() {}"),
+        ["store"]
+    );
+}
+
+/// ARCHITECTURE.md's layer table lists the rooms of `LAYERS`, in order.
+#[test]
+fn the_layer_table_in_architecture_md_matches_layers() {
+    let doc = std::fs::read_to_string(repo_root().join("ARCHITECTURE.md")).unwrap();
+    let section = doc
+        .split("\n## Layers")
+        .nth(1)
+        .expect("ARCHITECTURE.md has a `## Layers` section")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let rows: Vec<(String, Vec<String>)> = section
+        .lines()
+        .filter(|l| l.starts_with("| L"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let rooms = cells[2]
+                .split(',')
+                .map(|r| r.trim().trim_matches('`').to_string())
+                .collect();
+            (cells[1].split_once(' ').unwrap().1.to_string(), rooms)
+        })
+        .collect();
+    let want: Vec<(String, Vec<String>)> = LAYERS
+        .iter()
+        .map(|(layer, rooms)| {
+            (
+                layer.to_string(),
+                rooms.iter().map(|r| r.to_string()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows, want,
+        "ARCHITECTURE.md's layer table and `LAYERS` differ"
+    );
+}
