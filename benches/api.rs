@@ -22,11 +22,12 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use npcagent::bus::EventBus;
 use npcagent::store::{NewEvent, Store};
 use npcagent::surfaces::api::resources::{FireAccepted, PaneAnswer, PaneOp, PaneView};
 use npcagent::surfaces::api::terminal::Terminal;
-use npcagent::surfaces::api::{Answer, ApiBackend, ApiError, BoxFuture, router};
+use npcagent::surfaces::api::{Answer, ApiBackend, ApiError, router};
 use npcagent::surfaces::listings::PluginRow;
 use npcagent::surfaces::mcp_http::Access;
 use npcagent::triggers::ManualRun;

@@ -4,6 +4,7 @@
 pub mod acp;
 pub mod bus;
 pub mod cli;
+pub mod driver;
 pub mod hooks;
 pub mod mcp;
 pub mod model;

@@ -294,7 +294,7 @@ pub enum Approval {
 /// `session/request_permission`). Every failure to get an answer must be a
 /// [`Approval::Deny`] (fail closed).
 pub trait Approve: std::fmt::Debug + Send + Sync {
-    fn approve(&self, request: ApprovalRequest) -> crate::mcp::call::BoxFuture<'_, Approval>;
+    fn approve(&self, request: ApprovalRequest) -> futures_util::future::BoxFuture<'_, Approval>;
 }
 
 /// Who the tool calls of one gateway session ask, and the profile policy of

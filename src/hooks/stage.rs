@@ -12,7 +12,9 @@ use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::Value;
 
 use super::{BeforeTool, HookRunner, ToolCallInfo, ToolResultInfo};
-use crate::mcp::call::{Before, BoxFuture, CallStage, ToolCall, error_result};
+use futures_util::future::BoxFuture;
+
+use crate::mcp::call::{Before, CallStage, ToolCall, error_result};
 use crate::model::HookEvent;
 
 /// The [`HookRunner`] wrapped around `tools/call`.

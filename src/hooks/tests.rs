@@ -235,7 +235,7 @@ struct FixedApprover {
 }
 
 impl Approve for FixedApprover {
-    fn approve(&self, request: ApprovalRequest) -> crate::mcp::call::BoxFuture<'_, Approval> {
+    fn approve(&self, request: ApprovalRequest) -> futures_util::future::BoxFuture<'_, Approval> {
         self.asked.lock().unwrap().push(request);
         Box::pin(async move { self.answer.clone() })
     }

@@ -10,8 +10,6 @@
 //! problem becomes an `isError: true` result with a message saying what
 //! happened and what to do. The hooks runner plugs in as a stage.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -47,8 +45,7 @@ pub const SECRET_ARGUMENT_MARKERS: [&str; 5] =
 /// What a redacted argument is recorded as.
 pub const REDACTED: &str = "<redacted>";
 
-/// A boxed future, for object-safe async stage methods.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+use futures_util::future::BoxFuture;
 
 /// One tool call as it travels the path.
 #[derive(Debug, Clone, PartialEq)]

@@ -36,9 +36,9 @@ use super::lock;
 use super::wire::{Failure, Wire};
 
 use crate::bus::EventBus;
+use crate::driver::{DriverContext, child_spec};
 use crate::model::{CommandSpec, Manifest, McpServer, McpTransport, RestartPolicy};
 use crate::plan::{ComponentId, Kind};
-use crate::runtime::drivers::{DriverContext, child_spec};
 use crate::store::NewEvent;
 use crate::supervisor::{ChildSpec, ChildState, OutputWiring, Supervisor, SupervisorError};
 

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::json;
 
-use super::call::{BoxFuture, MAX_RECORDED_ARGUMENT_BYTES, REDACTED, recorded_arguments};
+use super::call::{MAX_RECORDED_ARGUMENT_BYTES, REDACTED, recorded_arguments};
 use super::{Before, CallPath, CallStage, Pool, ToolCall, UpstreamState, exposes, namespaced};
 use crate::model::{McpServer, McpTransport, RestartPolicy};
+use futures_util::future::BoxFuture;
 
 fn server(enabled: Option<&[&str]>, disabled: &[&str]) -> McpServer {
     McpServer {
@@ -206,7 +207,7 @@ async fn members_come_and_go_and_each_change_is_announced() {
     let dir = tempfile::tempdir().unwrap();
     let (events, _rx) = tokio::sync::mpsc::unbounded_channel();
     let supervisor = crate::supervisor::Supervisor::new(events, Default::default());
-    let cx = crate::runtime::drivers::DriverContext {
+    let cx = crate::driver::DriverContext {
         repo: dir.path().to_path_buf(),
         state_dir: dir.path().join(".npc"),
         supervisor: supervisor.clone(),

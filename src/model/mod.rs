@@ -13,6 +13,7 @@ pub mod interp;
 mod json;
 pub mod lower;
 pub mod node;
+pub mod pattern;
 pub mod raw;
 pub mod schedule;
 pub mod source;

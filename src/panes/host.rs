@@ -26,11 +26,12 @@ use super::{
     PANE_GENERATION_ENV, PANE_NAME_ENV, PANE_TOKEN_ENV, PLUGIN_RUNTIME_DIR_ENV, PaneError,
 };
 use crate::bus::EventBus;
+use crate::driver::{Driver, DriverContext, DriverError, child_spec};
 use crate::model::{Pane as PaneConfig, PanePlugin as PluginConfig};
 use crate::plan::{ComponentId, Config, Kind};
-use crate::runtime::drivers::{BoxFuture, Driver, DriverContext, DriverError, child_spec};
 use crate::store::NewEvent;
 use crate::supervisor::{PtyExit, PtySpec, Supervisor};
+use futures_util::future::BoxFuture;
 
 /// How often the host looks for panes that turned idle and holds that expired.
 pub const TICK: Duration = Duration::from_millis(50);

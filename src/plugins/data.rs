@@ -29,7 +29,7 @@ pub enum DataError {
 
 /// The base of every plugin's data directory.
 pub fn base() -> Result<PathBuf, DataError> {
-    crate::mcp::builtin::memory::data_dir()
+    crate::repofs::user_data_dir()
         .map(|d| d.join(DATA_SUBDIR))
         .ok_or(DataError::NoDataDir)
 }

@@ -69,7 +69,7 @@ pub enum RegistryError {
 
 /// Where the registry lives: the base directory and the file in it.
 fn location() -> Result<(PathBuf, &'static Path), RegistryError> {
-    let base = crate::mcp::builtin::memory::data_dir().ok_or(super::data::DataError::NoDataDir)?;
+    let base = crate::repofs::user_data_dir().ok_or(super::data::DataError::NoDataDir)?;
     Ok((base, Path::new(REGISTRY_FILE)))
 }
 

@@ -27,6 +27,8 @@
 //! a local user can); writes replace the name by rename and never reach the
 //! other file, and in-place writes refuse files with more than one link.
 
+mod noise;
+mod user;
 mod walk;
 
 #[cfg(test)]
@@ -45,6 +47,8 @@ use nix::fcntl::{AtFlags, OFlag, openat, readlinkat, renameat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
+pub use noise::is_editor_noise;
+pub use user::user_data_dir;
 use walk::Walk;
 
 /// Most symbolic links followed while resolving one path (Linux's `MAXSYMLINKS`).

@@ -486,10 +486,8 @@ pub fn event_payload(run_id: &str, event: &AgentEvent) -> Value {
     v
 }
 
-/// The component name of run `id` in the event log.
-pub fn component(id: &str) -> String {
-    format!("run.{id}")
-}
+/// The component name of run `id` in the event log (the store queries by it).
+pub use crate::store::queue::run_component as component;
 
 /// Start `run` through `supervisor` and stream it: every parsed event goes
 /// to `sink` and is recorded on `bus`. The run stops when the agent exits,

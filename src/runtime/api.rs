@@ -16,7 +16,9 @@ use crate::surfaces::api::resources::{
     FireAccepted, PaneAnswer, PaneOp, PaneView, pane_error, pane_view,
 };
 use crate::surfaces::api::terminal::Terminal;
-use crate::surfaces::api::{Answer, ApiBackend, ApiError, ApiListener, BoxFuture};
+use futures_util::future::BoxFuture;
+
+use crate::surfaces::api::{Answer, ApiBackend, ApiError, ApiListener};
 use crate::surfaces::listings::{self, PluginRow};
 use crate::surfaces::mcp_http::Access;
 use crate::triggers::executor::CancelError;

@@ -13,8 +13,10 @@
 use std::sync::{Arc, Mutex};
 
 use super::RepoPaths;
-use super::drivers::{BoxFuture, Driver, DriverContext, DriverError, READY_GRACE};
+use futures_util::future::BoxFuture;
+
 use crate::bus::EventBus;
+use crate::driver::{Driver, DriverContext, DriverError, READY_GRACE};
 use crate::hooks::stage::HookStage;
 use crate::hooks::{HookRunner, HookSet};
 use crate::mcp::builtin::{Builtins, npc::NpcContext};

@@ -26,11 +26,12 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::bus::{BusError, EventBus};
+use crate::driver::{Driver, DriverContext, DriverError};
 use crate::model::{self, Manifest, ProcessEnv};
 use crate::plan::{self, Action, ComponentId, Config, Desired, ExternalInputs, ObservedState};
 use crate::store::{ComponentRecord, NewEvent, Store, StoreError, now_ms};
 use crate::supervisor::{BackoffPolicy, Supervisor, SupervisorEvent};
-use drivers::{Driver, DriverContext, DriverError, driver_for};
+use drivers::driver_for;
 use lock::{LockError, RepoLock};
 
 /// Name of the SQLite database inside the state directory.
@@ -249,7 +250,7 @@ impl NpcOutput {
     pub fn contains(&self, path: &Path) -> bool {
         self.dirs.iter().any(|d| path.starts_with(d))
             || self.files.contains(path)
-            || watch::is_editor_noise(path)
+            || crate::repofs::is_editor_noise(path)
     }
 }
 
@@ -1181,7 +1182,7 @@ impl Runtime {
                     .store
                     .remove_component(id.kind.as_str(), id.name.clone());
                 writes.push(Box::pin(async move { removed.await.map(|_| ()) })
-                    as drivers::BoxFuture<'static, Result<(), StoreError>>);
+                    as futures_util::future::BoxFuture<'static, Result<(), StoreError>>);
                 continue;
             };
             let status = self.cx.supervisor.status(&id.to_string());

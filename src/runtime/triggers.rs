@@ -13,9 +13,11 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tokio::sync::Notify;
 
-use super::drivers::{BoxFuture, Driver, DriverContext, DriverError};
+use futures_util::future::BoxFuture;
+
 use crate::acp::daemon::{AcpRun, AcpRunError};
 use crate::bus::EventBus;
+use crate::driver::{Driver, DriverContext, DriverError};
 use crate::model::{Manifest, Overlap, Trigger, TriggerSource};
 use crate::plan::{ComponentId, Config};
 use crate::store::Store;

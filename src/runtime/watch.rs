@@ -12,6 +12,8 @@ use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use sha2::Digest as _;
 use tokio::sync::mpsc;
 
+use crate::repofs::is_editor_noise;
+
 /// Quiet time after the last change before a reload starts.
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
 /// Most changed paths remembered per burst (the rest still trigger a reload).
@@ -80,23 +82,6 @@ impl Written {
         };
         bytes.len() == len && sha2::Sha256::digest(&bytes).as_slice() == digest.as_slice()
     }
-}
-
-/// Files editors write beside the real one: swap files, backups, `4913`
-/// (vim's probe), emacs lock files, and temporaries of atomic saves.
-pub fn is_editor_noise(path: &Path) -> bool {
-    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-        return true;
-    };
-    name.ends_with('~')
-        || name.ends_with(".swp")
-        || name.ends_with(".swx")
-        || name.ends_with(".swo")
-        || name.ends_with(".tmp")
-        || name.starts_with(".#")
-        || name.starts_with('#')
-        || name == "4913"
-        || name.contains(".tmp.")
 }
 
 /// Errors setting up a watch.
@@ -227,20 +212,6 @@ pub async fn next_burst(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn editor_noise_is_ignored() {
-        for noise in [
-            "a/.npcagent.toml.swp",
-            "a/npcagent.toml~",
-            "a/4913",
-            "a/.#npcagent.toml",
-            "a/x.tmp",
-        ] {
-            assert!(is_editor_noise(Path::new(noise)), "{noise}");
-        }
-        assert!(!is_editor_noise(Path::new("a/npcagent.toml")));
-    }
 
     #[test]
     fn written_recognises_only_npc_content() {

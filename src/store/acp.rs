@@ -174,7 +174,7 @@ impl Store {
         self.events_where(
             "component = ?1 AND kind >= 'agent.' AND kind < 'agent/' ORDER BY id LIMIT ?2",
             (
-                crate::runs::component(run_id),
+                super::queue::run_component(run_id),
                 MAX_REPLAYED_EVENTS_PER_RUN as i64,
             ),
         )

@@ -70,7 +70,7 @@ pub struct NoticeBoard {
 
 /// Where the board lives for this user, if there is a data directory.
 pub fn default_dir() -> Result<PathBuf, NoticeError> {
-    crate::mcp::builtin::memory::data_dir()
+    crate::repofs::user_data_dir()
         .map(|d| d.join(NOTICES_SUBDIR))
         .ok_or(NoticeError::NoDataDir)
 }

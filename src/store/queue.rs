@@ -18,6 +18,12 @@ pub const MAX_RUNS_PER_READ: usize = 1_000;
 /// Finished runs kept; older finished rows are pruned.
 pub const RUN_HISTORY_LIMIT: usize = 10_000;
 
+/// The component name of run `id` in the event log: every event of a run
+/// is recorded under it.
+pub fn run_component(id: &str) -> String {
+    format!("run.{id}")
+}
+
 /// Run states as stored.
 pub mod state {
     pub const QUEUED: &str = "queued";
@@ -335,7 +341,7 @@ impl Store {
     pub fn run_bracket(&self, id: &str) -> Result<Vec<Event>, StoreError> {
         self.events_where(
             "component = ?1 AND kind IN ('run.started', 'run.finished') ORDER BY id LIMIT 4",
-            [crate::runs::component(id)],
+            [run_component(id)],
         )
     }
 

@@ -243,7 +243,7 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 impl Approve for SocketApprover {
-    fn approve(&self, request: ApprovalRequest) -> crate::mcp::call::BoxFuture<'_, Approval> {
+    fn approve(&self, request: ApprovalRequest) -> futures_util::future::BoxFuture<'_, Approval> {
         Box::pin(async move {
             let question = Question {
                 session: self.session.clone(),

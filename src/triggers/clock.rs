@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
-use crate::runtime::drivers::BoxFuture;
+use futures_util::future::BoxFuture;
 
 /// Environment variable shifting the daemon's trigger clock, in seconds.
 pub const CLOCK_OFFSET_ENV: &str = "NPC_CLOCK_OFFSET_SECS";

@@ -23,10 +23,10 @@ use tokio_util::sync::CancellationToken;
 use super::{MANUAL_QUEUE, ManualRun, Origin};
 use crate::acp::daemon::AcpRun;
 use crate::bus::EventBus;
+use crate::driver::{DriverContext, child_spec};
 use crate::model::{Action, CommandSpec, Manifest, Overlap, RestartPolicy, Trigger};
 use crate::plan::{ComponentId, Kind};
 use crate::runs::{self, PromptChoice, RunRequest, TriggeredBy};
-use crate::runtime::drivers::{DriverContext, child_spec};
 use crate::store::queue::{RUN_HISTORY_LIMIT, RunRow, state};
 use crate::store::{NewEvent, Store};
 

@@ -79,7 +79,7 @@ impl Shared {
     fn is_ignored(&self, path: &Path) -> bool {
         !path.starts_with(&self.root)
             || self.ignored.iter().any(|d| path.starts_with(d))
-            || crate::runtime::watch::is_editor_noise(path)
+            || crate::repofs::is_editor_noise(path)
     }
 
     fn matches(&self, path: &Path) -> bool {

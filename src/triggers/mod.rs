@@ -173,6 +173,12 @@ pub enum TriggerError {
     Stopped,
 }
 
+impl From<TriggerError> for crate::driver::DriverError {
+    fn from(e: TriggerError) -> Self {
+        Self::Component(Box::new(e))
+    }
+}
+
 /// One trigger kind's behaviour (the shape seed 000's providers share).
 pub trait TriggerKind: Send + Sync + std::fmt::Debug {
     /// Prepare: read the trigger's stored state, check what it needs.

@@ -203,14 +203,9 @@ const LAYERS: &[(&str, &[&str])] = &[
 /// Upward arrows still being moved (room → room). Empty when the layers hold.
 const KNOWN: &[(&str, &str)] = &[
     ("mcp", "runtime"),
-    ("model", "hooks"),
     ("model", "plugins"),
-    ("panes", "runtime"),
     ("plugins", "hooks"),
-    ("plugins", "mcp"),
     ("runtime", "acp"),
-    ("store", "mcp"),
-    ("store", "runs"),
     ("surfaces", "acp"),
     ("surfaces", "hooks"),
     ("surfaces", "mcp"),
@@ -219,7 +214,6 @@ const KNOWN: &[(&str, &str)] = &[
     ("surfaces", "runs"),
     ("surfaces", "triggers"),
     ("triggers", "acp"),
-    ("triggers", "runtime"),
 ];
 
 fn rank(room: &str) -> Option<usize> {

@@ -22,8 +22,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{BuiltinError, Group, at_most, parse, tool};
-use crate::mcp::call::BoxFuture;
 use crate::model::{IpNet, McpBuiltins};
+use futures_util::future::BoxFuture;
 
 /// Redirects followed before a fetch gives up.
 pub const MAX_REDIRECTS: usize = 5;

@@ -25,7 +25,7 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotation
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::call::BoxFuture;
+use futures_util::future::BoxFuture;
 
 /// The `server` recorded for a built-in tool's call (no manifest server can
 /// shadow a built-in: upstream tools are always `server__tool`).

@@ -12,9 +12,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{BuiltinError, Group, at_most, parse, tool};
-use crate::mcp::call::BoxFuture;
 use crate::runtime::{self, RepoPaths};
 use crate::store::Store;
+use futures_util::future::BoxFuture;
 
 /// Largest JSON output of one call, in bytes; events beyond it are left to
 /// the next page, a larger plan or status is cut (and says so).

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{BuiltinError, Group, at_most, parse, tool};
-use crate::mcp::call::BoxFuture;
+use futures_util::future::BoxFuture;
 
 /// The variable holding the Brave Search API key.
 pub const BRAVE_KEY_ENV: &str = "BRAVE_API_KEY";

@@ -172,7 +172,7 @@ impl Lower<'_> {
             }
         }
         for pattern in &p.ask_tools {
-            if let Err(e) = crate::hooks::policy::ToolPattern::parse(pattern) {
+            if let Err(e) = crate::model::pattern::ToolPattern::parse(pattern) {
                 self.error(
                     &pattern.span,
                     format!("`ask_tools` pattern `{}`: {e}", clip(pattern)),

@@ -26,9 +26,7 @@ pub mod terminal;
 
 pub use assets::{DASHBOARD_ASSETS, DASHBOARD_CSP};
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::extract::{Query, Request, State};
@@ -60,8 +58,7 @@ pub const MAX_EVENTS_LIMIT: usize = 1000;
 /// Prefix of every API route.
 pub const API_PREFIX: &str = "/api/v1";
 
-/// A boxed future, for the object-safe backend.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+use futures_util::future::BoxFuture;
 
 /// What the API asks of the runtime.
 pub trait ApiBackend: Send + Sync + 'static {

@@ -1,0 +1,180 @@
+//! Tool patterns (the syntax of a profile's `allowed_tools` and
+//! `ask_tools`): `NAME` matches the tool's name, `*` standing for any
+//! characters (`Bash`, `mcp__fs__*`, `*`); `NAME(SUBJECT)` also needs the
+//! call's subject — its `command` argument (an array of words joined by
+//! spaces), else `file_path`, `path` or `url` — to match `SUBJECT`:
+//! `PREFIX:*` is a prefix (`Bash(git push:*)`), anything else a
+//! whole-subject pattern with `*` (`Edit(*.lock)`). Patterns compile to
+//! anchored regular expressions (linear-time matching), within
+//! [`MAX_PATTERN_CHARS`]. The manifest's validation parses them; the hook
+//! runner's tool policy (`hooks::policy`) matches calls with them.
+
+use serde_json::Value;
+
+/// Longest `ask_tools` pattern.
+pub const MAX_PATTERN_CHARS: usize = 1024;
+/// Compiled size limit of one pattern's regular expression.
+pub const MAX_PATTERN_REGEX_BYTES: usize = 1024 * 1024;
+/// The arguments that are a call's subject, in order of preference.
+pub const SUBJECT_ARGUMENTS: [&str; 4] = ["command", "file_path", "path", "url"];
+
+/// Why an `ask_tools` pattern is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    #[error("it is empty")]
+    Empty,
+    #[error("it is longer than {MAX_PATTERN_CHARS} characters")]
+    TooLong,
+    #[error("`(` opens a subject that does not end the pattern with `)`")]
+    Unclosed,
+    #[error("it names no tool before `(`")]
+    NoName,
+    #[error("it does not compile: {0}")]
+    Compile(String),
+}
+
+/// One compiled `ask_tools` pattern.
+#[derive(Debug, Clone)]
+pub struct ToolPattern {
+    text: String,
+    name: regex::Regex,
+    subject: Option<regex::Regex>,
+}
+
+/// `glob` (only `*` is special) as an anchored regular expression;
+/// `prefix` leaves the end open.
+fn compile(glob: &str, prefix: bool) -> Result<regex::Regex, PatternError> {
+    let body: Vec<String> = glob.split('*').map(regex::escape).collect();
+    let tail = if prefix { "" } else { "$" };
+    regex::RegexBuilder::new(&format!("^(?s:{}){tail}", body.join(".*")))
+        .size_limit(MAX_PATTERN_REGEX_BYTES)
+        .build()
+        .map_err(|e| PatternError::Compile(e.to_string()))
+}
+
+impl ToolPattern {
+    pub fn parse(text: &str) -> Result<Self, PatternError> {
+        let trimmed = text.trim();
+        if trimmed.is_empty() {
+            return Err(PatternError::Empty);
+        }
+        if trimmed.chars().count() > MAX_PATTERN_CHARS {
+            return Err(PatternError::TooLong);
+        }
+        let (name, subject) = match trimmed.split_once('(') {
+            None => (trimmed, None),
+            Some((name, rest)) => {
+                let spec = rest.strip_suffix(')').ok_or(PatternError::Unclosed)?;
+                (name.trim(), Some(spec))
+            }
+        };
+        if name.is_empty() {
+            return Err(PatternError::NoName);
+        }
+        let subject = match subject {
+            None => None,
+            Some(spec) => Some(match spec.strip_suffix(":*") {
+                Some(prefix) => compile(prefix, true)?,
+                None => compile(spec, false)?,
+            }),
+        };
+        Ok(Self {
+            text: trimmed.to_string(),
+            name: compile(name, false)?,
+            subject,
+        })
+    }
+
+    /// The pattern as written (trimmed).
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether a call of tool `name` with `arguments` matches.
+    pub fn matches(&self, name: &str, arguments: &Value) -> bool {
+        if !self.name.is_match(name) {
+            return false;
+        }
+        match &self.subject {
+            None => true,
+            Some(re) => subject(arguments).is_some_and(|s| re.is_match(&s)),
+        }
+    }
+
+    /// Whether the tool's name matches (whatever the call's arguments).
+    pub fn matches_name(&self, name: &str) -> bool {
+        self.name.is_match(name)
+    }
+}
+
+/// A call's subject (see the module documentation).
+fn subject(arguments: &Value) -> Option<String> {
+    SUBJECT_ARGUMENTS
+        .iter()
+        .find_map(|key| match arguments.get(key)? {
+            Value::String(s) => Some(s.clone()),
+            Value::Array(words) => words
+                .iter()
+                .map(|w| w.as_str())
+                .collect::<Option<Vec<_>>>()
+                .map(|w| w.join(" ")),
+            _ => None,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(name: &str, arguments: Value) -> (String, Value) {
+        (name.to_string(), arguments)
+    }
+
+    trait Hits {
+        fn hits(&self, call: &(String, Value)) -> bool;
+    }
+
+    impl Hits for ToolPattern {
+        fn hits(&self, (name, arguments): &(String, Value)) -> bool {
+            self.matches(name, arguments)
+        }
+    }
+
+    #[test]
+    fn names_subjects_prefixes_and_wildcards_match_as_documented() {
+        let p = |t: &str| ToolPattern::parse(t).unwrap();
+        let bash = |c: &str| call("Bash", json!({ "command": c }));
+        assert!(p("Bash").hits(&bash("ls")));
+        assert!(!p("Bash").hits(&call("BashOutput", json!({}))));
+        assert!(p("mcp__fs__*").hits(&call("mcp__fs__write_file", json!({}))));
+        assert!(!p("mcp__fs__*").hits(&call("mcp__web__get", json!({}))));
+        assert!(p("*").hits(&call("anything", json!(null))));
+        assert!(p("Bash(git push:*)").hits(&bash("git push origin main")));
+        assert!(!p("Bash(git push:*)").hits(&bash("git status")));
+        assert!(!p("Bash(git push:*)").hits(&call("Bash", json!({}))));
+        assert!(p("Edit(*.lock)").hits(&call("Edit", json!({"file_path": "Cargo.lock"}))));
+        assert!(!p("Edit(*.lock)").hits(&call("Edit", json!({"file_path": "a.lock.rs"}))));
+        // Codex's shell passes argv; regex syntax in a pattern is literal.
+        assert!(p("shell(rm -rf:*)").hits(&call("shell", json!({"command": ["rm", "-rf", "/"]}))));
+        assert!(!p("a.c").hits(&call("abc", json!({}))));
+        assert!(p("Bash(a\nb)").hits(&bash("a\nb")));
+    }
+
+    #[test]
+    fn malformed_patterns_are_refused() {
+        assert_eq!(ToolPattern::parse(" ").unwrap_err(), PatternError::Empty);
+        assert_eq!(
+            ToolPattern::parse("Bash(ls").unwrap_err(),
+            PatternError::Unclosed
+        );
+        assert_eq!(
+            ToolPattern::parse("(ls)").unwrap_err(),
+            PatternError::NoName
+        );
+        assert_eq!(
+            ToolPattern::parse(&"a".repeat(MAX_PATTERN_CHARS + 1)).unwrap_err(),
+            PatternError::TooLong
+        );
+    }
+}
