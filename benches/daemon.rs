@@ -10,7 +10,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use npcagent::model::{self, ProcessEnv};
+use npcagent::model::ProcessEnv;
 use npcagent::plan::{self, ExternalInputs};
 use npcagent::runtime::watch::DEBOUNCE;
 use npcagent::store::Store;
@@ -100,7 +100,7 @@ fn main() {
             .map(|i| {
                 std::fs::write(&path, manifest(i)).unwrap();
                 let t = Instant::now();
-                let loaded = model::load_path(&path, &ProcessEnv).unwrap();
+                let loaded = npcagent::plugins::files::load_path(&path, &ProcessEnv).unwrap();
                 let m = loaded.manifest.expect("valid");
                 let d = plan::desired(&m, &ExternalInputs::default());
                 let _ = plan::plan(&d, &plan::ObservedState::new());

@@ -156,7 +156,7 @@ fn answer(args: &RunArgs) -> Answer {
             Ok(p) => p,
             Err(e) => return refuse(args, e.to_string()),
         };
-    let loaded = match model::load_path(&paths.manifest, &ProcessEnv) {
+    let loaded = match crate::plugins::files::load_path(&paths.manifest, &ProcessEnv) {
         Ok(l) => l,
         Err(e) => return refuse(args, format!("cannot read `{}`: {e}", path.display())),
     };

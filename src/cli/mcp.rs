@@ -23,10 +23,11 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use super::Exit;
-use crate::mcp::builtin::{Builtins, npc::NpcContext};
+use crate::mcp::builtin::Builtins;
 use crate::mcp::catalog::ManifestPrompts;
 use crate::mcp::{CallPath, Gateway, Pool, pool::IDLE_SWEEP_INTERVAL, relay};
 use crate::model;
+use crate::runtime::npc_tools::{NpcContext, NpcGroup};
 use crate::surfaces::control::connect_mcp;
 use crate::surfaces::mcp_http::{Access, MCP_HTTP_PATH, McpHttpError, McpHttpListener};
 use tokio::io::AsyncWriteExt as _;
@@ -149,10 +150,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
             })
         };
         let builtins = Arc::new(Builtins::standard(
-            &NpcContext {
-                paths: paths.clone(),
-            },
+            &paths.root,
             &manifest.mcp_builtins,
+            Arc::new(NpcGroup::new(NpcContext {
+                paths: paths.clone(),
+            })),
         ));
         let mut hooks = crate::hooks::HookRunner::new(
             crate::hooks::HookSet::for_repository(&paths.root, &manifest),

@@ -398,7 +398,7 @@ fn valid_manifest(
     before: &str,
 ) -> anyhow::Result<Option<crate::model::Manifest>> {
     use anyhow::Context as _;
-    let loaded = crate::model::load_path(path, &crate::model::ProcessEnv)
+    let loaded = crate::plugins::files::load_path(path, &crate::model::ProcessEnv)
         .with_context(|| format!("cannot read `{}`", path.display()))?;
     if loaded.manifest.is_none() {
         for d in &loaded.diagnostics {

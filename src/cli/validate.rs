@@ -7,11 +7,11 @@ use anyhow::Context as _;
 
 use super::{Exit, Format};
 use crate::model::diagnostics::JsonReport;
-use crate::model::{self, Manifest, ProcessEnv};
+use crate::model::{Manifest, ProcessEnv};
 
 pub fn run(path: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
     let path = super::manifest_path(path)?;
-    let loaded = model::load_path(&path, &ProcessEnv)
+    let loaded = crate::plugins::files::load_path(&path, &ProcessEnv)
         .with_context(|| format!("cannot read `{}`", path.display()))?;
     let errors = loaded.error_count();
     let warnings = loaded.diagnostics.len() - errors;

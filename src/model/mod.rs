@@ -13,6 +13,7 @@ pub mod interp;
 mod json;
 pub mod lower;
 pub mod node;
+pub mod package;
 pub mod pattern;
 pub mod raw;
 pub mod schedule;
@@ -160,19 +161,13 @@ fn too_large(name: &str) -> Loaded {
     }
 }
 
-/// Load the manifest at `path`; files it references resolve against its
-/// directory. The manifest is read through the guarded layer: a regular
-/// file inside its directory (a link may point elsewhere in it), read no
-/// further than [`node::MAX_MANIFEST_BYTES`].
-pub fn load_path(path: &Path, env: &dyn Env) -> std::io::Result<Loaded> {
-    let files = DiskFiles {
-        root: path.parent().map(Path::to_path_buf).unwrap_or_default(),
-    };
-    load_path_with(path, env, &files)
-}
-
-/// [`load_path`] with referenced files read through `files` (the runtime
-/// wraps [`DiskFiles`] to tell operational read failures from invalid input).
+/// Load the manifest at `path`, with referenced files read through `files`
+/// (relative to its directory). The manifest is read through the guarded
+/// layer: a regular file inside its directory (a link may point elsewhere
+/// in it), read no further than [`node::MAX_MANIFEST_BYTES`]. Commands load
+/// through `plugins::files::load_path` (plugin packages checked); the
+/// runtime wraps those files to tell operational read failures from
+/// invalid input.
 pub fn load_path_with(path: &Path, env: &dyn Env, files: &dyn Files) -> std::io::Result<Loaded> {
     let name = path.display().to_string();
     let bytes = match read_manifest(path) {

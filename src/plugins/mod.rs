@@ -15,6 +15,7 @@
 
 pub mod data;
 pub mod expand;
+pub mod files;
 pub mod hooks;
 pub mod mcp;
 pub mod probe;

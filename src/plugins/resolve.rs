@@ -42,11 +42,7 @@ pub fn server_id(plugin: &str, server: &str) -> String {
 }
 
 /// A server of a package that npc does not run, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Skipped {
-    pub server: String,
-    pub reason: String,
-}
+pub use crate::model::package::SkippedServer as Skipped;
 
 /// The package's MCP servers as manifest servers (`(id, server)`, in file
 /// order), with `PLUGIN_ROOT` at the package root and `PLUGIN_DATA` at `data`.

@@ -61,7 +61,7 @@ mcp_servers = ["fs"]
     );
     let path = dir.join("npcagent.toml");
     std::fs::write(&path, text).unwrap();
-    crate::model::load_path(&path, &crate::model::ProcessEnv)
+    crate::plugins::files::load_path(&path, &crate::model::ProcessEnv)
         .unwrap()
         .manifest
         .expect("valid manifest")

@@ -15,11 +15,12 @@ use std::sync::{Arc, Mutex};
 use super::RepoPaths;
 use futures_util::future::BoxFuture;
 
+use super::npc_tools::{NpcContext, NpcGroup};
 use crate::bus::EventBus;
 use crate::driver::{Driver, DriverContext, DriverError, READY_GRACE};
 use crate::hooks::stage::HookStage;
 use crate::hooks::{HookRunner, HookSet};
-use crate::mcp::builtin::{Builtins, npc::NpcContext};
+use crate::mcp::builtin::Builtins;
 use crate::mcp::catalog::{Catalog, CatalogChange, ManifestPrompts};
 use crate::mcp::pool::{IDLE_SWEEP_INTERVAL, Launch, stdio_spec};
 use crate::mcp::{CallPath, Gateway, Pool};
@@ -58,7 +59,11 @@ impl McpDriver {
         let npc = NpcContext {
             paths: paths.clone(),
         };
-        let builtins = Arc::new(Builtins::standard(&npc, &McpBuiltins::default()));
+        let builtins = Arc::new(Builtins::standard(
+            &npc.paths.root,
+            &McpBuiltins::default(),
+            Arc::new(NpcGroup::new(npc.clone())),
+        ));
         let hooks = Arc::new(HookRunner::new(
             HookSet::default(),
             supervisor,
@@ -87,8 +92,9 @@ impl McpDriver {
             let mut current = self.builtins.lock().unwrap_or_else(|p| p.into_inner());
             if current.as_ref() != Some(&manifest.mcp_builtins) {
                 self.path.set_builtins(Arc::new(Builtins::standard(
-                    &self.npc,
+                    &self.npc.paths.root,
                     &manifest.mcp_builtins,
+                    Arc::new(NpcGroup::new(self.npc.clone())),
                 )));
                 *current = Some(manifest.mcp_builtins.clone());
             }

@@ -14,6 +14,7 @@ pub mod files;
 pub mod lock;
 pub mod mcp;
 pub mod notices;
+pub mod npc_tools;
 pub mod triggers;
 pub mod watch;
 
@@ -190,7 +191,7 @@ pub fn state_dir_hint(manifest: &Path) -> String {
 
 /// Load the manifest at `path` with the process environment.
 pub fn load_manifest(path: &Path) -> Result<model::Loaded, RuntimeError> {
-    model::load_path(path, &ProcessEnv).map_err(|source| RuntimeError::Manifest {
+    crate::plugins::files::load_path(path, &ProcessEnv).map_err(|source| RuntimeError::Manifest {
         path: path.to_path_buf(),
         source,
     })
@@ -461,16 +462,14 @@ pub fn is_operational(e: &std::io::Error) -> bool {
 /// operational failure (a prompt file that cannot be opened for lack of
 /// descriptors is not an invalid manifest).
 struct OperationalFiles {
-    disk: model::DiskFiles,
+    disk: crate::plugins::files::PackageFiles,
     failure: Mutex<Option<String>>,
 }
 
 impl OperationalFiles {
     fn new(root: &Path) -> Self {
         Self {
-            disk: model::DiskFiles {
-                root: root.to_path_buf(),
-            },
+            disk: crate::plugins::files::PackageFiles::new(root),
             failure: Mutex::new(None),
         }
     }
@@ -500,11 +499,11 @@ impl model::Files for OperationalFiles {
     fn check_dir(&self, path: &Path) -> std::io::Result<()> {
         self.disk.check_dir(path)
     }
-    fn plugin_report(&self, path: &Path) -> Option<crate::plugins::Report> {
-        self.disk.plugin_report(path)
+    fn package(&self, entry: &str, dir: &Path) -> Option<model::package::PackageView> {
+        self.disk.package(entry, dir)
     }
-    fn user_plugins(&self) -> Result<Vec<crate::plugins::resolve::UserPlugin>, String> {
-        self.disk.user_plugins()
+    fn add_user_plugins(&self, manifest: &mut model::Manifest) {
+        self.disk.add_user_plugins(manifest);
     }
 }
 

@@ -202,8 +202,6 @@ const LAYERS: &[(&str, &[&str])] = &[
 
 /// Upward arrows still being moved (room → room). Empty when the layers hold.
 const KNOWN: &[(&str, &str)] = &[
-    ("mcp", "runtime"),
-    ("model", "plugins"),
     ("plugins", "hooks"),
     ("runtime", "acp"),
     ("surfaces", "acp"),

@@ -10,7 +10,7 @@ use crate::support::{npc, repo_root};
 fn load_example(name: &str) -> model::Manifest {
     let path = repo_root().join("examples").join(name);
     let env: BTreeMap<String, String> = BTreeMap::new();
-    let loaded = model::load_path(&path, &env).expect("example is readable");
+    let loaded = npcagent::plugins::files::load_path(&path, &env).expect("example is readable");
     assert!(
         loaded.manifest.is_some(),
         "{name} is invalid: {:#?}",
@@ -144,7 +144,8 @@ fn secrets_from_the_environment_print_redacted() {
     .unwrap();
     let env: BTreeMap<String, String> =
         [("NPC_TEST_SECRET".to_string(), "hunter2-secret".to_string())].into();
-    let loaded = model::load_path(&dir.path().join("npcagent.toml"), &env).unwrap();
+    let loaded =
+        npcagent::plugins::files::load_path(&dir.path().join("npcagent.toml"), &env).unwrap();
     let manifest = loaded.manifest.expect("valid");
     let debug = format!("{manifest:?}");
     let json = serde_json::to_string(&manifest).unwrap();

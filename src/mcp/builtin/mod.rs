@@ -2,8 +2,9 @@
 //! tool. They are registered in a fixed order, by group: [`memory`]
 //! (`memory_*` and `board_*`, a per-project SQLite store in the user's data
 //! directory), [`fetch`] (`fetch_url`, guarded against non-global
-//! destinations), [`search`] (`web_search`, Brave then Exa) and [`npc`]
-//! (`npc_status`, `npc_plan`, `npc_events`, read-only). A group whose
+//! destinations), [`search`] (`web_search`, Brave then Exa) and the `npc`
+//! group (`npc_status`, `npc_plan`, `npc_events`, read-only), which the
+//! runtime implements (`runtime::npc_tools`) and hands to [`Builtins::standard`]. A group whose
 //! dependency is missing (no data directory, no store) still lists its
 //! tools; calling one returns an `isError` result saying what is missing.
 //!
@@ -15,7 +16,6 @@
 
 pub mod fetch;
 pub mod memory;
-pub mod npc;
 pub mod search;
 
 use std::collections::HashMap;
@@ -45,8 +45,9 @@ pub enum BuiltinError {
     Fetch(#[from] fetch::FetchError),
     #[error(transparent)]
     Search(#[from] search::SearchError),
+    /// A group's own failure (the `npc` tools'), in its own words.
     #[error(transparent)]
-    Npc(#[from] npc::NpcError),
+    Group(Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl BuiltinError {
@@ -105,17 +106,22 @@ impl Builtins {
         }
     }
 
-    /// The standard groups for a repository, in their fixed order: memory,
-    /// fetch, search, npc.
-    pub fn standard(cx: &npc::NpcContext, settings: &crate::model::McpBuiltins) -> Self {
+    /// The standard groups for the repository at `root`, in their fixed
+    /// order: memory, fetch, search, then `npc` (npc's own tools, which the
+    /// runtime implements).
+    pub fn standard(
+        root: &std::path::Path,
+        settings: &crate::model::McpBuiltins,
+        npc: Arc<dyn Group>,
+    ) -> Self {
         Self::new(vec![
-            Arc::new(memory::MemoryGroup::for_repo(&cx.paths.root)),
+            Arc::new(memory::MemoryGroup::for_repo(root)),
             Arc::new(fetch::FetchGroup::new(
                 fetch::AddressPolicy::from(settings),
                 std::time::Duration::from_millis(settings.fetch_timeout_ms),
             )),
             Arc::new(search::SearchGroup::from_env()),
-            Arc::new(npc::NpcGroup::new(cx.clone())),
+            npc,
         ])
     }
 
@@ -201,10 +207,36 @@ pub(crate) fn at_most(
 mod tests {
     use super::*;
 
+    /// A stand-in for the runtime's `npc` group: its tools' names.
+    #[derive(Debug)]
+    struct NpcNames;
+
+    impl Group for NpcNames {
+        fn name(&self) -> &'static str {
+            "npc"
+        }
+        fn tools(&self) -> Vec<Tool> {
+            ["npc_status", "npc_plan", "npc_events"]
+                .into_iter()
+                .map(|n| tool::<serde_json::Map<String, Value>>(n, "d", ToolAnnotations::new()))
+                .collect()
+        }
+        fn call<'a>(
+            &'a self,
+            _: &'a str,
+            _: JsonObject,
+        ) -> BoxFuture<'a, Result<Value, BuiltinError>> {
+            Box::pin(async { Ok(Value::Null) })
+        }
+    }
+
     fn registry() -> Builtins {
         let dir = tempfile::tempdir().unwrap();
-        let cx = npc::tests::context(dir.path(), "version = 1\n");
-        Builtins::standard(&cx, &crate::model::McpBuiltins::default())
+        Builtins::standard(
+            dir.path(),
+            &crate::model::McpBuiltins::default(),
+            Arc::new(NpcNames),
+        )
     }
 
     #[test]

@@ -70,10 +70,10 @@ impl Lower<'_> {
                     ),
                     "point `path` at the package root, the directory holding `plugin.json`",
                 );
-            } else if let Some(report) = self.files.plugin_report(dir) {
-                self.plugin_problems(&p.path, &report);
-                if let Some(pkg) = report.package.as_ref().filter(|_| enabled) {
-                    parts = self.plugin_parts(name, &p.path, pkg, servers);
+            } else if let Some(view) = self.files.package(&name.value, dir) {
+                self.plugin_problems(&p.path, &view);
+                if let Some(contents) = view.contents.filter(|_| enabled) {
+                    parts = self.plugin_parts(name, &p.path, contents, servers);
                 }
             }
         }
@@ -96,25 +96,29 @@ impl Lower<'_> {
         &mut self,
         name: &Spanned<String>,
         path: &Spanned<String>,
-        pkg: &crate::plugins::Package,
+        contents: PackageContents,
         servers: &mut BTreeMap<String, McpServer>,
     ) -> Option<PluginParts> {
-        let data = match crate::plugins::data::dir_of(&pkg.manifest.name) {
-            Ok(d) => d,
-            Err(e) => {
-                let runs_something =
-                    !pkg.servers.is_empty() || pkg.hooks.as_ref().is_some_and(|h| !h.is_empty());
+        let (found, skipped, parts) = match contents {
+            PackageContents::Resolved {
+                servers,
+                skipped,
+                parts,
+            } => (servers, skipped, parts),
+            PackageContents::NoDataDir {
+                reason,
+                runs_something,
+            } => {
                 if runs_something {
                     self.error(
                         &path.span,
-                        format!("plugin `{}`: {e}", clip(&name.value)),
+                        format!("plugin `{}`: {reason}", clip(&name.value)),
                         "npc keeps each plugin's data under the user's data directory",
                     );
                 }
                 return None;
             }
         };
-        let (found, skipped) = crate::plugins::resolve::servers(&name.value, pkg, &data);
         for s in skipped {
             self.warning(
                 &path.span,
@@ -138,30 +142,29 @@ impl Lower<'_> {
             }
             servers.insert(id, server);
         }
-        Some(crate::plugins::resolve::parts(pkg, &data))
+        Some(parts)
     }
 
     /// A package's own problems at its `path`, errors as errors: the
     /// manifest is invalid while a package it declares is (the daemon keeps
     /// the last good runtime); `npc plugin validate` shows them in full.
-    fn plugin_problems(&mut self, path: &Spanned<String>, report: &crate::plugins::Report) {
+    fn plugin_problems(&mut self, path: &Spanned<String>, report: &PackageView) {
         let hint = format!(
             "run `npc plugin validate {}` for the details",
             clip(&path.value)
         );
         let total = report.problems.len() + report.omitted;
         // Errors first, so a cut never hides why the manifest is invalid.
-        let (errors, warnings): (Vec<_>, Vec<_>) =
-            report.problems.iter().partition(|p| p.is_error());
+        let (errors, warnings): (Vec<_>, Vec<_>) = report.problems.iter().partition(|p| p.error);
         for problem in errors.iter().chain(&warnings).take(MAX_PLUGIN_DIAGNOSTICS) {
             let summary = format!(
                 "plugin `{}`: `{}`: {}",
                 clip(&path.value),
-                problem.place(),
+                problem.place,
                 problem.message
             );
             let hint = problem.hint.clone().unwrap_or_else(|| hint.clone());
-            if problem.is_error() {
+            if problem.error {
                 self.error(&path.span, summary, hint);
             } else {
                 self.warning(&path.span, summary, hint);

@@ -11,6 +11,7 @@ use indexmap::IndexMap;
 
 use super::de::{Entry, Spanned, quoted_list};
 use super::diagnostics::{Diagnostic, clip, did_you_mean, has_room};
+use super::package::{PackageContents, PackageView};
 use super::raw::*;
 use super::schedule::Schedule;
 use super::source::{SourceFile, Span};
@@ -39,22 +40,23 @@ pub trait Files {
             Err(std::io::ErrorKind::NotFound.into())
         }
     }
-    /// The static check of the Agent Plugins package at directory `path`
-    /// (`crate::plugins::validate`), when this file system can run it.
-    fn plugin_report(&self, _path: &Path) -> Option<crate::plugins::Report> {
+    /// The Agent Plugins package at directory `dir`, declared as plugin
+    /// `entry`: its problems and what it adds, when this file system can
+    /// check packages (`plugins::PackageFiles` does).
+    fn package(&self, _entry: &str, _dir: &Path) -> Option<PackageView> {
         None
     }
-    /// The user registry's plugins (`npc plugin install`), when this file
-    /// system reads it; `Err` says why it cannot be read (its plugins are
-    /// then dropped, never an error of the manifest).
-    fn user_plugins(&self) -> Result<Vec<crate::plugins::resolve::UserPlugin>, String> {
-        Ok(Vec::new())
-    }
+    /// Join the user registry's enabled plugins (`npc plugin install`) to
+    /// `manifest`, after its own; a plugin that cannot join is dropped with
+    /// a `PluginNotice`, never an error of the manifest. By default there
+    /// is no registry.
+    fn add_user_plugins(&self, _manifest: &mut Manifest) {}
 }
 
 /// The real file system, rooted at the manifest's directory, through the
 /// guarded layer (`crate::repofs`): nothing outside the root is read, only
-/// regular files, at most [`MAX_TEMPLATE_BYTES`] of each.
+/// regular files, at most [`MAX_TEMPLATE_BYTES`] of each. It checks no
+/// plugin package: `plugins::PackageFiles` wraps it to.
 #[derive(Debug, Clone)]
 pub struct DiskFiles {
     pub root: PathBuf,
@@ -73,15 +75,6 @@ impl Files for DiskFiles {
         crate::repofs::Root::new(&self.root)
             .and_then(|root| root.dir_check(path))
             .map_err(crate::repofs::FsError::into_reason)
-    }
-    fn plugin_report(&self, path: &Path) -> Option<crate::plugins::Report> {
-        let real = crate::repofs::Root::new(&self.root)
-            .and_then(|root| root.real_path(path))
-            .ok()?;
-        crate::plugins::validate(&real).ok()
-    }
-    fn user_plugins(&self) -> Result<Vec<crate::plugins::resolve::UserPlugin>, String> {
-        crate::plugins::resolve::registered()
     }
 }
 
@@ -303,19 +296,7 @@ impl Lower<'_> {
             }
         }
         // Then the user registry's, which never make the manifest invalid.
-        match self.files.user_plugins() {
-            Ok(users) => crate::plugins::resolve::user_plugins(&mut m, &users, &|path| {
-                crate::plugins::validate(path).ok()
-            }),
-            Err(reason) => m.plugin_notices.push(PluginNotice::Dropped {
-                id: "*".into(),
-                source: PluginSource::User,
-                path: crate::plugins::registry::path()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-                reason,
-            }),
-        }
+        self.files.add_user_plugins(&mut m);
         // Sections that reference others come after what they reference.
         for (name, p) in raw_profiles {
             if let Some(profile) = self.profile(p) {

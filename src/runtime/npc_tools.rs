@@ -1,4 +1,5 @@
-//! npc's own tools, read-only: `npc_status` (each component's recorded
+//! npc's own built-in MCP tools (the `npc` group of `mcp::builtin`, which
+//! this room implements through `mcp::builtin::Group`), read-only: `npc_status` (each component's recorded
 //! state), `npc_plan` (what `npc apply` would change, from the manifest on
 //! disk against the last applied state) and `npc_events` (the event log,
 //! paged). They use the same library paths as `npc status`, `npc plan` and
@@ -11,10 +12,11 @@ use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{BuiltinError, Group, at_most, parse, tool};
+use futures_util::future::BoxFuture;
+
+use crate::mcp::builtin::{BuiltinError, Group, at_most, parse, tool};
 use crate::runtime::{self, RepoPaths};
 use crate::store::Store;
-use futures_util::future::BoxFuture;
 
 /// Largest JSON output of one call, in bytes; events beyond it are left to
 /// the next page, a larger plan or status is cut (and says so).
@@ -37,6 +39,12 @@ pub enum NpcError {
     Manifest { path: String, reason: String },
     #[error("the manifest is invalid:\n{diagnostics}\nfix it (see `npc validate`)")]
     Invalid { diagnostics: String },
+}
+
+impl From<NpcError> for BuiltinError {
+    fn from(e: NpcError) -> Self {
+        Self::Group(Box::new(e))
+    }
 }
 
 /// What the npc tools read: the repository's paths.
@@ -127,13 +135,11 @@ impl NpcGroup {
 
     fn plan(&self) -> Result<Value, NpcError> {
         let paths = &self.cx.paths;
-        let loaded =
-            crate::model::load_path(&paths.manifest, &crate::model::ProcessEnv).map_err(|e| {
-                NpcError::Manifest {
-                    path: paths.manifest.display().to_string(),
-                    reason: e.to_string(),
-                }
-            })?;
+        let loaded = crate::plugins::files::load_path(&paths.manifest, &crate::model::ProcessEnv)
+            .map_err(|e| NpcError::Manifest {
+            path: paths.manifest.display().to_string(),
+            reason: e.to_string(),
+        })?;
         let Some(manifest) = loaded.manifest else {
             let diagnostics = loaded
                 .diagnostics
