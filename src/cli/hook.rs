@@ -220,7 +220,7 @@ fn answer(args: &RunArgs) -> Answer {
             runner = runner.with_policy(policy);
         }
         // Inside an agent `npc acp` started, an `ask` goes to the editor.
-        if let Some(approver) = crate::surfaces::approval::SocketApprover::from_env() {
+        if let Some(approver) = crate::hooks::approve::SocketApprover::from_env() {
             runner = runner.with_approver(std::sync::Arc::new(approver));
         }
         let answer = match (args.event, tool) {

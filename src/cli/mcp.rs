@@ -162,7 +162,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
             Some(bus.clone()),
         );
         // A gateway an agent of `npc acp` started asks its editor on `ask`.
-        if let Some(approver) = crate::surfaces::approval::SocketApprover::from_env() {
+        if let Some(approver) = crate::hooks::approve::SocketApprover::from_env() {
             hooks = hooks.with_approver(Arc::new(approver));
         }
         // A gateway an agent of a profile started applies its `ask_tools`.
@@ -254,7 +254,7 @@ async fn serve_http(addr: SocketAddr, access: Access, gateway: Gateway) -> anyho
         Err(exit) => return Ok(exit),
     };
     let shutdown = CancellationToken::new();
-    let server = tokio::spawn(listener.serve(gateway, shutdown.clone()));
+    let server = tokio::spawn(listener.serve_with(move || gateway.clone(), shutdown.clone()));
     terminated().await?;
     shutdown.cancel();
     server.await??;

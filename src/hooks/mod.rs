@@ -19,6 +19,7 @@
 //! calls the agent and model events, and `npc hook run` answers agent CLIs'
 //! own hook protocols through [`bridge`].
 
+pub mod approve;
 pub mod bridge;
 mod exec;
 pub mod policy;
@@ -48,6 +49,8 @@ pub const PROTOCOL_VERSION: u64 = 1;
 /// a failure of the hook (fail closed), except that an `after_tool` result's
 /// `output` is clipped to fit first.
 pub const MAX_INPUT_BYTES: usize = 2 * 1024 * 1024;
+// An approval question carries a call of up to a hook's whole envelope.
+const _: () = assert!(crate::surfaces::approval::MAX_FRAME_BYTES >= MAX_INPUT_BYTES + 64 * 1024);
 /// Largest stdout a hook may answer with (seed 004: 1 MiB); more is invalid output.
 pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 /// stderr kept per call for diagnostics; the rest is read and dropped.
@@ -236,14 +239,10 @@ impl HookSet {
     }
 }
 
-/// A tool call as hooks see it (`payload.tool_call`).
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct ToolCallInfo {
-    pub id: String,
-    pub name: String,
-    /// A JSON object (or `null` when the call had none).
-    pub arguments: Value,
-}
+/// A tool call as hooks see it (`payload.tool_call`); also the call an
+/// approval question carries, hence defined with the approval socket's
+/// wire types.
+pub use crate::surfaces::approval::ToolCallInfo;
 
 /// A tool's result as `after_tool` hooks see it (`payload.result`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -271,16 +270,9 @@ pub struct AfterTool {
     pub is_error: Option<bool>,
 }
 
-/// A tool call a `before_tool` hook wants the user to approve.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct ApprovalRequest {
-    /// The asking hook's [`HookEntry::label`].
-    pub hook: String,
-    /// Why the hook asks (shown to the user), if it said.
-    pub reason: Option<String>,
-    /// The call, with the arguments earlier hooks rewrote.
-    pub tool_call: ToolCallInfo,
-}
+/// A tool call a `before_tool` hook wants the user to approve (the
+/// approval socket's wire type).
+pub use crate::surfaces::approval::ApprovalRequest;
 
 /// The user's answer to an [`ApprovalRequest`].
 #[derive(Debug, Clone, PartialEq, Eq)]

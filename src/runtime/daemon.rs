@@ -222,9 +222,7 @@ fn session_asking(runtime: &Runtime, request: Request) -> crate::hooks::SessionA
     };
     let approver = approval
         .filter(|route| route.check().is_ok())
-        .and_then(|route| {
-            crate::surfaces::approval::SocketApprover::new(route.socket, route.session)
-        })
+        .and_then(|route| crate::hooks::approve::SocketApprover::new(route.socket, route.session))
         .map(|a| Arc::new(a) as Arc<dyn crate::hooks::Approve>);
     let policy = profile.and_then(|name| {
         let manifest = runtime.triggers().manifest()?;

@@ -17,8 +17,6 @@ use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, Buf
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::hooks::{Approval, ApprovalRequest, Approve};
-
 /// Environment variable carrying the approval socket's abstract name.
 pub const APPROVAL_SOCKET_ENV: &str = "NPC_ACP_APPROVAL_SOCKET";
 /// Environment variable carrying the ACP session the agent runs for.
@@ -26,13 +24,33 @@ pub const APPROVAL_SESSION_ENV: &str = "NPC_ACP_SESSION";
 /// Prefix of the socket's abstract name (then 32 random hex digits).
 pub const SOCKET_NAME_PREFIX: &str = "npc-acp-approval-";
 /// Largest question or answer line: a hook's whole input plus room for the envelope.
-pub const MAX_FRAME_BYTES: usize = crate::hooks::MAX_INPUT_BYTES + 64 * 1024;
+pub const MAX_FRAME_BYTES: usize = 2 * 1024 * 1024 + 64 * 1024;
 /// Connections served at once; more wait in the kernel's backlog.
 pub const MAX_CONNECTIONS: usize = 32;
 /// How long a connected peer has to send its question.
 pub const QUESTION_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the asking side waits for the user's answer.
 pub const ANSWER_WAIT_LIMIT: Duration = Duration::from_secs(10 * 60);
+
+/// A tool call as hooks see it (`payload.tool_call`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallInfo {
+    pub id: String,
+    pub name: String,
+    /// A JSON object (or `null` when the call had none).
+    pub arguments: serde_json::Value,
+}
+
+/// A tool call a `before_tool` hook wants the user to approve.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    /// The asking hook's label (`hooks::HookEntry::label`).
+    pub hook: String,
+    /// Why the hook asks (shown to the user), if it said.
+    pub reason: Option<String>,
+    /// The call, with the arguments earlier hooks rewrote.
+    pub tool_call: ToolCallInfo,
+}
 
 /// What `npc hook run` asks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,15 +67,6 @@ pub struct Question {
 pub enum Answer {
     Allow,
     Deny { reason: String },
-}
-
-impl From<Answer> for Approval {
-    fn from(a: Answer) -> Self {
-        match a {
-            Answer::Allow => Approval::Allow,
-            Answer::Deny { reason } => Approval::Deny { reason },
-        }
-    }
 }
 
 /// One question waiting for the user, with where its answer goes.
@@ -212,57 +221,15 @@ pub async fn ask(name: &str, question: &Question) -> Result<Answer, ApprovalErro
         .map_err(|_| ApprovalError::Timeout)?
 }
 
-/// The [`Approve`]r of a hook run inside an agent that `npc acp` started:
-/// it asks over the approval socket; any failure is a denial.
-#[derive(Debug, Clone)]
-pub struct SocketApprover {
-    name: String,
-    session: String,
-}
-
-impl SocketApprover {
-    /// The approver the environment names ([`APPROVAL_SOCKET_ENV`] and
-    /// [`APPROVAL_SESSION_ENV`]), if both are set and the name is one of ours.
-    pub fn from_env() -> Option<Self> {
-        let name = std::env::var(APPROVAL_SOCKET_ENV).ok()?;
-        let session = std::env::var(APPROVAL_SESSION_ENV).ok()?;
-        Self::new(name, session)
-    }
-
-    /// The approver asking on socket `name` for ACP session `session`, if
-    /// the name is one of ours.
-    pub fn new(name: String, session: String) -> Option<Self> {
-        valid_name(&name).then_some(Self { name, session })
-    }
-}
-
 /// Whether `name` is an approval socket name [`bind`] makes.
 pub fn valid_name(name: &str) -> bool {
     name.strip_prefix(SOCKET_NAME_PREFIX)
         .is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-impl Approve for SocketApprover {
-    fn approve(&self, request: ApprovalRequest) -> futures_util::future::BoxFuture<'_, Approval> {
-        Box::pin(async move {
-            let question = Question {
-                session: self.session.clone(),
-                request,
-            };
-            match ask(&self.name, &question).await {
-                Ok(answer) => answer.into(),
-                Err(e) => Approval::Deny {
-                    reason: e.to_string(),
-                },
-            }
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hooks::ToolCallInfo;
 
     fn question() -> Question {
         Question {

@@ -23,8 +23,6 @@ use rmcp::transport::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::mcp::Gateway;
-
 /// Path of the MCP endpoint.
 pub const MCP_HTTP_PATH: &str = "/mcp";
 
@@ -206,15 +204,6 @@ impl McpHttpListener {
     /// The address actually bound (port 0 picks a free one).
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.listener.local_addr().ok()
-    }
-
-    /// Serve `gateway` until `shutdown` is cancelled.
-    pub async fn serve(
-        self,
-        gateway: Gateway,
-        shutdown: CancellationToken,
-    ) -> Result<(), McpHttpError> {
-        self.serve_with(move || gateway.clone(), shutdown).await
     }
 
     /// Serve one MCP service from `make` per HTTP session until `shutdown`

@@ -202,11 +202,8 @@ const LAYERS: &[(&str, &[&str])] = &[
 
 /// Upward arrows still being moved (room → room). Empty when the layers hold.
 const KNOWN: &[(&str, &str)] = &[
-    ("plugins", "hooks"),
     ("runtime", "acp"),
     ("surfaces", "acp"),
-    ("surfaces", "hooks"),
-    ("surfaces", "mcp"),
     ("surfaces", "panes"),
     ("surfaces", "plugins"),
     ("surfaces", "runs"),
