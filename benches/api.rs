@@ -23,14 +23,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
+use npcagent::api::listings::PluginRow;
+use npcagent::api::resources::{FireAccepted, PaneAnswer, PaneOp, PaneView};
+use npcagent::api::terminal::Terminal;
+use npcagent::api::{Answer, ApiBackend, ApiError, router};
 use npcagent::bus::EventBus;
 use npcagent::store::{NewEvent, Store};
-use npcagent::surfaces::api::resources::{FireAccepted, PaneAnswer, PaneOp, PaneView};
-use npcagent::surfaces::api::terminal::Terminal;
-use npcagent::surfaces::api::{Answer, ApiBackend, ApiError, router};
-use npcagent::surfaces::listings::PluginRow;
-use npcagent::surfaces::mcp_http::Access;
-use npcagent::triggers::ManualRun;
+use npcagent::surfaces::runs::ManualRun;
+use npcagent::surfaces::tcp::Access;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 

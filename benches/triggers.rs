@@ -189,13 +189,13 @@ action = { command = "sleep", args = ["3600"] }
     let base_url = format!("http://{base_addr}/webhooks/bench");
     let base = common::wrk(&base_url, Some(&signed));
     let (base_rps, base_bad) = (base.requests_per_second, base.non_2xx);
-    let before = d.store().trigger_runs(Some("bench"), 1).unwrap();
+    let before = d.store().run_rows(Some("bench"), 1).unwrap();
     let acc = common::wrk(&url, Some(&signed));
     let (acc_rps, acc_bad, acc_total) = (acc.requests_per_second, acc.non_2xx, acc.requests);
     let rej = common::wrk(&url, Some(&unsigned));
     let (rej_rps, rej_bad, rej_total) = (rej.requests_per_second, rej.non_2xx, rej.requests);
     let rows = wait_for("the committed rows", || {
-        let runs = d.store().trigger_runs(Some("bench"), 1).ok()?;
+        let runs = d.store().run_rows(Some("bench"), 1).ok()?;
         Some(runs.first()?.seq - before.first().map_or(0, |r| r.seq))
     });
     println!("webhooks (wrk -t{WRK_THREADS} -c{WRK_CONNECTIONS} -d{WRK_SECONDS}s, loopback):");

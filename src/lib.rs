@@ -2,6 +2,7 @@
 //! in a repository, and the tools around it. See ARCHITECTURE.md for the map.
 
 pub mod acp;
+pub mod api;
 pub mod bus;
 pub mod cli;
 pub mod driver;

@@ -3,9 +3,9 @@
 //! only protocol frames, logs go to stderr), the wire types of the
 //! `agent-client-protocol-schema` crate (ACP v1). A session is a sequence
 //! of runs of one manifest profile: `session/prompt` is one run — of the
-//! daemon when one holds the repository ([`daemon`]: queued over the
-//! control socket, followed in the store), else of this process like `npc
-//! run` ([`crate::runs::prepare_blocking`] + [`crate::runs::execute`]) —
+//! daemon when one holds the repository (a `surfaces::runs::LocalRun` queued
+//! over the control socket, followed in the store by `runs::follow`), else
+//! of this process like `npc run` (`runs::here`) —
 //! recorded in the event log like any run, its parsed agent events streamed
 //! back as `session/update`s ([`map`]) and its outcome the stop reason
 //! (`_meta.npc.ranIn` says where it ran). `session/cancel` ends the
@@ -19,12 +19,11 @@
 //! `session/load` (replaying the runs' recorded events), `session/resume`
 //! and `session/fork` work across restarts. A later prompt of a session
 //! resumes the provider's own conversation where the CLI can
-//! ([`resume_args`]: Claude Code `--resume`, and `--fork-session` for a
+//! (`providers::resume`: Claude Code `--resume`, and `--fork-session` for a
 //! fork's first prompt; OpenCode `--session`); Codex and Gemini CLI start
 //! a fresh conversation per prompt. Every bound is a constant here or in
 //! [`frame`] / [`map`].
 
-pub mod daemon;
 pub mod frame;
 pub mod map;
 
@@ -52,17 +51,18 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::bus::EventBus;
 use crate::hooks::{ApprovalRequest, HookRunner};
-use crate::model::{Manifest, ProviderKind};
-use crate::runs::{self, Outcome, PromptChoice, RunRequest};
+use crate::model::Manifest;
+use crate::runs::follow::{Follower, Step};
+use crate::runs::here::Here;
+use crate::runs::{self, Origin, Outcome, PromptChoice, RunRequest};
 use crate::store::Store;
 use crate::store::acp::AcpSession;
-use crate::store::queue::state as queue_state;
 use crate::supervisor::Supervisor;
 use crate::surfaces::approval::{self, Answer, Asked};
 use crate::surfaces::control::{Client, ControlError, Request};
-use crate::triggers::ManualRun;
+pub use crate::surfaces::runs::SESSION_ID_PREFIX;
+use crate::surfaces::runs::{ApprovalRoute, LocalRun, MAX_DAEMON_PROMPT_BYTES, Resume};
 use agent_client_protocol_schema::ProtocolVersion;
-use daemon::{AcpRun, ApprovalRoute, Resume};
 use frame::{BUSY, INTERNAL_ERROR, INVALID_PARAMS, Incoming, Line, RESOURCE_NOT_FOUND};
 
 /// Requests from the client handled at once; more are refused (`-32000`).
@@ -83,24 +83,12 @@ pub const MAX_PROMPT_BYTES: usize = frame::MAX_LINE_BYTES;
 pub const MAX_TITLE_CHARS: usize = 80;
 /// The "signal" a cancelled prompt's run records (SIGTERM: the editor asked it to stop).
 pub const CANCEL_SIGNAL: i32 = nix::sys::signal::Signal::SIGTERM as i32;
-/// Prefix of session ids (then a run id's timestamp and random part).
-pub const SESSION_ID_PREFIX: &str = "acp-";
 /// Key of npc's extensions in `_meta` objects.
 pub const META_KEY: &str = "npc";
 /// `ranIn` of a prompt response whose run the daemon carried out.
 pub const RAN_IN_DAEMON: &str = "daemon";
 /// `ranIn` of a prompt response whose run this `npc acp` carried out.
 pub const RAN_IN_ACP: &str = "acp";
-/// Events of a daemon's run read from the store at a time while following it.
-pub const FOLLOW_PAGE: usize = 500;
-/// Longest pause between reads of a quiet daemon run's events (the pause
-/// starts at `store::TAIL_POLL_INITIAL` and doubles): an update reaches the
-/// editor at most this late.
-pub const FOLLOW_POLL_MAX: Duration = Duration::from_millis(20);
-/// How often a quiet daemon run's queue row and the daemon itself are
-/// checked (a run that ended without `run.finished`, a daemon that died).
-pub const FOLLOW_CHECK_EVERY: Duration = Duration::from_millis(250);
-
 /// Why `npc acp` could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum AcpError {
@@ -750,7 +738,7 @@ impl Agent {
     ) -> Result<Value, Value> {
         let record = &session.record;
         let resume = self.resume_of(record)?;
-        if text.len() <= daemon::MAX_DAEMON_PROMPT_BYTES
+        if text.len() <= MAX_DAEMON_PROMPT_BYTES
             && let Some((socket, _pid)) = self
                 .config
                 .daemon
@@ -827,26 +815,14 @@ impl Agent {
         resume: Option<Resume>,
         cancel_rx: &mut oneshot::Receiver<()>,
     ) -> Option<Result<Value, Value>> {
-        let mut run = ManualRun {
-            profile: record.profile.clone(),
-            prompt: None,
-            prompt_template: None,
-            vars: Default::default(),
-        };
-        match choice {
-            PromptChoice::Literal { text } => run.prompt = Some(text.clone()),
-            PromptChoice::Template { name, vars } => {
-                run.prompt_template = Some(name.clone());
-                run.vars = vars.clone();
-            }
-            PromptChoice::Profile => {}
-        }
+        let run = choice.manual_run(&record.profile);
         let cwd = PathBuf::from(&record.cwd);
         let request = Request::AcpRun {
-            run: AcpRun {
+            run: LocalRun {
                 run,
                 cwd: (cwd.is_absolute() && cwd.is_dir()).then_some(cwd),
                 timeout_secs: Some(self.config.timeout.as_secs().max(1)),
+                probe_after_secs: None,
                 resume,
                 approval: Some(self.route(record)),
             },
@@ -869,8 +845,8 @@ impl Agent {
     }
 
     /// Stream run `run_id` of the daemon at `socket` from the store (its
-    /// events carry its id) until its `run.finished`, or until its queue
-    /// row ended without one; a cancel asks the daemon to cancel it.
+    /// events carry its id) until it ended; a cancel asks the daemon to
+    /// cancel it.
     async fn follow(
         self: &Arc<Self>,
         socket: &std::path::Path,
@@ -878,110 +854,47 @@ impl Agent {
         run_id: &str,
         cancel_rx: &mut oneshot::Receiver<()>,
     ) -> Result<Value, Value> {
-        let component = runs::component(run_id);
-        let mut after = 0i64;
-        let mut pause = crate::store::TAIL_POLL_INITIAL;
+        let mut follower = Follower::new(self.config.store.clone(), run_id);
         let mut mapper = map::Mapper::default();
         let mut max_turns = false;
         let mut cancel_sent = false;
-        let mut checked = tokio::time::Instant::now();
-        // (outcome, why it did not succeed)
-        let ending: (String, Option<String>) = loop {
-            let store = self.config.store.clone();
-            let (key, from) = (component.clone(), after);
-            let page = tokio::task::spawn_blocking(move || {
-                store.component_events(&key, from, FOLLOW_PAGE)
-            })
-            .await
-            .map_err(internal)?
-            .map_err(internal)?;
-            let mut ended = None;
-            for e in &page {
-                after = e.id;
-                if e.kind.starts_with("agent.") {
-                    max_turns |= map::hit_turn_limit(&e.payload);
-                    for u in mapper.updates(&e.payload) {
-                        self.update(&record.id, u);
-                    }
-                } else if e.kind == "run.finished" {
-                    let outcome = e.payload["outcome"].as_str().unwrap_or("failed");
-                    let why = e.payload["error"].as_str().map(str::to_string).or_else(|| {
-                        (outcome == "failed")
-                            .then(|| format!("the agent failed (exit {})", e.payload["exit"]))
-                    });
-                    ended = Some((outcome.to_string(), why));
-                }
-            }
-            if let Some(ended) = ended {
-                break ended;
-            }
-            if !page.is_empty() {
-                // A run that never goes quiet is still cancelled.
-                if !cancel_sent
-                    && !matches!(
-                        cancel_rx.try_recv(),
-                        Err(oneshot::error::TryRecvError::Empty)
-                    )
-                {
-                    cancel_sent = true;
-                    cancel_in_daemon(socket, run_id);
-                }
-                pause = crate::store::TAIL_POLL_INITIAL;
-                continue;
-            }
-            // Quiet now and then: did the run end without a `run.finished`
-            // (cancelled while queued, refused), or did the daemon go away?
-            if checked.elapsed() < FOLLOW_CHECK_EVERY {
-                self.follow_pause(&mut pause, socket, run_id, &mut cancel_sent, cancel_rx)
-                    .await;
-                continue;
-            }
-            checked = tokio::time::Instant::now();
-            let store = self.config.store.clone();
-            let id = run_id.to_string();
-            let row = tokio::task::spawn_blocking(move || store.trigger_run(&id))
-                .await
-                .map_err(internal)?
-                .map_err(internal)?;
-            if let Some(row) = row
-                && !matches!(
-                    row.state.as_str(),
-                    queue_state::QUEUED | queue_state::RUNNING
-                )
-            {
-                let again = self
-                    .config
-                    .store
-                    .component_events(&component, after, FOLLOW_PAGE);
-                if again.is_ok_and(|p| p.iter().any(|e| e.kind == "run.finished")) {
-                    continue;
-                }
-                break (row.state, row.detail);
-            }
-            let daemon_up = self
-                .config
+        let daemon_up = || {
+            self.config
                 .daemon
                 .as_ref()
-                .is_some_and(|paths| paths.running_daemon().is_some());
-            if !daemon_up {
-                break (
-                    queue_state::INTERRUPTED.to_string(),
-                    Some(
-                        "the daemon stopped while the run went on; it is not run again".to_string(),
-                    ),
-                );
-            }
-            self.follow_pause(&mut pause, socket, run_id, &mut cancel_sent, cancel_rx)
-                .await;
+                .is_some_and(|paths| paths.running_daemon().is_some())
         };
-        let (outcome, why) = ending;
+        let ended = loop {
+            let step = tokio::select! {
+                step = follower.next(&daemon_up) => step.map_err(internal)?,
+                _ = &mut *cancel_rx, if !cancel_sent => {
+                    cancel_sent = true;
+                    cancel_in_daemon(socket, run_id);
+                    continue;
+                }
+            };
+            match step {
+                Step::Events(page) => {
+                    for e in page.iter().filter(|e| e.kind.starts_with("agent.")) {
+                        max_turns |= map::hit_turn_limit(&e.payload);
+                        for u in mapper.updates(&e.payload) {
+                            self.update(&record.id, u);
+                        }
+                    }
+                }
+                Step::Ended(ended) => break ended,
+            }
+        };
+        let outcome = ended.outcome;
         let stop = match outcome.as_str() {
             "cancelled" => StopReason::Cancelled,
             _ if max_turns => StopReason::MaxTurnRequests,
             _ => StopReason::EndTurn,
         };
         if !matches!(outcome.as_str(), "succeeded" | "cancelled") {
-            let why = why.unwrap_or_else(|| format!("see `npc events` for run {run_id}"));
+            let why = ended
+                .why
+                .unwrap_or_else(|| format!("see `npc events` for run {run_id}"));
             self.say_why(&record.id, run_id, &outcome, &why);
         }
         to_value(PromptResponse::new(stop).meta(meta(json!({
@@ -989,27 +902,6 @@ impl Agent {
             "outcome": outcome,
             "ranIn": RAN_IN_DAEMON,
         }))))
-    }
-
-    /// Wait `pause` (then double it, up to [`FOLLOW_POLL_MAX`]) for a
-    /// quiet daemon run; a cancel meanwhile asks the daemon to cancel it
-    /// (once).
-    async fn follow_pause(
-        &self,
-        pause: &mut Duration,
-        socket: &std::path::Path,
-        run_id: &str,
-        cancel_sent: &mut bool,
-        cancel_rx: &mut oneshot::Receiver<()>,
-    ) {
-        tokio::select! {
-            () = tokio::time::sleep(*pause) => {}
-            _ = &mut *cancel_rx, if !*cancel_sent => {
-                *cancel_sent = true;
-                cancel_in_daemon(socket, run_id);
-            }
-        }
-        *pause = (*pause * 2).min(FOLLOW_POLL_MAX);
     }
 
     /// Run the prompt in this process (no daemon holds the repository).
@@ -1022,6 +914,14 @@ impl Agent {
         cancel_rx: &mut oneshot::Receiver<()>,
     ) -> Result<Value, Value> {
         let cwd = PathBuf::from(&record.cwd);
+        let asked = LocalRun {
+            run: choice.manual_run(&record.profile),
+            cwd: (cwd.is_absolute() && cwd.is_dir()).then(|| cwd.clone()),
+            timeout_secs: Some(self.config.timeout.as_secs().max(1)),
+            probe_after_secs: None,
+            resume: resume.clone(),
+            approval: Some(self.route(record)),
+        };
         let request = RunRequest {
             profile: record.profile.clone(),
             prompt: choice,
@@ -1044,9 +944,9 @@ impl Agent {
         for w in &prepared.warnings {
             tracing::warn!("acp: {w}");
         }
-        daemon::apply(&mut prepared, resume.as_ref(), Some(&self.route(record)));
+        prepared.apply_local(resume.as_ref(), Some(&self.route(record)));
         // Listed like the daemon's runs of a prompt: source `acp`.
-        prepared.source = Some(crate::triggers::Origin::Acp.as_str());
+        prepared.source = Some(Origin::Acp.as_str());
         self.record_run(record, &run_id, &text).await?;
         let mut mapper = map::Mapper::default();
         let mut max_turns = false;
@@ -1061,16 +961,22 @@ impl Agent {
             let _ = (&mut *cancel_rx).await;
             CANCEL_SIGNAL
         };
-        let report = runs::execute(
-            &prepared,
-            &self.config.supervisor,
-            &self.config.bus,
-            &self.config.hooks,
-            sink,
-            cancelled,
-        )
-        .await
-        .map_err(|e| frame::error(INTERNAL_ERROR, &e.to_string()))?;
+        let here = Here {
+            store: self.config.store.clone(),
+            bus: self.config.bus.clone(),
+            supervisor: self.config.supervisor.clone(),
+        };
+        let report = here
+            .run(
+                Origin::Acp,
+                &asked,
+                &prepared,
+                &self.config.hooks,
+                sink,
+                cancelled,
+            )
+            .await
+            .map_err(|e| frame::error(INTERNAL_ERROR, &e.to_string()))?;
         match report.outcome {
             Outcome::Succeeded | Outcome::Cancelled { .. } => {}
             other => {
@@ -1236,24 +1142,7 @@ fn provider_session(store: &Store, run_id: &str) -> Option<String> {
         .into_iter()
         .find(|e| e.kind == "agent.started")
         .and_then(|e| e.payload["session_id"].as_str().map(str::to_string))
-        .filter(|s| daemon::valid_provider_session(s))
-}
-
-/// The arguments that make `kind`'s CLI continue conversation `session`
-/// (`fork`: as a new conversation branching off it). Codex and Gemini CLI
-/// get none: their headless modes have no per-id resume npc can use.
-pub fn resume_args(kind: ProviderKind, session: &str, fork: bool) -> Vec<String> {
-    match kind {
-        ProviderKind::ClaudeCode => {
-            let mut args = vec!["--resume".to_string(), session.to_string()];
-            if fork {
-                args.push("--fork-session".to_string());
-            }
-            args
-        }
-        ProviderKind::Opencode => vec!["--session".to_string(), session.to_string()],
-        ProviderKind::Codex | ProviderKind::GeminiCli => Vec::new(),
-    }
+        .filter(|s| crate::surfaces::runs::valid_provider_session(s))
 }
 
 fn clip(s: &str) -> String {
@@ -1406,33 +1295,6 @@ mod tests {
         ended_tx.send(true).unwrap();
         assert!(denied(asking.await.unwrap()));
         assert!(agent.pending.lock().unwrap().is_empty());
-    }
-
-    #[test]
-    fn resume_arguments_per_provider() {
-        assert_eq!(
-            resume_args(ProviderKind::ClaudeCode, "abc", false),
-            ["--resume", "abc"]
-        );
-        assert_eq!(
-            resume_args(ProviderKind::ClaudeCode, "abc", true),
-            ["--resume", "abc", "--fork-session"]
-        );
-        assert_eq!(
-            resume_args(ProviderKind::Opencode, "s", false),
-            ["--session", "s"]
-        );
-        assert!(resume_args(ProviderKind::Codex, "s", false).is_empty());
-        assert!(resume_args(ProviderKind::GeminiCli, "s", true).is_empty());
-        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            daemon::resume_position(ProviderKind::Opencode, &args(&["run", "--format"])),
-            1
-        );
-        assert_eq!(
-            daemon::resume_position(ProviderKind::ClaudeCode, &args(&["-p"])),
-            0
-        );
     }
 
     #[test]

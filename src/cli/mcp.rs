@@ -266,7 +266,7 @@ async fn serve_http(addr: SocketAddr, access: Access, gateway: Gateway) -> anyho
 /// that editor and apply that profile's `ask_tools`.
 fn upgrade_request() -> crate::surfaces::control::Request {
     crate::surfaces::control::Request::Mcp {
-        approval: crate::acp::daemon::ApprovalRoute::from_env(),
+        approval: crate::surfaces::runs::ApprovalRoute::from_env(),
         profile: std::env::var(crate::hooks::policy::PROFILE_ENV).ok(),
     }
 }

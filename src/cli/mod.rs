@@ -266,7 +266,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             Ok(Exit::Ok)
         }
         Command::Schema { openapi: true } => {
-            let doc = crate::surfaces::api::openapi::document();
+            let doc = crate::api::openapi::document();
             outln!("{}", serde_json::to_string_pretty(&doc)?)?;
             Ok(Exit::Ok)
         }

@@ -490,13 +490,13 @@ fn uninstall(name: &str) -> anyhow::Result<Exit> {
     }
 }
 
-type Row = crate::surfaces::listings::PluginRow;
+type Row = crate::api::listings::PluginRow;
 
 /// Every plugin in discovery order (manifest, user registry), deduplicated;
 /// collisions are reported on stderr.
 fn discover(manifest: Option<PathBuf>) -> anyhow::Result<Vec<Row>> {
     let path = super::manifest_path(manifest).ok();
-    let listing = crate::surfaces::listings::plugin_rows(path.as_deref())?;
+    let listing = crate::api::listings::plugin_rows(path.as_deref())?;
     if let Some(path) = &listing.invalid_manifest {
         errln!(
             "warning: `{}` is invalid; its plugins are not listed (see `npc validate`)",

@@ -2,7 +2,11 @@
 //! stream its events to the terminal (compact, or NDJSON with
 //! `--format json`), record them in the event log, and exit with the
 //! agent's outcome (0 success, 1 agent failure, 2 usage, 124 timeout,
-//! 130 Ctrl-C, 143 SIGTERM).
+//! 130 Ctrl-C, 143 SIGTERM). The run is a row of the run queue (origin
+//! `cli`) like every run: when a daemon holds the repository, the daemon
+//! carries it out and this command follows it from the store (Ctrl-C asks
+//! the daemon to cancel it); otherwise it runs in this process
+//! (`runs::here`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,7 +19,10 @@ use super::output::OutputError;
 use super::{Exit, Format};
 
 use crate::providers::AgentEvent;
-use crate::runs::{self, Outcome, PromptChoice, RunRequest, view};
+use crate::runs::follow::{Ended, Follower, Step};
+use crate::runs::{self, Origin, Outcome, PromptChoice, RunRequest, view};
+use crate::surfaces::control::{Client, ControlError, Request};
+use crate::surfaces::runs::{LocalRun, MAX_DAEMON_PROMPT_BYTES};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -80,13 +87,31 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         }
         (None, None) => PromptChoice::Profile,
     };
+    // The working directory is resolved here, so the daemon (another
+    // process, another current directory) gets the one meant.
+    let cwd = match args.cwd.map(|dir| resolve_cwd(&dir)) {
+        None => None,
+        Some(Ok(dir)) => Some(dir),
+        Some(Err(e)) => {
+            errln!("error: {e}");
+            return Ok(Exit::Usage);
+        }
+    };
+    let asked = LocalRun {
+        run: prompt.manual_run(&args.profile),
+        cwd: cwd.clone(),
+        timeout_secs: args.timeout,
+        probe_after_secs: args.probe_after,
+        resume: None,
+        approval: None,
+    };
     let request = RunRequest {
         profile: args.profile,
         prompt,
         timeout: args
             .timeout
             .map_or(runs::DEFAULT_RUN_TIMEOUT, Duration::from_secs),
-        cwd: args.cwd,
+        cwd,
         probe_after: args
             .probe_after
             .map_or(crate::providers::STALE_AFTER, Duration::from_secs),
@@ -110,6 +135,19 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             }
         };
         tokio::pin!(cancel);
+        // A daemon holds the repository: it carries the run out (a prompt
+        // too long for its control channel runs here, as without one).
+        let fits = asked
+            .run
+            .prompt
+            .as_ref()
+            .is_none_or(|p| p.len() <= MAX_DAEMON_PROMPT_BYTES);
+        if fits && let Some((socket, _pid)) = paths.running_daemon() {
+            match in_daemon(&paths, &socket, asked.clone(), format, &mut cancel).await? {
+                InDaemon::Done(exit) => return Ok(exit),
+                InDaemon::Gone => {} // gone before it took the run: run here
+            }
+        }
         // The prompt renders off the executor (see `runs::prepare_blocking`).
         let preparing = runs::prepare_blocking(
             manifest.clone(),
@@ -146,6 +184,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             );
         }
         let (bus, supervisor, _supervisor_events) = super::standalone_recording(&paths, manifest)?;
+        let here = runs::here::Here {
+            store: bus.store().clone(),
+            bus: bus.clone(),
+            supervisor: supervisor.clone(),
+        };
         // A closed or failing stdout stops the printing, not the run: the
         // agent's work goes on and every event is still recorded. A closed
         // reader is not an error; another write failure fails the command
@@ -161,7 +204,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             supervisor.clone(),
             Some(bus.clone()),
         );
-        let result = runs::execute(&prepared, &supervisor, &bus, &hooks, sink, cancel).await;
+        let result = here
+            .run(Origin::Cli, &asked, &prepared, &hooks, sink, cancel)
+            .await;
         bus.shutdown().await;
         let report = match result {
             Err(e @ runs::RunError::Hook(_)) => {
@@ -196,6 +241,133 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
     // waited for.
     rt.shutdown_background();
     result
+}
+
+/// `dir` as an absolute, existing directory (relative to the current one).
+fn resolve_cwd(dir: &std::path::Path) -> Result<PathBuf, runs::RunError> {
+    let dir = if dir.is_absolute() {
+        dir.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(dir)
+    };
+    dir.canonicalize()
+        .ok()
+        .filter(|d| d.is_dir())
+        .ok_or(runs::RunError::BadCwd { path: dir })
+}
+
+/// What became of a run asked of the daemon.
+enum InDaemon {
+    /// It ran (or was refused); the command exits with this.
+    Done(Exit),
+    /// The daemon went away before it took the run.
+    Gone,
+}
+
+/// Ask the daemon at `socket` to carry out `asked` and follow the run from
+/// the store until it ended, printing its agent events; a signal asks the
+/// daemon to cancel it (the run's end then ends the command).
+async fn in_daemon(
+    paths: &crate::runtime::RepoPaths,
+    socket: &std::path::Path,
+    asked: LocalRun,
+    format: Format,
+    cancel: &mut std::pin::Pin<&mut impl std::future::Future<Output = i32>>,
+) -> anyhow::Result<InDaemon> {
+    let run_id = match Client::call(socket, &Request::Run { run: asked }).await {
+        Ok(answer) => match answer["run_id"].as_str() {
+            Some(id) => id.to_string(),
+            None => anyhow::bail!("the daemon answered {answer}"),
+        },
+        Err(ControlError::Connect { .. }) => return Ok(InDaemon::Gone),
+        Err(ControlError::Refused(e)) => {
+            errln!("error: {e}");
+            return Ok(InDaemon::Done(Exit::Usage));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let store = std::sync::Arc::new(crate::runtime::open_store_read_only(paths)?);
+    let mut follower = Follower::new(store, &run_id);
+    let daemon_up = || paths.running_daemon().is_some();
+    let mut signalled: Option<i32> = None;
+    let mut printing: Result<(), OutputError> = Ok(());
+    let ended: Ended = loop {
+        let step = tokio::select! {
+            step = follower.next(&daemon_up) => step?,
+            signal = cancel.as_mut(), if signalled.is_none() => {
+                signalled = Some(signal);
+                let (socket, id) = (socket.to_path_buf(), run_id.clone());
+                tokio::spawn(async move {
+                    let _ = Client::call(&socket, &Request::CancelRun { id }).await;
+                });
+                continue;
+            }
+        };
+        let page = match step {
+            Step::Events(page) => page,
+            Step::Ended(ended) => break ended,
+        };
+        for e in &page {
+            if e.kind == "run.started" && format == Format::Human {
+                for w in e.payload["warnings"].as_array().into_iter().flatten() {
+                    errln!("warning: {}", w.as_str().unwrap_or_default());
+                }
+                errln!(
+                    "run {run_id} · profile `{}` · provider `{}` · in {} (daemon)",
+                    e.payload["profile"].as_str().unwrap_or("?"),
+                    e.payload["provider"].as_str().unwrap_or("?"),
+                    e.payload["cwd"].as_str().unwrap_or("?"),
+                );
+            }
+            let agent = e.kind.starts_with("agent.") || e.kind.starts_with("cli_detection.");
+            if agent && printing.is_ok() {
+                printing = match format {
+                    Format::Json => outln!("{}", e.payload),
+                    Format::Human => {
+                        match serde_json::from_value::<AgentEvent>(e.payload.clone()) {
+                            Ok(event) => print_event(&run_id, &event, format),
+                            Err(_) => Ok(()),
+                        }
+                    }
+                };
+            }
+        }
+    };
+    if let Err(e @ OutputError::Failed { .. }) = printing {
+        return Err(e.into());
+    }
+    let finished = ended.finished.as_ref();
+    if let Some(error) = finished.and_then(|f| f["error"].as_str()) {
+        errln!("error: {error}");
+    } else if finished.is_none()
+        && let Some(why) = &ended.why
+    {
+        errln!("error: run {run_id} {}: {why}", ended.outcome);
+    }
+    if format == Format::Human
+        && let Some(f) = finished
+    {
+        let exit = serde_json::from_value::<crate::supervisor::ExitInfo>(f["exit"].clone())
+            .map(|e| e.to_string())
+            .unwrap_or_else(|_| "no exit".to_string());
+        errln!(
+            "run {run_id} {} ({exit}) in {:.1}s",
+            ended.outcome.replace('_', " "),
+            f["duration_ms"].as_f64().unwrap_or(0.0) / 1000.0
+        );
+    }
+    Ok(InDaemon::Done(match ended.outcome.as_str() {
+        "succeeded" => Exit::Ok,
+        "timed_out" => Exit::TimedOut,
+        "cancelled" => match signalled {
+            Some(signal) => cancelled_exit(signal),
+            None => match finished.and_then(|f| f["exit_code"].as_u64()) {
+                Some(code) if code == Exit::Terminated as u64 => Exit::Terminated,
+                _ => Exit::Interrupted,
+            },
+        },
+        _ => Exit::Failed,
+    }))
 }
 
 /// The exit of a run cancelled by `signal`.

@@ -114,7 +114,7 @@ pub fn list(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
         None => Vec::new(),
     };
     let store = store_of(&paths)?;
-    let rows = crate::surfaces::listings::trigger_rows(&model, &from_daemon, store.as_ref())?;
+    let rows = crate::api::listings::trigger_rows(&model, &from_daemon, store.as_ref())?;
     let source = match &daemon {
         Some((_, pid)) => format!("daemon pid {pid}"),
         None => "no daemon running; triggers fire only while `npc daemon` runs".to_string(),
@@ -278,51 +278,20 @@ pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
         return show(&store, &id, args.format);
     }
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
-    let mut rows: Vec<Value> = store
-        .trigger_runs(args.trigger.as_deref(), limit)?
+    // Every run is a row of the queue, whatever started it (`npc run`'s
+    // too: origin `cli`).
+    let rows: Vec<Value> = store
+        .run_rows(args.trigger.as_deref(), limit)?
         .iter()
         .map(|r| {
             json!({
                 "id": r.id, "trigger": r.trigger, "origin": r.origin, "state": r.state,
+                "profile": crate::api::listings::profile_of(r),
                 "enqueued_at_ms": r.enqueued_at_ms, "started_at_ms": r.started_at_ms,
                 "finished_at_ms": r.finished_at_ms, "detail": r.detail,
             })
         })
         .collect();
-    if args.trigger.is_none() {
-        // `npc run`'s runs: a `run.started` without a queue row.
-        for e in store.run_started_events(limit)? {
-            let Some(id) = e.payload["run_id"].as_str() else {
-                continue;
-            };
-            if store.trigger_run(id)?.is_some() {
-                continue;
-            }
-            let component = crate::runs::component(id);
-            let finished = store
-                .component_events(&component, e.id, MAX_SHOWN_EVENTS)?
-                .into_iter()
-                .find(|f| f.kind == "run.finished");
-            let state = finished
-                .as_ref()
-                .and_then(|f| f.payload["outcome"].as_str().map(str::to_string))
-                .unwrap_or_else(|| "running".to_string());
-            // A prompt `npc acp` ran itself says so (`source`).
-            let origin = e.payload["source"].as_str().unwrap_or("npc_run");
-            rows.push(json!({
-                "id": id, "trigger": null, "origin": origin, "state": state,
-                "profile": e.payload["profile"],
-                "enqueued_at_ms": e.ts_ms, "started_at_ms": e.ts_ms,
-                "finished_at_ms": finished.map(|f| f.ts_ms), "detail": null,
-            }));
-        }
-        rows.sort_by(|a, b| {
-            b["enqueued_at_ms"]
-                .as_i64()
-                .cmp(&a["enqueued_at_ms"].as_i64())
-        });
-        rows.truncate(limit);
-    }
     match args.format {
         Format::Json => outln!("{}", serde_json::to_string_pretty(&rows)?)?,
         Format::Human => {
@@ -353,7 +322,7 @@ pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
 }
 
 fn show(store: &Store, id: &str, format: Format) -> anyhow::Result<Exit> {
-    let row = store.trigger_run(id)?;
+    let row = store.run_row(id)?;
     let events = store.component_events(&crate::runs::component(id), 0, MAX_SHOWN_EVENTS)?;
     if row.is_none() && events.is_empty() {
         errln!("error: no run `{id}`; list them with `npc runs`");
@@ -385,7 +354,7 @@ fn show(store: &Store, id: &str, format: Format) -> anyhow::Result<Exit> {
                     outln!("detail: {d}")?;
                 }
             } else {
-                outln!("run {id} (npc run)")?;
+                outln!("run {id} (events only)")?;
             }
             for e in &events {
                 outln!("{}  {:<16}  {}", time(Some(e.ts_ms)), e.kind, e.payload)?;

@@ -4,14 +4,14 @@
 //! `agent.started`, `cli_detection.drift_detected`) so the runner can put
 //! the events on the bus as they are.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::model::ProviderKind;
 
 use super::Strategy;
 
 /// One event read from an agent CLI's output.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub enum AgentEvent {
     /// The CLI announced its session (Claude `system/init`, Codex
@@ -98,7 +98,7 @@ impl AgentEvent {
 }
 
 /// Why an [`AgentEvent::Error`] was emitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// The agent itself reported an error (an `error` event, a failed turn).

@@ -42,6 +42,7 @@ pub mod launch;
 pub mod lines;
 mod native;
 mod opencode;
+pub mod resume;
 pub mod similarity;
 pub mod text;
 
@@ -76,7 +77,7 @@ pub const ERROR_PREVIEW_BYTES: usize = 200;
 pub const STALE_AFTER: Duration = Duration::from_secs(30);
 
 /// One way of reading a provider's output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     NativeStreamJson,

@@ -1,237 +1,141 @@
-//! Recorded agent runs (`npc run`): launch one profile's provider CLI
-//! headless with a rendered prompt and the profile's MCP servers, read its
-//! output with the provider's [`Parser`], hand every [`AgentEvent`] to the
-//! caller (for the terminal) and to the event log (the [`EventBus`]), and
-//! end with an [`Outcome`].
+//! Runs: the one notion of a run. Whatever starts one — a trigger's firing,
+//! `npc trigger fire`, the REST API and the dashboard, a prompt of
+//! `npc acp`, `npc run` — it is one row of the durable run queue
+//! (`store::queue`) with an [`Origin`], moving `queued` → `running` → a
+//! final state, and every event it records carries its id under component
+//! `run.<id>`. Those who start runs only ask for them; this room owns the
+//! rest:
 //!
-//! A run is prepared ([`prepare`]: render the prompt once, write the MCP
-//! configuration under `<state>/runs/<run-id>/`, build the launch plan and
-//! the child's environment) and then executed ([`execute`]: spawn through
-//! the [`Supervisor`], stream, and stop on exit, timeout or cancellation by
-//! killing the child's whole process group). Every recorded event carries
-//! the run id in its payload and the component `run.<id>`; the run is
-//! bracketed by `run.started` and `run.finished`. A provider whose chain
-//! has `probe_on_stale` (Gemini CLI) keeps its stdin open for the advisory
-//! idle probe: after [`RunRequest::probe_after`] of silence outside an idle
-//! state, a newline ([`PROBE_BYTES`]) goes to the agent once per silence,
-//! recorded as `run.probe_sent`, then `run.probe_answered` when output
-//! follows (`run.probe_failed` when stdin no longer takes it).
+//! - [`queue`]: a request → a committed row (`run.queued`), the executor woken;
+//! - [`executor`]: the daemon's one executor, which claims queued rows with
+//!   bounded concurrency and each trigger's overlap policy and carries out
+//!   their action (a profile through [`agent`], a command through the
+//!   supervisor);
+//! - [`service`]: [`Runs`], what the daemon's front ends ask (start a run
+//!   by hand or for a local front end, cancel one, the applied triggers);
+//! - [`here`]: a run carried out in the asking process when no daemon holds
+//!   the repository — still a row (recorded `running`, owned by that
+//!   process), so `npc runs` lists it like any;
+//! - [`follow`]: a run of the daemon followed from the store, for the front
+//!   end that asked for it (`npc run`, `npc acp`);
+//! - [`agent`]: one agent run, prepared (prompt rendered, MCP config
+//!   written, launch planned) and executed (streamed, hooks observed);
+//! - [`view`]: the terminal view of a run's agent events.
+//!
+//! Architecture invariant: nothing here knows which front end asked (no
+//! import of `api`, `runtime`, `acp` or `cli`); what a front end adds to a
+//! run is typed (`surfaces::runs::LocalRun`), never free-form.
 
+pub mod agent;
+pub mod executor;
+pub mod follow;
+pub mod here;
+pub mod queue;
+pub mod service;
 pub mod view;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
-use serde::Serialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
-use crate::bus::{BusError, EventBus};
-use crate::hooks::{HookFailure, HookRunner};
-use crate::model::{HookEvent, Manifest, ProviderKind};
-use crate::native::{self, NativeError, PlanOptions, Target};
-use crate::providers::{self, AgentEvent, LaunchError, LaunchRequest, Parser};
-use crate::render::{self, RenderContext, RenderError, RunInfo};
-use crate::store::NewEvent;
-use crate::supervisor::{ChildSpec, ExitInfo, Supervisor, SupervisorError};
+/// The component name of run `id` in the event log (the store queries by it).
+pub use crate::store::queue::run_component as component;
+pub use agent::{
+    AUTH_ENV, DEFAULT_RUN_TIMEOUT, EXIT_SIGNAL_BASE, EXIT_TIMED_OUT, Outcome, POST_EXIT_DRAIN,
+    PREPARE_DEADLINE, PreparedRun, PromptChoice, RunError, RunReport, RunRequest, TriggeredBy,
+    event_payload, execute, prepare, prepare_blocking,
+};
+pub use service::{Runs, StartRunError};
 
-/// How long a run may take unless `--timeout` says otherwise.
-pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
-/// After the agent exits, how long its output streams may take to close.
-pub const POST_EXIT_DRAIN: Duration = Duration::from_secs(2);
+use crate::store::queue::state;
+
 /// Subdirectory of the state directory holding one directory per run.
 pub const RUNS_DIR: &str = "runs";
 /// Prefix of every run id.
 pub const RUN_ID_PREFIX: &str = "run-";
 /// Random bytes in a run id (after its timestamp).
 pub const RUN_ID_RANDOM_BYTES: usize = 4;
-/// Provider CLI authentication and configuration variables passed through
-/// to the agent when set (on top of the supervisor's essentials). Their
-/// values are never logged or recorded.
-pub const AUTH_ENV: [&str; 8] = [
-    "ANTHROPIC_API_KEY",
-    "CLAUDE_CODE_OAUTH_TOKEN",
-    "OPENAI_API_KEY",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "GOOGLE_APPLICATION_CREDENTIALS",
-    "CODEX_HOME",
-    "XDG_CONFIG_HOME",
-];
-/// Exit status of `npc run` when the run timed out (as `timeout(1)`).
-pub const EXIT_TIMED_OUT: u8 = 124;
-/// Exit statuses after a signal are 128 plus the signal number.
-pub const EXIT_SIGNAL_BASE: u8 = 128;
-/// What the advisory idle probe writes to a stale agent's stdin (the seed's
-/// "sends a newline and watches for a response").
-pub const PROBE_BYTES: &[u8] = b"\n";
-/// Longest a probe may wait for room in the agent's stdin pipe (an agent
-/// that never reads it fills it eventually); after that probing stops.
-pub const PROBE_WRITE_LIMIT: Duration = Duration::from_secs(1);
+/// The queue of runs started by hand (the API, `npc acp`, `npc run`). It is
+/// not a valid trigger name (`[a-z0-9][a-z0-9_-]*`), so no trigger shares
+/// it; its runs never wait behind each other (overlap does not apply).
+pub const MANUAL_QUEUE: &str = "@manual";
 
-/// Why a run could not be prepared or executed.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error("no profile `{name}` in the manifest; known profiles: {known}")]
-    UnknownProfile { name: String, known: String },
-    #[error(
-        "profile `{profile}` names provider `{provider}`, which the manifest does not define; run `npc validate` and fix the reference"
-    )]
-    UnknownProvider { profile: String, provider: String },
-    #[error(
-        "profile `{profile}` has no `prompt`; pass `--prompt TEXT` or `--prompt-template NAME`"
-    )]
-    NoPrompt { profile: String },
-    #[error(
-        "`--var` needs `--prompt-template NAME`; `--prompt` text and the profile's prompt take no variables"
-    )]
-    VarsWithoutTemplate,
-    #[error(transparent)]
-    Render(#[from] RenderError),
-    #[error(
-        "rendering the prompt and preparing the run took longer than {}s; look for loops over large ranges in the prompt template",
-        deadline.as_secs()
-    )]
-    PrepareTimeout { deadline: Duration },
-    #[error("preparing the run failed: {reason}; report this as a bug")]
-    PrepareFailed { reason: String },
-    #[error("working directory `{}` is not a directory; pass an existing `--cwd`", path.display())]
-    BadCwd { path: PathBuf },
-    #[error("cannot write the run's MCP configuration: {0}")]
-    Native(#[from] NativeError),
-    #[error("cannot create `{}`: {source}; check the state directory's permissions", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Launch(#[from] LaunchError),
-    #[error("cannot start the agent: {0}")]
-    Spawn(#[from] SupervisorError),
-    #[error("cannot record the run in the event log: {0}")]
-    Record(#[from] BusError),
-    #[error("the run did not start: {0}")]
-    Hook(#[from] HookFailure),
+/// Who asked for a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    Cron,
+    Webhook,
+    FileWatch,
+    /// `npc trigger fire NAME`.
+    Manual,
+    /// A profile run started through the REST API (`POST /api/v1/runs`).
+    Api,
+    /// A prompt of `npc acp`.
+    Acp,
+    /// `npc run`.
+    Cli,
 }
 
-/// Where the task prompt comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PromptChoice {
-    /// `--prompt TEXT`, used as written.
-    Literal { text: String },
-    /// `--prompt-template NAME` rendered with `--var`s.
-    Template {
-        name: String,
-        vars: BTreeMap<String, String>,
-    },
-    /// The profile's own `prompt`, rendered with its defaults.
-    Profile,
-}
-
-/// What the caller asks of one run.
-#[derive(Debug, Clone)]
-pub struct RunRequest {
-    pub profile: String,
-    pub prompt: PromptChoice,
-    pub timeout: Duration,
-    /// Where the agent runs (e.g. a worktree); the repository root when `None`.
-    pub cwd: Option<PathBuf>,
-    /// Silence after which a provider with `probe_on_stale` is probed
-    /// ([`providers::STALE_AFTER`] by default).
-    pub probe_after: Duration,
-    /// The trigger that started the run, if one did.
-    pub trigger: Option<TriggeredBy>,
-}
-
-/// The trigger behind a run: its name (`run.trigger` in a template) and
-/// its payload (the template value `trigger`, looked up leniently).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TriggeredBy {
-    pub name: String,
-    pub payload: serde_json::Value,
-}
-
-/// A run ready to start: everything [`execute`] needs.
-#[derive(Debug, Clone)]
-pub struct PreparedRun {
-    pub id: String,
-    pub profile: String,
-    pub provider: String,
-    pub kind: ProviderKind,
-    /// The rendered task prompt.
-    pub prompt: String,
-    /// The child to spawn (exposed values; never log `args` or `env`).
-    pub spec: ChildSpec,
-    /// The repository root: the tools' working directory.
-    pub tool_cwd: PathBuf,
-    /// The MCP configuration file passed to the agent, if any.
-    pub mcp_config: Option<PathBuf>,
-    pub timeout: Duration,
-    /// See [`RunRequest::probe_after`].
-    pub probe_after: Duration,
-    /// Things the user should know (printed on stderr, not recorded as errors).
-    pub warnings: Vec<String>,
-    /// Who started the run when the CLI did not (`acp`): recorded as its
-    /// `run.started` event's `source`, which the run listings show.
-    pub source: Option<&'static str>,
-}
-
-/// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum Outcome {
-    /// The agent exited 0 and did not report a failed turn.
-    Succeeded,
-    /// The agent exited non-zero, was killed, or reported a failed turn.
-    Failed { exit: ExitInfo },
-    /// The run outlived its timeout; the process group was killed.
-    TimedOut,
-    /// The run was cancelled by `signal` (SIGINT, SIGTERM); the process
-    /// group was killed.
-    Cancelled { signal: i32 },
-    /// A `before_model` / `after_model` hook failed (hooks fail closed); the
-    /// process group was killed.
-    HookFailed,
-}
-
-impl Outcome {
-    /// The exit status `npc run` ends with.
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Self::Succeeded => 0,
-            Self::Failed { .. } | Self::HookFailed => 1,
-            Self::TimedOut => EXIT_TIMED_OUT,
-            Self::Cancelled { signal } => {
-                EXIT_SIGNAL_BASE.saturating_add(u8::try_from(signal).unwrap_or(0))
-            }
-        }
-    }
-
+impl Origin {
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::Succeeded => "succeeded",
-            Self::Failed { .. } => "failed",
-            Self::TimedOut => "timed_out",
-            Self::Cancelled { .. } => "cancelled",
-            Self::HookFailed => "hook_failed",
+            Self::Cron => "cron",
+            Self::Webhook => "webhook",
+            Self::FileWatch => "file_watch",
+            Self::Manual => "manual",
+            Self::Api => "api",
+            Self::Acp => "acp",
+            Self::Cli => "cli",
         }
+    }
+
+    /// Whether a run of this origin carries a `surfaces::runs::LocalRun`
+    /// (a local front end's request) as its row's payload.
+    pub fn is_local(self) -> bool {
+        matches!(self, Self::Acp | Self::Cli)
+    }
+
+    /// The origin a row names; `None` for a word no build of npc writes.
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Cron,
+            Self::Webhook,
+            Self::FileWatch,
+            Self::Manual,
+            Self::Api,
+            Self::Acp,
+            Self::Cli,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == s)
     }
 }
 
-/// What [`execute`] reports at the end.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunReport {
-    pub outcome: Outcome,
-    /// The agent's own exit status (killed by a signal after a timeout or
-    /// cancellation).
-    pub exit: ExitInfo,
-    pub duration: Duration,
-    /// Agent events read from the output (recorded and handed to the sink).
-    pub events: usize,
-    /// Why a hook stopped the run ([`Outcome::HookFailed`]).
-    pub hook_error: Option<String>,
+/// How a run ended: its stored state and a detail.
+pub type Ending = (&'static str, Option<String>);
+
+/// The stored end of an agent run that `result` reports.
+pub fn ending_of(result: &Result<RunReport, RunError>) -> Ending {
+    match result {
+        Ok(report) => match report.outcome {
+            Outcome::Succeeded => (state::SUCCEEDED, None),
+            Outcome::HookFailed => (
+                state::FAILED,
+                Some(
+                    report
+                        .hook_error
+                        .clone()
+                        .unwrap_or_else(|| "a hook failed".into()),
+                ),
+            ),
+            Outcome::Failed { exit } => (state::FAILED, Some(exit.to_string())),
+            Outcome::TimedOut => (state::TIMED_OUT, None),
+            Outcome::Cancelled { .. } => (state::CANCELLED, None),
+        },
+        Err(e) => (state::FAILED, Some(e.to_string())),
+    }
 }
 
 /// A new run id: `run-` + UTC timestamp to the millisecond + random hex,
@@ -273,649 +177,32 @@ pub fn run_dir(state_dir: &Path, id: &str) -> PathBuf {
     state_dir.join(RUNS_DIR).join(id)
 }
 
-/// Longest [`prepare_blocking`] may take: rendering is bounded by its fuel
-/// budget well before this (the daemon's reloads have the same deadline,
-/// `runtime::LOAD_DEADLINE`).
-pub const PREPARE_DEADLINE: Duration = Duration::from_secs(30);
-
-/// [`prepare`] on a blocking thread, off the async executor, within
-/// [`PREPARE_DEADLINE`]: while the prompt renders, the executor stays free
-/// for the signal handlers, so Ctrl-C and SIGTERM still end the command.
-pub async fn prepare_blocking(
-    manifest: Manifest,
-    root: PathBuf,
-    req: RunRequest,
-    id: String,
-) -> Result<PreparedRun, RunError> {
-    let work = tokio::task::spawn_blocking(move || prepare(&manifest, &root, &req, id));
-    match tokio::time::timeout(PREPARE_DEADLINE, work).await {
-        Ok(Ok(result)) => result,
-        Ok(Err(e)) => Err(RunError::PrepareFailed {
-            reason: e.to_string(),
-        }),
-        Err(_) => Err(RunError::PrepareTimeout {
-            deadline: PREPARE_DEADLINE,
-        }),
-    }
+/// This process as a running row's owner (`supervisor::ProcessRecord::key`).
+pub fn this_process() -> Option<String> {
+    crate::supervisor::ProcessRecord::current().map(|p| p.key())
 }
 
-/// Prepare run `req` of `manifest` (repository at `root`): render the
-/// prompt with one [`RenderContext`], write the profile's MCP servers in
-/// the provider's native format under the run's directory, and build the
-/// child's launch plan and environment.
-pub fn prepare(
-    manifest: &Manifest,
-    root: &Path,
-    req: &RunRequest,
-    id: String,
-) -> Result<PreparedRun, RunError> {
-    let profile = manifest
-        .profiles
-        .get(&req.profile)
-        .ok_or_else(|| RunError::UnknownProfile {
-            name: req.profile.clone(),
-            known: known(manifest.profiles.keys()),
-        })?;
-    let provider =
-        manifest
-            .providers
-            .get(&profile.provider)
-            .ok_or_else(|| RunError::UnknownProvider {
-                profile: req.profile.clone(),
-                provider: profile.provider.clone(),
-            })?;
-    let cwd = match &req.cwd {
-        None => root.to_path_buf(),
-        Some(dir) => {
-            let dir = if dir.is_absolute() {
-                dir.clone()
-            } else {
-                std::env::current_dir().unwrap_or_default().join(dir)
-            };
-            dir.canonicalize()
-                .ok()
-                .filter(|d| d.is_dir())
-                .ok_or(RunError::BadCwd { path: dir })?
-        }
-    };
-    let mut ctx = RenderContext::new(root, manifest)
-        .with_profile(req.profile.clone())
-        .with_run(RunInfo {
-            id: id.clone(),
-            trigger: req.trigger.as_ref().map(|t| t.name.clone()),
-            started_at: Some(chrono::Utc::now().to_rfc3339()),
-        });
-    if let Some(t) = &req.trigger {
-        ctx = ctx.with_trigger(t.payload.clone());
-    }
-    let prompt = match &req.prompt {
-        PromptChoice::Literal { text } => text.clone(),
-        PromptChoice::Template { name, vars } => render::prompt(manifest, name, vars, &ctx)?,
-        PromptChoice::Profile => {
-            let name = profile.prompt.as_ref().ok_or_else(|| RunError::NoPrompt {
-                profile: req.profile.clone(),
-            })?;
-            render::prompt(manifest, name, &BTreeMap::new(), &ctx)?
-        }
-    };
-    let dir = run_dir(ctx.state_dir(), &id);
-    let mut warnings = Vec::new();
-    let mcp_text = mcp_config_text(manifest, &profile.mcp_servers, provider.kind, &dir)?;
-    let model = profile.model.as_ref().map(|m| m.expose());
-    let mut mcp_config = None;
-    let plan = match &mcp_text {
-        None => launch(provider, &prompt, model, None)?,
-        Some((path, text)) => match launch(provider, &prompt, model, Some(path)) {
-            Ok(plan) => {
-                write_file(root, path, text)?;
-                mcp_config = Some(path.clone());
-                plan
-            }
-            Err(e @ LaunchError::McpConfigUnsupported { .. }) => {
-                warnings.push(format!("running without the profile's MCP servers: {e}"));
-                launch(provider, &prompt, model, None)?
-            }
-        },
-    };
-    let mut env: BTreeMap<String, String> = AUTH_ENV
-        .iter()
-        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
-        .collect();
-    env.extend(
-        plan.exposed_env()
-            .map(|(k, v)| (k.to_string(), v.to_string())),
-    );
-    // The agent's hooks (`npc hook run`) apply the profile's `ask_tools`.
-    env.insert(
-        crate::hooks::policy::PROFILE_ENV.to_string(),
-        req.profile.clone(),
-    );
-    let spec =
-        ChildSpec::new(plan.program.clone(), cwd).args(plan.exposed_args().map(str::to_string));
-    let spec = ChildSpec { env, ..spec };
-    Ok(PreparedRun {
-        id,
-        profile: req.profile.clone(),
-        provider: profile.provider.clone(),
-        kind: provider.kind,
-        prompt,
-        spec,
-        tool_cwd: root.to_path_buf(),
-        mcp_config,
-        timeout: req.timeout,
-        probe_after: req.probe_after,
-        warnings,
-        source: None,
-    })
-}
-
-fn launch(
-    provider: &crate::model::Provider,
-    prompt: &str,
-    model: Option<&str>,
-    mcp_config: Option<&Path>,
-) -> Result<providers::LaunchPlan, LaunchError> {
-    providers::launch_plan(
-        provider,
-        &LaunchRequest {
-            prompt,
-            model,
-            mcp_config,
-        },
-    )
-}
-
-/// The native MCP configuration holding only `servers`, and where it goes
-/// under `dir`; `None` when the profile names no server.
-fn mcp_config_text(
-    manifest: &Manifest,
-    servers: &[String],
-    kind: ProviderKind,
-    dir: &Path,
-) -> Result<Option<(PathBuf, String)>, RunError> {
-    if servers.is_empty() {
-        return Ok(None);
-    }
-    let mut only = manifest.clone();
-    only.mcp_servers.retain(|name, _| servers.contains(name));
-    let path = native::target_path(dir, &Target::project(kind));
-    let change = native::plan_text(
-        path.clone(),
-        kind,
-        None,
-        &only,
-        &BTreeSet::new(),
-        PlanOptions::default(),
-    )?;
-    if change.after.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some((path, change.after)))
-}
-
-/// Write one of npc's own files under the repository `root` through the
-/// guarded layer: private, never through a link.
-fn write_file(root: &Path, path: &Path, text: &str) -> Result<(), RunError> {
-    let io = |source| RunError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let guard = crate::repofs::Root::new(root).map_err(|e| io(e.into()))?;
-    guard
-        .write(path, text.as_bytes(), crate::repofs::WriteOptions::PRIVATE)
-        .map_err(|e| io(e.into()))?;
-    Ok(())
-}
-
-fn known<'a>(names: impl Iterator<Item = &'a String>) -> String {
-    let names: Vec<String> = names.map(|n| format!("`{n}`")).collect();
-    if names.is_empty() {
-        "none".to_string()
-    } else {
-        names.join(", ")
-    }
-}
-
-/// The recorded (and `--format json`) payload of an agent event: the event
-/// with its `type`, plus the run id.
-pub fn event_payload(run_id: &str, event: &AgentEvent) -> Value {
-    let mut v = serde_json::to_value(event).unwrap_or_else(|_| json!({}));
-    if let Value::Object(map) = &mut v {
-        map.insert("run_id".to_string(), Value::String(run_id.to_string()));
-    }
-    v
-}
-
-/// The component name of run `id` in the event log (the store queries by it).
-pub use crate::store::queue::run_component as component;
-
-/// Start `run` through `supervisor` and stream it: every parsed event goes
-/// to `sink` and is recorded on `bus`. The run stops when the agent exits,
-/// when its timeout passes, or when `cancel` resolves (with the signal
-/// number); the last two kill the child's process group.
-///
-/// `hooks` observe the run: `on_agent_start` and `before_model` (the task
-/// prompt) before the agent starts — a failure there means it never starts
-/// ([`RunError::Hook`]); `after_model` for each assistant message and
-/// `before_model` for each tool result the agent feeds back, from the
-/// parsed provider events — a failure kills the agent
-/// ([`Outcome::HookFailed`]); then the best-effort `on_error` (a run that
-/// did not succeed) and `on_agent_end`. Tool hooks are not run here: the
-/// gateway and the agents' native hook bridges enforce them.
-pub async fn execute<F>(
-    run: &PreparedRun,
-    supervisor: &Supervisor,
-    bus: &EventBus,
-    hooks: &HookRunner,
-    mut sink: F,
-    cancel: impl std::future::Future<Output = i32>,
-) -> Result<RunReport, RunError>
-where
-    F: FnMut(&AgentEvent),
-{
-    let started = Instant::now();
-    let component = component(&run.id);
-    let record = |kind: &str, payload: Value| {
-        bus.publish(NewEvent::new(kind.to_string(), payload).for_component(component.clone()))
-    };
-    record(
-        "run.started",
-        json!({
-            "run_id": run.id,
-            "profile": run.profile,
-            "provider": run.provider,
-            "provider_kind": run.kind.as_str(),
-            "program": run.spec.program,
-            "cwd": run.spec.cwd,
-            "tool_cwd": run.tool_cwd,
-            "mcp_config": run.mcp_config,
-            "timeout_secs": run.timeout.as_secs(),
-            "prompt_chars": run.prompt.chars().count(),
-            "source": run.source,
-        }),
-    )
-    .await?;
-    let start_payload = json!({
-        "messages": [{ "role": "user", "content": run.prompt }],
-        "run_id": run.id,
-        "profile": run.profile,
-        "provider": run.provider,
-    });
-    let starting = match hooks
-        .observe(HookEvent::OnAgentStart, start_payload.clone())
+/// Mark the running rows whose owning process is gone (killed, crashed)
+/// `interrupted`: they never run again. Rows of a live process (a daemon,
+/// an `npc run` in another terminal) are left alone. Returns the ids.
+pub async fn interrupt_orphans(
+    store: &std::sync::Arc<crate::store::Store>,
+) -> Result<Vec<String>, crate::store::StoreError> {
+    let reader = store.clone();
+    let running = tokio::task::spawn_blocking(move || reader.running_runs())
         .await
-    {
-        Ok(()) => hooks.observe(HookEvent::BeforeModel, start_payload).await,
-        failed => failed,
-    };
-    if let Err(failure) = starting {
-        let message = failure.to_string();
-        record(
-            "run.finished",
-            json!({
-                "run_id": run.id,
-                "outcome": "hook_failed",
-                "error": message,
-                "duration_ms": millis(started.elapsed()),
-                "cwd": run.spec.cwd,
-                "tool_cwd": run.tool_cwd,
-                "cancelled": false,
-            }),
-        )
-        .await?;
-        end_hooks(hooks, run, Some(&message), "hook_failed").await;
-        return Err(failure.into());
-    }
-    let mut child = match supervisor.spawn_streaming(&run.spec) {
-        Ok(child) => child,
-        Err(e) => {
-            let message = e.to_string();
-            record(
-                "run.finished",
-                json!({
-                    "run_id": run.id,
-                    "outcome": "failed",
-                    "error": message,
-                    "duration_ms": millis(started.elapsed()),
-                    "cwd": run.spec.cwd,
-                    "tool_cwd": run.tool_cwd,
-                    "cancelled": false,
-                }),
-            )
-            .await?;
-            end_hooks(hooks, run, Some(&message), "failed").await;
-            return Err(e.into());
-        }
-    };
-    let mut model = ModelHooks::default();
-    let mut hook_error: Option<String> = None;
-    let mut parser = Parser::embedded(run.kind).with_stale_after(run.probe_after);
-    // The agent reads nothing from npc but the advisory idle probe: for a
-    // provider that is probed (`probe_on_stale`, Gemini CLI) stdin stays
-    // open for it — Gemini stops waiting for piped input after 500 ms of
-    // silence, so an open stdin does not hold it up; for every other
-    // provider stdin closes at once (EOF, as `/dev/null` would give).
-    let mut probe_pipe = child.stdin.take().filter(|_| parser.probes());
-    let mut probe = ProbeState::default();
-    let killer = child.killer();
-    let (_, empty_out) = tokio::sync::mpsc::channel(1);
-    let (_, empty_err) = tokio::sync::mpsc::channel(1);
-    let mut stdout = std::mem::replace(&mut child.stdout, empty_out);
-    let mut stderr = std::mem::replace(&mut child.stderr, empty_err);
-    let mut count = 0usize;
-    let mut failed_turn = false;
-    let mut deliver = |events: Vec<AgentEvent>, count: &mut usize| {
-        let mut pending = Vec::with_capacity(events.len());
-        for e in events {
-            if let AgentEvent::Idle { is_error, .. } = &e {
-                failed_turn = *is_error;
-            }
-            sink(&e);
-            pending.push(record(e.type_name(), event_payload(&run.id, &e)));
-            *count += 1;
-        }
-        pending
-    };
-    let timeout = tokio::time::sleep(run.timeout);
-    tokio::pin!(timeout);
-    tokio::pin!(cancel);
-    let wait = child.wait();
-    tokio::pin!(wait);
-    let mut stop: Option<Outcome> = None;
-    let mut exit: Option<ExitInfo> = None;
-    let (mut out_open, mut err_open) = (true, true);
-    let drain = tokio::time::sleep(run.timeout.saturating_add(POST_EXIT_DRAIN));
-    tokio::pin!(drain);
-    let probe_timer = tokio::time::sleep(run.timeout);
-    tokio::pin!(probe_timer);
-    while out_open || err_open || exit.is_none() {
-        // The probe is due when the parser says the agent went stale; the
-        // timer is re-armed after every event.
-        let due = probe_pipe
-            .as_ref()
-            .and(parser.probe_due())
-            .filter(|_| exit.is_none() && stop.is_none());
-        if let Some(due) = due {
-            probe_timer
-                .as_mut()
-                .reset(tokio::time::Instant::from_std(due));
-        }
-        let mut probe_records = Vec::new();
-        let pending = tokio::select! {
-            line = stdout.recv(), if out_open => match line {
-                Some(mut line) => {
-                    line.bytes.push(b'\n');
-                    if let Some(payload) = probe.answered(&run.id) {
-                        probe_records.push(record("run.probe_answered", payload));
-                    }
-                    let events = parser.feed(&line.bytes);
-                    model.saw(&events);
-                    deliver(events, &mut count)
-                }
-                None => {
-                    out_open = false;
-                    Vec::new()
-                }
-            },
-            line = stderr.recv(), if err_open => match line {
-                Some(mut line) => {
-                    line.bytes.push(b'\n');
-                    if let Some(payload) = probe.answered(&run.id) {
-                        probe_records.push(record("run.probe_answered", payload));
-                    }
-                    let events = parser.feed_stderr(&line.bytes);
-                    model.saw(&events);
-                    deliver(events, &mut count)
-                }
-                None => {
-                    err_open = false;
-                    Vec::new()
-                }
-            },
-            status = &mut wait, if exit.is_none() => {
-                exit = Some(status?);
-                drain.as_mut().reset(tokio::time::Instant::now() + POST_EXIT_DRAIN);
-                Vec::new()
-            }
-            () = &mut drain, if exit.is_some() => break,
-            () = &mut probe_timer, if due.is_some() => {
-                let now = Instant::now();
-                let silent = parser.last_output().map_or(started, |t| t.max(started));
-                let written = match probe_pipe.as_mut() {
-                    Some(pipe) => write_probe(pipe).await,
-                    None => Ok(()),
-                };
-                parser.probe_sent(now);
-                let (kind, payload) = match written {
-                    Ok(()) => {
-                        probe.sent = Some(now);
-                        ("run.probe_sent", json!({
-                            "run_id": run.id,
-                            "silent_ms": millis(now.saturating_duration_since(silent)),
-                            "advisory": true,
-                        }))
-                    }
-                    Err(e) => {
-                        // The agent closed its stdin or never reads it: no
-                        // more probes.
-                        probe_pipe = None;
-                        ("run.probe_failed", json!({ "run_id": run.id, "error": e.to_string() }))
-                    }
-                };
-                probe_records.push(record(kind, payload));
-                Vec::new()
-            }
-            () = &mut timeout, if stop.is_none() && exit.is_none() => {
-                stop = Some(Outcome::TimedOut);
-                let _ = killer.kill();
-                Vec::new()
-            }
-            signal = &mut cancel, if stop.is_none() && exit.is_none() => {
-                stop = Some(Outcome::Cancelled { signal });
-                let _ = killer.kill();
-                Vec::new()
-            }
-        };
-        for p in probe_records {
-            p.await?;
-        }
-        for p in pending {
-            p.await?;
-        }
-        if stop.is_none()
-            && let Err(failure) = model.run(hooks, &run.id).await
-        {
-            stop = Some(Outcome::HookFailed);
-            hook_error = Some(failure.to_string());
-            let _ = killer.kill();
-        }
-    }
-    drop(probe_pipe);
-    let events = parser.finish();
-    model.saw(&events);
-    model.flush();
-    for p in deliver(events, &mut count) {
-        p.await?;
-    }
-    if stop.is_none()
-        && let Err(failure) = model.run(hooks, &run.id).await
-    {
-        stop = Some(Outcome::HookFailed);
-        hook_error = Some(failure.to_string());
-    }
-    let exit = exit.unwrap_or_default();
-    let outcome = stop.unwrap_or(if exit.success() && !failed_turn {
-        Outcome::Succeeded
-    } else {
-        Outcome::Failed { exit }
-    });
-    let duration = started.elapsed();
-    record(
-        "run.finished",
-        json!({
-            "run_id": run.id,
-            "outcome": outcome.as_str(),
-            "exit": exit,
-            "exit_code": outcome.exit_code(),
-            "cancelled": matches!(outcome, Outcome::Cancelled { .. }),
-            "timed_out": outcome == Outcome::TimedOut,
-            "duration_ms": millis(duration),
-            "cwd": run.spec.cwd,
-            "tool_cwd": run.tool_cwd,
-            "events": count,
-            "error": hook_error,
-        }),
-    )
-    .await?;
-    let error = match outcome {
-        Outcome::Succeeded => None,
-        Outcome::HookFailed => hook_error.clone(),
-        Outcome::Failed { exit } => Some(format!("the agent failed ({exit})")),
-        Outcome::TimedOut => Some(format!(
-            "the run outlived its timeout of {}s",
-            run.timeout.as_secs()
-        )),
-        Outcome::Cancelled { signal } => Some(format!("the run was cancelled by signal {signal}")),
-    };
-    end_hooks(hooks, run, error.as_deref(), outcome.as_str()).await;
-    Ok(RunReport {
-        outcome,
-        exit,
-        duration,
-        events: count,
-        hook_error,
-    })
-}
-
-/// The best-effort end of a run's hooks: `on_error` with `error` (when the
-/// run did not succeed), then `on_agent_end`.
-async fn end_hooks(hooks: &HookRunner, run: &PreparedRun, error: Option<&str>, outcome: &str) {
-    if let Some(error) = error {
-        let payload = json!({ "error": error, "run_id": run.id, "outcome": outcome });
-        let _ = hooks.observe(HookEvent::OnError, payload).await;
-    }
-    let payload = json!({ "messages": [], "run_id": run.id, "outcome": outcome });
-    let _ = hooks.observe(HookEvent::OnAgentEnd, payload).await;
-}
-
-/// Longest assistant text gathered from message fragments for one
-/// `after_model` call; the rest of a longer message is dropped from it.
-pub const MAX_MODEL_TEXT_BYTES: usize = 1024 * 1024;
-
-/// The model hooks a run's parsed events call for, in order: `after_model`
-/// for each assistant message (fragments gathered until the message ends),
-/// `before_model` for each tool result the agent hands back to its model.
-#[derive(Debug, Default)]
-struct ModelHooks {
-    /// Text of a message arriving in fragments.
-    partial: String,
-    due: Vec<(HookEvent, Value)>,
-}
-
-impl ModelHooks {
-    fn saw(&mut self, events: &[AgentEvent]) {
-        for e in events {
-            match e {
-                AgentEvent::Message { text, delta: true } => {
-                    let room = MAX_MODEL_TEXT_BYTES.saturating_sub(self.partial.len());
-                    let cut = crate::model::source::floor_char_boundary(text, room);
-                    self.partial.push_str(&text[..cut]);
-                }
-                AgentEvent::Message { text, delta: false } => {
-                    self.flush();
-                    self.after_model(text.clone());
-                }
-                AgentEvent::ToolResult {
-                    id,
-                    name,
-                    output,
-                    is_error,
-                } => {
-                    self.flush();
-                    self.due.push((
-                        HookEvent::BeforeModel,
-                        json!({ "messages": [{
-                            "role": "tool",
-                            "tool_call_id": id,
-                            "name": name,
-                            "content": output,
-                            "is_error": is_error,
-                        }] }),
-                    ));
-                }
-                AgentEvent::Idle { .. } | AgentEvent::ToolCall { .. } => self.flush(),
-                _ => {}
-            }
-        }
-    }
-
-    /// A message that arrived in fragments is complete.
-    fn flush(&mut self) {
-        if !self.partial.is_empty() {
-            let text = std::mem::take(&mut self.partial);
-            self.after_model(text);
-        }
-    }
-
-    fn after_model(&mut self, text: String) {
-        self.due.push((
-            HookEvent::AfterModel,
-            json!({ "messages": [{ "role": "assistant", "content": text }] }),
-        ));
-    }
-
-    /// Run the hooks due, in order; the first failure stops them.
-    async fn run(&mut self, hooks: &HookRunner, run_id: &str) -> Result<(), HookFailure> {
-        for (event, mut payload) in std::mem::take(&mut self.due) {
-            if !hooks.set().has(event) {
-                continue;
-            }
-            payload["run_id"] = run_id.into();
-            hooks.observe(event, payload).await?;
-        }
-        Ok(())
-    }
-}
-
-/// The idle probe's bookkeeping within one run.
-#[derive(Debug, Default)]
-struct ProbeState {
-    /// When the last probe went out, until the agent's next output.
-    sent: Option<Instant>,
-}
-
-impl ProbeState {
-    /// Output arrived: the payload of `run.probe_answered` when a probe was
-    /// waiting for it.
-    fn answered(&mut self, run_id: &str) -> Option<Value> {
-        let sent = self.sent.take()?;
-        Some(json!({
-            "run_id": run_id,
-            "after_ms": millis(sent.elapsed()),
-        }))
-    }
-}
-
-/// Write [`PROBE_BYTES`] to the agent's stdin, within [`PROBE_WRITE_LIMIT`].
-async fn write_probe(pipe: &mut tokio::process::ChildStdin) -> std::io::Result<()> {
-    use tokio::io::AsyncWriteExt as _;
-    let write = async {
-        pipe.write_all(PROBE_BYTES).await?;
-        pipe.flush().await
-    };
-    tokio::time::timeout(PROBE_WRITE_LIMIT, write)
-        .await
-        .unwrap_or_else(|_| {
-            Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "the agent's stdin stayed full; it does not read the probe",
-            ))
+        .unwrap_or_else(|_| Ok(Vec::new()))?;
+    let orphans: Vec<(String, Option<String>)> = running
+        .into_iter()
+        .filter(|(_, owner)| {
+            !owner
+                .as_deref()
+                .and_then(crate::supervisor::ProcessRecord::parse)
+                .is_some_and(crate::supervisor::ProcessRecord::alive)
         })
+        .collect();
+    if orphans.is_empty() {
+        return Ok(Vec::new());
+    }
+    store.interrupt_runs(orphans).await
 }
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-#[cfg(test)]
-mod tests;

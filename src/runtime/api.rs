@@ -11,18 +11,17 @@ use crate::bus::EventBus;
 use crate::store::Store;
 use tokio_util::sync::CancellationToken;
 
+use crate::api::resources::{FireAccepted, PaneAnswer, PaneOp, PaneView, pane_error, pane_view};
+use crate::api::terminal::Terminal;
 use crate::panes::PaneError;
-use crate::surfaces::api::resources::{
-    FireAccepted, PaneAnswer, PaneOp, PaneView, pane_error, pane_view,
-};
-use crate::surfaces::api::terminal::Terminal;
 use futures_util::future::BoxFuture;
 
-use crate::surfaces::api::{Answer, ApiBackend, ApiError, ApiListener};
-use crate::surfaces::listings::{self, PluginRow};
-use crate::surfaces::mcp_http::Access;
-use crate::triggers::executor::CancelError;
-use crate::triggers::{ManualRun, Refused};
+use crate::api::listings::{self, PluginRow};
+use crate::api::{Answer, ApiBackend, ApiError, ApiListener};
+use crate::runs::executor::CancelError;
+use crate::runs::queue::Refused;
+use crate::surfaces::runs::ManualRun;
+use crate::surfaces::tcp::Access;
 use axum::http::StatusCode;
 
 /// Event: the REST API listens (`url`).
@@ -138,10 +137,10 @@ impl ApiBackend for DaemonApi {
 
     fn start_run(&self, run: ManualRun) -> BoxFuture<'_, Result<String, ApiError>> {
         Box::pin(async move {
-            use super::triggers::StartRunError as E;
+            use crate::runs::StartRunError as E;
             self.runtime
-                .triggers()
-                .start_run(run)
+                .runs()
+                .start_manual(run)
                 .await
                 .map_err(|e| match e {
                     E::NoManifest => ApiError::new(
@@ -166,31 +165,16 @@ impl ApiBackend for DaemonApi {
 
     fn cancel_run(&self, id: String) -> BoxFuture<'_, Result<String, ApiError>> {
         Box::pin(async move {
-            match self.runtime.triggers().cancel_run(&id).await {
+            match self.runtime.runs().cancel(&id).await {
                 Ok(state) => Ok(state),
                 Err(CancelError::Finished { id, state }) => Err(finished(&id, &state)),
+                Err(e @ CancelError::Elsewhere { .. }) => Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "run.not_daemon",
+                    e.to_string(),
+                )),
                 Err(CancelError::Store(detail)) => Err(ApiError::internal(detail)),
-                Err(CancelError::NotFound(_)) => {
-                    // Not the daemon's: a run `npc run` records itself?
-                    let store = self.runtime.store().clone();
-                    let key = id.clone();
-                    let summary =
-                        tokio::task::spawn_blocking(move || listings::run_summary(&store, &key))
-                            .await
-                            .map_err(ApiError::internal)?
-                            .map_err(ApiError::internal)?;
-                    Err(match summary {
-                        None => crate::surfaces::api::resources::run_not_found(&id),
-                        Some(run) if run.state == "running" => ApiError::new(
-                            StatusCode::CONFLICT,
-                            "run.not_daemon",
-                            format!(
-                                "run `{id}` is carried out by `npc run` in another process; stop it there (Ctrl-C)"
-                            ),
-                        ),
-                        Some(run) => finished(&id, &run.state),
-                    })
-                }
+                Err(CancelError::NotFound(_)) => Err(crate::api::resources::run_not_found(&id)),
             }
         })
     }
@@ -261,7 +245,7 @@ impl ApiBackend for DaemonApi {
 
     fn triggers(&self) -> BoxFuture<'_, Result<Vec<Value>, ApiError>> {
         Box::pin(async move {
-            let Some(manifest) = self.runtime.triggers().manifest() else {
+            let Some(manifest) = self.runtime.runs().manifest() else {
                 return Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "unavailable",

@@ -225,7 +225,7 @@ fn session_asking(runtime: &Runtime, request: Request) -> crate::hooks::SessionA
         .and_then(|route| crate::hooks::approve::SocketApprover::new(route.socket, route.session))
         .map(|a| Arc::new(a) as Arc<dyn crate::hooks::Approve>);
     let policy = profile.and_then(|name| {
-        let manifest = runtime.triggers().manifest()?;
+        let manifest = runtime.runs().manifest()?;
         crate::hooks::policy::ToolPolicy::for_profile(&manifest, &name).map(Arc::new)
     });
     crate::hooks::SessionAsking { approver, policy }
@@ -252,6 +252,18 @@ fn pane_answer(result: Result<serde_json::Value, crate::panes::PaneError>) -> se
 }
 
 /// Answer control requests from the runtime.
+/// Queue a run a local front end asked for; `{"run_id"}` or `{"error"}`.
+async fn start_local(
+    runtime: &Runtime,
+    origin: crate::runs::Origin,
+    run: crate::surfaces::runs::LocalRun,
+) -> serde_json::Value {
+    match runtime.runs().start_local(origin, run).await {
+        Ok(id) => serde_json::json!({ "run_id": id }),
+        Err(e) => serde_json::json!({ "error": e.to_string() }),
+    }
+}
+
 fn handler(runtime: Arc<Runtime>) -> Handler {
     Arc::new(move |request, tx| {
         let runtime = runtime.clone();
@@ -321,14 +333,15 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
                     let _ = tx.send(answer).await;
                 }
                 Request::AcpRun { run } => {
-                    let answer = match runtime.triggers().start_acp_run(run).await {
-                        Ok(id) => serde_json::json!({ "run_id": id }),
-                        Err(e) => serde_json::json!({ "error": e.to_string() }),
-                    };
+                    let answer = start_local(&runtime, crate::runs::Origin::Acp, run).await;
+                    let _ = tx.send(answer).await;
+                }
+                Request::Run { run } => {
+                    let answer = start_local(&runtime, crate::runs::Origin::Cli, run).await;
                     let _ = tx.send(answer).await;
                 }
                 Request::CancelRun { id } => {
-                    let answer = match runtime.triggers().cancel_run(&id).await {
+                    let answer = match runtime.runs().cancel(&id).await {
                         Ok(state) => serde_json::json!({ "run_id": id, "state": state }),
                         Err(e) => serde_json::json!({ "error": e.to_string() }),
                     };

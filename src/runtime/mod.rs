@@ -570,7 +570,9 @@ pub struct Runtime {
     mcp: mcp::McpDriver,
     /// Panes and pane plugins.
     panes: crate::panes::PaneHost,
-    /// The triggers' driver, with the run queue's executor.
+    /// The run service: the queue and the one executor every run goes through.
+    runs: Arc<crate::runs::Runs>,
+    /// The triggers' driver, which asks `runs` for their runs.
     triggers: triggers::TriggerDriver,
     applied: tokio::sync::Mutex<Applied>,
     shut_down: std::sync::atomic::AtomicBool,
@@ -613,7 +615,9 @@ impl Runtime {
         };
         let mcp = mcp::McpDriver::new(cx.clone(), &paths, bus.clone());
         let panes = crate::panes::PaneHost::new(&cx, &paths.runtime_dir(), bus.clone());
-        let triggers = triggers::TriggerDriver::new(cx.clone(), store.clone(), bus.clone());
+        let runs = crate::runs::Runs::new(cx.clone(), store.clone(), bus.clone());
+        let triggers =
+            triggers::TriggerDriver::new(cx.clone(), store.clone(), bus.clone(), runs.clone());
         let runtime = Arc::new(Runtime {
             paths: paths.clone(),
             store,
@@ -621,6 +625,7 @@ impl Runtime {
             cx,
             mcp,
             panes,
+            runs,
             triggers,
             applied: tokio::sync::Mutex::new(Applied::default()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
@@ -665,9 +670,14 @@ impl Runtime {
         &self.panes
     }
 
-    /// The trigger driver, which owns the run queue's executor.
+    /// The trigger driver.
     pub fn triggers(&self) -> &triggers::TriggerDriver {
         &self.triggers
+    }
+
+    /// The run service (queue and executor).
+    pub fn runs(&self) -> &Arc<crate::runs::Runs> {
+        &self.runs
     }
 
     /// The driver of `kind`: the runtime's own MCP driver, trigger driver or
@@ -756,7 +766,7 @@ impl Runtime {
             // The gateway's built-ins and manifest prompts follow the manifest.
             self.mcp.manifest_applied(&manifest);
             self.panes.manifest_applied(&manifest).await;
-            self.triggers.manifest_applied(&manifest);
+            self.runs.set_manifest(&manifest);
             self.plugin_notices_applied(&manifest).await;
             let running = self.as_running(&manifest, results).await;
             if let Err(error) = self.write_files(&running).await {
@@ -1250,6 +1260,7 @@ impl Runtime {
             .await;
         self.panes.shutdown().await;
         self.triggers.shutdown().await;
+        self.runs.shutdown().await;
         self.cx.supervisor.shutdown().await;
         let mut applied = self.applied.lock().await;
         applied.pids.clear();

@@ -1,6 +1,7 @@
 //! The daemon's trigger driver: keeps one running [`TriggerKind`] per
-//! applied trigger, pumps its firings into the durable run queue, and owns
-//! the [`Executor`] and the webhook [`Listener`] every trigger shares.
+//! applied trigger, pumps its firings into the run service's queue
+//! ([`Runs`], which tells its executor each trigger's overlap and action),
+//! and owns the webhook [`Listener`] every trigger shares.
 //! Starting a trigger sets it up (reading its stored state) and starts it;
 //! an edit restarts it in place with its state kept (a cron trigger whose
 //! schedule changed recomputes its next fire); removing it tears it down,
@@ -11,25 +12,22 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use tokio::sync::Notify;
 
 use futures_util::future::BoxFuture;
 
-use crate::acp::daemon::{AcpRun, AcpRunError};
 use crate::bus::EventBus;
 use crate::driver::{Driver, DriverContext, DriverError};
-use crate::model::{Manifest, Overlap, Trigger, TriggerSource};
+use crate::model::{Manifest, Trigger, TriggerSource};
 use crate::plan::{ComponentId, Config};
+use crate::runs::queue::{Accepted, Refused};
+use crate::runs::{Origin, Runs};
 use crate::store::Store;
 use crate::triggers::clock::{Clock, SystemClock};
 use crate::triggers::cron::CronTrigger;
-use crate::triggers::executor::{CancelError, Executor};
 use crate::triggers::file_watch::FileWatchTrigger;
-use crate::triggers::queue::RunQueue;
 use crate::triggers::webhook::{Listener, WebhookTrigger};
 use crate::triggers::{
-    Accepted, DEFAULT_NEXT_FIRES, Firing, Firings, MANUAL_QUEUE, ManualRun, Origin, Refused,
-    TriggerContext, TriggerError, TriggerKind,
+    DEFAULT_NEXT_FIRES, Firing, Firings, TriggerContext, TriggerError, TriggerKind,
 };
 
 /// A started trigger.
@@ -61,8 +59,7 @@ pub struct TriggerDriver {
     bus: EventBus,
     cx: DriverContext,
     clock: Arc<dyn Clock>,
-    queue: RunQueue,
-    executor: Arc<Executor>,
+    runs: Arc<Runs>,
     webhooks: Arc<Listener>,
     active: Mutex<HashMap<String, Active>>,
 }
@@ -75,12 +72,8 @@ fn trigger_config<'a>(id: &ComponentId, config: &'a Config) -> Result<&'a Trigge
 }
 
 impl TriggerDriver {
-    /// A driver with no triggers; starts the executor.
-    pub fn new(cx: DriverContext, store: Arc<Store>, bus: EventBus) -> Self {
-        let wake = Arc::new(Notify::new());
-        let executor = Executor::new(store.clone(), bus.clone(), cx.clone(), wake.clone());
-        executor.spawn();
-        let queue = RunQueue::new(store.clone(), bus.clone(), wake);
+    /// A driver with no triggers, asking `runs` for their runs.
+    pub fn new(cx: DriverContext, store: Arc<Store>, bus: EventBus, runs: Arc<Runs>) -> Self {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::from_env());
         Self {
             webhooks: Listener::new(bus.clone(), clock.clone()),
@@ -88,8 +81,7 @@ impl TriggerDriver {
             bus,
             cx,
             clock,
-            queue,
-            executor,
+            runs,
             active: Mutex::new(HashMap::new()),
         }
     }
@@ -104,13 +96,6 @@ impl TriggerDriver {
         let remote = manifest.daemon.allow_remote && manifest.daemon.token_env.is_some();
         self.webhooks
             .configure(manifest.daemon.webhook_listen, remote);
-    }
-
-    /// A manifest was applied: profile runs render from it, and the first
-    /// call lets queued runs start (only now are their triggers known, so a
-    /// run queued before a restart is never taken for a removed trigger's).
-    pub fn manifest_applied(&self, manifest: &Manifest) {
-        self.executor.set_manifest(manifest);
     }
 
     fn context(&self, name: &str) -> TriggerContext {
@@ -144,8 +129,8 @@ impl TriggerDriver {
         let tcx = self.context(name);
         kind.setup(&tcx)?;
         let firings = kind.start(&tcx)?;
-        self.executor.set_trigger(name, t);
-        tokio::spawn(pump(firings, self.queue.clone(), self.executor.clone()));
+        self.runs.set_trigger(name, t);
+        tokio::spawn(pump(firings, self.runs.clone()));
         self.active().insert(
             name.to_string(),
             Active {
@@ -172,8 +157,8 @@ impl TriggerDriver {
         name: &str,
         payload: serde_json::Value,
     ) -> Result<Accepted, FireError> {
-        let Some(overlap) = self.executor.overlap_of(name) else {
-            let known = self.executor.trigger_names();
+        let Some(overlap) = self.runs.overlap_of(name) else {
+            let known = self.runs.trigger_names();
             return Err(FireError::Unknown(TriggerError::UnknownTrigger {
                 name: name.to_string(),
                 known: if known.is_empty() {
@@ -192,87 +177,10 @@ impl TriggerDriver {
             Origin::Manual,
             serde_json::json!({ "trigger": name, "kind": "manual", "payload": payload }),
         );
-        self.queue
-            .submit(firing, overlap)
+        self.runs
+            .submit(firing.into_submission().0, overlap)
             .await
             .map_err(FireError::Refused)
-    }
-
-    /// Start a profile run by hand (`POST /api/v1/runs`): checked against
-    /// the applied manifest, then queued like a trigger's firing and
-    /// carried out by the same executor. Returns the run id.
-    pub async fn start_run(&self, run: ManualRun) -> Result<String, StartRunError> {
-        self.check_run(&run)?;
-        let payload = serde_json::to_value(&run).unwrap_or_default();
-        self.submit_manual(Origin::Api, payload).await
-    }
-
-    /// Start a prompt of `npc acp` (origin `acp`): a manual run whose extras
-    /// (working directory, timeout, resume, approval route) are checked
-    /// too; the executor applies them (`acp::daemon::apply`). Returns the
-    /// run id.
-    pub async fn start_acp_run(&self, run: AcpRun) -> Result<String, StartRunError> {
-        self.check_run(&run.run)?;
-        run.check().map_err(StartRunError::Acp)?;
-        let payload = serde_json::to_value(&run).unwrap_or_default();
-        self.submit_manual(Origin::Acp, payload).await
-    }
-
-    /// Whether `run` can start with the applied manifest.
-    fn check_run(&self, run: &ManualRun) -> Result<(), StartRunError> {
-        let manifest = self.executor.manifest().ok_or(StartRunError::NoManifest)?;
-        if !manifest.profiles.contains_key(&run.profile) {
-            return Err(StartRunError::UnknownProfile {
-                name: run.profile.clone(),
-                known: names(manifest.profiles.keys()),
-            });
-        }
-        if run.prompt.is_some() && run.prompt_template.is_some() {
-            return Err(StartRunError::TwoPrompts);
-        }
-        match &run.prompt_template {
-            Some(name) if !manifest.prompts.contains_key(name) => {
-                return Err(StartRunError::UnknownTemplate {
-                    name: name.clone(),
-                    known: names(manifest.prompts.keys()),
-                });
-            }
-            None if !run.vars.is_empty() => return Err(StartRunError::VarsWithoutTemplate),
-            _ => {}
-        }
-        if run.prompt.is_none()
-            && run.prompt_template.is_none()
-            && manifest.profiles[&run.profile].prompt.is_none()
-        {
-            return Err(StartRunError::NoPrompt {
-                profile: run.profile.clone(),
-            });
-        }
-        Ok(())
-    }
-
-    async fn submit_manual(
-        &self,
-        origin: Origin,
-        payload: serde_json::Value,
-    ) -> Result<String, StartRunError> {
-        let firing = Firing::new(MANUAL_QUEUE, origin, payload);
-        let accepted = self
-            .queue
-            .submit(firing, Overlap::Queue)
-            .await
-            .map_err(StartRunError::Refused)?;
-        Ok(accepted.run_id)
-    }
-
-    /// Cancel run `id` (see [`Executor::cancel`]).
-    pub async fn cancel_run(&self, id: &str) -> Result<String, CancelError> {
-        self.executor.cancel(id).await
-    }
-
-    /// The applied manifest, once one is.
-    pub fn manifest(&self) -> Option<Arc<Manifest>> {
-        self.executor.manifest()
     }
 
     /// Each applied trigger, sorted by name.
@@ -316,39 +224,6 @@ impl TriggerDriver {
             self.halt(&name, false);
         }
         self.webhooks.shutdown();
-        self.executor.shutdown().await;
-    }
-}
-
-/// Why a run by hand was not queued.
-#[derive(Debug, thiserror::Error)]
-pub enum StartRunError {
-    #[error("the daemon has applied no manifest yet; fix it (see `npc validate`) and retry")]
-    NoManifest,
-    #[error("no profile `{name}` in the applied manifest; known profiles: {known}")]
-    UnknownProfile { name: String, known: String },
-    #[error("no prompt template `{name}` in the applied manifest; known prompts: {known}")]
-    UnknownTemplate { name: String, known: String },
-    #[error("pass `prompt` or `prompt_template`, not both")]
-    TwoPrompts,
-    #[error(
-        "`vars` needs `prompt_template`; `prompt` text and the profile's prompt take no variables"
-    )]
-    VarsWithoutTemplate,
-    #[error("profile `{profile}` has no `prompt`; pass `prompt` or `prompt_template`")]
-    NoPrompt { profile: String },
-    #[error(transparent)]
-    Acp(AcpRunError),
-    #[error(transparent)]
-    Refused(Refused),
-}
-
-fn names<'a>(names: impl Iterator<Item = &'a String>) -> String {
-    let names: Vec<String> = names.map(|n| format!("`{n}`")).collect();
-    if names.is_empty() {
-        "none".to_string()
-    } else {
-        names.join(", ")
     }
 }
 
@@ -364,14 +239,19 @@ pub enum FireError {
 /// Move a trigger's firings into the queue. Each submission is issued at
 /// once (commit order is firing order) and awaited on its own task, so a
 /// burst shares group commits.
-async fn pump(mut firings: Firings, queue: RunQueue, executor: Arc<Executor>) {
+async fn pump(mut firings: Firings, runs: Arc<Runs>) {
     while let Some(firing) = firings.recv().await {
-        let overlap = executor.overlap_of(&firing.trigger).unwrap_or_default();
+        let overlap = runs.overlap_of(&firing.trigger).unwrap_or_default();
         let trigger = firing.trigger.clone();
-        let submitted = queue.submit(firing, overlap);
+        let (run, ack) = firing.into_submission();
+        let submitted = runs.submit(run, overlap);
         tokio::spawn(async move {
-            if let Err(e) = submitted.await {
+            let result = submitted.await;
+            if let Err(e) = &result {
                 tracing::warn!("trigger `{trigger}`: {e}");
+            }
+            if let Some(ack) = ack {
+                let _ = ack.send(result);
             }
         });
     }
@@ -419,7 +299,7 @@ impl Driver for TriggerDriver {
     ) -> BoxFuture<'a, Result<(), DriverError>> {
         Box::pin(async move {
             self.halt(&id.name, true);
-            self.executor.remove_trigger(&id.name);
+            self.runs.remove_trigger(&id.name);
             Ok(())
         })
     }

@@ -123,6 +123,8 @@ pub enum StoreError {
     },
     #[error("the state database writer stopped; restart npc")]
     WriterGone,
+    #[error("a read of the state database was cut off: {0}; retry")]
+    Task(String),
 }
 
 /// Map a rusqlite error to [`StoreError::Sqlite`] for the named operation.

@@ -1,12 +1,14 @@
-//! The durable run queue of triggers: one row per firing in `trigger_runs`
-//! (migration 2), moving `queued` → `running` → a final state. A firing is
-//! committed here before anyone hears of it (a webhook answers 202 only
-//! after [`Store::enqueue_run`] resolved). A firing with a dedupe key (a
-//! cron fire time, a webhook delivery id) is stored at most once per
-//! trigger, by a UNIQUE constraint; a cron trigger's advanced next fire
-//! time is written in the same job, so a crash can lose a firing but never
-//! repeat one. The executor lives in `crate::triggers::executor`; this
-//! module only reads and writes rows.
+//! The durable run queue: one row per run in `runs` (migrations 2 and 4),
+//! whatever started it — a trigger's firing, the API, `npc acp`, `npc run` —
+//! moving `queued` → `running` → a final state. A run is committed here
+//! before anyone hears of it (a webhook answers 202 only after
+//! [`Store::enqueue_run`] resolved). A firing with a dedupe key (a cron fire
+//! time, a webhook delivery id) is stored at most once per trigger, by a
+//! UNIQUE constraint; a cron trigger's advanced next fire time is written in
+//! the same job, so a crash can lose a firing but never repeat one. A
+//! running row names its `owner` (the process carrying it out), so only
+//! runs whose process is gone are ever interrupted. The executor lives in
+//! `crate::runs::executor`; this module only reads and writes rows.
 
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
@@ -40,12 +42,14 @@ pub mod state {
     pub const TIMED_OUT: &str = "timed_out";
 }
 
-/// A firing to record.
+/// A run to record.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewRun {
     pub id: String,
+    /// Its queue: the trigger's name, or `@manual` (`runs::MANUAL_QUEUE`).
     pub trigger: String,
-    /// `cron`, `webhook`, `file_watch` or `manual`.
+    /// `cron`, `webhook`, `file_watch`, `manual`, `api`, `acp` or `cli`
+    /// (`runs::Origin`).
     pub origin: String,
     /// Same key, same trigger: stored once.
     pub dedupe_key: Option<String>,
@@ -59,6 +63,10 @@ pub struct NewRun {
     /// A trigger-state key written in the same job, whatever the outcome
     /// (a cron trigger's next fire time).
     pub state: Option<(String, serde_json::Value)>,
+    /// Recorded `running` at once, owned by this process (see
+    /// [`RunRow::owner`]): the run is carried out by the process that asks
+    /// for it, and no executor ever claims it.
+    pub claimed_by: Option<String>,
 }
 
 /// What [`Store::enqueue_run`] did.
@@ -74,11 +82,12 @@ pub enum Enqueued {
     Full,
 }
 
-/// One stored run of a trigger.
+/// One stored run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRow {
     pub seq: i64,
     pub id: String,
+    /// Its queue: the trigger's name, or `@manual`.
     pub trigger: String,
     pub origin: String,
     pub dedupe_key: Option<String>,
@@ -88,10 +97,14 @@ pub struct RunRow {
     pub started_at_ms: Option<i64>,
     pub finished_at_ms: Option<i64>,
     pub detail: Option<String>,
+    /// The process carrying the run out while it runs (`pid:start-time`,
+    /// `supervisor::ProcessRecord::key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 const RUN_SELECT: &str = "SELECT seq, id, trigger, origin, dedupe_key, payload, state, \
-     enqueued_at_ms, started_at_ms, finished_at_ms, detail FROM trigger_runs";
+     enqueued_at_ms, started_at_ms, finished_at_ms, detail, owner FROM runs";
 
 type RawRun = (RunRow, String);
 
@@ -109,6 +122,7 @@ fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RawRun> {
             started_at_ms: row.get(8)?,
             finished_at_ms: row.get(9)?,
             detail: row.get(10)?,
+            owner: row.get(11)?,
         },
         row.get(5)?,
     ))
@@ -136,7 +150,7 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
     }
     if let Some(key) = &run.dedupe_key {
         let seen: Option<i64> = conn
-            .prepare_cached("SELECT 1 FROM trigger_runs WHERE trigger = ?1 AND dedupe_key = ?2")
+            .prepare_cached("SELECT 1 FROM runs WHERE trigger = ?1 AND dedupe_key = ?2")
             .and_then(|mut s| s.query_row((&run.trigger, key), |r| r.get(0)).optional())
             .map_err(&failed)?;
         if seen.is_some() {
@@ -145,7 +159,7 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
     }
     let active = |states: &str, limit: usize| -> Result<usize, StoreError> {
         conn.prepare_cached(&format!(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM trigger_runs
+            "SELECT COUNT(*) FROM (SELECT 1 FROM runs
              WHERE trigger = ?1 AND state IN ({states}) LIMIT ?2)"
         ))
         .and_then(|mut s| s.query_row((&run.trigger, limit as i64), |r| r.get::<_, i64>(0)))
@@ -154,18 +168,20 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
     };
     let outcome = if run.skip_if_active && active("'queued', 'running'", 1)? > 0 {
         Enqueued::Skipped
-    } else if active("'queued'", run.max_queued)? >= run.max_queued {
+    } else if run.claimed_by.is_none() && active("'queued'", run.max_queued)? >= run.max_queued {
         return Ok(Enqueued::Full);
     } else {
         Enqueued::Queued
     };
-    let (state, finished) = match outcome {
-        Enqueued::Skipped => (state::SKIPPED, Some(now)),
-        _ => (state::QUEUED, None),
+    let (state, started, finished) = match (outcome, &run.claimed_by) {
+        (Enqueued::Skipped, _) => (state::SKIPPED, None, Some(now)),
+        (_, Some(_)) => (state::RUNNING, Some(now), None),
+        _ => (state::QUEUED, None, None),
     };
     conn.prepare_cached(
-        "INSERT INTO trigger_runs (id, trigger, origin, dedupe_key, payload, state,
-         enqueued_at_ms, finished_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO runs (id, trigger, origin, dedupe_key, payload, state,
+         enqueued_at_ms, started_at_ms, finished_at_ms, owner)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )
     .and_then(|mut s| {
         s.execute((
@@ -176,7 +192,9 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
             &run.payload,
             state,
             now,
+            started,
             finished,
+            &run.claimed_by,
         ))
     })
     .map_err(&failed)?;
@@ -200,9 +218,9 @@ impl Store {
         let id = id.into();
         self.write(move |conn| {
             let sql = if state == state::RUNNING {
-                "UPDATE trigger_runs SET state = ?2, detail = ?3, started_at_ms = ?4 WHERE id = ?1"
+                "UPDATE runs SET state = ?2, detail = ?3, started_at_ms = ?4 WHERE id = ?1"
             } else {
-                "UPDATE trigger_runs SET state = ?2, detail = ?3, finished_at_ms = ?4 WHERE id = ?1"
+                "UPDATE runs SET state = ?2, detail = ?3, finished_at_ms = ?4 WHERE id = ?1"
             };
             conn.execute(sql, (&id, state, &detail, now_ms()))
                 .map(drop)
@@ -223,10 +241,10 @@ impl Store {
         let id = id.into();
         self.write(move |conn| {
             let sql = if to == state::RUNNING {
-                "UPDATE trigger_runs SET state = ?2, detail = ?3, started_at_ms = ?4
+                "UPDATE runs SET state = ?2, detail = ?3, started_at_ms = ?4
                  WHERE id = ?1 AND state = ?5"
             } else {
-                "UPDATE trigger_runs SET state = ?2, detail = ?3, finished_at_ms = ?4
+                "UPDATE runs SET state = ?2, detail = ?3, finished_at_ms = ?4
                  WHERE id = ?1 AND state = ?5"
             };
             conn.execute(sql, (&id, to, &detail, now_ms(), from))
@@ -235,26 +253,55 @@ impl Store {
         })
     }
 
-    /// Runs left `running` by a daemon that died become `interrupted`
-    /// (never run again: at most once). Returns their ids.
-    pub fn interrupt_running_runs(&self) -> Pending<Vec<String>> {
-        self.write(|conn| {
-            let failed = sqlite("mark interrupted runs");
-            let ids: Vec<String> = conn
-                .prepare("SELECT id FROM trigger_runs WHERE state = ?1")
-                .and_then(|mut s| {
-                    s.query_map([state::RUNNING], |r| r.get(0))?
-                        .collect::<rusqlite::Result<_>>()
-                })
-                .map_err(&failed)?;
+    /// Claim queued run `id` for `owner`: `queued` → `running`, only if it
+    /// is still queued; resolves to whether it moved. The executor and a
+    /// cancel race for a queued run through this one write, so exactly one
+    /// wins.
+    pub fn claim_run(&self, id: impl Into<String>, owner: Option<String>) -> Pending<bool> {
+        let id = id.into();
+        self.write(move |conn| {
             conn.execute(
-                "UPDATE trigger_runs SET state = ?1, finished_at_ms = ?2,
-                 detail = 'the daemon stopped while it ran; not run again'
-                 WHERE state = ?3",
-                (state::INTERRUPTED, now_ms(), state::RUNNING),
+                "UPDATE runs SET state = ?2, detail = NULL, started_at_ms = ?3, owner = ?4
+                 WHERE id = ?1 AND state = ?5",
+                (&id, state::RUNNING, now_ms(), &owner, state::QUEUED),
             )
-            .map_err(&failed)?;
-            Ok(ids)
+            .map(|changed| changed > 0)
+            .map_err(sqlite("claim a run"))
+        })
+    }
+
+    /// The running runs and their owners (the processes carrying them out).
+    pub fn running_runs(&self) -> Result<Vec<(String, Option<String>)>, StoreError> {
+        self.read("read running runs", |conn| {
+            conn.prepare_cached("SELECT id, owner FROM runs WHERE state = 'running' LIMIT ?1")?
+                .query_map([MAX_RUNS_PER_READ as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+    }
+
+    /// Runs `(id, owner)` whose process is gone become `interrupted` (never
+    /// run again: at most once), each only if it is still running for that
+    /// owner. Returns the ids that moved.
+    pub fn interrupt_runs(&self, orphans: Vec<(String, Option<String>)>) -> Pending<Vec<String>> {
+        self.write(move |conn| {
+            let failed = sqlite("mark interrupted runs");
+            let mut moved = Vec::new();
+            for (id, owner) in orphans {
+                let changed = conn
+                    .prepare_cached(
+                        "UPDATE runs SET state = ?1, finished_at_ms = ?2,
+                         detail = 'the daemon stopped while it ran; not run again'
+                         WHERE id = ?3 AND state = ?4 AND owner IS ?5",
+                    )
+                    .and_then(|mut s| {
+                        s.execute((state::INTERRUPTED, now_ms(), &id, state::RUNNING, &owner))
+                    })
+                    .map_err(&failed)?;
+                if changed > 0 {
+                    moved.push(id);
+                }
+            }
+            Ok(moved)
         })
     }
 
@@ -262,8 +309,8 @@ impl Store {
     pub fn prune_runs(&self, keep: usize) -> Pending<usize> {
         self.write(move |conn| {
             conn.execute(
-                "DELETE FROM trigger_runs WHERE state NOT IN ('queued', 'running') AND seq <
-                 (SELECT COALESCE(MIN(seq), 0) FROM (SELECT seq FROM trigger_runs
+                "DELETE FROM runs WHERE state NOT IN ('queued', 'running') AND seq <
+                 (SELECT COALESCE(MIN(seq), 0) FROM (SELECT seq FROM runs
                   ORDER BY seq DESC LIMIT ?1))",
                 [keep as i64],
             )
@@ -277,7 +324,7 @@ impl Store {
         let limit = limit.min(MAX_RUNS_PER_READ) as i64;
         let rows = self.read("read queued runs", |conn| {
             conn.prepare_cached(&format!(
-                "{RUN_SELECT} WHERE seq IN (SELECT MIN(seq) FROM trigger_runs
+                "{RUN_SELECT} WHERE seq IN (SELECT MIN(seq) FROM runs
                  WHERE state = 'queued' GROUP BY trigger) ORDER BY seq LIMIT ?1"
             ))?
             .query_map([limit], run_from_row)?
@@ -286,12 +333,8 @@ impl Store {
         decode(rows)
     }
 
-    /// The newest runs (of `trigger`, or of all), newest first.
-    pub fn trigger_runs(
-        &self,
-        trigger: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<RunRow>, StoreError> {
+    /// The newest runs (of queue `trigger`, or of all), newest first.
+    pub fn run_rows(&self, trigger: Option<&str>, limit: usize) -> Result<Vec<RunRow>, StoreError> {
         let limit = limit.min(MAX_RUNS_PER_READ) as i64;
         let rows = self.read("read runs", |conn| match trigger {
             Some(t) => conn
@@ -309,7 +352,7 @@ impl Store {
     }
 
     /// One run by id.
-    pub fn trigger_run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
+    pub fn run_row(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
         let row = self.read("read a run", |conn| {
             conn.prepare_cached(&format!("{RUN_SELECT} WHERE id = ?1"))?
                 .query_row([id], run_from_row)
@@ -344,16 +387,6 @@ impl Store {
             [run_component(id)],
         )
     }
-
-    /// The newest `run.started` events of runs (`run.<id>` components),
-    /// newest first: how `npc run`'s runs are found.
-    pub fn run_started_events(&self, limit: usize) -> Result<Vec<Event>, StoreError> {
-        self.events_where(
-            "component >= 'run.' AND component < 'run/' AND kind = 'run.started'
-             ORDER BY id DESC LIMIT ?1",
-            [limit.min(MAX_RUNS_PER_READ) as i64],
-        )
-    }
 }
 
 #[cfg(test)]
@@ -370,6 +403,7 @@ mod tests {
             skip_if_active: false,
             max_queued: 3,
             state: None,
+            claimed_by: None,
         }
     }
 
@@ -391,7 +425,7 @@ mod tests {
             store.enqueue_run(again).wait().unwrap(),
             Enqueued::Duplicate
         );
-        assert_eq!(store.trigger_runs(None, 10).unwrap().len(), 1);
+        assert_eq!(store.run_rows(None, 10).unwrap().len(), 1);
         assert_eq!(store.trigger_state("t").unwrap()["next"], 2);
     }
 
@@ -409,8 +443,8 @@ mod tests {
         let mut skip = run("s", None);
         skip.skip_if_active = true;
         assert_eq!(store.enqueue_run(skip).wait().unwrap(), Enqueued::Skipped);
-        assert_eq!(store.trigger_run("s").unwrap().unwrap().state, "skipped");
-        assert!(store.trigger_run("full").unwrap().is_none());
+        assert_eq!(store.run_row("s").unwrap().unwrap().state, "skipped");
+        assert!(store.run_row("full").unwrap().is_none());
     }
 
     #[test]
@@ -422,7 +456,7 @@ mod tests {
         assert!(cancel().wait().unwrap());
         assert!(!start().wait().unwrap(), "a cancelled run never starts");
         assert!(!cancel().wait().unwrap());
-        assert_eq!(store.trigger_run("a").unwrap().unwrap().state, "cancelled");
+        assert_eq!(store.run_row("a").unwrap().unwrap().state, "cancelled");
         assert!(
             !store
                 .mark_run_if("nope", state::QUEUED, state::RUNNING, None)
@@ -436,10 +470,25 @@ mod tests {
         let (_dir, store) = store();
         store.enqueue_run(run("a", None)).wait().unwrap();
         store.enqueue_run(run("b", None)).wait().unwrap();
-        store.mark_run("a", state::RUNNING, None).wait().unwrap();
+        assert!(store.claim_run("a", Some("1:1".into())).wait().unwrap());
+        let mut owned = run("c", None);
+        owned.claimed_by = Some("2:2".into());
+        assert_eq!(store.enqueue_run(owned).wait().unwrap(), Enqueued::Queued);
+        let running = store.running_runs().unwrap();
+        assert_eq!(running.len(), 2);
+        // Only the run whose owner is gone, and only for that owner.
+        let gone = vec![
+            ("a".to_string(), Some("1:1".to_string())),
+            ("c".to_string(), Some("9:9".to_string())),
+        ];
         assert_eq!(
-            store.interrupt_running_runs().wait().unwrap(),
+            store.interrupt_runs(gone).wait().unwrap(),
             vec!["a".to_string()]
+        );
+        assert_eq!(store.run_row("c").unwrap().unwrap().state, "running");
+        assert!(
+            !store.claim_run("b-missing", None).wait().unwrap(),
+            "a missing run is not claimed"
         );
         let queued: Vec<String> = store
             .queued_runs(10)
@@ -448,10 +497,7 @@ mod tests {
             .map(|r| r.id)
             .collect();
         assert_eq!(queued, vec!["b".to_string()]);
-        assert_eq!(
-            store.trigger_run("a").unwrap().unwrap().state,
-            "interrupted"
-        );
+        assert_eq!(store.run_row("a").unwrap().unwrap().state, "interrupted");
     }
 
     #[test]
@@ -468,7 +514,7 @@ mod tests {
         }
         store.prune_runs(1).wait().unwrap();
         let ids: Vec<String> = store
-            .trigger_runs(None, 10)
+            .run_rows(None, 10)
             .unwrap()
             .into_iter()
             .map(|r| r.id)

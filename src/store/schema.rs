@@ -113,10 +113,56 @@ const MIGRATIONS: &[Migration] = &[
         );
     "#,
     },
+    Migration {
+        // One notion of a run: the queue holds every run, whatever started
+        // it (`runs`, was `trigger_runs`), and a running row names the
+        // process carrying it out (`owner`, `pid:start-time`), so a daemon
+        // interrupts only runs whose process is gone. Runs that `npc run` and
+        // `npc acp` recorded only as events before become rows (`@manual`,
+        // origin `cli` or `acp`), in their order, with their outcome.
+        version: 4,
+        sql: r#"
+        ALTER TABLE trigger_runs RENAME TO runs;
+        ALTER TABLE runs ADD COLUMN owner TEXT;
+        DROP INDEX trigger_runs_by_state;
+        DROP INDEX trigger_runs_by_trigger;
+        CREATE INDEX runs_by_state ON runs (state, seq);
+        CREATE INDEX runs_by_trigger ON runs (trigger, state, seq);
+        INSERT OR IGNORE INTO runs (id, trigger, origin, dedupe_key, payload, state,
+                                    enqueued_at_ms, started_at_ms, finished_at_ms, detail)
+        SELECT json_extract(s.payload, '$.run_id'),
+               '@manual',
+               CASE WHEN json_extract(s.payload, '$.source') = 'acp' THEN 'acp' ELSE 'cli' END,
+               NULL,
+               json_object('run', json_object('profile', json_extract(s.payload, '$.profile'))),
+               COALESCE(
+                   (SELECT CASE json_extract(f.payload, '$.outcome')
+                               WHEN 'hook_failed' THEN 'failed'
+                               ELSE json_extract(f.payload, '$.outcome') END
+                    FROM events f
+                    WHERE f.component = s.component AND f.kind = 'run.finished'
+                      AND json_valid(f.payload)
+                      AND json_type(f.payload, '$.outcome') = 'text'
+                    ORDER BY f.id LIMIT 1),
+                   'interrupted'),
+               s.ts_ms,
+               s.ts_ms,
+               (SELECT f.ts_ms FROM events f
+                WHERE f.component = s.component AND f.kind = 'run.finished'
+                ORDER BY f.id LIMIT 1),
+               NULL
+        FROM events s
+        WHERE s.component >= 'run.' AND s.component < 'run/' AND s.kind = 'run.started'
+          AND json_valid(s.payload)
+          AND json_type(s.payload, '$.run_id') = 'text'
+          AND s.component = 'run.' || json_extract(s.payload, '$.run_id')
+        ORDER BY s.id;
+    "#,
+    },
 ];
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

@@ -151,15 +151,30 @@ pub struct ProcessRecord {
 
 impl ProcessRecord {
     /// Whether this exact process (same pid and start time) is alive.
-    fn alive(self) -> bool {
+    pub fn alive(self) -> bool {
         read_stat(self.pid).is_some_and(|s| s.start == self.start && s.state != 'Z')
     }
 
-    fn current() -> Option<Self> {
+    /// This process.
+    pub fn current() -> Option<Self> {
         let pid = i32::try_from(std::process::id()).ok()?;
         Some(Self {
             pid,
             start: read_stat(pid)?.start,
+        })
+    }
+
+    /// The record as one word, `pid:start` (a run's owner in the store).
+    pub fn key(self) -> String {
+        format!("{}:{}", self.pid, self.start)
+    }
+
+    /// A record from [`ProcessRecord::key`]'s word; `None` for anything else.
+    pub fn parse(key: &str) -> Option<Self> {
+        let (pid, start) = key.split_once(':')?;
+        Some(Self {
+            pid: pid.parse().ok().filter(|p: &i32| *p > 0)?,
+            start: start.parse().ok()?,
         })
     }
 }

@@ -104,7 +104,7 @@ pub enum SupervisorError {
 }
 
 /// How a process ended: an exit code, or the signal that killed it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ExitInfo {
     pub code: Option<i32>,
     pub signal: Option<i32>,

@@ -68,7 +68,7 @@ pub enum Request {
     /// reach that editor).
     Mcp {
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        approval: Option<crate::acp::daemon::ApprovalRoute>,
+        approval: Option<super::runs::ApprovalRoute>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         profile: Option<String>,
     },
@@ -93,7 +93,10 @@ pub enum Request {
     },
     /// Queue a prompt of `npc acp` as a run of the daemon (origin `acp`);
     /// answers `{"run_id"}`.
-    AcpRun { run: crate::acp::daemon::AcpRun },
+    AcpRun { run: super::runs::LocalRun },
+    /// Queue `npc run`'s run as a run of the daemon (origin `cli`); answers
+    /// `{"run_id"}`.
+    Run { run: super::runs::LocalRun },
     /// Cancel run `id`: a queued run never starts, a running one has its
     /// process group killed; answers `{"run_id", "state"}` once it ended.
     CancelRun { id: String },

@@ -71,54 +71,7 @@ pub fn client_transport(
     Ok(StreamableHttpClientTransport::from_config(config))
 }
 
-/// Who may use the HTTP gateway.
-#[derive(Clone)]
-pub enum Access {
-    /// Anyone on this machine; only loopback addresses may be bound.
-    Loopback,
-    /// Requests carrying `Authorization: Bearer <token>`; any address.
-    Token(String),
-}
-
-impl std::fmt::Debug for Access {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Loopback => f.write_str("Loopback"),
-            Self::Token(_) => f.write_str("Token(<redacted>)"),
-        }
-    }
-}
-
-impl Access {
-    /// The access the daemon's settings ask for: a token when
-    /// `token_env` names a variable holding a non-empty value.
-    pub fn from_token_env(token_env: Option<&str>) -> Self {
-        token_env
-            .and_then(|var| std::env::var(var).ok())
-            .filter(|t| !t.is_empty())
-            .map_or(Self::Loopback, Self::Token)
-    }
-
-    /// Whether a listener on `addr` may serve under this access: beyond
-    /// loopback only with a token.
-    pub fn allows(&self, addr: SocketAddr) -> bool {
-        addr.ip().is_loopback() || matches!(self, Self::Token(_))
-    }
-}
-
-/// Whether `header` is `Bearer <token>`, in time independent of where they
-/// differ (both sides are hashed first, so their lengths do not leak either).
-pub fn bearer_matches(header: Option<&[u8]>, token: &str) -> bool {
-    use sha2::{Digest as _, Sha256};
-    let Some(given) = header.and_then(|h| h.strip_prefix(b"Bearer ")) else {
-        return false;
-    };
-    let (a, b) = (Sha256::digest(given), Sha256::digest(token.as_bytes()));
-    a.iter()
-        .zip(b.iter())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-        == 0
-}
+pub use super::tcp::Access;
 
 /// How long the legacy SSE probe waits for the server's first event.
 pub const SSE_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
@@ -192,12 +145,11 @@ impl McpHttpListener {
 
     /// Bind `addr` for `access`: a non-loopback address only with a token.
     pub async fn bind_with(addr: SocketAddr, access: Access) -> Result<Self, McpHttpError> {
-        if !access.allows(addr) {
-            return Err(McpHttpError::NotLoopback { addr });
-        }
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| McpHttpError::Bind { addr, source })?;
+        let listener =
+            super::tcp::bind(addr, matches!(access, Access::Token(_))).map_err(|e| match e {
+                super::tcp::BindError::NotLoopback { addr } => McpHttpError::NotLoopback { addr },
+                super::tcp::BindError::Bind { addr, source } => McpHttpError::Bind { addr, source },
+            })?;
         Ok(Self { listener, access })
     }
 
@@ -234,7 +186,7 @@ impl McpHttpListener {
                             .headers()
                             .get(axum::http::header::AUTHORIZATION)
                             .map(|v| v.as_bytes());
-                        if bearer_matches(header, &token) {
+                        if super::tcp::bearer_matches(header, &token) {
                             next.run(request).await
                         } else {
                             axum::response::IntoResponse::into_response((
@@ -257,16 +209,6 @@ impl McpHttpListener {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bearer_must_match_exactly() {
-        assert!(bearer_matches(Some(b"Bearer s3cret"), "s3cret"));
-        assert!(!bearer_matches(Some(b"Bearer s3cre"), "s3cret"));
-        assert!(!bearer_matches(Some(b"Bearer s3cretx"), "s3cret"));
-        assert!(!bearer_matches(Some(b"bearer s3cret"), "s3cret"));
-        assert!(!bearer_matches(Some(b"s3cret"), "s3cret"));
-        assert!(!bearer_matches(None, "s3cret"));
-    }
 
     #[tokio::test]
     async fn a_non_loopback_address_is_refused_without_a_token() {

@@ -1,16 +1,20 @@
-//! Surfaces: every socket npc binds or connects to lives here, and so do the
-//! wire types spoken on them. Today that is the daemon's control channel (a
-//! Unix socket, owner-only) and the MCP gateway's loopback HTTP listener
-//! (`mcp_http`), the webhook listener (`webhook`), `npc acp`'s approval socket
-//! (`approval`), the REST API
-//! (`api`), and the standard streams stdio protocols are spoken on
-//! (`stdio`); `listings` builds the JSON objects the CLI and the REST API
-//! both answer with.
+//! Surfaces: the sockets npc binds or connects to, and the wire types
+//! spoken on them: the daemon's control channel (a Unix socket,
+//! owner-only), the MCP gateway's HTTP listener and the pool's HTTP client
+//! transport (`mcp_http`), the webhook listener's socket (`webhook`),
+//! `npc acp`'s approval socket (`approval`), the one guarded TCP bind and
+//! constant-time compare (`tcp`), the run requests front ends send (`runs`)
+//! and the standard streams stdio protocols are spoken on (`stdio`). The
+//! REST API's routes and handlers are the `api` room's; its listener binds
+//! through `tcp`.
+//!
+//! Architecture invariant: this room knows no engine, no API, no runtime:
+//! it carries bytes and wire types it does not interpret.
 
-pub mod api;
 pub mod approval;
 pub mod control;
-pub mod listings;
 pub mod mcp_http;
+pub mod runs;
 pub mod stdio;
+pub mod tcp;
 pub mod webhook;

@@ -34,13 +34,12 @@ impl WebhookSocket {
     /// manifest allows remote access and names a token).
     /// Call within a tokio runtime.
     pub fn bind(addr: SocketAddr, remote_allowed: bool) -> Result<Self, WebhookListenError> {
-        if !addr.ip().is_loopback() && !remote_allowed {
-            return Err(WebhookListenError::NotLoopback { addr });
-        }
-        let bind_error = |source| WebhookListenError::Bind { addr, source };
-        let std_listener = std::net::TcpListener::bind(addr).map_err(bind_error)?;
-        std_listener.set_nonblocking(true).map_err(bind_error)?;
-        let listener = tokio::net::TcpListener::from_std(std_listener).map_err(bind_error)?;
+        let listener = super::tcp::bind(addr, remote_allowed).map_err(|e| match e {
+            super::tcp::BindError::NotLoopback { addr } => WebhookListenError::NotLoopback { addr },
+            super::tcp::BindError::Bind { addr, source } => {
+                WebhookListenError::Bind { addr, source }
+            }
+        })?;
         Ok(Self { listener })
     }
 

@@ -51,6 +51,7 @@ use crate::bus::EventBus;
 use crate::model::TriggerSource;
 use crate::store::NewEvent;
 use crate::store::queue::Enqueued;
+use crate::surfaces::tcp::constant_time_eq;
 use crate::surfaces::webhook::WebhookSocket;
 
 /// Path prefix of every webhook route.
@@ -92,15 +93,6 @@ pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
     outer.update(k.map(|b| b ^ 0x5c));
     outer.update(inner.finalize());
     outer.finalize().into()
-}
-
-/// Equal bytes, in time that depends only on the lengths.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
 }
 
 /// Why a signature did not verify.

@@ -3289,6 +3289,7 @@ fn s9_a_queued_acp_run_with_a_forged_extra_in_the_repositorys_store_never_runs()
             skip_if_active: false,
             max_queued: 10,
             state: None,
+            claimed_by: None,
         })
         .wait()
         .unwrap();

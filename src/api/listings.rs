@@ -1,8 +1,8 @@
 //! The listings the CLI and the REST API both show, built in one place so
 //! they cannot drift: triggers (`npc triggers --format json`,
 //! `GET /api/v1/triggers`), plugins (`npc plugin list --format json`,
-//! `GET /api/v1/plugins`) and runs (`GET /api/v1/runs`: the queue's runs
-//! and those `npc run` recorded, newest first).
+//! `GET /api/v1/plugins`) and runs (`npc runs`, `GET /api/v1/runs`: the
+//! run queue's rows, whatever started them, newest first).
 
 use std::path::{Path, PathBuf};
 
@@ -11,9 +11,10 @@ use serde_json::{Value, json};
 
 use crate::model::{Manifest, TriggerSource};
 use crate::plugins::registry::{Collision, RegistryError};
+use crate::runs::{MANUAL_QUEUE, Origin};
 use crate::store::queue::{MAX_RUNS_PER_READ, RunRow};
 use crate::store::{Event, Store, StoreError};
-use crate::triggers::{DEFAULT_NEXT_FIRES, MANUAL_QUEUE, cron};
+use crate::triggers::{DEFAULT_NEXT_FIRES, cron};
 
 /// Recent runs shown per trigger.
 pub const RECENT_RUNS: usize = 3;
@@ -66,7 +67,7 @@ pub fn trigger_rows(
         };
         let recent: Vec<Value> = match store {
             Some(s) => s
-                .trigger_runs(Some(name), RECENT_RUNS)?
+                .run_rows(Some(name), RECENT_RUNS)?
                 .iter()
                 .map(
                     |r| json!({ "id": r.id, "state": r.state, "enqueued_at_ms": r.enqueued_at_ms }),
@@ -239,21 +240,33 @@ fn bracket(store: &Store, id: &str) -> Result<(Option<Event>, Option<Event>), St
     Ok((started, finished))
 }
 
-fn from_row(store: &Store, row: RunRow) -> Result<RunSummary, StoreError> {
-    let (started, finished) = bracket(store, &row.id)?;
-    let acp = row.origin == crate::triggers::Origin::Acp.as_str();
-    let source = match (row.trigger == MANUAL_QUEUE, acp) {
-        (true, true) => "acp".to_string(),
-        (true, false) => "manual".to_string(),
-        _ => format!("trigger:{}", row.trigger),
-    };
-    // A prompt of `npc acp` holds its manual run under `run`.
-    let request = if acp {
+/// What started a row's run, as listings name it: `manual` (the API),
+/// `acp`, `cli` (`npc run`), or `trigger:NAME`.
+pub fn source_of(row: &RunRow) -> String {
+    if row.trigger != MANUAL_QUEUE {
+        return format!("trigger:{}", row.trigger);
+    }
+    match Origin::parse(&row.origin) {
+        Some(o @ (Origin::Acp | Origin::Cli)) => o.as_str().to_string(),
+        _ => "manual".to_string(),
+    }
+}
+
+/// The profile a row's run runs, if its request names one (a local front
+/// end's request holds its manual run under `run`).
+pub fn profile_of(row: &RunRow) -> Option<String> {
+    let local = Origin::parse(&row.origin).is_some_and(Origin::is_local);
+    let request = if local {
         &row.payload["run"]
     } else {
         &row.payload
     };
-    let profile = request["profile"].as_str().map(str::to_string).or_else(|| {
+    request["profile"].as_str().map(str::to_string)
+}
+
+fn from_row(store: &Store, row: RunRow) -> Result<RunSummary, StoreError> {
+    let (started, finished) = bracket(store, &row.id)?;
+    let profile = profile_of(&row).or_else(|| {
         started
             .as_ref()
             .and_then(|e| e.payload["profile"].as_str().map(str::to_string))
@@ -264,8 +277,8 @@ fn from_row(store: &Store, row: RunRow) -> Result<RunSummary, StoreError> {
             .flatten()
     });
     Ok(RunSummary {
+        source: source_of(&row),
         id: row.id,
-        source,
         profile,
         command,
         state: row.state,
@@ -277,83 +290,36 @@ fn from_row(store: &Store, row: RunRow) -> Result<RunSummary, StoreError> {
     })
 }
 
-fn from_started(store: &Store, started: Event) -> Result<RunSummary, StoreError> {
-    let id = started.payload["run_id"].as_str().unwrap_or("").to_string();
-    let (_, finished) = bracket(store, &id)?;
-    let state = finished
-        .as_ref()
-        .and_then(|f| f.payload["outcome"].as_str().map(str::to_string))
-        .unwrap_or_else(|| "running".to_string());
-    Ok(RunSummary {
-        source: started.payload["source"]
-            .as_str()
-            .unwrap_or("cli")
-            .to_string(),
-        profile: started.payload["profile"].as_str().map(str::to_string),
-        command: None,
-        state,
-        created_at: rfc3339(started.ts_ms),
-        started_at: Some(rfc3339(started.ts_ms)),
-        finished_at: finished.as_ref().map(|f| rfc3339(f.ts_ms)),
-        exit: finished.and_then(|e| e.payload.get("exit").cloned()),
-        detail: None,
-        id,
-    })
-}
-
-/// The newest `limit` runs with an id below `before` (run ids sort by
-/// creation time), newest first: the queue's runs and those only the
-/// event log knows (`npc run`'s). Looks at most [`MAX_RUNS_PER_READ`] of
-/// each kind.
+/// The newest `limit` runs created before run `before` (in queue order;
+/// an id the queue does not know pages by id, which sorts by creation
+/// time), newest first. Looks at most [`MAX_RUNS_PER_READ`] rows.
 pub fn run_summaries(
     store: &Store,
     limit: usize,
     before: Option<&str>,
 ) -> Result<Vec<RunSummary>, StoreError> {
-    let below = |id: &str| before.is_none_or(|b| id < b);
-    let mut queued: Vec<RunRow> = store
-        .trigger_runs(None, MAX_RUNS_PER_READ)?
+    let cursor = match before {
+        Some(id) => store.run_row(id)?.map(|r| r.seq),
+        None => None,
+    };
+    let below = |r: &RunRow| match (cursor, before) {
+        (Some(seq), _) => r.seq < seq,
+        (None, Some(id)) => r.id.as_str() < id,
+        (None, None) => true,
+    };
+    store
+        .run_rows(None, MAX_RUNS_PER_READ)?
         .into_iter()
-        .filter(|r| below(&r.id))
-        .collect();
-    queued.sort_by(|a, b| b.id.cmp(&a.id));
-    queued.truncate(limit);
-    let mut others: Vec<Event> = Vec::new();
-    for e in store.run_started_events(MAX_RUNS_PER_READ)? {
-        let Some(id) = e.payload["run_id"].as_str() else {
-            continue;
-        };
-        if !below(id) || queued.iter().any(|r| r.id == id) {
-            continue;
-        }
-        others.push(e);
-        if others.len() >= limit {
-            break;
-        }
-    }
-    let mut runs = Vec::new();
-    for row in queued {
-        runs.push(from_row(store, row)?);
-    }
-    for e in others {
-        let id = e.payload["run_id"].as_str().unwrap_or("");
-        if store.trigger_run(id)?.is_some() {
-            continue; // a queue run beyond the rows read
-        }
-        runs.push(from_started(store, e)?);
-    }
-    runs.sort_by(|a, b| b.id.cmp(&a.id));
-    runs.truncate(limit);
-    Ok(runs)
+        .filter(below)
+        .take(limit)
+        .map(|row| from_row(store, row))
+        .collect()
 }
 
 /// One run by id, as [`run_summaries`] lists it.
 pub fn run_summary(store: &Store, id: &str) -> Result<Option<RunSummary>, StoreError> {
-    if let Some(row) = store.trigger_run(id)? {
-        return Ok(Some(from_row(store, row)?));
-    }
-    match bracket(store, id)? {
-        (Some(started), _) => Ok(Some(from_started(store, started)?)),
-        _ => Ok(None),
-    }
+    store
+        .run_row(id)?
+        .map(|row| from_row(store, row))
+        .transpose()
 }

@@ -1,31 +1,43 @@
-//! `npc acp`'s prompts as runs of the daemon. When a daemon holds the
-//! repository, a prompt does not run in the `npc acp` process: it asks the
-//! daemon over the control channel ([`crate::surfaces::control::Request::AcpRun`])
-//! to queue an [`AcpRun`] — a manual run (`@manual` queue, origin `acp`)
-//! plus what only `npc acp` knows — so the run appears in `npc events`, the
-//! API and the dashboard as the daemon's, with `source: "acp"`. The extras
-//! are typed, not free-form: the working directory, the timeout, a
-//! [`Resume`] of the provider's conversation (the daemon turns it into the
-//! CLI's arguments with [`super::resume_args`], the same function the
-//! in-process path uses) and an [`ApprovalRoute`] (the approval socket and
-//! the ACP session, set as exactly [`APPROVAL_SOCKET_ENV`] and
-//! [`APPROVAL_SESSION_ENV`], nothing else). [`AcpRun::check`] bounds and
-//! validates each of them in the daemon, before the run is queued and again
-//! when the queued row is read back (the store is a file in the
-//! repository). `npc acp` then tails the run's events from the store and
-//! maps them like its own; `session/cancel` asks the daemon to cancel the
-//! run ([`crate::surfaces::control::Request::CancelRun`]).
+//! The wire types of a run request, shared by the clients that ask for runs
+//! (the REST API's `POST /api/v1/runs`, `npc run` and `npc acp` over the
+//! control socket) and the daemon that carries them out: pure serde data
+//! with its bounds and shape checks, no behaviour. [`ManualRun`] is the
+//! profile and the prompt; [`LocalRun`] adds what only a local front end
+//! knows — the working directory, the timeout, the probe silence, a
+//! [`Resume`] of the provider's conversation and an [`ApprovalRoute`] (the
+//! approval socket and the ACP session, set in the agent's environment as
+//! exactly `APPROVAL_SOCKET_ENV` and `APPROVAL_SESSION_ENV`, nothing else).
+//! [`LocalRun::check`] bounds and validates each extra; the daemon checks
+//! before a run is queued and again when the queued row is read back (the
+//! store is a file in the repository).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{SESSION_ID_PREFIX, resume_args};
-use crate::model::ProviderKind;
-use crate::runs::PreparedRun;
-use crate::surfaces::approval::{self, APPROVAL_SESSION_ENV, APPROVAL_SOCKET_ENV};
-use crate::triggers::ManualRun;
+use super::approval::{APPROVAL_SESSION_ENV, APPROVAL_SOCKET_ENV};
+
+/// Prefix of every ACP session id `npc acp` makes.
+pub const SESSION_ID_PREFIX: &str = "acp-";
+
+/// A profile run started by hand (`POST /api/v1/runs`): the request body,
+/// and the queue row's payload the executor runs it from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ManualRun {
+    /// A `[profiles.NAME]` of the applied manifest.
+    pub profile: String,
+    /// The task prompt, used as written (instead of the profile's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// A `[prompts.NAME]` to render instead (with `vars`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_template: Option<String>,
+    /// Variables for `prompt_template`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub vars: std::collections::BTreeMap<String, String>,
+}
 
 /// Longest prompt text a prompt sends to the daemon (the control channel
 /// reads request lines of at most `control::MAX_REQUEST_BYTES`; JSON
@@ -36,23 +48,30 @@ pub const MAX_DAEMON_PROMPT_BYTES: usize = 32 * 1024;
 pub const MAX_PROVIDER_SESSION_CHARS: usize = 200;
 /// Longest ACP session id an [`ApprovalRoute`] carries.
 pub const MAX_SESSION_ID_CHARS: usize = 64;
-/// Longest working directory an [`AcpRun`] names, in bytes.
+/// Longest working directory a [`LocalRun`] names, in bytes.
 pub const MAX_CWD_BYTES: usize = 4096;
-/// Longest timeout an [`AcpRun`] asks for (the `npc acp --timeout` range).
+/// Longest timeout (or probe silence) a [`LocalRun`] asks for (the
+/// `npc acp --timeout` and `npc run --timeout` range).
 pub const MAX_TIMEOUT_SECS: u64 = u32::MAX as u64;
 
-/// What `npc acp` asks the daemon to run.
+/// What a local front end (`npc run`, a prompt of `npc acp`) asks the
+/// daemon to run: a [`ManualRun`] plus what only the front end knows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AcpRun {
+pub struct LocalRun {
     /// The profile and the prompt (checked like `POST /api/v1/runs`).
     pub run: ManualRun,
-    /// Where the agent runs (the session's `cwd`); the repository root when absent.
+    /// Where the agent runs (`npc run --cwd`, the ACP session's `cwd`); the
+    /// repository root when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<PathBuf>,
     /// The run's timeout in seconds (the daemon's default when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_secs: Option<u64>,
+    /// Silence after which a provider with `probe_on_stale` is probed, in
+    /// seconds (`npc run --probe-after`; the default when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_after_secs: Option<u64>,
     /// Continue (or fork) the provider's conversation of an earlier prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<Resume>,
@@ -93,20 +112,20 @@ impl ApprovalRoute {
 
     /// Whether the socket is one `npc acp` makes and the session an ACP
     /// session id.
-    pub fn check(&self) -> Result<(), AcpRunError> {
-        if !approval::valid_name(&self.socket) {
-            return Err(AcpRunError::BadSocket);
+    pub fn check(&self) -> Result<(), LocalRunError> {
+        if !super::approval::valid_name(&self.socket) {
+            return Err(LocalRunError::BadSocket);
         }
         if !valid_session_id(&self.session) {
-            return Err(AcpRunError::BadSession);
+            return Err(LocalRunError::BadSession);
         }
         Ok(())
     }
 }
 
-/// Why an [`AcpRun`] is refused.
+/// Why a [`LocalRun`] is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AcpRunError {
+pub enum LocalRunError {
     #[error(
         "the prompt is longer than {MAX_DAEMON_PROMPT_BYTES} bytes; send it to `npc acp` without a daemon"
     )]
@@ -125,6 +144,8 @@ pub enum AcpRunError {
     BadCwd,
     #[error("`timeout_secs` must be between 1 and {MAX_TIMEOUT_SECS}")]
     BadTimeout,
+    #[error("`probe_after_secs` must be between 1 and {MAX_TIMEOUT_SECS}")]
+    BadProbeAfter,
 }
 
 /// Whether `id` can be a provider's conversation id passed on a command
@@ -149,21 +170,21 @@ pub fn valid_session_id(id: &str) -> bool {
         })
 }
 
-impl AcpRun {
+impl LocalRun {
     /// Check every extra against its bound and shape.
-    pub fn check(&self) -> Result<(), AcpRunError> {
+    pub fn check(&self) -> Result<(), LocalRunError> {
         if self
             .run
             .prompt
             .as_ref()
             .is_some_and(|p| p.len() > MAX_DAEMON_PROMPT_BYTES)
         {
-            return Err(AcpRunError::PromptTooLong);
+            return Err(LocalRunError::PromptTooLong);
         }
         if let Some(r) = &self.resume
             && !valid_provider_session(&r.session)
         {
-            return Err(AcpRunError::BadProviderSession);
+            return Err(LocalRunError::BadProviderSession);
         }
         if let Some(a) = &self.approval {
             a.check()?;
@@ -171,12 +192,17 @@ impl AcpRun {
         if let Some(cwd) = &self.cwd
             && (!cwd.is_absolute() || cwd.as_os_str().len() > MAX_CWD_BYTES)
         {
-            return Err(AcpRunError::BadCwd);
+            return Err(LocalRunError::BadCwd);
         }
         if let Some(t) = self.timeout_secs
             && !(1..=MAX_TIMEOUT_SECS).contains(&t)
         {
-            return Err(AcpRunError::BadTimeout);
+            return Err(LocalRunError::BadTimeout);
+        }
+        if let Some(t) = self.probe_after_secs
+            && !(1..=MAX_TIMEOUT_SECS).contains(&t)
+        {
+            return Err(LocalRunError::BadProbeAfter);
         }
         Ok(())
     }
@@ -185,35 +211,10 @@ impl AcpRun {
     pub fn timeout(&self, default: Duration) -> Duration {
         self.timeout_secs.map_or(default, Duration::from_secs)
     }
-}
 
-/// Give a prepared run what a prompt of `npc acp` adds: the provider's
-/// resume arguments in their place and the approval route's two variables.
-/// The one place both paths (in process and in the daemon) do it.
-pub fn apply(prepared: &mut PreparedRun, resume: Option<&Resume>, route: Option<&ApprovalRoute>) {
-    if let Some(r) = resume {
-        let extra = resume_args(prepared.kind, &r.session, r.fork);
-        let at = resume_position(prepared.kind, &prepared.spec.args);
-        prepared.spec.args.splice(at..at, extra);
-    }
-    if let Some(route) = route {
-        prepared
-            .spec
-            .env
-            .insert(APPROVAL_SOCKET_ENV.to_string(), route.socket.clone());
-        prepared
-            .spec
-            .env
-            .insert(APPROVAL_SESSION_ENV.to_string(), route.session.clone());
-    }
-}
-
-/// Where [`resume_args`] go in a launch's arguments: first for Claude Code,
-/// after the `run` subcommand for OpenCode.
-pub fn resume_position(kind: ProviderKind, args: &[String]) -> usize {
-    match kind {
-        ProviderKind::Opencode => usize::from(args.first().is_some_and(|a| a == "run")),
-        _ => 0,
+    /// The run's probe silence, `default` when none was asked for.
+    pub fn probe_after(&self, default: Duration) -> Duration {
+        self.probe_after_secs.map_or(default, Duration::from_secs)
     }
 }
 
@@ -221,8 +222,8 @@ pub fn resume_position(kind: ProviderKind, args: &[String]) -> usize {
 mod tests {
     use super::*;
 
-    fn run() -> AcpRun {
-        AcpRun {
+    fn run() -> LocalRun {
+        LocalRun {
             run: ManualRun {
                 profile: "dev".into(),
                 prompt: Some("hi".into()),
@@ -231,12 +232,17 @@ mod tests {
             },
             cwd: Some("/tmp".into()),
             timeout_secs: Some(60),
+            probe_after_secs: Some(30),
             resume: Some(Resume {
                 session: "5f0c-aa".into(),
                 fork: false,
             }),
             approval: Some(ApprovalRoute {
-                socket: format!("{}{}", approval::SOCKET_NAME_PREFIX, "a".repeat(32)),
+                socket: format!(
+                    "{}{}",
+                    super::super::approval::SOCKET_NAME_PREFIX,
+                    "a".repeat(32)
+                ),
                 session: "acp-20261201t002404123z-0a1b2c3d".into(),
             }),
         }
@@ -245,14 +251,14 @@ mod tests {
     #[test]
     fn a_well_formed_run_passes_and_each_bad_extra_is_refused() {
         assert_eq!(run().check(), Ok(()));
-        let refused = |edit: &dyn Fn(&mut AcpRun)| {
+        let refused = |edit: &dyn Fn(&mut LocalRun)| {
             let mut r = run();
             edit(&mut r);
             r.check().unwrap_err()
         };
         assert_eq!(
             refused(&|r| r.run.prompt = Some("x".repeat(MAX_DAEMON_PROMPT_BYTES + 1))),
-            AcpRunError::PromptTooLong
+            LocalRunError::PromptTooLong
         );
         for bad in [
             "",
@@ -264,13 +270,13 @@ mod tests {
             let bad = bad.to_string();
             assert_eq!(
                 refused(&|r| r.resume.as_mut().unwrap().session = bad.clone()),
-                AcpRunError::BadProviderSession,
+                LocalRunError::BadProviderSession,
                 "{bad}"
             );
         }
         assert_eq!(
             refused(&|r| r.approval.as_mut().unwrap().socket = "npc-acp-approval-zz".into()),
-            AcpRunError::BadSocket
+            LocalRunError::BadSocket
         );
         for bad in [
             "run-1",
@@ -282,17 +288,21 @@ mod tests {
             let bad = bad.to_string();
             assert_eq!(
                 refused(&|r| r.approval.as_mut().unwrap().session = bad.clone()),
-                AcpRunError::BadSession,
+                LocalRunError::BadSession,
                 "{bad}"
             );
         }
         assert_eq!(
             refused(&|r| r.cwd = Some("rel".into())),
-            AcpRunError::BadCwd
+            LocalRunError::BadCwd
         );
         assert_eq!(
             refused(&|r| r.timeout_secs = Some(0)),
-            AcpRunError::BadTimeout
+            LocalRunError::BadTimeout
+        );
+        assert_eq!(
+            refused(&|r| r.probe_after_secs = Some(0)),
+            LocalRunError::BadProbeAfter
         );
     }
 
@@ -300,41 +310,9 @@ mod tests {
     fn no_field_beyond_the_typed_ones_is_accepted() {
         let mut v = serde_json::to_value(run()).unwrap();
         v["env"] = serde_json::json!({"LD_PRELOAD": "/x.so"});
-        assert!(serde_json::from_value::<AcpRun>(v).is_err());
+        assert!(serde_json::from_value::<LocalRun>(v).is_err());
         let mut v = serde_json::to_value(run()).unwrap();
         v["approval"]["env"] = serde_json::json!("PATH");
-        assert!(serde_json::from_value::<AcpRun>(v).is_err());
-    }
-
-    #[test]
-    fn apply_puts_resume_arguments_in_place_and_sets_only_the_two_variables() {
-        let spec = crate::supervisor::ChildSpec::new("opencode".to_string(), PathBuf::from("/"))
-            .args(["run".to_string(), "--format".to_string()]);
-        let mut prepared = PreparedRun {
-            id: "run-1".into(),
-            profile: "dev".into(),
-            provider: "p".into(),
-            kind: ProviderKind::Opencode,
-            prompt: "hi".into(),
-            spec,
-            tool_cwd: PathBuf::from("/"),
-            mcp_config: None,
-            timeout: Duration::from_secs(1),
-            probe_after: Duration::from_secs(1),
-            warnings: Vec::new(),
-            source: None,
-        };
-        let before = prepared.spec.env.len();
-        let r = run();
-        apply(&mut prepared, r.resume.as_ref(), r.approval.as_ref());
-        assert_eq!(
-            prepared.spec.args,
-            ["run", "--session", "5f0c-aa", "--format"]
-        );
-        assert_eq!(prepared.spec.env.len(), before + 2);
-        assert_eq!(
-            prepared.spec.env[APPROVAL_SESSION_ENV],
-            "acp-20261201t002404123z-0a1b2c3d"
-        );
+        assert!(serde_json::from_value::<LocalRun>(v).is_err());
     }
 }

@@ -2,6 +2,7 @@
 //! compact view, run ids and outcomes.
 
 use super::*;
+use crate::runs::{RUN_ID_PREFIX, new_run_id};
 
 #[test]
 fn run_ids_are_unique_sortable_and_valid_components() {

@@ -67,13 +67,14 @@ impl ApiBackend for Fake {
             self.store
                 .enqueue_run(crate::store::queue::NewRun {
                     id: id.clone(),
-                    trigger: crate::triggers::MANUAL_QUEUE.to_string(),
+                    trigger: crate::runs::MANUAL_QUEUE.to_string(),
                     origin: "api".to_string(),
                     dedupe_key: None,
                     payload: serde_json::to_string(&run).unwrap(),
                     skip_if_active: false,
                     max_queued: 10,
                     state: None,
+                    claimed_by: None,
                 })
                 .await
                 .unwrap();
@@ -90,7 +91,7 @@ impl ApiBackend for Fake {
     fn cancel_run(&self, id: String) -> BoxFuture<'_, Result<String, ApiError>> {
         Box::pin(async move {
             let state = crate::store::queue::state::CANCELLED;
-            match self.store.trigger_run(&id).unwrap() {
+            match self.store.run_row(&id).unwrap() {
                 None => Err(resources::run_not_found(&id)),
                 Some(row) if row.state == "queued" => {
                     self.store.mark_run(&id, state, None).await.unwrap();
@@ -706,7 +707,7 @@ async fn hostile_bodies_get_stable_errors_and_change_nothing() {
         )
     );
     assert!(
-        fake.store.trigger_runs(None, 10).unwrap().is_empty(),
+        fake.store.run_rows(None, 10).unwrap().is_empty(),
         "nothing was queued"
     );
     // Pane input over its own bound, bad sizes, trigger payloads.

@@ -1,16 +1,21 @@
-//! The executor: takes runs from the durable queue and carries out their
-//! trigger's action, at most [`MAX_CONCURRENT_RUNS`] at once.
+//! The executor: the daemon's one executor, which takes runs from the
+//! durable queue and carries out their action, at most
+//! [`MAX_CONCURRENT_RUNS`] at once.
 //!
-//! Each pass looks at the oldest queued run of every trigger. A trigger
+//! Each pass looks at the oldest queued run of every queue. A trigger
 //! whose run is still going applies its overlap policy: `queue` waits,
 //! `skip` records the new run as skipped, `replace` cancels the running one
-//! and starts the new one. A run is marked `running` (committed) before its
-//! process starts, and a run found `running` when a daemon starts was cut
-//! off by a crash: it becomes `interrupted` and never runs again (at most
-//! once). A profile action runs through `npc run`'s path
-//! ([`crate::runs::prepare_blocking`], [`crate::runs::execute`]); a command
-//! runs through the supervisor with the run id, trigger and payload in its
-//! environment. Every event carries the run id, under component `run.<id>`.
+//! and starts the new one; runs started by hand (`@manual`) never wait
+//! behind each other. A run is claimed (`running`, owned by this process,
+//! committed) before its process starts, and a running row whose owner is
+//! gone when a daemon starts was cut off by a crash: it becomes
+//! `interrupted` and never runs again (at most once). A profile action runs
+//! through [`super::agent`] ([`super::prepare_blocking`],
+//! [`super::execute`]); a command runs through the supervisor with the run
+//! id, trigger and payload in its environment ([`command`]). Every event
+//! carries the run id, under component `run.<id>`.
+
+mod command;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,40 +25,33 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{MANUAL_QUEUE, ManualRun, Origin};
-use crate::acp::daemon::AcpRun;
+use super::{
+    Ending, MANUAL_QUEUE, Origin, PromptChoice, RunRequest, TriggeredBy, ending_of,
+    interrupt_orphans, this_process,
+};
 use crate::bus::EventBus;
-use crate::driver::{DriverContext, child_spec};
-use crate::model::{Action, CommandSpec, Manifest, Overlap, RestartPolicy, Trigger};
-use crate::plan::{ComponentId, Kind};
-use crate::runs::{self, PromptChoice, RunRequest, TriggeredBy};
+use crate::driver::DriverContext;
+use crate::model::{Action, Manifest, Overlap, Trigger};
 use crate::store::queue::{RUN_HISTORY_LIMIT, RunRow, state};
 use crate::store::{NewEvent, Store};
+use crate::surfaces::runs::{LocalRun, ManualRun};
 
-/// Runs carried out at once, over all triggers.
+/// Runs carried out at once, over all queues.
 pub const MAX_CONCURRENT_RUNS: usize = 4;
 /// How often the executor looks at the queue without being woken (a safety
 /// net; every enqueue wakes it).
 pub const RESCAN_EVERY: Duration = Duration::from_secs(5);
-/// Output lines of a command recorded per run (`run.output`); the rest are
-/// counted in `run.finished`.
-pub const MAX_OUTPUT_EVENTS: usize = 200;
-/// Longest output line recorded, in characters.
-pub const MAX_OUTPUT_LINE_CHARS: usize = 4096;
-/// Largest payload passed inline as `NPC_TRIGGER_PAYLOAD`; a larger one is
-/// written to a private file named by `NPC_TRIGGER_PAYLOAD_FILE` instead.
-pub const MAX_PAYLOAD_ENV_BYTES: usize = 64 * 1024;
 /// How long a shutdown waits for cancelled runs to record their end.
 pub const STOP_WAIT: Duration = Duration::from_secs(10);
 /// How often finished runs beyond `store::queue::RUN_HISTORY_LIMIT` are pruned.
 pub const PRUNE_EVERY: Duration = Duration::from_secs(60);
-/// After a command exits, how long its output pipes may take to close.
-pub const POST_EXIT_DRAIN: Duration = Duration::from_secs(2);
 /// How long [`Executor::cancel`] waits for a cancelled run to record its
 /// end (the process group is killed at once; its output then drains).
 pub const CANCEL_WAIT: Duration = Duration::from_secs(10);
 /// Why a run cancelled by hand ended.
 pub const CANCELLED_BY_HAND: &str = "cancelled by hand";
+/// What `run.interrupted` says of a run whose process went away.
+pub const INTERRUPTED_DETAIL: &str = "the daemon stopped while it ran; not run again";
 
 /// A run being carried out.
 #[derive(Debug)]
@@ -84,9 +82,6 @@ pub struct Executor {
     stop: CancellationToken,
 }
 
-/// How a run ended: its stored state and a detail.
-type Ending = (&'static str, Option<String>);
-
 impl Executor {
     pub fn new(
         store: Arc<Store>,
@@ -114,10 +109,15 @@ impl Executor {
     pub fn spawn(self: &Arc<Self>) {
         let this = self.clone();
         tokio::spawn(async move {
-            match this.store.interrupt_running_runs().await {
+            match interrupt_orphans(&this.store).await {
                 Ok(ids) => {
                     for id in ids {
-                        this.record(&id, "run.interrupted", json!({ "run_id": id, "detail": "the daemon stopped while it ran; not run again" })).await;
+                        this.record(
+                            &id,
+                            "run.interrupted",
+                            json!({ "run_id": id, "detail": INTERRUPTED_DETAIL }),
+                        )
+                        .await;
                     }
                 }
                 Err(e) => tracing::error!("cannot mark interrupted runs: {e}"),
@@ -229,7 +229,7 @@ impl Executor {
                         // (each is its queue's head once the one before
                         // started, so they never wait behind each other).
                         match manual_request(&row) {
-                            Some(request) => Decision::Start(Action::RunProfile {
+                            Some((request, _)) => Decision::Start(Action::RunProfile {
                                 profile: request.profile,
                                 prompt: None,
                                 vars: Default::default(),
@@ -321,19 +321,16 @@ impl Executor {
     }
 
     async fn record(&self, id: &str, kind: &str, payload: Value) {
-        let event = NewEvent::new(kind, payload).for_component(runs::component(id));
+        let event = NewEvent::new(kind, payload).for_component(super::component(id));
         if let Err(e) = self.bus.publish(event).await {
             tracing::warn!("cannot record `{kind}`: {e}");
         }
     }
 
-    /// Mark the run running (committed first, and only if it is still
-    /// queued: a cancel may have taken it), then carry it out in its own task.
+    /// Claim the run (committed first, and only if it is still queued: a
+    /// cancel may have taken it), then carry it out in its own task.
     async fn start(self: &Arc<Self>, row: RunRow, action: Action) {
-        let committed = self
-            .store
-            .mark_run_if(&row.id, state::QUEUED, state::RUNNING, None)
-            .await;
+        let committed = self.store.claim_run(&row.id, this_process()).await;
         let (cancel, reason, manifest) = {
             let mut inner = self.inner();
             let Some(running) = inner.running.get(&row.id) else {
@@ -365,9 +362,9 @@ impl Executor {
                         .map(|(k, v)| (k.clone(), v.expose().to_string()))
                         .collect();
                     let (prompt, starter) = if row.trigger == MANUAL_QUEUE {
-                        let starter = match acp_request(&row) {
-                            Some(acp) => Starter::Acp(Box::new(acp)),
-                            None => Starter::Hand,
+                        let starter = match manual_request(&row) {
+                            Some((_, Some(local))) => Starter::Local(local),
+                            _ => Starter::Hand,
                         };
                         (manual_prompt(&row), starter)
                     } else {
@@ -458,13 +455,16 @@ impl Executor {
         }
         let store = self.store.clone();
         let key = id.to_string();
-        let row = tokio::task::spawn_blocking(move || store.trigger_run(&key))
+        let row = tokio::task::spawn_blocking(move || store.run_row(&key))
             .await
             .map_err(|e| CancelError::Store(e.to_string()))?
             .map_err(|e| CancelError::Store(e.to_string()))?;
         match row {
             None => Err(CancelError::NotFound(id.to_string())),
             Some(row) if signalled => Ok(row.state),
+            Some(row) if row.state == state::RUNNING => {
+                Err(CancelError::Elsewhere { id: id.to_string() })
+            }
             Some(row) => Err(CancelError::Finished {
                 id: id.to_string(),
                 state: row.state,
@@ -484,22 +484,24 @@ impl Executor {
         let Some(manifest) = manifest else {
             return (state::FAILED, Some("no manifest is applied".to_string()));
         };
-        let (triggered, acp) = match starter {
+        let (triggered, local) = match starter {
             Starter::Trigger(t) => (Some(t), None),
             Starter::Hand => (None, None),
-            Starter::Acp(a) => (None, Some(a)),
+            Starter::Local(a) => (None, Some(a)),
         };
         let request = RunRequest {
             profile: profile.to_string(),
             prompt,
-            timeout: acp.as_ref().map_or(runs::DEFAULT_RUN_TIMEOUT, |a| {
-                a.timeout(runs::DEFAULT_RUN_TIMEOUT)
+            timeout: local.as_ref().map_or(super::DEFAULT_RUN_TIMEOUT, |a| {
+                a.timeout(super::DEFAULT_RUN_TIMEOUT)
             }),
-            cwd: acp.as_ref().and_then(|a| a.cwd.clone()),
-            probe_after: crate::providers::STALE_AFTER,
+            cwd: local.as_ref().and_then(|a| a.cwd.clone()),
+            probe_after: local.as_ref().map_or(crate::providers::STALE_AFTER, |a| {
+                a.probe_after(crate::providers::STALE_AFTER)
+            }),
             trigger: triggered,
         };
-        let prepared = runs::prepare_blocking(
+        let prepared = super::prepare_blocking(
             (*manifest).clone(),
             self.cx.repo.clone(),
             request,
@@ -514,8 +516,10 @@ impl Executor {
                 return (state::FAILED, Some(error));
             }
         };
-        if let Some(acp) = &acp {
-            crate::acp::daemon::apply(&mut prepared, acp.resume.as_ref(), acp.approval.as_ref());
+        if let Some(local) = &local {
+            prepared.apply_local(local.resume.as_ref(), local.approval.as_ref());
+            // Listed like the runs its front end carries out itself.
+            prepared.source = Origin::parse(&row.origin).map(Origin::as_str);
         }
         if cancel.is_cancelled() {
             // Cancelled while it was being prepared: it never starts.
@@ -532,7 +536,7 @@ impl Executor {
             self.cx.supervisor.clone(),
             Some(self.bus.clone()),
         );
-        match runs::execute(
+        let result = super::execute(
             &prepared,
             &self.cx.supervisor,
             &self.bus,
@@ -540,175 +544,8 @@ impl Executor {
             |_| {},
             cancelled,
         )
-        .await
-        {
-            Ok(report) => match report.outcome {
-                runs::Outcome::Succeeded => (state::SUCCEEDED, None),
-                runs::Outcome::HookFailed => (
-                    state::FAILED,
-                    Some(report.hook_error.unwrap_or_else(|| "a hook failed".into())),
-                ),
-                runs::Outcome::Failed { exit } => (state::FAILED, Some(exit.to_string())),
-                runs::Outcome::TimedOut => (state::TIMED_OUT, None),
-                runs::Outcome::Cancelled { .. } => (state::CANCELLED, None),
-            },
-            Err(e) => (state::FAILED, Some(e.to_string())),
-        }
-    }
-
-    async fn run_command(
-        &self,
-        row: &RunRow,
-        command: &CommandSpec,
-        cancel: &CancellationToken,
-    ) -> Ending {
-        let started = Instant::now();
-        let id = ComponentId::new(Kind::Trigger, &row.trigger);
-        let mut spec = child_spec(&self.cx, &id, command, RestartPolicy::Never);
-        let payload = row.payload.to_string();
-        spec.env.insert("NPC_RUN_ID".into(), row.id.clone());
-        spec.env.insert("NPC_TRIGGER".into(), row.trigger.clone());
-        spec.env
-            .insert("NPC_TRIGGER_ORIGIN".into(), row.origin.clone());
-        if payload.len() <= MAX_PAYLOAD_ENV_BYTES {
-            spec.env.insert("NPC_TRIGGER_PAYLOAD".into(), payload);
-        } else {
-            let path = runs::run_dir(&self.cx.state_dir, &row.id).join("payload.json");
-            let written = crate::repofs::Root::new(&self.cx.repo).and_then(|root| {
-                root.write(
-                    &path,
-                    payload.as_bytes(),
-                    crate::repofs::WriteOptions::PRIVATE,
-                )
-            });
-            if let Err(e) = written {
-                let error = format!("cannot write the payload file: {e}");
-                self.record(
-                    &row.id,
-                    "run.finished",
-                    json!({ "run_id": row.id, "outcome": "failed", "error": error }),
-                )
-                .await;
-                return (state::FAILED, Some(error));
-            }
-            spec.env.insert(
-                "NPC_TRIGGER_PAYLOAD_FILE".into(),
-                path.display().to_string(),
-            );
-        }
-        self.record(
-            &row.id,
-            "run.started",
-            json!({
-                "run_id": row.id,
-                "trigger": row.trigger,
-                "origin": row.origin,
-                "action": "command",
-                "program": command.command,
-                "cwd": spec.cwd,
-            }),
-        )
         .await;
-        let finished = |outcome: &str, extra: Value| {
-            let mut payload = json!({
-                "run_id": row.id,
-                "trigger": row.trigger,
-                "outcome": outcome,
-                "duration_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            });
-            if let (Value::Object(p), Value::Object(e)) = (&mut payload, extra) {
-                p.extend(e);
-            }
-            payload
-        };
-        let mut child = match self.cx.supervisor.spawn_streaming(&spec) {
-            Ok(child) => child,
-            Err(e) => {
-                let error = e.to_string();
-                self.record(
-                    &row.id,
-                    "run.finished",
-                    finished("failed", json!({ "error": error })),
-                )
-                .await;
-                return (state::FAILED, Some(error));
-            }
-        };
-        drop(child.stdin.take());
-        let killer = child.killer();
-        let (_, empty_out) = tokio::sync::mpsc::channel(1);
-        let (_, empty_err) = tokio::sync::mpsc::channel(1);
-        let mut stdout = std::mem::replace(&mut child.stdout, empty_out);
-        let mut stderr = std::mem::replace(&mut child.stderr, empty_err);
-        let (mut out_open, mut err_open) = (true, true);
-        let (mut recorded, mut dropped) = (0usize, 0usize);
-        let mut exit = None;
-        let mut stopped: Option<&'static str> = None;
-        let timeout = tokio::time::sleep(runs::DEFAULT_RUN_TIMEOUT);
-        tokio::pin!(timeout);
-        let drain = tokio::time::sleep(runs::DEFAULT_RUN_TIMEOUT + POST_EXIT_DRAIN);
-        tokio::pin!(drain);
-        let wait = child.wait();
-        tokio::pin!(wait);
-        while out_open || err_open || exit.is_none() {
-            let line = tokio::select! {
-                l = stdout.recv(), if out_open => match l {
-                    Some(l) => Some(("stdout", l)),
-                    None => { out_open = false; None }
-                },
-                l = stderr.recv(), if err_open => match l {
-                    Some(l) => Some(("stderr", l)),
-                    None => { err_open = false; None }
-                },
-                status = &mut wait, if exit.is_none() => {
-                    exit = Some(status.unwrap_or_default());
-                    drain.as_mut().reset(tokio::time::Instant::now() + POST_EXIT_DRAIN);
-                    None
-                }
-                () = &mut drain, if exit.is_some() => break,
-                () = &mut timeout, if stopped.is_none() && exit.is_none() => {
-                    stopped = Some(state::TIMED_OUT);
-                    let _ = killer.kill();
-                    None
-                }
-                () = cancel.cancelled(), if stopped.is_none() && exit.is_none() => {
-                    stopped = Some(state::CANCELLED);
-                    let _ = killer.kill();
-                    None
-                }
-            };
-            if let Some((stream, line)) = line {
-                if recorded < MAX_OUTPUT_EVENTS {
-                    recorded += 1;
-                    let text: String = line.text().chars().take(MAX_OUTPUT_LINE_CHARS).collect();
-                    self.record(
-                        &row.id,
-                        "run.output",
-                        json!({ "run_id": row.id, "stream": stream, "line": text }),
-                    )
-                    .await;
-                } else {
-                    dropped += 1;
-                }
-            }
-        }
-        let exit = exit.unwrap_or_default();
-        let end = stopped.unwrap_or(if exit.success() {
-            state::SUCCEEDED
-        } else {
-            state::FAILED
-        });
-        self.record(
-            &row.id,
-            "run.finished",
-            finished(
-                end,
-                json!({ "exit": exit, "output_lines_dropped": dropped }),
-            ),
-        )
-        .await;
-        let detail = (end == state::FAILED).then(|| exit.to_string());
-        (end, detail)
+        ending_of(&result)
     }
 }
 
@@ -719,9 +556,9 @@ enum Starter {
     Trigger(TriggeredBy),
     /// By hand (`POST /api/v1/runs`).
     Hand,
-    /// A prompt of `npc acp`: its working directory, timeout, resume and
-    /// approval route.
-    Acp(Box<AcpRun>),
+    /// A local front end (`npc acp`, `npc run`): its working directory,
+    /// timeout, probe silence, resume and approval route.
+    Local(Box<LocalRun>),
 }
 
 /// What a pass does with the oldest queued run of a trigger.
@@ -742,35 +579,32 @@ pub enum CancelError {
     NotFound(String),
     #[error("run `{id}` has already ended (`{state}`); nothing to cancel")]
     Finished { id: String, state: String },
+    #[error("run `{id}` is carried out by `npc run` in another process; stop it there (Ctrl-C)")]
+    Elsewhere { id: String },
     #[error("the run queue cannot record the cancel: {0}")]
     Store(String),
 }
 
-/// The request of a run started by hand, from its queue row (a prompt of
-/// `npc acp` carries it inside its [`AcpRun`], checked again: the row is
-/// read back from a file in the repository).
-fn manual_request(row: &RunRow) -> Option<ManualRun> {
-    if row.origin == Origin::Acp.as_str() {
-        return acp_request(row).map(|a| a.run);
+/// The request of a run started by hand, from its queue row, with the
+/// local front end's extras when one asked (`npc acp`, `npc run`: checked
+/// again, the row is read back from a file in the repository). `None` for
+/// a row whose request does not parse or pass [`LocalRun::check`].
+fn manual_request(row: &RunRow) -> Option<(ManualRun, Option<Box<LocalRun>>)> {
+    if Origin::parse(&row.origin).is_some_and(Origin::is_local) {
+        let local = serde_json::from_value::<LocalRun>(row.payload.clone())
+            .ok()
+            .filter(|a| a.check().is_ok())?;
+        return Some((local.run.clone(), Some(Box::new(local))));
     }
-    serde_json::from_value(row.payload.clone()).ok()
-}
-
-/// The [`AcpRun`] of a prompt of `npc acp`, from its queue row; `None` for
-/// other rows and for one that does not pass [`AcpRun::check`].
-fn acp_request(row: &RunRow) -> Option<AcpRun> {
-    if row.origin != Origin::Acp.as_str() {
-        return None;
-    }
-    serde_json::from_value::<AcpRun>(row.payload.clone())
+    serde_json::from_value(row.payload.clone())
         .ok()
-        .filter(|a| a.check().is_ok())
+        .map(|run| (run, None))
 }
 
 /// The prompt of a run started by hand: text as written, a template with
 /// its variables, or the profile's own.
 fn manual_prompt(row: &RunRow) -> PromptChoice {
-    match manual_request(row) {
+    match manual_request(row).map(|(run, _)| run) {
         Some(ManualRun {
             prompt: Some(text), ..
         }) => PromptChoice::Literal { text },

@@ -16,10 +16,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{ApiError, ApiState};
+use crate::api::listings::{self, PluginRow, RunSummary};
 use crate::panes::{NEEDS_ATTENTION, PaneError, PaneInfo};
 use crate::store::Event;
-use crate::surfaces::listings::{self, PluginRow, RunSummary};
-use crate::triggers::{MAX_MANUAL_PAYLOAD_BYTES, ManualRun};
+use crate::surfaces::runs::ManualRun;
+use crate::triggers::MAX_MANUAL_PAYLOAD_BYTES;
 
 /// Runs one page of `GET /api/v1/runs` lists when `limit` is absent.
 pub const DEFAULT_RUNS_LIMIT: usize = 50;
@@ -307,7 +308,7 @@ pub(super) async fn run_events(
         let component = crate::runs::component(&key);
         let events = store.component_events(&component, since, limit)?;
         let known = !events.is_empty()
-            || store.trigger_run(&key)?.is_some()
+            || store.run_row(&key)?.is_some()
             || !store.component_events(&component, 0, 1)?.is_empty();
         Ok((known, events))
     })

@@ -20,6 +20,7 @@
 
 pub mod assets;
 pub mod events;
+pub mod listings;
 pub mod openapi;
 pub mod resources;
 pub mod terminal;
@@ -39,11 +40,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::mcp_http::{Access, bearer_matches};
+use crate::api::listings::PluginRow;
 use crate::bus::EventBus;
 use crate::store::Store;
-use crate::surfaces::listings::PluginRow;
-use crate::triggers::ManualRun;
+use crate::surfaces::runs::ManualRun;
+use crate::surfaces::tcp::{Access, bearer_matches};
 use resources::{FireAccepted, PaneAnswer, PaneOp, PaneView};
 use terminal::Terminal;
 
@@ -465,7 +466,7 @@ pub const ROUTES: &[Route] = &[
         body: None,
         body_optional: false,
         status: 200,
-        answer: Some(schema_of::<crate::surfaces::listings::RunSummary>),
+        answer: Some(schema_of::<crate::api::listings::RunSummary>),
         errors: &[(404, "No such run (`run.not_found`)")],
     },
     Route {
@@ -886,12 +887,15 @@ pub enum ApiBindError {
 impl ApiListener {
     /// Bind `addr` for `access`: a non-loopback address only with a token.
     pub async fn bind(addr: SocketAddr, access: Access) -> Result<Self, ApiBindError> {
-        if !access.allows(addr) {
-            return Err(ApiBindError::NotLoopback { addr });
-        }
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| ApiBindError::Bind { addr, source })?;
+        let listener = crate::surfaces::tcp::bind(addr, matches!(access, Access::Token(_)))
+            .map_err(|e| match e {
+                crate::surfaces::tcp::BindError::NotLoopback { addr } => {
+                    ApiBindError::NotLoopback { addr }
+                }
+                crate::surfaces::tcp::BindError::Bind { addr, source } => {
+                    ApiBindError::Bind { addr, source }
+                }
+            })?;
         Ok(Self { listener, access })
     }
 

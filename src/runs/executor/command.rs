@@ -1,0 +1,185 @@
+//! A command action: run through the supervisor with the run id, trigger,
+//! origin and payload in its environment (a payload past
+//! [`MAX_PAYLOAD_ENV_BYTES`] goes to a private file instead), its output
+//! recorded as `run.output` events (bounded), stopped on timeout or cancel
+//! by killing its process group.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::Executor;
+use crate::driver::child_spec;
+use crate::model::{CommandSpec, RestartPolicy};
+use crate::plan::{ComponentId, Kind};
+use crate::runs::Ending;
+use crate::store::queue::{RunRow, state};
+
+/// Output lines of a command recorded per run (`run.output`); the rest are
+/// counted in `run.finished`.
+pub const MAX_OUTPUT_EVENTS: usize = 200;
+/// Longest output line recorded, in characters.
+pub const MAX_OUTPUT_LINE_CHARS: usize = 4096;
+/// Largest payload passed inline as `NPC_TRIGGER_PAYLOAD`; a larger one is
+/// written to a private file named by `NPC_TRIGGER_PAYLOAD_FILE` instead.
+pub const MAX_PAYLOAD_ENV_BYTES: usize = 64 * 1024;
+/// After a command exits, how long its output pipes may take to close.
+pub const POST_EXIT_DRAIN: Duration = Duration::from_secs(2);
+
+impl Executor {
+    pub(super) async fn run_command(
+        &self,
+        row: &RunRow,
+        command: &CommandSpec,
+        cancel: &CancellationToken,
+    ) -> Ending {
+        let started = Instant::now();
+        let id = ComponentId::new(Kind::Trigger, &row.trigger);
+        let mut spec = child_spec(&self.cx, &id, command, RestartPolicy::Never);
+        let payload = row.payload.to_string();
+        spec.env.insert("NPC_RUN_ID".into(), row.id.clone());
+        spec.env.insert("NPC_TRIGGER".into(), row.trigger.clone());
+        spec.env
+            .insert("NPC_TRIGGER_ORIGIN".into(), row.origin.clone());
+        if payload.len() <= MAX_PAYLOAD_ENV_BYTES {
+            spec.env.insert("NPC_TRIGGER_PAYLOAD".into(), payload);
+        } else {
+            let path = super::super::run_dir(&self.cx.state_dir, &row.id).join("payload.json");
+            let written = crate::repofs::Root::new(&self.cx.repo).and_then(|root| {
+                root.write(
+                    &path,
+                    payload.as_bytes(),
+                    crate::repofs::WriteOptions::PRIVATE,
+                )
+            });
+            if let Err(e) = written {
+                let error = format!("cannot write the payload file: {e}");
+                self.record(
+                    &row.id,
+                    "run.finished",
+                    json!({ "run_id": row.id, "outcome": "failed", "error": error }),
+                )
+                .await;
+                return (state::FAILED, Some(error));
+            }
+            spec.env.insert(
+                "NPC_TRIGGER_PAYLOAD_FILE".into(),
+                path.display().to_string(),
+            );
+        }
+        self.record(
+            &row.id,
+            "run.started",
+            json!({
+                "run_id": row.id,
+                "trigger": row.trigger,
+                "origin": row.origin,
+                "action": "command",
+                "program": command.command,
+                "cwd": spec.cwd,
+            }),
+        )
+        .await;
+        let finished = |outcome: &str, extra: Value| {
+            let mut payload = json!({
+                "run_id": row.id,
+                "trigger": row.trigger,
+                "outcome": outcome,
+                "duration_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            });
+            if let (Value::Object(p), Value::Object(e)) = (&mut payload, extra) {
+                p.extend(e);
+            }
+            payload
+        };
+        let mut child = match self.cx.supervisor.spawn_streaming(&spec) {
+            Ok(child) => child,
+            Err(e) => {
+                let error = e.to_string();
+                self.record(
+                    &row.id,
+                    "run.finished",
+                    finished("failed", json!({ "error": error })),
+                )
+                .await;
+                return (state::FAILED, Some(error));
+            }
+        };
+        drop(child.stdin.take());
+        let killer = child.killer();
+        let (_, empty_out) = tokio::sync::mpsc::channel(1);
+        let (_, empty_err) = tokio::sync::mpsc::channel(1);
+        let mut stdout = std::mem::replace(&mut child.stdout, empty_out);
+        let mut stderr = std::mem::replace(&mut child.stderr, empty_err);
+        let (mut out_open, mut err_open) = (true, true);
+        let (mut recorded, mut dropped) = (0usize, 0usize);
+        let mut exit = None;
+        let mut stopped: Option<&'static str> = None;
+        let timeout = tokio::time::sleep(super::super::DEFAULT_RUN_TIMEOUT);
+        tokio::pin!(timeout);
+        let drain = tokio::time::sleep(super::super::DEFAULT_RUN_TIMEOUT + POST_EXIT_DRAIN);
+        tokio::pin!(drain);
+        let wait = child.wait();
+        tokio::pin!(wait);
+        while out_open || err_open || exit.is_none() {
+            let line = tokio::select! {
+                l = stdout.recv(), if out_open => match l {
+                    Some(l) => Some(("stdout", l)),
+                    None => { out_open = false; None }
+                },
+                l = stderr.recv(), if err_open => match l {
+                    Some(l) => Some(("stderr", l)),
+                    None => { err_open = false; None }
+                },
+                status = &mut wait, if exit.is_none() => {
+                    exit = Some(status.unwrap_or_default());
+                    drain.as_mut().reset(tokio::time::Instant::now() + POST_EXIT_DRAIN);
+                    None
+                }
+                () = &mut drain, if exit.is_some() => break,
+                () = &mut timeout, if stopped.is_none() && exit.is_none() => {
+                    stopped = Some(state::TIMED_OUT);
+                    let _ = killer.kill();
+                    None
+                }
+                () = cancel.cancelled(), if stopped.is_none() && exit.is_none() => {
+                    stopped = Some(state::CANCELLED);
+                    let _ = killer.kill();
+                    None
+                }
+            };
+            if let Some((stream, line)) = line {
+                if recorded < MAX_OUTPUT_EVENTS {
+                    recorded += 1;
+                    let text: String = line.text().chars().take(MAX_OUTPUT_LINE_CHARS).collect();
+                    self.record(
+                        &row.id,
+                        "run.output",
+                        json!({ "run_id": row.id, "stream": stream, "line": text }),
+                    )
+                    .await;
+                } else {
+                    dropped += 1;
+                }
+            }
+        }
+        let exit = exit.unwrap_or_default();
+        let end = stopped.unwrap_or(if exit.success() {
+            state::SUCCEEDED
+        } else {
+            state::FAILED
+        });
+        self.record(
+            &row.id,
+            "run.finished",
+            finished(
+                end,
+                json!({ "exit": exit, "output_lines_dropped": dropped }),
+            ),
+        )
+        .await;
+        let detail = (end == state::FAILED).then(|| exit.to_string());
+        (end, detail)
+    }
+}

@@ -1,0 +1,204 @@
+//! [`Runs`]: the daemon's run service, what every front end asks for runs.
+//! It owns the queue and the one executor: triggers submit their firings
+//! ([`Runs::submit`]), the REST API and the dashboard start runs by hand
+//! ([`Runs::start_manual`], origin `api`), `npc acp` and `npc run` start
+//! theirs with their extras ([`Runs::start_local`]), and any of them may
+//! cancel one ([`Runs::cancel`]). A run by hand is checked against the
+//! applied manifest before it is queued; then it is a row like any other,
+//! carried out by the same executor.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+use super::executor::{CancelError, Executor};
+use super::queue::{Accepted, Refused, RunQueue, Submission};
+use super::{MANUAL_QUEUE, Origin};
+use crate::bus::EventBus;
+use crate::driver::DriverContext;
+use crate::model::{Manifest, Overlap, Trigger};
+use crate::store::Store;
+use crate::surfaces::runs::{LocalRun, LocalRunError, ManualRun};
+
+/// The daemon's run service (one per runtime).
+#[derive(Debug)]
+pub struct Runs {
+    queue: RunQueue,
+    executor: Arc<Executor>,
+}
+
+impl Runs {
+    /// The service of the repository `cx` names; starts the executor.
+    pub fn new(cx: DriverContext, store: Arc<Store>, bus: EventBus) -> Arc<Self> {
+        let wake = Arc::new(Notify::new());
+        let executor = Executor::new(store.clone(), bus.clone(), cx, wake.clone());
+        executor.spawn();
+        Arc::new(Self {
+            queue: RunQueue::new(store, bus, wake),
+            executor,
+        })
+    }
+
+    /// The applied manifest (profile runs render from it); the first call
+    /// lets queued runs start (only now are their triggers known, so a run
+    /// queued before a restart is never taken for a removed trigger's).
+    pub fn set_manifest(&self, manifest: &Manifest) {
+        self.executor.set_manifest(manifest);
+    }
+
+    /// Trigger `name` is applied with `trigger` (its overlap and action).
+    pub fn set_trigger(&self, name: &str, trigger: &Trigger) {
+        self.executor.set_trigger(name, trigger);
+    }
+
+    /// Trigger `name` was removed: its queued runs are cancelled.
+    pub fn remove_trigger(&self, name: &str) {
+        self.executor.remove_trigger(name);
+    }
+
+    /// Whether trigger `name` is applied, and its overlap policy.
+    pub fn overlap_of(&self, name: &str) -> Option<Overlap> {
+        self.executor.overlap_of(name)
+    }
+
+    /// Names of the applied triggers.
+    pub fn trigger_names(&self) -> Vec<String> {
+        self.executor.trigger_names()
+    }
+
+    /// The applied manifest, once one is.
+    pub fn manifest(&self) -> Option<Arc<Manifest>> {
+        self.executor.manifest()
+    }
+
+    /// Ids of the runs going on now.
+    pub fn running(&self) -> Vec<String> {
+        self.executor.running()
+    }
+
+    /// Queue `run` under `overlap`; resolves once it committed.
+    pub fn submit(
+        &self,
+        run: Submission,
+        overlap: Overlap,
+    ) -> impl Future<Output = Result<Accepted, Refused>> + Send + 'static {
+        self.queue.submit(run, overlap)
+    }
+
+    /// Start a profile run by hand (`POST /api/v1/runs`, origin `api`):
+    /// checked against the applied manifest, then queued. Returns its id.
+    pub async fn start_manual(&self, run: ManualRun) -> Result<String, StartRunError> {
+        self.check(&run)?;
+        let payload = serde_json::to_value(&run).unwrap_or_default();
+        self.submit_manual(Origin::Api, payload).await
+    }
+
+    /// Start a run a local front end asks for (`npc acp`'s prompts, origin
+    /// `acp`; `npc run`, origin `cli`): its extras (working directory,
+    /// timeout, probe silence, resume, approval route) are checked too, and
+    /// the executor applies them. Returns its id.
+    pub async fn start_local(
+        &self,
+        origin: Origin,
+        run: LocalRun,
+    ) -> Result<String, StartRunError> {
+        debug_assert!(origin.is_local());
+        self.check(&run.run)?;
+        run.check().map_err(StartRunError::Local)?;
+        let payload = serde_json::to_value(&run).unwrap_or_default();
+        self.submit_manual(origin, payload).await
+    }
+
+    async fn submit_manual(
+        &self,
+        origin: Origin,
+        payload: serde_json::Value,
+    ) -> Result<String, StartRunError> {
+        let accepted = self
+            .queue
+            .submit(
+                Submission::new(MANUAL_QUEUE, origin, payload),
+                Overlap::Queue,
+            )
+            .await
+            .map_err(StartRunError::Refused)?;
+        Ok(accepted.run_id)
+    }
+
+    /// Whether `run` can start with the applied manifest.
+    fn check(&self, run: &ManualRun) -> Result<(), StartRunError> {
+        let manifest = self.executor.manifest().ok_or(StartRunError::NoManifest)?;
+        if !manifest.profiles.contains_key(&run.profile) {
+            return Err(StartRunError::UnknownProfile {
+                name: run.profile.clone(),
+                known: names(manifest.profiles.keys()),
+            });
+        }
+        if run.prompt.is_some() && run.prompt_template.is_some() {
+            return Err(StartRunError::TwoPrompts);
+        }
+        match &run.prompt_template {
+            Some(name) if !manifest.prompts.contains_key(name) => {
+                return Err(StartRunError::UnknownTemplate {
+                    name: name.clone(),
+                    known: names(manifest.prompts.keys()),
+                });
+            }
+            None if !run.vars.is_empty() => return Err(StartRunError::VarsWithoutTemplate),
+            _ => {}
+        }
+        if run.prompt.is_none()
+            && run.prompt_template.is_none()
+            && manifest.profiles[&run.profile].prompt.is_none()
+        {
+            return Err(StartRunError::NoPrompt {
+                profile: run.profile.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Cancel run `id` (see [`Executor::cancel`]).
+    pub async fn cancel(&self, id: &str) -> Result<String, CancelError> {
+        self.executor.cancel(id).await
+    }
+
+    /// The daemon stops: no new runs; running ones are cancelled and
+    /// record their end.
+    pub async fn shutdown(&self) {
+        self.executor.shutdown().await;
+    }
+}
+
+/// Why a run by hand was not queued.
+#[derive(Debug, thiserror::Error)]
+pub enum StartRunError {
+    #[error("the daemon has applied no manifest yet; fix it (see `npc validate`) and retry")]
+    NoManifest,
+    #[error("no profile `{name}` in the applied manifest; known profiles: {known}")]
+    UnknownProfile { name: String, known: String },
+    #[error("no prompt template `{name}` in the applied manifest; known prompts: {known}")]
+    UnknownTemplate { name: String, known: String },
+    #[error("pass `prompt` or `prompt_template`, not both")]
+    TwoPrompts,
+    #[error(
+        "`vars` needs `prompt_template`; `prompt` text and the profile's prompt take no variables"
+    )]
+    VarsWithoutTemplate,
+    #[error("profile `{profile}` has no `prompt`; pass `prompt` or `prompt_template`")]
+    NoPrompt { profile: String },
+    #[error(transparent)]
+    Local(LocalRunError),
+    #[error(transparent)]
+    Refused(Refused),
+}
+
+fn names<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    let names: Vec<String> = names.map(|n| format!("`{n}`")).collect();
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    }
+}
