@@ -18,6 +18,7 @@ pub mod render;
 pub mod repofs;
 pub mod runs;
 pub mod runtime;
+pub mod stdx;
 pub mod store;
 pub mod supervisor;
 pub mod surfaces;

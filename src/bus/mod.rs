@@ -95,7 +95,7 @@ struct Queues(Mutex<Vec<Arc<Queue>>>);
 
 impl Queues {
     fn lock(&self) -> MutexGuard<'_, Vec<Arc<Queue>>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        crate::stdx::lock(&self.0)
     }
 
     fn fan_out(&self, event: &Arc<Event>) {
@@ -359,7 +359,7 @@ impl EventBus {
         &self,
         task: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), BusError> {
-        let mut tasks = self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tasks = crate::stdx::lock(&self.inner.tasks);
         // Checked under the task lock: `shutdown` sets `closed` before it
         // takes this lock, so a task spawned here is always awaited by it.
         if self.inner.closed.load(Ordering::Acquire) {
@@ -384,8 +384,7 @@ impl EventBus {
         // before it has been committed and fanned out. A read-only store
         // refuses it, and had nothing queued.
         let _ = self.inner.shared.store.flush().await;
-        let tasks =
-            std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        let tasks = std::mem::take(&mut *crate::stdx::lock(&self.inner.tasks));
         for task in &tasks {
             task.abort();
         }

@@ -39,7 +39,7 @@ impl Queue {
     /// Enqueue, dropping the oldest item if full. Never blocks on the consumer.
     pub fn push(&self, event: Arc<Event>) {
         let dropped_one = {
-            let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+            let mut items = crate::stdx::lock(&self.items);
             let full = items.len() >= self.capacity;
             if full {
                 items.pop_front();
@@ -64,12 +64,7 @@ impl Queue {
     /// Wait for and take the oldest item.
     pub async fn pop(&self) -> Arc<Event> {
         loop {
-            if let Some(event) = self
-                .items
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .pop_front()
-            {
+            if let Some(event) = crate::stdx::lock(&self.items).pop_front() {
                 return event;
             }
             // `notify_one` stores a permit when nobody waits, so a push

@@ -19,6 +19,7 @@
 //!   prompt's arguments, required when they have no default. A manifest
 //!   prompt wins a name collision with a server's prompt.
 
+use crate::stdx::{read, write};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -131,14 +132,6 @@ where
         "mcp: server pages without end; the rest are left out"
     );
     Ok(items)
-}
-
-fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    m.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    m.write().unwrap_or_else(|p| p.into_inner())
 }
 
 /// One upstream server's cached resources, resource templates and prompts.

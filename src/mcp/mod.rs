@@ -43,11 +43,9 @@ pub const NAMESPACE_SEPARATOR: &str = "__";
 /// since some agent CLIs reject them.
 pub const MAX_TOOL_NAME_LEN: usize = 64;
 
-/// `m`'s guard, even if a holder panicked (the data stays usable: every
-/// critical section here leaves it consistent).
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+/// The crate's poison-tolerant lock (every critical section here leaves
+/// its data consistent).
+pub(crate) use crate::stdx::lock;
 
 /// `server__tool`, if that is a name every agent CLI accepts.
 pub fn namespaced(server: &str, tool: &str) -> Option<String> {

@@ -18,6 +18,7 @@
 //! connection closes the session (an owned process is stopped, a live
 //! supervised one restarted); the next call reconnects.
 
+use crate::stdx::{read, write};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -336,14 +337,6 @@ impl std::fmt::Debug for Upstream {
             .field("state", &*lock(&self.state))
             .finish_non_exhaustive()
     }
-}
-
-fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    m.write().unwrap_or_else(|p| p.into_inner())
-}
-
-fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    m.read().unwrap_or_else(|p| p.into_inner())
 }
 
 /// How one upstream call ended, before it becomes a tool result.

@@ -80,9 +80,7 @@ impl Relay {
     }
 
     fn back(&self) -> Result<Peer<RoleClient>, ErrorData> {
-        self.back
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        crate::stdx::lock(&self.back)
             .clone()
             .ok_or_else(|| unreachable_back("the session is not initialized"))
     }
@@ -110,7 +108,7 @@ impl ServerHandler for Relay {
         if let Some(server) = &info.server_info {
             answer.server_info = server.clone();
         }
-        *self.back.lock().unwrap_or_else(|p| p.into_inner()) = Some(running.peer().clone());
+        *crate::stdx::lock(&self.back) = Some(running.peer().clone());
         *self.session.lock().await = Some(running);
         Ok(answer)
     }

@@ -9,6 +9,7 @@
 //! `npc pane send` or attach) and [`Host::execute`] of an
 //! [`Approved::Input`] that only [`Guard::judge`] can make.
 
+use crate::stdx::lock;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -179,10 +180,6 @@ pub struct Host {
     pending: Mutex<Pending>,
     /// Held while publishing, so events keep their order.
     publishing: tokio::sync::Mutex<()>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A fresh random pane token (128 bits, hex).

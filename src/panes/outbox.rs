@@ -5,6 +5,7 @@
 //! dropped and counted), so a slow or stuck plugin never holds memory and
 //! never slows a pane down.
 
+use crate::stdx::lock;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -177,10 +178,6 @@ pub fn split_text(text: &str, max: usize) -> Vec<&str> {
         out.push(rest);
     }
     out
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

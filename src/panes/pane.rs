@@ -4,6 +4,7 @@
 //! the pane's watcher, and a waiter thread that records the exit status.
 //! Idleness is the time since the last output byte.
 
+use crate::stdx::lock;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -234,10 +235,6 @@ impl Pane {
         let ring = lock(&self.ring);
         (ring.snapshot(), self.output.subscribe())
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -101,7 +101,7 @@ impl Executor {
     }
 
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        crate::stdx::lock(&self.inner)
     }
 
     /// Start the loop: first mark runs a crashed daemon left `running` as
@@ -185,8 +185,7 @@ impl Executor {
     pub async fn shutdown(&self) {
         self.stop.cancel();
         for r in self.inner().running.values() {
-            *r.reason.lock().unwrap_or_else(|p| p.into_inner()) =
-                Some("the daemon stopped".to_string());
+            *crate::stdx::lock(&r.reason) = Some("the daemon stopped".to_string());
             r.cancel.cancel();
         }
         let _ = tokio::time::timeout(STOP_WAIT, async {
@@ -251,7 +250,7 @@ impl Executor {
                                     (false, Overlap::Skip) => Decision::Skip,
                                     (false, Overlap::Replace) => {
                                         for r in active {
-                                            *r.reason.lock().unwrap_or_else(|p| p.into_inner()) =
+                                            *crate::stdx::lock(&r.reason) =
                                                 Some(format!("replaced by run `{}`", row.id));
                                             r.cancel.cancel();
                                         }
@@ -385,10 +384,7 @@ impl Executor {
                         .await
                 }
             };
-            let ending = match (
-                ending,
-                reason.lock().unwrap_or_else(|p| p.into_inner()).clone(),
-            ) {
+            let ending = match (ending, crate::stdx::lock(&reason).clone()) {
                 ((state::CANCELLED, _), Some(why)) => (state::CANCELLED, Some(why)),
                 (ending, _) => ending,
             };
@@ -412,8 +408,7 @@ impl Executor {
     pub async fn cancel(&self, id: &str) -> Result<String, CancelError> {
         let signal = |inner: &Inner| {
             inner.running.get(id).map(|r| {
-                *r.reason.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some(CANCELLED_BY_HAND.to_string());
+                *crate::stdx::lock(&r.reason) = Some(CANCELLED_BY_HAND.to_string());
                 r.cancel.cancel();
             })
         };

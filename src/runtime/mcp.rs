@@ -89,7 +89,7 @@ impl McpDriver {
         self.hooks
             .replace(HookSet::for_repository(&self.npc.paths.root, manifest));
         {
-            let mut current = self.builtins.lock().unwrap_or_else(|p| p.into_inner());
+            let mut current = crate::stdx::lock(&self.builtins);
             if current.as_ref() != Some(&manifest.mcp_builtins) {
                 self.path.set_builtins(Arc::new(Builtins::standard(
                     &self.npc.paths.root,

@@ -475,10 +475,7 @@ impl OperationalFiles {
     }
 
     fn failure(&self) -> Option<String> {
-        self.failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        crate::stdx::lock(&self.failure).clone()
     }
 }
 
@@ -488,7 +485,7 @@ impl model::Files for OperationalFiles {
         if let Err(e) = &read
             && is_operational(e)
         {
-            let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+            let mut failure = crate::stdx::lock(&self.failure);
             failure.get_or_insert_with(|| format!("cannot read `{}`: {e}", path.display()));
         }
         read
@@ -598,7 +595,7 @@ impl Runtime {
         paths: RepoPaths,
         backoff: BackoffPolicy,
     ) -> Result<Arc<Runtime>, RuntimeError> {
-        let mut registry = RUNTIMES.lock().unwrap_or_else(|p| p.into_inner());
+        let mut registry = crate::stdx::lock(&RUNTIMES);
         let registry = registry.get_or_insert_with(HashMap::new);
         if let Some(existing) = registry.get(&paths.root).and_then(Weak::upgrade) {
             return Ok(existing);
@@ -782,10 +779,7 @@ impl Runtime {
     /// the previous applied manifest did not have.
     async fn plugin_notices_applied(&self, manifest: &Manifest) {
         let new: Vec<model::PluginNotice> = {
-            let mut seen = self
-                .plugin_notices
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut seen = crate::stdx::lock(&self.plugin_notices);
             let new = manifest
                 .plugin_notices
                 .iter()

@@ -87,7 +87,7 @@ impl TriggerDriver {
     }
 
     fn active(&self) -> std::sync::MutexGuard<'_, HashMap<String, Active>> {
-        self.active.lock().unwrap_or_else(|p| p.into_inner())
+        crate::stdx::lock(&self.active)
     }
 
     /// A manifest is about to be applied: the webhook listener's address

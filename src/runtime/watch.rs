@@ -57,21 +57,12 @@ impl Written {
     /// npc is about to write `content` to `path`.
     pub fn record(&self, path: &Path, content: &str) {
         let digest = sha2::Sha256::digest(content.as_bytes()).to_vec();
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(path.to_path_buf(), (content.len(), digest));
+        crate::stdx::lock(&self.0).insert(path.to_path_buf(), (content.len(), digest));
     }
 
     /// Whether `path` holds exactly what npc last wrote to it.
     pub fn is_ours(&self, path: &Path) -> bool {
-        let Some((len, digest)) = self
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(path)
-            .cloned()
-        else {
+        let Some((len, digest)) = crate::stdx::lock(&self.0).get(path).cloned() else {
             return false;
         };
         // Through the guarded layer: a FIFO or a device swapped in for the

@@ -347,7 +347,7 @@ impl MemoryStore {
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        crate::stdx::lock(&self.conn)
     }
 
     /// Store a memory; its id.

@@ -93,7 +93,7 @@ impl NoticeBoard {
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        crate::stdx::lock(&self.conn)
     }
 
     /// Post a notice (fields cut to [`MAX_FIELD_CHARS`], control characters

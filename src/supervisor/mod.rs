@@ -16,12 +16,13 @@ mod oneshot;
 mod pty;
 mod spawn;
 
+use crate::stdx::lock;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use nix::sys::signal::Signal;
@@ -266,10 +267,6 @@ enum Control {
 struct Shared {
     status: Mutex<ChildStatus>,
     pipes: Mutex<Option<ChildPipes>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Shared {

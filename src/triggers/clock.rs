@@ -79,14 +79,14 @@ impl FakeClock {
 
     /// Move to `now`, waking every sleeper.
     pub fn set(&self, now: DateTime<Utc>) {
-        *self.now.lock().unwrap_or_else(|p| p.into_inner()) = now;
+        *crate::stdx::lock(&self.now) = now;
         self.moved.notify_waiters();
     }
 }
 
 impl Clock for FakeClock {
     fn now(&self) -> DateTime<Utc> {
-        *self.now.lock().unwrap_or_else(|p| p.into_inner())
+        *crate::stdx::lock(&self.now)
     }
 
     fn sleep_until(&self, at: DateTime<Utc>) -> BoxFuture<'_, ()> {

@@ -106,7 +106,7 @@ impl CronTrigger {
     }
 
     fn next(&self) -> Option<DateTime<Utc>> {
-        *self.next.lock().unwrap_or_else(|p| p.into_inner())
+        *crate::stdx::lock(&self.next)
     }
 }
 
@@ -132,7 +132,7 @@ impl TriggerKind for CronTrigger {
             }
             None => from_now,
         };
-        *self.next.lock().unwrap_or_else(|p| p.into_inner()) = Some(next);
+        *crate::stdx::lock(&self.next) = Some(next);
         if self.catch_up.is_none() {
             // Committed before anything fires; a catch-up firing carries
             // the same state itself.
@@ -175,13 +175,13 @@ impl TriggerKind for CronTrigger {
         let schedule = self.schedule.clone();
         tokio::spawn(async move {
             if let Some(missed_at) = catch_up {
-                let following = *next.lock().unwrap_or_else(|p| p.into_inner());
+                let following = *crate::stdx::lock(&next);
                 if tx.send(firing(missed_at, following, true)).await.is_err() {
                     return;
                 }
             }
             loop {
-                let Some(due) = *next.lock().unwrap_or_else(|p| p.into_inner()) else {
+                let Some(due) = *crate::stdx::lock(&next) else {
                     return;
                 };
                 tokio::select! {
@@ -191,7 +191,7 @@ impl TriggerKind for CronTrigger {
                 // Late (a suspended machine, a busy daemon): fire once for
                 // `due`, then go on from now.
                 let following = next_after(&schedule, tz, due.max(clock.now()));
-                *next.lock().unwrap_or_else(|p| p.into_inner()) = following;
+                *crate::stdx::lock(&next) = following;
                 if tx.send(firing(due, following, false)).await.is_err() {
                     return;
                 }

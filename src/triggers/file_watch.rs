@@ -92,7 +92,7 @@ impl Shared {
         if self.is_ignored(&path) || !self.matches(&path) {
             return;
         }
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pending = crate::stdx::lock(&self.pending);
         let full = pending.windows.len() >= MAX_PENDING_PATHS;
         match pending.windows.get(&path) {
             Some(_) => {}
@@ -150,7 +150,7 @@ impl Shared {
 
     /// Windows that closed by `now`, with their net event.
     fn closed(&self, now: Instant) -> (Vec<(PathBuf, FileEvent)>, Option<Instant>) {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pending = crate::stdx::lock(&self.pending);
         let done: Vec<PathBuf> = pending
             .windows
             .iter()

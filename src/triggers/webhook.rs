@@ -288,15 +288,12 @@ impl Listener {
     /// Where to listen (from the manifest). A running listener on another
     /// address moves there.
     pub fn configure(self: &Arc<Self>, addr: SocketAddr, remote_allowed: bool) {
-        *self.config.lock().unwrap_or_else(|p| p.into_inner()) = (addr, remote_allowed);
-        let moved = self
-            .server
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        *crate::stdx::lock(&self.config) = (addr, remote_allowed);
+        let moved = crate::stdx::lock(&self.server)
             .as_ref()
             .is_some_and(|s| s.wanted != addr);
         if moved {
-            if let Some(old) = self.server.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            if let Some(old) = crate::stdx::lock(&self.server).take() {
                 old.stop.cancel();
             }
             if let Err(e) = self.ensure_serving() {
@@ -317,20 +314,16 @@ impl Listener {
 
     /// The address the listener is bound to, when it runs.
     pub fn bound(&self) -> Option<SocketAddr> {
-        self.server
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map(|s| s.bound)
+        crate::stdx::lock(&self.server).as_ref().map(|s| s.bound)
     }
 
     /// Bind and serve, unless already serving.
     fn ensure_serving(self: &Arc<Self>) -> Result<(), TriggerError> {
-        let mut server = self.server.lock().unwrap_or_else(|p| p.into_inner());
+        let mut server = crate::stdx::lock(&self.server);
         if server.is_some() {
             return Ok(());
         }
-        let (addr, remote) = *self.config.lock().unwrap_or_else(|p| p.into_inner());
+        let (addr, remote) = *crate::stdx::lock(&self.config);
         let socket = WebhookSocket::bind(addr, remote)?;
         let bound = socket.local_addr().unwrap_or(addr);
         let stop = CancellationToken::new();
@@ -356,15 +349,12 @@ impl Listener {
     }
 
     fn add(self: &Arc<Self>, route: &str, r: Arc<Route>) -> Result<(), TriggerError> {
-        self.routes
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(route.to_string(), r);
+        crate::stdx::write(&self.routes).insert(route.to_string(), r);
         self.ensure_serving()
     }
 
     fn remove(&self, route: &str, trigger: &str) {
-        let mut routes = self.routes.write().unwrap_or_else(|p| p.into_inner());
+        let mut routes = crate::stdx::write(&self.routes);
         if routes.get(route).is_some_and(|r| r.trigger == trigger) {
             routes.remove(route);
         }
@@ -372,7 +362,7 @@ impl Listener {
 
     /// Close the listener.
     pub fn shutdown(&self) {
-        if let Some(s) = self.server.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(s) = crate::stdx::lock(&self.server).take() {
             s.stop.cancel();
         }
     }
@@ -390,7 +380,7 @@ impl Listener {
         detail: &str,
     ) -> Response {
         let suppressed = {
-            let mut b = self.budget.lock().unwrap_or_else(|p| p.into_inner());
+            let mut b = crate::stdx::lock(&self.budget);
             let second = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
@@ -470,12 +460,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
     }
     let path = parts.uri.path();
     let name = path.strip_prefix(ROUTE_PREFIX).unwrap_or("");
-    let route = listener
-        .routes
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(name)
-        .cloned();
+    let route = crate::stdx::read(&listener.routes).get(name).cloned();
     let Some(route) = route.filter(|_| !name.is_empty()) else {
         let shown: String = path.chars().take(MAX_DELIVERY_ID_BYTES).collect();
         return listener
@@ -542,11 +527,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
         }
     }
     if let Some(id) = &delivery
-        && route
-            .seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(id)
+        && crate::stdx::lock(&route.seen).contains(id)
     {
         return listener
             .refuse(
@@ -557,12 +538,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
             )
             .await;
     }
-    if !route
-        .bucket
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take()
-    {
+    if !crate::stdx::lock(&route.bucket).take() {
         return listener
             .refuse(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -633,11 +609,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
         }
         Ok(Ok(accepted)) => {
             if let Some(id) = delivery {
-                route
-                    .seen
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(id);
+                crate::stdx::lock(&route.seen).insert(id);
             }
             (
                 StatusCode::ACCEPTED,

@@ -131,7 +131,7 @@ impl MemoryGroup {
             group: "memory",
             reason,
         };
-        let mut slot = self.shared.store.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = crate::stdx::lock(&self.shared.store);
         if let Some(store) = slot.as_ref() {
             return Ok(store.clone());
         }

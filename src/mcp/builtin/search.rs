@@ -356,7 +356,7 @@ impl Searcher {
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+        crate::stdx::lock(&self.cache)
     }
 
     /// Search with the configured backends in order (Brave, then Exa),

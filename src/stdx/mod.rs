@@ -1,0 +1,51 @@
+//! Small extensions of the standard library (and tokio's IO) that every
+//! room may use: poison-tolerant locks ([`lock`], [`read`], [`write`]) and
+//! bounded line reading
+//! ([`lines`]). A leaf: it depends on nothing in the crate (the way
+//! rust-analyzer's `stdx` does), so any room can stand on it.
+//!
+//! Architecture invariant: nothing here knows npc's rooms, files or
+//! formats; it depends only on std, tokio and serde_json.
+
+pub mod lines;
+
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Lock `mutex`, taking over the data of a holder that panicked: npc's
+/// shared state stays consistent at every await point, so a panic in one
+/// task never makes the state of others unreachable.
+pub fn lock<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// [`lock`] for reading an `RwLock`.
+pub fn read<T: ?Sized>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// [`lock`] for writing an `RwLock`.
+pub fn write<T: ?Sized>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poisoned_lock_still_hands_out_its_data() {
+        let m = std::sync::Arc::new(Mutex::new(1));
+        let held = m.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = held.lock().unwrap();
+            panic!("poison it");
+        })
+        .join();
+        assert!(m.is_poisoned());
+        *lock(&m) += 1;
+        assert_eq!(*lock(&m), 2);
+    }
+}
