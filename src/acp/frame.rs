@@ -1,13 +1,12 @@
-//! Newline-delimited JSON-RPC 2.0 framing for `npc acp`: a bounded line
-//! reader (a line over [`MAX_LINE_BYTES`] is skipped without being held,
-//! and reported), the classification of one line into a request, a
+//! Newline-delimited JSON-RPC 2.0 framing for `npc acp`: lines are read by
+//! `stdx::lines` (a line over [`MAX_LINE_BYTES`] is skipped without being
+//! held, and reported), then classified into a request, a
 //! notification or a response ([`Incoming`]), and the error frames a bad
 //! line gets. Nothing here panics or waits on a peer's goodwill: every
 //! malformed frame becomes an [`Incoming::Invalid`] answered with a
 //! JSON-RPC error.
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt as _};
 
 /// Longest frame read from the client (prompts may embed file contents).
 pub const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
@@ -24,65 +23,6 @@ pub const INTERNAL_ERROR: i64 = -32603;
 pub const RESOURCE_NOT_FOUND: i64 = -32002;
 /// npc: a bound was reached (too many requests in flight, sessions, …).
 pub const BUSY: i64 = -32000;
-
-/// One line read by [`LineReader`].
-#[derive(Debug, PartialEq, Eq)]
-pub enum Line {
-    /// A complete line, without its newline.
-    Frame(Vec<u8>),
-    /// A line longer than [`MAX_LINE_BYTES`]; its bytes were dropped.
-    TooLong { bytes: usize },
-}
-
-/// Reads lines of at most `limit` bytes; a longer line is consumed and
-/// dropped chunk by chunk, never held whole.
-#[derive(Debug)]
-pub struct LineReader<R> {
-    inner: R,
-    limit: usize,
-}
-
-impl<R: AsyncBufRead + Unpin> LineReader<R> {
-    pub fn new(inner: R, limit: usize) -> Self {
-        Self { inner, limit }
-    }
-
-    /// The next line, `None` at the end of input (a last line without a
-    /// newline still counts).
-    pub async fn next(&mut self) -> std::io::Result<Option<Line>> {
-        let mut line = Vec::new();
-        let mut seen = 0usize;
-        loop {
-            let buf = self.inner.fill_buf().await?;
-            if buf.is_empty() {
-                return Ok(match (seen, seen > self.limit) {
-                    (0, _) => None,
-                    (bytes, true) => Some(Line::TooLong { bytes }),
-                    _ => Some(Line::Frame(line)),
-                });
-            }
-            let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
-                Some(at) => (&buf[..at], Some(at + 1)),
-                None => (buf, None),
-            };
-            seen = seen.saturating_add(chunk.len());
-            if seen <= self.limit {
-                line.extend_from_slice(chunk);
-            } else if !line.is_empty() {
-                line = Vec::new();
-            }
-            let used = done.unwrap_or(buf.len());
-            self.inner.consume(used);
-            if done.is_some() {
-                return Ok(Some(if seen > self.limit {
-                    Line::TooLong { bytes: seen }
-                } else {
-                    Line::Frame(line)
-                }));
-            }
-        }
-    }
-}
 
 /// What one frame is.
 #[derive(Debug, Clone, PartialEq)]
@@ -215,42 +155,6 @@ pub fn message(id: Option<i64>, method: &str, params: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    async fn lines(input: &[u8], limit: usize) -> Vec<Line> {
-        // A tiny buffer so long lines span many fills.
-        let reader = tokio::io::BufReader::with_capacity(7, input);
-        let mut r = LineReader::new(reader, limit);
-        let mut out = Vec::new();
-        while let Some(line) = r.next().await.unwrap() {
-            out.push(line);
-        }
-        out
-    }
-
-    #[tokio::test]
-    async fn lines_are_bounded_and_a_long_one_is_skipped_whole() {
-        let mut input = b"abc\n".to_vec();
-        input.extend(vec![b'x'; 50]);
-        input.extend(b"\nlast");
-        let got = lines(&input, 10).await;
-        assert_eq!(
-            got,
-            vec![
-                Line::Frame(b"abc".to_vec()),
-                Line::TooLong { bytes: 50 },
-                Line::Frame(b"last".to_vec()),
-            ]
-        );
-        assert_eq!(
-            lines(b"0123456789\n", 10).await,
-            [Line::Frame(b"0123456789".to_vec())]
-        );
-        assert_eq!(
-            lines(b"0123456789x", 10).await,
-            [Line::TooLong { bytes: 11 }]
-        );
-        assert!(lines(b"", 10).await.is_empty());
-    }
 
     #[test]
     fn frames_are_classified_and_bad_ones_get_errors() {

@@ -46,7 +46,7 @@ use agent_client_protocol_schema::v1::{
     UnstructuredCommandInput,
 };
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::bus::EventBus;
@@ -55,6 +55,7 @@ use crate::model::Manifest;
 use crate::runs::follow::{Follower, Step};
 use crate::runs::here::Here;
 use crate::runs::{self, Origin, Outcome, PromptChoice, RunRequest};
+use crate::stdx::lines::{Line, LineReader, Overlong, Splitter};
 use crate::store::Store;
 use crate::store::acp::AcpSession;
 use crate::supervisor::Supervisor;
@@ -63,7 +64,7 @@ use crate::surfaces::control::{Client, ControlError, Request};
 pub use crate::surfaces::runs::SESSION_ID_PREFIX;
 use crate::surfaces::runs::{ApprovalRoute, LocalRun, MAX_DAEMON_PROMPT_BYTES, Resume};
 use agent_client_protocol_schema::ProtocolVersion;
-use frame::{BUSY, INTERNAL_ERROR, INVALID_PARAMS, Incoming, Line, RESOURCE_NOT_FOUND};
+use frame::{BUSY, INTERNAL_ERROR, INVALID_PARAMS, Incoming, RESOURCE_NOT_FOUND};
 
 /// Requests from the client handled at once; more are refused (`-32000`).
 pub const MAX_INFLIGHT_REQUESTS: usize = 64;
@@ -194,8 +195,7 @@ where
     let writer = tokio::spawn(async move {
         let mut output = output;
         while let Some(frame) = frames.recv().await {
-            let mut line = serde_json::to_vec(&frame).unwrap_or_default();
-            line.push(b'\n');
+            let line = crate::stdx::lines::encode(&frame).unwrap_or_default();
             if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
                 break;
             }
@@ -226,7 +226,7 @@ where
         })
     };
     let inflight = Arc::new(Semaphore::new(MAX_INFLIGHT_REQUESTS));
-    let mut lines = frame::LineReader::new(BufReader::new(input), frame::MAX_LINE_BYTES);
+    let mut lines = LineReader::new(input, Splitter::new(frame::MAX_LINE_BYTES, Overlong::Skip));
     let result = loop {
         let next = tokio::select! {
             next = lines.next() => next,
@@ -248,7 +248,7 @@ where
                     ),
                 ),
             },
-            Line::Frame(bytes) => frame::classify(&bytes),
+            Line::Line(bytes) | Line::Truncated(bytes) => frame::classify(&bytes),
         };
         match incoming {
             Incoming::Empty => {}

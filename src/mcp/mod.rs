@@ -23,7 +23,6 @@
 pub mod builtin;
 pub mod call;
 pub mod catalog;
-mod frame;
 pub mod gateway;
 pub mod pool;
 pub mod relay;

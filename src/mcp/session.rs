@@ -42,8 +42,8 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader};
 use tokio::sync::Mutex;
 
-use super::frame::{Frame, FrameReader, Overlong, encode};
 use super::gateway::Gateway;
+use crate::stdx::lines::{Line, LineReader, Overlong, Splitter, encode};
 
 /// Longest frame (one line) a client may send; longer ones are dropped.
 pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
@@ -276,7 +276,10 @@ where
             }
         })
     };
-    let mut reader = FrameReader::new(read, MAX_FRAME_BYTES, Overlong::Skip);
+    let mut reader = LineReader::new(
+        read,
+        Splitter::new(MAX_FRAME_BYTES, Overlong::Skip).skip_blank(),
+    );
     let mut calls = FuturesUnordered::new();
     // Calls running here and not cancelled, by id (a count: ids may repeat).
     let mut answering: HashMap<RequestId, usize> = HashMap::new();
@@ -312,15 +315,15 @@ where
             }
             frame = reader.next(), if calls.len() < MAX_CALLS_IN_FLIGHT => {
                 let line = match frame {
-                    Ok(Frame::Line(line)) => line,
-                    Ok(Frame::TooLong) => {
+                    Ok(Some(Line::Line(line))) => line,
+                    Ok(Some(Line::TooLong { .. } | Line::Truncated(_))) => {
                         tracing::warn!("mcp: dropped a frame longer than {MAX_FRAME_BYTES} bytes");
                         if let Err(e) = write_frame(&writer, &too_long()).await {
                             break Err(e);
                         }
                         continue;
                     }
-                    Ok(Frame::Eof) => break Ok(()),
+                    Ok(None) => break Ok(()),
                     Err(e) => break Err(SessionError::Read(e)),
                 };
                 match route(&line, shape.is_some()) {

@@ -32,9 +32,9 @@ use tokio::io::{
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::frame::{Frame, FrameReader, Overlong, encode};
 use super::lock;
 use super::session::MAX_FRAME_BYTES;
+use crate::stdx::lines::{Line, LineReader, Overlong, Splitter, encode};
 
 /// Prefix of the ids of the wire's own requests.
 const ID_PREFIX: &str = "npc-";
@@ -337,14 +337,17 @@ async fn inbound<R>(stdout: R, mut to_rmcp: WriteHalf<DuplexStream>, shared: Arc
 where
     R: AsyncRead + Unpin,
 {
-    let mut reader = FrameReader::new(stdout, MAX_FRAME_BYTES, Overlong::Stop);
+    let mut reader = LineReader::new(
+        stdout,
+        Splitter::new(MAX_FRAME_BYTES, Overlong::Stop).skip_blank(),
+    );
     let reason = loop {
         let frame = tokio::select! {
             frame = reader.next() => frame,
             () = shared.closed.cancelled() => break None,
         };
         match frame {
-            Ok(Frame::Line(mut line)) => {
+            Ok(Some(Line::Line(mut line))) => {
                 if let Some((n, answer)) = answer_of(&line) {
                     shared.deliver(n, answer);
                     continue;
@@ -354,12 +357,12 @@ where
                     break Some("its session was closed".to_string());
                 }
             }
-            Ok(Frame::TooLong) => {
+            Ok(Some(Line::TooLong { .. } | Line::Truncated(_))) => {
                 break Some(format!(
                     "it sent a frame longer than {MAX_FRAME_BYTES} bytes"
                 ));
             }
-            Ok(Frame::Eof) => break Some("it closed its standard output".to_string()),
+            Ok(None) => break Some("it closed its standard output".to_string()),
             Err(e) => break Some(format!("reading its standard output failed: {e}")),
         }
     };

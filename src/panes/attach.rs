@@ -9,9 +9,7 @@
 //! geometry never changes; the text is the plugin's, so every control
 //! character is dropped and its length bounded.
 
-use tokio::io::{
-    AsyncBufRead, AsyncBufReadExt as _, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _,
-};
+use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::PaneHost;
@@ -84,15 +82,13 @@ pub async fn serve(
     }
     let _ = write.flush().await;
     let input = async {
-        let mut line = Vec::new();
+        use crate::stdx::lines::{Line, LineReader, Overlong, Splitter};
+        let mut lines = LineReader::new(&mut read, Splitter::new(MAX_ATTACH_LINE, Overlong::Stop));
         loop {
-            line.clear();
-            let mut limited = (&mut read).take(MAX_ATTACH_LINE as u64 + 1);
-            match limited.read_until(b'\n', &mut line).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) if line.len() > MAX_ATTACH_LINE => return,
-                Ok(_) => {}
-            }
+            let line = match lines.next().await {
+                Ok(Some(Line::Line(line))) => line,
+                _ => return,
+            };
             match serde_json::from_slice::<AttachInput>(&line) {
                 Ok(AttachInput::Input(hex)) => {
                     if let Ok(bytes) = hex::decode(hex.trim())

@@ -273,12 +273,12 @@ fn sorted_dirs(dir: &Path) -> Vec<PathBuf> {
 
 /// The session id and cwd of a rollout (its `session_meta` line).
 fn rollout_meta(path: &Path) -> Option<(String, String)> {
+    use crate::stdx::lines::{BlockingLineReader, Line, Overlong, Splitter};
     let file = std::fs::File::open(path).ok()?;
-    let mut line = Vec::new();
-    std::io::BufReader::new(file)
-        .take(MAX_META_LINE as u64)
-        .read_until(b'\n', &mut line)
-        .ok()?;
+    let mut lines = BlockingLineReader::new(file, Splitter::new(MAX_META_LINE, Overlong::Stop));
+    let Ok(Some(Line::Line(line))) = lines.next_line() else {
+        return None;
+    };
     let v: serde_json::Value = serde_json::from_slice(&line).ok()?;
     if v["type"] != "session_meta" {
         return None;

@@ -39,7 +39,6 @@ pub mod drift;
 mod event;
 mod gemini;
 pub mod launch;
-pub mod lines;
 mod native;
 mod opencode;
 pub mod resume;
@@ -64,7 +63,7 @@ pub use native::Read;
 pub use similarity::{similarity, str_similarity};
 pub use text::IDLE_MARKERS;
 
-use lines::{LineSplitter, Piece};
+use crate::stdx::lines::{Overlong, Piece, Splitter};
 use native::NativeState;
 
 /// Longest output line a parser accepts; longer lines are skipped with an
@@ -138,8 +137,8 @@ pub struct Parser {
     chain: &'static [Strategy],
     active: usize,
     max_line: usize,
-    stdout: LineSplitter,
-    stderr: LineSplitter,
+    stdout: Splitter,
+    stderr: Splitter,
     guard: Option<Guard>,
     held: Vec<Held>,
     native: NativeState,
@@ -186,8 +185,8 @@ impl Parser {
             chain: detection_chain(kind),
             active: 0,
             max_line: MAX_LINE_BYTES,
-            stdout: LineSplitter::new(MAX_LINE_BYTES),
-            stderr: LineSplitter::new(MAX_LINE_BYTES),
+            stdout: line_splitter(MAX_LINE_BYTES),
+            stderr: line_splitter(MAX_LINE_BYTES),
             guard: baseline.map(Guard::new),
             held: Vec::new(),
             native: NativeState::default(),
@@ -210,8 +209,8 @@ impl Parser {
     /// Use a different line bound (before feeding anything).
     pub fn with_line_limit(mut self, max_line: usize) -> Self {
         self.max_line = max_line;
-        self.stdout = LineSplitter::new(max_line);
-        self.stderr = LineSplitter::new(max_line);
+        self.stdout = line_splitter(max_line);
+        self.stderr = line_splitter(max_line);
         self
     }
 
@@ -240,7 +239,7 @@ impl Parser {
         if !chunk.is_empty() {
             self.last_output = Some(now);
         }
-        let mut splitter = std::mem::replace(&mut self.stdout, LineSplitter::new(0));
+        let mut splitter = std::mem::replace(&mut self.stdout, line_splitter(0));
         splitter.feed(chunk, |piece| self.on_piece(piece, false, &mut out));
         self.stdout = splitter;
         self.track_idle(&out);
@@ -267,11 +266,15 @@ impl Parser {
     /// drift guard decide on whatever it has seen.
     pub fn finish(&mut self) -> Vec<AgentEvent> {
         let mut out = std::mem::take(&mut self.pending);
-        let mut splitter = std::mem::replace(&mut self.stdout, LineSplitter::new(0));
-        splitter.finish(|piece| self.on_piece(piece, true, &mut out));
+        let mut splitter = std::mem::replace(&mut self.stdout, line_splitter(0));
+        if let Some(piece) = splitter.finish() {
+            self.on_piece(piece, true, &mut out);
+        }
         self.stdout = splitter;
         self.decide(true, &mut out);
-        self.stderr.finish(|piece| stderr_piece(piece, &mut out));
+        if let Some(piece) = self.stderr.finish() {
+            stderr_piece(piece, &mut out);
+        }
         self.track_idle(&out);
         out
     }
@@ -350,7 +353,7 @@ impl Parser {
                     self.max_line
                 ),
             )),
-            Piece::Line(line) => {
+            Piece::Line(line) | Piece::Truncated(line) => {
                 self.read_line(line, at_end, true, out);
                 self.decide(false, out);
             }
@@ -510,14 +513,22 @@ impl Parser {
     }
 }
 
+/// How an agent's output is cut into lines: at most `max` bytes each (a
+/// longer line is skipped and reported), CRLF read as LF.
+fn line_splitter(max: usize) -> Splitter {
+    Splitter::new(max, Overlong::Skip).trim_cr()
+}
+
 fn stderr_piece(piece: Piece<'_>, out: &mut Vec<AgentEvent>) {
     match piece {
         Piece::TooLong { bytes } => out.push(AgentEvent::error(
             ErrorKind::LineTooLong,
             format!("skipped a stderr line of {bytes} bytes"),
         )),
-        Piece::Line(line) if line.iter().all(u8::is_ascii_whitespace) => {}
-        Piece::Line(line) => out.push(AgentEvent::error(ErrorKind::Stderr, preview(line))),
+        Piece::Line(line) | Piece::Truncated(line) if line.iter().all(u8::is_ascii_whitespace) => {}
+        Piece::Line(line) | Piece::Truncated(line) => {
+            out.push(AgentEvent::error(ErrorKind::Stderr, preview(line)))
+        }
     }
 }
 

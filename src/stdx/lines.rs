@@ -250,9 +250,45 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         }
     }
 
-    /// The reader underneath (bytes it buffered stay in it).
-    pub fn get_mut(&mut self) -> &mut BufReader<R> {
-        &mut self.inner
+    /// The reader underneath, with the bytes it buffered after the last
+    /// line handed back (a connection that switches protocols after a
+    /// line keeps them).
+    pub fn into_inner(self) -> BufReader<R> {
+        self.inner
+    }
+}
+
+/// [`LineReader`] over a blocking `std::io::Read` (a file, a pipe read on
+/// its own thread).
+#[derive(Debug)]
+pub struct BlockingLineReader<R> {
+    inner: std::io::BufReader<R>,
+    splitter: Splitter,
+}
+
+impl<R: std::io::Read> BlockingLineReader<R> {
+    pub fn new(read: R, splitter: Splitter) -> Self {
+        Self {
+            inner: std::io::BufReader::with_capacity(READ_BUFFER_BYTES, read),
+            splitter,
+        }
+    }
+
+    /// The next line; `None` at the end of the input.
+    pub fn next_line(&mut self) -> std::io::Result<Option<Line>> {
+        use std::io::BufRead as _;
+        loop {
+            let available = self.inner.fill_buf()?;
+            if available.is_empty() {
+                return Ok(self.splitter.finish().map(|p| p.to_owned()));
+            }
+            let (used, piece) = self.splitter.push(available);
+            let line = piece.map(|p| p.to_owned());
+            self.inner.consume(used);
+            if line.is_some() {
+                return Ok(line);
+            }
+        }
     }
 }
 

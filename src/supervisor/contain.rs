@@ -25,7 +25,7 @@
 //! repository ships cannot name processes to kill.
 
 use std::collections::BTreeMap;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 
 use crate::repofs::{Links, Root, WriteOptions};
 use std::path::{Path, PathBuf};
@@ -310,17 +310,15 @@ fn read_ledger(root: &Root, path: &Path) -> Option<Ledger> {
 /// remove `ledger` inside the repository `root` (its groups are gone).
 pub fn run_watchdog(input: impl Read, root: &Path, ledger: &Path) {
     let mut groups: BTreeMap<i32, u64> = BTreeMap::new();
-    let mut reader = BufReader::new(input);
-    let mut line = Vec::new();
+    use crate::stdx::lines::{BlockingLineReader, Line, Overlong, Splitter};
+    let mut lines =
+        BlockingLineReader::new(input, Splitter::new(MAX_WATCHDOG_LINE, Overlong::Skip));
     loop {
-        line.clear();
-        match (&mut reader)
-            .take(MAX_WATCHDOG_LINE as u64)
-            .read_until(b'\n', &mut line)
-        {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
+        let line = match lines.next_line() {
+            Ok(Some(Line::Line(line))) => line,
+            Ok(Some(_)) => continue, // an overlong line is no command
+            Ok(None) | Err(_) => break,
+        };
         let text = String::from_utf8_lossy(&line);
         let mut words = text.split_ascii_whitespace();
         match (words.next(), words.next().and_then(|p| p.parse().ok())) {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -181,47 +181,28 @@ impl Line {
 /// If the receiver is dropped the stream is still drained (and discarded),
 /// so the child never blocks on a full pipe.
 async fn read_lines(reader: impl AsyncRead + Unpin, max: usize, tx: mpsc::Sender<Line>) {
-    let mut reader = BufReader::with_capacity(READ_CHUNK, reader);
-    let mut line = Vec::new();
-    let mut truncated = false;
+    use crate::stdx::lines::{self, LineReader, Overlong, Splitter};
+    let mut reader = LineReader::with_capacity(
+        READ_CHUNK,
+        reader,
+        Splitter::new(max, Overlong::Truncate).trim_cr(),
+    );
     let mut open = true;
-    while let Ok(buf) = reader.fill_buf().await {
-        if buf.is_empty() {
-            break;
-        }
-        let (chunk, end) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (&buf[..i], Some(i + 1)),
-            None => (buf, None),
+    while let Ok(Some(line)) = reader.next().await {
+        let line = match line {
+            lines::Line::Line(bytes) => Line {
+                bytes,
+                truncated: false,
+            },
+            lines::Line::Truncated(bytes) => Line {
+                bytes,
+                truncated: true,
+            },
+            lines::Line::TooLong { .. } => continue, // not under `Truncate`
         };
-        let room = max.saturating_sub(line.len());
-        if chunk.len() > room {
-            truncated = true;
+        if open && tx.send(line).await.is_err() {
+            open = false;
         }
-        if open {
-            line.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        }
-        let used = end.unwrap_or(chunk.len());
-        reader.consume(used);
-        if end.is_some() {
-            if line.last() == Some(&b'\r') && !truncated {
-                line.pop();
-            }
-            let done = Line {
-                bytes: std::mem::take(&mut line),
-                truncated: std::mem::replace(&mut truncated, false),
-            };
-            if open && tx.send(done).await.is_err() {
-                open = false;
-            }
-        }
-    }
-    if open && (!line.is_empty() || truncated) {
-        let _ = tx
-            .send(Line {
-                bytes: line,
-                truncated,
-            })
-            .await;
     }
 }
 

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
@@ -185,15 +185,13 @@ pub enum ApprovalError {
 async fn read_frame<T: for<'de> Deserialize<'de>>(
     read: impl tokio::io::AsyncRead + Unpin,
 ) -> Result<T, ApprovalError> {
-    let mut line = Vec::new();
-    BufReader::new(read)
-        .take(MAX_FRAME_BYTES as u64 + 1)
-        .read_until(b'\n', &mut line)
-        .await?;
-    if line.len() > MAX_FRAME_BYTES {
-        return Err(ApprovalError::TooLarge);
+    use crate::stdx::lines::{Line, LineReader, Overlong, Splitter};
+    let mut reader = LineReader::new(read, Splitter::new(MAX_FRAME_BYTES, Overlong::Stop));
+    match reader.next().await? {
+        Some(Line::Line(line)) => Ok(serde_json::from_slice(&line)?),
+        Some(_) => Err(ApprovalError::TooLarge),
+        None => Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into()),
     }
-    Ok(serde_json::from_slice(&line)?)
 }
 
 /// Ask the `npc acp` listening on abstract socket `name`.

@@ -11,6 +11,7 @@
 //! JSON-RPC frames both ways, served by the daemon's gateway ([`Upgrade`]),
 //! so `npc mcp serve` can front the daemon's pool.
 
+use crate::stdx::lines::{Line, LineReader, Overlong, Splitter, encode};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -19,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
@@ -28,6 +29,12 @@ use tokio::task::AbortHandle;
 pub const SOCKET_FILE: &str = "daemon.sock";
 /// Longest request line accepted.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Longest answer line a client reads from the daemon (a status or plan
+/// document, an event); a longer one is a protocol error.
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+/// Read buffer of a connection that may be upgraded (the bytes after the
+/// request line stay in it for the upgraded protocol).
+pub const UPGRADED_READ_BYTES: usize = 8 * 1024;
 /// Responses buffered per connection before the handler waits for the client.
 pub const RESPONSE_QUEUE: usize = 1024;
 /// How long a client waits to connect and for each response line (except
@@ -361,17 +368,20 @@ async fn serve_one(
     waiting: Arc<AtomicBool>,
 ) {
     let (read, mut write) = stream.into_split();
-    let mut reader = BufReader::new(read).take(MAX_REQUEST_BYTES as u64 + 1);
-    let mut line = String::new();
-    let request = match tokio::time::timeout(REQUEST_TIMEOUT, reader.read_line(&mut line)).await {
+    let mut reader = LineReader::with_capacity(
+        UPGRADED_READ_BYTES,
+        read,
+        Splitter::new(MAX_REQUEST_BYTES, Overlong::Stop),
+    );
+    let request = match tokio::time::timeout(REQUEST_TIMEOUT, reader.next()).await {
         Err(_) => Err(format!(
             "no request within {REQUEST_TIMEOUT:?}; send one JSON line right after connecting"
         )),
-        Ok(Ok(_)) if line.len() > MAX_REQUEST_BYTES || !line.ends_with('\n') => {
-            Err("request line too long or unterminated".to_string())
+        Ok(Ok(Some(Line::Line(line)))) => {
+            serde_json::from_slice::<Request>(&line).map_err(|e| format!("bad request: {e}"))
         }
-        Ok(Ok(_)) => serde_json::from_str::<Request>(line.trim_end())
-            .map_err(|e| format!("bad request: {e}")),
+        Ok(Ok(Some(_))) => Err("request line too long".to_string()),
+        Ok(Ok(None)) => Err("no request before the connection closed".to_string()),
         Ok(Err(e)) => Err(format!("cannot read the request: {e}")),
     };
     waiting.store(false, Ordering::Relaxed);
@@ -513,9 +523,8 @@ pub async fn write_line(
     w: &mut (impl AsyncWriteExt + Unpin),
     value: &serde_json::Value,
 ) -> std::io::Result<()> {
-    let mut bytes = serde_json::to_vec(value).map_err(std::io::Error::other)?;
-    bytes.push(b'\n');
-    w.write_all(&bytes).await
+    w.write_all(&encode(value).map_err(std::io::Error::other)?)
+        .await
 }
 
 /// Connect to the daemon at `path` and upgrade the connection to an MCP
@@ -558,24 +567,29 @@ pub async fn connect_upgrade(
     let request =
         serde_json::to_value(request).map_err(|e| ControlError::Protocol(e.to_string()))?;
     write_line(&mut write, &request).await?;
-    let mut reader = BufReader::new(read);
-    let mut line = String::new();
-    let mut limited = (&mut reader).take(MAX_REQUEST_BYTES as u64);
-    tokio::time::timeout(CLIENT_TIMEOUT, limited.read_line(&mut line))
+    let mut reader = LineReader::with_capacity(
+        UPGRADED_READ_BYTES,
+        read,
+        Splitter::new(MAX_REQUEST_BYTES, Overlong::Stop),
+    );
+    let line = tokio::time::timeout(CLIENT_TIMEOUT, reader.next())
         .await
         .map_err(|_| ControlError::Timeout(CLIENT_TIMEOUT))??;
-    let answer: serde_json::Value = serde_json::from_str(line.trim_end())
-        .map_err(|e| ControlError::Protocol(format!("no answer to the upgrade: {e}")))?;
+    let answer: serde_json::Value = match line {
+        Some(Line::Line(line)) => serde_json::from_slice(&line)
+            .map_err(|e| ControlError::Protocol(format!("no answer to the upgrade: {e}")))?,
+        _ => return Err(ControlError::Protocol("no answer to the upgrade".into())),
+    };
     if let Some(error) = answer.get("error").and_then(|e| e.as_str()) {
         return Err(ControlError::Refused(error.to_string()));
     }
-    Ok((reader, write, answer))
+    Ok((reader.into_inner(), write, answer))
 }
 
 /// A connection to a running daemon.
 #[derive(Debug)]
 pub struct Client {
-    lines: tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
+    lines: LineReader<tokio::net::unix::OwnedReadHalf>,
     _write: tokio::net::unix::OwnedWriteHalf,
 }
 
@@ -594,7 +608,7 @@ impl Client {
             serde_json::to_value(request).map_err(|e| ControlError::Protocol(e.to_string()))?;
         write_line(&mut write, &value).await?;
         Ok(Self {
-            lines: BufReader::new(read).lines(),
+            lines: LineReader::new(read, Splitter::new(MAX_ANSWER_BYTES, Overlong::Stop)),
             _write: write,
         })
     }
@@ -605,14 +619,22 @@ impl Client {
         wait: Option<Duration>,
     ) -> Result<Option<serde_json::Value>, ControlError> {
         let line = match wait {
-            Some(limit) => tokio::time::timeout(limit, self.lines.next_line())
+            Some(limit) => tokio::time::timeout(limit, self.lines.next())
                 .await
                 .map_err(|_| ControlError::Timeout(limit))??,
-            None => self.lines.next_line().await?,
+            None => self.lines.next().await?,
         };
-        let Some(line) = line else { return Ok(None) };
+        let line = match line {
+            None => return Ok(None),
+            Some(Line::Line(line)) => line,
+            Some(_) => {
+                return Err(ControlError::Protocol(format!(
+                    "the daemon answered a line longer than {MAX_ANSWER_BYTES} bytes"
+                )));
+            }
+        };
         let value: serde_json::Value =
-            serde_json::from_str(&line).map_err(|e| ControlError::Protocol(e.to_string()))?;
+            serde_json::from_slice(&line).map_err(|e| ControlError::Protocol(e.to_string()))?;
         if let Some(error) = value.get("error").and_then(|e| e.as_str()) {
             return Err(ControlError::Refused(error.to_string()));
         }
@@ -634,6 +656,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+    use tokio::io::AsyncBufReadExt as _;
 
     fn echo_handler() -> Handler {
         Arc::new(|req, tx| {

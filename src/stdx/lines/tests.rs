@@ -110,13 +110,61 @@ async fn the_reader_is_cancel_safe_and_stops_at_the_bound_of_an_endless_line() {
     drop(peer);
 }
 
+async fn read_all(input: &[u8], limit: usize) -> Vec<Line> {
+    // A tiny buffer so long lines span many fills.
+    let mut r = LineReader::with_capacity(7, input, Splitter::new(limit, Overlong::Skip));
+    let mut out = Vec::new();
+    while let Some(line) = r.next().await.unwrap() {
+        out.push(line);
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_reader_over_a_small_buffer_bounds_lines_and_skips_a_long_one_whole() {
+    let mut input = b"abc\n".to_vec();
+    input.extend(vec![b'x'; 50]);
+    input.extend(b"\nlast");
+    assert_eq!(
+        read_all(&input, 10).await,
+        [line("abc"), Line::TooLong { bytes: 50 }, line("last")]
+    );
+    assert_eq!(read_all(b"0123456789\n", 10).await, [line("0123456789")]);
+    assert_eq!(
+        read_all(b"0123456789x", 10).await,
+        [Line::TooLong { bytes: 11 }]
+    );
+    assert!(read_all(b"", 10).await.is_empty());
+}
+
 #[test]
 fn frames_are_one_json_line() {
     let frame = encode(&serde_json::json!({"a": "x\ny"})).unwrap();
     assert_eq!(frame, b"{\"a\":\"x\\ny\"}\n");
 }
 
+#[test]
+fn an_oversized_line_is_reported_and_the_next_line_survives() {
+    let s = || Splitter::new(4, Overlong::Skip).trim_cr();
+    assert_eq!(
+        split(s(), &[b"12", b"345", b"678\nok\n"]),
+        [Line::TooLong { bytes: 8 }, line("ok")]
+    );
+    assert_eq!(split(s(), &[b"123456789"]), [Line::TooLong { bytes: 9 }]);
+    assert_eq!(split(s(), &[b"1234\n"]), [line("1234")]);
+}
+
 proptest! {
+    /// Over any bytes and a small bound, where a chunk ends changes nothing.
+    #[test]
+    fn one_cut_anywhere_changes_nothing(data in proptest::collection::vec(any::<u8>(), 0..400), cut in 0usize..400) {
+        let cut = cut.min(data.len());
+        let s = || Splitter::new(64, Overlong::Skip).trim_cr();
+        prop_assert_eq!(split(s(), &[&data]), split(s(), &[&data[..cut], &data[cut..]]));
+        let t = || Splitter::new(64, Overlong::Truncate);
+        prop_assert_eq!(split(t(), &[&data]), split(t(), &[&data[..cut], &data[cut..]]));
+    }
+
     /// Under the bound, any chunking gives the lines `split('\n')` gives.
     #[test]
     fn chunking_never_changes_the_lines(text in "[a-c\n]{0,200}", cuts in proptest::collection::vec(0usize..200, 0..8)) {
