@@ -11,17 +11,20 @@ pub mod api;
 pub mod daemon;
 pub mod drivers;
 pub mod files;
+mod inputs;
+mod load;
 pub mod lock;
 pub mod mcp;
 pub mod notices;
 pub mod npc_tools;
+mod paths;
+mod state;
 pub mod triggers;
 pub mod watch;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -29,14 +32,22 @@ use tokio::sync::mpsc;
 use crate::bus::{BusError, EventBus};
 use crate::driver::{Driver, DriverContext, DriverError};
 use crate::model::{self, Manifest, ProcessEnv};
-use crate::plan::{self, Action, ComponentId, Config, Desired, ExternalInputs, ObservedState};
+use crate::plan::{self, Action, ComponentId, Config, Desired, ObservedState};
 use crate::store::{ComponentRecord, NewEvent, Store, StoreError, now_ms};
 use crate::supervisor::{BackoffPolicy, Supervisor, SupervisorEvent};
 use drivers::driver_for;
 use lock::{LockError, RepoLock};
 
-/// Name of the SQLite database inside the state directory.
-pub const DB_FILE: &str = "state.db";
+pub use inputs::{
+    MAX_PACKAGE_BYTES, MAX_PACKAGE_ENTRIES, MAX_PACKAGE_FILE_BYTES, MAX_PACKAGE_FILES, NpcOutput,
+    checked_external_inputs, external_inputs, npc_output,
+};
+pub use load::{FILES_DEADLINE, LOAD_DEADLINE, is_operational, load_manifest};
+use load::{LoadFailure, OperationalFiles};
+pub use paths::{
+    DB_FILE, RepoPaths, STORE_SIDE_SUFFIXES, open_store, open_store_read_only, state_dir_hint,
+};
+pub use state::{decode_state, encode_state, record_state, stored_state};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -62,446 +73,6 @@ pub enum RuntimeError {
     },
     #[error(transparent)]
     Guard(#[from] crate::repofs::FsError),
-}
-
-/// Where a repository keeps its manifest and state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RepoPaths {
-    /// Canonical repository root (the manifest's directory).
-    pub root: PathBuf,
-    pub manifest: PathBuf,
-    pub state_dir: PathBuf,
-}
-
-impl RepoPaths {
-    /// Resolve `manifest` (relative, `~` and symlinked directories collapse
-    /// to one) and the state directory the manifest names (default `.npc`).
-    /// The root is the manifest's directory; the manifest itself need not
-    /// exist (`npc status` finds a daemon whose manifest was deleted), and a
-    /// manifest that is a link never moves the root elsewhere.
-    pub fn resolve(manifest: &Path, state_dir: &str) -> Result<Self, RuntimeError> {
-        let expanded = expand_home(manifest);
-        let dir = match expanded.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        let root = dir.canonicalize().map_err(|source| RuntimeError::Repo {
-            path: expanded.clone(),
-            source,
-        })?;
-        let manifest = root.join(expanded.file_name().unwrap_or_default());
-        let state_dir = root.join(state_dir);
-        Ok(Self {
-            root,
-            manifest,
-            state_dir,
-        })
-    }
-
-    pub fn db(&self) -> PathBuf {
-        self.state_dir.join(DB_FILE)
-    }
-
-    /// Where the lock and the control socket live: `<root>/.npc`, whatever
-    /// the manifest says (see [`lock::RUNTIME_DIR`]).
-    pub fn runtime_dir(&self) -> PathBuf {
-        self.root.join(lock::RUNTIME_DIR)
-    }
-
-    /// The control socket of the daemon holding the repository, and its
-    /// pid; `None` when no daemon runs or the socket is not one (a link
-    /// could lead anywhere, so it is never connected to).
-    pub fn running_daemon(&self) -> Option<(PathBuf, u32)> {
-        let pid = lock::holder(&self.runtime_dir())?;
-        let socket = crate::surfaces::control::socket_path(&self.runtime_dir());
-        crate::repofs::Root::new(&self.root)
-            .and_then(|root| root.socket_check(&socket))
-            .ok()?;
-        Some((socket, pid))
-    }
-}
-
-/// Files SQLite keeps beside the database (`state.db-wal`, …), named by
-/// these suffixes. SQLite opens them itself, following links, so they are
-/// checked through the guarded layer first.
-pub const STORE_SIDE_SUFFIXES: [&str; 3] = ["-wal", "-shm", "-journal"];
-
-/// Make the state directory and the database file ready through the
-/// guarded layer (private, never links), then open the store.
-pub fn open_store(paths: &RepoPaths) -> Result<Store, RuntimeError> {
-    let root = crate::repofs::Root::new(&paths.root)?;
-    root.ensure_state_dir(&paths.state_dir)?;
-    drop(root.open_private(&paths.db())?);
-    check_side_files(&root, paths)?;
-    Ok(Store::open(paths.db())?)
-}
-
-/// Open the existing store read-only (the CLI beside a daemon), after the
-/// same checks as [`open_store`]: the database and its side files are
-/// regular files, never links.
-pub fn open_store_read_only(paths: &RepoPaths) -> Result<Store, RuntimeError> {
-    let root = crate::repofs::Root::new(&paths.root)?;
-    drop(root.open_existing(&paths.db())?);
-    check_side_files(&root, paths)?;
-    Ok(Store::open_read_only(paths.db())?)
-}
-
-/// Each of SQLite's side files is absent or a regular file in the state
-/// directory: a link (to anywhere) or a FIFO there is refused by name.
-fn check_side_files(root: &crate::repofs::Root, paths: &RepoPaths) -> Result<(), RuntimeError> {
-    for suffix in STORE_SIDE_SUFFIXES {
-        let mut name = paths.db().into_os_string();
-        name.push(suffix);
-        match root.open_existing(Path::new(&name)) {
-            Ok(_) => {}
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
-fn expand_home(path: &Path) -> PathBuf {
-    match (path.strip_prefix("~"), std::env::var_os("HOME")) {
-        (Ok(rest), Some(home)) => PathBuf::from(home).join(rest),
-        _ => path.to_path_buf(),
-    }
-}
-
-/// The state directory a manifest names, read leniently so that `npc
-/// status` and `npc events` work while the manifest is invalid (that is when
-/// the events matter most): `project.state_dir` if the file parses at all,
-/// else the default. The manifest is read through the guarded layer with
-/// the manifest size cap, so a huge or hostile file costs nothing.
-pub fn state_dir_hint(manifest: &Path) -> String {
-    let bytes = model::read_manifest(manifest).unwrap_or_default();
-    let text = String::from_utf8(bytes).unwrap_or_default();
-    let value: Option<serde_json::Value> = if manifest.extension().is_some_and(|e| e == "json") {
-        serde_json::from_str(&text).ok()
-    } else {
-        toml::from_str(&text).ok()
-    };
-    value
-        .as_ref()
-        .and_then(|v| v.pointer("/project/state_dir"))
-        .and_then(|v| v.as_str())
-        .unwrap_or(model::DEFAULT_STATE_DIR)
-        .to_string()
-}
-
-/// Load the manifest at `path` with the process environment.
-pub fn load_manifest(path: &Path) -> Result<model::Loaded, RuntimeError> {
-    crate::plugins::files::load_path(path, &ProcessEnv).map_err(|source| RuntimeError::Manifest {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-/// Digests of files the pure layer cannot read: each enabled plugin's
-/// package. A file that cannot be read counts as empty (see
-/// [`checked_external_inputs`] for the daemon, which must not plan from that).
-pub fn external_inputs(manifest: &Manifest, root: &Path) -> ExternalInputs {
-    external_inputs_with(manifest, root, &mut None)
-}
-
-/// [`external_inputs`], failing on an operational read error (out of
-/// descriptors, say) instead of digesting a package that was not fully read.
-pub fn checked_external_inputs(
-    manifest: &Manifest,
-    root: &Path,
-) -> Result<ExternalInputs, std::io::Error> {
-    let mut failure = None;
-    let inputs = external_inputs_with(manifest, root, &mut failure);
-    failure.map_or(Ok(inputs), Err)
-}
-
-fn external_inputs_with(
-    manifest: &Manifest,
-    root: &Path,
-    failure: &mut Option<std::io::Error>,
-) -> ExternalInputs {
-    let skip = npc_output(&manifest.project.state_dir, root);
-    let plugin_digests = manifest
-        .plugins
-        .iter()
-        .map(|(name, p)| {
-            (
-                name.clone(),
-                dir_digest(&root.join(&p.path), &skip, failure),
-            )
-        })
-        .collect();
-    ExternalInputs { plugin_digests }
-}
-
-/// What npc itself writes in a repository, which no digest or watch counts
-/// as a change of its inputs (a plugin at `path = "."` would otherwise
-/// change with every event npc records): the state directory and the
-/// project-level agent config files, whose content follows the manifest.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NpcOutput {
-    /// Directories (and everything under them).
-    pub dirs: BTreeSet<PathBuf>,
-    /// Single files.
-    pub files: BTreeSet<PathBuf>,
-}
-
-impl NpcOutput {
-    /// Whether `path` is something npc writes (or a temporary file beside it).
-    pub fn contains(&self, path: &Path) -> bool {
-        self.dirs.iter().any(|d| path.starts_with(d))
-            || self.files.contains(path)
-            || crate::repofs::is_editor_noise(path)
-    }
-}
-
-/// [`NpcOutput`] of the repository at `root` whose manifest names `state_dir`.
-pub fn npc_output(state_dir: &str, root: &Path) -> NpcOutput {
-    let files = model::ProviderKind::ALL
-        .iter()
-        .map(|&kind| {
-            crate::native::target_path(
-                root,
-                &crate::native::Target {
-                    kind,
-                    scope: crate::native::Scope::Project,
-                },
-            )
-        })
-        .collect();
-    NpcOutput {
-        dirs: BTreeSet::from([root.join(state_dir)]),
-        files,
-    }
-}
-
-/// Files looked at per plugin package when computing its digest.
-pub const MAX_PACKAGE_FILES: usize = 10_000;
-/// Bytes of one package file read for the digest (a larger file counts as
-/// unreadable).
-pub const MAX_PACKAGE_FILE_BYTES: usize = 16 * 1024 * 1024;
-/// Bytes of all files of one package read for its digest: past this, a
-/// file counts by its path and size only. Without it, 10,000 sparse 16 MiB
-/// files (no disk space at all) would cost 160 GiB of hashing per reload.
-pub const MAX_PACKAGE_BYTES: u64 = 64 * 1024 * 1024;
-/// Directory entries looked at per package (the walk stops there), so a
-/// package in a huge tree costs a bounded walk.
-pub const MAX_PACKAGE_ENTRIES: usize = 100_000;
-
-/// SHA-256 over the relative paths and contents of every regular file
-/// under `dir` (each file hashed as it is read, so size costs no memory),
-/// except what npc writes itself (`skip`). The first operational read error
-/// goes to `failure`.
-fn dir_digest(dir: &Path, skip: &NpcOutput, failure: &mut Option<std::io::Error>) -> String {
-    use sha2::Digest as _;
-    let mut note = |e: std::io::Error| {
-        if is_operational(&e) && failure.is_none() {
-            *failure = Some(e);
-        }
-    };
-    let guard = match crate::repofs::Root::new(dir) {
-        Ok(guard) => guard,
-        Err(e) => {
-            note(e.into());
-            return String::new();
-        }
-    };
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    let mut entries_seen = 0usize;
-    while let Some(d) = stack.pop() {
-        if entries_seen >= MAX_PACKAGE_ENTRIES {
-            break;
-        }
-        let entries = match std::fs::read_dir(&d) {
-            Ok(entries) => entries,
-            Err(e) => {
-                note(e);
-                continue;
-            }
-        };
-        for e in entries.take(MAX_PACKAGE_ENTRIES - entries_seen) {
-            entries_seen += 1;
-            let e = match e {
-                Ok(e) => e,
-                Err(e) => {
-                    note(e);
-                    continue;
-                }
-            };
-            let p = e.path();
-            if skip.contains(&p) {
-                continue;
-            }
-            match e.file_type() {
-                Ok(t) if t.is_dir() => stack.push(p),
-                Ok(t) if t.is_file() && files.len() < MAX_PACKAGE_FILES => files.push(p),
-                _ => {}
-            }
-        }
-    }
-    files.sort();
-    let mut bytes_left = MAX_PACKAGE_BYTES;
-    let contents: Vec<(String, String)> = files
-        .iter()
-        .map(|f| {
-            let mut hasher = sha2::Sha256::new();
-            // Through the guarded layer: a regular file, never a link, opened
-            // without blocking (a FIFO swapped in is refused).
-            let rel = f.strip_prefix(dir).unwrap_or(f);
-            if let Err(e) = guard
-                .open_existing(rel)
-                .map_err(std::io::Error::from)
-                .and_then(|r| {
-                    let len = r.metadata()?.len();
-                    let budget = (MAX_PACKAGE_FILE_BYTES as u64).min(bytes_left);
-                    let read = std::io::copy(&mut std::io::Read::take(r, budget), &mut hasher)?;
-                    bytes_left -= read;
-                    if read < len && budget < MAX_PACKAGE_FILE_BYTES as u64 {
-                        // Cut short by the package budget: the size stands
-                        // for the rest.
-                        hasher.update(len.to_le_bytes());
-                    }
-                    Ok(())
-                })
-            {
-                note(e);
-            }
-            (rel.display().to_string(), hex::encode(hasher.finalize()))
-        })
-        .collect();
-    plan::fingerprint::fingerprint(&contents)
-}
-
-/// The observed state as stored by the last apply (`None` if never applied).
-pub fn stored_state(store: &Store) -> Result<Option<ObservedState>, RuntimeError> {
-    let Some(last) = store.last_manifest()? else {
-        return Ok(None);
-    };
-    Ok(Some(decode_state(&last.canonical)))
-}
-
-/// Serialize an observed state for the store (keys as `kind.name`).
-pub fn encode_state(state: &ObservedState) -> String {
-    let map: BTreeMap<String, &plan::Observed> =
-        state.iter().map(|(id, o)| (id.to_string(), o)).collect();
-    serde_json::to_string(&map).unwrap_or_default()
-}
-
-/// Record `state` as the last applied state (canonical JSON + a hash of the
-/// component fingerprints). The write is queued when called.
-pub fn record_state(
-    store: &Store,
-    state: &ObservedState,
-) -> crate::store::Pending<crate::store::AppliedManifest> {
-    let hash = plan::fingerprint::fingerprint(
-        &state
-            .values()
-            .map(|o| o.fingerprint.as_str())
-            .collect::<Vec<_>>(),
-    );
-    store.record_manifest(hash, encode_state(state))
-}
-
-/// Parse what [`encode_state`] wrote; unknown kinds are skipped.
-pub fn decode_state(text: &str) -> ObservedState {
-    let map: BTreeMap<String, plan::Observed> = serde_json::from_str(text).unwrap_or_default();
-    map.into_iter()
-        .filter_map(|(k, v)| ComponentId::parse(&k).map(|id| (id, v)))
-        .collect()
-}
-
-/// Longest a reload may spend loading and validating the manifest (template
-/// probes and plugin digests included) before it counts as an operational
-/// failure and is retried.
-pub const LOAD_DEADLINE: Duration = Duration::from_secs(30);
-/// Longest a reload may spend rendering and planning the agent files.
-pub const FILES_DEADLINE: Duration = Duration::from_secs(30);
-
-/// Why a reload's load step did not produce a manifest.
-#[derive(Debug)]
-enum LoadFailure {
-    /// Not the manifest's fault: retried with backoff (`reload.failed`).
-    Operational(String),
-    /// The manifest is wrong: reported once (`manifest.invalid`).
-    Invalid {
-        payload: serde_json::Value,
-        error_count: usize,
-    },
-}
-
-/// Whether an I/O error is about the machine (descriptors, memory, an
-/// interrupted or busy call) rather than the file: such a reload is retried
-/// instead of calling the manifest invalid.
-pub fn is_operational(e: &std::io::Error) -> bool {
-    use nix::errno::Errno;
-    use std::io::ErrorKind;
-    let e = crate::repofs::os_error(e);
-    const OPERATIONAL: [Errno; 8] = [
-        Errno::EMFILE,
-        Errno::ENFILE,
-        Errno::ENOMEM,
-        Errno::EAGAIN,
-        Errno::EINTR,
-        Errno::ENOBUFS,
-        Errno::EIO,
-        Errno::ETIMEDOUT,
-    ];
-    e.raw_os_error()
-        .is_some_and(|n| OPERATIONAL.contains(&Errno::from_raw(n)))
-        || matches!(
-            e.kind(),
-            ErrorKind::Interrupted
-                | ErrorKind::WouldBlock
-                | ErrorKind::TimedOut
-                | ErrorKind::OutOfMemory
-        )
-}
-
-/// The files a manifest references, read from disk, remembering the first
-/// operational failure (a prompt file that cannot be opened for lack of
-/// descriptors is not an invalid manifest).
-struct OperationalFiles {
-    disk: crate::plugins::files::PackageFiles,
-    failure: Mutex<Option<String>>,
-}
-
-impl OperationalFiles {
-    fn new(root: &Path) -> Self {
-        Self {
-            disk: crate::plugins::files::PackageFiles::new(root),
-            failure: Mutex::new(None),
-        }
-    }
-
-    fn failure(&self) -> Option<String> {
-        crate::stdx::lock(&self.failure).clone()
-    }
-}
-
-impl model::Files for OperationalFiles {
-    fn read_to_string(&self, path: &Path) -> std::io::Result<String> {
-        let read = self.disk.read_to_string(path);
-        if let Err(e) = &read
-            && is_operational(e)
-        {
-            let mut failure = crate::stdx::lock(&self.failure);
-            failure.get_or_insert_with(|| format!("cannot read `{}`: {e}", path.display()));
-        }
-        read
-    }
-    fn is_dir(&self, path: &Path) -> bool {
-        self.disk.is_dir(path)
-    }
-    fn check_dir(&self, path: &Path) -> std::io::Result<()> {
-        self.disk.check_dir(path)
-    }
-    fn package(&self, entry: &str, dir: &Path) -> Option<model::package::PackageView> {
-        self.disk.package(entry, dir)
-    }
-    fn add_user_plugins(&self, manifest: &mut model::Manifest) {
-        self.disk.add_user_plugins(manifest);
-    }
 }
 
 /// The outcome of one component in a reload.
@@ -1299,61 +870,5 @@ async fn forward_supervisor_events(
         }
         let payload = serde_json::to_value(&event).unwrap_or_default();
         rt.emit(kind, component.as_ref(), payload).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn descriptor_and_memory_errors_are_operational_missing_files_are_not() {
-        for errno in [
-            nix::errno::Errno::EMFILE,
-            nix::errno::Errno::ENFILE,
-            nix::errno::Errno::ENOMEM,
-        ] {
-            assert!(
-                is_operational(&std::io::Error::from_raw_os_error(errno as i32)),
-                "{errno}"
-            );
-        }
-        for errno in [
-            nix::errno::Errno::ENOENT,
-            nix::errno::Errno::EACCES,
-            nix::errno::Errno::EISDIR,
-        ] {
-            assert!(
-                !is_operational(&std::io::Error::from_raw_os_error(errno as i32)),
-                "{errno}"
-            );
-        }
-    }
-
-    #[test]
-    fn npc_output_covers_the_state_dir_agent_files_and_temp_files() {
-        let root = Path::new("/repo");
-        let own = npc_output(model::DEFAULT_STATE_DIR, root);
-        assert!(own.contains(Path::new("/repo/.npc/state.db-wal")));
-        assert!(own.contains(Path::new("/repo/./.npc/logs/x.log")));
-        assert!(own.contains(Path::new("/repo/.mcp.json")));
-        assert!(own.contains(Path::new("/repo/.codex/.config.toml.npc-1-2.tmp")));
-        assert!(!own.contains(Path::new("/repo/plugin.json")));
-        assert!(!own.contains(Path::new("/repo/npcagent.toml")));
-    }
-
-    #[test]
-    fn a_plugin_digest_ignores_what_npc_writes() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        std::fs::write(root.join("plugin.json"), "{}").unwrap();
-        let own = npc_output(model::DEFAULT_STATE_DIR, root);
-        let before = dir_digest(root, &own, &mut None);
-        std::fs::create_dir_all(root.join(".npc")).unwrap();
-        std::fs::write(root.join(".npc/state.db"), "x").unwrap();
-        std::fs::write(root.join(".mcp.json"), "{}").unwrap();
-        assert_eq!(dir_digest(root, &own, &mut None), before);
-        std::fs::write(root.join("plugin.json"), "{\"v\": 2}").unwrap();
-        assert_ne!(dir_digest(root, &own, &mut None), before);
     }
 }

@@ -236,4 +236,84 @@ mod tests {
         assert_eq!(versions, sorted, "versions strictly increase");
         assert_eq!(versions.last().copied(), Some(SCHEMA_VERSION));
     }
+
+    /// A store of schema 3 whose runs `npc run` and `npc acp` recorded as
+    /// events only: migration 4 makes each a row, with its outcome.
+    #[test]
+    fn runs_recorded_only_as_events_become_rows() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(CREATE_VERSION_TABLE).unwrap();
+        for step in MIGRATIONS.iter().filter(|m| m.version <= 3) {
+            conn.execute_batch(step.sql).unwrap();
+            conn.execute(
+                "INSERT INTO schema_migrations (version, applied_at_ms) VALUES (?1, 0)",
+                [step.version],
+            )
+            .unwrap();
+        }
+        let event = |ts: i64, kind: &str, component: &str, payload: &str| {
+            conn.execute(
+                "INSERT INTO events (ts_ms, kind, component, payload) VALUES (?1, ?2, ?3, ?4)",
+                (ts, kind, component, payload),
+            )
+            .unwrap();
+        };
+        event(
+            1,
+            "run.started",
+            "run.run-a",
+            r#"{"run_id":"run-a","profile":"dev"}"#,
+        );
+        event(
+            2,
+            "run.finished",
+            "run.run-a",
+            r#"{"run_id":"run-a","outcome":"hook_failed"}"#,
+        );
+        event(
+            3,
+            "run.started",
+            "run.run-b",
+            r#"{"run_id":"run-b","profile":"p","source":"acp"}"#,
+        );
+        // Hostile rows: not JSON, a run id of another component, a number.
+        event(4, "run.started", "run.run-c", "not json");
+        event(5, "run.started", "run.run-d", r#"{"run_id":"run-x"}"#);
+        event(6, "run.started", "run.run-e", r#"{"run_id":7}"#);
+        conn.execute(
+            "INSERT INTO trigger_runs (id, trigger, origin, payload, state, enqueued_at_ms)
+             VALUES ('run-q', 't', 'cron', '{}', 'succeeded', 0)",
+            [],
+        )
+        .unwrap();
+        assert_eq!(migrate(&mut conn, std::path::Path::new("x")).unwrap(), 1);
+        let rows: Vec<(String, String, String, String, String, Option<i64>)> = conn
+            .prepare(
+                "SELECT id, trigger, origin, state, payload, finished_at_ms FROM runs ORDER BY seq",
+            )
+            .unwrap()
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            })
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let ids: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(ids, ["run-q", "run-a", "run-b"]);
+        assert_eq!(rows[1].1, "@manual");
+        assert_eq!((rows[1].2.as_str(), rows[1].3.as_str()), ("cli", "failed"));
+        assert_eq!(rows[1].5, Some(2));
+        assert_eq!(rows[1].4, r#"{"run":{"profile":"dev"}}"#);
+        assert_eq!(
+            (rows[2].2.as_str(), rows[2].3.as_str()),
+            ("acp", "interrupted")
+        );
+    }
 }

@@ -8,11 +8,28 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-use crate::support::{alive, npc, npc_path, repo_root, wait_for};
+use crate::support::{Daemon, alive, npc, npc_path, repo_root, wait_for};
 
 /// A temporary repository whose profile `dev` runs the fake agent as
 /// `kind`, replaying `fixture`, with `env` in the provider's environment.
 fn repo(kind: &str, fixture: &str, env: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = repo_without_servers(kind, fixture, env);
+    let path = dir.path().join("npcagent.toml");
+    let manifest = std::fs::read_to_string(&path).unwrap();
+    let manifest = format!(
+        "{}\n[mcp.servers.fs]\ncommand = \"npx\"\nargs = [\"-y\", \"@modelcontextprotocol/server-filesystem\", \".\"]\n",
+        manifest.replace(
+            "prompt = \"task\"\n",
+            "prompt = \"task\"\nmcp_servers = [\"fs\"]\n"
+        )
+    );
+    std::fs::write(path, manifest).unwrap();
+    dir
+}
+
+/// [`repo`] without the profile's MCP server: a daemon on it starts nothing
+/// but what a run starts.
+fn repo_without_servers(kind: &str, fixture: &str, env: &[(&str, &str)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let agent = repo_root().join("fixtures/clis/fake-agent.py");
     let fixture = repo_root().join("fixtures/clis").join(fixture);
@@ -23,10 +40,6 @@ fn repo(kind: &str, fixture: &str, env: &[(&str, &str)]) -> tempfile::TempDir {
     let manifest = format!(
         r#"
 version = 1
-
-[mcp.servers.fs]
-command = "npx"
-args = ["-y", "@modelcontextprotocol/server-filesystem", "."]
 
 [providers.fake]
 kind = "{kind}"
@@ -42,7 +55,6 @@ variables.what = {{ default = "everything" }}
 provider = "fake"
 description = "development"
 prompt = "task"
-mcp_servers = ["fs"]
 "#,
         agent = toml_str(&agent.display().to_string()),
         fixture = toml_str(&fixture.display().to_string()),
@@ -339,4 +351,211 @@ fn a_codex_run_goes_without_mcp_config_and_reads_codex_json() {
         serde_json::from_str(&std::fs::read_to_string(&argv_file).unwrap()).unwrap();
     assert_eq!(&argv[..2], ["exec", "--json"]);
     assert_eq!(argv.last().map(String::as_str), Some("go"));
+}
+
+/// The run rows `npc runs --format json` lists.
+fn run_rows(dir: &Path) -> Vec<Value> {
+    let out = npc()
+        .current_dir(dir)
+        .args(["runs", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn row_of(dir: &Path, id: &str) -> Option<Value> {
+    run_rows(dir).into_iter().find(|r| r["id"] == id)
+}
+
+/// `npc runs show ID --format json`'s `run`: the stored row.
+fn stored_row(dir: &Path, id: &str) -> Value {
+    let out = npc()
+        .current_dir(dir)
+        .args(["runs", "show", id, "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<Value>(&out.stdout).unwrap()["run"].clone()
+}
+
+fn started_run_id(dir: &Path) -> String {
+    events(dir)
+        .into_iter()
+        .find(|e| e["kind"] == "run.started")
+        .and_then(|e| e["payload"]["run_id"].as_str().map(str::to_string))
+        .expect("a run.started event")
+}
+
+#[test]
+fn npc_runs_lists_the_run_npc_run_carried_out_itself() {
+    let dir = repo("claude_code", CLAUDE_TOOL_CALL, &[]);
+    npc()
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "list the files"])
+        .assert()
+        .success();
+    let id = started_run_id(dir.path());
+    let row = row_of(dir.path(), &id).expect("npc run's run is a row of the run queue");
+    assert_eq!(row["origin"], "cli");
+    assert_eq!(row["trigger"], "@manual");
+    assert_eq!(row["state"], "succeeded");
+    assert_eq!(row["profile"], "dev");
+    // Carried out by the `npc run` process itself, which is gone now.
+    let owner = stored_row(dir.path(), &id)["owner"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pid: u32 = owner.split(':').next().unwrap().parse().unwrap();
+    assert!(!alive(pid), "{owner}");
+}
+
+#[test]
+fn with_a_daemon_up_npc_run_is_the_daemons_run_and_the_command_follows_it() {
+    let dir = repo_without_servers("claude_code", CLAUDE_TOOL_CALL, &[]);
+    let daemon = Daemon::start_in(dir.path());
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "list the files"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("Listing files."), "{stdout}");
+    assert!(stdout.contains("→ Bash {\"command\":\"ls\"}"), "{stdout}");
+    assert!(stderr.contains("(daemon)"), "{stderr}");
+    assert!(stderr.contains("succeeded"), "{stderr}");
+    let id = started_run_id(dir.path());
+    let row = row_of(dir.path(), &id).unwrap();
+    assert_eq!(
+        (row["origin"].as_str(), row["state"].as_str()),
+        (Some("cli"), Some("succeeded"))
+    );
+    let owner = stored_row(dir.path(), &id)["owner"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        owner.starts_with(&format!("{}:", daemon.pid())),
+        "the daemon carried it out: {owner}"
+    );
+    // `--format json` prints the agent events as recorded, one per line.
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "again", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["type"] == "agent.tool_call"),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["run_id"].as_str().is_some_and(|r| r != id))
+    );
+}
+
+#[test]
+fn ctrl_c_asks_the_daemon_to_cancel_its_run_and_exits_130() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pid_file = tmp.path().join("pid");
+    let dir = repo_without_servers(
+        "claude_code",
+        CLAUDE_TOOL_CALL,
+        &[
+            ("FAKE_AGENT_HANG", "1"),
+            ("FAKE_AGENT_PID_FILE", pid_file.to_str().unwrap()),
+        ],
+    );
+    let _daemon = Daemon::start_in(dir.path());
+    let mut child = std::process::Command::new(npc_path())
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "go"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = wait_for("the agent's pid", || read_pid(&pid_file));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let status = wait_for("npc run to exit", || child.try_wait().unwrap());
+    assert_eq!(status.code(), Some(130));
+    wait_for("the cancelled agent to be gone", || {
+        (!alive(pid as u32)).then_some(())
+    });
+    let id = started_run_id(dir.path());
+    assert_eq!(row_of(dir.path(), &id).unwrap()["state"], "cancelled");
+}
+
+#[test]
+fn a_daemon_interrupts_the_run_of_a_killed_npc_run_and_leaves_a_live_ones_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = repo_without_servers(
+        "claude_code",
+        CLAUDE_TOOL_CALL,
+        &[
+            ("FAKE_AGENT_HANG", "1"),
+            (
+                "FAKE_AGENT_PID_FILE",
+                tmp.path().join("pid").to_str().unwrap(),
+            ),
+        ],
+    );
+    let start = |prompt: &str| {
+        let _ = std::fs::remove_file(tmp.path().join("pid"));
+        let child = std::process::Command::new(npc_path())
+            .current_dir(dir.path())
+            .args(["run", "dev", "--prompt", prompt])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let agent = wait_for("the agent's pid", || read_pid(&tmp.path().join("pid")));
+        (child, agent)
+    };
+    // The live run first: a run started later would interrupt the killed
+    // one itself (every run in process sweeps first).
+    let (mut live, live_agent) = start("one");
+    let (mut killed, killed_agent) = start("two");
+    killed.kill().unwrap(); // SIGKILL: its row stays `running`
+    killed.wait().unwrap();
+    wait_for(
+        "the killed run's agent to be stopped by its watchdog",
+        || (!alive(killed_agent as u32)).then_some(()),
+    );
+    let running: Vec<String> = wait_for("both rows running", || {
+        let ids: Vec<String> = run_rows(dir.path())
+            .into_iter()
+            .filter(|r| r["state"] == "running")
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect();
+        (ids.len() == 2).then_some(ids)
+    });
+    // Newest first: the killed run, then the live one.
+    let (killed_id, live_id) = (running[0].clone(), running[1].clone());
+    let daemon = Daemon::start_in(dir.path());
+    daemon.wait_event(0, "run.interrupted");
+    // One pass decided both: the killed run's row is interrupted, the live one's is not.
+    assert_eq!(
+        row_of(dir.path(), &killed_id).unwrap()["state"],
+        "interrupted"
+    );
+    assert_eq!(row_of(dir.path(), &live_id).unwrap()["state"], "running");
+    assert!(alive(live_agent as u32));
+    kill(Pid::from_raw(live.id() as i32), Signal::SIGINT).unwrap();
+    assert_eq!(live.wait().unwrap().code(), Some(130));
+    assert_eq!(row_of(dir.path(), &live_id).unwrap()["state"], "cancelled");
 }

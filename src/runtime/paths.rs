@@ -1,0 +1,138 @@
+//! Where a repository's npc state lives ([`RepoPaths`]: the manifest, its
+//! root, the state directory, the fixed runtime directory) and how its store
+//! is opened (through the guarded layer, side files checked first).
+
+use std::path::{Path, PathBuf};
+
+use crate::model::{self};
+use crate::store::Store;
+
+use super::{RuntimeError, lock};
+
+/// Name of the SQLite database inside the state directory.
+pub const DB_FILE: &str = "state.db";
+
+/// Where a repository keeps its manifest and state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoPaths {
+    /// Canonical repository root (the manifest's directory).
+    pub root: PathBuf,
+    pub manifest: PathBuf,
+    pub state_dir: PathBuf,
+}
+
+impl RepoPaths {
+    /// Resolve `manifest` (relative, `~` and symlinked directories collapse
+    /// to one) and the state directory the manifest names (default `.npc`).
+    /// The root is the manifest's directory; the manifest itself need not
+    /// exist (`npc status` finds a daemon whose manifest was deleted), and a
+    /// manifest that is a link never moves the root elsewhere.
+    pub fn resolve(manifest: &Path, state_dir: &str) -> Result<Self, RuntimeError> {
+        let expanded = expand_home(manifest);
+        let dir = match expanded.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let root = dir.canonicalize().map_err(|source| RuntimeError::Repo {
+            path: expanded.clone(),
+            source,
+        })?;
+        let manifest = root.join(expanded.file_name().unwrap_or_default());
+        let state_dir = root.join(state_dir);
+        Ok(Self {
+            root,
+            manifest,
+            state_dir,
+        })
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.state_dir.join(DB_FILE)
+    }
+
+    /// Where the lock and the control socket live: `<root>/.npc`, whatever
+    /// the manifest says (see [`lock::RUNTIME_DIR`]).
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.root.join(lock::RUNTIME_DIR)
+    }
+
+    /// The control socket of the daemon holding the repository, and its
+    /// pid; `None` when no daemon runs or the socket is not one (a link
+    /// could lead anywhere, so it is never connected to).
+    pub fn running_daemon(&self) -> Option<(PathBuf, u32)> {
+        let pid = lock::holder(&self.runtime_dir())?;
+        let socket = crate::surfaces::control::socket_path(&self.runtime_dir());
+        crate::repofs::Root::new(&self.root)
+            .and_then(|root| root.socket_check(&socket))
+            .ok()?;
+        Some((socket, pid))
+    }
+}
+
+/// Files SQLite keeps beside the database (`state.db-wal`, …), named by
+/// these suffixes. SQLite opens them itself, following links, so they are
+/// checked through the guarded layer first.
+pub const STORE_SIDE_SUFFIXES: [&str; 3] = ["-wal", "-shm", "-journal"];
+
+/// Make the state directory and the database file ready through the
+/// guarded layer (private, never links), then open the store.
+pub fn open_store(paths: &RepoPaths) -> Result<Store, RuntimeError> {
+    let root = crate::repofs::Root::new(&paths.root)?;
+    root.ensure_state_dir(&paths.state_dir)?;
+    drop(root.open_private(&paths.db())?);
+    check_side_files(&root, paths)?;
+    Ok(Store::open(paths.db())?)
+}
+
+/// Open the existing store read-only (the CLI beside a daemon), after the
+/// same checks as [`open_store`]: the database and its side files are
+/// regular files, never links.
+pub fn open_store_read_only(paths: &RepoPaths) -> Result<Store, RuntimeError> {
+    let root = crate::repofs::Root::new(&paths.root)?;
+    drop(root.open_existing(&paths.db())?);
+    check_side_files(&root, paths)?;
+    Ok(Store::open_read_only(paths.db())?)
+}
+
+/// Each of SQLite's side files is absent or a regular file in the state
+/// directory: a link (to anywhere) or a FIFO there is refused by name.
+fn check_side_files(root: &crate::repofs::Root, paths: &RepoPaths) -> Result<(), RuntimeError> {
+    for suffix in STORE_SIDE_SUFFIXES {
+        let mut name = paths.db().into_os_string();
+        name.push(suffix);
+        match root.open_existing(Path::new(&name)) {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+fn expand_home(path: &Path) -> PathBuf {
+    match (path.strip_prefix("~"), std::env::var_os("HOME")) {
+        (Ok(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// The state directory a manifest names, read leniently so that `npc
+/// status` and `npc events` work while the manifest is invalid (that is when
+/// the events matter most): `project.state_dir` if the file parses at all,
+/// else the default. The manifest is read through the guarded layer with
+/// the manifest size cap, so a huge or hostile file costs nothing.
+pub fn state_dir_hint(manifest: &Path) -> String {
+    let bytes = model::read_manifest(manifest).unwrap_or_default();
+    let text = String::from_utf8(bytes).unwrap_or_default();
+    let value: Option<serde_json::Value> = if manifest.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str(&text).ok()
+    } else {
+        toml::from_str(&text).ok()
+    };
+    value
+        .as_ref()
+        .and_then(|v| v.pointer("/project/state_dir"))
+        .and_then(|v| v.as_str())
+        .unwrap_or(model::DEFAULT_STATE_DIR)
+        .to_string()
+}
