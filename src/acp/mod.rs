@@ -134,14 +134,7 @@ pub struct Config {
 /// The profile `npc acp` runs: `requested`, else the manifest's only
 /// profile, else one named `default`.
 pub fn choose_profile(manifest: &Manifest, requested: Option<&str>) -> Result<String, AcpError> {
-    let known = || {
-        let names: Vec<String> = manifest.profiles.keys().map(|n| format!("`{n}`")).collect();
-        if names.is_empty() {
-            "none".to_string()
-        } else {
-            names.join(", ")
-        }
-    };
+    let known = || crate::model::diagnostics::known_names(manifest.profiles.keys());
     match requested {
         Some(name) if manifest.profiles.contains_key(name) => Ok(name.to_string()),
         Some(name) => Err(AcpError::UnknownProfile {

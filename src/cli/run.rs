@@ -89,7 +89,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
     };
     // The working directory is resolved here, so the daemon (another
     // process, another current directory) gets the one meant.
-    let cwd = match args.cwd.map(|dir| resolve_cwd(&dir)) {
+    let cwd = match args.cwd.map(|dir| runs::agent::resolve_cwd(&dir)) {
         None => None,
         Some(Ok(dir)) => Some(dir),
         Some(Err(e)) => {
@@ -241,19 +241,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
     // waited for.
     rt.shutdown_background();
     result
-}
-
-/// `dir` as an absolute, existing directory (relative to the current one).
-fn resolve_cwd(dir: &std::path::Path) -> Result<PathBuf, runs::RunError> {
-    let dir = if dir.is_absolute() {
-        dir.to_path_buf()
-    } else {
-        std::env::current_dir().unwrap_or_default().join(dir)
-    };
-    dir.canonicalize()
-        .ok()
-        .filter(|d| d.is_dir())
-        .ok_or(runs::RunError::BadCwd { path: dir })
 }
 
 /// What became of a run asked of the daemon.

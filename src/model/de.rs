@@ -684,7 +684,7 @@ impl NodeDe<'_, '_, '_> {
 pub const MAX_LISTED_NAMES: usize = 20;
 
 /// `a`, `b`, `c`: at most [`MAX_LISTED_NAMES`], each clipped, then how many more.
-pub(super) fn quoted_list(items: &[&str]) -> String {
+pub fn quoted_list(items: &[&str]) -> String {
     let mut list = items
         .iter()
         .take(MAX_LISTED_NAMES)

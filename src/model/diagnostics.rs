@@ -44,6 +44,18 @@ pub const MAX_QUOTED_CHARS: usize = 64;
 /// ending in `…`. With [`MAX_DIAGNOSTICS`] this bounds a whole report.
 pub const MAX_MESSAGE_BYTES: usize = 1024;
 
+/// `names` as an error message lists the known ones: quoted,
+/// comma-separated, at most [`super::de::MAX_LISTED_NAMES`] (then how many
+/// more), `none` when there are none.
+pub fn known_names<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> String {
+    let names: Vec<S> = names.into_iter().collect();
+    if names.is_empty() {
+        return "none".to_string();
+    }
+    let refs: Vec<&str> = names.iter().map(AsRef::as_ref).collect();
+    super::de::quoted_list(&refs)
+}
+
 /// `value` cut to [`MAX_QUOTED_CHARS`] characters, ending in `…` when cut:
 /// what a message quotes of a value from the manifest.
 pub fn clip(value: &str) -> std::borrow::Cow<'_, str> {

@@ -170,7 +170,7 @@ pub fn profile(
         .get(name)
         .ok_or_else(|| RenderError::UnknownProfile {
             name: name.to_string(),
-            known: known(manifest.profiles.keys()),
+            known: crate::model::diagnostics::known_names(manifest.profiles.keys()),
         })?;
     let front = frontmatter::frontmatter(manifest, name, p)?;
     let block = ctx.workspace.block(Some(name));
@@ -215,14 +215,14 @@ pub fn prompt(
         .get(name)
         .ok_or_else(|| RenderError::UnknownPrompt {
             name: name.to_string(),
-            known: known(manifest.prompts.keys()),
+            known: crate::model::diagnostics::known_names(manifest.prompts.keys()),
         })?;
     if let Some(profile) = &ctx.profile
         && !manifest.profiles.contains_key(profile)
     {
         return Err(RenderError::UnknownProfile {
             name: profile.clone(),
-            known: known(manifest.profiles.keys()),
+            known: crate::model::diagnostics::known_names(manifest.profiles.keys()),
         });
     }
     let out = render_template(
@@ -278,7 +278,7 @@ fn render_template(
             .get(profile_name)
             .ok_or_else(|| RenderError::UnknownProfile {
                 name: profile_name.to_string(),
-                known: known(manifest.profiles.keys()),
+                known: crate::model::diagnostics::known_names(manifest.profiles.keys()),
             })?;
         context.insert(CONTEXT_ROOTS[2], profile_value(manifest, profile_name, p)?);
     }
@@ -334,7 +334,7 @@ fn variables(
             return Err(RenderError::UnknownVariable {
                 prompt: prompt_name.to_string(),
                 variable: var.clone(),
-                declared: known(prompt.variables.keys()),
+                declared: crate::model::diagnostics::known_names(prompt.variables.keys()),
             });
         }
         vars.insert(var.clone(), value.clone());
@@ -404,15 +404,6 @@ pub(crate) fn text_out(text: &Text, what: impl FnOnce() -> String) -> Result<Str
     text.source()
         .map(str::to_string)
         .ok_or_else(|| RenderError::UnreferencedSecret { what: what() })
-}
-
-fn known<'a>(names: impl Iterator<Item = &'a String>) -> String {
-    let names: Vec<String> = names.map(|n| format!("`{n}`")).collect();
-    if names.is_empty() {
-        "none".to_string()
-    } else {
-        names.join(", ")
-    }
 }
 
 /// Turn a minijinja error into a [`RenderError`] naming the template, line

@@ -314,7 +314,7 @@ pub fn prepare(
         .get(&req.profile)
         .ok_or_else(|| RunError::UnknownProfile {
             name: req.profile.clone(),
-            known: known(manifest.profiles.keys()),
+            known: crate::model::diagnostics::known_names(manifest.profiles.keys()),
         })?;
     let provider =
         manifest
@@ -326,17 +326,7 @@ pub fn prepare(
             })?;
     let cwd = match &req.cwd {
         None => root.to_path_buf(),
-        Some(dir) => {
-            let dir = if dir.is_absolute() {
-                dir.clone()
-            } else {
-                std::env::current_dir().unwrap_or_default().join(dir)
-            };
-            dir.canonicalize()
-                .ok()
-                .filter(|d| d.is_dir())
-                .ok_or(RunError::BadCwd { path: dir })?
-        }
+        Some(dir) => resolve_cwd(dir)?,
     };
     let mut ctx = RenderContext::new(root, manifest)
         .with_profile(req.profile.clone())
@@ -409,6 +399,19 @@ pub fn prepare(
     })
 }
 
+/// `dir` as an absolute, existing directory (relative to the current one).
+pub fn resolve_cwd(dir: &Path) -> Result<PathBuf, RunError> {
+    let dir = if dir.is_absolute() {
+        dir.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(dir)
+    };
+    dir.canonicalize()
+        .ok()
+        .filter(|d| d.is_dir())
+        .ok_or(RunError::BadCwd { path: dir })
+}
+
 fn launch(
     provider: &crate::model::Provider,
     prompt: &str,
@@ -465,15 +468,6 @@ fn write_file(root: &Path, path: &Path, text: &str) -> Result<(), RunError> {
         .write(path, text.as_bytes(), crate::repofs::WriteOptions::PRIVATE)
         .map_err(|e| io(e.into()))?;
     Ok(())
-}
-
-fn known<'a>(names: impl Iterator<Item = &'a String>) -> String {
-    let names: Vec<String> = names.map(|n| format!("`{n}`")).collect();
-    if names.is_empty() {
-        "none".to_string()
-    } else {
-        names.join(", ")
-    }
 }
 
 /// The recorded (and `--format json`) payload of an agent event: the event

@@ -132,7 +132,7 @@ impl Runs {
         if !manifest.profiles.contains_key(&run.profile) {
             return Err(StartRunError::UnknownProfile {
                 name: run.profile.clone(),
-                known: names(manifest.profiles.keys()),
+                known: crate::model::diagnostics::known_names(manifest.profiles.keys()),
             });
         }
         if run.prompt.is_some() && run.prompt_template.is_some() {
@@ -142,7 +142,7 @@ impl Runs {
             Some(name) if !manifest.prompts.contains_key(name) => {
                 return Err(StartRunError::UnknownTemplate {
                     name: name.clone(),
-                    known: names(manifest.prompts.keys()),
+                    known: crate::model::diagnostics::known_names(manifest.prompts.keys()),
                 });
             }
             None if !run.vars.is_empty() => return Err(StartRunError::VarsWithoutTemplate),
@@ -192,13 +192,4 @@ pub enum StartRunError {
     Local(LocalRunError),
     #[error(transparent)]
     Refused(Refused),
-}
-
-fn names<'a>(names: impl Iterator<Item = &'a String>) -> String {
-    let names: Vec<String> = names.map(|n| format!("`{n}`")).collect();
-    if names.is_empty() {
-        "none".to_string()
-    } else {
-        names.join(", ")
-    }
 }

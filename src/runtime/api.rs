@@ -1,5 +1,5 @@
 //! The daemon's side of the REST API: [`DaemonApi`] answers
-//! `surfaces::api` from the runtime, with the same documents the control
+//! `api` from the runtime, with the same documents the control
 //! socket gives `npc status` and `npc apply`.
 
 use std::sync::Arc;

@@ -161,15 +161,7 @@ impl TriggerDriver {
             let known = self.runs.trigger_names();
             return Err(FireError::Unknown(TriggerError::UnknownTrigger {
                 name: name.to_string(),
-                known: if known.is_empty() {
-                    "none".to_string()
-                } else {
-                    known
-                        .iter()
-                        .map(|n| format!("`{n}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                },
+                known: crate::model::diagnostics::known_names(&known),
             }));
         };
         let firing = Firing::new(

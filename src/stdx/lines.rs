@@ -201,6 +201,17 @@ impl Splitter {
         self.line = Vec::new();
     }
 
+    /// One step of a reader over a buffer: `available` is what the buffer
+    /// holds (empty at the end of the input). Returns how much to consume
+    /// and, when a line is done, `Some` of it (`Some(None)`: the input ended).
+    fn step(&mut self, available: &[u8]) -> (usize, Option<Option<Line>>) {
+        if available.is_empty() {
+            return (0, Some(self.finish().map(|p| p.to_owned())));
+        }
+        let (used, piece) = self.push(available);
+        (used, piece.map(|p| Some(p.to_owned())))
+    }
+
     /// Feed a whole chunk; `f` is called once per finished line, in order.
     pub fn feed(&mut self, mut chunk: &[u8], mut f: impl FnMut(Piece<'_>)) {
         while !chunk.is_empty() {
@@ -238,13 +249,9 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     pub async fn next(&mut self) -> std::io::Result<Option<Line>> {
         loop {
             let available = self.inner.fill_buf().await?;
-            if available.is_empty() {
-                return Ok(self.splitter.finish().map(|p| p.to_owned()));
-            }
-            let (used, piece) = self.splitter.push(available);
-            let line = piece.map(|p| p.to_owned());
+            let (used, step) = self.splitter.step(available);
             self.inner.consume(used);
-            if line.is_some() {
+            if let Some(line) = step {
                 return Ok(line);
             }
         }
@@ -279,13 +286,9 @@ impl<R: std::io::Read> BlockingLineReader<R> {
         use std::io::BufRead as _;
         loop {
             let available = self.inner.fill_buf()?;
-            if available.is_empty() {
-                return Ok(self.splitter.finish().map(|p| p.to_owned()));
-            }
-            let (used, piece) = self.splitter.push(available);
-            let line = piece.map(|p| p.to_owned());
+            let (used, step) = self.splitter.step(available);
             self.inner.consume(used);
-            if line.is_some() {
+            if let Some(line) = step {
                 return Ok(line);
             }
         }

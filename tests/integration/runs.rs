@@ -93,6 +93,47 @@ fn read_pid(file: &Path) -> Option<i32> {
     std::fs::read_to_string(file).ok()?.trim().parse().ok()
 }
 
+/// Ctrl-C to `npc run`: it exits 130 and its agent is gone.
+fn interrupt(run: &mut std::process::Child, agent: i32) {
+    kill(Pid::from_raw(run.id() as i32), Signal::SIGINT).unwrap();
+    let status = wait_for("npc run to exit", || run.try_wait().unwrap());
+    assert_eq!(status.code(), Some(130));
+    wait_for("the cancelled agent to be gone", || {
+        (!alive(agent as u32)).then_some(())
+    });
+}
+
+/// A repository made by `make` whose Claude Code agent hangs after writing
+/// its pid to `pid_file`.
+fn hanging(
+    make: fn(&str, &str, &[(&str, &str)]) -> tempfile::TempDir,
+    pid_file: &Path,
+) -> tempfile::TempDir {
+    make(
+        "claude_code",
+        CLAUDE_TOOL_CALL,
+        &[
+            ("FAKE_AGENT_HANG", "1"),
+            ("FAKE_AGENT_PID_FILE", pid_file.to_str().unwrap()),
+        ],
+    )
+}
+
+/// `npc run dev --prompt PROMPT` in `dir`, in the background, once its
+/// (hanging) agent wrote its pid to `pid_file`: the command and the agent's pid.
+fn start_hanging_run(dir: &Path, prompt: &str, pid_file: &Path) -> (std::process::Child, i32) {
+    let _ = std::fs::remove_file(pid_file);
+    let child = std::process::Command::new(npc_path())
+        .current_dir(dir)
+        .args(["run", "dev", "--prompt", prompt])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = wait_for("the agent's pid", || read_pid(pid_file));
+    (child, pid)
+}
+
 const CLAUDE_TOOL_CALL: &str = "claude_code/2.1.197/tool_call.jsonl";
 
 #[test]
@@ -267,14 +308,7 @@ fn usage_errors_exit_2() {
 fn a_timed_out_run_kills_the_agent_and_exits_124() {
     let tmp = tempfile::tempdir().unwrap();
     let pid_file = tmp.path().join("pid");
-    let dir = repo(
-        "claude_code",
-        CLAUDE_TOOL_CALL,
-        &[
-            ("FAKE_AGENT_HANG", "1"),
-            ("FAKE_AGENT_PID_FILE", pid_file.to_str().unwrap()),
-        ],
-    );
+    let dir = hanging(repo, &pid_file);
     npc()
         .current_dir(dir.path())
         .args(["run", "dev", "--prompt", "go", "--timeout", "1"])
@@ -293,28 +327,9 @@ fn a_timed_out_run_kills_the_agent_and_exits_124() {
 fn ctrl_c_cancels_the_run_kills_the_agent_and_exits_130() {
     let tmp = tempfile::tempdir().unwrap();
     let pid_file = tmp.path().join("pid");
-    let dir = repo(
-        "claude_code",
-        CLAUDE_TOOL_CALL,
-        &[
-            ("FAKE_AGENT_HANG", "1"),
-            ("FAKE_AGENT_PID_FILE", pid_file.to_str().unwrap()),
-        ],
-    );
-    let mut child = std::process::Command::new(npc_path())
-        .current_dir(dir.path())
-        .args(["run", "dev", "--prompt", "go"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = wait_for("the agent's pid", || read_pid(&pid_file));
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
-    let status = wait_for("npc run to exit", || child.try_wait().unwrap());
-    assert_eq!(status.code(), Some(130));
-    wait_for("the cancelled agent to be gone", || {
-        (!alive(pid as u32)).then_some(())
-    });
+    let dir = hanging(repo, &pid_file);
+    let (mut child, pid) = start_hanging_run(dir.path(), "go", &pid_file);
+    interrupt(&mut child, pid);
     let fin = finished(dir.path());
     assert_eq!(fin["payload"]["outcome"], "cancelled");
     assert_eq!(fin["payload"]["cancelled"], true);
@@ -473,29 +488,10 @@ fn with_a_daemon_up_npc_run_is_the_daemons_run_and_the_command_follows_it() {
 fn ctrl_c_asks_the_daemon_to_cancel_its_run_and_exits_130() {
     let tmp = tempfile::tempdir().unwrap();
     let pid_file = tmp.path().join("pid");
-    let dir = repo_without_servers(
-        "claude_code",
-        CLAUDE_TOOL_CALL,
-        &[
-            ("FAKE_AGENT_HANG", "1"),
-            ("FAKE_AGENT_PID_FILE", pid_file.to_str().unwrap()),
-        ],
-    );
+    let dir = hanging(repo_without_servers, &pid_file);
     let _daemon = Daemon::start_in(dir.path());
-    let mut child = std::process::Command::new(npc_path())
-        .current_dir(dir.path())
-        .args(["run", "dev", "--prompt", "go"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = wait_for("the agent's pid", || read_pid(&pid_file));
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
-    let status = wait_for("npc run to exit", || child.try_wait().unwrap());
-    assert_eq!(status.code(), Some(130));
-    wait_for("the cancelled agent to be gone", || {
-        (!alive(pid as u32)).then_some(())
-    });
+    let (mut child, pid) = start_hanging_run(dir.path(), "go", &pid_file);
+    interrupt(&mut child, pid);
     let id = started_run_id(dir.path());
     assert_eq!(row_of(dir.path(), &id).unwrap()["state"], "cancelled");
 }
@@ -514,18 +510,7 @@ fn a_daemon_interrupts_the_run_of_a_killed_npc_run_and_leaves_a_live_ones_alone(
             ),
         ],
     );
-    let start = |prompt: &str| {
-        let _ = std::fs::remove_file(tmp.path().join("pid"));
-        let child = std::process::Command::new(npc_path())
-            .current_dir(dir.path())
-            .args(["run", "dev", "--prompt", prompt])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let agent = wait_for("the agent's pid", || read_pid(&tmp.path().join("pid")));
-        (child, agent)
-    };
+    let start = |prompt: &str| start_hanging_run(dir.path(), prompt, &tmp.path().join("pid"));
     // The live run first: a run started later would interrupt the killed
     // one itself (every run in process sweeps first).
     let (mut live, live_agent) = start("one");
