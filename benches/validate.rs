@@ -7,6 +7,9 @@
 //!
 //! Run: `cargo bench --bench validate` (install the peers with
 //! `pip install taplo check-jsonschema`; missing peers are reported and skipped).
+//! With `NPC_BASELINE_BIN=path/to/another/npc`, that build validates the same
+//! documents too, its runs interleaved with this build's, and the ratio is
+//! printed (how a change is compared with the commit before it).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,6 +30,27 @@ const SIZES: [usize; 4] = [500, 1_000, 2_000, 5_000];
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     samples[samples.len() / 2]
+}
+
+/// Medians of `a` and `b` running `args`, their runs interleaved so both see
+/// the same load.
+fn time_pair(a: &Path, b: &Path, args: &[&str]) -> (Duration, Duration) {
+    let run = |program: &Path| {
+        let start = Instant::now();
+        let out = Command::new(program).args(args).output().expect("runs");
+        assert!(out.status.success(), "{} {args:?} failed", program.display());
+        start.elapsed()
+    };
+    for _ in 0..WARMUP_RUNS {
+        run(a);
+        run(b);
+    }
+    let (mut xs, mut ys) = (Vec::new(), Vec::new());
+    for _ in 0..PROCESS_RUNS {
+        xs.push(run(a));
+        ys.push(run(b));
+    }
+    (median(xs), median(ys))
 }
 
 fn time_process(program: &Path, args: &[&str], expect_success: bool) -> Option<Duration> {
@@ -142,6 +166,18 @@ fn main() {
             "  npc validate (json)         {:>9.2} ms",
             ours_json.as_secs_f64() * 1e3
         );
+        if let Some(base) = std::env::var_os("NPC_BASELINE_BIN").map(PathBuf::from) {
+            for doc in [&toml_doc, &json_doc] {
+                let (this, then) = time_pair(&npc, &base, &["validate", doc.to_str().unwrap()]);
+                println!(
+                    "  this build vs baseline ({}) {:>7.2} ms vs {:.2} ms   ratio {:.3}",
+                    doc.extension().and_then(|e| e.to_str()).unwrap_or(""),
+                    this.as_secs_f64() * 1e3,
+                    then.as_secs_f64() * 1e3,
+                    this.as_secs_f64() / then.as_secs_f64()
+                );
+            }
+        }
         match &taplo {
             Some(t) => match time_process(
                 t,

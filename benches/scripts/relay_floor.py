@@ -7,7 +7,8 @@ copying lines, no parsing); and through `npc mcp serve`. Usage:
     rustc -O benches/scripts/relay_floor.rs -o /tmp/relay_floor
     RELAY=/tmp/relay_floor NPC=target/release/npc python3 benches/scripts/relay_floor.py REPO
 
-(NPC=A:B compares several builds, interleaved in the same run; TIGHT=1 runs each path's
+(NPC=A:B compares several builds, interleaved in the same run, REPO=R1:R2 giving each its own
+repository when their store schemas differ; TIGHT=1 runs each path's
 calls back to back instead, and prints the mean per call. The interleaved run also prints
 each process's CPU per call, start-up included.)
 
@@ -26,7 +27,7 @@ def start(cmd, cwd=None):
     call(0, "initialize", {"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"b","version":"1"}})
     p.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
     return p, call
-repo = sys.argv[1]
+repos = sys.argv[1].split(":")
 # NPC may name several npc binaries, `:`-separated, to compare builds in one run.
 gateways = os.environ["NPC"].split(":")
 paths = {
@@ -36,7 +37,7 @@ paths = {
 names = {"direct":"echo","relay":"echo"}
 for n, npc in enumerate(gateways):
     key = "gateway" if len(gateways) == 1 else "gateway%d" % (n + 1)
-    paths[key] = start([npc, "mcp", "serve"], cwd=repo)
+    paths[key] = start([npc, "mcp", "serve"], cwd=repos[min(n, len(repos) - 1)])
     names[key] = "everything__echo"
 if os.environ.get("TIGHT"):
     # Each path on its own, calls back to back (no interleaving): mean ms per call.
