@@ -38,7 +38,11 @@ fn time_pair(a: &Path, b: &Path, args: &[&str]) -> (Duration, Duration) {
     let run = |program: &Path| {
         let start = Instant::now();
         let out = Command::new(program).args(args).output().expect("runs");
-        assert!(out.status.success(), "{} {args:?} failed", program.display());
+        assert!(
+            out.status.success(),
+            "{} {args:?} failed",
+            program.display()
+        );
         start.elapsed()
     };
     for _ in 0..WARMUP_RUNS {
