@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
+use npcagent::api::auth::ApiAuth;
 use npcagent::api::listings::PluginRow;
 use npcagent::api::resources::{FireAccepted, PaneAnswer, PaneOp, PaneView};
 use npcagent::api::terminal::Terminal;
@@ -216,7 +217,7 @@ async fn fan_out() {
         store: store.clone(),
         bus: bus.clone(),
     });
-    let app = router(backend, Access::Loopback, false);
+    let app = router(backend, ApiAuth::new(Access::Loopback), false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });

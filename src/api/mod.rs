@@ -19,6 +19,7 @@
 //! to the log, not to the client.
 
 pub mod assets;
+pub mod auth;
 pub mod events;
 pub mod listings;
 pub mod openapi;
@@ -31,7 +32,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{Query, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -44,12 +45,11 @@ use crate::api::listings::PluginRow;
 use crate::bus::EventBus;
 use crate::store::Store;
 use crate::surfaces::runs::ManualRun;
-use crate::surfaces::tcp::{Access, bearer_matches};
+use auth::ApiAuth;
 use resources::{FireAccepted, PaneAnswer, PaneOp, PaneView};
 use terminal::Terminal;
 
-/// Host names (without port) the trusted-host check accepts.
-pub const TRUSTED_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
+pub use crate::surfaces::http::{TRUSTED_HOSTS, trusted_host};
 /// Largest request body any endpoint reads.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Events one page of `GET /api/v1/events` returns when `limit` is absent.
@@ -212,6 +212,8 @@ pub struct ApiState {
     remote: bool,
     /// Open terminals (see [`terminal::MAX_TERMINALS`]).
     terminals: Arc<tokio::sync::Semaphore>,
+    /// The credential wanted, and the dashboard's sessions.
+    auth: ApiAuth,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -318,6 +320,26 @@ const PANE_ERRORS: [(u16, &str); 2] = [
 
 /// Every route of the API.
 pub const ROUTES: &[Route] = &[
+    Route {
+        method: "post",
+        path: "/api/v1/session",
+        operation: "startSession",
+        summary: "Redeem the dashboard's one-time code (the `#code=` of the URL `npc dashboard` prints) for an `HttpOnly; SameSite=Strict` session cookie; needs no other credential",
+        params: &[],
+        body: Some(schema_of::<auth::SessionRequest>),
+        body_optional: false,
+        status: 204,
+        answer: None,
+        errors: &[
+            BODY[0],
+            BODY[1],
+            (422, "The body does not fit the schema"),
+            (
+                401,
+                "The code was not issued, was used already or expired (`bad_code`)",
+            ),
+        ],
+    },
     Route {
         method: "get",
         path: "/api/v1/status",
@@ -666,13 +688,14 @@ struct EventsQuery {
 /// The API's router over `backend`, protected for `access`. `remote` says
 /// the listener is bound beyond loopback (then a token is required and
 /// the host check gives way to it).
-pub fn router(backend: Arc<dyn ApiBackend>, access: Access, remote: bool) -> Router {
+pub fn router(backend: Arc<dyn ApiBackend>, auth: ApiAuth, remote: bool) -> Router {
     let live = events::Live::start(backend.store(), backend.bus());
     let state = ApiState {
         backend,
         live,
         remote,
         terminals: Arc::new(tokio::sync::Semaphore::new(terminal::MAX_TERMINALS)),
+        auth: auth.clone(),
     };
     let mut api = Router::new();
     for (path, content_type, body) in DASHBOARD_ASSETS {
@@ -685,6 +708,7 @@ pub fn router(backend: Arc<dyn ApiBackend>, access: Access, remote: bool) -> Rou
                         (header::CONTENT_SECURITY_POLICY, DASHBOARD_CSP),
                         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
                         (header::X_FRAME_OPTIONS, "DENY"),
+                        (header::REFERRER_POLICY, "no-referrer"),
                     ],
                     body,
                 )
@@ -692,6 +716,7 @@ pub fn router(backend: Arc<dyn ApiBackend>, access: Access, remote: bool) -> Rou
         );
     }
     let api = api
+        .route("/api/v1/session", post(start_session))
         .route("/api/v1/status", get(status))
         .route("/api/v1/plan", get(plan))
         .route("/api/v1/apply", post(apply))
@@ -721,20 +746,11 @@ pub fn router(backend: Arc<dyn ApiBackend>, access: Access, remote: bool) -> Rou
         .fallback(not_found)
         .with_state(state)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES));
-    let token: Option<Arc<str>> = match access {
-        Access::Token(t) => Some(t.into()),
-        Access::Loopback => None,
-    };
     api.layer(axum::middleware::from_fn(
         move |request: Request, next: Next| {
-            let token = token.clone();
+            let auth = auth.clone();
             async move {
-                let asset = DASHBOARD_ASSETS
-                    .iter()
-                    .any(|(path, _, _)| *path == request.uri().path());
-                let token = if asset { None } else { token };
-                let websocket = request.uri().path().ends_with(terminal::PATH_SUFFIX);
-                if let Err(e) = guard(request.headers(), token.as_deref(), remote, websocket) {
+                if let Err(e) = guard(&request, &auth, remote) {
                     return e.into_response();
                 }
                 next.run(request).await
@@ -743,16 +759,16 @@ pub fn router(backend: Arc<dyn ApiBackend>, access: Access, remote: bool) -> Rou
     ))
 }
 
-/// The two layers: trusted host (unless remote), then the bearer token
-/// (from `Authorization`, or for a terminal WebSocket (`websocket`) from
-/// the subprotocol `npc.bearer.<token>`, since browsers cannot set headers
-/// on one).
-fn guard(
-    headers: &HeaderMap,
-    token: Option<&str>,
-    remote: bool,
-    websocket: bool,
-) -> Result<(), ApiError> {
+/// Where the dashboard redeems its one-time code (needs no credential).
+pub const SESSION_PATH: &str = "/api/v1/session";
+
+/// The checks before any handler, in order: trusted host (unless remote),
+/// the same origin for anything that changes state and for WebSockets, a
+/// credential (not for the dashboard's page and scripts, nor to redeem a
+/// code), and JSON for any body.
+fn guard(request: &Request, auth: &ApiAuth, remote: bool) -> Result<(), ApiError> {
+    let headers = request.headers();
+    let path = request.uri().path();
     if !remote && !trusted_host(headers.get(header::HOST).map(|v| v.as_bytes())) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -760,48 +776,62 @@ fn guard(
             "the `Host` header must be localhost, 127.0.0.1 or [::1]; open the API by one of those names",
         ));
     }
-    if let Some(token) = token {
-        let from_protocol = (websocket && headers.contains_key(header::SEC_WEBSOCKET_KEY))
-            .then(|| terminal::bearer_from_protocols(headers))
-            .flatten();
-        let given = match headers.get(header::AUTHORIZATION) {
-            Some(v) => Some(v.as_bytes()),
-            None => from_protocol.as_deref().map(str::as_bytes),
-        };
-        if !bearer_matches(given, token) {
-            return Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "this API needs `Authorization: Bearer <token>` (a terminal WebSocket: the subprotocol `npc.bearer.<token>`), the token in the variable `daemon.token_env` names",
-            ));
-        }
+    let websocket =
+        path.ends_with(terminal::PATH_SUFFIX) && headers.contains_key(header::SEC_WEBSOCKET_KEY);
+    if auth::changes_state(request.method()) || websocket {
+        auth::same_origin(headers, remote)?;
+    }
+    let open = path == SESSION_PATH || DASHBOARD_ASSETS.iter().any(|(p, _, _)| *p == path);
+    let from_protocol = websocket
+        .then(|| terminal::bearer_from_protocols(headers))
+        .flatten();
+    if !open && !auth::authorized(headers, auth, from_protocol) {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "this API needs `Authorization: Bearer <token>` (the repository's token in `STATE_DIR/api.token`, or the one `daemon.token_env` names; a terminal WebSocket: the subprotocol `npc.bearer.<token>`) or the dashboard's session: open the dashboard with `npc dashboard`",
+        ));
+    }
+    let body = axum::body::HttpBody::size_hint(request.body()).lower() > 0;
+    if (body || auth::has_body(headers)) && !auth::is_json(headers) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body as `Content-Type: application/json`",
+        ));
     }
     Ok(())
 }
 
-/// Whether `host` (a `Host` header) names this machine.
-pub fn trusted_host(host: Option<&[u8]>) -> bool {
-    let Some(host) = host.and_then(|h| std::str::from_utf8(h).ok()) else {
-        return false;
+/// `POST /api/v1/session`: the dashboard's one-time code for a session cookie.
+async fn start_session(
+    State(state): State<ApiState>,
+    body: Result<Json<auth::SessionRequest>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let Ok(Json(asked)) = body else {
+        return ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+            "send `{\"code\": \"…\"}`, the code of the dashboard's URL",
+        )
+        .into_response();
     };
-    let name = if host.starts_with('[') {
-        // `[::1]` or `[::1]:8766`
-        match host.find(']') {
-            Some(end) if host[end + 1..].is_empty() || host[end + 1..].starts_with(':') => {
-                &host[..=end]
-            }
-            _ => return false,
-        }
-    } else {
-        match host.split_once(':') {
-            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-            Some(_) => return false,
-            None => host,
-        }
-    };
-    TRUSTED_HOSTS
-        .iter()
-        .any(|trusted| trusted.eq_ignore_ascii_case(name))
+    match state.auth.dashboard.redeem(&asked.code) {
+        Some(session) => (
+            StatusCode::NO_CONTENT,
+            [
+                (header::SET_COOKIE, auth::session_cookie(&session)),
+                (header::CACHE_CONTROL, "no-store".to_string()),
+            ],
+        )
+            .into_response(),
+        None => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "bad_code",
+            "this code was not issued by the daemon, was used already or expired; open the dashboard again with `npc dashboard`",
+        )
+        .into_response(),
+    }
 }
 
 async fn not_found() -> ApiError {
@@ -867,7 +897,7 @@ async fn list_events(
 #[derive(Debug)]
 pub struct ApiListener {
     listener: tokio::net::TcpListener,
-    access: Access,
+    auth: ApiAuth,
 }
 
 /// Why the API did not start.
@@ -885,18 +915,18 @@ pub enum ApiBindError {
 }
 
 impl ApiListener {
-    /// Bind `addr` for `access`: a non-loopback address only with a token.
-    pub async fn bind(addr: SocketAddr, access: Access) -> Result<Self, ApiBindError> {
-        let listener = crate::surfaces::tcp::bind(addr, matches!(access, Access::Token(_)))
-            .map_err(|e| match e {
-                crate::surfaces::tcp::BindError::NotLoopback { addr } => {
-                    ApiBindError::NotLoopback { addr }
-                }
-                crate::surfaces::tcp::BindError::Bind { addr, source } => {
-                    ApiBindError::Bind { addr, source }
-                }
-            })?;
-        Ok(Self { listener, access })
+    /// Bind `addr` for `auth`: a non-loopback address only with a token.
+    pub async fn bind(addr: SocketAddr, auth: ApiAuth) -> Result<Self, ApiBindError> {
+        let remote_allowed = matches!(auth.access, crate::surfaces::tcp::Access::Token(_));
+        let listener = crate::surfaces::tcp::bind(addr, remote_allowed).map_err(|e| match e {
+            crate::surfaces::tcp::BindError::NotLoopback { addr } => {
+                ApiBindError::NotLoopback { addr }
+            }
+            crate::surfaces::tcp::BindError::Bind { addr, source } => {
+                ApiBindError::Bind { addr, source }
+            }
+        })?;
+        Ok(Self { listener, auth })
     }
 
     /// The address actually bound (port 0 picks a free one).
@@ -914,7 +944,7 @@ impl ApiListener {
             .listener
             .local_addr()
             .is_ok_and(|a| !a.ip().is_loopback());
-        let router = router(backend, self.access, remote);
+        let router = router(backend, self.auth, remote);
         axum::serve(self.listener, router)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
             .await

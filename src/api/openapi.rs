@@ -50,10 +50,13 @@ pub fn document() -> Value {
         responses.insert(route.status.to_string(), ok);
         for (status, why) in [
             (400, "A malformed query, path, header or body"),
-            (401, "A token is configured and the request lacks it"),
+            (
+                401,
+                "The request carries neither the bearer token nor the dashboard's session cookie",
+            ),
             (
                 403,
-                "The `Host` header is not a trusted name (a terminal: nor is `Origin`)",
+                "The `Host` header is not a trusted name, or a request that changes state (or opens a terminal) comes from another page's `Origin`",
             ),
         ]
         .iter()
@@ -91,14 +94,17 @@ pub fn document() -> Value {
         "info": {
             "title": "npc daemon API",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "The per-repository runtime of `npc daemon`, on loopback. Requests need a trusted `Host` (localhost, 127.0.0.1, [::1]) and, when `daemon.token_env` is set, `Authorization: Bearer <token>`.",
+            "description": "The per-repository runtime of `npc daemon`, on loopback. Requests need a trusted `Host` (localhost, 127.0.0.1, [::1]); a credential: `Authorization: Bearer <token>` (the repository's token in `STATE_DIR/api.token`, or the one `daemon.token_env` names) or the dashboard's session cookie (`POST /api/v1/session` with the one-time code `npc dashboard` prints), unless `daemon.auth = \"none\"`; a `Content-Type: application/json` on any body; and, for a request that changes state, no `Origin` (or `Sec-Fetch-Site`) of another page.",
         },
         "servers": [{ "url": "http://127.0.0.1:8766" }],
         "components": {
             "schemas": { "Error": super::schema_of::<ErrorBody>() },
-            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
+            "securitySchemes": {
+                "bearer": { "type": "http", "scheme": "bearer" },
+                "session": { "type": "apiKey", "in": "cookie", "name": super::auth::SESSION_COOKIE },
+            },
         },
-        "security": [{}, { "bearer": [] }],
+        "security": [{ "bearer": [] }, { "session": [] }],
         "paths": paths,
     })
 }

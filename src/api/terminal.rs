@@ -37,7 +37,7 @@ use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::resources::{MAX_PANE_INPUT_BYTES, PaneOp, PaneSize, checked_size};
-use super::{ApiBackend, ApiError, ApiState, trusted_host};
+use super::{ApiBackend, ApiError, ApiState};
 
 /// How every terminal route's path ends (the only paths whose token may
 /// come as a subprotocol).
@@ -103,22 +103,6 @@ pub(super) fn bearer_from_protocols(headers: &HeaderMap) -> Option<String> {
         .map(|token| format!("Bearer {token}"))
 }
 
-/// Whether `Origin` is the page the daemon served: same authority as
-/// `Host`, and a loopback name unless the API is remote.
-fn origin_allowed(headers: &HeaderMap, remote: bool) -> bool {
-    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
-    let (Some(origin), Some(host)) = (text(header::ORIGIN), text(header::HOST)) else {
-        return false;
-    };
-    let Some(authority) = origin
-        .strip_prefix("http://")
-        .or_else(|| origin.strip_prefix("https://"))
-    else {
-        return false;
-    };
-    authority.eq_ignore_ascii_case(host) && (remote || trusted_host(Some(authority.as_bytes())))
-}
-
 /// `GET /api/v1/panes/{name}/terminal`.
 pub(super) async fn terminal(
     State(state): State<ApiState>,
@@ -138,7 +122,7 @@ fn open(
     let Ok(Path(name)) = name else {
         return Err(ApiError::bad_request("bad path: a pane name"));
     };
-    if !origin_allowed(headers, state.remote) {
+    if !super::auth::origin_allowed(headers, state.remote) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "untrusted_origin",

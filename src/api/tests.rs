@@ -11,6 +11,7 @@ use tower::ServiceExt as _;
 
 use super::*;
 use crate::store::NewEvent;
+use crate::surfaces::tcp::Access;
 
 #[derive(Debug)]
 struct Fake {
@@ -265,7 +266,7 @@ fn trusted_hosts_are_exactly_the_loopback_names() {
 #[tokio::test]
 async fn status_answers_the_backend_document() {
     let (_dir, fake) = fake();
-    let router = router(fake, Access::Loopback, false);
+    let router = router(fake, ApiAuth::new(Access::Loopback), false);
     let (status, body) = get(&router, "/api/v1/status").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["pid"], 7);
@@ -274,7 +275,7 @@ async fn status_answers_the_backend_document() {
 #[tokio::test]
 async fn an_untrusted_host_is_refused_before_any_handler() {
     let (_dir, fake) = fake();
-    let router = router(fake.clone(), Access::Loopback, false);
+    let router = router(fake.clone(), ApiAuth::new(Access::Loopback), false);
     for host in ["evil.example:8766", "attacker.test"] {
         let req = HttpRequest::builder()
             .method("POST")
@@ -297,7 +298,11 @@ async fn an_untrusted_host_is_refused_before_any_handler() {
 #[tokio::test]
 async fn a_token_is_required_when_configured() {
     let (_dir, fake) = fake();
-    let router = router(fake, Access::Token("s3cret-token".into()), false);
+    let router = router(
+        fake,
+        ApiAuth::new(Access::Token("s3cret-token".into())),
+        false,
+    );
     let (status, body) = get(&router, "/api/v1/status").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(body["error"]["code"], "unauthorized");
@@ -326,7 +331,11 @@ async fn a_token_is_required_when_configured() {
 #[tokio::test]
 async fn remote_listening_drops_the_host_check_but_never_the_token() {
     let (_dir, fake) = fake();
-    let router = router(fake, Access::Token("s3cret-token".into()), true);
+    let router = router(
+        fake,
+        ApiAuth::new(Access::Token("s3cret-token".into())),
+        true,
+    );
     let req = HttpRequest::builder()
         .uri("/api/v1/status")
         .header("host", "npc.internal:8766")
@@ -345,7 +354,7 @@ async fn remote_listening_drops_the_host_check_but_never_the_token() {
 #[tokio::test]
 async fn plan_and_apply_map_every_answer_to_a_stable_code() {
     let (_dir, fake) = fake();
-    let router = router(fake.clone(), Access::Loopback, false);
+    let router = router(fake.clone(), ApiAuth::new(Access::Loopback), false);
     assert_eq!(get(&router, "/api/v1/plan").await.0, StatusCode::OK);
     let post = |uri: &'static str| request("POST", uri).body(Body::empty()).unwrap();
     for (answer, status, code) in [
@@ -401,7 +410,7 @@ async fn publish(fake: &Fake, n: usize) {
 async fn events_page_by_id_and_filter_by_kind() {
     let (_dir, fake) = fake();
     publish(&fake, 7).await;
-    let router = router(fake, Access::Loopback, false);
+    let router = router(fake, ApiAuth::new(Access::Loopback), false);
     let (status, page) = get(&router, "/api/v1/events?after=2&limit=3").await;
     assert_eq!(status, StatusCode::OK);
     let ids: Vec<i64> = page["events"]
@@ -435,7 +444,7 @@ async fn events_page_by_id_and_filter_by_kind() {
 #[tokio::test]
 async fn unknown_endpoints_are_json_404s() {
     let (_dir, fake) = fake();
-    let router = router(fake, Access::Loopback, false);
+    let router = router(fake, ApiAuth::new(Access::Loopback), false);
     let (status, body) = get(&router, "/api/v1/nope").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(body["error"]["code"], "not_found");
@@ -482,7 +491,7 @@ async fn sse_ids(body: Body, n: usize) -> Vec<i64> {
 async fn the_stream_resumes_after_last_event_id_without_gap_or_duplicate() {
     let (_dir, fake) = fake();
     publish(&fake, 5).await;
-    let router = router(fake.clone(), Access::Loopback, false);
+    let router = router(fake.clone(), ApiAuth::new(Access::Loopback), false);
     let req = request("GET", "/api/v1/events/stream")
         .header("last-event-id", "2")
         .body(Body::empty())
@@ -514,7 +523,7 @@ async fn the_stream_resumes_after_last_event_id_without_gap_or_duplicate() {
 #[tokio::test]
 async fn the_stream_sees_events_other_processes_write() {
     let (dir, fake) = fake();
-    let router = router(fake.clone(), Access::Loopback, false);
+    let router = router(fake.clone(), ApiAuth::new(Access::Loopback), false);
     let response = router
         .clone()
         .oneshot(
@@ -537,7 +546,11 @@ async fn the_stream_sees_events_other_processes_write() {
 #[tokio::test]
 async fn the_dashboard_is_served_without_the_token_but_behind_the_host_check() {
     let (_dir, fake) = fake();
-    let router = router(fake, Access::Token("s3cret-token".into()), false);
+    let router = router(
+        fake,
+        ApiAuth::new(Access::Token("s3cret-token".into())),
+        false,
+    );
     for (path, content_type, body) in DASHBOARD_ASSETS {
         let response = router
             .clone()
@@ -584,7 +597,7 @@ fn post(uri: &str) -> HttpRequest<Body> {
 #[tokio::test]
 async fn runs_start_list_show_and_cancel_with_stable_errors() {
     let (_dir, fake) = fake();
-    let router = router(fake.clone(), Access::Loopback, false);
+    let router = router(fake.clone(), ApiAuth::new(Access::Loopback), false);
     let (status, started) = send(
         &router,
         post_json("/api/v1/runs", r#"{"profile":"reviewer","prompt":"look"}"#),
@@ -662,7 +675,7 @@ async fn runs_start_list_show_and_cancel_with_stable_errors() {
 #[tokio::test]
 async fn hostile_bodies_get_stable_errors_and_change_nothing() {
     let (_dir, fake) = fake();
-    let router = router(fake.clone(), Access::Loopback, false);
+    let router = router(fake.clone(), ApiAuth::new(Access::Loopback), false);
     let huge = format!(
         r#"{{"profile":"reviewer","prompt":"{}"}}"#,
         "x".repeat(MAX_BODY_BYTES)
@@ -759,7 +772,7 @@ async fn hostile_bodies_get_stable_errors_and_change_nothing() {
 #[tokio::test]
 async fn panes_take_input_resize_close_and_open_through_the_operator_path() {
     let (_dir, fake) = fake();
-    let router = router(fake.clone(), Access::Loopback, false);
+    let router = router(fake.clone(), ApiAuth::new(Access::Loopback), false);
     let (status, list) = get(&router, "/api/v1/panes").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(list["panes"][0]["name"], "shell");
@@ -822,7 +835,7 @@ async fn panes_take_input_resize_close_and_open_through_the_operator_path() {
 #[tokio::test]
 async fn triggers_and_plugins_list_and_a_trigger_fires() {
     let (_dir, fake) = fake();
-    let router = router(fake.clone(), Access::Loopback, false);
+    let router = router(fake.clone(), ApiAuth::new(Access::Loopback), false);
     let (status, list) = get(&router, "/api/v1/triggers").await;
     assert_eq!(
         (status, &list["triggers"][0]["name"]),
@@ -869,8 +882,12 @@ fn concrete(path: &str) -> String {
 #[tokio::test]
 async fn every_route_is_served_and_guarded_by_host_and_token() {
     let (_dir, fake) = fake();
-    let open = router(fake.clone(), Access::Loopback, false);
-    let guarded = router(fake.clone(), Access::Token("s3cret-token".into()), false);
+    let open = router(fake.clone(), ApiAuth::new(Access::Loopback), false);
+    let guarded = router(
+        fake.clone(),
+        ApiAuth::new(Access::Token("s3cret-token".into())),
+        false,
+    );
     for route in ROUTES {
         let uri = concrete(route.path);
         let method = route.method.to_uppercase();
@@ -881,7 +898,11 @@ async fn every_route_is_served_and_guarded_by_host_and_token() {
             .oneshot(request(&method, &uri).body(Body::empty()).unwrap())
             .await
             .unwrap();
-        if route.answer.is_some() || route.status == 101 {
+        if route.path == SESSION_PATH {
+            // Needs no credential; an empty body is no code.
+            assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+            continue;
+        } else if route.answer.is_some() || route.status == 101 {
             let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
                 .await
                 .unwrap();
@@ -940,7 +961,11 @@ fn upgrade(uri: &str, origin: Option<&str>, protocols: &str) -> axum::http::requ
 #[tokio::test]
 async fn a_terminal_is_refused_to_foreign_origins_bad_subprotocols_and_missing_tokens() {
     let (_dir, fake) = fake();
-    let router = router(fake.clone(), Access::Token("s3cret-token".into()), false);
+    let router = router(
+        fake.clone(),
+        ApiAuth::new(Access::Token("s3cret-token".into())),
+        false,
+    );
     let uri = "/api/v1/panes/shell/terminal";
     let good = "npc.v1, npc.bearer.s3cret-token";
     let me = Some("http://127.0.0.1:8766");
@@ -1003,7 +1028,7 @@ async fn a_terminal_is_refused_to_foreign_origins_bad_subprotocols_and_missing_t
         .unwrap();
     assert_eq!(send(&router, elsewhere).await.0, StatusCode::UNAUTHORIZED);
     // Unknown and closed panes answer before the upgrade.
-    let open = super::router(fake.clone(), Access::Loopback, false);
+    let open = super::router(fake.clone(), ApiAuth::new(Access::Loopback), false);
     let (got, body) = send(
         &open,
         upgrade("/api/v1/panes/ghost/terminal", me, "npc.v1")
@@ -1097,7 +1122,7 @@ mod websocket {
         let (_dir, fake) = fake();
         let addr = serve(router(
             fake.clone(),
-            Access::Token("s3cret-token".into()),
+            ApiAuth::new(Access::Token("s3cret-token".into())),
             false,
         ))
         .await;
@@ -1147,7 +1172,7 @@ mod websocket {
     #[tokio::test]
     async fn anything_but_input_and_resize_closes_with_a_policy_violation() {
         let (_dir, fake) = fake();
-        let addr = serve(router(fake.clone(), Access::Loopback, false)).await;
+        let addr = serve(router(fake.clone(), ApiAuth::new(Access::Loopback), false)).await;
         for (frame, code) in [
             (Message::Text("ls".into()), CloseCode::Policy),
             (
@@ -1180,7 +1205,7 @@ mod websocket {
     #[tokio::test]
     async fn a_client_that_does_not_read_is_dropped_and_the_others_go_on() {
         let (_dir, fake) = fake();
-        let addr = serve(router(fake.clone(), Access::Loopback, false)).await;
+        let addr = serve(router(fake.clone(), ApiAuth::new(Access::Loopback), false)).await;
         let (mut slow, _) = connect(addr, "npc.v1").await;
         // Far more output than the socket buffers and the bounded queue hold.
         let chunk: Arc<[u8]> = Arc::from(vec![b'o'; 256 * 1024]);
@@ -1199,7 +1224,7 @@ mod websocket {
     #[tokio::test]
     async fn the_end_of_the_output_is_an_exited_frame() {
         let (_dir, fake) = fake();
-        let addr = serve(router(fake.clone(), Access::Loopback, false)).await;
+        let addr = serve(router(fake.clone(), ApiAuth::new(Access::Loopback), false)).await;
         let (mut socket, _) = connect(addr, "npc.v1").await;
         output_until(&mut socket, b"scrollback$ ").await;
         let _ = fake.output.send(Arc::from(&b""[..]));
@@ -1214,4 +1239,109 @@ mod websocket {
         }
         assert_eq!(close_code(&mut socket).await, CloseCode::Normal);
     }
+}
+
+#[tokio::test]
+async fn a_page_on_another_origin_changes_nothing_even_without_a_body() {
+    let (_dir, fake) = fake();
+    // `auth = "none"`: only the origin rule stands between a page and the API.
+    let router = router(fake.clone(), ApiAuth::new(Access::Loopback), false);
+    let evil = |method: &str, uri: &str, content_type: Option<&str>, body: &'static str| {
+        let mut req = request(method, uri).header("origin", "http://evil.example");
+        if let Some(t) = content_type {
+            req = req.header("content-type", t);
+        }
+        req.body(Body::from(body)).unwrap()
+    };
+    for req in [
+        evil(
+            "POST",
+            "/api/v1/triggers/nightly/fire",
+            Some("text/plain"),
+            "{}",
+        ),
+        evil("POST", "/api/v1/apply", None, ""),
+        evil("POST", "/api/v1/reload", None, ""),
+        evil("POST", "/api/v1/panes/shell/close", None, ""),
+        evil("POST", "/api/v1/runs/run-x/cancel", None, ""),
+        evil(
+            "POST",
+            "/api/v1/session",
+            Some("application/json"),
+            r#"{"code":"x"}"#,
+        ),
+    ] {
+        let uri = req.uri().to_string();
+        let (status, body) = send(&router, req).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (StatusCode::FORBIDDEN, Some("untrusted_origin")),
+            "{uri}"
+        );
+    }
+    // Without an Origin, a browser's cross-site fetch still says so.
+    let cross = request("POST", "/api/v1/apply")
+        .header("sec-fetch-site", "cross-site")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&router, cross).await.0, StatusCode::FORBIDDEN);
+    // A body that is not JSON is refused before any handler.
+    let plain = request("POST", "/api/v1/triggers/nightly/fire")
+        .header("content-type", "text/plain")
+        .body(Body::from("{}"))
+        .unwrap();
+    let (status, body) = send(&router, plain).await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
+    assert!(fake.fired.lock().unwrap().is_empty());
+    assert!(fake.applied.lock().unwrap().is_empty());
+    // Reading is allowed from anywhere the host check lets through.
+    let read = request("GET", "/api/v1/status")
+        .header("origin", "http://evil.example")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&router, read).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_dashboard_redeems_a_one_time_code_for_a_session_cookie() {
+    let (_dir, fake) = fake();
+    let auth = ApiAuth::new(Access::Token("s3cret-token".into()));
+    let code = auth.dashboard.issue_code().unwrap();
+    let router = router(fake.clone(), auth, false);
+    let redeem = |code: &str| {
+        request("POST", "/api/v1/session")
+            .header("origin", "http://127.0.0.1:8766")
+            .header("content-type", "application/json")
+            .body(Body::from(format!("{{\"code\":\"{code}\"}}")))
+            .unwrap()
+    };
+    let response = router.clone().oneshot(redeem(&code)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    let cookie = response.headers()[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let session = cookie.split(';').next().unwrap().to_string();
+    // The code served once.
+    let (status, body) = send(&router, redeem(&code)).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("bad_code"))
+    );
+    // The cookie is a credential; a forged one is not.
+    let with = |cookie: &str| {
+        request("GET", "/api/v1/status")
+            .header("cookie", cookie)
+            .body(Body::empty())
+            .unwrap()
+    };
+    assert_eq!(send(&router, with(&session)).await.0, StatusCode::OK);
+    assert_eq!(
+        send(&router, with("npc_session=0000")).await.0,
+        StatusCode::UNAUTHORIZED
+    );
 }

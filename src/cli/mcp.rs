@@ -54,26 +54,36 @@ pub fn run(command: McpCommand) -> anyhow::Result<Exit> {
     }
 }
 
-/// Who may use the HTTP gateway, from the manifest and the environment.
-fn http_access(addr: SocketAddr, daemon: &model::Daemon) -> Result<Access, String> {
-    let access = Access::from_token_env(daemon.token_env.as_deref());
-    if addr.ip().is_loopback() {
-        return Ok(access);
+/// Who may use the HTTP gateway: the repository's credential
+/// (`RepoPaths::access`: its token, or the one `daemon.token_env` names; none
+/// with `daemon.auth = "none"`), and beyond loopback only where the manifest
+/// allows remote access and names a token.
+fn http_access(
+    addr: SocketAddr,
+    daemon: &model::Daemon,
+    paths: &crate::runtime::RepoPaths,
+) -> Result<Access, String> {
+    if !addr.ip().is_loopback() {
+        if !daemon.allow_remote {
+            return Err(format!(
+                "`{addr}` is not a loopback address, and the manifest does not allow remote access; serving MCP beyond this machine needs `daemon.allow_remote = true` and `daemon.token_env` in the manifest, or listen on 127.0.0.1"
+            ));
+        }
+        match &daemon.token_env {
+            None => {
+                return Err(format!(
+                    "`{addr}` is not a loopback address and no token is configured; set `daemon.token_env` to the variable holding the bearer token clients must send"
+                ));
+            }
+            Some(var) if !matches!(Access::from_token_env(Some(var)), Access::Token(_)) => {
+                return Err(format!(
+                    "`{addr}` is not a loopback address and `{var}` (named by `daemon.token_env`) is not set; export the bearer token in it before serving"
+                ));
+            }
+            Some(_) => {}
+        }
     }
-    if !daemon.allow_remote {
-        return Err(format!(
-            "`{addr}` is not a loopback address, and the manifest does not allow remote access; serving MCP beyond this machine needs `daemon.allow_remote = true` and `daemon.token_env` in the manifest, or listen on 127.0.0.1"
-        ));
-    }
-    match (&daemon.token_env, access) {
-        (_, token @ Access::Token(_)) => Ok(token),
-        (None, Access::Loopback) => Err(format!(
-            "`{addr}` is not a loopback address and no token is configured; set `daemon.token_env` to the variable holding the bearer token clients must send"
-        )),
-        (Some(var), Access::Loopback) => Err(format!(
-            "`{addr}` is not a loopback address and `{var}` (named by `daemon.token_env`) is not set; export the bearer token in it before serving"
-        )),
-    }
+    paths.access(daemon).map_err(|e| e.to_string())
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
@@ -82,7 +92,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     let Some(manifest) = super::valid_manifest(&paths.manifest, "before serving")? else {
         return Ok(Exit::Failed);
     };
-    let access = match args.http.map(|addr| http_access(addr, &manifest.daemon)) {
+    let access = match args
+        .http
+        .map(|addr| http_access(addr, &manifest.daemon, &paths))
+    {
         Some(Err(refusal)) => {
             errln!("error: {refusal}");
             return Ok(Exit::Usage);

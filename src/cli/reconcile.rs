@@ -477,7 +477,7 @@ pub fn daemon(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
     let path = super::manifest_path(manifest)?;
     super::log_to_stderr("info");
     let rt = tokio()?;
-    let result = rt.block_on(runtime::daemon::run(&path, |paths, outcome, api| {
+    let result = rt.block_on(runtime::daemon::run(&path, |paths, outcome, api, dashboard| {
         errln!(
             "npc daemon: pid {} watching {} (control socket {})",
             std::process::id(),
@@ -490,7 +490,11 @@ pub fn daemon(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
         );
         if let Some(url) = api {
             errln!("npc daemon: API {url}/api/v1/status");
-            errln!("npc daemon: dashboard {url}/ (open it in a browser)");
+        }
+        if let Some(url) = dashboard {
+            errln!(
+                "npc daemon: dashboard {url} (open it in a browser; the code serves once: `npc dashboard` prints a new one)"
+            );
         }
     }));
     rt.shutdown_timeout(Duration::from_secs(5));
@@ -516,15 +520,19 @@ pub fn dashboard(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
         );
         return Ok(Exit::Failed);
     };
-    let answer = tokio()?.block_on(Client::call(&socket, &Request::Status))?;
-    let Some(url) = answer["api"].as_str() else {
-        errln!(
-            "error: the daemon (pid {pid}) serves no API; see its `api.failed` event (`npc events`) and `daemon.listen`"
-        );
-        return Ok(Exit::Failed);
+    let answer = match tokio()?.block_on(Client::call(&socket, &Request::DashboardUrl)) {
+        Ok(answer) => answer,
+        Err(crate::surfaces::control::ControlError::Refused(e)) => {
+            errln!("error: the daemon (pid {pid}): {e}");
+            return Ok(Exit::Failed);
+        }
+        Err(e) => return Err(e.into()),
     };
-    outln!("{url}/")?;
-    errln!("open it in a browser; when `daemon.token_env` is set, append `#token=` and the token");
+    let url = answer["url"].as_str().unwrap_or_default();
+    outln!("{url}")?;
+    errln!(
+        "open it in a browser; its one-time code opens a session of this browser and serves once"
+    );
     Ok(Exit::Ok)
 }
 

@@ -89,8 +89,14 @@ pub struct RawDaemon {
     /// Address of the REST API and webhook listener. Default `127.0.0.1:8766`.
     /// Non-loopback addresses need `allow_remote = true` and `token_env`.
     pub listen: Option<Spanned<String>>,
-    /// Name of the environment variable that holds the API bearer token.
+    /// Name of the environment variable that holds the API bearer token
+    /// (instead of the repository's own, `STATE_DIR/api.token`).
     pub token_env: Option<Spanned<String>>,
+    /// Who may use the REST API, the dashboard and `npc mcp serve --http`:
+    /// `token` (default: a bearer token, or the dashboard's session cookie)
+    /// or `none` (any local account and any web page: loopback only).
+    #[schemars(extend("enum" = ["token", "none"]))]
+    pub auth: Option<Spanned<String>>,
     /// Allow binding a non-loopback address. Default `false`.
     pub allow_remote: Option<bool>,
     /// Log level: `error`, `warn`, `info`, `debug` or `trace`. Default `info`.

@@ -77,6 +77,8 @@ pub struct Project {
 pub struct Daemon {
     pub listen: SocketAddr,
     pub token_env: Option<String>,
+    /// Who may use the TCP surfaces that take a credential.
+    pub auth: Auth,
     pub allow_remote: bool,
     pub log_level: LogLevel,
     /// Where the webhook listener binds.
@@ -91,6 +93,32 @@ pub enum LogLevel {
     Info,
     Debug,
     Trace,
+}
+
+/// `daemon.auth`: whether the REST API, the dashboard and the HTTP gateway
+/// want a credential.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Hash, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Auth {
+    /// A bearer token (the repository's, or `token_env`'s), or a dashboard
+    /// session cookie.
+    #[default]
+    Token,
+    /// Nothing: any local account and any web page may use them (loopback
+    /// addresses only).
+    None,
+}
+
+impl Auth {
+    pub const NAMES: [&'static str; 2] = ["token", "none"];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "token" => Some(Self::Token),
+            "none" => Some(Self::None),
+            _ => None,
+        }
+    }
 }
 
 impl LogLevel {

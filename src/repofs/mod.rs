@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, openat, readlinkat, renameat};
+use nix::fcntl::{AtFlags, OFlag, RenameFlags, openat, readlinkat, renameat, renameat2};
 use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
@@ -110,6 +110,13 @@ impl WriteOptions {
         links: Links::Refuse,
         perms: Perms::Private,
     };
+}
+
+/// Whether a write may replace what is at its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Replace {
+    Yes,
+    No,
 }
 
 /// A refused or failed file operation: the path (relative to the root when
@@ -451,6 +458,27 @@ impl Root {
         bytes: &[u8],
         options: WriteOptions,
     ) -> Result<PathBuf, FsError> {
+        self.write_file(path, bytes, options, Replace::Yes)
+            .map(|written| written.unwrap_or_default())
+    }
+
+    /// Create one of npc's own files at `path` holding `bytes`, whole or not
+    /// at all: a temporary file renamed into place only if nothing is there
+    /// (`renameat2` with `RENAME_NOREPLACE`), so a concurrent reader sees no
+    /// file or the whole of it, and of two concurrent creators one wins.
+    /// `Ok(false)` when something was there already (left untouched).
+    pub fn write_new(&self, path: &Path, bytes: &[u8]) -> Result<bool, FsError> {
+        self.write_file(path, bytes, WriteOptions::PRIVATE, Replace::No)
+            .map(|written| written.is_some())
+    }
+
+    fn write_file(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        options: WriteOptions,
+        replace: Replace,
+    ) -> Result<Option<PathBuf>, FsError> {
         let mut walk = Walk::new(self, path)?;
         let name = walk
             .locate(Some(options.perms), options.links)?
@@ -472,6 +500,7 @@ impl Root {
                     },
                 ));
             }
+            Ok(_) if replace == Replace::No => return Ok(None),
             Ok(st) => {
                 regular(&shown, &st)?;
                 Some(st)
@@ -505,13 +534,28 @@ impl Root {
             let mut file = File::from(fd);
             file.write_all(bytes).map_err(errno_of)?;
             file.sync_all().map_err(errno_of)?;
-            renameat(dir, tmp.as_os_str(), dir, name.as_os_str())
+            match replace {
+                Replace::Yes => renameat(dir, tmp.as_os_str(), dir, name.as_os_str()),
+                Replace::No => renameat2(
+                    dir,
+                    tmp.as_os_str(),
+                    dir,
+                    name.as_os_str(),
+                    RenameFlags::RENAME_NOREPLACE,
+                ),
+            }
         })();
-        if let Err(e) = result {
-            let _ = unlinkat(dir, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
-            return Err(FsError::io(&shown, "written", e));
+        match result {
+            Ok(()) => Ok(Some(walk.here().join(&name))),
+            Err(Errno::EEXIST) if replace == Replace::No => {
+                let _ = unlinkat(dir, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+                Ok(None)
+            }
+            Err(e) => {
+                let _ = unlinkat(dir, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+                Err(FsError::io(&shown, "written", e))
+            }
         }
-        Ok(walk.here().join(&name))
     }
 
     /// Create `path` with `bytes` only if nothing is there (`O_EXCL`; a

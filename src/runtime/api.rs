@@ -16,6 +16,7 @@ use crate::api::terminal::Terminal;
 use crate::panes::PaneError;
 use futures_util::future::BoxFuture;
 
+use crate::api::auth::ApiAuth;
 use crate::api::listings::{self, PluginRow};
 use crate::api::{Answer, ApiBackend, ApiError, ApiListener};
 use crate::runs::executor::CancelError;
@@ -51,12 +52,31 @@ pub async fn start(
     daemon: &crate::model::Daemon,
     shutdown: CancellationToken,
 ) -> Option<String> {
-    let access = Access::from_token_env(daemon.token_env.as_deref());
-    match ApiListener::bind(daemon.listen, access).await {
+    let access = match runtime.paths().access(daemon) {
+        Ok(access) => access,
+        Err(e) => {
+            tracing::warn!("the REST API is off: {e}");
+            runtime
+                .emit(
+                    API_FAILED_EVENT,
+                    None,
+                    json!({ "listen": daemon.listen.to_string(), "error": e.to_string() }),
+                )
+                .await;
+            return None;
+        }
+    };
+    let locked = matches!(access, Access::Token(_));
+    let auth = ApiAuth {
+        access,
+        dashboard: runtime.dashboard.clone(),
+    };
+    match ApiListener::bind(daemon.listen, auth).await {
         Ok(listener) => {
             let addr = listener.local_addr()?;
             let url = format!("http://{addr}");
             let _ = runtime.api_url.set(url.clone());
+            let _ = runtime.api_locked.set(locked);
             runtime
                 .emit(API_LISTENING_EVENT, None, json!({ "url": url }))
                 .await;

@@ -41,10 +41,11 @@ pub fn fill_closed_std_fds() {
 
 /// Run the daemon for the manifest at `manifest` until a stop signal.
 /// `ready` is called once the first apply finished and the control socket
-/// is up, with the REST API's URL when it listens.
+/// is up, with the REST API's URL when it listens and a URL that opens the
+/// dashboard (a one-time code in it).
 pub async fn run(
     manifest: &std::path::Path,
-    ready: impl FnOnce(&RepoPaths, &ReloadOutcome, Option<&str>),
+    ready: impl FnOnce(&RepoPaths, &ReloadOutcome, Option<&str>, Option<&str>),
 ) -> Result<(), RuntimeError> {
     let loaded = super::load_manifest(manifest)?;
     let Some(model) = loaded.manifest else {
@@ -107,7 +108,8 @@ pub async fn run(
         Ok(dir) => super::notices::start(&runtime, dir, services_stop.clone()).await,
         Err(e) => tracing::warn!("notices of other repositories are off: {e}"),
     }
-    ready(&paths, &outcome, api.as_deref());
+    let dashboard = runtime.dashboard_url();
+    ready(&paths, &outcome, api.as_deref(), dashboard.as_deref());
 
     // After an operational failure the reload runs again by itself.
     let mut retry = Retry::after(&outcome);
@@ -338,6 +340,15 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
                 }
                 Request::Run { run } => {
                     let answer = start_local(&runtime, crate::runs::Origin::Cli, run).await;
+                    let _ = tx.send(answer).await;
+                }
+                Request::DashboardUrl => {
+                    let answer = match runtime.dashboard_url() {
+                        Some(url) => serde_json::json!({ "url": url }),
+                        None => {
+                            serde_json::json!({ "error": "the daemon serves no API; see its `api.failed` event (`npc events`) and `daemon.listen`" })
+                        }
+                    };
                     let _ = tx.send(answer).await;
                 }
                 Request::CancelRun { id } => {

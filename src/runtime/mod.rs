@@ -45,7 +45,8 @@ pub use inputs::{
 pub use load::{FILES_DEADLINE, LOAD_DEADLINE, is_operational, load_manifest};
 use load::{LoadFailure, OperationalFiles};
 pub use paths::{
-    DB_FILE, RepoPaths, STORE_SIDE_SUFFIXES, open_store, open_store_read_only, state_dir_hint,
+    DB_FILE, RepoPaths, STORE_SIDE_SUFFIXES, TOKEN_FILE, open_store, open_store_read_only,
+    state_dir_hint,
 };
 pub use state::{decode_state, encode_state, record_state, stored_state};
 
@@ -73,6 +74,8 @@ pub enum RuntimeError {
     },
     #[error(transparent)]
     Guard(#[from] crate::repofs::FsError),
+    #[error("cannot use the API token `{}`: {reason}", path.display())]
+    Token { path: PathBuf, reason: String },
 }
 
 /// The outcome of one component in a reload.
@@ -150,6 +153,10 @@ pub struct Runtime {
     failed: tokio::sync::Notify,
     /// The REST API's base URL, once it listens.
     api_url: std::sync::OnceLock<String>,
+    /// Whether the API wants a credential (`daemon.auth`), once it listens.
+    api_locked: std::sync::OnceLock<bool>,
+    /// The dashboard's one-time codes and sessions.
+    dashboard: Arc<crate::api::auth::Dashboard>,
     /// The plugin notices of the last applied manifest, so each collision
     /// or dropped plugin is an event once, not on every reload.
     plugin_notices: Mutex<Vec<model::PluginNotice>>,
@@ -200,6 +207,8 @@ impl Runtime {
             written: Arc::default(),
             failed: tokio::sync::Notify::new(),
             api_url: std::sync::OnceLock::new(),
+            api_locked: std::sync::OnceLock::new(),
+            dashboard: Arc::default(),
             plugin_notices: Mutex::new(Vec::new()),
             _lock: lock,
         });
@@ -226,6 +235,22 @@ impl Runtime {
     /// The REST API's base URL, once it listens (see `api::start`).
     pub fn api_url(&self) -> Option<&str> {
         self.api_url.get().map(String::as_str)
+    }
+
+    /// A URL that opens the dashboard, once the API listens: with a new
+    /// one-time code in its fragment when the API wants a credential.
+    pub fn dashboard_url(&self) -> Option<String> {
+        let url = self.api_url()?;
+        if !self.api_locked.get().copied().unwrap_or(true) {
+            return Some(format!("{url}/"));
+        }
+        match self.dashboard.issue_code() {
+            Ok(code) => Some(format!("{url}/#code={code}")),
+            Err(e) => {
+                tracing::warn!("cannot make a dashboard code: {e}");
+                None
+            }
+        }
     }
 
     /// The MCP driver, which owns the daemon's upstream pool and gateway.

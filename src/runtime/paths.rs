@@ -9,6 +9,13 @@ use crate::store::Store;
 
 use super::{RuntimeError, lock};
 
+/// The repository's API token inside the state directory (see [`RepoPaths::api_token`]).
+pub const TOKEN_FILE: &str = "api.token";
+/// Random bytes in the API token (it is stored as hex).
+pub const TOKEN_BYTES: usize = 32;
+/// Longest token file read.
+pub const MAX_TOKEN_FILE_BYTES: usize = 1024;
+
 /// Name of the SQLite database inside the state directory.
 pub const DB_FILE: &str = "state.db";
 
@@ -54,6 +61,64 @@ impl RepoPaths {
     /// the manifest says (see [`lock::RUNTIME_DIR`]).
     pub fn runtime_dir(&self) -> PathBuf {
         self.root.join(lock::RUNTIME_DIR)
+    }
+
+    /// The repository's API token (`STATE_DIR/api.token`): the credential
+    /// of the REST API and `npc mcp serve --http` unless `daemon.token_env`
+    /// names another. Created on first use — random, owner-only, whole or
+    /// not at all, one winner when two processes race — and read back after.
+    pub fn api_token(&self) -> Result<String, RuntimeError> {
+        let root = crate::repofs::Root::new(&self.root)?;
+        root.ensure_state_dir(&self.state_dir)?;
+        let path = self.state_dir.join(TOKEN_FILE);
+        let bad = |reason: &str| RuntimeError::Token {
+            path: path.clone(),
+            reason: reason.to_string(),
+        };
+        // A second read covers the process that lost the race to create it.
+        for _ in 0..2 {
+            match root.read_with(&path, MAX_TOKEN_FILE_BYTES, crate::repofs::Links::Refuse) {
+                Ok(bytes) => {
+                    let token = String::from_utf8(bytes).unwrap_or_default();
+                    let token = token.trim();
+                    if token.len() != TOKEN_BYTES * 2
+                        || !token.bytes().all(|b| b.is_ascii_hexdigit())
+                    {
+                        return Err(bad(
+                            "it is not a token npc wrote; delete it and npc makes a new one",
+                        ));
+                    }
+                    return Ok(token.to_string());
+                }
+                Err(e) if e.is_not_found() => {
+                    let token = crate::stdx::random_hex(TOKEN_BYTES)
+                        .map_err(|e| bad(&format!("no randomness: {e}")))?;
+                    if root.write_new(&path, token.as_bytes())? {
+                        return Ok(token);
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(bad("it keeps changing; stop what rewrites it"))
+    }
+
+    /// Who may use the repository's TCP surfaces that take a credential
+    /// (the REST API, `npc mcp serve --http`): nothing with `daemon.auth =
+    /// "none"`, else the token in the variable `daemon.token_env` names
+    /// when it is set, else the repository's own ([`RepoPaths::api_token`]).
+    pub fn access(
+        &self,
+        daemon: &crate::model::Daemon,
+    ) -> Result<crate::surfaces::tcp::Access, RuntimeError> {
+        use crate::surfaces::tcp::Access;
+        if daemon.auth == crate::model::Auth::None {
+            return Ok(Access::Loopback);
+        }
+        match Access::from_token_env(daemon.token_env.as_deref()) {
+            token @ Access::Token(_) => Ok(token),
+            Access::Loopback => Ok(Access::Token(self.api_token()?)),
+        }
     }
 
     /// The control socket of the daemon holding the repository, and its

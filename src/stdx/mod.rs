@@ -1,6 +1,6 @@
 //! Small extensions of the standard library (and tokio's IO) that every
-//! room may use: poison-tolerant locks ([`lock`], [`read`], [`write`]) and
-//! bounded line reading
+//! room may use: poison-tolerant locks ([`lock`], [`read`], [`write`]),
+//! kernel randomness for secrets ([`random_hex`]) and bounded line reading
 //! ([`lines`]). A leaf: it depends on nothing in the crate (the way
 //! rust-analyzer's `stdx` does), so any room can stand on it.
 //!
@@ -31,9 +31,29 @@ pub fn write<T: ?Sized>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// `bytes` random bytes from the kernel (`/dev/urandom`), as lowercase hex:
+/// secrets (tokens, one-time codes, session ids).
+pub fn random_hex(bytes: usize) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut buf = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn random_hex_is_hex_of_the_length_asked_and_never_repeats() {
+        let (a, b) = (random_hex(32).unwrap(), random_hex(32).unwrap());
+        assert_eq!(a.len(), 64);
+        assert!(
+            a.bytes()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
+        assert_ne!(a, b);
+    }
 
     #[test]
     fn a_poisoned_lock_still_hands_out_its_data() {

@@ -104,6 +104,9 @@ pub enum Request {
     /// Queue `npc run`'s run as a run of the daemon (origin `cli`); answers
     /// `{"run_id"}`.
     Run { run: super::runs::LocalRun },
+    /// A URL that opens the dashboard: a new one-time code in its fragment
+    /// when the API wants a credential; answers `{"url"}`.
+    DashboardUrl,
     /// Cancel run `id`: a queued run never starts, a running one has its
     /// process group killed; answers `{"run_id", "state"}` once it ended.
     CancelRun { id: String },

@@ -175,35 +175,77 @@ impl McpHttpListener {
             Arc::new(LocalSessionManager::default()),
             config,
         );
-        let mut router = axum::Router::new().nest_service(MCP_HTTP_PATH, service);
-        if let Access::Token(token) = self.access {
-            let token: Arc<str> = token.into();
-            router = router.layer(axum::middleware::from_fn(
+        let remote = self
+            .listener
+            .local_addr()
+            .is_ok_and(|a| !a.ip().is_loopback());
+        let token: Option<Arc<str>> = match self.access {
+            Access::Token(token) => Some(token.into()),
+            Access::Loopback => None,
+        };
+        let router = axum::Router::new()
+            .nest_service(MCP_HTTP_PATH, service)
+            .layer(axum::middleware::from_fn(
                 move |request: axum::extract::Request, next: axum::middleware::Next| {
                     let token = token.clone();
                     async move {
-                        let header = request
-                            .headers()
-                            .get(axum::http::header::AUTHORIZATION)
-                            .map(|v| v.as_bytes());
-                        if super::tcp::bearer_matches(header, &token) {
-                            next.run(request).await
-                        } else {
-                            axum::response::IntoResponse::into_response((
-                                axum::http::StatusCode::UNAUTHORIZED,
-                                [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
-                                "this MCP gateway needs `Authorization: Bearer <token>` (the token in the variable `daemon.token_env` names)\n",
-                            ))
+                        match refusal(request.headers(), token.as_deref(), remote) {
+                            None => next.run(request).await,
+                            Some(refused) => refused,
                         }
                     }
                 },
             ));
-        }
         axum::serve(self.listener, router)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
             .await
             .map_err(McpHttpError::Serve)
     }
+}
+
+/// Why the gateway refuses a request before MCP sees it, if it does: a
+/// `Host` that does not name this machine (unless bound beyond it), an
+/// `Origin` of another page (the MCP transport's rule: servers must
+/// validate it), a missing or wrong bearer token.
+fn refusal(
+    headers: &axum::http::HeaderMap,
+    token: Option<&str>,
+    remote: bool,
+) -> Option<axum::response::Response> {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse as _;
+    let host = headers.get(header::HOST).map(|v| v.as_bytes());
+    if !remote && !super::http::trusted_host(host) {
+        return Some(
+            (
+                StatusCode::FORBIDDEN,
+                "the `Host` header must be localhost, 127.0.0.1 or [::1]\n",
+            )
+                .into_response(),
+        );
+    }
+    if !super::http::same_origin(headers, remote) {
+        return Some(
+            (
+                StatusCode::FORBIDDEN,
+                "a request from another web page is refused: the `Origin` must be this gateway's\n",
+            )
+                .into_response(),
+        );
+    }
+    let token = token?;
+    let given = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+    if super::tcp::bearer_matches(given, token) {
+        return None;
+    }
+    Some(
+        (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "this MCP gateway needs `Authorization: Bearer <token>`: the repository's token in `STATE_DIR/api.token`, or the one the variable `daemon.token_env` names\n",
+        )
+            .into_response(),
+    )
 }
 
 #[cfg(test)]

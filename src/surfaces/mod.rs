@@ -13,6 +13,7 @@
 
 pub mod approval;
 pub mod control;
+pub mod http;
 pub mod mcp_http;
 pub mod runs;
 pub mod stdio;

@@ -579,10 +579,12 @@ fn api_get(daemon: &Daemon, path: &str) -> Value {
     let event = daemon.wait_event(0, "api.listening");
     let addr = event["payload"]["url"].as_str().unwrap();
     let addr = addr.strip_prefix("http://").unwrap();
+    let token = std::fs::read_to_string(daemon.root().join(".npc/api.token")).unwrap();
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     write!(
         stream,
-        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+        token.trim()
     )
     .unwrap();
     let mut raw = String::new();

@@ -12,11 +12,32 @@ use crate::support::{Daemon, DaemonSetup, npc, repo_root};
 
 const LISTEN_ANY_PORT: &str = "version = 1\n[daemon]\nlisten = \"127.0.0.1:0\"\n";
 
-/// `host:port` of the daemon's API, from its `api.listening` event.
-fn api_addr(d: &Daemon) -> String {
+/// The daemon's API: `host:port` and the repository's token every request
+/// of [`http_with`] carries (unless it names its own `Authorization`).
+#[derive(Debug, Clone)]
+struct Api {
+    addr: String,
+    token: String,
+}
+
+impl std::fmt::Display for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.addr)
+    }
+}
+
+/// An `Authorization` line that sends none (the request goes anonymous).
+const ANONYMOUS: &str = "Authorization: -";
+
+/// The daemon's API, from its `api.listening` event and its token file.
+fn api_addr(d: &Daemon) -> Api {
     let event = d.wait_event(0, "api.listening");
     let url = event["payload"]["url"].as_str().unwrap().to_string();
-    url.strip_prefix("http://").unwrap().to_string()
+    let token = std::fs::read_to_string(d.root().join(".npc/api.token")).unwrap_or_default();
+    Api {
+        addr: url.strip_prefix("http://").unwrap().to_string(),
+        token: token.trim().to_string(),
+    }
 }
 
 struct Answer {
@@ -32,12 +53,12 @@ impl Answer {
 }
 
 /// One request; `headers` are extra lines. `Host` is 127.0.0.1 unless given.
-fn http(addr: &str, method: &str, path: &str, headers: &[&str]) -> Answer {
+fn http(addr: &Api, method: &str, path: &str, headers: &[&str]) -> Answer {
     http_with(addr, method, path, headers, b"")
 }
 
 /// A POST of `body` as JSON.
-fn post_json(addr: &str, path: &str, body: &str) -> Answer {
+fn post_json(addr: &Api, path: &str, body: &str) -> Answer {
     http_with(
         addr,
         "POST",
@@ -48,8 +69,8 @@ fn post_json(addr: &str, path: &str, body: &str) -> Answer {
 }
 
 /// [`http`] with a body.
-fn http_with(addr: &str, method: &str, path: &str, headers: &[&str], body: &[u8]) -> Answer {
-    let mut stream = TcpStream::connect(addr).unwrap();
+fn http_with(addr: &Api, method: &str, path: &str, headers: &[&str], body: &[u8]) -> Answer {
+    let mut stream = TcpStream::connect(&addr.addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
@@ -63,7 +84,13 @@ fn http_with(addr: &str, method: &str, path: &str, headers: &[&str], body: &[u8]
     {
         request.push_str(&format!("Host: {addr}\r\n"));
     }
-    for h in headers {
+    if !headers
+        .iter()
+        .any(|h| h.to_ascii_lowercase().starts_with("authorization:"))
+    {
+        request.push_str(&format!("Authorization: Bearer {}\r\n", addr.token));
+    }
+    for h in headers.iter().filter(|h| **h != ANONYMOUS) {
         request.push_str(h);
         request.push_str("\r\n");
     }
@@ -250,15 +277,16 @@ fn read_ids(reader: &mut BufReader<TcpStream>, n: usize) -> Vec<i64> {
     ids
 }
 
-fn open_stream(addr: &str, last_event_id: Option<i64>) -> BufReader<TcpStream> {
-    let mut stream = TcpStream::connect(addr).unwrap();
+fn open_stream(addr: &Api, last_event_id: Option<i64>) -> BufReader<TcpStream> {
+    let mut stream = TcpStream::connect(&addr.addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     let resume = last_event_id.map_or(String::new(), |id| format!("Last-Event-ID: {id}\r\n"));
     write!(
         stream,
-        "GET /api/v1/events/stream HTTP/1.1\r\nHost: {addr}\r\n{resume}\r\n"
+        "GET /api/v1/events/stream HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n{resume}\r\n",
+        addr.token
     )
     .unwrap();
     let mut reader = BufReader::new(stream);
@@ -326,7 +354,11 @@ fn npc_dashboard_prints_the_page_the_daemon_serves() {
     let out = d.npc_output(&["dashboard"]);
     assert!(out.status.success());
     let url = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(url.trim_end(), format!("http://{addr}/"));
+    let code = url
+        .trim_end()
+        .strip_prefix(&format!("http://{addr}/#code="))
+        .unwrap_or_else(|| panic!("{url}"));
+    assert_eq!(code.len(), 32, "{url}");
     let page = http(&addr, "GET", "/", &[]);
     assert_eq!(page.status, 200);
     assert!(page.body.contains("<title>npc dashboard</title>"));
@@ -348,10 +380,8 @@ fn playwright() -> bool {
             .is_ok_and(|o| o.status.success())
 }
 
-/// The API token of the browser test's daemon.
-const DASHBOARD_TOKEN: &str = "dashboard-test-token-4d1c";
-
-/// The repository the browser test drives (its API needs a token): the demo's MCP server `hello`
+/// The repository the browser test drives (its API needs the repository's
+/// token, or the dashboard's session): the demo's MCP server `hello`
 /// (two tools), a profile `dev` replaying a
 /// Claude Code transcript with a tool call, a profile `hang` whose agent
 /// never ends, a cron trigger `review` (once a year) running `dev`, and a
@@ -385,7 +415,7 @@ fn dashboard_manifest() -> String {
             .to_string(),
     );
     format!(
-        r#"{LISTEN_ANY_PORT}token_env = "NPC_DASHBOARD_TOKEN"
+        r#"{LISTEN_ANY_PORT}
 [mcp.servers.hello]
 command = "python3"
 args = [{mcp_server}]
@@ -443,18 +473,20 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
     let d = Daemon::start_with(
         &manifest,
         DaemonSetup {
-            only_env: Some(&[
-                ("NPC_DASHBOARD_TOKEN", DASHBOARD_TOKEN),
-                ("HOME", home.as_str()),
-            ]),
+            only_env: Some(&[("HOME", home.as_str())]),
             ..DaemonSetup::default()
         },
     );
     let addr = api_addr(&d);
-    // The API wants the token; the page gets it from the URL's fragment
-    // and sends it (as a bearer header, and as the terminal WebSocket's
-    // subprotocol).
-    assert_eq!(http(&addr, "GET", "/api/v1/panes", &[]).status, 401);
+    // The API wants a credential; the page redeems the one-time code of the
+    // URL `npc dashboard` prints for a session cookie, which its requests,
+    // its event stream and its terminal WebSocket then carry.
+    assert_eq!(
+        http(&addr, "GET", "/api/v1/panes", &[ANONYMOUS]).status,
+        401
+    );
+    let url = String::from_utf8(d.npc_output(&["dashboard"]).stdout).unwrap();
+    assert!(url.contains("/#code="), "{url}");
     // The plugin knows the pane (so the page can make it report).
     crate::support::wait_for("the plugin to see the pane open", || {
         std::fs::read_to_string(d.root().join("rec.log"))
@@ -468,7 +500,7 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
     let _ = std::fs::remove_file(&screenshot);
     let out = std::process::Command::new("python3")
         .arg(repo_root().join("fixtures/dashboard/browse.py"))
-        .arg(format!("http://{addr}/#token={DASHBOARD_TOKEN}"))
+        .arg(url.trim_end())
         .arg(d.root())
         .arg(&screenshot)
         .output()
@@ -670,7 +702,7 @@ args = ["-c", "while read l; do echo \"got $l $(stty size)\"; done"]
     Daemon::start(&manifest)
 }
 
-fn run_state(addr: &str, id: &str) -> String {
+fn run_state(addr: &Api, id: &str) -> String {
     let run = http(addr, "GET", &format!("/api/v1/runs/{id}"), &[]);
     assert_eq!(run.status, 200, "{}", run.body);
     run.json()["state"].as_str().unwrap().to_string()
@@ -797,15 +829,16 @@ fn cancelling_a_long_run_kills_its_process_group() {
 type Ws = tokio_tungstenite::tungstenite::WebSocket<TcpStream>;
 
 /// Open pane `name`'s terminal as the dashboard does.
-fn terminal(addr: &str, name: &str, origin: &str) -> Result<Ws, u16> {
+fn terminal(addr: &Api, name: &str, origin: &str) -> Result<Ws, u16> {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
     let mut req = format!("ws://{addr}/api/v1/panes/{name}/terminal")
         .into_client_request()
         .unwrap();
     req.headers_mut().insert("origin", origin.parse().unwrap());
+    let protocols = format!("npc.v1, npc.bearer.{}", addr.token);
     req.headers_mut()
-        .insert("sec-websocket-protocol", "npc.v1".parse().unwrap());
-    let stream = TcpStream::connect(addr).unwrap();
+        .insert("sec-websocket-protocol", protocols.parse().unwrap());
+    let stream = TcpStream::connect(&addr.addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
@@ -1013,6 +1046,7 @@ fn schemathesis_finds_no_server_error() {
         .args(["run", &format!("http://{addr}/api/v1/openapi.json")])
         .args(["--url", &format!("http://{addr}")])
         .args(["--checks", "not_a_server_error"])
+        .args(["--header", &format!("Authorization: Bearer {}", addr.token)])
         .args(["--max-examples", "25", "--seed", "7", "--no-shrink"])
         .args(["--phases", "examples,coverage,fuzzing"])
         .args(["--exclude-path", "/api/v1/events/stream"])

@@ -19,6 +19,7 @@ mod plugins;
 mod providers;
 mod render;
 mod runs;
+mod security;
 mod supervisor;
 mod support;
 mod triggers;

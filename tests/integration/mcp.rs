@@ -565,6 +565,15 @@ fn recorded_calls_redact_secret_and_sensitive_arguments() {
     assert_eq!(events[0]["payload"]["arguments"]["api_token"], "<redacted>");
 }
 
+/// The credential of the HTTP gateway serving the repository at `root`:
+/// its token (`.npc/api.token`, made when the gateway started).
+pub(crate) fn gateway_token(root: &std::path::Path) -> String {
+    std::fs::read_to_string(root.join(".npc/api.token"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
 /// `npc mcp serve --http 127.0.0.1:0` in `dir`, and the URL it listens on.
 pub(crate) fn spawn_http_gateway(dir: &TempDir) -> (std::process::Child, String) {
     spawn_http_gateway_in(dir.path(), &[])
@@ -618,10 +627,20 @@ fn http_gateway_serves_on_loopback_and_exits_cleanly_on_sigterm() {
     let dir = repo(&format!("version = 1\n{}", bad_server(60_000)));
     let (gateway, url) = spawn_http_gateway(&dir);
     let steps = json!([call("bad__crash", json!({})), call("bad__ok", json!({}))]);
+    // Without the token the gateway answers 401 and the session never starts.
+    let anonymous = assert_cmd::Command::new("python3")
+        .arg(repo_root().join("fixtures/mcp/client.py"))
+        .arg(steps.to_string())
+        .args(["--http", &url])
+        .timeout(CLIENT_LIMIT)
+        .output()
+        .unwrap();
+    assert!(!anonymous.status.success());
     let out = assert_cmd::Command::new("python3")
         .arg(repo_root().join("fixtures/mcp/client.py"))
         .arg(steps.to_string())
         .args(["--http", &url])
+        .env("MCP_BEARER", gateway_token(dir.path()))
         .timeout(CLIENT_LIMIT)
         .output()
         .unwrap();
@@ -649,7 +668,8 @@ fn http_upstream_is_pooled_like_a_stdio_one() {
     let upstream = repo(&format!("version = 1\n{}", bad_server(60_000)));
     let (upstream_gateway, url) = spawn_http_gateway(&upstream);
     let dir = repo(&format!(
-        "version = 1\n[mcp.servers.remote]\nurl = \"{url}\"\nheaders = {{ X-Team = \"web\" }}\n"
+        "version = 1\n[mcp.servers.remote]\nurl = \"{url}\"\nheaders = {{ X-Team = \"web\", Authorization = \"Bearer {}\" }}\n",
+        gateway_token(upstream.path())
     ));
     let got = stdio_session(
         &dir,

@@ -341,6 +341,7 @@ fn the_http_front_relays_each_session_to_the_daemons_pool() {
             .to_string(),
         )
         .args(["--http", &url])
+        .env("MCP_BEARER", crate::mcp::gateway_token(d.root()))
         .timeout(CLIENT_LIMIT)
         .output()
         .unwrap();
@@ -703,7 +704,10 @@ fn an_http_upstream_joins_the_daemons_pool_without_a_process() {
     )
     .unwrap();
     let (mut upstream, url) = spawn_http(other.path(), &[]);
-    let d = Daemon::start(&format!("version = 1\n[mcp.servers.up]\nurl = \"{url}\"\n"));
+    let d = Daemon::start(&format!(
+        "version = 1\n[mcp.servers.up]\nurl = \"{url}\"\nheaders = {{ Authorization = \"Bearer {}\" }}\n",
+        crate::mcp::gateway_token(other.path())
+    ));
     wait_for("`up` connected", || {
         (d.server("up")["state"] == "connected").then_some(())
     });

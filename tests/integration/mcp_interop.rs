@@ -420,6 +420,10 @@ fn typescript_session(dir: &TempDir, steps: &Value, endpoint: &[&str]) -> Option
         .arg(steps.to_string())
         .args(endpoint)
         .env("NODE_PATH", String::from_utf8_lossy(&root.stdout).trim())
+        .env(
+            "MCP_BEARER",
+            std::fs::read_to_string(dir.path().join(".npc/api.token")).unwrap_or_default(),
+        )
         .current_dir(dir.path())
         .timeout(std::time::Duration::from_secs(90))
         .output()

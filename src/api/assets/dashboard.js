@@ -1,12 +1,14 @@
 // npc dashboard: one page over the daemon's REST API (/api/v1). No
 // framework, no CDN; the one library is the vendored terminal emulator
-// (/vendor/xterm.js, the global `Terminal`). A token, when the daemon needs
-// one, is read from the URL fragment (#token=...) and sent as a bearer
-// header (REST, SSE) or as the WebSocket subprotocol `npc.bearer.<token>`
-// (browsers cannot set headers on a WebSocket). Events come from the SSE
-// stream read with fetch (so the header can be sent), resumed after the
-// last id seen when the connection drops. Everything the server says is
-// written as text (textContent, text nodes), never parsed as HTML.
+// (/vendor/xterm.js, the global `Terminal`). The page authenticates with a
+// session cookie (HttpOnly, SameSite=Strict) the daemon sets when the page
+// redeems the one-time code in its URL fragment (#code=..., printed by
+// `npc daemon` and `npc dashboard`; a fragment never reaches a server log
+// or a Referer); the code is then dropped from the address bar. Requests,
+// the SSE stream and the terminal WebSocket carry the cookie by themselves.
+// Events come from the SSE stream read with fetch, resumed after the last
+// id seen when the connection drops. Everything the server says is written
+// as text (textContent, text nodes), never parsed as HTML.
 "use strict";
 
 const MAX_EVENTS_SHOWN = 200;
@@ -29,7 +31,7 @@ const RUN_ACTIVE = ["queued", "running"];
 // Pane states `/relaunch` applies to (`held`: exited, a plugin's relaunch pending).
 const PANE_ENDED = ["exited", "held", "closed"];
 
-const token = new URLSearchParams(location.hash.slice(1)).get("token");
+const code = new URLSearchParams(location.hash.slice(1)).get("code");
 let lastEventId = 0;
 let refreshTimer = null;
 const dirty = new Set();
@@ -42,9 +44,23 @@ let openPane = null;
 // ---------------------------------------------------------------- helpers
 
 function api(path, options = {}) {
-  const headers = Object.assign({}, options.headers || {});
-  if (token) headers["Authorization"] = "Bearer " + token;
-  return fetch("/api/v1" + path, Object.assign({}, options, { headers }));
+  return fetch("/api/v1" + path, Object.assign({ credentials: "same-origin" }, options));
+}
+
+// Redeem the URL's one-time code for the session cookie, then drop it from
+// the address bar (it serves once).
+async function redeemCode() {
+  if (!code) return;
+  history.replaceState(null, "", location.pathname + location.search);
+  try {
+    await api("/session", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ code }),
+    });
+  } catch (e) {
+    // Without a session every request says so (401).
+  }
 }
 
 // One JSON request: `{ ok, status, doc }`; a network failure is status 0.
@@ -522,7 +538,7 @@ function connectPane(pane) {
   detachSocket(pane);
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   const url = `${scheme}//${location.host}/api/v1/panes/${encodeURIComponent(pane.name)}/terminal`;
-  const protocols = token ? ["npc.v1", "npc.bearer." + token] : ["npc.v1"];
+  const protocols = ["npc.v1"];
   let socket;
   try {
     socket = new WebSocket(url, protocols);
@@ -794,8 +810,7 @@ byId("pane-close").addEventListener("click", () => {
   closePane();
   byId("pane-view").hidden = true;
 });
-// Links: open a run or a pane, or scroll to a section (the URL's fragment
-// keeps the token).
+// Links: open a run or a pane, or scroll to a section.
 document.addEventListener("click", (click) => {
   const link = click.target.closest && click.target.closest("a[href^='#']");
   if (!link) return;
@@ -808,5 +823,7 @@ document.addEventListener("click", (click) => {
   }
 });
 
-markDirty("status", "plan", "plugins", "triggers", "runs", "panes");
-follow();
+redeemCode().then(() => {
+  markDirty("status", "plan", "plugins", "triggers", "runs", "panes");
+  follow();
+});

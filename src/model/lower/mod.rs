@@ -418,6 +418,7 @@ impl Lower<'_> {
             return Daemon {
                 listen: default_listen,
                 token_env: None,
+                auth: Auth::Token,
                 allow_remote: false,
                 log_level: LogLevel::Info,
                 webhook_listen: DEFAULT_WEBHOOK_LISTEN
@@ -446,6 +447,37 @@ impl Lower<'_> {
             allow_remote,
             token_env.is_some(),
         );
+        let auth = match &raw.auth {
+            None => Auth::Token,
+            Some(a) => match Auth::parse(a) {
+                Some(Auth::None) => {
+                    if !listen.ip().is_loopback() {
+                        self.error(
+                            &a.span,
+                            "`daemon.auth = \"none\"` cannot serve a non-loopback `daemon.listen`",
+                            "keep `auth = \"token\"` (the default) to listen beyond this machine",
+                        );
+                    } else {
+                        self.warning(
+                            &a.span,
+                            "`daemon.auth = \"none\"`: any local account and any web page your browser opens can use the API, the dashboard's terminals and `npc mcp serve --http`",
+                            "remove `auth` to require the repository's token (the dashboard opens with `npc dashboard`)",
+                        );
+                    }
+                    Auth::None
+                }
+                Some(auth) => auth,
+                None => {
+                    let hint = suggest(a, &Auth::NAMES);
+                    self.error(
+                        &a.span,
+                        format!("unknown `daemon.auth` `{}`", clip(&a.value)),
+                        hint,
+                    );
+                    Auth::Token
+                }
+            },
+        };
         let log_level = match &raw.log_level {
             None => LogLevel::Info,
             Some(level) => LogLevel::parse(level).unwrap_or_else(|| {
@@ -461,6 +493,7 @@ impl Lower<'_> {
         Daemon {
             listen,
             token_env,
+            auth,
             allow_remote,
             log_level,
             webhook_listen,

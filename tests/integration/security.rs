@@ -1,0 +1,260 @@
+//! The threat model's two actors beyond the repository, tried through the
+//! real binary: another local account on the same machine (a second uid,
+//! `setpriv --reuid=65534 --regid=65534 --clear-groups`, where the tests
+//! run as root as CI does) and a web page the user's browser opens (a
+//! request carrying another page's `Origin`).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{Daemon, npc, stop_child};
+
+const API_ANY_PORT: &str = "version = 1\n[daemon]\nlisten = \"127.0.0.1:0\"\n";
+
+/// The system's Python, which another account may run (a user's own
+/// Python, under their home, is often unreadable to others).
+const SYSTEM_PYTHON: &str = "/usr/bin/python3";
+
+/// Whether another account can be borrowed here (root, `setpriv`, and a
+/// Python every account may run).
+fn can_switch_user() -> bool {
+    nix::unistd::getuid().is_root()
+        && Path::new(SYSTEM_PYTHON).exists()
+        && std::process::Command::new("setpriv")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+}
+
+/// `python3 -c script args…` as uid/gid 65534 with no groups: its stdout.
+fn as_nobody(script: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args([SYSTEM_PYTHON, "-c", script])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The daemon's API address, from its `api.listening` event.
+fn api_of(d: &Daemon) -> String {
+    let event = d.wait_event(0, "api.listening");
+    let url = event["payload"]["url"].as_str().unwrap();
+    url.strip_prefix("http://").unwrap().to_string()
+}
+
+/// One raw HTTP/1.1 request to `addr`: the status.
+fn status_of(addr: &str, request: &str) -> u16 {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).unwrap();
+    String::from_utf8_lossy(&head[9..12]).parse().unwrap()
+}
+
+/// A POST of `body` with `headers` (each ending in CRLF).
+fn post(addr: &str, path: &str, headers: &str, body: &str) -> u16 {
+    status_of(
+        addr,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+fn token_of(root: &Path) -> String {
+    std::fs::read_to_string(root.join(".npc/api.token"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// What another account tries, from Python: read the token file, use the
+/// API (type into a pane, read the status) and open an MCP session over
+/// HTTP. Prints one JSON object of what each attempt got.
+const INTRUDER: &str = r#"
+import json, sys, urllib.request, urllib.error
+root, api, mcp = sys.argv[1], sys.argv[2], sys.argv[3]
+got = {}
+try:
+    open(root + "/.npc/api.token").read()
+    got["token_file"] = "read"
+except OSError as e:
+    got["token_file"] = type(e).__name__
+def status(url, data=None, headers={}):
+    req = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        return urllib.request.urlopen(req, timeout=30).status
+    except urllib.error.HTTPError as e:
+        return e.code
+got["pane_input"] = status("http://" + api + "/api/v1/panes/shell/input",
+    json.dumps({"data": "touch /tmp/npc-intruder\r"}).encode(),
+    {"Content-Type": "application/json"})
+got["status"] = status("http://" + api + "/api/v1/status")
+got["mcp_initialize"] = status(mcp, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": "x", "version": "1"}}}).encode(),
+    {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+print(json.dumps(got))
+"#;
+
+#[test]
+fn another_account_gets_nothing_from_the_api_the_dashboard_or_the_http_gateway() {
+    if !can_switch_user() {
+        eprintln!("skipped: needs root and setpriv to act as another account");
+        return;
+    }
+    let d = Daemon::start(&format!(
+        "{API_ANY_PORT}[panes.shell]\ncommand = \"bash\"\nargs = [\"--norc\", \"-i\"]\n"
+    ));
+    // A checkout others may read, as in a shared home directory.
+    std::fs::set_permissions(d.root(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let api = api_of(&d);
+    let (mut gateway, mcp) = crate::mcp::spawn_http_gateway_in(d.root(), &[]);
+    let got: Value = serde_json::from_str(&as_nobody(
+        INTRUDER,
+        &[d.root().to_str().unwrap(), &api, &mcp],
+    ))
+    .unwrap();
+    assert_eq!(
+        got,
+        json!({
+            "token_file": "PermissionError",
+            "pane_input": 401,
+            "status": 401,
+            "mcp_initialize": 401,
+        })
+    );
+    assert!(!Path::new("/tmp/npc-intruder").exists());
+    // The owner, with the repository's token, is served.
+    let token = token_of(d.root());
+    let owner = status_of(
+        &api,
+        &format!(
+            "GET /api/v1/status HTTP/1.1\r\nHost: {api}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    assert_eq!(owner, 200);
+    let mode = std::fs::metadata(d.root().join(".npc/api.token"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    stop_child(&mut gateway);
+}
+
+#[test]
+fn a_web_page_changes_nothing_even_with_the_owners_credential() {
+    let d = Daemon::start(&format!(
+        "{API_ANY_PORT}[triggers.t]\nkind = \"cron\"\nschedule = \"0 0 1 1 *\"\naction = {{ command = \"true\" }}\n"
+    ));
+    let api = api_of(&d);
+    let token = token_of(d.root());
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    let evil = "Origin: http://evil.example\r\n";
+    // A form post of `text/plain` from another origin, and body-less posts.
+    let fire = post(
+        &api,
+        "/api/v1/triggers/t/fire",
+        &format!("{bearer}{evil}Content-Type: text/plain\r\n"),
+        "{\"payload\": 1}",
+    );
+    assert_eq!(fire, 403);
+    for path in [
+        "/api/v1/apply",
+        "/api/v1/reload",
+        "/api/v1/runs/run-x/cancel",
+    ] {
+        assert_eq!(
+            post(&api, path, &format!("{bearer}{evil}"), ""),
+            403,
+            "{path}"
+        );
+    }
+    // A cross-site request without an `Origin` still says where it is from.
+    assert_eq!(
+        post(
+            &api,
+            "/api/v1/apply",
+            &format!("{bearer}Sec-Fetch-Site: cross-site\r\n"),
+            ""
+        ),
+        403
+    );
+    // A body that is not JSON is refused even from no page at all.
+    assert_eq!(
+        post(
+            &api,
+            "/api/v1/triggers/t/fire",
+            &format!("{bearer}Content-Type: text/plain\r\n"),
+            "{}"
+        ),
+        415
+    );
+    assert!(
+        d.events().iter().all(|e| e["kind"] != "run.queued"),
+        "nothing was fired"
+    );
+    // The same rule on the MCP HTTP gateway (the transport says servers
+    // must validate `Origin`).
+    let (mut gateway, mcp) = crate::mcp::spawn_http_gateway_in(d.root(), &[]);
+    let rest = mcp.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}})
+    .to_string();
+    let mcp_headers = format!(
+        "{bearer}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+    );
+    assert_eq!(
+        post(
+            host,
+            &format!("/{path}"),
+            &format!("{mcp_headers}{evil}"),
+            &body
+        ),
+        403
+    );
+    assert_eq!(post(host, &format!("/{path}"), &mcp_headers, &body), 200);
+    stop_child(&mut gateway);
+}
+
+#[test]
+fn opting_out_of_the_token_is_explicit_loopback_only_and_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("npcagent.toml");
+    std::fs::write(&manifest, "version = 1\n[daemon]\nauth = \"none\"\n").unwrap();
+    let out = npc().arg("validate").arg(&manifest).output().unwrap();
+    assert!(out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("any local account and any web page"),
+        "{text}"
+    );
+    std::fs::write(
+        &manifest,
+        "version = 1\n[daemon]\nauth = \"none\"\nallow_remote = true\ntoken_env = \"T\"\nlisten = \"0.0.0.0:8766\"\n",
+    )
+    .unwrap();
+    let out = npc().arg("validate").arg(&manifest).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("cannot serve a non-loopback"), "{text}");
+}
