@@ -123,7 +123,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Stable, machine-readable: `unauthorized`, `untrusted_host`,
     /// `untrusted_origin`, `not_found`, `bad_request`, `invalid_body`,
-    /// `payload_too_large`, `unsupported_media_type`, `upgrade_required`,
+    /// `payload_too_large`, `request_timeout`, `unsupported_media_type`, `upgrade_required`,
     /// `manifest_invalid`, `refused`, `unavailable`, `internal`,
     /// `too_many_streams`, `too_many_terminals`, and per resource
     /// `run.not_found`, `run.finished`, `run.not_daemon`, `run.invalid`,
@@ -753,6 +753,32 @@ pub fn router(backend: Arc<dyn ApiBackend>, auth: ApiAuth, remote: bool) -> Rout
                 if let Err(e) = guard(&request, &auth, remote) {
                     return e.into_response();
                 }
+                // A body is read whole before any handler, within its
+                // bounds, so no handler waits on a slow client.
+                let body = axum::body::HttpBody::size_hint(request.body()).lower() > 0
+                    || auth::has_body(request.headers());
+                let request = if body {
+                    match crate::surfaces::http::buffer_body(request, MAX_BODY_BYTES).await {
+                        Ok(request) => request,
+                        Err(refusal) => {
+                            use crate::surfaces::http::BodyRefusal as R;
+                            let code = match refusal {
+                                R::TooLarge => "payload_too_large",
+                                R::TooSlow => "request_timeout",
+                                R::Busy => "unavailable",
+                                R::Broken => "bad_request",
+                            };
+                            return ApiError::new(
+                                refusal.status(),
+                                code,
+                                refusal.message(MAX_BODY_BYTES),
+                            )
+                            .into_response();
+                        }
+                    }
+                } else {
+                    request
+                };
                 next.run(request).await
             }
         },
@@ -945,9 +971,8 @@ impl ApiListener {
             .local_addr()
             .is_ok_and(|a| !a.ip().is_loopback());
         let router = router(backend, self.auth, remote);
-        axum::serve(self.listener, router)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await
+        crate::surfaces::tcp::serve(self.listener, router, shutdown).await;
+        Ok(())
     }
 }
 

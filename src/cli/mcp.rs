@@ -105,6 +105,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     };
     // Logs go to stderr only: stdout belongs to the protocol.
     super::log_to_stderr("warn");
+    if args.http.is_some() {
+        crate::runtime::daemon::raise_open_files_limit();
+    }
     // Over stdio one client is served: one thread runs its session and the
     // upstream sessions it waits on, so no answer crosses threads (built-ins
     // do their blocking work on the blocking pool). HTTP serves many.

@@ -19,6 +19,18 @@ pub const EVENTS_PAGE: usize = 1000;
 /// client is still there.
 pub const FOLLOW_WAIT: Duration = Duration::from_secs(1);
 
+/// Raise this process's soft limit of open files to its hard limit (a
+/// flood of connections then meets the listeners' own caps long before the
+/// descriptors run out). Returns the limit now in force.
+pub fn raise_open_files_limit() -> Option<u64> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return Some(hard);
+    }
+    Some(soft)
+}
+
 /// Put `/dev/null` on every standard descriptor (0, 1, 2) that is closed,
 /// before the daemon opens anything: otherwise the first file it opens
 /// (the lock, the database) becomes its stderr under `npc daemon 2>&-` and
@@ -47,6 +59,7 @@ pub async fn run(
     manifest: &std::path::Path,
     ready: impl FnOnce(&RepoPaths, &ReloadOutcome, Option<&str>, Option<&str>),
 ) -> Result<(), RuntimeError> {
+    raise_open_files_limit();
     let loaded = super::load_manifest(manifest)?;
     let Some(model) = loaded.manifest else {
         // Never `eprint!`: it panics when stderr is closed (`2>&-`).

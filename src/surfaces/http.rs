@@ -5,7 +5,14 @@
 //! MCP session), and JSON bodies ([`is_json`]). The REST API (`api`) and the
 //! MCP HTTP gateway (`mcp_http`) answer a refusal each in their own words.
 
-use axum::http::{HeaderMap, Method, header};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderMap, Method, StatusCode, header};
+
+/// Longest a client may take to send a request's whole body.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Host names (without port) the trusted-host check accepts.
 pub const TRUSTED_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
@@ -85,4 +92,103 @@ pub fn is_json(headers: &HeaderMap) -> bool {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// Why a body was not read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyRefusal {
+    /// Longer than the limit.
+    TooLarge,
+    /// Not sent within [`BODY_READ_TIMEOUT`].
+    TooSlow,
+    /// The listener's budget of bodies in flight is spent: retry later.
+    Busy,
+    /// The client broke the body off.
+    Broken,
+}
+
+impl BodyRefusal {
+    pub fn status(self) -> StatusCode {
+        match self {
+            Self::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::TooSlow => StatusCode::REQUEST_TIMEOUT,
+            Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Broken => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// What the refusal says, for the client.
+    pub fn message(self, limit: usize) -> String {
+        match self {
+            Self::TooLarge => format!("the body is larger than {limit} bytes"),
+            Self::TooSlow => format!(
+                "the body did not arrive within {}s",
+                BODY_READ_TIMEOUT.as_secs()
+            ),
+            Self::Busy => "too many request bodies are being read at once; retry".to_string(),
+            Self::Broken => "the body was broken off".to_string(),
+        }
+    }
+}
+
+/// A body read whole, and what it holds of a budget until dropped.
+#[derive(Debug)]
+pub struct ReadBody {
+    pub bytes: axum::body::Bytes,
+    _held: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// Read `body` whole: at most `limit` bytes, within [`BODY_READ_TIMEOUT`],
+/// and — when a `budget` of bytes is given (bodies read before their
+/// sender is known) — each chunk charged to it as it arrives, refused when
+/// it is spent, and held until the returned body is dropped.
+pub async fn read_body(
+    body: Body,
+    limit: usize,
+    budget: Option<&std::sync::Arc<tokio::sync::Semaphore>>,
+) -> Result<ReadBody, BodyRefusal> {
+    use http_body_util::BodyExt as _;
+    let read = async {
+        let mut body = body;
+        let mut bytes = Vec::new();
+        let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|_| BodyRefusal::Broken)?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            if bytes.len() + data.len() > limit {
+                return Err(BodyRefusal::TooLarge);
+            }
+            if let Some(budget) = budget
+                && !data.is_empty()
+            {
+                let n = u32::try_from(data.len()).map_err(|_| BodyRefusal::TooLarge)?;
+                let permit = budget
+                    .clone()
+                    .try_acquire_many_owned(n)
+                    .map_err(|_| BodyRefusal::Busy)?;
+                match &mut held {
+                    Some(h) => h.merge(permit),
+                    None => held = Some(permit),
+                }
+            }
+            bytes.extend_from_slice(&data);
+        }
+        Ok(ReadBody {
+            bytes: bytes.into(),
+            _held: held,
+        })
+    };
+    tokio::time::timeout(BODY_READ_TIMEOUT, read)
+        .await
+        .unwrap_or(Err(BodyRefusal::TooSlow))
+}
+
+/// `request` with its body read whole (see [`read_body`], no budget), so a
+/// handler never waits on a slow client.
+pub async fn buffer_body(request: Request, limit: usize) -> Result<Request, BodyRefusal> {
+    let (parts, body) = request.into_parts();
+    let read = read_body(body, limit, None).await?;
+    Ok(Request::from_parts(parts, Body::from(read.bytes)))
 }

@@ -25,6 +25,16 @@ use tokio_util::sync::CancellationToken;
 
 /// Path of the MCP endpoint.
 pub const MCP_HTTP_PATH: &str = "/mcp";
+/// MCP sessions one HTTP gateway serves at once. Below the daemon's cap of
+/// upgraded control-socket sessions (`control::MAX_MCP_SESSIONS`), so an
+/// HTTP front never takes the last places of the agents' stdio gateways.
+pub const MAX_SESSIONS: usize = 32;
+/// Largest request body (one JSON-RPC message or batch).
+pub const MAX_REQUEST_BODY_BYTES: usize = 16 * 1024 * 1024;
+const _: () = assert!(MAX_SESSIONS < super::control::MAX_MCP_SESSIONS);
+
+/// The header naming a request's MCP session.
+pub const SESSION_ID_HEADER: &str = "mcp-session-id";
 
 #[derive(Debug, thiserror::Error)]
 pub enum McpHttpError {
@@ -170,11 +180,8 @@ impl McpHttpListener {
     {
         let config =
             StreamableHttpServerConfig::default().with_cancellation_token(shutdown.child_token());
-        let service = StreamableHttpService::new(
-            move || Ok(make()),
-            Arc::new(LocalSessionManager::default()),
-            config,
-        );
+        let sessions = Arc::new(LocalSessionManager::default());
+        let service = StreamableHttpService::new(move || Ok(make()), sessions.clone(), config);
         let remote = self
             .listener
             .local_addr()
@@ -187,19 +194,34 @@ impl McpHttpListener {
             .nest_service(MCP_HTTP_PATH, service)
             .layer(axum::middleware::from_fn(
                 move |request: axum::extract::Request, next: axum::middleware::Next| {
-                    let token = token.clone();
+                    let (token, sessions) = (token.clone(), sessions.clone());
                     async move {
-                        match refusal(request.headers(), token.as_deref(), remote) {
-                            None => next.run(request).await,
-                            Some(refused) => refused,
+                        if let Some(refused) = refusal(request.headers(), token.as_deref(), remote)
+                        {
+                            return refused;
+                        }
+                        // A new session (a request naming none) finds room,
+                        // or is refused; idle ones end (rmcp's keep-alive).
+                        if !request.headers().contains_key(SESSION_ID_HEADER)
+                            && sessions.sessions.read().await.len() >= MAX_SESSIONS
+                        {
+                            return axum::response::IntoResponse::into_response((
+                                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                                format!("this gateway serves {MAX_SESSIONS} MCP sessions already; close one and retry\n"),
+                            ));
+                        }
+                        match super::http::buffer_body(request, MAX_REQUEST_BODY_BYTES).await {
+                            Ok(request) => next.run(request).await,
+                            Err(refusal) => axum::response::IntoResponse::into_response((
+                                refusal.status(),
+                                refusal.message(MAX_REQUEST_BODY_BYTES) + "\n",
+                            )),
                         }
                     }
                 },
             ));
-        axum::serve(self.listener, router)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await
-            .map_err(McpHttpError::Serve)
+        super::tcp::serve(self.listener, router, shutdown).await;
+        Ok(())
     }
 }
 

@@ -2,10 +2,31 @@
 //! API, the MCP HTTP gateway, the webhook listener): a loopback address, or
 //! another one only when the caller's policy allows remote access (a bearer
 //! token for the API and the gateway; the manifest's `daemon.allow_remote`
-//! with a token for webhooks). Also the one constant-time comparison of
-//! secrets ([`constant_time_eq`], [`bearer_matches`]).
+//! with a token for webhooks); and the one guarded serve loop ([`serve`]):
+//! at most [`MAX_CONNECTIONS`] connections at once (one more is closed at
+//! once, so a flood costs that listener, never the daemon's descriptors),
+//! a request's headers — and on a kept-alive connection the next request —
+//! within [`HEADER_READ_TIMEOUT`], accept errors backed off. Also the one
+//! constant-time comparison of secrets ([`constant_time_eq`],
+//! [`bearer_matches`]).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+/// Connections one listener serves at once.
+pub const MAX_CONNECTIONS: usize = 256;
+/// Longest a connection may take to send a request's headers, and to start
+/// its next request when kept alive (then it is closed).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a stopping listener waits for its connections to finish.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+/// The first pause after a failed `accept` (out of descriptors), doubling.
+pub const ACCEPT_BACKOFF_INITIAL: Duration = Duration::from_millis(10);
+/// The longest pause after failed `accept`s.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// Who may use a TCP server that takes a bearer token.
 #[derive(Clone)]
@@ -64,6 +85,62 @@ pub fn bind(addr: SocketAddr, remote_allowed: bool) -> Result<tokio::net::TcpLis
     let listener = std::net::TcpListener::bind(addr).map_err(bind_error)?;
     listener.set_nonblocking(true).map_err(bind_error)?;
     tokio::net::TcpListener::from_std(listener).map_err(bind_error)
+}
+
+/// Serve `router` on `listener` until `shutdown` is cancelled, within
+/// [`MAX_CONNECTIONS`] and [`HEADER_READ_TIMEOUT`]; WebSocket upgrades
+/// work. Connections still open at shutdown get [`SHUTDOWN_GRACE`].
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    shutdown: CancellationToken,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut backoff = ACCEPT_BACKOFF_INITIAL;
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = shutdown.cancelled() => return,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => {
+                backoff = ACCEPT_BACKOFF_INITIAL;
+                stream
+            }
+            Err(e) => {
+                tracing::warn!("accept failed: {e}; pausing {backoff:?}");
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = shutdown.cancelled() => return,
+                }
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                continue;
+            }
+        };
+        // Full: this one is closed now, so it holds no descriptor.
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        let (router, shutdown) = (router.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let service = hyper_util::service::TowerToHyperService::new(router);
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .with_upgrades();
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = shutdown.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(SHUTDOWN_GRACE, connection).await;
+                }
+            }
+        });
+    }
 }
 
 /// Equal bytes, in time that depends only on the lengths.

@@ -48,14 +48,9 @@ impl WebhookSocket {
         self.listener.local_addr().ok()
     }
 
-    /// Serve `router` until `shutdown` is cancelled.
+    /// Serve `router` until `shutdown` is cancelled (`tcp::serve`'s bounds).
     pub async fn serve(self, router: axum::Router, shutdown: CancellationToken) {
-        let served = axum::serve(self.listener, router)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::error!("the webhook listener stopped: {e}");
-        }
+        super::tcp::serve(self.listener, router, shutdown).await;
     }
 }
 

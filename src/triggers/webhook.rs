@@ -10,6 +10,8 @@
 //! | method is `POST` | 405 | `webhook.method_not_allowed` |
 //! | the route is configured | 404 | `webhook.unknown_route` |
 //! | body within `max_body_bytes` (1 MiB) | 413 | `webhook.too_large` |
+//! | body within the listener's budget of unverified bytes ([`MAX_UNVERIFIED_BODY_BYTES`]) | 503 | `webhook.busy` |
+//! | body sent within `surfaces::http::BODY_READ_TIMEOUT` | 408 | `webhook.too_slow` |
 //! | content type is JSON | 415 | `webhook.unsupported_media_type` |
 //! | signature (when `secret_env` is set) | 401 | `webhook.bad_signature` |
 //! | delivery not seen within [`REPLAY_WINDOW`] | 409 | `webhook.replayed` |
@@ -66,6 +68,11 @@ pub const MAX_DELIVERY_ID_BYTES: usize = 128;
 pub const TIMESTAMP_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 /// Rejection events recorded per second over all routes.
 pub const MAX_REJECTION_EVENTS_PER_SECOND: u32 = 50;
+/// Bytes of request bodies the listener holds at once before their
+/// signatures are checked, over every route; a body that would pass it is
+/// refused (503) as it arrives, so a flood of unsigned bodies costs at most
+/// this much memory.
+pub const MAX_UNVERIFIED_BODY_BYTES: usize = 32 * 1024 * 1024;
 /// GitHub's signature header.
 pub const GITHUB_SIGNATURE: &str = "x-hub-signature-256";
 /// The generic signature header (`t=UNIX,v1=HEX`).
@@ -264,6 +271,9 @@ pub struct Listener {
     config: Mutex<(SocketAddr, bool)>,
     server: Mutex<Option<Server>>,
     budget: Mutex<RejectionBudget>,
+    /// Bytes of bodies being read before their signature is checked, over
+    /// every route ([`MAX_UNVERIFIED_BODY_BYTES`]).
+    unverified: Arc<tokio::sync::Semaphore>,
     /// `now` for signature timestamps.
     clock: Arc<dyn super::clock::Clock>,
 }
@@ -281,6 +291,7 @@ impl Listener {
             )),
             server: Mutex::new(None),
             budget: Mutex::new(RejectionBudget::default()),
+            unverified: Arc::new(tokio::sync::Semaphore::new(MAX_UNVERIFIED_BODY_BYTES)),
             clock,
         })
     }
@@ -490,17 +501,22 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
             .await;
     }
     let limit = usize::try_from(route.max_body_bytes).unwrap_or(usize::MAX);
-    let body = match axum::body::to_bytes(Body::new(body), limit).await {
-        Ok(b) => b,
-        Err(_) => {
-            return listener
-                .refuse(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "webhook.too_large",
-                    name,
-                    &too_large(),
-                )
-                .await;
+    let read = crate::surfaces::http::read_body(Body::new(body), limit, Some(&listener.unverified));
+    let body = match read.await {
+        Ok(read) => read,
+        Err(refusal) => {
+            use crate::surfaces::http::BodyRefusal as R;
+            let kind = match refusal {
+                R::TooLarge => "webhook.too_large",
+                R::TooSlow => "webhook.too_slow",
+                R::Busy => "webhook.busy",
+                R::Broken => "webhook.broken_body",
+            };
+            let detail = match refusal {
+                R::TooLarge => too_large(),
+                other => other.message(limit),
+            };
+            return listener.refuse(refusal.status(), kind, name, &detail).await;
         }
     };
     if !is_json(&parts.headers) {
@@ -510,7 +526,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
     }
     let mut delivery = header_text(&parts.headers, &DELIVERY_HEADERS).map(delivery_key);
     if let Some(secret) = &route.secret {
-        match verify_signature(&parts.headers, &body, secret, listener.now()) {
+        match verify_signature(&parts.headers, &body.bytes, secret, listener.now()) {
             Ok(sig) => {
                 delivery.get_or_insert(sig);
             }
@@ -548,7 +564,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
             )
             .await;
     }
-    let json: Value = match serde_json::from_slice(&body) {
+    let json: Value = match serde_json::from_slice(&body.bytes) {
         Ok(v) => v,
         Err(e) => {
             return listener
