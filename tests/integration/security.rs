@@ -258,3 +258,248 @@ fn opting_out_of_the_token_is_explicit_loopback_only_and_warned_about() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("cannot serve a non-loopback"), "{text}");
 }
+
+/// A signed webhook route, on a webhook listener of its own port.
+const SIGNED_ROUTE: &str = r#"version = 1
+[daemon]
+webhook_listen = "127.0.0.1:0"
+listen = "127.0.0.1:0"
+[triggers.gh]
+kind = "webhook"
+route = "github"
+secret_env = "HOOK_SECRET"
+max_body_bytes = 16777216
+rate_limit_per_minute = 100000
+action = { command = "true" }
+"#;
+
+/// The daemon's webhook listener address, from its `webhook.listening` event.
+fn webhook_of(d: &Daemon) -> String {
+    d.wait_event(0, "webhook.listening")["payload"]["addr"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Open descriptors of process `pid`.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// Resident memory of process `pid`, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// A flood from Python (another account where one can be borrowed): open
+/// `count` connections to `addr`, send each `head` and then `body_bytes` of
+/// body, and hold them; print `ready SENT STATUSES` (the statuses answered
+/// meanwhile, as JSON), then hold until stdin closes.
+const FLOODER: &str = r#"
+import json, resource, select, socket, sys
+addr, count, head, body_bytes = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+host, port = addr.rsplit(":", 1)
+socks, statuses = [], {}
+for _ in range(count):
+    s = socket.create_connection((host, int(port)), timeout=30)
+    s.setblocking(True)
+    try:
+        s.sendall(head.replace("\\r\\n", "\r\n").encode())
+        sent = 0
+        while sent < body_bytes:
+            n = min(65536, body_bytes - sent)
+            s.sendall(b"x" * n)
+            sent += n
+    except OSError:
+        pass
+    socks.append(s)
+poller = select.poll()
+by_fd = {s.fileno(): s for s in socks}
+for fd in by_fd:
+    poller.register(fd, select.POLLIN)
+for fd, _ in poller.poll(2000):
+    s = by_fd[fd]
+    try:
+        line = s.recv(64).split(b"\r\n", 1)[0].decode()
+        code = line.split(" ")[1] if line.startswith("HTTP/") else "closed"
+    except OSError:
+        code = "reset"
+    statuses[code] = statuses.get(code, 0) + 1
+print("ready", len(socks), json.dumps(statuses), flush=True)
+sys.stdin.read()
+"#;
+
+/// Start [`FLOODER`]; returns the child, once it reported `ready`, and its line.
+fn flood(addr: &str, count: usize, head: &str, body_bytes: usize) -> (std::process::Child, String) {
+    let python = if can_switch_user() {
+        SYSTEM_PYTHON
+    } else {
+        "python3"
+    };
+    let mut cmd = if can_switch_user() {
+        let mut c = std::process::Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", python]);
+        c
+    } else {
+        std::process::Command::new(python)
+    };
+    let mut child = cmd
+        .args([
+            "-c",
+            FLOODER,
+            addr,
+            &count.to_string(),
+            head,
+            &body_bytes.to_string(),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("ready"), "{line}");
+    (child, line)
+}
+
+#[test]
+fn half_open_connections_cost_their_listener_never_the_daemon() {
+    let d = Daemon::start_with(
+        SIGNED_ROUTE,
+        crate::support::DaemonSetup {
+            // The report's machine: 1024 descriptors, soft and hard.
+            nofile: Some(1024),
+            only_env: Some(&[("HOOK_SECRET", "s3cret")]),
+            ..Default::default()
+        },
+    );
+    let hook = webhook_of(&d);
+    let before = open_fds(d.pid());
+    let (mut flooder, ready) = flood(
+        &hook,
+        1100,
+        "POST /webhooks/github HTTP/1.1\\r\\nHost: x\\r\\n",
+        0,
+    );
+    // The daemon holds at most its cap of them; the control socket, the
+    // store and `npc status` keep working.
+    let held = open_fds(d.pid()) - before;
+    assert!(
+        held <= npcagent::surfaces::tcp::MAX_CONNECTIONS + 16,
+        "{held} descriptors for the flood ({ready})"
+    );
+    let status = d.npc_output(&["status", "--format", "json"]);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let api = api_of(&d);
+    assert_eq!(
+        status_of(
+            &api,
+            &format!(
+                "GET /api/v1/status HTTP/1.1\r\nHost: {api}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+                token_of(d.root())
+            )
+        ),
+        200,
+        "the API's listener is not the webhook's"
+    );
+    drop(flooder.stdin.take());
+    flooder.wait().unwrap();
+    // Once the flood is gone, the route answers again.
+    crate::support::wait_for("the webhook route to answer again", || {
+        let code = post(
+            &hook,
+            "/webhooks/github",
+            "Content-Type: application/json\r\n",
+            "{}",
+        );
+        (code == 401).then_some(())
+    });
+    assert!(!d.log().contains("Too many open files"), "{}", d.log());
+}
+
+#[test]
+fn unsigned_bodies_in_flight_are_bounded_over_every_route() {
+    let d = Daemon::start_with(
+        SIGNED_ROUTE,
+        crate::support::DaemonSetup {
+            only_env: Some(&[("HOOK_SECRET", "s3cret")]),
+            ..Default::default()
+        },
+    );
+    let hook = webhook_of(&d);
+    let before = rss(d.pid());
+    // 200 bodies of 1 MiB declared, 768 KiB of each sent, then held: 150
+    // MiB if each were buffered before its signature is checked.
+    let (mut flooder, ready) = flood(
+        &hook,
+        200,
+        "POST /webhooks/github HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\nContent-Length: 1048576\\r\\n\\r\\n",
+        768 * 1024,
+    );
+    let grew = rss(d.pid()).saturating_sub(before);
+    let budget = npcagent::triggers::webhook::MAX_UNVERIFIED_BODY_BYTES as u64;
+    assert!(
+        grew < budget * 3,
+        "the daemon grew {} MiB under the flood ({ready})",
+        grew / (1024 * 1024)
+    );
+    assert!(
+        ready.contains("\"503\""),
+        "bodies past the budget are refused: {ready}"
+    );
+    drop(flooder.stdin.take());
+    flooder.wait().unwrap();
+    let busy = d.wait_event(0, "webhook.busy");
+    assert_eq!(busy["payload"]["route"], "github", "{busy}");
+}
+
+#[test]
+fn the_http_gateways_sessions_are_capped_below_the_daemons_and_stdio_still_connects() {
+    let d = Daemon::start(API_ANY_PORT);
+    let (mut gateway, mcp) = crate::mcp::spawn_http_gateway_in(d.root(), &[]);
+    let token = crate::mcp::gateway_token(d.root());
+    let rest = mcp.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}})
+    .to_string();
+    let headers = format!(
+        "Authorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+    );
+    let cap = npcagent::surfaces::mcp_http::MAX_SESSIONS;
+    for i in 0..cap {
+        assert_eq!(
+            post(host, &format!("/{path}"), &headers, &body),
+            200,
+            "session {i}"
+        );
+    }
+    assert_eq!(post(host, &format!("/{path}"), &headers, &body), 503);
+    // The agents' stdio gateway, a front to the same daemon, still finds room.
+    if crate::mcp::python_sdk() {
+        let got = crate::mcp::stdio_session_in(d.root(), json!([["list"]]));
+        assert!(got[0]["tools"].as_array().is_some_and(|t| !t.is_empty()));
+    }
+    stop_child(&mut gateway);
+}
