@@ -76,6 +76,7 @@ impl ApiBackend for Fake {
                     max_queued: 10,
                     state: None,
                     claimed_by: None,
+                    replay: Vec::new(),
                 })
                 .await
                 .unwrap();

@@ -132,6 +132,9 @@ impl Executor {
                     if let Err(e) = this.store.prune_runs(RUN_HISTORY_LIMIT).await {
                         tracing::warn!("cannot prune old runs: {e}");
                     }
+                    if let Err(e) = this.store.prune_replays().await {
+                        tracing::warn!("cannot prune webhook replay keys: {e}");
+                    }
                 }
                 tokio::select! {
                     () = this.wake.notified() => {}

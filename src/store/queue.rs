@@ -67,7 +67,21 @@ pub struct NewRun {
     /// [`RunRow::owner`]): the run is carried out by the process that asks
     /// for it, and no executor ever claims it.
     pub claimed_by: Option<String>,
+    /// Keys that make a later submission of the same queue a replay while
+    /// they last (a webhook delivery's signature and id): one already held
+    /// makes this one [`Enqueued::Duplicate`]; they are kept with the row.
+    pub replay: Vec<ReplayKey>,
 }
+
+/// A key of [`NewRun::replay`], until `expires_at_ms`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayKey {
+    pub key: String,
+    pub expires_at_ms: i64,
+}
+
+/// Replay keys kept per queue; the soonest to expire go first past it.
+pub const MAX_REPLAY_KEYS_PER_QUEUE: usize = 100_000;
 
 /// What [`Store::enqueue_run`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -157,6 +171,22 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
             return Ok(Enqueued::Duplicate);
         }
     }
+    if !run.replay.is_empty() {
+        conn.prepare_cached(
+            "DELETE FROM webhook_replays WHERE trigger = ?1 AND expires_at_ms <= ?2",
+        )
+        .and_then(|mut s| s.execute((&run.trigger, now)))
+        .map_err(&failed)?;
+        for k in &run.replay {
+            let held: Option<i64> = conn
+                .prepare_cached("SELECT 1 FROM webhook_replays WHERE trigger = ?1 AND key = ?2")
+                .and_then(|mut s| s.query_row((&run.trigger, &k.key), |r| r.get(0)).optional())
+                .map_err(&failed)?;
+            if held.is_some() {
+                return Ok(Enqueued::Duplicate);
+            }
+        }
+    }
     let active = |states: &str, limit: usize| -> Result<usize, StoreError> {
         conn.prepare_cached(&format!(
             "SELECT COUNT(*) FROM (SELECT 1 FROM runs
@@ -198,6 +228,13 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
         ))
     })
     .map_err(&failed)?;
+    for k in &run.replay {
+        conn.prepare_cached(
+            "INSERT OR REPLACE INTO webhook_replays (trigger, key, expires_at_ms) VALUES (?1, ?2, ?3)",
+        )
+        .and_then(|mut s| s.execute((&run.trigger, &k.key, k.expires_at_ms)))
+        .map_err(&failed)?;
+    }
     Ok(outcome)
 }
 
@@ -305,6 +342,40 @@ impl Store {
         })
     }
 
+    /// Forget expired replay keys, and per queue those beyond
+    /// [`MAX_REPLAY_KEYS_PER_QUEUE`] that expire soonest.
+    pub fn prune_replays(&self) -> Pending<usize> {
+        self.write(|conn| {
+            let failed = sqlite("prune replay keys");
+            let mut gone = conn
+                .execute(
+                    "DELETE FROM webhook_replays WHERE expires_at_ms <= ?1",
+                    [now_ms()],
+                )
+                .map_err(&failed)?;
+            let crowded: Vec<String> = conn
+                .prepare(
+                    "SELECT trigger FROM webhook_replays GROUP BY trigger HAVING COUNT(*) > ?1",
+                )
+                .and_then(|mut s| {
+                    s.query_map([MAX_REPLAY_KEYS_PER_QUEUE as i64], |r| r.get(0))?
+                        .collect::<rusqlite::Result<_>>()
+                })
+                .map_err(&failed)?;
+            for trigger in crowded {
+                gone += conn
+                    .execute(
+                        "DELETE FROM webhook_replays WHERE trigger = ?1 AND key IN (
+                         SELECT key FROM webhook_replays WHERE trigger = ?1
+                         ORDER BY expires_at_ms DESC LIMIT -1 OFFSET ?2)",
+                        (&trigger, MAX_REPLAY_KEYS_PER_QUEUE as i64),
+                    )
+                    .map_err(&failed)?;
+            }
+            Ok(gone)
+        })
+    }
+
     /// Forget finished runs beyond the newest `keep`.
     pub fn prune_runs(&self, keep: usize) -> Pending<usize> {
         self.write(move |conn| {
@@ -404,6 +475,7 @@ mod tests {
             max_queued: 3,
             state: None,
             claimed_by: None,
+            replay: Vec::new(),
         }
     }
 
@@ -520,5 +592,34 @@ mod tests {
             .map(|r| r.id)
             .collect();
         assert_eq!(ids, vec!["r2".to_string()]);
+    }
+
+    #[test]
+    fn a_replay_key_refuses_a_later_run_of_the_queue_until_it_expires() {
+        let (_dir, store) = store();
+        let key = |k: &str, expires_at_ms: i64| ReplayKey {
+            key: k.to_string(),
+            expires_at_ms,
+        };
+        let later = now_ms() + 60_000;
+        let mut first = run("a", Some("id-1"));
+        first.replay = vec![key("sig:ab", later), key("id:id-1", later)];
+        assert_eq!(store.enqueue_run(first).wait().unwrap(), Enqueued::Queued);
+        // Same signature, a new id header: a replay.
+        let mut again = run("b", Some("id-2"));
+        again.replay = vec![key("sig:ab", later), key("id:id-2", later)];
+        assert_eq!(
+            store.enqueue_run(again).wait().unwrap(),
+            Enqueued::Duplicate
+        );
+        assert!(store.run_row("b").unwrap().is_none());
+        // An expired key refuses nothing, and pruning forgets it.
+        let mut gone = run("c", None);
+        gone.replay = vec![key("sig:old", now_ms() - 1)];
+        assert_eq!(store.enqueue_run(gone).wait().unwrap(), Enqueued::Queued);
+        let mut reuse = run("d", None);
+        reuse.replay = vec![key("sig:old", later)];
+        assert_eq!(store.enqueue_run(reuse).wait().unwrap(), Enqueued::Queued);
+        assert_eq!(store.prune_replays().wait().unwrap(), 0);
     }
 }

@@ -159,10 +159,26 @@ const MIGRATIONS: &[Migration] = &[
         ORDER BY s.id;
     "#,
     },
+    Migration {
+        // Webhook replay keys (`store::queue::ReplayKey`): a delivery's
+        // signature and its id header, each until its scheme's window ends,
+        // checked and written in the job that enqueues the run, so a replay
+        // is refused across restarts whatever header it carries.
+        version: 5,
+        sql: r#"
+        CREATE TABLE webhook_replays (
+            trigger       TEXT    NOT NULL,
+            key           TEXT    NOT NULL,
+            expires_at_ms INTEGER NOT NULL,
+            PRIMARY KEY (trigger, key)
+        ) WITHOUT ROWID;
+        CREATE INDEX webhook_replays_by_expiry ON webhook_replays (trigger, expires_at_ms);
+    "#,
+    },
 ];
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,
@@ -286,7 +302,7 @@ mod tests {
             [],
         )
         .unwrap();
-        assert_eq!(migrate(&mut conn, std::path::Path::new("x")).unwrap(), 1);
+        assert_eq!(migrate(&mut conn, std::path::Path::new("x")).unwrap(), 2);
         let rows: Vec<(String, String, String, String, String, Option<i64>)> = conn
             .prepare(
                 "SELECT id, trigger, origin, state, payload, finished_at_ms FROM runs ORDER BY seq",

@@ -48,6 +48,9 @@ pub struct Firing {
     pub state: Option<(String, serde_json::Value)>,
     /// Told the outcome once it is committed (a webhook's 202 waits for it).
     pub ack: Option<Ack>,
+    /// Keys that make a later firing a replay while they last (a webhook
+    /// delivery's signature and id).
+    pub replay: Vec<crate::store::queue::ReplayKey>,
 }
 
 impl Firing {
@@ -59,6 +62,7 @@ impl Firing {
             dedupe_key: None,
             state: None,
             ack: None,
+            replay: Vec::new(),
         }
     }
 
@@ -70,6 +74,7 @@ impl Firing {
             payload: self.payload,
             dedupe_key: self.dedupe_key,
             state: self.state,
+            replay: self.replay,
         };
         (run, self.ack)
     }

@@ -52,7 +52,7 @@ use super::{
 use crate::bus::EventBus;
 use crate::model::TriggerSource;
 use crate::store::NewEvent;
-use crate::store::queue::Enqueued;
+use crate::store::queue::{Enqueued, ReplayKey};
 use crate::surfaces::tcp::constant_time_eq;
 use crate::surfaces::webhook::WebhookSocket;
 
@@ -66,6 +66,10 @@ pub const MAX_REMEMBERED_DELIVERIES: usize = 100_000;
 pub const MAX_DELIVERY_ID_BYTES: usize = 128;
 /// How far a generic signature's timestamp may be from now.
 pub const TIMESTAMP_TOLERANCE: Duration = Duration::from_secs(5 * 60);
+/// How long a GitHub signature is kept as a replay key. GitHub signs no
+/// timestamp, so a captured delivery verifies forever; npc remembers its
+/// signature this long (bounded by `store::queue::MAX_REPLAY_KEYS_PER_QUEUE`).
+pub const GITHUB_REPLAY_WINDOW: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 /// Rejection events recorded per second over all routes.
 pub const MAX_REJECTION_EVENTS_PER_SECOND: u32 = 50;
 /// Bytes of request bodies the listener holds at once before their
@@ -122,14 +126,22 @@ impl SignatureProblem {
     }
 }
 
+/// A signature that verified: its hex, and how long a replay of it could
+/// still verify (its scheme's window).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signature {
+    pub hex: String,
+    pub window: Duration,
+}
+
 /// Check the request's signature over `body` with `secret`; on success,
-/// the signature's hex (a delivery key when no id header is sent).
+/// the signature (a replay key whatever id header comes with it).
 pub fn verify_signature(
     headers: &HeaderMap,
     body: &[u8],
     secret: &[u8],
     now: DateTime<Utc>,
-) -> Result<String, SignatureProblem> {
+) -> Result<Signature, SignatureProblem> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if let Some(sig) = text(GITHUB_SIGNATURE) {
         let hex_sig = sig
@@ -138,7 +150,10 @@ pub fn verify_signature(
         let given = hex::decode(hex_sig).map_err(|_| SignatureProblem::Malformed)?;
         let expected = hmac_sha256(secret, &[body]);
         return if constant_time_eq(&given, &expected) {
-            Ok(hex_sig.to_ascii_lowercase())
+            Ok(Signature {
+                hex: hex_sig.to_ascii_lowercase(),
+                window: GITHUB_REPLAY_WINDOW,
+            })
         } else {
             Err(SignatureProblem::Mismatch)
         };
@@ -167,7 +182,11 @@ pub fn verify_signature(
     if skew > TIMESTAMP_TOLERANCE.as_secs() {
         return Err(SignatureProblem::StaleTimestamp);
     }
-    Ok(v1.to_ascii_lowercase())
+    // Past the tolerance on either side the timestamp refuses a replay.
+    Ok(Signature {
+        hex: v1.to_ascii_lowercase(),
+        window: TIMESTAMP_TOLERANCE * 2,
+    })
 }
 
 /// A token bucket holding a minute's worth of requests.
@@ -524,12 +543,13 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
             .refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, "webhook.unsupported_media_type", name, "send `Content-Type: application/json` (in GitHub, choose the `application/json` content type)")
             .await;
     }
-    let mut delivery = header_text(&parts.headers, &DELIVERY_HEADERS).map(delivery_key);
+    // A delivery is known by its signature (what an attacker who captured
+    // one cannot change) and by its id header (what the sender says it is).
+    let header_id = header_text(&parts.headers, &DELIVERY_HEADERS).map(delivery_key);
+    let mut signature = None;
     if let Some(secret) = &route.secret {
         match verify_signature(&parts.headers, &body.bytes, secret, listener.now()) {
-            Ok(sig) => {
-                delivery.get_or_insert(sig);
-            }
+            Ok(sig) => signature = Some(sig),
             Err(problem) => {
                 return listener
                     .refuse(
@@ -542,8 +562,20 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
             }
         }
     }
-    if let Some(id) = &delivery
-        && crate::stdx::lock(&route.seen).contains(id)
+    let window = signature.as_ref().map_or(REPLAY_WINDOW, |s| s.window);
+    let expires_at_ms = listener.now().timestamp_millis()
+        + i64::try_from(window.as_millis()).unwrap_or(i64::MAX / 2);
+    let replay: Vec<ReplayKey> = signature
+        .as_ref()
+        .map(|s| format!("sig:{}", s.hex))
+        .into_iter()
+        .chain(header_id.as_ref().map(|id| format!("id:{id}")))
+        .map(|key| ReplayKey { key, expires_at_ms })
+        .collect();
+    let delivery = header_id.or_else(|| signature.map(|s| s.hex));
+    if replay
+        .iter()
+        .any(|k| crate::stdx::lock(&route.seen).contains(&k.key))
     {
         return listener
             .refuse(
@@ -601,6 +633,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
         }),
     );
     firing.dedupe_key = delivery.clone();
+    firing.replay = replay.clone();
     firing.ack = Some(ack);
     if route.firings.send(firing).await.is_err() {
         return listener
@@ -624,9 +657,11 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
                 .await
         }
         Ok(Ok(accepted)) => {
-            if let Some(id) = delivery {
-                crate::stdx::lock(&route.seen).insert(id);
+            let mut seen = crate::stdx::lock(&route.seen);
+            for k in replay {
+                seen.insert(k.key);
             }
+            drop(seen);
             (
                 StatusCode::ACCEPTED,
                 axum::Json(json!({ "run_id": accepted.run_id, "outcome": accepted.outcome })),

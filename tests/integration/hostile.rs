@@ -3290,6 +3290,7 @@ fn s9_a_queued_acp_run_with_a_forged_extra_in_the_repositorys_store_never_runs()
             max_queued: 10,
             state: None,
             claimed_by: None,
+            replay: Vec::new(),
         })
         .wait()
         .unwrap();

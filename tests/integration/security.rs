@@ -503,3 +503,55 @@ fn the_http_gateways_sessions_are_capped_below_the_daemons_and_stdio_still_conne
     }
     stop_child(&mut gateway);
 }
+
+#[test]
+fn a_captured_signed_delivery_never_replays_under_a_new_id_even_after_a_restart() {
+    let mut d = Daemon::start_with(
+        SIGNED_ROUTE,
+        crate::support::DaemonSetup {
+            only_env: Some(&[("HOOK_SECRET", "s3cret")]),
+            ..Default::default()
+        },
+    );
+    let body = r#"{"ref":"refs/heads/main"}"#;
+    let sig = format!(
+        "sha256={}",
+        hex::encode(npcagent::triggers::webhook::hmac_sha256(
+            b"s3cret",
+            &[body.as_bytes()]
+        ))
+    );
+    let deliver = |hook: &str, id: &str| {
+        post(
+            hook,
+            "/webhooks/github",
+            &format!(
+                "Content-Type: application/json\r\nX-Hub-Signature-256: {sig}\r\nX-GitHub-Delivery: {id}\r\n"
+            ),
+            body,
+        )
+    };
+    let hook = webhook_of(&d);
+    assert_eq!(deliver(&hook, "d-1"), 202);
+    for id in ["d-2", "d-3", "d-4"] {
+        assert_eq!(deliver(&hook, id), 409, "a replay as {id}");
+    }
+    let after = d.last_event_id();
+    d.terminate();
+    d.restart_with(crate::support::DaemonSetup {
+        only_env: Some(&[("HOOK_SECRET", "s3cret")]),
+        ..Default::default()
+    });
+    let hook = d.wait_event(after, "webhook.listening")["payload"]["addr"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        deliver(&hook, "d-5"),
+        409,
+        "the replay table outlives the daemon"
+    );
+    let runs: Vec<Value> =
+        serde_json::from_slice(&d.npc_output(&["runs", "--format", "json"]).stdout).unwrap();
+    assert_eq!(runs.len(), 1, "one run for one delivery: {runs:?}");
+}

@@ -314,9 +314,14 @@ impl Daemon {
 
     /// Start the daemon again on the same repository after [`Daemon::terminate`].
     pub fn restart(&mut self) {
+        self.restart_with(DaemonSetup::default());
+    }
+
+    /// [`Daemon::restart`] with the limits or environment of `setup`.
+    pub fn restart_with(&mut self, setup: DaemonSetup<'_>) {
         assert!(self.child.is_none(), "the daemon still runs");
         let dir = self.dir.take();
-        let mut next = Self::spawn(dir, self.root.clone(), DaemonSetup::default());
+        let mut next = Self::spawn(dir, self.root.clone(), setup);
         self.child = next.child.take();
         self.dir = next.dir.take();
         self.logs = std::mem::replace(&mut next.logs, tempfile::tempdir().unwrap());

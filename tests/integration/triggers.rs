@@ -554,8 +554,10 @@ fn every_gauntlet_rejection_has_its_status_and_event_and_enqueues_nothing() {
             .iter()
             .any(|r| r["id"] == id && r["origin"] == "webhook")
     );
-    // Replay, then the rest of the gauntlet in order.
+    // Replay, then the rest of the gauntlet in order (each delivery its
+    // own body: a signed body is a replay whatever id comes with it).
     let bad_json = b"{not json";
+    let issue = br#"{"issue":1}"#;
     let more: Vec<(u16, &str, (u16, String))> = vec![
         (
             409,
@@ -589,10 +591,10 @@ fn every_gauntlet_rejection_has_its_status_and_event_and_enqueues_nothing() {
                 &[
                     json.clone(),
                     ("X-GitHub-Event", "issues".into()),
-                    signed(body),
+                    signed(issue),
                     delivery("d3"),
                 ],
-                body,
+                issue,
             ),
         ),
     ];
@@ -601,22 +603,25 @@ fn every_gauntlet_rejection_has_its_status_and_event_and_enqueues_nothing() {
         assert!(text.contains(kind), "{text}");
     }
     // Five tokens a minute: d1, d2, d3 took three; two more pass, then 429.
+    let own = |id: &str| format!("{{\"ref\":\"{id}\"}}").into_bytes();
     for id in ["d4", "d5"] {
+        let own = own(id);
         let (status, text) = http(
             &url,
             "POST",
             path,
-            &[json.clone(), push.clone(), signed(body), delivery(id)],
-            body,
+            &[json.clone(), push.clone(), signed(&own), delivery(id)],
+            &own,
         );
         assert_eq!(status, 202, "{text}");
     }
+    let d6 = own("d6");
     let (status, text) = http(
         &url,
         "POST",
         path,
-        &[json.clone(), push.clone(), signed(body), delivery("d6")],
-        body,
+        &[json.clone(), push.clone(), signed(&d6), delivery("d6")],
+        &d6,
     );
     assert_eq!(status, 429, "{text}");
     assert!(text.contains("webhook.rate_limited"));
