@@ -60,13 +60,7 @@ pub fn run(command: HookCommand) -> anyhow::Result<Exit> {
 /// Why the hooks could not run at all (answered as a failure, fail closed).
 fn refuse(args: &RunArgs, reason: String) -> Answer {
     match args.event {
-        HookEvent::BeforeTool => bridge::before_tool_answer(
-            args.agent,
-            Ok(BeforeTool::Deny {
-                hook: "setup".into(),
-                reason,
-            }),
-        ),
+        HookEvent::BeforeTool => bridge::before_tool_refused(args.agent, &reason),
         HookEvent::AfterTool
         | HookEvent::OnAgentStart
         | HookEvent::BeforeModel

@@ -15,6 +15,7 @@ use anyhow::Context as _;
 use super::Exit;
 use crate::native::{self, MergeOptions, Target};
 use crate::runtime::{self, RepoPaths};
+use crate::stdx::term::printable;
 
 pub fn run(
     file: &Path,
@@ -87,11 +88,11 @@ pub fn run(
     if !merged.unchanged.is_empty() {
         outln!(
             "already in the manifest, unchanged: {}",
-            list(&merged.unchanged)
+            printable(&list(&merged.unchanged))
         )?;
     }
     if !merged.replaced.is_empty() {
-        outln!("replaced: {}", list(&merged.replaced))?;
+        outln!("replaced: {}", printable(&list(&merged.replaced)))?;
     }
     let names: BTreeSet<String> = entries.into_iter().map(|(n, _)| n).collect();
     adopt(&path, file, kind, names)?;

@@ -10,6 +10,14 @@
 //! Diagnostics on stderr ([`errln!`]) never fail a command: when stderr
 //! itself is gone there is nowhere left to report to.
 //!
+//! Stderr only ever carries text for a person (errors, warnings, notes,
+//! quoting what daemons, plugins, hooks and servers said), so every write
+//! to it goes through [`crate::stdx::term::printable`]: no control
+//! character but newline and tab reaches the terminal from there. Stdout
+//! also carries exact data (JSON, TOML, rendered documents), so the
+//! commands call `printable` themselves on the human lines that hold text
+//! npc did not write.
+//!
 //! The crate denies `clippy::print_stdout` and `clippy::print_stderr` in
 //! `src/cli/`, so a new `println!` cannot slip back in.
 
@@ -56,10 +64,12 @@ pub fn write_stdout_bytes(bytes: &[u8]) -> Result<(), OutputError> {
     Ok(())
 }
 
-/// Write `args` to stderr; failures are ignored (see the module docs).
+/// Write `args` to stderr, controls escaped; failures are ignored (see the
+/// module docs).
 pub fn write_stderr(args: fmt::Arguments<'_>) {
+    let text = args.to_string();
     let mut err = io::stderr().lock();
-    let _ = err.write_fmt(args);
+    let _ = err.write_all(crate::stdx::term::printable(&text).as_bytes());
     let _ = err.flush();
 }
 

@@ -2,7 +2,10 @@
 //! running daemon, all through its control socket. `attach` puts the
 //! terminal in raw mode, forwards keys and size changes, and detaches on
 //! [`DETACH_KEY`] (Ctrl-]) or when the pane ends; the terminal is restored
-//! however the session ends.
+//! however the session ends. The pane's output reaches the terminal as it
+//! is (it is a terminal session) but for OSC 52 clipboard writes, which are
+//! dropped ([`crate::stdx::term::OscFilter`]) unless `--clipboard` lets the
+//! program in the pane set the clipboard (tmux's `set-clipboard on`).
 
 use std::io::{Read as _, Write as _};
 use std::path::PathBuf;
@@ -12,6 +15,7 @@ use clap::Subcommand;
 
 use super::reconcile::{daemon_socket, locate, tokio};
 use super::{Exit, Format};
+use crate::stdx::term::{OscFilter, printable};
 use crate::surfaces::control::{AttachInput, Client, Request, connect_upgrade};
 
 /// The byte that detaches an attached terminal: Ctrl-] (as in telnet).
@@ -53,6 +57,10 @@ pub enum PaneCommand {
     /// Attach this terminal to a pane; Ctrl-] detaches
     Attach {
         name: String,
+        /// Let the program in the pane set this terminal's clipboard (OSC 52
+        /// sequences, dropped without this flag)
+        #[arg(long)]
+        clipboard: bool,
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
     },
@@ -112,7 +120,7 @@ pub fn run(command: PaneCommand) -> anyhow::Result<Exit> {
                             }
                             line.push(']');
                         }
-                        outln!("{line}")?;
+                        outln!("{}", printable(&line))?;
                     }
                 }
             }
@@ -143,7 +151,11 @@ pub fn run(command: PaneCommand) -> anyhow::Result<Exit> {
             call(manifest, Request::PaneSend { name, text })?;
             Ok(Exit::Ok)
         }
-        PaneCommand::Attach { name, manifest } => attach(manifest, name),
+        PaneCommand::Attach {
+            name,
+            clipboard,
+            manifest,
+        } => attach(manifest, name, clipboard),
     }
 }
 
@@ -181,7 +193,8 @@ impl Drop for RawMode {
     }
 }
 
-fn attach(manifest: Option<PathBuf>, name: String) -> anyhow::Result<Exit> {
+/// Attach to pane `name`; OSC 52 reaches the terminal only with `clipboard`.
+fn attach(manifest: Option<PathBuf>, name: String, clipboard: bool) -> anyhow::Result<Exit> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let socket = socket(manifest)?;
     let rt = tokio()?;
@@ -216,6 +229,8 @@ fn attach(manifest: Option<PathBuf>, name: String) -> anyhow::Result<Exit> {
     });
     let ended = rt.block_on(async move {
         let mut out = [0u8; 16 * 1024];
+        let mut filter = (!clipboard).then(OscFilter::new);
+        let mut shown = Vec::with_capacity(out.len());
         let mut size = (rows, cols);
         let mut poll = tokio::time::interval(RESIZE_POLL);
         loop {
@@ -223,8 +238,16 @@ fn attach(manifest: Option<PathBuf>, name: String) -> anyhow::Result<Exit> {
                 n = read.read(&mut out) => match n {
                     Ok(0) | Err(_) => return "the pane ended",
                     Ok(n) => {
+                        let bytes = match filter.as_mut() {
+                            Some(filter) => {
+                                shown.clear();
+                                filter.feed(&out[..n], &mut shown);
+                                shown.as_slice()
+                            }
+                            None => &out[..n],
+                        };
                         let mut stdout = std::io::stdout().lock();
-                        if stdout.write_all(&out[..n]).and_then(|()| stdout.flush()).is_err() {
+                        if stdout.write_all(bytes).and_then(|()| stdout.flush()).is_err() {
                             return "the terminal closed";
                         }
                     }
@@ -256,7 +279,8 @@ fn attach(manifest: Option<PathBuf>, name: String) -> anyhow::Result<Exit> {
         }
     });
     drop(raw);
-    errln!("\r\n[npc: {ended} from pane `{name}`]");
+    // The terminal is cooked again: a newline starts a line at its left.
+    errln!("\n[npc: {ended} from pane `{name}`]");
     // The key thread may still block on stdin: end without waiting for it.
     rt.shutdown_background();
     Ok(Exit::Ok)

@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::{Exit, Format};
 use crate::model::diagnostics::Severity;
 use crate::plugins::{self, Problem, Report};
+use crate::stdx::term::printable;
 
 #[derive(Debug, Subcommand)]
 pub enum PluginCommand {
@@ -204,7 +205,7 @@ fn print_report(path: &std::path::Path, report: &Report, format: Format) -> anyh
                     }
                 )),
             }
-            out!("{out}")?;
+            out!("{}", printable(&out))?;
         }
     }
     Ok(())
@@ -384,7 +385,7 @@ fn test(path: &std::path::Path, format: Format) -> anyhow::Result<Exit> {
             } else {
                 "some probes failed\n"
             });
-            out!("{out}")?;
+            out!("{}", printable(&out))?;
         }
     }
     Ok(if ok { Exit::Ok } else { Exit::Failed })
@@ -574,7 +575,7 @@ fn list(tools: bool, manifest: Option<PathBuf>, format: Format) -> anyhow::Resul
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
-    out!("{out}")?;
+    out!("{}", printable(&out))?;
     Ok(Exit::Ok)
 }
 
@@ -642,6 +643,6 @@ fn inspect(name: &str, manifest: Option<PathBuf>, format: Format) -> anyhow::Res
     if let Ok(data) = plugins::data::dir_of(&row.id) {
         out.push_str(&format!("  data     {}\n", data.display()));
     }
-    out!("{out}")?;
+    out!("{}", printable(&out))?;
     Ok(Exit::Ok)
 }

@@ -14,6 +14,7 @@ use crate::model::Manifest;
 use crate::plan::{self, Action, ObservedState, Plan};
 use crate::runtime::files::{self, FilePlan};
 use crate::runtime::{self, RepoPaths};
+use crate::stdx::term::printable;
 use crate::store::Store;
 use crate::surfaces::control::{self, Client, Request};
 
@@ -166,9 +167,13 @@ fn print_skills(skills: &[crate::native::skills::SkillChange]) -> Result<(), Out
             .as_deref()
             .map(|p| format!("  (plugin `{p}`)"))
             .unwrap_or_default();
-        outln!("  {:>3} {}{from}", c.action.symbol(), c.path)?;
+        outln!(
+            "  {:>3} {}",
+            c.action.symbol(),
+            printable(&format!("{}{from}", c.path))
+        )?;
         if let Some(note) = &c.note {
-            outln!("        note: {note}")?;
+            outln!("        note: {}", printable(note))?;
         }
     }
     Ok(())
@@ -191,15 +196,16 @@ fn print_files(files: &[FilePlan]) -> Result<(), OutputError> {
             "update" => "~",
             _ => "!",
         };
-        outln!("  {symbol:>3} {}  ({})", f.path, f.what)?;
+        // Paths, notes and diffs quote the agent files' own text.
+        outln!("  {symbol:>3} {}  ({})", printable(&f.path), f.what)?;
         if let Some(e) = &f.error {
-            outln!("        error: {e}")?;
+            outln!("        error: {}", printable(e))?;
         }
         for n in &f.notes {
-            outln!("        note: {n}")?;
+            outln!("        note: {}", printable(n))?;
         }
         for line in f.diff.lines() {
-            outln!("        {line}")?;
+            outln!("        {}", printable(line))?;
         }
     }
     Ok(())
@@ -214,9 +220,10 @@ fn print_conflicts(files: &[FilePlan]) -> Result<(), OutputError> {
     outln!("\nConflicts in agent files (left alone):\n")?;
     for f in files {
         for name in &f.conflicts {
+            let entry = format!("{}: `{name}`", f.path);
             outln!(
-                "    ! {}: `{name}` is an entry npc did not write; the manifest server of that name is not written there",
-                f.path
+                "    ! {} is an entry npc did not write; the manifest server of that name is not written there",
+                printable(&entry)
             )?;
         }
     }
@@ -401,10 +408,10 @@ fn print_written(
     let mut ok = true;
     for (path, outcome) in results {
         match outcome {
-            Ok(what) => outln!("      {path}: {what}")?,
+            Ok(what) => outln!("      {}: {what}", printable(&path))?,
             Err(e) => {
                 ok = false;
-                outln!("      {path}: not written: {e}")?;
+                outln!("      {}", printable(&format!("{path}: not written: {e}")))?;
             }
         }
     }
@@ -438,10 +445,8 @@ fn print_outcome(answer: &serde_json::Value, how: &str) -> Result<Exit, OutputEr
                     .as_str()
                     .map(|e| format!(": {e}"))
                     .unwrap_or_default();
-                outln!(
-                    "  {symbol:>3} {}: {outcome}{pid}{error}",
-                    r["id"].as_str().unwrap_or("?")
-                )?;
+                let line = format!("{}: {outcome}{pid}{error}", r["id"].as_str().unwrap_or("?"));
+                outln!("  {symbol:>3} {}", printable(&line))?;
             }
             outln!("\nApplied {how}.")?;
             Ok(if failed { Exit::Failed } else { Exit::Ok })
@@ -628,13 +633,14 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
             )?;
             for (c, state) in components.iter().zip(&states) {
                 let pid = c.pid.map_or("-".to_string(), |p| p.to_string());
-                outln!(
+                let line = format!(
                     "{:<width$}  {state:<state_width$}  {:>7}  {:>8}  {}",
                     c.id,
                     pid,
                     c.restarts,
                     c.since.as_deref().unwrap_or("-")
-                )?;
+                );
+                outln!("{}", printable(&line))?;
             }
             print_mcp_status(gateway, &mcp_servers)?;
         }
@@ -687,8 +693,10 @@ fn print_mcp_status(gateway: &str, servers: &[serde_json::Value]) -> anyhow::Res
         "STATE",
         "TOOLS"
     )?;
+    // Names, failure reasons and tool names are the servers' own text.
     for [name, state, tools, last] in &rows {
-        outln!("{name:<width$}  {state:<state_width$}  {tools:>5}  {last}")?;
+        let line = format!("{name:<width$}  {state:<state_width$}  {tools:>5}  {last}");
+        outln!("{}", printable(&line))?;
     }
     Ok(())
 }
@@ -797,12 +805,15 @@ fn print_event(event: &serde_json::Value, format: Format) -> Result<(), OutputEr
                 .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
                 .unwrap_or_default();
             let component = event["component"].as_str().unwrap_or("-");
-            outln!(
+            // The payload's JSON escapes C0 controls but not DEL or C1
+            // (U+009B is a CSI to many terminals).
+            let line = format!(
                 "{:>6}  {ts}  {:<22}  {component:<24}  {}",
                 event["id"],
                 event["kind"].as_str().unwrap_or("?"),
                 event["payload"]
-            )?;
+            );
+            outln!("{}", printable(&line))?;
         }
     }
     Ok(())

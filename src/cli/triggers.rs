@@ -11,9 +11,11 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
+use super::output::OutputError;
 use super::reconcile::daemon_socket;
 use super::{Exit, Format};
 use crate::runtime::{self, RepoPaths};
+use crate::stdx::term::printable;
 use crate::store::Store;
 use crate::surfaces::control::{Client, Request};
 
@@ -84,6 +86,12 @@ fn store_of(paths: &RepoPaths) -> anyhow::Result<Option<Store>> {
     Ok(Some(runtime::open_store_read_only(paths)?))
 }
 
+/// Print one human line quoting names, paths, details and payloads the
+/// manifest, the daemon and the runs' agents wrote, controls escaped.
+fn say(line: &str) -> Result<(), OutputError> {
+    outln!("{}", printable(line))
+}
+
 fn time(ms: Option<i64>) -> String {
     ms.and_then(chrono::DateTime::from_timestamp_millis)
         .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
@@ -137,42 +145,42 @@ pub fn list(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
                     (_, Some(true)) => "armed",
                     _ => "not armed",
                 };
-                outln!(
+                say(&format!(
                     "{}  {}  {state}  overlap {}",
                     r["name"].as_str().unwrap_or(""),
                     r["kind"].as_str().unwrap_or(""),
                     r["overlap"].as_str().unwrap_or("")
-                )?;
+                ))?;
                 match r["kind"].as_str() {
                     Some("cron") => {
-                        outln!(
+                        say(&format!(
                             "    schedule  {} ({})",
                             r["schedule"].as_str().unwrap_or(""),
                             r["timezone"].as_str().unwrap_or("")
-                        )?;
+                        ))?;
                         let next: Vec<&str> = r["next_fire_times"]
                             .as_array()
                             .into_iter()
                             .flatten()
                             .filter_map(|v| v.as_str())
                             .collect();
-                        outln!(
+                        say(&format!(
                             "    next      {}",
                             if next.is_empty() {
                                 "never".to_string()
                             } else {
                                 next.join(", ")
                             }
-                        )?;
+                        ))?;
                     }
                     Some("webhook") => {
                         let url = r["url"]
                             .as_str()
                             .map_or_else(|| "(listener not bound)".to_string(), str::to_string);
-                        outln!(
+                        say(&format!(
                             "    route     POST /webhooks/{}  {url}",
                             r["route"].as_str().unwrap_or("")
-                        )?;
+                        ))?;
                     }
                     _ => {
                         let watched: Vec<&str> = r["paths"]
@@ -181,16 +189,16 @@ pub fn list(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
                             .flatten()
                             .filter_map(|v| v.as_str())
                             .collect();
-                        outln!("    watches   {}", watched.join(", "))?;
+                        say(&format!("    watches   {}", watched.join(", ")))?;
                     }
                 }
                 for run in r["recent_runs"].as_array().into_iter().flatten() {
-                    outln!(
+                    say(&format!(
                         "    run       {}  {}  {}",
                         run["id"].as_str().unwrap_or(""),
                         run["state"].as_str().unwrap_or(""),
                         time(run["enqueued_at_ms"].as_i64())
-                    )?;
+                    ))?;
                 }
             }
         }
@@ -251,11 +259,11 @@ pub fn trigger(command: TriggerCommand) -> anyhow::Result<Exit> {
     };
     match format {
         Format::Json => outln!("{answer}")?,
-        Format::Human => outln!(
+        Format::Human => say(&format!(
             "run {} {}",
             answer["run_id"].as_str().unwrap_or("?"),
             answer["outcome"].as_str().unwrap_or("?")
-        )?,
+        ))?,
     }
     Ok(Exit::Ok)
 }
@@ -307,14 +315,14 @@ pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
                 )?;
             }
             for r in &rows {
-                outln!(
+                say(&format!(
                     "{:<36}  {:<20}  {:<10}  {:<11}  {}",
                     r["id"].as_str().unwrap_or(""),
                     r["trigger"].as_str().unwrap_or("-"),
                     r["origin"].as_str().unwrap_or(""),
                     r["state"].as_str().unwrap_or(""),
                     time(r["enqueued_at_ms"].as_i64())
-                )?;
+                ))?;
             }
         }
     }
@@ -337,27 +345,29 @@ fn show(store: &Store, id: &str, format: Format) -> anyhow::Result<Exit> {
         }
         Format::Human => {
             if let Some(r) = &row {
-                outln!(
+                say(&format!(
                     "run {}  trigger `{}` ({})  {}",
-                    r.id,
-                    r.trigger,
-                    r.origin,
-                    r.state
-                )?;
-                outln!(
+                    r.id, r.trigger, r.origin, r.state
+                ))?;
+                say(&format!(
                     "queued {}  started {}  finished {}",
                     time(Some(r.enqueued_at_ms)),
                     time(r.started_at_ms),
                     time(r.finished_at_ms)
-                )?;
+                ))?;
                 if let Some(d) = &r.detail {
-                    outln!("detail: {d}")?;
+                    say(&format!("detail: {d}"))?;
                 }
             } else {
                 outln!("run {id} (events only)")?;
             }
             for e in &events {
-                outln!("{}  {:<16}  {}", time(Some(e.ts_ms)), e.kind, e.payload)?;
+                say(&format!(
+                    "{}  {:<16}  {}",
+                    time(Some(e.ts_ms)),
+                    e.kind,
+                    e.payload
+                ))?;
             }
         }
     }

@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use super::{Exit, Format};
 use crate::model::diagnostics::JsonReport;
 use crate::model::{Manifest, ProcessEnv};
+use crate::stdx::term::printable;
 
 pub fn run(path: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
     let path = super::manifest_path(path)?;
@@ -46,7 +47,7 @@ pub fn run(path: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
                     }
                 )),
             }
-            out!("{out}")?;
+            out!("{}", printable(&out))?;
         }
     }
     Ok(if errors == 0 { Exit::Ok } else { Exit::Failed })

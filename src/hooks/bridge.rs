@@ -192,12 +192,20 @@ fn deny(protocol: Protocol, reason: String) -> Answer {
     }
 }
 
-/// Answer a `before_tool` outcome in `protocol`.
+/// Deny a `before_tool` call whose hooks could not run at all (an
+/// unreadable input or manifest, no runtime): fail closed, saying why.
+pub fn before_tool_refused(protocol: Protocol, reason: &str) -> Answer {
+    deny(
+        protocol,
+        format!("npc denies this tool call because it could not run the hooks: {reason}"),
+    )
+}
+
+/// Answer a `before_tool` outcome in `protocol`. A denial names the hook
+/// that denied as the gateway does (`… (hook before_tool[0])`).
 pub fn before_tool_answer(protocol: Protocol, outcome: Result<BeforeTool, HookFailure>) -> Answer {
     match outcome {
-        Ok(BeforeTool::Deny { hook, reason }) => {
-            deny(protocol, format!("{reason} (npc hook {hook})"))
-        }
+        Ok(BeforeTool::Deny { hook, reason }) => deny(protocol, format!("{reason} (hook {hook})")),
         Err(failure) => deny(protocol, failure.to_string()),
         Ok(BeforeTool::Continue { arguments: None }) => Answer {
             stdout: match protocol {

@@ -1,8 +1,11 @@
 //! The compact, readable terminal view of a run's agent events (what
 //! `npc run` prints without `--format json`): one short line per event,
-//! with long text cut at [`MAX_VIEW_CHARS`].
+//! with long text cut at [`MAX_VIEW_CHARS`]. Every line quotes the agent's
+//! own output, so it comes out through [`crate::stdx::term::printable`]:
+//! an agent (or a tool result it echoes) cannot drive the terminal.
 
 use crate::providers::AgentEvent;
+use crate::stdx::term::printable;
 
 /// Longest tool input or output shown on one line, in characters.
 pub const MAX_VIEW_CHARS: usize = 160;
@@ -14,8 +17,14 @@ pub enum Stream {
     Stderr,
 }
 
-/// The line for `event`, and where to print it; `None` for events not shown.
+/// The line for `event`, and where to print it; `None` for events not
+/// shown. Controls in it are escaped (newlines and tabs stay).
 pub fn line(event: &AgentEvent) -> Option<(Stream, String)> {
+    let (stream, text) = unescaped(event)?;
+    Some((stream, printable(&text).into_owned()))
+}
+
+fn unescaped(event: &AgentEvent) -> Option<(Stream, String)> {
     let out = |s: String| Some((Stream::Stdout, s));
     match event {
         AgentEvent::Started { session_id, model } => out(format!(
@@ -150,6 +159,25 @@ mod tests {
             cost_usd: None,
         };
         assert_eq!(line(&usage), None);
+    }
+
+    #[test]
+    fn agent_text_cannot_drive_the_terminal() {
+        let message = AgentEvent::Message {
+            text: "hi\x1b]52;c;ZXZpbA==\x07\u{9b}2J\rdone\nnext".into(),
+            delta: false,
+        };
+        assert_eq!(
+            line(&message).unwrap().1,
+            "hi\\x1b]52;c;ZXZpbA==\\x07\\x9b2J\\x0ddone\nnext"
+        );
+        let call = AgentEvent::ToolCall {
+            id: None,
+            name: "Bash\x1b[2J".into(),
+            input: serde_json::json!({"c": "\u{9b}"}),
+        };
+        let (_, text) = line(&call).unwrap();
+        assert!(!text.chars().any(crate::stdx::term::escapes), "{text:?}");
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! Small extensions of the standard library (and tokio's IO) that every
 //! room may use: poison-tolerant locks ([`lock`], [`read`], [`write`]),
-//! kernel randomness for secrets ([`random_hex`]) and bounded line reading
-//! ([`lines`]). A leaf: it depends on nothing in the crate (the way
+//! kernel randomness for secrets ([`random_hex`]), bounded line reading
+//! ([`lines`]) and what may reach a terminal ([`term`]: the one sanitizer
+//! of untrusted text, and the OSC 52 filter of a pane's byte stream). A
+//! leaf: it depends on nothing in the crate (the way
 //! rust-analyzer's `stdx` does), so any room can stand on it.
 //!
 //! Architecture invariant: nothing here knows npc's rooms, files or
 //! formats; it depends only on std, tokio and serde_json.
 
 pub mod lines;
+pub mod term;
 
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 

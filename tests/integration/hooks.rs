@@ -286,7 +286,15 @@ fn invalid_input_or_manifest_fails_closed() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("\"decision\":\"deny\""));
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["decision"], "deny");
+    // The reason says what happened; it names no hook and no command.
+    assert!(
+        answer["reason"].as_str().unwrap().starts_with(
+            "npc denies this tool call because it could not run the hooks: the hook input on stdin is not a JSON object"
+        ),
+        "{answer}"
+    );
     std::fs::write(
         dir.path().join("npcagent.toml"),
         "version = 1\n[[hooks.before_tool]]\n",
@@ -332,7 +340,11 @@ fn a_manifest_deny_stops_claude_codes_bash_git_push() {
         &claude_payload("git push origin main"),
     );
     assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("git push is not allowed from agents"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("git push is not allowed from agents (hook before_tool[0])"),
+        "{out:?}"
+    );
     let out = hook_run(
         dir.path(),
         &["before_tool", "--agent", "claude"],

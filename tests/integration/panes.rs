@@ -625,8 +625,14 @@ env = {{ FAKE_MODE = "exit", FAKE_DELAY = "0.1" }}
 
 /// `npc pane attach` with pipes: keys go in, output comes out, Ctrl-] detaches.
 fn attach(d: &Daemon, name: &str) -> std::process::Child {
+    attach_with(d, name, &[])
+}
+
+/// [`attach`] with `flags` after the pane's name.
+fn attach_with(d: &Daemon, name: &str, flags: &[&str]) -> std::process::Child {
     std::process::Command::new(npc_path())
         .args(["pane", "attach", name])
+        .args(flags)
         .current_dir(d.root())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -703,6 +709,82 @@ command = "cat"
         .assert()
         .failure();
     assert!(crate::support::stderr_of(&err).contains("not open"));
+}
+
+#[test]
+fn untrusted_text_reaches_the_terminal_escaped_and_osc_52_only_when_asked() {
+    // The pane's program writes the clipboard (OSC 52) at start and after
+    // every line typed into it.
+    let manifest = format!(
+        r#"version = 1
+{}
+[panes.clip]
+command = "sh"
+args = ["-c", "printf 'before\\033]52;c;ZXZpbA==\\007after\\n'; while read l; do printf '\\033]52;c;%s\\007line %s\\n' \"$l\" \"$l\"; done"]
+plugin = "rec"
+"#,
+        scripted_plugin("rec", "")
+    );
+    let d = Daemon::start(&manifest);
+    wait_received(&d, "rec", "pane_opened", |_| true);
+    // A status detail with ESC, BEL, backspace and the C1 CSI (U+009B).
+    let after = d.last_event_id();
+    plugin_sends(
+        &d,
+        "rec",
+        r#"{"v":3,"cmd":"status","token":"{token:clip}","generation":{gen:clip},"state":"needs_attention","detail":"limit\u001b]52;c;ZXZpbA==\u0007\u009b2J\bok"}"#,
+    );
+    d.wait_event(after, "pane.status");
+    let raw = |text: &str| text.contains(['\u{1b}', '\u{9b}', '\u{8}']);
+    let listed = crate::support::stdout_of(&d.npc(&["pane", "list"]).success());
+    assert!(
+        listed.contains("[needs_attention: limit\\x1b]52;c;ZXZpbA==\\x07\\x9b2J\\x08ok]"),
+        "{listed}"
+    );
+    assert!(!raw(&listed), "{listed:?}");
+    // The event's payload: JSON escapes C0 controls itself, U+009B is npc's.
+    let events = crate::support::stdout_of(&d.npc(&["events"]).success());
+    assert!(
+        events.contains(r#"limit\u001b]52;c;ZXZpbA==\u0007\x9b2J\bok"#),
+        "{events}"
+    );
+    assert!(!raw(&events), "{events:?}");
+    // JSON output stays exact.
+    let exact = pane(&d, "clip");
+    assert_eq!(
+        exact["status"]["detail"],
+        "limit\u{1b}]52;c;ZXZpbA==\u{7}\u{9b}2J\u{8}ok"
+    );
+    // Attached terminals: OSC 52 is dropped unless `--clipboard` lets it in.
+    let mut plain = attach(&d, "clip");
+    let mut clipboard = attach_with(&d, "clip", &["--clipboard"]);
+    let told = pipe_reader(plain.stderr.take().unwrap());
+    let (rp, rc) = (reader(&mut plain), reader(&mut clipboard));
+    let (mut sp, mut sc) = (Vec::new(), Vec::new());
+    wait_output(&rp, &mut sp, "after");
+    wait_output(&rc, &mut sc, "before\x1b]52;c;ZXZpbA==\x07after");
+    d.npc(&["pane", "send", "clip", "live"]).success();
+    wait_output(&rp, &mut sp, "line live");
+    wait_output(&rc, &mut sc, "\x1b]52;c;live\x07line live");
+    let shown = String::from_utf8_lossy(&sp);
+    // What was OSC 52 is an empty OSC (`ESC ] ESC \`) for the terminal.
+    assert!(shown.contains("before\x1b]\x1b\\after"), "{shown:?}");
+    assert!(shown.contains("\x1b]\x1b\\line live"), "{shown:?}");
+    assert!(
+        !shown.contains("\x1b]52"),
+        "OSC 52 reached the terminal: {shown:?}"
+    );
+    // The cached status the client is told on attaching is escaped too.
+    wait_output(
+        &told,
+        &mut Vec::new(),
+        "reports needs_attention: limit\\x1b]52;",
+    );
+    for child in [&mut plain, &mut clipboard] {
+        child.stdin.as_mut().unwrap().write_all(&[0x1d]).unwrap();
+        let status = wait_for("the client detached", || child.try_wait().unwrap());
+        assert!(status.success());
+    }
 }
 
 /// Lines of `dir`'s Rust sources (comments dropped) that contain `needle`.
