@@ -53,6 +53,18 @@ pub const NPC_NAMESPACE: &str = "dev.npcagent";
 pub const ORCACODE_NAMESPACE: &str = "io.github.okikorg.orcacode";
 /// The hooks file inside a namespace folder.
 pub const HOOKS_FILE: &str = "hooks.json";
+/// The files a package declares, relative to its root: what npc reads of it
+/// (its digest covers these and [`DECLARED_DIRS`], never other files of its
+/// folder).
+pub const DECLARED_FILES: [&str; 4] = [
+    MANIFEST_FILE,
+    MCP_FILE,
+    "dev.npcagent/hooks.json",
+    "io.github.okikorg.orcacode/hooks.json",
+];
+/// The directories a package declares, with everything under them.
+pub const DECLARED_DIRS: [&str; 1] = [SKILLS_DIR];
+
 /// Largest `plugin.json`, `mcp.json` or hooks file read.
 pub const MAX_JSON_BYTES: usize = 1024 * 1024;
 /// Most problems reported for one package; the rest are counted.

@@ -119,3 +119,13 @@ fn problems_are_bounded() {
 fn pointers_escape_their_parts() {
     assert_eq!(pointer(&["mcpServers", "a/b~c"]), "/mcpServers/a~1b~0c");
 }
+
+#[test]
+fn the_declared_files_are_the_ones_npc_reads() {
+    for namespace in [NPC_NAMESPACE, ORCACODE_NAMESPACE] {
+        let hooks = format!("{namespace}/{HOOKS_FILE}");
+        assert!(DECLARED_FILES.contains(&hooks.as_str()), "{hooks}");
+    }
+    assert!(DECLARED_FILES.contains(&MANIFEST_FILE) && DECLARED_FILES.contains(&MCP_FILE));
+    assert_eq!(DECLARED_DIRS, [SKILLS_DIR]);
+}

@@ -126,6 +126,7 @@ pub async fn run(
 
     // After an operational failure the reload runs again by itself.
     let mut retry = Retry::after(&outcome);
+    let mut damper = Damper::default();
     loop {
         let reason = tokio::select! {
             _ = term.recv() => break,
@@ -138,7 +139,33 @@ pub async fn run(
             }
             () = Retry::wait(&retry) => "retry after an operational failure".to_string(),
             burst = next_burst(&mut changes_rx, DEBOUNCE) => match burst {
-                Some(paths) => format!("changed: {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
+                Some(paths) => {
+                    let changed = paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+                    let (at, started) = damper.admit(tokio::time::Instant::now());
+                    if started {
+                        tracing::warn!("file changes start reloads in a loop ({changed}); at most one every {}s now", DAMPED_RELOAD_INTERVAL.as_secs());
+                        runtime
+                            .emit(
+                                RELOAD_DAMPED_EVENT,
+                                None,
+                                serde_json::json!({
+                                    "reloads": RELOAD_LOOP_LIMIT,
+                                    "window_secs": RELOAD_LOOP_WINDOW.as_secs(),
+                                    "interval_secs": DAMPED_RELOAD_INTERVAL.as_secs(),
+                                    "changed": changed,
+                                }),
+                            )
+                            .await;
+                    }
+                    // Damped: wait, and take what changed meanwhile along.
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at) => {}
+                        _ = term.recv() => break,
+                        _ = int.recv() => break,
+                    }
+                    while changes_rx.try_recv().is_ok() {}
+                    format!("changed: {changed}")
+                }
                 None => break,
             },
         };
@@ -165,6 +192,52 @@ pub async fn run(
     drop(watcher);
     runtime.shutdown().await;
     Ok(())
+}
+
+/// Reloads file changes may start within [`RELOAD_LOOP_WINDOW`] before the
+/// watcher's reloads are damped (a loop: something that changes with every
+/// reload, whatever its cause).
+pub const RELOAD_LOOP_LIMIT: usize = 10;
+/// The window [`RELOAD_LOOP_LIMIT`] counts in; quiet this long ends damping.
+pub const RELOAD_LOOP_WINDOW: Duration = Duration::from_secs(10);
+/// While damped, at most one reload from file changes this often.
+pub const DAMPED_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
+/// Event: file changes start reloads in a loop; they are damped.
+pub const RELOAD_DAMPED_EVENT: &str = "reload.damped";
+
+/// Counts the reloads file changes start and damps a loop of them.
+#[derive(Debug, Default)]
+struct Damper {
+    recent: std::collections::VecDeque<tokio::time::Instant>,
+    /// Damping now (one `reload.damped` event per episode).
+    damped: bool,
+}
+
+impl Damper {
+    /// A reload from file changes is due now: when it may run, and whether
+    /// damping just started.
+    fn admit(&mut self, now: tokio::time::Instant) -> (tokio::time::Instant, bool) {
+        let quiet_since = self.recent.back().copied();
+        if quiet_since.is_some_and(|t| now.duration_since(t) >= RELOAD_LOOP_WINDOW) {
+            self.recent.clear();
+            self.damped = false;
+        }
+        while self
+            .recent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= RELOAD_LOOP_WINDOW)
+        {
+            self.recent.pop_front();
+        }
+        let started = !self.damped && self.recent.len() >= RELOAD_LOOP_LIMIT;
+        self.damped |= started;
+        let at = match (self.damped, self.recent.back()) {
+            (true, Some(last)) => (*last + DAMPED_RELOAD_INTERVAL).max(now),
+            _ => now,
+        };
+        self.recent.push_back(at);
+        (at, started)
+    }
 }
 
 /// First wait before a reload that failed for an operational reason runs again.
@@ -414,4 +487,37 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
             }
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loop_of_reloads_is_damped_once_and_quiet_ends_it() {
+        let start = tokio::time::Instant::now();
+        let mut damper = Damper::default();
+        let mut started = 0;
+        let mut times = Vec::new();
+        for i in 0..RELOAD_LOOP_LIMIT + 3 {
+            let now = start + Duration::from_millis(100 * i as u64);
+            let (at, new) = damper.admit(now);
+            started += usize::from(new);
+            times.push(at);
+        }
+        assert_eq!(started, 1, "one event per episode");
+        // Up to the limit the reloads run at once; then one per interval.
+        assert!(
+            times[..RELOAD_LOOP_LIMIT]
+                .iter()
+                .enumerate()
+                .all(|(i, t)| *t == start + Duration::from_millis(100 * i as u64))
+        );
+        for pair in times[RELOAD_LOOP_LIMIT..].windows(2) {
+            assert_eq!(pair[1] - pair[0], DAMPED_RELOAD_INTERVAL);
+        }
+        // Quiet for a window after the last: back to normal.
+        let later = *times.last().unwrap() + RELOAD_LOOP_WINDOW;
+        assert_eq!(damper.admit(later), (later, false));
+    }
 }

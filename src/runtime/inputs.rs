@@ -102,8 +102,10 @@ pub const MAX_PACKAGE_BYTES: u64 = 64 * 1024 * 1024;
 /// package in a huge tree costs a bounded walk.
 pub const MAX_PACKAGE_ENTRIES: usize = 100_000;
 
-/// SHA-256 over the relative paths and contents of every regular file
-/// under `dir` (each file hashed as it is read, so size costs no memory),
+/// SHA-256 over the relative paths and contents of what the package at
+/// `dir` declares (`plugins::DECLARED_FILES`, and every regular file under
+/// `plugins::DECLARED_DIRS`: never another file of its folder, such as a
+/// log beside it), each file hashed as it is read so size costs no memory,
 /// except what npc writes itself (`skip`). The first operational read error
 /// goes to `failure`.
 fn dir_digest(dir: &Path, skip: &NpcOutput, failure: &mut Option<std::io::Error>) -> String {
@@ -120,8 +122,16 @@ fn dir_digest(dir: &Path, skip: &NpcOutput, failure: &mut Option<std::io::Error>
             return String::new();
         }
     };
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
+    let mut files: Vec<PathBuf> = crate::plugins::DECLARED_FILES
+        .iter()
+        .map(|f| dir.join(f))
+        .filter(|f| !skip.contains(f) && f.symlink_metadata().is_ok_and(|m| m.is_file()))
+        .collect();
+    let mut stack: Vec<PathBuf> = crate::plugins::DECLARED_DIRS
+        .iter()
+        .map(|d| dir.join(d))
+        .filter(|d| d.symlink_metadata().is_ok_and(|m| m.is_dir()))
+        .collect();
     let mut entries_seen = 0usize;
     while let Some(d) = stack.pop() {
         if entries_seen >= MAX_PACKAGE_ENTRIES {
@@ -201,6 +211,28 @@ mod tests {
         assert!(own.contains(Path::new("/repo/.codex/.config.toml.npc-1-2.tmp")));
         assert!(!own.contains(Path::new("/repo/plugin.json")));
         assert!(!own.contains(Path::new("/repo/npcagent.toml")));
+    }
+
+    #[test]
+    fn a_plugin_digest_covers_what_the_package_declares_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("plugin.json"), "{}").unwrap();
+        let own = npc_output(model::DEFAULT_STATE_DIR, root);
+        let digest = || dir_digest(root, &own, &mut None);
+        let before = digest();
+        // A log (`npc daemon >> daemon.log` in a package at `path = "."`),
+        // a server's script, a README: not the package's declaration.
+        std::fs::write(root.join("daemon.log"), "a line").unwrap();
+        std::fs::write(root.join("server.py"), "print()").unwrap();
+        assert_eq!(digest(), before);
+        for declared in ["mcp.json", "dev.npcagent/hooks.json", "skills/a/SKILL.md"] {
+            let path = root.join(declared);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let was = digest();
+            std::fs::write(&path, "x").unwrap();
+            assert_ne!(digest(), was, "{declared}");
+        }
     }
 
     #[test]

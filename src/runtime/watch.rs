@@ -18,6 +18,71 @@ use crate::repofs::is_editor_noise;
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
 /// Most changed paths remembered per burst (the rest still trigger a reload).
 pub const MAX_PATHS_PER_BURST: usize = 256;
+/// How long the set of files this process holds open for writing is reused
+/// before it is read again from `/proc/self`.
+pub const OWN_WRITES_TTL: Duration = Duration::from_secs(1);
+/// Descriptors looked at when reading that set.
+pub const MAX_FDS_LOOKED_AT: usize = 4096;
+/// `O_WRONLY | O_RDWR` in `/proc/self/fdinfo`'s octal `flags`.
+const WRITE_FLAGS: u32 = 0o1 | 0o2;
+
+/// The files this process holds open for writing — its stdout and stderr
+/// redirected to a file (`npc daemon >> daemon.log`), its logs — read from
+/// `/proc/self`: a change to one is npc's own, never a reason to reload.
+pub fn open_for_writing() -> BTreeSet<PathBuf> {
+    let mut out = BTreeSet::new();
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return out;
+    };
+    for fd in fds.flatten().take(MAX_FDS_LOOKED_AT) {
+        let name = fd.file_name();
+        let Some(n) = name.to_str() else { continue };
+        let flags = std::fs::read_to_string(format!("/proc/self/fdinfo/{n}"))
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix("flags:"))
+                    .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+            })
+            .unwrap_or(0);
+        if flags & WRITE_FLAGS == 0 {
+            continue;
+        }
+        if let Ok(target) = std::fs::read_link(fd.path())
+            && target.is_absolute()
+        {
+            out.insert(target);
+        }
+    }
+    out
+}
+
+/// [`open_for_writing`], read at most once per [`OWN_WRITES_TTL`].
+#[derive(Debug, Default)]
+struct OwnWrites {
+    read: Option<(std::time::Instant, BTreeSet<PathBuf>)>,
+}
+
+impl OwnWrites {
+    fn contains(&mut self, path: &Path) -> bool {
+        let stale = self
+            .read
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= OWN_WRITES_TTL);
+        if stale {
+            self.read = Some((std::time::Instant::now(), open_for_writing()));
+        }
+        // The watched directory may be spelled `repo/./` (a package at
+        // `path = "."`); `/proc` names the file without such steps.
+        let plain: PathBuf = path
+            .components()
+            .filter(|c| !matches!(c, std::path::Component::CurDir))
+            .collect();
+        self.read
+            .as_ref()
+            .is_some_and(|(_, set)| set.contains(&plain))
+    }
+}
 
 /// What to watch: exact files (by their directory) and whole directories,
 /// minus what npc writes itself.
@@ -110,6 +175,7 @@ impl ManifestWatcher {
     ) -> Result<Self, WatchError> {
         let shared = std::sync::Arc::new(std::sync::RwLock::new(WatchSet::default()));
         let filter = shared.clone();
+        let mut own_writes = OwnWrites::default();
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
             let Ok(event) = res else { return };
             if matches!(event.kind, EventKind::Access(_)) {
@@ -117,7 +183,7 @@ impl ManifestWatcher {
             }
             let Ok(set) = filter.read() else { return };
             for path in event.paths {
-                if set.matches(&path, &written) {
+                if set.matches(&path, &written) && !own_writes.contains(&path) {
                     let _ = tx.send(path);
                 }
             }
@@ -203,6 +269,23 @@ pub async fn next_burst(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_held_open_for_writing_are_npcs_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let written = dir.path().join("daemon.log");
+        let read = dir.path().join("read.txt");
+        std::fs::write(&read, "x").unwrap();
+        let _w = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&written)
+            .unwrap();
+        let _r = std::fs::File::open(&read).unwrap();
+        let own = open_for_writing();
+        assert!(own.contains(&written.canonicalize().unwrap()), "{own:?}");
+        assert!(!own.contains(&read.canonicalize().unwrap()));
+    }
 
     #[test]
     fn written_recognises_only_npc_content() {

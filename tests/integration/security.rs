@@ -555,3 +555,122 @@ fn a_captured_signed_delivery_never_replays_under_a_new_id_even_after_a_restart(
         serde_json::from_slice(&d.npc_output(&["runs", "--format", "json"]).stdout).unwrap();
     assert_eq!(runs.len(), 1, "one run for one delivery: {runs:?}");
 }
+
+/// Every stored event of the repository at `root`, read from its store.
+fn stored_events(root: &Path) -> Vec<Value> {
+    let Ok(store) = npcagent::store::Store::open_read_only(&root.join(".npc/state.db")) else {
+        return Vec::new();
+    };
+    store
+        .events_since(0, 100_000)
+        .unwrap_or_default()
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_daemon_logging_into_its_own_plugin_package_does_not_reload_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let plugin = |description: &str| {
+        json!({
+            "$schema": npcagent::plugins::PLUGIN_SCHEMA_URL,
+            "name": "kit",
+            "description": description,
+        })
+        .to_string()
+    };
+    std::fs::write(root.join("plugin.json"), plugin("one")).unwrap();
+    std::fs::write(
+        root.join("npcagent.toml"),
+        format!("{API_ANY_PORT}[plugins.kit]\npath = \".\"\n"),
+    )
+    .unwrap();
+    // `npc daemon >> daemon.log` in the package's own folder, logging at info.
+    let mut daemon = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("exec \"$0\" daemon >> daemon.log 2>&1")
+        .arg(crate::support::npc_path())
+        .env("NPC_LOG", "info")
+        .env("XDG_DATA_HOME", data.path())
+        .current_dir(&root)
+        .spawn()
+        .unwrap();
+    crate::support::wait_for("the daemon's startup line", || {
+        std::fs::read_to_string(root.join("daemon.log"))
+            .ok()?
+            .contains("npc daemon: startup")
+            .then_some(())
+    });
+    // Two edits of the package's declaration, one after the other's reload:
+    // every reload between them would be one the log started.
+    let planned = |root: &Path| -> Vec<String> {
+        stored_events(root)
+            .into_iter()
+            .filter(|e| e["kind"] == "reconcile.planned" && e["payload"]["reason"] != "startup")
+            .map(|e| e["payload"]["reason"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    for (n, description) in ["two", "three"].iter().enumerate() {
+        std::fs::write(root.join("plugin.json"), plugin(description)).unwrap();
+        crate::support::wait_for("the edit's reload", || {
+            (planned(&root).len() > n).then_some(())
+        });
+    }
+    let reasons = planned(&root);
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(
+        reasons
+            .iter()
+            .all(|r| r.contains("plugin.json") && !r.contains("daemon.log")),
+        "{reasons:?}"
+    );
+    assert!(
+        stored_events(&root)
+            .iter()
+            .all(|e| e["kind"] != "reload.damped"),
+        "no loop to damp"
+    );
+    crate::support::terminate_child(daemon_take(&mut daemon));
+}
+
+fn daemon_take(child: &mut std::process::Child) -> std::process::Child {
+    std::mem::replace(child, std::process::Command::new("true").spawn().unwrap())
+}
+
+#[test]
+fn a_reload_loop_of_any_cause_is_damped_with_one_event() {
+    // The loop: a pane rewrites the prompt file the manifest names, again
+    // and again, so every reload is followed by another change.
+    let d = Daemon::start_with(
+        &format!(
+            "{API_ANY_PORT}[prompts.p]\nfile = \"p.md\"\n[panes.churn]\ncommand = \"sh\"\nargs = [\"-c\", \"while :; do date +%N > p.md; sleep 0.2; done\"]\n"
+        ),
+        crate::support::DaemonSetup {
+            files: &[("p.md", "hello")],
+            ..Default::default()
+        },
+    );
+    let damped = d.wait_event(0, "reload.damped");
+    assert_eq!(
+        damped["payload"]["reloads"],
+        npcagent::runtime::daemon::RELOAD_LOOP_LIMIT
+    );
+    assert!(
+        damped["payload"]["changed"]
+            .as_str()
+            .unwrap()
+            .contains("p.md"),
+        "{damped}"
+    );
+    // Damped, the daemon still answers at once.
+    assert!(d.npc_output(&["status"]).status.success());
+    let episodes = d
+        .events()
+        .iter()
+        .filter(|e| e["kind"] == "reload.damped")
+        .count();
+    assert_eq!(episodes, 1, "one event per episode");
+}
