@@ -558,7 +558,7 @@ fn a_captured_signed_delivery_never_replays_under_a_new_id_even_after_a_restart(
 
 /// Every stored event of the repository at `root`, read from its store.
 fn stored_events(root: &Path) -> Vec<Value> {
-    let Ok(store) = npcagent::store::Store::open_read_only(&root.join(".npc/state.db")) else {
+    let Ok(store) = npcagent::store::Store::open_read_only(root.join(".npc/state.db")) else {
         return Vec::new();
     };
     store
