@@ -61,7 +61,7 @@ impl Here {
                 max_queued: usize::MAX,
                 state: None,
                 claimed_by: Some(this_process().unwrap_or_default()),
-                replay: Vec::new(),
+                replay_until_ms: None,
             })
             .await?;
         let result =

@@ -17,7 +17,7 @@ use serde::Serialize;
 use super::Origin;
 use crate::bus::EventBus;
 use crate::model::Overlap;
-use crate::store::queue::{Enqueued, NewRun, ReplayKey};
+use crate::store::queue::{Enqueued, NewRun};
 use crate::store::{NewEvent, Store};
 
 /// Runs of one trigger that may wait in the queue; a firing past it is
@@ -54,9 +54,9 @@ pub struct Submission {
     /// A trigger-state key committed with the row (cron: its next fire
     /// time), whatever the queue decides.
     pub state: Option<(String, serde_json::Value)>,
-    /// Keys that make a later submission a replay while they last
-    /// (`store::queue::NewRun::replay`).
-    pub replay: Vec<ReplayKey>,
+    /// Until when the dedupe key outlives the row
+    /// (`store::queue::NewRun::replay_until_ms`).
+    pub replay_until_ms: Option<i64>,
 }
 
 impl Submission {
@@ -67,7 +67,7 @@ impl Submission {
             payload,
             dedupe_key: None,
             state: None,
-            replay: Vec::new(),
+            replay_until_ms: None,
         }
     }
 }
@@ -103,7 +103,7 @@ impl RunQueue {
             max_queued: MAX_QUEUED_PER_TRIGGER,
             state: run.state,
             claimed_by: None,
-            replay: run.replay,
+            replay_until_ms: run.replay_until_ms,
         });
         let (bus, wake) = (self.bus.clone(), self.wake.clone());
         async move {

@@ -67,17 +67,11 @@ pub struct NewRun {
     /// [`RunRow::owner`]): the run is carried out by the process that asks
     /// for it, and no executor ever claims it.
     pub claimed_by: Option<String>,
-    /// Keys that make a later submission of the same queue a replay while
-    /// they last (a webhook delivery's signature and id): one already held
-    /// makes this one [`Enqueued::Duplicate`]; they are kept with the row.
-    pub replay: Vec<ReplayKey>,
-}
-
-/// A key of [`NewRun::replay`], until `expires_at_ms`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReplayKey {
-    pub key: String,
-    pub expires_at_ms: i64,
+    /// Until when [`NewRun::dedupe_key`] keeps refusing a later
+    /// submission of the queue (a webhook signature's window), even after
+    /// this row is pruned: [`Store::prune_runs`] moves the keys of rows it
+    /// forgets to the replay table until then.
+    pub replay_until_ms: Option<i64>,
 }
 
 /// Replay keys kept per queue; the soonest to expire go first past it.
@@ -163,28 +157,20 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
         .map_err(&failed)?;
     }
     if let Some(key) = &run.dedupe_key {
-        let seen: Option<i64> = conn
-            .prepare_cached("SELECT 1 FROM runs WHERE trigger = ?1 AND dedupe_key = ?2")
-            .and_then(|mut s| s.query_row((&run.trigger, key), |r| r.get(0)).optional())
+        // A row's key, or a pruned row's within its window.
+        let held: Option<i64> = conn
+            .prepare_cached(
+                "SELECT 1 FROM runs WHERE trigger = ?1 AND dedupe_key = ?2
+                 UNION ALL SELECT 1 FROM webhook_replays
+                 WHERE trigger = ?1 AND key = ?2 AND expires_at_ms > ?3 LIMIT 1",
+            )
+            .and_then(|mut s| {
+                s.query_row((&run.trigger, key, now), |r| r.get(0))
+                    .optional()
+            })
             .map_err(&failed)?;
-        if seen.is_some() {
+        if held.is_some() {
             return Ok(Enqueued::Duplicate);
-        }
-    }
-    if !run.replay.is_empty() {
-        conn.prepare_cached(
-            "DELETE FROM webhook_replays WHERE trigger = ?1 AND expires_at_ms <= ?2",
-        )
-        .and_then(|mut s| s.execute((&run.trigger, now)))
-        .map_err(&failed)?;
-        for k in &run.replay {
-            let held: Option<i64> = conn
-                .prepare_cached("SELECT 1 FROM webhook_replays WHERE trigger = ?1 AND key = ?2")
-                .and_then(|mut s| s.query_row((&run.trigger, &k.key), |r| r.get(0)).optional())
-                .map_err(&failed)?;
-            if held.is_some() {
-                return Ok(Enqueued::Duplicate);
-            }
         }
     }
     let active = |states: &str, limit: usize| -> Result<usize, StoreError> {
@@ -210,8 +196,8 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
     };
     conn.prepare_cached(
         "INSERT INTO runs (id, trigger, origin, dedupe_key, payload, state,
-         enqueued_at_ms, started_at_ms, finished_at_ms, owner)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+         enqueued_at_ms, started_at_ms, finished_at_ms, owner, replay_until_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )
     .and_then(|mut s| {
         s.execute((
@@ -225,16 +211,10 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
             started,
             finished,
             &run.claimed_by,
+            run.replay_until_ms,
         ))
     })
     .map_err(&failed)?;
-    for k in &run.replay {
-        conn.prepare_cached(
-            "INSERT OR REPLACE INTO webhook_replays (trigger, key, expires_at_ms) VALUES (?1, ?2, ?3)",
-        )
-        .and_then(|mut s| s.execute((&run.trigger, &k.key, k.expires_at_ms)))
-        .map_err(&failed)?;
-    }
     Ok(outcome)
 }
 
@@ -376,16 +356,26 @@ impl Store {
         })
     }
 
-    /// Forget finished runs beyond the newest `keep`.
+    /// Forget finished runs beyond the newest `keep`; the dedupe keys of
+    /// those still within their [`NewRun::replay_until_ms`] move to the
+    /// replay table (bounded by [`Store::prune_replays`]).
     pub fn prune_runs(&self, keep: usize) -> Pending<usize> {
         self.write(move |conn| {
+            let failed = sqlite("prune runs");
+            // Below the newest `keep` rows (none when there are no more).
+            const PRUNED: &str = "FROM runs WHERE state NOT IN ('queued', 'running') AND seq <=
+                 (SELECT seq FROM runs ORDER BY seq DESC LIMIT 1 OFFSET ?1)";
             conn.execute(
-                "DELETE FROM runs WHERE state NOT IN ('queued', 'running') AND seq <
-                 (SELECT COALESCE(MIN(seq), 0) FROM (SELECT seq FROM runs
-                  ORDER BY seq DESC LIMIT ?1))",
-                [keep as i64],
+                &format!(
+                    "INSERT OR REPLACE INTO webhook_replays (trigger, key, expires_at_ms)
+                     SELECT trigger, dedupe_key, replay_until_ms {PRUNED}
+                     AND dedupe_key IS NOT NULL AND replay_until_ms > ?2"
+                ),
+                (keep as i64, now_ms()),
             )
-            .map_err(sqlite("prune runs"))
+            .map_err(&failed)?;
+            conn.execute(&format!("DELETE {PRUNED}"), [keep as i64])
+                .map_err(&failed)
         })
     }
 
@@ -475,7 +465,7 @@ mod tests {
             max_queued: 3,
             state: None,
             claimed_by: None,
-            replay: Vec::new(),
+            replay_until_ms: None,
         }
     }
 
@@ -595,31 +585,44 @@ mod tests {
     }
 
     #[test]
-    fn a_replay_key_refuses_a_later_run_of_the_queue_until_it_expires() {
+    fn a_dedupe_key_outlives_its_pruned_row_until_its_replay_window_ends() {
         let (_dir, store) = store();
-        let key = |k: &str, expires_at_ms: i64| ReplayKey {
-            key: k.to_string(),
-            expires_at_ms,
+        let finished = |id: &str| {
+            store.mark_run(id, state::SUCCEEDED, None).wait().unwrap();
         };
         let later = now_ms() + 60_000;
-        let mut first = run("a", Some("id-1"));
-        first.replay = vec![key("sig:ab", later), key("id:id-1", later)];
+        let mut first = run("a", Some("sig-ab"));
+        first.replay_until_ms = Some(later);
         assert_eq!(store.enqueue_run(first).wait().unwrap(), Enqueued::Queued);
-        // Same signature, a new id header: a replay.
-        let mut again = run("b", Some("id-2"));
-        again.replay = vec![key("sig:ab", later), key("id:id-2", later)];
+        finished("a");
         assert_eq!(
-            store.enqueue_run(again).wait().unwrap(),
+            store.enqueue_run(run("b", Some("sig-ab"))).wait().unwrap(),
             Enqueued::Duplicate
         );
-        assert!(store.run_row("b").unwrap().is_none());
-        // An expired key refuses nothing, and pruning forgets it.
-        let mut gone = run("c", None);
-        gone.replay = vec![key("sig:old", now_ms() - 1)];
-        assert_eq!(store.enqueue_run(gone).wait().unwrap(), Enqueued::Queued);
-        let mut reuse = run("d", None);
-        reuse.replay = vec![key("sig:old", later)];
-        assert_eq!(store.enqueue_run(reuse).wait().unwrap(), Enqueued::Queued);
-        assert_eq!(store.prune_replays().wait().unwrap(), 0);
+        // A key past its window is forgotten with its row.
+        let mut old = run("c", Some("sig-old"));
+        old.replay_until_ms = Some(now_ms() - 1);
+        assert_eq!(store.enqueue_run(old).wait().unwrap(), Enqueued::Queued);
+        finished("c");
+        // So is one that never had a window.
+        assert_eq!(
+            store.enqueue_run(run("d", Some("id-1"))).wait().unwrap(),
+            Enqueued::Queued
+        );
+        finished("d");
+        assert_eq!(store.prune_runs(0).wait().unwrap(), 3);
+        assert!(store.run_row("a").unwrap().is_none());
+        assert_eq!(
+            store.enqueue_run(run("e", Some("sig-ab"))).wait().unwrap(),
+            Enqueued::Duplicate,
+            "the pruned row's key still refuses a replay"
+        );
+        for (id, key) in [("f", "sig-old"), ("g", "id-1")] {
+            assert_eq!(
+                store.enqueue_run(run(id, Some(key))).wait().unwrap(),
+                Enqueued::Queued
+            );
+        }
+        assert_eq!(store.prune_replays().wait().unwrap(), 0, "nothing expired");
     }
 }

@@ -160,10 +160,10 @@ const MIGRATIONS: &[Migration] = &[
     "#,
     },
     Migration {
-        // Webhook replay keys (`store::queue::ReplayKey`): a delivery's
-        // signature and its id header, each until its scheme's window ends,
-        // checked and written in the job that enqueues the run, so a replay
-        // is refused across restarts whatever header it carries.
+        // Webhook replay keys, each until its scheme's window ends, checked
+        // in the job that enqueues the run, so a replay is refused across
+        // restarts whatever header it carries. Since version 6 it holds
+        // only the keys of pruned runs (`runs.replay_until_ms`).
         version: 5,
         sql: r#"
         CREATE TABLE webhook_replays (
@@ -175,10 +175,20 @@ const MIGRATIONS: &[Migration] = &[
         CREATE INDEX webhook_replays_by_expiry ON webhook_replays (trigger, expires_at_ms);
     "#,
     },
+    Migration {
+        // A run's dedupe key is its replay key while the row lives (its
+        // UNIQUE index already holds it, so accepting a delivery writes no
+        // second index); `replay_until_ms` says how long it must outlive
+        // the row: pruning moves unexpired keys to `webhook_replays`.
+        version: 6,
+        sql: r#"
+        ALTER TABLE runs ADD COLUMN replay_until_ms INTEGER;
+    "#,
+    },
 ];
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,
@@ -302,7 +312,12 @@ mod tests {
             [],
         )
         .unwrap();
-        assert_eq!(migrate(&mut conn, std::path::Path::new("x")).unwrap(), 2);
+        let steps = migrate(&mut conn, std::path::Path::new("x")).unwrap();
+        assert_eq!(
+            steps as i64,
+            SCHEMA_VERSION - 3,
+            "every step after version 3"
+        );
         let rows: Vec<(String, String, String, String, String, Option<i64>)> = conn
             .prepare(
                 "SELECT id, trigger, origin, state, payload, finished_at_ms FROM runs ORDER BY seq",

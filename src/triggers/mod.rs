@@ -48,9 +48,10 @@ pub struct Firing {
     pub state: Option<(String, serde_json::Value)>,
     /// Told the outcome once it is committed (a webhook's 202 waits for it).
     pub ack: Option<Ack>,
-    /// Keys that make a later firing a replay while they last (a webhook
-    /// delivery's signature and id).
-    pub replay: Vec<crate::store::queue::ReplayKey>,
+    /// Until when the dedupe key refuses a later firing even after the row
+    /// is pruned (a webhook signature's window; see
+    /// `store::queue::NewRun::replay_until_ms`).
+    pub replay_until_ms: Option<i64>,
 }
 
 impl Firing {
@@ -62,7 +63,7 @@ impl Firing {
             dedupe_key: None,
             state: None,
             ack: None,
-            replay: Vec::new(),
+            replay_until_ms: None,
         }
     }
 
@@ -74,7 +75,7 @@ impl Firing {
             payload: self.payload,
             dedupe_key: self.dedupe_key,
             state: self.state,
-            replay: self.replay,
+            replay_until_ms: self.replay_until_ms,
         };
         (run, self.ack)
     }

@@ -14,7 +14,7 @@
 //! | body sent within `surfaces::http::BODY_READ_TIMEOUT` | 408 | `webhook.too_slow` |
 //! | content type is JSON | 415 | `webhook.unsupported_media_type` |
 //! | signature (when `secret_env` is set) | 401 | `webhook.bad_signature` |
-//! | delivery not seen within [`REPLAY_WINDOW`] | 409 | `webhook.replayed` |
+//! | delivery (its signature, else its id) not accepted before | 409 | `webhook.replayed` |
 //! | route under its rate limit | 429 | `webhook.rate_limited` |
 //! | body parses as JSON | 400 | `webhook.bad_json` |
 //! | the event is one the route takes | 200 | `webhook.ignored` |
@@ -25,10 +25,14 @@
 //! GitHub's `X-Hub-Signature-256: sha256=HEX`, or the generic
 //! `X-Npc-Signature: t=UNIX,v1=HEX` over `UNIX.BODY` with a timestamp
 //! tolerance of [`TIMESTAMP_TOLERANCE`]; compared in constant time. A
-//! delivery is known by `X-GitHub-Delivery` or `X-Npc-Delivery`, else by
-//! its signature; it is remembered in memory for the window and, as the
-//! run's dedupe key, in the store for good (a replay after a restart is
-//! refused too). Rejection events are capped at
+//! signed delivery is known by its signature (the id headers are not
+//! signed: a captured delivery under a new `X-GitHub-Delivery` is the same
+//! delivery), an unsigned one by `X-GitHub-Delivery` or `X-Npc-Delivery`.
+//! That key is remembered in memory and, as the run's dedupe key, in the
+//! store across restarts, for as long as the signature could verify: twice
+//! the timestamp tolerance for `X-Npc-Signature`, [`GITHUB_REPLAY_WINDOW`]
+//! for GitHub's, which signs no timestamp (past run pruning, in the replay
+//! table, bounded per queue). Rejection events are capped at
 //! [`MAX_REJECTION_EVENTS_PER_SECOND`]; the next one counts what was left out.
 
 use std::collections::{HashMap, VecDeque};
@@ -52,7 +56,7 @@ use super::{
 use crate::bus::EventBus;
 use crate::model::TriggerSource;
 use crate::store::NewEvent;
-use crate::store::queue::{Enqueued, ReplayKey};
+use crate::store::queue::Enqueued;
 use crate::surfaces::tcp::constant_time_eq;
 use crate::surfaces::webhook::WebhookSocket;
 
@@ -70,6 +74,10 @@ pub const TIMESTAMP_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 /// timestamp, so a captured delivery verifies forever; npc remembers its
 /// signature this long (bounded by `store::queue::MAX_REPLAY_KEYS_PER_QUEUE`).
 pub const GITHUB_REPLAY_WINDOW: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+/// Hex digits of a verified signature that name its delivery: its first
+/// 128 bits (a truncated HMAC; another body with the same ones needs the
+/// secret), half the index a whole signature would take.
+pub const REPLAY_KEY_HEX_DIGITS: usize = 32;
 /// Rejection events recorded per second over all routes.
 pub const MAX_REJECTION_EVENTS_PER_SECOND: u32 = 50;
 /// Bytes of request bodies the listener holds at once before their
@@ -562,20 +570,24 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
             }
         }
     }
+    // A signed delivery is known by its signature, whatever id header
+    // comes with it (the id is not signed); an unsigned one by its id.
     let window = signature.as_ref().map_or(REPLAY_WINDOW, |s| s.window);
-    let expires_at_ms = listener.now().timestamp_millis()
+    let replay_until_ms = listener.now().timestamp_millis()
         + i64::try_from(window.as_millis()).unwrap_or(i64::MAX / 2);
-    let replay: Vec<ReplayKey> = signature
+    let replay_key = signature
         .as_ref()
-        .map(|s| format!("sig:{}", s.hex))
-        .into_iter()
-        .chain(header_id.as_ref().map(|id| format!("id:{id}")))
-        .map(|key| ReplayKey { key, expires_at_ms })
-        .collect();
+        .map(|s| {
+            s.hex
+                .get(..REPLAY_KEY_HEX_DIGITS)
+                .unwrap_or(&s.hex)
+                .to_string()
+        })
+        .or_else(|| header_id.clone());
     let delivery = header_id.or_else(|| signature.map(|s| s.hex));
-    if replay
-        .iter()
-        .any(|k| crate::stdx::lock(&route.seen).contains(&k.key))
+    if replay_key
+        .as_ref()
+        .is_some_and(|k| crate::stdx::lock(&route.seen).contains(k))
     {
         return listener
             .refuse(
@@ -632,8 +644,8 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
             "body": json,
         }),
     );
-    firing.dedupe_key = delivery.clone();
-    firing.replay = replay.clone();
+    firing.dedupe_key = replay_key.clone();
+    firing.replay_until_ms = replay_key.is_some().then_some(replay_until_ms);
     firing.ack = Some(ack);
     if route.firings.send(firing).await.is_err() {
         return listener
@@ -657,11 +669,9 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
                 .await
         }
         Ok(Ok(accepted)) => {
-            let mut seen = crate::stdx::lock(&route.seen);
-            for k in replay {
-                seen.insert(k.key);
+            if let Some(key) = replay_key {
+                crate::stdx::lock(&route.seen).insert(key);
             }
-            drop(seen);
             (
                 StatusCode::ACCEPTED,
                 axum::Json(json!({ "run_id": accepted.run_id, "outcome": accepted.outcome })),
