@@ -43,6 +43,9 @@ pub const DB_FILE_NAME: &str = "state.db";
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Idle read-only connections kept for reuse.
 pub const READER_POOL_SIZE: usize = 4;
+/// Prepared statements each connection keeps (rusqlite's default is 16;
+/// the writer's jobs use more, and one evicted is parsed again).
+pub const STATEMENT_CACHE_CAPACITY: usize = 64;
 /// Applied manifests kept as history; older ones are pruned on insert.
 pub const MANIFEST_HISTORY_LIMIT: i64 = 20;
 /// Most events one [`Store::events_since`] call returns.
@@ -284,6 +287,7 @@ impl Store {
         )
         .map_err(open_error)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_error)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         let mode: String = conn
             .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
             .map_err(open_error)?;
@@ -409,6 +413,7 @@ impl Store {
         )
         .map_err(open_error)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_error)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         Ok(conn)
     }
 

@@ -250,19 +250,29 @@ fn linger(jobs: &mpsc::Receiver<Box<dyn Job>>, batch: &mut Vec<Box<dyn Job>>) {
 }
 
 fn run_batch(conn: &mut Connection, batch: &mut [Box<dyn Job>]) -> Result<(), StoreError> {
-    let mut tx = conn
+    let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(sqlite("begin a write transaction"))?;
+    // rusqlite's `Savepoint` parses its SQL each time; these are cached.
+    let step = |sql: &str| {
+        tx.prepare_cached(sql)
+            .and_then(|mut s| s.execute([]))
+            .map(drop)
+    };
     for job in batch.iter_mut() {
         let outcome = if job.single_statement() {
             job.run(&tx)
         } else {
-            let savepoint = tx.savepoint().map_err(sqlite("open a savepoint"))?;
-            let outcome = job.run(&savepoint);
+            step("SAVEPOINT job").map_err(sqlite("open a savepoint"))?;
+            let outcome = job.run(&tx);
             if outcome.is_ok() {
-                savepoint.commit().map_err(sqlite("release a savepoint"))?;
+                step("RELEASE job").map_err(sqlite("release a savepoint"))?;
+            } else if !tx.is_autocommit() {
+                // A failed job undoes only its own writes.
+                step("ROLLBACK TO job")
+                    .and_then(|()| step("RELEASE job"))
+                    .map_err(sqlite("roll back a savepoint"))?;
             }
-            // A failed job's savepoint rolls back when dropped.
             outcome
         };
         if let Err(error) = outcome
