@@ -203,9 +203,19 @@ fn respond(answer: Answer) -> Response {
     }
 }
 
-/// The router's state.
-#[derive(Clone)]
-pub struct ApiState {
+/// The router's state, shared: every request's handler gets the one copy.
+#[derive(Debug, Clone)]
+pub struct ApiState(Arc<Shared>);
+
+impl std::ops::Deref for ApiState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What [`ApiState`] shares.
+pub struct Shared {
     backend: Arc<dyn ApiBackend>,
     live: events::Live,
     /// The listener is bound beyond loopback.
@@ -216,7 +226,7 @@ pub struct ApiState {
     auth: ApiAuth,
 }
 
-impl std::fmt::Debug for ApiState {
+impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ApiState").finish_non_exhaustive()
     }
@@ -690,13 +700,13 @@ struct EventsQuery {
 /// the host check gives way to it).
 pub fn router(backend: Arc<dyn ApiBackend>, auth: ApiAuth, remote: bool) -> Router {
     let live = events::Live::start(backend.store(), backend.bus());
-    let state = ApiState {
+    let state = ApiState(Arc::new(Shared {
         backend,
         live,
         remote,
         terminals: Arc::new(tokio::sync::Semaphore::new(terminal::MAX_TERMINALS)),
         auth: auth.clone(),
-    };
+    }));
     let mut api = Router::new();
     for (path, content_type, body) in DASHBOARD_ASSETS {
         api = api.route(
@@ -746,6 +756,7 @@ pub fn router(backend: Arc<dyn ApiBackend>, auth: ApiAuth, remote: bool) -> Rout
         .fallback(not_found)
         .with_state(state)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES));
+    let auth = Arc::new(auth);
     api.layer(axum::middleware::from_fn(
         move |request: Request, next: Next| {
             let auth = auth.clone();

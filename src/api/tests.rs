@@ -76,7 +76,7 @@ impl ApiBackend for Fake {
                     max_queued: 10,
                     state: None,
                     claimed_by: None,
-                    replay: Vec::new(),
+                    replay_until_ms: None,
                 })
                 .await
                 .unwrap();

@@ -117,7 +117,7 @@ impl RepoPaths {
         }
         match Access::from_token_env(daemon.token_env.as_deref()) {
             token @ Access::Token(_) => Ok(token),
-            Access::Loopback => Ok(Access::Token(self.api_token()?)),
+            Access::Loopback => Ok(Access::Token(self.api_token()?.into())),
         }
     }
 

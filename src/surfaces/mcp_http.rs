@@ -187,7 +187,7 @@ impl McpHttpListener {
             .local_addr()
             .is_ok_and(|a| !a.ip().is_loopback());
         let token: Option<Arc<str>> = match self.access {
-            Access::Token(token) => Some(token.into()),
+            Access::Token(token) => Some(token),
             Access::Loopback => None,
         };
         let router = axum::Router::new()

@@ -34,7 +34,8 @@ pub enum Access {
     /// Anyone on this machine; only loopback addresses may be bound.
     Loopback,
     /// Requests carrying `Authorization: Bearer <token>`; any address.
-    Token(String),
+    /// Shared: every request's check reads it, none copies it.
+    Token(Arc<str>),
 }
 
 impl std::fmt::Debug for Access {
@@ -53,7 +54,7 @@ impl Access {
         token_env
             .and_then(|var| std::env::var(var).ok())
             .filter(|t| !t.is_empty())
-            .map_or(Self::Loopback, Self::Token)
+            .map_or(Self::Loopback, |t| Self::Token(t.into()))
     }
 
     /// Whether a listener on `addr` may serve under this access: beyond
@@ -153,13 +154,12 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Whether `header` is `Bearer <token>`, in time independent of where they
-/// differ (both sides are hashed first, so their lengths do not leak either).
+/// differ ([`constant_time_eq`]; only a length mismatch answers early, and a
+/// token's length is no secret: the repository's are 64 hex digits).
 pub fn bearer_matches(header: Option<&[u8]>, token: &str) -> bool {
-    use sha2::{Digest as _, Sha256};
-    let Some(given) = header.and_then(|h| h.strip_prefix(b"Bearer ")) else {
-        return false;
-    };
-    constant_time_eq(&Sha256::digest(given), &Sha256::digest(token.as_bytes()))
+    header
+        .and_then(|h| h.strip_prefix(b"Bearer "))
+        .is_some_and(|given| constant_time_eq(given, token.as_bytes()))
 }
 
 #[cfg(test)]
