@@ -1029,13 +1029,7 @@ fn force_agent_files_replaces_a_conflicting_entry_while_a_daemon_runs() {
         .stderr(log)
         .spawn()
         .unwrap();
-    struct Stop(std::process::Child);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            stop_child(&mut self.0);
-        }
-    }
-    let _daemon = Stop(child);
+    let _daemon = crate::support::Stopped::new(child);
     wait_for("the daemon to hold the repository", || {
         let out = npc()
             .current_dir(dir.path())
@@ -3290,7 +3284,7 @@ fn s9_a_queued_acp_run_with_a_forged_extra_in_the_repositorys_store_never_runs()
             max_queued: 10,
             state: None,
             claimed_by: None,
-            replay: Vec::new(),
+            replay_until_ms: None,
         })
         .wait()
         .unwrap();

@@ -537,7 +537,7 @@ fn deprecated_sse_server_is_a_clear_error_and_costs_only_itself() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let _old = Stopped(old);
+    let _old = crate::support::Stopped::new(old);
     crate::support::wait_for("the SSE server to listen", || {
         std::net::TcpStream::connect(("127.0.0.1", port)).ok()
     });
@@ -563,15 +563,6 @@ fn deprecated_sse_server_is_a_clear_error_and_costs_only_itself() {
         reason.contains("`old`") && reason.contains("deprecated HTTP+SSE transport"),
         "{reason}"
     );
-}
-
-/// A child stopped (SIGTERM, reaped) when the test ends, even by a panic.
-struct Stopped(std::process::Child);
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        crate::support::stop_child(&mut self.0);
-    }
 }
 
 /// The hostile server `h` as a manifest section.

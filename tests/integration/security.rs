@@ -589,7 +589,7 @@ fn a_daemon_logging_into_its_own_plugin_package_does_not_reload_itself() {
     )
     .unwrap();
     // `npc daemon >> daemon.log` in the package's own folder, logging at info.
-    let mut daemon = std::process::Command::new("sh")
+    let daemon = std::process::Command::new("sh")
         .arg("-c")
         .arg("exec \"$0\" daemon >> daemon.log 2>&1")
         .arg(crate::support::npc_path())
@@ -597,6 +597,7 @@ fn a_daemon_logging_into_its_own_plugin_package_does_not_reload_itself() {
         .env("XDG_DATA_HOME", data.path())
         .current_dir(&root)
         .spawn()
+        .map(crate::support::Stopped::new)
         .unwrap();
     crate::support::wait_for("the daemon's startup line", || {
         std::fs::read_to_string(root.join("daemon.log"))
@@ -633,11 +634,7 @@ fn a_daemon_logging_into_its_own_plugin_package_does_not_reload_itself() {
             .all(|e| e["kind"] != "reload.damped"),
         "no loop to damp"
     );
-    crate::support::terminate_child(daemon_take(&mut daemon));
-}
-
-fn daemon_take(child: &mut std::process::Child) -> std::process::Child {
-    std::mem::replace(child, std::process::Command::new("true").spawn().unwrap())
+    assert!(daemon.terminate().success());
 }
 
 #[test]

@@ -65,6 +65,30 @@ pub fn stop_child(child: &mut std::process::Child) {
     let _ = child.wait();
 }
 
+/// A child stopped ([`stop_child`]) when the test ends, even by a panic, so
+/// a failing test leaves nothing running.
+#[derive(Debug)]
+pub struct Stopped(Option<std::process::Child>);
+
+impl Stopped {
+    pub fn new(child: std::process::Child) -> Self {
+        Self(Some(child))
+    }
+
+    /// Stop it now (SIGTERM), waiting with the usual deadline for its exit.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        terminate_child(self.0.take().expect("the child runs"))
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            stop_child(&mut child);
+        }
+    }
+}
+
 /// Send SIGTERM to `child` and wait (with the usual deadline) for its exit.
 pub fn terminate_child(mut child: std::process::Child) -> std::process::ExitStatus {
     nix::sys::signal::kill(
