@@ -91,11 +91,14 @@ async fn status_paths() {
         return;
     }
     let baseline_url = constant_server().await;
-    let (_dir, mut child, url) = daemon();
+    let (dir, mut child, url) = daemon();
     let base = tokio::task::spawn_blocking(move || common::wrk(&baseline_url, None))
         .await
         .unwrap();
-    let api = tokio::task::spawn_blocking(move || common::wrk(&url, None))
+    // The API answers only a bearer of the repository's token.
+    let token = std::fs::read_to_string(dir.path().join(".npc/api.token")).expect("the token file");
+    let bearer = vec![format!("Authorization: Bearer {}", token.trim())];
+    let api = tokio::task::spawn_blocking(move || common::wrk_with(&url, None, &bearer))
         .await
         .unwrap();
     assert_eq!((base.non_2xx, api.non_2xx), (0, 0), "every answer a 200");

@@ -110,12 +110,9 @@ impl Drop for Daemon {
     }
 }
 
-/// A `wrk` script POSTing `body` with `signature`, and a delivery id unique
+/// A `wrk` script POSTing `body` without a signature, a delivery id unique
 /// per request (thread number + counter).
-fn script(dir: &Path, name: &str, body: &str, signature: Option<&str>) -> PathBuf {
-    let sig = signature
-        .map(|s| format!("headers[\"X-Hub-Signature-256\"] = \"{s}\"\n"))
-        .unwrap_or_default();
+fn unsigned_script(dir: &Path, body: &str) -> PathBuf {
     let text = format!(
         r#"
 local counter = 0
@@ -130,12 +127,66 @@ function request()
   headers["Content-Type"] = "application/json"
   headers["X-GitHub-Event"] = "push"
   headers["X-GitHub-Delivery"] = tid .. "-" .. counter
-  {sig}
   return wrk.format("POST", nil, headers, {body:?})
 end
 "#
     );
-    let path = dir.join(name);
+    let path = dir.join("unsigned.lua");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Distinct deliveries prepared per `wrk` thread: more than one thread sends in a run.
+const DELIVERIES_PER_THREAD: usize = 200_000;
+
+/// A `wrk` script POSTing distinct signed deliveries: each thread reads
+/// `deliveries.<thread>` (lines `signature<TAB>body`, written here with their
+/// HMACs precomputed), so no two requests share a body or a signature and none
+/// is a replay. The delivery id is a slice of the signature.
+fn signed_script(dir: &Path, secret: &str) -> PathBuf {
+    for thread in 1..=WRK_THREADS {
+        let mut lines = String::new();
+        for n in 0..DELIVERIES_PER_THREAD {
+            let body = format!(
+                r#"{{"ref":"refs/heads/main","n":"{thread}-{n}","repository":{{"full_name":"acme/widget"}}}}"#
+            );
+            let mac =
+                npcagent::triggers::webhook::hmac_sha256(secret.as_bytes(), &[body.as_bytes()]);
+            lines.push_str(&format!("sha256={}\t{body}\n", hex::encode(mac)));
+        }
+        std::fs::write(dir.join(format!("deliveries.{thread}")), lines).unwrap();
+    }
+    let text = r#"
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("tid", threads)
+end
+function init()
+  sigs = {}
+  bodies = {}
+  for line in io.lines(PREFIX .. "." .. tid) do
+    local tab = line:find("\t", 1, true)
+    sigs[#sigs + 1] = line:sub(1, tab - 1)
+    bodies[#bodies + 1] = line:sub(tab + 1)
+  end
+  i = 0
+end
+function request()
+  i = i % #sigs + 1
+  local headers = {}
+  headers["Content-Type"] = "application/json"
+  headers["X-GitHub-Event"] = "push"
+  headers["X-GitHub-Delivery"] = sigs[i]:sub(8, 39)
+  headers["X-Hub-Signature-256"] = sigs[i]
+  return wrk.format("POST", nil, headers, bodies[i])
+end
+"#
+    .replace(
+        "PREFIX",
+        &format!("{:?}", dir.join("deliveries").display().to_string()),
+    );
+    let path = dir.join("signed.lua");
     std::fs::write(&path, text).unwrap();
     path
 }
@@ -160,16 +211,9 @@ action = { command = "sleep", args = ["3600"] }
     let d = Daemon::start(manifest, &[("BENCH_SECRET", secret)]);
     let addr = d.webhook_addr();
     let body = r#"{"ref":"refs/heads/main","repository":{"full_name":"acme/widget"}}"#;
-    let signature = format!(
-        "sha256={}",
-        hex::encode(npcagent::triggers::webhook::hmac_sha256(
-            secret.as_bytes(),
-            &[body.as_bytes()]
-        ))
-    );
     let scripts = tempfile::tempdir().unwrap();
-    let signed = script(scripts.path(), "signed.lua", body, Some(&signature));
-    let unsigned = script(scripts.path(), "unsigned.lua", body, None);
+    let signed = signed_script(scripts.path(), secret);
+    let unsigned = unsigned_script(scripts.path(), body);
     let url = format!("http://{addr}/webhooks/bench");
 
     // Baseline: axum answering 202 without work, in this process.

@@ -39,6 +39,11 @@ pub struct WrkRun {
 /// One `wrk` run against `url` (with the Lua `script`, if any), with
 /// [`WRK_THREADS`] threads, [`WRK_CONNECTIONS`] connections for [`WRK_SECONDS`].
 pub fn wrk(url: &str, script: Option<&Path>) -> WrkRun {
+    wrk_with(url, script, &[])
+}
+
+/// [`wrk`] with extra request `headers` (`"Name: value"` each).
+pub fn wrk_with(url: &str, script: Option<&Path>, headers: &[String]) -> WrkRun {
     let mut args = vec![
         "-t".to_string(),
         WRK_THREADS.to_string(),
@@ -47,6 +52,9 @@ pub fn wrk(url: &str, script: Option<&Path>) -> WrkRun {
         "-d".to_string(),
         format!("{WRK_SECONDS}s"),
     ];
+    for header in headers {
+        args.extend(["-H".to_string(), header.clone()]);
+    }
     if let Some(script) = script {
         args.extend(["-s".to_string(), script.display().to_string()]);
     }
