@@ -54,17 +54,7 @@ pub async fn start(
 ) -> Option<String> {
     let access = match runtime.paths().access(daemon) {
         Ok(access) => access,
-        Err(e) => {
-            tracing::warn!("the REST API is off: {e}");
-            runtime
-                .emit(
-                    API_FAILED_EVENT,
-                    None,
-                    json!({ "listen": daemon.listen.to_string(), "error": e.to_string() }),
-                )
-                .await;
-            return None;
-        }
+        Err(e) => return api_off(runtime, daemon, &e).await,
     };
     let locked = matches!(access, Access::Token(_));
     let auth = ApiAuth {
@@ -90,18 +80,25 @@ pub async fn start(
             });
             Some(url)
         }
-        Err(e) => {
-            tracing::warn!("the REST API is off: {e}");
-            runtime
-                .emit(
-                    API_FAILED_EVENT,
-                    None,
-                    json!({ "listen": daemon.listen.to_string(), "error": e.to_string() }),
-                )
-                .await;
-            None
-        }
+        Err(e) => api_off(runtime, daemon, &e).await,
     }
+}
+
+/// The REST API does not serve: a warning and an `api.failed` event.
+async fn api_off(
+    runtime: &Runtime,
+    daemon: &crate::model::Daemon,
+    e: &dyn std::fmt::Display,
+) -> Option<String> {
+    tracing::warn!("the REST API is off: {e}");
+    runtime
+        .emit(
+            API_FAILED_EVENT,
+            None,
+            json!({ "listen": daemon.listen.to_string(), "error": e.to_string() }),
+        )
+        .await;
+    None
 }
 
 /// A reload's outcome as an API answer.
