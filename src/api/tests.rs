@@ -77,6 +77,7 @@ impl ApiBackend for Fake {
                     state: None,
                     claimed_by: None,
                     replay_until_ms: None,
+                    concurrency_key: None,
                 })
                 .await
                 .unwrap();

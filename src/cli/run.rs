@@ -48,6 +48,11 @@ pub struct RunArgs {
     /// Where the agent runs (e.g. a worktree); tools keep the repository root
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
+    /// `worktree`: the running daemon makes the run a git worktree of its
+    /// own and hands the result back as a branch (`npc runs diff ID`);
+    /// `in_place` (the default): the repository's checkout
+    #[arg(long, value_name = "WHERE", value_parser = ["worktree", "in_place"], conflicts_with = "cwd")]
+    workspace: Option<String>,
     #[arg(long, value_enum, default_value_t)]
     format: Format,
     /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
@@ -97,8 +102,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             return Ok(Exit::Usage);
         }
     };
+    let workspace = args
+        .workspace
+        .as_deref()
+        .and_then(crate::model::WorkspaceMode::parse);
+    let mut run = prompt.manual_run(&args.profile);
+    run.workspace = workspace;
     let asked = LocalRun {
-        run: prompt.manual_run(&args.profile),
+        run,
         cwd: cwd.clone(),
         timeout_secs: args.timeout,
         probe_after_secs: args.probe_after,
@@ -147,6 +158,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
                 InDaemon::Done(exit) => return Ok(exit),
                 InDaemon::Gone => {} // gone before it took the run: run here
             }
+        }
+        if workspace == Some(crate::model::WorkspaceMode::Worktree) {
+            errln!("error: `--workspace worktree` needs the daemon, which makes and cleans worktrees; start `npc daemon` in this repository, or run in place");
+            return Ok(Exit::Usage);
         }
         // The prompt renders off the executor (see `runs::prepare_blocking`).
         let preparing = runs::prepare_blocking(

@@ -65,6 +65,18 @@ enum RunsCommand {
         /// The run id (`run-…`)
         id: String,
     },
+    /// The patch a worktree run handed back: its branch against its base
+    Diff {
+        /// The run id (`run-…`)
+        id: String,
+    },
+    /// Remove the kept worktrees of finished runs past `[runs] keep_failed`
+    /// or beyond `max_kept_worktrees` (their branches stay)
+    Clean {
+        /// Every kept worktree of a finished run, now
+        #[arg(long)]
+        all: bool,
+    },
 }
 
 fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -272,9 +284,16 @@ pub fn trigger(command: TriggerCommand) -> anyhow::Result<Exit> {
 pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
     let paths = paths_of(args.manifest)?;
     let Some(store) = store_of(&paths)? else {
-        if let Some(RunsCommand::Show { id }) = &args.show {
+        if let Some(RunsCommand::Show { id } | RunsCommand::Diff { id }) = &args.show {
             errln!("error: no run `{id}`; nothing was recorded in this repository yet");
             return Ok(Exit::Failed);
+        }
+        if let Some(RunsCommand::Clean { .. }) = &args.show {
+            match args.format {
+                Format::Json => outln!("{}", json!({ "removed": [] }))?,
+                Format::Human => outln!("no kept worktrees")?,
+            }
+            return Ok(Exit::Ok);
         }
         match args.format {
             Format::Json => outln!("[]")?,
@@ -282,8 +301,11 @@ pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
         }
         return Ok(Exit::Ok);
     };
-    if let Some(RunsCommand::Show { id }) = args.show {
-        return show(&store, &id, args.format);
+    match args.show {
+        Some(RunsCommand::Show { id }) => return show(&store, &id, args.format),
+        Some(RunsCommand::Diff { id }) => return diff(&paths, &store, &id),
+        Some(RunsCommand::Clean { all }) => return clean(&paths, all, args.format),
+        None => {}
     }
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     // Every run is a row of the queue, whatever started it (`npc run`'s
@@ -358,6 +380,23 @@ fn show(store: &Store, id: &str, format: Format) -> anyhow::Result<Exit> {
                 if let Some(d) = &r.detail {
                     say(&format!("detail: {d}"))?;
                 }
+                if let Some(result) = &r.result {
+                    say(&format!(
+                        "branch {} ({} → {}): {} files changed, {} insertions, {} deletions (`npc runs diff {}`)",
+                        result["branch"].as_str().unwrap_or("?"),
+                        short(result["base"].as_str()),
+                        short(result["head"].as_str()),
+                        result["files"].as_u64().unwrap_or(0),
+                        result["insertions"].as_u64().unwrap_or(0),
+                        result["deletions"].as_u64().unwrap_or(0),
+                        r.id
+                    ))?;
+                }
+                if let Some(w) = &r.worktree {
+                    say(&format!(
+                        "worktree kept: {w} (`npc runs clean --all` removes it)"
+                    ))?;
+                }
             } else {
                 outln!("run {id} (events only)")?;
             }
@@ -368,6 +407,95 @@ fn show(store: &Store, id: &str, format: Format) -> anyhow::Result<Exit> {
                     e.kind,
                     e.payload
                 ))?;
+            }
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+/// The first 12 hex digits of a commit.
+fn short(sha: Option<&str>) -> String {
+    sha.unwrap_or("?").chars().take(12).collect()
+}
+
+/// A supervisor for the git commands of `npc runs diff` and `npc runs clean`.
+fn supervisor() -> crate::supervisor::Supervisor {
+    let (events, _) = tokio::sync::mpsc::unbounded_channel();
+    crate::supervisor::Supervisor::new(events, crate::supervisor::BackoffPolicy::default())
+}
+
+/// `npc runs diff ID`: `git diff BASE HEAD` of the run's result, its
+/// control characters escaped like all text of others.
+fn diff(paths: &RepoPaths, store: &Store, id: &str) -> anyhow::Result<Exit> {
+    let Some(row) = store.run_row(id)? else {
+        errln!("error: no run `{id}`; list them with `npc runs`");
+        return Ok(Exit::Failed);
+    };
+    let result: Option<crate::runs::workspace::RunResult> =
+        row.result.and_then(|r| serde_json::from_value(r).ok());
+    let Some(result) = result else {
+        errln!(
+            "error: run `{id}` handed back no branch; only worktree runs do (`workspace = \"worktree\"`)"
+        );
+        return Ok(Exit::Failed);
+    };
+    for sha in [&result.base, &result.head] {
+        if sha.len() < 7 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+            errln!(
+                "error: run `{id}`'s result names `{}`, which is not a commit",
+                printable(sha)
+            );
+            return Ok(Exit::Failed);
+        }
+    }
+    let repo = paths.root.clone();
+    let (patch, cut) = tokio()?.block_on(async {
+        crate::runs::workspace::git_output(
+            &supervisor(),
+            &repo,
+            &["diff", &result.base, &result.head, "--"],
+            crate::runs::workspace::MAX_DIFF_BYTES,
+        )
+        .await
+    })?;
+    out!("{}", printable(&patch))?;
+    if cut {
+        errln!(
+            "warning: the patch is longer than {} bytes and was cut; see `git diff {} {}`",
+            crate::runs::workspace::MAX_DIFF_BYTES,
+            result.base,
+            result.head
+        );
+    }
+    Ok(Exit::Ok)
+}
+
+/// `npc runs clean [--all]`.
+fn clean(paths: &RepoPaths, all: bool, format: Format) -> anyhow::Result<Exit> {
+    let manifest = super::valid_manifest(&paths.manifest, "before cleaning worktrees")?;
+    let Some(manifest) = manifest else {
+        return Ok(Exit::Failed);
+    };
+    let store = std::sync::Arc::new(runtime::open_store(paths)?);
+    let root = match &manifest.runs.worktrees_dir {
+        Some(dir) => paths.root.join(dir),
+        None => paths.state_dir.join(crate::runs::workspace::WORKTREES_DIR),
+    };
+    let policy = crate::runs::workspace::KeepPolicy {
+        keep_failed: std::time::Duration::from_secs(manifest.runs.keep_failed_secs),
+        max_kept: manifest.runs.max_kept_worktrees,
+        all,
+    };
+    let repo = paths.root.clone();
+    let removed = tokio()?.block_on(async {
+        crate::runs::workspace::clean(&store, &supervisor(), &repo, &root, policy).await
+    })?;
+    match format {
+        Format::Json => outln!("{}", json!({ "removed": removed }))?,
+        Format::Human if removed.is_empty() => outln!("no kept worktree to remove")?,
+        Format::Human => {
+            for id in &removed {
+                say(&format!("removed the worktree of {id}"))?;
             }
         }
     }

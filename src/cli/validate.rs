@@ -47,10 +47,38 @@ pub fn run(path: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
                     }
                 )),
             }
+            if let Some(m) = &loaded.manifest {
+                let dir = path.parent().unwrap_or(std::path::Path::new("."));
+                let dir = if dir.as_os_str().is_empty() {
+                    std::path::Path::new(".")
+                } else {
+                    dir
+                };
+                out.push_str(&workspaces(
+                    m,
+                    crate::runs::workspace::is_git_repository(dir),
+                ));
+            }
             out!("{}", printable(&out))?;
         }
     }
     Ok(if errors == 0 { Exit::Ok } else { Exit::Failed })
+}
+
+/// Where each trigger's runs work, one line per trigger (none without triggers).
+fn workspaces(m: &Manifest, git: bool) -> String {
+    m.triggers
+        .iter()
+        .map(|(name, t)| {
+            let place = match m.trigger_workspace_mode(t, git) {
+                crate::model::WorkspaceMode::Worktree => {
+                    "in a worktree of its own, its result a branch"
+                }
+                crate::model::WorkspaceMode::InPlace => "in the repository's checkout",
+            };
+            format!("trigger `{name}` runs {place}\n")
+        })
+        .collect()
 }
 
 fn plural(n: usize, word: &str) -> String {

@@ -32,6 +32,8 @@ pub struct RawManifest {
     pub project: Option<Entry<Spanned<RawProject>>>,
     /// Settings of the long-running reconciler (`npc daemon`).
     pub daemon: Option<Entry<Spanned<RawDaemon>>>,
+    /// How runs are carried out: their workspace, concurrency, worktrees.
+    pub runs: Option<Entry<Spanned<RawRuns>>>,
     /// Model Context Protocol servers the agents may use.
     pub mcp: Option<Entry<RawMcp>>,
     /// Agent CLIs npc can launch, keyed by provider name.
@@ -106,6 +108,32 @@ pub struct RawDaemon {
     /// `127.0.0.1:8765`. Non-loopback addresses need `allow_remote = true`
     /// and `token_env`.
     pub webhook_listen: Option<Spanned<String>>,
+}
+
+/// `[runs]`
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Runs")]
+pub struct RawRuns {
+    /// The project's default workspace for profile runs the daemon starts
+    /// unattended: `worktree` or `in_place`.
+    #[schemars(extend("enum" = ["worktree", "in_place"]))]
+    pub workspace: Option<Spanned<String>>,
+    /// Where worktrees of runs are made, relative to the manifest's
+    /// directory and inside it. Default `STATE_DIR/worktrees`.
+    pub worktrees_dir: Option<Spanned<String>>,
+    /// Runs carried out at once. Default 4.
+    #[schemars(range(min = 1, max = 64))]
+    pub max_concurrent: Option<Spanned<i64>>,
+    /// How long the worktree of a run that did not succeed is kept (`24h`).
+    pub keep_failed: Option<Spanned<String>>,
+    /// Most worktrees kept at once; the oldest are removed first. Default 20.
+    #[schemars(range(min = 0, max = 1000))]
+    pub max_kept_worktrees: Option<Spanned<i64>>,
+    /// Ports handed to runs as `NPC_PORT`, one per running run (`"41000-41099"`).
+    pub ports: Option<Spanned<String>>,
+    /// Who commits a worktree run's changes (`Name <email>`). Default `npc <npc@localhost>`.
+    pub author: Option<Spanned<String>>,
 }
 
 /// `[mcp]`
@@ -245,6 +273,30 @@ pub struct RawProfile {
     /// Extra YAML frontmatter fields (`role`, `tags`, `permissionMode`, …).
     #[serde(default)]
     pub frontmatter: IndexMap<Spanned<String>, serde_json::Value>,
+    /// Where a run works: `worktree` (a git worktree of its own, its result
+    /// a branch) or `in_place` (the repository's checkout). Default: `[runs]
+    /// workspace`, else `worktree` for profile runs the daemon starts
+    /// unattended in a git repository and `in_place` for everything else.
+    #[schemars(extend("enum" = ["worktree", "in_place"]))]
+    pub workspace: Option<Spanned<String>>,
+    /// worktree: the commit to start from, a template (such as
+    /// `{{ trigger.body.pull_request.head.sha }}`). Default `HEAD`.
+    #[serde(rename = "ref")]
+    pub base_ref: Option<Spanned<String>>,
+    /// worktree: the run's new branch, a template. Default `npc/{{ run.id }}`.
+    pub branch: Option<Spanned<String>>,
+    /// worktree: commands (`sh -c`) run in the worktree before the action;
+    /// one failing fails the run with its output.
+    #[serde(default)]
+    pub setup: Vec<Spanned<String>>,
+    /// worktree: files copied from the main checkout into the worktree
+    /// (regular files inside the repository, such as `.env`).
+    #[serde(default)]
+    pub copy: Vec<Spanned<String>>,
+    /// worktree: commands (`sh -c`) run in the worktree once the result is
+    /// committed, with `NPC_RUN_BRANCH`, `NPC_RUN_STATUS` and `NPC_RUN_HEAD`.
+    #[serde(default)]
+    pub after: Vec<Spanned<String>>,
 }
 
 /// `[prompts.NAME]`: a minijinja template, inline or from a file.
@@ -356,6 +408,43 @@ pub struct RawTrigger {
     pub missed: Option<Spanned<String>>,
     /// Whether the trigger is active. Default `true`.
     pub enabled: Option<bool>,
+    /// Where a run works: `worktree` (a git worktree of its own, its result
+    /// a branch) or `in_place` (the repository's checkout). Default: `[runs]
+    /// workspace`, else `worktree` for profile runs the daemon starts
+    /// unattended in a git repository and `in_place` for everything else.
+    #[schemars(extend("enum" = ["worktree", "in_place"]))]
+    pub workspace: Option<Spanned<String>>,
+    /// worktree: the commit to start from, a template (such as
+    /// `{{ trigger.body.pull_request.head.sha }}`). Default `HEAD`.
+    #[serde(rename = "ref")]
+    pub base_ref: Option<Spanned<String>>,
+    /// worktree: the run's new branch, a template. Default `npc/{{ run.id }}`.
+    pub branch: Option<Spanned<String>>,
+    /// worktree: commands (`sh -c`) run in the worktree before the action;
+    /// one failing fails the run with its output.
+    #[serde(default)]
+    pub setup: Vec<Spanned<String>>,
+    /// worktree: files copied from the main checkout into the worktree
+    /// (regular files inside the repository, such as `.env`).
+    #[serde(default)]
+    pub copy: Vec<Spanned<String>>,
+    /// worktree: commands (`sh -c`) run in the worktree once the result is
+    /// committed, with `NPC_RUN_BRANCH`, `NPC_RUN_STATUS` and `NPC_RUN_HEAD`.
+    #[serde(default)]
+    pub after: Vec<Spanned<String>>,
+    /// A template naming what the overlap policy applies to (such as
+    /// `{{ trigger.body.pull_request.number }}`): runs with different keys
+    /// run side by side, runs with the same key queue, skip or replace.
+    pub concurrency_key: Option<Spanned<String>>,
+    /// webhook: a minijinja expression over the request (`payload` is its
+    /// JSON body, `event` its event header), such as `payload.action ==
+    /// "created"`; a request it is not true of is answered 200 and ignored.
+    pub filter: Option<Spanned<String>>,
+    /// Longest a run may take, setup included (`30m`, `2h`). Default `30m`.
+    pub timeout: Option<Spanned<String>>,
+    /// How often a failed run is tried again (with a growing pause). Default 0.
+    #[schemars(range(min = 0, max = 10))]
+    pub retries: Option<Spanned<i64>>,
     /// What happens when the trigger fires.
     pub action: Spanned<RawAction>,
 }

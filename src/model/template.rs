@@ -470,6 +470,59 @@ fn find_use(template: &str, var: &str) -> Option<std::ops::Range<usize>> {
     template.find(var).map(|i| i..i + var.len())
 }
 
+/// The names a one-line template of a run may read (`ref`, `branch`,
+/// `concurrency_key`): the firing's payload as prompts see it (`trigger`),
+/// the request's own JSON (`payload`: a webhook's body, a manual firing's
+/// `--payload`), and the run (`run.id`).
+pub const LINE_ROOTS: [&str; 3] = ["trigger", "payload", "run"];
+/// Longest a one-line template's output may be.
+pub const MAX_LINE_BYTES: usize = 1024;
+
+/// Render the one-line template `source` with `ctx` (bounded like every
+/// render); the text trimmed, or why it failed.
+pub fn render_line(source: &str, ctx: minijinja::Value) -> Result<String, String> {
+    let env = environment();
+    let template = compile(&env, "line", source).map_err(|e| e.to_string())?;
+    let rendered = render_bounded(&template, ctx).map_err(|f| match f.exhausted {
+        Some(bound) => bound.describe(),
+        None => f.error.to_string(),
+    })?;
+    let text = rendered.text.trim();
+    if text.len() > MAX_LINE_BYTES || text.contains('\n') {
+        return Err(format!(
+            "it rendered more than one line of at most {MAX_LINE_BYTES} bytes"
+        ));
+    }
+    Ok(text.to_string())
+}
+
+/// Compile a webhook's `filter` expression in `env`, refusing an
+/// oversized one first (see [`MAX_TAG_TOKENS`]).
+pub fn compile_filter<'e, 's>(
+    env: &'e minijinja::Environment<'s>,
+    source: &'s str,
+) -> Result<minijinja::Expression<'e, 's>, minijinja::Error> {
+    if oversized_tag(&format!("{{{{ {source} }}}}")).is_some() {
+        return Err(minijinja::Error::new(
+            minijinja::ErrorKind::SyntaxError,
+            oversized_tag_message(),
+        ));
+    }
+    env.compile_expression(source)
+}
+
+/// Whether the filter `source` is true of `ctx`. Lookups are lenient (a
+/// missing key is undefined, which is false), and the evaluation is bounded
+/// by [`TEMPLATE_FUEL`]; an error is the reason.
+pub fn eval_filter(source: &str, ctx: minijinja::Value) -> Result<bool, String> {
+    let mut env = environment();
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
+    let expr = compile_filter(&env, source).map_err(|e| e.to_string())?;
+    expr.eval(ctx)
+        .map(|v| v.is_true())
+        .map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,6 +51,8 @@ pub const MAX_DEBOUNCE_MS: u64 = 60_000;
 pub struct Manifest {
     pub project: Project,
     pub daemon: Daemon,
+    /// `[runs]`: how runs are carried out.
+    pub runs: RunsSettings,
     pub mcp: McpSettings,
     pub mcp_servers: BTreeMap<String, McpServer>,
     pub mcp_builtins: McpBuiltins,
@@ -358,6 +360,8 @@ pub struct Profile {
     pub model: Option<Text>,
     pub skills: Vec<String>,
     pub frontmatter: Frontmatter,
+    /// Where its runs work (a trigger's own settings come first).
+    pub workspace: WorkspaceSpec,
 }
 
 #[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
@@ -545,6 +549,154 @@ pub struct Trigger {
     pub action: Action,
     /// What a firing does while a run of this trigger is still going.
     pub overlap: Overlap,
+    /// Where its runs work (before its profile's settings).
+    pub workspace: WorkspaceSpec,
+    /// A template: the overlap policy applies among runs of one key.
+    pub concurrency_key: Option<String>,
+    /// Longest a run may take, setup included, in seconds.
+    pub timeout_secs: Option<u64>,
+    /// How often a failed run is tried again.
+    pub retries: u32,
+}
+
+/// Where a run works (`workspace = "worktree" | "in_place"`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspaceMode {
+    /// A git worktree of its own; the result is a branch.
+    Worktree,
+    /// The repository's own checkout.
+    InPlace,
+}
+
+impl WorkspaceMode {
+    pub const NAMES: [&'static str; 2] = ["worktree", "in_place"];
+    pub const ALL: [WorkspaceMode; 2] = [Self::Worktree, Self::InPlace];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::NAMES
+            .iter()
+            .position(|n| *n == s)
+            .map(|i| Self::ALL[i])
+    }
+
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES[Self::ALL.iter().position(|m| *m == self).unwrap_or(0)]
+    }
+}
+
+/// A trigger's or a profile's workspace settings; every field optional, so
+/// a trigger's override its profile's one by one ([`WorkspaceSpec::over`]).
+#[derive(Debug, Clone, Default, PartialEq, Hash, Eq, Serialize)]
+pub struct WorkspaceSpec {
+    pub mode: Option<WorkspaceMode>,
+    /// The commit to start from (a template).
+    pub base_ref: Option<String>,
+    /// The run's branch (a template).
+    pub branch: Option<String>,
+    pub setup: Vec<String>,
+    pub copy: Vec<String>,
+    pub after: Vec<String>,
+}
+
+impl WorkspaceSpec {
+    /// `self`'s settings where it has them, else `below`'s.
+    pub fn over(&self, below: &WorkspaceSpec) -> WorkspaceSpec {
+        let list =
+            |a: &Vec<String>, b: &Vec<String>| if a.is_empty() { b.clone() } else { a.clone() };
+        WorkspaceSpec {
+            mode: self.mode.or(below.mode),
+            base_ref: self.base_ref.clone().or_else(|| below.base_ref.clone()),
+            branch: self.branch.clone().or_else(|| below.branch.clone()),
+            setup: list(&self.setup, &below.setup),
+            copy: list(&self.copy, &below.copy),
+            after: list(&self.after, &below.after),
+        }
+    }
+}
+
+impl Manifest {
+    /// The workspace of a run without an explicit setting: `[runs]
+    /// workspace`, else a worktree in a git repository, for a profile run
+    /// the daemon starts unattended; in place for everything else (a
+    /// command, `npc run`, `npc acp`).
+    pub fn default_workspace(&self, action: &Action, unattended: bool, git: bool) -> WorkspaceMode {
+        let profile = matches!(action, Action::RunProfile { .. });
+        match (profile && unattended, self.runs.workspace) {
+            (false, _) => WorkspaceMode::InPlace,
+            (true, Some(mode)) => mode,
+            (true, None) if git => WorkspaceMode::Worktree,
+            (true, None) => WorkspaceMode::InPlace,
+        }
+    }
+
+    /// The workspace settings of trigger `t`'s runs: its own over its profile's.
+    pub fn trigger_workspace(&self, t: &Trigger) -> WorkspaceSpec {
+        let below = match &t.action {
+            Action::RunProfile { profile, .. } => self
+                .profiles
+                .get(profile)
+                .map(|p| p.workspace.clone())
+                .unwrap_or_default(),
+            Action::RunCommand(_) => WorkspaceSpec::default(),
+        };
+        t.workspace.over(&below)
+    }
+
+    /// Where trigger `t`'s runs work (`git`: whether the repository is one).
+    pub fn trigger_workspace_mode(&self, t: &Trigger, git: bool) -> WorkspaceMode {
+        self.trigger_workspace(t)
+            .mode
+            .unwrap_or_else(|| self.default_workspace(&t.action, true, git))
+    }
+}
+
+/// `[runs]`: how runs are carried out.
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
+pub struct RunsSettings {
+    /// The default workspace of profile runs the daemon starts unattended.
+    pub workspace: Option<WorkspaceMode>,
+    /// Where worktrees are made, relative to the manifest's directory.
+    pub worktrees_dir: Option<String>,
+    pub max_concurrent: usize,
+    /// How long a worktree of a run that did not succeed is kept.
+    pub keep_failed_secs: u64,
+    pub max_kept_worktrees: usize,
+    /// Ports handed out as `NPC_PORT` (first, last).
+    pub ports: Option<(u16, u16)>,
+    /// Who commits a worktree run's changes (`Name <email>`).
+    pub author: Option<String>,
+}
+
+/// Runs carried out at once unless `[runs] max_concurrent` says otherwise.
+pub const DEFAULT_MAX_CONCURRENT_RUNS: usize = 4;
+/// The largest `[runs] max_concurrent`.
+pub const MAX_CONCURRENT_RUNS_LIMIT: usize = 64;
+/// How long a failed run's worktree is kept unless `keep_failed` says otherwise.
+pub const DEFAULT_KEEP_FAILED_SECS: u64 = 24 * 60 * 60;
+/// Worktrees kept at once unless `max_kept_worktrees` says otherwise.
+pub const DEFAULT_MAX_KEPT_WORKTREES: usize = 20;
+/// The largest `max_kept_worktrees`.
+pub const MAX_KEPT_WORKTREES_LIMIT: usize = 1000;
+/// The most times a failed run is tried again.
+pub const MAX_RETRIES: u32 = 10;
+/// The longest `timeout` of a trigger's runs.
+pub const MAX_RUN_TIMEOUT_SECS: u64 = 7 * 24 * 60 * 60;
+
+impl Default for RunsSettings {
+    fn default() -> Self {
+        Self {
+            workspace: None,
+            worktrees_dir: None,
+            max_concurrent: DEFAULT_MAX_CONCURRENT_RUNS,
+            keep_failed_secs: DEFAULT_KEEP_FAILED_SECS,
+            max_kept_worktrees: DEFAULT_MAX_KEPT_WORKTREES,
+            ports: None,
+            author: None,
+        }
+    }
 }
 
 /// A trigger's overlap policy (`overlap = "skip" | "queue" | "replace"`).
@@ -614,6 +766,9 @@ pub enum TriggerSource {
         events: Vec<String>,
         max_body_bytes: u64,
         rate_limit_per_minute: u64,
+        /// A minijinja expression a request must make true (`payload`,
+        /// `event`), else it is ignored.
+        filter: Option<String>,
     },
     FileWatch {
         paths: Vec<String>,

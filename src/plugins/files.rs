@@ -36,6 +36,9 @@ impl Files for PackageFiles {
     fn is_dir(&self, path: &Path) -> bool {
         self.disk.is_dir(path)
     }
+    fn is_git_repository(&self) -> Option<bool> {
+        self.disk.is_git_repository()
+    }
     fn check_dir(&self, path: &Path) -> std::io::Result<()> {
         self.disk.check_dir(path)
     }

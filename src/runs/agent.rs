@@ -134,6 +134,7 @@ impl PromptChoice {
             prompt: None,
             prompt_template: None,
             vars: BTreeMap::new(),
+            workspace: None,
         };
         match self {
             Self::Literal { text } => run.prompt = Some(text.clone()),
@@ -193,6 +194,9 @@ pub struct PreparedRun {
     /// Who started the run when the CLI did not (`acp`): recorded as its
     /// `run.started` event's `source`, which the run listings show.
     pub source: Option<&'static str>,
+    /// A worktree run's end: its changes committed and measured before
+    /// `run.finished`, which carries the result.
+    pub conclusion: Option<super::workspace::Conclusion>,
 }
 
 impl PreparedRun {
@@ -396,6 +400,7 @@ pub fn prepare(
         probe_after: req.probe_after,
         warnings,
         source: None,
+        conclusion: None,
     })
 }
 
@@ -742,23 +747,23 @@ where
         Outcome::Failed { exit }
     });
     let duration = started.elapsed();
-    record(
-        "run.finished",
-        json!({
-            "run_id": run.id,
-            "outcome": outcome.as_str(),
-            "exit": exit,
-            "exit_code": outcome.exit_code(),
-            "cancelled": matches!(outcome, Outcome::Cancelled { .. }),
-            "timed_out": outcome == Outcome::TimedOut,
-            "duration_ms": millis(duration),
-            "cwd": run.spec.cwd,
-            "tool_cwd": run.tool_cwd,
-            "events": count,
-            "error": hook_error,
-        }),
-    )
-    .await?;
+    let mut finished = json!({
+        "run_id": run.id,
+        "outcome": outcome.as_str(),
+        "exit": exit,
+        "exit_code": outcome.exit_code(),
+        "cancelled": matches!(outcome, Outcome::Cancelled { .. }),
+        "timed_out": outcome == Outcome::TimedOut,
+        "duration_ms": millis(duration),
+        "cwd": run.spec.cwd,
+        "tool_cwd": run.tool_cwd,
+        "events": count,
+        "error": hook_error,
+    });
+    if let Some(conclusion) = &run.conclusion {
+        super::workspace::merge(&mut finished, conclusion.conclude().await);
+    }
+    record("run.finished", finished).await?;
     let error = match outcome {
         Outcome::Succeeded => None,
         Outcome::HookFailed => hook_error.clone(),

@@ -16,6 +16,7 @@
 //! carries the run id, under component `run.<id>`.
 
 mod command;
+mod worktree;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,13 +32,14 @@ use super::{
 };
 use crate::bus::EventBus;
 use crate::driver::DriverContext;
-use crate::model::{Action, Manifest, Overlap, Trigger};
+use crate::model::{Action, Manifest, Overlap, Trigger, WorkspaceMode};
 use crate::store::queue::{RUN_HISTORY_LIMIT, RunRow, state};
 use crate::store::{NewEvent, Store};
 use crate::surfaces::runs::{LocalRun, ManualRun};
 
-/// Runs carried out at once, over all queues.
-pub const MAX_CONCURRENT_RUNS: usize = 4;
+/// Runs carried out at once, over all queues, unless `[runs]
+/// max_concurrent` says otherwise.
+pub const MAX_CONCURRENT_RUNS: usize = crate::model::DEFAULT_MAX_CONCURRENT_RUNS;
 /// How often the executor looks at the queue without being woken (a safety
 /// net; every enqueue wakes it).
 pub const RESCAN_EVERY: Duration = Duration::from_secs(5);
@@ -57,6 +59,10 @@ pub const INTERRUPTED_DETAIL: &str = "the daemon stopped while it ran; not run a
 #[derive(Debug)]
 struct Running {
     trigger: String,
+    /// The key its trigger's overlap policy applies within.
+    key: Option<String>,
+    /// Its `NPC_PORT`, from `[runs] ports`.
+    port: Option<u16>,
     cancel: CancellationToken,
     /// Why it was cancelled (`replaced`, the daemon stopped).
     reason: Arc<Mutex<Option<String>>>,
@@ -123,12 +129,22 @@ impl Executor {
                 Err(e) => tracing::error!("cannot mark interrupted runs: {e}"),
             }
             let mut pruned = Instant::now();
+            // Worktrees a crash left are kept or removed per the policy,
+            // once the first manifest says what it is.
+            let mut cleaned = false;
             loop {
-                if this.inner().manifest.is_some() {
+                if let Some(manifest) = this.manifest() {
+                    if !cleaned {
+                        cleaned = true;
+                        this.clean_worktrees(&manifest).await;
+                    }
                     this.dispatch().await;
                 }
                 if pruned.elapsed() >= PRUNE_EVERY {
                     pruned = Instant::now();
+                    if let Some(manifest) = this.manifest() {
+                        this.clean_worktrees(&manifest).await;
+                    }
                     if let Err(e) = this.store.prune_runs(RUN_HISTORY_LIMIT).await {
                         tracing::warn!("cannot prune old runs: {e}");
                     }
@@ -169,6 +185,23 @@ impl Executor {
     /// Whether trigger `name` is applied, and its overlap policy.
     pub fn overlap_of(&self, name: &str) -> Option<Overlap> {
         self.inner().triggers.get(name).map(|t| t.overlap)
+    }
+
+    /// The concurrency key of a firing of trigger `name` with `payload`:
+    /// its `concurrency_key` rendered (`None` without one, or when it
+    /// renders empty or fails, which is logged: the policy then spans the
+    /// trigger).
+    pub fn concurrency_key_of(&self, name: &str, payload: &Value) -> Option<String> {
+        let template = self.inner().triggers.get(name)?.concurrency_key.clone()?;
+        let ctx = crate::runs::workspace::line_context(payload, None);
+        match crate::model::template::render_line(&template, ctx) {
+            Ok(key) if !key.is_empty() => Some(key),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!("trigger `{name}`: cannot render `concurrency_key`: {e}");
+                None
+            }
+        }
     }
 
     /// Names of the applied triggers.
@@ -223,7 +256,11 @@ impl Executor {
             for row in heads {
                 let decision = {
                     let inner = self.inner();
-                    if inner.running.len() >= MAX_CONCURRENT_RUNS {
+                    let limit = inner
+                        .manifest
+                        .as_ref()
+                        .map_or(MAX_CONCURRENT_RUNS, |m| m.runs.max_concurrent);
+                    if inner.running.len() >= limit {
                         break;
                     }
                     if row.trigger == MANUAL_QUEUE {
@@ -245,7 +282,9 @@ impl Executor {
                                 let active: Vec<&Running> = inner
                                     .running
                                     .values()
-                                    .filter(|r| r.trigger == row.trigger)
+                                    .filter(|r| {
+                                        r.trigger == row.trigger && r.key == row.concurrency_key
+                                    })
                                     .collect();
                                 match (active.is_empty(), t.overlap) {
                                     (true, _) => Decision::Start(t.action.clone()),
@@ -267,10 +306,14 @@ impl Executor {
                 if let Decision::Start(_) = &decision {
                     // Running from the decision on (under the same lock), so
                     // a cancel finds it; `start` commits it or lets it go.
-                    self.inner().running.insert(
+                    let mut inner = self.inner();
+                    let port = free_port(&inner);
+                    inner.running.insert(
                         row.id.clone(),
                         Running {
                             trigger: row.trigger.clone(),
+                            key: row.concurrency_key.clone(),
+                            port,
                             cancel: CancellationToken::new(),
                             reason: Arc::new(Mutex::new(None)),
                         },
@@ -333,12 +376,12 @@ impl Executor {
     /// cancel may have taken it), then carry it out in its own task.
     async fn start(self: &Arc<Self>, row: RunRow, action: Action) {
         let committed = self.store.claim_run(&row.id, this_process()).await;
-        let (cancel, reason, manifest) = {
+        let (cancel, reason, manifest, port) = {
             let mut inner = self.inner();
             let Some(running) = inner.running.get(&row.id) else {
                 return;
             };
-            let handles = (running.cancel.clone(), running.reason.clone());
+            let handles = (running.cancel.clone(), running.reason.clone(), running.port);
             if !matches!(committed, Ok(true)) {
                 if let Err(e) = &committed {
                     tracing::error!("cannot start run `{}`: {e}", row.id);
@@ -348,12 +391,52 @@ impl Executor {
                 self.ended.notify_waiters();
                 return;
             }
-            (handles.0, handles.1, inner.manifest.clone())
+            (handles.0, handles.1, inner.manifest.clone(), handles.2)
         };
         let this = self.clone();
         tokio::spawn(async move {
+            let timeout = this
+                .inner()
+                .triggers
+                .get(&row.trigger)
+                .and_then(|t| t.timeout_secs)
+                .map_or(super::DEFAULT_RUN_TIMEOUT, Duration::from_secs);
+            let started = tokio::time::Instant::now();
+            // The run's workspace first: a worktree (with its setup) or
+            // the checkout itself.
+            let opened = match &manifest {
+                Some(m) => match this.workspace_of(&row, &action, m) {
+                    (WorkspaceMode::Worktree, spec) => {
+                        match this.open_worktree(&row, spec, m, port, timeout).await {
+                            Ok(opened) => Some(opened),
+                            Err(error) => {
+                                this.record(&row.id, "run.finished", json!({ "run_id": row.id, "trigger": row.trigger, "outcome": "failed", "error": error })).await;
+                                this.end(&row, (state::FAILED, Some(error))).await;
+                                return;
+                            }
+                        }
+                    }
+                    (WorkspaceMode::InPlace, _) => None,
+                },
+                None => None,
+            };
+            let conclusion = match (&opened, &manifest) {
+                (Some(o), Some(m)) => Some(this.conclusion(&row, o, m)),
+                _ => None,
+            };
+            let left = timeout.saturating_sub(started.elapsed());
             let ending = match &action {
-                Action::RunCommand(command) => this.run_command(&row, command, &cancel).await,
+                Action::RunCommand(command) => {
+                    this.run_command(
+                        &row,
+                        command,
+                        &cancel,
+                        left,
+                        opened.as_ref(),
+                        conclusion.as_ref(),
+                    )
+                    .await
+                }
                 Action::RunProfile {
                     profile,
                     prompt,
@@ -383,21 +466,43 @@ impl Executor {
                         };
                         (prompt, Starter::Trigger(triggered))
                     };
-                    this.run_profile(&row, profile, prompt, starter, manifest, &cancel)
-                        .await
+                    let place = Place {
+                        timeout: left,
+                        opened: opened.as_ref(),
+                        conclusion: conclusion.clone(),
+                    };
+                    this.run_profile(
+                        &row,
+                        profile,
+                        prompt,
+                        starter,
+                        manifest.clone(),
+                        &cancel,
+                        place,
+                    )
+                    .await
                 }
             };
             let ending = match (ending, crate::stdx::lock(&reason).clone()) {
                 ((state::CANCELLED, _), Some(why)) => (state::CANCELLED, Some(why)),
                 (ending, _) => ending,
             };
-            if let Err(e) = this.store.mark_run(&row.id, ending.0, ending.1).await {
-                tracing::error!("cannot record the end of run `{}`: {e}", row.id);
+            if let Some(opened) = &opened {
+                this.close_worktree(&row, opened, conclusion.as_ref(), ending.0)
+                    .await;
             }
-            this.inner().running.remove(&row.id);
-            this.ended.notify_waiters();
-            this.wake.notify_one();
+            this.end(&row, ending).await;
         });
+    }
+
+    /// Record the end of a run that was running here, and let the next start.
+    async fn end(&self, row: &RunRow, ending: Ending) {
+        if let Err(e) = self.store.mark_run(&row.id, ending.0, ending.1).await {
+            tracing::error!("cannot record the end of run `{}`: {e}", row.id);
+        }
+        self.inner().running.remove(&row.id);
+        self.ended.notify_waiters();
+        self.wake.notify_one();
     }
 
     /// The applied manifest, once one is.
@@ -470,6 +575,7 @@ impl Executor {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn run_profile(
         &self,
         row: &RunRow,
@@ -478,6 +584,7 @@ impl Executor {
         starter: Starter,
         manifest: Option<Arc<Manifest>>,
         cancel: &CancellationToken,
+        place: Place<'_>,
     ) -> Ending {
         let Some(manifest) = manifest else {
             return (state::FAILED, Some("no manifest is applied".to_string()));
@@ -490,10 +597,13 @@ impl Executor {
         let request = RunRequest {
             profile: profile.to_string(),
             prompt,
-            timeout: local.as_ref().map_or(super::DEFAULT_RUN_TIMEOUT, |a| {
-                a.timeout(super::DEFAULT_RUN_TIMEOUT)
-            }),
-            cwd: local.as_ref().and_then(|a| a.cwd.clone()),
+            timeout: local
+                .as_ref()
+                .map_or(place.timeout, |a| a.timeout(super::DEFAULT_RUN_TIMEOUT)),
+            cwd: match place.opened {
+                Some(opened) => Some(opened.worktree.dir.clone()),
+                None => local.as_ref().and_then(|a| a.cwd.clone()),
+            },
             probe_after: local.as_ref().map_or(crate::providers::STALE_AFTER, |a| {
                 a.probe_after(crate::providers::STALE_AFTER)
             }),
@@ -514,6 +624,13 @@ impl Executor {
                 return (state::FAILED, Some(error));
             }
         };
+        if let Some(opened) = place.opened {
+            // The agent and its tools work in the worktree; npc's state,
+            // store and memory stay the repository's.
+            prepared.tool_cwd = opened.worktree.dir.clone();
+            prepared.spec.env.extend(opened.env.clone());
+            prepared.conclusion = place.conclusion;
+        }
         if let Some(local) = &local {
             prepared.apply_local(local.resume.as_ref(), local.approval.as_ref());
             // Listed like the runs its front end carries out itself.
@@ -545,6 +662,20 @@ impl Executor {
         .await;
         ending_of(&result)
     }
+}
+
+/// Where a profile run works and for how long.
+#[derive(Debug)]
+struct Place<'a> {
+    timeout: Duration,
+    opened: Option<&'a worktree::Opened>,
+    conclusion: Option<crate::runs::workspace::Conclusion>,
+}
+
+/// The lowest port of `[runs] ports` no running run holds.
+fn free_port(inner: &Inner) -> Option<u16> {
+    let (first, last) = inner.manifest.as_ref()?.runs.ports?;
+    (first..=last).find(|p| !inner.running.values().any(|r| r.port == Some(*p)))
 }
 
 /// Who started a profile run, with what it brings beyond the prompt.

@@ -62,6 +62,7 @@ impl Here {
                 state: None,
                 claimed_by: Some(this_process().unwrap_or_default()),
                 replay_until_ms: None,
+                concurrency_key: None,
             })
             .await?;
         let result =

@@ -33,6 +33,7 @@ pub mod here;
 pub mod queue;
 pub mod service;
 pub mod view;
+pub mod workspace;
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};

@@ -57,6 +57,9 @@ pub struct Submission {
     /// Until when the dedupe key outlives the row
     /// (`store::queue::NewRun::replay_until_ms`).
     pub replay_until_ms: Option<i64>,
+    /// The key the queue's overlap policy applies within (a trigger's
+    /// rendered `concurrency_key`).
+    pub concurrency_key: Option<String>,
 }
 
 impl Submission {
@@ -68,6 +71,7 @@ impl Submission {
             dedupe_key: None,
             state: None,
             replay_until_ms: None,
+            concurrency_key: None,
         }
     }
 }
@@ -104,6 +108,7 @@ impl RunQueue {
             state: run.state,
             claimed_by: None,
             replay_until_ms: run.replay_until_ms,
+            concurrency_key: run.concurrency_key.clone(),
         });
         let (bus, wake) = (self.bus.clone(), self.wake.clone());
         async move {

@@ -78,11 +78,16 @@ impl Runs {
     }
 
     /// Queue `run` under `overlap`; resolves once it committed.
+    /// The run's concurrency key is rendered from its trigger's
+    /// `concurrency_key` here, unless it has one.
     pub fn submit(
         &self,
-        run: Submission,
+        mut run: Submission,
         overlap: Overlap,
     ) -> impl Future<Output = Result<Accepted, Refused>> + Send + 'static {
+        if run.concurrency_key.is_none() {
+            run.concurrency_key = self.executor.concurrency_key_of(&run.queue, &run.payload);
+        }
         self.queue.submit(run, overlap)
     }
 

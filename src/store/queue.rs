@@ -72,6 +72,10 @@ pub struct NewRun {
     /// this row is pruned: [`Store::prune_runs`] moves the keys of rows it
     /// forgets to the replay table until then.
     pub replay_until_ms: Option<i64>,
+    /// The overlap policy applies among the queue's runs of this key only
+    /// (`skip_if_active` looks at them alone, and each key has its own
+    /// head of the queue).
+    pub concurrency_key: Option<String>,
 }
 
 /// Replay keys kept per queue; the soonest to expire go first past it.
@@ -109,10 +113,20 @@ pub struct RunRow {
     /// `supervisor::ProcessRecord::key`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// The key the overlap policy applies within.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<String>,
+    /// What a worktree run handed back (`runs::workspace::RunResult`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    /// The run's worktree while it is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<String>,
 }
 
 const RUN_SELECT: &str = "SELECT seq, id, trigger, origin, dedupe_key, payload, state, \
-     enqueued_at_ms, started_at_ms, finished_at_ms, detail, owner FROM runs";
+     enqueued_at_ms, started_at_ms, finished_at_ms, detail, owner, concurrency_key, result, \
+     worktree FROM runs";
 
 type RawRun = (RunRow, String);
 
@@ -131,6 +145,11 @@ fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RawRun> {
             finished_at_ms: row.get(9)?,
             detail: row.get(10)?,
             owner: row.get(11)?,
+            concurrency_key: row.get(12)?,
+            result: row
+                .get::<_, Option<String>>(13)?
+                .and_then(|text| serde_json::from_str(&text).ok()),
+            worktree: row.get(14)?,
         },
         row.get(5)?,
     ))
@@ -182,7 +201,20 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
         .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
         .map_err(&failed)
     };
-    let outcome = if run.skip_if_active && active("'queued', 'running'", 1)? > 0 {
+    // Overlap `skip` looks at the runs of the same key only.
+    let active_of_key = || -> Result<bool, StoreError> {
+        conn.prepare_cached(
+            "SELECT 1 FROM runs WHERE trigger = ?1 AND state IN ('queued', 'running')
+             AND concurrency_key IS ?2 LIMIT 1",
+        )
+        .and_then(|mut s| {
+            s.query_row((&run.trigger, &run.concurrency_key), |r| r.get::<_, i64>(0))
+                .optional()
+        })
+        .map(|found| found.is_some())
+        .map_err(&failed)
+    };
+    let outcome = if run.skip_if_active && active_of_key()? {
         Enqueued::Skipped
     } else if run.claimed_by.is_none() && active("'queued'", run.max_queued)? >= run.max_queued {
         return Ok(Enqueued::Full);
@@ -196,8 +228,8 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
     };
     conn.prepare_cached(
         "INSERT INTO runs (id, trigger, origin, dedupe_key, payload, state,
-         enqueued_at_ms, started_at_ms, finished_at_ms, owner, replay_until_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+         enqueued_at_ms, started_at_ms, finished_at_ms, owner, replay_until_ms, concurrency_key)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     )
     .and_then(|mut s| {
         s.execute((
@@ -212,6 +244,7 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
             finished,
             &run.claimed_by,
             run.replay_until_ms,
+            &run.concurrency_key,
         ))
     })
     .map_err(&failed)?;
@@ -222,6 +255,41 @@ impl Store {
     /// Record a firing (see [`NewRun`]); resolves once committed.
     pub fn enqueue_run(&self, run: NewRun) -> Pending<Enqueued> {
         self.write(move |conn| enqueue(conn, &run))
+    }
+
+    /// Record (or, with `None`, clear) run `id`'s kept worktree.
+    pub fn set_run_worktree(&self, id: impl Into<String>, path: Option<String>) -> Pending<()> {
+        let id = id.into();
+        self.write(move |conn| {
+            conn.prepare_cached("UPDATE runs SET worktree = ?2 WHERE id = ?1")
+                .and_then(|mut s| s.execute((&id, &path)))
+                .map(drop)
+                .map_err(sqlite("record a run's worktree"))
+        })
+    }
+
+    /// Record what run `id` handed back (`runs::workspace::RunResult`).
+    pub fn set_run_result(&self, id: impl Into<String>, result: serde_json::Value) -> Pending<()> {
+        let id = id.into();
+        self.write(move |conn| {
+            conn.prepare_cached("UPDATE runs SET result = ?2 WHERE id = ?1")
+                .and_then(|mut s| s.execute((&id, result.to_string())))
+                .map(drop)
+                .map_err(sqlite("record a run's result"))
+        })
+    }
+
+    /// The finished runs whose worktree is kept, newest first: id and
+    /// finish time (at most [`MAX_RUNS_PER_READ`]).
+    pub fn kept_worktrees(&self) -> Result<Vec<(String, Option<i64>)>, StoreError> {
+        self.read("read kept worktrees", |conn| {
+            conn.prepare_cached(
+                "SELECT id, finished_at_ms FROM runs WHERE worktree IS NOT NULL
+                 AND state NOT IN ('queued', 'running') ORDER BY seq DESC LIMIT ?1",
+            )?
+            .query_map([MAX_RUNS_PER_READ as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect()
+        })
     }
 
     /// Move run `id` to `state` with an optional detail. `running` sets its
@@ -386,7 +454,7 @@ impl Store {
         let rows = self.read("read queued runs", |conn| {
             conn.prepare_cached(&format!(
                 "{RUN_SELECT} WHERE seq IN (SELECT MIN(seq) FROM runs
-                 WHERE state = 'queued' GROUP BY trigger) ORDER BY seq LIMIT ?1"
+                 WHERE state = 'queued' GROUP BY trigger, concurrency_key) ORDER BY seq LIMIT ?1"
             ))?
             .query_map([limit], run_from_row)?
             .collect()
@@ -466,6 +534,7 @@ mod tests {
             state: None,
             claimed_by: None,
             replay_until_ms: None,
+            concurrency_key: None,
         }
     }
 

@@ -185,10 +185,23 @@ const MIGRATIONS: &[Migration] = &[
         ALTER TABLE runs ADD COLUMN replay_until_ms INTEGER;
     "#,
     },
+    Migration {
+        // Worktree runs: the key the overlap policy applies within (a
+        // trigger's `concurrency_key`, rendered at enqueue), what a run
+        // handed back (its branch, base, head and diff stat, as JSON), and
+        // the worktree kept after it ended (NULL once removed).
+        version: 7,
+        sql: r#"
+        ALTER TABLE runs ADD COLUMN concurrency_key TEXT;
+        ALTER TABLE runs ADD COLUMN result TEXT;
+        ALTER TABLE runs ADD COLUMN worktree TEXT;
+        CREATE INDEX runs_kept_worktrees ON runs (finished_at_ms) WHERE worktree IS NOT NULL;
+    "#,
+    },
 ];
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

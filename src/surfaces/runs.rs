@@ -37,6 +37,10 @@ pub struct ManualRun {
     /// Variables for `prompt_template`.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub vars: std::collections::BTreeMap<String, String>,
+    /// Where the run works: `worktree` (a git worktree of its own, its
+    /// result a branch) or `in_place`; the daemon's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<crate::model::WorkspaceMode>,
 }
 
 /// Longest prompt text a prompt sends to the daemon (the control channel
@@ -229,6 +233,7 @@ mod tests {
                 prompt: Some("hi".into()),
                 prompt_template: None,
                 vars: Default::default(),
+                workspace: None,
             },
             cwd: Some("/tmp".into()),
             timeout_secs: Some(60),

@@ -76,6 +76,8 @@ impl Firing {
             dedupe_key: self.dedupe_key,
             state: self.state,
             replay_until_ms: self.replay_until_ms,
+            // Rendered from the trigger's template by the run service.
+            concurrency_key: None,
         };
         (run, self.ack)
     }

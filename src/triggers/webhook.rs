@@ -18,6 +18,7 @@
 //! | route under its rate limit | 429 | `webhook.rate_limited` |
 //! | body parses as JSON | 400 | `webhook.bad_json` |
 //! | the event is one the route takes | 200 | `webhook.ignored` |
+//! | the trigger's `filter` is true of the request (`payload`, `event`) | 200 | `webhook.filtered` |
 //! | the trigger's queue has room | 503 | `webhook.queue_full` |
 //!
 //! Then the run is enqueued, and `202 {"run_id": …}` is sent only after the
@@ -268,6 +269,8 @@ struct Route {
     trigger: String,
     secret: Option<Vec<u8>>,
     events: Vec<String>,
+    /// The trigger's `filter` expression.
+    filter: Option<String>,
     max_body_bytes: u64,
     bucket: Mutex<Bucket>,
     seen: Mutex<Seen>,
@@ -631,6 +634,22 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
             .refuse(StatusCode::OK, "webhook.ignored", name, &detail)
             .await;
     }
+    if let Some(filter) = &route.filter {
+        let ctx = minijinja::context! {
+            payload => crate::render::lenient::lenient(json.clone()),
+            event => event.clone(),
+        };
+        let detail = match crate::model::template::eval_filter(filter, ctx) {
+            Ok(true) => None,
+            Ok(false) => Some("the route's `filter` is not true of this request".to_string()),
+            Err(e) => Some(format!("the route's `filter` failed on this request: {e}")),
+        };
+        if let Some(detail) = detail {
+            return listener
+                .refuse(StatusCode::OK, "webhook.filtered", name, &detail)
+                .await;
+        }
+    }
     let (ack, answer) = oneshot::channel();
     let mut firing = Firing::new(
         &route.trigger,
@@ -710,6 +729,7 @@ pub struct WebhookTrigger {
     events: Vec<String>,
     max_body_bytes: u64,
     rate_limit_per_minute: u64,
+    filter: Option<String>,
     secret: Option<Vec<u8>>,
     listener: Arc<Listener>,
 }
@@ -717,22 +737,25 @@ pub struct WebhookTrigger {
 impl WebhookTrigger {
     /// `source` must be a webhook source.
     pub fn new(name: &str, source: &TriggerSource, listener: Arc<Listener>) -> Self {
-        let (route, secret_env, events, max_body_bytes, rate_limit_per_minute) = match source {
-            TriggerSource::Webhook {
-                route,
-                secret_env,
-                events,
-                max_body_bytes,
-                rate_limit_per_minute,
-            } => (
-                route.clone(),
-                secret_env.clone(),
-                events.clone(),
-                *max_body_bytes,
-                *rate_limit_per_minute,
-            ),
-            _ => Default::default(),
-        };
+        let (route, secret_env, events, max_body_bytes, rate_limit_per_minute, filter) =
+            match source {
+                TriggerSource::Webhook {
+                    route,
+                    secret_env,
+                    events,
+                    max_body_bytes,
+                    rate_limit_per_minute,
+                    filter,
+                } => (
+                    route.clone(),
+                    secret_env.clone(),
+                    events.clone(),
+                    *max_body_bytes,
+                    *rate_limit_per_minute,
+                    filter.clone(),
+                ),
+                _ => Default::default(),
+            };
         Self {
             name: name.to_string(),
             route,
@@ -740,6 +763,7 @@ impl WebhookTrigger {
             events,
             max_body_bytes,
             rate_limit_per_minute,
+            filter,
             secret: None,
             listener,
         }
@@ -767,6 +791,7 @@ impl TriggerKind for WebhookTrigger {
             trigger: self.name.clone(),
             secret: self.secret.clone(),
             events: self.events.clone(),
+            filter: self.filter.clone(),
             max_body_bytes: self.max_body_bytes,
             bucket: Mutex::new(Bucket::new(self.rate_limit_per_minute)),
             seen: Mutex::new(Seen::default()),

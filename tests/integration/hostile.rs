@@ -3285,6 +3285,7 @@ fn s9_a_queued_acp_run_with_a_forged_extra_in_the_repositorys_store_never_runs()
             state: None,
             claimed_by: None,
             replay_until_ms: None,
+            concurrency_key: None,
         })
         .wait()
         .unwrap();

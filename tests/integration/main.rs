@@ -25,3 +25,4 @@ mod supervisor;
 mod support;
 mod triggers;
 mod validate;
+mod worktrees;

@@ -336,6 +336,13 @@ impl Daemon {
         terminate_child(self.child.take().expect("the daemon runs"))
     }
 
+    /// SIGKILL, as a crash: no cleanup; then reap it.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("the daemon runs");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
     /// Start the daemon again on the same repository after [`Daemon::terminate`].
     pub fn restart(&mut self) {
         self.restart_with(DaemonSetup::default());

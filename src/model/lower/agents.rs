@@ -180,6 +180,14 @@ impl Lower<'_> {
                 );
             }
         }
+        let workspace = self.workspace(super::runs::RawWorkspace {
+            mode: p.workspace.as_ref(),
+            base_ref: p.base_ref.as_ref(),
+            branch: p.branch.as_ref(),
+            setup: &p.setup,
+            copy: &p.copy,
+            after: &p.after,
+        });
         let mut frontmatter = BTreeMap::new();
         for (key, value) in p.frontmatter {
             if PROFILE_OWN_KEYS.contains(&key.as_str()) {
@@ -203,6 +211,7 @@ impl Lower<'_> {
             model: p.model.map(|v| v.value),
             skills: p.skills.into_iter().map(|v| v.value).collect(),
             frontmatter: Frontmatter(frontmatter),
+            workspace,
         })
     }
 }

@@ -23,6 +23,7 @@ mod agents;
 mod hooks;
 mod mcp;
 mod panes;
+mod runs;
 mod triggers;
 
 /// Read access to the files a manifest references, relative to the
@@ -51,6 +52,11 @@ pub trait Files {
     /// a `PluginNotice`, never an error of the manifest. By default there
     /// is no registry.
     fn add_user_plugins(&self, _manifest: &mut Manifest) {}
+    /// Whether the manifest's directory is the top of a git working tree
+    /// (a worktree run needs one); `None` when this file system cannot say.
+    fn is_git_repository(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// The real file system, rooted at the manifest's directory, through the
@@ -63,6 +69,12 @@ pub struct DiskFiles {
 }
 
 impl Files for DiskFiles {
+    fn is_git_repository(&self) -> Option<bool> {
+        Some(
+            std::fs::symlink_metadata(self.root.join(".git"))
+                .is_ok_and(|m| m.is_dir() || m.is_file()),
+        )
+    }
     fn read_to_string(&self, path: &Path) -> std::io::Result<String> {
         crate::repofs::Root::new(&self.root)
             .and_then(|root| root.read_string(path, MAX_TEMPLATE_BYTES))
@@ -240,6 +252,7 @@ impl Lower<'_> {
         }
         let project = self.project(raw.project.and_then(|e| e.0));
         let daemon = self.daemon(raw.daemon.and_then(|e| e.0));
+        let runs = self.runs(raw.runs.and_then(|e| e.0));
         let (mcp, servers, builtins) = match raw.mcp.and_then(|e| e.0) {
             Some(m) => (
                 McpSettings {
@@ -254,6 +267,7 @@ impl Lower<'_> {
         let mut m = Manifest {
             project,
             daemon,
+            runs,
             mcp,
             mcp_servers: BTreeMap::new(),
             mcp_builtins,

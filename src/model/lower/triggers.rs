@@ -11,8 +11,9 @@ impl Lower<'_> {
     ) -> Option<Trigger> {
         const KINDS: [&str; 3] = ["cron", "webhook", "file_watch"];
         let kind = t.kind.as_str();
-        let fields: [(&str, bool, &[&str]); 10] = [
+        let fields: [(&str, bool, &[&str]); 11] = [
             ("schedule", t.schedule.is_some(), &["cron"]),
+            ("filter", t.filter.is_some(), &["webhook"]),
             ("timezone", t.timezone.is_some(), &["cron"]),
             ("missed", t.missed.is_some(), &["cron"]),
             ("route", t.route.is_some(), &["webhook"]),
@@ -144,7 +145,11 @@ impl Lower<'_> {
                     DEFAULT_WEBHOOK_RATE_PER_MINUTE,
                     "requests a minute",
                 );
+                if let Some(f) = &t.filter {
+                    self.filter(f);
+                }
                 TriggerSource::Webhook {
+                    filter: t.filter.as_ref().map(|f| f.value.clone()),
                     route: route.value.clone(),
                     secret_env,
                     events: t.events.iter().map(|e| e.value.clone()).collect(),
@@ -227,18 +232,44 @@ impl Lower<'_> {
                 Overlap::default()
             }),
         };
+        let workspace = self.workspace(super::runs::RawWorkspace {
+            mode: t.workspace.as_ref(),
+            base_ref: t.base_ref.as_ref(),
+            branch: t.branch.as_ref(),
+            setup: &t.setup,
+            copy: &t.copy,
+            after: &t.after,
+        });
+        if let Some(key) = &t.concurrency_key {
+            self.line_template(key, "concurrency_key");
+        }
+        let timeout_secs = t
+            .timeout
+            .as_ref()
+            .and_then(|d| self.duration(d, "timeout", MAX_RUN_TIMEOUT_SECS));
+        let retries = self.bounded(
+            t.retries.as_ref(),
+            "retries",
+            0..=u64::from(MAX_RETRIES),
+            0,
+            "retries",
+        ) as u32;
         let action = self.action(t.action, m)?;
         Some(Trigger {
             enabled: t.enabled.unwrap_or(true),
             source,
             action,
             overlap,
+            workspace,
+            concurrency_key: t.concurrency_key.map(|k| k.value),
+            timeout_secs,
+            retries,
         })
     }
 
     /// An optional whole number in `range`, else `default` (with an error
     /// naming the range when it is outside).
-    fn bounded(
+    pub(super) fn bounded(
         &mut self,
         value: Option<&Spanned<i64>>,
         field: &str,

@@ -10,10 +10,12 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::Executor;
-use crate::driver::child_spec;
+use super::worktree::Opened;
+use crate::driver::{DriverContext, child_spec};
 use crate::model::{CommandSpec, RestartPolicy};
 use crate::plan::{ComponentId, Kind};
 use crate::runs::Ending;
+use crate::runs::workspace::{Conclusion, merge};
 use crate::store::queue::{RunRow, state};
 
 /// Output lines of a command recorded per run (`run.output`); the rest are
@@ -33,10 +35,25 @@ impl Executor {
         row: &RunRow,
         command: &CommandSpec,
         cancel: &CancellationToken,
+        timeout: Duration,
+        opened: Option<&Opened>,
+        conclusion: Option<&Conclusion>,
     ) -> Ending {
         let started = Instant::now();
         let id = ComponentId::new(Kind::Trigger, &row.trigger);
-        let mut spec = child_spec(&self.cx, &id, command, RestartPolicy::Never);
+        // In a worktree, the command (its `cwd`, a relative program) is
+        // the worktree's.
+        let cx = match opened {
+            Some(o) => DriverContext {
+                repo: o.worktree.dir.clone(),
+                ..self.cx.clone()
+            },
+            None => self.cx.clone(),
+        };
+        let mut spec = child_spec(&cx, &id, command, RestartPolicy::Never);
+        if let Some(o) = opened {
+            spec.env.extend(o.env.clone());
+        }
         let payload = row.payload.to_string();
         spec.env.insert("NPC_RUN_ID".into(), row.id.clone());
         spec.env.insert("NPC_TRIGGER".into(), row.trigger.clone());
@@ -116,9 +133,9 @@ impl Executor {
         let (mut recorded, mut dropped) = (0usize, 0usize);
         let mut exit = None;
         let mut stopped: Option<&'static str> = None;
-        let timeout = tokio::time::sleep(super::super::DEFAULT_RUN_TIMEOUT);
+        let drain = tokio::time::sleep(timeout + POST_EXIT_DRAIN);
+        let timeout = tokio::time::sleep(timeout);
         tokio::pin!(timeout);
-        let drain = tokio::time::sleep(super::super::DEFAULT_RUN_TIMEOUT + POST_EXIT_DRAIN);
         tokio::pin!(drain);
         let wait = child.wait();
         tokio::pin!(wait);
@@ -170,15 +187,14 @@ impl Executor {
         } else {
             state::FAILED
         });
-        self.record(
-            &row.id,
-            "run.finished",
-            finished(
-                end,
-                json!({ "exit": exit, "output_lines_dropped": dropped }),
-            ),
-        )
-        .await;
+        let mut payload = finished(
+            end,
+            json!({ "exit": exit, "output_lines_dropped": dropped }),
+        );
+        if let Some(conclusion) = conclusion {
+            merge(&mut payload, conclusion.conclude().await);
+        }
+        self.record(&row.id, "run.finished", payload).await;
         let detail = (end == state::FAILED).then(|| exit.to_string());
         (end, detail)
     }

@@ -1,0 +1,226 @@
+//! Lowering of how runs are carried out: `[runs]`, and the workspace
+//! settings triggers and profiles share (`workspace`, `ref`, `branch`,
+//! `setup`, `copy`, `after`), with the templates among them (`ref`,
+//! `branch`, `concurrency_key`) and a webhook's `filter` compiled here, so a
+//! mistake is an error of `npc validate`, not of a run.
+
+use super::*;
+
+/// The raw workspace fields a trigger or a profile holds.
+pub(super) struct RawWorkspace<'a> {
+    pub mode: Option<&'a Spanned<String>>,
+    pub base_ref: Option<&'a Spanned<String>>,
+    pub branch: Option<&'a Spanned<String>>,
+    pub setup: &'a [Spanned<String>],
+    pub copy: &'a [Spanned<String>],
+    pub after: &'a [Spanned<String>],
+}
+
+impl Lower<'_> {
+    pub(super) fn runs(&mut self, raw: Option<Spanned<RawRuns>>) -> RunsSettings {
+        let Some(Spanned { value: raw, .. }) = raw else {
+            return RunsSettings::default();
+        };
+        let defaults = RunsSettings::default();
+        let workspace = raw.workspace.as_ref().and_then(|w| self.workspace_mode(w));
+        let worktrees_dir = raw.worktrees_dir.as_ref().and_then(|d| {
+            self.relative_path(&d.span, d, "`worktrees_dir`")
+                .then(|| d.value.clone())
+        });
+        let max_concurrent = self.bounded(
+            raw.max_concurrent.as_ref(),
+            "max_concurrent",
+            1..=MAX_CONCURRENT_RUNS_LIMIT as u64,
+            defaults.max_concurrent as u64,
+            "runs",
+        ) as usize;
+        let max_kept_worktrees = self.bounded(
+            raw.max_kept_worktrees.as_ref(),
+            "max_kept_worktrees",
+            0..=MAX_KEPT_WORKTREES_LIMIT as u64,
+            defaults.max_kept_worktrees as u64,
+            "worktrees",
+        ) as usize;
+        let keep_failed_secs = raw
+            .keep_failed
+            .as_ref()
+            .and_then(|k| self.duration(k, "keep_failed", u64::MAX))
+            .unwrap_or(defaults.keep_failed_secs);
+        let ports = raw.ports.as_ref().and_then(|p| {
+            let parsed = p
+                .split_once('-')
+                .and_then(|(a, b)| {
+                    Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?))
+                })
+                .filter(|(a, b)| *a >= 1024 && a <= b);
+            if parsed.is_none() {
+                self.error(
+                    &p.span,
+                    format!("invalid port range `{}`", clip(p)),
+                    "write `FIRST-LAST` with 1024 <= FIRST <= LAST <= 65535, such as `41000-41099`",
+                );
+            }
+            parsed
+        });
+        let author = raw.author.as_ref().and_then(|a| {
+            let ok = !a.trim().is_empty()
+                && a.len() <= 200
+                && !a.chars().any(char::is_control)
+                && a.matches('<').count() <= 1
+                && a.matches('>').count() <= 1;
+            if !ok {
+                self.error(
+                    &a.span,
+                    format!("invalid author `{}`", clip(a)),
+                    "write `Name <email>` on one line, such as `npc bot <bot@example.com>`",
+                );
+            }
+            ok.then(|| a.value.clone())
+        });
+        RunsSettings {
+            workspace,
+            worktrees_dir,
+            max_concurrent,
+            keep_failed_secs,
+            max_kept_worktrees,
+            ports,
+            author,
+        }
+    }
+
+    fn workspace_mode(&mut self, w: &Spanned<String>) -> Option<WorkspaceMode> {
+        let mode = WorkspaceMode::parse(w);
+        if mode == Some(WorkspaceMode::Worktree) && self.files.is_git_repository() == Some(false) {
+            self.error(
+                &w.span,
+                "`workspace = \"worktree\"` needs a git repository, and this directory is none",
+                "run `git init` (and commit) here, or set `workspace = \"in_place\"`",
+            );
+        }
+        if mode.is_none() {
+            let hint = suggest(w, &WorkspaceMode::NAMES);
+            self.error(&w.span, format!("unknown workspace `{}`", clip(w)), hint);
+        }
+        mode
+    }
+
+    /// A duration such as `30m` or `24h`, at most `max` seconds.
+    pub(super) fn duration(&mut self, d: &Spanned<String>, field: &str, max: u64) -> Option<u64> {
+        match crate::model::schedule::parse_duration(d) {
+            Ok(secs) if secs > 0 && secs <= max => Some(secs),
+            Ok(_) => {
+                self.error(
+                    &d.span,
+                    format!("`{field}` `{}` is out of range", clip(d)),
+                    format!("use more than 0 and at most {max} seconds"),
+                );
+                None
+            }
+            Err(e) => {
+                self.error(
+                    &d.span,
+                    format!("invalid `{field}` `{}`: {e}", clip(d)),
+                    "write a duration such as `30m`, `2h` or `1h30m`",
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn workspace(&mut self, raw: RawWorkspace<'_>) -> WorkspaceSpec {
+        let mode = raw.mode.and_then(|m| self.workspace_mode(m));
+        if mode == Some(WorkspaceMode::InPlace) {
+            for (field, present) in [
+                ("ref", raw.base_ref.is_some()),
+                ("branch", raw.branch.is_some()),
+                ("setup", !raw.setup.is_empty()),
+                ("copy", !raw.copy.is_empty()),
+                ("after", !raw.after.is_empty()),
+            ] {
+                if present && let Some(m) = raw.mode {
+                    self.error(
+                        &m.span,
+                        format!("`{field}` needs `workspace = \"worktree\"`"),
+                        format!("a run in place has no worktree for `{field}`; remove it, or set `workspace = \"worktree\"`"),
+                    );
+                }
+            }
+        }
+        let base_ref = raw.base_ref.map(|r| {
+            self.line_template(r, "ref");
+            r.value.clone()
+        });
+        let branch = raw.branch.map(|b| {
+            self.line_template(b, "branch");
+            b.value.clone()
+        });
+        for c in raw.copy {
+            self.relative_path(&c.span, c, "a `copy` path");
+        }
+        for command in raw.setup.iter().chain(raw.after) {
+            if command.trim().is_empty() || command.contains('\0') {
+                self.error(
+                    &command.span,
+                    "empty command",
+                    "write a shell command such as `npm ci`, or remove it",
+                );
+            }
+        }
+        WorkspaceSpec {
+            mode,
+            base_ref,
+            branch,
+            setup: raw.setup.iter().map(|s| s.value.clone()).collect(),
+            copy: raw.copy.iter().map(|s| s.value.clone()).collect(),
+            after: raw.after.iter().map(|s| s.value.clone()).collect(),
+        }
+    }
+
+    /// A one-line template (a ref, a branch, a concurrency key): it
+    /// compiles and reads only `trigger`, `payload` and `run`.
+    pub(super) fn line_template(&mut self, t: &Spanned<String>, field: &str) {
+        let env = self.templates.get_or_insert_with(template::environment);
+        match template::compile(env, "line", t) {
+            Ok(compiled) => {
+                let roots: BTreeSet<String> =
+                    compiled.undeclared_variables(false).into_iter().collect();
+                if let Some(other) = roots
+                    .iter()
+                    .find(|r| !template::LINE_ROOTS.contains(&r.as_str()))
+                {
+                    self.error(
+                        &t.span,
+                        format!(
+                            "`{field}` reads `{}`, which a run does not have",
+                            clip(other)
+                        ),
+                        format!("use {}", quoted_list(&template::LINE_ROOTS)),
+                    );
+                }
+            }
+            Err(e) => self.error(
+                &t.span,
+                format!(
+                    "`{field}` is not a valid template: {}",
+                    clip(&e.to_string())
+                ),
+                "fix the template, such as `{{ trigger.body.pull_request.number }}`",
+            ),
+        }
+    }
+
+    /// A webhook's `filter`: an expression that compiles.
+    pub(super) fn filter(&mut self, f: &Spanned<String>) {
+        let env = self.templates.get_or_insert_with(template::environment);
+        if let Err(e) = template::compile_filter(env, f) {
+            self.error(
+                &f.span,
+                format!(
+                    "`filter` is not a valid expression: {}",
+                    clip(&e.to_string())
+                ),
+                "write a minijinja expression such as `payload.action == \"created\"`",
+            );
+        }
+    }
+}

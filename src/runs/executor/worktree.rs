@@ -1,0 +1,302 @@
+//! Worktree runs in the executor: which workspace a run gets, making it
+//! (worktree, copied files, `setup`), and after the action the result
+//! (committed on the run's branch before `run.finished`, which carries it),
+//! the `after` commands and the cleanup (a succeeded run's worktree is
+//! removed, another's kept for `[runs] keep_failed`). The git side is
+//! [`crate::runs::workspace`].
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{Executor, Origin};
+use crate::model::{Action, Manifest, WorkspaceMode, WorkspaceSpec};
+use crate::runs::workspace::{self, CommandOutcome, Conclusion, Worktree};
+use crate::store::queue::{RunRow, state};
+
+/// Most output of one `setup` or `after` command an event carries (its tail).
+pub const MAX_EVENT_OUTPUT_CHARS: usize = 4096;
+/// How long `after` commands may take together.
+pub const AFTER_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+/// A worktree run's workspace while it runs.
+#[derive(Debug, Clone)]
+pub(crate) struct Opened {
+    pub worktree: Worktree,
+    pub spec: WorkspaceSpec,
+    /// The environment its processes get (`NPC_WORKTREE`, `NPC_PORT`, …).
+    pub env: BTreeMap<String, String>,
+}
+
+impl Executor {
+    /// Where run `row` works, and its workspace settings: the trigger's
+    /// over its profile's. Explicit settings first (a run by hand's
+    /// `workspace`, the trigger's, the profile's); then a profile run the
+    /// daemon starts unattended gets `[runs] workspace`, else a worktree
+    /// in a git repository; everything else works in place.
+    pub(super) fn workspace_of(
+        &self,
+        row: &RunRow,
+        action: &Action,
+        manifest: &Manifest,
+    ) -> (WorkspaceMode, WorkspaceSpec) {
+        let trigger = self.inner().triggers.get(&row.trigger).cloned();
+        let spec = match &trigger {
+            Some(t) => manifest.trigger_workspace(t),
+            None => match action {
+                Action::RunProfile { profile, .. } => manifest
+                    .profiles
+                    .get(profile)
+                    .map(|p| p.workspace.clone())
+                    .unwrap_or_default(),
+                Action::RunCommand(_) => WorkspaceSpec::default(),
+            },
+        };
+        let asked = super::manual_request(row).and_then(|(run, _)| run.workspace);
+        let unattended = Origin::parse(&row.origin).is_some_and(|o| !o.is_local());
+        let git = workspace::is_git_repository(&self.cx.repo);
+        let mode = asked
+            .or(spec.mode)
+            .unwrap_or_else(|| manifest.default_workspace(action, unattended, git));
+        (mode, spec)
+    }
+
+    /// Where the worktrees of runs are made.
+    pub(super) fn worktrees_root(&self, manifest: &Manifest) -> PathBuf {
+        match &manifest.runs.worktrees_dir {
+            Some(dir) => self.cx.repo.join(dir),
+            None => self.cx.state_dir.join(workspace::WORKTREES_DIR),
+        }
+    }
+
+    /// Make run `row`'s worktree, copy its files in and run its `setup`
+    /// (each command a `run.setup` event), within `timeout`. On a failure
+    /// the reason; a worktree made before it stays (kept like a failed run's).
+    pub(super) async fn open_worktree(
+        &self,
+        row: &RunRow,
+        spec: WorkspaceSpec,
+        manifest: &Manifest,
+        port: Option<u16>,
+        timeout: Duration,
+    ) -> Result<Opened, String> {
+        let ctx = workspace::line_context(&row.payload, Some(&row.id));
+        let render = |template: Option<&String>, default: &str, what: &str| {
+            let source = template.map_or(default, String::as_str);
+            crate::model::template::render_line(source, ctx.clone())
+                .map_err(|e| format!("cannot render the run's `{what}`: {e}"))
+        };
+        let base_ref = render(spec.base_ref.as_ref(), workspace::DEFAULT_REF, "ref")?;
+        let branch = render(
+            spec.branch.as_ref(),
+            workspace::DEFAULT_BRANCH_TEMPLATE,
+            "branch",
+        )?;
+        let root = self.worktrees_root(manifest);
+        let worktree = Worktree::create(
+            &self.cx.supervisor,
+            &self.cx.repo,
+            &root,
+            &row.id,
+            &base_ref,
+            &branch,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let shown = worktree.dir.display().to_string();
+        if let Err(e) = self
+            .store
+            .set_run_worktree(&row.id, Some(shown.clone()))
+            .await
+        {
+            tracing::warn!("cannot record the worktree of run `{}`: {e}", row.id);
+        }
+        self.record(
+            &row.id,
+            "run.workspace",
+            json!({
+                "run_id": row.id,
+                "workspace": "worktree",
+                "worktree": shown,
+                "branch": worktree.branch,
+                "base": worktree.base,
+                "ref": worktree.base_ref,
+                "port": port,
+            }),
+        )
+        .await;
+        worktree.copy_in(&spec.copy).map_err(|e| e.to_string())?;
+        let mut env = worktree.env();
+        env.insert("NPC_RUN_ID".into(), row.id.clone());
+        if let Some(port) = port {
+            env.insert("NPC_PORT".into(), port.to_string());
+        }
+        let outcomes = workspace::run_commands(
+            &self.cx.supervisor,
+            &worktree.dir,
+            &spec.setup,
+            &env,
+            timeout,
+        )
+        .await;
+        self.record_commands(&row.id, "run.setup", &outcomes).await;
+        if let Some(failed) = outcomes.iter().find(|o| !o.ok) {
+            return Err(format!(
+                "setup command `{}` failed ({}): {}",
+                failed.command,
+                failed.status,
+                tail(&failed.output, MAX_EVENT_OUTPUT_CHARS)
+            ));
+        }
+        Ok(Opened {
+            worktree,
+            spec,
+            env,
+        })
+    }
+
+    /// The conclusion of `opened`'s run (see [`Conclusion`]).
+    pub(super) fn conclusion(
+        &self,
+        row: &RunRow,
+        opened: &Opened,
+        manifest: &Manifest,
+    ) -> Conclusion {
+        let message = if row.trigger == super::MANUAL_QUEUE {
+            format!(
+                "npc run {}\n\nNpc-Run: {}\nNpc-Origin: {}",
+                row.id, row.id, row.origin
+            )
+        } else {
+            format!(
+                "npc run {} of trigger {}\n\nNpc-Run: {}\nNpc-Trigger: {}",
+                row.id, row.trigger, row.id, row.trigger
+            )
+        };
+        let author = manifest
+            .runs
+            .author
+            .clone()
+            .unwrap_or_else(|| workspace::DEFAULT_AUTHOR.to_string());
+        Conclusion::new(
+            opened.worktree.clone(),
+            message,
+            author,
+            self.cx.supervisor.clone(),
+        )
+    }
+
+    /// After the action: the result stored with the run, the `after`
+    /// commands (a `run.after` event each), then the worktree removed when
+    /// the run succeeded, else kept (`run.worktree_kept`).
+    pub(super) async fn close_worktree(
+        &self,
+        row: &RunRow,
+        opened: &Opened,
+        conclusion: Option<&Conclusion>,
+        end: &'static str,
+    ) {
+        let result = match conclusion.and_then(Conclusion::taken) {
+            Some(Ok(result)) => Some(result),
+            Some(Err(_)) => None,
+            // The action ended before it could conclude (it never started).
+            None => None,
+        };
+        if let Some(result) = &result {
+            let value = serde_json::to_value(result).unwrap_or_default();
+            if let Err(e) = self.store.set_run_result(&row.id, value).await {
+                tracing::warn!("cannot record the result of run `{}`: {e}", row.id);
+            }
+        }
+        if !opened.spec.after.is_empty() {
+            let mut env = opened.env.clone();
+            env.insert("NPC_RUN_BRANCH".into(), opened.worktree.branch.clone());
+            env.insert("NPC_RUN_STATUS".into(), end.to_string());
+            if let Some(r) = &result {
+                env.insert("NPC_RUN_HEAD".into(), r.head.clone());
+            }
+            let outcomes = workspace::run_commands(
+                &self.cx.supervisor,
+                &opened.worktree.dir,
+                &opened.spec.after,
+                &env,
+                AFTER_TIMEOUT,
+            )
+            .await;
+            self.record_commands(&row.id, "run.after", &outcomes).await;
+        }
+        if end == state::SUCCEEDED {
+            match opened.worktree.remove(&self.cx.supervisor).await {
+                Ok(()) => {
+                    if let Err(e) = self.store.set_run_worktree(&row.id, None).await {
+                        tracing::warn!("cannot record the removed worktree of `{}`: {e}", row.id);
+                    }
+                }
+                Err(e) => tracing::warn!("cannot remove the worktree of run `{}`: {e}", row.id),
+            }
+        } else {
+            self.record(
+                &row.id,
+                "run.worktree_kept",
+                json!({
+                    "run_id": row.id,
+                    "worktree": opened.worktree.dir,
+                    "branch": opened.worktree.branch,
+                    "state": end,
+                }),
+            )
+            .await;
+        }
+    }
+
+    async fn record_commands(&self, id: &str, kind: &str, outcomes: &[CommandOutcome]) {
+        for o in outcomes {
+            self.record(
+                id,
+                kind,
+                json!({
+                    "run_id": id,
+                    "command": o.command,
+                    "ok": o.ok,
+                    "status": o.status,
+                    "output": tail(&o.output, MAX_EVENT_OUTPUT_CHARS),
+                }),
+            )
+            .await;
+        }
+    }
+
+    /// Remove the kept worktrees past their time or the cap (all of them
+    /// with `all`); see [`workspace::clean`].
+    pub(super) async fn clean_worktrees(&self, manifest: &Manifest) {
+        let policy = workspace::KeepPolicy {
+            keep_failed: Duration::from_secs(manifest.runs.keep_failed_secs),
+            max_kept: manifest.runs.max_kept_worktrees,
+            all: false,
+        };
+        let root = self.worktrees_root(manifest);
+        match workspace::clean(
+            &self.store,
+            &self.cx.supervisor,
+            &self.cx.repo,
+            &root,
+            policy,
+        )
+        .await
+        {
+            Ok(removed) if !removed.is_empty() => {
+                tracing::info!("removed {} kept worktrees", removed.len());
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("cannot clean kept worktrees: {e}"),
+        }
+    }
+}
+
+/// The last `max` characters of `text`.
+fn tail(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    text.chars().skip(count.saturating_sub(max)).collect()
+}

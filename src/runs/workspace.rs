@@ -1,0 +1,683 @@
+//! A run's workspace: the repository's own checkout (`in_place`), or a git
+//! worktree of its own (`worktree`) made for the run and handed back as a
+//! branch. Seed 000 splits a run's places the same way: the repository root
+//! keeps npc's state, the store and the memory tools; the tool working
+//! directory is where the agent works.
+//!
+//! A worktree run: `git worktree add` of the run's base commit on a new
+//! branch under the worktrees directory ([`Worktree::create`]), files
+//! copied in from the main checkout ([`Worktree::copy_in`]), `setup`
+//! commands ([`run_commands`]), then the action with the worktree
+//! as its directory; afterwards what the action changed is committed on the
+//! branch ([`Worktree::conclude`]: the run's id and trigger in the message,
+//! npc's author, the repository's hooks not run), with a diff stat, and the
+//! worktree is removed ([`Worktree::remove`]) or kept for inspection.
+//! Every git command runs through the supervisor, bounded in time and
+//! output, and names its refs after `--end-of-options`, so no ref or
+//! branch a payload supplies reads as an option.
+//!
+//! Architecture invariant: a worktree run never touches the main checkout:
+//! not its files, its index or its current branch (`git worktree add`
+//! writes only below `.git/` and the new directory).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::supervisor::{ChildSpec, OutputLimits, Supervisor};
+
+/// Directory of the state directory holding the worktrees of runs, unless
+/// `[runs] worktrees_dir` names another.
+pub const WORKTREES_DIR: &str = "worktrees";
+/// The branch a worktree run commits to unless `branch` says otherwise.
+pub const DEFAULT_BRANCH_TEMPLATE: &str = "npc/{{ run.id }}";
+/// The commit a worktree starts from unless `ref` says otherwise.
+pub const DEFAULT_REF: &str = "HEAD";
+/// Who commits a run's changes unless `[runs] author` says otherwise.
+pub const DEFAULT_AUTHOR: &str = "npc <npc@localhost>";
+/// Longest one git command may take (a checkout of a large tree included).
+pub const GIT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Most output kept of one git command.
+pub const MAX_GIT_OUTPUT_BYTES: usize = 64 * 1024;
+/// Most output kept of one `setup` or `after` command (the rest is dropped).
+pub const MAX_COMMAND_OUTPUT_BYTES: usize = 64 * 1024;
+/// Most of a run's patch `npc runs diff` prints.
+pub const MAX_DIFF_BYTES: usize = 16 * 1024 * 1024;
+/// Largest file `copy` brings into a worktree.
+pub const MAX_COPY_BYTES: usize = 16 * 1024 * 1024;
+/// Longest ref or branch name accepted (git's own limit is the file system's).
+pub const MAX_REF_BYTES: usize = 255;
+
+/// Why a workspace could not be made or concluded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkspaceError {
+    #[error(
+        "`{}` is not a git repository; a worktree run needs one (set `workspace = \"in_place\"`, or `git init` it)",
+        .0.display()
+    )]
+    NotGit(PathBuf),
+    #[error(
+        "ref `{0}` names no commit in this repository; fetch it, or set `ref` to one that exists"
+    )]
+    NoSuchRef(String),
+    #[error(
+        "branch `{0}` exists already; a run's branch is new (set `branch` to a template with `{{{{ run.id }}}}`)"
+    )]
+    BranchExists(String),
+    #[error("`{name}` is not a valid {what}: {reason}")]
+    BadName {
+        what: &'static str,
+        name: String,
+        reason: String,
+    },
+    #[error("the worktrees directory `{}` is not usable: {reason}", path.display())]
+    Dir { path: PathBuf, reason: String },
+    #[error("cannot copy `{path}` into the worktree: {reason}")]
+    Copy { path: String, reason: String },
+    #[error("`git {command}` failed: {detail}")]
+    Git { command: String, detail: String },
+    #[error("`{command}` failed ({status}): {output}")]
+    Command {
+        command: String,
+        status: String,
+        output: String,
+    },
+}
+
+/// What a worktree run handed back: its branch, where it started and ended,
+/// and how much changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct RunResult {
+    pub branch: String,
+    /// The commit the worktree started from.
+    pub base: String,
+    /// The branch's commit after the run (`base` when nothing changed).
+    pub head: String,
+    /// Whether npc committed the changes (the agent may have committed them itself).
+    pub committed: bool,
+    pub files: u64,
+    pub insertions: u64,
+    pub deletions: u64,
+}
+
+/// A git worktree made for one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Worktree {
+    /// The main checkout.
+    pub repo: PathBuf,
+    /// The worktree's directory.
+    pub dir: PathBuf,
+    pub branch: String,
+    /// The commit it starts from.
+    pub base: String,
+    /// The base as asked for (`HEAD`, a branch, a sha).
+    pub base_ref: String,
+}
+
+/// What concludes a run before `run.finished` is recorded: its worktree's
+/// changes committed and measured; the result kept for the executor.
+#[derive(Debug, Clone)]
+pub struct Conclusion {
+    worktree: Worktree,
+    message: String,
+    author: String,
+    supervisor: Supervisor,
+    result: std::sync::Arc<std::sync::Mutex<Option<Result<RunResult, String>>>>,
+}
+
+impl Conclusion {
+    pub fn new(
+        worktree: Worktree,
+        message: String,
+        author: String,
+        supervisor: Supervisor,
+    ) -> Self {
+        Self {
+            worktree,
+            message,
+            author,
+            supervisor,
+            result: Default::default(),
+        }
+    }
+
+    /// Commit and measure; the fields `run.finished` carries (`result`, or
+    /// `result_error`).
+    pub async fn conclude(&self) -> serde_json::Value {
+        let result = self
+            .worktree
+            .conclude(&self.supervisor, &self.message, &self.author)
+            .await
+            .map_err(|e| e.to_string());
+        let fields = match &result {
+            Ok(r) => serde_json::json!({ "result": r }),
+            Err(e) => serde_json::json!({ "result_error": e }),
+        };
+        *crate::stdx::lock(&self.result) = Some(result);
+        fields
+    }
+
+    /// The result [`Conclusion::conclude`] found, once.
+    pub fn taken(&self) -> Option<Result<RunResult, String>> {
+        crate::stdx::lock(&self.result).take()
+    }
+}
+
+/// Merge the object `extra` into the object `payload`.
+pub fn merge(payload: &mut serde_json::Value, extra: serde_json::Value) {
+    if let (serde_json::Value::Object(p), serde_json::Value::Object(e)) = (payload, extra) {
+        p.extend(e);
+    }
+}
+
+/// Whether `repo` is the top of a git working tree (a `.git` directory, or
+/// the `.git` file of a worktree or submodule). Read without running git.
+pub fn is_git_repository(repo: &Path) -> bool {
+    std::fs::symlink_metadata(repo.join(".git")).is_ok_and(|m| m.is_dir() || m.is_file())
+}
+
+/// Refuse a ref or branch name that git would read as something else: an
+/// option, a revision range, a name git's rules refuse (checked again by
+/// `git check-ref-format` for branches).
+pub fn check_ref_name(what: &'static str, name: &str) -> Result<(), WorkspaceError> {
+    let bad = |reason: &str| {
+        Err(WorkspaceError::BadName {
+            what,
+            name: crate::stdx::term::printable(name)
+                .chars()
+                .take(80)
+                .collect(),
+            reason: reason.to_string(),
+        })
+    };
+    if name.is_empty() {
+        return bad("it is empty");
+    }
+    if name.len() > MAX_REF_BYTES {
+        return bad(&format!("it is longer than {MAX_REF_BYTES} bytes"));
+    }
+    if name.starts_with('-') {
+        return bad("it starts with `-`");
+    }
+    if name
+        .chars()
+        .any(|c| c.is_control() || c.is_whitespace() || "~^:?*[\\".contains(c))
+    {
+        return bad("it holds a space, a control character or one of `~^:?*[\\`");
+    }
+    if name.contains("..") || name.contains("@{") || name.ends_with('.') || name.ends_with('/') {
+        return bad("it holds `..` or `@{`, or ends with `.` or `/`");
+    }
+    Ok(())
+}
+
+/// Run `git ARGS` in `cwd` through the supervisor; its standard output
+/// (trimmed) when it exits 0, else its error output.
+pub async fn git(
+    supervisor: &Supervisor,
+    cwd: &Path,
+    args: &[&str],
+) -> Result<String, WorkspaceError> {
+    git_output(supervisor, cwd, args, MAX_GIT_OUTPUT_BYTES)
+        .await
+        .map(|(out, _)| out.trim().to_string())
+}
+
+/// [`git`] keeping at most `limit` bytes of standard output, untrimmed,
+/// and whether there was more.
+pub async fn git_output(
+    supervisor: &Supervisor,
+    cwd: &Path,
+    args: &[&str],
+    limit: usize,
+) -> Result<(String, bool), WorkspaceError> {
+    let mut spec = ChildSpec::new("git", cwd);
+    spec.args = args.iter().map(|a| a.to_string()).collect();
+    // Parseable, never interactive, never paged.
+    spec.env.insert("LC_ALL".into(), "C".into());
+    spec.env.insert("GIT_TERMINAL_PROMPT".into(), "0".into());
+    spec.env.insert("GIT_PAGER".into(), "cat".into());
+    let limits = OutputLimits {
+        stdout: limit,
+        stderr: MAX_GIT_OUTPUT_BYTES,
+    };
+    let command = args.first().copied().unwrap_or("").to_string();
+    let out = supervisor
+        .run_once(&spec, None, GIT_TIMEOUT, limits)
+        .await
+        .map_err(|e| WorkspaceError::Git {
+            command: command.clone(),
+            detail: e.to_string(),
+        })?;
+    if out.timed_out {
+        return Err(WorkspaceError::Git {
+            command,
+            detail: format!("it took longer than {}s", GIT_TIMEOUT.as_secs()),
+        });
+    }
+    if !out.status.success() {
+        let text = String::from_utf8_lossy(&out.stderr);
+        let detail = text.trim().lines().last().unwrap_or("").to_string();
+        return Err(WorkspaceError::Git {
+            command,
+            detail: format!("{} ({})", crate::stdx::term::printable(&detail), out.status),
+        });
+    }
+    Ok((
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        out.stdout_truncated,
+    ))
+}
+
+impl Worktree {
+    /// Make the worktree of run `run_id`: `base_ref` resolved to a commit,
+    /// branch `branch` (new) checked out at it in `root/run_id`. `root`
+    /// must be a real directory (no link) inside the repository.
+    pub async fn create(
+        supervisor: &Supervisor,
+        repo: &Path,
+        root: &Path,
+        run_id: &str,
+        base_ref: &str,
+        branch: &str,
+    ) -> Result<Self, WorkspaceError> {
+        if !is_git_repository(repo) {
+            return Err(WorkspaceError::NotGit(repo.to_path_buf()));
+        }
+        check_ref_name("ref", base_ref)?;
+        check_ref_name("branch name", branch)?;
+        git(supervisor, repo, &["check-ref-format", "--branch", branch])
+            .await
+            .map_err(|_| WorkspaceError::BadName {
+                what: "branch name",
+                name: branch.to_string(),
+                reason: "git's rules refuse it (`git check-ref-format --branch`)".to_string(),
+            })?;
+        let base = git(
+            supervisor,
+            repo,
+            &[
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                "--end-of-options",
+                &format!("{base_ref}^{{commit}}"),
+            ],
+        )
+        .await
+        .map_err(|_| WorkspaceError::NoSuchRef(base_ref.to_string()))?;
+        let exists = git(
+            supervisor,
+            repo,
+            &[
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                "--end-of-options",
+                &format!("refs/heads/{branch}"),
+            ],
+        )
+        .await;
+        if exists.is_ok() {
+            return Err(WorkspaceError::BranchExists(branch.to_string()));
+        }
+        prepare_root(repo, root)?;
+        let dir = root.join(run_id);
+        let shown = dir.display().to_string();
+        git(
+            supervisor,
+            repo,
+            &["worktree", "add", "--quiet", "-b", branch, &shown, &base],
+        )
+        .await?;
+        Ok(Self {
+            repo: repo.to_path_buf(),
+            dir,
+            branch: branch.to_string(),
+            base,
+            base_ref: base_ref.to_string(),
+        })
+    }
+
+    /// Copy `paths` (relative, regular files inside the main checkout, no
+    /// link followed) into the worktree at the same places.
+    pub fn copy_in(&self, paths: &[String]) -> Result<(), WorkspaceError> {
+        let failed = |path: &str, reason: String| WorkspaceError::Copy {
+            path: path.to_string(),
+            reason,
+        };
+        let from = crate::repofs::Root::new(&self.repo).map_err(|e| failed("", e.to_string()))?;
+        let to = crate::repofs::Root::new(&self.dir).map_err(|e| failed("", e.to_string()))?;
+        for path in paths {
+            let bytes = from
+                .read_with(
+                    &self.repo.join(path),
+                    MAX_COPY_BYTES,
+                    crate::repofs::Links::Refuse,
+                )
+                .map_err(|e| failed(path, e.to_string()))?;
+            to.write(
+                &self.dir.join(path),
+                &bytes,
+                crate::repofs::WriteOptions {
+                    links: crate::repofs::Links::Refuse,
+                    perms: crate::repofs::Perms::Shared,
+                },
+            )
+            .map_err(|e| failed(path, e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The environment a worktree run's processes get besides their own.
+    pub fn env(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("NPC_WORKTREE".to_string(), self.dir.display().to_string()),
+            ("NPC_REPO_ROOT".to_string(), self.repo.display().to_string()),
+            ("NPC_BASE_REF".to_string(), self.base_ref.clone()),
+        ])
+    }
+
+    /// Commit what the run changed on its branch (unless nothing did), and
+    /// measure the branch against its base.
+    pub async fn conclude(
+        &self,
+        supervisor: &Supervisor,
+        message: &str,
+        author: &str,
+    ) -> Result<RunResult, WorkspaceError> {
+        let (name, email) = split_author(author);
+        git(supervisor, &self.dir, &["add", "--all"]).await?;
+        let staged = git(supervisor, &self.dir, &["diff", "--cached", "--quiet"])
+            .await
+            .is_err();
+        if staged {
+            git(
+                supervisor,
+                &self.dir,
+                &[
+                    "-c",
+                    &format!("user.name={name}"),
+                    "-c",
+                    &format!("user.email={email}"),
+                    "commit",
+                    "--quiet",
+                    "--no-verify",
+                    "--no-gpg-sign",
+                    "-m",
+                    message,
+                ],
+            )
+            .await?;
+        }
+        let head = git(supervisor, &self.dir, &["rev-parse", "HEAD"]).await?;
+        let stat = git(
+            supervisor,
+            &self.dir,
+            &["diff", "--shortstat", &self.base, &head],
+        )
+        .await?;
+        let (files, insertions, deletions) = parse_shortstat(&stat);
+        Ok(RunResult {
+            branch: self.branch.clone(),
+            base: self.base.clone(),
+            head,
+            committed: staged,
+            files,
+            insertions,
+            deletions,
+        })
+    }
+
+    /// Remove the worktree (its branch stays).
+    pub async fn remove(&self, supervisor: &Supervisor) -> Result<(), WorkspaceError> {
+        remove_dir(supervisor, &self.repo, &self.dir).await
+    }
+}
+
+/// Remove the worktree at `dir` of `repo` (its branch stays), and forget it
+/// in git's list even when the directory is gone already.
+pub async fn remove_dir(
+    supervisor: &Supervisor,
+    repo: &Path,
+    dir: &Path,
+) -> Result<(), WorkspaceError> {
+    let shown = dir.display().to_string();
+    let removed = git(
+        supervisor,
+        repo,
+        &["worktree", "remove", "--force", "--force", &shown],
+    )
+    .await;
+    if removed.is_err() && dir.exists() {
+        // Not a worktree git knows (a half-made one): only ours to delete
+        // when it lies where npc puts worktrees, which the caller checked.
+        std::fs::remove_dir_all(dir).map_err(|e| WorkspaceError::Dir {
+            path: dir.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    }
+    prune(supervisor, repo).await
+}
+
+/// `git worktree prune`: forget worktrees whose directories are gone.
+pub async fn prune(supervisor: &Supervisor, repo: &Path) -> Result<(), WorkspaceError> {
+    if !is_git_repository(repo) {
+        return Ok(());
+    }
+    git(supervisor, repo, &["worktree", "prune"])
+        .await
+        .map(drop)
+}
+
+/// Make sure `root` is a real directory inside `repo`: created (private)
+/// when missing, a link anywhere on the way refused.
+fn prepare_root(repo: &Path, root: &Path) -> Result<(), WorkspaceError> {
+    let bad = |reason: String| WorkspaceError::Dir {
+        path: root.to_path_buf(),
+        reason,
+    };
+    let fs = crate::repofs::Root::new(repo).map_err(|e| bad(e.to_string()))?;
+    if let Ok(meta) = std::fs::symlink_metadata(root)
+        && !meta.is_dir()
+    {
+        return Err(bad("it is a link or a file, not a directory".to_string()));
+    }
+    let real = fs
+        .create_dir_all(root, crate::repofs::Perms::Private)
+        .map_err(|e| bad(e.to_string()))?;
+    if real != root {
+        return Err(bad(format!("it resolves to `{}`", real.display())));
+    }
+    Ok(())
+}
+
+/// One `setup` or `after` command's outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CommandOutcome {
+    pub command: String,
+    pub ok: bool,
+    /// `exit code N`, `signal N`, or `timed out`.
+    pub status: String,
+    /// The command's output (stdout then stderr), at most
+    /// [`MAX_COMMAND_OUTPUT_BYTES`] of each.
+    pub output: String,
+}
+
+/// Run `commands` in order, each as `sh -c COMMAND` in `dir` with `env`,
+/// until one fails; all of them together within `timeout`. Every outcome
+/// is returned (the failed one last).
+pub async fn run_commands(
+    supervisor: &Supervisor,
+    dir: &Path,
+    commands: &[String],
+    env: &BTreeMap<String, String>,
+    timeout: Duration,
+) -> Vec<CommandOutcome> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut outcomes = Vec::new();
+    for command in commands {
+        let mut spec = ChildSpec::new("sh", dir);
+        spec.args = vec!["-c".to_string(), command.clone()];
+        spec.env = env.clone();
+        let limits = OutputLimits {
+            stdout: MAX_COMMAND_OUTPUT_BYTES,
+            stderr: MAX_COMMAND_OUTPUT_BYTES,
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let outcome = match supervisor.run_once(&spec, None, left, limits).await {
+            Ok(out) => {
+                let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
+                output.push_str(&String::from_utf8_lossy(&out.stderr));
+                CommandOutcome {
+                    command: command.clone(),
+                    ok: out.status.success() && !out.timed_out,
+                    status: if out.timed_out {
+                        "timed out".to_string()
+                    } else {
+                        out.status.to_string()
+                    },
+                    output,
+                }
+            }
+            Err(e) => CommandOutcome {
+                command: command.clone(),
+                ok: false,
+                status: "not started".to_string(),
+                output: e.to_string(),
+            },
+        };
+        let ok = outcome.ok;
+        outcomes.push(outcome);
+        if !ok {
+            break;
+        }
+    }
+    outcomes
+}
+
+/// The context of a run's one-line templates (`ref`, `branch`,
+/// `concurrency_key`): `trigger` is the firing's payload as prompts see it,
+/// `payload` the request's own JSON (a webhook's body, a manual firing's
+/// `--payload`), `run.id` the run's id (none before it has one). Lookups
+/// into payloads are lenient, as in prompts.
+pub fn line_context(payload: &serde_json::Value, run_id: Option<&str>) -> minijinja::Value {
+    let request = payload
+        .get("body")
+        .or_else(|| payload.get("payload"))
+        .cloned()
+        .unwrap_or(serde_json::Value::Null);
+    minijinja::context! {
+        trigger => crate::render::lenient::lenient(payload.clone()),
+        payload => crate::render::lenient::lenient(request),
+        run => minijinja::context! { id => run_id },
+    }
+}
+
+/// Which kept worktrees [`clean`] removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeepPolicy {
+    /// A failed run's worktree older than this goes.
+    pub keep_failed: Duration,
+    /// Past this many, the oldest go.
+    pub max_kept: usize,
+    /// Every kept worktree goes (`npc runs clean --all`).
+    pub all: bool,
+}
+
+/// Whether `id` is a run id npc made (`run-` and lowercase letters, digits
+/// and `-`): the only names [`clean`] joins to the worktrees directory.
+pub fn is_run_id(id: &str) -> bool {
+    id.strip_prefix(crate::runs::RUN_ID_PREFIX)
+        .is_some_and(|rest| {
+            !rest.is_empty()
+                && rest.len() <= 64
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+}
+
+/// Remove the kept worktrees of finished runs that `policy` lets go: a
+/// worktree is only ever `root/RUN_ID` (a path the store names is never
+/// trusted: the store is a file in the repository), a running or queued
+/// run's never. Then `git worktree prune`. Returns the runs whose worktree
+/// went.
+pub async fn clean(
+    store: &std::sync::Arc<crate::store::Store>,
+    supervisor: &Supervisor,
+    repo: &Path,
+    root: &Path,
+    policy: KeepPolicy,
+) -> Result<Vec<String>, WorkspaceError> {
+    let reader = store.clone();
+    let kept = tokio::task::spawn_blocking(move || reader.kept_worktrees())
+        .await
+        .map_err(|e| WorkspaceError::Dir {
+            path: root.to_path_buf(),
+            reason: e.to_string(),
+        })?
+        .map_err(|e| WorkspaceError::Dir {
+            path: root.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    let now = chrono::Utc::now().timestamp_millis();
+    let keep_ms = i64::try_from(policy.keep_failed.as_millis()).unwrap_or(i64::MAX);
+    let mut removed = Vec::new();
+    // Newest first: the first `max_kept` young ones stay.
+    for (n, (id, finished_at_ms)) in kept.into_iter().enumerate() {
+        let old = finished_at_ms.is_none_or(|at| now.saturating_sub(at) > keep_ms);
+        if !(policy.all || old || n >= policy.max_kept) || !is_run_id(&id) {
+            continue;
+        }
+        let dir = root.join(&id);
+        if std::fs::symlink_metadata(&dir).is_ok_and(|m| !m.is_dir()) {
+            // A link or a file where a worktree was: never followed.
+            let _ = std::fs::remove_file(&dir);
+        } else {
+            remove_dir(supervisor, repo, &dir).await?;
+        }
+        if let Err(e) = store.set_run_worktree(&id, None).await {
+            tracing::warn!("cannot record the removed worktree of `{id}`: {e}");
+        }
+        removed.push(id);
+    }
+    prune(supervisor, repo).await?;
+    Ok(removed)
+}
+
+/// `Name <email>` → (`Name`, `email`); a bare name gets npc's address.
+pub fn split_author(author: &str) -> (String, String) {
+    match author.split_once('<') {
+        Some((name, rest)) => (
+            name.trim().to_string(),
+            rest.trim_end().trim_end_matches('>').trim().to_string(),
+        ),
+        None => (author.trim().to_string(), "npc@localhost".to_string()),
+    }
+}
+
+/// `3 files changed, 10 insertions(+), 2 deletions(-)` → (3, 10, 2).
+pub fn parse_shortstat(line: &str) -> (u64, u64, u64) {
+    let mut counts = (0, 0, 0);
+    for part in line.split(',') {
+        let mut words = part.split_whitespace();
+        let (Some(n), Some(word)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let Ok(n) = n.parse::<u64>() else { continue };
+        if word.starts_with("file") {
+            counts.0 = n;
+        } else if word.starts_with("insertion") {
+            counts.1 = n;
+        } else if word.starts_with("deletion") {
+            counts.2 = n;
+        }
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,49 @@
+use super::*;
+
+#[test]
+fn shortstat_lines_are_read() {
+    assert_eq!(
+        parse_shortstat(" 3 files changed, 10 insertions(+), 2 deletions(-)"),
+        (3, 10, 2)
+    );
+    assert_eq!(parse_shortstat(" 1 file changed, 1 deletion(-)"), (1, 0, 1));
+    assert_eq!(parse_shortstat(""), (0, 0, 0));
+    assert_eq!(parse_shortstat("garbage, more garbage"), (0, 0, 0));
+}
+
+#[test]
+fn refs_that_read_as_options_or_ranges_are_refused() {
+    for bad in [
+        "",
+        "-b",
+        "--upload-pack=x",
+        "a..b",
+        "a b",
+        "a\nb",
+        "x@{1}",
+        "a~1",
+        "a^",
+        "a:b",
+        "a/",
+        "a.",
+        "*",
+    ] {
+        assert!(check_ref_name("ref", bad).is_err(), "{bad:?}");
+    }
+    for good in ["HEAD", "main", "npc/run-1", "refs/heads/x", "0123abcd"] {
+        assert!(check_ref_name("ref", good).is_ok(), "{good:?}");
+    }
+    assert!(check_ref_name("ref", &"a".repeat(MAX_REF_BYTES + 1)).is_err());
+}
+
+#[test]
+fn authors_split_into_name_and_email() {
+    assert_eq!(
+        split_author("npc bot <bot@example.com>"),
+        ("npc bot".to_string(), "bot@example.com".to_string())
+    );
+    assert_eq!(
+        split_author("solo"),
+        ("solo".to_string(), "npc@localhost".to_string())
+    );
+}

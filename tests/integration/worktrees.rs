@@ -1,0 +1,501 @@
+//! Worktree runs through the real binary and real git: each run in a git
+//! worktree of its own, its result a branch, the main checkout untouched;
+//! kept worktrees of failed runs, `npc runs clean`, a daemon killed
+//! mid-run, concurrency keys, webhook filters and bad input.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::support::{Daemon, npc, repo_root, wait_for};
+
+/// `git ARGS` in `dir`, which must succeed; its standard output.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=test", "-c", "user.email=test@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A git repository holding `manifest` and `files`, all committed.
+fn repository(manifest: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    git(dir.path(), &["init", "--quiet", "--initial-branch=main"]);
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    for (name, text) in files {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    git(dir.path(), &["add", "--all"]);
+    git(dir.path(), &["commit", "--quiet", "-m", "start"]);
+    dir
+}
+
+/// The run rows, newest first.
+fn runs(dir: &Path) -> Vec<Value> {
+    let out = npc()
+        .current_dir(dir)
+        .args(["runs", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `npc runs show ID --format json`.
+fn show(dir: &Path, id: &str) -> Value {
+    let out = npc()
+        .current_dir(dir)
+        .args(["runs", "show", id, "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Wait until `n` runs have ended; their rows.
+fn ended(dir: &Path, n: usize) -> Vec<Value> {
+    wait_for(&format!("{n} runs to end"), || {
+        let rows = runs(dir);
+        let done: Vec<Value> = rows
+            .into_iter()
+            .filter(|r| !matches!(r["state"].as_str(), Some("queued" | "running")))
+            .collect();
+        (done.len() >= n).then_some(done)
+    })
+}
+
+fn fire(dir: &Path, trigger: &str, payload: &str) -> String {
+    let out = npc()
+        .current_dir(dir)
+        .args([
+            "trigger",
+            "fire",
+            trigger,
+            "--payload",
+            payload,
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    answer["run_id"].as_str().unwrap().to_string()
+}
+
+const WRITER: &str = r#"version = 1
+[daemon]
+listen = "127.0.0.1:0"
+webhook_listen = "127.0.0.1:0"
+
+[runs]
+max_concurrent = 4
+ports = "41000-41009"
+
+[triggers.write]
+kind = "cron"
+schedule = "@yearly"
+workspace = "worktree"
+concurrency_key = "{{ payload.n }}"
+copy = [".env"]
+setup = ["cp .env from-setup.txt"]
+action = { command = "sh", args = ["-c", "printf '%s' \"$NPC_TRIGGER_PAYLOAD\" > notes.txt; echo \"$NPC_PORT\" > port.txt; test \"$(pwd)\" = \"$NPC_WORKTREE\""] }
+"#;
+
+#[test]
+fn four_runs_at_once_land_on_four_branches_and_the_checkout_stays_clean() {
+    let dir = repository(WRITER, &[("notes.txt", "base\n"), (".gitignore", ".env\n")]);
+    std::fs::write(dir.path().join(".env"), "SECRET=local\n").unwrap();
+    let _daemon = Daemon::start_in(dir.path());
+    let ids: Vec<String> = (1..=4)
+        .map(|n| fire(dir.path(), "write", &format!("{{\"n\":{n}}}")))
+        .collect();
+    let rows = ended(dir.path(), 4);
+    assert!(rows.iter().all(|r| r["state"] == "succeeded"), "{rows:#?}");
+    let mut ports = Vec::new();
+    for (n, id) in (1..=4).zip(&ids) {
+        let run = show(dir.path(), id);
+        let result = &run["run"]["result"];
+        let branch = result["branch"].as_str().unwrap();
+        assert_eq!(branch, format!("npc/{id}"));
+        assert_eq!(result["files"], 3, "{result}");
+        // Each branch has its own content, on top of the base commit.
+        let notes = git(dir.path(), &["show", &format!("{branch}:notes.txt")]);
+        assert!(notes.contains(&format!("\"n\":{n}")), "{notes}");
+        assert_eq!(
+            git(dir.path(), &["show", &format!("{branch}:from-setup.txt")]),
+            "SECRET=local\n"
+        );
+        ports.push(git(dir.path(), &["show", &format!("{branch}:port.txt")]));
+        let base = git(dir.path(), &["rev-parse", "main"]);
+        assert_eq!(result["base"].as_str().unwrap(), base.trim());
+        let message = git(dir.path(), &["log", "-1", "--format=%B", branch]);
+        assert!(message.contains(&format!("Npc-Run: {id}")), "{message}");
+        let finished = run["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == "run.finished")
+            .unwrap();
+        assert_eq!(finished["payload"]["result"]["branch"], branch);
+        // A succeeded run's worktree is removed; its branch stays.
+        assert!(run["run"]["worktree"].is_null(), "{run}");
+    }
+    // Runs of different keys ran side by side, each with its own port.
+    ports.sort();
+    ports.dedup();
+    assert!(
+        ports.iter().all(|p| p.trim().starts_with("4100")),
+        "{ports:?}"
+    );
+    // The main checkout: its files, index and branch untouched.
+    assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
+        "base\n"
+    );
+    assert_eq!(
+        git(dir.path(), &["branch", "--show-current"]).trim(),
+        "main"
+    );
+    let worktrees = git(dir.path(), &["worktree", "list", "--porcelain"]);
+    assert_eq!(worktrees.matches("worktree ").count(), 1, "{worktrees}");
+    // `npc runs diff` prints the run's patch.
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["runs", "diff", &ids[0]])
+        .output()
+        .unwrap();
+    let patch = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        patch.contains("+{\"trigger\":\"write\",\"kind\":\"manual\""),
+        "{patch}"
+    );
+}
+
+const FAILING: &str = r#"version = 1
+[daemon]
+listen = "127.0.0.1:0"
+webhook_listen = "127.0.0.1:0"
+
+[triggers.fail]
+kind = "cron"
+schedule = "@yearly"
+workspace = "worktree"
+after = ["echo \"$NPC_RUN_STATUS $NPC_RUN_BRANCH\" > \"$NPC_REPO_ROOT/.npc/after.txt\""]
+action = { command = "sh", args = ["-c", "echo half > work.txt; exit 3"] }
+"#;
+
+#[test]
+fn a_failed_run_keeps_its_worktree_until_it_is_cleaned_and_its_branch_after() {
+    let dir = repository(FAILING, &[("notes.txt", "base\n")]);
+    let _daemon = Daemon::start_in(dir.path());
+    let id = fire(dir.path(), "fail", "{}");
+    let rows = ended(dir.path(), 1);
+    assert_eq!(rows[0]["state"], "failed");
+    let run = show(dir.path(), &id);
+    let kept = run["run"]["worktree"].as_str().unwrap().to_string();
+    assert!(Path::new(&kept).join("work.txt").is_file(), "{run}");
+    // The partial work is on the run's branch, and `after` saw the outcome.
+    let branch = format!("npc/{id}");
+    assert_eq!(
+        git(dir.path(), &["show", &format!("{branch}:work.txt")]),
+        "half\n"
+    );
+    let after = wait_for("the after command", || {
+        std::fs::read_to_string(dir.path().join(".npc/after.txt")).ok()
+    });
+    assert_eq!(after.trim(), format!("failed {branch}"));
+    let human = npc()
+        .current_dir(dir.path())
+        .args(["runs", "show", &id])
+        .output()
+        .unwrap();
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(human.contains("worktree kept"), "{human}");
+    // Not yet past `keep_failed`: a plain clean keeps it; `--all` removes it.
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["runs", "clean", "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["removed"],
+        serde_json::json!([])
+    );
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["runs", "clean", "--all", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["removed"],
+        serde_json::json!([id])
+    );
+    assert!(!Path::new(&kept).exists());
+    assert!(git(dir.path(), &["branch", "--list", &branch]).contains(&branch));
+    let worktrees = git(dir.path(), &["worktree", "list", "--porcelain"]);
+    assert_eq!(worktrees.matches("worktree ").count(), 1, "{worktrees}");
+    assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+}
+
+const SLOW: &str = r#"version = 1
+[daemon]
+listen = "127.0.0.1:0"
+webhook_listen = "127.0.0.1:0"
+
+[triggers.slow]
+kind = "cron"
+schedule = "@yearly"
+workspace = "worktree"
+action = { command = "sh", args = ["-c", "echo started > started.txt; exec sleep 600"] }
+"#;
+
+#[test]
+fn a_daemon_killed_mid_run_leaves_an_interrupted_run_and_a_kept_worktree() {
+    let dir = repository(SLOW, &[("notes.txt", "base\n")]);
+    let mut daemon = Daemon::start_in(dir.path());
+    let id = fire(dir.path(), "slow", "{}");
+    let worktree = dir.path().join(".npc/worktrees").join(&id);
+    wait_for("the run to start in its worktree", || {
+        worktree.join("started.txt").is_file().then_some(())
+    });
+    daemon.kill();
+    daemon.restart();
+    let rows = ended(dir.path(), 1);
+    assert_eq!(rows[0]["state"], "interrupted", "{rows:#?}");
+    // Kept for inspection (within `keep_failed`), and known to git.
+    assert!(worktree.is_dir());
+    assert!(git(dir.path(), &["worktree", "list"]).contains(&id));
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["runs", "clean", "--all"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!worktree.exists());
+    assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+}
+
+#[test]
+fn a_profile_run_edits_a_file_and_the_change_is_on_its_branch() {
+    let agent = repo_root().join("fixtures/clis/fake-agent.py");
+    let fixture = repo_root().join("fixtures/clis/claude_code/2.1.197/tool_call.jsonl");
+    let manifest = format!(
+        r#"version = 1
+[daemon]
+listen = "127.0.0.1:0"
+webhook_listen = "127.0.0.1:0"
+
+[providers.fake]
+kind = "claude_code"
+command = {agent:?}
+args = ["--provider", "claude_code", "--fixture", {fixture:?}]
+env = {{ FAKE_AGENT_WRITE = "edited.txt=by the agent" }}
+
+[prompts.task]
+template = "edit a file"
+
+[profiles.dev]
+provider = "fake"
+description = "development"
+prompt = "task"
+
+[triggers.agent]
+kind = "cron"
+schedule = "@yearly"
+action = {{ profile = "dev" }}
+"#,
+        agent = agent.display().to_string(),
+        fixture = fixture.display().to_string(),
+    );
+    let dir = repository(&manifest, &[("notes.txt", "base\n")]);
+    // A profile run the daemon starts unattended in a git repository gets a
+    // worktree by default; `npc validate` says so.
+    let out = npc()
+        .current_dir(dir.path())
+        .arg("validate")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("trigger `agent` runs in a worktree"),
+        "{said}"
+    );
+    let _daemon = Daemon::start_in(dir.path());
+    let id = fire(dir.path(), "agent", "{}");
+    let rows = ended(dir.path(), 1);
+    assert_eq!(rows[0]["state"], "succeeded", "{rows:#?}");
+    let branch = format!("npc/{id}");
+    assert_eq!(
+        git(dir.path(), &["show", &format!("{branch}:edited.txt")]),
+        "by the agent"
+    );
+    assert!(!dir.path().join("edited.txt").exists());
+    assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+}
+
+#[test]
+fn runs_of_one_key_queue_while_other_keys_run_beside_them() {
+    let manifest = r#"version = 1
+[daemon]
+listen = "127.0.0.1:0"
+webhook_listen = "127.0.0.1:0"
+
+[triggers.pr]
+kind = "cron"
+schedule = "@yearly"
+overlap = "skip"
+concurrency_key = "{{ payload.pr }}"
+action = { command = "sh", args = ["-c", "sleep 2"] }
+"#;
+    let dir = repository(manifest, &[]);
+    let _daemon = Daemon::start_in(dir.path());
+    // Two firings of PR 1 while its first runs: the second is skipped; PR 2
+    // is a key of its own and runs.
+    fire(dir.path(), "pr", "{\"pr\":1}");
+    fire(dir.path(), "pr", "{\"pr\":1}");
+    fire(dir.path(), "pr", "{\"pr\":2}");
+    let rows = ended(dir.path(), 3);
+    let mut states: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| {
+            let run = show(dir.path(), r["id"].as_str().unwrap());
+            (
+                run["run"]["concurrency_key"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                r["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    states.sort();
+    assert_eq!(
+        states,
+        [
+            ("1".to_string(), "skipped".to_string()),
+            ("1".to_string(), "succeeded".to_string()),
+            ("2".to_string(), "succeeded".to_string())
+        ]
+    );
+}
+
+#[test]
+fn bad_worktree_settings_are_clear_errors_and_lose_nothing() {
+    // Not a git repository: an error of `npc validate`, at the setting.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n[triggers.t]\nkind = \"cron\"\nschedule = \"@yearly\"\nworkspace = \"worktree\"\ncopy = [\"../outside\"]\naction = { command = \"true\" }\n",
+    )
+    .unwrap();
+    let out = npc()
+        .current_dir(dir.path())
+        .arg("validate")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("needs a git repository"), "{said}");
+    assert!(said.contains("`copy` path leaves the repository"), "{said}");
+
+    // A ref that names nothing, a branch that exists, an invalid branch
+    // name: each fails its run with the reason; the checkout is untouched.
+    let manifest = r#"version = 1
+[daemon]
+listen = "127.0.0.1:0"
+webhook_listen = "127.0.0.1:0"
+
+[triggers.noref]
+kind = "cron"
+schedule = "@yearly"
+workspace = "worktree"
+ref = "{{ payload.sha }}"
+action = { command = "true" }
+
+[triggers.taken]
+kind = "cron"
+schedule = "@yearly"
+workspace = "worktree"
+branch = "main"
+action = { command = "true" }
+
+[triggers.badname]
+kind = "cron"
+schedule = "@yearly"
+workspace = "worktree"
+branch = "{{ payload.name }}"
+action = { command = "true" }
+
+[triggers.hangs]
+kind = "cron"
+schedule = "@yearly"
+workspace = "worktree"
+timeout = "2s"
+setup = ["sleep 600"]
+action = { command = "true" }
+"#;
+    let dir = repository(manifest, &[("notes.txt", "base\n")]);
+    let _daemon = Daemon::start_in(dir.path());
+    let cases = [
+        (
+            "noref",
+            "{\"sha\":\"0123456789abcdef0123456789abcdef01234567\"}",
+            "names no commit",
+        ),
+        ("taken", "{}", "branch `main` exists already"),
+        (
+            "badname",
+            "{\"name\":\"--upload-pack=evil\"}",
+            "starts with `-`",
+        ),
+        ("hangs", "{}", "timed out"),
+    ];
+    for (n, (trigger, payload, reason)) in cases.iter().enumerate() {
+        let id = fire(dir.path(), trigger, payload);
+        let rows = ended(dir.path(), n + 1);
+        let row = rows.iter().find(|r| r["id"] == id.as_str()).unwrap();
+        assert_eq!(row["state"], "failed", "{row}");
+        let detail = row["detail"].as_str().unwrap_or("");
+        assert!(detail.contains(reason), "{trigger}: {detail}");
+    }
+    assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+    assert_eq!(
+        git(dir.path(), &["branch", "--show-current"]).trim(),
+        "main"
+    );
+}
