@@ -50,6 +50,10 @@ pub const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// How long [`Executor::cancel`] waits for a cancelled run to record its
 /// end (the process group is killed at once; its output then drains).
 pub const CANCEL_WAIT: Duration = Duration::from_secs(10);
+/// The pause before a failed run's first retry; it doubles per retry.
+pub const RETRY_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+/// The longest pause before a retry.
+pub const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// Why a run cancelled by hand ended.
 pub const CANCELLED_BY_HAND: &str = "cancelled by hand";
 /// What `run.interrupted` says of a run whose process went away.
@@ -424,63 +428,55 @@ impl Executor {
                 (Some(o), Some(m)) => Some(this.conclusion(&row, o, m)),
                 _ => None,
             };
-            let left = timeout.saturating_sub(started.elapsed());
-            let ending = match &action {
-                Action::RunCommand(command) => {
-                    this.run_command(
+            let retries = this
+                .inner()
+                .triggers
+                .get(&row.trigger)
+                .map_or(0, |t| t.retries);
+            let mut attempt = 0;
+            let ending = loop {
+                // The first attempt's time includes the setup; a retry gets all of it.
+                let left = if attempt == 0 {
+                    timeout.saturating_sub(started.elapsed())
+                } else {
+                    timeout
+                };
+                let ending = this
+                    .attempt(
                         &row,
-                        command,
+                        &action,
                         &cancel,
                         left,
                         opened.as_ref(),
                         conclusion.as_ref(),
-                    )
-                    .await
-                }
-                Action::RunProfile {
-                    profile,
-                    prompt,
-                    vars,
-                } => {
-                    let vars = vars
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.expose().to_string()))
-                        .collect();
-                    let (prompt, starter) = if row.trigger == MANUAL_QUEUE {
-                        let starter = match manual_request(&row) {
-                            Some((_, Some(local))) => Starter::Local(local),
-                            _ => Starter::Hand,
-                        };
-                        (manual_prompt(&row), starter)
-                    } else {
-                        let prompt = match prompt {
-                            Some(name) => PromptChoice::Template {
-                                name: name.clone(),
-                                vars,
-                            },
-                            None => PromptChoice::Profile,
-                        };
-                        let triggered = TriggeredBy {
-                            name: row.trigger.clone(),
-                            payload: row.payload.clone(),
-                        };
-                        (prompt, Starter::Trigger(triggered))
-                    };
-                    let place = Place {
-                        timeout: left,
-                        opened: opened.as_ref(),
-                        conclusion: conclusion.clone(),
-                    };
-                    this.run_profile(
-                        &row,
-                        profile,
-                        prompt,
-                        starter,
                         manifest.clone(),
-                        &cancel,
-                        place,
                     )
-                    .await
+                    .await;
+                let again = attempt < retries
+                    && matches!(ending.0, state::FAILED | state::TIMED_OUT)
+                    && !cancel.is_cancelled();
+                if !again {
+                    break ending;
+                }
+                attempt += 1;
+                let delay = RETRY_BACKOFF_INITIAL
+                    .saturating_mul(1 << (attempt - 1).min(16))
+                    .min(RETRY_BACKOFF_MAX);
+                this.record(
+                    &row.id,
+                    "run.retry",
+                    json!({
+                        "run_id": row.id,
+                        "attempt": attempt + 1,
+                        "of": retries + 1,
+                        "delay_ms": u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                        "previous": { "state": ending.0, "detail": ending.1 },
+                    }),
+                )
+                .await;
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = cancel.cancelled() => break (state::CANCELLED, None),
                 }
             };
             let ending = match (ending, crate::stdx::lock(&reason).clone()) {
@@ -493,6 +489,63 @@ impl Executor {
             }
             this.end(&row, ending).await;
         });
+    }
+
+    /// One attempt at run `row`'s action, in its place.
+    #[allow(clippy::too_many_arguments)]
+    async fn attempt(
+        &self,
+        row: &RunRow,
+        action: &Action,
+        cancel: &CancellationToken,
+        left: Duration,
+        opened: Option<&worktree::Opened>,
+        conclusion: Option<&crate::runs::workspace::Conclusion>,
+        manifest: Option<Arc<Manifest>>,
+    ) -> Ending {
+        match action {
+            Action::RunCommand(command) => {
+                self.run_command(row, command, cancel, left, opened, conclusion)
+                    .await
+            }
+            Action::RunProfile {
+                profile,
+                prompt,
+                vars,
+            } => {
+                let vars = vars
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.expose().to_string()))
+                    .collect();
+                let (prompt, starter) = if row.trigger == MANUAL_QUEUE {
+                    let starter = match manual_request(row) {
+                        Some((_, Some(local))) => Starter::Local(local),
+                        _ => Starter::Hand,
+                    };
+                    (manual_prompt(row), starter)
+                } else {
+                    let prompt = match prompt {
+                        Some(name) => PromptChoice::Template {
+                            name: name.clone(),
+                            vars,
+                        },
+                        None => PromptChoice::Profile,
+                    };
+                    let triggered = TriggeredBy {
+                        name: row.trigger.clone(),
+                        payload: row.payload.clone(),
+                    };
+                    (prompt, Starter::Trigger(triggered))
+                };
+                let place = Place {
+                    timeout: left,
+                    opened,
+                    conclusion: conclusion.cloned(),
+                };
+                self.run_profile(row, profile, prompt, starter, manifest, cancel, place)
+                    .await
+            }
+        }
     }
 
     /// Record the end of a run that was running here, and let the next start.

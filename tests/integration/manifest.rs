@@ -131,7 +131,13 @@ fn validate_prints_a_summary_for_valid_examples() {
         .assert()
         .success();
     let stdout = String::from_utf8(out.get_output().stdout.clone()).unwrap();
-    insta::assert_snapshot!(stdout, @"examples/full.toml: valid (3 MCP servers, 4 providers, 4 profiles, 3 prompts, 3 hooks, 1 plugin, 4 triggers, 1 pane plugin, 2 panes)");
+    insta::assert_snapshot!(stdout, @r"
+    examples/full.toml: valid (3 MCP servers, 4 providers, 4 profiles, 3 prompts, 3 hooks, 1 plugin, 4 triggers, 1 pane plugin, 2 panes)
+    trigger `docs-changed` runs in the repository's checkout
+    trigger `github` runs in the repository's checkout
+    trigger `lint-often` runs in the repository's checkout
+    trigger `nightly-tests` runs in the repository's checkout
+    ");
 }
 
 #[test]

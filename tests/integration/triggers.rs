@@ -1019,3 +1019,107 @@ fn routes_change_live_without_dropping_the_listener() {
         .count();
     assert_eq!(listening, 1);
 }
+
+#[test]
+fn a_webhook_filter_lets_through_only_what_it_is_true_of() {
+    let secret = b"s3cret";
+    let manifest = r#"version = 1
+[daemon]
+listen = "127.0.0.1:0"
+webhook_listen = "127.0.0.1:0"
+
+[triggers.comment]
+kind = "webhook"
+route = "github"
+secret_env = "HOOK_SECRET"
+filter = 'payload.action == "created" and "@npc" in payload.comment.body'
+overlap = "skip"
+action = { command = "true" }
+"#;
+    let d = Daemon::start_with(
+        manifest,
+        crate::support::DaemonSetup {
+            only_env: Some(&[("HOOK_SECRET", "s3cret")]),
+            ..Default::default()
+        },
+    );
+    let url = webhook_url(d.root(), "comment");
+    let post = |body: &str| {
+        http(
+            &url,
+            "POST",
+            "/webhooks/github",
+            &[
+                ("Content-Type", "application/json".to_string()),
+                ("X-Hub-Signature-256", sign(secret, body.as_bytes())),
+            ],
+            body.as_bytes(),
+        )
+    };
+    // Not true (another action, no mention, a missing key): 200, ignored.
+    for body in [
+        r#"{"action":"deleted","comment":{"body":"@npc fix it"}}"#,
+        r#"{"action":"created","comment":{"body":"looks good"}}"#,
+        r#"{"action":"created"}"#,
+    ] {
+        let (status, answer) = post(body);
+        assert_eq!(status, 200, "{body}: {answer}");
+        assert!(answer.contains("webhook.filtered"), "{answer}");
+    }
+    let (status, answer) = post(r#"{"action":"created","comment":{"body":"@npc fix it"}}"#);
+    assert_eq!(status, 202, "{answer}");
+    let runs = runs(d.root());
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    // A filter that does not compile is an error of `npc validate`.
+    std::fs::write(
+        d.root().join("bad.toml"),
+        manifest.replace("filter = 'payload.action", "filter = 'payload.action =="),
+    )
+    .unwrap();
+    let out = npc()
+        .current_dir(d.root())
+        .args(["validate", "bad.toml"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("`filter` is not a valid expression"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_failed_run_is_tried_again_per_retries_each_attempt_recorded() {
+    let manifest = r#"version = 1
+[daemon]
+listen = "127.0.0.1:0"
+webhook_listen = "127.0.0.1:0"
+
+[triggers.flaky]
+kind = "cron"
+schedule = "@yearly"
+retries = 2
+action = { command = "sh", args = ["-c", "echo x >> attempts.txt; test $(wc -l < attempts.txt) -ge 3"] }
+"#;
+    let d = Daemon::start(manifest);
+    let fired = fire(d.root(), "flaky", "{}");
+    let id = fired["run_id"].as_str().unwrap().to_string();
+    let state = wait_for("the run's end", || {
+        run_state(d.root(), &id).filter(|s| s != "queued" && s != "running")
+    });
+    assert_eq!(state, "succeeded");
+    let retries: Vec<Value> = d
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "run.retry")
+        .collect();
+    assert_eq!(retries.len(), 2, "{retries:?}");
+    assert_eq!(retries[0]["payload"]["attempt"], 2);
+    assert_eq!(retries[1]["payload"]["attempt"], 3);
+    assert!(
+        retries[1]["payload"]["delay_ms"].as_u64() > retries[0]["payload"]["delay_ms"].as_u64()
+    );
+    let attempts = std::fs::read_to_string(d.root().join("attempts.txt")).unwrap();
+    assert_eq!(attempts.lines().count(), 3);
+}

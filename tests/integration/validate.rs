@@ -236,9 +236,15 @@ fn valid_fixtures_pass() {
         assert_eq!(report["error_count"], 0);
     }
     let full = validate(&["fixtures/valid/full.toml"]);
+    // The summary, then where each trigger's runs work (`fixtures/valid`
+    // is no git repository: in the checkout).
     assert_eq!(
         full.stdout.trim_end(),
-        "fixtures/valid/full.toml: valid (2 MCP servers, 2 providers, 2 profiles, 2 prompts, 2 hooks, 1 plugin, 4 triggers, 1 pane plugin, 1 pane)"
+        "fixtures/valid/full.toml: valid (2 MCP servers, 2 providers, 2 profiles, 2 prompts, 2 hooks, 1 plugin, 4 triggers, 1 pane plugin, 1 pane)\n\
+         trigger `issues` runs in the repository's checkout\n\
+         trigger `nightly-review` runs in the repository's checkout\n\
+         trigger `poll` runs in the repository's checkout\n\
+         trigger `rebuild` runs in the repository's checkout"
     );
 }
 

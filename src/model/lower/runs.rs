@@ -72,7 +72,7 @@ impl Lower<'_> {
                 self.error(
                     &a.span,
                     format!("invalid author `{}`", clip(a)),
-                    "write `Name <email>` on one line, such as `npc bot <bot@example.com>`",
+                    "write `Name <email>` on one line, such as `Review Bot <bot@example.com>`",
                 );
             }
             ok.then(|| a.value.clone())

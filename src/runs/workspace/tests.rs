@@ -1,3 +1,5 @@
+//! Unit tests of the git side of worktree runs: names, stats, authors.
+
 use super::*;
 
 #[test]
