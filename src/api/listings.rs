@@ -219,6 +219,13 @@ pub struct RunSummary {
     /// Why it ended as it did, when the queue says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// What a worktree run handed back: its branch, base and head commits
+    /// and diff stat (its patch: `GET /api/v1/runs/{id}/diff`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<crate::runs::workspace::RunResult>,
+    /// The run's worktree while it is kept (a run that did not succeed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<String>,
 }
 
 fn rfc3339(ms: i64) -> String {
@@ -287,6 +294,8 @@ fn from_row(store: &Store, row: RunRow) -> Result<RunSummary, StoreError> {
         finished_at: row.finished_at_ms.map(rfc3339),
         exit: finished.and_then(|e| e.payload.get("exit").cloned()),
         detail: row.detail,
+        result: row.result.and_then(|r| serde_json::from_value(r).ok()),
+        worktree: row.worktree,
     })
 }
 

@@ -77,6 +77,8 @@ pub trait ApiBackend: Send + Sync + 'static {
     fn start_run(&self, run: ManualRun) -> BoxFuture<'_, Result<String, ApiError>>;
     /// Cancel run `id`; its state afterwards.
     fn cancel_run(&self, id: String) -> BoxFuture<'_, Result<String, ApiError>>;
+    /// The patch of worktree run `id`'s result, and whether it was cut.
+    fn run_diff(&self, id: String) -> BoxFuture<'_, Result<resources::RunDiff, ApiError>>;
     /// Every configured or open pane.
     fn panes(&self) -> Vec<PaneView>;
     /// An operator's operation on pane `name` (the path `npc pane` takes).
@@ -526,6 +528,24 @@ pub const ROUTES: &[Route] = &[
         errors: &[(404, "No such run (`run.not_found`)")],
     },
     Route {
+        method: "get",
+        path: "/api/v1/runs/{id}/diff",
+        operation: "getRunDiff",
+        summary: "The patch a worktree run handed back: its branch against its base (`git diff BASE HEAD`, at most 16 MiB)",
+        params: &[path("id", "A run id (`run-…`)")],
+        body: None,
+        body_optional: false,
+        status: 200,
+        answer: Some(schema_of::<resources::RunDiff>),
+        errors: &[
+            (
+                404,
+                "No such run (`run.not_found`), or it handed back no branch (`run.no_result`)",
+            ),
+            (500, "git could not make the patch"),
+        ],
+    },
+    Route {
         method: "post",
         path: "/api/v1/runs/{id}/cancel",
         operation: "cancelRun",
@@ -739,6 +759,7 @@ pub fn router(backend: Arc<dyn ApiBackend>, auth: ApiAuth, remote: bool) -> Rout
         )
         .route("/api/v1/runs/{id}", get(resources::get_run))
         .route("/api/v1/runs/{id}/events", get(resources::run_events))
+        .route("/api/v1/runs/{id}/diff", get(resources::run_diff))
         .route("/api/v1/runs/{id}/cancel", post(resources::cancel_run))
         .route("/api/v1/panes", get(resources::list_panes))
         .route("/api/v1/panes/{name}/input", post(resources::pane_input))

@@ -55,6 +55,28 @@ pub struct RunEvents {
     pub events: Vec<Value>,
 }
 
+/// The patch of a worktree run (`GET /api/v1/runs/{id}/diff`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct RunDiff {
+    pub run_id: String,
+    pub branch: String,
+    pub base: String,
+    pub head: String,
+    /// `git diff BASE HEAD`.
+    pub patch: String,
+    /// The patch was longer than 16 MiB and is cut there.
+    pub truncated: bool,
+}
+
+/// `GET /api/v1/runs/{id}/diff`.
+pub(super) async fn run_diff(
+    State(state): State<ApiState>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<RunDiff>, ApiError> {
+    let id = path(id)?;
+    state.backend.run_diff(id).await.map(Json)
+}
+
 /// `POST /api/v1/runs/{id}/cancel`.
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunCancelled {

@@ -91,6 +91,9 @@ impl ApiBackend for Fake {
             Ok(id)
         })
     }
+    fn run_diff(&self, id: String) -> BoxFuture<'_, Result<resources::RunDiff, ApiError>> {
+        Box::pin(async move { Err(resources::run_not_found(&id)) })
+    }
     fn cancel_run(&self, id: String) -> BoxFuture<'_, Result<String, ApiError>> {
         Box::pin(async move {
             let state = crate::store::queue::state::CANCELLED;

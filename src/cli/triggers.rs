@@ -439,25 +439,9 @@ fn diff(paths: &RepoPaths, store: &Store, id: &str) -> anyhow::Result<Exit> {
         );
         return Ok(Exit::Failed);
     };
-    for sha in [&result.base, &result.head] {
-        if sha.len() < 7 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
-            errln!(
-                "error: run `{id}`'s result names `{}`, which is not a commit",
-                printable(sha)
-            );
-            return Ok(Exit::Failed);
-        }
-    }
     let repo = paths.root.clone();
-    let (patch, cut) = tokio()?.block_on(async {
-        crate::runs::workspace::git_output(
-            &supervisor(),
-            &repo,
-            &["diff", &result.base, &result.head, "--"],
-            crate::runs::workspace::MAX_DIFF_BYTES,
-        )
-        .await
-    })?;
+    let (patch, cut) = tokio()?
+        .block_on(async { crate::runs::workspace::patch(&supervisor(), &repo, &result).await })?;
     out!("{}", printable(&patch))?;
     if cut {
         errln!(

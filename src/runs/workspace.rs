@@ -88,7 +88,7 @@ pub enum WorkspaceError {
 
 /// What a worktree run handed back: its branch, where it started and ended,
 /// and how much changed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct RunResult {
     pub branch: String,
     /// The commit the worktree started from.
@@ -435,6 +435,33 @@ impl Worktree {
     pub async fn remove(&self, supervisor: &Supervisor) -> Result<(), WorkspaceError> {
         remove_dir(supervisor, &self.repo, &self.dir).await
     }
+}
+
+/// The patch of `result`: `git diff BASE HEAD` in `repo`, at most
+/// [`MAX_DIFF_BYTES`] of it, and whether it was cut. Both commits are
+/// checked to be hex object names first (a result is read from the store,
+/// a file in the repository).
+pub async fn patch(
+    supervisor: &Supervisor,
+    repo: &Path,
+    result: &RunResult,
+) -> Result<(String, bool), WorkspaceError> {
+    for sha in [&result.base, &result.head] {
+        if !(7..=64).contains(&sha.len()) || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(WorkspaceError::BadName {
+                what: "commit",
+                name: crate::stdx::term::printable(sha).chars().take(80).collect(),
+                reason: "it is not a hex object name".to_string(),
+            });
+        }
+    }
+    git_output(
+        supervisor,
+        repo,
+        &["diff", &result.base, &result.head, "--"],
+        MAX_DIFF_BYTES,
+    )
+    .await
 }
 
 /// Remove the worktree at `dir` of `repo` (its branch stays), and forget it

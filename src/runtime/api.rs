@@ -180,6 +180,46 @@ impl ApiBackend for DaemonApi {
         })
     }
 
+    fn run_diff(
+        &self,
+        id: String,
+    ) -> BoxFuture<'_, Result<crate::api::resources::RunDiff, ApiError>> {
+        Box::pin(async move {
+            let store = self.runtime.store().clone();
+            let key = id.clone();
+            let row = tokio::task::spawn_blocking(move || store.run_row(&key))
+                .await
+                .map_err(|e| ApiError::internal(e.to_string()))?
+                .map_err(|e| ApiError::internal(e.to_string()))?
+                .ok_or_else(|| crate::api::resources::run_not_found(&id))?;
+            let result: crate::runs::workspace::RunResult = row
+                .result
+                .and_then(|r| serde_json::from_value(r).ok())
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::NOT_FOUND,
+                        "run.no_result",
+                        format!("run `{id}` handed back no branch; only worktree runs do"),
+                    )
+                })?;
+            let (patch, truncated) = crate::runs::workspace::patch(
+                &self.runtime.cx.supervisor,
+                &self.runtime.paths().root,
+                &result,
+            )
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+            Ok(crate::api::resources::RunDiff {
+                run_id: id,
+                branch: result.branch,
+                base: result.base,
+                head: result.head,
+                patch,
+                truncated,
+            })
+        })
+    }
+
     fn cancel_run(&self, id: String) -> BoxFuture<'_, Result<String, ApiError>> {
         Box::pin(async move {
             match self.runtime.runs().cancel(&id).await {

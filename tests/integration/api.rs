@@ -15,7 +15,7 @@ const LISTEN_ANY_PORT: &str = "version = 1\n[daemon]\nlisten = \"127.0.0.1:0\"\n
 /// The daemon's API: `host:port` and the repository's token every request
 /// of [`http_with`] carries (unless it names its own `Authorization`).
 #[derive(Debug, Clone)]
-struct Api {
+pub(crate) struct Api {
     addr: String,
     token: String,
 }
@@ -30,7 +30,7 @@ impl std::fmt::Display for Api {
 const ANONYMOUS: &str = "Authorization: -";
 
 /// The daemon's API, from its `api.listening` event and its token file.
-fn api_addr(d: &Daemon) -> Api {
+pub(crate) fn api_addr(d: &Daemon) -> Api {
     let event = d.wait_event(0, "api.listening");
     let url = event["payload"]["url"].as_str().unwrap().to_string();
     let token = std::fs::read_to_string(d.root().join(".npc/api.token")).unwrap_or_default();
@@ -40,20 +40,20 @@ fn api_addr(d: &Daemon) -> Api {
     }
 }
 
-struct Answer {
-    status: u16,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
     head: String,
     body: String,
 }
 
 impl Answer {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
     }
 }
 
 /// One request; `headers` are extra lines. `Host` is 127.0.0.1 unless given.
-fn http(addr: &Api, method: &str, path: &str, headers: &[&str]) -> Answer {
+pub(crate) fn http(addr: &Api, method: &str, path: &str, headers: &[&str]) -> Answer {
     http_with(addr, method, path, headers, b"")
 }
 

@@ -129,7 +129,7 @@ action = { command = "sh", args = ["-c", "printf '%s' \"$NPC_TRIGGER_PAYLOAD\" >
 fn four_runs_at_once_land_on_four_branches_and_the_checkout_stays_clean() {
     let dir = repository(WRITER, &[("notes.txt", "base\n"), (".gitignore", ".env\n")]);
     std::fs::write(dir.path().join(".env"), "SECRET=local\n").unwrap();
-    let _daemon = Daemon::start_in(dir.path());
+    let daemon = Daemon::start_in(dir.path());
     let ids: Vec<String> = (1..=4)
         .map(|n| fire(dir.path(), "write", &format!("{{\"n\":{n}}}")))
         .collect();
@@ -194,7 +194,16 @@ fn four_runs_at_once_land_on_four_branches_and_the_checkout_stays_clean() {
     assert!(
         patch.contains("+{\"trigger\":\"write\",\"kind\":\"manual\""),
         "{patch}"
-    );
+    ); // The API shows the result, and the patch behind the dashboard's link.
+    let api = crate::api::api_addr(&daemon);
+    let run = crate::api::http(&api, "GET", &format!("/api/v1/runs/{}", ids[0]), &[]);
+    assert_eq!(run.status, 200);
+    assert_eq!(run.json()["result"]["branch"], format!("npc/{}", ids[0]));
+    let diff = crate::api::http(&api, "GET", &format!("/api/v1/runs/{}/diff", ids[0]), &[]);
+    assert_eq!(diff.status, 200);
+    let diff = diff.json();
+    assert_eq!(diff["patch"].as_str().unwrap(), patch.as_ref());
+    assert_eq!(diff["truncated"], false);
 }
 
 const FAILING: &str = r#"version = 1
@@ -498,4 +507,31 @@ action = { command = "true" }
         git(dir.path(), &["branch", "--show-current"]).trim(),
         "main"
     );
+}
+
+#[test]
+fn a_worktrees_directory_that_is_a_link_is_refused_and_nothing_lands_behind_it() {
+    let manifest = r#"version = 1
+[daemon]
+listen = "127.0.0.1:0"
+webhook_listen = "127.0.0.1:0"
+
+[triggers.t]
+kind = "cron"
+schedule = "@yearly"
+workspace = "worktree"
+action = { command = "true" }
+"#;
+    let dir = repository(manifest, &[("notes.txt", "base\n")]);
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join(".npc")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), dir.path().join(".npc/worktrees")).unwrap();
+    let _daemon = Daemon::start_in(dir.path());
+    let id = fire(dir.path(), "t", "{}");
+    let rows = ended(dir.path(), 1);
+    assert_eq!(rows[0]["state"], "failed");
+    let detail = rows[0]["detail"].as_str().unwrap_or("");
+    assert!(detail.contains("worktrees directory"), "{detail}");
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+    assert!(!git(dir.path(), &["worktree", "list"]).contains(&id));
 }

@@ -307,6 +307,26 @@ function showRunState(run) {
     .filter((x) => x !== undefined && x !== null && x !== "").join(" · "));
   byId("run-state").className = "state-" + run.state;
   byId("run-cancel").hidden = !RUN_ACTIVE.includes(run.state);
+  // A worktree run's result: its branch and diff stat, the patch on demand.
+  const r = run.result;
+  byId("run-branch").hidden = !r;
+  if (r) {
+    say("run-branch-text", `branch ${r.branch} (${r.base.slice(0, 12)} → ${r.head.slice(0, 12)}): ` +
+      `${r.files} files changed, +${r.insertions} −${r.deletions}` +
+      (run.worktree ? ` · worktree kept: ${run.worktree}` : ""));
+  }
+}
+
+async function showDiff(event) {
+  event.preventDefault();
+  if (!openRun) return;
+  const answer = await call("GET", `/runs/${encodeURIComponent(openRun.id)}/diff`);
+  const pre = byId("run-patch");
+  pre.hidden = false;
+  // Text, never markup: the patch is whatever the agent wrote.
+  pre.textContent = answer.ok
+    ? answer.doc.patch + (answer.doc.truncated ? "\n… (cut at 16 MiB)" : "")
+    : errorText(answer);
 }
 
 async function showRun(id) {
@@ -316,6 +336,9 @@ async function showRun(id) {
   say("run-title", `Run ${id}`);
   say("run-state", "");
   say("run-result", "");
+  byId("run-branch").hidden = true;
+  byId("run-patch").hidden = true;
+  byId("run-patch").textContent = "";
   byId("run-cancel").hidden = true;
   byId("run-events").replaceChildren();
   byId("run-view").scrollIntoView({ block: "nearest" });
@@ -801,6 +824,7 @@ byId("apply").addEventListener("click", async () => {
 });
 byId("run-form").addEventListener("submit", startRun);
 byId("run-cancel").addEventListener("click", cancelRun);
+byId("run-diff").addEventListener("click", showDiff);
 byId("run-close").addEventListener("click", () => {
   openRun = null;
   byId("run-view").hidden = true;
