@@ -140,6 +140,12 @@ impl ApiBackend for Bench {
     fn cancel_run(&self, _: String) -> BoxFuture<'_, Result<String, ApiError>> {
         Box::pin(async { Err(unmeasured()) })
     }
+    fn run_diff(
+        &self,
+        _: String,
+    ) -> BoxFuture<'_, Result<npcagent::api::resources::RunDiff, ApiError>> {
+        Box::pin(async { Err(unmeasured()) })
+    }
     fn panes(&self) -> Vec<PaneView> {
         Vec::new()
     }
