@@ -15,7 +15,7 @@ Usage:
 
 Needs git.
 """
-import json, os, statistics, subprocess, sys, tempfile, time
+import json, os, shutil, statistics, subprocess, sys, tempfile, time
 
 ROUNDS = int(os.environ.get("ROUNDS", "15"))
 FILES = int(os.environ.get("FILES", "10000"))
@@ -45,6 +45,8 @@ def git(cwd, *args):
 def repository():
     root = tempfile.mkdtemp()
     git(root, "init", "--quiet", "--initial-branch=main")
+    # No background `gc --auto` in the middle of a round; packed once below.
+    git(root, "config", "gc.auto", "0")
     for i in range(FILES):
         d = os.path.join(root, "src", f"d{i % 100:02}")
         os.makedirs(d, exist_ok=True)
@@ -54,6 +56,7 @@ def repository():
         f.write(MANIFEST)
     git(root, "add", "--all")
     git(root, "commit", "--quiet", "-m", "start")
+    git(root, "gc", "--quiet")
     return root
 
 
@@ -111,6 +114,7 @@ def main():
     finally:
         daemon.terminate()
         daemon.wait()
+        shutil.rmtree(root, ignore_errors=True)
     r, w = statistics.median(raw), statistics.median(runs)
     print(f"{FILES} files: raw git median {r * 1000:.1f} ms, npc worktree run median {w * 1000:.1f} ms "
           f"(ratio {w / r:.2f})")

@@ -288,50 +288,22 @@ impl Worktree {
         }
         check_ref_name("ref", base_ref)?;
         check_ref_name("branch name", branch)?;
-        git(supervisor, repo, &["check-ref-format", "--branch", branch])
-            .await
-            .map_err(|_| WorkspaceError::BadName {
-                what: "branch name",
-                name: branch.to_string(),
-                reason: "git's rules refuse it (`git check-ref-format --branch`)".to_string(),
-            })?;
-        let base = git(
-            supervisor,
-            repo,
-            &[
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                "--end-of-options",
-                &format!("{base_ref}^{{commit}}"),
-            ],
-        )
-        .await
-        .map_err(|_| WorkspaceError::NoSuchRef(base_ref.to_string()))?;
-        let exists = git(
-            supervisor,
-            repo,
-            &[
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                "--end-of-options",
-                &format!("refs/heads/{branch}"),
-            ],
-        )
-        .await;
-        if exists.is_ok() {
-            return Err(WorkspaceError::BranchExists(branch.to_string()));
-        }
         prepare_root(repo, root)?;
         let dir = root.join(run_id);
         let shown = dir.display().to_string();
-        git(
+        // The common case in one git command; the checks that name what
+        // was wrong run only when it fails.
+        let commit = format!("{base_ref}^{{commit}}");
+        let added = git(
             supervisor,
             repo,
-            &["worktree", "add", "--quiet", "-b", branch, &shown, &base],
+            &["worktree", "add", "--quiet", "-b", branch, &shown, &commit],
         )
-        .await?;
+        .await;
+        if let Err(failed) = added {
+            return Err(Self::why_not(supervisor, repo, base_ref, branch, failed).await);
+        }
+        let base = git(supervisor, &dir, &["rev-parse", "HEAD"]).await?;
         Ok(Self {
             repo: repo.to_path_buf(),
             dir,
@@ -339,6 +311,43 @@ impl Worktree {
             base,
             base_ref: base_ref.to_string(),
         })
+    }
+
+    /// Why `git worktree add` refused: the ref names no commit, the branch
+    /// exists or is no valid name, or git's own words.
+    async fn why_not(
+        supervisor: &Supervisor,
+        repo: &Path,
+        base_ref: &str,
+        branch: &str,
+        failed: WorkspaceError,
+    ) -> WorkspaceError {
+        let verify = |name: String| async move {
+            git(
+                supervisor,
+                repo,
+                &["rev-parse", "--verify", "--quiet", "--end-of-options", &name],
+            )
+            .await
+            .is_ok()
+        };
+        if !verify(format!("{base_ref}^{{commit}}")).await {
+            return WorkspaceError::NoSuchRef(base_ref.to_string());
+        }
+        if verify(format!("refs/heads/{branch}")).await {
+            return WorkspaceError::BranchExists(branch.to_string());
+        }
+        if git(supervisor, repo, &["check-ref-format", "--branch", branch])
+            .await
+            .is_err()
+        {
+            return WorkspaceError::BadName {
+                what: "branch name",
+                name: branch.to_string(),
+                reason: "git's rules refuse it (`git check-ref-format --branch`)".to_string(),
+            };
+        }
+        failed
     }
 
     /// Copy `paths` (relative, regular files inside the main checkout, no
@@ -390,28 +399,37 @@ impl Worktree {
     ) -> Result<RunResult, WorkspaceError> {
         let (name, email) = split_author(author);
         git(supervisor, &self.dir, &["add", "--all"]).await?;
-        let staged = git(supervisor, &self.dir, &["diff", "--cached", "--quiet"])
-            .await
-            .is_err();
-        if staged {
-            git(
-                supervisor,
-                &self.dir,
-                &[
-                    "-c",
-                    &format!("user.name={name}"),
-                    "-c",
-                    &format!("user.email={email}"),
-                    "commit",
-                    "--quiet",
-                    "--no-verify",
-                    "--no-gpg-sign",
-                    "-m",
-                    message,
-                ],
-            )
-            .await?;
-        }
+        let committed = git(
+            supervisor,
+            &self.dir,
+            &[
+                "-c",
+                &format!("user.name={name}"),
+                "-c",
+                &format!("user.email={email}"),
+                "commit",
+                "--quiet",
+                "--no-verify",
+                "--no-gpg-sign",
+                "-m",
+                message,
+            ],
+        )
+        .await;
+        // A commit fails when nothing is staged (the action changed nothing,
+        // or committed itself); any other failure is the run's.
+        let staged = match committed {
+            Ok(_) => true,
+            Err(e) => {
+                let nothing = git(supervisor, &self.dir, &["diff", "--cached", "--quiet"])
+                    .await
+                    .is_ok();
+                if !nothing {
+                    return Err(e);
+                }
+                false
+            }
+        };
         let head = git(supervisor, &self.dir, &["rev-parse", "HEAD"]).await?;
         let stat = git(
             supervisor,
@@ -478,7 +496,10 @@ pub async fn remove_dir(
         &["worktree", "remove", "--force", "--force", &shown],
     )
     .await;
-    if removed.is_err() && dir.exists() {
+    if removed.is_ok() {
+        return Ok(());
+    }
+    if dir.exists() {
         // Not a worktree git knows (a half-made one): only ours to delete
         // when it lies where npc puts worktrees, which the caller checked.
         std::fs::remove_dir_all(dir).map_err(|e| WorkspaceError::Dir {
