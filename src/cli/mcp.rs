@@ -86,8 +86,24 @@ fn http_access(
     paths.access(daemon).map_err(|e| e.to_string())
 }
 
+/// The run an agent's `npc mcp serve` belongs to (npc sets it on every
+/// process of a run).
+use crate::runs::agent::RUN_ID_ENV;
+/// The repository a worktree run's processes belong to (npc sets it): the
+/// gateway an agent starts in a worktree is the repository's.
+pub const REPO_ROOT_ENV: &str = "NPC_REPO_ROOT";
+
 fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
-    let path = super::manifest_path(args.manifest)?;
+    // An agent working in a run's worktree starts its gateway there; the
+    // manifest, the daemon and the state are the repository's.
+    let manifest = args.manifest.or_else(|| {
+        let root = PathBuf::from(std::env::var_os(REPO_ROOT_ENV)?);
+        crate::model::MANIFEST_NAMES
+            .iter()
+            .map(|name| root.join(name))
+            .find(|p| p.is_file())
+    });
+    let path = super::manifest_path(manifest)?;
     let paths = crate::runtime::RepoPaths::resolve(&path, &crate::runtime::state_dir_hint(&path))?;
     let Some(manifest) = super::valid_manifest(&paths.manifest, "before serving")? else {
         return Ok(Exit::Failed);
@@ -230,7 +246,11 @@ async fn serve_stdio(gateway: Gateway) -> anyhow::Result<Exit> {
     // A task, not the `block_on` future: the current-thread runtime polls
     // that future only after a zero-timeout poll of the driver whenever a
     // task wakes it, which would cost a syscall per upstream answer.
-    let mut session = tokio::spawn(crate::mcp::session::serve(gateway, stdin, stdout, None));
+    let run = std::env::var(RUN_ID_ENV)
+        .ok()
+        .filter(|r| crate::runs::workspace::is_run_id(r));
+    let session = crate::mcp::session::serve(gateway, stdin, stdout, None);
+    let mut session = tokio::spawn(crate::mcp::call::for_run(run, session));
     tokio::select! {
         served = &mut session => {
             served
@@ -284,6 +304,9 @@ fn upgrade_request() -> crate::surfaces::control::Request {
     crate::surfaces::control::Request::Mcp {
         approval: crate::surfaces::runs::ApprovalRoute::from_env(),
         profile: std::env::var(crate::hooks::policy::PROFILE_ENV).ok(),
+        run: std::env::var(RUN_ID_ENV)
+            .ok()
+            .filter(|r| crate::runs::workspace::is_run_id(r)),
     }
 }
 

@@ -139,6 +139,23 @@ pub struct CallRecord {
     /// From the request to the result, stages included.
     pub duration: std::time::Duration,
     pub error: Option<String>,
+    /// The run whose agent made the call ([`for_run`]), if one is known.
+    pub run: Option<String>,
+}
+
+tokio::task_local! {
+    /// The run whose agent the current gateway session serves.
+    static SESSION_RUN: String;
+}
+
+/// Run `work` (a gateway session) with its tool calls recorded as run
+/// `run`'s: the `npc mcp serve` in front of the daemon names it when an npc
+/// run started the agent (`NPC_RUN_ID`), a worktree run's included.
+pub async fn for_run<F: std::future::Future>(run: Option<String>, work: F) -> F::Output {
+    match run {
+        Some(run) => SESSION_RUN.scope(run, work).await,
+        None => work.await,
+    }
 }
 
 /// The gateway's call path: the pool, the stages around it, the event log.
@@ -270,6 +287,7 @@ impl CallPath {
             let message =
                 format!("no tool `{name}`; tools are named `SERVER__TOOL`, see `tools/list`");
             let record = CallRecord {
+                run: SESSION_RUN.try_with(Clone::clone).ok(),
                 name: name.to_string(),
                 server: None,
                 tool: None,
@@ -351,6 +369,7 @@ impl CallPath {
             error = None;
         }
         let record = CallRecord {
+            run: SESSION_RUN.try_with(Clone::clone).ok(),
             name: call.name,
             server: Some(call.server),
             tool: Some(call.tool),
@@ -374,6 +393,7 @@ impl CallPath {
             outcome,
             duration,
             error,
+            run,
         } = record;
         let (name, server, tool) = (name.as_str(), server.as_deref(), tool.as_deref());
         let builtin = server == Some(BUILTIN_SERVER) && self.builtins.load().contains(name);
@@ -387,6 +407,10 @@ impl CallPath {
             "builtin": builtin,
             "arguments": recorded_arguments(tool.unwrap_or(name), &arguments),
         });
+        let mut payload = payload;
+        if let Some(run) = run {
+            payload["run_id"] = run.into();
+        }
         let mut event = NewEvent::new(TOOL_CALL_EVENT, payload);
         if let Some(server) = server.filter(|_| !builtin) {
             event = event.for_component(ComponentId::new(Kind::McpServer, server).to_string());

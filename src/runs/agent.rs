@@ -36,6 +36,9 @@ use crate::supervisor::{ChildSpec, ExitInfo, Supervisor, SupervisorError};
 use crate::surfaces::approval::{APPROVAL_SESSION_ENV, APPROVAL_SOCKET_ENV};
 use crate::surfaces::runs::{ApprovalRoute, ManualRun, Resume};
 
+/// The run id every process of a run gets (`npc mcp serve` records its
+/// calls with it).
+pub const RUN_ID_ENV: &str = "NPC_RUN_ID";
 /// How long a run may take unless `--timeout` says otherwise.
 pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// After the agent exits, how long its output streams may take to close.
@@ -379,6 +382,8 @@ pub fn prepare(
         plan.exposed_env()
             .map(|(k, v)| (k.to_string(), v.to_string())),
     );
+    // Its processes (an `npc mcp serve` it starts) know the run.
+    env.insert(RUN_ID_ENV.to_string(), id.clone());
     // The agent's hooks (`npc hook run`) apply the profile's `ask_tools`.
     env.insert(
         crate::hooks::policy::PROFILE_ENV.to_string(),

@@ -326,7 +326,13 @@ impl Worktree {
             git(
                 supervisor,
                 repo,
-                &["rev-parse", "--verify", "--quiet", "--end-of-options", &name],
+                &[
+                    "rev-parse",
+                    "--verify",
+                    "--quiet",
+                    "--end-of-options",
+                    &name,
+                ],
             )
             .await
             .is_ok()

@@ -290,11 +290,18 @@ fn mcp_upgrade(runtime: Arc<Runtime>) -> control::Upgrade {
     let gateway = runtime.mcp().gateway();
     Arc::new(move |request, read, write| {
         let gateway = gateway.clone();
+        let run = match &request {
+            Request::Mcp { run, .. } => {
+                run.clone().filter(|r| crate::runs::workspace::is_run_id(r))
+            }
+            _ => None,
+        };
         let asking = session_asking(&runtime, request);
         Box::pin(async move {
             let within = Some(control::MCP_INIT_TIMEOUT);
             let session = crate::mcp::session::serve(gateway, read, write, within);
-            if let Err(e) = asking.scope(session).await {
+            let session = crate::mcp::call::for_run(run, asking.scope(session));
+            if let Err(e) = session.await {
                 tracing::debug!("an MCP session over the control socket ended: {e}");
             }
         })
@@ -305,7 +312,10 @@ fn mcp_upgrade(runtime: Arc<Runtime>) -> control::Upgrade {
 /// named `npc acp` (a valid route only) and the named profile's
 /// `ask_tools` in the applied manifest (an unknown profile has none).
 fn session_asking(runtime: &Runtime, request: Request) -> crate::hooks::SessionAsking {
-    let Request::Mcp { approval, profile } = request else {
+    let Request::Mcp {
+        approval, profile, ..
+    } = request
+    else {
         return crate::hooks::SessionAsking::default();
     };
     let approver = approval

@@ -78,6 +78,10 @@ pub enum Request {
         approval: Option<super::runs::ApprovalRoute>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         profile: Option<String>,
+        /// The npc run whose agent started the `npc mcp serve` in front
+        /// (its `NPC_RUN_ID`): the session's calls are recorded with it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run: Option<String>,
     },
     /// Every pane: state, generation, watcher, last status report.
     PaneList,

@@ -302,6 +302,37 @@ fn the_front_uses_the_daemons_process_and_the_daemon_records_each_call() {
 }
 
 #[test]
+fn a_gateway_started_in_a_runs_worktree_is_the_repositorys_and_records_the_run() {
+    if !python_sdk() {
+        return;
+    }
+    let d = Daemon::start(&format!("version = 1\n{}", misbehave("a", &[])));
+    let pid = d.wait_connected("a");
+    // An agent of a worktree run starts `npc mcp serve` in its worktree,
+    // with the variables npc gives every process of the run.
+    let worktree = tempfile::tempdir().unwrap();
+    let run = "run-20261201t000000000z-0a1b2c3d";
+    let out = assert_cmd::Command::new("python3")
+        .arg(repo_root().join("fixtures/mcp/client.py"))
+        .arg(json!([call("a__pid")]).to_string())
+        .args(["--", &npc_path().display().to_string(), "mcp", "serve"])
+        .current_dir(worktree.path())
+        .env("NPC_REPO_ROOT", d.root())
+        .env("NPC_RUN_ID", run)
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let got = client_answers(&out);
+    assert_eq!(got[0]["text"], pid.to_string(), "the daemon's `a`");
+    let call = wait_for("the tool-call event", || {
+        d.events()
+            .into_iter()
+            .find(|e| e["kind"] == "mcp.tool_call")
+    });
+    assert_eq!(call["payload"]["run_id"], run, "{call}");
+}
+
+#[test]
 fn a_supervisor_restart_reconnects_the_session() {
     if !python_sdk() {
         return;

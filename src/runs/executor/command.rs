@@ -55,7 +55,8 @@ impl Executor {
             spec.env.extend(o.env.clone());
         }
         let payload = row.payload.to_string();
-        spec.env.insert("NPC_RUN_ID".into(), row.id.clone());
+        spec.env
+            .insert(crate::runs::agent::RUN_ID_ENV.into(), row.id.clone());
         spec.env.insert("NPC_TRIGGER".into(), row.trigger.clone());
         spec.env
             .insert("NPC_TRIGGER_ORIGIN".into(), row.origin.clone());

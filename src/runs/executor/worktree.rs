@@ -129,7 +129,7 @@ impl Executor {
         .await;
         worktree.copy_in(&spec.copy).map_err(|e| e.to_string())?;
         let mut env = worktree.env();
-        env.insert("NPC_RUN_ID".into(), row.id.clone());
+        env.insert(crate::runs::agent::RUN_ID_ENV.into(), row.id.clone());
         if let Some(port) = port {
             env.insert("NPC_PORT".into(), port.to_string());
         }
