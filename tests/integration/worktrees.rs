@@ -477,8 +477,20 @@ workspace = "worktree"
 timeout = "2s"
 setup = ["sleep 600"]
 action = { command = "true" }
+
+[triggers.linked]
+kind = "cron"
+schedule = "@yearly"
+workspace = "worktree"
+copy = ["secret.txt"]
+action = { command = "true" }
 "#;
     let dir = repository(manifest, &[("notes.txt", "base\n")]);
+    // `copy` of a link to a file outside the repository.
+    let outside = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(outside.path(), "not yours").unwrap();
+    std::os::unix::fs::symlink(outside.path(), dir.path().join("secret.txt")).unwrap();
+    std::fs::write(dir.path().join(".git/info/exclude"), "secret.txt\n").unwrap();
     let _daemon = Daemon::start_in(dir.path());
     let cases = [
         (
@@ -493,6 +505,7 @@ action = { command = "true" }
             "starts with `-`",
         ),
         ("hangs", "{}", "timed out"),
+        ("linked", "{}", "cannot copy `secret.txt`"),
     ];
     for (n, (trigger, payload, reason)) in cases.iter().enumerate() {
         let id = fire(dir.path(), trigger, payload);
@@ -506,7 +519,11 @@ action = { command = "true" }
     assert_eq!(
         git(dir.path(), &["branch", "--show-current"]).trim(),
         "main"
-    );
+    ); // Nothing of the linked file reached a worktree.
+    let kept = dir.path().join(".npc/worktrees");
+    for entry in std::fs::read_dir(&kept).unwrap() {
+        assert!(!entry.unwrap().path().join("secret.txt").exists());
+    }
 }
 
 #[test]

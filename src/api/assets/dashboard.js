@@ -465,6 +465,8 @@ async function startRun(submit) {
   const body = { profile };
   const prompt = byId("run-prompt").value;
   if (prompt.trim()) body.prompt = prompt;
+  const workspace = byId("run-workspace").value;
+  if (workspace) body.workspace = workspace;
   say("run-start-result", `starting ${profile}…`);
   const answer = await call("POST", "/runs", body);
   if (!answer.ok) {
