@@ -545,6 +545,13 @@ fn prepare_root(repo: &Path, root: &Path) -> Result<(), WorkspaceError> {
     if real != root {
         return Err(bad(format!("it resolves to `{}`", real.display())));
     }
+    // Out of the main checkout's `git status` wherever it lies (the state
+    // directory keeps one too).
+    fs.write_new(
+        &root.join(crate::repofs::GITIGNORE_FILE),
+        crate::repofs::GITIGNORE_TEXT.as_bytes(),
+    )
+    .map_err(|e| bad(e.to_string()))?;
     Ok(())
 }
 

@@ -62,6 +62,9 @@ pub struct TriggerDriver {
     runs: Arc<Runs>,
     webhooks: Arc<Listener>,
     active: Mutex<HashMap<String, Active>>,
+    /// `[runs] worktrees_dir` of the manifest last loaded (file_watch
+    /// triggers ignore it).
+    worktrees: Mutex<Option<std::path::PathBuf>>,
 }
 
 fn trigger_config<'a>(id: &ComponentId, config: &'a Config) -> Result<&'a Trigger, DriverError> {
@@ -83,6 +86,7 @@ impl TriggerDriver {
             clock,
             runs,
             active: Mutex::new(HashMap::new()),
+            worktrees: Mutex::new(None),
         }
     }
 
@@ -93,6 +97,11 @@ impl TriggerDriver {
     /// A manifest is about to be applied: the webhook listener's address
     /// follows it (routes start during the apply).
     pub fn manifest_loaded(&self, manifest: &Manifest) {
+        *crate::stdx::lock(&self.worktrees) = manifest
+            .runs
+            .worktrees_dir
+            .as_ref()
+            .map(|d| self.cx.repo.join(d));
         let remote = manifest.daemon.allow_remote && manifest.daemon.token_env.is_some();
         self.webhooks
             .configure(manifest.daemon.webhook_listen, remote);
@@ -103,6 +112,7 @@ impl TriggerDriver {
             name: name.to_string(),
             root: self.cx.repo.clone(),
             state_dir: self.cx.state_dir.clone(),
+            ignored: crate::stdx::lock(&self.worktrees).iter().cloned().collect(),
             store: self.store.clone(),
             bus: self.bus.clone(),
             clock: self.clock.clone(),

@@ -230,6 +230,7 @@ mod tests {
             name: "nightly".into(),
             root: dir.to_path_buf(),
             state_dir: dir.to_path_buf(),
+            ignored: Vec::new(),
             bus: crate::bus::EventBus::new(store.clone()),
             store,
             clock,

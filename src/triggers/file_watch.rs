@@ -2,7 +2,8 @@
 //! directories its globs can match (each watched on its own, never through
 //! a link, at most [`MAX_WATCHED_DIRS`]); a directory created later is
 //! watched as soon as it appears, and the files already in it count as
-//! created. `.git/`, the state directory and editor temp files are ignored.
+//! created. `.git/`, the state directory, the worktrees of runs and editor
+//! temp files are ignored.
 //!
 //! Debounce: the first change of a path opens a window of `debounce_ms`
 //! (500 ms by default); when it closes, the window's net change of that
@@ -293,6 +294,7 @@ impl TriggerKind for FileWatchTrigger {
             .iter()
             .map(|d| cx.root.join(d))
             .chain([cx.state_dir.clone()])
+            .chain(cx.ignored.iter().cloned())
             .collect();
         let shared = Arc::new(Shared {
             root: cx.root.clone(),

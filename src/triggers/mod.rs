@@ -97,6 +97,10 @@ pub struct TriggerContext {
     /// Canonical repository root.
     pub root: PathBuf,
     pub state_dir: PathBuf,
+    /// Directories below the root a file_watch trigger never fires for,
+    /// besides `.git/` and the state directory: the worktrees of runs
+    /// (`[runs] worktrees_dir`), whose writes would fire runs without end.
+    pub ignored: Vec<PathBuf>,
     pub store: Arc<Store>,
     pub bus: EventBus,
     pub clock: Arc<dyn clock::Clock>,

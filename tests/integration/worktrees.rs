@@ -552,3 +552,43 @@ action = { command = "true" }
     assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
     assert!(!git(dir.path(), &["worktree", "list"]).contains(&id));
 }
+
+#[test]
+fn a_worktrees_directory_in_the_checkout_is_ignored_by_git_and_by_file_watch_triggers() {
+    let manifest = r#"version = 1
+[daemon]
+listen = "127.0.0.1:0"
+webhook_listen = "127.0.0.1:0"
+
+[runs]
+worktrees_dir = "wt"
+
+[triggers.write]
+kind = "cron"
+schedule = "@yearly"
+workspace = "worktree"
+action = { command = "sh", args = ["-c", "echo x > out.txt; exit 1"] }
+
+[triggers.watch]
+kind = "file_watch"
+paths = ["**/*.txt"]
+debounce_ms = 100
+action = { command = "true" }
+"#;
+    let dir = repository(manifest, &[]);
+    let _daemon = Daemon::start_in(dir.path());
+    let id = fire(dir.path(), "write", "{}");
+    let rows = ended(dir.path(), 1);
+    assert_eq!(rows[0]["state"], "failed");
+    // Kept (it failed) in `wt/`, which git does not show.
+    assert!(dir.path().join("wt").join(&id).join("out.txt").is_file());
+    assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+    // A write in the checkout fires the watch; the run's write before it did not.
+    std::fs::write(dir.path().join("touched.txt"), "x").unwrap();
+    let rows = ended(dir.path(), 2);
+    let watched: Vec<&Value> = rows.iter().filter(|r| r["trigger"] == "watch").collect();
+    assert_eq!(watched.len(), 1, "{rows:#?}");
+    let run = show(dir.path(), watched[0]["id"].as_str().unwrap());
+    let payload = &run["run"]["payload"];
+    assert_eq!(payload["path"], "touched.txt", "{payload}");
+}
