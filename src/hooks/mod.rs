@@ -121,9 +121,16 @@ impl HookEntry {
         }
     }
 
+    /// Whether the hook applies to `tool`, however the agent spells it:
+    /// Codex turns `-` in MCP tool and server names into `_`
+    /// (`mcp__everything__get_env` for `get-env`), so a matcher written
+    /// with the manifest's spelling also meets the dashed form.
     fn matches(&self, tool: Option<&str>) -> bool {
         match (&self.matcher, tool) {
-            (Some(m), Some(tool)) => m.is_match(tool),
+            (Some(m), Some(tool)) => {
+                m.is_match(tool)
+                    || (tool.contains('_') && m.is_match(&crate::model::pattern::dashed(tool)))
+            }
             _ => true,
         }
     }

@@ -401,3 +401,43 @@ async fn ask_tools_ask_after_the_hooks_once_and_deny_without_an_approver() {
     }
     assert!(runner.guards_tool("Bash"));
 }
+
+#[test]
+fn matchers_meet_a_tool_however_the_agent_spells_it() {
+    let set = HookSet::build(
+        Path::new("/repo"),
+        &[SourceHooks {
+            source: HookSource::Manifest,
+            hooks: BTreeMap::from([(
+                HookEvent::BeforeTool,
+                vec![
+                    hook("a", &[], Some("get-env")),
+                    hook("b", &[], Some("^mcp__my-server__get-env$")),
+                    hook("c", &[], Some("^read_file$")),
+                ],
+            )]),
+        }],
+    );
+    let names = |tool| {
+        set.matching(HookEvent::BeforeTool, Some(tool))
+            .map(HookEntry::label)
+            .collect::<Vec<_>>()
+    };
+    // Codex's spelling of server-everything's `get-env` and a dashed server.
+    assert_eq!(names("mcp__everything__get_env"), ["before_tool[0]"]);
+    assert_eq!(
+        names("mcp__my_server__get_env"),
+        ["before_tool[0]", "before_tool[1]"]
+    );
+    assert_eq!(
+        names("mcp__my-server__get-env"),
+        ["before_tool[0]", "before_tool[1]"]
+    );
+    // Underscores the tool really has still match as written.
+    assert_eq!(names("read_file"), ["before_tool[2]"]);
+    assert!(names("shell__run").is_empty());
+    assert_eq!(
+        crate::model::pattern::dashed("mcp__a_b__c_d"),
+        "mcp__a-b__c-d"
+    );
+}

@@ -92,7 +92,7 @@ impl ToolPattern {
 
     /// Whether a call of tool `name` with `arguments` matches.
     pub fn matches(&self, name: &str, arguments: &Value) -> bool {
-        if !self.name.is_match(name) {
+        if !self.matches_name(name) {
             return false;
         }
         match &self.subject {
@@ -101,10 +101,23 @@ impl ToolPattern {
         }
     }
 
-    /// Whether the tool's name matches (whatever the call's arguments).
+    /// Whether the tool's name matches (whatever the call's arguments),
+    /// however the agent spells it ([`dashed`]).
     pub fn matches_name(&self, name: &str) -> bool {
-        self.name.is_match(name)
+        self.name.is_match(name) || (name.contains('_') && self.name.is_match(&dashed(name)))
     }
+}
+
+/// `tool` with `_` as `-` inside each `__`-separated part, the separators
+/// kept: `mcp__my_server__get_env` → `mcp__my-server__get-env`. Codex
+/// spells MCP tool and server names so (`get-env` arrives as `get_env`);
+/// a pattern or matcher written with the manifest's spelling is tried
+/// against this form too.
+pub fn dashed(tool: &str) -> String {
+    tool.split("__")
+        .map(|part| part.replace('_', "-"))
+        .collect::<Vec<_>>()
+        .join("__")
 }
 
 /// A call's subject (see the module documentation).

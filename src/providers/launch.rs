@@ -63,7 +63,7 @@ impl LaunchPlan {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LaunchError {
     #[error(
-        "`codex` has no flag or variable to load an MCP configuration file; export the servers to `~/.codex/config.toml` with `npc render` and launch without `mcp_config`"
+        "`codex` has no flag or variable to load an MCP configuration file; `npc apply` writes the manifest's servers into the repository's `.codex/config.toml`, which Codex reads once the project is trusted"
     )]
     McpConfigUnsupported { kind: ProviderKind },
 }
