@@ -17,6 +17,7 @@
 
 pub(crate) mod edit;
 pub mod export;
+pub mod gateway;
 pub mod hooks;
 pub mod import;
 pub mod jsonc;

@@ -449,8 +449,15 @@ fn mcp_config_text(
     if servers.is_empty() {
         return Ok(None);
     }
-    let mut only = manifest.clone();
-    only.mcp_servers.retain(|name, _| servers.contains(name));
+    // In gateway mode the agent sees the gateway only (its calls pass npc's
+    // hooks and event log), never the raw servers beside it.
+    let only = if manifest.mcp.gateway {
+        native::gateway::exported(manifest, None, kind)
+    } else {
+        let mut only = manifest.clone();
+        only.mcp_servers.retain(|name, _| servers.contains(name));
+        only
+    };
     let path = native::target_path(dir, &Target::project(kind));
     let change = native::plan_text(
         path.clone(),

@@ -125,3 +125,27 @@ fn prepare_rejects_a_profile_without_prompt_and_a_missing_cwd() {
     let err = prepare(&m, &root, &req, "run-z".into()).unwrap_err();
     assert!(matches!(err, RunError::BadCwd { .. }), "{err}");
 }
+
+#[test]
+fn in_gateway_mode_a_run_sees_the_gateway_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let mut m = manifest(&root, "claude_code");
+    m.mcp.gateway = true;
+    let literal = PromptChoice::Literal { text: "hi".into() };
+    let run = prepare(&m, &root, &request(literal), "run-g".into()).unwrap();
+    let text = std::fs::read_to_string(run.mcp_config.expect("an MCP config")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let servers: Vec<&String> = config["mcpServers"].as_object().unwrap().keys().collect();
+    assert_eq!(servers, ["npc"], "{text}");
+    assert_eq!(config["mcpServers"]["npc"]["command"], "npc");
+    assert_eq!(
+        config["mcpServers"]["npc"]["args"],
+        serde_json::json!(["mcp", "serve"])
+    );
+    // Its `npc mcp serve` knows the run.
+    assert_eq!(
+        run.spec.env.get(RUN_ID_ENV).map(String::as_str),
+        Some("run-g")
+    );
+}
