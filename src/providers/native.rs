@@ -71,6 +71,11 @@ pub fn output_text(v: Option<&Value>) -> String {
             .filter_map(|i| str_at(i, "text"))
             .collect::<Vec<_>>()
             .join("\n"),
+        // An MCP `CallToolResult` (Codex's `mcp_tool_call.result`): its
+        // content's text.
+        Some(result @ Value::Object(_)) if result.get("content").is_some_and(Value::is_array) => {
+            output_text(result.get("content"))
+        }
         Some(other) => other.to_string(),
     }
 }

@@ -707,3 +707,21 @@ fn probe_due_follows_the_last_output_and_the_stale_time() {
     assert!(!Parser::new(ProviderKind::Codex, None).probes());
     assert_eq!(Parser::new(ProviderKind::Codex, None).probe_due(), None);
 }
+
+#[test]
+fn a_codex_mcp_tool_calls_result_is_its_text_not_json() {
+    let lines = concat!(
+        r#"{"type":"item.started","item":{"id":"item_1","type":"mcp_tool_call","server":"everything","tool":"echo","arguments":{"message":"hi"},"status":"in_progress"}}"#,
+        "\n",
+        r#"{"type":"item.completed","item":{"id":"item_1","type":"mcp_tool_call","server":"everything","tool":"echo","arguments":{"message":"hi"},"result":{"content":[{"type":"text","text":"Echo: hi"}],"structured_content":null},"error":null,"status":"completed"}}"#,
+        "\n"
+    );
+    let events = parse_all(ProviderKind::Codex, lines.as_bytes());
+    let output = events.iter().find_map(|e| match e {
+        AgentEvent::ToolResult {
+            output, is_error, ..
+        } => Some((output.clone(), *is_error)),
+        _ => None,
+    });
+    assert_eq!(output, Some(("Echo: hi".to_string(), false)), "{events:?}");
+}
