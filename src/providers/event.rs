@@ -61,6 +61,11 @@ pub enum AgentEvent {
     /// read (the line is skipped, parsing goes on).
     #[serde(rename = "agent.error")]
     Error { kind: ErrorKind, message: String },
+    /// A line the agent CLI printed on stderr that is no error: its known
+    /// chatter (Codex's `Reading additional input from stdin...`, Gemini
+    /// CLI's YOLO and terminal-colour warnings).
+    #[serde(rename = "agent.notice")]
+    Notice { text: String },
     /// Live output no longer looks like the newest recorded fixture; the
     /// parser moved from `from` to `to` in the provider's strategy chain.
     #[serde(rename = "cli_detection.drift_detected")]
@@ -85,6 +90,7 @@ impl AgentEvent {
             Self::Usage { .. } => "agent.usage",
             Self::Idle { .. } => "agent.idle",
             Self::Error { .. } => "agent.error",
+            Self::Notice { .. } => "agent.notice",
             Self::DriftDetected { .. } => "cli_detection.drift_detected",
         }
     }

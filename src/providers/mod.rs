@@ -519,6 +519,18 @@ fn line_splitter(max: usize) -> Splitter {
     Splitter::new(max, Overlong::Skip).trim_cr()
 }
 
+/// Starts of the stderr lines agent CLIs print that are no errors (see
+/// [`AgentEvent::Notice`]).
+pub const STDERR_CHATTER: [&str; 4] = [
+    // Codex, when its prompt is an argument and stdin is not a terminal.
+    "Reading additional input from stdin",
+    // Gemini CLI, under `--yolo` (npc's headless runs).
+    "YOLO mode is enabled",
+    // Gemini CLI, without a true-colour terminal (a pipe).
+    "Warning: True color (24-bit) support not detected",
+    "Warning: Basic terminal detected",
+];
+
 fn stderr_piece(piece: Piece<'_>, out: &mut Vec<AgentEvent>) {
     match piece {
         Piece::TooLong { bytes } => out.push(AgentEvent::error(
@@ -527,7 +539,13 @@ fn stderr_piece(piece: Piece<'_>, out: &mut Vec<AgentEvent>) {
         )),
         Piece::Line(line) | Piece::Truncated(line) if line.iter().all(u8::is_ascii_whitespace) => {}
         Piece::Line(line) | Piece::Truncated(line) => {
-            out.push(AgentEvent::error(ErrorKind::Stderr, preview(line)))
+            let text = preview(line);
+            // Colour codes may wrap it: found anywhere in the line.
+            if STDERR_CHATTER.iter().any(|c| text.contains(c)) {
+                out.push(AgentEvent::Notice { text });
+            } else {
+                out.push(AgentEvent::error(ErrorKind::Stderr, text))
+            }
         }
     }
 }

@@ -725,3 +725,30 @@ fn a_codex_mcp_tool_calls_result_is_its_text_not_json() {
     });
     assert_eq!(output, Some(("Echo: hi".to_string(), false)), "{events:?}");
 }
+
+#[test]
+fn known_stderr_chatter_is_a_notice_and_the_rest_an_error() {
+    let mut p = Parser::new(ProviderKind::GeminiCli, None);
+    let events = p.feed_stderr(
+        concat!(
+            "YOLO mode is enabled. All tool calls will be automatically approved.\n",
+            "\u{1b}[33mWarning: True color (24-bit) support not detected. Using a terminal with true color enabled will result in a better visual experience.\u{1b}[0m\n",
+            "Reading additional input from stdin...\n",
+            "Error: quota exceeded\n",
+        )
+        .as_bytes(),
+    );
+    assert_eq!(
+        types(&events),
+        [
+            "agent.notice",
+            "agent.notice",
+            "agent.notice",
+            "agent.error"
+        ],
+        "{events:?}"
+    );
+    assert!(
+        matches!(&events[3], AgentEvent::Error { kind: ErrorKind::Stderr, message } if message == "Error: quota exceeded")
+    );
+}

@@ -90,6 +90,9 @@ fn unescaped(event: &AgentEvent) -> Option<(Stream, String)> {
                 cut(&one_line(message))
             ),
         )),
+        AgentEvent::Notice { text } => {
+            Some((Stream::Stderr, format!("· {}", cut(&one_line(text)))))
+        }
         AgentEvent::DriftDetected {
             provider,
             ratio,
