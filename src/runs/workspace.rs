@@ -13,8 +13,10 @@
 //! npc's author, the repository's hooks not run), with a diff stat, and the
 //! worktree is removed ([`Worktree::remove`]) or kept for inspection.
 //! Every git command runs through the supervisor, bounded in time and
-//! output, and names its refs after `--end-of-options`, so no ref or
-//! branch a payload supplies reads as an option.
+//! output. No ref or branch a payload supplies reads as an option: each is
+//! checked first ([`check_ref_name`]: no leading `-`, no `..`, `@{`,
+//! spaces or controls), and refs git resolves on its own come after
+//! `--end-of-options`.
 //!
 //! Architecture invariant: a worktree run never touches the main checkout:
 //! not its files, its index or its current branch (`git worktree add`
