@@ -441,6 +441,22 @@ fn bad_worktree_settings_are_clear_errors_and_lose_nothing() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("needs a git repository"), "{said}");
     assert!(said.contains("`copy` path leaves the repository"), "{said}");
+    // A worktrees directory that is the checkout itself or git's own.
+    for bad in [".", ".git/wt"] {
+        std::fs::write(
+            dir.path().join("npcagent.toml"),
+            format!("version = 1\n[runs]\nworktrees_dir = \"{bad}\"\n"),
+        )
+        .unwrap();
+        let out = npc()
+            .current_dir(dir.path())
+            .arg("validate")
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{bad}: {said}");
+        assert!(said.contains("is not a directory of its own"), "{said}");
+    }
 
     // A ref that names nothing, a branch that exists, an invalid branch
     // name: each fails its run with the reason; the checkout is untouched.

@@ -23,10 +23,26 @@ impl Lower<'_> {
         };
         let defaults = RunsSettings::default();
         let workspace = raw.workspace.as_ref().and_then(|w| self.workspace_mode(w));
-        let worktrees_dir = raw.worktrees_dir.as_ref().and_then(|d| {
-            self.relative_path(&d.span, d, "`worktrees_dir`")
-                .then(|| d.value.clone())
-        });
+        let worktrees_dir =
+            raw.worktrees_dir.as_ref().and_then(|d| {
+                if !self.relative_path(&d.span, d, "`worktrees_dir`") {
+                    return None;
+                }
+                // A directory of its own: not the checkout itself, not git's.
+                let parts: Vec<_> = Path::new(&d.value)
+                    .components()
+                    .filter(|c| !matches!(c, Component::CurDir))
+                    .collect();
+                let own = !parts.is_empty() && parts[0] != Component::Normal(".git".as_ref());
+                if !own {
+                    self.error(
+                    &d.span,
+                    format!("`worktrees_dir` `{}` is not a directory of its own", clip(d)),
+                    "name a directory below the manifest's, outside `.git/`, such as `.worktrees`",
+                );
+                }
+                own.then(|| d.value.clone())
+            });
         let max_concurrent = self.bounded(
             raw.max_concurrent.as_ref(),
             "max_concurrent",
