@@ -283,6 +283,7 @@ fn from_row(store: &Store, row: RunRow) -> Result<RunSummary, StoreError> {
             .then(|| e.payload["program"].as_str().map(str::to_string))
             .flatten()
     });
+    let result = crate::runs::workspace::RunResult::of(&row);
     Ok(RunSummary {
         source: source_of(&row),
         id: row.id,
@@ -294,7 +295,7 @@ fn from_row(store: &Store, row: RunRow) -> Result<RunSummary, StoreError> {
         finished_at: row.finished_at_ms.map(rfc3339),
         exit: finished.and_then(|e| e.payload.get("exit").cloned()),
         detail: row.detail,
-        result: row.result.and_then(|r| serde_json::from_value(r).ok()),
+        result,
         worktree: row.worktree,
     })
 }

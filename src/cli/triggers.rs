@@ -431,8 +431,7 @@ fn diff(paths: &RepoPaths, store: &Store, id: &str) -> anyhow::Result<Exit> {
         errln!("error: no run `{id}`; list them with `npc runs`");
         return Ok(Exit::Failed);
     };
-    let result: Option<crate::runs::workspace::RunResult> =
-        row.result.and_then(|r| serde_json::from_value(r).ok());
+    let result = crate::runs::workspace::RunResult::of(&row);
     let Some(result) = result else {
         errln!(
             "error: run `{id}` handed back no branch; only worktree runs do (`workspace = \"worktree\"`)"
@@ -461,15 +460,9 @@ fn clean(paths: &RepoPaths, all: bool, format: Format) -> anyhow::Result<Exit> {
         return Ok(Exit::Failed);
     };
     let store = std::sync::Arc::new(runtime::open_store(paths)?);
-    let root = match &manifest.runs.worktrees_dir {
-        Some(dir) => paths.root.join(dir),
-        None => paths.state_dir.join(crate::runs::workspace::WORKTREES_DIR),
-    };
-    let policy = crate::runs::workspace::KeepPolicy {
-        keep_failed: std::time::Duration::from_secs(manifest.runs.keep_failed_secs),
-        max_kept: manifest.runs.max_kept_worktrees,
-        all,
-    };
+    let root =
+        crate::runs::workspace::worktrees_root(&paths.root, &paths.state_dir, &manifest.runs);
+    let policy = crate::runs::workspace::KeepPolicy::of(&manifest.runs, all);
     let repo = paths.root.clone();
     let removed = tokio()?.block_on(async {
         crate::runs::workspace::clean(&store, &supervisor(), &repo, &root, policy).await

@@ -104,6 +104,24 @@ pub struct RunResult {
     pub deletions: u64,
 }
 
+impl RunResult {
+    /// The result stored with run `row`, if it handed one back.
+    pub fn of(row: &crate::store::queue::RunRow) -> Option<Self> {
+        row.result
+            .as_ref()
+            .and_then(|r| serde_json::from_value(r.clone()).ok())
+    }
+}
+
+/// Where the worktrees of runs are made: `[runs] worktrees_dir` below the
+/// repository `repo`, else [`WORKTREES_DIR`] in the state directory.
+pub fn worktrees_root(repo: &Path, state_dir: &Path, runs: &crate::model::RunsSettings) -> PathBuf {
+    match &runs.worktrees_dir {
+        Some(dir) => repo.join(dir),
+        None => state_dir.join(WORKTREES_DIR),
+    }
+}
+
 /// A git worktree made for one run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Worktree {
@@ -287,6 +305,19 @@ impl Worktree {
     ) -> Result<Self, WorkspaceError> {
         if !is_git_repository(repo) {
             return Err(WorkspaceError::NotGit(repo.to_path_buf()));
+        }
+        // The directory is named after the run: only an id npc makes (a
+        // row of the store, a file in the repository, could name `../x`).
+        if !is_run_id(run_id) {
+            return Err(WorkspaceError::BadName {
+                what: "run id",
+                name: crate::stdx::term::printable(run_id)
+                    .chars()
+                    .take(80)
+                    .collect(),
+                reason: "it is not one npc makes (`run-` and lowercase letters, digits and `-`)"
+                    .to_string(),
+            });
         }
         check_ref_name("ref", base_ref)?;
         check_ref_name("branch name", branch)?;
@@ -648,6 +679,17 @@ pub struct KeepPolicy {
     pub max_kept: usize,
     /// Every kept worktree goes (`npc runs clean --all`).
     pub all: bool,
+}
+
+impl KeepPolicy {
+    /// `[runs]`'s policy (`all`: every kept worktree now).
+    pub fn of(runs: &crate::model::RunsSettings, all: bool) -> Self {
+        Self {
+            keep_failed: Duration::from_secs(runs.keep_failed_secs),
+            max_kept: runs.max_kept_worktrees,
+            all,
+        }
+    }
 }
 
 /// Whether `id` is a run id npc made (`run-` and lowercase letters, digits

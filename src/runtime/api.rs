@@ -192,16 +192,13 @@ impl ApiBackend for DaemonApi {
                 .map_err(|e| ApiError::internal(e.to_string()))?
                 .map_err(|e| ApiError::internal(e.to_string()))?
                 .ok_or_else(|| crate::api::resources::run_not_found(&id))?;
-            let result: crate::runs::workspace::RunResult = row
-                .result
-                .and_then(|r| serde_json::from_value(r).ok())
-                .ok_or_else(|| {
-                    ApiError::new(
-                        StatusCode::NOT_FOUND,
-                        "run.no_result",
-                        format!("run `{id}` handed back no branch; only worktree runs do"),
-                    )
-                })?;
+            let result = crate::runs::workspace::RunResult::of(&row).ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "run.no_result",
+                    format!("run `{id}` handed back no branch; only worktree runs do"),
+                )
+            })?;
             let (patch, truncated) = crate::runs::workspace::patch(
                 &self.runtime.cx.supervisor,
                 &self.runtime.paths().root,

@@ -64,11 +64,8 @@ impl Executor {
     }
 
     /// Where the worktrees of runs are made.
-    pub(super) fn worktrees_root(&self, manifest: &Manifest) -> PathBuf {
-        match &manifest.runs.worktrees_dir {
-            Some(dir) => self.cx.repo.join(dir),
-            None => self.cx.state_dir.join(workspace::WORKTREES_DIR),
-        }
+    fn worktrees_root(&self, manifest: &Manifest) -> PathBuf {
+        workspace::worktrees_root(&self.cx.repo, &self.cx.state_dir, &manifest.runs)
     }
 
     /// Make run `row`'s worktree, copy its files in and run its `setup`
@@ -198,12 +195,9 @@ impl Executor {
         conclusion: Option<&Conclusion>,
         end: &'static str,
     ) {
-        let result = match conclusion.and_then(Conclusion::taken) {
-            Some(Ok(result)) => Some(result),
-            Some(Err(_)) => None,
-            // The action ended before it could conclude (it never started).
-            None => None,
-        };
+        // None when the commit failed (`run.finished` says why) or the
+        // action never started.
+        let result = conclusion.and_then(Conclusion::taken).and_then(Result::ok);
         if let Some(result) = &result {
             let value = serde_json::to_value(result).unwrap_or_default();
             if let Err(e) = self.store.set_run_result(&row.id, value).await {
@@ -271,11 +265,7 @@ impl Executor {
     /// Remove the kept worktrees past their time or the cap (all of them
     /// with `all`); see [`workspace::clean`].
     pub(super) async fn clean_worktrees(&self, manifest: &Manifest) {
-        let policy = workspace::KeepPolicy {
-            keep_failed: Duration::from_secs(manifest.runs.keep_failed_secs),
-            max_kept: manifest.runs.max_kept_worktrees,
-            all: false,
-        };
+        let policy = workspace::KeepPolicy::of(&manifest.runs, false);
         let root = self.worktrees_root(manifest);
         match workspace::clean(
             &self.store,
