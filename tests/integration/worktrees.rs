@@ -389,12 +389,18 @@ kind = "cron"
 schedule = "@yearly"
 overlap = "skip"
 concurrency_key = "{{ payload.pr }}"
-action = { command = "sh", args = ["-c", "sleep 2"] }
+action = { command = "sh", args = ["-c", """
+case "$NPC_TRIGGER_PAYLOAD" in
+  *'"pr":1'*) i=0; until [ -e pr2.done ] || [ $i -ge 600 ]; do sleep 0.1; i=$((i+1)); done; test -e pr2.done ;;
+  *) touch pr2.done ;;
+esac
+"""] }
 "#;
     let dir = repository(manifest, &[]);
     let _daemon = Daemon::start_in(dir.path());
-    // Two firings of PR 1 while its first runs: the second is skipped; PR 2
-    // is a key of its own and runs.
+    // PR 1's run lasts until PR 2's has run, so it is still going when PR 1
+    // fires again (that firing is skipped), and it ends only if PR 2 (a key
+    // of its own) runs beside it.
     fire(dir.path(), "pr", "{\"pr\":1}");
     fire(dir.path(), "pr", "{\"pr\":1}");
     fire(dir.path(), "pr", "{\"pr\":2}");
