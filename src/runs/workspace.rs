@@ -717,6 +717,19 @@ pub async fn clean(
     root: &Path,
     policy: KeepPolicy,
 ) -> Result<Vec<String>, WorkspaceError> {
+    // Nothing is removed through a link: the directory (and every one
+    // above it) must be itself, else its runs' worktrees are left alone.
+    match root.canonicalize() {
+        Ok(real) if real == root => {}
+        Ok(real) => {
+            return Err(WorkspaceError::Dir {
+                path: root.to_path_buf(),
+                reason: format!("it resolves to `{}`; nothing was removed", real.display()),
+            });
+        }
+        // No worktree was ever made.
+        Err(_) => return Ok(Vec::new()),
+    }
     let reader = store.clone();
     let kept = tokio::task::spawn_blocking(move || reader.kept_worktrees())
         .await

@@ -72,3 +72,28 @@ async fn a_run_id_that_is_not_npcs_names_no_worktree_directory() {
     assert!(!root.exists() && !dir.path().join("escape").exists());
     assert!(is_run_id("run-20261201t000000000z-0a1b2c3d"));
 }
+
+#[tokio::test]
+async fn cleaning_through_a_linked_worktrees_directory_removes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let victim = elsewhere.path().join("run-20261201t000000000z-0a1b2c3d");
+    std::fs::create_dir(&victim).unwrap();
+    let root = dir.path().canonicalize().unwrap().join("wt");
+    std::os::unix::fs::symlink(elsewhere.path(), &root).unwrap();
+    let store =
+        std::sync::Arc::new(crate::store::Store::open(dir.path().join("state.db")).unwrap());
+    let (events, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let supervisor = Supervisor::new(events, crate::supervisor::BackoffPolicy::default());
+    let policy = KeepPolicy {
+        keep_failed: Duration::ZERO,
+        max_kept: 0,
+        all: true,
+    };
+    let cleaned = clean(&store, &supervisor, dir.path(), &root, policy).await;
+    assert!(
+        matches!(cleaned, Err(WorkspaceError::Dir { .. })),
+        "{cleaned:?}"
+    );
+    assert!(victim.is_dir());
+}
