@@ -53,14 +53,11 @@ fn authors_split_into_name_and_email() {
 #[tokio::test]
 async fn a_run_id_that_is_not_npcs_names_no_worktree_directory() {
     let dir = tempfile::tempdir().unwrap();
-    let git_init = std::process::Command::new("git")
-        .args(["init", "--quiet"])
-        .current_dir(dir.path())
-        .status()
-        .unwrap();
-    assert!(git_init.success());
     let (events, _rx) = tokio::sync::mpsc::unbounded_channel();
     let supervisor = Supervisor::new(events, crate::supervisor::BackoffPolicy::default());
+    git(&supervisor, dir.path(), &["init", "--quiet"])
+        .await
+        .unwrap();
     let root = dir.path().join("wt");
     for id in ["../escape", "run-../x", "/tmp/x", "run-A"] {
         let made = Worktree::create(&supervisor, dir.path(), &root, id, "HEAD", "b").await;
