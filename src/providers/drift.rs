@@ -2,9 +2,12 @@
 //! lines with the newest recorded fixture for the provider, so a silent
 //! upstream format change is noticed instead of being mis-parsed.
 //!
-//! A line's shape is its event `type`, the `type` of any nested object one
-//! level down (Codex `item`, OpenCode `part`…) and its sorted top-level keys
-//! — never ids or text. Non-JSON lines all have the shape [`TEXT_SHAPE`].
+//! A line's shape is its event `type`, the `type` of a nested object one
+//! level down when that object is one of the formats' tagged unions
+//! ([`TAGGED_UNIONS`]: Codex `item`, OpenCode `part`, Claude `message`…),
+//! and its sorted top-level keys — never ids, text or other values: the
+//! `type` inside Gemini's `error` is an error code, data that changes from
+//! run to run, so it is not part of the shape. Non-JSON lines all have the shape [`TEXT_SHAPE`].
 //! Each live line scores the best difflib ratio ([`str_similarity`]:
 //! `SequenceMatcher(None, live, fixture).ratio()` with difflib's default
 //! autojunk, ported exactly and checked against Python) against the
@@ -58,6 +61,18 @@ pub const SHAPE_MAX_BYTES: usize = 256;
 pub const FIXTURE_EXTENSION: &str = "jsonl";
 /// The shape of every line that is not a JSON object.
 pub const TEXT_SHAPE: &str = "~text";
+/// Keys whose object value is a tagged union of a CLI's output format, so
+/// its `type` is structure (any other nested `type`, such as an error code,
+/// is data and stays out of the shape).
+pub const TAGGED_UNIONS: &[&str] = &[
+    "content_block",
+    "delta",
+    "event",
+    "item",
+    "message",
+    "msg",
+    "part",
+];
 
 /// Why a fixture baseline could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -99,7 +114,7 @@ pub fn value_shape(v: &Value) -> String {
     shape.push_str(obj.get("type").and_then(Value::as_str).unwrap_or("?"));
     let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
     keys.sort_unstable();
-    for key in &keys {
+    for key in keys.iter().filter(|k| TAGGED_UNIONS.contains(k)) {
         if let Some(inner) = obj
             .get(*key)
             .and_then(Value::as_object)
@@ -395,6 +410,25 @@ mod tests {
         assert_eq!(a, "item.completed:item.agent_message|item,type");
         assert_eq!(line_shape(b"[ASSISTANT] hi"), TEXT_SHAPE);
         assert_eq!(line_shape(b"42"), TEXT_SHAPE);
+    }
+
+    #[test]
+    fn error_codes_are_data_not_shape() {
+        let code = |c: &str| {
+            line_shape(
+                format!(
+                    r#"{{"type":"result","status":"error","error":{{"type":"{c}","message":"m"}}}}"#
+                )
+                .as_bytes(),
+            )
+        };
+        assert_eq!(code("FatalError"), code("FILE_NOT_FOUND"));
+        assert_eq!(code("FatalError"), "result|error,status,type");
+        // A tagged union's `type` stays structure.
+        assert_ne!(
+            line_shape(br#"{"type":"item.completed","item":{"type":"agent_message"}}"#),
+            line_shape(br#"{"type":"item.completed","item":{"type":"command_execution"}}"#)
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //!
 //! | provider | chain |
 //! |---|---|
-//! | `claude_code` | `native_stream_json` |
+//! | `claude_code` | `native_stream_json` → `capture_diff_fallback` → `regex_fallback` |
 //! | `codex` | `native_json` → `capture_diff_fallback` → `regex_fallback` |
 //! | `gemini_cli` | `capture_diff_fallback` → `probe_on_stale` |
 //! | `opencode` | `native_ndjson` → `capture_diff_fallback` |
@@ -109,7 +109,7 @@ impl Strategy {
 pub fn detection_chain(kind: ProviderKind) -> &'static [Strategy] {
     use Strategy::*;
     match kind {
-        ProviderKind::ClaudeCode => &[NativeStreamJson],
+        ProviderKind::ClaudeCode => &[NativeStreamJson, CaptureDiffFallback, RegexFallback],
         ProviderKind::Codex => &[NativeJson, CaptureDiffFallback, RegexFallback],
         ProviderKind::GeminiCli => &[CaptureDiffFallback, ProbeOnStale],
         ProviderKind::Opencode => &[NativeNdjson, CaptureDiffFallback],

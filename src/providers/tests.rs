@@ -752,3 +752,23 @@ fn known_stderr_chatter_is_a_notice_and_the_rest_an_error() {
         matches!(&events[3], AgentEvent::Error { kind: ErrorKind::Stderr, message } if message == "Error: quota exceeded")
     );
 }
+
+/// Every provider's drift guard is armed: output in a format none of its
+/// fixtures has (every key renamed) is drift, and the parser moves down the
+/// chain instead of reading it as the native format.
+#[test]
+fn every_provider_notices_a_format_it_has_never_seen() {
+    let alien: String = (0..DRIFT_WINDOW_LINES)
+        .map(|i| format!("{{\"kind\":\"frame\",\"seq\":{i},\"payload\":{{\"body\":\"x\"}}}}\n"))
+        .collect();
+    for kind in ProviderKind::ALL {
+        let ev = parse_all(kind, alien.as_bytes());
+        let first = ev.iter().find_map(|e| match e {
+            AgentEvent::DriftDetected { from, ratio, .. } => Some((*from, *ratio)),
+            _ => None,
+        });
+        let (from, ratio) = first.unwrap_or_else(|| panic!("{kind:?}: no drift in {ev:#?}"));
+        assert_eq!(from, detection_chain(kind)[0], "{kind:?}");
+        assert!(ratio < DRIFT_THRESHOLD, "{kind:?}: {ratio}");
+    }
+}
