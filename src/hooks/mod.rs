@@ -29,7 +29,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -107,8 +107,43 @@ pub struct HookEntry {
     /// Position among its source's hooks of this event.
     pub index: usize,
     pub hook: Hook,
-    /// The compiled `matcher` (tool events only; `None` matches every tool).
-    matcher: Option<regex::Regex>,
+    /// The `matcher` (tool events only; `None` matches every tool).
+    matcher: Option<Matcher>,
+}
+
+/// A hook's `matcher`, compiled the first time a tool is tested against
+/// it: `npc hook run` answers one event of one tool call, and compiling
+/// every matcher of every hook up front was a large part of its time. A
+/// pattern that does not compile (validation refuses its syntax; a pattern
+/// too big for the regex engine can pass it) matches every tool, so a hook
+/// that guards tools fails closed.
+#[derive(Debug, Clone)]
+struct Matcher {
+    pattern: Arc<str>,
+    compiled: Arc<OnceLock<Option<regex::Regex>>>,
+}
+
+impl Matcher {
+    fn new(pattern: &str) -> Self {
+        Self {
+            pattern: pattern.into(),
+            compiled: Arc::default(),
+        }
+    }
+
+    fn is_match(&self, tool: &str) -> bool {
+        let compiled = self.compiled.get_or_init(|| {
+            regex::Regex::new(&self.pattern)
+                .inspect_err(|e| {
+                    tracing::warn!(
+                        matcher = %self.pattern,
+                        "hook matcher does not compile ({e}); it matches every tool"
+                    );
+                })
+                .ok()
+        });
+        compiled.as_ref().is_none_or(|re| re.is_match(tool))
+    }
 }
 
 impl HookEntry {
@@ -148,18 +183,14 @@ pub struct HookSet {
 }
 
 impl HookSet {
-    /// The set of `sources`, in the order given. A `matcher` that does not
-    /// compile (validation already refused it) matches nothing.
+    /// The set of `sources`, in the order given; matchers compile when
+    /// first used ([`Matcher`]).
     pub fn build(root: &Path, sources: &[SourceHooks]) -> Self {
         let mut entries: BTreeMap<HookEvent, Vec<HookEntry>> = BTreeMap::new();
-        let nothing = regex::Regex::new("[^\\s\\S]").expect("an empty class compiles");
         for source in sources {
             for (event, hooks) in &source.hooks {
                 for (index, hook) in hooks.iter().enumerate() {
-                    let matcher = hook
-                        .matcher
-                        .as_deref()
-                        .map(|m| regex::Regex::new(m).unwrap_or_else(|_| nothing.clone()));
+                    let matcher = hook.matcher.as_deref().map(Matcher::new);
                     entries.entry(*event).or_default().push(HookEntry {
                         event: *event,
                         source: source.source.clone(),

@@ -441,3 +441,30 @@ fn matchers_meet_a_tool_however_the_agent_spells_it() {
         "mcp__a-b__c-d"
     );
 }
+
+/// A matcher the regex engine cannot build (too big; validation refuses
+/// it, but a set can be built from anything) guards every tool instead of
+/// none: a deny hook behind it fails closed.
+#[test]
+fn a_matcher_that_does_not_compile_matches_every_tool() {
+    let set = HookSet::build(
+        Path::new("/repo"),
+        &[SourceHooks {
+            source: HookSource::Manifest,
+            hooks: BTreeMap::from([(
+                HookEvent::BeforeTool,
+                vec![
+                    hook("a", &[], Some(r"\w{1000}{1000}")),
+                    hook("b", &[], Some("^Bash$")),
+                ],
+            )]),
+        }],
+    );
+    let names = |tool| {
+        set.matching(HookEvent::BeforeTool, Some(tool))
+            .map(HookEntry::label)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names("Read"), ["before_tool[0]"]);
+    assert_eq!(names("Bash"), ["before_tool[0]", "before_tool[1]"]);
+}

@@ -177,6 +177,19 @@ fn regex_errors_are_not_prefixed_twice() {
 }
 
 #[test]
+fn a_matcher_too_big_to_compile_is_refused_like_bad_syntax() {
+    let text =
+        "version = 1\n[[hooks.before_tool]]\ncommand = \"x\"\nmatcher = \"\\\\w{1000}{1000}\"\n";
+    let loaded = refused("m.toml", text.as_bytes());
+    let found = summaries(&loaded);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("`matcher` is not a valid regular expression: "),
+        "{found:?}"
+    );
+}
+
+#[test]
 fn toml_duplicate_keys_name_the_key() {
     let loaded = refused(
         "m.toml",

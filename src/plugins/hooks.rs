@@ -113,7 +113,7 @@ pub(crate) fn parse(
     doc: &Value,
     problems: &mut Problems,
 ) -> Option<HooksFile> {
-    let mut errors = schema::check(&schema::HOOKS, doc, file, "");
+    let mut errors = schema::check(schema::Schema::Hooks, doc, file, "");
     let mut hooks = BTreeMap::new();
     if let Some(events) = doc.get("hooks").and_then(Value::as_object) {
         for (event_name, list) in events {

@@ -81,7 +81,7 @@ pub(crate) fn read(root: &Root, problems: &mut Problems) -> Vec<Server> {
         }
         None => {}
     }
-    let errors = schema::check(&schema::MCP_DOCUMENT, &doc, MCP_FILE, "");
+    let errors = schema::check(schema::Schema::McpDocument, &doc, MCP_FILE, "");
     if !errors.is_empty() {
         problems.extend(errors.into_iter().map(|p| {
             if p.message.contains("`$schema`") {
@@ -115,9 +115,9 @@ pub(crate) fn read(root: &Root, problems: &mut Problems) -> Vec<Server> {
 fn server(root: &Root, name: &str, entry: &Value, problems: &mut Problems) -> Option<Server> {
     let base = pointer(&["mcpServers", name]);
     let validator = match entry.get("type").and_then(Value::as_str) {
-        Some("stdio") => &*schema::MCP_STDIO,
-        Some("streamable-http") => &*schema::MCP_STREAMABLE_HTTP,
-        Some("sse") => &*schema::MCP_SSE,
+        Some("stdio") => schema::Schema::McpStdio,
+        Some("streamable-http") => schema::Schema::McpStreamableHttp,
+        Some("sse") => schema::Schema::McpSse,
         Some(other) => {
             problems.push(
                 Problem::error(

@@ -361,10 +361,15 @@ fn read_manifest(root: &Root, problems: &mut Problems) -> Option<PluginManifest>
         );
         // The other fields are still checked, against the right `$schema`.
         obj.insert("$schema".into(), PLUGIN_SCHEMA_URL.into());
-        problems.extend(schema::check(&schema::PLUGIN, &doc, MANIFEST_FILE, ""));
+        problems.extend(schema::check(
+            schema::Schema::Plugin,
+            &doc,
+            MANIFEST_FILE,
+            "",
+        ));
         return None;
     }
-    let errors = schema::check(&schema::PLUGIN, &doc, MANIFEST_FILE, "");
+    let errors = schema::check(schema::Schema::Plugin, &doc, MANIFEST_FILE, "");
     if !errors.is_empty() {
         problems.extend(errors.into_iter().map(|p| match p.pointer.as_str() {
             "/name" => p.hint(

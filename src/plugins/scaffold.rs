@@ -28,7 +28,7 @@ pub struct File {
 
 /// Whether `name` is a valid Agent Plugins name (§5.5).
 pub fn valid_name(name: &str) -> bool {
-    super::schema::PLUGIN.is_valid(&json!({"$schema": PLUGIN_SCHEMA_URL, "name": name}))
+    super::schema::Schema::Plugin.is_valid(&json!({"$schema": PLUGIN_SCHEMA_URL, "name": name}))
 }
 
 fn fill(template: &str, name: &str, module: &str, setup: &str) -> String {

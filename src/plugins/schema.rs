@@ -1,15 +1,14 @@
 //! The JSON Schemas a package is checked against, compiled into the binary
 //! (never fetched): the official Agent Plugins 1.0.0 `plugin.schema.json`
 //! and `mcp.schema.json` (copied verbatim from the standard), and npc's own
-//! closed schema of a hooks file. Each is compiled once per process.
+//! closed schema of a hooks file, each turned into a validator when npc is
+//! built ([`Schema`]).
 //! Schema failures become [`Problem`]s with the instance's JSON Pointer and
 //! a lowercase message that quotes no instance value at length.
 
-use std::sync::LazyLock;
-
 use jsonschema::error::ValidationErrorKind;
-use jsonschema::{ValidationError, Validator};
-use serde_json::{Value, json};
+use jsonschema::{ErrorIterator, ValidationError};
+use serde_json::Value;
 
 use super::Problem;
 use crate::model::diagnostics::clip;
@@ -24,51 +23,95 @@ pub const HOOKS_SCHEMA: &str = include_str!("schemas/hooks.schema.json");
 /// Most schema errors reported per document.
 pub const MAX_SCHEMA_ERRORS: usize = 64;
 
-fn compile(schema: &Value) -> Validator {
-    jsonschema::draft202012::new(schema).expect("the embedded schemas compile")
-}
+/// Where the schemas npc checks with live, relative to the crate root: the
+/// official files as they are, and under `derived/` the views the checks
+/// need, written from them (a test keeps the two in step).
+pub const SCHEMA_DIR: &str = "src/plugins/schemas";
 
-fn parse(text: &str) -> Value {
-    serde_json::from_str(text).expect("the embedded schemas are JSON")
-}
+// The validators are generated at build time from the files (the
+// `jsonschema` crate's `validator` macro): compiling a schema at run time,
+// with the meta-schema check that comes first, cost about a millisecond of
+// every `npc validate` and `npc hook run`.
 
 /// `plugin.json` without `additionalProperties: false` at the top: unknown
 /// top-level fields are warnings (§5.2), reported by the caller.
-pub static PLUGIN: LazyLock<Validator> = LazyLock::new(|| {
-    let mut schema = parse(PLUGIN_SCHEMA);
-    schema["additionalProperties"] = Value::Bool(true);
-    compile(&schema)
-});
+#[jsonschema::validator(path = "src/plugins/schemas/derived/plugin.open.json", draft = Draft202012)]
+struct PluginOpen;
 
 /// `mcp.json` with the server entries left open: each entry is checked on
 /// its own (§7.2.2), so one bad entry skips only itself.
-pub static MCP_DOCUMENT: LazyLock<Validator> = LazyLock::new(|| {
-    let mut schema = parse(MCP_SCHEMA);
-    schema["properties"]["mcpServers"]["additionalProperties"] = Value::Bool(true);
-    compile(&schema)
-});
+#[jsonschema::validator(path = "src/plugins/schemas/derived/mcp.document.json", draft = Draft202012)]
+struct McpDocument;
 
 /// One `$defs` variant of the official MCP schema, as its own schema.
-fn mcp_variant(def: &str) -> Validator {
-    let schema = parse(MCP_SCHEMA);
-    compile(&json!({
-        "$schema": schema["$schema"],
-        "$defs": schema["$defs"],
-        "$ref": format!("#/$defs/{def}"),
-    }))
+#[jsonschema::validator(path = "src/plugins/schemas/derived/mcp.stdio.json", draft = Draft202012)]
+struct McpStdio;
+
+#[jsonschema::validator(path = "src/plugins/schemas/derived/mcp.streamable-http.json", draft = Draft202012)]
+struct McpStreamableHttp;
+
+#[jsonschema::validator(path = "src/plugins/schemas/derived/mcp.sse.json", draft = Draft202012)]
+struct McpSse;
+
+#[jsonschema::validator(path = "src/plugins/schemas/hooks.schema.json", draft = Draft202012)]
+struct Hooks;
+
+/// A schema a package document is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schema {
+    /// `plugin.json`, unknown top-level fields allowed.
+    Plugin,
+    /// `mcp.json` as a whole, entries open.
+    McpDocument,
+    /// One `stdio` server entry.
+    McpStdio,
+    /// One `streamable-http` server entry.
+    McpStreamableHttp,
+    /// One `sse` server entry.
+    McpSse,
+    /// npc's hooks file.
+    Hooks,
 }
 
-pub static MCP_STDIO: LazyLock<Validator> = LazyLock::new(|| mcp_variant("stdioServer"));
-pub static MCP_STREAMABLE_HTTP: LazyLock<Validator> =
-    LazyLock::new(|| mcp_variant("streamableHttpServer"));
-pub static MCP_SSE: LazyLock<Validator> = LazyLock::new(|| mcp_variant("sseServer"));
+impl Schema {
+    /// Every schema, for tests.
+    pub const ALL: [Schema; 6] = [
+        Self::Plugin,
+        Self::McpDocument,
+        Self::McpStdio,
+        Self::McpStreamableHttp,
+        Self::McpSse,
+        Self::Hooks,
+    ];
 
-pub static HOOKS: LazyLock<Validator> = LazyLock::new(|| compile(&parse(HOOKS_SCHEMA)));
+    /// Does `value` pass?
+    pub fn is_valid(self, value: &Value) -> bool {
+        match self {
+            Self::Plugin => PluginOpen::is_valid(value),
+            Self::McpDocument => McpDocument::is_valid(value),
+            Self::McpStdio => McpStdio::is_valid(value),
+            Self::McpStreamableHttp => McpStreamableHttp::is_valid(value),
+            Self::McpSse => McpSse::is_valid(value),
+            Self::Hooks => Hooks::is_valid(value),
+        }
+    }
 
-/// Every failure of `value` against `validator`, as errors of `file`, with
+    fn iter_errors(self, value: &Value) -> ErrorIterator<'_> {
+        match self {
+            Self::Plugin => PluginOpen::iter_errors(value),
+            Self::McpDocument => McpDocument::iter_errors(value),
+            Self::McpStdio => McpStdio::iter_errors(value),
+            Self::McpStreamableHttp => McpStreamableHttp::iter_errors(value),
+            Self::McpSse => McpSse::iter_errors(value),
+            Self::Hooks => Hooks::iter_errors(value),
+        }
+    }
+}
+
+/// Every failure of `value` against `schema`, as errors of `file`, with
 /// pointers under `base` (the instance's place in its document).
-pub fn check(validator: &Validator, value: &Value, file: &str, base: &str) -> Vec<Problem> {
-    validator
+pub fn check(schema: Schema, value: &Value, file: &str, base: &str) -> Vec<Problem> {
+    schema
         .iter_errors(value)
         // Reserved `env` names: the callers report them with their own words.
         .filter(|e| !matches!(e.kind(), ValidationErrorKind::PropertyNames { .. }))
@@ -139,23 +182,82 @@ fn type_name(kind: &jsonschema::error::TypeKind) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
+    fn parse(text: &str) -> Value {
+        serde_json::from_str(text).expect("the embedded schemas are JSON")
+    }
+
+    fn derived(name: &str) -> Value {
+        let path = format!("{}/{SCHEMA_DIR}/derived/{name}", env!("CARGO_MANIFEST_DIR"));
+        parse(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}")))
+    }
+
+    /// The derived views are the official schemas with exactly the changes
+    /// their docs name, so the build-time validators check what the
+    /// standard says.
     #[test]
-    fn the_embedded_schemas_are_the_official_ones_and_compile() {
-        let plugin = parse(PLUGIN_SCHEMA);
+    fn the_derived_schemas_are_the_official_ones_opened_where_documented() {
+        let mut plugin = parse(PLUGIN_SCHEMA);
         assert_eq!(plugin["$id"], super::super::PLUGIN_SCHEMA_URL);
-        let mcp = parse(MCP_SCHEMA);
-        assert_eq!(mcp["$id"], super::super::MCP_SCHEMA_URL);
-        for v in [
-            &*PLUGIN,
-            &*MCP_DOCUMENT,
-            &*MCP_STDIO,
-            &*MCP_STREAMABLE_HTTP,
-            &*MCP_SSE,
-            &*HOOKS,
+        plugin["additionalProperties"] = Value::Bool(true);
+        assert_eq!(derived("plugin.open.json"), plugin);
+        let official = parse(MCP_SCHEMA);
+        assert_eq!(official["$id"], super::super::MCP_SCHEMA_URL);
+        let mut document = official.clone();
+        document["properties"]["mcpServers"]["additionalProperties"] = Value::Bool(true);
+        assert_eq!(derived("mcp.document.json"), document);
+        for (def, file) in [
+            ("stdioServer", "mcp.stdio.json"),
+            ("streamableHttpServer", "mcp.streamable-http.json"),
+            ("sseServer", "mcp.sse.json"),
         ] {
-            assert!(!v.is_valid(&json!(42)));
+            let variant = json!({
+                "$schema": official["$schema"],
+                "$defs": official["$defs"],
+                "$ref": format!("#/$defs/{def}"),
+            });
+            assert_eq!(derived(file), variant, "{file}");
+        }
+    }
+
+    /// The generated validators agree with ones compiled at run time from
+    /// the same documents.
+    #[test]
+    fn build_time_validators_agree_with_run_time_ones() {
+        let runtime = |v: &Value| jsonschema::draft202012::new(v).expect("compiles");
+        let pairs = [
+            (Schema::Plugin, derived("plugin.open.json")),
+            (Schema::McpDocument, derived("mcp.document.json")),
+            (Schema::McpStdio, derived("mcp.stdio.json")),
+            (
+                Schema::McpStreamableHttp,
+                derived("mcp.streamable-http.json"),
+            ),
+            (Schema::McpSse, derived("mcp.sse.json")),
+            (Schema::Hooks, parse(HOOKS_SCHEMA)),
+        ];
+        let samples = [
+            json!(42),
+            json!({}),
+            json!({"$schema": super::super::PLUGIN_SCHEMA_URL, "name": "a", "version": "1.0.0"}),
+            json!({"$schema": super::super::PLUGIN_SCHEMA_URL, "name": "A b", "version": "x"}),
+            json!({"mcpServers": {"a": {"command": "x"}}}),
+            json!({"type": "stdio", "command": "x", "args": ["a"]}),
+            json!({"type": "streamable-http", "url": "https://example.com/mcp"}),
+            json!({"type": "sse", "url": 3}),
+            json!({"version": 1, "hooks": {}}),
+        ];
+        for (schema, document) in &pairs {
+            let live = runtime(document);
+            for sample in &samples {
+                let expect: Vec<String> = live.iter_errors(sample).map(|e| e.to_string()).collect();
+                let got: Vec<String> = schema.iter_errors(sample).map(|e| e.to_string()).collect();
+                assert_eq!(got, expect, "{schema:?} on {sample}");
+                assert_eq!(schema.is_valid(sample), expect.is_empty());
+            }
         }
     }
 
@@ -163,7 +265,7 @@ mod tests {
     fn the_name_pattern_keeps_its_lookahead() {
         let doc = |name: &str| json!({"$schema": super::super::PLUGIN_SCHEMA_URL, "name": name});
         for good in ["a", "review-kit", "a.b", "x9", "a-b.c"] {
-            assert!(PLUGIN.is_valid(&doc(good)), "{good}");
+            assert!(Schema::Plugin.is_valid(&doc(good)), "{good}");
         }
         for bad in [
             "",
@@ -176,7 +278,7 @@ mod tests {
             "a_b",
             &"a".repeat(65),
         ] {
-            assert!(!PLUGIN.is_valid(&doc(bad)), "{bad}");
+            assert!(!Schema::Plugin.is_valid(&doc(bad)), "{bad}");
         }
     }
 }

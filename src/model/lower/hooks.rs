@@ -24,16 +24,7 @@ impl Lower<'_> {
                     "only `before_tool` and `after_tool` hooks match tool names; remove it",
                 );
             }
-            if let Err(e) = regex::Regex::new(matcher) {
-                let detail = e
-                    .to_string()
-                    .lines()
-                    .last()
-                    .unwrap_or("")
-                    .trim()
-                    .trim_start_matches("error:")
-                    .trim()
-                    .to_lowercase();
+            if let Err(detail) = check_matcher(matcher) {
                 self.error(
                     &matcher.span,
                     format!("`matcher` is not a valid regular expression: {detail}"),
@@ -188,3 +179,35 @@ impl Lower<'_> {
 
 /// Most problems of one plugin package quoted in the manifest's diagnostics.
 pub const MAX_PLUGIN_DIAGNOSTICS: usize = 20;
+
+/// Longest matcher checked by its syntax alone; a longer one, or one with a
+/// counted repetition, is compiled, since only those can outgrow the regex
+/// engine's size limit.
+pub const MATCHER_SYNTAX_ONLY_MAX: usize = 64;
+
+/// Whether `matcher` is a regular expression the hook engine can run: its
+/// syntax, checked without building an automaton (compiling one costs a
+/// hundred times more, on every manifest load), and for a pattern that could
+/// be too big ([`MATCHER_SYNTAX_ONLY_MAX`], `{n}`) the compile itself. The
+/// error is the engine's last line, lowercase.
+fn check_matcher(matcher: &str) -> Result<(), String> {
+    let error = if matcher.len() > MATCHER_SYNTAX_ONLY_MAX || matcher.contains('{') {
+        regex::Regex::new(matcher).err().map(|e| e.to_string())
+    } else {
+        regex_syntax::Parser::new()
+            .parse(matcher)
+            .err()
+            .map(|e| e.to_string())
+    };
+    match error {
+        None => Ok(()),
+        Some(text) => Err(text
+            .lines()
+            .last()
+            .unwrap_or("")
+            .trim()
+            .trim_start_matches("error:")
+            .trim()
+            .to_lowercase()),
+    }
+}
