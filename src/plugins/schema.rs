@@ -114,7 +114,10 @@ pub fn check(schema: Schema, value: &Value, file: &str, base: &str) -> Vec<Probl
     schema
         .iter_errors(value)
         // Reserved `env` names: the callers report them with their own words.
-        .filter(|e| !matches!(e.kind(), ValidationErrorKind::PropertyNames { .. }))
+        .filter(|e| {
+            !matches!(e.kind(), ValidationErrorKind::PropertyNames { .. })
+                && !e.schema_path().as_str().contains("/propertyNames")
+        })
         .take(MAX_SCHEMA_ERRORS)
         .map(|e| {
             let pointer = format!("{base}{}", e.instance_path().as_str());
@@ -246,6 +249,7 @@ mod tests {
             json!({"$schema": super::super::PLUGIN_SCHEMA_URL, "name": "A b", "version": "x"}),
             json!({"mcpServers": {"a": {"command": "x"}}}),
             json!({"type": "stdio", "command": "x", "args": ["a"]}),
+            json!({"type": "stdio", "command": "x", "env": {"PLUGIN_DATA": "y"}}),
             json!({"type": "streamable-http", "url": "https://example.com/mcp"}),
             json!({"type": "sse", "url": 3}),
             json!({"version": 1, "hooks": {}}),
