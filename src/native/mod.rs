@@ -22,6 +22,7 @@ pub mod hooks;
 pub mod import;
 pub mod jsonc;
 pub mod refs;
+pub mod run;
 pub mod skills;
 
 use std::collections::BTreeSet;

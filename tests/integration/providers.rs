@@ -11,7 +11,9 @@ use std::process::{Command, Stdio};
 
 use npcagent::model::{Provider, ProviderKind, Text};
 use npcagent::providers::similarity::{AUTOJUNK_MIN_LEN, SequenceMatcher};
-use npcagent::providers::{AgentEvent, LaunchRequest, Parser, launch_plan, source_fixtures_root};
+use npcagent::providers::{
+    AgentEvent, LaunchRequest, McpHandoff, Parser, RunMcp, launch_plan, source_fixtures_root,
+};
 
 use crate::support::repo_root;
 
@@ -49,6 +51,8 @@ fn help_args(kind: ProviderKind) -> &'static [&'static str] {
 #[test]
 fn installed_clis_accept_the_flags_of_the_launch_plans() {
     let mcp = Path::new("/tmp/npc-mcp.json");
+    let pairs = vec![r#"mcp_servers.npc={ command = "npc" }"#.to_string()];
+    let names = vec!["npc".to_string()];
     let mut checked = 0;
     for kind in ProviderKind::ALL {
         let program = kind.default_command();
@@ -82,7 +86,11 @@ fn installed_clis_accept_the_flags_of_the_launch_plans() {
         let req = LaunchRequest {
             prompt: "say hi",
             model: Some("some-model"),
-            mcp_config: (kind != ProviderKind::Codex).then_some(mcp),
+            mcp: Some(match npcagent::providers::mcp_handoff(kind) {
+                McpHandoff::File => RunMcp::File { path: mcp },
+                McpHandoff::Overrides => RunMcp::Overrides { pairs: &pairs },
+                McpHandoff::WorkspaceSettings => RunMcp::Named { names: &names },
+            }),
         };
         let plan = launch_plan(&provider(kind, program, &[]), &req).expect("plan");
         let flags: Vec<&str> = plan.exposed_args().filter(|a| a.starts_with('-')).collect();
@@ -126,7 +134,7 @@ fn run_fake(
     let req = LaunchRequest {
         prompt: "replay",
         model: Some("m"),
-        mcp_config: None,
+        mcp: None,
     };
     let plan = launch_plan(&p, &req).expect("plan");
     let mut child = Command::new(&plan.program)
