@@ -18,6 +18,7 @@ mod mcp_interop;
 mod panes;
 mod plugins;
 mod providers;
+mod real_clis;
 mod render;
 mod runs;
 mod security;
