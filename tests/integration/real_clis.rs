@@ -29,6 +29,8 @@ const ECHO_TOKEN: &str = "npc-real-cli-echo";
 const DENIAL: &str = "npc-test-denied-echo";
 /// The gateway's name for the upstream tool (`SERVER__TOOL`).
 const GATEWAY_ECHO: &str = "everything__echo";
+/// The account a non-root run borrows (`nobody`), as `setpriv` takes it.
+const OTHER_USER: u32 = 65534;
 
 /// One CLI under test: its provider kind and program.
 #[derive(Debug, Clone, Copy)]
@@ -170,6 +172,9 @@ struct Setup {
     repo: tempfile::TempDir,
     home: tempfile::TempDir,
     model: Model,
+    /// Run npc (and so the CLI) as this uid, owner of the repository and
+    /// the home, through `setpriv`.
+    user: Option<u32>,
 }
 
 impl Setup {
@@ -178,6 +183,11 @@ impl Setup {
     /// The CLI's home is set up to reach the model and trust the
     /// repository; `npc apply` writes the agent files.
     fn new(cli: Cli, hooks: &str) -> Self {
+        Self::new_as(cli, hooks, None)
+    }
+
+    /// [`Setup::new`] for `user` (`None`: this process's).
+    fn new_as(cli: Cli, hooks: &str, user: Option<u32>) -> Self {
         let repo = tempfile::tempdir().unwrap();
         let home = tempfile::tempdir().unwrap();
         let model = Model::start(
@@ -197,6 +207,7 @@ impl Setup {
             repo,
             home,
             model,
+            user,
         };
         this.write_home(&root);
         let manifest = format!(
@@ -205,6 +216,10 @@ impl Setup {
             provider = this.provider(),
         );
         std::fs::write(root.join("npcagent.toml"), manifest).unwrap();
+        if let Some(uid) = user {
+            give(&root, uid);
+            give(this.home.path(), uid);
+        }
         std::fs::write(
             root.join("deny.py"),
             format!(
@@ -309,7 +324,19 @@ impl Setup {
         let path = std::env::var_os("PATH").unwrap_or_default();
         let mut dirs = vec![bin_dir];
         dirs.extend(std::env::split_paths(&path));
-        let mut cmd = Command::new(npc_path());
+        let mut cmd = match self.user {
+            None => Command::new(npc_path()),
+            Some(uid) => {
+                let mut c = Command::new("setpriv");
+                c.args([
+                    format!("--reuid={uid}"),
+                    format!("--regid={uid}"),
+                    "--clear-groups".to_string(),
+                ])
+                .arg(npc_path());
+                c
+            }
+        };
         cmd.args(args)
             .current_dir(self.root())
             .env("PATH", std::env::join_paths(dirs).unwrap())
@@ -374,6 +401,47 @@ impl Setup {
     }
 }
 
+/// Make `path` and everything under it `uid`'s (links not followed).
+fn give(path: &Path, uid: u32) {
+    let id = Some(nix::unistd::Uid::from_raw(uid));
+    let gid = Some(nix::unistd::Gid::from_raw(uid));
+    nix::unistd::fchownat(
+        nix::fcntl::AT_FDCWD,
+        path,
+        id,
+        gid,
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .unwrap();
+    if path.is_dir() && !path.is_symlink() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            give(&entry.unwrap().path(), uid);
+        }
+    }
+}
+
+/// Whether this process may run npc and the CLIs as [`OTHER_USER`]: root,
+/// `setpriv`, and an npc binary every account may run.
+fn can_switch_user() -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let world_runs = |p: &Path| {
+        p.ancestors()
+            .skip(1)
+            .all(|d| std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+            && std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
+    };
+    let ok = nix::unistd::getuid().is_root()
+        && world_runs(&npc_path())
+        && Command::new("setpriv")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipped: needs root, setpriv and an npc binary other accounts may run");
+    }
+    ok
+}
+
 /// The checks every scenario shares: the run finished ok with no unknown
 /// event, the agent was offered the gateway's `echo` and no raw server's,
 /// and a later turn carried `expect` (the tool's result) to the model.
@@ -416,10 +484,15 @@ fn check_turn(s: &Setup, events: &[Value], expect: &str) {
 
 /// (a) and (c): `echo` through the gateway, recorded, its text at the model.
 fn echo_through_the_gateway(cli: Cli) {
+    echo_through_the_gateway_as(cli, None);
+}
+
+/// [`echo_through_the_gateway`] with npc and the CLI run as `user`.
+fn echo_through_the_gateway_as(cli: Cli, user: Option<u32>) {
     if !installed(cli) {
         return;
     }
-    let s = Setup::new(cli, "");
+    let s = Setup::new_as(cli, "", user);
     let events = s.run();
     check_turn(&s, &events, &format!("Echo: {ECHO_TOKEN}"));
     let stored = s.events();
@@ -510,4 +583,16 @@ fn opencode_calls_echo_through_the_gateway() {
 #[test]
 fn opencode_echo_is_denied_by_the_native_hook() {
     echo_denied_by_the_native_hook(OPENCODE);
+}
+
+/// A run's servers reach every CLI for a user other than root too (Gemini
+/// once skipped npc's per-run settings file for every non-root user).
+#[test]
+fn every_cli_gets_the_gateway_as_a_non_root_user() {
+    if !can_switch_user() {
+        return;
+    }
+    for cli in [CLAUDE, CODEX, GEMINI, OPENCODE] {
+        echo_through_the_gateway_as(cli, Some(OTHER_USER));
+    }
 }
