@@ -12,7 +12,8 @@ use std::process::{Command, Stdio};
 use npcagent::model::{Provider, ProviderKind, Text};
 use npcagent::providers::similarity::{AUTOJUNK_MIN_LEN, SequenceMatcher};
 use npcagent::providers::{
-    AgentEvent, LaunchRequest, McpHandoff, Parser, RunMcp, launch_plan, source_fixtures_root,
+    AgentEvent, ErrorKind, LaunchRequest, McpHandoff, Parser, RunMcp, launch_plan,
+    source_fixtures_root,
 };
 
 use crate::support::repo_root;
@@ -190,6 +191,57 @@ fn fake_agent_replays_every_provider_through_its_parser() {
         }
         assert!(!names.contains(&"agent.error"), "{kind:?}: {events:#?}");
     }
+}
+
+/// The real streams recorded through the scripted model
+/// (`fixtures/model/record.py`) parse into a turn with no unknown line and
+/// no error: a tool call, its result and the final text, or the text alone.
+#[test]
+fn recorded_real_streams_parse_without_unknown_events() {
+    let mut checked = 0;
+    for kind in ProviderKind::ALL {
+        let dir = source_fixtures_root().join(kind.as_str());
+        for version in std::fs::read_dir(&dir).unwrap() {
+            for scenario in ["tool-call", "text"] {
+                let path = version
+                    .as_ref()
+                    .unwrap()
+                    .path()
+                    .join(format!("recorded-{scenario}.jsonl"));
+                let Ok(text) = std::fs::read(&path) else {
+                    continue;
+                };
+                let mut parser = Parser::embedded(kind);
+                let mut events = parser.feed(&text);
+                events.extend(parser.finish());
+                let names: Vec<_> = events.iter().map(AgentEvent::type_name).collect();
+                let mut want = vec!["agent.message", "agent.idle"];
+                if scenario == "tool-call" {
+                    want.push("agent.tool_call");
+                    want.push("agent.tool_result");
+                }
+                for name in want {
+                    assert!(
+                        names.contains(&name),
+                        "{}: no {name} in {names:?}",
+                        path.display()
+                    );
+                }
+                let unknown = events.iter().filter(|e| {
+                    matches!(
+                        e,
+                        AgentEvent::Error {
+                            kind: ErrorKind::UnknownEvent,
+                            ..
+                        }
+                    )
+                });
+                assert_eq!(unknown.count(), 0, "{}: {events:#?}", path.display());
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 8, "only {checked} recorded streams");
 }
 
 #[test]
