@@ -7,6 +7,7 @@ mod agents;
 mod api;
 mod architecture;
 mod daemon;
+mod doctor;
 mod hints;
 mod hooks;
 mod hostile;
