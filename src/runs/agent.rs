@@ -104,7 +104,7 @@ pub enum RunError {
         source: std::io::Error,
     },
     #[error(
-        "`{}` does not declare the MCP servers `{missing}` of this run; Gemini CLI takes a run's servers only from the workspace settings (it skips a settings file a non-root user owns), so run `npc apply` in this directory first",
+        "`{}` does not declare the MCP servers `{missing}` of this run; Gemini CLI takes a run's servers only from the workspace settings (it reads a settings file named by a variable only when root owns it and every directory above it), so run `npc apply` in this directory first",
         path.display()
     )]
     WorkspaceSettings { path: PathBuf, missing: String },

@@ -149,6 +149,29 @@ fn a_gemini_run_needs_its_servers_in_the_workspace_settings() {
 }
 
 #[test]
+fn a_gemini_run_in_an_own_worktree_without_settings_gets_them_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let m = manifest(&root, "gemini_cli");
+    let worktree = root.join(".npc/worktrees/run-t");
+    std::fs::create_dir_all(&worktree).unwrap();
+    let mut req = request(PromptChoice::Literal { text: "hi".into() });
+    req.cwd = Some(worktree.clone());
+    let run = prepare(&m, &root, &req, "run-t".into()).unwrap();
+    let settings = worktree.join(".gemini/settings.json");
+    assert_eq!(run.mcp_config.as_ref(), Some(&settings));
+    let text = std::fs::read_to_string(&settings).unwrap();
+    let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(parsed["mcpServers"]["fs"]["command"], "npx", "{text}");
+    // Elsewhere (a directory of the user's) nothing is written.
+    let elsewhere = root.join("sub");
+    std::fs::create_dir(&elsewhere).unwrap();
+    req.cwd = Some(elsewhere.clone());
+    assert!(prepare(&m, &root, &req, "run-u".into()).is_err());
+    assert!(!elsewhere.join(".gemini").exists());
+}
+
+#[test]
 fn prepare_rejects_a_profile_without_prompt_and_a_missing_cwd() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
