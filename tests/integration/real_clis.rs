@@ -12,13 +12,14 @@
 //! stream. A missing CLI skips its tests with a message, and fails them
 //! under `CI=true` (CI installs the CLIs).
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{Stopped, npc_path, repo_root, wait_for};
+use crate::support::{Stopped, WAIT_LIMIT, npc_path, repo_root, wait_for};
 
 /// Longest one `npc run` of a real CLI may take (OpenCode's first start
 /// installs nothing but reads its model list; each turn is two requests).
@@ -233,7 +234,78 @@ impl Setup {
             "npc apply failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        if cli.kind == "codex" && !hooks.is_empty() {
+            this.review_codex_hooks(&root);
+        }
         this
+    }
+
+    /// Store Codex's review of the project's hooks the way its `/hooks`
+    /// does (`hooks.state."KEY".trusted_hash` in its `config.toml`), with
+    /// the keys and hashes its own `app-server` reports (`hooks/list`).
+    fn review_codex_hooks(&self, root: &Path) {
+        let mut child = Command::new("codex")
+            .arg("app-server")
+            .current_dir(root)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("codex app-server starts");
+        let requests = [
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"clientInfo": {"name": "npc-test", "version": "0"}}}),
+            serde_json::json!({"jsonrpc": "2.0", "method": "initialized"}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "hooks/list", "params": {"cwds": [root]}}),
+        ];
+        let mut stdin = child.stdin.take().unwrap();
+        for r in requests {
+            writeln!(stdin, "{r}").unwrap();
+        }
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+                let Ok(line) = line else { break };
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && v["id"] == 2
+                {
+                    let _ = tx.send(v);
+                    break;
+                }
+            }
+        });
+        let answer = rx
+            .recv_timeout(WAIT_LIMIT)
+            .expect("codex answers hooks/list");
+        let _ = child.kill();
+        let _ = child.wait();
+        drop(stdin);
+        let mut config = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.home.path().join(".codex/config.toml"))
+            .unwrap();
+        let hooks = answer["result"]["data"][0]["hooks"].as_array().unwrap();
+        assert!(!hooks.is_empty(), "{answer}");
+        for hook in hooks {
+            writeln!(
+                config,
+                "\n[hooks.state.{:?}]\ntrusted_hash = {:?}",
+                hook["key"].as_str().unwrap(),
+                hook["currentHash"].as_str().unwrap()
+            )
+            .unwrap();
+        }
+        // `npc doctor` reads the review as Codex does.
+        let out = self.npc(&["doctor", "--format", "json"]).output().unwrap();
+        let reports: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let checks = reports[0]["checks"].as_array().unwrap();
+        for name in ["project_trust", "hook_trust"] {
+            let check = checks.iter().find(|c| c["check"] == name).unwrap();
+            assert_eq!(check["status"], "ok", "{check}");
+        }
     }
 
     fn root(&self) -> PathBuf {
@@ -255,12 +327,8 @@ impl Setup {
                 ),
                 "\"--allowedTools\", \"mcp__npc__everything__echo\"",
             ),
-            // The project's hooks run without a stored review (a user
-            // trusts them once with `/hooks`; see README).
-            "codex" => (
-                "SCRIPTED_API_KEY = \"sk-scripted\"".to_string(),
-                "\"--dangerously-bypass-hook-trust\"",
-            ),
+            // The project's hooks run once reviewed: see `review_codex_hooks`.
+            "codex" => ("SCRIPTED_API_KEY = \"sk-scripted\"".to_string(), ""),
             "gemini_cli" => (
                 format!("GOOGLE_GEMINI_BASE_URL = \"{url}\", GEMINI_API_KEY = \"scripted\""),
                 "\"--yolo\"",
