@@ -78,16 +78,19 @@ fn installed(cli: Cli) -> bool {
     false
 }
 
-/// The global npm root (`npm root -g`).
-fn npm_root() -> PathBuf {
-    let out = Command::new("npm")
-        .args(["root", "-g"])
-        .stderr(Stdio::null())
-        .output();
-    match out {
-        Ok(o) if o.status.success() => PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()),
-        _ => PathBuf::from("/usr/lib/node_modules"),
-    }
+/// The global npm root (`npm root -g`), asked once.
+fn npm_root() -> &'static Path {
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let out = Command::new("npm")
+            .args(["root", "-g"])
+            .stderr(Stdio::null())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()),
+            _ => PathBuf::from("/usr/lib/node_modules"),
+        }
+    })
 }
 
 fn everything_entry() -> PathBuf {
