@@ -9,6 +9,7 @@
 mod output;
 
 mod acp;
+mod doctor;
 mod hook;
 mod import;
 mod init;
@@ -95,6 +96,8 @@ enum Command {
     Render(render::RenderArgs),
     /// Run an agent profile headless, stream its events and record them
     Run(run::RunArgs),
+    /// Check each declared agent CLI: installed, its version, its agent files, its trust of the repository
+    Doctor(doctor::DoctorArgs),
     /// Serve the Agent Client Protocol on stdio: npc as an agent for editors (Zed, VS Code)
     Acp(acp::AcpArgs),
     /// Print shell completions
@@ -313,6 +316,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Runs(args) => triggers::runs(args),
         Command::Render(args) => render::run(args),
         Command::Run(args) => run::run(args),
+        Command::Doctor(args) => doctor::run(args),
         Command::Acp(args) => acp::run(args),
         Command::Mcp(command) => mcp::run(command),
         Command::Plugin(command) => plugin::run(command),

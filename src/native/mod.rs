@@ -15,6 +15,7 @@
 //! rewritten with their comments kept. Secrets are written as environment
 //! references, never as values, and plan diffs redact known secret values.
 
+pub mod doctor;
 pub(crate) mod edit;
 pub mod export;
 pub mod gateway;
@@ -22,6 +23,7 @@ pub mod hooks;
 pub mod import;
 pub mod jsonc;
 pub mod refs;
+pub mod run;
 pub mod skills;
 
 use std::collections::BTreeSet;

@@ -7,10 +7,18 @@
 //! Flags (checked against `--help` of the versions in
 //! `fixtures/clis/VERSIONS.md`):
 //! - Claude Code: `claude -p PROMPT --output-format stream-json --verbose
-//!   [ARGS] [--model M] [--mcp-config FILE]`
-//! - Codex: `codex exec --json [ARGS] [--model M] PROMPT`
-//! - Gemini CLI: `gemini [ARGS] -p PROMPT -o stream-json [-m M]`, MCP servers
-//!   through `GEMINI_CLI_SYSTEM_SETTINGS_PATH=FILE` (a Gemini `settings.json`)
+//!   [ARGS] [--model M] [--mcp-config FILE --strict-mcp-config]` (strict: the
+//!   run's servers only, not also the project's `.mcp.json`)
+//! - Codex: `codex exec --json [ARGS] [--model M] [-c mcp_servers.NAME=TABLE]…
+//!   PROMPT` (Codex has no MCP file flag; its `-c` overrides take any config
+//!   key, checked for any user)
+//! - Gemini CLI: `gemini [ARGS] -p PROMPT -o stream-json [-m M]
+//!   [--allowed-mcp-server-names NAME…]`. Gemini 0.61 reads a
+//!   `GEMINI_CLI_SYSTEM_SETTINGS_PATH` file only when it and every directory
+//!   above it are root-owned and not group/world-writable, so a run's
+//!   servers are those of the workspace settings (`.gemini/settings.json` in
+//!   the run's directory, which `npc apply` writes) narrowed to the run's
+//!   servers by name
 //! - OpenCode: `opencode run --format json [ARGS] [--model M] PROMPT`, MCP
 //!   servers through `OPENCODE_CONFIG=FILE` (an `opencode.json`)
 //!
@@ -22,8 +30,6 @@ use std::path::Path;
 
 use crate::model::{Provider, ProviderKind, Text};
 
-/// Environment variable Gemini CLI reads a system settings file from.
-pub const GEMINI_SETTINGS_ENV: &str = "GEMINI_CLI_SYSTEM_SETTINGS_PATH";
 /// Environment variable OpenCode reads an extra config file from.
 pub const OPENCODE_CONFIG_ENV: &str = "OPENCODE_CONFIG";
 
@@ -34,8 +40,41 @@ pub struct LaunchRequest<'a> {
     pub prompt: &'a str,
     /// A model name, passed with the CLI's model flag.
     pub model: Option<&'a str>,
-    /// An MCP configuration file npc wrote in this provider's native format.
-    pub mcp_config: Option<&'a Path>,
+    /// The run's own MCP servers, the way the provider takes them
+    /// ([`mcp_handoff`]).
+    pub mcp: Option<RunMcp<'a>>,
+}
+
+/// A run's own MCP servers as handed to one CLI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunMcp<'a> {
+    /// A file in the CLI's native format (Claude Code, OpenCode).
+    File { path: &'a Path },
+    /// Codex `-c` overrides, `mcp_servers.NAME=TABLE` each.
+    Overrides { pairs: &'a [String] },
+    /// Gemini CLI: the names of the workspace settings' servers it may use.
+    Named { names: &'a [String] },
+}
+
+/// How a provider takes a run's own MCP servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum McpHandoff {
+    /// [`RunMcp::File`]: npc writes a file under the run's directory.
+    File,
+    /// [`RunMcp::Overrides`]: command-line config overrides, no file.
+    Overrides,
+    /// [`RunMcp::Named`]: the servers must already be in the workspace
+    /// settings of the run's directory (`npc apply` writes them).
+    WorkspaceSettings,
+}
+
+/// How `kind` takes a run's own MCP servers.
+pub fn mcp_handoff(kind: ProviderKind) -> McpHandoff {
+    match kind {
+        ProviderKind::ClaudeCode | ProviderKind::Opencode => McpHandoff::File,
+        ProviderKind::Codex => McpHandoff::Overrides,
+        ProviderKind::GeminiCli => McpHandoff::WorkspaceSettings,
+    }
 }
 
 /// A process to start.
@@ -63,9 +102,13 @@ impl LaunchPlan {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LaunchError {
     #[error(
-        "`codex` has no flag or variable to load an MCP configuration file; `npc apply` writes the manifest's servers into the repository's `.codex/config.toml`, which Codex reads once the project is trusted"
+        "`{}` takes a run's MCP servers as {wanted:?}, not as given; report this as a bug",
+        kind.as_str()
     )]
-    McpConfigUnsupported { kind: ProviderKind },
+    McpHandoff {
+        kind: ProviderKind,
+        wanted: McpHandoff,
+    },
 }
 
 /// The launch plan for one run of `provider`.
@@ -94,23 +137,31 @@ pub fn launch_plan(
             if let Some(m) = req.model {
                 args.extend([lit("--model"), lit(m)]);
             }
-            if let Some(file) = req.mcp_config {
-                args.extend([lit("--mcp-config"), path_text(file)]);
+            if let Some(path) = handed_file(provider.kind, req.mcp)? {
+                args.extend([
+                    lit("--mcp-config"),
+                    path_text(path),
+                    lit("--strict-mcp-config"),
+                ]);
             }
             if dash_prompt {
                 args.extend([lit("--"), lit(req.prompt)]);
             }
         }
         ProviderKind::Codex => {
-            if req.mcp_config.is_some() {
-                return Err(LaunchError::McpConfigUnsupported {
-                    kind: provider.kind,
-                });
-            }
             args.extend(["exec", "--json"].map(lit));
             args.extend(provider.args.iter().cloned());
             if let Some(m) = req.model {
                 args.extend([lit("--model"), lit(m)]);
+            }
+            match req.mcp {
+                None => {}
+                Some(RunMcp::Overrides { pairs }) => {
+                    for pair in pairs {
+                        args.extend([lit("-c"), lit(pair)]);
+                    }
+                }
+                Some(_) => return Err(mismatch(provider.kind)),
             }
             if dash_prompt {
                 args.push(lit("--"));
@@ -128,8 +179,13 @@ pub fn launch_plan(
             if let Some(m) = req.model {
                 args.extend([lit("-m"), lit(m)]);
             }
-            if let Some(file) = req.mcp_config {
-                env.insert(GEMINI_SETTINGS_ENV.to_string(), path_text(file));
+            match req.mcp {
+                None => {}
+                Some(RunMcp::Named { names }) => {
+                    args.push(lit("--allowed-mcp-server-names"));
+                    args.extend(names.iter().map(|n| lit(n)));
+                }
+                Some(_) => return Err(mismatch(provider.kind)),
             }
         }
         ProviderKind::Opencode => {
@@ -138,8 +194,8 @@ pub fn launch_plan(
             if let Some(m) = req.model {
                 args.extend([lit("--model"), lit(m)]);
             }
-            if let Some(file) = req.mcp_config {
-                env.insert(OPENCODE_CONFIG_ENV.to_string(), path_text(file));
+            if let Some(path) = handed_file(provider.kind, req.mcp)? {
+                env.insert(OPENCODE_CONFIG_ENV.to_string(), path_text(path));
             }
             if dash_prompt {
                 args.push(lit("--"));
@@ -148,6 +204,25 @@ pub fn launch_plan(
         }
     }
     Ok(LaunchPlan { program, args, env })
+}
+
+fn mismatch(kind: ProviderKind) -> LaunchError {
+    LaunchError::McpHandoff {
+        kind,
+        wanted: mcp_handoff(kind),
+    }
+}
+
+/// The file of a [`RunMcp::File`] handoff (`None`: no servers).
+fn handed_file<'a>(
+    kind: ProviderKind,
+    mcp: Option<RunMcp<'a>>,
+) -> Result<Option<&'a Path>, LaunchError> {
+    match mcp {
+        None => Ok(None),
+        Some(RunMcp::File { path }) => Ok(Some(path)),
+        Some(_) => Err(mismatch(kind)),
+    }
 }
 
 #[cfg(test)]
@@ -168,11 +243,20 @@ mod tests {
         plan.exposed_args().collect()
     }
 
-    fn full() -> LaunchRequest<'static> {
+    fn full<'a>() -> LaunchRequest<'a> {
         LaunchRequest {
             prompt: "fix the bug",
             model: Some("m1"),
-            mcp_config: Some(Path::new("/tmp/mcp.json")),
+            mcp: Some(RunMcp::File {
+                path: Path::new("/tmp/mcp.json"),
+            }),
+        }
+    }
+
+    fn with(mcp: RunMcp<'_>) -> LaunchRequest<'_> {
+        LaunchRequest {
+            mcp: Some(mcp),
+            ..full()
         }
     }
 
@@ -192,34 +276,51 @@ mod tests {
                 "--model",
                 "m1",
                 "--mcp-config",
-                "/tmp/mcp.json"
+                "/tmp/mcp.json",
+                "--strict-mcp-config"
             ]
         );
     }
 
     #[test]
-    fn codex_uses_exec_json_and_refuses_an_mcp_file() {
+    fn codex_uses_exec_json_and_takes_servers_as_overrides() {
         let p = provider(ProviderKind::Codex);
         assert_eq!(
             launch_plan(&p, &full()),
-            Err(LaunchError::McpConfigUnsupported {
-                kind: ProviderKind::Codex
+            Err(LaunchError::McpHandoff {
+                kind: ProviderKind::Codex,
+                wanted: McpHandoff::Overrides,
             })
         );
-        let req = LaunchRequest {
-            mcp_config: None,
-            ..full()
-        };
-        let plan = launch_plan(&p, &req).unwrap();
+        static PAIRS: [String; 0] = [];
+        let pairs = vec![r#"mcp_servers.npc={command="npc"}"#.to_string()];
+        let plan = launch_plan(&p, &with(RunMcp::Overrides { pairs: &pairs })).unwrap();
         assert_eq!(
             argv(&plan),
-            ["exec", "--json", "--extra", "--model", "m1", "fix the bug"]
+            [
+                "exec",
+                "--json",
+                "--extra",
+                "--model",
+                "m1",
+                "-c",
+                r#"mcp_servers.npc={command="npc"}"#,
+                "fix the bug"
+            ]
         );
+        let plan = launch_plan(&p, &with(RunMcp::Overrides { pairs: &PAIRS })).unwrap();
+        assert!(!argv(&plan).contains(&"-c"));
     }
 
     #[test]
-    fn gemini_uses_prompt_and_stream_json_and_settings_env() {
-        let plan = launch_plan(&provider(ProviderKind::GeminiCli), &full()).unwrap();
+    fn gemini_uses_prompt_and_stream_json_and_names_the_servers() {
+        let p = provider(ProviderKind::GeminiCli);
+        assert!(matches!(
+            launch_plan(&p, &full()),
+            Err(LaunchError::McpHandoff { .. })
+        ));
+        let names = vec!["npc".to_string()];
+        let plan = launch_plan(&p, &with(RunMcp::Named { names: &names })).unwrap();
         assert_eq!(
             argv(&plan),
             [
@@ -229,10 +330,12 @@ mod tests {
                 "-o",
                 "stream-json",
                 "-m",
-                "m1"
+                "m1",
+                "--allowed-mcp-server-names",
+                "npc"
             ]
         );
-        assert_eq!(plan.env[GEMINI_SETTINGS_ENV].expose(), "/tmp/mcp.json");
+        assert!(plan.env.keys().all(|k| k == "API_KEY"), "{:?}", plan.env);
     }
 
     #[test]
@@ -258,7 +361,7 @@ mod tests {
         let req = LaunchRequest {
             prompt: "hi",
             model: None,
-            mcp_config: None,
+            mcp: None,
         };
         for kind in ProviderKind::ALL {
             let plan = launch_plan(&provider(kind), &req).unwrap();
@@ -278,7 +381,7 @@ mod tests {
         let req = LaunchRequest {
             prompt: "--help",
             model: None,
-            mcp_config: None,
+            mcp: None,
         };
         let last_two = |kind| {
             let plan = launch_plan(&provider(kind), &req).unwrap();
@@ -301,7 +404,7 @@ mod tests {
             &LaunchRequest {
                 prompt: "x",
                 model: None,
-                mcp_config: None,
+                mcp: None,
             },
         )
         .unwrap();

@@ -58,7 +58,9 @@ pub use drift::{
     EmbeddedFixture, FixtureError, Guard,
 };
 pub use event::{AgentEvent, ErrorKind};
-pub use launch::{LaunchError, LaunchPlan, LaunchRequest, launch_plan};
+pub use launch::{
+    LaunchError, LaunchPlan, LaunchRequest, McpHandoff, RunMcp, launch_plan, mcp_handoff,
+};
 pub use native::Read;
 pub use similarity::{similarity, str_similarity};
 pub use text::IDLE_MARKERS;

@@ -29,7 +29,7 @@ use crate::bus::{BusError, EventBus};
 use crate::hooks::{HookFailure, HookRunner};
 use crate::model::{HookEvent, Manifest, ProviderKind};
 use crate::native::{self, NativeError, PlanOptions, Target};
-use crate::providers::{self, AgentEvent, LaunchError, LaunchRequest, Parser};
+use crate::providers::{self, AgentEvent, LaunchError, LaunchRequest, McpHandoff, Parser, RunMcp};
 use crate::render::{self, RenderContext, RenderError, RunInfo};
 use crate::store::NewEvent;
 use crate::supervisor::{ChildSpec, ExitInfo, Supervisor, SupervisorError};
@@ -103,6 +103,11 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "`{}` does not declare the MCP servers `{missing}` of this run; Gemini CLI takes a run's servers only from the workspace settings (it reads a settings file named by a variable only when root owns it and every directory above it), so run `npc apply` in this directory first",
+        path.display()
+    )]
+    WorkspaceSettings { path: PathBuf, missing: String },
     #[error(transparent)]
     Launch(#[from] LaunchError),
     #[error("cannot start the agent: {0}")]
@@ -356,21 +361,40 @@ pub fn prepare(
         }
     };
     let dir = run_dir(ctx.state_dir(), &id);
-    let mut warnings = Vec::new();
+    let warnings = Vec::new();
     let mcp_text = mcp_config_text(manifest, &profile.mcp_servers, provider.kind, &dir)?;
     let model = profile.model.as_ref().map(|m| m.expose());
     let mut mcp_config = None;
     let plan = match &mcp_text {
         None => launch(provider, &prompt, model, None)?,
-        Some((path, text)) => match launch(provider, &prompt, model, Some(path)) {
-            Ok(plan) => {
+        Some((path, text)) => match providers::mcp_handoff(provider.kind) {
+            McpHandoff::File => {
+                let plan = launch(provider, &prompt, model, Some(RunMcp::File { path }))?;
                 write_file(root, path, text)?;
                 mcp_config = Some(path.clone());
                 plan
             }
-            Err(e @ LaunchError::McpConfigUnsupported { .. }) => {
-                warnings.push(format!("running without the profile's MCP servers: {e}"));
-                launch(provider, &prompt, model, None)?
+            McpHandoff::Overrides => {
+                let pairs = native::run::codex_overrides(text);
+                launch(
+                    provider,
+                    &prompt,
+                    model,
+                    Some(RunMcp::Overrides { pairs: &pairs }),
+                )?
+            }
+            McpHandoff::WorkspaceSettings => {
+                let workspace =
+                    workspace_settings(manifest, root, ctx.state_dir(), &cwd, provider.kind, text)?;
+                let names = native::run::gemini_names(text);
+                let plan = launch(
+                    provider,
+                    &prompt,
+                    model,
+                    Some(RunMcp::Named { names: &names }),
+                )?;
+                mcp_config = Some(workspace);
+                plan
             }
         },
     };
@@ -426,16 +450,39 @@ fn launch(
     provider: &crate::model::Provider,
     prompt: &str,
     model: Option<&str>,
-    mcp_config: Option<&Path>,
+    mcp: Option<RunMcp<'_>>,
 ) -> Result<providers::LaunchPlan, LaunchError> {
-    providers::launch_plan(
-        provider,
-        &LaunchRequest {
-            prompt,
-            model,
-            mcp_config,
-        },
-    )
+    providers::launch_plan(provider, &LaunchRequest { prompt, model, mcp })
+}
+
+/// The workspace settings of `cwd` that hand a Gemini run its servers
+/// (`wanted`, rendered for the run): they must declare every one of them.
+/// A worktree of npc's own that lacks the file gets it; anywhere else a
+/// missing entry fails the run (the user's file is the user's; `npc apply`
+/// writes it), since Gemini reads no per-run file from a non-root user.
+fn workspace_settings(
+    manifest: &Manifest,
+    root: &Path,
+    state_dir: &Path,
+    cwd: &Path,
+    kind: ProviderKind,
+    wanted: &str,
+) -> Result<PathBuf, RunError> {
+    let path = native::target_path(cwd, &Target::project(kind));
+    let existing = native::read_existing_in(cwd, &path)?;
+    let missing = native::run::missing_entries(existing.as_deref(), wanted);
+    if missing.is_empty() {
+        return Ok(path);
+    }
+    let worktrees = super::workspace::worktrees_root(root, state_dir, &manifest.runs);
+    if existing.is_none() && cwd.starts_with(&worktrees) {
+        write_file(cwd, &path, wanted)?;
+        return Ok(path);
+    }
+    Err(RunError::WorkspaceSettings {
+        path,
+        missing: missing.join("`, `"),
+    })
 }
 
 /// The native MCP configuration holding only `servers`, and where it goes

@@ -11,7 +11,10 @@ use std::process::{Command, Stdio};
 
 use npcagent::model::{Provider, ProviderKind, Text};
 use npcagent::providers::similarity::{AUTOJUNK_MIN_LEN, SequenceMatcher};
-use npcagent::providers::{AgentEvent, LaunchRequest, Parser, launch_plan, source_fixtures_root};
+use npcagent::providers::{
+    AgentEvent, ErrorKind, LaunchRequest, McpHandoff, Parser, RunMcp, launch_plan,
+    source_fixtures_root,
+};
 
 use crate::support::repo_root;
 
@@ -49,6 +52,8 @@ fn help_args(kind: ProviderKind) -> &'static [&'static str] {
 #[test]
 fn installed_clis_accept_the_flags_of_the_launch_plans() {
     let mcp = Path::new("/tmp/npc-mcp.json");
+    let pairs = vec![r#"mcp_servers.npc={ command = "npc" }"#.to_string()];
+    let names = vec!["npc".to_string()];
     let mut checked = 0;
     for kind in ProviderKind::ALL {
         let program = kind.default_command();
@@ -82,7 +87,11 @@ fn installed_clis_accept_the_flags_of_the_launch_plans() {
         let req = LaunchRequest {
             prompt: "say hi",
             model: Some("some-model"),
-            mcp_config: (kind != ProviderKind::Codex).then_some(mcp),
+            mcp: Some(match npcagent::providers::mcp_handoff(kind) {
+                McpHandoff::File => RunMcp::File { path: mcp },
+                McpHandoff::Overrides => RunMcp::Overrides { pairs: &pairs },
+                McpHandoff::WorkspaceSettings => RunMcp::Named { names: &names },
+            }),
         };
         let plan = launch_plan(&provider(kind, program, &[]), &req).expect("plan");
         let flags: Vec<&str> = plan.exposed_args().filter(|a| a.starts_with('-')).collect();
@@ -126,7 +135,7 @@ fn run_fake(
     let req = LaunchRequest {
         prompt: "replay",
         model: Some("m"),
-        mcp_config: None,
+        mcp: None,
     };
     let plan = launch_plan(&p, &req).expect("plan");
     let mut child = Command::new(&plan.program)
@@ -182,6 +191,57 @@ fn fake_agent_replays_every_provider_through_its_parser() {
         }
         assert!(!names.contains(&"agent.error"), "{kind:?}: {events:#?}");
     }
+}
+
+/// The real streams recorded through the scripted model
+/// (`fixtures/model/record.py`) parse into a turn with no unknown line and
+/// no error: a tool call, its result and the final text, or the text alone.
+#[test]
+fn recorded_real_streams_parse_without_unknown_events() {
+    let mut checked = 0;
+    for kind in ProviderKind::ALL {
+        let dir = source_fixtures_root().join(kind.as_str());
+        for version in std::fs::read_dir(&dir).unwrap() {
+            for scenario in ["tool-call", "text"] {
+                let path = version
+                    .as_ref()
+                    .unwrap()
+                    .path()
+                    .join(format!("recorded-{scenario}.jsonl"));
+                let Ok(text) = std::fs::read(&path) else {
+                    continue;
+                };
+                let mut parser = Parser::embedded(kind);
+                let mut events = parser.feed(&text);
+                events.extend(parser.finish());
+                let names: Vec<_> = events.iter().map(AgentEvent::type_name).collect();
+                let mut want = vec!["agent.message", "agent.idle"];
+                if scenario == "tool-call" {
+                    want.push("agent.tool_call");
+                    want.push("agent.tool_result");
+                }
+                for name in want {
+                    assert!(
+                        names.contains(&name),
+                        "{}: no {name} in {names:?}",
+                        path.display()
+                    );
+                }
+                let unknown = events.iter().filter(|e| {
+                    matches!(
+                        e,
+                        AgentEvent::Error {
+                            kind: ErrorKind::UnknownEvent,
+                            ..
+                        }
+                    )
+                });
+                assert_eq!(unknown.count(), 0, "{}: {events:#?}", path.display());
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 8, "only {checked} recorded streams");
 }
 
 #[test]

@@ -336,7 +336,7 @@ fn ctrl_c_cancels_the_run_kills_the_agent_and_exits_130() {
 }
 
 #[test]
-fn a_codex_run_goes_without_mcp_config_and_reads_codex_json() {
+fn a_codex_run_gets_its_servers_as_config_overrides_and_reads_codex_json() {
     let argv_dir = tempfile::tempdir().unwrap();
     let argv_file = argv_dir.path().join("argv.json");
     let dir = repo(
@@ -349,8 +349,12 @@ fn a_codex_run_goes_without_mcp_config_and_reads_codex_json() {
         .args(["run", "dev", "--prompt", "go", "--format", "json"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("without the profile's MCP servers"));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let types: Vec<String> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -366,6 +370,9 @@ fn a_codex_run_goes_without_mcp_config_and_reads_codex_json() {
         serde_json::from_str(&std::fs::read_to_string(&argv_file).unwrap()).unwrap();
     assert_eq!(&argv[..2], ["exec", "--json"]);
     assert_eq!(argv.last().map(String::as_str), Some("go"));
+    // The profile's server as a `-c` override: Codex has no MCP file flag.
+    let at = argv.iter().position(|a| a == "-c").expect("a -c override");
+    assert!(argv[at + 1].starts_with("mcp_servers.fs={ "), "{argv:?}");
 }
 
 /// The run rows `npc runs --format json` lists.

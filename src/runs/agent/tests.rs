@@ -102,15 +102,73 @@ fn prepare_writes_only_the_profiles_servers_and_keeps_the_plan_env() {
 }
 
 #[test]
-fn prepare_runs_codex_without_mcp_config_and_warns() {
+fn prepare_hands_codex_its_servers_as_config_overrides() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     let m = manifest(&root, "codex");
     let literal = PromptChoice::Literal { text: "hi".into() };
     let run = prepare(&m, &root, &request(literal), "run-y".into()).unwrap();
     assert_eq!(run.mcp_config, None);
-    assert_eq!(run.warnings.len(), 1);
+    assert!(run.warnings.is_empty(), "{:?}", run.warnings);
+    let at = run.spec.args.iter().position(|a| a == "-c").expect("-c");
+    assert!(
+        run.spec.args[at + 1].starts_with("mcp_servers.fs={ command = \"npx\""),
+        "{:?}",
+        run.spec.args
+    );
+    assert_eq!(run.spec.args.iter().filter(|a| *a == "-c").count(), 1);
     assert!(!root.join(".npc/runs/run-y").exists());
+}
+
+#[test]
+fn a_gemini_run_needs_its_servers_in_the_workspace_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let m = manifest(&root, "gemini_cli");
+    let literal = PromptChoice::Literal { text: "hi".into() };
+    let err = prepare(&m, &root, &request(literal.clone()), "run-w".into()).unwrap_err();
+    assert!(matches!(err, RunError::WorkspaceSettings { .. }), "{err}");
+    assert!(err.to_string().contains("`fs`"), "{err}");
+    assert!(!root.join(".gemini").exists());
+    std::fs::create_dir(root.join(".gemini")).unwrap();
+    std::fs::write(
+        root.join(".gemini/settings.json"),
+        r#"{"mcpServers": {"fs": {"command": "npx"}, "other": {"command": "o"}}}"#,
+    )
+    .unwrap();
+    let run = prepare(&m, &root, &request(literal), "run-w".into()).unwrap();
+    assert_eq!(run.mcp_config, Some(root.join(".gemini/settings.json")));
+    let at = run
+        .spec
+        .args
+        .iter()
+        .position(|a| a == "--allowed-mcp-server-names")
+        .expect("the names flag");
+    assert_eq!(run.spec.args[at + 1], "fs");
+    assert!(!run.spec.env.contains_key("GEMINI_CLI_SYSTEM_SETTINGS_PATH"));
+}
+
+#[test]
+fn a_gemini_run_in_an_own_worktree_without_settings_gets_them_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let m = manifest(&root, "gemini_cli");
+    let worktree = root.join(".npc/worktrees/run-t");
+    std::fs::create_dir_all(&worktree).unwrap();
+    let mut req = request(PromptChoice::Literal { text: "hi".into() });
+    req.cwd = Some(worktree.clone());
+    let run = prepare(&m, &root, &req, "run-t".into()).unwrap();
+    let settings = worktree.join(".gemini/settings.json");
+    assert_eq!(run.mcp_config.as_ref(), Some(&settings));
+    let text = std::fs::read_to_string(&settings).unwrap();
+    let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(parsed["mcpServers"]["fs"]["command"], "npx", "{text}");
+    // Elsewhere (a directory of the user's) nothing is written.
+    let elsewhere = root.join("sub");
+    std::fs::create_dir(&elsewhere).unwrap();
+    req.cwd = Some(elsewhere.clone());
+    assert!(prepare(&m, &root, &req, "run-u".into()).is_err());
+    assert!(!elsewhere.join(".gemini").exists());
 }
 
 #[test]

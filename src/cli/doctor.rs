@@ -1,0 +1,418 @@
+//! `npc doctor`: for each agent CLI the manifest declares, whether it is
+//! installed, its version against the versions npc's parser was recorded
+//! with (`fixtures/clis`), whether the agent files npc writes for it are in
+//! step with the manifest, and whether the CLI reads them: Codex's project
+//! trust and its review of npc's hooks, Gemini CLI's folder trust (the
+//! rules in `native::doctor`). Every problem comes with the command or the
+//! edit that fixes it. Exit 0 when nothing is wrong (warnings allowed), 1
+//! otherwise.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use serde::Serialize;
+
+use super::{Exit, Format};
+use crate::model::{Manifest, Provider, ProviderKind};
+use crate::native::doctor::{self as checks, GeminiTrust};
+use crate::runtime::{self, RepoPaths};
+
+/// Longest a CLI's `--version` may take.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(15);
+/// Codex's flag that runs project hooks without a stored review.
+const CODEX_BYPASS_HOOK_TRUST: &str = "--dangerously-bypass-hook-trust";
+/// Gemini CLI's flag and variable that trust the folder for one run.
+const GEMINI_SKIP_TRUST: &str = "--skip-trust";
+const GEMINI_TRUST_ENV: &str = "GEMINI_CLI_TRUST_WORKSPACE";
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    #[arg(long, value_enum, default_value_t)]
+    format: Format,
+    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
+    #[arg(long, short = 'm')]
+    manifest: Option<PathBuf>,
+}
+
+/// How one check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Status {
+    Ok,
+    /// Worth knowing; nothing is broken yet.
+    Warn,
+    Problem,
+}
+
+#[derive(Debug, Serialize)]
+struct Check {
+    check: &'static str,
+    status: Status,
+    detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fix: Option<String>,
+}
+
+impl Check {
+    fn ok(check: &'static str, detail: String) -> Self {
+        Self {
+            check,
+            status: Status::Ok,
+            detail,
+            fix: None,
+        }
+    }
+
+    fn bad(check: &'static str, status: Status, detail: String, fix: String) -> Self {
+        Self {
+            check,
+            status,
+            detail,
+            fix: Some(fix),
+        }
+    }
+}
+
+/// One CLI's report.
+#[derive(Debug, Serialize)]
+struct Report {
+    kind: &'static str,
+    program: String,
+    path: Option<PathBuf>,
+    version: Option<String>,
+    /// The newest version npc's parser was recorded with.
+    fixtures: Option<String>,
+    checks: Vec<Check>,
+}
+
+pub fn run(args: DoctorArgs) -> anyhow::Result<Exit> {
+    let path = super::manifest_path(args.manifest)?;
+    let paths = RepoPaths::resolve(&path, &runtime::state_dir_hint(&path))?;
+    let Some(manifest) = super::valid_manifest(&paths.manifest, "before checking the agents")?
+    else {
+        return Ok(Exit::Failed);
+    };
+    let mut providers: BTreeMap<ProviderKind, &Provider> = BTreeMap::new();
+    for provider in manifest.providers.values() {
+        providers.entry(provider.kind).or_insert(provider);
+    }
+    let plans = agent_file_plans(&manifest, &paths);
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let reports: Vec<Report> = providers
+        .into_iter()
+        .map(|(kind, provider)| {
+            let mut report = installed(kind, provider, &paths.root, &tokio);
+            if report.path.is_some() {
+                report.checks.extend(agent_files(kind, &plans));
+                report
+                    .checks
+                    .extend(trust(kind, provider, &paths.root, home.as_deref()));
+            }
+            report
+        })
+        .collect();
+    let failed = reports
+        .iter()
+        .any(|r| r.checks.iter().any(|c| c.status == Status::Problem));
+    match args.format {
+        Format::Json => outln!("{}", serde_json::to_string_pretty(&reports)?)?,
+        Format::Human => print_human(&reports)?,
+    }
+    if reports.is_empty() {
+        errln!("no `[providers.*]` in the manifest: nothing to check");
+    }
+    Ok(if failed { Exit::Failed } else { Exit::Ok })
+}
+
+fn print_human(reports: &[Report]) -> anyhow::Result<()> {
+    for r in reports {
+        let version = r.version.as_deref().unwrap_or("version unknown");
+        match &r.path {
+            Some(_) => outln!("{} (`{}` {version})", r.kind, r.program)?,
+            None => outln!("{} (`{}`)", r.kind, r.program)?,
+        }
+        for c in &r.checks {
+            let mark = match c.status {
+                Status::Ok => "ok",
+                Status::Warn => "warning",
+                Status::Problem => "problem",
+            };
+            outln!("  {mark}: {}: {}", c.check, c.detail)?;
+            if let Some(fix) = &c.fix {
+                outln!("    fix: {fix}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The npm package each CLI installs from.
+fn package(kind: ProviderKind) -> &'static str {
+    match kind {
+        ProviderKind::ClaudeCode => "@anthropic-ai/claude-code",
+        ProviderKind::Codex => "@openai/codex",
+        ProviderKind::GeminiCli => "@google/gemini-cli",
+        ProviderKind::Opencode => "opencode-ai",
+    }
+}
+
+/// `program` resolved like a shell would: a path as given (relative to
+/// `root`), a bare name on `PATH`.
+fn find_program(program: &str, root: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return Some(root.join(program)).filter(|p| runnable(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| runnable(p))
+}
+
+/// Whether `kind`'s CLI is installed, and its version against npc's fixtures.
+fn installed(
+    kind: ProviderKind,
+    provider: &Provider,
+    root: &Path,
+    tokio: &tokio::runtime::Runtime,
+) -> Report {
+    let program = if provider.command.is_empty() {
+        kind.default_command().to_string()
+    } else {
+        provider.command.clone()
+    };
+    let fixtures = crate::providers::Parser::embedded(kind)
+        .baseline_version()
+        .map(str::to_string);
+    let mut report = Report {
+        kind: kind.as_str(),
+        program: program.clone(),
+        path: find_program(&program, root),
+        version: None,
+        fixtures: fixtures.clone(),
+        checks: Vec::new(),
+    };
+    let Some(path) = report.path.clone() else {
+        report.checks.push(Check::bad(
+            "installed",
+            Status::Problem,
+            format!("`{program}` is not on `PATH`"),
+            format!("`npm install -g {}`", package(kind)),
+        ));
+        return report;
+    };
+    report
+        .checks
+        .push(Check::ok("installed", path.display().to_string()));
+    let version = tokio.block_on(version_of(&path, root));
+    report.version = version.as_ref().map(ToString::to_string);
+    let pin = |v: &str| format!("`npm install -g {}@{v}`", package(kind));
+    let check = match (
+        version,
+        fixtures
+            .as_deref()
+            .and_then(|f| semver::Version::parse(f).ok()),
+    ) {
+        (None, _) => Check::bad(
+            "version",
+            Status::Warn,
+            format!("`{program} --version` printed no version"),
+            format!("check that `{program} --version` runs"),
+        ),
+        (Some(v), None) => Check::ok(
+            "version",
+            format!("{v} (npc has no recorded streams of it)"),
+        ),
+        (Some(v), Some(f)) if v == f => {
+            Check::ok("version", format!("{v}, as npc's recorded streams"))
+        }
+        (Some(v), Some(f)) => Check::bad(
+            "version",
+            Status::Warn,
+            format!(
+                "{v}; npc's parser was recorded with {f}, so `npc run` may meet output it reports as `unknown_event`"
+            ),
+            format!("if it does, {}", pin(&f.to_string())),
+        ),
+    };
+    report.checks.push(check);
+    report
+}
+
+/// The version a CLI prints, through the supervisor.
+async fn version_of(path: &Path, root: &Path) -> Option<semver::Version> {
+    let (events, _receiver) = tokio::sync::mpsc::unbounded_channel();
+    let supervisor =
+        crate::supervisor::Supervisor::new(events, crate::supervisor::BackoffPolicy::default());
+    let spec = crate::supervisor::ChildSpec::new(path.to_string_lossy().into_owned(), root)
+        .args(["--version".to_string()]);
+    let out = supervisor
+        .run_once(&spec, None, VERSION_TIMEOUT, Default::default())
+        .await
+        .ok()?;
+    checks::version_in(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The agent files of the repository as `npc plan` sees them.
+fn agent_file_plans(manifest: &Manifest, paths: &RepoPaths) -> Vec<runtime::files::FilePlan> {
+    let store = paths
+        .db()
+        .is_file()
+        .then(|| runtime::open_store_read_only(paths).ok())
+        .flatten();
+    runtime::files::plan_files(
+        manifest,
+        paths,
+        store.as_ref(),
+        &crate::native::Scope::Project,
+    )
+}
+
+/// Whether `kind`'s agent files are what `npc apply` would write.
+fn agent_files(kind: ProviderKind, plans: &[runtime::files::FilePlan]) -> Vec<Check> {
+    let mine: Vec<_> = plans
+        .iter()
+        .filter(|p| p.what.starts_with(kind.as_str()))
+        .collect();
+    let stale: Vec<String> = mine
+        .iter()
+        .filter(|p| p.is_change() || p.error.is_some())
+        .map(|p| match &p.error {
+            Some(e) => format!("`{}`: {e}", p.path),
+            None => format!("`{}` ({})", p.path, p.action),
+        })
+        .collect();
+    if stale.is_empty() {
+        let files: Vec<String> = mine.iter().map(|p| format!("`{}`", p.path)).collect();
+        return vec![Check::ok(
+            "agent_files",
+            format!("in step: {}", files.join(", ")),
+        )];
+    }
+    vec![Check::bad(
+        "agent_files",
+        Status::Problem,
+        format!("not in step with the manifest: {}", stale.join(", ")),
+        "`npc apply`".to_string(),
+    )]
+}
+
+/// Whether the CLI trusts the repository enough to read npc's files.
+fn trust(kind: ProviderKind, provider: &Provider, root: &Path, home: Option<&Path>) -> Vec<Check> {
+    let has_arg = |flag: &str| provider.args.iter().any(|a| a.expose() == flag);
+    let read = |p: &Path| crate::native::read_existing(p).ok().flatten();
+    let root_text = root.display();
+    match kind {
+        ProviderKind::Codex => {
+            let codex_home = std::env::var_os("CODEX_HOME")
+                .map(PathBuf::from)
+                .or_else(|| home.map(|h| h.join(".codex")));
+            let config_path = codex_home.map(|h| h.join("config.toml"));
+            let config = config_path.as_deref().and_then(read);
+            let shown = config_path
+                .as_deref()
+                .map_or("~/.codex/config.toml".to_string(), |p| {
+                    p.display().to_string()
+                });
+            let mut out = vec![if checks::codex_trusts(config.as_deref(), root) {
+                Check::ok("project_trust", format!("`{root_text}` is trusted"))
+            } else {
+                Check::bad(
+                    "project_trust",
+                    Status::Problem,
+                    format!(
+                        "`{root_text}` is not a trusted project: Codex ignores its `.codex/config.toml` and `.codex/hooks.json`"
+                    ),
+                    format!(
+                        "start `codex` in `{root_text}` once and trust it, or add `[projects.\"{root_text}\"]` with `trust_level = \"trusted\"` to `{shown}`"
+                    ),
+                )
+            }];
+            let hooks_path = root.join(".codex/hooks.json");
+            let hooks = crate::native::read_existing_in(root, &hooks_path)
+                .ok()
+                .flatten();
+            if let Some(hooks) = hooks {
+                let unreviewed =
+                    checks::codex_unreviewed_hooks(config.as_deref(), &hooks_path, &hooks);
+                out.push(if has_arg(CODEX_BYPASS_HOOK_TRUST) {
+                    Check::ok("hook_trust", format!("bypassed by `{CODEX_BYPASS_HOOK_TRUST}` in the provider's `args`"))
+                } else if unreviewed.is_empty() {
+                    Check::ok("hook_trust", "npc's hooks are reviewed".to_string())
+                } else {
+                    Check::bad(
+                        "hook_trust",
+                        Status::Problem,
+                        format!(
+                            "Codex has no stored review of npc's hooks {}, so it does not run them",
+                            unreviewed.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+                        ),
+                        format!(
+                            "start `codex` in `{root_text}` and review them in `/hooks` (it stores `hooks.state` hashes in `{shown}`)"
+                        ),
+                    )
+                });
+            }
+            out
+        }
+        ProviderKind::GeminiCli => {
+            if has_arg(GEMINI_SKIP_TRUST)
+                || provider
+                    .env
+                    .get(GEMINI_TRUST_ENV)
+                    .is_some_and(|v| v.expose() == "true")
+            {
+                return vec![Check::ok(
+                    "folder_trust",
+                    "trusted for each run by the provider's settings".to_string(),
+                )];
+            }
+            let dir = home.map(|h| h.join(".gemini"));
+            let folders_path = std::env::var_os("GEMINI_CLI_TRUSTED_FOLDERS_PATH")
+                .map(PathBuf::from)
+                .or_else(|| dir.as_ref().map(|d| d.join("trustedFolders.json")));
+            let settings = dir.as_ref().and_then(|d| read(&d.join("settings.json")));
+            let folders = folders_path.as_deref().and_then(read);
+            let shown = folders_path
+                .as_deref()
+                .map_or("~/.gemini/trustedFolders.json".to_string(), |p| {
+                    p.display().to_string()
+                });
+            vec![
+                match checks::gemini_trust(settings.as_deref(), folders.as_deref(), root) {
+                    GeminiTrust::CheckOff => Check::ok(
+                        "folder_trust",
+                        "folder trust is off in the user's settings".to_string(),
+                    ),
+                    GeminiTrust::Trusted => {
+                        Check::ok("folder_trust", format!("`{root_text}` is trusted"))
+                    }
+                    trust => Check::bad(
+                        "folder_trust",
+                        Status::Problem,
+                        format!(
+                            "`{root_text}` is {}: Gemini CLI ignores its `.gemini/settings.json` and, headless, does not start",
+                            if trust == GeminiTrust::Untrusted {
+                                "marked untrusted"
+                            } else {
+                                "not a trusted folder"
+                            }
+                        ),
+                        format!(
+                            "start `gemini` in `{root_text}` once and trust it, or add `\"{root_text}\": \"TRUST_FOLDER\"` to `{shown}`"
+                        ),
+                    ),
+                },
+            ]
+        }
+        ProviderKind::ClaudeCode | ProviderKind::Opencode => Vec::new(),
+    }
+}

@@ -1,0 +1,131 @@
+//! A run's own MCP servers in the forms the CLIs accept from any user
+//! (`npc run`, see `providers::launch`): Codex as `-c` overrides made from
+//! the `.codex/config.toml` npc renders ([`codex_overrides`]), Gemini CLI
+//! as the entries of its workspace settings ([`missing_entries`] says
+//! which ones the run's directory lacks, so the run fails loudly instead of
+//! starting without them).
+
+use serde_json::Value;
+
+use super::jsonc::{self, Dialect};
+
+/// Codex's table of MCP servers in its `config.toml`.
+const CODEX_SERVERS_KEY: &str = "mcp_servers";
+/// Gemini CLI's object of MCP servers in its `settings.json`.
+const GEMINI_SERVERS_KEY: &str = "mcpServers";
+
+/// One `mcp_servers.NAME={…}` override (a TOML inline table) per server of
+/// `config`, a `.codex/config.toml` npc rendered; nothing when it holds
+/// none or does not parse.
+pub fn codex_overrides(config: &str) -> Vec<String> {
+    let Ok(doc) = config.parse::<toml::Table>() else {
+        return Vec::new();
+    };
+    let Some(toml::Value::Table(servers)) = doc.get(CODEX_SERVERS_KEY) else {
+        return Vec::new();
+    };
+    servers
+        .iter()
+        .map(|(name, entry)| format!("{CODEX_SERVERS_KEY}.{}={}", toml_key(name), inline(entry)))
+        .collect()
+}
+
+/// `name` as a TOML key: bare when it may be, else a quoted string.
+fn toml_key(name: &str) -> String {
+    let bare = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if bare {
+        name.to_string()
+    } else {
+        toml::Value::String(name.to_string()).to_string()
+    }
+}
+
+/// A TOML value on one line (tables as inline tables).
+fn inline(value: &toml::Value) -> String {
+    match value {
+        toml::Value::Table(table) => {
+            let members: Vec<String> = table
+                .iter()
+                .map(|(k, v)| format!("{} = {}", toml_key(k), inline(v)))
+                .collect();
+            format!("{{ {} }}", members.join(", "))
+        }
+        toml::Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(inline).collect();
+            format!("[{}]", items.join(", "))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The servers of `wanted` (a Gemini `settings.json` npc rendered with the
+/// run's servers only) that `existing` (the workspace settings, `None`
+/// when absent) does not declare, by name. An entry declared differently
+/// counts as there: the user's workspace settings win, as in the CLI.
+pub fn missing_entries(existing: Option<&str>, wanted: &str) -> Vec<String> {
+    let servers = |text: &str| -> serde_json::Map<String, Value> {
+        let plain = jsonc::strip(
+            text,
+            Dialect {
+                trailing_commas: false,
+            },
+        );
+        serde_json::from_str::<Value>(plain.as_deref().unwrap_or(text))
+            .ok()
+            .and_then(|v| {
+                v.get(GEMINI_SERVERS_KEY)
+                    .and_then(Value::as_object)
+                    .cloned()
+            })
+            .unwrap_or_default()
+    };
+    let have = existing.map(servers).unwrap_or_default();
+    servers(wanted)
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| !have.contains_key(name))
+        .collect()
+}
+
+/// The server names of a Gemini `settings.json` npc rendered.
+pub fn gemini_names(wanted: &str) -> Vec<String> {
+    missing_entries(None, wanted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codex_servers_become_inline_overrides_that_parse_back() {
+        let config = "[mcp_servers.npc]\ncommand = \"npc\"\nargs = [\"mcp\", \"serve\"]\nenabled_tools = [\"a__b\"]\n\n[mcp_servers.npc.env]\nK = \"v w\"\n\n[mcp_servers.\"odd name\"]\ncommand = \"x\"\n";
+        let pairs = codex_overrides(config);
+        assert_eq!(pairs.len(), 2, "{pairs:?}");
+        assert!(pairs[0].starts_with("mcp_servers.npc={ "), "{pairs:?}");
+        assert!(
+            pairs[1].starts_with("mcp_servers.\"odd name\"="),
+            "{pairs:?}"
+        );
+        let doc = config.parse::<toml::Table>().unwrap();
+        for (pair, name) in pairs.iter().zip(["npc", "odd name"]) {
+            let (_, value) = pair.split_once('=').unwrap();
+            let parsed: toml::Table = format!("v = {value}").parse().unwrap();
+            assert_eq!(parsed["v"], doc["mcp_servers"][name], "{pair}");
+        }
+        assert!(codex_overrides("model = \"m\"").is_empty());
+    }
+
+    #[test]
+    fn gemini_entries_are_missing_unless_declared() {
+        let wanted = r#"{"mcpServers": {"npc": {"command": "npc", "args": ["mcp", "serve"]}}}"#;
+        assert_eq!(missing_entries(None, wanted), ["npc"]);
+        let same = "{\n  // the user's comment\n  \"mcpServers\": {\"npc\": {\"args\": [\"mcp\", \"serve\"], \"command\": \"npc\"}, \"mine\": {\"command\": \"m\"}}\n}";
+        assert!(missing_entries(Some(same), wanted).is_empty());
+        let other = r#"{"mcpServers": {"other": {"command": "other"}}}"#;
+        assert_eq!(missing_entries(Some(other), wanted), ["npc"]);
+        assert_eq!(gemini_names(wanted), ["npc"]);
+    }
+}

@@ -1,0 +1,136 @@
+//! `npc doctor` through the real binary, with stand-in agent CLIs (scripts
+//! that print a version) on `PATH` and a throwaway `HOME`: a missing CLI,
+//! a version other than npc's recorded one, agent files out of step, and
+//! Codex's and Gemini CLI's trust of the repository — each a problem with
+//! its fix until the fix is made.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::support::npc;
+
+const MANIFEST: &str = "version = 1\n[mcp.servers.fs]\ncommand = \"true\"\n[providers.claude]\nkind = \"claude_code\"\n[providers.codex]\nkind = \"codex\"\n[providers.gemini]\nkind = \"gemini_cli\"\n[providers.opencode]\nkind = \"opencode\"\n";
+
+/// An executable `name` in `dir` that prints `version`.
+fn stand_in(dir: &Path, name: &str, version: &str) {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\necho '{version}'\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// `npc doctor --format json` in `root`: exit code and reports by kind.
+fn doctor(root: &Path, bin: &Path, home: &Path) -> (i32, Vec<Value>) {
+    let out = npc()
+        .current_dir(root)
+        .args(["doctor", "--format", "json"])
+        .env("PATH", bin)
+        .env("HOME", home)
+        .env_remove("CODEX_HOME")
+        .env_remove("GEMINI_CLI_TRUSTED_FOLDERS_PATH")
+        .output()
+        .unwrap();
+    let reports: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (
+        out.status.code().unwrap(),
+        reports.as_array().unwrap().clone(),
+    )
+}
+
+/// The check `name` of `kind`'s report.
+fn check<'a>(reports: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    let report = reports.iter().find(|r| r["kind"] == kind).unwrap();
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == name)
+        .unwrap_or_else(|| panic!("no {name} check for {kind}: {report:#}"))
+}
+
+#[test]
+fn doctor_names_each_problem_with_its_fix_until_it_is_fixed() {
+    let repo = tempfile::tempdir().unwrap();
+    let root = repo.path().canonicalize().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(root.join("npcagent.toml"), MANIFEST).unwrap();
+    stand_in(bin.path(), "claude", "2.1.197 (Claude Code)");
+    stand_in(bin.path(), "codex", "codex-cli 0.171.0");
+    stand_in(bin.path(), "gemini", "99.0.0");
+
+    let (code, reports) = doctor(&root, bin.path(), home.path());
+    assert_eq!(code, 1);
+    let missing = check(&reports, "opencode", "installed");
+    assert_eq!(missing["status"], "problem");
+    assert_eq!(missing["fix"], "`npm install -g opencode-ai`");
+    let claude = check(&reports, "claude_code", "version");
+    assert_eq!(claude["status"], "ok", "{claude}");
+    let newer = check(&reports, "gemini_cli", "version");
+    assert_eq!(newer["status"], "warn", "{newer}");
+    assert!(
+        newer["fix"]
+            .as_str()
+            .unwrap()
+            .contains("@google/gemini-cli@0.61.0"),
+        "{newer}"
+    );
+    let files = check(&reports, "claude_code", "agent_files");
+    assert_eq!(files["status"], "problem", "{files}");
+    assert_eq!(files["fix"], "`npc apply`");
+    let codex = check(&reports, "codex", "project_trust");
+    assert_eq!(codex["status"], "problem");
+    assert!(
+        codex["fix"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("[projects.\"{}\"]", root.display())),
+        "{codex}"
+    );
+    let gemini = check(&reports, "gemini_cli", "folder_trust");
+    assert_eq!(gemini["status"], "problem");
+    assert!(
+        gemini["fix"].as_str().unwrap().contains("TRUST_FOLDER"),
+        "{gemini}"
+    );
+
+    // The fixes the report gives.
+    stand_in(bin.path(), "opencode", "1.18.33");
+    std::fs::create_dir_all(home.path().join(".codex")).unwrap();
+    std::fs::write(
+        home.path().join(".codex/config.toml"),
+        format!(
+            "[projects.\"{}\"]\ntrust_level = \"trusted\"\n",
+            root.display()
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(home.path().join(".gemini")).unwrap();
+    std::fs::write(
+        home.path().join(".gemini/trustedFolders.json"),
+        serde_json::json!({ root.to_string_lossy(): "TRUST_FOLDER" }).to_string(),
+    )
+    .unwrap();
+    let applied = npc()
+        .current_dir(&root)
+        .args(["apply", "--auto-approve"])
+        .env("HOME", home.path())
+        .output()
+        .unwrap();
+    assert!(applied.status.success());
+    let (code, reports) = doctor(&root, bin.path(), home.path());
+    let problems: Vec<&Value> = reports
+        .iter()
+        .flat_map(|r| r["checks"].as_array().unwrap())
+        .filter(|c| c["status"] == "problem")
+        .collect();
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert_eq!(code, 0, "a warning alone does not fail");
+}

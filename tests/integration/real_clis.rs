@@ -1,0 +1,669 @@
+//! The four real agent CLIs (Claude Code, Codex, Gemini CLI, OpenCode)
+//! driven by `npc run` through one real turn each against the scripted
+//! model server (`fixtures/model/scripted.py`, on 127.0.0.1): the profile
+//! in gateway mode with `@modelcontextprotocol/server-everything` as the
+//! upstream server, every CLI in a throwaway `HOME` of its own (its model
+//! provider and trust set up there, as a user behind a model gateway would;
+//! see README "Model gateways and proxies"). Each scenario checks npc's
+//! event log and what reached the model: `echo` called through the gateway
+//! (`mcp.tool_call`) with its text in the next request; `echo` denied by
+//! npc's native hook bridge (`hook.call` under the CLI's own tool name) with
+//! the denial in the next request; and no `unknown_event` in the parsed
+//! stream. A missing CLI skips its tests with a message, and fails them
+//! under `CI=true` (CI installs the CLIs).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::{Stopped, WAIT_LIMIT, npc_path, repo_root, wait_for};
+
+/// Longest one `npc run` of a real CLI may take (OpenCode's first start
+/// installs nothing but reads its model list; each turn is two requests).
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+/// The text the model asks `echo` to echo.
+const ECHO_TOKEN: &str = "npc-real-cli-echo";
+/// The reason the denying hook gives.
+const DENIAL: &str = "npc-test-denied-echo";
+/// The gateway's name for the upstream tool (`SERVER__TOOL`).
+const GATEWAY_ECHO: &str = "everything__echo";
+/// The account a non-root run borrows (`nobody`), as `setpriv` takes it.
+const OTHER_USER: u32 = 65534;
+
+/// One CLI under test: its provider kind and program.
+#[derive(Debug, Clone, Copy)]
+struct Cli {
+    kind: &'static str,
+    program: &'static str,
+}
+
+const CLAUDE: Cli = Cli {
+    kind: "claude_code",
+    program: "claude",
+};
+const CODEX: Cli = Cli {
+    kind: "codex",
+    program: "codex",
+};
+const GEMINI: Cli = Cli {
+    kind: "gemini_cli",
+    program: "gemini",
+};
+const OPENCODE: Cli = Cli {
+    kind: "opencode",
+    program: "opencode",
+};
+
+/// Whether `program` is on `PATH`; under `CI=true` a missing one fails.
+fn installed(cli: Cli) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cli.program).is_file()));
+    let everything = everything_entry().is_file();
+    if found && everything {
+        return true;
+    }
+    let what = if found {
+        "`@modelcontextprotocol/server-everything` is not installed globally".to_string()
+    } else {
+        format!("`{}` is not on PATH", cli.program)
+    };
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{what}; CI installs the agent CLIs (.ci/run)"
+    );
+    eprintln!("skipped: {what} (npm install -g; .ci/run installs it)");
+    false
+}
+
+/// The global npm root (`npm root -g`), asked once.
+fn npm_root() -> &'static Path {
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let out = Command::new("npm")
+            .args(["root", "-g"])
+            .stderr(Stdio::null())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()),
+            _ => PathBuf::from("/usr/lib/node_modules"),
+        }
+    })
+}
+
+fn everything_entry() -> PathBuf {
+    npm_root().join("@modelcontextprotocol/server-everything/dist/index.js")
+}
+
+/// The scripted model server: its port and the requests it recorded.
+struct Model {
+    _child: Stopped,
+    port: u16,
+    record: PathBuf,
+}
+
+impl Model {
+    /// A server that calls the offered tool ending in `tool` with `args`.
+    fn start(dir: &Path, tool: &str, args: &Value) -> Self {
+        let port_file = dir.join("model.port");
+        let record = dir.join("model.jsonl");
+        let child = Command::new("python3")
+            .arg(repo_root().join("fixtures/model/scripted.py"))
+            .arg("--port-file")
+            .arg(&port_file)
+            .arg("--record")
+            .arg(&record)
+            .args(["--tool", tool, "--args", &args.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("python3 runs the scripted model server");
+        let child = Stopped::new(child);
+        let port = wait_for("the scripted model's port", || {
+            std::fs::read_to_string(&port_file)
+                .ok()
+                .and_then(|p| p.trim().parse().ok())
+        });
+        Self {
+            _child: child,
+            port,
+            record,
+        }
+    }
+
+    /// Every request body, in order.
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.record)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .map(|r| r["body"].clone())
+            .collect()
+    }
+}
+
+/// Every tool name a request offers, whatever the dialect (Anthropic and
+/// chat-completions `tools[].name`/`function.name`, Responses namespaces,
+/// Gemini `functionDeclarations`).
+fn offered_tools(body: &Value) -> Vec<String> {
+    let mut names = Vec::new();
+    for tool in body["tools"].as_array().into_iter().flatten() {
+        for inner in tool["tools"].as_array().into_iter().flatten() {
+            names.push(format!(
+                "{}{}",
+                tool["name"].as_str().unwrap_or(""),
+                inner["name"].as_str().unwrap_or("")
+            ));
+        }
+        for decl in tool["functionDeclarations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            names.extend(decl["name"].as_str().map(str::to_string));
+        }
+        names.extend(tool["name"].as_str().map(str::to_string));
+        names.extend(tool["function"]["name"].as_str().map(str::to_string));
+    }
+    names
+}
+
+/// A repository and a home of one CLI's run, with the model it talks to.
+struct Setup {
+    cli: Cli,
+    repo: tempfile::TempDir,
+    home: tempfile::TempDir,
+    model: Model,
+    /// Run npc (and so the CLI) as this uid, owner of the repository and
+    /// the home, through `setpriv`.
+    user: Option<u32>,
+}
+
+impl Setup {
+    /// The repository (a git checkout) with a gateway-mode manifest whose
+    /// profile `agent` uses `cli`; `hooks` is appended to the manifest.
+    /// The CLI's home is set up to reach the model and trust the
+    /// repository; `npc apply` writes the agent files.
+    fn new(cli: Cli, hooks: &str) -> Self {
+        Self::new_as(cli, hooks, None)
+    }
+
+    /// [`Setup::new`] for `user` (`None`: this process's).
+    fn new_as(cli: Cli, hooks: &str, user: Option<u32>) -> Self {
+        let repo = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir().unwrap();
+        let model = Model::start(
+            home.path(),
+            "echo",
+            &serde_json::json!({ "message": ECHO_TOKEN }),
+        );
+        let root = repo.path().canonicalize().unwrap();
+        let git = Command::new("git")
+            .args(["init", "-q", "."])
+            .current_dir(&root)
+            .status()
+            .expect("git runs");
+        assert!(git.success());
+        let this = Self {
+            cli,
+            repo,
+            home,
+            model,
+            user,
+        };
+        this.write_home(&root);
+        let manifest = format!(
+            "version = 1\n[mcp]\ngateway = true\n\n[mcp.servers.everything]\ncommand = \"node\"\nargs = [{everything:?}]\n\n{provider}\n[profiles.agent]\nprovider = \"p\"\ndescription = \"the real CLI under test\"\nmcp_servers = [\"everything\"]\n{hooks}",
+            everything = everything_entry().to_string_lossy(),
+            provider = this.provider(),
+        );
+        std::fs::write(root.join("npcagent.toml"), manifest).unwrap();
+        if let Some(uid) = user {
+            give(&root, uid);
+            give(this.home.path(), uid);
+        }
+        std::fs::write(
+            root.join("deny.py"),
+            format!(
+                "import json, sys\njson.load(sys.stdin)\nprint(json.dumps({{\"decision\": \"deny\", \"reason\": \"{DENIAL}\"}}))\n"
+            ),
+        )
+        .unwrap();
+        let out = this.npc(&["apply", "--auto-approve"]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "npc apply failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if cli.kind == "codex" && !hooks.is_empty() {
+            this.review_codex_hooks(&root);
+        }
+        this
+    }
+
+    /// Store Codex's review of the project's hooks the way its `/hooks`
+    /// does (`hooks.state."KEY".trusted_hash` in its `config.toml`), with
+    /// the keys and hashes its own `app-server` reports (`hooks/list`).
+    fn review_codex_hooks(&self, root: &Path) {
+        let mut child = Command::new("codex")
+            .arg("app-server")
+            .current_dir(root)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("codex app-server starts");
+        let requests = [
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"clientInfo": {"name": "npc-test", "version": "0"}}}),
+            serde_json::json!({"jsonrpc": "2.0", "method": "initialized"}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "hooks/list", "params": {"cwds": [root]}}),
+        ];
+        let mut stdin = child.stdin.take().unwrap();
+        for r in requests {
+            writeln!(stdin, "{r}").unwrap();
+        }
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+                let Ok(line) = line else { break };
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && v["id"] == 2
+                {
+                    let _ = tx.send(v);
+                    break;
+                }
+            }
+        });
+        let answer = rx
+            .recv_timeout(WAIT_LIMIT)
+            .expect("codex answers hooks/list");
+        let _ = child.kill();
+        let _ = child.wait();
+        drop(stdin);
+        let mut config = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.home.path().join(".codex/config.toml"))
+            .unwrap();
+        let hooks = answer["result"]["data"][0]["hooks"].as_array().unwrap();
+        assert!(!hooks.is_empty(), "{answer}");
+        for hook in hooks {
+            writeln!(
+                config,
+                "\n[hooks.state.{:?}]\ntrusted_hash = {:?}",
+                hook["key"].as_str().unwrap(),
+                hook["currentHash"].as_str().unwrap()
+            )
+            .unwrap();
+        }
+        // `npc doctor` reads the review as Codex does.
+        let out = self.npc(&["doctor", "--format", "json"]).output().unwrap();
+        let reports: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let checks = reports[0]["checks"].as_array().unwrap();
+        for name in ["project_trust", "hook_trust"] {
+            let check = checks.iter().find(|c| c["check"] == name).unwrap();
+            assert_eq!(check["status"], "ok", "{check}");
+        }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.repo.path().canonicalize().unwrap()
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.model.port)
+    }
+
+    /// The `[providers.p]` table: what the CLI needs in its environment
+    /// (`npc run` clears it) and on its command line.
+    fn provider(&self) -> String {
+        let url = self.base_url();
+        let (env, args) = match self.cli.kind {
+            "claude_code" => (
+                format!(
+                    "ANTHROPIC_BASE_URL = \"{url}\", ANTHROPIC_API_KEY = \"sk-scripted\", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = \"1\""
+                ),
+                "\"--allowedTools\", \"mcp__npc__everything__echo\"",
+            ),
+            // The project's hooks run once reviewed: see `review_codex_hooks`.
+            "codex" => ("SCRIPTED_API_KEY = \"sk-scripted\"".to_string(), ""),
+            "gemini_cli" => (
+                format!("GOOGLE_GEMINI_BASE_URL = \"{url}\", GEMINI_API_KEY = \"scripted\""),
+                "\"--yolo\"",
+            ),
+            _ => (String::new(), ""),
+        };
+        format!(
+            "[providers.p]\nkind = \"{}\"\nenv = {{ {env} }}\nargs = [{args}]\n",
+            self.cli.kind
+        )
+    }
+
+    /// The CLI's user-level files in the throwaway home.
+    fn write_home(&self, root: &Path) {
+        let home = self.home.path();
+        let url = self.base_url();
+        let write = |rel: &str, text: String| {
+            let path = home.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        match self.cli.kind {
+            "codex" => write(
+                ".codex/config.toml",
+                format!(
+                    "model = \"scripted-model\"\nmodel_provider = \"scripted\"\n\n[model_providers.scripted]\nname = \"scripted\"\nbase_url = \"{url}/v1\"\nenv_key = \"SCRIPTED_API_KEY\"\nwire_api = \"responses\"\n\n[projects.{root:?}]\ntrust_level = \"trusted\"\n",
+                    root = root.to_string_lossy()
+                ),
+            ),
+            "gemini_cli" => {
+                write(
+                    ".gemini/settings.json",
+                    r#"{"security": {"auth": {"selectedType": "gemini-api-key"}}}"#.to_string(),
+                );
+                write(
+                    ".gemini/trustedFolders.json",
+                    serde_json::json!({ root.to_string_lossy(): "TRUST_FOLDER" }).to_string(),
+                );
+            }
+            "opencode" => write(
+                ".config/opencode/opencode.json",
+                serde_json::json!({
+                    "provider": {"scripted": {
+                        "npm": "@ai-sdk/openai-compatible",
+                        "name": "scripted",
+                        "options": {"baseURL": format!("{url}/v1"), "apiKey": "sk-scripted"},
+                        "models": {"scripted-model": {"name": "scripted-model"}}
+                    }},
+                    "model": "scripted/scripted-model"
+                })
+                .to_string(),
+            ),
+            _ => {}
+        }
+    }
+
+    /// `npc ARGS` in the repository with the throwaway home, npc first on
+    /// `PATH` (the agent files start `npc mcp serve` and `npc hook run`).
+    fn npc(&self, args: &[&str]) -> Command {
+        let bin_dir = npc_path().parent().unwrap().to_path_buf();
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs = vec![bin_dir];
+        dirs.extend(std::env::split_paths(&path));
+        let mut cmd = match self.user {
+            None => Command::new(npc_path()),
+            Some(uid) => {
+                let mut c = Command::new("setpriv");
+                c.args([
+                    format!("--reuid={uid}"),
+                    format!("--regid={uid}"),
+                    "--clear-groups".to_string(),
+                ])
+                .arg(npc_path());
+                c
+            }
+        };
+        cmd.args(args)
+            .current_dir(self.root())
+            .env("PATH", std::env::join_paths(dirs).unwrap())
+            .env("HOME", self.home.path())
+            .env("XDG_DATA_HOME", self.home.path().join(".local/share"))
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("CODEX_HOME")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// `npc run agent` to its end: the run's agent events (`--format json`).
+    fn run(&self) -> Vec<Value> {
+        let timeout = RUN_TIMEOUT.as_secs().to_string();
+        let out = self
+            .npc(&[
+                "run",
+                "agent",
+                "--prompt",
+                "call the echo tool",
+                "--format",
+                "json",
+                "--timeout",
+                &timeout,
+            ])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}: npc run failed ({}):\n{stdout}\n{}",
+            self.cli.program,
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Every event of the store.
+    fn events(&self) -> Vec<Value> {
+        let store =
+            npcagent::store::Store::open_read_only(self.root().join(".npc/state.db")).unwrap();
+        store
+            .events_since(0, 100_000)
+            .unwrap()
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap())
+            .collect()
+    }
+
+    /// The requests that offered the gateway's `echo` (the agent's turns,
+    /// not a title or routing call), and the last one (after the tool).
+    fn turns(&self) -> Vec<Value> {
+        self.model
+            .requests()
+            .into_iter()
+            .filter(|b| offered_tools(b).iter().any(|t| t.ends_with(GATEWAY_ECHO)))
+            .collect()
+    }
+}
+
+/// Make `path` and everything under it `uid`'s (links not followed).
+fn give(path: &Path, uid: u32) {
+    let id = Some(nix::unistd::Uid::from_raw(uid));
+    let gid = Some(nix::unistd::Gid::from_raw(uid));
+    nix::unistd::fchownat(
+        nix::fcntl::AT_FDCWD,
+        path,
+        id,
+        gid,
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .unwrap();
+    if path.is_dir() && !path.is_symlink() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            give(&entry.unwrap().path(), uid);
+        }
+    }
+}
+
+/// Whether this process may run npc and the CLIs as [`OTHER_USER`]: root,
+/// `setpriv`, and an npc binary every account may run.
+fn can_switch_user() -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let world_runs = |p: &Path| {
+        p.ancestors()
+            .skip(1)
+            .all(|d| std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+            && std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
+    };
+    let ok = nix::unistd::getuid().is_root()
+        && world_runs(&npc_path())
+        && Command::new("setpriv")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipped: needs root, setpriv and an npc binary other accounts may run");
+    }
+    ok
+}
+
+/// The checks every scenario shares: the run finished ok with no unknown
+/// event, the agent was offered the gateway's `echo` and no raw server's,
+/// and a later turn carried `expect` (the tool's result) to the model.
+fn check_turn(s: &Setup, events: &[Value], expect: &str) {
+    let who = s.cli.program;
+    assert!(
+        !events.iter().any(|e| e["kind"] == "unknown_event"),
+        "{who}: npc met an event it does not know: {events:#?}"
+    );
+    let stored = s.events();
+    let finished = stored
+        .iter()
+        .find(|e| e["kind"] == "run.finished")
+        .expect("run.finished");
+    assert_eq!(finished["payload"]["outcome"], "succeeded", "{who}");
+    let turns = s.turns();
+    assert!(
+        turns.len() >= 2,
+        "{who}: {} turns reached the model",
+        turns.len()
+    );
+    for turn in &turns {
+        let echoes: Vec<String> = offered_tools(turn)
+            .into_iter()
+            .filter(|t| t.ends_with("echo"))
+            .collect();
+        assert!(
+            echoes
+                .iter()
+                .all(|t| t.ends_with(GATEWAY_ECHO) && t.contains("npc")),
+            "{who}: the agent was offered a server beside the gateway: {echoes:?}"
+        );
+    }
+    let last = turns.last().unwrap().to_string();
+    assert!(
+        last.contains(expect),
+        "{who}: the model never saw `{expect}`: {last}"
+    );
+}
+
+/// (a) and (c): `echo` through the gateway, recorded, its text at the model.
+fn echo_through_the_gateway(cli: Cli) {
+    echo_through_the_gateway_as(cli, None);
+}
+
+/// [`echo_through_the_gateway`] with npc and the CLI run as `user`.
+fn echo_through_the_gateway_as(cli: Cli, user: Option<u32>) {
+    if !installed(cli) {
+        return;
+    }
+    let s = Setup::new_as(cli, "", user);
+    let events = s.run();
+    check_turn(&s, &events, &format!("Echo: {ECHO_TOKEN}"));
+    let stored = s.events();
+    let call = stored
+        .iter()
+        .find(|e| e["kind"] == "mcp.tool_call" && e["payload"]["name"] == GATEWAY_ECHO)
+        .unwrap_or_else(|| panic!("{}: no mcp.tool_call of echo", cli.program));
+    assert_eq!(call["payload"]["outcome"], "ok", "{call}");
+    assert_eq!(
+        call["payload"]["arguments"]["message"], ECHO_TOKEN,
+        "{call}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "agent.message" || e["type"] == "agent.idle"),
+        "{}: {events:#?}",
+        cli.program
+    );
+}
+
+/// (b): `echo` denied by the native hook bridge before the gateway saw it.
+fn echo_denied_by_the_native_hook(cli: Cli) {
+    if !installed(cli) {
+        return;
+    }
+    let hooks = "\n[[hooks.before_tool]]\ncommand = \"python3\"\nargs = [\"deny.py\"]\nmatcher = \"echo\"\n";
+    let s = Setup::new(cli, hooks);
+    let events = s.run();
+    check_turn(&s, &events, DENIAL);
+    let stored = s.events();
+    let denied: Vec<&Value> = stored
+        .iter()
+        .filter(|e| e["kind"] == "hook.call" && e["payload"]["decision"] == "deny")
+        .collect();
+    assert!(
+        denied.iter().any(|e| {
+            let tool = e["payload"]["tool"].as_str().unwrap_or("");
+            tool != GATEWAY_ECHO && tool.ends_with(GATEWAY_ECHO)
+        }),
+        "{}: no denial under the CLI's own tool name (the native bridge): {denied:#?}",
+        cli.program
+    );
+    assert!(
+        !stored
+            .iter()
+            .any(|e| e["kind"] == "mcp.tool_call" && e["payload"]["outcome"] == "ok"),
+        "{}: the denied call reached the server",
+        cli.program
+    );
+}
+
+#[test]
+fn claude_calls_echo_through_the_gateway() {
+    echo_through_the_gateway(CLAUDE);
+}
+
+#[test]
+fn claude_echo_is_denied_by_the_native_hook() {
+    echo_denied_by_the_native_hook(CLAUDE);
+}
+
+#[test]
+fn codex_calls_echo_through_the_gateway() {
+    echo_through_the_gateway(CODEX);
+}
+
+#[test]
+fn codex_echo_is_denied_by_the_native_hook() {
+    echo_denied_by_the_native_hook(CODEX);
+}
+
+#[test]
+fn gemini_calls_echo_through_the_gateway() {
+    echo_through_the_gateway(GEMINI);
+}
+
+#[test]
+fn gemini_echo_is_denied_by_the_native_hook() {
+    echo_denied_by_the_native_hook(GEMINI);
+}
+
+#[test]
+fn opencode_calls_echo_through_the_gateway() {
+    echo_through_the_gateway(OPENCODE);
+}
+
+#[test]
+fn opencode_echo_is_denied_by_the_native_hook() {
+    echo_denied_by_the_native_hook(OPENCODE);
+}
+
+/// A run's servers reach every CLI for a user other than root too (Gemini
+/// once skipped npc's per-run settings file for every non-root user).
+#[test]
+fn every_cli_gets_the_gateway_as_a_non_root_user() {
+    if !can_switch_user() {
+        return;
+    }
+    for cli in [CLAUDE, CODEX, GEMINI, OPENCODE] {
+        echo_through_the_gateway_as(cli, Some(OTHER_USER));
+    }
+}
