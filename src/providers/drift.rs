@@ -514,6 +514,49 @@ mod tests {
 
     /// Every file under `fixtures/clis/<provider>/<version>/` is in the
     /// binary, byte for byte, and nothing else is.
+    /// A real recorded stream is in step with the rest of its version's
+    /// baseline (every other file, the other recordings included): the
+    /// guard judges structure, so a run of the real CLI that is not in the
+    /// fixtures word for word is not drift.
+    #[test]
+    fn each_recorded_stream_is_in_step_with_the_rest_of_its_baseline() {
+        for kind in ProviderKind::ALL {
+            let root = super::super::source_fixtures_root();
+            let (version, dir) = newest_version_dir(root, kind).unwrap().unwrap();
+            let version = version.to_string();
+            let files: Vec<(String, String)> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|x| x == FIXTURE_EXTENSION))
+                .map(|p| {
+                    let name = p.file_name().unwrap().to_str().unwrap().to_string();
+                    (name, std::fs::read_to_string(&p).unwrap())
+                })
+                .collect();
+            let recorded: Vec<&(String, String)> = files
+                .iter()
+                .filter(|(n, _)| n.starts_with("recorded-"))
+                .collect();
+            assert!(
+                !recorded.is_empty(),
+                "{kind:?}: no recorded stream in {}",
+                dir.display()
+            );
+            for (held, text) in recorded {
+                let rest = files
+                    .iter()
+                    .filter(|(n, _)| n != held)
+                    .flat_map(|(_, t)| t.lines());
+                let mut g = Guard::new(Baseline::from_lines(kind, version.clone(), rest));
+                for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                    g.observe(&line_shape(line.as_bytes()));
+                }
+                let ratio = g.ratio(true).unwrap();
+                assert!(!is_drift(ratio), "{kind:?} {held}: {ratio:.3}");
+            }
+        }
+    }
+
     #[test]
     fn every_fixture_file_is_embedded() {
         let root = crate::providers::source_fixtures_root();

@@ -514,13 +514,21 @@ fn can_switch_user() -> bool {
 }
 
 /// The checks every scenario shares: the run finished ok with no unknown
-/// event, the agent was offered the gateway's `echo` and no raw server's,
+/// event and no drift, the agent was offered the gateway's `echo` and no raw server's,
 /// and a later turn carried `expect` (the tool's result) to the model.
 fn check_turn(s: &Setup, events: &[Value], expect: &str) {
     let who = s.cli.program;
     assert!(
         !events.iter().any(|e| e["kind"] == "unknown_event"),
         "{who}: npc met an event it does not know: {events:#?}"
+    );
+    // The drift guard is armed for every CLI, and the real stream is the
+    // recorded format: no switch to a fallback strategy.
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["type"] == "cli_detection.drift_detected"),
+        "{who}: the real stream was taken for drift: {events:#?}"
     );
     let stored = s.events();
     let finished = stored
