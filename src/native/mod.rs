@@ -15,13 +15,18 @@
 //! rewritten with their comments kept. Secrets are written as environment
 //! references, never as values, and plan diffs redact known secret values.
 
+pub mod agents;
+pub mod commands;
 pub(crate) mod edit;
 pub mod export;
 pub mod gateway;
 pub mod hooks;
 pub mod import;
 pub mod jsonc;
+pub mod managed;
+pub mod permissions;
 pub mod refs;
+pub mod rules;
 pub mod skills;
 
 use std::collections::BTreeSet;
@@ -326,6 +331,29 @@ pub fn write(root: &Path, change: &FileChange, options: WriteOptions) -> Result<
         return Err(NativeError::Stale { path: path.clone() });
     }
     root.write(path, change.after.as_bytes(), options)?;
+    Ok(true)
+}
+
+/// Remove a planned file (npc's own, found in `change.before`) through the
+/// guarded layer confined to `root`: never through a link, only a regular
+/// file, and only when it still holds what was planned. Returns `false`
+/// when there was nothing to remove.
+pub fn remove(root: &Path, change: &FileChange) -> Result<bool, NativeError> {
+    let Some(before) = &change.before else {
+        return Ok(false);
+    };
+    let root = Root::new(root)?;
+    let now = root.read_existing(
+        &change.path,
+        MAX_NATIVE_FILE_BYTES,
+        crate::repofs::Links::Refuse,
+    )?;
+    if now.as_ref() != Some(before) {
+        return Err(NativeError::Stale {
+            path: change.path.clone(),
+        });
+    }
+    root.remove_file(&change.path)?;
     Ok(true)
 }
 
