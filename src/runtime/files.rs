@@ -25,7 +25,8 @@ pub struct FilePlan {
     pub path: String,
     /// What the file is for.
     pub what: String,
-    /// `create`, `update`, `remove`, `unchanged` or `error`.
+    /// `create`, `update`, `remove`, `unchanged`, `skip` (left alone, with
+    /// a note saying why) or `error`.
     pub action: &'static str,
     pub diff: String,
     pub notes: Vec<String>,
@@ -111,6 +112,9 @@ impl FilePlan {
         if remove {
             plan.action = "remove";
             plan.remove = true;
+        } else if plan.action == "unchanged" && !plan.notes.is_empty() {
+            // Left alone (a user's file of npc's name): shown with its note.
+            plan.action = "skip";
         }
         plan
     }
