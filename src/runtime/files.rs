@@ -186,21 +186,34 @@ pub fn plan_files_with(
         };
         let path = native::target_path(&paths.root, &target);
         let key = rel(&paths.root, &path);
-        let managed = store
+        // The store keeps MCP entry names and (with a `:`) npc's
+        // permission entries of the same file.
+        let (permission_entries, managed): (BTreeSet<String>, BTreeSet<String>) = store
             .and_then(|s| s.managed_entries(&key).ok())
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into_iter()
+            .partition(|name| name.contains(':'));
         let project = *scope == Scope::Project;
-        let what = if project && kind == ProviderKind::GeminiCli {
-            format!("{} MCP servers and hooks", kind.as_str())
-        } else {
-            format!("{} MCP servers", kind.as_str())
+        let what = match kind {
+            ProviderKind::GeminiCli if project => {
+                format!("{} MCP servers, hooks and permissions", kind.as_str())
+            }
+            ProviderKind::Opencode if project => {
+                format!("{} MCP servers and permissions", kind.as_str())
+            }
+            _ => format!("{} MCP servers", kind.as_str()),
         };
         let planned =
             native::plan_file(&paths.root, &target, &exported, &managed, opts).and_then(|change| {
                 match kind {
-                    // The hook bridge lives in the same file: one change for both.
+                    // The hook bridge and the permissions live in the same
+                    // file: one change for all.
                     ProviderKind::GeminiCli if project => {
-                        with_hook_bridge(change, kind, manifest, paths)
+                        let change = with_hook_bridge(change, kind, manifest, paths)?;
+                        with_permissions(change, kind, manifest, &permission_entries)
+                    }
+                    ProviderKind::Opencode if project => {
+                        with_permissions(change, kind, manifest, &permission_entries)
                     }
                     _ => Ok(change),
                 }
@@ -347,24 +360,26 @@ fn with_hook_bridge(
     Ok(change)
 }
 
-/// `change` (to Claude Code's settings) with npc's `permissions` entries
-/// brought in line too (see [`native::permissions`]); the entries npc
-/// manages are kept in the store under the file's path.
+/// `change` (to `kind`'s settings file) with npc's permission entries
+/// brought in line too (see [`native::permissions`]); `previously` names
+/// the entries npc added before, and the change's managed set gains the
+/// ones it manages now (the store keeps them under the file's path).
 fn with_permissions(
     mut change: FileChange,
+    kind: ProviderKind,
     manifest: &Manifest,
-    paths: &RepoPaths,
-    store: Option<&Store>,
+    previously: &BTreeSet<String>,
 ) -> Result<FileChange, native::NativeError> {
-    let previously = store
-        .and_then(|s| s.managed_entries(&rel(&paths.root, &change.path)).ok())
-        .unwrap_or_default();
     let current =
         (change.before.is_some() || !change.after.is_empty()).then_some(change.after.as_str());
-    let (after, managed, notes) =
-        native::permissions::claude_edit(&change.path, current, manifest, &previously)?;
+    let edit = match kind {
+        ProviderKind::GeminiCli => native::permissions::gemini_edit,
+        ProviderKind::Opencode => native::permissions::opencode_edit,
+        _ => native::permissions::claude_edit,
+    };
+    let (after, managed, notes) = edit(&change.path, current, manifest, previously)?;
     change.after = after;
-    change.managed = managed;
+    change.managed.extend(managed);
     change.notes.extend(notes);
     change.diff = if change.is_change() {
         native::redacted_diff(
@@ -408,7 +423,12 @@ fn plan_hooks_file(
         };
         let change = with_hook_bridge(change, kind, manifest, paths)?;
         match kind {
-            ProviderKind::ClaudeCode => with_permissions(change, manifest, paths, store),
+            ProviderKind::ClaudeCode => {
+                let previously = store
+                    .and_then(|s| s.managed_entries(file).ok())
+                    .unwrap_or_default();
+                with_permissions(change, kind, manifest, &previously)
+            }
             _ => Ok(change),
         }
     });
