@@ -22,6 +22,7 @@ pub mod export;
 pub mod gateway;
 pub mod hooks;
 pub mod import;
+pub mod import_config;
 pub mod jsonc;
 pub mod managed;
 pub mod permissions;
@@ -158,6 +159,10 @@ pub enum NativeError {
         "MCP servers {names} are already declared in the manifest with different entries; pass `--replace` to take the imported ones, or rename them in the file, then import again\n{diff}"
     )]
     ImportConflict { names: String, diff: String },
+    #[error(
+        "entries {names} are already in the manifest with different values; pass `--replace` to take the imported ones, or rename the file, then import again\n{diff}"
+    )]
+    ConfigConflict { names: String, diff: String },
     /// Refused by the guarded file layer (a link out of the repository, a
     /// FIFO, …).
     #[error(transparent)]

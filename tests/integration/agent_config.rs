@@ -197,6 +197,55 @@ fn the_daemon_keeps_the_files_in_step_with_the_manifest() {
     daemon.terminate();
 }
 
+#[test]
+fn import_takes_a_clis_command_and_agent_into_the_manifest() {
+    let dir = repo(BARE);
+    let root = dir.path();
+    std::fs::create_dir_all(root.join(".claude/commands")).unwrap();
+    std::fs::create_dir_all(root.join(".claude/agents")).unwrap();
+    std::fs::write(
+        root.join(".claude/commands/fix.md"),
+        "---\ndescription: Fix an issue\n---\n\nFix issue $ARGUMENTS; keep {{ braces }}.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join(".claude/agents/tester.md"),
+        "---\nname: tester\ndescription: Runs tests\ntools: Read, Bash(cargo test:*)\n---\n\nYou run the tests.\n",
+    )
+    .unwrap();
+    let shown = stdout_of(&run(root, &["import", ".claude/commands/fix.md"]).success());
+    assert!(
+        shown.contains("[prompts.fix]") && shown.contains("command = true"),
+        "{shown}"
+    );
+    run(root, &["import", ".claude/commands/fix.md", "--write"]).success();
+    run(root, &["import", ".claude/agents/tester.md", "--write"]).success();
+    let manifest = read(root, "npcagent.toml");
+    assert!(
+        manifest.starts_with(BARE),
+        "the manifest's own text is kept:\n{manifest}"
+    );
+    assert!(manifest.contains("[profiles.tester]"), "{manifest}");
+    assert!(manifest.contains("provider = \"claude\""), "{manifest}");
+    run(root, &["validate"]).success();
+    // Importing again changes nothing.
+    let again = stdout_of(&run(root, &["import", ".claude/commands/fix.md", "--write"]).success());
+    assert!(again.contains("unchanged"), "{again}");
+    // The user's files stay theirs until they delete them; then npc
+    // writes the same command from the manifest.
+    let plan = stdout_of(&run(root, &["plan"]).success());
+    assert!(plan.contains("is not npc's; it is left alone"), "{plan}");
+    std::fs::remove_file(root.join(".claude/commands/fix.md")).unwrap();
+    run(root, &["apply", "--auto-approve"]).success();
+    let written = read(root, ".claude/commands/fix.md");
+    assert!(
+        written.ends_with("\nFix issue $ARGUMENTS; keep {{ braces }}.\n"),
+        "{written}"
+    );
+    // npc's own file is not imported back.
+    run(root, &["import", ".claude/commands/fix.md"]).failure();
+}
+
 mod hostile {
     use super::*;
 
