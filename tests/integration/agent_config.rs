@@ -329,6 +329,30 @@ mod hostile {
     }
 
     #[test]
+    fn an_instructions_file_linked_outside_is_refused_and_nothing_rendered() {
+        let outside = Outside::new();
+        let manifest = MANIFEST.replace(
+            "template = \"Run `cargo test` before you commit.\\nThe project is {{ project.name }}.\"",
+            "file = \"rules.md\"",
+        );
+        assert!(manifest.contains("file = \"rules.md\""));
+        let dir = repo(&manifest);
+        let root = dir.path();
+        symlink(outside.0.path().join("secret.md"), root.join("rules.md")).unwrap();
+        let a = npc().current_dir(root).args(["plan"]).assert().failure();
+        let out = stdout_of(&a) + &crate::support::stderr_of(&a);
+        assert!(!out.contains("TOP-SECRET-VALUE"), "{out}");
+        assert!(out.contains("rules.md"), "{out}");
+        npc()
+            .current_dir(root)
+            .args(["apply", "--auto-approve"])
+            .assert()
+            .failure();
+        assert!(!root.join("AGENTS.md").exists());
+        outside.untouched();
+    }
+
+    #[test]
     fn a_command_file_that_is_a_link_is_never_npcs() {
         let outside = Outside::new();
         let dir = repo(MANIFEST);
