@@ -17,6 +17,10 @@
 //! block is removed. A file with a broken block (a begin without its end,
 //! two blocks) is reported and left alone.
 
+use std::path::Path;
+
+use serde_json::Value;
+
 use crate::model::ProviderKind;
 
 /// The line opening npc's block.
@@ -34,6 +38,24 @@ pub fn rules_file(kind: ProviderKind) -> &'static str {
         ProviderKind::ClaudeCode => RULES_FILES[1],
         ProviderKind::GeminiCli => RULES_FILES[2],
     }
+}
+
+/// A note when Gemini CLI's settings (`text` of `.gemini/settings.json`)
+/// name context files without `GEMINI.md`: it does not read npc's block.
+pub fn gemini_context_note(path: &Path, text: &str) -> Option<String> {
+    let (root, _) = super::edit::parse_native_json(path, ProviderKind::GeminiCli, text).ok()?;
+    let names = root.get("context")?.get("fileName")?;
+    let reads = match names {
+        Value::String(s) => s == RULES_FILES[2],
+        Value::Array(a) => a.iter().any(|v| v.as_str() == Some(RULES_FILES[2])),
+        _ => return None,
+    };
+    (!reads).then(|| {
+        format!(
+            "`.gemini/settings.json` sets `context.fileName` without `{}`: Gemini CLI does not read npc's block; add it to the list",
+            RULES_FILES[2]
+        )
+    })
 }
 
 /// Why a rules file cannot be edited.
@@ -154,6 +176,15 @@ mod tests {
         assert_eq!(edit(Some(&created), None).unwrap(), None);
         assert_eq!(edit(None, None).unwrap(), None);
         assert_eq!(edit(Some(""), None).unwrap().as_deref(), Some(""));
+    }
+
+    #[test]
+    fn gemini_settings_that_skip_gemini_md_get_a_note() {
+        let path = Path::new(".gemini/settings.json");
+        assert!(gemini_context_note(path, r#"{"context":{"fileName":["AGENTS.md"]}}"#).is_some());
+        assert!(gemini_context_note(path, r#"{"context":{"fileName":"GEMINI.md"}}"#).is_none());
+        assert!(gemini_context_note(path, "{\n // c\n \"mcpServers\": {}}").is_none());
+        assert!(gemini_context_note(path, "not json").is_none());
     }
 
     #[test]

@@ -255,12 +255,25 @@ fn plan_agent_config(
     let secrets = manifest.secret_values();
     let kinds = declared_kinds(manifest);
     let rendered = render::instructions(manifest, ctx);
+    // `CLAUDE.md` is often a link to `AGENTS.md`: one file, planned once
+    // for all the CLIs that read it.
+    let repo = crate::repofs::Root::new(&paths.root).ok();
+    let mut files: Vec<(Option<PathBuf>, &str, Vec<&str>)> = Vec::new();
     for file in native::rules::RULES_FILES {
         let readers: Vec<&str> = kinds
             .iter()
             .filter(|k| native::rules::rules_file(**k) == file)
             .map(|k| k.as_str())
             .collect();
+        let real = repo
+            .as_ref()
+            .and_then(|r| r.real_path(Path::new(file)).ok());
+        match files.iter_mut().find(|(r, _, _)| r.is_some() && *r == real) {
+            Some((_, _, earlier)) => earlier.extend(readers),
+            None => files.push((real, file, readers)),
+        }
+    }
+    for (_, file, readers) in files {
         let path = paths.root.join(file);
         let what = if readers.is_empty() {
             "agent instructions".to_string()
@@ -275,6 +288,14 @@ fn plan_agent_config(
                 continue;
             }
         };
+        let mut notes = Vec::new();
+        if body.is_some() && readers.contains(&ProviderKind::GeminiCli.as_str()) {
+            let settings =
+                native::target_path(&paths.root, &Target::project(ProviderKind::GeminiCli));
+            if let Ok(Some(text)) = native::read_existing_in(&paths.root, &settings) {
+                notes.extend(native::rules::gemini_context_note(&settings, &text));
+            }
+        }
         let planned = match native::read_existing_in(&paths.root, &path) {
             Ok(before) => match native::rules::edit(before.as_deref(), body) {
                 Ok(after) => native::managed::Planned {
@@ -282,7 +303,7 @@ fn plan_agent_config(
                     what,
                     before,
                     after,
-                    notes: Vec::new(),
+                    notes,
                     error: None,
                 },
                 Err(e) => native::managed::Planned {
@@ -294,6 +315,9 @@ fn plan_agent_config(
                     error: Some(format!("`{file}`: {e}")),
                 },
             },
+            // Nothing to write: a file npc cannot read (a link out of the
+            // repository) is left alone without a word.
+            Err(_) if body.is_none() => continue,
             Err(e) => native::managed::Planned {
                 path: file.into(),
                 what,
@@ -303,7 +327,7 @@ fn plan_agent_config(
                 error: Some(e.to_string()),
             },
         };
-        if planned.is_change() || planned.error.is_some() {
+        if planned.is_change() || planned.error.is_some() || !planned.notes.is_empty() {
             out.push(FilePlan::from_planned(&paths.root, planned, &secrets));
         }
     }

@@ -329,6 +329,60 @@ mod hostile {
     }
 
     #[test]
+    fn a_rules_file_linked_outside_is_no_error_when_there_is_nothing_to_write() {
+        let outside = Outside::new();
+        let dir = repo(BARE);
+        let root = dir.path();
+        symlink(outside.0.path().join("secret.md"), root.join("CLAUDE.md")).unwrap();
+        npc()
+            .current_dir(root)
+            .args(["apply", "--auto-approve"])
+            .assert()
+            .success();
+        outside.untouched();
+    }
+
+    #[test]
+    fn claude_md_linked_to_agents_md_holds_one_block() {
+        let dir = repo(MANIFEST);
+        let root = dir.path();
+        std::fs::write(root.join("AGENTS.md"), USER_CLAUDE_MD).unwrap();
+        symlink("AGENTS.md", root.join("CLAUDE.md")).unwrap();
+        npc()
+            .current_dir(root)
+            .args(["apply", "--auto-approve"])
+            .assert()
+            .success();
+        let text = read(root, "AGENTS.md");
+        assert_eq!(text.matches("<!-- npc:end -->").count(), 1, "{text}");
+        assert!(text.ends_with(USER_CLAUDE_MD), "{text}");
+        assert!(
+            std::fs::symlink_metadata(root.join("CLAUDE.md"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        npc()
+            .current_dir(root)
+            .args(["plan", "--detailed-exitcode"])
+            .assert()
+            .code(0);
+        // Only Claude Code reads it now: the block stays, through the link.
+        let claude_only = "version = 1\n[instructions]\ntemplate = \"Only Claude.\"\n[providers.claude]\nkind = \"claude_code\"\n";
+        std::fs::write(root.join("npcagent.toml"), claude_only).unwrap();
+        npc()
+            .current_dir(root)
+            .args(["apply", "--auto-approve"])
+            .assert()
+            .success();
+        let text = read(root, "AGENTS.md");
+        assert!(
+            text.contains("Only Claude.") && text.ends_with(USER_CLAUDE_MD),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn an_instructions_file_linked_outside_is_refused_and_nothing_rendered() {
         let outside = Outside::new();
         let manifest = MANIFEST.replace(
