@@ -15,9 +15,13 @@
 //!   `description`, `model`. Its `tools` list takes Gemini's own tool names
 //!   (`read_file`, `mcp_SERVER_*`), which npc's patterns do not name, so
 //!   it is left out (the agent inherits the session's tools) with a note.
-//! - Codex CLI (0.171) declares agent roles in its `config.toml`
-//!   (`[agents.NAME]` with a `config_file` per role); npc writes none yet
-//!   (a note says so).
+//! - Codex CLI (0.171) declares agent roles in its `config.toml`:
+//!   `[agents.NAME]` (`AgentRoleToml`: `description`, `config_file`,
+//!   `nickname_candidates`, `skills`, `mcp`), the role's settings
+//!   (`model`, `developer_instructions`, …) in the `config_file` it names,
+//!   which must exist. npc writes none yet (a note says so): the role file
+//!   format is a whole config layer, not checked against the installed
+//!   version here.
 //!
 //! The body is the profile's prompt (its description without one) rendered with its variables' defaults
 //! and the profile as `profile`, the workspace block only where the
