@@ -15,13 +15,13 @@
 //!   `description`, `model`. Its `tools` list takes Gemini's own tool names
 //!   (`read_file`, `mcp_SERVER_*`), which npc's patterns do not name, so
 //!   it is left out (the agent inherits the session's tools) with a note.
-//! - Codex CLI (0.171) declares agent roles in its `config.toml`:
-//!   `[agents.NAME]` (`AgentRoleToml`: `description`, `config_file`,
-//!   `nickname_candidates`, `skills`, `mcp`), the role's settings
-//!   (`model`, `developer_instructions`, …) in the `config_file` it names,
-//!   which must exist. npc writes none yet (a note says so): the role file
-//!   format is a whole config layer, not checked against the installed
-//!   version here.
+//! - Codex CLI (0.171): `.codex/agents/NAME.toml`, an agent role file it
+//!   discovers by itself in a trusted project (no `[agents.NAME]` entry in
+//!   `config.toml` needed; checked by running it: a role file without
+//!   `name` is ignored with a warning, an unknown key too): `name`,
+//!   `description`, `developer_instructions` (the prompt) and `model`. A
+//!   role has no per-tool list, so the profile's tool patterns are left
+//!   out with a note.
 //!
 //! The body is the profile's prompt (its description without one) rendered with its variables' defaults
 //! and the profile as `profile`, the workspace block only where the
@@ -40,13 +40,13 @@ use crate::model::{Manifest, Profile, ProviderKind};
 use crate::render::{self, RenderContext, RenderError};
 use crate::repofs::Root;
 
-/// The project agents folder of `kind`'s CLI.
-pub fn agents_dir(kind: ProviderKind) -> Option<&'static str> {
+/// The project agents folder of `kind`'s CLI and its file format.
+pub fn agents_dir(kind: ProviderKind) -> (&'static str, Format) {
     match kind {
-        ProviderKind::ClaudeCode => Some(".claude/agents"),
-        ProviderKind::Opencode => Some(".opencode/agents"),
-        ProviderKind::GeminiCli => Some(".gemini/agents"),
-        ProviderKind::Codex => None,
+        ProviderKind::ClaudeCode => (".claude/agents", Format::Markdown),
+        ProviderKind::Opencode => (".opencode/agents", Format::Markdown),
+        ProviderKind::GeminiCli => (".gemini/agents", Format::Markdown),
+        ProviderKind::Codex => (".codex/agents", Format::Toml),
     }
 }
 
@@ -74,6 +74,27 @@ fn agent_file(
         .as_ref()
         .map(|m| render::text_out(m, || format!("`model` of profile `{name}`")))
         .transpose()?;
+    if kind == ProviderKind::Codex {
+        let mut table = toml::Table::new();
+        table.insert("name".into(), toml::Value::String(name.to_string()));
+        table.insert(
+            "description".into(),
+            toml::Value::String(render::scrub(&p.description)),
+        );
+        if let Some(model) = model {
+            table.insert("model".into(), toml::Value::String(model));
+        }
+        table.insert("developer_instructions".into(), toml::Value::String(body));
+        if !(p.allowed_tools.is_empty() && p.ask_tools.is_empty() && p.denied_tools.is_empty()) {
+            notes.push(format!(
+                "Codex CLI's agent roles have no per-tool list; agent `{name}`'s tool patterns are left out (`npc hook run` still applies `ask_tools`)"
+            ));
+        }
+        return Ok((
+            Format::toml(&toml::to_string(&table).unwrap_or_default()),
+            notes,
+        ));
+    }
     let mut front = Map::new();
     let joined = |list: &[String]| Value::String(list.join(", "));
     match kind {
@@ -146,21 +167,12 @@ pub fn plan(manifest: &Manifest, root: &Path, ctx: &RenderContext) -> (Vec<Plann
     let declared: BTreeSet<ProviderKind> = manifest.providers.values().map(|p| p.kind).collect();
     let kind_of = |p: &Profile| manifest.providers.get(&p.provider).map(|v| v.kind);
     let mut notes = Vec::new();
-    if manifest
-        .profiles
-        .values()
-        .any(|p| kind_of(p) == Some(ProviderKind::Codex))
-    {
-        notes.push("Codex CLI's agent roles (`[agents.NAME]` in `.codex/config.toml`) are not written by this npc; its profiles run through `npc run`".to_string());
-    }
     let Ok(repo) = Root::new(root) else {
         return (Vec::new(), notes);
     };
     let mut out = Vec::new();
     for kind in ProviderKind::ALL {
-        let Some(folder) = agents_dir(kind) else {
-            continue;
-        };
+        let (folder, format) = agents_dir(kind);
         let mut wanted = Wanted::new();
         let mut failed = Vec::new();
         if declared.contains(&kind) {
@@ -179,7 +191,7 @@ pub fn plan(manifest: &Manifest, root: &Path, ctx: &RenderContext) -> (Vec<Plann
                         // The file stays as it is.
                         wanted.insert(name.clone(), (String::new(), String::new()));
                         failed.push(Planned {
-                            path: Path::new(folder).join(format!("{name}.md")),
+                            path: Path::new(folder).join(format!("{name}.{}", format.extension())),
                             what,
                             before: None,
                             after: None,
@@ -190,7 +202,7 @@ pub fn plan(manifest: &Manifest, root: &Path, ctx: &RenderContext) -> (Vec<Plann
                 }
             }
         }
-        let mut planned = managed::plan_folder(&repo, Path::new(folder), Format::Markdown, &wanted);
+        let mut planned = managed::plan_folder(&repo, Path::new(folder), format, &wanted);
         planned.retain(|p| !failed.iter().any(|f| f.path == p.path));
         out.extend(planned);
         out.extend(failed);
@@ -209,6 +221,8 @@ kind = "claude_code"
 kind = "gemini_cli"
 [providers.opencode]
 kind = "opencode"
+[providers.codex]
+kind = "codex"
 [prompts.reviewer]
 template = "You review {{ profile.name }}'s changes for {{ vars.focus }}."
 [prompts.reviewer.variables.focus]
@@ -231,6 +245,12 @@ prompt = "reviewer"
 allowed_tools = ["Read", "Bash(git diff:*)", "mcp__fs__read_file", "Frobnicate"]
 ask_tools = ["Bash"]
 denied_tools = ["Write"]
+[profiles.cx]
+provider = "codex"
+description = "Codex helper"
+prompt = "reviewer"
+model = "gpt-5"
+allowed_tools = ["Read"]
 "#;
 
     #[test]
@@ -280,6 +300,7 @@ denied_tools = ["Write"]
             removed,
             [
                 ".claude/agents/reviewer.md",
+                ".codex/agents/cx.toml",
                 ".gemini/agents/gem.md",
                 ".opencode/agents/oc.md"
             ]
