@@ -3,7 +3,8 @@
 //! recognised by where it lives (`.claude/commands/NAME.md`,
 //! `.gemini/commands/NAME.toml`, `.opencode/commands/NAME.md`,
 //! `.claude/agents/NAME.md`, `.opencode/agents/NAME.md`,
-//! `.gemini/agents/NAME.md`) and becomes manifest tables:
+//! `.gemini/agents/NAME.md`, `.codex/agents/NAME.toml`) and becomes manifest
+//! tables:
 //! - a command: `[prompts.NAME]` with `command = true`, its `description`,
 //!   and its text as the template, each argument placeholder a variable
 //!   (`$ARGUMENTS` → `vars.arguments`, `$1` → `vars.arg1`, Gemini CLI's
@@ -50,6 +51,7 @@ pub fn recognise(path: &Path) -> Option<(ProviderKind, ConfigKind, String)> {
     let cli = parents.next()?.as_os_str().to_str()?;
     let kind = match cli {
         ".claude" => ProviderKind::ClaudeCode,
+        ".codex" => ProviderKind::Codex,
         ".gemini" => ProviderKind::GeminiCli,
         ".opencode" => ProviderKind::Opencode,
         _ => return None,
@@ -60,9 +62,12 @@ pub fn recognise(path: &Path) -> Option<(ProviderKind, ConfigKind, String)> {
         _ => return None,
     };
     let want = match (kind, what) {
-        (ProviderKind::GeminiCli, ConfigKind::Command) => "toml",
+        (ProviderKind::GeminiCli, ConfigKind::Command) | (ProviderKind::Codex, _) => "toml",
         _ => "md",
     };
+    if kind == ProviderKind::Codex && what == ConfigKind::Command {
+        return None;
+    }
     (ext == want).then_some((kind, what, stem))
 }
 
@@ -277,10 +282,9 @@ pub fn import_config(
             ),
         });
     }
-    let format = if kind == ProviderKind::GeminiCli && what == ConfigKind::Command {
-        Format::Toml
-    } else {
-        Format::Markdown
+    let format = match (kind, what) {
+        (ProviderKind::GeminiCli, ConfigKind::Command) | (ProviderKind::Codex, _) => Format::Toml,
+        _ => Format::Markdown,
     };
     if format.is_ours(text) {
         return Err(NativeError::Shape {
@@ -297,16 +301,24 @@ pub fn import_config(
                 message: format!("not valid TOML: {}", e.message()),
             })?;
             let mut map = serde_json::Map::new();
-            if let Some(toml::Value::String(d)) = table.get("description") {
-                map.insert("description".into(), Value::String(d.clone()));
+            for key in ["description", "model"] {
+                if let Some(toml::Value::String(v)) = table.get(key) {
+                    map.insert(key.into(), Value::String(v.clone()));
+                }
             }
-            let Some(toml::Value::String(prompt)) = table.get("prompt") else {
+            // A Gemini CLI command's `prompt`, a Codex CLI role's
+            // `developer_instructions`.
+            let body_key = match kind {
+                ProviderKind::Codex => "developer_instructions",
+                _ => "prompt",
+            };
+            let Some(toml::Value::String(body)) = table.get(body_key) else {
                 return Err(NativeError::Shape {
                     path: path.into(),
-                    message: "a Gemini CLI command needs a `prompt` string".into(),
+                    message: format!("it needs a `{body_key}` string"),
                 });
             };
-            (map, prompt.clone())
+            (map, body.clone())
         }
         Format::Markdown => split_markdown(path, text)?,
     };
@@ -488,6 +500,11 @@ mod tests {
             r(".opencode/agent/helper.md"),
             Some((ProviderKind::Opencode, ConfigKind::Agent, "helper".into()))
         );
+        assert_eq!(
+            r(".codex/agents/rev.toml"),
+            Some((ProviderKind::Codex, ConfigKind::Agent, "rev".into()))
+        );
+        assert_eq!(r(".codex/commands/x.toml"), None);
         assert_eq!(r(".gemini/commands/fix.md"), None);
         assert_eq!(r(".mcp.json"), None);
         assert_eq!(r("docs/commands/x.md"), None);
@@ -511,7 +528,11 @@ mod tests {
             ".opencode/agents/helper.md",
             "---\ndescription: Helps\nmode: subagent\npermission:\n  edit: deny\n---\nHelp.\n",
         );
-        let shown = [claude, gemini, agent, oc]
+        let codex = import(
+            ".codex/agents/rev.toml",
+            "name = \"rev\"\ndescription = \"Reviews\"\nmodel = \"gpt-5\"\ndeveloper_instructions = \"You review.\"\n",
+        );
+        let shown = [claude, gemini, agent, oc, codex]
             .iter()
             .map(|i| format!("{}notes: {:?}\n", i.to_toml(), i.notes))
             .collect::<Vec<_>>()
