@@ -1,6 +1,7 @@
 //! `npc import FILE [--write] [--replace]`: read an agent CLI's native MCP
 //! config (Claude `.mcp.json`, Codex `config.toml`, Gemini `settings.json`,
-//! OpenCode `opencode.json`) and print the equivalent manifest entries, or
+//! OpenCode `opencode.json`), slash command or subagent file (see
+//! `native::import_config`) and print the equivalent manifest entries, or
 //! merge them into the manifest keeping its comments. Importing a file npc
 //! keeps in step works: entries the manifest already declares identically
 //! are left as they are, differing ones are shown as a diff and taken only
@@ -23,6 +24,9 @@ pub fn run(
     replace: bool,
     manifest: Option<PathBuf>,
 ) -> anyhow::Result<Exit> {
+    if let Some(recognised) = native::import_config::recognise(file) {
+        return run_config(file, recognised, write, replace, manifest);
+    }
     let (kind, entries) = match native::import(file) {
         Ok(e) => e,
         Err(e) => {
@@ -96,6 +100,104 @@ pub fn run(
     }
     let names: BTreeSet<String> = entries.into_iter().map(|(n, _)| n).collect();
     adopt(&path, file, kind, names)?;
+    outln!("next: run `npc validate`, then `npc plan`")?;
+    Ok(Exit::Ok)
+}
+
+/// `npc import` of a slash command or a subagent (see
+/// `native::import_config`): print its manifest tables, or merge them.
+fn run_config(
+    file: &Path,
+    (kind, what, name): (
+        native::ProviderKind,
+        native::import_config::ConfigKind,
+        String,
+    ),
+    write: bool,
+    replace: bool,
+    manifest: Option<PathBuf>,
+) -> anyhow::Result<Exit> {
+    let text = match native::read_existing(file) {
+        Ok(Some(text)) => text,
+        Ok(None) => {
+            errln!(
+                "error: `{}` does not exist; check the path",
+                printable(&file.display().to_string())
+            );
+            return Ok(Exit::Failed);
+        }
+        Err(e) => {
+            errln!("error: {e}");
+            return Ok(Exit::Failed);
+        }
+    };
+    let path = super::manifest_path(manifest);
+    let model = path
+        .as_ref()
+        .ok()
+        .and_then(|p| runtime::load_manifest(p).ok())
+        .and_then(|loaded| loaded.manifest);
+    let imported = match native::import_config::import_config(
+        file,
+        &text,
+        (kind, what, &name),
+        model.as_ref(),
+    ) {
+        Ok(i) => i,
+        Err(e) => {
+            errln!("error: {e}");
+            return Ok(Exit::Failed);
+        }
+    };
+    for note in &imported.notes {
+        errln!("note: {}", printable(note));
+    }
+    if !write {
+        out!("{}", imported.to_toml())?;
+        return Ok(Exit::Ok);
+    }
+    let path = path?;
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let guard = crate::repofs::Root::new(dir)?;
+    let manifest_name = path.file_name().map(Path::new).unwrap_or(&path);
+    let before = guard
+        .read_string(manifest_name, crate::model::node::MAX_MANIFEST_BYTES)
+        .with_context(|| format!("cannot read `{}`", path.display()))?;
+    let (after, changed) = match native::import_config::merge_config(&before, &imported, replace) {
+        Ok(m) => m,
+        Err(e) => {
+            errln!("error: {e}");
+            return Ok(Exit::Failed);
+        }
+    };
+    if after != before {
+        guard
+            .write(
+                manifest_name,
+                after.as_bytes(),
+                crate::repofs::WriteOptions::SHARED,
+            )
+            .with_context(|| format!("cannot replace `{}`", path.display()))?;
+    }
+    let list = changed
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if changed.is_empty() {
+        outln!("already in the manifest, unchanged")?;
+    } else {
+        outln!(
+            "merged {} from {} into {}",
+            printable(&list),
+            printable(&file.display().to_string()),
+            path.display()
+        )?;
+    }
+    outln!(
+        "npc leaves `{}` alone while it is yours: delete it and run `npc apply` to have npc write it from the manifest",
+        printable(&file.display().to_string())
+    )?;
     outln!("next: run `npc validate`, then `npc plan`")?;
     Ok(Exit::Ok)
 }

@@ -108,9 +108,9 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
-    /// Read an agent CLI's MCP config and print (or merge) the manifest entries
+    /// Read an agent CLI's MCP config, slash command or subagent and print (or merge) the manifest entries
     Import {
-        /// `.mcp.json`, `.codex/config.toml`, `.gemini/settings.json` or `opencode.json`
+        /// `.mcp.json`, `.codex/config.toml`, `.gemini/settings.json` or `opencode.json`; or a command (`.claude/commands/NAME.md`, `.gemini/commands/NAME.toml`, `.opencode/commands/NAME.md`) or agent (`.claude/agents/NAME.md`, `.gemini/agents/NAME.md`, `.opencode/agents/NAME.md`, `.codex/agents/NAME.toml`)
         file: PathBuf,
         /// Merge into the manifest instead of printing; entries the manifest already declares identically are left as they are
         #[arg(long)]

@@ -194,6 +194,7 @@ fn print_files(files: &[FilePlan]) -> Result<(), OutputError> {
         let symbol = match f.action {
             "create" => "+",
             "update" => "~",
+            "remove" => "-",
             _ => "!",
         };
         // Paths, notes and diffs quote the agent files' own text.

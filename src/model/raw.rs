@@ -44,6 +44,10 @@ pub struct RawManifest {
     #[serde(default)]
     #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
     pub profiles: IndexMap<Name, Entry<Spanned<RawProfile>>>,
+    /// The repository's agent instructions (a template, rendered like a
+    /// prompt), kept as npc's block in `AGENTS.md`, `CLAUDE.md` and
+    /// `GEMINI.md` for the declared agent CLIs.
+    pub instructions: Option<Entry<Spanned<RawInstructions>>>,
     /// Prompt templates (minijinja), keyed by prompt name.
     #[serde(default)]
     #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
@@ -311,6 +315,22 @@ pub struct RawPrompt {
     /// Variables the template reads as `vars.NAME`.
     #[serde(default)]
     pub variables: IndexMap<Spanned<String>, Entry<Spanned<RawVariable>>>,
+    /// Also a slash command (`/NAME`) of every declared agent CLI, its
+    /// variables the command's arguments. Default `false`.
+    pub command: Option<bool>,
+    /// What the prompt does: the command's description.
+    pub description: Option<Spanned<String>>,
+}
+
+/// `[instructions]`: the repository's agent instructions.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Instructions")]
+pub struct RawInstructions {
+    /// The template text (minijinja, rendered like a prompt without variables).
+    pub template: Option<Spanned<String>>,
+    /// A file holding the template, relative to the manifest's directory.
+    pub file: Option<Spanned<String>>,
 }
 
 /// A declared template variable.

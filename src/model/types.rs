@@ -59,6 +59,9 @@ pub struct Manifest {
     pub providers: BTreeMap<String, Provider>,
     pub profiles: BTreeMap<String, Profile>,
     pub prompts: BTreeMap<String, Prompt>,
+    /// `[instructions]`: the repository's agent instructions (a template
+    /// without variables), delivered by `native::rules`.
+    pub instructions: Option<Prompt>,
     pub hooks: BTreeMap<HookEvent, Vec<Hook>>,
     pub plugins: BTreeMap<String, Plugin>,
     pub triggers: BTreeMap<String, Trigger>,
@@ -364,6 +367,9 @@ pub struct Profile {
     pub workspace: WorkspaceSpec,
 }
 
+/// The template name of `[instructions]` (in diagnostics and renders).
+pub const INSTRUCTIONS_NAME: &str = "instructions";
+
 #[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 pub struct Prompt {
     /// Where the template text came from.
@@ -371,6 +377,10 @@ pub struct Prompt {
     /// The template text (read from the file when `source` is a file).
     pub template: String,
     pub variables: BTreeMap<String, Variable>,
+    /// Also a slash command of the agent CLIs (`native::commands`).
+    pub command: bool,
+    /// What the prompt does (a command's description).
+    pub description: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]

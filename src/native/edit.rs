@@ -267,6 +267,46 @@ fn edit_json(
     })
 }
 
+/// The text of a JSON (or JSONC) agent file edited from `original` (parsed
+/// from `before`, `stripped` its comment-free text when it had comments)
+/// to `root`: `before` itself when nothing changed, the original's comments
+/// kept in place where they can be (a note when they cannot), and no text
+/// at all for an empty object that was never a file.
+pub(crate) fn rewrite_json(
+    path: &Path,
+    kind: ProviderKind,
+    before: Option<&str>,
+    stripped: Option<&str>,
+    original: Map<String, Value>,
+    root: Map<String, Value>,
+    notes: &mut Vec<String>,
+) -> Result<String, NativeError> {
+    if root == original {
+        return Ok(before.unwrap_or_default().to_string());
+    }
+    if let (Some(text), Some(stripped)) = (before, stripped)
+        && let Some(text) = keep_comments(text, stripped, original, root.clone(), kind)
+    {
+        return Ok(text);
+    }
+    if stripped.is_some() {
+        notes.push(format!(
+            "`{}` holds comments npc could not keep in place; they are dropped",
+            path.display()
+        ));
+    }
+    if root.is_empty() && before.is_none() {
+        return Ok(String::new());
+    }
+    let mut text =
+        serde_json::to_string_pretty(&Value::Object(root)).map_err(|e| NativeError::Shape {
+            path: path.into(),
+            message: format!("cannot serialize: {e}"),
+        })?;
+    text.push('\n');
+    Ok(text)
+}
+
 /// The edited text with the original's comments in place, checked by
 /// parsing it back; `None` when the check fails.
 pub(crate) fn keep_comments(

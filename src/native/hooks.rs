@@ -30,7 +30,7 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 
 use super::NativeError;
-use super::edit::{keep_comments, parse_native_json};
+use super::edit::{parse_native_json, rewrite_json};
 use crate::model::{HookEvent, Manifest, ProviderKind};
 
 /// What every bridge entry's command starts with (how npc knows its own).
@@ -280,36 +280,20 @@ pub fn edit(
     } else {
         root.insert("hooks".into(), Value::Object(hooks));
     }
-    if root == original {
-        return Ok((before.unwrap_or_default().to_string(), notes));
-    }
-    if kind == ProviderKind::GeminiCli && root.contains_key("hooks") {
+    if root != original && kind == ProviderKind::GeminiCli && root.contains_key("hooks") {
         notes.push(
             "Gemini CLI runs project hooks only in folders you trust (`/permissions`)".into(),
         );
     }
-    let commented = match (before, &stripped) {
-        (Some(text), Some(stripped)) => keep_comments(text, stripped, original, root.clone(), kind),
-        _ => None,
-    };
-    if let Some(text) = commented {
-        return Ok((text, notes));
-    }
-    if stripped.is_some() {
-        notes.push(format!(
-            "`{}` holds comments npc could not keep in place; they are dropped",
-            path.display()
-        ));
-    }
-    if root.is_empty() && before.is_none() {
-        return Ok((String::new(), notes));
-    }
-    let mut text =
-        serde_json::to_string_pretty(&Value::Object(root)).map_err(|e| NativeError::Shape {
-            path: path.into(),
-            message: format!("cannot serialize: {e}"),
-        })?;
-    text.push('\n');
+    let text = rewrite_json(
+        path,
+        kind,
+        before,
+        stripped.as_deref(),
+        original,
+        root,
+        &mut notes,
+    )?;
     Ok((text, notes))
 }
 

@@ -197,7 +197,7 @@ pub fn same_as_manifest(
 }
 
 /// Whether the manifest accepts `name` as an entry name.
-fn is_manifest_name(name: &str) -> bool {
+pub(crate) fn is_manifest_name(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some('a'..='z' | '0'..='9'))
         && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_' | '-'))
@@ -367,7 +367,7 @@ fn m(s: &str, syntax: Syntax) -> String {
 }
 
 /// A literal string (no references) in manifest spelling.
-fn lit(s: &str) -> String {
+pub(crate) fn lit(s: &str) -> String {
     refs::to_manifest(&[Segment::Literal(s.to_string())])
 }
 
@@ -814,7 +814,7 @@ pub fn comment_line(text: &str) -> String {
     out
 }
 
-fn implicit_table() -> Item {
+pub(crate) fn implicit_table() -> Item {
     let mut t = Table::new();
     t.set_implicit(true);
     Item::Table(t)
@@ -887,7 +887,7 @@ fn insert_servers_raw(root: &mut Table, name: &str, table: Table) -> Option<()> 
 }
 
 /// Whether two TOML tables mean the same, whatever their layout.
-fn same_table(a: &Table, b: &Table) -> bool {
+pub(crate) fn same_table(a: &Table, b: &Table) -> bool {
     let text = |t: &Table| {
         let mut doc = DocumentMut::new();
         for (k, v) in t.iter() {

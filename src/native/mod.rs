@@ -15,14 +15,20 @@
 //! rewritten with their comments kept. Secrets are written as environment
 //! references, never as values, and plan diffs redact known secret values.
 
+pub mod agents;
+pub mod commands;
 pub mod doctor;
 pub(crate) mod edit;
 pub mod export;
 pub mod gateway;
 pub mod hooks;
 pub mod import;
+pub mod import_config;
 pub mod jsonc;
+pub mod managed;
+pub mod permissions;
 pub mod refs;
+pub mod rules;
 pub mod run;
 pub mod skills;
 
@@ -155,6 +161,10 @@ pub enum NativeError {
         "MCP servers {names} are already declared in the manifest with different entries; pass `--replace` to take the imported ones, or rename them in the file, then import again\n{diff}"
     )]
     ImportConflict { names: String, diff: String },
+    #[error(
+        "entries {names} are already in the manifest with different values; pass `--replace` to take the imported ones, or rename the file, then import again\n{diff}"
+    )]
+    ConfigConflict { names: String, diff: String },
     /// Refused by the guarded file layer (a link out of the repository, a
     /// FIFO, …).
     #[error(transparent)]
@@ -328,6 +338,29 @@ pub fn write(root: &Path, change: &FileChange, options: WriteOptions) -> Result<
         return Err(NativeError::Stale { path: path.clone() });
     }
     root.write(path, change.after.as_bytes(), options)?;
+    Ok(true)
+}
+
+/// Remove a planned file (npc's own, found in `change.before`) through the
+/// guarded layer confined to `root`: never through a link, only a regular
+/// file, and only when it still holds what was planned. Returns `false`
+/// when there was nothing to remove.
+pub fn remove(root: &Path, change: &FileChange) -> Result<bool, NativeError> {
+    let Some(before) = &change.before else {
+        return Ok(false);
+    };
+    let root = Root::new(root)?;
+    let now = root.read_existing(
+        &change.path,
+        MAX_NATIVE_FILE_BYTES,
+        crate::repofs::Links::Refuse,
+    )?;
+    if now.as_ref() != Some(before) {
+        return Err(NativeError::Stale {
+            path: change.path.clone(),
+        });
+    }
+    root.remove_file(&change.path)?;
     Ok(true)
 }
 

@@ -237,6 +237,27 @@ pub fn prompt(
     Ok(scrub(&out))
 }
 
+/// Render `[instructions]` (no variables, no profile; the workspace block
+/// only where the template prints it): `None` when the manifest has none.
+pub fn instructions(
+    manifest: &Manifest,
+    ctx: &RenderContext,
+) -> Result<Option<String>, RenderError> {
+    let Some(prompt) = &manifest.instructions else {
+        return Ok(None);
+    };
+    let out = render_template(
+        manifest,
+        crate::model::INSTRUCTIONS_NAME,
+        prompt,
+        &BTreeMap::new(),
+        ctx,
+        None,
+        Placement::AsWritten,
+    )?;
+    Ok(Some(scrub(&out)))
+}
+
 /// Where the workspace block goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Placement {
@@ -251,6 +272,7 @@ enum Placement {
 pub fn template_name(name: &str, prompt: &Prompt) -> String {
     match &prompt.source {
         PromptSource::File { path } => path.clone(),
+        PromptSource::Inline if name == crate::model::INSTRUCTIONS_NAME => name.to_string(),
         PromptSource::Inline => format!("prompts.{name}"),
     }
 }

@@ -25,7 +25,8 @@ pub struct FilePlan {
     pub path: String,
     /// What the file is for.
     pub what: String,
-    /// `create`, `update`, `unchanged` or `error`.
+    /// `create`, `update`, `remove`, `unchanged`, `skip` (left alone, with
+    /// a note saying why) or `error`.
     pub action: &'static str,
     pub diff: String,
     pub notes: Vec<String>,
@@ -43,11 +44,14 @@ pub struct FilePlan {
     /// directory for user-level files).
     #[serde(skip)]
     root: PathBuf,
+    /// npc's own file, removed (its manifest entry is gone).
+    #[serde(skip)]
+    remove: bool,
 }
 
 impl FilePlan {
     pub fn is_change(&self) -> bool {
-        matches!(self.action, "create" | "update")
+        matches!(self.action, "create" | "update" | "remove")
     }
 
     /// The file's absolute path and the content npc would write there.
@@ -75,7 +79,44 @@ impl FilePlan {
             change: Some(change),
             native: false,
             root: root.to_path_buf(),
+            remove: false,
         }
+    }
+
+    /// A file of `native::managed`'s plan (rules, commands, agents).
+    fn from_planned(root: &Path, planned: native::managed::Planned, secrets: &[String]) -> Self {
+        let path = root.join(&planned.path);
+        if let Some(error) = planned.error {
+            return Self::failed(rel(root, &path), planned.what, error);
+        }
+        let remove = planned.after.is_none() && planned.before.is_some();
+        let after = planned.after.unwrap_or_default();
+        let diff = if planned.before.as_deref() == Some(after.as_str()) {
+            String::new()
+        } else {
+            native::redacted_diff(&path, planned.before.as_deref(), &after, secrets)
+        };
+        let change = FileChange {
+            path,
+            before: planned.before,
+            after,
+            diff,
+            notes: planned.notes,
+            managed: BTreeSet::new(),
+            conflicts: Vec::new(),
+        };
+        let mut plan = Self {
+            native: true,
+            ..Self::from_change(root, planned.what, change)
+        };
+        if remove {
+            plan.action = "remove";
+            plan.remove = true;
+        } else if plan.action == "unchanged" && !plan.notes.is_empty() {
+            // Left alone (a user's file of npc's name): shown with its note.
+            plan.action = "skip";
+        }
+        plan
     }
 
     fn failed(path: String, what: String, error: String) -> Self {
@@ -90,6 +131,7 @@ impl FilePlan {
             change: None,
             native: false,
             root: PathBuf::new(),
+            remove: false,
         }
     }
 }
@@ -144,21 +186,34 @@ pub fn plan_files_with(
         };
         let path = native::target_path(&paths.root, &target);
         let key = rel(&paths.root, &path);
-        let managed = store
+        // The store keeps MCP entry names and (with a `:`) npc's
+        // permission entries of the same file.
+        let (permission_entries, managed): (BTreeSet<String>, BTreeSet<String>) = store
             .and_then(|s| s.managed_entries(&key).ok())
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into_iter()
+            .partition(|name| name.contains(':'));
         let project = *scope == Scope::Project;
-        let what = if project && kind == ProviderKind::GeminiCli {
-            format!("{} MCP servers and hooks", kind.as_str())
-        } else {
-            format!("{} MCP servers", kind.as_str())
+        let what = match kind {
+            ProviderKind::GeminiCli if project => {
+                format!("{} MCP servers, hooks and permissions", kind.as_str())
+            }
+            ProviderKind::Opencode if project => {
+                format!("{} MCP servers and permissions", kind.as_str())
+            }
+            _ => format!("{} MCP servers", kind.as_str()),
         };
         let planned =
             native::plan_file(&paths.root, &target, &exported, &managed, opts).and_then(|change| {
                 match kind {
-                    // The hook bridge lives in the same file: one change for both.
+                    // The hook bridge and the permissions live in the same
+                    // file: one change for all.
                     ProviderKind::GeminiCli if project => {
-                        with_hook_bridge(change, kind, manifest, paths)
+                        let change = with_hook_bridge(change, kind, manifest, paths)?;
+                        with_permissions(change, kind, manifest, &permission_entries)
+                    }
+                    ProviderKind::Opencode if project => {
+                        with_permissions(change, kind, manifest, &permission_entries)
                     }
                     _ => Ok(change),
                 }
@@ -172,7 +227,7 @@ pub fn plan_files_with(
             Err(e) => out.push(FilePlan::failed(key, what, e.to_string())),
         }
         if project && matches!(kind, ProviderKind::ClaudeCode | ProviderKind::Codex) {
-            out.extend(plan_hooks_file(kind, manifest, paths));
+            out.extend(plan_hooks_file(kind, manifest, paths, store));
         }
         if project && kind == ProviderKind::Opencode {
             out.extend(plan_opencode_plugin(manifest, paths));
@@ -181,8 +236,115 @@ pub fn plan_files_with(
     let ctx = RenderContext::new(&paths.root, manifest);
     crate::model::template::with_fuel_pool(crate::model::template::BATCH_FUEL, || {
         plan_profiles(manifest, paths, &ctx, &mut out);
+        if *scope == Scope::Project {
+            plan_agent_config(manifest, paths, &ctx, &mut out);
+        }
     });
     out
+}
+
+/// The rules files' blocks, the slash commands and the subagents (see
+/// `native::rules`, `native::commands`, `native::agents`): only the
+/// files that change (or cannot be planned) are listed.
+fn plan_agent_config(
+    manifest: &Manifest,
+    paths: &RepoPaths,
+    ctx: &RenderContext,
+    out: &mut Vec<FilePlan>,
+) {
+    let secrets = manifest.secret_values();
+    let kinds = declared_kinds(manifest);
+    let rendered = render::instructions(manifest, ctx);
+    // `CLAUDE.md` is often a link to `AGENTS.md`: one file, planned once
+    // for all the CLIs that read it.
+    let repo = crate::repofs::Root::new(&paths.root).ok();
+    let mut files: Vec<(Option<PathBuf>, &str, Vec<&str>)> = Vec::new();
+    for file in native::rules::RULES_FILES {
+        let readers: Vec<&str> = kinds
+            .iter()
+            .filter(|k| native::rules::rules_file(**k) == file)
+            .map(|k| k.as_str())
+            .collect();
+        let real = repo
+            .as_ref()
+            .and_then(|r| r.real_path(Path::new(file)).ok());
+        match files.iter_mut().find(|(r, _, _)| r.is_some() && *r == real) {
+            Some((_, _, earlier)) => earlier.extend(readers),
+            None => files.push((real, file, readers)),
+        }
+    }
+    for (_, file, readers) in files {
+        let path = paths.root.join(file);
+        let what = if readers.is_empty() {
+            "agent instructions".to_string()
+        } else {
+            format!("agent instructions ({})", readers.join(", "))
+        };
+        let body = match (&rendered, readers.is_empty()) {
+            (_, true) | (Ok(None), _) => None,
+            (Ok(Some(body)), false) => Some(body.as_str()),
+            (Err(e), false) => {
+                out.push(FilePlan::failed(file.to_string(), what, e.to_string()));
+                continue;
+            }
+        };
+        let mut notes = Vec::new();
+        if body.is_some() && readers.contains(&ProviderKind::GeminiCli.as_str()) {
+            let settings =
+                native::target_path(&paths.root, &Target::project(ProviderKind::GeminiCli));
+            if let Ok(Some(text)) = native::read_existing_in(&paths.root, &settings) {
+                notes.extend(native::rules::gemini_context_note(&settings, &text));
+            }
+        }
+        let planned = match native::read_existing_in(&paths.root, &path) {
+            Ok(before) => match native::rules::edit(before.as_deref(), body) {
+                Ok(after) => native::managed::Planned {
+                    path: file.into(),
+                    what,
+                    before,
+                    after,
+                    notes,
+                    error: None,
+                },
+                Err(e) => native::managed::Planned {
+                    path: file.into(),
+                    what,
+                    before,
+                    after: None,
+                    notes: Vec::new(),
+                    error: Some(format!("`{file}`: {e}")),
+                },
+            },
+            // Nothing to write: a file npc cannot read (a link out of the
+            // repository) is left alone without a word.
+            Err(_) if body.is_none() => continue,
+            Err(e) => native::managed::Planned {
+                path: file.into(),
+                what,
+                before: None,
+                after: None,
+                notes: Vec::new(),
+                error: Some(e.to_string()),
+            },
+        };
+        if planned.is_change() || planned.error.is_some() || !planned.notes.is_empty() {
+            out.push(FilePlan::from_planned(&paths.root, planned, &secrets));
+        }
+    }
+    for (planned, notes) in [
+        native::commands::plan(manifest, &paths.root, ctx),
+        native::agents::plan(manifest, &paths.root, ctx),
+    ] {
+        let first = out.len();
+        out.extend(
+            planned
+                .into_iter()
+                .map(|p| FilePlan::from_planned(&paths.root, p, &secrets)),
+        );
+        if let Some(plan) = out.get_mut(first) {
+            plan.notes.extend(notes);
+        }
+    }
 }
 
 /// The manifest's file name, as the hook bridge commands name it.
@@ -222,15 +384,57 @@ fn with_hook_bridge(
     Ok(change)
 }
 
+/// `change` (to `kind`'s settings file) with npc's permission entries
+/// brought in line too (see [`native::permissions`]); `previously` names
+/// the entries npc added before, and the change's managed set gains the
+/// ones it manages now (the store keeps them under the file's path).
+fn with_permissions(
+    mut change: FileChange,
+    kind: ProviderKind,
+    manifest: &Manifest,
+    previously: &BTreeSet<String>,
+) -> Result<FileChange, native::NativeError> {
+    let current =
+        (change.before.is_some() || !change.after.is_empty()).then_some(change.after.as_str());
+    let edit = match kind {
+        ProviderKind::GeminiCli => native::permissions::gemini_edit,
+        ProviderKind::Opencode => native::permissions::opencode_edit,
+        _ => native::permissions::claude_edit,
+    };
+    let (after, managed, notes) = edit(&change.path, current, manifest, previously)?;
+    change.after = after;
+    change.managed.extend(managed);
+    change.notes.extend(notes);
+    change.diff = if change.is_change() {
+        native::redacted_diff(
+            &change.path,
+            change.before.as_deref(),
+            &change.after,
+            &manifest.secret_values(),
+        )
+    } else {
+        String::new()
+    };
+    Ok(change)
+}
+
 /// Claude Code's project settings (Codex CLI's hooks file) with the hook
 /// bridge entries; `None` when the file does not exist and no entry is due.
-fn plan_hooks_file(kind: ProviderKind, manifest: &Manifest, paths: &RepoPaths) -> Option<FilePlan> {
+fn plan_hooks_file(
+    kind: ProviderKind,
+    manifest: &Manifest,
+    paths: &RepoPaths,
+    store: Option<&Store>,
+) -> Option<FilePlan> {
     let file = match kind {
         ProviderKind::Codex => native::hooks::CODEX_HOOKS,
         _ => native::hooks::CLAUDE_SETTINGS,
     };
     let path = paths.root.join(file);
-    let what = format!("{} hooks", kind.as_str());
+    let what = match kind {
+        ProviderKind::ClaudeCode => format!("{} hooks and permissions", kind.as_str()),
+        _ => format!("{} hooks", kind.as_str()),
+    };
     let planned = native::read_existing_in(&paths.root, &path).and_then(|before| {
         let change = FileChange {
             path: path.clone(),
@@ -241,7 +445,16 @@ fn plan_hooks_file(kind: ProviderKind, manifest: &Manifest, paths: &RepoPaths) -
             managed: BTreeSet::new(),
             conflicts: Vec::new(),
         };
-        with_hook_bridge(change, kind, manifest, paths)
+        let change = with_hook_bridge(change, kind, manifest, paths)?;
+        match kind {
+            ProviderKind::ClaudeCode => {
+                let previously = store
+                    .and_then(|s| s.managed_entries(file).ok())
+                    .unwrap_or_default();
+                with_permissions(change, kind, manifest, &previously)
+            }
+            _ => Ok(change),
+        }
     });
     Some(match planned {
         Ok(change) if change.before.is_none() && change.after.is_empty() => return None,
@@ -361,7 +574,9 @@ pub async fn write_files(
         } else {
             WriteOptions::PRIVATE
         };
-        let written = if plan.is_change() {
+        let written = if plan.remove {
+            native::remove(&plan.root, change).map_err(|e| e.to_string())
+        } else if plan.is_change() {
             native::write(&plan.root, change, options).map_err(|e| e.to_string())
         } else {
             Ok(false)
@@ -373,7 +588,11 @@ pub async fn write_files(
         }
         out.push((
             plan.path.clone(),
-            written.map(|w| if w { "written" } else { "unchanged" }),
+            written.map(|w| match (w, plan.remove) {
+                (true, true) => "removed",
+                (true, false) => "written",
+                (false, _) => "unchanged",
+            }),
         ));
     }
     out

@@ -374,7 +374,16 @@ action = {{ profile = "dev" }}
         "by the agent"
     );
     assert!(!dir.path().join("edited.txt").exists());
-    assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
+    // The checkout is as it was, but for the subagent file the daemon
+    // writes for the profile (`.claude/agents/dev.md`).
+    assert_eq!(
+        git(
+            dir.path(),
+            &["status", "--porcelain", "--", ".", ":!.claude"]
+        ),
+        ""
+    );
+    assert!(dir.path().join(".claude/agents/dev.md").is_file());
 }
 
 #[test]

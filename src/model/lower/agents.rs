@@ -137,11 +137,42 @@ impl Lower<'_> {
             &mut self.probe_fuel,
         );
         self.diags.extend(found);
+        if let Some(d) = &p.description
+            && d.value.trim().is_empty()
+        {
+            self.error(
+                &d.span,
+                "empty prompt `description`",
+                "say what the prompt does, or remove `description`",
+            );
+        }
         Some(Prompt {
             source,
             template,
             variables,
+            command: p.command.unwrap_or(false),
+            description: p.description.map(|d| d.value),
         })
+    }
+
+    /// `[instructions]`: lowered as a prompt without variables (same
+    /// template checks, same file rules).
+    pub(super) fn instructions(
+        &mut self,
+        Spanned { value, span }: Spanned<RawInstructions>,
+    ) -> Option<Prompt> {
+        let name = Spanned {
+            span: span.clone(),
+            value: INSTRUCTIONS_NAME.to_string(),
+        };
+        let raw = RawPrompt {
+            template: value.template,
+            file: value.file,
+            variables: Default::default(),
+            command: None,
+            description: None,
+        };
+        self.prompt(&name, Spanned { value: raw, span })
     }
 
     pub(super) fn profile(

@@ -274,6 +274,7 @@ impl Lower<'_> {
             providers: BTreeMap::new(),
             profiles: BTreeMap::new(),
             prompts: BTreeMap::new(),
+            instructions: None,
             hooks: BTreeMap::new(),
             plugins: BTreeMap::new(),
             triggers: BTreeMap::new(),
@@ -296,6 +297,10 @@ impl Lower<'_> {
                 m.prompts.insert(name.value, prompt);
             }
         }
+        m.instructions = raw
+            .instructions
+            .and_then(|e| e.0)
+            .and_then(|i| self.instructions(i));
         let raw_profiles = self.entries("profiles", raw.profiles);
         let raw_triggers = self.entries("triggers", raw.triggers);
         let raw_panes = self.entries("panes", raw.panes);
