@@ -291,6 +291,11 @@ pub async fn git_output(
     ))
 }
 
+/// Held around `git worktree add` (see [`Worktree::create`]); a daemon
+/// makes the worktrees of one repository, so one lock per process is one
+/// per repository.
+static WORKTREE_ADD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 impl Worktree {
     /// Make the worktree of run `run_id`: `base_ref` resolved to a commit,
     /// branch `branch` (new) checked out at it in `root/run_id`. `root`
@@ -327,12 +332,18 @@ impl Worktree {
         // The common case in one git command; the checks that name what
         // was wrong run only when it fails.
         let commit = format!("{base_ref}^{{commit}}");
-        let added = git(
-            supervisor,
-            repo,
-            &["worktree", "add", "--quiet", "-b", branch, &shown, &commit],
-        )
-        .await;
+        // One `worktree add` at a time: git's worktree bookkeeping is not
+        // safe against itself, and of four runs started at once one could
+        // fail after its branch was made ("exists already").
+        let added = {
+            let _one = WORKTREE_ADD.lock().await;
+            git(
+                supervisor,
+                repo,
+                &["worktree", "add", "--quiet", "-b", branch, &shown, &commit],
+            )
+            .await
+        };
         if let Err(failed) = added {
             return Err(Self::why_not(supervisor, repo, base_ref, branch, failed).await);
         }
