@@ -23,6 +23,9 @@ use crate::runtime::{self, RepoPaths};
 const VERSION_TIMEOUT: Duration = Duration::from_secs(15);
 /// Codex's flag that runs project hooks without a stored review.
 const CODEX_BYPASS_HOOK_TRUST: &str = "--dangerously-bypass-hook-trust";
+/// Where, under the user's `.gemini`, Gemini CLI keeps the project agents
+/// the user acknowledged.
+const GEMINI_AGENT_ACKS: &str = "acknowledgments/agents.json";
 /// Gemini CLI's flag and variable that trust the folder for one run.
 const GEMINI_SKIP_TRUST: &str = "--skip-trust";
 const GEMINI_TRUST_ENV: &str = "GEMINI_CLI_TRUST_WORKSPACE";
@@ -109,9 +112,13 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<Exit> {
             let mut report = installed(kind, provider, &paths.root, &tokio);
             if report.path.is_some() {
                 report.checks.extend(agent_files(kind, &plans));
-                report
-                    .checks
-                    .extend(trust(kind, provider, &paths.root, home.as_deref()));
+                report.checks.extend(trust(
+                    kind,
+                    provider,
+                    &manifest,
+                    &paths.root,
+                    home.as_deref(),
+                ));
             }
             report
         })
@@ -305,8 +312,74 @@ fn agent_files(kind: ProviderKind, plans: &[runtime::files::FilePlan]) -> Vec<Ch
     )]
 }
 
+/// Whether Gemini CLI offers npc's project agents: each file's text must be
+/// acknowledged in the user's `acknowledgments/agents.json` (under `dir`,
+/// the user's `.gemini`), which its start-up dialog writes.
+fn gemini_agents(manifest: &Manifest, root: &Path, dir: Option<&Path>) -> Vec<Check> {
+    let (folder, format) = crate::native::agents::agents_dir(ProviderKind::GeminiCli);
+    let agents: Vec<(String, String)> = manifest
+        .profiles
+        .iter()
+        .filter(|(_, p)| {
+            manifest
+                .providers
+                .get(&p.provider)
+                .is_some_and(|v| v.kind == ProviderKind::GeminiCli)
+        })
+        .filter_map(|(name, _)| {
+            let path = root
+                .join(folder)
+                .join(format!("{name}.{}", format.extension()));
+            let text = crate::native::read_existing_in(root, &path)
+                .ok()
+                .flatten()?;
+            Some((name.clone(), text))
+        })
+        .collect();
+    if agents.is_empty() {
+        return Vec::new();
+    }
+    let acks_path = dir.map(|d| d.join(GEMINI_AGENT_ACKS));
+    let acks = acks_path
+        .as_deref()
+        .and_then(|p| crate::native::read_existing(p).ok().flatten());
+    let missing = checks::gemini_unacknowledged_agents(acks.as_deref(), root, &agents);
+    if missing.is_empty() {
+        return vec![Check::ok(
+            "agent_acknowledgement",
+            "npc's agents are acknowledged".to_string(),
+        )];
+    }
+    let shown = acks_path.map_or(format!("~/.gemini/{GEMINI_AGENT_ACKS}"), |p| {
+        p.display().to_string()
+    });
+    vec![Check::bad(
+        "agent_acknowledgement",
+        Status::Problem,
+        format!(
+            "Gemini CLI offers a project agent only once its text is acknowledged, and {} {} not",
+            missing
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if missing.len() == 1 { "is" } else { "are" }
+        ),
+        format!(
+            "start `gemini` in `{}` and accept the new agents it lists (it stores their hashes in `{shown}`)",
+            root.display()
+        ),
+    )]
+}
+
 /// Whether the CLI trusts the repository enough to read npc's files.
-fn trust(kind: ProviderKind, provider: &Provider, root: &Path, home: Option<&Path>) -> Vec<Check> {
+fn trust(
+    kind: ProviderKind,
+    provider: &Provider,
+    manifest: &Manifest,
+    root: &Path,
+    home: Option<&Path>,
+) -> Vec<Check> {
     let has_arg = |flag: &str| provider.args.iter().any(|a| a.expose() == flag);
     let read = |p: &Path| crate::native::read_existing(p).ok().flatten();
     let root_text = root.display();
@@ -386,32 +459,36 @@ fn trust(kind: ProviderKind, provider: &Provider, root: &Path, home: Option<&Pat
                 .map_or("~/.gemini/trustedFolders.json".to_string(), |p| {
                     p.display().to_string()
                 });
-            vec![
-                match checks::gemini_trust(settings.as_deref(), folders.as_deref(), root) {
-                    GeminiTrust::CheckOff => Check::ok(
-                        "folder_trust",
-                        "folder trust is off in the user's settings".to_string(),
+            let mut out = vec![match checks::gemini_trust(
+                settings.as_deref(),
+                folders.as_deref(),
+                root,
+            ) {
+                GeminiTrust::CheckOff => Check::ok(
+                    "folder_trust",
+                    "folder trust is off in the user's settings".to_string(),
+                ),
+                GeminiTrust::Trusted => {
+                    Check::ok("folder_trust", format!("`{root_text}` is trusted"))
+                }
+                trust => Check::bad(
+                    "folder_trust",
+                    Status::Problem,
+                    format!(
+                        "`{root_text}` is {}: Gemini CLI ignores its `.gemini/settings.json` and, headless, does not start",
+                        if trust == GeminiTrust::Untrusted {
+                            "marked untrusted"
+                        } else {
+                            "not a trusted folder"
+                        }
                     ),
-                    GeminiTrust::Trusted => {
-                        Check::ok("folder_trust", format!("`{root_text}` is trusted"))
-                    }
-                    trust => Check::bad(
-                        "folder_trust",
-                        Status::Problem,
-                        format!(
-                            "`{root_text}` is {}: Gemini CLI ignores its `.gemini/settings.json` and, headless, does not start",
-                            if trust == GeminiTrust::Untrusted {
-                                "marked untrusted"
-                            } else {
-                                "not a trusted folder"
-                            }
-                        ),
-                        format!(
-                            "start `gemini` in `{root_text}` once and trust it, or add `\"{root_text}\": \"TRUST_FOLDER\"` to `{shown}`"
-                        ),
+                    format!(
+                        "start `gemini` in `{root_text}` once and trust it, or add `\"{root_text}\": \"TRUST_FOLDER\"` to `{shown}`"
                     ),
-                },
-            ]
+                ),
+            }];
+            out.extend(gemini_agents(manifest, root, dir.as_deref()));
+            out
         }
         ProviderKind::ClaudeCode | ProviderKind::Opencode => Vec::new(),
     }

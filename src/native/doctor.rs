@@ -11,7 +11,11 @@
 //!   writes) only in a trusted folder (`~/.gemini/trustedFolders.json`:
 //!   path → `TRUST_FOLDER` / `TRUST_PARENT` / `DO_NOT_TRUST`, the longest
 //!   matching path deciding; `security.folderTrust.enabled = false` turns
-//!   the check off), and headless it refuses to start in an untrusted one.
+//!   the check off), and headless it refuses to start in an untrusted one;
+//!   it offers a project agent (`.gemini/agents/NAME.md`) only once the user
+//!   acknowledged that file (`~/.gemini/acknowledgments/agents.json`:
+//!   project root → agent name → the SHA-256 of the file's text, hex; its
+//!   start-up dialog stores it), so an edited agent waits for a new yes.
 //!
 //! Pure functions over the files' text; the command reads the files.
 
@@ -153,6 +157,30 @@ pub fn gemini_trust(
     best.map_or(GeminiTrust::Unknown, |(_, t)| t)
 }
 
+/// The names among `agents` (name, the text of its `.gemini/agents` file)
+/// that Gemini CLI's acknowledgements (`acks`, the text of its
+/// `acknowledgments/agents.json`; `None` when absent) do not hold for the
+/// project at `root` with that text.
+pub fn gemini_unacknowledged_agents(
+    acks: Option<&str>,
+    root: &Path,
+    agents: &[(String, String)],
+) -> Vec<String> {
+    use sha2::Digest as _;
+    let acks: Value = acks
+        .and_then(|a| serde_json::from_str(a).ok())
+        .unwrap_or(Value::Null);
+    let project = root.to_str().map_or(&Value::Null, |r| &acks[r]);
+    agents
+        .iter()
+        .filter(|(name, text)| {
+            let hash = crate::stdx::hex(&sha2::Sha256::digest(text.as_bytes()));
+            project[name.as_str()].as_str() != Some(hash.as_str())
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
 /// The first `X.Y.Z` in a CLI's `--version` output.
 pub fn version_in(output: &str) -> Option<semver::Version> {
     output
@@ -215,6 +243,37 @@ mod tests {
         assert_eq!(
             gemini_trust(None, Some(elsewhere), root),
             GeminiTrust::Unknown
+        );
+    }
+
+    #[test]
+    fn gemini_agents_need_an_acknowledgement_of_their_text() {
+        let root = Path::new("/repo");
+        let agents = vec![
+            ("a".to_string(), "---\nname: a\n---\nbody\n".to_string()),
+            ("b".to_string(), "---\nname: b\n---\nother\n".to_string()),
+        ];
+        // sha256 of a's text, as Gemini CLI stores it.
+        let a = "a8a5ee8ad4ff5d0ba5b8bd4e0d5fbc7b5e3b5e4d7b0a4d9b9c8f3a1e2d3c4b5a";
+        let real = {
+            use sha2::Digest as _;
+            crate::stdx::hex(&sha2::Sha256::digest(agents[0].1.as_bytes()))
+        };
+        assert_ne!(real, a);
+        let acks = serde_json::json!({ "/repo": { "a": real, "b": a } }).to_string();
+        assert_eq!(
+            gemini_unacknowledged_agents(Some(&acks), root, &agents),
+            ["b"]
+        );
+        assert_eq!(
+            gemini_unacknowledged_agents(None, root, &agents),
+            ["a", "b"]
+        );
+        // Acknowledged for another project only.
+        let elsewhere = serde_json::json!({ "/other": { "a": real } }).to_string();
+        assert_eq!(
+            gemini_unacknowledged_agents(Some(&elsewhere), root, &agents[..1]),
+            ["a"]
         );
     }
 

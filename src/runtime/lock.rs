@@ -77,7 +77,7 @@ pub fn abstract_name(repo: &Path) -> String {
     }
     hasher.update(repo.as_os_str().as_bytes());
     let digest = hasher.finalize();
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::stdx::hex(&digest);
     format!("{ABSTRACT_LOCK_PREFIX}{}", &hex[..ABSTRACT_LOCK_DIGEST_HEX])
 }
 

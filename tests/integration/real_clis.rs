@@ -237,7 +237,7 @@ impl Setup {
             "npc apply failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        if cli.kind == "codex" && !hooks.is_empty() {
+        if cli.kind == "codex" && hooks.contains("[[hooks.") {
             this.review_codex_hooks(&root);
         }
         this
@@ -674,4 +674,127 @@ fn every_cli_gets_the_gateway_as_a_non_root_user() {
     for cli in [CLAUDE, CODEX, GEMINI, OPENCODE] {
         echo_through_the_gateway_as(cli, Some(OTHER_USER));
     }
+}
+
+/// Rules, a command and a subagent npc writes for the repository (each
+/// with a token to look for in what reaches the model).
+const AGENT_CONFIG: &str = r#"
+[instructions]
+template = "Rules token: npc-rules-7f3a."
+
+[prompts.npc-review]
+template = "npc-command-91bc: review {{ vars.target }}"
+command = true
+description = "npc-command-desc-91bc"
+[prompts.npc-review.variables]
+target = { description = "what to review" }
+
+[prompts.helper-body]
+template = "You are npc-subagent-body-5d2e."
+
+[profiles.npc-helper]
+provider = "p"
+description = "npc-subagent-desc-5d2e"
+prompt = "helper-body"
+"#;
+/// The `[instructions]` text, in the rules file every CLI reads.
+const RULES_TOKEN: &str = "npc-rules-7f3a";
+/// The command's name and description, in Claude Code's list of commands.
+const COMMAND_TOKENS: [&str; 2] = ["npc-review", "npc-command-desc-91bc"];
+/// The subagent's name and description, in each CLI's list of agents.
+const SUBAGENT_TOKENS: [&str; 2] = ["npc-helper", "npc-subagent-desc-5d2e"];
+
+/// A run of `cli` in a repository where npc wrote [`AGENT_CONFIG`]: every
+/// request that reached the model carried each of `expect`.
+fn offered_agent_config(cli: Cli, expect: &[&str], before_run: impl FnOnce(&Setup)) {
+    if !installed(cli) {
+        return;
+    }
+    let s = Setup::new(cli, AGENT_CONFIG);
+    before_run(&s);
+    let events = s.run();
+    check_turn(&s, &events, &format!("Echo: {ECHO_TOKEN}"));
+    for turn in s.turns() {
+        let text = turn.to_string();
+        let missing: Vec<&&str> = expect.iter().filter(|t| !text.contains(**t)).collect();
+        assert!(
+            missing.is_empty(),
+            "{}: the model was not offered {missing:?}",
+            cli.program
+        );
+    }
+}
+
+/// Claude Code reads `CLAUDE.md`, lists `.claude/commands/` among its
+/// commands and `.claude/agents/` among its agents.
+#[test]
+fn claude_is_offered_npc_s_rules_command_and_subagent() {
+    let mut expect = vec![RULES_TOKEN];
+    expect.extend(COMMAND_TOKENS);
+    expect.extend(SUBAGENT_TOKENS);
+    offered_agent_config(CLAUDE, &expect, |_| {});
+}
+
+/// Codex reads `AGENTS.md` and offers `.codex/agents/` roles (it has no
+/// project commands).
+#[test]
+fn codex_is_offered_npc_s_rules_and_agent_role() {
+    let mut expect = vec![RULES_TOKEN];
+    expect.extend(SUBAGENT_TOKENS);
+    offered_agent_config(CODEX, &expect, |_| {});
+}
+
+/// Gemini CLI reads `GEMINI.md`, and offers a project agent once the user
+/// acknowledged its file (which `npc doctor` reports until then); its
+/// commands are the user's to type, never offered to the model.
+#[test]
+fn gemini_is_offered_npc_s_rules_and_its_acknowledged_subagent() {
+    let mut expect = vec![RULES_TOKEN];
+    expect.extend(SUBAGENT_TOKENS);
+    offered_agent_config(GEMINI, &expect, |s| {
+        let ack = |s: &Setup| -> Value {
+            let out = s.npc(&["doctor", "--format", "json"]).output().unwrap();
+            let reports: Value = serde_json::from_slice(&out.stdout).unwrap();
+            reports[0]["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["check"] == "agent_acknowledgement")
+                .cloned()
+                .unwrap_or_else(|| panic!("no acknowledgement check in {reports}"))
+        };
+        let before = ack(s);
+        assert_eq!(before["status"], "problem", "{before}");
+        assert!(before.to_string().contains("npc-helper"), "{before}");
+        // What Gemini CLI's start-up dialog stores when the user accepts.
+        let root = s.root();
+        let mut acks = serde_json::Map::new();
+        for name in ["agent", "npc-helper"] {
+            use sha2::Digest as _;
+            let text = std::fs::read(root.join(format!(".gemini/agents/{name}.md"))).unwrap();
+            let hash: String = sha2::Sha256::digest(&text)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            acks.insert(name.to_string(), Value::String(hash));
+        }
+        let file = s.home.path().join(".gemini/acknowledgments/agents.json");
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(
+            &file,
+            serde_json::json!({ root.to_string_lossy(): acks }).to_string(),
+        )
+        .unwrap();
+        let after = ack(s);
+        assert_eq!(after["status"], "ok", "{after}");
+    });
+}
+
+/// OpenCode reads `AGENTS.md` and offers `.opencode/agents/` subagents to
+/// its `task` tool (its commands are the user's to type).
+#[test]
+fn opencode_is_offered_npc_s_rules_and_subagent() {
+    let mut expect = vec![RULES_TOKEN];
+    expect.extend(SUBAGENT_TOKENS);
+    offered_agent_config(OPENCODE, &expect, |_| {});
 }
