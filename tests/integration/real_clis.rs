@@ -9,7 +9,10 @@
 //! (`mcp.tool_call`) with its text in the next request; `echo` denied by
 //! npc's native hook bridge (`hook.call` under the CLI's own tool name) with
 //! the denial in the next request; and no `unknown_event` in the parsed
-//! stream. A missing CLI skips its tests with a message, and fails them
+//! stream. Two more per CLI: npc's rules file, command and subagent offered
+//! in the request that reaches the model (each CLI's own kinds), and a
+//! worktree run (through the daemon) whose edit, made by the CLI's own
+//! shell tool, lands on the run's branch. A missing CLI skips its tests with a message, and fails them
 //! under `CI=true` (CI installs the CLIs).
 
 use std::io::Write as _;
@@ -179,6 +182,17 @@ struct Setup {
     /// Run npc (and so the CLI) as this uid, owner of the repository and
     /// the home, through `setpriv`.
     user: Option<u32>,
+    /// More arguments for the CLI (the provider's `args`).
+    provider_args: &'static [&'static str],
+}
+
+/// What the scripted model asks for, and what the CLI needs to allow it.
+struct Script {
+    /// The offered tool (by name suffix) the model calls.
+    tool: &'static str,
+    args: Value,
+    /// More provider `args` (a permission the call needs).
+    provider_args: &'static [&'static str],
 }
 
 impl Setup {
@@ -192,13 +206,19 @@ impl Setup {
 
     /// [`Setup::new`] for `user` (`None`: this process's).
     fn new_as(cli: Cli, hooks: &str, user: Option<u32>) -> Self {
+        let echo = Script {
+            tool: "echo",
+            args: serde_json::json!({ "message": ECHO_TOKEN }),
+            provider_args: &[],
+        };
+        Self::scripted(cli, hooks, user, echo)
+    }
+
+    /// [`Setup::new_as`] with the model calling `script`'s tool.
+    fn scripted(cli: Cli, hooks: &str, user: Option<u32>, script: Script) -> Self {
         let repo = tempfile::tempdir().unwrap();
         let home = tempfile::tempdir().unwrap();
-        let model = Model::start(
-            home.path(),
-            "echo",
-            &serde_json::json!({ "message": ECHO_TOKEN }),
-        );
+        let model = Model::start(home.path(), script.tool, &script.args);
         let root = repo.path().canonicalize().unwrap();
         let git = Command::new("git")
             .args(["init", "-q", "."])
@@ -212,6 +232,7 @@ impl Setup {
             home,
             model,
             user,
+            provider_args: script.provider_args,
         };
         this.write_home(&root);
         let manifest = format!(
@@ -338,9 +359,15 @@ impl Setup {
             ),
             _ => (String::new(), ""),
         };
+        let mut args: Vec<String> = (!args.is_empty())
+            .then(|| args.to_string())
+            .into_iter()
+            .collect();
+        args.extend(self.provider_args.iter().map(|a| format!("{a:?}")));
         format!(
-            "[providers.p]\nkind = \"{}\"\nenv = {{ {env} }}\nargs = [{args}]\n",
-            self.cli.kind
+            "[providers.p]\nkind = \"{}\"\nenv = {{ {env} }}\nargs = [{}]\n",
+            self.cli.kind,
+            args.join(", ")
         )
     }
 
@@ -797,4 +824,160 @@ fn opencode_is_offered_npc_s_rules_and_subagent() {
     let mut expect = vec![RULES_TOKEN];
     expect.extend(SUBAGENT_TOKENS);
     offered_agent_config(OPENCODE, &expect, |_| {});
+}
+
+/// The file a worktree run's agent writes, and its text.
+const EDITED_FILE: &str = "agent-edit.txt";
+const EDITED_TEXT: &str = "edited by the agent";
+
+/// `npc run --workspace worktree` of `cli`, carried out by the daemon: the
+/// model has the CLI's own shell tool write a file, and the edit lands on
+/// the run's branch (`npc/RUN`), not in the checkout.
+fn worktree_edit_lands_on_its_branch(cli: Cli, script: Script) {
+    if !installed(cli) {
+        return;
+    }
+    let s = Setup::scripted(cli, "", None, script);
+    let root = s.root();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.name=test", "-c", "user.email=test@example.com"])
+            .args(args)
+            .current_dir(&root)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    git(&["add", "--all"]);
+    git(&["commit", "--quiet", "-m", "start"]);
+    let bin_dir = npc_path().parent().unwrap().to_path_buf();
+    let mut dirs = vec![bin_dir];
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    let path = std::env::join_paths(dirs).unwrap();
+    let home = s.home.path().to_string_lossy().into_owned();
+    let data = s
+        .home
+        .path()
+        .join(".local/share")
+        .to_string_lossy()
+        .into_owned();
+    let env = [
+        ("PATH", path.to_str().unwrap()),
+        ("HOME", home.as_str()),
+        ("XDG_DATA_HOME", data.as_str()),
+    ];
+    let daemon = crate::support::Daemon::start_in_with(
+        &root,
+        crate::support::DaemonSetup {
+            only_env: Some(&env),
+            ..Default::default()
+        },
+    );
+    let timeout = RUN_TIMEOUT.as_secs().to_string();
+    let out = s
+        .npc(&[
+            "run",
+            "agent",
+            "--workspace",
+            "worktree",
+            "--prompt",
+            "write the file",
+            "--format",
+            "json",
+            "--timeout",
+            &timeout,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}: npc run failed ({}):\n{}\n{}\n{}",
+        cli.program,
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        daemon.log()
+    );
+    let finished = daemon
+        .events()
+        .into_iter()
+        .find(|e| e["kind"] == "run.finished")
+        .expect("run.finished");
+    assert_eq!(finished["payload"]["outcome"], "succeeded", "{finished}");
+    let result = &finished["payload"]["result"];
+    let branch = result["branch"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{finished}"));
+    assert!(branch.starts_with("npc/run-"), "{branch}");
+    let text = git(&["show", &format!("{branch}:{EDITED_FILE}")]);
+    assert_eq!(text.trim_end(), EDITED_TEXT, "{}", cli.program);
+    assert!(
+        !root.join(EDITED_FILE).exists(),
+        "the checkout stays as it was"
+    );
+    assert_eq!(
+        git(&["status", "--porcelain"]).trim(),
+        "",
+        "the checkout stays clean"
+    );
+}
+
+/// The shell command the model asks for.
+fn edit_command() -> String {
+    format!("printf '%s\\n' '{EDITED_TEXT}' > {EDITED_FILE}")
+}
+
+#[test]
+fn claude_edit_in_a_worktree_lands_on_its_branch() {
+    worktree_edit_lands_on_its_branch(
+        CLAUDE,
+        Script {
+            tool: "Bash",
+            args: serde_json::json!({"command": edit_command(), "description": "write the file"}),
+            provider_args: &["--allowedTools", "Bash"],
+        },
+    );
+}
+
+#[test]
+fn codex_edit_in_a_worktree_lands_on_its_branch() {
+    worktree_edit_lands_on_its_branch(
+        CODEX,
+        Script {
+            tool: "exec_command",
+            args: serde_json::json!({"cmd": edit_command()}),
+            provider_args: &["--sandbox", "danger-full-access"],
+        },
+    );
+}
+
+#[test]
+fn gemini_edit_in_a_worktree_lands_on_its_branch() {
+    worktree_edit_lands_on_its_branch(
+        GEMINI,
+        Script {
+            tool: "run_shell_command",
+            args: serde_json::json!({"command": edit_command(), "description": "write the file"}),
+            provider_args: &[],
+        },
+    );
+}
+
+#[test]
+fn opencode_edit_in_a_worktree_lands_on_its_branch() {
+    worktree_edit_lands_on_its_branch(
+        OPENCODE,
+        Script {
+            tool: "bash",
+            args: serde_json::json!({"command": edit_command(), "description": "write the file"}),
+            provider_args: &[],
+        },
+    );
 }
