@@ -259,15 +259,7 @@ allowed_tools = ["Read"]
         let dir = tempfile::tempdir().unwrap();
         let ctx = RenderContext::new(dir.path(), &m);
         let (planned, notes) = plan(&m, dir.path(), &ctx);
-        let mut shown = String::new();
-        for p in &planned {
-            shown.push_str(&format!(
-                "== {} ({})\n{}",
-                p.path.display(),
-                p.what,
-                p.after.as_deref().unwrap_or("<removed>\n")
-            ));
-        }
+        let shown = managed::testing::shown(&planned);
         insta::assert_snapshot!(shown);
         insta::assert_debug_snapshot!(notes);
     }
@@ -277,11 +269,7 @@ allowed_tools = ["Read"]
         let m = crate::native::commands::tests::manifest(MANIFEST);
         let dir = tempfile::tempdir().unwrap();
         let ctx = RenderContext::new(dir.path(), &m);
-        for p in plan(&m, dir.path(), &ctx).0 {
-            let path = dir.path().join(&p.path);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, p.after.unwrap()).unwrap();
-        }
+        managed::testing::write_all(dir.path(), &plan(&m, dir.path(), &ctx).0);
         std::fs::write(
             dir.path().join(".claude/agents/mine.md"),
             "---\nname: mine\n---\n",

@@ -217,15 +217,7 @@ template = "not a command"
         let dir = tempfile::tempdir().unwrap();
         let ctx = RenderContext::new(dir.path(), &m);
         let (planned, notes) = plan(&m, dir.path(), &ctx);
-        let mut shown = String::new();
-        for p in &planned {
-            shown.push_str(&format!(
-                "== {} ({})\n{}",
-                p.path.display(),
-                p.what,
-                p.after.as_deref().unwrap_or("<removed>\n")
-            ));
-        }
+        let shown = managed::testing::shown(&planned);
         insta::assert_snapshot!(shown);
         assert!(notes.iter().any(|n| n.contains("Codex")), "{notes:?}");
         assert!(notes.iter().any(|n| n.contains("defaults")), "{notes:?}");
@@ -242,11 +234,7 @@ template = "not a command"
         let dir = tempfile::tempdir().unwrap();
         let ctx = RenderContext::new(dir.path(), &m);
         let (planned, _) = plan(&m, dir.path(), &ctx);
-        for p in &planned {
-            let path = dir.path().join(&p.path);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, p.after.as_deref().unwrap()).unwrap();
-        }
+        managed::testing::write_all(dir.path(), &planned);
         assert!(plan(&m, dir.path(), &ctx).0.is_empty(), "in step");
         let fewer = manifest(
             &MANIFEST

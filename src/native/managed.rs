@@ -183,6 +183,37 @@ fn list(dir: &Path, ext: &str) -> Vec<String> {
     out
 }
 
+/// Helpers for the tests of the modules that plan whole files.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::path::Path;
+
+    use super::Planned;
+
+    /// The planned files as one text, for snapshots.
+    pub fn shown(planned: &[Planned]) -> String {
+        let mut shown = String::new();
+        for p in planned {
+            shown.push_str(&format!(
+                "== {} ({})\n{}",
+                p.path.display(),
+                p.what,
+                p.after.as_deref().unwrap_or("<removed>\n")
+            ));
+        }
+        shown
+    }
+
+    /// Write each planned file's new text under `dir`.
+    pub fn write_all(dir: &Path, planned: &[Planned]) {
+        for p in planned {
+            let path = dir.join(&p.path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, p.after.as_deref().unwrap()).unwrap();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

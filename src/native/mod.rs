@@ -111,6 +111,24 @@ impl FileChange {
             None => !self.after.is_empty(),
         }
     }
+
+    /// The text a further edit starts from: the planned text, or `None`
+    /// when the file neither exists nor is created.
+    pub fn current(&self) -> Option<&str> {
+        (self.before.is_some() || !self.after.is_empty()).then_some(self.after.as_str())
+    }
+
+    /// Take `after` as the new planned text (and its notes), the diff
+    /// redacted of `secrets` made again.
+    pub fn replan<S: AsRef<str>>(&mut self, after: String, notes: Vec<String>, secrets: &[S]) {
+        self.after = after;
+        self.notes.extend(notes);
+        self.diff = if self.is_change() {
+            redacted_diff(&self.path, self.before.as_deref(), &self.after, secrets)
+        } else {
+            String::new()
+        };
+    }
 }
 
 /// Errors reading, planning, writing or importing native files.

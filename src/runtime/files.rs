@@ -365,22 +365,14 @@ fn with_hook_bridge(
     manifest: &Manifest,
     paths: &RepoPaths,
 ) -> Result<FileChange, native::NativeError> {
-    let current =
-        (change.before.is_some() || !change.after.is_empty()).then_some(change.after.as_str());
-    let (after, notes) =
-        native::hooks::edit(&change.path, kind, current, manifest, &manifest_name(paths))?;
-    change.after = after;
-    change.notes.extend(notes);
-    change.diff = if change.is_change() {
-        native::redacted_diff(
-            &change.path,
-            change.before.as_deref(),
-            &change.after,
-            &manifest.secret_values(),
-        )
-    } else {
-        String::new()
-    };
+    let (after, notes) = native::hooks::edit(
+        &change.path,
+        kind,
+        change.current(),
+        manifest,
+        &manifest_name(paths),
+    )?;
+    change.replan(after, notes, &manifest.secret_values());
     Ok(change)
 }
 
@@ -394,27 +386,14 @@ fn with_permissions(
     manifest: &Manifest,
     previously: &BTreeSet<String>,
 ) -> Result<FileChange, native::NativeError> {
-    let current =
-        (change.before.is_some() || !change.after.is_empty()).then_some(change.after.as_str());
     let edit = match kind {
         ProviderKind::GeminiCli => native::permissions::gemini_edit,
         ProviderKind::Opencode => native::permissions::opencode_edit,
         _ => native::permissions::claude_edit,
     };
-    let (after, managed, notes) = edit(&change.path, current, manifest, previously)?;
-    change.after = after;
+    let (after, managed, notes) = edit(&change.path, change.current(), manifest, previously)?;
     change.managed.extend(managed);
-    change.notes.extend(notes);
-    change.diff = if change.is_change() {
-        native::redacted_diff(
-            &change.path,
-            change.before.as_deref(),
-            &change.after,
-            &manifest.secret_values(),
-        )
-    } else {
-        String::new()
-    };
+    change.replan(after, notes, &manifest.secret_values());
     Ok(change)
 }
 
