@@ -82,11 +82,7 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        // Built-ins first, then every upstream tool (never the same names:
-        // upstream ones are `server__tool`).
-        let mut tools = self.path.builtins().tools().to_vec();
-        tools.extend(self.path.pool().tools().into_iter().map(|t| t.definition));
-        Ok(ListToolsResult::with_all_items(tools))
+        Ok(ListToolsResult::with_all_items(self.path.listed_tools()))
     }
 
     async fn call_tool(

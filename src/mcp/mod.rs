@@ -27,6 +27,7 @@ pub mod gateway;
 pub mod pool;
 pub mod relay;
 pub mod session;
+pub mod toolsearch;
 pub mod wire;
 
 pub use call::{Before, CallPath, CallStage, Outcome, ToolCall};
@@ -48,13 +49,80 @@ pub(crate) use crate::stdx::lock;
 
 /// `server__tool`, if that is a name every agent CLI accepts.
 pub fn namespaced(server: &str, tool: &str) -> Option<String> {
+    if tool.is_empty() {
+        return None;
+    }
     let name = format!("{server}{NAMESPACE_SEPARATOR}{tool}");
-    let ok = !tool.is_empty()
+    portable(&name).then_some(name)
+}
+
+/// Whether every agent CLI accepts `name` as a tool name: ASCII letters,
+/// digits, `_` and `-`, at most [`MAX_TOOL_NAME_LEN`].
+pub fn portable(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= MAX_TOOL_NAME_LEN
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    ok.then_some(name)
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+pub use crate::model::{Prefix, ToolListing};
+
+/// One upstream item (tool or prompt) under the name the gateway gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exposed {
+    pub server: String,
+    /// The upstream's own name.
+    pub own: String,
+    /// The name the gateway's clients see.
+    pub name: String,
+}
+
+/// The names the gateway gives `items` (server, own name; servers in name
+/// order, each server's items in its order) under `prefix`: always
+/// [`namespaced`], or with [`Prefix::OnConflict`] the own name unless
+/// another server lists it too or `reserved` (a built-in) has it, then
+/// every clashing one namespaced. Deterministic; an item whose name is not
+/// [`portable`], or that collides with an earlier one, is left out (logged).
+pub fn expose<'a>(
+    prefix: Prefix,
+    items: impl IntoIterator<Item = (&'a str, &'a str)>,
+    reserved: impl Fn(&str) -> bool,
+) -> Vec<Exposed> {
+    let items: Vec<(&str, &str)> = items.into_iter().collect();
+    let mut servers_of: std::collections::HashMap<&str, std::collections::BTreeSet<&str>> =
+        Default::default();
+    if prefix == Prefix::OnConflict {
+        for (server, own) in &items {
+            servers_of.entry(own).or_default().insert(server);
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(items.len());
+    for (server, own) in items {
+        let clash = prefix == Prefix::Always
+            || servers_of.get(own).is_some_and(|s| s.len() > 1)
+            || reserved(own);
+        let name = if clash {
+            namespaced(server, own)
+        } else {
+            portable(own).then(|| own.to_string())
+        };
+        let Some(name) = name else {
+            tracing::warn!(server, name = own, "mcp: name is not portable; left out");
+            continue;
+        };
+        if !seen.insert(name.clone()) {
+            tracing::warn!(name = %name, "mcp: exposed name collides; left out");
+            continue;
+        }
+        out.push(Exposed {
+            server: server.to_string(),
+            own: own.to_string(),
+            name,
+        });
+    }
+    out
 }
 
 /// Whether `config` exposes its server's tool `tool`: listed in
