@@ -181,6 +181,8 @@ pub struct CallPath {
     bus: Option<EventBus>,
     /// `mcp.tools`: every tool, or only the tool search's two.
     listing: std::sync::RwLock<ToolListing>,
+    /// The names `on_conflict` prefixed, as last logged.
+    reported_clashes: std::sync::Mutex<Vec<String>>,
 }
 
 /// A fresh [`ToolCall::id`].
@@ -214,6 +216,7 @@ impl CallPath {
             stages: Vec::new(),
             bus,
             listing: Default::default(),
+            reported_clashes: Default::default(),
         }
     }
 
@@ -249,13 +252,31 @@ impl CallPath {
     pub fn every_tool(&self) -> Vec<Tool> {
         let builtins = self.builtins();
         let mut tools = builtins.tools().to_vec();
-        tools.extend(
-            self.pool
-                .tools_beside(|n| self.reserved(&builtins, n))
-                .into_iter()
-                .map(|t| t.definition),
-        );
+        let upstream = self.pool.tools_beside(|n| self.reserved(&builtins, n));
+        if self.pool.prefix() == crate::model::Prefix::OnConflict {
+            self.report_clashes(&upstream);
+        }
+        tools.extend(upstream.into_iter().map(|t| t.definition));
         tools
+    }
+
+    /// Log the tools `on_conflict` prefixed, whenever that set changes.
+    fn report_clashes(&self, tools: &[super::pool::ListedTool]) {
+        let prefixed: Vec<String> = tools
+            .iter()
+            .filter(|t| t.definition.name != t.tool)
+            .map(|t| t.definition.name.to_string())
+            .collect();
+        let mut reported = super::lock(&self.reported_clashes);
+        if *reported != prefixed {
+            if !prefixed.is_empty() {
+                tracing::warn!(
+                    prefixed = %prefixed.join(", "),
+                    "mcp: tool names clash between servers or with a built-in; the clashing ones are listed as SERVER__TOOL"
+                );
+            }
+            *reported = prefixed;
+        }
     }
 
     /// What `tools/list` offers: [`CallPath::every_tool`], or in search

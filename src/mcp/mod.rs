@@ -125,6 +125,83 @@ pub fn expose<'a>(
     out
 }
 
+/// What the manifest alone says of the gateway's tool names under
+/// `mcp.prefix = "on_conflict"` (what `npc plan` reports): the tools of
+/// servers that list their `enabled_tools` whose names clash (with each
+/// other, or a `reserved` built-in's) and are therefore prefixed, and the
+/// servers whose tools are known only once they connect (their clashes are
+/// resolved then, the same way).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StaticNames {
+    pub prefixed: Vec<PrefixedName>,
+    pub known_at_run_time: Vec<String>,
+}
+
+/// A tool listed under `SERVER__TOOL` because its name clashes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PrefixedName {
+    pub server: String,
+    pub tool: String,
+    pub name: String,
+    /// The other servers listing the same name, and `npc` for a built-in.
+    pub clashes_with: Vec<String>,
+}
+
+/// [`StaticNames`] of `manifest` (empty unless `mcp.prefix = "on_conflict"`).
+pub fn static_names(
+    manifest: &crate::model::Manifest,
+    reserved: impl Fn(&str) -> bool,
+) -> StaticNames {
+    if manifest.mcp.prefix != Prefix::OnConflict {
+        return StaticNames::default();
+    }
+    let servers: Vec<_> = manifest
+        .mcp_servers
+        .iter()
+        .filter(|(_, s)| s.enabled)
+        .collect();
+    let known_at_run_time = servers
+        .iter()
+        .filter(|(_, s)| s.enabled_tools.is_none())
+        .map(|(n, _)| n.to_string())
+        .collect();
+    let items: Vec<(&str, &str)> = servers
+        .iter()
+        .filter_map(|(name, s)| Some((name.as_str(), s, s.enabled_tools.as_ref()?)))
+        .flat_map(|(name, s, tools)| {
+            tools
+                .iter()
+                .filter(|t| exposes(s, t))
+                .map(move |t| (name, t.as_str()))
+        })
+        .collect();
+    let prefixed = expose(Prefix::OnConflict, items.iter().copied(), &reserved)
+        .into_iter()
+        .filter(|e| e.name != e.own)
+        .map(|e| {
+            let mut clashes_with: Vec<String> = items
+                .iter()
+                .filter(|(server, own)| *own == e.own && *server != e.server)
+                .map(|(server, _)| server.to_string())
+                .collect();
+            clashes_with.dedup();
+            if reserved(&e.own) {
+                clashes_with.push(builtin::BUILTIN_SERVER.to_string());
+            }
+            PrefixedName {
+                server: e.server,
+                tool: e.own,
+                name: e.name,
+                clashes_with,
+            }
+        })
+        .collect();
+    StaticNames {
+        prefixed,
+        known_at_run_time,
+    }
+}
+
 /// Whether `config` exposes its server's tool `tool`: listed in
 /// `enabled_tools` (when present) and not in `disabled_tools`.
 pub fn exposes(config: &crate::model::McpServer, tool: &str) -> bool {

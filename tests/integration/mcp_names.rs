@@ -250,3 +250,38 @@ fn search_mode_lists_two_tools_finds_then_calls_through_the_one_call_path() {
         ]
     );
 }
+
+#[test]
+fn plan_reports_the_clashes_the_manifest_decides() {
+    let dir = repo(
+        "version = 1\n[mcp]\nprefix = \"on_conflict\"\n\
+         [mcp.servers.a]\ncommand = \"mcp-server-everything\"\nenabled_tools = [\"echo\", \"get-sum\", \"fetch_url\"]\n\
+         [mcp.servers.b]\ncommand = \"mcp-server-everything\"\nenabled_tools = [\"echo\", \"get-tiny-image\"]\n\
+         [mcp.servers.c]\ncommand = \"mcp-server-everything\"\n",
+    );
+    let out = crate::support::npc()
+        .args(["plan"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan = String::from_utf8(out.stdout).unwrap();
+    let names = &plan[plan.find("Gateway tool names").expect("a names section")..];
+    insta::assert_snapshot!("on_conflict_plan_names", names);
+    let out = crate::support::npc()
+        .args(["plan", "--format", "json"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["mcp_names"]["known_at_run_time"], json!(["c"]));
+    assert_eq!(doc["mcp_names"]["prefixed"][1]["name"], "a__fetch_url");
+    assert_eq!(
+        doc["mcp_names"]["prefixed"][1]["clashes_with"],
+        json!(["npc"])
+    );
+}
