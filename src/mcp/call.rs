@@ -183,6 +183,17 @@ pub struct CallPath {
     listing: std::sync::RwLock<ToolListing>,
     /// The names `on_conflict` prefixed, as last logged.
     reported_clashes: std::sync::Mutex<Vec<String>>,
+    /// `on_conflict`'s gateway names → (server, tool), until the next
+    /// change of a tool list (the receiver hears of it) or of the built-ins
+    /// or listing (they clear it).
+    names: std::sync::Mutex<Option<NameCache>>,
+}
+
+/// See [`CallPath::names`].
+#[derive(Debug)]
+struct NameCache {
+    changes: tokio::sync::broadcast::Receiver<()>,
+    routes: Arc<std::collections::HashMap<String, (String, String)>>,
 }
 
 /// A fresh [`ToolCall::id`].
@@ -217,6 +228,7 @@ impl CallPath {
             bus,
             listing: Default::default(),
             reported_clashes: Default::default(),
+            names: Default::default(),
         }
     }
 
@@ -231,6 +243,7 @@ impl CallPath {
     pub fn set_listing(&self, listing: ToolListing) {
         let old = std::mem::replace(&mut *crate::stdx::write(&self.listing), listing);
         if old != listing {
+            *super::lock(&self.names) = None;
             self.pool.tools_changed();
         }
     }
@@ -295,8 +308,47 @@ impl CallPath {
         {
             return Some((BUILTIN_SERVER.to_string(), name.to_string()));
         }
+        if self.pool.prefix() == crate::model::Prefix::OnConflict {
+            return self.routes(builtins).get(name).cloned();
+        }
         self.pool
             .resolve_beside(name, |n| self.reserved(builtins, n))
+    }
+
+    /// `on_conflict`'s names → (server, tool), from the cache while no
+    /// tool list changed.
+    fn routes(
+        &self,
+        builtins: &Builtins,
+    ) -> Arc<std::collections::HashMap<String, (String, String)>> {
+        use tokio::sync::broadcast::error::TryRecvError;
+        let mut cache = super::lock(&self.names);
+        if let Some(c) = cache.as_mut() {
+            let mut fresh = true;
+            loop {
+                match c.changes.try_recv() {
+                    Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+                    Ok(()) | Err(TryRecvError::Lagged(_)) => fresh = false,
+                }
+            }
+            if fresh {
+                return c.routes.clone();
+            }
+        }
+        // Subscribed before reading, so a change during the read is heard.
+        let changes = self.pool.subscribe_changes();
+        let routes: Arc<std::collections::HashMap<_, _>> = Arc::new(
+            self.pool
+                .names_beside(|n| self.reserved(builtins, n))
+                .into_iter()
+                .map(|e| (e.name, (e.server, e.own)))
+                .collect(),
+        );
+        *cache = Some(NameCache {
+            changes,
+            routes: routes.clone(),
+        });
+        routes
     }
 
     /// `search_tools`: the tools every stage permits, ranked for the query.
@@ -353,6 +405,7 @@ impl CallPath {
     /// Serve `builtins` from now on (calls in flight finish with the old ones).
     pub fn set_builtins(&self, builtins: Arc<Builtins>) {
         self.builtins.store(builtins);
+        *super::lock(&self.names) = None;
     }
 
     /// The built-ins served now.

@@ -450,6 +450,12 @@ impl Pool {
             .collect()
     }
 
+    /// Every exposed tool's gateway name, with `reserved` names taken (no
+    /// definitions cloned).
+    pub fn names_beside(&self, reserved: impl Fn(&str) -> bool) -> Vec<super::Exposed> {
+        self.exposed(&self.members(), reserved)
+    }
+
     /// The exposed tools of `members` under their gateway names.
     fn exposed(
         &self,
