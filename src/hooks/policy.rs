@@ -36,6 +36,22 @@ pub struct ToolPolicy {
 /// How a profile names an MCP tool in `allowed_tools` (`mcp__SERVER__TOOL`).
 pub const MCP_PATTERN_PREFIX: &str = "mcp__";
 
+/// The names a profile's patterns may give gateway tool `name`: as the
+/// gateway has it (`SERVER__TOOL`), as an agent has it
+/// (`mcp__SERVER__TOOL`), and for a built-in (no `__`) as the agent of a
+/// gateway-mode entry has it (`mcp__npc__memory_write`).
+fn forms(name: &str) -> Vec<String> {
+    let mut forms = vec![name.to_string(), format!("{MCP_PATTERN_PREFIX}{name}")];
+    if !name.contains(crate::mcp::NAMESPACE_SEPARATOR) {
+        forms.push(format!(
+            "{MCP_PATTERN_PREFIX}{}{}{name}",
+            crate::mcp::builtin::BUILTIN_SERVER,
+            crate::mcp::NAMESPACE_SEPARATOR
+        ));
+    }
+    forms
+}
+
 impl ToolPolicy {
     /// The policy of profile `name`; `None` when it has no `ask_tools` (or
     /// no such profile). A pattern that does not parse (the manifest's
@@ -140,7 +156,7 @@ impl ToolPolicy {
     /// Whether the profile may call the gateway tool `name` at all (with
     /// some arguments): what a tool search may show it.
     pub fn permits(&self, name: &str) -> bool {
-        let forms = [name.to_string(), format!("{MCP_PATTERN_PREFIX}{name}")];
+        let forms = forms(name);
         let denied = self
             .denied
             .iter()

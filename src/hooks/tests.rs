@@ -477,7 +477,7 @@ kind = "claude_code"
 [profiles.dev]
 provider = "p"
 description = "d"
-allowed_tools = ["mcp__everything__*", "Bash(ls)"]
+allowed_tools = ["mcp__everything__*", "mcp__npc__board_read", "Bash(ls)"]
 denied_tools = ["mcp__everything__get-env", "everything__echo(rm*)"]
 "#;
     let files = crate::model::DiskFiles {
