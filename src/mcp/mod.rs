@@ -9,8 +9,10 @@
 //! [`call`] is the ONE path every `tools/call` takes (stages run before and
 //! after the dispatch, then the call is recorded as an `mcp.tool_call`
 //! event); [`gateway`] is the MCP server `npc mcp serve` speaks, listing every
-//! upstream tool under its namespaced name ([`namespaced`]) after npc's own
-//! [`builtin`] tools; [`session`] serves it over a byte stream, answering
+//! upstream tool under its gateway name ([`expose`]: [`namespaced`], or with
+//! `mcp.prefix = "on_conflict"` its own name where it does not clash) after
+//! npc's own [`builtin`] tools, or with `mcp.tools = "search"` only the
+//! [`toolsearch`]'s two tools; [`session`] serves it over a byte stream, answering
 //! `tools/call` itself and handing every other message to rmcp. Its mirror
 //! on the client side is [`wire`]: a stdio upstream's tool calls go straight
 //! onto its pipes, everything else through rmcp's client.
