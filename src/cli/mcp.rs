@@ -46,6 +46,12 @@ pub struct ServeArgs {
     /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
     #[arg(long, short = 'm')]
     manifest: Option<PathBuf>,
+    /// Name upstream tools and prompts `always` SERVER__NAME, or only `on_conflict` (overrides `mcp.prefix`; needs no daemon running)
+    #[arg(long, value_name = "WHEN", value_parser = ["always", "on_conflict"])]
+    prefix: Option<String>,
+    /// List `all` tools, or only `search` (`search_tools` and `call_tool`; overrides `mcp.tools`; needs no daemon running)
+    #[arg(long, value_name = "WHICH", value_parser = ["all", "search"])]
+    tools: Option<String>,
 }
 
 pub fn run(command: McpCommand) -> anyhow::Result<Exit> {
@@ -105,9 +111,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     });
     let path = super::manifest_path(manifest)?;
     let paths = crate::runtime::RepoPaths::resolve(&path, &crate::runtime::state_dir_hint(&path))?;
-    let Some(manifest) = super::valid_manifest(&paths.manifest, "before serving")? else {
+    let Some(mut manifest) = super::valid_manifest(&paths.manifest, "before serving")? else {
         return Ok(Exit::Failed);
     };
+    let one_off = args.prefix.is_some() || args.tools.is_some();
+    if let Some(prefix) = args.prefix.as_deref().and_then(model::Prefix::parse) {
+        manifest.mcp.prefix = prefix;
+    }
+    if let Some(tools) = args.tools.as_deref().and_then(model::ToolListing::parse) {
+        manifest.mcp.tools = tools;
+    }
     let access = match args
         .http
         .map(|addr| http_access(addr, &manifest.daemon, &paths))
@@ -138,6 +151,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
             .build()?
     };
     if let Some((socket, pid)) = super::reconcile::daemon_socket(&paths) {
+        if one_off {
+            errln!(
+                "error: the daemon (pid {pid}) serves this repository's gateway with the manifest's `[mcp] prefix` and `tools`; set them there (the daemon applies the change), or stop the daemon to use `--prefix` and `--tools`"
+            );
+            return Ok(Exit::Usage);
+        }
         let result = rt.block_on(async move {
             match (args.http, access) {
                 (Some(addr), Some(access)) => front_http(addr, access, socket).await,
@@ -205,6 +224,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         let gateway = Gateway::new(Arc::new(
             CallPath::new(pool.clone(), Some(bus.clone()))
                 .with_builtins(builtins)
+                .with_listing(manifest.mcp.tools)
                 .with_stage(Arc::new(crate::hooks::stage::HookStage::new(hooks))),
         ))
         .with_manifest_prompts(ManifestPrompts {

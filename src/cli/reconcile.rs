@@ -233,6 +233,53 @@ fn print_conflicts(files: &[FilePlan]) -> Result<(), OutputError> {
     )
 }
 
+/// The gateway's tool names the manifest decides (`mcp.prefix =
+/// "on_conflict"`), npc's built-ins reserved.
+fn static_names(model: &Manifest, paths: &RepoPaths) -> crate::mcp::StaticNames {
+    let builtins = crate::mcp::builtin::Builtins::standard(
+        &paths.root,
+        &model.mcp_builtins,
+        std::sync::Arc::new(crate::runtime::npc_tools::NpcGroup::new(
+            crate::runtime::npc_tools::NpcContext {
+                paths: paths.clone(),
+            },
+        )),
+    );
+    crate::mcp::static_names(model, |n| builtins.contains(n))
+}
+
+fn print_names(names: &crate::mcp::StaticNames) -> Result<(), OutputError> {
+    outln!(
+        "
+Gateway tool names (`mcp.prefix = \"on_conflict\"`):\n"
+    )?;
+    if names.prefixed.is_empty() {
+        outln!("    no clash among the tools the manifest names (`enabled_tools`)")?;
+    }
+    for p in &names.prefixed {
+        let with: Vec<String> = p.clashes_with.iter().map(|s| format!("`{s}`")).collect();
+        outln!(
+            "    {}  `{}` of `{}` clashes with {}",
+            printable(&p.name),
+            printable(&p.tool),
+            printable(&p.server),
+            printable(&with.join(", "))
+        )?;
+    }
+    if !names.known_at_run_time.is_empty() {
+        let servers: Vec<String> = names
+            .known_at_run_time
+            .iter()
+            .map(|s| format!("`{s}`"))
+            .collect();
+        outln!(
+            "\n  Named when they connect (no `enabled_tools`): {}; the gateway's log names their clashes.",
+            printable(&servers.join(", "))
+        )?;
+    }
+    Ok(())
+}
+
 /// Project files by default; the user-level ones only when asked.
 fn scope(user: bool) -> anyhow::Result<crate::native::Scope> {
     if !user {
@@ -262,11 +309,15 @@ pub fn plan(
     let skill_changes = skills.iter().any(|c| c.action.is_change());
     let file_changes =
         files.iter().any(FilePlan::is_change) || has_conflicts(&files) || skill_changes;
+    let names = static_names(&model, &paths);
     match format {
         Format::Json => {
             let mut doc = plan::render_json(&plan, &against);
             doc["files"] = serde_json::to_value(&files)?;
             doc["skills"] = serde_json::to_value(&skills)?;
+            if model.mcp.prefix == crate::model::Prefix::OnConflict {
+                doc["mcp_names"] = serde_json::to_value(&names)?;
+            }
             outln!("{}", serde_json::to_string_pretty(&doc)?)?;
         }
         Format::Human => {
@@ -275,6 +326,9 @@ pub fn plan(
             }
             print_files(&files)?;
             print_skills(&skills)?;
+            if model.mcp.prefix == crate::model::Prefix::OnConflict {
+                print_names(&names)?;
+            }
         }
     }
     if files.iter().any(|f| f.error.is_some()) {

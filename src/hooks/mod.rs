@@ -427,10 +427,23 @@ impl HookRunner {
             .matching(HookEvent::BeforeTool, Some(name))
             .next()
             .is_some()
-            || self.policy.as_ref().is_some_and(|p| p.may_ask(name))
+            || self
+                .policy
+                .as_ref()
+                .is_some_and(|p| p.may_ask(name) || p.may_refuse())
             || SessionAsking::current()
                 .and_then(|s| s.policy)
-                .is_some_and(|p| p.may_ask(name))
+                .is_some_and(|p| p.may_ask(name) || p.may_refuse())
+    }
+
+    /// Whether the profile's policy (the runner's, else the session's) lets
+    /// the agent call tool `name` at all (a tool search lists only those).
+    pub fn permits(&self, name: &str) -> bool {
+        let session = SessionAsking::current().and_then(|s| s.policy);
+        self.policy
+            .as_ref()
+            .or(session.as_deref())
+            .is_none_or(|p| p.permits(name))
     }
 
     /// The user's answer to `request` from the approver; without one, a
@@ -460,6 +473,30 @@ impl HookRunner {
 
     /// Run the `before_tool` hooks matching `call.name`, chaining rewrites.
     pub async fn before_tool(&self, call: &ToolCallInfo) -> Result<BeforeTool, HookFailure> {
+        // The profile's `denied_tools` / `allowed_tools` first: a refused
+        // call runs no hook.
+        let session = SessionAsking::current().and_then(|s| s.policy);
+        if let Some(policy) = self.policy.as_ref().or(session.as_deref())
+            && let Some(reason) = policy.refuses(call)
+        {
+            let label = format!("profile `{}` tools", policy.profile());
+            self.publish(json!({
+                "event": HookEvent::BeforeTool.as_str(),
+                "hook": label,
+                "index": null,
+                "plugin": null,
+                "profile": policy.profile(),
+                "tool": call.name,
+                "decision": Recorded::Deny,
+                "detail": reason,
+                "duration_ms": 0.0,
+            }))
+            .await;
+            return Ok(BeforeTool::Deny {
+                hook: label,
+                reason,
+            });
+        }
         let set = self.set();
         let mut arguments = call.arguments.clone();
         let mut rewritten = false;

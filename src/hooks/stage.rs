@@ -51,6 +51,10 @@ pub fn result_text(result: &CallToolResult) -> String {
 }
 
 impl CallStage for HookStage {
+    fn permits(&self, call: &ToolCall) -> bool {
+        self.runner.permits(&call.name)
+    }
+
     fn before<'a>(&'a self, call: &'a mut ToolCall) -> BoxFuture<'a, Before> {
         Box::pin(async move {
             if !self.runner.guards_tool(&call.name) {

@@ -468,3 +468,62 @@ fn a_matcher_that_does_not_compile_matches_every_tool() {
     assert_eq!(names("Read"), ["before_tool[0]"]);
     assert_eq!(names("Bash"), ["before_tool[0]", "before_tool[1]"]);
 }
+
+#[test]
+fn a_profiles_denied_and_allowed_tools_refuse_gateway_calls() {
+    let text = r#"version = 1
+[providers.p]
+kind = "claude_code"
+[profiles.dev]
+provider = "p"
+description = "d"
+allowed_tools = ["mcp__everything__*", "mcp__npc__board_read", "Bash(ls)"]
+denied_tools = ["mcp__everything__get-env", "everything__echo(rm*)"]
+"#;
+    let files = crate::model::DiskFiles {
+        root: std::path::PathBuf::from("/"),
+    };
+    let manifest = crate::model::load_bytes(
+        "npcagent.toml",
+        text.as_bytes(),
+        crate::model::Syntax::Toml,
+        &BTreeMap::<String, String>::new(),
+        &files,
+    )
+    .manifest
+    .unwrap();
+    let policy = policy::ToolPolicy::for_profile(&manifest, "dev").unwrap();
+    let call = |name: &str, arguments: serde_json::Value| ToolCallInfo {
+        id: "1".into(),
+        name: name.into(),
+        arguments,
+    };
+    assert!(policy.may_refuse());
+    assert!(policy.permits("everything__echo"));
+    assert!(!policy.permits("everything__get-env"), "denied");
+    assert!(
+        !policy.permits("fs__read_file"),
+        "not among the allowed MCP tools"
+    );
+    assert!(
+        policy
+            .refuses(&call("everything__echo", json!({})))
+            .is_none()
+    );
+    let reason = policy
+        .refuses(&call("everything__get-env", json!({})))
+        .unwrap();
+    assert!(reason.contains("denied_tools"), "{reason}");
+    assert!(
+        policy
+            .refuses(&call("fs__read_file", json!({})))
+            .unwrap()
+            .contains("allowed_tools")
+    );
+    // A pattern with a subject refuses only the calls it matches.
+    assert!(
+        policy
+            .refuses(&call("everything__echo", json!({"command": "rm -rf"})))
+            .is_some()
+    );
+}

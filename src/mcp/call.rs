@@ -14,12 +14,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
 use serde_json::{Value, json};
 
 use super::builtin::{BUILTIN_SERVER, Builtins};
 use super::pool::{CallError, Pool};
+use super::toolsearch::{CALL_TOOL, SEARCH_TOOLS};
 use crate::bus::EventBus;
+use crate::model::ToolListing;
 use crate::plan::{ComponentId, Kind};
 use crate::store::NewEvent;
 
@@ -53,8 +55,12 @@ pub struct ToolCall {
     /// Unique within this process (`call-PID-N`): ties a call's `before`
     /// and `after` together (hooks see it as `tool_call.id`).
     pub id: String,
-    /// The namespaced name the client called.
+    /// The tool's gateway-wide name whatever `mcp.prefix` says:
+    /// `SERVER__TOOL`, or a built-in's own name (what hooks' matchers and
+    /// profile patterns meet).
     pub name: String,
+    /// The name the client called (`call_tool`'s `name` in search mode).
+    pub called: String,
     pub server: String,
     /// The upstream's own name of the tool.
     pub tool: String,
@@ -81,6 +87,12 @@ pub trait CallStage: Send + Sync + std::fmt::Debug {
     /// Runs before the dispatch, in stage order.
     fn before<'a>(&'a self, _call: &'a mut ToolCall) -> BoxFuture<'a, Before> {
         Box::pin(async { Before::Continue })
+    }
+
+    /// Whether the caller may call `call`'s tool at all (with some
+    /// arguments): a tool search lists only tools every stage permits.
+    fn permits(&self, _call: &ToolCall) -> bool {
+        true
     }
 
     /// Runs after the dispatch (also after a denial or failure), in stage order.
@@ -167,6 +179,21 @@ pub struct CallPath {
     builtins: ArcSwap<Builtins>,
     stages: Vec<Arc<dyn CallStage>>,
     bus: Option<EventBus>,
+    /// `mcp.tools`: every tool, or only the tool search's two.
+    listing: std::sync::RwLock<ToolListing>,
+    /// The names `on_conflict` prefixed, as last logged.
+    reported_clashes: std::sync::Mutex<Vec<String>>,
+    /// `on_conflict`'s gateway names → (server, tool), until the next
+    /// change of a tool list (the receiver hears of it) or of the built-ins
+    /// or listing (they clear it).
+    names: std::sync::Mutex<Option<NameCache>>,
+}
+
+/// See [`CallPath::names`].
+#[derive(Debug)]
+struct NameCache {
+    changes: tokio::sync::broadcast::Receiver<()>,
+    routes: Arc<std::collections::HashMap<String, (String, String)>>,
 }
 
 /// A fresh [`ToolCall::id`].
@@ -176,6 +203,15 @@ fn next_call_id() -> String {
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     // One `getpid` per process, not one per call.
     format!("call-{}-{n}", PID.get_or_init(std::process::id))
+}
+
+/// A tool's gateway-wide name: `SERVER__TOOL` for an upstream's (however
+/// `mcp.prefix` lists it), a built-in's own name (`called`) otherwise.
+fn canonical(server: &str, tool: &str, called: &str) -> String {
+    if server == BUILTIN_SERVER {
+        return called.to_string();
+    }
+    super::namespaced(server, tool).unwrap_or_else(|| called.to_string())
 }
 
 pub(crate) fn error_result(message: String) -> CallToolResult {
@@ -190,7 +226,173 @@ impl CallPath {
             builtins: ArcSwap::default(),
             stages: Vec::new(),
             bus,
+            listing: Default::default(),
+            reported_clashes: Default::default(),
+            names: Default::default(),
         }
+    }
+
+    /// List `listing`'s tools ([`ToolListing::Search`]: only
+    /// [`SEARCH_TOOLS`] and [`CALL_TOOL`]).
+    pub fn with_listing(self, listing: ToolListing) -> Self {
+        self.set_listing(listing);
+        self
+    }
+
+    /// List `listing`'s tools from now on; clients are told when it changed.
+    pub fn set_listing(&self, listing: ToolListing) {
+        let old = std::mem::replace(&mut *crate::stdx::write(&self.listing), listing);
+        if old != listing {
+            *super::lock(&self.names) = None;
+            self.pool.tools_changed();
+        }
+    }
+
+    /// What `tools/list` offers now.
+    pub fn listing(&self) -> ToolListing {
+        *crate::stdx::read(&self.listing)
+    }
+
+    /// Whether `name` is taken before any upstream tool: a built-in's, or
+    /// in search mode one of the search's two.
+    fn reserved(&self, builtins: &Builtins, name: &str) -> bool {
+        builtins.contains(name)
+            || (self.listing() == ToolListing::Search && [SEARCH_TOOLS, CALL_TOOL].contains(&name))
+    }
+
+    /// Every tool callable through this path under its gateway name:
+    /// built-ins first, then every upstream tool ([`Pool::tools_beside`]).
+    pub fn every_tool(&self) -> Vec<Tool> {
+        let builtins = self.builtins();
+        let mut tools = builtins.tools().to_vec();
+        let upstream = self.pool.tools_beside(|n| self.reserved(&builtins, n));
+        if self.pool.prefix() == crate::model::Prefix::OnConflict {
+            self.report_clashes(&upstream);
+        }
+        tools.extend(upstream.into_iter().map(|t| t.definition));
+        tools
+    }
+
+    /// Log the tools `on_conflict` prefixed, whenever that set changes.
+    fn report_clashes(&self, tools: &[super::pool::ListedTool]) {
+        let prefixed: Vec<String> = tools
+            .iter()
+            .filter(|t| t.definition.name != t.tool)
+            .map(|t| t.definition.name.to_string())
+            .collect();
+        let mut reported = super::lock(&self.reported_clashes);
+        if *reported != prefixed {
+            if !prefixed.is_empty() {
+                tracing::warn!(
+                    prefixed = %prefixed.join(", "),
+                    "mcp: tool names clash between servers or with a built-in; the clashing ones are listed as SERVER__TOOL"
+                );
+            }
+            *reported = prefixed;
+        }
+    }
+
+    /// What `tools/list` offers: [`CallPath::every_tool`], or in search
+    /// mode the search's two tools.
+    pub fn listed_tools(&self) -> Vec<Tool> {
+        match self.listing() {
+            ToolListing::All => self.every_tool(),
+            ToolListing::Search => super::toolsearch::tools(),
+        }
+    }
+
+    /// The (server, tool) gateway name `name` stands for.
+    fn resolve(&self, builtins: &Builtins, name: &str) -> Option<(String, String)> {
+        if builtins.contains(name)
+            || (self.listing() == ToolListing::Search && name == SEARCH_TOOLS)
+        {
+            return Some((BUILTIN_SERVER.to_string(), name.to_string()));
+        }
+        if self.pool.prefix() == crate::model::Prefix::OnConflict {
+            return self.routes(builtins).get(name).cloned();
+        }
+        self.pool
+            .resolve_beside(name, |n| self.reserved(builtins, n))
+    }
+
+    /// `on_conflict`'s names → (server, tool), from the cache while no
+    /// tool list changed.
+    fn routes(
+        &self,
+        builtins: &Builtins,
+    ) -> Arc<std::collections::HashMap<String, (String, String)>> {
+        use tokio::sync::broadcast::error::TryRecvError;
+        let mut cache = super::lock(&self.names);
+        if let Some(c) = cache.as_mut() {
+            let mut fresh = true;
+            loop {
+                match c.changes.try_recv() {
+                    Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+                    Ok(()) | Err(TryRecvError::Lagged(_)) => fresh = false,
+                }
+            }
+            if fresh {
+                return c.routes.clone();
+            }
+        }
+        // Subscribed before reading, so a change during the read is heard.
+        let changes = self.pool.subscribe_changes();
+        let routes: Arc<std::collections::HashMap<_, _>> = Arc::new(
+            self.pool
+                .names_beside(|n| self.reserved(builtins, n))
+                .into_iter()
+                .map(|e| (e.name, (e.server, e.own)))
+                .collect(),
+        );
+        *cache = Some(NameCache {
+            changes,
+            routes: routes.clone(),
+        });
+        routes
+    }
+
+    /// `search_tools`: the tools every stage permits, ranked for the query.
+    fn search(&self, arguments: Option<JsonObject>) -> Result<CallToolResult, String> {
+        let args: super::toolsearch::SearchArgs =
+            serde_json::from_value(Value::Object(arguments.unwrap_or_default())).map_err(|e| {
+                format!("invalid arguments for `{SEARCH_TOOLS}`: {e}; it takes `query` and an optional `limit`")
+            })?;
+        if args.query.len() > super::toolsearch::MAX_QUERY_BYTES {
+            return Err(format!(
+                "`query` is {} bytes; the most allowed is {}",
+                args.query.len(),
+                super::toolsearch::MAX_QUERY_BYTES
+            ));
+        }
+        let limit = args
+            .limit
+            .unwrap_or(super::toolsearch::DEFAULT_SEARCH_LIMIT)
+            .min(super::toolsearch::MAX_SEARCH_LIMIT);
+        let builtins = self.builtins();
+        let tools: Vec<Tool> = self
+            .every_tool()
+            .into_iter()
+            .filter(|t| {
+                let Some((server, tool)) = self.resolve(&builtins, &t.name) else {
+                    return false;
+                };
+                let call = ToolCall {
+                    id: String::new(),
+                    name: canonical(&server, &tool, &t.name),
+                    called: t.name.to_string(),
+                    server,
+                    tool,
+                    arguments: None,
+                    denied: false,
+                };
+                self.stages.iter().all(|s| s.permits(&call))
+            })
+            .collect();
+        let found = super::toolsearch::rank(&tools, &args.query, limit);
+        let answer = super::toolsearch::answer(&tools, &found, tools.len());
+        Ok(CallToolResult::success(vec![ContentBlock::text(
+            answer.to_string(),
+        )]))
     }
 
     /// Serve `builtins` too (listed first; dispatched with
@@ -203,6 +405,7 @@ impl CallPath {
     /// Serve `builtins` from now on (calls in flight finish with the old ones).
     pub fn set_builtins(&self, builtins: Arc<Builtins>) {
         self.builtins.store(builtins);
+        *super::lock(&self.names) = None;
     }
 
     /// The built-ins served now.
@@ -278,14 +481,43 @@ impl CallPath {
         let started = Instant::now();
         // One set of built-ins for the whole call, even across a reload.
         let builtins = self.builtins();
-        let resolved = if builtins.contains(name) {
-            Some((BUILTIN_SERVER.to_string(), name.to_string()))
+        // Search mode's `call_tool` is a call of the tool it names.
+        let (name, arguments) = if self.listing() == ToolListing::Search && name == CALL_TOOL {
+            match serde_json::from_value::<super::toolsearch::CallArgs>(Value::Object(
+                arguments.clone().unwrap_or_default(),
+            )) {
+                Ok(call) => (call.name, call.arguments),
+                Err(e) => {
+                    let message = format!(
+                        "invalid arguments for `{CALL_TOOL}`: {e}; it takes the tool's `name` (see `{SEARCH_TOOLS}`) and its `arguments`"
+                    );
+                    let record = CallRecord {
+                        run: SESSION_RUN.try_with(Clone::clone).ok(),
+                        name: name.to_string(),
+                        server: None,
+                        tool: None,
+                        arguments,
+                        outcome: Outcome::UnknownTool,
+                        duration: started.elapsed(),
+                        error: Some(message.clone()),
+                    };
+                    return (error_result(message), record);
+                }
+            }
         } else {
-            self.pool.resolve(name)
+            (name.to_string(), arguments)
         };
+        let name = name.as_str();
+        let resolved = self.resolve(&builtins, name);
         let Some((server, tool)) = resolved else {
-            let message =
-                format!("no tool `{name}`; tools are named `SERVER__TOOL`, see `tools/list`");
+            let message = match self.listing() {
+                ToolListing::All => {
+                    format!("no tool `{name}`; see `tools/list` for the tools' names")
+                }
+                ToolListing::Search => {
+                    format!("no tool `{name}`; find tools' names with `{SEARCH_TOOLS}`")
+                }
+            };
             let record = CallRecord {
                 run: SESSION_RUN.try_with(Clone::clone).ok(),
                 name: name.to_string(),
@@ -300,7 +532,8 @@ impl CallPath {
         };
         let mut call = ToolCall {
             id: next_call_id(),
-            name: name.to_string(),
+            name: canonical(&server, &tool, name),
+            called: name.to_string(),
             server,
             tool,
             arguments,
@@ -323,7 +556,20 @@ impl CallPath {
                     Some(message),
                 )
             }
-            // A built-in's name never resolves to an upstream (no `__`).
+            None if call.server == BUILTIN_SERVER
+                && call.tool == SEARCH_TOOLS
+                && !builtins.contains(SEARCH_TOOLS) =>
+            {
+                match self.search(call.arguments.clone()) {
+                    Ok(result) => (result, Outcome::Ok, None),
+                    Err(message) => (
+                        error_result(message.clone()),
+                        Outcome::ToolError,
+                        Some(message),
+                    ),
+                }
+            }
+            // A built-in's name is reserved before any upstream's.
             None if builtins.contains(&call.name) => {
                 // Tool-call events are written behind the answers; a
                 // built-in (`npc_events`, the memory tools) sees them all.
@@ -370,7 +616,7 @@ impl CallPath {
         }
         let record = CallRecord {
             run: SESSION_RUN.try_with(Clone::clone).ok(),
-            name: call.name,
+            name: call.called,
             server: Some(call.server),
             tool: Some(call.tool),
             arguments: call.arguments,
@@ -396,7 +642,8 @@ impl CallPath {
             run,
         } = record;
         let (name, server, tool) = (name.as_str(), server.as_deref(), tool.as_deref());
-        let builtin = server == Some(BUILTIN_SERVER) && self.builtins.load().contains(name);
+        let builtin = server == Some(BUILTIN_SERVER)
+            && (self.builtins.load().contains(name) || tool == Some(SEARCH_TOOLS));
         let payload = json!({
             "name": name,
             "server": server,

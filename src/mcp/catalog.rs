@@ -12,7 +12,8 @@
 //!   `npc://S/file:///{path}` and its expansions route back unchanged); a
 //!   bare upstream URI is read too when exactly one server lists it;
 //! - a prompt `P` of server `S` is `S__P`, spelled like tools
-//!   ([`super::namespaced`]);
+//!   ([`super::namespaced`]), or with `mcp.prefix = "on_conflict"` just `P`
+//!   unless another server or a manifest prompt has it ([`super::expose`]);
 //! - a prompt `NAME` of the manifest's `prompts` section keeps its name and
 //!   is rendered by [`crate::render::prompt`] (fuel- and size-bounded, off
 //!   the executor, within [`PROMPT_RENDER_DEADLINE`]); its variables are the
@@ -436,19 +437,25 @@ impl Catalog {
                 out.push(Prompt::new(name, None::<String>, Some(arguments)));
             }
         }
-        for (server, catalog) in self.pool.catalogs() {
-            for mut prompt in catalog.prompts() {
-                let Some(name) = super::namespaced(&server, &prompt.name) else {
-                    tracing::warn!(server, prompt = %prompt.name, "mcp: prompt name is not portable; left out");
-                    continue;
-                };
-                if !seen.insert(name.clone()) {
-                    tracing::warn!(name = %name, "mcp: namespaced prompt name collides; left out");
-                    continue;
-                }
-                prompt.name = name;
-                out.push(prompt);
-            }
+        let catalogs: Vec<_> = self
+            .pool
+            .catalogs()
+            .map(|(server, c)| (server, c.prompts()))
+            .collect();
+        let items = catalogs
+            .iter()
+            .flat_map(|(server, ps)| ps.iter().map(move |p| (server.as_str(), p.name.as_str())));
+        for e in super::expose(self.pool.prefix(), items, |n| seen.contains(n)) {
+            let Some(prompt) = catalogs
+                .iter()
+                .filter(|(server, _)| *server == e.server)
+                .find_map(|(_, ps)| ps.iter().find(|p| p.name == e.own))
+            else {
+                continue;
+            };
+            let mut prompt = prompt.clone();
+            prompt.name = e.name;
+            out.push(prompt);
         }
         out
     }
@@ -482,8 +489,28 @@ impl Catalog {
 }
 
 impl Catalog {
-    /// The (server, upstream prompt) a namespaced prompt name stands for.
+    /// The (server, upstream prompt) a gateway prompt name stands for.
     fn route_prompt(&self, name: &str) -> Option<(String, String)> {
+        if self.pool.prefix() == super::Prefix::OnConflict {
+            let manifest = self.manifest.load_full();
+            let ours = |n: &str| {
+                manifest
+                    .as_ref()
+                    .is_some_and(|m| m.manifest.prompts.contains_key(n))
+            };
+            let catalogs: Vec<_> = self
+                .pool
+                .catalogs()
+                .map(|(server, c)| (server, c.prompts()))
+                .collect();
+            let items = catalogs.iter().flat_map(|(server, ps)| {
+                ps.iter().map(move |p| (server.as_str(), p.name.as_str()))
+            });
+            return super::expose(super::Prefix::OnConflict, items, ours)
+                .into_iter()
+                .find(|e| e.name == name)
+                .map(|e| (e.server, e.own));
+        }
         self.pool.catalogs().find_map(|(server, catalog)| {
             let prompt = name
                 .strip_prefix(server.as_str())?

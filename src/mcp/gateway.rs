@@ -1,5 +1,6 @@
 //! The MCP server npc speaks (`npc mcp serve`): `tools/list` lists every
-//! upstream tool under its namespaced name from the pool's cache;
+//! upstream tool under its gateway name from the pool's cache (or, with
+//! `mcp.tools = "search"`, only the tool search's two tools);
 //! `tools/call` goes through the [`CallPath`]; clients get
 //! `notifications/tools/list_changed` when an upstream's tool list changes.
 //! Resources and prompts are served from the [`Catalog`] (namespaced like
@@ -72,9 +73,14 @@ impl ServerHandler for Gateway {
                 .build(),
         )
         .with_server_info(Implementation::new("npc", env!("CARGO_PKG_VERSION")))
-        .with_instructions(
-            "npc gateway: npc's built-in tools (memory_*, board_*, fetch_url, web_search, npc_*), the repository's MCP servers' tools and prompts, named SERVER__NAME, and their resources, named npc://SERVER/URI; every tool call is recorded",
-        )
+        .with_instructions(match self.path.listing() {
+            crate::model::ToolListing::All => {
+                "npc gateway: npc's built-in tools (memory_*, board_*, fetch_url, web_search, npc_*), the repository's MCP servers' tools and prompts, named SERVER__NAME (or their own names where they do not clash, with `mcp.prefix = \"on_conflict\"`), and their resources, named npc://SERVER/URI; every tool call is recorded"
+            }
+            crate::model::ToolListing::Search => {
+                "npc gateway: find the tools available here with `search_tools` (a query of what the tool should do) and call one with `call_tool` (its name and arguments); prompts are named SERVER__NAME and resources npc://SERVER/URI; every tool call is recorded"
+            }
+        })
     }
 
     async fn list_tools(
@@ -82,11 +88,7 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        // Built-ins first, then every upstream tool (never the same names:
-        // upstream ones are `server__tool`).
-        let mut tools = self.path.builtins().tools().to_vec();
-        tools.extend(self.path.pool().tools().into_iter().map(|t| t.definition));
-        Ok(ListToolsResult::with_all_items(tools))
+        Ok(ListToolsResult::with_all_items(self.path.listed_tools()))
     }
 
     async fn call_tool(

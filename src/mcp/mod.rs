@@ -9,8 +9,10 @@
 //! [`call`] is the ONE path every `tools/call` takes (stages run before and
 //! after the dispatch, then the call is recorded as an `mcp.tool_call`
 //! event); [`gateway`] is the MCP server `npc mcp serve` speaks, listing every
-//! upstream tool under its namespaced name ([`namespaced`]) after npc's own
-//! [`builtin`] tools; [`session`] serves it over a byte stream, answering
+//! upstream tool under its gateway name ([`expose`]: [`namespaced`], or with
+//! `mcp.prefix = "on_conflict"` its own name where it does not clash) after
+//! npc's own [`builtin`] tools, or with `mcp.tools = "search"` only the
+//! [`toolsearch`]'s two tools; [`session`] serves it over a byte stream, answering
 //! `tools/call` itself and handing every other message to rmcp. Its mirror
 //! on the client side is [`wire`]: a stdio upstream's tool calls go straight
 //! onto its pipes, everything else through rmcp's client.
@@ -27,6 +29,7 @@ pub mod gateway;
 pub mod pool;
 pub mod relay;
 pub mod session;
+pub mod toolsearch;
 pub mod wire;
 
 pub use call::{Before, CallPath, CallStage, Outcome, ToolCall};
@@ -48,13 +51,157 @@ pub(crate) use crate::stdx::lock;
 
 /// `server__tool`, if that is a name every agent CLI accepts.
 pub fn namespaced(server: &str, tool: &str) -> Option<String> {
+    if tool.is_empty() {
+        return None;
+    }
     let name = format!("{server}{NAMESPACE_SEPARATOR}{tool}");
-    let ok = !tool.is_empty()
+    portable(&name).then_some(name)
+}
+
+/// Whether every agent CLI accepts `name` as a tool name: ASCII letters,
+/// digits, `_` and `-`, at most [`MAX_TOOL_NAME_LEN`].
+pub fn portable(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= MAX_TOOL_NAME_LEN
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    ok.then_some(name)
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+pub use crate::model::{Prefix, ToolListing};
+
+/// One upstream item (tool or prompt) under the name the gateway gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exposed {
+    pub server: String,
+    /// The upstream's own name.
+    pub own: String,
+    /// The name the gateway's clients see.
+    pub name: String,
+}
+
+/// The names the gateway gives `items` (server, own name; servers in name
+/// order, each server's items in its order) under `prefix`: always
+/// [`namespaced`], or with [`Prefix::OnConflict`] the own name unless
+/// another server lists it too or `reserved` (a built-in) has it, then
+/// every clashing one namespaced. Deterministic; an item whose name is not
+/// [`portable`], or that collides with an earlier one, is left out (logged).
+pub fn expose<'a>(
+    prefix: Prefix,
+    items: impl IntoIterator<Item = (&'a str, &'a str)>,
+    reserved: impl Fn(&str) -> bool,
+) -> Vec<Exposed> {
+    let items: Vec<(&str, &str)> = items.into_iter().collect();
+    let mut servers_of: std::collections::HashMap<&str, std::collections::BTreeSet<&str>> =
+        Default::default();
+    if prefix == Prefix::OnConflict {
+        for (server, own) in &items {
+            servers_of.entry(own).or_default().insert(server);
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(items.len());
+    for (server, own) in items {
+        let clash = prefix == Prefix::Always
+            || servers_of.get(own).is_some_and(|s| s.len() > 1)
+            || reserved(own);
+        let name = if clash {
+            namespaced(server, own)
+        } else {
+            portable(own).then(|| own.to_string())
+        };
+        let Some(name) = name else {
+            tracing::warn!(server, name = own, "mcp: name is not portable; left out");
+            continue;
+        };
+        if !seen.insert(name.clone()) {
+            tracing::warn!(name = %name, "mcp: exposed name collides; left out");
+            continue;
+        }
+        out.push(Exposed {
+            server: server.to_string(),
+            own: own.to_string(),
+            name,
+        });
+    }
+    out
+}
+
+/// What the manifest alone says of the gateway's tool names under
+/// `mcp.prefix = "on_conflict"` (what `npc plan` reports): the tools of
+/// servers that list their `enabled_tools` whose names clash (with each
+/// other, or a `reserved` built-in's) and are therefore prefixed, and the
+/// servers whose tools are known only once they connect (their clashes are
+/// resolved then, the same way).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StaticNames {
+    pub prefixed: Vec<PrefixedName>,
+    pub known_at_run_time: Vec<String>,
+}
+
+/// A tool listed under `SERVER__TOOL` because its name clashes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PrefixedName {
+    pub server: String,
+    pub tool: String,
+    pub name: String,
+    /// The other servers listing the same name, and `npc` for a built-in.
+    pub clashes_with: Vec<String>,
+}
+
+/// [`StaticNames`] of `manifest` (empty unless `mcp.prefix = "on_conflict"`).
+pub fn static_names(
+    manifest: &crate::model::Manifest,
+    reserved: impl Fn(&str) -> bool,
+) -> StaticNames {
+    if manifest.mcp.prefix != Prefix::OnConflict {
+        return StaticNames::default();
+    }
+    let servers: Vec<_> = manifest
+        .mcp_servers
+        .iter()
+        .filter(|(_, s)| s.enabled)
+        .collect();
+    let known_at_run_time = servers
+        .iter()
+        .filter(|(_, s)| s.enabled_tools.is_none())
+        .map(|(n, _)| n.to_string())
+        .collect();
+    let items: Vec<(&str, &str)> = servers
+        .iter()
+        .filter_map(|(name, s)| Some((name.as_str(), s, s.enabled_tools.as_ref()?)))
+        .flat_map(|(name, s, tools)| {
+            tools
+                .iter()
+                .filter(|t| exposes(s, t))
+                .map(move |t| (name, t.as_str()))
+        })
+        .collect();
+    let prefixed = expose(Prefix::OnConflict, items.iter().copied(), &reserved)
+        .into_iter()
+        .filter(|e| e.name != e.own)
+        .map(|e| {
+            let mut clashes_with: Vec<String> = items
+                .iter()
+                .filter(|(server, own)| *own == e.own && *server != e.server)
+                .map(|(server, _)| server.to_string())
+                .collect();
+            clashes_with.dedup();
+            if reserved(&e.own) {
+                clashes_with.push(builtin::BUILTIN_SERVER.to_string());
+            }
+            PrefixedName {
+                server: e.server,
+                tool: e.own,
+                name: e.name,
+                clashes_with,
+            }
+        })
+        .collect();
+    StaticNames {
+        prefixed,
+        known_at_run_time,
+    }
 }
 
 /// Whether `config` exposes its server's tool `tool`: listed in

@@ -38,7 +38,7 @@ use super::wire::{Failure, Wire};
 
 use crate::bus::EventBus;
 use crate::driver::{DriverContext, child_spec};
-use crate::model::{CommandSpec, Manifest, McpServer, McpTransport, RestartPolicy};
+use crate::model::{CommandSpec, Manifest, McpServer, McpTransport, Prefix, RestartPolicy};
 use crate::plan::{ComponentId, Kind};
 use crate::store::NewEvent;
 use crate::supervisor::{ChildSpec, ChildState, OutputWiring, Supervisor, SupervisorError};
@@ -158,6 +158,8 @@ pub struct Pool {
     connects: Arc<Semaphore>,
     changed: broadcast::Sender<()>,
     catalog_changed: broadcast::Sender<CatalogChange>,
+    /// How tools and prompts are named (`mcp.prefix`).
+    prefix: RwLock<Prefix>,
 }
 
 /// One tool as the gateway lists it.
@@ -187,6 +189,7 @@ impl Pool {
             supervisor,
         };
         let pool = Self::empty(cx, Launch::Owned, None);
+        pool.set_prefix(manifest.mcp.prefix);
         let members = manifest
             .mcp_servers
             .iter()
@@ -210,7 +213,28 @@ impl Pool {
             connects: Arc::new(Semaphore::new(MAX_CONCURRENT_CONNECTS)),
             changed,
             catalog_changed,
+            prefix: RwLock::new(Prefix::default()),
         }
+    }
+
+    /// Name tools and prompts by `prefix` from now on; clients are told
+    /// when that changes their names.
+    pub fn set_prefix(&self, prefix: Prefix) {
+        let old = std::mem::replace(&mut *write(&self.prefix), prefix);
+        if old != prefix {
+            let _ = self.changed.send(());
+            let _ = self.catalog_changed.send(CatalogChange::Prompts);
+        }
+    }
+
+    /// Tell the gateway's clients the tool list changed.
+    pub fn tools_changed(&self) {
+        let _ = self.changed.send(());
+    }
+
+    /// How tools and prompts are named now.
+    pub fn prefix(&self) -> Prefix {
+        *read(&self.prefix)
     }
 
     /// Record connection failures on `bus` (`mcp.server_failed`).
@@ -398,41 +422,80 @@ impl Pool {
             .collect()
     }
 
-    /// Every exposed tool of every server, namespaced, servers in name order
-    /// and tools in each server's order. A tool whose namespaced name is not
-    /// portable, or collides with an earlier one, is left out.
+    /// Every exposed tool of every server under its gateway name
+    /// ([`super::expose`] by the pool's prefix, no built-in reserved),
+    /// servers in name order and tools in each server's order.
     pub fn tools(&self) -> Vec<ListedTool> {
-        let mut seen = std::collections::HashSet::new();
-        let mut out = Vec::new();
-        for (server, upstream) in self.members().iter() {
-            let config = upstream.config();
-            for tool in read(&upstream.tools).iter() {
-                if !super::exposes(&config, &tool.name) {
-                    continue;
-                }
-                let Some(name) = super::namespaced(server, &tool.name) else {
-                    tracing::warn!(server = %server, tool = %tool.name, "mcp: tool name is not portable; left out");
-                    continue;
-                };
-                if !seen.insert(name.clone()) {
-                    tracing::warn!(name = %name, "mcp: namespaced tool name collides; left out");
-                    continue;
-                }
-                let mut definition = tool.clone();
-                definition.name = name.into();
-                out.push(ListedTool {
-                    server: server.clone(),
-                    tool: tool.name.to_string(),
-                    definition,
-                });
-            }
-        }
-        out
+        self.tools_beside(|_| false)
     }
 
-    /// The (server, tool) a namespaced name stands for, if listed (the
-    /// first match in [`Pool::tools`] order, without building the list).
+    /// Like [`Pool::tools`], with `reserved` names (the built-ins') taken.
+    pub fn tools_beside(&self, reserved: impl Fn(&str) -> bool) -> Vec<ListedTool> {
+        let members = self.members();
+        self.exposed(&members, reserved)
+            .into_iter()
+            .filter_map(|e| {
+                let upstream = members.get(&e.server)?;
+                let mut definition = read(&upstream.tools)
+                    .iter()
+                    .find(|t| t.name == e.own)?
+                    .clone();
+                definition.name = e.name.into();
+                Some(ListedTool {
+                    server: e.server,
+                    tool: e.own,
+                    definition,
+                })
+            })
+            .collect()
+    }
+
+    /// Every exposed tool's gateway name, with `reserved` names taken (no
+    /// definitions cloned).
+    pub fn names_beside(&self, reserved: impl Fn(&str) -> bool) -> Vec<super::Exposed> {
+        self.exposed(&self.members(), reserved)
+    }
+
+    /// The exposed tools of `members` under their gateway names.
+    fn exposed(
+        &self,
+        members: &BTreeMap<String, Arc<Upstream>>,
+        reserved: impl Fn(&str) -> bool,
+    ) -> Vec<super::Exposed> {
+        let lists: Vec<_> = members
+            .iter()
+            .map(|(server, u)| (server.as_str(), u.config(), read(&u.tools)))
+            .collect();
+        let items = lists.iter().flat_map(|(server, config, tools)| {
+            tools
+                .iter()
+                .filter(|t| super::exposes(config, &t.name))
+                .map(|t| (*server, t.name.as_ref()))
+        });
+        super::expose(self.prefix(), items, reserved)
+    }
+
+    /// The (server, tool) a gateway name stands for, if listed (no
+    /// built-in reserved).
     pub fn resolve(&self, name: &str) -> Option<(String, String)> {
+        self.resolve_beside(name, |_| false)
+    }
+
+    /// Like [`Pool::resolve`], with `reserved` names taken. With
+    /// `prefix = "always"` the first match in [`Pool::tools`] order,
+    /// without building the list.
+    pub fn resolve_beside(
+        &self,
+        name: &str,
+        reserved: impl Fn(&str) -> bool,
+    ) -> Option<(String, String)> {
+        if self.prefix() == Prefix::OnConflict {
+            return self
+                .exposed(&self.members(), reserved)
+                .into_iter()
+                .find(|e| e.name == name)
+                .map(|e| (e.server, e.own));
+        }
         self.members().iter().find_map(|(server, upstream)| {
             let tool = name
                 .strip_prefix(server.as_str())?

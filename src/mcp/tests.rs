@@ -253,3 +253,48 @@ async fn members_come_and_go_and_each_change_is_announced() {
     assert!(!pool.remove("gone").await);
     supervisor.shutdown().await;
 }
+
+#[test]
+fn always_prefixes_every_name() {
+    let items = [("a", "echo"), ("b", "echo"), ("b", "add")];
+    let names: Vec<String> = super::expose(super::Prefix::Always, items, |_| false)
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, ["a__echo", "b__echo", "b__add"]);
+}
+
+#[test]
+fn on_conflict_prefixes_only_the_clashing_names() {
+    let items = [
+        ("a", "echo"),
+        ("a", "fetch_url"),
+        ("a", "read.file"),
+        ("b", "echo"),
+        ("b", "add"),
+        ("c", "a__echo"),
+    ];
+    let exposed = super::expose(super::Prefix::OnConflict, items, |n| n == "fetch_url");
+    let names: Vec<(&str, &str, &str)> = exposed
+        .iter()
+        .map(|e| (e.server.as_str(), e.own.as_str(), e.name.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            // Two servers have `echo`: both prefixed.
+            ("a", "echo", "a__echo"),
+            // A built-in's name: prefixed.
+            ("a", "fetch_url", "a__fetch_url"),
+            // `read.file` is not portable either way: left out.
+            ("b", "echo", "b__echo"),
+            ("b", "add", "add"),
+            // `a__echo` as its own name collides with an earlier one: left out.
+        ]
+    );
+    // The same items give the same names every time.
+    assert_eq!(
+        super::expose(super::Prefix::OnConflict, items, |n| n == "fetch_url"),
+        exposed
+    );
+}

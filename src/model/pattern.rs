@@ -85,6 +85,11 @@ impl ToolPattern {
         })
     }
 
+    /// Whether the pattern also needs the call's subject (`NAME(SUBJECT)`).
+    pub fn has_subject(&self) -> bool {
+        self.subject.is_some()
+    }
+
     /// The pattern as written (trimmed).
     pub fn as_str(&self) -> &str {
         &self.text

@@ -149,6 +149,17 @@ pub struct RawMcp {
     /// for this repository) into each agent CLI's config instead of one
     /// entry per server, so every tool call passes npc's gateway. Default `false`.
     pub gateway: Option<bool>,
+    /// How the gateway names upstream tools, prompts and resource templates:
+    /// `always` (default: `SERVER__NAME`) or `on_conflict` (an upstream's own
+    /// name, unless two servers or a built-in tool share it; then every
+    /// clashing one is `SERVER__NAME`).
+    #[schemars(extend("enum" = ["always", "on_conflict"]))]
+    pub prefix: Option<Spanned<String>>,
+    /// What the gateway's `tools/list` offers: `all` (default: every tool)
+    /// or `search` (only `search_tools` and `call_tool`, which find and call
+    /// the others, so an agent with hundreds of tools keeps its context small).
+    #[schemars(extend("enum" = ["all", "search"]))]
+    pub tools: Option<Spanned<String>>,
     /// MCP servers, keyed by name.
     #[serde(default)]
     #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]

@@ -182,6 +182,58 @@ pub struct CommandSpec {
 pub struct McpSettings {
     /// The agent files get one entry, `npc mcp serve`, instead of one per server.
     pub gateway: bool,
+    /// How the gateway names upstream tools, prompts and resource templates.
+    pub prefix: Prefix,
+    /// What the gateway's `tools/list` offers.
+    pub tools: ToolListing,
+}
+
+/// `mcp.prefix`: how the gateway names an upstream's tools, prompts and
+/// resource templates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Hash, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Prefix {
+    /// Always `SERVER__NAME`.
+    #[default]
+    Always,
+    /// The upstream's own name, unless another server or a built-in tool
+    /// has it too; then every clashing one is `SERVER__NAME`.
+    OnConflict,
+}
+
+impl Prefix {
+    pub const NAMES: [&'static str; 2] = ["always", "on_conflict"];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "always" => Some(Self::Always),
+            "on_conflict" => Some(Self::OnConflict),
+            _ => None,
+        }
+    }
+}
+
+/// `mcp.tools`: what the gateway's `tools/list` offers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Hash, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolListing {
+    /// Every tool.
+    #[default]
+    All,
+    /// Only `search_tools` and `call_tool`.
+    Search,
+}
+
+impl ToolListing {
+    pub const NAMES: [&'static str; 2] = ["all", "search"];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "all" => Some(Self::All),
+            "search" => Some(Self::Search),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Hash, Serialize)]

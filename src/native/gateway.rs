@@ -71,6 +71,14 @@ const MCP_TOOL_PREFIX: &str = "mcp__";
 /// name) `None`: the entry lists every tool and the gateway's own filters
 /// apply. Targets without a tool filter note that they cannot express it.
 pub fn gateway_tools(manifest: &Manifest, kind: ProviderKind) -> Option<Vec<String>> {
+    // Names are known only at run time with `on_conflict`, and in search
+    // mode the agent sees only `search_tools` and `call_tool`; the gateway
+    // applies the profiles' tools itself.
+    if manifest.mcp.prefix != crate::model::Prefix::Always
+        || manifest.mcp.tools != crate::model::ToolListing::All
+    {
+        return None;
+    }
     let profiles: Vec<_> = manifest
         .profiles
         .values()

@@ -664,5 +664,11 @@ mod tests {
             gateway_tools(&manifest(&unnamed), ProviderKind::Codex),
             None
         );
+        // Names known at run time, or a search's two tools: no filter.
+        for setting in ["prefix = \"on_conflict\"", "tools = \"search\""] {
+            let m =
+                manifest(&exact.replace("gateway = true", &format!("gateway = true\n{setting}")));
+            assert_eq!(gateway_tools(&m, ProviderKind::Codex), None, "{setting}");
+        }
     }
 }

@@ -88,6 +88,8 @@ impl McpDriver {
     pub fn manifest_applied(&self, manifest: &Manifest) {
         self.hooks
             .replace(HookSet::for_repository(&self.npc.paths.root, manifest));
+        self.pool().set_prefix(manifest.mcp.prefix);
+        self.path.set_listing(manifest.mcp.tools);
         {
             let mut current = crate::stdx::lock(&self.builtins);
             if current.as_ref() != Some(&manifest.mcp_builtins) {

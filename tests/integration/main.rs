@@ -17,6 +17,7 @@ mod mcp;
 mod mcp_builtin;
 mod mcp_daemon;
 mod mcp_interop;
+mod mcp_names;
 mod panes;
 mod plugins;
 mod providers;

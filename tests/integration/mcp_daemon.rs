@@ -810,3 +810,58 @@ fn the_daemons_gateway_serves_the_builtins_and_follows_the_manifests_prompts() {
     assert_eq!(gets[0]["payload"]["name"], "greet");
     assert_eq!(gets[0]["payload"]["outcome"], "ok");
 }
+
+#[test]
+fn the_daemons_gateway_names_on_conflict_and_serves_tool_search() {
+    if !python_sdk() {
+        return;
+    }
+    let d = Daemon::start(&format!(
+        "version = 1\n[mcp]\nprefix = \"on_conflict\"\ntools = \"search\"\n{}{}",
+        misbehave("a", &[]),
+        misbehave("b", &[])
+    ));
+    let pid = d.wait_connected("a");
+    d.wait_connected("b");
+    let got = stdio_session(
+        d.root(),
+        json!([
+            ["list"],
+            ["call", "search_tools", {"query": "pid"}],
+            ["call", "call_tool", {"name": "a__pid", "arguments": {}}]
+        ]),
+    );
+    assert_eq!(got[0]["tools"], json!(["search_tools", "call_tool"]));
+    let found: Value = serde_json::from_str(got[1]["text"].as_str().unwrap()).unwrap();
+    let names: Vec<&str> = found["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    // Both servers list `pid`: both prefixed.
+    assert_eq!(names[..2], ["a__pid", "b__pid"], "{found}");
+    assert_eq!(got[2]["text"], pid.to_string(), "{}", got[2]);
+    let calls: Vec<Value> = wait_for("both tool-call events", || {
+        let calls: Vec<Value> = d
+            .events()
+            .into_iter()
+            .filter(|e| e["kind"] == "mcp.tool_call")
+            .collect();
+        (calls.len() >= 2).then_some(calls)
+    });
+    assert_eq!(calls[1]["payload"]["name"], "a__pid");
+    assert_eq!(calls[1]["payload"]["server"], "a");
+    // One-off flags would change what the daemon serves to everyone.
+    let out = npc()
+        .args(["mcp", "serve", "--tools", "all"])
+        .current_dir(d.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("`[mcp] prefix` and `tools`"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

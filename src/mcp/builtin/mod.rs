@@ -10,7 +10,8 @@
 //!
 //! Built-in names are plain `snake_case` words without
 //! [`super::NAMESPACE_SEPARATOR`], so they never collide with an upstream
-//! tool, which is always listed as `server__tool`. A built-in call travels
+//! tool listed as `server__tool`; with `mcp.prefix = "on_conflict"` an
+//! upstream tool of a built-in's name is the one prefixed ([`super::expose`]). A built-in call travels
 //! the same [`super::CallPath`] as an upstream one (stages, then an
 //! `mcp.tool_call` event whose `server` is [`BUILTIN_SERVER`]).
 
@@ -28,7 +29,7 @@ use serde_json::Value;
 use futures_util::future::BoxFuture;
 
 /// The `server` recorded for a built-in tool's call (no manifest server can
-/// shadow a built-in: upstream tools are always `server__tool`).
+/// shadow a built-in: its name is reserved before any upstream tool's).
 pub const BUILTIN_SERVER: &str = "npc";
 
 /// Why a built-in call did not produce a result.

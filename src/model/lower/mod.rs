@@ -257,6 +257,18 @@ impl Lower<'_> {
             Some(m) => (
                 McpSettings {
                     gateway: m.gateway.unwrap_or(false),
+                    prefix: self.choice(
+                        m.prefix.as_ref(),
+                        "mcp.prefix",
+                        Prefix::parse,
+                        &Prefix::NAMES,
+                    ),
+                    tools: self.choice(
+                        m.tools.as_ref(),
+                        "mcp.tools",
+                        ToolListing::parse,
+                        &ToolListing::NAMES,
+                    ),
                 },
                 m.servers,
                 m.builtins.and_then(|e| e.0),
@@ -765,6 +777,32 @@ pub const PROFILE_OWN_KEYS: [&str; 8] = [
     "skills",
     "deniedTools",
 ];
+
+impl Lower<'_> {
+    /// One of a keyword setting's values (`parse`), its default when
+    /// absent; an unknown one is an error naming the choices (and the
+    /// default stands in, so the other checks still run).
+    fn choice<T: Default>(
+        &mut self,
+        raw: Option<&Spanned<String>>,
+        path: &str,
+        parse: fn(&str) -> Option<T>,
+        names: &[&str],
+    ) -> T {
+        let Some(value) = raw else {
+            return T::default();
+        };
+        parse(value).unwrap_or_else(|| {
+            let hint = suggest(value, names);
+            self.error(
+                &value.span,
+                format!("unknown `{path}` `{}`", clip(&value.value)),
+                hint,
+            );
+            T::default()
+        })
+    }
+}
 
 fn suggest(value: &str, names: &[&str]) -> String {
     match did_you_mean(value, names.iter().copied()) {
