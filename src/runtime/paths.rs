@@ -181,6 +181,9 @@ fn expand_home(path: &Path) -> PathBuf {
     }
 }
 
+/// The key of `[project]` that names the state directory.
+const STATE_DIR_KEY: &str = "state_dir";
+
 /// The state directory a manifest names, read leniently so that `npc
 /// status` and `npc events` work while the manifest is invalid (that is when
 /// the events matter most): `project.state_dir` if the file parses at all,
@@ -189,6 +192,12 @@ fn expand_home(path: &Path) -> PathBuf {
 pub fn state_dir_hint(manifest: &Path) -> String {
     let bytes = model::read_manifest(manifest).unwrap_or_default();
     let text = String::from_utf8(bytes).unwrap_or_default();
+    // Without the key's name in the text (nor an escape that could spell
+    // it) the default is the answer; most manifests, and `npc hook run` on
+    // every tool call, skip a second parse of the whole file.
+    if !text.contains(STATE_DIR_KEY) && !text.contains("\\u") && !text.contains("\\U") {
+        return model::DEFAULT_STATE_DIR.to_string();
+    }
     let value: Option<serde_json::Value> = if manifest.extension().is_some_and(|e| e == "json") {
         serde_json::from_str(&text).ok()
     } else {
@@ -200,4 +209,31 @@ pub fn state_dir_hint(manifest: &Path) -> String {
         .and_then(|v| v.as_str())
         .unwrap_or(model::DEFAULT_STATE_DIR)
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_dir_hint_reads_the_key_however_it_is_spelled() {
+        let dir = tempfile::tempdir().unwrap();
+        let hint = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            state_dir_hint(&path)
+        };
+        let plain = "version = 1\n[project]\nname = \"x\"\n";
+        assert_eq!(hint("a.toml", plain), model::DEFAULT_STATE_DIR);
+        let named = "version = 1\n[project]\nstate_dir = \".state\"\n";
+        assert_eq!(hint("b.toml", named), ".state");
+        let escaped = "version = 1\n[project]\n\"state\\u005fdir\" = \".escaped\"\n";
+        assert_eq!(hint("c.toml", escaped), ".escaped");
+        let json = r#"{"version": 1, "project": {"state_dir": ".j"}}"#;
+        assert_eq!(hint("d.json", json), ".j");
+        assert_eq!(
+            hint("e.toml", "not toml at all [["),
+            model::DEFAULT_STATE_DIR
+        );
+    }
 }
