@@ -123,10 +123,7 @@ impl ToolPolicy {
     /// Patterns meet the name as the gateway has it and as an agent has it
     /// (`mcp__SERVER__TOOL`).
     pub fn refuses(&self, call: &ToolCallInfo) -> Option<String> {
-        let forms = [
-            call.name.clone(),
-            format!("{MCP_PATTERN_PREFIX}{}", call.name),
-        ];
+        let forms = forms(&call.name);
         if let Some(p) = self
             .denied
             .iter()

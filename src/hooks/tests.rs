@@ -526,4 +526,26 @@ denied_tools = ["mcp__everything__get-env", "everything__echo(rm*)"]
             .refuses(&call("everything__echo", json!({"command": "rm -rf"})))
             .is_some()
     );
+    // A built-in meets the patterns under the gateway's name for it too,
+    // the same for listing and for calling.
+    assert!(policy.permits("board_read"));
+    assert!(policy.refuses(&call("board_read", json!({}))).is_none());
+    assert!(!policy.permits("memory_write"));
+    assert!(policy.refuses(&call("memory_write", json!({}))).is_some());
+    let deny_builtin = text.replace(
+        "denied_tools = [",
+        "denied_tools = [\"mcp__npc__board_read\", ",
+    );
+    let manifest = crate::model::load_bytes(
+        "npcagent.toml",
+        deny_builtin.as_bytes(),
+        crate::model::Syntax::Toml,
+        &BTreeMap::<String, String>::new(),
+        &files,
+    )
+    .manifest
+    .unwrap();
+    let policy = policy::ToolPolicy::for_profile(&manifest, "dev").unwrap();
+    assert!(!policy.permits("board_read"));
+    assert!(policy.refuses(&call("board_read", json!({}))).is_some());
 }
