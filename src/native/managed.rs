@@ -101,10 +101,13 @@ pub type Wanted = BTreeMap<String, (String, String)>;
 pub fn plan_folder(repo: &Root, folder: &Path, format: Format, wanted: &Wanted) -> Vec<Planned> {
     let ext = format.extension();
     let mut out = Vec::new();
-    let existing = match repo.real_path(folder) {
-        Ok(real) if real.starts_with(repo.path()) => list(&real, ext),
-        Ok(_) => Vec::new(),
-        Err(e) if e.is_not_found() => Vec::new(),
+    let suffix = format!(".{ext}");
+    let existing: Vec<String> = match repo.list_files(folder, &suffix, MAX_FOLDER_ENTRIES) {
+        Ok(names) => names
+            .into_iter()
+            .filter_map(|n| n.strip_suffix(&suffix).map(str::to_string))
+            .filter(|stem| !stem.is_empty())
+            .collect(),
         Err(_) if wanted.is_empty() => Vec::new(),
         Err(e) => {
             out.push(Planned {
@@ -162,24 +165,6 @@ pub fn plan_folder(repo: &Root, folder: &Path, format: Format, wanted: &Wanted) 
         out.push(planned);
     }
     out.retain(|p| p.is_change() || p.error.is_some() || !p.notes.is_empty());
-    out
-}
-
-/// The stems of the regular files named `*.EXT` directly in `dir`.
-fn list(dir: &Path, ext: &str) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let suffix = format!(".{ext}");
-    let mut out: Vec<String> = entries
-        .take(MAX_FOLDER_ENTRIES)
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter_map(|n| n.strip_suffix(&suffix).map(str::to_string))
-        .filter(|stem| !stem.is_empty())
-        .collect();
-    out.sort();
     out
 }
 

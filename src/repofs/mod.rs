@@ -795,6 +795,22 @@ impl Root {
         }
     }
 
+    /// The names of the regular files directly in the directory `dir`
+    /// whose names end in `suffix`, sorted, at most `max` of them (the rest
+    /// are not looked at). The directory is reached like any path here
+    /// (links only inside the root) and listed through its descriptor, so
+    /// a link swapped in after the check is never followed; a missing
+    /// directory lists nothing.
+    pub fn list_files(&self, dir: &Path, suffix: &str, max: usize) -> Result<Vec<String>, FsError> {
+        let mut walk = Walk::new(self, dir)?;
+        walk.push_end_marker();
+        match walk.locate(None, Links::Follow) {
+            Ok(_) => list_dir(walk.dir(), &walk.here(), suffix, max),
+            Err(e) if e.is_not_found() => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Remove npc's temporary files (`.NAME.npc-PID-N.tmp`) whose process
     /// is gone from the directory `dir`. Returns how many were removed.
     pub fn sweep_temp(&self, dir: &Path) -> Result<usize, FsError> {
@@ -952,6 +968,34 @@ fn temp_pid(name: &[u8]) -> Option<i32> {
 fn pid_gone(pid: i32) -> bool {
     pid != std::process::id() as i32
         && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(Errno::ESRCH)
+}
+
+fn list_dir(
+    dir: BorrowedFd<'_>,
+    shown: &Path,
+    suffix: &str,
+    max: usize,
+) -> Result<Vec<String>, FsError> {
+    let listing = nix::dir::Dir::openat(
+        dir,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| FsError::io(shown, "listed", e))?;
+    let mut out: Vec<String> = listing
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str().ok().map(str::to_string))
+        .filter(|name| name.ends_with(suffix))
+        .take(max)
+        .filter(|name| {
+            fstatat(dir, name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| kind(&st) == SFlag::S_IFREG)
+        })
+        .collect();
+    out.sort();
+    Ok(out)
 }
 
 fn sweep_dir(dir: BorrowedFd<'_>, shown: &Path) -> Result<usize, FsError> {
