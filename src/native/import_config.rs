@@ -14,8 +14,9 @@
 //!   `allowed_tools` / `denied_tools`, run by the manifest's provider of
 //!   that CLI (one is added when there is none).
 //!
-//! The file's text is taken literally: minijinja syntax in it is wrapped in
-//! `{% raw %}` (templates do not expand `${VAR}`; a `model` does, so its
+//! The file's text is taken literally: each `{{`, `{%` and `{#` in it is
+//! written as an expression that prints it (templates do not expand
+//! `${VAR}`; a `model` does, so its
 //! `$` is written `$$`). What the manifest cannot express (an
 //! OpenCode agent's `permission`, Gemini CLI's own tool names) is named in
 //! a note. A file npc wrote (its marker line) is not imported.
@@ -137,6 +138,33 @@ fn split_markdown(
 /// `text` as a template that prints it literally, with each placeholder
 /// of `placeholders` (text, variable) printing its variable. Returns the
 /// template and the variables used, in order of first use.
+/// `text` as a template that prints it as it is: each opening delimiter
+/// (`{{`, `{%`, `{#`) becomes a string expression that prints it, so no
+/// part of an imported file is ever read as template code (a `{% raw %}`
+/// block would end at any spelling of `endraw` inside the text).
+fn literal_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('{') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        match after.chars().next() {
+            Some(c @ ('{' | '%' | '#')) => {
+                out.push_str("{{ \"{");
+                out.push(c);
+                out.push_str("\" }}");
+                rest = &after[1..];
+            }
+            _ => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 fn template_of(text: &str, placeholders: &[(String, String)]) -> (String, Vec<String>) {
     let mut out = String::new();
     let mut used: Vec<String> = Vec::new();
@@ -145,16 +173,7 @@ fn template_of(text: &str, placeholders: &[(String, String)]) -> (String, Vec<St
         if literal.is_empty() {
             return;
         }
-        let jinja = ["{{", "{%", "{#"].iter().any(|s| literal.contains(s));
-        if jinja {
-            // `{% endraw %}` inside a raw block ends it: split it up.
-            let safe = literal.replace("{% endraw %}", "{% endraw %}{{ '{% endraw %}' }}{% raw %}");
-            out.push_str("{% raw %}");
-            out.push_str(&safe);
-            out.push_str("{% endraw %}");
-        } else {
-            out.push_str(literal);
-        }
+        out.push_str(&literal_text(literal));
         literal.clear();
     };
     let mut rest = text;
@@ -542,8 +561,10 @@ mod tests {
 
     #[test]
     fn an_imported_command_renders_back_to_the_same_text() {
-        let text = "---\ndescription: Review\n---\n\nReview $ARGUMENTS; cost ${PRICE}, {{ x }} {% endraw %}.\n";
-        let imported = import(".claude/commands/review.md", text);
+        // Every spelling of `endraw` too: none ends a literal early.
+        let body = "Review $ARGUMENTS; cost ${PRICE}, {{ x }} {% endraw %} {%endraw%}{{ 7*7 }} {%- endraw -%} {# c #} {x}.\n";
+        let text = format!("---\ndescription: Review\n---\n\n{body}");
+        let imported = import(".claude/commands/review.md", &text);
         let manifest_text = format!(
             "version = 1\n[providers.c]\nkind = \"claude_code\"\n{}",
             imported.to_toml()
@@ -553,10 +574,7 @@ mod tests {
         let ctx = crate::render::RenderContext::new(dir.path(), &m);
         let (planned, _) = crate::native::commands::plan(&m, dir.path(), &ctx);
         let written = planned[0].after.as_deref().unwrap();
-        assert!(
-            written.ends_with("\nReview $ARGUMENTS; cost ${PRICE}, {{ x }} {% endraw %}.\n"),
-            "{written}"
-        );
+        assert!(written.ends_with(&format!("\n{body}")), "{written}");
     }
 
     #[test]
