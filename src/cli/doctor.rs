@@ -138,10 +138,14 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<Exit> {
 
 fn print_human(reports: &[Report]) -> anyhow::Result<()> {
     for r in reports {
+        // Program names, paths, hook keys and file errors come from the
+        // repository: shown with their control characters escaped.
+        let show = crate::stdx::term::printable;
         let version = r.version.as_deref().unwrap_or("version unknown");
+        let program = show(&r.program);
         match &r.path {
-            Some(_) => outln!("{} (`{}` {version})", r.kind, r.program)?,
-            None => outln!("{} (`{}`)", r.kind, r.program)?,
+            Some(_) => outln!("{} (`{program}` {})", r.kind, show(version))?,
+            None => outln!("{} (`{program}`)", r.kind)?,
         }
         for c in &r.checks {
             let mark = match c.status {
@@ -149,9 +153,9 @@ fn print_human(reports: &[Report]) -> anyhow::Result<()> {
                 Status::Warn => "warning",
                 Status::Problem => "problem",
             };
-            outln!("  {mark}: {}: {}", c.check, c.detail)?;
+            outln!("  {mark}: {}: {}", c.check, show(&c.detail))?;
             if let Some(fix) = &c.fix {
-                outln!("    fix: {fix}")?;
+                outln!("    fix: {}", show(fix))?;
             }
         }
     }
@@ -168,16 +172,13 @@ fn package(kind: ProviderKind) -> &'static str {
     }
 }
 
-/// `program` resolved like a shell would: a path as given (relative to
-/// `root`), a bare name on `PATH`.
-fn find_program(program: &str, root: &Path) -> Option<PathBuf> {
+/// A bare `program` name found on `PATH` (a path is never looked up: see
+/// [`installed`]).
+fn find_program(program: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let runnable = |p: &Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
-    if program.contains('/') {
-        return Some(root.join(program)).filter(|p| runnable(p));
-    }
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|dir| dir.join(program))
@@ -202,11 +203,25 @@ fn installed(
     let mut report = Report {
         kind: kind.as_str(),
         program: program.clone(),
-        path: find_program(&program, root),
+        path: None,
         version: None,
         fixtures: fixtures.clone(),
         checks: Vec::new(),
     };
+    // A path is the repository's choice of program: `npc doctor` on a
+    // fresh clone must not run the clone's code to ask its version.
+    if program.contains('/') {
+        report.checks.push(Check::bad(
+            "installed",
+            Status::Warn,
+            format!(
+                "`{program}` is a path the manifest names; npc doctor runs no program a repository chose, so it is not checked"
+            ),
+            format!("run `{program} --version` yourself if you trust the repository"),
+        ));
+        return report;
+    }
+    report.path = find_program(&program);
     let Some(path) = report.path.clone() else {
         report.checks.push(Check::bad(
             "installed",

@@ -134,3 +134,31 @@ fn doctor_names_each_problem_with_its_fix_until_it_is_fixed() {
     assert!(problems.is_empty(), "{problems:#?}");
     assert_eq!(code, 0, "a warning alone does not fail");
 }
+
+/// A provider `command` that is a path into the repository is the
+/// repository's own program: `npc doctor` on a fresh clone never runs it,
+/// and says so.
+#[test]
+fn doctor_runs_no_program_the_repository_names() {
+    let repo = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let marker = repo.path().join("ran");
+    std::fs::write(
+        repo.path().join("npcagent.toml"),
+        "version = 1\n[providers.claude]\nkind = \"claude_code\"\ncommand = \"./agent\"\n",
+    )
+    .unwrap();
+    let agent = repo.path().join("agent");
+    std::fs::write(
+        &agent,
+        format!("#!/bin/sh\ntouch '{}'\necho '2.1.197'\n", marker.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (_, reports) = doctor(repo.path(), bin.path(), home.path());
+    let installed = check(&reports, "claude_code", "installed");
+    assert_eq!(installed["status"], "warn", "{installed}");
+    assert!(installed.to_string().contains("not checked"), "{installed}");
+    assert!(!marker.exists(), "npc doctor ran the repository's program");
+}

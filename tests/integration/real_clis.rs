@@ -418,10 +418,6 @@ impl Setup {
     /// `npc ARGS` in the repository with the throwaway home, npc first on
     /// `PATH` (the agent files start `npc mcp serve` and `npc hook run`).
     fn npc(&self, args: &[&str]) -> Command {
-        let bin_dir = npc_path().parent().unwrap().to_path_buf();
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        let mut dirs = vec![bin_dir];
-        dirs.extend(std::env::split_paths(&path));
         let mut cmd = match self.user {
             None => Command::new(npc_path()),
             Some(uid) => {
@@ -437,7 +433,7 @@ impl Setup {
         };
         cmd.args(args)
             .current_dir(self.root())
-            .env("PATH", std::env::join_paths(dirs).unwrap())
+            .env("PATH", path_with_npc())
             .env("HOME", self.home.path())
             .env("XDG_DATA_HOME", self.home.path().join(".local/share"))
             .env_remove("XDG_CONFIG_HOME")
@@ -497,6 +493,16 @@ impl Setup {
             .filter(|b| offered_tools(b).iter().any(|t| t.ends_with(GATEWAY_ECHO)))
             .collect()
     }
+}
+
+/// `PATH` with npc's directory first: the agent files start `npc mcp serve`
+/// and `npc hook run` by name.
+fn path_with_npc() -> std::ffi::OsString {
+    let mut dirs = vec![npc_path().parent().unwrap().to_path_buf()];
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(dirs).unwrap()
 }
 
 /// Make `path` and everything under it `uid`'s (links not followed).
@@ -855,12 +861,7 @@ fn worktree_edit_lands_on_its_branch(cli: Cli, script: Script) {
     };
     git(&["add", "--all"]);
     git(&["commit", "--quiet", "-m", "start"]);
-    let bin_dir = npc_path().parent().unwrap().to_path_buf();
-    let mut dirs = vec![bin_dir];
-    dirs.extend(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    ));
-    let path = std::env::join_paths(dirs).unwrap();
+    let path = path_with_npc();
     let home = s.home.path().to_string_lossy().into_owned();
     let data = s
         .home
