@@ -194,29 +194,53 @@ fn literal_prefix(pattern: &str) -> PathBuf {
     out
 }
 
-/// Directories under `dir` (itself included) to watch: no links, nothing
-/// ignored, at most `limit`.
-fn walk_dirs(dir: &Path, shared: &Shared, limit: usize) -> Vec<PathBuf> {
-    let mut out = Vec::new();
+/// Watches `dir` and every directory under it (no links, nothing ignored,
+/// at most [`MAX_WATCHED_DIRS`] in all and per call). Each
+/// directory is watched before it is listed, so an entry made while this
+/// runs is either listed or reported by notify, never neither. With
+/// `note_files`, the files found count as created (a directory that
+/// appeared after start).
+fn watch_tree(
+    dir: &Path,
+    shared: &Shared,
+    watcher: &mut notify::RecommendedWatcher,
+    watched: &mut std::collections::BTreeSet<PathBuf>,
+    note_files: bool,
+) -> Result<(), TriggerError> {
     let mut stack = vec![dir.to_path_buf()];
+    let mut visited = 0usize;
     while let Some(d) = stack.pop() {
-        if out.len() >= limit {
+        let known = watched.contains(&d);
+        if visited >= MAX_WATCHED_DIRS || (!known && watched.len() >= MAX_WATCHED_DIRS) {
             break;
         }
         let is_dir = std::fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir());
-        if !is_dir || shared.is_ignored(&d) {
+        // At start a directory already walked is done; a directory that
+        // appeared later may be one deleted and made again, so it is
+        // watched afresh.
+        if !is_dir || shared.is_ignored(&d) || (known && !note_files) {
             continue;
         }
-        if let Ok(entries) = std::fs::read_dir(&d) {
-            for e in entries.flatten().take(MAX_NEW_DIR_ENTRIES) {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(e.path());
-                }
+        visited += 1;
+        watcher
+            .watch(&d, RecursiveMode::NonRecursive)
+            .map_err(|e| TriggerError::Watch {
+                path: d.display().to_string(),
+                detail: e.to_string(),
+            })?;
+        watched.insert(d.clone());
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten().take(MAX_NEW_DIR_ENTRIES) {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if t.is_file() && note_files => shared.note(e.path(), First::Created),
+                _ => {}
             }
         }
-        out.push(d);
     }
-    out
+    Ok(())
 }
 
 /// `patterns` as one set (`*` stays within a directory, `**` crosses them).
@@ -327,20 +351,7 @@ impl TriggerKind for FileWatchTrigger {
             while !dir.is_dir() && dir.starts_with(&cx.root) && dir != cx.root {
                 dir.pop();
             }
-            for d in walk_dirs(
-                &dir,
-                &shared,
-                MAX_WATCHED_DIRS.saturating_sub(watched.len()),
-            ) {
-                if watched.insert(d.clone()) {
-                    watcher
-                        .watch(&d, RecursiveMode::NonRecursive)
-                        .map_err(|e| TriggerError::Watch {
-                            path: d.display().to_string(),
-                            detail: e.to_string(),
-                        })?;
-                }
-            }
+            watch_tree(&dir, &shared, &mut watcher, &mut watched, false)?;
         }
         let (tx, rx) = mpsc::channel(FIRING_QUEUE_DEPTH);
         let stop = CancellationToken::new();
@@ -361,20 +372,9 @@ impl TriggerKind for FileWatchTrigger {
                     () = sleep => {}
                     Some(dir) = dirs_rx.recv() => {
                         // A new directory: watch it (and what is under it),
-                        // and count the files already there as created.
-                        let left = MAX_WATCHED_DIRS.saturating_sub(watched.len());
-                        for d in walk_dirs(&dir, &shared, left) {
-                            if watched.insert(d.clone()) {
-                                let _ = watcher.watch(&d, RecursiveMode::NonRecursive);
-                            }
-                            if let Ok(entries) = std::fs::read_dir(&d) {
-                                for e in entries.flatten().take(MAX_NEW_DIR_ENTRIES) {
-                                    if e.file_type().is_ok_and(|t| t.is_file()) {
-                                        shared.note(e.path(), First::Created);
-                                    }
-                                }
-                            }
-                        }
+                        // and count the files already there as created. A
+                        // directory that cannot be watched is left out.
+                        let _ = watch_tree(&dir, &shared, &mut watcher, &mut watched, true);
                     }
                 }
                 let (closed, upcoming) = shared.closed(Instant::now());

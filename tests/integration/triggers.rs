@@ -886,13 +886,30 @@ fn an_editor_style_save_is_one_run_and_ignored_paths_are_never_runs() {
     assert_eq!(saved[0]["event"], "modified");
     assert!(watch_runs(root, ".git/notes.md").is_empty());
     assert!(watch_runs(root, ".npc/notes.md").is_empty());
-    // A directory made after start is watched, its files created.
+    // Directories made after start are watched, however fast they nest,
+    // and each of their files is created once.
+    let mut dir = String::from("docs/new");
+    for level in 0..8 {
+        std::fs::create_dir_all(root.join(&dir)).unwrap();
+        std::fs::write(root.join(format!("{dir}/f{level}.md")), "f").unwrap();
+        dir.push_str("/deeper");
+    }
     std::fs::create_dir_all(root.join("docs/new/deeper")).unwrap();
     std::fs::write(root.join("docs/new/deeper/c.md"), "c").unwrap();
     let created = wait_for("the new directory's file", || {
         watch_runs(root, "docs/new/deeper/c.md").into_iter().next()
     });
     assert_eq!(created["event"], "created");
+    let mut dir = String::from("docs/new");
+    for level in 0..8 {
+        let path = format!("{dir}/f{level}.md");
+        let runs = wait_for("a nested directory's file", || {
+            Some(watch_runs(root, &path)).filter(|r| !r.is_empty())
+        });
+        assert_eq!(runs.len(), 1, "{path}: {runs:?}");
+        assert_eq!(runs[0]["event"], "created", "{path}");
+        dir.push_str("/deeper");
+    }
     std::fs::remove_file(root.join("docs/new/deeper/c.md")).unwrap();
     wait_for("the deletion", || {
         watch_runs(root, "docs/new/deeper/c.md")
