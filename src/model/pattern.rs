@@ -4,17 +4,17 @@
 //! call's subject — its `command` argument (an array of words joined by
 //! spaces), else `file_path`, `path` or `url` — to match `SUBJECT`:
 //! `PREFIX:*` is a prefix (`Bash(git push:*)`), anything else a
-//! whole-subject pattern with `*` (`Edit(*.lock)`). Patterns compile to
-//! anchored regular expressions (linear-time matching), within
-//! [`MAX_PATTERN_CHARS`]. The manifest's validation parses them; the hook
+//! whole-subject pattern with `*` (`Edit(*.lock)`). A pattern is kept as
+//! its literal parts between `*`s and matched by finding them in order
+//! (leftmost first, which is exact when `*` is the only wildcard), in time
+//! linear in the text, within [`MAX_PATTERN_CHARS`]; no regular expression
+//! is compiled, so loading a manifest stays cheap. The manifest's validation parses them; the hook
 //! runner's tool policy (`hooks::policy`) matches calls with them.
 
 use serde_json::Value;
 
 /// Longest `ask_tools` pattern.
 pub const MAX_PATTERN_CHARS: usize = 1024;
-/// Compiled size limit of one pattern's regular expression.
-pub const MAX_PATTERN_REGEX_BYTES: usize = 1024 * 1024;
 /// The arguments that are a call's subject, in order of preference.
 pub const SUBJECT_ARGUMENTS: [&str; 4] = ["command", "file_path", "path", "url"];
 
@@ -29,27 +29,56 @@ pub enum PatternError {
     Unclosed,
     #[error("it names no tool before `(`")]
     NoName,
-    #[error("it does not compile: {0}")]
-    Compile(String),
 }
 
-/// One compiled `ask_tools` pattern.
+/// One parsed `ask_tools` pattern.
 #[derive(Debug, Clone)]
 pub struct ToolPattern {
     text: String,
-    name: regex::Regex,
-    subject: Option<regex::Regex>,
+    name: Glob,
+    subject: Option<Glob>,
 }
 
-/// `glob` (only `*` is special) as an anchored regular expression;
-/// `prefix` leaves the end open.
-fn compile(glob: &str, prefix: bool) -> Result<regex::Regex, PatternError> {
-    let body: Vec<String> = glob.split('*').map(regex::escape).collect();
-    let tail = if prefix { "" } else { "$" };
-    regex::RegexBuilder::new(&format!("^(?s:{}){tail}", body.join(".*")))
-        .size_limit(MAX_PATTERN_REGEX_BYTES)
-        .build()
-        .map_err(|e| PatternError::Compile(e.to_string()))
+/// A pattern where only `*` is special: the literal parts around each `*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Glob {
+    /// At least one part; `*` stood between consecutive parts.
+    parts: Vec<String>,
+}
+
+impl Glob {
+    /// `glob`; `prefix` leaves the end open (as if it ended with `*`).
+    fn new(glob: &str, prefix: bool) -> Self {
+        let mut parts: Vec<String> = glob.split('*').map(str::to_string).collect();
+        if prefix {
+            parts.push(String::new());
+        }
+        Self { parts }
+    }
+
+    /// Whether the whole of `text` matches: the first part starts it, the
+    /// last ends it, and the ones between occur in order, each found at its
+    /// leftmost place after the one before.
+    fn is_match(&self, text: &str) -> bool {
+        let (first, rest) = self.parts.split_first().expect("a glob has a part");
+        let Some((last, middle)) = rest.split_last() else {
+            return text == first;
+        };
+        if text.len() < first.len() + last.len()
+            || !text.starts_with(first.as_str())
+            || !text.ends_with(last.as_str())
+        {
+            return false;
+        }
+        let mut between = &text[first.len()..text.len() - last.len()];
+        for part in middle {
+            match between.find(part.as_str()) {
+                Some(at) => between = &between[at + part.len()..],
+                None => return false,
+            }
+        }
+        true
+    }
 }
 
 impl ToolPattern {
@@ -71,16 +100,13 @@ impl ToolPattern {
         if name.is_empty() {
             return Err(PatternError::NoName);
         }
-        let subject = match subject {
-            None => None,
-            Some(spec) => Some(match spec.strip_suffix(":*") {
-                Some(prefix) => compile(prefix, true)?,
-                None => compile(spec, false)?,
-            }),
-        };
+        let subject = subject.map(|spec| match spec.strip_suffix(":*") {
+            Some(prefix) => Glob::new(prefix, true),
+            None => Glob::new(spec, false),
+        });
         Ok(Self {
             text: trimmed.to_string(),
-            name: compile(name, false)?,
+            name: Glob::new(name, false),
             subject,
         })
     }
@@ -194,5 +220,36 @@ mod tests {
             ToolPattern::parse(&"a".repeat(MAX_PATTERN_CHARS + 1)).unwrap_err(),
             PatternError::TooLong
         );
+    }
+
+    /// The matcher agrees with the anchored regular expression a pattern
+    /// stands for (`*` as `.*`, everything else literal), on texts drawn
+    /// from the pattern's own alphabet so that matches are frequent.
+    mod against_regex {
+        use super::super::Glob;
+        use proptest::prelude::*;
+
+        fn oracle(glob: &str, prefix: bool, text: &str) -> bool {
+            let body: Vec<String> = glob.split('*').map(regex::escape).collect();
+            let tail = if prefix { "" } else { "$" };
+            regex::Regex::new(&format!("^(?s:{}){tail}", body.join(".*")))
+                .unwrap()
+                .is_match(text)
+        }
+
+        proptest! {
+            #[test]
+            fn globs_match_as_their_regex(
+                glob in "[ab*.\n]{0,8}",
+                text in "[ab.\n]{0,12}",
+                prefix: bool,
+            ) {
+                prop_assert_eq!(
+                    Glob::new(&glob, prefix).is_match(&text),
+                    oracle(&glob, prefix, &text),
+                    "glob {:?} prefix {} text {:?}", glob, prefix, text
+                );
+            }
+        }
     }
 }
