@@ -331,9 +331,10 @@ impl TemplateSource {
 }
 
 /// Check one prompt template; returns its diagnostics. `probe_fuel` is
-/// what is left of the manifest's [`MANIFEST_PROBE_FUEL`].
+/// what is left of the manifest's [`MANIFEST_PROBE_FUEL`]. The template
+/// is compiled once, in the probe's environment: its syntax and the
+/// variables it reads do not depend on how undefined values behave.
 pub fn check(
-    env: &minijinja::Environment<'_>,
     name: &Spanned<String>,
     template: &str,
     at: &TemplateSource,
@@ -355,7 +356,7 @@ pub fn check(
         );
         return diags;
     }
-    let compiled = match compile(env, name.as_str(), template) {
+    let compiled = match compile(probe_environment(), name.as_str(), template) {
         Ok(t) => t,
         Err(e) => {
             let span = match (e.range(), e.line()) {
@@ -375,7 +376,7 @@ pub fn check(
             return diags;
         }
     };
-    if let Some(diag) = probe(name, template, at, probe_fuel) {
+    if let Some(diag) = probe(&compiled, name, template, at, probe_fuel) {
         diags.push(diag);
     }
     let mut used: Vec<String> = compiled.undeclared_variables(true).into_iter().collect();
@@ -428,6 +429,7 @@ pub fn check(
 /// own is an error at the line where it ran out. Other render errors depend
 /// on the context a real render has, so they are not reported here.
 fn probe(
+    compiled: &minijinja::Template<'_, '_>,
     name: &Spanned<String>,
     template: &str,
     at: &TemplateSource,
@@ -436,9 +438,7 @@ fn probe(
     if *probe_fuel < TEMPLATE_FUEL {
         return None;
     }
-    let env = probe_environment();
-    let compiled = compile(env, name.as_str(), template).ok()?;
-    let failure = match render_bounded(&compiled, minijinja::Value::UNDEFINED) {
+    let failure = match render_bounded(compiled, minijinja::Value::UNDEFINED) {
         Ok(rendered) => {
             *probe_fuel -= rendered.fuel.min(*probe_fuel);
             return None;

@@ -127,9 +127,7 @@ impl Lower<'_> {
             }
         };
         let declared: BTreeSet<&str> = variables.keys().map(String::as_str).collect();
-        let env = self.templates.get_or_insert_with(template::environment);
         let found = template::check(
-            env,
             name,
             &template,
             &template_file,
