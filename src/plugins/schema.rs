@@ -35,11 +35,10 @@ pub const SCHEMA_DIR: &str = "src/plugins/schemas";
 
 /// `plugin.json` without `additionalProperties: false` at the top: unknown
 /// top-level fields are warnings (§5.2), reported by the caller. Its `name`
-/// pattern scans the lookahead with `[a-z0-9.-]*` where the official one
-/// has `.*`: a name must consist of those characters anyway, so the two
-/// accept the same names (a property test holds them together), and an
-/// ASCII-only pattern compiles without the Unicode tables that cost a
-/// quarter of a millisecond of every `npc validate` and `npc hook run`.
+/// has no `pattern`: [`is_plugin_name`] checks it in code (a property test
+/// holds the two to the official pattern), since compiling the pattern's
+/// lookahead with fancy-regex cost about as many instructions as the whole
+/// of `npc --version`, in every process that loads a plugin package.
 #[jsonschema::validator(path = "src/plugins/schemas/derived/plugin.open.json", draft = Draft202012)]
 struct PluginOpen;
 
@@ -60,6 +59,35 @@ struct McpSse;
 
 #[jsonschema::validator(path = "src/plugins/schemas/hooks.schema.json", draft = Draft202012)]
 struct Hooks;
+
+/// The official `name` pattern of `plugin.json`, as its errors quote it.
+pub const PLUGIN_NAME_PATTERN: &str = r"^(?!.*(?:--|\.\.))[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?$";
+
+/// Whether `name` matches [`PLUGIN_NAME_PATTERN`]: lowercase ASCII letters,
+/// digits, `.` and `-`, starting and ending with a letter or digit, with no
+/// `--` and no `..`.
+pub fn is_plugin_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) if alnum(first) && alnum(last) => {}
+        _ => return false,
+    }
+    bytes.iter().all(|b| alnum(b) || *b == b'.' || *b == b'-')
+        && !bytes.windows(2).any(|w| w == b"--" || w == b"..")
+}
+
+/// The plugin `name` error the schema's pattern stood for, if any.
+fn plugin_name_problem(value: &Value, file: &str, base: &str) -> Option<Problem> {
+    let name = value.get("name")?.as_str()?;
+    (!is_plugin_name(name)).then(|| {
+        Problem::error(
+            file,
+            format!("{base}/name"),
+            format!("does not match the pattern `{}`", clip(PLUGIN_NAME_PATTERN)),
+        )
+    })
+}
 
 /// A schema a package document is checked against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +120,9 @@ impl Schema {
     /// Does `value` pass?
     pub fn is_valid(self, value: &Value) -> bool {
         match self {
-            Self::Plugin => PluginOpen::is_valid(value),
+            Self::Plugin => {
+                PluginOpen::is_valid(value) && plugin_name_problem(value, "", "").is_none()
+            }
             Self::McpDocument => McpDocument::is_valid(value),
             Self::McpStdio => McpStdio::is_valid(value),
             Self::McpStreamableHttp => McpStreamableHttp::is_valid(value),
@@ -116,7 +146,7 @@ impl Schema {
 /// Every failure of `value` against `schema`, as errors of `file`, with
 /// pointers under `base` (the instance's place in its document).
 pub fn check(schema: Schema, value: &Value, file: &str, base: &str) -> Vec<Problem> {
-    schema
+    let mut problems: Vec<Problem> = schema
         .iter_errors(value)
         // Reserved `env` names: the callers report them with their own words.
         .filter(|e| {
@@ -128,7 +158,11 @@ pub fn check(schema: Schema, value: &Value, file: &str, base: &str) -> Vec<Probl
             let pointer = format!("{base}{}", e.instance_path().as_str());
             Problem::error(file, pointer, describe(&e))
         })
-        .collect()
+        .collect();
+    if schema == Schema::Plugin && problems.len() < MAX_SCHEMA_ERRORS {
+        problems.extend(plugin_name_problem(value, file, base));
+    }
+    problems
 }
 
 /// A lowercase message for one schema failure.
@@ -198,15 +232,11 @@ mod tests {
         serde_json::from_str(text).expect("the embedded schemas are JSON")
     }
 
-    /// The official `name` pattern, and the derived one (see `PluginOpen`).
-    const OFFICIAL_NAME_PATTERN: &str = r"^(?!.*(?:--|\.\.))[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?$";
-    const NAME_PATTERN: &str = r"^(?![a-z0-9.-]*(?:--|\.\.))[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?$";
-
     proptest::proptest! {
-        /// The derived `name` pattern accepts exactly the names the
-        /// official one does.
+        /// The checks in code accept exactly the names the official
+        /// schema does.
         #[test]
-        fn the_ascii_name_pattern_is_the_official_one(
+        fn the_name_check_is_the_official_pattern(
             name in "[a-z0-9.\\-_A\n\u{e9}\u{2028}]{0,70}"
         ) {
             let mut opened = parse(PLUGIN_SCHEMA);
@@ -230,11 +260,11 @@ mod tests {
         let mut plugin = parse(PLUGIN_SCHEMA);
         assert_eq!(plugin["$id"], super::super::PLUGIN_SCHEMA_URL);
         plugin["additionalProperties"] = Value::Bool(true);
-        assert_eq!(
-            plugin["properties"]["name"]["pattern"],
-            OFFICIAL_NAME_PATTERN
-        );
-        plugin["properties"]["name"]["pattern"] = NAME_PATTERN.into();
+        assert_eq!(plugin["properties"]["name"]["pattern"], PLUGIN_NAME_PATTERN);
+        plugin["properties"]["name"]
+            .as_object_mut()
+            .expect("an object")
+            .remove("pattern");
         assert_eq!(derived("plugin.open.json"), plugin);
         let official = parse(MCP_SCHEMA);
         assert_eq!(official["$id"], super::super::MCP_SCHEMA_URL);
@@ -289,9 +319,24 @@ mod tests {
                 let expect: Vec<String> = live.iter_errors(sample).map(|e| e.to_string()).collect();
                 let got: Vec<String> = schema.iter_errors(sample).map(|e| e.to_string()).collect();
                 assert_eq!(got, expect, "{schema:?} on {sample}");
-                assert_eq!(schema.is_valid(sample), expect.is_empty());
+                let name_ok =
+                    *schema != Schema::Plugin || plugin_name_problem(sample, "", "").is_none();
+                assert_eq!(schema.is_valid(sample), expect.is_empty() && name_ok);
             }
         }
+    }
+
+    #[test]
+    fn a_bad_name_is_one_problem_quoting_the_official_pattern() {
+        let doc =
+            json!({"$schema": super::super::PLUGIN_SCHEMA_URL, "name": "a--b", "version": "1.0.0"});
+        let problems = check(Schema::Plugin, &doc, "plugin.json", "");
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].pointer, "/name");
+        assert!(
+            problems[0].message.contains(PLUGIN_NAME_PATTERN),
+            "{problems:?}"
+        );
     }
 
     #[test]
