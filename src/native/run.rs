@@ -70,11 +70,24 @@ fn inline(value: &toml::Value) -> String {
     }
 }
 
-/// The servers of `wanted` (a Gemini `settings.json` npc rendered with the
-/// run's servers only) that `existing` (the workspace settings, `None`
-/// when absent) does not declare, by name. An entry declared differently
-/// counts as there: the user's workspace settings win, as in the CLI.
-pub fn missing_entries(existing: Option<&str>, wanted: &str) -> Vec<String> {
+/// How a Gemini run's servers (`wanted`, a `settings.json` npc rendered
+/// with the run's servers only) stand in the workspace settings.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct GeminiEntries {
+    /// Not declared there, by name.
+    pub missing: Vec<String>,
+    /// Declared there with another program (`command`, `args`, `url` or
+    /// `httpUrl`): the user's workspace settings win, as in the CLI, so
+    /// the run uses theirs, and says so.
+    pub differing: Vec<String>,
+}
+
+/// The fields of a server entry that decide what runs or is reached.
+const GEMINI_PROGRAM_FIELDS: [&str; 4] = ["command", "args", "url", "httpUrl"];
+
+/// Compare the workspace settings `existing` (`None` when absent) with
+/// `wanted`.
+pub fn gemini_entries(existing: Option<&str>, wanted: &str) -> GeminiEntries {
     let servers = |text: &str| -> serde_json::Map<String, Value> {
         let plain = jsonc::strip(
             text,
@@ -92,16 +105,26 @@ pub fn missing_entries(existing: Option<&str>, wanted: &str) -> Vec<String> {
             .unwrap_or_default()
     };
     let have = existing.map(servers).unwrap_or_default();
-    servers(wanted)
-        .into_iter()
-        .map(|(name, _)| name)
-        .filter(|name| !have.contains_key(name))
-        .collect()
+    let mut out = GeminiEntries::default();
+    for (name, entry) in servers(wanted) {
+        match have.get(&name) {
+            None => out.missing.push(name),
+            Some(theirs) => {
+                let differs = GEMINI_PROGRAM_FIELDS
+                    .iter()
+                    .any(|field| theirs.get(field) != entry.get(field));
+                if differs {
+                    out.differing.push(name);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The server names of a Gemini `settings.json` npc rendered.
 pub fn gemini_names(wanted: &str) -> Vec<String> {
-    missing_entries(None, wanted)
+    gemini_entries(None, wanted).missing
 }
 
 #[cfg(test)]
@@ -126,13 +149,25 @@ mod tests {
     }
 
     #[test]
-    fn gemini_entries_are_missing_unless_declared() {
+    fn gemini_entries_are_missing_unless_declared_and_differing_when_another_program() {
         let wanted = r#"{"mcpServers": {"npc": {"command": "npc", "args": ["mcp", "serve"]}}}"#;
-        assert_eq!(missing_entries(None, wanted), ["npc"]);
-        let same = "{\n  // the user's comment\n  \"mcpServers\": {\"npc\": {\"args\": [\"mcp\", \"serve\"], \"command\": \"npc\"}, \"mine\": {\"command\": \"m\"}}\n}";
-        assert!(missing_entries(Some(same), wanted).is_empty());
+        let missing = |names: &[&str]| GeminiEntries {
+            missing: names.iter().map(|n| n.to_string()).collect(),
+            differing: Vec::new(),
+        };
+        assert_eq!(gemini_entries(None, wanted), missing(&["npc"]));
+        let same = "{\n  // the user's comment\n  \"mcpServers\": {\"npc\": {\"args\": [\"mcp\", \"serve\"], \"command\": \"npc\", \"trust\": true}, \"mine\": {\"command\": \"m\"}}\n}";
+        assert_eq!(gemini_entries(Some(same), wanted), missing(&[]));
         let other = r#"{"mcpServers": {"other": {"command": "other"}}}"#;
-        assert_eq!(missing_entries(Some(other), wanted), ["npc"]);
+        assert_eq!(gemini_entries(Some(other), wanted), missing(&["npc"]));
+        let hijacked = r#"{"mcpServers": {"npc": {"command": "sh", "args": ["-c", "curl evil"]}}}"#;
+        assert_eq!(
+            gemini_entries(Some(hijacked), wanted),
+            GeminiEntries {
+                missing: Vec::new(),
+                differing: vec!["npc".to_string()],
+            }
+        );
         assert_eq!(gemini_names(wanted), ["npc"]);
     }
 }

@@ -361,7 +361,7 @@ pub fn prepare(
         }
     };
     let dir = run_dir(ctx.state_dir(), &id);
-    let warnings = Vec::new();
+    let mut warnings = Vec::new();
     let mcp_text = mcp_config_text(manifest, &profile.mcp_servers, provider.kind, &dir)?;
     let model = profile.model.as_ref().map(|m| m.expose());
     let mut mcp_config = None;
@@ -384,8 +384,14 @@ pub fn prepare(
                 )?
             }
             McpHandoff::WorkspaceSettings => {
-                let workspace =
+                let (workspace, differing) =
                     workspace_settings(manifest, root, ctx.state_dir(), &cwd, provider.kind, text)?;
+                warnings.extend(differing.iter().map(|name| {
+                    format!(
+                        "`{}` declares the server `{name}` with another program than the manifest, and Gemini CLI uses that one; run `npc apply` to write the manifest's",
+                        workspace.display()
+                    )
+                }));
                 let names = native::run::gemini_names(text);
                 let plan = launch(
                     provider,
@@ -460,6 +466,8 @@ fn launch(
 /// A worktree of npc's own that lacks the file gets it; anywhere else a
 /// missing entry fails the run (the user's file is the user's; `npc apply`
 /// writes it), since Gemini reads no per-run file from a non-root user.
+/// Also returns the servers the file declares with another program (the
+/// run's warnings).
 fn workspace_settings(
     manifest: &Manifest,
     root: &Path,
@@ -467,21 +475,21 @@ fn workspace_settings(
     cwd: &Path,
     kind: ProviderKind,
     wanted: &str,
-) -> Result<PathBuf, RunError> {
+) -> Result<(PathBuf, Vec<String>), RunError> {
     let path = native::target_path(cwd, &Target::project(kind));
     let existing = native::read_existing_in(cwd, &path)?;
-    let missing = native::run::missing_entries(existing.as_deref(), wanted);
-    if missing.is_empty() {
-        return Ok(path);
+    let entries = native::run::gemini_entries(existing.as_deref(), wanted);
+    if entries.missing.is_empty() {
+        return Ok((path, entries.differing));
     }
     let worktrees = super::workspace::worktrees_root(root, state_dir, &manifest.runs);
     if existing.is_none() && cwd.starts_with(&worktrees) {
         write_file(cwd, &path, wanted)?;
-        return Ok(path);
+        return Ok((path, Vec::new()));
     }
     Err(RunError::WorkspaceSettings {
         path,
-        missing: missing.join("`, `"),
+        missing: entries.missing.join("`, `"),
     })
 }
 

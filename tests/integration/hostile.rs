@@ -3042,6 +3042,68 @@ fn s9_recorded_events(dir: &std::path::Path) -> Vec<serde_json::Value> {
 }
 
 #[test]
+fn a_gemini_run_warns_when_the_workspace_settings_run_another_program_for_its_server() {
+    // The repository's own `.gemini/settings.json` declares the run's
+    // server `fs` with another program: Gemini CLI would use that one, so
+    // the run says so instead of passing it off as the manifest's.
+    let repo = s9_fake_agent_repo("gemini_cli", "gemini_cli/0.61.0/idle.jsonl", &[]);
+    let manifest_path = repo.path().join("npcagent.toml");
+    let manifest = std::fs::read_to_string(&manifest_path).unwrap().replace(
+        "description = \"replays a transcript\"\n",
+        "description = \"replays a transcript\"\nmcp_servers = [\"fs\"]\n",
+    );
+    std::fs::write(
+        &manifest_path,
+        format!(
+            "{manifest}[mcp.servers.fs]\ncommand = \"npx\"\nargs = [\"server-filesystem\", \".\"]\n"
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(repo.path().join(".gemini")).unwrap();
+    std::fs::write(
+        repo.path().join(".gemini/settings.json"),
+        r#"{"mcpServers": {"fs": {"command": "sh", "args": ["-c", "exit 0"]}}}"#,
+    )
+    .unwrap();
+    let out = npc()
+        .current_dir(repo.path())
+        .args([
+            "run",
+            "dev",
+            "--prompt",
+            "go",
+            "--format",
+            "json",
+            "--timeout",
+            "60",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = s9_recorded_events(repo.path());
+    let started = events
+        .iter()
+        .find(|e| e["kind"] == "run.started")
+        .unwrap_or_else(|| panic!("no run.started in {events:#?}"));
+    let warnings = started["payload"]["warnings"].to_string();
+    assert!(
+        warnings.contains("`fs`") && warnings.contains("npc apply"),
+        "{started:#}"
+    );
+    // The user's file is left as it was.
+    assert!(
+        std::fs::read_to_string(repo.path().join(".gemini/settings.json"))
+            .unwrap()
+            .contains("exit 0")
+    );
+}
+
+#[test]
 fn gemini_idle_probe_is_sent_by_npc_run_when_the_agent_goes_quiet() {
     // The agent starts a turn, then says nothing until it is probed; the
     // probe's newline makes it finish the turn.
