@@ -1,6 +1,7 @@
 //! A run's own MCP servers in the forms the CLIs accept from any user
 //! (`npc run`, see `providers::launch`): Codex as `-c` overrides made from
-//! the `.codex/config.toml` npc renders ([`codex_overrides`]), Gemini CLI
+//! the `.codex/config.toml` npc renders ([`codex_overrides`]), the
+//! project's other servers switched off ([`codex_disabled`]), Gemini CLI
 //! as the entries of its workspace settings ([`missing_entries`] says
 //! which ones the run's directory lacks, so the run fails loudly instead of
 //! starting without them).
@@ -32,6 +33,43 @@ pub fn codex_overrides(config: &str) -> Vec<String> {
         .filter(|(name, _)| is_bare_key(name))
         .map(|(name, entry)| format!("{CODEX_SERVERS_KEY}.{name}={}", inline(entry)))
         .collect()
+}
+
+/// What keeps a Codex run to its own servers: Codex merges the project's
+/// `.codex/config.toml` (`project`, when the project is trusted) under the
+/// run's overrides, so every server declared there that the run's config
+/// (`run`, `None` when the run has no server) does not name is switched
+/// off with `mcp_servers.NAME.enabled=false`. A name Codex cannot be told
+/// about (not a bare key) is returned in `unreachable`, for a warning.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct CodexDisabled {
+    /// The overrides.
+    pub pairs: Vec<String>,
+    /// Project servers no override can name.
+    pub unreachable: Vec<String>,
+}
+
+/// See [`CodexDisabled`].
+pub fn codex_disabled(project: Option<&str>, run: Option<&str>) -> CodexDisabled {
+    let names = |text: Option<&str>| -> Vec<String> {
+        text.and_then(|t| t.parse::<toml::Table>().ok())
+            .and_then(|doc| match doc.get(CODEX_SERVERS_KEY) {
+                Some(toml::Value::Table(servers)) => Some(servers.keys().cloned().collect()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    };
+    let keep = names(run);
+    let mut out = CodexDisabled::default();
+    for name in names(project).into_iter().filter(|n| !keep.contains(n)) {
+        if is_bare_key(&name) {
+            out.pairs
+                .push(format!("{CODEX_SERVERS_KEY}.{name}.enabled=false"));
+        } else {
+            out.unreachable.push(name);
+        }
+    }
+    out
 }
 
 /// A TOML bare key: ASCII letters, digits, `_` and `-`.
@@ -146,6 +184,30 @@ mod tests {
             assert_eq!(parsed["v"], doc["mcp_servers"][name], "{pair}");
         }
         assert!(codex_overrides("model = \"m\"").is_empty());
+    }
+
+    #[test]
+    fn codex_project_servers_the_run_does_not_name_are_switched_off() {
+        let project = "[mcp_servers.fs]\ncommand = \"x\"\n[mcp_servers.web]\ncommand = \"y\"\n[mcp_servers.\"odd name\"]\ncommand = \"z\"\n";
+        let run = "[mcp_servers.fs]\ncommand = \"x\"\n";
+        assert_eq!(
+            codex_disabled(Some(project), Some(run)),
+            CodexDisabled {
+                pairs: vec!["mcp_servers.web.enabled=false".to_string()],
+                unreachable: vec!["odd name".to_string()],
+            }
+        );
+        // A run without servers switches every project server off.
+        assert_eq!(
+            codex_disabled(Some(project), None).pairs,
+            [
+                "mcp_servers.fs.enabled=false",
+                "mcp_servers.web.enabled=false"
+            ]
+        );
+        // No project file, or one that does not parse: nothing to do.
+        assert_eq!(codex_disabled(None, Some(run)), CodexDisabled::default());
+        assert_eq!(codex_disabled(Some("[[["), None), CodexDisabled::default());
     }
 
     #[test]

@@ -365,44 +365,53 @@ pub fn prepare(
     let mcp_text = mcp_config_text(manifest, &profile.mcp_servers, provider.kind, &dir)?;
     let model = profile.model.as_ref().map(|m| m.expose());
     let mut mcp_config = None;
-    let plan = match &mcp_text {
-        None => launch(provider, &prompt, model, None)?,
-        Some((path, text)) => match providers::mcp_handoff(provider.kind) {
-            McpHandoff::File => {
-                let plan = launch(provider, &prompt, model, Some(RunMcp::File { path }))?;
-                write_file(root, path, text)?;
-                mcp_config = Some(path.clone());
-                plan
-            }
-            McpHandoff::Overrides => {
-                let pairs = native::run::codex_overrides(text);
-                launch(
-                    provider,
-                    &prompt,
-                    model,
-                    Some(RunMcp::Overrides { pairs: &pairs }),
-                )?
-            }
-            McpHandoff::WorkspaceSettings => {
-                let (workspace, differing) =
-                    workspace_settings(manifest, root, ctx.state_dir(), &cwd, provider.kind, text)?;
-                warnings.extend(differing.iter().map(|name| {
-                    format!(
-                        "`{}` declares the server `{name}` with another program than the manifest, and Gemini CLI uses that one; run `npc apply` to write the manifest's",
-                        workspace.display()
-                    )
-                }));
-                let names = native::run::gemini_names(text);
-                let plan = launch(
-                    provider,
-                    &prompt,
-                    model,
-                    Some(RunMcp::Named { names: &names }),
-                )?;
-                mcp_config = Some(workspace);
-                plan
-            }
-        },
+    let plan = match (providers::mcp_handoff(provider.kind), &mcp_text) {
+        (McpHandoff::Overrides, _) => {
+            let run_config = mcp_text.as_ref().map(|(_, text)| text.as_str());
+            let mut pairs = run_config
+                .map(native::run::codex_overrides)
+                .unwrap_or_default();
+            let project_path = native::target_path(&cwd, &Target::project(provider.kind));
+            let project = native::read_existing_in(&cwd, &project_path)?;
+            let disabled = native::run::codex_disabled(project.as_deref(), run_config);
+            warnings.extend(disabled.unreachable.iter().map(|name| {
+                format!(
+                    "`{}` declares the server `{}`, which Codex cannot be told to leave out of this run; rename it there",
+                    project_path.display(),
+                    crate::stdx::term::printable(name)
+                )
+            }));
+            pairs.extend(disabled.pairs);
+            let mcp = (!pairs.is_empty()).then_some(RunMcp::Overrides { pairs: &pairs });
+            launch(provider, &prompt, model, mcp)?
+        }
+        (_, None) => launch(provider, &prompt, model, None)?,
+        (McpHandoff::File, Some((path, text))) => {
+            let plan = launch(provider, &prompt, model, Some(RunMcp::File { path }))?;
+            write_file(root, path, text)?;
+            mcp_config = Some(path.clone());
+            plan
+        }
+        (McpHandoff::WorkspaceSettings, Some((_, text))) => {
+            let (workspace, differing) =
+                workspace_settings(manifest, root, ctx.state_dir(), &cwd, provider.kind, text)?;
+            warnings.extend(differing.iter().map(|name| {
+                format!(
+                    "`{}` declares the server `{}` with another program than the manifest, and Gemini CLI uses that one; run `npc apply` to write the manifest's",
+                    workspace.display(),
+                    crate::stdx::term::printable(name)
+                )
+            }));
+            let names = native::run::gemini_names(text);
+            let plan = launch(
+                provider,
+                &prompt,
+                model,
+                Some(RunMcp::Named { names: &names }),
+            )?;
+            mcp_config = Some(workspace);
+            plan
+        }
     };
     let mut env: BTreeMap<String, String> = AUTH_ENV
         .iter()

@@ -3042,6 +3042,99 @@ fn s9_recorded_events(dir: &std::path::Path) -> Vec<serde_json::Value> {
 }
 
 #[test]
+fn a_codex_run_switches_off_the_project_servers_it_does_not_name() {
+    // Codex merges a trusted project's `.codex/config.toml` under a run's
+    // `-c` overrides: the run names its own server and switches the
+    // others off, so its profile's servers are all it sees.
+    let scratch = tempfile::tempdir().unwrap();
+    let argv_file = scratch.path().join("argv.json");
+    let repo = s9_fake_agent_repo(
+        "codex",
+        "codex/0.171.0/idle.jsonl",
+        &[("FAKE_AGENT_ARGV_FILE", argv_file.to_str().unwrap())],
+    );
+    let manifest_path = repo.path().join("npcagent.toml");
+    let manifest = std::fs::read_to_string(&manifest_path).unwrap().replace(
+        "description = \"replays a transcript\"\n",
+        "description = \"replays a transcript\"\nmcp_servers = [\"fs\"]\n",
+    );
+    std::fs::write(
+        &manifest_path,
+        format!(
+            "{manifest}[mcp.servers.fs]\ncommand = \"npx\"\nargs = [\"server-filesystem\", \".\"]\n[mcp.servers.web]\ncommand = \"npx\"\nargs = [\"server-fetch\"]\n"
+        ),
+    )
+    .unwrap();
+    let apply = npc()
+        .current_dir(repo.path())
+        .args(["apply", "--auto-approve"])
+        .output()
+        .unwrap();
+    assert!(
+        apply.status.success(),
+        "{}",
+        String::from_utf8_lossy(&apply.stderr)
+    );
+    // The repository adds a server of its own, one Codex cannot be told about.
+    let project = repo.path().join(".codex/config.toml");
+    let mut config = std::fs::read_to_string(&project).unwrap();
+    assert!(config.contains("[mcp_servers.web]"), "{config}");
+    config.push_str("\n[mcp_servers.\"odd.name\"]\ncommand = \"sh\"\n");
+    std::fs::write(&project, config).unwrap();
+    let out = npc()
+        .current_dir(repo.path())
+        .args([
+            "run",
+            "dev",
+            "--prompt",
+            "go",
+            "--format",
+            "json",
+            "--timeout",
+            "60",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let argv: Vec<String> =
+        serde_json::from_str(&std::fs::read_to_string(&argv_file).unwrap()).unwrap();
+    let overrides: Vec<&str> = argv
+        .windows(2)
+        .filter(|w| w[0] == "-c")
+        .map(|w| w[1].as_str())
+        .filter(|o| o.starts_with("mcp_servers."))
+        .collect();
+    assert!(
+        overrides.iter().any(|o| o.starts_with("mcp_servers.fs={")),
+        "{overrides:?}"
+    );
+    assert!(
+        overrides.contains(&"mcp_servers.web.enabled=false"),
+        "{overrides:?}"
+    );
+    assert!(
+        !overrides.iter().any(|o| o.starts_with("mcp_servers.fs.")),
+        "{overrides:?}"
+    );
+    let events = s9_recorded_events(repo.path());
+    let started = events
+        .iter()
+        .find(|e| e["kind"] == "run.started")
+        .unwrap_or_else(|| panic!("no run.started in {events:#?}"));
+    assert!(
+        started["payload"]["warnings"]
+            .to_string()
+            .contains("odd.name"),
+        "{started:#}"
+    );
+}
+
+#[test]
 fn a_gemini_run_warns_when_the_workspace_settings_run_another_program_for_its_server() {
     // The repository's own `.gemini/settings.json` declares the run's
     // server `fs` with another program: Gemini CLI would use that one, so
