@@ -30,6 +30,11 @@ const BM25_B: f64 = 0.75;
 const NAME_WEIGHT: usize = 3;
 /// Deepest input-schema nesting whose property names and descriptions are indexed.
 const MAX_SCHEMA_DEPTH: usize = 4;
+/// Most bytes of one tool's description and schema text that are indexed:
+/// an upstream's huge description costs a search no more than this.
+pub const MAX_INDEXED_TEXT_BYTES: usize = 16 * 1024;
+/// Most properties of one schema object that are indexed.
+pub const MAX_INDEXED_PROPERTIES: usize = 256;
 
 /// `search_tools`' arguments.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -94,35 +99,54 @@ fn words(text: &str) -> impl Iterator<Item = String> + '_ {
     out.into_iter()
 }
 
-/// Property names and descriptions of an input schema, down to [`MAX_SCHEMA_DEPTH`].
-fn schema_text(schema: &Value, depth: usize, out: &mut String) {
+/// Appends `text` to `out` while `out` stays within [`MAX_INDEXED_TEXT_BYTES`]
+/// (cut at a character boundary); false once it is full.
+fn push_bounded(out: &mut String, text: &str) -> bool {
+    let room = MAX_INDEXED_TEXT_BYTES.saturating_sub(out.len());
+    if room == 0 {
+        return false;
+    }
+    out.push(' ');
+    let mut end = text.len().min(room.saturating_sub(1));
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.push_str(&text[..end]);
+    end == text.len()
+}
+
+/// Property names and descriptions of an input schema object, down to
+/// [`MAX_SCHEMA_DEPTH`], at most [`MAX_INDEXED_PROPERTIES`] per object.
+fn schema_text(object: &serde_json::Map<String, Value>, depth: usize, out: &mut String) {
     if depth > MAX_SCHEMA_DEPTH {
         return;
     }
-    let Some(object) = schema.as_object() else {
+    if let Some(Value::String(d)) = object.get("description")
+        && !push_bounded(out, d)
+    {
         return;
-    };
-    if let Some(Value::String(d)) = object.get("description") {
-        out.push(' ');
-        out.push_str(d);
     }
     if let Some(Value::Object(props)) = object.get("properties") {
-        for (name, prop) in props {
-            out.push(' ');
-            out.push_str(name);
-            schema_text(prop, depth + 1, out);
+        for (name, prop) in props.iter().take(MAX_INDEXED_PROPERTIES) {
+            if !push_bounded(out, name) {
+                return;
+            }
+            if let Value::Object(prop) = prop {
+                schema_text(prop, depth + 1, out);
+            }
         }
     }
-    if let Some(items) = object.get("items") {
+    if let Some(Value::Object(items)) = object.get("items") {
         schema_text(items, depth + 1, out);
     }
 }
 
 /// A tool's terms: its name's ([`NAME_WEIGHT`] times), its description's
-/// and its input schema's.
+/// and its input schema's (together at most [`MAX_INDEXED_TEXT_BYTES`]).
 fn terms(tool: &Tool) -> Vec<String> {
-    let mut text = tool.description.as_deref().unwrap_or("").to_string();
-    schema_text(&Value::Object((*tool.input_schema).clone()), 0, &mut text);
+    let mut text = String::new();
+    push_bounded(&mut text, tool.description.as_deref().unwrap_or(""));
+    schema_text(&tool.input_schema, 0, &mut text);
     let name: Vec<String> = words(&tool.name).collect();
     let mut out = Vec::new();
     for _ in 0..NAME_WEIGHT {
@@ -286,5 +310,27 @@ mod tests {
             assert_eq!(tool.input_schema["type"], "object");
         }
         assert!(t[0].input_schema["properties"]["query"].is_object());
+    }
+
+    #[test]
+    fn a_tool_s_indexed_text_is_bounded_however_large_its_description_and_schema() {
+        let huge = "lorem ".repeat(MAX_INDEXED_TEXT_BYTES);
+        let properties: serde_json::Map<String, Value> = (0..10 * MAX_INDEXED_PROPERTIES)
+            .map(|i| (format!("p{i}"), json!({"description": huge})))
+            .collect();
+        let big = tool(
+            "big__tool",
+            &format!("{huge} ünïcode"),
+            json!({"type": "object", "properties": properties}),
+        );
+        let found = terms(&big);
+        let indexed: usize = found.iter().map(String::len).sum();
+        assert!(indexed <= MAX_INDEXED_TEXT_BYTES, "{indexed}");
+        // The name is always there, and still ranks.
+        assert!(found.iter().filter(|t| *t == "big").count() >= NAME_WEIGHT);
+        let mut all = tools();
+        all.push(big);
+        let ranked = rank(&all, "big tool", 3);
+        assert_eq!(ranked.first(), Some(&(all.len() - 1)));
     }
 }
