@@ -102,9 +102,26 @@ pub fn plan_folder(repo: &Root, folder: &Path, format: Format, wanted: &Wanted) 
     let ext = format.extension();
     let mut out = Vec::new();
     let suffix = format!(".{ext}");
-    let existing: Vec<String> = match repo.list_files(folder, &suffix, MAX_FOLDER_ENTRIES) {
-        Ok(names) => names
-            .into_iter()
+    // One more than the bound is asked for, to know the bound was met.
+    let existing: Vec<String> = match repo.list_files(folder, &suffix, MAX_FOLDER_ENTRIES + 1) {
+        Ok(mut names) => {
+            if names.len() > MAX_FOLDER_ENTRIES {
+                names.truncate(MAX_FOLDER_ENTRIES);
+                out.push(Planned {
+                    path: folder.to_path_buf(),
+                    what: "agent files".into(),
+                    before: None,
+                    after: None,
+                    notes: vec![format!(
+                        "`{}` holds more than {MAX_FOLDER_ENTRIES} `{suffix}` files; only {MAX_FOLDER_ENTRIES} were looked at, so a file of npc's among the others is not removed (remove files there to let npc see them all)",
+                        folder.display()
+                    )],
+                    error: None,
+                });
+            }
+            names
+        }
+        .into_iter()
             .filter_map(|n| n.strip_suffix(&suffix).map(str::to_string))
             .filter(|stem| !stem.is_empty())
             .collect(),
@@ -270,5 +287,32 @@ mod tests {
             "{plan:?}"
         );
         assert!(plan.iter().any(|p| p.error.is_some()), "{plan:?}");
+    }
+
+    #[test]
+    fn a_folder_past_the_entry_bound_says_so_and_still_plans_what_it_saw() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = Path::new(".claude/agents");
+        std::fs::create_dir_all(dir.path().join(folder)).unwrap();
+        for i in 0..=MAX_FOLDER_ENTRIES {
+            std::fs::write(
+                dir.path().join(folder).join(format!("u{i:05}.md")),
+                "mine\n",
+            )
+            .unwrap();
+        }
+        let repo = Root::new(dir.path()).unwrap();
+        let a = Format::markdown("description: a\n", "A");
+        let plan = plan_folder(&repo, folder, Format::Markdown, &wanted(&[("a", &a)]));
+        let note = plan
+            .iter()
+            .find(|p| p.path == folder)
+            .unwrap_or_else(|| panic!("{plan:?}"));
+        assert!(!note.is_change());
+        assert!(note.notes[0].contains("more than 4096"), "{:?}", note.notes);
+        assert!(
+            plan.iter()
+                .any(|p| p.path.ends_with("a.md") && p.is_change())
+        );
     }
 }

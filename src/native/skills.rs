@@ -39,8 +39,8 @@ pub const MAX_SKILL_FILES: usize = 256;
 pub const MAX_SKILL_BYTES: usize = 8 * 1024 * 1024;
 /// Deepest folder level copied below a skill folder.
 pub const MAX_SKILL_DEPTH: usize = 8;
-/// Most entries of a skills folder looked at.
-pub const MAX_FOLDER_ENTRIES: usize = 4096;
+/// Most entries of a skills folder looked at (the bound of every agent folder).
+use super::managed::MAX_FOLDER_ENTRIES;
 /// Largest marker file read.
 const MAX_MARKER_BYTES: usize = 64 * 1024;
 
