@@ -3041,48 +3041,28 @@ fn s9_recorded_events(dir: &std::path::Path) -> Vec<serde_json::Value> {
     s9_json_lines(&out.stdout)
 }
 
-#[test]
-fn a_codex_run_switches_off_the_project_servers_it_does_not_name() {
-    // Codex merges a trusted project's `.codex/config.toml` under a run's
-    // `-c` overrides: the run names its own server and switches the
-    // others off, so its profile's servers are all it sees.
-    let scratch = tempfile::tempdir().unwrap();
-    let argv_file = scratch.path().join("argv.json");
-    let repo = s9_fake_agent_repo(
-        "codex",
-        "codex/0.171.0/idle.jsonl",
-        &[("FAKE_AGENT_ARGV_FILE", argv_file.to_str().unwrap())],
-    );
+/// A fake agent's repository ([`s9_fake_agent_repo`]) whose profile `dev`
+/// names the server `fs`, with the manifest's `servers` (TOML) added.
+fn s9_repo_with_servers(
+    kind: &str,
+    fixture: &str,
+    extra_env: &[(&str, &str)],
+    servers: &str,
+) -> tempfile::TempDir {
+    let repo = s9_fake_agent_repo(kind, fixture, extra_env);
     let manifest_path = repo.path().join("npcagent.toml");
     let manifest = std::fs::read_to_string(&manifest_path).unwrap().replace(
         "description = \"replays a transcript\"\n",
         "description = \"replays a transcript\"\nmcp_servers = [\"fs\"]\n",
     );
-    std::fs::write(
-        &manifest_path,
-        format!(
-            "{manifest}[mcp.servers.fs]\ncommand = \"npx\"\nargs = [\"server-filesystem\", \".\"]\n[mcp.servers.web]\ncommand = \"npx\"\nargs = [\"server-fetch\"]\n"
-        ),
-    )
-    .unwrap();
-    let apply = npc()
-        .current_dir(repo.path())
-        .args(["apply", "--auto-approve"])
-        .output()
-        .unwrap();
-    assert!(
-        apply.status.success(),
-        "{}",
-        String::from_utf8_lossy(&apply.stderr)
-    );
-    // The repository adds a server of its own, one Codex cannot be told about.
-    let project = repo.path().join(".codex/config.toml");
-    let mut config = std::fs::read_to_string(&project).unwrap();
-    assert!(config.contains("[mcp_servers.web]"), "{config}");
-    config.push_str("\n[mcp_servers.\"odd.name\"]\ncommand = \"sh\"\n");
-    std::fs::write(&project, config).unwrap();
+    std::fs::write(&manifest_path, format!("{manifest}{servers}")).unwrap();
+    repo
+}
+
+/// `npc run dev` in `repo`, which must succeed; then its `run.started`.
+fn s9_run_started(repo: &std::path::Path) -> serde_json::Value {
     let out = npc()
-        .current_dir(repo.path())
+        .current_dir(repo)
         .args([
             "run",
             "dev",
@@ -3101,6 +3081,47 @@ fn a_codex_run_switches_off_the_project_servers_it_does_not_name() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let events = s9_recorded_events(repo);
+    events
+        .iter()
+        .find(|e| e["kind"] == "run.started")
+        .cloned()
+        .unwrap_or_else(|| panic!("no run.started in {events:#?}"))
+}
+
+const S9_FS_SERVER: &str =
+    "[mcp.servers.fs]\ncommand = \"npx\"\nargs = [\"server-filesystem\", \".\"]\n";
+
+#[test]
+fn a_codex_run_switches_off_the_project_servers_it_does_not_name() {
+    // Codex merges a trusted project's `.codex/config.toml` under a run's
+    // `-c` overrides: the run names its own server and switches the
+    // others off, so its profile's servers are all it sees.
+    let scratch = tempfile::tempdir().unwrap();
+    let argv_file = scratch.path().join("argv.json");
+    let repo = s9_repo_with_servers(
+        "codex",
+        "codex/0.171.0/idle.jsonl",
+        &[("FAKE_AGENT_ARGV_FILE", argv_file.to_str().unwrap())],
+        &format!("{S9_FS_SERVER}[mcp.servers.web]\ncommand = \"npx\"\nargs = [\"server-fetch\"]\n"),
+    );
+    let apply = npc()
+        .current_dir(repo.path())
+        .args(["apply", "--auto-approve"])
+        .output()
+        .unwrap();
+    assert!(
+        apply.status.success(),
+        "{}",
+        String::from_utf8_lossy(&apply.stderr)
+    );
+    // The repository adds a server of its own, one Codex cannot be told about.
+    let project = repo.path().join(".codex/config.toml");
+    let mut config = std::fs::read_to_string(&project).unwrap();
+    assert!(config.contains("[mcp_servers.web]"), "{config}");
+    config.push_str("\n[mcp_servers.\"odd.name\"]\ncommand = \"sh\"\n");
+    std::fs::write(&project, config).unwrap();
+    let started = s9_run_started(repo.path());
     let argv: Vec<String> =
         serde_json::from_str(&std::fs::read_to_string(&argv_file).unwrap()).unwrap();
     let overrides: Vec<&str> = argv
@@ -3121,11 +3142,6 @@ fn a_codex_run_switches_off_the_project_servers_it_does_not_name() {
         !overrides.iter().any(|o| o.starts_with("mcp_servers.fs.")),
         "{overrides:?}"
     );
-    let events = s9_recorded_events(repo.path());
-    let started = events
-        .iter()
-        .find(|e| e["kind"] == "run.started")
-        .unwrap_or_else(|| panic!("no run.started in {events:#?}"));
     assert!(
         started["payload"]["warnings"]
             .to_string()
@@ -3139,50 +3155,19 @@ fn a_gemini_run_warns_when_the_workspace_settings_run_another_program_for_its_se
     // The repository's own `.gemini/settings.json` declares the run's
     // server `fs` with another program: Gemini CLI would use that one, so
     // the run says so instead of passing it off as the manifest's.
-    let repo = s9_fake_agent_repo("gemini_cli", "gemini_cli/0.61.0/idle.jsonl", &[]);
-    let manifest_path = repo.path().join("npcagent.toml");
-    let manifest = std::fs::read_to_string(&manifest_path).unwrap().replace(
-        "description = \"replays a transcript\"\n",
-        "description = \"replays a transcript\"\nmcp_servers = [\"fs\"]\n",
+    let repo = s9_repo_with_servers(
+        "gemini_cli",
+        "gemini_cli/0.61.0/idle.jsonl",
+        &[],
+        S9_FS_SERVER,
     );
-    std::fs::write(
-        &manifest_path,
-        format!(
-            "{manifest}[mcp.servers.fs]\ncommand = \"npx\"\nargs = [\"server-filesystem\", \".\"]\n"
-        ),
-    )
-    .unwrap();
     std::fs::create_dir_all(repo.path().join(".gemini")).unwrap();
     std::fs::write(
         repo.path().join(".gemini/settings.json"),
         r#"{"mcpServers": {"fs": {"command": "sh", "args": ["-c", "exit 0"]}}}"#,
     )
     .unwrap();
-    let out = npc()
-        .current_dir(repo.path())
-        .args([
-            "run",
-            "dev",
-            "--prompt",
-            "go",
-            "--format",
-            "json",
-            "--timeout",
-            "60",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let events = s9_recorded_events(repo.path());
-    let started = events
-        .iter()
-        .find(|e| e["kind"] == "run.started")
-        .unwrap_or_else(|| panic!("no run.started in {events:#?}"));
+    let started = s9_run_started(repo.path());
     let warnings = started["payload"]["warnings"].to_string();
     assert!(
         warnings.contains("`fs`") && warnings.contains("npc apply"),
