@@ -145,11 +145,14 @@ fn answer(args: &RunArgs) -> Answer {
         Ok(p) => p,
         Err(e) => return refuse(args, format!("{e:#}")),
     };
-    let paths =
-        match crate::runtime::RepoPaths::resolve(&path, &crate::runtime::state_dir_hint(&path)) {
-            Ok(p) => p,
-            Err(e) => return refuse(args, e.to_string()),
-        };
+    // The root and the manifest's place do not depend on the state
+    // directory, which the loaded manifest names below (a second, lenient
+    // parse for it would cost this call, made on every tool call, a fifth
+    // of its time).
+    let paths = match crate::runtime::RepoPaths::resolve(&path, model::DEFAULT_STATE_DIR) {
+        Ok(p) => p,
+        Err(e) => return refuse(args, e.to_string()),
+    };
     let loaded = match crate::plugins::files::load_path(&paths.manifest, &ProcessEnv) {
         Ok(l) => l,
         Err(e) => return refuse(args, format!("cannot read `{}`: {e}", path.display())),
@@ -169,6 +172,7 @@ fn answer(args: &RunArgs) -> Answer {
             ),
         );
     };
+    let paths = paths.with_state_dir(&manifest.project.state_dir);
     let set = HookSet::for_repository(&paths.root, manifest);
     let tool_name = tool.as_ref().map(|t| t.call.name.as_str());
     // The profile the agent runs for may ask about the call (`ask_tools`).

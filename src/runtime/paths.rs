@@ -53,6 +53,15 @@ impl RepoPaths {
         })
     }
 
+    /// The same repository with the state directory `state_dir` (relative
+    /// to the root), for a caller that learned it from the loaded manifest.
+    pub fn with_state_dir(self, state_dir: &str) -> Self {
+        Self {
+            state_dir: self.root.join(state_dir),
+            ..self
+        }
+    }
+
     pub fn db(&self) -> PathBuf {
         self.state_dir.join(DB_FILE)
     }

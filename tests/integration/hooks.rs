@@ -211,6 +211,31 @@ fn before_tool_table() {
 }
 
 #[test]
+fn hook_calls_are_recorded_in_the_state_directory_the_manifest_names() {
+    let dir = repo(
+        &format!(
+            "[project]\nname = \"p\"\nstate_dir = \".state\"\n{}",
+            deny_hook("shell__run", "no pushing")
+        ),
+        &[],
+    );
+    let out = hook_run(dir.path(), &["before_tool"], &push_call());
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.path().join(".state/state.db").is_file());
+    assert!(!dir.path().join(".npc/state.db").exists());
+    let decisions: Vec<Value> = recorded(dir.path())
+        .iter()
+        .map(|e| e["payload"]["decision"].clone())
+        .collect();
+    assert_eq!(decisions, [json!("deny")]);
+}
+
+#[test]
 fn the_envelope_and_environment_a_hook_gets() {
     let dir = repo(
         "[[hooks.before_tool]]\ncommand = \"./hooks/spy\"\nargs = [\"${NPC_TEST_HOOK_ARG}\"]\n\
