@@ -114,24 +114,79 @@ pub struct HookEntry {
 /// A hook's `matcher`, compiled the first time a tool is tested against
 /// it: `npc hook run` answers one event of one tool call, and compiling
 /// every matcher of every hook up front was a large part of its time. A
-/// pattern that does not compile (validation refuses its syntax; a pattern
-/// too big for the regex engine can pass it) matches every tool, so a hook
-/// that guards tools fails closed.
+/// matcher of plain names (`Bash`, `^Bash`, `Edit|Write`, `^mcp__fs__read$`:
+/// branches of letters, digits, `_` and `-`, each perhaps anchored) is
+/// matched as the regular expression would, without compiling one
+/// ([`Literals`]). A pattern that does not compile (validation refuses its
+/// syntax; a pattern too big for the regex engine can pass it) matches
+/// every tool, so a hook that guards tools fails closed.
 #[derive(Debug, Clone)]
 struct Matcher {
     pattern: Arc<str>,
+    literals: Option<Literals>,
     compiled: Arc<OnceLock<Option<regex::Regex>>>,
+}
+
+/// A matcher whose branches are literal names, each anchored at the start
+/// (`^`), the end (`$`), both or neither.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Literals(Vec<Literal>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Literal {
+    text: String,
+    start: bool,
+    end: bool,
+}
+
+impl Literals {
+    /// `pattern` as literal branches, if that is all it is.
+    fn parse(pattern: &str) -> Option<Self> {
+        let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+        pattern
+            .split('|')
+            .map(|branch| {
+                let (start, rest) = match branch.strip_prefix('^') {
+                    Some(rest) => (true, rest),
+                    None => (false, branch),
+                };
+                let (end, text) = match rest.strip_suffix('$') {
+                    Some(text) => (true, text),
+                    None => (false, rest),
+                };
+                text.chars().all(plain).then(|| Literal {
+                    text: text.to_string(),
+                    start,
+                    end,
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(Self)
+    }
+
+    fn is_match(&self, tool: &str) -> bool {
+        self.0.iter().any(|l| match (l.start, l.end) {
+            (true, true) => tool == l.text,
+            (true, false) => tool.starts_with(&l.text),
+            (false, true) => tool.ends_with(&l.text),
+            (false, false) => tool.contains(&l.text),
+        })
+    }
 }
 
 impl Matcher {
     fn new(pattern: &str) -> Self {
         Self {
             pattern: pattern.into(),
+            literals: Literals::parse(pattern),
             compiled: Arc::default(),
         }
     }
 
     fn is_match(&self, tool: &str) -> bool {
+        if let Some(literals) = &self.literals {
+            return literals.is_match(tool);
+        }
         let compiled = self.compiled.get_or_init(|| {
             regex::Regex::new(&self.pattern)
                 .inspect_err(|e| {

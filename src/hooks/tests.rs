@@ -549,3 +549,51 @@ denied_tools = ["mcp__everything__get-env", "everything__echo(rm*)"]
     assert!(!policy.permits("board_read"));
     assert!(policy.refuses(&call("board_read", json!({}))).is_some());
 }
+
+mod literal_matchers {
+    use super::super::{Literals, Matcher};
+    use proptest::prelude::*;
+
+    #[test]
+    fn plain_names_skip_the_regex_and_anything_else_keeps_it() {
+        for plain in [
+            "Bash",
+            "^Bash",
+            "Edit|Write",
+            "^mcp__fs__read$",
+            "get-env",
+            "",
+        ] {
+            assert!(Literals::parse(plain).is_some(), "{plain}");
+        }
+        for regex in [
+            "mcp__.*",
+            "^(Edit|Write)$",
+            "a^b",
+            "(?i)bash",
+            "Bash\\b",
+            "[ab]",
+        ] {
+            assert!(Literals::parse(regex).is_none(), "{regex}");
+        }
+        let m = Matcher::new("^Bash|Write$");
+        assert!(m.is_match("BashOutput"));
+        assert!(m.is_match("NotebookWrite"));
+        assert!(!m.is_match("MyBash"));
+    }
+
+    proptest! {
+        /// Where a matcher is read as literal branches, it matches exactly
+        /// the tools its regular expression does.
+        #[test]
+        fn literal_branches_match_as_their_regex(
+            pattern in "[ab_^$|-]{0,8}",
+            tool in "[ab_-]{0,8}",
+        ) {
+            if let Some(literals) = Literals::parse(&pattern) {
+                let re = regex::Regex::new(&pattern).unwrap();
+                prop_assert_eq!(literals.is_match(&tool), re.is_match(&tool), "{:?} on {:?}", pattern, tool);
+            }
+        }
+    }
+}
