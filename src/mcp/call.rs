@@ -419,6 +419,11 @@ impl CallPath {
         self
     }
 
+    /// The event log the path records on, if any.
+    pub fn bus(&self) -> Option<&EventBus> {
+        self.bus.as_ref()
+    }
+
     pub fn pool(&self) -> &Arc<Pool> {
         &self.pool
     }
