@@ -75,6 +75,8 @@ pub const LIST_CHANGED_DEBOUNCE: Duration = Duration::from_millis(50);
 pub const REQUEST_EVENT: &str = "mcp.request";
 /// Event recorded when messages for a client session were dropped.
 pub const DROPPED_EVENT: &str = "mcp.dropped";
+/// Most field names of an elicitation's schema recorded in its event.
+pub const MAX_RECORDED_FIELDS: usize = 64;
 /// Prefix of the progress tokens npc gives upstreams.
 const TOKEN_PREFIX: &str = "npc-progress-";
 
@@ -265,18 +267,18 @@ impl Clients {
         let weak = Arc::downgrade(&client);
         tokio::spawn(async move {
             while let Some(outgoing) = queued.recv().await {
-                let notification = match outgoing {
-                    Outgoing::Notification(n) => n,
+                let Some(client) = weak.upgrade() else { break };
+                match outgoing {
+                    Outgoing::Notification(notification) => {
+                        let sent = send(&peer, &sink, notification).await;
+                        client.pending.fetch_sub(1, Ordering::SeqCst);
+                        if sent.is_err() {
+                            break;
+                        }
+                    }
                     Outgoing::Flush(done) => {
                         let _ = done.send(());
-                        continue;
                     }
-                };
-                let sent = send(&peer, &sink, notification).await;
-                let Some(client) = weak.upgrade() else { break };
-                client.pending.fetch_sub(1, Ordering::SeqCst);
-                if sent.is_err() {
-                    break;
                 }
                 if queued.is_empty() {
                     client.report_drops().await;
@@ -556,7 +558,11 @@ fn asked(request: &ServerRequest) -> Option<Value> {
             } => json!({
                 "mode": "form",
                 "message": message,
-                "fields": requested_schema.properties.keys().collect::<Vec<_>>(),
+                "fields": requested_schema
+                    .properties
+                    .keys()
+                    .take(MAX_RECORDED_FIELDS)
+                    .collect::<Vec<_>>(),
             }),
             ElicitRequestParams::UrlElicitationParams { message, url, .. } => json!({
                 "mode": "url",
