@@ -159,10 +159,9 @@ impl ServerHandler for Gateway {
     ) -> Result<CallToolResponse, ErrorData> {
         let caller = self.caller(&context);
         let client = caller.client.clone();
-        let call = as_caller(
-            Some(caller),
-            self.path.call(&request.name, request.arguments),
-        );
+        let started = std::time::Instant::now();
+        let name = request.name;
+        let call = as_caller(Some(caller), self.path.call(&name, request.arguments));
         tokio::select! {
             result = call => {
                 // The call's progress goes out before its answer.
@@ -170,7 +169,10 @@ impl ServerHandler for Gateway {
                 Ok(result.into())
             }
             // Dropping the call tells its upstream; rmcp sends no answer.
-            () = context.ct.cancelled() => Err(ErrorData::internal_error("the call was cancelled", None)),
+            () = context.ct.cancelled() => {
+                self.path.publish(self.path.cancelled(&name, started)).await;
+                Err(ErrorData::internal_error("the call was cancelled", None))
+            }
         }
     }
 

@@ -42,13 +42,16 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::GetExtensions as _;
 use rmcp::model::{
-    ClientCapabilities, ClientResult, ElicitRequestParams, LoggingLevel,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
+    ClientCapabilities, ClientRequest, ClientResult, ElicitRequestParams, LoggingLevel,
     LoggingMessageNotification, LoggingMessageNotificationParam, NumberOrString,
     ProgressNotification, ProgressNotificationParam, ProgressToken, RequestId,
     ResourceUpdatedNotification, ResourceUpdatedNotificationParam, ServerJsonRpcMessage,
-    ServerNotification, ServerRequest,
+    ServerNotification, ServerRequest, ServerResult,
 };
-use rmcp::service::{InboundStreamOrigin, OriginatingRequestId, RequestContext};
+use rmcp::service::{
+    InboundStreamOrigin, OriginatingRequestId, PeerRequestOptions, RequestContext,
+};
 use rmcp::{ErrorData, Peer, RoleClient, RoleServer};
 use serde_json::{Value, json};
 use tokio::io::{AsyncWrite, AsyncWriteExt as _};
@@ -714,5 +717,53 @@ impl Passthrough {
                 client.notify(ResourceUpdatedNotification::new(params).into());
             }
         }
+    }
+}
+
+/// Call a tool through rmcp's session `peer`, telling `sent` the request id
+/// and progress token rmcp gave it once it is sent; a call dropped before
+/// its answer tells the server (`notifications/cancelled`).
+pub async fn call_tracked(
+    peer: &Peer<RoleClient>,
+    params: CallToolRequestParams,
+    sent: impl FnOnce(&RequestId, &ProgressToken),
+) -> Result<CallToolResult, rmcp::ServiceError> {
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = peer
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await?;
+    sent(&handle.id, &handle.progress_token);
+    /// Tells the server when dropped before its answer.
+    struct Unanswered {
+        peer: Peer<RoleClient>,
+        id: Option<RequestId>,
+    }
+    impl Drop for Unanswered {
+        fn drop(&mut self) {
+            if let (Some(id), Ok(runtime)) = (self.id.take(), tokio::runtime::Handle::try_current())
+            {
+                let peer = self.peer.clone();
+                runtime.spawn(async move {
+                    let cancelled = CancelledNotificationParam::new(
+                        Some(id),
+                        Some("the gateway's caller stopped waiting".into()),
+                    );
+                    let _ = peer.notify_cancelled(cancelled).await;
+                });
+            }
+        }
+    }
+    let mut unanswered = Unanswered {
+        peer: peer.clone(),
+        id: Some(handle.id.clone()),
+    };
+    let answer = handle.await_response().await;
+    unanswered.id = None;
+    match answer? {
+        ServerResult::CallToolResult(result) => Ok(result),
+        _ => Err(rmcp::ServiceError::McpError(ErrorData::internal_error(
+            "the server answered `tools/call` with another kind of result",
+            None,
+        ))),
     }
 }

@@ -28,22 +28,23 @@ use std::time::{Duration, Instant, SystemTime};
 // Sampling and roots are deprecated (SEP-2577), but servers use them.
 #[allow(deprecated)]
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientCapabilities, ClientConfig, ClientRequest, ClientResult, CreateMessageRequest,
-    CreateMessageRequestParams, CreateMessageResult, ElicitRequest, ElicitRequestParams,
-    ElicitResult, ElicitationCapability, FormElicitationCapability, Implementation, JsonObject,
-    ListRootsRequest, ListRootsResult, LoggingLevel, LoggingMessageNotificationParam,
-    PaginatedRequestParams, ProgressNotificationParam, RequestId, ResourceUpdatedNotificationParam,
-    RootsCapabilities, SamplingCapability, ServerRequest, ServerResult, SetLevelRequestParams,
-    Tool, UrlElicitationCapability,
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientResult,
+    CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequest,
+    ElicitRequestParams, ElicitResult, ElicitationCapability, FormElicitationCapability,
+    Implementation, JsonObject, ListRootsRequest, ListRootsResult, LoggingLevel,
+    LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
+    ResourceUpdatedNotificationParam, RootsCapabilities, SamplingCapability, ServerRequest,
+    SetLevelRequestParams, Tool, UrlElicitationCapability,
 };
-use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RunningService};
+use rmcp::service::{NotificationContext, RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData, Peer, RoleClient, ServiceExt};
 use tokio::sync::{Semaphore, broadcast};
 
 use super::catalog::{CatalogChange, ServerCatalog, refresh_begins, refresh_done};
 use super::lock;
-use super::passthrough::{Clients, Entered, InFlight, LIST_CHANGED_DEBOUNCE, Passthrough};
+use super::passthrough::{
+    Clients, Entered, InFlight, LIST_CHANGED_DEBOUNCE, Passthrough, call_tracked,
+};
 use super::wire::{Failure, Wire};
 
 use crate::bus::EventBus;

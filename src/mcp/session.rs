@@ -19,8 +19,8 @@
 //! answered with a JSON-RPC parse error (its id is unknown); at most
 //! [`MAX_CALLS_IN_FLIGHT`] calls run at once, and past that the session
 //! stops reading until one ends. A call the client cancels
-//! (`notifications/cancelled`) stops: its upstream is told, and it is
-//! neither answered nor recorded. Each call runs as the session's
+//! (`notifications/cancelled`) stops: its upstream is told, it is not
+//! answered, and it is recorded as `cancelled`. Each call runs as the session's
 //! [`Caller`] with its progress token (see [`super::passthrough`]), so what
 //! its upstream sends back during the call reaches this client. When the
 //! client closes its side, calls still running are dropped.
@@ -308,8 +308,14 @@ where
                     }
                     None => false,
                 };
-                // Cancelled: stopped, neither answered nor recorded.
-                let Some((result, record)) = served else { continue };
+                // Cancelled: stopped and recorded, not answered.
+                let (result, record) = match served {
+                    Ok(served) => served,
+                    Err(record) => {
+                        path.publish(record).await;
+                        continue;
+                    }
+                };
                 // Only calls routed here after the handshake are in flight.
                 let shape = shape.unwrap_or(Shape::Legacy);
                 let written = if answer_it {
@@ -350,10 +356,12 @@ where
                         });
                         let path = path.clone();
                         calls.push(async move {
-                            let call = as_caller(caller, path.call_unrecorded(&params.name, params.arguments));
+                            let started = std::time::Instant::now();
+                            let name = params.name;
+                            let call = as_caller(caller, path.call_unrecorded(&name, params.arguments));
                             let served = tokio::select! {
-                                served = call => Some(served),
-                                () = cancelled.cancelled() => None,
+                                served = call => Ok(served),
+                                () = cancelled.cancelled() => Err(path.cancelled(&name, started)),
                             };
                             (id, served)
                         });

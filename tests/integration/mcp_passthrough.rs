@@ -15,7 +15,7 @@ use tempfile::TempDir;
 
 use crate::mcp::{
     events_of_kind, gateway_token, python_sdk, repo, server_everything, sigterm_exits_0,
-    spawn_http_gateway,
+    spawn_http_gateway, spawn_http_gateway_in,
 };
 use crate::support::{Daemon, npc_path, repo_root};
 
@@ -219,10 +219,12 @@ fn a_cancelled_call_stops_at_the_upstream() {
     let ids = cancelled.as_array().unwrap();
     assert_eq!(ids.len(), 1, "{cancelled}");
     assert!(ids[0].as_str().unwrap().starts_with("npc-"), "{cancelled}");
-    // Neither answered nor recorded as a finished call.
+    // Recorded as cancelled.
     let calls = events_of_kind(&dir, "mcp.tool_call");
-    assert!(
-        calls.iter().all(|e| e["payload"]["name"] != "slow"),
+    let slow = calls.iter().find(|e| e["payload"]["name"] == "slow");
+    assert_eq!(
+        slow.unwrap()["payload"]["outcome"],
+        "cancelled",
         "{calls:?}"
     );
 }
@@ -341,7 +343,7 @@ fn a_list_changed_every_millisecond_is_debounced() {
 }
 
 #[test]
-fn in_front_of_the_daemon_server_requests_and_cancellation_pass_too() {
+fn in_front_of_the_daemon_server_requests_progress_and_cancellation_pass_too() {
     if !python_sdk() || !server_everything() {
         return;
     }
@@ -356,7 +358,18 @@ fn in_front_of_the_daemon_server_requests_and_cancellation_pass_too() {
         &asking_steps(),
     );
     let through = run(Target::Gateway(d.root()), None, &asking_steps());
-    assert_eq!(through, direct);
+    assert_eq!(through, direct, "stdio");
+    let (gateway, url) = spawn_http_gateway_in(d.root(), &[]);
+    let token = gateway_token(d.root());
+    let http = run(Target::Http { url: &url, token }, None, &asking_steps());
+    // The daemon's server-everything is one session for every client, and
+    // it keeps the roots the first session gave it: this one is not asked.
+    assert_eq!(http[..5], direct[..5], "http");
+    assert_eq!(
+        http[5],
+        json!({"sampling": 1, "elicitation": ["form", "url"], "roots": 0})
+    );
+    sigterm_exits_0(gateway);
     let got = run(
         Target::Gateway(d.root()),
         None,

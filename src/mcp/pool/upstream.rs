@@ -767,8 +767,7 @@ impl Upstream {
 }
 
 /// A tool call through rmcp's session (an HTTP upstream): the request's id
-/// and progress token are rmcp's, learnt once it is sent; a call dropped
-/// before its answer tells the server (`notifications/cancelled`).
+/// and progress token are rmcp's, learnt once it is sent.
 async fn call_over_rmcp(
     peer: &Peer<RoleClient>,
     tool: &str,
@@ -777,43 +776,11 @@ async fn call_over_rmcp(
 ) -> Result<CallToolResult, Failure> {
     let mut params = CallToolRequestParams::new(tool.to_string());
     params.arguments = arguments.cloned();
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-    let handle = peer
-        .send_request_with_option(request, PeerRequestOptions::no_options())
-        .await
-        .map_err(Failure::from)?;
-    if let Some(entered) = entered {
-        entered.sent_as(handle.id.clone(), handle.progress_token.clone());
-    }
-    struct Unanswered {
-        peer: Peer<RoleClient>,
-        id: Option<RequestId>,
-    }
-    impl Drop for Unanswered {
-        fn drop(&mut self) {
-            if let (Some(id), Ok(runtime)) = (self.id.take(), tokio::runtime::Handle::try_current())
-            {
-                let peer = self.peer.clone();
-                runtime.spawn(async move {
-                    let cancelled = CancelledNotificationParam::new(
-                        Some(id),
-                        Some("the gateway's caller stopped waiting".into()),
-                    );
-                    let _ = peer.notify_cancelled(cancelled).await;
-                });
-            }
+    call_tracked(peer, params, |id, token| {
+        if let Some(entered) = entered {
+            entered.sent_as(id.clone(), token.clone());
         }
-    }
-    let mut unanswered = Unanswered {
-        peer: peer.clone(),
-        id: Some(handle.id.clone()),
-    };
-    let answer = handle.await_response().await;
-    unanswered.id = None;
-    match answer.map_err(Failure::from)? {
-        ServerResult::CallToolResult(result) => Ok(result),
-        _ => Err(Failure::Lost(
-            "it answered `tools/call` with another kind of result".into(),
-        )),
-    }
+    })
+    .await
+    .map_err(Failure::from)
 }
