@@ -767,3 +767,117 @@ pub async fn call_tracked(
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::{
+        ElicitationCapability, FormElicitationCapability, ListRootsRequest, RootsCapabilities,
+        SamplingCapability, UrlElicitationCapability,
+    };
+
+    fn request(value: Value) -> ServerRequest {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn sampling() -> ServerRequest {
+        request(json!({"method": "sampling/createMessage", "params": {
+            "messages": [{"role": "user", "content": {"type": "text", "text": "secret words"}}],
+            "maxTokens": 5}}))
+    }
+
+    fn form(properties: Value) -> ServerRequest {
+        request(json!({"method": "elicitation/create", "params": {
+            "mode": "form", "message": "who?",
+            "requestedSchema": {"type": "object", "properties": properties}}}))
+    }
+
+    fn url() -> ServerRequest {
+        request(json!({"method": "elicitation/create", "params": {
+            "mode": "url", "message": "consent", "url": "https://example.com/c", "elicitationId": "e"}}))
+    }
+
+    fn code(e: Option<ErrorData>) -> Option<i32> {
+        e.map(|e| e.code.0)
+    }
+
+    #[test]
+    fn a_request_goes_only_to_a_client_that_declared_it() {
+        let none = ClientCapabilities::default();
+        let roots = ServerRequest::ListRootsRequest(ListRootsRequest::default());
+        let name = form(json!({"name": {"type": "string"}}));
+        for r in [&sampling(), &roots, &name, &url()] {
+            assert_eq!(code(refused(r, &none)), Some(-32601), "{}", method_of(r));
+        }
+        let mut all = ClientCapabilities::default();
+        all.sampling = Some(SamplingCapability::default());
+        all.roots = Some(RootsCapabilities::default());
+        all.elicitation = Some(
+            ElicitationCapability::new()
+                .with_form(FormElicitationCapability::new())
+                .with_url(UrlElicitationCapability::new()),
+        );
+        for r in [&sampling(), &roots, &name, &url()] {
+            assert_eq!(code(refused(r, &all)), None, "{}", method_of(r));
+        }
+        // `elicitation: {}` is form mode only; a mode not declared is -32602.
+        let mut form_only = ClientCapabilities::default();
+        form_only.elicitation = Some(ElicitationCapability::new());
+        assert_eq!(code(refused(&name, &form_only)), None);
+        assert_eq!(code(refused(&url(), &form_only)), Some(-32602));
+        let mut url_only = ClientCapabilities::default();
+        url_only.elicitation =
+            Some(ElicitationCapability::new().with_url(UrlElicitationCapability::new()));
+        assert_eq!(code(refused(&name, &url_only)), Some(-32602));
+        // Ping is the gateway's to answer.
+        let ping = request(json!({"method": "ping"}));
+        assert_eq!(code(refused(&ping, &none)), None);
+    }
+
+    #[test]
+    fn an_elicitation_schema_over_the_bound_is_refused_and_what_is_recorded_holds_no_answer() {
+        assert_eq!(oversized(&form(json!({"a": {"type": "string"}}))), None);
+        let many: serde_json::Map<String, Value> = (0..MAX_ELICITATION_SCHEMA_BYTES / 50)
+            .map(|i| {
+                (
+                    format!("field{i}"),
+                    json!({"type": "string", "description": "x".repeat(40)}),
+                )
+            })
+            .collect();
+        let big = form(Value::Object(many));
+        assert!(oversized(&big).is_some_and(|b| b > MAX_ELICITATION_SCHEMA_BYTES));
+        // Recorded: counts and names, bounded, never the message content.
+        let recorded = asked(&big).unwrap();
+        assert_eq!(
+            recorded["fields"].as_array().unwrap().len(),
+            MAX_RECORDED_FIELDS
+        );
+        let recorded = asked(&sampling()).unwrap();
+        assert_eq!(recorded, json!({"messages": 1, "max_tokens": 5}));
+        assert!(asked(&request(json!({"method": "ping"}))).is_none());
+    }
+
+    #[test]
+    fn own_progress_tokens_and_levels() {
+        let own = ProgressToken(NumberOrString::String(format!("{TOKEN_PREFIX}3").into()));
+        assert!(Passthrough::is_own_token(&own));
+        for other in [
+            ProgressToken(NumberOrString::Number(3)),
+            ProgressToken(NumberOrString::String("client-3".into())),
+        ] {
+            assert!(!Passthrough::is_own_token(&other));
+        }
+        let levels = [
+            LoggingLevel::Debug,
+            LoggingLevel::Info,
+            LoggingLevel::Notice,
+            LoggingLevel::Warning,
+            LoggingLevel::Error,
+            LoggingLevel::Critical,
+            LoggingLevel::Alert,
+            LoggingLevel::Emergency,
+        ];
+        assert!(levels.windows(2).all(|w| severity(w[0]) < severity(w[1])));
+    }
+}

@@ -530,6 +530,27 @@ mod tests {
     }
 
     #[test]
+    fn only_progress_under_npcs_tokens_is_taken_off_the_line() {
+        let own = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"npc-progress-4","progress":2,"total":3}}"#;
+        let params = progress_of(own).unwrap();
+        assert_eq!(params.progress, 2.0);
+        for theirs in [
+            br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7,"progress":1}}"#.as_slice(),
+            br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"progressToken":"npc-progress-4"}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"notifications/progress","params":{"progressToken":"npc-progress-4","progress":1}}"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"npc-progress-4"}}"#,
+            b"not json",
+        ] {
+            assert!(progress_of(theirs).is_none(), "{}", String::from_utf8_lossy(theirs));
+        }
+        // A call asking for progress carries its token in `_meta`.
+        let token = ProgressToken(rmcp::model::NumberOrString::String("npc-progress-4".into()));
+        let frame = call_frame(4, "t", None, Some(&token)).unwrap();
+        let value: Value = serde_json::from_slice(&frame).unwrap();
+        assert_eq!(value["params"]["_meta"]["progressToken"], "npc-progress-4");
+    }
+
+    #[test]
     fn requests_are_one_line_of_json_rpc() {
         let mut arguments = JsonObject::new();
         arguments.insert("message".into(), json!("a\nb"));
