@@ -377,3 +377,49 @@ fn in_front_of_the_daemon_server_requests_progress_and_cancellation_pass_too() {
     );
     assert_eq!(text_json(&got[1]).as_array().unwrap().len(), 1, "{got:?}");
 }
+
+#[test]
+fn one_sessions_flood_leaves_another_session_of_the_daemon_unaffected() {
+    if !python_sdk() {
+        return;
+    }
+    let server = |name: &str| {
+        format!(
+            "[mcp.servers.{name}]\ncommand = \"python3\"\nargs = [{:?}]\n",
+            fixture()
+        )
+    };
+    let d = Daemon::start(&format!(
+        "version = 1\n[mcp]\nprefix = \"on_conflict\"\n{}{}",
+        server("flooded"),
+        server("quiet")
+    ));
+    let root = d.root().to_path_buf();
+    let flood = std::thread::spawn(move || {
+        run(
+            Target::Gateway(&root),
+            None,
+            &json!([["call", "flooded__storm", {"n": 50_000}]]),
+        )
+    });
+    // Both names clash, so both servers' tools are prefixed.
+    let got = run(
+        Target::Gateway(d.root()),
+        None,
+        &json!([
+            ["call", "quiet__sample", {}],
+            ["call", "quiet__stray", {}],
+            ["call", "quiet__sample", {}]
+        ]),
+    );
+    for sampled in [&got[0], &got[2]] {
+        assert_eq!(
+            text_json(sampled)["content"]["text"],
+            "sampled: hello",
+            "{got:?}"
+        );
+    }
+    assert_eq!(got[1]["text"], "strayed");
+    let flooded = flood.join().unwrap();
+    assert_eq!(flooded[0]["text"], "stormed");
+}
