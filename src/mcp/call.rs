@@ -120,6 +120,9 @@ pub enum Outcome {
     Timeout,
     /// The server's session broke during the call.
     Lost,
+    /// The client cancelled the call (`notifications/cancelled`); it was
+    /// stopped and its upstream told.
+    Cancelled,
 }
 
 impl Outcome {
@@ -132,6 +135,7 @@ impl Outcome {
             Self::Unavailable => "unavailable",
             Self::Timeout => "timeout",
             Self::Lost => "lost",
+            Self::Cancelled => "cancelled",
         }
     }
 }
@@ -419,6 +423,11 @@ impl CallPath {
         self
     }
 
+    /// The event log the path records on, if any.
+    pub fn bus(&self) -> Option<&EventBus> {
+        self.bus.as_ref()
+    }
+
     pub fn pool(&self) -> &Arc<Pool> {
         &self.pool
     }
@@ -625,6 +634,22 @@ impl CallPath {
             error,
         };
         (result, record)
+    }
+
+    /// The record of a call of `name` the client cancelled after it began at
+    /// `started` (its arguments are not kept for it).
+    pub fn cancelled(&self, name: &str, started: Instant) -> CallRecord {
+        let (server, tool) = self.resolve(&self.builtins(), name).unzip();
+        CallRecord {
+            run: SESSION_RUN.try_with(Clone::clone).ok(),
+            name: name.to_string(),
+            server,
+            tool,
+            arguments: None,
+            outcome: Outcome::Cancelled,
+            duration: started.elapsed(),
+            error: Some("the client cancelled the call".into()),
+        }
     }
 
     /// Record a call served by [`CallPath::call_unrecorded`] as an

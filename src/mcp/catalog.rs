@@ -20,6 +20,7 @@
 //!   prompt's arguments, required when they have no default. A manifest
 //!   prompt wins a name collision with a server's prompt.
 
+use super::passthrough::LIST_CHANGED_DEBOUNCE;
 use crate::stdx::{read, write};
 use std::future::Future;
 use std::path::PathBuf;
@@ -64,7 +65,7 @@ const REFRESH_RUNNING: u8 = 1;
 const REFRESH_AGAIN: u8 = 2;
 
 /// Mark a refresh wanted; true when the caller must start it (none ran).
-fn refresh_begins(state: &AtomicU8) -> bool {
+pub(super) fn refresh_begins(state: &AtomicU8) -> bool {
     state
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
             Some(if s == REFRESH_IDLE {
@@ -78,7 +79,7 @@ fn refresh_begins(state: &AtomicU8) -> bool {
 }
 
 /// After one refresh: true when done, false when another is due.
-fn refresh_done(state: &AtomicU8) -> bool {
+pub(super) fn refresh_done(state: &AtomicU8) -> bool {
     let done = state
         .compare_exchange(
             REFRESH_RUNNING,
@@ -211,9 +212,10 @@ impl ServerCatalog {
         let _ = self.changed.send(what);
     }
 
-    /// `notifications/*/list_changed` arrived: refetch that list. While a
-    /// refetch runs, further notifications coalesce into one more, so a
-    /// server flooding them costs at most one task.
+    /// `notifications/*/list_changed` arrived: refetch that list after
+    /// [`LIST_CHANGED_DEBOUNCE`]. Notifications while one waits or runs
+    /// coalesce into one more, so a server flooding them costs at most one
+    /// task and one fetch per window.
     pub fn list_changed(
         self: &Arc<Self>,
         what: CatalogChange,
@@ -226,6 +228,7 @@ impl ServerCatalog {
         let this = self.clone();
         tokio::spawn(async move {
             loop {
+                tokio::time::sleep(LIST_CHANGED_DEBOUNCE).await;
                 this.refetch(what, &peer, &server).await;
                 if refresh_done(this.refresh_state(what)) {
                     break;

@@ -8,7 +8,7 @@
 //! `notifications/resources/list_changed` and `notifications/prompts/list_changed`
 //! when an upstream's lists change.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
@@ -16,37 +16,97 @@ use rmcp::model::{
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
 };
-// Logging is deprecated (SEP-2577) but clients still set a level.
+// Logging and subscriptions are deprecated (SEP-2577) but clients still use them.
 #[allow(deprecated)]
-use rmcp::model::SetLevelRequestParams;
+use rmcp::model::{SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams};
 use rmcp::service::{NotificationContext, RequestContext};
-use rmcp::{ErrorData, RoleServer, ServerHandler};
+use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 
 use super::call::{CallPath, PROMPT_GET_EVENT, RESOURCE_READ_EVENT};
-use super::catalog::{Catalog, CatalogChange, ManifestPrompts};
+use super::catalog::{Catalog, CatalogChange, ManifestPrompts, split_resource_uri};
+use super::passthrough::{Caller, Client, Sink, as_caller};
 
-/// The gateway's MCP server handler; cheap to clone (one per HTTP session).
-#[derive(Debug, Clone)]
+/// The gateway's MCP server handler; cheap to clone (one per session).
+#[derive(Debug)]
 pub struct Gateway {
     path: Arc<CallPath>,
     catalog: Arc<Catalog>,
+    client: ClientSlot,
+}
+
+impl Clone for Gateway {
+    /// Another session's gateway: the same call path and catalog, its own
+    /// client session.
+    fn clone(&self) -> Self {
+        Self {
+            path: self.path.clone(),
+            catalog: self.catalog.clone(),
+            client: ClientSlot::default(),
+        }
+    }
+}
+
+/// A gateway session's [`Client`], joined once the peer is known.
+#[derive(Debug, Clone, Default)]
+pub struct ClientSlot(Arc<OnceLock<Arc<Client>>>);
+
+impl ClientSlot {
+    /// The session's client, joining `path`'s pool's clients on first use
+    /// with its notifications sent to `sink`.
+    pub fn get(
+        &self,
+        path: &CallPath,
+        peer: &Peer<RoleServer>,
+        sink: impl FnOnce() -> Sink,
+    ) -> Arc<Client> {
+        self.0
+            .get_or_init(|| {
+                path.pool()
+                    .clients()
+                    .join(peer.clone(), sink(), path.bus().cloned())
+            })
+            .clone()
+    }
 }
 
 impl Gateway {
     pub fn new(path: Arc<CallPath>) -> Self {
         let catalog = Arc::new(Catalog::new(path.pool().clone()));
-        Self { path, catalog }
+        Self::with_catalog(path, catalog)
     }
 
     /// A gateway serving `catalog`'s resources and prompts (shared with
     /// other gateways of the same pool, so one update reaches them all).
     pub fn with_catalog(path: Arc<CallPath>, catalog: Arc<Catalog>) -> Self {
-        Self { path, catalog }
+        Self {
+            path,
+            catalog,
+            client: ClientSlot::default(),
+        }
+    }
+
+    /// This session's client slot (shared with the session loop).
+    pub fn client_slot(&self) -> ClientSlot {
+        self.client.clone()
+    }
+
+    /// This session's client, joining the pool's clients on first use.
+    pub fn client(&self, peer: &Peer<RoleServer>) -> Arc<Client> {
+        self.client.get(&self.path, peer, || Sink::Peer)
     }
 
     /// The call path every `tools/call` of this gateway takes.
     pub fn call_path(&self) -> &Arc<CallPath> {
         &self.path
+    }
+
+    /// The caller of a call of this session's request `context`.
+    pub fn caller(&self, context: &RequestContext<RoleServer>) -> Caller {
+        Caller {
+            client: self.client(&context.peer),
+            request: Some(context.id.clone()),
+            progress: context.meta.get_progress_token(),
+        }
     }
 
     /// Serve the manifest's `prompts` as MCP prompts too.
@@ -68,6 +128,7 @@ impl ServerHandler for Gateway {
                 .enable_prompts_list_changed()
                 .enable_resources()
                 .enable_resources_list_changed()
+                .enable_resources_subscribe()
                 .enable_tools()
                 .enable_tool_list_changed()
                 .build(),
@@ -94,13 +155,88 @@ impl ServerHandler for Gateway {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        Ok(self
-            .path
-            .call(&request.name, request.arguments)
+        let caller = self.caller(&context);
+        let client = caller.client.clone();
+        let started = std::time::Instant::now();
+        let name = request.name;
+        let call = as_caller(Some(caller), self.path.call(&name, request.arguments));
+        tokio::select! {
+            result = call => {
+                // The call's progress goes out before its answer.
+                client.flush().await;
+                Ok(result.into())
+            }
+            // Dropping the call tells its upstream; rmcp sends no answer.
+            () = context.ct.cancelled() => {
+                self.path.publish(self.path.cancelled(&name, started)).await;
+                Err(ErrorData::internal_error("the call was cancelled", None))
+            }
+        }
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let Some((server, uri)) = split_resource_uri(&request.uri) else {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "no resource `{}`; the gateway's resources are named npc://SERVER/URI (see `resources/list`)",
+                    request.uri
+                ),
+                None,
+            ));
+        };
+        let client = self.client(&context.peer);
+        let params = SubscribeRequestParams::new(uri);
+        self.path
+            .pool()
+            .request(server, |peer| async move { peer.subscribe(params).await })
             .await
-            .into())
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))??;
+        client.subscribe(&request.uri, true);
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let client = self.client(&context.peer);
+        if !client.subscribe(&request.uri, false) {
+            return Ok(());
+        }
+        let Some((server, uri)) = split_resource_uri(&request.uri) else {
+            return Ok(());
+        };
+        // The upstream keeps the subscription while another session holds it.
+        let others = self
+            .path
+            .pool()
+            .clients()
+            .each()
+            .iter()
+            .any(|c| c.is_subscribed(&request.uri));
+        if others {
+            return Ok(());
+        }
+        let params = UnsubscribeRequestParams::new(uri);
+        self.path
+            .pool()
+            .request(server, |peer| async move { peer.unsubscribe(params).await })
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))??;
+        Ok(())
+    }
+
+    async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
+        self.path.pool().roots_changed().await;
     }
 
     async fn list_resources(
@@ -170,14 +306,20 @@ impl ServerHandler for Gateway {
         self.catalog.complete(request).await
     }
 
-    /// Accepted: the gateway sends no log notifications of its own (its
-    /// logs go to stderr), so every level filters them all.
+    /// The session's level filters its servers' log messages; the servers
+    /// get the most verbose level any session set. The gateway sends no
+    /// log messages of its own (its logs go to stderr).
     #[allow(deprecated)]
     async fn set_level(
         &self,
-        _request: SetLevelRequestParams,
-        _context: RequestContext<RoleServer>,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        self.client(&context.peer).set_level(request.level);
+        let pool = self.path.pool();
+        if let Some(level) = pool.clients().level() {
+            pool.set_level(level).await;
+        }
         Ok(())
     }
 

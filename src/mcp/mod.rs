@@ -26,6 +26,7 @@ pub mod builtin;
 pub mod call;
 pub mod catalog;
 pub mod gateway;
+pub mod passthrough;
 pub mod pool;
 pub mod relay;
 pub mod session;

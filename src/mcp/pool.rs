@@ -25,15 +25,26 @@ use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
+// Sampling and roots are deprecated (SEP-2577), but servers use them.
+#[allow(deprecated)]
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, JsonObject, PaginatedRequestParams, Tool,
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientResult,
+    CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequest,
+    ElicitRequestParams, ElicitResult, ElicitationCapability, FormElicitationCapability,
+    Implementation, JsonObject, ListRootsRequest, ListRootsResult, LoggingLevel,
+    LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
+    ResourceUpdatedNotificationParam, RootsCapabilities, SamplingCapability, ServerRequest,
+    SetLevelRequestParams, Tool, UrlElicitationCapability,
 };
-use rmcp::service::{NotificationContext, RunningService};
+use rmcp::service::{NotificationContext, RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData, Peer, RoleClient, ServiceExt};
 use tokio::sync::{Semaphore, broadcast};
 
-use super::catalog::{CatalogChange, ServerCatalog};
+use super::catalog::{CatalogChange, ServerCatalog, refresh_begins, refresh_done};
 use super::lock;
+use super::passthrough::{
+    Clients, Entered, InFlight, LIST_CHANGED_DEBOUNCE, Passthrough, call_tracked,
+};
 use super::wire::{Failure, Wire};
 
 use crate::bus::EventBus;
@@ -160,6 +171,8 @@ pub struct Pool {
     catalog_changed: broadcast::Sender<CatalogChange>,
     /// How tools and prompts are named (`mcp.prefix`).
     prefix: RwLock<Prefix>,
+    /// The gateway's client sessions in front of this pool.
+    clients: Arc<Clients>,
 }
 
 /// One tool as the gateway lists it.
@@ -214,7 +227,14 @@ impl Pool {
             changed,
             catalog_changed,
             prefix: RwLock::new(Prefix::default()),
+            clients: Arc::default(),
         }
+    }
+
+    /// The gateway's client sessions in front of this pool, which the
+    /// upstreams' notifications and requests reach.
+    pub fn clients(&self) -> &Arc<Clients> {
+        &self.clients
     }
 
     /// Name tools and prompts by `prefix` from now on; clients are told
@@ -271,6 +291,12 @@ impl Pool {
             calls: Semaphore::new(MAX_CONCURRENT_CALLS_PER_SERVER),
             changed: self.changed.clone(),
             catalog: Arc::new(ServerCatalog::new(self.catalog_changed.clone())),
+            passthrough: Passthrough {
+                server: name.to_string(),
+                in_flight: Arc::new(InFlight::default()),
+                clients: self.clients.clone(),
+                bus: self.bus.clone(),
+            },
         })
     }
 
@@ -565,6 +591,42 @@ impl Pool {
                 send(link.peer).await.map_err(Failure::from)
             })
             .await
+    }
+
+    /// The live sessions of the servers, without connecting any.
+    async fn live_peers(&self) -> Vec<Peer<RoleClient>> {
+        let mut peers = Vec::new();
+        for upstream in self.members().values() {
+            let slot = upstream.session.lock().await;
+            if let Some(s) = slot.as_ref()
+                && !s.service.is_closed()
+            {
+                peers.push(s.service.peer().clone());
+            }
+        }
+        peers
+    }
+
+    /// A client set a logging level: every connected server gets the most
+    /// verbose one any client set (each client still gets only what its own
+    /// level lets through).
+    #[allow(deprecated)]
+    pub async fn set_level(&self, level: LoggingLevel) {
+        for peer in self.live_peers().await {
+            let params = SetLevelRequestParams::new(level);
+            tokio::spawn(async move {
+                let _ = peer.set_level(params).await;
+            });
+        }
+    }
+
+    /// A client's roots changed: every connected server is told.
+    pub async fn roots_changed(&self) {
+        for peer in self.live_peers().await {
+            tokio::spawn(async move {
+                let _ = peer.notify_roots_list_changed().await;
+            });
+        }
     }
 
     /// A receiver told whenever some server's tool list changed.

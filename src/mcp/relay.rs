@@ -5,9 +5,14 @@
 //! of any server) and records it. The relay is generic: requests and
 //! tools, resources and prompts pass through, the daemon's requests and
 //! notifications (`tools/list_changed`, …) reach the HTTP client unchanged,
-//! and the HTTP client's `initialize` parameters become the relay's own. The connection comes from a
-//! [`Connect`] the caller provides; nothing here binds or connects sockets.
+//! and the HTTP client's `initialize` parameters become the relay's own. A
+//! call's progress comes back under the HTTP client's own token (the
+//! relay's session numbers its own), a call the client cancels is
+//! cancelled behind, and subscriptions and `roots/list_changed` pass too.
+//! The connection comes from a [`Connect`] the caller provides; nothing
+//! here binds or connects sockets.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -16,12 +21,18 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientConfig, ClientResult, CompleteRequestParams,
     CompleteResult, GetPromptRequestParams, GetPromptResponse, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
-    ServerNotification, ServerRequest,
+    ProgressToken, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, ServerNotification, ServerRequest,
 };
-// Logging is deprecated (SEP-2577) but clients still send `logging/setLevel`.
+// Logging and subscriptions are deprecated (SEP-2577) but clients still use them.
 #[allow(deprecated)]
-use rmcp::model::SetLevelRequestParams;
+use rmcp::model::{SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams};
+
+use super::passthrough::call_tracked;
+
+/// The HTTP client's progress tokens, by the token the relay's session gave
+/// the call behind.
+type Progress = Arc<Mutex<HashMap<ProgressToken, ProgressToken>>>;
 use rmcp::service::{NotificationContext, RequestContext, RunningService, ServiceRole};
 use rmcp::{ErrorData, Peer, RoleClient, RoleServer, ServerHandler, Service, ServiceExt};
 
@@ -38,6 +49,7 @@ pub type Connect =
 #[derive(Clone)]
 pub struct Relay {
     connect: Connect,
+    progress: Progress,
     back: Arc<Mutex<Option<Peer<RoleClient>>>>,
     session: Arc<tokio::sync::Mutex<Option<RunningService<RoleClient, Back>>>>,
 }
@@ -74,6 +86,7 @@ impl Relay {
     pub fn new(connect: Connect) -> Self {
         Self {
             connect,
+            progress: Arc::default(),
             back: Arc::default(),
             session: Arc::default(),
         }
@@ -94,6 +107,7 @@ impl ServerHandler for Relay {
     ) -> Result<ServerConfig, ErrorData> {
         context.peer.set_peer_info(request.clone());
         let (read, write) = (self.connect)().await.map_err(unreachable_back)?;
+        let read = intercept_progress(read, self.progress.clone(), context.peer.clone());
         let back = Back {
             info: request,
             front: context.peer.clone(),
@@ -127,12 +141,53 @@ impl ServerHandler for Relay {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let back = self.back()?;
+        let front_token = context.meta.get_progress_token();
+        let mut behind = None;
+        let call = call_tracked(&back, request, |_, token| {
+            if let Some(front) = front_token {
+                crate::stdx::lock(&self.progress).insert(token.clone(), front);
+                behind = Some(token.clone());
+            }
+        });
+        // Dropping the call on a cancel cancels it behind.
+        let answer = tokio::select! {
+            answer = call => answer.map(Into::into).map_err(service_error),
+            () = context.ct.cancelled() => Err(ErrorData::internal_error("the call was cancelled", None)),
+        };
+        if let Some(token) = behind {
+            crate::stdx::lock(&self.progress).remove(&token);
+        }
+        answer
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.back()?.subscribe(request).await.map_err(service_error)
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
         self.back()?
-            .call_tool_once(request)
+            .unsubscribe(request)
             .await
             .map_err(service_error)
+    }
+
+    async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
+        if let Ok(back) = self.back() {
+            let _ = back.notify_roots_list_changed().await;
+        }
     }
 
     async fn list_resources(
@@ -217,6 +272,58 @@ impl ServerHandler for Relay {
     }
 }
 
+/// Buffer of the in-process pipe between the daemon's stream and rmcp.
+const PIPE_BYTES: usize = 256 * 1024;
+
+/// The daemon's frames, with the progress of the client's calls sent to
+/// `front` (under the client's tokens) as they are read, so it comes before
+/// the call's answer and in order (rmcp handles each notification in a task
+/// of its own); everything else goes on to rmcp.
+fn intercept_progress(
+    read: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    progress: Progress,
+    front: Peer<RoleServer>,
+) -> Box<dyn tokio::io::AsyncRead + Send + Unpin> {
+    use crate::stdx::lines::{Line, LineReader, Overlong, Splitter};
+    use tokio::io::AsyncWriteExt as _;
+    let (mut to_rmcp, from_pump) = tokio::io::duplex(PIPE_BYTES);
+    tokio::spawn(async move {
+        let splitter = Splitter::new(super::session::MAX_FRAME_BYTES, Overlong::Stop).skip_blank();
+        let mut reader = LineReader::new(read, splitter);
+        while let Ok(Some(Line::Line(mut line))) = reader.next().await {
+            if let Some(notification) = relayed_progress(&line, &progress) {
+                let _ = front.send_notification(notification).await;
+                continue;
+            }
+            line.push(b'\n');
+            if to_rmcp.write_all(&line).await.is_err() {
+                break;
+            }
+        }
+        // Dropping `to_rmcp` ends rmcp's input.
+    });
+    Box::new(from_pump)
+}
+
+/// If `line` is progress of one of the client's calls: the notification
+/// under the client's token.
+fn relayed_progress(line: &[u8], progress: &Progress) -> Option<ServerNotification> {
+    #[derive(serde::Deserialize)]
+    struct Frame {
+        method: String,
+        params: rmcp::model::ProgressNotificationParam,
+    }
+    let Frame { method, mut params } = serde_json::from_slice(line).ok()?;
+    if method != "notifications/progress" {
+        return None;
+    }
+    let front = crate::stdx::lock(progress)
+        .get(&params.progress_token)
+        .cloned()?;
+    params.progress_token = front;
+    Some(rmcp::model::ProgressNotification::new(params).into())
+}
+
 impl Service<RoleClient> for Back {
     async fn handle_request(
         &self,
@@ -237,6 +344,11 @@ impl Service<RoleClient> for Back {
         notification: ServerNotification,
         _context: NotificationContext<RoleClient>,
     ) -> Result<(), ErrorData> {
+        // The client's calls' progress went straight to it
+        // ([`intercept_progress`]); any other is of no call of the client's.
+        if let ServerNotification::ProgressNotification(_) = &notification {
+            return Ok(());
+        }
         let _ = self.front.send_notification(notification).await;
         Ok(())
     }

@@ -19,9 +19,11 @@
 //! answered with a JSON-RPC parse error (its id is unknown); at most
 //! [`MAX_CALLS_IN_FLIGHT`] calls run at once, and past that the session
 //! stops reading until one ends. A call the client cancels
-//! (`notifications/cancelled`) still runs to its end and is recorded, but
-//! is not answered, as rmcp does. When the client closes its side, calls
-//! still running are dropped.
+//! (`notifications/cancelled`) stops: its upstream is told, it is not
+//! answered, and it is recorded as `cancelled`. Each call runs as the session's
+//! [`Caller`] with its progress token (see [`super::passthrough`]), so what
+//! its upstream sends back during the call reaches this client. When the
+//! client closes its side, calls still running are dropped.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -41,8 +43,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader};
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
 use super::gateway::Gateway;
+use super::passthrough::{Caller, Client, FrameWriter, Sink, as_caller};
 use crate::stdx::lines::{Line, LineReader, Overlong, Splitter, encode};
 
 /// Longest frame (one line) a client may send; longer ones are dropped.
@@ -214,10 +218,7 @@ fn too_long() -> Vec<u8> {
     encode(&error).unwrap_or_default()
 }
 
-async fn write_frame<W: AsyncWrite + Unpin>(
-    writer: &Mutex<W>,
-    bytes: &[u8],
-) -> Result<(), SessionError> {
+async fn write_frame(writer: &FrameWriter, bytes: &[u8]) -> Result<(), SessionError> {
     let mut w = writer.lock().await;
     w.write_all(bytes).await.map_err(SessionError::Write)?;
     w.flush().await.map_err(SessionError::Write)
@@ -237,6 +238,7 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let path = gateway.call_path().clone();
+    let slot = gateway.client_slot();
     let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
     let (from_rmcp, mut to_rmcp) = tokio::io::split(ours);
     // rmcp's side of the handshake, once it is done (dropped when it failed).
@@ -259,7 +261,7 @@ where
         drop(handshook);
         Ok(())
     });
-    let writer = Arc::new(Mutex::new(write));
+    let writer: FrameWriter = Arc::new(Mutex::new(Box::new(write)));
     // rmcp's frames, whole lines at a time, so they never interleave with
     // the answers written here.
     let pump = {
@@ -283,6 +285,10 @@ where
     let mut calls = FuturesUnordered::new();
     // Calls running here and not cancelled, by id (a count: ids may repeat).
     let mut answering: HashMap<RequestId, usize> = HashMap::new();
+    // What stops the calls of an id the client cancels.
+    let mut cancels: HashMap<RequestId, CancellationToken> = HashMap::new();
+    // The session as its calls' caller, once the handshake is done.
+    let mut client: Option<Arc<Client>> = None;
     // The client sent `initialize`, so rmcp ends its handshake (or fails).
     let mut initializing = false;
     let mut shape = None;
@@ -290,20 +296,33 @@ where
     let mut served = None;
     let ended: Result<(), SessionError> = loop {
         tokio::select! {
-            Some((id, result, record)) = calls.next(), if !calls.is_empty() => {
+            Some((id, served)) = calls.next(), if !calls.is_empty() => {
                 let answer_it = match answering.get_mut(&id) {
                     Some(n) => {
                         *n -= 1;
                         if *n == 0 {
                             answering.remove(&id);
+                            cancels.remove(&id);
                         }
                         true
                     }
                     None => false,
                 };
+                // Cancelled: stopped and recorded, not answered.
+                let (result, record) = match served {
+                    Ok(served) => served,
+                    Err(record) => {
+                        path.publish(record).await;
+                        continue;
+                    }
+                };
                 // Only calls routed here after the handshake are in flight.
                 let shape = shape.unwrap_or(Shape::Legacy);
                 let written = if answer_it {
+                    // The call's progress goes out before its answer.
+                    if let Some(client) = &client {
+                        client.flush().await;
+                    }
                     write_frame(&writer, &answer(id, result, shape)).await
                 } else {
                     Ok(())
@@ -329,11 +348,22 @@ where
                 match route(&line, shape.is_some()) {
                     Route::Call { id, params } => {
                         *answering.entry(id.clone()).or_default() += 1;
+                        let cancelled = cancels.entry(id.clone()).or_default().clone();
+                        let caller = client.clone().map(|client| Caller {
+                            client,
+                            request: None,
+                            progress: params.meta.as_ref().and_then(|m| m.get_progress_token()),
+                        });
                         let path = path.clone();
                         calls.push(async move {
-                            let (result, record) =
-                                path.call_unrecorded(&params.name, params.arguments).await;
-                            (id, result, record)
+                            let started = std::time::Instant::now();
+                            let name = params.name;
+                            let call = as_caller(caller, path.call_unrecorded(&name, params.arguments));
+                            let served = tokio::select! {
+                                served = call => Ok(served),
+                                () = cancelled.cancelled() => Err(path.cancelled(&name, started)),
+                            };
+                            (id, served)
                         });
                     }
                     Route::Forward(notice) => {
@@ -341,6 +371,9 @@ where
                             Notice::Initialize => initializing = true,
                             Notice::Cancelled(id) => {
                                 answering.remove(id);
+                                if let Some(stop) = cancels.remove(id) {
+                                    stop.cancel();
+                                }
                             }
                             Notice::Nothing | Notice::Initialized => {}
                         }
@@ -360,6 +393,9 @@ where
                             && let Ok(peer) = handshake.wait_for(Option::is_some).await
                         {
                             shape = peer.as_ref().map(Shape::of);
+                            client = peer
+                                .as_ref()
+                                .map(|peer| slot.get(&path, peer, || Sink::Frames(writer.clone())));
                         }
                     }
                 }

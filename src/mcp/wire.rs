@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rmcp::ErrorData;
-use rmcp::model::{CallToolResult, JsonObject};
+use rmcp::model::{CallToolResult, JsonObject, ProgressNotificationParam, ProgressToken};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::io::{
@@ -33,6 +33,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::lock;
+use super::passthrough::Passthrough;
 use super::session::MAX_FRAME_BYTES;
 use crate::stdx::lines::{Line, LineReader, Overlong, Splitter, encode};
 
@@ -135,8 +136,10 @@ impl std::fmt::Debug for Wire {
 impl Wire {
     /// Start the wire on the server's `stdout`/`stdin`; returns it and the
     /// pipe ends to give rmcp's client as its transport. Spawns the two
-    /// pumps on the current runtime; they end when the wire closes.
-    pub fn start<R, W>(stdout: R, stdin: W) -> (Self, RmcpSide)
+    /// pumps on the current runtime; they end when the wire closes. The
+    /// progress of the wire's calls goes to `progress` as it is read, so it
+    /// reaches the caller before the call's answer.
+    pub fn start<R, W>(stdout: R, stdin: W, progress: Option<Passthrough>) -> (Self, RmcpSide)
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
@@ -148,7 +151,7 @@ impl Wire {
         });
         let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);
         let (from_rmcp, to_rmcp) = tokio::io::split(ours);
-        tokio::spawn(inbound(stdout, to_rmcp, shared.clone()));
+        tokio::spawn(inbound(stdout, to_rmcp, shared.clone(), progress));
         tokio::spawn(outbound(from_rmcp, shared.clone()));
         let wire = Self {
             shared,
@@ -159,10 +162,15 @@ impl Wire {
 
     /// Call `name` with `arguments` and wait for the answer (the caller
     /// bounds the wait; dropping the future forgets the call and tells the
-    /// server).
-    pub async fn call_tool(&self, name: &str, arguments: Option<&JsonObject>) -> Answer {
+    /// server); `progress` is the token the server reports progress under.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: Option<&JsonObject>,
+        progress: Option<&ProgressToken>,
+    ) -> Answer {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let frame = call_frame(n, name, arguments)
+        let frame = call_frame(n, name, arguments, progress)
             .map_err(|e| Failure::Lost(format!("the call did not serialize: {e}")))?;
         let (answered, answer) = oneshot::channel();
         {
@@ -222,6 +230,7 @@ fn call_frame(
     n: u64,
     name: &str,
     arguments: Option<&JsonObject>,
+    progress: Option<&ProgressToken>,
 ) -> Result<Vec<u8>, serde_json::Error> {
     #[derive(serde::Serialize)]
     struct Request<'a> {
@@ -235,12 +244,23 @@ fn call_frame(
         name: &'a str,
         #[serde(skip_serializing_if = "Option::is_none")]
         arguments: Option<&'a JsonObject>,
+        #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+        meta: Option<Meta<'a>>,
+    }
+    #[derive(serde::Serialize)]
+    struct Meta<'a> {
+        #[serde(rename = "progressToken")]
+        progress_token: &'a ProgressToken,
     }
     encode(&Request {
         jsonrpc: "2.0",
         id: id_of(n),
         method: "tools/call",
-        params: Params { name, arguments },
+        params: Params {
+            name,
+            arguments,
+            meta: progress.map(|progress_token| Meta { progress_token }),
+        },
     })
 }
 
@@ -304,6 +324,20 @@ fn answer_of(line: &[u8]) -> Option<(u64, Answer)> {
     Some((n, answer))
 }
 
+/// If `line` reports progress under a token npc gave a call: its params.
+fn progress_of(line: &[u8]) -> Option<ProgressNotificationParam> {
+    let reply: Reply = serde_json::from_slice(line).ok()?;
+    if reply.id.is_some() || reply.method?.get() != "\"notifications/progress\"" {
+        return None;
+    }
+    #[derive(Deserialize)]
+    struct Progress {
+        params: ProgressNotificationParam,
+    }
+    let Progress { params } = serde_json::from_slice(line).ok()?;
+    Passthrough::is_own_token(&params.progress_token).then_some(params)
+}
+
 /// A `tools/call` result: a tool result, or one with no content at all
 /// (`{}`, or only `_meta`), which rmcp's client also takes as complete.
 fn tool_result(result: &RawValue) -> Answer {
@@ -333,8 +367,12 @@ fn tool_result(result: &RawValue) -> Answer {
 
 /// The server's stdout: the wire's answers to their calls, every other
 /// frame to rmcp.
-async fn inbound<R>(stdout: R, mut to_rmcp: WriteHalf<DuplexStream>, shared: Arc<Shared>)
-where
+async fn inbound<R>(
+    stdout: R,
+    mut to_rmcp: WriteHalf<DuplexStream>,
+    shared: Arc<Shared>,
+    progress: Option<Passthrough>,
+) where
     R: AsyncRead + Unpin,
 {
     let mut reader = LineReader::new(
@@ -350,6 +388,12 @@ where
             Ok(Some(Line::Line(mut line))) => {
                 if let Some((n, answer)) = answer_of(&line) {
                     shared.deliver(n, answer);
+                    continue;
+                }
+                if let Some(passthrough) = &progress
+                    && let Some(params) = progress_of(&line)
+                {
+                    passthrough.progress(params);
                     continue;
                 }
                 line.push(b'\n');
@@ -486,10 +530,31 @@ mod tests {
     }
 
     #[test]
+    fn only_progress_under_npcs_tokens_is_taken_off_the_line() {
+        let own = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"npc-progress-4","progress":2,"total":3}}"#;
+        let params = progress_of(own).unwrap();
+        assert_eq!(params.progress, 2.0);
+        for theirs in [
+            br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7,"progress":1}}"#.as_slice(),
+            br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"progressToken":"npc-progress-4"}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"notifications/progress","params":{"progressToken":"npc-progress-4","progress":1}}"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"npc-progress-4"}}"#,
+            b"not json",
+        ] {
+            assert!(progress_of(theirs).is_none(), "{}", String::from_utf8_lossy(theirs));
+        }
+        // A call asking for progress carries its token in `_meta`.
+        let token = ProgressToken(rmcp::model::NumberOrString::String("npc-progress-4".into()));
+        let frame = call_frame(4, "t", None, Some(&token)).unwrap();
+        let value: Value = serde_json::from_slice(&frame).unwrap();
+        assert_eq!(value["params"]["_meta"]["progressToken"], "npc-progress-4");
+    }
+
+    #[test]
     fn requests_are_one_line_of_json_rpc() {
         let mut arguments = JsonObject::new();
         arguments.insert("message".into(), json!("a\nb"));
-        let frame = call_frame(9, "echo", Some(&arguments)).unwrap();
+        let frame = call_frame(9, "echo", Some(&arguments), None).unwrap();
         assert_eq!(frame.iter().filter(|&&b| b == b'\n').count(), 1);
         let value: Value = serde_json::from_slice(&frame).unwrap();
         assert_eq!(
@@ -497,7 +562,8 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": "npc-9", "method": "tools/call",
                    "params": {"name": "echo", "arguments": {"message": "a\nb"}}})
         );
-        let value: Value = serde_json::from_slice(&call_frame(1, "t", None).unwrap()).unwrap();
+        let value: Value =
+            serde_json::from_slice(&call_frame(1, "t", None, None).unwrap()).unwrap();
         assert_eq!(value["params"], json!({"name": "t"}));
         let value: Value = serde_json::from_slice(&cancelled_frame(9)).unwrap();
         assert_eq!(value["params"]["requestId"], "npc-9");
@@ -513,7 +579,7 @@ mod tests {
     fn started() -> (Wire, RmcpSide, Server) {
         let (server_out, wire_in) = tokio::io::duplex(1024 * 1024);
         let (wire_out, server_in) = tokio::io::duplex(1024 * 1024);
-        let (wire, rmcp) = Wire::start(wire_in, wire_out);
+        let (wire, rmcp) = Wire::start(wire_in, wire_out, None);
         let server = Server {
             requests: BufReader::new(server_in).lines(),
             replies: server_out,
@@ -542,9 +608,9 @@ mod tests {
         let (wire, (from_server, mut to_server), mut server) = started();
         let wire = Arc::new(wire);
         let (a, b) = (wire.clone(), wire.clone());
-        let first = tokio::spawn(async move { a.call_tool("one", None).await });
+        let first = tokio::spawn(async move { a.call_tool("one", None, None).await });
         let one = next_request(&mut server).await;
-        let second = tokio::spawn(async move { b.call_tool("two", None).await });
+        let second = tokio::spawn(async move { b.call_tool("two", None, None).await });
         let two = next_request(&mut server).await;
         assert_eq!(
             (&one["params"]["name"], &two["params"]["name"]),
@@ -583,7 +649,7 @@ mod tests {
         let (wire, (from_server, _to_server), mut server) = started();
         let wire = Arc::new(wire);
         let w = wire.clone();
-        let call = tokio::spawn(async move { w.call_tool("slow", None).await });
+        let call = tokio::spawn(async move { w.call_tool("slow", None, None).await });
         next_request(&mut server).await;
         drop(server.replies);
         match call.await.unwrap() {
@@ -597,7 +663,7 @@ mod tests {
         assert!(rest.is_empty());
         // Later calls fail at once; the server's stdin is closed.
         assert!(matches!(
-            wire.call_tool("x", None).await,
+            wire.call_tool("x", None, None).await,
             Err(Failure::Lost(_))
         ));
         assert_eq!(server.requests.next_line().await.unwrap(), None);
@@ -608,7 +674,7 @@ mod tests {
         let (wire, _rmcp, mut server) = started();
         let wire = Arc::new(wire);
         let w = wire.clone();
-        let call = tokio::spawn(async move { w.call_tool("big", None).await });
+        let call = tokio::spawn(async move { w.call_tool("big", None, None).await });
         next_request(&mut server).await;
         // An endless line: the server never ends it, nor its output.
         let chunk = vec![b'x'; 1024 * 1024];
@@ -626,7 +692,7 @@ mod tests {
         let (wire, _rmcp, mut server) = started();
         let wire = Arc::new(wire);
         let w = wire.clone();
-        let call = tokio::spawn(async move { w.call_tool("slow", None).await });
+        let call = tokio::spawn(async move { w.call_tool("slow", None, None).await });
         let request = next_request(&mut server).await;
         call.abort();
         let cancelled = next_request(&mut server).await;
@@ -637,7 +703,7 @@ mod tests {
         let late = json!({"jsonrpc": "2.0", "id": request["id"], "result": {"content": []}});
         reply(&mut server, late).await;
         let w = wire.clone();
-        let next = tokio::spawn(async move { w.call_tool("again", None).await });
+        let next = tokio::spawn(async move { w.call_tool("again", None, None).await });
         let again = next_request(&mut server).await;
         let answer = json!({"jsonrpc": "2.0", "id": again["id"], "result": {"isError": true}});
         reply(&mut server, answer).await;
@@ -650,7 +716,7 @@ mod tests {
         drop(rmcp);
         assert_eq!(server.requests.next_line().await.unwrap(), None);
         assert!(matches!(
-            wire.call_tool("x", None).await,
+            wire.call_tool("x", None, None).await,
             Err(Failure::Lost(_))
         ));
     }

@@ -18,6 +18,7 @@ mod mcp_builtin;
 mod mcp_daemon;
 mod mcp_interop;
 mod mcp_names;
+mod mcp_passthrough;
 mod panes;
 mod plugins;
 mod providers;

@@ -451,17 +451,18 @@ fn malformed_oversized_and_cancelled_client_frames_cost_only_themselves() {
         None,
         "2025-06-18 shape: {ok}"
     );
-    // A cancelled call runs to its end and is recorded, but not answered.
+    // A cancelled call stops, is recorded as cancelled, and is not answered.
     session.call(json!("slow"), "bad__hang");
     session.send(
         &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": "slow", "reason": "changed my mind"}}),
     );
-    wait_for("the cancelled call's record", || {
+    let record = wait_for("the cancelled call's record", || {
         tool_call_events(&dir)
             .into_iter()
             .find(|e| e["payload"]["tool"] == "hang")
     });
+    assert_eq!(record["payload"]["outcome"], "cancelled", "{record}");
     session.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}));
     let pong = session.next();
     assert_eq!(

@@ -42,12 +42,6 @@ pub(super) async fn fetch_tools(
     Ok(tools)
 }
 
-/// A refresh of a session's tool list: none running, one running, or one
-/// running with another notification since it started.
-pub(super) const REFRESH_IDLE: u8 = 0;
-pub(super) const REFRESH_RUNNING: u8 = 1;
-pub(super) const REFRESH_AGAIN: u8 = 2;
-
 /// Where an upstream's session stands (for status and events).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
@@ -83,10 +77,15 @@ pub struct LastCall {
     pub at: String,
 }
 
-/// Keeps a session's cached tool list fresh: `notifications/tools/list_changed`
-/// refetches it and tells the gateway's clients.
-/// Notifications arriving while a refresh runs coalesce into one more
-/// refresh, so a server flooding them costs at most one task.
+/// An upstream session's client side: keeps its cached tool list fresh
+/// (`notifications/tools/list_changed` refetches it after
+/// [`LIST_CHANGED_DEBOUNCE`] and tells the gateway's clients; notifications
+/// while one refresh waits or runs coalesce into one more, so a server
+/// flooding them costs at most one task and one fetch per window), and
+/// passes the server's requests and notifications to the gateway's clients
+/// ([`Passthrough`]). npc announces what its clients can have: sampling,
+/// elicitation in both modes and roots; each request is checked against
+/// the capabilities of the client it goes to.
 #[derive(Debug, Clone)]
 pub(super) struct Listener {
     pub(super) server: String,
@@ -94,9 +93,116 @@ pub(super) struct Listener {
     pub(super) changed: broadcast::Sender<()>,
     pub(super) refresh: Arc<AtomicU8>,
     pub(super) catalog: Arc<ServerCatalog>,
+    pub(super) passthrough: Passthrough,
 }
 
+/// What npc's `initialize` to an upstream declares: everything a client
+/// of the gateway may be able to do.
+#[allow(deprecated)]
+fn client_capabilities() -> ClientCapabilities {
+    let mut capabilities = ClientCapabilities::default();
+    capabilities.sampling = Some(SamplingCapability::default());
+    capabilities.elicitation = Some(
+        ElicitationCapability::new()
+            .with_form(FormElicitationCapability::new())
+            .with_url(UrlElicitationCapability::new()),
+    );
+    let mut roots = RootsCapabilities::default();
+    roots.list_changed = Some(true);
+    capabilities.roots = Some(roots);
+    capabilities
+}
+
+/// The answer of the expected kind, or the error the upstream gets.
+fn expect<T>(
+    answer: Result<ClientResult, ErrorData>,
+    pick: impl FnOnce(ClientResult) -> Option<T>,
+) -> Result<T, ErrorData> {
+    pick(answer?).ok_or_else(|| {
+        ErrorData::internal_error(
+            "the gateway's client answered with another kind of result",
+            None,
+        )
+    })
+}
+
+#[allow(deprecated)]
 impl ClientHandler for Listener {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            client_capabilities(),
+            Implementation::new("npc", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        expect(
+            self.passthrough.request(request, &context).await,
+            |r| match r {
+                ClientResult::CreateMessageResult(r) => Some(*r),
+                _ => None,
+            },
+        )
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+        expect(
+            self.passthrough.request(request, &context).await,
+            |r| match r {
+                ClientResult::ElicitResult(r) => Some(r),
+                _ => None,
+            },
+        )
+    }
+
+    async fn list_roots(
+        &self,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
+        expect(
+            self.passthrough.request(request, &context).await,
+            |r| match r {
+                ClientResult::ListRootsResult(r) => Some(r),
+                _ => None,
+            },
+        )
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.passthrough.progress(params);
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.passthrough.log(params);
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.passthrough.resource_updated(params);
+    }
+
     async fn on_resource_list_changed(&self, context: NotificationContext<RoleClient>) {
         self.catalog
             .list_changed(CatalogChange::Resources, context.peer, self.server.clone());
@@ -108,22 +214,13 @@ impl ClientHandler for Listener {
     }
 
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
-        let previous = self
-            .refresh
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
-                Some(if s == REFRESH_IDLE {
-                    REFRESH_RUNNING
-                } else {
-                    REFRESH_AGAIN
-                })
-            })
-            .unwrap_or(REFRESH_AGAIN);
-        if previous != REFRESH_IDLE {
+        if !refresh_begins(&self.refresh) {
             return;
         }
         let (peer, listener) = (context.peer.clone(), self.clone());
         tokio::spawn(async move {
             loop {
+                tokio::time::sleep(LIST_CHANGED_DEBOUNCE).await;
                 match fetch_tools(&peer, &listener.server).await {
                     Ok(list) => {
                         *write(&listener.tools) = list;
@@ -133,16 +230,9 @@ impl ClientHandler for Listener {
                         tracing::warn!(server = %listener.server, error = %e, "mcp: refreshing a tool list failed")
                     }
                 }
-                let done = listener.refresh.compare_exchange(
-                    REFRESH_RUNNING,
-                    REFRESH_IDLE,
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                );
-                if done.is_ok() {
+                if refresh_done(&listener.refresh) {
                     break;
                 }
-                listener.refresh.store(REFRESH_RUNNING, Ordering::SeqCst);
             }
         });
     }
@@ -192,6 +282,8 @@ pub(super) struct Upstream {
     pub(super) calls: Semaphore,
     pub(super) changed: broadcast::Sender<()>,
     pub(super) catalog: Arc<ServerCatalog>,
+    /// Where the server's requests and notifications go.
+    pub(super) passthrough: Passthrough,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -451,7 +543,7 @@ impl Upstream {
         stdout: tokio::process::ChildStdout,
         stdin: tokio::process::ChildStdin,
     ) -> Result<(RunningService<RoleClient, Listener>, Option<Wire>), PoolError> {
-        let (wire, rmcp) = Wire::start(stdout, stdin);
+        let (wire, rmcp) = Wire::start(stdout, stdin, Some(self.passthrough.clone()));
         let service = self.handshake(rmcp).await?;
         Ok((service, Some(wire)))
     }
@@ -473,6 +565,7 @@ impl Upstream {
             changed: self.changed.clone(),
             refresh: Arc::default(),
             catalog: self.catalog.clone(),
+            passthrough: self.passthrough.clone(),
         };
         let limit_ms = self.config().startup_timeout_ms;
         let handshake = async {
@@ -558,15 +651,15 @@ impl Upstream {
         connects: &Semaphore,
     ) -> Result<CallToolResult, CallError> {
         *lock(&self.last_call) = Some((SystemTime::now(), tool.to_string()));
+        // The caller, for what the server sends back during the call.
+        let entered = self.passthrough.in_flight.enter();
+        let entered = entered.as_ref();
+        let token = entered.and_then(|e| e.token());
         let answer = self
             .request(connects, |link| async move {
                 match link.wire {
-                    Some(wire) => wire.call_tool(tool, arguments).await,
-                    None => {
-                        let mut params = CallToolRequestParams::new(tool.to_string());
-                        params.arguments = arguments.cloned();
-                        link.peer.call_tool(params).await.map_err(Failure::from)
-                    }
+                    Some(wire) => wire.call_tool(tool, arguments, token.as_ref()).await,
+                    None => call_over_rmcp(&link.peer, tool, arguments, entered).await,
                 }
             })
             .await?;
@@ -593,11 +686,17 @@ impl Upstream {
         Fut: std::future::Future<Output = Result<T, Failure>>,
     {
         let _slot = self.calls.acquire().await;
+        // Counted down even when the caller stops waiting (a cancelled call).
+        struct Busy<'a>(&'a Upstream);
+        impl Drop for Busy<'_> {
+            fn drop(&mut self) {
+                *lock(&self.0.last_used) = Instant::now();
+                self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
         self.in_flight.fetch_add(1, Ordering::SeqCst);
-        let result = self.request_inner(connects, send).await;
-        *lock(&self.last_used) = Instant::now();
-        self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        result
+        let _busy = Busy(self);
+        self.request_inner(connects, send).await
     }
 
     pub(super) async fn request_inner<T, F, Fut>(
@@ -665,4 +764,23 @@ impl Upstream {
             self.close(None).await;
         }
     }
+}
+
+/// A tool call through rmcp's session (an HTTP upstream): the request's id
+/// and progress token are rmcp's, learnt once it is sent.
+async fn call_over_rmcp(
+    peer: &Peer<RoleClient>,
+    tool: &str,
+    arguments: Option<&JsonObject>,
+    entered: Option<&Entered<'_>>,
+) -> Result<CallToolResult, Failure> {
+    let mut params = CallToolRequestParams::new(tool.to_string());
+    params.arguments = arguments.cloned();
+    call_tracked(peer, params, |id, token| {
+        if let Some(entered) = entered {
+            entered.sent_as(id.clone(), token.clone());
+        }
+    })
+    .await
+    .map_err(Failure::from)
 }

@@ -1,0 +1,425 @@
+//! What crosses the gateway besides calls, through the real binary: the
+//! Python `mcp` SDK as the client (`fixtures/mcp/passthrough.py`, which
+//! answers sampling, elicitation and roots and records progress, log
+//! messages and resource updates) in front of server-everything, with the
+//! same steps run directly against the server and through `npc mcp serve`
+//! (stdio and `--http`, standalone and in front of a daemon); and in front of
+//! `fixtures/mcp/passthrough_server.py`, a server that asks for what the
+//! client lacks, answers ids it was never sent, floods progress and
+//! `list_changed`, and sends an oversized elicitation.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+use crate::mcp::{
+    events_of_kind, gateway_token, python_sdk, repo, server_everything, sigterm_exits_0,
+    spawn_http_gateway, spawn_http_gateway_in,
+};
+use crate::support::{Daemon, npc_path, repo_root};
+
+/// Longest one client run may take in these tests.
+const CLIENT_LIMIT: Duration = Duration::from_secs(90);
+/// `mcp::passthrough::MAX_ELICITATION_SCHEMA_BYTES`.
+const MAX_ELICITATION_SCHEMA_BYTES: usize = 64 * 1024;
+
+/// Where the client connects.
+enum Target<'a> {
+    /// Runs this command itself (the server, directly).
+    Command(&'a [&'a str]),
+    /// `npc mcp serve` on stdio in this repository.
+    Gateway(&'a std::path::Path),
+    /// A streamable HTTP URL, with the gateway's token.
+    Http { url: &'a str, token: String },
+}
+
+/// Run `steps` with the passthrough client declaring `caps` (all when
+/// `None`); one JSON value per step.
+fn run(target: Target<'_>, caps: Option<&str>, steps: &Value) -> Vec<Value> {
+    let mut cmd = assert_cmd::Command::new("python3");
+    cmd.arg(repo_root().join("fixtures/mcp/passthrough.py"))
+        .arg(steps.to_string())
+        .timeout(CLIENT_LIMIT);
+    if let Some(caps) = caps {
+        cmd.args(["--caps", caps]);
+    }
+    match target {
+        Target::Command(command) => {
+            cmd.arg("--").args(command);
+        }
+        Target::Gateway(root) => {
+            cmd.args(["--", &npc_path().display().to_string(), "mcp", "serve"])
+                .current_dir(root);
+        }
+        Target::Http { url, token } => {
+            cmd.args(["--http", url]).env("MCP_BEARER", token);
+        }
+    }
+    let out = cmd.output().unwrap();
+    crate::mcp::client_answers(&out)
+}
+
+fn everything_repo() -> TempDir {
+    repo(
+        "version = 1\n[mcp]\nprefix = \"on_conflict\"\n[mcp.servers.everything]\ncommand = \"mcp-server-everything\"\n",
+    )
+}
+
+fn fixture() -> String {
+    repo_root()
+        .join("fixtures/mcp/passthrough_server.py")
+        .display()
+        .to_string()
+}
+
+fn hostile_repo() -> TempDir {
+    repo(&format!(
+        "version = 1\n[mcp]\nprefix = \"on_conflict\"\n[mcp.servers.hostile]\ncommand = \"python3\"\nargs = [{:?}]\n",
+        fixture()
+    ))
+}
+
+/// The steps that make server-everything ask back: sampling, roots, a form
+/// elicitation, a URL elicitation, and progress.
+fn asking_steps() -> Value {
+    json!([
+        ["call", "trigger-sampling-request", {"prompt": "hi", "maxTokens": 5}],
+        ["call", "get-roots-list", {}],
+        ["call", "trigger-elicitation-request", {}],
+        ["call", "trigger-url-elicitation", {"url": "https://example.com/consent", "elicitationId": "e-1"}],
+        ["call", "trigger-long-running-operation", {"duration": 0.3, "steps": 3}],
+        ["asked"]
+    ])
+}
+
+/// `text` of a call step, as JSON.
+fn text_json(step: &Value) -> Value {
+    serde_json::from_str(step["text"].as_str().unwrap()).unwrap()
+}
+
+#[test]
+fn every_tool_of_server_everything_is_there_behind_the_gateway() {
+    if !python_sdk() || !server_everything() {
+        return;
+    }
+    let dir = everything_repo();
+    let steps = json!([["tools"]]);
+    let direct = run(Target::Command(&["mcp-server-everything"]), None, &steps);
+    let through = run(Target::Gateway(dir.path()), None, &steps);
+    let listed: Vec<&Value> = through[0]["tools"].as_array().unwrap().iter().collect();
+    let direct = direct[0]["tools"].as_array().unwrap();
+    // Those it offers only to clients that sample, elicit or list roots too.
+    for conditional in [
+        "trigger-sampling-request",
+        "trigger-elicitation-request",
+        "trigger-url-elicitation",
+        "get-roots-list",
+    ] {
+        assert!(direct.contains(&json!(conditional)), "{direct:?}");
+    }
+    for tool in direct {
+        assert!(listed.contains(&tool), "{tool} is missing behind npc");
+    }
+}
+
+#[test]
+fn server_requests_and_progress_behave_the_same_directly_and_through_the_gateway() {
+    if !python_sdk() || !server_everything() {
+        return;
+    }
+    let dir = everything_repo();
+    let steps = asking_steps();
+    let direct = run(Target::Command(&["mcp-server-everything"]), None, &steps);
+    assert_eq!(
+        direct[5],
+        json!({"sampling": 1, "elicitation": ["form", "url"], "roots": 1})
+    );
+    assert_eq!(
+        direct[4]["progress"],
+        json!([[1.0, 3.0], [2.0, 3.0], [3.0, 3.0]])
+    );
+    let stdio = run(Target::Gateway(dir.path()), None, &steps);
+    assert_eq!(stdio, direct, "stdio");
+    let (gateway, url) = spawn_http_gateway(&dir);
+    let token = gateway_token(dir.path());
+    let http = run(Target::Http { url: &url, token }, None, &steps);
+    assert_eq!(http, direct, "http");
+    sigterm_exits_0(gateway);
+    // Each sampling and elicitation request is recorded: what was asked,
+    // never what was answered.
+    let requests = events_of_kind(&dir, "mcp.request");
+    let methods: Vec<&str> = requests
+        .iter()
+        .map(|e| e["payload"]["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        methods
+            .iter()
+            .filter(|m| **m == "sampling/createMessage")
+            .count(),
+        2,
+        "{requests:?}"
+    );
+    assert_eq!(
+        methods
+            .iter()
+            .filter(|m| **m == "elicitation/create")
+            .count(),
+        4,
+        "{requests:?}"
+    );
+    for e in &requests {
+        assert_eq!(e["payload"]["server"], "everything");
+        assert_eq!(e["payload"]["outcome"], "ok", "{e}");
+        assert!(
+            !e.to_string().contains("Ada"),
+            "an answer was recorded: {e}"
+        );
+    }
+}
+
+#[test]
+fn log_messages_and_resource_updates_reach_the_session_that_asked_for_them() {
+    if !python_sdk() || !server_everything() {
+        return;
+    }
+    let dir = everything_repo();
+    let uri = "npc://everything/demo://resource/static/document/architecture.md";
+    let steps = json!([
+        ["set_level", "debug"],
+        ["call", "toggle-simulated-logging", {}],
+        ["wait_log"],
+        ["subscribe", uri],
+        ["call", "toggle-subscriber-updates", {}],
+        ["wait_updated"]
+    ]);
+    let got = run(Target::Gateway(dir.path()), None, &steps);
+    assert_eq!(got[0], json!({"set_level": "debug"}));
+    // The server's name is the logger.
+    assert_eq!(got[2]["log"]["logger"], "everything", "{got:?}");
+    assert_eq!(got[3], json!({"subscribed": uri}));
+    assert_eq!(got[5], json!({"updated": uri}));
+}
+
+#[test]
+fn a_cancelled_call_stops_at_the_upstream() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = hostile_repo();
+    let got = run(
+        Target::Gateway(dir.path()),
+        None,
+        &json!([["cancel", "slow", {}, 0.5], ["call", "cancelled", {}]]),
+    );
+    assert_eq!(got[0], json!({"cancelled": true}));
+    // The upstream heard of it, under the id npc gave the call.
+    let cancelled = text_json(&got[1]);
+    let ids = cancelled.as_array().unwrap();
+    assert_eq!(ids.len(), 1, "{cancelled}");
+    assert!(ids[0].as_str().unwrap().starts_with("npc-"), "{cancelled}");
+    // Recorded as cancelled.
+    let calls = events_of_kind(&dir, "mcp.tool_call");
+    let slow = calls.iter().find(|e| e["payload"]["name"] == "slow");
+    assert_eq!(
+        slow.unwrap()["payload"]["outcome"],
+        "cancelled",
+        "{calls:?}"
+    );
+}
+
+#[test]
+fn requests_a_client_cannot_answer_get_the_specs_error_at_once() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = hostile_repo();
+    let steps = json!([
+        ["call", "sample", {}],
+        ["call", "sample_later", {}],
+        ["call", "stray", {}],
+        ["call", "big_elicit", {"bytes": MAX_ELICITATION_SCHEMA_BYTES + 1024}],
+        ["call", "big_elicit", {"bytes": 1000}],
+        ["call", "later", {}],
+        ["asked"]
+    ]);
+    // A client that elicits but does not sample.
+    let got = run(Target::Gateway(dir.path()), Some("elicitation"), &steps);
+    // Sampling for a client without it: -32601, as that client answers.
+    assert_eq!(text_json(&got[0])["error"]["code"], -32601, "{got:?}");
+    // Answers to ids never sent are dropped; the gateway still serves.
+    assert_eq!(got[2]["text"], "strayed");
+    // An elicitation over the schema bound: -32602, and a counted drop.
+    let big = text_json(&got[3]);
+    assert_eq!(big["error"]["code"], -32602, "{big}");
+    assert!(
+        big["error"]["message"].as_str().unwrap().contains("bound"),
+        "{big}"
+    );
+    assert_eq!(text_json(&got[4])["action"], "accept");
+    // Sampling with no call in flight (the session that caused it is done):
+    // -32601 at once, never a hang.
+    assert_eq!(text_json(&got[5])["error"]["code"], -32601, "{got:?}");
+    assert_eq!(
+        got[6],
+        json!({"sampling": 0, "elicitation": ["form"], "roots": 0})
+    );
+    let dropped = events_of_kind(&dir, "mcp.dropped");
+    assert!(
+        dropped
+            .iter()
+            .any(|e| e["payload"]["what"] == "elicitation_schema"),
+        "{dropped:?}"
+    );
+    let requests = events_of_kind(&dir, "mcp.request");
+    let mut outcomes: Vec<&str> = requests
+        .iter()
+        .map(|e| e["payload"]["outcome"].as_str().unwrap())
+        .collect();
+    outcomes.sort_unstable();
+    assert_eq!(outcomes, ["error", "error", "error", "ok"], "{requests:?}");
+}
+
+#[test]
+fn a_progress_flood_costs_a_bounded_queue_and_every_drop_is_counted() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = hostile_repo();
+    let sent = 20_000;
+    let got = run(
+        Target::Gateway(dir.path()),
+        None,
+        &json!([["call", "storm", {"n": sent}], ["call", "lists", {}]]),
+    );
+    assert_eq!(got[0]["text"], "stormed");
+    let delivered = got[0]["progress"].as_array().unwrap().len() as u64;
+    let dropped: u64 = events_of_kind(&dir, "mcp.dropped")
+        .iter()
+        .filter(|e| e["payload"]["what"] == "notifications")
+        .map(|e| e["payload"]["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        delivered + dropped,
+        sent,
+        "delivered {delivered}, dropped {dropped}"
+    );
+    // What arrived arrived in order.
+    let progress: Vec<f64> = got[0]["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[0].as_f64().unwrap())
+        .collect();
+    assert!(progress.windows(2).all(|w| w[0] < w[1]));
+}
+
+#[test]
+fn a_list_changed_every_millisecond_is_debounced() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = hostile_repo();
+    let storm = 200;
+    let got = run(
+        Target::Gateway(dir.path()),
+        None,
+        &json!([["call", "list_storm", {"n": storm}], ["call", "lists", {}], ["tools"]]),
+    );
+    assert_eq!(got[0]["text"], "changed");
+    let lists: u64 = got[1]["text"].as_str().unwrap().parse().unwrap();
+    // The handshake's, then at most one per debounce window.
+    assert!(
+        lists >= 1 && lists < storm / 10,
+        "{lists} lists for {storm} changes"
+    );
+    assert!(
+        got[2]["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("storm"))
+    );
+}
+
+#[test]
+fn in_front_of_the_daemon_server_requests_progress_and_cancellation_pass_too() {
+    if !python_sdk() || !server_everything() {
+        return;
+    }
+    let manifest = format!(
+        "version = 1\n[mcp]\nprefix = \"on_conflict\"\n[mcp.servers.everything]\ncommand = \"mcp-server-everything\"\n[mcp.servers.hostile]\ncommand = \"python3\"\nargs = [{:?}]\n",
+        fixture()
+    );
+    let d = Daemon::start(&manifest);
+    let direct = run(
+        Target::Command(&["mcp-server-everything"]),
+        None,
+        &asking_steps(),
+    );
+    let through = run(Target::Gateway(d.root()), None, &asking_steps());
+    assert_eq!(through, direct, "stdio");
+    let (gateway, url) = spawn_http_gateway_in(d.root(), &[]);
+    let token = gateway_token(d.root());
+    let http = run(Target::Http { url: &url, token }, None, &asking_steps());
+    // The daemon's server-everything is one session for every client, and
+    // it keeps the roots the first session gave it: this one is not asked.
+    assert_eq!(http[..5], direct[..5], "http");
+    assert_eq!(
+        http[5],
+        json!({"sampling": 1, "elicitation": ["form", "url"], "roots": 0})
+    );
+    sigterm_exits_0(gateway);
+    let got = run(
+        Target::Gateway(d.root()),
+        None,
+        &json!([["cancel", "slow", {}, 0.5], ["call", "cancelled", {}]]),
+    );
+    assert_eq!(text_json(&got[1]).as_array().unwrap().len(), 1, "{got:?}");
+}
+
+#[test]
+fn one_sessions_flood_leaves_another_session_of_the_daemon_unaffected() {
+    if !python_sdk() {
+        return;
+    }
+    let server = |name: &str| {
+        format!(
+            "[mcp.servers.{name}]\ncommand = \"python3\"\nargs = [{:?}]\n",
+            fixture()
+        )
+    };
+    let d = Daemon::start(&format!(
+        "version = 1\n[mcp]\nprefix = \"on_conflict\"\n{}{}",
+        server("flooded"),
+        server("quiet")
+    ));
+    let root = d.root().to_path_buf();
+    let flood = std::thread::spawn(move || {
+        run(
+            Target::Gateway(&root),
+            None,
+            &json!([["call", "flooded__storm", {"n": 50_000}]]),
+        )
+    });
+    // Both names clash, so both servers' tools are prefixed.
+    let got = run(
+        Target::Gateway(d.root()),
+        None,
+        &json!([
+            ["call", "quiet__sample", {}],
+            ["call", "quiet__stray", {}],
+            ["call", "quiet__sample", {}]
+        ]),
+    );
+    for sampled in [&got[0], &got[2]] {
+        assert_eq!(
+            text_json(sampled)["content"]["text"],
+            "sampled: hello",
+            "{got:?}"
+        );
+    }
+    assert_eq!(got[1]["text"], "strayed");
+    let flooded = flood.join().unwrap();
+    assert_eq!(flooded[0]["text"], "stormed");
+}
