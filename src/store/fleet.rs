@@ -1,12 +1,12 @@
-//! The fleet's seam: [`RunQueue`], what a worker (`npc worker`) needs of a
+//! The fleet's seam: [`FleetQueue`], what a worker (`npc worker`) needs of a
 //! run queue shared by many processes, whatever holds it — the embedded
 //! SQLite [`Store`] (one machine) or PostgreSQL ([`super::pg::PgStore`], a
 //! fleet). A claim is a [`Lease`]: the run moves `queued` → `running` for
-//! one worker until `expires_at_ms`, renewed by [`RunQueue::heartbeat`].
+//! one worker until `expires_at_ms`, renewed by [`FleetQueue::heartbeat`].
 //! Every write under a lease names its fencing token, which every claim and
 //! every rescue moves on, so a worker that wakes up after its lease ended
 //! has its late writes refused ([`StoreError::Fenced`]) and stops. A lease
-//! that ran out is rescued by [`RunQueue::rescue_expired`]: the run becomes
+//! that ran out is rescued by [`FleetQueue::rescue_expired`]: the run becomes
 //! `interrupted` (at most once) and is never carried out twice at once.
 //!
 //! Rows the daemon claims its own way ([`Store::claim_run`]) hold no lease
@@ -24,7 +24,7 @@ use serde::Serialize;
 use super::queue::{Enqueued, NewRun, RUN_SELECT_COLUMNS, RunRow, state};
 use super::{EncodedEvent, Event, NewEvent, Store, StoreError, now_ms, sqlite};
 
-/// What a [`RunQueue`] call resolves to.
+/// What a [`FleetQueue`] call resolves to.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
 /// Longest lease a claim or heartbeat may ask for.
@@ -32,7 +32,7 @@ pub const MAX_LEASE: Duration = Duration::from_secs(3_600);
 /// What `run.interrupted` says of a run whose lease ran out.
 pub const LEASE_EXPIRED_DETAIL: &str =
     "its worker stopped renewing the lease (gone, cut off or paused); not run again";
-/// How often [`RunQueue::wait_for_work`] looks again when nothing wakes it.
+/// How often [`FleetQueue::wait_for_work`] looks again when nothing wakes it.
 pub const WORK_POLL: Duration = Duration::from_millis(500);
 
 /// A worker's hold on one running run.
@@ -55,7 +55,7 @@ pub struct Claimed {
 }
 
 /// A run queue many workers share (see the module docs).
-pub trait RunQueue: Send + Sync + Debug {
+pub trait FleetQueue: Send + Sync + Debug {
     /// Record a run (the semantics of [`Store::enqueue_run`]); wakes
     /// waiting workers once committed.
     fn enqueue(&self, run: NewRun) -> StoreFuture<'_, Enqueued>;
@@ -80,6 +80,8 @@ pub trait RunQueue: Send + Sync + Debug {
         lease: &'a Lease,
         events: Vec<NewEvent>,
     ) -> StoreFuture<'a, Vec<Event>>;
+    /// Append events outside any lease (a rescuer's `run.interrupted`).
+    fn append_events(&self, events: Vec<NewEvent>) -> StoreFuture<'_, Vec<Event>>;
     /// Running runs whose lease ran out become `interrupted` (their token
     /// moves on, so their worker's late writes are refused); returns their
     /// ids.
@@ -97,7 +99,7 @@ pub(super) fn lease_ms(lease: Duration) -> i64 {
     i64::try_from(lease.min(MAX_LEASE).as_millis()).unwrap_or(i64::MAX)
 }
 
-/// The SQLite store as a [`RunQueue`]: one machine's workers share it
+/// The SQLite store as a [`FleetQueue`]: one machine's workers share it
 /// through its writer thread, which serialises every claim.
 #[derive(Debug)]
 pub struct SqliteQueue {
@@ -178,7 +180,7 @@ fn fenced(lease: &Lease) -> StoreError {
     }
 }
 
-impl RunQueue for SqliteQueue {
+impl FleetQueue for SqliteQueue {
     fn enqueue(&self, run: NewRun) -> StoreFuture<'_, Enqueued> {
         Box::pin(async move {
             let outcome = self.store.enqueue_run(run).await?;
@@ -251,6 +253,11 @@ impl RunQueue for SqliteQueue {
             }
             insert(conn)
         }))
+    }
+
+    fn append_events(&self, events: Vec<NewEvent>) -> StoreFuture<'_, Vec<Event>> {
+        let encoded = events.into_iter().map(EncodedEvent::encode).collect();
+        Box::pin(self.store.append_events(encoded))
     }
 
     fn rescue_expired(&self) -> StoreFuture<'_, Vec<String>> {

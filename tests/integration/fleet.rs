@@ -1,4 +1,4 @@
-//! The fleet's run queue (`store::fleet::RunQueue`), one suite run against
+//! The fleet's run queue (`store::fleet::FleetQueue`), one suite run against
 //! both backends — the embedded SQLite store and a real PostgreSQL
 //! (`pg::PgCluster`) — so their guarantees are the same word for word:
 //! exactly-once claims among concurrent workers, fencing of late writes,
@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use npcagent::store::fleet::{LEASE_EXPIRED_DETAIL, RunQueue, SqliteQueue};
+use npcagent::store::fleet::{FleetQueue, LEASE_EXPIRED_DETAIL, SqliteQueue};
 use npcagent::store::pg::PgStore;
 use npcagent::store::queue::{Enqueued, NewRun, state};
 use npcagent::store::{NewEvent, Store, StoreError};
@@ -45,7 +45,7 @@ fn run(id: &str) -> NewRun {
 
 /// A backend under test, and what keeps it alive.
 struct Backend {
-    queue: Arc<dyn RunQueue>,
+    queue: Arc<dyn FleetQueue>,
     _keep: Box<dyn std::any::Any + Send>,
 }
 
@@ -105,7 +105,7 @@ both_backends!(
     fenced_events_append_in_order_and_a_lost_lease_appends_none,
 );
 
-async fn concurrent_workers_claim_each_run_exactly_once(queue: Arc<dyn RunQueue>) {
+async fn concurrent_workers_claim_each_run_exactly_once(queue: Arc<dyn FleetQueue>) {
     for i in 0..RACE_RUNS {
         assert_eq!(
             queue.enqueue(run(&format!("r{i:04}"))).await.unwrap(),
@@ -143,7 +143,7 @@ async fn concurrent_workers_claim_each_run_exactly_once(queue: Arc<dyn RunQueue>
 }
 
 /// Wait until `lease` is refused by a heartbeat (its lease ran out).
-async fn until_expired(queue: &Arc<dyn RunQueue>, lease: &npcagent::store::fleet::Lease) {
+async fn until_expired(queue: &Arc<dyn FleetQueue>, lease: &npcagent::store::fleet::Lease) {
     let deadline = Instant::now() + EXPIRY_TIMEOUT;
     loop {
         match queue.heartbeat(lease, SHORT_LEASE).await {
@@ -156,7 +156,7 @@ async fn until_expired(queue: &Arc<dyn RunQueue>, lease: &npcagent::store::fleet
     }
 }
 
-async fn a_late_write_under_an_old_token_is_refused(queue: Arc<dyn RunQueue>) {
+async fn a_late_write_under_an_old_token_is_refused(queue: Arc<dyn FleetQueue>) {
     queue.enqueue(run("a")).await.unwrap();
     let first = queue.claim("w1", SHORT_LEASE).await.unwrap().unwrap();
     until_expired(&queue, &first.lease).await;
@@ -193,7 +193,7 @@ async fn a_late_write_under_an_old_token_is_refused(queue: Arc<dyn RunQueue>) {
     );
 }
 
-async fn an_expired_lease_is_rescued_once_and_never_claimed_again(queue: Arc<dyn RunQueue>) {
+async fn an_expired_lease_is_rescued_once_and_never_claimed_again(queue: Arc<dyn FleetQueue>) {
     queue.enqueue(run("lost")).await.unwrap();
     queue.enqueue(run("kept")).await.unwrap();
     let lost = queue.claim("gone", SHORT_LEASE).await.unwrap().unwrap();
@@ -228,7 +228,7 @@ async fn an_expired_lease_is_rescued_once_and_never_claimed_again(queue: Arc<dyn
     );
 }
 
-async fn dedupe_keys_and_queue_bounds_hold(queue: Arc<dyn RunQueue>) {
+async fn dedupe_keys_and_queue_bounds_hold(queue: Arc<dyn FleetQueue>) {
     let keyed = |id: &str| NewRun {
         dedupe_key: Some("delivery-1".into()),
         ..run(id)
@@ -268,7 +268,7 @@ async fn dedupe_keys_and_queue_bounds_hold(queue: Arc<dyn RunQueue>) {
     assert!(queue.run("k2").await.unwrap().is_none());
 }
 
-async fn fenced_events_append_in_order_and_a_lost_lease_appends_none(queue: Arc<dyn RunQueue>) {
+async fn fenced_events_append_in_order_and_a_lost_lease_appends_none(queue: Arc<dyn FleetQueue>) {
     queue.enqueue(run("e")).await.unwrap();
     let claimed = queue.claim("w", LONG_LEASE).await.unwrap().unwrap();
     let before = queue.events_after(0, 1_000).await.unwrap().len();
@@ -347,4 +347,265 @@ async fn an_unreachable_store_or_a_wrong_password_is_a_clear_error_without_the_p
         .to_string();
     assert!(err.contains("`postgres://"), "{err}");
     assert!(!err.contains("hunter2"), "{err}");
+}
+
+// ----- `npc worker` processes against a real PostgreSQL ------------------
+
+/// The project name the fleet tests' manifests declare.
+const FLEET_PROJECT: &str = "fleet-test";
+/// The remote their repositories name (never fetched).
+const FLEET_REMOTE: &str = "https://git.example.invalid/fleet.git";
+/// Runs the drain test enqueues.
+const DRAIN_RUNS: usize = 1_000;
+/// Workers that drain them.
+const DRAIN_WORKERS: usize = 4;
+/// How long the drain may take on a loaded machine.
+const DRAIN_LIMIT: Duration = Duration::from_secs(240);
+/// The lease of the fault tests' workers, in seconds.
+const FAULT_LEASE_SECS: &str = "2";
+
+/// A repository whose trigger `t` runs `script` (in `sh -c`).
+fn fleet_repo(script: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = format!(
+        "version = 1\n[project]\nname = \"{FLEET_PROJECT}\"\n[store]\nurl = \"${{NPC_STORE_URL}}\"\n\
+         [runs]\nmax_concurrent = 4\n[triggers.t]\nkind = \"cron\"\nschedule = \"24h\"\n\
+         action = {{ command = \"sh\", args = [\"-c\", {script:?}] }}\n"
+    );
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    for args in [
+        vec!["init", "-q"],
+        vec!["remote", "add", "origin", FLEET_REMOTE],
+    ] {
+        let ok = std::process::Command::new("git")
+            .args(&args)
+            .current_dir(dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+    dir
+}
+
+fn fleet_key() -> String {
+    format!("{FLEET_PROJECT}@{FLEET_REMOTE}")
+}
+
+/// `npc worker` in `repo` against `url`, its stderr in `log`.
+fn start_worker(repo: &std::path::Path, url: &str, log: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(crate::support::npc_path())
+        .args(["worker", "--lease-secs", FAULT_LEASE_SECS])
+        .current_dir(repo)
+        .env("NPC_STORE_URL", url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+fn lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A migrated store for the worker tests (through `npc store migrate`).
+fn worker_store(cluster: &PgCluster, repo: &std::path::Path) -> String {
+    let url = cluster.database("fleet");
+    let out = crate::support::npc()
+        .args(["store", "migrate"])
+        .current_dir(repo)
+        .env("NPC_STORE_URL", &url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("migrated from schema version 0 to 1"),
+        "{said}"
+    );
+    assert!(!said.contains(PG_PASSWORD));
+    url
+}
+
+fn enqueue_runs(rt: &tokio::runtime::Runtime, store: &PgStore, n: usize) {
+    rt.block_on(async {
+        for i in 0..n {
+            let run = NewRun {
+                max_queued: usize::MAX,
+                ..run(&format!("run-{i:05}"))
+            };
+            assert_eq!(store.enqueue(run).await.unwrap(), Enqueued::Queued);
+        }
+    });
+}
+
+#[test]
+fn a_thousand_queued_runs_drained_by_four_workers_each_run_exactly_once() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let repo = fleet_repo("echo \"$NPC_RUN_ID\" >> ran.log");
+    let url = worker_store(&cluster, repo.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
+    enqueue_runs(&rt, &store, DRAIN_RUNS);
+    let logs = tempfile::tempdir().unwrap();
+    let _workers: Vec<crate::support::Stopped> = (0..DRAIN_WORKERS)
+        .map(|w| {
+            let log = logs.path().join(format!("worker-{w}.log"));
+            crate::support::Stopped::new(start_worker(repo.path(), &url, &log))
+        })
+        .collect();
+    let rows = crate::support::wait_for_within("every run to end", DRAIN_LIMIT, || {
+        let rows = rt.block_on(store.run_rows(DRAIN_RUNS)).unwrap();
+        rows.iter()
+            .all(|r| r.state != state::QUEUED && r.state != state::RUNNING)
+            .then_some(rows)
+    });
+    assert_eq!(rows.len(), DRAIN_RUNS);
+    let failed: Vec<_> = rows
+        .iter()
+        .filter(|r| r.state != state::SUCCEEDED)
+        .collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    let ran = lines(&repo.path().join("ran.log"));
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for id in &ran {
+        *counts.entry(id.as_str()).or_default() += 1;
+    }
+    assert_eq!(counts.len(), DRAIN_RUNS, "every run executed");
+    assert!(counts.values().all(|&n| n == 1), "none executed twice");
+    let owners: std::collections::HashSet<_> =
+        rows.iter().filter_map(|r| r.owner.clone()).collect();
+    assert!(owners.len() > 1, "the runs were shared: {owners:?}");
+    // Each run's events reached the shared log.
+    let events = rt.block_on(store.events_after(0, 100_000)).unwrap();
+    let finished = events.iter().filter(|e| e.kind == "run.finished").count();
+    assert_eq!(finished, DRAIN_RUNS);
+}
+
+#[test]
+fn a_worker_killed_mid_run_loses_the_run_to_interrupted_and_it_never_runs_again() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let repo = fleet_repo("echo \"$NPC_RUN_ID\" >> ran.log; exec sleep 600");
+    let url = worker_store(&cluster, repo.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
+    enqueue_runs(&rt, &store, 1);
+    let logs = tempfile::tempdir().unwrap();
+    let mut doomed = start_worker(repo.path(), &url, &logs.path().join("a.log"));
+    crate::support::wait_for("the run to start", || {
+        (!lines(&repo.path().join("ran.log")).is_empty()).then_some(())
+    });
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
+    let _rescuer =
+        crate::support::Stopped::new(start_worker(repo.path(), &url, &logs.path().join("b.log")));
+    let row = crate::support::wait_for("the run to be rescued", || {
+        let row = rt.block_on(store.run("run-00000")).unwrap().unwrap();
+        (row.state != state::RUNNING).then_some(row)
+    });
+    assert_eq!(row.state, state::INTERRUPTED);
+    assert_eq!(row.detail.as_deref(), Some(LEASE_EXPIRED_DETAIL));
+    let events = rt.block_on(store.events_after(0, 10_000)).unwrap();
+    assert!(
+        events.iter().any(|e| e.kind == "run.interrupted"),
+        "{events:?}"
+    );
+    assert_eq!(
+        lines(&repo.path().join("ran.log")).len(),
+        1,
+        "never run again"
+    );
+}
+
+#[test]
+fn a_worker_paused_past_its_lease_is_fenced_and_stops_its_agent() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let repo = fleet_repo("sleep 600 & echo $! > agent.pid; wait");
+    let url = worker_store(&cluster, repo.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
+    enqueue_runs(&rt, &store, 1);
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("paused.log");
+    let worker = crate::support::Stopped::new(start_worker(repo.path(), &url, &log));
+    let agent: u32 = crate::support::wait_for("the agent to start", || {
+        std::fs::read_to_string(repo.path().join("agent.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    });
+    let pid = nix::unistd::Pid::from_raw(worker.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // Nobody else rescues: the test does, once the lease ran out.
+    let rescued = crate::support::wait_for("the lease to run out", || {
+        let ids = rt.block_on(store.rescue_expired()).unwrap();
+        (!ids.is_empty()).then_some(ids)
+    });
+    assert_eq!(rescued, vec!["run-00000".to_string()]);
+    assert!(
+        crate::support::alive(agent),
+        "the agent still runs while its worker is paused"
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    crate::support::wait_for("the fenced worker to stop its agent", || {
+        (!crate::support::alive(agent)).then_some(())
+    });
+    let said = crate::support::wait_for("the worker to say why", || {
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        said.contains("lease was lost").then_some(said)
+    });
+    assert!(!said.contains(PG_PASSWORD), "{said}");
+    // Its late writes were refused: the row stays as the rescue left it.
+    let row = rt.block_on(store.run("run-00000")).unwrap().unwrap();
+    assert_eq!(row.state, state::INTERRUPTED);
+    assert_eq!(row.detail.as_deref(), Some(LEASE_EXPIRED_DETAIL));
+    let events = rt.block_on(store.events_after(0, 10_000)).unwrap();
+    assert!(
+        !events.iter().any(|e| e.kind == "run.finished"),
+        "no end relayed after the rescue: {events:?}"
+    );
+}
+
+#[test]
+fn a_worker_without_a_reachable_store_says_so_without_the_password() {
+    let repo = fleet_repo("true");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let url = format!("postgres://npc:{PG_PASSWORD}@127.0.0.1:{port}/fleet");
+    let out = crate::support::npc()
+        .args(["worker"])
+        .current_dir(repo.path())
+        .env("NPC_STORE_URL", &url)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("cannot join the fleet"), "{said}");
+    assert!(said.contains("cannot connect"), "{said}");
+    assert!(!said.contains(PG_PASSWORD), "{said}");
+    let out = crate::support::npc()
+        .args(["store", "migrate"])
+        .current_dir(repo.path())
+        .env("NPC_STORE_URL", &url)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(PG_PASSWORD));
 }

@@ -1,4 +1,4 @@
-//! [`RunQueue`] over PostgreSQL: the same semantics as the SQLite queue
+//! [`FleetQueue`] over PostgreSQL: the same semantics as the SQLite queue
 //! (`store::queue`, `store::fleet`), word for word, for many machines. An
 //! enqueue holds a transaction-level advisory lock on its queue (so two
 //! ingress processes never both see "no run active"); a claim takes the
@@ -13,7 +13,9 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
 use super::{PgStore, WAKE_CHANNEL, pg_error};
-use crate::store::fleet::{Claimed, LEASE_EXPIRED_DETAIL, Lease, RunQueue, StoreFuture, lease_ms};
+use crate::store::fleet::{
+    Claimed, FleetQueue, LEASE_EXPIRED_DETAIL, Lease, StoreFuture, lease_ms,
+};
 use crate::store::queue::{Enqueued, MAX_RUNS_PER_READ, NewRun, RunRow, state};
 use crate::store::{Event, MAX_EVENTS_PER_READ, NewEvent, StoreError, json_error};
 
@@ -329,12 +331,6 @@ impl PgStore {
         Ok(stored)
     }
 
-    /// Append events outside any lease (a rescuer's `run.interrupted`, the
-    /// fleet's own notices).
-    pub async fn append_events(&self, events: Vec<NewEvent>) -> Result<Vec<Event>, StoreError> {
-        self.append(None, events).await
-    }
-
     async fn expired(&self) -> Result<Vec<String>, StoreError> {
         let client = self.client().await?;
         let rows = client
@@ -393,7 +389,7 @@ impl PgStore {
     }
 }
 
-impl RunQueue for PgStore {
+impl FleetQueue for PgStore {
     fn enqueue(&self, run: NewRun) -> StoreFuture<'_, Enqueued> {
         Box::pin(self.enqueue_run(run))
     }
@@ -421,6 +417,10 @@ impl RunQueue for PgStore {
         events: Vec<NewEvent>,
     ) -> StoreFuture<'a, Vec<Event>> {
         Box::pin(self.append(Some(lease), events))
+    }
+
+    fn append_events(&self, events: Vec<NewEvent>) -> StoreFuture<'_, Vec<Event>> {
+        Box::pin(self.append(None, events))
     }
 
     fn rescue_expired(&self) -> StoreFuture<'_, Vec<String>> {
