@@ -394,8 +394,18 @@ fn fleet_key() -> String {
 
 /// `npc worker` in `repo` against `url`, its stderr in `log`.
 fn start_worker(repo: &std::path::Path, url: &str, log: &std::path::Path) -> std::process::Child {
+    start_worker_leased(repo, url, log, FAULT_LEASE_SECS)
+}
+
+/// [`start_worker`] with a lease of `lease_secs`.
+fn start_worker_leased(
+    repo: &std::path::Path,
+    url: &str,
+    log: &std::path::Path,
+    lease_secs: &str,
+) -> std::process::Child {
     std::process::Command::new(crate::support::npc_path())
-        .args(["worker", "--lease-secs", FAULT_LEASE_SECS])
+        .args(["worker", "--lease-secs", lease_secs])
         .current_dir(repo)
         .env("NPC_STORE_URL", url)
         .stdin(std::process::Stdio::null())
@@ -608,4 +618,77 @@ fn a_worker_without_a_reachable_store_says_so_without_the_password() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(!String::from_utf8_lossy(&out.stderr).contains(PG_PASSWORD));
+}
+
+/// Runs the restart test enqueues.
+const RESTART_RUNS: usize = 200;
+/// Runs that end before the server restarts.
+const RESTART_AFTER: usize = 50;
+/// A lease that outlives the restart.
+const RESTART_LEASE_SECS: &str = "30";
+
+#[test]
+fn a_server_restarted_mid_drain_loses_and_doubles_nothing() {
+    let Some(mut cluster) = PgCluster::start() else {
+        return;
+    };
+    let repo = fleet_repo("echo \"$NPC_RUN_ID\" >> ran.log");
+    let url = worker_store(&cluster, repo.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ended = |rt: &tokio::runtime::Runtime| -> Option<Vec<npcagent::store::queue::RunRow>> {
+        // A fresh view each time: the check itself survives the restart.
+        let store = rt.block_on(PgStore::connect(&url, &fleet_key())).ok()?;
+        let rows = rt.block_on(store.run_rows(RESTART_RUNS)).ok()?;
+        Some(rows)
+    };
+    {
+        let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
+        enqueue_runs(&rt, &store, RESTART_RUNS);
+    }
+    let logs = tempfile::tempdir().unwrap();
+    let _workers: Vec<crate::support::Stopped> = (0..2)
+        .map(|w| {
+            let log = logs.path().join(format!("worker-{w}.log"));
+            crate::support::Stopped::new(start_worker_leased(
+                repo.path(),
+                &url,
+                &log,
+                RESTART_LEASE_SECS,
+            ))
+        })
+        .collect();
+    crate::support::wait_for("some runs to end", || {
+        let rows = ended(&rt)?;
+        let done = rows.iter().filter(|r| r.state == state::SUCCEEDED).count();
+        (done >= RESTART_AFTER).then_some(())
+    });
+    cluster.restart();
+    let rows = crate::support::wait_for_within("every run to end", DRAIN_LIMIT, || {
+        let rows = ended(&rt)?;
+        rows.iter()
+            .all(|r| r.state != state::QUEUED && r.state != state::RUNNING)
+            .then_some(rows)
+    });
+    assert_eq!(rows.len(), RESTART_RUNS);
+    let ran = lines(&repo.path().join("ran.log"));
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for id in &ran {
+        *counts.entry(id.as_str()).or_default() += 1;
+    }
+    assert!(counts.values().all(|&n| n == 1), "none executed twice");
+    // A claim whose answer the restart cut off is the only run that may
+    // not succeed: its lease runs out and it ends interrupted, unexecuted.
+    for row in &rows {
+        match row.state.as_str() {
+            state::SUCCEEDED => {
+                assert_eq!(counts.get(row.id.as_str()), Some(&1), "{row:?} ran once")
+            }
+            state::INTERRUPTED => {
+                assert_eq!(row.detail.as_deref(), Some(LEASE_EXPIRED_DETAIL), "{row:?}")
+            }
+            _ => panic!("unexpected end: {row:?}"),
+        }
+    }
+    let lost = rows.iter().filter(|r| r.state != state::SUCCEEDED).count();
+    assert!(lost <= 2, "at most one cut-off claim per worker: {lost}");
 }

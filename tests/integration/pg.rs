@@ -62,6 +62,26 @@ fn as_owner(program: &Path) -> Command {
     }
 }
 
+/// `postgres` on `port` over the data directory in `dir`.
+fn spawn_server(dir: &Path, port: u16) -> Child {
+    as_owner(&pg_bin().join("postgres"))
+        .arg("-D")
+        .arg(dir.join("data"))
+        .args(["-p", &port.to_string()])
+        .arg("-k")
+        .arg(dir)
+        .args(["-c", "listen_addresses=127.0.0.1"])
+        .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
+        .args(["-c", "full_page_writes=off"])
+        .args(["-c", &format!("max_connections={MAX_CONNECTIONS}")])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start postgres")
+}
+
 /// A running throwaway cluster.
 pub struct PgCluster {
     dir: tempfile::TempDir,
@@ -119,22 +139,7 @@ impl PgCluster {
             .local_addr()
             .unwrap()
             .port();
-        let child = as_owner(&bin.join("postgres"))
-            .arg("-D")
-            .arg(&data)
-            .args(["-p", &port.to_string()])
-            .arg("-k")
-            .arg(dir.path())
-            .args(["-c", "listen_addresses=127.0.0.1"])
-            .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
-            .args(["-c", "full_page_writes=off"])
-            .args(["-c", &format!("max_connections={MAX_CONNECTIONS}")])
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start postgres");
+        let child = spawn_server(dir.path(), port);
         let cluster = Self {
             dir,
             child: Some(child),
@@ -193,6 +198,17 @@ impl PgCluster {
         self.url(name)
     }
 
+    /// Stop the server (fast shutdown) and start it again on the same
+    /// port and data, as an operator's restart does.
+    #[allow(dead_code)]
+    pub fn restart(&mut self) {
+        if let Some(child) = self.child.take() {
+            stop_server(child);
+        }
+        self.child = Some(spawn_server(self.dir.path(), self.port));
+        self.wait_ready();
+    }
+
     /// The cluster's directory (its socket lives there).
     #[allow(dead_code)]
     pub fn dir(&self) -> &Path {
@@ -200,21 +216,25 @@ impl PgCluster {
     }
 }
 
+/// SIGINT (fast shutdown), then SIGKILL past [`STOP_TIMEOUT`].
+fn stop_server(mut child: Child) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(WAIT_STEP);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 impl Drop for PgCluster {
     fn drop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(WAIT_STEP);
+        if let Some(child) = self.child.take() {
+            stop_server(child);
         }
-        let _ = child.kill();
-        let _ = child.wait();
     }
 }
