@@ -126,7 +126,7 @@ impl Worker {
                     drop(permit);
                     tokio::select! {
                         () = stop.cancelled() => break,
-                        _ = self.fleet.wait_for_work(self.settings.lease) => {}
+                        _ = self.fleet.wait_for_work(crate::store::fleet::WORK_POLL) => {}
                     }
                 }
                 Err(e) => {

@@ -363,6 +363,9 @@ const DRAIN_WORKERS: usize = 4;
 const DRAIN_LIMIT: Duration = Duration::from_secs(240);
 /// The lease of the fault tests' workers, in seconds.
 const FAULT_LEASE_SECS: &str = "2";
+/// The lease of workers whose test is not about leases: it outlives any
+/// stall of a loaded machine (and the restart test's restart).
+const STEADY_LEASE_SECS: &str = "30";
 
 /// A repository whose trigger `t` runs `script` (in `sh -c`).
 fn fleet_repo(script: &str) -> tempfile::TempDir {
@@ -413,6 +416,16 @@ fn start_worker_leased(
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .unwrap()
+}
+
+/// Every worker log in `dir`, for a failure's message.
+fn worker_logs(dir: &std::path::Path) -> String {
+    let mut all = String::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        all.push_str(&format!("== {}\n{text}\n", entry.path().display()));
+    }
+    all
 }
 
 fn lines(path: &std::path::Path) -> Vec<String> {
@@ -472,7 +485,12 @@ fn a_thousand_queued_runs_drained_by_four_workers_each_run_exactly_once() {
     let _workers: Vec<crate::support::Stopped> = (0..DRAIN_WORKERS)
         .map(|w| {
             let log = logs.path().join(format!("worker-{w}.log"));
-            crate::support::Stopped::new(start_worker(repo.path(), &url, &log))
+            crate::support::Stopped::new(start_worker_leased(
+                repo.path(),
+                &url,
+                &log,
+                STEADY_LEASE_SECS,
+            ))
         })
         .collect();
     let rows = crate::support::wait_for_within("every run to end", DRAIN_LIMIT, || {
@@ -486,7 +504,11 @@ fn a_thousand_queued_runs_drained_by_four_workers_each_run_exactly_once() {
         .iter()
         .filter(|r| r.state != state::SUCCEEDED)
         .collect();
-    assert!(failed.is_empty(), "{failed:?}");
+    assert!(
+        failed.is_empty(),
+        "{failed:?}\n{}",
+        worker_logs(logs.path())
+    );
     let ran = lines(&repo.path().join("ran.log"));
     let mut counts: HashMap<&str, usize> = HashMap::new();
     for id in &ran {
@@ -496,7 +518,11 @@ fn a_thousand_queued_runs_drained_by_four_workers_each_run_exactly_once() {
     assert!(counts.values().all(|&n| n == 1), "none executed twice");
     let owners: std::collections::HashSet<_> =
         rows.iter().filter_map(|r| r.owner.clone()).collect();
-    assert!(owners.len() > 1, "the runs were shared: {owners:?}");
+    assert!(
+        owners.len() > 1,
+        "the runs were shared: {owners:?}\n{}",
+        worker_logs(logs.path())
+    );
     // Each run's events reached the shared log.
     let events = rt.block_on(store.events_after(0, 100_000)).unwrap();
     let finished = events.iter().filter(|e| e.kind == "run.finished").count();
@@ -624,8 +650,6 @@ fn a_worker_without_a_reachable_store_says_so_without_the_password() {
 const RESTART_RUNS: usize = 200;
 /// Runs that end before the server restarts.
 const RESTART_AFTER: usize = 50;
-/// A lease that outlives the restart.
-const RESTART_LEASE_SECS: &str = "30";
 
 #[test]
 fn a_server_restarted_mid_drain_loses_and_doubles_nothing() {
@@ -653,7 +677,7 @@ fn a_server_restarted_mid_drain_loses_and_doubles_nothing() {
                 repo.path(),
                 &url,
                 &log,
-                RESTART_LEASE_SECS,
+                STEADY_LEASE_SECS,
             ))
         })
         .collect();

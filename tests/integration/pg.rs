@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Where Debian puts the server binaries; `NPC_TEST_PG_BIN` overrides it.
-const DEFAULT_PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+/// Where Debian puts each major version's server binaries
+/// (`VERSION/bin`); the newest is used unless `NPC_TEST_PG_BIN` names one.
+const DEBIAN_PG_DIR: &str = "/usr/lib/postgresql";
 /// How long the server may take to accept connections.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a fast shutdown may take before the server is killed.
@@ -25,9 +26,20 @@ pub const PG_PASSWORD: &str = "fleet-secret-8d1f0c";
 const MAX_CONNECTIONS: &str = "400";
 
 fn pg_bin() -> PathBuf {
-    std::env::var_os("NPC_TEST_PG_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_PG_BIN))
+    if let Some(bin) = std::env::var_os("NPC_TEST_PG_BIN") {
+        return PathBuf::from(bin);
+    }
+    let newest = std::fs::read_dir(DEBIAN_PG_DIR)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let major: u32 = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").exists().then_some((major, bin))
+        })
+        .max_by_key(|(major, _)| *major);
+    newest.map_or_else(|| Path::new(DEBIAN_PG_DIR).join("bin"), |(_, bin)| bin)
 }
 
 fn is_root() -> bool {

@@ -7,6 +7,7 @@
 //! events are appended under a per-fleet advisory lock, so their ids are in
 //! commit order and a tailer never skips one committed late.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use deadpool_postgres::GenericClient;
@@ -72,6 +73,41 @@ fn fenced(lease: &Lease) -> StoreError {
 /// The condition of a held lease: `$1` fleet, `$2` run id, `$3` token.
 const HELD: &str = "fleet = $1 AND id = $2 AND lease_token = $3 AND state = 'running' \
      AND lease_expires_at_ms >= npc_now_ms()";
+
+/// The claim: `$1` fleet, `$2` worker, `$3` the lease in milliseconds.
+static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH next AS (
+             SELECT seq FROM npc_runs WHERE fleet = $1 AND state = 'queued'
+             ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
+         UPDATE npc_runs r SET state = 'running', detail = NULL,
+             started_at_ms = npc_now_ms(), owner = $2, lease_token = r.lease_token + 1,
+             lease_expires_at_ms = npc_now_ms() + $3
+         FROM next WHERE r.seq = next.seq
+         RETURNING {}",
+        RUN_COLUMNS
+            .split(", ")
+            .map(|c| format!("r.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+});
+
+/// A renewal: [`HELD`], and `$4` the lease in milliseconds.
+static RENEW_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE npc_runs SET lease_expires_at_ms = npc_now_ms() + $4
+         WHERE {HELD} RETURNING lease_expires_at_ms"
+    )
+});
+
+/// A run's end: [`HELD`], `$4` its state and `$5` its detail.
+static FINISH_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE npc_runs SET state = $4, detail = $5, finished_at_ms = npc_now_ms(),
+         lease_expires_at_ms = NULL WHERE {HELD}"
+    )
+});
 
 impl PgStore {
     async fn enqueue_run(&self, run: NewRun) -> Result<Enqueued, StoreError> {
@@ -190,23 +226,12 @@ impl PgStore {
         lease: Duration,
     ) -> Result<Option<Claimed>, StoreError> {
         let client = self.client().await?;
-        let sql = format!(
-            "WITH next AS (
-                 SELECT seq FROM npc_runs WHERE fleet = $1 AND state = 'queued'
-                 ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
-             UPDATE npc_runs r SET state = 'running', detail = NULL,
-                 started_at_ms = npc_now_ms(), owner = $2, lease_token = r.lease_token + 1,
-                 lease_expires_at_ms = npc_now_ms() + $3
-             FROM next WHERE r.seq = next.seq
-             RETURNING {}",
-            RUN_COLUMNS
-                .split(", ")
-                .map(|c| format!("r.{c}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        let claim = client
+            .prepare_cached(&CLAIM_SQL)
+            .await
+            .map_err(pg_error("claim a run"))?;
         let row = client
-            .query_opt(&sql, &[&self.fleet(), &worker, &lease_ms(lease)])
+            .query_opt(&claim, &[&self.fleet(), &worker, &lease_ms(lease)])
             .await
             .map_err(pg_error("claim a run"))?;
         let Some(row) = row else {
@@ -224,12 +249,13 @@ impl PgStore {
 
     async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Lease, StoreError> {
         let client = self.client().await?;
+        let renew = client
+            .prepare_cached(&RENEW_SQL)
+            .await
+            .map_err(pg_error("renew a lease"))?;
         let row = client
             .query_opt(
-                &format!(
-                    "UPDATE npc_runs SET lease_expires_at_ms = npc_now_ms() + $4
-                     WHERE {HELD} RETURNING lease_expires_at_ms"
-                ),
+                &renew,
                 &[
                     &self.fleet(),
                     &lease.run_id,
@@ -255,12 +281,13 @@ impl PgStore {
         detail: Option<String>,
     ) -> Result<(), StoreError> {
         let client = self.client().await?;
+        let finish = client
+            .prepare_cached(&FINISH_SQL)
+            .await
+            .map_err(pg_error("finish a run"))?;
         let changed = client
             .execute(
-                &format!(
-                    "UPDATE npc_runs SET state = $4, detail = $5, finished_at_ms = npc_now_ms(),
-                     lease_expires_at_ms = NULL WHERE {HELD}"
-                ),
+                &finish,
                 &[&self.fleet(), &lease.run_id, &lease.token, &end, &detail],
             )
             .await
