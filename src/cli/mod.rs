@@ -22,6 +22,7 @@ mod render;
 mod run;
 mod triggers;
 mod validate;
+mod worker;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -206,6 +207,11 @@ enum Command {
     Trigger(triggers::TriggerCommand),
     /// Runs of triggers and of `npc run`; `npc runs show ID` prints one run's events
     Runs(triggers::RunsArgs),
+    /// Join the fleet of this repository on the store `[store] url` names and carry out the runs it claims there
+    Worker(worker::WorkerArgs),
+    /// The PostgreSQL store a fleet shares (`npc store migrate`)
+    #[command(subcommand)]
+    Store(worker::StoreCommand),
     /// Internal: the watchdog a daemon or `npc run` starts so that its
     /// children's process trees die with it (see `supervisor::Containment`)
     #[command(name = crate::supervisor::WATCHDOG_COMMAND, hide = true)]
@@ -314,6 +320,8 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Triggers { manifest, format } => triggers::list(manifest, format),
         Command::Trigger(command) => triggers::trigger(command),
         Command::Runs(args) => triggers::runs(args),
+        Command::Worker(args) => worker::worker(args),
+        Command::Store(command) => worker::store(command),
         Command::Render(args) => render::run(args),
         Command::Run(args) => run::run(args),
         Command::Doctor(args) => doctor::run(args),

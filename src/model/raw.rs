@@ -34,6 +34,9 @@ pub struct RawManifest {
     pub daemon: Option<Entry<Spanned<RawDaemon>>>,
     /// How runs are carried out: their workspace, concurrency, worktrees.
     pub runs: Option<Entry<Spanned<RawRuns>>>,
+    /// Where the run queue and the event log live when a fleet of machines
+    /// shares them (`npc worker`). Without it, the embedded SQLite store.
+    pub store: Option<Entry<Spanned<RawStore>>>,
     /// Model Context Protocol servers the agents may use.
     pub mcp: Option<Entry<RawMcp>>,
     /// Agent CLIs npc can launch, keyed by provider name.
@@ -112,6 +115,17 @@ pub struct RawDaemon {
     /// `127.0.0.1:8765`. Non-loopback addresses need `allow_remote = true`
     /// and `token_env`.
     pub webhook_listen: Option<Spanned<String>>,
+}
+
+/// `[store]`
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Store")]
+pub struct RawStore {
+    /// The PostgreSQL store a fleet shares, `postgres://USER:PASSWORD@HOST:PORT/DATABASE`.
+    /// It holds a password: write an environment reference such as
+    /// `"${NPC_STORE_URL}"`. It is redacted wherever npc shows it.
+    pub url: Option<Spanned<Text>>,
 }
 
 /// `[runs]`

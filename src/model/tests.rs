@@ -798,3 +798,31 @@ fn mcp_builtins_lower_with_defaults_and_refuse_malformed_networks() {
         "{text}"
     );
 }
+
+#[test]
+fn the_store_url_is_secret_wherever_it_came_from_and_never_quoted() {
+    const PASSWORD: &str = "s3cr3t-pw";
+    let url = format!("postgres://npc:{PASSWORD}@db.internal:5432/npc");
+    for text in [
+        "version = 1\n[store]\nurl = \"${NPC_STORE_URL}\"\n".to_string(),
+        format!("version = 1\n[store]\nurl = \"{url}\"\n"),
+    ] {
+        let loaded = load_with_env(&text, &[("NPC_STORE_URL", &url)]);
+        let model = loaded.manifest.expect("valid");
+        let stored = model.store.url.as_ref().expect("a store url");
+        assert!(stored.is_secret());
+        assert_eq!(stored.expose(), url);
+        let shown = format!("{:?} {}", model, serde_json::to_string(&model).unwrap());
+        assert!(!shown.contains(PASSWORD), "{shown}");
+    }
+    let loaded = load_with_env(
+        "version = 1\n[store]\nurl = \"${NPC_STORE_URL}\"\n",
+        &[("NPC_STORE_URL", "mysql://root:hunter2@h/db")],
+    );
+    assert_eq!(
+        summaries(&loaded),
+        ["`[store] url` from `${NPC_STORE_URL}` is not a PostgreSQL URL"]
+    );
+    let all = format!("{:?}", loaded.diagnostics);
+    assert!(!all.contains("hunter2"), "{all}");
+}

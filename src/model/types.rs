@@ -53,6 +53,8 @@ pub struct Manifest {
     pub daemon: Daemon,
     /// `[runs]`: how runs are carried out.
     pub runs: RunsSettings,
+    /// `[store]`: the store a fleet shares.
+    pub store: StoreSettings,
     pub mcp: McpSettings,
     pub mcp_servers: BTreeMap<String, McpServer>,
     pub mcp_builtins: McpBuiltins,
@@ -70,6 +72,14 @@ pub struct Manifest {
     /// Plugin registrations dropped while loading (collisions, user
     /// plugins that do not load): the daemon records each as an event.
     pub plugin_notices: Vec<PluginNotice>,
+}
+
+/// `[store]`: where a fleet's run queue and event log live.
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize, Default)]
+pub struct StoreSettings {
+    /// The PostgreSQL store's URL, always secret (it holds a password);
+    /// `None`: the embedded SQLite store.
+    pub url: Option<Text>,
 }
 
 #[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]

@@ -28,6 +28,7 @@
 
 pub mod agent;
 pub mod executor;
+pub mod fleet;
 pub mod follow;
 pub mod here;
 pub mod queue;

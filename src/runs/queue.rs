@@ -89,6 +89,31 @@ impl RunQueue {
         Self { store, bus, wake }
     }
 
+    /// Take in `row`, a run another store handed over (a fleet worker's
+    /// claim), as a queued row of the same id, trigger, origin, payload and
+    /// concurrency key, and wake the executor; resolves once committed.
+    pub async fn adopt(&self, row: &crate::store::queue::RunRow) -> Result<Enqueued, Refused> {
+        let outcome = self
+            .store
+            .enqueue_run(NewRun {
+                id: row.id.clone(),
+                trigger: row.trigger.clone(),
+                origin: row.origin.clone(),
+                dedupe_key: None,
+                payload: row.payload.to_string(),
+                skip_if_active: false,
+                max_queued: usize::MAX,
+                state: None,
+                claimed_by: None,
+                replay_until_ms: None,
+                concurrency_key: row.concurrency_key.clone(),
+            })
+            .await
+            .map_err(|e| Refused::Store(e.to_string()))?;
+        self.wake.notify_one();
+        Ok(outcome)
+    }
+
     /// Record `run` under its queue's `overlap` policy. The write is
     /// submitted now; the returned future resolves once it committed.
     pub fn submit(

@@ -91,6 +91,16 @@ impl Runs {
         self.queue.submit(run, overlap)
     }
 
+    /// Take in a run a fleet worker claimed from the shared store (see
+    /// [`super::queue::RunQueue::adopt`]); the executor carries it out
+    /// like any queued run.
+    pub async fn adopt(
+        &self,
+        row: &crate::store::queue::RunRow,
+    ) -> Result<crate::store::queue::Enqueued, Refused> {
+        self.queue.adopt(row).await
+    }
+
     /// Start a profile run by hand (`POST /api/v1/runs`, origin `api`):
     /// checked against the applied manifest, then queued. Returns its id.
     pub async fn start_manual(&self, run: ManualRun) -> Result<String, StartRunError> {

@@ -15,8 +15,10 @@
 //! Timestamps are unix milliseconds (UTC) in `i64` everywhere.
 
 pub mod acp;
+pub mod fleet;
 pub mod memory;
 pub mod notices;
+pub mod pg;
 pub mod queue;
 mod schema;
 mod writer;
@@ -128,6 +130,28 @@ pub enum StoreError {
     WriterGone,
     #[error("a read of the state database was cut off: {0}; retry")]
     Task(String),
+    /// A write under a lease that is no longer held: it expired, or the run
+    /// was rescued or claimed again (its fencing token moved on).
+    #[error(
+        "the lease of run `{run}` (token {token}) is no longer held; the run was taken from this worker, stop carrying it out"
+    )]
+    Fenced { run: String, token: i64 },
+    #[error(
+        "PostgreSQL store: cannot {op}: {message}; check `[store] url` and that the server is up"
+    )]
+    Postgres { op: &'static str, message: String },
+    #[error(
+        "the PostgreSQL store has schema version {found}, this npc needs {supported}; run `npc store migrate`"
+    )]
+    PgSchemaTooOld { found: i64, supported: i64 },
+    #[error(
+        "the PostgreSQL store has schema version {found}, newer than this npc supports ({supported}); upgrade npc"
+    )]
+    PgSchemaTooNew { found: i64, supported: i64 },
+    #[error(
+        "`[store] url` is not a PostgreSQL URL this npc can use: {0}; write it as `postgres://USER:PASSWORD@HOST:PORT/DATABASE`"
+    )]
+    PgUrl(String),
 }
 
 /// Map a rusqlite error to [`StoreError::Sqlite`] for the named operation.

@@ -124,13 +124,22 @@ pub struct RunRow {
     pub worktree: Option<String>,
 }
 
-const RUN_SELECT: &str = "SELECT seq, id, trigger, origin, dedupe_key, payload, state, \
-     enqueued_at_ms, started_at_ms, finished_at_ms, detail, owner, concurrency_key, result, \
-     worktree FROM runs";
+/// The columns [`run_from_row`] reads, in its order, as a literal.
+macro_rules! run_columns {
+    () => {
+        "seq, id, trigger, origin, dedupe_key, payload, state, enqueued_at_ms, started_at_ms, \
+         finished_at_ms, detail, owner, concurrency_key, result, worktree"
+    };
+}
 
-type RawRun = (RunRow, String);
+/// The columns [`run_from_row`] reads, in its order.
+pub(super) const RUN_SELECT_COLUMNS: &str = run_columns!();
 
-fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RawRun> {
+const RUN_SELECT: &str = concat!("SELECT ", run_columns!(), " FROM runs");
+
+pub(super) type RawRun = (RunRow, String);
+
+pub(super) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RawRun> {
     Ok((
         RunRow {
             seq: row.get(0)?,
@@ -155,7 +164,7 @@ fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RawRun> {
     ))
 }
 
-fn decode(rows: Vec<RawRun>) -> Result<Vec<RunRow>, StoreError> {
+pub(super) fn decode(rows: Vec<RawRun>) -> Result<Vec<RunRow>, StoreError> {
     rows.into_iter()
         .map(|(mut row, payload)| {
             row.payload = serde_json::from_str(&payload).map_err(json_error("run payload"))?;

@@ -198,10 +198,22 @@ const MIGRATIONS: &[Migration] = &[
         CREATE INDEX runs_kept_worktrees ON runs (finished_at_ms) WHERE worktree IS NOT NULL;
     "#,
     },
+    Migration {
+        // Leases of the fleet's run queue (`store::fleet`): a run claimed
+        // through `RunQueue::claim` carries a fencing token (bumped by every
+        // claim and every rescue) and the time its lease ends; rows claimed
+        // the daemon's way keep no lease (NULL) and are never rescued by one.
+        version: 8,
+        sql: r#"
+        ALTER TABLE runs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE runs ADD COLUMN lease_expires_at_ms INTEGER;
+        CREATE INDEX runs_by_lease ON runs (lease_expires_at_ms) WHERE lease_expires_at_ms IS NOT NULL;
+    "#,
+    },
 ];
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

@@ -45,9 +45,11 @@ fn offenders(dir: &str, forbidden: &[&str]) -> Vec<String> {
 
 /// What a pure layer must never touch: async runtime, processes, database,
 /// sockets, or the runtime layers.
-const IMPURE: [&str; 12] = [
+const IMPURE: [&str; 14] = [
     "tokio",
     "rusqlite",
+    "tokio_postgres",
+    "deadpool_postgres",
     "axum",
     "notify",
     "std::process",
@@ -96,10 +98,17 @@ fn only_store_opens_sqlite_and_only_supervisor_spawns() {
             .collect::<Vec<_>>()
             .join("\n");
         if !rel.starts_with("src/store") {
-            assert!(
-                !code.contains("rusqlite"),
-                "{rel} uses rusqlite; only src/store may"
-            );
+            for needle in [
+                "rusqlite",
+                "tokio_postgres",
+                "deadpool_postgres",
+                "deadpool::",
+            ] {
+                assert!(
+                    !code.contains(needle),
+                    "{rel} uses `{needle}`; only src/store may talk to a database"
+                );
+            }
         }
         if !rel.starts_with("src/supervisor") {
             for needle in ["Command::new", "process::Command", "portable_pty"] {

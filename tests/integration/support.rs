@@ -27,8 +27,14 @@ pub fn repo_root() -> &'static Path {
 /// Poll `check` until it returns `Some`, or panic after [`WAIT_LIMIT`].
 /// The pause between checks is a backoff on a condition, not the
 /// synchronisation itself: the test proceeds as soon as the condition holds.
-pub fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT_LIMIT;
+pub fn wait_for<T>(what: &str, check: impl FnMut() -> Option<T>) -> T {
+    wait_for_within(what, WAIT_LIMIT, check)
+}
+
+/// [`wait_for`] with its own deadline, for work that takes long by design
+/// (a thousand runs through a fleet).
+pub fn wait_for_within<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
     let mut pause = Duration::from_millis(5);
     loop {
         if let Some(v) = check() {
@@ -73,6 +79,11 @@ pub struct Stopped(Option<std::process::Child>);
 impl Stopped {
     pub fn new(child: std::process::Child) -> Self {
         Self(Some(child))
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.0.as_ref().expect("the child runs").id()
     }
 
     /// Stop it now (SIGTERM), waiting with the usual deadline for its exit.

@@ -253,6 +253,7 @@ impl Lower<'_> {
         let project = self.project(raw.project.and_then(|e| e.0));
         let daemon = self.daemon(raw.daemon.and_then(|e| e.0));
         let runs = self.runs(raw.runs.and_then(|e| e.0));
+        let store = self.store(raw.store.and_then(|e| e.0));
         let (mcp, servers, builtins) = match raw.mcp.and_then(|e| e.0) {
             Some(m) => (
                 McpSettings {
@@ -280,6 +281,7 @@ impl Lower<'_> {
             project,
             daemon,
             runs,
+            store,
             mcp,
             mcp_servers: BTreeMap::new(),
             mcp_builtins,

@@ -16,7 +16,42 @@ pub(super) struct RawWorkspace<'a> {
     pub after: &'a [Spanned<String>],
 }
 
+/// The schemes `[store] url` may use.
+const STORE_URL_SCHEMES: [&str; 2] = ["postgres://", "postgresql://"];
+
 impl Lower<'_> {
+    /// `[store]`: the URL is kept secret whatever wrote it, and checked
+    /// without ever being quoted.
+    pub(super) fn store(&mut self, raw: Option<Spanned<RawStore>>) -> StoreSettings {
+        let Some(url) = raw.and_then(|r| r.value.url) else {
+            return StoreSettings::default();
+        };
+        if url.is_unresolved() {
+            return StoreSettings::default();
+        }
+        if !STORE_URL_SCHEMES
+            .iter()
+            .any(|s| url.expose().starts_with(s))
+        {
+            let from = match url.source() {
+                Some(source) if url.is_secret() => format!(" from `{}`", clip(source)),
+                _ => String::new(),
+            };
+            self.error(
+                &url.span,
+                format!("`[store] url`{from} is not a PostgreSQL URL"),
+                "write `postgres://USER:PASSWORD@HOST:PORT/DATABASE`, usually as `url = \"${NPC_STORE_URL}\"`",
+            );
+            return StoreSettings::default();
+        }
+        let url = if url.is_secret() {
+            url.value
+        } else {
+            Text::secret(url.expose())
+        };
+        StoreSettings { url: Some(url) }
+    }
+
     pub(super) fn runs(&mut self, raw: Option<Spanned<RawRuns>>) -> RunsSettings {
         let Some(Spanned { value: raw, .. }) = raw else {
             return RunsSettings::default();

@@ -1,0 +1,193 @@
+//! `npc worker` and `npc store migrate`: a machine of a fleet. A worker
+//! joins the fleet of the repository it is started in (the manifest's
+//! project name and the repository's remote URL) on the store `[store] url`
+//! names, and carries out the runs it claims there through this process's
+//! own executor (`runs::fleet::Worker`), up to `[runs] max_concurrent` at
+//! once, until SIGINT or SIGTERM. `npc store migrate` brings that store's
+//! schema to this npc's version; every other command refuses another
+//! version. The store's URL holds a password: nothing here prints it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+use super::Exit;
+use crate::runs::fleet::{DEFAULT_LEASE, Worker, WorkerSettings};
+use crate::runtime::RepoPaths;
+use crate::store::pg::PgStore;
+
+/// Where a worker's own store lives, under the state directory.
+pub const WORKERS_DIR: &str = "workers";
+/// Where the host's name is read.
+const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    #[arg(long, short = 'm')]
+    manifest: Option<PathBuf>,
+    /// How long a claim holds without a heartbeat (a worker that stops
+    /// renewing loses its runs after it)
+    #[arg(long, default_value_t = DEFAULT_LEASE.as_secs(), value_parser = clap::value_parser!(u64).range(1..=3600))]
+    lease_secs: u64,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Bring the PostgreSQL store `[store] url` names to this npc's schema version
+    Migrate {
+        #[arg(long, short = 'm')]
+        manifest: Option<PathBuf>,
+    },
+}
+
+/// The store URL of the manifest at `path`, or `None` (after saying why).
+fn store_url(
+    path: &std::path::Path,
+    before: &str,
+) -> anyhow::Result<Option<(crate::model::Manifest, String)>> {
+    let Some(manifest) = super::valid_manifest(path, before)? else {
+        return Ok(None);
+    };
+    let Some(url) = manifest.store.url.as_ref().map(|u| u.expose().to_string()) else {
+        errln!(
+            "error: `{}` has no `[store] url`; add `[store]` with `url = \"${{NPC_STORE_URL}}\"` naming a PostgreSQL store",
+            path.display()
+        );
+        return Ok(None);
+    };
+    Ok(Some((manifest, url)))
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+pub fn store(command: StoreCommand) -> anyhow::Result<Exit> {
+    let StoreCommand::Migrate { manifest } = command;
+    let path = super::manifest_path(manifest)?;
+    let Some((_, url)) = store_url(&path, "before migrating its store")? else {
+        return Ok(Exit::Failed);
+    };
+    match runtime()?.block_on(crate::store::pg::migrate(&url)) {
+        Ok((from, to)) if from == to => {
+            outln!("the store is at schema version {to}; nothing to do")?;
+            Ok(Exit::Ok)
+        }
+        Ok((from, to)) => {
+            outln!("the store was migrated from schema version {from} to {to}")?;
+            Ok(Exit::Ok)
+        }
+        Err(e) => {
+            errln!("error: {e}");
+            Ok(Exit::Failed)
+        }
+    }
+}
+
+/// `URL` without its user and password (a remote may carry a token).
+fn without_credentials(remote: &str) -> String {
+    match url::Url::parse(remote) {
+        Ok(mut u) if u.has_host() => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        _ => remote.to_string(),
+    }
+}
+
+pub fn worker(args: WorkerArgs) -> anyhow::Result<Exit> {
+    super::log_to_stderr("info");
+    let path = super::manifest_path(args.manifest)?;
+    let Some((manifest, url)) = store_url(&path, "before starting a worker")? else {
+        return Ok(Exit::Failed);
+    };
+    let paths = RepoPaths::resolve(&path, &manifest.project.state_dir)?;
+    let process = crate::runs::this_process().unwrap_or_else(|| std::process::id().to_string());
+    let host = std::fs::read_to_string(HOSTNAME_FILE)
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".to_string());
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let (bus, supervisor, mut supervisor_events) = {
+            let own = RepoPaths {
+                state_dir: paths
+                    .state_dir
+                    .join(WORKERS_DIR)
+                    .join(process.replace(':', "-")),
+                ..paths.clone()
+            };
+            super::standalone_recording(&own, &manifest)?
+        };
+        tokio::spawn(async move { while supervisor_events.recv().await.is_some() {} });
+        let remote =
+            crate::runs::workspace::git(&supervisor, &paths.root, &["remote", "get-url", "origin"])
+                .await
+                .map(|r| without_credentials(&r))
+                .unwrap_or_else(|_| paths.root.display().to_string());
+        let project = manifest.project.name.clone().unwrap_or_else(|| {
+            paths
+                .root
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        });
+        let fleet = format!("{project}@{remote}");
+        let store = match PgStore::connect(&url, &fleet).await {
+            Ok(store) => Arc::new(store),
+            Err(e) => {
+                errln!("error: cannot join the fleet: {e}");
+                return Ok(Exit::Failed);
+            }
+        };
+        let local = bus.store().clone();
+        let cx = crate::driver::DriverContext {
+            repo: paths.root.clone(),
+            state_dir: paths.state_dir.clone(),
+            supervisor,
+        };
+        let runs = crate::runs::Runs::new(cx, local.clone(), bus);
+        runs.set_manifest(&manifest);
+        for (name, trigger) in &manifest.triggers {
+            runs.set_trigger(name, trigger);
+        }
+        let id = format!("{host}/{process}");
+        let worker = Worker::new(
+            store,
+            local,
+            runs,
+            WorkerSettings {
+                id: id.clone(),
+                lease: Duration::from_secs(args.lease_secs),
+                max_concurrent: manifest.runs.max_concurrent,
+            },
+        );
+        let stop = CancellationToken::new();
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        let stopping = stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+            stopping.cancel();
+        });
+        errln!(
+            "worker `{}` joined fleet `{}`",
+            crate::stdx::term::printable(&id),
+            crate::stdx::term::printable(&fleet)
+        );
+        worker.serve(stop).await;
+        errln!("worker `{}` stopped", crate::stdx::term::printable(&id));
+        Ok(Exit::Ok)
+    })
+}

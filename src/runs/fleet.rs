@@ -1,0 +1,280 @@
+//! A fleet worker (`npc worker`): claims runs from a store many machines
+//! share ([`FleetQueue`], PostgreSQL in a fleet) and carries each out
+//! exactly as the daemon does, through this process's own [`Runs`] (the
+//! one executor: workspace, setup, agent or command, result, `after`). A
+//! claimed run is adopted into the worker's local store as a queued row of
+//! the same id; its events are relayed to the shared store under the
+//! claim's lease and its end is written there with the lease's fencing
+//! token. A lease is renewed every third of its length; when a renewal or
+//! a relayed write is refused ([`StoreError::Fenced`]: the worker was cut
+//! off or paused past its lease and the run was rescued), the run's agent
+//! is stopped and nothing more of it is written. Every worker also rescues
+//! runs whose lease ran out: they end `interrupted`, never run twice at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::Runs;
+use crate::store::fleet::{Claimed, FleetQueue, Lease};
+use crate::store::queue::state;
+use crate::store::{NewEvent, Store, StoreError};
+
+/// A lease's length unless `npc worker --lease-secs` says otherwise.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// The shortest lease a worker takes.
+pub const MIN_LEASE: Duration = Duration::from_secs(1);
+/// How often a run's events and state are looked at while it runs.
+pub const RELAY_EVERY: Duration = Duration::from_millis(50);
+/// Events relayed in one write.
+pub const MAX_RELAYED_EVENTS: usize = 500;
+/// The first pause after the shared store failed; it doubles per failure.
+pub const RETRY_INITIAL: Duration = Duration::from_millis(100);
+/// The longest pause after the shared store failed.
+pub const RETRY_MAX: Duration = Duration::from_secs(5);
+/// What a fenced run's local end says.
+pub const FENCED_DETAIL: &str = "its lease was lost (the worker was cut off or paused past it)";
+
+/// How a worker works.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    /// Its name in the fleet (`host/pid:start-time`).
+    pub id: String,
+    pub lease: Duration,
+    /// Runs carried out at once (`[runs] max_concurrent`).
+    pub max_concurrent: usize,
+}
+
+/// One worker of a fleet.
+#[derive(Debug)]
+pub struct Worker {
+    fleet: Arc<dyn FleetQueue>,
+    local: Arc<Store>,
+    runs: Arc<Runs>,
+    settings: WorkerSettings,
+}
+
+/// The state names a run may end in, as the store's constants.
+fn final_state(name: &str) -> Option<&'static str> {
+    [
+        state::SUCCEEDED,
+        state::FAILED,
+        state::SKIPPED,
+        state::CANCELLED,
+        state::INTERRUPTED,
+        state::TIMED_OUT,
+    ]
+    .into_iter()
+    .find(|s| *s == name)
+}
+
+/// Why a run's relay stopped.
+enum Relay {
+    Ended,
+    Fenced,
+}
+
+impl Worker {
+    /// A worker claiming from `fleet`, carrying runs out through `runs`
+    /// (whose store is `local`).
+    pub fn new(
+        fleet: Arc<dyn FleetQueue>,
+        local: Arc<Store>,
+        runs: Arc<Runs>,
+        mut settings: WorkerSettings,
+    ) -> Arc<Self> {
+        settings.lease = settings.lease.max(MIN_LEASE);
+        settings.max_concurrent = settings.max_concurrent.max(1);
+        Arc::new(Self {
+            fleet,
+            local,
+            runs,
+            settings,
+        })
+    }
+
+    /// Claim and carry out runs until `stop`; then cancel the running ones
+    /// (their ends are recorded) and return.
+    pub async fn serve(self: &Arc<Self>, stop: CancellationToken) {
+        let slots = Arc::new(tokio::sync::Semaphore::new(self.settings.max_concurrent));
+        let rescuer = tokio::spawn(self.clone().rescue_loop(stop.clone()));
+        let mut backoff = RETRY_INITIAL;
+        loop {
+            let permit = tokio::select! {
+                () = stop.cancelled() => break,
+                permit = slots.clone().acquire_owned() => match permit {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+            };
+            match self
+                .fleet
+                .claim(&self.settings.id, self.settings.lease)
+                .await
+            {
+                Ok(Some(claimed)) => {
+                    backoff = RETRY_INITIAL;
+                    let this = self.clone();
+                    tokio::spawn(async move {
+                        this.carry(claimed).await;
+                        drop(permit);
+                    });
+                }
+                Ok(None) => {
+                    drop(permit);
+                    tokio::select! {
+                        () = stop.cancelled() => break,
+                        _ = self.fleet.wait_for_work(crate::store::fleet::WORK_POLL) => {}
+                    }
+                }
+                Err(e) => {
+                    drop(permit);
+                    tracing::warn!("cannot claim a run: {e}; retrying in {backoff:?}");
+                    tokio::select! {
+                        () = stop.cancelled() => break,
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(RETRY_MAX);
+                }
+            }
+        }
+        rescuer.abort();
+        self.runs.shutdown().await;
+        // The cancelled runs' ends are relayed while their leases hold.
+        let all = self.settings.max_concurrent as u32;
+        drop(tokio::time::timeout(super::executor::STOP_WAIT, slots.acquire_many(all)).await);
+    }
+
+    /// Every half lease, rescue the fleet's runs whose lease ran out.
+    async fn rescue_loop(self: Arc<Self>, stop: CancellationToken) {
+        let mut every = tokio::time::interval(self.settings.lease / 2);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = every.tick() => {}
+            }
+            match self.fleet.rescue_expired().await {
+                Ok(ids) if !ids.is_empty() => {
+                    let events = ids
+                        .iter()
+                        .map(|id| {
+                            NewEvent::new(
+                                "run.interrupted",
+                                json!({ "run_id": id, "detail": crate::store::fleet::LEASE_EXPIRED_DETAIL }),
+                            )
+                            .for_component(super::component(id))
+                        })
+                        .collect();
+                    if let Err(e) = self.fleet.append_events(events).await {
+                        tracing::warn!("cannot record rescued runs: {e}");
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!("cannot rescue expired leases: {e}"),
+            }
+        }
+    }
+
+    /// Carry out one claimed run: adopt it, relay its events, renew its
+    /// lease, write its end under the lease.
+    async fn carry(&self, claimed: Claimed) {
+        let Claimed { run, mut lease } = claimed;
+        let id = run.id.clone();
+        if let Err(e) = self.runs.adopt(&run).await {
+            let detail = format!("the worker cannot take the run in: {e}");
+            let _ = self.fleet.finish(&lease, state::FAILED, Some(detail)).await;
+            return;
+        }
+        let component = super::component(&id);
+        let renew_every = self.settings.lease / 3;
+        let mut renewed = tokio::time::Instant::now();
+        let mut after = 0;
+        let mut tick = tokio::time::interval(RELAY_EVERY);
+        let relay = loop {
+            tick.tick().await;
+            // The row first: events recorded before its end are all read below.
+            let row = {
+                let local = self.local.clone();
+                let key = id.clone();
+                tokio::task::spawn_blocking(move || local.run_row(&key))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .flatten()
+            };
+            match self.relay_events(&lease, &component, &mut after).await {
+                Ok(()) => {}
+                Err(StoreError::Fenced { .. }) => break Relay::Fenced,
+                Err(e) => tracing::warn!("cannot relay the events of run `{id}`: {e}"),
+            }
+            if let Some(end) = row.as_ref().and_then(|r| final_state(&r.state)) {
+                let detail = row.and_then(|r| r.detail);
+                match self.fleet.finish(&lease, end, detail).await {
+                    Ok(()) => break Relay::Ended,
+                    Err(StoreError::Fenced { .. }) => break Relay::Fenced,
+                    Err(e) => {
+                        tracing::warn!("cannot record the end of run `{id}`: {e}; retrying");
+                        continue;
+                    }
+                }
+            }
+            if renewed.elapsed() >= renew_every {
+                match self.fleet.heartbeat(&lease, self.settings.lease).await {
+                    Ok(held) => {
+                        lease = held;
+                        renewed = tokio::time::Instant::now();
+                    }
+                    Err(StoreError::Fenced { .. }) => break Relay::Fenced,
+                    Err(e) => tracing::warn!("cannot renew the lease of run `{id}`: {e}"),
+                }
+            }
+        };
+        if let Relay::Fenced = relay {
+            tracing::warn!("run `{id}`: {FENCED_DETAIL}; stopping it");
+            if let Err(e) = self.runs.cancel(&id).await {
+                tracing::debug!("run `{id}` was not running here: {e}");
+            }
+            let _ = self
+                .local
+                .mark_run(&id, state::CANCELLED, Some(FENCED_DETAIL.to_string()))
+                .await;
+        }
+    }
+
+    /// Relay the run's events recorded since `after` under `lease`.
+    async fn relay_events(
+        &self,
+        lease: &Lease,
+        component: &str,
+        after: &mut i64,
+    ) -> Result<(), StoreError> {
+        loop {
+            let local = self.local.clone();
+            let (key, from) = (component.to_string(), *after);
+            let events = tokio::task::spawn_blocking(move || {
+                local.component_events(&key, from, MAX_RELAYED_EVENTS)
+            })
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))??;
+            let Some(last) = events.last().map(|e| e.id) else {
+                return Ok(());
+            };
+            let full = events.len() == MAX_RELAYED_EVENTS;
+            let relayed = events
+                .into_iter()
+                .map(|e| NewEvent {
+                    kind: e.kind,
+                    component: e.component,
+                    payload: e.payload,
+                })
+                .collect();
+            self.fleet.append_fenced(lease, relayed).await?;
+            *after = last;
+            if !full {
+                return Ok(());
+            }
+        }
+    }
+}

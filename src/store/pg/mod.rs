@@ -1,0 +1,192 @@
+//! The PostgreSQL store, the fleet's backend: many machines share one run
+//! queue and one event log (`tokio-postgres` through a `deadpool-postgres`
+//! pool; the ONE module besides [`crate::store`]'s SQLite that talks to a
+//! database). Rows are scoped by their fleet (a repository's project name
+//! and remote URL), claims take `FOR UPDATE SKIP LOCKED`, an enqueue wakes
+//! the fleet's workers by `NOTIFY` (a dedicated `LISTEN` connection; a
+//! poll is the fallback), and times come from the database's clock.
+//!
+//! The URL is a secret (it holds a password): nothing here prints it, and
+//! every error says what failed without quoting it. TLS is not built in
+//! yet: a server that requires it is refused with the server's own words.
+
+mod queue;
+mod schema;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+use super::StoreError;
+
+/// The schema version this build writes and reads.
+pub const PG_SCHEMA_VERSION: i64 = 1;
+/// Connections one process keeps to the store.
+pub const POOL_SIZE: usize = 8;
+/// How long connecting to the server may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a caller waits for a pooled connection.
+pub const POOL_WAIT: Duration = Duration::from_secs(10);
+/// The `LISTEN` channel enqueues notify on; the payload is the fleet.
+pub const WAKE_CHANNEL: &str = "npc_runs";
+/// First pause before the listener connects again; it doubles per failure.
+pub const LISTEN_BACKOFF_INITIAL: Duration = Duration::from_millis(100);
+/// Longest pause before the listener connects again.
+pub const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Map a driver error to [`StoreError::Postgres`] for the named operation.
+/// The driver's words never hold the URL or its password.
+pub(super) fn pg_error(op: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
+    move |source| StoreError::Postgres {
+        op,
+        message: error_words(&source),
+    }
+}
+
+/// The driver's message with its cause (the server's words for a refused
+/// login or a failed statement).
+fn error_words(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{}: {}", db.severity(), db.message()),
+        None => error.to_string(),
+    }
+}
+
+fn pool_error(op: &'static str) -> impl Fn(deadpool_postgres::PoolError) -> StoreError {
+    move |source| StoreError::Postgres {
+        op,
+        message: match source {
+            deadpool_postgres::PoolError::Backend(e) => error_words(&e),
+            other => other.to_string(),
+        },
+    }
+}
+
+/// Parse a `postgres://` URL; the error never quotes it.
+fn config_of(url: &str) -> Result<tokio_postgres::Config, StoreError> {
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(StoreError::PgUrl(
+            "it does not start with `postgres://`".into(),
+        ));
+    }
+    let mut config = tokio_postgres::Config::from_str(url)
+        .map_err(|_| StoreError::PgUrl("it does not parse".into()))?;
+    config.connect_timeout(CONNECT_TIMEOUT);
+    if config.get_application_name().is_none() {
+        config.application_name("npc");
+    }
+    Ok(config)
+}
+
+fn pool_of(config: tokio_postgres::Config) -> Result<Pool, StoreError> {
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(POOL_SIZE)
+        .wait_timeout(Some(POOL_WAIT))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .map_err(|e| StoreError::PgUrl(e.to_string()))
+}
+
+/// Apply the store's missing migrations (`npc store migrate`); returns the
+/// versions before and after.
+pub async fn migrate(url: &str) -> Result<(i64, i64), StoreError> {
+    let pool = pool_of(config_of(url)?)?;
+    let mut client = pool.get().await.map_err(pool_error("connect"))?;
+    schema::migrate(&mut client).await
+}
+
+/// A fleet's view of the PostgreSQL store. Share it as `Arc<PgStore>`.
+#[derive(Debug)]
+pub struct PgStore {
+    pool: Pool,
+    fleet: String,
+    wake: Arc<tokio::sync::Notify>,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+impl PgStore {
+    /// Connect to the store at `url` as fleet `fleet`: the server must be
+    /// reachable and the schema at [`PG_SCHEMA_VERSION`] (else the error
+    /// says to run `npc store migrate`).
+    pub async fn connect(url: &str, fleet: &str) -> Result<Self, StoreError> {
+        let config = config_of(url)?;
+        let pool = pool_of(config.clone())?;
+        {
+            let client = pool.get().await.map_err(pool_error("connect"))?;
+            schema::check_version(&client).await?;
+        }
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let listener = tokio::spawn(listen(config, fleet.to_string(), wake.clone()));
+        Ok(Self {
+            pool,
+            fleet: fleet.to_string(),
+            wake,
+            listener,
+        })
+    }
+
+    /// The fleet this view reads and writes.
+    pub fn fleet(&self) -> &str {
+        &self.fleet
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(pool_error("connect"))
+    }
+}
+
+/// Keep a `LISTEN` connection open and signal `wake` for every
+/// notification of `fleet`; connect again with backoff when it drops.
+async fn listen(config: tokio_postgres::Config, fleet: String, wake: Arc<tokio::sync::Notify>) {
+    use futures_util::StreamExt;
+    let mut backoff = LISTEN_BACKOFF_INITIAL;
+    loop {
+        if let Ok((client, mut connection)) = config.connect(NoTls).await {
+            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            let listening = async {
+                client
+                    .batch_execute(&format!("LISTEN {WAKE_CHANNEL}"))
+                    .await
+                    .is_ok()
+            };
+            // The connection must be polled for the LISTEN to complete.
+            let mut subscribed = std::pin::pin!(listening);
+            let ok = loop {
+                tokio::select! {
+                    done = &mut subscribed => break done,
+                    message = messages.next() => if message.is_none_or(|m| m.is_err()) { break false },
+                }
+            };
+            if ok {
+                backoff = LISTEN_BACKOFF_INITIAL;
+                // A wake-up may have been missed while not listening.
+                wake.notify_one();
+                while let Some(Ok(message)) = messages.next().await {
+                    if let tokio_postgres::AsyncMessage::Notification(n) = message
+                        && n.payload() == fleet
+                    {
+                        wake.notify_one();
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(LISTEN_BACKOFF_MAX);
+    }
+}

@@ -1,0 +1,471 @@
+//! [`FleetQueue`] over PostgreSQL: the same semantics as the SQLite queue
+//! (`store::queue`, `store::fleet`), word for word, for many machines. An
+//! enqueue holds a transaction-level advisory lock on its queue (so two
+//! ingress processes never both see "no run active"); a claim takes the
+//! oldest queued row with `FOR UPDATE SKIP LOCKED`; every write under a
+//! lease checks its fencing token and its expiry in the same statement;
+//! events are appended under a per-fleet advisory lock, so their ids are in
+//! commit order and a tailer never skips one committed late.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+
+use super::{PgStore, WAKE_CHANNEL, pg_error};
+use crate::store::fleet::{
+    Claimed, FleetQueue, LEASE_EXPIRED_DETAIL, Lease, StoreFuture, lease_ms,
+};
+use crate::store::queue::{Enqueued, MAX_RUNS_PER_READ, NewRun, RunRow, state};
+use crate::store::{Event, MAX_EVENTS_PER_READ, NewEvent, StoreError, json_error};
+
+/// The advisory lock class of a queue's enqueues (key: its trigger).
+const QUEUE_LOCK_CLASS: i32 = 0x6e70_6371;
+/// The advisory lock class of a fleet's event appends.
+const EVENTS_LOCK_CLASS: i32 = 0x6e70_6576;
+
+const RUN_COLUMNS: &str = "seq, id, trigger, origin, dedupe_key, payload, state, \
+     enqueued_at_ms, started_at_ms, finished_at_ms, detail, owner, concurrency_key, result, \
+     worktree, lease_token, lease_expires_at_ms";
+
+fn run_of(row: &Row) -> Result<RunRow, StoreError> {
+    let payload: String = row.get("payload");
+    Ok(RunRow {
+        seq: row.get("seq"),
+        id: row.get("id"),
+        trigger: row.get("trigger"),
+        origin: row.get("origin"),
+        dedupe_key: row.get("dedupe_key"),
+        payload: serde_json::from_str(&payload).map_err(json_error("run payload"))?,
+        state: row.get("state"),
+        enqueued_at_ms: row.get("enqueued_at_ms"),
+        started_at_ms: row.get("started_at_ms"),
+        finished_at_ms: row.get("finished_at_ms"),
+        detail: row.get("detail"),
+        owner: row.get("owner"),
+        concurrency_key: row.get("concurrency_key"),
+        result: row
+            .get::<_, Option<String>>("result")
+            .and_then(|text| serde_json::from_str(&text).ok()),
+        worktree: row.get("worktree"),
+    })
+}
+
+fn event_of(row: &Row) -> Result<Event, StoreError> {
+    let payload: String = row.get("payload");
+    Ok(Event {
+        id: row.get("id"),
+        ts_ms: row.get("ts_ms"),
+        kind: row.get("kind"),
+        component: row.get("component"),
+        payload: serde_json::from_str(&payload).map_err(json_error("event payload"))?,
+    })
+}
+
+fn fenced(lease: &Lease) -> StoreError {
+    StoreError::Fenced {
+        run: lease.run_id.clone(),
+        token: lease.token,
+    }
+}
+
+/// The condition of a held lease: `$1` fleet, `$2` run id, `$3` token.
+const HELD: &str = "fleet = $1 AND id = $2 AND lease_token = $3 AND state = 'running' \
+     AND lease_expires_at_ms >= npc_now_ms()";
+
+/// The claim: `$1` fleet, `$2` worker, `$3` the lease in milliseconds.
+static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH next AS (
+             SELECT seq FROM npc_runs WHERE fleet = $1 AND state = 'queued'
+             ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
+         UPDATE npc_runs r SET state = 'running', detail = NULL,
+             started_at_ms = npc_now_ms(), owner = $2, lease_token = r.lease_token + 1,
+             lease_expires_at_ms = npc_now_ms() + $3
+         FROM next WHERE r.seq = next.seq
+         RETURNING {}",
+        RUN_COLUMNS
+            .split(", ")
+            .map(|c| format!("r.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+});
+
+/// A renewal: [`HELD`], and `$4` the lease in milliseconds.
+static RENEW_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE npc_runs SET lease_expires_at_ms = npc_now_ms() + $4
+         WHERE {HELD} RETURNING lease_expires_at_ms"
+    )
+});
+
+/// A run's end: [`HELD`], `$4` its state and `$5` its detail.
+static FINISH_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE npc_runs SET state = $4, detail = $5, finished_at_ms = npc_now_ms(),
+         lease_expires_at_ms = NULL WHERE {HELD}"
+    )
+});
+
+impl PgStore {
+    async fn enqueue_run(&self, run: NewRun) -> Result<Enqueued, StoreError> {
+        let failed = pg_error("enqueue a run");
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(&failed)?;
+        let fleet = self.fleet();
+        let queue_key = format!("{fleet}\n{}", run.trigger);
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+            &[&QUEUE_LOCK_CLASS, &queue_key],
+        )
+        .await
+        .map_err(&failed)?;
+        if let Some((key, value)) = &run.state {
+            tx.execute(
+                "INSERT INTO npc_trigger_state (fleet, trigger, key, value, updated_at_ms)
+                 VALUES ($1, $2, $3, $4, npc_now_ms())
+                 ON CONFLICT (fleet, trigger, key)
+                 DO UPDATE SET value = EXCLUDED.value, updated_at_ms = EXCLUDED.updated_at_ms",
+                &[&fleet, &run.trigger, key, &value.to_string()],
+            )
+            .await
+            .map_err(&failed)?;
+        }
+        let outcome = 'decide: {
+            if let Some(key) = &run.dedupe_key {
+                let held = tx
+                    .query_opt(
+                        "SELECT 1 FROM npc_runs WHERE fleet = $1 AND trigger = $2 AND dedupe_key = $3
+                         UNION ALL SELECT 1 FROM npc_webhook_replays
+                         WHERE fleet = $1 AND trigger = $2 AND key = $3
+                           AND expires_at_ms > npc_now_ms() LIMIT 1",
+                        &[&fleet, &run.trigger, key],
+                    )
+                    .await
+                    .map_err(&failed)?;
+                if held.is_some() {
+                    break 'decide Enqueued::Duplicate;
+                }
+            }
+            if run.skip_if_active {
+                let active = tx
+                    .query_opt(
+                        "SELECT 1 FROM npc_runs WHERE fleet = $1 AND trigger = $2
+                         AND state IN ('queued', 'running')
+                         AND concurrency_key IS NOT DISTINCT FROM $3 LIMIT 1",
+                        &[&fleet, &run.trigger, &run.concurrency_key],
+                    )
+                    .await
+                    .map_err(&failed)?;
+                if active.is_some() {
+                    break 'decide Enqueued::Skipped;
+                }
+            }
+            if run.claimed_by.is_none() {
+                let limit = i64::try_from(run.max_queued).unwrap_or(i64::MAX);
+                let waiting: i64 = tx
+                    .query_one(
+                        "SELECT COUNT(*) FROM (SELECT 1 FROM npc_runs WHERE fleet = $1
+                         AND trigger = $2 AND state = 'queued' LIMIT $3) AS q",
+                        &[&fleet, &run.trigger, &limit],
+                    )
+                    .await
+                    .map_err(&failed)?
+                    .get(0);
+                if waiting >= limit {
+                    break 'decide Enqueued::Full;
+                }
+            }
+            Enqueued::Queued
+        };
+        if matches!(outcome, Enqueued::Queued | Enqueued::Skipped) {
+            let (row_state, started, finished) = match (outcome, &run.claimed_by) {
+                (Enqueued::Skipped, _) => (state::SKIPPED, false, true),
+                (_, Some(_)) => (state::RUNNING, true, false),
+                _ => (state::QUEUED, false, false),
+            };
+            tx.execute(
+                "INSERT INTO npc_runs (fleet, id, trigger, origin, dedupe_key, payload, state,
+                 enqueued_at_ms, started_at_ms, finished_at_ms, owner, replay_until_ms,
+                 concurrency_key)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, npc_now_ms(),
+                         CASE WHEN $8 THEN npc_now_ms() END, CASE WHEN $9 THEN npc_now_ms() END,
+                         $10, $11, $12)",
+                &[
+                    &fleet,
+                    &run.id,
+                    &run.trigger,
+                    &run.origin,
+                    &run.dedupe_key,
+                    &run.payload,
+                    &row_state,
+                    &started,
+                    &finished,
+                    &run.claimed_by,
+                    &run.replay_until_ms,
+                    &run.concurrency_key,
+                ],
+            )
+            .await
+            .map_err(&failed)?;
+            if row_state == state::QUEUED {
+                tx.execute("SELECT pg_notify($1, $2)", &[&WAKE_CHANNEL, &fleet])
+                    .await
+                    .map_err(&failed)?;
+            }
+        }
+        tx.commit().await.map_err(&failed)?;
+        Ok(outcome)
+    }
+
+    async fn claim_run(
+        &self,
+        worker: &str,
+        lease: Duration,
+    ) -> Result<Option<Claimed>, StoreError> {
+        let client = self.client().await?;
+        let claim = client
+            .prepare_cached(&CLAIM_SQL)
+            .await
+            .map_err(pg_error("claim a run"))?;
+        let row = client
+            .query_opt(&claim, &[&self.fleet(), &worker, &lease_ms(lease)])
+            .await
+            .map_err(pg_error("claim a run"))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let run = run_of(&row)?;
+        let lease = Lease {
+            run_id: run.id.clone(),
+            worker: worker.to_string(),
+            token: row.get("lease_token"),
+            expires_at_ms: row.get("lease_expires_at_ms"),
+        };
+        Ok(Some(Claimed { run, lease }))
+    }
+
+    async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Lease, StoreError> {
+        let client = self.client().await?;
+        let renew = client
+            .prepare_cached(&RENEW_SQL)
+            .await
+            .map_err(pg_error("renew a lease"))?;
+        let row = client
+            .query_opt(
+                &renew,
+                &[
+                    &self.fleet(),
+                    &lease.run_id,
+                    &lease.token,
+                    &lease_ms(lease_for),
+                ],
+            )
+            .await
+            .map_err(pg_error("renew a lease"))?;
+        match row {
+            Some(row) => Ok(Lease {
+                expires_at_ms: row.get(0),
+                ..lease.clone()
+            }),
+            None => Err(fenced(lease)),
+        }
+    }
+
+    async fn finish_run(
+        &self,
+        lease: &Lease,
+        end: &'static str,
+        detail: Option<String>,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let finish = client
+            .prepare_cached(&FINISH_SQL)
+            .await
+            .map_err(pg_error("finish a run"))?;
+        let changed = client
+            .execute(
+                &finish,
+                &[&self.fleet(), &lease.run_id, &lease.token, &end, &detail],
+            )
+            .await
+            .map_err(pg_error("finish a run"))?;
+        if changed == 0 {
+            return Err(fenced(lease));
+        }
+        Ok(())
+    }
+
+    async fn append(
+        &self,
+        lease: Option<&Lease>,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<Event>, StoreError> {
+        let failed = pg_error("append events");
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(&failed)?;
+        if let Some(lease) = lease {
+            // The row stays locked to the commit: a rescue waits for it.
+            let held = tx
+                .query_opt(
+                    &format!("SELECT 1 FROM npc_runs WHERE {HELD} FOR UPDATE"),
+                    &[&self.fleet(), &lease.run_id, &lease.token],
+                )
+                .await
+                .map_err(&failed)?;
+            if held.is_none() {
+                return Err(fenced(lease));
+            }
+        }
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+            &[&EVENTS_LOCK_CLASS, &self.fleet()],
+        )
+        .await
+        .map_err(&failed)?;
+        let insert = tx
+            .prepare(
+                "INSERT INTO npc_events (fleet, ts_ms, kind, component, payload)
+                 VALUES ($1, npc_now_ms(), $2, $3, $4) RETURNING id, ts_ms",
+            )
+            .await
+            .map_err(&failed)?;
+        let mut stored = Vec::with_capacity(events.len());
+        for event in events {
+            let row = tx
+                .query_one(
+                    &insert,
+                    &[
+                        &self.fleet(),
+                        &event.kind,
+                        &event.component,
+                        &event.payload.to_string(),
+                    ],
+                )
+                .await
+                .map_err(&failed)?;
+            stored.push(Event {
+                id: row.get(0),
+                ts_ms: row.get(1),
+                kind: event.kind,
+                component: event.component,
+                payload: event.payload,
+            });
+        }
+        tx.commit().await.map_err(&failed)?;
+        Ok(stored)
+    }
+
+    async fn expired(&self) -> Result<Vec<String>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "UPDATE npc_runs SET state = $2, detail = $3, finished_at_ms = npc_now_ms(),
+                 lease_token = lease_token + 1, lease_expires_at_ms = NULL
+                 WHERE fleet = $1 AND state = 'running' AND lease_expires_at_ms < npc_now_ms()
+                 RETURNING id",
+                &[&self.fleet(), &state::INTERRUPTED, &LEASE_EXPIRED_DETAIL],
+            )
+            .await
+            .map_err(pg_error("rescue expired leases"))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn run_row(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &format!("SELECT {RUN_COLUMNS} FROM npc_runs WHERE fleet = $1 AND id = $2"),
+                &[&self.fleet(), &id],
+            )
+            .await
+            .map_err(pg_error("read a run"))?;
+        row.as_ref().map(run_of).transpose()
+    }
+
+    /// The fleet's runs, newest first (at most [`MAX_RUNS_PER_READ`]).
+    pub async fn run_rows(&self, limit: usize) -> Result<Vec<RunRow>, StoreError> {
+        let client = self.client().await?;
+        let limit = i64::try_from(limit.min(MAX_RUNS_PER_READ)).unwrap_or(i64::MAX);
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT {RUN_COLUMNS} FROM npc_runs WHERE fleet = $1 ORDER BY seq DESC LIMIT $2"
+                ),
+                &[&self.fleet(), &limit],
+            )
+            .await
+            .map_err(pg_error("read runs"))?;
+        rows.iter().map(run_of).collect()
+    }
+
+    async fn events_since(&self, after: i64, limit: usize) -> Result<Vec<Event>, StoreError> {
+        let client = self.client().await?;
+        let limit = i64::try_from(limit.min(MAX_EVENTS_PER_READ)).unwrap_or(i64::MAX);
+        let rows = client
+            .query(
+                "SELECT id, ts_ms, kind, component, payload FROM npc_events
+                 WHERE fleet = $1 AND id > $2 ORDER BY id LIMIT $3",
+                &[&self.fleet(), &after, &limit],
+            )
+            .await
+            .map_err(pg_error("read events"))?;
+        rows.iter().map(event_of).collect()
+    }
+}
+
+impl FleetQueue for PgStore {
+    fn enqueue(&self, run: NewRun) -> StoreFuture<'_, Enqueued> {
+        Box::pin(self.enqueue_run(run))
+    }
+
+    fn claim<'a>(&'a self, worker: &'a str, lease: Duration) -> StoreFuture<'a, Option<Claimed>> {
+        Box::pin(self.claim_run(worker, lease))
+    }
+
+    fn heartbeat<'a>(&'a self, lease: &'a Lease, lease_for: Duration) -> StoreFuture<'a, Lease> {
+        Box::pin(self.renew(lease, lease_for))
+    }
+
+    fn finish<'a>(
+        &'a self,
+        lease: &'a Lease,
+        end: &'static str,
+        detail: Option<String>,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(self.finish_run(lease, end, detail))
+    }
+
+    fn append_fenced<'a>(
+        &'a self,
+        lease: &'a Lease,
+        events: Vec<NewEvent>,
+    ) -> StoreFuture<'a, Vec<Event>> {
+        Box::pin(self.append(Some(lease), events))
+    }
+
+    fn append_events(&self, events: Vec<NewEvent>) -> StoreFuture<'_, Vec<Event>> {
+        Box::pin(self.append(None, events))
+    }
+
+    fn rescue_expired(&self) -> StoreFuture<'_, Vec<String>> {
+        Box::pin(self.expired())
+    }
+
+    fn run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<RunRow>> {
+        Box::pin(self.run_row(id))
+    }
+
+    fn events_after(&self, after: i64, limit: usize) -> StoreFuture<'_, Vec<Event>> {
+        Box::pin(self.events_since(after, limit))
+    }
+
+    fn wait_for_work(&self, at_most: Duration) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let _ = tokio::time::timeout(at_most, self.wake.notified()).await;
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,179 @@
+//! The PostgreSQL store's versioned migrations. `npc store migrate` applies
+//! the missing ones, in order, each in its own transaction under an
+//! advisory lock (two migrators never race), recorded in
+//! `npc_schema_migrations`. Every other process only checks the version
+//! and refuses a store of another one ([`check_version`]).
+
+use deadpool_postgres::GenericClient;
+
+use super::{PG_SCHEMA_VERSION, pg_error};
+use crate::store::StoreError;
+
+/// The advisory lock every migration holds (a fixed key, "npc migrate").
+const MIGRATE_LOCK_KEY: i64 = 0x6e70_635f_6d69_6772;
+
+struct Migration {
+    version: i64,
+    sql: &'static str,
+}
+
+/// Every migration, oldest first. Append only; never edit a shipped step.
+const MIGRATIONS: &[Migration] = &[Migration {
+    // The fleet's run queue, event log and trigger state, each row scoped
+    // by its fleet (a repository's project name and remote URL). Times are
+    // unix milliseconds of the database's clock (`npc_now_ms`), so leases
+    // never depend on the workers' clocks agreeing.
+    version: 1,
+    sql: r#"
+        CREATE FUNCTION npc_now_ms() RETURNS bigint LANGUAGE sql VOLATILE AS
+            $$ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
+        CREATE TABLE npc_runs (
+            seq                 bigserial PRIMARY KEY,
+            fleet               text   NOT NULL,
+            id                  text   NOT NULL,
+            trigger             text   NOT NULL,
+            origin              text   NOT NULL,
+            dedupe_key          text,
+            payload             text   NOT NULL,
+            state               text   NOT NULL,
+            enqueued_at_ms      bigint NOT NULL,
+            started_at_ms       bigint,
+            finished_at_ms      bigint,
+            detail              text,
+            owner               text,
+            concurrency_key     text,
+            result              text,
+            worktree            text,
+            replay_until_ms     bigint,
+            lease_token         bigint NOT NULL DEFAULT 0,
+            lease_expires_at_ms bigint,
+            UNIQUE (fleet, id),
+            UNIQUE (fleet, trigger, dedupe_key)
+        );
+        CREATE INDEX npc_runs_queued ON npc_runs (fleet, seq) WHERE state = 'queued';
+        CREATE INDEX npc_runs_by_trigger ON npc_runs (fleet, trigger, state, seq);
+        CREATE INDEX npc_runs_by_lease ON npc_runs (fleet, lease_expires_at_ms)
+            WHERE state = 'running';
+        CREATE TABLE npc_events (
+            id        bigserial PRIMARY KEY,
+            fleet     text   NOT NULL,
+            ts_ms     bigint NOT NULL,
+            kind      text   NOT NULL,
+            component text,
+            payload   text   NOT NULL
+        );
+        CREATE INDEX npc_events_by_fleet ON npc_events (fleet, id);
+        CREATE INDEX npc_events_by_component ON npc_events (fleet, component, id);
+        CREATE TABLE npc_trigger_state (
+            fleet         text   NOT NULL,
+            trigger       text   NOT NULL,
+            key           text   NOT NULL,
+            value         text   NOT NULL,
+            updated_at_ms bigint NOT NULL,
+            PRIMARY KEY (fleet, trigger, key)
+        );
+        CREATE TABLE npc_webhook_replays (
+            fleet         text   NOT NULL,
+            trigger       text   NOT NULL,
+            key           text   NOT NULL,
+            expires_at_ms bigint NOT NULL,
+            PRIMARY KEY (fleet, trigger, key)
+        );
+        CREATE TABLE npc_workers (
+            fleet           text   NOT NULL,
+            id              text   NOT NULL,
+            host            text   NOT NULL,
+            version         text   NOT NULL,
+            started_at_ms   bigint NOT NULL,
+            heartbeat_at_ms bigint NOT NULL,
+            PRIMARY KEY (fleet, id)
+        );
+    "#,
+}];
+
+const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS npc_schema_migrations (
+    version       bigint PRIMARY KEY,
+    applied_at_ms bigint NOT NULL
+)";
+
+/// The store's schema version: 0 when it was never migrated.
+pub(super) async fn current_version(client: &impl GenericClient) -> Result<i64, StoreError> {
+    let exists = client
+        .query_one(
+            "SELECT to_regclass('npc_schema_migrations') IS NOT NULL",
+            &[],
+        )
+        .await
+        .map_err(pg_error("read the schema version"))?
+        .get::<_, bool>(0);
+    if !exists {
+        return Ok(0);
+    }
+    client
+        .query_one(
+            "SELECT COALESCE(MAX(version), 0) FROM npc_schema_migrations",
+            &[],
+        )
+        .await
+        .map(|row| row.get::<_, i64>(0))
+        .map_err(pg_error("read the schema version"))
+}
+
+/// Refuse a store of another version than this npc's.
+pub(super) async fn check_version(client: &impl GenericClient) -> Result<(), StoreError> {
+    let found = current_version(client).await?;
+    match found.cmp(&PG_SCHEMA_VERSION) {
+        std::cmp::Ordering::Equal => Ok(()),
+        std::cmp::Ordering::Less => Err(StoreError::PgSchemaTooOld {
+            found,
+            supported: PG_SCHEMA_VERSION,
+        }),
+        std::cmp::Ordering::Greater => Err(StoreError::PgSchemaTooNew {
+            found,
+            supported: PG_SCHEMA_VERSION,
+        }),
+    }
+}
+
+/// Apply the missing migrations; returns the versions before and after.
+pub(super) async fn migrate(
+    client: &mut deadpool_postgres::Object,
+) -> Result<(i64, i64), StoreError> {
+    let failed = pg_error("migrate the store");
+    let tx = client.transaction().await.map_err(&failed)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK_KEY])
+        .await
+        .map_err(&failed)?;
+    tx.batch_execute(CREATE_VERSION_TABLE)
+        .await
+        .map_err(&failed)?;
+    let before = current_version(&tx).await?;
+    if before > PG_SCHEMA_VERSION {
+        return Err(StoreError::PgSchemaTooNew {
+            found: before,
+            supported: PG_SCHEMA_VERSION,
+        });
+    }
+    for migration in MIGRATIONS.iter().filter(|m| m.version > before) {
+        tx.batch_execute(migration.sql).await.map_err(&failed)?;
+        tx.execute(
+            "INSERT INTO npc_schema_migrations (version, applied_at_ms) VALUES ($1, npc_now_ms())",
+            &[&migration.version],
+        )
+        .await
+        .map_err(&failed)?;
+    }
+    tx.commit().await.map_err(&failed)?;
+    Ok((before, PG_SCHEMA_VERSION))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_ordered_and_end_at_the_schema_version() {
+        let versions: Vec<i64> = MIGRATIONS.iter().map(|m| m.version).collect();
+        assert_eq!(versions, (1..=PG_SCHEMA_VERSION).collect::<Vec<_>>());
+    }
+}

@@ -1,0 +1,718 @@
+//! The fleet's run queue (`store::fleet::FleetQueue`), one suite run against
+//! both backends — the embedded SQLite store and a real PostgreSQL
+//! (`pg::PgCluster`) — so their guarantees are the same word for word:
+//! exactly-once claims among concurrent workers, fencing of late writes,
+//! rescue of expired leases, dedupe and queue bounds, events in order.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use npcagent::store::fleet::{FleetQueue, LEASE_EXPIRED_DETAIL, SqliteQueue};
+use npcagent::store::pg::PgStore;
+use npcagent::store::queue::{Enqueued, NewRun, state};
+use npcagent::store::{NewEvent, Store, StoreError};
+use serde_json::json;
+
+use crate::pg::{PG_PASSWORD, PgCluster};
+
+/// Runs the claim race enqueues.
+const RACE_RUNS: usize = 300;
+/// Workers racing for them.
+const RACE_WORKERS: usize = 8;
+/// A lease long enough never to end during a test.
+const LONG_LEASE: Duration = Duration::from_secs(600);
+/// A lease that has ended by the time anything looks at it again.
+const SHORT_LEASE: Duration = Duration::from_millis(1);
+/// How long a test waits for a lease to run out.
+const EXPIRY_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn run(id: &str) -> NewRun {
+    NewRun {
+        id: id.to_string(),
+        trigger: "t".to_string(),
+        origin: "api".to_string(),
+        dedupe_key: None,
+        payload: json!({ "n": id }).to_string(),
+        skip_if_active: false,
+        max_queued: 100_000,
+        state: None,
+        claimed_by: None,
+        replay_until_ms: None,
+        concurrency_key: None,
+    }
+}
+
+/// A backend under test, and what keeps it alive.
+struct Backend {
+    queue: Arc<dyn FleetQueue>,
+    _keep: Box<dyn std::any::Any + Send>,
+}
+
+fn sqlite() -> Backend {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(Store::default_path(dir.path())).unwrap();
+    Backend {
+        queue: Arc::new(SqliteQueue::new(Arc::new(store))),
+        _keep: Box::new(dir),
+    }
+}
+
+async fn postgres() -> Option<Backend> {
+    let cluster = tokio::task::spawn_blocking(PgCluster::start)
+        .await
+        .unwrap()?;
+    let url = cluster.database("fleet");
+    npcagent::store::pg::migrate(&url).await.unwrap();
+    let store = PgStore::connect(&url, "proj@git.example/repo")
+        .await
+        .unwrap();
+    Some(Backend {
+        queue: Arc::new(store),
+        _keep: Box::new(cluster),
+    })
+}
+
+/// Each case as a test per backend.
+macro_rules! both_backends {
+    ($($case:ident),* $(,)?) => {
+        mod on_sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let backend = super::sqlite();
+                    super::$case(backend.queue.clone()).await;
+                }
+            )*
+        }
+        mod on_postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let Some(backend) = super::postgres().await else { return };
+                    super::$case(backend.queue.clone()).await;
+                }
+            )*
+        }
+    };
+}
+
+both_backends!(
+    concurrent_workers_claim_each_run_exactly_once,
+    a_late_write_under_an_old_token_is_refused,
+    an_expired_lease_is_rescued_once_and_never_claimed_again,
+    dedupe_keys_and_queue_bounds_hold,
+    fenced_events_append_in_order_and_a_lost_lease_appends_none,
+);
+
+async fn concurrent_workers_claim_each_run_exactly_once(queue: Arc<dyn FleetQueue>) {
+    for i in 0..RACE_RUNS {
+        assert_eq!(
+            queue.enqueue(run(&format!("r{i:04}"))).await.unwrap(),
+            Enqueued::Queued
+        );
+    }
+    let mut workers = Vec::new();
+    for w in 0..RACE_WORKERS {
+        let queue = queue.clone();
+        workers.push(tokio::spawn(async move {
+            let me = format!("worker-{w}");
+            let mut mine = Vec::new();
+            while let Some(claimed) = queue.claim(&me, LONG_LEASE).await.unwrap() {
+                assert_eq!(claimed.run.state, state::RUNNING);
+                assert_eq!(claimed.run.owner.as_deref(), Some(me.as_str()));
+                queue
+                    .finish(&claimed.lease, state::SUCCEEDED, None)
+                    .await
+                    .unwrap();
+                mine.push(claimed.run.id);
+            }
+            mine
+        }));
+    }
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for worker in workers {
+        for id in worker.await.unwrap() {
+            *seen.entry(id).or_default() += 1;
+        }
+    }
+    assert_eq!(seen.len(), RACE_RUNS, "every run claimed");
+    assert!(seen.values().all(|&n| n == 1), "no run claimed twice");
+    let last = queue.run("r0000").await.unwrap().unwrap();
+    assert_eq!(last.state, state::SUCCEEDED);
+}
+
+/// Wait until `lease` is refused by a heartbeat (its lease ran out).
+async fn until_expired(queue: &Arc<dyn FleetQueue>, lease: &npcagent::store::fleet::Lease) {
+    let deadline = Instant::now() + EXPIRY_TIMEOUT;
+    loop {
+        match queue.heartbeat(lease, SHORT_LEASE).await {
+            Err(StoreError::Fenced { .. }) => return,
+            Ok(_) => {}
+            Err(e) => panic!("heartbeat failed: {e}"),
+        }
+        assert!(Instant::now() < deadline, "the lease never ran out");
+        tokio::task::yield_now().await;
+    }
+}
+
+async fn a_late_write_under_an_old_token_is_refused(queue: Arc<dyn FleetQueue>) {
+    queue.enqueue(run("a")).await.unwrap();
+    let first = queue.claim("w1", SHORT_LEASE).await.unwrap().unwrap();
+    until_expired(&queue, &first.lease).await;
+    // Expired but not yet rescued: the late finish is refused all the same.
+    let late = queue.finish(&first.lease, state::SUCCEEDED, None).await;
+    assert!(
+        matches!(late, Err(StoreError::Fenced { ref run, token }) if run == "a" && token == first.lease.token),
+        "{late:?}"
+    );
+    let rescued = queue.rescue_expired().await.unwrap();
+    assert_eq!(rescued, vec!["a".to_string()]);
+    let row = queue.run("a").await.unwrap().unwrap();
+    assert_eq!(row.state, state::INTERRUPTED);
+    assert_eq!(row.detail.as_deref(), Some(LEASE_EXPIRED_DETAIL));
+    // Every later write under the old lease stays refused.
+    for late in [
+        queue.heartbeat(&first.lease, LONG_LEASE).await.err(),
+        queue
+            .finish(&first.lease, state::FAILED, Some("late".into()))
+            .await
+            .err(),
+    ] {
+        assert!(matches!(late, Some(StoreError::Fenced { .. })), "{late:?}");
+    }
+    let message = StoreError::Fenced {
+        run: "a".into(),
+        token: first.lease.token,
+    }
+    .to_string();
+    assert!(message.contains("stop carrying it out"), "{message}");
+    assert_eq!(
+        queue.run("a").await.unwrap().unwrap().state,
+        state::INTERRUPTED
+    );
+}
+
+async fn an_expired_lease_is_rescued_once_and_never_claimed_again(queue: Arc<dyn FleetQueue>) {
+    queue.enqueue(run("lost")).await.unwrap();
+    queue.enqueue(run("kept")).await.unwrap();
+    let lost = queue.claim("gone", SHORT_LEASE).await.unwrap().unwrap();
+    let kept = queue.claim("alive", LONG_LEASE).await.unwrap().unwrap();
+    assert_eq!(
+        (lost.run.id.as_str(), kept.run.id.as_str()),
+        ("lost", "kept")
+    );
+    until_expired(&queue, &lost.lease).await;
+    assert_eq!(
+        queue.rescue_expired().await.unwrap(),
+        vec!["lost".to_string()]
+    );
+    assert!(
+        queue.rescue_expired().await.unwrap().is_empty(),
+        "rescued once"
+    );
+    assert!(
+        queue.claim("other", LONG_LEASE).await.unwrap().is_none(),
+        "never claimed again"
+    );
+    // The live lease is untouched and renews.
+    let renewed = queue.heartbeat(&kept.lease, LONG_LEASE).await.unwrap();
+    assert_eq!(renewed.token, kept.lease.token);
+    queue
+        .finish(&renewed, state::SUCCEEDED, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        queue.run("kept").await.unwrap().unwrap().state,
+        state::SUCCEEDED
+    );
+}
+
+async fn dedupe_keys_and_queue_bounds_hold(queue: Arc<dyn FleetQueue>) {
+    let keyed = |id: &str| NewRun {
+        dedupe_key: Some("delivery-1".into()),
+        ..run(id)
+    };
+    assert_eq!(queue.enqueue(keyed("k1")).await.unwrap(), Enqueued::Queued);
+    assert_eq!(
+        queue.enqueue(keyed("k2")).await.unwrap(),
+        Enqueued::Duplicate
+    );
+    let bounded = |id: &str| NewRun {
+        trigger: "small".into(),
+        max_queued: 2,
+        ..run(id)
+    };
+    for id in ["b1", "b2"] {
+        assert_eq!(queue.enqueue(bounded(id)).await.unwrap(), Enqueued::Queued);
+    }
+    assert_eq!(queue.enqueue(bounded("b3")).await.unwrap(), Enqueued::Full);
+    let skipping = |id: &str| NewRun {
+        trigger: "skip".into(),
+        skip_if_active: true,
+        ..run(id)
+    };
+    assert_eq!(
+        queue.enqueue(skipping("s1")).await.unwrap(),
+        Enqueued::Queued
+    );
+    assert_eq!(
+        queue.enqueue(skipping("s2")).await.unwrap(),
+        Enqueued::Skipped
+    );
+    assert_eq!(
+        queue.run("s2").await.unwrap().unwrap().state,
+        state::SKIPPED
+    );
+    assert!(queue.run("b3").await.unwrap().is_none());
+    assert!(queue.run("k2").await.unwrap().is_none());
+}
+
+async fn fenced_events_append_in_order_and_a_lost_lease_appends_none(queue: Arc<dyn FleetQueue>) {
+    queue.enqueue(run("e")).await.unwrap();
+    let claimed = queue.claim("w", LONG_LEASE).await.unwrap().unwrap();
+    let before = queue.events_after(0, 1_000).await.unwrap().len();
+    let events = (0..5)
+        .map(|n| NewEvent::new("run.output", json!({ "n": n })).for_component("run.e"))
+        .collect();
+    let stored = queue.append_fenced(&claimed.lease, events).await.unwrap();
+    assert!(stored.windows(2).all(|w| w[0].id < w[1].id));
+    let all = queue.events_after(0, 1_000).await.unwrap();
+    assert_eq!(all.len(), before + 5);
+    let ns: Vec<i64> = all[before..]
+        .iter()
+        .map(|e| e.payload["n"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ns, vec![0, 1, 2, 3, 4]);
+    queue
+        .finish(&claimed.lease, state::SUCCEEDED, None)
+        .await
+        .unwrap();
+    let late = queue
+        .append_fenced(
+            &claimed.lease,
+            vec![NewEvent::new("run.output", json!({ "n": 5 })).for_component("run.e")],
+        )
+        .await;
+    assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
+    assert_eq!(
+        queue.events_after(0, 1_000).await.unwrap().len(),
+        before + 5
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_of_another_version_is_refused_with_the_migrate_hint() {
+    let Some(cluster) = tokio::task::spawn_blocking(PgCluster::start).await.unwrap() else {
+        return;
+    };
+    let url = cluster.database("fresh");
+    let err = PgStore::connect(&url, "f").await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::PgSchemaTooOld { found: 0, .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("`npc store migrate`"), "{err}");
+    let (from, to) = npcagent::store::pg::migrate(&url).await.unwrap();
+    assert_eq!((from, to), (0, npcagent::store::pg::PG_SCHEMA_VERSION));
+    // Migrating again is a no-op.
+    let again = npcagent::store::pg::migrate(&url).await.unwrap();
+    assert_eq!(again, (to, to));
+    PgStore::connect(&url, "f").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_store_or_a_wrong_password_is_a_clear_error_without_the_password() {
+    let Some(cluster) = tokio::task::spawn_blocking(PgCluster::start).await.unwrap() else {
+        return;
+    };
+    let url = cluster.database("fleet");
+    let wrong = url.replace(PG_PASSWORD, "not-the-password-77");
+    let err = PgStore::connect(&wrong, "f").await.unwrap_err().to_string();
+    assert!(err.contains("password authentication failed"), "{err}");
+    assert!(!err.contains("not-the-password-77"), "{err}");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let unreachable = format!("postgres://npc:{PG_PASSWORD}@127.0.0.1:{port}/fleet");
+    let err = PgStore::connect(&unreachable, "f")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("cannot connect"), "{err}");
+    assert!(!err.contains(PG_PASSWORD), "{err}");
+    let err = PgStore::connect("mysql://root:hunter2@h/db", "f")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`postgres://"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
+// ----- `npc worker` processes against a real PostgreSQL ------------------
+
+/// The project name the fleet tests' manifests declare.
+const FLEET_PROJECT: &str = "fleet-test";
+/// The remote their repositories name (never fetched).
+const FLEET_REMOTE: &str = "https://git.example.invalid/fleet.git";
+/// Runs the drain test enqueues.
+const DRAIN_RUNS: usize = 1_000;
+/// Workers that drain them.
+const DRAIN_WORKERS: usize = 4;
+/// How long the drain may take on a loaded machine.
+const DRAIN_LIMIT: Duration = Duration::from_secs(240);
+/// The lease of the fault tests' workers, in seconds.
+const FAULT_LEASE_SECS: &str = "2";
+/// The lease of workers whose test is not about leases: it outlives any
+/// stall of a loaded machine (and the restart test's restart).
+const STEADY_LEASE_SECS: &str = "30";
+
+/// A repository whose trigger `t` runs `script` (in `sh -c`).
+fn fleet_repo(script: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = format!(
+        "version = 1\n[project]\nname = \"{FLEET_PROJECT}\"\n[store]\nurl = \"${{NPC_STORE_URL}}\"\n\
+         [runs]\nmax_concurrent = 4\n[triggers.t]\nkind = \"cron\"\nschedule = \"24h\"\n\
+         action = {{ command = \"sh\", args = [\"-c\", {script:?}] }}\n"
+    );
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    for args in [
+        vec!["init", "-q"],
+        vec!["remote", "add", "origin", FLEET_REMOTE],
+    ] {
+        let ok = std::process::Command::new("git")
+            .args(&args)
+            .current_dir(dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+    dir
+}
+
+fn fleet_key() -> String {
+    format!("{FLEET_PROJECT}@{FLEET_REMOTE}")
+}
+
+/// `npc worker` in `repo` against `url`, its stderr in `log`.
+fn start_worker(repo: &std::path::Path, url: &str, log: &std::path::Path) -> std::process::Child {
+    start_worker_leased(repo, url, log, FAULT_LEASE_SECS)
+}
+
+/// [`start_worker`] with a lease of `lease_secs`.
+fn start_worker_leased(
+    repo: &std::path::Path,
+    url: &str,
+    log: &std::path::Path,
+    lease_secs: &str,
+) -> std::process::Child {
+    std::process::Command::new(crate::support::npc_path())
+        .args(["worker", "--lease-secs", lease_secs])
+        .current_dir(repo)
+        .env("NPC_STORE_URL", url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// Every worker log in `dir`, for a failure's message.
+fn worker_logs(dir: &std::path::Path) -> String {
+    let mut all = String::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        all.push_str(&format!("== {}\n{text}\n", entry.path().display()));
+    }
+    all
+}
+
+fn lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A migrated store for the worker tests (through `npc store migrate`).
+fn worker_store(cluster: &PgCluster, repo: &std::path::Path) -> String {
+    let url = cluster.database("fleet");
+    let out = crate::support::npc()
+        .args(["store", "migrate"])
+        .current_dir(repo)
+        .env("NPC_STORE_URL", &url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("migrated from schema version 0 to 1"),
+        "{said}"
+    );
+    assert!(!said.contains(PG_PASSWORD));
+    url
+}
+
+fn enqueue_runs(rt: &tokio::runtime::Runtime, store: &PgStore, n: usize) {
+    rt.block_on(async {
+        for i in 0..n {
+            let run = NewRun {
+                max_queued: usize::MAX,
+                ..run(&format!("run-{i:05}"))
+            };
+            assert_eq!(store.enqueue(run).await.unwrap(), Enqueued::Queued);
+        }
+    });
+}
+
+#[test]
+fn a_thousand_queued_runs_drained_by_four_workers_each_run_exactly_once() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let repo = fleet_repo("echo \"$NPC_RUN_ID\" >> ran.log");
+    let url = worker_store(&cluster, repo.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
+    enqueue_runs(&rt, &store, DRAIN_RUNS);
+    let logs = tempfile::tempdir().unwrap();
+    let _workers: Vec<crate::support::Stopped> = (0..DRAIN_WORKERS)
+        .map(|w| {
+            let log = logs.path().join(format!("worker-{w}.log"));
+            crate::support::Stopped::new(start_worker_leased(
+                repo.path(),
+                &url,
+                &log,
+                STEADY_LEASE_SECS,
+            ))
+        })
+        .collect();
+    let rows = crate::support::wait_for_within("every run to end", DRAIN_LIMIT, || {
+        let rows = rt.block_on(store.run_rows(DRAIN_RUNS)).unwrap();
+        rows.iter()
+            .all(|r| r.state != state::QUEUED && r.state != state::RUNNING)
+            .then_some(rows)
+    });
+    assert_eq!(rows.len(), DRAIN_RUNS);
+    let failed: Vec<_> = rows
+        .iter()
+        .filter(|r| r.state != state::SUCCEEDED)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{failed:?}\n{}",
+        worker_logs(logs.path())
+    );
+    let ran = lines(&repo.path().join("ran.log"));
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for id in &ran {
+        *counts.entry(id.as_str()).or_default() += 1;
+    }
+    assert_eq!(counts.len(), DRAIN_RUNS, "every run executed");
+    assert!(counts.values().all(|&n| n == 1), "none executed twice");
+    let owners: std::collections::HashSet<_> =
+        rows.iter().filter_map(|r| r.owner.clone()).collect();
+    assert!(
+        owners.len() > 1,
+        "the runs were shared: {owners:?}\n{}",
+        worker_logs(logs.path())
+    );
+    // Each run's events reached the shared log.
+    let events = rt.block_on(store.events_after(0, 100_000)).unwrap();
+    let finished = events.iter().filter(|e| e.kind == "run.finished").count();
+    assert_eq!(finished, DRAIN_RUNS);
+}
+
+#[test]
+fn a_worker_killed_mid_run_loses_the_run_to_interrupted_and_it_never_runs_again() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let repo = fleet_repo("echo \"$NPC_RUN_ID\" >> ran.log; exec sleep 600");
+    let url = worker_store(&cluster, repo.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
+    enqueue_runs(&rt, &store, 1);
+    let logs = tempfile::tempdir().unwrap();
+    let mut doomed = start_worker(repo.path(), &url, &logs.path().join("a.log"));
+    crate::support::wait_for("the run to start", || {
+        (!lines(&repo.path().join("ran.log")).is_empty()).then_some(())
+    });
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
+    let _rescuer =
+        crate::support::Stopped::new(start_worker(repo.path(), &url, &logs.path().join("b.log")));
+    let row = crate::support::wait_for("the run to be rescued", || {
+        let row = rt.block_on(store.run("run-00000")).unwrap().unwrap();
+        (row.state != state::RUNNING).then_some(row)
+    });
+    assert_eq!(row.state, state::INTERRUPTED);
+    assert_eq!(row.detail.as_deref(), Some(LEASE_EXPIRED_DETAIL));
+    let events = rt.block_on(store.events_after(0, 10_000)).unwrap();
+    assert!(
+        events.iter().any(|e| e.kind == "run.interrupted"),
+        "{events:?}"
+    );
+    assert_eq!(
+        lines(&repo.path().join("ran.log")).len(),
+        1,
+        "never run again"
+    );
+}
+
+#[test]
+fn a_worker_paused_past_its_lease_is_fenced_and_stops_its_agent() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let repo = fleet_repo("sleep 600 & echo $! > agent.pid; wait");
+    let url = worker_store(&cluster, repo.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
+    enqueue_runs(&rt, &store, 1);
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("paused.log");
+    let worker = crate::support::Stopped::new(start_worker(repo.path(), &url, &log));
+    let agent: u32 = crate::support::wait_for("the agent to start", || {
+        std::fs::read_to_string(repo.path().join("agent.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    });
+    let pid = nix::unistd::Pid::from_raw(worker.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // Nobody else rescues: the test does, once the lease ran out.
+    let rescued = crate::support::wait_for("the lease to run out", || {
+        let ids = rt.block_on(store.rescue_expired()).unwrap();
+        (!ids.is_empty()).then_some(ids)
+    });
+    assert_eq!(rescued, vec!["run-00000".to_string()]);
+    assert!(
+        crate::support::alive(agent),
+        "the agent still runs while its worker is paused"
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    crate::support::wait_for("the fenced worker to stop its agent", || {
+        (!crate::support::alive(agent)).then_some(())
+    });
+    let said = crate::support::wait_for("the worker to say why", || {
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        said.contains("lease was lost").then_some(said)
+    });
+    assert!(!said.contains(PG_PASSWORD), "{said}");
+    // Its late writes were refused: the row stays as the rescue left it.
+    let row = rt.block_on(store.run("run-00000")).unwrap().unwrap();
+    assert_eq!(row.state, state::INTERRUPTED);
+    assert_eq!(row.detail.as_deref(), Some(LEASE_EXPIRED_DETAIL));
+    let events = rt.block_on(store.events_after(0, 10_000)).unwrap();
+    assert!(
+        !events.iter().any(|e| e.kind == "run.finished"),
+        "no end relayed after the rescue: {events:?}"
+    );
+}
+
+#[test]
+fn a_worker_without_a_reachable_store_says_so_without_the_password() {
+    let repo = fleet_repo("true");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let url = format!("postgres://npc:{PG_PASSWORD}@127.0.0.1:{port}/fleet");
+    let out = crate::support::npc()
+        .args(["worker"])
+        .current_dir(repo.path())
+        .env("NPC_STORE_URL", &url)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("cannot join the fleet"), "{said}");
+    assert!(said.contains("cannot connect"), "{said}");
+    assert!(!said.contains(PG_PASSWORD), "{said}");
+    let out = crate::support::npc()
+        .args(["store", "migrate"])
+        .current_dir(repo.path())
+        .env("NPC_STORE_URL", &url)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(PG_PASSWORD));
+}
+
+/// Runs the restart test enqueues.
+const RESTART_RUNS: usize = 200;
+/// Runs that end before the server restarts.
+const RESTART_AFTER: usize = 50;
+
+#[test]
+fn a_server_restarted_mid_drain_loses_and_doubles_nothing() {
+    let Some(mut cluster) = PgCluster::start() else {
+        return;
+    };
+    let repo = fleet_repo("echo \"$NPC_RUN_ID\" >> ran.log");
+    let url = worker_store(&cluster, repo.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ended = |rt: &tokio::runtime::Runtime| -> Option<Vec<npcagent::store::queue::RunRow>> {
+        // A fresh view each time: the check itself survives the restart.
+        let store = rt.block_on(PgStore::connect(&url, &fleet_key())).ok()?;
+        let rows = rt.block_on(store.run_rows(RESTART_RUNS)).ok()?;
+        Some(rows)
+    };
+    {
+        let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
+        enqueue_runs(&rt, &store, RESTART_RUNS);
+    }
+    let logs = tempfile::tempdir().unwrap();
+    let _workers: Vec<crate::support::Stopped> = (0..2)
+        .map(|w| {
+            let log = logs.path().join(format!("worker-{w}.log"));
+            crate::support::Stopped::new(start_worker_leased(
+                repo.path(),
+                &url,
+                &log,
+                STEADY_LEASE_SECS,
+            ))
+        })
+        .collect();
+    crate::support::wait_for("some runs to end", || {
+        let rows = ended(&rt)?;
+        let done = rows.iter().filter(|r| r.state == state::SUCCEEDED).count();
+        (done >= RESTART_AFTER).then_some(())
+    });
+    cluster.restart();
+    let rows = crate::support::wait_for_within("every run to end", DRAIN_LIMIT, || {
+        let rows = ended(&rt)?;
+        rows.iter()
+            .all(|r| r.state != state::QUEUED && r.state != state::RUNNING)
+            .then_some(rows)
+    });
+    assert_eq!(rows.len(), RESTART_RUNS);
+    let ran = lines(&repo.path().join("ran.log"));
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for id in &ran {
+        *counts.entry(id.as_str()).or_default() += 1;
+    }
+    assert!(counts.values().all(|&n| n == 1), "none executed twice");
+    // A claim whose answer the restart cut off is the only run that may
+    // not succeed: its lease runs out and it ends interrupted, unexecuted.
+    for row in &rows {
+        match row.state.as_str() {
+            state::SUCCEEDED => {
+                assert_eq!(counts.get(row.id.as_str()), Some(&1), "{row:?} ran once")
+            }
+            state::INTERRUPTED => {
+                assert_eq!(row.detail.as_deref(), Some(LEASE_EXPIRED_DETAIL), "{row:?}")
+            }
+            _ => panic!("unexpected end: {row:?}"),
+        }
+    }
+    let lost = rows.iter().filter(|r| r.state != state::SUCCEEDED).count();
+    assert!(lost <= 2, "at most one cut-off claim per worker: {lost}");
+}

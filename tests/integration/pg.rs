@@ -1,0 +1,252 @@
+//! A throwaway PostgreSQL cluster for the fleet's tests: `initdb` into a
+//! temporary directory, `postgres` on 127.0.0.1 with a random free port
+//! and its Unix socket in that directory, stopped (fast shutdown) on drop.
+//! Run as root (CI), the cluster belongs to an unprivileged account
+//! (`postgres`, else `nobody`) through `setpriv`, since `initdb` refuses
+//! root. Without the binaries a test is skipped with a message, except
+//! under `CI=true`, where it fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where Debian puts each major version's server binaries
+/// (`VERSION/bin`); the newest is used unless `NPC_TEST_PG_BIN` names one.
+const DEBIAN_PG_DIR: &str = "/usr/lib/postgresql";
+/// How long the server may take to accept connections.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a fast shutdown may take before the server is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often readiness and exit are looked at while waiting.
+const WAIT_STEP: Duration = Duration::from_millis(50);
+/// The cluster's superuser and its password (scram over TCP).
+pub const PG_USER: &str = "npc";
+pub const PG_PASSWORD: &str = "fleet-secret-8d1f0c";
+/// Connections the server accepts (16 workers with their pools).
+const MAX_CONNECTIONS: &str = "400";
+
+fn pg_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("NPC_TEST_PG_BIN") {
+        return PathBuf::from(bin);
+    }
+    let newest = std::fs::read_dir(DEBIAN_PG_DIR)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let major: u32 = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").exists().then_some((major, bin))
+        })
+        .max_by_key(|(major, _)| *major);
+    newest.map_or_else(|| Path::new(DEBIAN_PG_DIR).join("bin"), |(_, bin)| bin)
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// The account the cluster runs as when the tests run as root.
+fn account() -> &'static str {
+    let has = |name: &str| nix::unistd::User::from_name(name).ok().flatten().is_some();
+    if has("postgres") {
+        "postgres"
+    } else {
+        "nobody"
+    }
+}
+
+/// `program` as the cluster's account (directly when not root).
+fn as_owner(program: &Path) -> Command {
+    if is_root() {
+        let mut c = Command::new("setpriv");
+        let who = account();
+        c.args([
+            &format!("--reuid={who}"),
+            &format!("--regid={who}"),
+            "--init-groups",
+            "--pdeathsig=KILL",
+        ])
+        .arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+/// `postgres` on `port` over the data directory in `dir`.
+fn spawn_server(dir: &Path, port: u16) -> Child {
+    as_owner(&pg_bin().join("postgres"))
+        .arg("-D")
+        .arg(dir.join("data"))
+        .args(["-p", &port.to_string()])
+        .arg("-k")
+        .arg(dir)
+        .args(["-c", "listen_addresses=127.0.0.1"])
+        .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
+        .args(["-c", "full_page_writes=off"])
+        .args(["-c", &format!("max_connections={MAX_CONNECTIONS}")])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start postgres")
+}
+
+/// A running throwaway cluster.
+pub struct PgCluster {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    pub port: u16,
+}
+
+impl PgCluster {
+    /// Start one, or `None` (skipped, with a message) when the binaries are
+    /// missing outside CI.
+    pub fn start() -> Option<Self> {
+        let bin = pg_bin();
+        if !bin.join("initdb").exists() || !bin.join("postgres").exists() {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "PostgreSQL server binaries are missing in {}; `.ci/run` must install Debian's `postgresql`",
+                bin.display()
+            );
+            eprintln!(
+                "skipped: no PostgreSQL server binaries in {} (install Debian's `postgresql`)",
+                bin.display()
+            );
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data = dir.path().join("data");
+        let pwfile = dir.path().join("pw");
+        std::fs::write(&pwfile, PG_PASSWORD).unwrap();
+        if is_root() {
+            let user = nix::unistd::User::from_name(account()).unwrap().unwrap();
+            nix::unistd::chown(dir.path(), Some(user.uid), Some(user.gid)).unwrap();
+            nix::unistd::chown(&pwfile, Some(user.uid), Some(user.gid)).unwrap();
+        }
+        let out = as_owner(&bin.join("initdb"))
+            .arg("-D")
+            .arg(&data)
+            .args([
+                "-U",
+                PG_USER,
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+            ])
+            .args(["--no-sync", "--encoding=UTF8", "--locale=C"])
+            .arg(format!("--pwfile={}", pwfile.display()))
+            .current_dir(dir.path())
+            .output()
+            .expect("run initdb");
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = spawn_server(dir.path(), port);
+        let cluster = Self {
+            dir,
+            child: Some(child),
+            port,
+        };
+        cluster.wait_ready();
+        Some(cluster)
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let ready = Command::new(pg_bin().join("pg_isready"))
+                .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-q"])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "postgres did not accept connections within {READY_TIMEOUT:?}"
+            );
+            std::thread::sleep(WAIT_STEP);
+        }
+    }
+
+    /// The URL of database `db`, with the password.
+    pub fn url(&self, db: &str) -> String {
+        format!(
+            "postgres://{PG_USER}:{PG_PASSWORD}@127.0.0.1:{}/{db}",
+            self.port
+        )
+    }
+
+    /// A fresh database; returns its URL.
+    pub fn database(&self, name: &str) -> String {
+        let out = Command::new(pg_bin().join("createdb"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                PG_USER,
+            ])
+            .arg(name)
+            .env("PGPASSWORD", PG_PASSWORD)
+            .output()
+            .expect("run createdb");
+        assert!(
+            out.status.success(),
+            "createdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.url(name)
+    }
+
+    /// Stop the server (fast shutdown) and start it again on the same
+    /// port and data, as an operator's restart does.
+    #[allow(dead_code)]
+    pub fn restart(&mut self) {
+        if let Some(child) = self.child.take() {
+            stop_server(child);
+        }
+        self.child = Some(spawn_server(self.dir.path(), self.port));
+        self.wait_ready();
+    }
+
+    /// The cluster's directory (its socket lives there).
+    #[allow(dead_code)]
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// SIGINT (fast shutdown), then SIGKILL past [`STOP_TIMEOUT`].
+fn stop_server(mut child: Child) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(WAIT_STEP);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.take() {
+            stop_server(child);
+        }
+    }
+}
