@@ -1493,6 +1493,13 @@ mod no_orphans {
         rest.split_ascii_whitespace().nth(n - 3)?.parse().ok()
     }
 
+    /// Whether the process `pid` that started at `start` (clock ticks after
+    /// boot, field 22 of its stat) is alive: under a loaded test run its
+    /// pid may already belong to another process.
+    fn still_alive(pid: u32, start: u64) -> bool {
+        alive(pid) && stat_field(pid, 22) == Some(start)
+    }
+
     /// The watchdog the daemon `daemon` started.
     fn watchdog_of(daemon: u32) -> u32 {
         wait_for("the daemon's watchdog", || {
@@ -1549,8 +1556,12 @@ mod no_orphans {
         let pid_file = dir.path().join("grandchild.pid");
         let mut daemon = spawn_daemon(dir.path());
         let grandchild = wait_pid(&pid_file);
+        let started = stat_field(grandchild, 22).expect("the grandchild runs");
         crash_with_its_watchdog(&mut daemon);
-        assert!(alive(grandchild), "the crash left the grandchild behind");
+        assert!(
+            still_alive(grandchild, started),
+            "the crash left the grandchild behind"
+        );
         let ledgers = std::fs::read_dir(dir.path().join(".npc/groups"))
             .unwrap()
             .count();
@@ -1559,7 +1570,10 @@ mod no_orphans {
         std::fs::remove_file(&pid_file).unwrap();
         let daemon = spawn_daemon(dir.path());
         let again = wait_pid(&pid_file);
-        assert!(!alive(grandchild), "stopped before the new start");
+        assert!(
+            !still_alive(grandchild, started),
+            "stopped before the new start"
+        );
         assert_ne!(again, grandchild);
         assert_eq!(copies(&sleep), 1, "one copy after the restart");
         terminate(daemon);
@@ -1573,8 +1587,12 @@ mod no_orphans {
         let pid_file = dir.path().join("grandchild.pid");
         let mut daemon = spawn_daemon(dir.path());
         let grandchild = wait_pid(&pid_file);
+        let started = stat_field(grandchild, 22).expect("the grandchild runs");
         crash_with_its_watchdog(&mut daemon);
-        assert!(alive(grandchild), "the crash left the grandchild behind");
+        assert!(
+            still_alive(grandchild, started),
+            "the crash left the grandchild behind"
+        );
 
         // The next start reads another state directory; the ledger is not there.
         std::fs::write(
@@ -1588,7 +1606,10 @@ mod no_orphans {
         std::fs::remove_file(&pid_file).unwrap();
         let daemon = spawn_daemon(dir.path());
         let again = wait_pid(&pid_file);
-        assert!(!alive(grandchild), "stopped before the new start");
+        assert!(
+            !still_alive(grandchild, started),
+            "stopped before the new start"
+        );
         assert_ne!(again, grandchild);
         assert_eq!(copies(&sleep), 1, "one copy after the restart");
         terminate(daemon);
