@@ -275,12 +275,6 @@ impl ServerCatalog {
             .any(|t| expands(&t.uri_template, uri))
     }
 
-    /// Whether `uri` (a resource or template URI) names something of this
-    /// server's: a resource, the same template, or an expansion of a template.
-    fn claims(&self, uri: &str) -> bool {
-        self.lists_resource(uri) || self.lists_template(uri) || self.expands_template(uri)
-    }
-
     fn lists_prompt(&self, name: &str) -> bool {
         read(&self.prompts).iter().any(|p| p.name == name)
     }
@@ -339,6 +333,40 @@ pub fn split_resource_uri(uri: &str) -> Option<(&str, &str)> {
         .filter(|(server, rest)| !server.is_empty() && !rest.is_empty())
 }
 
+/// The resource URIs and templates every server lists, to name them under
+/// `mcp.prefix = "on_conflict"` (gathered once a list, not once a URI).
+#[derive(Debug, Default)]
+struct UriClaims {
+    on_conflict: bool,
+    /// A resource URI or template → the servers listing it.
+    listed: std::collections::HashMap<String, std::collections::BTreeSet<String>>,
+    /// (server, template) of every server.
+    templates: Vec<(String, String)>,
+}
+
+impl UriClaims {
+    /// The name the gateway gives `uri` (a resource or template URI) of
+    /// `server`: `npc://SERVER/URI`, or with `mcp.prefix = "on_conflict"`
+    /// `uri` itself unless another server lists it too or has a template it
+    /// expands (or it looks like a gateway URI).
+    fn gateway_uri(&self, server: &str, uri: &str) -> String {
+        let clash = || {
+            self.listed
+                .get(uri)
+                .is_some_and(|s| s.iter().any(|other| other != server))
+                || self
+                    .templates
+                    .iter()
+                    .any(|(other, t)| other != server && expands(t, uri))
+        };
+        if self.on_conflict && !uri.starts_with(RESOURCE_URI_PREFIX) && !clash() {
+            uri.to_string()
+        } else {
+            resource_uri(server, uri)
+        }
+    }
+}
+
 /// The manifest whose `prompts` the gateway serves, and the repository
 /// they render in.
 #[derive(Debug, Clone)]
@@ -387,11 +415,11 @@ impl Catalog {
 
     /// Every server's resources under their gateway URIs, servers in name order.
     pub fn resources(&self) -> Vec<Resource> {
-        let catalogs: Vec<_> = self.pool.catalogs().collect();
+        let claims = self.claims();
         let mut out = Vec::new();
-        for (server, catalog) in &catalogs {
+        for (server, catalog) in self.pool.catalogs() {
             out.extend(catalog.resources().into_iter().map(|mut r| {
-                r.uri = self.gateway_uri(&catalogs, server, &r.uri);
+                r.uri = claims.gateway_uri(&server, &r.uri);
                 r
             }));
         }
@@ -400,37 +428,43 @@ impl Catalog {
 
     /// Every server's resource templates under their gateway URIs.
     pub fn resource_templates(&self) -> Vec<ResourceTemplate> {
-        let catalogs: Vec<_> = self.pool.catalogs().collect();
+        let claims = self.claims();
         let mut out = Vec::new();
-        for (server, catalog) in &catalogs {
+        for (server, catalog) in self.pool.catalogs() {
             out.extend(catalog.templates().into_iter().map(|mut t| {
-                t.uri_template = self.gateway_uri(&catalogs, server, &t.uri_template);
+                t.uri_template = claims.gateway_uri(&server, &t.uri_template);
                 t
             }));
         }
         out
     }
 
-    /// The name the gateway gives `uri` (a resource or template URI) of
-    /// `server` among `catalogs`: `npc://SERVER/URI`, or with
-    /// `mcp.prefix = "on_conflict"` `uri` itself unless another server
-    /// claims it too (or it looks like a gateway URI).
-    fn gateway_uri(
-        &self,
-        catalogs: &[(String, Arc<ServerCatalog>)],
-        server: &str,
-        uri: &str,
-    ) -> String {
-        let keep = self.pool.prefix() == super::Prefix::OnConflict
-            && !uri.starts_with(RESOURCE_URI_PREFIX)
-            && !catalogs
-                .iter()
-                .any(|(other, c)| other != server && c.claims(uri));
-        if keep {
-            uri.to_string()
-        } else {
-            resource_uri(server, uri)
+    /// Which servers list which resource URIs and templates (nothing under
+    /// `mcp.prefix = "always"`, where every URI is `npc://SERVER/URI`).
+    fn claims(&self) -> UriClaims {
+        let mut claims = UriClaims::default();
+        if self.pool.prefix() != super::Prefix::OnConflict {
+            return claims;
         }
+        claims.on_conflict = true;
+        for (server, catalog) in self.pool.catalogs() {
+            for r in catalog.resources() {
+                claims
+                    .listed
+                    .entry(r.uri)
+                    .or_default()
+                    .insert(server.clone());
+            }
+            for t in catalog.templates() {
+                claims
+                    .listed
+                    .entry(t.uri_template.clone())
+                    .or_default()
+                    .insert(server.clone());
+                claims.templates.push((server.clone(), t.uri_template));
+            }
+        }
+        claims
     }
 
     /// The (server, upstream URI) `uri` reads or subscribes: a gateway URI
@@ -477,12 +511,12 @@ impl Catalog {
             .await
             .map_err(unavailable)?
             .map_err(|e| answered(&server, e))?;
-        let catalogs: Vec<_> = self.pool.catalogs().collect();
+        let claims = self.claims();
         for content in &mut result.contents {
             if let ResourceContents::TextResourceContents { uri, .. }
             | ResourceContents::BlobResourceContents { uri, .. } = content
             {
-                *uri = self.gateway_uri(&catalogs, &server, uri);
+                *uri = claims.gateway_uri(&server, uri);
             }
         }
         Ok(result)
