@@ -277,6 +277,9 @@ Gateway tool names (`mcp.prefix = \"on_conflict\"`):\n"
             printable(&servers.join(", "))
         )?;
     }
+    outln!(
+        "\n  Prompts and resource URIs are named when their servers connect, the same way (a clashing URI is `npc://SERVER/URI`)."
+    )?;
     Ok(())
 }
 

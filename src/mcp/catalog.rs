@@ -9,8 +9,11 @@
 //! Names, as the gateway's clients see them ([`Catalog`]):
 //! - a resource `URI` of server `S` is `npc://S/URI` (the upstream URI kept
 //!   verbatim after the server, so a template `file:///{path}` becomes
-//!   `npc://S/file:///{path}` and its expansions route back unchanged); a
-//!   bare upstream URI is read too when exactly one server lists it;
+//!   `npc://S/file:///{path}` and its expansions route back unchanged), or
+//!   with `mcp.prefix = "on_conflict"` just `URI` unless another server
+//!   lists it too (a resource, the same template, or a template it expands);
+//!   a bare upstream URI is read (and subscribed) when exactly one server
+//!   lists it or has a template it expands;
 //! - a prompt `P` of server `S` is `S__P`, spelled like tools
 //!   ([`super::namespaced`]), or with `mcp.prefix = "on_conflict"` just `P`
 //!   unless another server or a manifest prompt has it ([`super::expose`]);
@@ -266,6 +269,12 @@ impl ServerCatalog {
             .any(|t| t.uri_template == uri_template)
     }
 
+    fn expands_template(&self, uri: &str) -> bool {
+        read(&self.templates)
+            .iter()
+            .any(|t| expands(&t.uri_template, uri))
+    }
+
     fn lists_prompt(&self, name: &str) -> bool {
         read(&self.prompts).iter().any(|p| p.name == name)
     }
@@ -290,11 +299,72 @@ pub fn resource_uri(server: &str, uri: &str) -> String {
     format!("{RESOURCE_URI_PREFIX}{server}/{uri}")
 }
 
+/// Whether `uri` is an expansion of the RFC 6570 `template`: its literal
+/// parts in order, each `{…}` expression standing for at least one character.
+pub fn expands(template: &str, uri: &str) -> bool {
+    let mut literals = Vec::new();
+    let mut rest = template;
+    while let Some((literal, after)) = rest.split_once('{') {
+        literals.push(literal);
+        let Some((_, after)) = after.split_once('}') else {
+            return false;
+        };
+        rest = after;
+    }
+    if literals.is_empty() {
+        return template == uri;
+    }
+    let Some(mut at) = uri.strip_prefix(literals[0]).map(|_| literals[0].len()) else {
+        return false;
+    };
+    for literal in literals[1..].iter().filter(|l| !l.is_empty()) {
+        let Some(found) = uri.get(at + 1..).and_then(|u| u.find(literal)) else {
+            return false;
+        };
+        at += 1 + found + literal.len();
+    }
+    uri.ends_with(rest) && uri.len() - rest.len() > at
+}
+
 /// The (server, upstream URI) a gateway resource URI stands for.
 pub fn split_resource_uri(uri: &str) -> Option<(&str, &str)> {
     uri.strip_prefix(RESOURCE_URI_PREFIX)?
         .split_once('/')
         .filter(|(server, rest)| !server.is_empty() && !rest.is_empty())
+}
+
+/// The resource URIs and templates every server lists, to name them under
+/// `mcp.prefix = "on_conflict"` (gathered once a list, not once a URI).
+#[derive(Debug, Default)]
+struct UriClaims {
+    on_conflict: bool,
+    /// A resource URI or template → the servers listing it.
+    listed: std::collections::HashMap<String, std::collections::BTreeSet<String>>,
+    /// (server, template) of every server.
+    templates: Vec<(String, String)>,
+}
+
+impl UriClaims {
+    /// The name the gateway gives `uri` (a resource or template URI) of
+    /// `server`: `npc://SERVER/URI`, or with `mcp.prefix = "on_conflict"`
+    /// `uri` itself unless another server lists it too or has a template it
+    /// expands (or it looks like a gateway URI).
+    fn gateway_uri(&self, server: &str, uri: &str) -> String {
+        let clash = || {
+            self.listed
+                .get(uri)
+                .is_some_and(|s| s.iter().any(|other| other != server))
+                || self
+                    .templates
+                    .iter()
+                    .any(|(other, t)| other != server && expands(t, uri))
+        };
+        if self.on_conflict && !uri.starts_with(RESOURCE_URI_PREFIX) && !clash() {
+            uri.to_string()
+        } else {
+            resource_uri(server, uri)
+        }
+    }
 }
 
 /// The manifest whose `prompts` the gateway serves, and the repository
@@ -345,10 +415,11 @@ impl Catalog {
 
     /// Every server's resources under their gateway URIs, servers in name order.
     pub fn resources(&self) -> Vec<Resource> {
+        let claims = self.claims();
         let mut out = Vec::new();
         for (server, catalog) in self.pool.catalogs() {
             out.extend(catalog.resources().into_iter().map(|mut r| {
-                r.uri = resource_uri(&server, &r.uri);
+                r.uri = claims.gateway_uri(&server, &r.uri);
                 r
             }));
         }
@@ -357,42 +428,75 @@ impl Catalog {
 
     /// Every server's resource templates under their gateway URIs.
     pub fn resource_templates(&self) -> Vec<ResourceTemplate> {
+        let claims = self.claims();
         let mut out = Vec::new();
         for (server, catalog) in self.pool.catalogs() {
             out.extend(catalog.templates().into_iter().map(|mut t| {
-                t.uri_template = resource_uri(&server, &t.uri_template);
+                t.uri_template = claims.gateway_uri(&server, &t.uri_template);
                 t
             }));
         }
         out
     }
 
-    /// The (server, upstream URI) `uri` reads: a gateway URI of a pool
-    /// server, or an upstream URI exactly one server lists.
-    fn route(&self, uri: &str) -> Option<(String, String)> {
+    /// Which servers list which resource URIs and templates (nothing under
+    /// `mcp.prefix = "always"`, where every URI is `npc://SERVER/URI`).
+    fn claims(&self) -> UriClaims {
+        let mut claims = UriClaims::default();
+        if self.pool.prefix() != super::Prefix::OnConflict {
+            return claims;
+        }
+        claims.on_conflict = true;
+        for (server, catalog) in self.pool.catalogs() {
+            for r in catalog.resources() {
+                claims
+                    .listed
+                    .entry(r.uri)
+                    .or_default()
+                    .insert(server.clone());
+            }
+            for t in catalog.templates() {
+                claims
+                    .listed
+                    .entry(t.uri_template.clone())
+                    .or_default()
+                    .insert(server.clone());
+                claims.templates.push((server.clone(), t.uri_template));
+            }
+        }
+        claims
+    }
+
+    /// The (server, upstream URI) `uri` reads or subscribes: a gateway URI
+    /// of a pool server, or an upstream URI exactly one server lists (or,
+    /// when none lists it, exactly one has a template it expands).
+    pub fn route_resource(&self, uri: &str) -> Option<(String, String)> {
         if let Some((server, rest)) = split_resource_uri(uri)
             && self.pool.catalog_of(server).is_some()
         {
             return Some((server.to_string(), rest.to_string()));
         }
-        let mut listing = self
-            .pool
-            .catalogs()
-            .filter(|(_, c)| c.lists_resource(uri))
-            .map(|(s, _)| s.to_string());
-        match (listing.next(), listing.next()) {
-            (Some(server), None) => Some((server, uri.to_string())),
-            _ => None,
+        let catalogs: Vec<_> = self.pool.catalogs().collect();
+        let only = |of: &dyn Fn(&ServerCatalog) -> bool| {
+            let mut matching = catalogs.iter().filter(|(_, c)| of(c));
+            match (matching.next(), matching.next()) {
+                (Some((server, _)), None) => Some((server.clone(), uri.to_string())),
+                _ => None,
+            }
+        };
+        if catalogs.iter().any(|(_, c)| c.lists_resource(uri)) {
+            return only(&|c| c.lists_resource(uri));
         }
+        only(&|c| c.expands_template(uri))
     }
 
     /// Read `uri` from its server within the server's `tool_timeout_ms`;
     /// the contents come back under gateway URIs.
     pub async fn read_resource(&self, uri: &str) -> Result<ReadResourceResult, ErrorData> {
-        let Some((server, upstream_uri)) = self.route(uri) else {
+        let Some((server, upstream_uri)) = self.route_resource(uri) else {
             return Err(ErrorData::resource_not_found(
                 format!(
-                    "no resource `{uri}`; resources are named `{RESOURCE_URI_PREFIX}SERVER/URI`, see `resources/list`"
+                    "no resource `{uri}`; resources are named `{RESOURCE_URI_PREFIX}SERVER/URI` (or their own URI where it does not clash, with `mcp.prefix = \"on_conflict\"`), see `resources/list`"
                 ),
                 None,
             ));
@@ -407,11 +511,12 @@ impl Catalog {
             .await
             .map_err(unavailable)?
             .map_err(|e| answered(&server, e))?;
+        let claims = self.claims();
         for content in &mut result.contents {
             if let ResourceContents::TextResourceContents { uri, .. }
             | ResourceContents::BlobResourceContents { uri, .. } = content
             {
-                *uri = resource_uri(&server, uri);
+                *uri = claims.gateway_uri(&server, uri);
             }
         }
         Ok(result)
@@ -524,6 +629,29 @@ impl Catalog {
         })
     }
 
+    /// The (server, upstream template) a gateway template URI stands for:
+    /// `npc://SERVER/TEMPLATE` of a server listing it, or a template exactly
+    /// one server lists.
+    fn route_template(&self, uri: &str) -> Option<(String, String)> {
+        if let Some((server, template)) = split_resource_uri(uri)
+            && self
+                .pool
+                .catalog_of(server)
+                .is_some_and(|c| c.lists_template(template))
+        {
+            return Some((server.to_string(), template.to_string()));
+        }
+        let mut listing = self
+            .pool
+            .catalogs()
+            .filter(|(_, c)| c.lists_template(uri))
+            .map(|(s, _)| s);
+        match (listing.next(), listing.next()) {
+            (Some(server), None) => Some((server, uri.to_string())),
+            _ => None,
+        }
+    }
+
     /// `completion/complete`: an argument of a server's prompt or resource
     /// template is completed by that server (within its `tool_timeout_ms`);
     /// anything else (manifest prompts, unknown references, servers without
@@ -541,18 +669,12 @@ impl Catalog {
                 }
                 None => return Ok(none()),
             },
-            Reference::Resource(r) => match split_resource_uri(&r.uri) {
-                Some((server, template))
-                    if self
-                        .pool
-                        .catalog_of(server)
-                        .is_some_and(|c| c.lists_template(template)) =>
-                {
-                    let server = server.to_string();
-                    r.uri = template.to_string();
+            Reference::Resource(r) => match self.route_template(&r.uri) {
+                Some((server, template)) => {
+                    r.uri = template;
                     server
                 }
-                _ => return Ok(none()),
+                None => return Ok(none()),
             },
             _ => return Ok(none()),
         };
@@ -644,6 +766,25 @@ mod tests {
         assert_eq!(split_resource_uri("npc://fs"), None);
         assert_eq!(split_resource_uri("npc:///x"), None);
         assert_eq!(split_resource_uri("file:///x"), None);
+    }
+
+    #[test]
+    fn template_expansions_are_recognised() {
+        let t = "test://template/{id}/data";
+        assert!(expands(t, "test://template/123/data"));
+        assert!(expands(t, "test://template/a/b/data"));
+        assert!(
+            !expands(t, "test://template//data"),
+            "an expression is not empty"
+        );
+        assert!(!expands(t, "test://template/123/date"));
+        assert!(!expands(t, "test://other/123/data"));
+        assert!(expands("file:///{+path}", "file:///tmp/x"));
+        assert!(!expands("file:///{+path}", "file:///"));
+        assert!(expands("a://{x}{y}-z", "a://12-z"));
+        assert!(expands("a://plain", "a://plain"));
+        assert!(!expands("a://plain", "a://plainer"));
+        assert!(!expands("a://{broken", "a://broken"));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 
 use super::call::{CallPath, PROMPT_GET_EVENT, RESOURCE_READ_EVENT};
-use super::catalog::{Catalog, CatalogChange, ManifestPrompts, split_resource_uri};
+use super::catalog::{Catalog, CatalogChange, ManifestPrompts, resource_uri};
 use super::passthrough::{Caller, Client, Sink, as_caller};
 
 /// The gateway's MCP server handler; cheap to clone (one per session).
@@ -136,7 +136,7 @@ impl ServerHandler for Gateway {
         .with_server_info(Implementation::new("npc", env!("CARGO_PKG_VERSION")))
         .with_instructions(match self.path.listing() {
             crate::model::ToolListing::All => {
-                "npc gateway: npc's built-in tools (memory_*, board_*, fetch_url, web_search, npc_*), the repository's MCP servers' tools and prompts, named SERVER__NAME (or their own names where they do not clash, with `mcp.prefix = \"on_conflict\"`), and their resources, named npc://SERVER/URI; every tool call is recorded"
+                "npc gateway: npc's built-in tools (memory_*, board_*, fetch_url, web_search, npc_*), the repository's MCP servers' tools and prompts, named SERVER__NAME (or their own names where they do not clash, with `mcp.prefix = \"on_conflict\"`), and their resources, named npc://SERVER/URI (or, the same way, their own URIs); every tool call is recorded"
             }
             crate::model::ToolListing::Search => {
                 "npc gateway: find the tools available here with `search_tools` (a query of what the tool should do) and call one with `call_tool` (its name and arguments); prompts are named SERVER__NAME and resources npc://SERVER/URI; every tool call is recorded"
@@ -182,10 +182,10 @@ impl ServerHandler for Gateway {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let Some((server, uri)) = split_resource_uri(&request.uri) else {
+        let Some((server, uri)) = self.catalog.route_resource(&request.uri) else {
             return Err(ErrorData::invalid_params(
                 format!(
-                    "no resource `{}`; the gateway's resources are named npc://SERVER/URI (see `resources/list`)",
+                    "no resource `{}`; see `resources/list` for the gateway's resources",
                     request.uri
                 ),
                 None,
@@ -195,7 +195,7 @@ impl ServerHandler for Gateway {
         let params = SubscribeRequestParams::new(uri);
         self.path
             .pool()
-            .request(server, |peer| async move { peer.subscribe(params).await })
+            .request(&server, |peer| async move { peer.subscribe(params).await })
             .await
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))??;
         client.subscribe(&request.uri, true);
@@ -212,24 +212,29 @@ impl ServerHandler for Gateway {
         if !client.subscribe(&request.uri, false) {
             return Ok(());
         }
-        let Some((server, uri)) = split_resource_uri(&request.uri) else {
+        let Some((server, uri)) = self.catalog.route_resource(&request.uri) else {
             return Ok(());
         };
-        // The upstream keeps the subscription while another session holds it.
+        // The upstream keeps the subscription while another session holds
+        // it, under either of its names.
+        let gateway_uri = resource_uri(&server, &uri);
         let others = self
             .path
             .pool()
             .clients()
             .each()
             .iter()
-            .any(|c| c.is_subscribed(&request.uri));
+            .any(|c| c.is_subscribed(&gateway_uri) || c.is_subscribed(&uri));
         if others {
             return Ok(());
         }
         let params = UnsubscribeRequestParams::new(uri);
         self.path
             .pool()
-            .request(server, |peer| async move { peer.unsubscribe(params).await })
+            .request(
+                &server,
+                |peer| async move { peer.unsubscribe(params).await },
+            )
             .await
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))??;
         Ok(())

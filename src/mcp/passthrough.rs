@@ -707,15 +707,21 @@ impl Passthrough {
         }
     }
 
-    /// A resource changed: to the sessions subscribed to it.
+    /// A resource changed: to the sessions subscribed to it, under the name
+    /// each subscribed with (`npc://SERVER/URI`, or the server's own URI).
     pub fn resource_updated(&self, params: ResourceUpdatedNotificationParam) {
-        let uri = resource_uri(&self.server, &params.uri);
+        let gateway_uri = resource_uri(&self.server, &params.uri);
         for client in self.clients.each() {
-            if client.is_subscribed(&uri) {
-                let mut params = params.clone();
-                params.uri = uri.clone();
-                client.notify(ResourceUpdatedNotification::new(params).into());
-            }
+            let uri = if client.is_subscribed(&gateway_uri) {
+                &gateway_uri
+            } else if client.is_subscribed(&params.uri) {
+                &params.uri
+            } else {
+                continue;
+            };
+            let mut params = params.clone();
+            params.uri = uri.clone();
+            client.notify(ResourceUpdatedNotification::new(params).into());
         }
     }
 }

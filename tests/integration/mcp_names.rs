@@ -2,7 +2,9 @@
 //! `mcp` SDK as the client and `server-everything` upstream:
 //! `[mcp] prefix = "on_conflict"` (an upstream's own names, the clashing
 //! ones prefixed, calls, hooks' matchers and events by the tool's
-//! `SERVER__TOOL` whatever it is listed as), and `[mcp] tools = "search"`
+//! `SERVER__TOOL` whatever it is listed as; resource URIs kept the same
+//! way, `npc://SERVER/URI` where two servers list one), and
+//! `[mcp] tools = "search"`
 //! (`search_tools` then `call_tool`, a profile's `denied_tools` refused
 //! through `call_tool` and never found, hooks still around the call).
 
@@ -283,5 +285,68 @@ fn plan_reports_the_clashes_the_manifest_decides() {
     assert_eq!(
         doc["mcp_names"]["prefixed"][1]["clashes_with"],
         json!(["npc"])
+    );
+}
+
+#[test]
+fn on_conflict_keeps_resource_uris_unless_two_servers_list_them() {
+    if !python_sdk() {
+        return;
+    }
+    let fixture = |name: &str| repo_root().join("fixtures/mcp").join(name);
+    let server = |name: &str, file: &str| {
+        format!(
+            "[mcp.servers.{name}]\ncommand = \"python3\"\nargs = [{:?}]\n",
+            fixture(file).display().to_string()
+        )
+    };
+    let dir = repo(&format!(
+        "version = 1\n[mcp]\nprefix = \"on_conflict\"\n{}{}{}",
+        server("a", "catalog.py"),
+        server("b", "catalog.py"),
+        server("c", "conformance_server.py")
+    ));
+    let got = stdio_session(
+        &dir,
+        json!([
+            ["resources"],
+            ["templates"],
+            ["read", "test://template/7/data"],
+            ["read", "test://static-text"],
+            ["read", "npc://b/mem://item/3"],
+            ["read", "mem://one"]
+        ]),
+    );
+    assert_eq!(
+        got[0]["resources"],
+        json!([
+            "npc://a/mem://one",
+            "npc://b/mem://one",
+            "test://static-text",
+            "test://static-binary",
+            "test://watched-resource"
+        ])
+    );
+    assert_eq!(
+        got[1]["templates"],
+        json!([
+            "npc://a/mem://item/{id}",
+            "npc://b/mem://item/{id}",
+            "test://template/{id}/data"
+        ])
+    );
+    let expansion = &got[2]["contents"][0];
+    assert_eq!(expansion["uri"], "test://template/7/data", "{}", got[2]);
+    assert!(expansion["text"].as_str().unwrap().contains("\"7\""));
+    assert_eq!(got[3]["contents"][0]["uri"], "test://static-text");
+    assert_eq!(got[4]["contents"][0]["uri"], "npc://b/mem://item/3");
+    assert_eq!(got[4]["contents"][0]["text"], "item 3");
+    assert!(
+        got[5]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no resource `mem://one`"),
+        "a URI two servers list is read by its gateway name only: {}",
+        got[5]
     );
 }
