@@ -202,10 +202,14 @@ pub fn plan(manifest: &Manifest, root: &Path, ctx: &RenderContext) -> (Vec<Plann
                 }
             }
         }
-        let mut planned = managed::plan_folder(&repo, Path::new(folder), format, &wanted);
-        planned.retain(|p| !failed.iter().any(|f| f.path == p.path));
-        out.extend(planned);
-        out.extend(failed);
+        // A file that failed to render keeps its text as it is.
+        out.extend(managed::plan_folder_with_failures(
+            &repo,
+            Path::new(folder),
+            format,
+            &wanted,
+            failed,
+        ));
     }
     (out, notes)
 }

@@ -145,16 +145,14 @@ pub fn plan(manifest: &Manifest, root: &Path, ctx: &RenderContext) -> (Vec<Plann
                 }
             }
         }
-        // A command that failed to render keeps its file as it is.
-        for f in &failed {
-            if let Some(stem) = f.path.file_stem().and_then(|s| s.to_str()) {
-                wanted.insert(stem.to_string(), (String::new(), String::new()));
-            }
-        }
-        let mut planned = managed::plan_folder(&repo, Path::new(folder), format, &wanted);
-        planned.retain(|p| !failed.iter().any(|f| f.path == p.path));
-        out.extend(planned);
-        out.extend(failed);
+        // A file that failed to render keeps its text as it is.
+        out.extend(managed::plan_folder_with_failures(
+            &repo,
+            Path::new(folder),
+            format,
+            &wanted,
+            failed,
+        ));
     }
     (out, notes)
 }

@@ -185,6 +185,21 @@ pub fn plan_folder(repo: &Root, folder: &Path, format: Format, wanted: &Wanted) 
     out
 }
 
+/// [`plan_folder`], with `failed` (files whose text could not be made)
+/// kept as they are: nothing is planned for their paths but the failure.
+pub fn plan_folder_with_failures(
+    repo: &Root,
+    folder: &Path,
+    format: Format,
+    wanted: &Wanted,
+    failed: Vec<Planned>,
+) -> Vec<Planned> {
+    let mut planned = plan_folder(repo, folder, format, wanted);
+    planned.retain(|p| !failed.iter().any(|f| f.path == p.path));
+    planned.extend(failed);
+    planned
+}
+
 /// Helpers for the tests of the modules that plan whole files.
 #[cfg(test)]
 pub(crate) mod testing {
