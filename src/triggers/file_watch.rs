@@ -10,7 +10,7 @@
 //! path fires once — `created` (it did not exist before and does now),
 //! `deleted` (it existed and is gone) or `modified`. So an editor's
 //! write-rename-rename is one save, and a burst of writes fires once per
-//! window. `moved` is not an event (as in seed 000): a rename is a
+//! window. Windows that close together fire in the order they opened. `moved` is not an event (as in seed 000): a rename is a
 //! `deleted` of the old path and a `created` of the new one. The payload
 //! names the path relative to the repository and the event.
 
@@ -40,6 +40,15 @@ pub const MAX_PENDING_PATHS: usize = 10_000;
 pub const MAX_NEW_DIR_ENTRIES: usize = 10_000;
 /// Directory names never watched.
 pub const IGNORED_DIRS: [&str; 1] = [".git"];
+
+/// How a change of a path came to be known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Noted {
+    /// notify reported it.
+    ByEvent,
+    /// A listing of a directory that appeared after start found it.
+    ByListing,
+}
 
 /// How a window's first change saw the path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +82,8 @@ struct Shared {
     debounce: Duration,
     pending: Mutex<Pending>,
     changed: Notify,
-    new_dirs: mpsc::UnboundedSender<PathBuf>,
+    /// Directories that appeared, with when notify said so.
+    new_dirs: mpsc::UnboundedSender<(PathBuf, Instant)>,
 }
 
 impl Shared {
@@ -90,12 +100,24 @@ impl Shared {
 
     /// A change of `path` seen as `first` if it opens a window.
     fn note(&self, path: PathBuf, first: First) {
+        self.open(path, first, Noted::ByEvent);
+    }
+
+    /// A file found in a directory that appeared after start: it is new,
+    /// even when a change of it (a write notify reported before the
+    /// directory was listed) opened its window first.
+    fn note_listed(&self, path: PathBuf) {
+        self.open(path, First::Created, Noted::ByListing);
+    }
+
+    fn open(&self, path: PathBuf, first: First, how: Noted) {
         if self.is_ignored(&path) || !self.matches(&path) {
             return;
         }
         let mut pending = crate::stdx::lock(&self.pending);
         let full = pending.windows.len() >= MAX_PENDING_PATHS;
-        match pending.windows.get(&path) {
+        match pending.windows.get_mut(&path) {
+            Some(w) if how == Noted::ByListing => w.first = First::Created,
             Some(_) => {}
             None if full => pending.dropped += 1,
             None => {
@@ -145,21 +167,24 @@ impl Shared {
     fn saw_dir(&self, path: &Path) {
         let is_dir = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
         if is_dir && !self.is_ignored(path) {
-            let _ = self.new_dirs.send(path.to_path_buf());
+            let _ = self.new_dirs.send((path.to_path_buf(), Instant::now()));
         }
     }
 
-    /// Windows that closed by `now`, with their net event.
+    /// Windows that closed by `now`, with their net event, in the order
+    /// they opened: a path changed first fires first, however late the
+    /// task wakes to close several windows at once.
     fn closed(&self, now: Instant) -> (Vec<(PathBuf, FileEvent)>, Option<Instant>) {
         let mut pending = crate::stdx::lock(&self.pending);
-        let done: Vec<PathBuf> = pending
+        let mut done: Vec<(Instant, PathBuf)> = pending
             .windows
             .iter()
             .filter(|(_, w)| w.closes <= now)
-            .map(|(p, _)| p.clone())
+            .map(|(p, w)| (w.closes, p.clone()))
             .collect();
+        done.sort();
         let mut out = Vec::new();
-        for path in done {
+        for (_, path) in done {
             let Some(w) = pending.windows.remove(&path) else {
                 continue;
             };
@@ -194,48 +219,62 @@ fn literal_prefix(pattern: &str) -> PathBuf {
     out
 }
 
+/// When each watched directory was last watched (just before the watch
+/// was asked for).
+type Watched = HashMap<PathBuf, Instant>;
+
 /// Watches `dir` and every directory under it (no links, nothing ignored,
 /// at most [`MAX_WATCHED_DIRS`] in all and per call). Each
 /// directory is watched before it is listed, so an entry made while this
 /// runs is either listed or reported by notify, never neither. With
-/// `note_files`, the files found count as created (a directory that
-/// appeared after start).
+/// `appeared`, `dir` is one notify said appeared at that instant, and the
+/// files found count as created.
 fn watch_tree(
     dir: &Path,
     shared: &Shared,
     watcher: &mut notify::RecommendedWatcher,
-    watched: &mut std::collections::BTreeSet<PathBuf>,
-    note_files: bool,
+    watched: &mut Watched,
+    appeared: Option<Instant>,
 ) -> Result<(), TriggerError> {
-    let mut stack = vec![dir.to_path_buf()];
+    let note_files = appeared.is_some();
+    let mut stack = vec![(dir.to_path_buf(), appeared)];
     let mut visited = 0usize;
-    while let Some(d) = stack.pop() {
-        let known = watched.contains(&d);
+    while let Some((d, appeared)) = stack.pop() {
+        let last_watch = watched.get(&d).copied();
+        let known = last_watch.is_some();
         if visited >= MAX_WATCHED_DIRS || (!known && watched.len() >= MAX_WATCHED_DIRS) {
             break;
         }
         let is_dir = std::fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir());
-        // At start a directory already walked is done; a directory that
+        // At start a directory already walked is done. A directory that
         // appeared later may be one deleted and made again, so it is
-        // watched afresh.
-        if !is_dir || shared.is_ignored(&d) || (known && !note_files) {
+        // watched afresh — unless it was watched after notify said it
+        // appeared (then that watch and listing already cover it, and a
+        // second listing would call its changed files new again).
+        let covered = match (last_watch, appeared) {
+            (Some(_), None) => !note_files,
+            (Some(at), Some(appeared)) => at >= appeared,
+            (None, _) => false,
+        };
+        if !is_dir || shared.is_ignored(&d) || covered {
             continue;
         }
         visited += 1;
+        let now = Instant::now();
         watcher
             .watch(&d, RecursiveMode::NonRecursive)
             .map_err(|e| TriggerError::Watch {
                 path: d.display().to_string(),
                 detail: e.to_string(),
             })?;
-        watched.insert(d.clone());
+        watched.insert(d.clone(), now);
         let Ok(entries) = std::fs::read_dir(&d) else {
             continue;
         };
         for e in entries.flatten().take(MAX_NEW_DIR_ENTRIES) {
             match e.file_type() {
-                Ok(t) if t.is_dir() => stack.push(e.path()),
-                Ok(t) if t.is_file() && note_files => shared.note(e.path(), First::Created),
+                Ok(t) if t.is_dir() => stack.push((e.path(), None)),
+                Ok(t) if t.is_file() && note_files => shared.note_listed(e.path()),
                 _ => {}
             }
         }
@@ -345,13 +384,13 @@ impl TriggerKind for FileWatchTrigger {
                 detail: e.to_string(),
             })?;
         // The deepest existing directory of each pattern's literal prefix.
-        let mut watched = std::collections::BTreeSet::new();
+        let mut watched = Watched::new();
         for p in &self.paths {
             let mut dir = cx.root.join(literal_prefix(p));
             while !dir.is_dir() && dir.starts_with(&cx.root) && dir != cx.root {
                 dir.pop();
             }
-            watch_tree(&dir, &shared, &mut watcher, &mut watched, false)?;
+            watch_tree(&dir, &shared, &mut watcher, &mut watched, None)?;
         }
         let (tx, rx) = mpsc::channel(FIRING_QUEUE_DEPTH);
         let stop = CancellationToken::new();
@@ -370,11 +409,11 @@ impl TriggerKind for FileWatchTrigger {
                     () = stop.cancelled() => break,
                     () = shared.changed.notified() => {}
                     () = sleep => {}
-                    Some(dir) = dirs_rx.recv() => {
+                    Some((dir, appeared)) = dirs_rx.recv() => {
                         // A new directory: watch it (and what is under it),
                         // and count the files already there as created. A
                         // directory that cannot be watched is left out.
-                        let _ = watch_tree(&dir, &shared, &mut watcher, &mut watched, true);
+                        let _ = watch_tree(&dir, &shared, &mut watcher, &mut watched, Some(appeared));
                     }
                 }
                 let (closed, upcoming) = shared.closed(Instant::now());
@@ -431,5 +470,72 @@ mod tests {
         assert_eq!(literal_prefix("docs/a/b.md"), PathBuf::from("docs/a"));
         assert_eq!(literal_prefix("*.md"), PathBuf::new());
         assert_eq!(literal_prefix("a/{b,c}/d"), PathBuf::from("a"));
+    }
+
+    fn shared_in(root: &Path) -> Shared {
+        let (new_dirs, _) = mpsc::unbounded_channel();
+        Shared {
+            root: root.to_path_buf(),
+            ignored: Vec::new(),
+            globs: glob_set(&["*.md".to_string()]).unwrap(),
+            ignore: glob_set(&[]).unwrap(),
+            debounce: Duration::from_millis(300),
+            pending: Mutex::new(Pending::default()),
+            changed: Notify::new(),
+            new_dirs,
+        }
+    }
+
+    #[test]
+    fn windows_closing_together_fire_in_the_order_they_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let shared = shared_in(root);
+        let start = Instant::now();
+        // Opened in this order (names chosen against any hash or name order).
+        let names = ["m.md", "z.md", "a.md", "q.md", "b.md"];
+        for (i, name) in names.iter().enumerate() {
+            std::fs::write(root.join(name), "x").unwrap();
+            crate::stdx::lock(&shared.pending).windows.insert(
+                root.join(name),
+                Window {
+                    first: First::Existed,
+                    closes: start + Duration::from_millis(i as u64),
+                },
+            );
+        }
+        // The task woke late: every window closed by now.
+        let (closed, next) = shared.closed(start + Duration::from_secs(1));
+        let order: Vec<String> = closed
+            .iter()
+            .map(|(p, _)| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(order, names);
+        assert!(closed.iter().all(|(_, e)| *e == FileEvent::Modified));
+        assert_eq!(next, None);
+    }
+
+    #[test]
+    fn a_file_a_new_directory_lists_is_created_even_when_its_write_was_seen_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let shared = shared_in(root);
+        let (written, changed) = (root.join("new.md"), root.join("old.md"));
+        for path in [&written, &changed] {
+            std::fs::write(path, "x").unwrap();
+            // notify's write event, before any listing.
+            shared.note(path.clone(), First::Existed);
+        }
+        // The new directory's listing finds only `new.md`.
+        shared.note_listed(written.clone());
+        let (mut closed, _) = shared.closed(Instant::now() + Duration::from_secs(1));
+        closed.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            closed,
+            vec![
+                (written, FileEvent::Created),
+                (changed, FileEvent::Modified)
+            ]
+        );
     }
 }
