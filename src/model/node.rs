@@ -238,28 +238,33 @@ pub struct TomlCounts {
     pub tokens: usize,
 }
 
+/// Whether a token of this kind counts as an item: every string, bare word
+/// (key part, number, boolean, date) and bracket.
+pub(super) fn is_toml_item(kind: toml_parser::lexer::TokenKind) -> bool {
+    use toml_parser::lexer::TokenKind;
+    matches!(
+        kind,
+        TokenKind::Atom
+            | TokenKind::BasicString
+            | TokenKind::LiteralString
+            | TokenKind::MlBasicString
+            | TokenKind::MlLiteralString
+            | TokenKind::LeftSquareBracket
+            | TokenKind::RightSquareBracket
+            | TokenKind::LeftCurlyBracket
+            | TokenKind::RightCurlyBracket
+    )
+}
+
 /// The items and tokens of a TOML document, or the span of the first item
 /// past [`item_limit`].
 pub fn toml_item_count(text: &str) -> Result<TomlCounts, Span> {
-    use toml_parser::lexer::TokenKind;
     let limit = item_limit(text.len());
     let mut items = 0usize;
     let mut tokens = 0usize;
     for token in toml_parser::Source::new(text).lex() {
         tokens += 1;
-        let counted = matches!(
-            token.kind(),
-            TokenKind::Atom
-                | TokenKind::BasicString
-                | TokenKind::LiteralString
-                | TokenKind::MlBasicString
-                | TokenKind::MlLiteralString
-                | TokenKind::LeftSquareBracket
-                | TokenKind::RightSquareBracket
-                | TokenKind::LeftCurlyBracket
-                | TokenKind::RightCurlyBracket
-        );
-        if counted {
+        if is_toml_item(token.kind()) {
             items += 1;
             if items > limit {
                 let span = token.span();
@@ -272,23 +277,21 @@ pub fn toml_item_count(text: &str) -> Result<TomlCounts, Span> {
 
 fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
     let text = file.text();
-    let counts = match toml_item_count(text) {
-        Ok(counts) => counts,
-        Err(span) => {
-            diags.push(Exceeded::Items.diagnostic(file, span));
-            return None;
-        }
-    };
     // A document is built straight from the parser's events, in little
-    // more memory than the tree itself.
+    // more memory than the tree itself, and refused at its first item past
+    // the bound.
     let failure = match toml_tree::build(text) {
         Ok(node) => return Some(node),
         Err(failure) => failure,
     };
+    if let Some((Exceeded::Items, span)) = failure.exceeded {
+        diags.push(Exceeded::Items.diagnostic(file, span));
+        return None;
+    }
     // One with errors is parsed again by the toml crate, whose diagnostics
     // npc has always reported, when that fits the memory budget; a larger
     // one reports the builder's own (the same errors, in toml's words).
-    if failure.is_empty() || toml_path_fits(text.len(), counts.tokens) {
+    if failure.is_empty() || toml_path_fits(text.len(), failure.tokens) {
         return parse_toml_reference(file, diags);
     }
     for error in failure.errors {

@@ -12,16 +12,44 @@ pub type Span = Range<usize>;
 /// at most this many bytes of characters, however long the line is.
 pub const COLUMN_INDEX_STRIDE: usize = 4096;
 
-/// One loaded text file (the manifest itself, a prompt template, …).
+/// One loaded text file (the manifest itself, a prompt template, …). Its
+/// line and column index is built the first time a position is asked for:
+/// a file that loads without a diagnostic never needs it.
 #[derive(Debug, Clone)]
 pub struct SourceFile {
     name: Arc<str>,
     text: Arc<str>,
-    line_starts: Arc<[usize]>,
-    /// `char_marks[i]`: characters before [`Self::mark`]`(i)`, the char
-    /// boundary at or below `i * COLUMN_INDEX_STRIDE`. Keeps column lookups
-    /// cheap on very long lines (minified or hostile input).
-    char_marks: Arc<[usize]>,
+    index: Arc<std::sync::OnceLock<LineIndex>>,
+}
+
+/// Where lines start and how many characters precede each column mark.
+#[derive(Debug)]
+struct LineIndex {
+    line_starts: Vec<usize>,
+    /// `char_marks[i]`: characters before the char boundary at or below
+    /// `i * COLUMN_INDEX_STRIDE`. Keeps column lookups cheap on very long
+    /// lines (minified or hostile input).
+    char_marks: Vec<usize>,
+}
+
+impl LineIndex {
+    fn new(text: &str) -> Self {
+        let line_starts = std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
+        let mut char_marks = Vec::with_capacity(text.len() / COLUMN_INDEX_STRIDE + 1);
+        let (mut chars, mut prev) = (0, 0);
+        for i in 0..=text.len() / COLUMN_INDEX_STRIDE {
+            let at = floor_char_boundary(text, i * COLUMN_INDEX_STRIDE);
+            chars += text[prev..at].chars().count();
+            char_marks.push(chars);
+            prev = at;
+        }
+        Self {
+            line_starts,
+            char_marks,
+        }
+    }
 }
 
 /// A 1-based line and column (columns count characters, not bytes).
@@ -33,36 +61,28 @@ pub struct Position {
 
 impl SourceFile {
     pub fn new(name: impl Into<Arc<str>>, text: impl Into<Arc<str>>) -> Self {
-        let text: Arc<str> = text.into();
-        let line_starts = std::iter::once(0)
-            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
-            .collect();
-        let mut char_marks = Vec::with_capacity(text.len() / COLUMN_INDEX_STRIDE + 1);
-        let (mut chars, mut prev) = (0, 0);
-        for i in 0..=text.len() / COLUMN_INDEX_STRIDE {
-            let at = floor_char_boundary(&text, i * COLUMN_INDEX_STRIDE);
-            chars += text[prev..at].chars().count();
-            char_marks.push(chars);
-            prev = at;
-        }
         Self {
             name: name.into(),
-            text,
-            line_starts,
-            char_marks: char_marks.into(),
+            text: text.into(),
+            index: Arc::default(),
         }
+    }
+
+    fn index(&self) -> &LineIndex {
+        self.index.get_or_init(|| LineIndex::new(&self.text))
     }
 
     /// Characters in `text[..offset]`; `offset` must be a char boundary.
     fn chars_before(&self, offset: usize) -> usize {
         let i = offset / COLUMN_INDEX_STRIDE;
         let mark = floor_char_boundary(&self.text, i * COLUMN_INDEX_STRIDE);
-        self.char_marks[i] + self.text[mark..offset].chars().count()
+        self.index().char_marks[i] + self.text[mark..offset].chars().count()
     }
 
     /// Byte offset where 1-based `line` starts (the end of the text past the last line).
     pub fn line_start(&self, line: usize) -> usize {
-        self.line_starts
+        self.index()
+            .line_starts
             .get(line.saturating_sub(1))
             .copied()
             .unwrap_or(self.text.len())
@@ -79,11 +99,11 @@ impl SourceFile {
     /// The position of byte `offset`, clamped to the file and to a char boundary.
     pub fn position(&self, offset: usize) -> Position {
         let offset = floor_char_boundary(&self.text, offset);
-        let line = match self.line_starts.binary_search(&offset) {
+        let line = match self.index().line_starts.binary_search(&offset) {
             Ok(i) => i,
             Err(i) => i - 1,
         };
-        let start = self.line_starts[line];
+        let start = self.index().line_starts[line];
         let column = self.chars_before(offset) - self.chars_before(start) + 1;
         Position {
             line: line + 1,
@@ -93,10 +113,11 @@ impl SourceFile {
 
     /// The text of 1-based `line`, without its line terminator.
     pub fn line_text(&self, line: usize) -> &str {
-        let Some(&start) = self.line_starts.get(line.saturating_sub(1)) else {
+        let Some(&start) = self.index().line_starts.get(line.saturating_sub(1)) else {
             return "";
         };
         let end = self
+            .index()
             .line_starts
             .get(line)
             .map_or(self.text.len(), |next| next - 1);

@@ -106,6 +106,15 @@ pub fn compile<'e, 's>(
             oversized_tag_message(),
         ));
     }
+    compile_sized(env, name, source)
+}
+
+/// [`compile`] of a template whose tags [`oversized_tag`] has passed.
+fn compile_sized<'e, 's>(
+    env: &'e minijinja::Environment<'s>,
+    name: &'s str,
+    source: &'s str,
+) -> Result<minijinja::Template<'e, 's>, minijinja::Error> {
     env.template_from_named_str(name, source)
 }
 
@@ -356,7 +365,7 @@ pub fn check(
         );
         return diags;
     }
-    let compiled = match compile(probe_environment(), name.as_str(), template) {
+    let compiled = match compile_sized(probe_environment(), name.as_str(), template) {
         Ok(t) => t,
         Err(e) => {
             let span = match (e.range(), e.line()) {

@@ -112,8 +112,12 @@ pub(super) struct Failure {
     /// Syntax errors, then semantic errors, in the toml crate's order; at
     /// most one past [`MAX_DIAGNOSTICS`].
     pub errors: Vec<TomlError>,
-    /// The first bound exceeded (reported only when there are no errors).
+    /// The first bound exceeded (reported only when there are no errors;
+    /// [`Exceeded::Items`] alone, since lexing stops there).
     pub exceeded: Option<(Exceeded, Span)>,
+    /// Tokens the document holds ([`super::node::TomlCounts::tokens`]),
+    /// whitespace and commas included; those lexed when items ran out.
+    pub tokens: usize,
 }
 
 impl Failure {
@@ -160,7 +164,23 @@ pub(super) fn build(text: &str) -> Result<Node, Failure> {
     // Errors of trivia left out of the current chunk, to merge into the
     // parser's in document order.
     let mut dropped = Vec::new();
+    // The item bound is checked as the text is lexed, before the tree
+    // holds more than that many items.
+    let limit = super::node::item_limit(text.len());
+    let (mut items, mut count) = (0usize, 0usize);
     for token in source.lex() {
+        count += 1;
+        if super::node::is_toml_item(token.kind()) {
+            items += 1;
+            if items > limit {
+                let span = token.span();
+                return Err(Failure {
+                    errors: Vec::new(),
+                    exceeded: Some((Exceeded::Items, span.start()..span.end())),
+                    tokens: count,
+                });
+            }
+        }
         // Inside brackets no newline ends the chunk, so trivia is thinned
         // out there (see [`TriviaRun`]); what is left out is still checked.
         if depth > 0 && TriviaRun::is_trivia(token.kind()) {
@@ -204,7 +224,10 @@ pub(super) fn build(text: &str) -> Result<Node, Failure> {
     }
     parse_chunk(source, &tokens, &mut builder, &mut sink, &mut dropped);
     drop(tokens);
-    builder.finish(sink.errors)
+    builder.finish(sink.errors).map_err(|failure| Failure {
+        tokens: count,
+        ..failure
+    })
 }
 
 /// Parse one chunk of tokens into `builder`, syntax errors into `sink`.
@@ -562,6 +585,7 @@ impl<'s> Builder<'s> {
             return Err(Failure {
                 errors,
                 exceeded: self.exceeded,
+                ..Failure::default()
             });
         }
         let open = !self.stack.is_empty() || self.header.is_some() || !self.keys.is_empty();
@@ -571,11 +595,11 @@ impl<'s> Builder<'s> {
         convert(self.root, 0).map_err(|stop| match stop {
             Stop::Error(error) => Failure {
                 errors: vec![error],
-                exceeded: None,
+                ..Failure::default()
             },
             Stop::Bound(what, span) => Failure {
-                errors: Vec::new(),
                 exceeded: Some((what, span)),
+                ..Failure::default()
             },
             Lost => Failure::default(),
         })

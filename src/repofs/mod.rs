@@ -914,7 +914,11 @@ fn read_open(
     if st.st_dev != before.st_dev || st.st_ino != before.st_ino {
         return Err(FsError::io(shown, "read", Errno::EAGAIN));
     }
-    let mut bytes = Vec::new();
+    // Sized from `fstat`, so a file is read in one call (and one more that
+    // finds its end), not in doubling chunks; a size that lies only costs
+    // the growth it saved.
+    let size = usize::try_from(st.st_size).unwrap_or(0).min(limit);
+    let mut bytes = Vec::with_capacity(size + 1);
     File::from(fd)
         .take(limit as u64 + 1)
         .read_to_end(&mut bytes)
