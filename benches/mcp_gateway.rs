@@ -75,8 +75,8 @@ async fn stdio_client(mut command: Command) -> (Client, Child) {
     (client, child)
 }
 
-async fn http_client(url: &str) -> Client {
-    let transport = client_transport(url, &BTreeMap::new(), None).expect("a transport");
+async fn http_client(url: &str, bearer: Option<String>) -> Client {
+    let transport = client_transport(url, &BTreeMap::new(), bearer).expect("a transport");
     tokio::time::timeout(LIMIT, ().serve(transport))
         .await
         .expect("initialize in time")
@@ -268,7 +268,7 @@ async fn http_paths() {
     let url = format!("http://127.0.0.1:{port}/mcp");
     let mut direct_clients = Vec::new();
     for _ in 0..CONCURRENT {
-        direct_clients.push(Arc::new(http_client(&url).await));
+        direct_clients.push(Arc::new(http_client(&url, None).await));
     }
     let dir = repo(&format!(
         "version = 1\n[mcp.servers.everything]\nurl = \"{url}\"\n"
@@ -281,9 +281,16 @@ async fn http_paths() {
         .spawn()
         .expect("the gateway starts");
     let gateway_url = line_after(&mut gateway, "listening on ").await;
+    // The gateway wants the repository's token (made when it started).
+    let token = std::fs::read_to_string(dir.path().join(".npc/api.token"))
+        .expect("the gateway's token")
+        .trim()
+        .to_string();
     let mut clients = Vec::new();
     for _ in 0..CONCURRENT {
-        clients.push(Arc::new(http_client(&gateway_url).await));
+        clients.push(Arc::new(
+            http_client(&gateway_url, Some(token.clone())).await,
+        ));
     }
     let [direct, through] = measure((direct_clients, "echo"), (clients, "everything__echo")).await;
     report("http", &direct, &through);

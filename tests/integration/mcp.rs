@@ -356,6 +356,12 @@ struct RawSession {
 
 impl RawSession {
     fn start(dir: &TempDir) -> Self {
+        Self::open(dir, Some("2025-06-18"))
+    }
+
+    /// A session that initializes with `version`, or none that does not
+    /// (2026-07-28: each request names its version in `_meta`).
+    fn open(dir: &TempDir, version: Option<&str>) -> Self {
         let mut child = Command::new(npc_path())
             .args(["mcp", "serve"])
             .current_dir(dir.path())
@@ -381,12 +387,17 @@ impl RawSession {
             stdin,
             lines,
         };
+        let Some(version) = version else {
+            return session;
+        };
         session.send(
             &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
+            "protocolVersion": version, "capabilities": {},
             "clientInfo": {"name": "raw", "version": "1"}}}),
         );
-        assert_eq!(session.next()["id"], 0);
+        let answer = session.next();
+        assert_eq!(answer["id"], 0);
+        assert_eq!(answer["result"]["protocolVersion"], version, "{answer}");
         session.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         session
     }
@@ -419,6 +430,79 @@ impl Drop for RawSession {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `_meta` of a 2026-07-28 request: the version, capabilities and client
+/// every request carries when there is no `initialize`.
+fn per_request_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+    })
+}
+
+#[test]
+fn protocol_versions_2025_06_18_2025_11_25_and_2026_07_28_reach_an_upstream() {
+    let dir = repo(&format!("version = 1\n{}", bad_server(5000)));
+    for version in ["2025-06-18", "2025-11-25"] {
+        let mut session = RawSession::open(&dir, Some(version));
+        session.call(json!(1), "bad__ok");
+        let answer = session.next();
+        assert_eq!(
+            answer["result"]["content"][0]["text"], "fine",
+            "{version}: {answer}"
+        );
+        session.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+        let listed = session.next();
+        assert!(
+            listed["result"]["tools"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty())
+                && listed["result"].get("ttlMs").is_none(),
+            "{version} lists tools without 2026-07-28's cache hints: {listed}"
+        );
+    }
+    // 2026-07-28: no handshake; the server says what it speaks, and requests
+    // naming the version in their `_meta` get that version's answers.
+    let mut session = RawSession::open(&dir, None);
+    session.send(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover",
+        "params": {"_meta": per_request_meta()}}),
+    );
+    let discovered = session.next();
+    let versions = discovered["result"]["supportedVersions"].clone();
+    for version in ["2025-06-18", "2025-11-25", "2026-07-28"] {
+        assert!(
+            versions.as_array().unwrap().contains(&json!(version)),
+            "{discovered}"
+        );
+    }
+    session.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "bad__ok", "arguments": {}, "_meta": per_request_meta()}}));
+    let answer = session.next();
+    assert_eq!(answer["id"], 2);
+    assert_eq!(answer["result"]["content"][0]["text"], "fine", "{answer}");
+    session.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list",
+        "params": {"_meta": per_request_meta()}}));
+    let listed = session.next();
+    assert_eq!(
+        (&listed["result"]["resultType"], &listed["result"]["ttlMs"]),
+        (&json!("complete"), &json!(0)),
+        "2026-07-28 answers carry its cache hints: {listed}"
+    );
+    // A version npc does not know is answered with one it does.
+    let mut session = RawSession::open(&dir, None);
+    session.send(
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "1999-01-01", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}}),
+    );
+    let answer = session.next();
+    assert_eq!(
+        answer["result"]["protocolVersion"], "2025-11-25",
+        "{answer}"
+    );
 }
 
 #[test]
