@@ -59,12 +59,37 @@ pub const MAX_TAG_TOKENS: usize = 512;
 /// [`MAX_TAG_TOKENS`] tokens, if any. Lexing stops at a lexer error (the
 /// compiler reports it) and lexes in linear time, without recursion.
 pub fn oversized_tag(source: &str) -> Option<std::ops::Range<usize>> {
+    scan_tags(source).oversized
+}
+
+/// The globals `minijinja::Environment::new` defines (named without a
+/// call, they are values there and undefined in an empty environment).
+const ENV_GLOBALS: [&str; 4] = ["range", "dict", "debug", "namespace"];
+
+/// What one pass over a template's tokens found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TagScan {
+    /// See [`oversized_tag`]; lexing stops there.
+    oversized: Option<std::ops::Range<usize>>,
+    /// Whether the template may reach into its environment: a filter
+    /// (`|`, `{% filter %}`), a test (`is`), a call (`(`: a global, a
+    /// method, a macro) or a global by name ([`ENV_GLOBALS`]). One that does not renders the same in
+    /// an environment without minijinja's built-ins. Lexer errors count as
+    /// reaching (the compiler reports them).
+    uses_builtins: bool,
+}
+
+fn scan_tags(source: &str) -> TagScan {
     use minijinja::machinery::{Token, tokenize};
     let syntax = minijinja::syntax::SyntaxConfig::default();
     let mut open: Option<(usize, usize)> = None;
+    let mut uses_builtins = false;
     for item in tokenize(source, false, syntax) {
         let Ok((token, span)) = item else {
-            return None;
+            return TagScan {
+                oversized: None,
+                uses_builtins: true,
+            };
         };
         match token {
             Token::VariableStart | Token::BlockStart => {
@@ -72,17 +97,30 @@ pub fn oversized_tag(source: &str) -> Option<std::ops::Range<usize>> {
             }
             Token::VariableEnd | Token::BlockEnd => open = None,
             Token::TemplateData(_) => {}
-            _ => {
+            token => {
+                uses_builtins |= match token {
+                    Token::Pipe | Token::ParenOpen => true,
+                    Token::Ident(name) => {
+                        name == "is" || name == "filter" || ENV_GLOBALS.contains(&name)
+                    }
+                    _ => false,
+                };
                 if let Some((start, count)) = open.as_mut() {
                     *count += 1;
                     if *count > MAX_TAG_TOKENS {
-                        return Some(*start..span.end_offset as usize);
+                        return TagScan {
+                            oversized: Some(*start..span.end_offset as usize),
+                            uses_builtins,
+                        };
                     }
                 }
             }
         }
     }
-    None
+    TagScan {
+        oversized: None,
+        uses_builtins,
+    }
 }
 
 /// What [`compile`] says of a tag over [`MAX_TAG_TOKENS`].
@@ -122,7 +160,11 @@ fn compile_sized<'e, 's>(
 /// trailing newlines kept, no auto-escaping (prompts are not HTML), and the
 /// [`TEMPLATE_FUEL`] budget per render.
 pub fn environment<'s>() -> minijinja::Environment<'s> {
-    let mut env = minijinja::Environment::new();
+    configured(minijinja::Environment::new())
+}
+
+/// `env` with npc's settings (see [`environment`]).
+fn configured(mut env: minijinja::Environment<'_>) -> minijinja::Environment<'_> {
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
     env.set_fuel(Some(TEMPLATE_FUEL));
     if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder()
@@ -284,6 +326,19 @@ fn probe_environment() -> &'static minijinja::Environment<'static> {
     })
 }
 
+/// [`probe_environment`] without minijinja's built-in filters, tests and
+/// functions (whose tables cost more to build than checking a prompt):
+/// compiling and finding the variables a template reads do not depend on
+/// them, and a template that uses none renders the same here.
+fn bare_probe_environment() -> &'static minijinja::Environment<'static> {
+    static BARE: std::sync::OnceLock<minijinja::Environment<'static>> = std::sync::OnceLock::new();
+    BARE.get_or_init(|| {
+        let mut env = configured(minijinja::Environment::empty());
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
+        env
+    })
+}
+
 /// Where a template's text sits, to turn template offsets into manifest spans.
 #[derive(Debug, Clone)]
 pub struct TemplateSource {
@@ -341,8 +396,10 @@ impl TemplateSource {
 
 /// Check one prompt template; returns its diagnostics. `probe_fuel` is
 /// what is left of the manifest's [`MANIFEST_PROBE_FUEL`]. The template
-/// is compiled once, in the probe's environment: its syntax and the
-/// variables it reads do not depend on how undefined values behave.
+/// is compiled once, in the bare probe environment: its syntax and the
+/// variables it reads depend neither on how undefined values behave nor on
+/// the built-ins; one that uses built-ins is compiled again with them for
+/// its probe render.
 pub fn check(
     name: &Spanned<String>,
     template: &str,
@@ -351,7 +408,8 @@ pub fn check(
     probe_fuel: &mut u64,
 ) -> Vec<Diagnostic> {
     let mut diags = Vec::new();
-    if let Some(range) = oversized_tag(template) {
+    let scan = scan_tags(template);
+    if let Some(range) = scan.oversized {
         diags.push(
             Diagnostic::error(format!(
                 "template syntax error in prompt `{}`: {}",
@@ -365,7 +423,7 @@ pub fn check(
         );
         return diags;
     }
-    let compiled = match compile_sized(probe_environment(), name.as_str(), template) {
+    let compiled = match compile_sized(bare_probe_environment(), name.as_str(), template) {
         Ok(t) => t,
         Err(e) => {
             let span = match (e.range(), e.line()) {
@@ -385,9 +443,14 @@ pub fn check(
             return diags;
         }
     };
-    if let Some(diag) = probe(&compiled, name, template, at, probe_fuel) {
-        diags.push(diag);
-    }
+    let probed = if scan.uses_builtins {
+        compile_sized(probe_environment(), name.as_str(), template)
+            .ok()
+            .and_then(|full| probe(&full, name, template, at, probe_fuel))
+    } else {
+        probe(&compiled, name, template, at, probe_fuel)
+    };
+    diags.extend(probed);
     let mut used: Vec<String> = compiled.undeclared_variables(true).into_iter().collect();
     used.sort();
     for var in used {
@@ -535,6 +598,47 @@ pub fn eval_filter(source: &str, ctx: minijinja::Value) -> Result<bool, String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_template_without_built_ins_probes_the_same_in_the_bare_environment() {
+        let plain = [
+            "plain text, no tags",
+            "Review {{ vars.branch }} in {{ project.name }}.\n",
+            "{% if trigger %}issue {{ trigger.issue.number }}{% else %}none{% endif %}",
+            "{% for x in vars.items %}{{ loop.index }}{{ x }}{% endfor %}",
+            "{% set n = 3 %}{{ n * 2 ~ 'x' }}{% for a in [1, 2, 3] %}{{ a + n }}{% endfor %}",
+            "{% for a in [1,2,3,4,5,6,7,8] %}{% for b in [1,2,3,4,5,6,7,8] %}{{ a * b }}{% endfor %}{% endfor %}",
+            "{{ 'a' if vars.x else 'b' }}{# a comment #}{% raw %}{{ kept }}{% endraw %}",
+        ];
+        for source in plain {
+            let scan = scan_tags(source);
+            assert!(!scan.uses_builtins, "{source}");
+            let bare = compile_sized(bare_probe_environment(), "t", source).unwrap();
+            let full = compile_sized(probe_environment(), "t", source).unwrap();
+            let (b, f) = (
+                render_bounded(&bare, minijinja::Value::UNDEFINED).unwrap(),
+                render_bounded(&full, minijinja::Value::UNDEFINED).unwrap(),
+            );
+            assert_eq!((b.text, b.fuel), (f.text, f.fuel), "{source}");
+            assert_eq!(
+                bare.undeclared_variables(true),
+                full.undeclared_variables(true),
+                "{source}"
+            );
+        }
+        for source in [
+            "{{ x|upper }}",
+            "{% filter upper %}x{% endfilter %}",
+            "{% if x is defined %}y{% endif %}",
+            "{% for i in range(10) %}{% endfor %}",
+            "{{ x.items() }}",
+            "{% for i in range %}{% endfor %}",
+            "{{ namespace }}",
+            "{{ 'an unterminated string }}",
+        ] {
+            assert!(scan_tags(source).uses_builtins, "{source}");
+        }
+    }
 
     /// Stack of tokio's blocking threads and of most threads npc renders on.
     const SMALL_STACK: usize = 2 * 1024 * 1024;
