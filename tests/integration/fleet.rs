@@ -471,17 +471,50 @@ fn enqueue_runs(rt: &tokio::runtime::Runtime, store: &PgStore, n: usize) {
     });
 }
 
-#[test]
-fn a_thousand_queued_runs_drained_by_four_workers_each_run_exactly_once() {
-    let Some(cluster) = PgCluster::start() else {
-        return;
-    };
-    let repo = fleet_repo("echo \"$NPC_RUN_ID\" >> ran.log");
+/// A throwaway cluster with a migrated store, a repository whose runs are
+/// `script`, and `runs` runs queued there: what each worker test starts
+/// from. `None` (the test skips) without PostgreSQL.
+struct QueuedFleet {
+    /// Held for the test: dropping it stops the server (so bind it, never
+    /// leave it to `..`).
+    _cluster: PgCluster,
+    repo: tempfile::TempDir,
+    url: String,
+    rt: tokio::runtime::Runtime,
+    store: PgStore,
+    logs: tempfile::TempDir,
+}
+
+fn queued_fleet(script: &str, runs: usize) -> Option<QueuedFleet> {
+    let cluster = PgCluster::start()?;
+    let repo = fleet_repo(script);
     let url = worker_store(&cluster, repo.path());
     let rt = tokio::runtime::Runtime::new().unwrap();
     let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
-    enqueue_runs(&rt, &store, DRAIN_RUNS);
-    let logs = tempfile::tempdir().unwrap();
+    enqueue_runs(&rt, &store, runs);
+    Some(QueuedFleet {
+        _cluster: cluster,
+        repo,
+        url,
+        rt,
+        store,
+        logs: tempfile::tempdir().unwrap(),
+    })
+}
+
+#[test]
+fn a_thousand_queued_runs_drained_by_four_workers_each_run_exactly_once() {
+    let Some(QueuedFleet {
+        repo,
+        url,
+        rt,
+        store,
+        logs,
+        _cluster,
+    }) = queued_fleet("echo \"$NPC_RUN_ID\" >> ran.log", DRAIN_RUNS)
+    else {
+        return;
+    };
     let _workers: Vec<crate::support::Stopped> = (0..DRAIN_WORKERS)
         .map(|w| {
             let log = logs.path().join(format!("worker-{w}.log"));
@@ -531,15 +564,17 @@ fn a_thousand_queued_runs_drained_by_four_workers_each_run_exactly_once() {
 
 #[test]
 fn a_worker_killed_mid_run_loses_the_run_to_interrupted_and_it_never_runs_again() {
-    let Some(cluster) = PgCluster::start() else {
+    let Some(QueuedFleet {
+        repo,
+        url,
+        rt,
+        store,
+        logs,
+        _cluster,
+    }) = queued_fleet("echo \"$NPC_RUN_ID\" >> ran.log; exec sleep 600", 1)
+    else {
         return;
     };
-    let repo = fleet_repo("echo \"$NPC_RUN_ID\" >> ran.log; exec sleep 600");
-    let url = worker_store(&cluster, repo.path());
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
-    enqueue_runs(&rt, &store, 1);
-    let logs = tempfile::tempdir().unwrap();
     let mut doomed = start_worker(repo.path(), &url, &logs.path().join("a.log"));
     crate::support::wait_for("the run to start", || {
         (!lines(&repo.path().join("ran.log")).is_empty()).then_some(())
@@ -568,15 +603,17 @@ fn a_worker_killed_mid_run_loses_the_run_to_interrupted_and_it_never_runs_again(
 
 #[test]
 fn a_worker_paused_past_its_lease_is_fenced_and_stops_its_agent() {
-    let Some(cluster) = PgCluster::start() else {
+    let Some(QueuedFleet {
+        repo,
+        url,
+        rt,
+        store,
+        logs,
+        _cluster,
+    }) = queued_fleet("sleep 600 & echo $! > agent.pid; wait", 1)
+    else {
         return;
     };
-    let repo = fleet_repo("sleep 600 & echo $! > agent.pid; wait");
-    let url = worker_store(&cluster, repo.path());
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
-    enqueue_runs(&rt, &store, 1);
-    let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("paused.log");
     let worker = crate::support::Stopped::new(start_worker(repo.path(), &url, &log));
     let agent: u32 = crate::support::wait_for("the agent to start", || {
