@@ -25,11 +25,12 @@ use tokio_util::sync::CancellationToken;
 use super::Exit;
 use crate::mcp::builtin::Builtins;
 use crate::mcp::catalog::ManifestPrompts;
+use crate::mcp::shortcut::HttpSessions;
 use crate::mcp::{CallPath, Gateway, Pool, pool::IDLE_SWEEP_INTERVAL, relay};
 use crate::model;
 use crate::runtime::npc_tools::{NpcContext, NpcGroup};
 use crate::surfaces::control::connect_mcp;
-use crate::surfaces::mcp_http::{Access, MCP_HTTP_PATH, McpHttpError, McpHttpListener};
+use crate::surfaces::mcp_http::{Access, MCP_HTTP_PATH, McpHttpError, McpHttpListener, Shortcut};
 use tokio::io::AsyncWriteExt as _;
 
 #[derive(Debug, Subcommand)]
@@ -310,7 +311,14 @@ async fn serve_http(addr: SocketAddr, access: Access, gateway: Gateway) -> anyho
         Err(exit) => return Ok(exit),
     };
     let shutdown = CancellationToken::new();
-    let server = tokio::spawn(listener.serve_with(move || gateway.clone(), shutdown.clone()));
+    let sessions = Arc::new(HttpSessions::new(gateway.call_path().clone()));
+    let gateway = gateway.with_http_sessions(sessions.clone());
+    let shortcut: Arc<dyn Shortcut> = sessions;
+    let server = tokio::spawn(listener.serve_with(
+        move || gateway.clone(),
+        Some(shortcut),
+        shutdown.clone(),
+    ));
     terminated().await?;
     shutdown.cancel();
     server.await??;
@@ -375,9 +383,11 @@ async fn front_http(addr: SocketAddr, access: Access, socket: PathBuf) -> anyhow
         })
     });
     let shutdown = CancellationToken::new();
-    let server = tokio::spawn(
-        listener.serve_with(move || relay::Relay::new(connect.clone()), shutdown.clone()),
-    );
+    let server = tokio::spawn(listener.serve_with(
+        move || relay::Relay::new(connect.clone()),
+        None,
+        shutdown.clone(),
+    ));
     terminated().await?;
     shutdown.cancel();
     server.await??;

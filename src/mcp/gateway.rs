@@ -25,6 +25,8 @@ use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use super::call::{CallPath, PROMPT_GET_EVENT, RESOURCE_READ_EVENT};
 use super::catalog::{Catalog, CatalogChange, ManifestPrompts, resource_uri};
 use super::passthrough::{Caller, Client, Sink, as_caller};
+use super::session::Shape;
+use super::shortcut::HttpSessions;
 
 /// The gateway's MCP server handler; cheap to clone (one per session).
 #[derive(Debug)]
@@ -32,6 +34,8 @@ pub struct Gateway {
     path: Arc<CallPath>,
     catalog: Arc<Catalog>,
     client: ClientSlot,
+    /// An HTTP front's sessions, which each session joins once initialized.
+    http: Option<Arc<HttpSessions>>,
 }
 
 impl Clone for Gateway {
@@ -42,6 +46,7 @@ impl Clone for Gateway {
             path: self.path.clone(),
             catalog: self.catalog.clone(),
             client: ClientSlot::default(),
+            http: self.http.clone(),
         }
     }
 }
@@ -82,7 +87,15 @@ impl Gateway {
             path,
             catalog,
             client: ClientSlot::default(),
+            http: None,
         }
+    }
+
+    /// Behind an HTTP front: each session, once initialized, joins
+    /// `sessions`, which answers its `tools/call` itself.
+    pub fn with_http_sessions(mut self, sessions: Arc<HttpSessions>) -> Self {
+        self.http = Some(sessions);
+        self
     }
 
     /// This session's client slot (shared with the session loop).
@@ -106,6 +119,7 @@ impl Gateway {
             client: self.client(&context.peer),
             request: Some(context.id.clone()),
             progress: context.meta.get_progress_token(),
+            stream: None,
         }
     }
 
@@ -332,6 +346,15 @@ impl ServerHandler for Gateway {
         if let Some(info) = context.peer.peer_info() {
             let client = &info.client_info;
             self.path.record_client(&client.name, &client.version).await;
+        }
+        if let Some(sessions) = &self.http
+            && let Some(parts) = context.extensions.get::<axum::http::request::Parts>()
+            && let Some(id) = parts
+                .headers
+                .get(crate::surfaces::mcp_http::SESSION_ID_HEADER)
+                .and_then(|v| v.to_str().ok())
+        {
+            sessions.register(id, &self.client(&context.peer), Shape::of(&context.peer));
         }
         let mut catalog_changes = self.path.pool().subscribe_catalog_changes();
         let catalog_peer = context.peer.clone();

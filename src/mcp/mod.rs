@@ -30,6 +30,7 @@ pub mod passthrough;
 pub mod pool;
 pub mod relay;
 pub mod session;
+pub mod shortcut;
 pub mod toolsearch;
 pub mod wire;
 

@@ -328,12 +328,34 @@ async fn send(
     }
 }
 
-/// Who makes a call: the session, its request's id and its progress token.
+/// The response stream of a call's own request, where what the call
+/// causes goes (an HTTP front's shortcut, see [`super::shortcut`]).
+pub type CallStream = mpsc::Sender<ServerNotification>;
+
+/// Who makes a call: the session, its request's id and its progress token,
+/// and the call's own stream when it has one.
 #[derive(Debug, Clone)]
 pub struct Caller {
     pub client: Arc<Client>,
     pub request: Option<RequestId>,
     pub progress: Option<ProgressToken>,
+    pub stream: Option<CallStream>,
+}
+
+impl Caller {
+    /// Tell the caller `notification`: on its call's stream when it has
+    /// one (dropped and counted when [`MAX_QUEUED_NOTIFICATIONS`] wait
+    /// there), else through its session's queue.
+    fn notify(&self, notification: ServerNotification) {
+        match &self.stream {
+            Some(stream) => {
+                if let Err(mpsc::error::TrySendError::Full(_)) = stream.try_send(notification) {
+                    self.client.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            None => self.client.notify(notification),
+        }
+    }
 }
 
 tokio::task_local! {
@@ -676,11 +698,11 @@ impl Passthrough {
         let Some(caller) = self.in_flight.by_token(&params.progress_token) else {
             return;
         };
-        let Some(token) = caller.progress else { return };
+        let Some(token) = caller.progress.clone() else {
+            return;
+        };
         params.progress_token = token;
-        caller
-            .client
-            .notify(ProgressNotification::new(params).into());
+        caller.notify(ProgressNotification::new(params).into());
     }
 
     /// A log message: to the sessions whose level it meets, or to the one
@@ -701,9 +723,7 @@ impl Passthrough {
             }
         }
         if !sent && let Some(caller) = self.in_flight.sole_caller() {
-            caller
-                .client
-                .notify(LoggingMessageNotification::new(params).into());
+            caller.notify(LoggingMessageNotification::new(params).into());
         }
     }
 

@@ -72,8 +72,10 @@ pub const MAX_TOOLS_PER_SERVER: usize = 1024;
 /// Most `tools/list` pages fetched from one server at a time.
 pub const MAX_TOOL_PAGES: usize = 64;
 
+mod http_wire;
 mod upstream;
 
+use http_wire::HttpWire;
 use upstream::*;
 pub use upstream::{CallError, LastCall, UpstreamState};
 

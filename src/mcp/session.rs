@@ -94,7 +94,7 @@ struct Cancelled {
 /// The wire shape of results, from the protocol version the client
 /// initialized with (what rmcp's handler does for its own answers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Shape {
+pub(super) enum Shape {
     /// Before 2026-07-28: no `resultType: "complete"`, object output only.
     Legacy,
     /// 2026-07-28 and later: caching hints filled in.
@@ -102,7 +102,7 @@ enum Shape {
 }
 
 impl Shape {
-    fn of(peer: &Peer<RoleServer>) -> Self {
+    pub(super) fn of(peer: &Peer<RoleServer>) -> Self {
         let version = peer.peer_info().map(|info| info.protocol_version.clone());
         if version.is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str()) {
             Self::Current
@@ -124,7 +124,7 @@ impl Shape {
 
 /// What to do with one frame.
 #[derive(Debug, PartialEq)]
-enum Route {
+pub(super) enum Route {
     /// Answer here: a well-formed `tools/call` after the handshake.
     Call {
         id: RequestId,
@@ -136,7 +136,7 @@ enum Route {
 
 /// What a frame handed to rmcp announces to the session loop.
 #[derive(Debug, PartialEq)]
-enum Notice {
+pub(super) enum Notice {
     Nothing,
     /// The client's `initialize` request.
     Initialize,
@@ -150,7 +150,7 @@ const FORWARD: Route = Route::Forward(Notice::Nothing);
 
 /// `initialized`: the client sent `notifications/initialized` and rmcp
 /// has its handshake.
-fn route(line: &[u8], initialized: bool) -> Route {
+pub(super) fn route(line: &[u8], initialized: bool) -> Route {
     let Ok(envelope) = serde_json::from_slice::<Envelope>(line) else {
         return FORWARD;
     };
@@ -198,7 +198,7 @@ fn frame(message: &ServerJsonRpcMessage) -> Vec<u8> {
     })
 }
 
-fn answer(id: RequestId, result: CallToolResult, shape: Shape) -> Vec<u8> {
+pub(super) fn answer(id: RequestId, result: CallToolResult, shape: Shape) -> Vec<u8> {
     let mut result = ServerResult::from(CallToolResponse::from(result));
     shape.apply(&mut result);
     frame(&ServerJsonRpcMessage::response(result, id))
@@ -353,6 +353,7 @@ where
                             client,
                             request: None,
                             progress: params.meta.as_ref().and_then(|m| m.get_progress_token()),
+                            stream: None,
                         });
                         let path = path.clone();
                         calls.push(async move {

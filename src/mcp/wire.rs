@@ -66,7 +66,7 @@ impl From<rmcp::ServiceError> for Failure {
     }
 }
 
-type Answer = Result<CallToolResult, Failure>;
+pub(super) type Answer = Result<CallToolResult, Failure>;
 type Stdin = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// Calls waiting for their answer, and why the wire closed (once it did).
@@ -221,12 +221,12 @@ impl Drop for Waiting<'_> {
 }
 
 /// `id` of the wire's request `n`.
-fn id_of(n: u64) -> String {
+pub(super) fn id_of(n: u64) -> String {
     format!("{ID_PREFIX}{n}")
 }
 
 /// The `tools/call` request `n` as one frame.
-fn call_frame(
+pub(super) fn call_frame(
     n: u64,
     name: &str,
     arguments: Option<&JsonObject>,
@@ -265,7 +265,7 @@ fn call_frame(
 }
 
 /// `notifications/cancelled` for request `n`, as one frame.
-fn cancelled_frame(n: u64) -> Vec<u8> {
+pub(super) fn cancelled_frame(n: u64) -> Vec<u8> {
     let notification = serde_json::json!({
         "jsonrpc": "2.0",
         "method": "notifications/cancelled",
@@ -302,7 +302,7 @@ fn own_request(id: &RawValue) -> Option<u64> {
 }
 
 /// If `line` answers one of the wire's requests: its number and the answer.
-fn answer_of(line: &[u8]) -> Option<(u64, Answer)> {
+pub(super) fn answer_of(line: &[u8]) -> Option<(u64, Answer)> {
     let reply: Reply = serde_json::from_slice(line).ok()?;
     if reply.method.is_some() {
         return None;
@@ -325,7 +325,7 @@ fn answer_of(line: &[u8]) -> Option<(u64, Answer)> {
 }
 
 /// If `line` reports progress under a token npc gave a call: its params.
-fn progress_of(line: &[u8]) -> Option<ProgressNotificationParam> {
+pub(super) fn progress_of(line: &[u8]) -> Option<ProgressNotificationParam> {
     let reply: Reply = serde_json::from_slice(line).ok()?;
     if reply.id.is_some() || reply.method?.get() != "\"notifications/progress\"" {
         return None;

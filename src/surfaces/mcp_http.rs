@@ -4,6 +4,8 @@
 //! ([`Access::Token`]): nothing else can make the gateway listen beyond the
 //! machine without one. With a token, every request must carry
 //! `Authorization: Bearer <token>`, compared in constant time; others get 401.
+//! A front may answer some of a session's POSTs itself before rmcp sees
+//! them (a [`Shortcut`]: the gateway's `tools/call`, as one JSON body).
 //! The pool's side: [`client_transport`], the connection to an upstream
 //! HTTP server (rustls with the ring provider; headers and bearer token from
 //! the manifest), and [`is_legacy_sse`], which recognises a server of the
@@ -54,12 +56,24 @@ pub enum McpHttpError {
 }
 
 /// A client transport to the streamable HTTP MCP server at `url`, sending
-/// `headers` and, when given, `Authorization: Bearer <bearer>`.
+/// `headers` and, when given, `Authorization: Bearer <bearer>` (rmcp's
+/// client alone; the pool's sessions use [`super::mcp_link::client_link`]).
 pub fn client_transport(
     url: &str,
     headers: &BTreeMap<String, String>,
     bearer: Option<String>,
 ) -> Result<impl Transport<RoleClient> + 'static, McpHttpError> {
+    Ok(StreamableHttpClientTransport::from_config(client_config(
+        url, headers, bearer,
+    )?))
+}
+
+/// rmcp's client configuration for `url`, `headers` and `bearer`.
+pub(super) fn client_config(
+    url: &str,
+    headers: &BTreeMap<String, String>,
+    bearer: Option<String>,
+) -> Result<StreamableHttpClientTransportConfig, McpHttpError> {
     // reqwest is built without a default TLS provider; install ring once.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut custom = HashMap::new();
@@ -78,7 +92,7 @@ pub fn client_transport(
     if let Some(token) = bearer {
         config = config.auth_header(token);
     }
-    Ok(StreamableHttpClientTransport::from_config(config))
+    Ok(config)
 }
 
 pub use super::tcp::Access;
@@ -140,6 +154,145 @@ pub async fn is_legacy_sse(
     )
 }
 
+/// A POST a [`Shortcut`] took.
+pub enum Taken {
+    /// The request's reply, once it is known how to send it.
+    Answer(futures_util::future::BoxFuture<'static, Reply>),
+    /// A notification handled here: `202 Accepted`.
+    Accepted,
+}
+
+/// How a request a [`Shortcut`] took is answered.
+pub enum Reply {
+    /// One JSON-RPC message, sent as one `application/json` body.
+    Json(Vec<u8>),
+    /// JSON-RPC messages as an event stream, one event each (what the
+    /// request caused before its answer, then the answer), ending after
+    /// the last.
+    Stream(futures_util::stream::BoxStream<'static, Vec<u8>>),
+    /// Nothing (the request was cancelled): an event stream that closes
+    /// with no event, what rmcp sends for a cancelled request.
+    Nothing,
+}
+impl std::fmt::Debug for Taken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Answer(_) => "Answer",
+            Self::Accepted => "Accepted",
+        })
+    }
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Json(_) => "Json",
+            Self::Stream(_) => "Stream",
+            Self::Nothing => "Nothing",
+        })
+    }
+}
+
+/// `message` (one JSON-RPC message, with or without its line's newline)
+/// as one event of an event stream.
+fn event(message: &[u8]) -> axum::body::Bytes {
+    let message = message.strip_suffix(b"\n").unwrap_or(message);
+    let mut event = Vec::with_capacity(message.len() + 8);
+    event.extend_from_slice(b"data: ");
+    event.extend_from_slice(message);
+    event.extend_from_slice(b"\n\n");
+    event.into()
+}
+
+/// What a front answers itself of a session's POSTs before rmcp's service
+/// sees them. Asked only for a POST that names a session, sends JSON,
+/// accepts JSON and event streams (what rmcp requires too) and names no
+/// protocol version of the per-request kind (2026-07-28 and later, which
+/// rmcp serves without sessions); everything it does not take goes to
+/// rmcp unchanged. The point is the connection: an answer in one JSON
+/// body ends the response at once, so the client keeps its connection for
+/// the next request, where an event stream is often torn down with it.
+pub trait Shortcut: Send + Sync + 'static {
+    /// `body`, a POST of the session `session`, if this front answers it.
+    fn take(&self, session: &str, body: &[u8]) -> Option<Taken>;
+
+    /// What to wait for before rmcp's answer to `body`, a POST of the
+    /// session `session` this front did not take, reaches the client (the
+    /// front learning of a session its handshake completes), if anything.
+    fn settle(
+        &self,
+        session: &str,
+        body: &[u8],
+    ) -> Option<futures_util::future::BoxFuture<'static, ()>>;
+}
+
+/// Whether `request` is a POST a [`Shortcut`] may take (see its docs).
+fn shortcut_may_take(request: &axum::extract::Request) -> Option<String> {
+    use axum::http::{Method, header};
+    let headers = request.headers();
+    if request.method() != Method::POST {
+        return None;
+    }
+    let session = headers.get(SESSION_ID_HEADER)?.to_str().ok()?;
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case(JSON))
+        });
+    let accepts = |kind: &str| {
+        headers.get_all(header::ACCEPT).iter().any(|v| {
+            v.to_str().is_ok_and(|v| {
+                v.split(',').any(|t| {
+                    t.split(';')
+                        .next()
+                        .is_some_and(|t| t.trim().eq_ignore_ascii_case(kind))
+                })
+            })
+        })
+    };
+    let sessionful_version = match headers.get(PROTOCOL_VERSION_HEADER) {
+        None => true,
+        Some(v) => v
+            .to_str()
+            .is_ok_and(|v| super::mcp_link::SESSION_VERSIONS.contains(&v)),
+    };
+    (is_json && accepts(JSON) && accepts(EVENT_STREAM) && sessionful_version)
+        .then(|| session.to_string())
+}
+
+const JSON: &str = "application/json";
+const EVENT_STREAM: &str = "text/event-stream";
+/// The header naming a request's protocol version.
+pub const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// The response to a POST a [`Shortcut`] took.
+async fn shortcut_response(taken: Taken) -> axum::response::Response {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse as _;
+    use futures_util::StreamExt as _;
+    match taken {
+        Taken::Accepted => StatusCode::ACCEPTED.into_response(),
+        Taken::Answer(answer) => match answer.await {
+            Reply::Json(json) => ([(header::CONTENT_TYPE, JSON)], json).into_response(),
+            Reply::Stream(messages) => {
+                let events = messages.map(|m| Ok::<_, std::convert::Infallible>(event(&m)));
+                (
+                    [
+                        (header::CONTENT_TYPE, EVENT_STREAM),
+                        (header::CACHE_CONTROL, "no-cache"),
+                    ],
+                    axum::body::Body::from_stream(events),
+                )
+                    .into_response()
+            }
+            Reply::Nothing => ([(header::CONTENT_TYPE, EVENT_STREAM)], "").into_response(),
+        },
+    }
+}
+
 /// A bound, not yet serving, gateway listener.
 #[derive(Debug)]
 pub struct McpHttpListener {
@@ -169,10 +322,11 @@ impl McpHttpListener {
     }
 
     /// Serve one MCP service from `make` per HTTP session until `shutdown`
-    /// is cancelled.
+    /// is cancelled; `shortcut`, when given, answers what it takes first.
     pub async fn serve_with<S>(
         self,
         make: impl Fn() -> S + Send + Sync + 'static,
+        shortcut: Option<Arc<dyn Shortcut>>,
         shutdown: CancellationToken,
     ) -> Result<(), McpHttpError>
     where
@@ -195,6 +349,7 @@ impl McpHttpListener {
             .layer(axum::middleware::from_fn(
                 move |request: axum::extract::Request, next: axum::middleware::Next| {
                     let (token, sessions) = (token.clone(), sessions.clone());
+                    let shortcut = shortcut.clone();
                     async move {
                         if let Some(refused) = refusal(request.headers(), token.as_deref(), remote)
                         {
@@ -210,13 +365,30 @@ impl McpHttpListener {
                                 format!("this gateway serves {MAX_SESSIONS} MCP sessions already; close one and retry\n"),
                             ));
                         }
-                        match super::http::buffer_body(request, MAX_REQUEST_BODY_BYTES).await {
-                            Ok(request) => next.run(request).await,
-                            Err(refusal) => axum::response::IntoResponse::into_response((
+                        let session = shortcut.as_ref().and_then(|_| shortcut_may_take(&request));
+                        let (parts, body) = request.into_parts();
+                        let body = match super::http::read_body(body, MAX_REQUEST_BODY_BYTES, None).await {
+                            Ok(read) => read.bytes,
+                            Err(refusal) => return axum::response::IntoResponse::into_response((
                                 refusal.status(),
                                 refusal.message(MAX_REQUEST_BODY_BYTES) + "\n",
                             )),
+                        };
+                        let mut settle = None;
+                        if let (Some(shortcut), Some(session)) = (&shortcut, session) {
+                            if let Some(taken) = shortcut.take(&session, &body) {
+                                return shortcut_response(taken).await;
+                            }
+                            settle = shortcut.settle(&session, &body);
                         }
+                        let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(body));
+                        let response = next.run(request).await;
+                        if let Some(settle) = settle
+                            && response.status() == axum::http::StatusCode::ACCEPTED
+                        {
+                            settle.await;
+                        }
+                        response
                     }
                 },
             ));

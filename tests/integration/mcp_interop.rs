@@ -535,12 +535,6 @@ fn typescript_sdk_client_uses_the_gateway_over_stdio_and_http() {
     }
 }
 
-/// A free loopback port (bound, then released for a server to take).
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 #[test]
 fn deprecated_sse_server_is_a_clear_error_and_costs_only_itself() {
     if !python_sdk() || !crate::mcp::server_everything() {
@@ -548,7 +542,7 @@ fn deprecated_sse_server_is_a_clear_error_and_costs_only_itself() {
     }
     // server-everything's HTTP+SSE transport (protocol 2024-11-05), bound
     // to 127.0.0.1 by the loopback preload.
-    let port = free_port();
+    let port = crate::support::free_port();
     let preload = repo_root().join("fixtures/mcp/loopback.cjs");
     let old = std::process::Command::new("mcp-server-everything")
         .arg("sse")

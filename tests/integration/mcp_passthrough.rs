@@ -423,3 +423,327 @@ fn one_sessions_flood_leaves_another_session_of_the_daemon_unaffected() {
     let flooded = flood.join().unwrap();
     assert_eq!(flooded[0]["text"], "stormed");
 }
+
+/// server-everything over streamable HTTP on a free loopback port (bound to
+/// 127.0.0.1 by the loopback preload): the process and its MCP URL.
+fn everything_over_http() -> (crate::support::Stopped, String) {
+    let port = crate::support::free_port();
+    let preload = repo_root().join("fixtures/mcp/loopback.cjs");
+    let server = std::process::Command::new("mcp-server-everything")
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .env("NODE_OPTIONS", format!("--require {}", preload.display()))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = crate::support::Stopped::new(server);
+    crate::support::wait_for("server-everything to listen", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    });
+    (server, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+#[test]
+fn an_http_upstreams_calls_pass_server_requests_and_progress_like_rmcps() {
+    if !python_sdk() || !server_everything() {
+        return;
+    }
+    // The pool's calls to an HTTP upstream are its own posts on rmcp's
+    // session (`mcp::pool::http_wire`): what the upstream sends on a call's
+    // stream must still reach the client that called, as directly.
+    let (_server, upstream) = everything_over_http();
+    let dir = repo(&format!(
+        "version = 1\n[mcp]\nprefix = \"on_conflict\"\n[mcp.servers.everything]\nurl = \"{upstream}\"\n"
+    ));
+    let steps = asking_steps();
+    let direct = run(
+        Target::Http {
+            url: &upstream,
+            token: String::new(),
+        },
+        None,
+        &steps,
+    );
+    assert_eq!(
+        direct[5],
+        json!({"sampling": 1, "elicitation": ["form", "url"], "roots": 1})
+    );
+    let through = run(Target::Gateway(dir.path()), None, &steps);
+    assert_eq!(through, direct);
+    // A client that can answer nothing, over the HTTP gateway, where its
+    // calls are answered by the gateway's shortcut (`mcp::shortcut`):
+    // progress on the call's own stream, and the spec's error for sampling.
+    let (gateway, url) = spawn_http_gateway(&dir);
+    let token = gateway_token(dir.path());
+    let plain = run(
+        Target::Http { url: &url, token },
+        Some(""),
+        &json!([
+            ["call", "echo", {"message": "lean"}],
+            ["call", "trigger-long-running-operation", {"duration": 0.3, "steps": 3}],
+            ["asked"]
+        ]),
+    );
+    sigterm_exits_0(gateway);
+    assert_eq!(plain[0]["text"], "Echo: lean", "{plain:?}");
+    assert_eq!(
+        plain[1]["progress"],
+        json!([[1.0, 3.0], [2.0, 3.0], [3.0, 3.0]]),
+        "{plain:?}"
+    );
+    assert_eq!(
+        plain[2],
+        json!({"sampling": 0, "elicitation": [], "roots": 0})
+    );
+    let calls = events_of_kind(&dir, "mcp.tool_call");
+    assert!(
+        calls
+            .iter()
+            .any(|e| e["payload"]["name"] == "echo" && e["payload"]["outcome"] == "ok"),
+        "{calls:?}"
+    );
+}
+
+#[test]
+fn over_http_a_plain_clients_cancel_stops_the_call_at_the_upstream() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = hostile_repo();
+    let (gateway, url) = spawn_http_gateway(&dir);
+    let token = gateway_token(dir.path());
+    let got = run(
+        Target::Http { url: &url, token },
+        Some(""),
+        &json!([["cancel", "slow", {}, 0.5], ["call", "cancelled", {}]]),
+    );
+    sigterm_exits_0(gateway);
+    assert_eq!(got[0], json!({"cancelled": true}));
+    let cancelled = text_json(&got[1]);
+    let ids = cancelled.as_array().unwrap();
+    assert_eq!(ids.len(), 1, "{cancelled}");
+    assert!(ids[0].as_str().unwrap().starts_with("npc-"), "{cancelled}");
+    let calls = events_of_kind(&dir, "mcp.tool_call");
+    let slow = calls.iter().find(|e| e["payload"]["name"] == "slow");
+    assert_eq!(
+        slow.unwrap()["payload"]["outcome"],
+        "cancelled",
+        "{calls:?}"
+    );
+}
+
+/// One HTTP/1.1 response: status, headers (lowercase names), body.
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// POST `body` on `stream` (kept open for the next request) with the
+/// gateway's `token` and `session`; the whole response, chunked or not.
+fn post(
+    stream: &mut std::net::TcpStream,
+    token: &str,
+    session: Option<&str>,
+    body: &Value,
+) -> Response {
+    use std::io::{BufRead, Read, Write};
+    let body = body.to_string();
+    let mut request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(session) = session {
+        request.push_str(&format!(
+            "Mcp-Session-Id: {session}\r\nMcp-Protocol-Version: 2025-11-25\r\n"
+        ));
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let status = line.split(' ').nth(1).unwrap().parse().unwrap();
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+        let header = line.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        let (name, value) = header.split_once(':').unwrap();
+        headers.push((name.to_ascii_lowercase(), value.trim().to_string()));
+    }
+    let mut response = Response {
+        status,
+        headers,
+        body: Vec::new(),
+    };
+    if let Some(length) = response.header("content-length") {
+        let mut body = vec![0; length.parse().unwrap()];
+        reader.read_exact(&mut body).unwrap();
+        response.body = body;
+    } else if response.header("transfer-encoding") == Some("chunked") {
+        loop {
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+            let size = usize::from_str_radix(line.trim_end(), 16).unwrap();
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk).unwrap();
+            if size == 0 {
+                break;
+            }
+            response.body.extend_from_slice(&chunk[..size]);
+        }
+    }
+    response
+}
+
+/// The JSON-RPC messages of an event stream's body.
+fn events_in(body: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(body)
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| !d.is_empty())
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+/// A session of the HTTP gateway at `addr`, initialized declaring
+/// `capabilities`: its id.
+fn http_session(addr: &str, token: &str, capabilities: Value) -> String {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let init = post(
+        &mut stream,
+        token,
+        None,
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": capabilities,
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+    );
+    assert_eq!(init.status, 200);
+    let session = init.header("mcp-session-id").unwrap().to_string();
+    let initialized = post(
+        &mut stream,
+        token,
+        Some(&session),
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert_eq!(initialized.status, 202);
+    session
+}
+
+#[test]
+fn over_http_a_call_is_one_json_body_on_a_kept_connection_and_progress_an_event_stream() {
+    if !server_everything() {
+        return;
+    }
+    let dir = everything_repo();
+    let (gateway, url) = spawn_http_gateway(&dir);
+    let token = gateway_token(dir.path());
+    let addr = url
+        .strip_prefix("http://")
+        .and_then(|u| u.strip_suffix("/mcp"))
+        .unwrap()
+        .to_string();
+    let session = http_session(&addr, &token, json!({}));
+    let call = |id: u64, name: &str, arguments: Value, meta: Option<Value>| {
+        let mut params = json!({"name": name, "arguments": arguments});
+        if let Some(meta) = meta {
+            params["_meta"] = meta;
+        }
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+    };
+    // Two calls on one connection: each answered as one JSON body, and the
+    // connection still there for the next.
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    for id in [1, 2] {
+        let message = format!("kept {id}");
+        let answer = post(
+            &mut stream,
+            &token,
+            Some(&session),
+            &call(id, "echo", json!({"message": message}), None),
+        );
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.header("content-type"), Some("application/json"));
+        let answer: Value = serde_json::from_slice(&answer.body).unwrap();
+        assert_eq!(answer["id"], id);
+        assert_eq!(
+            answer["result"]["content"][0]["text"],
+            format!("Echo: {message}")
+        );
+    }
+    // Progress asked and sent: an event stream, the progress in order under
+    // the client's token, then the answer.
+    let long = post(
+        &mut stream,
+        &token,
+        Some(&session),
+        &call(
+            3,
+            "trigger-long-running-operation",
+            json!({"duration": 0.2, "steps": 2}),
+            Some(json!({"progressToken": "p-3"})),
+        ),
+    );
+    assert_eq!(long.header("content-type"), Some("text/event-stream"));
+    let messages = events_in(&long.body);
+    assert_eq!(messages.len(), 3, "{messages:?}");
+    for (message, step) in messages.iter().zip([1.0, 2.0]) {
+        assert_eq!(message["method"], "notifications/progress");
+        assert_eq!(message["params"]["progressToken"], "p-3");
+        assert_eq!(message["params"]["progress"], step);
+    }
+    assert_eq!(messages[2]["id"], 3);
+    // Progress asked, none sent: still one JSON body.
+    let quick = post(
+        &mut stream,
+        &token,
+        Some(&session),
+        &call(
+            4,
+            "echo",
+            json!({"message": "quick"}),
+            Some(json!({"progressToken": 4})),
+        ),
+    );
+    assert_eq!(quick.header("content-type"), Some("application/json"));
+    // A client that can sample is served by rmcp's session (an event
+    // stream), where an upstream's request can reach it and come back.
+    let capable = http_session(&addr, &token, json!({"sampling": {}}));
+    let answer = post(
+        &mut stream,
+        &token,
+        Some(&capable),
+        &call(5, "echo", json!({"message": "rmcp"}), None),
+    );
+    assert_eq!(answer.header("content-type"), Some("text/event-stream"));
+    let messages = events_in(&answer.body);
+    assert_eq!(
+        messages.last().unwrap()["result"]["content"][0]["text"],
+        "Echo: rmcp"
+    );
+    // An unknown session is rmcp's to refuse.
+    let unknown = post(
+        &mut stream,
+        &token,
+        Some("no-such-session"),
+        &call(6, "echo", json!({"message": "x"}), None),
+    );
+    assert_eq!(unknown.status, 404);
+    sigterm_exits_0(gateway);
+}

@@ -24,6 +24,12 @@ pub fn repo_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// A free loopback port (bound, then released for a server to take).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
 /// Poll `check` until it returns `Some`, or panic after [`WAIT_LIMIT`].
 /// The pause between checks is a backoff on a condition, not the
 /// synchronisation itself: the test proceeds as soon as the condition holds.

@@ -214,10 +214,17 @@ impl ClientHandler for Listener {
     }
 
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        self.tools_changed(context.peer);
+    }
+}
+
+impl Listener {
+    /// The upstream's tools changed: refetch them (debounced) on `peer`.
+    pub(super) fn tools_changed(&self, peer: Peer<RoleClient>) {
         if !refresh_begins(&self.refresh) {
             return;
         }
-        let (peer, listener) = (context.peer.clone(), self.clone());
+        let listener = self.clone();
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(LIST_CHANGED_DEBOUNCE).await;
@@ -238,10 +245,18 @@ impl ClientHandler for Listener {
     }
 }
 
+/// A session's lean side, which its tool calls take.
+#[derive(Debug)]
+pub(super) enum Lean {
+    /// A stdio server's.
+    Stdio(Wire),
+    /// A streamable HTTP server's.
+    Http(HttpWire),
+}
+
 pub(super) struct Session {
     pub(super) service: RunningService<RoleClient, Listener>,
-    /// A stdio server's lean side, which its tool calls take.
-    pub(super) wire: Option<Arc<Wire>>,
+    pub(super) wire: Option<Arc<Lean>>,
     pub(super) generation: u64,
     /// The supervised process the session rides on, if any.
     pub(super) pid: Option<u32>,
@@ -250,7 +265,7 @@ pub(super) struct Session {
 /// A live session as a request sees it.
 pub(super) struct Link {
     pub(super) peer: Peer<RoleClient>,
-    pub(super) wire: Option<Arc<Wire>>,
+    pub(super) wire: Option<Arc<Lean>>,
     pub(super) generation: u64,
 }
 
@@ -453,12 +468,13 @@ impl Upstream {
         ComponentId::new(Kind::McpServer, &self.name)
     }
 
-    /// Connect a session: over a stdio server's pipes through a [`Wire`]
-    /// (returned too), over HTTP through rmcp alone.
+    /// Connect a session: over a stdio server's pipes through a [`Wire`],
+    /// over HTTP through rmcp with an [`HttpWire`] on its session (the lean
+    /// side returned too).
     pub(super) async fn connect(
         &self,
         pipes: Option<crate::supervisor::ChildPipes>,
-    ) -> Result<(RunningService<RoleClient, Listener>, Option<Wire>), PoolError> {
+    ) -> Result<(RunningService<RoleClient, Listener>, Option<Lean>), PoolError> {
         let server = self.name.clone();
         let config = self.config();
         match &config.transport {
@@ -512,16 +528,16 @@ impl Upstream {
                     .iter()
                     .map(|(k, v)| (k.clone(), v.expose().to_string()))
                     .collect();
-                let transport = crate::surfaces::mcp_http::client_transport(
-                    url.expose(),
-                    &headers,
-                    bearer.clone(),
-                )
-                .map_err(|e| PoolError::Handshake {
-                    server: server.clone(),
-                    reason: e.to_string(),
-                })?;
-                let result = self.handshake(transport).await.map(|s| (s, None));
+                let (transport, link) =
+                    crate::surfaces::mcp_link::client_link(url.expose(), &headers, bearer.clone())
+                        .map_err(|e| PoolError::Handshake {
+                            server: server.clone(),
+                            reason: e.to_string(),
+                        })?;
+                let result = self.handshake(transport).await.map(|s| {
+                    let wire = HttpWire::new(link, s.service().clone());
+                    (s, Some(Lean::Http(wire)))
+                });
                 if let Err(PoolError::Handshake { .. }) = &result
                     && crate::surfaces::mcp_http::is_legacy_sse(
                         url.expose(),
@@ -542,10 +558,10 @@ impl Upstream {
         &self,
         stdout: tokio::process::ChildStdout,
         stdin: tokio::process::ChildStdin,
-    ) -> Result<(RunningService<RoleClient, Listener>, Option<Wire>), PoolError> {
+    ) -> Result<(RunningService<RoleClient, Listener>, Option<Lean>), PoolError> {
         let (wire, rmcp) = Wire::start(stdout, stdin, Some(self.passthrough.clone()));
         let service = self.handshake(rmcp).await?;
-        Ok((service, Some(wire)))
+        Ok((service, Some(Lean::Stdio(wire))))
     }
 
     /// Initialize a session over `transport` and fetch its tools, within
@@ -657,8 +673,17 @@ impl Upstream {
         let token = entered.and_then(|e| e.token());
         let answer = self
             .request(connects, |link| async move {
-                match link.wire {
-                    Some(wire) => wire.call_tool(tool, arguments, token.as_ref()).await,
+                let lean = match link.wire.as_deref() {
+                    Some(Lean::Stdio(wire)) => {
+                        Some(wire.call_tool(tool, arguments, token.as_ref()).await)
+                    }
+                    Some(Lean::Http(wire)) => {
+                        wire.call_tool(&link.peer, tool, arguments, entered).await
+                    }
+                    None => None,
+                };
+                match lean {
+                    Some(answer) => answer,
                     None => call_over_rmcp(&link.peer, tool, arguments, entered).await,
                 }
             })
