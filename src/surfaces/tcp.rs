@@ -90,7 +90,8 @@ pub fn bind(addr: SocketAddr, remote_allowed: bool) -> Result<tokio::net::TcpLis
 
 /// Serve `router` on `listener` until `shutdown` is cancelled, within
 /// [`MAX_CONNECTIONS`] and [`HEADER_READ_TIMEOUT`]; WebSocket upgrades
-/// work. Connections still open at shutdown get [`SHUTDOWN_GRACE`].
+/// work; each connection's answers go out at once (`TCP_NODELAY`).
+/// Connections still open at shutdown get [`SHUTDOWN_GRACE`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: axum::Router,
@@ -106,6 +107,9 @@ pub async fn serve(
         let stream = match accepted {
             Ok((stream, _)) => {
                 backoff = ACCEPT_BACKOFF_INITIAL;
+                // Answers are whole messages: send each at once, not after
+                // the peer's delayed acknowledgement of the last.
+                let _ = stream.set_nodelay(true);
                 stream
             }
             Err(e) => {
