@@ -393,7 +393,13 @@ impl Parser {
                 Ok(v) => drift::value_shape(v),
                 Err(_) => drift::TEXT_SHAPE.to_string(),
             };
-            if let Some(g) = self.guard.as_mut() {
+            // Text after the agent said it is idle is what a CLI prints as
+            // it exits (a stack trace of a server it was still starting),
+            // not its format: it does not count toward drift. JSON does.
+            let exit_chatter = self.idle && parsed.is_err();
+            if let Some(g) = self.guard.as_mut()
+                && !exit_chatter
+            {
                 g.observe(&shape);
             }
             if !self.held.is_empty() {
@@ -463,6 +469,8 @@ impl Parser {
                 false
             }
         };
+        // Idle as soon as the line that says so is read, not at the chunk's end.
+        self.track_idle(&events);
         let undecided = self.guard.as_ref().is_none_or(|g| g.ratio(false).is_none());
         if hold && armed && !understood && undecided {
             self.held.push(Held {

@@ -387,9 +387,14 @@ fn a_few_stray_lines_stay_above_the_threshold() {
 /// window's mean under 0.72 and the parser moves on.
 #[test]
 fn a_run_of_text_falls_below_the_threshold() {
-    let good = fixture(ProviderKind::Opencode, OPENCODE, "idle.jsonl");
+    // A turn still running: the fixture without its final `step_finish`.
+    let all =
+        String::from_utf8(fixture(ProviderKind::Opencode, OPENCODE, "tool_call.jsonl")).unwrap();
+    let lines: Vec<&str> = all.lines().collect();
+    let good = lines[..lines.len() - 1].join("\n") + "\n";
     let mut p = Parser::new(ProviderKind::Opencode, Some(source_fixtures_root()));
-    let mut ev = p.feed(&good);
+    let mut ev = p.feed(good.as_bytes());
+    assert!(!p.is_idle());
     assert_eq!(p.strategy(), Strategy::NativeNdjson);
     for i in 0..DRIFT_WINDOW_LINES {
         ev.extend(p.feed(format!("plain line {i}\n").as_bytes()));
@@ -404,6 +409,45 @@ fn a_run_of_text_falls_below_the_threshold() {
     // after the switch, text lines arrive as messages
     assert!(
         matches!(ev.last(), Some(AgentEvent::Message { text, .. }) if text == &format!("plain line {}", DRIFT_WINDOW_LINES - 1))
+    );
+}
+
+/// What a CLI prints after its final result (Gemini's stack trace of an MCP
+/// server it was still starting when the turn ended, seen under load) is
+/// not drift, however long; JSON of an unknown shape after it still is.
+#[test]
+fn text_after_the_idle_result_is_not_drift() {
+    let good = fixture(ProviderKind::GeminiCli, GEMINI, "idle.jsonl");
+    let mut p = Parser::new(ProviderKind::GeminiCli, Some(source_fixtures_root()));
+    let mut ev = p.feed(&good);
+    assert!(p.is_idle(), "{ev:#?}");
+    let mut trace =
+        b"[MCP error] Error discovering tools from npc: MCP error -32000: Connection closed\n"
+            .to_vec();
+    for i in 0..2 * DRIFT_WINDOW_LINES {
+        trace.extend_from_slice(format!("    at frame{i} (file:///bundle.js:{i}:12)\n").as_bytes());
+    }
+    ev.extend(p.feed(&trace));
+    assert!(
+        !ev.iter()
+            .any(|e| matches!(e, AgentEvent::DriftDetected { .. })),
+        "{ev:#?}"
+    );
+    assert!(ev.iter().any(|e| matches!(
+        e,
+        AgentEvent::Error {
+            kind: ErrorKind::NotJson,
+            ..
+        }
+    )));
+    for i in 0..DRIFT_WINDOW_LINES {
+        ev.extend(p.feed(format!("{{\"kind\":\"renamed\",\"n{i}\":1}}\n").as_bytes()));
+    }
+    ev.extend(p.finish());
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, AgentEvent::DriftDetected { .. })),
+        "{ev:#?}"
     );
 }
 
