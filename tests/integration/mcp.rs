@@ -659,6 +659,29 @@ pub(crate) fn gateway_token(root: &std::path::Path) -> String {
         .to_string()
 }
 
+/// server-everything over `transport` (`streamableHttp`, or `sse`, the
+/// deprecated HTTP+SSE) on a free loopback port, bound to 127.0.0.1 by the
+/// loopback preload, once it listens: the process (stopped when dropped)
+/// and its port.
+pub(crate) fn everything_listening(transport: &str) -> (crate::support::Stopped, u16) {
+    let port = crate::support::free_port();
+    let preload = repo_root().join("fixtures/mcp/loopback.cjs");
+    let server = Command::new("mcp-server-everything")
+        .arg(transport)
+        .env("PORT", port.to_string())
+        .env("NODE_OPTIONS", format!("--require {}", preload.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = crate::support::Stopped::new(server);
+    wait_for("server-everything to listen", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    });
+    (server, port)
+}
+
 /// `npc mcp serve --http 127.0.0.1:0` in `dir`, and the URL it listens on.
 pub(crate) fn spawn_http_gateway(dir: &TempDir) -> (std::process::Child, String) {
     spawn_http_gateway_in(dir.path(), &[])

@@ -542,21 +542,7 @@ fn deprecated_sse_server_is_a_clear_error_and_costs_only_itself() {
     }
     // server-everything's HTTP+SSE transport (protocol 2024-11-05), bound
     // to 127.0.0.1 by the loopback preload.
-    let port = crate::support::free_port();
-    let preload = repo_root().join("fixtures/mcp/loopback.cjs");
-    let old = std::process::Command::new("mcp-server-everything")
-        .arg("sse")
-        .env("PORT", port.to_string())
-        .env("NODE_OPTIONS", format!("--require {}", preload.display()))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let _old = crate::support::Stopped::new(old);
-    crate::support::wait_for("the SSE server to listen", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
-    });
+    let (_old, port) = crate::mcp::everything_listening("sse");
     let dir = repo(&format!(
         "version = 1\n[mcp.servers.old]\nurl = \"http://127.0.0.1:{port}/sse\"\n{}",
         bad_server_section()

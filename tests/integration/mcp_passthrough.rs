@@ -208,19 +208,25 @@ fn a_cancelled_call_stops_at_the_upstream() {
         return;
     }
     let dir = hostile_repo();
-    let got = run(
-        Target::Gateway(dir.path()),
-        None,
-        &json!([["cancel", "slow", {}, 0.5], ["call", "cancelled", {}]]),
-    );
+    let got = run(Target::Gateway(dir.path()), None, &cancel_steps());
+    cancelled_at_the_upstream(&dir, &got);
+}
+
+/// The steps that cancel the hostile server's `slow` and then ask it what
+/// it heard.
+fn cancel_steps() -> Value {
+    json!([["cancel", "slow", {}, 0.5], ["call", "cancelled", {}]])
+}
+
+/// After [`cancel_steps`]: the client gave up, the upstream heard of it
+/// under the id npc gave the call, and the call is recorded as cancelled.
+fn cancelled_at_the_upstream(dir: &TempDir, got: &[Value]) {
     assert_eq!(got[0], json!({"cancelled": true}));
-    // The upstream heard of it, under the id npc gave the call.
     let cancelled = text_json(&got[1]);
     let ids = cancelled.as_array().unwrap();
     assert_eq!(ids.len(), 1, "{cancelled}");
     assert!(ids[0].as_str().unwrap().starts_with("npc-"), "{cancelled}");
-    // Recorded as cancelled.
-    let calls = events_of_kind(&dir, "mcp.tool_call");
+    let calls = events_of_kind(dir, "mcp.tool_call");
     let slow = calls.iter().find(|e| e["payload"]["name"] == "slow");
     assert_eq!(
         slow.unwrap()["payload"]["outcome"],
@@ -370,11 +376,7 @@ fn in_front_of_the_daemon_server_requests_progress_and_cancellation_pass_too() {
         json!({"sampling": 1, "elicitation": ["form", "url"], "roots": 0})
     );
     sigterm_exits_0(gateway);
-    let got = run(
-        Target::Gateway(d.root()),
-        None,
-        &json!([["cancel", "slow", {}, 0.5], ["call", "cancelled", {}]]),
-    );
+    let got = run(Target::Gateway(d.root()), None, &cancel_steps());
     assert_eq!(text_json(&got[1]).as_array().unwrap().len(), 1, "{got:?}");
 }
 
@@ -424,27 +426,6 @@ fn one_sessions_flood_leaves_another_session_of_the_daemon_unaffected() {
     assert_eq!(flooded[0]["text"], "stormed");
 }
 
-/// server-everything over streamable HTTP on a free loopback port (bound to
-/// 127.0.0.1 by the loopback preload): the process and its MCP URL.
-fn everything_over_http() -> (crate::support::Stopped, String) {
-    let port = crate::support::free_port();
-    let preload = repo_root().join("fixtures/mcp/loopback.cjs");
-    let server = std::process::Command::new("mcp-server-everything")
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .env("NODE_OPTIONS", format!("--require {}", preload.display()))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = crate::support::Stopped::new(server);
-    crate::support::wait_for("server-everything to listen", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
-    });
-    (server, format!("http://127.0.0.1:{port}/mcp"))
-}
-
 #[test]
 fn an_http_upstreams_calls_pass_server_requests_and_progress_like_rmcps() {
     if !python_sdk() || !server_everything() {
@@ -453,7 +434,8 @@ fn an_http_upstreams_calls_pass_server_requests_and_progress_like_rmcps() {
     // The pool's calls to an HTTP upstream are its own posts on rmcp's
     // session (`mcp::pool::http_wire`): what the upstream sends on a call's
     // stream must still reach the client that called, as directly.
-    let (_server, upstream) = everything_over_http();
+    let (_server, port) = crate::mcp::everything_listening("streamableHttp");
+    let upstream = format!("http://127.0.0.1:{port}/mcp");
     let dir = repo(&format!(
         "version = 1\n[mcp]\nprefix = \"on_conflict\"\n[mcp.servers.everything]\nurl = \"{upstream}\"\n"
     ));
@@ -514,24 +496,9 @@ fn over_http_a_plain_clients_cancel_stops_the_call_at_the_upstream() {
     let dir = hostile_repo();
     let (gateway, url) = spawn_http_gateway(&dir);
     let token = gateway_token(dir.path());
-    let got = run(
-        Target::Http { url: &url, token },
-        Some(""),
-        &json!([["cancel", "slow", {}, 0.5], ["call", "cancelled", {}]]),
-    );
+    let got = run(Target::Http { url: &url, token }, Some(""), &cancel_steps());
     sigterm_exits_0(gateway);
-    assert_eq!(got[0], json!({"cancelled": true}));
-    let cancelled = text_json(&got[1]);
-    let ids = cancelled.as_array().unwrap();
-    assert_eq!(ids.len(), 1, "{cancelled}");
-    assert!(ids[0].as_str().unwrap().starts_with("npc-"), "{cancelled}");
-    let calls = events_of_kind(&dir, "mcp.tool_call");
-    let slow = calls.iter().find(|e| e["payload"]["name"] == "slow");
-    assert_eq!(
-        slow.unwrap()["payload"]["outcome"],
-        "cancelled",
-        "{calls:?}"
-    );
+    cancelled_at_the_upstream(&dir, &got);
 }
 
 /// One HTTP/1.1 response: status, headers (lowercase names), body.
