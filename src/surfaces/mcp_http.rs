@@ -234,14 +234,7 @@ fn shortcut_may_take(request: &axum::extract::Request) -> Option<String> {
         return None;
     }
     let session = headers.get(SESSION_ID_HEADER)?.to_str().ok()?;
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.split(';')
-                .next()
-                .is_some_and(|t| t.trim().eq_ignore_ascii_case(JSON))
-        });
+    let is_json = super::http::is_json(headers);
     let accepts = |kind: &str| {
         headers.get_all(header::ACCEPT).iter().any(|v| {
             v.to_str().is_ok_and(|v| {
@@ -255,9 +248,7 @@ fn shortcut_may_take(request: &axum::extract::Request) -> Option<String> {
     };
     let sessionful_version = match headers.get(PROTOCOL_VERSION_HEADER) {
         None => true,
-        Some(v) => v
-            .to_str()
-            .is_ok_and(|v| super::mcp_link::SESSION_VERSIONS.contains(&v)),
+        Some(v) => v.to_str().is_ok_and(super::mcp_link::served_in_sessions),
     };
     (is_json && accepts(JSON) && accepts(EVENT_STREAM) && sessionful_version)
         .then(|| session.to_string())

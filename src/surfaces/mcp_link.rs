@@ -41,8 +41,13 @@ pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 /// Most bytes read after an answer on its stream.
 pub const MAX_DRAIN_BYTES: usize = 64 * 1024;
-/// The protocol versions served in sessions (before 2026-07-28).
-pub const SESSION_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+/// Whether `version` is a protocol version rmcp knows that is served in
+/// sessions (one with an `initialize`, before 2026-07-28).
+pub fn served_in_sessions(version: &str) -> bool {
+    rmcp::model::ProtocolVersion::KNOWN_VERSIONS
+        .iter()
+        .any(|known| known.as_str() == version && known.has_initialize())
+}
 
 type Headers = HashMap<axum::http::HeaderName, axum::http::HeaderValue>;
 
@@ -57,6 +62,9 @@ struct Posting {
 type Seen = Arc<Mutex<Option<Posting>>>;
 
 /// rmcp's reqwest client, noting the session each of its requests names.
+/// rmcp's worker posts through `post_message_with_response_limits` and
+/// opens streams through `get_stream_with_max_sse_event_size`, so those
+/// keep reqwest's limits; the trait's other provided methods reach these.
 #[derive(Debug, Clone)]
 pub struct Recording {
     inner: reqwest::Client,
@@ -92,28 +100,6 @@ impl StreamableHttpClient for Recording {
         self.note(session_id.as_ref(), &custom_headers, auth_header.as_ref());
         self.inner
             .post_message(uri, message, session_id, auth_header, custom_headers)
-            .await
-    }
-
-    async fn post_message_with_max_sse_event_size(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: Headers,
-        max_sse_event_size: usize,
-    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        self.note(session_id.as_ref(), &custom_headers, auth_header.as_ref());
-        self.inner
-            .post_message_with_max_sse_event_size(
-                uri,
-                message,
-                session_id,
-                auth_header,
-                custom_headers,
-                max_sse_event_size,
-            )
             .await
     }
 
@@ -285,7 +271,7 @@ impl HttpLink {
             .iter()
             .find(|(name, _)| name.as_str().eq_ignore_ascii_case(PROTOCOL_VERSION_HEADER))
             .and_then(|(_, v)| v.to_str().ok())?;
-        SESSION_VERSIONS.contains(&version).then_some(posting)
+        served_in_sessions(version).then_some(posting)
     }
 
     /// Post `body` (one JSON-RPC message) in the session. Every message the
@@ -391,16 +377,15 @@ fn drain(mut response: reqwest::Response) {
 }
 
 /// An event stream's messages, from its chunks: the `data` of each event
-/// (its `data:` lines joined by newlines); other fields and comments are
-/// skipped, events without data too (a server's priming events). Lines end
+/// (its non-empty `data:` lines joined by newlines); other fields and
+/// comments are skipped, events without data too (a server's priming events). Lines end
 /// with `\n` or `\r\n`.
 #[derive(Debug, Default)]
 struct Events {
     /// The line not yet ended.
     line: Vec<u8>,
-    /// The data of the event not yet ended.
+    /// The data of the event not yet ended (empty data lines add nothing).
     data: Vec<u8>,
-    has_data: bool,
 }
 
 impl Events {
@@ -424,12 +409,9 @@ impl Events {
             }
             let line = std::mem::take(&mut self.line);
             if line.is_empty() {
-                if self.has_data {
-                    self.has_data = false;
-                    let data = std::mem::take(&mut self.data);
-                    if each(&data) {
-                        return Ok(true);
-                    }
+                let data = std::mem::take(&mut self.data);
+                if !data.is_empty() && each(&data) {
+                    return Ok(true);
                 }
                 continue;
             }
@@ -443,12 +425,12 @@ impl Events {
                 if self.data.len() + value.len() + 1 > MAX_MESSAGE_BYTES {
                     return Err(PostError::TooLarge);
                 }
-                if self.has_data {
+                if !self.data.is_empty() {
                     self.data.push(b'\n');
                 }
                 self.data.extend_from_slice(value);
-                self.has_data = !self.data.is_empty() || self.has_data;
             }
+            // Keep the line's buffer for the next one.
             self.line = line;
             self.line.clear();
         }

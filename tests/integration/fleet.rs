@@ -475,8 +475,8 @@ fn enqueue_runs(rt: &tokio::runtime::Runtime, store: &PgStore, n: usize) {
 /// `script`, and `runs` runs queued there: what each worker test starts
 /// from. `None` (the test skips) without PostgreSQL.
 struct QueuedFleet {
-    /// Held for the test: dropping it stops the server (so bind it, never
-    /// leave it to `..`).
+    /// Dropping it stops the server: a test keeps its `QueuedFleet` bound
+    /// to the end.
     _cluster: PgCluster,
     repo: tempfile::TempDir,
     url: String,
@@ -504,23 +504,23 @@ fn queued_fleet(script: &str, runs: usize) -> Option<QueuedFleet> {
 
 #[test]
 fn a_thousand_queued_runs_drained_by_four_workers_each_run_exactly_once() {
-    let Some(QueuedFleet {
+    let Some(fleet) = queued_fleet("echo \"$NPC_RUN_ID\" >> ran.log", DRAIN_RUNS) else {
+        return;
+    };
+    let QueuedFleet {
         repo,
         url,
         rt,
         store,
         logs,
-        _cluster,
-    }) = queued_fleet("echo \"$NPC_RUN_ID\" >> ran.log", DRAIN_RUNS)
-    else {
-        return;
-    };
+        ..
+    } = &fleet;
     let _workers: Vec<crate::support::Stopped> = (0..DRAIN_WORKERS)
         .map(|w| {
             let log = logs.path().join(format!("worker-{w}.log"));
             crate::support::Stopped::new(start_worker_leased(
                 repo.path(),
-                &url,
+                url,
                 &log,
                 STEADY_LEASE_SECS,
             ))
@@ -564,25 +564,25 @@ fn a_thousand_queued_runs_drained_by_four_workers_each_run_exactly_once() {
 
 #[test]
 fn a_worker_killed_mid_run_loses_the_run_to_interrupted_and_it_never_runs_again() {
-    let Some(QueuedFleet {
+    let Some(fleet) = queued_fleet("echo \"$NPC_RUN_ID\" >> ran.log; exec sleep 600", 1) else {
+        return;
+    };
+    let QueuedFleet {
         repo,
         url,
         rt,
         store,
         logs,
-        _cluster,
-    }) = queued_fleet("echo \"$NPC_RUN_ID\" >> ran.log; exec sleep 600", 1)
-    else {
-        return;
-    };
-    let mut doomed = start_worker(repo.path(), &url, &logs.path().join("a.log"));
+        ..
+    } = &fleet;
+    let mut doomed = start_worker(repo.path(), url, &logs.path().join("a.log"));
     crate::support::wait_for("the run to start", || {
         (!lines(&repo.path().join("ran.log")).is_empty()).then_some(())
     });
     doomed.kill().unwrap();
     doomed.wait().unwrap();
     let _rescuer =
-        crate::support::Stopped::new(start_worker(repo.path(), &url, &logs.path().join("b.log")));
+        crate::support::Stopped::new(start_worker(repo.path(), url, &logs.path().join("b.log")));
     let row = crate::support::wait_for("the run to be rescued", || {
         let row = rt.block_on(store.run("run-00000")).unwrap().unwrap();
         (row.state != state::RUNNING).then_some(row)
@@ -603,19 +603,19 @@ fn a_worker_killed_mid_run_loses_the_run_to_interrupted_and_it_never_runs_again(
 
 #[test]
 fn a_worker_paused_past_its_lease_is_fenced_and_stops_its_agent() {
-    let Some(QueuedFleet {
+    let Some(fleet) = queued_fleet("sleep 600 & echo $! > agent.pid; wait", 1) else {
+        return;
+    };
+    let QueuedFleet {
         repo,
         url,
         rt,
         store,
         logs,
-        _cluster,
-    }) = queued_fleet("sleep 600 & echo $! > agent.pid; wait", 1)
-    else {
-        return;
-    };
+        ..
+    } = &fleet;
     let log = logs.path().join("paused.log");
-    let worker = crate::support::Stopped::new(start_worker(repo.path(), &url, &log));
+    let worker = crate::support::Stopped::new(start_worker(repo.path(), url, &log));
     let agent: u32 = crate::support::wait_for("the agent to start", || {
         std::fs::read_to_string(repo.path().join("agent.pid"))
             .ok()?

@@ -517,6 +517,14 @@ impl Response {
     }
 }
 
+/// A connection to the gateway at `addr` whose reads give up after
+/// [`CLIENT_LIMIT`] (a stalled gateway fails the test, never hangs it).
+fn connect(addr: &str) -> std::net::TcpStream {
+    let stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(CLIENT_LIMIT)).unwrap();
+    stream
+}
+
 /// POST `body` on `stream` (kept open for the next request) with the
 /// gateway's `token` and `session`; the whole response, chunked or not.
 fn post(
@@ -592,7 +600,7 @@ fn events_in(body: &[u8]) -> Vec<Value> {
 /// A session of the HTTP gateway at `addr`, initialized declaring
 /// `capabilities`: its id.
 fn http_session(addr: &str, token: &str, capabilities: Value) -> String {
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let mut stream = connect(addr);
     let init = post(
         &mut stream,
         token,
@@ -636,7 +644,7 @@ fn over_http_a_call_is_one_json_body_on_a_kept_connection_and_progress_an_event_
     };
     // Two calls on one connection: each answered as one JSON body, and the
     // connection still there for the next.
-    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    let mut stream = connect(&addr);
     for id in [1, 2] {
         let message = format!("kept {id}");
         let answer = post(

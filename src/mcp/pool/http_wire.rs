@@ -10,13 +10,17 @@
 //! elicitation, roots, ping) go to the session's [`Listener`] as if rmcp had
 //! read them,
 //! a request marked as arriving on this call's stream so that it reaches
-//! the session whose call caused it, and its answer is posted back. With
+//! the session whose call caused it, and its answer is posted back (at
+//! most [`MAX_FORWARDED_REQUESTS`] at once; past it one is dropped). With
 //! no session to post in yet (or one of a protocol version without
 //! sessions), [`HttpWire::call_tool`] says so and the call goes through
 //! rmcp. A call dropped before its answer tells the server with
 //! `notifications/cancelled`.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::Semaphore;
 
 use rmcp::model::{
     ClientJsonRpcMessage, JsonObject, NumberOrString, ProgressToken, RequestId,
@@ -26,7 +30,7 @@ use rmcp::service::{InboundStreamOrigin, RequestContext};
 use rmcp::{Peer, RoleClient, Service as _};
 
 use super::super::catalog::CatalogChange;
-use super::super::passthrough::Entered;
+use super::super::passthrough::{Entered, MAX_FORWARDED_REQUESTS};
 use super::super::wire::{
     Answer, Failure, answer_of, call_frame, cancelled_frame, id_of, progress_of,
 };
@@ -38,6 +42,8 @@ pub(in crate::mcp::pool) struct HttpWire {
     link: HttpLink,
     listener: Listener,
     next: AtomicU64,
+    /// The upstream's requests on calls' streams being answered.
+    requests: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for HttpWire {
@@ -54,6 +60,7 @@ impl HttpWire {
             link,
             listener,
             next: AtomicU64::new(1),
+            requests: Arc::new(Semaphore::new(MAX_FORWARDED_REQUESTS)),
         }
     }
 
@@ -135,9 +142,6 @@ impl HttpWire {
                 ServerNotification::ResourceUpdatedNotification(updated) => {
                     passthrough.resource_updated(updated.params);
                 }
-                ServerNotification::ProgressNotification(progress) => {
-                    passthrough.progress(progress.params);
-                }
                 ServerNotification::ToolListChangedNotification(_) => {
                     self.listener.tools_changed(peer.clone());
                 }
@@ -159,10 +163,17 @@ impl HttpWire {
                 _ => {}
             },
             ServerJsonRpcMessage::Request(request) => {
+                // Bounded like a session's forwarded requests; past it the
+                // request is dropped and the upstream's own timeout ends it.
+                let Ok(permit) = self.requests.clone().try_acquire_owned() else {
+                    tracing::warn!(server = %passthrough.server, "mcp: dropped an upstream's request on a call's stream: {MAX_FORWARDED_REQUESTS} are being answered already");
+                    return;
+                };
                 let (listener, peer, link) =
                     (self.listener.clone(), peer.clone(), self.link.clone());
                 let origin = InboundStreamOrigin::OutboundRequest(id.clone());
                 tokio::spawn(async move {
+                    let _permit = permit;
                     let mut context = RequestContext::new(request.id.clone(), peer);
                     context.extensions.insert(origin);
                     let reply = match listener.handle_request(request.request, context).await {
