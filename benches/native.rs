@@ -37,9 +37,7 @@ fn main() {
         ));
     }
     let env: BTreeMap<String, String> = [("KEY".to_string(), "v".to_string())].into();
-    let files = DiskFiles {
-        root: PathBuf::from("."),
-    };
+    let files = DiskFiles::new(PathBuf::from("."));
     let m = load_bytes(
         "npcagent.toml",
         manifest.as_bytes(),

@@ -73,9 +73,7 @@ fn main() {
     std::fs::write(dir.path().join(".git/HEAD"), "ref: refs/heads/main\n").expect("HEAD");
     let text = manifest_text();
     let env: BTreeMap<String, String> = [("HOME".to_string(), "/home/bench".to_string())].into();
-    let files = DiskFiles {
-        root: dir.path().to_path_buf(),
-    };
+    let files = DiskFiles::new(dir.path().to_path_buf());
     let loaded = load_bytes("bench.toml", text.as_bytes(), Syntax::Toml, &env, &files);
     let manifest = loaded
         .manifest

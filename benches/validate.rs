@@ -256,9 +256,7 @@ fn main() {
 
     println!("\n== in process: load + validate (median of {IN_PROCESS_RUNS} runs) ==");
     let env: BTreeMap<String, String> = BTreeMap::new();
-    let files = DiskFiles {
-        root: dir.path().to_path_buf(),
-    };
+    let files = DiskFiles::new(dir.path().to_path_buf());
     let mut first: Option<(usize, Duration)> = None;
     for n in SIZES {
         let text = generate(n);

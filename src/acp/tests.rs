@@ -8,9 +8,7 @@ use super::*;
 fn agent(dir: &std::path::Path) -> (Arc<Agent>, mpsc::UnboundedReceiver<Value>) {
     let text = "version = 1\n[providers.p]\nkind = \"claude_code\"\n\
                 [profiles.dev]\nprovider = \"p\"\ndescription = \"d\"\n";
-    let files = crate::model::DiskFiles {
-        root: dir.to_path_buf(),
-    };
+    let files = crate::model::DiskFiles::new(dir.to_path_buf());
     let manifest = crate::model::load_bytes(
         "npcagent.toml",
         text.as_bytes(),

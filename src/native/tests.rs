@@ -21,9 +21,7 @@ fn env() -> BTreeMap<String, String> {
 }
 
 fn manifest(text: &str) -> Manifest {
-    let files = DiskFiles {
-        root: PathBuf::from("/nonexistent"),
-    };
+    let files = DiskFiles::new(PathBuf::from("/nonexistent"));
     let loaded = load_bytes(
         "npcagent.toml",
         text.as_bytes(),

@@ -22,9 +22,7 @@ impl PackageFiles {
     /// Files relative to the manifest directory `root`.
     pub fn new(root: &Path) -> Self {
         Self {
-            disk: DiskFiles {
-                root: root.to_path_buf(),
-            },
+            disk: DiskFiles::new(root),
         }
     }
 }
@@ -43,11 +41,12 @@ impl Files for PackageFiles {
         self.disk.check_dir(path)
     }
     fn package(&self, entry: &str, dir: &Path) -> Option<PackageView> {
-        let real = crate::repofs::Root::new(&self.disk.root)
-            .and_then(|root| root.real_path(dir))
+        let package = self
+            .disk
+            .guarded()
+            .and_then(|root| root.sub_root(dir))
             .ok()?;
-        let report = super::validate(&real).ok()?;
-        Some(view(entry, &report))
+        Some(view(entry, &super::validate_root(&package)))
     }
     fn add_user_plugins(&self, manifest: &mut Manifest) {
         match super::resolve::registered() {

@@ -570,9 +570,7 @@ prompt = "placed"
     fn manifest(root: &Path) -> Manifest {
         let env: BTreeMap<String, String> =
             [("API_TOKEN".to_string(), "hunter2-secret".to_string())].into();
-        let files = DiskFiles {
-            root: root.to_path_buf(),
-        };
+        let files = DiskFiles::new(root);
         let loaded = load_bytes(
             "npcagent.toml",
             MANIFEST.as_bytes(),

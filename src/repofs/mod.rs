@@ -325,6 +325,20 @@ impl Root {
         })
     }
 
+    /// The directory `path` inside this root as a root of its own, found
+    /// with one walk (each link followed inside this root); nothing is
+    /// resolved again to make it.
+    pub fn sub_root(&self, path: &Path) -> Result<Root, FsError> {
+        let mut walk = Walk::new(self, path)?;
+        walk.push_end_marker();
+        walk.locate(None, Links::Follow)?;
+        let dir = walk.here();
+        Ok(Root {
+            given: dir.clone(),
+            dir,
+        })
+    }
+
     /// Whether `path` is a directory inside the root (links inside followed).
     pub fn is_dir(&self, path: &Path) -> bool {
         self.dir_check(path).is_ok()

@@ -43,6 +43,9 @@ pub(super) struct Walk<'a> {
     stack: Vec<(OwnedFd, OsString)>,
     pending: VecDeque<Part>,
     hops: usize,
+    /// What `lstat` said of the last component while [`Walk::locate`]
+    /// looked for a link there, so [`Walk::stat`] need not ask again.
+    last: Option<(OsString, FileStat)>,
 }
 
 fn parts(path: &Path, via: Option<&Rc<Via>>) -> Vec<Part> {
@@ -85,6 +88,7 @@ impl<'a> Walk<'a> {
             stack: Vec::new(),
             pending: parts(rel, None).into(),
             hops: 0,
+            last: None,
         })
     }
 
@@ -117,8 +121,13 @@ impl<'a> Walk<'a> {
         self.here_rel().join(name)
     }
 
+    /// `lstat` of `name` in the directory reached (the answer
+    /// [`locate`](Self::locate) already had, when it looked there).
     pub(super) fn stat(&self, name: &OsStr) -> Result<FileStat, FsError> {
-        super::stat_at(self.dir(), name, &self.shown_entry(name))
+        match &self.last {
+            Some((seen, st)) if seen == name => Ok(*st),
+            _ => super::stat_at(self.dir(), name, &self.shown_entry(name)),
+        }
     }
 
     pub(super) fn link_target(&self, name: &OsStr) -> PathBuf {
@@ -152,10 +161,12 @@ impl<'a> Walk<'a> {
                         part.name.as_os_str(),
                         AtFlags::AT_SYMLINK_NOFOLLOW,
                     )
-                    && kind(&st) == SFlag::S_IFLNK
                 {
-                    self.follow(&part.name)?;
-                    continue;
+                    if kind(&st) == SFlag::S_IFLNK {
+                        self.follow(&part.name)?;
+                        continue;
+                    }
+                    self.last = Some((part.name.clone(), st));
                 }
                 return Ok(Some(part.name));
             }

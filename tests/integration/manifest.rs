@@ -103,9 +103,7 @@ fn toml_and_json_examples_lower_to_equal_models() {
 #[test]
 fn models_compare_by_meaning_not_spelling() {
     let env: BTreeMap<String, String> = BTreeMap::new();
-    let files = DiskFiles {
-        root: repo_root().to_path_buf(),
-    };
+    let files = DiskFiles::new(repo_root().to_path_buf());
     let a = model::load_bytes(
         "a.toml",
         b"version = 1\n[triggers.t]\nkind = \"cron\"\nschedule = \"0 9 * * mon-fri\"\naction = { command = \"make\" }\n",

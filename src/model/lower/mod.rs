@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::path::{Component, Path, PathBuf};
+use std::sync::OnceLock;
 
 use indexmap::IndexMap;
 
@@ -18,6 +19,7 @@ use super::source::{SourceFile, Span};
 use super::template;
 use super::text::Text;
 use super::types::*;
+use crate::repofs::{FsError, Root};
 
 mod agents;
 mod hooks;
@@ -65,7 +67,34 @@ pub trait Files {
 /// plugin package: `plugins::PackageFiles` wraps it to.
 #[derive(Debug, Clone)]
 pub struct DiskFiles {
-    pub root: PathBuf,
+    root: PathBuf,
+    /// The guarded root, resolved at the first file read and kept: one
+    /// load resolves the manifest's directory once, not once per file.
+    guarded: OnceLock<Root>,
+}
+
+impl DiskFiles {
+    /// Files relative to the manifest directory `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            guarded: OnceLock::new(),
+        }
+    }
+
+    /// The manifest directory, as given.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The guarded layer's [`Root`] at the manifest directory.
+    pub fn guarded(&self) -> Result<&Root, FsError> {
+        if let Some(root) = self.guarded.get() {
+            return Ok(root);
+        }
+        let root = Root::new(&self.root)?;
+        Ok(self.guarded.get_or_init(|| root))
+    }
 }
 
 impl Files for DiskFiles {
@@ -76,17 +105,17 @@ impl Files for DiskFiles {
         )
     }
     fn read_to_string(&self, path: &Path) -> std::io::Result<String> {
-        crate::repofs::Root::new(&self.root)
+        self.guarded()
             .and_then(|root| root.read_string(path, MAX_TEMPLATE_BYTES))
-            .map_err(crate::repofs::FsError::into_reason)
+            .map_err(FsError::into_reason)
     }
     fn is_dir(&self, path: &Path) -> bool {
         self.check_dir(path).is_ok()
     }
     fn check_dir(&self, path: &Path) -> std::io::Result<()> {
-        crate::repofs::Root::new(&self.root)
+        self.guarded()
             .and_then(|root| root.dir_check(path))
-            .map_err(crate::repofs::FsError::into_reason)
+            .map_err(FsError::into_reason)
     }
 }
 
