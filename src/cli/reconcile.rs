@@ -599,17 +599,35 @@ pub fn dashboard(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
+/// The human line of a daemon's shared store (`None` for the embedded one).
+fn store_line(store: &serde_json::Value) -> Option<String> {
+    if store["kind"] != "postgres" {
+        return None;
+    }
+    let fleet = crate::stdx::term::printable(store["fleet"].as_str().unwrap_or("?"));
+    let state = store["state"].as_str().unwrap_or("unknown");
+    Some(match store["error"].as_str() {
+        Some(error) => format!(
+            "store PostgreSQL, fleet `{fleet}`: {state}: {}; the daemon keeps retrying",
+            crate::stdx::term::printable(error)
+        ),
+        None => format!("store PostgreSQL, fleet `{fleet}`: {state}"),
+    })
+}
+
 pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
     let paths = locate(manifest)?;
     let rt = tokio()?;
     let mut mcp_servers: Vec<serde_json::Value> = Vec::new();
     let mut gateway = MCP_GATEWAY_STANDALONE;
     let mut api: Option<String> = None;
+    let mut store = serde_json::Value::Null;
     let (components, source): (Vec<runtime::ComponentStatus>, String) = match daemon_socket(&paths)
     {
         Some((socket, pid)) => {
             let answer = rt.block_on(Client::call(&socket, &Request::Status))?;
             api = answer["api"].as_str().map(str::to_string);
+            store = answer["store"].clone();
             if let Some(servers) = answer["mcp"]["servers"].as_array() {
                 gateway = MCP_GATEWAY_DAEMON;
                 mcp_servers = servers.clone();
@@ -662,7 +680,7 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
             outln!(
                 "{}",
                 serde_json::to_string_pretty(
-                    &serde_json::json!({ "source": source, "components": rows, "mcp": mcp, "api": api })
+                    &serde_json::json!({ "source": source, "components": rows, "mcp": mcp, "api": api, "store": store })
                 )?
             )?;
         }
@@ -670,6 +688,9 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
             outln!("{source}")?;
             if let Some(url) = &api {
                 outln!("API {url}/api/v1")?;
+            }
+            if let Some(line) = store_line(&store) {
+                outln!("{line}")?;
             }
             let states: Vec<String> = components
                 .iter()

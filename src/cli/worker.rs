@@ -92,18 +92,6 @@ pub fn store(command: StoreCommand) -> anyhow::Result<Exit> {
     }
 }
 
-/// `URL` without its user and password (a remote may carry a token).
-fn without_credentials(remote: &str) -> String {
-    match url::Url::parse(remote) {
-        Ok(mut u) if u.has_host() => {
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.to_string()
-        }
-        _ => remote.to_string(),
-    }
-}
-
 pub fn worker(args: WorkerArgs) -> anyhow::Result<Exit> {
     super::log_to_stderr("info");
     let path = super::manifest_path(args.manifest)?;
@@ -128,19 +116,12 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Exit> {
             super::standalone_recording(&own, &manifest)?
         };
         tokio::spawn(async move { while supervisor_events.recv().await.is_some() {} });
-        let remote =
-            crate::runs::workspace::git(&supervisor, &paths.root, &["remote", "get-url", "origin"])
-                .await
-                .map(|r| without_credentials(&r))
-                .unwrap_or_else(|_| paths.root.display().to_string());
-        let project = manifest.project.name.clone().unwrap_or_else(|| {
-            paths
-                .root
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        });
-        let fleet = format!("{project}@{remote}");
+        let fleet = crate::runs::fleet::fleet_name(
+            &supervisor,
+            &paths.root,
+            manifest.project.name.as_deref(),
+        )
+        .await;
         let store = match PgStore::connect(&url, &fleet).await {
             Ok(store) => Arc::new(store),
             Err(e) => {

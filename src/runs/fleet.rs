@@ -37,6 +37,39 @@ pub const RETRY_MAX: Duration = Duration::from_secs(5);
 /// What a fenced run's local end says.
 pub const FENCED_DETAIL: &str = "its lease was lost (the worker was cut off or paused past it)";
 
+/// The fleet of the repository at `root`: `PROJECT@REMOTE`, the project's
+/// name (else the directory's) and the `origin` remote's URL without its
+/// credentials (else the repository's path). Every worker and daemon of
+/// one repository names the same fleet.
+pub async fn fleet_name(
+    supervisor: &crate::supervisor::Supervisor,
+    root: &std::path::Path,
+    project: Option<&str>,
+) -> String {
+    let remote = super::workspace::git(supervisor, root, &["remote", "get-url", "origin"])
+        .await
+        .map(|r| without_credentials(&r))
+        .unwrap_or_else(|_| root.display().to_string());
+    let project = project.map(str::to_string).unwrap_or_else(|| {
+        root.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    });
+    format!("{project}@{remote}")
+}
+
+/// `URL` without its user and password (a remote may carry a token).
+fn without_credentials(remote: &str) -> String {
+    match url::Url::parse(remote) {
+        Ok(mut u) if u.has_host() => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        _ => remote.to_string(),
+    }
+}
+
 /// How a worker works.
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {

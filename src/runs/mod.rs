@@ -99,6 +99,14 @@ impl Origin {
         matches!(self, Self::Acp | Self::Cli)
     }
 
+    /// Whether a daemon in front of a fleet (`[store] url`) hands runs of
+    /// this origin to the fleet's workers: triggers' firings and runs
+    /// started through the API. A file watch's runs stay on the machine
+    /// that watches, and `npc run` / `npc acp` runs on the machine asked.
+    pub fn runs_in_fleet(self) -> bool {
+        matches!(self, Self::Cron | Self::Webhook | Self::Manual | Self::Api)
+    }
+
     /// The origin a row names; `None` for a word no build of npc writes.
     pub fn parse(s: &str) -> Option<Self> {
         [

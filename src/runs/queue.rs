@@ -7,7 +7,8 @@
 //! share group commits.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 use tokio::sync::Notify;
@@ -17,6 +18,7 @@ use serde::Serialize;
 use super::Origin;
 use crate::bus::EventBus;
 use crate::model::Overlap;
+use crate::store::fleet::FleetQueue;
 use crate::store::queue::{Enqueued, NewRun};
 use crate::store::{NewEvent, Store};
 
@@ -38,6 +40,28 @@ pub enum Refused {
     QueueFull(String),
     #[error("the run queue cannot record the firing: {0}")]
     Store(String),
+    /// The fleet's shared store (`[store] url`) is not reachable yet.
+    #[error(
+        "the shared store is not reachable: {0}; the daemon keeps retrying, and `npc status` says when it is back"
+    )]
+    Unreachable(String),
+}
+
+/// Where the runs the fleet carries out go: nowhere but here without
+/// `[store] url`; else the shared store, once this daemon joined it.
+#[derive(Debug, Clone, Default)]
+enum Shared {
+    #[default]
+    Off,
+    /// Connecting (the fleet's name once known), or retrying after `error`.
+    Joining {
+        fleet: Option<String>,
+        error: Option<String>,
+    },
+    Joined {
+        fleet: String,
+        queue: Arc<dyn FleetQueue>,
+    },
 }
 
 /// A run asked for, on its way to the queue.
@@ -82,11 +106,70 @@ pub struct RunQueue {
     store: Arc<Store>,
     bus: EventBus,
     wake: Arc<Notify>,
+    shared: Arc<Mutex<Shared>>,
 }
+
+/// A submission on its way to a store.
+type Pending = Pin<Box<dyn Future<Output = Result<Accepted, Refused>> + Send + 'static>>;
 
 impl RunQueue {
     pub fn new(store: Arc<Store>, bus: EventBus, wake: Arc<Notify>) -> Self {
-        Self { store, bus, wake }
+        Self {
+            store,
+            bus,
+            wake,
+            shared: Arc::default(),
+        }
+    }
+
+    /// From now on the runs of the fleet's origins
+    /// ([`Origin::runs_in_fleet`]) go to a fleet's shared store; until
+    /// [`joined`](Self::joined) they are refused. `false` when this queue
+    /// joins a fleet already.
+    pub fn join(&self) -> bool {
+        let mut shared = crate::stdx::lock(&self.shared);
+        if !matches!(*shared, Shared::Off) {
+            return false;
+        }
+        *shared = Shared::Joining {
+            fleet: None,
+            error: None,
+        };
+        true
+    }
+
+    /// The shared store of `fleet` answered: submissions go to `queue`.
+    pub fn joined(&self, fleet: &str, queue: Arc<dyn FleetQueue>) {
+        *crate::stdx::lock(&self.shared) = Shared::Joined {
+            fleet: fleet.to_string(),
+            queue,
+        };
+    }
+
+    /// The last try to reach the shared store of `fleet` failed with `error`.
+    pub fn not_joined(&self, fleet: &str, error: String) {
+        *crate::stdx::lock(&self.shared) = Shared::Joining {
+            fleet: Some(fleet.to_string()),
+            error: Some(error),
+        };
+    }
+
+    /// Which store takes the runs, as `npc status` shows it: `kind`
+    /// (`sqlite` or `postgres`) and, for a fleet, its name, `state`
+    /// (`connecting`, `unreachable`, `connected`) and the last error.
+    pub fn store_status(&self) -> serde_json::Value {
+        match &*crate::stdx::lock(&self.shared) {
+            Shared::Off => json!({ "kind": "sqlite" }),
+            Shared::Joining { fleet, error } => json!({
+                "kind": "postgres",
+                "fleet": fleet,
+                "state": if error.is_some() { "unreachable" } else { "connecting" },
+                "error": error,
+            }),
+            Shared::Joined { fleet, .. } => {
+                json!({ "kind": "postgres", "fleet": fleet, "state": "connected" })
+            }
+        }
     }
 
     /// Take in `row`, a run another store handed over (a fleet worker's
@@ -116,13 +199,13 @@ impl RunQueue {
 
     /// Record `run` under its queue's `overlap` policy. The write is
     /// submitted now; the returned future resolves once it committed.
-    pub fn submit(
-        &self,
-        run: Submission,
-        overlap: Overlap,
-    ) -> impl Future<Output = Result<Accepted, Refused>> + Send + 'static {
+    /// A run of a fleet's origin goes to the fleet's shared store instead
+    /// (see [`join`](Self::join)), answered once committed there; its
+    /// `run.queued` goes to the shared event log, and a worker carries it
+    /// out.
+    pub fn submit(&self, mut run: Submission, overlap: Overlap) -> Pending {
         let run_id = super::new_run_id();
-        let pending = self.store.enqueue_run(NewRun {
+        let new_run = NewRun {
             id: run_id.clone(),
             trigger: run.queue.clone(),
             origin: run.origin.as_str().to_string(),
@@ -130,13 +213,28 @@ impl RunQueue {
             payload: run.payload.to_string(),
             skip_if_active: overlap == Overlap::Skip,
             max_queued: MAX_QUEUED_PER_TRIGGER,
-            state: run.state,
+            state: run.state.take(),
             claimed_by: None,
             replay_until_ms: run.replay_until_ms,
             concurrency_key: run.concurrency_key.clone(),
-        });
+        };
+        if run.origin.runs_in_fleet() {
+            match &*crate::stdx::lock(&self.shared) {
+                Shared::Off => {}
+                Shared::Joining { error, .. } => {
+                    let why = error
+                        .clone()
+                        .unwrap_or_else(|| "this daemon is still connecting to it".to_string());
+                    return Box::pin(std::future::ready(Err(Refused::Unreachable(why))));
+                }
+                Shared::Joined { queue, .. } => {
+                    return Box::pin(submit_shared(queue.clone(), new_run, run));
+                }
+            }
+        }
+        let pending = self.store.enqueue_run(new_run);
         let (bus, wake) = (self.bus.clone(), self.wake.clone());
-        async move {
+        Box::pin(async move {
             match pending.await {
                 Err(e) => Err(Refused::Store(e.to_string())),
                 Ok(Enqueued::Full) => Err(Refused::QueueFull(run.queue.clone())),
@@ -146,24 +244,10 @@ impl RunQueue {
                     // The answer does not wait for this event's commit (the
                     // run row it reports is committed already): a webhook's
                     // 202 costs one write, not two.
-                    if outcome != Enqueued::Duplicate {
-                        let kind = match outcome {
-                            Enqueued::Skipped => "run.skipped",
-                            _ => "run.queued",
-                        };
-                        let event = NewEvent::new(
-                            kind,
-                            json!({
-                                "run_id": run_id,
-                                "trigger": run.queue,
-                                "origin": run.origin,
-                                "dedupe_key": run.dedupe_key,
-                            }),
-                        )
-                        .for_component(super::component(&run_id));
-                        if let Err(e) = bus.publish_detached(event).await {
-                            tracing::warn!("cannot record `{kind}`: {e}");
-                        }
+                    if let Some(event) = queued_event(&run_id, &run, outcome)
+                        && let Err(e) = bus.publish_detached(event).await
+                    {
+                        tracing::warn!("cannot record the run's queueing: {e}");
                     }
                     if outcome == Enqueued::Queued {
                         wake.notify_one();
@@ -171,6 +255,51 @@ impl RunQueue {
                     Ok(Accepted { run_id, outcome })
                 }
             }
+        })
+    }
+}
+
+/// `run.queued` or `run.skipped` of a submission the queue took, or
+/// `None` for a duplicate (nothing was recorded).
+fn queued_event(run_id: &str, run: &Submission, outcome: Enqueued) -> Option<NewEvent> {
+    let kind = match outcome {
+        Enqueued::Duplicate | Enqueued::Full => return None,
+        Enqueued::Skipped => "run.skipped",
+        Enqueued::Queued => "run.queued",
+    };
+    Some(
+        NewEvent::new(
+            kind,
+            json!({
+                "run_id": run_id,
+                "trigger": run.queue,
+                "origin": run.origin,
+                "dedupe_key": run.dedupe_key,
+            }),
+        )
+        .for_component(super::component(run_id)),
+    )
+}
+
+/// Record `new_run` in the fleet's shared store; its `run.queued` is in
+/// the shared log before the answer, so it comes before anything a worker
+/// records of the run.
+async fn submit_shared(
+    queue: Arc<dyn FleetQueue>,
+    new_run: NewRun,
+    run: Submission,
+) -> Result<Accepted, Refused> {
+    let run_id = new_run.id.clone();
+    match queue.enqueue(new_run).await {
+        Err(e) => Err(Refused::Store(e.to_string())),
+        Ok(Enqueued::Full) => Err(Refused::QueueFull(run.queue.clone())),
+        Ok(outcome) => {
+            if let Some(event) = queued_event(&run_id, &run, outcome)
+                && let Err(e) = queue.append_events(vec![event]).await
+            {
+                tracing::warn!("cannot record the run's queueing in the shared store: {e}");
+            }
+            Ok(Accepted { run_id, outcome })
         }
     }
 }

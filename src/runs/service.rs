@@ -91,6 +91,12 @@ impl Runs {
         self.queue.submit(run, overlap)
     }
 
+    /// The queue side: where runs go (the local store, or a fleet's
+    /// shared store once joined, see [`RunQueue::join`]).
+    pub fn queue(&self) -> &RunQueue {
+        &self.queue
+    }
+
     /// Take in a run a fleet worker claimed from the shared store (see
     /// [`super::queue::RunQueue::adopt`]); the executor carries it out
     /// like any queued run.

@@ -41,6 +41,7 @@ pub async fn status_document(runtime: &Runtime) -> Value {
         "components": runtime.status().await,
         "mcp": mcp,
         "api": runtime.api_url(),
+        "store": runtime.runs().queue().store_status(),
     })
 }
 
@@ -171,6 +172,11 @@ impl ApiBackend for DaemonApi {
                         "too many runs started by hand are waiting; retry once some have run",
                     ),
                     E::Refused(Refused::Store(detail)) => ApiError::internal(detail),
+                    E::Refused(e @ Refused::Unreachable(_)) => ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "store.unreachable",
+                        e.to_string(),
+                    ),
                     other => ApiError::new(
                         StatusCode::UNPROCESSABLE_ENTITY,
                         "run.invalid",
@@ -345,6 +351,11 @@ impl ApiBackend for DaemonApi {
                     e.to_string(),
                 )),
                 Err(FireError::Refused(Refused::Store(detail))) => Err(ApiError::internal(detail)),
+                Err(FireError::Refused(e @ Refused::Unreachable(_))) => Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store.unreachable",
+                    e.to_string(),
+                )),
             }
         })
     }

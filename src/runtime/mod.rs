@@ -11,6 +11,7 @@ pub mod api;
 pub mod daemon;
 pub mod drivers;
 pub mod files;
+mod fleet;
 mod inputs;
 mod load;
 pub mod lock;
@@ -353,6 +354,7 @@ impl Runtime {
             }
         };
         self.bus.set_secrets(manifest.secret_values());
+        self.join_fleet(&manifest);
         self.triggers.manifest_loaded(&manifest);
         let outcome = self.apply(desired, reason).await;
         if let ReloadOutcome::Applied { results } = &outcome {
@@ -368,6 +370,27 @@ impl Runtime {
             }
         }
         (outcome, Some(manifest))
+    }
+
+    /// With `[store] url`, hand the fleet's runs to its shared store (once:
+    /// a new URL takes a restart): until the store answers they are
+    /// refused, never run here; the connection is retried with backoff
+    /// while the daemon serves everything else.
+    fn join_fleet(&self, manifest: &Manifest) {
+        let Some(url) = manifest.store.url.as_ref().map(|u| u.expose().to_string()) else {
+            return;
+        };
+        if !self.runs.queue().join() {
+            return;
+        }
+        let (runs, bus) = (self.runs.clone(), self.bus.clone());
+        let (supervisor, root) = (self.cx.supervisor.clone(), self.paths.root.clone());
+        let project = manifest.project.name.clone();
+        tokio::spawn(async move {
+            let fleet =
+                crate::runs::fleet::fleet_name(&supervisor, &root, project.as_deref()).await;
+            fleet::join(&runs, &bus, &url, &fleet).await;
+        });
     }
 
     /// Record each plugin notice of `manifest` (a `registry.plugin_collision`

@@ -707,6 +707,16 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
                 )
                 .await
         }
+        Ok(Err(e @ Refused::Unreachable(_))) => {
+            listener
+                .refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "webhook.store_unreachable",
+                    name,
+                    &e.to_string(),
+                )
+                .await
+        }
         Ok(Err(e)) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             axum::Json(json!({ "error": e.to_string() })),

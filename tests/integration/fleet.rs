@@ -753,3 +753,194 @@ fn a_server_restarted_mid_drain_loses_and_doubles_nothing() {
     let lost = rows.iter().filter(|r| r.state != state::SUCCEEDED).count();
     assert!(lost <= 2, "at most one cut-off claim per worker: {lost}");
 }
+
+// ----- a daemon in front of the fleet ------------------------------------
+
+/// The webhook secret of the ingress tests.
+const INGRESS_SECRET: &str = "ingress-s3cret";
+
+/// A repository whose daemon takes webhooks (`gh`, route `github`) into
+/// the fleet; its runs append their id to `ran.log`.
+fn ingress_repo() -> tempfile::TempDir {
+    let dir = fleet_repo("true");
+    let manifest = format!(
+        "version = 1\n[project]\nname = \"{FLEET_PROJECT}\"\n[store]\nurl = \"${{NPC_STORE_URL}}\"\n\
+         [daemon]\nwebhook_listen = \"127.0.0.1:0\"\n\
+         [triggers.gh]\nkind = \"webhook\"\nroute = \"github\"\nsecret_env = \"HOOK_SECRET\"\n\
+         action = {{ command = \"sh\", args = [\"-c\", \"echo \\\"$NPC_RUN_ID\\\" >> ran.log\"] }}\n"
+    );
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    dir
+}
+
+/// A daemon on `repo` whose store URL is `url`.
+fn ingress_daemon(repo: &std::path::Path, url: &str) -> crate::support::Daemon {
+    crate::support::Daemon::start_in_with(
+        repo,
+        crate::support::DaemonSetup {
+            only_env: Some(&[("HOOK_SECRET", INGRESS_SECRET), ("NPC_STORE_URL", url)]),
+            ..crate::support::DaemonSetup::default()
+        },
+    )
+}
+
+/// `npc ARGS --format json` in `repo`, whose manifest's store URL is `url`.
+fn npc_json(repo: &std::path::Path, url: &str, args: &[&str]) -> serde_json::Value {
+    let out = crate::support::npc()
+        .args(args)
+        .args(["--format", "json"])
+        .current_dir(repo)
+        .env("NPC_STORE_URL", url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `npc status` in `repo` (human), as [`npc_json`].
+fn npc_status(repo: &std::path::Path, url: &str) -> String {
+    let out = crate::support::npc()
+        .arg("status")
+        .current_dir(repo)
+        .env("NPC_STORE_URL", url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Post one signed push delivery `id` to the daemon's `gh` webhook.
+fn deliver(repo: &std::path::Path, url: &str, id: &str) -> (u16, String) {
+    let url = crate::support::wait_for("the webhook listener's address", || {
+        npc_json(repo, url, &["triggers"])["triggers"]
+            .as_array()?
+            .iter()
+            .find(|t| t["name"] == "gh")?["url"]
+            .as_str()
+            .map(str::to_string)
+    });
+    let body = format!("{{\"delivery\":\"{id}\"}}");
+    crate::triggers::http(
+        &url,
+        "POST",
+        "/webhooks/github",
+        &[
+            ("Content-Type", "application/json".to_string()),
+            ("X-GitHub-Event", "push".to_string()),
+            ("X-GitHub-Delivery", id.to_string()),
+            (
+                "X-Hub-Signature-256",
+                crate::triggers::sign(INGRESS_SECRET.as_bytes(), body.as_bytes()),
+            ),
+        ],
+        body.as_bytes(),
+    )
+}
+
+#[test]
+fn a_daemon_with_a_store_url_answers_202_after_the_shared_commit_and_a_worker_runs_it() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let repo = ingress_repo();
+    let url = worker_store(&cluster, repo.path());
+    let daemon = ingress_daemon(repo.path(), &url);
+    let status = crate::support::wait_for("the daemon to join the fleet", || {
+        let status = npc_json(repo.path(), &url, &["status"]);
+        (status["store"]["state"] == "connected").then_some(status)
+    });
+    assert_eq!(status["store"]["kind"], "postgres", "{status}");
+    assert_eq!(status["store"]["fleet"], fleet_key().as_str(), "{status}");
+    assert!(!status.to_string().contains(PG_PASSWORD), "{status}");
+    let human = npc_status(repo.path(), &url);
+    assert!(human.contains("store PostgreSQL"), "{human}");
+    assert!(human.contains("connected"), "{human}");
+
+    let (code, text) = deliver(repo.path(), &url, "d-1");
+    assert_eq!(code, 202, "{text}\n{}", daemon.log());
+    let accepted: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let id = accepted["run_id"].as_str().unwrap().to_string();
+    // Committed in the shared store before the answer: read after it.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
+    let row = rt
+        .block_on(store.run(&id))
+        .unwrap()
+        .expect("the shared row");
+    assert_eq!(row.state, state::QUEUED);
+    assert_eq!(row.origin, "webhook");
+    // The same delivery again is a replay the shared store refuses.
+    let (code, text) = deliver(repo.path(), &url, "d-1");
+    assert_eq!(code, 409, "{text}");
+    // The daemon did not take the run itself.
+    let local = npc_json(repo.path(), &url, &["runs"]);
+    assert!(
+        local
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["id"] != id.as_str()),
+        "the ingress daemon queued the run locally: {local}"
+    );
+
+    let logs = tempfile::tempdir().unwrap();
+    let _worker = crate::support::Stopped::new(start_worker_leased(
+        repo.path(),
+        &url,
+        &logs.path().join("worker.log"),
+        STEADY_LEASE_SECS,
+    ));
+    let row = crate::support::wait_for("the worker to carry the run out", || {
+        rt.block_on(store.run(&id))
+            .unwrap()
+            .filter(|r| r.state == state::SUCCEEDED)
+    });
+    assert!(row.owner.is_some_and(|o| o.contains('/')));
+    assert_eq!(lines(&repo.path().join("ran.log")), vec![id.clone()]);
+    let events = rt.block_on(store.events_after(0, 1_000)).unwrap();
+    let queued = events
+        .iter()
+        .position(|e| e.kind == "run.queued" && e.payload["run_id"] == id.as_str());
+    let finished = events
+        .iter()
+        .position(|e| e.kind == "run.finished" && e.payload["run_id"] == id.as_str());
+    assert!(
+        matches!((queued, finished), (Some(q), Some(f)) if q < f),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn a_daemon_whose_store_is_unreachable_stays_up_says_so_and_refuses_webhooks() {
+    let repo = ingress_repo();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let url = format!("postgres://npc:{PG_PASSWORD}@127.0.0.1:{port}/fleet");
+    let daemon = ingress_daemon(repo.path(), &url);
+    let status = crate::support::wait_for("the daemon to say the store is unreachable", || {
+        let status = npc_json(repo.path(), &url, &["status"]);
+        status["store"]["error"].is_string().then_some(status)
+    });
+    assert_eq!(status["store"]["state"], "unreachable", "{status}");
+    let error = status["store"]["error"].as_str().unwrap();
+    assert!(error.contains("cannot connect"), "{error}");
+    assert!(!status.to_string().contains(PG_PASSWORD), "{status}");
+    let human = npc_status(repo.path(), &url);
+    assert!(human.contains("unreachable"), "{human}");
+    assert!(!human.contains(PG_PASSWORD), "{human}");
+    let (code, text) = deliver(repo.path(), &url, "d-1");
+    assert_eq!(code, 503, "{text}");
+    assert!(text.contains("shared store"), "{text}");
+    assert!(!text.contains(PG_PASSWORD), "{text}");
+    assert_eq!(npc_json(repo.path(), &url, &["runs"]), json!([]));
+    assert!(!daemon.log().contains(PG_PASSWORD));
+}

@@ -388,7 +388,7 @@ fn validate_names_both_readings_of_a_star_step_day_field() {
 // ----- webhooks ---------------------------------------------------------
 
 /// One HTTP/1.1 request on a fresh connection: the status and body.
-fn http(
+pub(crate) fn http(
     url: &str,
     method: &str,
     path: &str,
@@ -438,7 +438,7 @@ fn webhook_url(root: &Path, name: &str) -> String {
     })
 }
 
-fn sign(secret: &[u8], body: &[u8]) -> String {
+pub(crate) fn sign(secret: &[u8], body: &[u8]) -> String {
     format!(
         "sha256={}",
         hex::encode(npcagent::triggers::webhook::hmac_sha256(secret, &[body]))
