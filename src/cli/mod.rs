@@ -209,6 +209,13 @@ enum Command {
     Runs(triggers::RunsArgs),
     /// Join the fleet of this repository on the store `[store] url` names and carry out the runs it claims there
     Worker(worker::WorkerArgs),
+    /// The fleet's workers: host, version, heartbeat age, current runs; lost when a heartbeat is late
+    Workers {
+        #[arg(long, short = 'm')]
+        manifest: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
     /// The PostgreSQL store a fleet shares (`npc store migrate`)
     #[command(subcommand)]
     Store(worker::StoreCommand),
@@ -322,6 +329,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Runs(args) => triggers::runs(args),
         Command::Worker(args) => worker::worker(args),
         Command::Store(command) => worker::store(command),
+        Command::Workers { manifest, format } => worker::workers(manifest, format),
         Command::Render(args) => render::run(args),
         Command::Run(args) => run::run(args),
         Command::Doctor(args) => doctor::run(args),

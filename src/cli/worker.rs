@@ -5,7 +5,8 @@
 //! own executor (`runs::fleet::Worker`), up to `[runs] max_concurrent` at
 //! once, until SIGINT or SIGTERM. `npc store migrate` brings that store's
 //! schema to this npc's version; every other command refuses another
-//! version. The store's URL holds a password: nothing here prints it.
+//! version. `npc workers` lists the fleet's roster. The store's URL holds
+//! a password: nothing here prints it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use clap::{Args, Subcommand};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-use super::Exit;
+use super::{Exit, Format};
 use crate::runs::fleet::{DEFAULT_LEASE, Worker, WorkerSettings};
 use crate::runtime::RepoPaths;
 use crate::store::pg::PgStore;
@@ -142,11 +143,13 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Exit> {
         }
         let id = format!("{host}/{process}");
         let worker = Worker::new(
-            store,
+            store.clone(),
+            Some(store as Arc<dyn crate::store::fleet::Roster>),
             local,
             runs,
             WorkerSettings {
                 id: id.clone(),
+                host,
                 lease: Duration::from_secs(args.lease_secs),
                 max_concurrent: manifest.runs.max_concurrent,
             },
@@ -171,4 +174,66 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Exit> {
         errln!("worker `{}` stopped", crate::stdx::term::printable(&id));
         Ok(Exit::Ok)
     })
+}
+
+/// `npc workers`: the roster of this repository's fleet.
+pub fn workers(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
+    let path = super::manifest_path(manifest)?;
+    let Some((manifest, url)) = store_url(&path, "before listing its workers")? else {
+        return Ok(Exit::Failed);
+    };
+    let paths = RepoPaths::resolve(&path, &manifest.project.state_dir)?;
+    let rows = runtime()?.block_on(async {
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        let supervisor = crate::supervisor::Supervisor::new(events, Default::default());
+        let fleet = crate::runs::fleet::fleet_name(
+            &supervisor,
+            &paths.root,
+            manifest.project.name.as_deref(),
+        )
+        .await;
+        let store = PgStore::connect(&url, &fleet).await?;
+        crate::store::fleet::Roster::workers(&store)
+            .await
+            .map(|rows| (fleet, rows))
+    });
+    let (fleet, rows) = match rows {
+        Ok(found) => found,
+        Err(e) => {
+            errln!("error: cannot read the fleet's workers: {e}");
+            return Ok(Exit::Failed);
+        }
+    };
+    match format {
+        Format::Json => outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "fleet": fleet, "workers": rows }))?
+        )?,
+        Format::Human => {
+            outln!("fleet {}", crate::stdx::term::printable(&fleet))?;
+            if rows.is_empty() {
+                outln!("no workers; start one with `npc worker`")?;
+            }
+            for w in &rows {
+                let state = match w.state {
+                    crate::store::fleet::WorkerState::Alive => "alive",
+                    crate::store::fleet::WorkerState::Lost => "LOST",
+                    crate::store::fleet::WorkerState::Stopped => "stopped",
+                };
+                let running = if w.running.is_empty() {
+                    "idle".to_string()
+                } else {
+                    format!("running {}", w.running.join(", "))
+                };
+                outln!(
+                    "{}  {state}  host {}  npc {}  heartbeat {:.1}s ago  {running}",
+                    crate::stdx::term::printable(&w.id),
+                    crate::stdx::term::printable(&w.host),
+                    crate::stdx::term::printable(&w.version),
+                    w.heartbeat_age_ms as f64 / 1000.0,
+                )?;
+            }
+        }
+    }
+    Ok(Exit::Ok)
 }

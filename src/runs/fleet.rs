@@ -18,7 +18,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::Runs;
-use crate::store::fleet::{Claimed, FleetQueue, Lease};
+use crate::store::fleet::{Claimed, FleetQueue, Lease, Roster, WorkerInfo};
 use crate::store::queue::state;
 use crate::store::{NewEvent, Store, StoreError};
 
@@ -75,6 +75,8 @@ fn without_credentials(remote: &str) -> String {
 pub struct WorkerSettings {
     /// Its name in the fleet (`host/pid:start-time`).
     pub id: String,
+    /// The machine it runs on, as the roster shows it.
+    pub host: String,
     pub lease: Duration,
     /// Runs carried out at once (`[runs] max_concurrent`).
     pub max_concurrent: usize,
@@ -84,6 +86,8 @@ pub struct WorkerSettings {
 #[derive(Debug)]
 pub struct Worker {
     fleet: Arc<dyn FleetQueue>,
+    /// Where it heartbeats for `npc workers`, when the store keeps a roster.
+    roster: Option<Arc<dyn Roster>>,
     local: Arc<Store>,
     runs: Arc<Runs>,
     settings: WorkerSettings,
@@ -114,6 +118,7 @@ impl Worker {
     /// (whose store is `local`).
     pub fn new(
         fleet: Arc<dyn FleetQueue>,
+        roster: Option<Arc<dyn Roster>>,
         local: Arc<Store>,
         runs: Arc<Runs>,
         mut settings: WorkerSettings,
@@ -122,6 +127,7 @@ impl Worker {
         settings.max_concurrent = settings.max_concurrent.max(1);
         Arc::new(Self {
             fleet,
+            roster,
             local,
             runs,
             settings,
@@ -133,6 +139,7 @@ impl Worker {
     pub async fn serve(self: &Arc<Self>, stop: CancellationToken) {
         let slots = Arc::new(tokio::sync::Semaphore::new(self.settings.max_concurrent));
         let rescuer = tokio::spawn(self.clone().rescue_loop(stop.clone()));
+        let heartbeat = tokio::spawn(self.clone().roster_loop(stop.clone()));
         let mut backoff = RETRY_INITIAL;
         loop {
             let permit = tokio::select! {
@@ -178,6 +185,46 @@ impl Worker {
         // The cancelled runs' ends are relayed while their leases hold.
         let all = self.settings.max_concurrent as u32;
         drop(tokio::time::timeout(super::executor::STOP_WAIT, slots.acquire_many(all)).await);
+        heartbeat.abort();
+        if let Some(roster) = &self.roster
+            && let Err(e) = roster.leave(&self.settings.id).await
+        {
+            tracing::warn!("cannot mark this worker stopped on the roster: {e}");
+        }
+    }
+
+    /// Join the roster (retrying with backoff), then heartbeat there every
+    /// third of a lease until `stop`.
+    async fn roster_loop(self: Arc<Self>, stop: CancellationToken) {
+        let Some(roster) = self.roster.clone() else {
+            return;
+        };
+        let info = WorkerInfo {
+            id: self.settings.id.clone(),
+            host: self.settings.host.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            lease_ms: i64::try_from(self.settings.lease.as_millis()).unwrap_or(i64::MAX),
+        };
+        let mut backoff = RETRY_INITIAL;
+        while let Err(e) = roster.enlist(&info).await {
+            tracing::warn!("cannot join the roster: {e}; retrying in {backoff:?}");
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(RETRY_MAX);
+        }
+        let mut every = tokio::time::interval(self.settings.lease / 3);
+        every.tick().await;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = every.tick() => {}
+            }
+            if let Err(e) = roster.beat(&info.id).await {
+                tracing::warn!("cannot heartbeat on the roster: {e}");
+            }
+        }
     }
 
     /// Every half lease, rescue the fleet's runs whose lease ran out.

@@ -94,6 +94,62 @@ pub trait FleetQueue: Send + Sync + Debug {
     fn wait_for_work(&self, at_most: Duration) -> StoreFuture<'_, ()>;
 }
 
+/// A worker as it joins its fleet's roster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkerInfo {
+    /// Its name in the fleet (`host/pid:start-time`).
+    pub id: String,
+    pub host: String,
+    /// The npc version it runs.
+    pub version: String,
+    /// Its lease: a worker whose last heartbeat is older is lost.
+    pub lease_ms: i64,
+}
+
+/// How a worker stands on the roster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerState {
+    /// Heartbeating within its lease.
+    Alive,
+    /// No heartbeat for longer than its lease: killed, cut off or paused.
+    Lost,
+    /// Stopped cleanly (SIGINT or SIGTERM).
+    Stopped,
+}
+
+/// A worker as `npc workers` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkerRow {
+    pub id: String,
+    pub host: String,
+    pub version: String,
+    pub state: WorkerState,
+    pub started_at_ms: i64,
+    /// Milliseconds since its last heartbeat (the store's clock).
+    pub heartbeat_age_ms: i64,
+    pub lease_ms: i64,
+    /// Ids of the runs it holds now.
+    pub running: Vec<String>,
+}
+
+/// Stopped or lost workers stay on the roster this long after their last
+/// heartbeat, then a joining worker removes them.
+pub const ROSTER_KEEP: Duration = Duration::from_secs(24 * 3_600);
+
+/// The fleet's roster of workers (PostgreSQL; one machine has no fleet).
+pub trait Roster: Send + Sync + Debug {
+    /// Put `worker` on the roster (again, after a restart of the same id),
+    /// heartbeating now; forgets workers gone for [`ROSTER_KEEP`].
+    fn enlist<'a>(&'a self, worker: &'a WorkerInfo) -> StoreFuture<'a, ()>;
+    /// Worker `id` is alive now.
+    fn beat<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()>;
+    /// Worker `id` stopped cleanly.
+    fn leave<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()>;
+    /// Every worker on the roster, newest first.
+    fn workers(&self) -> StoreFuture<'_, Vec<WorkerRow>>;
+}
+
 /// Milliseconds of `lease`, bounded by [`MAX_LEASE`].
 pub(super) fn lease_ms(lease: Duration) -> i64 {
     i64::try_from(lease.min(MAX_LEASE).as_millis()).unwrap_or(i64::MAX)

@@ -452,7 +452,10 @@ fn worker_store(cluster: &PgCluster, repo: &std::path::Path) -> String {
     );
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
-        said.contains("migrated from schema version 0 to 1"),
+        said.contains(&format!(
+            "migrated from schema version 0 to {}",
+            npcagent::store::pg::PG_SCHEMA_VERSION
+        )),
         "{said}"
     );
     assert!(!said.contains(PG_PASSWORD));
@@ -803,8 +806,13 @@ fn npc_json(repo: &std::path::Path, url: &str, args: &[&str]) -> serde_json::Val
 
 /// `npc status` in `repo` (human), as [`npc_json`].
 fn npc_status(repo: &std::path::Path, url: &str) -> String {
+    npc_status_of(repo, url, "status")
+}
+
+/// The human output of `npc COMMAND` in `repo`, as [`npc_json`].
+fn npc_status_of(repo: &std::path::Path, url: &str, command: &str) -> String {
     let out = crate::support::npc()
-        .arg("status")
+        .arg(command)
         .current_dir(repo)
         .env("NPC_STORE_URL", url)
         .output()
@@ -943,4 +951,66 @@ fn a_daemon_whose_store_is_unreachable_stays_up_says_so_and_refuses_webhooks() {
     assert!(!text.contains(PG_PASSWORD), "{text}");
     assert_eq!(npc_json(repo.path(), &url, &["runs"]), json!([]));
     assert!(!daemon.log().contains(PG_PASSWORD));
+}
+
+/// The roster as `npc workers --format json` in `repo` gives it.
+fn roster(repo: &std::path::Path, url: &str) -> Vec<serde_json::Value> {
+    npc_json(repo, url, &["workers"])["workers"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn npc_workers_shows_each_worker_and_its_runs_and_a_killed_one_as_lost() {
+    let Some(fleet) = queued_fleet("sleep 60", 1) else {
+        return;
+    };
+    let QueuedFleet {
+        repo, url, logs, ..
+    } = &fleet;
+    let mut first = start_worker(repo.path(), url, &logs.path().join("first.log"));
+    let busy = crate::support::wait_for("the first worker to hold the run", || {
+        roster(repo.path(), url)
+            .into_iter()
+            .find(|w| w["state"] == "alive" && w["running"] == json!(["run-00000"]))
+    });
+    assert_eq!(busy["version"], env!("CARGO_PKG_VERSION"));
+    assert!(busy["host"].as_str().is_some_and(|h| !h.is_empty()));
+    assert!(busy["heartbeat_age_ms"].as_i64().is_some_and(|a| a >= 0));
+    let human = npc_status_of(repo.path(), url, "workers");
+    assert!(human.contains(&format!("fleet {}", fleet_key())), "{human}");
+    assert!(human.contains("alive"), "{human}");
+    assert!(human.contains("running run-00000"), "{human}");
+    assert!(!human.contains(PG_PASSWORD), "{human}");
+
+    let second = crate::support::Stopped::new(start_worker(
+        repo.path(),
+        url,
+        &logs.path().join("second.log"),
+    ));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let first_id = busy["id"].as_str().unwrap().to_string();
+    let workers = crate::support::wait_for("the killed worker to be shown lost", || {
+        let workers = roster(repo.path(), url);
+        let lost = workers
+            .iter()
+            .any(|w| w["id"] == first_id.as_str() && w["state"] == "lost");
+        let alive = workers
+            .iter()
+            .any(|w| w["id"] != first_id.as_str() && w["state"] == "alive");
+        (lost && alive).then_some(workers)
+    });
+    assert_eq!(workers.len(), 2, "{workers:?}");
+    let human = npc_status_of(repo.path(), url, "workers");
+    assert!(human.contains("LOST"), "{human}");
+
+    assert!(second.terminate().success());
+    crate::support::wait_for("the stopped worker to be shown stopped", || {
+        roster(repo.path(), url)
+            .iter()
+            .any(|w| w["id"] != first_id.as_str() && w["state"] == "stopped")
+            .then_some(())
+    });
 }

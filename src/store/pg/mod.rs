@@ -11,6 +11,7 @@
 //! yet: a server that requires it is refused with the server's own words.
 
 mod queue;
+mod roster;
 mod schema;
 
 use std::str::FromStr;
@@ -23,7 +24,7 @@ use tokio_postgres::NoTls;
 use super::StoreError;
 
 /// The schema version this build writes and reads.
-pub const PG_SCHEMA_VERSION: i64 = 1;
+pub const PG_SCHEMA_VERSION: i64 = 2;
 /// Connections one process keeps to the store.
 pub const POOL_SIZE: usize = 8;
 /// How long connecting to the server may take.

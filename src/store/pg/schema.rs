@@ -18,13 +18,14 @@ struct Migration {
 }
 
 /// Every migration, oldest first. Append only; never edit a shipped step.
-const MIGRATIONS: &[Migration] = &[Migration {
-    // The fleet's run queue, event log and trigger state, each row scoped
-    // by its fleet (a repository's project name and remote URL). Times are
-    // unix milliseconds of the database's clock (`npc_now_ms`), so leases
-    // never depend on the workers' clocks agreeing.
-    version: 1,
-    sql: r#"
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        // The fleet's run queue, event log and trigger state, each row scoped
+        // by its fleet (a repository's project name and remote URL). Times are
+        // unix milliseconds of the database's clock (`npc_now_ms`), so leases
+        // never depend on the workers' clocks agreeing.
+        version: 1,
+        sql: r#"
         CREATE FUNCTION npc_now_ms() RETURNS bigint LANGUAGE sql VOLATILE AS
             $$ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
         CREATE TABLE npc_runs (
@@ -89,7 +90,17 @@ const MIGRATIONS: &[Migration] = &[Migration {
             PRIMARY KEY (fleet, id)
         );
     "#,
-}];
+    },
+    Migration {
+        // The roster `npc workers` reads: each worker's lease (a worker
+        // whose heartbeat is older is lost) and when it stopped cleanly.
+        version: 2,
+        sql: r#"
+        ALTER TABLE npc_workers ADD COLUMN lease_ms bigint NOT NULL DEFAULT 30000;
+        ALTER TABLE npc_workers ADD COLUMN stopped_at_ms bigint;
+    "#,
+    },
+];
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS npc_schema_migrations (
     version       bigint PRIMARY KEY,
