@@ -52,6 +52,10 @@ pub struct RunsArgs {
     /// How many runs to list (newest first)
     #[arg(long, default_value_t = DEFAULT_RUNS_LIMIT, value_parser = clap::value_parser!(u64).range(1..=1000))]
     limit: u64,
+    /// The fleet's runs from the shared store `[store] url` names (every
+    /// worker's), each with the worker that holds or held it
+    #[arg(long)]
+    fleet: bool,
     #[arg(long, short = 'm', global = true)]
     manifest: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t, global = true)]
@@ -282,6 +286,13 @@ pub fn trigger(command: TriggerCommand) -> anyhow::Result<Exit> {
 
 /// `npc runs` and `npc runs show ID`.
 pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
+    if args.fleet && args.show.is_none() {
+        let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
+        return match super::worker::fleet_runs(args.manifest, args.trigger.as_deref(), limit)? {
+            Some(rows) => list_runs(&rows, args.format),
+            None => Ok(Exit::Failed),
+        };
+    }
     let paths = paths_of(args.manifest)?;
     let Some(store) = store_of(&paths)? else {
         if let Some(RunsCommand::Show { id } | RunsCommand::Diff { id }) = &args.show {
@@ -310,19 +321,27 @@ pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     // Every run is a row of the queue, whatever started it (`npc run`'s
     // too: origin `cli`).
-    let rows: Vec<Value> = store
-        .run_rows(args.trigger.as_deref(), limit)?
+    list_runs(
+        &store.run_rows(args.trigger.as_deref(), limit)?,
+        args.format,
+    )
+}
+
+/// The listing of `npc runs` (and `npc runs --fleet`, whose rows name
+/// their worker as `owner`).
+fn list_runs(runs: &[crate::store::queue::RunRow], format: Format) -> anyhow::Result<Exit> {
+    let rows: Vec<Value> = runs
         .iter()
         .map(|r| {
             json!({
                 "id": r.id, "trigger": r.trigger, "origin": r.origin, "state": r.state,
                 "profile": crate::api::listings::profile_of(r),
                 "enqueued_at_ms": r.enqueued_at_ms, "started_at_ms": r.started_at_ms,
-                "finished_at_ms": r.finished_at_ms, "detail": r.detail,
+                "finished_at_ms": r.finished_at_ms, "detail": r.detail, "owner": r.owner,
             })
         })
         .collect();
-    match args.format {
+    match format {
         Format::Json => outln!("{}", serde_json::to_string_pretty(&rows)?)?,
         Format::Human => {
             if rows.is_empty() {

@@ -176,6 +176,46 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Exit> {
     })
 }
 
+/// The shared store of this repository's fleet, and the fleet's name.
+async fn open_fleet(
+    manifest: &crate::model::Manifest,
+    paths: &RepoPaths,
+    url: &str,
+) -> Result<(String, PgStore), crate::store::StoreError> {
+    let (events, _) = tokio::sync::mpsc::unbounded_channel();
+    let supervisor = crate::supervisor::Supervisor::new(events, Default::default());
+    let fleet =
+        crate::runs::fleet::fleet_name(&supervisor, &paths.root, manifest.project.name.as_deref())
+            .await;
+    let store = PgStore::connect(url, &fleet).await?;
+    Ok((fleet, store))
+}
+
+/// `npc runs --fleet`: the fleet's runs from its shared store (of
+/// `trigger` only, when given), newest first; `None` after saying why not.
+pub fn fleet_runs(
+    manifest: Option<PathBuf>,
+    trigger: Option<&str>,
+    limit: usize,
+) -> anyhow::Result<Option<Vec<crate::store::queue::RunRow>>> {
+    let path = super::manifest_path(manifest)?;
+    let Some((manifest, url)) = store_url(&path, "before listing the fleet's runs")? else {
+        return Ok(None);
+    };
+    let paths = RepoPaths::resolve(&path, &manifest.project.state_dir)?;
+    let rows = runtime()?.block_on(async {
+        let (_, store) = open_fleet(&manifest, &paths, &url).await?;
+        store.run_rows(trigger, limit).await
+    });
+    match rows {
+        Ok(rows) => Ok(Some(rows)),
+        Err(e) => {
+            errln!("error: cannot read the fleet's runs: {e}");
+            Ok(None)
+        }
+    }
+}
+
 /// `npc workers`: the roster of this repository's fleet.
 pub fn workers(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
     let path = super::manifest_path(manifest)?;
@@ -184,15 +224,7 @@ pub fn workers(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit
     };
     let paths = RepoPaths::resolve(&path, &manifest.project.state_dir)?;
     let rows = runtime()?.block_on(async {
-        let (events, _) = tokio::sync::mpsc::unbounded_channel();
-        let supervisor = crate::supervisor::Supervisor::new(events, Default::default());
-        let fleet = crate::runs::fleet::fleet_name(
-            &supervisor,
-            &paths.root,
-            manifest.project.name.as_deref(),
-        )
-        .await;
-        let store = PgStore::connect(&url, &fleet).await?;
+        let (fleet, store) = open_fleet(&manifest, &paths, &url).await?;
         crate::store::fleet::Roster::workers(&store)
             .await
             .map(|rows| (fleet, rows))

@@ -530,7 +530,7 @@ fn a_thousand_queued_runs_drained_by_four_workers_each_run_exactly_once() {
         })
         .collect();
     let rows = crate::support::wait_for_within("every run to end", DRAIN_LIMIT, || {
-        let rows = rt.block_on(store.run_rows(DRAIN_RUNS)).unwrap();
+        let rows = rt.block_on(store.run_rows(None, DRAIN_RUNS)).unwrap();
         rows.iter()
             .all(|r| r.state != state::QUEUED && r.state != state::RUNNING)
             .then_some(rows)
@@ -702,7 +702,7 @@ fn a_server_restarted_mid_drain_loses_and_doubles_nothing() {
     let ended = |rt: &tokio::runtime::Runtime| -> Option<Vec<npcagent::store::queue::RunRow>> {
         // A fresh view each time: the check itself survives the restart.
         let store = rt.block_on(PgStore::connect(&url, &fleet_key())).ok()?;
-        let rows = rt.block_on(store.run_rows(RESTART_RUNS)).ok()?;
+        let rows = rt.block_on(store.run_rows(None, RESTART_RUNS)).ok()?;
         Some(rows)
     };
     {
@@ -911,8 +911,24 @@ fn a_daemon_with_a_store_url_answers_202_after_the_shared_commit_and_a_worker_ru
             .unwrap()
             .filter(|r| r.state == state::SUCCEEDED)
     });
-    assert!(row.owner.is_some_and(|o| o.contains('/')));
+    assert!(row.owner.as_ref().is_some_and(|o| o.contains('/')));
     assert_eq!(lines(&repo.path().join("ran.log")), vec![id.clone()]);
+    // `npc runs --fleet` reads the shared store: the run, its end, its worker.
+    let fleet_runs = npc_json(repo.path(), &url, &["runs", "--fleet", "--trigger", "gh"]);
+    let listed = fleet_runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{fleet_runs}"));
+    assert_eq!(listed["state"], "succeeded");
+    assert_eq!(listed["owner"].as_str(), row.owner.as_deref());
+    let none = npc_json(
+        repo.path(),
+        &url,
+        &["runs", "--fleet", "--trigger", "other"],
+    );
+    assert_eq!(none, json!([]));
     let events = rt.block_on(store.events_after(0, 1_000)).unwrap();
     let queued = events
         .iter()

@@ -385,16 +385,22 @@ impl PgStore {
         row.as_ref().map(run_of).transpose()
     }
 
-    /// The fleet's runs, newest first (at most [`MAX_RUNS_PER_READ`]).
-    pub async fn run_rows(&self, limit: usize) -> Result<Vec<RunRow>, StoreError> {
+    /// The fleet's runs (of `trigger` only, when given), newest first (at
+    /// most [`MAX_RUNS_PER_READ`]).
+    pub async fn run_rows(
+        &self,
+        trigger: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<RunRow>, StoreError> {
         let client = self.client().await?;
         let limit = i64::try_from(limit.min(MAX_RUNS_PER_READ)).unwrap_or(i64::MAX);
         let rows = client
             .query(
                 &format!(
-                    "SELECT {RUN_COLUMNS} FROM npc_runs WHERE fleet = $1 ORDER BY seq DESC LIMIT $2"
+                    "SELECT {RUN_COLUMNS} FROM npc_runs WHERE fleet = $1
+                     AND ($3::text IS NULL OR trigger = $3) ORDER BY seq DESC LIMIT $2"
                 ),
-                &[&self.fleet(), &limit],
+                &[&self.fleet(), &limit, &trigger],
             )
             .await
             .map_err(pg_error("read runs"))?;
