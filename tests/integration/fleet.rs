@@ -787,36 +787,25 @@ fn ingress_daemon(repo: &std::path::Path, url: &str) -> crate::support::Daemon {
     )
 }
 
-/// `npc ARGS --format json` in `repo`, whose manifest's store URL is `url`.
-fn npc_json(repo: &std::path::Path, url: &str, args: &[&str]) -> serde_json::Value {
-    let out = crate::support::npc()
+/// `npc ARGS` in `repo`, whose manifest's store URL is `url`; it must succeed.
+fn npc_in(repo: &std::path::Path, url: &str, args: &[&str]) -> std::process::Output {
+    crate::support::npc()
         .args(args)
-        .args(["--format", "json"])
         .current_dir(repo)
         .env("NPC_STORE_URL", url)
         .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+        .unwrap()
 }
 
-/// `npc status` in `repo` (human), as [`npc_json`].
-fn npc_status(repo: &std::path::Path, url: &str) -> String {
-    npc_status_of(repo, url, "status")
+/// `npc ARGS --format json` in `repo`, as [`npc_in`].
+fn npc_json(repo: &std::path::Path, url: &str, args: &[&str]) -> serde_json::Value {
+    let args: Vec<&str> = args.iter().copied().chain(["--format", "json"]).collect();
+    crate::triggers::json_of(&npc_in(repo, url, &args))
 }
 
-/// The human output of `npc COMMAND` in `repo`, as [`npc_json`].
-fn npc_status_of(repo: &std::path::Path, url: &str, command: &str) -> String {
-    let out = crate::support::npc()
-        .arg(command)
-        .current_dir(repo)
-        .env("NPC_STORE_URL", url)
-        .output()
-        .unwrap();
+/// The human output of `npc COMMAND` in `repo`, as [`npc_in`].
+fn npc_human(repo: &std::path::Path, url: &str, command: &str) -> String {
+    let out = npc_in(repo, url, &[command]);
     assert!(
         out.status.success(),
         "{}",
@@ -868,7 +857,7 @@ fn a_daemon_with_a_store_url_answers_202_after_the_shared_commit_and_a_worker_ru
     assert_eq!(status["store"]["kind"], "postgres", "{status}");
     assert_eq!(status["store"]["fleet"], fleet_key().as_str(), "{status}");
     assert!(!status.to_string().contains(PG_PASSWORD), "{status}");
-    let human = npc_status(repo.path(), &url);
+    let human = npc_human(repo.path(), &url, "status");
     assert!(human.contains("store PostgreSQL"), "{human}");
     assert!(human.contains("connected"), "{human}");
 
@@ -958,7 +947,7 @@ fn a_daemon_whose_store_is_unreachable_stays_up_says_so_and_refuses_webhooks() {
     let error = status["store"]["error"].as_str().unwrap();
     assert!(error.contains("cannot connect"), "{error}");
     assert!(!status.to_string().contains(PG_PASSWORD), "{status}");
-    let human = npc_status(repo.path(), &url);
+    let human = npc_human(repo.path(), &url, "status");
     assert!(human.contains("unreachable"), "{human}");
     assert!(!human.contains(PG_PASSWORD), "{human}");
     let (code, text) = deliver(repo.path(), &url, "d-1");
@@ -994,7 +983,7 @@ fn npc_workers_shows_each_worker_and_its_runs_and_a_killed_one_as_lost() {
     assert_eq!(busy["version"], env!("CARGO_PKG_VERSION"));
     assert!(busy["host"].as_str().is_some_and(|h| !h.is_empty()));
     assert!(busy["heartbeat_age_ms"].as_i64().is_some_and(|a| a >= 0));
-    let human = npc_status_of(repo.path(), url, "workers");
+    let human = npc_human(repo.path(), url, "workers");
     assert!(human.contains(&format!("fleet {}", fleet_key())), "{human}");
     assert!(human.contains("alive"), "{human}");
     assert!(human.contains("running run-00000"), "{human}");
@@ -1019,7 +1008,7 @@ fn npc_workers_shows_each_worker_and_its_runs_and_a_killed_one_as_lost() {
         (lost && alive).then_some(workers)
     });
     assert_eq!(workers.len(), 2, "{workers:?}");
-    let human = npc_status_of(repo.path(), url, "workers");
+    let human = npc_human(repo.path(), url, "workers");
     assert!(human.contains("LOST"), "{human}");
 
     assert!(second.terminate().success());

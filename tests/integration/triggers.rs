@@ -32,7 +32,7 @@ fn lines(root: &Path, file: &str) -> Vec<(String, Value)> {
         .collect()
 }
 
-fn json_of(out: &std::process::Output) -> Value {
+pub(crate) fn json_of(out: &std::process::Output) -> Value {
     assert!(
         out.status.success(),
         "{}{}",
