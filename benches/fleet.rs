@@ -12,6 +12,12 @@
 //!   the enqueue's commit to the claim's answer. The raw baseline polls
 //!   without pause (its lower bound: no wake-up at all).
 //!
+//! - ingress: signed webhook deliveries posted one at a time to a real
+//!   `npc daemon` (`target/release/npc`, or `NPC`) whose manifest has `[store] url`,
+//!   each answered 202 only after its row committed in PostgreSQL, against
+//!   the same daemon and manifest without `[store]` (the embedded SQLite
+//!   queue) as the baseline: the answer's p50 / p99 and their ratio.
+//!
 //! `cargo bench --bench fleet`; `FLEET_BENCH_RUNS` overrides N (2,000),
 //! `FLEET_BENCH_LATENCY_RUNS` the latency sample (300). Needs Debian's
 //! `postgresql` (or `NPC_TEST_PG_BIN`); skips without it.
@@ -229,6 +235,146 @@ async fn latency(url: &str, workers: usize, m: usize) -> (Duration, Duration) {
     (percentile(&all, 0.5), percentile(&all, 0.99))
 }
 
+/// Deliveries the ingress side posts per store.
+const INGRESS_DELIVERIES: usize = 300;
+/// How long the daemon may take to start and join its store.
+const INGRESS_READY: Duration = Duration::from_secs(60);
+/// The webhook secret of the ingress side.
+const INGRESS_SECRET: &str = "bench-secret";
+
+/// `npc ARGS` in `repo` with the store URL; its stdout.
+fn npc_out(repo: &std::path::Path, url: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(npc_bin())
+        .args(args)
+        .current_dir(repo)
+        .env("NPC_STORE_URL", url)
+        .output()
+        .expect("run npc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn npc_bin() -> std::path::PathBuf {
+    std::env::var_os("NPC").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/npc"),
+        Into::into,
+    )
+}
+
+/// Wait (bounded) until `check` says yes.
+fn poll_until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + INGRESS_READY;
+    while !check() {
+        assert!(Instant::now() < deadline, "{what} within {INGRESS_READY:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One signed delivery on a fresh connection; its status and the time to
+/// the whole answer.
+fn deliver(addr: &str, body: &str) -> (u16, Duration) {
+    use std::io::{Read as _, Write as _};
+    let sig = hex::encode(npcagent::triggers::webhook::hmac_sha256(
+        INGRESS_SECRET.as_bytes(),
+        &[body.as_bytes()],
+    ));
+    let started = Instant::now();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_nodelay(true).unwrap();
+    write!(
+        stream,
+        "POST /webhooks/bench HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nX-Hub-Signature-256: sha256={sig}\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let took = started.elapsed();
+    let text = String::from_utf8_lossy(&answer);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, took)
+}
+
+/// p50 and p99 of webhook answers from a daemon on a fresh repository,
+/// with `[store] url` when `url` is given.
+fn ingress(url: Option<&str>) -> (Duration, Duration) {
+    let repo = tempfile::tempdir().unwrap();
+    let store = if url.is_some() {
+        "[store]\nurl = \"${NPC_STORE_URL}\"\n"
+    } else {
+        ""
+    };
+    let manifest = format!(
+        "version = 1\n[project]\nname = \"bench\"\n{store}[daemon]\nwebhook_listen = \"127.0.0.1:0\"\n\
+         [triggers.bench]\nkind = \"webhook\"\nroute = \"bench\"\nsecret_env = \"HOOK_SECRET\"\n\
+         rate_limit_per_minute = 1000000\naction = {{ command = \"true\" }}\n"
+    );
+    std::fs::write(repo.path().join("npcagent.toml"), manifest).unwrap();
+    let url = url.unwrap_or("");
+    if !url.is_empty() {
+        npc_out(repo.path(), url, &["store", "migrate"]);
+    }
+    let mut daemon = std::process::Command::new(npc_bin())
+        .arg("daemon")
+        .current_dir(repo.path())
+        .env("NPC_STORE_URL", url)
+        .env("HOOK_SECRET", INGRESS_SECRET)
+        .env("XDG_DATA_HOME", repo.path().join(".data"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start npc daemon");
+    let mut addr = String::new();
+    poll_until("the daemon's webhook listener", || {
+        let Ok(out) = std::process::Command::new(npc_bin())
+            .args(["triggers", "--format", "json"])
+            .current_dir(repo.path())
+            .env("NPC_STORE_URL", url)
+            .output()
+        else {
+            return false;
+        };
+        let found: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let hook = found["triggers"][0]["url"].as_str().unwrap_or("");
+        addr = hook
+            .strip_prefix("http://")
+            .and_then(|r| r.split('/').next())
+            .unwrap_or("")
+            .to_string();
+        !addr.is_empty()
+    });
+    if !url.is_empty() {
+        poll_until("the daemon to join its store", || {
+            npc_out(repo.path(), url, &["status", "--format", "json"]).contains("\"connected\"")
+        });
+    }
+    let mut took: Vec<Duration> = (0..INGRESS_DELIVERIES)
+        .map(|i| {
+            let (status, took) = deliver(&addr, &format!("{{\"n\":{i}}}"));
+            assert_eq!(status, 202, "delivery {i}");
+            took
+        })
+        .collect();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = daemon.wait();
+    took.sort();
+    (percentile(&took, 0.5), percentile(&took, 0.99))
+}
+
 fn main() {
     let Some(cluster) = pg::PgCluster::start() else {
         println!("fleet bench skipped: no PostgreSQL server binaries");
@@ -257,4 +403,27 @@ fn main() {
             );
         });
     }
+    let url = cluster.database("ingress");
+    let (shared50, shared99) = ingress(Some(&url));
+    let (local50, local99) = ingress(None);
+    println!(
+        "ingress ({INGRESS_DELIVERIES} signed webhooks, one at a time, each on a new connection):"
+    );
+    println!("| store | 202 p50 | p99 |");
+    println!("|---|---:|---:|");
+    for (name, p50, p99) in [
+        ("PostgreSQL (`[store] url`)", shared50, shared99),
+        ("SQLite (embedded)", local50, local99),
+    ] {
+        println!(
+            "| {name} | {:.2} ms | {:.2} ms |",
+            p50.as_secs_f64() * 1e3,
+            p99.as_secs_f64() * 1e3
+        );
+    }
+    println!(
+        "PostgreSQL / SQLite: p50 {:.2}, p99 {:.2}",
+        shared50.as_secs_f64() / local50.as_secs_f64(),
+        shared99.as_secs_f64() / local99.as_secs_f64()
+    );
 }
