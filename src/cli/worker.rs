@@ -176,19 +176,35 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Exit> {
     })
 }
 
-/// The shared store of this repository's fleet, and the fleet's name.
-async fn open_fleet(
-    manifest: &crate::model::Manifest,
-    paths: &RepoPaths,
-    url: &str,
-) -> Result<(String, PgStore), crate::store::StoreError> {
-    let (events, _) = tokio::sync::mpsc::unbounded_channel();
-    let supervisor = crate::supervisor::Supervisor::new(events, Default::default());
-    let fleet =
-        crate::runs::fleet::fleet_name(&supervisor, &paths.root, manifest.project.name.as_deref())
-            .await;
-    let store = PgStore::connect(url, &fleet).await?;
-    Ok((fleet, store))
+/// The shared store of the fleet of the manifest at `manifest` (after
+/// saying why not: no `[store] url`, unreachable), the fleet's name, and
+/// the runtime to ask it on.
+fn open_fleet(
+    manifest: Option<PathBuf>,
+    before: &str,
+) -> anyhow::Result<Option<(tokio::runtime::Runtime, String, PgStore)>> {
+    let path = super::manifest_path(manifest)?;
+    let Some((manifest, url)) = store_url(&path, before)? else {
+        return Ok(None);
+    };
+    let paths = RepoPaths::resolve(&path, &manifest.project.state_dir)?;
+    let rt = runtime()?;
+    let opened = rt.block_on(async {
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        let supervisor = crate::supervisor::Supervisor::new(events, Default::default());
+        let project = manifest.project.name.as_deref();
+        let fleet = crate::runs::fleet::fleet_name(&supervisor, &paths.root, project).await;
+        PgStore::connect(&url, &fleet)
+            .await
+            .map(|store| (fleet, store))
+    });
+    match opened {
+        Ok((fleet, store)) => Ok(Some((rt, fleet, store))),
+        Err(e) => {
+            errln!("error: cannot reach the fleet's store: {e}");
+            Ok(None)
+        }
+    }
 }
 
 /// `npc runs --fleet`: the fleet's runs from its shared store (of
@@ -198,16 +214,10 @@ pub fn fleet_runs(
     trigger: Option<&str>,
     limit: usize,
 ) -> anyhow::Result<Option<Vec<crate::store::queue::RunRow>>> {
-    let path = super::manifest_path(manifest)?;
-    let Some((manifest, url)) = store_url(&path, "before listing the fleet's runs")? else {
+    let Some((rt, _, store)) = open_fleet(manifest, "before listing the fleet's runs")? else {
         return Ok(None);
     };
-    let paths = RepoPaths::resolve(&path, &manifest.project.state_dir)?;
-    let rows = runtime()?.block_on(async {
-        let (_, store) = open_fleet(&manifest, &paths, &url).await?;
-        store.run_rows(trigger, limit).await
-    });
-    match rows {
+    match rt.block_on(store.run_rows(trigger, limit)) {
         Ok(rows) => Ok(Some(rows)),
         Err(e) => {
             errln!("error: cannot read the fleet's runs: {e}");
@@ -218,19 +228,11 @@ pub fn fleet_runs(
 
 /// `npc workers`: the roster of this repository's fleet.
 pub fn workers(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
-    let path = super::manifest_path(manifest)?;
-    let Some((manifest, url)) = store_url(&path, "before listing its workers")? else {
+    let Some((rt, fleet, store)) = open_fleet(manifest, "before listing its workers")? else {
         return Ok(Exit::Failed);
     };
-    let paths = RepoPaths::resolve(&path, &manifest.project.state_dir)?;
-    let rows = runtime()?.block_on(async {
-        let (fleet, store) = open_fleet(&manifest, &paths, &url).await?;
-        crate::store::fleet::Roster::workers(&store)
-            .await
-            .map(|rows| (fleet, rows))
-    });
-    let (fleet, rows) = match rows {
-        Ok(found) => found,
+    let rows = match rt.block_on(crate::store::fleet::Roster::workers(&store)) {
+        Ok(rows) => rows,
         Err(e) => {
             errln!("error: cannot read the fleet's workers: {e}");
             return Ok(Exit::Failed);

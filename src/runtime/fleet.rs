@@ -34,7 +34,7 @@ pub(super) async fn join(runs: &Arc<Runs>, bus: &EventBus, url: &str, fleet: &st
         match PgStore::connect(url, fleet).await {
             Ok(store) => {
                 runs.queue().joined(fleet, Arc::new(store));
-                tracing::info!("joined fleet `{fleet}`");
+                tracing::info!("joined fleet `{}`", crate::stdx::term::printable(fleet));
                 publish(bus, STORE_CONNECTED_EVENT, json!({ "fleet": fleet })).await;
                 return;
             }

@@ -63,6 +63,10 @@ use crate::surfaces::webhook::WebhookSocket;
 
 /// Path prefix of every webhook route.
 pub const ROUTE_PREFIX: &str = "/webhooks/";
+/// What a sender reads when the fleet's shared store cannot be reached.
+pub const STORE_UNREACHABLE_ANSWER: &str = "the fleet's shared store is not reachable; retry later";
+/// What a sender reads when the queue failed to record its delivery.
+pub const QUEUE_FAILED_ANSWER: &str = "the run queue cannot record the delivery; retry later";
 /// How long a delivery id is remembered in memory.
 pub const REPLAY_WINDOW: Duration = Duration::from_secs(10 * 60);
 /// Delivery ids remembered per route (the oldest are forgotten first).
@@ -707,21 +711,27 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
                 )
                 .await
         }
-        Ok(Err(e @ Refused::Unreachable(_))) => {
+        // A sender learns nothing of the store behind the queue (its host,
+        // user, the server's words): the reason is in the daemon's log,
+        // its `store.unreachable` event and `npc status`.
+        Ok(Err(Refused::Unreachable(_))) => {
             listener
                 .refuse(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "webhook.store_unreachable",
                     name,
-                    &e.to_string(),
+                    STORE_UNREACHABLE_ANSWER,
                 )
                 .await
         }
-        Ok(Err(e)) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            axum::Json(json!({ "error": e.to_string() })),
-        )
-            .into_response(),
+        Ok(Err(e)) => {
+            tracing::warn!("webhook of trigger `{}`: {e}", route.trigger);
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                axum::Json(json!({ "error": QUEUE_FAILED_ANSWER })),
+            )
+                .into_response()
+        }
         Err(_) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             axum::Json(json!({ "error": "the firing was dropped" })),

@@ -92,6 +92,13 @@ impl Stopped {
         self.0.as_ref().expect("the child runs").id()
     }
 
+    /// Kill it now (SIGKILL) and reap it.
+    pub fn kill(mut self) {
+        let mut child = self.0.take().expect("the child runs");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
     /// Stop it now (SIGTERM), waiting with the usual deadline for its exit.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         terminate_child(self.0.take().expect("the child runs"))

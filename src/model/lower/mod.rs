@@ -82,11 +82,6 @@ impl DiskFiles {
         }
     }
 
-    /// The manifest directory, as given.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
     /// The guarded layer's [`Root`] at the manifest directory.
     pub fn guarded(&self) -> Result<&Root, FsError> {
         if let Some(root) = self.guarded.get() {
