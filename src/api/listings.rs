@@ -80,6 +80,10 @@ pub fn trigger_rows(
         detail["enabled"] = json!(t.enabled);
         detail["overlap"] = json!(t.overlap.as_str());
         detail["armed"] = json!(live.is_some());
+        if live.is_some_and(|v| v["standby"] == true) {
+            // In a fleet, another daemon schedules it.
+            detail["standby"] = json!(true);
+        }
         detail["recent_runs"] = json!(recent);
         rows.push(detail);
     }

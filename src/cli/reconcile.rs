@@ -606,12 +606,17 @@ fn store_line(store: &serde_json::Value) -> Option<String> {
     }
     let fleet = crate::stdx::term::printable(store["fleet"].as_str().unwrap_or("?"));
     let state = store["state"].as_str().unwrap_or("unknown");
+    let scheduling = match store["scheduling"].as_str() {
+        Some("leader") => ", cron scheduler: leader",
+        Some("standby") => ", cron scheduler: standby",
+        _ => "",
+    };
     Some(match store["error"].as_str() {
         Some(error) => format!(
-            "store PostgreSQL, fleet `{fleet}`: {state}: {}; the daemon keeps retrying",
+            "store PostgreSQL, fleet `{fleet}`: {state}: {}; the daemon keeps retrying{scheduling}",
             crate::stdx::term::printable(error)
         ),
-        None => format!("store PostgreSQL, fleet `{fleet}`: {state}"),
+        None => format!("store PostgreSQL, fleet `{fleet}`: {state}{scheduling}"),
     })
 }
 

@@ -18,7 +18,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use super::{Exit, Format};
-use crate::runs::fleet::{DEFAULT_LEASE, Worker, WorkerSettings};
+use crate::runs::fleet::{Worker, WorkerSettings};
 use crate::runtime::RepoPaths;
 use crate::store::pg::PgStore;
 
@@ -32,9 +32,10 @@ pub struct WorkerArgs {
     #[arg(long, short = 'm')]
     manifest: Option<PathBuf>,
     /// How long a claim holds without a heartbeat (a worker that stops
-    /// renewing loses its runs after it)
-    #[arg(long, default_value_t = DEFAULT_LEASE.as_secs(), value_parser = clap::value_parser!(u64).range(1..=3600))]
-    lease_secs: u64,
+    /// renewing loses its runs after it); default: the manifest's
+    /// `[store] lease_timeout`
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=crate::model::MAX_LEASE_TIMEOUT_SECS))]
+    lease_secs: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -150,7 +151,9 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Exit> {
             WorkerSettings {
                 id: id.clone(),
                 host,
-                lease: Duration::from_secs(args.lease_secs),
+                lease: Duration::from_secs(
+                    args.lease_secs.unwrap_or(manifest.store.lease_timeout_secs),
+                ),
                 max_concurrent: manifest.runs.max_concurrent,
             },
         );

@@ -126,6 +126,11 @@ pub struct RawStore {
     /// It holds a password: write an environment reference such as
     /// `"${NPC_STORE_URL}"`. It is redacted wherever npc shows it.
     pub url: Option<Spanned<Text>>,
+    /// How long a fleet's lease holds without renewal, such as `30s`: a
+    /// worker's claim on a run (unless `npc worker --lease-secs` says
+    /// otherwise) and the scheduler's leadership. A machine that stops
+    /// renewing loses them after it.
+    pub lease_timeout: Option<Spanned<String>>,
 }
 
 /// `[runs]`

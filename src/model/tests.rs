@@ -826,3 +826,28 @@ fn the_store_url_is_secret_wherever_it_came_from_and_never_quoted() {
     let all = format!("{:?}", loaded.diagnostics);
     assert!(!all.contains("hunter2"), "{all}");
 }
+
+#[test]
+fn the_store_lease_timeout_is_a_bounded_duration_with_a_default() {
+    let url = "postgres://npc:pw@127.0.0.1:5432/npc";
+    let env = [("NPC_STORE_URL", url)];
+    let base = "version = 1\n[store]\nurl = \"${NPC_STORE_URL}\"\n";
+    let model = load_with_env(base, &env).manifest.expect("valid");
+    assert_eq!(
+        model.store.lease_timeout_secs,
+        crate::model::DEFAULT_LEASE_TIMEOUT_SECS
+    );
+    let model = load_with_env(&format!("{base}lease_timeout = \"1m30s\"\n"), &env)
+        .manifest
+        .expect("valid");
+    assert_eq!(model.store.lease_timeout_secs, 90);
+    for (value, said) in [
+        ("2h", "`lease_timeout` `2h` is out of range"),
+        ("0s", "`lease_timeout` `0s` is out of range"),
+        ("soon", "invalid `lease_timeout` `soon`"),
+    ] {
+        let loaded = load_with_env(&format!("{base}lease_timeout = \"{value}\"\n"), &env);
+        let all = summaries(&loaded).join("\n");
+        assert!(all.contains(said), "{value}: {all}");
+    }
+}

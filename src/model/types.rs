@@ -74,12 +74,29 @@ pub struct Manifest {
     pub plugin_notices: Vec<PluginNotice>,
 }
 
+/// `[store] lease_timeout` unless the manifest says otherwise, in seconds.
+pub const DEFAULT_LEASE_TIMEOUT_SECS: u64 = 30;
+/// Longest `[store] lease_timeout`, in seconds.
+pub const MAX_LEASE_TIMEOUT_SECS: u64 = 3_600;
+
 /// `[store]`: where a fleet's run queue and event log live.
-#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 pub struct StoreSettings {
     /// The PostgreSQL store's URL, always secret (it holds a password);
     /// `None`: the embedded SQLite store.
     pub url: Option<Text>,
+    /// How long a worker's claim and the scheduler's leadership hold
+    /// without renewal, in seconds.
+    pub lease_timeout_secs: u64,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        Self {
+            url: None,
+            lease_timeout_secs: DEFAULT_LEASE_TIMEOUT_SECS,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]

@@ -22,8 +22,6 @@ use crate::store::fleet::{Claimed, FleetQueue, Lease, Roster, WorkerInfo};
 use crate::store::queue::state;
 use crate::store::{NewEvent, Store, StoreError};
 
-/// A lease's length unless `npc worker --lease-secs` says otherwise.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// The shortest lease a worker takes.
 pub const MIN_LEASE: Duration = Duration::from_secs(1);
 /// How often a run's events and state are looked at while it runs.

@@ -41,8 +41,19 @@ pub async fn status_document(runtime: &Runtime) -> Value {
         "components": runtime.status().await,
         "mcp": mcp,
         "api": runtime.api_url(),
-        "store": runtime.runs().queue().store_status(),
+        "store": store_document(runtime),
     })
+}
+
+/// Which store takes the runs and, in a fleet, whether this daemon leads
+/// its cron scheduling (`scheduling`: `standby` or `leader`).
+fn store_document(runtime: &Runtime) -> Value {
+    let mut store = runtime.runs().queue().store_status();
+    let scheduling = runtime.triggers().scheduling();
+    if scheduling != super::triggers::Scheduling::Local {
+        store["scheduling"] = json!(scheduling);
+    }
+    store
 }
 
 /// Start the REST API on `daemon.listen` for `runtime` until `shutdown`.

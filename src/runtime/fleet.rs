@@ -6,6 +6,11 @@
 //! connection is retried with backoff while the daemon serves everything
 //! else. The URL holds a password: nothing here prints it.
 //!
+//! Once joined, the daemon stands for the fleet's scheduling: every
+//! daemon of the fleet asks for the lead (`store::pg::Leadership`) every
+//! third of `[store] lease_timeout`, the one that holds it fires cron from
+//! the fleet's stored state, and one that loses it stops firing at once.
+//!
 //! Architecture invariant: this module never claims or carries out a run;
 //! the daemon only enqueues into the shared store.
 
@@ -13,6 +18,9 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use std::time::Duration;
+
+use super::triggers::TriggerDriver;
 use crate::bus::EventBus;
 use crate::runs::Runs;
 use crate::runs::fleet::{RETRY_INITIAL, RETRY_MAX};
@@ -24,19 +32,25 @@ pub const STORE_CONNECTED_EVENT: &str = "store.connected";
 /// Event: the shared store cannot be reached (`fleet`, `error`); once per
 /// outage, not once per retry.
 pub const STORE_UNREACHABLE_EVENT: &str = "store.unreachable";
+/// Event: this daemon took the lead of the fleet's scheduling (`fleet`).
+pub const SCHEDULER_LEADING_EVENT: &str = "scheduler.leading";
+/// Event: this daemon lost the lead of the fleet's scheduling (`fleet`,
+/// `error`): its cron triggers stopped firing.
+pub const SCHEDULER_STANDBY_EVENT: &str = "scheduler.standby";
 
 /// Connect to the shared store of `fleet` at `url` until it answers, then
-/// hand `runs` to it.
-pub(super) async fn join(runs: &Arc<Runs>, bus: &EventBus, url: &str, fleet: &str) {
+/// hand `runs` to it; returns the store.
+pub(super) async fn join(runs: &Arc<Runs>, bus: &EventBus, url: &str, fleet: &str) -> Arc<PgStore> {
     let mut backoff = RETRY_INITIAL;
     let mut said = false;
     loop {
         match PgStore::connect(url, fleet).await {
             Ok(store) => {
-                runs.queue().joined(fleet, Arc::new(store));
+                let store = Arc::new(store);
+                runs.queue().joined(fleet, store.clone());
                 tracing::info!("joined fleet `{}`", crate::stdx::term::printable(fleet));
                 publish(bus, STORE_CONNECTED_EVENT, json!({ "fleet": fleet })).await;
-                return;
+                return store;
             }
             Err(e) => {
                 let error = e.to_string();
@@ -50,6 +64,63 @@ pub(super) async fn join(runs: &Arc<Runs>, bus: &EventBus, url: &str, fleet: &st
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(RETRY_MAX);
             }
+        }
+    }
+}
+
+/// Stand for the fleet's scheduling for as long as the daemon runs: ask
+/// for the lead every third of `lease`; while leading, fire cron from the
+/// fleet's state and renew; on any failure to renew, stop firing first.
+pub(super) async fn schedule(
+    store: &Arc<PgStore>,
+    triggers: &Arc<TriggerDriver>,
+    bus: &EventBus,
+    lease: Duration,
+) {
+    let fleet = store.fleet().to_string();
+    loop {
+        match store.try_lead(lease).await {
+            Ok(Some(mut leadership)) => {
+                lead(store, triggers, &fleet).await;
+                publish(bus, SCHEDULER_LEADING_EVENT, json!({ "fleet": fleet })).await;
+                let error = loop {
+                    tokio::time::sleep(lease / 3).await;
+                    if let Err(e) = leadership.renew().await {
+                        break e.to_string();
+                    }
+                };
+                // Firing stops before the lock can be anyone else's.
+                triggers.stand_by();
+                drop(leadership);
+                tracing::warn!("lost the lead of the fleet's scheduling: {error}");
+                let payload = json!({ "fleet": fleet, "error": error });
+                publish(bus, SCHEDULER_STANDBY_EVENT, payload).await;
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!("cannot ask for the fleet's scheduling: {e}"),
+        }
+        tokio::time::sleep(lease / 3).await;
+    }
+}
+
+/// Start the cron triggers from the fleet's state and tell the fleet
+/// where each starts.
+async fn lead(store: &PgStore, triggers: &TriggerDriver, fleet: &str) {
+    let key = crate::triggers::cron::STATE_KEY;
+    let shared = match store.trigger_values(key).await {
+        Ok(shared) => shared,
+        Err(e) => {
+            tracing::warn!("cannot read the fleet's trigger state: {e}");
+            Default::default()
+        }
+    };
+    tracing::info!(
+        "leading the scheduling of fleet `{}`",
+        crate::stdx::term::printable(fleet)
+    );
+    for (name, value) in triggers.lead(&shared).await {
+        if let Err(e) = store.set_trigger_value(&name, key, &value).await {
+            tracing::warn!("trigger `{name}`: cannot share its state: {e}");
         }
     }
 }

@@ -145,7 +145,7 @@ pub struct Runtime {
     /// The run service: the queue and the one executor every run goes through.
     runs: Arc<crate::runs::Runs>,
     /// The triggers' driver, which asks `runs` for their runs.
-    triggers: triggers::TriggerDriver,
+    triggers: Arc<triggers::TriggerDriver>,
     applied: tokio::sync::Mutex<Applied>,
     shut_down: std::sync::atomic::AtomicBool,
     written: Arc<watch::Written>,
@@ -192,8 +192,12 @@ impl Runtime {
         let mcp = mcp::McpDriver::new(cx.clone(), &paths, bus.clone());
         let panes = crate::panes::PaneHost::new(&cx, &paths.runtime_dir(), bus.clone());
         let runs = crate::runs::Runs::new(cx.clone(), store.clone(), bus.clone());
-        let triggers =
-            triggers::TriggerDriver::new(cx.clone(), store.clone(), bus.clone(), runs.clone());
+        let triggers = Arc::new(triggers::TriggerDriver::new(
+            cx.clone(),
+            store.clone(),
+            bus.clone(),
+            runs.clone(),
+        ));
         let runtime = Arc::new(Runtime {
             paths: paths.clone(),
             store,
@@ -279,7 +283,7 @@ impl Runtime {
     fn driver(&self, kind: plan::Kind) -> &dyn Driver {
         match kind {
             plan::Kind::McpServer => &self.mcp,
-            plan::Kind::Trigger => &self.triggers,
+            plan::Kind::Trigger => &*self.triggers,
             plan::Kind::Pane | plan::Kind::PanePlugin => &self.panes,
             other => driver_for(other),
         }
@@ -375,7 +379,8 @@ impl Runtime {
     /// With `[store] url`, hand the fleet's runs to its shared store (once:
     /// a new URL takes a restart): until the store answers they are
     /// refused, never run here; the connection is retried with backoff
-    /// while the daemon serves everything else.
+    /// while the daemon serves everything else. Cron fires only while this
+    /// daemon leads the fleet's scheduling.
     fn join_fleet(&self, manifest: &Manifest) {
         let Some(url) = manifest.store.url.as_ref().map(|u| u.expose().to_string()) else {
             return;
@@ -383,13 +388,16 @@ impl Runtime {
         if !self.runs.queue().join() {
             return;
         }
-        let (runs, bus) = (self.runs.clone(), self.bus.clone());
+        self.triggers.stand_by();
+        let (runs, bus, triggers) = (self.runs.clone(), self.bus.clone(), self.triggers.clone());
         let (supervisor, root) = (self.cx.supervisor.clone(), self.paths.root.clone());
         let project = manifest.project.name.clone();
+        let lease = std::time::Duration::from_secs(manifest.store.lease_timeout_secs);
         tokio::spawn(async move {
             let fleet =
                 crate::runs::fleet::fleet_name(&supervisor, &root, project.as_deref()).await;
-            fleet::join(&runs, &bus, &url, &fleet).await;
+            let store = fleet::join(&runs, &bus, &url, &fleet).await;
+            fleet::schedule(&store, &triggers, &bus, lease).await;
         });
     }
 

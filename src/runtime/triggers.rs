@@ -6,6 +6,10 @@
 //! an edit restarts it in place with its state kept (a cron trigger whose
 //! schedule changed recomputes its next fire); removing it tears it down,
 //! which forgets its state. A daemon that stops leaves every state stored.
+//!
+//! In a fleet only the leader fires cron ([`Scheduling`]): a daemon that
+//! stands by keeps its cron triggers applied but not started, and starts
+//! them when it takes the lead from the fleet's state (`runtime::fleet`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,11 +34,30 @@ use crate::triggers::{
     DEFAULT_NEXT_FIRES, Firing, Firings, TriggerContext, TriggerError, TriggerKind,
 };
 
-/// A started trigger.
+/// An applied trigger.
 #[derive(Debug)]
 struct Active {
     kind: Box<dyn TriggerKind>,
     config: Trigger,
+    /// Firing; `false`: a cron trigger held while this daemon stands by.
+    started: bool,
+}
+
+/// Who fires this daemon's cron triggers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scheduling {
+    /// One machine: this daemon fires them.
+    #[default]
+    Local,
+    /// In a fleet, another scheduler leads (or none yet): they wait.
+    Standby,
+    /// In a fleet, this daemon leads: it fires them.
+    Leader,
+}
+
+fn is_cron(t: &Trigger) -> bool {
+    matches!(t.source, TriggerSource::Cron { .. })
 }
 
 /// What `npc triggers` shows of one applied trigger.
@@ -50,6 +73,9 @@ pub struct TriggerView {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,
     pub overlap: &'static str,
+    /// A cron trigger another scheduler of the fleet fires.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub standby: bool,
 }
 
 /// The trigger driver.
@@ -65,6 +91,7 @@ pub struct TriggerDriver {
     /// `[runs] worktrees_dir` of the manifest last loaded (file_watch
     /// triggers ignore it).
     worktrees: Mutex<Option<std::path::PathBuf>>,
+    scheduling: Mutex<Scheduling>,
 }
 
 fn trigger_config<'a>(id: &ComponentId, config: &'a Config) -> Result<&'a Trigger, DriverError> {
@@ -87,6 +114,7 @@ impl TriggerDriver {
             runs,
             active: Mutex::new(HashMap::new()),
             worktrees: Mutex::new(None),
+            scheduling: Mutex::new(Scheduling::Local),
         }
     }
 
@@ -133,22 +161,95 @@ impl TriggerDriver {
         })
     }
 
-    /// Set up and start trigger `name`, pumping its firings into the queue.
+    /// Who fires the cron triggers now.
+    pub fn scheduling(&self) -> Scheduling {
+        *crate::stdx::lock(&self.scheduling)
+    }
+
+    /// Set up and start trigger `name`, pumping its firings into the queue
+    /// (a cron trigger only where this daemon schedules).
     fn launch(&self, name: &str, t: &Trigger) -> Result<(), TriggerError> {
         let mut kind = self.make(name, t)?;
-        let tcx = self.context(name);
-        kind.setup(&tcx)?;
-        let firings = kind.start(&tcx)?;
+        let started = !(is_cron(t) && self.scheduling() == Scheduling::Standby);
+        if started {
+            let tcx = self.context(name);
+            kind.setup(&tcx)?;
+            let firings = kind.start(&tcx)?;
+            tokio::spawn(pump(firings, self.runs.clone()));
+        }
         self.runs.set_trigger(name, t);
-        tokio::spawn(pump(firings, self.runs.clone()));
         self.active().insert(
             name.to_string(),
             Active {
                 kind,
                 config: t.clone(),
+                started,
             },
         );
         Ok(())
+    }
+
+    /// The daemon is in a fleet and does not lead its scheduling: cron
+    /// triggers stop firing (their applied config stays).
+    pub fn stand_by(&self) {
+        *crate::stdx::lock(&self.scheduling) = Scheduling::Standby;
+        let crons: Vec<(String, Trigger)> = self
+            .active()
+            .iter()
+            .filter(|(_, a)| a.started && is_cron(&a.config))
+            .map(|(name, a)| (name.clone(), a.config.clone()))
+            .collect();
+        for (name, config) in crons {
+            self.halt(&name, false);
+            if let Err(e) = self.launch(&name, &config) {
+                tracing::warn!("trigger `{name}`: {e}");
+            }
+        }
+    }
+
+    /// The daemon leads its fleet's scheduling: each cron trigger starts
+    /// from the fleet's stored state (`shared`, by trigger name) as a
+    /// restart would. Returns each started trigger's state, for the fleet.
+    pub async fn lead(
+        &self,
+        shared: &std::collections::BTreeMap<String, serde_json::Value>,
+    ) -> Vec<(String, serde_json::Value)> {
+        *crate::stdx::lock(&self.scheduling) = Scheduling::Leader;
+        let held: Vec<(String, Trigger)> = self
+            .active()
+            .iter()
+            .filter(|(_, a)| !a.started)
+            .map(|(name, a)| (name.clone(), a.config.clone()))
+            .collect();
+        let mut started = Vec::new();
+        for (name, config) in held {
+            if let Some(value) = shared.get(&name)
+                && let Err(e) = self
+                    .store
+                    .set_trigger_value(name.clone(), crate::triggers::cron::STATE_KEY, value)
+                    .await
+            {
+                tracing::warn!("trigger `{name}`: cannot take the fleet's state: {e}");
+            }
+            self.halt(&name, false);
+            if let Err(e) = self.launch(&name, &config) {
+                tracing::warn!("trigger `{name}`: {e}");
+                continue;
+            }
+            // The trigger's setup queued its state; read it once written.
+            if let Err(e) = self.store.flush().await {
+                tracing::warn!("trigger `{name}`: {e}");
+            }
+            let state = self
+                .store
+                .trigger_state(&name)
+                .ok()
+                .and_then(|mut s| s.remove(crate::triggers::cron::STATE_KEY));
+            if let Some(state) = state {
+                started.push((name, state));
+            }
+        }
+        started
     }
 
     /// Stop trigger `name`; with `teardown`, forget its state too.
@@ -211,6 +312,7 @@ impl TriggerDriver {
                     url,
                     paths,
                     overlap: a.config.overlap.as_str(),
+                    standby: !a.started,
                 }
             })
             .collect();

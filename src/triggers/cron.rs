@@ -15,7 +15,9 @@
 //! exist, so it does not fire that day (`30 2 * * *` in `Europe/Berlin`
 //! skips the last Sunday of March); a local time that a fall-back overlap
 //! repeats fires once, at its first occurrence. Interval schedules (`15m`)
-//! count elapsed time and ignore zones.
+//! count elapsed time and ignore zones; they keep their grid: after a late
+//! fire the next is the first of `due + k × interval` still ahead, so a
+//! fleet's schedulers agree on every fire time however late each wakes.
 
 use std::sync::{Arc, Mutex};
 
@@ -55,6 +57,26 @@ pub fn next_after(schedule: &Schedule, tz: Tz, after: DateTime<Utc>) -> Option<D
     schedule
         .next_after(&after.with_timezone(&tz))
         .map(|t| t.with_timezone(&Utc))
+}
+
+/// The fire after `due` once it fired at `now` (late, perhaps): a crontab
+/// expression goes on from now; an interval the first point of its grid
+/// (`due + k × interval`) after now.
+fn following(
+    schedule: &Schedule,
+    tz: Tz,
+    due: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    match schedule {
+        Schedule::Every { seconds, .. } => {
+            let step = i64::try_from(*seconds).ok()?.max(1).checked_mul(1_000)?;
+            let behind = (now - due).num_milliseconds().max(0);
+            let steps = behind / step + 1;
+            due.checked_add_signed(chrono::Duration::milliseconds(steps.checked_mul(step)?))
+        }
+        Schedule::Cron(_) => next_after(schedule, tz, due.max(now)),
+    }
 }
 
 /// Up to `limit` fire times from `first` on (`first` included).
@@ -190,7 +212,7 @@ impl TriggerKind for CronTrigger {
                 }
                 // Late (a suspended machine, a busy daemon): fire once for
                 // `due`, then go on from now.
-                let following = next_after(&schedule, tz, due.max(clock.now()));
+                let following = following(&schedule, tz, due, clock.now());
                 *crate::stdx::lock(&next) = following;
                 if tx.send(firing(due, following, false)).await.is_err() {
                     return;
@@ -327,6 +349,36 @@ mod tests {
         assert_eq!(cron.next_fire_times(1), [at("2026-11-29T10:08:00Z")]);
         cron.stop();
         assert!(rx.recv().await.is_none(), "the stream ends on stop");
+    }
+
+    #[test]
+    fn an_interval_woken_late_keeps_its_grid_and_a_crontab_goes_on_from_now() {
+        let every: Schedule = "10s".parse().unwrap();
+        let due = at("2026-11-29T10:00:00Z");
+        let tz = chrono_tz::UTC;
+        // 2 ms late: the next is 10 s after the due time, not after now.
+        let late = due + chrono::Duration::milliseconds(2);
+        assert_eq!(
+            following(&every, tz, due, late),
+            Some(at("2026-11-29T10:00:10Z"))
+        );
+        // Exactly on the next point, and past several: the first still ahead.
+        let on = at("2026-11-29T10:00:10Z");
+        assert_eq!(
+            following(&every, tz, due, on),
+            Some(at("2026-11-29T10:00:20Z"))
+        );
+        let far = at("2026-11-29T10:00:35Z");
+        assert_eq!(
+            following(&every, tz, due, far),
+            Some(at("2026-11-29T10:00:40Z"))
+        );
+        let minutely: Schedule = "* * * * *".parse().unwrap();
+        let now = at("2026-11-29T10:07:10Z");
+        assert_eq!(
+            following(&minutely, tz, due, now),
+            Some(at("2026-11-29T10:08:00Z"))
+        );
     }
 
     #[tokio::test]

@@ -1029,3 +1029,192 @@ fn npc_workers_shows_each_worker_and_its_runs_and_a_killed_one_as_lost() {
             .then_some(())
     });
 }
+
+// ----- one scheduler across the fleet ------------------------------------
+
+/// The interval of the scheduler test's cron trigger, in seconds.
+const TICK_SECS: i64 = 10;
+/// Fire times the scheduler test waits for: two minutes of the trigger.
+const TICKS: usize = 12;
+/// The fire after which the scheduler test kills the leader.
+const KILL_AFTER_TICKS: usize = 6;
+/// How long the test waits for its fires, with room for a loaded machine.
+const TICKS_LIMIT: Duration = Duration::from_secs(240);
+
+/// A repository of the fleet whose daemon schedules cron `tick` every
+/// [`TICK_SECS`], with a short lease so a leader's end hands over quickly.
+fn scheduler_repo() -> tempfile::TempDir {
+    let dir = fleet_repo("true");
+    let manifest = format!(
+        "version = 1\n[project]\nname = \"{FLEET_PROJECT}\"\n\
+         [store]\nurl = \"${{NPC_STORE_URL}}\"\nlease_timeout = \"3s\"\n\
+         [triggers.tick]\nkind = \"cron\"\nschedule = \"{TICK_SECS}s\"\n\
+         action = {{ command = \"true\" }}\n"
+    );
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    dir
+}
+
+/// The scheduling state (`leader`, `standby`) each daemon's status shows.
+fn scheduling_of(repos: &[tempfile::TempDir], url: &str, alive: &[bool]) -> Vec<String> {
+    repos
+        .iter()
+        .zip(alive)
+        .filter(|(_, alive)| **alive)
+        .map(|(repo, _)| {
+            let status = npc_json(repo.path(), url, &["status"]);
+            status["store"]["scheduling"]
+                .as_str()
+                .unwrap_or("none")
+                .to_string()
+        })
+        .collect()
+}
+
+/// The fire times (unix ms) of `tick` runs in the shared store, oldest first.
+fn fire_times(rt: &tokio::runtime::Runtime, store: &PgStore) -> Vec<i64> {
+    let mut times: Vec<i64> = rt
+        .block_on(store.run_rows(Some("tick"), 1_000))
+        .unwrap()
+        .iter()
+        .map(|r| r.dedupe_key.as_deref().unwrap().parse().unwrap())
+        .collect();
+    times.sort_unstable();
+    times
+}
+
+#[test]
+fn three_schedulers_fire_every_cron_time_exactly_once_and_a_killed_leader_hands_over() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let repos: Vec<tempfile::TempDir> = (0..3).map(|_| scheduler_repo()).collect();
+    let url = worker_store(&cluster, repos[0].path());
+    let mut daemons: Vec<crate::support::Daemon> = repos
+        .iter()
+        .map(|repo| {
+            crate::support::Daemon::start_in_with(
+                repo.path(),
+                crate::support::DaemonSetup {
+                    only_env: Some(&[("NPC_STORE_URL", url.as_str())]),
+                    ..crate::support::DaemonSetup::default()
+                },
+            )
+        })
+        .collect();
+    let mut alive = vec![true; 3];
+    // One leader, two standing by.
+    let leader = crate::support::wait_for("one scheduler to lead", || {
+        let states = scheduling_of(&repos, &url, &alive);
+        let leaders: Vec<usize> = (0..3).filter(|i| states[*i] == "leader").collect();
+        let standby = states.iter().filter(|s| *s == "standby").count();
+        (leaders.len() == 1 && standby == 2).then(|| leaders[0])
+    });
+    let human = npc_human(repos[leader].path(), &url, "status");
+    assert!(human.contains("cron scheduler: leader"), "{human}");
+    let standbys: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let listed = npc_json(repos[standbys[0]].path(), &url, &["triggers"]);
+    assert_eq!(listed["triggers"][0]["standby"], true, "{listed}");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
+    crate::support::wait_for_within("the first fires", TICKS_LIMIT, || {
+        (fire_times(&rt, &store).len() >= KILL_AFTER_TICKS).then_some(())
+    });
+    // Right after a fire, so the next one is a whole interval away.
+    daemons[leader].kill();
+    alive[leader] = false;
+    crate::support::wait_for("another scheduler to take the lead", || {
+        let states = scheduling_of(&repos, &url, &alive);
+        let leaders = states.iter().filter(|s| *s == "leader").count();
+        let standby = states.iter().filter(|s| *s == "standby").count();
+        (leaders == 1 && standby == 1).then_some(())
+    });
+    let times = crate::support::wait_for_within("two minutes of fires", TICKS_LIMIT, || {
+        let times = fire_times(&rt, &store);
+        (times.len() >= TICKS).then_some(times)
+    });
+    // Every fire time exactly once, none skipped across the handover: the
+    // new leader went on from the fleet's stored next fire.
+    let gaps: Vec<i64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.iter().all(|g| *g == TICK_SECS * 1_000),
+        "fire times {times:?} (gaps {gaps:?})\n{}",
+        daemons
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| alive[*i])
+            .map(|(_, d)| d.log())
+            .collect::<String>()
+    );
+    let rows = rt.block_on(store.run_rows(Some("tick"), 1_000)).unwrap();
+    assert!(rows.iter().all(|r| r.origin == "cron"), "{rows:?}");
+    drop(daemons);
+}
+
+// ----- examples/fleet -------------------------------------------------------
+
+#[test]
+fn the_fleet_example_validates_and_its_units_run_commands_npc_has() {
+    let example = crate::support::repo_root().join("examples/fleet");
+    let dir = fleet_repo("true");
+    std::fs::copy(
+        example.join("npcagent.toml"),
+        dir.path().join("npcagent.toml"),
+    )
+    .unwrap();
+    let password = "example-pa55word";
+    let url = format!("postgres://npc:{password}@127.0.0.1:5432/npc");
+    let out = crate::support::npc()
+        .args(["validate", "npcagent.toml"])
+        .current_dir(dir.path())
+        .env("NPC_STORE_URL", &url)
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("valid"), "{said}");
+    assert!(!said.contains(password), "{said}");
+    // Every npc command the units and the Deployment run is one npc has.
+    let mut commands = Vec::new();
+    for unit in ["systemd/npc-daemon.service", "systemd/npc-worker@.service"] {
+        let text = std::fs::read_to_string(example.join(unit)).unwrap();
+        for line in text.lines() {
+            if let Some(rest) = line
+                .strip_prefix("ExecStart=")
+                .or_else(|| line.strip_prefix("ExecStartPre="))
+                && let Some(args) = rest.strip_prefix("/usr/local/bin/npc ")
+            {
+                commands.push(args.split_whitespace().map(str::to_string).collect());
+            }
+        }
+    }
+    let deployment = std::fs::read_to_string(example.join("kubernetes/workers.yaml")).unwrap();
+    for line in deployment.lines() {
+        if let Some(list) = line.trim().strip_prefix("command: [\"npc\", ") {
+            let args: Vec<String> = list
+                .trim_end_matches(']')
+                .split(", ")
+                .map(|a| a.trim_matches('"').to_string())
+                .collect();
+            commands.push(args);
+        }
+    }
+    assert_eq!(
+        commands,
+        vec![
+            vec!["store".to_string(), "migrate".to_string()],
+            vec!["daemon".to_string()],
+            vec!["worker".to_string()],
+            vec!["worker".to_string()],
+        ]
+    );
+    for args in commands {
+        crate::support::npc()
+            .args(&args)
+            .arg("--help")
+            .assert()
+            .success();
+    }
+}

@@ -23,11 +23,25 @@ impl Lower<'_> {
     /// `[store]`: the URL is kept secret whatever wrote it, and checked
     /// without ever being quoted.
     pub(super) fn store(&mut self, raw: Option<Spanned<RawStore>>) -> StoreSettings {
-        let Some(url) = raw.and_then(|r| r.value.url) else {
+        let Some(raw) = raw.map(|r| r.value) else {
             return StoreSettings::default();
         };
+        let lease_timeout_secs = raw
+            .lease_timeout
+            .as_ref()
+            .and_then(|d| self.duration(d, "lease_timeout", MAX_LEASE_TIMEOUT_SECS))
+            .unwrap_or(DEFAULT_LEASE_TIMEOUT_SECS);
+        let Some(url) = raw.url else {
+            return StoreSettings {
+                url: None,
+                lease_timeout_secs,
+            };
+        };
         if url.is_unresolved() {
-            return StoreSettings::default();
+            return StoreSettings {
+                url: None,
+                lease_timeout_secs,
+            };
         }
         if !STORE_URL_SCHEMES
             .iter()
@@ -49,7 +63,10 @@ impl Lower<'_> {
         } else {
             Text::secret(url.expose())
         };
-        StoreSettings { url: Some(url) }
+        StoreSettings {
+            url: Some(url),
+            lease_timeout_secs,
+        }
     }
 
     pub(super) fn runs(&mut self, raw: Option<Spanned<RawRuns>>) -> RunsSettings {

@@ -10,6 +10,7 @@
 //! every error says what failed without quoting it. TLS is not built in
 //! yet: a server that requires it is refused with the server's own words.
 
+mod leader;
 mod queue;
 mod roster;
 mod schema;
@@ -20,6 +21,8 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
+
+pub use leader::Leadership;
 
 use super::StoreError;
 
@@ -110,6 +113,8 @@ pub async fn migrate(url: &str) -> Result<(i64, i64), StoreError> {
 #[derive(Debug)]
 pub struct PgStore {
     pool: Pool,
+    /// For connections of their own (the listener, the scheduler's lock).
+    config: tokio_postgres::Config,
     fleet: String,
     wake: Arc<tokio::sync::Notify>,
     listener: tokio::task::JoinHandle<()>,
@@ -133,9 +138,10 @@ impl PgStore {
             schema::check_version(&client).await?;
         }
         let wake = Arc::new(tokio::sync::Notify::new());
-        let listener = tokio::spawn(listen(config, fleet.to_string(), wake.clone()));
+        let listener = tokio::spawn(listen(config.clone(), fleet.to_string(), wake.clone()));
         Ok(Self {
             pool,
+            config,
             fleet: fleet.to_string(),
             wake,
             listener,
