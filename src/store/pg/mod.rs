@@ -34,6 +34,12 @@ pub const POOL_SIZE: usize = 8;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a caller waits for a pooled connection.
 pub const POOL_WAIT: Duration = Duration::from_secs(10);
+/// How long the server lets a session of this process sit in a transaction
+/// with no statement before it ends the session: a worker paused (SIGSTOP)
+/// or cut off mid-transaction would otherwise hold its row locks, and every
+/// other worker's rescue would wait on them without end. npc's transactions
+/// run their statements back to back, so a live one never comes near it.
+pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(5);
 /// The `LISTEN` channel enqueues notify on; the payload is the fleet.
 pub const WAKE_CHANNEL: &str = "npc_runs";
 /// First pause before the listener connects again; it doubles per failure.
@@ -79,6 +85,15 @@ fn config_of(url: &str) -> Result<tokio_postgres::Config, StoreError> {
     let mut config = tokio_postgres::Config::from_str(url)
         .map_err(|_| StoreError::PgUrl("it does not parse".into()))?;
     config.connect_timeout(CONNECT_TIMEOUT);
+    let bound = format!(
+        "-c idle_in_transaction_session_timeout={}",
+        IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
+    );
+    let options = match config.get_options() {
+        Some(theirs) if !theirs.is_empty() => format!("{theirs} {bound}"),
+        _ => bound,
+    };
+    config.options(&options);
     if config.get_application_name().is_none() {
         config.application_name("npc");
     }
