@@ -15,10 +15,9 @@
 //! the daemon only enqueues into the shared store.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
-
-use std::time::Duration;
 
 use super::triggers::TriggerDriver;
 use crate::bus::EventBus;
@@ -80,7 +79,7 @@ pub(super) async fn schedule(
     let fleet = store.fleet().to_string();
     loop {
         match store.try_lead(lease).await {
-            Ok(Some(mut leadership)) => {
+            Ok(Some(leadership)) => {
                 lead(store, triggers, &fleet).await;
                 publish(bus, SCHEDULER_LEADING_EVENT, json!({ "fleet": fleet })).await;
                 let error = loop {

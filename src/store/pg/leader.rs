@@ -13,7 +13,7 @@
 //! here so a new leader goes on where the last one stopped.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_postgres::NoTls;
 
@@ -31,7 +31,6 @@ pub struct Leadership {
     client: tokio_postgres::Client,
     connection: tokio::task::JoinHandle<()>,
     lease: Duration,
-    renewed: Instant,
 }
 
 impl Drop for Leadership {
@@ -41,32 +40,17 @@ impl Drop for Leadership {
 }
 
 impl Leadership {
-    /// The lease this leadership holds for.
-    pub fn lease(&self) -> Duration {
-        self.lease
-    }
-
     /// Still leading: renew. An error (the session ended, no answer within
     /// a third of the lease) means the lock may be someone else's now.
-    pub async fn renew(&mut self) -> Result<(), StoreError> {
-        let sent = Instant::now();
+    pub async fn renew(&self) -> Result<(), StoreError> {
         match tokio::time::timeout(self.lease / 3, self.client.simple_query("SELECT 1")).await {
-            Ok(Ok(_)) => {
-                self.renewed = sent;
-                Ok(())
-            }
+            Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(pg_error("renew the scheduler's lease")(e)),
             Err(_) => Err(StoreError::Postgres {
                 op: "renew the scheduler's lease",
                 message: format!("no answer within {:?}", self.lease / 3),
             }),
         }
-    }
-
-    /// When the last renewal was sent: the server holds the lock at least
-    /// until a lease after it.
-    pub fn renewed(&self) -> Instant {
-        self.renewed
     }
 }
 
@@ -75,7 +59,6 @@ impl PgStore {
     /// when another scheduler leads.
     pub async fn try_lead(&self, lease: Duration) -> Result<Option<Leadership>, StoreError> {
         let failed = pg_error("take the fleet's scheduling");
-        let sent = Instant::now();
         let (client, connection) = self.config.connect(NoTls).await.map_err(&failed)?;
         let connection = tokio::spawn(async move {
             // Ends when the server closes the session or the handle drops.
@@ -103,7 +86,6 @@ impl PgStore {
                 client,
                 connection,
                 lease,
-                renewed: sent,
             })),
             Ok(false) => {
                 connection.abort();
