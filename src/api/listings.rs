@@ -2,7 +2,8 @@
 //! they cannot drift: triggers (`npc triggers --format json`,
 //! `GET /api/v1/triggers`), plugins (`npc plugin list --format json`,
 //! `GET /api/v1/plugins`) and runs (`npc runs`, `GET /api/v1/runs`: the
-//! run queue's rows, whatever started them, newest first).
+//! run queue's rows, whatever started them, newest first; a fleet's rows as
+//! [`RunListing`]s for `npc runs --fleet` and `GET /api/v1/fleet/runs`).
 
 use std::path::{Path, PathBuf};
 
@@ -192,6 +193,49 @@ pub fn plugin_rows(manifest: Option<&Path>) -> Result<PluginListing, RegistryErr
         collisions,
         invalid_manifest,
     })
+}
+
+/// One row of a run queue as `npc runs` (`--format json`, and `--fleet`)
+/// and `GET /api/v1/fleet/runs` list it: times in unix milliseconds of the
+/// queue's clock (the database's, in a fleet), and who holds or held it.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct RunListing {
+    pub id: String,
+    /// The run's queue: a trigger's name, or `@manual` for runs started by
+    /// hand.
+    pub trigger: String,
+    /// What asked for it: `cron`, `webhook`, `file_watch`, `manual`, `api`,
+    /// `acp` or `cli`.
+    pub origin: String,
+    /// `queued`, `running`, `succeeded`, `failed`, `cancelled`, `skipped`,
+    /// `timed_out`, `interrupted` or `hook_failed`.
+    pub state: String,
+    pub profile: Option<String>,
+    pub enqueued_at_ms: i64,
+    pub started_at_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
+    /// Why it ended as it did, when the queue says.
+    pub detail: Option<String>,
+    /// The process that holds or held it: in a fleet, its worker
+    /// (`host/pid:start-time`); none while it waits.
+    pub owner: Option<String>,
+}
+
+impl RunListing {
+    pub fn of(row: &RunRow) -> Self {
+        Self {
+            id: row.id.clone(),
+            trigger: row.trigger.clone(),
+            origin: row.origin.clone(),
+            state: row.state.clone(),
+            profile: profile_of(row),
+            enqueued_at_ms: row.enqueued_at_ms,
+            started_at_ms: row.started_at_ms,
+            finished_at_ms: row.finished_at_ms,
+            detail: row.detail.clone(),
+            owner: row.owner.clone(),
+        }
+    }
 }
 
 /// One run as the API lists it.

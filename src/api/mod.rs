@@ -21,6 +21,7 @@
 pub mod assets;
 pub mod auth;
 pub mod events;
+pub mod fleet;
 pub mod listings;
 pub mod openapi;
 pub mod resources;
@@ -91,6 +92,30 @@ pub trait ApiBackend: Send + Sync + 'static {
     fn fire(&self, name: String, payload: Value) -> BoxFuture<'_, Result<FireAccepted, ApiError>>;
     /// The objects of `npc plugin list --format json`.
     fn plugins(&self) -> BoxFuture<'_, Result<Vec<PluginRow>, ApiError>>;
+    /// The roster of the fleet this daemon fronts (`[store] url`); a
+    /// backend in no fleet answers [`fleet::no_fleet`], as by default.
+    fn fleet_workers(&self) -> BoxFuture<'_, Result<fleet::FleetWorkers, ApiError>> {
+        Box::pin(async { Err(fleet::no_fleet()) })
+    }
+    /// The fleet's runs, newest first: at most `limit` queued before run
+    /// `before`.
+    fn fleet_runs(
+        &self,
+        _limit: usize,
+        _before: Option<String>,
+    ) -> BoxFuture<'_, Result<fleet::FleetRuns, ApiError>> {
+        Box::pin(async { Err(fleet::no_fleet()) })
+    }
+    /// The fleet's shared event log after `after` (of run `run` only),
+    /// oldest first, at most `limit`.
+    fn fleet_events(
+        &self,
+        _after: i64,
+        _limit: usize,
+        _run: Option<String>,
+    ) -> BoxFuture<'_, Result<Vec<crate::store::Event>, ApiError>> {
+        Box::pin(async { Err(fleet::no_fleet()) })
+    }
 }
 
 /// A backend's answer: a document, or why there is none.
@@ -131,7 +156,8 @@ pub struct ErrorDetail {
     /// `run.not_found`, `run.finished`, `run.not_daemon`, `run.invalid`,
     /// `pane.not_found`, `pane.not_open`, `pane.exited`,
     /// `pane.already_open`, `pane.too_many`, `pane.input_too_long`,
-    /// `trigger.not_found`, `trigger.queue_full`.
+    /// `trigger.not_found`, `trigger.queue_full`, `fleet.none`,
+    /// `store.unreachable`.
     pub code: String,
     pub message: String,
     /// Structured detail where the code has some (the diagnostics of
@@ -330,6 +356,28 @@ const PANE_ERRORS: [(u16, &str); 2] = [
     ),
 ];
 
+/// The paging of an event log (`/events`, `/fleet/events`).
+const EVENTS_AFTER: Param = query(
+    "after",
+    "Only events with an id above this (default 0)",
+    "integer",
+);
+const EVENTS_LIMIT: Param = query(
+    "limit",
+    "Most events returned (default 100, at most 1000)",
+    "integer",
+);
+const FLEET_ERRORS: [(u16, &str); 2] = [
+    (
+        404,
+        "This daemon is in no fleet: its manifest has no `[store] url` (`fleet.none`)",
+    ),
+    (
+        503,
+        "The fleet's store does not answer yet; the daemon keeps retrying (`store.unreachable`)",
+    ),
+];
+
 /// Every route of the API.
 pub const ROUTES: &[Route] = &[
     Route {
@@ -414,16 +462,8 @@ pub const ROUTES: &[Route] = &[
         operation: "listEvents",
         summary: "A page of the event log, oldest first, after an id",
         params: &[
-            query(
-                "after",
-                "Only events with an id above this (default 0)",
-                "integer",
-            ),
-            query(
-                "limit",
-                "Most events returned (default 100, at most 1000)",
-                "integer",
-            ),
+            EVENTS_AFTER,
+            EVENTS_LIMIT,
             query("kind", "Only events of this kind", "string"),
         ],
         body: None,
@@ -687,6 +727,57 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "get",
+        path: "/api/v1/fleet/workers",
+        operation: "listFleetWorkers",
+        summary: "The roster of the fleet this daemon fronts (`[store] url`), as `npc workers --format json`: host, version, heartbeat age, the runs each holds; `lost` past its lease, `stopped` after a clean stop",
+        params: &[],
+        body: None,
+        body_optional: false,
+        status: 200,
+        answer: Some(schema_of::<fleet::FleetWorkers>),
+        errors: &[FLEET_ERRORS[0], FLEET_ERRORS[1]],
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/fleet/runs",
+        operation: "listFleetRuns",
+        summary: "The fleet's runs, every worker's, newest first, as `npc runs --fleet --format json`: state, owner (the worker), queued, started and finished times on the store's clock (`now_ms`)",
+        params: &[
+            query(
+                "limit",
+                "Most runs returned (default 100, at most 1000)",
+                "integer",
+            ),
+            query(
+                "before",
+                "Only runs queued before this run id (the next page)",
+                "string",
+            ),
+        ],
+        body: None,
+        body_optional: false,
+        status: 200,
+        answer: Some(schema_of::<fleet::FleetRuns>),
+        errors: &[FLEET_ERRORS[0], FLEET_ERRORS[1]],
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/fleet/events",
+        operation: "listFleetEvents",
+        summary: "A page of the fleet's shared event log (every worker's and daemon's events in the store's one order), oldest first, after an id, as `npc events --fleet`",
+        params: &[
+            EVENTS_AFTER,
+            EVENTS_LIMIT,
+            query("run", "Only the events of this run id", "string"),
+        ],
+        body: None,
+        body_optional: false,
+        status: 200,
+        answer: Some(schema_of::<EventsPage>),
+        errors: &[FLEET_ERRORS[0], FLEET_ERRORS[1]],
+    },
+    Route {
+        method: "get",
         path: "/api/v1/openapi.json",
         operation: "getOpenApi",
         summary: "This API's OpenAPI 3.1 document",
@@ -705,6 +796,19 @@ pub struct EventsPage {
     pub events: Vec<Value>,
     /// Pass as `after` for the next page.
     pub next_after: i64,
+}
+
+impl EventsPage {
+    /// The page of `events`, read after `after`.
+    pub fn of(events: &[crate::store::Event], after: i64) -> Self {
+        Self {
+            next_after: events.last().map_or(after, |e| e.id),
+            events: events
+                .iter()
+                .map(|e| serde_json::to_value(e).unwrap_or_default())
+                .collect(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -773,6 +877,9 @@ pub fn router(backend: Arc<dyn ApiBackend>, auth: ApiAuth, remote: bool) -> Rout
             post(resources::fire_trigger),
         )
         .route("/api/v1/plugins", get(resources::list_plugins))
+        .route("/api/v1/fleet/workers", get(fleet::workers))
+        .route("/api/v1/fleet/runs", get(fleet::runs))
+        .route("/api/v1/fleet/events", get(fleet::events))
         .route("/api/v1/openapi.json", get(openapi_doc))
         .fallback(not_found)
         .with_state(state)
@@ -941,14 +1048,7 @@ async fn list_events(
     .await
     .map_err(ApiError::internal)?
     .map_err(ApiError::internal)?;
-    let next_after = events.last().map_or(after, |e| e.id);
-    Ok(Json(EventsPage {
-        events: events
-            .iter()
-            .map(|e| serde_json::to_value(e).unwrap_or_default())
-            .collect(),
-        next_after,
-    }))
+    Ok(Json(EventsPage::of(&events, after)))
 }
 
 /// A bound, not yet serving, API listener.

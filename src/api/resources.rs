@@ -233,7 +233,7 @@ fn too_large() -> ApiError {
     )
 }
 
-fn query<T>(parsed: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+pub(super) fn query<T>(parsed: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     parsed
         .map(|Query(q)| q)
         .map_err(|e| ApiError::bad_request(format!("bad query: {}", e.body_text())))
@@ -245,7 +245,7 @@ fn path<T>(parsed: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("bad path: {}", e.body_text())))
 }
 
-fn limit(given: Option<usize>, default: usize, max: usize) -> Result<usize, ApiError> {
+pub(super) fn limit(given: Option<usize>, default: usize, max: usize) -> Result<usize, ApiError> {
     let limit = given.unwrap_or(default);
     if limit == 0 || limit > max {
         return Err(ApiError::bad_request(format!(

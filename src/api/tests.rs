@@ -23,6 +23,8 @@ struct Fake {
     pane: Mutex<FakePane>,
     output: tokio::sync::broadcast::Sender<Arc<[u8]>>,
     fired: Mutex<Vec<(String, Value)>>,
+    /// What each `fleet_runs` was asked: limit, before.
+    fleet_runs_asked: Mutex<Vec<(usize, Option<String>)>>,
 }
 
 #[derive(Debug)]
@@ -193,6 +195,36 @@ impl ApiBackend for Fake {
     fn plugins(&self) -> BoxFuture<'_, Result<Vec<PluginRow>, ApiError>> {
         Box::pin(async { Ok(Vec::new()) })
     }
+    fn fleet_runs(
+        &self,
+        limit: usize,
+        before: Option<String>,
+    ) -> BoxFuture<'_, Result<fleet::FleetRuns, ApiError>> {
+        self.fleet_runs_asked.lock().unwrap().push((limit, before));
+        Box::pin(async {
+            Ok(fleet::FleetRuns {
+                fleet: "fleet".into(),
+                now_ms: 1,
+                runs: Vec::new(),
+            })
+        })
+    }
+    fn fleet_events(
+        &self,
+        after: i64,
+        limit: usize,
+        run: Option<String>,
+    ) -> BoxFuture<'_, Result<Vec<crate::store::Event>, ApiError>> {
+        Box::pin(async move {
+            let events = match run {
+                Some(id) => self
+                    .store
+                    .component_events(&crate::runs::component(&id), after, limit),
+                None => self.store.events_since(after, limit),
+            };
+            Ok(events.unwrap())
+        })
+    }
 }
 
 fn fake() -> (tempfile::TempDir, Arc<Fake>) {
@@ -212,6 +244,7 @@ fn fake() -> (tempfile::TempDir, Arc<Fake>) {
         }),
         output: tokio::sync::broadcast::channel(FAKE_OUTPUT_QUEUE).0,
         fired: Mutex::new(Vec::new()),
+        fleet_runs_asked: Mutex::new(Vec::new()),
     });
     (dir, fake)
 }
@@ -1348,5 +1381,63 @@ async fn the_dashboard_redeems_a_one_time_code_for_a_session_cookie() {
     assert_eq!(
         send(&router, with("npc_session=0000")).await.0,
         StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn the_fleet_endpoints_answer_through_the_backend_within_bounds() {
+    let (_dir, fake) = fake();
+    let router = router(fake.clone(), ApiAuth::new(Access::Loopback), false);
+    let (status, body) = get(&router, "/api/v1/fleet/workers").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["error"]["code"], "fleet.none");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("[store] url")
+    );
+    for bad in ["limit=0", "limit=1001", "limit=x", "other=1"] {
+        let (status, body) = get(&router, &format!("/api/v1/fleet/runs?{bad}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+    assert!(fake.fleet_runs_asked.lock().unwrap().is_empty());
+    let (status, body) = get(&router, "/api/v1/fleet/runs").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body, json!({ "fleet": "fleet", "now_ms": 1, "runs": [] }));
+    get(&router, "/api/v1/fleet/runs?limit=5&before=run-x").await;
+    assert_eq!(
+        *fake.fleet_runs_asked.lock().unwrap(),
+        vec![
+            (fleet::DEFAULT_FLEET_RUNS_LIMIT, None),
+            (5, Some("run-x".to_string()))
+        ]
+    );
+
+    for kind in ["one", "two", "three"] {
+        let event = NewEvent::new(kind, json!({})).for_component(crate::runs::component("run-a"));
+        fake.bus.publish(event).await.unwrap();
+    }
+    let (status, first) = get(&router, "/api/v1/fleet/events?run=run-a&limit=2").await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    let kinds = |page: &Value| -> Vec<String> {
+        page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(kinds(&first), ["one", "two"]);
+    let next = first["next_after"].as_i64().unwrap();
+    let (_, rest) = get(
+        &router,
+        &format!("/api/v1/fleet/events?run=run-a&after={next}"),
+    )
+    .await;
+    assert_eq!(kinds(&rest), ["three"]);
+    assert_eq!(
+        get(&router, "/api/v1/fleet/events?limit=0").await.0,
+        StatusCode::BAD_REQUEST
     );
 }

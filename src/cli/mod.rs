@@ -192,6 +192,10 @@ enum Command {
         /// Keep printing new events
         #[arg(long)]
         follow: bool,
+        /// The fleet's shared event log from the store `[store] url` names
+        /// (every worker's and daemon's events, in the store's order)
+        #[arg(long)]
+        fleet: bool,
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
@@ -322,6 +326,14 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             manifest,
             since,
             follow,
+            fleet: true,
+            format,
+        } => worker::fleet_events(manifest, since, follow, format),
+        Command::Events {
+            manifest,
+            since,
+            follow,
+            fleet: false,
             format,
         } => reconcile::events(manifest, since, follow, format),
         Command::Triggers { manifest, format } => triggers::list(manifest, format),

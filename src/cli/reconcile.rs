@@ -879,7 +879,8 @@ impl Standing {
     }
 }
 
-fn print_event(event: &serde_json::Value, format: Format) -> Result<(), OutputError> {
+/// One event of a log as `npc events` prints it (and `npc events --fleet`).
+pub(super) fn print_event(event: &serde_json::Value, format: Format) -> Result<(), OutputError> {
     match format {
         Format::Json => outln!("{event}")?,
         Format::Human => {

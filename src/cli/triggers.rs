@@ -53,8 +53,9 @@ pub struct RunsArgs {
     #[arg(long, default_value_t = DEFAULT_RUNS_LIMIT, value_parser = clap::value_parser!(u64).range(1..=1000))]
     limit: u64,
     /// The fleet's runs from the shared store `[store] url` names (every
-    /// worker's), each with the worker that holds or held it
-    #[arg(long)]
+    /// worker's), each with the worker that holds or held it; with `show`,
+    /// a run of the fleet and its events there
+    #[arg(long, global = true)]
     fleet: bool,
     #[arg(long, short = 'm', global = true)]
     manifest: Option<PathBuf>,
@@ -287,12 +288,8 @@ pub fn trigger(command: TriggerCommand) -> anyhow::Result<Exit> {
 
 /// `npc runs` and `npc runs show ID`.
 pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
-    if args.fleet && args.show.is_none() {
-        let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
-        return match super::worker::fleet_runs(args.manifest, args.trigger.as_deref(), limit)? {
-            Some(rows) => list_runs(&rows, args.format),
-            None => Ok(Exit::Failed),
-        };
+    if args.fleet {
+        return fleet_runs(args);
     }
     let paths = paths_of(args.manifest)?;
     let Some(store) = store_of(&paths)? else {
@@ -328,20 +325,36 @@ pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
     )
 }
 
+/// `npc runs --fleet` and `npc runs show ID --fleet`: the fleet's shared store.
+fn fleet_runs(args: RunsArgs) -> anyhow::Result<Exit> {
+    match args.show {
+        None => {
+            let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
+            let rows = super::worker::fleet_runs(args.manifest, args.trigger.as_deref(), limit)?;
+            rows.map_or(Ok(Exit::Failed), |rows| list_runs(&rows, args.format))
+        }
+        Some(RunsCommand::Show { id }) => {
+            match super::worker::fleet_run(args.manifest, &id, MAX_SHOWN_EVENTS)? {
+                Some((row, events)) => show_run(&id, row, &events, args.format),
+                None => Ok(Exit::Failed),
+            }
+        }
+        Some(RunsCommand::Diff { .. } | RunsCommand::Clean { .. }) => {
+            errln!(
+                "error: `--fleet` lists runs and shows one; `npc runs diff` and `npc runs clean` act on this machine's worktrees (run them where the run ran)"
+            );
+            Ok(Exit::Failed)
+        }
+    }
+}
+
 /// The listing of `npc runs` (and `npc runs --fleet`, whose rows name
 /// their worker as `owner`).
 fn list_runs(runs: &[crate::store::queue::RunRow], format: Format) -> anyhow::Result<Exit> {
     let rows: Vec<Value> = runs
         .iter()
-        .map(|r| {
-            json!({
-                "id": r.id, "trigger": r.trigger, "origin": r.origin, "state": r.state,
-                "profile": crate::api::listings::profile_of(r),
-                "enqueued_at_ms": r.enqueued_at_ms, "started_at_ms": r.started_at_ms,
-                "finished_at_ms": r.finished_at_ms, "detail": r.detail, "owner": r.owner,
-            })
-        })
-        .collect();
+        .map(|r| serde_json::to_value(crate::api::listings::RunListing::of(r)))
+        .collect::<Result<_, _>>()?;
     match format {
         Format::Json => outln!("{}", serde_json::to_string_pretty(&rows)?)?,
         Format::Human => {
@@ -374,6 +387,16 @@ fn list_runs(runs: &[crate::store::queue::RunRow], format: Format) -> anyhow::Re
 fn show(store: &Store, id: &str, format: Format) -> anyhow::Result<Exit> {
     let row = store.run_row(id)?;
     let events = store.component_events(&crate::runs::component(id), 0, MAX_SHOWN_EVENTS)?;
+    show_run(id, row, &events, format)
+}
+
+/// `npc runs show ID`: run `id`'s row (if stored) and its events.
+fn show_run(
+    id: &str,
+    row: Option<crate::store::queue::RunRow>,
+    events: &[crate::store::Event],
+    format: Format,
+) -> anyhow::Result<Exit> {
     if row.is_none() && events.is_empty() {
         errln!("error: no run `{id}`; list them with `npc runs`");
         return Ok(Exit::Failed);
@@ -420,7 +443,7 @@ fn show(store: &Store, id: &str, format: Format) -> anyhow::Result<Exit> {
             } else {
                 outln!("run {id} (events only)")?;
             }
-            for e in &events {
+            for e in events {
                 say(&format!(
                     "{}  {:<16}  {}",
                     time(Some(e.ts_ms)),

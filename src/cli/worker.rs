@@ -5,8 +5,9 @@
 //! own executor (`runs::fleet::Worker`), up to `[runs] max_concurrent` at
 //! once, until SIGINT or SIGTERM. `npc store migrate` brings that store's
 //! schema to this npc's version; every other command refuses another
-//! version. `npc workers` lists the fleet's roster. The store's URL holds
-//! a password: nothing here prints it.
+//! version. `npc workers` lists the fleet's roster, `npc runs --fleet` its
+//! runs and `npc events --fleet` its shared event log. The store's URL
+//! holds a password: nothing here prints it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,12 +21,18 @@ use tokio_util::sync::CancellationToken;
 use super::{Exit, Format};
 use crate::runs::fleet::{Worker, WorkerSettings};
 use crate::runtime::RepoPaths;
+use crate::store::Event;
 use crate::store::pg::PgStore;
+use crate::store::queue::RunRow;
 
 /// Where a worker's own store lives, under the state directory.
 pub const WORKERS_DIR: &str = "workers";
 /// Where the host's name is read.
 const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
+/// How long `npc events --fleet --follow` waits for an append's
+/// notification before it reads the log again (what a lost one costs), and
+/// its pause after a failed read.
+pub const FLEET_FOLLOW_POLL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
@@ -216,7 +223,7 @@ pub fn fleet_runs(
     manifest: Option<PathBuf>,
     trigger: Option<&str>,
     limit: usize,
-) -> anyhow::Result<Option<Vec<crate::store::queue::RunRow>>> {
+) -> anyhow::Result<Option<Vec<RunRow>>> {
     let Some((rt, _, store)) = open_fleet(manifest, "before listing the fleet's runs")? else {
         return Ok(None);
     };
@@ -227,6 +234,85 @@ pub fn fleet_runs(
             Ok(None)
         }
     }
+}
+
+/// `npc runs show ID --fleet`: run `id` of the fleet's shared store and its
+/// events there (at most `max_events`); `None` after saying why not.
+pub fn fleet_run(
+    manifest: Option<PathBuf>,
+    id: &str,
+    max_events: usize,
+) -> anyhow::Result<Option<(Option<RunRow>, Vec<Event>)>> {
+    let Some((rt, _, store)) = open_fleet(manifest, "before showing a run of the fleet")? else {
+        return Ok(None);
+    };
+    let component = crate::runs::component(id);
+    let read = rt.block_on(async {
+        let row = crate::store::fleet::FleetQueue::run(&store, id).await?;
+        let events = store.event_page(0, max_events, Some(&component)).await?;
+        Ok::<_, crate::store::StoreError>((row, events))
+    });
+    match read {
+        Ok(found) => Ok(Some(found)),
+        Err(e) => {
+            errln!("error: cannot read the fleet's run: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// `npc events --fleet`: the fleet's shared event log after `since`, in
+/// the store's order (every worker's and daemon's events); with `follow`,
+/// then each event appended, woken by `LISTEN/NOTIFY` (a lost notification
+/// costs [`FLEET_FOLLOW_POLL`]), through outages of the store, until
+/// interrupted.
+pub fn fleet_events(
+    manifest: Option<PathBuf>,
+    since: Option<i64>,
+    follow: bool,
+    format: Format,
+) -> anyhow::Result<Exit> {
+    let Some((rt, _, store)) = open_fleet(manifest, "before reading the fleet's events")? else {
+        return Ok(Exit::Failed);
+    };
+    let page = crate::runtime::daemon::EVENTS_PAGE;
+    let mut after = since.unwrap_or(0).max(0);
+    let mut failing = false;
+    rt.block_on(async {
+        loop {
+            let read = if follow {
+                store.wait_for_events(after, page, FLEET_FOLLOW_POLL).await
+            } else {
+                store.event_page(after, page, None).await
+            };
+            let events = match read {
+                Ok(events) => events,
+                Err(e) if follow => {
+                    if !failing {
+                        errln!("warning: cannot read the fleet's events: {e}; retrying");
+                    }
+                    failing = true;
+                    tokio::time::sleep(FLEET_FOLLOW_POLL).await;
+                    continue;
+                }
+                Err(e) => {
+                    errln!("error: cannot read the fleet's events: {e}");
+                    return Ok(Exit::Failed);
+                }
+            };
+            if failing {
+                errln!("the fleet's store answers again");
+                failing = false;
+            }
+            if events.is_empty() && !follow {
+                return Ok(Exit::Ok);
+            }
+            for event in &events {
+                after = event.id;
+                super::reconcile::print_event(&serde_json::to_value(event)?, format)?;
+            }
+        }
+    })
 }
 
 /// `npc workers`: the roster of this repository's fleet.

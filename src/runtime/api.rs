@@ -1,6 +1,7 @@
 //! The daemon's side of the REST API: [`DaemonApi`] answers
 //! `api` from the runtime, with the same documents the control
-//! socket gives `npc status` and `npc apply`.
+//! socket gives `npc status` and `npc apply`, and, in front of a fleet,
+//! the fleet's roster, runs and event log from its shared store.
 
 use std::sync::Arc;
 
@@ -17,10 +18,13 @@ use crate::panes::PaneError;
 use futures_util::future::BoxFuture;
 
 use crate::api::auth::ApiAuth;
+use crate::api::fleet::{FleetRuns, FleetWorkers};
 use crate::api::listings::{self, PluginRow};
 use crate::api::{Answer, ApiBackend, ApiError, ApiListener};
 use crate::runs::executor::CancelError;
 use crate::runs::queue::Refused;
+use crate::store::fleet::Roster;
+use crate::store::pg::PgStore;
 use crate::surfaces::runs::ManualRun;
 use crate::surfaces::tcp::Access;
 use axum::http::StatusCode;
@@ -132,6 +136,38 @@ pub fn outcome_answer(outcome: &ReloadOutcome) -> Answer {
 #[derive(Debug, Clone)]
 pub struct DaemonApi {
     pub runtime: Arc<Runtime>,
+}
+
+impl DaemonApi {
+    /// The fleet's shared store, or why there is none to read: no
+    /// `[store] url` (404), or not reached yet (503).
+    fn fleet(&self) -> Result<Arc<PgStore>, ApiError> {
+        if let Some(store) = self.runtime.fleet_store() {
+            return Ok(store.clone());
+        }
+        let status = self.runtime.runs().queue().store_status();
+        if status["kind"] != "postgres" {
+            return Err(crate::api::fleet::no_fleet());
+        }
+        let why = status["error"]
+            .as_str()
+            .unwrap_or("this daemon is still connecting to it");
+        Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store.unreachable",
+            Refused::Unreachable(why.to_string()).to_string(),
+        ))
+    }
+}
+
+/// A failed read of the fleet's store: logged, answered in general terms.
+fn fleet_failed(e: &crate::store::StoreError) -> ApiError {
+    tracing::warn!("api: cannot read the fleet's store: {e}");
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store.unreachable",
+        "the fleet's store did not answer; retry (the daemon's log says why)",
+    )
 }
 
 impl ApiBackend for DaemonApi {
@@ -368,6 +404,56 @@ impl ApiBackend for DaemonApi {
                     e.to_string(),
                 )),
             }
+        })
+    }
+
+    fn fleet_workers(&self) -> BoxFuture<'_, Result<FleetWorkers, ApiError>> {
+        Box::pin(async move {
+            let store = self.fleet()?;
+            let workers = Roster::workers(store.as_ref())
+                .await
+                .map_err(|e| fleet_failed(&e))?;
+            Ok(FleetWorkers {
+                fleet: store.fleet().to_string(),
+                workers,
+            })
+        })
+    }
+
+    fn fleet_runs(
+        &self,
+        limit: usize,
+        before: Option<String>,
+    ) -> BoxFuture<'_, Result<FleetRuns, ApiError>> {
+        Box::pin(async move {
+            let store = self.fleet()?;
+            let read = async {
+                let now_ms = store.now_ms().await?;
+                let rows = store.run_page(None, before.as_deref(), limit).await?;
+                Ok::<_, crate::store::StoreError>((now_ms, rows))
+            };
+            let (now_ms, rows) = read.await.map_err(|e| fleet_failed(&e))?;
+            Ok(FleetRuns {
+                fleet: store.fleet().to_string(),
+                now_ms,
+                runs: rows.iter().map(listings::RunListing::of).collect(),
+            })
+        })
+    }
+
+    fn fleet_events(
+        &self,
+        after: i64,
+        limit: usize,
+        run: Option<String>,
+    ) -> BoxFuture<'_, Result<Vec<crate::store::Event>, ApiError>> {
+        Box::pin(async move {
+            let store = self.fleet()?;
+            let component = run.as_deref().map(crate::runs::component);
+            store
+                .event_page(after, limit, component.as_deref())
+                .await
+                .map_err(|e| fleet_failed(&e))
         })
     }
 

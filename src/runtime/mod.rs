@@ -161,6 +161,8 @@ pub struct Runtime {
     /// The plugin notices of the last applied manifest, so each collision
     /// or dropped plugin is an event once, not on every reload.
     plugin_notices: Mutex<Vec<model::PluginNotice>>,
+    /// The fleet's shared store, once this daemon joined it (`[store] url`).
+    fleet: Arc<std::sync::OnceLock<Arc<crate::store::pg::PgStore>>>,
     _lock: RepoLock,
 }
 
@@ -215,6 +217,7 @@ impl Runtime {
             api_locked: std::sync::OnceLock::new(),
             dashboard: Arc::default(),
             plugin_notices: Mutex::new(Vec::new()),
+            fleet: Arc::default(),
             _lock: lock,
         });
         tokio::spawn(forward_supervisor_events(
@@ -235,6 +238,11 @@ impl Runtime {
 
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// The fleet's shared store, once this daemon joined it.
+    pub fn fleet_store(&self) -> Option<&Arc<crate::store::pg::PgStore>> {
+        self.fleet.get()
     }
 
     /// The REST API's base URL, once it listens (see `api::start`).
@@ -393,10 +401,12 @@ impl Runtime {
         let (supervisor, root) = (self.cx.supervisor.clone(), self.paths.root.clone());
         let project = manifest.project.name.clone();
         let lease = std::time::Duration::from_secs(manifest.store.lease_timeout_secs);
+        let joined = self.fleet.clone();
         tokio::spawn(async move {
             let fleet =
                 crate::runs::fleet::fleet_name(&supervisor, &root, project.as_deref()).await;
             let store = fleet::join(&runs, &bus, &url, &fleet).await;
+            let _ = joined.set(store.clone());
             fleet::schedule(&store, &triggers, &bus, lease).await;
         });
     }

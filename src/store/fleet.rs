@@ -107,7 +107,9 @@ pub struct WorkerInfo {
 }
 
 /// How a worker stands on the roster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum WorkerState {
     /// Heartbeating within its lease.
@@ -118,8 +120,9 @@ pub enum WorkerState {
     Stopped,
 }
 
-/// A worker as `npc workers` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A worker as `npc workers` (and the API's `GET /api/v1/fleet/workers`)
+/// shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct WorkerRow {
     pub id: String,
     pub host: String,

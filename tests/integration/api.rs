@@ -27,7 +27,7 @@ impl std::fmt::Display for Api {
 }
 
 /// An `Authorization` line that sends none (the request goes anonymous).
-const ANONYMOUS: &str = "Authorization: -";
+pub(crate) const ANONYMOUS: &str = "Authorization: -";
 
 /// The daemon's API, from its `api.listening` event and its token file.
 pub(crate) fn api_addr(d: &Daemon) -> Api {
@@ -58,7 +58,7 @@ pub(crate) fn http(addr: &Api, method: &str, path: &str, headers: &[&str]) -> An
 }
 
 /// A POST of `body` as JSON.
-fn post_json(addr: &Api, path: &str, body: &str) -> Answer {
+pub(crate) fn post_json(addr: &Api, path: &str, body: &str) -> Answer {
     http_with(
         addr,
         "POST",
@@ -380,6 +380,49 @@ fn playwright() -> bool {
             .is_ok_and(|o| o.status.success())
 }
 
+/// Whether the browser tests can run: `false` (the test skips, with a
+/// message) without Chromium or Playwright, except under `CI=true`, where
+/// `.ci/run` installs both and their absence fails.
+pub(crate) fn browser_ready() -> bool {
+    if playwright() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "chromium or the Python playwright package is missing in CI; `.ci/run` installs both"
+    );
+    eprintln!(
+        "skipped: chromium or the Python playwright package is missing (.ci/run installs both)"
+    );
+    false
+}
+
+/// Drive the dashboard at `url` with the Playwright script
+/// `fixtures/dashboard/SCRIPT` (`SCRIPT URL ARGS… SCREENSHOT`), the
+/// screenshot kept as `target/artifacts/SCREENSHOT`; what it saw (the JSON
+/// it prints).
+pub(crate) fn browse(script: &str, url: &str, args: &[&str], screenshot: &str) -> Value {
+    let artifacts = repo_root().join("target/artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let screenshot = artifacts.join(screenshot);
+    let _ = std::fs::remove_file(&screenshot);
+    let out = std::process::Command::new("python3")
+        .arg(repo_root().join("fixtures/dashboard").join(script))
+        .arg(url.trim_end())
+        .args(args)
+        .arg(&screenshot)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::fs::metadata(&screenshot).unwrap().len() > 0);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// The repository the browser test drives (its API needs the repository's
 /// token, or the dashboard's session): the demo's MCP server `hello`
 /// (two tools), a profile `dev` replaying a
@@ -462,10 +505,7 @@ env = {{ HISTFILE = "shell-history", PROMPT_COMMAND = "history -a", PS1 = "$ " }
 /// shell; the screenshot is kept under `target/artifacts/`.
 #[test]
 fn the_dashboard_shows_live_state_in_headless_chromium() {
-    if !playwright() {
-        eprintln!(
-            "skipped: chromium or the Python playwright package is missing (.ci/run installs both)"
-        );
+    if !browser_ready() {
         return;
     }
     let manifest = dashboard_manifest();
@@ -494,24 +534,8 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
             .contains("pane_opened")
             .then_some(())
     });
-    let artifacts = repo_root().join("target/artifacts");
-    std::fs::create_dir_all(&artifacts).unwrap();
-    let screenshot = artifacts.join("dashboard.png");
-    let _ = std::fs::remove_file(&screenshot);
-    let out = std::process::Command::new("python3")
-        .arg(repo_root().join("fixtures/dashboard/browse.py"))
-        .arg(url.trim_end())
-        .arg(d.root())
-        .arg(&screenshot)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let root = d.root().display().to_string();
+    let seen = browse("browse.py", &url, &[&root], "dashboard.png");
     let text = |key: &str| seen[key].as_str().unwrap_or_default().to_string();
     assert_eq!(seen["daemon"], format!("daemon pid {}", d.pid()));
     assert_eq!(
@@ -611,7 +635,6 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
         assert!(!history.contains(command), "{command} in {history}");
         assert!(!text("terminal_after_restart").contains(command), "{seen}");
     }
-    assert!(std::fs::metadata(&screenshot).unwrap().len() > 0);
 }
 
 /// The README's first command: the daemon on the shipped demo brings up

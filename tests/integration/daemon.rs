@@ -233,19 +233,7 @@ fn events_follow_streams_new_events() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let stdout = follower.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let rx = crate::support::line_channel(follower.stdout.take().unwrap());
     d.write_manifest(&TWO_CHILDREN.replace("\"1000\"", "\"1001\""));
     let mut seen = Vec::new();
     let deadline = std::time::Instant::now() + crate::support::WAIT_LIMIT;

@@ -362,13 +362,13 @@ const DRAIN_WORKERS: usize = 4;
 /// How long the drain may take on a loaded machine.
 const DRAIN_LIMIT: Duration = Duration::from_secs(240);
 /// The lease of the fault tests' workers, in seconds.
-const FAULT_LEASE_SECS: &str = "2";
+pub(crate) const FAULT_LEASE_SECS: &str = "2";
 /// The lease of workers whose test is not about leases: it outlives any
 /// stall of a loaded machine (and the restart test's restart).
-const STEADY_LEASE_SECS: &str = "30";
+pub(crate) const STEADY_LEASE_SECS: &str = "30";
 
 /// A repository whose trigger `t` runs `script` (in `sh -c`).
-fn fleet_repo(script: &str) -> tempfile::TempDir {
+pub(crate) fn fleet_repo(script: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let manifest = format!(
         "version = 1\n[project]\nname = \"{FLEET_PROJECT}\"\n[store]\nurl = \"${{NPC_STORE_URL}}\"\n\
@@ -391,7 +391,7 @@ fn fleet_repo(script: &str) -> tempfile::TempDir {
     dir
 }
 
-fn fleet_key() -> String {
+pub(crate) fn fleet_key() -> String {
     format!("{FLEET_PROJECT}@{FLEET_REMOTE}")
 }
 
@@ -401,7 +401,7 @@ fn start_worker(repo: &std::path::Path, url: &str, log: &std::path::Path) -> std
 }
 
 /// [`start_worker`] with a lease of `lease_secs`.
-fn start_worker_leased(
+pub(crate) fn start_worker_leased(
     repo: &std::path::Path,
     url: &str,
     log: &std::path::Path,
@@ -419,7 +419,7 @@ fn start_worker_leased(
 }
 
 /// Every worker log in `dir`, for a failure's message.
-fn worker_logs(dir: &std::path::Path) -> String {
+pub(crate) fn worker_logs(dir: &std::path::Path) -> String {
     let mut all = String::new();
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
@@ -437,7 +437,7 @@ fn lines(path: &std::path::Path) -> Vec<String> {
 }
 
 /// A migrated store for the worker tests (through `npc store migrate`).
-fn worker_store(cluster: &PgCluster, repo: &std::path::Path) -> String {
+pub(crate) fn worker_store(cluster: &PgCluster, repo: &std::path::Path) -> String {
     let url = cluster.database("fleet");
     let out = crate::support::npc()
         .args(["store", "migrate"])
@@ -477,18 +477,18 @@ fn enqueue_runs(rt: &tokio::runtime::Runtime, store: &PgStore, n: usize) {
 /// A throwaway cluster with a migrated store, a repository whose runs are
 /// `script`, and `runs` runs queued there: what each worker test starts
 /// from. `None` (the test skips) without PostgreSQL.
-struct QueuedFleet {
+pub(crate) struct QueuedFleet {
     /// Dropping it stops the server: a test keeps its `QueuedFleet` bound
     /// to the end.
     _cluster: PgCluster,
-    repo: tempfile::TempDir,
-    url: String,
-    rt: tokio::runtime::Runtime,
-    store: PgStore,
-    logs: tempfile::TempDir,
+    pub(crate) repo: tempfile::TempDir,
+    pub(crate) url: String,
+    pub(crate) rt: tokio::runtime::Runtime,
+    pub(crate) store: PgStore,
+    pub(crate) logs: tempfile::TempDir,
 }
 
-fn queued_fleet(script: &str, runs: usize) -> Option<QueuedFleet> {
+pub(crate) fn queued_fleet(script: &str, runs: usize) -> Option<QueuedFleet> {
     let cluster = PgCluster::start()?;
     let repo = fleet_repo(script);
     let url = worker_store(&cluster, repo.path());
@@ -788,7 +788,7 @@ fn ingress_daemon(repo: &std::path::Path, url: &str) -> crate::support::Daemon {
 }
 
 /// `npc ARGS` in `repo`, whose manifest's store URL is `url`; it must succeed.
-fn npc_in(repo: &std::path::Path, url: &str, args: &[&str]) -> std::process::Output {
+pub(crate) fn npc_in(repo: &std::path::Path, url: &str, args: &[&str]) -> std::process::Output {
     crate::support::npc()
         .args(args)
         .current_dir(repo)
@@ -798,7 +798,7 @@ fn npc_in(repo: &std::path::Path, url: &str, args: &[&str]) -> std::process::Out
 }
 
 /// `npc ARGS --format json` in `repo`, as [`npc_in`].
-fn npc_json(repo: &std::path::Path, url: &str, args: &[&str]) -> serde_json::Value {
+pub(crate) fn npc_json(repo: &std::path::Path, url: &str, args: &[&str]) -> serde_json::Value {
     let args: Vec<&str> = args.iter().copied().chain(["--format", "json"]).collect();
     crate::triggers::json_of(&npc_in(repo, url, &args))
 }

@@ -3368,19 +3368,7 @@ fn events_follow_through_the_daemon_shows_the_events_npc_run_writes() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let stdout = follower.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let rx = crate::support::line_channel(follower.stdout.take().unwrap());
     let run = d.npc_output(&["run", "dev", "--prompt", "go"]);
     assert!(
         run.status.success(),

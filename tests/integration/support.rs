@@ -123,6 +123,26 @@ pub fn terminate_child(mut child: std::process::Child) -> std::process::ExitStat
     wait_for("the daemon to exit", || child.try_wait().unwrap())
 }
 
+/// The lines `stream` gives (a child's stdout), sent on a channel by a
+/// thread of their own, so a test waits for each with a timeout.
+pub fn line_channel(
+    stream: impl std::io::Read + Send + 'static,
+) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stream)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 /// What a command printed on stdout, lossily decoded.
 pub fn stdout_of(a: &assert_cmd::assert::Assert) -> String {
     String::from_utf8_lossy(&a.get_output().stdout).into_owned()

@@ -30,6 +30,29 @@ const SLASH_COMMANDS = ["/restart", "/relaunch", "/status"];
 const RUN_ACTIVE = ["queued", "running"];
 // Pane states `/relaunch` applies to (`held`: exited, a plugin's relaunch pending).
 const PANE_ENDED = ["exited", "held", "closed"];
+// The fleet panel (a daemon with `[store] url`): runs drawn on the timeline,
+// how often it is read again (heartbeat ages and running bars move without
+// events), the longest time it spans, and its shortest.
+const FLEET_RUNS_SHOWN = 200;
+const FLEET_REFRESH_MS = 2000;
+const TIMELINE_MAX_SPAN_MS = 60 * 60 * 1000;
+const TIMELINE_MIN_SPAN_MS = 10 * 1000;
+// Timeline geometry, in pixels.
+const LANE_HEIGHT = 26;
+const BAR_HEIGHT = 14;
+const QUEUED_HEIGHT = 6;
+const LABEL_WIDTH = 230;
+const AXIS_HEIGHT = 20;
+const MIN_BAR_WIDTH = 2;
+// Tracks a lane grows to for runs that overlap; more share the last.
+const MAX_TRACKS = 8;
+const TIMELINE_FALLBACK_WIDTH = 900;
+// Tick steps the time axis picks from, and the most ticks it draws.
+const TICK_STEPS_MS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600].map((s) => s * 1000);
+const MAX_TICKS = 8;
+// Outcomes the timeline colours (its legend, in order).
+const OUTCOMES = ["succeeded", "failed", "cancelled", "interrupted", "timed_out", "running"];
+const SVG_NS = "http://www.w3.org/2000/svg";
 
 const code = new URLSearchParams(location.hash.slice(1)).get("code");
 let lastEventId = 0;
@@ -40,6 +63,9 @@ let profiles = [];
 let openRun = null;
 // The pane shown in the terminal view: name, terminal, socket, reconnect timer.
 let openPane = null;
+// The fleet panel's refresh timer, and what it last drew (redrawn on resize).
+let fleetTimer = null;
+let fleetDrawn = null;
 
 // ---------------------------------------------------------------- helpers
 
@@ -179,6 +205,7 @@ async function refreshStatus() {
   profiles = components.filter((c) => c.kind === "profile" || String(c.id).startsWith("profile."))
     .map((c) => String(c.id).replace(/^profile\./, ""));
   fillProfiles();
+  showFleet(Boolean(status.store && status.store.kind === "postgres"));
 }
 
 async function refreshPlugins() {
@@ -302,11 +329,12 @@ async function refreshRuns() {
 
 function showRunState(run) {
   openRun.state = run.state;
+  const cancellable = !openRun.fleet && RUN_ACTIVE.includes(run.state);
   say("run-state", [run.state, run.source, run.profile ?? run.command,
     run.exit != null ? `exit ${JSON.stringify(run.exit)}` : "", run.detail ? cut(run.detail) : ""]
     .filter((x) => x !== undefined && x !== null && x !== "").join(" · "));
   byId("run-state").className = "state-" + run.state;
-  byId("run-cancel").hidden = !RUN_ACTIVE.includes(run.state);
+  byId("run-cancel").hidden = !cancellable;
   // A worktree run's result: its branch and diff stat, the patch on demand.
   const r = run.result;
   byId("run-branch").hidden = !r;
@@ -329,9 +357,11 @@ async function showDiff(event) {
     : errorText(answer);
 }
 
-async function showRun(id) {
+// Open the run view on run `id`, empty; `fleet`: a run of the fleet's
+// shared store (its events come from /fleet/events, read on each refresh).
+function openRunView(id, fleet) {
   // Live events that arrive while the run's past is fetched wait in `early`.
-  openRun = { id: String(id), lastId: 0, calls: new Map(), state: null, message: null, early: [] };
+  openRun = { id: String(id), lastId: 0, calls: new Map(), state: null, message: null, early: fleet ? null : [], fleet };
   byId("run-view").hidden = false;
   say("run-title", `Run ${id}`);
   say("run-state", "");
@@ -342,6 +372,10 @@ async function showRun(id) {
   byId("run-cancel").hidden = true;
   byId("run-events").replaceChildren();
   byId("run-view").scrollIntoView({ block: "nearest" });
+}
+
+async function showRun(id) {
+  openRunView(id, false);
   const [run, past] = await Promise.all([
     call("GET", `/runs/${encodeURIComponent(id)}`),
     runEvents(id),
@@ -476,6 +510,229 @@ async function startRun(submit) {
   say("run-start-result", `started run ${answer.doc.run_id}`);
   markDirty("runs");
   showRun(answer.doc.run_id);
+}
+
+// ------------------------------------------------------------------- fleet
+
+// The fleet panel is shown while the daemon fronts a fleet (`[store] url`)
+// and read again every FLEET_REFRESH_MS while the page is visible.
+function showFleet(on) {
+  byId("fleet-section").hidden = !on;
+  byId("fleet-link").hidden = !on;
+  if (on && !fleetTimer) {
+    fleetTimer = setInterval(() => { if (!document.hidden) markDirty("fleet"); }, FLEET_REFRESH_MS);
+    markDirty("fleet");
+  } else if (!on && fleetTimer) {
+    clearInterval(fleetTimer);
+    fleetTimer = null;
+  }
+}
+
+function seconds(ms) {
+  if (ms == null || isNaN(ms)) return "";
+  const s = Math.max(0, ms) / 1000;
+  if (s < 60) return `${s.toFixed(1)}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${Math.round(s % 60)}s`;
+  return `${Math.floor(s / 3600)}h ${Math.round((s % 3600) / 60)}m`;
+}
+
+async function refreshFleet() {
+  const [roster, listed] = await Promise.all([
+    call("GET", "/fleet/workers"),
+    call("GET", `/fleet/runs?limit=${FLEET_RUNS_SHOWN}`),
+  ]);
+  const failed = !roster.ok ? roster : !listed.ok ? listed : null;
+  if (failed) {
+    say("fleet-note", errorText(failed));
+    return;
+  }
+  say("fleet-note", "");
+  say("fleet-name", roster.doc.fleet ?? "");
+  const workers = roster.doc.workers || [];
+  const runs = listed.doc.runs || [];
+  const now = listed.doc.now_ms;
+  fillTable("workers", workers.map((w) => ({
+    key: w.id,
+    cells: [
+      w.id,
+      w.state,
+      w.host ?? "",
+      w.version ?? "",
+      `${seconds(w.heartbeat_age_ms)} ago`,
+      (w.running || []).length === 0 ? "idle" : el("span", {}, ...w.running.map((id) =>
+        el("a", { href: "#run", class: "run-link", "data-fleet-run": id }, id))),
+    ],
+  })), "no workers yet: start one with `npc worker` on a machine with a checkout");
+  const waiting = runs.filter((r) => r.state === "queued");
+  const oldest = waiting.reduce((min, r) => Math.min(min, r.enqueued_at_ms), now);
+  say("fleet-summary", [
+    `${workers.filter((w) => w.state === "alive").length} of ${workers.length} workers alive`,
+    `${runs.filter((r) => r.state === "running").length} running`,
+    `${waiting.length} queued` + (waiting.length ? ` (oldest waiting ${seconds(now - oldest)})` : ""),
+  ].join(" · "));
+  fleetDrawn = { workers, runs, now };
+  drawTimeline(fleetDrawn);
+  if (openRun && openRun.fleet) {
+    const mine = runs.find((r) => r.id === openRun.id);
+    if (mine) showRunState(fleetRunView(mine));
+    pollFleetRun();
+  }
+}
+
+// An SVG element with attributes; text only through `textContent`.
+function svg(tag, attrs = {}, text) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v !== undefined && v !== null) node.setAttribute(k, String(v));
+  }
+  if (text !== undefined) node.textContent = String(text);
+  return node;
+}
+
+// The legend, drawn once; its first swatch holds the queued hatch pattern
+// every queued segment fills with.
+function drawLegend() {
+  const swatch = (cls) => {
+    const box = svg("svg", { width: 14, height: 10 });
+    box.append(svg("rect", { width: 14, height: 10, class: cls }));
+    return box;
+  };
+  const first = swatch("queued-segment");
+  const pattern = svg("pattern", {
+    id: "queued-hatch", width: 4, height: 4, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)",
+  });
+  pattern.append(svg("rect", { width: 1.5, height: 4, class: "hatch-line" }));
+  const defs = svg("defs");
+  defs.append(pattern);
+  first.prepend(defs);
+  byId("timeline-legend").replaceChildren(
+    el("span", {}, first, "queued (enqueue → start)"),
+    ...OUTCOMES.map((o) => el("span", { "data-outcome": o }, swatch("outcome-" + o), o.replace("_", " "))));
+}
+
+// One lane per worker (the roster's, then owners no longer on it), and a
+// lane for runs no worker holds yet; a bar per run from its start to its end
+// (or now), coloured by outcome, after a hatched segment for its time queued.
+// Runs of a lane that overlap (a worker runs several at once) get a track
+// each within it.
+function drawTimeline({ workers, runs, now }) {
+  const host = byId("timeline");
+  const width = Math.max(host.clientWidth || TIMELINE_FALLBACK_WIDTH, LABEL_WIDTH + 200);
+  const lanes = workers.map((w) => ({ id: w.id, state: w.state }));
+  for (const r of runs) {
+    if (r.owner && !lanes.some((l) => l.id === r.owner)) lanes.push({ id: r.owner, state: "gone" });
+  }
+  if (runs.some((r) => !r.owner)) lanes.push({ id: null, state: "waiting" });
+  const earliest = runs.reduce((min, r) => Math.min(min, r.enqueued_at_ms), now);
+  const from = Math.max(now - TIMELINE_MAX_SPAN_MS, Math.min(earliest, now - TIMELINE_MIN_SPAN_MS));
+  const plot = width - LABEL_WIDTH - 10;
+  const x = (ms) => LABEL_WIDTH + ((Math.min(Math.max(ms, from), now) - from) / (now - from)) * plot;
+  // Each lane's runs in the window, oldest first, each on the first track
+  // free at its enqueue (in pixels, so bars never touch).
+  for (const lane of lanes) {
+    const ends = [];
+    lane.runs = runs
+      .filter((r) => (r.owner ?? null) === lane.id && (r.finished_at_ms ?? now) >= from)
+      .sort((a, b) => a.enqueued_at_ms - b.enqueued_at_ms)
+      .map((r) => {
+        const left = x(r.enqueued_at_ms);
+        const right = Math.max(x(r.finished_at_ms ?? now), x(r.started_at_ms ?? now) + MIN_BAR_WIDTH);
+        let track = ends.findIndex((end) => end + 1 < left);
+        if (track < 0) track = ends.length < MAX_TRACKS ? ends.length : MAX_TRACKS - 1;
+        ends[track] = Math.max(ends[track] ?? 0, right);
+        return { r, track };
+      });
+    lane.tracks = Math.max(ends.length, 1);
+  }
+  const rows = lanes.reduce((n, l) => n + l.tracks, 0);
+  const height = AXIS_HEIGHT + Math.max(rows, 1) * LANE_HEIGHT + 4;
+  const root = svg("svg", { width, height, role: "img", "aria-label": "runs timeline" });
+  // The time axis: a tick per step, as many as fit.
+  const step = TICK_STEPS_MS.find((s) => (now - from) / s <= MAX_TICKS) || TICK_STEPS_MS[TICK_STEPS_MS.length - 1];
+  for (let t = Math.ceil(from / step) * step; t <= now; t += step) {
+    root.append(svg("line", { x1: x(t), x2: x(t), y1: AXIS_HEIGHT - 4, y2: height, class: "grid" }));
+    root.append(svg("text", { x: x(t) + 2, y: AXIS_HEIGHT - 7, class: "tick" }, new Date(t).toLocaleTimeString()));
+  }
+  if (lanes.length === 0) {
+    root.append(svg("text", { x: 8, y: AXIS_HEIGHT + 17, class: "empty" }, "no workers and no runs yet"));
+  }
+  let top = AXIS_HEIGHT;
+  for (const lane of lanes) {
+    const g = svg("g", { class: "lane", "data-lane": lane.id ?? "", "data-state": lane.state });
+    g.append(svg("rect", { x: 0, y: top + 1, width, height: lane.tracks * LANE_HEIGHT - 2, class: "lane-bg" }));
+    const label = lane.id === null ? "queued, no worker yet"
+      : lane.state === "alive" ? lane.id : `${lane.id} (${lane.state})`;
+    g.append(svg("text", { x: 6, y: top + LANE_HEIGHT / 2 + 4, class: "lane-label " + lane.state }, label));
+    for (const { r, track } of lane.runs) {
+      const y = top + track * LANE_HEIGHT;
+      const started = r.started_at_ms ?? null;
+      const ended = r.finished_at_ms ?? now;
+      const tip = [`${r.id} · ${r.trigger} (${r.origin}) · ${r.state}`,
+        `queued ${seconds((started ?? ended) - r.enqueued_at_ms)}` +
+          (started != null ? ` · ran ${seconds(ended - started)}` : ""),
+        r.owner ? `worker ${r.owner}` : "waiting for a worker",
+        r.detail ? cut(r.detail) : ""].filter(Boolean).join("\n");
+      const queuedEnd = started ?? ended;
+      if (queuedEnd > r.enqueued_at_ms) {
+        const qx = x(r.enqueued_at_ms);
+        const segment = svg("rect", {
+          x: qx, y: y + (LANE_HEIGHT - QUEUED_HEIGHT) / 2, width: Math.max(x(queuedEnd) - qx, 1),
+          height: QUEUED_HEIGHT, class: "queued-segment", "data-run": r.id,
+        });
+        segment.append(svg("title", {}, tip));
+        g.append(segment);
+      }
+      if (started != null) {
+        const bx = x(started);
+        const bar = svg("rect", {
+          x: bx, y: y + (LANE_HEIGHT - BAR_HEIGHT) / 2, width: Math.max(x(ended) - bx, MIN_BAR_WIDTH),
+          height: BAR_HEIGHT, rx: 2, class: `bar outcome-${r.state}`, "data-run": r.id, "data-state": r.state,
+        });
+        bar.append(svg("title", {}, tip));
+        g.append(bar);
+      }
+    }
+    root.append(g);
+    top += lane.tracks * LANE_HEIGHT;
+  }
+  host.replaceChildren(root);
+}
+
+// A fleet run's listing as the run view's state line reads it.
+function fleetRunView(r) {
+  return {
+    state: r.state,
+    source: `${r.trigger} (${r.origin})`,
+    profile: r.profile,
+    detail: [r.owner ? `worker ${r.owner}` : "no worker yet", r.detail].filter(Boolean).join(" · "),
+  };
+}
+
+function showFleetRun(id) {
+  openRunView(id, true);
+  const mine = fleetDrawn && fleetDrawn.runs.find((r) => r.id === String(id));
+  if (mine) showRunState(fleetRunView(mine));
+  byId("run-cancel").hidden = true;
+  pollFleetRun();
+}
+
+// Draw the open fleet run's events recorded since the last one drawn.
+async function pollFleetRun() {
+  const run = openRun;
+  if (!run || !run.fleet || run.polling) return;
+  run.polling = true;
+  try {
+    for (let page = 0; page < MAX_RUN_EVENT_PAGES; page++) {
+      const answer = await call("GET",
+        `/fleet/events?run=${encodeURIComponent(run.id)}&after=${run.lastId}&limit=${RUN_EVENTS_PAGE}`);
+      if (!answer.ok || openRun !== run) return;
+      const got = answer.doc.events || [];
+      for (const event of got) drawRunEvent(event);
+      if (got.length < RUN_EVENTS_PAGE) return;
+    }
+  } finally {
+    run.polling = false;
+  }
 }
 
 // ------------------------------------------------------------------- panes
@@ -736,7 +993,7 @@ function refresh() {
   dirty.clear();
   const work = {
     status: refreshStatus, plan: refreshPlan, plugins: refreshPlugins, triggers: refreshTriggers,
-    runs: refreshRuns, panes: refreshPanes,
+    runs: refreshRuns, panes: refreshPanes, fleet: refreshFleet,
   };
   for (const part of parts) work[part]().catch(() => {});
 }
@@ -842,12 +1099,23 @@ document.addEventListener("click", (click) => {
   if (!link) return;
   click.preventDefault();
   if (link.hasAttribute("data-run")) showRun(link.getAttribute("data-run"));
+  else if (link.hasAttribute("data-fleet-run")) showFleetRun(link.getAttribute("data-fleet-run"));
   else if (link.hasAttribute("data-pane")) showPane(link.getAttribute("data-pane"));
   else {
     const target = document.getElementById(link.getAttribute("href").slice(1));
     if (target) target.scrollIntoView();
   }
 });
+
+// A bar of the fleet's timeline opens its run.
+byId("timeline").addEventListener("click", (click) => {
+  const bar = click.target.closest && click.target.closest("[data-run]");
+  if (bar) showFleetRun(bar.getAttribute("data-run"));
+});
+window.addEventListener("resize", () => {
+  if (fleetDrawn && !byId("fleet-section").hidden) drawTimeline(fleetDrawn);
+});
+drawLegend();
 
 redeemCode().then(() => {
   markDirty("status", "plan", "plugins", "triggers", "runs", "panes");

@@ -4,7 +4,9 @@
 //! database). Rows are scoped by their fleet (a repository's project name
 //! and remote URL), claims take `FOR UPDATE SKIP LOCKED`, an enqueue wakes
 //! the fleet's workers by `NOTIFY` (a dedicated `LISTEN` connection; a
-//! poll is the fallback), and times come from the database's clock.
+//! poll is the fallback), an event append wakes those who follow the
+//! fleet's log the same way ([`PgStore::wait_for_events`]), and times come
+//! from the database's clock.
 //!
 //! The URL is a secret (it holds a password): nothing here prints it, and
 //! every error says what failed without quoting it. TLS is not built in
@@ -42,6 +44,8 @@ pub const POOL_WAIT: Duration = Duration::from_secs(10);
 pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(5);
 /// The `LISTEN` channel enqueues notify on; the payload is the fleet.
 pub const WAKE_CHANNEL: &str = "npc_runs";
+/// The `LISTEN` channel event appends notify on; the payload is the fleet.
+pub const EVENTS_CHANNEL: &str = "npc_events";
 /// First pause before the listener connects again; it doubles per failure.
 pub const LISTEN_BACKOFF_INITIAL: Duration = Duration::from_millis(100);
 /// Longest pause before the listener connects again.
@@ -133,11 +137,18 @@ pub struct PgStore {
     fleet: String,
     wake: Arc<tokio::sync::Notify>,
     listener: tokio::task::JoinHandle<()>,
+    /// Signalled by appends to the fleet's event log, once someone follows it.
+    events_wake: Arc<tokio::sync::Notify>,
+    /// The `LISTEN` of [`EVENTS_CHANNEL`], started by the first follower.
+    events_listener: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for PgStore {
     fn drop(&mut self) {
         self.listener.abort();
+        if let Some(listener) = self.events_listener.get() {
+            listener.abort();
+        }
     }
 }
 
@@ -153,13 +164,20 @@ impl PgStore {
             schema::check_version(&client).await?;
         }
         let wake = Arc::new(tokio::sync::Notify::new());
-        let listener = tokio::spawn(listen(config.clone(), fleet.to_string(), wake.clone()));
+        let listener = tokio::spawn(listen(
+            config.clone(),
+            WAKE_CHANNEL,
+            fleet.to_string(),
+            wake.clone(),
+        ));
         Ok(Self {
             pool,
             config,
             fleet: fleet.to_string(),
             wake,
             listener,
+            events_wake: Arc::default(),
+            events_listener: std::sync::OnceLock::new(),
         })
     }
 
@@ -171,11 +189,32 @@ impl PgStore {
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(pool_error("connect"))
     }
+
+    /// Resolve when an event may have been appended to the fleet's log, or
+    /// after `at_most` (the poll that covers a lost notification). The
+    /// first call starts listening; an append since the last call wakes it
+    /// at once.
+    pub(super) async fn wait_for_append(&self, at_most: Duration) {
+        self.events_listener.get_or_init(|| {
+            tokio::spawn(listen(
+                self.config.clone(),
+                EVENTS_CHANNEL,
+                self.fleet.clone(),
+                self.events_wake.clone(),
+            ))
+        });
+        let _ = tokio::time::timeout(at_most, self.events_wake.notified()).await;
+    }
 }
 
-/// Keep a `LISTEN` connection open and signal `wake` for every
+/// Keep a `LISTEN channel` connection open and signal `wake` for every
 /// notification of `fleet`; connect again with backoff when it drops.
-async fn listen(config: tokio_postgres::Config, fleet: String, wake: Arc<tokio::sync::Notify>) {
+async fn listen(
+    config: tokio_postgres::Config,
+    channel: &'static str,
+    fleet: String,
+    wake: Arc<tokio::sync::Notify>,
+) {
     use futures_util::StreamExt;
     let mut backoff = LISTEN_BACKOFF_INITIAL;
     loop {
@@ -183,7 +222,7 @@ async fn listen(config: tokio_postgres::Config, fleet: String, wake: Arc<tokio::
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             let listening = async {
                 client
-                    .batch_execute(&format!("LISTEN {WAKE_CHANNEL}"))
+                    .batch_execute(&format!("LISTEN {channel}"))
                     .await
                     .is_ok()
             };

@@ -13,7 +13,7 @@ use std::time::Duration;
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use super::{PgStore, WAKE_CHANNEL, pg_error};
+use super::{EVENTS_CHANNEL, PgStore, WAKE_CHANNEL, pg_error};
 use crate::store::fleet::{
     Claimed, FleetQueue, LEASE_EXPIRED_DETAIL, Lease, StoreFuture, lease_ms,
 };
@@ -325,10 +325,13 @@ impl PgStore {
         )
         .await
         .map_err(&failed)?;
+        // The notification goes with the commit, in the insert's own round
+        // trip (one per transaction: the server folds equal ones).
         let insert = tx
             .prepare(
-                "INSERT INTO npc_events (fleet, ts_ms, kind, component, payload)
-                 VALUES ($1, npc_now_ms(), $2, $3, $4) RETURNING id, ts_ms",
+                "WITH stored AS (INSERT INTO npc_events (fleet, ts_ms, kind, component, payload)
+                   VALUES ($1, npc_now_ms(), $2, $3, $4) RETURNING id, ts_ms)
+                 SELECT id, ts_ms, pg_notify($5, $1) FROM stored",
             )
             .await
             .map_err(&failed)?;
@@ -342,6 +345,7 @@ impl PgStore {
                         &event.kind,
                         &event.component,
                         &event.payload.to_string(),
+                        &EVENTS_CHANNEL,
                     ],
                 )
                 .await
@@ -392,15 +396,29 @@ impl PgStore {
         trigger: Option<&str>,
         limit: usize,
     ) -> Result<Vec<RunRow>, StoreError> {
+        self.run_page(trigger, None, limit).await
+    }
+
+    /// [`run_rows`](Self::run_rows) queued before run `before` (none when
+    /// the fleet has no such run).
+    pub async fn run_page(
+        &self,
+        trigger: Option<&str>,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<RunRow>, StoreError> {
         let client = self.client().await?;
         let limit = i64::try_from(limit.min(MAX_RUNS_PER_READ)).unwrap_or(i64::MAX);
         let rows = client
             .query(
                 &format!(
                     "SELECT {RUN_COLUMNS} FROM npc_runs WHERE fleet = $1
-                     AND ($3::text IS NULL OR trigger = $3) ORDER BY seq DESC LIMIT $2"
+                     AND ($3::text IS NULL OR trigger = $3)
+                     AND ($4::text IS NULL
+                          OR seq < (SELECT seq FROM npc_runs WHERE fleet = $1 AND id = $4))
+                     ORDER BY seq DESC LIMIT $2"
                 ),
-                &[&self.fleet(), &limit, &trigger],
+                &[&self.fleet(), &limit, &trigger, &before],
             )
             .await
             .map_err(pg_error("read runs"))?;
@@ -408,17 +426,60 @@ impl PgStore {
     }
 
     async fn events_since(&self, after: i64, limit: usize) -> Result<Vec<Event>, StoreError> {
+        self.event_page(after, limit, None).await
+    }
+
+    /// The fleet's events with ids above `after` (of `component` only,
+    /// when given), oldest first: every worker's and daemon's in one order,
+    /// at most `limit` (and [`MAX_EVENTS_PER_READ`]). Appends hold a
+    /// per-fleet lock to their commit, so ids are in commit order and a
+    /// reader that goes on from the last id it saw misses none.
+    pub async fn event_page(
+        &self,
+        after: i64,
+        limit: usize,
+        component: Option<&str>,
+    ) -> Result<Vec<Event>, StoreError> {
         let client = self.client().await?;
         let limit = i64::try_from(limit.min(MAX_EVENTS_PER_READ)).unwrap_or(i64::MAX);
         let rows = client
             .query(
                 "SELECT id, ts_ms, kind, component, payload FROM npc_events
-                 WHERE fleet = $1 AND id > $2 ORDER BY id LIMIT $3",
-                &[&self.fleet(), &after, &limit],
+                 WHERE fleet = $1 AND id > $2 AND ($4::text IS NULL OR component = $4)
+                 ORDER BY id LIMIT $3",
+                &[&self.fleet(), &after, &limit, &component],
             )
             .await
             .map_err(pg_error("read events"))?;
         rows.iter().map(event_of).collect()
+    }
+
+    /// [`event_page`](Self::event_page) of the whole log; when it has
+    /// nothing after `after` yet, wait up to `at_most` for an append
+    /// (`LISTEN/NOTIFY`) and read again.
+    pub async fn wait_for_events(
+        &self,
+        after: i64,
+        limit: usize,
+        at_most: Duration,
+    ) -> Result<Vec<Event>, StoreError> {
+        let page = self.event_page(after, limit, None).await?;
+        if !page.is_empty() {
+            return Ok(page);
+        }
+        self.wait_for_append(at_most).await;
+        self.event_page(after, limit, None).await
+    }
+
+    /// The store's clock, unix milliseconds: what run times and heartbeat
+    /// ages are measured by.
+    pub async fn now_ms(&self) -> Result<i64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one("SELECT npc_now_ms()", &[])
+            .await
+            .map_err(pg_error("read the store's clock"))?;
+        Ok(row.get(0))
     }
 }
 
