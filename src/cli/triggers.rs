@@ -398,7 +398,7 @@ fn show_run(
     format: Format,
 ) -> anyhow::Result<Exit> {
     if row.is_none() && events.is_empty() {
-        errln!("error: no run `{id}`; list them with `npc runs`");
+        errln!("error: no run `{id}`; list them with `npc runs` (a fleet's: `npc runs --fleet`)");
         return Ok(Exit::Failed);
     }
     match format {

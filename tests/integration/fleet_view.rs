@@ -10,6 +10,9 @@
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 
+use npcagent::store::NewEvent;
+use npcagent::store::fleet::FleetQueue as _;
+use npcagent::store::pg::PgStore;
 use serde_json::{Value, json};
 
 use crate::api::{ANONYMOUS, Api, api_addr, http, post_json};
@@ -182,6 +185,34 @@ fn npc_events_fleet_prints_every_workers_run_events_in_one_order_and_follows_the
     let out = npc_in(repo.path(), url, &["runs", "diff", &runs[0], "--fleet"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("where the run ran"));
+}
+
+/// A wait no poll ends within a test: only a notification does.
+const NO_POLL: std::time::Duration = std::time::Duration::from_secs(3_600);
+
+#[test]
+fn a_follower_of_the_fleets_log_is_woken_by_the_append_itself() {
+    let Some(fleet) = queued_fleet("true", 0) else {
+        return;
+    };
+    let QueuedFleet { rt, store, url, .. } = &fleet;
+    rt.block_on(async {
+        let follower = PgStore::connect(url, &fleet_key()).await.unwrap();
+        // The first wait ends once the follower listens (it says so, since
+        // an append may have gone by unheard until then).
+        tokio::time::timeout(WAIT_LIMIT, follower.wait_for_append(NO_POLL))
+            .await
+            .expect("the follower listens");
+        store
+            .append_events(vec![NewEvent::new("probe", json!({}))])
+            .await
+            .unwrap();
+        tokio::time::timeout(WAIT_LIMIT, follower.wait_for_append(NO_POLL))
+            .await
+            .expect("the append's notification wakes the follower");
+        let events = follower.wait_for_events(0, 10, NO_POLL).await.unwrap();
+        assert_eq!(events.last().unwrap().kind, "probe");
+    });
 }
 
 #[test]

@@ -50,6 +50,8 @@ const TIMELINE_FALLBACK_WIDTH = 900;
 // Tick steps the time axis picks from, and the most ticks it draws.
 const TICK_STEPS_MS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600].map((s) => s * 1000);
 const MAX_TICKS = 8;
+// Room a tick's time label needs; a tick nearer the right edge has none.
+const TICK_LABEL_WIDTH = 70;
 // Outcomes the timeline colours (its legend, in order).
 const OUTCOMES = ["succeeded", "failed", "cancelled", "interrupted", "timed_out", "running"];
 const SVG_NS = "http://www.w3.org/2000/svg";
@@ -651,7 +653,9 @@ function drawTimeline({ workers, runs, now }) {
   const step = TICK_STEPS_MS.find((s) => (now - from) / s <= MAX_TICKS) || TICK_STEPS_MS[TICK_STEPS_MS.length - 1];
   for (let t = Math.ceil(from / step) * step; t <= now; t += step) {
     root.append(svg("line", { x1: x(t), x2: x(t), y1: AXIS_HEIGHT - 4, y2: height, class: "grid" }));
-    root.append(svg("text", { x: x(t) + 2, y: AXIS_HEIGHT - 7, class: "tick" }, new Date(t).toLocaleTimeString()));
+    if (x(t) + TICK_LABEL_WIDTH <= width) {
+      root.append(svg("text", { x: x(t) + 2, y: AXIS_HEIGHT - 7, class: "tick" }, new Date(t).toLocaleTimeString()));
+    }
   }
   if (lanes.length === 0) {
     root.append(svg("text", { x: 8, y: AXIS_HEIGHT + 17, class: "empty" }, "no workers and no runs yet"));

@@ -194,7 +194,7 @@ impl PgStore {
     /// after `at_most` (the poll that covers a lost notification). The
     /// first call starts listening; an append since the last call wakes it
     /// at once.
-    pub(super) async fn wait_for_append(&self, at_most: Duration) {
+    pub async fn wait_for_append(&self, at_most: Duration) {
         self.events_listener.get_or_init(|| {
             tokio::spawn(listen(
                 self.config.clone(),
