@@ -27,7 +27,7 @@ pub use leader::Leadership;
 use super::StoreError;
 
 /// The schema version this build writes and reads.
-pub const PG_SCHEMA_VERSION: i64 = 2;
+pub const PG_SCHEMA_VERSION: i64 = 3;
 /// Connections one process keeps to the store.
 pub const POOL_SIZE: usize = 8;
 /// How long connecting to the server may take.
@@ -42,6 +42,9 @@ pub const POOL_WAIT: Duration = Duration::from_secs(10);
 pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(5);
 /// The `LISTEN` channel enqueues notify on; the payload is the fleet.
 pub const WAKE_CHANNEL: &str = "npc_runs";
+/// The `LISTEN` channel a firing with overlap `replace` notifies on; the
+/// payload is the replaced run's id.
+pub const STOP_CHANNEL: &str = "npc_run_stops";
 /// First pause before the listener connects again; it doubles per failure.
 pub const LISTEN_BACKOFF_INITIAL: Duration = Duration::from_millis(100);
 /// Longest pause before the listener connects again.
@@ -132,6 +135,8 @@ pub struct PgStore {
     config: tokio_postgres::Config,
     fleet: String,
     wake: Arc<tokio::sync::Notify>,
+    /// Ids of running runs marked replaced, as notified.
+    stops: tokio::sync::broadcast::Sender<String>,
     listener: tokio::task::JoinHandle<()>,
 }
 
@@ -153,12 +158,24 @@ impl PgStore {
             schema::check_version(&client).await?;
         }
         let wake = Arc::new(tokio::sync::Notify::new());
-        let listener = tokio::spawn(listen(config.clone(), fleet.to_string(), wake.clone()));
+        let stops = tokio::sync::broadcast::channel(crate::store::fleet::STOP_REQUEST_BACKLOG).0;
+        let (listening, subscribed) = tokio::sync::oneshot::channel();
+        let heard = Heard {
+            fleet: fleet.to_string(),
+            wake: wake.clone(),
+            stops: stops.clone(),
+            listening: Some(listening),
+        };
+        let listener = tokio::spawn(listen(config.clone(), heard));
+        // Listening before the first claim, so no notification of the
+        // fleet's after the connect is missed (the poll covers a failure).
+        let _ = tokio::time::timeout(CONNECT_TIMEOUT, subscribed).await;
         Ok(Self {
             pool,
             config,
             fleet: fleet.to_string(),
             wake,
+            stops,
             listener,
         })
     }
@@ -173,9 +190,27 @@ impl PgStore {
     }
 }
 
-/// Keep a `LISTEN` connection open and signal `wake` for every
-/// notification of `fleet`; connect again with backoff when it drops.
-async fn listen(config: tokio_postgres::Config, fleet: String, wake: Arc<tokio::sync::Notify>) {
+/// Where the listener passes what it hears.
+struct Heard {
+    fleet: String,
+    /// Signalled for every enqueue of the fleet.
+    wake: Arc<tokio::sync::Notify>,
+    /// Sent every replaced run's id.
+    stops: tokio::sync::broadcast::Sender<String>,
+    /// Told once the first `LISTEN` holds.
+    listening: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// Keep a `LISTEN` connection open and pass on every notification of the
+/// fleet (an enqueue wakes, a replaced run is a stop request); connect
+/// again with backoff when it drops.
+async fn listen(config: tokio_postgres::Config, heard: Heard) {
+    let Heard {
+        fleet,
+        wake,
+        stops,
+        listening: mut first_listen,
+    } = heard;
     use futures_util::StreamExt;
     let mut backoff = LISTEN_BACKOFF_INITIAL;
     loop {
@@ -183,7 +218,7 @@ async fn listen(config: tokio_postgres::Config, fleet: String, wake: Arc<tokio::
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             let listening = async {
                 client
-                    .batch_execute(&format!("LISTEN {WAKE_CHANNEL}"))
+                    .batch_execute(&format!("LISTEN {WAKE_CHANNEL}; LISTEN {STOP_CHANNEL}"))
                     .await
                     .is_ok()
             };
@@ -197,12 +232,19 @@ async fn listen(config: tokio_postgres::Config, fleet: String, wake: Arc<tokio::
             };
             if ok {
                 backoff = LISTEN_BACKOFF_INITIAL;
+                if let Some(told) = first_listen.take() {
+                    let _ = told.send(());
+                }
                 // A wake-up may have been missed while not listening.
                 wake.notify_one();
                 while let Some(Ok(message)) = messages.next().await {
-                    if let tokio_postgres::AsyncMessage::Notification(n) = message
-                        && n.payload() == fleet
-                    {
+                    let tokio_postgres::AsyncMessage::Notification(n) = message else {
+                        continue;
+                    };
+                    if n.channel() == STOP_CHANNEL {
+                        // A worker holding no such run ignores it.
+                        let _ = stops.send(n.payload().to_string());
+                    } else if n.payload() == fleet {
                         wake.notify_one();
                     }
                 }
