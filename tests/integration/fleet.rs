@@ -1573,6 +1573,123 @@ fn three_schedulers_fire_every_cron_time_exactly_once_and_a_killed_leader_hands_
     drop(daemons);
 }
 
+// ----- roles: ingress and scheduler ---------------------------------------
+
+/// A repository of the fleet whose daemon's `[store] role` comes from
+/// `NPC_ROLE`, with webhook `gh` and a cron `tick` every second, and a
+/// lease of a second (a scheduler candidate would ask for the lead three
+/// times a second).
+fn role_repo() -> tempfile::TempDir {
+    let dir = fleet_repo("true");
+    let manifest = format!(
+        "version = 1\n[project]\nname = \"{FLEET_PROJECT}\"\n\
+         [store]\nurl = \"${{NPC_STORE_URL}}\"\nlease_timeout = \"1s\"\nrole = \"${{NPC_ROLE:-all}}\"\n\
+         [daemon]\nwebhook_listen = \"127.0.0.1:0\"\n\
+         [triggers.gh]\nkind = \"webhook\"\nroute = \"github\"\nsecret_env = \"HOOK_SECRET\"\n\
+         action = {{ command = \"sh\", args = [\"-c\", \"echo \\\"$NPC_RUN_ID\\\" >> ran.log\"] }}\n\
+         [triggers.tick]\nkind = \"cron\"\nschedule = \"1s\"\naction = {{ command = \"true\" }}\n"
+    );
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    dir
+}
+
+/// A daemon on `repo` in front of the fleet at `url` as `role`.
+fn role_daemon(repo: &std::path::Path, url: &str, role: &str) -> crate::support::Daemon {
+    crate::support::Daemon::start_in_with(
+        repo,
+        crate::support::DaemonSetup {
+            only_env: Some(&[
+                ("HOOK_SECRET", INGRESS_SECRET),
+                ("NPC_STORE_URL", url),
+                ("NPC_ROLE", role),
+            ]),
+            ..crate::support::DaemonSetup::default()
+        },
+    )
+}
+
+#[test]
+fn an_ingress_daemon_never_leads_and_a_scheduler_daemon_serves_no_webhooks() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let (ingress_repo, scheduler_repo) = (role_repo(), role_repo());
+    let url = worker_store(&cluster, ingress_repo.path());
+    let ingress = role_daemon(ingress_repo.path(), &url, "ingress");
+    let status = crate::support::wait_for("the ingress daemon to join the fleet", || {
+        let status = npc_json(ingress_repo.path(), &url, &["status"]);
+        (status["store"]["state"] == "connected").then_some(status)
+    });
+    assert_eq!(status["store"]["role"], "ingress", "{status}");
+    assert!(status["store"].get("scheduling").is_none(), "{status}");
+    let human = npc_human(ingress_repo.path(), &url, "status");
+    assert!(human.contains("role ingress"), "{human}");
+    assert!(!human.contains("cron scheduler"), "{human}");
+
+    // It takes webhooks into the fleet; a worker carries them out. All the
+    // while, a scheduler candidate would have led and fired `tick`.
+    let (code, text) = deliver(ingress_repo.path(), &url, "d-1");
+    assert_eq!(code, 202, "{text}\n{}", ingress.log());
+    let id = serde_json::from_str::<serde_json::Value>(&text).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let logs = tempfile::tempdir().unwrap();
+    let _worker = crate::support::Stopped::new(start_worker_leased(
+        ingress_repo.path(),
+        &url,
+        &logs.path().join("worker.log"),
+        STEADY_LEASE_SECS,
+    ));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
+    crate::support::wait_for("the worker to carry the webhook's run out", || {
+        rt.block_on(store.run(&id))
+            .unwrap()
+            .filter(|r| r.state == state::SUCCEEDED)
+    });
+    assert_eq!(
+        fire_times(&rt, &store),
+        Vec::<i64>::new(),
+        "nobody schedules"
+    );
+    let leading =
+        |d: &crate::support::Daemon| d.events().iter().any(|e| e["kind"] == "scheduler.leading");
+    assert!(!leading(&ingress), "the ingress daemon led");
+
+    // A scheduler-only daemon leads and fires, and opens no webhook port.
+    let scheduler = role_daemon(scheduler_repo.path(), &url, "scheduler");
+    let status = crate::support::wait_for("the scheduler daemon to lead", || {
+        let status = npc_json(scheduler_repo.path(), &url, &["status"]);
+        (status["store"]["scheduling"] == "leader").then_some(status)
+    });
+    assert_eq!(status["store"]["role"], "scheduler", "{status}");
+    crate::support::wait_for("a fire of `tick`", || {
+        (!fire_times(&rt, &store).is_empty()).then_some(())
+    });
+    let listed = npc_json(scheduler_repo.path(), &url, &["triggers"]);
+    let gh = listed["triggers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "gh")
+        .unwrap_or_else(|| panic!("{listed}"))
+        .clone();
+    assert_eq!(gh["standby"], true, "{gh}");
+    assert!(gh["url"].is_null(), "a webhook port is open: {gh}");
+    assert!(
+        !scheduler
+            .events()
+            .iter()
+            .any(|e| e["kind"] == "webhook.listening"),
+        "the scheduler daemon listens for webhooks"
+    );
+    assert!(leading(&scheduler));
+    assert!(!leading(&ingress), "the ingress daemon led");
+    let status = npc_json(ingress_repo.path(), &url, &["status"]);
+    assert!(status["store"].get("scheduling").is_none(), "{status}");
+}
+
 // ----- examples/fleet -------------------------------------------------------
 
 #[test]
