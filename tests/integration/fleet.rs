@@ -1573,6 +1573,127 @@ fn three_schedulers_fire_every_cron_time_exactly_once_and_a_killed_leader_hands_
     drop(daemons);
 }
 
+/// The interval of the paused-leader test's cron trigger, in seconds.
+const PAUSE_TICK_SECS: i64 = 5;
+
+/// A repository of the fleet whose daemon schedules cron `tick` every
+/// [`PAUSE_TICK_SECS`] under a lease of two seconds; a fire a handover
+/// came too late for is fired once, at its own time (`run_once`).
+fn paused_leader_repo() -> tempfile::TempDir {
+    let dir = fleet_repo("true");
+    let manifest = format!(
+        "version = 1\n[project]\nname = \"{FLEET_PROJECT}\"\n\
+         [store]\nurl = \"${{NPC_STORE_URL}}\"\nlease_timeout = \"2s\"\n\
+         [triggers.tick]\nkind = \"cron\"\nschedule = \"{PAUSE_TICK_SECS}s\"\nmissed = \"run_once\"\n\
+         action = {{ command = \"true\" }}\n"
+    );
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    dir
+}
+
+/// Continues a stopped process when dropped (a failing test never leaves a
+/// daemon stopped, where its SIGTERM would wait).
+struct Continued(nix::unistd::Pid);
+
+impl Drop for Continued {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+/// The `scheduler.*` events `daemon` recorded, oldest first (read from its
+/// store, so even while it is stopped).
+fn scheduler_events(daemon: &crate::support::Daemon) -> Vec<String> {
+    daemon
+        .events()
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .filter(|k| k.starts_with("scheduler."))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_leader_paused_past_its_lease_wakes_up_standing_by_and_every_fire_time_is_stored_once() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let repos: Vec<tempfile::TempDir> = (0..2).map(|_| paused_leader_repo()).collect();
+    let url = worker_store(&cluster, repos[0].path());
+    let daemons: Vec<crate::support::Daemon> = repos
+        .iter()
+        .map(|repo| {
+            crate::support::Daemon::start_in_with(
+                repo.path(),
+                crate::support::DaemonSetup {
+                    only_env: Some(&[("NPC_STORE_URL", url.as_str())]),
+                    ..crate::support::DaemonSetup::default()
+                },
+            )
+        })
+        .collect();
+    let leader = crate::support::wait_for("one scheduler to lead", || {
+        let states = scheduling_of(&repos, &url, &[true, true]);
+        let leaders: Vec<usize> = (0..2).filter(|i| states[*i] == "leader").collect();
+        (leaders.len() == 1 && states.contains(&"standby".to_string())).then(|| leaders[0])
+    });
+    let other = 1 - leader;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
+    let fired = crate::support::wait_for_within("a first fire", TICKS_LIMIT, || {
+        let n = fire_times(&rt, &store).len();
+        (n >= 1).then_some(n)
+    });
+    // Right after a fire, so the next is a whole interval away.
+    crate::support::wait_for_within("the next fire", TICKS_LIMIT, || {
+        (fire_times(&rt, &store).len() > fired).then_some(())
+    });
+    let paused = nix::unistd::Pid::from_raw(daemons[leader].pid() as i32);
+    nix::sys::signal::kill(paused, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let continued = Continued(paused);
+    // The server ends the paused leader's lock once its lease passes.
+    crate::support::wait_for("the other daemon to take the lead", || {
+        scheduler_events(&daemons[other])
+            .iter()
+            .any(|k| k == "scheduler.leading")
+            .then_some(())
+    });
+    let taken_over = fire_times(&rt, &store).len();
+    crate::support::wait_for_within("fires of the new leader", TICKS_LIMIT, || {
+        (fire_times(&rt, &store).len() >= taken_over + 2).then_some(())
+    });
+    drop(continued);
+    // Awake, the old leader's renewal fails: it stands by, firing nothing.
+    crate::support::wait_for("the old leader to stand by", || {
+        let said = scheduler_events(&daemons[leader]);
+        (said.last().map(String::as_str) == Some("scheduler.standby")).then_some(())
+    });
+    let states = scheduling_of(&repos, &url, &[true, true]);
+    assert_eq!(states[leader], "standby", "{states:?}");
+    assert_eq!(states[other], "leader", "{states:?}");
+    let listed = npc_json(repos[leader].path(), &url, &["triggers"]);
+    assert_eq!(listed["triggers"][0]["standby"], true, "{listed}");
+    let awake = fire_times(&rt, &store).len();
+    let times = crate::support::wait_for_within("fires after the wake-up", TICKS_LIMIT, || {
+        let times = fire_times(&rt, &store);
+        (times.len() >= awake + 2).then_some(times)
+    });
+    // Every fire time exactly once, none skipped, whoever fired it.
+    let gaps: Vec<i64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.iter().all(|g| *g == PAUSE_TICK_SECS * 1_000),
+        "fire times {times:?} (gaps {gaps:?})\n{}{}",
+        daemons[0].log(),
+        daemons[1].log()
+    );
+    let said = scheduler_events(&daemons[other]);
+    assert_eq!(
+        said.last().map(String::as_str),
+        Some("scheduler.leading"),
+        "{said:?}"
+    );
+}
+
 // ----- roles: ingress and scheduler ---------------------------------------
 
 /// A repository of the fleet whose daemon's `[store] role` comes from
