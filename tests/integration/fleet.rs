@@ -652,6 +652,22 @@ fn start_worker_leased(
         .unwrap()
 }
 
+/// `n` workers in `repo` against `url` with the [`STEADY_LEASE_SECS`]
+/// lease, their logs in `logs`; stopped when dropped.
+fn steady_workers(
+    repo: &std::path::Path,
+    url: &str,
+    logs: &std::path::Path,
+    n: usize,
+) -> Vec<crate::support::Stopped> {
+    (0..n)
+        .map(|w| {
+            let log = logs.join(format!("worker-{w}.log"));
+            crate::support::Stopped::new(start_worker_leased(repo, url, &log, STEADY_LEASE_SECS))
+        })
+        .collect()
+}
+
 /// Every worker log in `dir`, for a failure's message.
 fn worker_logs(dir: &std::path::Path) -> String {
     let mut all = String::new();
@@ -752,17 +768,7 @@ fn a_thousand_queued_runs_drained_by_four_workers_each_run_exactly_once() {
         logs,
         ..
     } = &fleet;
-    let _workers: Vec<crate::support::Stopped> = (0..DRAIN_WORKERS)
-        .map(|w| {
-            let log = logs.path().join(format!("worker-{w}.log"));
-            crate::support::Stopped::new(start_worker_leased(
-                repo.path(),
-                url,
-                &log,
-                STEADY_LEASE_SECS,
-            ))
-        })
-        .collect();
+    let _workers = steady_workers(repo.path(), url, logs.path(), DRAIN_WORKERS);
     let rows = crate::support::wait_for_within("every run to end", DRAIN_LIMIT, || {
         let rows = rt.block_on(store.run_rows(None, DRAIN_RUNS)).unwrap();
         rows.iter()
@@ -944,17 +950,7 @@ fn a_server_restarted_mid_drain_loses_and_doubles_nothing() {
         enqueue_runs(&rt, &store, RESTART_RUNS);
     }
     let logs = tempfile::tempdir().unwrap();
-    let _workers: Vec<crate::support::Stopped> = (0..2)
-        .map(|w| {
-            let log = logs.path().join(format!("worker-{w}.log"));
-            crate::support::Stopped::new(start_worker_leased(
-                repo.path(),
-                &url,
-                &log,
-                STEADY_LEASE_SECS,
-            ))
-        })
-        .collect();
+    let _workers = steady_workers(repo.path(), &url, logs.path(), 2);
     crate::support::wait_for("some runs to end", || {
         let rows = ended(&rt)?;
         let done = rows.iter().filter(|r| r.state == state::SUCCEEDED).count();
@@ -1399,17 +1395,7 @@ fn overlap_replace_stops_the_fleets_running_run_before_the_new_one_starts() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
     let logs = tempfile::tempdir().unwrap();
-    let _workers: Vec<crate::support::Stopped> = (0..2)
-        .map(|w| {
-            let log = logs.path().join(format!("worker-{w}.log"));
-            crate::support::Stopped::new(start_worker_leased(
-                repo.path(),
-                &url,
-                &log,
-                STEADY_LEASE_SECS,
-            ))
-        })
-        .collect();
+    let _workers = steady_workers(repo.path(), &url, logs.path(), 2);
     let first = fire_in_fleet(repo.path(), &url, "rep");
     crate::support::wait_for("the first run to start", || {
         (!lines(&repo.path().join("ran.log")).is_empty()).then_some(())
@@ -1476,6 +1462,22 @@ fn scheduler_repo() -> tempfile::TempDir {
     dir
 }
 
+/// A daemon on each of `repos`, in front of the fleet at `url`.
+fn scheduler_daemons(repos: &[tempfile::TempDir], url: &str) -> Vec<crate::support::Daemon> {
+    repos
+        .iter()
+        .map(|repo| {
+            crate::support::Daemon::start_in_with(
+                repo.path(),
+                crate::support::DaemonSetup {
+                    only_env: Some(&[("NPC_STORE_URL", url)]),
+                    ..crate::support::DaemonSetup::default()
+                },
+            )
+        })
+        .collect()
+}
+
 /// The scheduling state (`leader`, `standby`) each daemon's status shows.
 fn scheduling_of(repos: &[tempfile::TempDir], url: &str, alive: &[bool]) -> Vec<String> {
     repos
@@ -1511,18 +1513,7 @@ fn three_schedulers_fire_every_cron_time_exactly_once_and_a_killed_leader_hands_
     };
     let repos: Vec<tempfile::TempDir> = (0..3).map(|_| scheduler_repo()).collect();
     let url = worker_store(&cluster, repos[0].path());
-    let mut daemons: Vec<crate::support::Daemon> = repos
-        .iter()
-        .map(|repo| {
-            crate::support::Daemon::start_in_with(
-                repo.path(),
-                crate::support::DaemonSetup {
-                    only_env: Some(&[("NPC_STORE_URL", url.as_str())]),
-                    ..crate::support::DaemonSetup::default()
-                },
-            )
-        })
-        .collect();
+    let mut daemons = scheduler_daemons(&repos, &url);
     let mut alive = vec![true; 3];
     // One leader, two standing by.
     let leader = crate::support::wait_for("one scheduler to lead", || {
@@ -1620,18 +1611,7 @@ fn a_leader_paused_past_its_lease_wakes_up_standing_by_and_every_fire_time_is_st
     };
     let repos: Vec<tempfile::TempDir> = (0..2).map(|_| paused_leader_repo()).collect();
     let url = worker_store(&cluster, repos[0].path());
-    let daemons: Vec<crate::support::Daemon> = repos
-        .iter()
-        .map(|repo| {
-            crate::support::Daemon::start_in_with(
-                repo.path(),
-                crate::support::DaemonSetup {
-                    only_env: Some(&[("NPC_STORE_URL", url.as_str())]),
-                    ..crate::support::DaemonSetup::default()
-                },
-            )
-        })
-        .collect();
+    let daemons = scheduler_daemons(&repos, &url);
     let leader = crate::support::wait_for("one scheduler to lead", || {
         let states = scheduling_of(&repos, &url, &[true, true]);
         let leaders: Vec<usize> = (0..2).filter(|i| states[*i] == "leader").collect();
