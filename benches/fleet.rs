@@ -52,8 +52,11 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// Run `id`, of a concurrency key of its own: a trigger's runs of one key
+/// run one at a time, so a key per run lets every worker claim at once.
 fn new_run(id: String) -> NewRun {
     NewRun {
+        concurrency_key: Some(id.clone()),
         id,
         trigger: "t".into(),
         origin: "api".into(),
@@ -64,7 +67,9 @@ fn new_run(id: String) -> NewRun {
         state: None,
         claimed_by: None,
         replay_until_ms: None,
-        concurrency_key: None,
+        attempt: 1,
+        attempts: 1,
+        replace_active: false,
     }
 }
 

@@ -80,6 +80,9 @@ impl ApiBackend for Fake {
                     claimed_by: None,
                     replay_until_ms: None,
                     concurrency_key: None,
+                    attempt: 1,
+                    attempts: 1,
+                    replace_active: false,
                 })
                 .await
                 .unwrap();

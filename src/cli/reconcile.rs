@@ -606,10 +606,16 @@ fn store_line(store: &serde_json::Value) -> Option<String> {
     }
     let fleet = crate::stdx::term::printable(store["fleet"].as_str().unwrap_or("?"));
     let state = store["state"].as_str().unwrap_or("unknown");
-    let scheduling = match store["scheduling"].as_str() {
-        Some("leader") => ", cron scheduler: leader",
-        Some("standby") => ", cron scheduler: standby",
+    let role = match store["role"].as_str() {
+        Some("ingress") => ", role ingress (takes webhooks, never schedules cron)",
+        Some("scheduler") => ", role scheduler (schedules cron, takes no webhooks)",
+        Some("all") => ", role all",
         _ => "",
+    };
+    let scheduling = match store["scheduling"].as_str() {
+        Some("leader") => format!("{role}, cron scheduler: leader"),
+        Some("standby") => format!("{role}, cron scheduler: standby"),
+        _ => role.to_string(),
     };
     Some(match store["error"].as_str() {
         Some(error) => format!(

@@ -159,7 +159,7 @@ pub fn list(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
             for r in &rows {
                 let state = match (r["enabled"].as_bool(), r["armed"].as_bool()) {
                     (Some(false), _) => "disabled",
-                    _ if r["standby"] == true => "standby (another daemon of the fleet fires it)",
+                    _ if r["standby"] == true => "standby (another daemon of the fleet serves it)",
                     (_, Some(true)) => "armed",
                     _ => "not armed",
                 };

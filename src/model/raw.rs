@@ -131,6 +131,13 @@ pub struct RawStore {
     /// otherwise) and the scheduler's leadership. A machine that stops
     /// renewing loses them after it.
     pub lease_timeout: Option<Spanned<String>>,
+    /// What a daemon of this manifest does for the fleet: `all` (default)
+    /// takes webhooks and stands for the cron scheduling, `ingress` only
+    /// takes webhooks (it never schedules cron), `scheduler` only stands
+    /// for the cron scheduling (it serves no webhooks). The machines of a
+    /// fleet share one manifest, so set it per machine with an environment
+    /// reference such as `"${NPC_ROLE:-all}"`. A new role takes a restart.
+    pub role: Option<Spanned<Text>>,
 }
 
 /// `[runs]`

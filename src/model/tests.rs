@@ -828,6 +828,44 @@ fn the_store_url_is_secret_wherever_it_came_from_and_never_quoted() {
 }
 
 #[test]
+fn the_store_role_is_all_ingress_or_scheduler_set_per_machine_from_the_environment() {
+    use crate::model::FleetRole;
+    let url = "postgres://npc:pw@127.0.0.1:5432/npc";
+    let base = "version = 1\n[store]\nurl = \"${NPC_STORE_URL}\"\n";
+    let model = load_with_env(base, &[("NPC_STORE_URL", url)])
+        .manifest
+        .expect("valid");
+    assert_eq!(model.store.role, FleetRole::All);
+    let per_machine = format!("{base}role = \"${{NPC_ROLE:-all}}\"\n");
+    for (set, role) in [
+        (None, FleetRole::All),
+        (Some("ingress"), FleetRole::Ingress),
+        (Some("scheduler"), FleetRole::Scheduler),
+    ] {
+        let mut env = vec![("NPC_STORE_URL", url)];
+        env.extend(set.map(|r| ("NPC_ROLE", r)));
+        let model = load_with_env(&per_machine, &env).manifest.expect("valid");
+        assert_eq!(model.store.role, role, "{set:?}");
+        assert!(role.takes_webhooks() || role.schedules());
+    }
+    let env = [("NPC_STORE_URL", url)];
+    let loaded = load_with_env(&format!("{base}role = \"ingres\"\n"), &env);
+    let all = format!("{:?}", loaded.diagnostics);
+    assert!(all.contains("unknown `[store] role` `ingres`"), "{all}");
+    assert!(all.contains("`ingress`"), "{all}");
+    // A value from the environment is named by its reference, not quoted.
+    let loaded = load_with_env(
+        &per_machine,
+        &[("NPC_STORE_URL", url), ("NPC_ROLE", "worker-7f3a")],
+    );
+    assert_eq!(
+        summaries(&loaded),
+        ["`[store] role` from `${NPC_ROLE:-all}` is not a role"]
+    );
+    assert!(!format!("{:?}", loaded.diagnostics).contains("worker-7f3a"));
+}
+
+#[test]
 fn the_store_lease_timeout_is_a_bounded_duration_with_a_default() {
     let url = "postgres://npc:pw@127.0.0.1:5432/npc";
     let env = [("NPC_STORE_URL", url)];

@@ -88,6 +88,8 @@ pub struct StoreSettings {
     /// How long a worker's claim and the scheduler's leadership hold
     /// without renewal, in seconds.
     pub lease_timeout_secs: u64,
+    /// What a daemon does for the fleet.
+    pub role: FleetRole,
 }
 
 impl Default for StoreSettings {
@@ -95,7 +97,47 @@ impl Default for StoreSettings {
         Self {
             url: None,
             lease_timeout_secs: DEFAULT_LEASE_TIMEOUT_SECS,
+            role: FleetRole::default(),
         }
+    }
+}
+
+/// What a daemon in front of a fleet does (`[store] role`).
+#[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FleetRole {
+    /// Takes webhooks and stands for the cron scheduling.
+    #[default]
+    All,
+    /// Takes webhooks; never schedules cron.
+    Ingress,
+    /// Stands for the cron scheduling; serves no webhooks.
+    Scheduler,
+}
+
+impl FleetRole {
+    pub const NAMES: [&'static str; 3] = ["all", "ingress", "scheduler"];
+    pub const ALL: [FleetRole; 3] = [Self::All, Self::Ingress, Self::Scheduler];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::NAMES
+            .iter()
+            .position(|n| *n == s)
+            .map(|i| Self::ALL[i])
+    }
+
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// Whether the daemon serves the webhook triggers.
+    pub fn takes_webhooks(self) -> bool {
+        self != Self::Scheduler
+    }
+
+    /// Whether the daemon stands for the fleet's cron scheduling.
+    pub fn schedules(self) -> bool {
+        self != Self::Ingress
     }
 }
 

@@ -208,6 +208,12 @@ impl Executor {
         }
     }
 
+    /// The `retries` of trigger `name` (0 for a run by hand or an unknown
+    /// trigger).
+    pub fn retries_of(&self, name: &str) -> u32 {
+        self.inner().triggers.get(name).map_or(0, |t| t.retries)
+    }
+
     /// Names of the applied triggers.
     pub fn trigger_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.inner().triggers.keys().cloned().collect();
@@ -297,7 +303,7 @@ impl Executor {
                                     (false, Overlap::Replace) => {
                                         for r in active {
                                             *crate::stdx::lock(&r.reason) =
-                                                Some(format!("replaced by run `{}`", row.id));
+                                                Some(crate::store::queue::replaced_detail(&row.id));
                                             r.cancel.cancel();
                                         }
                                         Decision::Start(t.action.clone())
@@ -428,15 +434,15 @@ impl Executor {
                 (Some(o), Some(m)) => Some(this.conclusion(&row, o, m)),
                 _ => None,
             };
-            let retries = this
-                .inner()
-                .triggers
-                .get(&row.trigger)
-                .map_or(0, |t| t.retries);
-            let mut attempt = 0;
+            // The attempts the row allows (its trigger's `retries` + 1 at
+            // enqueue), from the one it is at: a fleet may have queued it
+            // again after a lost attempt. `attempt` counts from 0.
+            let retries = row.attempts.max(1) - 1;
+            let first = row.attempt.max(1) - 1;
+            let mut attempt = first;
             let ending = loop {
                 // The first attempt's time includes the setup; a retry gets all of it.
-                let left = if attempt == 0 {
+                let left = if attempt == first {
                     timeout.saturating_sub(started.elapsed())
                 } else {
                     timeout
@@ -459,6 +465,9 @@ impl Executor {
                     break ending;
                 }
                 attempt += 1;
+                if let Err(e) = this.store.set_run_attempt(&row.id, attempt + 1).await {
+                    tracing::warn!("cannot record the attempt of run `{}`: {e}", row.id);
+                }
                 let delay = RETRY_BACKOFF_INITIAL
                     .saturating_mul(1 << (attempt - 1).min(16))
                     .min(RETRY_BACKOFF_MAX);
@@ -567,9 +576,14 @@ impl Executor {
     /// process group killed, and the answer waits (at most [`CANCEL_WAIT`])
     /// until it recorded its end. Returns the run's state after that.
     pub async fn cancel(&self, id: &str) -> Result<String, CancelError> {
+        self.cancel_because(id, CANCELLED_BY_HAND.to_string()).await
+    }
+
+    /// [`Executor::cancel`], the run's detail saying `why`.
+    pub async fn cancel_because(&self, id: &str, why: String) -> Result<String, CancelError> {
         let signal = |inner: &Inner| {
             inner.running.get(id).map(|r| {
-                *crate::stdx::lock(&r.reason) = Some(CANCELLED_BY_HAND.to_string());
+                *crate::stdx::lock(&r.reason) = Some(why.clone());
                 r.cancel.cancel();
             })
         };
@@ -577,21 +591,12 @@ impl Executor {
         if !signalled {
             let taken = self
                 .store
-                .mark_run_if(
-                    id,
-                    state::QUEUED,
-                    state::CANCELLED,
-                    Some(CANCELLED_BY_HAND.to_string()),
-                )
+                .mark_run_if(id, state::QUEUED, state::CANCELLED, Some(why.clone()))
                 .await
                 .map_err(|e| CancelError::Store(e.to_string()))?;
             if taken {
-                self.record(
-                    id,
-                    "run.cancelled",
-                    json!({ "run_id": id, "detail": CANCELLED_BY_HAND }),
-                )
-                .await;
+                self.record(id, "run.cancelled", json!({ "run_id": id, "detail": why }))
+                    .await;
                 return Ok(state::CANCELLED.to_string());
             }
             // It may have started in between.

@@ -8,13 +8,20 @@
 //! token. A lease is renewed every third of its length; when a renewal or
 //! a relayed write is refused ([`StoreError::Fenced`]: the worker was cut
 //! off or paused past its lease and the run was rescued), the run's agent
-//! is stopped and nothing more of it is written. Every worker also rescues
-//! runs whose lease ran out: they end `interrupted`, never run twice at once.
+//! is stopped and nothing more of it is written; so is it, by the worker
+//! itself, when no renewal succeeded for all but a sixth of the lease (cut
+//! off from the store), before any other worker could take the run over.
+//! Every worker also rescues runs whose lease ran out: each is queued again
+//! while its trigger's `retries` allow (`run.interrupted`, then
+//! `run.retry`, as the executor's own retries read), else it ends
+//! `interrupted`; never is it run twice at once. A run a newer firing
+//! replaced (overlap `replace`) is stopped by its worker as soon as the
+//! store says so, and ends `cancelled` naming the run that replaced it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use super::Runs;
@@ -34,6 +41,10 @@ pub const RETRY_INITIAL: Duration = Duration::from_millis(100);
 pub const RETRY_MAX: Duration = Duration::from_secs(5);
 /// What a fenced run's local end says.
 pub const FENCED_DETAIL: &str = "its lease was lost (the worker was cut off or paused past it)";
+/// A worker whose renewals fail stops a run when this fraction of its
+/// lease (1/N) is left, so it has stopped before the store could let
+/// another worker take the run over.
+pub const SELF_FENCE_FRACTION: u32 = 6;
 
 /// The fleet of the repository at `root`: `PROJECT@REMOTE`, the project's
 /// name (else the directory's) and the `origin` remote's URL without its
@@ -147,6 +158,8 @@ impl Worker {
                     Err(_) => break,
                 },
             };
+            // The lease the store grants starts no sooner than the ask.
+            let asked = tokio::time::Instant::now();
             match self
                 .fleet
                 .claim(&self.settings.id, self.settings.lease)
@@ -156,7 +169,7 @@ impl Worker {
                     backoff = RETRY_INITIAL;
                     let this = self.clone();
                     tokio::spawn(async move {
-                        this.carry(claimed).await;
+                        this.carry(claimed, asked).await;
                         drop(permit);
                     });
                 }
@@ -225,7 +238,8 @@ impl Worker {
         }
     }
 
-    /// Every half lease, rescue the fleet's runs whose lease ran out.
+    /// Every half lease, rescue the fleet's runs whose lease ran out (the
+    /// store records their events with them).
     async fn rescue_loop(self: Arc<Self>, stop: CancellationToken) {
         let mut every = tokio::time::interval(self.settings.lease / 2);
         loop {
@@ -234,44 +248,43 @@ impl Worker {
                 _ = every.tick() => {}
             }
             match self.fleet.rescue_expired().await {
-                Ok(ids) if !ids.is_empty() => {
-                    let events = ids
-                        .iter()
-                        .map(|id| {
-                            NewEvent::new(
-                                "run.interrupted",
-                                json!({ "run_id": id, "detail": crate::store::fleet::LEASE_EXPIRED_DETAIL }),
-                            )
-                            .for_component(super::component(id))
-                        })
-                        .collect();
-                    if let Err(e) = self.fleet.append_events(events).await {
-                        tracing::warn!("cannot record rescued runs: {e}");
+                Ok(rescued) => {
+                    for r in &rescued {
+                        tracing::info!("rescued run `{}`: {:?}", r.run_id, r.rescue);
                     }
                 }
-                Ok(_) => {}
                 Err(e) => tracing::warn!("cannot rescue expired leases: {e}"),
             }
         }
     }
 
-    /// Carry out one claimed run: adopt it, relay its events, renew its
-    /// lease, write its end under the lease.
-    async fn carry(&self, claimed: Claimed) {
+    /// Carry out one claimed run (claimed as asked at `asked`): adopt it,
+    /// relay its events and its attempts, renew its lease, stop it when it
+    /// was replaced, write its end under the lease.
+    async fn carry(&self, claimed: Claimed, asked: tokio::time::Instant) {
         let Claimed { run, mut lease } = claimed;
         let id = run.id.clone();
+        let mut stops = Some(self.fleet.stop_requests());
         if let Err(e) = self.runs.adopt(&run).await {
             let detail = format!("the worker cannot take the run in: {e}");
             let _ = self.fleet.finish(&lease, state::FAILED, Some(detail)).await;
             return;
         }
         let component = super::component(&id);
-        let renew_every = self.settings.lease / 3;
-        let mut renewed = tokio::time::Instant::now();
+        let leased = self.settings.lease;
+        let renew_every = leased / 3;
+        let margin = leased / SELF_FENCE_FRACTION;
+        let mut renewed = asked;
+        let mut attempt = run.attempt;
+        let mut stopping = false;
         let mut after = 0;
         let mut tick = tokio::time::interval(RELAY_EVERY);
         let relay = loop {
-            tick.tick().await;
+            // A stop request for this run (or one maybe missed) renews at once.
+            let asked_to_stop = tokio::select! {
+                _ = tick.tick() => false,
+                heard = stop_request(&mut stops) => heard.is_none_or(|stopped| stopped == id),
+            };
             // The row first: events recorded before its end are all read below.
             let row = {
                 let local = self.local.clone();
@@ -282,6 +295,13 @@ impl Worker {
                     .and_then(Result::ok)
                     .flatten()
             };
+            if let Some(now_at) = row.as_ref().map(|r| r.attempt).filter(|a| *a > attempt) {
+                match self.fleet.set_attempt(&lease, now_at).await {
+                    Ok(()) => attempt = now_at,
+                    Err(StoreError::Fenced { .. }) => break Relay::Fenced,
+                    Err(e) => tracing::warn!("cannot record the attempt of run `{id}`: {e}"),
+                }
+            }
             match self.relay_events(&lease, &component, &mut after).await {
                 Ok(()) => {}
                 Err(StoreError::Fenced { .. }) => break Relay::Fenced,
@@ -298,15 +318,31 @@ impl Worker {
                     }
                 }
             }
-            if renewed.elapsed() >= renew_every {
-                match self.fleet.heartbeat(&lease, self.settings.lease).await {
+            if asked_to_stop || renewed.elapsed() >= renew_every {
+                let at = tokio::time::Instant::now();
+                match self.fleet.heartbeat(&lease, leased).await {
                     Ok(held) => {
                         lease = held;
-                        renewed = tokio::time::Instant::now();
+                        renewed = at;
                     }
                     Err(StoreError::Fenced { .. }) => break Relay::Fenced,
                     Err(e) => tracing::warn!("cannot renew the lease of run `{id}`: {e}"),
                 }
+            }
+            if renewed.elapsed() + margin >= leased {
+                // Cut off from the store: stop before another may take it.
+                break Relay::Fenced;
+            }
+            if let Some(by) = lease.replaced_by.clone().filter(|_| !stopping) {
+                stopping = true;
+                tracing::info!("run `{id}` was replaced by run `{by}`; stopping it");
+                let (runs, id) = (self.runs.clone(), id.clone());
+                // Its end is relayed by this loop, which goes on renewing.
+                tokio::spawn(async move {
+                    if let Err(e) = runs.replaced(&id, &by).await {
+                        tracing::debug!("run `{id}` was not running here: {e}");
+                    }
+                });
             }
         };
         if let Relay::Fenced = relay {
@@ -353,6 +389,25 @@ impl Worker {
             if !full {
                 return Ok(());
             }
+        }
+    }
+}
+
+/// The next stop request `stops` hears: `Some(id)`, or `None` when some
+/// may have been missed (the subscriber fell behind); never resolves once
+/// the store is gone.
+async fn stop_request(
+    stops: &mut Option<tokio::sync::broadcast::Receiver<String>>,
+) -> Option<String> {
+    let Some(heard) = stops.as_mut() else {
+        return std::future::pending().await;
+    };
+    match heard.recv().await {
+        Ok(id) => Some(id),
+        Err(RecvError::Lagged(_)) => None,
+        Err(RecvError::Closed) => {
+            *stops = None;
+            std::future::pending().await
         }
     }
 }

@@ -63,6 +63,9 @@ impl Here {
                 claimed_by: Some(this_process().unwrap_or_default()),
                 replay_until_ms: None,
                 concurrency_key: None,
+                attempt: 1,
+                attempts: 1,
+                replace_active: false,
             })
             .await?;
         let result =

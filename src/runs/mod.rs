@@ -58,10 +58,8 @@ pub const RUNS_DIR: &str = "runs";
 pub const RUN_ID_PREFIX: &str = "run-";
 /// Random bytes in a run id (after its timestamp).
 pub const RUN_ID_RANDOM_BYTES: usize = 4;
-/// The queue of runs started by hand (the API, `npc acp`, `npc run`). It is
-/// not a valid trigger name (`[a-z0-9][a-z0-9_-]*`), so no trigger shares
-/// it; its runs never wait behind each other (overlap does not apply).
-pub const MANUAL_QUEUE: &str = "@manual";
+/// The queue of runs started by hand (see [`crate::store::queue::MANUAL_QUEUE`]).
+pub use crate::store::queue::MANUAL_QUEUE;
 
 /// Who asked for a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -84,6 +84,9 @@ pub struct Submission {
     /// The key the queue's overlap policy applies within (a trigger's
     /// rendered `concurrency_key`).
     pub concurrency_key: Option<String>,
+    /// Times a failed, timed-out or (in a fleet) lost run is tried again:
+    /// its trigger's `retries`, written with the row.
+    pub retries: u32,
 }
 
 impl Submission {
@@ -96,6 +99,7 @@ impl Submission {
             state: None,
             replay_until_ms: None,
             concurrency_key: None,
+            retries: 0,
         }
     }
 }
@@ -173,8 +177,9 @@ impl RunQueue {
     }
 
     /// Take in `row`, a run another store handed over (a fleet worker's
-    /// claim), as a queued row of the same id, trigger, origin, payload and
-    /// concurrency key, and wake the executor; resolves once committed.
+    /// claim), as a queued row of the same id, trigger, origin, payload,
+    /// concurrency key and attempts, and wake the executor; resolves once
+    /// committed.
     pub async fn adopt(&self, row: &crate::store::queue::RunRow) -> Result<Enqueued, Refused> {
         let outcome = self
             .store
@@ -190,6 +195,9 @@ impl RunQueue {
                 claimed_by: None,
                 replay_until_ms: None,
                 concurrency_key: row.concurrency_key.clone(),
+                attempt: row.attempt,
+                attempts: row.attempts,
+                replace_active: false,
             })
             .await
             .map_err(|e| Refused::Store(e.to_string()))?;
@@ -217,6 +225,10 @@ impl RunQueue {
             claimed_by: None,
             replay_until_ms: run.replay_until_ms,
             concurrency_key: run.concurrency_key.clone(),
+            attempt: 1,
+            attempts: run.retries.saturating_add(1),
+            // The executor replaces here; in a fleet the shared queue does.
+            replace_active: false,
         };
         if run.origin.runs_in_fleet() {
             match &*crate::stdx::lock(&self.shared) {
@@ -228,6 +240,10 @@ impl RunQueue {
                     return Box::pin(std::future::ready(Err(Refused::Unreachable(why))));
                 }
                 Shared::Joined { queue, .. } => {
+                    let new_run = NewRun {
+                        replace_active: overlap == Overlap::Replace,
+                        ..new_run
+                    };
                     return Box::pin(submit_shared(queue.clone(), new_run, run));
                 }
             }

@@ -79,7 +79,8 @@ impl Runs {
 
     /// Queue `run` under `overlap`; resolves once it committed.
     /// The run's concurrency key is rendered from its trigger's
-    /// `concurrency_key` here, unless it has one.
+    /// `concurrency_key` here, unless it has one, and its retries are its
+    /// trigger's.
     pub fn submit(
         &self,
         mut run: Submission,
@@ -88,6 +89,7 @@ impl Runs {
         if run.concurrency_key.is_none() {
             run.concurrency_key = self.executor.concurrency_key_of(&run.queue, &run.payload);
         }
+        run.retries = self.executor.retries_of(&run.queue);
         self.queue.submit(run, overlap)
     }
 
@@ -183,6 +185,13 @@ impl Runs {
     /// Cancel run `id` (see [`Executor::cancel`]).
     pub async fn cancel(&self, id: &str) -> Result<String, CancelError> {
         self.executor.cancel(id).await
+    }
+
+    /// Stop run `id` because run `by` replaced it (overlap `replace` across
+    /// a fleet): it ends `cancelled`, saying so.
+    pub async fn replaced(&self, id: &str, by: &str) -> Result<String, CancelError> {
+        let why = crate::store::queue::replaced_detail(by);
+        self.executor.cancel_because(id, why).await
     }
 
     /// The daemon stops: no new runs; running ones are cancelled and

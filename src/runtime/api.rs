@@ -49,13 +49,17 @@ pub async fn status_document(runtime: &Runtime) -> Value {
     })
 }
 
-/// Which store takes the runs and, in a fleet, whether this daemon leads
-/// its cron scheduling (`scheduling`: `standby` or `leader`).
+/// Which store takes the runs and, in a fleet, this daemon's `role`
+/// (`all`, `ingress`, `scheduler`) and, when its role schedules, whether it
+/// leads the fleet's cron scheduling (`scheduling`: `standby` or `leader`).
 fn store_document(runtime: &Runtime) -> Value {
     let mut store = runtime.runs().queue().store_status();
-    let scheduling = runtime.triggers().scheduling();
-    if scheduling != super::triggers::Scheduling::Local {
-        store["scheduling"] = json!(scheduling);
+    if let Some(role) = runtime.triggers().role() {
+        store["role"] = json!(role);
+        let scheduling = runtime.triggers().scheduling();
+        if role.schedules() && scheduling != super::triggers::Scheduling::Local {
+            store["scheduling"] = json!(scheduling);
+        }
     }
     store
 }

@@ -388,7 +388,10 @@ impl Runtime {
     /// a new URL takes a restart): until the store answers they are
     /// refused, never run here; the connection is retried with backoff
     /// while the daemon serves everything else. Cron fires only while this
-    /// daemon leads the fleet's scheduling.
+    /// daemon leads the fleet's scheduling, and only a daemon whose
+    /// `[store] role` schedules asks for the lead; webhooks are served only
+    /// where the role takes them (a new role, like a new URL, takes a
+    /// restart).
     fn join_fleet(&self, manifest: &Manifest) {
         let Some(url) = manifest.store.url.as_ref().map(|u| u.expose().to_string()) else {
             return;
@@ -396,7 +399,8 @@ impl Runtime {
         if !self.runs.queue().join() {
             return;
         }
-        self.triggers.stand_by();
+        let role = manifest.store.role;
+        self.triggers.join_fleet(role);
         let (runs, bus, triggers) = (self.runs.clone(), self.bus.clone(), self.triggers.clone());
         let (supervisor, root) = (self.cx.supervisor.clone(), self.paths.root.clone());
         let project = manifest.project.name.clone();
@@ -407,7 +411,9 @@ impl Runtime {
                 crate::runs::fleet::fleet_name(&supervisor, &root, project.as_deref()).await;
             let store = fleet::join(&runs, &bus, &url, &fleet).await;
             let _ = joined.set(store.clone());
-            fleet::schedule(&store, &triggers, &bus, lease).await;
+            if role.schedules() {
+                fleet::schedule(&store, &triggers, &bus, lease).await;
+            }
         });
     }
 

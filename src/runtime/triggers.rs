@@ -21,7 +21,7 @@ use futures_util::future::BoxFuture;
 
 use crate::bus::EventBus;
 use crate::driver::{Driver, DriverContext, DriverError};
-use crate::model::{Manifest, Trigger, TriggerSource};
+use crate::model::{FleetRole, Manifest, Trigger, TriggerSource};
 use crate::plan::{ComponentId, Config};
 use crate::runs::queue::{Accepted, Refused};
 use crate::runs::{Origin, Runs};
@@ -60,6 +60,10 @@ fn is_cron(t: &Trigger) -> bool {
     matches!(t.source, TriggerSource::Cron { .. })
 }
 
+fn is_webhook(t: &Trigger) -> bool {
+    matches!(t.source, TriggerSource::Webhook { .. })
+}
+
 /// What `npc triggers` shows of one applied trigger.
 #[derive(Debug, Clone, Serialize)]
 pub struct TriggerView {
@@ -92,6 +96,8 @@ pub struct TriggerDriver {
     /// triggers ignore it).
     worktrees: Mutex<Option<std::path::PathBuf>>,
     scheduling: Mutex<Scheduling>,
+    /// What the daemon does for its fleet (`[store] role`); `None` outside one.
+    role: Mutex<Option<FleetRole>>,
 }
 
 fn trigger_config<'a>(id: &ComponentId, config: &'a Config) -> Result<&'a Trigger, DriverError> {
@@ -115,6 +121,7 @@ impl TriggerDriver {
             active: Mutex::new(HashMap::new()),
             worktrees: Mutex::new(None),
             scheduling: Mutex::new(Scheduling::Local),
+            role: Mutex::new(None),
         }
     }
 
@@ -166,11 +173,48 @@ impl TriggerDriver {
         *crate::stdx::lock(&self.scheduling)
     }
 
+    /// What the daemon does for its fleet, when it is in one.
+    pub fn role(&self) -> Option<FleetRole> {
+        *crate::stdx::lock(&self.role)
+    }
+
+    /// The daemon joins a fleet as `role`: cron triggers stand by (until
+    /// it leads, if its role schedules at all), and without the ingress
+    /// its webhook triggers stop (the listener closes with its last
+    /// route), their applied config kept.
+    pub fn join_fleet(&self, role: FleetRole) {
+        *crate::stdx::lock(&self.role) = Some(role);
+        self.stand_by();
+        if !role.takes_webhooks() {
+            self.relaunch(|a| a.started && is_webhook(&a.config));
+            self.webhooks.shutdown();
+        }
+    }
+
+    /// Stop and start again the triggers `which` picks, as they start now.
+    fn relaunch(&self, which: impl Fn(&Active) -> bool) {
+        let picked: Vec<(String, Trigger)> = self
+            .active()
+            .iter()
+            .filter(|(_, a)| which(a))
+            .map(|(name, a)| (name.clone(), a.config.clone()))
+            .collect();
+        for (name, config) in picked {
+            self.halt(&name, false);
+            if let Err(e) = self.launch(&name, &config) {
+                tracing::warn!("trigger `{name}`: {e}");
+            }
+        }
+    }
+
     /// Set up and start trigger `name`, pumping its firings into the queue
-    /// (a cron trigger only where this daemon schedules).
+    /// (a cron trigger only where this daemon schedules, a webhook only
+    /// where it takes webhooks).
     fn launch(&self, name: &str, t: &Trigger) -> Result<(), TriggerError> {
         let mut kind = self.make(name, t)?;
-        let started = !(is_cron(t) && self.scheduling() == Scheduling::Standby);
+        let waits_for_lead = is_cron(t) && self.scheduling() == Scheduling::Standby;
+        let not_ingress = is_webhook(t) && self.role().is_some_and(|r| !r.takes_webhooks());
+        let started = !(waits_for_lead || not_ingress);
         if started {
             let tcx = self.context(name);
             kind.setup(&tcx)?;
@@ -193,18 +237,7 @@ impl TriggerDriver {
     /// triggers stop firing (their applied config stays).
     pub fn stand_by(&self) {
         *crate::stdx::lock(&self.scheduling) = Scheduling::Standby;
-        let crons: Vec<(String, Trigger)> = self
-            .active()
-            .iter()
-            .filter(|(_, a)| a.started && is_cron(&a.config))
-            .map(|(name, a)| (name.clone(), a.config.clone()))
-            .collect();
-        for (name, config) in crons {
-            self.halt(&name, false);
-            if let Err(e) = self.launch(&name, &config) {
-                tracing::warn!("trigger `{name}`: {e}");
-            }
-        }
+        self.relaunch(|a| a.started && is_cron(&a.config));
     }
 
     /// The daemon leads its fleet's scheduling: each cron trigger starts
@@ -218,7 +251,7 @@ impl TriggerDriver {
         let held: Vec<(String, Trigger)> = self
             .active()
             .iter()
-            .filter(|(_, a)| !a.started)
+            .filter(|(_, a)| !a.started && is_cron(&a.config))
             .map(|(name, a)| (name.clone(), a.config.clone()))
             .collect();
         let mut started = Vec::new();

@@ -6,8 +6,18 @@
 //! Every write under a lease names its fencing token, which every claim and
 //! every rescue moves on, so a worker that wakes up after its lease ended
 //! has its late writes refused ([`StoreError::Fenced`]) and stops. A lease
-//! that ran out is rescued by [`FleetQueue::rescue_expired`]: the run becomes
-//! `interrupted` (at most once) and is never carried out twice at once.
+//! that ran out is rescued by [`FleetQueue::rescue_expired`] (at most once):
+//! the run is queued again while its attempts allow (its row carries the
+//! attempt it is at and the attempts its trigger allows, written at
+//! enqueue), else it becomes `interrupted`; it is never carried out twice
+//! at once.
+//!
+//! A claim honours the overlap policies as the daemon's executor does: a
+//! trigger's runs of one concurrency key run one at a time, oldest first
+//! (runs by hand, `@manual`, never wait), and a firing with overlap
+//! `replace` marks the running run of its key replaced
+//! ([`Lease::replaced_by`], announced on [`FleetQueue::stop_requests`]) so
+//! its worker stops it before the new one starts.
 //!
 //! Rows the daemon claims its own way ([`Store::claim_run`]) hold no lease
 //! and are never rescued here; their owner process decides.
@@ -20,8 +30,9 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
+use serde_json::json;
 
-use super::queue::{Enqueued, NewRun, RUN_SELECT_COLUMNS, RunRow, state};
+use super::queue::{Enqueued, MANUAL_QUEUE, NewRun, RUN_SELECT_COLUMNS, RunRow, state};
 use super::{EncodedEvent, Event, NewEvent, Store, StoreError, now_ms, sqlite};
 
 /// What a [`FleetQueue`] call resolves to.
@@ -29,9 +40,22 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 
 /// Longest lease a claim or heartbeat may ask for.
 pub const MAX_LEASE: Duration = Duration::from_secs(3_600);
-/// What `run.interrupted` says of a run whose lease ran out.
-pub const LEASE_EXPIRED_DETAIL: &str =
-    "its worker stopped renewing the lease (gone, cut off or paused); not run again";
+/// Why a rescued attempt ended, as a literal.
+macro_rules! lease_lost {
+    () => {
+        "its worker stopped renewing the lease (gone, cut off or paused)"
+    };
+}
+/// Why a rescued attempt ended (`run.interrupted`, and a `run.retry`'s
+/// previous attempt).
+pub const LEASE_LOST_DETAIL: &str = lease_lost!();
+/// What `run.interrupted` says of a run whose lease ran out and whose
+/// attempts are spent.
+pub const LEASE_EXPIRED_DETAIL: &str = concat!(lease_lost!(), "; not run again");
+/// Stop requests a subscriber of [`FleetQueue::stop_requests`] may fall
+/// behind by; past it, it hears [`tokio::sync::broadcast::error::RecvError::Lagged`]
+/// and looks at each of its leases.
+pub const STOP_REQUEST_BACKLOG: usize = 256;
 /// How often [`FleetQueue::wait_for_work`] looks again when nothing wakes it.
 pub const WORK_POLL: Duration = Duration::from_millis(500);
 
@@ -45,6 +69,107 @@ pub struct Lease {
     /// When the lease ends unless renewed, unix milliseconds (the store's
     /// clock).
     pub expires_at_ms: i64,
+    /// The run that replaced this one (overlap `replace`), as the last
+    /// claim or renewal read it: the worker is to stop it.
+    pub replaced_by: Option<String>,
+}
+
+/// What a rescue did with a run whose lease ran out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Rescue {
+    /// Its attempts are spent: it ends `interrupted`.
+    Interrupted,
+    /// Queued again as attempt `attempt` of `of`.
+    Retried { attempt: u32, of: u32 },
+    /// A newer run replaced it (overlap `replace`): it ends `cancelled`.
+    Replaced { by: String },
+}
+
+impl Rescue {
+    /// What becomes of a lost run at `attempt` of `attempts`, replaced by
+    /// `replaced_by` if it was.
+    pub fn of(attempt: u32, attempts: u32, replaced_by: Option<String>) -> Self {
+        match replaced_by {
+            Some(by) => Self::Replaced { by },
+            None if attempt < attempts => Self::Retried {
+                attempt: attempt + 1,
+                of: attempts,
+            },
+            None => Self::Interrupted,
+        }
+    }
+
+    /// The state the run moves to.
+    pub fn state(&self) -> &'static str {
+        match self {
+            Self::Interrupted => state::INTERRUPTED,
+            Self::Retried { .. } => state::QUEUED,
+            Self::Replaced { .. } => state::CANCELLED,
+        }
+    }
+
+    /// The run's stored detail after it.
+    pub fn detail(&self) -> Option<String> {
+        match self {
+            Self::Interrupted => Some(LEASE_EXPIRED_DETAIL.to_string()),
+            Self::Retried { .. } => None,
+            Self::Replaced { by } => Some(super::queue::replaced_detail(by)),
+        }
+    }
+}
+
+/// A run a rescue took from its lost worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rescued {
+    pub run_id: String,
+    pub rescue: Rescue,
+}
+
+impl Rescued {
+    /// The events the rescue records with it, as the executor records the
+    /// same ends: a run queued again reads `run.interrupted` (its lost
+    /// attempt's end) then `run.retry` (attempt N of M, the previous
+    /// attempt's state and detail); a spent one `run.interrupted`; a
+    /// replaced one `run.cancelled`.
+    pub fn events(&self) -> Vec<NewEvent> {
+        let id = &self.run_id;
+        let event = |kind: &str, payload| {
+            NewEvent::new(kind, payload).for_component(super::queue::run_component(id))
+        };
+        match &self.rescue {
+            Rescue::Interrupted => vec![event(
+                "run.interrupted",
+                json!({ "run_id": id, "detail": LEASE_EXPIRED_DETAIL }),
+            )],
+            Rescue::Retried { attempt, of } => vec![
+                event(
+                    "run.interrupted",
+                    json!({
+                        "run_id": id,
+                        "detail": LEASE_LOST_DETAIL,
+                        "attempt": attempt - 1,
+                        "of": of,
+                    }),
+                ),
+                event(
+                    "run.retry",
+                    json!({
+                        "run_id": id,
+                        "attempt": attempt,
+                        "of": of,
+                        // The lease's timeout was its pause.
+                        "delay_ms": 0,
+                        "previous": { "state": state::INTERRUPTED, "detail": LEASE_LOST_DETAIL },
+                    }),
+                ),
+            ],
+            Rescue::Replaced { by } => vec![super::queue::cancelled_event(
+                id,
+                &super::queue::replaced_detail(by),
+            )],
+        }
+    }
 }
 
 /// A run a worker claimed.
@@ -59,11 +184,14 @@ pub trait FleetQueue: Send + Sync + Debug {
     /// Record a run (the semantics of [`Store::enqueue_run`]); wakes
     /// waiting workers once committed.
     fn enqueue(&self, run: NewRun) -> StoreFuture<'_, Enqueued>;
-    /// Claim the oldest queued run for `worker` for `lease`, if any. Two
-    /// workers never claim the same run.
+    /// Claim the oldest queued run for `worker` for `lease`, if any, that
+    /// may start: the first queued of its trigger and concurrency key, with
+    /// none of them running (a run by hand always may). Two workers never
+    /// claim the same run.
     fn claim<'a>(&'a self, worker: &'a str, lease: Duration) -> StoreFuture<'a, Option<Claimed>>;
-    /// Renew `lease` for `lease_for` from now; [`StoreError::Fenced`] when
-    /// it is no longer held (expired, rescued, claimed again).
+    /// Renew `lease` for `lease_for` from now, reading whether the run was
+    /// replaced meanwhile; [`StoreError::Fenced`] when it is no longer held
+    /// (expired, rescued, claimed again).
     fn heartbeat<'a>(&'a self, lease: &'a Lease, lease_for: Duration) -> StoreFuture<'a, Lease>;
     /// Record the end of the run `lease` holds; [`StoreError::Fenced`] when
     /// the lease is no longer held (nothing written).
@@ -80,12 +208,21 @@ pub trait FleetQueue: Send + Sync + Debug {
         lease: &'a Lease,
         events: Vec<NewEvent>,
     ) -> StoreFuture<'a, Vec<Event>>;
+    /// Record that the run `lease` holds is at `attempt` (its worker began
+    /// a retry), so a rescue counts it; refused when the lease is no
+    /// longer held.
+    fn set_attempt<'a>(&'a self, lease: &'a Lease, attempt: u32) -> StoreFuture<'a, ()>;
     /// Append events outside any lease (a rescuer's `run.interrupted`).
     fn append_events(&self, events: Vec<NewEvent>) -> StoreFuture<'_, Vec<Event>>;
-    /// Running runs whose lease ran out become `interrupted` (their token
-    /// moves on, so their worker's late writes are refused); returns their
-    /// ids.
-    fn rescue_expired(&self) -> StoreFuture<'_, Vec<String>>;
+    /// Running runs whose lease ran out are rescued, each once (their token
+    /// moves on, so their worker's late writes are refused): queued again
+    /// while their attempts allow, else `interrupted`, or `cancelled` when
+    /// a newer run replaced them ([`Rescue`]); their events
+    /// ([`Rescued::events`]) are committed with them.
+    fn rescue_expired(&self) -> StoreFuture<'_, Vec<Rescued>>;
+    /// The ids of running runs a newer firing replaced (overlap
+    /// `replace`), as they are marked: their workers stop them.
+    fn stop_requests(&self) -> tokio::sync::broadcast::Receiver<String>;
     /// Run `id`, if stored.
     fn run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<RunRow>>;
     /// Events with ids above `after`, oldest first, at most `limit`.
@@ -164,6 +301,7 @@ pub(super) fn lease_ms(lease: Duration) -> i64 {
 pub struct SqliteQueue {
     store: Arc<Store>,
     wake: tokio::sync::Notify,
+    stops: tokio::sync::broadcast::Sender<String>,
 }
 
 impl SqliteQueue {
@@ -171,6 +309,7 @@ impl SqliteQueue {
         Self {
             store,
             wake: tokio::sync::Notify::new(),
+            stops: tokio::sync::broadcast::channel(STOP_REQUEST_BACKLOG).0,
         }
     }
 
@@ -185,18 +324,24 @@ fn claim_sqlite(
     lease: i64,
 ) -> Result<Option<Claimed>, StoreError> {
     let now = now_ms();
+    // The head of its trigger's queue of its key, none of which runs; a
+    // run by hand waits for nothing.
     let sql = format!(
         "UPDATE runs SET state = 'running', detail = NULL, started_at_ms = ?1, owner = ?2,
          lease_token = lease_token + 1, lease_expires_at_ms = ?1 + ?3
-         WHERE seq = (SELECT seq FROM runs WHERE state = 'queued' ORDER BY seq LIMIT 1)
+         WHERE seq = (SELECT q.seq FROM runs q WHERE q.state = 'queued' AND (q.trigger = ?4
+             OR NOT EXISTS (SELECT 1 FROM runs o WHERE o.trigger = q.trigger
+                 AND o.concurrency_key IS q.concurrency_key
+                 AND (o.state = 'running' OR (o.state = 'queued' AND o.seq < q.seq))))
+             ORDER BY q.seq LIMIT 1)
          RETURNING {RUN_SELECT_COLUMNS}, lease_token, lease_expires_at_ms"
     );
     let found = conn
         .prepare_cached(&sql)
         .and_then(|mut s| {
-            s.query_row((now, worker, lease), |row| {
+            s.query_row((now, worker, lease, MANUAL_QUEUE), |row| {
                 let raw = super::queue::run_from_row(row)?;
-                Ok((raw, row.get::<_, i64>(15)?, row.get::<_, i64>(16)?))
+                Ok((raw, row.get::<_, i64>(17)?, row.get::<_, i64>(18)?))
             })
             .optional()
         })
@@ -212,6 +357,7 @@ fn claim_sqlite(
         worker: worker.to_string(),
         token,
         expires_at_ms,
+        replaced_by: None,
     };
     Ok(Some(Claimed { run, lease }))
 }
@@ -232,6 +378,53 @@ fn held_sqlite(conn: &Connection, lease: &Lease) -> Result<bool, StoreError> {
     .map_err(sqlite("check a lease"))
 }
 
+/// Rescue the runs whose lease ran out, in the writer's transaction.
+fn rescue_sqlite(conn: &Connection) -> Result<Vec<Rescued>, StoreError> {
+    let failed = sqlite("rescue expired leases");
+    let now = now_ms();
+    let lost: Vec<(String, i64, i64, Option<String>)> = conn
+        .prepare_cached(
+            "SELECT id, attempt, attempts, replaced_by FROM runs
+             WHERE state = 'running' AND lease_expires_at_ms < ?1 ORDER BY seq",
+        )
+        .and_then(|mut s| {
+            s.query_map([now], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                .collect()
+        })
+        .map_err(&failed)?;
+    let mut rescued = Vec::with_capacity(lost.len());
+    for (id, attempt, attempts, replaced_by) in lost {
+        let rescue = Rescue::of(
+            super::queue::attempt_of(attempt),
+            super::queue::attempt_of(attempts),
+            replaced_by,
+        );
+        let moved = if let Rescue::Retried { attempt, .. } = &rescue {
+            conn.prepare_cached(
+                "UPDATE runs SET state = ?2, detail = NULL, started_at_ms = NULL, owner = NULL,
+                 attempt = ?3, lease_token = lease_token + 1, lease_expires_at_ms = NULL
+                 WHERE id = ?1",
+            )
+            .and_then(|mut s| s.execute((&id, rescue.state(), *attempt)))
+        } else {
+            conn.prepare_cached(
+                "UPDATE runs SET state = ?2, detail = ?3, finished_at_ms = ?4,
+                 lease_token = lease_token + 1, lease_expires_at_ms = NULL WHERE id = ?1",
+            )
+            .and_then(|mut s| s.execute((&id, rescue.state(), rescue.detail(), now)))
+        };
+        moved.map_err(&failed)?;
+        rescued.push(Rescued { run_id: id, rescue });
+    }
+    let events = rescued
+        .iter()
+        .flat_map(Rescued::events)
+        .map(EncodedEvent::encode)
+        .collect();
+    super::insert_events(events)(conn)?;
+    Ok(rescued)
+}
+
 fn fenced(lease: &Lease) -> StoreError {
     StoreError::Fenced {
         run: lease.run_id.clone(),
@@ -242,7 +435,13 @@ fn fenced(lease: &Lease) -> StoreError {
 impl FleetQueue for SqliteQueue {
     fn enqueue(&self, run: NewRun) -> StoreFuture<'_, Enqueued> {
         Box::pin(async move {
-            let outcome = self.store.enqueue_run(run).await?;
+            let (outcome, replaced) = self
+                .store
+                .write(move |conn| super::queue::enqueue(conn, &run))
+                .await?;
+            for id in replaced {
+                let _ = self.stops.send(id);
+            }
             self.wake.notify_one();
             Ok(outcome)
         })
@@ -265,13 +464,18 @@ impl FleetQueue for SqliteQueue {
                 return Err(fenced(&held));
             }
             let expires_at_ms = now_ms() + ms;
-            conn.prepare_cached(
-                "UPDATE runs SET lease_expires_at_ms = ?3 WHERE id = ?1 AND lease_token = ?2",
-            )
-            .and_then(|mut s| s.execute((&held.run_id, held.token, expires_at_ms)))
-            .map_err(sqlite("renew a lease"))?;
+            let replaced_by = conn
+                .prepare_cached(
+                    "UPDATE runs SET lease_expires_at_ms = ?3 WHERE id = ?1 AND lease_token = ?2
+                     RETURNING replaced_by",
+                )
+                .and_then(|mut s| {
+                    s.query_row((&held.run_id, held.token, expires_at_ms), |r| r.get(0))
+                })
+                .map_err(sqlite("renew a lease"))?;
             Ok(Lease {
                 expires_at_ms,
+                replaced_by,
                 ..held
             })
         }))
@@ -284,18 +488,25 @@ impl FleetQueue for SqliteQueue {
         detail: Option<String>,
     ) -> StoreFuture<'a, ()> {
         let held = lease.clone();
-        Box::pin(self.store.write(move |conn| {
-            if !held_sqlite(conn, &held)? {
-                return Err(fenced(&held));
-            }
-            conn.prepare_cached(
-                "UPDATE runs SET state = ?3, detail = ?4, finished_at_ms = ?5,
-                 lease_expires_at_ms = NULL WHERE id = ?1 AND lease_token = ?2",
-            )
-            .and_then(|mut s| s.execute((&held.run_id, held.token, end, &detail, now_ms())))
-            .map(drop)
-            .map_err(sqlite("finish a run"))
-        }))
+        Box::pin(async move {
+            self.store
+                .write(move |conn| {
+                    if !held_sqlite(conn, &held)? {
+                        return Err(fenced(&held));
+                    }
+                    conn.prepare_cached(
+                        "UPDATE runs SET state = ?3, detail = ?4, finished_at_ms = ?5,
+                         lease_expires_at_ms = NULL WHERE id = ?1 AND lease_token = ?2",
+                    )
+                    .and_then(|mut s| s.execute((&held.run_id, held.token, end, &detail, now_ms())))
+                    .map(drop)
+                    .map_err(sqlite("finish a run"))
+                })
+                .await?;
+            // A run of its key may start now.
+            self.wake.notify_one();
+            Ok(())
+        })
     }
 
     fn append_fenced<'a>(
@@ -314,26 +525,39 @@ impl FleetQueue for SqliteQueue {
         }))
     }
 
+    fn set_attempt<'a>(&'a self, lease: &'a Lease, attempt: u32) -> StoreFuture<'a, ()> {
+        let held = lease.clone();
+        Box::pin(self.store.write(move |conn| {
+            if !held_sqlite(conn, &held)? {
+                return Err(fenced(&held));
+            }
+            conn.prepare_cached("UPDATE runs SET attempt = ?3 WHERE id = ?1 AND lease_token = ?2")
+                .and_then(|mut s| s.execute((&held.run_id, held.token, attempt)))
+                .map(drop)
+                .map_err(sqlite("record a run's attempt"))
+        }))
+    }
+
     fn append_events(&self, events: Vec<NewEvent>) -> StoreFuture<'_, Vec<Event>> {
         let encoded = events.into_iter().map(EncodedEvent::encode).collect();
         Box::pin(self.store.append_events(encoded))
     }
 
-    fn rescue_expired(&self) -> StoreFuture<'_, Vec<String>> {
-        Box::pin(self.store.write(|conn| {
-            conn.prepare_cached(
-                "UPDATE runs SET state = ?1, detail = ?2, finished_at_ms = ?3,
-                 lease_token = lease_token + 1, lease_expires_at_ms = NULL
-                 WHERE state = 'running' AND lease_expires_at_ms < ?3 RETURNING id",
-            )
-            .and_then(|mut s| {
-                s.query_map((state::INTERRUPTED, LEASE_EXPIRED_DETAIL, now_ms()), |r| {
-                    r.get(0)
-                })?
-                .collect()
-            })
-            .map_err(sqlite("rescue expired leases"))
-        }))
+    fn rescue_expired(&self) -> StoreFuture<'_, Vec<Rescued>> {
+        Box::pin(async move {
+            let rescued = self.store.write(rescue_sqlite).await?;
+            if rescued
+                .iter()
+                .any(|r| matches!(r.rescue, Rescue::Retried { .. }))
+            {
+                self.wake.notify_one();
+            }
+            Ok(rescued)
+        })
+    }
+
+    fn stop_requests(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.stops.subscribe()
     }
 
     fn run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<RunRow>> {

@@ -26,6 +26,17 @@ pub fn run_component(id: &str) -> String {
     format!("run.{id}")
 }
 
+/// What a run cancelled for a newer firing of its queue (overlap
+/// `replace`) says: the run that replaced it.
+pub fn replaced_detail(by: &str) -> String {
+    format!("replaced by run `{by}`")
+}
+
+/// The queue of runs started by hand (the API, `npc acp`, `npc run`). It is
+/// not a valid trigger name (`[a-z0-9][a-z0-9_-]*`), so no trigger shares
+/// it; its runs never wait behind each other (overlap does not apply).
+pub const MANUAL_QUEUE: &str = "@manual";
+
 /// Run states as stored.
 pub mod state {
     pub const QUEUED: &str = "queued";
@@ -46,7 +57,7 @@ pub mod state {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewRun {
     pub id: String,
-    /// Its queue: the trigger's name, or `@manual` (`runs::MANUAL_QUEUE`).
+    /// Its queue: the trigger's name, or [`MANUAL_QUEUE`].
     pub trigger: String,
     /// `cron`, `webhook`, `file_watch`, `manual`, `api`, `acp` or `cli`
     /// (`runs::Origin`).
@@ -76,6 +87,15 @@ pub struct NewRun {
     /// (`skip_if_active` looks at them alone, and each key has its own
     /// head of the queue).
     pub concurrency_key: Option<String>,
+    /// The attempt the run is at: 1, unless a fleet worker takes in a run
+    /// the fleet queued again after a lost attempt.
+    pub attempt: u32,
+    /// The attempts its trigger allows (`retries` + 1; 1 for a run by hand).
+    pub attempts: u32,
+    /// Overlap `replace` in a queue workers share (`store::fleet`): the
+    /// queue's running runs of the same key are marked replaced by this one
+    /// (their workers stop them), and its queued ones are cancelled.
+    pub replace_active: bool,
 }
 
 /// Replay keys kept per queue; the soonest to expire go first past it.
@@ -122,13 +142,32 @@ pub struct RunRow {
     /// The run's worktree while it is kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<String>,
+    /// The attempt it is at (see [`NewRun::attempt`]).
+    #[serde(default = "first_attempt", skip_serializing_if = "is_first")]
+    pub attempt: u32,
+    /// The attempts it is allowed (see [`NewRun::attempts`]).
+    #[serde(default = "first_attempt", skip_serializing_if = "is_first")]
+    pub attempts: u32,
+}
+
+fn first_attempt() -> u32 {
+    1
+}
+
+fn is_first(n: &u32) -> bool {
+    *n == 1
+}
+
+/// A stored attempt count as a number (1 for anything a build never wrote).
+pub(super) fn attempt_of(stored: i64) -> u32 {
+    u32::try_from(stored).ok().filter(|n| *n >= 1).unwrap_or(1)
 }
 
 /// The columns [`run_from_row`] reads, in its order, as a literal.
 macro_rules! run_columns {
     () => {
         "seq, id, trigger, origin, dedupe_key, payload, state, enqueued_at_ms, started_at_ms, \
-         finished_at_ms, detail, owner, concurrency_key, result, worktree"
+         finished_at_ms, detail, owner, concurrency_key, result, worktree, attempt, attempts"
     };
 }
 
@@ -159,6 +198,8 @@ pub(super) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RawRun> {
                 .get::<_, Option<String>>(13)?
                 .and_then(|text| serde_json::from_str(&text).ok()),
             worktree: row.get(14)?,
+            attempt: attempt_of(row.get(15)?),
+            attempts: attempt_of(row.get(16)?),
         },
         row.get(5)?,
     ))
@@ -173,7 +214,64 @@ pub(super) fn decode(rows: Vec<RawRun>) -> Result<Vec<RunRow>, StoreError> {
         .collect()
 }
 
-fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
+/// Overlap `replace` in a shared queue: the queue's queued runs of `run`'s
+/// key are cancelled (each with its `run.cancelled`) and its running ones
+/// marked replaced by `run`. Returns the running ones.
+fn replace_active(conn: &Connection, run: &NewRun) -> Result<Vec<String>, StoreError> {
+    let failed = sqlite("replace the running runs");
+    let detail = replaced_detail(&run.id);
+    let cancelled: Vec<String> = conn
+        .prepare_cached(
+            "UPDATE runs SET state = ?3, detail = ?4, finished_at_ms = ?5
+             WHERE trigger = ?1 AND concurrency_key IS ?2 AND state = 'queued' RETURNING id",
+        )
+        .and_then(|mut s| {
+            s.query_map(
+                (
+                    &run.trigger,
+                    &run.concurrency_key,
+                    state::CANCELLED,
+                    &detail,
+                    now_ms(),
+                ),
+                |r| r.get(0),
+            )?
+            .collect()
+        })
+        .map_err(&failed)?;
+    if !cancelled.is_empty() {
+        let events = cancelled
+            .iter()
+            .map(|id| super::EncodedEvent::encode(cancelled_event(id, &detail)))
+            .collect();
+        super::insert_events(events)(conn)?;
+    }
+    conn.prepare_cached(
+        "UPDATE runs SET replaced_by = ?3
+         WHERE trigger = ?1 AND concurrency_key IS ?2 AND state = 'running' RETURNING id",
+    )
+    .and_then(|mut s| {
+        s.query_map((&run.trigger, &run.concurrency_key, &run.id), |r| r.get(0))?
+            .collect()
+    })
+    .map_err(&failed)
+}
+
+/// The `run.cancelled` event of run `id`, ended for `detail`.
+pub fn cancelled_event(id: &str, detail: &str) -> super::NewEvent {
+    super::NewEvent::new(
+        "run.cancelled",
+        serde_json::json!({ "run_id": id, "detail": detail }),
+    )
+    .for_component(run_component(id))
+}
+
+/// Record `run`; returns what became of it and, for overlap `replace`,
+/// the running runs it replaces.
+pub(super) fn enqueue(
+    conn: &Connection,
+    run: &NewRun,
+) -> Result<(Enqueued, Vec<String>), StoreError> {
     let failed = sqlite("enqueue a run");
     let now = now_ms();
     if let Some((key, value)) = &run.state {
@@ -198,7 +296,7 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
             })
             .map_err(&failed)?;
         if held.is_some() {
-            return Ok(Enqueued::Duplicate);
+            return Ok((Enqueued::Duplicate, Vec::new()));
         }
     }
     let active = |states: &str, limit: usize| -> Result<usize, StoreError> {
@@ -226,9 +324,14 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
     let outcome = if run.skip_if_active && active_of_key()? {
         Enqueued::Skipped
     } else if run.claimed_by.is_none() && active("'queued'", run.max_queued)? >= run.max_queued {
-        return Ok(Enqueued::Full);
+        return Ok((Enqueued::Full, Vec::new()));
     } else {
         Enqueued::Queued
+    };
+    let replaced = if run.replace_active && outcome == Enqueued::Queued {
+        replace_active(conn, run)?
+    } else {
+        Vec::new()
     };
     let (state, started, finished) = match (outcome, &run.claimed_by) {
         (Enqueued::Skipped, _) => (state::SKIPPED, None, Some(now)),
@@ -237,8 +340,9 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
     };
     conn.prepare_cached(
         "INSERT INTO runs (id, trigger, origin, dedupe_key, payload, state,
-         enqueued_at_ms, started_at_ms, finished_at_ms, owner, replay_until_ms, concurrency_key)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+         enqueued_at_ms, started_at_ms, finished_at_ms, owner, replay_until_ms, concurrency_key,
+         attempt, attempts)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     )
     .and_then(|mut s| {
         s.execute((
@@ -254,16 +358,29 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
             &run.claimed_by,
             run.replay_until_ms,
             &run.concurrency_key,
+            run.attempt.max(1),
+            run.attempts.max(1),
         ))
     })
     .map_err(&failed)?;
-    Ok(outcome)
+    Ok((outcome, replaced))
 }
 
 impl Store {
     /// Record a firing (see [`NewRun`]); resolves once committed.
     pub fn enqueue_run(&self, run: NewRun) -> Pending<Enqueued> {
-        self.write(move |conn| enqueue(conn, &run))
+        self.write(move |conn| enqueue(conn, &run).map(|(outcome, _)| outcome))
+    }
+
+    /// Record the attempt run `id` is at (a retry begins).
+    pub fn set_run_attempt(&self, id: impl Into<String>, attempt: u32) -> Pending<()> {
+        let id = id.into();
+        self.write(move |conn| {
+            conn.prepare_cached("UPDATE runs SET attempt = ?2 WHERE id = ?1")
+                .and_then(|mut s| s.execute((&id, attempt)))
+                .map(drop)
+                .map_err(sqlite("record a run's attempt"))
+        })
     }
 
     /// Record (or, with `None`, clear) run `id`'s kept worktree.
@@ -544,6 +661,9 @@ mod tests {
             claimed_by: None,
             replay_until_ms: None,
             concurrency_key: None,
+            attempt: 1,
+            attempts: 1,
+            replace_active: false,
         }
     }
 

@@ -210,10 +210,24 @@ const MIGRATIONS: &[Migration] = &[
         CREATE INDEX runs_by_lease ON runs (lease_expires_at_ms) WHERE lease_expires_at_ms IS NOT NULL;
     "#,
     },
+    Migration {
+        // The fleet's policies (`store::fleet`): the attempt a run is at and
+        // the attempts its trigger allows (`retries` + 1, written at
+        // enqueue), so a rescuer queues a lost run again without a manifest;
+        // the run that replaced a running one (overlap `replace`); and an
+        // index for the claim's "one running run per trigger and key".
+        version: 9,
+        sql: r#"
+        ALTER TABLE runs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
+        ALTER TABLE runs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1;
+        ALTER TABLE runs ADD COLUMN replaced_by TEXT;
+        CREATE INDEX runs_by_key ON runs (trigger, concurrency_key, state, seq);
+    "#,
+    },
 ];
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

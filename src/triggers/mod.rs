@@ -78,6 +78,8 @@ impl Firing {
             replay_until_ms: self.replay_until_ms,
             // Rendered from the trigger's template by the run service.
             concurrency_key: None,
+            // The trigger's, set by the run service.
+            retries: 0,
         };
         (run, self.ack)
     }

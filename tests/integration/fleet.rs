@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use npcagent::store::fleet::{FleetQueue, LEASE_EXPIRED_DETAIL, SqliteQueue};
+use npcagent::store::fleet::{
+    FleetQueue, LEASE_EXPIRED_DETAIL, LEASE_LOST_DETAIL, Rescue, Rescued, SqliteQueue,
+};
 use npcagent::store::pg::PgStore;
 use npcagent::store::queue::{Enqueued, NewRun, state};
 use npcagent::store::{NewEvent, Store, StoreError};
@@ -27,6 +29,8 @@ const SHORT_LEASE: Duration = Duration::from_millis(1);
 /// How long a test waits for a lease to run out.
 const EXPIRY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Run `id` of trigger `t`, of a concurrency key of its own (so the runs
+/// of `t` may run at once, as a trigger's runs of different keys do).
 fn run(id: &str) -> NewRun {
     NewRun {
         id: id.to_string(),
@@ -39,7 +43,18 @@ fn run(id: &str) -> NewRun {
         state: None,
         claimed_by: None,
         replay_until_ms: None,
-        concurrency_key: None,
+        concurrency_key: Some(id.to_string()),
+        attempt: 1,
+        attempts: 1,
+        replace_active: false,
+    }
+}
+
+/// Run `id` rescued to `interrupted`.
+fn interrupted(id: &str) -> Rescued {
+    Rescued {
+        run_id: id.to_string(),
+        rescue: Rescue::Interrupted,
     }
 }
 
@@ -103,7 +118,225 @@ both_backends!(
     an_expired_lease_is_rescued_once_and_never_claimed_again,
     dedupe_keys_and_queue_bounds_hold,
     fenced_events_append_in_order_and_a_lost_lease_appends_none,
+    a_lost_run_is_queued_again_while_its_attempts_allow_then_interrupted,
+    a_trigger_runs_one_run_of_a_key_at_once_oldest_first_and_runs_by_hand_never_wait,
+    replace_marks_the_running_run_cancels_the_queued_and_starts_once_it_ended,
 );
+
+/// Run `id` of trigger `trigger` in the queue of key `key`.
+fn keyed_run(id: &str, trigger: &str, key: Option<&str>) -> NewRun {
+    NewRun {
+        trigger: trigger.to_string(),
+        concurrency_key: key.map(str::to_string),
+        ..run(id)
+    }
+}
+
+/// The id of the run `worker` claims next, if any, for a long lease.
+async fn claim_id(queue: &Arc<dyn FleetQueue>, worker: &str) -> Option<String> {
+    let claimed = queue.claim(worker, LONG_LEASE).await.unwrap()?;
+    Some(claimed.run.id)
+}
+
+async fn a_lost_run_is_queued_again_while_its_attempts_allow_then_interrupted(
+    queue: Arc<dyn FleetQueue>,
+) {
+    // `retries = 1`: two attempts.
+    let retried = NewRun {
+        attempts: 2,
+        ..run("r")
+    };
+    queue.enqueue(retried).await.unwrap();
+    let first = queue.claim("w1", SHORT_LEASE).await.unwrap().unwrap();
+    assert_eq!((first.run.attempt, first.run.attempts), (1, 2));
+    until_expired(&queue, &first.lease).await;
+    let rescued = queue.rescue_expired().await.unwrap();
+    assert_eq!(
+        rescued,
+        vec![Rescued {
+            run_id: "r".into(),
+            rescue: Rescue::Retried { attempt: 2, of: 2 }
+        }]
+    );
+    assert!(queue.rescue_expired().await.unwrap().is_empty(), "once");
+    let row = queue.run("r").await.unwrap().unwrap();
+    assert_eq!((row.state.as_str(), row.attempt), (state::QUEUED, 2));
+    assert_eq!((row.owner.as_ref(), row.detail.as_ref()), (None, None));
+    // The lost worker's late end is refused; another worker takes attempt 2.
+    let late = queue.finish(&first.lease, state::SUCCEEDED, None).await;
+    assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
+    let second = queue.claim("w2", SHORT_LEASE).await.unwrap().unwrap();
+    assert_eq!((second.run.id.as_str(), second.run.attempt), ("r", 2));
+    assert!(second.lease.token > first.lease.token);
+    until_expired(&queue, &second.lease).await;
+    assert_eq!(
+        queue.rescue_expired().await.unwrap(),
+        vec![interrupted("r")]
+    );
+    let row = queue.run("r").await.unwrap().unwrap();
+    assert_eq!(row.state, state::INTERRUPTED);
+    assert_eq!(row.detail.as_deref(), Some(LEASE_EXPIRED_DETAIL));
+    assert!(claim_id(&queue, "w3").await.is_none(), "attempts spent");
+
+    // A worker's own retry counts: attempt 2 of 2 began on it, so its
+    // lost lease leaves nothing to retry.
+    queue
+        .enqueue(NewRun {
+            attempts: 2,
+            ..run("s")
+        })
+        .await
+        .unwrap();
+    let claimed = queue.claim("w4", LONG_LEASE).await.unwrap().unwrap();
+    queue.set_attempt(&claimed.lease, 2).await.unwrap();
+    // Then its worker goes quiet.
+    queue.heartbeat(&claimed.lease, SHORT_LEASE).await.unwrap();
+    until_expired(&queue, &claimed.lease).await;
+    assert_eq!(
+        queue.rescue_expired().await.unwrap(),
+        vec![interrupted("s")]
+    );
+    let late = queue.set_attempt(&claimed.lease, 3).await;
+    assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
+    assert!(LEASE_EXPIRED_DETAIL.starts_with(LEASE_LOST_DETAIL));
+}
+
+async fn a_trigger_runs_one_run_of_a_key_at_once_oldest_first_and_runs_by_hand_never_wait(
+    queue: Arc<dyn FleetQueue>,
+) {
+    for (id, trigger, key) in [
+        ("a1", "q", Some("k1")),
+        ("a2", "q", Some("k1")),
+        ("b1", "q", Some("k2")),
+        ("n1", "q", None),
+        ("n2", "q", None),
+        ("m1", "@manual", None),
+        ("m2", "@manual", None),
+    ] {
+        let enqueued = queue.enqueue(keyed_run(id, trigger, key)).await.unwrap();
+        assert_eq!(enqueued, Enqueued::Queued);
+    }
+    let mut leases = HashMap::new();
+    let mut claimed = Vec::new();
+    while let Some(c) = queue.claim("w", LONG_LEASE).await.unwrap() {
+        claimed.push(c.run.id.clone());
+        leases.insert(c.run.id, c.lease);
+    }
+    // The head of each key's queue, and every run by hand.
+    assert_eq!(claimed, ["a1", "b1", "n1", "m1", "m2"]);
+    // Once a key's run ended, the next of that key (and only it) starts.
+    queue
+        .finish(&leases["a1"], state::SUCCEEDED, None)
+        .await
+        .unwrap();
+    assert_eq!(claim_id(&queue, "w").await.as_deref(), Some("a2"));
+    assert_eq!(claim_id(&queue, "w").await, None);
+    queue
+        .finish(&leases["n1"], state::FAILED, None)
+        .await
+        .unwrap();
+    assert_eq!(claim_id(&queue, "w").await.as_deref(), Some("n2"));
+}
+
+/// The next stop request `stops` hears, within [`EXPIRY_TIMEOUT`].
+async fn next_stop(stops: &mut tokio::sync::broadcast::Receiver<String>, after: &str) -> String {
+    tokio::time::timeout(EXPIRY_TIMEOUT, stops.recv())
+        .await
+        .unwrap_or_else(|_| panic!("no stop request after {after}"))
+        .unwrap()
+}
+
+async fn replace_marks_the_running_run_cancels_the_queued_and_starts_once_it_ended(
+    queue: Arc<dyn FleetQueue>,
+) {
+    let replacing = |id: &str| NewRun {
+        replace_active: true,
+        ..keyed_run(id, "rep", Some("pr-1"))
+    };
+    let mut stops = queue.stop_requests();
+    queue.enqueue(replacing("r1")).await.unwrap();
+    let r1 = queue.claim("w1", LONG_LEASE).await.unwrap().unwrap();
+    assert_eq!(
+        (r1.run.id.as_str(), r1.lease.replaced_by.as_ref()),
+        ("r1", None)
+    );
+    // Another key of the trigger is neither replaced nor held up.
+    let other = NewRun {
+        replace_active: true,
+        ..keyed_run("o1", "rep", Some("pr-2"))
+    };
+    queue.enqueue(other).await.unwrap();
+    assert_eq!(claim_id(&queue, "w2").await.as_deref(), Some("o1"));
+    assert_eq!(claim_id(&queue, "w2").await, None, "r1 still runs");
+
+    queue.enqueue(replacing("r2")).await.unwrap();
+    assert_eq!(next_stop(&mut stops, "r2").await, "r1");
+    let renewed = queue.heartbeat(&r1.lease, LONG_LEASE).await.unwrap();
+    assert_eq!(renewed.replaced_by.as_deref(), Some("r2"));
+    assert_eq!(claim_id(&queue, "w2").await, None, "r1 is still stopping");
+    // A newer firing cancels the queued one and replaces r1 again.
+    queue.enqueue(replacing("r3")).await.unwrap();
+    assert_eq!(next_stop(&mut stops, "r3").await, "r1");
+    let r2 = queue.run("r2").await.unwrap().unwrap();
+    assert_eq!(r2.state, state::CANCELLED);
+    assert_eq!(r2.detail.as_deref(), Some("replaced by run `r3`"));
+    let events = queue.events_after(0, 1_000).await.unwrap();
+    let said = events
+        .iter()
+        .find(|e| e.kind == "run.cancelled" && e.payload["run_id"] == "r2")
+        .unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(said.component.as_deref(), Some("run.r2"));
+    assert_eq!(said.payload["detail"], "replaced by run `r3`");
+    let renewed = queue.heartbeat(&renewed, LONG_LEASE).await.unwrap();
+    assert_eq!(renewed.replaced_by.as_deref(), Some("r3"));
+    // r1's worker stopped it: the newest run starts.
+    queue
+        .finish(
+            &renewed,
+            state::CANCELLED,
+            Some("replaced by run `r3`".into()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claim_id(&queue, "w2").await.as_deref(), Some("r3"));
+
+    // A replaced run whose worker is gone ends cancelled, never retried.
+    queue
+        .enqueue(NewRun {
+            attempts: 3,
+            ..replacing_on("lost", "rep-lost")
+        })
+        .await
+        .unwrap();
+    let lost = queue.claim("gone", SHORT_LEASE).await.unwrap().unwrap();
+    assert_eq!(lost.run.id, "lost");
+    queue
+        .enqueue(replacing_on("newer", "rep-lost"))
+        .await
+        .unwrap();
+    until_expired(&queue, &lost.lease).await;
+    assert_eq!(
+        queue.rescue_expired().await.unwrap(),
+        vec![Rescued {
+            run_id: "lost".into(),
+            rescue: Rescue::Replaced { by: "newer".into() }
+        }]
+    );
+    let row = queue.run("lost").await.unwrap().unwrap();
+    assert_eq!(
+        (row.state.as_str(), row.detail.as_deref()),
+        (state::CANCELLED, Some("replaced by run `newer`"))
+    );
+    assert_eq!(claim_id(&queue, "w3").await.as_deref(), Some("newer"));
+}
+
+/// Run `id` of trigger `trigger` (no key) with overlap `replace`.
+fn replacing_on(id: &str, trigger: &str) -> NewRun {
+    NewRun {
+        replace_active: true,
+        ..keyed_run(id, trigger, None)
+    }
+}
 
 async fn concurrent_workers_claim_each_run_exactly_once(queue: Arc<dyn FleetQueue>) {
     for i in 0..RACE_RUNS {
@@ -167,7 +400,7 @@ async fn a_late_write_under_an_old_token_is_refused(queue: Arc<dyn FleetQueue>) 
         "{late:?}"
     );
     let rescued = queue.rescue_expired().await.unwrap();
-    assert_eq!(rescued, vec!["a".to_string()]);
+    assert_eq!(rescued, vec![interrupted("a")]);
     let row = queue.run("a").await.unwrap().unwrap();
     assert_eq!(row.state, state::INTERRUPTED);
     assert_eq!(row.detail.as_deref(), Some(LEASE_EXPIRED_DETAIL));
@@ -205,7 +438,7 @@ async fn an_expired_lease_is_rescued_once_and_never_claimed_again(queue: Arc<dyn
     until_expired(&queue, &lost.lease).await;
     assert_eq!(
         queue.rescue_expired().await.unwrap(),
-        vec!["lost".to_string()]
+        vec![interrupted("lost")]
     );
     assert!(
         queue.rescue_expired().await.unwrap().is_empty(),
@@ -250,6 +483,7 @@ async fn dedupe_keys_and_queue_bounds_hold(queue: Arc<dyn FleetQueue>) {
     let skipping = |id: &str| NewRun {
         trigger: "skip".into(),
         skip_if_active: true,
+        concurrency_key: None,
         ..run(id)
     };
     assert_eq!(
@@ -418,6 +652,22 @@ pub(crate) fn start_worker_leased(
         .unwrap()
 }
 
+/// `n` workers in `repo` against `url` with the [`STEADY_LEASE_SECS`]
+/// lease, their logs in `logs`; stopped when dropped.
+fn steady_workers(
+    repo: &std::path::Path,
+    url: &str,
+    logs: &std::path::Path,
+    n: usize,
+) -> Vec<crate::support::Stopped> {
+    (0..n)
+        .map(|w| {
+            let log = logs.join(format!("worker-{w}.log"));
+            crate::support::Stopped::new(start_worker_leased(repo, url, &log, STEADY_LEASE_SECS))
+        })
+        .collect()
+}
+
 /// Every worker log in `dir`, for a failure's message.
 pub(crate) fn worker_logs(dir: &std::path::Path) -> String {
     let mut all = String::new();
@@ -518,17 +768,7 @@ fn a_thousand_queued_runs_drained_by_four_workers_each_run_exactly_once() {
         logs,
         ..
     } = &fleet;
-    let _workers: Vec<crate::support::Stopped> = (0..DRAIN_WORKERS)
-        .map(|w| {
-            let log = logs.path().join(format!("worker-{w}.log"));
-            crate::support::Stopped::new(start_worker_leased(
-                repo.path(),
-                url,
-                &log,
-                STEADY_LEASE_SECS,
-            ))
-        })
-        .collect();
+    let _workers = steady_workers(repo.path(), url, logs.path(), DRAIN_WORKERS);
     let rows = crate::support::wait_for_within("every run to end", DRAIN_LIMIT, || {
         let rows = rt.block_on(store.run_rows(None, DRAIN_RUNS)).unwrap();
         rows.iter()
@@ -633,7 +873,7 @@ fn a_worker_paused_past_its_lease_is_fenced_and_stops_its_agent() {
         let ids = rt.block_on(store.rescue_expired()).unwrap();
         (!ids.is_empty()).then_some(ids)
     });
-    assert_eq!(rescued, vec!["run-00000".to_string()]);
+    assert_eq!(rescued, vec![interrupted("run-00000")]);
     assert!(
         crate::support::alive(agent),
         "the agent still runs while its worker is paused"
@@ -710,17 +950,7 @@ fn a_server_restarted_mid_drain_loses_and_doubles_nothing() {
         enqueue_runs(&rt, &store, RESTART_RUNS);
     }
     let logs = tempfile::tempdir().unwrap();
-    let _workers: Vec<crate::support::Stopped> = (0..2)
-        .map(|w| {
-            let log = logs.path().join(format!("worker-{w}.log"));
-            crate::support::Stopped::new(start_worker_leased(
-                repo.path(),
-                &url,
-                &log,
-                STEADY_LEASE_SECS,
-            ))
-        })
-        .collect();
+    let _workers = steady_workers(repo.path(), &url, logs.path(), 2);
     crate::support::wait_for("some runs to end", || {
         let rows = ended(&rt)?;
         let done = rows.iter().filter(|r| r.state == state::SUCCEEDED).count();
@@ -1030,6 +1260,183 @@ fn npc_workers_shows_each_worker_and_its_runs_and_a_killed_one_as_lost() {
     });
 }
 
+// ----- the triggers' policies across the fleet ---------------------------
+
+/// What a policy test's first run does: it records its id (and `overlap`
+/// if the run before it still runs), then, the first time only, sleeps
+/// until stopped; later runs end at once.
+const FIRST_SLEEPS: &str = "if [ -s first.pid ] && kill -0 \"$(cat first.pid)\" 2>/dev/null; \
+     then echo overlap >> ran.log; fi; echo \"$NPC_RUN_ID\" >> ran.log; \
+     if [ ! -s first.pid ]; then echo $$ > first.pid; exec sleep 600; fi";
+
+/// A fleet repository whose triggers (`[triggers.NAME]` bodies after the
+/// kind, schedule and action, which run [`FIRST_SLEEPS`]) are `triggers`,
+/// with a lease of [`FAULT_LEASE_SECS`].
+fn policy_repo(triggers: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = fleet_repo("true");
+    let mut manifest = format!(
+        "version = 1\n[project]\nname = \"{FLEET_PROJECT}\"\n\
+         [store]\nurl = \"${{NPC_STORE_URL}}\"\nlease_timeout = \"{FAULT_LEASE_SECS}s\"\n"
+    );
+    for (name, policy) in triggers {
+        manifest.push_str(&format!(
+            "[triggers.{name}]\nkind = \"cron\"\nschedule = \"24h\"\n{policy}\n\
+             action = {{ command = \"sh\", args = [\"-c\", {FIRST_SLEEPS:?}] }}\n"
+        ));
+    }
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    dir
+}
+
+/// A daemon on `repo` in front of the fleet at `url`, once it joined.
+fn joined_daemon(repo: &std::path::Path, url: &str) -> crate::support::Daemon {
+    let daemon = ingress_daemon(repo, url);
+    crate::support::wait_for("the daemon to join the fleet", || {
+        let status = npc_json(repo, url, &["status"]);
+        (status["store"]["state"] == "connected").then_some(())
+    });
+    daemon
+}
+
+/// Fire trigger `name` through the daemon of `repo`; the new run's id.
+fn fire_in_fleet(repo: &std::path::Path, url: &str, name: &str) -> String {
+    let answer = npc_json(repo, url, &["trigger", "fire", name]);
+    assert_eq!(answer["outcome"], "queued", "{answer}");
+    answer["run_id"].as_str().unwrap().to_string()
+}
+
+/// The shared store's events of run `id`, oldest first.
+fn run_events(
+    rt: &tokio::runtime::Runtime,
+    store: &PgStore,
+    id: &str,
+) -> Vec<npcagent::store::Event> {
+    rt.block_on(store.events_after(0, 100_000))
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.component.as_deref() == Some(&format!("run.{id}")))
+        .collect()
+}
+
+#[test]
+fn a_killed_workers_run_is_retried_once_by_another_worker_as_its_trigger_allows() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let repo = policy_repo(&[("t", "retries = 1")]);
+    let url = worker_store(&cluster, repo.path());
+    let _daemon = joined_daemon(repo.path(), &url);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
+    let id = fire_in_fleet(repo.path(), &url, "t");
+    // The ingress wrote the trigger's attempts with the row.
+    let row = rt.block_on(store.run(&id)).unwrap().unwrap();
+    assert_eq!((row.attempt, row.attempts), (1, 2));
+    let logs = tempfile::tempdir().unwrap();
+    let mut doomed = start_worker(repo.path(), &url, &logs.path().join("doomed.log"));
+    crate::support::wait_for("the first attempt to start", || {
+        let relayed = run_events(&rt, &store, &id)
+            .iter()
+            .any(|e| e.kind == "run.started");
+        (relayed && !lines(&repo.path().join("ran.log")).is_empty()).then_some(())
+    });
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
+    let _rescuer = crate::support::Stopped::new(start_worker(
+        repo.path(),
+        &url,
+        &logs.path().join("rescuer.log"),
+    ));
+    let row = crate::support::wait_for("the retry to end", || {
+        rt.block_on(store.run(&id))
+            .unwrap()
+            .filter(|r| r.state != state::RUNNING && r.state != state::QUEUED)
+    });
+    assert_eq!(row.state, state::SUCCEEDED, "{}", worker_logs(logs.path()));
+    assert_eq!(row.attempt, 2);
+    // Run exactly twice in all, the retry only once the first was gone.
+    assert_eq!(
+        lines(&repo.path().join("ran.log")),
+        vec![id.clone(), id.clone()]
+    );
+    let kinds: Vec<String> = run_events(&rt, &store, &id)
+        .iter()
+        .map(|e| e.kind.clone())
+        .filter(|k| k.starts_with("run."))
+        .collect();
+    let interrupted = kinds.iter().position(|k| k == "run.interrupted");
+    let retry = kinds.iter().position(|k| k == "run.retry");
+    let finished = kinds.iter().position(|k| k == "run.finished");
+    assert!(
+        matches!((interrupted, retry, finished), (Some(i), Some(r), Some(f)) if i < r && r < f),
+        "{kinds:?}"
+    );
+    let events = run_events(&rt, &store, &id);
+    let said = events.iter().find(|e| e.kind == "run.retry").unwrap();
+    assert_eq!(said.payload["attempt"], 2);
+    assert_eq!(said.payload["of"], 2);
+    assert_eq!(said.payload["previous"]["state"], "interrupted");
+    assert_eq!(said.payload["previous"]["detail"], LEASE_LOST_DETAIL);
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "run.started").count(),
+        2,
+        "{kinds:?}"
+    );
+}
+
+#[test]
+fn overlap_replace_stops_the_fleets_running_run_before_the_new_one_starts() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let repo = policy_repo(&[("rep", "overlap = \"replace\"")]);
+    let url = worker_store(&cluster, repo.path());
+    let _daemon = joined_daemon(repo.path(), &url);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let _workers = steady_workers(repo.path(), &url, logs.path(), 2);
+    let first = fire_in_fleet(repo.path(), &url, "rep");
+    crate::support::wait_for("the first run to start", || {
+        (!lines(&repo.path().join("ran.log")).is_empty()).then_some(())
+    });
+    let second = fire_in_fleet(repo.path(), &url, "rep");
+    let ended = |id: &str| {
+        rt.block_on(store.run(id))
+            .unwrap()
+            .filter(|r| r.state != state::RUNNING && r.state != state::QUEUED)
+    };
+    let replaced = crate::support::wait_for("the first run to be stopped", || ended(&first));
+    assert_eq!(
+        replaced.state,
+        state::CANCELLED,
+        "{}",
+        worker_logs(logs.path())
+    );
+    let said = format!("replaced by run `{second}`");
+    assert_eq!(replaced.detail.as_deref(), Some(said.as_str()));
+    let newer = crate::support::wait_for("the new run to end", || ended(&second));
+    assert_eq!(
+        newer.state,
+        state::SUCCEEDED,
+        "{}",
+        worker_logs(logs.path())
+    );
+    // The new run started once the replaced one had ended, never with it.
+    assert_eq!(
+        lines(&repo.path().join("ran.log")),
+        vec![first.clone(), second]
+    );
+    assert!(newer.started_at_ms >= replaced.finished_at_ms);
+    // The replaced run's own end was relayed: the agent was stopped.
+    let events = run_events(&rt, &store, &first);
+    let end = events
+        .iter()
+        .find(|e| e.kind == "run.finished")
+        .unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(end.payload["outcome"], "cancelled", "{end:?}");
+}
+
 // ----- one scheduler across the fleet ------------------------------------
 
 /// The interval of the scheduler test's cron trigger, in seconds.
@@ -1053,6 +1460,22 @@ fn scheduler_repo() -> tempfile::TempDir {
     );
     std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
     dir
+}
+
+/// A daemon on each of `repos`, in front of the fleet at `url`.
+fn scheduler_daemons(repos: &[tempfile::TempDir], url: &str) -> Vec<crate::support::Daemon> {
+    repos
+        .iter()
+        .map(|repo| {
+            crate::support::Daemon::start_in_with(
+                repo.path(),
+                crate::support::DaemonSetup {
+                    only_env: Some(&[("NPC_STORE_URL", url)]),
+                    ..crate::support::DaemonSetup::default()
+                },
+            )
+        })
+        .collect()
 }
 
 /// The scheduling state (`leader`, `standby`) each daemon's status shows.
@@ -1090,18 +1513,7 @@ fn three_schedulers_fire_every_cron_time_exactly_once_and_a_killed_leader_hands_
     };
     let repos: Vec<tempfile::TempDir> = (0..3).map(|_| scheduler_repo()).collect();
     let url = worker_store(&cluster, repos[0].path());
-    let mut daemons: Vec<crate::support::Daemon> = repos
-        .iter()
-        .map(|repo| {
-            crate::support::Daemon::start_in_with(
-                repo.path(),
-                crate::support::DaemonSetup {
-                    only_env: Some(&[("NPC_STORE_URL", url.as_str())]),
-                    ..crate::support::DaemonSetup::default()
-                },
-            )
-        })
-        .collect();
+    let mut daemons = scheduler_daemons(&repos, &url);
     let mut alive = vec![true; 3];
     // One leader, two standing by.
     let leader = crate::support::wait_for("one scheduler to lead", || {
@@ -1150,6 +1562,233 @@ fn three_schedulers_fire_every_cron_time_exactly_once_and_a_killed_leader_hands_
     let rows = rt.block_on(store.run_rows(Some("tick"), 1_000)).unwrap();
     assert!(rows.iter().all(|r| r.origin == "cron"), "{rows:?}");
     drop(daemons);
+}
+
+/// The interval of the paused-leader test's cron trigger, in seconds.
+const PAUSE_TICK_SECS: i64 = 5;
+
+/// A repository of the fleet whose daemon schedules cron `tick` every
+/// [`PAUSE_TICK_SECS`] under a lease of two seconds; a fire a handover
+/// came too late for is fired once, at its own time (`run_once`).
+fn paused_leader_repo() -> tempfile::TempDir {
+    let dir = fleet_repo("true");
+    let manifest = format!(
+        "version = 1\n[project]\nname = \"{FLEET_PROJECT}\"\n\
+         [store]\nurl = \"${{NPC_STORE_URL}}\"\nlease_timeout = \"2s\"\n\
+         [triggers.tick]\nkind = \"cron\"\nschedule = \"{PAUSE_TICK_SECS}s\"\nmissed = \"run_once\"\n\
+         action = {{ command = \"true\" }}\n"
+    );
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    dir
+}
+
+/// Continues a stopped process when dropped (a failing test never leaves a
+/// daemon stopped, where its SIGTERM would wait).
+struct Continued(nix::unistd::Pid);
+
+impl Drop for Continued {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+/// The `scheduler.*` events `daemon` recorded, oldest first (read from its
+/// store, so even while it is stopped).
+fn scheduler_events(daemon: &crate::support::Daemon) -> Vec<String> {
+    daemon
+        .events()
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .filter(|k| k.starts_with("scheduler."))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_leader_paused_past_its_lease_wakes_up_standing_by_and_every_fire_time_is_stored_once() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let repos: Vec<tempfile::TempDir> = (0..2).map(|_| paused_leader_repo()).collect();
+    let url = worker_store(&cluster, repos[0].path());
+    let daemons = scheduler_daemons(&repos, &url);
+    let leader = crate::support::wait_for("one scheduler to lead", || {
+        let states = scheduling_of(&repos, &url, &[true, true]);
+        let leaders: Vec<usize> = (0..2).filter(|i| states[*i] == "leader").collect();
+        (leaders.len() == 1 && states.contains(&"standby".to_string())).then(|| leaders[0])
+    });
+    let other = 1 - leader;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
+    let fired = crate::support::wait_for_within("a first fire", TICKS_LIMIT, || {
+        let n = fire_times(&rt, &store).len();
+        (n >= 1).then_some(n)
+    });
+    // Right after a fire, so the next is a whole interval away.
+    crate::support::wait_for_within("the next fire", TICKS_LIMIT, || {
+        (fire_times(&rt, &store).len() > fired).then_some(())
+    });
+    let paused = nix::unistd::Pid::from_raw(daemons[leader].pid() as i32);
+    nix::sys::signal::kill(paused, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let continued = Continued(paused);
+    // The server ends the paused leader's lock once its lease passes.
+    crate::support::wait_for("the other daemon to take the lead", || {
+        scheduler_events(&daemons[other])
+            .iter()
+            .any(|k| k == "scheduler.leading")
+            .then_some(())
+    });
+    let taken_over = fire_times(&rt, &store).len();
+    crate::support::wait_for_within("fires of the new leader", TICKS_LIMIT, || {
+        (fire_times(&rt, &store).len() >= taken_over + 2).then_some(())
+    });
+    drop(continued);
+    // Awake, the old leader's renewal fails: it stands by, firing nothing.
+    crate::support::wait_for("the old leader to stand by", || {
+        let said = scheduler_events(&daemons[leader]);
+        (said.last().map(String::as_str) == Some("scheduler.standby")).then_some(())
+    });
+    let states = scheduling_of(&repos, &url, &[true, true]);
+    assert_eq!(states[leader], "standby", "{states:?}");
+    assert_eq!(states[other], "leader", "{states:?}");
+    let listed = npc_json(repos[leader].path(), &url, &["triggers"]);
+    assert_eq!(listed["triggers"][0]["standby"], true, "{listed}");
+    let awake = fire_times(&rt, &store).len();
+    let times = crate::support::wait_for_within("fires after the wake-up", TICKS_LIMIT, || {
+        let times = fire_times(&rt, &store);
+        (times.len() >= awake + 2).then_some(times)
+    });
+    // Every fire time exactly once, none skipped, whoever fired it.
+    let gaps: Vec<i64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.iter().all(|g| *g == PAUSE_TICK_SECS * 1_000),
+        "fire times {times:?} (gaps {gaps:?})\n{}{}",
+        daemons[0].log(),
+        daemons[1].log()
+    );
+    let said = scheduler_events(&daemons[other]);
+    assert_eq!(
+        said.last().map(String::as_str),
+        Some("scheduler.leading"),
+        "{said:?}"
+    );
+}
+
+// ----- roles: ingress and scheduler ---------------------------------------
+
+/// A repository of the fleet whose daemon's `[store] role` comes from
+/// `NPC_ROLE`, with webhook `gh` and a cron `tick` every second, and a
+/// lease of a second (a scheduler candidate would ask for the lead three
+/// times a second).
+fn role_repo() -> tempfile::TempDir {
+    let dir = fleet_repo("true");
+    let manifest = format!(
+        "version = 1\n[project]\nname = \"{FLEET_PROJECT}\"\n\
+         [store]\nurl = \"${{NPC_STORE_URL}}\"\nlease_timeout = \"1s\"\nrole = \"${{NPC_ROLE:-all}}\"\n\
+         [daemon]\nwebhook_listen = \"127.0.0.1:0\"\n\
+         [triggers.gh]\nkind = \"webhook\"\nroute = \"github\"\nsecret_env = \"HOOK_SECRET\"\n\
+         action = {{ command = \"sh\", args = [\"-c\", \"echo \\\"$NPC_RUN_ID\\\" >> ran.log\"] }}\n\
+         [triggers.tick]\nkind = \"cron\"\nschedule = \"1s\"\naction = {{ command = \"true\" }}\n"
+    );
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    dir
+}
+
+/// A daemon on `repo` in front of the fleet at `url` as `role`.
+fn role_daemon(repo: &std::path::Path, url: &str, role: &str) -> crate::support::Daemon {
+    crate::support::Daemon::start_in_with(
+        repo,
+        crate::support::DaemonSetup {
+            only_env: Some(&[
+                ("HOOK_SECRET", INGRESS_SECRET),
+                ("NPC_STORE_URL", url),
+                ("NPC_ROLE", role),
+            ]),
+            ..crate::support::DaemonSetup::default()
+        },
+    )
+}
+
+#[test]
+fn an_ingress_daemon_never_leads_and_a_scheduler_daemon_serves_no_webhooks() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let (ingress_repo, scheduler_repo) = (role_repo(), role_repo());
+    let url = worker_store(&cluster, ingress_repo.path());
+    let ingress = role_daemon(ingress_repo.path(), &url, "ingress");
+    let status = crate::support::wait_for("the ingress daemon to join the fleet", || {
+        let status = npc_json(ingress_repo.path(), &url, &["status"]);
+        (status["store"]["state"] == "connected").then_some(status)
+    });
+    assert_eq!(status["store"]["role"], "ingress", "{status}");
+    assert!(status["store"].get("scheduling").is_none(), "{status}");
+    let human = npc_human(ingress_repo.path(), &url, "status");
+    assert!(human.contains("role ingress"), "{human}");
+    assert!(!human.contains("cron scheduler"), "{human}");
+
+    // It takes webhooks into the fleet; a worker carries them out. All the
+    // while, a scheduler candidate would have led and fired `tick`.
+    let (code, text) = deliver(ingress_repo.path(), &url, "d-1");
+    assert_eq!(code, 202, "{text}\n{}", ingress.log());
+    let id = serde_json::from_str::<serde_json::Value>(&text).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let logs = tempfile::tempdir().unwrap();
+    let _worker = crate::support::Stopped::new(start_worker_leased(
+        ingress_repo.path(),
+        &url,
+        &logs.path().join("worker.log"),
+        STEADY_LEASE_SECS,
+    ));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
+    crate::support::wait_for("the worker to carry the webhook's run out", || {
+        rt.block_on(store.run(&id))
+            .unwrap()
+            .filter(|r| r.state == state::SUCCEEDED)
+    });
+    assert_eq!(
+        fire_times(&rt, &store),
+        Vec::<i64>::new(),
+        "nobody schedules"
+    );
+    let leading =
+        |d: &crate::support::Daemon| d.events().iter().any(|e| e["kind"] == "scheduler.leading");
+    assert!(!leading(&ingress), "the ingress daemon led");
+
+    // A scheduler-only daemon leads and fires, and opens no webhook port.
+    let scheduler = role_daemon(scheduler_repo.path(), &url, "scheduler");
+    let status = crate::support::wait_for("the scheduler daemon to lead", || {
+        let status = npc_json(scheduler_repo.path(), &url, &["status"]);
+        (status["store"]["scheduling"] == "leader").then_some(status)
+    });
+    assert_eq!(status["store"]["role"], "scheduler", "{status}");
+    crate::support::wait_for("a fire of `tick`", || {
+        (!fire_times(&rt, &store).is_empty()).then_some(())
+    });
+    let listed = npc_json(scheduler_repo.path(), &url, &["triggers"]);
+    let gh = listed["triggers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "gh")
+        .unwrap_or_else(|| panic!("{listed}"))
+        .clone();
+    assert_eq!(gh["standby"], true, "{gh}");
+    assert!(gh["url"].is_null(), "a webhook port is open: {gh}");
+    assert!(
+        !scheduler
+            .events()
+            .iter()
+            .any(|e| e["kind"] == "webhook.listening"),
+        "the scheduler daemon listens for webhooks"
+    );
+    assert!(leading(&scheduler));
+    assert!(!leading(&ingress), "the ingress daemon led");
+    let status = npc_json(ingress_repo.path(), &url, &["status"]);
+    assert!(status["store"].get("scheduling").is_none(), "{status}");
 }
 
 // ----- examples/fleet -------------------------------------------------------

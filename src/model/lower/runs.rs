@@ -31,16 +31,22 @@ impl Lower<'_> {
             .as_ref()
             .and_then(|d| self.duration(d, "lease_timeout", MAX_LEASE_TIMEOUT_SECS))
             .unwrap_or(DEFAULT_LEASE_TIMEOUT_SECS);
+        let role = raw
+            .role
+            .as_ref()
+            .map_or(FleetRole::default(), |r| self.role(r));
         let Some(url) = raw.url else {
             return StoreSettings {
                 url: None,
                 lease_timeout_secs,
+                role,
             };
         };
         if url.is_unresolved() {
             return StoreSettings {
                 url: None,
                 lease_timeout_secs,
+                role,
             };
         }
         if !STORE_URL_SCHEMES
@@ -66,7 +72,31 @@ impl Lower<'_> {
         StoreSettings {
             url: Some(url),
             lease_timeout_secs,
+            role,
         }
+    }
+
+    /// `[store] role`: one of [`FleetRole::NAMES`]; a value from the
+    /// environment is named by its reference, never quoted.
+    fn role(&mut self, raw: &Spanned<Text>) -> FleetRole {
+        if raw.is_unresolved() {
+            return FleetRole::default();
+        }
+        if let Some(role) = FleetRole::parse(raw.expose()) {
+            return role;
+        }
+        let hint = format!(
+            "write one of {}, such as `role = \"${{NPC_ROLE:-all}}\"` to set it per machine",
+            FleetRole::NAMES.map(|n| format!("`{n}`")).join(", ")
+        );
+        let summary = match raw.source() {
+            Some(source) if raw.is_secret() => {
+                format!("`[store] role` from `{}` is not a role", clip(source))
+            }
+            _ => format!("unknown `[store] role` `{}`", clip(raw.expose())),
+        };
+        self.error(&raw.span, summary, hint);
+        FleetRole::default()
     }
 
     pub(super) fn runs(&mut self, raw: Option<Spanned<RawRuns>>) -> RunsSettings {

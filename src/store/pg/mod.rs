@@ -29,7 +29,7 @@ pub use leader::Leadership;
 use super::StoreError;
 
 /// The schema version this build writes and reads.
-pub const PG_SCHEMA_VERSION: i64 = 2;
+pub const PG_SCHEMA_VERSION: i64 = 3;
 /// Connections one process keeps to the store.
 pub const POOL_SIZE: usize = 8;
 /// How long connecting to the server may take.
@@ -46,6 +46,9 @@ pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(5);
 pub const WAKE_CHANNEL: &str = "npc_runs";
 /// The `LISTEN` channel event appends notify on; the payload is the fleet.
 pub const EVENTS_CHANNEL: &str = "npc_events";
+/// The `LISTEN` channel a firing with overlap `replace` notifies on; the
+/// payload is the replaced run's id.
+pub const STOP_CHANNEL: &str = "npc_run_stops";
 /// First pause before the listener connects again; it doubles per failure.
 pub const LISTEN_BACKOFF_INITIAL: Duration = Duration::from_millis(100);
 /// Longest pause before the listener connects again.
@@ -136,6 +139,8 @@ pub struct PgStore {
     config: tokio_postgres::Config,
     fleet: String,
     wake: Arc<tokio::sync::Notify>,
+    /// Ids of running runs marked replaced, as notified.
+    stops: tokio::sync::broadcast::Sender<String>,
     listener: tokio::task::JoinHandle<()>,
     /// Signalled by appends to the fleet's event log, once someone follows it.
     events_wake: Arc<tokio::sync::Notify>,
@@ -164,17 +169,25 @@ impl PgStore {
             schema::check_version(&client).await?;
         }
         let wake = Arc::new(tokio::sync::Notify::new());
-        let listener = tokio::spawn(listen(
-            config.clone(),
-            WAKE_CHANNEL,
-            fleet.to_string(),
-            wake.clone(),
-        ));
+        let stops = tokio::sync::broadcast::channel(crate::store::fleet::STOP_REQUEST_BACKLOG).0;
+        let (listening, subscribed) = tokio::sync::oneshot::channel();
+        let heard = Heard {
+            fleet: fleet.to_string(),
+            channels: &[WAKE_CHANNEL, STOP_CHANNEL],
+            wake: wake.clone(),
+            stops: Some(stops.clone()),
+            listening: Some(listening),
+        };
+        let listener = tokio::spawn(listen(config.clone(), heard));
+        // Listening before the first claim, so no notification of the
+        // fleet's after the connect is missed (the poll covers a failure).
+        let _ = tokio::time::timeout(CONNECT_TIMEOUT, subscribed).await;
         Ok(Self {
             pool,
             config,
             fleet: fleet.to_string(),
             wake,
+            stops,
             listener,
             events_wake: Arc::default(),
             events_listener: std::sync::OnceLock::new(),
@@ -198,31 +211,56 @@ impl PgStore {
         self.events_listener.get_or_init(|| {
             tokio::spawn(listen(
                 self.config.clone(),
-                EVENTS_CHANNEL,
-                self.fleet.clone(),
-                self.events_wake.clone(),
+                Heard {
+                    fleet: self.fleet.clone(),
+                    channels: &[EVENTS_CHANNEL],
+                    wake: self.events_wake.clone(),
+                    stops: None,
+                    listening: None,
+                },
             ))
         });
         let _ = tokio::time::timeout(at_most, self.events_wake.notified()).await;
     }
 }
 
-/// Keep a `LISTEN channel` connection open and signal `wake` for every
-/// notification of `fleet`; connect again with backoff when it drops.
-async fn listen(
-    config: tokio_postgres::Config,
-    channel: &'static str,
+/// Where a listener passes what it hears.
+struct Heard {
     fleet: String,
+    /// The channels it listens on.
+    channels: &'static [&'static str],
+    /// Signalled for every notification of the fleet on them.
     wake: Arc<tokio::sync::Notify>,
-) {
+    /// Sent every replaced run's id, when it listens on [`STOP_CHANNEL`].
+    stops: Option<tokio::sync::broadcast::Sender<String>>,
+    /// Told once the first `LISTEN` holds.
+    listening: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// Keep a `LISTEN` connection open and pass on every notification of the
+/// fleet (an enqueue or an append wakes, a replaced run is a stop request);
+/// connect again with backoff when it drops.
+async fn listen(config: tokio_postgres::Config, heard: Heard) {
+    let Heard {
+        fleet,
+        channels,
+        wake,
+        stops,
+        listening: mut first_listen,
+    } = heard;
     use futures_util::StreamExt;
+    let statement = channels
+        .iter()
+        .map(|c| format!("LISTEN {c}"))
+        .collect::<Vec<_>>()
+        .join("; ");
     let mut backoff = LISTEN_BACKOFF_INITIAL;
     loop {
         if let Ok((client, mut connection)) = config.connect(NoTls).await {
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             let listening = async {
                 client
-                    .batch_execute(&format!("LISTEN {channel}"))
+                    .batch_execute(&statement)
                     .await
                     .is_ok()
             };
@@ -236,12 +274,21 @@ async fn listen(
             };
             if ok {
                 backoff = LISTEN_BACKOFF_INITIAL;
+                if let Some(told) = first_listen.take() {
+                    let _ = told.send(());
+                }
                 // A wake-up may have been missed while not listening.
                 wake.notify_one();
                 while let Some(Ok(message)) = messages.next().await {
-                    if let tokio_postgres::AsyncMessage::Notification(n) = message
-                        && n.payload() == fleet
-                    {
+                    let tokio_postgres::AsyncMessage::Notification(n) = message else {
+                        continue;
+                    };
+                    if n.channel() == STOP_CHANNEL {
+                        // A worker holding no such run ignores it.
+                        if let Some(stops) = &stops {
+                            let _ = stops.send(n.payload().to_string());
+                        }
+                    } else if n.payload() == fleet {
                         wake.notify_one();
                     }
                 }

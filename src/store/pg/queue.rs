@@ -1,8 +1,12 @@
 //! [`FleetQueue`] over PostgreSQL: the same semantics as the SQLite queue
 //! (`store::queue`, `store::fleet`), word for word, for many machines. An
 //! enqueue holds a transaction-level advisory lock on its queue (so two
-//! ingress processes never both see "no run active"); a claim takes the
-//! oldest queued row with `FOR UPDATE SKIP LOCKED`; every write under a
+//! ingress processes never both see "no run active", and a `replace`
+//! marks the running run of its key in the same transaction); a claim takes
+//! the oldest queued row that may start (the head of its trigger's queue
+//! of its key, none of which runs) with `FOR UPDATE SKIP LOCKED`: one
+//! statement, so a claimer that skips a locked head never takes the run
+//! behind it; every write under a
 //! lease checks its fencing token and its expiry in the same statement;
 //! events are appended under a per-fleet advisory lock, so their ids are in
 //! commit order and a tailer never skips one committed late.
@@ -13,11 +17,12 @@ use std::time::Duration;
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use super::{EVENTS_CHANNEL, PgStore, WAKE_CHANNEL, pg_error};
-use crate::store::fleet::{
-    Claimed, FleetQueue, LEASE_EXPIRED_DETAIL, Lease, StoreFuture, lease_ms,
+use super::{EVENTS_CHANNEL, PgStore, STOP_CHANNEL, WAKE_CHANNEL, pg_error};
+use crate::store::fleet::{Claimed, FleetQueue, Lease, Rescue, Rescued, StoreFuture, lease_ms};
+use crate::store::queue::{
+    Enqueued, MANUAL_QUEUE, MAX_RUNS_PER_READ, NewRun, RunRow, attempt_of, cancelled_event,
+    replaced_detail, state,
 };
-use crate::store::queue::{Enqueued, MAX_RUNS_PER_READ, NewRun, RunRow, state};
 use crate::store::{Event, MAX_EVENTS_PER_READ, NewEvent, StoreError, json_error};
 
 /// The advisory lock class of a queue's enqueues (key: its trigger).
@@ -27,7 +32,7 @@ const EVENTS_LOCK_CLASS: i32 = 0x6e70_6576;
 
 const RUN_COLUMNS: &str = "seq, id, trigger, origin, dedupe_key, payload, state, \
      enqueued_at_ms, started_at_ms, finished_at_ms, detail, owner, concurrency_key, result, \
-     worktree, lease_token, lease_expires_at_ms";
+     worktree, lease_token, lease_expires_at_ms, attempt, attempts";
 
 fn run_of(row: &Row) -> Result<RunRow, StoreError> {
     let payload: String = row.get("payload");
@@ -49,6 +54,8 @@ fn run_of(row: &Row) -> Result<RunRow, StoreError> {
             .get::<_, Option<String>>("result")
             .and_then(|text| serde_json::from_str(&text).ok()),
         worktree: row.get("worktree"),
+        attempt: attempt_of(row.get::<_, i32>("attempt").into()),
+        attempts: attempt_of(row.get::<_, i32>("attempts").into()),
     })
 }
 
@@ -63,6 +70,11 @@ fn event_of(row: &Row) -> Result<Event, StoreError> {
     })
 }
 
+/// An attempt count as the schema stores it.
+fn count_of(n: u32) -> i32 {
+    i32::try_from(n.max(1)).unwrap_or(i32::MAX)
+}
+
 fn fenced(lease: &Lease) -> StoreError {
     StoreError::Fenced {
         run: lease.run_id.clone(),
@@ -74,12 +86,19 @@ fn fenced(lease: &Lease) -> StoreError {
 const HELD: &str = "fleet = $1 AND id = $2 AND lease_token = $3 AND state = 'running' \
      AND lease_expires_at_ms >= npc_now_ms()";
 
-/// The claim: `$1` fleet, `$2` worker, `$3` the lease in milliseconds.
+/// The claim: `$1` fleet, `$2` worker, `$3` the lease in milliseconds, `$4`
+/// the queue of runs by hand. The oldest queued run that heads its
+/// trigger's queue of its key with none of them running; a run by hand
+/// waits for nothing.
 static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH next AS (
-             SELECT seq FROM npc_runs WHERE fleet = $1 AND state = 'queued'
-             ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
+             SELECT q.seq FROM npc_runs q WHERE q.fleet = $1 AND q.state = 'queued'
+             AND (q.trigger = $4 OR NOT EXISTS (SELECT 1 FROM npc_runs o
+                 WHERE o.fleet = q.fleet AND o.trigger = q.trigger
+                 AND o.concurrency_key IS NOT DISTINCT FROM q.concurrency_key
+                 AND (o.state = 'running' OR (o.state = 'queued' AND o.seq < q.seq))))
+             ORDER BY q.seq LIMIT 1 FOR UPDATE OF q SKIP LOCKED)
          UPDATE npc_runs r SET state = 'running', detail = NULL,
              started_at_ms = npc_now_ms(), owner = $2, lease_token = r.lease_token + 1,
              lease_expires_at_ms = npc_now_ms() + $3
@@ -97,17 +116,27 @@ static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
 static RENEW_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "UPDATE npc_runs SET lease_expires_at_ms = npc_now_ms() + $4
-         WHERE {HELD} RETURNING lease_expires_at_ms"
+         WHERE {HELD} RETURNING lease_expires_at_ms, replaced_by"
     )
 });
 
-/// A run's end: [`HELD`], `$4` its state and `$5` its detail.
+/// A run's end: [`HELD`], `$4` its state and `$5` its detail; wakes the
+/// workers (`$6`, the wake channel) when a run of its key waits.
 static FINISH_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "UPDATE npc_runs SET state = $4, detail = $5, finished_at_ms = npc_now_ms(),
-         lease_expires_at_ms = NULL WHERE {HELD}"
+        "WITH done AS (
+             UPDATE npc_runs SET state = $4, detail = $5, finished_at_ms = npc_now_ms(),
+             lease_expires_at_ms = NULL WHERE {HELD} RETURNING trigger, concurrency_key)
+         , woken AS (SELECT pg_notify($6, $1) FROM done WHERE EXISTS (SELECT 1 FROM npc_runs w
+             WHERE w.fleet = $1 AND w.trigger = done.trigger AND w.state = 'queued'
+             AND w.concurrency_key IS NOT DISTINCT FROM done.concurrency_key))
+         SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM woken)"
     )
 });
+
+/// A change of attempt under a lease: [`HELD`], `$4` the attempt.
+static ATTEMPT_SQL: LazyLock<String> =
+    LazyLock::new(|| format!("UPDATE npc_runs SET attempt = $4 WHERE {HELD}"));
 
 impl PgStore {
     async fn enqueue_run(&self, run: NewRun) -> Result<Enqueued, StoreError> {
@@ -180,6 +209,10 @@ impl PgStore {
             }
             Enqueued::Queued
         };
+        let mut replaced = Vec::new();
+        if outcome == Enqueued::Queued && run.replace_active {
+            replaced = self.replace_active(&tx, &run).await?;
+        }
         if matches!(outcome, Enqueued::Queued | Enqueued::Skipped) {
             let (row_state, started, finished) = match (outcome, &run.claimed_by) {
                 (Enqueued::Skipped, _) => (state::SKIPPED, false, true),
@@ -189,10 +222,10 @@ impl PgStore {
             tx.execute(
                 "INSERT INTO npc_runs (fleet, id, trigger, origin, dedupe_key, payload, state,
                  enqueued_at_ms, started_at_ms, finished_at_ms, owner, replay_until_ms,
-                 concurrency_key)
+                 concurrency_key, attempt, attempts)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, npc_now_ms(),
                          CASE WHEN $8 THEN npc_now_ms() END, CASE WHEN $9 THEN npc_now_ms() END,
-                         $10, $11, $12)",
+                         $10, $11, $12, $13, $14)",
                 &[
                     &fleet,
                     &run.id,
@@ -206,6 +239,8 @@ impl PgStore {
                     &run.claimed_by,
                     &run.replay_until_ms,
                     &run.concurrency_key,
+                    &count_of(run.attempt),
+                    &count_of(run.attempts),
                 ],
             )
             .await
@@ -216,8 +251,60 @@ impl PgStore {
                     .map_err(&failed)?;
             }
         }
+        for id in &replaced {
+            tx.execute("SELECT pg_notify($1, $2)", &[&STOP_CHANNEL, id])
+                .await
+                .map_err(&failed)?;
+        }
         tx.commit().await.map_err(&failed)?;
         Ok(outcome)
+    }
+
+    /// Overlap `replace`, in `run`'s enqueue: the queue's queued runs of its
+    /// key are cancelled (each with its `run.cancelled`), its running ones
+    /// marked replaced by `run`; returns the running ones.
+    async fn replace_active(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        run: &NewRun,
+    ) -> Result<Vec<String>, StoreError> {
+        let failed = pg_error("replace the running runs");
+        let fleet = self.fleet();
+        let detail = replaced_detail(&run.id);
+        let cancelled = tx
+            .query(
+                "UPDATE npc_runs SET state = $4, detail = $5, finished_at_ms = npc_now_ms()
+                 WHERE fleet = $1 AND trigger = $2 AND concurrency_key IS NOT DISTINCT FROM $3
+                 AND state = 'queued' RETURNING id",
+                &[
+                    &fleet,
+                    &run.trigger,
+                    &run.concurrency_key,
+                    &state::CANCELLED,
+                    &detail,
+                ],
+            )
+            .await
+            .map_err(&failed)?;
+        let running = tx
+            .query(
+                "UPDATE npc_runs SET replaced_by = $4
+                 WHERE fleet = $1 AND trigger = $2 AND concurrency_key IS NOT DISTINCT FROM $3
+                 AND state = 'running' RETURNING id",
+                &[&fleet, &run.trigger, &run.concurrency_key, &run.id],
+            )
+            .await
+            .map_err(&failed)?;
+        // The event lock last: every row lock is taken before it, as in
+        // a fenced append.
+        let events: Vec<NewEvent> = cancelled
+            .iter()
+            .map(|row| cancelled_event(row.get(0), &detail))
+            .collect();
+        if !events.is_empty() {
+            self.insert_events(tx, events).await?;
+        }
+        Ok(running.iter().map(|row| row.get(0)).collect())
     }
 
     async fn claim_run(
@@ -231,7 +318,10 @@ impl PgStore {
             .await
             .map_err(pg_error("claim a run"))?;
         let row = client
-            .query_opt(&claim, &[&self.fleet(), &worker, &lease_ms(lease)])
+            .query_opt(
+                &claim,
+                &[&self.fleet(), &worker, &lease_ms(lease), &MANUAL_QUEUE],
+            )
             .await
             .map_err(pg_error("claim a run"))?;
         let Some(row) = row else {
@@ -243,6 +333,7 @@ impl PgStore {
             worker: worker.to_string(),
             token: row.get("lease_token"),
             expires_at_ms: row.get("lease_expires_at_ms"),
+            replaced_by: None,
         };
         Ok(Some(Claimed { run, lease }))
     }
@@ -268,6 +359,7 @@ impl PgStore {
         match row {
             Some(row) => Ok(Lease {
                 expires_at_ms: row.get(0),
+                replaced_by: row.get(1),
                 ..lease.clone()
             }),
             None => Err(fenced(lease)),
@@ -285,13 +377,41 @@ impl PgStore {
             .prepare_cached(&FINISH_SQL)
             .await
             .map_err(pg_error("finish a run"))?;
-        let changed = client
-            .execute(
+        let changed: i64 = client
+            .query_one(
                 &finish,
-                &[&self.fleet(), &lease.run_id, &lease.token, &end, &detail],
+                &[
+                    &self.fleet(),
+                    &lease.run_id,
+                    &lease.token,
+                    &end,
+                    &detail,
+                    &WAKE_CHANNEL,
+                ],
             )
             .await
-            .map_err(pg_error("finish a run"))?;
+            .map_err(pg_error("finish a run"))?
+            .get(0);
+        if changed == 0 {
+            return Err(fenced(lease));
+        }
+        Ok(())
+    }
+
+    async fn attempting(&self, lease: &Lease, attempt: u32) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let changed = client
+            .execute(
+                ATTEMPT_SQL.as_str(),
+                &[
+                    &self.fleet(),
+                    &lease.run_id,
+                    &lease.token,
+                    &count_of(attempt),
+                ],
+            )
+            .await
+            .map_err(pg_error("record a run's attempt"))?;
         if changed == 0 {
             return Err(fenced(lease));
         }
@@ -319,6 +439,19 @@ impl PgStore {
                 return Err(fenced(lease));
             }
         }
+        let stored = self.insert_events(&tx, events).await?;
+        tx.commit().await.map_err(&failed)?;
+        Ok(stored)
+    }
+
+    /// Append `events` in `tx`, under the fleet's event lock (so ids are in
+    /// commit order).
+    async fn insert_events(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<Event>, StoreError> {
+        let failed = pg_error("append events");
         tx.execute(
             "SELECT pg_advisory_xact_lock($1, hashtext($2))",
             &[&EVENTS_LOCK_CLASS, &self.fleet()],
@@ -358,23 +491,68 @@ impl PgStore {
                 payload: event.payload,
             });
         }
-        tx.commit().await.map_err(&failed)?;
         Ok(stored)
     }
 
-    async fn expired(&self) -> Result<Vec<String>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
+    /// Rescue the fleet's runs whose lease ran out (see [`Rescue`]); each
+    /// once: a second rescuer waits on the row locks and then finds them
+    /// rescued.
+    async fn expired(&self) -> Result<Vec<Rescued>, StoreError> {
+        let failed = pg_error("rescue expired leases");
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(&failed)?;
+        let lost = tx
             .query(
-                "UPDATE npc_runs SET state = $2, detail = $3, finished_at_ms = npc_now_ms(),
-                 lease_token = lease_token + 1, lease_expires_at_ms = NULL
+                "SELECT id, attempt, attempts, replaced_by FROM npc_runs
                  WHERE fleet = $1 AND state = 'running' AND lease_expires_at_ms < npc_now_ms()
-                 RETURNING id",
-                &[&self.fleet(), &state::INTERRUPTED, &LEASE_EXPIRED_DETAIL],
+                 ORDER BY seq FOR UPDATE",
+                &[&self.fleet()],
             )
             .await
-            .map_err(pg_error("rescue expired leases"))?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+            .map_err(&failed)?;
+        let mut rescued = Vec::with_capacity(lost.len());
+        for row in &lost {
+            let id: String = row.get(0);
+            let rescue = Rescue::of(
+                attempt_of(row.get::<_, i32>(1).into()),
+                attempt_of(row.get::<_, i32>(2).into()),
+                row.get(3),
+            );
+            if let Rescue::Retried { attempt, .. } = &rescue {
+                tx.execute(
+                    "UPDATE npc_runs SET state = $3, detail = NULL, started_at_ms = NULL,
+                     owner = NULL, attempt = $4, lease_token = lease_token + 1,
+                     lease_expires_at_ms = NULL WHERE fleet = $1 AND id = $2",
+                    &[&self.fleet(), &id, &rescue.state(), &count_of(*attempt)],
+                )
+                .await
+                .map_err(&failed)?;
+            } else {
+                tx.execute(
+                    "UPDATE npc_runs SET state = $3, detail = $4, finished_at_ms = npc_now_ms(),
+                     lease_token = lease_token + 1, lease_expires_at_ms = NULL
+                     WHERE fleet = $1 AND id = $2",
+                    &[&self.fleet(), &id, &rescue.state(), &rescue.detail()],
+                )
+                .await
+                .map_err(&failed)?;
+            }
+            rescued.push(Rescued { run_id: id, rescue });
+        }
+        if !rescued.is_empty() {
+            let events = rescued.iter().flat_map(Rescued::events).collect();
+            self.insert_events(&tx, events).await?;
+        }
+        if rescued
+            .iter()
+            .any(|r| matches!(r.rescue, Rescue::Retried { .. }))
+        {
+            tx.execute("SELECT pg_notify($1, $2)", &[&WAKE_CHANNEL, &self.fleet()])
+                .await
+                .map_err(&failed)?;
+        }
+        tx.commit().await.map_err(&failed)?;
+        Ok(rescued)
     }
 
     async fn run_row(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
@@ -517,8 +695,16 @@ impl FleetQueue for PgStore {
         Box::pin(self.append(None, events))
     }
 
-    fn rescue_expired(&self) -> StoreFuture<'_, Vec<String>> {
+    fn set_attempt<'a>(&'a self, lease: &'a Lease, attempt: u32) -> StoreFuture<'a, ()> {
+        Box::pin(self.attempting(lease, attempt))
+    }
+
+    fn rescue_expired(&self) -> StoreFuture<'_, Vec<Rescued>> {
         Box::pin(self.expired())
+    }
+
+    fn stop_requests(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.stops.subscribe()
     }
 
     fn run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<RunRow>> {

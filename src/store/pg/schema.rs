@@ -100,6 +100,20 @@ const MIGRATIONS: &[Migration] = &[
         ALTER TABLE npc_workers ADD COLUMN stopped_at_ms bigint;
     "#,
     },
+    Migration {
+        // The fleet's policies: the attempt a run is at and the attempts
+        // its trigger allows (`retries` + 1, written at enqueue), so a
+        // rescuer queues a lost run again without a manifest; the run that
+        // replaced a running one (overlap `replace`); and an index for the
+        // claim's "one running run per trigger and key".
+        version: 3,
+        sql: r#"
+        ALTER TABLE npc_runs ADD COLUMN attempt integer NOT NULL DEFAULT 1;
+        ALTER TABLE npc_runs ADD COLUMN attempts integer NOT NULL DEFAULT 1;
+        ALTER TABLE npc_runs ADD COLUMN replaced_by text;
+        CREATE INDEX npc_runs_by_key ON npc_runs (fleet, trigger, concurrency_key, state, seq);
+    "#,
+    },
 ];
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS npc_schema_migrations (
