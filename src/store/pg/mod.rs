@@ -258,12 +258,7 @@ async fn listen(config: tokio_postgres::Config, heard: Heard) {
     loop {
         if let Ok((client, mut connection)) = config.connect(NoTls).await {
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-            let listening = async {
-                client
-                    .batch_execute(&statement)
-                    .await
-                    .is_ok()
-            };
+            let listening = async { client.batch_execute(&statement).await.is_ok() };
             // The connection must be polled for the LISTEN to complete.
             let mut subscribed = std::pin::pin!(listening);
             let ok = loop {
