@@ -65,6 +65,7 @@ fn new_run(id: String) -> NewRun {
         claimed_by: None,
         replay_until_ms: None,
         concurrency_key: None,
+        code: None,
     }
 }
 

@@ -80,6 +80,7 @@ impl ApiBackend for Fake {
                     claimed_by: None,
                     replay_until_ms: None,
                     concurrency_key: None,
+                    code: None,
                 })
                 .await
                 .unwrap();

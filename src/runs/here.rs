@@ -63,6 +63,7 @@ impl Here {
                 claimed_by: Some(this_process().unwrap_or_default()),
                 replay_until_ms: None,
                 concurrency_key: None,
+                code: None,
             })
             .await?;
         let result =

@@ -76,6 +76,20 @@ pub struct NewRun {
     /// (`skip_if_active` looks at them alone, and each key has its own
     /// head of the queue).
     pub concurrency_key: Option<String>,
+    /// The code the run starts from, when a fleet's ingress queued it.
+    pub code: Option<RunCode>,
+}
+
+/// Where a fleet's run takes its code from, as its ingress recorded it:
+/// the repository's remote URL (credentials stripped) and the commit its
+/// worktree starts from (none for a run in place, or a ref the ingress
+/// could not resolve). Data other machines wrote: a worker checks both
+/// before any git command sees them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunCode {
+    pub remote: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
 }
 
 /// Replay keys kept per queue; the soonest to expire go first past it.
@@ -122,13 +136,16 @@ pub struct RunRow {
     /// The run's worktree while it is kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<String>,
+    /// The code it starts from (a fleet's run; see [`RunCode`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<RunCode>,
 }
 
 /// The columns [`run_from_row`] reads, in its order, as a literal.
 macro_rules! run_columns {
     () => {
         "seq, id, trigger, origin, dedupe_key, payload, state, enqueued_at_ms, started_at_ms, \
-         finished_at_ms, detail, owner, concurrency_key, result, worktree"
+         finished_at_ms, detail, owner, concurrency_key, result, worktree, remote, start_commit"
     };
 }
 
@@ -159,9 +176,18 @@ pub(super) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RawRun> {
                 .get::<_, Option<String>>(13)?
                 .and_then(|text| serde_json::from_str(&text).ok()),
             worktree: row.get(14)?,
+            code: RunCode::of(row.get(15)?, row.get(16)?),
         },
         row.get(5)?,
     ))
+}
+
+impl RunCode {
+    /// The code of a row's `remote` and `start_commit` columns (none
+    /// without a remote).
+    pub fn of(remote: Option<String>, commit: Option<String>) -> Option<Self> {
+        remote.map(|remote| Self { remote, commit })
+    }
 }
 
 pub(super) fn decode(rows: Vec<RawRun>) -> Result<Vec<RunRow>, StoreError> {
@@ -237,8 +263,9 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
     };
     conn.prepare_cached(
         "INSERT INTO runs (id, trigger, origin, dedupe_key, payload, state,
-         enqueued_at_ms, started_at_ms, finished_at_ms, owner, replay_until_ms, concurrency_key)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+         enqueued_at_ms, started_at_ms, finished_at_ms, owner, replay_until_ms, concurrency_key,
+         remote, start_commit)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     )
     .and_then(|mut s| {
         s.execute((
@@ -254,6 +281,8 @@ fn enqueue(conn: &Connection, run: &NewRun) -> Result<Enqueued, StoreError> {
             &run.claimed_by,
             run.replay_until_ms,
             &run.concurrency_key,
+            run.code.as_ref().map(|c| &c.remote),
+            run.code.as_ref().and_then(|c| c.commit.as_ref()),
         ))
     })
     .map_err(&failed)?;
@@ -544,6 +573,7 @@ mod tests {
             claimed_by: None,
             replay_until_ms: None,
             concurrency_key: None,
+            code: None,
         }
     }
 

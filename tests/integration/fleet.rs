@@ -40,6 +40,7 @@ fn run(id: &str) -> NewRun {
         claimed_by: None,
         replay_until_ms: None,
         concurrency_key: None,
+        code: None,
     }
 }
 

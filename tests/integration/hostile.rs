@@ -3437,6 +3437,7 @@ fn s9_a_queued_acp_run_with_a_forged_extra_in_the_repositorys_store_never_runs()
             claimed_by: None,
             replay_until_ms: None,
             concurrency_key: None,
+            code: None,
         })
         .wait()
         .unwrap();

@@ -17,7 +17,7 @@ use super::{EVENTS_CHANNEL, PgStore, WAKE_CHANNEL, pg_error};
 use crate::store::fleet::{
     Claimed, FleetQueue, LEASE_EXPIRED_DETAIL, Lease, StoreFuture, lease_ms,
 };
-use crate::store::queue::{Enqueued, MAX_RUNS_PER_READ, NewRun, RunRow, state};
+use crate::store::queue::{Enqueued, MAX_RUNS_PER_READ, NewRun, RunCode, RunRow, state};
 use crate::store::{Event, MAX_EVENTS_PER_READ, NewEvent, StoreError, json_error};
 
 /// The advisory lock class of a queue's enqueues (key: its trigger).
@@ -27,7 +27,7 @@ const EVENTS_LOCK_CLASS: i32 = 0x6e70_6576;
 
 const RUN_COLUMNS: &str = "seq, id, trigger, origin, dedupe_key, payload, state, \
      enqueued_at_ms, started_at_ms, finished_at_ms, detail, owner, concurrency_key, result, \
-     worktree, lease_token, lease_expires_at_ms";
+     worktree, remote, start_commit, lease_token, lease_expires_at_ms";
 
 fn run_of(row: &Row) -> Result<RunRow, StoreError> {
     let payload: String = row.get("payload");
@@ -49,6 +49,7 @@ fn run_of(row: &Row) -> Result<RunRow, StoreError> {
             .get::<_, Option<String>>("result")
             .and_then(|text| serde_json::from_str(&text).ok()),
         worktree: row.get("worktree"),
+        code: RunCode::of(row.get("remote"), row.get("start_commit")),
     })
 }
 
@@ -189,10 +190,10 @@ impl PgStore {
             tx.execute(
                 "INSERT INTO npc_runs (fleet, id, trigger, origin, dedupe_key, payload, state,
                  enqueued_at_ms, started_at_ms, finished_at_ms, owner, replay_until_ms,
-                 concurrency_key)
+                 concurrency_key, remote, start_commit)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, npc_now_ms(),
                          CASE WHEN $8 THEN npc_now_ms() END, CASE WHEN $9 THEN npc_now_ms() END,
-                         $10, $11, $12)",
+                         $10, $11, $12, $13, $14)",
                 &[
                     &fleet,
                     &run.id,
@@ -206,6 +207,8 @@ impl PgStore {
                     &run.claimed_by,
                     &run.replay_until_ms,
                     &run.concurrency_key,
+                    &run.code.as_ref().map(|c| c.remote.as_str()),
+                    &run.code.as_ref().and_then(|c| c.commit.as_deref()),
                 ],
             )
             .await

@@ -100,6 +100,16 @@ const MIGRATIONS: &[Migration] = &[
         ALTER TABLE npc_workers ADD COLUMN stopped_at_ms bigint;
     "#,
     },
+    Migration {
+        // The code a run starts from (`store::queue::RunCode`): the
+        // repository's remote URL (credentials stripped) and the commit the
+        // ingress resolved when it queued the run.
+        version: 3,
+        sql: r#"
+        ALTER TABLE npc_runs ADD COLUMN remote text;
+        ALTER TABLE npc_runs ADD COLUMN start_commit text;
+    "#,
+    },
 ];
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS npc_schema_migrations (
