@@ -778,7 +778,7 @@ fn ingress_repo() -> tempfile::TempDir {
 }
 
 /// A daemon on `repo` whose store URL is `url`.
-fn ingress_daemon(repo: &std::path::Path, url: &str) -> crate::support::Daemon {
+pub(crate) fn ingress_daemon(repo: &std::path::Path, url: &str) -> crate::support::Daemon {
     crate::support::Daemon::start_in_with(
         repo,
         crate::support::DaemonSetup {
