@@ -17,19 +17,17 @@ fn code(remote: &str, commit: Option<&str>) -> RunCode {
 
 #[test]
 fn a_row_of_another_remote_or_with_a_commit_that_is_no_object_id_is_refused() {
-    let ours = Some("https://git.example/repo");
+    const OURS: &str = "https://git.example/repo";
+    let ours = Some(OURS);
     assert_eq!(check_code(None, ours), Ok(()));
-    assert_eq!(
-        check_code(Some(&code(ours.unwrap(), Some(SHA1))), ours),
-        Ok(())
-    );
-    assert_eq!(check_code(Some(&code(ours.unwrap(), None)), ours), Ok(()));
+    assert_eq!(check_code(Some(&code(OURS, Some(SHA1))), ours), Ok(()));
+    assert_eq!(check_code(Some(&code(OURS, None)), ours), Ok(()));
     assert!(matches!(
         check_code(Some(&code("https://evil.example/x", Some(SHA1))), ours),
         Err(MirrorError::OtherRemote { .. })
     ));
     assert!(matches!(
-        check_code(Some(&code(ours.unwrap(), Some(SHA1))), None),
+        check_code(Some(&code(OURS, Some(SHA1))), None),
         Err(MirrorError::NoMirror(_))
     ));
     for bad in [
@@ -43,17 +41,14 @@ fn a_row_of_another_remote_or_with_a_commit_that_is_no_object_id_is_refused() {
     ] {
         assert!(
             matches!(
-                check_code(Some(&code(ours.unwrap(), Some(bad))), ours),
+                check_code(Some(&code(OURS, Some(bad))), ours),
                 Err(MirrorError::BadCommit(_))
             ),
             "{bad:?}"
         );
     }
     let sha256 = "a".repeat(64);
-    assert_eq!(
-        check_code(Some(&code(ours.unwrap(), Some(&sha256))), ours),
-        Ok(())
-    );
+    assert_eq!(check_code(Some(&code(OURS, Some(&sha256))), ours), Ok(()));
 }
 
 fn supervisor() -> Supervisor {
