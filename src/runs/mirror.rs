@@ -40,6 +40,8 @@ pub const MIRROR_WAIT: Duration = Duration::from_secs(2 * workspace::GIT_TIMEOUT
 /// How often a run waiting for another process's turn on the mirror looks
 /// again.
 pub const LOCK_POLL: Duration = Duration::from_millis(50);
+/// Most characters of a row's text an error quotes.
+pub const MAX_QUOTED_CHARS: usize = 200;
 /// What a fetch brings: origin's branches (as remote-tracking refs, apart
 /// from the runs' own branches in `refs/heads`) and its tags.
 pub const FETCH_REFSPECS: [&str; 2] = [
@@ -82,12 +84,6 @@ pub fn check_code(code: Option<&RunCode>, ours: Option<&str>) -> Result<(), Mirr
     let Some(code) = code else {
         return Ok(());
     };
-    let shown = |text: &str| {
-        crate::stdx::term::printable(text)
-            .chars()
-            .take(200)
-            .collect()
-    };
     match ours {
         Some(ours) if ours == code.remote => {}
         Some(ours) => {
@@ -96,7 +92,7 @@ pub fn check_code(code: Option<&RunCode>, ours: Option<&str>) -> Result<(), Mirr
                 ours: shown(ours),
             });
         }
-        None => return Err(MirrorError::NoMirror(shown(&code.remote))),
+        None => return Err(no_mirror(&code.remote)),
     }
     match &code.commit {
         Some(commit) if !workspace::is_object_id(commit) => {
@@ -104,6 +100,20 @@ pub fn check_code(code: Option<&RunCode>, ours: Option<&str>) -> Result<(), Mirr
         }
         _ => Ok(()),
     }
+}
+
+/// A run of `remote` met a process that keeps no mirror of it.
+pub fn no_mirror(remote: &str) -> MirrorError {
+    MirrorError::NoMirror(shown(remote))
+}
+
+/// Text of a row as an error quotes it: printable, at most
+/// [`MAX_QUOTED_CHARS`] characters.
+fn shown(text: &str) -> String {
+    crate::stdx::term::printable(text)
+        .chars()
+        .take(MAX_QUOTED_CHARS)
+        .collect()
 }
 
 /// A worker's mirror (see the module docs).
@@ -165,7 +175,7 @@ impl Mirror {
         check_code(Some(code), Some(self.remote()))?;
         code.commit
             .as_deref()
-            .ok_or_else(|| MirrorError::NoCommit(base_ref.to_string()))
+            .ok_or_else(|| MirrorError::NoCommit(shown(base_ref)))
     }
 
     /// Wait for this run's turn (at most [`MIRROR_WAIT`]), make the mirror
@@ -174,12 +184,7 @@ impl Mirror {
     /// are forgotten first.
     pub async fn hold(&self, commit: &str) -> Result<Turn<'_>, MirrorError> {
         if !workspace::is_object_id(commit) {
-            return Err(MirrorError::BadCommit(
-                crate::stdx::term::printable(commit)
-                    .chars()
-                    .take(80)
-                    .collect(),
-            ));
+            return Err(MirrorError::BadCommit(shown(commit)));
         }
         let deadline = tokio::time::Instant::now() + MIRROR_WAIT;
         let mut made = tokio::time::timeout_at(deadline, self.turn.lock())

@@ -246,7 +246,9 @@ impl RunQueue {
                     return Box::pin(std::future::ready(Err(Refused::Unreachable(why))));
                 }
                 Shared::Joined { queue, remote, .. } => {
-                    let code = remote.clone().map(|remote| self.code_of(&new_run, remote));
+                    let code = remote
+                        .clone()
+                        .map(|remote| self.code_of(&new_run, &run.payload, remote));
                     return Box::pin(submit_shared(queue.clone(), new_run, run, code));
                 }
             }
@@ -286,12 +288,12 @@ impl RunQueue {
     fn code_of(
         &self,
         run: &NewRun,
+        payload: &serde_json::Value,
         remote: String,
     ) -> impl Future<Output = RunCode> + Send + 'static {
-        let payload = serde_json::from_str(&run.payload).unwrap_or_default();
         let resolving = self
             .executor
-            .start_ref(&run.id, &run.trigger, &run.origin, &payload)
+            .start_ref(&run.id, &run.trigger, &run.origin, payload)
             .map(|base_ref| base_ref.map(|r| self.executor.resolve_start(r)));
         let id = run.id.clone();
         async move {

@@ -438,21 +438,8 @@ impl Worktree {
         branch: &str,
         failed: WorkspaceError,
     ) -> WorkspaceError {
-        let verify = |name: String| async move {
-            git(
-                supervisor,
-                repo,
-                &[
-                    "rev-parse",
-                    "--verify",
-                    "--quiet",
-                    "--end-of-options",
-                    &name,
-                ],
-            )
-            .await
-            .is_ok()
-        };
+        let verify =
+            |name: String| async move { verified(supervisor, repo, &name).await.is_some() };
         if !verify(format!("{base_ref}^{{commit}}")).await {
             return WorkspaceError::NoSuchRef(base_ref.to_string());
         }
@@ -611,22 +598,17 @@ pub async fn resolve_commit(
         return Ok(lower);
     }
     check_ref_name("ref", base_ref)?;
-    let commit = format!("{base_ref}^{{commit}}");
-    git(
-        supervisor,
-        repo,
-        &[
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            "--end-of-options",
-            &commit,
-        ],
-    )
-    .await
-    .ok()
-    .filter(|id| is_object_id(id))
-    .ok_or_else(|| WorkspaceError::NoSuchRef(base_ref.to_string()))
+    verified(supervisor, repo, &format!("{base_ref}^{{commit}}"))
+        .await
+        .filter(|id| is_object_id(id))
+        .ok_or_else(|| WorkspaceError::NoSuchRef(base_ref.to_string()))
+}
+
+/// The object `name` (a revision, after `--end-of-options`) names in
+/// `repo`, if any.
+async fn verified(supervisor: &Supervisor, repo: &Path, name: &str) -> Option<String> {
+    let args = ["rev-parse", "--verify", "--quiet", "--end-of-options", name];
+    git(supervisor, repo, &args).await.ok()
 }
 
 /// The patch of `result`: `git diff BASE HEAD` in `repo`, at most

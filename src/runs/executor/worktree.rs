@@ -150,9 +150,10 @@ impl Executor {
             // A run queued here, or by an older ingress: the checkout's ref.
             None => create(Start::Checkout).await,
             Some(code) => {
-                let mirror = self.mirror.get().ok_or_else(|| {
-                    crate::runs::mirror::MirrorError::NoMirror(code.remote.clone()).to_string()
-                })?;
+                let mirror = self
+                    .mirror
+                    .get()
+                    .ok_or_else(|| crate::runs::mirror::no_mirror(&code.remote).to_string())?;
                 let commit = mirror
                     .commit_of(code, &base_ref)
                     .map_err(|e| e.to_string())?;
