@@ -25,7 +25,8 @@ const PROJECT: &str = "fleet-code";
 
 /// The manifest both checkouts hold: `build` reads a file only the newest
 /// commit has and pushes its branch; `refused` pushes a branch origin's
-/// hook refuses; `here` works in place.
+/// hook refuses; `pinned` starts from the ref its payload names; `here`
+/// works in place.
 const MANIFEST: &str = r#"version = 1
 [project]
 name = "fleet-code"
@@ -49,6 +50,13 @@ push = true
 branch = "refused/{{ run.id }}"
 after = ["echo \"$NPC_RUN_PUSHED\" > \"$NPC_REPO_ROOT/pushed.txt\""]
 action = { command = "sh", args = ["-c", "echo changed > changed.txt"] }
+
+[triggers.pinned]
+kind = "cron"
+schedule = "24h"
+workspace = "worktree"
+ref = "{{ payload.sha }}"
+action = { command = "true" }
 
 [triggers.here]
 kind = "cron"
@@ -193,12 +201,14 @@ fn a_worker_behind_its_remote_runs_the_commit_its_ingress_queued_and_pushes_the_
     let rt = tokio::runtime::Runtime::new().unwrap();
     let fleet = format!("{PROJECT}@{remote}");
     let store = rt.block_on(PgStore::connect(&url, &fleet)).unwrap();
-    let fire = |trigger: &str| {
-        let answer = npc_json(&ingress, &url, &["trigger", "fire", trigger]);
+    let fire_with = |trigger: &str, payload: &str| {
+        let args = ["trigger", "fire", trigger, "--payload", payload];
+        let answer = npc_json(&ingress, &url, &args);
         let id = answer["run_id"].as_str();
         id.unwrap_or_else(|| panic!("{answer}\n{}", daemon.log()))
             .to_string()
     };
+    let fire = |trigger: &str| fire_with(trigger, "{}");
     let why = || {
         format!(
             "{}\n{}",
@@ -273,6 +283,25 @@ fn a_worker_behind_its_remote_runs_the_commit_its_ingress_queued_and_pushes_the_
     assert_eq!(
         std::fs::read_to_string(worker.join("pushed.txt")).unwrap(),
         "false\n"
+    );
+
+    // A commit id in the payload is taken as it is; a ref the ingress
+    // cannot resolve fails the run, saying so.
+    let id = fire_with("pinned", &format!("{{\"sha\":\"{first}\"}}"));
+    let row = ended(&rt, &store, &id);
+    assert_eq!(row.state, state::SUCCEEDED, "{row:?}\n{}", why());
+    let base = events_of(&rt, &store, &id)
+        .into_iter()
+        .find(|(k, _)| k == "run.workspace")
+        .map(|(_, p)| p["base"].clone());
+    assert_eq!(base, Some(Value::from(first.as_str())));
+    let id = fire_with("pinned", "{\"sha\":\"no-such-branch\"}");
+    let row = ended(&rt, &store, &id);
+    assert_eq!(row.state, state::FAILED, "{row:?}");
+    let detail = row.detail.unwrap_or_default();
+    assert!(
+        detail.contains("could not resolve `ref` `no-such-branch`"),
+        "{detail}"
     );
 
     // In place: the worker's own checkout.
