@@ -70,18 +70,7 @@ const PRE_RECEIVE: &str = "#!/bin/sh\nwhile read old new ref; do\n  case \"$ref\
 
 /// `git ARGS` in `dir`, which must succeed; its standard output, trimmed.
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=test", "-c", "user.email=test@example.com"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+    crate::worktrees::git(dir, args).trim().to_string()
 }
 
 /// Whether `git ARGS` in `dir` succeeds.

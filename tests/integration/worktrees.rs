@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::support::{Daemon, npc, repo_root, wait_for};
 
 /// `git ARGS` in `dir`, which must succeed; its standard output.
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(["-c", "user.name=test", "-c", "user.email=test@example.com"])
         .args(args)
