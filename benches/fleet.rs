@@ -70,6 +70,7 @@ fn new_run(id: String) -> NewRun {
         attempt: 1,
         attempts: 1,
         replace_active: false,
+        code: None,
     }
 }
 

@@ -83,6 +83,7 @@ impl ApiBackend for Fake {
                     attempt: 1,
                     attempts: 1,
                     replace_active: false,
+                    code: None,
                 })
                 .await
                 .unwrap();

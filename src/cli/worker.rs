@@ -144,7 +144,15 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Exit> {
             state_dir: paths.state_dir.clone(),
             supervisor,
         };
+        let mirror =
+            crate::runs::mirror::Mirror::of(cx.supervisor.clone(), &paths.root, &paths.state_dir)
+                .await
+                .map(Arc::new);
+        let remote = mirror.as_ref().map(|m| m.remote().to_string());
         let runs = crate::runs::Runs::new(cx, local.clone(), bus);
+        if let Some(mirror) = mirror {
+            runs.set_mirror(mirror);
+        }
         runs.set_manifest(&manifest);
         for (name, trigger) in &manifest.triggers {
             runs.set_trigger(name, trigger);
@@ -162,6 +170,7 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Exit> {
                     args.lease_secs.unwrap_or(manifest.store.lease_timeout_secs),
                 ),
                 max_concurrent: manifest.runs.max_concurrent,
+                remote,
             },
         );
         let stop = CancellationToken::new();

@@ -338,6 +338,11 @@ pub struct RawProfile {
     /// committed, with `NPC_RUN_BRANCH`, `NPC_RUN_STATUS` and `NPC_RUN_HEAD`.
     #[serde(default)]
     pub after: Vec<Spanned<String>>,
+    /// worktree: push the run's branch to the repository's `origin` once
+    /// the run succeeded with changes (before `after`); a failed push is
+    /// recorded (`run.push_failed`, the result's `push`), the run's outcome
+    /// kept. Default `false`.
+    pub push: Option<bool>,
 }
 
 /// `[prompts.NAME]`: a minijinja template, inline or from a file.
@@ -489,6 +494,11 @@ pub struct RawTrigger {
     /// committed, with `NPC_RUN_BRANCH`, `NPC_RUN_STATUS` and `NPC_RUN_HEAD`.
     #[serde(default)]
     pub after: Vec<Spanned<String>>,
+    /// worktree: push the run's branch to the repository's `origin` once
+    /// the run succeeded with changes (before `after`); a failed push is
+    /// recorded (`run.push_failed`, the result's `push`), the run's outcome
+    /// kept. Default `false`.
+    pub push: Option<bool>,
     /// A template naming what the overlap policy applies to (such as
     /// `{{ trigger.body.pull_request.number }}`): runs with different keys
     /// run side by side, runs with the same key queue, skip or replace.

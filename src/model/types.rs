@@ -730,6 +730,8 @@ pub struct WorkspaceSpec {
     pub setup: Vec<String>,
     pub copy: Vec<String>,
     pub after: Vec<String>,
+    /// Push the run's branch to `origin` once it succeeded with changes.
+    pub push: Option<bool>,
 }
 
 impl WorkspaceSpec {
@@ -744,6 +746,7 @@ impl WorkspaceSpec {
             setup: list(&self.setup, &below.setup),
             copy: list(&self.copy, &below.copy),
             after: list(&self.after, &below.after),
+            push: self.push.or(below.push),
         }
     }
 }

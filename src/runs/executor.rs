@@ -90,6 +90,9 @@ pub struct Executor {
     ended: Notify,
     inner: Mutex<Inner>,
     stop: CancellationToken,
+    /// A fleet worker's mirror, which the worktrees of its fleet's runs
+    /// come from (`runs::mirror`).
+    mirror: std::sync::OnceLock<Arc<super::mirror::Mirror>>,
 }
 
 impl Executor {
@@ -107,6 +110,7 @@ impl Executor {
             ended: Notify::new(),
             inner: Mutex::new(Inner::default()),
             stop: CancellationToken::new(),
+            mirror: std::sync::OnceLock::new(),
         })
     }
 
@@ -163,6 +167,12 @@ impl Executor {
                 }
             }
         });
+    }
+
+    /// The worktrees of runs that name their code (a fleet's runs) come
+    /// from `mirror` from now on (once; a later mirror is ignored).
+    pub fn set_mirror(&self, mirror: Arc<super::mirror::Mirror>) {
+        let _ = self.mirror.set(mirror);
     }
 
     /// The applied manifest (profile actions render from it); the first
@@ -278,11 +288,7 @@ impl Executor {
                         // (each is its queue's head once the one before
                         // started, so they never wait behind each other).
                         match manual_request(&row) {
-                            Some((request, _)) => Decision::Start(Action::RunProfile {
-                                profile: request.profile,
-                                prompt: None,
-                                vars: Default::default(),
-                            }),
+                            Some((request, _)) => Decision::Start(manual_action(request)),
                             None => Decision::Unreadable,
                         }
                     } else {
@@ -415,19 +421,21 @@ impl Executor {
             // The run's workspace first: a worktree (with its setup) or
             // the checkout itself.
             let opened = match &manifest {
-                Some(m) => match this.workspace_of(&row, &action, m) {
-                    (WorkspaceMode::Worktree, spec) => {
-                        match this.open_worktree(&row, spec, m, port, timeout).await {
-                            Ok(opened) => Some(opened),
-                            Err(error) => {
-                                this.record(&row.id, "run.finished", json!({ "run_id": row.id, "trigger": row.trigger, "outcome": "failed", "error": error })).await;
-                                this.end(&row, (state::FAILED, Some(error))).await;
-                                return;
+                Some(m) => {
+                    match this.workspace_of(&row.trigger, &row.origin, &row.payload, &action, m) {
+                        (WorkspaceMode::Worktree, spec) => {
+                            match this.open_worktree(&row, spec, m, port, timeout).await {
+                                Ok(opened) => Some(opened),
+                                Err(error) => {
+                                    this.record(&row.id, "run.finished", json!({ "run_id": row.id, "trigger": row.trigger, "outcome": "failed", "error": error })).await;
+                                    this.end(&row, (state::FAILED, Some(error))).await;
+                                    return;
+                                }
                             }
                         }
+                        (WorkspaceMode::InPlace, _) => None,
                     }
-                    (WorkspaceMode::InPlace, _) => None,
-                },
+                }
                 None => None,
             };
             let conclusion = match (&opened, &manifest) {
@@ -777,15 +785,30 @@ pub enum CancelError {
 /// again, the row is read back from a file in the repository). `None` for
 /// a row whose request does not parse or pass [`LocalRun::check`].
 fn manual_request(row: &RunRow) -> Option<(ManualRun, Option<Box<LocalRun>>)> {
-    if Origin::parse(&row.origin).is_some_and(Origin::is_local) {
-        let local = serde_json::from_value::<LocalRun>(row.payload.clone())
+    manual_request_of(&row.origin, &row.payload)
+}
+
+/// [`manual_request`] of a run of `origin` with `payload`.
+fn manual_request_of(origin: &str, payload: &Value) -> Option<(ManualRun, Option<Box<LocalRun>>)> {
+    if Origin::parse(origin).is_some_and(Origin::is_local) {
+        let local = serde_json::from_value::<LocalRun>(payload.clone())
             .ok()
             .filter(|a| a.check().is_ok())?;
         return Some((local.run.clone(), Some(Box::new(local))));
     }
-    serde_json::from_value(row.payload.clone())
+    serde_json::from_value(payload.clone())
         .ok()
         .map(|run| (run, None))
+}
+
+/// The action of a run started by hand: its profile, with the prompt the
+/// run itself names.
+fn manual_action(request: ManualRun) -> Action {
+    Action::RunProfile {
+        profile: request.profile,
+        prompt: None,
+        vars: Default::default(),
+    }
 }
 
 /// The prompt of a run started by hand: text as written, a template with

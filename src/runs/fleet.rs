@@ -17,10 +17,17 @@
 //! `interrupted`; never is it run twice at once. A run a newer firing
 //! replaced (overlap `replace`) is stopped by its worker as soon as the
 //! store says so, and ends `cancelled` naming the run that replaced it.
+//!
+//! A claimed row is data other machines wrote: a run naming another remote
+//! than the worker's fleet remote, or a commit that is not a full object
+//! id, fails before anything of it runs ([`super::mirror::check_code`]);
+//! the worktree of one that names its commit comes from the worker's
+//! mirror ([`super::mirror`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
@@ -55,16 +62,65 @@ pub async fn fleet_name(
     root: &std::path::Path,
     project: Option<&str>,
 ) -> String {
-    let remote = super::workspace::git(supervisor, root, &["remote", "get-url", "origin"])
+    let remote = origin_of(supervisor, root)
         .await
-        .map(|r| without_credentials(&r))
-        .unwrap_or_else(|_| root.display().to_string());
+        .map(|r| r.shown)
+        .unwrap_or_else(|| root.display().to_string());
     let project = project.map(str::to_string).unwrap_or_else(|| {
         root.file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     });
     format!("{project}@{remote}")
+}
+
+/// A repository's `origin` remote.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Remote {
+    /// Its URL as git reads it: it may hold credentials, so it is never
+    /// logged, recorded or shown.
+    pub url: String,
+    /// Its URL without credentials: the fleet's name for it, what a run
+    /// row records.
+    pub shown: String,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote")
+            .field("shown", &self.shown)
+            .finish()
+    }
+}
+
+impl Remote {
+    /// `text` (a git error's words) with the URL shown without credentials.
+    pub fn scrub(&self, text: &str) -> String {
+        if self.url == self.shown {
+            text.to_string()
+        } else {
+            text.replace(&self.url, &self.shown)
+        }
+    }
+}
+
+/// The `origin` remote of the repository at `root`, if it has one.
+pub async fn origin_of(
+    supervisor: &crate::supervisor::Supervisor,
+    root: &std::path::Path,
+) -> Option<Remote> {
+    let url = super::workspace::git(
+        supervisor,
+        root,
+        &["remote", "get-url", super::workspace::ORIGIN],
+    )
+    .await
+    .ok()
+    .filter(|u| !u.is_empty())?;
+    Some(Remote {
+        shown: without_credentials(&url),
+        url,
+    })
 }
 
 /// `URL` without its user and password (a remote may carry a token).
@@ -89,6 +145,9 @@ pub struct WorkerSettings {
     pub lease: Duration,
     /// Runs carried out at once (`[runs] max_concurrent`).
     pub max_concurrent: usize,
+    /// The fleet's remote: the checkout's `origin` without credentials
+    /// (none without one). A run naming another is refused.
+    pub remote: Option<String>,
 }
 
 /// One worker of a fleet.
@@ -264,6 +323,22 @@ impl Worker {
     async fn carry(&self, claimed: Claimed, asked: tokio::time::Instant) {
         let Claimed { run, mut lease } = claimed;
         let id = run.id.clone();
+        if let Err(refused) =
+            super::mirror::check_code(run.code.as_ref(), self.settings.remote.as_deref())
+        {
+            let error = refused.to_string();
+            tracing::warn!("run `{id}`: {error}");
+            let finished = NewEvent::new(
+                "run.finished",
+                json!({ "run_id": id, "trigger": run.trigger, "outcome": state::FAILED, "error": error }),
+            )
+            .for_component(super::component(&id));
+            if let Err(e) = self.fleet.append_fenced(&lease, vec![finished]).await {
+                tracing::warn!("cannot record the refusal of run `{id}`: {e}");
+            }
+            let _ = self.fleet.finish(&lease, state::FAILED, Some(error)).await;
+            return;
+        }
         let mut stops = Some(self.fleet.stop_requests());
         if let Err(e) = self.runs.adopt(&run).await {
             let detail = format!("the worker cannot take the run in: {e}");

@@ -66,6 +66,7 @@ impl Here {
                 attempt: 1,
                 attempts: 1,
                 replace_active: false,
+                code: None,
             })
             .await?;
         let result =

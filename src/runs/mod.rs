@@ -31,6 +31,7 @@ pub mod executor;
 pub mod fleet;
 pub mod follow;
 pub mod here;
+pub mod mirror;
 pub mod queue;
 pub mod service;
 pub mod view;

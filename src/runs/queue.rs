@@ -4,7 +4,9 @@
 //! `run.queued` or `run.skipped` under the run's component and wakes the
 //! executor. Submission order is commit order (the store's writer is one
 //! queue), and submissions never wait for each other: concurrent webhooks
-//! share group commits.
+//! share group commits. A fleet's run goes to the shared store instead,
+//! with the code it starts from ([`RunCode`]: the repository's remote and
+//! the commit its worktree's `ref` names here when it is queued).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,7 +21,7 @@ use super::Origin;
 use crate::bus::EventBus;
 use crate::model::Overlap;
 use crate::store::fleet::FleetQueue;
-use crate::store::queue::{Enqueued, NewRun};
+use crate::store::queue::{Enqueued, NewRun, RunCode};
 use crate::store::{NewEvent, Store};
 
 /// Runs of one trigger that may wait in the queue; a firing past it is
@@ -61,6 +63,9 @@ enum Shared {
     Joined {
         fleet: String,
         queue: Arc<dyn FleetQueue>,
+        /// The repository's remote without credentials (none without an
+        /// `origin`), recorded on every run.
+        remote: Option<String>,
     },
 }
 
@@ -111,18 +116,26 @@ pub struct RunQueue {
     bus: EventBus,
     wake: Arc<Notify>,
     shared: Arc<Mutex<Shared>>,
+    /// What tells which commit a fleet's run starts from.
+    executor: Arc<super::executor::Executor>,
 }
 
 /// A submission on its way to a store.
 type Pending = Pin<Box<dyn Future<Output = Result<Accepted, Refused>> + Send + 'static>>;
 
 impl RunQueue {
-    pub fn new(store: Arc<Store>, bus: EventBus, wake: Arc<Notify>) -> Self {
+    pub fn new(
+        store: Arc<Store>,
+        bus: EventBus,
+        wake: Arc<Notify>,
+        executor: Arc<super::executor::Executor>,
+    ) -> Self {
         Self {
             store,
             bus,
             wake,
             shared: Arc::default(),
+            executor,
         }
     }
 
@@ -142,11 +155,14 @@ impl RunQueue {
         true
     }
 
-    /// The shared store of `fleet` answered: submissions go to `queue`.
-    pub fn joined(&self, fleet: &str, queue: Arc<dyn FleetQueue>) {
+    /// The shared store of `fleet` answered: submissions go to `queue`,
+    /// each with the code it starts from at `remote` (the repository's
+    /// `origin` without credentials).
+    pub fn joined(&self, fleet: &str, queue: Arc<dyn FleetQueue>, remote: Option<String>) {
         *crate::stdx::lock(&self.shared) = Shared::Joined {
             fleet: fleet.to_string(),
             queue,
+            remote,
         };
     }
 
@@ -198,6 +214,7 @@ impl RunQueue {
                 attempt: row.attempt,
                 attempts: row.attempts,
                 replace_active: false,
+                code: row.code.clone(),
             })
             .await
             .map_err(|e| Refused::Store(e.to_string()))?;
@@ -229,6 +246,7 @@ impl RunQueue {
             attempts: run.retries.saturating_add(1),
             // The executor replaces here; in a fleet the shared queue does.
             replace_active: false,
+            code: None,
         };
         if run.origin.runs_in_fleet() {
             match &*crate::stdx::lock(&self.shared) {
@@ -239,12 +257,15 @@ impl RunQueue {
                         .unwrap_or_else(|| "this daemon is still connecting to it".to_string());
                     return Box::pin(std::future::ready(Err(Refused::Unreachable(why))));
                 }
-                Shared::Joined { queue, .. } => {
+                Shared::Joined { queue, remote, .. } => {
                     let new_run = NewRun {
                         replace_active: overlap == Overlap::Replace,
                         ..new_run
                     };
-                    return Box::pin(submit_shared(queue.clone(), new_run, run));
+                    let code = remote
+                        .clone()
+                        .map(|remote| self.code_of(&new_run, &run.payload, remote));
+                    return Box::pin(submit_shared(queue.clone(), new_run, run, code));
                 }
             }
         }
@@ -275,6 +296,40 @@ impl RunQueue {
     }
 }
 
+impl RunQueue {
+    /// The code `run` starts from at `remote`: the commit the ref its
+    /// worktree would start from names in this checkout now (none for a
+    /// run in place, or a ref that names nothing here: the worker then
+    /// fails the run and says why).
+    fn code_of(
+        &self,
+        run: &NewRun,
+        payload: &serde_json::Value,
+        remote: String,
+    ) -> impl Future<Output = RunCode> + Send + 'static {
+        let resolving = self
+            .executor
+            .start_ref(&run.id, &run.trigger, &run.origin, payload)
+            .map(|base_ref| base_ref.map(|r| self.executor.resolve_start(r)));
+        let id = run.id.clone();
+        async move {
+            let commit = match resolving {
+                None => None,
+                Some(resolving) => {
+                    let found = match resolving {
+                        Ok(resolving) => resolving.await,
+                        Err(e) => Err(e),
+                    };
+                    found
+                        .map_err(|e| tracing::warn!("run `{id}`: cannot tell its commit: {e}"))
+                        .ok()
+                }
+            };
+            RunCode { remote, commit }
+        }
+    }
+}
+
 /// `run.queued` or `run.skipped` of a submission the queue took, or
 /// `None` for a duplicate (nothing was recorded).
 fn queued_event(run_id: &str, run: &Submission, outcome: Enqueued) -> Option<NewEvent> {
@@ -297,14 +352,19 @@ fn queued_event(run_id: &str, run: &Submission, outcome: Enqueued) -> Option<New
     )
 }
 
-/// Record `new_run` in the fleet's shared store; its `run.queued` is in
-/// the shared log before the answer, so it comes before anything a worker
-/// records of the run.
+/// Record `new_run` in the fleet's shared store, with the code it starts
+/// from (`code`, resolved first); its `run.queued` is in the shared log
+/// before the answer, so it comes before anything a worker records of the
+/// run.
 async fn submit_shared(
     queue: Arc<dyn FleetQueue>,
-    new_run: NewRun,
+    mut new_run: NewRun,
     run: Submission,
+    code: Option<impl Future<Output = RunCode>>,
 ) -> Result<Accepted, Refused> {
+    if let Some(code) = code {
+        new_run.code = Some(code.await);
+    }
     let run_id = new_run.id.clone();
     match queue.enqueue(new_run).await {
         Err(e) => Err(Refused::Store(e.to_string())),

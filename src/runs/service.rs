@@ -35,7 +35,7 @@ impl Runs {
         let executor = Executor::new(store.clone(), bus.clone(), cx, wake.clone());
         executor.spawn();
         Arc::new(Self {
-            queue: RunQueue::new(store, bus, wake),
+            queue: RunQueue::new(store, bus, wake, executor.clone()),
             executor,
         })
     }
@@ -45,6 +45,12 @@ impl Runs {
     /// queued before a restart is never taken for a removed trigger's).
     pub fn set_manifest(&self, manifest: &Manifest) {
         self.executor.set_manifest(manifest);
+    }
+
+    /// A fleet worker's runs that name their code get their worktrees from
+    /// `mirror` (see [`super::mirror`]).
+    pub fn set_mirror(&self, mirror: Arc<super::mirror::Mirror>) {
+        self.executor.set_mirror(mirror);
     }
 
     /// Trigger `name` is applied with `trigger` (its overlap and action).

@@ -5,13 +5,16 @@
 //! directory is where the agent works.
 //!
 //! A worktree run: `git worktree add` of the run's base commit on a new
-//! branch under the worktrees directory ([`Worktree::create`]), files
+//! branch under the worktrees directory ([`Worktree::create`]; a fleet
+//! worker's from its mirror at the commit the run's ingress recorded,
+//! [`Start::Mirror`]), files
 //! copied in from the main checkout ([`Worktree::copy_in`]), `setup`
 //! commands ([`run_commands`]), then the action with the worktree
 //! as its directory; afterwards what the action changed is committed on the
 //! branch ([`Worktree::conclude`]: the run's id and trigger in the message,
 //! npc's author, the repository's hooks not run), with a diff stat, and the
-//! worktree is removed ([`Worktree::remove`]) or kept for inspection.
+//! worktree is removed ([`Worktree::remove`]) or kept for inspection; with
+//! `push = true` the branch goes to `origin` first ([`Worktree::push`]).
 //! Every git command runs through the supervisor, bounded in time and
 //! output. No ref or branch a payload supplies reads as an option: each is
 //! checked first ([`check_ref_name`]: no leading `-`, no `..`, `@{`,
@@ -51,6 +54,12 @@ pub const MAX_DIFF_BYTES: usize = 16 * 1024 * 1024;
 pub const MAX_COPY_BYTES: usize = 16 * 1024 * 1024;
 /// Longest ref or branch name accepted (git's own limit is the file system's).
 pub const MAX_REF_BYTES: usize = 255;
+/// The remote a run's branch is pushed to and a mirror fetches from.
+pub const ORIGIN: &str = "origin";
+/// What a git command that talks to a remote keeps of the environment
+/// besides the supervisor's essentials: how to reach an ssh agent and
+/// which ssh to run.
+pub const REMOTE_ENV: [&str; 2] = ["SSH_AUTH_SOCK", "GIT_SSH_COMMAND"];
 
 /// Why a workspace could not be made or concluded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -102,6 +111,20 @@ pub struct RunResult {
     pub files: u64,
     pub insertions: u64,
     pub deletions: u64,
+    /// What became of the branch's push (`push = true`), once tried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<Pushed>,
+}
+
+/// A run's branch pushed to `origin`, or why not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Pushed {
+    /// The remote's URL without credentials.
+    pub remote: String,
+    pub ok: bool,
+    /// Why the push failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl RunResult {
@@ -122,11 +145,25 @@ pub fn worktrees_root(repo: &Path, state_dir: &Path, runs: &crate::model::RunsSe
     }
 }
 
+/// What a worktree's branch starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start<'a> {
+    /// The ref as asked, resolved in the main checkout, which holds the
+    /// branch.
+    Checkout,
+    /// `commit` (a full object id) of `git`, another repository that holds
+    /// the branch: a fleet worker's mirror (`runs::mirror`).
+    Mirror { git: &'a Path, commit: &'a str },
+}
+
 /// A git worktree made for one run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Worktree {
     /// The main checkout.
     pub repo: PathBuf,
+    /// The repository holding its branch: the main checkout, or a fleet
+    /// worker's mirror.
+    pub git: PathBuf,
     /// The worktree's directory.
     pub dir: PathBuf,
     pub branch: String,
@@ -253,7 +290,34 @@ pub async fn git_output(
     args: &[&str],
     limit: usize,
 ) -> Result<(String, bool), WorkspaceError> {
+    git_with(supervisor, cwd, args, limit, BTreeMap::new()).await
+}
+
+/// [`git`] for a command that talks to a remote (fetch, push): it keeps
+/// [`REMOTE_ENV`] of this process's environment.
+pub async fn git_remote(
+    supervisor: &Supervisor,
+    cwd: &Path,
+    args: &[&str],
+) -> Result<String, WorkspaceError> {
+    let env = REMOTE_ENV
+        .iter()
+        .filter_map(|name| Some((name.to_string(), std::env::var(name).ok()?)))
+        .collect();
+    git_with(supervisor, cwd, args, MAX_GIT_OUTPUT_BYTES, env)
+        .await
+        .map(|(out, _)| out.trim().to_string())
+}
+
+async fn git_with(
+    supervisor: &Supervisor,
+    cwd: &Path,
+    args: &[&str],
+    limit: usize,
+    env: BTreeMap<String, String>,
+) -> Result<(String, bool), WorkspaceError> {
     let mut spec = ChildSpec::new("git", cwd);
+    spec.env = env;
     spec.args = args.iter().map(|a| a.to_string()).collect();
     // Parseable, never interactive, never paged.
     spec.env.insert("LC_ALL".into(), "C".into());
@@ -297,9 +361,10 @@ pub async fn git_output(
 static WORKTREE_ADD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 impl Worktree {
-    /// Make the worktree of run `run_id`: `base_ref` resolved to a commit,
-    /// branch `branch` (new) checked out at it in `root/run_id`. `root`
-    /// must be a real directory (no link) inside the repository.
+    /// Make the worktree of run `run_id`: `base_ref` resolved to a commit
+    /// (or the commit `start` names), branch `branch` (new) checked out at
+    /// it in `root/run_id`. `root` must be a real directory (no link)
+    /// inside the repository.
     pub async fn create(
         supervisor: &Supervisor,
         repo: &Path,
@@ -307,7 +372,12 @@ impl Worktree {
         run_id: &str,
         base_ref: &str,
         branch: &str,
+        start: Start<'_>,
     ) -> Result<Self, WorkspaceError> {
+        let (git_dir, from) = match start {
+            Start::Checkout => (repo, base_ref),
+            Start::Mirror { git, commit } => (git, commit),
+        };
         if !is_git_repository(repo) {
             return Err(WorkspaceError::NotGit(repo.to_path_buf()));
         }
@@ -325,13 +395,14 @@ impl Worktree {
             });
         }
         check_ref_name("ref", base_ref)?;
+        check_ref_name("ref", from)?;
         check_ref_name("branch name", branch)?;
         prepare_root(repo, root)?;
         let dir = root.join(run_id);
         let shown = dir.display().to_string();
         // The common case in one git command; the checks that name what
         // was wrong run only when it fails.
-        let commit = format!("{base_ref}^{{commit}}");
+        let commit = format!("{from}^{{commit}}");
         // One `worktree add` at a time: git's worktree bookkeeping is not
         // safe against itself, and of four runs started at once one could
         // fail after its branch was made ("exists already").
@@ -339,17 +410,18 @@ impl Worktree {
             let _one = WORKTREE_ADD.lock().await;
             git(
                 supervisor,
-                repo,
+                git_dir,
                 &["worktree", "add", "--quiet", "-b", branch, &shown, &commit],
             )
             .await
         };
         if let Err(failed) = added {
-            return Err(Self::why_not(supervisor, repo, base_ref, branch, failed).await);
+            return Err(Self::why_not(supervisor, git_dir, from, branch, failed).await);
         }
         let base = git(supervisor, &dir, &["rev-parse", "HEAD"]).await?;
         Ok(Self {
             repo: repo.to_path_buf(),
+            git: git_dir.to_path_buf(),
             dir,
             branch: branch.to_string(),
             base,
@@ -366,21 +438,8 @@ impl Worktree {
         branch: &str,
         failed: WorkspaceError,
     ) -> WorkspaceError {
-        let verify = |name: String| async move {
-            git(
-                supervisor,
-                repo,
-                &[
-                    "rev-parse",
-                    "--verify",
-                    "--quiet",
-                    "--end-of-options",
-                    &name,
-                ],
-            )
-            .await
-            .is_ok()
-        };
+        let verify =
+            |name: String| async move { verified(supervisor, repo, &name).await.is_some() };
         if !verify(format!("{base_ref}^{{commit}}")).await {
             return WorkspaceError::NoSuchRef(base_ref.to_string());
         }
@@ -496,13 +555,60 @@ impl Worktree {
             files,
             insertions,
             deletions,
+            push: None,
         })
     }
 
     /// Remove the worktree (its branch stays).
     pub async fn remove(&self, supervisor: &Supervisor) -> Result<(), WorkspaceError> {
-        remove_dir(supervisor, &self.repo, &self.dir).await
+        remove_dir(supervisor, &self.git, &self.dir).await
     }
+
+    /// Push the branch to `origin` of the repository holding it, under the
+    /// same name (created or fast-forwarded; never forced).
+    pub async fn push(&self, supervisor: &Supervisor) -> Result<(), WorkspaceError> {
+        check_ref_name("branch name", &self.branch)?;
+        let refspec = format!("refs/heads/{0}:refs/heads/{0}", self.branch);
+        git_remote(
+            supervisor,
+            &self.dir,
+            &["push", "--quiet", "--end-of-options", ORIGIN, &refspec],
+        )
+        .await
+        .map(drop)
+    }
+}
+
+/// Whether `id` is a full git object id: 40 (SHA-1) or 64 (SHA-256)
+/// lowercase hex digits. The only form of a commit a fleet's row may name.
+pub fn is_object_id(id: &str) -> bool {
+    matches!(id.len(), 40 | 64) && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The commit `base_ref` names in `repo`, as a full object id: a full id
+/// as it is (lowercased; the repository need not have it), anything else
+/// resolved by git.
+pub async fn resolve_commit(
+    supervisor: &Supervisor,
+    repo: &Path,
+    base_ref: &str,
+) -> Result<String, WorkspaceError> {
+    let lower = base_ref.to_ascii_lowercase();
+    if is_object_id(&lower) {
+        return Ok(lower);
+    }
+    check_ref_name("ref", base_ref)?;
+    verified(supervisor, repo, &format!("{base_ref}^{{commit}}"))
+        .await
+        .filter(|id| is_object_id(id))
+        .ok_or_else(|| WorkspaceError::NoSuchRef(base_ref.to_string()))
+}
+
+/// The object `name` (a revision, after `--end-of-options`) names in
+/// `repo`, if any.
+async fn verified(supervisor: &Supervisor, repo: &Path, name: &str) -> Option<String> {
+    let args = ["rev-parse", "--verify", "--quiet", "--end-of-options", name];
+    git(supervisor, repo, &args).await.ok()
 }
 
 /// The patch of `result`: `git diff BASE HEAD` in `repo`, at most
@@ -572,7 +678,7 @@ pub async fn prune(supervisor: &Supervisor, repo: &Path) -> Result<(), Workspace
 
 /// Make sure `root` is a real directory inside `repo`: created (private)
 /// when missing, a link anywhere on the way refused.
-fn prepare_root(repo: &Path, root: &Path) -> Result<(), WorkspaceError> {
+pub(super) fn prepare_root(repo: &Path, root: &Path) -> Result<(), WorkspaceError> {
     let bad = |reason: String| WorkspaceError::Dir {
         path: root.to_path_buf(),
         reason,

@@ -38,15 +38,22 @@ pub const SCHEDULER_LEADING_EVENT: &str = "scheduler.leading";
 pub const SCHEDULER_STANDBY_EVENT: &str = "scheduler.standby";
 
 /// Connect to the shared store of `fleet` at `url` until it answers, then
-/// hand `runs` to it; returns the store.
-pub(super) async fn join(runs: &Arc<Runs>, bus: &EventBus, url: &str, fleet: &str) -> Arc<PgStore> {
+/// hand `runs` to it (each recording `remote`, the repository's `origin`
+/// without credentials); returns the store.
+pub(super) async fn join(
+    runs: &Arc<Runs>,
+    bus: &EventBus,
+    url: &str,
+    fleet: &str,
+    remote: Option<String>,
+) -> Arc<PgStore> {
     let mut backoff = RETRY_INITIAL;
     let mut said = false;
     loop {
         match PgStore::connect(url, fleet).await {
             Ok(store) => {
                 let store = Arc::new(store);
-                runs.queue().joined(fleet, store.clone());
+                runs.queue().joined(fleet, store.clone(), remote);
                 tracing::info!("joined fleet `{}`", crate::stdx::term::printable(fleet));
                 publish(bus, STORE_CONNECTED_EVENT, json!({ "fleet": fleet })).await;
                 return store;

@@ -409,7 +409,9 @@ impl Runtime {
         tokio::spawn(async move {
             let fleet =
                 crate::runs::fleet::fleet_name(&supervisor, &root, project.as_deref()).await;
-            let store = fleet::join(&runs, &bus, &url, &fleet).await;
+            let remote = crate::runs::fleet::origin_of(&supervisor, &root).await;
+            let remote = remote.map(|r| r.shown);
+            let store = fleet::join(&runs, &bus, &url, &fleet, remote).await;
             let _ = joined.set(store.clone());
             if role.schedules() {
                 fleet::schedule(&store, &triggers, &bus, lease).await;

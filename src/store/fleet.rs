@@ -341,7 +341,8 @@ fn claim_sqlite(
         .and_then(|mut s| {
             s.query_row((now, worker, lease, MANUAL_QUEUE), |row| {
                 let raw = super::queue::run_from_row(row)?;
-                Ok((raw, row.get::<_, i64>(17)?, row.get::<_, i64>(18)?))
+                let token = row.get::<_, i64>("lease_token")?;
+                Ok((raw, token, row.get::<_, i64>("lease_expires_at_ms")?))
             })
             .optional()
         })

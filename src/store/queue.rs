@@ -96,6 +96,20 @@ pub struct NewRun {
     /// queue's running runs of the same key are marked replaced by this one
     /// (their workers stop them), and its queued ones are cancelled.
     pub replace_active: bool,
+    /// The code the run starts from, when a fleet's ingress queued it.
+    pub code: Option<RunCode>,
+}
+
+/// Where a fleet's run takes its code from, as its ingress recorded it:
+/// the repository's remote URL (credentials stripped) and the commit its
+/// worktree starts from (none for a run in place, or a ref the ingress
+/// could not resolve). Data other machines wrote: a worker checks both
+/// before any git command sees them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunCode {
+    pub remote: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
 }
 
 /// Replay keys kept per queue; the soonest to expire go first past it.
@@ -148,6 +162,9 @@ pub struct RunRow {
     /// The attempts it is allowed (see [`NewRun::attempts`]).
     #[serde(default = "first_attempt", skip_serializing_if = "is_first")]
     pub attempts: u32,
+    /// The code it starts from (a fleet's run; see [`RunCode`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<RunCode>,
 }
 
 fn first_attempt() -> u32 {
@@ -167,7 +184,8 @@ pub(super) fn attempt_of(stored: i64) -> u32 {
 macro_rules! run_columns {
     () => {
         "seq, id, trigger, origin, dedupe_key, payload, state, enqueued_at_ms, started_at_ms, \
-         finished_at_ms, detail, owner, concurrency_key, result, worktree, attempt, attempts"
+         finished_at_ms, detail, owner, concurrency_key, result, worktree, attempt, attempts, \
+         remote, start_commit"
     };
 }
 
@@ -200,9 +218,18 @@ pub(super) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RawRun> {
             worktree: row.get(14)?,
             attempt: attempt_of(row.get(15)?),
             attempts: attempt_of(row.get(16)?),
+            code: RunCode::of(row.get(17)?, row.get(18)?),
         },
         row.get(5)?,
     ))
+}
+
+impl RunCode {
+    /// The code of a row's `remote` and `start_commit` columns (none
+    /// without a remote).
+    pub fn of(remote: Option<String>, commit: Option<String>) -> Option<Self> {
+        remote.map(|remote| Self { remote, commit })
+    }
 }
 
 pub(super) fn decode(rows: Vec<RawRun>) -> Result<Vec<RunRow>, StoreError> {
@@ -341,8 +368,8 @@ pub(super) fn enqueue(
     conn.prepare_cached(
         "INSERT INTO runs (id, trigger, origin, dedupe_key, payload, state,
          enqueued_at_ms, started_at_ms, finished_at_ms, owner, replay_until_ms, concurrency_key,
-         attempt, attempts)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+         attempt, attempts, remote, start_commit)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
     )
     .and_then(|mut s| {
         s.execute((
@@ -360,6 +387,8 @@ pub(super) fn enqueue(
             &run.concurrency_key,
             run.attempt.max(1),
             run.attempts.max(1),
+            run.code.as_ref().map(|c| &c.remote),
+            run.code.as_ref().and_then(|c| c.commit.as_ref()),
         ))
     })
     .map_err(&failed)?;
@@ -664,6 +693,7 @@ mod tests {
             attempt: 1,
             attempts: 1,
             replace_active: false,
+            code: None,
         }
     }
 

@@ -224,10 +224,20 @@ const MIGRATIONS: &[Migration] = &[
         CREATE INDEX runs_by_key ON runs (trigger, concurrency_key, state, seq);
     "#,
     },
+    Migration {
+        // The code a fleet's run starts from (`store::queue::RunCode`): the
+        // remote URL its ingress recorded and the commit, kept on the row a
+        // worker adopts.
+        version: 10,
+        sql: r#"
+        ALTER TABLE runs ADD COLUMN remote TEXT;
+        ALTER TABLE runs ADD COLUMN start_commit TEXT;
+    "#,
+    },
 ];
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

@@ -47,6 +47,7 @@ fn run(id: &str) -> NewRun {
         attempt: 1,
         attempts: 1,
         replace_active: false,
+        code: None,
     }
 }
 
@@ -1007,7 +1008,7 @@ fn ingress_repo() -> tempfile::TempDir {
 }
 
 /// A daemon on `repo` whose store URL is `url`.
-fn ingress_daemon(repo: &std::path::Path, url: &str) -> crate::support::Daemon {
+pub(crate) fn ingress_daemon(repo: &std::path::Path, url: &str) -> crate::support::Daemon {
     crate::support::Daemon::start_in_with(
         repo,
         crate::support::DaemonSetup {

@@ -3440,6 +3440,7 @@ fn s9_a_queued_acp_run_with_a_forged_extra_in_the_repositorys_store_never_runs()
             attempt: 1,
             attempts: 1,
             replace_active: false,
+            code: None,
         })
         .wait()
         .unwrap();

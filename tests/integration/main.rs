@@ -10,6 +10,7 @@ mod architecture;
 mod daemon;
 mod doctor;
 mod fleet;
+mod fleet_code;
 mod fleet_view;
 mod hints;
 mod hooks;

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::support::{Daemon, npc, repo_root, wait_for};
 
 /// `git ARGS` in `dir`, which must succeed; its standard output.
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(["-c", "user.name=test", "-c", "user.email=test@example.com"])
         .args(args)
@@ -204,6 +204,128 @@ fn four_runs_at_once_land_on_four_branches_and_the_checkout_stays_clean() {
     let diff = diff.json();
     assert_eq!(diff["patch"].as_str().unwrap(), patch.as_ref());
     assert_eq!(diff["truncated"], false);
+}
+
+const PUSHING: &str = r#"version = 1
+[daemon]
+listen = "127.0.0.1:0"
+webhook_listen = "127.0.0.1:0"
+
+[triggers.ship]
+kind = "cron"
+schedule = "@yearly"
+workspace = "worktree"
+push = true
+action = { command = "sh", args = ["-c", "echo shipped > shipped.txt"] }
+
+[triggers.refused]
+kind = "cron"
+schedule = "@yearly"
+workspace = "worktree"
+push = true
+branch = "refused/{{ run.id }}"
+after = ["echo \"$NPC_RUN_PUSHED\" > \"$NPC_REPO_ROOT/.npc/pushed.txt\""]
+action = { command = "sh", args = ["-c", "echo refused > refused.txt"] }
+
+[triggers.unchanged]
+kind = "cron"
+schedule = "@yearly"
+workspace = "worktree"
+push = true
+action = { command = "true" }
+
+[triggers.broken]
+kind = "cron"
+schedule = "@yearly"
+workspace = "worktree"
+push = true
+action = { command = "sh", args = ["-c", "echo half > half.txt; exit 3"] }
+"#;
+
+#[test]
+fn push_sends_a_succeeded_runs_branch_to_origin_and_a_refused_push_keeps_the_outcome() {
+    let dir = repository(PUSHING, &[("notes.txt", "base\n")]);
+    let origin = tempfile::tempdir().unwrap();
+    git(origin.path(), &["init", "--quiet", "--bare"]);
+    let hook = origin.path().join("hooks/pre-receive");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\nwhile read o n ref; do case \"$ref\" in refs/heads/refused/*) echo no >&2; exit 1;; esac; done\n",
+    )
+    .unwrap();
+    let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(&hook, executable).unwrap();
+    let url = origin.path().display().to_string();
+    git(dir.path(), &["remote", "add", "origin", &url]);
+    let _daemon = Daemon::start_in(dir.path());
+    let ids: Vec<String> = ["ship", "refused", "unchanged", "broken"]
+        .iter()
+        .map(|t| fire(dir.path(), t, "{}"))
+        .collect();
+    ended(dir.path(), 4);
+    let in_origin = |branch: &str| {
+        Command::new("git")
+            .args([
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("refs/heads/{branch}"),
+            ])
+            .current_dir(origin.path())
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    // Pushed: the branch is in origin, the result says so.
+    let run = show(dir.path(), &ids[0]);
+    assert_eq!(run["run"]["state"], "succeeded", "{run}");
+    let result = &run["run"]["result"];
+    assert_eq!(result["push"]["ok"], true, "{result}");
+    assert_eq!(result["push"]["remote"], url.as_str());
+    let branch = format!("npc/{}", ids[0]);
+    assert_eq!(
+        git(origin.path(), &["rev-parse", &branch]).trim(),
+        result["head"].as_str().unwrap()
+    );
+    assert!(
+        run["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "run.pushed")
+    );
+    // Refused by origin: recorded, the run still succeeded, `after` knew.
+    let run = show(dir.path(), &ids[1]);
+    assert_eq!(run["run"]["state"], "succeeded", "{run}");
+    let push = &run["run"]["result"]["push"];
+    assert_eq!(push["ok"], false, "{push}");
+    assert!(
+        push["error"].as_str().unwrap().contains("git push"),
+        "{push}"
+    );
+    assert!(
+        run["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "run.push_failed")
+    );
+    assert!(!in_origin(&format!("refused/{}", ids[1])));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(".npc/pushed.txt")).unwrap(),
+        "false\n"
+    );
+    // Nothing changed, or the run failed: nothing pushed.
+    let run = show(dir.path(), &ids[2]);
+    assert_eq!(run["run"]["state"], "succeeded", "{run}");
+    assert!(run["run"]["result"]["push"].is_null(), "{run}");
+    assert!(!in_origin(&format!("npc/{}", ids[2])));
+    let run = show(dir.path(), &ids[3]);
+    assert_eq!(run["run"]["state"], "failed", "{run}");
+    assert!(!in_origin(&format!("npc/{}", ids[3])));
+    // The checkout is untouched.
+    assert_eq!(git(dir.path(), &["status", "--porcelain"]), "");
 }
 
 const FAILING: &str = r#"version = 1
@@ -444,7 +566,8 @@ fn bad_worktree_settings_are_clear_errors_and_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("npcagent.toml"),
-        "version = 1\n[triggers.t]\nkind = \"cron\"\nschedule = \"@yearly\"\nworkspace = \"worktree\"\ncopy = [\"../outside\"]\naction = { command = \"true\" }\n",
+        "version = 1\n[triggers.t]\nkind = \"cron\"\nschedule = \"@yearly\"\nworkspace = \"worktree\"\ncopy = [\"../outside\"]\naction = { command = \"true\" }\n\
+         [triggers.p]\nkind = \"cron\"\nschedule = \"@yearly\"\nworkspace = \"in_place\"\npush = true\naction = { command = \"true\" }\n",
     )
     .unwrap();
     let out = npc()
@@ -456,6 +579,10 @@ fn bad_worktree_settings_are_clear_errors_and_lose_nothing() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("needs a git repository"), "{said}");
     assert!(said.contains("`copy` path leaves the repository"), "{said}");
+    assert!(
+        said.contains("`push` needs `workspace = \"worktree\"`"),
+        "{said}"
+    );
     // A worktrees directory that is the checkout itself or git's own.
     for bad in [".", ".git/wt"] {
         std::fs::write(

@@ -216,6 +216,7 @@ impl Lower<'_> {
             setup: &p.setup,
             copy: &p.copy,
             after: &p.after,
+            push: p.push,
         });
         let mut frontmatter = BTreeMap::new();
         for (key, value) in p.frontmatter {

@@ -1,6 +1,6 @@
 //! Lowering of how runs are carried out: `[runs]`, and the workspace
 //! settings triggers and profiles share (`workspace`, `ref`, `branch`,
-//! `setup`, `copy`, `after`), with the templates among them (`ref`,
+//! `setup`, `copy`, `after`, `push`), with the templates among them (`ref`,
 //! `branch`, `concurrency_key`) and a webhook's `filter` compiled here, so a
 //! mistake is an error of `npc validate`, not of a run.
 
@@ -14,6 +14,7 @@ pub(super) struct RawWorkspace<'a> {
     pub setup: &'a [Spanned<String>],
     pub copy: &'a [Spanned<String>],
     pub after: &'a [Spanned<String>],
+    pub push: Option<bool>,
 }
 
 /// The schemes `[store] url` may use.
@@ -234,6 +235,7 @@ impl Lower<'_> {
                 ("setup", !raw.setup.is_empty()),
                 ("copy", !raw.copy.is_empty()),
                 ("after", !raw.after.is_empty()),
+                ("push", raw.push.is_some()),
             ] {
                 if present && let Some(m) = raw.mode {
                     self.error(
@@ -271,6 +273,7 @@ impl Lower<'_> {
             setup: raw.setup.iter().map(|s| s.value.clone()).collect(),
             copy: raw.copy.iter().map(|s| s.value.clone()).collect(),
             after: raw.after.iter().map(|s| s.value.clone()).collect(),
+            push: raw.push,
         }
     }
 

@@ -239,6 +239,7 @@ impl Lower<'_> {
             setup: &t.setup,
             copy: &t.copy,
             after: &t.after,
+            push: t.push,
         });
         if let Some(key) = &t.concurrency_key {
             self.line_template(key, "concurrency_key");

@@ -3,23 +3,30 @@
 //! (committed on the run's branch before `run.finished`, which carries it),
 //! the `after` commands and the cleanup (a succeeded run's worktree is
 //! removed, another's kept for `[runs] keep_failed`). The git side is
-//! [`crate::runs::workspace`].
+//! [`crate::runs::workspace`]. A fleet's run (its row names its code) gets
+//! its worktree from the worker's mirror at the commit its ingress
+//! recorded ([`crate::runs::mirror`]); with `push = true` a succeeded run's
+//! branch goes to `origin` before `after`. An ingress asks
+//! [`Executor::start_ref`] which ref a run it queues starts from.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
-use super::{Executor, Origin};
+use super::{Executor, MANUAL_QUEUE, Origin};
 use crate::model::{Action, Manifest, WorkspaceMode, WorkspaceSpec};
-use crate::runs::workspace::{self, CommandOutcome, Conclusion, Worktree};
+use crate::runs::workspace::{self, CommandOutcome, Conclusion, Pushed, Start, Worktree};
 use crate::store::queue::{RunRow, state};
 
 /// Most output of one `setup` or `after` command an event carries (its tail).
 pub const MAX_EVENT_OUTPUT_CHARS: usize = 4096;
 /// How long `after` commands may take together.
 pub const AFTER_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// Why a run's branch was not pushed from a repository without `origin`.
+pub const NO_ORIGIN: &str =
+    "the repository has no `origin` remote; add one with `git remote add origin URL`";
 
 /// A worktree run's workspace while it runs.
 #[derive(Debug, Clone)]
@@ -38,11 +45,13 @@ impl Executor {
     /// in a git repository; everything else works in place.
     pub(super) fn workspace_of(
         &self,
-        row: &RunRow,
+        queue: &str,
+        origin: &str,
+        payload: &Value,
         action: &Action,
         manifest: &Manifest,
     ) -> (WorkspaceMode, WorkspaceSpec) {
-        let trigger = self.inner().triggers.get(&row.trigger).cloned();
+        let trigger = self.inner().triggers.get(queue).cloned();
         let spec = match &trigger {
             Some(t) => manifest.trigger_workspace(t),
             None => match action {
@@ -54,13 +63,51 @@ impl Executor {
                 Action::RunCommand(_) => WorkspaceSpec::default(),
             },
         };
-        let asked = super::manual_request(row).and_then(|(run, _)| run.workspace);
-        let unattended = Origin::parse(&row.origin).is_some_and(|o| !o.is_local());
+        let asked = super::manual_request_of(origin, payload).and_then(|(run, _)| run.workspace);
+        let unattended = Origin::parse(origin).is_some_and(|o| !o.is_local());
         let git = workspace::is_git_repository(&self.cx.repo);
         let mode = asked
             .or(spec.mode)
             .unwrap_or_else(|| manifest.default_workspace(action, unattended, git));
         (mode, spec)
+    }
+
+    /// The ref run `id` (of `queue` and `origin`, with `payload`) would
+    /// start its worktree from, rendered as the run will render it; `None`
+    /// when it would work in place, or its queue or manifest is not
+    /// applied here. What a fleet's ingress resolves to the commit it
+    /// records on the run's row.
+    pub fn start_ref(
+        &self,
+        id: &str,
+        queue: &str,
+        origin: &str,
+        payload: &Value,
+    ) -> Option<Result<String, String>> {
+        let manifest = self.manifest()?;
+        let action = if queue == MANUAL_QUEUE {
+            super::manual_action(super::manual_request_of(origin, payload)?.0)
+        } else {
+            self.inner().triggers.get(queue)?.action.clone()
+        };
+        match self.workspace_of(queue, origin, payload, &action, &manifest) {
+            (WorkspaceMode::Worktree, spec) => Some(base_ref_of(&spec, payload, id)),
+            (WorkspaceMode::InPlace, _) => None,
+        }
+    }
+
+    /// The commit `base_ref` names in the repository (see
+    /// [`workspace::resolve_commit`]), resolved off this executor.
+    pub fn resolve_start(
+        &self,
+        base_ref: String,
+    ) -> impl std::future::Future<Output = Result<String, String>> + Send + 'static {
+        let (supervisor, repo) = (self.cx.supervisor.clone(), self.cx.repo.clone());
+        async move {
+            workspace::resolve_commit(&supervisor, &repo, &base_ref)
+                .await
+                .map_err(|e| e.to_string())
+        }
     }
 
     /// Where the worktrees of runs are made.
@@ -79,28 +126,45 @@ impl Executor {
         port: Option<u16>,
         timeout: Duration,
     ) -> Result<Opened, String> {
-        let ctx = workspace::line_context(&row.payload, Some(&row.id));
-        let render = |template: Option<&String>, default: &str, what: &str| {
-            let source = template.map_or(default, String::as_str);
-            crate::model::template::render_line(source, ctx.clone())
-                .map_err(|e| format!("cannot render the run's `{what}`: {e}"))
-        };
-        let base_ref = render(spec.base_ref.as_ref(), workspace::DEFAULT_REF, "ref")?;
-        let branch = render(
+        let base_ref = base_ref_of(&spec, &row.payload, &row.id)?;
+        let branch = render_line(
             spec.branch.as_ref(),
             workspace::DEFAULT_BRANCH_TEMPLATE,
             "branch",
+            &row.payload,
+            &row.id,
         )?;
         let root = self.worktrees_root(manifest);
-        let worktree = Worktree::create(
-            &self.cx.supervisor,
-            &self.cx.repo,
-            &root,
-            &row.id,
-            &base_ref,
-            &branch,
-        )
-        .await
+        let create = |start| {
+            Worktree::create(
+                &self.cx.supervisor,
+                &self.cx.repo,
+                &root,
+                &row.id,
+                &base_ref,
+                &branch,
+                start,
+            )
+        };
+        let worktree = match &row.code {
+            // A run queued here, or by an older ingress: the checkout's ref.
+            None => create(Start::Checkout).await,
+            Some(code) => {
+                let mirror = self
+                    .mirror
+                    .get()
+                    .ok_or_else(|| crate::runs::mirror::no_mirror(&code.remote).to_string())?;
+                let commit = mirror
+                    .commit_of(code, &base_ref)
+                    .map_err(|e| e.to_string())?;
+                let _turn = mirror.hold(commit).await.map_err(|e| e.to_string())?;
+                create(Start::Mirror {
+                    git: mirror.dir(),
+                    commit,
+                })
+                .await
+            }
+        }
         .map_err(|e| e.to_string())?;
         let shown = worktree.dir.display().to_string();
         if let Err(e) = self
@@ -197,7 +261,13 @@ impl Executor {
     ) {
         // None when the commit failed (`run.finished` says why) or the
         // action never started.
-        let result = conclusion.and_then(Conclusion::taken).and_then(Result::ok);
+        let mut result = conclusion.and_then(Conclusion::taken).and_then(Result::ok);
+        if opened.spec.push == Some(true)
+            && end == state::SUCCEEDED
+            && let Some(result) = result.as_mut().filter(|r| r.head != r.base)
+        {
+            result.push = Some(self.push(row, opened).await);
+        }
         if let Some(result) = &result {
             let value = serde_json::to_value(result).unwrap_or_default();
             if let Err(e) = self.store.set_run_result(&row.id, value).await {
@@ -210,6 +280,11 @@ impl Executor {
             env.insert("NPC_RUN_STATUS".into(), end.to_string());
             if let Some(r) = &result {
                 env.insert("NPC_RUN_HEAD".into(), r.head.clone());
+            }
+            if opened.spec.push == Some(true) {
+                let pushed = result.as_ref().and_then(|r| r.push.as_ref());
+                let pushed = pushed.is_some_and(|p| p.ok);
+                env.insert("NPC_RUN_PUSHED".into(), pushed.to_string());
             }
             let outcomes = workspace::run_commands(
                 &self.cx.supervisor,
@@ -243,6 +318,48 @@ impl Executor {
             )
             .await;
         }
+    }
+
+    /// Push `opened`'s branch to `origin` (a `run.pushed` or
+    /// `run.push_failed` event); the run's outcome stays what it was.
+    async fn push(&self, row: &RunRow, opened: &Opened) -> Pushed {
+        let supervisor = &self.cx.supervisor;
+        let remote = match self.mirror.get() {
+            Some(mirror) if opened.worktree.git == mirror.dir() => Some(mirror.origin().clone()),
+            _ => crate::runs::fleet::origin_of(supervisor, &opened.worktree.git).await,
+        };
+        let pushed = match remote {
+            None => Pushed {
+                remote: workspace::ORIGIN.to_string(),
+                ok: false,
+                error: Some(NO_ORIGIN.to_string()),
+            },
+            Some(remote) => {
+                let error = opened.worktree.push(supervisor).await.err();
+                Pushed {
+                    ok: error.is_none(),
+                    error: error.map(|e| remote.scrub(&e.to_string())),
+                    remote: remote.shown,
+                }
+            }
+        };
+        let kind = if pushed.ok {
+            "run.pushed"
+        } else {
+            "run.push_failed"
+        };
+        self.record(
+            &row.id,
+            kind,
+            json!({
+                "run_id": row.id,
+                "branch": opened.worktree.branch,
+                "remote": pushed.remote,
+                "error": pushed.error,
+            }),
+        )
+        .await;
+        pushed
     }
 
     async fn record_commands(&self, id: &str, kind: &str, outcomes: &[CommandOutcome]) {
@@ -283,6 +400,32 @@ impl Executor {
             Err(e) => tracing::warn!("cannot clean kept worktrees: {e}"),
         }
     }
+}
+
+/// The ref a worktree run starts from: its `ref` rendered for run `id`
+/// with `payload`, else `HEAD`.
+fn base_ref_of(spec: &WorkspaceSpec, payload: &Value, id: &str) -> Result<String, String> {
+    render_line(
+        spec.base_ref.as_ref(),
+        workspace::DEFAULT_REF,
+        "ref",
+        payload,
+        id,
+    )
+}
+
+/// One of a run's one-line templates (`template`, else `default`) rendered
+/// for run `id` with `payload`.
+fn render_line(
+    template: Option<&String>,
+    default: &str,
+    what: &str,
+    payload: &Value,
+    id: &str,
+) -> Result<String, String> {
+    let source = template.map_or(default, String::as_str);
+    crate::model::template::render_line(source, workspace::line_context(payload, Some(id)))
+        .map_err(|e| format!("cannot render the run's `{what}`: {e}"))
 }
 
 /// The last `max` characters of `text`.

@@ -60,7 +60,16 @@ async fn a_run_id_that_is_not_npcs_names_no_worktree_directory() {
         .unwrap();
     let root = dir.path().join("wt");
     for id in ["../escape", "run-../x", "/tmp/x", "run-A"] {
-        let made = Worktree::create(&supervisor, dir.path(), &root, id, "HEAD", "b").await;
+        let made = Worktree::create(
+            &supervisor,
+            dir.path(),
+            &root,
+            id,
+            "HEAD",
+            "b",
+            Start::Checkout,
+        )
+        .await;
         assert!(
             matches!(made, Err(WorkspaceError::BadName { what: "run id", .. })),
             "{id}: {made:?}"

@@ -20,8 +20,8 @@ use tokio_postgres::Row;
 use super::{EVENTS_CHANNEL, PgStore, STOP_CHANNEL, WAKE_CHANNEL, pg_error};
 use crate::store::fleet::{Claimed, FleetQueue, Lease, Rescue, Rescued, StoreFuture, lease_ms};
 use crate::store::queue::{
-    Enqueued, MANUAL_QUEUE, MAX_RUNS_PER_READ, NewRun, RunRow, attempt_of, cancelled_event,
-    replaced_detail, state,
+    Enqueued, MANUAL_QUEUE, MAX_RUNS_PER_READ, NewRun, RunCode, RunRow, attempt_of,
+    cancelled_event, replaced_detail, state,
 };
 use crate::store::{Event, MAX_EVENTS_PER_READ, NewEvent, StoreError, json_error};
 
@@ -32,7 +32,7 @@ const EVENTS_LOCK_CLASS: i32 = 0x6e70_6576;
 
 const RUN_COLUMNS: &str = "seq, id, trigger, origin, dedupe_key, payload, state, \
      enqueued_at_ms, started_at_ms, finished_at_ms, detail, owner, concurrency_key, result, \
-     worktree, lease_token, lease_expires_at_ms, attempt, attempts";
+     worktree, lease_token, lease_expires_at_ms, attempt, attempts, remote, start_commit";
 
 fn run_of(row: &Row) -> Result<RunRow, StoreError> {
     let payload: String = row.get("payload");
@@ -56,6 +56,7 @@ fn run_of(row: &Row) -> Result<RunRow, StoreError> {
         worktree: row.get("worktree"),
         attempt: attempt_of(row.get::<_, i32>("attempt").into()),
         attempts: attempt_of(row.get::<_, i32>("attempts").into()),
+        code: RunCode::of(row.get("remote"), row.get("start_commit")),
     })
 }
 
@@ -222,10 +223,10 @@ impl PgStore {
             tx.execute(
                 "INSERT INTO npc_runs (fleet, id, trigger, origin, dedupe_key, payload, state,
                  enqueued_at_ms, started_at_ms, finished_at_ms, owner, replay_until_ms,
-                 concurrency_key, attempt, attempts)
+                 concurrency_key, attempt, attempts, remote, start_commit)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, npc_now_ms(),
                          CASE WHEN $8 THEN npc_now_ms() END, CASE WHEN $9 THEN npc_now_ms() END,
-                         $10, $11, $12, $13, $14)",
+                         $10, $11, $12, $13, $14, $15, $16)",
                 &[
                     &fleet,
                     &run.id,
@@ -241,6 +242,8 @@ impl PgStore {
                     &run.concurrency_key,
                     &count_of(run.attempt),
                     &count_of(run.attempts),
+                    &run.code.as_ref().map(|c| c.remote.as_str()),
+                    &run.code.as_ref().and_then(|c| c.commit.as_deref()),
                 ],
             )
             .await

@@ -114,6 +114,16 @@ const MIGRATIONS: &[Migration] = &[
         CREATE INDEX npc_runs_by_key ON npc_runs (fleet, trigger, concurrency_key, state, seq);
     "#,
     },
+    Migration {
+        // The code a run starts from (`store::queue::RunCode`): the
+        // repository's remote URL (credentials stripped) and the commit the
+        // ingress resolved when it queued the run.
+        version: 4,
+        sql: r#"
+        ALTER TABLE npc_runs ADD COLUMN remote text;
+        ALTER TABLE npc_runs ADD COLUMN start_commit text;
+    "#,
+    },
 ];
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS npc_schema_migrations (
