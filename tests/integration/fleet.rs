@@ -27,7 +27,7 @@ const SHORT_LEASE: Duration = Duration::from_millis(1);
 /// How long a test waits for a lease to run out.
 const EXPIRY_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn run(id: &str) -> NewRun {
+pub(crate) fn run(id: &str) -> NewRun {
     NewRun {
         id: id.to_string(),
         trigger: "t".to_string(),
@@ -365,10 +365,10 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(240);
 const FAULT_LEASE_SECS: &str = "2";
 /// The lease of workers whose test is not about leases: it outlives any
 /// stall of a loaded machine (and the restart test's restart).
-const STEADY_LEASE_SECS: &str = "30";
+pub(crate) const STEADY_LEASE_SECS: &str = "30";
 
 /// A repository whose trigger `t` runs `script` (in `sh -c`).
-fn fleet_repo(script: &str) -> tempfile::TempDir {
+pub(crate) fn fleet_repo(script: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let manifest = format!(
         "version = 1\n[project]\nname = \"{FLEET_PROJECT}\"\n[store]\nurl = \"${{NPC_STORE_URL}}\"\n\
@@ -391,7 +391,7 @@ fn fleet_repo(script: &str) -> tempfile::TempDir {
     dir
 }
 
-fn fleet_key() -> String {
+pub(crate) fn fleet_key() -> String {
     format!("{FLEET_PROJECT}@{FLEET_REMOTE}")
 }
 
@@ -401,7 +401,7 @@ fn start_worker(repo: &std::path::Path, url: &str, log: &std::path::Path) -> std
 }
 
 /// [`start_worker`] with a lease of `lease_secs`.
-fn start_worker_leased(
+pub(crate) fn start_worker_leased(
     repo: &std::path::Path,
     url: &str,
     log: &std::path::Path,
@@ -419,7 +419,7 @@ fn start_worker_leased(
 }
 
 /// Every worker log in `dir`, for a failure's message.
-fn worker_logs(dir: &std::path::Path) -> String {
+pub(crate) fn worker_logs(dir: &std::path::Path) -> String {
     let mut all = String::new();
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         let text = std::fs::read_to_string(entry.path()).unwrap_or_default();

@@ -15,8 +15,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tokio_postgres::NoTls;
-
 use super::{PgStore, pg_error};
 use crate::store::StoreError;
 use crate::store::fleet::lease_ms;
@@ -59,7 +57,11 @@ impl PgStore {
     /// when another scheduler leads.
     pub async fn try_lead(&self, lease: Duration) -> Result<Option<Leadership>, StoreError> {
         let failed = pg_error("take the fleet's scheduling");
-        let (client, connection) = self.config.connect(NoTls).await.map_err(&failed)?;
+        let (client, connection) = self
+            .config
+            .connect(self.tls.connector.clone())
+            .await
+            .map_err(&failed)?;
         let connection = tokio::spawn(async move {
             // Ends when the server closes the session or the handle drops.
             let _ = connection.await;
