@@ -161,6 +161,8 @@ pub struct Runtime {
     /// The plugin notices of the last applied manifest, so each collision
     /// or dropped plugin is an event once, not on every reload.
     plugin_notices: Mutex<Vec<model::PluginNotice>>,
+    /// Cancelled when the runtime shuts down: ends the fleet's notice relay.
+    stopping: tokio_util::sync::CancellationToken,
     _lock: RepoLock,
 }
 
@@ -215,6 +217,7 @@ impl Runtime {
             api_locked: std::sync::OnceLock::new(),
             dashboard: Arc::default(),
             plugin_notices: Mutex::new(Vec::new()),
+            stopping: tokio_util::sync::CancellationToken::new(),
             _lock: lock,
         });
         tokio::spawn(forward_supervisor_events(
@@ -380,7 +383,8 @@ impl Runtime {
     /// a new URL takes a restart): until the store answers they are
     /// refused, never run here; the connection is retried with backoff
     /// while the daemon serves everything else. Cron fires only while this
-    /// daemon leads the fleet's scheduling.
+    /// daemon leads the fleet's scheduling. Once joined, its notices go to
+    /// the fleet's board too, and the fleet's come back.
     fn join_fleet(&self, manifest: &Manifest) {
         let Some(url) = manifest.store.url.as_ref().map(|u| u.expose().to_string()) else {
             return;
@@ -393,10 +397,19 @@ impl Runtime {
         let (supervisor, root) = (self.cx.supervisor.clone(), self.paths.root.clone());
         let project = manifest.project.name.clone();
         let lease = std::time::Duration::from_secs(manifest.store.lease_timeout_secs);
+        let (local, stop) = (self.panes.notices(), self.stopping.clone());
         tokio::spawn(async move {
             let fleet =
                 crate::runs::fleet::fleet_name(&supervisor, &root, project.as_deref()).await;
             let store = fleet::join(&runs, &bus, &url, &fleet).await;
+            triggers.joined(store.clone());
+            let board = store.clone() as Arc<dyn crate::store::notices::Notices>;
+            let relay = notices::FleetRelay {
+                fleet: &fleet,
+                repository: root.display().to_string(),
+                bus: bus.clone(),
+            };
+            relay.start(board, local, stop).await;
             fleet::schedule(&store, &triggers, &bus, lease).await;
         });
     }
@@ -877,6 +890,7 @@ impl Runtime {
         {
             return;
         }
+        self.stopping.cancel();
         self.emit("daemon.stopping", None, serde_json::json!({}))
             .await;
         self.panes.shutdown().await;

@@ -352,9 +352,9 @@ async fn an_unreachable_store_or_a_wrong_password_is_a_clear_error_without_the_p
 // ----- `npc worker` processes against a real PostgreSQL ------------------
 
 /// The project name the fleet tests' manifests declare.
-const FLEET_PROJECT: &str = "fleet-test";
+pub(crate) const FLEET_PROJECT: &str = "fleet-test";
 /// The remote their repositories name (never fetched).
-const FLEET_REMOTE: &str = "https://git.example.invalid/fleet.git";
+pub(crate) const FLEET_REMOTE: &str = "https://git.example.invalid/fleet.git";
 /// Runs the drain test enqueues.
 const DRAIN_RUNS: usize = 1_000;
 /// Workers that drain them.

@@ -10,6 +10,7 @@ mod architecture;
 mod daemon;
 mod doctor;
 mod fleet;
+mod fleet_sessions;
 mod fleet_tls;
 mod hints;
 mod hooks;

@@ -123,6 +123,19 @@ impl PgStore {
             .collect())
     }
 
+    /// Forget trigger `trigger`'s `key` for the fleet (it was removed).
+    pub async fn forget_trigger_value(&self, trigger: &str, key: &str) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "DELETE FROM npc_trigger_state WHERE fleet = $1 AND trigger = $2 AND key = $3",
+                &[&self.fleet(), &trigger, &key],
+            )
+            .await
+            .map_err(pg_error("forget trigger state"))?;
+        Ok(())
+    }
+
     /// Store trigger `trigger`'s `key` as `value` for the fleet.
     pub async fn set_trigger_value(
         &self,

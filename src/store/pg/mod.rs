@@ -11,7 +11,9 @@
 //! goes through [`tls`]: rustls with libpq's `sslmode` and `sslrootcert`,
 //! `verify-full` by default for any host but loopback.
 
+mod acp;
 mod leader;
+mod notices;
 mod queue;
 mod roster;
 mod schema;
@@ -28,7 +30,7 @@ pub use leader::Leadership;
 use super::StoreError;
 
 /// The schema version this build writes and reads.
-pub const PG_SCHEMA_VERSION: i64 = 2;
+pub const PG_SCHEMA_VERSION: i64 = 3;
 /// Connections one process keeps to the store.
 pub const POOL_SIZE: usize = 8;
 /// How long connecting to the server may take.
