@@ -21,7 +21,7 @@ const CLAUDE_TOOL_CALL: &str = "claude_code/2.1.197/tool_call.jsonl";
 /// The Claude session id recorded in [`CLAUDE_TOOL_CALL`].
 pub(crate) const CLAUDE_SESSION: &str = "5f0c-aa";
 
-pub(crate) fn toml_str(s: &str) -> String {
+fn toml_str(s: &str) -> String {
     Value::String(s.to_string()).to_string()
 }
 
@@ -227,6 +227,26 @@ fn events(dir: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// Have the fake agent of the repository at `dir` record its arguments;
+/// the file it writes them to.
+pub(crate) fn record_argv(dir: &Path) -> PathBuf {
+    let argv_file = dir.join("argv.json");
+    let manifest = std::fs::read_to_string(dir.join("npcagent.toml")).unwrap();
+    std::fs::write(
+        dir.join("npcagent.toml"),
+        manifest.replacen(
+            "env = {  }",
+            &format!(
+                "env = {{ FAKE_AGENT_ARGV_FILE = {} }}",
+                toml_str(&argv_file.display().to_string())
+            ),
+            1,
+        ),
+    )
+    .unwrap();
+    argv_file
+}
+
 pub(crate) fn argv(file: &Path) -> Vec<String> {
     serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap()
 }
@@ -416,22 +436,9 @@ fn sessions_survive_a_restart_list_load_resume_and_fork() {
         return;
     }
     let dir = repo(&[]);
-    let argv_file = dir.path().join("argv.json");
     let first = client(dir.path(), "dev", "prompt", &["list the files"]);
     let id = first["session_id"].as_str().unwrap();
-    let manifest = std::fs::read_to_string(dir.path().join("npcagent.toml")).unwrap();
-    std::fs::write(
-        dir.path().join("npcagent.toml"),
-        manifest.replacen(
-            "env = {  }",
-            &format!(
-                "env = {{ FAKE_AGENT_ARGV_FILE = {} }}",
-                toml_str(&argv_file.display().to_string())
-            ),
-            1,
-        ),
-    )
-    .unwrap();
+    let argv_file = record_argv(dir.path());
     // A new `npc acp` process.
     let seen = client(dir.path(), "dev", "reload", &[id]);
     let listed = seen["listed"]["sessions"].as_array().unwrap();

@@ -354,7 +354,7 @@ async fn an_unreachable_store_or_a_wrong_password_is_a_clear_error_without_the_p
 /// The project name the fleet tests' manifests declare.
 pub(crate) const FLEET_PROJECT: &str = "fleet-test";
 /// The remote their repositories name (never fetched).
-pub(crate) const FLEET_REMOTE: &str = "https://git.example.invalid/fleet.git";
+const FLEET_REMOTE: &str = "https://git.example.invalid/fleet.git";
 /// Runs the drain test enqueues.
 const DRAIN_RUNS: usize = 1_000;
 /// Workers that drain them.
@@ -376,19 +376,24 @@ pub(crate) fn fleet_repo(script: &str) -> tempfile::TempDir {
          action = {{ command = \"sh\", args = [\"-c\", {script:?}] }}\n"
     );
     std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    make_checkout(dir.path());
+    dir
+}
+
+/// Make `dir` a git checkout whose `origin` is the fleet's remote.
+pub(crate) fn make_checkout(dir: &std::path::Path) {
     for args in [
         vec!["init", "-q"],
         vec!["remote", "add", "origin", FLEET_REMOTE],
     ] {
         let ok = std::process::Command::new("git")
             .args(&args)
-            .current_dir(dir.path())
+            .current_dir(dir)
             .status()
             .unwrap()
             .success();
         assert!(ok, "git {args:?}");
     }
-    dir
 }
 
 pub(crate) fn fleet_key() -> String {
@@ -437,7 +442,7 @@ fn lines(path: &std::path::Path) -> Vec<String> {
 }
 
 /// A migrated store for the worker tests (through `npc store migrate`).
-fn worker_store(cluster: &PgCluster, repo: &std::path::Path) -> String {
+pub(crate) fn worker_store(cluster: &PgCluster, repo: &std::path::Path) -> String {
     let url = cluster.database("fleet");
     let out = crate::support::npc()
         .args(["store", "migrate"])

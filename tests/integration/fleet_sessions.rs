@@ -11,8 +11,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::acp::{CLAUDE_SESSION, argv, client_with, kinds, python_sdk, repo, toml_str};
-use crate::fleet::{FLEET_PROJECT, FLEET_REMOTE, fleet_key};
+use crate::acp::{CLAUDE_SESSION, argv, client_with, kinds, python_sdk, record_argv, repo};
+use crate::fleet::{FLEET_PROJECT, fleet_key, make_checkout, worker_store};
 use crate::pg::{PG_PASSWORD, PgCluster};
 use crate::support::{Daemon, DaemonSetup, wait_for};
 
@@ -28,35 +28,7 @@ fn join_fleet(dir: &Path) {
         1,
     );
     std::fs::write(&manifest, text).unwrap();
-    for args in [
-        vec!["init", "-q"],
-        vec!["remote", "add", "origin", FLEET_REMOTE],
-    ] {
-        let ok = std::process::Command::new("git")
-            .args(&args)
-            .current_dir(dir)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args:?}");
-    }
-}
-
-/// A migrated store for the checkout at `dir`; its URL.
-fn migrated(cluster: &PgCluster, dir: &Path) -> String {
-    let url = cluster.database("fleet");
-    let out = crate::support::npc()
-        .args(["store", "migrate"])
-        .current_dir(dir)
-        .env("NPC_STORE_URL", &url)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    url
+    make_checkout(dir);
 }
 
 /// The sessions this checkout's own store holds (none, in a fleet).
@@ -88,7 +60,7 @@ fn an_acp_session_of_one_checkout_is_listed_loaded_and_forked_in_another() {
     let (a, b) = (repo(&[]), repo(&[]));
     join_fleet(a.path());
     join_fleet(b.path());
-    let url = migrated(&cluster, a.path());
+    let url = worker_store(&cluster, a.path());
     let env = [("NPC_STORE_URL", url.as_str())];
     let first = client_with(a.path(), "dev", "prompt", &["list the files"], &env);
     let id = first["session_id"].as_str().unwrap().to_string();
@@ -96,17 +68,7 @@ fn an_acp_session_of_one_checkout_is_listed_loaded_and_forked_in_another() {
 
     // Checkout B (another directory, as on another machine) records its
     // agent's arguments.
-    let argv_file = b.path().join("argv.json");
-    let manifest = b.path().join("npcagent.toml");
-    let text = std::fs::read_to_string(&manifest).unwrap().replacen(
-        "env = {  }",
-        &format!(
-            "env = {{ FAKE_AGENT_ARGV_FILE = {} }}",
-            toml_str(&argv_file.display().to_string())
-        ),
-        1,
-    );
-    std::fs::write(&manifest, text).unwrap();
+    let argv_file = record_argv(b.path());
     let seen = client_with(b.path(), "dev", "reload", &[&id], &env);
     let listed = seen["listed"]["sessions"].as_array().unwrap();
     let entry = listed
@@ -227,7 +189,7 @@ fn a_panes_notice_reaches_another_daemon_of_the_fleet_with_its_host() {
     std::fs::write(b.path().join("npcagent.toml"), "version = 1\n").unwrap();
     join_fleet(a.path());
     join_fleet(b.path());
-    let url = migrated(&cluster, a.path());
+    let url = worker_store(&cluster, a.path());
     // Each daemon has a user-level board of its own (`XDG_DATA_HOME`):
     // only the fleet's board joins them.
     let da = fleet_daemon(a.path(), &url);
@@ -278,7 +240,7 @@ fn a_cron_triggers_next_fire_lives_in_the_fleets_store_until_it_is_removed() {
                      action = { command = \"true\" }\n";
     std::fs::write(dir.path().join("npcagent.toml"), with_cron).unwrap();
     join_fleet(dir.path());
-    let url = migrated(&cluster, dir.path());
+    let url = worker_store(&cluster, dir.path());
     let daemon = fleet_daemon(dir.path(), &url);
     daemon.wait_event(0, "scheduler.leading");
     let rt = tokio::runtime::Runtime::new().unwrap();

@@ -113,10 +113,16 @@ pub(super) fn tls_for(
         if mode == SslMode::VerifyFull {
             webpki
         } else {
-            Arc::new(AnyName(webpki))
+            Arc::new(Checked {
+                check: Check::Chain(webpki),
+                provider: provider.clone(),
+            })
         }
     } else {
-        Arc::new(Unverified(provider))
+        Arc::new(Checked {
+            check: Check::Nothing,
+            provider: provider.clone(),
+        })
     };
     let config = builder
         .dangerous()
@@ -180,11 +186,24 @@ fn roots(root: Option<&RootCert>) -> Result<RootCertStore, StoreError> {
     Ok(store)
 }
 
-/// `verify-ca`: the chain is checked, the host name is not.
+/// What [`Checked`] checks of the server's certificate.
 #[derive(Debug)]
-struct AnyName(Arc<WebPkiServerVerifier>);
+enum Check {
+    /// `prefer`, `require`: nothing (libpq's meaning).
+    Nothing,
+    /// `verify-ca`: the chain, not the host name.
+    Chain(Arc<WebPkiServerVerifier>),
+}
 
-impl ServerCertVerifier for AnyName {
+/// The verifier of the modes that do not check everything; the
+/// handshake's signatures are checked always.
+#[derive(Debug)]
+struct Checked {
+    check: Check,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for Checked {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -193,9 +212,10 @@ impl ServerCertVerifier for AnyName {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        let Check::Chain(webpki) = &self.check else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
         {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
@@ -210,51 +230,11 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// `prefer` and `require`: any certificate (libpq's meaning); the
-/// handshake's signatures are still checked.
-#[derive(Debug)]
-struct Unverified(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
         rustls::crypto::verify_tls12_signature(
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
@@ -268,12 +248,14 @@ impl ServerCertVerifier for Unverified {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
