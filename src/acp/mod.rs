@@ -17,7 +17,11 @@
 //! `session/request_permission` to the editor, whose answer is the
 //! decision. Sessions live in the store (`store::acp`), so `session/list`,
 //! `session/load` (replaying the runs' recorded events), `session/resume`
-//! and `session/fork` work across restarts. A later prompt of a session
+//! and `session/fork` work across restarts; with `[store] url` they live
+//! in the fleet's PostgreSQL (`Config::sessions`), so an editor on any
+//! machine of the fleet lists, loads, resumes and forks them: their
+//! working directories are kept relative to the repository, and a run's
+//! agent events are copied there once its prompt ended. A later prompt of a session
 //! resumes the provider's own conversation where the CLI can
 //! (`providers::resume`: Claude Code `--resume`, and `--fork-session` for a
 //! fork's first prompt; OpenCode `--session`); Codex and Gemini CLI start
@@ -63,7 +67,7 @@ use crate::runs::here::Here;
 use crate::runs::{self, Origin, Outcome, PromptChoice, RunRequest};
 use crate::stdx::lines::{Line, LineReader, Overlong, Splitter};
 use crate::store::Store;
-use crate::store::acp::AcpSession;
+use crate::store::acp::{AcpSession, AcpSessions, NewAcpRun};
 use crate::supervisor::Supervisor;
 use crate::surfaces::approval::{self, Answer, Asked};
 use crate::surfaces::control::{Client, ControlError, Request};
@@ -119,7 +123,13 @@ pub struct Config {
     pub root: PathBuf,
     /// The profile new sessions run (checked by [`Config::new`]).
     pub profile: String,
+    /// This process's store: its runs and their events.
     pub store: Arc<Store>,
+    /// Where the sessions live: `store`, or the fleet's PostgreSQL with
+    /// `[store] url`, shared by every machine of the fleet.
+    pub sessions: Arc<dyn AcpSessions>,
+    /// This machine's name (a fleet's sessions record where each run ran).
+    pub host: String,
     pub bus: EventBus,
     pub supervisor: Supervisor,
     /// The manifest's hooks (for the runs' model and agent events).

@@ -8,7 +8,7 @@ use super::*;
 
 impl Agent {
     pub(super) async fn prompt(self: &Arc<Self>, req: PromptRequest) -> Result<Value, Value> {
-        let session = self.stored(&req.session_id.0)?;
+        let session = self.stored(&req.session_id.0).await?;
         let text = prompt_text(&req.prompt)?;
         let choice = self.choice(&text);
         let (cancel_tx, mut cancel_rx) = oneshot::channel::<()>();
@@ -72,7 +72,7 @@ impl Agent {
         cancel_rx: &mut oneshot::Receiver<()>,
     ) -> Result<Value, Value> {
         let record = &session.record;
-        let resume = self.resume_of(record)?;
+        let resume = self.resume_of(record).await?;
         if text.len() <= MAX_DAEMON_PROMPT_BYTES
             && let Some((socket, _pid)) = self
                 .config
@@ -101,17 +101,32 @@ impl Agent {
 
     /// The provider conversation a new prompt of `record` continues: the
     /// one its last run recorded (forked when the session has no run of its
-    /// own yet).
-    pub(super) fn resume_of(&self, record: &AcpSession) -> Result<Option<Resume>, Value> {
-        let store = &self.config.store;
-        let earlier = store.acp_session_runs(&record.id).map_err(internal)?;
+    /// own yet). A run of another machine of the fleet left its
+    /// conversation there: the prompt starts a new one, and says so.
+    pub(super) async fn resume_of(&self, record: &AcpSession) -> Result<Option<Resume>, Value> {
+        let sessions = &self.config.sessions;
+        let earlier = sessions.runs(&record.id).await.map_err(internal)?;
+        let Some(last) = earlier.last() else {
+            return Ok(None);
+        };
+        if let Some(host) = last.host.as_deref()
+            && host != self.config.host
+        {
+            self.update(
+                &record.id,
+                SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::from(format!(
+                    "\n[npc] the agent's conversation of the earlier prompts is on host {}; this prompt starts a new one\n",
+                    crate::stdx::term::printable(host)
+                )))),
+            );
+            return Ok(None);
+        }
         let own_runs = match &record.forked_from {
-            Some(parent) => earlier.len() > store.acp_session_runs(parent).map_err(internal)?.len(),
+            Some(parent) => earlier.len() > sessions.runs(parent).await.map_err(internal)?.len(),
             None => true,
         };
-        Ok(earlier
-            .last()
-            .and_then(|last| provider_session(store, &last.run_id))
+        Ok(provider_session(sessions.as_ref(), &last.run_id)
+            .await
             .map(|session| Resume {
                 session,
                 fork: !own_runs,
@@ -126,11 +141,30 @@ impl Agent {
     ) -> Result<(), Value> {
         let title: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
         let title: String = title.chars().take(MAX_TITLE_CHARS).collect();
-        self.config
-            .store
-            .add_acp_session_run(&record.id, run_id, text, title)
-            .await
-            .map_err(internal)
+        let run = NewAcpRun {
+            session_id: record.id.clone(),
+            run_id: run_id.to_string(),
+            prompt: text.to_string(),
+            title,
+            host: self.config.host.clone(),
+        };
+        self.config.sessions.add_run(run).await.map_err(internal)
+    }
+
+    /// Once run `run_id` ended: where the sessions are shared, copy its
+    /// agent events from this machine's store to theirs, for a
+    /// `session/load` on any machine. A failure costs the replay only.
+    pub(super) async fn keep_events(&self, run_id: &str) {
+        if !self.config.sessions.shared() {
+            return;
+        }
+        let kept = match self.config.store.run_agent_events(run_id) {
+            Ok(events) => self.config.sessions.keep_agent_events(run_id, events).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = kept {
+            tracing::warn!("acp: run `{run_id}`'s events are not in the fleet's store: {e}");
+        }
     }
 
     /// Say in the session why run `run_id` did not succeed.
@@ -156,7 +190,7 @@ impl Agent {
         cancel_rx: &mut oneshot::Receiver<()>,
     ) -> Option<Result<Value, Value>> {
         let run = choice.manual_run(&record.profile);
-        let cwd = PathBuf::from(&record.cwd);
+        let cwd = self.local_cwd(&record.cwd);
         let request = Request::AcpRun {
             run: LocalRun {
                 run,
@@ -225,6 +259,7 @@ impl Agent {
                 Step::Ended(ended) => break ended,
             }
         };
+        self.keep_events(run_id).await;
         let outcome = ended.outcome;
         let stop = match outcome.as_str() {
             "cancelled" => StopReason::Cancelled,
@@ -253,7 +288,7 @@ impl Agent {
         resume: Option<Resume>,
         cancel_rx: &mut oneshot::Receiver<()>,
     ) -> Result<Value, Value> {
-        let cwd = PathBuf::from(&record.cwd);
+        let cwd = self.local_cwd(&record.cwd);
         let asked = LocalRun {
             run: choice.manual_run(&record.profile),
             cwd: (cwd.is_absolute() && cwd.is_dir()).then(|| cwd.clone()),
@@ -317,6 +352,7 @@ impl Agent {
             )
             .await
             .map_err(|e| frame::error(INTERNAL_ERROR, &e.to_string()))?;
+        self.keep_events(&prepared.id).await;
         match report.outcome {
             Outcome::Succeeded | Outcome::Cancelled { .. } => {}
             other => {
@@ -386,9 +422,10 @@ pub(super) fn prompt_text(blocks: &[ContentBlock]) -> Result<String, Value> {
 }
 
 /// The provider's own session id recorded by run `run_id` (its `agent.started`).
-pub(super) fn provider_session(store: &Store, run_id: &str) -> Option<String> {
-    store
-        .run_agent_events(run_id)
+pub(super) async fn provider_session(sessions: &dyn AcpSessions, run_id: &str) -> Option<String> {
+    sessions
+        .agent_events(run_id)
+        .await
         .ok()?
         .into_iter()
         .find(|e| e.kind == "agent.started")

@@ -209,7 +209,7 @@ impl Agent {
             "initialize" => self.initialize(),
             "authenticate" => Ok(json!({})),
             "session/prompt" => self.prompt(params(p)?).await,
-            "session/list" => self.list(params(p)?),
+            "session/list" => self.list(params(p)?).await,
             "session/cancel" => {
                 self.notification(method, p);
                 Ok(Value::Null)

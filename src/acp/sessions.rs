@@ -1,9 +1,14 @@
-//! The session registry: sessions live in the store (`store::acp`) and at
-//! most `MAX_SESSIONS` in memory (the least recently used idle one makes
-//! room); `session/new`, `list`, `load` (replaying the runs' recorded
-//! events), `resume` and `fork`.
+//! The session registry: sessions live in the store (`store::acp`, this
+//! machine's or the fleet's) and at most `MAX_SESSIONS` in memory (the
+//! least recently used idle one makes room); `session/new`, `list`, `load`
+//! (replaying the runs' recorded events), `resume` and `fork`. A fleet's
+//! sessions keep their working directory relative to the repository, so
+//! each machine finds them under its own checkout.
 
 use super::*;
+
+/// How a fleet's session records the repository's root as its directory.
+const ROOT_DIR: &str = ".";
 
 impl Agent {
     pub(super) fn session(&self, id: &str) -> Option<Arc<Session>> {
@@ -48,14 +53,15 @@ impl Agent {
     }
 
     /// A stored session by id (held in memory from now on).
-    pub(super) fn stored(&self, id: &str) -> Result<Arc<Session>, Value> {
+    pub(super) async fn stored(&self, id: &str) -> Result<Arc<Session>, Value> {
         if let Some(s) = self.session(id) {
             return Ok(s);
         }
         let record = self
             .config
-            .store
-            .acp_session(id)
+            .sessions
+            .session(id)
+            .await
             .map_err(internal)?
             .ok_or_else(|| {
                 frame::error(
@@ -76,15 +82,15 @@ impl Agent {
         let record = AcpSession {
             id: id.clone(),
             profile: self.config.profile.clone(),
-            cwd: cwd.display().to_string(),
+            cwd: self.stored_cwd(&cwd),
             title: None,
             forked_from,
             created_at_ms: now,
             updated_at_ms: now,
         };
         self.config
-            .store
-            .create_acp_session(record.clone())
+            .sessions
+            .create(record.clone())
             .await
             .map_err(internal)?;
         self.hold(record)?;
@@ -109,8 +115,34 @@ impl Agent {
         Ok((response, id))
     }
 
-    pub(super) fn list(&self, req: ListSessionsRequest) -> Result<Value, Value> {
-        let cwd = req.cwd.as_ref().map(|c| c.display().to_string());
+    /// `cwd` as a session records it: in a fleet's store, relative to the
+    /// repository when inside it (each machine has its own checkout).
+    pub(super) fn stored_cwd(&self, cwd: &std::path::Path) -> String {
+        if self.config.sessions.shared()
+            && let Ok(inside) = cwd.strip_prefix(&self.config.root)
+        {
+            return match inside.as_os_str().is_empty() {
+                true => ROOT_DIR.to_string(),
+                false => inside.display().to_string(),
+            };
+        }
+        cwd.display().to_string()
+    }
+
+    /// A session's recorded directory on this machine.
+    pub(super) fn local_cwd(&self, stored: &str) -> PathBuf {
+        let path = PathBuf::from(stored);
+        if path.is_absolute() {
+            path
+        } else if stored == ROOT_DIR {
+            self.config.root.clone()
+        } else {
+            self.config.root.join(path)
+        }
+    }
+
+    pub(super) async fn list(&self, req: ListSessionsRequest) -> Result<Value, Value> {
+        let cwd = req.cwd.as_ref().map(|c| self.stored_cwd(c));
         let cursor = match req.cursor.as_deref() {
             None => None,
             Some(c) => Some(
@@ -121,12 +153,13 @@ impl Agent {
         };
         let rows = self
             .config
-            .store
-            .acp_sessions(
+            .sessions
+            .sessions(
                 cwd.as_deref(),
                 cursor.as_ref().map(|(ms, id)| (*ms, id.as_str())),
                 SESSIONS_PER_PAGE + 1,
             )
+            .await
             .map_err(internal)?;
         let more = rows.len() > SESSIONS_PER_PAGE;
         let page = &rows[..rows.len().min(SESSIONS_PER_PAGE)];
@@ -136,7 +169,7 @@ impl Agent {
                 let updated = chrono::DateTime::from_timestamp_millis(s.updated_at_ms)
                     .map(|t| t.to_rfc3339())
                     .unwrap_or_default();
-                SessionInfo::new(s.id.clone(), PathBuf::from(&s.cwd))
+                SessionInfo::new(s.id.clone(), self.local_cwd(&s.cwd))
                     .title(s.title.clone())
                     .updated_at(updated)
                     .meta(meta(json!({
@@ -152,9 +185,9 @@ impl Agent {
     }
 
     pub(super) async fn load(&self, req: LoadSessionRequest) -> Result<(Value, String), Value> {
-        let session = self.stored(&req.session_id.0)?;
+        let session = self.stored(&req.session_id.0).await?;
         let id = session.record.id.clone();
-        let runs = self.config.store.acp_session_runs(&id).map_err(internal)?;
+        let runs = self.config.sessions.runs(&id).await.map_err(internal)?;
         let mut mapper = map::Mapper::default();
         for run in runs {
             self.update(
@@ -163,8 +196,9 @@ impl Agent {
             );
             let events = self
                 .config
-                .store
-                .run_agent_events(&run.run_id)
+                .sessions
+                .agent_events(&run.run_id)
+                .await
                 .map_err(internal)?;
             for e in events {
                 for u in mapper.updates(&e.payload) {
@@ -178,7 +212,7 @@ impl Agent {
     }
 
     pub(super) async fn resume(&self, req: ResumeSessionRequest) -> Result<(Value, String), Value> {
-        let session = self.stored(&req.session_id.0)?;
+        let session = self.stored(&req.session_id.0).await?;
         let response = to_value(
             ResumeSessionResponse::new().meta(self.session_meta(&session.record.profile)),
         )?;
@@ -186,7 +220,7 @@ impl Agent {
     }
 
     pub(super) async fn fork(&self, req: ForkSessionRequest) -> Result<(Value, String), Value> {
-        let parent = self.stored(&req.session_id.0)?;
+        let parent = self.stored(&req.session_id.0).await?;
         let id = self.create(req.cwd, Some(parent.record.id.clone())).await?;
         let response = to_value(
             ForkSessionResponse::new(id.clone()).meta(self.session_meta(&parent.record.profile)),

@@ -6,6 +6,64 @@ use super::*;
 
 /// An agent over a real store in `dir`, writing its frames to the returned receiver.
 fn agent(dir: &std::path::Path) -> (Arc<Agent>, mpsc::UnboundedReceiver<Value>) {
+    agent_with(dir, |store| store)
+}
+
+/// One machine's store standing in for a fleet's: sessions it says are
+/// shared.
+#[derive(Debug)]
+struct Fleetwide(Arc<Store>);
+
+impl AcpSessions for Fleetwide {
+    fn create(&self, session: AcpSession) -> crate::store::fleet::StoreFuture<'_, ()> {
+        self.0.create(session)
+    }
+    fn add_run(&self, run: NewAcpRun) -> crate::store::fleet::StoreFuture<'_, ()> {
+        self.0.add_run(run)
+    }
+    fn session<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> crate::store::fleet::StoreFuture<'a, Option<AcpSession>> {
+        self.0.session(id)
+    }
+    fn sessions<'a>(
+        &'a self,
+        cwd: Option<&'a str>,
+        before: Option<(i64, &'a str)>,
+        limit: usize,
+    ) -> crate::store::fleet::StoreFuture<'a, Vec<AcpSession>> {
+        self.0.sessions(cwd, before, limit)
+    }
+    fn runs<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> crate::store::fleet::StoreFuture<'a, Vec<crate::store::acp::AcpSessionRun>> {
+        self.0.runs(id)
+    }
+    fn agent_events<'a>(
+        &'a self,
+        run_id: &'a str,
+    ) -> crate::store::fleet::StoreFuture<'a, Vec<crate::store::Event>> {
+        self.0.agent_events(run_id)
+    }
+    fn keep_agent_events<'a>(
+        &'a self,
+        run_id: &'a str,
+        events: Vec<crate::store::Event>,
+    ) -> crate::store::fleet::StoreFuture<'a, ()> {
+        self.0.keep_agent_events(run_id, events)
+    }
+    fn shared(&self) -> bool {
+        true
+    }
+}
+
+/// [`agent`] whose sessions live where `sessions` says.
+fn agent_with(
+    dir: &std::path::Path,
+    sessions: impl FnOnce(Arc<Store>) -> Arc<dyn AcpSessions>,
+) -> (Arc<Agent>, mpsc::UnboundedReceiver<Value>) {
     let text = "version = 1\n[providers.p]\nkind = \"claude_code\"\n\
                 [profiles.dev]\nprovider = \"p\"\ndescription = \"d\"\n";
     let files = crate::model::DiskFiles::new(dir.to_path_buf());
@@ -32,7 +90,9 @@ fn agent(dir: &std::path::Path) -> (Arc<Agent>, mpsc::UnboundedReceiver<Value>) 
         profile: choose_profile(&manifest, None).unwrap(),
         manifest,
         root: dir.to_path_buf(),
+        sessions: sessions(store.clone()),
         store,
+        host: "test-host".into(),
         bus,
         supervisor,
         hooks,
@@ -144,6 +204,33 @@ async fn permission_questions_fail_closed() {
     ended_tx.send(true).unwrap();
     assert!(denied(asking.await.unwrap()));
     assert!(agent.pending.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_fleets_sessions_keep_directories_relative_to_the_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (local, _frames) = agent(root);
+    assert_eq!(local.stored_cwd(root), root.display().to_string());
+    let (fleet, _frames) = agent_with(root, |store| Arc::new(Fleetwide(store)));
+    for (cwd, stored) in [
+        (root.to_path_buf(), "."),
+        (root.join("sub/dir"), "sub/dir"),
+        (PathBuf::from("/elsewhere"), "/elsewhere"),
+    ] {
+        assert_eq!(fleet.stored_cwd(&cwd), stored);
+        assert_eq!(fleet.local_cwd(stored), cwd);
+    }
+    // Listed by the directory as this machine names it.
+    let id = fleet.create(root.join("sub"), None).await.unwrap();
+    let request: ListSessionsRequest =
+        serde_json::from_value(json!({ "cwd": root.join("sub") })).unwrap();
+    let listed = fleet.list(request).await.unwrap();
+    assert_eq!(listed["sessions"][0]["sessionId"], id.as_str());
+    assert_eq!(
+        listed["sessions"][0]["cwd"],
+        root.join("sub").display().to_string()
+    );
 }
 
 #[test]

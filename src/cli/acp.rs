@@ -27,6 +27,28 @@ pub struct AcpArgs {
     manifest: Option<PathBuf>,
 }
 
+/// Where the sessions live: with `[store] url`, the fleet's PostgreSQL
+/// (every machine of the fleet shares them; unreachable, `npc acp` does
+/// not start), else this repository's store.
+async fn sessions_store(
+    manifest: &crate::model::Manifest,
+    paths: &crate::runtime::RepoPaths,
+    supervisor: &crate::supervisor::Supervisor,
+    store: &Arc<crate::store::Store>,
+) -> anyhow::Result<Arc<dyn crate::store::acp::AcpSessions>> {
+    let Some(url) = manifest.store.url.as_ref() else {
+        return Ok(store.clone());
+    };
+    let project = manifest.project.name.as_deref();
+    let fleet = crate::runs::fleet::fleet_name(supervisor, &paths.root, project).await;
+    match crate::store::pg::PgStore::connect(url.expose(), &fleet).await {
+        Ok(shared) => Ok(Arc::new(shared)),
+        Err(e) => Err(anyhow::anyhow!(
+            "cannot reach the fleet's store, where the sessions of `npc acp` live with `[store] url`: {e}"
+        )),
+    }
+}
+
 pub fn run(args: AcpArgs) -> anyhow::Result<Exit> {
     let path = super::manifest_path(args.manifest.clone())?;
     let paths = crate::runtime::RepoPaths::resolve(&path, &crate::runtime::state_dir_hint(&path))?;
@@ -53,6 +75,7 @@ pub fn run(args: AcpArgs) -> anyhow::Result<Exit> {
         // npc, even when it is killed.
         let (bus, supervisor, _supervisor_events) = super::standalone_recording(&paths, &manifest)?;
         let store = bus.store().clone();
+        let sessions = sessions_store(&manifest, &paths, &supervisor, &store).await?;
         let hooks = Arc::new(crate::hooks::HookRunner::new(
             crate::hooks::HookSet::for_repository(&paths.root, &manifest),
             supervisor.clone(),
@@ -63,6 +86,8 @@ pub fn run(args: AcpArgs) -> anyhow::Result<Exit> {
             root: paths.root.clone(),
             profile,
             store,
+            sessions,
+            host: crate::runs::fleet::host_name(),
             bus: bus.clone(),
             supervisor,
             hooks,

@@ -27,8 +27,6 @@ use crate::store::queue::RunRow;
 
 /// Where a worker's own store lives, under the state directory.
 pub const WORKERS_DIR: &str = "workers";
-/// Where the host's name is read.
-const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
 /// How long `npc events --fleet --follow` waits for an append's
 /// notification before it reads the log again (what a lost one costs), and
 /// its pause after a failed read.
@@ -109,9 +107,7 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<Exit> {
     };
     let paths = RepoPaths::resolve(&path, &manifest.project.state_dir)?;
     let process = crate::runs::this_process().unwrap_or_else(|| std::process::id().to_string());
-    let host = std::fs::read_to_string(HOSTNAME_FILE)
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".to_string());
+    let host = crate::runs::fleet::host_name();
     let rt = runtime()?;
     rt.block_on(async move {
         let (bus, supervisor, mut supervisor_events) = {

@@ -18,6 +18,7 @@ pub mod pattern;
 pub mod raw;
 pub mod schedule;
 pub mod source;
+pub mod store_url;
 pub mod template;
 pub mod text;
 mod toml_tree;

@@ -866,6 +866,44 @@ fn the_store_role_is_all_ingress_or_scheduler_set_per_machine_from_the_environme
 }
 
 #[test]
+fn a_store_urls_tls_parameters_are_checked_and_a_certificate_file_comes_only_from_the_environment()
+{
+    let from_env = "version = 1\n[store]\nurl = \"${NPC_STORE_URL}\"\n";
+    let url =
+        "postgres://npc:pw-77@db.internal/npc?sslmode=verify-full&sslrootcert=/etc/npc/ca.pem";
+    let model = load_with_env(from_env, &[("NPC_STORE_URL", url)])
+        .manifest
+        .expect("valid");
+    assert_eq!(model.store.url.unwrap().expose(), url);
+    let bad = load_with_env(
+        from_env,
+        &[("NPC_STORE_URL", "postgres://npc:pw-77@h/npc?sslmode=verify")],
+    );
+    let all = summaries(&bad).join("\n");
+    assert!(all.contains("its `sslmode` is not one of"), "{all}");
+    assert!(!format!("{:?}", bad.diagnostics).contains("pw-77"));
+    // Written in the manifest, wholly or in part, a file is refused;
+    // `system` reads no file of the user's.
+    for written in [
+        format!("url = \"{url}\""),
+        "url = \"postgres://npc:${PW}@db.internal/npc?sslrootcert=/etc/npc/ca.pem\"".to_string(),
+        "url = \"${NPC_URL:-postgres://h/npc?sslrootcert=/etc/npc/ca.pem}\"".to_string(),
+    ] {
+        let loaded = load_with_env(
+            &format!("version = 1\n[store]\n{written}\n"),
+            &[("PW", "pw-77")],
+        );
+        let all = summaries(&loaded).join("\n");
+        assert!(
+            all.contains("names an `sslrootcert` file in the manifest itself"),
+            "{written}: {all}"
+        );
+    }
+    let system = "version = 1\n[store]\nurl = \"postgres://npc:${PW}@h/npc?sslrootcert=system\"\n";
+    assert!(load_with_env(system, &[("PW", "pw-77")]).manifest.is_some());
+}
+
+#[test]
 fn the_store_lease_timeout_is_a_bounded_duration_with_a_default() {
     let url = "postgres://npc:pw@127.0.0.1:5432/npc";
     let env = [("NPC_STORE_URL", url)];

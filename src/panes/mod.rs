@@ -19,7 +19,7 @@ pub mod recovery;
 
 pub use host::{
     Attached, CLOSE_GRACE, DEFAULT_COLS, DEFAULT_ROWS, MAX_PANES, MAX_USER_INPUT_BYTES,
-    NEEDS_ATTENTION, PANE_RUNTIME_DIR, PaneHost, PaneInfo, TICK,
+    NEEDS_ATTENTION, Notice, PANE_RUNTIME_DIR, PaneHost, PaneInfo, TICK,
 };
 
 /// The pane's random token, injected only into the pane's own environment.

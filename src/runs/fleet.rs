@@ -53,6 +53,24 @@ pub const FENCED_DETAIL: &str = "its lease was lost (the worker was cut off or p
 /// another worker take the run over.
 pub const SELF_FENCE_FRACTION: u32 = 6;
 
+/// Where the host's name is read.
+const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
+/// The host's name when it cannot be read.
+const UNKNOWN_HOST: &str = "localhost";
+/// Longest host name kept (the kernel's limit is 64 bytes).
+const MAX_HOST_CHARS: usize = 255;
+
+/// This machine's name, as the fleet knows it (a worker on the roster, a
+/// notice on the fleet's board, an ACP prompt's run).
+pub fn host_name() -> String {
+    crate::repofs::read_file_existing(std::path::Path::new(HOSTNAME_FILE), MAX_HOST_CHARS + 1)
+        .ok()
+        .flatten()
+        .map(|h| h.trim().chars().take(MAX_HOST_CHARS).collect::<String>())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| UNKNOWN_HOST.to_string())
+}
+
 /// The fleet of the repository at `root`: `PROJECT@REMOTE`, the project's
 /// name (else the directory's) and the `origin` remote's URL without its
 /// credentials (else the repository's path). Every worker and daemon of

@@ -10,6 +10,9 @@
 //! daemon of the fleet asks for the lead (`store::pg::Leadership`) every
 //! third of `[store] lease_timeout`, the one that holds it fires cron from
 //! the fleet's stored state, and one that loses it stops firing at once.
+//! The leader also prunes the fleet's old runs (every
+//! `runs::executor::PRUNE_EVERY`, as a daemon prunes its own), keeping
+//! their live webhook replay keys.
 //!
 //! Architecture invariant: this module never claims or carries out a run;
 //! the daemon only enqueues into the shared store.
@@ -22,9 +25,11 @@ use serde_json::json;
 use super::triggers::TriggerDriver;
 use crate::bus::EventBus;
 use crate::runs::Runs;
+use crate::runs::executor::PRUNE_EVERY;
 use crate::runs::fleet::{RETRY_INITIAL, RETRY_MAX};
 use crate::store::NewEvent;
 use crate::store::pg::PgStore;
+use crate::store::queue::RUN_HISTORY_LIMIT;
 
 /// Event: the daemon reached the fleet's shared store (`fleet`).
 pub const STORE_CONNECTED_EVENT: &str = "store.connected";
@@ -89,7 +94,18 @@ pub(super) async fn schedule(
             Ok(Some(leadership)) => {
                 lead(store, triggers, &fleet).await;
                 publish(bus, SCHEDULER_LEADING_EVENT, json!({ "fleet": fleet })).await;
+                let mut pruned: Option<tokio::time::Instant> = None;
                 let error = loop {
+                    if pruned.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
+                        pruned = Some(tokio::time::Instant::now());
+                        // Apart, so a long prune never delays a renewal.
+                        let store = store.clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = store.prune(RUN_HISTORY_LIMIT).await {
+                                tracing::warn!("cannot prune the fleet's old runs: {e}");
+                            }
+                        });
+                    }
                     tokio::time::sleep(lease / 3).await;
                     if let Err(e) = leadership.renew().await {
                         break e.to_string();

@@ -163,6 +163,8 @@ pub struct Runtime {
     plugin_notices: Mutex<Vec<model::PluginNotice>>,
     /// The fleet's shared store, once this daemon joined it (`[store] url`).
     fleet: Arc<std::sync::OnceLock<Arc<crate::store::pg::PgStore>>>,
+    /// Cancelled when the runtime shuts down: ends the fleet's notice relay.
+    stopping: tokio_util::sync::CancellationToken,
     _lock: RepoLock,
 }
 
@@ -218,6 +220,7 @@ impl Runtime {
             dashboard: Arc::default(),
             plugin_notices: Mutex::new(Vec::new()),
             fleet: Arc::default(),
+            stopping: tokio_util::sync::CancellationToken::new(),
             _lock: lock,
         });
         tokio::spawn(forward_supervisor_events(
@@ -391,7 +394,8 @@ impl Runtime {
     /// daemon leads the fleet's scheduling, and only a daemon whose
     /// `[store] role` schedules asks for the lead; webhooks are served only
     /// where the role takes them (a new role, like a new URL, takes a
-    /// restart).
+    /// restart). Once joined, its notices go to the fleet's board too, and
+    /// the fleet's come back.
     fn join_fleet(&self, manifest: &Manifest) {
         let Some(url) = manifest.store.url.as_ref().map(|u| u.expose().to_string()) else {
             return;
@@ -406,6 +410,7 @@ impl Runtime {
         let project = manifest.project.name.clone();
         let lease = std::time::Duration::from_secs(manifest.store.lease_timeout_secs);
         let joined = self.fleet.clone();
+        let (local, stop) = (self.panes.notices(), self.stopping.clone());
         tokio::spawn(async move {
             let fleet =
                 crate::runs::fleet::fleet_name(&supervisor, &root, project.as_deref()).await;
@@ -413,6 +418,14 @@ impl Runtime {
             let remote = remote.map(|r| r.shown);
             let store = fleet::join(&runs, &bus, &url, &fleet, remote).await;
             let _ = joined.set(store.clone());
+            triggers.joined(store.clone());
+            let board = store.clone() as Arc<dyn crate::store::notices::Notices>;
+            let relay = notices::FleetRelay {
+                fleet: &fleet,
+                repository: root.display().to_string(),
+                bus: bus.clone(),
+            };
+            relay.start(board, local, stop).await;
             if role.schedules() {
                 fleet::schedule(&store, &triggers, &bus, lease).await;
             }
@@ -895,6 +908,7 @@ impl Runtime {
         {
             return;
         }
+        self.stopping.cancel();
         self.emit("daemon.stopping", None, serde_json::json!({}))
             .await;
         self.panes.shutdown().await;

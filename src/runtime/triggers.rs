@@ -98,6 +98,9 @@ pub struct TriggerDriver {
     scheduling: Mutex<Scheduling>,
     /// What the daemon does for its fleet (`[store] role`); `None` outside one.
     role: Mutex<Option<FleetRole>>,
+    /// The fleet's shared store, once joined: a removed cron trigger's
+    /// state is forgotten there too.
+    fleet: std::sync::OnceLock<Arc<crate::store::pg::PgStore>>,
 }
 
 fn trigger_config<'a>(id: &ComponentId, config: &'a Config) -> Result<&'a Trigger, DriverError> {
@@ -122,7 +125,14 @@ impl TriggerDriver {
             worktrees: Mutex::new(None),
             scheduling: Mutex::new(Scheduling::Local),
             role: Mutex::new(None),
+            fleet: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The daemon joined its fleet's shared store, where its cron
+    /// triggers' state lives from now on.
+    pub fn joined(&self, store: Arc<crate::store::pg::PgStore>) {
+        let _ = self.fleet.set(store);
     }
 
     fn active(&self) -> std::sync::MutexGuard<'_, HashMap<String, Active>> {
@@ -435,8 +445,21 @@ impl Driver for TriggerDriver {
         id: &'a ComponentId,
     ) -> BoxFuture<'a, Result<(), DriverError>> {
         Box::pin(async move {
+            let cron = self
+                .active()
+                .get(&id.name)
+                .is_some_and(|a| is_cron(&a.config));
             self.halt(&id.name, true);
             self.runs.remove_trigger(&id.name);
+            // Removed in a fleet: the fleet forgets its state too, so a
+            // trigger of that name added later starts afresh, as it does on
+            // one machine.
+            if cron && let Some(store) = self.fleet.get() {
+                let key = crate::triggers::cron::STATE_KEY;
+                if let Err(e) = store.forget_trigger_value(&id.name, key).await {
+                    tracing::warn!("trigger `{}`: the fleet keeps its state: {e}", id.name);
+                }
+            }
             Ok(())
         })
     }

@@ -4,9 +4,19 @@
 //! prompt started and the prompt's text). What a session streamed is not
 //! copied here: it is the runs' own events (component `run.<id>`), which
 //! `session/load` replays. This module only reads and writes rows.
+//!
+//! [`AcpSessions`] is the seam `npc acp` keeps its sessions through: this
+//! machine's store, or, with `[store] url`, the fleet's PostgreSQL
+//! (`store::pg`), where every machine of the fleet lists, loads, resumes
+//! and forks them; there a run's agent events are copied once its prompt
+//! ended ([`AcpSessions::keep_agent_events`]), since the run itself is
+//! recorded on the machine that carried it out.
+
+use std::fmt::Debug;
 
 use rusqlite::{OptionalExtension, Row};
 
+use super::fleet::StoreFuture;
 use super::{Event, Pending, Store, StoreError, now_ms, sqlite};
 
 /// Most sessions one listing returns.
@@ -36,6 +46,51 @@ pub struct AcpSessionRun {
     pub seq: i64,
     pub run_id: String,
     pub prompt: String,
+    /// The host the run ran on, where sessions are shared by a fleet
+    /// (`None` in one machine's store).
+    pub host: Option<String>,
+}
+
+/// A prompt's run to add to a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewAcpRun {
+    pub session_id: String,
+    pub run_id: String,
+    pub prompt: String,
+    /// The session's title if it has none yet.
+    pub title: String,
+    /// The host the run runs on.
+    pub host: String,
+}
+
+/// Where `npc acp` keeps its sessions (see the module docs).
+pub trait AcpSessions: Send + Sync + Debug {
+    /// Record a new session (its runs are copied from `forked_from`'s, when
+    /// given).
+    fn create(&self, session: AcpSession) -> StoreFuture<'_, ()>;
+    /// Append a prompt's run to its session, which becomes the most
+    /// recently updated; the first prompt names an untitled session.
+    fn add_run(&self, run: NewAcpRun) -> StoreFuture<'_, ()>;
+    /// Session `id`, if recorded.
+    fn session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<AcpSession>>;
+    /// Up to `limit` sessions, most recently updated first, after the
+    /// cursor `before`; with `cwd`, only sessions of that directory.
+    fn sessions<'a>(
+        &'a self,
+        cwd: Option<&'a str>,
+        before: Option<(i64, &'a str)>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<AcpSession>>;
+    /// The runs of session `id`, oldest first.
+    fn runs<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<AcpSessionRun>>;
+    /// The agent events of run `run_id` (kinds `agent.*`), oldest first.
+    fn agent_events<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Vec<Event>>;
+    /// Keep run `run_id`'s agent events (oldest first, at most
+    /// [`MAX_REPLAYED_EVENTS_PER_RUN`]) where every reader of these
+    /// sessions finds them; again is a no-op.
+    fn keep_agent_events<'a>(&'a self, run_id: &'a str, events: Vec<Event>) -> StoreFuture<'a, ()>;
+    /// Whether other machines read these sessions (a fleet's).
+    fn shared(&self) -> bool;
 }
 
 fn session_row(row: &Row<'_>) -> rusqlite::Result<AcpSession> {
@@ -163,6 +218,7 @@ impl Store {
                     seq: row.get(0)?,
                     run_id: row.get(1)?,
                     prompt: row.get(2)?,
+                    host: None,
                 })
             })?
             .collect()
@@ -178,6 +234,51 @@ impl Store {
                 MAX_REPLAYED_EVENTS_PER_RUN as i64,
             ),
         )
+    }
+}
+
+/// One machine's sessions: rows of this store, the runs' events already
+/// in it.
+impl AcpSessions for Store {
+    fn create(&self, session: AcpSession) -> StoreFuture<'_, ()> {
+        Box::pin(self.create_acp_session(session))
+    }
+
+    fn add_run(&self, run: NewAcpRun) -> StoreFuture<'_, ()> {
+        Box::pin(self.add_acp_session_run(run.session_id, run.run_id, run.prompt, run.title))
+    }
+
+    fn session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<AcpSession>> {
+        Box::pin(std::future::ready(self.acp_session(id)))
+    }
+
+    fn sessions<'a>(
+        &'a self,
+        cwd: Option<&'a str>,
+        before: Option<(i64, &'a str)>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<AcpSession>> {
+        Box::pin(std::future::ready(self.acp_sessions(cwd, before, limit)))
+    }
+
+    fn runs<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<AcpSessionRun>> {
+        Box::pin(std::future::ready(self.acp_session_runs(id)))
+    }
+
+    fn agent_events<'a>(&'a self, run_id: &'a str) -> StoreFuture<'a, Vec<Event>> {
+        Box::pin(std::future::ready(self.run_agent_events(run_id)))
+    }
+
+    fn keep_agent_events<'a>(
+        &'a self,
+        _run_id: &'a str,
+        _events: Vec<Event>,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn shared(&self) -> bool {
+        false
     }
 }
 

@@ -152,6 +152,8 @@ pub enum StoreError {
         "`[store] url` is not a PostgreSQL URL this npc can use: {0}; write it as `postgres://USER:PASSWORD@HOST:PORT/DATABASE`"
     )]
     PgUrl(String),
+    #[error("PostgreSQL store: {0}")]
+    PgTls(String),
 }
 
 /// Map a rusqlite error to [`StoreError::Sqlite`] for the named operation.

@@ -7,9 +7,17 @@
 //! 002's session notices). A notice carries only names and a fixed reason
 //! label, never pane output or plugin text; every field and the number of
 //! rows kept are bounded.
+//!
+//! [`Notices`] is the seam a daemon posts and reads notices through: this
+//! user-level board, or, with `[store] url`, the fleet's board in
+//! PostgreSQL (`store::pg`), which every daemon of the fleet shares
+//! whatever machine it runs on, each notice naming its host.
 
+use std::fmt::Debug;
+use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
@@ -46,6 +54,38 @@ pub enum NoticeError {
     NoDataDir,
     #[error("the notice board failed: {0}; remove the file if it is damaged")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("the fleet's notice board failed: {0}")]
+    Store(#[from] super::StoreError),
+    #[error("the notice board's task failed: {0}")]
+    Task(String),
+}
+
+/// What a [`Notices`] call resolves to.
+pub type NoticeFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, NoticeError>> + Send + 'a>>;
+
+/// A notice to post.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewNotice {
+    /// The host the daemon runs on (kept by a fleet's board).
+    pub host: String,
+    /// The repository's root directory.
+    pub repository: String,
+    pub pane: String,
+    pub plugin: String,
+    /// `needs_attention` or `attention`.
+    pub reason: String,
+}
+
+/// A notice board (see the module docs): fields cut to
+/// [`MAX_FIELD_CHARS`], control characters blanked, the newest
+/// [`MAX_NOTICES`] kept.
+pub trait Notices: Send + Sync + Debug {
+    /// Post a notice; its id.
+    fn post<'a>(&'a self, notice: &'a NewNotice) -> NoticeFuture<'a, i64>;
+    /// The newest notice's id (0 when there is none).
+    fn last_id(&self) -> NoticeFuture<'_, i64>;
+    /// Notices after `after_id`, oldest first, at most [`MAX_READ`].
+    fn since(&self, after_id: i64) -> NoticeFuture<'_, Vec<Notice>>;
 }
 
 /// One notice on the board.
@@ -60,12 +100,15 @@ pub struct Notice {
     pub plugin: String,
     /// `needs_attention` or `attention`.
     pub reason: String,
+    /// The host that posted it, on a fleet's board (empty on the user's).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host: String,
 }
 
 /// The board, open.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct NoticeBoard {
-    conn: Mutex<Connection>,
+    conn: Arc<Mutex<Connection>>,
 }
 
 /// Where the board lives for this user, if there is a data directory.
@@ -75,7 +118,9 @@ pub fn default_dir() -> Result<PathBuf, NoticeError> {
         .ok_or(NoticeError::NoDataDir)
 }
 
-fn bounded(text: &str) -> String {
+/// `text` as a notice's field: at most [`MAX_FIELD_CHARS`], control
+/// characters blanked.
+pub fn bounded(text: &str) -> String {
     text.chars()
         .take(MAX_FIELD_CHARS)
         .map(|c| if c.is_control() { ' ' } else { c })
@@ -88,7 +133,7 @@ impl NoticeBoard {
         let conn = open_user_db(dir, NOTICES_FILE)?;
         conn.execute_batch(SCHEMA)?;
         Ok(Self {
-            conn: Mutex::new(conn),
+            conn: Arc::new(Mutex::new(conn)),
         })
     }
 
@@ -147,9 +192,41 @@ impl NoticeBoard {
                 pane: r.get(3)?,
                 plugin: r.get(4)?,
                 reason: r.get(5)?,
+                host: String::new(),
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+impl NoticeBoard {
+    /// Run `job` on the board off the async threads.
+    fn blocking<T: Send + 'static>(
+        &self,
+        job: impl FnOnce(&NoticeBoard) -> Result<T, NoticeError> + Send + 'static,
+    ) -> NoticeFuture<'_, T> {
+        let board = self.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || job(&board))
+                .await
+                .map_err(|e| NoticeError::Task(e.to_string()))?
+        })
+    }
+}
+
+/// The user-level board of one machine.
+impl Notices for NoticeBoard {
+    fn post<'a>(&'a self, notice: &'a NewNotice) -> NoticeFuture<'a, i64> {
+        let n = notice.clone();
+        self.blocking(move |board| board.post(&n.repository, &n.pane, &n.plugin, &n.reason))
+    }
+
+    fn last_id(&self) -> NoticeFuture<'_, i64> {
+        self.blocking(NoticeBoard::last_id)
+    }
+
+    fn since(&self, after_id: i64) -> NoticeFuture<'_, Vec<Notice>> {
+        self.blocking(move |board| board.since(after_id))
     }
 }
 
@@ -175,6 +252,26 @@ mod tests {
         // A second handle (another daemon) sees the same board.
         let other = NoticeBoard::open(dir.path()).unwrap();
         assert_eq!(other.last_id().unwrap(), b);
+    }
+
+    #[tokio::test]
+    async fn the_board_is_a_notices_seam() {
+        let dir = tempfile::tempdir().unwrap();
+        let board: Arc<dyn Notices> = Arc::new(NoticeBoard::open(dir.path()).unwrap());
+        assert_eq!(board.last_id().await.unwrap(), 0);
+        let posted = NewNotice {
+            host: "h".into(),
+            repository: "/r".into(),
+            pane: "one".into(),
+            plugin: "rec".into(),
+            reason: "needs_attention".into(),
+        };
+        let id = board.post(&posted).await.unwrap();
+        let read = board.since(0).await.unwrap();
+        assert_eq!(read.len(), 1);
+        assert_eq!((read[0].id, read[0].pane.as_str()), (id, "one"));
+        // One machine's board keeps no host.
+        assert_eq!(read[0].host, "");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::support::{Daemon, npc, npc_path, repo_root, wait_for};
 
 const CLAUDE_TOOL_CALL: &str = "claude_code/2.1.197/tool_call.jsonl";
 /// The Claude session id recorded in [`CLAUDE_TOOL_CALL`].
-const CLAUDE_SESSION: &str = "5f0c-aa";
+pub(crate) const CLAUDE_SESSION: &str = "5f0c-aa";
 
 fn toml_str(s: &str) -> String {
     Value::String(s.to_string()).to_string()
@@ -49,7 +49,7 @@ fn daemon_repo(env: &[(&str, &str)]) -> tempfile::TempDir {
 /// A repository whose profile `dev` runs the fake agent replaying
 /// [`CLAUDE_TOOL_CALL`] with `env`, and whose profile `hooked` runs
 /// `fixtures/acp/hooked-agent.py` under a `before_tool` hook answering `ask`.
-fn repo(env: &[(&str, &str)]) -> tempfile::TempDir {
+pub(crate) fn repo(env: &[(&str, &str)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let agent = repo_root().join("fixtures/clis/fake-agent.py");
     let hooked = repo_root().join("fixtures/acp/hooked-agent.py");
@@ -102,12 +102,23 @@ description = "asks before tools"
 }
 
 /// Whether the ACP Python SDK is importable (else the test is skipped).
-fn python_sdk() -> bool {
+pub(crate) fn python_sdk() -> bool {
     crate::support::python_module("acp", "pip install agent-client-protocol==0.12.1")
 }
 
 /// Run `fixtures/acp/client.py SCENARIO` against `npc acp --profile PROFILE` in `dir`.
 fn client(dir: &Path, profile: &str, scenario: &str, args: &[&str]) -> Value {
+    client_with(dir, profile, scenario, args, &[])
+}
+
+/// [`client`] with `env` in `npc acp`'s environment.
+pub(crate) fn client_with(
+    dir: &Path,
+    profile: &str,
+    scenario: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Value {
     let out = Command::new("python3")
         .arg(repo_root().join("fixtures/acp/client.py"))
         .arg(scenario)
@@ -115,6 +126,15 @@ fn client(dir: &Path, profile: &str, scenario: &str, args: &[&str]) -> Value {
         .arg(dir)
         .args(args)
         .env("ACP_PROFILE", profile)
+        .env(
+            "ACP_AGENT_ENV",
+            Value::Object(
+                env.iter()
+                    .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+                    .collect(),
+            )
+            .to_string(),
+        )
         .output()
         .unwrap();
     assert!(
@@ -187,7 +207,7 @@ fn agent_group_gone(pid_file: &Path) {
     });
 }
 
-fn kinds(updates: &[&Value]) -> Vec<String> {
+pub(crate) fn kinds(updates: &[&Value]) -> Vec<String> {
     updates
         .iter()
         .map(|u| u["sessionUpdate"].as_str().unwrap().to_string())
@@ -207,7 +227,27 @@ fn events(dir: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn argv(file: &Path) -> Vec<String> {
+/// Have the fake agent of the repository at `dir` record its arguments;
+/// the file it writes them to.
+pub(crate) fn record_argv(dir: &Path) -> PathBuf {
+    let argv_file = dir.join("argv.json");
+    let manifest = std::fs::read_to_string(dir.join("npcagent.toml")).unwrap();
+    std::fs::write(
+        dir.join("npcagent.toml"),
+        manifest.replacen(
+            "env = {  }",
+            &format!(
+                "env = {{ FAKE_AGENT_ARGV_FILE = {} }}",
+                toml_str(&argv_file.display().to_string())
+            ),
+            1,
+        ),
+    )
+    .unwrap();
+    argv_file
+}
+
+pub(crate) fn argv(file: &Path) -> Vec<String> {
     serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap()
 }
 
@@ -396,22 +436,9 @@ fn sessions_survive_a_restart_list_load_resume_and_fork() {
         return;
     }
     let dir = repo(&[]);
-    let argv_file = dir.path().join("argv.json");
     let first = client(dir.path(), "dev", "prompt", &["list the files"]);
     let id = first["session_id"].as_str().unwrap();
-    let manifest = std::fs::read_to_string(dir.path().join("npcagent.toml")).unwrap();
-    std::fs::write(
-        dir.path().join("npcagent.toml"),
-        manifest.replacen(
-            "env = {  }",
-            &format!(
-                "env = {{ FAKE_AGENT_ARGV_FILE = {} }}",
-                toml_str(&argv_file.display().to_string())
-            ),
-            1,
-        ),
-    )
-    .unwrap();
+    let argv_file = record_argv(dir.path());
     // A new `npc acp` process.
     let seen = client(dir.path(), "dev", "reload", &[id]);
     let listed = seen["listed"]["sessions"].as_array().unwrap();

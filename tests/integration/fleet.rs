@@ -31,7 +31,7 @@ const EXPIRY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Run `id` of trigger `t`, of a concurrency key of its own (so the runs
 /// of `t` may run at once, as a trigger's runs of different keys do).
-fn run(id: &str) -> NewRun {
+pub(crate) fn run(id: &str) -> NewRun {
     NewRun {
         id: id.to_string(),
         trigger: "t".to_string(),
@@ -587,7 +587,7 @@ async fn an_unreachable_store_or_a_wrong_password_is_a_clear_error_without_the_p
 // ----- `npc worker` processes against a real PostgreSQL ------------------
 
 /// The project name the fleet tests' manifests declare.
-const FLEET_PROJECT: &str = "fleet-test";
+pub(crate) const FLEET_PROJECT: &str = "fleet-test";
 /// The remote their repositories name (never fetched).
 const FLEET_REMOTE: &str = "https://git.example.invalid/fleet.git";
 /// Runs the drain test enqueues.
@@ -611,19 +611,24 @@ pub(crate) fn fleet_repo(script: &str) -> tempfile::TempDir {
          action = {{ command = \"sh\", args = [\"-c\", {script:?}] }}\n"
     );
     std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    make_checkout(dir.path());
+    dir
+}
+
+/// Make `dir` a git checkout whose `origin` is the fleet's remote.
+pub(crate) fn make_checkout(dir: &std::path::Path) {
     for args in [
         vec!["init", "-q"],
         vec!["remote", "add", "origin", FLEET_REMOTE],
     ] {
         let ok = std::process::Command::new("git")
             .args(&args)
-            .current_dir(dir.path())
+            .current_dir(dir)
             .status()
             .unwrap()
             .success();
         assert!(ok, "git {args:?}");
     }
-    dir
 }
 
 pub(crate) fn fleet_key() -> String {

@@ -11,6 +11,8 @@ mod daemon;
 mod doctor;
 mod fleet;
 mod fleet_code;
+mod fleet_sessions;
+mod fleet_tls;
 mod fleet_view;
 mod hints;
 mod hooks;

@@ -21,7 +21,7 @@ fn fixture(name: &str) -> String {
 
 /// A `[pane_plugins.NAME]` entry running the scripted plugin with its log
 /// and command files under the repository (`NAME.log`, `NAME.cmds`).
-fn scripted_plugin(name: &str, extra: &str) -> String {
+pub(crate) fn scripted_plugin(name: &str, extra: &str) -> String {
     format!(
         r#"
 [pane_plugins.{name}]
@@ -45,7 +45,7 @@ fn received(d: &Daemon, name: &str) -> Vec<serde_json::Value> {
 }
 
 /// Wait until plugin `name` received an event of `kind` (and `also` holds).
-fn wait_received(
+pub(crate) fn wait_received(
     d: &Daemon,
     name: &str,
     kind: &str,
@@ -59,7 +59,7 @@ fn wait_received(
 }
 
 /// Make plugin `name` send `line` (placeholders `{token:PANE}`, `{gen:PANE}`).
-fn plugin_sends(d: &Daemon, name: &str, line: &str) {
+pub(crate) fn plugin_sends(d: &Daemon, name: &str, line: &str) {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -94,7 +94,7 @@ fn refusal_after(d: &Daemon, after: i64, cmd: &str) -> String {
 
 /// A pane that records every line typed into it in `NAME.typed` and its
 /// token in `NAME.token`, then reads until EOF.
-fn recording_pane(name: &str, extra: &str) -> String {
+pub(crate) fn recording_pane(name: &str, extra: &str) -> String {
     format!(
         r#"
 [panes.{name}]

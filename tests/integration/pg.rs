@@ -4,7 +4,11 @@
 //! Run as root (CI), the cluster belongs to an unprivileged account
 //! (`postgres`, else `nobody`) through `setpriv`, since `initdb` refuses
 //! root. Without the binaries a test is skipped with a message, except
-//! under `CI=true`, where it fails.
+//! under `CI=true`, where it fails. [`PgCluster::start_tls`] starts one
+//! with `ssl=on` that accepts TCP clients over TLS only: a certificate
+//! authority and a server certificate for 127.0.0.1 made at test time by
+//! `openssl` (a dependency of Debian's `postgresql`), and a second
+//! authority that signed nothing. Every cluster binds 127.0.0.1 only.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -74,8 +78,9 @@ fn as_owner(program: &Path) -> Command {
     }
 }
 
-/// `postgres` on `port` over the data directory in `dir`.
-fn spawn_server(dir: &Path, port: u16) -> Child {
+/// `postgres` on `port` over the data directory in `dir`, with `extra`
+/// settings (`-c name=value` pairs).
+fn spawn_server(dir: &Path, port: u16, extra: &[String]) -> Child {
     as_owner(&pg_bin().join("postgres"))
         .arg("-D")
         .arg(dir.join("data"))
@@ -86,6 +91,7 @@ fn spawn_server(dir: &Path, port: u16) -> Child {
         .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
         .args(["-c", "full_page_writes=off"])
         .args(["-c", &format!("max_connections={MAX_CONNECTIONS}")])
+        .args(extra)
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -99,12 +105,134 @@ pub struct PgCluster {
     dir: tempfile::TempDir,
     child: Option<Child>,
     pub port: u16,
+    /// The server's settings beyond the defaults (its TLS).
+    extra: Vec<String>,
+}
+
+/// The certificate files of a TLS cluster, in its directory.
+#[allow(dead_code)]
+pub struct TlsFiles {
+    /// The authority that signed the server's certificate.
+    pub ca: PathBuf,
+    /// An authority that signed nothing the server holds.
+    pub wrong_ca: PathBuf,
+}
+
+/// `openssl ARGS` in `dir`; panics with its stderr on failure.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl (Debian's `postgresql` depends on it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A self-signed certificate authority `NAME.pem` with key `NAME.key`.
+fn make_ca(dir: &Path, name: &str) {
+    let (key, pem, subject) = (
+        format!("{name}.key"),
+        format!("{name}.pem"),
+        format!("/CN={name}"),
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &pem,
+            "-days",
+            "2",
+            "-subj",
+            &subject,
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    );
+}
+
+/// The authorities and the server's certificate for 127.0.0.1 in `dir`.
+fn make_certs(dir: &Path) -> TlsFiles {
+    make_ca(dir, "ca");
+    make_ca(dir, "wrong-ca");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    );
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+         keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ],
+    );
+    TlsFiles {
+        ca: dir.join("ca.pem"),
+        wrong_ca: dir.join("wrong-ca.pem"),
+    }
 }
 
 impl PgCluster {
     /// Start one, or `None` (skipped, with a message) when the binaries are
     /// missing outside CI.
     pub fn start() -> Option<Self> {
+        Self::start_with(false).map(|(cluster, _)| cluster)
+    }
+
+    /// [`start`](Self::start) with `ssl=on`, TCP clients over TLS only
+    /// (`hostssl` in `pg_hba.conf`); the certificate files with it.
+    #[allow(dead_code)]
+    pub fn start_tls() -> Option<(Self, TlsFiles)> {
+        Self::start_with(true).map(|(cluster, files)| (cluster, files.expect("certificates")))
+    }
+
+    fn start_with(tls: bool) -> Option<(Self, Option<TlsFiles>)> {
         let bin = pg_bin();
         if !bin.join("initdb").exists() || !bin.join("postgres").exists() {
             assert!(
@@ -146,19 +274,51 @@ impl PgCluster {
             "initdb failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        let (files, extra) = if tls {
+            let files = make_certs(dir.path());
+            let key = dir.path().join("server.key");
+            if is_root() {
+                let user = nix::unistd::User::from_name(account()).unwrap().unwrap();
+                nix::unistd::chown(&key, Some(user.uid), Some(user.gid)).unwrap();
+            }
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+            let hba = data.join("pg_hba.conf");
+            let rules = std::fs::read_to_string(&hba).unwrap();
+            let rules: String = rules
+                .lines()
+                .map(|l| match l.strip_prefix("host ") {
+                    Some(rest) => format!("hostssl {rest}\n"),
+                    None => format!("{l}\n"),
+                })
+                .collect();
+            std::fs::write(&hba, rules).unwrap();
+            let extra = vec![
+                "-c".to_string(),
+                "ssl=on".to_string(),
+                "-c".to_string(),
+                format!("ssl_cert_file={}", dir.path().join("server.pem").display()),
+                "-c".to_string(),
+                format!("ssl_key_file={}", key.display()),
+            ];
+            (Some(files), extra)
+        } else {
+            (None, Vec::new())
+        };
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let child = spawn_server(dir.path(), port);
+        let child = spawn_server(dir.path(), port, &extra);
         let cluster = Self {
             dir,
             child: Some(child),
             port,
+            extra,
         };
         cluster.wait_ready();
-        Some(cluster)
+        Some((cluster, files))
     }
 
     fn wait_ready(&self) {
@@ -200,6 +360,7 @@ impl PgCluster {
             ])
             .arg(name)
             .env("PGPASSWORD", PG_PASSWORD)
+            .env("PGSSLMODE", "prefer")
             .output()
             .expect("run createdb");
         assert!(
@@ -217,7 +378,7 @@ impl PgCluster {
         if let Some(child) = self.child.take() {
             stop_server(child);
         }
-        self.child = Some(spawn_server(self.dir.path(), self.port));
+        self.child = Some(spawn_server(self.dir.path(), self.port, &self.extra));
         self.wait_ready();
     }
 

@@ -65,6 +65,9 @@ impl Lower<'_> {
             );
             return StoreSettings::default();
         }
+        if !self.store_url_tls(&url) {
+            return StoreSettings::default();
+        }
         let url = if url.is_secret() {
             url.value
         } else {
@@ -98,6 +101,40 @@ impl Lower<'_> {
         };
         self.error(&raw.span, summary, hint);
         FleetRole::default()
+    }
+
+    /// `[store] url`'s TLS parameters ([`crate::model::store_url`]): known
+    /// values only, and a certificate file named only by a URL that came
+    /// whole from the environment, so a manifest (a cloned repository's)
+    /// never chooses a file of the user's that npc reads. Never quotes the
+    /// URL.
+    fn store_url_tls(&mut self, url: &Spanned<Text>) -> bool {
+        use crate::model::store_url::{RootCert, is_one_env_reference, parse};
+        let from = match url.source() {
+            Some(source) if url.is_secret() => format!(" from `{}`", clip(source)),
+            _ => String::new(),
+        };
+        let parsed = match parse(url.expose()) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                self.error(
+                    &url.span,
+                    format!("`[store] url`{from}: {e}"),
+                    "see README's \"Beyond one machine\" for `sslmode` and `sslrootcert`",
+                );
+                return false;
+            }
+        };
+        let from_environment = url.is_secret() && url.source().is_some_and(is_one_env_reference);
+        if matches!(parsed.sslrootcert, Some(RootCert::File(_))) && !from_environment {
+            self.error(
+                &url.span,
+                "`[store] url` names an `sslrootcert` file in the manifest itself; npc reads that file only when the whole URL comes from the environment, so a repository never chooses a file of yours to read",
+                "write `url = \"${NPC_STORE_URL}\"` and put `sslrootcert=/path/to/ca.pem` in that variable's URL",
+            );
+            return false;
+        }
+        true
     }
 
     pub(super) fn runs(&mut self, raw: Option<Spanned<RawRuns>>) -> RunsSettings {

@@ -15,8 +15,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tokio_postgres::NoTls;
-
 use super::{PgStore, pg_error};
 use crate::store::StoreError;
 use crate::store::fleet::lease_ms;
@@ -59,7 +57,11 @@ impl PgStore {
     /// when another scheduler leads.
     pub async fn try_lead(&self, lease: Duration) -> Result<Option<Leadership>, StoreError> {
         let failed = pg_error("take the fleet's scheduling");
-        let (client, connection) = self.config.connect(NoTls).await.map_err(&failed)?;
+        let (client, connection) = self
+            .config
+            .connect(self.tls.connector.clone())
+            .await
+            .map_err(&failed)?;
         let connection = tokio::spawn(async move {
             // Ends when the server closes the session or the handle drops.
             let _ = connection.await;
@@ -119,6 +121,19 @@ impl PgStore {
                 Some((row.get(0), serde_json::from_str(&value).ok()?))
             })
             .collect())
+    }
+
+    /// Forget trigger `trigger`'s `key` for the fleet (it was removed).
+    pub async fn forget_trigger_value(&self, trigger: &str, key: &str) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "DELETE FROM npc_trigger_state WHERE fleet = $1 AND trigger = $2 AND key = $3",
+                &[&self.fleet(), &trigger, &key],
+            )
+            .await
+            .map_err(pg_error("forget trigger state"))?;
+        Ok(())
     }
 
     /// Store trigger `trigger`'s `key` as `value` for the fleet.

@@ -9,27 +9,30 @@
 //! from the database's clock.
 //!
 //! The URL is a secret (it holds a password): nothing here prints it, and
-//! every error says what failed without quoting it. TLS is not built in
-//! yet: a server that requires it is refused with the server's own words.
+//! every error says what failed without quoting it. Every connection
+//! goes through [`tls`]: rustls with libpq's `sslmode` and `sslrootcert`,
+//! `verify-full` by default for any host but loopback.
 
+mod acp;
 mod leader;
+mod notices;
 mod queue;
 mod roster;
 mod schema;
+pub mod tls;
 
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::NoTls;
 
 pub use leader::Leadership;
 
 use super::StoreError;
 
 /// The schema version this build writes and reads.
-pub const PG_SCHEMA_VERSION: i64 = 4;
+pub const PG_SCHEMA_VERSION: i64 = 5;
 /// Connections one process keeps to the store.
 pub const POOL_SIZE: usize = 8;
 /// How long connecting to the server may take.
@@ -64,11 +67,11 @@ pub(super) fn pg_error(op: &'static str) -> impl Fn(tokio_postgres::Error) -> St
 }
 
 /// The driver's message with its cause (the server's words for a refused
-/// login or a failed statement).
+/// login or a failed statement, npc's for a failed TLS handshake).
 fn error_words(error: &tokio_postgres::Error) -> String {
     match error.as_db_error() {
         Some(db) => format!("{}: {}", db.severity(), db.message()),
-        None => error.to_string(),
+        None => tls::tls_words(error).unwrap_or_else(|| error.to_string()),
     }
 }
 
@@ -82,14 +85,17 @@ fn pool_error(op: &'static str) -> impl Fn(deadpool_postgres::PoolError) -> Stor
     }
 }
 
-/// Parse a `postgres://` URL; the error never quotes it.
-fn config_of(url: &str) -> Result<tokio_postgres::Config, StoreError> {
+/// Parse a `postgres://` URL and its TLS parameters; the error never
+/// quotes it.
+fn config_of(url: &str) -> Result<(tokio_postgres::Config, tls::Tls), StoreError> {
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return Err(StoreError::PgUrl(
             "it does not start with `postgres://`".into(),
         ));
     }
-    let mut config = tokio_postgres::Config::from_str(url)
+    let parsed =
+        crate::model::store_url::parse(url).map_err(|e| StoreError::PgUrl(e.to_string()))?;
+    let mut config = tokio_postgres::Config::from_str(&parsed.rest)
         .map_err(|_| StoreError::PgUrl("it does not parse".into()))?;
     config.connect_timeout(CONNECT_TIMEOUT);
     let bound = format!(
@@ -104,13 +110,16 @@ fn config_of(url: &str) -> Result<tokio_postgres::Config, StoreError> {
     if config.get_application_name().is_none() {
         config.application_name("npc");
     }
-    Ok(config)
+    let mode = tls::effective_mode(parsed.sslmode, parsed.sslrootcert.as_ref(), &config);
+    let (tls, driver_mode) = tls::tls_for(mode, parsed.sslrootcert.as_ref())?;
+    config.ssl_mode(driver_mode);
+    Ok((config, tls))
 }
 
-fn pool_of(config: tokio_postgres::Config) -> Result<Pool, StoreError> {
+fn pool_of(config: tokio_postgres::Config, tls: &tls::Tls) -> Result<Pool, StoreError> {
     let manager = Manager::from_config(
         config,
-        NoTls,
+        tls.connector.clone(),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -126,7 +135,8 @@ fn pool_of(config: tokio_postgres::Config) -> Result<Pool, StoreError> {
 /// Apply the store's missing migrations (`npc store migrate`); returns the
 /// versions before and after.
 pub async fn migrate(url: &str) -> Result<(i64, i64), StoreError> {
-    let pool = pool_of(config_of(url)?)?;
+    let (config, tls) = config_of(url)?;
+    let pool = pool_of(config, &tls)?;
     let mut client = pool.get().await.map_err(pool_error("connect"))?;
     schema::migrate(&mut client).await
 }
@@ -137,6 +147,7 @@ pub struct PgStore {
     pool: Pool,
     /// For connections of their own (the listener, the scheduler's lock).
     config: tokio_postgres::Config,
+    tls: tls::Tls,
     fleet: String,
     wake: Arc<tokio::sync::Notify>,
     /// Ids of running runs marked replaced, as notified.
@@ -162,8 +173,8 @@ impl PgStore {
     /// reachable and the schema at [`PG_SCHEMA_VERSION`] (else the error
     /// says to run `npc store migrate`).
     pub async fn connect(url: &str, fleet: &str) -> Result<Self, StoreError> {
-        let config = config_of(url)?;
-        let pool = pool_of(config.clone())?;
+        let (config, tls) = config_of(url)?;
+        let pool = pool_of(config.clone(), &tls)?;
         {
             let client = pool.get().await.map_err(pool_error("connect"))?;
             schema::check_version(&client).await?;
@@ -178,13 +189,14 @@ impl PgStore {
             stops: Some(stops.clone()),
             listening: Some(listening),
         };
-        let listener = tokio::spawn(listen(config.clone(), heard));
+        let listener = tokio::spawn(listen(config.clone(), tls.clone(), heard));
         // Listening before the first claim, so no notification of the
         // fleet's after the connect is missed (the poll covers a failure).
         let _ = tokio::time::timeout(CONNECT_TIMEOUT, subscribed).await;
         Ok(Self {
             pool,
             config,
+            tls,
             fleet: fleet.to_string(),
             wake,
             stops,
@@ -211,6 +223,7 @@ impl PgStore {
         self.events_listener.get_or_init(|| {
             tokio::spawn(listen(
                 self.config.clone(),
+                self.tls.clone(),
                 Heard {
                     fleet: self.fleet.clone(),
                     channels: &[EVENTS_CHANNEL],
@@ -240,7 +253,7 @@ struct Heard {
 /// Keep a `LISTEN` connection open and pass on every notification of the
 /// fleet (an enqueue or an append wakes, a replaced run is a stop request);
 /// connect again with backoff when it drops.
-async fn listen(config: tokio_postgres::Config, heard: Heard) {
+async fn listen(config: tokio_postgres::Config, tls: tls::Tls, heard: Heard) {
     let Heard {
         fleet,
         channels,
@@ -256,7 +269,7 @@ async fn listen(config: tokio_postgres::Config, heard: Heard) {
         .join("; ");
     let mut backoff = LISTEN_BACKOFF_INITIAL;
     loop {
-        if let Ok((client, mut connection)) = config.connect(NoTls).await {
+        if let Ok((client, mut connection)) = config.connect(tls.connector.clone()).await {
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             let listening = async { client.batch_execute(&statement).await.is_ok() };
             // The connection must be polled for the LISTEN to complete.

@@ -9,7 +9,10 @@
 //! behind it; every write under a
 //! lease checks its fencing token and its expiry in the same statement;
 //! events are appended under a per-fleet advisory lock, so their ids are in
-//! commit order and a tailer never skips one committed late.
+//! commit order and a tailer never skips one committed late. Finished runs
+//! past the newest `RUN_HISTORY_LIMIT` are pruned as the embedded store
+//! prunes them ([`PgStore::prune`]), their live webhook replay keys kept in
+//! `npc_webhook_replays`, bounded per queue.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -20,8 +23,8 @@ use tokio_postgres::Row;
 use super::{EVENTS_CHANNEL, PgStore, STOP_CHANNEL, WAKE_CHANNEL, pg_error};
 use crate::store::fleet::{Claimed, FleetQueue, Lease, Rescue, Rescued, StoreFuture, lease_ms};
 use crate::store::queue::{
-    Enqueued, MANUAL_QUEUE, MAX_RUNS_PER_READ, NewRun, RunCode, RunRow, attempt_of,
-    cancelled_event, replaced_detail, state,
+    Enqueued, MANUAL_QUEUE, MAX_REPLAY_KEYS_PER_QUEUE, MAX_RUNS_PER_READ, NewRun, RunCode, RunRow,
+    attempt_of, cancelled_event, replaced_detail, state,
 };
 use crate::store::{Event, MAX_EVENTS_PER_READ, NewEvent, StoreError, json_error};
 
@@ -604,6 +607,61 @@ impl PgStore {
             .await
             .map_err(pg_error("read runs"))?;
         rows.iter().map(run_of).collect()
+    }
+
+    /// Forget the fleet's finished runs past the newest `keep` (their
+    /// dedupe keys still within `replay_until_ms` move to the replay
+    /// table), expired replay keys, and per queue the replay keys past
+    /// [`MAX_REPLAY_KEYS_PER_QUEUE`] that expire soonest; the rows pruned.
+    pub async fn prune(&self, keep: usize) -> Result<u64, StoreError> {
+        let failed = pg_error("prune old runs");
+        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        let cap = i64::try_from(MAX_REPLAY_KEYS_PER_QUEUE).unwrap_or(i64::MAX);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(&failed)?;
+        // Below the newest `keep` rows of the fleet (none when no more).
+        const PRUNED: &str = "FROM npc_runs WHERE fleet = $1
+             AND state NOT IN ('queued', 'running') AND seq <= (SELECT seq FROM npc_runs
+             WHERE fleet = $1 ORDER BY seq DESC OFFSET $2 LIMIT 1)";
+        tx.execute(
+            &format!(
+                "INSERT INTO npc_webhook_replays (fleet, trigger, key, expires_at_ms)
+                 SELECT fleet, trigger, dedupe_key, replay_until_ms {PRUNED}
+                 AND dedupe_key IS NOT NULL AND replay_until_ms > npc_now_ms()
+                 ON CONFLICT (fleet, trigger, key) DO UPDATE
+                 SET expires_at_ms = GREATEST(npc_webhook_replays.expires_at_ms,
+                                              EXCLUDED.expires_at_ms)"
+            ),
+            &[&self.fleet(), &keep],
+        )
+        .await
+        .map_err(&failed)?;
+        let mut gone = tx
+            .execute(&format!("DELETE {PRUNED}"), &[&self.fleet(), &keep])
+            .await
+            .map_err(&failed)?;
+        gone += tx
+            .execute(
+                "DELETE FROM npc_webhook_replays WHERE fleet = $1
+                 AND expires_at_ms <= npc_now_ms()",
+                &[&self.fleet()],
+            )
+            .await
+            .map_err(&failed)?;
+        gone += tx
+            .execute(
+                "DELETE FROM npc_webhook_replays r USING (
+                     SELECT trigger, key, row_number() OVER (
+                         PARTITION BY trigger ORDER BY expires_at_ms DESC) AS n
+                     FROM npc_webhook_replays WHERE fleet = $1) crowded
+                 WHERE r.fleet = $1 AND r.trigger = crowded.trigger
+                   AND r.key = crowded.key AND crowded.n > $2",
+                &[&self.fleet(), &cap],
+            )
+            .await
+            .map_err(&failed)?;
+        tx.commit().await.map_err(&failed)?;
+        Ok(gone)
     }
 
     async fn events_since(&self, after: i64, limit: usize) -> Result<Vec<Event>, StoreError> {

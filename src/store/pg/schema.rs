@@ -124,6 +124,57 @@ const MIGRATIONS: &[Migration] = &[
         ALTER TABLE npc_runs ADD COLUMN start_commit text;
     "#,
     },
+    Migration {
+        // `npc acp`'s sessions, shared by every machine of the fleet: the
+        // sessions, their prompts' runs (and the host each ran on: a
+        // provider's conversation lives there), and the runs' agent events
+        // `session/load` replays. The fleet's notice board.
+        version: 5,
+        sql: r#"
+        CREATE TABLE npc_acp_sessions (
+            fleet         text   NOT NULL,
+            id            text   NOT NULL,
+            profile       text   NOT NULL,
+            cwd           text   NOT NULL,
+            title         text,
+            forked_from   text,
+            created_at_ms bigint NOT NULL,
+            updated_at_ms bigint NOT NULL,
+            PRIMARY KEY (fleet, id)
+        );
+        CREATE INDEX npc_acp_sessions_by_update
+            ON npc_acp_sessions (fleet, updated_at_ms DESC, id DESC);
+        CREATE TABLE npc_acp_session_runs (
+            fleet      text   NOT NULL,
+            session_id text   NOT NULL,
+            seq        bigint NOT NULL,
+            run_id     text   NOT NULL,
+            prompt     text   NOT NULL,
+            host       text,
+            PRIMARY KEY (fleet, session_id, seq)
+        );
+        CREATE TABLE npc_acp_events (
+            fleet   text   NOT NULL,
+            run_id  text   NOT NULL,
+            seq     bigint NOT NULL,
+            ts_ms   bigint NOT NULL,
+            kind    text   NOT NULL,
+            payload text   NOT NULL,
+            PRIMARY KEY (fleet, run_id, seq)
+        );
+        CREATE TABLE npc_notices (
+            id         bigserial PRIMARY KEY,
+            fleet      text   NOT NULL,
+            at_ms      bigint NOT NULL,
+            host       text   NOT NULL,
+            repository text   NOT NULL,
+            pane       text   NOT NULL,
+            plugin     text   NOT NULL,
+            reason     text   NOT NULL
+        );
+        CREATE INDEX npc_notices_by_fleet ON npc_notices (fleet, id);
+    "#,
+    },
 ];
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS npc_schema_migrations (
