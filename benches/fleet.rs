@@ -123,7 +123,7 @@ async fn throughput(url: &str, workers: usize, n: usize) -> (f64, f64) {
                 let me = format!("w{w}");
                 while let Some(c) = store.claim(&me, LEASE).await.unwrap() {
                     store
-                        .finish(&c.lease, state::SUCCEEDED, None)
+                        .finish(&c.lease, state::SUCCEEDED, None, None)
                         .await
                         .unwrap();
                 }
@@ -208,7 +208,7 @@ async fn latency(url: &str, workers: usize, m: usize) -> (Duration, Duration) {
                             .unwrap()
                             .push(at.saturating_duration_since(from));
                         store
-                            .finish(&c.lease, state::SUCCEEDED, None)
+                            .finish(&c.lease, state::SUCCEEDED, None, None)
                             .await
                             .unwrap();
                         done.fetch_add(1, Ordering::SeqCst);

@@ -354,13 +354,19 @@ impl Worker {
             if let Err(e) = self.fleet.append_fenced(&lease, vec![finished]).await {
                 tracing::warn!("cannot record the refusal of run `{id}`: {e}");
             }
-            let _ = self.fleet.finish(&lease, state::FAILED, Some(error)).await;
+            let _ = self
+                .fleet
+                .finish(&lease, state::FAILED, Some(error), None)
+                .await;
             return;
         }
         let mut stops = Some(self.fleet.stop_requests());
         if let Err(e) = self.runs.adopt(&run).await {
             let detail = format!("the worker cannot take the run in: {e}");
-            let _ = self.fleet.finish(&lease, state::FAILED, Some(detail)).await;
+            let _ = self
+                .fleet
+                .finish(&lease, state::FAILED, Some(detail), None)
+                .await;
             return;
         }
         let component = super::component(&id);
@@ -401,8 +407,8 @@ impl Worker {
                 Err(e) => tracing::warn!("cannot relay the events of run `{id}`: {e}"),
             }
             if let Some(end) = row.as_ref().and_then(|r| final_state(&r.state)) {
-                let detail = row.and_then(|r| r.detail);
-                match self.fleet.finish(&lease, end, detail).await {
+                let (detail, result) = row.map_or((None, None), |r| (r.detail, r.result));
+                match self.fleet.finish(&lease, end, detail, result).await {
                     Ok(()) => break Relay::Ended,
                     Err(StoreError::Fenced { .. }) => break Relay::Fenced,
                     Err(e) => {

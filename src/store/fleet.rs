@@ -193,13 +193,16 @@ pub trait FleetQueue: Send + Sync + Debug {
     /// replaced meanwhile; [`StoreError::Fenced`] when it is no longer held
     /// (expired, rescued, claimed again).
     fn heartbeat<'a>(&'a self, lease: &'a Lease, lease_for: Duration) -> StoreFuture<'a, Lease>;
-    /// Record the end of the run `lease` holds; [`StoreError::Fenced`] when
-    /// the lease is no longer held (nothing written).
+    /// Record the end of the run `lease` holds, with what a worktree run
+    /// handed back (`result`: its branch, commit, push), so the fleet's
+    /// listing shows it; [`StoreError::Fenced`] when the lease is no longer
+    /// held (nothing written).
     fn finish<'a>(
         &'a self,
         lease: &'a Lease,
         end: &'static str,
         detail: Option<String>,
+        result: Option<serde_json::Value>,
     ) -> StoreFuture<'a, ()>;
     /// Append a run's events under its lease, in order; refused (nothing
     /// written) when the lease is no longer held.
@@ -487,8 +490,10 @@ impl FleetQueue for SqliteQueue {
         lease: &'a Lease,
         end: &'static str,
         detail: Option<String>,
+        result: Option<serde_json::Value>,
     ) -> StoreFuture<'a, ()> {
         let held = lease.clone();
+        let result = result.map(|r| r.to_string());
         Box::pin(async move {
             self.store
                 .write(move |conn| {
@@ -497,9 +502,12 @@ impl FleetQueue for SqliteQueue {
                     }
                     conn.prepare_cached(
                         "UPDATE runs SET state = ?3, detail = ?4, finished_at_ms = ?5,
-                         lease_expires_at_ms = NULL WHERE id = ?1 AND lease_token = ?2",
+                         result = COALESCE(?6, result), lease_expires_at_ms = NULL
+                         WHERE id = ?1 AND lease_token = ?2",
                     )
-                    .and_then(|mut s| s.execute((&held.run_id, held.token, end, &detail, now_ms())))
+                    .and_then(|mut s| {
+                        s.execute((&held.run_id, held.token, end, &detail, now_ms(), &result))
+                    })
                     .map(drop)
                     .map_err(sqlite("finish a run"))
                 })

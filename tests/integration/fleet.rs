@@ -164,7 +164,9 @@ async fn a_lost_run_is_queued_again_while_its_attempts_allow_then_interrupted(
     assert_eq!((row.state.as_str(), row.attempt), (state::QUEUED, 2));
     assert_eq!((row.owner.as_ref(), row.detail.as_ref()), (None, None));
     // The lost worker's late end is refused; another worker takes attempt 2.
-    let late = queue.finish(&first.lease, state::SUCCEEDED, None).await;
+    let late = queue
+        .finish(&first.lease, state::SUCCEEDED, None, None)
+        .await;
     assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
     let second = queue.claim("w2", SHORT_LEASE).await.unwrap().unwrap();
     assert_eq!((second.run.id.as_str(), second.run.attempt), ("r", 2));
@@ -227,13 +229,13 @@ async fn a_trigger_runs_one_run_of_a_key_at_once_oldest_first_and_runs_by_hand_n
     assert_eq!(claimed, ["a1", "b1", "n1", "m1", "m2"]);
     // Once a key's run ended, the next of that key (and only it) starts.
     queue
-        .finish(&leases["a1"], state::SUCCEEDED, None)
+        .finish(&leases["a1"], state::SUCCEEDED, None, None)
         .await
         .unwrap();
     assert_eq!(claim_id(&queue, "w").await.as_deref(), Some("a2"));
     assert_eq!(claim_id(&queue, "w").await, None);
     queue
-        .finish(&leases["n1"], state::FAILED, None)
+        .finish(&leases["n1"], state::FAILED, None, None)
         .await
         .unwrap();
     assert_eq!(claim_id(&queue, "w").await.as_deref(), Some("n2"));
@@ -296,6 +298,7 @@ async fn replace_marks_the_running_run_cancels_the_queued_and_starts_once_it_end
             &renewed,
             state::CANCELLED,
             Some("replaced by run `r3`".into()),
+            None,
         )
         .await
         .unwrap();
@@ -356,7 +359,7 @@ async fn concurrent_workers_claim_each_run_exactly_once(queue: Arc<dyn FleetQueu
                 assert_eq!(claimed.run.state, state::RUNNING);
                 assert_eq!(claimed.run.owner.as_deref(), Some(me.as_str()));
                 queue
-                    .finish(&claimed.lease, state::SUCCEEDED, None)
+                    .finish(&claimed.lease, state::SUCCEEDED, None, None)
                     .await
                     .unwrap();
                 mine.push(claimed.run.id);
@@ -395,7 +398,9 @@ async fn a_late_write_under_an_old_token_is_refused(queue: Arc<dyn FleetQueue>) 
     let first = queue.claim("w1", SHORT_LEASE).await.unwrap().unwrap();
     until_expired(&queue, &first.lease).await;
     // Expired but not yet rescued: the late finish is refused all the same.
-    let late = queue.finish(&first.lease, state::SUCCEEDED, None).await;
+    let late = queue
+        .finish(&first.lease, state::SUCCEEDED, None, None)
+        .await;
     assert!(
         matches!(late, Err(StoreError::Fenced { ref run, token }) if run == "a" && token == first.lease.token),
         "{late:?}"
@@ -409,7 +414,7 @@ async fn a_late_write_under_an_old_token_is_refused(queue: Arc<dyn FleetQueue>) 
     for late in [
         queue.heartbeat(&first.lease, LONG_LEASE).await.err(),
         queue
-            .finish(&first.lease, state::FAILED, Some("late".into()))
+            .finish(&first.lease, state::FAILED, Some("late".into()), None)
             .await
             .err(),
     ] {
@@ -452,13 +457,16 @@ async fn an_expired_lease_is_rescued_once_and_never_claimed_again(queue: Arc<dyn
     // The live lease is untouched and renews.
     let renewed = queue.heartbeat(&kept.lease, LONG_LEASE).await.unwrap();
     assert_eq!(renewed.token, kept.lease.token);
+    // Its end carries what the run handed back, for the fleet's listing.
+    let result = json!({ "branch": "npc/kept", "commit": "0123abcd" });
     queue
-        .finish(&renewed, state::SUCCEEDED, None)
+        .finish(&renewed, state::SUCCEEDED, None, Some(result.clone()))
         .await
         .unwrap();
+    let row = queue.run("kept").await.unwrap().unwrap();
     assert_eq!(
-        queue.run("kept").await.unwrap().unwrap().state,
-        state::SUCCEEDED
+        (row.state.as_str(), row.result),
+        (state::SUCCEEDED, Some(result))
     );
 }
 
@@ -520,7 +528,7 @@ async fn fenced_events_append_in_order_and_a_lost_lease_appends_none(queue: Arc<
         .collect();
     assert_eq!(ns, vec![0, 1, 2, 3, 4]);
     queue
-        .finish(&claimed.lease, state::SUCCEEDED, None)
+        .finish(&claimed.lease, state::SUCCEEDED, None, None)
         .await
         .unwrap();
     let late = queue

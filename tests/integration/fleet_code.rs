@@ -12,7 +12,7 @@ use std::process::Command;
 use npcagent::store::fleet::FleetQueue;
 use npcagent::store::pg::PgStore;
 use npcagent::store::queue::{NewRun, RunCode, RunRow, state};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::fleet::{
     STEADY_LEASE_SECS, ingress_daemon, npc_json, start_worker_leased, worker_store,
@@ -233,6 +233,14 @@ fn a_worker_behind_its_remote_runs_the_commit_its_ingress_queued_and_pushes_the_
     assert_eq!(of("run.workspace")["base"], second.as_str());
     let result = &of("run.finished")["result"];
     assert_eq!(result["base"], second.as_str(), "{result}");
+    // The shared row carries it too (`npc runs --fleet` shows the branch),
+    // with the push that came after the run's end.
+    let shared = row.result.clone().unwrap_or_default();
+    assert_eq!(
+        (&shared["branch"], &shared["head"], &shared["push"]["ok"]),
+        (&result["branch"], &result["head"], &json!(true)),
+        "{row:?}"
+    );
     let branch = format!("npc/{id}");
     assert_eq!(result["branch"], branch.as_str());
     assert_eq!(of("run.pushed")["remote"], remote.as_str());

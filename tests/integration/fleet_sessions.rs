@@ -298,7 +298,7 @@ async fn pruned_runs_keep_their_webhook_replay_keys_in_the_fleets_store() {
             .unwrap()
             .unwrap();
         store
-            .finish(&claimed.lease, "succeeded", None)
+            .finish(&claimed.lease, "succeeded", None, None)
             .await
             .unwrap();
     }

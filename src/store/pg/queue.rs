@@ -130,7 +130,8 @@ static FINISH_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH done AS (
              UPDATE npc_runs SET state = $4, detail = $5, finished_at_ms = npc_now_ms(),
-             lease_expires_at_ms = NULL WHERE {HELD} RETURNING trigger, concurrency_key)
+             result = COALESCE($7, result), lease_expires_at_ms = NULL
+             WHERE {HELD} RETURNING trigger, concurrency_key)
          , woken AS (SELECT pg_notify($6, $1) FROM done WHERE EXISTS (SELECT 1 FROM npc_runs w
              WHERE w.fleet = $1 AND w.trigger = done.trigger AND w.state = 'queued'
              AND w.concurrency_key IS NOT DISTINCT FROM done.concurrency_key))
@@ -377,7 +378,9 @@ impl PgStore {
         lease: &Lease,
         end: &'static str,
         detail: Option<String>,
+        result: Option<serde_json::Value>,
     ) -> Result<(), StoreError> {
+        let result = result.map(|r| r.to_string());
         let client = self.client().await?;
         let finish = client
             .prepare_cached(&FINISH_SQL)
@@ -393,6 +396,7 @@ impl PgStore {
                     &end,
                     &detail,
                     &WAKE_CHANNEL,
+                    &result,
                 ],
             )
             .await
@@ -740,8 +744,9 @@ impl FleetQueue for PgStore {
         lease: &'a Lease,
         end: &'static str,
         detail: Option<String>,
+        result: Option<serde_json::Value>,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(self.finish_run(lease, end, detail))
+        Box::pin(self.finish_run(lease, end, detail, result))
     }
 
     fn append_fenced<'a>(
