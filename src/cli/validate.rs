@@ -62,6 +62,8 @@ pub fn run(path: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
             out!("{}", printable(&out))?;
         }
     }
+    // The process ends here: its memory goes back to the system at once.
+    loaded.leave();
     Ok(if errors == 0 { Exit::Ok } else { Exit::Failed })
 }
 
