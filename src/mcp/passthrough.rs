@@ -787,6 +787,9 @@ pub async fn call_tracked(
     unanswered.id = None;
     match answer? {
         ServerResult::CallToolResult(result) => Ok(result),
+        ServerResult::InputRequiredResult(_) => Err(rmcp::ServiceError::McpError(
+            ErrorData::internal_error(super::wire::INPUT_REQUIRED, None),
+        )),
         _ => Err(rmcp::ServiceError::McpError(ErrorData::internal_error(
             "the server answered `tools/call` with another kind of result",
             None,
