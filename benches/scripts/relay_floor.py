@@ -79,4 +79,28 @@ def cpu_ms(pid):
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 print("CPU ms per call, the process in the path (direct: the server itself):",
       {k: round(cpu_ms(p.pid) / len(lat[k]), 4) for k, (p, _) in paths.items()})
+def threads_ms(pid):
+    # Each thread's utime + stime, by its name, summed over threads of one name.
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        stat = open("/proc/%d/task/%s/stat" % (pid, tid)).read()
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        ms = (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+        out[name] = out.get(name, 0) + ms
+    return out
+def switches(pid):
+    # Voluntary context switches of every thread of the process.
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        for line in open("/proc/%d/task/%s/status" % (pid, tid)):
+            if line.startswith("voluntary_ctxt_switches"):
+                total += int(line.split()[1])
+    return total
+print("voluntary context switches per call:",
+      {k: round(switches(p.pid) / len(lat[k]), 2) for k, (p, _) in paths.items()})
+for k, (p, _) in paths.items():
+    if k.startswith("gateway"):
+        print("  %s CPU ms per call by thread:" % k,
+              {n: round(v / len(lat[k]), 4) for n, v in sorted(threads_ms(p.pid).items()) if v})
 for p,_ in paths.values(): p.stdin.close()
