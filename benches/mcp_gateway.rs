@@ -412,11 +412,25 @@ fn main() {
         .filter(|a| !a.starts_with("--"))
         .collect();
     let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    // The client's runtime: two workers unless `MCP_BENCH_CLIENT_THREADS` says
+    // otherwise (1: a current-thread runtime, whose client never wakes a
+    // second worker that competes with the gateway for the cores).
+    let threads: usize = std::env::var("MCP_BENCH_CLIENT_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(2);
+    let rt = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    };
     rt.block_on(async {
         if wanted("startup") {
             startup_paths().await;
