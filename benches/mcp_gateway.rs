@@ -14,6 +14,11 @@
 //! The client is rmcp's, in this process. server-everything comes from npm
 //! (`.ci/run`); its HTTP transport is bound to 127.0.0.1 by
 //! `fixtures/mcp/loopback.cjs`. Skips with a message when it is missing.
+//!
+//! With `NPC_BASELINE_BIN=path/to/another/npc`, that build's gateway is a
+//! third path of the same run (its own repository), its calls interleaved
+//! with the other two, the two gateways' order swapped every call: the
+//! same-run comparison of two builds under the same load.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -95,16 +100,21 @@ async fn call(client: &Client, tool: &str) {
 }
 
 /// Per-call latencies of [`CALLS`] sequential calls on each path, sorted,
-/// the two paths alternating call by call so that both see the same
-/// machine (a load spike costs both, not one).
-async fn sequential(direct: (&Client, &str), gateway: (&Client, &str)) -> [Vec<Duration>; 2] {
+/// the paths alternating call by call so that all see the same machine (a
+/// load spike costs each, not one). The first path (direct) goes first; the
+/// others' order rotates every call, so none pays for its place.
+async fn sequential(paths: &[(&Client, &str)]) -> Vec<Vec<Duration>> {
     for _ in 0..WARMUP {
-        call(direct.0, direct.1).await;
-        call(gateway.0, gateway.1).await;
+        for (client, tool) in paths {
+            call(client, tool).await;
+        }
     }
-    let mut times = [Vec::with_capacity(CALLS), Vec::with_capacity(CALLS)];
-    for _ in 0..CALLS {
-        for (path, (client, tool)) in [direct, gateway].into_iter().enumerate() {
+    let mut times = vec![Vec::with_capacity(CALLS); paths.len()];
+    let others = paths.len() - 1;
+    for i in 0..CALLS {
+        let order = std::iter::once(0).chain((0..others).map(|k| 1 + (k + i) % others.max(1)));
+        for path in order {
+            let (client, tool) = paths[path];
             let t = Instant::now();
             call(client, tool).await;
             times[path].push(t.elapsed());
@@ -148,46 +158,65 @@ struct Measured {
     many: f64,
 }
 
-/// Both paths: sequential latencies (interleaved), then calls/s with one
-/// and with every caller, path after path.
-async fn measure(
-    direct: (Vec<Arc<Client>>, &str),
-    gateway: (Vec<Arc<Client>>, &str),
-) -> [Measured; 2] {
-    let [direct_seq, gateway_seq] =
-        sequential((&direct.0[0], direct.1), (&gateway.0[0], gateway.1)).await;
-    let mut out = Vec::new();
-    for ((clients, tool), seq) in [(direct, direct_seq), (gateway, gateway_seq)] {
-        let one = throughput(&clients[..1], tool).await;
-        let many = throughput(&clients, tool).await;
-        out.push(Measured { seq, one, many });
-    }
-    let gateway = out.pop().expect("two paths");
-    let direct = out.pop().expect("two paths");
-    [direct, gateway]
+/// One path a call can take: its name, its clients and the tool's name there.
+struct Route {
+    name: &'static str,
+    clients: Vec<Arc<Client>>,
+    tool: &'static str,
 }
 
-fn report(transport: &str, direct: &Measured, gateway: &Measured) {
+/// Every path: sequential latencies (interleaved), then calls/s with one
+/// and with every caller, path after path.
+async fn measure(routes: &[Route]) -> Vec<Measured> {
+    let firsts: Vec<(&Client, &str)> = routes
+        .iter()
+        .map(|r| (r.clients[0].as_ref(), r.tool))
+        .collect();
+    let seqs = sequential(&firsts).await;
+    let mut out = Vec::new();
+    for (route, seq) in routes.iter().zip(seqs) {
+        let one = throughput(&route.clients[..1], route.tool).await;
+        let many = throughput(&route.clients, route.tool).await;
+        out.push(Measured { seq, one, many });
+    }
+    out
+}
+
+/// The first route is the direct one; every other is a gateway.
+fn report(transport: &str, routes: &[Route], measured: &[Measured]) {
+    let direct = &measured[0];
     let (d50, d99) = (pct(&direct.seq, 0.5), pct(&direct.seq, 0.99));
-    let (g50, g99) = (pct(&gateway.seq, 0.5), pct(&gateway.seq, 0.99));
-    println!(
-        "{transport}: direct p50 {:.3} ms p99 {:.3} ms | gateway p50 {:.3} ms p99 {:.3} ms | added p50 {:.3} ms p99 {:.3} ms",
-        ms(d50),
-        ms(d99),
-        ms(g50),
-        ms(g99),
-        ms(g50) - ms(d50),
-        ms(g99) - ms(d99)
-    );
-    println!(
-        "{transport}: calls/s 1 caller direct {:.0} gateway {:.0} (ratio {:.2}) | {CONCURRENT} callers direct {:.0} gateway {:.0} (ratio {:.2})",
-        direct.one,
-        gateway.one,
-        gateway.one / direct.one,
-        direct.many,
-        gateway.many,
-        gateway.many / direct.many
-    );
+    for (route, gateway) in routes.iter().zip(measured).skip(1) {
+        let name = route.name;
+        let (g50, g99) = (pct(&gateway.seq, 0.5), pct(&gateway.seq, 0.99));
+        println!(
+            "{transport}: direct p50 {:.3} ms p99 {:.3} ms | {name} p50 {:.3} ms p99 {:.3} ms | added p50 {:.3} ms p99 {:.3} ms",
+            ms(d50),
+            ms(d99),
+            ms(g50),
+            ms(g99),
+            ms(g50) - ms(d50),
+            ms(g99) - ms(d99)
+        );
+        println!(
+            "{transport}: calls/s 1 caller direct {:.0} {name} {:.0} (ratio {:.2}) | {CONCURRENT} callers direct {:.0} {name} {:.0} (ratio {:.2})",
+            direct.one,
+            gateway.one,
+            gateway.one / direct.one,
+            direct.many,
+            gateway.many,
+            gateway.many / direct.many
+        );
+    }
+}
+
+/// The gateways to measure: this build's, and `NPC_BASELINE_BIN`'s when set.
+fn gateways() -> Vec<(&'static str, std::path::PathBuf)> {
+    let mut out = vec![("gateway", npc())];
+    if let Some(base) = std::env::var_os("NPC_BASELINE_BIN") {
+        out.push(("baseline", base.into()));
+    }
+    out
 }
 
 /// A repository whose manifest is `manifest`.
@@ -197,8 +226,8 @@ fn repo(manifest: &str) -> tempfile::TempDir {
     dir
 }
 
-fn gateway_command(dir: &Path, http: Option<&str>) -> Command {
-    let mut command = Command::new(npc());
+fn gateway_command(bin: &Path, dir: &Path, http: Option<&str>) -> Command {
+    let mut command = Command::new(bin);
     command.args(["mcp", "serve"]).current_dir(dir);
     if let Some(addr) = http {
         command.args(["--http", addr]);
@@ -207,25 +236,26 @@ fn gateway_command(dir: &Path, http: Option<&str>) -> Command {
 }
 
 async fn stdio_paths() {
-    let clients = |n| async move {
-        let mut out = Vec::new();
-        let (client, child) = stdio_client(Command::new("mcp-server-everything")).await;
-        let client = Arc::new(client);
-        for _ in 0..n {
-            out.push(client.clone());
-        }
-        (out, child)
-    };
-    let (direct_clients, _direct) = clients(CONCURRENT).await;
-    let dir = repo("version = 1\n[mcp.servers.everything]\ncommand = \"mcp-server-everything\"\n");
-    let (client, _gateway) = stdio_client(gateway_command(dir.path(), None)).await;
-    let client = Arc::new(client);
-    let [direct, gateway] = measure(
-        (direct_clients, "echo"),
-        (vec![client; CONCURRENT], "everything__echo"),
-    )
-    .await;
-    report("stdio", &direct, &gateway);
+    let (client, _direct) = stdio_client(Command::new("mcp-server-everything")).await;
+    let mut routes = vec![Route {
+        name: "direct",
+        clients: vec![Arc::new(client); CONCURRENT],
+        tool: "echo",
+    }];
+    let mut kept = Vec::new();
+    for (name, bin) in gateways() {
+        let dir =
+            repo("version = 1\n[mcp.servers.everything]\ncommand = \"mcp-server-everything\"\n");
+        let (client, child) = stdio_client(gateway_command(&bin, dir.path(), None)).await;
+        kept.push((dir, child));
+        routes.push(Route {
+            name,
+            clients: vec![Arc::new(client); CONCURRENT],
+            tool: "everything__echo",
+        });
+    }
+    let measured = measure(&routes).await;
+    report("stdio", &routes, &measured);
 }
 
 /// A free loopback port (bound, then released for the server to take).
@@ -270,30 +300,44 @@ async fn http_paths() {
     for _ in 0..CONCURRENT {
         direct_clients.push(Arc::new(http_client(&url, None).await));
     }
-    let dir = repo(&format!(
-        "version = 1\n[mcp.servers.everything]\nurl = \"{url}\"\n"
-    ));
-    let mut gateway = gateway_command(dir.path(), Some("127.0.0.1:0"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the gateway starts");
-    let gateway_url = line_after(&mut gateway, "listening on ").await;
-    // The gateway wants the repository's token (made when it started).
-    let token = std::fs::read_to_string(dir.path().join(".npc/api.token"))
-        .expect("the gateway's token")
-        .trim()
-        .to_string();
-    let mut clients = Vec::new();
-    for _ in 0..CONCURRENT {
-        clients.push(Arc::new(
-            http_client(&gateway_url, Some(token.clone())).await,
+    let mut routes = vec![Route {
+        name: "direct",
+        clients: direct_clients,
+        tool: "echo",
+    }];
+    let mut kept = Vec::new();
+    for (name, bin) in gateways() {
+        let dir = repo(&format!(
+            "version = 1\n[mcp.servers.everything]\nurl = \"{url}\"\n"
         ));
+        let mut gateway = gateway_command(&bin, dir.path(), Some("127.0.0.1:0"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the gateway starts");
+        let gateway_url = line_after(&mut gateway, "listening on ").await;
+        // The gateway wants the repository's token (made when it started).
+        let token = std::fs::read_to_string(dir.path().join(".npc/api.token"))
+            .expect("the gateway's token")
+            .trim()
+            .to_string();
+        let mut clients = Vec::new();
+        for _ in 0..CONCURRENT {
+            clients.push(Arc::new(
+                http_client(&gateway_url, Some(token.clone())).await,
+            ));
+        }
+        kept.push((dir, gateway));
+        routes.push(Route {
+            name,
+            clients,
+            tool: "everything__echo",
+        });
     }
-    let [direct, through] = measure((direct_clients, "echo"), (clients, "everything__echo")).await;
-    report("http", &direct, &through);
+    let measured = measure(&routes).await;
+    report("http", &routes, &measured);
 }
 
 /// Spawn to `initialize` answered, for a gateway with `servers` slow servers.
@@ -310,7 +354,7 @@ async fn startup(servers: usize) -> Duration {
     let mut runs = Vec::new();
     for _ in 0..STARTUP_RUNS {
         let t = Instant::now();
-        let (client, child) = stdio_client(gateway_command(dir.path(), None)).await;
+        let (client, child) = stdio_client(gateway_command(&npc(), dir.path(), None)).await;
         runs.push(t.elapsed());
         let tools = client.peer().list_all_tools().await.expect("tools");
         assert_eq!(tools.len(), servers * 8, "every server connected");
@@ -368,11 +412,25 @@ fn main() {
         .filter(|a| !a.starts_with("--"))
         .collect();
     let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    // The client's runtime: two workers unless `MCP_BENCH_CLIENT_THREADS` says
+    // otherwise (1: a current-thread runtime, whose client never wakes a
+    // second worker that competes with the gateway for the cores).
+    let threads: usize = std::env::var("MCP_BENCH_CLIENT_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(2);
+    let rt = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    };
     rt.block_on(async {
         if wanted("startup") {
             startup_paths().await;

@@ -8,7 +8,9 @@ copying lines, no parsing); and through `npc mcp serve`. Usage:
     RELAY=/tmp/relay_floor NPC=target/release/npc python3 benches/scripts/relay_floor.py REPO
 
 (NPC=A:B compares several builds, interleaved in the same run, REPO=R1:R2 giving each its own
-repository when their store schemas differ; TIGHT=1 runs each path's
+repository when their store schemas differ; PROGRESS=1 puts a progress token in every
+call's `_meta`, as rmcp's client (the one `cargo bench --bench mcp_gateway` drives) does;
+TIGHT=1 runs each path's
 calls back to back instead, and prints the mean per call. The interleaved run also prints
 each process's CPU per call, start-up included.)
 
@@ -35,6 +37,11 @@ paths = {
   "relay": start([os.environ["RELAY"], "mcp-server-everything"]),
 }
 names = {"direct":"echo","relay":"echo"}
+def params(k, i):
+    p = {"name": names[k], "arguments": {"message": "hello"}}
+    if os.environ.get("PROGRESS"):
+        p["_meta"] = {"progressToken": i}
+    return p
 for n, npc in enumerate(gateways):
     key = "gateway" if len(gateways) == 1 else "gateway%d" % (n + 1)
     paths[key] = start([npc, "mcp", "serve"], cwd=repos[min(n, len(repos) - 1)])
@@ -44,10 +51,10 @@ if os.environ.get("TIGHT"):
     per_call = {}
     for k, (p, call) in paths.items():
         for i in range(1, 501):
-            call(i, "tools/call", {"name": names[k], "arguments": {"message": "hello"}})
+            call(i, "tools/call", params(k, i))
         t = time.perf_counter()
         for i in range(501, 3501):
-            r = call(i, "tools/call", {"name": names[k], "arguments": {"message": "hello"}})
+            r = call(i, "tools/call", params(k, i))
             assert "result" in r, r
         per_call[k] = (time.perf_counter() - t) / 3000 * 1000
     print("tight loop, ms per call:", {k: round(v, 3) for k, v in per_call.items()})
@@ -58,7 +65,7 @@ lat = {k: [] for k in paths}
 for i in range(1, 2301):
     for k,(p,call) in paths.items():
         t = time.perf_counter()
-        r = call(i, "tools/call", {"name":names[k],"arguments":{"message":"hello"}})
+        r = call(i, "tools/call", params(k, i))
         d = time.perf_counter()-t
         assert "result" in r, r
         if i > 300: lat[k].append(d*1000)
@@ -72,4 +79,28 @@ def cpu_ms(pid):
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 print("CPU ms per call, the process in the path (direct: the server itself):",
       {k: round(cpu_ms(p.pid) / len(lat[k]), 4) for k, (p, _) in paths.items()})
+def threads_ms(pid):
+    # Each thread's utime + stime, by its name, summed over threads of one name.
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        stat = open("/proc/%d/task/%s/stat" % (pid, tid)).read()
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        ms = (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+        out[name] = out.get(name, 0) + ms
+    return out
+def switches(pid):
+    # Voluntary context switches of every thread of the process.
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        for line in open("/proc/%d/task/%s/status" % (pid, tid)):
+            if line.startswith("voluntary_ctxt_switches"):
+                total += int(line.split()[1])
+    return total
+print("voluntary context switches per call:",
+      {k: round(switches(p.pid) / len(lat[k]), 2) for k, (p, _) in paths.items()})
+for k, (p, _) in paths.items():
+    if k.startswith("gateway"):
+        print("  %s CPU ms per call by thread:" % k,
+              {n: round(v / len(lat[k]), 4) for n, v in sorted(threads_ms(p.pid).items()) if v})
 for p,_ in paths.values(): p.stdin.close()

@@ -138,19 +138,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     if args.http.is_some() {
         crate::runtime::daemon::raise_open_files_limit();
     }
-    // Over stdio one client is served: one thread runs its session and the
-    // upstream sessions it waits on, so no answer crosses threads (built-ins
-    // do their blocking work on the blocking pool). HTTP serves many.
-    let rt = if args.http.is_some() {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()?
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-    };
+    // One thread runs the sessions (over stdio one, over HTTP many) and the
+    // upstream sessions they wait on, so no answer crosses threads and no
+    // worker wakes another to share a call: over HTTP that halves the
+    // context switches per call (`benches/scripts/http_floor.py`). Built-ins
+    // do their blocking work on the blocking pool.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     if let Some((socket, pid)) = super::reconcile::daemon_socket(&paths) {
         if one_off {
             errln!(

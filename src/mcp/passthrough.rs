@@ -143,6 +143,17 @@ impl Client {
             .unwrap_or_default()
     }
 
+    /// Whether the client declared anything an upstream may ask it for:
+    /// sampling, elicitation or roots.
+    pub fn takes_requests(&self) -> bool {
+        self.peer.peer_info().is_some_and(|info| {
+            let capabilities = &info.capabilities;
+            capabilities.sampling.is_some()
+                || capabilities.elicitation.is_some()
+                || capabilities.roots.is_some()
+        })
+    }
+
     /// Queue `notification` for the client; dropped (and counted) when the
     /// queue is full.
     pub fn notify(&self, notification: ServerNotification) {
@@ -787,6 +798,9 @@ pub async fn call_tracked(
     unanswered.id = None;
     match answer? {
         ServerResult::CallToolResult(result) => Ok(result),
+        ServerResult::InputRequiredResult(_) => Err(rmcp::ServiceError::McpError(
+            ErrorData::internal_error(super::wire::INPUT_REQUIRED, None),
+        )),
         _ => Err(rmcp::ServiceError::McpError(ErrorData::internal_error(
             "the server answered `tools/call` with another kind of result",
             None,

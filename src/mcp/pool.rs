@@ -33,11 +33,14 @@ use rmcp::model::{
     ElicitRequestParams, ElicitResult, ElicitationCapability, FormElicitationCapability,
     Implementation, JsonObject, ListRootsRequest, ListRootsResult, LoggingLevel,
     LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
-    ResourceUpdatedNotificationParam, RootsCapabilities, SamplingCapability, ServerRequest,
-    SetLevelRequestParams, Tool, UrlElicitationCapability,
+    ProtocolVersion, ResourceUpdatedNotificationParam, RootsCapabilities, SamplingCapability,
+    ServerRequest, SetLevelRequestParams, Tool, UrlElicitationCapability,
 };
-use rmcp::service::{NotificationContext, RequestContext, RunningService};
-use rmcp::{ClientHandler, ErrorData, Peer, RoleClient, ServiceExt};
+use rmcp::service::{
+    ClientInitializeError, ClientLifecycleMode, ClientServiceExt as _, NotificationContext,
+    RequestContext, RunningService,
+};
+use rmcp::{ClientHandler, ErrorData, Peer, RoleClient};
 use tokio::sync::{Semaphore, broadcast};
 
 use super::catalog::{CatalogChange, ServerCatalog, refresh_begins, refresh_done};
@@ -45,7 +48,7 @@ use super::lock;
 use super::passthrough::{
     Clients, Entered, InFlight, LIST_CHANGED_DEBOUNCE, Passthrough, call_tracked,
 };
-use super::wire::{Failure, Wire};
+use super::wire::{Envelope, Failure, Lent, Wire};
 
 use crate::bus::EventBus;
 use crate::driver::{DriverContext, child_spec};

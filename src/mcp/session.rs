@@ -40,7 +40,6 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, ServerInitializeError};
 use serde::Deserialize;
-use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -81,8 +80,8 @@ struct Envelope<'a> {
     method: Option<Cow<'a, str>>,
     #[serde(default)]
     id: Option<RequestId>,
-    #[serde(default)]
-    params: Option<Value>,
+    #[serde(default, borrow)]
+    params: Option<&'a serde_json::value::RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -159,7 +158,7 @@ pub(super) fn route(line: &[u8], initialized: bool) -> Route {
     }
     match (envelope.method.as_deref(), envelope.id, envelope.params) {
         (Some("tools/call"), Some(id), Some(params)) if initialized => {
-            match CallToolRequestParams::deserialize(params) {
+            match serde_json::from_str::<CallToolRequestParams>(params.get()) {
                 // A version negotiated inline, or multi-round-trip input, is
                 // rmcp's to check.
                 Ok(params)
@@ -179,7 +178,7 @@ pub(super) fn route(line: &[u8], initialized: bool) -> Route {
         (Some("initialize"), Some(_), _) => Route::Forward(Notice::Initialize),
         (Some("notifications/initialized"), None, _) => Route::Forward(Notice::Initialized),
         (Some("notifications/cancelled"), None, Some(params)) => {
-            match serde_json::from_value::<Cancelled>(params) {
+            match serde_json::from_str::<Cancelled>(params.get()) {
                 Ok(c) => Route::Forward(Notice::Cancelled(c.request_id)),
                 Err(_) => FORWARD,
             }
@@ -421,6 +420,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn call_route(line: &str, initialized: bool) -> Route {
         route(line.as_bytes(), initialized)

@@ -7,7 +7,9 @@
 //! same [`route`] as the stdio session loop), run through the
 //! [`CallPath`] as the session's [`Caller`] in the connection's own task,
 //! and answered as one `application/json` body (the transport lets a server
-//! answer a POST either way), which keeps the connection open.
+//! answer a POST either way), which keeps the connection open. The call is
+//! recorded ([`CallPath::publish`]) by a task that runs once the answer is
+//! written.
 //!
 //! What the call causes on its way (its progress, a log message of its
 //! upstream's) goes to the call's own stream ([`super::passthrough::CallStream`]): a call that
@@ -120,10 +122,7 @@ type CallMap = HashMap<RequestId, CancellationToken>;
 /// Whether a call of `client` may be answered without the response's
 /// stream (see the module docs).
 fn needs_no_stream(client: &Client) -> bool {
-    let capabilities = client.capabilities();
-    capabilities.sampling.is_none()
-        && capabilities.elicitation.is_none()
-        && capabilities.roots.is_none()
+    !client.takes_requests()
 }
 
 /// Removes a call from its session's map when it ends, however it ends.
@@ -234,6 +233,7 @@ impl Shortcut for HttpSessions {
                     let _running = running;
                     let started = std::time::Instant::now();
                     let name = params.name;
+                    let recorder = path.clone();
                     let call =
                         as_caller(Some(caller), path.call_unrecorded(&name, params.arguments));
                     tokio::select! {
@@ -241,7 +241,9 @@ impl Shortcut for HttpSessions {
                             // What went through the session's queue goes first.
                             client.flush().await;
                             let answer = answer(id, result, shape);
-                            path.publish(record).await;
+                            // Recorded once the answer is on its way: the task
+                            // runs after this connection's task wrote it.
+                            tokio::spawn(async move { recorder.publish(record).await });
                             Some(answer)
                         }
                         () = stop.cancelled() => {

@@ -16,13 +16,22 @@
 //! end of its input, and the server's stdin is closed. A call dropped before
 //! its answer (a timeout, a client that went away) is forgotten and the
 //! server is told with `notifications/cancelled`, as rmcp does.
+//!
+//! A server of protocol 2026-07-28 or later has no session: every request
+//! carries the version, npc's client info and capabilities in its `_meta`
+//! ([`Envelope`]), which the wire adds to its calls once rmcp's handshake
+//! found such a server ([`Wire::speak`]). rmcp's ends of the pipe are
+//! [`Lent`]: a handshake that fails (a server that refuses `initialize`)
+//! gives them back, so the next one runs on the same process.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rmcp::ErrorData;
-use rmcp::model::{CallToolResult, JsonObject, ProgressNotificationParam, ProgressToken};
+use rmcp::model::{
+    CallToolResult, JsonObject, ProgressNotificationParam, ProgressToken, RequestMetaObject,
+};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::io::{
@@ -45,6 +54,64 @@ const PIPE_BYTES: usize = 256 * 1024;
 /// rmcp's ends of the in-process pipe: what it reads from the server, and
 /// where it writes to the server.
 pub type RmcpSide = (ReadHalf<DuplexStream>, WriteHalf<DuplexStream>);
+
+/// One end of a pipe, lent to one user at a time: each holds a clone, and
+/// the end closes once the last clone is gone. rmcp's ends of the wire's
+/// pipe are lent to a handshake attempt, so one that fails leaves them to
+/// the next attempt.
+pub struct Lent<T>(Arc<Mutex<T>>);
+
+impl<T> Lent<T> {
+    pub fn new(end: T) -> Self {
+        Self(Arc::new(Mutex::new(end)))
+    }
+}
+
+impl<T> std::fmt::Debug for Lent<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Lent")
+    }
+}
+
+impl<T> Clone for Lent<T> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Lent<T> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut *lock(&self.0)).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Lent<T> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut *lock(&self.0)).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut *lock(&self.0)).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut *lock(&self.0)).poll_shutdown(cx)
+    }
+}
 
 /// How a request on the wire failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -119,10 +186,28 @@ impl Shared {
     }
 }
 
+/// The `_meta` a request of a sessionless protocol version (2026-07-28 and
+/// later) carries: the version, the client's info and its capabilities,
+/// each encoded once.
+#[derive(Debug)]
+pub struct Envelope(Vec<(String, Box<RawValue>)>);
+
+impl Envelope {
+    /// The entries of `meta`, encoded.
+    pub fn new(meta: &RequestMetaObject) -> Result<Self, serde_json::Error> {
+        meta.iter()
+            .map(|(key, value)| Ok((key.clone(), serde_json::value::to_raw_value(value)?)))
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
+}
+
 /// The lean side of one upstream session (see the module docs).
 pub struct Wire {
     shared: Arc<Shared>,
     next: AtomicU64,
+    /// Set once the session turned out to be of a sessionless version.
+    envelope: std::sync::OnceLock<Envelope>,
 }
 
 impl std::fmt::Debug for Wire {
@@ -156,8 +241,15 @@ impl Wire {
         let wire = Self {
             shared,
             next: AtomicU64::new(1),
+            envelope: std::sync::OnceLock::new(),
         };
         (wire, tokio::io::split(theirs))
+    }
+
+    /// The session is of a sessionless version: every call carries
+    /// `envelope` from now on.
+    pub fn speak(&self, envelope: Envelope) {
+        let _ = self.envelope.set(envelope);
     }
 
     /// Call `name` with `arguments` and wait for the answer (the caller
@@ -170,7 +262,7 @@ impl Wire {
         progress: Option<&ProgressToken>,
     ) -> Answer {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let frame = call_frame(n, name, arguments, progress)
+        let frame = call_frame(n, name, arguments, progress, self.envelope.get())
             .map_err(|e| Failure::Lost(format!("the call did not serialize: {e}")))?;
         let (answered, answer) = oneshot::channel();
         {
@@ -225,12 +317,14 @@ pub(super) fn id_of(n: u64) -> String {
     format!("{ID_PREFIX}{n}")
 }
 
-/// The `tools/call` request `n` as one frame.
+/// The `tools/call` request `n` as one frame (with `envelope`'s entries in
+/// its `_meta` for a sessionless version).
 pub(super) fn call_frame(
     n: u64,
     name: &str,
     arguments: Option<&JsonObject>,
     progress: Option<&ProgressToken>,
+    envelope: Option<&Envelope>,
 ) -> Result<Vec<u8>, serde_json::Error> {
     #[derive(serde::Serialize)]
     struct Request<'a> {
@@ -247,11 +341,27 @@ pub(super) fn call_frame(
         #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
         meta: Option<Meta<'a>>,
     }
-    #[derive(serde::Serialize)]
     struct Meta<'a> {
-        #[serde(rename = "progressToken")]
-        progress_token: &'a ProgressToken,
+        progress_token: Option<&'a ProgressToken>,
+        envelope: Option<&'a Envelope>,
     }
+    impl serde::Serialize for Meta<'_> {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeMap as _;
+            let mut map = serializer.serialize_map(None)?;
+            if let Some(token) = self.progress_token {
+                map.serialize_entry("progressToken", token)?;
+            }
+            for (key, value) in self.envelope.iter().flat_map(|e| &e.0) {
+                map.serialize_entry(key, value)?;
+            }
+            map.end()
+        }
+    }
+    let meta = (progress.is_some() || envelope.is_some()).then_some(Meta {
+        progress_token: progress,
+        envelope,
+    });
     encode(&Request {
         jsonrpc: "2.0",
         id: id_of(n),
@@ -259,7 +369,7 @@ pub(super) fn call_frame(
         params: Params {
             name,
             arguments,
-            meta: progress.map(|progress_token| Meta { progress_token }),
+            meta,
         },
     })
 }
@@ -338,12 +448,30 @@ pub(super) fn progress_of(line: &[u8]) -> Option<ProgressNotificationParam> {
     Passthrough::is_own_token(&params.progress_token).then_some(params)
 }
 
+/// Why a call whose tool asked for more input (`resultType:
+/// "input_required"`, protocol 2026-07-28's multi-round-trip requests) fails.
+pub(super) const INPUT_REQUIRED: &str = "the tool asked for more input (a multi-round-trip request of protocol 2026-07-28), which the gateway does not pass on yet; call the server directly for this tool";
+
 /// A `tools/call` result: a tool result, or one with no content at all
-/// (`{}`, or only `_meta`), which rmcp's client also takes as complete.
+/// (`{}`, or only `_meta`), which rmcp's client also takes as complete. A
+/// result asking for more input is an error answer (the session is fine).
 fn tool_result(result: &RawValue) -> Answer {
     match serde_json::from_str::<CallToolResult>(result.get()) {
         Ok(result) => Ok(result),
         Err(e) => {
+            #[derive(Deserialize)]
+            struct Kind {
+                #[serde(rename = "resultType")]
+                result_type: Option<rmcp::model::ResultType>,
+            }
+            if serde_json::from_str::<Kind>(result.get())
+                .is_ok_and(|k| k.result_type == Some(rmcp::model::ResultType::INPUT_REQUIRED))
+            {
+                return Err(Failure::Answer(ErrorData::internal_error(
+                    INPUT_REQUIRED,
+                    None,
+                )));
+            }
             #[derive(Deserialize)]
             #[serde(deny_unknown_fields)]
             struct Contentless {
@@ -499,7 +627,6 @@ mod tests {
         for broken in [
             br#"{"jsonrpc":"2.0","id":"npc-6","result":42}"#.as_slice(),
             br#"{"jsonrpc":"2.0","id":"npc-6","result":{"tools":[]}}"#,
-            br#"{"jsonrpc":"2.0","id":"npc-6","result":{"resultType":"input_required","inputRequests":{}}}"#,
             br#"{"jsonrpc":"2.0","id":"npc-6","error":{"code":"x"}}"#,
             br#"{"jsonrpc":"2.0","id":"npc-6"}"#,
             br#"{"jsonrpc":"2.0","id":"npc-6","result":{"content":[]},"error":{"code":1,"message":"m"}}"#,
@@ -508,6 +635,13 @@ mod tests {
                 Some((6, Err(Failure::Lost(_)))) => {}
                 other => panic!("{}: lost, not {other:?}", String::from_utf8_lossy(broken)),
             }
+        }
+
+        // A tool asking for more input: an error answer, the session stays.
+        let input = br#"{"jsonrpc":"2.0","id":"npc-7","result":{"resultType":"input_required","inputRequests":{}}}"#;
+        match answer_of(input) {
+            Some((7, Err(Failure::Answer(e)))) => assert_eq!(e.message, INPUT_REQUIRED),
+            other => panic!("an error answer, not {other:?}"),
         }
 
         // rmcp's: its numeric ids, requests and notifications of the
@@ -545,7 +679,7 @@ mod tests {
         }
         // A call asking for progress carries its token in `_meta`.
         let token = ProgressToken(rmcp::model::NumberOrString::String("npc-progress-4".into()));
-        let frame = call_frame(4, "t", None, Some(&token)).unwrap();
+        let frame = call_frame(4, "t", None, Some(&token), None).unwrap();
         let value: Value = serde_json::from_slice(&frame).unwrap();
         assert_eq!(value["params"]["_meta"]["progressToken"], "npc-progress-4");
     }
@@ -554,7 +688,7 @@ mod tests {
     fn requests_are_one_line_of_json_rpc() {
         let mut arguments = JsonObject::new();
         arguments.insert("message".into(), json!("a\nb"));
-        let frame = call_frame(9, "echo", Some(&arguments), None).unwrap();
+        let frame = call_frame(9, "echo", Some(&arguments), None, None).unwrap();
         assert_eq!(frame.iter().filter(|&&b| b == b'\n').count(), 1);
         let value: Value = serde_json::from_slice(&frame).unwrap();
         assert_eq!(
@@ -563,7 +697,7 @@ mod tests {
                    "params": {"name": "echo", "arguments": {"message": "a\nb"}}})
         );
         let value: Value =
-            serde_json::from_slice(&call_frame(1, "t", None, None).unwrap()).unwrap();
+            serde_json::from_slice(&call_frame(1, "t", None, None, None).unwrap()).unwrap();
         assert_eq!(value["params"], json!({"name": "t"}));
         let value: Value = serde_json::from_slice(&cancelled_frame(9)).unwrap();
         assert_eq!(value["params"]["requestId"], "npc-9");
@@ -708,6 +842,46 @@ mod tests {
         let answer = json!({"jsonrpc": "2.0", "id": again["id"], "result": {"isError": true}});
         reply(&mut server, answer).await;
         assert_eq!(next.await.unwrap().unwrap().is_error, Some(true));
+    }
+
+    #[test]
+    fn calls_of_a_sessionless_version_carry_the_envelope_beside_the_token() {
+        let meta = RequestMetaObject::with_client_context(
+            rmcp::model::ProtocolVersion::V_2026_07_28,
+            rmcp::model::Implementation::new("npc", "1"),
+            rmcp::model::ClientCapabilities::default(),
+        );
+        let envelope = Envelope::new(&meta).unwrap();
+        let token = ProgressToken(rmcp::model::NumberOrString::String("npc-progress-1".into()));
+        let frame = call_frame(2, "t", None, Some(&token), Some(&envelope)).unwrap();
+        let value: Value = serde_json::from_slice(&frame).unwrap();
+        let sent = &value["params"]["_meta"];
+        assert_eq!(sent["progressToken"], "npc-progress-1");
+        assert_eq!(
+            sent["io.modelcontextprotocol/protocolVersion"],
+            "2026-07-28"
+        );
+        assert_eq!(sent["io.modelcontextprotocol/clientInfo"]["name"], "npc");
+        assert!(sent["io.modelcontextprotocol/clientCapabilities"].is_object());
+        let frame = call_frame(3, "t", None, None, Some(&envelope)).unwrap();
+        let value: Value = serde_json::from_slice(&frame).unwrap();
+        assert_eq!(value["params"]["_meta"].as_object().unwrap().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn lent_ends_outlive_a_failed_attempt_and_close_with_the_last() {
+        let (_wire, (from_server, to_server), mut server) = started();
+        let (read, write) = (Lent::new(from_server), Lent::new(to_server));
+        // An attempt that fails drops its clones; the pipe stays open.
+        drop((read.clone(), write.clone()));
+        let mut next = write.clone();
+        next.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n")
+            .await
+            .unwrap();
+        assert_eq!(next_request(&mut server).await["method"], "ping");
+        // The last clone gone, the wire closes the server's stdin.
+        drop((read, write, next));
+        assert_eq!(server.requests.next_line().await.unwrap(), None);
     }
 
     #[tokio::test]

@@ -51,15 +51,16 @@ pub fn served_in_sessions(version: &str) -> bool {
 
 type Headers = HashMap<axum::http::HeaderName, axum::http::HeaderValue>;
 
-/// The session rmcp's client made, as its requests show it.
-#[derive(Debug, Clone)]
+/// The session rmcp's client made, as its requests show it: whether it is
+/// of a version served in sessions, and the headers of a post in it
+/// (session, protocol headers, bearer token, media types), built once.
+#[derive(Debug)]
 struct Posting {
-    session: Arc<str>,
-    headers: Headers,
-    bearer: Option<String>,
+    sessionful: bool,
+    headers: reqwest::header::HeaderMap,
 }
 
-type Seen = Arc<Mutex<Option<Posting>>>;
+type Seen = Arc<Mutex<Option<Arc<Posting>>>>;
 
 /// rmcp's reqwest client, noting the session each of its requests names.
 /// rmcp's worker posts through `post_message_with_response_limits` and
@@ -73,16 +74,43 @@ pub struct Recording {
 
 impl Recording {
     fn note(&self, session: Option<&Arc<str>>, headers: &Headers, bearer: Option<&String>) {
+        use reqwest::header::{self, HeaderValue};
         let Some(session) = session else { return };
+        let Ok(session) = HeaderValue::from_str(session) else {
+            return;
+        };
+        let sessionful = headers
+            .iter()
+            .find(|(name, _)| name.as_str().eq_ignore_ascii_case(PROTOCOL_VERSION_HEADER))
+            .and_then(|(_, v)| v.to_str().ok())
+            .is_some_and(served_in_sessions);
+        let mut map = header::HeaderMap::with_capacity(headers.len() + 4);
+        map.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        map.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        map.insert(SESSION_ID_HEADER, session);
+        for (name, value) in headers {
+            map.insert(name.clone(), value.clone());
+        }
+        if let Some(token) = bearer
+            && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {token}"))
+        {
+            value.set_sensitive(true);
+            map.insert(header::AUTHORIZATION, value);
+        }
         let posting = Posting {
-            session: session.clone(),
-            headers: headers.clone(),
-            bearer: bearer.cloned(),
+            sessionful,
+            headers: map,
         };
         *self
             .seen
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(posting);
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(posting));
     }
 }
 
@@ -213,7 +241,8 @@ pub enum Posted {
 #[derive(Clone)]
 pub struct HttpLink {
     client: reqwest::Client,
-    url: Arc<str>,
+    /// Parsed once (`None`: not a URL reqwest takes; rmcp reports it).
+    url: Option<reqwest::Url>,
     seen: Seen,
 }
 
@@ -249,7 +278,7 @@ pub fn client_link(
     };
     let link = HttpLink {
         client: build(true)?,
-        url: url.into(),
+        url: reqwest::Url::parse(url).ok(),
         seen,
     };
     Ok((
@@ -260,18 +289,13 @@ pub fn client_link(
 
 impl HttpLink {
     /// The session to post in, when there is one of a session version.
-    fn posting(&self) -> Option<Posting> {
+    fn posting(&self) -> Option<Arc<Posting>> {
         let posting = self
             .seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()?;
-        let version = posting
-            .headers
-            .iter()
-            .find(|(name, _)| name.as_str().eq_ignore_ascii_case(PROTOCOL_VERSION_HEADER))
-            .and_then(|(_, v)| v.to_str().ok())?;
-        served_in_sessions(version).then_some(posting)
+        posting.sessionful.then_some(posting)
     }
 
     /// Post `body` (one JSON-RPC message) in the session. Every message the
@@ -285,20 +309,14 @@ impl HttpLink {
     ) -> Result<Posted, PostError> {
         use reqwest::header;
         let posting = self.posting().ok_or(PostError::NoSession)?;
-        let mut request = self
+        let url = self.url.clone().ok_or(PostError::NoSession)?;
+        let request = self
             .client
-            .post(self.url.as_ref())
-            .header(header::ACCEPT, "application/json, text/event-stream")
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(SESSION_ID_HEADER, posting.session.as_ref());
-        for (name, value) in &posting.headers {
-            request = request.header(name, value);
-        }
-        if let Some(token) = &posting.bearer {
-            request = request.bearer_auth(token);
-        }
+            .post(url)
+            .headers(posting.headers.clone())
+            .body(body);
         let transport = |e: reqwest::Error| PostError::Transport(e.to_string());
-        let mut response = request.body(body).send().await.map_err(transport)?;
+        let mut response = request.send().await.map_err(transport)?;
         let status = response.status();
         if status == reqwest::StatusCode::ACCEPTED || status == reqwest::StatusCode::NO_CONTENT {
             return Ok(Posted::Accepted);

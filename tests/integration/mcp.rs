@@ -505,6 +505,148 @@ fn protocol_versions_2025_06_18_2025_11_25_and_2026_07_28_reach_an_upstream() {
     );
 }
 
+/// `fixtures/mcp/modern_server.py`: the official Python SDK serving only
+/// protocol 2026-07-28 (it refuses `initialize`), over stdio or, with
+/// `--http PORT`, streamable HTTP.
+fn modern_server() -> String {
+    repo_root()
+        .join("fixtures/mcp/modern_server.py")
+        .display()
+        .to_string()
+}
+
+impl RawSession {
+    /// The frames up to the answer to request `id`: what came before it,
+    /// and the answer.
+    fn until_answer(&mut self, id: &Value) -> (Vec<Value>, Value) {
+        let mut before = Vec::new();
+        loop {
+            let frame = self.next();
+            if frame.get("method").is_none() && &frame["id"] == id {
+                return (before, frame);
+            }
+            before.push(frame);
+        }
+    }
+
+    fn request(&mut self, id: Value, method: &str, params: Value) -> (Vec<Value>, Value) {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        self.until_answer(&id)
+    }
+}
+
+#[test]
+fn an_upstream_speaking_only_2026_07_28_is_reached_without_a_handshake_over_stdio_and_http() {
+    if !python_sdk() {
+        return;
+    }
+    let port = crate::support::free_port();
+    let _http = crate::support::Stopped::new(
+        Command::new("python3")
+            .arg(modern_server())
+            .args(["--http", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("the 2026-07-28 server to listen", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    });
+    let dir = repo(&format!(
+        "version = 1\n[mcp.servers.local]\ncommand = \"python3\"\nargs = [{:?}]\nstartup_timeout_ms = 60000\n[mcp.servers.remote]\nurl = \"http://127.0.0.1:{port}/mcp\"\n",
+        modern_server()
+    ));
+    // A client of 2025-06-18 in front: the gateway bridges the two eras.
+    let mut session = RawSession::start(&dir);
+    for (n, server) in ["local", "remote"].into_iter().enumerate() {
+        let id = |k: usize| json!(format!("{server}-{}", n * 10 + k));
+        let (_, whoami) = session.request(
+            id(1),
+            "tools/call",
+            json!({"name": format!("{server}__whoami"), "arguments": {}}),
+        );
+        let said: Value = whoami["result"]["content"][0]["text"]
+            .as_str()
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or_else(|| panic!("{server}: {whoami}"));
+        assert_eq!(said["protocolVersion"], "2026-07-28", "{server}: {said}");
+        for key in [
+            "io.modelcontextprotocol/protocolVersion",
+            "io.modelcontextprotocol/clientInfo",
+            "io.modelcontextprotocol/clientCapabilities",
+        ] {
+            assert!(
+                said["meta"].as_array().unwrap().contains(&json!(key)),
+                "{server}: each request carries `{key}`: {said}"
+            );
+        }
+        assert_eq!(
+            whoami["result"].get("resultType"),
+            None,
+            "{server}: the answer keeps the client's 2025-06-18 shape: {whoami}"
+        );
+        // Progress under the client's own token, before the answer.
+        let token = format!("progress-{server}");
+        let (before, counted) = session.request(
+            id(2),
+            "tools/call",
+            json!({"name": format!("{server}__count"), "arguments": {"to": 2},
+                   "_meta": {"progressToken": token}}),
+        );
+        assert_eq!(
+            counted["result"]["content"][0]["text"], "counted 2",
+            "{server}: {counted}"
+        );
+        let progress: Vec<&Value> = before
+            .iter()
+            .filter(|f| f["method"] == "notifications/progress")
+            .map(|f| &f["params"])
+            .collect();
+        assert_eq!(progress.len(), 2, "{server}: {before:?}");
+        assert!(
+            progress
+                .iter()
+                .enumerate()
+                .all(|(i, p)| p["progressToken"] == token
+                    && p["progress"].as_f64() == Some((i + 1) as f64)),
+            "{server}: {progress:?}"
+        );
+        let (_, read) = session.request(
+            id(3),
+            "resources/read",
+            json!({"uri": format!("npc://{server}/modern://note")}),
+        );
+        assert_eq!(
+            read["result"]["contents"][0]["text"], "spoken in 2026",
+            "{server}: {read}"
+        );
+        let (_, prompt) = session.request(
+            id(4),
+            "prompts/get",
+            json!({"name": format!("{server}__greet"), "arguments": {"name": "Ada"}}),
+        );
+        assert_eq!(
+            prompt["result"]["messages"][0]["content"]["text"], "Hello, Ada.",
+            "{server}: {prompt}"
+        );
+    }
+    // Every call went through the one call path, and was recorded.
+    let recorded = wait_for("the calls' records", || {
+        let events = tool_call_events(&dir);
+        (events.len() >= 4).then_some(events)
+    });
+    for server in ["local", "remote"] {
+        assert!(
+            recorded
+                .iter()
+                .any(|e| e["payload"]["server"] == server && e["payload"]["outcome"] == "ok"),
+            "{server}: {recorded:?}"
+        );
+    }
+}
+
 #[test]
 fn malformed_oversized_and_cancelled_client_frames_cost_only_themselves() {
     let dir = repo(&format!("version = 1\n{}", bad_server(1500)));

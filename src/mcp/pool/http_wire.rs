@@ -76,7 +76,7 @@ impl HttpWire {
     ) -> Option<Answer> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let token = entered.and_then(Entered::token);
-        let frame = match call_frame(n, name, arguments, token.as_ref()) {
+        let frame = match call_frame(n, name, arguments, token.as_ref(), None) {
             Ok(frame) => frame,
             Err(e) => {
                 return Some(Err(Failure::Lost(format!(

@@ -113,6 +113,58 @@ fn client_capabilities() -> ClientCapabilities {
     capabilities
 }
 
+/// A failed handshake: why, and, when the server refused `initialize` as
+/// one that speaks only sessionless versions, those it named (newest first).
+pub(super) struct Refusal {
+    pub(super) error: PoolError,
+    pub(super) sessionless: Option<Vec<ProtocolVersion>>,
+}
+
+/// The sessionless protocol versions (no `initialize`: 2026-07-28 and later)
+/// npc knows that a server named when it refused `initialize` with
+/// UnsupportedProtocolVersionError, newest first; `None` for any other
+/// failure, or when it named none npc speaks.
+fn sessionless_only(error: &ClientInitializeError) -> Option<Vec<ProtocolVersion>> {
+    let ClientInitializeError::JsonRpcError(e) = error else {
+        return None;
+    };
+    if e.code != rmcp::model::ErrorCode::UNSUPPORTED_PROTOCOL_VERSION {
+        return None;
+    }
+    // Without a list, every sessionless version npc knows is worth a try.
+    let named: Option<Vec<ProtocolVersion>> = e
+        .data
+        .as_ref()
+        .and_then(|d| d.get("supported"))
+        .and_then(|v| serde_json::from_value(v.clone()).ok());
+    let versions: Vec<ProtocolVersion> = ProtocolVersion::KNOWN_VERSIONS
+        .iter()
+        .rev()
+        .filter(|v| !v.has_initialize())
+        .filter(|v| named.as_ref().is_none_or(|named| named.contains(v)))
+        .cloned()
+        .collect();
+    (!versions.is_empty()).then_some(versions)
+}
+
+/// The per-request `_meta` of `service`'s session, when it is of a
+/// sessionless version: the version, and npc's client info and capabilities.
+fn envelope(service: &RunningService<RoleClient, Listener>) -> Option<Envelope> {
+    let version = service.peer().peer_info()?.protocol_version.clone();
+    if version.has_initialize() {
+        return None;
+    }
+    let info = service.service().get_info();
+    let meta = rmcp::model::RequestMetaObject::with_client_context(
+        version,
+        info.client_info,
+        info.capabilities,
+    );
+    Envelope::new(&meta)
+        .inspect_err(|e| tracing::warn!(error = %e, "mcp: the per-request `_meta` did not encode"))
+        .ok()
+}
+
 /// The answer of the expected kind, or the error the upstream gets.
 fn expect<T>(
     answer: Result<ClientResult, ErrorData>,
@@ -528,16 +580,23 @@ impl Upstream {
                     .iter()
                     .map(|(k, v)| (k.clone(), v.expose().to_string()))
                     .collect();
-                let (transport, link) =
-                    crate::surfaces::mcp_link::client_link(url.expose(), &headers, bearer.clone())
+                let result = self
+                    .negotiate(|| {
+                        crate::surfaces::mcp_link::client_link(
+                            url.expose(),
+                            &headers,
+                            bearer.clone(),
+                        )
                         .map_err(|e| PoolError::Handshake {
                             server: server.clone(),
                             reason: e.to_string(),
-                        })?;
-                let result = self.handshake(transport).await.map(|s| {
-                    let wire = HttpWire::new(link, s.service().clone());
-                    (s, Some(Lean::Http(wire)))
-                });
+                        })
+                    })
+                    .await
+                    .map(|(s, link)| {
+                        let wire = HttpWire::new(link, s.service().clone());
+                        (s, Some(Lean::Http(wire)))
+                    });
                 if let Err(PoolError::Handshake { .. }) = &result
                     && crate::surfaces::mcp_http::is_legacy_sse(
                         url.expose(),
@@ -553,23 +612,77 @@ impl Upstream {
         }
     }
 
-    /// Initialize a session over a stdio server's pipes, through a [`Wire`].
+    /// Start a session over a stdio server's pipes, through a [`Wire`]
+    /// whose calls carry the per-request `_meta` when the session is of a
+    /// sessionless version.
     pub(super) async fn handshake_stdio(
         &self,
         stdout: tokio::process::ChildStdout,
         stdin: tokio::process::ChildStdin,
     ) -> Result<(RunningService<RoleClient, Listener>, Option<Lean>), PoolError> {
-        let (wire, rmcp) = Wire::start(stdout, stdin, Some(self.passthrough.clone()));
-        let service = self.handshake(rmcp).await?;
+        let (wire, (read, write)) = Wire::start(stdout, stdin, Some(self.passthrough.clone()));
+        // Lent, so that a refused `initialize` leaves the pipes to `server/discover`.
+        let (read, write) = (Lent::new(read), Lent::new(write));
+        let (service, ()) = self
+            .negotiate(|| Ok(((read.clone(), write.clone()), ())))
+            .await?;
+        if let Some(envelope) = envelope(&service) {
+            wire.speak(envelope);
+        }
         Ok((service, Some(Lean::Stdio(wire))))
     }
 
-    /// Initialize a session over `transport` and fetch its tools, within
-    /// the server's `startup_timeout_ms`.
+    /// Start a session on a transport from `open` (with what goes with it),
+    /// within the server's `startup_timeout_ms`: `initialize` first, so a
+    /// server of both eras keeps the handshake era, where its requests to
+    /// the client (sampling, elicitation, roots) and its own notifications
+    /// pass through; a server that refuses it as one speaking only
+    /// sessionless versions (UnsupportedProtocolVersionError naming them)
+    /// is then reached with `server/discover` and per-request `_meta`, on a
+    /// second transport from `open`.
+    pub(super) async fn negotiate<T, E, A, X>(
+        &self,
+        mut open: impl FnMut() -> Result<(T, X), PoolError>,
+    ) -> Result<(RunningService<RoleClient, Listener>, X), PoolError>
+    where
+        T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let limit_ms = self.config().startup_timeout_ms;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(limit_ms);
+        let (transport, with) = open()?;
+        let refused = match self
+            .handshake(transport, ClientLifecycleMode::Initialize, deadline)
+            .await
+        {
+            Ok(service) => return Ok((service, with)),
+            Err(Refusal {
+                sessionless: Some(versions),
+                error,
+            }) => {
+                tracing::info!(server = %self.name, error = %error, "mcp: the server speaks only sessionless protocol versions; reaching it with `server/discover`");
+                versions
+            }
+            Err(refusal) => return Err(refusal.error),
+        };
+        let (transport, with) = open()?;
+        let lifecycle = ClientLifecycleMode::Discover {
+            preferred_versions: refused,
+        };
+        match self.handshake(transport, lifecycle, deadline).await {
+            Ok(service) => Ok((service, with)),
+            Err(refusal) => Err(refusal.error),
+        }
+    }
+
+    /// Start a session over `transport` by `lifecycle` and fetch its tools
+    /// and catalog, by `deadline`.
     pub(super) async fn handshake<T, E, A>(
         &self,
         transport: T,
-    ) -> Result<RunningService<RoleClient, Listener>, PoolError>
+        lifecycle: ClientLifecycleMode,
+        deadline: tokio::time::Instant,
+    ) -> Result<RunningService<RoleClient, Listener>, Refusal>
     where
         T: rmcp::transport::IntoTransport<RoleClient, E, A>,
         E: std::error::Error + Send + Sync + 'static,
@@ -585,16 +698,25 @@ impl Upstream {
         };
         let limit_ms = self.config().startup_timeout_ms;
         let handshake = async {
-            let service = listener.serve(transport).await.map_err(|e| e.to_string())?;
+            let service = listener
+                .serve_with_lifecycle(transport, lifecycle)
+                .await
+                .map_err(|e| (e.to_string(), sessionless_only(&e)))?;
             let tools = fetch_tools(service.peer(), &server)
                 .await
-                .map_err(|e| format!("`tools/list` failed: {e}"))?;
+                .map_err(|e| (format!("`tools/list` failed: {e}"), None))?;
             self.catalog.fetch(service.peer(), &server).await;
-            Ok::<_, String>((service, tools))
+            Ok::<_, (String, Option<Vec<ProtocolVersion>>)>((service, tools))
         };
-        match tokio::time::timeout(Duration::from_millis(limit_ms), handshake).await {
-            Err(_) => Err(PoolError::StartupTimeout { server, limit_ms }),
-            Ok(Err(reason)) => Err(PoolError::Handshake { server, reason }),
+        match tokio::time::timeout_at(deadline, handshake).await {
+            Err(_) => Err(Refusal {
+                error: PoolError::StartupTimeout { server, limit_ms },
+                sessionless: None,
+            }),
+            Ok(Err((reason, sessionless))) => Err(Refusal {
+                error: PoolError::Handshake { server, reason },
+                sessionless,
+            }),
             Ok(Ok((service, tools))) => {
                 *write(&self.tools) = tools;
                 let _ = self.changed.send(());
@@ -808,4 +930,39 @@ async fn call_over_rmcp(
     })
     .await
     .map_err(Failure::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(code: i32, data: Option<serde_json::Value>) -> ClientInitializeError {
+        ClientInitializeError::JsonRpcError(ErrorData::new(
+            rmcp::model::ErrorCode(code),
+            "unsupported protocol version",
+            data,
+        ))
+    }
+
+    #[test]
+    fn only_a_refusal_naming_sessionless_versions_turns_to_discover() {
+        let modern = Some(vec![ProtocolVersion::V_2026_07_28]);
+        let named = serde_json::json!({"supported": ["2026-07-28"], "requested": "2025-11-25"});
+        assert_eq!(sessionless_only(&refused(-32022, Some(named))), modern);
+        // No list: every sessionless version npc knows.
+        assert_eq!(sessionless_only(&refused(-32022, None)), modern);
+        // Only versions with a handshake, or none npc knows: no retry.
+        for data in [
+            serde_json::json!({"supported": ["2025-06-18"]}),
+            serde_json::json!({"supported": ["2099-01-01"]}),
+        ] {
+            assert_eq!(sessionless_only(&refused(-32022, Some(data))), None);
+        }
+        // Any other failure is the server's own.
+        assert_eq!(sessionless_only(&refused(-32601, None)), None);
+        assert_eq!(
+            sessionless_only(&ClientInitializeError::ConnectionClosed("gone".into())),
+            None
+        );
+    }
 }
