@@ -235,11 +235,17 @@ fn gateway_command(bin: &Path, dir: &Path, http: Option<&str>) -> Command {
     command
 }
 
+/// One stdio session shared by every concurrent caller (stdio has one pipe).
+fn shared<T>(client: T) -> Vec<Arc<T>> {
+    let client = Arc::new(client);
+    (0..CONCURRENT).map(|_| Arc::clone(&client)).collect()
+}
+
 async fn stdio_paths() {
     let (client, _direct) = stdio_client(Command::new("mcp-server-everything")).await;
     let mut routes = vec![Route {
         name: "direct",
-        clients: vec![Arc::new(client); CONCURRENT],
+        clients: shared(client),
         tool: "echo",
     }];
     let mut kept = Vec::new();
@@ -250,7 +256,7 @@ async fn stdio_paths() {
         kept.push((dir, child));
         routes.push(Route {
             name,
-            clients: vec![Arc::new(client); CONCURRENT],
+            clients: shared(client),
             tool: "everything__echo",
         });
     }

@@ -881,10 +881,17 @@ fn a_supervised_upstream_speaking_only_2026_07_28_is_reached_on_its_own_pipes() 
     // Its refused `initialize` left the pipes to `server/discover`: the
     // session rides on the process the supervisor started, not a restart.
     let pid = d.wait_connected("m");
-    let got = stdio_session(d.root(), json!([call("m__whoami"), ["read", "npc://m/modern://note"]]));
+    let got = stdio_session(
+        d.root(),
+        json!([call("m__whoami"), ["read", "npc://m/modern://note"]]),
+    );
     let said: Value = serde_json::from_str(got[0]["text"].as_str().unwrap())
         .unwrap_or_else(|e| panic!("{e}: {}", got[0]));
     assert_eq!(said["protocolVersion"], "2026-07-28", "{said}");
-    assert_eq!(got[1]["contents"][0]["text"], "spoken in 2026", "{}", got[1]);
+    assert_eq!(
+        got[1]["contents"][0]["text"], "spoken in 2026",
+        "{}",
+        got[1]
+    );
     assert_eq!(d.mcp_pid("m"), Some(pid), "the same process throughout");
 }
