@@ -32,7 +32,7 @@ pub use leader::Leadership;
 use super::StoreError;
 
 /// The schema version this build writes and reads.
-pub const PG_SCHEMA_VERSION: i64 = 5;
+pub const PG_SCHEMA_VERSION: i64 = 6;
 /// Connections one process keeps to the store.
 pub const POOL_SIZE: usize = 8;
 /// How long connecting to the server may take.

@@ -93,15 +93,17 @@ const HELD: &str = "fleet = $1 AND id = $2 AND lease_token = $3 AND state = 'run
 /// The claim: `$1` fleet, `$2` worker, `$3` the lease in milliseconds, `$4`
 /// the queue of runs by hand. The oldest queued run that heads its
 /// trigger's queue of its key with none of them running; a run by hand
-/// waits for nothing.
+/// waits for nothing. "None of its key ahead or running" is one probe of
+/// `npc_runs_active_by_slot` per candidate, whatever the table's statistics
+/// (a fresh fleet has none).
 static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH next AS (
              SELECT q.seq FROM npc_runs q WHERE q.fleet = $1 AND q.state = 'queued'
              AND (q.trigger = $4 OR NOT EXISTS (SELECT 1 FROM npc_runs o
-                 WHERE o.fleet = q.fleet AND o.trigger = q.trigger
-                 AND o.concurrency_key IS NOT DISTINCT FROM q.concurrency_key
-                 AND (o.state = 'running' OR (o.state = 'queued' AND o.seq < q.seq))))
+                 WHERE o.fleet = q.fleet AND o.trigger = q.trigger AND o.key_slot = q.key_slot
+                 AND o.state IN ('queued', 'running')
+                 AND (o.state = 'running' OR o.seq < q.seq)))
              ORDER BY q.seq LIMIT 1 FOR UPDATE OF q SKIP LOCKED)
          UPDATE npc_runs r SET state = 'running', detail = NULL,
              started_at_ms = npc_now_ms(), owner = $2, lease_token = r.lease_token + 1,
@@ -131,10 +133,10 @@ static FINISH_SQL: LazyLock<String> = LazyLock::new(|| {
         "WITH done AS (
              UPDATE npc_runs SET state = $4, detail = $5, finished_at_ms = npc_now_ms(),
              result = COALESCE($7, result), lease_expires_at_ms = NULL
-             WHERE {HELD} RETURNING trigger, concurrency_key)
-         , woken AS (SELECT pg_notify($6, $1) FROM done WHERE EXISTS (SELECT 1 FROM npc_runs w
-             WHERE w.fleet = $1 AND w.trigger = done.trigger AND w.state = 'queued'
-             AND w.concurrency_key IS NOT DISTINCT FROM done.concurrency_key))
+             WHERE {HELD} RETURNING trigger, key_slot)
+         , woken AS (SELECT pg_notify($6, $1) FROM done, LATERAL (SELECT 1 FROM npc_runs w
+             WHERE w.fleet = $1 AND w.trigger = done.trigger AND w.key_slot = done.key_slot
+             AND w.state = 'queued' LIMIT 1) waiting)
          SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM woken)"
     )
 });
@@ -188,7 +190,7 @@ impl PgStore {
                     .query_opt(
                         "SELECT 1 FROM npc_runs WHERE fleet = $1 AND trigger = $2
                          AND state IN ('queued', 'running')
-                         AND concurrency_key IS NOT DISTINCT FROM $3 LIMIT 1",
+                         AND key_slot = npc_key_slot($3) LIMIT 1",
                         &[&fleet, &run.trigger, &run.concurrency_key],
                     )
                     .await
@@ -281,7 +283,7 @@ impl PgStore {
         let cancelled = tx
             .query(
                 "UPDATE npc_runs SET state = $4, detail = $5, finished_at_ms = npc_now_ms()
-                 WHERE fleet = $1 AND trigger = $2 AND concurrency_key IS NOT DISTINCT FROM $3
+                 WHERE fleet = $1 AND trigger = $2 AND key_slot = npc_key_slot($3)
                  AND state = 'queued' RETURNING id",
                 &[
                     &fleet,
@@ -296,7 +298,7 @@ impl PgStore {
         let running = tx
             .query(
                 "UPDATE npc_runs SET replaced_by = $4
-                 WHERE fleet = $1 AND trigger = $2 AND concurrency_key IS NOT DISTINCT FROM $3
+                 WHERE fleet = $1 AND trigger = $2 AND key_slot = npc_key_slot($3)
                  AND state = 'running' RETURNING id",
                 &[&fleet, &run.trigger, &run.concurrency_key, &run.id],
             )

@@ -175,6 +175,26 @@ const MIGRATIONS: &[Migration] = &[
         CREATE INDEX npc_notices_by_fleet ON npc_notices (fleet, id);
     "#,
     },
+    Migration {
+        // A run's concurrency key as a value an index can match:
+        // `IS NOT DISTINCT FROM` (a key or none) is not indexable, so the
+        // claim's "none of its key running or ahead" scanned every active
+        // run of the trigger per candidate. `npc_key_slot` maps no key to
+        // '' and a key to 'k' || key (one value per key, none colliding),
+        // and the claim, a run's end and an enqueue compare slots through
+        // an index of the active runs only.
+        version: 6,
+        sql: r#"
+        CREATE FUNCTION npc_key_slot(key text) RETURNS text
+            LANGUAGE sql IMMUTABLE PARALLEL SAFE
+            AS $$ SELECT CASE WHEN key IS NULL THEN '' ELSE 'k' || key END $$;
+        ALTER TABLE npc_runs ADD COLUMN key_slot text NOT NULL
+            GENERATED ALWAYS AS (npc_key_slot(concurrency_key)) STORED;
+        CREATE INDEX npc_runs_active_by_slot ON npc_runs (fleet, trigger, key_slot, seq)
+            WHERE state IN ('queued', 'running');
+        DROP INDEX npc_runs_by_key;
+    "#,
+    },
 ];
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS npc_schema_migrations (
