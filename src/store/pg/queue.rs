@@ -93,17 +93,18 @@ const HELD: &str = "fleet = $1 AND id = $2 AND lease_token = $3 AND state = 'run
 /// The claim: `$1` fleet, `$2` worker, `$3` the lease in milliseconds, `$4`
 /// the queue of runs by hand. The oldest queued run that heads its
 /// trigger's queue of its key with none of them running; a run by hand
-/// waits for nothing. "None of its key ahead or running" is one probe of
-/// `npc_runs_active_by_slot` per candidate, whatever the table's statistics
-/// (a fresh fleet has none).
+/// waits for nothing. "None of its key running" is a probe of
+/// `npc_runs_running_by_slot` per candidate.
 static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH next AS (
              SELECT q.seq FROM npc_runs q WHERE q.fleet = $1 AND q.state = 'queued'
-             AND (q.trigger = $4 OR NOT EXISTS (SELECT 1 FROM npc_runs o
-                 WHERE o.fleet = q.fleet AND o.trigger = q.trigger AND o.key_slot = q.key_slot
-                 AND o.state IN ('queued', 'running')
-                 AND (o.state = 'running' OR o.seq < q.seq)))
+             AND (q.trigger = $4 OR (NOT EXISTS (SELECT 1 FROM npc_runs o
+                     WHERE o.fleet = q.fleet AND o.trigger = q.trigger
+                     AND o.key_slot = q.key_slot AND o.state = 'running')
+                 AND NOT EXISTS (SELECT 1 FROM npc_runs o
+                     WHERE o.fleet = q.fleet AND o.trigger = q.trigger
+                     AND o.key_slot = q.key_slot AND o.state = 'queued' AND o.seq < q.seq)))
              ORDER BY q.seq LIMIT 1 FOR UPDATE OF q SKIP LOCKED)
          UPDATE npc_runs r SET state = 'running', detail = NULL,
              started_at_ms = npc_now_ms(), owner = $2, lease_token = r.lease_token + 1,
@@ -189,8 +190,9 @@ impl PgStore {
                 let active = tx
                     .query_opt(
                         "SELECT 1 FROM npc_runs WHERE fleet = $1 AND trigger = $2
-                         AND state IN ('queued', 'running')
-                         AND key_slot = npc_key_slot($3) LIMIT 1",
+                         AND key_slot = npc_key_slot($3) AND state = 'queued'
+                         UNION ALL SELECT 1 FROM npc_runs WHERE fleet = $1 AND trigger = $2
+                         AND key_slot = npc_key_slot($3) AND state = 'running' LIMIT 1",
                         &[&fleet, &run.trigger, &run.concurrency_key],
                     )
                     .await
