@@ -74,8 +74,11 @@ fn new_run(id: String) -> NewRun {
     }
 }
 
+/// The raw claim: the oldest queued row, `SKIP LOCKED`, over the same table
+/// and index as npc's claim (`seq > 0` names `npc_runs_claimable`'s
+/// predicate, as npc's claim does).
 const RAW_CLAIM: &str = "WITH next AS (
-        SELECT seq FROM npc_runs WHERE fleet = $1 AND state = 'queued'
+        SELECT seq FROM npc_runs WHERE fleet = $1 AND state = 'queued' AND seq > 0
         ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
     UPDATE npc_runs r SET state = 'running', owner = $2, lease_token = r.lease_token + 1,
         started_at_ms = npc_now_ms(), lease_expires_at_ms = npc_now_ms() + 600000

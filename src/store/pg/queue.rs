@@ -93,12 +93,13 @@ const HELD: &str = "fleet = $1 AND id = $2 AND lease_token = $3 AND state = 'run
 /// The claim: `$1` fleet, `$2` worker, `$3` the lease in milliseconds, `$4`
 /// the queue of runs by hand. The oldest queued run that heads its
 /// trigger's queue of its key with none of them running; a run by hand
-/// waits for nothing. "None of its key running" is a probe of
-/// `npc_runs_running_by_slot` per candidate.
+/// waits for nothing. The candidates come from `npc_runs_claimable` in
+/// `seq` order (`q.seq > 0` names that index's predicate); "none of its key
+/// running or ahead" is two index-only probes per candidate.
 static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH next AS (
-             SELECT q.seq FROM npc_runs q WHERE q.fleet = $1 AND q.state = 'queued'
+             SELECT q.seq FROM npc_runs q WHERE q.fleet = $1 AND q.state = 'queued' AND q.seq > 0
              AND (q.trigger = $4 OR (NOT EXISTS (SELECT 1 FROM npc_runs o
                      WHERE o.fleet = q.fleet AND o.trigger = q.trigger
                      AND o.key_slot = q.key_slot AND o.state = 'running')

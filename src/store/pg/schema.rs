@@ -185,8 +185,11 @@ const MIGRATIONS: &[Migration] = &[
         // an index of the queued runs and one of the running runs. Each is
         // partial on exactly the state the queries name, so the planner
         // takes it (an index-only probe) even before a fleet's first
-        // `ANALYZE`; a wider predicate lost to `npc_runs_queued` and a run's
-        // end scanned every queued run.
+        // `ANALYZE`. The fleet's queue in claim order, `npc_runs_queued`,
+        // becomes `npc_runs_claimable`, partial on `seq > 0` as well (always
+        // true): only the claim, which names it, scans it, so a probe of one
+        // key's runs never walks the whole fleet's queue (it did on a fresh
+        // fleet without statistics, over every claimed run's dead entry).
         version: 6,
         sql: r#"
         CREATE FUNCTION npc_key_slot(key text) RETURNS text
@@ -199,6 +202,9 @@ const MIGRATIONS: &[Migration] = &[
         CREATE INDEX npc_runs_running_by_slot ON npc_runs (fleet, trigger, key_slot)
             WHERE state = 'running';
         DROP INDEX npc_runs_by_key;
+        CREATE INDEX npc_runs_claimable ON npc_runs (fleet, seq)
+            WHERE state = 'queued' AND seq > 0;
+        DROP INDEX npc_runs_queued;
     "#,
     },
 ];
