@@ -179,6 +179,25 @@ pub fn holder(dir: &Path) -> Option<u32> {
 mod tests {
     use super::*;
 
+    /// How long a released lock may stay held by a copy of its descriptors:
+    /// a process another test forks holds them from `fork` to `exec` (they
+    /// are close-on-exec), so the release is awaited, not assumed.
+    const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+    /// The lock, once every copy of a released holder's descriptors is gone.
+    fn acquire_once_released(dir: &Path, repo: &Path) -> RepoLock {
+        let deadline = std::time::Instant::now() + RELEASE_WAIT;
+        loop {
+            match RepoLock::acquire(dir, repo) {
+                Ok(lock) => return lock,
+                Err(LockError::Held { .. }) if std::time::Instant::now() < deadline => {
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("the released lock was not free within {RELEASE_WAIT:?}: {e}"),
+            }
+        }
+    }
+
     #[test]
     fn second_lock_names_the_holder() {
         let repo = tempfile::tempdir().unwrap();
@@ -192,8 +211,9 @@ mod tests {
         );
         assert_eq!(holder(&dir), Some(std::process::id()));
         drop(first);
-        assert_eq!(holder(&dir), None);
-        RepoLock::acquire(&dir, repo.path()).unwrap();
+        let again = acquire_once_released(&dir, repo.path());
+        assert_eq!(holder(&dir), Some(std::process::id()));
+        drop(again);
     }
 
     #[test]
@@ -206,6 +226,6 @@ mod tests {
         let err = RepoLock::acquire(&dir, &root).unwrap_err();
         assert!(matches!(err, LockError::Held { .. }), "{err}");
         drop(first);
-        RepoLock::acquire(&dir, &root).unwrap();
+        acquire_once_released(&dir, &root);
     }
 }
