@@ -362,8 +362,15 @@ async fn startup(servers: usize) -> Duration {
         let t = Instant::now();
         let (client, child) = stdio_client(gateway_command(&npc(), dir.path(), None)).await;
         runs.push(t.elapsed());
+        // Every server's tools are offered (beside npc's own built-ins).
         let tools = client.peer().list_all_tools().await.expect("tools");
-        assert_eq!(tools.len(), servers * 8, "every server connected");
+        for i in 0..servers {
+            let prefix = format!("s{i}__");
+            assert!(
+                tools.iter().any(|t| t.name.starts_with(&prefix)),
+                "server `s{i}` connected"
+            );
+        }
         drop(client);
         drop(child);
     }
