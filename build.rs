@@ -90,12 +90,18 @@ fn main() {
 /// short processes takes fewer page faults. The linker ignores names the
 /// build no longer has (`--no-warn-symbol-ordering`), so a stale file only
 /// packs less; `benches/scripts/symbol_order.py` regenerates it. Debug and
-/// test builds never read it.
+/// test builds never read it, nor a build that names its own linker (a
+/// linker of the configuration, or `linker`/`fuse-ld` in its flags): GNU ld
+/// has no such option.
 fn symbol_order(root: &Path) {
     println!("cargo:rerun-if-changed={SYMBOL_ORDER}");
     let release = std::env::var("PROFILE").as_deref() == Ok("release");
     let target = std::env::var("TARGET").unwrap_or_default();
-    if !release || target != "x86_64-unknown-linux-gnu" {
+    let flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    let own_linker = std::env::var_os("RUSTC_LINKER").is_some()
+        || flags.contains("linker")
+        || flags.contains("fuse-ld");
+    if !release || target != "x86_64-unknown-linux-gnu" || own_linker {
         return;
     }
     let file = root.join(SYMBOL_ORDER);
