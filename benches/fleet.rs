@@ -19,7 +19,10 @@
 //!   queue) as the baseline: the answer's p50 / p99 and their ratio.
 //!
 //! `cargo bench --bench fleet`; `FLEET_BENCH_RUNS` overrides N (2,000),
-//! `FLEET_BENCH_LATENCY_RUNS` the latency sample (300). Needs Debian's
+//! `FLEET_BENCH_ROUNDS` the alternating rounds of each side's drain (2),
+//! `FLEET_BENCH_LATENCY_RUNS` the latency sample (300),
+//! `FLEET_BENCH_WORKERS` the worker counts (`1,4,16`);
+//! `FLEET_BENCH_NO_INGRESS` skips the ingress part. Needs Debian's
 //! `postgresql` (or `NPC_TEST_PG_BIN`); skips without it.
 
 #[path = "../tests/integration/pg.rs"]
@@ -94,29 +97,40 @@ async fn raw_client(url: &str) -> tokio_postgres::Client {
     client
 }
 
-async fn raw_fill(url: &str, n: usize) {
+async fn raw_fill(url: &str, round: usize, n: usize) {
     let client = raw_client(url).await;
     client
         .execute(
             "INSERT INTO npc_runs (fleet, id, trigger, origin, payload, state, enqueued_at_ms)
-             SELECT $1, 'raw-' || g, 't', 'api', '{}', 'queued', npc_now_ms()
-             FROM generate_series(1, $2::bigint) g",
-            &[&RAW_FLEET, &(n as i64)],
+             SELECT $1, 'raw-' || $2 || '-' || g, 't', 'api', '{}', 'queued', npc_now_ms()
+             FROM generate_series(1, $3::bigint) g",
+            &[&RAW_FLEET, &round.to_string(), &(n as i64)],
         )
         .await
         .unwrap();
 }
 
-/// Claims per second of npc's path and of the raw loop, with `workers`.
-async fn throughput(url: &str, workers: usize, n: usize) -> (f64, f64) {
+/// npc's claim and end, `n` runs drained by `workers`: the time and CPU it
+/// took.
+async fn npc_drain(
+    url: &str,
+    postmaster: u32,
+    workers: usize,
+    round: usize,
+    n: usize,
+) -> (Duration, Cpu) {
     let filler = PgStore::connect(url, FLEET).await.unwrap();
     for i in 0..n {
-        filler.enqueue(new_run(format!("t-{i}"))).await.unwrap();
+        filler
+            .enqueue(new_run(format!("t-{round}-{i}")))
+            .await
+            .unwrap();
     }
     let mut stores = Vec::new();
     for _ in 0..workers {
         stores.push(Arc::new(PgStore::connect(url, FLEET).await.unwrap()));
     }
+    let cpu = Cpu::now(postmaster);
     let started = Instant::now();
     let tasks: Vec<_> = stores
         .into_iter()
@@ -136,13 +150,24 @@ async fn throughput(url: &str, workers: usize, n: usize) -> (f64, f64) {
     for t in tasks {
         t.await.unwrap();
     }
-    let npc = n as f64 / started.elapsed().as_secs_f64();
+    let wall = started.elapsed();
+    (wall, Cpu::now(postmaster).since(cpu))
+}
 
-    raw_fill(url, n).await;
+/// The raw loop's claim and end, `n` runs drained by `workers`.
+async fn raw_drain(
+    url: &str,
+    postmaster: u32,
+    workers: usize,
+    round: usize,
+    n: usize,
+) -> (Duration, Cpu) {
+    raw_fill(url, round, n).await;
     let mut clients = Vec::new();
     for _ in 0..workers {
         clients.push(raw_client(url).await);
     }
+    let cpu = Cpu::now(postmaster);
     let started = Instant::now();
     let tasks: Vec<_> = clients
         .into_iter()
@@ -165,7 +190,105 @@ async fn throughput(url: &str, workers: usize, n: usize) -> (f64, f64) {
     for t in tasks {
         t.await.unwrap();
     }
-    let raw = n as f64 / started.elapsed().as_secs_f64();
+    let wall = started.elapsed();
+    (wall, Cpu::now(postmaster).since(cpu))
+}
+
+/// The kernel's unit of a process's times in `/proc/PID/stat`.
+const USER_HZ: u64 = 100;
+
+/// CPU time spent so far by this process (the claimers) and by the server
+/// (the postmaster, its live backends and the ones it reaped).
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    client: Duration,
+    server: Duration,
+}
+
+impl Cpu {
+    fn now(postmaster: u32) -> Cpu {
+        let usage =
+            nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).unwrap();
+        let time = |t: nix::sys::time::TimeVal| {
+            Duration::from_micros(t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64)
+        };
+        let mut ticks = 0;
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            let Some((head, fields)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let fields: Vec<u64> = fields
+                .split_whitespace()
+                .map(|f| f.parse().unwrap_or(0))
+                .collect();
+            let pid: u64 = head.split_whitespace().next().unwrap().parse().unwrap();
+            // Fields 4 (ppid) and 14–17 (utime, stime, cutime, cstime),
+            // counted from the state (field 3).
+            if pid == u64::from(postmaster) || fields[1] == u64::from(postmaster) {
+                ticks += fields[11..15].iter().sum::<u64>();
+            }
+        }
+        Cpu {
+            client: time(usage.user_time()) + time(usage.system_time()),
+            server: Duration::from_millis(ticks * 1000 / USER_HZ),
+        }
+    }
+
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            client: self.client - before.client,
+            server: self.server - before.server,
+        }
+    }
+}
+
+/// One side's drains: their wall time and CPU.
+#[derive(Default)]
+struct Side {
+    wall: Duration,
+    client: Duration,
+    server: Duration,
+}
+
+impl Side {
+    fn add(&mut self, wall: Duration, cpu: Cpu) {
+        self.wall += wall;
+        self.client += cpu.client;
+        self.server += cpu.server;
+    }
+
+    /// Claims per second, and CPU microseconds per claim of the claimers
+    /// and of the server.
+    fn per_claim(&self, claims: usize) -> (f64, f64, f64) {
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / claims as f64;
+        (
+            claims as f64 / self.wall.as_secs_f64(),
+            per(self.client),
+            per(self.server),
+        )
+    }
+}
+
+/// npc's path and the raw loop, with `workers`: `rounds` of `n` runs
+/// each, the two sides alternating, so a change of the machine's load
+/// weighs on both.
+async fn throughput(
+    url: &str,
+    postmaster: u32,
+    workers: usize,
+    rounds: usize,
+    n: usize,
+) -> (Side, Side) {
+    let (mut npc, mut raw) = (Side::default(), Side::default());
+    for round in 0..rounds {
+        let (wall, cpu) = npc_drain(url, postmaster, workers, round, n).await;
+        npc.add(wall, cpu);
+        let (wall, cpu) = raw_drain(url, postmaster, workers, round, n).await;
+        raw.add(wall, cpu);
+    }
     (npc, raw)
 }
 
@@ -390,27 +513,43 @@ fn main() {
         return;
     };
     let n = env_usize("FLEET_BENCH_RUNS", 2_000);
+    let rounds = env_usize("FLEET_BENCH_ROUNDS", 2);
     let m = env_usize("FLEET_BENCH_LATENCY_RUNS", 300);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    println!("claims: {n} runs per side; enqueue → start: {m} runs, one every {ENQUEUE_PACE:?}");
-    println!("| workers | npc claims/s | raw claims/s | ratio | enqueue → start p50 | p99 |");
-    println!("|---:|---:|---:|---:|---:|---:|");
-    for workers in WORKER_COUNTS {
+    println!(
+        "claims: {rounds} alternating rounds of {n} runs per side; enqueue → start: {m} runs, one every {ENQUEUE_PACE:?}"
+    );
+    println!(
+        "| workers | npc claims/s | raw claims/s | ratio | CPU µs per claim, npc (claimers + server) \
+         | raw | enqueue → start p50 | p99 |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let postmaster = cluster.server_pid().expect("the cluster runs");
+    let counts: Vec<usize> = std::env::var("FLEET_BENCH_WORKERS")
+        .map(|list| list.split(',').map(|w| w.trim().parse().unwrap()).collect())
+        .unwrap_or_else(|_| WORKER_COUNTS.to_vec());
+    for workers in counts {
         let url = cluster.database(&format!("bench{workers}"));
         rt.block_on(async {
             npcagent::store::pg::migrate(&url).await.unwrap();
-            let (npc, raw) = throughput(&url, workers, n).await;
+            let (npc, raw) = throughput(&url, postmaster, workers, rounds, n).await;
+            let (npc, npc_client, npc_server) = npc.per_claim(rounds * n);
+            let (raw, raw_client, raw_server) = raw.per_claim(rounds * n);
             let (p50, p99) = latency(&url, workers, m).await;
             println!(
-                "| {workers} | {npc:.0} | {raw:.0} | {:.2} | {:.2} ms | {:.2} ms |",
+                "| {workers} | {npc:.0} | {raw:.0} | {:.2} | {npc_client:.0} + {npc_server:.0} \
+                 | {raw_client:.0} + {raw_server:.0} | {:.2} ms | {:.2} ms |",
                 npc / raw,
                 p50.as_secs_f64() * 1e3,
                 p99.as_secs_f64() * 1e3
             );
         });
+    }
+    if std::env::var_os("FLEET_BENCH_NO_INGRESS").is_some() {
+        return;
     }
     let url = cluster.database("ingress");
     let (shared50, shared99) = ingress(Some(&url));

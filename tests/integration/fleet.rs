@@ -28,6 +28,14 @@ const LONG_LEASE: Duration = Duration::from_secs(600);
 const SHORT_LEASE: Duration = Duration::from_millis(1);
 /// How long a test waits for a lease to run out.
 const EXPIRY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Runs of a few keys enqueued while workers end the ones before them.
+const KEYED_RACE_RUNS: usize = 120;
+/// The keys they share.
+const KEYED_RACE_KEYS: usize = 3;
+/// How long the keyed race may take before a run counts as left behind.
+const KEYED_RACE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long an idle worker of the keyed race waits for a wake-up.
+const KEYED_RACE_IDLE: Duration = Duration::from_millis(50);
 
 /// Run `id` of trigger `t`, of a concurrency key of its own (so the runs
 /// of `t` may run at once, as a trigger's runs of different keys do).
@@ -122,7 +130,81 @@ both_backends!(
     a_lost_run_is_queued_again_while_its_attempts_allow_then_interrupted,
     a_trigger_runs_one_run_of_a_key_at_once_oldest_first_and_runs_by_hand_never_wait,
     replace_marks_the_running_run_cancels_the_queued_and_starts_once_it_ended,
+    runs_of_a_key_enqueued_while_others_end_start_one_at_a_time_in_order_and_none_is_left,
 );
+
+/// The race between an enqueue and the end of the run before it (of one
+/// key): the new run must start once that run ended, whichever committed
+/// first — never alongside it, never left waiting for a start that will
+/// not come.
+async fn runs_of_a_key_enqueued_while_others_end_start_one_at_a_time_in_order_and_none_is_left(
+    queue: Arc<dyn FleetQueue>,
+) {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let key_of = |i: usize| format!("k{}", i % KEYED_RACE_KEYS);
+    let running: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let started: Arc<Mutex<HashMap<String, Vec<usize>>>> = Arc::default();
+    let ended = Arc::new(AtomicUsize::new(0));
+    let deadline = Instant::now() + KEYED_RACE_TIMEOUT;
+    let mut workers = Vec::new();
+    for w in 0..RACE_WORKERS {
+        let (queue, running, started, ended) = (
+            queue.clone(),
+            running.clone(),
+            started.clone(),
+            ended.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let me = format!("worker-{w}");
+            while ended.load(Ordering::SeqCst) < KEYED_RACE_RUNS {
+                assert!(Instant::now() < deadline, "a run was left waiting");
+                let Some(claimed) = queue.claim(&me, LONG_LEASE).await.unwrap() else {
+                    queue.wait_for_work(KEYED_RACE_IDLE).await;
+                    continue;
+                };
+                let key = claimed.run.concurrency_key.clone().unwrap();
+                let n: usize = claimed.run.id[1..].parse().unwrap();
+                {
+                    let mut running = running.lock().unwrap();
+                    let now = running.entry(key.clone()).or_default();
+                    *now += 1;
+                    assert_eq!(*now, 1, "two runs of `{key}` at once");
+                }
+                started
+                    .lock()
+                    .unwrap()
+                    .entry(key.clone())
+                    .or_default()
+                    .push(n);
+                tokio::task::yield_now().await;
+                *running.lock().unwrap().get_mut(&key).unwrap() -= 1;
+                queue
+                    .finish(&claimed.lease, state::SUCCEEDED, None, None)
+                    .await
+                    .unwrap();
+                ended.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    for i in 0..KEYED_RACE_RUNS {
+        let run = keyed_run(&format!("r{i}"), "q", Some(&key_of(i)));
+        assert_eq!(queue.enqueue(run).await.unwrap(), Enqueued::Queued);
+        tokio::task::yield_now().await;
+    }
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    let started = started.lock().unwrap();
+    for k in 0..KEYED_RACE_KEYS {
+        let key = key_of(k);
+        let expected: Vec<usize> = (0..KEYED_RACE_RUNS).filter(|i| key_of(*i) == key).collect();
+        assert_eq!(
+            started[&key], expected,
+            "`{key}` started once each, oldest first"
+        );
+    }
+}
 
 /// Run `id` of trigger `trigger` in the queue of key `key`.
 fn keyed_run(id: &str, trigger: &str, key: Option<&str>) -> NewRun {

@@ -382,6 +382,13 @@ impl PgCluster {
         self.wait_ready();
     }
 
+    /// The server's process id (the postmaster; its backends are its
+    /// children).
+    #[allow(dead_code)]
+    pub fn server_pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The cluster's directory (its socket lives there).
     #[allow(dead_code)]
     pub fn dir(&self) -> &Path {
