@@ -160,7 +160,7 @@ async fn runs_of_a_key_enqueued_while_others_end_start_one_at_a_time_in_order_an
             while ended.load(Ordering::SeqCst) < KEYED_RACE_RUNS {
                 assert!(Instant::now() < deadline, "a run was left waiting");
                 let Some(claimed) = queue.claim(&me, LONG_LEASE).await.unwrap() else {
-                    queue.wait_for_work(KEYED_RACE_IDLE).await;
+                    queue.wait_for_work(KEYED_RACE_IDLE).await.unwrap();
                     continue;
                 };
                 let key = claimed.run.concurrency_key.clone().unwrap();
