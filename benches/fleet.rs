@@ -110,88 +110,94 @@ async fn raw_fill(url: &str, round: usize, n: usize) {
         .unwrap();
 }
 
-/// npc's claim and end, `n` runs drained by `workers`: the time and CPU it
-/// took.
-async fn npc_drain(
-    url: &str,
+/// One round of one side: `n` runs drained by `workers`.
+struct Drain<'a> {
+    url: &'a str,
     postmaster: u32,
     workers: usize,
     round: usize,
     n: usize,
+}
+
+/// The wall time and CPU of running the tasks `spawn` starts to their end.
+async fn timed(
+    postmaster: u32,
+    spawn: impl FnOnce() -> Vec<tokio::task::JoinHandle<()>>,
 ) -> (Duration, Cpu) {
-    let filler = PgStore::connect(url, FLEET).await.unwrap();
-    for i in 0..n {
-        filler
-            .enqueue(new_run(format!("t-{round}-{i}")))
-            .await
-            .unwrap();
-    }
-    let mut stores = Vec::new();
-    for _ in 0..workers {
-        stores.push(Arc::new(PgStore::connect(url, FLEET).await.unwrap()));
-    }
     let cpu = Cpu::now(postmaster);
     let started = Instant::now();
-    let tasks: Vec<_> = stores
-        .into_iter()
-        .enumerate()
-        .map(|(w, store)| {
-            tokio::spawn(async move {
-                let me = format!("w{w}");
-                while let Some(c) = store.claim(&me, LEASE).await.unwrap() {
-                    store
-                        .finish(&c.lease, state::SUCCEEDED, None, None)
-                        .await
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
+    for task in spawn() {
+        task.await.unwrap();
     }
     let wall = started.elapsed();
     (wall, Cpu::now(postmaster).since(cpu))
 }
 
-/// The raw loop's claim and end, `n` runs drained by `workers`.
-async fn raw_drain(
-    url: &str,
-    postmaster: u32,
-    workers: usize,
-    round: usize,
-    n: usize,
-) -> (Duration, Cpu) {
-    raw_fill(url, round, n).await;
+/// npc's claim and end: the time and CPU the drain took.
+async fn npc_drain(drain: &Drain<'_>) -> (Duration, Cpu) {
+    let url = drain.url;
+    let filler = PgStore::connect(url, FLEET).await.unwrap();
+    for i in 0..drain.n {
+        filler
+            .enqueue(new_run(format!("t-{}-{i}", drain.round)))
+            .await
+            .unwrap();
+    }
+    let mut stores = Vec::new();
+    for _ in 0..drain.workers {
+        stores.push(Arc::new(PgStore::connect(url, FLEET).await.unwrap()));
+    }
+    timed(drain.postmaster, || {
+        stores
+            .into_iter()
+            .enumerate()
+            .map(|(w, store)| {
+                tokio::spawn(async move {
+                    let me = format!("w{w}");
+                    while let Some(c) = store.claim(&me, LEASE).await.unwrap() {
+                        store
+                            .finish(&c.lease, state::SUCCEEDED, None, None)
+                            .await
+                            .unwrap();
+                    }
+                })
+            })
+            .collect()
+    })
+    .await
+}
+
+/// The raw loop's claim and end.
+async fn raw_drain(drain: &Drain<'_>) -> (Duration, Cpu) {
+    let url = drain.url;
+    raw_fill(url, drain.round, drain.n).await;
     let mut clients = Vec::new();
-    for _ in 0..workers {
+    for _ in 0..drain.workers {
         clients.push(raw_client(url).await);
     }
-    let cpu = Cpu::now(postmaster);
-    let started = Instant::now();
-    let tasks: Vec<_> = clients
-        .into_iter()
-        .enumerate()
-        .map(|(w, client)| {
-            tokio::spawn(async move {
-                let me = format!("raw{w}");
-                let claim = client.prepare(RAW_CLAIM).await.unwrap();
-                let finish = client.prepare(RAW_FINISH).await.unwrap();
-                while let Some(row) = client.query_opt(&claim, &[&RAW_FLEET, &me]).await.unwrap() {
-                    let (id, token): (String, i64) = (row.get(0), row.get(1));
-                    client
-                        .execute(&finish, &[&RAW_FLEET, &id, &token])
-                        .await
-                        .unwrap();
-                }
+    timed(drain.postmaster, || {
+        clients
+            .into_iter()
+            .enumerate()
+            .map(|(w, client)| {
+                tokio::spawn(async move {
+                    let me = format!("raw{w}");
+                    let claim = client.prepare(RAW_CLAIM).await.unwrap();
+                    let finish = client.prepare(RAW_FINISH).await.unwrap();
+                    while let Some(row) =
+                        client.query_opt(&claim, &[&RAW_FLEET, &me]).await.unwrap()
+                    {
+                        let (id, token): (String, i64) = (row.get(0), row.get(1));
+                        client
+                            .execute(&finish, &[&RAW_FLEET, &id, &token])
+                            .await
+                            .unwrap();
+                    }
+                })
             })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let wall = started.elapsed();
-    (wall, Cpu::now(postmaster).since(cpu))
+            .collect()
+    })
+    .await
 }
 
 /// The kernel's unit of a process's times in `/proc/PID/stat`.
@@ -284,9 +290,16 @@ async fn throughput(
 ) -> (Side, Side) {
     let (mut npc, mut raw) = (Side::default(), Side::default());
     for round in 0..rounds {
-        let (wall, cpu) = npc_drain(url, postmaster, workers, round, n).await;
+        let drain = Drain {
+            url,
+            postmaster,
+            workers,
+            round,
+            n,
+        };
+        let (wall, cpu) = npc_drain(&drain).await;
         npc.add(wall, cpu);
-        let (wall, cpu) = raw_drain(url, postmaster, workers, round, n).await;
+        let (wall, cpu) = raw_drain(&drain).await;
         raw.add(wall, cpu);
     }
     (npc, raw)
