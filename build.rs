@@ -95,6 +95,7 @@ fn main() {
 /// has no such option.
 fn symbol_order(root: &Path) {
     println!("cargo:rerun-if-changed={SYMBOL_ORDER}");
+    println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
     let release = std::env::var("PROFILE").as_deref() == Ok("release");
     let target = std::env::var("TARGET").unwrap_or_default();
     let flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();

@@ -120,21 +120,21 @@ struct Drain<'a> {
 }
 
 /// The wall time and CPU of running the tasks `spawn` starts to their end.
-async fn timed(
-    postmaster: u32,
-    spawn: impl FnOnce() -> Vec<tokio::task::JoinHandle<()>>,
-) -> (Duration, Cpu) {
+async fn timed(postmaster: u32, spawn: impl FnOnce() -> Vec<tokio::task::JoinHandle<()>>) -> Side {
     let cpu = Cpu::now(postmaster);
     let started = Instant::now();
     for task in spawn() {
         task.await.unwrap();
     }
     let wall = started.elapsed();
-    (wall, Cpu::now(postmaster).since(cpu))
+    Side {
+        wall,
+        cpu: Cpu::now(postmaster).since(cpu),
+    }
 }
 
 /// npc's claim and end: the time and CPU the drain took.
-async fn npc_drain(drain: &Drain<'_>) -> (Duration, Cpu) {
+async fn npc_drain(drain: &Drain<'_>) -> Side {
     let url = drain.url;
     let filler = PgStore::connect(url, FLEET).await.unwrap();
     for i in 0..drain.n {
@@ -168,7 +168,7 @@ async fn npc_drain(drain: &Drain<'_>) -> (Duration, Cpu) {
 }
 
 /// The raw loop's claim and end.
-async fn raw_drain(drain: &Drain<'_>) -> (Duration, Cpu) {
+async fn raw_drain(drain: &Drain<'_>) -> Side {
     let url = drain.url;
     raw_fill(url, drain.round, drain.n).await;
     let mut clients = Vec::new();
@@ -255,25 +255,26 @@ impl Cpu {
 #[derive(Default)]
 struct Side {
     wall: Duration,
-    client: Duration,
-    server: Duration,
+    cpu: Cpu,
+}
+
+impl std::ops::AddAssign for Side {
+    fn add_assign(&mut self, other: Side) {
+        self.wall += other.wall;
+        self.cpu.client += other.cpu.client;
+        self.cpu.server += other.cpu.server;
+    }
 }
 
 impl Side {
-    fn add(&mut self, wall: Duration, cpu: Cpu) {
-        self.wall += wall;
-        self.client += cpu.client;
-        self.server += cpu.server;
-    }
-
     /// Claims per second, and CPU microseconds per claim of the claimers
     /// and of the server.
     fn per_claim(&self, claims: usize) -> (f64, f64, f64) {
         let per = |d: Duration| d.as_secs_f64() * 1e6 / claims as f64;
         (
             claims as f64 / self.wall.as_secs_f64(),
-            per(self.client),
-            per(self.server),
+            per(self.cpu.client),
+            per(self.cpu.server),
         )
     }
 }
@@ -297,10 +298,8 @@ async fn throughput(
             round,
             n,
         };
-        let (wall, cpu) = npc_drain(&drain).await;
-        npc.add(wall, cpu);
-        let (wall, cpu) = raw_drain(&drain).await;
-        raw.add(wall, cpu);
+        npc += npc_drain(&drain).await;
+        raw += raw_drain(&drain).await;
     }
     (npc, raw)
 }
