@@ -32,7 +32,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use super::Runs;
-use crate::store::fleet::{Claimed, FleetQueue, Lease, Roster, WorkerInfo};
+use crate::store::fleet::{Claimed, FleetQueue, Lease, NextClaim, Roster, WorkerInfo};
 use crate::store::queue::state;
 use crate::store::{NewEvent, Store, StoreError};
 
@@ -244,9 +244,14 @@ impl Worker {
             {
                 Ok(Some(claimed)) => {
                     backoff = RETRY_INITIAL;
-                    let this = self.clone();
+                    let (this, stop) = (self.clone(), stop.clone());
+                    // The slot carries runs back to back while each end
+                    // brings the next (claimed with it), then frees.
                     tokio::spawn(async move {
-                        this.carry(claimed, asked).await;
+                        let mut next = Some((claimed, asked));
+                        while let Some((claimed, asked)) = next {
+                            next = this.carry(claimed, asked, &stop).await;
+                        }
                         drop(permit);
                     });
                 }
@@ -337,8 +342,16 @@ impl Worker {
 
     /// Carry out one claimed run (claimed as asked at `asked`): adopt it,
     /// relay its events and its attempts, renew its lease, stop it when it
-    /// was replaced, write its end under the lease.
-    async fn carry(&self, claimed: Claimed, asked: tokio::time::Instant) {
+    /// was replaced, write its end under the lease. Unless the worker is
+    /// stopping, the end asks for the slot's next run
+    /// ([`FleetQueue::finish_and_claim`]); that run is returned, with when
+    /// it was asked for, to be carried next.
+    async fn carry(
+        &self,
+        claimed: Claimed,
+        asked: tokio::time::Instant,
+        stop: &CancellationToken,
+    ) -> Option<(Claimed, tokio::time::Instant)> {
         let Claimed { run, mut lease } = claimed;
         let id = run.id.clone();
         if let Err(refused) =
@@ -358,7 +371,7 @@ impl Worker {
                 .fleet
                 .finish(&lease, state::FAILED, Some(error), None)
                 .await;
-            return;
+            return None;
         }
         let mut stops = Some(self.fleet.stop_requests());
         if let Err(e) = self.runs.adopt(&run).await {
@@ -367,7 +380,7 @@ impl Worker {
                 .fleet
                 .finish(&lease, state::FAILED, Some(detail), None)
                 .await;
-            return;
+            return None;
         }
         let component = super::component(&id);
         let leased = self.settings.lease;
@@ -378,6 +391,8 @@ impl Worker {
         let mut stopping = false;
         let mut after = 0;
         let mut tick = tokio::time::interval(RELAY_EVERY);
+        // The slot's next run, once an end brought one.
+        let mut next = None;
         let relay = loop {
             // A stop request for this run (or one maybe missed) renews at once.
             let asked_to_stop = tokio::select! {
@@ -408,7 +423,26 @@ impl Worker {
             }
             if let Some(end) = row.as_ref().and_then(|r| final_state(&r.state)) {
                 let (detail, result) = row.map_or((None, None), |r| (r.detail, r.result));
-                match self.fleet.finish(&lease, end, detail, result).await {
+                let ended = if next.is_some() || stop.is_cancelled() {
+                    self.fleet.finish(&lease, end, detail, result).await
+                } else {
+                    let at = tokio::time::Instant::now();
+                    let worker = &self.settings.id;
+                    let asking = NextClaim {
+                        worker,
+                        lease: self.settings.lease,
+                    };
+                    let handover = self
+                        .fleet
+                        .finish_and_claim(&lease, end, detail, result, asking)
+                        .await;
+                    match handover.next {
+                        Ok(claimed) => next = claimed.map(|c| (c, at)),
+                        Err(e) => tracing::warn!("cannot claim a run: {e}"),
+                    }
+                    handover.ended
+                };
+                match ended {
                     Ok(()) => break Relay::Ended,
                     Err(StoreError::Fenced { .. }) => break Relay::Fenced,
                     Err(e) => {
@@ -454,6 +488,7 @@ impl Worker {
                 .mark_run(&id, state::CANCELLED, Some(FENCED_DETAIL.to_string()))
                 .await;
         }
+        next
     }
 
     /// Relay the run's events recorded since `after` under `lease`.

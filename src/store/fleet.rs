@@ -179,6 +179,26 @@ pub struct Claimed {
     pub lease: Lease,
 }
 
+/// Who asks for the next run with an end, and for how long
+/// ([`FleetQueue::finish_and_claim`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NextClaim<'a> {
+    pub worker: &'a str,
+    pub lease: Duration,
+}
+
+/// What [`FleetQueue::finish_and_claim`] did: the end as
+/// [`FleetQueue::finish`] reports it, and the claim as
+/// [`FleetQueue::claim`] reports it.
+#[derive(Debug)]
+pub struct Handover {
+    pub ended: Result<(), StoreError>,
+    pub next: Result<Option<Claimed>, StoreError>,
+}
+
+/// What a [`FleetQueue::finish_and_claim`] call resolves to.
+pub type HandoverFuture<'a> = Pin<Box<dyn Future<Output = Handover> + Send + 'a>>;
+
 /// A run queue many workers share (see the module docs).
 pub trait FleetQueue: Send + Sync + Debug {
     /// Record a run (the semantics of [`Store::enqueue_run`]); wakes
@@ -204,6 +224,32 @@ pub trait FleetQueue: Send + Sync + Debug {
         detail: Option<String>,
         result: Option<serde_json::Value>,
     ) -> StoreFuture<'a, ()>;
+    /// Record the end of the run `lease` holds ([`FleetQueue::finish`]),
+    /// then claim the next run for `next` ([`FleetQueue::claim`]) once
+    /// this lease no longer holds its run (ended here, or fenced): a worker
+    /// whose slot just freed asks for its next run with the end. A backend
+    /// may send both at once (one round trip); the claim still comes after
+    /// the end, and none is made while the run is still held (the end
+    /// failed otherwise, and the worker will write it again).
+    fn finish_and_claim<'a>(
+        &'a self,
+        lease: &'a Lease,
+        end: &'static str,
+        detail: Option<String>,
+        result: Option<serde_json::Value>,
+        next: NextClaim<'a>,
+    ) -> HandoverFuture<'a> {
+        Box::pin(async move {
+            let ended = self.finish(lease, end, detail, result).await;
+            let next = match &ended {
+                Ok(()) | Err(StoreError::Fenced { .. }) => {
+                    self.claim(next.worker, next.lease).await
+                }
+                Err(_) => Ok(None),
+            };
+            Handover { ended, next }
+        })
+    }
     /// Append a run's events under its lease, in order; refused (nothing
     /// written) when the lease is no longer held.
     fn append_fenced<'a>(

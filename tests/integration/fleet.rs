@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use npcagent::store::fleet::{
-    FleetQueue, LEASE_EXPIRED_DETAIL, LEASE_LOST_DETAIL, Rescue, Rescued, SqliteQueue,
+    FleetQueue, LEASE_EXPIRED_DETAIL, LEASE_LOST_DETAIL, NextClaim, Rescue, Rescued, SqliteQueue,
 };
 use npcagent::store::pg::PgStore;
 use npcagent::store::queue::{Enqueued, NewRun, state};
@@ -131,6 +131,7 @@ both_backends!(
     a_trigger_runs_one_run_of_a_key_at_once_oldest_first_and_runs_by_hand_never_wait,
     replace_marks_the_running_run_cancels_the_queued_and_starts_once_it_ended,
     runs_of_a_key_enqueued_while_others_end_start_one_at_a_time_in_order_and_none_is_left,
+    an_end_brings_the_next_run_claimed_after_it_even_one_of_its_own_key,
 );
 
 /// The race between an enqueue and the end of the run before it (of one
@@ -321,6 +322,57 @@ async fn a_trigger_runs_one_run_of_a_key_at_once_oldest_first_and_runs_by_hand_n
         .await
         .unwrap();
     assert_eq!(claim_id(&queue, "w").await.as_deref(), Some("n2"));
+}
+
+/// `finish_and_claim`: the end is written first, then the next run is
+/// claimed for the asking worker (a run of the ended run's key, which
+/// could not start before, included); a fenced end still frees the slot;
+/// with nothing queued the answer is the end alone.
+async fn an_end_brings_the_next_run_claimed_after_it_even_one_of_its_own_key(
+    queue: Arc<dyn FleetQueue>,
+) {
+    for id in ["a1", "a2", "b1"] {
+        let key = &id[..1];
+        queue.enqueue(keyed_run(id, "q", Some(key))).await.unwrap();
+    }
+    let asking = NextClaim {
+        worker: "w",
+        lease: LONG_LEASE,
+    };
+    let a1 = queue.claim("w", LONG_LEASE).await.unwrap().unwrap();
+    assert_eq!(a1.run.id, "a1");
+    let handover = queue
+        .finish_and_claim(&a1.lease, state::SUCCEEDED, None, None, asking)
+        .await;
+    handover.ended.unwrap();
+    let a2 = handover.next.unwrap().expect("a2 may start once a1 ended");
+    assert_eq!((a2.run.id.as_str(), a2.lease.worker.as_str()), ("a2", "w"));
+    assert_eq!(a2.run.state, state::RUNNING);
+    let row = queue.run("a1").await.unwrap().unwrap();
+    assert_eq!(row.state, state::SUCCEEDED);
+    // Ending a1 again is fenced; the slot is free all the same.
+    let again = queue
+        .finish_and_claim(&a1.lease, state::FAILED, None, None, asking)
+        .await;
+    assert!(
+        matches!(again.ended, Err(StoreError::Fenced { .. })),
+        "{:?}",
+        again.ended
+    );
+    let b1 = again.next.unwrap().expect("b1 is claimed");
+    assert_eq!(b1.run.id, "b1");
+    assert_eq!(
+        queue.run("a1").await.unwrap().unwrap().state,
+        state::SUCCEEDED,
+        "nothing written under the old lease"
+    );
+    for held in [a2, b1] {
+        let last = queue
+            .finish_and_claim(&held.lease, state::SUCCEEDED, None, None, asking)
+            .await;
+        last.ended.unwrap();
+        assert!(last.next.unwrap().is_none(), "nothing is left to claim");
+    }
 }
 
 /// The next stop request `stops` hears, within [`EXPIRY_TIMEOUT`].
@@ -624,6 +676,97 @@ async fn fenced_events_append_in_order_and_a_lost_lease_appends_none(queue: Arc<
         queue.events_after(0, 1_000).await.unwrap().len(),
         before + 5
     );
+}
+
+/// Finished runs in the history of the claim-plan test.
+const HISTORY_RUNS: i64 = 20_000;
+/// Runs queued after them: enough that statistics count many.
+const HISTORY_QUEUED: i64 = 2_000;
+/// Buffers a claim may touch (walking the history by the primary key
+/// touched one per finished run).
+const CLAIM_BUFFERS_AT_MOST: u64 = 200;
+
+/// The nodes of an `EXPLAIN (FORMAT JSON)` plan, depth first.
+fn plan_nodes(node: &serde_json::Value, into: &mut Vec<serde_json::Value>) {
+    into.push(node.clone());
+    for child in node["Plans"].as_array().into_iter().flatten() {
+        plan_nodes(child, into);
+    }
+}
+
+/// Once `ANALYZE` counted many queued runs behind a long history, the
+/// planner took `ORDER BY seq LIMIT 1` for a short walk of the primary key
+/// and walked the whole history per claim. The claim's order is its own
+/// index's, with custom and generic plans alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_reads_the_queue_not_the_history_whatever_the_statistics() {
+    let Some(cluster) = tokio::task::spawn_blocking(PgCluster::start).await.unwrap() else {
+        return;
+    };
+    let url = cluster.database("plans");
+    npcagent::store::pg::migrate(&url).await.unwrap();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    for (state, from, to) in [
+        ("succeeded", 1, HISTORY_RUNS),
+        ("queued", HISTORY_RUNS + 1, HISTORY_RUNS + HISTORY_QUEUED),
+    ] {
+        client
+            .execute(
+                "INSERT INTO npc_runs (fleet, id, trigger, origin, payload, state,
+                 enqueued_at_ms, concurrency_key)
+                 SELECT 'f', 'r' || g, 't', 'api', '{}', $1, 0, 'k' || g
+                 FROM generate_series($2::bigint, $3::bigint) g",
+                &[&state, &from, &to],
+            )
+            .await
+            .unwrap();
+    }
+    client.batch_execute("ANALYZE npc_runs").await.unwrap();
+    let claim = npcagent::store::pg::claim_statement();
+    for mode in ["force_custom_plan", "force_generic_plan"] {
+        client
+            .batch_execute(&format!(
+                "SET plan_cache_mode = {mode}; DEALLOCATE ALL;
+                 PREPARE claim(text, text, bigint, text) AS {claim}; BEGIN"
+            ))
+            .await
+            .unwrap();
+        let answer = client
+            .simple_query(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+                 EXECUTE claim('f', 'w', 600000, '@manual')",
+            )
+            .await
+            .unwrap();
+        client.batch_execute("ROLLBACK").await.unwrap();
+        let text = answer
+            .iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0),
+                _ => None,
+            })
+            .unwrap();
+        let plan: serde_json::Value = serde_json::from_str(text).unwrap();
+        let top = &plan[0]["Plan"];
+        let mut nodes = Vec::new();
+        plan_nodes(top, &mut nodes);
+        let scans: Vec<_> = nodes
+            .iter()
+            .filter(|n| n["Alias"] == "q")
+            .map(|n| n["Index Name"].as_str().unwrap_or("none").to_string())
+            .collect();
+        assert_eq!(scans, ["npc_runs_claim_order"], "{mode}: {plan:#}");
+        let buffers = top["Shared Hit Blocks"].as_u64().unwrap()
+            + top["Shared Read Blocks"].as_u64().unwrap();
+        assert!(
+            buffers <= CLAIM_BUFFERS_AT_MOST,
+            "{mode}: {buffers} buffers: {plan:#}"
+        );
+        assert_eq!(top["Actual Rows"], 1, "{mode}: {plan:#}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

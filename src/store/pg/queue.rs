@@ -21,7 +21,10 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
 use super::{EVENTS_CHANNEL, PgStore, STOP_CHANNEL, WAKE_CHANNEL, pg_error};
-use crate::store::fleet::{Claimed, FleetQueue, Lease, Rescue, Rescued, StoreFuture, lease_ms};
+use crate::store::fleet::{
+    Claimed, FleetQueue, Handover, HandoverFuture, Lease, NextClaim, Rescue, Rescued, StoreFuture,
+    lease_ms,
+};
 use crate::store::queue::{
     Enqueued, MANUAL_QUEUE, MAX_REPLAY_KEYS_PER_QUEUE, MAX_RUNS_PER_READ, NewRun, RunCode, RunRow,
     attempt_of, cancelled_event, replaced_detail, state,
@@ -86,6 +89,31 @@ fn fenced(lease: &Lease) -> StoreError {
     }
 }
 
+/// A claim's answer: the run and its lease, if one was claimed.
+fn claimed_of(row: Option<Row>, worker: &str) -> Result<Option<Claimed>, StoreError> {
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let run = run_of(&row)?;
+    let lease = Lease {
+        run_id: run.id.clone(),
+        worker: worker.to_string(),
+        token: row.get("lease_token"),
+        expires_at_ms: row.get("lease_expires_at_ms"),
+        replaced_by: None,
+    };
+    Ok(Some(Claimed { run, lease }))
+}
+
+/// A run's end's answer ([`FINISH_SQL`]): fenced when nothing was written.
+fn ended_of(answer: Result<Row, tokio_postgres::Error>, lease: &Lease) -> Result<(), StoreError> {
+    let changed: i64 = answer.map_err(pg_error("finish a run"))?.get(0);
+    if changed == 0 {
+        return Err(fenced(lease));
+    }
+    Ok(())
+}
+
 /// The condition of a held lease: `$1` fleet, `$2` run id, `$3` token.
 const HELD: &str = "fleet = $1 AND id = $2 AND lease_token = $3 AND state = 'running' \
      AND lease_expires_at_ms >= npc_now_ms()";
@@ -93,20 +121,43 @@ const HELD: &str = "fleet = $1 AND id = $2 AND lease_token = $3 AND state = 'run
 /// The claim: `$1` fleet, `$2` worker, `$3` the lease in milliseconds, `$4`
 /// the queue of runs by hand. The oldest queued run that heads its
 /// trigger's queue of its key with none of them running; a run by hand
-/// waits for nothing. The candidates come from `npc_runs_claimable` in
-/// `seq` order (`q.seq > 0` names that index's predicate); "none of its key
-/// running or ahead" is two index-only probes per candidate.
-static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
+/// waits for nothing. The candidates come from `npc_runs_claim_order` in
+/// its order, `seq + 0` (no other index has it, so the planner never
+/// walks the whole history by the primary key instead, as it did for
+/// `ORDER BY seq` once statistics showed many queued runs; `q.seq > 0`
+/// names its predicate); "none of its key running or ahead" is two
+/// index-only probes per candidate.
+static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| claim_sql(""));
+
+/// The claim's SQL, for `EXPLAIN`: `$1` the fleet, `$2` the worker, `$3`
+/// the lease in milliseconds, `$4` the queue of runs by hand.
+pub fn claim_statement() -> &'static str {
+    &CLAIM_SQL
+}
+
+/// The claim sent with a run's end ([`FleetQueue::finish_and_claim`]):
+/// [`CLAIM_SQL`], made only once the run `$5` is no longer running under
+/// token `$6` (one probe, evaluated once).
+static CLAIM_AFTER_SQL: LazyLock<String> = LazyLock::new(|| {
+    claim_sql(
+        "NOT EXISTS (SELECT 1 FROM npc_runs p WHERE p.fleet = $1 AND p.id = $5
+         AND p.lease_token = $6 AND p.state = 'running') AND",
+    )
+});
+
+/// [`CLAIM_SQL`], claiming only when `only_if` (a condition followed by
+/// `AND`, or nothing) holds.
+fn claim_sql(only_if: &str) -> String {
     format!(
         "WITH next AS (
-             SELECT q.seq FROM npc_runs q WHERE q.fleet = $1 AND q.state = 'queued' AND q.seq > 0
-             AND (q.trigger = $4 OR (NOT EXISTS (SELECT 1 FROM npc_runs o
+             SELECT q.seq FROM npc_runs q WHERE {only_if} q.fleet = $1 AND q.state = 'queued'
+             AND q.seq > 0 AND (q.trigger = $4 OR (NOT EXISTS (SELECT 1 FROM npc_runs o
                      WHERE o.fleet = q.fleet AND o.trigger = q.trigger
                      AND o.key_slot = q.key_slot AND o.state = 'running')
                  AND NOT EXISTS (SELECT 1 FROM npc_runs o
                      WHERE o.fleet = q.fleet AND o.trigger = q.trigger
                      AND o.key_slot = q.key_slot AND o.state = 'queued' AND o.seq < q.seq)))
-             ORDER BY q.seq LIMIT 1 FOR UPDATE OF q SKIP LOCKED)
+             ORDER BY q.seq + 0 LIMIT 1 FOR UPDATE OF q SKIP LOCKED)
          UPDATE npc_runs r SET state = 'running', detail = NULL,
              started_at_ms = npc_now_ms(), owner = $2, lease_token = r.lease_token + 1,
              lease_expires_at_ms = npc_now_ms() + $3
@@ -118,7 +169,7 @@ static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
             .collect::<Vec<_>>()
             .join(", ")
     )
-});
+}
 
 /// A renewal: [`HELD`], and `$4` the lease in milliseconds.
 static RENEW_SQL: LazyLock<String> = LazyLock::new(|| {
@@ -336,18 +387,7 @@ impl PgStore {
             )
             .await
             .map_err(pg_error("claim a run"))?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let run = run_of(&row)?;
-        let lease = Lease {
-            run_id: run.id.clone(),
-            worker: worker.to_string(),
-            token: row.get("lease_token"),
-            expires_at_ms: row.get("lease_expires_at_ms"),
-            replaced_by: None,
-        };
-        Ok(Some(Claimed { run, lease }))
+        claimed_of(row, worker)
     }
 
     async fn renew(&self, lease: &Lease, lease_for: Duration) -> Result<Lease, StoreError> {
@@ -391,7 +431,7 @@ impl PgStore {
             .prepare_cached(&FINISH_SQL)
             .await
             .map_err(pg_error("finish a run"))?;
-        let changed: i64 = client
+        let ended = client
             .query_one(
                 &finish,
                 &[
@@ -404,13 +444,81 @@ impl PgStore {
                     &result,
                 ],
             )
-            .await
-            .map_err(pg_error("finish a run"))?
-            .get(0);
-        if changed == 0 {
-            return Err(fenced(lease));
+            .await;
+        ended_of(ended, lease)
+    }
+
+    /// A run's end and the claim after it, pipelined on one connection:
+    /// both statements go out at once, the end first, so the claim (made
+    /// only once the run is no longer held) sees it and a run of its key
+    /// may be the next.
+    async fn hand_over(
+        &self,
+        lease: &Lease,
+        end: &'static str,
+        detail: Option<String>,
+        result: Option<serde_json::Value>,
+        next: NextClaim<'_>,
+    ) -> Handover {
+        let result = result.map(|r| r.to_string());
+        let client = match self.client().await {
+            Ok(client) => client,
+            Err(e) => {
+                return Handover {
+                    ended: Err(e),
+                    next: Ok(None),
+                };
+            }
+        };
+        let (finish, claim) = match futures_util::future::try_join(
+            client.prepare_cached(&FINISH_SQL),
+            client.prepare_cached(&CLAIM_AFTER_SQL),
+        )
+        .await
+        {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                return Handover {
+                    ended: Err(pg_error("finish a run")(e)),
+                    next: Ok(None),
+                };
+            }
+        };
+        let fleet = self.fleet();
+        let lease_for = lease_ms(next.lease);
+        // `join` polls the end first: its request is queued before the claim's.
+        let (ended, claimed) = futures_util::future::join(
+            client.query_one(
+                &finish,
+                &[
+                    &fleet,
+                    &lease.run_id,
+                    &lease.token,
+                    &end,
+                    &detail,
+                    &WAKE_CHANNEL,
+                    &result,
+                ],
+            ),
+            client.query_opt(
+                &claim,
+                &[
+                    &fleet,
+                    &next.worker,
+                    &lease_for,
+                    &MANUAL_QUEUE,
+                    &lease.run_id,
+                    &lease.token,
+                ],
+            ),
+        )
+        .await;
+        Handover {
+            ended: ended_of(ended, lease),
+            next: claimed
+                .map_err(pg_error("claim a run"))
+                .and_then(|row| claimed_of(row, next.worker)),
         }
-        Ok(())
     }
 
     async fn attempting(&self, lease: &Lease, attempt: u32) -> Result<(), StoreError> {
@@ -752,6 +860,17 @@ impl FleetQueue for PgStore {
         result: Option<serde_json::Value>,
     ) -> StoreFuture<'a, ()> {
         Box::pin(self.finish_run(lease, end, detail, result))
+    }
+
+    fn finish_and_claim<'a>(
+        &'a self,
+        lease: &'a Lease,
+        end: &'static str,
+        detail: Option<String>,
+        result: Option<serde_json::Value>,
+        next: NextClaim<'a>,
+    ) -> HandoverFuture<'a> {
+        Box::pin(self.hand_over(lease, end, detail, result, next))
     }
 
     fn append_fenced<'a>(

@@ -207,6 +207,23 @@ const MIGRATIONS: &[Migration] = &[
         DROP INDEX npc_runs_queued;
     "#,
     },
+    Migration {
+        // The claim's order as an expression only its index has: with
+        // `ORDER BY seq`, once `ANALYZE` counted many queued runs the
+        // planner expected the primary key to reach one within a few rows
+        // and walked the whole history by it (finished runs come first in
+        // `seq` order), a claim going from a few buffers to tens of
+        // thousands. `seq + 0` keeps the same order, and no other index
+        // yields it sorted, so the claim keeps to the queued runs. Partial
+        // on `seq > 0` as `npc_runs_claimable` was, so only the claim,
+        // which names it, scans it (not a probe of one key's runs).
+        version: 7,
+        sql: r#"
+        CREATE INDEX npc_runs_claim_order ON npc_runs (fleet, (seq + 0))
+            WHERE state = 'queued' AND seq > 0;
+        DROP INDEX npc_runs_claimable;
+    "#,
+    },
 ];
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS npc_schema_migrations (
