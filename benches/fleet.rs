@@ -4,8 +4,12 @@
 //!
 //! - claims per second: N queued runs drained by W workers, each a
 //!   `PgStore` of its own (its own pool and `LISTEN` connection, as
-//!   separate `npc worker` processes have) doing claim + finish, against W
-//!   raw connections running the same two statements without npc's code;
+//!   separate `npc worker` processes have) ending each run as `npc worker`
+//!   does, asking for the next with the end (`finish_and_claim`: both
+//!   statements in one round trip), against W raw connections running a
+//!   plain `SKIP LOCKED` claim and an end, one after the other, without
+//!   npc's code. npc ending, then claiming (`finish`, then `claim`) is
+//!   measured too;
 //! - enqueue → start: runs enqueued one at a time (`PgStore::enqueue`, its
 //!   `NOTIFY` committed with the row) while W workers wait for work as
 //!   `npc worker` does (`wait_for_work`, then claim); the latency is from
@@ -33,7 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use npcagent::store::fleet::FleetQueue;
+use npcagent::store::fleet::{FleetQueue, NextClaim};
 use npcagent::store::pg::PgStore;
 use npcagent::store::queue::{NewRun, state};
 
@@ -78,11 +82,12 @@ fn new_run(id: String) -> NewRun {
 }
 
 /// The raw claim: the oldest queued row, `SKIP LOCKED`, over the same table
-/// and index as npc's claim (`seq > 0` names `npc_runs_claimable`'s
-/// predicate, as npc's claim does).
+/// and index as npc's claim (`seq + 0` is `npc_runs_claim_order`'s order
+/// and `seq > 0` its predicate, as npc's claim names them, so neither walks
+/// the history by the primary key).
 const RAW_CLAIM: &str = "WITH next AS (
         SELECT seq FROM npc_runs WHERE fleet = $1 AND state = 'queued' AND seq > 0
-        ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
+        ORDER BY seq + 0 LIMIT 1 FOR UPDATE SKIP LOCKED)
     UPDATE npc_runs r SET state = 'running', owner = $2, lease_token = r.lease_token + 1,
         started_at_ms = npc_now_ms(), lease_expires_at_ms = npc_now_ms() + 600000
     FROM next WHERE r.seq = next.seq RETURNING r.id, r.lease_token";
@@ -133,13 +138,23 @@ async fn timed(postmaster: u32, spawn: impl FnOnce() -> Vec<tokio::task::JoinHan
     }
 }
 
+/// How npc's workers of a drain ask for their next run.
+#[derive(Clone, Copy)]
+enum Asking {
+    /// With each run's end, in one round trip, as `npc worker` does
+    /// (`FleetQueue::finish_and_claim`).
+    WithTheEnd,
+    /// After each run's end (`finish`, then `claim`).
+    AfterTheEnd,
+}
+
 /// npc's claim and end: the time and CPU the drain took.
-async fn npc_drain(drain: &Drain<'_>) -> Side {
+async fn npc_drain(drain: &Drain<'_>, asking: Asking) -> Side {
     let url = drain.url;
     let filler = PgStore::connect(url, FLEET).await.unwrap();
     for i in 0..drain.n {
         filler
-            .enqueue(new_run(format!("t-{}-{i}", drain.round)))
+            .enqueue(new_run(format!("t-{}-{i}-{}", drain.round, asking as u8)))
             .await
             .unwrap();
     }
@@ -154,11 +169,28 @@ async fn npc_drain(drain: &Drain<'_>) -> Side {
             .map(|(w, store)| {
                 tokio::spawn(async move {
                     let me = format!("w{w}");
-                    while let Some(c) = store.claim(&me, LEASE).await.unwrap() {
-                        store
-                            .finish(&c.lease, state::SUCCEEDED, None, None)
-                            .await
-                            .unwrap();
+                    let mut next = store.claim(&me, LEASE).await.unwrap();
+                    while let Some(c) = next {
+                        next = match asking {
+                            Asking::WithTheEnd => {
+                                let asked = NextClaim {
+                                    worker: &me,
+                                    lease: LEASE,
+                                };
+                                let handover = store
+                                    .finish_and_claim(&c.lease, state::SUCCEEDED, None, None, asked)
+                                    .await;
+                                handover.ended.unwrap();
+                                handover.next.unwrap()
+                            }
+                            Asking::AfterTheEnd => {
+                                store
+                                    .finish(&c.lease, state::SUCCEEDED, None, None)
+                                    .await
+                                    .unwrap();
+                                store.claim(&me, LEASE).await.unwrap()
+                            }
+                        };
                     }
                 })
             })
@@ -279,17 +311,26 @@ impl Side {
     }
 }
 
-/// npc's path and the raw loop, with `workers`: `rounds` of `n` runs
-/// each, the two sides alternating, so a change of the machine's load
-/// weighs on both.
+/// What one worker count measured: npc's drains with the next claim
+/// sent with each end and after it, and the raw loop's.
+#[derive(Default)]
+struct Throughput {
+    with_the_end: Side,
+    after_the_end: Side,
+    raw: Side,
+}
+
+/// npc's paths and the raw loop, with `workers`: `rounds` of `n` runs
+/// each, the sides alternating, so a change of the machine's load weighs
+/// on all.
 async fn throughput(
     url: &str,
     postmaster: u32,
     workers: usize,
     rounds: usize,
     n: usize,
-) -> (Side, Side) {
-    let (mut npc, mut raw) = (Side::default(), Side::default());
+) -> Throughput {
+    let mut all = Throughput::default();
     for round in 0..rounds {
         let drain = Drain {
             url,
@@ -298,10 +339,11 @@ async fn throughput(
             round,
             n,
         };
-        npc += npc_drain(&drain).await;
-        raw += raw_drain(&drain).await;
+        all.with_the_end += npc_drain(&drain, Asking::WithTheEnd).await;
+        all.raw += raw_drain(&drain).await;
+        all.after_the_end += npc_drain(&drain, Asking::AfterTheEnd).await;
     }
-    (npc, raw)
+    all
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -328,34 +370,46 @@ async fn latency(url: &str, workers: usize, m: usize) -> (Duration, Duration) {
         );
         tasks.push(tokio::spawn(async move {
             let me = format!("l{w}");
+            let mut held = None;
             loop {
-                match store.claim(&me, LEASE).await.unwrap() {
-                    Some(c) => {
-                        let at = Instant::now();
-                        let i: usize = c.run.id.trim_start_matches("l-").parse().unwrap();
-                        // The commit's instant is written right after enqueue returns;
-                        // a claim may answer first, then it waits for it.
-                        let from = loop {
-                            if let Some(t) = committed.lock().unwrap()[i] {
-                                break t;
+                let c = match held.take() {
+                    Some(c) => c,
+                    None => match store.claim(&me, LEASE).await.unwrap() {
+                        Some(c) => c,
+                        None => {
+                            tokio::select! {
+                                () = stop.cancelled() => return,
+                                _ = store.wait_for_work(WAIT_AT_MOST) => {}
                             }
-                            tokio::task::yield_now().await;
-                        };
-                        latencies
-                            .lock()
-                            .unwrap()
-                            .push(at.saturating_duration_since(from));
-                        store
-                            .finish(&c.lease, state::SUCCEEDED, None, None)
-                            .await
-                            .unwrap();
-                        done.fetch_add(1, Ordering::SeqCst);
-                    }
-                    None => tokio::select! {
-                        () = stop.cancelled() => return,
-                        _ = store.wait_for_work(WAIT_AT_MOST) => {}
+                            continue;
+                        }
                     },
-                }
+                };
+                let at = Instant::now();
+                let i: usize = c.run.id.trim_start_matches("l-").parse().unwrap();
+                // The commit's instant is written right after enqueue returns;
+                // a claim may answer first, then it waits for it.
+                let from = loop {
+                    if let Some(t) = committed.lock().unwrap()[i] {
+                        break t;
+                    }
+                    tokio::task::yield_now().await;
+                };
+                latencies
+                    .lock()
+                    .unwrap()
+                    .push(at.saturating_duration_since(from));
+                // As `npc worker` does: the end asks for the next run.
+                let asked = NextClaim {
+                    worker: &me,
+                    lease: LEASE,
+                };
+                let handover = store
+                    .finish_and_claim(&c.lease, state::SUCCEEDED, None, None, asked)
+                    .await;
+                handover.ended.unwrap();
+                held = handover.next.unwrap();
+                done.fetch_add(1, Ordering::SeqCst);
             }
         }));
     }
@@ -535,10 +589,10 @@ fn main() {
         "claims: {rounds} alternating rounds of {n} runs per side; enqueue → start: {m} runs, one every {ENQUEUE_PACE:?}"
     );
     println!(
-        "| workers | npc claims/s | raw claims/s | ratio | CPU µs per claim, npc (claimers + server) \
-         | raw | enqueue → start p50 | p99 |"
+        "| workers | npc claims/s | raw claims/s | ratio | npc, claim after the end | ratio \
+         | CPU µs per claim, npc (claimers + server) | raw | enqueue → start p50 | p99 |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let postmaster = cluster.server_pid().expect("the cluster runs");
     let counts: Vec<usize> = std::env::var("FLEET_BENCH_WORKERS")
         .map(|list| list.split(',').map(|w| w.trim().parse().unwrap()).collect())
@@ -547,14 +601,17 @@ fn main() {
         let url = cluster.database(&format!("bench{workers}"));
         rt.block_on(async {
             npcagent::store::pg::migrate(&url).await.unwrap();
-            let (npc, raw) = throughput(&url, postmaster, workers, rounds, n).await;
-            let (npc, npc_client, npc_server) = npc.per_claim(rounds * n);
-            let (raw, raw_client, raw_server) = raw.per_claim(rounds * n);
+            let all = throughput(&url, postmaster, workers, rounds, n).await;
+            let (npc, npc_client, npc_server) = all.with_the_end.per_claim(rounds * n);
+            let (apart, _, _) = all.after_the_end.per_claim(rounds * n);
+            let (raw, raw_client, raw_server) = all.raw.per_claim(rounds * n);
             let (p50, p99) = latency(&url, workers, m).await;
             println!(
-                "| {workers} | {npc:.0} | {raw:.0} | {:.2} | {npc_client:.0} + {npc_server:.0} \
-                 | {raw_client:.0} + {raw_server:.0} | {:.2} ms | {:.2} ms |",
+                "| {workers} | {npc:.0} | {raw:.0} | {:.2} | {apart:.0} | {:.2} \
+                 | {npc_client:.0} + {npc_server:.0} | {raw_client:.0} + {raw_server:.0} \
+                 | {:.2} ms | {:.2} ms |",
                 npc / raw,
+                apart / raw,
                 p50.as_secs_f64() * 1e3,
                 p99.as_secs_f64() * 1e3
             );
