@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use npcagent::store::fleet::{FleetQueue, NextClaim};
+use npcagent::store::fleet::{Claimed, FleetQueue, NextClaim};
 use npcagent::store::pg::PgStore;
 use npcagent::store::queue::{NewRun, state};
 
@@ -148,6 +148,20 @@ enum Asking {
     AfterTheEnd,
 }
 
+/// End `claimed` as `npc worker` does, asking for `me`'s next run with the
+/// end; that run, if any.
+async fn end_bringing_next(store: &PgStore, claimed: &Claimed, me: &str) -> Option<Claimed> {
+    let asked = NextClaim {
+        worker: me,
+        lease: LEASE,
+    };
+    let handover = store
+        .finish_and_claim(&claimed.lease, state::SUCCEEDED, None, None, asked)
+        .await;
+    handover.ended.unwrap();
+    handover.next.unwrap()
+}
+
 /// npc's claim and end: the time and CPU the drain took.
 async fn npc_drain(drain: &Drain<'_>, asking: Asking) -> Side {
     let url = drain.url;
@@ -172,17 +186,7 @@ async fn npc_drain(drain: &Drain<'_>, asking: Asking) -> Side {
                     let mut next = store.claim(&me, LEASE).await.unwrap();
                     while let Some(c) = next {
                         next = match asking {
-                            Asking::WithTheEnd => {
-                                let asked = NextClaim {
-                                    worker: &me,
-                                    lease: LEASE,
-                                };
-                                let handover = store
-                                    .finish_and_claim(&c.lease, state::SUCCEEDED, None, None, asked)
-                                    .await;
-                                handover.ended.unwrap();
-                                handover.next.unwrap()
-                            }
+                            Asking::WithTheEnd => end_bringing_next(&store, &c, &me).await,
                             Asking::AfterTheEnd => {
                                 store
                                     .finish(&c.lease, state::SUCCEEDED, None, None)
@@ -399,16 +403,7 @@ async fn latency(url: &str, workers: usize, m: usize) -> (Duration, Duration) {
                     .lock()
                     .unwrap()
                     .push(at.saturating_duration_since(from));
-                // As `npc worker` does: the end asks for the next run.
-                let asked = NextClaim {
-                    worker: &me,
-                    lease: LEASE,
-                };
-                let handover = store
-                    .finish_and_claim(&c.lease, state::SUCCEEDED, None, None, asked)
-                    .await;
-                handover.ended.unwrap();
-                held = handover.next.unwrap();
+                held = end_bringing_next(&store, &c, &me).await;
                 done.fetch_add(1, Ordering::SeqCst);
             }
         }));

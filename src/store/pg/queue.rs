@@ -105,9 +105,45 @@ fn claimed_of(row: Option<Row>, worker: &str) -> Result<Option<Claimed>, StoreEr
     Ok(Some(Claimed { run, lease }))
 }
 
-/// A run's end's answer ([`FINISH_SQL`]): fenced when nothing was written.
-fn ended_of(answer: Result<Row, tokio_postgres::Error>, lease: &Lease) -> Result<(), StoreError> {
-    let changed: i64 = answer.map_err(pg_error("finish a run"))?.get(0);
+/// A run's end as written under its lease.
+#[derive(Clone, Copy)]
+struct Written<'a> {
+    lease: &'a Lease,
+    end: &'a str,
+    detail: &'a Option<String>,
+    result: &'a Option<String>,
+}
+
+/// Write a run's end ([`FINISH_SQL`], prepared as `finish`) for `fleet`:
+/// fenced when nothing was written. Its request is sent on the first poll.
+async fn end_on(
+    client: &deadpool_postgres::Object,
+    finish: &tokio_postgres::Statement,
+    fleet: &str,
+    written: Written<'_>,
+) -> Result<(), StoreError> {
+    let Written {
+        lease,
+        end,
+        detail,
+        result,
+    } = written;
+    let changed: i64 = client
+        .query_one(
+            finish,
+            &[
+                &fleet,
+                &lease.run_id,
+                &lease.token,
+                &end,
+                detail,
+                &WAKE_CHANNEL,
+                result,
+            ],
+        )
+        .await
+        .map_err(pg_error("finish a run"))?
+        .get(0);
     if changed == 0 {
         return Err(fenced(lease));
     }
@@ -431,21 +467,13 @@ impl PgStore {
             .prepare_cached(&FINISH_SQL)
             .await
             .map_err(pg_error("finish a run"))?;
-        let ended = client
-            .query_one(
-                &finish,
-                &[
-                    &self.fleet(),
-                    &lease.run_id,
-                    &lease.token,
-                    &end,
-                    &detail,
-                    &WAKE_CHANNEL,
-                    &result,
-                ],
-            )
-            .await;
-        ended_of(ended, lease)
+        let written = Written {
+            lease,
+            end,
+            detail: &detail,
+            result: &result,
+        };
+        end_on(&client, &finish, self.fleet(), written).await
     }
 
     /// A run's end and the claim after it, pipelined on one connection:
@@ -486,20 +514,15 @@ impl PgStore {
         };
         let fleet = self.fleet();
         let lease_for = lease_ms(next.lease);
+        let written = Written {
+            lease,
+            end,
+            detail: &detail,
+            result: &result,
+        };
         // `join` polls the end first: its request is queued before the claim's.
         let (ended, claimed) = futures_util::future::join(
-            client.query_one(
-                &finish,
-                &[
-                    &fleet,
-                    &lease.run_id,
-                    &lease.token,
-                    &end,
-                    &detail,
-                    &WAKE_CHANNEL,
-                    &result,
-                ],
-            ),
+            end_on(&client, &finish, fleet, written),
             client.query_opt(
                 &claim,
                 &[
@@ -514,7 +537,7 @@ impl PgStore {
         )
         .await;
         Handover {
-            ended: ended_of(ended, lease),
+            ended,
             next: claimed
                 .map_err(pg_error("claim a run"))
                 .and_then(|row| claimed_of(row, next.worker)),
