@@ -326,8 +326,9 @@ async fn a_trigger_runs_one_run_of_a_key_at_once_oldest_first_and_runs_by_hand_n
 
 /// `finish_and_claim`: the end is written first, then the next run is
 /// claimed for the asking worker (a run of the ended run's key, which
-/// could not start before, included); a fenced end still frees the slot;
-/// with nothing queued the answer is the end alone.
+/// could not start before, included); a fenced end (its token moved on, or
+/// its lease ran out) still frees the slot, alike on both backends; with
+/// nothing queued the answer is the end alone.
 async fn an_end_brings_the_next_run_claimed_after_it_even_one_of_its_own_key(
     queue: Arc<dyn FleetQueue>,
 ) {
@@ -366,7 +367,24 @@ async fn an_end_brings_the_next_run_claimed_after_it_even_one_of_its_own_key(
         state::SUCCEEDED,
         "nothing written under the old lease"
     );
-    for held in [a2, b1] {
+    // A lease that ran out (not yet rescued) is not held either.
+    for id in ["c1", "d1"] {
+        queue.enqueue(run(id)).await.unwrap();
+    }
+    let c1 = queue.claim("w", SHORT_LEASE).await.unwrap().unwrap();
+    assert_eq!(c1.run.id, "c1");
+    until_expired(&queue, &c1.lease).await;
+    let lapsed = queue
+        .finish_and_claim(&c1.lease, state::SUCCEEDED, None, None, asking)
+        .await;
+    assert!(
+        matches!(lapsed.ended, Err(StoreError::Fenced { .. })),
+        "{:?}",
+        lapsed.ended
+    );
+    let d1 = lapsed.next.unwrap().expect("d1 is claimed");
+    assert_eq!(d1.run.id, "d1");
+    for held in [a2, b1, d1] {
         let last = queue
             .finish_and_claim(&held.lease, state::SUCCEEDED, None, None, asking)
             .await;

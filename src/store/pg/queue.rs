@@ -150,9 +150,18 @@ async fn end_on(
     Ok(())
 }
 
-/// The condition of a held lease: `$1` fleet, `$2` run id, `$3` token.
-const HELD: &str = "fleet = $1 AND id = $2 AND lease_token = $3 AND state = 'running' \
-     AND lease_expires_at_ms >= npc_now_ms()";
+/// The condition of a lease held on a run of fleet `$1`, the placeholders
+/// `id` and `token` naming the run and the lease's token: running under
+/// that token, not expired.
+fn held(id: &str, token: &str) -> String {
+    format!(
+        "fleet = $1 AND id = {id} AND lease_token = {token} AND state = 'running' \
+         AND lease_expires_at_ms >= npc_now_ms()"
+    )
+}
+
+/// [`held`]: `$2` the run id, `$3` the token.
+static HELD: LazyLock<String> = LazyLock::new(|| held("$2", "$3"));
 
 /// The claim: `$1` fleet, `$2` worker, `$3` the lease in milliseconds, `$4`
 /// the queue of runs by hand. The oldest queued run that heads its
@@ -172,13 +181,14 @@ pub fn claim_statement() -> &'static str {
 }
 
 /// The claim sent with a run's end ([`FleetQueue::finish_and_claim`]):
-/// [`CLAIM_SQL`], made only once the run `$5` is no longer running under
-/// token `$6` (one probe, evaluated once).
+/// [`CLAIM_SQL`], made only once the lease on run `$5` with token `$6` is
+/// no longer [`held`] (one probe, evaluated once), as the embedded store
+/// claims after an end that was written or fenced.
 static CLAIM_AFTER_SQL: LazyLock<String> = LazyLock::new(|| {
-    claim_sql(
-        "NOT EXISTS (SELECT 1 FROM npc_runs p WHERE p.fleet = $1 AND p.id = $5
-         AND p.lease_token = $6 AND p.state = 'running') AND",
-    )
+    claim_sql(&format!(
+        "NOT EXISTS (SELECT 1 FROM npc_runs WHERE {}) AND",
+        held("$5", "$6")
+    ))
 });
 
 /// [`CLAIM_SQL`], claiming only when `only_if` (a condition followed by
@@ -211,7 +221,8 @@ fn claim_sql(only_if: &str) -> String {
 static RENEW_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "UPDATE npc_runs SET lease_expires_at_ms = npc_now_ms() + $4
-         WHERE {HELD} RETURNING lease_expires_at_ms, replaced_by"
+         WHERE {} RETURNING lease_expires_at_ms, replaced_by",
+        *HELD
     )
 });
 
@@ -222,17 +233,18 @@ static FINISH_SQL: LazyLock<String> = LazyLock::new(|| {
         "WITH done AS (
              UPDATE npc_runs SET state = $4, detail = $5, finished_at_ms = npc_now_ms(),
              result = COALESCE($7, result), lease_expires_at_ms = NULL
-             WHERE {HELD} RETURNING trigger, key_slot)
+             WHERE {held} RETURNING trigger, key_slot)
          , woken AS (SELECT pg_notify($6, $1) FROM done, LATERAL (SELECT 1 FROM npc_runs w
              WHERE w.fleet = $1 AND w.trigger = done.trigger AND w.key_slot = done.key_slot
              AND w.state = 'queued' LIMIT 1) waiting)
-         SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM woken)"
+         SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM woken)",
+        held = *HELD
     )
 });
 
 /// A change of attempt under a lease: [`HELD`], `$4` the attempt.
 static ATTEMPT_SQL: LazyLock<String> =
-    LazyLock::new(|| format!("UPDATE npc_runs SET attempt = $4 WHERE {HELD}"));
+    LazyLock::new(|| format!("UPDATE npc_runs SET attempt = $4 WHERE {}", *HELD));
 
 impl PgStore {
     async fn enqueue_run(&self, run: NewRun) -> Result<Enqueued, StoreError> {
@@ -576,7 +588,7 @@ impl PgStore {
             // The row stays locked to the commit: a rescue waits for it.
             let held = tx
                 .query_opt(
-                    &format!("SELECT 1 FROM npc_runs WHERE {HELD} FOR UPDATE"),
+                    &format!("SELECT 1 FROM npc_runs WHERE {} FOR UPDATE", *HELD),
                     &[&self.fleet(), &lease.run_id, &lease.token],
                 )
                 .await
