@@ -132,6 +132,7 @@ both_backends!(
     replace_marks_the_running_run_cancels_the_queued_and_starts_once_it_ended,
     runs_of_a_key_enqueued_while_others_end_start_one_at_a_time_in_order_and_none_is_left,
     an_end_brings_the_next_run_claimed_after_it_even_one_of_its_own_key,
+    a_run_waits_for_the_running_run_of_its_key_however_that_one_started,
 );
 
 /// The race between an enqueue and the end of the run before it (of one
@@ -322,6 +323,47 @@ async fn a_trigger_runs_one_run_of_a_key_at_once_oldest_first_and_runs_by_hand_n
         .await
         .unwrap();
     assert_eq!(claim_id(&queue, "w").await.as_deref(), Some("n2"));
+}
+
+/// A run enqueued while a run of its key runs waits for it, and so does one
+/// queued alone when a run of its key is then enqueued as running (a run
+/// in the foreground): the PostgreSQL claim takes a run enqueued with none
+/// of its key active without looking at its key's runs, so both starts of
+/// a run of its key must reach it.
+async fn a_run_waits_for_the_running_run_of_its_key_however_that_one_started(
+    queue: Arc<dyn FleetQueue>,
+) {
+    queue
+        .enqueue(keyed_run("a1", "q", Some("k1")))
+        .await
+        .unwrap();
+    let a1 = queue.claim("w", LONG_LEASE).await.unwrap().unwrap();
+    assert_eq!(a1.run.id, "a1");
+    queue
+        .enqueue(keyed_run("a2", "q", Some("k1")))
+        .await
+        .unwrap();
+    assert_eq!(claim_id(&queue, "w").await, None, "a2 waits for a1");
+    queue
+        .enqueue(keyed_run("b1", "q", Some("k2")))
+        .await
+        .unwrap();
+    let foreground = NewRun {
+        claimed_by: Some("here".to_string()),
+        ..keyed_run("b0", "q", Some("k2"))
+    };
+    assert_eq!(queue.enqueue(foreground).await.unwrap(), Enqueued::Queued);
+    assert_eq!(
+        queue.run("b0").await.unwrap().map(|r| r.state),
+        Some(state::RUNNING.to_string())
+    );
+    assert_eq!(claim_id(&queue, "w").await, None, "b1 waits for b0");
+    queue
+        .finish(&a1.lease, state::SUCCEEDED, None, None)
+        .await
+        .unwrap();
+    assert_eq!(claim_id(&queue, "w").await.as_deref(), Some("a2"));
+    assert_eq!(claim_id(&queue, "w").await, None, "b0 still runs");
 }
 
 /// `finish_and_claim`: the end is written first, then the next run is
@@ -700,6 +742,8 @@ async fn fenced_events_append_in_order_and_a_lost_lease_appends_none(queue: Arc<
 const HISTORY_RUNS: i64 = 20_000;
 /// Runs queued after them: enough that statistics count many.
 const HISTORY_QUEUED: i64 = 2_000;
+/// Runs queued in a young fleet, before any statistics.
+const YOUNG_QUEUED: i64 = 500;
 /// Buffers a claim may touch (walking the history by the primary key
 /// touched one per finished run).
 const CLAIM_BUFFERS_AT_MOST: u64 = 200;
@@ -712,79 +756,263 @@ fn plan_nodes(node: &serde_json::Value, into: &mut Vec<serde_json::Value>) {
     }
 }
 
-/// Once `ANALYZE` counted many queued runs behind a long history, the
-/// planner took `ORDER BY seq LIMIT 1` for a short walk of the primary key
-/// and walked the whole history per claim. The claim's order is its own
-/// index's, with custom and generic plans alike.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_reads_the_queue_not_the_history_whatever_the_statistics() {
-    let Some(cluster) = tokio::task::spawn_blocking(PgCluster::start).await.unwrap() else {
-        return;
-    };
-    let url = cluster.database("plans");
+/// A fresh database of `cluster` named `name`, migrated, with a client.
+async fn plan_database(cluster: &PgCluster, name: &str) -> tokio_postgres::Client {
+    let url = cluster.database(name);
     npcagent::store::pg::migrate(&url).await.unwrap();
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(connection);
-    for (state, from, to) in [
-        ("succeeded", 1, HISTORY_RUNS),
-        ("queued", HISTORY_RUNS + 1, HISTORY_RUNS + HISTORY_QUEUED),
-    ] {
-        client
-            .execute(
-                "INSERT INTO npc_runs (fleet, id, trigger, origin, payload, state,
-                 enqueued_at_ms, concurrency_key)
-                 SELECT 'f', 'r' || g, 't', 'api', '{}', $1, 0, 'k' || g
-                 FROM generate_series($2::bigint, $3::bigint) g",
-                &[&state, &from, &to],
-            )
-            .await
-            .unwrap();
-    }
-    client.batch_execute("ANALYZE npc_runs").await.unwrap();
+    client
+}
+
+/// Runs `from..=to` of fleet `f`, trigger `t`, each of a key of its own,
+/// in `state`, each looking at its key's runs when claimed (`behind`, as
+/// every run queued before a store's migration to schema 8 is).
+async fn insert_runs(client: &tokio_postgres::Client, state: &str, from: i64, to: i64) {
+    client
+        .execute(
+            "INSERT INTO npc_runs (fleet, id, trigger, origin, payload, state,
+             enqueued_at_ms, concurrency_key, behind)
+             SELECT 'f', 'r' || g, 't', 'api', '{}', $1, 0, 'k' || g, true
+             FROM generate_series($2::bigint, $3::bigint) g",
+            &[&state, &from, &to],
+        )
+        .await
+        .unwrap();
+}
+
+/// The plan of `statement` (its parameters' types `types`) executed with
+/// `arguments`, as `EXPLAIN (ANALYZE, BUFFERS)` gives it under
+/// `plan_cache_mode` `mode` (rolled back: nothing changes).
+async fn plan_of(
+    client: &tokio_postgres::Client,
+    mode: &str,
+    (statement, types, arguments): (&str, &str, &str),
+) -> serde_json::Value {
+    client
+        .batch_execute(&format!(
+            "SET plan_cache_mode = {mode}; DEALLOCATE ALL;
+             PREPARE s({types}) AS {statement}; BEGIN"
+        ))
+        .await
+        .unwrap();
+    let answer = client
+        .simple_query(&format!(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE s({arguments})"
+        ))
+        .await
+        .unwrap();
+    client.batch_execute("ROLLBACK").await.unwrap();
+    let text = answer
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0),
+            _ => None,
+        })
+        .unwrap();
+    serde_json::from_str(text).unwrap()
+}
+
+/// The claim's plan in fleet `f` (see [`plan_of`]).
+async fn claim_plan(client: &tokio_postgres::Client, mode: &str) -> serde_json::Value {
     let claim = npcagent::store::pg::claim_statement();
-    for mode in ["force_custom_plan", "force_generic_plan"] {
-        client
-            .batch_execute(&format!(
-                "SET plan_cache_mode = {mode}; DEALLOCATE ALL;
-                 PREPARE claim(text, text, bigint, text) AS {claim}; BEGIN"
-            ))
-            .await
-            .unwrap();
-        let answer = client
-            .simple_query(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
-                 EXECUTE claim('f', 'w', 600000, '@manual')",
-            )
-            .await
-            .unwrap();
-        client.batch_execute("ROLLBACK").await.unwrap();
-        let text = answer
-            .iter()
-            .find_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0),
-                _ => None,
-            })
-            .unwrap();
-        let plan: serde_json::Value = serde_json::from_str(text).unwrap();
-        let top = &plan[0]["Plan"];
+    let claim = (
+        claim,
+        "text, text, bigint, text",
+        "'f', 'w', 600000, '@manual'",
+    );
+    plan_of(client, mode, claim).await
+}
+
+/// The indexes a claim may read to choose a run: its order, a key's queued
+/// and running runs, and every running run (read once per claim when the
+/// planner hashes the look for a running run of a key: as many rows as the
+/// fleet runs at once).
+const CLAIM_INDEXES: [&str; 4] = [
+    "npc_runs_claim_order",
+    "npc_runs_queued_of_queue",
+    "npc_runs_running_of_queue",
+    "npc_runs_by_lease",
+];
+
+/// Check a claim's plan under `what`: it scans the claim's order, reads
+/// only the claim's indexes, at most [`CLAIM_BUFFERS_AT_MOST`] buffers,
+/// and claims a run.
+fn assert_claim_plan(plan: &serde_json::Value, what: &str) {
+    let top = &plan[0]["Plan"];
+    let mut nodes = Vec::new();
+    plan_nodes(top, &mut nodes);
+    let scans: Vec<_> = nodes
+        .iter()
+        .filter(|n| n["Alias"] == "q")
+        .map(|n| n["Index Name"].as_str().unwrap_or("none").to_string())
+        .collect();
+    assert_eq!(scans, ["npc_runs_claim_order"], "{what}: {plan:#}");
+    for node in &nodes {
+        let Some(index) = node["Index Name"].as_str() else {
+            continue;
+        };
+        if node["Alias"] == "r" {
+            // The claimed run, updated by its key.
+            assert_eq!(index, "npc_runs_pkey", "{what}: {plan:#}");
+        } else {
+            assert!(CLAIM_INDEXES.contains(&index), "{what}: {index}: {plan:#}");
+        }
+    }
+    let buffers =
+        top["Shared Hit Blocks"].as_u64().unwrap() + top["Shared Read Blocks"].as_u64().unwrap();
+    assert!(
+        buffers <= CLAIM_BUFFERS_AT_MOST,
+        "{what}: {buffers} buffers: {plan:#}"
+    );
+    assert_eq!(top["Actual Rows"], 1, "{what}: {plan:#}");
+}
+
+/// Once `ANALYZE` counted many queued runs behind a long history, the
+/// planner took `ORDER BY seq LIMIT 1` for a short walk of the primary key
+/// and walked the whole history per claim; before a fleet's first
+/// `ANALYZE`, it took the unique index of dedupe keys (then led by the
+/// fleet and the trigger) to look for a run of the candidate's key ahead
+/// of it, and read every run of the trigger per candidate. The claim keeps
+/// to its own indexes, with custom and generic plans alike, with and
+/// without statistics, and so does a run's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_reads_the_queue_not_the_history_whatever_the_statistics() {
+    let Some(cluster) = tokio::task::spawn_blocking(PgCluster::start).await.unwrap() else {
+        return;
+    };
+    let modes = ["force_custom_plan", "force_generic_plan"];
+    // A young fleet: its first runs queued, no statistics yet.
+    let young = plan_database(&cluster, "young").await;
+    insert_runs(&young, "queued", 1, YOUNG_QUEUED).await;
+    for mode in modes {
+        assert_claim_plan(&claim_plan(&young, mode).await, &format!("young, {mode}"));
+    }
+    // A run's end looks for a waiting run of its key in the queued runs of
+    // that key alone.
+    young
+        .batch_execute(
+            "UPDATE npc_runs SET state = 'running', lease_token = 1,
+             lease_expires_at_ms = npc_now_ms() + 600000 WHERE id = 'r7'",
+        )
+        .await
+        .unwrap();
+    let finish = (
+        npcagent::store::pg::finish_statement(),
+        "text, text, bigint, text, text, text, text",
+        "'f', 'r7', 1, 'succeeded', NULL, 'wake', NULL",
+    );
+    for mode in modes {
+        let plan = plan_of(&young, mode, finish).await;
         let mut nodes = Vec::new();
-        plan_nodes(top, &mut nodes);
-        let scans: Vec<_> = nodes
+        plan_nodes(&plan[0]["Plan"], &mut nodes);
+        let looks: Vec<_> = nodes
             .iter()
-            .filter(|n| n["Alias"] == "q")
+            .filter(|n| n["Alias"] == "w")
             .map(|n| n["Index Name"].as_str().unwrap_or("none").to_string())
             .collect();
-        assert_eq!(scans, ["npc_runs_claim_order"], "{mode}: {plan:#}");
-        let buffers = top["Shared Hit Blocks"].as_u64().unwrap()
-            + top["Shared Read Blocks"].as_u64().unwrap();
-        assert!(
-            buffers <= CLAIM_BUFFERS_AT_MOST,
-            "{mode}: {buffers} buffers: {plan:#}"
+        assert_eq!(
+            looks,
+            ["npc_runs_queued_of_queue"],
+            "young, {mode}: {plan:#}"
         );
-        assert_eq!(top["Actual Rows"], 1, "{mode}: {plan:#}");
+        assert_eq!(plan[0]["Plan"]["Actual Rows"], 1, "young, {mode}: {plan:#}");
     }
+    // A long history, then a queue, without and with statistics.
+    let old = plan_database(&cluster, "old").await;
+    insert_runs(&old, "succeeded", 1, HISTORY_RUNS).await;
+    insert_runs(
+        &old,
+        "queued",
+        HISTORY_RUNS + 1,
+        HISTORY_RUNS + HISTORY_QUEUED,
+    )
+    .await;
+    for statistics in ["none", "analyzed"] {
+        if statistics == "analyzed" {
+            old.batch_execute("ANALYZE npc_runs").await.unwrap();
+        }
+        for mode in modes {
+            let what = format!("history, statistics {statistics}, {mode}");
+            assert_claim_plan(&claim_plan(&old, mode).await, &what);
+        }
+    }
+}
+
+/// How long a notification may take to reach a listener.
+const NOTIFY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The payloads of the notifications `url`'s server sends on `channel`
+/// from now on, as they arrive.
+async fn notifications_on(
+    url: &str,
+    channel: &str,
+) -> (
+    tokio_postgres::Client,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    use futures_util::StreamExt;
+    let (client, mut connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (heard, hear) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                let _ = heard.send(n.payload().to_string());
+            }
+        }
+    });
+    client
+        .batch_execute(&format!("LISTEN {channel}"))
+        .await
+        .unwrap();
+    (client, hear)
+}
+
+/// A run's end wakes the fleet's waiting workers when a run of its key
+/// waits for it, and only then: the end of a run with none waiting sends
+/// nothing (the first notification after it is one sent by hand).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_wakes_the_workers_when_a_run_of_its_key_waits_and_only_then() {
+    let Some(cluster) = tokio::task::spawn_blocking(PgCluster::start).await.unwrap() else {
+        return;
+    };
+    let url = cluster.database("wakes");
+    npcagent::store::pg::migrate(&url).await.unwrap();
+    let fleet = "proj@git.example/repo";
+    let queue = PgStore::connect(&url, fleet).await.unwrap();
+    for (id, key) in [("a1", "k1"), ("a2", "k1"), ("b1", "k2")] {
+        queue.enqueue(keyed_run(id, "q", Some(key))).await.unwrap();
+    }
+    let mut leases = HashMap::new();
+    while let Some(c) = queue.claim("w", LONG_LEASE).await.unwrap() {
+        leases.insert(c.run.id, c.lease);
+    }
+    assert_eq!(leases.len(), 2, "a1 and b1 run, a2 waits");
+    let (listener, mut heard) = notifications_on(&url, npcagent::store::pg::WAKE_CHANNEL).await;
+    queue
+        .finish(&leases["b1"], state::SUCCEEDED, None, None)
+        .await
+        .unwrap();
+    listener
+        .batch_execute(&format!(
+            "NOTIFY {}, 'by hand'",
+            npcagent::store::pg::WAKE_CHANNEL
+        ))
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(NOTIFY_TIMEOUT, heard.recv()).await;
+    assert_eq!(first.unwrap().as_deref(), Some("by hand"), "b1's end woke");
+    queue
+        .finish(&leases["a1"], state::SUCCEEDED, None, None)
+        .await
+        .unwrap();
+    let woken = tokio::time::timeout(NOTIFY_TIMEOUT, heard.recv()).await;
+    assert_eq!(woken.unwrap().as_deref(), Some(fleet), "a1's end woke none");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

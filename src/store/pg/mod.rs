@@ -28,12 +28,12 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
 pub use leader::Leadership;
-pub use queue::claim_statement;
+pub use queue::{claim_statement, finish_statement};
 
 use super::StoreError;
 
 /// The schema version this build writes and reads.
-pub const PG_SCHEMA_VERSION: i64 = 7;
+pub const PG_SCHEMA_VERSION: i64 = 8;
 /// Connections one process keeps to the store.
 pub const POOL_SIZE: usize = 8;
 /// How long connecting to the server may take.

@@ -128,8 +128,8 @@ async fn end_on(
         detail,
         result,
     } = written;
-    let changed: i64 = client
-        .query_one(
+    let written = client
+        .query_opt(
             finish,
             &[
                 &fleet,
@@ -142,9 +142,8 @@ async fn end_on(
             ],
         )
         .await
-        .map_err(pg_error("finish a run"))?
-        .get(0);
-    if changed == 0 {
+        .map_err(pg_error("finish a run"))?;
+    if written.is_none() {
         return Err(fenced(lease));
     }
     Ok(())
@@ -170,8 +169,11 @@ static HELD: LazyLock<String> = LazyLock::new(|| held("$2", "$3"));
 /// its order, `seq + 0` (no other index has it, so the planner never
 /// walks the whole history by the primary key instead, as it did for
 /// `ORDER BY seq` once statistics showed many queued runs; `q.seq > 0`
-/// names its predicate); "none of its key running or ahead" is two
-/// index-only probes per candidate.
+/// names its predicate); "none of its key running or ahead" holds without
+/// a look for a run not `behind` (none of its key was queued or running
+/// at its enqueue, and none can be since: see [`BEHIND_SQL`]), and is two
+/// index-only probes for one that is, so concurrent claimers skipping
+/// each other's locked runs probe nothing in the usual case.
 static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| claim_sql(""));
 
 /// The claim's SQL, for `EXPLAIN`: `$1` the fleet, `$2` the worker, `$3`
@@ -197,12 +199,10 @@ fn claim_sql(only_if: &str) -> String {
     format!(
         "WITH next AS (
              SELECT q.seq FROM npc_runs q WHERE {only_if} q.fleet = $1 AND q.state = 'queued'
-             AND q.seq > 0 AND (q.trigger = $4 OR (NOT EXISTS (SELECT 1 FROM npc_runs o
-                     WHERE o.fleet = q.fleet AND o.trigger = q.trigger
-                     AND o.key_slot = q.key_slot AND o.state = 'running')
+             AND q.seq > 0 AND (NOT q.behind OR q.trigger = $4 OR (NOT EXISTS (SELECT 1 FROM npc_runs o
+                     WHERE {same} AND o.state = 'running')
                  AND NOT EXISTS (SELECT 1 FROM npc_runs o
-                     WHERE o.fleet = q.fleet AND o.trigger = q.trigger
-                     AND o.key_slot = q.key_slot AND o.state = 'queued' AND o.seq < q.seq)))
+                     WHERE {same} AND o.state = 'queued' AND o.seq < q.seq)))
              ORDER BY q.seq + 0 LIMIT 1 FOR UPDATE OF q SKIP LOCKED)
          UPDATE npc_runs r SET state = 'running', detail = NULL,
              started_at_ms = npc_now_ms(), owner = $2, lease_token = r.lease_token + 1,
@@ -213,9 +213,59 @@ fn claim_sql(only_if: &str) -> String {
             .split(", ")
             .map(|c| format!("r.{c}"))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        same = of_queue("o.", "q.fleet", "q.trigger", "q.key_slot"),
     )
 }
+
+/// The condition that a run (its columns named with `alias`, `""` or
+/// `"o."`) is of the trigger's queue of one key given as SQL expressions:
+/// `npc_queue_of` of both sides, so only the indexes of a key's queued and
+/// running runs serve it (named as three columns, the fleet and the
+/// trigger lead other indexes too, and the planner took one of those
+/// before a fleet's first `ANALYZE`, reading every run of the trigger).
+fn of_queue(alias: &str, fleet: &str, trigger: &str, key_slot: &str) -> String {
+    format!(
+        "npc_queue_of({alias}fleet, {alias}trigger, {alias}key_slot) \
+         = npc_queue_of({fleet}, {trigger}, {key_slot})"
+    )
+}
+
+/// Whether a run of the fleet `fleet`'s trigger `trigger` and key `key`
+/// (SQL expressions) is queued or running.
+fn key_active(fleet: &str, trigger: &str, key: &str) -> String {
+    let same = of_queue("", fleet, trigger, &format!("npc_key_slot({key})"));
+    format!(
+        "(EXISTS (SELECT 1 FROM npc_runs WHERE {same} AND state = 'queued')
+         OR EXISTS (SELECT 1 FROM npc_runs WHERE {same} AND state = 'running'))"
+    )
+}
+
+/// Whether a run enqueued now is `behind` another of its trigger's queue of
+/// its key: one of them queued or running, `$1` the fleet, `$3` the
+/// trigger and `$12` the key, as [`ENQUEUE_SQL`] numbers them.
+///
+/// A run not behind heads its key's queue with none of them running, and
+/// stays so while queued: every run of its key enqueued later comes after
+/// it, a run of its key can start only by a claim (it heads them all) or
+/// by an enqueue as running, which marks the queued runs of its key behind
+/// first, and a rescue puts a run back in the queue behind. Enqueues of
+/// one trigger hold its queue's lock, so none of them misses another's
+/// run.
+static BEHIND_SQL: LazyLock<String> = LazyLock::new(|| key_active("$1", "$3", "$12"));
+
+/// A run's insert by its enqueue, whether it is [`BEHIND_SQL`] with it.
+static ENQUEUE_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO npc_runs (fleet, id, trigger, origin, dedupe_key, payload, state,
+         enqueued_at_ms, started_at_ms, finished_at_ms, owner, replay_until_ms,
+         concurrency_key, attempt, attempts, remote, start_commit, behind)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, npc_now_ms(),
+                 CASE WHEN $8 THEN npc_now_ms() END, CASE WHEN $9 THEN npc_now_ms() END,
+                 $10, $11, $12, $13, $14, $15, $16, {})",
+        *BEHIND_SQL
+    )
+});
 
 /// A renewal: [`HELD`], and `$4` the lease in milliseconds.
 static RENEW_SQL: LazyLock<String> = LazyLock::new(|| {
@@ -227,20 +277,29 @@ static RENEW_SQL: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// A run's end: [`HELD`], `$4` its state and `$5` its detail; wakes the
-/// workers (`$6`, the wake channel) when a run of its key waits.
+/// workers (`$6`, the wake channel) when a run of its key waits. A row
+/// when written, none when fenced. One `UPDATE` whose returned value looks
+/// for the waiting run: the same work as data-modifying CTEs joined and
+/// counted, in a third of the plan's nodes, which the server sets up again
+/// for every execution.
 static FINISH_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH done AS (
-             UPDATE npc_runs SET state = $4, detail = $5, finished_at_ms = npc_now_ms(),
+        "UPDATE npc_runs SET state = $4, detail = $5, finished_at_ms = npc_now_ms(),
              result = COALESCE($7, result), lease_expires_at_ms = NULL
-             WHERE {held} RETURNING trigger, key_slot)
-         , woken AS (SELECT pg_notify($6, $1) FROM done, LATERAL (SELECT 1 FROM npc_runs w
-             WHERE w.fleet = $1 AND w.trigger = done.trigger AND w.key_slot = done.key_slot
-             AND w.state = 'queued' LIMIT 1) waiting)
-         SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM woken)",
-        held = *HELD
+         WHERE {held}
+         RETURNING (SELECT pg_notify($6, $1) FROM npc_runs w
+             WHERE {same} AND w.state = 'queued' LIMIT 1) IS NULL",
+        held = *HELD,
+        same = of_queue("w.", "$1", "npc_runs.trigger", "npc_runs.key_slot"),
     )
 });
+
+/// A run's end's SQL, for `EXPLAIN`: `$1` the fleet, `$2` the run, `$3` its
+/// lease's token, `$4` its state, `$5` its detail, `$6` the wake channel,
+/// `$7` its result.
+pub fn finish_statement() -> &'static str {
+    &FINISH_SQL
+}
 
 /// A change of attempt under a lease: [`HELD`], `$4` the attempt.
 static ATTEMPT_SQL: LazyLock<String> =
@@ -287,17 +346,15 @@ impl PgStore {
                 }
             }
             if run.skip_if_active {
-                let active = tx
-                    .query_opt(
-                        "SELECT 1 FROM npc_runs WHERE fleet = $1 AND trigger = $2
-                         AND key_slot = npc_key_slot($3) AND state = 'queued'
-                         UNION ALL SELECT 1 FROM npc_runs WHERE fleet = $1 AND trigger = $2
-                         AND key_slot = npc_key_slot($3) AND state = 'running' LIMIT 1",
+                let active: bool = tx
+                    .query_one(
+                        &format!("SELECT {}", key_active("$1", "$2", "$3")),
                         &[&fleet, &run.trigger, &run.concurrency_key],
                     )
                     .await
-                    .map_err(&failed)?;
-                if active.is_some() {
+                    .map_err(&failed)?
+                    .get(0);
+                if active {
                     break 'decide Enqueued::Skipped;
                 }
             }
@@ -328,13 +385,20 @@ impl PgStore {
                 (_, Some(_)) => (state::RUNNING, true, false),
                 _ => (state::QUEUED, false, false),
             };
+            if row_state == state::RUNNING {
+                tx.execute(
+                    &format!(
+                        "UPDATE npc_runs SET behind = true WHERE {}
+                         AND state = 'queued' AND NOT behind",
+                        of_queue("", "$1", "$2", "npc_key_slot($3)")
+                    ),
+                    &[&fleet, &run.trigger, &run.concurrency_key],
+                )
+                .await
+                .map_err(&failed)?;
+            }
             tx.execute(
-                "INSERT INTO npc_runs (fleet, id, trigger, origin, dedupe_key, payload, state,
-                 enqueued_at_ms, started_at_ms, finished_at_ms, owner, replay_until_ms,
-                 concurrency_key, attempt, attempts, remote, start_commit)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, npc_now_ms(),
-                         CASE WHEN $8 THEN npc_now_ms() END, CASE WHEN $9 THEN npc_now_ms() END,
-                         $10, $11, $12, $13, $14, $15, $16)",
+                &*ENQUEUE_SQL,
                 &[
                     &fleet,
                     &run.id,
@@ -384,9 +448,11 @@ impl PgStore {
         let detail = replaced_detail(&run.id);
         let cancelled = tx
             .query(
-                "UPDATE npc_runs SET state = $4, detail = $5, finished_at_ms = npc_now_ms()
-                 WHERE fleet = $1 AND trigger = $2 AND key_slot = npc_key_slot($3)
-                 AND state = 'queued' RETURNING id",
+                &format!(
+                    "UPDATE npc_runs SET state = $4, detail = $5, finished_at_ms = npc_now_ms()
+                     WHERE {} AND state = 'queued' RETURNING id",
+                    of_queue("", "$1", "$2", "npc_key_slot($3)")
+                ),
                 &[
                     &fleet,
                     &run.trigger,
@@ -399,9 +465,11 @@ impl PgStore {
             .map_err(&failed)?;
         let running = tx
             .query(
-                "UPDATE npc_runs SET replaced_by = $4
-                 WHERE fleet = $1 AND trigger = $2 AND key_slot = npc_key_slot($3)
-                 AND state = 'running' RETURNING id",
+                &format!(
+                    "UPDATE npc_runs SET replaced_by = $4 WHERE {} AND state = 'running'
+                     RETURNING id",
+                    of_queue("", "$1", "$2", "npc_key_slot($3)")
+                ),
                 &[&fleet, &run.trigger, &run.concurrency_key, &run.id],
             )
             .await
@@ -680,7 +748,7 @@ impl PgStore {
                 tx.execute(
                     "UPDATE npc_runs SET state = $3, detail = NULL, started_at_ms = NULL,
                      owner = NULL, attempt = $4, lease_token = lease_token + 1,
-                     lease_expires_at_ms = NULL WHERE fleet = $1 AND id = $2",
+                     lease_expires_at_ms = NULL, behind = true WHERE fleet = $1 AND id = $2",
                     &[&self.fleet(), &id, &rescue.state(), &count_of(*attempt)],
                 )
                 .await

@@ -224,6 +224,37 @@ const MIGRATIONS: &[Migration] = &[
         DROP INDEX npc_runs_claimable;
     "#,
     },
+    Migration {
+        // Whether a run was enqueued behind another of its trigger's queue
+        // of its key (one of them queued or running then): a run that was
+        // not heads its key's queue with none running for as long as it
+        // is queued, so the claim takes it without looking at its key's
+        // runs, and concurrent claimers that skip each other's locked runs
+        // probe nothing for them. Runs queued before this version count as
+        // behind: the claim looks, as it always did.
+        //
+        // A trigger's queue of one key is one value, `npc_queue_of`
+        // (injective: each part but the last led by its length), and the
+        // looks at a key's queued or running runs name it alone. Named as
+        // three columns, the fleet and the trigger matched the lead of
+        // other indexes too, and before a fleet's first `ANALYZE` the
+        // planner took the unique index of dedupe keys for them, reading
+        // every run of the trigger per claim candidate and per end.
+        version: 8,
+        sql: r#"
+        ALTER TABLE npc_runs ADD COLUMN behind boolean NOT NULL DEFAULT true;
+        CREATE FUNCTION npc_queue_of(fleet text, trigger text, key_slot text) RETURNS text
+            LANGUAGE sql IMMUTABLE PARALLEL SAFE
+            AS $$ SELECT length(fleet)::text || ':' || fleet || length(trigger)::text || ':'
+                  || trigger || key_slot $$;
+        CREATE INDEX npc_runs_queued_of_queue
+            ON npc_runs (npc_queue_of(fleet, trigger, key_slot), seq) WHERE state = 'queued';
+        CREATE INDEX npc_runs_running_of_queue
+            ON npc_runs (npc_queue_of(fleet, trigger, key_slot)) WHERE state = 'running';
+        DROP INDEX npc_runs_queued_by_slot;
+        DROP INDEX npc_runs_running_by_slot;
+    "#,
+    },
 ];
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS npc_schema_migrations (
