@@ -9,7 +9,9 @@
 //!   statements in one round trip), against W raw connections running a
 //!   plain `SKIP LOCKED` claim and an end, one after the other, without
 //!   npc's code. npc ending, then claiming (`finish`, then `claim`) is
-//!   measured too;
+//!   measured too. Each side drains in a database of its own with rows of
+//!   the same shape (a concurrency key per run), so every table holds as
+//!   much history as the others;
 //! - enqueue → start: runs enqueued one at a time (`PgStore::enqueue`, its
 //!   `NOTIFY` committed with the row) while W workers wait for work as
 //!   `npc worker` does (`wait_for_work`, then claim); the latency is from
@@ -47,6 +49,8 @@ const WORKER_COUNTS: [usize; 3] = [1, 4, 16];
 const LEASE: Duration = Duration::from_secs(600);
 /// The pause between two enqueues of the latency sample.
 const ENQUEUE_PACE: Duration = Duration::from_millis(5);
+/// Runs per worker and side of the round that is not measured.
+const WARM_UP_RUNS_PER_WORKER: usize = 20;
 /// How long a waiting worker waits before it looks again.
 const WAIT_AT_MOST: Duration = Duration::from_millis(500);
 const FLEET: &str = "bench@fleet";
@@ -102,24 +106,28 @@ async fn raw_client(url: &str) -> tokio_postgres::Client {
     client
 }
 
+/// `n` queued rows for the raw loop, each of a concurrency key of its own as
+/// npc's runs are ([`new_run`]), so both sides' tables and indexes hold
+/// rows of the same shape.
 async fn raw_fill(url: &str, round: usize, n: usize) {
     let client = raw_client(url).await;
     client
         .execute(
-            "INSERT INTO npc_runs (fleet, id, trigger, origin, payload, state, enqueued_at_ms)
-             SELECT $1, 'raw-' || $2 || '-' || g, 't', 'api', '{}', 'queued', npc_now_ms()
-             FROM generate_series(1, $3::bigint) g",
+            "INSERT INTO npc_runs (fleet, id, trigger, origin, payload, state, enqueued_at_ms,
+                 concurrency_key)
+             SELECT $1, id, 't', 'api', '{}', 'queued', npc_now_ms(), id
+             FROM (SELECT 'raw-' || $2 || '-' || g AS id FROM generate_series(1, $3::bigint) g) ids",
             &[&RAW_FLEET, &round.to_string(), &(n as i64)],
         )
         .await
         .unwrap();
 }
 
-/// One round of one side: `n` runs drained by `workers`.
+/// One round of one side: `n` runs drained by the side's workers in its
+/// own database.
 struct Drain<'a> {
     url: &'a str,
     postmaster: u32,
-    workers: usize,
     round: usize,
     n: usize,
 }
@@ -163,22 +171,18 @@ async fn end_bringing_next(store: &PgStore, claimed: &Claimed, me: &str) -> Opti
 }
 
 /// npc's claim and end: the time and CPU the drain took.
-async fn npc_drain(drain: &Drain<'_>, asking: Asking) -> Side {
-    let url = drain.url;
-    let filler = PgStore::connect(url, FLEET).await.unwrap();
+async fn npc_drain(drain: &Drain<'_>, stores: &[Arc<PgStore>], asking: Asking) -> Side {
+    let filler = PgStore::connect(drain.url, FLEET).await.unwrap();
     for i in 0..drain.n {
         filler
             .enqueue(new_run(format!("t-{}-{i}-{}", drain.round, asking as u8)))
             .await
             .unwrap();
     }
-    let mut stores = Vec::new();
-    for _ in 0..drain.workers {
-        stores.push(Arc::new(PgStore::connect(url, FLEET).await.unwrap()));
-    }
     timed(drain.postmaster, || {
         stores
-            .into_iter()
+            .iter()
+            .cloned()
             .enumerate()
             .map(|(w, store)| {
                 tokio::spawn(async move {
@@ -203,29 +207,47 @@ async fn npc_drain(drain: &Drain<'_>, asking: Asking) -> Side {
     .await
 }
 
-/// The raw loop's claim and end.
-async fn raw_drain(drain: &Drain<'_>) -> Side {
-    let url = drain.url;
-    raw_fill(url, drain.round, drain.n).await;
-    let mut clients = Vec::new();
-    for _ in 0..drain.workers {
-        clients.push(raw_client(url).await);
+/// A worker of the raw loop: its connection and its two statements.
+struct RawWorker {
+    client: tokio_postgres::Client,
+    claim: tokio_postgres::Statement,
+    finish: tokio_postgres::Statement,
+}
+
+impl RawWorker {
+    async fn connect(url: &str) -> Arc<RawWorker> {
+        let client = raw_client(url).await;
+        let claim = client.prepare(RAW_CLAIM).await.unwrap();
+        let finish = client.prepare(RAW_FINISH).await.unwrap();
+        Arc::new(RawWorker {
+            client,
+            claim,
+            finish,
+        })
     }
+}
+
+/// The raw loop's claim and end.
+async fn raw_drain(drain: &Drain<'_>, workers: &[Arc<RawWorker>]) -> Side {
+    raw_fill(drain.url, drain.round, drain.n).await;
     timed(drain.postmaster, || {
-        clients
-            .into_iter()
+        workers
+            .iter()
+            .cloned()
             .enumerate()
-            .map(|(w, client)| {
+            .map(|(w, worker)| {
                 tokio::spawn(async move {
                     let me = format!("raw{w}");
-                    let claim = client.prepare(RAW_CLAIM).await.unwrap();
-                    let finish = client.prepare(RAW_FINISH).await.unwrap();
-                    while let Some(row) =
-                        client.query_opt(&claim, &[&RAW_FLEET, &me]).await.unwrap()
+                    let RawWorker {
+                        client,
+                        claim,
+                        finish,
+                    } = &*worker;
+                    while let Some(row) = client.query_opt(claim, &[&RAW_FLEET, &me]).await.unwrap()
                     {
                         let (id, token): (String, i64) = (row.get(0), row.get(1));
                         client
-                            .execute(&finish, &[&RAW_FLEET, &id, &token])
+                            .execute(finish, &[&RAW_FLEET, &id, &token])
                             .await
                             .unwrap();
                     }
@@ -324,28 +346,87 @@ struct Throughput {
     raw: Side,
 }
 
+/// The databases of one worker count: each side drains in its own, so each
+/// table holds that side's history alone, as much of it as the others'
+/// (one drain a round), and neither side's rows sit at the end of an index
+/// the other's fill in the middle of.
+struct Databases {
+    with_the_end: String,
+    after_the_end: String,
+    raw: String,
+}
+
+impl Databases {
+    /// Three fresh databases on `cluster`, migrated, named after `workers`.
+    async fn create(cluster: &pg::PgCluster, workers: usize) -> Databases {
+        let [with_the_end, after_the_end, raw] =
+            ["npc", "apart", "raw"].map(|side| cluster.database(&format!("bench{workers}_{side}")));
+        for url in [&with_the_end, &after_the_end, &raw] {
+            npcagent::store::pg::migrate(url).await.unwrap();
+        }
+        Databases {
+            with_the_end,
+            after_the_end,
+            raw,
+        }
+    }
+}
+
 /// npc's paths and the raw loop, with `workers`: `rounds` of `n` runs
 /// each, the sides alternating, so a change of the machine's load weighs
-/// on all.
+/// on all. Each side's workers connect once and drain every round, as
+/// long-lived worker processes do, after a round of
+/// [`WARM_UP_RUNS_PER_WORKER`] runs each that is not measured (a new
+/// server connection's first statements are parsed and planned afresh).
 async fn throughput(
-    url: &str,
+    databases: &Databases,
     postmaster: u32,
     workers: usize,
     rounds: usize,
     n: usize,
 ) -> Throughput {
+    let mut with_the_end = Vec::new();
+    let mut after_the_end = Vec::new();
+    let mut raw = Vec::new();
+    for _ in 0..workers {
+        for (stores, url) in [
+            (&mut with_the_end, &databases.with_the_end),
+            (&mut after_the_end, &databases.after_the_end),
+        ] {
+            stores.push(Arc::new(PgStore::connect(url, FLEET).await.unwrap()));
+        }
+        raw.push(RawWorker::connect(&databases.raw).await);
+    }
     let mut all = Throughput::default();
-    for round in 0..rounds {
-        let drain = Drain {
+    for round in 0..=rounds {
+        let drain = |url| Drain {
             url,
             postmaster,
-            workers,
             round,
-            n,
+            n: if round == 0 {
+                workers * WARM_UP_RUNS_PER_WORKER
+            } else {
+                n
+            },
         };
-        all.with_the_end += npc_drain(&drain, Asking::WithTheEnd).await;
-        all.raw += raw_drain(&drain).await;
-        all.after_the_end += npc_drain(&drain, Asking::AfterTheEnd).await;
+        let npc = npc_drain(
+            &drain(&databases.with_the_end),
+            &with_the_end,
+            Asking::WithTheEnd,
+        )
+        .await;
+        let raw = raw_drain(&drain(&databases.raw), &raw).await;
+        let apart = npc_drain(
+            &drain(&databases.after_the_end),
+            &after_the_end,
+            Asking::AfterTheEnd,
+        )
+        .await;
+        if round > 0 {
+            all.with_the_end += npc;
+            all.raw += raw;
+            all.after_the_end += apart;
+        }
     }
     all
 }
@@ -593,14 +674,13 @@ fn main() {
         .map(|list| list.split(',').map(|w| w.trim().parse().unwrap()).collect())
         .unwrap_or_else(|_| WORKER_COUNTS.to_vec());
     for workers in counts {
-        let url = cluster.database(&format!("bench{workers}"));
         rt.block_on(async {
-            npcagent::store::pg::migrate(&url).await.unwrap();
-            let all = throughput(&url, postmaster, workers, rounds, n).await;
+            let databases = Databases::create(&cluster, workers).await;
+            let all = throughput(&databases, postmaster, workers, rounds, n).await;
             let (npc, npc_client, npc_server) = all.with_the_end.per_claim(rounds * n);
             let (apart, _, _) = all.after_the_end.per_claim(rounds * n);
             let (raw, raw_client, raw_server) = all.raw.per_claim(rounds * n);
-            let (p50, p99) = latency(&url, workers, m).await;
+            let (p50, p99) = latency(&databases.with_the_end, workers, m).await;
             println!(
                 "| {workers} | {npc:.0} | {raw:.0} | {:.2} | {apart:.0} | {:.2} \
                  | {npc_client:.0} + {npc_server:.0} | {raw_client:.0} + {raw_server:.0} \
