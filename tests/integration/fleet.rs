@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use npcagent::store::fleet::{
-    FleetQueue, LEASE_EXPIRED_DETAIL, LEASE_LOST_DETAIL, NextClaim, Rescue, Rescued, SqliteQueue,
+    Claimed, FleetQueue, Handover, LEASE_EXPIRED_DETAIL, LEASE_LOST_DETAIL, NextClaim, Rescue,
+    Rescued, SqliteQueue,
 };
 use npcagent::store::pg::PgStore;
 use npcagent::store::queue::{Enqueued, NewRun, state};
@@ -366,6 +367,19 @@ async fn a_run_waits_for_the_running_run_of_its_key_however_that_one_started(
     assert_eq!(claim_id(&queue, "w").await, None, "b0 still runs");
 }
 
+/// Check that `handover`'s end was fenced and that it brought run `next`;
+/// that run.
+fn fenced_bringing(handover: Handover, next: &str) -> Claimed {
+    assert!(
+        matches!(handover.ended, Err(StoreError::Fenced { .. })),
+        "{:?}",
+        handover.ended
+    );
+    let claimed = handover.next.unwrap().expect("the next run is claimed");
+    assert_eq!(claimed.run.id, next);
+    claimed
+}
+
 /// `finish_and_claim`: the end is written first, then the next run is
 /// claimed for the asking worker (a run of the ended run's key, which
 /// could not start before, included); a fenced end (its token moved on, or
@@ -397,13 +411,7 @@ async fn an_end_brings_the_next_run_claimed_after_it_even_one_of_its_own_key(
     let again = queue
         .finish_and_claim(&a1.lease, state::FAILED, None, None, asking)
         .await;
-    assert!(
-        matches!(again.ended, Err(StoreError::Fenced { .. })),
-        "{:?}",
-        again.ended
-    );
-    let b1 = again.next.unwrap().expect("b1 is claimed");
-    assert_eq!(b1.run.id, "b1");
+    let b1 = fenced_bringing(again, "b1");
     assert_eq!(
         queue.run("a1").await.unwrap().unwrap().state,
         state::SUCCEEDED,
@@ -419,13 +427,7 @@ async fn an_end_brings_the_next_run_claimed_after_it_even_one_of_its_own_key(
     let lapsed = queue
         .finish_and_claim(&c1.lease, state::SUCCEEDED, None, None, asking)
         .await;
-    assert!(
-        matches!(lapsed.ended, Err(StoreError::Fenced { .. })),
-        "{:?}",
-        lapsed.ended
-    );
-    let d1 = lapsed.next.unwrap().expect("d1 is claimed");
-    assert_eq!(d1.run.id, "d1");
+    let d1 = fenced_bringing(lapsed, "d1");
     for held in [a2, b1, d1] {
         let last = queue
             .finish_and_claim(&held.lease, state::SUCCEEDED, None, None, asking)
