@@ -8,7 +8,11 @@
 //!   groups from a pipe. When the pipe reaches end of file — the supervising
 //!   process exited or died — it stops every recorded group (SIGTERM,
 //!   [`REAP_GRACE`], SIGKILL) and exits. `PR_SET_PDEATHSIG` only reaches
-//!   direct children; the watchdog reaches their descendants.
+//!   direct children; the watchdog reaches their descendants. Each child
+//!   also announces its own group on that pipe before `exec` ([`Announcer`]),
+//!   so a supervisor killed between `fork` and its own record leaves nothing
+//!   unknown (children on a PTY, started by `portable-pty`, have no such
+//!   hook and are recorded only after their spawn).
 //! - a ledger file per supervising process under `<repo>/.npc/groups/` (the
 //!   fixed runtime directory, beside the lock: a `project.state_dir` change
 //!   between a crash and the next start cannot hide it), so a later start
@@ -305,11 +309,27 @@ fn read_ledger(root: &Root, path: &Path) -> Option<Ledger> {
     serde_json::from_slice(&bytes).ok()
 }
 
-/// The watchdog's main loop: read `+ <pgid> <start>` and `- <pgid>` lines
-/// from `input` until end of file, then stop every group still recorded and
-/// remove `ledger` inside the repository `root` (its groups are gone).
+/// One group the watchdog holds: its leader's start time, and whether the
+/// supervisor confirmed it (`+`) or only the child announced it (`?`).
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    start: u64,
+    confirmed: bool,
+}
+
+/// The watchdog's main loop: read lines from `input` until end of file, then
+/// stop every group still held and remove `ledger` inside the repository
+/// `root` (its groups are gone). The lines:
+///
+/// - `? <pgid> <start>`: a child announces its own group, before `exec`
+///   (see [`Announcer`]), so a supervisor killed before it could record the
+///   child leaves nothing behind;
+/// - `+ <pgid> <start>`: the supervisor records (or confirms) a group;
+/// - `- <pgid>`: the group is gone;
+/// - `prune`: a spawn failed after its child announced itself; announced
+///   groups never confirmed whose leader is no longer alive are dropped.
 pub fn run_watchdog(input: impl Read, root: &Path, ledger: &Path) {
-    let mut groups: BTreeMap<i32, u64> = BTreeMap::new();
+    let mut groups: BTreeMap<i32, Held> = BTreeMap::new();
     use crate::stdx::lines::{BlockingLineReader, Line, Overlong, Splitter};
     let mut lines =
         BlockingLineReader::new(input, Splitter::new(MAX_WATCHDOG_LINE, Overlong::Skip));
@@ -321,28 +341,110 @@ pub fn run_watchdog(input: impl Read, root: &Path, ledger: &Path) {
         };
         let text = String::from_utf8_lossy(&line);
         let mut words = text.split_ascii_whitespace();
-        match (words.next(), words.next().and_then(|p| p.parse().ok())) {
-            (Some("+"), Some(pgid)) => {
-                if let Some(start) = words.next().and_then(|s| s.parse().ok())
-                    && groups.len() < MAX_TRACKED_GROUPS
-                {
-                    groups.insert(pgid, start);
+        let verb = words.next();
+        let pgid = words.next().and_then(|p| p.parse::<i32>().ok());
+        let start = words.next().and_then(|s| s.parse::<u64>().ok());
+        match (verb, pgid, start) {
+            (Some(verb @ ("+" | "?")), Some(pgid), Some(start)) => {
+                let confirmed = verb == "+";
+                if let Some(held) = groups.get_mut(&pgid) {
+                    // An announcement never undoes a confirmation.
+                    held.confirmed |= confirmed;
+                    held.start = start;
+                } else if groups.len() < MAX_TRACKED_GROUPS {
+                    groups.insert(pgid, Held { start, confirmed });
                 }
             }
-            (Some("-"), Some(pgid)) => {
+            (Some("-"), Some(pgid), _) => {
                 groups.remove(&pgid);
             }
+            (Some("prune"), None, None) => groups.retain(|&pgid, held| {
+                held.confirmed
+                    || (ProcessRecord {
+                        pid: pgid,
+                        start: held.start,
+                    })
+                    .alive()
+            }),
             _ => {}
         }
     }
     let records: Vec<GroupRecord> = groups
         .into_iter()
-        .map(|(pgid, start)| GroupRecord { pgid, start })
+        .map(|(pgid, held)| GroupRecord {
+            pgid,
+            start: held.start,
+        })
         .collect();
     reap(&records, REAP_GRACE);
     if let Ok(root) = Root::new(root) {
         let _ = root.remove_file(ledger);
     }
+}
+
+/// Longest `/proc/self/stat` an [`Announcer`] reads (the command name is at
+/// most 16 bytes; the line is about 300).
+const MAX_OWN_STAT: usize = 1024;
+
+/// The write end of the watchdog's pipe, duplicated for one spawn. The
+/// forked child writes its own group to it before `exec`: the supervisor can
+/// only record a child after `spawn` returns, and a SIGKILL between the two
+/// would otherwise leave the child's descendants unknown to the watchdog
+/// (the kernel's parent-death signal reaches only the child itself).
+#[derive(Debug)]
+pub(super) struct Announcer(std::os::fd::OwnedFd);
+
+impl Announcer {
+    /// Runs in the forked child before `exec`: write `? <pgid> <start>` when
+    /// the child leads its own group. Async-signal-safe in what it does: a
+    /// read of `/proc/self/stat` into a stack buffer, formatting into another,
+    /// one `write` of less than `PIPE_BUF` bytes (atomic, so it never
+    /// interleaves with the supervisor's lines), with SIGPIPE ignored around
+    /// it (a watchdog that died must not kill the child). No allocation, no
+    /// lock; every failure only leaves the recording to the supervisor.
+    pub(super) fn announce(&self) {
+        use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, sigaction};
+        let mut stat = [0u8; MAX_OWN_STAT];
+        let Some(own) = read_own_stat(&mut stat) else {
+            return;
+        };
+        let pid = nix::unistd::getpid().as_raw();
+        if own.pgrp != pid {
+            return;
+        }
+        let mut line = [0u8; MAX_WATCHDOG_LINE];
+        let mut rest = &mut line[..];
+        if writeln!(rest, "? {pid} {}", own.start).is_err() {
+            return;
+        }
+        let len = MAX_WATCHDOG_LINE - rest.len();
+        let ignore = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
+        // SAFETY: called in the single-threaded child between fork and exec;
+        // the disposition is restored right after the write.
+        #[allow(unsafe_code)]
+        let before = unsafe { sigaction(Signal::SIGPIPE, &ignore) };
+        let _ = nix::unistd::write(&self.0, &line[..len]);
+        if let Ok(before) = before {
+            // SAFETY: as above.
+            #[allow(unsafe_code)]
+            let _ = unsafe { sigaction(Signal::SIGPIPE, &before) };
+        }
+    }
+}
+
+/// This process's stat, read into `buf` without allocating.
+fn read_own_stat(buf: &mut [u8]) -> Option<ProcStat> {
+    let mut file = std::fs::File::open("/proc/self/stat").ok()?;
+    let mut len = 0;
+    while len < buf.len() {
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    parse_stat(std::str::from_utf8(&buf[..len]).ok()?)
 }
 
 /// The running watchdog and the write end of its pipe.
@@ -425,7 +527,11 @@ impl Containment {
     /// Record group `pgid` (just spawned; its leader is `pgid`).
     pub(super) fn track(&self, pgid: Pid) {
         let Some(stat) = read_stat(pgid.as_raw()) else {
-            return; // already reaped: nothing of it can outlive us through this record
+            // Already reaped: nothing of it can outlive us through this
+            // record; the watchdog forgets what the child announced.
+            let mut state = super::lock(&self.state);
+            self.tell(&mut state, &format!("- {}\n", pgid.as_raw()));
+            return;
         };
         let mut state = super::lock(&self.state);
         if state.groups.len() >= MAX_TRACKED_GROUPS {
@@ -437,6 +543,22 @@ impl Containment {
         state.groups.insert(pgid.as_raw(), stat.start);
         self.tell(&mut state, &format!("+ {} {}\n", pgid.as_raw(), stat.start));
         self.write_ledger(&state);
+    }
+
+    /// A duplicate of the watchdog pipe for the next spawn's child to
+    /// announce itself on; `None` when no watchdog runs.
+    pub(super) fn announcer(&self) -> Option<Announcer> {
+        use std::os::fd::AsFd;
+        let state = super::lock(&self.state);
+        let pipe = state.watchdog.as_ref()?.pipe.as_fd().try_clone_to_owned();
+        pipe.map(Announcer).ok()
+    }
+
+    /// A spawn failed: its child may have announced itself before its `exec`
+    /// failed; the watchdog drops announced groups that are gone.
+    pub(super) fn spawn_failed(&self) {
+        let mut state = super::lock(&self.state);
+        self.tell(&mut state, "prune\n");
     }
 
     /// Forget group `pgid` (it is gone).
@@ -708,5 +830,127 @@ mod tests {
         assert!(!ledger.exists());
         let _ = kept.kill();
         let _ = kept.wait();
+    }
+
+    /// A group whose leader exited while one member lives on.
+    fn group_outliving_its_leader() -> (GroupRecord, i32) {
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 >/dev/null 2>&1 & exit 0"])
+            .process_group(0)
+            .spawn()
+            .expect("sh");
+        let pgid = i32::try_from(leader.id()).expect("pid");
+        let start = read_stat(pgid).expect("stat").start;
+        assert!(leader.wait().expect("wait").success());
+        let group = GroupRecord { pgid, start };
+        let members = members(group, &processes());
+        assert_eq!(
+            members.len(),
+            1,
+            "the backgrounded sleep stays in the group"
+        );
+        (group, members[0])
+    }
+
+    #[test]
+    fn an_announced_group_is_stopped_at_end_of_file_unless_pruned_after_its_leader_went() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ledger = dir.path().join("l.json");
+        let alive = |pid: i32| read_stat(pid).is_some_and(|s| s.state != 'Z');
+
+        let (group, member) = group_outliving_its_leader();
+        let input = format!("? {} {}\n", group.pgid, group.start);
+        run_watchdog(input.as_bytes(), dir.path(), &ledger);
+        assert!(
+            !alive(member),
+            "an announced group is stopped like a recorded one"
+        );
+
+        let (group, member) = group_outliving_its_leader();
+        let input = format!("? {} {}\nprune\n", group.pgid, group.start);
+        run_watchdog(input.as_bytes(), dir.path(), &ledger);
+        assert!(
+            alive(member),
+            "an announced group whose leader went is pruned"
+        );
+        let _ = kill(Pid::from_raw(member), Signal::SIGKILL);
+
+        let (group, member) = group_outliving_its_leader();
+        let input = format!(
+            "? {pgid} {start}\n+ {pgid} {start}\n? {pgid} {start}\nprune\n",
+            pgid = group.pgid,
+            start = group.start
+        );
+        run_watchdog(input.as_bytes(), dir.path(), &ledger);
+        assert!(!alive(member), "a confirmed group is never pruned");
+    }
+
+    /// Spawn `sleep 30` with `announcer` in its `pre_exec`, in a group of its
+    /// own or not.
+    #[allow(unsafe_code)]
+    fn spawn_announcing(announcer: Announcer, own_group: bool) -> std::process::Child {
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("30");
+        if own_group {
+            cmd.process_group(0);
+        }
+        // SAFETY: `announce` is async-signal-safe (see its docs).
+        unsafe {
+            cmd.pre_exec(move || {
+                announcer.announce();
+                Ok(())
+            });
+        }
+        cmd.spawn().expect("sleep")
+    }
+
+    fn pipe() -> (std::fs::File, Announcer) {
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+        let flags = nix::fcntl::OFlag::O_NONBLOCK;
+        nix::fcntl::fcntl(&read, nix::fcntl::FcntlArg::F_SETFL(flags)).expect("nonblock");
+        (std::fs::File::from(read), Announcer(write))
+    }
+
+    #[test]
+    fn a_child_announces_its_own_group_before_spawn_returns() {
+        let (mut read, announcer) = pipe();
+        let mut child = spawn_announcing(announcer, true);
+        let pid = i32::try_from(child.id()).expect("pid");
+        let mut line = String::new();
+        // Non-blocking: the line is there as soon as `spawn` returned.
+        read.read_to_string(&mut line)
+            .expect("the announcement is already written");
+        let start = read_stat(pid).expect("stat").start;
+        assert_eq!(line, format!("? {pid} {start}\n"));
+        let _ = child.kill();
+        let _ = child.wait();
+
+        let (mut read, announcer) = pipe();
+        let mut child = spawn_announcing(announcer, false);
+        let mut line = Vec::new();
+        // The write end went with the command (and the child's at `exec`).
+        assert_eq!(
+            read.read_to_end(&mut line).expect("end of file"),
+            0,
+            "a child in its supervisor's group announces nothing"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[test]
+    fn a_watchdog_gone_does_not_kill_the_announcing_child() {
+        let (read, announcer) = pipe();
+        drop(read);
+        let mut child = spawn_announcing(announcer, true);
+        assert!(matches!(child.try_wait(), Ok(None)), "the child runs");
+        let _ = child.kill();
+        let status = child.wait().expect("wait");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            status.signal(),
+            Some(Signal::SIGKILL as i32),
+            "killed by us, not by SIGPIPE"
+        );
     }
 }

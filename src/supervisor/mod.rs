@@ -435,7 +435,7 @@ impl Supervisor {
                 });
             }
         }
-        let mut child = spawn::spawn_supervised(id, &spec)?;
+        let mut child = spawn::spawn_supervised(id, &spec, self.inner.contain.as_ref())?;
         let guard = spawn::GroupGuard::new(spawn::pgid_of(&child), self.inner.contain.as_ref());
         let pid = child.id().unwrap_or_default();
         let shared = Arc::new(Shared {

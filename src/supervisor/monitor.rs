@@ -145,7 +145,7 @@ impl Monitor {
                 }
                 return;
             }
-            match spawn::spawn_supervised(&self.id, &self.spec) {
+            match spawn::spawn_supervised(&self.id, &self.spec, self.contain.as_ref()) {
                 Ok(mut next) => {
                     guard = GroupGuard::new(spawn::pgid_of(&next), self.contain.as_ref());
                     let pid = next.id().unwrap_or_default();

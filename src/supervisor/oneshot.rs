@@ -122,7 +122,7 @@ pub(super) async fn run_once(
     limits: OutputLimits,
     contain: Option<&Arc<Containment>>,
 ) -> Result<Output, SupervisorError> {
-    let mut child = spawn::spawn_piped(&spec.program, spec)?;
+    let mut child = spawn::spawn_piped(&spec.program, spec, contain)?;
     let pgid = spawn::pgid_of(&child);
     let mut guard = GroupGuard::new(pgid, contain);
     let pipe = child.stdin.take();
@@ -297,7 +297,7 @@ pub(super) fn spawn_streaming(
     max_line: usize,
     contain: Option<&Arc<Containment>>,
 ) -> Result<StreamingChild, SupervisorError> {
-    let mut child = spawn::spawn_piped(&spec.program, spec)?;
+    let mut child = spawn::spawn_piped(&spec.program, spec, contain)?;
     let pid = child.id().unwrap_or_default();
     let pgid = spawn::pgid_of(&child);
     let (out_tx, stdout) = mpsc::channel(STREAM_QUEUE_DEPTH);

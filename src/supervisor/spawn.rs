@@ -20,7 +20,7 @@ use tokio::time::{Instant, sleep, timeout};
 
 use crate::model::RestartPolicy;
 
-use super::contain::{self, Containment};
+use super::contain::{self, Announcer, Containment};
 use super::{ExitInfo, SupervisorError};
 
 /// Variables copied from the daemon's environment into every child (when set);
@@ -200,8 +200,9 @@ fn output_stdio(wiring: &OutputWiring) -> io::Result<Stdio> {
 }
 
 /// Build the command: cleared environment, own process group, parent-death
-/// signal, kill on drop.
-fn command(spec: &ChildSpec) -> Command {
+/// signal, kill on drop; with `contain`, the child announces its group to the
+/// watchdog before `exec` (see [`Announcer`]).
+fn command(spec: &ChildSpec, contain: Option<&Arc<Containment>>) -> Command {
     let mut cmd = Command::new(&spec.program);
     cmd.args(&spec.args)
         .env_clear()
@@ -210,7 +211,39 @@ fn command(spec: &ChildSpec) -> Command {
         .process_group(0)
         .kill_on_drop(true);
     set_parent_death_signal(&mut cmd);
+    if let Some(announcer) = contain.and_then(|c| c.announcer()) {
+        announce_before_exec(&mut cmd, announcer);
+    }
     cmd
+}
+
+/// Have the child write its own group to the watchdog before `exec`.
+#[allow(unsafe_code)]
+fn announce_before_exec(cmd: &mut Command, announcer: Announcer) {
+    // SAFETY: the closure runs in the forked child before exec (after the
+    // group is set); `announce` allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            announcer.announce();
+            Ok(())
+        });
+    }
+}
+
+/// Spawn `cmd`; when it fails, tell the watchdog to drop what a child whose
+/// `exec` failed may have announced.
+fn spawn_contained(
+    id: &str,
+    spec: &ChildSpec,
+    mut cmd: Command,
+    contain: Option<&Arc<Containment>>,
+) -> Result<Child, SupervisorError> {
+    cmd.spawn().map_err(|e| {
+        if let Some(c) = contain {
+            c.spawn_failed();
+        }
+        spawn_error(id, spec, e)
+    })
 }
 
 /// Ask the kernel to SIGKILL the child when the daemon dies, even by SIGKILL.
@@ -255,9 +288,13 @@ fn check_cwd(id: &str, spec: &ChildSpec) -> Result<(), SupervisorError> {
 }
 
 /// Spawn a supervised child with its declared stdio wiring.
-pub(super) fn spawn_supervised(id: &str, spec: &ChildSpec) -> Result<Child, SupervisorError> {
+pub(super) fn spawn_supervised(
+    id: &str,
+    spec: &ChildSpec,
+    contain: Option<&Arc<Containment>>,
+) -> Result<Child, SupervisorError> {
     check_cwd(id, spec)?;
-    let mut cmd = command(spec);
+    let mut cmd = command(spec, contain);
     let log_err = |path: &Path, source| SupervisorError::Log {
         id: id.to_string(),
         path: path.to_path_buf(),
@@ -275,17 +312,21 @@ pub(super) fn spawn_supervised(id: &str, spec: &ChildSpec) -> Result<Child, Supe
     })
     .stdout(wire(&spec.stdio.stdout)?)
     .stderr(wire(&spec.stdio.stderr)?);
-    cmd.spawn().map_err(|e| spawn_error(id, spec, e))
+    spawn_contained(id, spec, cmd, contain)
 }
 
 /// Spawn a one-shot child with all three streams piped.
-pub(super) fn spawn_piped(id: &str, spec: &ChildSpec) -> Result<Child, SupervisorError> {
+pub(super) fn spawn_piped(
+    id: &str,
+    spec: &ChildSpec,
+    contain: Option<&Arc<Containment>>,
+) -> Result<Child, SupervisorError> {
     check_cwd(id, spec)?;
-    let mut cmd = command(spec);
+    let mut cmd = command(spec, contain);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    cmd.spawn().map_err(|e| spawn_error(id, spec, e))
+    spawn_contained(id, spec, cmd, contain)
 }
 
 /// The process group of a child started by this module (its pid).
