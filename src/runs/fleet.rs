@@ -250,6 +250,11 @@ impl Worker {
                     tokio::spawn(async move {
                         let mut next = Some((claimed, asked));
                         while let Some((claimed, asked)) = next {
+                            if stop.is_cancelled() {
+                                // Claimed while the stop came: not started.
+                                this.hand_back(&claimed).await;
+                                break;
+                            }
                             next = this.carry(claimed, asked, &stop).await;
                         }
                         drop(permit);
@@ -283,6 +288,19 @@ impl Worker {
             && let Err(e) = roster.leave(&self.settings.id).await
         {
             tracing::warn!("cannot mark this worker stopped on the roster: {e}");
+        }
+    }
+
+    /// Hand a run this worker claimed but will not start back to the queue,
+    /// for another worker; one that cannot be handed back is rescued when
+    /// its lease runs out.
+    async fn hand_back(&self, claimed: &Claimed) {
+        let id = &claimed.run.id;
+        match self.fleet.release(&claimed.lease).await {
+            Ok(()) => tracing::info!("run `{id}` handed back to the queue: this worker stops"),
+            Err(e) => tracing::warn!(
+                "cannot hand run `{id}` back: {e}; it is rescued once its lease runs out"
+            ),
         }
     }
 

@@ -250,6 +250,11 @@ pub trait FleetQueue: Send + Sync + Debug {
             Handover { ended, next }
         })
     }
+    /// Put the run `lease` holds back in the queue as it was before its
+    /// claim (its place, its attempt) for any worker, and wake the workers:
+    /// a worker told to stop hands back a run it claimed and did not start.
+    /// [`StoreError::Fenced`] when the lease no longer holds the run.
+    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()>;
     /// Append a run's events under its lease, in order; refused (nothing
     /// written) when the lease is no longer held.
     fn append_fenced<'a>(
@@ -559,6 +564,29 @@ impl FleetQueue for SqliteQueue {
                 })
                 .await?;
             // A run of its key may start now.
+            self.wake.notify_one();
+            Ok(())
+        })
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
+        let held = lease.clone();
+        Box::pin(async move {
+            self.store
+                .write(move |conn| {
+                    if !held_sqlite(conn, &held)? {
+                        return Err(fenced(&held));
+                    }
+                    conn.prepare_cached(
+                        "UPDATE runs SET state = 'queued', started_at_ms = NULL, owner = NULL,
+                         lease_token = lease_token + 1, lease_expires_at_ms = NULL
+                         WHERE id = ?1 AND lease_token = ?2",
+                    )
+                    .and_then(|mut s| s.execute((&held.run_id, held.token)))
+                    .map(drop)
+                    .map_err(sqlite("hand a run back"))
+                })
+                .await?;
             self.wake.notify_one();
             Ok(())
         })

@@ -134,7 +134,50 @@ both_backends!(
     runs_of_a_key_enqueued_while_others_end_start_one_at_a_time_in_order_and_none_is_left,
     an_end_brings_the_next_run_claimed_after_it_even_one_of_its_own_key,
     a_run_waits_for_the_running_run_of_its_key_however_that_one_started,
+    a_run_handed_back_is_claimed_again_in_its_place_and_its_old_lease_writes_nothing,
 );
+
+/// A worker told to stop hands back a run it claimed and did not start: the
+/// run is queued again with its attempt, before the runs enqueued after it
+/// (its key's next run still waits for it), and the old lease writes
+/// nothing more.
+async fn a_run_handed_back_is_claimed_again_in_its_place_and_its_old_lease_writes_nothing(
+    queue: Arc<dyn FleetQueue>,
+) {
+    for (id, key) in [("a", Some("k")), ("b", Some("k")), ("c", None)] {
+        queue.enqueue(keyed_run(id, "t", key)).await.unwrap();
+    }
+    let first = queue.claim("w1", LONG_LEASE).await.unwrap().unwrap();
+    assert_eq!(first.run.id, "a");
+    queue.release(&first.lease).await.unwrap();
+    let row = queue.run("a").await.unwrap().unwrap();
+    assert_eq!(
+        (row.state.as_str(), row.attempt, row.owner.as_deref()),
+        (state::QUEUED, first.run.attempt, None)
+    );
+    let again = queue.claim("w2", LONG_LEASE).await.unwrap().unwrap();
+    assert_eq!(again.run.id, "a", "a handed-back run keeps its place");
+    assert!(again.lease.token > first.lease.token);
+    for late in [
+        queue.release(&first.lease).await.err(),
+        queue
+            .finish(&first.lease, state::SUCCEEDED, None, None)
+            .await
+            .err(),
+    ] {
+        assert!(matches!(late, Some(StoreError::Fenced { .. })), "{late:?}");
+    }
+    assert_eq!(
+        claim_id(&queue, "w3").await.as_deref(),
+        Some("c"),
+        "`b` waits for `a`, of its key, running again"
+    );
+    queue
+        .finish(&again.lease, state::SUCCEEDED, None, None)
+        .await
+        .unwrap();
+    assert_eq!(claim_id(&queue, "w3").await.as_deref(), Some("b"));
+}
 
 /// The race between an enqueue and the end of the run before it (of one
 /// key): the new run must start once that run ended, whichever committed

@@ -338,6 +338,19 @@ pub fn finish_statement() -> &'static str {
     &FINISH_SQL
 }
 
+/// A run handed back to the queue: [`HELD`]; wakes the workers (`$4`, the
+/// wake channel). It is `behind` again, as a rescued run is: whatever
+/// started meanwhile, its claim looks. A row when handed back, none when
+/// fenced.
+static RELEASE_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE npc_runs SET state = 'queued', started_at_ms = NULL, owner = NULL,
+             lease_token = lease_token + 1, lease_expires_at_ms = NULL, behind = true
+         WHERE {} RETURNING pg_notify($4, $1)",
+        *HELD
+    )
+});
+
 /// A change of attempt under a lease: [`HELD`], `$4` the attempt.
 static ATTEMPT_SQL: LazyLock<String> =
     LazyLock::new(|| format!("UPDATE npc_runs SET attempt = $4 WHERE {}", *HELD));
@@ -579,6 +592,18 @@ impl PgStore {
             result: &result,
         };
         end_on(&client, &finish, self.fleet(), written).await
+    }
+
+    async fn release_run(&self, lease: &Lease) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let released = client
+            .query_opt(
+                RELEASE_SQL.as_str(),
+                &[&self.fleet(), &lease.run_id, &lease.token, &WAKE_CHANNEL],
+            )
+            .await
+            .map_err(pg_error("hand a run back"))?;
+        released.map(drop).ok_or_else(|| fenced(lease))
     }
 
     /// A run's end and the claim after it, pipelined on one connection:
@@ -999,6 +1024,10 @@ impl FleetQueue for PgStore {
         next: NextClaim<'a>,
     ) -> HandoverFuture<'a> {
         Box::pin(self.hand_over(lease, end, detail, result, next))
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
+        Box::pin(self.release_run(lease))
     }
 
     fn append_fenced<'a>(
