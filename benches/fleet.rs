@@ -11,7 +11,12 @@
 //!   npc's code. npc ending, then claiming (`finish`, then `claim`) is
 //!   measured too. Each side drains in a database of its own with rows of
 //!   the same shape (a concurrency key per run), so every table holds as
-//!   much history as the others;
+//!   much history as the others, and each table is `VACUUM ANALYZE`d
+//!   between rounds, as autovacuum keeps a fleet's table (a raw loop whose
+//!   statements were planned on a young table otherwise reads every row of
+//!   its fleet per claim). The ratio is the median over rounds of each
+//!   round's claims/s (the sides of a round drain back to back), with the
+//!   lowest and highest;
 //! - enqueue → start: runs enqueued one at a time (`PgStore::enqueue`, its
 //!   `NOTIFY` committed with the row) while W workers wait for work as
 //!   `npc worker` does (`wait_for_work`, then claim); the latency is from
@@ -24,8 +29,8 @@
 //!   the same daemon and manifest without `[store]` (the embedded SQLite
 //!   queue) as the baseline: the answer's p50 / p99 and their ratio.
 //!
-//! `cargo bench --bench fleet`; `FLEET_BENCH_RUNS` overrides N (2,000),
-//! `FLEET_BENCH_ROUNDS` the alternating rounds of each side's drain (2),
+//! `cargo bench --bench fleet`; `FLEET_BENCH_RUNS` overrides N (10,000),
+//! `FLEET_BENCH_ROUNDS` the alternating rounds of each side's drain (5),
 //! `FLEET_BENCH_LATENCY_RUNS` the latency sample (300),
 //! `FLEET_BENCH_WORKERS` the worker counts (`1,4,16`);
 //! `FLEET_BENCH_NO_INGRESS` skips the ingress part. Needs Debian's
@@ -344,6 +349,25 @@ struct Throughput {
     with_the_end: Side,
     after_the_end: Side,
     raw: Side,
+    /// Each round's claims/s of npc's two paths over the raw loop's.
+    ratios: Vec<[f64; 2]>,
+}
+
+impl Throughput {
+    /// The median over rounds of path `which`'s ratio to the raw loop, and
+    /// the lowest and highest: the sides of one round drain back to back,
+    /// so a change of the machine's load between rounds leaves the ratio
+    /// of that round alone.
+    fn ratio(&self, which: usize) -> (f64, f64, f64) {
+        let mut all: Vec<f64> = self.ratios.iter().map(|r| r[which]).collect();
+        all.sort_by(f64::total_cmp);
+        let median = if all.len() % 2 == 1 {
+            all[all.len() / 2]
+        } else {
+            (all[all.len() / 2 - 1] + all[all.len() / 2]) / 2.0
+        };
+        (median, all[0], all[all.len() - 1])
+    }
 }
 
 /// The databases of one worker count: each side drains in its own, so each
@@ -357,6 +381,26 @@ struct Databases {
 }
 
 impl Databases {
+    /// `VACUUM ANALYZE` each side's table between rounds, as autovacuum
+    /// does in a fleet that runs a while (its every minute is longer than
+    /// a round): each round starts with its table in the same state, its
+    /// dead rows gone, its statistics fresh. Statements a connection
+    /// prepared on a young table keep the plan made then: the raw claim's,
+    /// planned without statistics on a few hundred rows, sorts every row of
+    /// its fleet through the unique index of dedupe keys, so without this
+    /// the raw loop slows with its history, round after round (npc's
+    /// statements name indexes no other plan can take; the plan test holds
+    /// them to it). The cached plans are made again after this.
+    async fn vacuum(&self) {
+        for url in [&self.with_the_end, &self.after_the_end, &self.raw] {
+            raw_client(url)
+                .await
+                .batch_execute("VACUUM ANALYZE npc_runs")
+                .await
+                .unwrap();
+        }
+    }
+
     /// Three fresh databases on `cluster`, migrated, named after `workers`.
     async fn create(cluster: &pg::PgCluster, workers: usize) -> Databases {
         let [with_the_end, after_the_end, raw] =
@@ -423,10 +467,21 @@ async fn throughput(
         )
         .await;
         if round > 0 {
+            let rate = |side: &Side| n as f64 / side.wall.as_secs_f64();
+            let (npc_rate, raw_rate, apart_rate) = (rate(&npc), rate(&raw), rate(&apart));
+            println!(
+                "  {workers} workers, round {round}: npc {npc_rate:.0}, raw {raw_rate:.0}, \
+                 npc claiming after the end {apart_rate:.0} claims/s; ratios {:.2}, {:.2}",
+                npc_rate / raw_rate,
+                apart_rate / raw_rate
+            );
+            all.ratios
+                .push([npc_rate / raw_rate, apart_rate / raw_rate]);
             all.with_the_end += npc;
             all.raw += raw;
             all.after_the_end += apart;
         }
+        databases.vacuum().await;
     }
     all
 }
@@ -654,8 +709,8 @@ fn main() {
         println!("fleet bench skipped: no PostgreSQL server binaries");
         return;
     };
-    let n = env_usize("FLEET_BENCH_RUNS", 2_000);
-    let rounds = env_usize("FLEET_BENCH_ROUNDS", 2);
+    let n = env_usize("FLEET_BENCH_RUNS", 10_000);
+    let rounds = env_usize("FLEET_BENCH_ROUNDS", 5);
     let m = env_usize("FLEET_BENCH_LATENCY_RUNS", 300);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -664,15 +719,17 @@ fn main() {
     println!(
         "claims: {rounds} alternating rounds of {n} runs per side; enqueue → start: {m} runs, one every {ENQUEUE_PACE:?}"
     );
-    println!(
-        "| workers | npc claims/s | raw claims/s | ratio | npc, claim after the end | ratio \
-         | CPU µs per claim, npc (claimers + server) | raw | enqueue → start p50 | p99 |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let postmaster = cluster.server_pid().expect("the cluster runs");
     let counts: Vec<usize> = std::env::var("FLEET_BENCH_WORKERS")
         .map(|list| list.split(',').map(|w| w.trim().parse().unwrap()).collect())
         .unwrap_or_else(|_| WORKER_COUNTS.to_vec());
+    let mut table = vec![
+        "| workers | npc claims/s | raw claims/s | ratio, median of rounds (range) \
+         | npc, claim after the end | ratio | CPU µs per claim, npc (claimers + server) | raw \
+         | enqueue → start p50 | p99 |"
+            .to_string(),
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|".to_string(),
+    ];
     for workers in counts {
         rt.block_on(async {
             let databases = Databases::create(&cluster, workers).await;
@@ -681,16 +738,20 @@ fn main() {
             let (apart, _, _) = all.after_the_end.per_claim(rounds * n);
             let (raw, raw_client, raw_server) = all.raw.per_claim(rounds * n);
             let (p50, p99) = latency(&databases.with_the_end, workers, m).await;
-            println!(
-                "| {workers} | {npc:.0} | {raw:.0} | {:.2} | {apart:.0} | {:.2} \
+            let ((with, with_low, with_high), (after, after_low, after_high)) =
+                (all.ratio(0), all.ratio(1));
+            table.push(format!(
+                "| {workers} | {npc:.0} | {raw:.0} | {with:.2} ({with_low:.2}–{with_high:.2}) \
+                 | {apart:.0} | {after:.2} ({after_low:.2}–{after_high:.2}) \
                  | {npc_client:.0} + {npc_server:.0} | {raw_client:.0} + {raw_server:.0} \
                  | {:.2} ms | {:.2} ms |",
-                npc / raw,
-                apart / raw,
                 p50.as_secs_f64() * 1e3,
                 p99.as_secs_f64() * 1e3
-            );
+            ));
         });
+    }
+    for line in table {
+        println!("{line}");
     }
     if std::env::var_os("FLEET_BENCH_NO_INGRESS").is_some() {
         return;
