@@ -370,6 +370,22 @@ impl SqliteQueue {
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
+
+    /// `write` in the writer's transaction while `lease` still holds its
+    /// run; [`StoreError::Fenced`] (nothing written) otherwise.
+    fn under_lease<T, F>(&self, lease: &Lease, write: F) -> super::writer::Pending<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, Lease) -> Result<T, StoreError> + Send + 'static,
+    {
+        let held = lease.clone();
+        self.store.write(move |conn| {
+            if !held_sqlite(conn, &held)? {
+                return Err(fenced(&held));
+            }
+            write(conn, held)
+        })
+    }
 }
 
 fn claim_sqlite(
@@ -512,12 +528,8 @@ impl FleetQueue for SqliteQueue {
     }
 
     fn heartbeat<'a>(&'a self, lease: &'a Lease, lease_for: Duration) -> StoreFuture<'a, Lease> {
-        let held = lease.clone();
         let ms = lease_ms(lease_for);
-        Box::pin(self.store.write(move |conn| {
-            if !held_sqlite(conn, &held)? {
-                return Err(fenced(&held));
-            }
+        Box::pin(self.under_lease(lease, move |conn, held| {
             let expires_at_ms = now_ms() + ms;
             let replaced_by = conn
                 .prepare_cached(
@@ -543,26 +555,21 @@ impl FleetQueue for SqliteQueue {
         detail: Option<String>,
         result: Option<serde_json::Value>,
     ) -> StoreFuture<'a, ()> {
-        let held = lease.clone();
         let result = result.map(|r| r.to_string());
+        let written = self.under_lease(lease, move |conn, held| {
+            conn.prepare_cached(
+                "UPDATE runs SET state = ?3, detail = ?4, finished_at_ms = ?5,
+                 result = COALESCE(?6, result), lease_expires_at_ms = NULL
+                 WHERE id = ?1 AND lease_token = ?2",
+            )
+            .and_then(|mut s| {
+                s.execute((&held.run_id, held.token, end, &detail, now_ms(), &result))
+            })
+            .map(drop)
+            .map_err(sqlite("finish a run"))
+        });
         Box::pin(async move {
-            self.store
-                .write(move |conn| {
-                    if !held_sqlite(conn, &held)? {
-                        return Err(fenced(&held));
-                    }
-                    conn.prepare_cached(
-                        "UPDATE runs SET state = ?3, detail = ?4, finished_at_ms = ?5,
-                         result = COALESCE(?6, result), lease_expires_at_ms = NULL
-                         WHERE id = ?1 AND lease_token = ?2",
-                    )
-                    .and_then(|mut s| {
-                        s.execute((&held.run_id, held.token, end, &detail, now_ms(), &result))
-                    })
-                    .map(drop)
-                    .map_err(sqlite("finish a run"))
-                })
-                .await?;
+            written.await?;
             // A run of its key may start now.
             self.wake.notify_one();
             Ok(())
@@ -570,23 +577,18 @@ impl FleetQueue for SqliteQueue {
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        let held = lease.clone();
+        let handed = self.under_lease(lease, |conn, held| {
+            conn.prepare_cached(
+                "UPDATE runs SET state = 'queued', started_at_ms = NULL, owner = NULL,
+                 lease_token = lease_token + 1, lease_expires_at_ms = NULL
+                 WHERE id = ?1 AND lease_token = ?2",
+            )
+            .and_then(|mut s| s.execute((&held.run_id, held.token)))
+            .map(drop)
+            .map_err(sqlite("hand a run back"))
+        });
         Box::pin(async move {
-            self.store
-                .write(move |conn| {
-                    if !held_sqlite(conn, &held)? {
-                        return Err(fenced(&held));
-                    }
-                    conn.prepare_cached(
-                        "UPDATE runs SET state = 'queued', started_at_ms = NULL, owner = NULL,
-                         lease_token = lease_token + 1, lease_expires_at_ms = NULL
-                         WHERE id = ?1 AND lease_token = ?2",
-                    )
-                    .and_then(|mut s| s.execute((&held.run_id, held.token)))
-                    .map(drop)
-                    .map_err(sqlite("hand a run back"))
-                })
-                .await?;
+            handed.await?;
             self.wake.notify_one();
             Ok(())
         })
@@ -597,23 +599,13 @@ impl FleetQueue for SqliteQueue {
         lease: &'a Lease,
         events: Vec<NewEvent>,
     ) -> StoreFuture<'a, Vec<Event>> {
-        let held = lease.clone();
         let encoded: Vec<EncodedEvent> = events.into_iter().map(EncodedEvent::encode).collect();
         let insert = super::insert_events(encoded);
-        Box::pin(self.store.write(move |conn| {
-            if !held_sqlite(conn, &held)? {
-                return Err(fenced(&held));
-            }
-            insert(conn)
-        }))
+        Box::pin(self.under_lease(lease, move |conn, _| insert(conn)))
     }
 
     fn set_attempt<'a>(&'a self, lease: &'a Lease, attempt: u32) -> StoreFuture<'a, ()> {
-        let held = lease.clone();
-        Box::pin(self.store.write(move |conn| {
-            if !held_sqlite(conn, &held)? {
-                return Err(fenced(&held));
-            }
+        Box::pin(self.under_lease(lease, move |conn, held| {
             conn.prepare_cached("UPDATE runs SET attempt = ?3 WHERE id = ?1 AND lease_token = ?2")
                 .and_then(|mut s| s.execute((&held.run_id, held.token, attempt)))
                 .map(drop)
