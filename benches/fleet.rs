@@ -100,7 +100,10 @@ const RAW_CLAIM: &str = "WITH next AS (
     UPDATE npc_runs r SET state = 'running', owner = $2, lease_token = r.lease_token + 1,
         started_at_ms = npc_now_ms(), lease_expires_at_ms = npc_now_ms() + 600000
     FROM next WHERE r.seq = next.seq RETURNING r.id, r.lease_token";
-const RAW_FINISH: &str = "UPDATE npc_runs SET state = 'succeeded', finished_at_ms = npc_now_ms()
+/// The raw end: the run by its fleet and id under its token, its lease
+/// cleared (the table's check: only a running run holds a lease).
+const RAW_FINISH: &str = "UPDATE npc_runs SET state = 'succeeded', finished_at_ms = npc_now_ms(),
+        lease_expires_at_ms = NULL
     WHERE fleet = $1 AND id = $2 AND lease_token = $3 AND state = 'running'";
 
 async fn raw_client(url: &str) -> tokio_postgres::Client {

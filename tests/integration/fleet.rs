@@ -789,6 +789,8 @@ const HISTORY_RUNS: i64 = 20_000;
 const HISTORY_QUEUED: i64 = 2_000;
 /// Runs queued in a young fleet, before any statistics.
 const YOUNG_QUEUED: i64 = 500;
+/// Of those, the runs running when one of them ends.
+const YOUNG_RUNNING: i64 = 16;
 /// Buffers a claim may touch (walking the history by the primary key
 /// touched one per finished run).
 const CLAIM_BUFFERS_AT_MOST: u64 = 200;
@@ -935,13 +937,15 @@ async fn a_claim_reads_the_queue_not_the_history_whatever_the_statistics() {
     for mode in modes {
         assert_claim_plan(&claim_plan(&young, mode).await, &format!("young, {mode}"));
     }
-    // A run's end looks for a waiting run of its key in the queued runs of
-    // that key alone.
+    // A run's end finds its run among the leased runs by its id, not among
+    // every running run or every run of the fleet, and looks for a waiting
+    // run of its key in the queued runs of that key alone.
     young
-        .batch_execute(
+        .batch_execute(&format!(
             "UPDATE npc_runs SET state = 'running', lease_token = 1,
-             lease_expires_at_ms = npc_now_ms() + 600000 WHERE id = 'r7'",
-        )
+             lease_expires_at_ms = npc_now_ms() + 600000
+             WHERE id IN (SELECT 'r' || g FROM generate_series(1, {YOUNG_RUNNING}) g)"
+        ))
         .await
         .unwrap();
     let finish = (
@@ -963,6 +967,12 @@ async fn a_claim_reads_the_queue_not_the_history_whatever_the_statistics() {
             ["npc_runs_queued_of_queue"],
             "young, {mode}: {plan:#}"
         );
+        let found: Vec<_> = nodes
+            .iter()
+            .filter(|n| n["Alias"] == "npc_runs" && n["Node Type"] != "ModifyTable")
+            .map(|n| n["Index Name"].as_str().unwrap_or("none").to_string())
+            .collect();
+        assert_eq!(found, ["npc_runs_leased"], "young, {mode}: {plan:#}");
         assert_eq!(plan[0]["Plan"]["Actual Rows"], 1, "young, {mode}: {plan:#}");
     }
     // A long history, then a queue, without and with statistics.

@@ -33,7 +33,7 @@ pub use queue::{claim_statement, finish_statement};
 use super::StoreError;
 
 /// The schema version this build writes and reads.
-pub const PG_SCHEMA_VERSION: i64 = 8;
+pub const PG_SCHEMA_VERSION: i64 = 9;
 /// Connections one process keeps to the store.
 pub const POOL_SIZE: usize = 8;
 /// How long connecting to the server may take.

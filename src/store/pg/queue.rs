@@ -150,11 +150,16 @@ async fn end_on(
 }
 
 /// The condition of a lease held on a run of fleet `$1`, the placeholders
-/// `id` and `token` naming the run and the lease's token: running under
-/// that token, not expired.
+/// `id` and `token` naming the run and the lease's token: under that token,
+/// not expired. The run is named by one value, `npc_run_of(fleet, id)`,
+/// which only the index of leased runs (`npc_runs_leased`) is led by, so
+/// the look reads that run alone whatever the statistics; it names no
+/// state, since only a running run holds a lease (the table's check
+/// `npc_runs_lease_only_running`), and a state would let the partial
+/// indexes of running runs serve it, read whole.
 fn held(id: &str, token: &str) -> String {
     format!(
-        "fleet = $1 AND id = {id} AND lease_token = {token} AND state = 'running' \
+        "npc_run_of(fleet, id) = npc_run_of($1, {id}) AND lease_token = {token} \
          AND lease_expires_at_ms >= npc_now_ms()"
     )
 }

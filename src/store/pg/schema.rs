@@ -255,6 +255,30 @@ const MIGRATIONS: &[Migration] = &[
         DROP INDEX npc_runs_running_by_slot;
     "#,
     },
+    Migration {
+        // A lease is found by one indexed value, `npc_run_of(fleet, id)`
+        // (injective: the fleet led by its length), in an index of the runs
+        // that hold one. Named as `fleet = … AND id = … AND state =
+        // 'running'`, the look let the planner take the partial index of
+        // running leases, led by the fleet, and every end, renewal and
+        // fenced write read every running run of the fleet; without the
+        // state, it took any index led by the fleet (without statistics
+        // they all cost the same), reading every run of the fleet. Only a
+        // running run holds a lease (every change out of `running` clears
+        // it), so the look names no state; the check holds that.
+        version: 9,
+        sql: r#"
+        UPDATE npc_runs SET lease_expires_at_ms = NULL
+            WHERE state <> 'running' AND lease_expires_at_ms IS NOT NULL;
+        ALTER TABLE npc_runs ADD CONSTRAINT npc_runs_lease_only_running
+            CHECK (lease_expires_at_ms IS NULL OR state = 'running');
+        CREATE FUNCTION npc_run_of(fleet text, id text) RETURNS text
+            LANGUAGE sql IMMUTABLE PARALLEL SAFE
+            AS $$ SELECT length(fleet)::text || ':' || fleet || id $$;
+        CREATE UNIQUE INDEX npc_runs_leased ON npc_runs (npc_run_of(fleet, id))
+            WHERE lease_expires_at_ms IS NOT NULL;
+    "#,
+    },
 ];
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS npc_schema_migrations (
