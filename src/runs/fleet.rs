@@ -563,3 +563,6 @@ async fn stop_request(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
