@@ -73,20 +73,7 @@ fn env_usize(name: &str, default: usize) -> usize {
 fn new_run(id: String) -> NewRun {
     NewRun {
         concurrency_key: Some(id.clone()),
-        id,
-        trigger: "t".into(),
-        origin: "api".into(),
-        dedupe_key: None,
-        payload: "{}".into(),
-        skip_if_active: false,
-        max_queued: usize::MAX,
-        state: None,
-        claimed_by: None,
-        replay_until_ms: None,
-        attempt: 1,
-        attempts: 1,
-        replace_active: false,
-        code: None,
+        ..NewRun::new(id, "t", "api", "{}")
     }
 }
 

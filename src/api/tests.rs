@@ -68,23 +68,12 @@ impl ApiBackend for Fake {
             }
             let id = crate::runs::new_run_id();
             self.store
-                .enqueue_run(crate::store::queue::NewRun {
-                    id: id.clone(),
-                    trigger: crate::runs::MANUAL_QUEUE.to_string(),
-                    origin: "api".to_string(),
-                    dedupe_key: None,
-                    payload: serde_json::to_string(&run).unwrap(),
-                    skip_if_active: false,
-                    max_queued: 10,
-                    state: None,
-                    claimed_by: None,
-                    replay_until_ms: None,
-                    concurrency_key: None,
-                    attempt: 1,
-                    attempts: 1,
-                    replace_active: false,
-                    code: None,
-                })
+                .enqueue_run(crate::store::queue::NewRun::new(
+                    &id,
+                    crate::runs::MANUAL_QUEUE,
+                    "api",
+                    serde_json::to_string(&run).unwrap(),
+                ))
                 .await
                 .unwrap();
             self.bus

@@ -52,21 +52,13 @@ impl Here {
         self.interrupt_orphans().await;
         self.store
             .enqueue_run(NewRun {
-                id: prepared.id.clone(),
-                trigger: MANUAL_QUEUE.to_string(),
-                origin: origin.as_str().to_string(),
-                dedupe_key: None,
-                payload: recorded(request).to_string(),
-                skip_if_active: false,
-                max_queued: usize::MAX,
-                state: None,
                 claimed_by: Some(this_process().unwrap_or_default()),
-                replay_until_ms: None,
-                concurrency_key: None,
-                attempt: 1,
-                attempts: 1,
-                replace_active: false,
-                code: None,
+                ..NewRun::new(
+                    &prepared.id,
+                    MANUAL_QUEUE,
+                    origin.as_str(),
+                    recorded(request).to_string(),
+                )
             })
             .await?;
         let result =

@@ -200,21 +200,11 @@ impl RunQueue {
         let outcome = self
             .store
             .enqueue_run(NewRun {
-                id: row.id.clone(),
-                trigger: row.trigger.clone(),
-                origin: row.origin.clone(),
-                dedupe_key: None,
-                payload: row.payload.to_string(),
-                skip_if_active: false,
-                max_queued: usize::MAX,
-                state: None,
-                claimed_by: None,
-                replay_until_ms: None,
                 concurrency_key: row.concurrency_key.clone(),
                 attempt: row.attempt,
                 attempts: row.attempts,
-                replace_active: false,
                 code: row.code.clone(),
+                ..NewRun::new(&row.id, &row.trigger, &row.origin, row.payload.to_string())
             })
             .await
             .map_err(|e| Refused::Store(e.to_string()))?;

@@ -100,6 +100,37 @@ pub struct NewRun {
     pub code: Option<RunCode>,
 }
 
+impl NewRun {
+    /// Run `id` of queue `trigger`, from `origin` (`runs::Origin`), with
+    /// `payload` (JSON text): queued at the first of one attempt, with no
+    /// dedupe key, concurrency key, overlap policy or bound on its queue.
+    /// A caller sets the rest with struct update syntax.
+    pub fn new(
+        id: impl Into<String>,
+        trigger: impl Into<String>,
+        origin: impl Into<String>,
+        payload: impl Into<String>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            trigger: trigger.into(),
+            origin: origin.into(),
+            dedupe_key: None,
+            payload: payload.into(),
+            skip_if_active: false,
+            max_queued: usize::MAX,
+            state: None,
+            claimed_by: None,
+            replay_until_ms: None,
+            concurrency_key: None,
+            attempt: 1,
+            attempts: 1,
+            replace_active: false,
+            code: None,
+        }
+    }
+}
+
 /// Where a fleet's run takes its code from, as its ingress recorded it:
 /// the repository's remote URL (credentials stripped) and the commit its
 /// worktree starts from (none for a run in place, or a ref the ingress
@@ -679,21 +710,9 @@ mod tests {
 
     fn run(id: &str, key: Option<&str>) -> NewRun {
         NewRun {
-            id: id.to_string(),
-            trigger: "t".to_string(),
-            origin: "cron".to_string(),
             dedupe_key: key.map(str::to_string),
-            payload: "{}".to_string(),
-            skip_if_active: false,
             max_queued: 3,
-            state: None,
-            claimed_by: None,
-            replay_until_ms: None,
-            concurrency_key: None,
-            attempt: 1,
-            attempts: 1,
-            replace_active: false,
-            code: None,
+            ..NewRun::new(id, "t", "cron", "{}")
         }
     }
 

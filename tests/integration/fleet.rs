@@ -42,21 +42,9 @@ const KEYED_RACE_IDLE: Duration = Duration::from_millis(50);
 /// of `t` may run at once, as a trigger's runs of different keys do).
 pub(crate) fn run(id: &str) -> NewRun {
     NewRun {
-        id: id.to_string(),
-        trigger: "t".to_string(),
-        origin: "api".to_string(),
-        dedupe_key: None,
-        payload: json!({ "n": id }).to_string(),
-        skip_if_active: false,
         max_queued: 100_000,
-        state: None,
-        claimed_by: None,
-        replay_until_ms: None,
         concurrency_key: Some(id.to_string()),
-        attempt: 1,
-        attempts: 1,
-        replace_active: false,
-        code: None,
+        ..NewRun::new(id, "t", "api", json!({ "n": id }).to_string())
     }
 }
 

@@ -113,21 +113,9 @@ fn events_of(rt: &tokio::runtime::Runtime, store: &PgStore, id: &str) -> Vec<(St
 /// A run of `build` the ingress did not queue: `code` as another machine wrote it.
 fn forged(code: RunCode) -> NewRun {
     NewRun {
-        id: npcagent::runs::new_run_id(),
-        trigger: "build".to_string(),
-        origin: "cron".to_string(),
-        dedupe_key: None,
-        payload: "{}".to_string(),
-        skip_if_active: false,
         max_queued: 100,
-        state: None,
-        claimed_by: None,
-        replay_until_ms: None,
-        concurrency_key: None,
-        attempt: 1,
-        attempts: 1,
-        replace_active: false,
         code: Some(code),
+        ..NewRun::new(npcagent::runs::new_run_id(), "build", "cron", "{}")
     }
 }
 

@@ -3425,23 +3425,12 @@ fn s9_a_queued_acp_run_with_a_forged_extra_in_the_repositorys_store_never_runs()
         },
     });
     store
-        .enqueue_run(npcagent::store::queue::NewRun {
-            id: "run-20260101t000000000z-0badf00d".into(),
-            trigger: "@manual".into(),
-            origin: "acp".into(),
-            dedupe_key: None,
-            payload: payload.to_string(),
-            skip_if_active: false,
-            max_queued: 10,
-            state: None,
-            claimed_by: None,
-            replay_until_ms: None,
-            concurrency_key: None,
-            attempt: 1,
-            attempts: 1,
-            replace_active: false,
-            code: None,
-        })
+        .enqueue_run(npcagent::store::queue::NewRun::new(
+            "run-20260101t000000000z-0badf00d",
+            "@manual",
+            "acp",
+            payload.to_string(),
+        ))
         .wait()
         .unwrap();
     drop(store);

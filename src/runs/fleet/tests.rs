@@ -81,27 +81,6 @@ impl FleetQueue for StopDuringClaim {
     }
 }
 
-/// A run by hand of a command.
-fn manual_run(id: &str) -> NewRun {
-    NewRun {
-        id: id.to_string(),
-        trigger: MANUAL_QUEUE.to_string(),
-        origin: "api".to_string(),
-        dedupe_key: None,
-        payload: serde_json::json!({ "command": ["true"] }).to_string(),
-        skip_if_active: false,
-        max_queued: 10,
-        state: None,
-        claimed_by: None,
-        replay_until_ms: None,
-        concurrency_key: None,
-        attempt: 1,
-        attempts: 1,
-        replace_active: false,
-        code: None,
-    }
-}
-
 /// A worker told to stop while its claim was in flight hands the run the
 /// claim brought back to the queue, as it was, and never starts it.
 #[tokio::test]
@@ -112,7 +91,10 @@ async fn a_run_claimed_while_the_worker_stops_is_handed_back_not_started() {
         inner: SqliteQueue::new(Arc::new(Store::open(dir.path().join("fleet.db")).unwrap())),
         stop: stop.clone(),
     });
-    fleet.enqueue(manual_run("r1")).await.unwrap();
+    fleet
+        .enqueue(NewRun::new("r1", MANUAL_QUEUE, "api", "{}"))
+        .await
+        .unwrap();
     let local = Arc::new(Store::open(dir.path().join("local.db")).unwrap());
     let (events, _rx) = tokio::sync::mpsc::unbounded_channel();
     let supervisor = crate::supervisor::Supervisor::new(events, Default::default());
