@@ -550,16 +550,16 @@ pub async fn connect_mcp(
     Ok((reader, write))
 }
 
-/// Send an upgrading `request` (MCP, pane attach) and read the daemon's
-/// one answer line; the connection then carries the upgraded protocol.
-pub async fn connect_upgrade(
+/// Connect to the daemon's control socket at `path` (within
+/// [`CLIENT_TIMEOUT`]) and send `request` as one line; the connection's
+/// halves are the caller's to read the answer from.
+async fn send_request(
     path: &Path,
     request: &Request,
 ) -> Result<
     (
-        UpgradedRead,
+        tokio::net::unix::OwnedReadHalf,
         tokio::net::unix::OwnedWriteHalf,
-        serde_json::Value,
     ),
     ControlError,
 > {
@@ -574,6 +574,23 @@ pub async fn connect_upgrade(
     let request =
         serde_json::to_value(request).map_err(|e| ControlError::Protocol(e.to_string()))?;
     write_line(&mut write, &request).await?;
+    Ok((read, write))
+}
+
+/// Send an upgrading `request` (MCP, pane attach) and read the daemon's
+/// one answer line; the connection then carries the upgraded protocol.
+pub async fn connect_upgrade(
+    path: &Path,
+    request: &Request,
+) -> Result<
+    (
+        UpgradedRead,
+        tokio::net::unix::OwnedWriteHalf,
+        serde_json::Value,
+    ),
+    ControlError,
+> {
+    let (read, write) = send_request(path, request).await?;
     let mut reader = LineReader::with_capacity(
         UPGRADED_READ_BYTES,
         read,
@@ -603,17 +620,7 @@ pub struct Client {
 impl Client {
     /// Send `request`; read the answer with [`Client::next`].
     pub async fn request(path: &Path, request: &Request) -> Result<Self, ControlError> {
-        let stream = tokio::time::timeout(CLIENT_TIMEOUT, UnixStream::connect(path))
-            .await
-            .map_err(|_| ControlError::Timeout(CLIENT_TIMEOUT))?
-            .map_err(|source| ControlError::Connect {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        let (read, mut write) = stream.into_split();
-        let value =
-            serde_json::to_value(request).map_err(|e| ControlError::Protocol(e.to_string()))?;
-        write_line(&mut write, &value).await?;
+        let (read, write) = send_request(path, request).await?;
         Ok(Self {
             lines: LineReader::new(read, Splitter::new(MAX_ANSWER_BYTES, Overlong::Stop)),
             _write: write,
