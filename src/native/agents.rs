@@ -190,14 +190,11 @@ pub fn plan(manifest: &Manifest, root: &Path, ctx: &RenderContext) -> (Vec<Plann
                     Err(e) => {
                         // The file stays as it is.
                         wanted.insert(name.clone(), (String::new(), String::new()));
-                        failed.push(Planned {
-                            path: Path::new(folder).join(format!("{name}.{}", format.extension())),
+                        failed.push(Planned::failed(
+                            Path::new(folder).join(format!("{name}.{}", format.extension())),
                             what,
-                            before: None,
-                            after: None,
-                            notes: Vec::new(),
-                            error: Some(e.to_string()),
-                        });
+                            e.to_string(),
+                        ));
                     }
                 }
             }

@@ -134,14 +134,11 @@ pub fn plan(manifest: &Manifest, root: &Path, ctx: &RenderContext) -> (Vec<Plann
                     Ok(text) => {
                         wanted.insert(name.to_string(), (what, text));
                     }
-                    Err(e) => failed.push(Planned {
-                        path: Path::new(folder).join(format!("{name}.{}", format.extension())),
+                    Err(e) => failed.push(Planned::failed(
+                        Path::new(folder).join(format!("{name}.{}", format.extension())),
                         what,
-                        before: None,
-                        after: None,
-                        notes: Vec::new(),
-                        error: Some(e.to_string()),
-                    }),
+                        e.to_string(),
+                    )),
                 }
             }
         }

@@ -86,6 +86,19 @@ pub struct Planned {
 }
 
 impl Planned {
+    /// Nothing can be planned for `path` (`what`), because of `error`: the
+    /// file stays as it is.
+    pub fn failed(path: PathBuf, what: String, error: String) -> Self {
+        Self {
+            path,
+            what,
+            before: None,
+            after: None,
+            notes: Vec::new(),
+            error: Some(error),
+        }
+    }
+
     /// Whether applying it changes the file system.
     pub fn is_change(&self) -> bool {
         self.error.is_none() && self.before != self.after
@@ -127,14 +140,11 @@ pub fn plan_folder(repo: &Root, folder: &Path, format: Format, wanted: &Wanted) 
             .collect(),
         Err(_) if wanted.is_empty() => Vec::new(),
         Err(e) => {
-            out.push(Planned {
-                path: folder.to_path_buf(),
-                what: "agent files".into(),
-                before: None,
-                after: None,
-                notes: Vec::new(),
-                error: Some(format!("{e}; nothing is written there")),
-            });
+            out.push(Planned::failed(
+                folder.to_path_buf(),
+                "agent files".into(),
+                format!("{e}; nothing is written there"),
+            ));
             return out;
         }
     };

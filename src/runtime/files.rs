@@ -318,14 +318,7 @@ fn plan_agent_config(
             // Nothing to write: a file npc cannot read (a link out of the
             // repository) is left alone without a word.
             Err(_) if body.is_none() => continue,
-            Err(e) => native::managed::Planned {
-                path: file.into(),
-                what,
-                before: None,
-                after: None,
-                notes: Vec::new(),
-                error: Some(e.to_string()),
-            },
+            Err(e) => native::managed::Planned::failed(file.into(), what, e.to_string()),
         };
         if planned.is_change() || planned.error.is_some() || !planned.notes.is_empty() {
             out.push(FilePlan::from_planned(&paths.root, planned, &secrets));
