@@ -104,7 +104,9 @@ impl NewRun {
     /// Run `id` of queue `trigger`, from `origin` (`runs::Origin`), with
     /// `payload` (JSON text): queued at the first of one attempt, with no
     /// dedupe key, concurrency key, overlap policy or bound on its queue.
-    /// A caller sets the rest with struct update syntax.
+    /// A caller sets the rest with struct update syntax; one that queues
+    /// what others send (a trigger's firing) sets `max_queued`, as
+    /// `runs::queue` does with its named bound.
     pub fn new(
         id: impl Into<String>,
         trigger: impl Into<String>,
