@@ -285,11 +285,7 @@ async fn version_of(path: &Path, root: &Path) -> Option<semver::Version> {
 
 /// The agent files of the repository as `npc plan` sees them.
 fn agent_file_plans(manifest: &Manifest, paths: &RepoPaths) -> Vec<runtime::files::FilePlan> {
-    let store = paths
-        .db()
-        .is_file()
-        .then(|| runtime::open_store_read_only(paths).ok())
-        .flatten();
+    let store = runtime::open_existing_store(paths).ok().flatten();
     runtime::files::plan_files(
         manifest,
         paths,

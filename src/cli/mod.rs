@@ -279,6 +279,19 @@ fn end_on_output_error(e: &output::OutputError) -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<Exit> {
+    // The commands that open the repository's state say what its guarded
+    // layer did there (a state directory npc did not make, moved aside).
+    if matches!(
+        cli.command,
+        Command::Plan { .. }
+            | Command::Apply { .. }
+            | Command::Status { .. }
+            | Command::Events { .. }
+            | Command::Runs(_)
+            | Command::Triggers { .. }
+    ) {
+        log_to_stderr("warn");
+    }
     match cli.command {
         Command::Validate { path, format } => validate::run(path, format),
         Command::Schema { openapi: false } => {

@@ -86,8 +86,7 @@ async fn observed(paths: &RepoPaths) -> anyhow::Result<(ObservedState, String)> 
         ));
     }
     let db = paths.db();
-    if db.is_file() {
-        let store = runtime::open_store_read_only(paths)?;
+    if let Some(store) = runtime::open_existing_store(paths)? {
         if let Some(state) = runtime::stored_state(&store)? {
             return Ok((state, format!("the last applied state in {}", rel(&db))));
         }
@@ -110,11 +109,7 @@ fn compute(model: &Manifest, paths: &RepoPaths, observed: &ObservedState) -> Pla
 
 /// The store for reading managed entries, if the repository has one.
 fn read_store(paths: &RepoPaths) -> Option<Store> {
-    paths
-        .db()
-        .is_file()
-        .then(|| runtime::open_store_read_only(paths).ok())
-        .flatten()
+    runtime::open_existing_store(paths).ok().flatten()
 }
 
 /// Which agent files `plan` and `apply` look at, and how.
@@ -649,10 +644,9 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
             )
         }
         None => {
-            let rows = if paths.db().is_file() {
-                runtime::open_store_read_only(&paths)?.components()?
-            } else {
-                Vec::new()
+            let rows = match runtime::open_existing_store(&paths)? {
+                Some(store) => store.components()?,
+                None => Vec::new(),
             };
             let rows = rows
                 .into_iter()
@@ -927,10 +921,9 @@ pub fn events(
             Ok(Exit::Ok)
         });
     }
-    if !paths.db().is_file() {
+    let Some(store) = runtime::open_existing_store(&paths)? else {
         return Ok(Exit::Ok);
-    }
-    let store = runtime::open_store_read_only(&paths)?;
+    };
     let mut after = since.unwrap_or(0);
     loop {
         let page = if follow {

@@ -97,10 +97,7 @@ fn paths_of(manifest: Option<PathBuf>) -> anyhow::Result<RepoPaths> {
 
 /// The store, read-only, if it exists.
 fn store_of(paths: &RepoPaths) -> anyhow::Result<Option<Store>> {
-    if !paths.db().is_file() {
-        return Ok(None);
-    }
-    Ok(Some(runtime::open_store_read_only(paths)?))
+    Ok(runtime::open_existing_store(paths)?)
 }
 
 /// Print one human line quoting names, paths, details and payloads the

@@ -27,6 +27,7 @@
 //! a local user can); writes replace the name by rename and never reach the
 //! other file, and in-place writes refuse files with more than one link.
 
+mod claim;
 mod noise;
 mod user;
 mod walk;
@@ -47,6 +48,7 @@ use nix::fcntl::{AtFlags, OFlag, RenameFlags, openat, readlinkat, renameat, rena
 use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
+pub use claim::{Claim, OWNER_FILE, UNTRUSTED_MARK};
 pub use noise::is_editor_noise;
 pub use user::user_data_dir;
 use walk::Walk;
@@ -169,6 +171,10 @@ pub enum Reason {
     StateDirIsRoot,
     #[error("is not a socket npc left; remove it and run again")]
     NotSocket,
+    #[error(
+        "is not a file npc made here ({why}); npc never adopts it: remove it and npc makes its own"
+    )]
+    NotOwn { why: &'static str },
     #[error("could not be {op}: {source}; check it and its permissions")]
     Io {
         op: &'static str,
@@ -179,6 +185,16 @@ pub enum Reason {
 impl FsError {
     pub fn is_not_found(&self) -> bool {
         matches!(self.reason, Reason::NotFound)
+    }
+
+    /// `path` does not exist (for a caller that looked for it another way).
+    pub fn not_found(path: impl Into<PathBuf>) -> Self {
+        Self::new(path, Reason::NotFound)
+    }
+
+    /// The file is there but is not provably npc's (see [`Root::read_own`]).
+    pub fn is_not_own(&self) -> bool {
+        matches!(self.reason, Reason::NotOwn { .. })
     }
 
     /// As an `std::io::Error` whose message is only the reason, for callers
@@ -405,6 +421,17 @@ impl Root {
         Ok((fd, shown, st))
     }
 
+    /// Read one of npc's own files (never through a link), only when it is
+    /// private to this user as npc makes its files: owned by it, no group
+    /// or other permission bits, one link. A file a clone brought (git
+    /// writes `0644`) or another account wrote is refused
+    /// ([`FsError::is_not_own`]), never read.
+    pub fn read_own(&self, path: &Path, limit: usize) -> Result<Vec<u8>, FsError> {
+        let (fd, shown, st) = self.open_regular(path, Links::Refuse)?;
+        own(&shown, &st)?;
+        read_open(fd, &shown, &st, limit)
+    }
+
     /// [`read`](Self::read) as UTF-8 text.
     pub fn read_string(&self, path: &Path, limit: usize) -> Result<String, FsError> {
         let bytes = self.read(path, limit)?;
@@ -441,14 +468,27 @@ impl Root {
         Ok(walk.here())
     }
 
-    /// Make `path` npc's state directory: created owner-only (an existing
-    /// one is tightened, never loosened), holding a `.gitignore` of `*`,
-    /// and cleared of temporary files a killed npc left. Refuses the root
-    /// itself. Returns its real path.
+    /// Make `path` npc's state directory: one npc made here, provably (see
+    /// [`claim`]: anything else at that name is moved aside unread and a new
+    /// one made), owner-only (tightened, never loosened), holding a
+    /// `.gitignore` of `*`, and cleared of temporary files a killed npc
+    /// left. Refuses the root itself. Returns its real path.
     pub fn ensure_state_dir(&self, path: &Path) -> Result<PathBuf, FsError> {
-        let real = self.create_dir_all(path, Perms::Private)?;
-        if real == self.dir {
+        self.claim_state_dir(path).map(|(real, _)| real)
+    }
+
+    /// [`ensure_state_dir`](Self::ensure_state_dir), saying what it found
+    /// at the state directory's name (for a caller that reports it).
+    pub fn claim_state_dir(&self, path: &Path) -> Result<(PathBuf, Claim), FsError> {
+        let mut walk = Walk::new(self, path)?;
+        let Some(name) = walk.locate(Some(Perms::Private), Links::Refuse)? else {
             return Err(FsError::new(self.shown(path), Reason::StateDirIsRoot));
+        };
+        let shown = walk.shown_entry(&name);
+        let (claim, _dir) = claim::claim(walk.dir(), &name, &shown)?;
+        let real = walk.here().join(&name);
+        if let Claim::Replaced { aside } = &claim {
+            warn_moved_aside(&shown, &walk.here().join(aside));
         }
         let ignore = real.join(GITIGNORE_FILE);
         if self
@@ -460,7 +500,25 @@ impl Root {
             self.write(&ignore, GITIGNORE_TEXT.as_bytes(), WriteOptions::PRIVATE)?;
         }
         self.sweep_temp(&real)?;
-        Ok(real)
+        Ok((real, claim))
+    }
+
+    /// For a reader that creates nothing (the CLI beside a daemon): `Ok`
+    /// when `path` is a state directory npc made here. Anything else at
+    /// that name is moved aside unread, as
+    /// [`ensure_state_dir`](Self::ensure_state_dir) would, and reported as
+    /// not found, like a missing one.
+    pub fn existing_state_dir(&self, path: &Path) -> Result<(), FsError> {
+        let mut walk = Walk::new(self, path)?;
+        let Some(name) = walk.locate(None, Links::Refuse)? else {
+            return Err(FsError::new(self.shown(path), Reason::StateDirIsRoot));
+        };
+        let shown = walk.shown_entry(&name);
+        if let Some(aside) = claim::proven_existing(walk.dir(), &name, &shown)? {
+            warn_moved_aside(&shown, &walk.here().join(aside));
+            return Err(FsError::new(shown, Reason::NotFound));
+        }
+        Ok(())
     }
 
     /// Replace the file at `path` with `bytes`: a temporary file beside
@@ -913,6 +971,30 @@ fn regular(shown: &Path, st: &FileStat) -> Result<(), FsError> {
             Reason::NotRegular { what: describe(k) },
         ))
     }
+}
+
+/// Say that the state directory `shown` was not npc's and is now `aside`.
+fn warn_moved_aside(shown: &Path, aside: &Path) {
+    tracing::warn!(
+        state_dir = %shown.display(),
+        moved_to = %aside.display(),
+        "npc did not make this state directory here (it may have come with the repository): moved aside unread, a new one made when needed"
+    );
+}
+
+/// `Ok` when `st` is a file as npc makes its own: this user's, owner-only,
+/// one link.
+fn own(shown: &Path, st: &FileStat) -> Result<(), FsError> {
+    let why = if st.st_uid != nix::unistd::geteuid().as_raw() {
+        "another user owns it"
+    } else if st.st_mode & 0o077 != 0 {
+        "others may read or write it"
+    } else if st.st_nlink != 1 {
+        "it has more than one link"
+    } else {
+        return Ok(());
+    };
+    Err(FsError::new(shown, Reason::NotOwn { why }))
 }
 
 /// Read an opened file checked as `before`: still the same regular file,

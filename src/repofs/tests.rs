@@ -256,7 +256,7 @@ fn own_files_are_private_and_looser_ones_are_tightened() {
 fn the_state_dir_is_private_ignored_and_swept() {
     let (repo, _o, root) = setup();
     let state = repo.path().join(".npc");
-    std::fs::create_dir(&state).unwrap();
+    root.ensure_state_dir(Path::new(".npc")).unwrap();
     std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
     // A temp file of a process that is gone, one of ours, and a user file.
     let dead = ".p.md.npc-999999999-0.tmp";
@@ -275,6 +275,76 @@ fn the_state_dir_is_private_ignored_and_swept() {
     assert!(state.join("keep.npc-1-0.txt").exists());
     let err = root.ensure_state_dir(Path::new(".")).unwrap_err();
     assert!(matches!(err.reason, Reason::StateDirIsRoot), "{err}");
+}
+
+/// The entries of `dir` holding [`UNTRUSTED_MARK`] in their names.
+fn moved_aside(dir: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().contains(UNTRUSTED_MARK))
+        .collect()
+}
+
+#[test]
+fn a_state_dir_npc_did_not_make_is_moved_aside_and_one_made() {
+    let (repo, outside, root) = setup();
+    let state = repo.path().join(".npc");
+    // What a clone brings: a directory with files, even a forged owner file.
+    std::fs::create_dir(&state).unwrap();
+    std::fs::write(state.join("api.token"), "shipped").unwrap();
+    std::fs::write(state.join(OWNER_FILE), "npc state v1 00\n").unwrap();
+    let (_, claim) = root.claim_state_dir(Path::new(".npc")).unwrap();
+    assert!(matches!(claim, Claim::Replaced { .. }), "{claim:?}");
+    let aside = moved_aside(repo.path());
+    assert_eq!(aside.len(), 1);
+    assert_eq!(std::fs::read_to_string(aside[0].join("api.token")).unwrap(), "shipped");
+    assert!(!state.join("api.token").exists());
+    assert!(state.join(OWNER_FILE).exists());
+    // Made here, it proves itself from now on.
+    let (_, again) = root.claim_state_dir(Path::new(".npc")).unwrap();
+    assert_eq!(again, Claim::Proven);
+    root.existing_state_dir(Path::new(".npc")).unwrap();
+    // A link (even one inside) and a plain file are not npc's either.
+    std::fs::remove_dir_all(&state).unwrap();
+    symlink(outside.path(), &state).unwrap();
+    let (_, claim) = root.claim_state_dir(Path::new(".npc")).unwrap();
+    assert!(matches!(claim, Claim::Replaced { .. }), "{claim:?}");
+    assert!(std::fs::symlink_metadata(&state).unwrap().is_dir());
+    std::fs::remove_dir_all(&state).unwrap();
+    std::fs::write(&state, "a file").unwrap();
+    let err = root.existing_state_dir(Path::new(".npc")).unwrap_err();
+    assert!(err.is_not_found(), "a reader finds none: {err}");
+    assert!(!state.exists(), "and no later reader adopts it");
+    assert_eq!(moved_aside(repo.path()).len(), 3);
+    // Nothing was ever written outside.
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn a_missing_state_dir_is_made_with_its_owner_file_and_read_as_none() {
+    let (repo, _o, root) = setup();
+    let err = root.existing_state_dir(Path::new(".npc")).unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    assert!(!repo.path().join(".npc").exists(), "a reader makes nothing");
+    let (real, claim) = root.claim_state_dir(Path::new("state/npc")).unwrap();
+    assert_eq!(claim, Claim::Created);
+    assert_eq!(mode(&real), 0o700);
+    assert_eq!(mode(&real.join(OWNER_FILE)), 0o600);
+}
+
+#[test]
+fn own_files_are_private_single_linked_files_of_this_user() {
+    let (repo, _o, root) = setup();
+    let path = repo.path().join("own");
+    std::fs::write(&path, "x").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(root.read_own(&path, 10).unwrap_err().is_not_own());
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(root.read_own(&path, 10).unwrap(), b"x");
+    std::fs::hard_link(&path, repo.path().join("second")).unwrap();
+    assert!(root.read_own(&path, 10).unwrap_err().is_not_own());
 }
 
 #[test]

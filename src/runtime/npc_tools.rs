@@ -99,10 +99,7 @@ impl NpcGroup {
 
     /// The store, read-only; `None` before anything was recorded.
     fn store(&self) -> Result<Option<Store>, NpcError> {
-        if !self.cx.paths.db().is_file() {
-            return Ok(None);
-        }
-        Ok(Some(runtime::open_store_read_only(&self.cx.paths)?))
+        Ok(runtime::open_existing_store(&self.cx.paths)?)
     }
 
     fn status(&self) -> Result<Value, NpcError> {

@@ -76,6 +76,8 @@ impl RepoPaths {
     /// of the REST API and `npc mcp serve --http` unless `daemon.token_env`
     /// names another. Created on first use — random, owner-only, whole or
     /// not at all, one winner when two processes race — and read back after.
+    /// A token file npc did not make (readable by others, as a clone leaves
+    /// it; another user's) is replaced, never used.
     pub fn api_token(&self) -> Result<String, RuntimeError> {
         let root = crate::repofs::Root::new(&self.root)?;
         root.ensure_state_dir(&self.state_dir)?;
@@ -85,8 +87,8 @@ impl RepoPaths {
             reason: reason.to_string(),
         };
         // A second read covers the process that lost the race to create it.
-        for _ in 0..2 {
-            match root.read_with(&path, MAX_TOKEN_FILE_BYTES, crate::repofs::Links::Refuse) {
+        for _ in 0..3 {
+            match root.read_own(&path, MAX_TOKEN_FILE_BYTES) {
                 Ok(bytes) => {
                     let token = String::from_utf8(bytes).unwrap_or_default();
                     let token = token.trim();
@@ -98,6 +100,12 @@ impl RepoPaths {
                         ));
                     }
                     return Ok(token.to_string());
+                }
+                // Not npc's (readable by others, another's, linked): never
+                // adopted; replaced by a new one.
+                Err(e) if e.is_not_own() => {
+                    tracing::warn!(error = %e, "a new API token replaces it");
+                    root.remove_file(&path)?;
                 }
                 Err(e) if e.is_not_found() => {
                     let token = crate::stdx::random_hex(TOKEN_BYTES)
@@ -159,13 +167,36 @@ pub fn open_store(paths: &RepoPaths) -> Result<Store, RuntimeError> {
 }
 
 /// Open the existing store read-only (the CLI beside a daemon), after the
-/// same checks as [`open_store`]: the database and its side files are
-/// regular files, never links.
-pub fn open_store_read_only(paths: &RepoPaths) -> Result<Store, RuntimeError> {
+/// same checks as [`open_store`]: the state directory is npc's own (one
+/// that came with the repository is moved aside and reads as none), the
+/// database and its side files are regular files, never links. `None`
+/// when there is no store yet (nothing recorded, or nothing npc made).
+pub fn open_existing_store(paths: &RepoPaths) -> Result<Option<Store>, RuntimeError> {
     let root = crate::repofs::Root::new(&paths.root)?;
-    drop(root.open_existing(&paths.db())?);
+    for check in [
+        root.existing_state_dir(&paths.state_dir),
+        root.open_existing(&paths.db()).map(drop),
+    ] {
+        match check {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    }
     check_side_files(&root, paths)?;
-    Ok(Store::open_read_only(paths.db())?)
+    match Store::open_read_only(paths.db()) {
+        Ok(store) => Ok(Some(store)),
+        Err(crate::store::StoreError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// [`open_existing_store`] for a caller that needs the store: its absence
+/// is an error naming the database.
+pub fn open_store_read_only(paths: &RepoPaths) -> Result<Store, RuntimeError> {
+    open_existing_store(paths)?.ok_or_else(|| {
+        crate::repofs::FsError::not_found(paths.db()).into()
+    })
 }
 
 /// Each of SQLite's side files is absent or a regular file in the state

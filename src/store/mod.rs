@@ -356,6 +356,12 @@ impl Store {
         };
         let conn = store.open_reader()?;
         let found = schema::current_version(&conn)?;
+        // A database with nothing in it yet is one another process is
+        // creating right now (its first transaction makes the tables): no
+        // store yet, as before the file existed.
+        if found == 0 && schema::is_empty(&conn)? {
+            return Err(StoreError::NotFound { path: store.path });
+        }
         if let Ok(mut pool) = store.readers.lock() {
             pool.push(conn);
         }

@@ -31,7 +31,7 @@ mod guarded_files {
     use std::process::{Child, Command, Stdio};
     use std::time::Duration;
 
-    use crate::support::{Daemon, npc, npc_path, stop_child, wait_for};
+    use crate::support::{Daemon, npc, npc_made_state_dir, npc_path, stop_child, wait_for};
 
     /// Longest a command may take before it counts as hanging.
     const HANG: Duration = Duration::from_secs(30);
@@ -138,7 +138,7 @@ mcp_servers = ["fs"]
     #[test]
     fn lock_symlink_outside_is_refused_and_the_outside_file_untouched() {
         let repo = Repo::standard();
-        std::fs::create_dir(repo.path(".npc")).unwrap();
+        npc_made_state_dir(repo.dir.path());
         symlink(repo.secret(), repo.path(".npc/daemon.lock")).unwrap();
         let a = repo.npc(&["apply", "--auto-approve"]).failure();
         let err = stderr(&a);
@@ -280,13 +280,14 @@ mcp_servers = ["fs"]
     }
 
     #[test]
-    fn npc_dir_symlink_outside_is_refused() {
+    fn npc_dir_symlink_outside_is_moved_aside_never_followed() {
         let repo = Repo::standard();
         std::fs::remove_file(repo.secret()).unwrap();
         symlink(repo.outside.path(), repo.path(".npc")).unwrap();
-        let a = repo.npc(&["apply", "--auto-approve"]).failure();
+        let a = repo.npc(&["apply", "--auto-approve"]).success();
         let out = stdout(&a) + &stderr(&a);
-        assert!(out.contains("`.npc` is a symbolic link to"), "{out}");
+        assert!(out.contains("moved aside unread"), "{out}");
+        assert!(!is_link(&repo.path(".npc")), "npc made its own");
         let names: Vec<_> = std::fs::read_dir(repo.outside.path()).unwrap().collect();
         assert!(
             names.is_empty(),
@@ -297,7 +298,7 @@ mcp_servers = ["fs"]
     #[test]
     fn profiles_dir_symlink_outside_is_not_written_through() {
         let repo = Repo::standard();
-        std::fs::create_dir(repo.path(".npc")).unwrap();
+        npc_made_state_dir(repo.dir.path());
         symlink(repo.outside.path(), repo.path(".npc/profiles")).unwrap();
         let a = repo.npc(&["apply", "--auto-approve"]).failure();
         let out = stdout(&a) + &stderr(&a);
@@ -313,6 +314,7 @@ mcp_servers = ["fs"]
     #[test]
     fn rendered_profile_symlink_is_refused_not_followed() {
         let repo = Repo::standard();
+        npc_made_state_dir(repo.dir.path());
         std::fs::create_dir_all(repo.path(".npc/profiles")).unwrap();
         symlink(repo.secret(), repo.path(".npc/profiles/dev.md")).unwrap();
         let a = repo.npc(&["plan"]);
@@ -356,7 +358,7 @@ mcp_servers = ["fs"]
     #[test]
     fn control_socket_symlink_is_not_followed() {
         let repo = Repo::new("version = 1\n");
-        std::fs::create_dir(repo.path(".npc")).unwrap();
+        npc_made_state_dir(repo.dir.path());
         symlink(repo.secret(), repo.path(".npc/daemon.sock")).unwrap();
         let a = repo.npc(&["daemon"]).failure();
         assert!(stderr(&a).contains("daemon.sock"), "{}", stderr(&a));
@@ -367,6 +369,7 @@ mcp_servers = ["fs"]
     #[test]
     fn log_file_symlink_outside_is_not_written_through() {
         let repo = Repo::standard();
+        npc_made_state_dir(repo.dir.path());
         std::fs::create_dir_all(repo.path(".npc/logs")).unwrap();
         symlink(repo.secret(), repo.path(".npc/logs/mcp_server%2Efs.log")).unwrap();
         let daemon = Daemon::start_in(repo.dir.path());
@@ -411,7 +414,7 @@ mcp_servers = ["fs"]
     #[test]
     fn state_files_are_private_and_git_ignored() {
         let repo = Repo::standard();
-        std::fs::create_dir(repo.path(".npc")).unwrap();
+        npc_made_state_dir(repo.dir.path());
         std::fs::set_permissions(repo.path(".npc"), std::fs::Permissions::from_mode(0o755))
             .unwrap();
         repo.npc(&["apply", "--auto-approve"]).success();
@@ -430,6 +433,7 @@ mcp_servers = ["fs"]
     fn stale_temp_files_of_a_killed_npc_are_removed_on_the_next_run() {
         let repo = Repo::standard();
         let pid = dead_pid();
+        npc_made_state_dir(repo.dir.path());
         std::fs::create_dir_all(repo.path(".npc/profiles")).unwrap();
         // Temp files live beside their target, named `.NAME.npc-PID-N.tmp`.
         let stale = [
@@ -1389,7 +1393,7 @@ mod no_orphans {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
 
-    use crate::support::{alive, npc_path, wait_for};
+    use crate::support::{alive, npc_made_state_dir, npc_path, wait_for};
 
     /// A `sleep` argument no other test uses, so its copies can be counted.
     fn unique_sleep(offset: u32) -> String {
@@ -1670,7 +1674,7 @@ mod no_orphans {
 
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("npcagent.toml"), "version = 1\n").unwrap();
-        let groups = dir.path().join(".npc/groups");
+        let groups = npc_made_state_dir(dir.path()).join("groups");
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -2851,9 +2855,10 @@ mod closed_stderr {
 /// A refusal of the guarded layer while taking the lock is said once, not
 /// repeated by the error chain.
 #[test]
-fn a_refused_runtime_directory_is_reported_once() {
+fn a_refused_lock_is_reported_once() {
     let dir = s8_repo("version = 1\n");
-    std::fs::write(dir.path().join(".npc"), "not a directory").unwrap();
+    let state = crate::support::npc_made_state_dir(dir.path());
+    std::fs::create_dir(state.join("daemon.lock")).unwrap();
     let out = npc()
         .current_dir(dir.path())
         .args(["apply", "--auto-approve"])
@@ -2862,7 +2867,7 @@ fn a_refused_runtime_directory_is_reported_once() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(
-        stderr.matches("is not a directory").count(),
+        stderr.matches("not a regular file").count(),
         1,
         "said more than once: {stderr}"
     );

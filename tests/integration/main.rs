@@ -35,5 +35,6 @@ mod security;
 mod supervisor;
 mod support;
 mod triggers;
+mod trust;
 mod validate;
 mod worktrees;

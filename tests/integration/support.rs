@@ -426,3 +426,37 @@ pub fn python_module(module: &str, install: &str) -> bool {
     }
     ok
 }
+
+/// Let npc make the state directory `.npc` of the repository `root` (so it
+/// is provably npc's own: `docs/security.md`), then empty it but for its
+/// owner file. What a test plants there afterwards sits inside npc's own
+/// directory, where only npc, the user or an agent's run could put it.
+pub fn npc_made_state_dir(root: &Path) -> PathBuf {
+    // `npc apply` of an empty manifest in the repository claims its state
+    // directory; the repository's own manifest is put back after.
+    let manifest = root.join("npcagent.toml");
+    let kept = std::fs::read(&manifest).ok();
+    std::fs::write(&manifest, "version = 1\n").unwrap();
+    npc()
+        .current_dir(root)
+        .args(["apply", "--auto-approve"])
+        .assert()
+        .success();
+    match kept {
+        Some(text) => std::fs::write(&manifest, text).unwrap(),
+        None => std::fs::remove_file(&manifest).unwrap(),
+    }
+    let state = root.join(".npc");
+    for entry in std::fs::read_dir(&state).unwrap().flatten() {
+        if entry.file_name() == "npc.owner" {
+            continue;
+        }
+        let path = entry.path();
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::remove_dir_all(path).unwrap();
+        } else {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    state
+}

@@ -699,7 +699,7 @@ action = { command = "true" }
 "#;
     let dir = repository(manifest, &[("notes.txt", "base\n")]);
     let elsewhere = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join(".npc")).unwrap();
+    crate::support::npc_made_state_dir(dir.path());
     std::os::unix::fs::symlink(elsewhere.path(), dir.path().join(".npc/worktrees")).unwrap();
     let _daemon = Daemon::start_in(dir.path());
     let id = fire(dir.path(), "t", "{}");
