@@ -155,7 +155,11 @@ fn create(parent: BorrowedFd<'_>, name: &OsStr, shown: &Path) -> Result<OwnedFd,
     let mut new = OsString::from(NEW_DIR_MARK);
     new.push(format!("{}-", std::process::id()));
     new.push(name);
-    match mkdirat(parent, new.as_os_str(), Mode::from_bits_truncate(PRIVATE_DIR_MODE)) {
+    match mkdirat(
+        parent,
+        new.as_os_str(),
+        Mode::from_bits_truncate(PRIVATE_DIR_MODE),
+    ) {
         Ok(()) => {}
         // One a killed process of this pid left: it is ours to reuse.
         Err(Errno::EEXIST) => remove_new(parent, &new),
@@ -180,7 +184,13 @@ fn create(parent: BorrowedFd<'_>, name: &OsStr, shown: &Path) -> Result<OwnedFd,
         file.write_all(text.as_bytes())
             .and_then(|()| file.sync_all())
             .map_err(super::errno_of)?;
-        renameat2(parent, new.as_os_str(), parent, name, RenameFlags::RENAME_NOREPLACE)?;
+        renameat2(
+            parent,
+            new.as_os_str(),
+            parent,
+            name,
+            RenameFlags::RENAME_NOREPLACE,
+        )?;
         Ok(dir)
     })();
     made.map_err(|e| {
@@ -214,7 +224,13 @@ fn move_aside(parent: BorrowedFd<'_>, name: &OsStr, shown: &Path) -> Result<OsSt
     for n in 0..MAX_ASIDE_NAMES {
         let mut aside = name.to_os_string();
         aside.push(format!("{UNTRUSTED_MARK}{secs}-{}-{n}", std::process::id()));
-        match renameat2(parent, name, parent, aside.as_os_str(), RenameFlags::RENAME_NOREPLACE) {
+        match renameat2(
+            parent,
+            name,
+            parent,
+            aside.as_os_str(),
+            RenameFlags::RENAME_NOREPLACE,
+        ) {
             Ok(()) => return Ok(aside),
             Err(Errno::EEXIST) => last = Errno::EEXIST,
             Err(e) => {

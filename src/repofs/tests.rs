@@ -299,7 +299,10 @@ fn a_state_dir_npc_did_not_make_is_moved_aside_and_one_made() {
     assert!(matches!(claim, Claim::Replaced { .. }), "{claim:?}");
     let aside = moved_aside(repo.path());
     assert_eq!(aside.len(), 1);
-    assert_eq!(std::fs::read_to_string(aside[0].join("api.token")).unwrap(), "shipped");
+    assert_eq!(
+        std::fs::read_to_string(aside[0].join("api.token")).unwrap(),
+        "shipped"
+    );
     assert!(!state.join("api.token").exists());
     assert!(state.join(OWNER_FILE).exists());
     // Made here, it proves itself from now on.

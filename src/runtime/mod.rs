@@ -46,8 +46,8 @@ pub use inputs::{
 pub use load::{FILES_DEADLINE, LOAD_DEADLINE, is_operational, load_manifest};
 use load::{LoadFailure, OperationalFiles};
 pub use paths::{
-    DB_FILE, RepoPaths, STORE_SIDE_SUFFIXES, TOKEN_FILE, open_existing_store, open_store, open_store_read_only,
-    state_dir_hint,
+    DB_FILE, RepoPaths, STORE_SIDE_SUFFIXES, TOKEN_FILE, open_existing_store, open_store,
+    open_store_read_only, state_dir_hint,
 };
 pub use state::{decode_state, encode_state, record_state, stored_state};
 

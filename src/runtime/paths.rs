@@ -194,9 +194,7 @@ pub fn open_existing_store(paths: &RepoPaths) -> Result<Option<Store>, RuntimeEr
 /// [`open_existing_store`] for a caller that needs the store: its absence
 /// is an error naming the database.
 pub fn open_store_read_only(paths: &RepoPaths) -> Result<Store, RuntimeError> {
-    open_existing_store(paths)?.ok_or_else(|| {
-        crate::repofs::FsError::not_found(paths.db()).into()
-    })
+    open_existing_store(paths)?.ok_or_else(|| crate::repofs::FsError::not_found(paths.db()).into())
 }
 
 /// Each of SQLite's side files is absent or a regular file in the state

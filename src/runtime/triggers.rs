@@ -56,6 +56,16 @@ pub enum Scheduling {
     Leader,
 }
 
+/// How a trigger is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Launch {
+    /// Applied, edited, or this daemon (re)started.
+    Fresh,
+    /// This daemon takes over its fleet's lead: fire times the gone leader
+    /// left are owed ([`TriggerKind::take_over`]).
+    TakingOver,
+}
+
 fn is_cron(t: &Trigger) -> bool {
     matches!(t.source, TriggerSource::Cron { .. })
 }
@@ -211,7 +221,7 @@ impl TriggerDriver {
             .collect();
         for (name, config) in picked {
             self.halt(&name, false);
-            if let Err(e) = self.launch(&name, &config) {
+            if let Err(e) = self.launch_as(&name, &config, Launch::TakingOver) {
                 tracing::warn!("trigger `{name}`: {e}");
             }
         }
@@ -221,7 +231,15 @@ impl TriggerDriver {
     /// (a cron trigger only where this daemon schedules, a webhook only
     /// where it takes webhooks).
     fn launch(&self, name: &str, t: &Trigger) -> Result<(), TriggerError> {
+        self.launch_as(name, t, Launch::Fresh)
+    }
+
+    /// [`launch`](Self::launch), taking over a fleet's lead or not.
+    fn launch_as(&self, name: &str, t: &Trigger, how: Launch) -> Result<(), TriggerError> {
         let mut kind = self.make(name, t)?;
+        if how == Launch::TakingOver {
+            kind.take_over();
+        }
         let waits_for_lead = is_cron(t) && self.scheduling() == Scheduling::Standby;
         let not_ingress = is_webhook(t) && self.role().is_some_and(|r| !r.takes_webhooks());
         let started = !(waits_for_lead || not_ingress);
@@ -251,8 +269,10 @@ impl TriggerDriver {
     }
 
     /// The daemon leads its fleet's scheduling: each cron trigger starts
-    /// from the fleet's stored state (`shared`, by trigger name) as a
-    /// restart would. Returns each started trigger's state, for the fleet.
+    /// from the fleet's stored state (`shared`, by trigger name), firing
+    /// each fire time already past once (the gone leader's, owed; its dedupe
+    /// key keeps one already fired from running twice). Returns each
+    /// started trigger's state, for the fleet.
     pub async fn lead(
         &self,
         shared: &std::collections::BTreeMap<String, serde_json::Value>,
@@ -275,7 +295,7 @@ impl TriggerDriver {
                 tracing::warn!("trigger `{name}`: cannot take the fleet's state: {e}");
             }
             self.halt(&name, false);
-            if let Err(e) = self.launch(&name, &config) {
+            if let Err(e) = self.launch_as(&name, &config, Launch::TakingOver) {
                 tracing::warn!("trigger `{name}`: {e}");
                 continue;
             }

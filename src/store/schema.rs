@@ -246,9 +246,11 @@ const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations
 
 /// Whether the database holds no table at all (a file just created).
 pub(super) fn is_empty(conn: &Connection) -> Result<bool, StoreError> {
-    conn.query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get::<_, i64>(0))
-        .map(|n| n == 0)
-        .map_err(sqlite("read the schema"))
+    conn.query_row("SELECT count(*) FROM sqlite_master", [], |row| {
+        row.get::<_, i64>(0)
+    })
+    .map(|n| n == 0)
+    .map_err(sqlite("read the schema"))
 }
 
 /// The highest applied version, or 0 for a database with no version table.

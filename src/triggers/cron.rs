@@ -7,8 +7,12 @@
 //! job as the run row, and its fire time is the run's dedupe key — a crash
 //! can lose a fire, never repeat one. On start, a stored fire time already
 //! past was missed while no daemon ran: `missed = "skip"` forgets it,
-//! `"run_once"` fires once for it (however many were missed). Editing the
-//! schedule keeps the trigger and recomputes the next fire from now.
+//! `"run_once"` fires once for it (however many were missed). A fleet's
+//! daemon taking over the lead ([`TriggerKind::take_over`]) owes instead
+//! every fire time from the stored one to now (the fleet fired none of
+//! them: its leader was gone), up to [`MAX_OWED_FIRES`], each once by its
+//! dedupe key, whatever `missed` says. Editing the schedule keeps the
+//! trigger and recomputes the next fire from now.
 //!
 //! Time zones and DST: the next fire is computed in the trigger's zone by
 //! wall-clock time. A local time that a spring-forward gap skips does not
@@ -37,6 +41,18 @@ use crate::model::schedule::Schedule;
 pub const STATE_KEY: &str = "cron";
 /// Most fire times one [`TriggerKind::next_fire_times`] call computes.
 pub const MAX_NEXT_FIRES: usize = 100;
+/// Most past fire times a daemon taking over a fleet's lead fires; older
+/// ones beyond this are skipped (and said so).
+pub const MAX_OWED_FIRES: usize = 256;
+
+/// What a stored fire time already past means at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PastFires {
+    /// Missed while no daemon ran: the `missed` policy decides.
+    Missed,
+    /// Owed by a fleet whose leader was gone: each one fires.
+    Owed,
+}
 
 /// A cron trigger.
 #[derive(Debug)]
@@ -47,8 +63,10 @@ pub struct CronTrigger {
     missed: Missed,
     /// The next fire time (`None`: never again).
     next: Arc<Mutex<Option<DateTime<Utc>>>>,
-    /// A fire missed while no daemon ran, to run once at start.
-    catch_up: Option<DateTime<Utc>>,
+    /// What a stored fire time already past means.
+    past: PastFires,
+    /// Past fire times to fire at start, oldest first.
+    catch_up: Vec<DateTime<Utc>>,
     stop: Option<CancellationToken>,
 }
 
@@ -122,7 +140,8 @@ impl CronTrigger {
             tz,
             missed,
             next: Arc::new(Mutex::new(None)),
-            catch_up: None,
+            past: PastFires::Missed,
+            catch_up: Vec::new(),
             stop: None,
         })
     }
@@ -147,15 +166,26 @@ impl TriggerKind for CronTrigger {
         let next = match stored_next {
             Some(t) if t > now => t,
             Some(missed_at) => {
-                if self.missed == Missed::RunOnce {
-                    self.catch_up = Some(missed_at);
-                }
+                self.catch_up = match (self.past, self.missed) {
+                    (PastFires::Owed, _) => {
+                        let owed: Vec<_> = fire_times_upto(&self.schedule, self.tz, missed_at, now);
+                        if owed.len() == MAX_OWED_FIRES {
+                            tracing::warn!(
+                                "trigger `{}`: more than {MAX_OWED_FIRES} fire times passed without a leader; the later ones are skipped",
+                                cx.name
+                            );
+                        }
+                        owed
+                    }
+                    (PastFires::Missed, Missed::RunOnce) => vec![missed_at],
+                    (PastFires::Missed, Missed::Skip) => Vec::new(),
+                };
                 from_now
             }
             None => from_now,
         };
         *crate::stdx::lock(&self.next) = Some(next);
-        if self.catch_up.is_none() {
+        if self.catch_up.is_empty() {
             // Committed before anything fires; a catch-up firing carries
             // the same state itself.
             drop(cx.store.set_trigger_value(
@@ -173,7 +203,8 @@ impl TriggerKind for CronTrigger {
         self.stop = Some(stop.clone());
         let (schedule, tz, timezone) = (self.schedule.clone(), self.tz, self.timezone.clone());
         let (next, clock, name) = (self.next.clone(), cx.clock.clone(), cx.name.clone());
-        let catch_up = self.catch_up.take();
+        let catch_up = std::mem::take(&mut self.catch_up);
+        let late_is_missed = self.past == PastFires::Missed;
         let firing = move |due: DateTime<Utc>, following: Option<DateTime<Utc>>, missed: bool| {
             let mut f = Firing::new(
                 &name,
@@ -196,9 +227,16 @@ impl TriggerKind for CronTrigger {
         };
         let schedule = self.schedule.clone();
         tokio::spawn(async move {
-            if let Some(missed_at) = catch_up {
-                let following = *crate::stdx::lock(&next);
-                if tx.send(firing(missed_at, following, true)).await.is_err() {
+            for (i, late) in catch_up.iter().enumerate() {
+                let following = match catch_up.get(i + 1) {
+                    Some(t) => Some(*t),
+                    None => *crate::stdx::lock(&next),
+                };
+                if tx
+                    .send(firing(*late, following, late_is_missed))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -235,6 +273,30 @@ impl TriggerKind for CronTrigger {
     fn next_fire_times(&self, limit: usize) -> Vec<DateTime<Utc>> {
         fire_times(&self.schedule, self.tz, self.next(), limit)
     }
+
+    fn take_over(&mut self) {
+        self.past = PastFires::Owed;
+    }
+}
+
+/// The fire times from `first` (included) up to `now` (included), at most
+/// [`MAX_OWED_FIRES`].
+fn fire_times_upto(
+    schedule: &Schedule,
+    tz: Tz,
+    first: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Vec<DateTime<Utc>> {
+    let mut out = Vec::new();
+    let mut at = Some(first);
+    while let Some(t) = at.filter(|t| *t <= now) {
+        if out.len() >= MAX_OWED_FIRES {
+            break;
+        }
+        out.push(t);
+        at = next_after(schedule, tz, t);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -394,7 +456,7 @@ mod tests {
         clock.set(at("2026-11-29T13:20:00Z"));
         let mut skip = CronTrigger::new(hourly.clone(), "UTC", Missed::Skip).unwrap();
         skip.setup(&cx).unwrap();
-        assert!(skip.catch_up.is_none());
+        assert!(skip.catch_up.is_empty());
         assert_eq!(skip.next_fire_times(1), [at("2026-11-29T14:00:00Z")]);
         // The stored next fire is 11:00 again (skip stored 14:00; go back).
         cx.store
@@ -416,7 +478,78 @@ mod tests {
         let mut edited =
             CronTrigger::new("0 0 * * *".parse().unwrap(), "UTC", Missed::RunOnce).unwrap();
         edited.setup(&cx).unwrap();
-        assert!(edited.catch_up.is_none());
+        assert!(edited.catch_up.is_empty());
         assert_eq!(edited.next_fire_times(1), [at("2026-11-30T00:00:00Z")]);
+    }
+
+    /// A daemon taking over a fleet's lead fires every fire time the gone
+    /// leader left, each once and in order, each carrying the next as its
+    /// state, then goes on; `missed = "skip"` does not drop them.
+    #[tokio::test]
+    async fn a_daemon_taking_over_the_lead_fires_every_owed_fire_time_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(FakeClock::new(at("2026-11-29T10:00:00Z")));
+        let cx = cx(dir.path(), clock.clone());
+        let every: Schedule = "2s".parse().unwrap();
+        let stored = at("2026-11-29T10:00:02Z");
+        cx.store
+            .set_trigger_value(
+                "nightly",
+                STATE_KEY,
+                &state_value(Some(stored), &every, "UTC"),
+            )
+            .await
+            .unwrap();
+        // The old leader died before 10:00:02; the lead moves at 10:00:07.
+        clock.set(at("2026-11-29T10:00:07Z"));
+        let mut leader = CronTrigger::new(every.clone(), "UTC", Missed::Skip).unwrap();
+        leader.take_over();
+        leader.setup(&cx).unwrap();
+        let mut rx = leader.start(&cx).unwrap();
+        let mut fired = Vec::new();
+        for _ in 0..3 {
+            let f = next_firing(&mut rx).await;
+            assert_eq!(f.payload["missed"], false);
+            fired.push((
+                f.payload["scheduled_at"].as_str().unwrap().to_string(),
+                f.dedupe_key.clone().unwrap(),
+                f.state.clone().unwrap().1["next_fire_ms"].as_i64().unwrap(),
+            ));
+        }
+        let ms = |s: &str| at(s).timestamp_millis();
+        assert_eq!(
+            fired,
+            [
+                (
+                    "2026-11-29T10:00:02+00:00".to_string(),
+                    ms("2026-11-29T10:00:02Z").to_string(),
+                    ms("2026-11-29T10:00:04Z")
+                ),
+                (
+                    "2026-11-29T10:00:04+00:00".to_string(),
+                    ms("2026-11-29T10:00:04Z").to_string(),
+                    ms("2026-11-29T10:00:06Z")
+                ),
+                (
+                    "2026-11-29T10:00:06+00:00".to_string(),
+                    ms("2026-11-29T10:00:06Z").to_string(),
+                    leader.next().unwrap().timestamp_millis()
+                ),
+            ]
+        );
+        assert!(leader.next().unwrap() > at("2026-11-29T10:00:07Z"));
+        leader.stop();
+        // A restart of one machine (no take-over) still follows `missed`.
+        cx.store
+            .set_trigger_value(
+                "nightly",
+                STATE_KEY,
+                &state_value(Some(stored), &every, "UTC"),
+            )
+            .await
+            .unwrap();
+        let mut restarted = CronTrigger::new(every, "UTC", Missed::Skip).unwrap();
+        restarted.setup(&cx).unwrap();
+        assert!(restarted.catch_up.is_empty());
     }
 }

@@ -149,4 +149,8 @@ pub trait TriggerKind: Send + Sync + std::fmt::Debug {
     fn teardown(&mut self, cx: &TriggerContext);
     /// The next `limit` times the trigger fires by itself (cron only).
     fn next_fire_times(&self, limit: usize) -> Vec<DateTime<Utc>>;
+    /// Called before [`setup`](Self::setup) when a fleet's daemon takes
+    /// over the lead: past fire times in the stored state are the fleet's
+    /// to fire, not missed while no daemon ran (cron only).
+    fn take_over(&mut self) {}
 }

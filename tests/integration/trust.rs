@@ -47,7 +47,12 @@ fn moved_aside(dir: &Path) -> Vec<PathBuf> {
         .unwrap()
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().contains(".untrusted-"))
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .contains(".untrusted-")
+        })
         .collect()
 }
 
@@ -69,7 +74,11 @@ fn hostile_clone(canary: &Path) -> (tempfile::TempDir, tempfile::TempDir) {
     )
     .unwrap();
     let hook = format!("#!/bin/sh\ntouch {}\n", canary.display());
-    for name in ["post-checkout", "reference-transaction", "post-index-change"] {
+    for name in [
+        "post-checkout",
+        "reference-transaction",
+        "post-index-change",
+    ] {
         let path = state.join("mirror.git/hooks").join(name);
         std::fs::write(&path, &hook).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -115,7 +124,10 @@ fn a_state_directory_that_came_with_a_clone_is_moved_aside_unread() {
         std::fs::read_to_string(aside[0].join("api.token")).unwrap(),
         SHIPPED_TOKEN
     );
-    assert_eq!(std::fs::read(aside[0].join("state.db")).unwrap(), shipped_db);
+    assert_eq!(
+        std::fs::read(aside[0].join("state.db")).unwrap(),
+        shipped_db
+    );
     assert!(
         d.log().contains("moved aside unread"),
         "the daemon says so: {}",
@@ -123,7 +135,10 @@ fn a_state_directory_that_came_with_a_clone_is_moved_aside_unread() {
     );
     // npc's own directory is private and proves itself on the next start:
     // kept, with its token.
-    let mode = std::fs::metadata(root.join(".npc")).unwrap().permissions().mode();
+    let mode = std::fs::metadata(root.join(".npc"))
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o700);
     let before = d.last_event_id();
     d.terminate();
@@ -241,6 +256,10 @@ fn processes_opening_a_fresh_repository_at_once_all_succeed() {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        assert_eq!(moved_aside(dir.path()).len(), 0, "one state directory, made once");
+        assert_eq!(
+            moved_aside(dir.path()).len(),
+            0,
+            "one state directory, made once"
+        );
     }
 }
