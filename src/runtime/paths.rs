@@ -80,7 +80,7 @@ impl RepoPaths {
     /// it; another user's) is replaced, never used.
     pub fn api_token(&self) -> Result<String, RuntimeError> {
         let root = crate::repofs::Root::new(&self.root)?;
-        root.ensure_state_dir(&self.state_dir)?;
+        self.claim_state_dir(&root)?;
         let path = self.state_dir.join(TOKEN_FILE);
         let bad = |reason: &str| RuntimeError::Token {
             path: path.clone(),
@@ -118,6 +118,19 @@ impl RepoPaths {
             }
         }
         Err(bad("it keeps changing; stop what rewrites it"))
+    }
+
+    /// Make the state directory npc's own ([`crate::repofs::Root::ensure_state_dir`]),
+    /// the runtime directory first when the state directory is inside it
+    /// (so the runtime directory is never made as a mere parent, without
+    /// its owner file, and moved aside later with the state inside).
+    fn claim_state_dir(&self, root: &crate::repofs::Root) -> Result<(), RuntimeError> {
+        let runtime = self.runtime_dir();
+        if self.state_dir != runtime && self.state_dir.starts_with(&runtime) {
+            root.ensure_state_dir(&runtime)?;
+        }
+        root.ensure_state_dir(&self.state_dir)?;
+        Ok(())
     }
 
     /// Who may use the repository's TCP surfaces that take a credential
@@ -160,7 +173,7 @@ pub const STORE_SIDE_SUFFIXES: [&str; 3] = ["-wal", "-shm", "-journal"];
 /// guarded layer (private, never links), then open the store.
 pub fn open_store(paths: &RepoPaths) -> Result<Store, RuntimeError> {
     let root = crate::repofs::Root::new(&paths.root)?;
-    root.ensure_state_dir(&paths.state_dir)?;
+    paths.claim_state_dir(&root)?;
     drop(root.open_private(&paths.db())?);
     check_side_files(&root, paths)?;
     Ok(Store::open(paths.db())?)
@@ -173,6 +186,13 @@ pub fn open_store(paths: &RepoPaths) -> Result<Store, RuntimeError> {
 /// when there is no store yet (nothing recorded, or nothing npc made).
 pub fn open_existing_store(paths: &RepoPaths) -> Result<Option<Store>, RuntimeError> {
     let root = crate::repofs::Root::new(&paths.root)?;
+    if paths.state_dir.starts_with(paths.runtime_dir()) {
+        match root.existing_state_dir(&paths.runtime_dir()) {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    }
     for check in [
         root.existing_state_dir(&paths.state_dir),
         root.open_existing(&paths.db()).map(drop),

@@ -263,3 +263,34 @@ fn processes_opening_a_fresh_repository_at_once_all_succeed() {
         );
     }
 }
+
+#[test]
+fn a_state_directory_inside_the_runtime_directory_is_never_moved_aside_with_it() {
+    // `state_dir = ".npc/data"`: the first command to run only opens the
+    // store (a hook call); the runtime directory around it is npc's own
+    // from then on, so the next command (which takes the lock in `.npc`)
+    // keeps both.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n[project]\nstate_dir = \".npc/data\"\n[[hooks.before_tool]]\ncommand = \"true\"\n",
+    )
+    .unwrap();
+    npc()
+        .current_dir(dir.path())
+        .args(["hook", "run", "before_tool"])
+        .write_stdin(r#"{"tool_call":{"name":"x","arguments":{}}}"#)
+        .assert()
+        .success();
+    let db = dir.path().join(".npc/data/state.db");
+    assert!(db.exists());
+    npc()
+        .current_dir(dir.path())
+        .args(["apply", "--auto-approve"])
+        .assert()
+        .success();
+    assert_eq!(moved_aside(dir.path()).len(), 0);
+    assert_eq!(moved_aside(&dir.path().join(".npc")).len(), 0);
+    assert!(db.exists());
+    assert!(dir.path().join(".npc/daemon.lock").exists());
+}
