@@ -21,6 +21,7 @@ pub mod notices;
 pub mod pg;
 pub mod queue;
 mod schema;
+pub mod untrusted;
 mod writer;
 
 use std::collections::{BTreeMap, BTreeSet};
