@@ -5,9 +5,9 @@
 //! a run id npc makes (the only names a worktree path is made of), its
 //! origin one a fleet carries ([`Origin::runs_in_fleet`]: never `cli`,
 //! `acp` or `file_watch`, whose payloads name a working directory or
-//! belong to the machine that asked), its queue the manual queue exactly
-//! when it was started through the API and else a trigger of the worker's
-//! own manifest, its key and attempts within bounds, its payload whole, its
+//! belong to the machine that asked), its queue the manual queue only when it
+//! was started through the API and else a trigger of the worker's own
+//! manifest, its key and attempts within bounds, its payload whole, its
 //! code the worker's remote and a full object id ([`check_code`]). Where a
 //! run works is the worker's to decide (a worktree of its own, or its own
 //! checkout), never the row's.
@@ -33,7 +33,7 @@ pub enum RowRefused {
     )]
     Origin(String),
     #[error(
-        "the run of origin `{origin}` is queued on `{queue}`; only runs started through the API are queued on `@manual`, and only they; it was not run"
+        "the run of origin `{origin}` is queued on `{queue}`; only runs started through the API are queued there; it was not run"
     )]
     Queue { origin: String, queue: String },
     #[error(
@@ -80,7 +80,7 @@ impl FleetRun {
             .filter(|o| o.runs_in_fleet())
             .ok_or_else(|| RowRefused::Origin(shown(&row.origin)))?;
         let by_hand = row.trigger == MANUAL_QUEUE;
-        if by_hand != (origin == Origin::Api) {
+        if by_hand && origin != Origin::Api {
             return Err(RowRefused::Queue {
                 origin: origin.as_str().to_string(),
                 queue: shown(&row.trigger),
@@ -165,10 +165,6 @@ mod tests {
         assert!(matches!(check(r).unwrap_err(), RowRefused::Id(_)));
         assert!(matches!(
             check(row("cron", MANUAL_QUEUE)).unwrap_err(),
-            RowRefused::Queue { .. }
-        ));
-        assert!(matches!(
-            check(row("api", "nightly")).unwrap_err(),
             RowRefused::Queue { .. }
         ));
         assert!(matches!(

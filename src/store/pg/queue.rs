@@ -41,50 +41,67 @@ const EVENTS_LOCK_CLASS: i32 = 0x6e70_6576;
 /// ([`untrusted`]), the payload at most `payload_bytes`; named as the
 /// table's columns, each prefixed by `alias` (`""` or `"r."`).
 fn run_columns(alias: &str, payload_bytes: usize) -> String {
-    let name = |col: &str| {
-        format!(
-            "{} AS {col}",
-            untrusted::pg_text(&format!("{alias}{col}"), untrusted::MAX_NAME_CHARS)
-        )
-    };
-    let text = |col: &str| {
-        format!(
-            "{} AS {col}",
-            untrusted::pg_text(&format!("{alias}{col}"), untrusted::MAX_TEXT_CHARS)
-        )
-    };
-    let json = |col: &str, bytes: usize| {
-        format!(
-            "{} AS {col}",
-            untrusted::pg_json(&format!("{alias}{col}"), bytes)
-        )
-    };
-    let plain = |col: &str| format!("{alias}{col}");
-    [
-        plain("seq"),
-        name("id"),
-        name("trigger"),
-        name("origin"),
-        name("dedupe_key"),
-        json("payload", payload_bytes),
-        name("state"),
-        plain("enqueued_at_ms"),
-        plain("started_at_ms"),
-        plain("finished_at_ms"),
-        text("detail"),
-        name("owner"),
-        name("concurrency_key"),
-        json("result", untrusted::MAX_LISTED_JSON_BYTES),
-        text("worktree"),
-        plain("lease_token"),
-        plain("lease_expires_at_ms"),
-        plain("attempt"),
-        plain("attempts"),
-        name("remote"),
-        name("start_commit"),
-    ]
-    .join(", ")
+    RUN_COLUMN_NAMES
+        .iter()
+        .map(|&(col, read)| {
+            let named = format!("{alias}{col}");
+            match read {
+                Read::Plain => named,
+                Read::Name => format!(
+                    "{} AS {col}",
+                    untrusted::pg_text(&named, untrusted::MAX_NAME_CHARS)
+                ),
+                Read::Text => format!(
+                    "{} AS {col}",
+                    untrusted::pg_text(&named, untrusted::MAX_TEXT_CHARS)
+                ),
+                Read::Payload => {
+                    format!("{} AS {col}", untrusted::pg_json(&named, payload_bytes))
+                }
+                Read::Result => format!(
+                    "{} AS {col}",
+                    untrusted::pg_json(&named, untrusted::MAX_LISTED_JSON_BYTES)
+                ),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
+
+/// How a column of a run row is read ([`run_columns`]).
+#[derive(Clone, Copy)]
+enum Read {
+    Plain,
+    Name,
+    Text,
+    Payload,
+    Result,
+}
+
+/// A run row's columns, in order, and how each is read.
+const RUN_COLUMN_NAMES: [(&str, Read); 21] = [
+    ("seq", Read::Plain),
+    ("id", Read::Name),
+    ("trigger", Read::Name),
+    ("origin", Read::Name),
+    ("dedupe_key", Read::Name),
+    ("payload", Read::Payload),
+    ("state", Read::Name),
+    ("enqueued_at_ms", Read::Plain),
+    ("started_at_ms", Read::Plain),
+    ("finished_at_ms", Read::Plain),
+    ("detail", Read::Text),
+    ("owner", Read::Name),
+    ("concurrency_key", Read::Name),
+    ("result", Read::Result),
+    ("worktree", Read::Text),
+    ("lease_token", Read::Plain),
+    ("lease_expires_at_ms", Read::Plain),
+    ("attempt", Read::Plain),
+    ("attempts", Read::Plain),
+    ("remote", Read::Name),
+    ("start_commit", Read::Name),
+];
 
 /// A page of the fleet's runs: `$1` the fleet, `$2` the most rows, `$3` a
 /// trigger or NULL, `$4` the run the page goes on before or NULL; newest
@@ -92,9 +109,9 @@ fn run_columns(alias: &str, payload_bytes: usize) -> String {
 /// [`untrusted::MAX_PAGE_BYTES`].
 static RUN_PAGE_SQL: LazyLock<String> = LazyLock::new(|| {
     let columns = run_columns("", untrusted::MAX_LISTED_JSON_BYTES);
-    let names = columns
-        .split(", ")
-        .map(|c| c.rsplit(' ').next().unwrap_or(c))
+    let names = RUN_COLUMN_NAMES
+        .iter()
+        .map(|(col, _)| *col)
         .collect::<Vec<_>>()
         .join(", ");
     untrusted::pg_budgeted(
