@@ -27,6 +27,7 @@
 //! before and claims again (after a rescue) is queued again in its own
 //! store, and only the new attempt's events are relayed.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -180,6 +181,10 @@ pub struct Worker {
     local: Arc<Store>,
     runs: Arc<Runs>,
     settings: WorkerSettings,
+    /// One turn per run id: a run claimed again while an earlier claim of
+    /// it is still being wound up here (stopped after its lease was lost)
+    /// waits for that one's end, so the two never share the run's row.
+    turns: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// The state names a run may end in, as the store's constants.
@@ -220,7 +225,27 @@ impl Worker {
             local,
             runs,
             settings,
+            turns: Default::default(),
         })
+    }
+
+    /// Wait for run `id`'s turn here (see [`Worker::turns`]); the turn ends
+    /// when the guard is handed to [`Worker::end_turn`].
+    async fn turn(&self, id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let turn = crate::stdx::lock(&self.turns)
+            .entry(id.to_string())
+            .or_default()
+            .clone();
+        turn.lock_owned().await
+    }
+
+    /// End run `id`'s turn: forgotten once nobody waits for it.
+    fn end_turn(&self, id: &str, guard: tokio::sync::OwnedMutexGuard<()>) {
+        let mut turns = crate::stdx::lock(&self.turns);
+        drop(guard);
+        if turns.get(id).is_some_and(|t| Arc::strong_count(t) == 1) {
+            turns.remove(id);
+        }
     }
 
     /// Claim and carry out runs until `stop`; then cancel the running ones
@@ -368,6 +393,20 @@ impl Worker {
     /// ([`FleetQueue::finish_and_claim`]); that run is returned, with when
     /// it was asked for, to be carried next.
     async fn carry(
+        &self,
+        claimed: Claimed,
+        asked: tokio::time::Instant,
+        stop: &CancellationToken,
+    ) -> Option<(Claimed, tokio::time::Instant)> {
+        let id = claimed.lease.run_id.clone();
+        let turn = self.turn(&id).await;
+        let next = self.carry_in_turn(claimed, asked, stop).await;
+        self.end_turn(&id, turn);
+        next
+    }
+
+    /// [`Worker::carry`], in the run's turn.
+    async fn carry_in_turn(
         &self,
         claimed: Claimed,
         asked: tokio::time::Instant,

@@ -85,7 +85,7 @@ pub fn pg_text(col: &str, chars: usize) -> String {
 /// else `{"truncated_from_bytes": N}` (NULL stays NULL).
 pub fn pg_json(col: &str, bytes: usize) -> String {
     format!(
-        "CASE WHEN octet_length({col}) <= {bytes} THEN {col} \
+        "CASE WHEN {col} IS NULL OR octet_length({col}) <= {bytes} THEN {col} \
          ELSE json_build_object('{TRUNCATED_KEY}', octet_length({col}))::text END"
     )
 }

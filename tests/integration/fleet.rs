@@ -1427,6 +1427,82 @@ fn a_worker_paused_past_its_lease_is_fenced_and_stops_its_agent() {
 }
 
 #[test]
+fn a_worker_that_claims_again_a_run_it_held_before_carries_its_next_attempt() {
+    // The first attempt sleeps until stopped; the next ends at once.
+    let script = "echo \"$NPC_RUN_ID\" >> ran.log; \
+                  if [ ! -s first.pid ]; then sleep 600 & echo $! > first.pid; wait; fi";
+    let Some(fleet) = queued_fleet(script, 0) else {
+        return;
+    };
+    let QueuedFleet {
+        repo,
+        url,
+        rt,
+        store,
+        logs,
+        ..
+    } = &fleet;
+    let again = NewRun {
+        attempts: 2,
+        max_queued: usize::MAX,
+        ..run("run-again")
+    };
+    assert_eq!(rt.block_on(store.enqueue(again)).unwrap(), Enqueued::Queued);
+    let log = logs.path().join("worker.log");
+    // One worker: the run's next attempt can only be its own.
+    let worker = crate::support::Stopped::new(start_worker(repo.path(), url, &log));
+    let first: u32 = crate::support::wait_for("the first attempt to start", || {
+        let row = rt.block_on(store.run("run-again")).unwrap().unwrap();
+        assert!(
+            matches!(row.state.as_str(), "queued" | "running"),
+            "{row:?}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::fs::read_to_string(repo.path().join("first.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    });
+    let pid = nix::unistd::Pid::from_raw(worker.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let rescued = crate::support::wait_for("the lease to run out", || {
+        let ids = rt.block_on(store.rescue_expired()).unwrap();
+        (!ids.is_empty()).then_some(ids)
+    });
+    assert_eq!(
+        rescued[0].rescue,
+        npcagent::store::fleet::Rescue::Retried { attempt: 2, of: 2 }
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let row = crate::support::wait_for("the next attempt to end", || {
+        rt.block_on(store.run("run-again"))
+            .unwrap()
+            .filter(|r| r.attempt == 2 && !matches!(r.state.as_str(), "queued" | "running"))
+    });
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(row.state, state::SUCCEEDED, "{row:?}\n{said}");
+    assert!(!said.contains("UNIQUE"), "{said}");
+    assert!(
+        !crate::support::alive(first),
+        "the first attempt was stopped"
+    );
+    let ran = std::fs::read_to_string(repo.path().join("ran.log")).unwrap();
+    assert_eq!(ran.lines().collect::<Vec<_>>(), ["run-again", "run-again"]);
+    // The shared log has the next attempt's start once after its retry:
+    // the first attempt's events (relayed or not before the pause) were
+    // not relayed again with the next's.
+    let events = rt.block_on(store.events_after(0, 10_000)).unwrap();
+    let retry = events.iter().position(|e| e.kind == "run.retry");
+    let retry = retry.unwrap_or_else(|| panic!("{events:?}"));
+    let started = |events: &[npcagent::store::Event]| {
+        events.iter().filter(|e| e.kind == "run.started").count()
+    };
+    assert_eq!(started(&events[retry..]), 1, "{events:?}");
+    assert!(started(&events[..retry]) <= 1, "{events:?}");
+}
+
+#[test]
 fn a_worker_without_a_reachable_store_says_so_without_the_password() {
     let repo = fleet_repo("true");
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
