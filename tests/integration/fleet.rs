@@ -1800,6 +1800,73 @@ fn a_daemon_whose_store_is_unreachable_stays_up_says_so_and_refuses_webhooks() {
 }
 
 /// The roster as `npc workers --format json` in `repo` gives it.
+/// A manifest whose daemon takes both listening addresses from the
+/// environment, as several daemons of one host do.
+const LISTEN_FROM_ENV: &str = "version = 1\n[daemon]\nlisten = \"${NPC_TEST_LISTEN}\"\n\
+     webhook_listen = \"${NPC_TEST_HOOKS}\"\n[triggers.gh]\nkind = \"webhook\"\n\
+     route = \"github\"\nsecret_env = \"HOOK_SECRET\"\naction = { command = \"true\" }\n";
+
+#[test]
+fn listen_addresses_take_their_value_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("npcagent.toml"), LISTEN_FROM_ENV).unwrap();
+    // A non-loopback address from the environment is refused without
+    // being quoted.
+    let out = crate::support::npc()
+        .arg("validate")
+        .current_dir(dir.path())
+        .env("NPC_TEST_LISTEN", "10.1.2.3:8766")
+        .env("NPC_TEST_HOOKS", "127.0.0.1:0")
+        .env("HOOK_SECRET", INGRESS_SECRET)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("not a loopback address"), "{said}");
+    assert!(!said.contains("10.1.2.3"), "{said}");
+
+    let (api, hooks) = (crate::support::free_port(), crate::support::free_port());
+    let (api_addr, hooks_addr) = (format!("127.0.0.1:{api}"), format!("127.0.0.1:{hooks}"));
+    let daemon = crate::support::Daemon::start_in_with(
+        dir.path(),
+        crate::support::DaemonSetup {
+            only_env: Some(&[
+                ("NPC_TEST_LISTEN", &api_addr),
+                ("NPC_TEST_HOOKS", &hooks_addr),
+                ("HOOK_SECRET", INGRESS_SECRET),
+            ]),
+            ..crate::support::DaemonSetup::default()
+        },
+    );
+    let listening = daemon.wait_event(0, "api.listening");
+    assert_eq!(
+        listening["payload"]["url"],
+        format!("http://{api_addr}").as_str(),
+        "{listening}"
+    );
+    let url = crate::support::wait_for("the webhook listener's address", || {
+        let out = crate::support::npc()
+            .args(["triggers", "--format", "json"])
+            .current_dir(dir.path())
+            .env("NPC_TEST_LISTEN", &api_addr)
+            .env("NPC_TEST_HOOKS", &hooks_addr)
+            .env("HOOK_SECRET", INGRESS_SECRET)
+            .output()
+            .unwrap();
+        crate::triggers::json_of(&out)["triggers"]
+            .as_array()?
+            .iter()
+            .find(|t| t["name"] == "gh")?["url"]
+            .as_str()
+            .map(str::to_string)
+    });
+    assert!(url.contains(&hooks_addr), "{url}");
+}
+
 fn roster(repo: &std::path::Path, url: &str) -> Vec<serde_json::Value> {
     npc_json(repo, url, &["workers"])["workers"]
         .as_array()
