@@ -365,6 +365,8 @@ async fn submit_shared(
     }
     let run_id = new_run.id.clone();
     match queue.enqueue(new_run).await {
+        // An outage after the join reads as before it: unreachable.
+        Err(e) if e.is_unreachable() => Err(Refused::Unreachable(e.to_string())),
         Err(e) => Err(Refused::Store(e.to_string())),
         Ok(Enqueued::Full) => Err(Refused::QueueFull(run.queue.clone())),
         Ok(outcome) => {

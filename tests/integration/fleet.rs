@@ -1766,6 +1766,28 @@ fn a_daemon_with_a_store_url_answers_202_after_the_shared_commit_and_a_worker_ru
 }
 
 #[test]
+fn a_webhook_during_a_store_outage_answers_503_store_unreachable() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let repo = ingress_repo();
+    let url = worker_store(&cluster, repo.path());
+    let daemon = ingress_daemon(repo.path(), &url);
+    crate::support::wait_for("the daemon to join the fleet", || {
+        let status = npc_json(repo.path(), &url, &["status"]);
+        (status["store"]["state"] == "connected").then_some(())
+    });
+    let (code, text) = deliver(repo.path(), &url, "d-before");
+    assert_eq!(code, 202, "{text}\n{}", daemon.log());
+    // The store goes away after the daemon joined it.
+    drop(cluster);
+    let (code, text) = deliver(repo.path(), &url, "d-during");
+    assert_eq!(code, 503, "{text}\n{}", daemon.log());
+    assert!(text.contains("webhook.store_unreachable"), "{text}");
+    assert!(!text.contains(PG_PASSWORD), "{text}");
+}
+
+#[test]
 fn a_daemon_whose_store_is_unreachable_stays_up_says_so_and_refuses_webhooks() {
     let repo = ingress_repo();
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
