@@ -20,6 +20,10 @@ pub const MAX_NAME_CHARS: usize = 256;
 /// Longest free text read from a shared row, in characters: a run's detail
 /// (its error), a worktree path.
 pub const MAX_TEXT_CHARS: usize = 4_096;
+/// Longest prompt read from a shared row, in characters (an `npc acp`
+/// prompt's text as its session records it; the daemon takes at most
+/// 32 KiB of one).
+pub const MAX_PROMPT_CHARS: usize = 32 * 1024;
 /// Longest event kind read (what `bus::MAX_EVENT_KIND_LEN` lets a writer
 /// write).
 pub const MAX_KIND_CHARS: usize = 128;
