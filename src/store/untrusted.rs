@@ -94,6 +94,12 @@ pub fn pg_json(col: &str, bytes: usize) -> String {
     )
 }
 
+/// PostgreSQL: the bytes column `col` reads as, at most `bytes` (0 for
+/// NULL: `least` alone would skip it and answer `bytes`).
+pub fn pg_size(col: &str, bytes: usize) -> String {
+    format!("least(coalesce(octet_length({col}), 0), {bytes})")
+}
+
 /// PostgreSQL: the rows of `page` (a query that selects, in order, the
 /// columns `columns` and a column `bytes`: a row's size) while the bytes
 /// before each row stay within [`MAX_PAGE_BYTES`]: the first row always.

@@ -65,11 +65,11 @@ static REPLAYED_SQL: LazyLock<String> = LazyLock::new(|| {
     untrusted::pg_budgeted(
         &format!(
             "SELECT seq, ts_ms, {} AS kind, {} AS payload,
-                 least(octet_length(payload), {payload}) AS bytes
+                 {} AS bytes
              FROM npc_acp_events WHERE fleet = $1 AND run_id = $2 ORDER BY seq LIMIT $3",
             untrusted::pg_text("kind", untrusted::MAX_KIND_CHARS),
             untrusted::pg_json("payload", untrusted::MAX_EVENT_PAYLOAD_BYTES),
-            payload = untrusted::MAX_EVENT_PAYLOAD_BYTES,
+            untrusted::pg_size("payload", untrusted::MAX_EVENT_PAYLOAD_BYTES),
         ),
         "seq, ts_ms, kind, payload",
         "seq",

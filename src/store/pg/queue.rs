@@ -116,16 +116,15 @@ static RUN_PAGE_SQL: LazyLock<String> = LazyLock::new(|| {
         .join(", ");
     untrusted::pg_budgeted(
         &format!(
-            "SELECT {columns}, coalesce(least(octet_length(payload), {listed}), 0)
-                 + coalesce(least(octet_length(result), {listed}), 0)
-                 + coalesce(least(octet_length(detail), {text}), 0) AS bytes
+            "SELECT {columns}, {} + {} + {} AS bytes
              FROM npc_runs WHERE fleet = $1
              AND ($3::text IS NULL OR trigger = $3)
              AND ($4::text IS NULL
                   OR seq < (SELECT seq FROM npc_runs WHERE fleet = $1 AND id = $4))
              ORDER BY seq DESC LIMIT $2",
-            listed = untrusted::MAX_LISTED_JSON_BYTES,
-            text = untrusted::MAX_TEXT_CHARS,
+            untrusted::pg_size("payload", untrusted::MAX_LISTED_JSON_BYTES),
+            untrusted::pg_size("result", untrusted::MAX_LISTED_JSON_BYTES),
+            untrusted::pg_size("detail", untrusted::MAX_TEXT_CHARS),
         ),
         &names,
         "seq DESC",
@@ -141,14 +140,14 @@ static EVENT_PAGE_SQL: LazyLock<String> = LazyLock::new(|| {
     untrusted::pg_budgeted(
         &format!(
             "SELECT id, ts_ms, {} AS kind, {} AS component, {} AS payload,
-                 least(octet_length(payload), {payload}) AS bytes
+                 {} AS bytes
              FROM npc_events
              WHERE fleet = $1 AND id > $2 AND ($4::text IS NULL OR component = $4)
              ORDER BY id LIMIT $3",
             untrusted::pg_text("kind", untrusted::MAX_KIND_CHARS),
             untrusted::pg_text("component", untrusted::MAX_COMPONENT_CHARS),
             untrusted::pg_json("payload", untrusted::MAX_EVENT_PAYLOAD_BYTES),
-            payload = untrusted::MAX_EVENT_PAYLOAD_BYTES,
+            untrusted::pg_size("payload", untrusted::MAX_EVENT_PAYLOAD_BYTES),
         ),
         "id, ts_ms, kind, component, payload",
         "id",
