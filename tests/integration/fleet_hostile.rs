@@ -285,6 +285,39 @@ fn every_reader_of_the_shared_store_answers_bounded_printable_text() {
         assert!(said.contains("AAAA"), "{args:?}: {said}");
     }
 
+    // A page of runs stops at its byte budget, however many rows it asked.
+    const HEAVY_RUNS: i64 = 200;
+    rt.block_on(client.execute(
+        "INSERT INTO npc_runs (fleet, id, trigger, origin, payload, result, state,
+         enqueued_at_ms, finished_at_ms)
+         SELECT $1, 'run-heavy-' || g, 't', 'cron', $2, $2, 'succeeded', 0, 0
+         FROM generate_series(1, $3::bigint) g",
+        &[
+            &fleet_key(),
+            &json!({ "x": "x".repeat(60_000) }).to_string(),
+            &HEAVY_RUNS,
+        ],
+    ))
+    .unwrap();
+    let out = crate::fleet::npc_in(
+        repo.path(),
+        url,
+        &["runs", "--fleet", "--limit", "1000", "--format", "json"],
+    );
+    assert!(out.status.success());
+    let listed = crate::triggers::json_of(&out)
+        .as_array()
+        .map_or(0, Vec::len);
+    assert!(
+        (1..HEAVY_RUNS as usize).contains(&listed),
+        "{listed} runs listed"
+    );
+    assert!(
+        out.stdout.len() < 2 * untrusted::MAX_PAGE_BYTES,
+        "{} bytes",
+        out.stdout.len()
+    );
+
     // The daemon: its API's roster, and the fleet's notices it relays.
     let daemon = Daemon::start_in_with(
         repo.path(),
