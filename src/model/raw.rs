@@ -97,7 +97,7 @@ pub struct RawProject {
 pub struct RawDaemon {
     /// Address of the REST API and webhook listener. Default `127.0.0.1:8766`.
     /// Non-loopback addresses need `allow_remote = true` and `token_env`.
-    pub listen: Option<Spanned<String>>,
+    pub listen: Option<Spanned<Text>>,
     /// Name of the environment variable that holds the API bearer token
     /// (instead of the repository's own, `STATE_DIR/api.token`).
     pub token_env: Option<Spanned<String>>,
@@ -114,7 +114,7 @@ pub struct RawDaemon {
     /// Address of the webhook listener (`POST /webhooks/ROUTE`). Default
     /// `127.0.0.1:8765`. Non-loopback addresses need `allow_remote = true`
     /// and `token_env`.
-    pub webhook_listen: Option<Spanned<String>>,
+    pub webhook_listen: Option<Spanned<Text>>,
 }
 
 /// `[store]`

@@ -18,12 +18,16 @@
 //! replaced (overlap `replace`) is stopped by its worker as soon as the
 //! store says so, and ends `cancelled` naming the run that replaced it.
 //!
-//! A claimed row is data other machines wrote: a run naming another remote
-//! than the worker's fleet remote, or a commit that is not a full object
-//! id, fails before anything of it runs ([`super::mirror::check_code`]);
-//! the worktree of one that names its commit comes from the worker's
-//! mirror ([`super::mirror`]).
+//! A claimed row is data other machines wrote: it is checked once into a
+//! [`FleetRun`] before anything of it runs (its id, an origin a fleet
+//! carries, its queue, key, attempts, payload and code: see [`row`]) and
+//! fails otherwise, saying why in words that quote the row's text only
+//! printable and cut; the worktree of one that names its commit comes from
+//! the worker's mirror ([`super::mirror`]). A run this worker carried
+//! before and claims again (after a rescue) is queued again in its own
+//! store, and only the new attempt's events are relayed.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Runs;
 use crate::store::fleet::{Claimed, FleetQueue, Lease, NextClaim, Roster, WorkerInfo};
-use crate::store::queue::state;
+use crate::store::queue::{Enqueued, state};
 use crate::store::{NewEvent, Store, StoreError};
 
 /// The shortest lease a worker takes.
@@ -177,6 +181,10 @@ pub struct Worker {
     local: Arc<Store>,
     runs: Arc<Runs>,
     settings: WorkerSettings,
+    /// One turn per run id: a run claimed again while an earlier claim of
+    /// it is still being wound up here (stopped after its lease was lost)
+    /// waits for that one's end, so the two never share the run's row.
+    turns: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// The state names a run may end in, as the store's constants.
@@ -217,7 +225,27 @@ impl Worker {
             local,
             runs,
             settings,
+            turns: Default::default(),
         })
+    }
+
+    /// Wait for run `id`'s turn here (see [`Worker::turns`]); the turn ends
+    /// when the guard is handed to [`Worker::end_turn`].
+    async fn turn(&self, id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let turn = crate::stdx::lock(&self.turns)
+            .entry(id.to_string())
+            .or_default()
+            .clone();
+        turn.lock_owned().await
+    }
+
+    /// End run `id`'s turn: forgotten once nobody waits for it.
+    fn end_turn(&self, id: &str, guard: tokio::sync::OwnedMutexGuard<()>) {
+        let mut turns = crate::stdx::lock(&self.turns);
+        drop(guard);
+        if turns.get(id).is_some_and(|t| Arc::strong_count(t) == 1) {
+            turns.remove(id);
+        }
     }
 
     /// Claim and carry out runs until `stop`; then cancel the running ones
@@ -370,36 +398,66 @@ impl Worker {
         asked: tokio::time::Instant,
         stop: &CancellationToken,
     ) -> Option<(Claimed, tokio::time::Instant)> {
+        let id = claimed.lease.run_id.clone();
+        let turn = self.turn(&id).await;
+        let next = self.carry_in_turn(claimed, asked, stop).await;
+        self.end_turn(&id, turn);
+        next
+    }
+
+    /// [`Worker::carry`], in the run's turn.
+    async fn carry_in_turn(
+        &self,
+        claimed: Claimed,
+        asked: tokio::time::Instant,
+        stop: &CancellationToken,
+    ) -> Option<(Claimed, tokio::time::Instant)> {
         let Claimed { run, mut lease } = claimed;
         let id = run.id.clone();
-        if let Err(refused) =
-            super::mirror::check_code(run.code.as_ref(), self.settings.remote.as_deref())
-        {
-            let error = refused.to_string();
-            tracing::warn!("run `{id}`: {error}");
-            let finished = NewEvent::new(
-                "run.finished",
-                json!({ "run_id": id, "trigger": run.trigger, "outcome": state::FAILED, "error": error }),
-            )
-            .for_component(super::component(&id));
-            if let Err(e) = self.fleet.append_fenced(&lease, vec![finished]).await {
-                tracing::warn!("cannot record the refusal of run `{id}`: {e}");
+        let checked = FleetRun::check(
+            run,
+            self.settings.remote.as_deref(),
+            &self.runs.trigger_names(),
+        );
+        let run = match checked {
+            Ok(run) => run,
+            Err(refused) => {
+                self.refuse(&lease, &refused.to_string()).await;
+                return None;
             }
-            let _ = self
-                .fleet
-                .finish(&lease, state::FAILED, Some(error), None)
-                .await;
-            return None;
-        }
+        };
         let mut stops = Some(self.fleet.stop_requests());
-        if let Err(e) = self.runs.adopt(&run).await {
-            let detail = format!("the worker cannot take the run in: {e}");
-            let _ = self
-                .fleet
-                .finish(&lease, state::FAILED, Some(detail), None)
+        // Events this store holds of an earlier attempt are not relayed again.
+        let mut after = {
+            let local = self.local.clone();
+            tokio::task::spawn_blocking(move || local.last_event_id())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or(0)
+        };
+        match self.runs.adopt(&run).await {
+            Ok(Enqueued::Duplicate) => {
+                // An earlier attempt has not ended here yet: another worker
+                // (or this one, later) carries it.
+                self.hand_back(&Claimed {
+                    run: run.row().clone(),
+                    lease,
+                })
                 .await;
-            return None;
+                return None;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let detail = format!("the worker cannot take the run in: {e}");
+                let _ = self
+                    .fleet
+                    .finish(&lease, state::FAILED, Some(detail), None)
+                    .await;
+                return None;
+            }
         }
+        let run = run.row();
         let component = super::component(&id);
         let leased = self.settings.lease;
         let renew_every = leased / 3;
@@ -407,7 +465,6 @@ impl Worker {
         let mut renewed = asked;
         let mut attempt = run.attempt;
         let mut stopping = false;
-        let mut after = 0;
         let mut tick = tokio::time::interval(RELAY_EVERY);
         // The slot's next run, once an end brought one.
         let mut next = None;
@@ -509,6 +566,26 @@ impl Worker {
         next
     }
 
+    /// Fail the run `lease` holds before anything of it ran, for `error`
+    /// (a refused row: its words quote the row's text printable and cut),
+    /// with the `run.finished` the fleet's readers look for.
+    async fn refuse(&self, lease: &Lease, error: &str) {
+        let id = &lease.run_id;
+        tracing::warn!("run `{}`: {error}", super::mirror::shown(id));
+        let finished = NewEvent::new(
+            "run.finished",
+            json!({ "run_id": id, "outcome": state::FAILED, "error": error }),
+        )
+        .for_component(super::component(id));
+        if let Err(e) = self.fleet.append_fenced(lease, vec![finished]).await {
+            tracing::warn!("cannot record the refusal of a run: {e}");
+        }
+        let _ = self
+            .fleet
+            .finish(lease, state::FAILED, Some(error.to_string()), None)
+            .await;
+    }
+
     /// Relay the run's events recorded since `after` under `lease`.
     async fn relay_events(
         &self,
@@ -563,6 +640,9 @@ async fn stop_request(
         }
     }
 }
+
+mod row;
+pub use row::{FleetRun, MAX_ATTEMPTS, RowRefused};
 
 #[cfg(test)]
 mod tests;

@@ -109,7 +109,7 @@ pub fn no_mirror(remote: &str) -> MirrorError {
 
 /// Text of a row as an error quotes it: printable, at most
 /// [`MAX_QUOTED_CHARS`] characters.
-fn shown(text: &str) -> String {
+pub(crate) fn shown(text: &str) -> String {
     crate::stdx::term::printable(text)
         .chars()
         .take(MAX_QUOTED_CHARS)

@@ -192,19 +192,27 @@ impl RunQueue {
         }
     }
 
-    /// Take in `row`, a run another store handed over (a fleet worker's
-    /// claim), as a queued row of the same id, trigger, origin, payload,
-    /// concurrency key and attempts, and wake the executor; resolves once
-    /// committed.
-    pub async fn adopt(&self, row: &crate::store::queue::RunRow) -> Result<Enqueued, Refused> {
+    /// Take in `run`, a run another store handed over (a fleet worker's
+    /// claim, checked), as a queued row of the same id, trigger, origin,
+    /// payload, concurrency key and attempts (an ended row of its id, an
+    /// earlier attempt this process carried, queued again: see
+    /// [`Store::adopt_run`](crate::store::Store::adopt_run)), and wake the
+    /// executor; resolves once committed.
+    pub async fn adopt(&self, run: &super::fleet::FleetRun) -> Result<Enqueued, Refused> {
+        let row = run.row();
         let outcome = self
             .store
-            .enqueue_run(NewRun {
+            .adopt_run(NewRun {
                 concurrency_key: row.concurrency_key.clone(),
                 attempt: row.attempt,
                 attempts: row.attempts,
                 code: row.code.clone(),
-                ..NewRun::new(&row.id, &row.trigger, &row.origin, row.payload.to_string())
+                ..NewRun::new(
+                    &row.id,
+                    &row.trigger,
+                    run.origin().as_str(),
+                    row.payload.to_string(),
+                )
             })
             .await
             .map_err(|e| Refused::Store(e.to_string()))?;
@@ -357,6 +365,8 @@ async fn submit_shared(
     }
     let run_id = new_run.id.clone();
     match queue.enqueue(new_run).await {
+        // An outage after the join reads as before it: unreachable.
+        Err(e) if e.is_unreachable() => Err(Refused::Unreachable(e.to_string())),
         Err(e) => Err(Refused::Store(e.to_string())),
         Ok(Enqueued::Full) => Err(Refused::QueueFull(run.queue.clone())),
         Ok(outcome) => {

@@ -110,9 +110,9 @@ impl Runs {
     /// like any queued run.
     pub async fn adopt(
         &self,
-        row: &crate::store::queue::RunRow,
+        run: &super::fleet::FleetRun,
     ) -> Result<crate::store::queue::Enqueued, Refused> {
-        self.queue.adopt(row).await
+        self.queue.adopt(run).await
     }
 
     /// Start a profile run by hand (`POST /api/v1/runs`, origin `api`):

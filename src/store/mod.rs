@@ -21,6 +21,7 @@ pub mod notices;
 pub mod pg;
 pub mod queue;
 mod schema;
+pub mod untrusted;
 mod writer;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -140,6 +141,12 @@ pub enum StoreError {
         "PostgreSQL store: cannot {op}: {message}; check `[store] url` and that the server is up"
     )]
     Postgres { op: &'static str, message: String },
+    /// The PostgreSQL store did not answer: no connection could be had,
+    /// one was lost, or the server is shutting down or starting up.
+    #[error(
+        "PostgreSQL store: cannot {op}: {message}; check `[store] url` and that the server is up"
+    )]
+    PgUnreachable { op: &'static str, message: String },
     #[error(
         "the PostgreSQL store has schema version {found}, this npc needs {supported}; run `npc store migrate`"
     )]
@@ -154,6 +161,14 @@ pub enum StoreError {
     PgUrl(String),
     #[error("PostgreSQL store: {0}")]
     PgTls(String),
+}
+
+impl StoreError {
+    /// Whether the store did not answer (an outage, not a refusal): what
+    /// a caller reports as the store being unreachable.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Self::PgUnreachable { .. })
+    }
 }
 
 /// Map a rusqlite error to [`StoreError::Sqlite`] for the named operation.

@@ -181,17 +181,24 @@ impl NoticeBoard {
     /// Notices after `after_id`, oldest first, at most [`MAX_READ`].
     pub fn since(&self, after_id: i64) -> Result<Vec<Notice>, NoticeError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
-            "SELECT id, at_ms, repository, pane, plugin, reason FROM notices WHERE id > ?1 ORDER BY id LIMIT ?2",
-        )?;
+        // Every daemon of the user writes the board: fields are cut in
+        // SQL and blanked of controls once read, as when posted.
+        let field = |col: &str| super::untrusted::sqlite_text(col, MAX_FIELD_CHARS);
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT id, at_ms, {}, {}, {}, {} FROM notices WHERE id > ?1 ORDER BY id LIMIT ?2",
+            field("repository"),
+            field("pane"),
+            field("plugin"),
+            field("reason"),
+        ))?;
         let rows = stmt.query_map(params![after_id, MAX_READ as i64], |r| {
             Ok(Notice {
                 id: r.get(0)?,
                 at_ms: r.get(1)?,
-                repository: r.get(2)?,
-                pane: r.get(3)?,
-                plugin: r.get(4)?,
-                reason: r.get(5)?,
+                repository: bounded(&r.get::<_, String>(2)?),
+                pane: bounded(&r.get::<_, String>(3)?),
+                plugin: bounded(&r.get::<_, String>(4)?),
+                reason: bounded(&r.get::<_, String>(5)?),
                 host: String::new(),
             })
         })?;

@@ -434,6 +434,54 @@ impl Store {
         self.write(move |conn| enqueue(conn, &run).map(|(outcome, _)| outcome))
     }
 
+    /// Record `run`, a run another store handed over (a fleet worker's
+    /// claim), as [`enqueue_run`](Self::enqueue_run) does; when this store
+    /// holds an ended run of its id (the worker carried an earlier attempt
+    /// of it, and claims it again after a rescue), that row is queued again
+    /// with `run`'s fields, its end, result and worktree forgotten (its
+    /// events stay). [`Enqueued::Duplicate`] when a run of its id is still
+    /// queued or running here.
+    pub fn adopt_run(&self, run: NewRun) -> Pending<Enqueued> {
+        self.write(move |conn| {
+            let failed = sqlite("take in a run");
+            let held: Option<String> = conn
+                .prepare_cached("SELECT state FROM runs WHERE id = ?1")
+                .and_then(|mut s| s.query_row([&run.id], |r| r.get(0)).optional())
+                .map_err(&failed)?;
+            match held.as_deref() {
+                None => enqueue(conn, &run).map(|(outcome, _)| outcome),
+                Some(state::QUEUED | state::RUNNING) => Ok(Enqueued::Duplicate),
+                Some(_) => {
+                    conn.prepare_cached(
+                        "UPDATE runs SET trigger = ?2, origin = ?3, payload = ?4,
+                         state = 'queued', enqueued_at_ms = ?5, started_at_ms = NULL,
+                         finished_at_ms = NULL, detail = NULL, owner = NULL,
+                         concurrency_key = ?6, result = NULL, worktree = NULL,
+                         attempt = ?7, attempts = ?8, replaced_by = NULL,
+                         remote = ?9, start_commit = ?10
+                         WHERE id = ?1",
+                    )
+                    .and_then(|mut s| {
+                        s.execute((
+                            &run.id,
+                            &run.trigger,
+                            &run.origin,
+                            &run.payload,
+                            now_ms(),
+                            &run.concurrency_key,
+                            run.attempt.max(1),
+                            run.attempts.max(1),
+                            run.code.as_ref().map(|c| &c.remote),
+                            run.code.as_ref().and_then(|c| c.commit.as_ref()),
+                        ))
+                    })
+                    .map_err(&failed)?;
+                    Ok(Enqueued::Queued)
+                }
+            }
+        })
+    }
+
     /// Record the attempt run `id` is at (a retry begins).
     pub fn set_run_attempt(&self, id: impl Into<String>, attempt: u32) -> Pending<()> {
         let id = id.into();

@@ -1427,6 +1427,82 @@ fn a_worker_paused_past_its_lease_is_fenced_and_stops_its_agent() {
 }
 
 #[test]
+fn a_worker_that_claims_again_a_run_it_held_before_carries_its_next_attempt() {
+    // The first attempt sleeps until stopped; the next ends at once.
+    let script = "echo \"$NPC_RUN_ID\" >> ran.log; \
+                  if [ ! -s first.pid ]; then sleep 600 & echo $! > first.pid; wait; fi";
+    let Some(fleet) = queued_fleet(script, 0) else {
+        return;
+    };
+    let QueuedFleet {
+        repo,
+        url,
+        rt,
+        store,
+        logs,
+        ..
+    } = &fleet;
+    let again = NewRun {
+        attempts: 2,
+        max_queued: usize::MAX,
+        ..run("run-again")
+    };
+    assert_eq!(rt.block_on(store.enqueue(again)).unwrap(), Enqueued::Queued);
+    let log = logs.path().join("worker.log");
+    // One worker: the run's next attempt can only be its own.
+    let worker = crate::support::Stopped::new(start_worker(repo.path(), url, &log));
+    let first: u32 = crate::support::wait_for("the first attempt to start", || {
+        let row = rt.block_on(store.run("run-again")).unwrap().unwrap();
+        assert!(
+            matches!(row.state.as_str(), "queued" | "running"),
+            "{row:?}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::fs::read_to_string(repo.path().join("first.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    });
+    let pid = nix::unistd::Pid::from_raw(worker.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let rescued = crate::support::wait_for("the lease to run out", || {
+        let ids = rt.block_on(store.rescue_expired()).unwrap();
+        (!ids.is_empty()).then_some(ids)
+    });
+    assert_eq!(
+        rescued[0].rescue,
+        npcagent::store::fleet::Rescue::Retried { attempt: 2, of: 2 }
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let row = crate::support::wait_for("the next attempt to end", || {
+        rt.block_on(store.run("run-again"))
+            .unwrap()
+            .filter(|r| r.attempt == 2 && !matches!(r.state.as_str(), "queued" | "running"))
+    });
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(row.state, state::SUCCEEDED, "{row:?}\n{said}");
+    assert!(!said.contains("UNIQUE"), "{said}");
+    assert!(
+        !crate::support::alive(first),
+        "the first attempt was stopped"
+    );
+    let ran = std::fs::read_to_string(repo.path().join("ran.log")).unwrap();
+    assert_eq!(ran.lines().collect::<Vec<_>>(), ["run-again", "run-again"]);
+    // The shared log has the next attempt's start once after its retry:
+    // the first attempt's events (relayed or not before the pause) were
+    // not relayed again with the next's.
+    let events = rt.block_on(store.events_after(0, 10_000)).unwrap();
+    let retry = events.iter().position(|e| e.kind == "run.retry");
+    let retry = retry.unwrap_or_else(|| panic!("{events:?}"));
+    let started = |events: &[npcagent::store::Event]| {
+        events.iter().filter(|e| e.kind == "run.started").count()
+    };
+    assert_eq!(started(&events[retry..]), 1, "{events:?}");
+    assert!(started(&events[..retry]) <= 1, "{events:?}");
+}
+
+#[test]
 fn a_worker_without_a_reachable_store_says_so_without_the_password() {
     let repo = fleet_repo("true");
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1690,6 +1766,28 @@ fn a_daemon_with_a_store_url_answers_202_after_the_shared_commit_and_a_worker_ru
 }
 
 #[test]
+fn a_webhook_during_a_store_outage_answers_503_store_unreachable() {
+    let Some(cluster) = PgCluster::start() else {
+        return;
+    };
+    let repo = ingress_repo();
+    let url = worker_store(&cluster, repo.path());
+    let daemon = ingress_daemon(repo.path(), &url);
+    crate::support::wait_for("the daemon to join the fleet", || {
+        let status = npc_json(repo.path(), &url, &["status"]);
+        (status["store"]["state"] == "connected").then_some(())
+    });
+    let (code, text) = deliver(repo.path(), &url, "d-before");
+    assert_eq!(code, 202, "{text}\n{}", daemon.log());
+    // The store goes away after the daemon joined it.
+    drop(cluster);
+    let (code, text) = deliver(repo.path(), &url, "d-during");
+    assert_eq!(code, 503, "{text}\n{}", daemon.log());
+    assert!(text.contains("webhook.store_unreachable"), "{text}");
+    assert!(!text.contains(PG_PASSWORD), "{text}");
+}
+
+#[test]
 fn a_daemon_whose_store_is_unreachable_stays_up_says_so_and_refuses_webhooks() {
     let repo = ingress_repo();
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1724,6 +1822,73 @@ fn a_daemon_whose_store_is_unreachable_stays_up_says_so_and_refuses_webhooks() {
 }
 
 /// The roster as `npc workers --format json` in `repo` gives it.
+/// A manifest whose daemon takes both listening addresses from the
+/// environment, as several daemons of one host do.
+const LISTEN_FROM_ENV: &str = "version = 1\n[daemon]\nlisten = \"${NPC_TEST_LISTEN}\"\n\
+     webhook_listen = \"${NPC_TEST_HOOKS}\"\n[triggers.gh]\nkind = \"webhook\"\n\
+     route = \"github\"\nsecret_env = \"HOOK_SECRET\"\naction = { command = \"true\" }\n";
+
+#[test]
+fn listen_addresses_take_their_value_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("npcagent.toml"), LISTEN_FROM_ENV).unwrap();
+    // A non-loopback address from the environment is refused without
+    // being quoted.
+    let out = crate::support::npc()
+        .arg("validate")
+        .current_dir(dir.path())
+        .env("NPC_TEST_LISTEN", "10.1.2.3:8766")
+        .env("NPC_TEST_HOOKS", "127.0.0.1:0")
+        .env("HOOK_SECRET", INGRESS_SECRET)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("not a loopback address"), "{said}");
+    assert!(!said.contains("10.1.2.3"), "{said}");
+
+    let (api, hooks) = (crate::support::free_port(), crate::support::free_port());
+    let (api_addr, hooks_addr) = (format!("127.0.0.1:{api}"), format!("127.0.0.1:{hooks}"));
+    let daemon = crate::support::Daemon::start_in_with(
+        dir.path(),
+        crate::support::DaemonSetup {
+            only_env: Some(&[
+                ("NPC_TEST_LISTEN", &api_addr),
+                ("NPC_TEST_HOOKS", &hooks_addr),
+                ("HOOK_SECRET", INGRESS_SECRET),
+            ]),
+            ..crate::support::DaemonSetup::default()
+        },
+    );
+    let listening = daemon.wait_event(0, "api.listening");
+    assert_eq!(
+        listening["payload"]["url"],
+        format!("http://{api_addr}").as_str(),
+        "{listening}"
+    );
+    let url = crate::support::wait_for("the webhook listener's address", || {
+        let out = crate::support::npc()
+            .args(["triggers", "--format", "json"])
+            .current_dir(dir.path())
+            .env("NPC_TEST_LISTEN", &api_addr)
+            .env("NPC_TEST_HOOKS", &hooks_addr)
+            .env("HOOK_SECRET", INGRESS_SECRET)
+            .output()
+            .unwrap();
+        crate::triggers::json_of(&out)["triggers"]
+            .as_array()?
+            .iter()
+            .find(|t| t["name"] == "gh")?["url"]
+            .as_str()
+            .map(str::to_string)
+    });
+    assert!(url.contains(&hooks_addr), "{url}");
+}
+
 fn roster(repo: &std::path::Path, url: &str) -> Vec<serde_json::Value> {
     npc_json(repo, url, &["workers"])["workers"]
         .as_array()

@@ -557,19 +557,25 @@ impl Lower<'_> {
         }
     }
 
-    /// A listening address (`daemon.listen`, `daemon.webhook_listen`): a
-    /// socket address, loopback unless remote access is allowed and a token
-    /// is set.
+    /// A listening address (`daemon.listen`, `daemon.webhook_listen`, `${VAR}`
+    /// expanded, so daemons on one host can take theirs from the
+    /// environment): a socket address, loopback unless remote access is
+    /// allowed and a token is set. A value from the environment is never
+    /// quoted.
     fn listen_address(
         &mut self,
-        raw: Option<&Spanned<String>>,
+        raw: Option<&Spanned<Text>>,
         field: &str,
         default: SocketAddr,
         allow_remote: bool,
         has_token: bool,
     ) -> SocketAddr {
         let Some(l) = raw else { return default };
-        match l.parse::<SocketAddr>() {
+        if l.is_unresolved() {
+            // Its expansion's error is reported already.
+            return default;
+        }
+        match l.expose().parse::<SocketAddr>() {
             Ok(addr) => {
                 if !addr.ip().is_loopback() {
                     if !allow_remote {
@@ -578,7 +584,7 @@ impl Lower<'_> {
                         } else {
                             "a webhook"
                         };
-                        self.error(&l.span, format!("`{field}` is `{addr}`, which is not a loopback address"), format!("{what} can run agents and change files; to expose it set `allow_remote = true` and `token_env`, or listen on `127.0.0.1`"));
+                        self.error(&l.span, format!("`{field}` is `{}`, which is not a loopback address", clip(l.shown())), format!("{what} can run agents and change files; to expose it set `allow_remote = true` and `token_env`, or listen on `127.0.0.1`"));
                     } else if !has_token {
                         self.error(
                             &l.span,
@@ -592,7 +598,7 @@ impl Lower<'_> {
             Err(_) => {
                 self.error(
                     &l.span,
-                    format!("`{}` is not a socket address", clip(&l.value)),
+                    format!("`{}` is not a socket address", clip(l.shown())),
                     format!("write an IP address and port, such as `{default}`"),
                 );
                 default

@@ -6,6 +6,8 @@
 //! Times are the database's clock, so sessions order the same whichever
 //! machine touched them last.
 
+use std::sync::LazyLock;
+
 use tokio_postgres::Row;
 
 use super::{PgStore, pg_error};
@@ -15,17 +17,72 @@ use crate::store::acp::{
 };
 use crate::store::fleet::StoreFuture;
 use crate::store::queue::run_component;
-use crate::store::{Event, StoreError, json_error};
+use crate::store::{Event, StoreError, json_error, untrusted};
 
-const SESSION_COLUMNS: &str = "id, profile, cwd, title, forked_from, created_at_ms, updated_at_ms";
+/// A session's columns as read: other machines wrote them, so each is cut
+/// to its bound ([`untrusted`]) and made printable by [`session_of`].
+static SESSION_COLUMNS: LazyLock<String> = LazyLock::new(|| {
+    let name = |col: &str| {
+        format!(
+            "{} AS {col}",
+            untrusted::pg_text(col, untrusted::MAX_NAME_CHARS)
+        )
+    };
+    let text = |col: &str| {
+        format!(
+            "{} AS {col}",
+            untrusted::pg_text(col, untrusted::MAX_TEXT_CHARS)
+        )
+    };
+    [
+        name("id"),
+        name("profile"),
+        text("cwd"),
+        text("title"),
+        name("forked_from"),
+        "created_at_ms".to_string(),
+        "updated_at_ms".to_string(),
+    ]
+    .join(", ")
+});
+
+/// A session's runs, `$1` the fleet, `$2` the session, `$3` the most: each
+/// text cut to its bound.
+static SESSION_RUNS_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT seq, {}, {}, {} FROM npc_acp_session_runs
+         WHERE fleet = $1 AND session_id = $2 ORDER BY seq LIMIT $3",
+        untrusted::pg_text("run_id", untrusted::MAX_NAME_CHARS),
+        untrusted::pg_text("prompt", untrusted::MAX_PROMPT_CHARS),
+        untrusted::pg_text("host", untrusted::MAX_NAME_CHARS),
+    )
+});
+
+/// A run's agent events, `$1` the fleet, `$2` the run, `$3` the most: each
+/// kind and payload cut to its bound, the page to
+/// [`untrusted::MAX_PAGE_BYTES`].
+static REPLAYED_SQL: LazyLock<String> = LazyLock::new(|| {
+    untrusted::pg_budgeted(
+        &format!(
+            "SELECT seq, ts_ms, {} AS kind, {} AS payload,
+                 {} AS bytes
+             FROM npc_acp_events WHERE fleet = $1 AND run_id = $2 ORDER BY seq LIMIT $3",
+            untrusted::pg_text("kind", untrusted::MAX_KIND_CHARS),
+            untrusted::pg_json("payload", untrusted::MAX_EVENT_PAYLOAD_BYTES),
+            untrusted::pg_size("payload", untrusted::MAX_EVENT_PAYLOAD_BYTES),
+        ),
+        "seq, ts_ms, kind, payload",
+        "seq",
+    )
+});
 
 fn session_of(row: &Row) -> AcpSession {
     AcpSession {
-        id: row.get("id"),
-        profile: row.get("profile"),
-        cwd: row.get("cwd"),
-        title: row.get("title"),
-        forked_from: row.get("forked_from"),
+        id: untrusted::text(row.get("id")),
+        profile: untrusted::text(row.get("profile")),
+        cwd: untrusted::text(row.get("cwd")),
+        title: untrusted::opt_text(row.get("title")),
+        forked_from: untrusted::opt_text(row.get("forked_from")),
         created_at_ms: row.get("created_at_ms"),
         updated_at_ms: row.get("updated_at_ms"),
     }
@@ -105,7 +162,8 @@ impl PgStore {
         let row = client
             .query_opt(
                 &format!(
-                    "SELECT {SESSION_COLUMNS} FROM npc_acp_sessions WHERE fleet = $1 AND id = $2"
+                    "SELECT {} FROM npc_acp_sessions WHERE fleet = $1 AND id = $2",
+                    *SESSION_COLUMNS
                 ),
                 &[&self.fleet(), &id],
             )
@@ -126,10 +184,11 @@ impl PgStore {
         let rows = client
             .query(
                 &format!(
-                    "SELECT {SESSION_COLUMNS} FROM npc_acp_sessions
+                    "SELECT {} FROM npc_acp_sessions
                      WHERE fleet = $1 AND ($2::text IS NULL OR cwd = $2)
                        AND ($3::bigint IS NULL OR (updated_at_ms, id) < ($3, $4))
-                     ORDER BY updated_at_ms DESC, id DESC LIMIT $5"
+                     ORDER BY updated_at_ms DESC, id DESC LIMIT $5",
+                    *SESSION_COLUMNS
                 ),
                 &[&self.fleet(), &cwd, &before_ms, &before_id, &limit],
             )
@@ -142,20 +201,16 @@ impl PgStore {
         let client = self.client().await?;
         let limit = i64::try_from(MAX_RUNS_PER_SESSION).unwrap_or(i64::MAX);
         let rows = client
-            .query(
-                "SELECT seq, run_id, prompt, host FROM npc_acp_session_runs
-                 WHERE fleet = $1 AND session_id = $2 ORDER BY seq LIMIT $3",
-                &[&self.fleet(), &id, &limit],
-            )
+            .query(&*SESSION_RUNS_SQL, &[&self.fleet(), &id, &limit])
             .await
             .map_err(pg_error("read an acp session's runs"))?;
         Ok(rows
             .iter()
             .map(|row| AcpSessionRun {
                 seq: row.get(0),
-                run_id: row.get(1),
-                prompt: row.get(2),
-                host: row.get(3),
+                run_id: untrusted::text(row.get(1)),
+                prompt: untrusted::text(row.get(2)),
+                host: untrusted::opt_text(row.get(3)),
             })
             .collect())
     }
@@ -164,11 +219,7 @@ impl PgStore {
         let client = self.client().await?;
         let limit = i64::try_from(MAX_REPLAYED_EVENTS_PER_RUN).unwrap_or(i64::MAX);
         let rows = client
-            .query(
-                "SELECT seq, ts_ms, kind, payload FROM npc_acp_events
-                 WHERE fleet = $1 AND run_id = $2 ORDER BY seq LIMIT $3",
-                &[&self.fleet(), &run_id, &limit],
-            )
+            .query(&*REPLAYED_SQL, &[&self.fleet(), &run_id, &limit])
             .await
             .map_err(pg_error("read a run's agent events"))?;
         rows.iter()
@@ -177,9 +228,11 @@ impl PgStore {
                 Ok(Event {
                     id: row.get(0),
                     ts_ms: row.get(1),
-                    kind: row.get(2),
+                    kind: untrusted::text(row.get(2)),
                     component: Some(run_component(run_id)),
-                    payload: serde_json::from_str(&payload).map_err(json_error("event payload"))?,
+                    payload: untrusted::json(
+                        serde_json::from_str(&payload).map_err(json_error("event payload"))?,
+                    ),
                 })
             })
             .collect()

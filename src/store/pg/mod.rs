@@ -61,9 +61,35 @@ pub const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Map a driver error to [`StoreError::Postgres`] for the named operation.
 /// The driver's words never hold the URL or its password.
 pub(super) fn pg_error(op: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
-    move |source| StoreError::Postgres {
-        op,
-        message: error_words(&source),
+    move |source| {
+        let message = error_words(&source);
+        if unanswered(&source) {
+            StoreError::PgUnreachable { op, message }
+        } else {
+            StoreError::Postgres { op, message }
+        }
+    }
+}
+
+/// SQLSTATEs that say the server is not there to answer: its class `08`
+/// (connection exception) is tested apart; these are `57P01`
+/// (admin shutdown), `57P02` (crash shutdown), `57P03` (cannot connect
+/// now: starting up or shutting down).
+const UNANSWERED_STATES: [&str; 3] = ["57P01", "57P02", "57P03"];
+
+/// Whether `error` says the server did not answer (the connection is
+/// closed or failed, or the server is going away), not that it refused.
+fn unanswered(error: &tokio_postgres::Error) -> bool {
+    match error.as_db_error() {
+        Some(db) => {
+            let code = db.code().code();
+            code.starts_with("08") || UNANSWERED_STATES.contains(&code)
+        }
+        None => {
+            error.is_closed()
+                || std::error::Error::source(error)
+                    .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some())
+        }
     }
 }
 
@@ -77,11 +103,16 @@ fn error_words(error: &tokio_postgres::Error) -> String {
 }
 
 fn pool_error(op: &'static str) -> impl Fn(deadpool_postgres::PoolError) -> StoreError {
-    move |source| StoreError::Postgres {
-        op,
-        message: match source {
-            deadpool_postgres::PoolError::Backend(e) => error_words(&e),
-            other => other.to_string(),
+    move |source| match source {
+        deadpool_postgres::PoolError::Backend(e) => pg_error(op)(e),
+        // No connection within the pool's wait: the server did not answer.
+        deadpool_postgres::PoolError::Timeout(_) => StoreError::PgUnreachable {
+            op,
+            message: source.to_string(),
+        },
+        other => StoreError::Postgres {
+            op,
+            message: other.to_string(),
         },
     }
 }

@@ -5,11 +5,29 @@
 //! are the database's clock. Posts hold a per-fleet advisory lock, so ids
 //! are in commit order and a reader after an id never skips one.
 
+use std::sync::LazyLock;
+
 use super::{PgStore, pg_error};
-use crate::store::StoreError;
 use crate::store::notices::{
-    MAX_NOTICES, MAX_READ, NewNotice, Notice, NoticeFuture, Notices, bounded,
+    MAX_FIELD_CHARS, MAX_NOTICES, MAX_READ, NewNotice, Notice, NoticeFuture, Notices, bounded,
 };
+use crate::store::{StoreError, untrusted};
+
+/// Notices after `$2` of fleet `$1`, at most `$3`: another machine may
+/// have written them, so each field is cut to [`MAX_FIELD_CHARS`] here
+/// and blanked of controls by [`bounded`] once read.
+static NOTICES_SQL: LazyLock<String> = LazyLock::new(|| {
+    let field = |col: &str| untrusted::pg_text(col, MAX_FIELD_CHARS);
+    format!(
+        "SELECT id, at_ms, {}, {}, {}, {}, {} FROM npc_notices
+         WHERE fleet = $1 AND id > $2 ORDER BY id LIMIT $3",
+        field("repository"),
+        field("pane"),
+        field("plugin"),
+        field("reason"),
+        field("host"),
+    )
+});
 
 /// The advisory lock class of a fleet's notice posts.
 const NOTICES_LOCK_CLASS: i32 = 0x6e70_6e6f;
@@ -68,11 +86,7 @@ impl PgStore {
         let client = self.client().await?;
         let limit = i64::try_from(MAX_READ).unwrap_or(i64::MAX);
         let rows = client
-            .query(
-                "SELECT id, at_ms, repository, pane, plugin, reason, host FROM npc_notices
-                 WHERE fleet = $1 AND id > $2 ORDER BY id LIMIT $3",
-                &[&self.fleet(), &after_id, &limit],
-            )
+            .query(&*NOTICES_SQL, &[&self.fleet(), &after_id, &limit])
             .await
             .map_err(pg_error("read the notice board"))?;
         Ok(rows
@@ -80,11 +94,11 @@ impl PgStore {
             .map(|r| Notice {
                 id: r.get(0),
                 at_ms: r.get(1),
-                repository: r.get(2),
-                pane: r.get(3),
-                plugin: r.get(4),
-                reason: r.get(5),
-                host: r.get(6),
+                repository: bounded(&r.get::<_, String>(2)),
+                pane: bounded(&r.get::<_, String>(3)),
+                plugin: bounded(&r.get::<_, String>(4)),
+                reason: bounded(&r.get::<_, String>(5)),
+                host: bounded(&r.get::<_, String>(6)),
             })
             .collect())
     }

@@ -29,51 +29,181 @@ use crate::store::queue::{
     Enqueued, MANUAL_QUEUE, MAX_REPLAY_KEYS_PER_QUEUE, MAX_RUNS_PER_READ, NewRun, RunCode, RunRow,
     attempt_of, cancelled_event, replaced_detail, state,
 };
-use crate::store::{Event, MAX_EVENTS_PER_READ, NewEvent, StoreError, json_error};
+use crate::store::{Event, MAX_EVENTS_PER_READ, NewEvent, StoreError, json_error, untrusted};
 
 /// The advisory lock class of a queue's enqueues (key: its trigger).
 const QUEUE_LOCK_CLASS: i32 = 0x6e70_6371;
 /// The advisory lock class of a fleet's event appends.
 const EVENTS_LOCK_CLASS: i32 = 0x6e70_6576;
 
-const RUN_COLUMNS: &str = "seq, id, trigger, origin, dedupe_key, payload, state, \
-     enqueued_at_ms, started_at_ms, finished_at_ms, detail, owner, concurrency_key, result, \
-     worktree, lease_token, lease_expires_at_ms, attempt, attempts, remote, start_commit";
+/// A run row's columns as a query reads them: each text cut to its bound
+/// and each JSON field over its bound read as the truncation marker
+/// ([`untrusted`]), the payload at most `payload_bytes`; named as the
+/// table's columns, each prefixed by `alias` (`""` or `"r."`).
+fn run_columns(alias: &str, payload_bytes: usize) -> String {
+    RUN_COLUMN_NAMES
+        .iter()
+        .map(|&(col, read)| {
+            let named = format!("{alias}{col}");
+            match read {
+                Read::Plain => named,
+                Read::Name => format!(
+                    "{} AS {col}",
+                    untrusted::pg_text(&named, untrusted::MAX_NAME_CHARS)
+                ),
+                Read::Text => format!(
+                    "{} AS {col}",
+                    untrusted::pg_text(&named, untrusted::MAX_TEXT_CHARS)
+                ),
+                Read::Payload => {
+                    format!("{} AS {col}", untrusted::pg_json(&named, payload_bytes))
+                }
+                Read::Result => format!(
+                    "{} AS {col}",
+                    untrusted::pg_json(&named, untrusted::MAX_LISTED_JSON_BYTES)
+                ),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
+/// How a column of a run row is read ([`run_columns`]).
+#[derive(Clone, Copy)]
+enum Read {
+    Plain,
+    Name,
+    Text,
+    Payload,
+    Result,
+}
+
+/// A run row's columns, in order, and how each is read.
+const RUN_COLUMN_NAMES: [(&str, Read); 21] = [
+    ("seq", Read::Plain),
+    ("id", Read::Name),
+    ("trigger", Read::Name),
+    ("origin", Read::Name),
+    ("dedupe_key", Read::Name),
+    ("payload", Read::Payload),
+    ("state", Read::Name),
+    ("enqueued_at_ms", Read::Plain),
+    ("started_at_ms", Read::Plain),
+    ("finished_at_ms", Read::Plain),
+    ("detail", Read::Text),
+    ("owner", Read::Name),
+    ("concurrency_key", Read::Name),
+    ("result", Read::Result),
+    ("worktree", Read::Text),
+    ("lease_token", Read::Plain),
+    ("lease_expires_at_ms", Read::Plain),
+    ("attempt", Read::Plain),
+    ("attempts", Read::Plain),
+    ("remote", Read::Name),
+    ("start_commit", Read::Name),
+];
+
+/// A page of the fleet's runs: `$1` the fleet, `$2` the most rows, `$3` a
+/// trigger or NULL, `$4` the run the page goes on before or NULL; newest
+/// first, each payload and result as a listing reads them, the page cut at
+/// [`untrusted::MAX_PAGE_BYTES`].
+static RUN_PAGE_SQL: LazyLock<String> = LazyLock::new(|| {
+    let columns = run_columns("", untrusted::MAX_LISTED_JSON_BYTES);
+    let names = RUN_COLUMN_NAMES
+        .iter()
+        .map(|(col, _)| *col)
+        .collect::<Vec<_>>()
+        .join(", ");
+    untrusted::pg_budgeted(
+        &format!(
+            "SELECT {columns}, {} + {} + {} AS bytes
+             FROM npc_runs WHERE fleet = $1
+             AND ($3::text IS NULL OR trigger = $3)
+             AND ($4::text IS NULL
+                  OR seq < (SELECT seq FROM npc_runs WHERE fleet = $1 AND id = $4))
+             ORDER BY seq DESC LIMIT $2",
+            untrusted::pg_size("payload", untrusted::MAX_LISTED_JSON_BYTES),
+            untrusted::pg_size("result", untrusted::MAX_LISTED_JSON_BYTES),
+            untrusted::pg_size("detail", untrusted::MAX_TEXT_CHARS),
+        ),
+        &names,
+        "seq DESC",
+    )
+});
+
+/// A page of the fleet's event log: `$1` the fleet, `$2` the id it goes on
+/// after, `$3` the most rows, `$4` a component or NULL; oldest first, each
+/// text cut to its bound and each payload to
+/// [`untrusted::MAX_EVENT_PAYLOAD_BYTES`], the page cut at
+/// [`untrusted::MAX_PAGE_BYTES`].
+static EVENT_PAGE_SQL: LazyLock<String> = LazyLock::new(|| {
+    untrusted::pg_budgeted(
+        &format!(
+            "SELECT id, ts_ms, {} AS kind, {} AS component, {} AS payload,
+                 {} AS bytes
+             FROM npc_events
+             WHERE fleet = $1 AND id > $2 AND ($4::text IS NULL OR component = $4)
+             ORDER BY id LIMIT $3",
+            untrusted::pg_text("kind", untrusted::MAX_KIND_CHARS),
+            untrusted::pg_text("component", untrusted::MAX_COMPONENT_CHARS),
+            untrusted::pg_json("payload", untrusted::MAX_EVENT_PAYLOAD_BYTES),
+            untrusted::pg_size("payload", untrusted::MAX_EVENT_PAYLOAD_BYTES),
+        ),
+        "id, ts_ms, kind, component, payload",
+        "id",
+    )
+});
+
+/// [`run_columns`] of one run read whole (a claim, a look at one run).
+static RUN_COLUMNS: LazyLock<String> =
+    LazyLock::new(|| run_columns("", untrusted::MAX_CLAIMED_PAYLOAD_BYTES));
+
+/// A run row as read: other machines wrote it, so every text is made
+/// printable (the id too; a claim's lease names the row's id as stored).
 fn run_of(row: &Row) -> Result<RunRow, StoreError> {
     let payload: String = row.get("payload");
     Ok(RunRow {
         seq: row.get("seq"),
-        id: row.get("id"),
-        trigger: row.get("trigger"),
-        origin: row.get("origin"),
-        dedupe_key: row.get("dedupe_key"),
-        payload: serde_json::from_str(&payload).map_err(json_error("run payload"))?,
-        state: row.get("state"),
+        id: untrusted::text(row.get("id")),
+        trigger: untrusted::text(row.get("trigger")),
+        origin: untrusted::text(row.get("origin")),
+        dedupe_key: untrusted::opt_text(row.get("dedupe_key")),
+        payload: untrusted::json(
+            serde_json::from_str(&payload).map_err(json_error("run payload"))?,
+        ),
+        state: untrusted::text(row.get("state")),
         enqueued_at_ms: row.get("enqueued_at_ms"),
         started_at_ms: row.get("started_at_ms"),
         finished_at_ms: row.get("finished_at_ms"),
-        detail: row.get("detail"),
-        owner: row.get("owner"),
-        concurrency_key: row.get("concurrency_key"),
+        detail: untrusted::opt_text(row.get("detail")),
+        owner: untrusted::opt_text(row.get("owner")),
+        concurrency_key: untrusted::opt_text(row.get("concurrency_key")),
         result: row
             .get::<_, Option<String>>("result")
-            .and_then(|text| serde_json::from_str(&text).ok()),
-        worktree: row.get("worktree"),
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .map(untrusted::json),
+        worktree: untrusted::opt_text(row.get("worktree")),
         attempt: attempt_of(row.get::<_, i32>("attempt").into()),
         attempts: attempt_of(row.get::<_, i32>("attempts").into()),
-        code: RunCode::of(row.get("remote"), row.get("start_commit")),
+        code: RunCode::of(
+            untrusted::opt_text(row.get("remote")),
+            untrusted::opt_text(row.get("start_commit")),
+        ),
     })
 }
 
+/// An event as read: another machine may have written it, so its texts
+/// are made printable ([`EVENT_PAGE_SQL`] bounds them).
 fn event_of(row: &Row) -> Result<Event, StoreError> {
     let payload: String = row.get("payload");
     Ok(Event {
         id: row.get("id"),
         ts_ms: row.get("ts_ms"),
-        kind: row.get("kind"),
-        component: row.get("component"),
-        payload: serde_json::from_str(&payload).map_err(json_error("event payload"))?,
+        kind: untrusted::text(row.get("kind")),
+        component: untrusted::opt_text(row.get("component")),
+        payload: untrusted::json(
+            serde_json::from_str(&payload).map_err(json_error("event payload"))?,
+        ),
     })
 }
 
@@ -96,7 +226,8 @@ fn claimed_of(row: Option<Row>, worker: &str) -> Result<Option<Claimed>, StoreEr
     };
     let run = run_of(&row)?;
     let lease = Lease {
-        run_id: run.id.clone(),
+        // The row's id as stored (cut to its bound), whatever it shows as.
+        run_id: row.get("id"),
         worker: worker.to_string(),
         token: row.get("lease_token"),
         expires_at_ms: row.get("lease_expires_at_ms"),
@@ -214,11 +345,7 @@ fn claim_sql(only_if: &str) -> String {
              lease_expires_at_ms = npc_now_ms() + $3
          FROM next WHERE r.seq = next.seq
          RETURNING {}",
-        RUN_COLUMNS
-            .split(", ")
-            .map(|c| format!("r.{c}"))
-            .collect::<Vec<_>>()
-            .join(", "),
+        run_columns("r.", untrusted::MAX_CLAIMED_PAYLOAD_BYTES),
         same = of_queue("o.", "q.fleet", "q.trigger", "q.key_slot"),
     )
 }
@@ -840,7 +967,10 @@ impl PgStore {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                &format!("SELECT {RUN_COLUMNS} FROM npc_runs WHERE fleet = $1 AND id = $2"),
+                &format!(
+                    "SELECT {} FROM npc_runs WHERE fleet = $1 AND id = $2",
+                    *RUN_COLUMNS
+                ),
                 &[&self.fleet(), &id],
             )
             .await
@@ -869,16 +999,7 @@ impl PgStore {
         let client = self.client().await?;
         let limit = i64::try_from(limit.min(MAX_RUNS_PER_READ)).unwrap_or(i64::MAX);
         let rows = client
-            .query(
-                &format!(
-                    "SELECT {RUN_COLUMNS} FROM npc_runs WHERE fleet = $1
-                     AND ($3::text IS NULL OR trigger = $3)
-                     AND ($4::text IS NULL
-                          OR seq < (SELECT seq FROM npc_runs WHERE fleet = $1 AND id = $4))
-                     ORDER BY seq DESC LIMIT $2"
-                ),
-                &[&self.fleet(), &limit, &trigger, &before],
-            )
+            .query(&*RUN_PAGE_SQL, &[&self.fleet(), &limit, &trigger, &before])
             .await
             .map_err(pg_error("read runs"))?;
         rows.iter().map(run_of).collect()
@@ -958,9 +1079,7 @@ impl PgStore {
         let limit = i64::try_from(limit.min(MAX_EVENTS_PER_READ)).unwrap_or(i64::MAX);
         let rows = client
             .query(
-                "SELECT id, ts_ms, kind, component, payload FROM npc_events
-                 WHERE fleet = $1 AND id > $2 AND ($4::text IS NULL OR component = $4)
-                 ORDER BY id LIMIT $3",
+                &*EVENT_PAGE_SQL,
                 &[&self.fleet(), &after, &limit, &component],
             )
             .await

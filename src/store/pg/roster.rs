@@ -3,13 +3,35 @@
 //! read from `npc_runs` (`owner`), so the roster and the queue never
 //! disagree about who runs what.
 
-use crate::store::StoreError;
+use std::sync::LazyLock;
+
 use crate::store::fleet::{ROSTER_KEEP, Roster, StoreFuture, WorkerInfo, WorkerRow, WorkerState};
+use crate::store::{StoreError, untrusted};
 
 use super::{PgStore, pg_error};
 
 /// Rows `npc workers` reads at most.
 pub const MAX_ROSTER_ROWS: i64 = 1_000;
+
+/// The roster: `$1` the fleet, `$2` the most rows. Other machines wrote
+/// it, so each text is cut to [`untrusted::MAX_NAME_CHARS`] and each
+/// worker lists at most [`untrusted::MAX_LISTED_RUNNING`] running runs.
+static ROSTER_SQL: LazyLock<String> = LazyLock::new(|| {
+    let name = |col: &str| untrusted::pg_text(col, untrusted::MAX_NAME_CHARS);
+    format!(
+        "SELECT {}, {}, {}, w.started_at_ms,
+           npc_now_ms() - w.heartbeat_at_ms, w.lease_ms, w.stopped_at_ms IS NOT NULL,
+           ARRAY(SELECT {} FROM npc_runs r WHERE r.fleet = w.fleet AND r.owner = w.id
+                 AND r.state = 'running' ORDER BY r.id LIMIT {})
+         FROM npc_workers w WHERE w.fleet = $1
+         ORDER BY w.started_at_ms DESC, w.id LIMIT $2",
+        name("w.id"),
+        name("w.host"),
+        name("w.version"),
+        name("r.id"),
+        untrusted::MAX_LISTED_RUNNING,
+    )
+});
 
 impl PgStore {
     async fn enlist_worker(&self, worker: &WorkerInfo) -> Result<(), StoreError> {
@@ -49,15 +71,7 @@ impl PgStore {
     async fn roster(&self) -> Result<Vec<WorkerRow>, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query(
-                "SELECT w.id, w.host, w.version, w.started_at_ms,
-                   npc_now_ms() - w.heartbeat_at_ms, w.lease_ms, w.stopped_at_ms IS NOT NULL,
-                   ARRAY(SELECT r.id FROM npc_runs r WHERE r.fleet = w.fleet AND r.owner = w.id
-                         AND r.state = 'running' ORDER BY r.id)
-                 FROM npc_workers w WHERE w.fleet = $1
-                 ORDER BY w.started_at_ms DESC, w.id LIMIT $2",
-                &[&self.fleet(), &MAX_ROSTER_ROWS],
-            )
+            .query(&*ROSTER_SQL, &[&self.fleet(), &MAX_ROSTER_ROWS])
             .await
             .map_err(pg_error("read the roster"))?;
         Ok(rows
@@ -73,14 +87,18 @@ impl PgStore {
                     WorkerState::Alive
                 };
                 WorkerRow {
-                    id: row.get(0),
-                    host: row.get(1),
-                    version: row.get(2),
+                    id: untrusted::text(row.get(0)),
+                    host: untrusted::text(row.get(1)),
+                    version: untrusted::text(row.get(2)),
                     state,
                     started_at_ms: row.get(3),
                     heartbeat_age_ms: age,
                     lease_ms: lease,
-                    running: row.get(7),
+                    running: row
+                        .get::<_, Vec<String>>(7)
+                        .into_iter()
+                        .map(untrusted::text)
+                        .collect(),
                 }
             })
             .collect())
