@@ -14,6 +14,7 @@ mod fleet_code;
 mod fleet_sessions;
 mod fleet_tls;
 mod fleet_view;
+mod git_trust;
 mod hints;
 mod hooks;
 mod hostile;
