@@ -19,9 +19,10 @@
 //! at most [`MIRROR_WAIT`].
 //!
 //! The mirror is in the state directory, where a clone may have put one
-//! too: before each run's turn the mirror is checked to be one npc made
-//! (no file the checkout tracks, no config key npc does not write, no
-//! hook, nothing that makes git read elsewhere) and made again when not;
+//! too: before each run's turn a mirror the checkout tracks files of is
+//! refused, and the mirror is checked to be one npc made (no config key
+//! npc does not write, no hook, nothing that makes git read elsewhere) and
+//! made again when not;
 //! and no git command npc runs starts a hook or a file system monitor
 //! anyway (`workspace::GIT_SAFE_CONFIG`).
 
@@ -106,6 +107,11 @@ pub enum MirrorError {
     NotInRemote { commit: String, remote: String },
     #[error("another run held the mirror for longer than {}s; try the run again", .0.as_secs())]
     Busy(Duration),
+    #[error(
+        "the checkout tracks files of the mirror `{}` (they came with the repository), so it was not used; remove them from the repository (`git rm -r --cached {inside}`) and commit",
+        path.display()
+    )]
+    Shipped { path: PathBuf, inside: String },
     #[error("the mirror `{}` is not usable: {reason}", path.display())]
     Dir { path: PathBuf, reason: String },
     #[error("{0}")]
@@ -227,6 +233,7 @@ impl Mirror {
             .await
             .map_err(|_| MirrorError::Busy(MIRROR_WAIT))?;
         let among = self.lock_among(deadline).await?;
+        self.check_untracked().await?;
         // A mirror npc did not make (one that came with a clone, or one an
         // agent's run wrote config or hooks into) is made again: nothing
         // of it is used.
@@ -316,8 +323,29 @@ impl Mirror {
         }
     }
 
-    /// Why the mirror's directory, when there, is not a mirror npc made:
-    /// files of it the checkout tracks (it came with a clone), a file that
+    /// Refuse a mirror the checkout tracks files of: it came with the
+    /// repository, and what it holds (objects too) is not npc's. Refused,
+    /// not made again: the files stay tracked, so it would be made again
+    /// before every run.
+    async fn check_untracked(&self) -> Result<(), MirrorError> {
+        let Ok(inside) = self.dir.strip_prefix(&self.repo) else {
+            return Ok(());
+        };
+        let inside = inside.display().to_string();
+        let args = ["--literal-pathspecs", "ls-files", "-z", "--", &inside];
+        let tracked = workspace::git(&self.supervisor, &self.repo, &args)
+            .await
+            .map_err(|e| MirrorError::Git(e.to_string()))?;
+        if tracked.is_empty() {
+            return Ok(());
+        }
+        Err(MirrorError::Shipped {
+            path: self.dir.clone(),
+            inside,
+        })
+    }
+
+    /// Why the mirror's directory, when there, is not a mirror npc made: a file that
     /// makes git read elsewhere ([`MIRROR_FOREIGN_FILES`]), a config key
     /// npc does not write ([`MIRROR_CONFIG_KEYS`]), a hook. Its config is
     /// read by `git config --file --no-includes`, which runs nothing.
@@ -325,17 +353,6 @@ impl Mirror {
         let meta = std::fs::symlink_metadata(&self.dir).ok()?;
         if !meta.is_dir() {
             return Some("it is a link or a file".to_string());
-        }
-        if let Ok(inside) = self.dir.strip_prefix(&self.repo) {
-            let inside = inside.display().to_string();
-            let args = ["--literal-pathspecs", "ls-files", "-z", "--", &inside];
-            match workspace::git(&self.supervisor, &self.repo, &args).await {
-                Ok(tracked) if !tracked.is_empty() => {
-                    return Some("the checkout tracks files of it".to_string());
-                }
-                Ok(_) => {}
-                Err(e) => return Some(format!("the checkout cannot list its files: {e}")),
-            }
         }
         if let Some(file) = MIRROR_FOREIGN_FILES
             .iter()

@@ -301,3 +301,147 @@ fn runs_clean_reports_only_the_worktrees_it_removed() {
     let listed = git(dir.path(), &["worktree", "list", "--porcelain"]);
     assert_eq!(listed.matches("worktree ").count(), 1, "{listed}");
 }
+
+/// The fleet's manifest: `ship` pushes the branch its payload names.
+const FLEET: &str = r#"version = 1
+[project]
+name = "git-trust"
+[store]
+url = "${NPC_STORE_URL}"
+
+[triggers.ship]
+kind = "cron"
+schedule = "24h"
+workspace = "worktree"
+push = true
+branch = "{{ payload.b }}"
+action = { command = "sh", args = ["-c", "echo shipped > shipped.txt"] }
+"#;
+
+#[test]
+fn a_worker_never_uses_a_shipped_mirror_nor_pushes_onto_a_branch_origin_has() {
+    use crate::fleet::{STEADY_LEASE_SECS, ingress_daemon, npc_json, start_worker_leased};
+    use crate::fleet_code::{commit, ended};
+    use npcagent::store::queue::state;
+    let Some(cluster) = crate::pg::PgCluster::start() else {
+        return;
+    };
+    let top = tempfile::tempdir().unwrap();
+    let top = top.path().canonicalize().unwrap();
+    let canary = top.join("canary");
+    let script = canary_script(&top, &canary);
+    let origin = top.join("origin.git");
+    let remote = origin.display().to_string();
+    git(
+        &top,
+        &[
+            "init",
+            "--quiet",
+            "--bare",
+            "--initial-branch=main",
+            &remote,
+        ],
+    );
+    // The repository ships a mirror whose hooks and file system monitor
+    // write the canary.
+    let ingress = top.join("ingress");
+    git(&top, &["clone", "--quiet", &remote, "ingress"]);
+    git(&ingress, &["symbolic-ref", "HEAD", "refs/heads/main"]);
+    std::fs::write(ingress.join("npcagent.toml"), FLEET).unwrap();
+    let shipped = ingress
+        .join(".npc")
+        .join(npcagent::runs::mirror::MIRROR_DIR);
+    git(
+        &top,
+        &["init", "--quiet", "--bare", &shipped.display().to_string()],
+    );
+    for hook in [
+        "post-checkout",
+        "reference-transaction",
+        "post-index-change",
+    ] {
+        std::fs::copy(&script, shipped.join("hooks").join(hook)).unwrap();
+    }
+    let monitor = script.display().to_string();
+    git(&shipped, &["config", "core.fsmonitor", &monitor]);
+    git(&ingress, &["add", "--all", "--force"]);
+    let main = commit(&ingress, "start");
+    git(&ingress, &["push", "--quiet", "origin", "main"]);
+    git(&top, &["clone", "--quiet", &remote, "worker"]);
+    let worker = top.join("worker");
+    let mirror = worker.join(".npc").join(npcagent::runs::mirror::MIRROR_DIR);
+    assert!(mirror.join("hooks/post-checkout").is_file());
+
+    let url = crate::fleet::worker_store(&cluster, &ingress);
+    let daemon = ingress_daemon(&ingress, &url);
+    crate::support::wait_for("the ingress to join the fleet", || {
+        let status = npc_json(&ingress, &url, &["status"]);
+        (status["store"]["state"] == "connected").then_some(())
+    });
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("worker.log");
+    let _worker =
+        crate::support::Stopped::new(start_worker_leased(&worker, &url, &log, STEADY_LEASE_SECS));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let fleet = format!("git-trust@{remote}");
+    let store = rt
+        .block_on(npcagent::store::pg::PgStore::connect(&url, &fleet))
+        .unwrap();
+    let why = || {
+        format!(
+            "{}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default(),
+            daemon.log()
+        )
+    };
+    let ship = |branch: &str| {
+        let payload = serde_json::json!({ "b": branch }).to_string();
+        let answer = npc_json(
+            &ingress,
+            &url,
+            &["trigger", "fire", "ship", "--payload", &payload],
+        );
+        let id = answer["run_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{answer}\n{}", why()));
+        ended(&rt, &store, id)
+    };
+
+    // Tracked by the checkout: refused, left as it is.
+    let row = ship("fresh");
+    assert_eq!(row.state, state::FAILED, "{row:?}\n{}", why());
+    let detail = row.detail.clone().unwrap_or_default();
+    assert!(
+        detail.contains("git rm -r --cached .npc/mirror.git"),
+        "{detail}"
+    );
+    // No longer tracked, still hostile: made again, and the run works.
+    git(
+        &worker,
+        &["rm", "--quiet", "-r", "--cached", ".npc/mirror.git"],
+    );
+    git(&worker, &["commit", "--quiet", "-m", "no mirror"]);
+    let row = ship("fresh");
+    assert_eq!(row.state, state::SUCCEEDED, "{row:?}\n{}", why());
+    let result = row.result.clone().unwrap_or_default();
+    assert_eq!(result["push"]["ok"], true, "{row:?}");
+    assert_eq!(git(&origin, &["rev-parse", "fresh"]).trim(), result["head"]);
+    assert!(!mirror.join("hooks").exists());
+    let config = std::fs::read_to_string(mirror.join("config")).unwrap();
+    assert!(!config.contains("fsmonitor"), "{config}");
+    // A payload naming origin's `main`, or the branch just pushed: refused
+    // before the run works, both left where they were.
+    let before = refs(&origin);
+    for branch in ["main", "fresh"] {
+        let row = ship(branch);
+        assert_eq!(row.state, state::FAILED, "{row:?}\n{}", why());
+        let detail = row.detail.clone().unwrap_or_default();
+        assert!(
+            detail.contains(&format!("branch `{branch}` exists on `origin` already")),
+            "{detail}"
+        );
+    }
+    assert_eq!(refs(&origin), before);
+    assert_eq!(git(&origin, &["rev-parse", "main"]).trim(), main);
+    assert!(!canary.exists(), "{:?}", std::fs::read_to_string(&canary));
+}

@@ -258,14 +258,24 @@ async fn a_mirror_npc_did_not_make_is_made_again_and_nothing_of_it_runs() {
             std::fs::read_to_string(&canary)
         );
     }
-    // One the checkout tracks came with a clone: not npc's either.
-    mirror.hold(&new).await.map(drop).unwrap();
+    // One the checkout tracks came with a clone: refused (made again, it
+    // would still be tracked), and left as it is.
     sh(
         &supervisor,
         &checkout,
         &["add", "--force", ".npc/mirror.git/HEAD"],
     )
     .await;
-    let reason = mirror.foreign().await.unwrap_or_default();
-    assert!(reason.contains("tracks"), "{reason:?}");
+    let refused = mirror.hold(&new).await.map(drop);
+    assert!(
+        matches!(refused, Err(MirrorError::Shipped { .. })),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .unwrap_err()
+            .to_string()
+            .contains("git rm -r --cached .npc/mirror.git")
+    );
+    assert!(mirror.dir().join("objects").is_dir());
 }
