@@ -18,10 +18,13 @@
 //! Every git command runs through the supervisor, bounded in time and
 //! output, with hooks and the file system monitor off
 //! ([`GIT_SAFE_CONFIG`]): nothing a repository, a mirror or an agent wrote
-//! into git's config or hooks runs on npc's behalf. No ref or branch a payload supplies reads as an option: each is
-//! checked first ([`check_ref_name`]: no leading `-`, no `..`, `@{`,
-//! spaces or controls), and refs git resolves on its own come after
-//! `--end-of-options`.
+//! into git's config or hooks runs on npc's behalf. No ref or branch a
+//! payload supplies reads as an option: each is checked first
+//! ([`check_ref_name`]: no leading `-`, no `..`, `@{`, spaces or
+//! controls), and refs git resolves on its own come after
+//! `--end-of-options`; a run's branch names one branch and nothing else
+//! ([`check_branch_name`]: not `@`, `HEAD`, `refs/heads/main`). A run's
+//! branch is new on `origin` too: a push only ever creates it there.
 //!
 //! Architecture invariant: a worktree run never touches the main checkout:
 //! not its files, its index or its current branch (`git worktree add`
