@@ -381,6 +381,30 @@ pub fn safe_config_env() -> BTreeMap<String, String> {
     env
 }
 
+/// `git ARGS` in `dir` as a user runs it, hooks and all (none of
+/// [`GIT_SAFE_CONFIG`]), which must succeed; its standard output, trimmed.
+/// What the tests prove hooks live with.
+#[cfg(test)]
+pub(crate) async fn git_as_user(supervisor: &Supervisor, dir: &Path, args: &[&str]) -> String {
+    let spec = ChildSpec::new("git", dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
+        .args(args.iter().copied());
+    let limits = OutputLimits {
+        stdout: MAX_GIT_OUTPUT_BYTES,
+        stderr: MAX_GIT_OUTPUT_BYTES,
+    };
+    let out = supervisor
+        .run_once(&spec, None, GIT_TIMEOUT, limits)
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// Held around `git worktree add` (see [`Worktree::create`]); a daemon
 /// makes the worktrees of one repository, so one lock per process is one
 /// per repository.

@@ -166,6 +166,9 @@ async fn the_mirror_fetches_a_commit_its_checkout_lacks_one_run_at_a_time() {
     assert_eq!(waiting.await.unwrap(), Ok(()));
 }
 
+/// A key and value a hostile mirror's config sets.
+type ConfigEntry<'a> = (&'a str, &'a str);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mirror_npc_did_not_make_is_made_again_and_nothing_of_it_runs() {
     let top = tempfile::tempdir().unwrap();
@@ -185,39 +188,33 @@ async fn a_mirror_npc_did_not_make_is_made_again_and_nothing_of_it_runs() {
     // A mirror as a clone could ship it: hooks, a file system monitor and
     // an ssh command in its config, each writing the canary.
     let canary = top.join("canary");
-    let hostile = |config: &[(&str, &str)], hook: bool| {
-        std::fs::remove_dir_all(mirror.dir()).ok();
-        std::process::Command::new("git")
-            .args(["init", "--quiet", "--bare"])
-            .arg(mirror.dir())
-            .status()
-            .unwrap();
-        let script = top.join("evil.sh");
-        let text = format!("#!/bin/sh\necho ran >> '{}'\n", canary.display());
-        std::fs::write(&script, text).unwrap();
-        let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
-        std::fs::set_permissions(&script, executable).unwrap();
-        if hook {
-            for name in [
-                "post-checkout",
-                "reference-transaction",
-                "post-index-change",
-            ] {
-                let path = mirror.dir().join("hooks").join(name);
-                std::fs::copy(&script, path).unwrap();
+    let hostile = |config: &'static [ConfigEntry<'static>], hook: bool| {
+        let (supervisor, dir, top, canary) = (&supervisor, mirror.dir(), &top, &canary);
+        async move {
+            std::fs::remove_dir_all(dir).ok();
+            let shown = dir.display().to_string();
+            workspace::git_as_user(supervisor, top, &["init", "--quiet", "--bare", &shown]).await;
+            let script = top.join("evil.sh");
+            let text = format!("#!/bin/sh\necho ran >> '{}'\n", canary.display());
+            std::fs::write(&script, text).unwrap();
+            let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+            std::fs::set_permissions(&script, executable).unwrap();
+            if hook {
+                for name in [
+                    "post-checkout",
+                    "reference-transaction",
+                    "post-index-change",
+                ] {
+                    std::fs::copy(&script, dir.join("hooks").join(name)).unwrap();
+                }
+            }
+            for (key, value) in config {
+                let value = value.replace("SCRIPT", &script.display().to_string());
+                workspace::git_as_user(supervisor, dir, &["config", key, &value]).await;
             }
         }
-        for (key, value) in config {
-            let value = value.replace("SCRIPT", &script.display().to_string());
-            std::process::Command::new("git")
-                .args(["config", "--file"])
-                .arg(mirror.dir().join("config"))
-                .args([*key, value.as_str()])
-                .status()
-                .unwrap();
-        }
     };
-    let cases: [(&[(&str, &str)], bool, &str); 4] = [
+    let cases: [(&[ConfigEntry], bool, &str); 4] = [
         (&[], true, "hook `"),
         (&[("core.fsmonitor", "SCRIPT")], false, "`core.fsmonitor`"),
         (&[("core.hooksPath", "/tmp")], false, "`core.hookspath`"),
@@ -228,7 +225,7 @@ async fn a_mirror_npc_did_not_make_is_made_again_and_nothing_of_it_runs() {
         ),
     ];
     for (config, hook, says) in cases {
-        hostile(config, hook);
+        hostile(config, hook).await;
         let reason = mirror.foreign().await.unwrap_or_default();
         assert!(reason.contains(says), "{says}: {reason:?}");
         let turn = mirror.hold(&new).await.unwrap();

@@ -131,22 +131,6 @@ fn supervisor() -> Supervisor {
     Supervisor::new(events, crate::supervisor::BackoffPolicy::default())
 }
 
-/// `git ARGS` in `dir` as a user runs it (hooks and all), which must succeed.
-fn user_git(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 /// The hooks that run around what npc does with a worktree.
 const HOOKS: [&str; 7] = [
     "post-checkout",
@@ -161,21 +145,33 @@ const HOOKS: [&str; 7] = [
 /// A bare `origin`, and a checkout of it with one commit pushed whose
 /// config runs `hooks/*` and a file system monitor, each appending its name
 /// to `canary`; returns the checkout, `origin` and the canary.
-fn hostile(top: &Path) -> (PathBuf, PathBuf, PathBuf) {
+async fn hostile(supervisor: &Supervisor, top: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let origin = top.join("origin.git");
     let checkout = top.join("checkout");
     let canary = top.join("canary");
-    user_git(top, &["init", "--quiet", "--bare", "origin.git"]);
-    user_git(
+    git_as_user(
+        supervisor,
+        top,
+        &["init", "--quiet", "--bare", "origin.git"],
+    )
+    .await;
+    git_as_user(
+        supervisor,
         top,
         &["init", "--quiet", "--initial-branch=main", "checkout"],
-    );
+    )
+    .await;
     std::fs::write(checkout.join("a.txt"), "a").unwrap();
-    user_git(&checkout, &["add", "--all"]);
-    user_git(&checkout, &["commit", "--quiet", "-m", "a"]);
+    git_as_user(supervisor, &checkout, &["add", "--all"]).await;
+    git_as_user(supervisor, &checkout, &["commit", "--quiet", "-m", "a"]).await;
     let url = origin.display().to_string();
-    user_git(&checkout, &["remote", "add", "origin", &url]);
-    user_git(&checkout, &["push", "--quiet", "origin", "main"]);
+    git_as_user(supervisor, &checkout, &["remote", "add", "origin", &url]).await;
+    git_as_user(
+        supervisor,
+        &checkout,
+        &["push", "--quiet", "origin", "main"],
+    )
+    .await;
     let hooks = top.join("hooks");
     std::fs::create_dir(&hooks).unwrap();
     for hook in HOOKS {
@@ -186,9 +182,19 @@ fn hostile(top: &Path) -> (PathBuf, PathBuf, PathBuf) {
         std::fs::set_permissions(&path, executable).unwrap();
     }
     let hooks_path = hooks.display().to_string();
-    user_git(&checkout, &["config", "core.hooksPath", &hooks_path]);
+    git_as_user(
+        supervisor,
+        &checkout,
+        &["config", "core.hooksPath", &hooks_path],
+    )
+    .await;
     let monitor = hooks.join("fsmonitor").display().to_string();
-    user_git(&checkout, &["config", "core.fsmonitor", &monitor]);
+    git_as_user(
+        supervisor,
+        &checkout,
+        &["config", "core.fsmonitor", &monitor],
+    )
+    .await;
     (checkout, origin, canary)
 }
 
@@ -196,13 +202,16 @@ fn hostile(top: &Path) -> (PathBuf, PathBuf, PathBuf) {
 async fn no_hook_and_no_file_system_monitor_runs_for_npcs_git_commands() {
     let top = tempfile::tempdir().unwrap();
     let top = top.path().canonicalize().unwrap();
-    let (checkout, origin, canary) = hostile(&top);
+    let supervisor = supervisor();
+    let (checkout, origin, canary) = hostile(&supervisor, &top).await;
     // The hooks are live: git run as a user runs them.
-    user_git(&checkout, &["status", "--porcelain"]);
-    user_git(
+    git_as_user(&supervisor, &checkout, &["status", "--porcelain"]).await;
+    git_as_user(
+        &supervisor,
         &checkout,
         &["commit", "--quiet", "--allow-empty", "-m", "b"],
-    );
+    )
+    .await;
     let ran = std::fs::read_to_string(&canary).unwrap();
     assert!(
         ran.contains("fsmonitor") && ran.contains("post-commit"),
@@ -210,7 +219,6 @@ async fn no_hook_and_no_file_system_monitor_runs_for_npcs_git_commands() {
     );
     std::fs::remove_file(&canary).unwrap();
     // npc's worktree run: made, committed, measured, pushed, removed.
-    let supervisor = supervisor();
     let root = checkout.join(".npc").join(WORKTREES_DIR);
     let worktree = Worktree::create(
         &supervisor,
@@ -236,7 +244,7 @@ async fn no_hook_and_no_file_system_monitor_runs_for_npcs_git_commands() {
     patch(&supervisor, &checkout, &result).await.unwrap();
     worktree.remove(&supervisor).await.unwrap();
     assert!(!canary.exists(), "{:?}", std::fs::read_to_string(&canary));
-    let pushed = user_git(&origin, &["rev-parse", "refs/heads/npc/run-1"]);
+    let pushed = git_as_user(&supervisor, &origin, &["rev-parse", "refs/heads/npc/run-1"]).await;
     assert_eq!(pushed, result.head);
 }
 
@@ -244,11 +252,11 @@ async fn no_hook_and_no_file_system_monitor_runs_for_npcs_git_commands() {
 async fn a_push_only_creates_a_branch_on_origin_and_never_moves_one() {
     let top = tempfile::tempdir().unwrap();
     let top = top.path().canonicalize().unwrap();
-    let (checkout, origin, _) = hostile(&top);
-    // Origin has `taken`, which the checkout never had.
-    let main = user_git(&origin, &["rev-parse", "refs/heads/main"]);
-    user_git(&origin, &["branch", "taken", "main"]);
     let supervisor = supervisor();
+    let (checkout, origin, _) = hostile(&supervisor, &top).await;
+    // Origin has `taken`, which the checkout never had.
+    let main = git_as_user(&supervisor, &origin, &["rev-parse", "refs/heads/main"]).await;
+    git_as_user(&supervisor, &origin, &["branch", "taken", "main"]).await;
     assert_eq!(
         check_new_on_origin(&supervisor, &checkout, "taken").await,
         Err(WorkspaceError::BranchOnOrigin("taken".to_string()))
@@ -261,7 +269,7 @@ async fn a_push_only_creates_a_branch_on_origin_and_never_moves_one() {
     for (id, branch) in [("run-1", "taken"), ("run-2", "main")] {
         if branch == "main" {
             // The checkout's own `main` is taken locally; a mirror's is not.
-            user_git(&checkout, &["branch", "-m", "main", "trunk"]);
+            git_as_user(&supervisor, &checkout, &["branch", "-m", "main", "trunk"]).await;
         }
         let worktree = Worktree::create(
             &supervisor,
@@ -280,7 +288,10 @@ async fn a_push_only_creates_a_branch_on_origin_and_never_moves_one() {
             .await
             .unwrap();
         // A fast-forward of origin's branch, refused all the same.
-        assert_eq!(user_git(&origin, &["rev-parse", branch]), main);
+        assert_eq!(
+            git_as_user(&supervisor, &origin, &["rev-parse", branch]).await,
+            main
+        );
         assert_ne!(result.head, main);
         let pushed = worktree.push(&supervisor).await;
         assert_eq!(
@@ -293,6 +304,9 @@ async fn a_push_only_creates_a_branch_on_origin_and_never_moves_one() {
                 .to_string()
                 .contains(&format!("`{branch}`"))
         );
-        assert_eq!(user_git(&origin, &["rev-parse", branch]), main);
+        assert_eq!(
+            git_as_user(&supervisor, &origin, &["rev-parse", branch]).await,
+            main
+        );
     }
 }
