@@ -317,17 +317,21 @@ impl Lower<'_> {
     }
 
     /// A `ref` or `branch` without template syntax is the name every run
-    /// gets: checked now as a run checks it (`problem`).
+    /// gets: checked now as a run checks it (`problem`). A template's text
+    /// before its first `{` starts every name it renders: checked with one
+    /// character after it (`refs/heads/{{ run.id }}` is refused already).
     fn literal_ref(
         &mut self,
         t: &Spanned<String>,
         field: &str,
         problem: fn(&str) -> Option<String>,
     ) {
-        if t.value.contains('{') {
-            return;
-        }
-        if let Some(reason) = problem(&t.value) {
+        let checked = match t.value.split_once('{') {
+            None => t.value.clone(),
+            Some(("", _)) => return,
+            Some((prefix, _)) => format!("{prefix}x"),
+        };
+        if let Some(reason) = problem(&checked) {
             self.error(
                 &t.span,
                 format!("`{field}` `{}` is not a valid name: {reason}", clip(t)),
