@@ -65,9 +65,9 @@ pub const ORIGIN: &str = "origin";
 /// which ssh to run.
 pub const REMOTE_ENV: [&str; 2] = ["SSH_AUTH_SOCK", "GIT_SSH_COMMAND"];
 /// Configuration every git command npc runs gets on its command line
-/// (through `GIT_CONFIG_COUNT`, which outranks every config file): no
-/// hook and no file system monitor runs, whatever a repository's, a
-/// mirror's or an agent's config or hooks directory says.
+/// (`-c`, which outranks every config file and reaches the git commands
+/// it starts): no hook and no file system monitor runs, whatever a
+/// repository's, a mirror's or an agent's config or hooks directory says.
 pub const GIT_SAFE_CONFIG: [(&str, &str); 2] =
     [("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false")];
 
@@ -329,12 +329,15 @@ async fn git_with(
 ) -> Result<(String, bool), WorkspaceError> {
     let mut spec = ChildSpec::new("git", cwd);
     spec.env = env;
-    spec.args = args.iter().map(|a| a.to_string()).collect();
+    spec.args = GIT_SAFE_CONFIG
+        .iter()
+        .flat_map(|(key, value)| ["-c".to_string(), format!("{key}={value}")])
+        .chain(args.iter().map(|a| a.to_string()))
+        .collect();
     // Parseable, never interactive, never paged.
     spec.env.insert("LC_ALL".into(), "C".into());
     spec.env.insert("GIT_TERMINAL_PROMPT".into(), "0".into());
     spec.env.insert("GIT_PAGER".into(), "cat".into());
-    spec.env.extend(safe_config_env());
     let limits = OutputLimits {
         stdout: limit,
         stderr: MAX_GIT_OUTPUT_BYTES,
@@ -365,20 +368,6 @@ async fn git_with(
         String::from_utf8_lossy(&out.stdout).into_owned(),
         out.stdout_truncated,
     ))
-}
-
-/// [`GIT_SAFE_CONFIG`] as git's `GIT_CONFIG_COUNT`, `GIT_CONFIG_KEY_N` and
-/// `GIT_CONFIG_VALUE_N` variables.
-pub fn safe_config_env() -> BTreeMap<String, String> {
-    let mut env = BTreeMap::from([(
-        "GIT_CONFIG_COUNT".to_string(),
-        GIT_SAFE_CONFIG.len().to_string(),
-    )]);
-    for (n, (key, value)) in GIT_SAFE_CONFIG.iter().enumerate() {
-        env.insert(format!("GIT_CONFIG_KEY_{n}"), key.to_string());
-        env.insert(format!("GIT_CONFIG_VALUE_{n}"), value.to_string());
-    }
-    env
 }
 
 /// `git ARGS` in `dir` as a user runs it, hooks and all (none of

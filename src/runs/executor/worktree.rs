@@ -151,17 +151,19 @@ impl Executor {
             let (supervisor, branch, pushes) = (&self.cx.supervisor, &branch, spec.push);
             async move {
                 match pushes {
-                    Some(true) => workspace::check_new_on_origin(supervisor, &git, branch).await,
+                    Some(true) => workspace::check_new_on_origin(supervisor, &git, branch)
+                        .await
+                        .map_err(|e| e.to_string()),
                     _ => Ok(()),
                 }
             }
         };
         let worktree = match &row.code {
             // A run queued here, or by an older ingress: the checkout's ref.
-            None => match fresh(self.cx.repo.clone()).await {
-                Ok(()) => create(Start::Checkout).await,
-                Err(e) => Err(e),
-            },
+            None => {
+                fresh(self.cx.repo.clone()).await?;
+                create(Start::Checkout).await
+            }
             Some(code) => {
                 let mirror = self
                     .mirror
@@ -171,16 +173,12 @@ impl Executor {
                     .commit_of(code, &base_ref)
                     .map_err(|e| e.to_string())?;
                 let _turn = mirror.hold(commit).await.map_err(|e| e.to_string())?;
-                match fresh(mirror.dir().to_path_buf()).await {
-                    Ok(()) => {
-                        create(Start::Mirror {
-                            git: mirror.dir(),
-                            commit,
-                        })
-                        .await
-                    }
-                    Err(e) => Err(e),
-                }
+                fresh(mirror.dir().to_path_buf()).await?;
+                create(Start::Mirror {
+                    git: mirror.dir(),
+                    commit,
+                })
+                .await
             }
         }
         .map_err(|e| e.to_string())?;
