@@ -16,6 +16,7 @@ pub mod node;
 pub mod package;
 pub mod pattern;
 pub mod raw;
+pub mod refname;
 pub mod schedule;
 pub mod source;
 pub mod store_url;

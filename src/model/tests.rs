@@ -927,3 +927,50 @@ fn the_store_lease_timeout_is_a_bounded_duration_with_a_default() {
         assert!(all.contains(said), "{value}: {all}");
     }
 }
+
+#[test]
+fn a_branch_or_ref_that_every_run_would_get_wrong_is_refused_by_validate() {
+    let manifest = |branch: &str, base_ref: &str| {
+        format!(
+            "version = 1\n[triggers.t]\nkind = \"cron\"\nschedule = \"@yearly\"\nworkspace = \"worktree\"\nbranch = \"{branch}\"\nref = \"{base_ref}\"\naction = {{ command = \"true\" }}\n"
+        )
+    };
+    for (branch, base_ref, says) in [
+        (
+            "refs/heads/main",
+            "HEAD",
+            "`branch` `refs/heads/main` is not a valid name",
+        ),
+        ("@", "HEAD", "`branch` `@` is not a valid name"),
+        (
+            "refs/tags/{{ run.id }}",
+            "HEAD",
+            "`branch` `refs/tags/{{ run.id }}`",
+        ),
+        (
+            "npc/{{ run.id }}",
+            "--upload-pack=x",
+            "`ref` `--upload-pack=x`",
+        ),
+    ] {
+        let loaded = refused("t.toml", manifest(branch, base_ref).as_bytes());
+        let all = summaries(&loaded).join("\n");
+        assert!(all.contains(says), "{branch}: {all}");
+    }
+    for (branch, base_ref) in [
+        ("npc/{{ run.id }}", "refs/heads/main"),
+        ("{{ payload.b }}", "{{ payload.sha }}"),
+        ("review/fix", "v1"),
+    ] {
+        let loaded = load(
+            "t.toml",
+            manifest(branch, base_ref).as_bytes(),
+            &MapFiles::default(),
+        );
+        assert!(
+            loaded.manifest.is_some(),
+            "{branch}: {:#?}",
+            loaded.diagnostics
+        );
+    }
+}

@@ -17,6 +17,14 @@
 //! prune, `git worktree add`), in this process and among the workers that
 //! share the state directory (an `flock` on [`LOCK_FILE`]), each waiting
 //! at most [`MIRROR_WAIT`].
+//!
+//! The mirror is in the state directory, where a clone may have put one
+//! too: before each run's turn a mirror the checkout tracks files of is
+//! refused, and the mirror is checked to be one npc made (no config key
+//! npc does not write, no hook, nothing that makes git read elsewhere) and
+//! made again when not;
+//! and no git command npc runs starts a hook or a file system monitor
+//! anyway (`workspace::GIT_SAFE_CONFIG`).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -49,6 +57,35 @@ pub const FETCH_REFSPECS: [&str; 2] = [
     "+refs/tags/*:refs/tags/*",
 ];
 
+/// The config keys (as `git config --list` names them) a mirror npc made
+/// holds: what `git init --bare` writes, and `origin`'s URL. A mirror whose
+/// config holds any other (`core.fsmonitor`, `core.hooksPath`,
+/// `core.sshCommand`, a filter, an include, …) is not npc's.
+pub const MIRROR_CONFIG_KEYS: [&str; 10] = [
+    "core.repositoryformatversion",
+    "core.filemode",
+    "core.bare",
+    "core.ignorecase",
+    "core.precomposeunicode",
+    "core.symlinks",
+    "core.logallrefupdates",
+    "extensions.objectformat",
+    "extensions.refstorage",
+    "remote.origin.url",
+];
+/// Files that make git read objects, refs or config from elsewhere; a
+/// mirror npc made has none.
+pub const MIRROR_FOREIGN_FILES: [&str; 5] = [
+    "commondir",
+    "gitdir",
+    "config.worktree",
+    "objects/info/alternates",
+    "objects/info/http-alternates",
+];
+/// Most entries of a mirror's `hooks` directory looked at; a mirror with
+/// more is not npc's.
+pub const MAX_HOOK_ENTRIES: usize = 64;
+
 /// Why a run cannot start from the mirror.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MirrorError {
@@ -70,6 +107,11 @@ pub enum MirrorError {
     NotInRemote { commit: String, remote: String },
     #[error("another run held the mirror for longer than {}s; try the run again", .0.as_secs())]
     Busy(Duration),
+    #[error(
+        "the checkout tracks files of the mirror `{}` (they came with the repository), so it was not used; remove them from the repository (`git rm -r --cached {inside}`) and commit",
+        path.display()
+    )]
+    Shipped { path: PathBuf, inside: String },
     #[error("the mirror `{}` is not usable: {reason}", path.display())]
     Dir { path: PathBuf, reason: String },
     #[error("{0}")]
@@ -191,6 +233,18 @@ impl Mirror {
             .await
             .map_err(|_| MirrorError::Busy(MIRROR_WAIT))?;
         let among = self.lock_among(deadline).await?;
+        self.check_untracked().await?;
+        // A mirror npc did not make (one that came with a clone, or one an
+        // agent's run wrote config or hooks into) is made again: nothing
+        // of it is used.
+        if let Some(reason) = self.foreign().await {
+            tracing::warn!(
+                "the mirror `{}` is not one npc made ({reason}); it is made again",
+                self.dir.display()
+            );
+            self.discard()?;
+            *made = false;
+        }
         if !*made {
             self.make().await?;
             *made = true;
@@ -269,8 +323,110 @@ impl Mirror {
         }
     }
 
+    /// Refuse a mirror the checkout tracks files of: it came with the
+    /// repository, and what it holds (objects too) is not npc's. Refused,
+    /// not made again: the files stay tracked, so it would be made again
+    /// before every run.
+    async fn check_untracked(&self) -> Result<(), MirrorError> {
+        let Ok(inside) = self.dir.strip_prefix(&self.repo) else {
+            return Ok(());
+        };
+        let inside = inside.display().to_string();
+        let args = ["--literal-pathspecs", "ls-files", "-z", "--", &inside];
+        let tracked = workspace::git(&self.supervisor, &self.repo, &args)
+            .await
+            .map_err(|e| MirrorError::Git(e.to_string()))?;
+        if tracked.is_empty() {
+            return Ok(());
+        }
+        Err(MirrorError::Shipped {
+            path: self.dir.clone(),
+            inside,
+        })
+    }
+
+    /// Why the mirror's directory, when there, is not a mirror npc made: a file that
+    /// makes git read elsewhere ([`MIRROR_FOREIGN_FILES`]), a config key
+    /// npc does not write ([`MIRROR_CONFIG_KEYS`]), a hook. Its config is
+    /// read by `git config --file --no-includes`, which runs nothing.
+    async fn foreign(&self) -> Option<String> {
+        let meta = std::fs::symlink_metadata(&self.dir).ok()?;
+        if !meta.is_dir() {
+            return Some("it is a link or a file".to_string());
+        }
+        if let Some(file) = MIRROR_FOREIGN_FILES
+            .iter()
+            .find(|f| std::fs::symlink_metadata(self.dir.join(f)).is_ok())
+        {
+            return Some(format!("it has `{file}`"));
+        }
+        let config = self.dir.join("config");
+        if !std::fs::symlink_metadata(&config).is_ok_and(|m| m.is_file()) {
+            return Some("its `config` is not a file".to_string());
+        }
+        let file = config.display().to_string();
+        let args = ["config", "--file", &file, "--no-includes", "--list", "-z"];
+        // Run in the checkout: git need not open the mirror as a repository.
+        let listed = match workspace::git(&self.supervisor, &self.repo, &args).await {
+            Ok(listed) => listed,
+            Err(e) => return Some(format!("its config cannot be read: {e}")),
+        };
+        for entry in listed.split('\0').filter(|e| !e.is_empty()) {
+            let (key, value) = entry.split_once('\n').unwrap_or((entry, ""));
+            if !MIRROR_CONFIG_KEYS.contains(&key) {
+                return Some(format!("its config sets `{}`", shown(key)));
+            }
+            if key == "core.bare" && value != "true" {
+                return Some("it is not bare".to_string());
+            }
+        }
+        let hooks = self.dir.join("hooks");
+        match std::fs::symlink_metadata(&hooks) {
+            Err(_) => None,
+            Ok(meta) if !meta.is_dir() => Some("its `hooks` is not a directory".to_string()),
+            Ok(_) => {
+                let Ok(entries) = std::fs::read_dir(&hooks) else {
+                    return Some("its `hooks` cannot be listed".to_string());
+                };
+                for (n, entry) in entries.enumerate() {
+                    if n >= MAX_HOOK_ENTRIES {
+                        return Some(format!("it has more than {MAX_HOOK_ENTRIES} hook files"));
+                    }
+                    let name = entry.map(|e| e.file_name().to_string_lossy().into_owned());
+                    match name {
+                        Ok(name) if name.ends_with(".sample") => {}
+                        Ok(name) => return Some(format!("it has hook `{}`", shown(&name))),
+                        Err(e) => return Some(format!("its `hooks` cannot be listed: {e}")),
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// Remove the mirror's directory (a link where it was is removed, never
+    /// followed); worktrees made from it lose their repository.
+    fn discard(&self) -> Result<(), MirrorError> {
+        let bad = |reason: String| MirrorError::Dir {
+            path: self.dir.clone(),
+            reason,
+        };
+        let meta = std::fs::symlink_metadata(&self.dir).map_err(|e| bad(e.to_string()))?;
+        let removed = if meta.is_dir() {
+            std::fs::remove_dir_all(&self.dir)
+        } else {
+            std::fs::remove_file(&self.dir)
+        };
+        removed.map_err(|e| {
+            bad(format!(
+                "it is not one npc made, and cannot be removed: {e}"
+            ))
+        })
+    }
+
     /// Make the bare repository (a real directory of the state directory,
-    /// no link on the way) and point its `origin` at the checkout's.
+    /// no link on the way; no template, so no hook) and point its `origin`
+    /// at the checkout's.
     async fn make(&self) -> Result<(), MirrorError> {
         workspace::prepare_root(&self.repo, &self.dir).map_err(|e| MirrorError::Dir {
             path: self.dir.clone(),
@@ -280,7 +436,9 @@ impl Mirror {
             workspace::git(&self.supervisor, &self.dir, args).await
         };
         let failed = |e: WorkspaceError| MirrorError::Git(self.remote.scrub(&e.to_string()));
-        git(&["init", "--quiet", "--bare"]).await.map_err(failed)?;
+        git(&["init", "--quiet", "--bare", "--template="])
+            .await
+            .map_err(failed)?;
         let set = workspace::git(
             &self.supervisor,
             &self.dir,

@@ -16,10 +16,15 @@
 //! worktree is removed ([`Worktree::remove`]) or kept for inspection; with
 //! `push = true` the branch goes to `origin` first ([`Worktree::push`]).
 //! Every git command runs through the supervisor, bounded in time and
-//! output. No ref or branch a payload supplies reads as an option: each is
-//! checked first ([`check_ref_name`]: no leading `-`, no `..`, `@{`,
-//! spaces or controls), and refs git resolves on its own come after
-//! `--end-of-options`.
+//! output, with hooks and the file system monitor off
+//! ([`GIT_SAFE_CONFIG`]): nothing a repository, a mirror or an agent wrote
+//! into git's config or hooks runs on npc's behalf. No ref or branch a
+//! payload supplies reads as an option: each is checked first
+//! ([`check_ref_name`]: no leading `-`, no `..`, `@{`, spaces or
+//! controls), and refs git resolves on its own come after
+//! `--end-of-options`; a run's branch names one branch and nothing else
+//! ([`check_branch_name`]: not `@`, `HEAD`, `refs/heads/main`). A run's
+//! branch is new on `origin` too: a push only ever creates it there.
 //!
 //! Architecture invariant: a worktree run never touches the main checkout:
 //! not its files, its index or its current branch (`git worktree add`
@@ -52,14 +57,19 @@ pub const MAX_COMMAND_OUTPUT_BYTES: usize = 64 * 1024;
 pub const MAX_DIFF_BYTES: usize = 16 * 1024 * 1024;
 /// Largest file `copy` brings into a worktree.
 pub const MAX_COPY_BYTES: usize = 16 * 1024 * 1024;
-/// Longest ref or branch name accepted (git's own limit is the file system's).
-pub const MAX_REF_BYTES: usize = 255;
+pub use crate::model::refname::MAX_REF_BYTES;
 /// The remote a run's branch is pushed to and a mirror fetches from.
 pub const ORIGIN: &str = "origin";
 /// What a git command that talks to a remote keeps of the environment
 /// besides the supervisor's essentials: how to reach an ssh agent and
 /// which ssh to run.
 pub const REMOTE_ENV: [&str; 2] = ["SSH_AUTH_SOCK", "GIT_SSH_COMMAND"];
+/// Configuration every git command npc runs gets on its command line
+/// (`-c`, which outranks every config file and reaches the git commands
+/// it starts): no hook and no file system monitor runs, whatever a
+/// repository's, a mirror's or an agent's config or hooks directory says.
+pub const GIT_SAFE_CONFIG: [(&str, &str); 2] =
+    [("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false")];
 
 /// Why a workspace could not be made or concluded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,6 +87,10 @@ pub enum WorkspaceError {
         "branch `{0}` exists already; a run's branch is new (set `branch` to a template with `{{{{ run.id }}}}`)"
     )]
     BranchExists(String),
+    #[error(
+        "branch `{0}` exists on `origin` already; a run's branch is new there too, so nothing was pushed (set `branch` to a template with `{{{{ run.id }}}}`, or delete the branch on `origin`)"
+    )]
+    BranchOnOrigin(String),
     #[error("`{name}` is not a valid {what}: {reason}")]
     BadName {
         what: &'static str,
@@ -235,39 +249,36 @@ pub fn is_git_repository(repo: &Path) -> bool {
     std::fs::symlink_metadata(repo.join(".git")).is_ok_and(|m| m.is_dir() || m.is_file())
 }
 
-/// Refuse a ref or branch name that git would read as something else: an
-/// option, a revision range, a name git's rules refuse (checked again by
-/// `git check-ref-format` for branches).
+/// Refuse a ref name that git would read as something else: an option, a
+/// revision range, a name git's rules refuse
+/// ([`crate::model::refname::ref_name_problem`]).
 pub fn check_ref_name(what: &'static str, name: &str) -> Result<(), WorkspaceError> {
-    let bad = |reason: &str| {
-        Err(WorkspaceError::BadName {
-            what,
-            name: crate::stdx::term::printable(name)
-                .chars()
-                .take(80)
-                .collect(),
-            reason: reason.to_string(),
-        })
-    };
-    if name.is_empty() {
-        return bad("it is empty");
+    match crate::model::refname::ref_name_problem(name) {
+        Some(reason) => Err(bad_name(what, name, reason)),
+        None => Ok(()),
     }
-    if name.len() > MAX_REF_BYTES {
-        return bad(&format!("it is longer than {MAX_REF_BYTES} bytes"));
+}
+
+/// Refuse a run's branch name that is no ref npc hands to git or names
+/// something besides one branch (`@`, `HEAD`, `refs/heads/main`, `tags/v1`:
+/// [`crate::model::refname::branch_name_problem`]).
+pub fn check_branch_name(name: &str) -> Result<(), WorkspaceError> {
+    match crate::model::refname::branch_name_problem(name) {
+        Some(reason) => Err(bad_name("branch name", name, reason)),
+        None => Ok(()),
     }
-    if name.starts_with('-') {
-        return bad("it starts with `-`");
+}
+
+/// A [`WorkspaceError::BadName`], the name printable and cut.
+fn bad_name(what: &'static str, name: &str, reason: String) -> WorkspaceError {
+    WorkspaceError::BadName {
+        what,
+        name: crate::stdx::term::printable(name)
+            .chars()
+            .take(80)
+            .collect(),
+        reason,
     }
-    if name
-        .chars()
-        .any(|c| c.is_control() || c.is_whitespace() || "~^:?*[\\".contains(c))
-    {
-        return bad("it holds a space, a control character or one of `~^:?*[\\`");
-    }
-    if name.contains("..") || name.contains("@{") || name.ends_with('.') || name.ends_with('/') {
-        return bad("it holds `..` or `@{`, or ends with `.` or `/`");
-    }
-    Ok(())
 }
 
 /// Run `git ARGS` in `cwd` through the supervisor; its standard output
@@ -318,7 +329,11 @@ async fn git_with(
 ) -> Result<(String, bool), WorkspaceError> {
     let mut spec = ChildSpec::new("git", cwd);
     spec.env = env;
-    spec.args = args.iter().map(|a| a.to_string()).collect();
+    spec.args = GIT_SAFE_CONFIG
+        .iter()
+        .flat_map(|(key, value)| ["-c".to_string(), format!("{key}={value}")])
+        .chain(args.iter().map(|a| a.to_string()))
+        .collect();
     // Parseable, never interactive, never paged.
     spec.env.insert("LC_ALL".into(), "C".into());
     spec.env.insert("GIT_TERMINAL_PROMPT".into(), "0".into());
@@ -355,6 +370,30 @@ async fn git_with(
     ))
 }
 
+/// `git ARGS` in `dir` as a user runs it, hooks and all (none of
+/// [`GIT_SAFE_CONFIG`]), which must succeed; its standard output, trimmed.
+/// What the tests prove hooks live with.
+#[cfg(test)]
+pub(crate) async fn git_as_user(supervisor: &Supervisor, dir: &Path, args: &[&str]) -> String {
+    let spec = ChildSpec::new("git", dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
+        .args(args.iter().copied());
+    let limits = OutputLimits {
+        stdout: MAX_GIT_OUTPUT_BYTES,
+        stderr: MAX_GIT_OUTPUT_BYTES,
+    };
+    let out = supervisor
+        .run_once(&spec, None, GIT_TIMEOUT, limits)
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// Held around `git worktree add` (see [`Worktree::create`]); a daemon
 /// makes the worktrees of one repository, so one lock per process is one
 /// per repository.
@@ -384,19 +423,16 @@ impl Worktree {
         // The directory is named after the run: only an id npc makes (a
         // row of the store, a file in the repository, could name `../x`).
         if !is_run_id(run_id) {
-            return Err(WorkspaceError::BadName {
-                what: "run id",
-                name: crate::stdx::term::printable(run_id)
-                    .chars()
-                    .take(80)
-                    .collect(),
-                reason: "it is not one npc makes (`run-` and lowercase letters, digits and `-`)"
+            return Err(bad_name(
+                "run id",
+                run_id,
+                "it is not one npc makes (`run-` and lowercase letters, digits and `-`)"
                     .to_string(),
-            });
+            ));
         }
         check_ref_name("ref", base_ref)?;
         check_ref_name("ref", from)?;
-        check_ref_name("branch name", branch)?;
+        check_branch_name(branch)?;
         prepare_root(repo, root)?;
         let dir = root.join(run_id);
         let shown = dir.display().to_string();
@@ -543,7 +579,14 @@ impl Worktree {
         let stat = git(
             supervisor,
             &self.dir,
-            &["diff", "--shortstat", &self.base, &head],
+            &[
+                "diff",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--shortstat",
+                &self.base,
+                &head,
+            ],
         )
         .await?;
         let (files, insertions, deletions) = parse_shortstat(&stat);
@@ -565,18 +608,69 @@ impl Worktree {
     }
 
     /// Push the branch to `origin` of the repository holding it, under the
-    /// same name (created or fast-forwarded; never forced).
+    /// same name, only ever creating it there: the push's lease expects the
+    /// branch absent on `origin` (`--force-with-lease=refs/heads/B:`), so a
+    /// branch origin has already (another run's, `main`) is never moved,
+    /// not even fast-forwarded ([`WorkspaceError::BranchOnOrigin`]).
     pub async fn push(&self, supervisor: &Supervisor) -> Result<(), WorkspaceError> {
-        check_ref_name("branch name", &self.branch)?;
-        let refspec = format!("refs/heads/{0}:refs/heads/{0}", self.branch);
-        git_remote(
-            supervisor,
-            &self.dir,
-            &["push", "--quiet", "--end-of-options", ORIGIN, &refspec],
-        )
-        .await
-        .map(drop)
+        check_branch_name(&self.branch)?;
+        let full = format!("refs/heads/{}", self.branch);
+        let refspec = format!("{full}:{full}");
+        let lease = format!("--force-with-lease={full}:");
+        let args = [
+            "push",
+            "--quiet",
+            "--no-verify",
+            &lease,
+            "--end-of-options",
+            ORIGIN,
+            &refspec,
+        ];
+        let pushed = git_remote(supervisor, &self.dir, &args).await;
+        match pushed {
+            Ok(_) => Ok(()),
+            Err(failed) => match on_origin(supervisor, &self.git, &self.branch).await {
+                Ok(true) => Err(WorkspaceError::BranchOnOrigin(self.branch.clone())),
+                _ => Err(failed),
+            },
+        }
     }
+}
+
+/// Refuse branch `branch` for a run that pushes when `origin` of `git` (the
+/// checkout, or a worker's mirror) has it already
+/// ([`WorkspaceError::BranchOnOrigin`]): asked before the run does its work.
+/// When `origin` cannot be asked the run goes on; its push's lease refuses
+/// the branch then.
+pub async fn check_new_on_origin(
+    supervisor: &Supervisor,
+    git: &Path,
+    branch: &str,
+) -> Result<(), WorkspaceError> {
+    check_branch_name(branch)?;
+    match on_origin(supervisor, git, branch).await {
+        Ok(true) => Err(WorkspaceError::BranchOnOrigin(branch.to_string())),
+        Ok(false) => Ok(()),
+        Err(e) => {
+            tracing::warn!("cannot ask `origin` whether it has branch `{branch}`: {e}");
+            Ok(())
+        }
+    }
+}
+
+/// Whether `origin` of `git` has branch `branch` (`git ls-remote`; the
+/// name checked by the caller).
+async fn on_origin(
+    supervisor: &Supervisor,
+    git: &Path,
+    branch: &str,
+) -> Result<bool, WorkspaceError> {
+    let full = format!("refs/heads/{branch}");
+    let args = ["ls-remote", "--heads", "--end-of-options", ORIGIN, &full];
+    let listed = git_remote(supervisor, git, &args).await?;
+    Ok(listed
+        .lines()
+        .any(|line| line.split('\t').nth(1) == Some(full.as_str())))
 }
 
 /// Whether `id` is a full git object id: 40 (SHA-1) or 64 (SHA-256)
@@ -622,17 +716,24 @@ pub async fn patch(
 ) -> Result<(String, bool), WorkspaceError> {
     for sha in [&result.base, &result.head] {
         if !(7..=64).contains(&sha.len()) || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(WorkspaceError::BadName {
-                what: "commit",
-                name: crate::stdx::term::printable(sha).chars().take(80).collect(),
-                reason: "it is not a hex object name".to_string(),
-            });
+            return Err(bad_name(
+                "commit",
+                sha,
+                "it is not a hex object name".to_string(),
+            ));
         }
     }
     git_output(
         supervisor,
         repo,
-        &["diff", &result.base, &result.head, "--"],
+        &[
+            "diff",
+            "--no-ext-diff",
+            "--no-textconv",
+            &result.base,
+            &result.head,
+            "--",
+        ],
         MAX_DIFF_BYTES,
     )
     .await
@@ -826,7 +927,7 @@ pub fn is_run_id(id: &str) -> bool {
 /// worktree is only ever `root/RUN_ID` (a path the store names is never
 /// trusted: the store is a file in the repository), a running or queued
 /// run's never. Then `git worktree prune`. Returns the runs whose worktree
-/// went.
+/// this call removed (not those whose directory was gone already).
 pub async fn clean(
     store: &std::sync::Arc<crate::store::Store>,
     supervisor: &Supervisor,
@@ -868,16 +969,27 @@ pub async fn clean(
             continue;
         }
         let dir = root.join(&id);
-        if std::fs::symlink_metadata(&dir).is_ok_and(|m| !m.is_dir()) {
-            // A link or a file where a worktree was: never followed.
-            let _ = std::fs::remove_file(&dir);
-        } else {
-            remove_dir(supervisor, repo, &dir).await?;
-        }
+        // Only what is there is removed, and only that is reported; a run
+        // whose directory went otherwise is just forgotten (and `prune`d).
+        let there = match std::fs::symlink_metadata(&dir) {
+            // A link or a file where a worktree was: never followed, and
+            // no worktree.
+            Ok(meta) if !meta.is_dir() => {
+                let _ = std::fs::remove_file(&dir);
+                false
+            }
+            Ok(_) => {
+                remove_dir(supervisor, repo, &dir).await?;
+                true
+            }
+            Err(_) => false,
+        };
         if let Err(e) = store.set_run_worktree(&id, None).await {
             tracing::warn!("cannot record the removed worktree of `{id}`: {e}");
         }
-        removed.push(id);
+        if there {
+            removed.push(id);
+        }
     }
     prune(supervisor, repo).await?;
     Ok(removed)

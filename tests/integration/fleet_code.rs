@@ -85,14 +85,14 @@ fn git_ok(dir: &Path, args: &[&str]) -> bool {
 }
 
 /// Commit everything in `dir` as `message`; the new commit.
-fn commit(dir: &Path, message: &str) -> String {
+pub(crate) fn commit(dir: &Path, message: &str) -> String {
     git(dir, &["add", "--all"]);
     git(dir, &["commit", "--quiet", "-m", message]);
     git(dir, &["rev-parse", "HEAD"])
 }
 
 /// Run `id` of the fleet once it ended.
-fn ended(rt: &tokio::runtime::Runtime, store: &PgStore, id: &str) -> RunRow {
+pub(crate) fn ended(rt: &tokio::runtime::Runtime, store: &PgStore, id: &str) -> RunRow {
     wait_for(&format!("run `{id}` to end"), || {
         rt.block_on(store.run(id))
             .unwrap()
@@ -101,7 +101,11 @@ fn ended(rt: &tokio::runtime::Runtime, store: &PgStore, id: &str) -> RunRow {
 }
 
 /// The fleet's events of run `id`.
-fn events_of(rt: &tokio::runtime::Runtime, store: &PgStore, id: &str) -> Vec<(String, Value)> {
+pub(crate) fn events_of(
+    rt: &tokio::runtime::Runtime,
+    store: &PgStore,
+    id: &str,
+) -> Vec<(String, Value)> {
     rt.block_on(store.events_after(0, 10_000))
         .unwrap()
         .into_iter()

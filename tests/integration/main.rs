@@ -15,6 +15,7 @@ mod fleet_hostile;
 mod fleet_sessions;
 mod fleet_tls;
 mod fleet_view;
+mod git_trust;
 mod hints;
 mod hooks;
 mod hostile;

@@ -27,7 +27,7 @@ pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// A git repository holding `manifest` and `files`, all committed.
-fn repository(manifest: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
+pub(crate) fn repository(manifest: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     git(dir.path(), &["init", "--quiet", "--initial-branch=main"]);
     std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
@@ -42,7 +42,7 @@ fn repository(manifest: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
 }
 
 /// The run rows, newest first.
-fn runs(dir: &Path) -> Vec<Value> {
+pub(crate) fn runs(dir: &Path) -> Vec<Value> {
     let out = npc()
         .current_dir(dir)
         .args(["runs", "--format", "json"])
@@ -57,7 +57,7 @@ fn runs(dir: &Path) -> Vec<Value> {
 }
 
 /// `npc runs show ID --format json`.
-fn show(dir: &Path, id: &str) -> Value {
+pub(crate) fn show(dir: &Path, id: &str) -> Value {
     let out = npc()
         .current_dir(dir)
         .args(["runs", "show", id, "--format", "json"])
@@ -72,7 +72,7 @@ fn show(dir: &Path, id: &str) -> Value {
 }
 
 /// Wait until `n` runs have ended; their rows.
-fn ended(dir: &Path, n: usize) -> Vec<Value> {
+pub(crate) fn ended(dir: &Path, n: usize) -> Vec<Value> {
     wait_for(&format!("{n} runs to end"), || {
         let rows = runs(dir);
         let done: Vec<Value> = rows
@@ -83,7 +83,7 @@ fn ended(dir: &Path, n: usize) -> Vec<Value> {
     })
 }
 
-fn fire(dir: &Path, trigger: &str, payload: &str) -> String {
+pub(crate) fn fire(dir: &Path, trigger: &str, payload: &str) -> String {
     let out = npc()
         .current_dir(dir)
         .args([

@@ -285,10 +285,12 @@ impl Lower<'_> {
         }
         let base_ref = raw.base_ref.map(|r| {
             self.line_template(r, "ref");
+            self.literal_ref(r, "ref", crate::model::refname::ref_name_problem);
             r.value.clone()
         });
         let branch = raw.branch.map(|b| {
             self.line_template(b, "branch");
+            self.literal_ref(b, "branch", crate::model::refname::branch_name_problem);
             b.value.clone()
         });
         for c in raw.copy {
@@ -311,6 +313,33 @@ impl Lower<'_> {
             copy: raw.copy.iter().map(|s| s.value.clone()).collect(),
             after: raw.after.iter().map(|s| s.value.clone()).collect(),
             push: raw.push,
+        }
+    }
+
+    /// A `ref` or `branch` without template syntax is the name every run
+    /// gets: checked now as a run checks it (`problem`). A template's text
+    /// before its first `{` starts every name it renders: checked with one
+    /// character after it (`refs/heads/{{ run.id }}` is refused already).
+    fn literal_ref(
+        &mut self,
+        t: &Spanned<String>,
+        field: &str,
+        problem: fn(&str) -> Option<String>,
+    ) {
+        let checked = match t.value.split_once('{') {
+            None => t.value.clone(),
+            Some(("", _)) => return,
+            Some((prefix, _)) => format!("{prefix}x"),
+        };
+        if let Some(reason) = problem(&checked) {
+            self.error(
+                &t.span,
+                format!("`{field}` `{}` is not a valid name: {reason}", clip(t)),
+                match field {
+                    "branch" => "name a new branch, such as `npc/{{ run.id }}`",
+                    _ => "name a branch, a tag or a commit, such as `main`",
+                },
+            );
         }
     }
 

@@ -146,9 +146,24 @@ impl Executor {
                 start,
             )
         };
+        // A run that pushes makes a branch `origin` does not have either.
+        let fresh = |git: PathBuf| {
+            let (supervisor, branch, pushes) = (&self.cx.supervisor, &branch, spec.push);
+            async move {
+                match pushes {
+                    Some(true) => workspace::check_new_on_origin(supervisor, &git, branch)
+                        .await
+                        .map_err(|e| e.to_string()),
+                    _ => Ok(()),
+                }
+            }
+        };
         let worktree = match &row.code {
             // A run queued here, or by an older ingress: the checkout's ref.
-            None => create(Start::Checkout).await,
+            None => {
+                fresh(self.cx.repo.clone()).await?;
+                create(Start::Checkout).await
+            }
             Some(code) => {
                 let mirror = self
                     .mirror
@@ -158,6 +173,7 @@ impl Executor {
                     .commit_of(code, &base_ref)
                     .map_err(|e| e.to_string())?;
                 let _turn = mirror.hold(commit).await.map_err(|e| e.to_string())?;
+                fresh(mirror.dir().to_path_buf()).await?;
                 create(Start::Mirror {
                     git: mirror.dir(),
                     commit,

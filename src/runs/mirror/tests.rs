@@ -165,3 +165,114 @@ async fn the_mirror_fetches_a_commit_its_checkout_lacks_one_run_at_a_time() {
     drop(held);
     assert_eq!(waiting.await.unwrap(), Ok(()));
 }
+
+/// A key and value a hostile mirror's config sets.
+type ConfigEntry<'a> = (&'a str, &'a str);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_npc_did_not_make_is_made_again_and_nothing_of_it_runs() {
+    let top = tempfile::tempdir().unwrap();
+    let top = top.path().canonicalize().unwrap();
+    let supervisor = supervisor();
+    let new = behind(&supervisor, &top).await;
+    let checkout = top.join("checkout");
+    let state = checkout.join(".npc");
+    let mirror = Mirror::of(supervisor.clone(), &checkout, &state)
+        .await
+        .expect("the checkout has an origin");
+    // What npc makes is npc's, run after run.
+    mirror.hold(&new).await.map(drop).unwrap();
+    assert_eq!(mirror.foreign().await, None);
+    mirror.hold(&new).await.map(drop).unwrap();
+    assert!(mirror.dir().join("objects").is_dir());
+    // A mirror as a clone could ship it: hooks, a file system monitor and
+    // an ssh command in its config, each writing the canary.
+    let canary = top.join("canary");
+    let hostile = |config: &'static [ConfigEntry<'static>], hook: bool| {
+        let (supervisor, dir, top, canary) = (&supervisor, mirror.dir(), &top, &canary);
+        async move {
+            std::fs::remove_dir_all(dir).ok();
+            let shown = dir.display().to_string();
+            workspace::git_as_user(supervisor, top, &["init", "--quiet", "--bare", &shown]).await;
+            let script = top.join("evil.sh");
+            let text = format!("#!/bin/sh\necho ran >> '{}'\n", canary.display());
+            std::fs::write(&script, text).unwrap();
+            let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+            std::fs::set_permissions(&script, executable).unwrap();
+            if hook {
+                for name in [
+                    "post-checkout",
+                    "reference-transaction",
+                    "post-index-change",
+                ] {
+                    std::fs::copy(&script, dir.join("hooks").join(name)).unwrap();
+                }
+            }
+            for (key, value) in config {
+                let value = value.replace("SCRIPT", &script.display().to_string());
+                workspace::git_as_user(supervisor, dir, &["config", key, &value]).await;
+            }
+        }
+    };
+    let cases: [(&[ConfigEntry], bool, &str); 4] = [
+        (&[], true, "hook `"),
+        (&[("core.fsmonitor", "SCRIPT")], false, "`core.fsmonitor`"),
+        (&[("core.hooksPath", "/tmp")], false, "`core.hookspath`"),
+        (
+            &[("include.path", "/etc/gitconfig")],
+            false,
+            "`include.path`",
+        ),
+    ];
+    for (config, hook, says) in cases {
+        hostile(config, hook).await;
+        let reason = mirror.foreign().await.unwrap_or_default();
+        assert!(reason.contains(says), "{says}: {reason:?}");
+        let turn = mirror.hold(&new).await.unwrap();
+        assert_eq!(mirror.foreign().await, None, "{says}");
+        let root = state.join(workspace::WORKTREES_DIR);
+        let id = format!("run-{}", says.len());
+        let worktree = workspace::Worktree::create(
+            &supervisor,
+            &checkout,
+            &root,
+            &id,
+            "HEAD",
+            &format!("npc/{id}"),
+            workspace::Start::Mirror {
+                git: mirror.dir(),
+                commit: &new,
+            },
+        )
+        .await
+        .unwrap();
+        drop(turn);
+        assert!(worktree.dir.join("new.txt").is_file());
+        worktree.remove(&supervisor).await.unwrap();
+        assert!(
+            !canary.exists(),
+            "{says}: {:?}",
+            std::fs::read_to_string(&canary)
+        );
+    }
+    // One the checkout tracks came with a clone: refused (made again, it
+    // would still be tracked), and left as it is.
+    sh(
+        &supervisor,
+        &checkout,
+        &["add", "--force", ".npc/mirror.git/HEAD"],
+    )
+    .await;
+    let refused = mirror.hold(&new).await.map(drop);
+    assert!(
+        matches!(refused, Err(MirrorError::Shipped { .. })),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .unwrap_err()
+            .to_string()
+            .contains("git rm -r --cached .npc/mirror.git")
+    );
+    assert!(mirror.dir().join("objects").is_dir());
+}
