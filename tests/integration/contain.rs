@@ -1,0 +1,197 @@
+//! Containment of every descendant, through the real binary: processes that
+//! leave their process group the ways daemonizing tools do (`setsid`, a
+//! double fork, `nohup`, a shell's `&` + `disown`), started by a run's
+//! `setup` and action and by a component (a stdio MCP server), are gone when
+//! the run ends, when the daemon is stopped with SIGTERM, and when it is
+//! killed with SIGKILL. Each escapee writes its host pid (the first field of
+//! the host's `/proc/self/stat`: inside a child's PID namespace `$$` is
+//! another number) and becomes `sleep`; each is asserted alive before the
+//! event and gone (or its pid another process's) within the deadline after.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::{Daemon, alive, npc, wait_for};
+
+/// The four ways out of a process group. `$1` is the directory for the pid
+/// files; with `hold` as `$2` the script stays, else it ends once the test
+/// has seen every escapee (and said so with the file `go`).
+const ESCAPE: &str = r#"#!/bin/bash
+d=$1
+mkdir -p "$d"
+become='read -r p _ </proc/self/stat; echo "$p" > "$0.tmp"; mv "$0.tmp" "$0"; exec sleep 3000'
+setsid sh -c "$become" "$d/setsid.pid" &
+( sh -c "$become" "$d/double_fork.pid" & )
+nohup sh -c "$become" "$d/nohup.pid" >/dev/null 2>&1 &
+sh -c "$become" "$d/disown.pid" &
+disown
+for f in setsid double_fork nohup disown; do
+  while [ ! -s "$d/$f.pid" ]; do sleep 0.02; done
+done
+if [ "$2" = hold ]; then exec sleep 3000; fi
+while [ ! -e "$d/go" ]; do sleep 0.02; done
+"#;
+
+/// The escapes, as the names of their pid files.
+const ESCAPES: [&str; 4] = ["setsid", "double_fork", "nohup", "disown"];
+
+/// A process as it was seen: its pid and start time (pids are reused).
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    pid: u32,
+    start: u64,
+    escape: &'static str,
+}
+
+impl Seen {
+    fn gone(&self) -> bool {
+        !alive(self.pid) || start_time(self.pid) != Some(self.start)
+    }
+}
+
+/// Field 22 of `/proc/<pid>/stat`: the start time in clock ticks.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// Wait for the four escapees of `dir` and check that they run.
+fn escapees(dir: &Path) -> Vec<Seen> {
+    ESCAPES
+        .iter()
+        .map(|escape| {
+            let file = dir.join(format!("{escape}.pid"));
+            let pid: u32 = wait_for(&format!("{}", file.display()), || {
+                std::fs::read_to_string(&file).ok()?.trim().parse().ok()
+            });
+            let start = start_time(pid).expect("the escapee runs");
+            let seen = Seen {
+                pid,
+                start,
+                escape,
+            };
+            assert!(!seen.gone(), "{escape}: the escapee runs");
+            seen
+        })
+        .collect()
+}
+
+fn all_gone(what: &str, seen: &[Seen]) {
+    wait_for(what, || seen.iter().all(Seen::gone).then_some(()));
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A git repository with `escape.sh` and a manifest: a trigger `run` whose
+/// `setup` and command each start the escapes (into `<pids>/setup` and
+/// `<pids>/action`), and, with `server`, a stdio MCP server that does (into
+/// `<pids>/server`). `hold` keeps every script running.
+fn repository(pids: &Path, server: bool, hold: bool) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let hold = if hold { " hold" } else { "" };
+    let script = dir.path().join("escape.sh");
+    let at = |name: &str| format!("{} {}{hold}", script.display(), pids.join(name).display());
+    let mut manifest = format!(
+        "version = 1\n[daemon]\nlisten = \"127.0.0.1:0\"\nwebhook_listen = \"127.0.0.1:0\"\n\n\
+         [triggers.run]\nkind = \"cron\"\nschedule = \"@yearly\"\nworkspace = \"worktree\"\n\
+         timeout = \"10m\"\nsetup = [{}]\naction = {{ command = \"bash\", args = [\"-c\", {}] }}\n",
+        toml_string(&format!("bash {}", at("setup"))),
+        toml_string(&format!("exec bash {}", at("action"))),
+    );
+    if server {
+        manifest.push_str(&format!(
+            "\n[mcp.servers.tree]\ncommand = \"bash\"\nargs = [{}, {}, \"hold\"]\n",
+            toml_string(&script.display().to_string()),
+            toml_string(&pids.join("server").display().to_string()),
+        ));
+    }
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    std::fs::write(&script, ESCAPE).unwrap();
+    git(dir.path(), &["init", "--quiet", "--initial-branch=main"]);
+    git(dir.path(), &["add", "--all"]);
+    git(dir.path(), &["commit", "--quiet", "-m", "start"]);
+    dir
+}
+
+fn toml_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap()
+}
+
+fn fire(dir: &Path) {
+    let out = npc()
+        .current_dir(dir)
+        .args(["trigger", "fire", "run", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The run's state once it left `queued` and `running`.
+fn ended(dir: &Path) -> String {
+    wait_for("the run to end", || {
+        let out = npc()
+            .current_dir(dir)
+            .args(["runs", "--format", "json"])
+            .output()
+            .unwrap();
+        let rows: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        let state = rows.as_array()?.first()?["state"].as_str()?.to_string();
+        (!matches!(state.as_str(), "queued" | "running")).then_some(state)
+    })
+}
+
+fn pids_dir() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().to_path_buf();
+    (tmp, path)
+}
+
+#[test]
+fn what_leaves_the_group_of_a_runs_setup_or_action_ends_with_the_process() {
+    let (_tmp, pids) = pids_dir();
+    let repo = repository(&pids, false, false);
+    let daemon = Daemon::start_in(repo.path());
+    fire(repo.path());
+    for step in ["setup", "action"] {
+        let dir = pids.join(step);
+        let seen = escapees(&dir);
+        std::fs::write(dir.join("go"), "").unwrap();
+        all_gone(&format!("the {step}'s escapees to end with it"), &seen);
+    }
+    assert_eq!(ended(repo.path()), "succeeded", "{}", daemon.log());
+}
+
+/// A daemon with a component and a run whose `setup` holds, every escapee
+/// of both running.
+fn holding() -> (tempfile::TempDir, tempfile::TempDir, Daemon, Vec<Seen>) {
+    let (tmp, pids) = pids_dir();
+    let repo = repository(&pids, true, true);
+    let daemon = Daemon::start_in(repo.path());
+    let mut seen = escapees(&pids.join("server"));
+    fire(repo.path());
+    seen.extend(escapees(&pids.join("setup")));
+    (tmp, repo, daemon, seen)
+}
+
+#[test]
+fn what_leaves_the_group_of_a_child_ends_with_a_daemon_stopped_by_sigterm() {
+    let (_tmp, _repo, mut daemon, seen) = holding();
+    daemon.terminate();
+    all_gone("every escapee to end with the daemon", &seen);
+}
+
+#[test]
+fn what_leaves_the_group_of_a_child_ends_with_a_daemon_killed_by_sigkill() {
+    let (_tmp, _repo, mut daemon, seen) = holding();
+    daemon.kill();
+    all_gone("every escapee to end with the killed daemon", &seen);
+}
