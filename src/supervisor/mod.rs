@@ -45,7 +45,9 @@ pub use oneshot::{
     DEFAULT_STDERR_LIMIT, DEFAULT_STDOUT_LIMIT, GroupKiller, Line, MAX_LINE_BYTES, Output,
     OutputLimits, POST_EXIT_DRAIN, STREAM_QUEUE_DEPTH, StreamingChild,
 };
-pub use pidns::{CONTAIN_COMMAND, PROBE_FLAG, probe as probe_pid_namespaces, stub_main};
+pub use pidns::{
+    CONTAIN_COMMAND, NAMESPACES_ENV, OFF, PROBE_FLAG, probe as probe_pid_namespaces, stub_main,
+};
 pub use pty::{PTY_TERM, PtyControl, PtyExit, PtyProcess, PtySpec, PtyWaiter};
 pub use spawn::{
     ChildSpec, DEFAULT_STOP_GRACE, ESSENTIAL_ENV, InputWiring, LOG_DIR, LOG_ROTATE_BYTES,

@@ -18,8 +18,10 @@
 //!
 //! Inside, `$$` and `getpid()` are namespace pids; `/proc` is the host's, so
 //! `/proc/self/stat` names the host pid. Where namespaces cannot be created
-//! ([`probe`] says why), children are spawned directly and contained by their
-//! process group and the watchdog only.
+//! ([`probe`] says why), or `NPC_PID_NAMESPACES=off` is set, children are
+//! spawned directly and contained by their process group and the watchdog
+//! only. PTY children (panes) are not run through the stub: a job-control
+//! shell would find its process group outside its namespace.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
@@ -39,6 +41,11 @@ use nix::unistd::{ForkResult, Pid, fork, getpid};
 pub const CONTAIN_COMMAND: &str = "__contain";
 /// The stub's flag that only checks whether a namespace can be created.
 pub const PROBE_FLAG: &str = "--probe";
+/// The environment variable that, set to [`OFF`], turns PID namespaces off
+/// for a supervising process (the fallback: process groups and the watchdog).
+pub const NAMESPACES_ENV: &str = "NPC_PID_NAMESPACES";
+/// The value of [`NAMESPACES_ENV`] that turns namespaces off.
+pub const OFF: &str = "off";
 /// Exit code when the program is not found (as a shell does).
 const NOT_FOUND: u8 = 127;
 /// Exit code when the program is found but cannot be run, or the namespace
@@ -110,6 +117,9 @@ pub fn stub_main(args: &[OsString]) -> Option<ExitCode> {
 /// Whether this process can run children in PID namespaces; `Err` says why
 /// not. Runs `program` (the `npc` binary) with [`PROBE_FLAG`].
 pub fn probe(program: &Path) -> Result<(), String> {
+    if std::env::var(NAMESPACES_ENV).is_ok_and(|v| v == OFF) {
+        return Err(format!("turned off by `{NAMESPACES_ENV}={OFF}`"));
+    }
     let out = Command::new(program)
         .args([CONTAIN_COMMAND, PROBE_FLAG])
         .env_clear()

@@ -11,7 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::support::{Daemon, alive, npc, wait_for};
+use crate::support::{Daemon, DaemonSetup, alive, npc, wait_for};
+use npcagent::supervisor::{NAMESPACES_ENV, OFF};
 
 /// The four ways out of a process group. `$1` is the directory for the pid
 /// files; with `hold` as `$2` the script stays, else it ends once the test
@@ -71,7 +72,7 @@ fn escapees(dir: &Path) -> Vec<Seen> {
                 start,
                 escape,
             };
-            assert!(!seen.gone(), "{escape}: the escapee runs");
+            assert!(!seen.gone(), "{}: the escapee runs", seen.escape);
             seen
         })
         .collect()
@@ -194,4 +195,40 @@ fn what_leaves_the_group_of_a_child_ends_with_a_daemon_killed_by_sigkill() {
     let (_tmp, _repo, mut daemon, seen) = holding();
     daemon.kill();
     all_gone("every escapee to end with the killed daemon", &seen);
+}
+
+#[test]
+fn without_namespaces_the_daemon_and_doctor_say_what_is_not_contained() {
+    let (_tmp, pids) = pids_dir();
+    let repo = repository(&pids, true, true);
+    let daemon = Daemon::start_in_with(
+        repo.path(),
+        DaemonSetup {
+            only_env: Some(&[(NAMESPACES_ENV, OFF)]),
+            ..DaemonSetup::default()
+        },
+    );
+    // The component still runs, on its process group alone.
+    let seen = escapees(&pids.join("server"));
+    let warning = "cannot run in PID namespaces (turned off by `NPC_PID_NAMESPACES=off`)";
+    assert!(daemon.log().contains(warning), "{}", daemon.log());
+    let out = npc()
+        .current_dir(repo.path())
+        .env(NAMESPACES_ENV, OFF)
+        .arg("doctor")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains(warning), "{said}");
+    let out = npc().current_dir(repo.path()).arg("doctor").output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!said.contains("PID namespaces"), "{said}");
+    drop(daemon);
+    // What left the group outlives the daemon here: the test ends it.
+    for s in seen.iter().filter(|s| !s.gone()) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(s.pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
 }
