@@ -240,6 +240,7 @@ fn run(program: &OsString, args: &[OsString]) -> ExitCode {
         }
         Ok(ForkResult::Parent { child }) => {
             drop(report_write);
+            let _ = let_go_of_stdio();
             outer(child, report_read)
         }
         Err(e) => {
@@ -267,6 +268,19 @@ fn exec(program: &OsString, args: &[OsString]) -> ! {
         CANNOT_RUN
     };
     std::process::exit(i32::from(code))
+}
+
+/// Put `/dev/null` on this process's standard streams, so the program's
+/// pipes end when the program's processes close them, as without the stub.
+fn let_go_of_stdio() -> io::Result<()> {
+    let null = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    nix::unistd::dup2_stdin(&null)?;
+    nix::unistd::dup2_stdout(&null)?;
+    nix::unistd::dup2_stderr(&null)?;
+    Ok(())
 }
 
 fn signals() -> Option<SignalFd> {
@@ -307,6 +321,7 @@ fn namespace_init(report: OwnedFd, program: &OsString, args: &[OsString]) -> Exi
         Ok(ForkResult::Parent { child }) => child,
         Err(_) => return ExitCode::from(CANNOT_RUN),
     };
+    let _ = let_go_of_stdio();
     loop {
         let info = match signals.read_signal() {
             Ok(Some(info)) => info,

@@ -515,6 +515,29 @@ mod tests {
     }
 
     #[test]
+    fn runnable_looks_programs_up_as_execvp_does() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).expect("bin");
+        let exe = bin.join("tool");
+        std::fs::write(&exe, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("mode");
+        std::fs::write(bin.join("plain"), "").expect("write");
+        let path = Some(bin.display().to_string());
+        let kind = |program: &str, path: Option<&String>| {
+            runnable(program, path, dir.path()).map_err(|e| e.kind())
+        };
+        assert_eq!(kind("tool", path.as_ref()), Ok(()));
+        assert_eq!(kind("bin/tool", None), Ok(()), "a path is relative to `cwd`");
+        assert_eq!(kind("tool", None), Err(io::ErrorKind::NotFound), "not on the default path");
+        assert_eq!(kind("plain", path.as_ref()), Err(io::ErrorKind::PermissionDenied));
+        assert_eq!(kind("bin", Some(&dir.path().display().to_string())), Err(io::ErrorKind::PermissionDenied));
+        assert_eq!(kind("", path.as_ref()), Err(io::ErrorKind::NotFound));
+        assert_eq!(kind("sh", None), Ok(()));
+    }
+
+    #[test]
     fn oversized_logs_are_rotated_once() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("logs").join("x.log");
