@@ -232,3 +232,86 @@ fn without_namespaces_the_daemon_and_doctor_say_what_is_not_contained() {
         );
     }
 }
+
+/// A supervisor contained like the daemon's: watchdog, ledger, and a PID
+/// namespace per child through the real `npc` binary.
+fn contained_supervisor(
+    root: &Path,
+) -> (
+    npcagent::supervisor::Supervisor,
+    tokio::sync::mpsc::UnboundedReceiver<npcagent::supervisor::SupervisorEvent>,
+) {
+    use npcagent::supervisor::{BackoffPolicy, Containment, Supervisor};
+    let contain = Containment::start(&crate::support::npc_path(), root, &root.join(".npc"))
+        .expect("containment starts");
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    (
+        Supervisor::contained(tx, BackoffPolicy::default(), contain),
+        rx,
+    )
+}
+
+#[tokio::test]
+async fn through_the_stub_exit_codes_signals_streams_and_spawn_errors_are_the_programs() {
+    use npcagent::supervisor::{ChildSpec, OutputLimits, StdioSpec, SupervisorError};
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let (sup, _rx) = contained_supervisor(dir.path());
+    let sh = |script: &str| ChildSpec::new("sh", dir.path()).args(["-c", script]);
+    let limit = crate::support::WAIT_LIMIT;
+    let once = |spec: ChildSpec, stdin: Option<Vec<u8>>| {
+        let sup = sup.clone();
+        async move {
+            sup.run_once(&spec, stdin, limit, OutputLimits::default())
+                .await
+                .expect("runs")
+        }
+    };
+
+    let out = once(sh("cat; echo err >&2; exit 3"), Some(b"in\n".to_vec())).await;
+    assert_eq!((out.status.code, out.status.signal), (Some(3), None));
+    assert_eq!((&out.stdout[..], &out.stderr[..]), (&b"in\n"[..], &b"err\n"[..]));
+    let out = once(sh("kill -TERM $$"), None).await;
+    assert_eq!((out.status.code, out.status.signal), (None, Some(15)));
+    // The program is pid 2 of its namespace (1 is the stub's reaper), and
+    // `/proc/self/stat` still names its host pid.
+    let out = once(sh("read -r p _ </proc/self/stat; echo $$ $p"), None).await;
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    let (inner, host) = said.trim().split_once(' ').expect("two pids");
+    assert_eq!(inner, "2", "{said}");
+    assert_ne!(host, "2", "{said}");
+
+    let missing = ChildSpec::new("no-such-program-npc", dir.path());
+    let err = sup
+        .run_once(&missing, None, limit, OutputLimits::default())
+        .await
+        .expect_err("a missing program fails its spawn");
+    assert!(matches!(err, SupervisorError::Spawn { .. }), "{err:?}");
+
+    // `Supervisor::signal` reaches the program once, a group signal too.
+    let mut spec = sh("trap 'echo hup' HUP; trap 'echo term; exit 7' TERM; echo ready; \
+                       while :; do sleep 1 & wait $!; done");
+    spec.stdio = StdioSpec::piped();
+    sup.start("svc", spec).expect("starts");
+    let pipes = sup.take_pipes("svc").expect("pipes");
+    let mut lines = BufReader::new(pipes.stdout.expect("stdout")).lines();
+    async fn next(
+        lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    ) -> Option<String> {
+        let line = tokio::time::timeout(crate::support::WAIT_LIMIT, lines.next_line()).await;
+        line.expect("a line or the end in time").expect("reads")
+    }
+    assert_eq!(next(&mut lines).await.as_deref(), Some("ready"));
+    sup.signal("svc", nix::sys::signal::Signal::SIGHUP).await.expect("signals");
+    assert_eq!(next(&mut lines).await.as_deref(), Some("hup"));
+    sup.stop("svc").await.expect("stops");
+    assert_eq!(next(&mut lines).await.as_deref(), Some("term"));
+    assert_eq!(
+        next(&mut lines).await,
+        None,
+        "one `hup`, one `term`: nothing passed on twice"
+    );
+    let status = sup.status("svc").expect("record");
+    assert_eq!(status.last_exit.and_then(|e| e.code), Some(7));
+    sup.shutdown().await;
+}
