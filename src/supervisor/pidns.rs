@@ -99,7 +99,10 @@ pub fn stub_main(args: &[OsString]) -> Option<ExitCode> {
         return None;
     }
     Some(match args.get(2).and_then(|a| a.to_str()) {
-        Some(PROBE_FLAG) => match enter().map_err(|e| e.to_string()).and_then(|()| probe_fork()) {
+        Some(PROBE_FLAG) => match enter()
+            .map_err(|e| e.to_string())
+            .and_then(|()| probe_fork())
+        {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("{e}");
@@ -208,7 +211,9 @@ fn probe_fork() -> Result<(), String> {
         Ok(ForkResult::Child) => std::process::exit(0),
         Ok(ForkResult::Parent { child }) => match waitpid(child, None) {
             Ok(WaitStatus::Exited(_, 0)) => Ok(()),
-            other => Err(format!("a process in a new PID namespace ended with {other:?}")),
+            other => Err(format!(
+                "a process in a new PID namespace ended with {other:?}"
+            )),
         },
         Err(e) => Err(format!("cannot fork into a new PID namespace: {e}")),
     }

@@ -218,9 +218,7 @@ fn command(
             runnable(&spec.program, env.get("PATH"), &spec.cwd)
                 .map_err(|e| spawn_error(id, spec, e))?;
             let mut cmd = Command::new(stub);
-            cmd.arg(pidns::CONTAIN_COMMAND)
-                .arg("--")
-                .arg(&spec.program);
+            cmd.arg(pidns::CONTAIN_COMMAND).arg("--").arg(&spec.program);
             cmd
         }
         None => Command::new(&spec.program),
@@ -529,10 +527,24 @@ mod tests {
             runnable(program, path, dir.path()).map_err(|e| e.kind())
         };
         assert_eq!(kind("tool", path.as_ref()), Ok(()));
-        assert_eq!(kind("bin/tool", None), Ok(()), "a path is relative to `cwd`");
-        assert_eq!(kind("tool", None), Err(io::ErrorKind::NotFound), "not on the default path");
-        assert_eq!(kind("plain", path.as_ref()), Err(io::ErrorKind::PermissionDenied));
-        assert_eq!(kind("bin", Some(&dir.path().display().to_string())), Err(io::ErrorKind::PermissionDenied));
+        assert_eq!(
+            kind("bin/tool", None),
+            Ok(()),
+            "a path is relative to `cwd`"
+        );
+        assert_eq!(
+            kind("tool", None),
+            Err(io::ErrorKind::NotFound),
+            "not on the default path"
+        );
+        assert_eq!(
+            kind("plain", path.as_ref()),
+            Err(io::ErrorKind::PermissionDenied)
+        );
+        assert_eq!(
+            kind("bin", Some(&dir.path().display().to_string())),
+            Err(io::ErrorKind::PermissionDenied)
+        );
         assert_eq!(kind("", path.as_ref()), Err(io::ErrorKind::NotFound));
         assert_eq!(kind("sh", None), Ok(()));
     }

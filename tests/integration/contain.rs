@@ -67,11 +67,7 @@ fn escapees(dir: &Path) -> Vec<Seen> {
                 std::fs::read_to_string(&file).ok()?.trim().parse().ok()
             });
             let start = start_time(pid).expect("the escapee runs");
-            let seen = Seen {
-                pid,
-                start,
-                escape,
-            };
+            let seen = Seen { pid, start, escape };
             assert!(!seen.gone(), "{}: the escapee runs", seen.escape);
             seen
         })
@@ -89,7 +85,11 @@ fn git(dir: &Path, args: &[&str]) {
         .args(args)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A git repository with `escape.sh` and a manifest: a trigger `run` whose
@@ -133,7 +133,11 @@ fn fire(dir: &Path) {
         .args(["trigger", "fire", "run", "--format", "json"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The run's state once it left `queued` and `running`.
@@ -220,7 +224,11 @@ fn without_namespaces_the_daemon_and_doctor_say_what_is_not_contained() {
         .unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains(warning), "{said}");
-    let out = npc().current_dir(repo.path()).arg("doctor").output().unwrap();
+    let out = npc()
+        .current_dir(repo.path())
+        .arg("doctor")
+        .output()
+        .unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!said.contains("PID namespaces"), "{said}");
     drop(daemon);
@@ -270,7 +278,10 @@ async fn through_the_stub_exit_codes_signals_streams_and_spawn_errors_are_the_pr
 
     let out = once(sh("cat; echo err >&2; exit 3"), Some(b"in\n".to_vec())).await;
     assert_eq!((out.status.code, out.status.signal), (Some(3), None));
-    assert_eq!((&out.stdout[..], &out.stderr[..]), (&b"in\n"[..], &b"err\n"[..]));
+    assert_eq!(
+        (&out.stdout[..], &out.stderr[..]),
+        (&b"in\n"[..], &b"err\n"[..])
+    );
     let out = once(sh("kill -TERM $$"), None).await;
     assert_eq!((out.status.code, out.status.signal), (None, Some(15)));
     // The program is pid 2 of its namespace (1 is the stub's reaper), and
@@ -289,8 +300,10 @@ async fn through_the_stub_exit_codes_signals_streams_and_spawn_errors_are_the_pr
     assert!(matches!(err, SupervisorError::Spawn { .. }), "{err:?}");
 
     // `Supervisor::signal` reaches the program once, a group signal too.
-    let mut spec = sh("trap 'echo hup' HUP; trap 'echo term; exit 7' TERM; echo ready; \
-                       while :; do sleep 1 & wait $!; done");
+    let mut spec = sh(
+        "trap 'echo hup' HUP; trap 'echo term; exit 7' TERM; echo ready; \
+                       while :; do sleep 1 & wait $!; done",
+    );
     spec.stdio = StdioSpec::piped();
     sup.start("svc", spec).expect("starts");
     let pipes = sup.take_pipes("svc").expect("pipes");
@@ -302,7 +315,9 @@ async fn through_the_stub_exit_codes_signals_streams_and_spawn_errors_are_the_pr
         line.expect("a line or the end in time").expect("reads")
     }
     assert_eq!(next(&mut lines).await.as_deref(), Some("ready"));
-    sup.signal("svc", nix::sys::signal::Signal::SIGHUP).await.expect("signals");
+    sup.signal("svc", nix::sys::signal::Signal::SIGHUP)
+        .await
+        .expect("signals");
     assert_eq!(next(&mut lines).await.as_deref(), Some("hup"));
     sup.stop("svc").await.expect("stops");
     assert_eq!(next(&mut lines).await.as_deref(), Some("term"));

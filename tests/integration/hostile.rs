@@ -1445,7 +1445,13 @@ mod no_orphans {
     /// A daemon without PID namespaces: its children's descendants outlive
     /// a crash until the next start, which the ledger is for.
     fn spawn_daemon_on_groups(dir: &Path) -> Killed {
-        spawn_daemon_with(dir, &[(npcagent::supervisor::NAMESPACES_ENV, npcagent::supervisor::OFF)])
+        spawn_daemon_with(
+            dir,
+            &[(
+                npcagent::supervisor::NAMESPACES_ENV,
+                npcagent::supervisor::OFF,
+            )],
+        )
     }
 
     fn spawn_daemon_with(dir: &Path, env: &[(&str, &str)]) -> Killed {
@@ -1833,11 +1839,7 @@ while :; do sleep 0.05; done"#;
         let dir = tempfile::tempdir().unwrap();
         let sleep = unique_sleep(5);
         let agent = dir.path().join("agent.sh");
-        std::fs::write(
-            &agent,
-            format!("#!/bin/sh\n{}\nwait\n", grandchild(&sleep)),
-        )
-        .unwrap();
+        std::fs::write(&agent, format!("#!/bin/sh\n{}\nwait\n", grandchild(&sleep))).unwrap();
         std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
         let manifest = format!(
             "version = 1\n[providers.fake]\nkind = \"claude_code\"\ncommand = {}\n[profiles.dev]\nprovider = \"fake\"\ndescription = \"d\"\n",
