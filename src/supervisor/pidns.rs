@@ -1,6 +1,6 @@
 //! A PID namespace per child: what leaves a child's process group
 //! (`setsid`, a double fork, `nohup`, `disown`) still dies with it. A
-//! contained, non-PTY child runs as `npc __contain -- PROGRAM ARGS…`
+//! contained, non-PTY child runs as the `npc` binary with `__contain -- PROGRAM ARGS…`
 //! ([`CONTAIN_COMMAND`]). The stub moves its children into a new PID
 //! namespace (inside a user namespace that maps the caller's own ids when
 //! it may not create one otherwise) and forks the namespace's pid 1, which
@@ -91,7 +91,7 @@ impl Ended {
     }
 }
 
-/// Run the stub when `args` (the whole command line) is `npc __contain …`;
+/// Run the stub when `args` (the whole command line) is the `npc` binary with `__contain …`;
 /// `None` for any other command line. Call it first thing in `main`: the
 /// stub must be single-threaded to create a user namespace and to fork.
 pub fn stub_main(args: &[OsString]) -> Option<ExitCode> {
