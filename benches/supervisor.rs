@@ -1,12 +1,17 @@
 //! Supervisor overheads against plain spawning, measured in the same run:
 //! a one-shot `true` through `run_once` vs `tokio::process::Command::output`,
-//! and streaming 200,000 lines through `spawn_streaming` vs a plain
-//! `BufReader::lines` over the child's stdout. Prints each ratio.
+//! streaming 200,000 lines through `spawn_streaming` vs a plain
+//! `BufReader::lines` over the child's stdout, and the cost of a PID
+//! namespace per child: `true` through the `npc __contain` stub vs `true`
+//! alone, and `run_once(true)` through a contained supervisor (watchdog and
+//! stub) vs the plain one. Prints each ratio.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use npcagent::supervisor::{BackoffPolicy, ChildSpec, OutputLimits, Supervisor};
+use npcagent::supervisor::{
+    BackoffPolicy, CONTAIN_COMMAND, ChildSpec, Containment, OutputLimits, Supervisor,
+};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// One-shot runs per measurement.
@@ -82,6 +87,63 @@ async fn streaming(sup: &Supervisor) {
     );
 }
 
+/// The `npc` binary the stub is.
+const NPC: &str = env!("CARGO_BIN_EXE_npc");
+
+/// `true` through the stub (a PID namespace) vs `true` alone.
+async fn stub() {
+    let time = |stubbed: bool| async move {
+        let t = Instant::now();
+        for _ in 0..RUNS {
+            let mut cmd = if stubbed {
+                let mut c = tokio::process::Command::new(NPC);
+                c.args([CONTAIN_COMMAND, "--", "true"]);
+                c
+            } else {
+                tokio::process::Command::new("true")
+            };
+            let out = cmd.output().await.expect("true runs");
+            assert!(out.status.success());
+        }
+        t.elapsed()
+    };
+    let baseline = time(false).await;
+    let ours = time(true).await;
+    report("`npc __contain -- true`", baseline, ours, "µs/run", RUNS);
+}
+
+/// `run_once(true)` through a contained supervisor vs the plain one.
+async fn contained(plain: &Supervisor) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let contain = Containment::start(
+        std::path::Path::new(NPC),
+        dir.path(),
+        &dir.path().join(".npc"),
+    )
+    .expect("containment starts");
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let sup = Supervisor::contained(tx, BackoffPolicy::default(), contain);
+    let spec = ChildSpec::new("true", std::env::temp_dir());
+    let time = |sup: &Supervisor| {
+        let (sup, spec) = (sup.clone(), spec.clone());
+        async move {
+            let t = Instant::now();
+            for _ in 0..RUNS {
+                let out = sup
+                    .run_once(&spec, None, TIMEOUT, OutputLimits::default())
+                    .await
+                    .expect("true runs");
+                assert!(out.status.success());
+            }
+            t.elapsed()
+        }
+    };
+    let baseline = time(plain).await;
+    let ours = time(&sup).await;
+    report("contained run_once(true)", baseline, ours, "µs/run", RUNS);
+    sup.shutdown().await;
+}
+
 fn main() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
@@ -89,5 +151,7 @@ fn main() {
         let sup = Supervisor::new(tx, BackoffPolicy::default());
         one_shot(&sup).await;
         streaming(&sup).await;
+        stub().await;
+        contained(&sup).await;
     });
 }

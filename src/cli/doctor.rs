@@ -133,6 +133,14 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<Exit> {
     if reports.is_empty() {
         errln!("no `[providers.*]` in the manifest: nothing to check");
     }
+    let namespaces = std::env::current_exe()
+        .map_err(|e| format!("cannot find the `npc` binary: {e}"))
+        .and_then(|exe| crate::supervisor::probe_pid_namespaces(&exe));
+    if let Err(why) = namespaces {
+        errln!(
+            "warning: children cannot run in PID namespaces ({why}); what a child moves out of its process group (`setsid`, a daemonizing tool) is stopped with it only by the process group and the watchdog, not when it leaves the group"
+        );
+    }
     Ok(if failed { Exit::Failed } else { Exit::Ok })
 }
 

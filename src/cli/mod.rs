@@ -238,6 +238,10 @@ enum Command {
 
 /// Run the command line and return the process exit code.
 pub fn main() -> ExitCode {
+    // Before anything else: the stub must stay single-threaded.
+    if let Some(code) = crate::supervisor::stub_main(&std::env::args_os().collect::<Vec<_>>()) {
+        return code;
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

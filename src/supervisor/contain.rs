@@ -474,6 +474,8 @@ pub struct Containment {
     ledger: PathBuf,
     boot_id: String,
     owner: ProcessRecord,
+    /// Children run in a PID namespace each (see [`super::pidns`]).
+    namespaces: bool,
     state: Mutex<State>,
 }
 
@@ -504,18 +506,35 @@ impl Containment {
                 program: program.to_path_buf(),
                 source,
             })?;
+        let namespaces = match super::pidns::probe_once(program) {
+            Ok(()) => true,
+            Err(why) => {
+                tracing::warn!(
+                    "children cannot run in PID namespaces ({why}); what a child moves out of its process group (`setsid`) is not stopped with it; see `npc doctor`"
+                );
+                false
+            }
+        };
         Ok(Arc::new(Self {
             program: program.to_path_buf(),
             root,
             ledger,
             boot_id,
             owner,
+            namespaces,
             state: Mutex::new(State {
                 groups: BTreeMap::new(),
                 watchdog: Some(watchdog),
                 finished: false,
             }),
         }))
+    }
+
+    /// The `npc` binary that runs each child in a PID namespace
+    /// ([`super::pidns::CONTAIN_COMMAND`]); `None` where namespaces are
+    /// unavailable.
+    pub(super) fn stub(&self) -> Option<&Path> {
+        self.namespaces.then_some(self.program.as_path())
     }
 
     /// Pid of the current watchdog, if one runs.

@@ -13,6 +13,7 @@ mod backoff;
 mod contain;
 mod monitor;
 mod oneshot;
+mod pidns;
 mod pty;
 mod spawn;
 
@@ -43,6 +44,9 @@ pub use contain::{
 pub use oneshot::{
     DEFAULT_STDERR_LIMIT, DEFAULT_STDOUT_LIMIT, GroupKiller, Line, MAX_LINE_BYTES, Output,
     OutputLimits, POST_EXIT_DRAIN, STREAM_QUEUE_DEPTH, StreamingChild,
+};
+pub use pidns::{
+    CONTAIN_COMMAND, NAMESPACES_ENV, OFF, PROBE_FLAG, probe as probe_pid_namespaces, stub_main,
 };
 pub use pty::{PTY_TERM, PtyControl, PtyExit, PtyProcess, PtySpec, PtyWaiter};
 pub use spawn::{

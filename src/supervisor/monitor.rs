@@ -240,7 +240,14 @@ impl Monitor {
             id: self.id.clone(),
             state: ChildState::Exited,
         })?;
-        kill(nix::unistd::Pid::from_raw(pid), signal).map_err(|source| SupervisorError::Signal {
+        let pid = nix::unistd::Pid::from_raw(pid);
+        // A stub passes on only what is queued to it (see `pidns`).
+        let sent = if self.contain.as_ref().is_some_and(|c| c.stub().is_some()) {
+            super::pidns::queue_signal(pid, signal)
+        } else {
+            kill(pid, signal)
+        };
+        sent.map_err(|source| SupervisorError::Signal {
             id: self.id.clone(),
             source,
         })

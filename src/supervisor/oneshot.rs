@@ -291,6 +291,15 @@ impl StreamingChild {
     }
 }
 
+impl Drop for StreamingChild {
+    /// The guard kills the group; the killer's clones (a Ctrl-C handler, a
+    /// plugin's handle) must not signal its number afterwards, when it may
+    /// name another group (pids are reused).
+    fn drop(&mut self) {
+        self.killer.reaped.store(true, Ordering::SeqCst);
+    }
+}
+
 /// See `Supervisor::spawn_streaming`.
 pub(super) fn spawn_streaming(
     spec: &ChildSpec,

@@ -14,6 +14,8 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use portable_pty::{CommandBuilder, MasterPty, PtySize, native_pty_system};
@@ -59,6 +61,9 @@ impl std::fmt::Display for PtyExit {
 pub struct PtyControl {
     master: std::sync::Mutex<Box<dyn MasterPty + Send>>,
     pgid: Option<Pid>,
+    /// Set once the child is reaped: its group id may then name another
+    /// group (pids are reused), so nothing is sent to it any more.
+    reaped: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for PtyControl {
@@ -82,9 +87,11 @@ impl PtyControl {
             .map_err(std::io::Error::other)
     }
 
-    /// Signal the child's whole process group (no-op once it is gone).
+    /// Signal the child's whole process group (no-op once it is reaped: a
+    /// pane closed long after its process ended must not hang up whatever
+    /// group has its number by then).
     pub fn signal(&self, signal: Signal) {
-        if let Some(pgid) = self.pgid {
+        if let Some(pgid) = self.pgid.filter(|_| !self.reaped.load(Ordering::SeqCst)) {
             let _ = signal_group(pgid, signal);
         }
     }
@@ -95,6 +102,8 @@ pub struct PtyWaiter {
     child: Box<dyn portable_pty::Child + Send + Sync>,
     pgid: Option<Pid>,
     guard: GroupGuard,
+    /// Shared with [`PtyControl`].
+    reaped: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for PtyWaiter {
@@ -113,6 +122,7 @@ impl PtyWaiter {
         if let Some(pgid) = self.pgid {
             kill_leftovers(pgid);
         }
+        self.reaped.store(true, Ordering::SeqCst);
         self.guard.disarm();
         match status {
             Ok(s) => PtyExit {
@@ -202,6 +212,7 @@ pub(super) fn spawn_pty(
         .try_clone_reader()
         .map_err(|e| pty_error(spec, e))?;
     let writer = pair.master.take_writer().map_err(|e| pty_error(spec, e))?;
+    let reaped = Arc::new(AtomicBool::new(false));
     Ok(PtyProcess {
         pid,
         reader,
@@ -209,7 +220,13 @@ pub(super) fn spawn_pty(
         control: Arc::new(PtyControl {
             master: std::sync::Mutex::new(pair.master),
             pgid,
+            reaped: reaped.clone(),
         }),
-        waiter: PtyWaiter { child, pgid, guard },
+        waiter: PtyWaiter {
+            child,
+            pgid,
+            guard,
+            reaped,
+        },
     })
 }

@@ -21,6 +21,7 @@ use tokio::time::{Instant, sleep, timeout};
 use crate::model::RestartPolicy;
 
 use super::contain::{self, Announcer, Containment};
+use super::pidns;
 use super::{ExitInfo, SupervisorError};
 
 /// Variables copied from the daemon's environment into every child (when set);
@@ -201,12 +202,30 @@ fn output_stdio(wiring: &OutputWiring) -> io::Result<Stdio> {
 
 /// Build the command: cleared environment, own process group, parent-death
 /// signal, kill on drop; with `contain`, the child announces its group to the
-/// watchdog before `exec` (see [`Announcer`]).
-fn command(spec: &ChildSpec, contain: Option<&Arc<Containment>>) -> Command {
-    let mut cmd = Command::new(&spec.program);
+/// watchdog before `exec` (see [`Announcer`]) and, where namespaces are
+/// available, runs in a PID namespace of its own through the stub (see
+/// [`pidns`]).
+fn command(
+    id: &str,
+    spec: &ChildSpec,
+    contain: Option<&Arc<Containment>>,
+) -> Result<Command, SupervisorError> {
+    let env = child_env(&spec.env, |k| std::env::var(k).ok());
+    let mut cmd = match contain.and_then(|c| c.stub()) {
+        Some(stub) => {
+            // The stub's own spawn succeeds whatever the program is: what
+            // the program's spawn would have said is said here.
+            runnable(&spec.program, env.get("PATH"), &spec.cwd)
+                .map_err(|e| spawn_error(id, spec, e))?;
+            let mut cmd = Command::new(stub);
+            cmd.arg(pidns::CONTAIN_COMMAND).arg("--").arg(&spec.program);
+            cmd
+        }
+        None => Command::new(&spec.program),
+    };
     cmd.args(&spec.args)
         .env_clear()
-        .envs(child_env(&spec.env, |k| std::env::var(k).ok()))
+        .envs(env)
         .current_dir(&spec.cwd)
         .process_group(0)
         .kill_on_drop(true);
@@ -214,7 +233,46 @@ fn command(spec: &ChildSpec, contain: Option<&Arc<Containment>>) -> Command {
     if let Some(announcer) = contain.and_then(|c| c.announcer()) {
         announce_before_exec(&mut cmd, announcer);
     }
-    cmd
+    Ok(cmd)
+}
+
+/// Search path `execvp` uses when `PATH` is unset.
+const DEFAULT_PATH: &str = "/bin:/usr/bin";
+
+/// Whether `program` can be executed by a child whose `PATH` is `path` and
+/// whose working directory is `cwd`, the way `execvp` looks it up: a name
+/// with a `/` as it is (relative to `cwd`), any other name in each
+/// directory of `PATH`. The error is the one the `exec` would fail with.
+fn runnable(program: &str, path: Option<&String>, cwd: &Path) -> io::Result<()> {
+    use nix::unistd::{AccessFlags, access};
+    let try_one = |candidate: &Path| -> io::Result<()> {
+        let meta = std::fs::metadata(candidate)?;
+        if meta.is_dir() {
+            return Err(io::Error::from(Errno::EACCES));
+        }
+        access(candidate, AccessFlags::X_OK).map_err(io::Error::from)
+    };
+    if program.is_empty() {
+        return Err(io::Error::from(Errno::ENOENT));
+    }
+    if program.contains('/') {
+        return try_one(&cwd.join(program));
+    }
+    let path = path.map_or(DEFAULT_PATH, String::as_str);
+    let mut denied = None;
+    for dir in std::env::split_paths(path) {
+        let dir = if dir.as_os_str().is_empty() {
+            cwd.to_path_buf()
+        } else {
+            cwd.join(dir)
+        };
+        match try_one(&dir.join(program)) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => denied = Some(e),
+            Err(_) => {}
+        }
+    }
+    Err(denied.unwrap_or_else(|| io::Error::from(Errno::ENOENT)))
 }
 
 /// Have the child write its own group to the watchdog before `exec`.
@@ -294,7 +352,7 @@ pub(super) fn spawn_supervised(
     contain: Option<&Arc<Containment>>,
 ) -> Result<Child, SupervisorError> {
     check_cwd(id, spec)?;
-    let mut cmd = command(spec, contain);
+    let mut cmd = command(id, spec, contain)?;
     let log_err = |path: &Path, source| SupervisorError::Log {
         id: id.to_string(),
         path: path.to_path_buf(),
@@ -322,7 +380,7 @@ pub(super) fn spawn_piped(
     contain: Option<&Arc<Containment>>,
 ) -> Result<Child, SupervisorError> {
     check_cwd(id, spec)?;
-    let mut cmd = command(spec, contain);
+    let mut cmd = command(id, spec, contain)?;
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -452,6 +510,43 @@ mod tests {
             proptest::prop_assert!(name.ends_with(".log"));
             proptest::prop_assert!(!name.contains('/'));
         }
+    }
+
+    #[test]
+    fn runnable_looks_programs_up_as_execvp_does() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).expect("bin");
+        let exe = bin.join("tool");
+        std::fs::write(&exe, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("mode");
+        std::fs::write(bin.join("plain"), "").expect("write");
+        let path = Some(bin.display().to_string());
+        let kind = |program: &str, path: Option<&String>| {
+            runnable(program, path, dir.path()).map_err(|e| e.kind())
+        };
+        assert_eq!(kind("tool", path.as_ref()), Ok(()));
+        assert_eq!(
+            kind("bin/tool", None),
+            Ok(()),
+            "a path is relative to `cwd`"
+        );
+        assert_eq!(
+            kind("tool", None),
+            Err(io::ErrorKind::NotFound),
+            "not on the default path"
+        );
+        assert_eq!(
+            kind("plain", path.as_ref()),
+            Err(io::ErrorKind::PermissionDenied)
+        );
+        assert_eq!(
+            kind("bin", Some(&dir.path().display().to_string())),
+            Err(io::ErrorKind::PermissionDenied)
+        );
+        assert_eq!(kind("", path.as_ref()), Err(io::ErrorKind::NotFound));
+        assert_eq!(kind("sh", None), Ok(()));
     }
 
     #[test]

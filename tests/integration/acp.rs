@@ -195,15 +195,16 @@ fn cancelled_after_an_update(seen: &Value) {
     );
 }
 
-/// Wait until the process group of the agent whose pid is in `pid_file` is gone.
+/// Wait until the agent whose (host) pid is in `pid_file` is gone: it runs
+/// in a PID namespace of its own, which ends with it.
 fn agent_group_gone(pid_file: &Path) {
-    let pid: i32 = std::fs::read_to_string(pid_file)
+    let pid: u32 = std::fs::read_to_string(pid_file)
         .unwrap()
         .trim()
         .parse()
         .unwrap();
-    wait_for("the agent's process group to be gone", || {
-        (kill(Pid::from_raw(-pid), None) == Err(nix::errno::Errno::ESRCH)).then_some(())
+    wait_for("the agent to be gone", || {
+        (!crate::support::alive(pid)).then_some(())
     });
 }
 
@@ -368,7 +369,7 @@ fn cancel_mid_stream_ends_the_prompt_cancelled_and_kills_the_agents_process_grou
     ]);
     let seen = client(repo.path(), "dev", "cancel", &["go on forever"]);
     cancelled_after_an_update(&seen);
-    // The agent led its own process group; nothing of it is left.
+    // Nothing of the agent is left.
     agent_group_gone(&pid_file);
     let finished = events(repo.path())
         .into_iter()
@@ -1035,8 +1036,8 @@ fn with_a_daemon_up_sigterm_to_npc_acp_has_the_daemon_cancel_the_running_prompt(
     .unwrap();
     let status = wait_for("npc acp to exit", || acp.try_wait().unwrap());
     assert!(status.success(), "{status}");
-    wait_for("the agent's process group to be gone", || {
-        (kill(Pid::from_raw(-pid), None) == Err(nix::errno::Errno::ESRCH)).then_some(())
+    wait_for("the agent to be gone", || {
+        (!crate::support::alive(pid as u32)).then_some(())
     });
     let state = wait_for("the run to end", || {
         daemon_runs(&daemon)

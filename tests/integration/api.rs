@@ -818,10 +818,11 @@ fn cancelling_a_long_run_kills_its_process_group() {
             .ok()
     });
     assert_eq!(run_state(&addr, &id), "running");
-    let group = nix::unistd::Pid::from_raw(pid);
+    let group = crate::support::process_group(pid as u32).expect("the agent runs");
+    let group = nix::unistd::Pid::from_raw(group);
     assert!(
         nix::sys::signal::killpg(group, None).is_ok(),
-        "the agent leads its group"
+        "the agent's group exists"
     );
     let cancelled = http(&addr, "POST", &format!("/api/v1/runs/{id}/cancel"), &[]);
     assert_eq!(cancelled.status, 202, "{}", cancelled.body);

@@ -1374,7 +1374,10 @@ fn a_worker_killed_mid_run_loses_the_run_to_interrupted_and_it_never_runs_again(
 
 #[test]
 fn a_worker_paused_past_its_lease_is_fenced_and_stops_its_agent() {
-    let Some(fleet) = queued_fleet("sleep 600 & echo $! > agent.pid; wait", 1) else {
+    let Some(fleet) = queued_fleet(
+        "sh -c 'read -r p _ </proc/self/stat; echo \"$p\" > agent.pid; exec sleep 600' & wait",
+        1,
+    ) else {
         return;
     };
     let QueuedFleet {
@@ -1958,9 +1961,12 @@ fn npc_workers_shows_each_worker_and_its_runs_and_a_killed_one_as_lost() {
 /// What a policy test's first run does: it records its id (and `overlap`
 /// if the run before it still runs), then, the first time only, sleeps
 /// until stopped; later runs end at once.
-const FIRST_SLEEPS: &str = "if [ -s first.pid ] && kill -0 \"$(cat first.pid)\" 2>/dev/null; \
+/// Pids are the host's (`/proc/self/stat`): each run has a PID namespace of
+/// its own, where `$$` is another number.
+const FIRST_SLEEPS: &str = "if [ -s first.pid ] && [ -d \"/proc/$(cat first.pid)\" ]; \
      then echo overlap >> ran.log; fi; echo \"$NPC_RUN_ID\" >> ran.log; \
-     if [ ! -s first.pid ]; then echo $$ > first.pid; exec sleep 600; fi";
+     if [ ! -s first.pid ]; then read -r p _ </proc/self/stat; echo \"$p\" > first.pid; \
+     exec sleep 600; fi";
 
 /// A fleet repository whose triggers (`[triggers.NAME]` bodies after the
 /// kind, schedule and action, which run [`FIRST_SLEEPS`]) are `triggers`,

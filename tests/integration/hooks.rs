@@ -146,7 +146,10 @@ const CASES: &[Case] = &[
     Case {
         name: "sleep past the timeout fails closed",
         hooks: "[[hooks.before_tool]]\ncommand = \"./hooks/slow\"\ntimeout_ms = 300\n",
-        scripts: &[("slow", "echo $$ > slow.pid; exec sleep 30")],
+        scripts: &[(
+            "slow",
+            "read -r p _ </proc/self/stat; echo \"$p\" > slow.pid; exec sleep 30",
+        )],
         exit: 1,
         says: &["timeout of 300 ms"],
         decisions: &["failed"],

@@ -1400,11 +1400,22 @@ mod no_orphans {
         (5_000_000 + (std::process::id() % 100_000) * 10 + offset).to_string()
     }
 
+    /// A shell line that starts `sleep <sleep>` in the background after
+    /// writing its host pid to `grandchild.pid` (in the child's PID
+    /// namespace `$!` is another number; `/proc` is the host's).
+    fn grandchild(sleep: &str) -> String {
+        format!(
+            "sh -c 'read -r p _ </proc/self/stat; echo \"$p\" > grandchild.pid; exec sleep {sleep}' &"
+        )
+    }
+
     /// A stdio MCP server whose shell starts a background grandchild, writes
     /// its pid to `grandchild.pid` and waits.
     fn tree_manifest(sleep: &str) -> String {
+        let script = format!("{} wait", grandchild(sleep));
         format!(
-            "version = 1\n[mcp.servers.tree]\ncommand = \"sh\"\nargs = [\"-c\", \"sleep {sleep} & echo $! > grandchild.pid; wait\"]\n"
+            "version = 1\n[mcp.servers.tree]\ncommand = \"sh\"\nargs = [\"-c\", {}]\n",
+            serde_json::Value::String(script)
         )
     }
 
@@ -1432,6 +1443,22 @@ mod no_orphans {
     }
 
     fn spawn_daemon(dir: &Path) -> Killed {
+        spawn_daemon_with(dir, &[])
+    }
+
+    /// A daemon without PID namespaces: its children's descendants outlive
+    /// a crash until the next start, which the ledger is for.
+    fn spawn_daemon_on_groups(dir: &Path) -> Killed {
+        spawn_daemon_with(
+            dir,
+            &[(
+                npcagent::supervisor::NAMESPACES_ENV,
+                npcagent::supervisor::OFF,
+            )],
+        )
+    }
+
+    fn spawn_daemon_with(dir: &Path, env: &[(&str, &str)]) -> Killed {
         let log = std::fs::File::options()
             .create(true)
             .append(true)
@@ -1439,6 +1466,7 @@ mod no_orphans {
             .unwrap();
         Command::new(npc_path())
             .arg("daemon")
+            .envs(env.iter().copied())
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -1457,11 +1485,13 @@ mod no_orphans {
         wait_for("the daemon to exit", || daemon.try_wait().unwrap());
     }
 
-    /// The pid in `path` once the file is complete.
+    /// The pid in `path` once the file is complete and the process it names
+    /// runs `sleep` (it writes its pid, then becomes `sleep`).
     fn wait_pid(path: &Path) -> u32 {
         wait_for(&format!("a pid in {}", path.display()), || {
             let text = std::fs::read_to_string(path).ok()?;
-            text.strip_suffix('\n')?.parse().ok()
+            let pid = text.strip_suffix('\n')?.parse().ok()?;
+            (cmdline(pid).first().map(String::as_str) == Some("sleep")).then_some(pid)
         })
     }
 
@@ -1558,7 +1588,7 @@ mod no_orphans {
         let sleep = unique_sleep(2);
         std::fs::write(dir.path().join("npcagent.toml"), tree_manifest(&sleep)).unwrap();
         let pid_file = dir.path().join("grandchild.pid");
-        let mut daemon = spawn_daemon(dir.path());
+        let mut daemon = spawn_daemon_on_groups(dir.path());
         let grandchild = wait_pid(&pid_file);
         let started = stat_field(grandchild, 22).expect("the grandchild runs");
         crash_with_its_watchdog(&mut daemon);
@@ -1589,7 +1619,7 @@ mod no_orphans {
         let sleep = unique_sleep(7);
         std::fs::write(dir.path().join("npcagent.toml"), tree_manifest(&sleep)).unwrap();
         let pid_file = dir.path().join("grandchild.pid");
-        let mut daemon = spawn_daemon(dir.path());
+        let mut daemon = spawn_daemon_on_groups(dir.path());
         let grandchild = wait_pid(&pid_file);
         let started = stat_field(grandchild, 22).expect("the grandchild runs");
         crash_with_its_watchdog(&mut daemon);
@@ -1813,11 +1843,7 @@ while :; do sleep 0.05; done"#;
         let dir = tempfile::tempdir().unwrap();
         let sleep = unique_sleep(5);
         let agent = dir.path().join("agent.sh");
-        std::fs::write(
-            &agent,
-            format!("#!/bin/sh\nsleep {sleep} &\necho $! > grandchild.pid\nwait\n"),
-        )
-        .unwrap();
+        std::fs::write(&agent, format!("#!/bin/sh\n{}\nwait\n", grandchild(&sleep))).unwrap();
         std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
         let manifest = format!(
             "version = 1\n[providers.fake]\nkind = \"claude_code\"\ncommand = {}\n[profiles.dev]\nprovider = \"fake\"\ndescription = \"d\"\n",

@@ -7,6 +7,7 @@ mod agent_config;
 mod agents;
 mod api;
 mod architecture;
+mod contain;
 mod daemon;
 mod doctor;
 mod fleet;

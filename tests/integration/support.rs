@@ -52,6 +52,13 @@ pub fn wait_for_within<T>(what: &str, limit: Duration, mut check: impl FnMut() -
     }
 }
 
+/// The process group of `pid` (field 5 of its stat), if it exists.
+pub fn process_group(pid: u32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_ascii_whitespace().nth(2)?.parse().ok()
+}
+
 /// Whether process `pid` is alive: `/proc/<pid>` exists and it is not a
 /// zombie (orphaned zombies are reparented to an init that may never reap
 /// them, and hold nothing).
