@@ -39,6 +39,10 @@
 #[path = "../tests/integration/pg.rs"]
 #[allow(dead_code)]
 mod pg;
+// pg.rs decides through `support::require` what a missing PostgreSQL means.
+#[path = "../tests/integration/support.rs"]
+#[allow(dead_code)]
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
