@@ -165,6 +165,10 @@ pub struct Runtime {
     fleet: Arc<std::sync::OnceLock<Arc<crate::store::pg::PgStore>>>,
     /// Cancelled when the runtime shuts down: ends the fleet's notice relay.
     stopping: tokio_util::sync::CancellationToken,
+    /// Whether the last load found the manifest invalid, so the next valid
+    /// one says so (`manifest.valid`): the event log and an open dashboard
+    /// do not end on an error that is fixed.
+    invalid: std::sync::atomic::AtomicBool,
     _lock: RepoLock,
 }
 
@@ -221,6 +225,7 @@ impl Runtime {
             plugin_notices: Mutex::new(Vec::new()),
             fleet: Arc::default(),
             stopping: tokio_util::sync::CancellationToken::new(),
+            invalid: std::sync::atomic::AtomicBool::new(false),
             _lock: lock,
         });
         tokio::spawn(forward_supervisor_events(
@@ -350,7 +355,8 @@ impl Runtime {
 
     /// Load, validate, plan and apply the manifest. An invalid manifest, a
     /// refused change or an operational failure leaves everything as it is;
-    /// a reload that changes nothing emits nothing.
+    /// a reload that changes nothing emits nothing, except `manifest.valid`
+    /// when the manifest was invalid before.
     pub async fn reload(&self, reason: &str) -> (ReloadOutcome, Option<Manifest>) {
         tracing::info!("reloading: {reason}");
         let (manifest, desired) = match self.load().await {
@@ -364,10 +370,23 @@ impl Runtime {
                 error_count,
             }) => {
                 payload["reason"] = reason.into();
+                self.invalid
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
                 self.emit("manifest.invalid", None, payload).await;
                 return (ReloadOutcome::Invalid { error_count }, None);
             }
         };
+        if self
+            .invalid
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            self.emit(
+                "manifest.valid",
+                None,
+                serde_json::json!({ "reason": reason, "after": "manifest.invalid" }),
+            )
+            .await;
+        }
         self.bus.set_secrets(manifest.secret_values());
         self.join_fleet(&manifest);
         self.triggers.manifest_loaded(&manifest);

@@ -547,6 +547,8 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
         text("component_row").contains("mcp_server.sleeper"),
         "{seen}"
     );
+    // Fixed back to what runs, the banner went away (`manifest.valid`).
+    assert_eq!(seen["banner_cleared"], true, "{seen}");
     assert!(seen["events_shown"].as_u64().unwrap() > 0);
     // The plugin's `needs_attention` report: a notice, and the pane's row.
     assert!(text("notice").contains("needs_attention"), "{seen}");
