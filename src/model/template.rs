@@ -398,7 +398,15 @@ impl TemplateSource {
     }
 }
 
-/// Check one prompt template; returns its diagnostics. `probe_fuel` is
+/// What [`check`] found: the diagnostics, and the variables the template
+/// reads (dotted, as minijinja names them: `vars.branch`, `profile.model`).
+#[derive(Debug)]
+pub struct Checked {
+    pub diagnostics: Vec<Diagnostic>,
+    pub reads: BTreeSet<String>,
+}
+
+/// Check one prompt template; returns its diagnostics and what it reads. `probe_fuel` is
 /// what is left of the manifest's [`MANIFEST_PROBE_FUEL`]. The template
 /// is compiled once, in the bare probe environment: its syntax and the
 /// variables it reads depend neither on how undefined values behave nor on
@@ -410,7 +418,7 @@ pub fn check(
     at: &TemplateSource,
     declared: &BTreeSet<&str>,
     probe_fuel: &mut u64,
-) -> Vec<Diagnostic> {
+) -> Checked {
     let mut diags = Vec::new();
     let scan = scan_tags(template);
     if let Some(range) = scan.oversized {
@@ -425,7 +433,10 @@ pub fn check(
                 "fix the minijinja syntax; see https://docs.rs/minijinja/latest/minijinja/syntax/",
             ),
         );
-        return diags;
+        return Checked {
+            diagnostics: diags,
+            reads: BTreeSet::new(),
+        };
     }
     let compiled = match compile_sized(bare_probe_environment(), name.as_str(), template) {
         Ok(t) => t,
@@ -444,7 +455,10 @@ pub fn check(
                     .at(&at.file, span)
                     .with_hint("fix the minijinja syntax; see https://docs.rs/minijinja/latest/minijinja/syntax/"),
             );
-            return diags;
+            return Checked {
+                diagnostics: diags,
+                reads: BTreeSet::new(),
+            };
         }
     };
     let probed = if scan.uses_builtins {
@@ -455,9 +469,8 @@ pub fn check(
         probe(&compiled, name, template, at, probe_fuel)
     };
     diags.extend(probed);
-    let mut used: Vec<String> = compiled.undeclared_variables(true).into_iter().collect();
-    used.sort();
-    for var in used {
+    let reads: BTreeSet<String> = compiled.undeclared_variables(true).into_iter().collect();
+    for var in reads.iter().cloned() {
         let root = var.split('.').next().unwrap_or(&var);
         if BUILTIN_GLOBALS.contains(&root) {
             continue;
@@ -498,7 +511,10 @@ pub fn check(
             }
         }
     }
-    diags
+    Checked {
+        diagnostics: diags,
+        reads,
+    }
 }
 
 /// Render the template once with no context; a bound it exhausts on its
@@ -589,6 +605,27 @@ pub struct PromptUse {
     pub run: bool,
     /// The variables given a value there (defaults and given ones).
     pub vars: BTreeSet<String>,
+}
+
+impl PromptUse {
+    /// Whether a template that reads `reads` (as [`Checked::reads`] names
+    /// them) reads something this use may not have: `profile` without a
+    /// profile, an attribute of `trigger` or `run` where they are none, a
+    /// variable without a value. Only then can its probe find anything.
+    pub fn lacks(&self, reads: &BTreeSet<String>) -> bool {
+        reads.iter().any(|var| {
+            let mut parts = var.split('.');
+            let root = parts.next().unwrap_or_default();
+            let attr = parts.next();
+            match root {
+                "profile" => !self.profile,
+                "trigger" => !self.trigger && attr.is_some(),
+                "run" => !self.run && attr.is_some(),
+                "vars" => attr.is_some_and(|v| !self.vars.contains(v)),
+                _ => false,
+            }
+        })
+    }
 }
 
 /// A context value whose every attribute is there, for [`check_use`]: the

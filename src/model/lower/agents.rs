@@ -135,8 +135,9 @@ impl Lower<'_> {
             &mut self.probe_fuel,
         );
         // Only a template without errors is probed in its uses (`uses`).
-        let located = (!found.iter().any(Diagnostic::is_error)).then_some(template_file);
-        self.diags.extend(found);
+        let located = (!found.diagnostics.iter().any(Diagnostic::is_error))
+            .then_some((template_file, found.reads));
+        self.diags.extend(found.diagnostics);
         if let Some(d) = &p.description
             && d.value.trim().is_empty()
         {

@@ -128,9 +128,11 @@ fn io_reason(e: &std::io::Error) -> String {
     }
 }
 
-/// A lowered value and, when its text has no errors, where that text is
-/// written (to point later diagnostics at it).
-type Located<T> = (T, Option<template::TemplateSource>);
+/// Where a prompt's text without errors is written (to point later
+/// diagnostics at it) and the variables it reads.
+type Probed = (template::TemplateSource, BTreeSet<String>);
+/// A lowered prompt and, when its text has no errors, its [`Probed`].
+type Located<T> = (T, Option<Probed>);
 
 /// Largest prompt template file read.
 pub const MAX_TEMPLATE_BYTES: usize = 1024 * 1024;
@@ -417,15 +419,10 @@ impl Lower<'_> {
     fn uses(
         &mut self,
         m: &Manifest,
-        located: &BTreeMap<String, template::TemplateSource>,
-        instructions_at: Option<&template::TemplateSource>,
+        located: &BTreeMap<String, Probed>,
+        instructions_at: Option<&Probed>,
     ) {
-        let mut uses: Vec<(
-            &str,
-            &Prompt,
-            &template::TemplateSource,
-            template::PromptUse,
-        )> = Vec::new();
+        let mut uses: Vec<(&str, &Prompt, &Probed, template::PromptUse)> = Vec::new();
         let defaults = |p: &Prompt| -> BTreeSet<String> {
             p.variables
                 .iter()
@@ -517,7 +514,23 @@ impl Lower<'_> {
                 },
             ));
         }
-        for (name, prompt, at, used) in uses {
+        // Uses that see the same context render alike: probe one of them
+        // (a prompt shared by a hundred profiles is rendered once here).
+        let mut probed = BTreeSet::new();
+        for (name, prompt, (at, reads), used) in uses {
+            if !used.lacks(reads) {
+                continue;
+            }
+            let context = (
+                name,
+                used.profile,
+                used.trigger,
+                used.run,
+                used.vars.clone(),
+            );
+            if !probed.insert(context) {
+                continue;
+            }
             if let Some(d) =
                 template::check_use(name, &prompt.template, at, &used, &mut self.probe_fuel)
             {
