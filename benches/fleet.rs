@@ -41,7 +41,6 @@
 mod pg;
 // pg.rs decides through `support::require` what a missing PostgreSQL means.
 #[path = "../tests/integration/support.rs"]
-#[allow(dead_code)]
 mod support;
 
 use std::sync::Arc;

@@ -470,12 +470,12 @@ pub fn check(
     };
     diags.extend(probed);
     let reads: BTreeSet<String> = compiled.undeclared_variables(true).into_iter().collect();
-    for var in reads.iter().cloned() {
-        let root = var.split('.').next().unwrap_or(&var);
+    for var in &reads {
+        let root = var.split('.').next().unwrap_or(var);
         if BUILTIN_GLOBALS.contains(&root) {
             continue;
         }
-        let span = find_use(template, &var).map_or_else(|| at.span(None), |r| at.span(Some(r)));
+        let span = find_use(template, var).map_or_else(|| at.span(None), |r| at.span(Some(r)));
         if !CONTEXT_ROOTS.contains(&root) {
             diags.push(
                 Diagnostic::error(format!(
