@@ -39,6 +39,9 @@
 #[path = "../tests/integration/pg.rs"]
 #[allow(dead_code)]
 mod pg;
+// pg.rs decides through `support::require` what a missing PostgreSQL means.
+#[path = "../tests/integration/support.rs"]
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

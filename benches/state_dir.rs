@@ -40,7 +40,10 @@ fn main() {
         after += t.elapsed();
     }
     let n = f64::from(CALLS * ROUNDS);
-    let (b, a) = (before.as_secs_f64() * 1e6 / n, after.as_secs_f64() * 1e6 / n);
+    let (b, a) = (
+        before.as_secs_f64() * 1e6 / n,
+        after.as_secs_f64() * 1e6 / n,
+    );
     println!(
         "state directory: before the claim {b:.1} µs/call, with the claim {a:.1} µs/call, ratio {:.2}, added {:.1} µs ({:.2}% of a 7 ms `npc hook run`)",
         a / b,

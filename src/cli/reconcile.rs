@@ -663,6 +663,7 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
                     restarts: r.restarts,
                     since: chrono::DateTime::from_timestamp_millis(r.since_ms)
                         .map(|t| t.to_rfc3339()),
+                    error: None,
                 })
                 .collect();
             (rows, "no daemon running; last recorded state".to_string())
@@ -725,6 +726,11 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
                     c.since.as_deref().unwrap_or("-")
                 );
                 outln!("{}", printable(&line))?;
+            }
+            for c in &components {
+                if let Some(error) = &c.error {
+                    outln!("{}", printable(&format!("{}: {error}", c.id)))?;
+                }
             }
             print_mcp_status(gateway, &mcp_servers)?;
         }

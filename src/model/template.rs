@@ -166,6 +166,10 @@ pub fn environment<'s>() -> minijinja::Environment<'s> {
 /// `env` with npc's settings (see [`environment`]).
 fn configured(mut env: minijinja::Environment<'_>) -> minijinja::Environment<'_> {
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    // Undefined values remember the expression that made them, so an error
+    // names it (`profile.model`), in release builds too (minijinja turns
+    // this on for debug builds only).
+    env.set_debug(true);
     env.set_fuel(Some(TEMPLATE_FUEL));
     if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder()
         .keep_trailing_newline(true)
@@ -394,7 +398,15 @@ impl TemplateSource {
     }
 }
 
-/// Check one prompt template; returns its diagnostics. `probe_fuel` is
+/// What [`check`] found: the diagnostics, and the variables the template
+/// reads (dotted, as minijinja names them: `vars.branch`, `profile.model`).
+#[derive(Debug)]
+pub struct Checked {
+    pub diagnostics: Vec<Diagnostic>,
+    pub reads: BTreeSet<String>,
+}
+
+/// Check one prompt template; returns its diagnostics and what it reads. `probe_fuel` is
 /// what is left of the manifest's [`MANIFEST_PROBE_FUEL`]. The template
 /// is compiled once, in the bare probe environment: its syntax and the
 /// variables it reads depend neither on how undefined values behave nor on
@@ -406,7 +418,7 @@ pub fn check(
     at: &TemplateSource,
     declared: &BTreeSet<&str>,
     probe_fuel: &mut u64,
-) -> Vec<Diagnostic> {
+) -> Checked {
     let mut diags = Vec::new();
     let scan = scan_tags(template);
     if let Some(range) = scan.oversized {
@@ -421,7 +433,10 @@ pub fn check(
                 "fix the minijinja syntax; see https://docs.rs/minijinja/latest/minijinja/syntax/",
             ),
         );
-        return diags;
+        return Checked {
+            diagnostics: diags,
+            reads: BTreeSet::new(),
+        };
     }
     let compiled = match compile_sized(bare_probe_environment(), name.as_str(), template) {
         Ok(t) => t,
@@ -440,7 +455,10 @@ pub fn check(
                     .at(&at.file, span)
                     .with_hint("fix the minijinja syntax; see https://docs.rs/minijinja/latest/minijinja/syntax/"),
             );
-            return diags;
+            return Checked {
+                diagnostics: diags,
+                reads: BTreeSet::new(),
+            };
         }
     };
     let probed = if scan.uses_builtins {
@@ -451,14 +469,13 @@ pub fn check(
         probe(&compiled, name, template, at, probe_fuel)
     };
     diags.extend(probed);
-    let mut used: Vec<String> = compiled.undeclared_variables(true).into_iter().collect();
-    used.sort();
-    for var in used {
-        let root = var.split('.').next().unwrap_or(&var);
+    let reads: BTreeSet<String> = compiled.undeclared_variables(true).into_iter().collect();
+    for var in &reads {
+        let root = var.split('.').next().unwrap_or(var);
         if BUILTIN_GLOBALS.contains(&root) {
             continue;
         }
-        let span = find_use(template, &var).map_or_else(|| at.span(None), |r| at.span(Some(r)));
+        let span = find_use(template, var).map_or_else(|| at.span(None), |r| at.span(Some(r)));
         if !CONTEXT_ROOTS.contains(&root) {
             diags.push(
                 Diagnostic::error(format!(
@@ -494,7 +511,10 @@ pub fn check(
             }
         }
     }
-    diags
+    Checked {
+        diagnostics: diags,
+        reads,
+    }
 }
 
 /// Render the template once with no context; a bound it exhausts on its
@@ -534,6 +554,190 @@ fn probe(
         ))
         .at(&at.file, span)
         .with_hint("bound the loops and recursion in the template, and keep its output small"),
+    )
+}
+
+/// The expression an undefined value came from, as the template wrote it on
+/// line `line`: `expr` (what minijinja names, such as `profile`) followed by
+/// the attributes the template reads of it at its first use there
+/// (`profile.model`). `None`
+/// when minijinja named none.
+pub fn undefined_expr(detail: &str, template: &str, line: Option<usize>) -> Option<String> {
+    let end = detail.find("` is undefined")?;
+    let start = detail[..end].rfind('`')? + 1;
+    let expr = &detail[start..end];
+    let text = line
+        .and_then(|l| template.lines().nth(l.checked_sub(1)?))
+        .unwrap_or("");
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let first = text
+        .match_indices(expr)
+        .filter(|(at, _)| !text[..*at].ends_with(|c: char| word(c) || c == '.'))
+        .map(|(at, _)| {
+            let rest = &text[at + expr.len()..];
+            let mut len = 0;
+            while let Some(attr) = rest[len..].strip_prefix('.') {
+                let name = attr.len() - attr.trim_start_matches(word).len();
+                if name == 0 {
+                    break;
+                }
+                len += 1 + name;
+            }
+            &text[at..at + expr.len() + len]
+        })
+        .next();
+    Some(first.unwrap_or(expr).to_string())
+}
+
+/// One place a prompt is rendered, as validation probes it ([`check_use`]):
+/// which context roots are there. `vars` and `project` and `workspace` are
+/// always there; `trigger` and `run` are none when absent, `profile` is
+/// undefined.
+#[derive(Debug, Clone)]
+pub struct PromptUse {
+    /// How a diagnostic names it: "the `/review` command", "profile `dev`".
+    pub what: String,
+    /// A profile renders it (`profile`).
+    pub profile: bool,
+    /// A trigger's payload is there (`trigger`).
+    pub trigger: bool,
+    /// It renders inside a run (`run`).
+    pub run: bool,
+    /// The variables given a value there (defaults and given ones).
+    pub vars: BTreeSet<String>,
+}
+
+impl PromptUse {
+    /// Whether a template that reads `reads` (as [`Checked::reads`] names
+    /// them) reads something this use may not have: `profile` without a
+    /// profile, an attribute of `trigger` or `run` where they are none, a
+    /// variable without a value. Only then can its probe find anything.
+    pub fn lacks(&self, reads: &BTreeSet<String>) -> bool {
+        reads.iter().any(|var| {
+            let mut parts = var.split('.');
+            let root = parts.next().unwrap_or_default();
+            let attr = parts.next();
+            match root {
+                "profile" => !self.profile,
+                "trigger" => !self.trigger && attr.is_some(),
+                "run" => !self.run && attr.is_some(),
+                "vars" => attr.is_some_and(|v| !self.vars.contains(v)),
+                _ => false,
+            }
+        })
+    }
+}
+
+/// A context value whose every attribute is there, for [`check_use`]: the
+/// probe asks which roots a use has, not what they hold. True in an `if`
+/// (the guarded text is probed too), empty when iterated or printed.
+#[derive(Debug)]
+struct Present;
+
+impl minijinja::value::Object for Present {
+    fn repr(self: &std::sync::Arc<Self>) -> minijinja::value::ObjectRepr {
+        minijinja::value::ObjectRepr::Plain
+    }
+
+    fn get_value(self: &std::sync::Arc<Self>, _key: &minijinja::Value) -> Option<minijinja::Value> {
+        Some(minijinja::Value::from_object(Present))
+    }
+
+    fn enumerate(self: &std::sync::Arc<Self>) -> minijinja::value::Enumerator {
+        minijinja::value::Enumerator::Empty
+    }
+
+    fn is_true(self: &std::sync::Arc<Self>) -> bool {
+        true
+    }
+
+    fn render(self: &std::sync::Arc<Self>, _f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Ok(())
+    }
+}
+
+/// Render the prompt `name` (whose text is `template`, at `at`) once as
+/// `used` renders it; an undefined value there is an error naming the use
+/// and the expression. Other failures depend on values the probe does not
+/// have, so they are left to the real render. `probe_fuel` as in [`check`].
+pub fn check_use(
+    name: &str,
+    template: &str,
+    at: &TemplateSource,
+    used: &PromptUse,
+    probe_fuel: &mut u64,
+) -> Option<Diagnostic> {
+    if *probe_fuel < TEMPLATE_FUEL {
+        return None;
+    }
+    let env = environment();
+    let compiled = compile(&env, name, template).ok()?;
+    let present = || minijinja::Value::from_object(Present);
+    let none = minijinja::Value::from(());
+    let vars: std::collections::BTreeMap<&str, &str> =
+        used.vars.iter().map(|v| (v.as_str(), "")).collect();
+    let mut ctx = std::collections::BTreeMap::new();
+    ctx.insert(
+        CONTEXT_ROOTS[0],
+        minijinja::Value::from(minijinja::value::Serde(&vars)),
+    );
+    ctx.insert(CONTEXT_ROOTS[1], present());
+    if used.profile {
+        ctx.insert(CONTEXT_ROOTS[2], present());
+    }
+    ctx.insert(
+        CONTEXT_ROOTS[3],
+        if used.trigger {
+            present()
+        } else {
+            none.clone()
+        },
+    );
+    ctx.insert(CONTEXT_ROOTS[4], present());
+    ctx.insert(CONTEXT_ROOTS[5], if used.run { present() } else { none });
+    let failure = match render_bounded(&compiled, minijinja::Value::from(ctx)) {
+        Ok(rendered) => {
+            *probe_fuel -= rendered.fuel.min(*probe_fuel);
+            return None;
+        }
+        Err(failure) => {
+            *probe_fuel -= TEMPLATE_FUEL;
+            failure
+        }
+    };
+    if failure.error.kind() != minijinja::ErrorKind::UndefinedError {
+        return None;
+    }
+    let line = failure.error.line();
+    let expr = failure
+        .error
+        .detail()
+        .and_then(|d| undefined_expr(d, template, line))
+        .unwrap_or_else(|| "a value".to_string());
+    let root = expr.split(['.', '[']).next().unwrap_or_default();
+    let hint = match root {
+        "profile" => format!(
+            "`profile` is undefined where no profile renders the prompt: guard it with `{{% if profile is defined %}}`, or do not use prompt `{name}` there"
+        ),
+        "trigger" | "run" => format!(
+            "`{root}` is none unless a trigger starts the run; guard it with `{{% if {root} %}}`"
+        ),
+        "vars" => format!(
+            "give the variable a default under `[prompts.{name}.variables]`, or guard it with `is defined`"
+        ),
+        _ => "guard it with `is defined` or the `default` filter".to_string(),
+    };
+    let span = match line {
+        Some(line) => at.span_of_line(template, line),
+        None => at.span(None),
+    };
+    Some(
+        Diagnostic::error(format!(
+            "prompt `{name}` cannot be rendered for {}: `{expr}` is undefined there",
+            used.what
+        ))
+        .at(&at.file, span)
+        .with_hint(hint),
     )
 }
 

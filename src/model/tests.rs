@@ -974,3 +974,81 @@ fn a_branch_or_ref_that_every_run_would_get_wrong_is_refused_by_validate() {
         );
     }
 }
+
+/// A prompt is probed in every place it renders: as its command (no
+/// profile), for each profile (no trigger) and each trigger, and
+/// `[instructions]` (nothing but the project): an undefined value there is
+/// an error naming the place and the whole expression, at its line.
+#[test]
+fn a_prompt_is_checked_in_every_place_it_renders() {
+    let head = "version = 1\n[providers.c]\nkind = \"claude_code\"\n";
+    let guarded = "{% if profile is defined and profile.model %}as {{ profile.model }}{% endif %}{% if trigger %}{{ trigger.x.y }}{% endif %}";
+    let cases: [(String, Option<&str>); 7] = [
+        // As a command: no profile.
+        (
+            format!(
+                "{head}[prompts.p]\ncommand = true\ntemplate = \"a\\n{{% if profile.model %}}x{{% endif %}}\"\n"
+            ),
+            Some(
+                "prompt `p` cannot be rendered for its command `/p`: `profile.model` is undefined there",
+            ),
+        ),
+        // For a profile: `trigger` is none.
+        (
+            format!(
+                "{head}[prompts.p]\ntemplate = \"#{{{{ trigger.payload.number }}}}\"\n[profiles.d]\nprovider = \"c\"\ndescription = \"d\"\nprompt = \"p\"\n"
+            ),
+            Some(
+                "prompt `p` cannot be rendered for profile `d`: `trigger.payload.number` is undefined there",
+            ),
+        ),
+        // For a profile: a variable without a default.
+        (
+            format!(
+                "{head}[prompts.p]\ntemplate = \"{{{{ vars.x }}}}\"\nvariables.x = {{ description = \"x\" }}\n[profiles.d]\nprovider = \"c\"\ndescription = \"d\"\nprompt = \"p\"\n"
+            ),
+            Some("prompt `p` cannot be rendered for profile `d`: `vars.x` is undefined there"),
+        ),
+        // `[instructions]`: no profile.
+        (
+            format!("{head}[instructions]\ntemplate = \"{{{{ profile.name }}}}\"\n"),
+            Some(
+                "prompt `instructions` cannot be rendered for `[instructions]`: `profile.name` is undefined there",
+            ),
+        ),
+        // Guarded: valid everywhere.
+        (
+            format!(
+                "{head}[prompts.p]\ncommand = true\ntemplate = '{guarded}'\n[profiles.d]\nprovider = \"c\"\ndescription = \"d\"\nprompt = \"p\"\n"
+            ),
+            None,
+        ),
+        // A trigger's run has the payload and the run; its vars count.
+        (
+            format!(
+                "{head}[prompts.p]\ntemplate = \"{{{{ trigger.a.b }}}} {{{{ run.id }}}} {{{{ vars.x }}}}\"\nvariables.x = {{ description = \"x\" }}\n[profiles.d]\nprovider = \"c\"\ndescription = \"d\"\n[triggers.t]\nkind = \"cron\"\nschedule = \"@hourly\"\naction = {{ profile = \"d\", prompt = \"p\", vars = {{ x = \"1\" }} }}\n"
+            ),
+            None,
+        ),
+        // A prompt nothing renders is not probed.
+        (
+            format!("{head}[prompts.p]\ntemplate = \"{{{{ profile.model }}}}\"\n"),
+            None,
+        ),
+    ];
+    for (text, expected) in cases {
+        let loaded = load("npcagent.toml", text.as_bytes(), &MapFiles::default());
+        check_invariants(&loaded).unwrap();
+        match expected {
+            Some(summary) => {
+                assert!(loaded.manifest.is_none(), "{text}");
+                assert_eq!(summaries(&loaded), vec![summary], "{text}");
+            }
+            None => assert!(
+                loaded.manifest.is_some(),
+                "{text}: {:?}",
+                summaries(&loaded)
+            ),
+        }
+    }
+}

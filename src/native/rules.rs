@@ -76,8 +76,7 @@ fn find(text: &str) -> Result<Option<(usize, usize)>, BlockError> {
     let mut found = None;
     let mut offset = 0;
     for (index, line) in text.split_inclusive('\n').enumerate() {
-        let bare = line.strip_suffix('\n').unwrap_or(line);
-        let bare = bare.strip_suffix('\r').unwrap_or(bare);
+        let bare = bare(line);
         if bare == BEGIN {
             if start.is_some() || found.is_some() {
                 return Err(BlockError::Twice { line: index + 1 });
@@ -96,12 +95,32 @@ fn find(text: &str) -> Result<Option<(usize, usize)>, BlockError> {
     }
 }
 
-/// The block holding `body`.
+/// `line` without its newline and carriage return.
+fn bare(line: &str) -> &str {
+    let line = line.strip_suffix('\n').unwrap_or(line);
+    line.strip_suffix('\r').unwrap_or(line)
+}
+
+/// Whether `line` is one of npc's marker lines.
+fn is_marker(line: &str) -> bool {
+    matches!(bare(line), BEGIN | END)
+}
+
+/// The block holding `body`. A line of `body` that is one of npc's marker
+/// lines (the manifest's text quoting them) gets one space in front, so it
+/// reads the same but no longer opens or closes the block: otherwise the
+/// block would end at the quoted end line, and every apply would put a
+/// new block before the rest of the old one.
 fn block(body: &str) -> String {
     let mut out = String::with_capacity(BEGIN.len() + END.len() + body.len() + 3);
     out.push_str(BEGIN);
     out.push('\n');
-    out.push_str(body);
+    for line in body.split_inclusive('\n') {
+        if is_marker(line) {
+            out.push(' ');
+        }
+        out.push_str(line);
+    }
     if !body.is_empty() && !body.ends_with('\n') {
         out.push('\n');
     }
@@ -199,5 +218,18 @@ mod tests {
         // An end marker alone is the user's text.
         let stray = format!("{END}\n");
         assert_eq!(edit(Some(&stray), None).unwrap().unwrap(), stray);
+    }
+
+    #[test]
+    fn marker_lines_in_the_body_do_not_break_the_block() {
+        let body = format!("keep\n{END}\n{BEGIN}\r\nafter");
+        let once = edit(Some("mine\n"), Some(&body)).unwrap().unwrap();
+        assert_eq!(
+            once,
+            format!("{BEGIN}\nkeep\n {END}\n {BEGIN}\r\nafter\n{END}\n\nmine\n")
+        );
+        let twice = edit(Some(&once), Some(&body)).unwrap().unwrap();
+        assert_eq!(twice, once);
+        assert_eq!(edit(Some(&once), None).unwrap().unwrap(), "mine\n");
     }
 }

@@ -290,7 +290,7 @@ fn render_template(
     let vars = variables(name, prompt, given)?;
     let env = environment();
     let template = crate::model::template::compile(&env, &template_name, &prompt.template)
-        .map_err(|e| template_error(&e, &template_name, name))?;
+        .map_err(|e| template_error(&e, &template_name, name, &prompt.template))?;
     let mut context = BTreeMap::new();
     context.insert(CONTEXT_ROOTS[0], ser(&vars));
     context.insert(CONTEXT_ROOTS[1], project_value(manifest, ctx));
@@ -316,7 +316,7 @@ fn render_template(
     context.insert(CONTEXT_ROOTS[4], workspace);
     context.insert(CONTEXT_ROOTS[5], ser(&ctx.run));
     let body = render_bounded(&template, minijinja::Value::from(context))
-        .map_err(|f| failure_error(&f, &template_name, name))?
+        .map_err(|f| failure_error(&f, &template_name, name, &prompt.template))?
         .text;
     Ok(match placement {
         Placement::PrependWorkspace if !printed.load(Ordering::Relaxed) => {
@@ -431,25 +431,38 @@ pub(crate) fn text_out(text: &Text, what: impl FnOnce() -> String) -> Result<Str
 /// Turn a minijinja error into a [`RenderError`] naming the template, line
 /// and (for undefined values) the expression.
 /// A bounded render failed: a bound it ran into is named as such.
-fn failure_error(failure: &RenderFailure, template: &str, prompt_name: &str) -> RenderError {
+fn failure_error(
+    failure: &RenderFailure,
+    template: &str,
+    prompt_name: &str,
+    source: &str,
+) -> RenderError {
     match failure.exhausted {
         Some(exhausted) => RenderError::Template {
             template: failure.error.name().unwrap_or(template).to_string(),
             line: failure.error.line(),
             detail: exhausted.describe(),
         },
-        None => template_error(&failure.error, template, prompt_name),
+        None => template_error(&failure.error, template, prompt_name, source),
     }
 }
 
-fn template_error(e: &minijinja::Error, template: &str, prompt_name: &str) -> RenderError {
+/// `source` is the template's text, to name the whole expression an
+/// undefined value came from.
+fn template_error(
+    e: &minijinja::Error,
+    template: &str,
+    prompt_name: &str,
+    source: &str,
+) -> RenderError {
     let template = e.name().unwrap_or(template).to_string();
     let detail = e
         .detail()
         .map(str::to_string)
         .unwrap_or_else(|| e.kind().to_string());
     if e.kind() == minijinja::ErrorKind::UndefinedError {
-        let expr = undefined_expr(&detail).unwrap_or("?").to_string();
+        let expr = crate::model::template::undefined_expr(&detail, source, e.line())
+            .unwrap_or_else(|| "(unnamed)".to_string());
         let hint = undefined_hint(&expr, prompt_name);
         return RenderError::Undefined {
             template,
@@ -463,13 +476,6 @@ fn template_error(e: &minijinja::Error, template: &str, prompt_name: &str) -> Re
         line: e.line(),
         detail,
     }
-}
-
-/// The expression in minijinja's "`EXPR` is undefined" detail.
-fn undefined_expr(detail: &str) -> Option<&str> {
-    let end = detail.find("` is undefined")?;
-    let start = detail[..end].rfind('`')? + 1;
-    Some(&detail[start..end])
 }
 
 fn undefined_hint(expr: &str, prompt_name: &str) -> String {
@@ -624,7 +630,12 @@ prompt = "placed"
             RenderError::Undefined {
                 expr, line, hint, ..
             } => {
-                assert_eq!((expr.as_str(), line), ("profile", 1));
+                // The whole expression the template reads, not only the
+                // undefined root (nor `?`, as release builds once said:
+                // the environment tracks where undefined values come from
+                // in every build).
+                assert_eq!((expr.as_str(), line), ("profile.name", 1));
+                assert!(crate::model::template::environment().debug());
                 assert!(hint.contains("--profile"), "{hint}");
             }
             other => panic!("{other:?}"),

@@ -23,7 +23,7 @@ mod state;
 pub mod triggers;
 pub mod watch;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -129,6 +129,11 @@ struct Applied {
     /// `configs` in the planner's terms, refreshed once per reload.
     observed: ObservedState,
     pids: HashMap<ComponentId, u32>,
+    /// Components of the manifest that failed to start and have no config
+    /// running, with why: `npc status` shows them as failed (they are in
+    /// neither `configs` nor the observed state, so every reload tries
+    /// them again).
+    failed: BTreeMap<ComponentId, String>,
 }
 
 /// One per canonical repository path; see [`Runtime::for_repo`].
@@ -165,6 +170,10 @@ pub struct Runtime {
     fleet: Arc<std::sync::OnceLock<Arc<crate::store::pg::PgStore>>>,
     /// Cancelled when the runtime shuts down: ends the fleet's notice relay.
     stopping: tokio_util::sync::CancellationToken,
+    /// Whether the last load found the manifest invalid, so the next valid
+    /// one says so (`manifest.valid`): the event log and an open dashboard
+    /// do not end on an error that is fixed.
+    invalid: std::sync::atomic::AtomicBool,
     _lock: RepoLock,
 }
 
@@ -221,6 +230,7 @@ impl Runtime {
             plugin_notices: Mutex::new(Vec::new()),
             fleet: Arc::default(),
             stopping: tokio_util::sync::CancellationToken::new(),
+            invalid: std::sync::atomic::AtomicBool::new(false),
             _lock: lock,
         });
         tokio::spawn(forward_supervisor_events(
@@ -350,7 +360,8 @@ impl Runtime {
 
     /// Load, validate, plan and apply the manifest. An invalid manifest, a
     /// refused change or an operational failure leaves everything as it is;
-    /// a reload that changes nothing emits nothing.
+    /// a reload that changes nothing emits nothing, except `manifest.valid`
+    /// when the manifest was invalid before.
     pub async fn reload(&self, reason: &str) -> (ReloadOutcome, Option<Manifest>) {
         tracing::info!("reloading: {reason}");
         let (manifest, desired) = match self.load().await {
@@ -364,10 +375,23 @@ impl Runtime {
                 error_count,
             }) => {
                 payload["reason"] = reason.into();
+                self.invalid
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
                 self.emit("manifest.invalid", None, payload).await;
                 return (ReloadOutcome::Invalid { error_count }, None);
             }
         };
+        if self
+            .invalid
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            self.emit(
+                "manifest.valid",
+                None,
+                serde_json::json!({ "reason": reason, "after": "manifest.invalid" }),
+            )
+            .await;
+        }
         self.bus.set_secrets(manifest.secret_values());
         self.join_fleet(&manifest);
         self.triggers.manifest_loaded(&manifest);
@@ -720,6 +744,7 @@ impl Runtime {
             match attempt {
                 Ok(pid) => {
                     applied.configs.insert(id.clone(), new.clone());
+                    applied.failed.remove(id);
                     if let Some(pid) = pid {
                         applied.pids.insert(id.clone(), pid);
                     }
@@ -750,6 +775,8 @@ impl Runtime {
                 }
             }
         }
+        // A failed component the manifest dropped is no longer shown.
+        applied.failed.retain(|id, _| desired.contains_key(id));
         let touched: Vec<ComponentId> = plan.actionable().map(|c| c.id.clone()).collect();
         self.persist(&mut applied, &touched).await;
         let outcome = ReloadOutcome::Applied { results };
@@ -782,6 +809,7 @@ impl Runtime {
             )
             .await;
             let _ = driver.stop(&self.cx, id).await;
+            applied.failed.insert(id.clone(), error_text.clone());
             return ComponentResult {
                 id: id.clone(),
                 action,
@@ -813,6 +841,10 @@ impl Runtime {
             Err(again) => {
                 applied.configs.remove(id);
                 applied.pids.remove(id);
+                applied.failed.insert(
+                    id.clone(),
+                    format!("{error_text}; rolling back failed too: {again}"),
+                );
                 self.emit(
                     "component.failed",
                     Some(id),
@@ -895,8 +927,18 @@ impl Runtime {
                     since: status
                         .as_ref()
                         .map(|s| chrono::DateTime::<chrono::Utc>::from(s.since).to_rfc3339()),
+                    error: None,
                 }
             })
+            .chain(applied.failed.iter().map(|(id, error)| ComponentStatus {
+                id: id.to_string(),
+                kind: id.kind.as_str().to_string(),
+                state: FAILED_STATE.to_string(),
+                pid: None,
+                restarts: 0,
+                since: None,
+                error: Some(error.clone()),
+            }))
             .collect()
     }
 
@@ -933,7 +975,14 @@ pub struct ComponentStatus {
     pub pid: Option<u32>,
     pub restarts: u32,
     pub since: Option<String>,
+    /// Why it failed to start ([`FAILED_STATE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
+
+/// The state `npc status` shows for a component of the manifest that failed
+/// to start and runs no config (its error says why).
+pub const FAILED_STATE: &str = "failed";
 
 /// Turn supervisor events into bus events.
 async fn forward_supervisor_events(

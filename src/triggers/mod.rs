@@ -116,7 +116,7 @@ pub enum TriggerError {
     #[error("schedule `{0}` never fires again; change it")]
     NeverFires(String),
     #[error(
-        "webhook route `{route}`: the environment variable `{var}` holding its secret is not set; set it and reload (`npc apply`)"
+        "webhook route `{route}`: the environment variable `{var}` holding its secret is not set in the daemon's environment; set it there and restart the daemon (a running daemon does not see variables set later, so `npc apply` cannot fix it)"
     )]
     MissingSecret { route: String, var: String },
     #[error("cannot watch `{path}`: {detail}")]

@@ -101,9 +101,12 @@ description = "asks before tools"
     dir
 }
 
-/// Whether the ACP Python SDK is importable (else the test is skipped).
+/// Whether the ACP Python SDK is importable ([`require`](crate::support::require)).
 pub(crate) fn python_sdk() -> bool {
-    crate::support::python_module("acp", "pip install agent-client-protocol==0.12.1")
+    crate::support::require(crate::support::Peer::python_module(
+        "acp",
+        "pip install agent-client-protocol==0.12.1",
+    ))
 }
 
 /// Run `fixtures/acp/client.py SCENARIO` against `npc acp --profile PROFILE` in `dir`.

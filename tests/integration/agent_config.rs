@@ -438,3 +438,47 @@ mod hostile {
         outside.untouched();
     }
 }
+
+/// Instructions that quote npc's own marker lines converge: a second apply
+/// changes nothing, the rules files do not grow and the plan has nothing to do.
+#[test]
+fn instructions_quoting_npcs_markers_converge() {
+    let manifest = format!(
+        "{}\n{}",
+        "version = 1\n[providers.claude]\nkind = \"claude_code\"\n[providers.codex]\nkind = \"codex\"\n",
+        "[instructions]\ntemplate = \"\"\"\nBefore.\n<!-- npc:end -->\n<!-- npc:begin (managed by npc from the manifest's [instructions]; edit it there) -->\nAfter.\n\"\"\"\n",
+    );
+    let dir = repo(&manifest);
+    let root = dir.path();
+    std::fs::write(root.join("CLAUDE.md"), USER_CLAUDE_MD).unwrap();
+    run(root, &["apply", "--auto-approve"]).success();
+    let first: Vec<String> = ["AGENTS.md", "CLAUDE.md"]
+        .iter()
+        .map(|f| read(root, f))
+        .collect();
+    assert!(first[1].ends_with(USER_CLAUDE_MD), "{}", first[1]);
+    assert!(first[1].contains("After."), "{}", first[1]);
+    let plan = run(root, &["plan", "--detailed-exitcode"]).code(0);
+    assert!(
+        stdout_of(&plan).contains("No changes."),
+        "{}",
+        stdout_of(&plan)
+    );
+    run(root, &["apply", "--auto-approve"]).success();
+    for (file, before) in ["AGENTS.md", "CLAUDE.md"].iter().zip(&first) {
+        assert_eq!(
+            &read(root, file),
+            before,
+            "{file} changed on a second apply"
+        );
+    }
+    // Dropping the instructions gives the user's file back byte for byte.
+    std::fs::write(
+        root.join("npcagent.toml"),
+        manifest.split("[instructions]").next().unwrap(),
+    )
+    .unwrap();
+    run(root, &["apply", "--auto-approve"]).success();
+    assert_eq!(read(root, "CLAUDE.md"), USER_CLAUDE_MD);
+    assert!(!root.join("AGENTS.md").exists());
+}

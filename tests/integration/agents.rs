@@ -198,11 +198,10 @@ fn agent_cli(
     dir: &std::path::Path,
     home: &std::path::Path,
 ) -> Option<std::process::Command> {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
-        .unwrap_or(false);
-    if !found {
-        eprintln!("{program} is not installed; skipping its read-back check");
+    if !crate::support::require(crate::support::Peer::program(
+        program,
+        "npm install -g @anthropic-ai/claude-code @google/gemini-cli opencode-ai",
+    )) {
         return None;
     }
     let mut cmd = std::process::Command::new(program);

@@ -380,21 +380,14 @@ fn playwright() -> bool {
             .is_ok_and(|o| o.status.success())
 }
 
-/// Whether the browser tests can run: `false` (the test skips, with a
-/// message) without Chromium or Playwright, except under `CI=true`, where
-/// `.ci/run` installs both and their absence fails.
+/// Whether the browser tests can run: Chromium and the Python playwright
+/// package ([`require`](crate::support::require)).
 pub(crate) fn browser_ready() -> bool {
-    if playwright() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "chromium or the Python playwright package is missing in CI; `.ci/run` installs both"
-    );
-    eprintln!(
-        "skipped: chromium or the Python playwright package is missing (.ci/run installs both)"
-    );
-    false
+    crate::support::require(crate::support::Peer::condition(
+        "chromium or the Python playwright package",
+        playwright(),
+        "apt-get install chromium; pip install playwright",
+    ))
 }
 
 /// Drive the dashboard at `url` with the Playwright script
@@ -554,6 +547,8 @@ fn the_dashboard_shows_live_state_in_headless_chromium() {
         text("component_row").contains("mcp_server.sleeper"),
         "{seen}"
     );
+    // Fixed back to what runs, the banner went away (`manifest.valid`).
+    assert_eq!(seen["banner_cleared"], true, "{seen}");
     assert!(seen["events_shown"].as_u64().unwrap() > 0);
     // The plugin's `needs_attention` report: a notice, and the pane's row.
     assert!(text("notice").contains("needs_attention"), "{seen}");
@@ -1052,16 +1047,10 @@ fn hostile_requests_to_the_new_endpoints_get_stable_errors() {
 /// and the terminal are left out (endless, and a WebSocket).
 #[test]
 fn schemathesis_finds_no_server_error() {
-    let installed = std::process::Command::new("schemathesis")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !installed {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "schemathesis is missing in CI; `.ci/run` installs it"
-        );
-        eprintln!("skipped: schemathesis is not installed (pip install schemathesis)");
+    if !crate::support::require(crate::support::Peer::program(
+        "schemathesis",
+        "pip install schemathesis==4.32.5",
+    )) {
         return;
     }
     let d = resource_daemon();

@@ -98,6 +98,39 @@ fn an_invalid_manifest_changes_nothing_and_says_where() {
     d.npc(&["status"]).success();
 }
 
+/// Fixing an invalid manifest is said (`manifest.valid`), even when the
+/// fixed manifest is the one that runs (a reload that changes nothing):
+/// `npc events` does not end on an error that is gone.
+#[test]
+fn a_fixed_manifest_says_it_is_valid_again() {
+    let d = Daemon::start(TWO_CHILDREN);
+    wait_for("alpha running", || d.pid_of("mcp_server.alpha"));
+    assert!(
+        d.events().iter().all(|e| e["kind"] != "manifest.valid"),
+        "a manifest that was never invalid is not said to be valid again"
+    );
+    let mark = d.last_event_id();
+    d.write_manifest(&format!("{TWO_CHILDREN}comand = \"oops\"\n"));
+    let invalid = d.wait_event(mark, "manifest.invalid");
+    let after_invalid = invalid["id"].as_i64().unwrap();
+    d.write_manifest(TWO_CHILDREN);
+    let valid = d.wait_event(after_invalid, "manifest.valid");
+    assert_eq!(valid["payload"]["after"], "manifest.invalid", "{valid}");
+    let (events, text) = d.cli_events();
+    let last = events
+        .iter()
+        .rev()
+        .find(|e| {
+            e["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("manifest."))
+        })
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(last["kind"], "manifest.valid", "{text}");
+    // Nothing else changed: the fixed manifest is the one that ran.
+    d.npc(&["plan", "--detailed-exitcode"]).code(0);
+}
+
 #[test]
 fn a_killed_child_restarts_with_backoff() {
     let d = Daemon::start(TWO_CHILDREN);

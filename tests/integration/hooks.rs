@@ -947,12 +947,10 @@ for (const make of Object.values(mod)) {{
 
 #[test]
 fn apply_writes_an_opencode_plugin_that_stops_git_push_and_rewrites() {
-    if std::process::Command::new("node")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipped: `node` is not installed");
+    if !crate::support::require(crate::support::Peer::program(
+        "node",
+        "apt-get install nodejs",
+    )) {
         return;
     }
     let providers = "[providers.oc]\nkind = \"opencode\"\n";

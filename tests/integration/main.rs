@@ -28,6 +28,7 @@ mod mcp_interop;
 mod mcp_names;
 mod mcp_passthrough;
 mod panes;
+mod peers;
 mod pg;
 mod plugins;
 mod providers;

@@ -12,27 +12,22 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use crate::support::{npc, npc_path, repo_root, wait_for};
+use crate::support::{Peer, npc, npc_path, repo_root, require, wait_for};
 
 /// Longest one client session may take in these tests.
 const CLIENT_LIMIT: Duration = Duration::from_secs(90);
 
+/// Whether the Python MCP SDK is importable ([`require`]).
 pub(crate) fn python_sdk() -> bool {
-    crate::support::python_module("mcp", "pip install mcp")
+    require(Peer::python_module("mcp", "pip install mcp"))
 }
 
+/// Whether `mcp-server-everything` is on `PATH` ([`require`]).
 pub(crate) fn server_everything() -> bool {
-    let ok = Command::new("sh")
-        .args(["-c", "command -v mcp-server-everything"])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!(
-            "skipped: `mcp-server-everything` is not installed (`npm install -g @modelcontextprotocol/server-everything`; .ci/run installs it)"
-        );
-    }
-    ok
+    require(Peer::program(
+        "mcp-server-everything",
+        "npm install -g @modelcontextprotocol/server-everything",
+    ))
 }
 
 fn misbehave() -> String {

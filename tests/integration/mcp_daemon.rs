@@ -549,9 +549,10 @@ fn garbage_and_oversized_mcp_upgrades_leave_the_daemon_serving() {
 /// An installed agent CLI `program` run in `dir` with its own `home` and
 /// `npc` (this build) first on `PATH`; `None` (skipped) when not installed.
 fn agent_cli(program: &str, dir: &Path, home: &Path) -> Option<assert_cmd::Command> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    if !std::env::split_paths(&path).any(|d| d.join(program).is_file()) {
-        eprintln!("skipped: {program} is not installed");
+    if !crate::support::require(crate::support::Peer::program(
+        program,
+        "npm install -g @anthropic-ai/claude-code @openai/codex @google/gemini-cli opencode-ai",
+    )) {
         return None;
     }
     let mut cmd = assert_cmd::Command::new(program);

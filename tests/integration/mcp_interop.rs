@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 
 use crate::mcp::{call, error_text, ok_text, python_sdk, repo, stdio_session, tool_call_events};
-use crate::support::repo_root;
+use crate::support::{Peer, repo_root, require};
 
 fn hostile() -> String {
     repo_root()
@@ -337,11 +337,12 @@ fn conformance_server_scenarios_against_the_http_gateway() {
         .timeout(std::time::Duration::from_secs(120))
         .output()
         .unwrap();
-    if out.status.code() == Some(3) {
-        eprintln!(
-            "skipped: {} (`npm install -g @modelcontextprotocol/conformance@0.1.13`, `pip install mcp`; .ci/run installs them)",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+    // The script exits 3 when a peer it drives is missing, and says which.
+    if !require(Peer::condition(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        out.status.code() != Some(3),
+        "npm install -g @modelcontextprotocol/conformance@0.1.13; pip install mcp",
+    )) {
         return;
     }
     assert!(
@@ -378,25 +379,13 @@ fn conformance_server_scenarios_against_the_http_gateway() {
     }
 }
 
-fn installed(program: &str, install: &str) -> bool {
-    let ok = std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("skipped: `{program}` is not installed (`{install}`; .ci/run installs it)");
-    }
-    ok
-}
-
 #[test]
 fn server_filesystem_reads_a_file_of_the_repository_through_the_gateway() {
     if !python_sdk()
-        || !installed(
+        || !require(Peer::program(
             "mcp-server-filesystem",
             "npm install -g @modelcontextprotocol/server-filesystem zod",
-        )
+        ))
     {
         return;
     }
@@ -450,11 +439,12 @@ fn typescript_session(dir: &TempDir, steps: &Value, endpoint: &[&str]) -> Option
         .timeout(std::time::Duration::from_secs(90))
         .output()
         .unwrap();
-    if out.status.code() == Some(3) {
-        eprintln!(
-            "skipped: {} (`npm install -g @modelcontextprotocol/sdk`; .ci/run installs it)",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+    // client.mjs exits 3 when the TypeScript SDK is missing, and says so.
+    if !require(Peer::condition(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        out.status.code() != Some(3),
+        "npm install -g @modelcontextprotocol/sdk",
+    )) {
         return None;
     }
     assert!(
@@ -475,7 +465,7 @@ fn typescript_session(dir: &TempDir, steps: &Value, endpoint: &[&str]) -> Option
 
 #[test]
 fn typescript_sdk_client_uses_the_gateway_over_stdio_and_http() {
-    if !installed("node", "install Node.js")
+    if !require(Peer::program("node", "apt-get install nodejs"))
         || !crate::mcp::server_everything()
         || !crate::mcp::python_sdk()
     {

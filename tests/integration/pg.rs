@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::{Peer, require};
+
 /// Where Debian puts each major version's server binaries
 /// (`VERSION/bin`); the newest is used unless `NPC_TEST_PG_BIN` names one.
 const DEBIAN_PG_DIR: &str = "/usr/lib/postgresql";
@@ -219,8 +221,8 @@ fn make_certs(dir: &Path) -> TlsFiles {
 }
 
 impl PgCluster {
-    /// Start one, or `None` (skipped, with a message) when the binaries are
-    /// missing outside CI.
+    /// Start one, or `None` when the server binaries are missing
+    /// ([`require`]: skipped outside CI, failed under `CI=true`).
     pub fn start() -> Option<Self> {
         Self::start_with(false).map(|(cluster, _)| cluster)
     }
@@ -234,16 +236,11 @@ impl PgCluster {
 
     fn start_with(tls: bool) -> Option<(Self, Option<TlsFiles>)> {
         let bin = pg_bin();
-        if !bin.join("initdb").exists() || !bin.join("postgres").exists() {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "PostgreSQL server binaries are missing in {}; `.ci/run` must install Debian's `postgresql`",
-                bin.display()
-            );
-            eprintln!(
-                "skipped: no PostgreSQL server binaries in {} (install Debian's `postgresql`)",
-                bin.display()
-            );
+        if !require(Peer::condition(
+            &format!("PostgreSQL server binaries in {}", bin.display()),
+            bin.join("initdb").exists() && bin.join("postgres").exists(),
+            "apt-get install postgresql",
+        )) {
             return None;
         }
         let dir = tempfile::tempdir().expect("temp dir");

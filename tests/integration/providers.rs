@@ -16,18 +16,10 @@ use npcagent::providers::{
     source_fixtures_root,
 };
 
-use crate::support::repo_root;
+use crate::support::{Peer, on_path, repo_root, require};
 
 /// Read size when streaming a child's stdout into a parser.
 const READ_CHUNK: usize = 4096;
-
-fn on_path(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(program))
-            .find(|p| p.is_file())
-    })
-}
 
 fn provider(kind: ProviderKind, command: &str, args: &[&str]) -> Provider {
     Provider {
@@ -57,12 +49,13 @@ fn installed_clis_accept_the_flags_of_the_launch_plans() {
     let mut checked = 0;
     for kind in ProviderKind::ALL {
         let program = kind.default_command();
-        let Some(path) = on_path(program) else {
-            println!(
-                "note: `{program}` is not on PATH; skipped (install with `npm install -g @anthropic-ai/claude-code @openai/codex @google/gemini-cli opencode-ai`)"
-            );
+        if !require(Peer::program(
+            program,
+            "npm install -g @anthropic-ai/claude-code @openai/codex @google/gemini-cli opencode-ai",
+        )) {
             continue;
-        };
+        }
+        let path = on_path(program).expect("required above");
         let version = Command::new(&path)
             .arg("--version")
             .stdin(Stdio::null())

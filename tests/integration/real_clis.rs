@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{Stopped, WAIT_LIMIT, npc_path, repo_root, wait_for};
+use crate::support::{Peer, Stopped, WAIT_LIMIT, npc_path, repo_root, require, wait_for};
 
 /// Longest one `npc run` of a real CLI may take (OpenCode's first start
 /// installs nothing but reads its model list; each turn is two requests).
@@ -60,26 +60,20 @@ const OPENCODE: Cli = Cli {
     program: "opencode",
 };
 
-/// Whether `program` is on `PATH`; under `CI=true` a missing one fails.
+/// Whether `cli` and the global `@modelcontextprotocol/server-everything`
+/// it is given are installed ([`require`]).
 fn installed(cli: Cli) -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cli.program).is_file()));
-    let everything = everything_entry().is_file();
-    if found && everything {
-        return true;
-    }
-    let what = if found {
-        "`@modelcontextprotocol/server-everything` is not installed globally".to_string()
-    } else {
-        format!("`{}` is not on PATH", cli.program)
-    };
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{what}; CI installs the agent CLIs (.ci/run)"
-    );
-    eprintln!("skipped: {what} (npm install -g; .ci/run installs it)");
-    false
+    require(Peer::program(cli.program, NPM_CLIS))
+        && require(Peer::file(
+            "the global npm package `@modelcontextprotocol/server-everything`",
+            &everything_entry(),
+            "npm install -g @modelcontextprotocol/server-everything",
+        ))
 }
+
+/// How the agent CLIs are installed.
+const NPM_CLIS: &str =
+    "npm install -g @anthropic-ai/claude-code @openai/codex @google/gemini-cli opencode-ai";
 
 /// The global npm root (`npm root -g`), asked once.
 fn npm_root() -> &'static Path {
@@ -534,16 +528,19 @@ fn can_switch_user() -> bool {
             .all(|d| std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
             && std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
     };
-    let ok = nix::unistd::getuid().is_root()
-        && world_runs(&npc_path())
-        && Command::new("setpriv")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipped: needs root, setpriv and an npc binary other accounts may run");
-    }
-    ok
+    require(Peer::condition(
+        "root (to act as another account)",
+        nix::unistd::getuid().is_root(),
+        "run the suite as root, as CI does",
+    )) && require(Peer::program("setpriv", "apt-get install util-linux"))
+        && require(Peer::condition(
+            &format!(
+                "an npc binary other accounts may run ({})",
+                npc_path().display()
+            ),
+            world_runs(&npc_path()),
+            "build in a directory every account may enter",
+        ))
 }
 
 /// The checks every scenario shares: the run finished ok with no unknown

@@ -115,8 +115,11 @@ print(json.dumps(got))
 
 #[test]
 fn another_account_gets_nothing_from_the_api_the_dashboard_or_the_http_gateway() {
-    if !can_switch_user() {
-        eprintln!("skipped: needs root and setpriv to act as another account");
+    if !crate::support::require(crate::support::Peer::condition(
+        "root, setpriv and the system python3 (to act as another account)",
+        can_switch_user(),
+        "run the suite as root, as CI does; apt-get install util-linux python3",
+    )) {
         return;
     }
     let d = Daemon::start(&format!(

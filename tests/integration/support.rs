@@ -418,20 +418,91 @@ impl Drop for Daemon {
     }
 }
 
-/// Whether `python3` can import `module` (else the calling test is skipped,
-/// saying how to install it: `install`).
-pub fn python_module(module: &str, install: &str) -> bool {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", &format!("import {module}")])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!(
-            "skipped: the Python module `{module}` is not installed (`{install}`; .ci/run installs it)"
-        );
+/// Whether the suite runs in CI (`CI=true`, as `.ci/run` is run): there a
+/// missing peer fails its test instead of skipping it.
+pub fn in_ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+/// Where `program` is on `PATH`, if anywhere.
+pub fn on_path(program: &str) -> Option<PathBuf> {
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+/// Something a test needs from the machine rather than from this crate (the
+/// Python MCP SDK, an agent CLI, PostgreSQL, Chromium…): `.ci/run` installs
+/// each one. Checked once, when built; see [`require`].
+#[derive(Debug, Clone)]
+pub struct Peer {
+    /// What the peer is, as the skip line and the failure name it.
+    what: String,
+    /// How to install it.
+    install: String,
+    /// Whether it is there.
+    present: bool,
+}
+
+impl Peer {
+    /// A program on `PATH`.
+    pub fn program(name: &str, install: &str) -> Self {
+        Self::condition(
+            &format!("the program `{name}`"),
+            on_path(name).is_some(),
+            install,
+        )
     }
-    ok
+
+    /// A module `python3` imports.
+    pub fn python_module(module: &str, install: &str) -> Self {
+        let present = std::process::Command::new("python3")
+            .args(["-c", &format!("import {module}")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        Self::condition(&format!("the Python module `{module}`"), present, install)
+    }
+
+    /// A file another package installs (a global npm package's entry point,
+    /// a server binary off `PATH`).
+    pub fn file(what: &str, path: &Path, install: &str) -> Self {
+        Self::condition(
+            &format!("{what} ({})", path.display()),
+            path.is_file(),
+            install,
+        )
+    }
+
+    /// Anything else the machine must provide (`holds` says whether it does).
+    pub fn condition(what: &str, holds: bool, install: &str) -> Self {
+        Self {
+            what: what.to_string(),
+            install: install.to_string(),
+            present: holds,
+        }
+    }
+}
+
+/// The one policy for a missing peer: `true` when `peer` is there. When it is
+/// missing, under `CI=true` the calling test fails (a green CI means the
+/// tests ran: `.ci/run` installs every peer and stops when an install
+/// fails); elsewhere it prints a skip line and returns `false`, and the
+/// caller returns at once.
+#[must_use]
+pub fn require(peer: Peer) -> bool {
+    if peer.present {
+        return true;
+    }
+    let Peer { what, install, .. } = peer;
+    assert!(
+        !in_ci(),
+        "{what} is missing under CI=true: install it ({install}); `.ci/run` installs it"
+    );
+    eprintln!("skipped: {what} is missing (install it: {install}; `.ci/run` installs it)");
+    false
 }
 
 /// Let npc make the state directory `.npc` of the repository `root` (so it

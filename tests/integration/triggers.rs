@@ -666,9 +666,13 @@ fn every_gauntlet_rejection_has_its_status_and_event_and_enqueues_nothing() {
     assert!(!d.events().iter().any(|e| e.to_string().contains("s3cret")));
 }
 
+/// A webhook whose secret variable is not set when the daemon starts: the
+/// failure names the variable and says what works (a restart with it set;
+/// the running daemon's environment does not change), and `npc status`
+/// keeps the trigger, failed with its reason, until a restart fixes it.
 #[test]
 fn a_route_whose_secret_is_unset_fails_to_start_and_says_which_variable() {
-    let d = Daemon::start_with(
+    let mut d = Daemon::start_with(
         WEBHOOK,
         DaemonSetup {
             only_env: Some(&[]),
@@ -680,13 +684,34 @@ fn a_route_whose_secret_is_unset_fails_to_start_and_says_which_variable() {
         .into_iter()
         .find(|e| e["kind"] == "component.start_failed" && e["component"] == "trigger.gh")
         .expect("a start failure");
+    let error = failed["payload"]["error"].as_str().unwrap();
+    assert!(error.contains("`HOOK_SECRET`"), "{failed}");
+    assert!(error.contains("restart the daemon"), "{failed}");
+    let shown = d
+        .status()
+        .into_iter()
+        .find(|c| c["id"] == "trigger.gh")
+        .expect("the failed trigger stays in `npc status`");
+    assert_eq!(shown["state"], "failed", "{shown}");
+    assert_eq!(shown["error"], error, "{shown}");
+    let human = crate::support::stdout_of(&d.npc(&["status"]).success());
     assert!(
-        failed["payload"]["error"]
-            .as_str()
-            .unwrap()
-            .contains("`HOOK_SECRET`"),
-        "{failed}"
+        human.contains("trigger.gh") && human.contains("`HOOK_SECRET`"),
+        "{human}"
     );
+    // What the error says works: a restart with the variable set.
+    d.terminate();
+    d.restart_with(DaemonSetup {
+        only_env: Some(&[("HOOK_SECRET", "s3cret")]),
+        ..DaemonSetup::default()
+    });
+    let shown = d
+        .status()
+        .into_iter()
+        .find(|c| c["id"] == "trigger.gh")
+        .expect("the trigger after the restart");
+    assert_eq!(shown["state"], "armed", "{shown}");
+    assert!(shown.get("error").is_none(), "{shown}");
 }
 
 #[test]

@@ -1021,6 +1021,7 @@ function onEvent(event) {
   list.prepend(el("li", { "data-kind": event.kind }, line));
   while (list.children.length > MAX_EVENTS_SHOWN) list.lastChild.remove();
   if (event.kind === "manifest.invalid") showDiagnostics(event.payload && event.payload.report);
+  if (event.kind === "manifest.valid") showDiagnostics(null);
   if (isNotice(event)) {
     const notices = byId("notice-list");
     notices.prepend(el("li", { "data-kind": event.kind }, noticeText(event)));

@@ -48,7 +48,7 @@ impl Lower<'_> {
         &mut self,
         name: &Spanned<String>,
         Spanned { value: p, span }: Spanned<RawPrompt>,
-    ) -> Option<Prompt> {
+    ) -> Option<Located<Prompt>> {
         let mut variables = BTreeMap::new();
         for (var, entry) in p.variables {
             if !is_env_name(&var) {
@@ -134,7 +134,10 @@ impl Lower<'_> {
             &declared,
             &mut self.probe_fuel,
         );
-        self.diags.extend(found);
+        // Only a template without errors is probed in its uses (`uses`).
+        let located = (!found.diagnostics.iter().any(Diagnostic::is_error))
+            .then_some((template_file, found.reads));
+        self.diags.extend(found.diagnostics);
         if let Some(d) = &p.description
             && d.value.trim().is_empty()
         {
@@ -144,13 +147,16 @@ impl Lower<'_> {
                 "say what the prompt does, or remove `description`",
             );
         }
-        Some(Prompt {
-            source,
-            template,
-            variables,
-            command: p.command.unwrap_or(false),
-            description: p.description.map(|d| d.value),
-        })
+        Some((
+            Prompt {
+                source,
+                template,
+                variables,
+                command: p.command.unwrap_or(false),
+                description: p.description.map(|d| d.value),
+            },
+            located,
+        ))
     }
 
     /// `[instructions]`: lowered as a prompt without variables (same
@@ -158,7 +164,7 @@ impl Lower<'_> {
     pub(super) fn instructions(
         &mut self,
         Spanned { value, span }: Spanned<RawInstructions>,
-    ) -> Option<Prompt> {
+    ) -> Option<Located<Prompt>> {
         let name = Spanned {
             span: span.clone(),
             value: INSTRUCTIONS_NAME.to_string(),

@@ -128,6 +128,12 @@ fn io_reason(e: &std::io::Error) -> String {
     }
 }
 
+/// Where a prompt's text without errors is written (to point later
+/// diagnostics at it) and the variables it reads.
+type Probed = (template::TemplateSource, BTreeSet<String>);
+/// A lowered prompt and, when its text has no errors, its [`Probed`].
+type Located<T> = (T, Option<Probed>);
+
 /// Largest prompt template file read.
 pub const MAX_TEMPLATE_BYTES: usize = 1024 * 1024;
 
@@ -330,15 +336,24 @@ impl Lower<'_> {
                 m.providers.insert(name.value, provider);
             }
         }
+        let mut located = BTreeMap::new();
         for (name, p) in self.entries("prompts", raw.prompts) {
-            if let Some(prompt) = self.prompt(&name, p) {
+            if let Some((prompt, at)) = self.prompt(&name, p) {
+                if let Some(at) = at {
+                    located.insert(name.value.clone(), at);
+                }
                 m.prompts.insert(name.value, prompt);
             }
         }
-        m.instructions = raw
+        let mut instructions_at = None;
+        if let Some((prompt, at)) = raw
             .instructions
             .and_then(|e| e.0)
-            .and_then(|i| self.instructions(i));
+            .and_then(|i| self.instructions(i))
+        {
+            m.instructions = Some(prompt);
+            instructions_at = at;
+        }
         let raw_profiles = self.entries("profiles", raw.profiles);
         let raw_triggers = self.entries("triggers", raw.triggers);
         let raw_panes = self.entries("panes", raw.panes);
@@ -392,7 +407,139 @@ impl Lower<'_> {
                 .collect();
             m.hooks.insert(kind, hooks);
         }
+        self.uses(&m, &located, instructions_at.as_ref());
         m
+    }
+
+    /// Probe every prompt in every place it is rendered (as a command, for
+    /// each profile and each trigger that names it; `[instructions]` with
+    /// nothing but the project and workspace): a value undefined there is
+    /// an error now, not when `npc apply` or a run renders it. `located`:
+    /// where each prompt without template errors is written.
+    fn uses(
+        &mut self,
+        m: &Manifest,
+        located: &BTreeMap<String, Probed>,
+        instructions_at: Option<&Probed>,
+    ) {
+        let mut uses: Vec<(&str, &Prompt, &Probed, template::PromptUse)> = Vec::new();
+        let defaults = |p: &Prompt| -> BTreeSet<String> {
+            p.variables
+                .iter()
+                .filter(|(_, v)| v.default.is_some())
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        for (name, prompt) in &m.prompts {
+            let Some(at) = located.get(name) else {
+                continue;
+            };
+            if prompt.command {
+                uses.push((
+                    name,
+                    prompt,
+                    at,
+                    template::PromptUse {
+                        what: format!("its command `/{name}`"),
+                        profile: false,
+                        trigger: false,
+                        run: false,
+                        vars: prompt.variables.keys().cloned().collect(),
+                    },
+                ));
+            }
+            for (profile, _) in m
+                .profiles
+                .iter()
+                .filter(|(_, p)| p.prompt.as_deref() == Some(name))
+            {
+                uses.push((
+                    name,
+                    prompt,
+                    at,
+                    template::PromptUse {
+                        what: format!("profile `{profile}`"),
+                        profile: true,
+                        trigger: false,
+                        run: false,
+                        vars: defaults(prompt),
+                    },
+                ));
+            }
+            for (trigger, t) in &m.triggers {
+                let Action::RunProfile {
+                    profile,
+                    prompt: chosen,
+                    vars,
+                } = &t.action
+                else {
+                    continue;
+                };
+                let renders = match chosen {
+                    Some(chosen) => chosen == name,
+                    None => m
+                        .profiles
+                        .get(profile)
+                        .is_some_and(|p| p.prompt.as_deref() == Some(name)),
+                };
+                if renders {
+                    let mut given = defaults(prompt);
+                    given.extend(vars.keys().cloned());
+                    uses.push((
+                        name,
+                        prompt,
+                        at,
+                        template::PromptUse {
+                            what: format!("trigger `{trigger}`"),
+                            profile: true,
+                            trigger: true,
+                            run: true,
+                            vars: given,
+                        },
+                    ));
+                }
+            }
+        }
+        if let (Some(prompt), Some(at)) = (&m.instructions, instructions_at) {
+            uses.push((
+                INSTRUCTIONS_NAME,
+                prompt,
+                at,
+                template::PromptUse {
+                    what: "`[instructions]`".to_string(),
+                    profile: false,
+                    trigger: false,
+                    run: false,
+                    vars: BTreeSet::new(),
+                },
+            ));
+        }
+        // Uses that see the same context render alike: probe one of them
+        // (a prompt shared by a hundred profiles is rendered once here).
+        let mut probed = BTreeSet::new();
+        for (name, prompt, (at, reads), used) in uses {
+            if !used.lacks(reads) {
+                continue;
+            }
+            let context = (
+                name,
+                used.profile,
+                used.trigger,
+                used.run,
+                used.vars.clone(),
+            );
+            if !probed.insert(context) {
+                continue;
+            }
+            if let Some(d) =
+                template::check_use(name, &prompt.template, at, &used, &mut self.probe_fuel)
+            {
+                self.errored = true;
+                if has_room(&self.diags) {
+                    self.diags.push(d);
+                }
+            }
+        }
     }
 
     fn project(&mut self, raw: Option<Spanned<RawProject>>) -> Project {
