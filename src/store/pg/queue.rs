@@ -20,7 +20,9 @@ use std::time::Duration;
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use super::{EVENTS_CHANNEL, PgStore, STOP_CHANNEL, WAKE_CHANNEL, pg_error};
+use super::{
+    EVENTS_CHANNEL, PgStore, RESCUE_AFTER_START, STOP_CHANNEL, WAKE_CHANNEL, bounded, pg_error,
+};
 use crate::store::fleet::{
     Claimed, FleetQueue, Handover, HandoverFuture, Lease, NextClaim, Rescue, Rescued, StoreFuture,
     lease_ms,
@@ -445,7 +447,16 @@ static RENEW_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// A run's end: [`HELD`], `$4` its state and `$5` its detail; wakes the
+/// The condition of a lease still standing on a run of fleet `$1` (`$2`
+/// the run, `$3` its token), expired or not: nobody rescued, released or
+/// claimed the run since (each of those moves its token on), so the worker
+/// that holds the token is the only one that ever ran this attempt. A run
+/// that ended while the store was out of reach keeps its result this way.
+static STANDING: &str = "npc_run_of(fleet, id) = npc_run_of($1, $2) AND lease_token = $3 \
+     AND lease_expires_at_ms IS NOT NULL";
+
+/// A run's end: [`STANDING`] (a lapsed lease nobody took over still ends
+/// it), `$4` its state and `$5` its detail; wakes the
 /// workers (`$6`, the wake channel) when a run of its key waits. A row
 /// when written, none when fenced. One `UPDATE` whose returned value looks
 /// for the waiting run: the same work as data-modifying CTEs joined and
@@ -458,7 +469,7 @@ static FINISH_SQL: LazyLock<String> = LazyLock::new(|| {
          WHERE {held}
          RETURNING (SELECT pg_notify($6, $1) FROM npc_runs w
              WHERE {same} AND w.state = 'queued' LIMIT 1) IS NULL",
-        held = *HELD,
+        held = STANDING,
         same = of_queue("w.", "$1", "npc_runs.trigger", "npc_runs.key_slot"),
     )
 });
@@ -904,7 +915,9 @@ impl PgStore {
 
     /// Rescue the fleet's runs whose lease ran out (see [`Rescue`]); each
     /// once: a second rescuer waits on the row locks and then finds them
-    /// rescued.
+    /// rescued. None until the server has run [`RESCUE_AFTER_START`]: every
+    /// lease lapsed while it was down, and a worker whose run ended then
+    /// writes that end first.
     async fn expired(&self) -> Result<Vec<Rescued>, StoreError> {
         let failed = pg_error("rescue expired leases");
         let mut client = self.client().await?;
@@ -913,8 +926,10 @@ impl PgStore {
             .query(
                 "SELECT id, attempt, attempts, replaced_by FROM npc_runs
                  WHERE fleet = $1 AND state = 'running' AND lease_expires_at_ms < npc_now_ms()
+                 AND npc_now_ms() - (extract(epoch FROM pg_postmaster_start_time()) * 1000)::bigint
+                     >= $2
                  ORDER BY seq FOR UPDATE",
-                &[&self.fleet()],
+                &[&self.fleet(), &lease_ms(RESCUE_AFTER_START)],
             )
             .await
             .map_err(&failed)?;
@@ -1118,15 +1133,15 @@ impl PgStore {
 
 impl FleetQueue for PgStore {
     fn enqueue(&self, run: NewRun) -> StoreFuture<'_, Enqueued> {
-        Box::pin(self.enqueue_run(run))
+        Box::pin(bounded("enqueue a run", self.enqueue_run(run)))
     }
 
     fn claim<'a>(&'a self, worker: &'a str, lease: Duration) -> StoreFuture<'a, Option<Claimed>> {
-        Box::pin(self.claim_run(worker, lease))
+        Box::pin(bounded("claim a run", self.claim_run(worker, lease)))
     }
 
     fn heartbeat<'a>(&'a self, lease: &'a Lease, lease_for: Duration) -> StoreFuture<'a, Lease> {
-        Box::pin(self.renew(lease, lease_for))
+        Box::pin(bounded("renew a lease", self.renew(lease, lease_for)))
     }
 
     fn finish<'a>(
@@ -1136,7 +1151,10 @@ impl FleetQueue for PgStore {
         detail: Option<String>,
         result: Option<serde_json::Value>,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(self.finish_run(lease, end, detail, result))
+        Box::pin(bounded(
+            "finish a run",
+            self.finish_run(lease, end, detail, result),
+        ))
     }
 
     fn finish_and_claim<'a>(
@@ -1147,11 +1165,19 @@ impl FleetQueue for PgStore {
         result: Option<serde_json::Value>,
         next: NextClaim<'a>,
     ) -> HandoverFuture<'a> {
-        Box::pin(self.hand_over(lease, end, detail, result, next))
+        Box::pin(async move {
+            let ended = bounded("finish a run", async {
+                Ok(self.hand_over(lease, end, detail, result, next).await)
+            });
+            ended.await.unwrap_or_else(|unanswered| Handover {
+                ended: Err(unanswered),
+                next: Ok(None),
+            })
+        })
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        Box::pin(self.release_run(lease))
+        Box::pin(bounded("hand a run back", self.release_run(lease)))
     }
 
     fn append_fenced<'a>(
@@ -1159,19 +1185,22 @@ impl FleetQueue for PgStore {
         lease: &'a Lease,
         events: Vec<NewEvent>,
     ) -> StoreFuture<'a, Vec<Event>> {
-        Box::pin(self.append(Some(lease), events))
+        Box::pin(bounded("append events", self.append(Some(lease), events)))
     }
 
     fn append_events(&self, events: Vec<NewEvent>) -> StoreFuture<'_, Vec<Event>> {
-        Box::pin(self.append(None, events))
+        Box::pin(bounded("append events", self.append(None, events)))
     }
 
     fn set_attempt<'a>(&'a self, lease: &'a Lease, attempt: u32) -> StoreFuture<'a, ()> {
-        Box::pin(self.attempting(lease, attempt))
+        Box::pin(bounded(
+            "record a run's attempt",
+            self.attempting(lease, attempt),
+        ))
     }
 
     fn rescue_expired(&self) -> StoreFuture<'_, Vec<Rescued>> {
-        Box::pin(self.expired())
+        Box::pin(bounded("rescue expired leases", self.expired()))
     }
 
     fn stop_requests(&self) -> tokio::sync::broadcast::Receiver<String> {
@@ -1179,11 +1208,11 @@ impl FleetQueue for PgStore {
     }
 
     fn run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<RunRow>> {
-        Box::pin(self.run_row(id))
+        Box::pin(bounded("read a run", self.run_row(id)))
     }
 
     fn events_after(&self, after: i64, limit: usize) -> StoreFuture<'_, Vec<Event>> {
-        Box::pin(self.events_since(after, limit))
+        Box::pin(bounded("read events", self.events_since(after, limit)))
     }
 
     fn wait_for_work(&self, at_most: Duration) -> StoreFuture<'_, ()> {
