@@ -580,27 +580,26 @@ impl Worker {
                     .flatten()
             };
             let end = row.as_ref().and_then(|r| final_state(&r.state));
-            if store_back.ready() {
-                if let Some(now_at) = row.as_ref().map(|r| r.attempt).filter(|a| *a > attempt) {
-                    let deadline = if end.is_some() {
-                        renew_every
-                    } else {
-                        fence_at.saturating_duration_since(tokio::time::Instant::now())
-                    };
-                    match within(deadline, self.fleet.set_attempt(&lease, now_at)).await {
-                        Ok(()) => attempt = now_at,
-                        Err(StoreError::Fenced { .. }) => break Relay::Fenced,
-                        Err(e) => store_back.failed("record the attempt", &e),
-                    }
+            // While it runs, up to the self-fence; once ended, a renewal's span.
+            let deadline = || match end {
+                Some(_) => renew_every,
+                None => fence_at.saturating_duration_since(tokio::time::Instant::now()),
+            };
+            let now_at = row.as_ref().map(|r| r.attempt).filter(|a| *a > attempt);
+            if let Some(now_at) = now_at.filter(|_| store_back.ready()) {
+                match within(deadline(), self.fleet.set_attempt(&lease, now_at)).await {
+                    Ok(()) => attempt = now_at,
+                    Err(StoreError::Fenced { .. }) => break Relay::Fenced,
+                    Err(e) => store_back.failed("record the attempt", &e),
                 }
             }
             if store_back.ready() {
-                let deadline = if end.is_some() {
-                    renew_every
-                } else {
-                    fence_at.saturating_duration_since(tokio::time::Instant::now())
-                };
-                match within(deadline, self.relay_events(&lease, &component, &mut after)).await {
+                match within(
+                    deadline(),
+                    self.relay_events(&lease, &component, &mut after),
+                )
+                .await
+                {
                     Ok(()) => store_back.succeeded(),
                     Err(StoreError::Fenced { .. }) => break Relay::Fenced,
                     Err(e) => store_back.failed("relay the events", &e),
@@ -608,8 +607,8 @@ impl Worker {
             }
             if let Some(end) = end {
                 // The run is over here: nothing of it runs any more, so its
-                // end is kept until the store takes it (a lapsed lease nobody
-                // took over still ends it), retried with backoff.
+                // end is kept and retried with backoff until the store
+                // takes or refuses it.
                 if !store_back.ready() {
                     store_back.wait().await;
                     continue;

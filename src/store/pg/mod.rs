@@ -64,11 +64,6 @@ pub const KEEPALIVE_RETRIES: u32 = 3;
 /// How long sent data may stay unacknowledged before TCP drops the
 /// connection (`TCP_USER_TIMEOUT`): a stalled peer is found within it.
 pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long the server must have run before runs whose lease lapsed are
-/// rescued: every lease lapses while it is down, and a worker whose run
-/// ended meanwhile writes that end first (it retries at most
-/// [`crate::runs::fleet::RETRY_MAX`] apart).
-pub const RESCUE_AFTER_START: Duration = Duration::from_secs(15);
 /// The `LISTEN` channel enqueues notify on; the payload is the fleet.
 pub const WAKE_CHANNEL: &str = "npc_runs";
 /// The `LISTEN` channel event appends notify on; the payload is the fleet.

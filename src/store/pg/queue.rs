@@ -20,9 +20,7 @@ use std::time::Duration;
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use super::{
-    EVENTS_CHANNEL, PgStore, RESCUE_AFTER_START, STOP_CHANNEL, WAKE_CHANNEL, bounded, pg_error,
-};
+use super::{EVENTS_CHANNEL, PgStore, STOP_CHANNEL, WAKE_CHANNEL, bounded, pg_error};
 use crate::store::fleet::{
     Claimed, FleetQueue, Handover, HandoverFuture, Lease, NextClaim, Rescue, Rescued, StoreFuture,
     lease_ms,
@@ -447,16 +445,7 @@ static RENEW_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// The condition of a lease still standing on a run of fleet `$1` (`$2`
-/// the run, `$3` its token), expired or not: nobody rescued, released or
-/// claimed the run since (each of those moves its token on), so the worker
-/// that holds the token is the only one that ever ran this attempt. A run
-/// that ended while the store was out of reach keeps its result this way.
-static STANDING: &str = "npc_run_of(fleet, id) = npc_run_of($1, $2) AND lease_token = $3 \
-     AND lease_expires_at_ms IS NOT NULL";
-
-/// A run's end: [`STANDING`] (a lapsed lease nobody took over still ends
-/// it), `$4` its state and `$5` its detail; wakes the
+/// A run's end: [`HELD`], `$4` its state and `$5` its detail; wakes the
 /// workers (`$6`, the wake channel) when a run of its key waits. A row
 /// when written, none when fenced. One `UPDATE` whose returned value looks
 /// for the waiting run: the same work as data-modifying CTEs joined and
@@ -469,7 +458,7 @@ static FINISH_SQL: LazyLock<String> = LazyLock::new(|| {
          WHERE {held}
          RETURNING (SELECT pg_notify($6, $1) FROM npc_runs w
              WHERE {same} AND w.state = 'queued' LIMIT 1) IS NULL",
-        held = STANDING,
+        held = *HELD,
         same = of_queue("w.", "$1", "npc_runs.trigger", "npc_runs.key_slot"),
     )
 });
@@ -915,9 +904,7 @@ impl PgStore {
 
     /// Rescue the fleet's runs whose lease ran out (see [`Rescue`]); each
     /// once: a second rescuer waits on the row locks and then finds them
-    /// rescued. None until the server has run [`RESCUE_AFTER_START`]: every
-    /// lease lapsed while it was down, and a worker whose run ended then
-    /// writes that end first.
+    /// rescued.
     async fn expired(&self) -> Result<Vec<Rescued>, StoreError> {
         let failed = pg_error("rescue expired leases");
         let mut client = self.client().await?;
@@ -926,10 +913,8 @@ impl PgStore {
             .query(
                 "SELECT id, attempt, attempts, replaced_by FROM npc_runs
                  WHERE fleet = $1 AND state = 'running' AND lease_expires_at_ms < npc_now_ms()
-                 AND npc_now_ms() - (extract(epoch FROM pg_postmaster_start_time()) * 1000)::bigint
-                     >= $2
                  ORDER BY seq FOR UPDATE",
-                &[&self.fleet(), &lease_ms(RESCUE_AFTER_START)],
+                &[&self.fleet()],
             )
             .await
             .map_err(&failed)?;
