@@ -50,6 +50,8 @@ pub const MAX_RELAYED_EVENTS: usize = 500;
 pub const RETRY_INITIAL: Duration = Duration::from_millis(100);
 /// The longest pause after the shared store failed.
 pub const RETRY_MAX: Duration = Duration::from_secs(5);
+/// How often at most a run's failing writes to the store are warned of.
+pub const WARN_EVERY: Duration = Duration::from_secs(10);
 /// What a fenced run's local end says.
 pub const FENCED_DETAIL: &str = "its lease was lost (the worker was cut off or paused past it)";
 /// A worker whose renewals fail stops a run when this fraction of its
@@ -204,7 +206,95 @@ fn final_state(name: &str) -> Option<&'static str> {
 /// Why a run's relay stopped.
 enum Relay {
     Ended,
+    /// The run ended here but the store refused its end: it holds an end
+    /// already, or the run was taken from this worker.
+    EndRefused,
     Fenced,
+}
+
+/// `call`, failed as [`StoreError::PgUnreachable`] when it has not
+/// answered within `deadline`.
+async fn within<T>(
+    deadline: Duration,
+    call: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(deadline, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(StoreError::PgUnreachable {
+                op: "answer within the lease",
+                message: format!("no answer within {deadline:?}"),
+            })
+        })
+}
+
+/// The pause after the shared store failed a run's writes: it starts at
+/// [`RETRY_INITIAL`] and doubles per failure up to [`RETRY_MAX`]; the
+/// first failure is said at once, the next ones at most once per
+/// [`WARN_EVERY`] with how many there were.
+struct Backoff {
+    /// What the warnings are about (`run `ID``).
+    about: String,
+    pause: Duration,
+    until: Option<tokio::time::Instant>,
+    /// Failures since the last warning.
+    unsaid: u64,
+    said_at: Option<tokio::time::Instant>,
+}
+
+impl Backoff {
+    fn new(about: String) -> Self {
+        Self {
+            about,
+            pause: RETRY_INITIAL,
+            until: None,
+            unsaid: 0,
+            said_at: None,
+        }
+    }
+
+    /// Whether the store may be tried now.
+    fn ready(&self) -> bool {
+        self.until
+            .is_none_or(|until| tokio::time::Instant::now() >= until)
+    }
+
+    /// Until the store may be tried again.
+    async fn wait(&self) {
+        if let Some(until) = self.until {
+            tokio::time::sleep_until(until).await;
+        }
+    }
+
+    fn failed(&mut self, what: &str, error: &StoreError) {
+        let now = tokio::time::Instant::now();
+        self.until = Some(now + self.pause);
+        self.unsaid += 1;
+        if self
+            .said_at
+            .is_none_or(|at| now.duration_since(at) >= WARN_EVERY)
+        {
+            tracing::warn!(
+                "{}: cannot {what} ({} failure(s) since the last warning): {error}; \
+                 retrying in {:?}",
+                self.about,
+                self.unsaid,
+                self.pause
+            );
+            self.unsaid = 0;
+            self.said_at = Some(now);
+        }
+        self.pause = (self.pause * 2).min(RETRY_MAX);
+    }
+
+    fn succeeded(&mut self) {
+        if self.until.take().is_some() {
+            tracing::info!("{}: the store answers again", self.about);
+        }
+        self.pause = RETRY_INITIAL;
+        self.unsaid = 0;
+        self.said_at = None;
+    }
 }
 
 impl Worker {
@@ -466,6 +556,8 @@ impl Worker {
         let mut attempt = run.attempt;
         let mut stopping = false;
         let mut tick = tokio::time::interval(RELAY_EVERY);
+        // After a failure the store is left alone until then (backoff).
+        let mut store_back = Backoff::new(format!("run `{id}`"));
         // The slot's next run, once an end brought one.
         let mut next = None;
         let relay = loop {
@@ -474,6 +566,9 @@ impl Worker {
                 _ = tick.tick() => false,
                 heard = stop_request(&mut stops) => heard.is_none_or(|stopped| stopped == id),
             };
+            // Every store call while the run runs ends before the lease
+            // could lapse: a stalled connection never keeps it running.
+            let fence_at = renewed + leased - margin;
             // The row first: events recorded before its end are all read below.
             let row = {
                 let local = self.local.clone();
@@ -484,22 +579,43 @@ impl Worker {
                     .and_then(Result::ok)
                     .flatten()
             };
-            if let Some(now_at) = row.as_ref().map(|r| r.attempt).filter(|a| *a > attempt) {
-                match self.fleet.set_attempt(&lease, now_at).await {
+            let end = row.as_ref().and_then(|r| final_state(&r.state));
+            // While it runs, up to the self-fence; once ended, a renewal's span.
+            let deadline = || match end {
+                Some(_) => renew_every,
+                None => fence_at.saturating_duration_since(tokio::time::Instant::now()),
+            };
+            let now_at = row.as_ref().map(|r| r.attempt).filter(|a| *a > attempt);
+            if let Some(now_at) = now_at.filter(|_| store_back.ready()) {
+                match within(deadline(), self.fleet.set_attempt(&lease, now_at)).await {
                     Ok(()) => attempt = now_at,
                     Err(StoreError::Fenced { .. }) => break Relay::Fenced,
-                    Err(e) => tracing::warn!("cannot record the attempt of run `{id}`: {e}"),
+                    Err(e) => store_back.failed("record the attempt", &e),
                 }
             }
-            match self.relay_events(&lease, &component, &mut after).await {
-                Ok(()) => {}
-                Err(StoreError::Fenced { .. }) => break Relay::Fenced,
-                Err(e) => tracing::warn!("cannot relay the events of run `{id}`: {e}"),
+            if store_back.ready() {
+                match within(
+                    deadline(),
+                    self.relay_events(&lease, &component, &mut after),
+                )
+                .await
+                {
+                    Ok(()) => store_back.succeeded(),
+                    Err(StoreError::Fenced { .. }) => break Relay::Fenced,
+                    Err(e) => store_back.failed("relay the events", &e),
+                }
             }
-            if let Some(end) = row.as_ref().and_then(|r| final_state(&r.state)) {
+            if let Some(end) = end {
+                // The run is over here: nothing of it runs any more, so its
+                // end is kept and retried with backoff until the store
+                // takes or refuses it.
+                if !store_back.ready() {
+                    store_back.wait().await;
+                    continue;
+                }
                 let (detail, result) = row.map_or((None, None), |r| (r.detail, r.result));
                 let ended = if next.is_some() || stop.is_cancelled() {
-                    self.fleet.finish(&lease, end, detail, result).await
+                    within(renew_every, self.fleet.finish(&lease, end, detail, result)).await
                 } else {
                     let at = tokio::time::Instant::now();
                     let worker = &self.settings.id;
@@ -518,17 +634,21 @@ impl Worker {
                     handover.ended
                 };
                 match ended {
-                    Ok(()) => break Relay::Ended,
-                    Err(StoreError::Fenced { .. }) => break Relay::Fenced,
+                    Ok(()) => {
+                        store_back.succeeded();
+                        break Relay::Ended;
+                    }
+                    Err(StoreError::Fenced { .. }) => break Relay::EndRefused,
                     Err(e) => {
-                        tracing::warn!("cannot record the end of run `{id}`: {e}; retrying");
+                        store_back.failed("record the end", &e);
                         continue;
                     }
                 }
             }
             if asked_to_stop || renewed.elapsed() >= renew_every {
                 let at = tokio::time::Instant::now();
-                match self.fleet.heartbeat(&lease, leased).await {
+                let deadline = fence_at.saturating_duration_since(at);
+                match within(deadline, self.fleet.heartbeat(&lease, leased)).await {
                     Ok(held) => {
                         lease = held;
                         renewed = at;
@@ -553,15 +673,22 @@ impl Worker {
                 });
             }
         };
-        if let Relay::Fenced = relay {
-            tracing::warn!("run `{id}`: {FENCED_DETAIL}; stopping it");
-            if let Err(e) = self.runs.cancel(&id).await {
-                tracing::debug!("run `{id}` was not running here: {e}");
+        match relay {
+            Relay::Ended => {}
+            Relay::EndRefused => tracing::warn!(
+                "run `{id}`: its end was not written: the store has it ended already or \
+                 took the run from this worker (rescued after its lease lapsed)"
+            ),
+            Relay::Fenced => {
+                tracing::warn!("run `{id}`: {FENCED_DETAIL}; stopping it");
+                if let Err(e) = self.runs.cancel(&id).await {
+                    tracing::debug!("run `{id}` was not running here: {e}");
+                }
+                let _ = self
+                    .local
+                    .mark_run(&id, state::CANCELLED, Some(FENCED_DETAIL.to_string()))
+                    .await;
             }
-            let _ = self
-                .local
-                .mark_run(&id, state::CANCELLED, Some(FENCED_DETAIL.to_string()))
-                .await;
         }
         next
     }

@@ -1258,7 +1258,7 @@ fn enqueue_runs(rt: &tokio::runtime::Runtime, store: &PgStore, n: usize) {
 pub(crate) struct QueuedFleet {
     /// Dropping it stops the server: a test keeps its `QueuedFleet` bound
     /// to the end.
-    _cluster: PgCluster,
+    pub(crate) cluster: PgCluster,
     pub(crate) repo: tempfile::TempDir,
     pub(crate) url: String,
     pub(crate) rt: tokio::runtime::Runtime,
@@ -1274,7 +1274,7 @@ pub(crate) fn queued_fleet(script: &str, runs: usize) -> Option<QueuedFleet> {
     let store = rt.block_on(PgStore::connect(&url, &fleet_key())).unwrap();
     enqueue_runs(&rt, &store, runs);
     Some(QueuedFleet {
-        _cluster: cluster,
+        cluster,
         repo,
         url,
         rt,

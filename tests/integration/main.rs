@@ -12,6 +12,7 @@ mod daemon;
 mod doctor;
 mod fleet;
 mod fleet_code;
+mod fleet_faults;
 mod fleet_hostile;
 mod fleet_sessions;
 mod fleet_tls;

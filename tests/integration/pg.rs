@@ -379,6 +379,22 @@ impl PgCluster {
         self.wait_ready();
     }
 
+    /// Stop the server (fast shutdown) until [`PgCluster::start_again`].
+    #[allow(dead_code)]
+    pub fn stop(&mut self) {
+        if let Some(child) = self.child.take() {
+            stop_server(child);
+        }
+    }
+
+    /// Start a server [`PgCluster::stop`] stopped, on the same port and data.
+    #[allow(dead_code)]
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "the server is running");
+        self.child = Some(spawn_server(self.dir.path(), self.port, &self.extra));
+        self.wait_ready();
+    }
+
     /// The server's process id (the postmaster; its backends are its
     /// children).
     #[allow(dead_code)]

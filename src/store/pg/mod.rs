@@ -46,6 +46,24 @@ pub const POOL_WAIT: Duration = Duration::from_secs(10);
 /// other worker's rescue would wait on them without end. npc's transactions
 /// run their statements back to back, so a live one never comes near it.
 pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the server runs one statement of this process before it
+/// cancels it: below any lease, so a renewal never waits longer on the
+/// server.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one call of the fleet's queue may take in all (a connection
+/// from the pool, its statements, their answers) before it fails as the
+/// store being unreachable: a stalled connection (a partition) never
+/// holds a caller longer. A worker bounds its own calls tighter, by its
+/// lease ([`crate::runs::fleet`]).
+pub const CALL_DEADLINE: Duration = Duration::from_secs(15);
+/// Idle time on a connection before TCP probes it, and the pause between
+/// probes.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
+/// Unanswered keepalive probes before TCP drops the connection.
+pub const KEEPALIVE_RETRIES: u32 = 3;
+/// How long sent data may stay unacknowledged before TCP drops the
+/// connection (`TCP_USER_TIMEOUT`): a stalled peer is found within it.
+pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
 /// The `LISTEN` channel enqueues notify on; the payload is the fleet.
 pub const WAKE_CHANNEL: &str = "npc_runs";
 /// The `LISTEN` channel event appends notify on; the payload is the fleet.
@@ -102,6 +120,22 @@ fn error_words(error: &tokio_postgres::Error) -> String {
     }
 }
 
+/// `call` (the named operation), failed as [`StoreError::PgUnreachable`]
+/// when it takes longer than [`CALL_DEADLINE`].
+pub(super) async fn bounded<T>(
+    op: &'static str,
+    call: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(CALL_DEADLINE, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(StoreError::PgUnreachable {
+                op,
+                message: format!("no answer within {CALL_DEADLINE:?}"),
+            })
+        })
+}
+
 fn pool_error(op: &'static str) -> impl Fn(deadpool_postgres::PoolError) -> StoreError {
     move |source| match source {
         deadpool_postgres::PoolError::Backend(e) => pg_error(op)(e),
@@ -129,10 +163,17 @@ fn config_of(url: &str) -> Result<(tokio_postgres::Config, tls::Tls), StoreError
         crate::model::store_url::parse(url).map_err(|e| StoreError::PgUrl(e.to_string()))?;
     let mut config = tokio_postgres::Config::from_str(&parsed.rest)
         .map_err(|_| StoreError::PgUrl("it does not parse".into()))?;
-    config.connect_timeout(CONNECT_TIMEOUT);
+    config
+        .connect_timeout(CONNECT_TIMEOUT)
+        .keepalives(true)
+        .keepalives_idle(KEEPALIVE_IDLE)
+        .keepalives_interval(KEEPALIVE_IDLE)
+        .keepalives_retries(KEEPALIVE_RETRIES)
+        .tcp_user_timeout(TCP_USER_TIMEOUT);
     let bound = format!(
-        "-c idle_in_transaction_session_timeout={}",
-        IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
+        "-c idle_in_transaction_session_timeout={} -c statement_timeout={}",
+        IDLE_IN_TRANSACTION_TIMEOUT.as_millis(),
+        STATEMENT_TIMEOUT.as_millis()
     );
     let options = match config.get_options() {
         Some(theirs) if !theirs.is_empty() => format!("{theirs} {bound}"),

@@ -20,7 +20,7 @@ use std::time::Duration;
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use super::{EVENTS_CHANNEL, PgStore, STOP_CHANNEL, WAKE_CHANNEL, pg_error};
+use super::{EVENTS_CHANNEL, PgStore, STOP_CHANNEL, WAKE_CHANNEL, bounded, pg_error};
 use crate::store::fleet::{
     Claimed, FleetQueue, Handover, HandoverFuture, Lease, NextClaim, Rescue, Rescued, StoreFuture,
     lease_ms,
@@ -1118,15 +1118,15 @@ impl PgStore {
 
 impl FleetQueue for PgStore {
     fn enqueue(&self, run: NewRun) -> StoreFuture<'_, Enqueued> {
-        Box::pin(self.enqueue_run(run))
+        Box::pin(bounded("enqueue a run", self.enqueue_run(run)))
     }
 
     fn claim<'a>(&'a self, worker: &'a str, lease: Duration) -> StoreFuture<'a, Option<Claimed>> {
-        Box::pin(self.claim_run(worker, lease))
+        Box::pin(bounded("claim a run", self.claim_run(worker, lease)))
     }
 
     fn heartbeat<'a>(&'a self, lease: &'a Lease, lease_for: Duration) -> StoreFuture<'a, Lease> {
-        Box::pin(self.renew(lease, lease_for))
+        Box::pin(bounded("renew a lease", self.renew(lease, lease_for)))
     }
 
     fn finish<'a>(
@@ -1136,7 +1136,10 @@ impl FleetQueue for PgStore {
         detail: Option<String>,
         result: Option<serde_json::Value>,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(self.finish_run(lease, end, detail, result))
+        Box::pin(bounded(
+            "finish a run",
+            self.finish_run(lease, end, detail, result),
+        ))
     }
 
     fn finish_and_claim<'a>(
@@ -1147,11 +1150,19 @@ impl FleetQueue for PgStore {
         result: Option<serde_json::Value>,
         next: NextClaim<'a>,
     ) -> HandoverFuture<'a> {
-        Box::pin(self.hand_over(lease, end, detail, result, next))
+        Box::pin(async move {
+            let ended = bounded("finish a run", async {
+                Ok(self.hand_over(lease, end, detail, result, next).await)
+            });
+            ended.await.unwrap_or_else(|unanswered| Handover {
+                ended: Err(unanswered),
+                next: Ok(None),
+            })
+        })
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        Box::pin(self.release_run(lease))
+        Box::pin(bounded("hand a run back", self.release_run(lease)))
     }
 
     fn append_fenced<'a>(
@@ -1159,19 +1170,22 @@ impl FleetQueue for PgStore {
         lease: &'a Lease,
         events: Vec<NewEvent>,
     ) -> StoreFuture<'a, Vec<Event>> {
-        Box::pin(self.append(Some(lease), events))
+        Box::pin(bounded("append events", self.append(Some(lease), events)))
     }
 
     fn append_events(&self, events: Vec<NewEvent>) -> StoreFuture<'_, Vec<Event>> {
-        Box::pin(self.append(None, events))
+        Box::pin(bounded("append events", self.append(None, events)))
     }
 
     fn set_attempt<'a>(&'a self, lease: &'a Lease, attempt: u32) -> StoreFuture<'a, ()> {
-        Box::pin(self.attempting(lease, attempt))
+        Box::pin(bounded(
+            "record a run's attempt",
+            self.attempting(lease, attempt),
+        ))
     }
 
     fn rescue_expired(&self) -> StoreFuture<'_, Vec<Rescued>> {
-        Box::pin(self.expired())
+        Box::pin(bounded("rescue expired leases", self.expired()))
     }
 
     fn stop_requests(&self) -> tokio::sync::broadcast::Receiver<String> {
@@ -1179,11 +1193,11 @@ impl FleetQueue for PgStore {
     }
 
     fn run<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<RunRow>> {
-        Box::pin(self.run_row(id))
+        Box::pin(bounded("read a run", self.run_row(id)))
     }
 
     fn events_after(&self, after: i64, limit: usize) -> StoreFuture<'_, Vec<Event>> {
-        Box::pin(self.events_since(after, limit))
+        Box::pin(bounded("read events", self.events_since(after, limit)))
     }
 
     fn wait_for_work(&self, at_most: Duration) -> StoreFuture<'_, ()> {

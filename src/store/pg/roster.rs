@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use crate::store::fleet::{ROSTER_KEEP, Roster, StoreFuture, WorkerInfo, WorkerRow, WorkerState};
 use crate::store::{StoreError, untrusted};
 
-use super::{PgStore, pg_error};
+use super::{PgStore, bounded, pg_error};
 
 /// Rows `npc workers` reads at most.
 pub const MAX_ROSTER_ROWS: i64 = 1_000;
@@ -112,27 +112,29 @@ fn keep_ms() -> i64 {
 
 impl Roster for PgStore {
     fn enlist<'a>(&'a self, worker: &'a WorkerInfo) -> StoreFuture<'a, ()> {
-        Box::pin(self.enlist_worker(worker))
+        Box::pin(bounded("join the roster", self.enlist_worker(worker)))
     }
 
     fn beat<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
-        Box::pin(self.set_worker(
+        let beat = self.set_worker(
             id,
             "UPDATE npc_workers SET heartbeat_at_ms = npc_now_ms(), stopped_at_ms = NULL
              WHERE fleet = $1 AND id = $2",
             "renew the roster's heartbeat",
-        ))
+        );
+        Box::pin(bounded("renew the roster's heartbeat", beat))
     }
 
     fn leave<'a>(&'a self, id: &'a str) -> StoreFuture<'a, ()> {
-        Box::pin(self.set_worker(
+        let leave = self.set_worker(
             id,
             "UPDATE npc_workers SET stopped_at_ms = npc_now_ms() WHERE fleet = $1 AND id = $2",
             "leave the roster",
-        ))
+        );
+        Box::pin(bounded("leave the roster", leave))
     }
 
     fn workers(&self) -> StoreFuture<'_, Vec<WorkerRow>> {
-        Box::pin(self.roster())
+        Box::pin(bounded("read the roster", self.roster()))
     }
 }

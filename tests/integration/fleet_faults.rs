@@ -1,0 +1,275 @@
+//! The fleet under faults, through `npc worker` processes and a real
+//! PostgreSQL (the second test is unfinished and ignored): a worker whose connections stall past its lease stops its
+//! run before another worker starts it again (never two executions at
+//! once), and a run that ends while the store is down keeps its result
+//! and is recorded once when the store is back.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use npcagent::store::fleet::FleetQueue;
+use npcagent::store::queue::{Enqueued, NewRun, state};
+
+use crate::fleet::{QueuedFleet, queued_fleet, run, start_worker_leased, worker_logs};
+
+/// The lease of the fault tests' workers, in seconds.
+const LEASE_SECS: u64 = 2;
+/// The lease of the outage test's worker, in seconds: its run's end (the
+/// command, then its conclusion, which may wait on the remote's name not
+/// resolving) comes well before the worker would stop it as cut off.
+const OUTAGE_LEASE_SECS: u64 = 18;
+/// Bytes one pump of the proxy moves at a time.
+const PUMP_BYTES: usize = 16 * 1024;
+
+/// What the proxy's threads share.
+#[derive(Default)]
+struct Gate {
+    /// Nothing is forwarded (connections and bytes wait) while set.
+    frozen: bool,
+    /// The proxy is dropped: every thread ends.
+    closed: bool,
+    /// Every socket it opened, shut down when it is dropped.
+    sockets: Vec<TcpStream>,
+}
+
+/// A loopback TCP proxy in front of PostgreSQL that the test can freeze:
+/// a frozen proxy holds every byte (the kernel still acknowledges them,
+/// so neither keepalives nor `TCP_USER_TIMEOUT` see a fault), as a
+/// stalled network path does.
+struct Proxy {
+    port: u16,
+    gate: Arc<(Mutex<Gate>, Condvar)>,
+}
+
+impl Proxy {
+    fn start(upstream: u16) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let gate: Arc<(Mutex<Gate>, Condvar)> = Arc::default();
+        let shared = gate.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if !pass(&shared) {
+                    return;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                {
+                    let mut held = shared.0.lock().unwrap();
+                    for s in [&client, &server] {
+                        held.sockets.push(s.try_clone().unwrap());
+                    }
+                }
+                for (from, to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let gate = shared.clone();
+                    std::thread::spawn(move || pump(from, to, &gate));
+                }
+            }
+        });
+        Self { port, gate }
+    }
+
+    fn freeze(&self, frozen: bool) {
+        self.gate.0.lock().unwrap().frozen = frozen;
+        self.gate.1.notify_all();
+    }
+}
+
+/// Wait while the gate is frozen; whether to go on (not closed).
+fn pass(gate: &(Mutex<Gate>, Condvar)) -> bool {
+    let held = gate
+        .1
+        .wait_while(gate.0.lock().unwrap(), |g| g.frozen && !g.closed)
+        .unwrap();
+    !held.closed
+}
+
+/// Copy `from` to `to` while the gate lets bytes through.
+fn pump(mut from: TcpStream, mut to: TcpStream, gate: &(Mutex<Gate>, Condvar)) {
+    let mut buf = vec![0u8; PUMP_BYTES];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if !pass(gate) || to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        {
+            let mut held = self.gate.0.lock().unwrap();
+            held.closed = true;
+            for s in held.sockets.drain(..) {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+        self.gate.1.notify_all();
+        // Wakes the accepting thread, which then sees the gate closed.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// The lines of `marks` in `dir`.
+fn marks(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("marks"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A run that may be retried once.
+fn retried_run(id: &str) -> NewRun {
+    NewRun {
+        attempts: 2,
+        max_queued: usize::MAX,
+        ..run(id)
+    }
+}
+
+#[test]
+fn a_worker_whose_connections_stall_past_its_lease_stops_its_run_before_another_starts_it() {
+    // The first execution marks its start and waits until stopped. The
+    // next one marks `overlap` if the first still lives, then ends.
+    let script = "if [ -s first.pid ] && kill -0 \"$(cat first.pid)\" 2>/dev/null; \
+                  then echo overlap >> marks; fi; \
+                  if [ -s first.pid ]; then echo start-again >> marks; echo end >> marks; exit 0; fi; \
+                  echo $$ > first.pid; echo start >> marks; \
+                  while :; do sleep 0.1; done";
+    let Some(fleet) = queued_fleet(script, 0) else {
+        return;
+    };
+    let QueuedFleet {
+        cluster,
+        repo,
+        url,
+        rt,
+        store,
+        logs,
+    } = &fleet;
+    let proxy = Proxy::start(cluster.port);
+    let proxied = url.replace(
+        &format!("127.0.0.1:{}/", cluster.port),
+        &format!("127.0.0.1:{}/", proxy.port),
+    );
+    assert_ne!(&proxied, url);
+    let lease = LEASE_SECS.to_string();
+    let stalled = crate::support::Stopped::new(start_worker_leased(
+        repo.path(),
+        &proxied,
+        &logs.path().join("stalled.log"),
+        &lease,
+    ));
+    let id = "run-stall";
+    let queued = rt.block_on(store.enqueue(retried_run(id))).unwrap();
+    assert_eq!(queued, Enqueued::Queued);
+    crate::support::wait_for("the first execution to start", || {
+        (marks(repo.path()) == ["start"]).then_some(())
+    });
+    let _other = crate::support::Stopped::new(start_worker_leased(
+        repo.path(),
+        url,
+        &logs.path().join("other.log"),
+        &lease,
+    ));
+    proxy.freeze(true);
+    let row = crate::support::wait_for_within("the run to end", Duration::from_secs(60), || {
+        rt.block_on(store.run(id))
+            .unwrap()
+            .filter(|r| r.state != state::QUEUED && r.state != state::RUNNING)
+    });
+    // Thawed before anything can fail, so every worker stops when dropped.
+    proxy.freeze(false);
+    let seen = marks(repo.path());
+    assert_eq!(
+        seen,
+        ["start", "start-again", "end"],
+        "the first execution stopped before the second started\n{}",
+        worker_logs(logs.path())
+    );
+    assert_eq!(row.state, state::SUCCEEDED, "{row:?}");
+    assert_eq!(row.attempt, 2, "{row:?}");
+    let said = std::fs::read_to_string(logs.path().join("stalled.log")).unwrap();
+    assert!(said.contains("lease was lost"), "{said}");
+    // Stopped, the stalled worker wrote nothing over the run's end.
+    let _ = stalled.terminate();
+    let after = rt.block_on(store.run(id)).unwrap().unwrap();
+    assert_eq!(after.state, state::SUCCEEDED, "{after:?}");
+    assert_eq!(marks(repo.path()).len(), 3);
+}
+
+#[test]
+#[ignore = "unfinished: the end write on a lapsed lease is still refused (see the h41-faults report)"]
+fn a_run_that_ends_while_the_store_is_down_is_recorded_once_when_it_is_back() {
+    // The run waits for `go`, then ends; it marks each execution.
+    let script = "echo start >> marks; while [ ! -e go ]; do sleep 0.1; done; echo end >> marks";
+    let Some(mut fleet) = queued_fleet(script, 0) else {
+        return;
+    };
+    let lease = OUTAGE_LEASE_SECS.to_string();
+    let log = fleet.logs.path().join("worker.log");
+    let _worker = crate::support::Stopped::new(start_worker_leased(
+        fleet.repo.path(),
+        &fleet.url,
+        &log,
+        &lease,
+    ));
+    let id = "run-outage";
+    let queued = fleet.rt.block_on(fleet.store.enqueue(retried_run(id)));
+    assert_eq!(queued.unwrap(), Enqueued::Queued);
+    crate::support::wait_for("the run to start", || {
+        (marks(fleet.repo.path()) == ["start"]).then_some(())
+    });
+    fleet.cluster.stop();
+    let stopped = Instant::now();
+    std::fs::write(fleet.repo.path().join("go"), "").unwrap();
+    // The run ends while the store is down, and stays down past its lease.
+    crate::support::wait_for("the end write to fail", || {
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        (said.contains(&format!("run `{id}`: cannot"))
+            && stopped.elapsed() > Duration::from_secs(OUTAGE_LEASE_SECS))
+        .then_some(())
+    });
+    fleet.cluster.start_again();
+    let store = fleet
+        .rt
+        .block_on(npcagent::store::pg::PgStore::connect(
+            &fleet.url,
+            &crate::fleet::fleet_key(),
+        ))
+        .unwrap();
+    let row = crate::support::wait_for("the run's end to be written", || {
+        fleet
+            .rt
+            .block_on(store.run(id))
+            .unwrap()
+            .filter(|r| r.state != state::RUNNING && r.state != state::QUEUED)
+    });
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(row.state, state::SUCCEEDED, "{row:?}\n{said}");
+    assert_eq!(
+        row.attempt,
+        1,
+        "{row:?}\n{said}\n{:?}",
+        marks(fleet.repo.path())
+    );
+    assert_eq!(marks(fleet.repo.path()), ["start", "end"], "executed once");
+    let events = fleet.rt.block_on(store.events_after(0, 10_000)).unwrap();
+    let finished = events.iter().filter(|e| e.kind == "run.finished").count();
+    assert_eq!(finished, 1, "{events:?}");
+    // The outage's warnings are few (bounded backoff, rate-limited).
+    let warnings = said.matches(&format!("run `{id}`: cannot")).count();
+    assert!(warnings <= 3, "{warnings} warnings:\n{said}");
+}
