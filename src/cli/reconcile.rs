@@ -86,10 +86,10 @@ async fn observed(paths: &RepoPaths) -> anyhow::Result<(ObservedState, String)> 
         ));
     }
     let db = paths.db();
-    if let Some(store) = runtime::open_existing_store(paths)? {
-        if let Some(state) = runtime::stored_state(&store)? {
-            return Ok((state, format!("the last applied state in {}", rel(&db))));
-        }
+    if let Some(store) = runtime::open_existing_store(paths)?
+        && let Some(state) = runtime::stored_state(&store)?
+    {
+        return Ok((state, format!("the last applied state in {}", rel(&db))));
     }
     Ok((ObservedState::new(), "nothing applied yet".to_string()))
 }

@@ -27,7 +27,7 @@ fn api_after(d: &Daemon, after: i64) -> String {
 
 /// The status of `GET /api/v1/status` on the API at `addr` with `token`.
 fn status_with(addr: &str, token: &str) -> u16 {
-    let mut stream = TcpStream::connect(&addr).unwrap();
+    let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
