@@ -61,30 +61,15 @@ pub(super) fn claim(
     name: &OsStr,
     shown: &Path,
 ) -> Result<(Claim, OwnedFd), FsError> {
-    if let Some(dir) = proven(parent, name) {
-        tighten(dir.as_fd(), shown, PRIVATE_DIR_MODE)?;
-        return Ok((Claim::Proven, dir));
-    }
-    // The slow path, one process at a time: look again under the lock.
-    let lock_fd = openat(
-        parent,
-        ".",
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| FsError::io(shown, "opened", e))?;
-    let _lock = Flock::lock(lock_fd, FlockArg::LockExclusive)
-        .map_err(|(_, e)| FsError::io(shown, "locked", e))?;
-    if let Some(dir) = proven(parent, name) {
-        tighten(dir.as_fd(), shown, PRIVATE_DIR_MODE)?;
-        return Ok((Claim::Proven, dir));
-    }
-    let claim = match fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-        Err(Errno::ENOENT) => Claim::Created,
-        Err(e) => return Err(FsError::io(shown, "read", e)),
-        Ok(_) => Claim::Replaced {
-            aside: move_aside(parent, name, shown)?,
-        },
+    // Held until the new directory is in place.
+    let (found, _lock) = settle(parent, name, shown)?;
+    let claim = match found {
+        Found::Proven(dir) => {
+            tighten(dir.as_fd(), shown, PRIVATE_DIR_MODE)?;
+            return Ok((Claim::Proven, dir));
+        }
+        Found::Absent => Claim::Created,
+        Found::MovedAside(aside) => Claim::Replaced { aside },
     };
     let dir = create(parent, name, shown)?;
     Ok((claim, dir))
@@ -98,8 +83,33 @@ pub(super) fn proven_existing(
     name: &OsStr,
     shown: &Path,
 ) -> Result<Option<OsString>, FsError> {
-    if proven(parent, name).is_some() {
-        return Ok(None);
+    match settle(parent, name, shown)?.0 {
+        Found::Proven(_) => Ok(None),
+        Found::Absent => Err(FsError::new(shown, super::Reason::NotFound)),
+        Found::MovedAside(aside) => Ok(Some(aside)),
+    }
+}
+
+/// What [`settle`] left at a state directory's name.
+enum Found {
+    /// npc's own, opened.
+    Proven(OwnedFd),
+    /// Nothing.
+    Absent,
+    /// Nothing now: what was there (not npc's) has this name beside it.
+    MovedAside(OsString),
+}
+
+/// Look at `name` in `parent`: npc's own (the fast path, no lock), else,
+/// under an `flock` on `parent` (returned, for a caller that goes on to
+/// make one), looked at again and anything there moved aside.
+fn settle(
+    parent: BorrowedFd<'_>,
+    name: &OsStr,
+    shown: &Path,
+) -> Result<(Found, Option<Flock<OwnedFd>>), FsError> {
+    if let Some(dir) = proven(parent, name) {
+        return Ok((Found::Proven(dir), None));
     }
     let lock_fd = openat(
         parent,
@@ -108,16 +118,17 @@ pub(super) fn proven_existing(
         Mode::empty(),
     )
     .map_err(|e| FsError::io(shown, "opened", e))?;
-    let _lock = Flock::lock(lock_fd, FlockArg::LockExclusive)
+    let lock = Flock::lock(lock_fd, FlockArg::LockExclusive)
         .map_err(|(_, e)| FsError::io(shown, "locked", e))?;
-    if proven(parent, name).is_some() {
-        return Ok(None);
+    if let Some(dir) = proven(parent, name) {
+        return Ok((Found::Proven(dir), Some(lock)));
     }
-    match fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-        Err(Errno::ENOENT) => Err(FsError::new(shown, super::Reason::NotFound)),
-        Err(e) => Err(FsError::io(shown, "read", e)),
-        Ok(_) => move_aside(parent, name, shown).map(Some),
-    }
+    let found = match fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Err(Errno::ENOENT) => Found::Absent,
+        Err(e) => return Err(FsError::io(shown, "read", e)),
+        Ok(_) => Found::MovedAside(move_aside(parent, name, shown)?),
+    };
+    Ok((found, Some(lock)))
 }
 
 /// The directory `name` in `parent`, opened, when it is provably npc's.
