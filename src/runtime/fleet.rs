@@ -79,6 +79,49 @@ pub(super) async fn join(
     }
 }
 
+/// How often a daemon that joined its fleet asks whether the store still
+/// answers (and at the schema it reads).
+pub const HEALTH_EVERY: Duration = Duration::from_secs(5);
+
+/// For as long as the daemon runs, after [`join`]: ask the store every
+/// [`HEALTH_EVERY`] whether it answers at this build's schema. On the first
+/// failure the fleet's runs are refused again (a webhook answers 503
+/// `webhook.store_unreachable`; `npc status` says `unreachable` with the
+/// reason) and `store.unreachable` is recorded; on the first answer after
+/// it, with the schema checked again, they go to the store again and
+/// `store.connected` is recorded. One event per change, never per try.
+pub(super) async fn watch_health(
+    store: Arc<PgStore>,
+    runs: Arc<Runs>,
+    bus: EventBus,
+    remote: Option<String>,
+) {
+    let fleet = store.fleet().to_string();
+    let mut healthy = true;
+    loop {
+        tokio::time::sleep(HEALTH_EVERY).await;
+        match store.check().await {
+            Ok(()) if !healthy => {
+                healthy = true;
+                runs.queue().joined(&fleet, store.clone(), remote.clone());
+                tracing::info!("the shared store answers again");
+                publish(&bus, STORE_CONNECTED_EVENT, json!({ "fleet": fleet })).await;
+            }
+            Ok(()) => {}
+            Err(e) => {
+                let error = e.to_string();
+                runs.queue().not_joined(&fleet, error.clone());
+                if healthy {
+                    healthy = false;
+                    tracing::warn!("the shared store stopped answering: {error}");
+                    let payload = json!({ "fleet": fleet, "error": error });
+                    publish(&bus, STORE_UNREACHABLE_EVENT, payload).await;
+                }
+            }
+        }
+    }
+}
+
 /// Stand for the fleet's scheduling for as long as the daemon runs: ask
 /// for the lead every third of `lease`; while leading, fire cron from the
 /// fleet's state and renew; on any failure to renew, stop firing first.

@@ -440,7 +440,13 @@ impl Runtime {
                 crate::runs::fleet::fleet_name(&supervisor, &root, project.as_deref()).await;
             let remote = crate::runs::fleet::origin_of(&supervisor, &root).await;
             let remote = remote.map(|r| r.shown);
-            let store = fleet::join(&runs, &bus, &url, &fleet, remote).await;
+            let store = fleet::join(&runs, &bus, &url, &fleet, remote.clone()).await;
+            tokio::spawn(fleet::watch_health(
+                store.clone(),
+                runs.clone(),
+                bus.clone(),
+                remote,
+            ));
             let _ = joined.set(store.clone());
             triggers.joined(store.clone());
             let board = store.clone() as Arc<dyn crate::store::notices::Notices>;

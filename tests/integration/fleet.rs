@@ -1790,6 +1790,77 @@ fn a_webhook_during_a_store_outage_answers_503_store_unreachable() {
     assert!(!text.contains(PG_PASSWORD), "{text}");
 }
 
+/// After joining, the daemon keeps asking: a store that stops answering,
+/// or answers at another schema version (migrated by a newer npc while
+/// this daemon could not see it), is said in `npc status` and refuses the
+/// fleet's runs (503); once it answers at this build's schema again, runs
+/// go to it again. One event per change.
+#[test]
+fn a_store_that_stops_answering_or_changes_schema_is_said_and_refused_until_it_answers_right() {
+    let Some(mut cluster) = PgCluster::start() else {
+        return;
+    };
+    let repo = ingress_repo();
+    let url = worker_store(&cluster, repo.path());
+    let daemon = ingress_daemon(repo.path(), &url);
+    let state = |want: &str| {
+        crate::support::wait_for(&format!("npc status to say `{want}`"), || {
+            let status = npc_json(repo.path(), &url, &["status"]);
+            (status["store"]["state"] == want).then_some(status)
+        })
+    };
+    state("connected");
+    let (code, text) = deliver(repo.path(), &url, "s-before");
+    assert_eq!(code, 202, "{text}\n{}", daemon.log());
+    // The server goes away after the daemon joined it.
+    cluster.stop();
+    let status = state("unreachable");
+    assert!(!status.to_string().contains(PG_PASSWORD), "{status}");
+    let (code, text) = deliver(repo.path(), &url, "s-down");
+    assert_eq!(code, 503, "{text}");
+    cluster.start_again();
+    state("connected");
+    let (code, text) = deliver(repo.path(), &url, "s-back");
+    assert_eq!(code, 202, "{text}\n{}", daemon.log());
+    // A newer npc migrated the store meanwhile: refused, and said why.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+            .execute(
+                "INSERT INTO npc_schema_migrations (version, applied_at_ms) \
+                 SELECT MAX(version) + 1, 0 FROM npc_schema_migrations",
+                &[],
+            )
+            .await
+            .unwrap();
+    });
+    let status = state("unreachable");
+    let error = status["store"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("schema"), "{status}");
+    let (code, text) = deliver(repo.path(), &url, "s-newer");
+    assert_eq!(code, 503, "{text}");
+    let kinds: Vec<String> = daemon
+        .events()
+        .iter()
+        .filter_map(|e| e["kind"].as_str().map(str::to_string))
+        .filter(|k| k.starts_with("store."))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "store.connected",
+            "store.unreachable",
+            "store.connected",
+            "store.unreachable"
+        ],
+        "one event per change"
+    );
+}
+
 #[test]
 fn a_daemon_whose_store_is_unreachable_stays_up_says_so_and_refuses_webhooks() {
     let repo = ingress_repo();

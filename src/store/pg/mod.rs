@@ -279,6 +279,18 @@ impl PgStore {
         })
     }
 
+    /// Whether the store answers, within [`CALL_DEADLINE`], at the schema
+    /// version this build reads: checked again after every outage, so a
+    /// store migrated while this process could not reach it is refused
+    /// (the error says which version and what to do), never used.
+    pub async fn check(&self) -> Result<(), StoreError> {
+        bounded("check the store", async {
+            let client = self.client().await?;
+            schema::check_version(&client).await
+        })
+        .await
+    }
+
     /// The fleet this view reads and writes.
     pub fn fleet(&self) -> &str {
         &self.fleet
