@@ -165,21 +165,24 @@ impl TriggerKind for CronTrigger {
         });
         let next = match stored_next {
             Some(t) if t > now => t,
+            Some(missed_at) if self.past == PastFires::Owed => {
+                let owed = fire_times_upto(&self.schedule, self.tz, missed_at, now);
+                if owed.len() == MAX_OWED_FIRES {
+                    tracing::warn!(
+                        "trigger `{}`: more than {MAX_OWED_FIRES} fire times passed without a leader; the later ones are skipped",
+                        cx.name
+                    );
+                }
+                // After the owed fires, on as a late fire goes on (an
+                // interval keeps the fleet's grid).
+                let last = owed.last().copied().unwrap_or(missed_at);
+                self.catch_up = owed;
+                following(&self.schedule, self.tz, last, now).unwrap_or(from_now)
+            }
             Some(missed_at) => {
-                self.catch_up = match (self.past, self.missed) {
-                    (PastFires::Owed, _) => {
-                        let owed: Vec<_> = fire_times_upto(&self.schedule, self.tz, missed_at, now);
-                        if owed.len() == MAX_OWED_FIRES {
-                            tracing::warn!(
-                                "trigger `{}`: more than {MAX_OWED_FIRES} fire times passed without a leader; the later ones are skipped",
-                                cx.name
-                            );
-                        }
-                        owed
-                    }
-                    (PastFires::Missed, Missed::RunOnce) => vec![missed_at],
-                    (PastFires::Missed, Missed::Skip) => Vec::new(),
-                };
+                if self.missed == Missed::RunOnce {
+                    self.catch_up = vec![missed_at];
+                }
                 from_now
             }
             None => from_now,

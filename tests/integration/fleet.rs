@@ -2209,12 +2209,14 @@ fn overlap_replace_stops_the_fleets_running_run_before_the_new_one_starts() {
 
 // ----- one scheduler across the fleet ------------------------------------
 
-/// The interval of the scheduler test's cron trigger, in seconds.
-const TICK_SECS: i64 = 10;
-/// Fire times the scheduler test waits for: two minutes of the trigger.
-const TICKS: usize = 12;
+/// The interval of the scheduler test's cron trigger, in seconds: shorter
+/// than the lease (3 s), so fire times pass while no daemon leads and the
+/// new leader owes them.
+const TICK_SECS: i64 = 2;
+/// Fire times the scheduler test waits for.
+const TICKS: usize = 16;
 /// The fire after which the scheduler test kills the leader.
-const KILL_AFTER_TICKS: usize = 6;
+const KILL_AFTER_TICKS: usize = 5;
 /// How long the test waits for its fires, with room for a loaded machine.
 const TICKS_LIMIT: Duration = Duration::from_secs(240);
 
@@ -2317,7 +2319,8 @@ fn three_schedulers_fire_every_cron_time_exactly_once_and_a_killed_leader_hands_
         (times.len() >= TICKS).then_some(times)
     });
     // Every fire time exactly once, none skipped across the handover: the
-    // new leader went on from the fleet's stored next fire.
+    // new leader went on from the fleet's stored next fire, firing the
+    // ones that passed without a leader (`missed` is `skip` here).
     let gaps: Vec<i64> = times.windows(2).map(|w| w[1] - w[0]).collect();
     assert!(
         gaps.iter().all(|g| *g == TICK_SECS * 1_000),
@@ -2334,18 +2337,20 @@ fn three_schedulers_fire_every_cron_time_exactly_once_and_a_killed_leader_hands_
     drop(daemons);
 }
 
-/// The interval of the paused-leader test's cron trigger, in seconds.
-const PAUSE_TICK_SECS: i64 = 5;
+/// The interval of the paused-leader test's cron trigger, in seconds:
+/// shorter than the lease, so fire times pass while nobody leads.
+const PAUSE_TICK_SECS: i64 = 1;
 
 /// A repository of the fleet whose daemon schedules cron `tick` every
-/// [`PAUSE_TICK_SECS`] under a lease of two seconds; a fire a handover
-/// came too late for is fired once, at its own time (`run_once`).
+/// [`PAUSE_TICK_SECS`] under a lease of two seconds, `missed` left at
+/// `skip`: the fires a handover came too late for are owed by the fleet,
+/// each fired once at its own time by the new leader.
 fn paused_leader_repo() -> tempfile::TempDir {
     let dir = fleet_repo("true");
     let manifest = format!(
         "version = 1\n[project]\nname = \"{FLEET_PROJECT}\"\n\
          [store]\nurl = \"${{NPC_STORE_URL}}\"\nlease_timeout = \"2s\"\n\
-         [triggers.tick]\nkind = \"cron\"\nschedule = \"{PAUSE_TICK_SECS}s\"\nmissed = \"run_once\"\n\
+         [triggers.tick]\nkind = \"cron\"\nschedule = \"{PAUSE_TICK_SECS}s\"\n\
          action = {{ command = \"true\" }}\n"
     );
     std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
