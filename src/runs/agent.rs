@@ -388,6 +388,10 @@ pub fn prepare(
         (_, None) => launch(provider, &prompt, model, None)?,
         (McpHandoff::File, Some((path, text))) => {
             let plan = launch(provider, &prompt, model, Some(RunMcp::File { path }))?;
+            // The run's directory is in the state directory: npc's own
+            // before anything is written there (else the state directory
+            // would be made a mere parent, without its owner file).
+            own_state_dir(root, ctx.state_dir())?;
             write_file(root, path, text)?;
             mcp_config = Some(path.clone());
             plan
@@ -535,6 +539,19 @@ fn mcp_config_text(
         return Ok(None);
     }
     Ok(Some((path, change.after)))
+}
+
+/// Make `state_dir` npc's own state directory in the repository `root`
+/// ([`crate::repofs::Root::ensure_state_dir`]).
+fn own_state_dir(root: &Path, state_dir: &Path) -> Result<(), RunError> {
+    let io = |source| RunError::Io {
+        path: state_dir.to_path_buf(),
+        source,
+    };
+    crate::repofs::Root::new(root)
+        .and_then(|guard| guard.ensure_state_dir(state_dir))
+        .map_err(|e| io(e.into()))?;
+    Ok(())
 }
 
 /// Write one of npc's own files under the repository `root` through the

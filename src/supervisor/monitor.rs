@@ -241,13 +241,9 @@ impl Monitor {
             state: ChildState::Exited,
         })?;
         let pid = nix::unistd::Pid::from_raw(pid);
-        // A stub passes on only what is queued to it (see `pidns`).
-        let sent = if self.contain.as_ref().is_some_and(|c| c.stub().is_some()) {
-            super::pidns::queue_signal(pid, signal)
-        } else {
-            kill(pid, signal)
-        };
-        sent.map_err(|source| SupervisorError::Signal {
+        // A supervised component runs in the host's PID namespace, never
+        // through the stub (see `spawn::Namespace`): a plain signal.
+        kill(pid, signal).map_err(|source| SupervisorError::Signal {
             id: self.id.clone(),
             source,
         })

@@ -209,9 +209,13 @@ fn command(
     id: &str,
     spec: &ChildSpec,
     contain: Option<&Arc<Containment>>,
+    ns: Namespace,
 ) -> Result<Command, SupervisorError> {
     let env = child_env(&spec.env, |k| std::env::var(k).ok());
-    let mut cmd = match contain.and_then(|c| c.stub()) {
+    let stub = contain
+        .filter(|_| ns == Namespace::Own)
+        .and_then(|c| c.stub());
+    let mut cmd = match stub {
         Some(stub) => {
             // The stub's own spawn succeeds whatever the program is: what
             // the program's spawn would have said is said here.
@@ -345,6 +349,19 @@ fn check_cwd(id: &str, spec: &ChildSpec) -> Result<(), SupervisorError> {
     }
 }
 
+/// Which PID namespace a contained child runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Namespace {
+    /// One of its own, through the stub: one-shot and streaming children
+    /// (a run's agent, `setup`/`after`, actions, hooks, git), whose
+    /// descendants end with them whatever they do.
+    Own,
+    /// The host's: a long-lived component (an MCP server), whose pid the
+    /// daemon shows and signals is the program's own; its descendants are
+    /// contained by its process group and the watchdog.
+    Host,
+}
+
 /// Spawn a supervised child with its declared stdio wiring.
 pub(super) fn spawn_supervised(
     id: &str,
@@ -352,7 +369,7 @@ pub(super) fn spawn_supervised(
     contain: Option<&Arc<Containment>>,
 ) -> Result<Child, SupervisorError> {
     check_cwd(id, spec)?;
-    let mut cmd = command(id, spec, contain)?;
+    let mut cmd = command(id, spec, contain, Namespace::Host)?;
     let log_err = |path: &Path, source| SupervisorError::Log {
         id: id.to_string(),
         path: path.to_path_buf(),
@@ -380,7 +397,7 @@ pub(super) fn spawn_piped(
     contain: Option<&Arc<Containment>>,
 ) -> Result<Child, SupervisorError> {
     check_cwd(id, spec)?;
-    let mut cmd = command(id, spec, contain)?;
+    let mut cmd = command(id, spec, contain, Namespace::Own)?;
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -175,15 +175,17 @@ fn what_leaves_the_group_of_a_runs_setup_or_action_ends_with_the_process() {
     assert_eq!(ended(repo.path()), "succeeded", "{}", daemon.log());
 }
 
-/// A daemon with a component and a run whose `setup` holds, every escapee
-/// of both running.
+/// A daemon with a run whose `setup` holds, every escapee running. (A
+/// long-lived component, an MCP server, runs in the host's PID namespace so
+/// that the pid the daemon shows and signals is the server's own: its
+/// descendants are contained by its group and the watchdog, not against
+/// `setsid`; docs/security.md says so.)
 fn holding() -> (tempfile::TempDir, tempfile::TempDir, Daemon, Vec<Seen>) {
     let (tmp, pids) = pids_dir();
-    let repo = repository(&pids, true, true);
+    let repo = repository(&pids, false, true);
     let daemon = Daemon::start_in(repo.path());
-    let mut seen = escapees(&pids.join("server"));
     fire(repo.path());
-    seen.extend(escapees(&pids.join("setup")));
+    let seen = escapees(&pids.join("setup"));
     (tmp, repo, daemon, seen)
 }
 

@@ -1431,9 +1431,12 @@ fn a_worker_paused_past_its_lease_is_fenced_and_stops_its_agent() {
 
 #[test]
 fn a_worker_that_claims_again_a_run_it_held_before_carries_its_next_attempt() {
-    // The first attempt sleeps until stopped; the next ends at once.
+    // The first attempt sleeps until stopped; the next ends at once. The
+    // sleep writes its pid as the host sees it (`$!` is the run's PID
+    // namespace's number): its shell reads `/proc/self/stat`, then is it.
     let script = "echo \"$NPC_RUN_ID\" >> ran.log; \
-                  if [ ! -s first.pid ]; then sleep 600 & echo $! > first.pid; wait; fi";
+                  if [ ! -s first.pid ]; then \
+                  sh -c 'read -r p _ </proc/self/stat; echo \"$p\" > first.pid; exec sleep 600' & wait; fi";
     let Some(fleet) = queued_fleet(script, 0) else {
         return;
     };
