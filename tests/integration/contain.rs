@@ -1,7 +1,7 @@
 //! Containment of every descendant, through the real binary: processes that
 //! leave their process group the ways daemonizing tools do (`setsid`, a
 //! double fork, `nohup`, a shell's `&` + `disown`), started by a run's
-//! `setup` and action and by a component (a stdio MCP server), are gone when
+//! `setup` and action, are gone when
 //! the run ends, when the daemon is stopped with SIGTERM, and when it is
 //! killed with SIGKILL. Each escapee writes its host pid (the first field of
 //! the host's `/proc/self/stat`: inside a child's PID namespace `$$` is
@@ -9,9 +9,9 @@
 //! event and gone (or its pid another process's) within the deadline after.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use crate::support::{Daemon, DaemonSetup, alive, npc, wait_for};
+use crate::worktrees::git;
 use npcagent::supervisor::{NAMESPACES_ENV, OFF};
 
 /// The four ways out of a process group. `$1` is the directory for the pid
@@ -78,24 +78,11 @@ fn all_gone(what: &str, seen: &[Seen]) {
     wait_for(what, || seen.iter().all(Seen::gone).then_some(()));
 }
 
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A git repository with `escape.sh` and a manifest: a trigger `run` whose
 /// `setup` and command each start the escapes (into `<pids>/setup` and
 /// `<pids>/action`), and, with `server`, a stdio MCP server that does (into
-/// `<pids>/server`). `hold` keeps every script running.
+/// `<pids>/server`; what only the test without namespaces holds: components
+/// are contained by their group). `hold` keeps every script running.
 fn repository(pids: &Path, server: bool, hold: bool) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let hold = if hold { " hold" } else { "" };
