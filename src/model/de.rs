@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use super::diagnostics::{Diagnostic, clip, did_you_mean, has_room};
+use super::diagnostics::{Diagnostic, clip, did_you_mean, has_room, quoted_list};
 use super::interp::{Env, InterpError, interpolate};
 use super::node::{Key, Node, NodeKind};
 use super::source::{SourceFile, Span};
@@ -678,23 +678,6 @@ impl NodeDe<'_, '_, '_> {
                 .with_hint(hint),
         );
     }
-}
-
-/// Most names a message lists (`declared in …: `a`, `b`, …`); the rest are counted.
-pub const MAX_LISTED_NAMES: usize = 20;
-
-/// `a`, `b`, `c`: at most [`MAX_LISTED_NAMES`], each clipped, then how many more.
-pub fn quoted_list(items: &[&str]) -> String {
-    let mut list = items
-        .iter()
-        .take(MAX_LISTED_NAMES)
-        .map(|v| format!("`{}`", clip(v)))
-        .collect::<Vec<_>>()
-        .join(", ");
-    if items.len() > MAX_LISTED_NAMES {
-        list.push_str(&format!(" and {} more", items.len() - MAX_LISTED_NAMES));
-    }
-    list
 }
 
 struct Seq<'a, 'n, 'p> {

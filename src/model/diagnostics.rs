@@ -45,7 +45,7 @@ pub const MAX_QUOTED_CHARS: usize = 64;
 pub const MAX_MESSAGE_BYTES: usize = 1024;
 
 /// `names` as an error message lists the known ones: quoted,
-/// comma-separated, at most [`super::de::MAX_LISTED_NAMES`] (then how many
+/// comma-separated, at most [`MAX_LISTED_NAMES`] (then how many
 /// more), `none` when there are none.
 pub fn known_names<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> String {
     let names: Vec<S> = names.into_iter().collect();
@@ -53,7 +53,7 @@ pub fn known_names<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> String 
         return "none".to_string();
     }
     let refs: Vec<&str> = names.iter().map(AsRef::as_ref).collect();
-    super::de::quoted_list(&refs)
+    quoted_list(&refs)
 }
 
 /// `value` cut to [`MAX_QUOTED_CHARS`] characters, ending in `…` when cut:
@@ -370,6 +370,23 @@ pub fn did_you_mean<'a>(
         .filter(|(score, _)| *score >= SUGGESTION_THRESHOLD)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, c)| c)
+}
+
+/// Most names a message lists (`declared in …: `a`, `b`, …`); the rest are counted.
+pub const MAX_LISTED_NAMES: usize = 20;
+
+/// `a`, `b`, `c`: at most [`MAX_LISTED_NAMES`], each clipped, then how many more.
+pub fn quoted_list(items: &[&str]) -> String {
+    let mut list = items
+        .iter()
+        .take(MAX_LISTED_NAMES)
+        .map(|v| format!("`{}`", clip(v)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > MAX_LISTED_NAMES {
+        list.push_str(&format!(" and {} more", items.len() - MAX_LISTED_NAMES));
+    }
+    list
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ mod json;
 pub mod lower;
 pub mod node;
 pub mod package;
+mod parse;
 pub mod pattern;
 pub mod raw;
 pub mod refname;
@@ -139,7 +140,7 @@ fn load_text(
 ) -> Loaded {
     let mut diagnostics = Vec::new();
     let source = SourceFile::new(name, text);
-    let Some(root) = node::parse(&source, syntax, &mut diagnostics) else {
+    let Some(root) = parse::parse(&source, syntax, &mut diagnostics) else {
         return Loaded {
             manifest: None,
             diagnostics,

@@ -86,7 +86,7 @@ pub async fn fleet_name(
     root: &std::path::Path,
     project: Option<&str>,
 ) -> String {
-    let remote = origin_of(supervisor, root)
+    let remote = super::remote::origin_of(supervisor, root)
         .await
         .map(|r| r.shown)
         .unwrap_or_else(|| root.display().to_string());
@@ -96,67 +96,6 @@ pub async fn fleet_name(
             .unwrap_or_default()
     });
     format!("{project}@{remote}")
-}
-
-/// A repository's `origin` remote.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Remote {
-    /// Its URL as git reads it: it may hold credentials, so it is never
-    /// logged, recorded or shown.
-    pub url: String,
-    /// Its URL without credentials: the fleet's name for it, what a run
-    /// row records.
-    pub shown: String,
-}
-
-impl std::fmt::Debug for Remote {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Remote")
-            .field("shown", &self.shown)
-            .finish()
-    }
-}
-
-impl Remote {
-    /// `text` (a git error's words) with the URL shown without credentials.
-    pub fn scrub(&self, text: &str) -> String {
-        if self.url == self.shown {
-            text.to_string()
-        } else {
-            text.replace(&self.url, &self.shown)
-        }
-    }
-}
-
-/// The `origin` remote of the repository at `root`, if it has one.
-pub async fn origin_of(
-    supervisor: &crate::supervisor::Supervisor,
-    root: &std::path::Path,
-) -> Option<Remote> {
-    let url = super::workspace::git(
-        supervisor,
-        root,
-        &["remote", "get-url", super::workspace::ORIGIN],
-    )
-    .await
-    .ok()
-    .filter(|u| !u.is_empty())?;
-    Some(Remote {
-        shown: without_credentials(&url),
-        url,
-    })
-}
-
-/// `URL` without its user and password (a remote may carry a token).
-fn without_credentials(remote: &str) -> String {
-    match url::Url::parse(remote) {
-        Ok(mut u) if u.has_host() => {
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.to_string()
-        }
-        _ => remote.to_string(),
-    }
 }
 
 /// How a worker works.

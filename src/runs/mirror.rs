@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use nix::fcntl::{Flock, FlockArg};
 
-use super::fleet::Remote;
+use super::remote::Remote;
 use super::workspace::{self, ORIGIN, WorkspaceError};
 use crate::store::queue::RunCode;
 use crate::supervisor::Supervisor;
@@ -184,7 +184,7 @@ impl Mirror {
     /// The mirror of the checkout `repo` (state directory `state_dir`),
     /// when its `origin` names one; made on first use.
     pub async fn of(supervisor: Supervisor, repo: &Path, state_dir: &Path) -> Option<Self> {
-        let remote = super::fleet::origin_of(&supervisor, repo).await?;
+        let remote = super::remote::origin_of(&supervisor, repo).await?;
         Some(Self {
             supervisor,
             repo: repo.to_path_buf(),

@@ -33,6 +33,7 @@ pub mod follow;
 pub mod here;
 pub mod mirror;
 pub mod queue;
+pub mod remote;
 pub mod service;
 pub mod view;
 pub mod workspace;

@@ -438,7 +438,7 @@ impl Runtime {
         tokio::spawn(async move {
             let fleet =
                 crate::runs::fleet::fleet_name(&supervisor, &root, project.as_deref()).await;
-            let remote = crate::runs::fleet::origin_of(&supervisor, &root).await;
+            let remote = crate::runs::remote::origin_of(&supervisor, &root).await;
             let remote = remote.map(|r| r.shown);
             let store = fleet::join(&runs, &bus, &url, &fleet, remote.clone()).await;
             tokio::spawn(fleet::watch_health(

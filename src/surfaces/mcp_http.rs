@@ -248,7 +248,7 @@ fn shortcut_may_take(request: &axum::extract::Request) -> Option<String> {
     };
     let sessionful_version = match headers.get(PROTOCOL_VERSION_HEADER) {
         None => true,
-        Some(v) => v.to_str().is_ok_and(super::mcp_link::served_in_sessions),
+        Some(v) => v.to_str().is_ok_and(served_in_sessions),
     };
     (is_json && accepts(JSON) && accepts(EVENT_STREAM) && sessionful_version)
         .then(|| session.to_string())
@@ -431,6 +431,14 @@ fn refusal(
         )
             .into_response(),
     )
+}
+
+/// Whether `version` is a protocol version rmcp knows that is served in
+/// sessions (one with an `initialize`, before 2026-07-28).
+pub fn served_in_sessions(version: &str) -> bool {
+    rmcp::model::ProtocolVersion::KNOWN_VERSIONS
+        .iter()
+        .any(|known| known.as_str() == version && known.has_initialize())
 }
 
 #[cfg(test)]

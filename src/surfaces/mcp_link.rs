@@ -32,7 +32,9 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpResponseLimits,
 };
 
-use super::mcp_http::{McpHttpError, PROTOCOL_VERSION_HEADER, SESSION_ID_HEADER};
+use super::mcp_http::{
+    McpHttpError, PROTOCOL_VERSION_HEADER, SESSION_ID_HEADER, served_in_sessions,
+};
 
 /// Largest JSON body, or event of an event stream, the link reads.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -41,14 +43,6 @@ pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 /// Most bytes read after an answer on its stream.
 pub const MAX_DRAIN_BYTES: usize = 64 * 1024;
-/// Whether `version` is a protocol version rmcp knows that is served in
-/// sessions (one with an `initialize`, before 2026-07-28).
-pub fn served_in_sessions(version: &str) -> bool {
-    rmcp::model::ProtocolVersion::KNOWN_VERSIONS
-        .iter()
-        .any(|known| known.as_str() == version && known.has_initialize())
-}
-
 type Headers = HashMap<axum::http::HeaderName, axum::http::HeaderValue>;
 
 /// The session rmcp's client made, as its requests show it: whether it is

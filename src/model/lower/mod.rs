@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 
 use indexmap::IndexMap;
 
-use super::de::{Entry, Spanned, quoted_list};
+use super::de::{Entry, Spanned};
+use super::diagnostics::quoted_list;
 use super::diagnostics::{Diagnostic, clip, did_you_mean, has_room};
 use super::package::{PackageContents, PackageView};
 use super::raw::*;

@@ -3,7 +3,7 @@
 //! rule, at each bound, and on random documents and random edits.
 
 use super::*;
-use crate::model::node::parse_toml_reference;
+use crate::model::parse::parse_toml_reference;
 use crate::model::source::SourceFile;
 
 /// The toml crate's path.

@@ -342,7 +342,7 @@ impl Executor {
         let supervisor = &self.cx.supervisor;
         let remote = match self.mirror.get() {
             Some(mirror) if opened.worktree.git == mirror.dir() => Some(mirror.origin().clone()),
-            _ => crate::runs::fleet::origin_of(supervisor, &opened.worktree.git).await,
+            _ => crate::runs::remote::origin_of(supervisor, &opened.worktree.git).await,
         };
         let pushed = match remote {
             None => Pushed {
