@@ -24,9 +24,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::Exit;
 use crate::mcp::builtin::Builtins;
-use crate::mcp::catalog::ManifestPrompts;
-use crate::mcp::shortcut::HttpSessions;
-use crate::mcp::{CallPath, Gateway, Pool, pool::IDLE_SWEEP_INTERVAL, relay};
+use crate::mcp::client::pool::IDLE_SWEEP_INTERVAL;
+use crate::mcp::server::catalog::ManifestPrompts;
+use crate::mcp::server::relay;
+use crate::mcp::server::shortcut::HttpSessions;
+use crate::mcp::{CallPath, Gateway, Pool};
 use crate::model;
 use crate::runtime::npc_tools::{NpcContext, NpcGroup};
 use crate::surfaces::control::connect_mcp;
@@ -265,7 +267,7 @@ async fn serve_stdio(gateway: Gateway) -> anyhow::Result<Exit> {
     let run = std::env::var(RUN_ID_ENV)
         .ok()
         .filter(|r| crate::runs::workspace::is_run_id(r));
-    let session = crate::mcp::session::serve(gateway, stdin, stdout, None);
+    let session = crate::mcp::server::session::serve(gateway, stdin, stdout, None);
     let mut session = tokio::spawn(crate::mcp::call::for_run(run, session));
     tokio::select! {
         served = &mut session => {

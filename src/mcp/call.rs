@@ -18,7 +18,7 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
 use serde_json::{Value, json};
 
 use super::builtin::{BUILTIN_SERVER, Builtins};
-use super::pool::{CallError, Pool};
+use super::client::pool::{CallError, Pool};
 use super::toolsearch::{CALL_TOOL, SEARCH_TOOLS};
 use crate::bus::EventBus;
 use crate::model::ToolListing;
@@ -278,7 +278,7 @@ impl CallPath {
     }
 
     /// Log the tools `on_conflict` prefixed, whenever that set changes.
-    fn report_clashes(&self, tools: &[super::pool::ListedTool]) {
+    fn report_clashes(&self, tools: &[super::client::pool::ListedTool]) {
         let prefixed: Vec<String> = tools
             .iter()
             .filter(|t| t.definition.name != t.tool)

@@ -1,42 +1,44 @@
-//! npc as an MCP client and server. [`pool`] keeps one client session per
-//! upstream server of the manifest (`mcp.servers`): connected with the
-//! server's `startup_timeout_ms` and bounded concurrency, `tools/list`
-//! cached and refreshed on `notifications/tools/list_changed`, tools
-//! filtered by `enabled_tools` / `disabled_tools`, every call bounded by
+//! npc as an MCP client and server, in two halves and one bridge.
+//! [`client`] is npc as a client: the pool keeps one session per upstream
+//! server of the manifest (`mcp.servers`), connected with the server's
+//! `startup_timeout_ms` and bounded concurrency, `tools/list` cached and
+//! refreshed on `notifications/tools/list_changed`, tools filtered by
+//! `enabled_tools` / `disabled_tools`, every call bounded by
 //! `tool_timeout_ms`, idle sessions closed after `idle_timeout`. A server
 //! that crashes, hangs or writes garbage costs the caller one `isError`
 //! result and the server a reconnect on the next call, never the pool.
-//! [`call`] is the ONE path every `tools/call` takes (stages run before and
-//! after the dispatch, then the call is recorded as an `mcp.tool_call`
-//! event); [`gateway`] is the MCP server `npc mcp serve` speaks, listing every
-//! upstream tool under its gateway name ([`expose`]: [`namespaced`], or with
+//! [`server`] is the gateway `npc mcp serve` speaks, listing every upstream
+//! tool under its gateway name ([`expose`]: [`namespaced`], or with
 //! `mcp.prefix = "on_conflict"` its own name where it does not clash) after
 //! npc's own [`builtin`] tools, or with `mcp.tools = "search"` only the
-//! [`toolsearch`]'s two tools; [`session`] serves it over a byte stream, answering
-//! `tools/call` itself and handing every other message to rmcp. Its mirror
-//! on the client side is [`wire`]: a stdio upstream's tool calls go straight
-//! onto its pipes, everything else through rmcp's client.
+//! [`toolsearch`]'s two tools. Between them, [`call`] is the ONE path every
+//! `tools/call` takes (stages run before and after the dispatch, then the
+//! call is recorded as an `mcp.tool_call` event), and [`passthrough`] is the
+//! one bridge for everything else that crosses (an upstream's requests,
+//! progress, logs and resource updates, routed to the client session that
+//! caused them). This file holds the naming rules both halves share: tool
+//! names and gateway resource URIs.
+//!
+//! Architecture invariant: `client` imports neither `server` nor `call`;
+//! what an upstream sends for the gateway's clients goes through
+//! `passthrough`, which imports neither half. No two files of this room
+//! import each other, even through a third.
 //!
 //! Stdio upstreams are started through the supervisor (the MCP session rides
 //! on the child's stdin/stdout; its stderr goes to the component's log). In
 //! the daemon the pool is owned by the MCP driver (`runtime::mcp`) and
-//! `npc mcp serve` is a thin front to it ([`relay`] for HTTP sessions).
+//! `npc mcp serve` is a thin front to it (`server::relay` for HTTP sessions).
 
 pub mod builtin;
 pub mod call;
-pub mod catalog;
-pub mod gateway;
+pub mod client;
 pub mod passthrough;
-pub mod pool;
-pub mod relay;
-pub mod session;
-pub mod shortcut;
+pub mod server;
 pub mod toolsearch;
-pub mod wire;
 
 pub use call::{Before, CallPath, CallStage, Outcome, ToolCall};
-pub use gateway::Gateway;
-pub use pool::{Pool, PoolError, UpstreamState};
+pub use client::pool::{Pool, PoolError, UpstreamState};
+pub use server::gateway::Gateway;
 
 /// Between a server's name and its tool's name in a namespaced tool name:
 /// `server__tool`. Claude Code, Codex, Gemini CLI and OpenCode all accept
@@ -46,6 +48,52 @@ pub const NAMESPACE_SEPARATOR: &str = "__";
 /// Longest namespaced tool name exposed; longer ones are left out (logged),
 /// since some agent CLIs reject them.
 pub const MAX_TOOL_NAME_LEN: usize = 64;
+
+/// Longest frame (one line) either side of the gateway reads: a client's
+/// message to `npc mcp serve`, an upstream's to the pool; longer ones are
+/// dropped (a client's, answered with a parse error) or end the session.
+pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+/// Scheme and prefix of the gateway's resource URIs: `npc://SERVER/URI`.
+pub const RESOURCE_URI_PREFIX: &str = "npc://";
+
+/// `npc://SERVER/URI`: how the gateway names resource `uri` of `server`.
+pub fn resource_uri(server: &str, uri: &str) -> String {
+    format!("{RESOURCE_URI_PREFIX}{server}/{uri}")
+}
+
+/// The (server, upstream URI) a gateway resource URI stands for.
+pub fn split_resource_uri(uri: &str) -> Option<(&str, &str)> {
+    uri.strip_prefix(RESOURCE_URI_PREFIX)?
+        .split_once('/')
+        .filter(|(server, rest)| !server.is_empty() && !rest.is_empty())
+}
+
+/// Whether `uri` is an expansion of the RFC 6570 `template`: its literal
+/// parts in order, each `{…}` expression standing for at least one character.
+pub fn expands(template: &str, uri: &str) -> bool {
+    let mut literals = Vec::new();
+    let mut rest = template;
+    while let Some((literal, after)) = rest.split_once('{') {
+        literals.push(literal);
+        let Some((_, after)) = after.split_once('}') else {
+            return false;
+        };
+        rest = after;
+    }
+    if literals.is_empty() {
+        return template == uri;
+    }
+    let Some(mut at) = uri.strip_prefix(literals[0]).map(|_| literals[0].len()) else {
+        return false;
+    };
+    for literal in literals[1..].iter().filter(|l| !l.is_empty()) {
+        let Some(found) = uri.get(at + 1..).and_then(|u| u.find(literal)) else {
+            return false;
+        };
+        at += 1 + found + literal.len();
+    }
+    uri.ends_with(rest) && uri.len() - rest.len() > at
+}
 
 /// The crate's poison-tolerant lock (every critical section here leaves
 /// its data consistent).

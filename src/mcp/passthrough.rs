@@ -57,11 +57,15 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use super::catalog::resource_uri;
 use super::lock;
+use super::resource_uri;
 use crate::bus::EventBus;
 use crate::stdx::lines::encode;
 use crate::store::NewEvent;
+
+/// Why a call whose tool asked for more input (`resultType:
+/// "input_required"`, protocol 2026-07-28's multi-round-trip requests) fails.
+pub const INPUT_REQUIRED: &str = "the tool asked for more input (a multi-round-trip request of protocol 2026-07-28), which the gateway does not pass on yet; call the server directly for this tool";
 
 /// Notifications waiting for one client session; past this they are dropped
 /// (and counted), so a flooding upstream costs bounded memory per session.
@@ -340,7 +344,7 @@ async fn send(
 }
 
 /// The response stream of a call's own request, where what the call
-/// causes goes (an HTTP front's shortcut, see [`super::shortcut`]).
+/// causes goes (an HTTP front's shortcut, see [`crate::mcp::server::shortcut`]).
 pub type CallStream = mpsc::Sender<ServerNotification>;
 
 /// Who makes a call: the session, its request's id and its progress token,
@@ -799,7 +803,7 @@ pub async fn call_tracked(
     match answer? {
         ServerResult::CallToolResult(result) => Ok(result),
         ServerResult::InputRequiredResult(_) => Err(rmcp::ServiceError::McpError(
-            ErrorData::internal_error(super::wire::INPUT_REQUIRED, None),
+            ErrorData::internal_error(INPUT_REQUIRED, None),
         )),
         _ => Err(rmcp::ServiceError::McpError(ErrorData::internal_error(
             "the server answered `tools/call` with another kind of result",

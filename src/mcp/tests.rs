@@ -8,7 +8,10 @@ use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::json;
 
 use super::call::{MAX_RECORDED_ARGUMENT_BYTES, REDACTED, recorded_arguments};
-use super::{Before, CallPath, CallStage, Pool, ToolCall, UpstreamState, exposes, namespaced};
+use super::{
+    Before, CallPath, CallStage, Pool, ToolCall, UpstreamState, expands, exposes, namespaced,
+    resource_uri, split_resource_uri,
+};
 use crate::model::{McpServer, McpTransport, RestartPolicy};
 use futures_util::future::BoxFuture;
 
@@ -212,7 +215,7 @@ async fn members_come_and_go_and_each_change_is_announced() {
         state_dir: dir.path().join(".npc"),
         supervisor: supervisor.clone(),
     };
-    let pool = Arc::new(Pool::empty(cx, super::pool::Launch::Owned, None));
+    let pool = Arc::new(Pool::empty(cx, super::client::pool::Launch::Owned, None));
     let mut changes = pool.subscribe_changes();
     let mut unreachable = server(None, &[]);
     unreachable.startup_timeout_ms = 2000;
@@ -297,4 +300,41 @@ fn on_conflict_prefixes_only_the_clashing_names() {
         super::expose(super::Prefix::OnConflict, items, |n| n == "fetch_url"),
         exposed
     );
+}
+
+#[test]
+fn resource_uris_round_trip_verbatim() {
+    let uri = resource_uri("fs", "file:///tmp/a b.txt");
+    assert_eq!(uri, "npc://fs/file:///tmp/a b.txt");
+    assert_eq!(
+        split_resource_uri(&uri),
+        Some(("fs", "file:///tmp/a b.txt"))
+    );
+    let template = resource_uri("every", "demo://resource/{id}");
+    assert_eq!(
+        split_resource_uri(&template.replace("{id}", "7")),
+        Some(("every", "demo://resource/7"))
+    );
+    assert_eq!(split_resource_uri("npc://fs"), None);
+    assert_eq!(split_resource_uri("npc:///x"), None);
+    assert_eq!(split_resource_uri("file:///x"), None);
+}
+
+#[test]
+fn template_expansions_are_recognised() {
+    let t = "test://template/{id}/data";
+    assert!(expands(t, "test://template/123/data"));
+    assert!(expands(t, "test://template/a/b/data"));
+    assert!(
+        !expands(t, "test://template//data"),
+        "an expression is not empty"
+    );
+    assert!(!expands(t, "test://template/123/date"));
+    assert!(!expands(t, "test://other/123/data"));
+    assert!(expands("file:///{+path}", "file:///tmp/x"));
+    assert!(!expands("file:///{+path}", "file:///"));
+    assert!(expands("a://{x}{y}-z", "a://12-z"));
+    assert!(expands("a://plain", "a://plain"));
+    assert!(!expands("a://plain", "a://plainer"));
+    assert!(!expands("a://{broken", "a://broken"));
 }

@@ -299,7 +299,7 @@ fn mcp_upgrade(runtime: Arc<Runtime>) -> control::Upgrade {
         let asking = session_asking(&runtime, request);
         Box::pin(async move {
             let within = Some(control::MCP_INIT_TIMEOUT);
-            let session = crate::mcp::session::serve(gateway, read, write, within);
+            let session = crate::mcp::server::session::serve(gateway, read, write, within);
             let session = crate::mcp::call::for_run(run, asking.scope(session));
             if let Err(e) = session.await {
                 tracing::debug!("an MCP session over the control socket ended: {e}");

@@ -624,3 +624,300 @@ fn the_layer_table_in_architecture_md_matches_layers() {
         "ARCHITECTURE.md's layer table and `LAYERS` differ"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Files inside a room: no import circle (ARCHITECTURE.md, "Layers").
+// ---------------------------------------------------------------------------
+
+/// A file's module path: `mcp/client/pool.rs` and `mcp/client/pool/mod.rs`
+/// are both `mcp::client::pool`.
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The names `tokens[i..]` spells after a path's base (`:: a :: b`, or a
+/// `:: { … }` group, nested groups included), each appended to `base`.
+fn path_tails(tokens: &[(String, usize)], mut i: usize, base: Vec<String>) -> Vec<Vec<String>> {
+    let ident = |t: &str| {
+        t.chars()
+            .next()
+            .is_some_and(|c| c.is_alphabetic() || c == '_')
+    };
+    let mut path = base;
+    while tokens.get(i).is_some_and(|(t, _)| t == "::") {
+        match tokens.get(i + 1).map(|(t, _)| t.as_str()) {
+            Some("{") => {
+                let mut out = Vec::new();
+                let (mut j, mut nest, mut at_item) = (i + 2, 1usize, true);
+                while j < tokens.len() && nest > 0 {
+                    let t = tokens[j].0.as_str();
+                    match t {
+                        "{" => nest += 1,
+                        "}" => nest -= 1,
+                        "," if nest == 1 => at_item = true,
+                        "self" if nest == 1 && at_item => {
+                            out.push(path.clone());
+                            at_item = false;
+                        }
+                        _ if nest == 1 && at_item && ident(t) => {
+                            let mut item = path.clone();
+                            item.push(t.to_string());
+                            out.extend(path_tails(tokens, j + 1, item));
+                            at_item = false;
+                        }
+                        _ => {}
+                    }
+                    j += 1;
+                }
+                return out;
+            }
+            Some(t) if ident(t) => {
+                path.push(t.to_string());
+                i += 2;
+            }
+            _ => break,
+        }
+    }
+    vec![path]
+}
+
+/// Every module path the production code of the file of `module` names
+/// (before its first `#[cfg(test)]`): `crate::…`, `super::…` chains,
+/// `self::…`, and paths through its own child modules.
+fn module_paths_named(module: &[String], src: &str) -> Vec<Vec<String>> {
+    let code = src.split("#[cfg(test)]").next().unwrap_or_default();
+    let tokens = path_tokens(code);
+    let children: Vec<&str> = tokens
+        .windows(3)
+        .filter(|w| w[0].0 == "mod" && w[2].0 == ";")
+        .map(|w| w[1].0.as_str())
+        .collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        let after_sep = i > 0 && tokens[i - 1].0 == "::";
+        let next_sep = tokens.get(i + 1).is_some_and(|(t, _)| t == "::");
+        let t = tokens[i].0.as_str();
+        if after_sep || !next_sep {
+            i += 1;
+            continue;
+        }
+        let (base, at) = match t {
+            "crate" => (Vec::new(), i + 1),
+            "self" => (module.to_vec(), i + 1),
+            "super" => {
+                let mut j = i;
+                let mut ups = 0;
+                while tokens.get(j).is_some_and(|(t, _)| t == "super")
+                    && tokens.get(j + 1).is_some_and(|(t, _)| t == "::")
+                {
+                    ups += 1;
+                    j += 2;
+                }
+                let keep = module.len().saturating_sub(ups);
+                (module[..keep].to_vec(), j - 1)
+            }
+            _ if children.contains(&t) => {
+                let mut base = module.to_vec();
+                base.push(t.to_string());
+                (base, i + 1)
+            }
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        out.extend(path_tails(&tokens, at, base));
+        i = at + 1;
+    }
+    out
+}
+
+/// The arrows between files of one room: module → modules of the same room
+/// it names (a module's own parent or child does not count: declaring and
+/// re-exporting are not use). Files named `tests.rs` and folders named
+/// `tests` are left out.
+fn file_arrows() -> std::collections::BTreeMap<Vec<String>, std::collections::BTreeSet<Vec<String>>>
+{
+    let src = repo_root().join("src");
+    let files: Vec<(Vec<String>, PathBuf)> = rust_files(&src)
+        .into_iter()
+        .filter_map(|file| {
+            let rel = file.strip_prefix(&src).unwrap().to_path_buf();
+            let in_tests = rel.components().any(|c| c.as_os_str() == "tests")
+                || rel.file_name().is_some_and(|f| f == "tests.rs");
+            let module = module_of(&rel);
+            (!in_tests && room_of(&rel).is_some() && module.len() >= 2 || {
+                // A room that is a folder is a module of its own (`mcp/mod.rs`).
+                !in_tests && module.len() == 1 && src.join(&module[0]).is_dir()
+            })
+            .then_some((module, file))
+        })
+        .collect();
+    let known: std::collections::BTreeSet<Vec<String>> =
+        files.iter().map(|(m, _)| m.clone()).collect();
+    let mut arrows: std::collections::BTreeMap<_, std::collections::BTreeSet<_>> =
+        Default::default();
+    for (module, file) in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for path in module_paths_named(module, &text) {
+            let Some(target) = (1..=path.len())
+                .rev()
+                .map(|k| path[..k].to_vec())
+                .find(|p| known.contains(p))
+            else {
+                continue;
+            };
+            let related = target.starts_with(module) || module.starts_with(&target);
+            if target[0] == module[0] && !related {
+                arrows.entry(module.clone()).or_default().insert(target);
+            }
+        }
+    }
+    arrows
+}
+
+/// The sets of at least two modules that reach each other (Tarjan).
+fn circles(
+    arrows: &std::collections::BTreeMap<Vec<String>, std::collections::BTreeSet<Vec<String>>>,
+) -> Vec<Vec<String>> {
+    struct Walk<'a> {
+        arrows:
+            &'a std::collections::BTreeMap<Vec<String>, std::collections::BTreeSet<Vec<String>>>,
+        index: std::collections::HashMap<&'a [String], (usize, usize)>,
+        stack: Vec<&'a [String]>,
+        next: usize,
+        out: Vec<Vec<String>>,
+    }
+    impl<'a> Walk<'a> {
+        fn visit(&mut self, v: &'a [String]) {
+            self.index.insert(v, (self.next, self.next));
+            self.next += 1;
+            self.stack.push(v);
+            for w in self.arrows.get(v).into_iter().flatten() {
+                let w = w.as_slice();
+                match self.index.get(w).copied() {
+                    None => {
+                        self.visit(w);
+                        let low = self.index[w].1.min(self.index[v].1);
+                        self.index.get_mut(v).unwrap().1 = low;
+                    }
+                    Some((wi, _)) if self.stack.contains(&w) => {
+                        let low = wi.min(self.index[v].1);
+                        self.index.get_mut(v).unwrap().1 = low;
+                    }
+                    Some(_) => {}
+                }
+            }
+            let (vi, low) = self.index[v];
+            if vi == low {
+                let mut circle = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    circle.push(w.join("::"));
+                    if w == v {
+                        break;
+                    }
+                }
+                if circle.len() > 1 {
+                    circle.sort();
+                    self.out.push(circle);
+                }
+            }
+        }
+    }
+    let mut walk = Walk {
+        arrows,
+        index: Default::default(),
+        stack: Vec::new(),
+        next: 0,
+        out: Vec::new(),
+    };
+    for v in arrows.keys() {
+        if !walk.index.contains_key(v.as_slice()) {
+            walk.visit(v);
+        }
+    }
+    walk.out
+}
+
+/// Architecture invariant: no two files of a room import each other, even
+/// through a third (ARCHITECTURE.md, "Layers"): inside a room, as between
+/// rooms, a seam goes through a trait or a type the lower file defines.
+#[test]
+fn no_files_of_a_room_import_each_other() {
+    let arrows = file_arrows();
+    assert!(
+        arrows.values().map(|t| t.len()).sum::<usize>() > 50,
+        "the file graph found almost no arrows; the path reader is broken"
+    );
+    let found = circles(&arrows);
+    assert!(
+        found.is_empty(),
+        "files of a room import each other; move the shared item into the lower file (or the room's `mod.rs`), or go through a trait:\n{}",
+        found
+            .iter()
+            .map(|c| c.join(", "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// The file graph sees every form of a path to a sibling file, and finds a
+/// circle when there is one.
+#[test]
+fn the_file_guard_sees_sibling_paths_and_circles() {
+    let named = |module: &str, src: &str| -> Vec<String> {
+        let module: Vec<String> = module.split("::").map(str::to_string).collect();
+        module_paths_named(&module, src)
+            .into_iter()
+            .map(|p| p.join("::"))
+            .collect()
+    };
+    assert_eq!(
+        named("mcp::call", "use super::client::pool::{Pool, X};"),
+        ["mcp::client::pool::Pool", "mcp::client::pool::X"]
+    );
+    assert_eq!(
+        named(
+            "mcp::client::wire",
+            "use crate::mcp::{lock, passthrough::{self, P}};"
+        ),
+        ["mcp::lock", "mcp::passthrough", "mcp::passthrough::P"]
+    );
+    assert_eq!(
+        named("mcp", "mod pool;\nfn f() { pool::g(); self::call::h(); }"),
+        ["mcp::pool::g", "mcp::call::h"]
+    );
+    assert_eq!(
+        named(
+            "runs::fleet",
+            "// super::mirror::x\nlet s = \"super::mirror\";\n#[cfg(test)]\nmod tests { use super::super::mirror::y; }"
+        ),
+        Vec::<String>::new()
+    );
+    let module = |s: &str| s.split("::").map(str::to_string).collect::<Vec<_>>();
+    let mut arrows: std::collections::BTreeMap<_, std::collections::BTreeSet<_>> =
+        Default::default();
+    arrows
+        .entry(module("r::a"))
+        .or_default()
+        .insert(module("r::b"));
+    arrows
+        .entry(module("r::b"))
+        .or_default()
+        .insert(module("r::c"));
+    assert!(circles(&arrows).is_empty());
+    arrows
+        .entry(module("r::c"))
+        .or_default()
+        .insert(module("r::a"));
+    assert_eq!(circles(&arrows), vec![vec!["r::a", "r::b", "r::c"]]);
+}

@@ -694,7 +694,7 @@ fn malformed_oversized_and_cancelled_client_frames_cost_only_themselves() {
 
 #[test]
 fn a_session_stops_reading_while_its_calls_in_flight_are_at_the_bound() {
-    // `npcagent::mcp::session::MAX_CALLS_IN_FLIGHT`.
+    // `npcagent::mcp::server::session::MAX_CALLS_IN_FLIGHT`.
     const BOUND: usize = 64;
     let dir = repo(&format!("version = 1\n{}", bad_server(1000)));
     let mut session = RawSession::start(&dir);

@@ -432,7 +432,7 @@ fn an_http_upstreams_calls_pass_server_requests_and_progress_like_rmcps() {
         return;
     }
     // The pool's calls to an HTTP upstream are its own posts on rmcp's
-    // session (`mcp::pool::http_wire`): what the upstream sends on a call's
+    // session (`mcp::client::pool::http_wire`): what the upstream sends on a call's
     // stream must still reach the client that called, as directly.
     let (_server, port) = crate::mcp::everything_listening("streamableHttp");
     let upstream = format!("http://127.0.0.1:{port}/mcp");

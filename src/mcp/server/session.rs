@@ -4,9 +4,9 @@
 //!
 //! `tools/call` is the message an agent sends over and over, so the session
 //! answers it itself: the line is decoded once, the call goes through the
-//! [`CallPath`] in this task (no handler task per request), the answer is
+//! [`CallPath`](crate::mcp::CallPath) in this task (no handler task per request), the answer is
 //! written as soon as the result is there, and only then is the call
-//! recorded ([`CallPath::publish`]). Every other message (the handshake,
+//! recorded ([`CallPath::publish`](crate::mcp::CallPath::publish)). Every other message (the handshake,
 //! lists, resources, prompts, completions, pings, malformed lines) goes to
 //! rmcp's server for the same [`Gateway`] over an in-process pipe, and its
 //! frames come back out through the same writer, whole lines at a time. A
@@ -21,7 +21,7 @@
 //! stops reading until one ends. A call the client cancels
 //! (`notifications/cancelled`) stops: its upstream is told, it is not
 //! answered, and it is recorded as `cancelled`. Each call runs as the session's
-//! [`Caller`] with its progress token (see [`super::passthrough`]), so what
+//! [`Caller`] with its progress token (see [`crate::mcp::passthrough`]), so what
 //! its upstream sends back during the call reaches this client. When the
 //! client closes its side, calls still running are dropped.
 
@@ -35,8 +35,8 @@ use futures_util::stream::FuturesUnordered;
 use rmcp::RoleServer;
 use rmcp::ServiceExt as _;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ProtocolVersion, RequestId,
-    ServerJsonRpcMessage, ServerResult,
+    CallToolRequestParams, CallToolResponse, CallToolResult, RequestId, ServerJsonRpcMessage,
+    ServerResult,
 };
 use rmcp::service::{Peer, ServerInitializeError};
 use serde::Deserialize;
@@ -44,12 +44,11 @@ use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _,
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::gateway::Gateway;
-use super::passthrough::{Caller, Client, FrameWriter, Sink, as_caller};
+use super::gateway::{Gateway, Shape};
+use crate::mcp::MAX_FRAME_BYTES;
+use crate::mcp::passthrough::{Caller, Client, FrameWriter, Sink, as_caller};
 use crate::stdx::lines::{Line, LineReader, Overlong, Splitter, encode};
 
-/// Longest frame (one line) a client may send; longer ones are dropped.
-pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
 /// Calls of one session running at once; past it the session stops reading.
 pub const MAX_CALLS_IN_FLIGHT: usize = 64;
 /// Buffer of the in-process pipe to and from rmcp's server.
@@ -88,37 +87,6 @@ struct Envelope<'a> {
 #[serde(rename_all = "camelCase")]
 struct Cancelled {
     request_id: RequestId,
-}
-
-/// The wire shape of results, from the protocol version the client
-/// initialized with (what rmcp's handler does for its own answers).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Shape {
-    /// Before 2026-07-28: no `resultType: "complete"`, object output only.
-    Legacy,
-    /// 2026-07-28 and later: caching hints filled in.
-    Current,
-}
-
-impl Shape {
-    pub(super) fn of(peer: &Peer<RoleServer>) -> Self {
-        let version = peer.peer_info().map(|info| info.protocol_version.clone());
-        if version.is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str()) {
-            Self::Current
-        } else {
-            Self::Legacy
-        }
-    }
-
-    fn apply(self, result: &mut ServerResult) {
-        match self {
-            Self::Legacy => {
-                result.strip_result_type_for_legacy_peer();
-                result.strip_non_object_output_for_legacy_peer();
-            }
-            Self::Current => result.fill_missing_cache_hints(),
-        }
-    }
 }
 
 /// What to do with one frame.

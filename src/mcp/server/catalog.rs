@@ -1,10 +1,7 @@
-//! Resources and prompts behind the gateway. Each upstream session's
-//! resources, resource templates and prompts are fetched at connect into its
-//! [`ServerCatalog`] (only what the server's capabilities offer, at most
-//! [`MAX_LIST_PAGES`] pages and [`MAX_ITEMS_PER_LIST`] items a list) and
-//! refetched on `notifications/resources/list_changed` /
-//! `notifications/prompts/list_changed` (coalesced, like tool lists); the
-//! gateway's clients are then told in turn.
+//! Resources and prompts behind the gateway: what its clients list and read
+//! of every upstream's catalog (`client::catalog`, kept by the pool's
+//! sessions) and of the manifest's `prompts`. When an upstream's lists
+//! change, the gateway's clients are told in turn.
 //!
 //! Names, as the gateway's clients see them ([`Catalog`]):
 //! - a resource `URI` of server `S` is `npc://S/URI` (the upstream URI kept
@@ -15,323 +12,33 @@
 //!   a bare upstream URI is read (and subscribed) when exactly one server
 //!   lists it or has a template it expands;
 //! - a prompt `P` of server `S` is `S__P`, spelled like tools
-//!   ([`super::namespaced`]), or with `mcp.prefix = "on_conflict"` just `P`
-//!   unless another server or a manifest prompt has it ([`super::expose`]);
+//!   ([`crate::mcp::namespaced`]), or with `mcp.prefix = "on_conflict"` just `P`
+//!   unless another server or a manifest prompt has it ([`crate::mcp::expose`]);
 //! - a prompt `NAME` of the manifest's `prompts` section keeps its name and
 //!   is rendered by [`crate::render::prompt`] (fuel- and size-bounded, off
 //!   the executor, within [`PROMPT_RENDER_DEADLINE`]); its variables are the
 //!   prompt's arguments, required when they have no default. A manifest
 //!   prompt wins a name collision with a server's prompt.
 
-use super::passthrough::LIST_CHANGED_DEBOUNCE;
-use crate::stdx::{read, write};
-use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
+use rmcp::ErrorData;
 use rmcp::model::{
     CompleteRequestParams, CompleteResult, CompletionInfo, GetPromptRequestParams, GetPromptResult,
-    JsonObject, PaginatedRequestParams, Prompt, PromptArgument, PromptMessage,
-    ReadResourceRequestParams, ReadResourceResult, Reference, Resource, ResourceContents,
-    ResourceTemplate, Role,
+    JsonObject, Prompt, PromptArgument, PromptMessage, ReadResourceRequestParams,
+    ReadResourceResult, Reference, Resource, ResourceContents, ResourceTemplate, Role,
 };
-use rmcp::{ErrorData, Peer, RoleClient};
-use tokio::sync::broadcast;
 
-use super::pool::{CallError, Pool};
+use crate::mcp::client::catalog::ServerCatalog;
+use crate::mcp::client::pool::{CallError, Pool};
+use crate::mcp::{RESOURCE_URI_PREFIX, expands, resource_uri, split_resource_uri};
 use crate::model::Manifest;
 
-/// Scheme and prefix of the gateway's resource URIs: `npc://SERVER/URI`.
-pub const RESOURCE_URI_PREFIX: &str = "npc://";
-/// Most pages fetched of one list (resources, templates, prompts) of one server.
-pub const MAX_LIST_PAGES: usize = super::pool::MAX_TOOL_PAGES;
-/// Most items kept of one list of one server; the rest are left out (logged).
-pub const MAX_ITEMS_PER_LIST: usize = 1024;
 /// Longest a manifest prompt may take to render for `prompts/get`.
 pub const PROMPT_RENDER_DEADLINE: Duration = Duration::from_secs(10);
-
-/// Which of a server's lists changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CatalogChange {
-    /// Resources or resource templates.
-    Resources,
-    Prompts,
-}
-
-/// Refresh states of one list: none running, one running, one running with
-/// another notification since it started.
-const REFRESH_IDLE: u8 = 0;
-const REFRESH_RUNNING: u8 = 1;
-const REFRESH_AGAIN: u8 = 2;
-
-/// Mark a refresh wanted; true when the caller must start it (none ran).
-pub(super) fn refresh_begins(state: &AtomicU8) -> bool {
-    state
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
-            Some(if s == REFRESH_IDLE {
-                REFRESH_RUNNING
-            } else {
-                REFRESH_AGAIN
-            })
-        })
-        .unwrap_or(REFRESH_AGAIN)
-        == REFRESH_IDLE
-}
-
-/// After one refresh: true when done, false when another is due.
-pub(super) fn refresh_done(state: &AtomicU8) -> bool {
-    let done = state
-        .compare_exchange(
-            REFRESH_RUNNING,
-            REFRESH_IDLE,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        )
-        .is_ok();
-    if !done {
-        state.store(REFRESH_RUNNING, Ordering::SeqCst);
-    }
-    done
-}
-
-/// A paged list, at most [`MAX_LIST_PAGES`] pages and [`MAX_ITEMS_PER_LIST`]
-/// items, so a server paging forever or listing without end cannot grow
-/// npc's memory. `page` fetches one page after the given cursor.
-async fn fetch_paged<T, F, Fut>(
-    server: &str,
-    what: &str,
-    mut page: F,
-) -> Result<Vec<T>, rmcp::ServiceError>
-where
-    F: FnMut(Option<PaginatedRequestParams>) -> Fut,
-    Fut: Future<Output = Result<(Vec<T>, Option<String>), rmcp::ServiceError>>,
-{
-    let mut items = Vec::new();
-    let mut cursor = None;
-    for _ in 0..MAX_LIST_PAGES {
-        let params = cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
-        let (more, next) = page(params).await?;
-        items.extend(more);
-        if items.len() > MAX_ITEMS_PER_LIST {
-            tracing::warn!(
-                server,
-                what,
-                limit = MAX_ITEMS_PER_LIST,
-                "mcp: server lists too many; the rest are left out"
-            );
-            items.truncate(MAX_ITEMS_PER_LIST);
-            return Ok(items);
-        }
-        match next {
-            Some(next) => cursor = Some(next),
-            None => return Ok(items),
-        }
-    }
-    tracing::warn!(
-        server,
-        what,
-        pages = MAX_LIST_PAGES,
-        "mcp: server pages without end; the rest are left out"
-    );
-    Ok(items)
-}
-
-/// One upstream server's cached resources, resource templates and prompts.
-/// The cache survives a closed session, so listing never waits on a server.
-#[derive(Debug)]
-pub struct ServerCatalog {
-    resources: RwLock<Vec<Resource>>,
-    templates: RwLock<Vec<ResourceTemplate>>,
-    prompts: RwLock<Vec<Prompt>>,
-    resources_refresh: AtomicU8,
-    prompts_refresh: AtomicU8,
-    changed: broadcast::Sender<CatalogChange>,
-}
-
-impl ServerCatalog {
-    /// An empty catalog announcing its changes on `changed`.
-    pub fn new(changed: broadcast::Sender<CatalogChange>) -> Self {
-        Self {
-            resources: RwLock::default(),
-            templates: RwLock::default(),
-            prompts: RwLock::default(),
-            resources_refresh: AtomicU8::new(REFRESH_IDLE),
-            prompts_refresh: AtomicU8::new(REFRESH_IDLE),
-            changed,
-        }
-    }
-
-    /// Fetch every list the server's capabilities offer (at connect). A list
-    /// the server fails to give is logged and left empty; the session stays.
-    pub async fn fetch(&self, peer: &Peer<RoleClient>, server: &str) {
-        self.refetch(CatalogChange::Resources, peer, server).await;
-        self.refetch(CatalogChange::Prompts, peer, server).await;
-    }
-
-    async fn refetch(&self, what: CatalogChange, peer: &Peer<RoleClient>, server: &str) {
-        let capabilities = peer.peer_info().map(|i| i.capabilities.clone());
-        let offered = capabilities.as_ref().is_some_and(|c| match what {
-            CatalogChange::Resources => c.resources.is_some(),
-            CatalogChange::Prompts => c.prompts.is_some(),
-        });
-        if !offered {
-            return;
-        }
-        match what {
-            CatalogChange::Resources => {
-                let resources = fetch_paged(server, "resources", |p| async move {
-                    peer.list_resources(p)
-                        .await
-                        .map(|r| (r.resources, r.next_cursor))
-                })
-                .await;
-                let templates = fetch_paged(server, "resource templates", |p| async move {
-                    peer.list_resource_templates(p)
-                        .await
-                        .map(|r| (r.resource_templates, r.next_cursor))
-                })
-                .await;
-                store(&self.resources, resources, server, "resources/list");
-                store(
-                    &self.templates,
-                    templates,
-                    server,
-                    "resources/templates/list",
-                );
-            }
-            CatalogChange::Prompts => {
-                let prompts = fetch_paged(server, "prompts", |p| async move {
-                    peer.list_prompts(p)
-                        .await
-                        .map(|r| (r.prompts, r.next_cursor))
-                })
-                .await;
-                store(&self.prompts, prompts, server, "prompts/list");
-            }
-        }
-        let _ = self.changed.send(what);
-    }
-
-    /// `notifications/*/list_changed` arrived: refetch that list after
-    /// [`LIST_CHANGED_DEBOUNCE`]. Notifications while one waits or runs
-    /// coalesce into one more, so a server flooding them costs at most one
-    /// task and one fetch per window.
-    pub fn list_changed(
-        self: &Arc<Self>,
-        what: CatalogChange,
-        peer: Peer<RoleClient>,
-        server: String,
-    ) {
-        if !refresh_begins(self.refresh_state(what)) {
-            return;
-        }
-        let this = self.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(LIST_CHANGED_DEBOUNCE).await;
-                this.refetch(what, &peer, &server).await;
-                if refresh_done(this.refresh_state(what)) {
-                    break;
-                }
-            }
-        });
-    }
-
-    fn refresh_state(&self, what: CatalogChange) -> &AtomicU8 {
-        match what {
-            CatalogChange::Resources => &self.resources_refresh,
-            CatalogChange::Prompts => &self.prompts_refresh,
-        }
-    }
-
-    pub fn resources(&self) -> Vec<Resource> {
-        read(&self.resources).clone()
-    }
-
-    pub fn templates(&self) -> Vec<ResourceTemplate> {
-        read(&self.templates).clone()
-    }
-
-    pub fn prompts(&self) -> Vec<Prompt> {
-        read(&self.prompts).clone()
-    }
-
-    fn lists_resource(&self, uri: &str) -> bool {
-        read(&self.resources).iter().any(|r| r.uri == uri)
-    }
-
-    fn lists_template(&self, uri_template: &str) -> bool {
-        read(&self.templates)
-            .iter()
-            .any(|t| t.uri_template == uri_template)
-    }
-
-    fn expands_template(&self, uri: &str) -> bool {
-        read(&self.templates)
-            .iter()
-            .any(|t| expands(&t.uri_template, uri))
-    }
-
-    fn lists_prompt(&self, name: &str) -> bool {
-        read(&self.prompts).iter().any(|p| p.name == name)
-    }
-}
-
-fn store<T>(
-    slot: &RwLock<Vec<T>>,
-    fetched: Result<Vec<T>, rmcp::ServiceError>,
-    server: &str,
-    method: &str,
-) {
-    match fetched {
-        Ok(items) => *write(slot) = items,
-        Err(e) => {
-            tracing::warn!(server, method, error = %e, "mcp: fetching a list failed; keeping the last one")
-        }
-    }
-}
-
-/// `npc://SERVER/URI`: how the gateway names resource `uri` of `server`.
-pub fn resource_uri(server: &str, uri: &str) -> String {
-    format!("{RESOURCE_URI_PREFIX}{server}/{uri}")
-}
-
-/// Whether `uri` is an expansion of the RFC 6570 `template`: its literal
-/// parts in order, each `{…}` expression standing for at least one character.
-pub fn expands(template: &str, uri: &str) -> bool {
-    let mut literals = Vec::new();
-    let mut rest = template;
-    while let Some((literal, after)) = rest.split_once('{') {
-        literals.push(literal);
-        let Some((_, after)) = after.split_once('}') else {
-            return false;
-        };
-        rest = after;
-    }
-    if literals.is_empty() {
-        return template == uri;
-    }
-    let Some(mut at) = uri.strip_prefix(literals[0]).map(|_| literals[0].len()) else {
-        return false;
-    };
-    for literal in literals[1..].iter().filter(|l| !l.is_empty()) {
-        let Some(found) = uri.get(at + 1..).and_then(|u| u.find(literal)) else {
-            return false;
-        };
-        at += 1 + found + literal.len();
-    }
-    uri.ends_with(rest) && uri.len() - rest.len() > at
-}
-
-/// The (server, upstream URI) a gateway resource URI stands for.
-pub fn split_resource_uri(uri: &str) -> Option<(&str, &str)> {
-    uri.strip_prefix(RESOURCE_URI_PREFIX)?
-        .split_once('/')
-        .filter(|(server, rest)| !server.is_empty() && !rest.is_empty())
-}
 
 /// The resource URIs and templates every server lists, to name them under
 /// `mcp.prefix = "on_conflict"` (gathered once a list, not once a URI).
@@ -443,7 +150,7 @@ impl Catalog {
     /// `mcp.prefix = "always"`, where every URI is `npc://SERVER/URI`).
     fn claims(&self) -> UriClaims {
         let mut claims = UriClaims::default();
-        if self.pool.prefix() != super::Prefix::OnConflict {
+        if self.pool.prefix() != crate::mcp::Prefix::OnConflict {
             return claims;
         }
         claims.on_conflict = true;
@@ -553,7 +260,7 @@ impl Catalog {
         let items = catalogs
             .iter()
             .flat_map(|(server, ps)| ps.iter().map(move |p| (server.as_str(), p.name.as_str())));
-        for e in super::expose(self.pool.prefix(), items, |n| seen.contains(n)) {
+        for e in crate::mcp::expose(self.pool.prefix(), items, |n| seen.contains(n)) {
             let Some(prompt) = catalogs
                 .iter()
                 .filter(|(server, _)| *server == e.server)
@@ -599,7 +306,7 @@ impl Catalog {
 impl Catalog {
     /// The (server, upstream prompt) a gateway prompt name stands for.
     fn route_prompt(&self, name: &str) -> Option<(String, String)> {
-        if self.pool.prefix() == super::Prefix::OnConflict {
+        if self.pool.prefix() == crate::mcp::Prefix::OnConflict {
             let manifest = self.manifest.load_full();
             let ours = |n: &str| {
                 manifest
@@ -614,7 +321,7 @@ impl Catalog {
             let items = catalogs.iter().flat_map(|(server, ps)| {
                 ps.iter().map(move |p| (server.as_str(), p.name.as_str()))
             });
-            return super::expose(super::Prefix::OnConflict, items, ours)
+            return crate::mcp::expose(crate::mcp::Prefix::OnConflict, items, ours)
                 .into_iter()
                 .find(|e| e.name == name)
                 .map(|e| (e.server, e.own));
@@ -622,7 +329,7 @@ impl Catalog {
         self.pool.catalogs().find_map(|(server, catalog)| {
             let prompt = name
                 .strip_prefix(server.as_str())?
-                .strip_prefix(super::NAMESPACE_SEPARATOR)?;
+                .strip_prefix(crate::mcp::NAMESPACE_SEPARATOR)?;
             catalog
                 .lists_prompt(prompt)
                 .then(|| (server.to_string(), prompt.to_string()))
@@ -743,77 +450,5 @@ async fn render(
             ),
             None,
         )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn resource_uris_round_trip_verbatim() {
-        let uri = resource_uri("fs", "file:///tmp/a b.txt");
-        assert_eq!(uri, "npc://fs/file:///tmp/a b.txt");
-        assert_eq!(
-            split_resource_uri(&uri),
-            Some(("fs", "file:///tmp/a b.txt"))
-        );
-        let template = resource_uri("every", "demo://resource/{id}");
-        assert_eq!(
-            split_resource_uri(&template.replace("{id}", "7")),
-            Some(("every", "demo://resource/7"))
-        );
-        assert_eq!(split_resource_uri("npc://fs"), None);
-        assert_eq!(split_resource_uri("npc:///x"), None);
-        assert_eq!(split_resource_uri("file:///x"), None);
-    }
-
-    #[test]
-    fn template_expansions_are_recognised() {
-        let t = "test://template/{id}/data";
-        assert!(expands(t, "test://template/123/data"));
-        assert!(expands(t, "test://template/a/b/data"));
-        assert!(
-            !expands(t, "test://template//data"),
-            "an expression is not empty"
-        );
-        assert!(!expands(t, "test://template/123/date"));
-        assert!(!expands(t, "test://other/123/data"));
-        assert!(expands("file:///{+path}", "file:///tmp/x"));
-        assert!(!expands("file:///{+path}", "file:///"));
-        assert!(expands("a://{x}{y}-z", "a://12-z"));
-        assert!(expands("a://plain", "a://plain"));
-        assert!(!expands("a://plain", "a://plainer"));
-        assert!(!expands("a://{broken", "a://broken"));
-    }
-
-    #[test]
-    fn refreshes_coalesce() {
-        let state = AtomicU8::new(REFRESH_IDLE);
-        assert!(refresh_begins(&state), "the first notification starts one");
-        assert!(!refresh_begins(&state), "the next ones only mark it again");
-        assert!(!refresh_begins(&state));
-        assert!(!refresh_done(&state), "one more refresh is due");
-        assert!(refresh_done(&state), "then it is done");
-        assert!(refresh_begins(&state));
-    }
-
-    #[tokio::test]
-    async fn paging_is_bounded() {
-        let pages = std::sync::atomic::AtomicUsize::new(0);
-        let got = fetch_paged("s", "things", |_| {
-            pages.fetch_add(1, Ordering::SeqCst);
-            async { Ok((vec![1u8], Some("more".to_string()))) }
-        })
-        .await
-        .unwrap();
-        assert_eq!(got.len(), MAX_LIST_PAGES);
-        assert_eq!(pages.load(Ordering::SeqCst), MAX_LIST_PAGES);
-        let got = fetch_paged("s", "things", |_| async {
-            Ok((vec![0u8; MAX_ITEMS_PER_LIST + 5], Some("more".to_string())))
-        })
-        .await
-        .unwrap();
-        assert_eq!(got.len(), MAX_ITEMS_PER_LIST);
     }
 }

@@ -30,15 +30,15 @@ use rmcp::service::{InboundStreamOrigin, RequestContext};
 use rmcp::{Peer, RoleClient, Service as _};
 
 use super::super::catalog::CatalogChange;
-use super::super::passthrough::{Entered, MAX_FORWARDED_REQUESTS};
 use super::super::wire::{
     Answer, Failure, answer_of, call_frame, cancelled_frame, id_of, progress_of,
 };
 use super::upstream::Listener;
+use crate::mcp::passthrough::{Entered, MAX_FORWARDED_REQUESTS};
 use crate::surfaces::mcp_link::{HttpLink, PostError, Posted};
 
 /// The lean side of one HTTP upstream session (see the module docs).
-pub(in crate::mcp::pool) struct HttpWire {
+pub(in crate::mcp::client::pool) struct HttpWire {
     link: HttpLink,
     listener: Listener,
     next: AtomicU64,
@@ -55,7 +55,7 @@ impl std::fmt::Debug for HttpWire {
 }
 
 impl HttpWire {
-    pub(in crate::mcp::pool) fn new(link: HttpLink, listener: Listener) -> Self {
+    pub(in crate::mcp::client::pool) fn new(link: HttpLink, listener: Listener) -> Self {
         Self {
             link,
             listener,
@@ -67,7 +67,7 @@ impl HttpWire {
     /// Call `name` with `arguments` on the session `peer` belongs to, as
     /// `entered`; `None` when there is no session to post in (call through
     /// rmcp then).
-    pub(in crate::mcp::pool) async fn call_tool(
+    pub(in crate::mcp::client::pool) async fn call_tool(
         &self,
         peer: &Peer<RoleClient>,
         name: &str,

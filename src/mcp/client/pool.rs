@@ -44,11 +44,11 @@ use rmcp::{ClientHandler, ErrorData, Peer, RoleClient};
 use tokio::sync::{Semaphore, broadcast};
 
 use super::catalog::{CatalogChange, ServerCatalog, refresh_begins, refresh_done};
-use super::lock;
-use super::passthrough::{
+use super::wire::{Envelope, Failure, Lent, Wire};
+use crate::mcp::lock;
+use crate::mcp::passthrough::{
     Clients, Entered, InFlight, LIST_CHANGED_DEBOUNCE, Passthrough, call_tracked,
 };
-use super::wire::{Envelope, Failure, Lent, Wire};
 
 use crate::bus::EventBus;
 use crate::driver::{DriverContext, child_spec};
@@ -72,8 +72,9 @@ pub const IDLE_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 const CHANGE_QUEUE_DEPTH: usize = 16;
 /// Most tools kept from one server; the rest are left out (logged).
 pub const MAX_TOOLS_PER_SERVER: usize = 1024;
-/// Most `tools/list` pages fetched from one server at a time.
-pub const MAX_TOOL_PAGES: usize = 64;
+/// Most `tools/list` pages fetched from one server at a time (as many as
+/// of its other lists).
+pub const MAX_TOOL_PAGES: usize = super::catalog::MAX_LIST_PAGES;
 
 mod http_wire;
 mod upstream;
@@ -454,7 +455,7 @@ impl Pool {
     }
 
     /// Every exposed tool of every server under its gateway name
-    /// ([`super::expose`] by the pool's prefix, no built-in reserved),
+    /// ([`crate::mcp::expose`] by the pool's prefix, no built-in reserved),
     /// servers in name order and tools in each server's order.
     pub fn tools(&self) -> Vec<ListedTool> {
         self.tools_beside(|_| false)
@@ -483,7 +484,7 @@ impl Pool {
 
     /// Every exposed tool's gateway name, with `reserved` names taken (no
     /// definitions cloned).
-    pub fn names_beside(&self, reserved: impl Fn(&str) -> bool) -> Vec<super::Exposed> {
+    pub fn names_beside(&self, reserved: impl Fn(&str) -> bool) -> Vec<crate::mcp::Exposed> {
         self.exposed(&self.members(), reserved)
     }
 
@@ -492,7 +493,7 @@ impl Pool {
         &self,
         members: &BTreeMap<String, Arc<Upstream>>,
         reserved: impl Fn(&str) -> bool,
-    ) -> Vec<super::Exposed> {
+    ) -> Vec<crate::mcp::Exposed> {
         let lists: Vec<_> = members
             .iter()
             .map(|(server, u)| (server.as_str(), u.config(), read(&u.tools)))
@@ -500,10 +501,10 @@ impl Pool {
         let items = lists.iter().flat_map(|(server, config, tools)| {
             tools
                 .iter()
-                .filter(|t| super::exposes(config, &t.name))
+                .filter(|t| crate::mcp::exposes(config, &t.name))
                 .map(|t| (*server, t.name.as_ref()))
         });
-        super::expose(self.prefix(), items, reserved)
+        crate::mcp::expose(self.prefix(), items, reserved)
     }
 
     /// The (server, tool) a gateway name stands for, if listed (no
@@ -530,10 +531,10 @@ impl Pool {
         self.members().iter().find_map(|(server, upstream)| {
             let tool = name
                 .strip_prefix(server.as_str())?
-                .strip_prefix(super::NAMESPACE_SEPARATOR)?;
+                .strip_prefix(crate::mcp::NAMESPACE_SEPARATOR)?;
             let listed = read(&upstream.tools).iter().any(|t| t.name == tool)
-                && super::exposes(&upstream.config(), tool)
-                && super::namespaced(server, tool).is_some();
+                && crate::mcp::exposes(&upstream.config(), tool)
+                && crate::mcp::namespaced(server, tool).is_some();
             listed.then(|| (server.clone(), tool.to_string()))
         })
     }

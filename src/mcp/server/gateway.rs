@@ -17,16 +17,56 @@ use rmcp::model::{
     ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
 };
 // Logging and subscriptions are deprecated (SEP-2577) but clients still use them.
+use rmcp::model::{ProtocolVersion, ServerResult};
 #[allow(deprecated)]
 use rmcp::model::{SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams};
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 
-use super::call::{CallPath, PROMPT_GET_EVENT, RESOURCE_READ_EVENT};
-use super::catalog::{Catalog, CatalogChange, ManifestPrompts, resource_uri};
-use super::passthrough::{Caller, Client, Sink, as_caller};
-use super::session::Shape;
-use super::shortcut::HttpSessions;
+use super::catalog::{Catalog, ManifestPrompts};
+use crate::mcp::call::{CallPath, PROMPT_GET_EVENT, RESOURCE_READ_EVENT};
+use crate::mcp::client::catalog::CatalogChange;
+use crate::mcp::passthrough::{Caller, Client, Sink, as_caller};
+use crate::mcp::resource_uri;
+
+/// The wire shape of results, from the protocol version the client
+/// initialized with (what rmcp's handler does for its own answers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Before 2026-07-28: no `resultType: "complete"`, object output only.
+    Legacy,
+    /// 2026-07-28 and later: caching hints filled in.
+    Current,
+}
+
+impl Shape {
+    pub fn of(peer: &Peer<RoleServer>) -> Self {
+        let version = peer.peer_info().map(|info| info.protocol_version.clone());
+        if version.is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str()) {
+            Self::Current
+        } else {
+            Self::Legacy
+        }
+    }
+
+    pub(super) fn apply(self, result: &mut ServerResult) {
+        match self {
+            Self::Legacy => {
+                result.strip_result_type_for_legacy_peer();
+                result.strip_non_object_output_for_legacy_peer();
+            }
+            Self::Current => result.fill_missing_cache_hints(),
+        }
+    }
+}
+
+/// Where the gateway registers an HTTP session once its handshake is done:
+/// `server::shortcut::HttpSessions`, which then answers the session's calls
+/// itself. A seam, so the gateway knows no transport above it.
+pub trait HttpRegistry: std::fmt::Debug + Send + Sync {
+    /// Session `id` finished its handshake as `client`, answered in `shape`.
+    fn register(&self, id: &str, client: &Arc<Client>, shape: Shape);
+}
 
 /// The gateway's MCP server handler; cheap to clone (one per session).
 #[derive(Debug)]
@@ -35,7 +75,7 @@ pub struct Gateway {
     catalog: Arc<Catalog>,
     client: ClientSlot,
     /// An HTTP front's sessions, which each session joins once initialized.
-    http: Option<Arc<HttpSessions>>,
+    http: Option<Arc<dyn HttpRegistry>>,
 }
 
 impl Clone for Gateway {
@@ -93,7 +133,7 @@ impl Gateway {
 
     /// Behind an HTTP front: each session, once initialized, joins
     /// `sessions`, which answers its `tools/call` itself.
-    pub fn with_http_sessions(mut self, sessions: Arc<HttpSessions>) -> Self {
+    pub fn with_http_sessions(mut self, sessions: Arc<dyn HttpRegistry>) -> Self {
         self.http = Some(sessions);
         self
     }

@@ -28,7 +28,7 @@ use rmcp::model::{
 #[allow(deprecated)]
 use rmcp::model::{SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams};
 
-use super::passthrough::call_tracked;
+use crate::mcp::passthrough::call_tracked;
 
 /// The HTTP client's progress tokens, by the token the relay's session gave
 /// the call behind.
@@ -288,7 +288,7 @@ fn intercept_progress(
     use tokio::io::AsyncWriteExt as _;
     let (mut to_rmcp, from_pump) = tokio::io::duplex(PIPE_BYTES);
     tokio::spawn(async move {
-        let splitter = Splitter::new(super::session::MAX_FRAME_BYTES, Overlong::Stop).skip_blank();
+        let splitter = Splitter::new(crate::mcp::MAX_FRAME_BYTES, Overlong::Stop).skip_blank();
         let mut reader = LineReader::new(read, splitter);
         while let Ok(Some(Line::Line(mut line))) = reader.next().await {
             if let Some(notification) = relayed_progress(&line, &progress) {

@@ -41,9 +41,9 @@ use tokio::io::{
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::lock;
-use super::passthrough::Passthrough;
-use super::session::MAX_FRAME_BYTES;
+use crate::mcp::MAX_FRAME_BYTES;
+use crate::mcp::lock;
+use crate::mcp::passthrough::{INPUT_REQUIRED, Passthrough};
 use crate::stdx::lines::{Line, LineReader, Overlong, Splitter, encode};
 
 /// Prefix of the ids of the wire's own requests.
@@ -447,10 +447,6 @@ pub(super) fn progress_of(line: &[u8]) -> Option<ProgressNotificationParam> {
     let Progress { params } = serde_json::from_slice(line).ok()?;
     Passthrough::is_own_token(&params.progress_token).then_some(params)
 }
-
-/// Why a call whose tool asked for more input (`resultType:
-/// "input_required"`, protocol 2026-07-28's multi-round-trip requests) fails.
-pub(super) const INPUT_REQUIRED: &str = "the tool asked for more input (a multi-round-trip request of protocol 2026-07-28), which the gateway does not pass on yet; call the server directly for this tool";
 
 /// A `tools/call` result: a tool result, or one with no content at all
 /// (`{}`, or only `_meta`), which rmcp's client also takes as complete. A

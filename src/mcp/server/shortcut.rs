@@ -8,11 +8,11 @@
 //! [`CallPath`] as the session's [`Caller`] in the connection's own task,
 //! and answered as one `application/json` body (the transport lets a server
 //! answer a POST either way), which keeps the connection open. The call is
-//! recorded ([`CallPath::publish`]) by a task that runs once the answer is
+//! recorded ([`CallPath::publish`](crate::mcp::CallPath::publish)) by a task that runs once the answer is
 //! written.
 //!
 //! What the call causes on its way (its progress, a log message of its
-//! upstream's) goes to the call's own stream ([`super::passthrough::CallStream`]): a call that
+//! upstream's) goes to the call's own stream ([`crate::mcp::passthrough::CallStream`]): a call that
 //! causes nothing before its answer is answered as JSON, one that does as an
 //! event stream of those messages and then the answer (the transport's two
 //! ways; rmcp's `json_response` decides the same way).
@@ -42,10 +42,11 @@ use rmcp::model::{RequestId, ServerJsonRpcMessage, ServerNotification};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::call::CallPath;
-use super::lock;
-use super::passthrough::{Caller, Client, MAX_QUEUED_NOTIFICATIONS, as_caller};
-use super::session::{Notice, Route, Shape, answer, route};
+use super::gateway::{HttpRegistry, Shape};
+use super::session::{Notice, Route, answer, route};
+use crate::mcp::call::CallPath;
+use crate::mcp::lock;
+use crate::mcp::passthrough::{Caller, Client, MAX_QUEUED_NOTIFICATIONS, as_caller};
 use crate::surfaces::mcp_http::{Reply, Shortcut, Taken};
 
 /// Calls of one session answered here at once; past it, rmcp takes them.
@@ -90,7 +91,7 @@ impl HttpSessions {
     /// Session `id` finished its handshake as `client`. Sessions that
     /// ended (their client dropped with rmcp's session) are forgotten here,
     /// so the map holds at most the sessions alive.
-    pub(super) fn register(&self, id: &str, client: &Arc<Client>, shape: Shape) {
+    fn register_session(&self, id: &str, client: &Arc<Client>, shape: Shape) {
         let mut sessions = lock(&self.sessions);
         sessions.retain(|_, s| s.client.strong_count() > 0);
         sessions.insert(
@@ -114,6 +115,12 @@ impl HttpSessions {
             session.shape,
             session.calls.clone(),
         ))
+    }
+}
+
+impl HttpRegistry for HttpSessions {
+    fn register(&self, id: &str, client: &Arc<Client>, shape: Shape) {
+        self.register_session(id, client, shape);
     }
 }
 
@@ -142,7 +149,7 @@ impl Drop for Running {
 type Served = Option<Vec<u8>>;
 
 /// A call answered here, as its reply is being made: the call while it
-/// runs, what it caused on its way (its progress, [`super::passthrough::CallStream`]), and the
+/// runs, what it caused on its way (its progress, [`crate::mcp::passthrough::CallStream`]), and the
 /// messages left to send.
 struct Replying {
     call: Option<Pin<Box<dyn Future<Output = Served> + Send>>>,
