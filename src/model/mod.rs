@@ -11,6 +11,7 @@ pub mod de;
 pub mod diagnostics;
 pub mod interp;
 mod json;
+pub mod keyword;
 pub mod lower;
 pub mod node;
 pub mod package;

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 
 use serde::Serialize;
 
+use super::keyword::keywords;
 use super::schedule::Schedule;
 use super::text::Text;
 
@@ -102,34 +103,21 @@ impl Default for StoreSettings {
     }
 }
 
-/// What a daemon in front of a fleet does (`[store] role`).
-#[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum FleetRole {
-    /// Takes webhooks and stands for the cron scheduling.
-    #[default]
-    All,
-    /// Takes webhooks; never schedules cron.
-    Ingress,
-    /// Stands for the cron scheduling; serves no webhooks.
-    Scheduler,
+keywords! {
+    /// What a daemon in front of a fleet does (`[store] role`).
+    #[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize, Default)]
+    pub enum FleetRole {
+        /// Takes webhooks and stands for the cron scheduling.
+        #[default]
+        All = "all",
+        /// Takes webhooks; never schedules cron.
+        Ingress = "ingress",
+        /// Stands for the cron scheduling; serves no webhooks.
+        Scheduler = "scheduler",
+    }
 }
 
 impl FleetRole {
-    pub const NAMES: [&'static str; 3] = ["all", "ingress", "scheduler"];
-    pub const ALL: [FleetRole; 3] = [Self::All, Self::Ingress, Self::Scheduler];
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::NAMES
-            .iter()
-            .position(|n| *n == s)
-            .map(|i| Self::ALL[i])
-    }
-
-    pub fn as_str(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-
     /// Whether the daemon serves the webhook triggers.
     pub fn takes_webhooks(self) -> bool {
         self != Self::Scheduler
@@ -159,80 +147,39 @@ pub struct Daemon {
     pub webhook_listen: SocketAddr,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogLevel {
-    Error,
-    Warn,
-    Info,
-    Debug,
-    Trace,
-}
-
-/// `daemon.auth`: whether the REST API, the dashboard and the HTTP gateway
-/// want a credential.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Hash, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Auth {
-    /// A bearer token (the repository's, or `token_env`'s), or a dashboard
-    /// session cookie.
-    #[default]
-    Token,
-    /// Nothing: any local account and any web page may use them (loopback
-    /// addresses only).
-    None,
-}
-
-impl Auth {
-    pub const NAMES: [&'static str; 2] = ["token", "none"];
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "token" => Some(Self::Token),
-            "none" => Some(Self::None),
-            _ => None,
-        }
+keywords! {
+    #[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, PartialOrd, Ord, Serialize)]
+    pub enum LogLevel {
+        Error = "error",
+        Warn = "warn",
+        Info = "info",
+        Debug = "debug",
+        Trace = "trace",
     }
 }
 
-impl LogLevel {
-    pub const NAMES: [&'static str; 5] = ["error", "warn", "info", "debug", "trace"];
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "error" => Self::Error,
-            "warn" => Self::Warn,
-            "info" => Self::Info,
-            "debug" => Self::Debug,
-            "trace" => Self::Trace,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        Self::NAMES[self as usize]
+keywords! {
+    /// `daemon.auth`: whether the REST API, the dashboard and the HTTP gateway
+    /// want a credential.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Hash, Eq, Serialize)]
+    pub enum Auth {
+        /// A bearer token (the repository's, or `token_env`'s), or a dashboard
+        /// session cookie.
+        #[default]
+        Token = "token",
+        /// Nothing: any local account and any web page may use them (loopback
+        /// addresses only).
+        None = "none",
     }
 }
 
-/// What a supervisor does when a child exits.
-#[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RestartPolicy {
-    Never,
-    OnFailure,
-    Always,
-}
-
-impl RestartPolicy {
-    pub const NAMES: [&'static str; 3] = ["never", "on-failure", "always"];
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "never" => Self::Never,
-            "on-failure" => Self::OnFailure,
-            "always" => Self::Always,
-            _ => return None,
-        })
+keywords! {
+    /// What a supervisor does when a child exits.
+    #[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize)]
+    pub enum RestartPolicy {
+        Never = "never",
+        OnFailure = "on-failure",
+        Always = "always",
     }
 }
 
@@ -257,51 +204,29 @@ pub struct McpSettings {
     pub tools: ToolListing,
 }
 
-/// `mcp.prefix`: how the gateway names an upstream's tools, prompts and
-/// resource templates.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Hash, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Prefix {
-    /// Always `SERVER__NAME`.
-    #[default]
-    Always,
-    /// The upstream's own name, unless another server or a built-in tool
-    /// has it too; then every clashing one is `SERVER__NAME`.
-    OnConflict,
-}
-
-impl Prefix {
-    pub const NAMES: [&'static str; 2] = ["always", "on_conflict"];
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "always" => Some(Self::Always),
-            "on_conflict" => Some(Self::OnConflict),
-            _ => None,
-        }
+keywords! {
+    /// `mcp.prefix`: how the gateway names an upstream's tools, prompts and
+    /// resource templates.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Hash, Eq, Serialize)]
+    pub enum Prefix {
+        /// Always `SERVER__NAME`.
+        #[default]
+        Always = "always",
+        /// The upstream's own name, unless another server or a built-in tool
+        /// has it too; then every clashing one is `SERVER__NAME`.
+        OnConflict = "on_conflict",
     }
 }
 
-/// `mcp.tools`: what the gateway's `tools/list` offers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Hash, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolListing {
-    /// Every tool.
-    #[default]
-    All,
-    /// Only `search_tools` and `call_tool`.
-    Search,
-}
-
-impl ToolListing {
-    pub const NAMES: [&'static str; 2] = ["all", "search"];
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "all" => Some(Self::All),
-            "search" => Some(Self::Search),
-            _ => None,
-        }
+keywords! {
+    /// `mcp.tools`: what the gateway's `tools/list` offers.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Hash, Eq, Serialize)]
+    pub enum ToolListing {
+        /// Every tool.
+        #[default]
+        All = "all",
+        /// Only `search_tools` and `call_tool`.
+        Search = "search",
     }
 }
 
@@ -420,37 +345,19 @@ pub enum McpTransport {
     },
 }
 
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderKind {
-    ClaudeCode,
-    Codex,
-    GeminiCli,
-    Opencode,
+keywords! {
+    #[derive(
+        Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
+    )]
+    pub enum ProviderKind {
+        ClaudeCode = "claude_code",
+        Codex = "codex",
+        GeminiCli = "gemini_cli",
+        Opencode = "opencode",
+    }
 }
 
 impl ProviderKind {
-    pub const NAMES: [&'static str; 4] = ["claude_code", "codex", "gemini_cli", "opencode"];
-    pub const ALL: [ProviderKind; 4] = [
-        Self::ClaudeCode,
-        Self::Codex,
-        Self::GeminiCli,
-        Self::Opencode,
-    ];
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::NAMES
-            .iter()
-            .position(|n| *n == s)
-            .map(|i| Self::ALL[i])
-    }
-
-    pub fn as_str(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-
     /// The executable this CLI is usually installed as.
     pub fn default_command(self) -> &'static str {
         match self {
@@ -520,50 +427,21 @@ pub struct Variable {
     pub default: Option<Text>,
 }
 
-/// The seven lifecycle events of Agent Plugins hooks, in lifecycle order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HookEvent {
-    OnAgentStart,
-    BeforeModel,
-    AfterModel,
-    BeforeTool,
-    AfterTool,
-    OnError,
-    OnAgentEnd,
+keywords! {
+    /// The seven lifecycle events of Agent Plugins hooks, in lifecycle order.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+    pub enum HookEvent {
+        OnAgentStart = "on_agent_start",
+        BeforeModel = "before_model",
+        AfterModel = "after_model",
+        BeforeTool = "before_tool",
+        AfterTool = "after_tool",
+        OnError = "on_error",
+        OnAgentEnd = "on_agent_end",
+    }
 }
 
 impl HookEvent {
-    pub const NAMES: [&'static str; 7] = [
-        "on_agent_start",
-        "before_model",
-        "after_model",
-        "before_tool",
-        "after_tool",
-        "on_error",
-        "on_agent_end",
-    ];
-    pub const ALL: [HookEvent; 7] = [
-        Self::OnAgentStart,
-        Self::BeforeModel,
-        Self::AfterModel,
-        Self::BeforeTool,
-        Self::AfterTool,
-        Self::OnError,
-        Self::OnAgentEnd,
-    ];
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::NAMES
-            .iter()
-            .position(|n| *n == s)
-            .map(|i| Self::ALL[i])
-    }
-
-    pub fn as_str(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-
     /// Observers whose failure does not stop a run.
     pub fn is_best_effort(self) -> bool {
         matches!(self, Self::OnError | Self::OnAgentEnd)
@@ -690,31 +568,16 @@ pub struct Trigger {
     pub retries: u32,
 }
 
-/// Where a run works (`workspace = "worktree" | "in_place"`).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum WorkspaceMode {
-    /// A git worktree of its own; the result is a branch.
-    Worktree,
-    /// The repository's own checkout.
-    InPlace,
-}
-
-impl WorkspaceMode {
-    pub const NAMES: [&'static str; 2] = ["worktree", "in_place"];
-    pub const ALL: [WorkspaceMode; 2] = [Self::Worktree, Self::InPlace];
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::NAMES
-            .iter()
-            .position(|n| *n == s)
-            .map(|i| Self::ALL[i])
-    }
-
-    pub fn as_str(self) -> &'static str {
-        Self::NAMES[Self::ALL.iter().position(|m| *m == self).unwrap_or(0)]
+keywords! {
+    /// Where a run works (`workspace = "worktree" | "in_place"`).
+    #[derive(
+        Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+    )]
+    pub enum WorkspaceMode {
+        /// A git worktree of its own; the result is a branch.
+        Worktree = "worktree",
+        /// The repository's own checkout.
+        InPlace = "in_place",
     }
 }
 
@@ -833,56 +696,30 @@ impl Default for RunsSettings {
     }
 }
 
-/// A trigger's overlap policy (`overlap = "skip" | "queue" | "replace"`).
-#[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Overlap {
-    /// Record the firing as skipped.
-    Skip,
-    /// Run it after the current run ends.
-    #[default]
-    Queue,
-    /// Cancel the current run and start this one.
-    Replace,
-}
-
-impl Overlap {
-    pub const NAMES: [&'static str; 3] = ["skip", "queue", "replace"];
-    pub const ALL: [Overlap; 3] = [Self::Skip, Self::Queue, Self::Replace];
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::NAMES
-            .iter()
-            .position(|n| *n == s)
-            .map(|i| Self::ALL[i])
-    }
-
-    pub fn as_str(self) -> &'static str {
-        Self::NAMES[self as usize]
+keywords! {
+    /// A trigger's overlap policy (`overlap = "skip" | "queue" | "replace"`).
+    #[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize, Default)]
+    pub enum Overlap {
+        /// Record the firing as skipped.
+        Skip = "skip",
+        /// Run it after the current run ends.
+        #[default]
+        Queue = "queue",
+        /// Cancel the current run and start this one.
+        Replace = "replace",
     }
 }
 
-/// What a cron trigger does with fires missed while no daemon ran
-/// (`missed = "skip" | "run_once"`).
-#[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Missed {
-    /// Forget them; the next fire is the next one from now.
-    #[default]
-    Skip,
-    /// Run once on start (however many were missed), then go on.
-    RunOnce,
-}
-
-impl Missed {
-    pub const NAMES: [&'static str; 2] = ["skip", "run_once"];
-    pub const ALL: [Missed; 2] = [Self::Skip, Self::RunOnce];
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::NAMES
-            .iter()
-            .position(|n| *n == s)
-            .map(|i| Self::ALL[i])
+keywords! {
+    /// What a cron trigger does with fires missed while no daemon ran
+    /// (`missed = "skip" | "run_once"`).
+    #[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize, Default)]
+    pub enum Missed {
+        /// Forget them; the next fire is the next one from now.
+        #[default]
+        Skip = "skip",
+        /// Run once on start (however many were missed), then go on.
+        RunOnce = "run_once",
     }
 }
 
@@ -913,23 +750,12 @@ pub enum TriggerSource {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FileEvent {
-    Created,
-    Modified,
-    Deleted,
-}
-
-impl FileEvent {
-    pub const NAMES: [&'static str; 3] = ["created", "modified", "deleted"];
-    pub const ALL: [FileEvent; 3] = [Self::Created, Self::Modified, Self::Deleted];
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::NAMES
-            .iter()
-            .position(|n| *n == s)
-            .map(|i| Self::ALL[i])
+keywords! {
+    #[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, PartialOrd, Ord, Serialize)]
+    pub enum FileEvent {
+        Created = "created",
+        Modified = "modified",
+        Deleted = "deleted",
     }
 }
 
