@@ -1,7 +1,10 @@
 //! The reconciler's component contract: what every component kind
 //! implements ([`Driver`]: start, change in place, stop) and what it may use
 //! ([`DriverContext`]); [`child_spec`] turns a manifest command into what
-//! the supervisor runs. The runtime drives components only through this
+//! the supervisor runs. A kind implements [`TypedDriver`], over the config
+//! of its own kind ([`KindConfig`]) with plain `async fn`s; the blanket
+//! [`Driver`] impl boxes its futures and hands it its config, or answers
+//! [`DriverError::WrongConfig`], so no driver downcasts by hand. The runtime drives components only through this
 //! contract, and implementors (the MCP and trigger drivers, `panes::PaneHost`)
 //! depend on it, never on the runtime.
 //!
@@ -11,6 +14,8 @@
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use std::future::Future;
 
 use futures_util::future::BoxFuture;
 
@@ -74,6 +79,115 @@ pub trait Driver: Send + Sync {
     ) -> BoxFuture<'a, Result<(), DriverError>>;
 }
 
+/// The config of one component kind, taken out of a [`Config`]: what a
+/// [`TypedDriver`] is given.
+pub trait KindConfig: Sync {
+    /// `config`, if it is of this kind.
+    fn of(config: &Config) -> Option<&Self>;
+}
+
+/// Every kind's config: for a driver that serves several kinds.
+impl KindConfig for Config {
+    fn of(config: &Config) -> Option<&Self> {
+        Some(config)
+    }
+}
+
+macro_rules! kind_config {
+    ($($variant:ident($ty:ty)),+ $(,)?) => {$(
+        impl KindConfig for $ty {
+            fn of(config: &Config) -> Option<&Self> {
+                match config {
+                    Config::$variant(c) => Some(c),
+                    _ => None,
+                }
+            }
+        }
+    )+};
+}
+
+kind_config!(
+    McpServer(crate::model::McpServer),
+    Trigger(crate::model::Trigger),
+    Pane(crate::model::Pane),
+    PanePlugin(crate::model::PanePlugin),
+);
+
+/// A component kind's behaviour over its own config: what a kind
+/// implements; the [`Driver`] the runtime holds comes with it.
+pub trait TypedDriver: Send + Sync {
+    /// The config this driver is given.
+    type Config: KindConfig + ?Sized;
+
+    /// Start `id`; its pid when it runs as one process.
+    fn start(
+        &self,
+        cx: &DriverContext,
+        id: &ComponentId,
+        config: &Self::Config,
+    ) -> impl Future<Output = Result<Option<u32>, DriverError>> + Send;
+
+    /// Change `id` in place from `old` to `new` (nothing, unless a kind
+    /// says otherwise).
+    fn update(
+        &self,
+        _cx: &DriverContext,
+        _id: &ComponentId,
+        _old: &Self::Config,
+        _new: &Self::Config,
+    ) -> impl Future<Output = Result<(), DriverError>> + Send {
+        async { Ok(()) }
+    }
+
+    /// Stop `id` and forget it.
+    fn stop(
+        &self,
+        cx: &DriverContext,
+        id: &ComponentId,
+    ) -> impl Future<Output = Result<(), DriverError>> + Send;
+}
+
+/// The config of `id`'s kind in `config`, or [`DriverError::WrongConfig`]
+/// (for a driver of several kinds, which takes them as [`Config`]).
+pub fn kind_config<'a, C: KindConfig + ?Sized>(
+    id: &ComponentId,
+    config: &'a Config,
+) -> Result<&'a C, DriverError> {
+    C::of(config).ok_or_else(|| DriverError::WrongConfig { id: id.to_string() })
+}
+
+impl<T: TypedDriver> Driver for T {
+    fn start<'a>(
+        &'a self,
+        cx: &'a DriverContext,
+        id: &'a ComponentId,
+        config: &'a Config,
+    ) -> BoxFuture<'a, Result<Option<u32>, DriverError>> {
+        Box::pin(async move { TypedDriver::start(self, cx, id, kind_config(id, config)?).await })
+    }
+
+    fn update<'a>(
+        &'a self,
+        cx: &'a DriverContext,
+        id: &'a ComponentId,
+        old: &'a Config,
+        new: &'a Config,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(async move {
+            let (old, new) = (kind_config(id, old)?, kind_config(id, new)?);
+            TypedDriver::update(self, cx, id, old, new).await
+        })
+    }
+
+    fn stop<'a>(
+        &'a self,
+        cx: &'a DriverContext,
+        id: &'a ComponentId,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(TypedDriver::stop(self, cx, id))
+    }
+}
+
 /// Resolve a command spec to what the supervisor runs. Secrets are exposed
 /// here, and only here, because the child needs their values.
 pub fn child_spec(
@@ -118,5 +232,79 @@ fn resolve_program(repo: &Path, program: &str) -> String {
         repo.join(program).display().to_string()
     } else {
         program.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::model::Hook;
+    use crate::plan::Kind;
+    use crate::supervisor::BackoffPolicy;
+
+    impl KindConfig for Vec<Hook> {
+        fn of(config: &Config) -> Option<&Self> {
+            match config {
+                Config::Hooks(h) => Some(h),
+                _ => None,
+            }
+        }
+    }
+
+    /// Records the hook counts it was given.
+    #[derive(Default)]
+    struct Counting(Mutex<Vec<usize>>);
+
+    impl TypedDriver for Counting {
+        type Config = Vec<Hook>;
+
+        async fn start(
+            &self,
+            _: &DriverContext,
+            _: &ComponentId,
+            hooks: &Vec<Hook>,
+        ) -> Result<Option<u32>, DriverError> {
+            crate::stdx::lock(&self.0).push(hooks.len());
+            Ok(Some(7))
+        }
+
+        async fn stop(&self, _: &DriverContext, _: &ComponentId) -> Result<(), DriverError> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_typed_driver_gets_its_own_config_and_refuses_another_kind() {
+        let (events, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let cx = DriverContext {
+            repo: PathBuf::from("/nonexistent"),
+            state_dir: PathBuf::from("/nonexistent/.npc"),
+            supervisor: Supervisor::new(events, BackoffPolicy::default()),
+        };
+        let id = ComponentId::new(Kind::Hooks, "hooks");
+        let driver = Counting::default();
+        let as_driver: &dyn Driver = &driver;
+        let pid = as_driver.start(&cx, &id, &Config::Hooks(Vec::new())).await;
+        assert_eq!(pid.unwrap(), Some(7));
+        assert_eq!(*crate::stdx::lock(&driver.0), [0]);
+        let other = Config::Hooks(Vec::new());
+        as_driver.update(&cx, &id, &other, &other).await.unwrap();
+        let wrong = as_driver
+            .start(
+                &cx,
+                &id,
+                &Config::Project(crate::model::Project {
+                    name: None,
+                    state_dir: ".npc".into(),
+                }),
+            )
+            .await;
+        assert!(
+            matches!(wrong, Err(DriverError::WrongConfig { ref id }) if id == "hooks.hooks"),
+            "{wrong:?}"
+        );
+        assert_eq!(crate::stdx::lock(&driver.0).len(), 1, "never started");
     }
 }

@@ -27,12 +27,11 @@ use super::{
     PANE_GENERATION_ENV, PANE_NAME_ENV, PANE_TOKEN_ENV, PLUGIN_RUNTIME_DIR_ENV, PaneError,
 };
 use crate::bus::EventBus;
-use crate::driver::{Driver, DriverContext, DriverError, child_spec};
+use crate::driver::{DriverContext, DriverError, TypedDriver, child_spec, kind_config};
 use crate::model::{Pane as PaneConfig, PanePlugin as PluginConfig};
 use crate::plan::{ComponentId, Config, Kind};
 use crate::store::NewEvent;
 use crate::supervisor::{PtyExit, PtySpec, Supervisor};
-use futures_util::future::BoxFuture;
 
 /// How often the host looks for panes that turned idle and holds that expired.
 pub const TICK: Duration = Duration::from_millis(50);
@@ -1199,114 +1198,93 @@ async fn run_loop(
     }
 }
 
-fn pane_config<'a>(id: &ComponentId, config: &'a Config) -> Result<&'a PaneConfig, DriverError> {
-    match config {
-        Config::Pane(p) => Ok(p),
-        _ => Err(DriverError::WrongConfig { id: id.to_string() }),
-    }
-}
+impl TypedDriver for PaneHost {
+    /// Panes and pane plugins: the host serves both kinds.
+    type Config = Config;
 
-fn plugin_config<'a>(
-    id: &ComponentId,
-    config: &'a Config,
-) -> Result<&'a PluginConfig, DriverError> {
-    match config {
-        Config::PanePlugin(p) => Ok(p),
-        _ => Err(DriverError::WrongConfig { id: id.to_string() }),
-    }
-}
-
-impl Driver for PaneHost {
-    fn start<'a>(
-        &'a self,
-        _cx: &'a DriverContext,
-        id: &'a ComponentId,
-        config: &'a Config,
-    ) -> BoxFuture<'a, Result<Option<u32>, DriverError>> {
-        Box::pin(async move {
-            let pid = match id.kind {
-                Kind::PanePlugin => {
-                    match self.host.start_plugin(&id.name, plugin_config(id, config)?) {
-                        Ok(pid) => pid,
-                        Err(e) => {
-                            // No recovery is left without an owner.
-                            {
-                                let mut state = lock(&self.host.state);
-                                self.host.discard_holds_of(&mut state, &id.name);
-                            }
-                            self.host.flush_events().await;
-                            return Err(e);
+    async fn start(
+        &self,
+        _cx: &DriverContext,
+        id: &ComponentId,
+        config: &Config,
+    ) -> Result<Option<u32>, DriverError> {
+        let pid = match id.kind {
+            Kind::PanePlugin => {
+                match self
+                    .host
+                    .start_plugin(&id.name, kind_config::<PluginConfig>(id, config)?)
+                {
+                    Ok(pid) => pid,
+                    Err(e) => {
+                        // No recovery is left without an owner.
+                        {
+                            let mut state = lock(&self.host.state);
+                            self.host.discard_holds_of(&mut state, &id.name);
                         }
+                        self.host.flush_events().await;
+                        return Err(e);
                     }
-                }
-                _ => {
-                    let pane = pane_config(id, config)?.clone();
-                    lock(&self.host.state).configs.insert(id.name.clone(), pane);
-                    // A pane that does not start is reported, never a failed reload.
-                    if let Err(e) = self.host.open(&id.name) {
-                        self.host.note(
-                            "pane.start_failed",
-                            Some(&id.name),
-                            serde_json::json!({ "error": e.to_string() }),
-                        );
-                    }
-                    lock(&self.host.state)
-                        .slots
-                        .get(&id.name)
-                        .map(|s| s.pane.pid)
-                }
-            };
-            self.host.flush_events().await;
-            Ok(pid)
-        })
-    }
-
-    fn update<'a>(
-        &'a self,
-        _cx: &'a DriverContext,
-        id: &'a ComponentId,
-        _old: &'a Config,
-        new: &'a Config,
-    ) -> BoxFuture<'a, Result<(), DriverError>> {
-        Box::pin(async move {
-            let mut state = lock(&self.host.state);
-            match id.kind {
-                // `allowed_resume_flags` and `watch_on_signal` apply from the next decision.
-                Kind::PanePlugin => {
-                    let config = plugin_config(id, new)?.clone();
-                    if let Some(entry) = state.plugins.get_mut(&id.name) {
-                        entry.config = config;
-                    }
-                }
-                _ => {
-                    let config = pane_config(id, new)?.clone();
-                    if let Some(slot) = state.slots.get_mut(&id.name) {
-                        slot.config.idle_ms = config.idle_ms;
-                        slot.config.relaunch_ttl_ms = config.relaunch_ttl_ms;
-                        slot.config.plugin = config.plugin.clone();
-                    }
-                    state.configs.insert(id.name.clone(), config);
                 }
             }
-            Ok(())
-        })
+            _ => {
+                let pane = kind_config::<PaneConfig>(id, config)?.clone();
+                lock(&self.host.state).configs.insert(id.name.clone(), pane);
+                // A pane that does not start is reported, never a failed reload.
+                if let Err(e) = self.host.open(&id.name) {
+                    self.host.note(
+                        "pane.start_failed",
+                        Some(&id.name),
+                        serde_json::json!({ "error": e.to_string() }),
+                    );
+                }
+                lock(&self.host.state)
+                    .slots
+                    .get(&id.name)
+                    .map(|s| s.pane.pid)
+            }
+        };
+        self.host.flush_events().await;
+        Ok(pid)
     }
 
-    fn stop<'a>(
-        &'a self,
-        _cx: &'a DriverContext,
-        id: &'a ComponentId,
-    ) -> BoxFuture<'a, Result<(), DriverError>> {
-        Box::pin(async move {
-            match id.kind {
-                Kind::PanePlugin => self.host.stop_plugin(&id.name).await,
-                _ => {
-                    let _ = self.host.close(&id.name);
-                    lock(&self.host.state).configs.remove(&id.name);
+    async fn update(
+        &self,
+        _cx: &DriverContext,
+        id: &ComponentId,
+        _old: &Config,
+        new: &Config,
+    ) -> Result<(), DriverError> {
+        let mut state = lock(&self.host.state);
+        match id.kind {
+            // `allowed_resume_flags` and `watch_on_signal` apply from the next decision.
+            Kind::PanePlugin => {
+                let config = kind_config::<PluginConfig>(id, new)?.clone();
+                if let Some(entry) = state.plugins.get_mut(&id.name) {
+                    entry.config = config;
                 }
             }
-            self.host.flush_events().await;
-            Ok(())
-        })
+            _ => {
+                let config = kind_config::<PaneConfig>(id, new)?.clone();
+                if let Some(slot) = state.slots.get_mut(&id.name) {
+                    slot.config.idle_ms = config.idle_ms;
+                    slot.config.relaunch_ttl_ms = config.relaunch_ttl_ms;
+                    slot.config.plugin = config.plugin.clone();
+                }
+                state.configs.insert(id.name.clone(), config);
+            }
+        }
+        Ok(())
+    }
+
+    async fn stop(&self, _cx: &DriverContext, id: &ComponentId) -> Result<(), DriverError> {
+        match id.kind {
+            Kind::PanePlugin => self.host.stop_plugin(&id.name).await,
+            _ => {
+                let _ = self.host.close(&id.name);
+                lock(&self.host.state).configs.remove(&id.name);
+            }
+        }
+        self.host.flush_events().await;
+        Ok(())
     }
 }

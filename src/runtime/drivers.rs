@@ -6,10 +6,8 @@
 //! the other kinds are recorded so the plan and the status show them, and
 //! their effects come from other commands.
 
-use futures_util::future::BoxFuture;
-
-use crate::driver::{Driver, DriverContext, DriverError, READY_GRACE, child_spec};
-use crate::model::{CommandSpec, McpTransport, RestartPolicy};
+use crate::driver::{Driver, DriverContext, DriverError, READY_GRACE, TypedDriver, child_spec};
+use crate::model::{McpServer, McpTransport};
 use crate::plan::{ComponentId, Config, Kind};
 
 pub use crate::driver::STOP_GRACE;
@@ -18,21 +16,20 @@ pub use crate::driver::STOP_GRACE;
 #[derive(Debug, Default)]
 pub struct Recorded;
 
-impl Driver for Recorded {
-    fn start<'a>(
-        &'a self,
-        _: &'a DriverContext,
-        _: &'a ComponentId,
-        _: &'a Config,
-    ) -> BoxFuture<'a, Result<Option<u32>, DriverError>> {
-        Box::pin(async { Ok(None) })
+impl TypedDriver for Recorded {
+    type Config = Config;
+
+    async fn start(
+        &self,
+        _: &DriverContext,
+        _: &ComponentId,
+        _: &Config,
+    ) -> Result<Option<u32>, DriverError> {
+        Ok(None)
     }
-    fn stop<'a>(
-        &'a self,
-        _: &'a DriverContext,
-        _: &'a ComponentId,
-    ) -> BoxFuture<'a, Result<(), DriverError>> {
-        Box::pin(async { Ok(()) })
+
+    async fn stop(&self, _: &DriverContext, _: &ComponentId) -> Result<(), DriverError> {
+        Ok(())
     }
 }
 
@@ -40,52 +37,35 @@ impl Driver for Recorded {
 #[derive(Debug, Default)]
 pub struct Process;
 
-/// The program a config runs, if it runs one.
-fn command_of(config: &Config) -> Option<(&CommandSpec, RestartPolicy)> {
-    match config {
-        Config::McpServer(s) => match &s.transport {
-            McpTransport::Stdio(c) => Some((c, s.restart)),
-            McpTransport::Http { .. } => None,
-        },
-        _ => None,
-    }
-}
+impl TypedDriver for Process {
+    type Config = McpServer;
 
-impl Driver for Process {
-    fn start<'a>(
-        &'a self,
-        cx: &'a DriverContext,
-        id: &'a ComponentId,
-        config: &'a Config,
-    ) -> BoxFuture<'a, Result<Option<u32>, DriverError>> {
-        Box::pin(async move {
-            let Some((command, restart)) = command_of(config) else {
-                return Ok(None); // an HTTP MCP server: nothing to run
-            };
-            let spec = child_spec(cx, id, command, restart);
-            let key = id.to_string();
-            // A record left by an earlier run of this id (stopped or failed) is replaced.
-            let _ = cx.supervisor.remove(&key).await;
-            let pid = cx
-                .supervisor
-                .start_and_wait_ready(&key, spec, READY_GRACE)
-                .await?;
-            Ok(Some(pid))
-        })
+    async fn start(
+        &self,
+        cx: &DriverContext,
+        id: &ComponentId,
+        server: &McpServer,
+    ) -> Result<Option<u32>, DriverError> {
+        let McpTransport::Stdio(command) = &server.transport else {
+            return Ok(None); // an HTTP MCP server: nothing to run
+        };
+        let spec = child_spec(cx, id, command, server.restart);
+        let key = id.to_string();
+        // A record left by an earlier run of this id (stopped or failed) is replaced.
+        let _ = cx.supervisor.remove(&key).await;
+        let pid = cx
+            .supervisor
+            .start_and_wait_ready(&key, spec, READY_GRACE)
+            .await?;
+        Ok(Some(pid))
     }
 
-    fn stop<'a>(
-        &'a self,
-        cx: &'a DriverContext,
-        id: &'a ComponentId,
-    ) -> BoxFuture<'a, Result<(), DriverError>> {
-        Box::pin(async move {
-            let key = id.to_string();
-            if cx.supervisor.status(&key).is_some() {
-                cx.supervisor.remove(&key).await?;
-            }
-            Ok(())
-        })
+    async fn stop(&self, cx: &DriverContext, id: &ComponentId) -> Result<(), DriverError> {
+        let key = id.to_string();
+        if cx.supervisor.status(&key).is_some() {
+            cx.supervisor.remove(&key).await?;
+        }
+        Ok(())
     }
 }
 

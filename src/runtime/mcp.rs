@@ -13,11 +13,10 @@
 use std::sync::{Arc, Mutex};
 
 use super::RepoPaths;
-use futures_util::future::BoxFuture;
 
 use super::npc_tools::{NpcContext, NpcGroup};
 use crate::bus::EventBus;
-use crate::driver::{Driver, DriverContext, DriverError, READY_GRACE};
+use crate::driver::{DriverContext, DriverError, READY_GRACE, TypedDriver};
 use crate::hooks::stage::HookStage;
 use crate::hooks::{HookRunner, HookSet};
 use crate::mcp::builtin::Builtins;
@@ -25,8 +24,8 @@ use crate::mcp::client::catalog::CatalogChange;
 use crate::mcp::client::pool::{IDLE_SWEEP_INTERVAL, Launch, stdio_spec};
 use crate::mcp::server::catalog::{Catalog, ManifestPrompts};
 use crate::mcp::{CallPath, Gateway, Pool};
-use crate::model::{Manifest, McpBuiltins, McpTransport};
-use crate::plan::{ComponentId, Config};
+use crate::model::{Manifest, McpBuiltins, McpServer, McpTransport};
+use crate::plan::ComponentId;
 
 /// The MCP servers' driver, holding the daemon's pool, the built-in tools
 /// and the catalog every gateway client shares.
@@ -121,67 +120,48 @@ impl McpDriver {
     }
 }
 
-fn server_config<'a>(
-    id: &ComponentId,
-    config: &'a Config,
-) -> Result<&'a crate::model::McpServer, DriverError> {
-    match config {
-        Config::McpServer(s) => Ok(s),
-        _ => Err(DriverError::WrongConfig { id: id.to_string() }),
-    }
-}
+impl TypedDriver for McpDriver {
+    type Config = McpServer;
 
-impl Driver for McpDriver {
-    fn start<'a>(
-        &'a self,
-        cx: &'a DriverContext,
-        id: &'a ComponentId,
-        config: &'a Config,
-    ) -> BoxFuture<'a, Result<Option<u32>, DriverError>> {
-        Box::pin(async move {
-            let server = server_config(id, config)?;
-            let mut pid = None;
-            if let McpTransport::Stdio(command) = &server.transport {
-                let spec = stdio_spec(cx, &id.name, command, server.restart);
-                let key = id.to_string();
-                // A record left by an earlier run of this id is replaced.
-                let _ = cx.supervisor.remove(&key).await;
-                pid = Some(
-                    cx.supervisor
-                        .start_and_wait_ready(&key, spec, READY_GRACE)
-                        .await?,
-                );
-            }
-            self.pool().upsert(&id.name, server);
-            Ok(pid)
-        })
-    }
-
-    fn update<'a>(
-        &'a self,
-        _cx: &'a DriverContext,
-        id: &'a ComponentId,
-        _old: &'a Config,
-        new: &'a Config,
-    ) -> BoxFuture<'a, Result<(), DriverError>> {
-        Box::pin(async move {
-            self.pool().upsert(&id.name, server_config(id, new)?);
-            Ok(())
-        })
-    }
-
-    fn stop<'a>(
-        &'a self,
-        cx: &'a DriverContext,
-        id: &'a ComponentId,
-    ) -> BoxFuture<'a, Result<(), DriverError>> {
-        Box::pin(async move {
-            self.pool().remove(&id.name).await;
+    async fn start(
+        &self,
+        cx: &DriverContext,
+        id: &ComponentId,
+        server: &McpServer,
+    ) -> Result<Option<u32>, DriverError> {
+        let mut pid = None;
+        if let McpTransport::Stdio(command) = &server.transport {
+            let spec = stdio_spec(cx, &id.name, command, server.restart);
             let key = id.to_string();
-            if cx.supervisor.status(&key).is_some() {
-                cx.supervisor.remove(&key).await?;
-            }
-            Ok(())
-        })
+            // A record left by an earlier run of this id is replaced.
+            let _ = cx.supervisor.remove(&key).await;
+            pid = Some(
+                cx.supervisor
+                    .start_and_wait_ready(&key, spec, READY_GRACE)
+                    .await?,
+            );
+        }
+        self.pool().upsert(&id.name, server);
+        Ok(pid)
+    }
+
+    async fn update(
+        &self,
+        _cx: &DriverContext,
+        id: &ComponentId,
+        _old: &McpServer,
+        new: &McpServer,
+    ) -> Result<(), DriverError> {
+        self.pool().upsert(&id.name, new);
+        Ok(())
+    }
+
+    async fn stop(&self, cx: &DriverContext, id: &ComponentId) -> Result<(), DriverError> {
+        self.pool().remove(&id.name).await;
+        let key = id.to_string();
+        if cx.supervisor.status(&key).is_some() {
+            cx.supervisor.remove(&key).await?;
+        }
+        Ok(())
     }
 }

@@ -17,12 +17,10 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use futures_util::future::BoxFuture;
-
 use crate::bus::EventBus;
-use crate::driver::{Driver, DriverContext, DriverError};
+use crate::driver::{DriverContext, DriverError, TypedDriver};
 use crate::model::{FleetRole, Manifest, Trigger, TriggerSource};
-use crate::plan::{ComponentId, Config};
+use crate::plan::ComponentId;
 use crate::runs::queue::{Accepted, Refused};
 use crate::runs::{Origin, Runs};
 use crate::store::Store;
@@ -111,13 +109,6 @@ pub struct TriggerDriver {
     /// The fleet's shared store, once joined: a removed cron trigger's
     /// state is forgotten there too.
     fleet: std::sync::OnceLock<Arc<crate::store::pg::PgStore>>,
-}
-
-fn trigger_config<'a>(id: &ComponentId, config: &'a Config) -> Result<&'a Trigger, DriverError> {
-    match config {
-        Config::Trigger(t) => Ok(t),
-        _ => Err(DriverError::WrongConfig { id: id.to_string() }),
-    }
 }
 
 impl TriggerDriver {
@@ -424,63 +415,53 @@ async fn pump(mut firings: Firings, runs: Arc<Runs>) {
     }
 }
 
-impl Driver for TriggerDriver {
-    fn start<'a>(
-        &'a self,
-        _cx: &'a DriverContext,
-        id: &'a ComponentId,
-        config: &'a Config,
-    ) -> BoxFuture<'a, Result<Option<u32>, DriverError>> {
-        Box::pin(async move {
-            let t = trigger_config(id, config)?;
-            self.halt(&id.name, false);
-            self.launch(&id.name, t)?;
-            Ok(None)
-        })
+impl TypedDriver for TriggerDriver {
+    type Config = Trigger;
+
+    async fn start(
+        &self,
+        _cx: &DriverContext,
+        id: &ComponentId,
+        t: &Trigger,
+    ) -> Result<Option<u32>, DriverError> {
+        self.halt(&id.name, false);
+        self.launch(&id.name, t)?;
+        Ok(None)
     }
 
-    fn update<'a>(
-        &'a self,
-        _cx: &'a DriverContext,
-        id: &'a ComponentId,
-        old: &'a Config,
-        new: &'a Config,
-    ) -> BoxFuture<'a, Result<(), DriverError>> {
-        Box::pin(async move {
-            let (old, new) = (trigger_config(id, old)?, trigger_config(id, new)?);
-            // In place: the stored state stays (a new schedule recomputes).
-            self.halt(&id.name, false);
-            if let Err(e) = self.launch(&id.name, new) {
-                // Back to the old config, so the trigger keeps firing.
-                let _ = self.launch(&id.name, old);
-                return Err(e.into());
-            }
-            Ok(())
-        })
+    async fn update(
+        &self,
+        _cx: &DriverContext,
+        id: &ComponentId,
+        old: &Trigger,
+        new: &Trigger,
+    ) -> Result<(), DriverError> {
+        // In place: the stored state stays (a new schedule recomputes).
+        self.halt(&id.name, false);
+        if let Err(e) = self.launch(&id.name, new) {
+            // Back to the old config, so the trigger keeps firing.
+            let _ = self.launch(&id.name, old);
+            return Err(e.into());
+        }
+        Ok(())
     }
 
-    fn stop<'a>(
-        &'a self,
-        _cx: &'a DriverContext,
-        id: &'a ComponentId,
-    ) -> BoxFuture<'a, Result<(), DriverError>> {
-        Box::pin(async move {
-            let cron = self
-                .active()
-                .get(&id.name)
-                .is_some_and(|a| is_cron(&a.config));
-            self.halt(&id.name, true);
-            self.runs.remove_trigger(&id.name);
-            // Removed in a fleet: the fleet forgets its state too, so a
-            // trigger of that name added later starts afresh, as it does on
-            // one machine.
-            if cron && let Some(store) = self.fleet.get() {
-                let key = crate::triggers::cron::STATE_KEY;
-                if let Err(e) = store.forget_trigger_value(&id.name, key).await {
-                    tracing::warn!("trigger `{}`: the fleet keeps its state: {e}", id.name);
-                }
+    async fn stop(&self, _cx: &DriverContext, id: &ComponentId) -> Result<(), DriverError> {
+        let cron = self
+            .active()
+            .get(&id.name)
+            .is_some_and(|a| is_cron(&a.config));
+        self.halt(&id.name, true);
+        self.runs.remove_trigger(&id.name);
+        // Removed in a fleet: the fleet forgets its state too, so a
+        // trigger of that name added later starts afresh, as it does on
+        // one machine.
+        if cron && let Some(store) = self.fleet.get() {
+            let key = crate::triggers::cron::STATE_KEY;
+            if let Err(e) = store.forget_trigger_value(&id.name, key).await {
+                tracing::warn!("trigger `{}`: the fleet keeps its state: {e}", id.name);
             }
-            Ok(())
-        })
+        }
+        Ok(())
     }
 }
