@@ -188,6 +188,31 @@ impl<T: TypedDriver> Driver for T {
     }
 }
 
+/// Start `id`'s child from `spec` and wait until it counts as up; its pid.
+/// A record left by an earlier run of this id (stopped or failed) is
+/// replaced.
+pub async fn start_child(
+    cx: &DriverContext,
+    id: &ComponentId,
+    spec: ChildSpec,
+) -> Result<u32, DriverError> {
+    let key = id.to_string();
+    let _ = cx.supervisor.remove(&key).await;
+    Ok(cx
+        .supervisor
+        .start_and_wait_ready(&key, spec, READY_GRACE)
+        .await?)
+}
+
+/// Stop `id`'s child, if it has one, and forget it.
+pub async fn stop_child(cx: &DriverContext, id: &ComponentId) -> Result<(), DriverError> {
+    let key = id.to_string();
+    if cx.supervisor.status(&key).is_some() {
+        cx.supervisor.remove(&key).await?;
+    }
+    Ok(())
+}
+
 /// Resolve a command spec to what the supervisor runs. Secrets are exposed
 /// here, and only here, because the child needs their values.
 pub fn child_spec(

@@ -39,7 +39,7 @@ pub fn trigger_rows(
                 let next: Vec<Value> = match live {
                     Some(v) => v["next_fire_times"].as_array().cloned().unwrap_or_default(),
                     None => {
-                        let tz = timezone.parse().unwrap_or(chrono_tz::UTC);
+                        let tz = timezone.0;
                         let first = cron::next_after(schedule, tz, now);
                         cron::fire_times(schedule, tz, first, DEFAULT_NEXT_FIRES)
                             .iter()
@@ -49,7 +49,7 @@ pub fn trigger_rows(
                 };
                 (
                     "cron",
-                    json!({ "schedule": schedule.to_string(), "timezone": timezone, "next_fire_times": next }),
+                    json!({ "schedule": schedule.to_string(), "timezone": timezone.name(), "next_fire_times": next }),
                 )
             }
             TriggerSource::Webhook { route, .. } => (

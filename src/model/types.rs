@@ -723,12 +723,40 @@ keywords! {
     }
 }
 
+/// A cron trigger's time zone, parsed once at load. It hashes and
+/// serializes as its IANA name, as the manifest spells it, so plans and
+/// fingerprints read as they did when it was kept as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeZone(pub chrono_tz::Tz);
+
+impl TimeZone {
+    pub const UTC: Self = Self(chrono_tz::UTC);
+
+    /// Its IANA name.
+    pub fn name(self) -> &'static str {
+        self.0.name()
+    }
+}
+
+impl std::hash::Hash for TimeZone {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name().hash(state);
+    }
+}
+
+impl Serialize for TimeZone {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Hash, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TriggerSource {
     Cron {
         schedule: Schedule,
-        timezone: String,
+        /// Checked at load: an IANA zone, `UTC` when none is given.
+        timezone: TimeZone,
         missed: Missed,
     },
     Webhook {

@@ -6,7 +6,9 @@
 //! the other kinds are recorded so the plan and the status show them, and
 //! their effects come from other commands.
 
-use crate::driver::{Driver, DriverContext, DriverError, READY_GRACE, TypedDriver, child_spec};
+use crate::driver::{
+    Driver, DriverContext, DriverError, TypedDriver, child_spec, start_child, stop_child,
+};
 use crate::model::{McpServer, McpTransport};
 use crate::plan::{ComponentId, Config, Kind};
 
@@ -50,22 +52,11 @@ impl TypedDriver for Process {
             return Ok(None); // an HTTP MCP server: nothing to run
         };
         let spec = child_spec(cx, id, command, server.restart);
-        let key = id.to_string();
-        // A record left by an earlier run of this id (stopped or failed) is replaced.
-        let _ = cx.supervisor.remove(&key).await;
-        let pid = cx
-            .supervisor
-            .start_and_wait_ready(&key, spec, READY_GRACE)
-            .await?;
-        Ok(Some(pid))
+        Ok(Some(start_child(cx, id, spec).await?))
     }
 
     async fn stop(&self, cx: &DriverContext, id: &ComponentId) -> Result<(), DriverError> {
-        let key = id.to_string();
-        if cx.supervisor.status(&key).is_some() {
-            cx.supervisor.remove(&key).await?;
-        }
-        Ok(())
+        stop_child(cx, id).await
     }
 }
 

@@ -16,7 +16,7 @@ use super::RepoPaths;
 
 use super::npc_tools::{NpcContext, NpcGroup};
 use crate::bus::EventBus;
-use crate::driver::{DriverContext, DriverError, READY_GRACE, TypedDriver};
+use crate::driver::{DriverContext, DriverError, TypedDriver, start_child, stop_child};
 use crate::hooks::stage::HookStage;
 use crate::hooks::{HookRunner, HookSet};
 use crate::mcp::builtin::Builtins;
@@ -132,14 +132,7 @@ impl TypedDriver for McpDriver {
         let mut pid = None;
         if let McpTransport::Stdio(command) = &server.transport {
             let spec = stdio_spec(cx, &id.name, command, server.restart);
-            let key = id.to_string();
-            // A record left by an earlier run of this id is replaced.
-            let _ = cx.supervisor.remove(&key).await;
-            pid = Some(
-                cx.supervisor
-                    .start_and_wait_ready(&key, spec, READY_GRACE)
-                    .await?,
-            );
+            pid = Some(start_child(cx, id, spec).await?);
         }
         self.pool().upsert(&id.name, server);
         Ok(pid)
@@ -158,10 +151,6 @@ impl TypedDriver for McpDriver {
 
     async fn stop(&self, cx: &DriverContext, id: &ComponentId) -> Result<(), DriverError> {
         self.pool().remove(&id.name).await;
-        let key = id.to_string();
-        if cx.supervisor.status(&key).is_some() {
-            cx.supervisor.remove(&key).await?;
-        }
-        Ok(())
+        stop_child(cx, id).await
     }
 }

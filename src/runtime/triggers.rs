@@ -171,7 +171,7 @@ impl TriggerDriver {
                 schedule,
                 timezone,
                 missed,
-            } => Box::new(CronTrigger::new(schedule.clone(), timezone, *missed)?),
+            } => Box::new(CronTrigger::new(schedule.clone(), timezone.0, *missed)),
             TriggerSource::Webhook { .. } => {
                 Box::new(WebhookTrigger::new(name, &t.source, self.webhooks.clone()))
             }

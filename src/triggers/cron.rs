@@ -58,7 +58,6 @@ enum PastFires {
 #[derive(Debug)]
 pub struct CronTrigger {
     schedule: Schedule,
-    timezone: String,
     tz: Tz,
     missed: Missed,
     /// The next fire time (`None`: never again).
@@ -130,20 +129,16 @@ fn state_value(
 }
 
 impl CronTrigger {
-    pub fn new(schedule: Schedule, timezone: &str, missed: Missed) -> Result<Self, TriggerError> {
-        let tz: Tz = timezone
-            .parse()
-            .map_err(|_| TriggerError::TimeZone(timezone.to_string()))?;
-        Ok(Self {
+    pub fn new(schedule: Schedule, tz: Tz, missed: Missed) -> Self {
+        Self {
             schedule,
-            timezone: timezone.to_string(),
             tz,
             missed,
             next: Arc::new(Mutex::new(None)),
             past: PastFires::Missed,
             catch_up: Vec::new(),
             stop: None,
-        })
+        }
     }
 
     fn next(&self) -> Option<DateTime<Utc>> {
@@ -158,7 +153,8 @@ impl TriggerKind for CronTrigger {
             .ok_or_else(|| TriggerError::NeverFires(self.schedule.to_string()))?;
         let stored = cx.store.trigger_state(&cx.name)?.remove(STATE_KEY);
         let stored_next = stored.as_ref().and_then(|s| {
-            let same = s["schedule"] == self.schedule.to_string() && s["timezone"] == self.timezone;
+            let same =
+                s["schedule"] == self.schedule.to_string() && s["timezone"] == self.tz.name();
             same.then(|| s["next_fire_ms"].as_i64())
                 .flatten()
                 .and_then(DateTime::<Utc>::from_timestamp_millis)
@@ -194,7 +190,7 @@ impl TriggerKind for CronTrigger {
             drop(cx.store.set_trigger_value(
                 cx.name.clone(),
                 STATE_KEY,
-                &state_value(Some(next), &self.schedule, &self.timezone),
+                &state_value(Some(next), &self.schedule, &self.tz.name()),
             ));
         }
         Ok(())
@@ -204,7 +200,7 @@ impl TriggerKind for CronTrigger {
         let (tx, rx) = mpsc::channel(FIRING_QUEUE_DEPTH);
         let stop = CancellationToken::new();
         self.stop = Some(stop.clone());
-        let (schedule, tz, timezone) = (self.schedule.clone(), self.tz, self.timezone.clone());
+        let (schedule, tz, timezone) = (self.schedule.clone(), self.tz, self.tz.name());
         let (next, clock, name) = (self.next.clone(), cx.clock.clone(), cx.name.clone());
         let catch_up = std::mem::take(&mut self.catch_up);
         let late_is_missed = self.past == PastFires::Missed;
@@ -384,7 +380,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let clock = Arc::new(FakeClock::new(at("2026-11-29T10:00:30Z")));
         let cx = cx(dir.path(), clock.clone());
-        let mut cron = CronTrigger::new("* * * * *".parse().unwrap(), "UTC", Missed::Skip).unwrap();
+        let mut cron = CronTrigger::new("* * * * *".parse().unwrap(), chrono_tz::UTC, Missed::Skip);
         cron.setup(&cx).unwrap();
         assert_eq!(
             cron.next_fire_times(2),
@@ -452,12 +448,12 @@ mod tests {
         let clock = Arc::new(FakeClock::new(at("2026-11-29T10:00:30Z")));
         let cx = cx(dir.path(), clock.clone());
         let hourly: Schedule = "@hourly".parse().unwrap();
-        let mut first = CronTrigger::new(hourly.clone(), "UTC", Missed::Skip).unwrap();
+        let mut first = CronTrigger::new(hourly.clone(), chrono_tz::UTC, Missed::Skip);
         first.setup(&cx).unwrap();
         cx.store.flush().await.unwrap();
         // Three hours later, no daemon ran in between.
         clock.set(at("2026-11-29T13:20:00Z"));
-        let mut skip = CronTrigger::new(hourly.clone(), "UTC", Missed::Skip).unwrap();
+        let mut skip = CronTrigger::new(hourly.clone(), chrono_tz::UTC, Missed::Skip);
         skip.setup(&cx).unwrap();
         assert!(skip.catch_up.is_empty());
         assert_eq!(skip.next_fire_times(1), [at("2026-11-29T14:00:00Z")]);
@@ -470,7 +466,7 @@ mod tests {
             )
             .await
             .unwrap();
-        let mut once = CronTrigger::new(hourly.clone(), "UTC", Missed::RunOnce).unwrap();
+        let mut once = CronTrigger::new(hourly.clone(), chrono_tz::UTC, Missed::RunOnce);
         once.setup(&cx).unwrap();
         let mut rx = once.start(&cx).unwrap();
         let f = next_firing(&mut rx).await;
@@ -478,8 +474,11 @@ mod tests {
         assert_eq!(f.payload["scheduled_at"], "2026-11-29T11:00:00+00:00");
         once.stop();
         // An edited schedule does not inherit the old next fire time.
-        let mut edited =
-            CronTrigger::new("0 0 * * *".parse().unwrap(), "UTC", Missed::RunOnce).unwrap();
+        let mut edited = CronTrigger::new(
+            "0 0 * * *".parse().unwrap(),
+            chrono_tz::UTC,
+            Missed::RunOnce,
+        );
         edited.setup(&cx).unwrap();
         assert!(edited.catch_up.is_empty());
         assert_eq!(edited.next_fire_times(1), [at("2026-11-30T00:00:00Z")]);
@@ -505,7 +504,7 @@ mod tests {
             .unwrap();
         // The old leader died before 10:00:02; the lead moves at 10:00:07.
         clock.set(at("2026-11-29T10:00:07Z"));
-        let mut leader = CronTrigger::new(every.clone(), "UTC", Missed::Skip).unwrap();
+        let mut leader = CronTrigger::new(every.clone(), chrono_tz::UTC, Missed::Skip);
         leader.take_over();
         leader.setup(&cx).unwrap();
         let mut rx = leader.start(&cx).unwrap();
@@ -551,7 +550,7 @@ mod tests {
             )
             .await
             .unwrap();
-        let mut restarted = CronTrigger::new(every, "UTC", Missed::Skip).unwrap();
+        let mut restarted = CronTrigger::new(every, chrono_tz::UTC, Missed::Skip);
         restarted.setup(&cx).unwrap();
         assert!(restarted.catch_up.is_empty());
     }

@@ -111,8 +111,6 @@ pub struct TriggerContext {
 /// Why a trigger could not be set up, started or fired.
 #[derive(Debug, thiserror::Error)]
 pub enum TriggerError {
-    #[error("unknown time zone `{0}`; use an IANA name such as `Europe/Berlin`")]
-    TimeZone(String),
     #[error("schedule `{0}` never fires again; change it")]
     NeverFires(String),
     #[error(

@@ -391,6 +391,19 @@ fn group_heads(tokens: &[(String, usize)], open: usize) -> (Vec<(String, usize)>
     (heads, i)
 }
 
+/// How many `super::` a chain starting at `tokens[i]` climbs, and the
+/// index of the token after its last `::`.
+fn super_chain(tokens: &[(String, usize)], i: usize) -> (usize, usize) {
+    let (mut j, mut ups) = (i, 0);
+    while tokens.get(j).is_some_and(|(t, _)| t == "super")
+        && tokens.get(j + 1).is_some_and(|(t, _)| t == "::")
+    {
+        ups += 1;
+        j += 2;
+    }
+    (ups, j)
+}
+
 /// Every crate-root name a file names, with its line: `crate::X`,
 /// `$crate::X`, `crate::{X, Y}`, and `super::` chains that climb to the
 /// root (counting inline `mod name { … }` blocks).
@@ -430,14 +443,7 @@ fn roots_named(rel: &Path, src: &str) -> Vec<(String, usize)> {
                 }
             }
             "super" if i == 0 || tokens[i - 1].0 != "::" => {
-                let mut j = i;
-                let mut ups = 0;
-                while tokens.get(j).is_some_and(|(t, _)| t == "super")
-                    && tokens.get(j + 1).is_some_and(|(t, _)| t == "::")
-                {
-                    ups += 1;
-                    j += 2;
-                }
+                let (ups, j) = super_chain(&tokens, i);
                 if ups > 0 && ups >= file_depth + inline.len() {
                     after_root(j - 1, &mut out);
                 }
@@ -714,14 +720,7 @@ fn module_paths_named(module: &[String], src: &str) -> Vec<Vec<String>> {
             "crate" => (Vec::new(), i + 1),
             "self" => (module.to_vec(), i + 1),
             "super" => {
-                let mut j = i;
-                let mut ups = 0;
-                while tokens.get(j).is_some_and(|(t, _)| t == "super")
-                    && tokens.get(j + 1).is_some_and(|(t, _)| t == "::")
-                {
-                    ups += 1;
-                    j += 2;
-                }
+                let (ups, j) = super_chain(&tokens, i);
                 let keep = module.len().saturating_sub(ups);
                 (module[..keep].to_vec(), j - 1)
             }

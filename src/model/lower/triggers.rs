@@ -60,25 +60,28 @@ impl Lower<'_> {
                     }
                 };
                 let timezone = match &t.timezone {
-                    Some(tz) if tz.parse::<chrono_tz::Tz>().is_err() => {
-                        let hint =
-                            match did_you_mean(tz, chrono_tz::TZ_VARIANTS.iter().map(|z| z.name()))
-                            {
+                    None => TimeZone::UTC,
+                    Some(tz) => match tz.parse::<chrono_tz::Tz>() {
+                        Ok(zone) => TimeZone(zone),
+                        Err(_) => {
+                            let hint = match did_you_mean(
+                                tz,
+                                chrono_tz::TZ_VARIANTS.iter().map(|z| z.name()),
+                            ) {
                                 Some(best) => format!("did you mean `{best}`?"),
                                 None => {
                                     "use an IANA time zone name such as `UTC` or `Europe/Berlin`"
                                         .to_string()
                                 }
                             };
-                        self.error(
-                            &tz.span,
-                            format!("unknown time zone `{}`", clip(&tz.value)),
-                            hint,
-                        );
-                        "UTC".to_string()
-                    }
-                    Some(tz) => tz.value.clone(),
-                    None => "UTC".to_string(),
+                            self.error(
+                                &tz.span,
+                                format!("unknown time zone `{}`", clip(&tz.value)),
+                                hint,
+                            );
+                            TimeZone::UTC
+                        }
+                    },
                 };
                 if !t.events.is_empty() {
                     self.error(
