@@ -48,9 +48,12 @@ pub const RELAY_EVERY: Duration = Duration::from_millis(50);
 pub const MAX_RELAYED_EVENTS: usize = 500;
 /// The first pause after the shared store failed; it doubles per failure.
 pub const RETRY_INITIAL: Duration = Duration::from_millis(100);
-/// The longest pause after the shared store failed.
+/// The longest pause after the shared store failed (a run's pending writes
+/// pause at most a third of the lease: see [`Worker::rescue_loop`]).
 pub const RETRY_MAX: Duration = Duration::from_secs(5);
-/// How often at most a run's failing writes to the store are warned of.
+/// How often at most one of a worker's loops (claims, rescues, the
+/// roster, a run's writes) warns that the store keeps failing it, after
+/// the first failure's warning.
 pub const WARN_EVERY: Duration = Duration::from_secs(10);
 /// What a fenced run's local end says.
 pub const FENCED_DETAIL: &str = "its lease was lost (the worker was cut off or paused past it)";
@@ -228,28 +231,78 @@ async fn within<T>(
         })
 }
 
-/// The pause after the shared store failed a run's writes: it starts at
-/// [`RETRY_INITIAL`] and doubles per failure up to [`RETRY_MAX`]; the
-/// first failure is said at once, the next ones at most once per
-/// [`WARN_EVERY`] with how many there were.
-struct Backoff {
-    /// What the warnings are about (`run `ID``).
+/// A loop's failures to reach the store, as the log hears them: the first
+/// failure of a spell at once (a warning), then at most one warning per
+/// [`WARN_EVERY`] counting the failures since, and one info line when the
+/// store answers again; never a line per failure, however fast the loop
+/// retries.
+struct Complaints {
+    /// What the lines are about (`run `ID``, `the claim loop`).
     about: String,
-    pause: Duration,
-    until: Option<tokio::time::Instant>,
     /// Failures since the last warning.
     unsaid: u64,
+    /// When the spell's last warning was said; `None` while the store
+    /// answers.
     said_at: Option<tokio::time::Instant>,
 }
 
-impl Backoff {
-    fn new(about: String) -> Self {
+impl Complaints {
+    fn new(about: impl Into<String>) -> Self {
         Self {
-            about,
-            pause: RETRY_INITIAL,
-            until: None,
+            about: about.into(),
             unsaid: 0,
             said_at: None,
+        }
+    }
+
+    /// The store failed `what` with `error` (retried after `retry`, when
+    /// known).
+    fn failed(&mut self, what: &str, error: &StoreError, retry: Option<Duration>) {
+        let now = tokio::time::Instant::now();
+        self.unsaid += 1;
+        let retrying = retry
+            .map(|r| format!("; retrying in {r:?}"))
+            .unwrap_or_default();
+        match self.said_at {
+            None => tracing::warn!("{}: cannot {what}: {error}{retrying}", self.about),
+            Some(at) if now.duration_since(at) >= WARN_EVERY => tracing::warn!(
+                "{}: cannot {what} ({} failure(s) since the last warning): {error}{retrying}",
+                self.about,
+                self.unsaid
+            ),
+            Some(_) => return,
+        }
+        self.unsaid = 0;
+        self.said_at = Some(now);
+    }
+
+    /// The store answered.
+    fn answered(&mut self) {
+        if self.said_at.take().is_some() {
+            tracing::info!("{}: the store answers again", self.about);
+        }
+        self.unsaid = 0;
+    }
+}
+
+/// The pause after the shared store failed a run's writes: it starts at
+/// [`RETRY_INITIAL`] and doubles per failure up to its most (below the
+/// lease); the failures are said as [`Complaints`].
+struct Backoff {
+    pause: Duration,
+    /// The longest pause.
+    most: Duration,
+    until: Option<tokio::time::Instant>,
+    complaints: Complaints,
+}
+
+impl Backoff {
+    fn new(about: String, most: Duration) -> Self {
+        Self {
+            pause: RETRY_INITIAL.min(most),
+            most,
+            until: None,
+            complaints: Complaints::new(about),
         }
     }
 
@@ -267,33 +320,15 @@ impl Backoff {
     }
 
     fn failed(&mut self, what: &str, error: &StoreError) {
-        let now = tokio::time::Instant::now();
-        self.until = Some(now + self.pause);
-        self.unsaid += 1;
-        if self
-            .said_at
-            .is_none_or(|at| now.duration_since(at) >= WARN_EVERY)
-        {
-            tracing::warn!(
-                "{}: cannot {what} ({} failure(s) since the last warning): {error}; \
-                 retrying in {:?}",
-                self.about,
-                self.unsaid,
-                self.pause
-            );
-            self.unsaid = 0;
-            self.said_at = Some(now);
-        }
-        self.pause = (self.pause * 2).min(RETRY_MAX);
+        self.until = Some(tokio::time::Instant::now() + self.pause);
+        self.complaints.failed(what, error, Some(self.pause));
+        self.pause = (self.pause * 2).min(self.most);
     }
 
     fn succeeded(&mut self) {
-        if self.until.take().is_some() {
-            tracing::info!("{}: the store answers again", self.about);
-        }
-        self.pause = RETRY_INITIAL;
-        self.unsaid = 0;
-        self.said_at = None;
+        self.until = None;
+        self.complaints.answered();
+        self.pause = RETRY_INITIAL.min(self.most);
     }
 }
 
@@ -345,6 +380,7 @@ impl Worker {
         let rescuer = tokio::spawn(self.clone().rescue_loop(stop.clone()));
         let heartbeat = tokio::spawn(self.clone().roster_loop(stop.clone()));
         let mut backoff = RETRY_INITIAL;
+        let mut complaints = Complaints::new("the claim loop");
         loop {
             let permit = tokio::select! {
                 () = stop.cancelled() => break,
@@ -362,6 +398,7 @@ impl Worker {
             {
                 Ok(Some(claimed)) => {
                     backoff = RETRY_INITIAL;
+                    complaints.answered();
                     let (this, stop) = (self.clone(), stop.clone());
                     // The slot carries runs back to back while each end
                     // brings the next (claimed with it), then frees.
@@ -379,6 +416,8 @@ impl Worker {
                     });
                 }
                 Ok(None) => {
+                    backoff = RETRY_INITIAL;
+                    complaints.answered();
                     drop(permit);
                     tokio::select! {
                         () = stop.cancelled() => break,
@@ -387,7 +426,7 @@ impl Worker {
                 }
                 Err(e) => {
                     drop(permit);
-                    tracing::warn!("cannot claim a run: {e}; retrying in {backoff:?}");
+                    complaints.failed("claim a run", &e, Some(backoff));
                     tokio::select! {
                         () = stop.cancelled() => break,
                         () = tokio::time::sleep(backoff) => {}
@@ -435,14 +474,16 @@ impl Worker {
             lease_ms: i64::try_from(self.settings.lease.as_millis()).unwrap_or(i64::MAX),
         };
         let mut backoff = RETRY_INITIAL;
+        let mut complaints = Complaints::new("the roster");
         while let Err(e) = roster.enlist(&info).await {
-            tracing::warn!("cannot join the roster: {e}; retrying in {backoff:?}");
+            complaints.failed("join the roster", &e, Some(backoff));
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(backoff) => {}
             }
             backoff = (backoff * 2).min(RETRY_MAX);
         }
+        complaints.answered();
         let mut every = tokio::time::interval(self.settings.lease / 3);
         every.tick().await;
         loop {
@@ -450,28 +491,58 @@ impl Worker {
                 () = stop.cancelled() => return,
                 _ = every.tick() => {}
             }
-            if let Err(e) = roster.beat(&info.id).await {
-                tracing::warn!("cannot heartbeat on the roster: {e}");
+            match roster.beat(&info.id).await {
+                Ok(()) => complaints.answered(),
+                Err(e) => complaints.failed("heartbeat on the roster", &e, None),
             }
         }
     }
 
     /// Every half lease, rescue the fleet's runs whose lease ran out (the
-    /// store records their events with them).
+    /// store records their events with them), but only once the store has
+    /// answered this worker for a whole lease with no failure between
+    /// (since the worker started, or since the store last failed it): a
+    /// lease that ran out while this worker could not see the store may be
+    /// one whose holder could not either, and that holder writes its run's
+    /// end (or renews) within a third of a lease of the store answering
+    /// again, so its run is not taken from it for an outage. Until then
+    /// the loop only asks whether the store answers
+    /// ([`FleetQueue::answers`]).
     async fn rescue_loop(self: Arc<Self>, stop: CancellationToken) {
-        let mut every = tokio::time::interval(self.settings.lease / 2);
+        let lease = self.settings.lease;
+        let mut every = tokio::time::interval(lease / 2);
+        let mut complaints = Complaints::new("the rescue loop");
+        // Since when the store has answered without a failure.
+        let mut answering: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = every.tick() => {}
             }
-            match self.fleet.rescue_expired().await {
-                Ok(rescued) => {
-                    for r in &rescued {
-                        tracing::info!("rescued run `{}`: {:?}", r.run_id, r.rescue);
+            if answering.is_some_and(|since| since.elapsed() >= lease) {
+                match self.fleet.rescue_expired().await {
+                    Ok(rescued) => {
+                        complaints.answered();
+                        for r in &rescued {
+                            tracing::info!("rescued run `{}`: {:?}", r.run_id, r.rescue);
+                        }
+                    }
+                    Err(e) => {
+                        answering = None;
+                        complaints.failed("rescue expired leases", &e, None);
                     }
                 }
-                Err(e) => tracing::warn!("cannot rescue expired leases: {e}"),
+                continue;
+            }
+            match self.fleet.answers().await {
+                Ok(()) => {
+                    complaints.answered();
+                    answering.get_or_insert_with(tokio::time::Instant::now);
+                }
+                Err(e) => {
+                    answering = None;
+                    complaints.failed("reach the store to rescue expired leases", &e, None);
+                }
             }
         }
     }
@@ -556,8 +627,10 @@ impl Worker {
         let mut attempt = run.attempt;
         let mut stopping = false;
         let mut tick = tokio::time::interval(RELAY_EVERY);
-        // After a failure the store is left alone until then (backoff).
-        let mut store_back = Backoff::new(format!("run `{id}`"));
+        // After a failure the store is left alone until then (backoff),
+        // never longer than a renewal's span: a rescuer waits a whole lease
+        // after an outage, so an end kept through it is written first.
+        let mut store_back = Backoff::new(format!("run `{id}`"), renew_every.min(RETRY_MAX));
         // The slot's next run, once an end brought one.
         let mut next = None;
         let relay = loop {
@@ -629,7 +702,7 @@ impl Worker {
                         .await;
                     match handover.next {
                         Ok(claimed) => next = claimed.map(|c| (c, at)),
-                        Err(e) => tracing::warn!("cannot claim a run: {e}"),
+                        Err(e) => store_back.complaints.failed("claim the next run", &e, None),
                     }
                     handover.ended
                 };
@@ -652,9 +725,11 @@ impl Worker {
                     Ok(held) => {
                         lease = held;
                         renewed = at;
+                        store_back.complaints.answered();
                     }
                     Err(StoreError::Fenced { .. }) => break Relay::Fenced,
-                    Err(e) => tracing::warn!("cannot renew the lease of run `{id}`: {e}"),
+                    // Tried again at the next tick, until the self-fence.
+                    Err(e) => store_back.complaints.failed("renew the lease", &e, None),
                 }
             }
             if renewed.elapsed() + margin >= leased {
