@@ -2442,7 +2442,7 @@ fn paused_leader_repo() -> tempfile::TempDir {
 
 /// Continues a stopped process when dropped (a failing test never leaves a
 /// daemon stopped, where its SIGTERM would wait).
-struct Continued(nix::unistd::Pid);
+pub(crate) struct Continued(pub(crate) nix::unistd::Pid);
 
 impl Drop for Continued {
     fn drop(&mut self) {
