@@ -14,7 +14,14 @@
 //! Every worker also rescues runs whose lease ran out: each is queued again
 //! while its trigger's `retries` allow (`run.interrupted`, then
 //! `run.retry`, as the executor's own retries read), else it ends
-//! `interrupted`; never is it run twice at once. A run a newer firing
+//! `interrupted`; never is it run twice at once. A run that ends while the
+//! store is down keeps its end and writes it when the store answers (with
+//! backoff, at most a third of a lease apart; the store takes it while
+//! nobody took the run, even past the lease's time), and a worker rescues
+//! only once the store has answered it for a whole lease, so the holder
+//! writes first and the run is recorded once. Each loop's failures to
+//! reach the store are warned of once, then at most every [`WARN_EVERY`]
+//! with a count. A run a newer firing
 //! replaced (overlap `replace`) is stopped by its worker as soon as the
 //! store says so, and ends `cancelled` naming the run that replaced it.
 //!
@@ -505,43 +512,47 @@ impl Worker {
     /// lease that ran out while this worker could not see the store may be
     /// one whose holder could not either, and that holder writes its run's
     /// end (or renews) within a third of a lease of the store answering
-    /// again, so its run is not taken from it for an outage. Until then
-    /// the loop only asks whether the store answers
-    /// ([`FleetQueue::answers`]).
+    /// again, so its run is not taken from it for an outage. A gap of
+    /// more than a lease between two answers (the worker was paused) counts
+    /// as a failure. Until then the loop only asks whether the store
+    /// answers ([`FleetQueue::answers`]).
     async fn rescue_loop(self: Arc<Self>, stop: CancellationToken) {
         let lease = self.settings.lease;
         let mut every = tokio::time::interval(lease / 2);
         let mut complaints = Complaints::new("the rescue loop");
-        // Since when the store has answered without a failure.
+        // Since when the store has answered without a failure, and when
+        // it last answered.
         let mut answering: Option<tokio::time::Instant> = None;
+        let mut answered_at: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = every.tick() => {}
             }
-            if answering.is_some_and(|since| since.elapsed() >= lease) {
-                match self.fleet.rescue_expired().await {
-                    Ok(rescued) => {
-                        complaints.answered();
-                        for r in &rescued {
-                            tracing::info!("rescued run `{}`: {:?}", r.run_id, r.rescue);
-                        }
-                    }
-                    Err(e) => {
-                        answering = None;
-                        complaints.failed("rescue expired leases", &e, None);
-                    }
-                }
-                continue;
+            // No answer for over a lease (this worker was paused, or a call
+            // hung): the store went unseen meanwhile.
+            if answered_at.is_none_or(|at| at.elapsed() > lease) {
+                answering = None;
             }
-            match self.fleet.answers().await {
+            let answer = if answering.is_some_and(|since| since.elapsed() >= lease) {
+                self.fleet.rescue_expired().await.map(|rescued| {
+                    for r in &rescued {
+                        tracing::info!("rescued run `{}`: {:?}", r.run_id, r.rescue);
+                    }
+                })
+            } else {
+                self.fleet.answers().await
+            };
+            match answer {
                 Ok(()) => {
+                    let now = tokio::time::Instant::now();
                     complaints.answered();
-                    answering.get_or_insert_with(tokio::time::Instant::now);
+                    answering.get_or_insert(now);
+                    answered_at = Some(now);
                 }
                 Err(e) => {
                     answering = None;
-                    complaints.failed("reach the store to rescue expired leases", &e, None);
+                    complaints.failed("rescue expired leases", &e, None);
                 }
             }
         }
