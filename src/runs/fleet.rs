@@ -684,7 +684,9 @@ impl Worker {
                 )
                 .await
                 {
-                    Ok(()) => store_back.succeeded(),
+                    // Nothing to relay asked nothing of the store.
+                    Ok(0) => {}
+                    Ok(_) => store_back.succeeded(),
                     Err(StoreError::Fenced { .. }) => break Relay::Fenced,
                     Err(e) => store_back.failed("relay the events", &e),
                 }
@@ -799,13 +801,15 @@ impl Worker {
             .await;
     }
 
-    /// Relay the run's events recorded since `after` under `lease`.
+    /// Relay the run's events recorded since `after` under `lease`; how
+    /// many (none: the store was not asked).
     async fn relay_events(
         &self,
         lease: &Lease,
         component: &str,
         after: &mut i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<usize, StoreError> {
+        let mut relayed_all = 0;
         loop {
             let local = self.local.clone();
             let (key, from) = (component.to_string(), *after);
@@ -815,9 +819,10 @@ impl Worker {
             .await
             .map_err(|e| StoreError::Task(e.to_string()))??;
             let Some(last) = events.last().map(|e| e.id) else {
-                return Ok(());
+                return Ok(relayed_all);
             };
             let full = events.len() == MAX_RELAYED_EVENTS;
+            relayed_all += events.len();
             let relayed = events
                 .into_iter()
                 .map(|e| NewEvent {
@@ -829,7 +834,7 @@ impl Worker {
             self.fleet.append_fenced(lease, relayed).await?;
             *after = last;
             if !full {
-                return Ok(());
+                return Ok(relayed_all);
             }
         }
     }
