@@ -16,10 +16,11 @@
 //! `run.retry`, as the executor's own retries read), else it ends
 //! `interrupted`; never is it run twice at once. A run that ends while the
 //! store is down keeps its end and writes it when the store answers (with
-//! backoff, at most a third of a lease apart; the store takes it while
+//! backoff, at most [`PENDING_RETRY_MAX`] apart; the store takes it while
 //! nobody took the run, even past the lease's time), and a worker rescues
-//! only once the store has answered it for a whole lease, so the holder
-//! writes first and the run is recorded once. Each loop's failures to
+//! only once the store has answered it for a whole lease (at least
+//! [`RESCUE_GRACE_MIN`]), so the holder writes first and the run is
+//! recorded once. Each loop's failures to
 //! reach the store are warned of once, then at most every [`WARN_EVERY`]
 //! with a count. A run a newer firing
 //! replaced (overlap `replace`) is stopped by its worker as soon as the
@@ -55,9 +56,18 @@ pub const RELAY_EVERY: Duration = Duration::from_millis(50);
 pub const MAX_RELAYED_EVENTS: usize = 500;
 /// The first pause after the shared store failed; it doubles per failure.
 pub const RETRY_INITIAL: Duration = Duration::from_millis(100);
-/// The longest pause after the shared store failed (a run's pending writes
-/// pause at most a third of the lease: see [`Worker::rescue_loop`]).
+/// The longest pause of a worker's claims and roster after the shared
+/// store failed them.
 pub const RETRY_MAX: Duration = Duration::from_secs(5);
+/// The longest pause between a run's tries of its writes (its events, its
+/// end) after the store failed them: well below [`RESCUE_GRACE_MIN`], so
+/// a run's end kept through an outage is written before any worker, whatever
+/// its lease, may rescue the run.
+pub const PENDING_RETRY_MAX: Duration = Duration::from_secs(1);
+/// The least time the store must have answered a worker, without a
+/// failure, before it rescues runs (the grace is its lease, if longer):
+/// see [`Worker::rescue_loop`].
+pub const RESCUE_GRACE_MIN: Duration = Duration::from_secs(3);
 /// How often at most one of a worker's loops (claims, rescues, the
 /// roster, a run's writes) warns that the store keeps failing it, after
 /// the first failure's warning.
@@ -507,17 +517,19 @@ impl Worker {
 
     /// Every half lease, rescue the fleet's runs whose lease ran out (the
     /// store records their events with them), but only once the store has
-    /// answered this worker for a whole lease with no failure between
-    /// (since the worker started, or since the store last failed it): a
-    /// lease that ran out while this worker could not see the store may be
-    /// one whose holder could not either, and that holder writes its run's
-    /// end (or renews) within a third of a lease of the store answering
-    /// again, so its run is not taken from it for an outage. A gap of
+    /// answered this worker for a whole lease (at least
+    /// [`RESCUE_GRACE_MIN`]) with no failure between (since the worker
+    /// started, or since the store last failed it): a lease that ran out
+    /// while this worker could not see the store may be one whose holder
+    /// could not either, and that holder tries its run's end again at most
+    /// [`PENDING_RETRY_MAX`] apart, so its run is not taken from it for an
+    /// outage. A gap of
     /// more than a lease between two answers (the worker was paused) counts
     /// as a failure. Until then the loop only asks whether the store
     /// answers ([`FleetQueue::answers`]).
     async fn rescue_loop(self: Arc<Self>, stop: CancellationToken) {
         let lease = self.settings.lease;
+        let grace = lease.max(RESCUE_GRACE_MIN);
         let mut every = tokio::time::interval(lease / 2);
         let mut complaints = Complaints::new("the rescue loop");
         // Since when the store has answered without a failure, and when
@@ -534,7 +546,7 @@ impl Worker {
             if answered_at.is_none_or(|at| at.elapsed() > lease) {
                 answering = None;
             }
-            let answer = if answering.is_some_and(|since| since.elapsed() >= lease) {
+            let answer = if answering.is_some_and(|since| since.elapsed() >= grace) {
                 self.fleet.rescue_expired().await.map(|rescued| {
                     for r in &rescued {
                         tracing::info!("rescued run `{}`: {:?}", r.run_id, r.rescue);
@@ -639,9 +651,11 @@ impl Worker {
         let mut stopping = false;
         let mut tick = tokio::time::interval(RELAY_EVERY);
         // After a failure the store is left alone until then (backoff),
-        // never longer than a renewal's span: a rescuer waits a whole lease
-        // after an outage, so an end kept through it is written first.
-        let mut store_back = Backoff::new(format!("run `{id}`"), renew_every.min(RETRY_MAX));
+        // never longer than a renewal's span nor `PENDING_RETRY_MAX`: a
+        // rescuer waits longer after an outage, so an end kept through it
+        // is written first.
+        let most = renew_every.min(PENDING_RETRY_MAX);
+        let mut store_back = Backoff::new(format!("run `{id}`"), most);
         // The slot's next run, once an end brought one.
         let mut next = None;
         let relay = loop {

@@ -27,6 +27,8 @@ const LEASE_SECS: u64 = 2;
 /// command, then its conclusion, which may wait on the remote's name not
 /// resolving) comes well before the worker would stop it as cut off.
 const OUTAGE_LEASE_SECS: u64 = 18;
+/// The lease of the outage test's other worker, in seconds: the shortest.
+const QUICK_RESCUER_LEASE_SECS: u64 = 1;
 /// Bytes one pump of the proxy moves at a time.
 const PUMP_BYTES: usize = 16 * 1024;
 
@@ -238,6 +240,19 @@ fn a_run_that_ends_while_the_store_is_down_is_recorded_once_when_it_is_back() {
     crate::support::wait_for("the run to start", || {
         (marks(fleet.repo.path()) == ["start"]).then_some(())
     });
+    // Another worker, of a short lease (it looks for expired leases every
+    // half of it), which would rescue the run (and carry out its next
+    // attempt) if it judged its lease on time it could not see the store.
+    let _other = crate::support::Stopped::new(start_worker_leased(
+        fleet.repo.path(),
+        &fleet.url,
+        &fleet.logs.path().join("other.log"),
+        &QUICK_RESCUER_LEASE_SECS.to_string(),
+    ));
+    crate::support::wait_for("the other worker to join", || {
+        let said = std::fs::read_to_string(fleet.logs.path().join("other.log")).ok()?;
+        said.contains("joined fleet").then_some(())
+    });
     fleet.cluster.stop();
     let stopped = Instant::now();
     std::fs::write(fleet.repo.path().join("go"), "").unwrap();
@@ -271,7 +286,12 @@ fn a_run_that_ends_while_the_store_is_down_is_recorded_once_when_it_is_back() {
         "{row:?}\n{said}\n{:?}",
         marks(fleet.repo.path())
     );
-    assert_eq!(marks(fleet.repo.path()), ["start", "end"], "executed once");
+    assert_eq!(
+        marks(fleet.repo.path()),
+        ["start", "end"],
+        "executed once\n{}",
+        worker_logs(fleet.logs.path())
+    );
     let events = fleet.rt.block_on(store.events_after(0, 10_000)).unwrap();
     let finished = events.iter().filter(|e| e.kind == "run.finished").count();
     assert_eq!(finished, 1, "{events:?}");
