@@ -610,6 +610,30 @@ impl Worker {
                 return None;
             }
         };
+        let leased = self.settings.lease;
+        let renew_every = leased / 3;
+        let margin = leased / SELF_FENCE_FRACTION;
+        let mut renewed = asked;
+        if renewed.elapsed() + margin >= leased {
+            // The claim came back too late to count on its lease (this
+            // worker was paused, or waited for the run's earlier claim to
+            // wind up here): renewed before anything of it runs, so the
+            // self-fence counts from an answer the store gave.
+            let at = tokio::time::Instant::now();
+            match within(renew_every, self.fleet.heartbeat(&lease, leased)).await {
+                Ok(held) => {
+                    lease = held;
+                    renewed = at;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "run `{id}`: claimed too late to start ({e}); \
+                         it is rescued once its lease runs out"
+                    );
+                    return None;
+                }
+            }
+        }
         let mut stops = Some(self.fleet.stop_requests());
         // Events this store holds of an earlier attempt are not relayed again.
         let mut after = {
@@ -643,10 +667,6 @@ impl Worker {
         }
         let run = run.row();
         let component = super::component(&id);
-        let leased = self.settings.lease;
-        let renew_every = leased / 3;
-        let margin = leased / SELF_FENCE_FRACTION;
-        let mut renewed = asked;
         let mut attempt = run.attempt;
         let mut stopping = false;
         let mut tick = tokio::time::interval(RELAY_EVERY);
