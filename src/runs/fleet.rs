@@ -14,7 +14,15 @@
 //! Every worker also rescues runs whose lease ran out: each is queued again
 //! while its trigger's `retries` allow (`run.interrupted`, then
 //! `run.retry`, as the executor's own retries read), else it ends
-//! `interrupted`; never is it run twice at once. A run a newer firing
+//! `interrupted`; never is it run twice at once. A run that ends while the
+//! store is down keeps its end and writes it when the store answers (with
+//! backoff, at most [`PENDING_RETRY_MAX`] apart; the store takes it while
+//! nobody took the run, even past the lease's time), and a worker rescues
+//! only once the store has answered it for a whole lease (at least
+//! [`RESCUE_GRACE_MIN`]), so the holder writes first and the run is
+//! recorded once. Each loop's failures to
+//! reach the store are warned of once, then at most every [`WARN_EVERY`]
+//! with a count. A run a newer firing
 //! replaced (overlap `replace`) is stopped by its worker as soon as the
 //! store says so, and ends `cancelled` naming the run that replaced it.
 //!
@@ -48,9 +56,21 @@ pub const RELAY_EVERY: Duration = Duration::from_millis(50);
 pub const MAX_RELAYED_EVENTS: usize = 500;
 /// The first pause after the shared store failed; it doubles per failure.
 pub const RETRY_INITIAL: Duration = Duration::from_millis(100);
-/// The longest pause after the shared store failed.
+/// The longest pause of a worker's claims and roster after the shared
+/// store failed them.
 pub const RETRY_MAX: Duration = Duration::from_secs(5);
-/// How often at most a run's failing writes to the store are warned of.
+/// The longest pause between a run's tries of its writes (its events, its
+/// end) after the store failed them: well below [`RESCUE_GRACE_MIN`], so
+/// a run's end kept through an outage is written before any worker, whatever
+/// its lease, may rescue the run.
+pub const PENDING_RETRY_MAX: Duration = Duration::from_secs(1);
+/// The least time the store must have answered a worker, without a
+/// failure, before it rescues runs (the grace is its lease, if longer):
+/// see [`Worker::rescue_loop`].
+pub const RESCUE_GRACE_MIN: Duration = Duration::from_secs(3);
+/// How often at most one of a worker's loops (claims, rescues, the
+/// roster, a run's writes) warns that the store keeps failing it, after
+/// the first failure's warning.
 pub const WARN_EVERY: Duration = Duration::from_secs(10);
 /// What a fenced run's local end says.
 pub const FENCED_DETAIL: &str = "its lease was lost (the worker was cut off or paused past it)";
@@ -167,28 +187,78 @@ async fn within<T>(
         })
 }
 
-/// The pause after the shared store failed a run's writes: it starts at
-/// [`RETRY_INITIAL`] and doubles per failure up to [`RETRY_MAX`]; the
-/// first failure is said at once, the next ones at most once per
-/// [`WARN_EVERY`] with how many there were.
-struct Backoff {
-    /// What the warnings are about (`run `ID``).
+/// A loop's failures to reach the store, as the log hears them: the first
+/// failure of a spell at once (a warning), then at most one warning per
+/// [`WARN_EVERY`] counting the failures since, and one info line when the
+/// store answers again; never a line per failure, however fast the loop
+/// retries.
+struct Complaints {
+    /// What the lines are about (`run `ID``, `the claim loop`).
     about: String,
-    pause: Duration,
-    until: Option<tokio::time::Instant>,
     /// Failures since the last warning.
     unsaid: u64,
+    /// When the spell's last warning was said; `None` while the store
+    /// answers.
     said_at: Option<tokio::time::Instant>,
 }
 
-impl Backoff {
-    fn new(about: String) -> Self {
+impl Complaints {
+    fn new(about: impl Into<String>) -> Self {
         Self {
-            about,
-            pause: RETRY_INITIAL,
-            until: None,
+            about: about.into(),
             unsaid: 0,
             said_at: None,
+        }
+    }
+
+    /// The store failed `what` with `error` (retried after `retry`, when
+    /// known).
+    fn failed(&mut self, what: &str, error: &StoreError, retry: Option<Duration>) {
+        let now = tokio::time::Instant::now();
+        self.unsaid += 1;
+        let retrying = retry
+            .map(|r| format!("; retrying in {r:?}"))
+            .unwrap_or_default();
+        match self.said_at {
+            None => tracing::warn!("{}: cannot {what}: {error}{retrying}", self.about),
+            Some(at) if now.duration_since(at) >= WARN_EVERY => tracing::warn!(
+                "{}: cannot {what} ({} failure(s) since the last warning): {error}{retrying}",
+                self.about,
+                self.unsaid
+            ),
+            Some(_) => return,
+        }
+        self.unsaid = 0;
+        self.said_at = Some(now);
+    }
+
+    /// The store answered.
+    fn answered(&mut self) {
+        if self.said_at.take().is_some() {
+            tracing::info!("{}: the store answers again", self.about);
+        }
+        self.unsaid = 0;
+    }
+}
+
+/// The pause after the shared store failed a run's writes: it starts at
+/// [`RETRY_INITIAL`] and doubles per failure up to its most (below the
+/// lease); the failures are said as [`Complaints`].
+struct Backoff {
+    pause: Duration,
+    /// The longest pause.
+    most: Duration,
+    until: Option<tokio::time::Instant>,
+    complaints: Complaints,
+}
+
+impl Backoff {
+    fn new(about: String, most: Duration) -> Self {
+        Self {
+            pause: RETRY_INITIAL.min(most),
+            most,
+            until: None,
+            complaints: Complaints::new(about),
         }
     }
 
@@ -206,33 +276,15 @@ impl Backoff {
     }
 
     fn failed(&mut self, what: &str, error: &StoreError) {
-        let now = tokio::time::Instant::now();
-        self.until = Some(now + self.pause);
-        self.unsaid += 1;
-        if self
-            .said_at
-            .is_none_or(|at| now.duration_since(at) >= WARN_EVERY)
-        {
-            tracing::warn!(
-                "{}: cannot {what} ({} failure(s) since the last warning): {error}; \
-                 retrying in {:?}",
-                self.about,
-                self.unsaid,
-                self.pause
-            );
-            self.unsaid = 0;
-            self.said_at = Some(now);
-        }
-        self.pause = (self.pause * 2).min(RETRY_MAX);
+        self.until = Some(tokio::time::Instant::now() + self.pause);
+        self.complaints.failed(what, error, Some(self.pause));
+        self.pause = (self.pause * 2).min(self.most);
     }
 
     fn succeeded(&mut self) {
-        if self.until.take().is_some() {
-            tracing::info!("{}: the store answers again", self.about);
-        }
-        self.pause = RETRY_INITIAL;
-        self.unsaid = 0;
-        self.said_at = None;
+        self.until = None;
+        self.complaints.answered();
+        self.pause = RETRY_INITIAL.min(self.most);
     }
 }
 
@@ -284,6 +336,7 @@ impl Worker {
         let rescuer = tokio::spawn(self.clone().rescue_loop(stop.clone()));
         let heartbeat = tokio::spawn(self.clone().roster_loop(stop.clone()));
         let mut backoff = RETRY_INITIAL;
+        let mut complaints = Complaints::new("the claim loop");
         loop {
             let permit = tokio::select! {
                 () = stop.cancelled() => break,
@@ -301,6 +354,7 @@ impl Worker {
             {
                 Ok(Some(claimed)) => {
                     backoff = RETRY_INITIAL;
+                    complaints.answered();
                     let (this, stop) = (self.clone(), stop.clone());
                     // The slot carries runs back to back while each end
                     // brings the next (claimed with it), then frees.
@@ -318,6 +372,8 @@ impl Worker {
                     });
                 }
                 Ok(None) => {
+                    backoff = RETRY_INITIAL;
+                    complaints.answered();
                     drop(permit);
                     tokio::select! {
                         () = stop.cancelled() => break,
@@ -326,7 +382,7 @@ impl Worker {
                 }
                 Err(e) => {
                     drop(permit);
-                    tracing::warn!("cannot claim a run: {e}; retrying in {backoff:?}");
+                    complaints.failed("claim a run", &e, Some(backoff));
                     tokio::select! {
                         () = stop.cancelled() => break,
                         () = tokio::time::sleep(backoff) => {}
@@ -374,14 +430,16 @@ impl Worker {
             lease_ms: i64::try_from(self.settings.lease.as_millis()).unwrap_or(i64::MAX),
         };
         let mut backoff = RETRY_INITIAL;
+        let mut complaints = Complaints::new("the roster");
         while let Err(e) = roster.enlist(&info).await {
-            tracing::warn!("cannot join the roster: {e}; retrying in {backoff:?}");
+            complaints.failed("join the roster", &e, Some(backoff));
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(backoff) => {}
             }
             backoff = (backoff * 2).min(RETRY_MAX);
         }
+        complaints.answered();
         let mut every = tokio::time::interval(self.settings.lease / 3);
         every.tick().await;
         loop {
@@ -389,28 +447,64 @@ impl Worker {
                 () = stop.cancelled() => return,
                 _ = every.tick() => {}
             }
-            if let Err(e) = roster.beat(&info.id).await {
-                tracing::warn!("cannot heartbeat on the roster: {e}");
+            match roster.beat(&info.id).await {
+                Ok(()) => complaints.answered(),
+                Err(e) => complaints.failed("heartbeat on the roster", &e, None),
             }
         }
     }
 
     /// Every half lease, rescue the fleet's runs whose lease ran out (the
-    /// store records their events with them).
+    /// store records their events with them), but only once the store has
+    /// answered this worker for a whole lease (at least
+    /// [`RESCUE_GRACE_MIN`]) with no failure between (since the worker
+    /// started, or since the store last failed it): a lease that ran out
+    /// while this worker could not see the store may be one whose holder
+    /// could not either, and that holder tries its run's end again at most
+    /// [`PENDING_RETRY_MAX`] apart, so its run is not taken from it for an
+    /// outage. A gap of
+    /// more than a lease between two answers (the worker was paused) counts
+    /// as a failure. Until then the loop only asks whether the store
+    /// answers ([`FleetQueue::answers`]).
     async fn rescue_loop(self: Arc<Self>, stop: CancellationToken) {
-        let mut every = tokio::time::interval(self.settings.lease / 2);
+        let lease = self.settings.lease;
+        let grace = lease.max(RESCUE_GRACE_MIN);
+        let mut every = tokio::time::interval(lease / 2);
+        let mut complaints = Complaints::new("the rescue loop");
+        // Since when the store has answered without a failure, and when
+        // it last answered.
+        let mut answering: Option<tokio::time::Instant> = None;
+        let mut answered_at: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 _ = every.tick() => {}
             }
-            match self.fleet.rescue_expired().await {
-                Ok(rescued) => {
+            // No answer for over a lease (this worker was paused, or a call
+            // hung): the store went unseen meanwhile.
+            if answered_at.is_none_or(|at| at.elapsed() > lease) {
+                answering = None;
+            }
+            let answer = if answering.is_some_and(|since| since.elapsed() >= grace) {
+                self.fleet.rescue_expired().await.map(|rescued| {
                     for r in &rescued {
                         tracing::info!("rescued run `{}`: {:?}", r.run_id, r.rescue);
                     }
+                })
+            } else {
+                self.fleet.answers().await
+            };
+            match answer {
+                Ok(()) => {
+                    let now = tokio::time::Instant::now();
+                    complaints.answered();
+                    answering.get_or_insert(now);
+                    answered_at = Some(now);
                 }
-                Err(e) => tracing::warn!("cannot rescue expired leases: {e}"),
+                Err(e) => {
+                    answering = None;
+                    complaints.failed("rescue expired leases", &e, None);
+                }
             }
         }
     }
@@ -455,6 +549,30 @@ impl Worker {
                 return None;
             }
         };
+        let leased = self.settings.lease;
+        let renew_every = leased / 3;
+        let margin = leased / SELF_FENCE_FRACTION;
+        let mut renewed = asked;
+        if renewed.elapsed() + margin >= leased {
+            // The claim came back too late to count on its lease (this
+            // worker was paused, or waited for the run's earlier claim to
+            // wind up here): renewed before anything of it runs, so the
+            // self-fence counts from an answer the store gave.
+            let at = tokio::time::Instant::now();
+            match within(renew_every, self.fleet.heartbeat(&lease, leased)).await {
+                Ok(held) => {
+                    lease = held;
+                    renewed = at;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "run `{id}`: claimed too late to start ({e}); \
+                         it is rescued once its lease runs out"
+                    );
+                    return None;
+                }
+            }
+        }
         let mut stops = Some(self.fleet.stop_requests());
         // Events this store holds of an earlier attempt are not relayed again.
         let mut after = {
@@ -488,15 +606,15 @@ impl Worker {
         }
         let run = run.row();
         let component = super::component(&id);
-        let leased = self.settings.lease;
-        let renew_every = leased / 3;
-        let margin = leased / SELF_FENCE_FRACTION;
-        let mut renewed = asked;
         let mut attempt = run.attempt;
         let mut stopping = false;
         let mut tick = tokio::time::interval(RELAY_EVERY);
-        // After a failure the store is left alone until then (backoff).
-        let mut store_back = Backoff::new(format!("run `{id}`"));
+        // After a failure the store is left alone until then (backoff),
+        // never longer than a renewal's span nor `PENDING_RETRY_MAX`: a
+        // rescuer waits longer after an outage, so an end kept through it
+        // is written first.
+        let most = renew_every.min(PENDING_RETRY_MAX);
+        let mut store_back = Backoff::new(format!("run `{id}`"), most);
         // The slot's next run, once an end brought one.
         let mut next = None;
         let relay = loop {
@@ -539,7 +657,9 @@ impl Worker {
                 )
                 .await
                 {
-                    Ok(()) => store_back.succeeded(),
+                    // Nothing to relay asked nothing of the store.
+                    Ok(0) => {}
+                    Ok(_) => store_back.succeeded(),
                     Err(StoreError::Fenced { .. }) => break Relay::Fenced,
                     Err(e) => store_back.failed("relay the events", &e),
                 }
@@ -568,7 +688,7 @@ impl Worker {
                         .await;
                     match handover.next {
                         Ok(claimed) => next = claimed.map(|c| (c, at)),
-                        Err(e) => tracing::warn!("cannot claim a run: {e}"),
+                        Err(e) => store_back.complaints.failed("claim the next run", &e, None),
                     }
                     handover.ended
                 };
@@ -591,9 +711,11 @@ impl Worker {
                     Ok(held) => {
                         lease = held;
                         renewed = at;
+                        store_back.complaints.answered();
                     }
                     Err(StoreError::Fenced { .. }) => break Relay::Fenced,
-                    Err(e) => tracing::warn!("cannot renew the lease of run `{id}`: {e}"),
+                    // Tried again at the next tick, until the self-fence.
+                    Err(e) => store_back.complaints.failed("renew the lease", &e, None),
                 }
             }
             if renewed.elapsed() + margin >= leased {
@@ -652,13 +774,15 @@ impl Worker {
             .await;
     }
 
-    /// Relay the run's events recorded since `after` under `lease`.
+    /// Relay the run's events recorded since `after` under `lease`; how
+    /// many (none: the store was not asked).
     async fn relay_events(
         &self,
         lease: &Lease,
         component: &str,
         after: &mut i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<usize, StoreError> {
+        let mut relayed_all = 0;
         loop {
             let local = self.local.clone();
             let (key, from) = (component.to_string(), *after);
@@ -668,9 +792,10 @@ impl Worker {
             .await
             .map_err(|e| StoreError::Task(e.to_string()))??;
             let Some(last) = events.last().map(|e| e.id) else {
-                return Ok(());
+                return Ok(relayed_all);
             };
             let full = events.len() == MAX_RELAYED_EVENTS;
+            relayed_all += events.len();
             let relayed = events
                 .into_iter()
                 .map(|e| NewEvent {
@@ -682,7 +807,7 @@ impl Worker {
             self.fleet.append_fenced(lease, relayed).await?;
             *after = last;
             if !full {
-                return Ok(());
+                return Ok(relayed_all);
             }
         }
     }

@@ -3,9 +3,14 @@
 //! SQLite [`Store`] (one machine) or PostgreSQL ([`super::pg::PgStore`], a
 //! fleet). A claim is a [`Lease`]: the run moves `queued` → `running` for
 //! one worker until `expires_at_ms`, renewed by [`FleetQueue::heartbeat`].
-//! Every write under a lease names its fencing token, which every claim and
-//! every rescue moves on, so a worker that wakes up after its lease ended
-//! has its late writes refused ([`StoreError::Fenced`]) and stops. A lease
+//! Every write under a lease names its fencing token, which every claim,
+//! release and rescue moves on, so a worker that wakes up after its run
+//! was taken from it has its late writes refused ([`StoreError::Fenced`])
+//! and stops. A write is taken while the run is still running under its
+//! token even when the lease's time has passed ([`LeaseCheck`]): nobody
+//! took the run, so the end of a run that ended while its worker could
+//! not reach the store is recorded once when it can, not lost; only a
+//! renewal is refused once the time has passed. A lease
 //! that ran out is rescued by [`FleetQueue::rescue_expired`] (at most once):
 //! the run is queued again while its attempts allow (its row carries the
 //! attempt it is at and the attempts its trigger allows, written at
@@ -58,6 +63,19 @@ pub const LEASE_EXPIRED_DETAIL: &str = concat!(lease_lost!(), "; not run again")
 pub const STOP_REQUEST_BACKLOG: usize = 256;
 /// How often [`FleetQueue::wait_for_work`] looks again when nothing wakes it.
 pub const WORK_POLL: Duration = Duration::from_millis(500);
+
+/// What a write under a lease checks of the run's row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseCheck {
+    /// Running under the lease's token and not expired: a renewal, which
+    /// would let the run go on.
+    Live,
+    /// Running under the lease's token, its time passed or not: every
+    /// other write (an end, events, an attempt, a hand-back). Only a
+    /// rescue, a release or a claim moves the token on, so a write that
+    /// passes this check comes before anyone else could carry the run.
+    Token,
+}
 
 /// A worker's hold on one running run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -211,12 +229,14 @@ pub trait FleetQueue: Send + Sync + Debug {
     fn claim<'a>(&'a self, worker: &'a str, lease: Duration) -> StoreFuture<'a, Option<Claimed>>;
     /// Renew `lease` for `lease_for` from now, reading whether the run was
     /// replaced meanwhile; [`StoreError::Fenced`] when it is no longer held
-    /// (expired, rescued, claimed again).
+    /// (expired, rescued, claimed again: [`LeaseCheck::Live`]).
     fn heartbeat<'a>(&'a self, lease: &'a Lease, lease_for: Duration) -> StoreFuture<'a, Lease>;
     /// Record the end of the run `lease` holds, with what a worktree run
     /// handed back (`result`: its branch, commit, push), so the fleet's
-    /// listing shows it; [`StoreError::Fenced`] when the lease is no longer
-    /// held (nothing written).
+    /// listing shows it; [`StoreError::Fenced`] when the run is no longer
+    /// running under the lease's token (nothing written): taken even when
+    /// the lease's time has passed, if nobody took the run meanwhile
+    /// ([`LeaseCheck::Token`], as every write under a lease but a renewal).
     fn finish<'a>(
         &'a self,
         lease: &'a Lease,
@@ -283,6 +303,10 @@ pub trait FleetQueue: Send + Sync + Debug {
     fn events_after(&self, after: i64, limit: usize) -> StoreFuture<'_, Vec<Event>>;
     /// Resolve when a run may have been queued, or after `at_most`.
     fn wait_for_work(&self, at_most: Duration) -> StoreFuture<'_, ()>;
+    /// Resolve once the store answered a round trip that changes nothing:
+    /// how a rescuer learns it sees the store again before it trusts what
+    /// the leases say.
+    fn answers(&self) -> StoreFuture<'_, ()>;
 }
 
 /// A worker as it joins its fleet's roster.
@@ -372,15 +396,21 @@ impl SqliteQueue {
     }
 
     /// `write` in the writer's transaction while `lease` still holds its
-    /// run; [`StoreError::Fenced`] (nothing written) otherwise.
-    fn under_lease<T, F>(&self, lease: &Lease, write: F) -> super::writer::Pending<T>
+    /// run as `check` asks; [`StoreError::Fenced`] (nothing written)
+    /// otherwise.
+    fn under_lease<T, F>(
+        &self,
+        lease: &Lease,
+        check: LeaseCheck,
+        write: F,
+    ) -> super::writer::Pending<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection, Lease) -> Result<T, StoreError> + Send + 'static,
     {
         let held = lease.clone();
         self.store.write(move |conn| {
-            if !held_sqlite(conn, &held)? {
+            if !held_sqlite(conn, &held, check)? {
                 return Err(fenced(&held));
             }
             write(conn, held)
@@ -433,17 +463,20 @@ fn claim_sqlite(
     Ok(Some(Claimed { run, lease }))
 }
 
-/// Whether `lease` is still held, in the writer's transaction.
-fn held_sqlite(conn: &Connection, lease: &Lease) -> Result<bool, StoreError> {
+/// Whether `lease` still holds its run as `check` asks, in the writer's
+/// transaction.
+fn held_sqlite(conn: &Connection, lease: &Lease, check: LeaseCheck) -> Result<bool, StoreError> {
+    let until = match check {
+        LeaseCheck::Live => now_ms(),
+        LeaseCheck::Token => i64::MIN,
+    };
     conn.prepare_cached(
         "SELECT 1 FROM runs WHERE id = ?1 AND lease_token = ?2 AND state = 'running'
          AND lease_expires_at_ms >= ?3",
     )
     .and_then(|mut s| {
-        s.query_row((&lease.run_id, lease.token, now_ms()), |r| {
-            r.get::<_, i64>(0)
-        })
-        .optional()
+        s.query_row((&lease.run_id, lease.token, until), |r| r.get::<_, i64>(0))
+            .optional()
     })
     .map(|found| found.is_some())
     .map_err(sqlite("check a lease"))
@@ -529,9 +562,10 @@ impl FleetQueue for SqliteQueue {
 
     fn heartbeat<'a>(&'a self, lease: &'a Lease, lease_for: Duration) -> StoreFuture<'a, Lease> {
         let ms = lease_ms(lease_for);
-        Box::pin(self.under_lease(lease, move |conn, held| {
-            let expires_at_ms = now_ms() + ms;
-            let replaced_by = conn
+        Box::pin(
+            self.under_lease(lease, LeaseCheck::Live, move |conn, held| {
+                let expires_at_ms = now_ms() + ms;
+                let replaced_by = conn
                 .prepare_cached(
                     "UPDATE runs SET lease_expires_at_ms = ?3 WHERE id = ?1 AND lease_token = ?2
                      RETURNING replaced_by",
@@ -540,12 +574,13 @@ impl FleetQueue for SqliteQueue {
                     s.query_row((&held.run_id, held.token, expires_at_ms), |r| r.get(0))
                 })
                 .map_err(sqlite("renew a lease"))?;
-            Ok(Lease {
-                expires_at_ms,
-                replaced_by,
-                ..held
-            })
-        }))
+                Ok(Lease {
+                    expires_at_ms,
+                    replaced_by,
+                    ..held
+                })
+            }),
+        )
     }
 
     fn finish<'a>(
@@ -556,7 +591,7 @@ impl FleetQueue for SqliteQueue {
         result: Option<serde_json::Value>,
     ) -> StoreFuture<'a, ()> {
         let result = result.map(|r| r.to_string());
-        let written = self.under_lease(lease, move |conn, held| {
+        let written = self.under_lease(lease, LeaseCheck::Token, move |conn, held| {
             conn.prepare_cached(
                 "UPDATE runs SET state = ?3, detail = ?4, finished_at_ms = ?5,
                  result = COALESCE(?6, result), lease_expires_at_ms = NULL
@@ -577,7 +612,7 @@ impl FleetQueue for SqliteQueue {
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        let handed = self.under_lease(lease, |conn, held| {
+        let handed = self.under_lease(lease, LeaseCheck::Token, |conn, held| {
             conn.prepare_cached(
                 "UPDATE runs SET state = 'queued', started_at_ms = NULL, owner = NULL,
                  lease_token = lease_token + 1, lease_expires_at_ms = NULL
@@ -601,16 +636,20 @@ impl FleetQueue for SqliteQueue {
     ) -> StoreFuture<'a, Vec<Event>> {
         let encoded: Vec<EncodedEvent> = events.into_iter().map(EncodedEvent::encode).collect();
         let insert = super::insert_events(encoded);
-        Box::pin(self.under_lease(lease, move |conn, _| insert(conn)))
+        Box::pin(self.under_lease(lease, LeaseCheck::Token, move |conn, _| insert(conn)))
     }
 
     fn set_attempt<'a>(&'a self, lease: &'a Lease, attempt: u32) -> StoreFuture<'a, ()> {
-        Box::pin(self.under_lease(lease, move |conn, held| {
-            conn.prepare_cached("UPDATE runs SET attempt = ?3 WHERE id = ?1 AND lease_token = ?2")
+        Box::pin(
+            self.under_lease(lease, LeaseCheck::Token, move |conn, held| {
+                conn.prepare_cached(
+                    "UPDATE runs SET attempt = ?3 WHERE id = ?1 AND lease_token = ?2",
+                )
                 .and_then(|mut s| s.execute((&held.run_id, held.token, attempt)))
                 .map(drop)
                 .map_err(sqlite("record a run's attempt"))
-        }))
+            }),
+        )
     }
 
     fn append_events(&self, events: Vec<NewEvent>) -> StoreFuture<'_, Vec<Event>> {
@@ -659,5 +698,10 @@ impl FleetQueue for SqliteQueue {
             let _ = tokio::time::timeout(at_most.min(WORK_POLL), self.wake.notified()).await;
             Ok(())
         })
+    }
+
+    fn answers(&self) -> StoreFuture<'_, ()> {
+        // The embedded store is this process's own file: always there.
+        Box::pin(async { Ok(()) })
     }
 }

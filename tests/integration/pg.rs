@@ -102,6 +102,17 @@ fn spawn_server(dir: &Path, port: u16, extra: &[String]) -> Child {
         .expect("start postgres")
 }
 
+/// When a commit is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Commits {
+    /// Before it is written out (`synchronous_commit=off`): fast, and a
+    /// crash loses the last ones.
+    Lazy,
+    /// Once it is written out (to the OS; `fsync` stays off): a crash of
+    /// the server loses none.
+    Durable,
+}
+
 /// A running throwaway cluster.
 pub struct PgCluster {
     dir: tempfile::TempDir,
@@ -224,17 +235,27 @@ impl PgCluster {
     /// Start one, or `None` when the server binaries are missing
     /// ([`require`]: skipped outside CI, failed under `CI=true`).
     pub fn start() -> Option<Self> {
-        Self::start_with(false).map(|(cluster, _)| cluster)
+        Self::start_with(false, Commits::Lazy).map(|(cluster, _)| cluster)
+    }
+
+    /// [`start`](Self::start) with every commit written out before it is
+    /// answered, so a crash ([`Shutdown::Immediate`]) loses no committed
+    /// transaction (the other clusters, `synchronous_commit=off`, lose
+    /// the last ones, as a store configured so would).
+    #[allow(dead_code)]
+    pub fn start_durable() -> Option<Self> {
+        Self::start_with(false, Commits::Durable).map(|(cluster, _)| cluster)
     }
 
     /// [`start`](Self::start) with `ssl=on`, TCP clients over TLS only
     /// (`hostssl` in `pg_hba.conf`); the certificate files with it.
     #[allow(dead_code)]
     pub fn start_tls() -> Option<(Self, TlsFiles)> {
-        Self::start_with(true).map(|(cluster, files)| (cluster, files.expect("certificates")))
+        Self::start_with(true, Commits::Lazy)
+            .map(|(cluster, files)| (cluster, files.expect("certificates")))
     }
 
-    fn start_with(tls: bool) -> Option<(Self, Option<TlsFiles>)> {
+    fn start_with(tls: bool, commits: Commits) -> Option<(Self, Option<TlsFiles>)> {
         let bin = pg_bin();
         if !require(Peer::condition(
             &format!("PostgreSQL server binaries in {}", bin.display()),
@@ -302,6 +323,11 @@ impl PgCluster {
         } else {
             (None, Vec::new())
         };
+        let mut extra = extra;
+        if commits == Commits::Durable {
+            // After the defaults on the command line, so it wins.
+            extra.extend(["-c".to_string(), "synchronous_commit=on".to_string()]);
+        }
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -372,8 +398,14 @@ impl PgCluster {
     /// port and data, as an operator's restart does.
     #[allow(dead_code)]
     pub fn restart(&mut self) {
+        self.restart_in(Shutdown::Fast);
+    }
+
+    /// [`PgCluster::restart`] with the shutdown `mode`.
+    #[allow(dead_code)]
+    pub fn restart_in(&mut self, mode: Shutdown) {
         if let Some(child) = self.child.take() {
-            stop_server(child);
+            stop_server_in(child, mode);
         }
         self.child = Some(spawn_server(self.dir.path(), self.port, &self.extra));
         self.wait_ready();
@@ -409,10 +441,31 @@ impl PgCluster {
     }
 }
 
+/// How the server is stopped (`pg_ctl stop -m MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code)]
+pub enum Shutdown {
+    /// SIGINT: sessions are ended, open transactions rolled back, and the
+    /// server checkpoints before it exits.
+    Fast,
+    /// SIGQUIT: every process quits at once, as in a crash; the next start
+    /// recovers from the write-ahead log.
+    Immediate,
+}
+
 /// SIGINT (fast shutdown), then SIGKILL past [`STOP_TIMEOUT`].
-fn stop_server(mut child: Child) {
+fn stop_server(child: Child) {
+    stop_server_in(child, Shutdown::Fast);
+}
+
+/// Stop the server in `mode`, then SIGKILL past [`STOP_TIMEOUT`].
+fn stop_server_in(mut child: Child, mode: Shutdown) {
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+    let signal = match mode {
+        Shutdown::Fast => nix::sys::signal::Signal::SIGINT,
+        Shutdown::Immediate => nix::sys::signal::Signal::SIGQUIT,
+    };
+    let _ = nix::sys::signal::kill(pid, signal);
     let deadline = Instant::now() + STOP_TIMEOUT;
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {

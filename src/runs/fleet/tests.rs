@@ -79,6 +79,9 @@ impl FleetQueue for StopDuringClaim {
     fn wait_for_work(&self, at_most: Duration) -> StoreFuture<'_, ()> {
         self.inner.wait_for_work(at_most)
     }
+    fn answers(&self) -> StoreFuture<'_, ()> {
+        self.inner.answers()
+    }
 }
 
 /// A worker told to stop while its claim was in flight hands the run the

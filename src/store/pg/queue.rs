@@ -7,7 +7,8 @@
 //! of its key, none of which runs) with `FOR UPDATE SKIP LOCKED`: one
 //! statement, so a claimer that skips a locked head never takes the run
 //! behind it; every write under a
-//! lease checks its fencing token and its expiry in the same statement;
+//! lease checks its fencing token in the same statement (a renewal its
+//! expiry too: [`crate::store::fleet::LeaseCheck`]);
 //! events are appended under a per-fleet advisory lock, so their ids are in
 //! commit order and a tailer never skips one committed late. Finished runs
 //! past the newest `RUN_HISTORY_LIMIT` are pruned as the embedded store
@@ -280,23 +281,32 @@ async fn end_on(
     Ok(())
 }
 
-/// The condition of a lease held on a run of fleet `$1`, the placeholders
-/// `id` and `token` naming the run and the lease's token: under that token,
-/// not expired. The run is named by one value, `npc_run_of(fleet, id)`,
-/// which only the index of leased runs (`npc_runs_leased`) is led by, so
-/// the look reads that run alone whatever the statistics; it names no
-/// state, since only a running run holds a lease (the table's check
+/// The condition that a run of fleet `$1` is still under a lease, the
+/// placeholders `id` and `token` naming the run and the lease's token:
+/// running under that token, its expiry passed or not (see
+/// [`crate::store::fleet::LeaseCheck::Token`]: only a rescue, a release or
+/// a claim moves the token on). The run is named by one value,
+/// `npc_run_of(fleet, id)`, which only the index of leased runs
+/// (`npc_runs_leased`, whose predicate is the expiry's presence) is led
+/// by, so the look reads that run alone whatever the statistics; it names
+/// no state, since only a running run holds a lease (the table's check
 /// `npc_runs_lease_only_running`), and a state would let the partial
 /// indexes of running runs serve it, read whole.
-fn held(id: &str, token: &str) -> String {
+fn under_token(id: &str, token: &str) -> String {
     format!(
         "npc_run_of(fleet, id) = npc_run_of($1, {id}) AND lease_token = {token} \
-         AND lease_expires_at_ms >= npc_now_ms()"
+         AND lease_expires_at_ms IS NOT NULL"
     )
 }
 
-/// [`held`]: `$2` the run id, `$3` the token.
-static HELD: LazyLock<String> = LazyLock::new(|| held("$2", "$3"));
+/// [`under_token`]: `$2` the run id, `$3` the token; what every write
+/// under a lease checks but a renewal.
+static UNDER_TOKEN: LazyLock<String> = LazyLock::new(|| under_token("$2", "$3"));
+
+/// [`UNDER_TOKEN`] and not expired
+/// ([`crate::store::fleet::LeaseCheck::Live`]): what a renewal checks.
+static HELD: LazyLock<String> =
+    LazyLock::new(|| format!("{} AND lease_expires_at_ms >= npc_now_ms()", *UNDER_TOKEN));
 
 /// The claim: `$1` fleet, `$2` worker, `$3` the lease in milliseconds, `$4`
 /// the queue of runs by hand. The oldest queued run that heads its
@@ -319,13 +329,13 @@ pub fn claim_statement() -> &'static str {
 }
 
 /// The claim sent with a run's end ([`FleetQueue::finish_and_claim`]):
-/// [`CLAIM_SQL`], made only once the lease on run `$5` with token `$6` is
-/// no longer [`held`] (one probe, evaluated once), as the embedded store
-/// claims after an end that was written or fenced.
+/// [`CLAIM_SQL`], made only once run `$5` is no longer [`under_token`]
+/// `$6` (one probe, evaluated once), as the embedded store claims after
+/// an end that was written or fenced.
 static CLAIM_AFTER_SQL: LazyLock<String> = LazyLock::new(|| {
     claim_sql(&format!(
         "NOT EXISTS (SELECT 1 FROM npc_runs WHERE {}) AND",
-        held("$5", "$6")
+        under_token("$5", "$6")
     ))
 });
 
@@ -445,7 +455,7 @@ static RENEW_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// A run's end: [`HELD`], `$4` its state and `$5` its detail; wakes the
+/// A run's end: [`UNDER_TOKEN`], `$4` its state and `$5` its detail; wakes the
 /// workers (`$6`, the wake channel) when a run of its key waits. A row
 /// when written, none when fenced. One `UPDATE` whose returned value looks
 /// for the waiting run: the same work as data-modifying CTEs joined and
@@ -458,7 +468,7 @@ static FINISH_SQL: LazyLock<String> = LazyLock::new(|| {
          WHERE {held}
          RETURNING (SELECT pg_notify($6, $1) FROM npc_runs w
              WHERE {same} AND w.state = 'queued' LIMIT 1) IS NULL",
-        held = *HELD,
+        held = *UNDER_TOKEN,
         same = of_queue("w.", "$1", "npc_runs.trigger", "npc_runs.key_slot"),
     )
 });
@@ -470,7 +480,7 @@ pub fn finish_statement() -> &'static str {
     &FINISH_SQL
 }
 
-/// A run handed back to the queue: [`HELD`]; wakes the workers (`$4`, the
+/// A run handed back to the queue: [`UNDER_TOKEN`]; wakes the workers (`$4`, the
 /// wake channel). It is `behind` again, as a rescued run is: whatever
 /// started meanwhile, its claim looks. A row when handed back, none when
 /// fenced.
@@ -479,13 +489,13 @@ static RELEASE_SQL: LazyLock<String> = LazyLock::new(|| {
         "UPDATE npc_runs SET state = 'queued', started_at_ms = NULL, owner = NULL,
              lease_token = lease_token + 1, lease_expires_at_ms = NULL, behind = true
          WHERE {} RETURNING pg_notify($4, $1)",
-        *HELD
+        *UNDER_TOKEN
     )
 });
 
-/// A change of attempt under a lease: [`HELD`], `$4` the attempt.
+/// A change of attempt under a lease: [`UNDER_TOKEN`], `$4` the attempt.
 static ATTEMPT_SQL: LazyLock<String> =
-    LazyLock::new(|| format!("UPDATE npc_runs SET attempt = $4 WHERE {}", *HELD));
+    LazyLock::new(|| format!("UPDATE npc_runs SET attempt = $4 WHERE {}", *UNDER_TOKEN));
 
 impl PgStore {
     async fn enqueue_run(&self, run: NewRun) -> Result<Enqueued, StoreError> {
@@ -838,7 +848,7 @@ impl PgStore {
             // The row stays locked to the commit: a rescue waits for it.
             let held = tx
                 .query_opt(
-                    &format!("SELECT 1 FROM npc_runs WHERE {} FOR UPDATE", *HELD),
+                    &format!("SELECT 1 FROM npc_runs WHERE {} FOR UPDATE", *UNDER_TOKEN),
                     &[&self.fleet(), &lease.run_id, &lease.token],
                 )
                 .await
@@ -1205,5 +1215,9 @@ impl FleetQueue for PgStore {
             let _ = tokio::time::timeout(at_most, self.wake.notified()).await;
             Ok(())
         })
+    }
+
+    fn answers(&self) -> StoreFuture<'_, ()> {
+        Box::pin(self.check())
     }
 }
