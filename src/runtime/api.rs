@@ -130,6 +130,7 @@ pub fn outcome_answer(outcome: &ReloadOutcome) -> Answer {
         })),
         ReloadOutcome::Refused { reasons } => Answer::Refused(json!({ "reasons": reasons })),
         ReloadOutcome::Failed { error } => Answer::Failed(error.clone()),
+        ReloadOutcome::Stale => Answer::Refused(json!({ "reasons": [super::STALE_PLAN] })),
         ReloadOutcome::Applied { .. } => {
             Answer::Ok(serde_json::to_value(outcome).unwrap_or_default())
         }

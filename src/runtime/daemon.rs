@@ -378,8 +378,10 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
                         )
                         .await;
                 }
-                Request::Apply => {
-                    let (outcome, _) = runtime.reload("npc apply").await;
+                Request::Apply { fingerprint } => {
+                    let (outcome, _) = runtime
+                        .reload_checked("npc apply", fingerprint.as_deref())
+                        .await;
                     let _ = tx
                         .send(serde_json::to_value(&outcome).unwrap_or_default())
                         .await;

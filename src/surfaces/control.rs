@@ -64,8 +64,13 @@ pub enum Request {
     Status,
     /// The applied (observed) state, for planning.
     State,
-    /// Reload the manifest now and apply it; answers with per-component results.
-    Apply,
+    /// Reload the manifest now and apply it; answers with per-component
+    /// results. With `fingerprint` (the plan the user saw), only a plan of
+    /// that fingerprint is applied; another one answers `stale`.
+    Apply {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fingerprint: Option<String>,
+    },
     /// Events after `since`; with `follow`, keep streaming new ones.
     Events { since: Option<i64>, follow: bool },
     /// Turn this connection into an MCP session with the daemon's gateway.
