@@ -16,7 +16,7 @@ use crate::runtime::files::{self, FilePlan};
 use crate::runtime::{self, RepoPaths};
 use crate::stdx::term::printable;
 use crate::store::Store;
-use crate::surfaces::control::{self, Client, Request};
+use crate::surfaces::control::{self, Client, Reply, Request};
 
 /// How long `npc events` without a daemon waits between looks at the store
 /// while following (the daemon pushes events; the store can only be read).
@@ -81,11 +81,10 @@ async fn observed(paths: &RepoPaths) -> anyhow::Result<(ObservedState, String)> 
             .with_context(|| {
                 format!("the daemon (pid {pid}) holds the repository but did not answer")
             })?;
-        let text = answer.as_str().unwrap_or("{}");
-        return Ok((
-            runtime::decode_state(text),
-            format!("the running daemon, pid {pid}"),
-        ));
+        let Reply::State { components } = answer else {
+            return Err(control::ControlError::unexpected(&answer).into());
+        };
+        return Ok((components, format!("the running daemon, pid {pid}")));
     }
     let db = paths.db();
     if let Some(store) = runtime::open_existing_store(paths)?
@@ -582,7 +581,10 @@ pub fn apply(
         let answer = rt
             .block_on(Client::call(&socket, &request))
             .with_context(|| format!("the daemon (pid {pid}) did not apply"))?;
-        let mut exit = print_outcome(&answer, &format!("through the daemon (pid {pid})"))?;
+        let Reply::Apply { outcome } = answer else {
+            return Err(control::ControlError::unexpected(&answer).into());
+        };
+        let mut exit = print_outcome(&outcome, &format!("through the daemon (pid {pid})"))?;
         // The daemon never replaces an entry it did not write; a forced
         // replacement is written here, and the store records it as managed
         // so the daemon keeps it in step from now on.
@@ -656,64 +658,51 @@ fn print_written(
     Ok(ok)
 }
 
-fn print_outcome(answer: &serde_json::Value, how: &str) -> Result<Exit, OutputError> {
-    match answer.get("outcome").and_then(|o| o.as_str()) {
-        Some("applied") => {
+fn print_outcome(outcome: &runtime::ReloadOutcome, how: &str) -> Result<Exit, OutputError> {
+    use runtime::{Outcome, ReloadOutcome};
+    match outcome {
+        ReloadOutcome::Applied { results } => {
             let mut failed = false;
-            for r in answer["results"].as_array().into_iter().flatten() {
-                let outcome = r["outcome"].as_str().unwrap_or("?");
-                failed |= outcome != "applied";
-                let kind = r["id"]
-                    .as_str()
-                    .and_then(|id| id.split_once('.'))
-                    .map(|(k, _)| k);
-                let action = serde_json::from_value::<Action>(r["action"].clone()).ok();
+            for r in results {
+                failed |= r.outcome != Outcome::Applied;
                 // Say what "applied" means for a component no process stands for.
-                let outcome = match (outcome, kind.and_then(Standing::of_kind)) {
-                    ("applied", _) if action == Some(Action::Remove) => "removed",
-                    ("applied", Some(standing)) if r["pid"].is_null() => standing.human(),
-                    _ => outcome,
+                let shown = match (r.outcome, Standing::of_kind(r.id.kind.as_str())) {
+                    (Outcome::Applied, _) if r.action == Action::Remove => "removed",
+                    (Outcome::Applied, Some(standing)) if r.pid.is_none() => standing.human(),
+                    (outcome, _) => outcome.as_str(),
                 };
-                let symbol = action.map_or("?", Action::symbol);
-                let pid = r["pid"]
-                    .as_u64()
-                    .map(|p| format!(" (pid {p})"))
-                    .unwrap_or_default();
-                let error = r["error"]
-                    .as_str()
+                let pid = r.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+                let error = r
+                    .error
+                    .as_deref()
                     .map(|e| format!(": {e}"))
                     .unwrap_or_default();
-                let line = format!("{}: {outcome}{pid}{error}", r["id"].as_str().unwrap_or("?"));
-                outln!("  {symbol:>3} {}", printable(&line))?;
+                let line = format!("{}: {shown}{pid}{error}", r.id);
+                outln!("  {:>3} {}", r.action.symbol(), printable(&line))?;
             }
             outln!("\nApplied {how}.")?;
             Ok(if failed { Exit::Failed } else { Exit::Ok })
         }
-        Some("invalid") => {
+        ReloadOutcome::Invalid { .. } => {
             errln!(
                 "error: the daemon found the manifest invalid; nothing changed (see `npc events`)"
             );
             Ok(Exit::Failed)
         }
-        Some("failed") => {
+        ReloadOutcome::Failed { error } => {
             errln!(
-                "error: the daemon could not reload: {}; it retries by itself (see `npc events`)",
-                answer["error"].as_str().unwrap_or("?")
+                "error: the daemon could not reload: {error}; it retries by itself (see `npc events`)"
             );
             Ok(Exit::Failed)
         }
-        Some("stale") => {
+        ReloadOutcome::Stale => {
             errln!("error: {}", runtime::STALE_PLAN);
             Ok(Exit::Failed)
         }
-        Some("refused") => {
-            for r in answer["reasons"].as_array().into_iter().flatten() {
-                errln!("error: refused: {}", r.as_str().unwrap_or("?"));
+        ReloadOutcome::Refused { reasons } => {
+            for r in reasons {
+                errln!("error: refused: {r}");
             }
-            Ok(Exit::Failed)
-        }
-        _ => {
-            errln!("error: unexpected answer from the daemon: {answer}");
             Ok(Exit::Failed)
         }
     }
@@ -767,15 +756,15 @@ pub fn dashboard(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
         );
         return Ok(Exit::Failed);
     };
-    let answer = match tokio()?.block_on(Client::call(&socket, &Request::DashboardUrl)) {
-        Ok(answer) => answer,
-        Err(crate::surfaces::control::ControlError::Refused(e)) => {
+    let url = match tokio()?.block_on(Client::call(&socket, &Request::DashboardUrl)) {
+        Ok(Reply::DashboardUrl { url }) => url,
+        Ok(other) => return Err(control::ControlError::unexpected(&other).into()),
+        Err(control::ControlError::Refused(e)) => {
             errln!("error: the daemon (pid {pid}): {e}");
             return Ok(Exit::Failed);
         }
         Err(e) => return Err(e.into()),
     };
-    let url = answer["url"].as_str().unwrap_or_default();
     outln!("{url}")?;
     errln!(
         "open it in a browser; its one-time code opens a session of this browser and serves once"
@@ -821,16 +810,16 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
     {
         Some((socket, pid)) => {
             let answer = rt.block_on(Client::call(&socket, &Request::Status))?;
-            api = answer["api"].as_str().map(str::to_string);
-            store = answer["store"].clone();
-            if let Some(servers) = answer["mcp"]["servers"].as_array() {
+            let Reply::Status(answer) = answer else {
+                return Err(control::ControlError::unexpected(&answer).into());
+            };
+            api = answer.api;
+            store = answer.store;
+            if let Some(servers) = answer.mcp["servers"].as_array() {
                 gateway = MCP_GATEWAY_DAEMON;
                 mcp_servers = servers.clone();
             }
-            (
-                serde_json::from_value(answer["components"].clone()).unwrap_or_default(),
-                format!("daemon pid {pid}"),
-            )
+            (answer.components, format!("daemon pid {pid}"))
         }
         None => {
             let rows = match runtime::open_existing_store(&paths)? {
@@ -1110,7 +1099,10 @@ pub fn events(
     if let Some((socket, _)) = daemon_socket(&paths) {
         return rt.block_on(async {
             let mut client = Client::request(&socket, &Request::Events { since, follow }).await?;
-            while let Some(event) = client.next(None).await? {
+            while let Some(reply) = client.next(None).await? {
+                let Reply::Event { event } = reply else {
+                    return Err(control::ControlError::unexpected(&reply).into());
+                };
                 print_event(&event, format)?;
             }
             Ok(Exit::Ok)

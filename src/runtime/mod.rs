@@ -27,7 +27,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 
-use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::bus::{BusError, EventBus};
@@ -82,37 +81,7 @@ pub enum RuntimeError {
     Token { path: PathBuf, reason: String },
 }
 
-/// The outcome of one component in a reload.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ComponentResult {
-    pub id: ComponentId,
-    pub action: Action,
-    /// `applied`, `failed`, `rolled-back` or `unchanged`.
-    pub outcome: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-/// What a reload did.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum ReloadOutcome {
-    /// The manifest is invalid: nothing changed.
-    Invalid { error_count: usize },
-    /// The reload could not run for an operational reason (no file
-    /// descriptors, no memory, a deadline): nothing changed, and the daemon
-    /// tries again with backoff.
-    Failed { error: String },
-    /// A change cannot be applied live: nothing changed.
-    Refused { reasons: Vec<String> },
-    /// The plan to apply was computed from something other than what the
-    /// one shown was (an edit since): nothing changed.
-    Stale,
-    /// The plan was applied (possibly with rollbacks).
-    Applied { results: Vec<ComponentResult> },
-}
+pub use crate::plan::outcome::{ComponentResult, Outcome, ReloadOutcome};
 
 /// A manifest loaded for a reload, with what it was computed from.
 #[derive(Debug)]
@@ -619,7 +588,7 @@ impl Runtime {
         let applied = self.applied.lock().await;
         for r in results
             .iter()
-            .filter(|r| matches!(r.outcome, "failed" | "rolled-back"))
+            .filter(|r| matches!(r.outcome, Outcome::Failed | Outcome::RolledBack))
         {
             let name = r.id.name.clone();
             match (r.id.kind, applied.configs.get(&r.id)) {
@@ -764,7 +733,7 @@ impl Runtime {
                 results.push(ComponentResult {
                     id: id.clone(),
                     action: change.action,
-                    outcome: "applied",
+                    outcome: Outcome::Applied,
                     pid: None,
                     error: None,
                 });
@@ -811,7 +780,7 @@ impl Runtime {
                     results.push(ComponentResult {
                         id: id.clone(),
                         action: change.action,
-                        outcome: "applied",
+                        outcome: Outcome::Applied,
                         pid,
                         error: None,
                     });
@@ -862,7 +831,7 @@ impl Runtime {
             return ComponentResult {
                 id: id.clone(),
                 action,
-                outcome: "failed",
+                outcome: Outcome::Failed,
                 pid: None,
                 error: Some(error_text),
             };
@@ -882,7 +851,7 @@ impl Runtime {
                 ComponentResult {
                     id: id.clone(),
                     action,
-                    outcome: "rolled-back",
+                    outcome: Outcome::RolledBack,
                     pid,
                     error: Some(error_text),
                 }
@@ -903,7 +872,7 @@ impl Runtime {
                 ComponentResult {
                     id: id.clone(),
                     action,
-                    outcome: "failed",
+                    outcome: Outcome::Failed,
                     pid: None,
                     error: Some(format!("{error_text}; rolling back failed too: {again}")),
                 }
@@ -1015,19 +984,7 @@ impl Runtime {
     }
 }
 
-/// One row of `npc status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct ComponentStatus {
-    pub id: String,
-    pub kind: String,
-    pub state: String,
-    pub pid: Option<u32>,
-    pub restarts: u32,
-    pub since: Option<String>,
-    /// Why it failed to start ([`FAILED_STATE`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
+pub use crate::surfaces::control::ComponentStatus;
 
 /// The state `npc status` shows for a component of the manifest that failed
 /// to start and runs no config (its error says why).
