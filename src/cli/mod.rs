@@ -457,7 +457,7 @@ fn valid_manifest(
     before: &str,
 ) -> anyhow::Result<Option<crate::model::Manifest>> {
     use anyhow::Context as _;
-    let loaded = crate::plugins::files::load_path(path, &crate::model::ProcessEnv)
+    let (loaded, _) = crate::runtime::load_from_disk(path)
         .with_context(|| format!("cannot read `{}`", path.display()))?;
     if loaded.manifest.is_none() {
         for d in &loaded.diagnostics {

@@ -19,11 +19,19 @@ pub fn load_manifest(path: &Path) -> Result<model::Loaded, RuntimeError> {
 
 /// [`load_manifest`], with what the manifest was computed from.
 pub fn load_sourced(path: &Path) -> Result<(model::Loaded, Sources), RuntimeError> {
-    let files = crate::plugins::files::PackageFiles::new(path.parent().unwrap_or(Path::new("")));
-    load_with(path, &files).map_err(|source| RuntimeError::Manifest {
+    load_from_disk(path).map_err(|source| RuntimeError::Manifest {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// The one loader on the disk: [`load_with`] over the manifest's
+/// directory, plugin packages checked. Every command loads through it
+/// (the daemon's reloads through [`load_with`], to tell operational
+/// failures apart).
+pub fn load_from_disk(path: &Path) -> std::io::Result<(model::Loaded, Sources)> {
+    let files = crate::plugins::files::PackageFiles::new(path.parent().unwrap_or(Path::new("")));
+    load_with(path, &files)
 }
 
 /// The one loader: the manifest at `path` read once, validated with the
