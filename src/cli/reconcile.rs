@@ -813,6 +813,7 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
             let Reply::Status(answer) = answer else {
                 return Err(control::ControlError::unexpected(&answer).into());
             };
+            let answer = *answer;
             api = answer.api;
             store = answer.store;
             if let Some(servers) = answer.mcp["servers"].as_array() {

@@ -367,7 +367,6 @@ async fn start_local(
 }
 
 /// Answer control requests from the runtime.
-
 fn handler(runtime: Arc<Runtime>) -> Handler {
     Arc::new(move |request, tx| {
         let runtime = runtime.clone();
@@ -375,7 +374,7 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
             match request {
                 Request::Status => {
                     let status = super::api::status_reply(&runtime).await;
-                    let _ = tx.send(Reply::Status(status)).await;
+                    let _ = tx.send(Reply::Status(Box::new(status))).await;
                 }
                 Request::State => {
                     let components = runtime.observed().await;

@@ -156,7 +156,7 @@ pub enum Reply {
         protocol: Option<u32>,
     },
     /// To [`Request::Status`].
-    Status(StatusReply),
+    Status(Box<StatusReply>),
     /// To [`Request::State`]: the applied state, keyed `kind.name`.
     State {
         components: crate::plan::ObservedState,
