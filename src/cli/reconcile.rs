@@ -174,6 +174,8 @@ pub enum SavedPlanError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("the saved plan `{path}` is not a regular file; save one with `npc plan --out FILE`")]
+    NotAFile { path: PathBuf },
     #[error(
         "the saved plan `{path}` is larger than {MAX_SAVED_PLAN_BYTES} bytes; save it again with `npc plan --out FILE`"
     )]
@@ -186,17 +188,41 @@ pub enum SavedPlanError {
     Version { path: PathBuf, found: u32 },
 }
 
+/// Write `bytes` to `path`, readable by the owner only (a plan shows the
+/// manifest's values).
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)
+}
+
 impl SavedPlan {
     fn read(path: &Path) -> Result<Self, SavedPlanError> {
         use std::io::Read as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
         let read = |source| SavedPlanError::Read {
             path: path.to_path_buf(),
             source,
         };
+        // Never blocks on a FIFO or a device: a regular file only.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+            .open(path)
+            .map_err(read)?;
+        if !file.metadata().map_err(read)?.is_file() {
+            return Err(SavedPlanError::NotAFile {
+                path: path.to_path_buf(),
+            });
+        }
         let mut bytes = Vec::new();
-        std::fs::File::open(path)
-            .map_err(read)?
-            .take(MAX_SAVED_PLAN_BYTES + 1)
+        file.take(MAX_SAVED_PLAN_BYTES + 1)
             .read_to_end(&mut bytes)
             .map_err(read)?;
         if bytes.len() as u64 > MAX_SAVED_PLAN_BYTES {
@@ -436,7 +462,7 @@ pub fn plan(
             force_agent_files: opts.force_agent_files,
             plan: plan::render_json(&plan, &against),
         };
-        std::fs::write(out, serde_json::to_vec_pretty(&saved)?)
+        write_private(out, &serde_json::to_vec_pretty(&saved)?)
             .with_context(|| format!("cannot write the saved plan `{}`", out.display()))?;
     }
     let files = opts.plan(&model, &paths)?;

@@ -195,17 +195,33 @@ fn a_saved_plan_of_another_version_or_no_plan_at_all_is_refused() {
         "saved_plan_not_a_plan",
         stderr_of(&out).replace(saved_arg, "PLAN")
     );
-    // A file that never ends is read only up to the bound.
-    let out = run(&["apply", "/dev/zero"]).code(1);
+    // Past the bound (`MAX_SAVED_PLAN_BYTES`, 16 MiB): refused.
+    let huge = dir.path().join("huge.json");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(16 * 1024 * 1024 + 10)
+        .unwrap();
+    let out = run(&["apply", huge.to_str().unwrap()]).code(1);
     assert!(
         stderr_of(&out).contains("larger than"),
         "{}",
         stderr_of(&out)
     );
+    // A device or a FIFO never blocks it.
+    let fifo = dir.path().join("fifo.json");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    for path in [fifo.to_str().unwrap(), "/dev/zero"] {
+        let out = run(&["apply", path]).code(1);
+        assert!(
+            stderr_of(&out).contains("not a regular file"),
+            "{}",
+            stderr_of(&out)
+        );
+    }
 }
 
 #[test]
-fn a_saved_plan_through_the_daemon_is_refused_after_an_edit_and_applied_without_one() {
+fn a_saved_plan_through_the_daemon_is_refused_after_an_edit_and_applied_when_unchanged() {
     let d = Daemon::start_with(
         &format!("{MANIFEST}[mcp.servers.gamma]\ncommand = \"/nonexistent/npc-test\"\n"),
         DaemonSetup {
