@@ -70,7 +70,7 @@ use crate::store::Store;
 use crate::store::acp::{AcpSession, AcpSessions, NewAcpRun};
 use crate::supervisor::Supervisor;
 use crate::surfaces::approval::{self, Answer, Asked};
-use crate::surfaces::control::{Client, ControlError, Request};
+use crate::surfaces::control::{Client, ControlError, Reply, Request};
 pub use crate::surfaces::runs::SESSION_ID_PREFIX;
 use crate::surfaces::runs::{ApprovalRoute, LocalRun, MAX_DAEMON_PROMPT_BYTES, Resume};
 use agent_client_protocol_schema::ProtocolVersion;

@@ -202,10 +202,8 @@ impl Agent {
             },
         };
         let run_id = match Client::call(socket, &request).await {
-            Ok(answer) => match answer["run_id"].as_str() {
-                Some(id) => id.to_string(),
-                None => return Some(Err(internal(format!("the daemon answered {answer}")))),
-            },
+            Ok(Reply::RunQueued { run_id }) => run_id,
+            Ok(other) => return Some(Err(internal(ControlError::unexpected(&other)))),
             Err(ControlError::Connect { .. }) => return None,
             Err(ControlError::Refused(e)) => {
                 return Some(Err(frame::error(INVALID_PARAMS, &e)));

@@ -21,7 +21,7 @@ use super::Exit;
 use crate::hooks::bridge::{self, Answer, BridgeError, MAX_NATIVE_INPUT_BYTES, Protocol};
 use crate::hooks::policy::ToolPolicy;
 use crate::hooks::{BeforeTool, HookRunner, HookSet};
-use crate::model::{self, HookEvent, ProcessEnv};
+use crate::model::{self, HookEvent};
 
 #[derive(Debug, Subcommand)]
 pub enum HookCommand {
@@ -153,8 +153,8 @@ fn answer(args: &RunArgs) -> Answer {
         Ok(p) => p,
         Err(e) => return refuse(args, e.to_string()),
     };
-    let loaded = match crate::plugins::files::load_path(&paths.manifest, &ProcessEnv) {
-        Ok(l) => l,
+    let loaded = match crate::runtime::load_from_disk(&paths.manifest) {
+        Ok((l, _)) => l,
         Err(e) => return refuse(args, format!("cannot read `{}`: {e}", path.display())),
     };
     let Some(manifest) = &loaded.manifest else {

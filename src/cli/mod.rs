@@ -138,6 +138,9 @@ enum Command {
         /// Plan replacing agent-file entries npc did not write that have a manifest server's name (they are conflicts otherwise)
         #[arg(long)]
         force_agent_files: bool,
+        /// Also save the plan to FILE: `npc apply FILE` applies exactly it, and refuses when anything it was computed from changed
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
     /// Apply the plan: through the running daemon, or record it when none runs
     Apply {
@@ -152,6 +155,9 @@ enum Command {
         /// Replace agent-file entries npc did not write that have a manifest server's name; from then on npc manages them
         #[arg(long)]
         force_agent_files: bool,
+        /// A plan saved by `npc plan --out FILE`: apply exactly it, without asking (its `--user` and `--force-agent-files` apply); refused when anything it was computed from changed
+        #[arg(value_name = "FILE", conflicts_with_all = ["auto_approve", "user", "force_agent_files"])]
+        plan: Option<PathBuf>,
     },
     /// Run the reconciler: apply the manifest and hot-reload it on every change
     Daemon {
@@ -314,6 +320,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             detailed_exitcode,
             user,
             force_agent_files,
+            out,
         } => reconcile::plan(
             manifest,
             format,
@@ -322,12 +329,14 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
                 user,
                 force_agent_files,
             },
+            out,
         ),
         Command::Apply {
             manifest,
             auto_approve,
             user,
             force_agent_files,
+            plan,
         } => reconcile::apply(
             manifest,
             auto_approve,
@@ -335,6 +344,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
                 user,
                 force_agent_files,
             },
+            plan,
         ),
         Command::Daemon { manifest } => reconcile::daemon(manifest),
         Command::Status { manifest, format } => reconcile::status(manifest, format),
@@ -447,7 +457,7 @@ fn valid_manifest(
     before: &str,
 ) -> anyhow::Result<Option<crate::model::Manifest>> {
     use anyhow::Context as _;
-    let loaded = crate::plugins::files::load_path(path, &crate::model::ProcessEnv)
+    let (loaded, _) = crate::runtime::load_from_disk(path)
         .with_context(|| format!("cannot read `{}`", path.display()))?;
     if loaded.manifest.is_none() {
         for d in &loaded.diagnostics {

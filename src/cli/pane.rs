@@ -16,7 +16,9 @@ use clap::Subcommand;
 use super::reconcile::{daemon_socket, locate, tokio};
 use super::{Exit, Format};
 use crate::stdx::term::{OscFilter, printable};
-use crate::surfaces::control::{AttachInput, Client, Request, connect_upgrade};
+use crate::surfaces::control::{
+    AttachInput, Client, ControlError, Reply, Request, connect_upgrade,
+};
 
 /// The byte that detaches an attached terminal: Ctrl-] (as in telnet).
 pub const DETACH_KEY: u8 = 0x1d;
@@ -75,7 +77,7 @@ fn socket(manifest: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     Ok(socket)
 }
 
-fn call(manifest: Option<PathBuf>, request: Request) -> anyhow::Result<serde_json::Value> {
+fn call(manifest: Option<PathBuf>, request: Request) -> anyhow::Result<Reply> {
     let socket = socket(manifest)?;
     Ok(tokio()?.block_on(Client::call(&socket, &request))?)
 }
@@ -83,8 +85,10 @@ fn call(manifest: Option<PathBuf>, request: Request) -> anyhow::Result<serde_jso
 pub fn run(command: PaneCommand) -> anyhow::Result<Exit> {
     match command {
         PaneCommand::List { manifest, format } => {
-            let answer = call(manifest, Request::PaneList)?;
-            let panes = answer["panes"].as_array().cloned().unwrap_or_default();
+            let panes = match call(manifest, Request::PaneList)? {
+                Reply::Panes { panes } => panes,
+                other => return Err(ControlError::unexpected(&other).into()),
+            };
             match format {
                 Format::Json => {
                     outln!("{}", serde_json::json!({ "panes": panes }))?;
@@ -127,10 +131,13 @@ pub fn run(command: PaneCommand) -> anyhow::Result<Exit> {
             Ok(Exit::Ok)
         }
         PaneCommand::Open { name, manifest } => {
-            let answer = call(manifest, Request::PaneOpen { name: name.clone() })?;
+            let opened = match call(manifest, Request::PaneOpen { name: name.clone() })? {
+                Reply::PaneOpened { opened } => opened,
+                other => return Err(ControlError::unexpected(&other).into()),
+            };
             outln!(
                 "opened pane `{name}` (pid {})",
-                answer["opened"]["pid"].as_u64().unwrap_or_default()
+                opened["pid"].as_u64().unwrap_or_default()
             )?;
             Ok(Exit::Ok)
         }
@@ -206,8 +213,12 @@ fn attach(manifest: Option<PathBuf>, name: String, clipboard: bool) -> anyhow::R
         cols,
     };
     let (mut read, mut write, answer) = rt.block_on(connect_upgrade(&socket, &request))?;
-    if let Some(state) = answer["status"]["state"].as_str() {
-        let detail = answer["status"]["detail"].as_str().unwrap_or("");
+    let Reply::Attached { status, .. } = answer else {
+        return Err(ControlError::unexpected(&answer).into());
+    };
+    let status = status.unwrap_or_default();
+    if let Some(state) = status["state"].as_str() {
+        let detail = status["detail"].as_str().unwrap_or("");
         errln!("[npc: pane `{name}` reports {state}: {detail}]");
     }
     let raw = RawMode::enter();

@@ -16,7 +16,7 @@ use crate::runtime::files::{self, FilePlan};
 use crate::runtime::{self, RepoPaths};
 use crate::stdx::term::printable;
 use crate::store::Store;
-use crate::surfaces::control::{self, Client, Request};
+use crate::surfaces::control::{self, Client, Reply, Request};
 
 /// How long `npc events` without a daemon waits between looks at the store
 /// while following (the daemon pushes events; the store can only be read).
@@ -29,11 +29,13 @@ pub(super) fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// A valid manifest and where its repository keeps state; diagnostics go to
-/// stderr when it is invalid.
-fn load(manifest: Option<PathBuf>) -> anyhow::Result<Option<(Manifest, RepoPaths)>> {
+/// A valid manifest, where its repository keeps state, and what it was
+/// loaded from; diagnostics go to stderr when it is invalid.
+fn load(
+    manifest: Option<PathBuf>,
+) -> anyhow::Result<Option<(Manifest, RepoPaths, runtime::Sources)>> {
     let path = super::manifest_path(manifest)?;
-    let loaded = runtime::load_manifest(&path)?;
+    let (loaded, sources) = runtime::load_sourced(&path)?;
     let Some(model) = loaded.manifest else {
         for d in &loaded.diagnostics {
             errln!("{d}");
@@ -45,7 +47,7 @@ fn load(manifest: Option<PathBuf>) -> anyhow::Result<Option<(Manifest, RepoPaths
         return Ok(None);
     };
     let paths = RepoPaths::resolve(&path, &model.project.state_dir)?;
-    Ok(Some((model, paths)))
+    Ok(Some((model, paths, sources)))
 }
 
 /// Where the repository keeps state, even when its manifest is invalid or
@@ -79,11 +81,10 @@ async fn observed(paths: &RepoPaths) -> anyhow::Result<(ObservedState, String)> 
             .with_context(|| {
                 format!("the daemon (pid {pid}) holds the repository but did not answer")
             })?;
-        let text = answer.as_str().unwrap_or("{}");
-        return Ok((
-            runtime::decode_state(text),
-            format!("the running daemon, pid {pid}"),
-        ));
+        let Reply::State { components } = answer else {
+            return Err(control::ControlError::unexpected(&answer).into());
+        };
+        return Ok((components, format!("the running daemon, pid {pid}")));
     }
     let db = paths.db();
     if let Some(store) = runtime::open_existing_store(paths)?
@@ -102,9 +103,156 @@ fn rel(path: &Path) -> String {
         .to_string()
 }
 
-fn compute(model: &Manifest, paths: &RepoPaths, observed: &ObservedState) -> Plan {
-    let desired = plan::desired(model, &runtime::external_inputs(model, &paths.root));
-    plan::plan(&desired, observed)
+/// A plan, the desired state it was computed from, and its fingerprint.
+struct Computed {
+    plan: Plan,
+    desired: plan::Desired,
+    fingerprint: String,
+}
+
+fn compute(
+    model: &Manifest,
+    paths: &RepoPaths,
+    sources: &runtime::Sources,
+    observed: &ObservedState,
+) -> Computed {
+    let inputs = runtime::external_inputs(model, &paths.root);
+    let desired = plan::desired(model, &inputs);
+    Computed {
+        plan: plan::plan(&desired, observed),
+        fingerprint: runtime::plan_fingerprint(sources, &inputs, observed),
+        desired,
+    }
+}
+
+/// The fingerprint of the plan `npc plan` would compute now, without a
+/// daemon (what the last apply recorded as observed); `None` when the
+/// manifest is invalid now.
+fn fingerprint_now(manifest: &Path, paths: &RepoPaths) -> anyhow::Result<Option<String>> {
+    let (loaded, sources) = runtime::load_sourced(manifest)?;
+    let Some(model) = loaded.manifest else {
+        return Ok(None);
+    };
+    let observed = match runtime::open_existing_store(paths)? {
+        Some(store) => runtime::stored_state(&store)?.unwrap_or_default(),
+        None => ObservedState::new(),
+    };
+    let inputs = runtime::external_inputs(&model, &paths.root);
+    Ok(Some(runtime::plan_fingerprint(
+        &sources, &inputs, &observed,
+    )))
+}
+
+/// `npc plan --out FILE`'s format name and version; `npc apply FILE` reads
+/// this version only.
+pub const SAVED_PLAN_FORMAT: &str = "npc-plan";
+pub const SAVED_PLAN_VERSION: u32 = 1;
+/// Largest saved plan `npc apply FILE` reads.
+pub const MAX_SAVED_PLAN_BYTES: u64 = 16 * 1024 * 1024;
+
+/// A plan saved by `npc plan --out FILE`: what `npc apply FILE` applies,
+/// refusing when anything it was computed from changed since.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct SavedPlan {
+    pub format: String,
+    pub version: u32,
+    /// [`runtime::plan_fingerprint`] of the plan.
+    pub fingerprint: String,
+    /// The agent files it planned: the user-level ones, or the repository's.
+    pub user: bool,
+    /// Whether it planned replacing entries npc did not write.
+    pub force_agent_files: bool,
+    /// The plan as `npc plan --format json` shows it (for reading only).
+    pub plan: serde_json::Value,
+}
+
+/// Why a saved plan cannot be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum SavedPlanError {
+    #[error("cannot read the saved plan `{path}`: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the saved plan `{path}` is not a regular file; save one with `npc plan --out FILE`")]
+    NotAFile { path: PathBuf },
+    #[error(
+        "the saved plan `{path}` is larger than {MAX_SAVED_PLAN_BYTES} bytes; save it again with `npc plan --out FILE`"
+    )]
+    TooLarge { path: PathBuf },
+    #[error("`{path}` is not a saved plan of npc: {error}; save one with `npc plan --out FILE`")]
+    Malformed { path: PathBuf, error: String },
+    #[error(
+        "the saved plan `{path}` has version {found}; this npc reads version {SAVED_PLAN_VERSION}; save it again with `npc plan --out FILE`"
+    )]
+    Version { path: PathBuf, found: u32 },
+}
+
+/// Write `bytes` to `path`, readable by the owner only (a plan shows the
+/// manifest's values).
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)
+}
+
+impl SavedPlan {
+    fn read(path: &Path) -> Result<Self, SavedPlanError> {
+        use std::io::Read as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let read = |source| SavedPlanError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        // Never blocks on a FIFO or a device: a regular file only.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+            .open(path)
+            .map_err(read)?;
+        if !file.metadata().map_err(read)?.is_file() {
+            return Err(SavedPlanError::NotAFile {
+                path: path.to_path_buf(),
+            });
+        }
+        let mut bytes = Vec::new();
+        file.take(MAX_SAVED_PLAN_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read)?;
+        if bytes.len() as u64 > MAX_SAVED_PLAN_BYTES {
+            return Err(SavedPlanError::TooLarge {
+                path: path.to_path_buf(),
+            });
+        }
+        let malformed = |error: String| SavedPlanError::Malformed {
+            path: path.to_path_buf(),
+            error,
+        };
+        let value: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| malformed(e.to_string()))?;
+        if value["format"] != SAVED_PLAN_FORMAT {
+            return Err(malformed(format!(
+                "its `format` is not `{SAVED_PLAN_FORMAT}`"
+            )));
+        }
+        match value["version"].as_u64() {
+            Some(v) if v == u64::from(SAVED_PLAN_VERSION) => {}
+            Some(v) => {
+                return Err(SavedPlanError::Version {
+                    path: path.to_path_buf(),
+                    found: u32::try_from(v).unwrap_or(u32::MAX),
+                });
+            }
+            None => return Err(malformed("it has no `version`".into())),
+        }
+        serde_json::from_value(value).map_err(|e| malformed(e.to_string()))
+    }
 }
 
 /// The store for reading managed entries, if the repository has one.
@@ -296,12 +444,27 @@ pub fn plan(
     format: Format,
     detailed_exitcode: bool,
     opts: FileOptions,
+    out: Option<PathBuf>,
 ) -> anyhow::Result<Exit> {
-    let Some((model, paths)) = load(manifest)? else {
+    let Some((model, paths, sources)) = load(manifest)? else {
         return Ok(Exit::Failed);
     };
     let (observed, against) = tokio()?.block_on(observed(&paths))?;
-    let plan = compute(&model, &paths, &observed);
+    let Computed {
+        plan, fingerprint, ..
+    } = compute(&model, &paths, &sources, &observed);
+    if let Some(out) = &out {
+        let saved = SavedPlan {
+            format: SAVED_PLAN_FORMAT.to_string(),
+            version: SAVED_PLAN_VERSION,
+            fingerprint: fingerprint.clone(),
+            user: opts.user,
+            force_agent_files: opts.force_agent_files,
+            plan: plan::render_json(&plan, &against),
+        };
+        write_private(out, &serde_json::to_vec_pretty(&saved)?)
+            .with_context(|| format!("cannot write the saved plan `{}`", out.display()))?;
+    }
     let files = opts.plan(&model, &paths)?;
     let skills = skill_plan(&opts, &model, &paths);
     let skill_changes = skills.iter().any(|c| c.action.is_change());
@@ -329,6 +492,15 @@ pub fn plan(
             }
         }
     }
+    if let Some(out) = &out
+        && format == Format::Human
+    {
+        outln!(
+            "\nSaved this plan to `{}`; `npc apply {}` applies exactly it.",
+            printable(&out.display().to_string()),
+            printable(&out.display().to_string())
+        )?;
+    }
     if files.iter().any(|f| f.error.is_some()) {
         return Ok(Exit::Failed);
     }
@@ -345,13 +517,44 @@ pub fn apply(
     manifest: Option<PathBuf>,
     auto_approve: bool,
     opts: FileOptions,
+    saved: Option<PathBuf>,
 ) -> anyhow::Result<Exit> {
-    let Some((model, paths)) = load(manifest)? else {
+    // A saved plan is applied as it was planned, without asking again.
+    let (saved, auto_approve, opts) = match saved {
+        Some(path) => {
+            let saved = match SavedPlan::read(&path) {
+                Ok(saved) => saved,
+                Err(e) => {
+                    errln!("error: {e}");
+                    return Ok(Exit::Failed);
+                }
+            };
+            let opts = FileOptions {
+                user: saved.user,
+                force_agent_files: saved.force_agent_files,
+            };
+            (Some(saved), true, opts)
+        }
+        None => (None, auto_approve, opts),
+    };
+    let manifest_path = super::manifest_path(manifest.clone())?;
+    let Some((model, paths, sources)) = load(manifest)? else {
         return Ok(Exit::Failed);
     };
     let rt = tokio()?;
     let (observed, against) = rt.block_on(observed(&paths))?;
-    let plan = compute(&model, &paths, &observed);
+    let Computed {
+        plan,
+        desired,
+        fingerprint,
+    } = compute(&model, &paths, &sources, &observed);
+    let stale = || {
+        errln!("error: {}", runtime::STALE_PLAN);
+        Ok(Exit::Failed)
+    };
+    if saved.as_ref().is_some_and(|s| s.fingerprint != fingerprint) {
+        return stale();
+    }
     let files = opts.plan(&model, &paths)?;
     let skills = skill_plan(&opts, &model, &paths);
     let skill_changes = skills.iter().any(|c| c.action.is_change());
@@ -398,10 +601,16 @@ pub fn apply(
     }
     outln!()?;
     if let Some((socket, pid)) = daemon_socket(&paths) {
+        let request = Request::Apply {
+            fingerprint: Some(fingerprint),
+        };
         let answer = rt
-            .block_on(Client::call(&socket, &Request::Apply))
+            .block_on(Client::call(&socket, &request))
             .with_context(|| format!("the daemon (pid {pid}) did not apply"))?;
-        let mut exit = print_outcome(&answer, &format!("through the daemon (pid {pid})"))?;
+        let Reply::Apply { outcome } = answer else {
+            return Err(control::ControlError::unexpected(&answer).into());
+        };
+        let mut exit = print_outcome(&outcome, &format!("through the daemon (pid {pid})"))?;
         // The daemon never replaces an entry it did not write; a forced
         // replacement is written here, and the store records it as managed
         // so the daemon keeps it in step from now on.
@@ -423,8 +632,12 @@ pub fn apply(
     // No daemon: the one-shot parts. Record the applied state so plans and a
     // later daemon start from it; processes start with `npc daemon`.
     let _lock = runtime::lock::RepoLock::acquire(&paths.runtime_dir(), &paths.root)?;
+    // What was shown is what is applied: anything it was computed from that
+    // changed while npc asked (or since `npc plan --out`) refuses it.
+    if fingerprint_now(&manifest_path, &paths)?.as_deref() != Some(fingerprint.as_str()) {
+        return stale();
+    }
     let store = runtime::open_store(&paths)?;
-    let desired = plan::desired(&model, &runtime::external_inputs(&model, &paths.root));
     rt.block_on(runtime::record_state(&store, &plan::observe(&desired)))?;
     let written: Vec<FilePlan> = files.into_iter().filter(|f| f.error.is_none()).collect();
     let failed = !print_written(rt.block_on(files::write_files(&written, &store)))? || broken;
@@ -471,60 +684,51 @@ fn print_written(
     Ok(ok)
 }
 
-fn print_outcome(answer: &serde_json::Value, how: &str) -> Result<Exit, OutputError> {
-    match answer.get("outcome").and_then(|o| o.as_str()) {
-        Some("applied") => {
+fn print_outcome(outcome: &runtime::ReloadOutcome, how: &str) -> Result<Exit, OutputError> {
+    use runtime::{Outcome, ReloadOutcome};
+    match outcome {
+        ReloadOutcome::Applied { results } => {
             let mut failed = false;
-            for r in answer["results"].as_array().into_iter().flatten() {
-                let outcome = r["outcome"].as_str().unwrap_or("?");
-                failed |= outcome != "applied";
-                let kind = r["id"]
-                    .as_str()
-                    .and_then(|id| id.split_once('.'))
-                    .map(|(k, _)| k);
-                let action = serde_json::from_value::<Action>(r["action"].clone()).ok();
+            for r in results {
+                failed |= r.outcome != Outcome::Applied;
                 // Say what "applied" means for a component no process stands for.
-                let outcome = match (outcome, kind.and_then(Standing::of_kind)) {
-                    ("applied", _) if action == Some(Action::Remove) => "removed",
-                    ("applied", Some(standing)) if r["pid"].is_null() => standing.human(),
-                    _ => outcome,
+                let shown = match (r.outcome, Standing::of_kind(r.id.kind.as_str())) {
+                    (Outcome::Applied, _) if r.action == Action::Remove => "removed",
+                    (Outcome::Applied, Some(standing)) if r.pid.is_none() => standing.human(),
+                    (outcome, _) => outcome.as_str(),
                 };
-                let symbol = action.map_or("?", Action::symbol);
-                let pid = r["pid"]
-                    .as_u64()
-                    .map(|p| format!(" (pid {p})"))
-                    .unwrap_or_default();
-                let error = r["error"]
-                    .as_str()
+                let pid = r.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+                let error = r
+                    .error
+                    .as_deref()
                     .map(|e| format!(": {e}"))
                     .unwrap_or_default();
-                let line = format!("{}: {outcome}{pid}{error}", r["id"].as_str().unwrap_or("?"));
-                outln!("  {symbol:>3} {}", printable(&line))?;
+                let line = format!("{}: {shown}{pid}{error}", r.id);
+                outln!("  {:>3} {}", r.action.symbol(), printable(&line))?;
             }
             outln!("\nApplied {how}.")?;
             Ok(if failed { Exit::Failed } else { Exit::Ok })
         }
-        Some("invalid") => {
+        ReloadOutcome::Invalid { .. } => {
             errln!(
                 "error: the daemon found the manifest invalid; nothing changed (see `npc events`)"
             );
             Ok(Exit::Failed)
         }
-        Some("failed") => {
+        ReloadOutcome::Failed { error } => {
             errln!(
-                "error: the daemon could not reload: {}; it retries by itself (see `npc events`)",
-                answer["error"].as_str().unwrap_or("?")
+                "error: the daemon could not reload: {error}; it retries by itself (see `npc events`)"
             );
             Ok(Exit::Failed)
         }
-        Some("refused") => {
-            for r in answer["reasons"].as_array().into_iter().flatten() {
-                errln!("error: refused: {}", r.as_str().unwrap_or("?"));
-            }
+        ReloadOutcome::Stale => {
+            errln!("error: {}", runtime::STALE_PLAN);
             Ok(Exit::Failed)
         }
-        _ => {
-            errln!("error: unexpected answer from the daemon: {answer}");
+        ReloadOutcome::Refused { reasons } => {
+            for r in reasons {
+                errln!("error: refused: {r}");
+            }
             Ok(Exit::Failed)
         }
     }
@@ -578,15 +782,15 @@ pub fn dashboard(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
         );
         return Ok(Exit::Failed);
     };
-    let answer = match tokio()?.block_on(Client::call(&socket, &Request::DashboardUrl)) {
-        Ok(answer) => answer,
-        Err(crate::surfaces::control::ControlError::Refused(e)) => {
+    let url = match tokio()?.block_on(Client::call(&socket, &Request::DashboardUrl)) {
+        Ok(Reply::DashboardUrl { url }) => url,
+        Ok(other) => return Err(control::ControlError::unexpected(&other).into()),
+        Err(control::ControlError::Refused(e)) => {
             errln!("error: the daemon (pid {pid}): {e}");
             return Ok(Exit::Failed);
         }
         Err(e) => return Err(e.into()),
     };
-    let url = answer["url"].as_str().unwrap_or_default();
     outln!("{url}")?;
     errln!(
         "open it in a browser; its one-time code opens a session of this browser and serves once"
@@ -632,16 +836,17 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
     {
         Some((socket, pid)) => {
             let answer = rt.block_on(Client::call(&socket, &Request::Status))?;
-            api = answer["api"].as_str().map(str::to_string);
-            store = answer["store"].clone();
-            if let Some(servers) = answer["mcp"]["servers"].as_array() {
+            let Reply::Status(answer) = answer else {
+                return Err(control::ControlError::unexpected(&answer).into());
+            };
+            let answer = *answer;
+            api = answer.api;
+            store = answer.store;
+            if let Some(servers) = answer.mcp["servers"].as_array() {
                 gateway = MCP_GATEWAY_DAEMON;
                 mcp_servers = servers.clone();
             }
-            (
-                serde_json::from_value(answer["components"].clone()).unwrap_or_default(),
-                format!("daemon pid {pid}"),
-            )
+            (answer.components, format!("daemon pid {pid}"))
         }
         None => {
             let rows = match runtime::open_existing_store(&paths)? {
@@ -921,7 +1126,10 @@ pub fn events(
     if let Some((socket, _)) = daemon_socket(&paths) {
         return rt.block_on(async {
             let mut client = Client::request(&socket, &Request::Events { since, follow }).await?;
-            while let Some(event) = client.next(None).await? {
+            while let Some(reply) = client.next(None).await? {
+                let Reply::Event { event } = reply else {
+                    return Err(control::ControlError::unexpected(&reply).into());
+                };
                 print_event(&event, format)?;
             }
             Ok(Exit::Ok)

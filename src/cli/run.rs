@@ -21,7 +21,7 @@ use super::{Exit, Format};
 use crate::providers::AgentEvent;
 use crate::runs::follow::{Ended, Follower, Step};
 use crate::runs::{self, Origin, Outcome, PromptChoice, RunRequest, view};
-use crate::surfaces::control::{Client, ControlError, Request};
+use crate::surfaces::control::{Client, ControlError, Reply, Request};
 use crate::surfaces::runs::{LocalRun, MAX_DAEMON_PROMPT_BYTES};
 
 #[derive(Debug, Args)]
@@ -277,10 +277,8 @@ async fn in_daemon(
     cancel: &mut std::pin::Pin<&mut impl std::future::Future<Output = i32>>,
 ) -> anyhow::Result<InDaemon> {
     let run_id = match Client::call(socket, &Request::Run { run: asked }).await {
-        Ok(answer) => match answer["run_id"].as_str() {
-            Some(id) => id.to_string(),
-            None => anyhow::bail!("the daemon answered {answer}"),
-        },
+        Ok(Reply::RunQueued { run_id }) => run_id,
+        Ok(other) => return Err(ControlError::unexpected(&other).into()),
         Err(ControlError::Connect { .. }) => return Ok(InDaemon::Gone),
         Err(ControlError::Refused(e)) => {
             errln!("error: {e}");

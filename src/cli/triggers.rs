@@ -17,7 +17,7 @@ use super::{Exit, Format};
 use crate::runtime::{self, RepoPaths};
 use crate::stdx::term::printable;
 use crate::store::Store;
-use crate::surfaces::control::{Client, Request};
+use crate::surfaces::control::{Client, ControlError, Reply, Request};
 
 /// Largest `--payload` accepted (it travels in one control request).
 pub use crate::triggers::MAX_MANUAL_PAYLOAD_BYTES;
@@ -129,10 +129,10 @@ pub fn list(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
     let paths = RepoPaths::resolve(&path, &model.project.state_dir)?;
     let daemon = daemon_socket(&paths);
     let from_daemon: Vec<Value> = match &daemon {
-        Some((socket, _)) => {
-            let answer = tokio()?.block_on(Client::call(socket, &Request::Triggers))?;
-            answer["triggers"].as_array().cloned().unwrap_or_default()
-        }
+        Some((socket, _)) => match tokio()?.block_on(Client::call(socket, &Request::Triggers))? {
+            Reply::Triggers { triggers } => triggers,
+            other => return Err(ControlError::unexpected(&other).into()),
+        },
         None => Vec::new(),
     };
     let store = store_of(&paths)?;
@@ -262,9 +262,10 @@ pub fn trigger(command: TriggerCommand) -> anyhow::Result<Exit> {
             payload,
         },
     )) {
-        Ok(answer) => answer,
+        Ok(Reply::Fired { fired }) => fired,
+        Ok(other) => return Err(ControlError::unexpected(&other).into()),
         // The daemon answered with an error (an unknown trigger, a full queue).
-        Err(crate::surfaces::control::ControlError::Refused(error)) => {
+        Err(ControlError::Refused(error)) => {
             errln!("error: {error}");
             return Ok(Exit::Failed);
         }

@@ -6,13 +6,13 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 
 use super::{Exit, Format};
+use crate::model::Manifest;
 use crate::model::diagnostics::JsonReport;
-use crate::model::{Manifest, ProcessEnv};
 use crate::stdx::term::printable;
 
 pub fn run(path: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
     let path = super::manifest_path(path)?;
-    let loaded = crate::plugins::files::load_path(&path, &ProcessEnv)
+    let (loaded, _) = crate::runtime::load_from_disk(&path)
         .with_context(|| format!("cannot read `{}`", path.display()))?;
     let errors = loaded.error_count();
     let warnings = loaded.diagnostics.len() - errors;

@@ -13,7 +13,7 @@ use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::PaneHost;
-use crate::surfaces::control::{AttachInput, write_line};
+use crate::surfaces::control::{AttachInput, Reply, write_line};
 
 /// Longest client line: hex of the largest input plus the JSON around it.
 pub const MAX_ATTACH_LINE: usize = 2 * super::MAX_USER_INPUT_BYTES + 64;
@@ -60,15 +60,18 @@ pub async fn serve(
     } = match host.attach(&name) {
         Ok(attached) => attached,
         Err(e) => {
-            let _ = write_line(&mut write, &serde_json::json!({ "error": e.to_string() })).await;
+            let _ = write_line(&mut write, &Reply::error(e.to_string())).await;
             return;
         }
     };
     if rows > 0 && cols > 0 {
         let _ = pane.resize(rows, cols);
     }
-    let answer =
-        serde_json::json!({ "attached": name, "generation": pane.generation, "status": status });
+    let answer = Reply::Attached {
+        attached: name.clone(),
+        generation: pane.generation,
+        status: status.clone(),
+    };
     if write_line(&mut write, &answer).await.is_err() || write.write_all(&snapshot).await.is_err() {
         return;
     }

@@ -132,6 +132,14 @@ impl Serialize for ComponentId {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for ComponentId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Self::parse(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("`{text}` is no component id")))
+    }
+}
+
 /// A profile and everything its rendered form depends on.
 #[derive(Debug, Clone, PartialEq, Hash, Serialize)]
 pub struct ProfileConfig {

@@ -8,6 +8,7 @@
 
 mod component;
 pub mod fingerprint;
+pub mod outcome;
 mod render;
 
 use std::collections::BTreeMap;

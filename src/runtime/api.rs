@@ -39,14 +39,19 @@ pub const PLAN_AGAINST: &str = "the running daemon";
 
 /// The status document: the daemon's pid, each component, each MCP server.
 pub async fn status_document(runtime: &Runtime) -> Value {
+    serde_json::to_value(status_reply(runtime).await).unwrap_or_default()
+}
+
+/// [`status_document`], typed: the control channel's answer to `status`.
+pub async fn status_reply(runtime: &Runtime) -> crate::surfaces::control::StatusReply {
     let mcp = json!({ "gateway": "daemon", "servers": runtime.mcp().pool().status() });
-    json!({
-        "pid": std::process::id(),
-        "components": runtime.status().await,
-        "mcp": mcp,
-        "api": runtime.api_url(),
-        "store": store_document(runtime),
-    })
+    crate::surfaces::control::StatusReply {
+        pid: std::process::id(),
+        components: runtime.status().await,
+        mcp,
+        api: runtime.api_url().map(str::to_string),
+        store: store_document(runtime),
+    }
 }
 
 /// Which store takes the runs and, in a fleet, this daemon's `role`
@@ -130,6 +135,7 @@ pub fn outcome_answer(outcome: &ReloadOutcome) -> Answer {
         })),
         ReloadOutcome::Refused { reasons } => Answer::Refused(json!({ "reasons": reasons })),
         ReloadOutcome::Failed { error } => Answer::Failed(error.clone()),
+        ReloadOutcome::Stale => Answer::Refused(json!({ "reasons": [super::STALE_PLAN] })),
         ReloadOutcome::Applied { .. } => {
             Answer::Ok(serde_json::to_value(outcome).unwrap_or_default())
         }

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::watch::{DEBOUNCE, ManifestWatcher, next_burst};
 use super::{ReloadOutcome, RepoPaths, Runtime, RuntimeError};
-use crate::surfaces::control::{self, Handler, Request};
+use crate::surfaces::control::{self, Handler, Reply, Request};
 
 /// Events replayed per page when a client asks for history.
 pub const EVENTS_PAGE: usize = 1000;
@@ -341,60 +341,63 @@ fn attach_upgrade(panes: crate::panes::PaneHost) -> control::AttachUpgrade {
     })
 }
 
-/// The answer to a pane request: `ok` or the error.
-fn pane_answer(result: Result<serde_json::Value, crate::panes::PaneError>) -> serde_json::Value {
-    match result {
-        Ok(v) => v,
-        Err(e) => serde_json::json!({ "error": e.to_string() }),
-    }
+/// The answer to a pane request: its reply or the error.
+fn pane_answer(result: Result<Reply, crate::panes::PaneError>) -> Reply {
+    result.unwrap_or_else(|e| Reply::error(e.to_string()))
 }
 
-/// Answer control requests from the runtime.
-/// Queue a run a local front end asked for; `{"run_id"}` or `{"error"}`.
+/// Each of `items` as JSON (views an engine owns; the channel carries them).
+fn as_json<T: serde::Serialize>(items: &[T]) -> Vec<serde_json::Value> {
+    items
+        .iter()
+        .filter_map(|item| serde_json::to_value(item).ok())
+        .collect()
+}
+
+/// Queue a run a local front end asked for: its id or the error.
 async fn start_local(
     runtime: &Runtime,
     origin: crate::runs::Origin,
     run: crate::surfaces::runs::LocalRun,
-) -> serde_json::Value {
+) -> Reply {
     match runtime.runs().start_local(origin, run).await {
-        Ok(id) => serde_json::json!({ "run_id": id }),
-        Err(e) => serde_json::json!({ "error": e.to_string() }),
+        Ok(run_id) => Reply::RunQueued { run_id },
+        Err(e) => Reply::error(e.to_string()),
     }
 }
 
+/// Answer control requests from the runtime.
 fn handler(runtime: Arc<Runtime>) -> Handler {
     Arc::new(move |request, tx| {
         let runtime = runtime.clone();
         Box::pin(async move {
             match request {
                 Request::Status => {
-                    let _ = tx.send(super::api::status_document(&runtime).await).await;
+                    let status = super::api::status_reply(&runtime).await;
+                    let _ = tx.send(Reply::Status(Box::new(status))).await;
                 }
                 Request::State => {
-                    let _ = tx
-                        .send(
-                            serde_json::to_value(super::encode_state(&runtime.observed().await))
-                                .unwrap_or_default(),
-                        )
-                        .await;
+                    let components = runtime.observed().await;
+                    let _ = tx.send(Reply::State { components }).await;
                 }
-                Request::Apply => {
-                    let (outcome, _) = runtime.reload("npc apply").await;
-                    let _ = tx
-                        .send(serde_json::to_value(&outcome).unwrap_or_default())
+                Request::Apply { fingerprint } => {
+                    let (outcome, _) = runtime
+                        .reload_checked("npc apply", fingerprint.as_deref())
                         .await;
+                    let _ = tx.send(Reply::Apply { outcome }).await;
                 }
                 Request::PaneList => {
-                    let _ = tx
-                        .send(serde_json::json!({ "panes": runtime.panes().list() }))
-                        .await;
+                    let panes = as_json(&runtime.panes().list());
+                    let _ = tx.send(Reply::Panes { panes }).await;
                 }
                 Request::PaneOpen { name } => {
                     let answer = runtime
                         .panes()
                         .open(&name)
                         .await
-                        .map(|info| serde_json::json!({ "opened": info }));
+                        .map(|info| Reply::PaneOpened {
+                            opened: serde_json::to_value(info).unwrap_or_default(),
+                        });
                     let _ = tx.send(pane_answer(answer)).await;
                 }
                 Request::PaneClose { name } => {
@@ -402,31 +405,32 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
                         .panes()
                         .close(&name)
                         .await
-                        .map(|()| serde_json::json!({ "closed": name }));
+                        .map(|()| Reply::PaneClosed { closed: name });
                     let _ = tx.send(pane_answer(answer)).await;
                 }
                 Request::PaneSend { name, text } => {
                     let answer = runtime
                         .panes()
                         .user_input(&name, text.as_bytes())
-                        .map(|()| serde_json::json!({ "sent": text.len() }));
+                        .map(|()| Reply::PaneSent { sent: text.len() });
                     let _ = tx.send(pane_answer(answer)).await;
                 }
                 Request::PaneAttach { .. } => {
                     // Served by `attach_upgrade` before a handler runs.
-                    let _ = tx
-                        .send(serde_json::json!({ "error": "this connection cannot attach" }))
-                        .await;
+                    let _ = tx.send(Reply::error("this connection cannot attach")).await;
                 }
                 Request::Triggers => {
                     let views = runtime.triggers().views();
-                    let _ = tx.send(serde_json::json!({ "triggers": views })).await;
+                    let triggers = as_json(&views);
+                    let _ = tx.send(Reply::Triggers { triggers }).await;
                 }
                 Request::FireTrigger { name, payload } => {
                     let payload = payload.unwrap_or(serde_json::Value::Null);
                     let answer = match runtime.triggers().fire(&name, payload).await {
-                        Ok(accepted) => serde_json::to_value(&accepted).unwrap_or_default(),
-                        Err(e) => serde_json::json!({ "error": e.to_string() }),
+                        Ok(accepted) => Reply::Fired {
+                            fired: serde_json::to_value(&accepted).unwrap_or_default(),
+                        },
+                        Err(e) => Reply::error(e.to_string()),
                     };
                     let _ = tx.send(answer).await;
                 }
@@ -440,24 +444,24 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
                 }
                 Request::DashboardUrl => {
                     let answer = match runtime.dashboard_url() {
-                        Some(url) => serde_json::json!({ "url": url }),
-                        None => {
-                            serde_json::json!({ "error": "the daemon serves no API; see its `api.failed` event (`npc events`) and `daemon.listen`" })
-                        }
+                        Some(url) => Reply::DashboardUrl { url },
+                        None => Reply::error(
+                            "the daemon serves no API; see its `api.failed` event (`npc events`) and `daemon.listen`",
+                        ),
                     };
                     let _ = tx.send(answer).await;
                 }
                 Request::CancelRun { id } => {
                     let answer = match runtime.runs().cancel(&id).await {
-                        Ok(state) => serde_json::json!({ "run_id": id, "state": state }),
-                        Err(e) => serde_json::json!({ "error": e.to_string() }),
+                        Ok(state) => Reply::Cancelled { run_id: id, state },
+                        Err(e) => Reply::error(e.to_string()),
                     };
                     let _ = tx.send(answer).await;
                 }
                 Request::Mcp { .. } => {
                     // Served by `mcp_upgrade` before a handler runs.
                     let _ = tx
-                        .send(serde_json::json!({ "error": "this connection cannot be upgraded to MCP" }))
+                        .send(Reply::error("this connection cannot be upgraded to MCP"))
                         .await;
                 }
                 Request::Events { since, follow } => {
@@ -481,11 +485,8 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
                         }
                         for event in &page {
                             after = event.id;
-                            if tx
-                                .send(serde_json::to_value(event).unwrap_or_default())
-                                .await
-                                .is_err()
-                            {
+                            let event = serde_json::to_value(event).unwrap_or_default();
+                            if tx.send(Reply::Event { event }).await.is_err() {
                                 return;
                             }
                         }

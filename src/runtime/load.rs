@@ -2,20 +2,144 @@
 //! deadlines, and the line between an invalid manifest and an operational
 //! failure ([`is_operational`], [`OperationalFiles`]), which is retried.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::model::{self, ProcessEnv};
+use crate::plan::fingerprint::fingerprint;
 
 use super::RuntimeError;
 
 /// Load the manifest at `path` with the process environment.
 pub fn load_manifest(path: &Path) -> Result<model::Loaded, RuntimeError> {
-    crate::plugins::files::load_path(path, &ProcessEnv).map_err(|source| RuntimeError::Manifest {
+    load_sourced(path).map(|(loaded, _)| loaded)
+}
+
+/// [`load_manifest`], with what the manifest was computed from.
+pub fn load_sourced(path: &Path) -> Result<(model::Loaded, Sources), RuntimeError> {
+    load_from_disk(path).map_err(|source| RuntimeError::Manifest {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// The one loader on the disk: [`load_with`] over the manifest's
+/// directory, plugin packages checked. Every command loads through it
+/// (the daemon's reloads through [`load_with`], to tell operational
+/// failures apart).
+pub fn load_from_disk(path: &Path) -> std::io::Result<(model::Loaded, Sources)> {
+    let files = crate::plugins::files::PackageFiles::new(path.parent().unwrap_or(Path::new("")));
+    load_with(path, &files)
+}
+
+/// The one loader: the manifest at `path` read once, validated with the
+/// process environment, every file it references read through `files` and
+/// recorded in the [`Sources`] it returns.
+pub fn load_with(
+    path: &Path,
+    files: &dyn model::Files,
+) -> std::io::Result<(model::Loaded, Sources)> {
+    let bytes = match model::read_manifest(path) {
+        Ok(bytes) => bytes,
+        // Too large: the model's loader says so in its own diagnostic.
+        Err(e) if matches!(e.reason, crate::repofs::Reason::TooLarge { .. }) => {
+            let loaded = model::load_path_with(path, &ProcessEnv, files)?;
+            return Ok((loaded, Sources::default()));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let recording = Recording {
+        inner: files,
+        reads: Mutex::new(BTreeMap::new()),
+    };
+    let manifest = fingerprint(bytes.as_slice());
+    let name = path.display().to_string();
+    let loaded = model::load_owned(
+        &name,
+        bytes,
+        model::Syntax::from_path(&name),
+        &ProcessEnv,
+        &recording,
+    );
+    let files = recording
+        .reads
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    Ok((loaded, Sources { manifest, files }))
+}
+
+/// What a manifest was computed from, besides the environment: a digest of
+/// its bytes and of every file it references (prompt files, …) as the
+/// loader read it, a failed read included. Plugin packages are covered by
+/// their digests (`ExternalInputs`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Sources {
+    manifest: String,
+    files: BTreeMap<PathBuf, String>,
+}
+
+/// Why a plan was not applied: it was computed from something other than
+/// the plan that was shown.
+pub const STALE_PLAN: &str = "the manifest changed since the plan was shown; run `npc plan` again";
+
+/// Version of what [`plan_fingerprint`] covers: a saved plan of another
+/// version never matches.
+pub const PLAN_BASIS_VERSION: u32 = 1;
+
+/// The fingerprint of a plan: everything it was computed from — the
+/// manifest and the files it references ([`Sources`]), the plugin
+/// packages' digests, and the observed state it was compared with. Equal
+/// fingerprints mean an equal plan.
+pub fn plan_fingerprint(
+    sources: &Sources,
+    inputs: &crate::plan::ExternalInputs,
+    observed: &crate::plan::ObservedState,
+) -> String {
+    let observed: Vec<(String, &str)> = observed
+        .iter()
+        .map(|(id, o)| (id.to_string(), o.fingerprint.as_str()))
+        .collect();
+    fingerprint(&(
+        PLAN_BASIS_VERSION,
+        sources,
+        &inputs.plugin_digests,
+        observed,
+    ))
+}
+
+/// A [`model::Files`] that records a digest of every file read through it.
+struct Recording<'a> {
+    inner: &'a dyn model::Files,
+    reads: Mutex<BTreeMap<PathBuf, String>>,
+}
+
+impl model::Files for Recording<'_> {
+    fn read_to_string(&self, path: &Path) -> std::io::Result<String> {
+        let read = self.inner.read_to_string(path);
+        let digest = match &read {
+            Ok(text) => fingerprint(text.as_str()),
+            Err(e) => format!("unreadable: {:?}", e.kind()),
+        };
+        crate::stdx::lock(&self.reads).insert(path.to_path_buf(), digest);
+        read
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        self.inner.is_dir(path)
+    }
+    fn is_git_repository(&self) -> Option<bool> {
+        self.inner.is_git_repository()
+    }
+    fn check_dir(&self, path: &Path) -> std::io::Result<()> {
+        self.inner.check_dir(path)
+    }
+    fn package(&self, entry: &str, dir: &Path) -> Option<model::package::PackageView> {
+        self.inner.package(entry, dir)
+    }
+    fn add_user_plugins(&self, manifest: &mut model::Manifest) {
+        self.inner.add_user_plugins(manifest);
+    }
 }
 
 /// Longest a reload may spend loading and validating the manifest (template

@@ -27,12 +27,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 
-use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::bus::{BusError, EventBus};
 use crate::driver::{Driver, DriverContext, DriverError};
-use crate::model::{self, Manifest, ProcessEnv};
+use crate::model::{self, Manifest};
 use crate::plan::{self, Action, ComponentId, Config, Desired, ObservedState};
 use crate::store::{ComponentRecord, NewEvent, Store, StoreError, now_ms};
 use crate::supervisor::{BackoffPolicy, Supervisor, SupervisorEvent};
@@ -43,7 +42,10 @@ pub use inputs::{
     MAX_PACKAGE_BYTES, MAX_PACKAGE_ENTRIES, MAX_PACKAGE_FILE_BYTES, MAX_PACKAGE_FILES, NpcOutput,
     checked_external_inputs, external_inputs, npc_output,
 };
-pub use load::{FILES_DEADLINE, LOAD_DEADLINE, is_operational, load_manifest};
+pub use load::{
+    FILES_DEADLINE, LOAD_DEADLINE, PLAN_BASIS_VERSION, STALE_PLAN, Sources, is_operational,
+    load_from_disk, load_manifest, load_sourced, load_with, plan_fingerprint,
+};
 use load::{LoadFailure, OperationalFiles};
 pub use paths::{
     DB_FILE, RepoPaths, STORE_SIDE_SUFFIXES, TOKEN_FILE, open_existing_store, open_store,
@@ -79,33 +81,15 @@ pub enum RuntimeError {
     Token { path: PathBuf, reason: String },
 }
 
-/// The outcome of one component in a reload.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ComponentResult {
-    pub id: ComponentId,
-    pub action: Action,
-    /// `applied`, `failed`, `rolled-back` or `unchanged`.
-    pub outcome: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
+pub use crate::plan::outcome::{ComponentResult, Outcome, ReloadOutcome};
 
-/// What a reload did.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum ReloadOutcome {
-    /// The manifest is invalid: nothing changed.
-    Invalid { error_count: usize },
-    /// The reload could not run for an operational reason (no file
-    /// descriptors, no memory, a deadline): nothing changed, and the daemon
-    /// tries again with backoff.
-    Failed { error: String },
-    /// A change cannot be applied live: nothing changed.
-    Refused { reasons: Vec<String> },
-    /// The plan was applied (possibly with rollbacks).
-    Applied { results: Vec<ComponentResult> },
+/// A manifest loaded for a reload, with what it was computed from.
+#[derive(Debug)]
+struct Loaded {
+    manifest: Manifest,
+    desired: Desired,
+    sources: load::Sources,
+    inputs: plan::ExternalInputs,
 }
 
 /// What [`Runtime::preview`] found.
@@ -363,9 +347,31 @@ impl Runtime {
     /// a reload that changes nothing emits nothing, except `manifest.valid`
     /// when the manifest was invalid before.
     pub async fn reload(&self, reason: &str) -> (ReloadOutcome, Option<Manifest>) {
+        self.reload_checked(reason, None).await
+    }
+
+    /// [`Runtime::reload`], applying only a plan whose fingerprint
+    /// ([`load::plan_fingerprint`]) is `expected` when one is given: a plan
+    /// computed from anything else (an edit of the manifest or a file it
+    /// references, another applied state) is [`ReloadOutcome::Stale`] and
+    /// changes nothing.
+    pub async fn reload_checked(
+        &self,
+        reason: &str,
+        expected: Option<&str>,
+    ) -> (ReloadOutcome, Option<Manifest>) {
         tracing::info!("reloading: {reason}");
         let (manifest, desired) = match self.load().await {
-            Ok(loaded) => loaded,
+            Ok(loaded) => {
+                if let Some(expected) = expected {
+                    let observed = self.observed().await;
+                    let actual = load::plan_fingerprint(&loaded.sources, &loaded.inputs, &observed);
+                    if actual != expected {
+                        return (ReloadOutcome::Stale, None);
+                    }
+                }
+                (loaded.manifest, loaded.desired)
+            }
             Err(LoadFailure::Operational(error)) => {
                 self.report_failure(reason, &error).await;
                 return (ReloadOutcome::Failed { error }, None);
@@ -505,7 +511,7 @@ impl Runtime {
     /// same deadline) but applying nothing and emitting nothing.
     pub async fn preview(&self) -> Preview {
         match self.load().await {
-            Ok((_, desired)) => Preview::Plan(plan::plan(&desired, &self.observed().await)),
+            Ok(loaded) => Preview::Plan(plan::plan(&loaded.desired, &self.observed().await)),
             Err(LoadFailure::Operational(error)) => Preview::Failed { error },
             Err(LoadFailure::Invalid { payload, .. }) => Preview::Invalid { payload },
         }
@@ -519,11 +525,11 @@ impl Runtime {
     /// Read and validate the manifest and compute the desired state, off the
     /// async executor and within [`LOAD_DEADLINE`] (templates are rendered
     /// and plugin packages read here).
-    async fn load(&self) -> Result<(Manifest, Desired), LoadFailure> {
+    async fn load(&self) -> Result<Loaded, LoadFailure> {
         let paths = self.paths.clone();
         let work = tokio::task::spawn_blocking(move || {
             let files = OperationalFiles::new(&paths.root);
-            let loaded = model::load_path_with(&paths.manifest, &ProcessEnv, &files);
+            let loaded = load::load_with(&paths.manifest, &files);
             let loaded = match (files.failure(), loaded) {
                 (Some(error), _) => return Err(LoadFailure::Operational(error)),
                 (None, Err(e)) if is_operational(&e) => {
@@ -544,6 +550,7 @@ impl Runtime {
                 }
                 (None, Ok(loaded)) => loaded,
             };
+            let (loaded, sources) = loaded;
             let Some(manifest) = loaded.manifest else {
                 let report = model::diagnostics::JsonReport::new(&loaded.diagnostics);
                 return Err(LoadFailure::Invalid {
@@ -555,7 +562,12 @@ impl Runtime {
                 LoadFailure::Operational(format!("cannot read a plugin package: {e}"))
             })?;
             let desired = plan::desired(&manifest, &inputs);
-            Ok((manifest, desired))
+            Ok(Loaded {
+                manifest,
+                desired,
+                sources,
+                inputs,
+            })
         });
         match tokio::time::timeout(LOAD_DEADLINE, work).await {
             Ok(Ok(result)) => result,
@@ -576,7 +588,7 @@ impl Runtime {
         let applied = self.applied.lock().await;
         for r in results
             .iter()
-            .filter(|r| matches!(r.outcome, "failed" | "rolled-back"))
+            .filter(|r| matches!(r.outcome, Outcome::Failed | Outcome::RolledBack))
         {
             let name = r.id.name.clone();
             match (r.id.kind, applied.configs.get(&r.id)) {
@@ -721,7 +733,7 @@ impl Runtime {
                 results.push(ComponentResult {
                     id: id.clone(),
                     action: change.action,
-                    outcome: "applied",
+                    outcome: Outcome::Applied,
                     pid: None,
                     error: None,
                 });
@@ -768,7 +780,7 @@ impl Runtime {
                     results.push(ComponentResult {
                         id: id.clone(),
                         action: change.action,
-                        outcome: "applied",
+                        outcome: Outcome::Applied,
                         pid,
                         error: None,
                     });
@@ -819,7 +831,7 @@ impl Runtime {
             return ComponentResult {
                 id: id.clone(),
                 action,
-                outcome: "failed",
+                outcome: Outcome::Failed,
                 pid: None,
                 error: Some(error_text),
             };
@@ -839,7 +851,7 @@ impl Runtime {
                 ComponentResult {
                     id: id.clone(),
                     action,
-                    outcome: "rolled-back",
+                    outcome: Outcome::RolledBack,
                     pid,
                     error: Some(error_text),
                 }
@@ -860,7 +872,7 @@ impl Runtime {
                 ComponentResult {
                     id: id.clone(),
                     action,
-                    outcome: "failed",
+                    outcome: Outcome::Failed,
                     pid: None,
                     error: Some(format!("{error_text}; rolling back failed too: {again}")),
                 }
@@ -972,19 +984,7 @@ impl Runtime {
     }
 }
 
-/// One row of `npc status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct ComponentStatus {
-    pub id: String,
-    pub kind: String,
-    pub state: String,
-    pub pid: Option<u32>,
-    pub restarts: u32,
-    pub since: Option<String>,
-    /// Why it failed to start ([`FAILED_STATE`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
+pub use crate::surfaces::control::ComponentStatus;
 
 /// The state `npc status` shows for a component of the manifest that failed
 /// to start and runs no config (its error says why).

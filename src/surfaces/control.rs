@@ -4,8 +4,13 @@
 //! `status` and `events` use it to talk to a running daemon, and `npc acp`
 //! to run its prompts in the daemon (`acp_run`, `cancel_run`).
 //!
-//! A client writes one request line; the server answers with one or more
-//! JSON lines (a stream for `events --follow`) and closes. The one
+//! A client writes one request line ([`Request`], with the
+//! [`PROTOCOL_VERSION`] it speaks in `protocol`); the server answers with
+//! one or more [`Reply`] lines (a stream for `events --follow`) and closes.
+//! A request of another protocol version is answered with an error that
+//! names both versions ([`Reply::Error`] carries the daemon's), so a CLI
+//! and a daemon of different npc versions say so instead of misreading
+//! each other. The one
 //! exception is the MCP upgrade (`{"op":"mcp"}`): the daemon answers
 //! [`MCP_UPGRADED`] and the connection then carries MCP's newline-delimited
 //! JSON-RPC frames both ways, served by the daemon's gateway ([`Upgrade`]),
@@ -56,6 +61,22 @@ pub const ACCEPT_BACKOFF_INITIAL: Duration = Duration::from_millis(10);
 /// Longest pause between `accept` attempts while they keep failing.
 pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
+/// The version of the control protocol this npc speaks: every request
+/// carries it, and a daemon answers a request of another version with an
+/// error naming both. Version 1 was the protocol before requests carried
+/// one (answers as untyped JSON).
+pub const PROTOCOL_VERSION: u32 = 2;
+/// The field of a request line that carries its protocol version.
+pub const PROTOCOL_FIELD: &str = "protocol";
+
+/// A request line: the request and the protocol version of its client.
+#[derive(Debug, Serialize)]
+struct Envelope<'a> {
+    protocol: u32,
+    #[serde(flatten)]
+    request: &'a Request,
+}
+
 /// What a client asks the daemon.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
@@ -64,8 +85,13 @@ pub enum Request {
     Status,
     /// The applied (observed) state, for planning.
     State,
-    /// Reload the manifest now and apply it; answers with per-component results.
-    Apply,
+    /// Reload the manifest now and apply it; answers with per-component
+    /// results. With `fingerprint` (the plan the user saw), only a plan of
+    /// that fingerprint is applied; another one answers `stale`.
+    Apply {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fingerprint: Option<String>,
+    },
     /// Events after `since`; with `follow`, keep streaming new ones.
     Events { since: Option<i64>, follow: bool },
     /// Turn this connection into an MCP session with the daemon's gateway.
@@ -114,6 +140,108 @@ pub enum Request {
     /// Cancel run `id`: a queued run never starts, a running one has its
     /// process group killed; answers `{"run_id", "state"}` once it ended.
     CancelRun { id: String },
+}
+
+/// What the daemon answers, one JSON line each, tagged by `reply`.
+/// Documents an engine owns (pane and trigger views, the MCP pool's
+/// status) are carried as JSON this layer does not interpret.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Reply {
+    /// The request was refused or failed; with `protocol`, the daemon's
+    /// protocol version (a version skew names both).
+    Error {
+        error: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        protocol: Option<u32>,
+    },
+    /// To [`Request::Status`].
+    Status(Box<StatusReply>),
+    /// To [`Request::State`]: the applied state, keyed `kind.name`.
+    State {
+        components: crate::plan::ObservedState,
+    },
+    /// To [`Request::Apply`].
+    Apply {
+        outcome: crate::plan::outcome::ReloadOutcome,
+    },
+    /// To [`Request::PaneList`].
+    Panes { panes: Vec<serde_json::Value> },
+    /// To [`Request::PaneOpen`].
+    PaneOpened { opened: serde_json::Value },
+    /// To [`Request::PaneClose`].
+    PaneClosed { closed: String },
+    /// To [`Request::PaneSend`]: the bytes typed.
+    PaneSent { sent: usize },
+    /// To [`Request::PaneAttach`]: the pane's raw output follows.
+    Attached {
+        attached: String,
+        generation: u64,
+        status: Option<serde_json::Value>,
+    },
+    /// To [`Request::Triggers`].
+    Triggers { triggers: Vec<serde_json::Value> },
+    /// To [`Request::FireTrigger`]: the run it queued.
+    Fired { fired: serde_json::Value },
+    /// To [`Request::AcpRun`] and [`Request::Run`].
+    RunQueued { run_id: String },
+    /// To [`Request::DashboardUrl`].
+    DashboardUrl { url: String },
+    /// To [`Request::CancelRun`]: the run's state once it ended.
+    Cancelled { run_id: String, state: String },
+    /// One event of [`Request::Events`] (the store's row).
+    Event { event: serde_json::Value },
+    /// To [`Request::Mcp`]: MCP frames follow.
+    Upgraded { upgraded: String },
+}
+
+/// The daemon's status ([`Reply::Status`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusReply {
+    pub pid: u32,
+    pub components: Vec<ComponentStatus>,
+    /// The MCP gateway and its pool's servers.
+    pub mcp: serde_json::Value,
+    /// The REST API's base URL, when it listens.
+    pub api: Option<String>,
+    /// The store that takes the runs (and, in a fleet, the daemon's role).
+    pub store: serde_json::Value,
+}
+
+/// One row of `npc status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComponentStatus {
+    pub id: String,
+    pub kind: String,
+    pub state: String,
+    pub pid: Option<u32>,
+    pub restarts: u32,
+    pub since: Option<String>,
+    /// Why it failed to start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Reply {
+    /// An error answer.
+    pub fn error(error: impl Into<String>) -> Self {
+        Self::Error {
+            error: error.into(),
+            protocol: None,
+        }
+    }
+
+    /// The error for a request of protocol version `client` (`None`: a
+    /// request without one, from before versions).
+    fn skew(client: Option<u64>) -> Self {
+        let client = client.map_or_else(|| "1".to_string(), |v| v.to_string());
+        Self::Error {
+            error: format!(
+                "this daemon speaks control protocol version {PROTOCOL_VERSION} and the client version {client}: they are different versions of npc; restart the daemon with the npc you run (stop it, then `npc daemon`)"
+            ),
+            protocol: Some(PROTOCOL_VERSION),
+        }
+    }
 }
 
 /// What an attached client sends, one JSON line each.
@@ -187,10 +315,25 @@ pub enum ControlError {
     Protocol(String),
     #[error("the daemon refused the request: {0}")]
     Refused(String),
+    #[error(
+        "this npc speaks control protocol version {cli} and the running daemon version {daemon}: the daemon was started by another version of npc; restart it with this npc (stop it, then `npc daemon`)"
+    )]
+    VersionSkew { cli: u32, daemon: String },
+}
+
+impl ControlError {
+    /// An answer that is not one to the request sent.
+    pub fn unexpected(reply: &Reply) -> Self {
+        let text = serde_json::to_string(reply).unwrap_or_default();
+        Self::Protocol(format!(
+            "unexpected answer: {}",
+            crate::stdx::term::printable(&text)
+        ))
+    }
 }
 
 /// Responses are written here by a handler; closing it ends the answer.
-pub type Responder = mpsc::Sender<serde_json::Value>;
+pub type Responder = mpsc::Sender<Reply>;
 /// The function that answers requests.
 pub type Handler =
     Arc<dyn Fn(Request, Responder) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
@@ -359,11 +502,7 @@ async fn refuse(stream: UnixStream) {
     let error = format!(
         "the daemon serves {MAX_CONNECTIONS} connections already; try again when some have closed"
     );
-    let _ = tokio::time::timeout(
-        WRITE_TIMEOUT,
-        write_line(&mut write, &serde_json::json!({ "error": error })),
-    )
-    .await;
+    let _ = tokio::time::timeout(WRITE_TIMEOUT, write_line(&mut write, &Reply::error(error))).await;
 }
 
 async fn serve_one(
@@ -381,15 +520,13 @@ async fn serve_one(
         Splitter::new(MAX_REQUEST_BYTES, Overlong::Stop),
     );
     let request = match tokio::time::timeout(REQUEST_TIMEOUT, reader.next()).await {
-        Err(_) => Err(format!(
+        Err(_) => Err(Reply::error(format!(
             "no request within {REQUEST_TIMEOUT:?}; send one JSON line right after connecting"
-        )),
-        Ok(Ok(Some(Line::Line(line)))) => {
-            serde_json::from_slice::<Request>(&line).map_err(|e| format!("bad request: {e}"))
-        }
-        Ok(Ok(Some(_))) => Err("request line too long".to_string()),
-        Ok(Ok(None)) => Err("no request before the connection closed".to_string()),
-        Ok(Err(e)) => Err(format!("cannot read the request: {e}")),
+        ))),
+        Ok(Ok(Some(Line::Line(line)))) => parse_request(&line),
+        Ok(Ok(Some(_))) => Err(Reply::error("request line too long")),
+        Ok(Ok(None)) => Err(Reply::error("no request before the connection closed")),
+        Ok(Err(e)) => Err(Reply::error(format!("cannot read the request: {e}"))),
     };
     waiting.store(false, Ordering::Relaxed);
     let request = match (request, upgrade) {
@@ -400,12 +537,14 @@ async fn serve_one(
                 );
                 let _ = tokio::time::timeout(
                     WRITE_TIMEOUT,
-                    write_line(&mut write, &serde_json::json!({ "error": error })),
+                    write_line(&mut write, &Reply::error(error)),
                 )
                 .await;
                 return;
             };
-            let answer = serde_json::json!({ "upgraded": MCP_UPGRADED });
+            let answer = Reply::Upgraded {
+                upgraded: MCP_UPGRADED.to_string(),
+            };
             match tokio::time::timeout(WRITE_TIMEOUT, write_line(&mut write, &answer)).await {
                 Ok(Ok(())) => {}
                 _ => return,
@@ -417,13 +556,13 @@ async fn serve_one(
             }
             return;
         }
-        (Ok(Request::Mcp { .. }), None) => Err("this daemon serves no MCP gateway".to_string()),
+        (Ok(Request::Mcp { .. }), None) => Err(Reply::error("this daemon serves no MCP gateway")),
         (Ok(request @ Request::PaneAttach { .. }), _) => {
             let Some((attach, sessions)) = attach else {
                 let error = "this daemon serves no panes";
                 let _ = tokio::time::timeout(
                     WRITE_TIMEOUT,
-                    write_line(&mut write, &serde_json::json!({ "error": error })),
+                    write_line(&mut write, &Reply::error(error)),
                 )
                 .await;
                 return;
@@ -434,7 +573,7 @@ async fn serve_one(
                 );
                 let _ = tokio::time::timeout(
                     WRITE_TIMEOUT,
-                    write_line(&mut write, &serde_json::json!({ "error": error })),
+                    write_line(&mut write, &Reply::error(error)),
                 )
                 .await;
                 return;
@@ -451,11 +590,7 @@ async fn serve_one(
     let request = match request {
         Ok(r) => r,
         Err(error) => {
-            let _ = tokio::time::timeout(
-                WRITE_TIMEOUT,
-                write_line(&mut write, &serde_json::json!({ "error": error })),
-            )
-            .await;
+            let _ = tokio::time::timeout(WRITE_TIMEOUT, write_line(&mut write, &error)).await;
             return;
         }
     };
@@ -493,6 +628,23 @@ async fn serve_one(
     let _ = write.shutdown().await;
 }
 
+/// A request line: its protocol version first (a client of another version
+/// gets an error naming both, whatever else its line holds), then the
+/// request.
+fn parse_request(line: &[u8]) -> Result<Request, Reply> {
+    let mut value: serde_json::Value =
+        serde_json::from_slice(line).map_err(|e| Reply::error(format!("bad request: {e}")))?;
+    let Some(fields) = value.as_object_mut() else {
+        return Err(Reply::error("bad request: not a JSON object"));
+    };
+    match fields.remove(PROTOCOL_FIELD) {
+        Some(v) if v.as_u64() == Some(u64::from(PROTOCOL_VERSION)) => {}
+        Some(v) => return Err(Reply::skew(Some(v.as_u64().unwrap_or_default()))),
+        None => return Err(Reply::skew(None)),
+    }
+    serde_json::from_value(value).map_err(|e| Reply::error(format!("bad request: {e}")))
+}
+
 /// Whether the peer of `stream` closed entirely (not only its sending side).
 fn peer_gone(stream: &UnixStream) -> bool {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -526,9 +678,10 @@ pub async fn stopped(rx: &mut watch::Receiver<bool>) {
     }
 }
 
+/// Write `value` as one JSON line.
 pub async fn write_line(
     w: &mut (impl AsyncWriteExt + Unpin),
-    value: &serde_json::Value,
+    value: &(impl Serialize + ?Sized),
 ) -> std::io::Result<()> {
     w.write_all(&encode(value).map_err(std::io::Error::other)?)
         .await
@@ -542,12 +695,10 @@ pub async fn connect_mcp(
     request: &Request,
 ) -> Result<(UpgradedRead, tokio::net::unix::OwnedWriteHalf), ControlError> {
     let (reader, write, answer) = connect_upgrade(path, request).await?;
-    if answer["upgraded"] != MCP_UPGRADED {
-        return Err(ControlError::Protocol(format!(
-            "unexpected answer to the MCP upgrade: {answer}"
-        )));
+    match answer {
+        Reply::Upgraded { upgraded } if upgraded == MCP_UPGRADED => Ok((reader, write)),
+        other => Err(ControlError::unexpected(&other)),
     }
-    Ok((reader, write))
 }
 
 /// Connect to the daemon's control socket at `path` (within
@@ -571,8 +722,10 @@ async fn send_request(
             source,
         })?;
     let (read, mut write) = stream.into_split();
-    let request =
-        serde_json::to_value(request).map_err(|e| ControlError::Protocol(e.to_string()))?;
+    let request = Envelope {
+        protocol: client_protocol(),
+        request,
+    };
     write_line(&mut write, &request).await?;
     Ok((read, write))
 }
@@ -582,14 +735,7 @@ async fn send_request(
 pub async fn connect_upgrade(
     path: &Path,
     request: &Request,
-) -> Result<
-    (
-        UpgradedRead,
-        tokio::net::unix::OwnedWriteHalf,
-        serde_json::Value,
-    ),
-    ControlError,
-> {
+) -> Result<(UpgradedRead, tokio::net::unix::OwnedWriteHalf, Reply), ControlError> {
     let (read, write) = send_request(path, request).await?;
     let mut reader = LineReader::with_capacity(
         UPGRADED_READ_BYTES,
@@ -599,15 +745,61 @@ pub async fn connect_upgrade(
     let line = tokio::time::timeout(CLIENT_TIMEOUT, reader.next())
         .await
         .map_err(|_| ControlError::Timeout(CLIENT_TIMEOUT))??;
-    let answer: serde_json::Value = match line {
-        Some(Line::Line(line)) => serde_json::from_slice(&line)
-            .map_err(|e| ControlError::Protocol(format!("no answer to the upgrade: {e}")))?,
+    let answer = match line {
+        Some(Line::Line(line)) => decode_reply(&line)?,
         _ => return Err(ControlError::Protocol("no answer to the upgrade".into())),
     };
-    if let Some(error) = answer.get("error").and_then(|e| e.as_str()) {
-        return Err(ControlError::Refused(error.to_string()));
-    }
     Ok((reader.into_inner(), write, answer))
+}
+
+/// The protocol version this client sends: [`PROTOCOL_VERSION`], unless
+/// `NPC_TEST_CONTROL_PROTOCOL` makes it claim another (a test seam: an
+/// npc of another version is not at hand in a test).
+fn client_protocol() -> u32 {
+    std::env::var(PROTOCOL_OVERRIDE_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(PROTOCOL_VERSION)
+}
+
+/// See [`client_protocol`].
+pub const PROTOCOL_OVERRIDE_ENV: &str = "NPC_TEST_CONTROL_PROTOCOL";
+
+/// One answer line of the daemon, parsed once: an error answer is an
+/// error (a version skew named as one), anything that is not a [`Reply`]
+/// a protocol error.
+fn decode_reply(line: &[u8]) -> Result<Reply, ControlError> {
+    let reply = match serde_json::from_slice::<Reply>(line) {
+        Ok(reply) => reply,
+        Err(e) => {
+            // A daemon of protocol 1 answers untyped JSON; its refusal of
+            // this client's `protocol` field names the field.
+            let old: Option<serde_json::Value> = serde_json::from_slice(line).ok();
+            if let Some(error) = old.as_ref().and_then(|v| v["error"].as_str())
+                && error.contains(PROTOCOL_FIELD)
+            {
+                return Err(ControlError::VersionSkew {
+                    cli: client_protocol(),
+                    daemon: "1".to_string(),
+                });
+            }
+            return Err(ControlError::Protocol(format!(
+                "the daemon's answer is not one of protocol version {PROTOCOL_VERSION}: {e}"
+            )));
+        }
+    };
+    match reply {
+        // Only a refusal of the client's version carries the daemon's.
+        Reply::Error {
+            protocol: Some(daemon),
+            ..
+        } => Err(ControlError::VersionSkew {
+            cli: client_protocol(),
+            daemon: daemon.to_string(),
+        }),
+        Reply::Error { error, .. } => Err(ControlError::Refused(error)),
+        reply => Ok(reply),
+    }
 }
 
 /// A connection to a running daemon.
@@ -628,10 +820,7 @@ impl Client {
     }
 
     /// The next answer line, `None` at the end. `wait` bounds the wait.
-    pub async fn next(
-        &mut self,
-        wait: Option<Duration>,
-    ) -> Result<Option<serde_json::Value>, ControlError> {
+    pub async fn next(&mut self, wait: Option<Duration>) -> Result<Option<Reply>, ControlError> {
         let line = match wait {
             Some(limit) => tokio::time::timeout(limit, self.lines.next())
                 .await
@@ -647,16 +836,11 @@ impl Client {
                 )));
             }
         };
-        let value: serde_json::Value =
-            serde_json::from_slice(&line).map_err(|e| ControlError::Protocol(e.to_string()))?;
-        if let Some(error) = value.get("error").and_then(|e| e.as_str()) {
-            return Err(ControlError::Refused(error.to_string()));
-        }
-        Ok(Some(value))
+        decode_reply(&line).map(Some)
     }
 
     /// Send `request` and return its single answer.
-    pub async fn call(path: &Path, request: &Request) -> Result<serde_json::Value, ControlError> {
+    pub async fn call(path: &Path, request: &Request) -> Result<Reply, ControlError> {
         let mut client = Self::request(path, request).await?;
         client
             .next(Some(CLIENT_TIMEOUT))
@@ -678,11 +862,15 @@ mod tests {
                 match req {
                     Request::Events { since, .. } => {
                         for i in since.unwrap_or(0)..3 {
-                            let _ = tx.send(serde_json::json!({ "id": i })).await;
+                            let event = serde_json::json!({ "id": i });
+                            let _ = tx.send(Reply::Event { event }).await;
                         }
                     }
                     other => {
-                        let _ = tx.send(serde_json::to_value(&other).unwrap()).await;
+                        let echo = Reply::PaneClosed {
+                            closed: format!("{other:?}"),
+                        };
+                        let _ = tx.send(echo).await;
                     }
                 }
             })
@@ -696,7 +884,12 @@ mod tests {
         let (stop_tx, stop_rx) = watch::channel(false);
         let server = tokio::spawn(bind(&path).unwrap().serve(echo_handler(), stop_rx));
         let answer = Client::call(&path, &Request::Status).await.unwrap();
-        assert_eq!(answer, serde_json::json!({"op": "status"}));
+        assert_eq!(
+            answer,
+            Reply::PaneClosed {
+                closed: "Status".into()
+            }
+        );
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         let mut c = Client::request(
@@ -710,7 +903,10 @@ mod tests {
         .unwrap();
         let mut ids = Vec::new();
         while let Some(v) = c.next(Some(Duration::from_secs(5))).await.unwrap() {
-            ids.push(v["id"].as_i64().unwrap());
+            let Reply::Event { event } = v else {
+                panic!("{v:?}")
+            };
+            ids.push(event["id"].as_i64().unwrap());
         }
         assert_eq!(ids, vec![1, 2]);
         stop_tx.send(true).unwrap();
@@ -735,7 +931,12 @@ mod tests {
         .await
         .unwrap()
         .unwrap();
-        assert_eq!(answer, serde_json::json!({"op": "status"}));
+        assert_eq!(
+            answer,
+            Reply::PaneClosed {
+                closed: "Status".into()
+            }
+        );
         // The oldest idle connection was closed by the server.
         let mut first = idle.remove(0);
         let mut buf = [0u8; 1];
@@ -746,6 +947,57 @@ mod tests {
         assert_eq!(read, 0, "evicted connection reads end of file");
         stop_tx.send(true).unwrap();
         server.await.unwrap();
+    }
+
+    #[test]
+    fn a_request_of_another_protocol_version_is_refused_naming_both() {
+        for (line, client) in [
+            (r#"{"op":"status"}"#.to_string(), "version 1"),
+            (r#"{"protocol":7,"op":"status"}"#.to_string(), "version 7"),
+            // Whatever else the line holds: the version is read first.
+            (
+                r#"{"protocol":1,"op":"from_the_future"}"#.to_string(),
+                "version 1",
+            ),
+        ] {
+            let Err(Reply::Error { error, protocol }) = parse_request(line.as_bytes()) else {
+                panic!("{line} was taken");
+            };
+            assert_eq!(protocol, Some(PROTOCOL_VERSION));
+            assert!(error.contains(client), "{error}");
+            assert!(
+                error.contains(&format!("version {PROTOCOL_VERSION}")),
+                "{error}"
+            );
+            assert!(error.contains("restart the daemon"), "{error}");
+        }
+        let line = format!(r#"{{"protocol":{PROTOCOL_VERSION},"op":"status"}}"#);
+        assert_eq!(parse_request(line.as_bytes()), Ok(Request::Status));
+    }
+
+    #[test]
+    fn an_error_answer_is_an_error_and_a_skew_names_both_versions() {
+        let refused = br#"{"reply":"error","error":"no run `x`"}"#;
+        assert!(
+            matches!(decode_reply(refused), Err(ControlError::Refused(e)) if e == "no run `x`")
+        );
+        let skew = br#"{"reply":"error","error":"other","protocol":9}"#;
+        let e = decode_reply(skew).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("version {PROTOCOL_VERSION}")) && e.contains("version 9"),
+            "{e}"
+        );
+        // A daemon of protocol 1 refuses the field it does not know.
+        let old = br#"{"error":"bad request: unknown field `protocol`, expected `op`"}"#;
+        assert!(matches!(
+            decode_reply(old),
+            Err(ControlError::VersionSkew { .. })
+        ));
+        // Untyped JSON is no answer, not a default.
+        assert!(matches!(
+            decode_reply(br#""{}""#),
+            Err(ControlError::Protocol(_))
+        ));
     }
 
     #[tokio::test]

@@ -779,6 +779,8 @@ matcher = "^npc_status$"
 /// One request on the daemon's control socket in `dir`, its one answer line.
 fn control(dir: &Path, request: &Value) -> Value {
     let mut stream = std::os::unix::net::UnixStream::connect(dir.join(".npc/daemon.sock")).unwrap();
+    let mut request = request.clone();
+    request["protocol"] = npcagent::surfaces::control::PROTOCOL_VERSION.into();
     writeln!(stream, "{request}").unwrap();
     let mut line = String::new();
     BufReader::new(stream).read_line(&mut line).unwrap();

@@ -316,3 +316,57 @@ fn apply_without_a_daemon_records_the_state_for_the_next_plan() {
     let text = String::from_utf8_lossy(&out.get_output().stdout).to_string();
     assert!(text.contains("-/+ mcp_server.alpha"), "{text}");
 }
+
+/// One request line on the daemon's control socket, its one answer line.
+fn control_line(root: &std::path::Path, line: &str) -> Value {
+    use std::io::{BufRead as _, Write as _};
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(root.join(".npc/daemon.sock")).unwrap();
+    writeln!(stream, "{line}").unwrap();
+    let mut answer = String::new();
+    std::io::BufReader::new(stream)
+        .read_line(&mut answer)
+        .unwrap();
+    serde_json::from_str(&answer).unwrap()
+}
+
+#[test]
+fn a_cli_and_a_daemon_of_different_control_protocols_name_both_versions() {
+    use npcagent::surfaces::control::{PROTOCOL_OVERRIDE_ENV, PROTOCOL_VERSION};
+    let d = Daemon::start(TWO_CHILDREN);
+    // A CLI that speaks another version (the test seam stands in for an
+    // older npc): an error naming both, and what to do.
+    let out = npc()
+        .current_dir(d.root())
+        .env(PROTOCOL_OVERRIDE_ENV, "1")
+        .args(["status"])
+        .assert()
+        .failure();
+    insta::assert_snapshot!("control_protocol_skew", crate::support::stderr_of(&out));
+    // A client speaking the wire by hand: without a version (as before
+    // versions), or with another one, the daemon refuses and says its own.
+    for line in [
+        r#"{"op":"status"}"#.to_string(),
+        r#"{"protocol":99,"op":"state"}"#.to_string(),
+    ] {
+        let answer = control_line(d.root(), &line);
+        assert_eq!(answer["reply"], "error", "{answer}");
+        assert_eq!(answer["protocol"], PROTOCOL_VERSION, "{answer}");
+        let error = answer["error"].as_str().unwrap();
+        assert!(error.contains("restart the daemon"), "{error}");
+    }
+    // Its own version: a typed answer, the applied state as one object.
+    let answer = control_line(
+        d.root(),
+        &format!(r#"{{"protocol":{PROTOCOL_VERSION},"op":"state"}}"#),
+    );
+    assert_eq!(answer["reply"], "state", "{answer}");
+    assert!(
+        answer["components"]["mcp_server.alpha"]["fingerprint"].is_string(),
+        "{answer}"
+    );
+    // The daemon serves on: the CLI of this version still gets its status.
+    d.npc(&["status"])
+        .success()
+        .stdout(predicates::str::contains("mcp_server.alpha"));
+}

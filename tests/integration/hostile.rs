@@ -1243,7 +1243,7 @@ fn closed_event_followers_do_not_fill_the_connection_cap() {
     for _ in 0..MAX_CONNECTIONS + 20 {
         let mut follower = std::os::unix::net::UnixStream::connect(&socket).unwrap();
         follower
-            .write_all(b"{\"op\":\"events\",\"since\":null,\"follow\":true}\n")
+            .write_all(b"{\"protocol\":2,\"op\":\"events\",\"since\":null,\"follow\":true}\n")
             .unwrap();
         drop(follower);
     }

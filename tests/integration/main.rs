@@ -31,6 +31,7 @@ mod mcp_passthrough;
 mod panes;
 mod peers;
 mod pg;
+mod plan_apply;
 mod plugins;
 mod providers;
 mod real_clis;

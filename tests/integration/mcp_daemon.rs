@@ -479,7 +479,7 @@ fn upgraded(socket: &Path) -> UnixStream {
     wait_for("an MCP upgrade to be accepted", || {
         let mut s = UnixStream::connect(socket).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-        s.write_all(b"{\"op\":\"mcp\"}\n").ok()?;
+        s.write_all(b"{\"protocol\":2,\"op\":\"mcp\"}\n").ok()?;
         // One byte at a time: nothing after the answer line is consumed.
         let mut line = Vec::new();
         let mut byte = [0u8; 1];
@@ -488,7 +488,7 @@ fn upgraded(socket: &Path) -> UnixStream {
             line.push(byte[0]);
         }
         let answer: Value = serde_json::from_slice(&line).ok()?;
-        (answer == json!({"upgraded": "mcp"})).then_some(s)
+        (answer == json!({"reply": "upgraded", "upgraded": "mcp"})).then_some(s)
     })
 }
 
@@ -505,7 +505,7 @@ fn garbage_and_oversized_mcp_upgrades_leave_the_daemon_serving() {
     let held: Vec<UnixStream> = (0..MAX_MCP_SESSIONS)
         .map(|_| {
             let mut s = UnixStream::connect(&socket).unwrap();
-            s.write_all(b"{\"op\":\"mcp\"}\n").unwrap();
+            s.write_all(b"{\"protocol\":2,\"op\":\"mcp\"}\n").unwrap();
             let mut line = String::new();
             BufReader::new(s.try_clone().unwrap())
                 .read_line(&mut line)
@@ -517,7 +517,8 @@ fn garbage_and_oversized_mcp_upgrades_leave_the_daemon_serving() {
     let mut over = UnixStream::connect(&socket).unwrap();
     over.set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    over.write_all(b"{\"op\":\"mcp\"}\n").unwrap();
+    over.write_all(b"{\"protocol\":2,\"op\":\"mcp\"}\n")
+        .unwrap();
     let mut answer = String::new();
     let _ = over.read_to_string(&mut answer);
     assert!(answer.contains("MCP sessions already"), "{answer}");
@@ -531,7 +532,10 @@ fn garbage_and_oversized_mcp_upgrades_leave_the_daemon_serving() {
     let _ = s.write_all(&huge);
     drop(s);
     // A misspelt upgrade, and an oversized unterminated request.
-    for bad in [b"{\"op\":\"mcpx\"}\n".to_vec(), vec![b'{'; 70 * 1024]] {
+    for bad in [
+        b"{\"protocol\":2,\"op\":\"mcpx\"}\n".to_vec(),
+        vec![b'{'; 70 * 1024],
+    ] {
         let mut s = UnixStream::connect(&socket).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let _ = s.write_all(&bad);
