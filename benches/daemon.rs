@@ -10,7 +10,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use npcagent::model::ProcessEnv;
+use npcagent::disk::ProcessEnv;
 use npcagent::plan::{self, ExternalInputs};
 use npcagent::runtime::watch::DEBOUNCE;
 use npcagent::store::Store;

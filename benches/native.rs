@@ -8,7 +8,8 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use npcagent::model::{DiskFiles, ProviderKind, Syntax, load_bytes};
+use npcagent::disk::DiskFiles;
+use npcagent::model::{ProviderKind, Syntax, load_bytes};
 use npcagent::native::{PlanOptions, plan_text};
 
 /// Projects in the synthetic `~/.claude.json`.

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use npcagent::model::{DiskFiles, Syntax, load_bytes};
+use npcagent::disk::DiskFiles;
+use npcagent::model::{Syntax, load_bytes};
 use npcagent::render::{self, RenderContext};
 
 /// Profiles in the benchmark manifest.

@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use npcagent::model::{self, DiskFiles, Syntax};
+use npcagent::disk::DiskFiles;
+use npcagent::model::{self, Syntax};
 
 /// Runs of each whole-process command (after warm-up).
 const PROCESS_RUNS: usize = 40;

@@ -5,6 +5,7 @@ pub mod acp;
 pub mod api;
 pub mod bus;
 pub mod cli;
+pub mod disk;
 pub mod driver;
 pub mod hooks;
 pub mod mcp;

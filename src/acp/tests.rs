@@ -66,7 +66,7 @@ fn agent_with(
 ) -> (Arc<Agent>, mpsc::UnboundedReceiver<Value>) {
     let text = "version = 1\n[providers.p]\nkind = \"claude_code\"\n\
                 [profiles.dev]\nprovider = \"p\"\ndescription = \"d\"\n";
-    let files = crate::model::DiskFiles::new(dir.to_path_buf());
+    let files = crate::disk::DiskFiles::new(dir.to_path_buf());
     let manifest = crate::model::load_bytes(
         "npcagent.toml",
         text.as_bytes(),

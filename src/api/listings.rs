@@ -128,7 +128,7 @@ pub fn plugin_rows(manifest: Option<&Path>) -> Result<PluginListing, RegistryErr
     let mut found = Vec::new();
     let mut invalid_manifest = None;
     if let Some(path) = manifest
-        && let Ok(loaded) = crate::plugins::files::load_path(path, &crate::model::ProcessEnv)
+        && let Ok(loaded) = crate::plugins::files::load_path(path, &crate::disk::ProcessEnv)
     {
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         match &loaded.manifest {

@@ -326,7 +326,7 @@ fn policy(patterns: &[&str]) -> policy::ToolPolicy {
         "version = 1\n[providers.p]\nkind = \"claude_code\"\n[profiles.dev]\nprovider = \"p\"\ndescription = \"d\"\nask_tools = {}\n",
         serde_json::to_string(patterns).unwrap()
     );
-    let files = crate::model::DiskFiles::new(std::path::PathBuf::from("/"));
+    let files = crate::disk::DiskFiles::new(std::path::PathBuf::from("/"));
     let manifest = crate::model::load_bytes(
         "npcagent.toml",
         text.as_bytes(),
@@ -478,7 +478,7 @@ description = "d"
 allowed_tools = ["mcp__everything__*", "mcp__npc__board_read", "Bash(ls)"]
 denied_tools = ["mcp__everything__get-env", "everything__echo(rm*)"]
 "#;
-    let files = crate::model::DiskFiles::new(std::path::PathBuf::from("/"));
+    let files = crate::disk::DiskFiles::new(std::path::PathBuf::from("/"));
     let manifest = crate::model::load_bytes(
         "npcagent.toml",
         text.as_bytes(),

@@ -10,16 +10,6 @@ pub trait Env {
     fn var(&self, name: &str) -> Option<String>;
 }
 
-/// The real process environment.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ProcessEnv;
-
-impl Env for ProcessEnv {
-    fn var(&self, name: &str) -> Option<String> {
-        std::env::var(name).ok()
-    }
-}
-
 impl Env for std::collections::BTreeMap<String, String> {
     fn var(&self, name: &str) -> Option<String> {
         self.get(name).cloned()

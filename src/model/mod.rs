@@ -30,11 +30,9 @@ pub mod types;
 #[cfg(test)]
 mod tests;
 
-use std::path::{Path, PathBuf};
-
 pub use diagnostics::{Diagnostic, Severity};
-pub use interp::{Env, ProcessEnv};
-pub use lower::{DiskFiles, Files};
+pub use interp::Env;
+pub use lower::Files;
 pub use node::Syntax;
 pub use source::SourceFile;
 pub use text::Text;
@@ -176,7 +174,9 @@ fn load_text(
 }
 
 /// The outcome for a manifest over [`node::MAX_MANIFEST_BYTES`].
-fn too_large(name: &str) -> Loaded {
+/// What loading a manifest over [`node::MAX_MANIFEST_BYTES`] gives: no
+/// manifest, one diagnostic.
+pub fn too_large(name: &str) -> Loaded {
     let source = SourceFile::new(name, "");
     let diagnostics = vec![
         Diagnostic::error(format!(
@@ -192,46 +192,6 @@ fn too_large(name: &str) -> Loaded {
         source,
         _tree: None,
     }
-}
-
-/// Load the manifest at `path`, with referenced files read through `files`
-/// (relative to its directory). The manifest is read through the guarded
-/// layer: a regular file inside its directory (a link may point elsewhere
-/// in it), read no further than [`node::MAX_MANIFEST_BYTES`]. Commands load
-/// through `plugins::files::load_path` (plugin packages checked); the
-/// runtime wraps those files to tell operational read failures from
-/// invalid input.
-pub fn load_path_with(path: &Path, env: &dyn Env, files: &dyn Files) -> std::io::Result<Loaded> {
-    let name = path.display().to_string();
-    let bytes = match read_manifest(path) {
-        Ok(bytes) => bytes,
-        Err(e) if matches!(e.reason, crate::repofs::Reason::TooLarge { .. }) => {
-            return Ok(too_large(&name));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    Ok(load_owned(
-        &name,
-        bytes,
-        Syntax::from_path(&name),
-        env,
-        files,
-    ))
-}
-
-/// The manifest's bytes, through the guarded layer rooted at its directory.
-pub fn read_manifest(path: &Path) -> Result<Vec<u8>, crate::repofs::FsError> {
-    let dir = path.parent().unwrap_or(Path::new(""));
-    let file = path.file_name().map(Path::new).unwrap_or(path);
-    crate::repofs::Root::new(dir)?.read(file, node::MAX_MANIFEST_BYTES)
-}
-
-/// The manifest in `dir`: `npcagent.toml`, else `npcagent.json`.
-pub fn find_manifest(dir: &Path) -> Option<PathBuf> {
-    MANIFEST_NAMES
-        .iter()
-        .map(|n| dir.join(n))
-        .find(|p| p.is_file())
 }
 
 /// The JSON Schema of the manifest, generated from the raw structs.

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use proptest::prelude::*;
 
 use super::*;
-use crate::model::{DiskFiles, Syntax, load_bytes};
+use crate::disk::DiskFiles;
+use crate::model::{Syntax, load_bytes};
 
 const TOKEN_VALUE: &str = "tok-SECRET-4711";
 const KEY_VALUE: &str = "key-SECRET-0815";

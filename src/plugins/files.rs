@@ -1,5 +1,5 @@
 //! The loader's file system with plugin packages: [`PackageFiles`] reads
-//! like `model::DiskFiles` and also checks each package a manifest declares
+//! like `disk::DiskFiles` and also checks each package a manifest declares
 //! (`crate::plugins::validate`, through the guarded layer at the package
 //! root) and resolves it into the model's [`PackageView`]; it joins the
 //! user registry's plugins too. [`load_path`] is the one loader every
@@ -7,10 +7,9 @@
 
 use std::path::Path;
 
+use crate::disk::{DiskFiles, load_path_with};
 use crate::model::package::{PackageContents, PackageProblem, PackageView};
-use crate::model::{
-    DiskFiles, Env, Files, Loaded, Manifest, PluginNotice, PluginSource, load_path_with,
-};
+use crate::model::{Env, Files, Loaded, Manifest, PluginNotice, PluginSource};
 
 /// [`DiskFiles`] plus plugin packages and the user registry.
 #[derive(Debug, Clone)]

@@ -502,7 +502,8 @@ fn undefined_hint(expr: &str, prompt_name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{DiskFiles, McpTransport, Syntax, load_bytes};
+    use crate::disk::DiskFiles;
+    use crate::model::{McpTransport, Syntax, load_bytes};
 
     const MANIFEST: &str = r##"
 version = 1

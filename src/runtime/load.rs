@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::model::{self, ProcessEnv};
+use crate::disk::ProcessEnv;
+use crate::model;
 use crate::plan::fingerprint::fingerprint;
 
 use super::RuntimeError;
@@ -41,11 +42,11 @@ pub fn load_with(
     path: &Path,
     files: &dyn model::Files,
 ) -> std::io::Result<(model::Loaded, Sources)> {
-    let bytes = match model::read_manifest(path) {
+    let bytes = match crate::disk::read_manifest(path) {
         Ok(bytes) => bytes,
         // Too large: the model's loader says so in its own diagnostic.
         Err(e) if matches!(e.reason, crate::repofs::Reason::TooLarge { .. }) => {
-            let loaded = model::load_path_with(path, &ProcessEnv, files)?;
+            let loaded = crate::disk::load_path_with(path, &ProcessEnv, files)?;
             return Ok((loaded, Sources::default()));
         }
         Err(e) => return Err(e.into()),

@@ -248,7 +248,7 @@ const STATE_DIR_KEY: &str = "state_dir";
 /// else the default. The manifest is read through the guarded layer with
 /// the manifest size cap, so a huge or hostile file costs nothing.
 pub fn state_dir_hint(manifest: &Path) -> String {
-    let bytes = model::read_manifest(manifest).unwrap_or_default();
+    let bytes = crate::disk::read_manifest(manifest).unwrap_or_default();
     let text = String::from_utf8(bytes).unwrap_or_default();
     // Without the key's name in the text (nor an escape that could spell
     // it) the default is the answer; most manifests, and `npc hook run` on

@@ -72,6 +72,78 @@ fn model_is_pure() {
     );
 }
 
+/// What the pure core reads only through its seams (`model::Files`,
+/// `model::Env`; `disk` implements them): the disk and the environment.
+const DISK_AND_ENVIRONMENT: [&str; 10] = [
+    "std::fs",
+    "std::env",
+    "crate::repofs",
+    "crate::disk",
+    "File::open",
+    ".is_file()",
+    ".is_dir()",
+    ".exists()",
+    "read_dir(",
+    "canonicalize(",
+];
+
+/// Lines of `dir`'s production code (no `tests.rs`, no `tests/` folder,
+/// nothing after a `#[cfg(test)]`) that contain any of `forbidden`.
+fn production_offenders(dir: &str, forbidden: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for file in rust_files(&repo_root().join("src").join(dir)) {
+        let in_tests = file.components().any(|c| c.as_os_str() == "tests")
+            || file.file_name().is_some_and(|f| f == "tests.rs");
+        if in_tests {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (i, line) in production_code(&text).lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for needle in forbidden {
+                if code.contains(needle) {
+                    found.push(format!("{}:{}: `{needle}`", file.display(), i + 1));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// `text` up to its first `#[cfg(test)]` item that is code (a test
+/// module's body, a test function), so that a `#[cfg(test)] mod tests;`
+/// declaration near the top hides nothing after it.
+fn production_code(text: &str) -> &str {
+    let mut from = 0;
+    while let Some(at) = text[from..].find("#[cfg(test)]") {
+        let after = text[from + at + "#[cfg(test)]".len()..].trim_start();
+        let declaration = after
+            .strip_prefix("mod ")
+            .and_then(|rest| rest.split_once(';'))
+            .is_some_and(|(name, _)| name.trim().chars().all(|c| c.is_alphanumeric() || c == '_'));
+        if !declaration {
+            return &text[..from + at];
+        }
+        from += at + "#[cfg(test)]".len();
+    }
+    text
+}
+
+/// Architecture invariant: the pure core neither reads the disk nor the
+/// process environment; both come in through `model::Files` and
+/// `model::Env`, which `disk` implements.
+#[test]
+fn the_pure_core_reads_no_disk_and_no_environment() {
+    for room in ["model", "plan"] {
+        let found = production_offenders(room, &DISK_AND_ENVIRONMENT);
+        assert!(
+            found.is_empty(),
+            "src/{room} reads the disk or the environment; take it through `model::Files` / `model::Env` (see `disk`):\n{}",
+            found.join("\n")
+        );
+    }
+}
+
 #[test]
 fn plan_is_pure() {
     let found = offenders("plan", &IMPURE);
@@ -188,7 +260,10 @@ fn the_api_surface_never_reaches_into_the_runtime() {
 const LAYERS: &[(&str, &[&str])] = &[
     ("leaf", &["stdx", "repofs"]),
     ("pure core", &["model", "plan"]),
-    ("effects", &["store", "bus", "supervisor", "surfaces"]),
+    (
+        "effects",
+        &["store", "bus", "supervisor", "surfaces", "disk"],
+    ),
     ("contract", &["driver"]),
     (
         "engines",

@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use npcagent::model::{self, DiskFiles, Syntax};
+use npcagent::disk::DiskFiles;
+use npcagent::model::{self, Syntax};
 
 use crate::support::{npc, repo_root};
 

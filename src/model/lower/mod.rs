@@ -5,8 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
-use std::path::{Component, Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::{Component, Path};
 
 use indexmap::IndexMap;
 
@@ -20,7 +19,6 @@ use super::source::{SourceFile, Span};
 use super::template;
 use super::text::Text;
 use super::types::*;
-use crate::repofs::{FsError, Root};
 
 mod agents;
 mod hooks;
@@ -59,59 +57,6 @@ pub trait Files {
     /// (a worktree run needs one); `None` when this file system cannot say.
     fn is_git_repository(&self) -> Option<bool> {
         None
-    }
-}
-
-/// The real file system, rooted at the manifest's directory, through the
-/// guarded layer (`crate::repofs`): nothing outside the root is read, only
-/// regular files, at most [`MAX_TEMPLATE_BYTES`] of each. It checks no
-/// plugin package: `plugins::PackageFiles` wraps it to.
-#[derive(Debug, Clone)]
-pub struct DiskFiles {
-    root: PathBuf,
-    /// The guarded root, resolved at the first file read and kept: one
-    /// load resolves the manifest's directory once, not once per file.
-    guarded: OnceLock<Root>,
-}
-
-impl DiskFiles {
-    /// Files relative to the manifest directory `root`.
-    pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self {
-            root: root.into(),
-            guarded: OnceLock::new(),
-        }
-    }
-
-    /// The guarded layer's [`Root`] at the manifest directory.
-    pub fn guarded(&self) -> Result<&Root, FsError> {
-        if let Some(root) = self.guarded.get() {
-            return Ok(root);
-        }
-        let root = Root::new(&self.root)?;
-        Ok(self.guarded.get_or_init(|| root))
-    }
-}
-
-impl Files for DiskFiles {
-    fn is_git_repository(&self) -> Option<bool> {
-        Some(
-            std::fs::symlink_metadata(self.root.join(".git"))
-                .is_ok_and(|m| m.is_dir() || m.is_file()),
-        )
-    }
-    fn read_to_string(&self, path: &Path) -> std::io::Result<String> {
-        self.guarded()
-            .and_then(|root| root.read_string(path, MAX_TEMPLATE_BYTES))
-            .map_err(FsError::into_reason)
-    }
-    fn is_dir(&self, path: &Path) -> bool {
-        self.check_dir(path).is_ok()
-    }
-    fn check_dir(&self, path: &Path) -> std::io::Result<()> {
-        self.guarded()
-            .and_then(|root| root.dir_check(path))
-            .map_err(FsError::into_reason)
     }
 }
 

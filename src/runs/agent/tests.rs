@@ -62,7 +62,7 @@ mcp_servers = ["fs"]
     );
     let path = dir.join("npcagent.toml");
     std::fs::write(&path, text).unwrap();
-    crate::plugins::files::load_path(&path, &crate::model::ProcessEnv)
+    crate::plugins::files::load_path(&path, &crate::disk::ProcessEnv)
         .unwrap()
         .manifest
         .expect("valid manifest")
