@@ -6,6 +6,7 @@ pub mod api;
 pub mod bus;
 pub mod cli;
 pub mod driver;
+pub mod event;
 pub mod hooks;
 pub mod mcp;
 pub mod model;

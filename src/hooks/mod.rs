@@ -817,7 +817,7 @@ impl HookRunner {
             payload["event"].as_str().unwrap_or_default(),
         )
         .to_string();
-        let event = NewEvent::new(HOOK_CALL_EVENT, payload).for_component(component);
+        let event = NewEvent::untyped(HOOK_CALL_EVENT, payload).for_component(component);
         if let Err(e) = bus.publish(event).await {
             tracing::warn!(error = %e, "hooks: recording a hook call failed");
         }

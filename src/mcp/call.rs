@@ -438,7 +438,7 @@ impl CallPath {
         let Some(bus) = &self.bus else { return };
         let payload = json!({ "client": name, "version": version });
         if let Err(e) = bus
-            .publish(NewEvent::new(CLIENT_CONNECTED_EVENT, payload))
+            .publish(NewEvent::untyped(CLIENT_CONNECTED_EVENT, payload))
             .await
         {
             tracing::warn!(error = %e, "mcp: recording a client connection failed");
@@ -467,7 +467,7 @@ impl CallPath {
             "error": error,
             "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
         });
-        if let Err(e) = bus.publish(NewEvent::new(kind, payload)).await {
+        if let Err(e) = bus.publish(NewEvent::untyped(kind, payload)).await {
             tracing::warn!(error = %e, "mcp: recording a request failed");
         }
     }
@@ -683,7 +683,7 @@ impl CallPath {
         if let Some(run) = run {
             payload["run_id"] = run.into();
         }
-        let mut event = NewEvent::new(TOOL_CALL_EVENT, payload);
+        let mut event = NewEvent::untyped(TOOL_CALL_EVENT, payload);
         if let Some(server) = server.filter(|_| !builtin) {
             event = event.for_component(ComponentId::new(Kind::McpServer, server).to_string());
         }

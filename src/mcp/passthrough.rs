@@ -200,7 +200,7 @@ impl Client {
                 "reason": format!("more than {MAX_QUEUED_NOTIFICATIONS} waited for the client"),
             });
             let _ = bus
-                .publish_detached(NewEvent::new(DROPPED_EVENT, payload))
+                .publish_detached(NewEvent::untyped(DROPPED_EVENT, payload))
                 .await;
         }
     }
@@ -649,7 +649,7 @@ impl Passthrough {
                 "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
             });
             let _ = bus
-                .publish_detached(NewEvent::new(REQUEST_EVENT, payload))
+                .publish_detached(NewEvent::untyped(REQUEST_EVENT, payload))
                 .await;
         }
         answer
@@ -694,7 +694,7 @@ impl Passthrough {
                 "reason": format!("over {MAX_ELICITATION_SCHEMA_BYTES} bytes"),
             });
             let _ = bus
-                .publish_detached(NewEvent::new(DROPPED_EVENT, payload))
+                .publish_detached(NewEvent::untyped(DROPPED_EVENT, payload))
                 .await;
         }
     }

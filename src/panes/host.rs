@@ -417,7 +417,7 @@ impl Host {
         let _order = self.publishing.lock().await;
         let pending: Pending = std::mem::take(&mut *lock(&self.pending));
         for (kind, component, payload) in pending {
-            let mut event = NewEvent::new(&kind, payload);
+            let mut event = NewEvent::untyped(&kind, payload);
             if let Some(c) = component {
                 event = event.for_component(c);
             }

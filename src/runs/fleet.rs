@@ -31,13 +31,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use super::Runs;
 use crate::store::fleet::{Claimed, FleetQueue, Lease, NextClaim, Roster, WorkerInfo};
 use crate::store::queue::{Enqueued, state};
+use crate::event::Event;
 use crate::store::{NewEvent, Store, StoreError};
 
 /// The shortest lease a worker takes.
@@ -699,11 +699,7 @@ impl Worker {
     async fn refuse(&self, lease: &Lease, error: &str) {
         let id = &lease.run_id;
         tracing::warn!("run `{}`: {error}", super::mirror::shown(id));
-        let finished = NewEvent::new(
-            "run.finished",
-            json!({ "run_id": id, "outcome": state::FAILED, "error": error }),
-        )
-        .for_component(super::component(id));
+        let finished = Event::run_failed(id, None, error).for_component(super::component(id));
         if let Err(e) = self.fleet.append_fenced(lease, vec![finished]).await {
             tracing::warn!("cannot record the refusal of a run: {e}");
         }
@@ -734,11 +730,7 @@ impl Worker {
             let full = events.len() == MAX_RELAYED_EVENTS;
             let relayed = events
                 .into_iter()
-                .map(|e| NewEvent {
-                    kind: e.kind,
-                    component: e.component,
-                    payload: e.payload,
-                })
+                .map(|e| NewEvent::relayed(e.kind, e.component, e.payload))
                 .collect();
             self.fleet.append_fenced(lease, relayed).await?;
             *after = last;

@@ -10,7 +10,6 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use serde_json::json;
 
 use super::{
     MANUAL_QUEUE, Origin, PreparedRun, RunError, RunReport, ending_of, interrupt_orphans,
@@ -20,7 +19,8 @@ use crate::bus::EventBus;
 use crate::hooks::HookRunner;
 use crate::providers::AgentEvent;
 use crate::store::queue::NewRun;
-use crate::store::{NewEvent, Store};
+use crate::event::Event;
+use crate::store::Store;
 use crate::supervisor::Supervisor;
 use crate::surfaces::runs::{LocalRun, MAX_DAEMON_PROMPT_BYTES};
 
@@ -75,11 +75,9 @@ impl Here {
         match interrupt_orphans(&self.store).await {
             Ok(ids) => {
                 for id in ids {
-                    let event = NewEvent::new(
-                        "run.interrupted",
-                        json!({ "run_id": id, "detail": super::executor::INTERRUPTED_DETAIL }),
-                    )
-                    .for_component(super::component(&id));
+                    let event =
+                        Event::run_interrupted(&id, super::executor::INTERRUPTED_DETAIL)
+                            .for_component(super::component(&id));
                     let _ = self.bus.publish(event).await;
                 }
             }

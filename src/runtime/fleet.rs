@@ -191,7 +191,7 @@ async fn lead(store: &PgStore, triggers: &TriggerDriver, fleet: &str) {
 }
 
 async fn publish(bus: &EventBus, kind: &str, payload: serde_json::Value) {
-    if let Err(e) = bus.publish(NewEvent::new(kind, payload)).await {
+    if let Err(e) = bus.publish(NewEvent::untyped(kind, payload)).await {
         tracing::warn!("cannot record `{kind}`: {e}");
     }
 }

@@ -317,7 +317,7 @@ impl Runtime {
         component: Option<&ComponentId>,
         payload: serde_json::Value,
     ) {
-        let mut event = NewEvent::new(kind, payload);
+        let mut event = NewEvent::untyped(kind, payload);
         if let Some(id) = component {
             event = event.for_component(id.to_string());
         }

@@ -205,7 +205,7 @@ fn relayed(notice: &Notice, scope: &Scope, own: &Own) -> Option<NewEvent> {
             payload["fleet"] = json!(fleet);
         }
     }
-    Some(NewEvent::new(NOTICE_EVENT, payload))
+    Some(NewEvent::untyped(NOTICE_EVENT, payload))
 }
 
 #[cfg(test)]

@@ -108,19 +108,7 @@ pub enum SupervisorError {
     ShuttingDown,
 }
 
-/// How a process ended: an exit code, or the signal that killed it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct ExitInfo {
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-}
-
-impl ExitInfo {
-    /// Exit code 0.
-    pub fn success(&self) -> bool {
-        self.code == Some(0)
-    }
-}
+pub use crate::event::ExitInfo;
 
 impl From<ExitStatus> for ExitInfo {
     fn from(status: ExitStatus) -> Self {

@@ -347,7 +347,7 @@ impl Listener {
                 let error = e.to_string();
                 tokio::spawn(async move {
                     let _ = bus
-                        .publish(NewEvent::new(
+                        .publish(NewEvent::untyped(
                             "webhook.listen_failed",
                             json!({ "error": error }),
                         ))
@@ -384,7 +384,7 @@ impl Listener {
         let bus = self.bus.clone();
         tokio::spawn(async move {
             let _ = bus
-                .publish(NewEvent::new(
+                .publish(NewEvent::untyped(
                     "webhook.listening",
                     json!({ "addr": bound.to_string() }),
                 ))
@@ -447,7 +447,7 @@ impl Listener {
             if suppressed > 0 {
                 payload["suppressed_before"] = suppressed.into();
             }
-            if let Err(e) = self.bus.publish(NewEvent::new(kind, payload)).await {
+            if let Err(e) = self.bus.publish(NewEvent::untyped(kind, payload)).await {
                 tracing::warn!("cannot record `{kind}`: {e}");
             }
         }

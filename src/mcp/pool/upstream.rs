@@ -463,7 +463,7 @@ impl Upstream {
             reason: e.to_string(),
         });
         if let Some(bus) = &self.bus {
-            let event = NewEvent::new(
+            let event = NewEvent::untyped(
                 SERVER_FAILED_EVENT,
                 serde_json::json!({ "server": self.name, "reason": e.to_string() }),
             )

@@ -1,0 +1,2 @@
+//! The daemon's own events: its life, reloads and reconciles, components.
+

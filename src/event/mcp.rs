@@ -1,0 +1,2 @@
+//! The MCP gateway's and pool's events (`mcp.*`) and hooks' (`hook.call`).
+

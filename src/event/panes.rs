@@ -1,0 +1,2 @@
+//! The pane host's events (`pane.*`, `pane_plugin.*`).
+

@@ -1,0 +1,2 @@
+//! Triggers' events (`webhook.*`, `trigger.*`).
+
