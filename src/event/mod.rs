@@ -20,13 +20,9 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 pub use agent::*;
+pub use daemon::*;
 pub use docs::markdown;
 pub use runs::*;
-
-/// `true` for `serde(skip_serializing_if)` of a `false` flag.
-pub(crate) fn is_false(b: &bool) -> bool {
-    !*b
-}
 
 /// One closed list of event kinds: `$kind => $Struct` makes the variant
 /// `Event::$Struct($Struct)`, serialised as `{"kind": $kind, "payload": …}`.
@@ -118,6 +114,68 @@ events! {
     "agent.notice" => AgentNotice(AgentRecord<AgentNotice>),
     /// The agent's output no longer looks like the recorded fixture.
     "cli_detection.drift_detected" => DriftDetected(AgentRecord<DriftDetected>),
+    /// The daemon started.
+    "daemon.started" => DaemonStarted(DaemonStarted),
+    /// The daemon is stopping its components.
+    "daemon.stopping" => DaemonStopping(Empty),
+    /// The daemon stopped.
+    "daemon.stopped" => DaemonStopped(Empty),
+    /// The manifest does not load; nothing changed.
+    "manifest.invalid" => ManifestInvalid(ManifestInvalid),
+    /// The manifest loads again.
+    "manifest.valid" => ManifestValid(ManifestValid),
+    /// A reload failed for an operational reason; it is tried again.
+    "reload.failed" => ReloadFailed(ReloadFailed),
+    /// A reload would change what cannot change live; nothing changed.
+    "reload.refused" => ReloadRefused(ReloadRefused),
+    /// File changes start reloads in a loop; reloads are damped.
+    "reload.damped" => ReloadDamped(ReloadDamped),
+    /// The plan a reload applies.
+    "reconcile.planned" => ReconcilePlanned(ReconcilePlanned),
+    /// A reload's plan was applied.
+    "reconcile.applied" => ReconcileApplied(ReconcileApplied),
+    /// The agent files a reload wrote.
+    "files.written" => FilesWritten(FilesWritten),
+    /// A component was added.
+    "component.added" => ComponentAdded(ComponentApplied),
+    /// A component was replaced (stopped, then started with its new config).
+    "component.replaced" => ComponentReplaced(ComponentApplied),
+    /// A component was updated in place.
+    "component.updated" => ComponentUpdated(ComponentApplied),
+    /// A component was removed.
+    "component.removed" => ComponentRemoved(ComponentRemoved),
+    /// A component failed to start.
+    "component.start_failed" => ComponentStartFailed(ComponentStartFailed),
+    /// A component's new config failed; the previous one runs again.
+    "component.rolled_back" => ComponentRolledBack(ComponentRolledBack),
+    /// A component failed.
+    "component.failed" => ComponentFailed(ComponentFailed),
+    /// A component's process started.
+    "component.started" => ComponentStarted(ProcessStarted),
+    /// A component's process ended.
+    "component.exited" => ComponentExited(ProcessExited),
+    /// A component's process restarts after a delay.
+    "component.restarting" => ComponentRestarting(ProcessRestarting),
+    /// A component's process was stopped on request.
+    "component.stopped" => ComponentStopped(ProcessStopped),
+    /// The REST API listens.
+    "api.listening" => ApiListening(ApiListening),
+    /// The REST API could not listen.
+    "api.failed" => ApiFailed(ApiFailed),
+    /// The daemon reached its fleet's shared store.
+    "store.connected" => StoreConnected(Fleet),
+    /// The fleet's shared store does not answer.
+    "store.unreachable" => StoreUnreachable(FleetError),
+    /// This daemon leads the fleet's cron scheduling.
+    "scheduler.leading" => SchedulerLeading(Fleet),
+    /// This daemon lost the lead of the fleet's scheduling.
+    "scheduler.standby" => SchedulerStandby(FleetError),
+    /// A plugin registration collided with an earlier one and was dropped.
+    "registry.plugin_collision" => PluginCollision(PluginCollision),
+    /// A plugin that does not load was dropped.
+    "registry.plugin_dropped" => PluginDropped(PluginDropped),
+    /// A notice of another repository's (or host's) pane.
+    "notice" => Notice(Notice),
 }
 
 /// An event to persist; the store assigns `id` and `ts_ms`. Made only from

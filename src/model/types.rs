@@ -605,9 +605,23 @@ pub struct Plugin {
 
 /// Where a plugin was registered, in discovery order: the repository's
 /// manifest first, then the user registry (`npc plugin install`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum PluginSource {
+    #[default]
     Manifest,
     User,
 }
