@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 pub use agent::*;
 pub use daemon::*;
 pub use docs::markdown;
+pub use mcp::*;
 pub use runs::*;
 
 /// One closed list of event kinds: `$kind => $Struct` makes the variant
@@ -176,6 +177,22 @@ events! {
     "registry.plugin_dropped" => PluginDropped(PluginDropped),
     /// A notice of another repository's (or host's) pane.
     "notice" => Notice(Notice),
+    /// A `tools/call` the MCP gateway served.
+    "mcp.tool_call" => McpToolCall(McpToolCall),
+    /// A client finished its handshake with the MCP gateway.
+    "mcp.client_connected" => McpClientConnected(McpClientConnected),
+    /// A `resources/read` the MCP gateway served.
+    "mcp.resource_read" => McpResourceRead(McpResourceRead),
+    /// A `prompts/get` the MCP gateway served.
+    "mcp.prompt_get" => McpPromptGet(McpPromptGet),
+    /// A request of an upstream server passed to the client.
+    "mcp.request" => McpRequest(McpRequest),
+    /// Messages the MCP gateway dropped.
+    "mcp.dropped" => McpDropped(McpDropped),
+    /// An MCP server could not be reached.
+    "mcp.server_failed" => McpServerFailed(McpServerFailed),
+    /// One hook call and its decision.
+    "hook.call" => HookCall(HookCall),
 }
 
 /// An event to persist; the store assigns `id` and `ts_ms`. Made only from

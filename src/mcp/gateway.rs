@@ -22,7 +22,7 @@ use rmcp::model::{SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequ
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 
-use super::call::{CallPath, PROMPT_GET_EVENT, RESOURCE_READ_EVENT};
+use super::call::{CallPath, Served};
 use super::catalog::{Catalog, CatalogChange, ManifestPrompts, resource_uri};
 use super::passthrough::{Caller, Client, Sink, as_caller};
 use super::session::Shape;
@@ -287,7 +287,7 @@ impl ServerHandler for Gateway {
         let read = self.catalog.read_resource(&request.uri).await;
         let error = read.as_ref().err().map(|e| e.message.to_string());
         self.path
-            .record_request(RESOURCE_READ_EVENT, &request.uri, error.as_deref(), started)
+            .record_request(Served::ResourceRead, &request.uri, error.as_deref(), started)
             .await;
         Ok(read?.into())
     }
@@ -312,7 +312,7 @@ impl ServerHandler for Gateway {
             .await;
         let error = got.as_ref().err().map(|e| e.message.to_string());
         self.path
-            .record_request(PROMPT_GET_EVENT, &request.name, error.as_deref(), started)
+            .record_request(Served::PromptGet, &request.name, error.as_deref(), started)
             .await;
         Ok(got?.into())
     }
