@@ -23,6 +23,7 @@ pub use agent::*;
 pub use daemon::*;
 pub use docs::markdown;
 pub use mcp::*;
+pub use panes::*;
 pub use runs::*;
 
 /// One closed list of event kinds: `$kind => $Struct` makes the variant
@@ -193,6 +194,42 @@ events! {
     "mcp.server_failed" => McpServerFailed(McpServerFailed),
     /// One hook call and its decision.
     "hook.call" => HookCall(HookCall),
+    /// A pane needs a person.
+    "pane.notice" => PaneNotice(PaneNotice),
+    /// A pane's process started.
+    "pane.opened" => PaneOpened(PaneOpened),
+    /// A pane closed.
+    "pane.closed" => PaneClosed(PaneInstance),
+    /// A pane's recovery ended.
+    "pane.recovery" => PaneRecovery(PaneRecovery),
+    /// A pane's process exited.
+    "pane.exited" => PaneExited(PaneExited),
+    /// A pane needs a person's attention.
+    "pane.attention" => PaneAttention(PaneAttention),
+    /// A pane's hold for a relaunch expired; it closed.
+    "pane.hold_expired" => PaneHoldExpired(PaneInstance),
+    /// A plugin typed into a pane.
+    "pane.input" => PaneInput(PaneInput),
+    /// A plugin watches a pane.
+    "pane.watched" => PaneWatched(PaneWatched),
+    /// A plugin's status report of a pane.
+    "pane.status" => PaneStatus(PaneStatus),
+    /// A plugin relaunched a pane.
+    "pane.relaunched" => PaneRelaunched(PaneRelaunched),
+    /// A plugin's relaunch of a pane failed.
+    "pane.relaunch_failed" => PaneRelaunchFailed(PaneRelaunchFailed),
+    /// A pane failed to start.
+    "pane.start_failed" => PaneStartFailed(PaneError),
+    /// A pane plugin's command could not be read.
+    "pane_plugin.rejected" => PanePluginRejected(PaneError),
+    /// The guard refused a pane plugin's command.
+    "pane_plugin.refused" => PanePluginRefused(PanePluginRefused),
+    /// A pane plugin's log line.
+    "pane_plugin.log" => PanePluginLog(PanePluginLog),
+    /// A pane plugin's process exited.
+    "pane_plugin.exited" => PanePluginExited(PanePluginExited),
+    /// A pane plugin failed to start.
+    "pane_plugin.failed" => PanePluginFailed(PaneError),
 }
 
 /// An event to persist; the store assigns `id` and `ts_ms`. Made only from
