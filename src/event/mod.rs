@@ -25,6 +25,7 @@ pub use docs::markdown;
 pub use mcp::*;
 pub use panes::*;
 pub use runs::*;
+pub use triggers::*;
 
 /// One closed list of event kinds: `$kind => $Struct` makes the variant
 /// `Event::$Struct($Struct)`, serialised as `{"kind": $kind, "payload": …}`.
@@ -230,6 +231,40 @@ events! {
     "pane_plugin.exited" => PanePluginExited(PanePluginExited),
     /// A pane plugin failed to start.
     "pane_plugin.failed" => PanePluginFailed(PaneError),
+    /// The webhook listener listens.
+    "webhook.listening" => WebhookListening(WebhookListening),
+    /// The webhook listener could not move to its new address.
+    "webhook.listen_failed" => WebhookListenFailed(WebhookListenFailed),
+    /// A webhook request refused: the body is not the JSON the route wants.
+    "webhook.bad_json" => WebhookBadJson(WebhookRefused),
+    /// A webhook request refused: the signature or token does not match.
+    "webhook.bad_signature" => WebhookBadSignature(WebhookRefused),
+    /// A webhook request refused: the body broke off.
+    "webhook.broken_body" => WebhookBrokenBody(WebhookRefused),
+    /// A webhook request refused: too many bodies are being read at once.
+    "webhook.busy" => WebhookBusy(WebhookRefused),
+    /// A webhook request refused: the route's filter did not match the payload.
+    "webhook.filtered" => WebhookFiltered(WebhookRefused),
+    /// A webhook request refused: the request was ignored (an event the route does not take).
+    "webhook.ignored" => WebhookIgnored(WebhookRefused),
+    /// A webhook request refused: a method other than POST.
+    "webhook.method_not_allowed" => WebhookMethodNotAllowed(WebhookRefused),
+    /// A webhook request refused: the trigger's queue is full.
+    "webhook.queue_full" => WebhookQueueFull(WebhookRefused),
+    /// A webhook request refused: over the route's rate limit.
+    "webhook.rate_limited" => WebhookRateLimited(WebhookRefused),
+    /// A webhook request refused: a delivery seen before (replay window, dedupe key).
+    "webhook.replayed" => WebhookReplayed(WebhookRefused),
+    /// A webhook request refused: the fleet's shared store does not answer.
+    "webhook.store_unreachable" => WebhookStoreUnreachable(WebhookRefused),
+    /// A webhook request refused: the body is over the bound.
+    "webhook.too_large" => WebhookTooLarge(WebhookRefused),
+    /// A webhook request refused: the body came too slowly.
+    "webhook.too_slow" => WebhookTooSlow(WebhookRefused),
+    /// A webhook request refused: no trigger listens on the path.
+    "webhook.unknown_route" => WebhookUnknownRoute(WebhookRefused),
+    /// A webhook request refused: a body that is not JSON.
+    "webhook.unsupported_media_type" => WebhookUnsupportedMediaType(WebhookRefused),
 }
 
 /// An event to persist; the store assigns `id` and `ts_ms`. Made only from
