@@ -14,7 +14,8 @@ use npcagent::store::fleet::{
 };
 use npcagent::store::pg::PgStore;
 use npcagent::store::queue::{Enqueued, NewRun, state};
-use npcagent::store::{NewEvent, Store, StoreError};
+use npcagent::event::{Event, RunOutput};
+use npcagent::store::{Store, StoreError};
 use serde_json::json;
 
 use crate::pg::{PG_PASSWORD, PgCluster};
@@ -738,12 +739,21 @@ async fn dedupe_keys_and_queue_bounds_hold(queue: Arc<dyn FleetQueue>) {
     assert!(queue.run("k2").await.unwrap().is_none());
 }
 
+/// Run `e`'s output line `n`.
+fn output_event(n: i64) -> Event {
+    Event::RunOutput(RunOutput {
+        run_id: "e".to_string(),
+        stream: "stdout".to_string(),
+        line: n.to_string(),
+    })
+}
+
 async fn fenced_events_append_in_order_and_a_lost_lease_appends_none(queue: Arc<dyn FleetQueue>) {
     queue.enqueue(run("e")).await.unwrap();
     let claimed = queue.claim("w", LONG_LEASE).await.unwrap().unwrap();
     let before = queue.events_after(0, 1_000).await.unwrap().len();
     let events = (0..5)
-        .map(|n| NewEvent::new("run.output", json!({ "n": n })).for_component("run.e"))
+        .map(|n| output_event(n).for_component("run.e"))
         .collect();
     let stored = queue.append_fenced(&claimed.lease, events).await.unwrap();
     assert!(stored.windows(2).all(|w| w[0].id < w[1].id));
@@ -751,7 +761,7 @@ async fn fenced_events_append_in_order_and_a_lost_lease_appends_none(queue: Arc<
     assert_eq!(all.len(), before + 5);
     let ns: Vec<i64> = all[before..]
         .iter()
-        .map(|e| e.payload["n"].as_i64().unwrap())
+        .map(|e| e.payload["line"].as_str().unwrap().parse().unwrap())
         .collect();
     assert_eq!(ns, vec![0, 1, 2, 3, 4]);
     queue
@@ -761,7 +771,7 @@ async fn fenced_events_append_in_order_and_a_lost_lease_appends_none(queue: Arc<
     let late = queue
         .append_fenced(
             &claimed.lease,
-            vec![NewEvent::new("run.output", json!({ "n": 5 })).for_component("run.e")],
+            vec![output_event(5).for_component("run.e")],
         )
         .await;
     assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
