@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use npcagent::bus::EventBus;
 use npcagent::event::{Event, ProcessStarted};
 use npcagent::store::{NewEvent, Store};
-use serde_json::json;
 
 /// Publisher tasks.
 const PUBLISHERS: usize = 8;
@@ -65,7 +64,12 @@ fn baseline(dir: &std::path::Path, total: usize) -> f64 {
                 let event = new_event(publisher, written);
                 let body = event.payload().to_string();
                 insert
-                    .execute((1_700_000_000_000_i64, event.kind(), event.component(), &body))
+                    .execute((
+                        1_700_000_000_000_i64,
+                        event.kind(),
+                        event.component(),
+                        &body,
+                    ))
                     .expect("insert");
                 written += 1;
             }

@@ -1408,7 +1408,8 @@ async fn the_fleet_endpoints_answer_through_the_backend_within_bounds() {
     );
 
     for kind in ["one", "two", "three"] {
-        let event = NewEvent::untyped(kind, json!({})).for_component(crate::runs::component("run-a"));
+        let event =
+            NewEvent::untyped(kind, json!({})).for_component(crate::runs::component("run-a"));
         fake.bus.publish(event).await.unwrap();
     }
     let (status, first) = get(&router, "/api/v1/fleet/events?run=run-a&limit=2").await;

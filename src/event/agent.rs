@@ -8,9 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::ProviderKind;
 
 /// Why an `agent.error` was emitted.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// The agent itself reported an error (an `error` event, a failed turn).
@@ -33,9 +31,7 @@ pub enum ErrorKind {
 }
 
 /// One way of reading a provider's output.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     #[default]

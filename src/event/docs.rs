@@ -29,7 +29,10 @@ pub fn markdown() -> String {
         if let Some(d) = v.get("description").and_then(Value::as_str) {
             out.push_str(&format!("{}\n", one_line(d)));
         }
-        let payload = v.pointer("/properties/payload").cloned().unwrap_or_default();
+        let payload = v
+            .pointer("/properties/payload")
+            .cloned()
+            .unwrap_or_default();
         shapes(&payload, &defs, &mut out);
     }
     out
@@ -120,7 +123,11 @@ fn type_of(p: &Value) -> String {
     if let Some(r) = p.get("$ref").and_then(Value::as_str) {
         return format!("`{}`", r.rsplit('/').next().unwrap_or(""));
     }
-    if let Some(list) = p.get("anyOf").or_else(|| p.get("oneOf")).and_then(Value::as_array) {
+    if let Some(list) = p
+        .get("anyOf")
+        .or_else(|| p.get("oneOf"))
+        .and_then(Value::as_array)
+    {
         return list.iter().map(type_of).collect::<Vec<_>>().join(" \\| ");
     }
     if let Some(values) = p.get("enum").and_then(Value::as_array) {

@@ -58,3 +58,17 @@ fn the_stored_payload_is_the_struct_as_an_object_in_field_order() {
         r#"{"run_id":"r1","trigger":"t","origin":"cron","dedupe_key":null}"#
     );
 }
+
+#[test]
+fn the_schema_refuses_an_unknown_kind_and_a_mistyped_field() {
+    let validator = jsonschema::validator_for(&json_schema()).expect("the schema compiles");
+    let unknown = serde_json::json!({ "kind": "run.exploded", "payload": {} });
+    assert!(!validator.is_valid(&unknown));
+    let mistyped = serde_json::json!({
+        "kind": "run.queued",
+        "payload": { "run_id": 5, "trigger": "t", "origin": "cron", "dedupe_key": null },
+    });
+    assert!(!validator.is_valid(&mistyped));
+    let missing = serde_json::json!({ "kind": "pane.opened", "payload": { "id": 1 } });
+    assert!(!validator.is_valid(&missing));
+}

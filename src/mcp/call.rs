@@ -21,10 +21,10 @@ use super::builtin::{BUILTIN_SERVER, Builtins};
 use super::pool::{CallError, Pool};
 use super::toolsearch::{CALL_TOOL, SEARCH_TOOLS};
 use crate::bus::EventBus;
+use crate::event::{Event, McpClientConnected, McpPromptGet, McpResourceRead, McpToolCall};
 use crate::model::ToolListing;
 use crate::plan::{ComponentId, Kind};
 use crate::store::NewEvent;
-use crate::event::{Event, McpClientConnected, McpPromptGet, McpResourceRead, McpToolCall};
 
 /// What the gateway served besides a tool call, recorded by
 /// [`CallPath::record_request`].

@@ -287,7 +287,12 @@ impl ServerHandler for Gateway {
         let read = self.catalog.read_resource(&request.uri).await;
         let error = read.as_ref().err().map(|e| e.message.to_string());
         self.path
-            .record_request(Served::ResourceRead, &request.uri, error.as_deref(), started)
+            .record_request(
+                Served::ResourceRead,
+                &request.uri,
+                error.as_deref(),
+                started,
+            )
             .await;
         Ok(read?.into())
     }

@@ -60,9 +60,9 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use super::catalog::resource_uri;
 use super::lock;
 use crate::bus::EventBus;
+use crate::event::{Event, McpDropped, McpRequest};
 use crate::stdx::lines::encode;
 use crate::store::NewEvent;
-use crate::event::{Event, McpDropped, McpRequest};
 
 /// Notifications waiting for one client session; past this they are dropped
 /// (and counted), so a flooding upstream costs bounded memory per session.
@@ -194,7 +194,7 @@ impl Client {
             let payload = McpDropped {
                 server: None,
                 what: "notifications".to_string(),
-                count: count as u64,
+                count,
                 bytes: None,
                 reason: format!("more than {MAX_QUEUED_NOTIFICATIONS} waited for the client"),
             };

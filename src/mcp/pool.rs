@@ -56,7 +56,6 @@ use crate::model::{CommandSpec, Manifest, McpServer, McpTransport, Prefix, Resta
 use crate::plan::{ComponentId, Kind};
 use crate::supervisor::{ChildSpec, ChildState, OutputWiring, Supervisor, SupervisorError};
 
-
 /// Upstream sessions being established at once: enough that a repository's
 /// servers all start together (start-up is bounded by the slowest one, see
 /// `benches/mcp_gateway.rs`), still bounded.

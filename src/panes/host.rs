@@ -28,9 +28,9 @@ use super::{
 };
 use crate::bus::EventBus;
 use crate::driver::{Driver, DriverContext, DriverError, child_spec};
+use crate::event::{self as ev, Event};
 use crate::model::{Pane as PaneConfig, PanePlugin as PluginConfig};
 use crate::plan::{ComponentId, Config, Kind};
-use crate::event::{self as ev, Event};
 use crate::store::NewEvent;
 use crate::supervisor::{PtyExit, PtySpec, Supervisor};
 use futures_util::future::BoxFuture;

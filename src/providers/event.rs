@@ -119,19 +119,15 @@ impl AgentEvent {
         }
         let t = self.type_name();
         match self {
-            Self::Started { session_id, model } => Event::AgentStarted(record(
-                t,
-                ev::AgentStarted { session_id, model },
-                run_id,
-            )),
+            Self::Started { session_id, model } => {
+                Event::AgentStarted(record(t, ev::AgentStarted { session_id, model }, run_id))
+            }
             Self::Message { text, delta } => {
                 Event::AgentMessage(record(t, ev::AgentMessage { text, delta }, run_id))
             }
-            Self::ToolCall { id, name, input } => Event::AgentToolCall(record(
-                t,
-                ev::AgentToolCall { id, name, input },
-                run_id,
-            )),
+            Self::ToolCall { id, name, input } => {
+                Event::AgentToolCall(record(t, ev::AgentToolCall { id, name, input }, run_id))
+            }
             Self::ToolResult {
                 id,
                 name,

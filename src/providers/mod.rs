@@ -48,7 +48,6 @@ pub mod text;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-
 use serde_json::Value;
 
 use crate::model::ProviderKind;

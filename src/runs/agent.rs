@@ -26,15 +26,15 @@ use serde_json::{Value, json};
 
 use super::{component, run_dir};
 use crate::bus::{BusError, EventBus};
+use crate::event::{
+    AgentRunFinished, AgentRunNotStarted, AgentRunStarted, Concluded, Event, RunFinished,
+    RunProbeAnswered, RunProbeFailed, RunProbeSent, RunStarted,
+};
 use crate::hooks::{HookFailure, HookRunner};
 use crate::model::{HookEvent, Manifest, ProviderKind};
 use crate::native::{self, NativeError, PlanOptions, Target};
 use crate::providers::{self, AgentEvent, LaunchError, LaunchRequest, McpHandoff, Parser, RunMcp};
 use crate::render::{self, RenderContext, RenderError, RunInfo};
-use crate::event::{
-    AgentRunFinished, AgentRunNotStarted, AgentRunStarted, Concluded, Event, RunFinished,
-    RunProbeAnswered, RunProbeFailed, RunProbeSent, RunStarted,
-};
 use crate::supervisor::{ChildSpec, ExitInfo, Supervisor, SupervisorError};
 use crate::surfaces::approval::{APPROVAL_SESSION_ENV, APPROVAL_SOCKET_ENV};
 use crate::surfaces::runs::{ApprovalRoute, ManualRun, Resume};

@@ -32,10 +32,10 @@ use super::{
 };
 use crate::bus::EventBus;
 use crate::driver::DriverContext;
-use crate::model::{Action, Manifest, Overlap, Trigger, WorkspaceMode};
-use crate::store::queue::{RUN_HISTORY_LIMIT, RunRow, state};
 use crate::event::{Event, PreviousAttempt, RunCancelled, RunRetry, RunSkipped};
+use crate::model::{Action, Manifest, Overlap, Trigger, WorkspaceMode};
 use crate::store::Store;
+use crate::store::queue::{RUN_HISTORY_LIMIT, RunRow, state};
 use crate::surfaces::runs::{LocalRun, ManualRun};
 
 /// Runs carried out at once, over all queues, unless `[runs]
@@ -431,7 +431,15 @@ impl Executor {
                             match this.open_worktree(&row, spec, m, port, timeout).await {
                                 Ok(opened) => Some(opened),
                                 Err(error) => {
-                                    this.record(&row.id, Event::run_failed(&row.id, Some(&row.trigger), error.clone())).await;
+                                    this.record(
+                                        &row.id,
+                                        Event::run_failed(
+                                            &row.id,
+                                            Some(&row.trigger),
+                                            error.clone(),
+                                        ),
+                                    )
+                                    .await;
                                     this.end(&row, (state::FAILED, Some(error))).await;
                                     return;
                                 }
@@ -698,7 +706,11 @@ impl Executor {
             Ok(p) => p,
             Err(e) => {
                 let error = e.to_string();
-                self.record(&row.id, Event::run_failed(&row.id, Some(&row.trigger), error.clone())).await;
+                self.record(
+                    &row.id,
+                    Event::run_failed(&row.id, Some(&row.trigger), error.clone()),
+                )
+                .await;
                 return (state::FAILED, Some(error));
             }
         };

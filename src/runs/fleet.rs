@@ -35,9 +35,9 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use super::Runs;
+use crate::event::Event;
 use crate::store::fleet::{Claimed, FleetQueue, Lease, NextClaim, Roster, WorkerInfo};
 use crate::store::queue::{Enqueued, state};
-use crate::event::Event;
 use crate::store::{NewEvent, Store, StoreError};
 
 /// The shortest lease a worker takes.

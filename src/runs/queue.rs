@@ -19,10 +19,10 @@ use serde::Serialize;
 
 use super::Origin;
 use crate::bus::EventBus;
+use crate::event::{Event, RunQueued, RunSkipped};
 use crate::model::Overlap;
 use crate::store::fleet::FleetQueue;
 use crate::store::queue::{Enqueued, NewRun, RunCode};
-use crate::event::{Event, RunQueued, RunSkipped};
 use crate::store::{NewEvent, Store};
 
 /// Runs of one trigger that may wait in the queue; a firing past it is

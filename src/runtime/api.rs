@@ -30,7 +30,6 @@ use crate::surfaces::runs::ManualRun;
 use crate::surfaces::tcp::Access;
 use axum::http::StatusCode;
 
-
 /// What the plan is compared with, as the API says it.
 pub const PLAN_AGAINST: &str = "the running daemon";
 
@@ -85,10 +84,7 @@ pub async fn start(
             let _ = runtime.api_url.set(url.clone());
             let _ = runtime.api_locked.set(locked);
             runtime
-                .emit(
-                    Event::ApiListening(ApiListening { url: url.clone() }),
-                    None,
-                )
+                .emit(Event::ApiListening(ApiListening { url: url.clone() }), None)
                 .await;
             let backend = Arc::new(DaemonApi {
                 runtime: runtime.clone(),

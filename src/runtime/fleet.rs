@@ -20,18 +20,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-
-
 use super::triggers::TriggerDriver;
 use crate::bus::EventBus;
+use crate::event::{self as ev, Event};
 use crate::runs::Runs;
 use crate::runs::executor::PRUNE_EVERY;
 use crate::runs::fleet::{RETRY_INITIAL, RETRY_MAX};
-use crate::event::{self as ev, Event};
 use crate::store::NewEvent;
 use crate::store::pg::PgStore;
 use crate::store::queue::RUN_HISTORY_LIMIT;
-
 
 /// Connect to the shared store of `fleet` at `url` until it answers, then
 /// hand `runs` to it (each recording `remote`, the repository's `origin`
@@ -51,7 +48,13 @@ pub(super) async fn join(
                 let store = Arc::new(store);
                 runs.queue().joined(fleet, store.clone(), remote);
                 tracing::info!("joined fleet `{}`", crate::stdx::term::printable(fleet));
-                publish(bus, Event::StoreConnected(ev::Fleet { fleet: fleet.to_string() })).await;
+                publish(
+                    bus,
+                    Event::StoreConnected(ev::Fleet {
+                        fleet: fleet.to_string(),
+                    }),
+                )
+                .await;
                 return store;
             }
             Err(e) => {
@@ -59,7 +62,10 @@ pub(super) async fn join(
                 tracing::warn!("cannot reach the shared store: {error}; retrying in {backoff:?}");
                 if !said {
                     said = true;
-                    let payload = ev::FleetError { fleet: fleet.to_string(), error: error.clone() };
+                    let payload = ev::FleetError {
+                        fleet: fleet.to_string(),
+                        error: error.clone(),
+                    };
                     publish(bus, Event::StoreUnreachable(payload)).await;
                 }
                 runs.queue().not_joined(fleet, error);
@@ -96,7 +102,13 @@ pub(super) async fn watch_health(
                 healthy = true;
                 runs.queue().joined(&fleet, store.clone(), remote.clone());
                 tracing::info!("the shared store answers again");
-                publish(&bus, Event::StoreConnected(ev::Fleet { fleet: fleet.to_string() })).await;
+                publish(
+                    &bus,
+                    Event::StoreConnected(ev::Fleet {
+                        fleet: fleet.to_string(),
+                    }),
+                )
+                .await;
             }
             Ok(()) => {}
             Err(e) => {
@@ -105,7 +117,10 @@ pub(super) async fn watch_health(
                 if healthy {
                     healthy = false;
                     tracing::warn!("the shared store stopped answering: {error}");
-                    let payload = ev::FleetError { fleet: fleet.to_string(), error: error.clone() };
+                    let payload = ev::FleetError {
+                        fleet: fleet.to_string(),
+                        error: error.clone(),
+                    };
                     publish(&bus, Event::StoreUnreachable(payload)).await;
                 }
             }
@@ -127,7 +142,13 @@ pub(super) async fn schedule(
         match store.try_lead(lease).await {
             Ok(Some(leadership)) => {
                 lead(store, triggers, &fleet).await;
-                publish(bus, Event::SchedulerLeading(ev::Fleet { fleet: fleet.to_string() })).await;
+                publish(
+                    bus,
+                    Event::SchedulerLeading(ev::Fleet {
+                        fleet: fleet.to_string(),
+                    }),
+                )
+                .await;
                 let mut pruned: Option<tokio::time::Instant> = None;
                 let error = loop {
                     if pruned.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
@@ -149,7 +170,10 @@ pub(super) async fn schedule(
                 triggers.stand_by();
                 drop(leadership);
                 tracing::warn!("lost the lead of the fleet's scheduling: {error}");
-                let payload = ev::FleetError { fleet: fleet.to_string(), error: error.to_string() };
+                let payload = ev::FleetError {
+                    fleet: fleet.to_string(),
+                    error: error.to_string(),
+                };
                 publish(bus, Event::SchedulerStandby(payload)).await;
             }
             Ok(None) => {}

@@ -32,7 +32,7 @@ pub(super) enum LoadFailure {
     Operational(String),
     /// The manifest is wrong: reported once (`manifest.invalid`).
     Invalid {
-        payload: crate::event::ManifestInvalid,
+        payload: Box<crate::event::ManifestInvalid>,
         error_count: usize,
     },
 }

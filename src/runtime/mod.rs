@@ -32,9 +32,9 @@ use tokio::sync::mpsc;
 
 use crate::bus::{BusError, EventBus};
 use crate::driver::{Driver, DriverContext, DriverError};
+use crate::event::{self as ev, Event};
 use crate::model::{self, Manifest, ProcessEnv};
 use crate::plan::{self, Action, ComponentId, Config, Desired, ObservedState};
-use crate::event::{self as ev, Event};
 use crate::store::{ComponentRecord, NewEvent, Store, StoreError, now_ms};
 use crate::supervisor::{BackoffPolicy, Supervisor, SupervisorEvent};
 use drivers::driver_for;
@@ -387,7 +387,7 @@ impl Runtime {
                 payload.reason = Some(reason.to_string());
                 self.invalid
                     .store(true, std::sync::atomic::Ordering::SeqCst);
-                self.emit(Event::ManifestInvalid(payload), None).await;
+                self.emit(Event::ManifestInvalid(*payload), None).await;
                 return (ReloadOutcome::Invalid { error_count }, None);
             }
         };
@@ -543,10 +543,10 @@ impl Runtime {
                         source: e,
                     };
                     return Err(LoadFailure::Invalid {
-                        payload: ev::ManifestInvalid {
+                        payload: Box::new(ev::ManifestInvalid {
                             error: Some(error.to_string()),
                             ..ev::ManifestInvalid::default()
-                        },
+                        }),
                         error_count: 1,
                     });
                 }
@@ -556,10 +556,10 @@ impl Runtime {
                 let report = model::diagnostics::JsonReport::new(&loaded.diagnostics);
                 return Err(LoadFailure::Invalid {
                     error_count: report.error_count,
-                    payload: ev::ManifestInvalid {
+                    payload: Box::new(ev::ManifestInvalid {
                         report: Some(serde_json::to_value(&report).unwrap_or_default()),
                         ..ev::ManifestInvalid::default()
-                    },
+                    }),
                 });
             };
             let inputs = checked_external_inputs(&manifest, &paths.root).map_err(|e| {
@@ -810,7 +810,8 @@ impl Runtime {
                 outcome: "applied".to_string(),
                 results: results.iter().map(ComponentResult::to_event).collect(),
             };
-            self.emit(Event::ReconcileApplied(applied_event), None).await;
+            self.emit(Event::ReconcileApplied(applied_event), None)
+                .await;
         }
         outcome
     }
@@ -831,7 +832,8 @@ impl Runtime {
             let failed = ev::ComponentStartFailed {
                 error: error_text.clone(),
             };
-            self.emit(Event::ComponentStartFailed(failed), Some(id)).await;
+            self.emit(Event::ComponentStartFailed(failed), Some(id))
+                .await;
             let _ = driver.stop(&self.cx, id).await;
             applied.failed.insert(id.clone(), error_text.clone());
             return ComponentResult {
@@ -1031,8 +1033,8 @@ async fn forward_supervisor_events(
 
 /// The `registry.*` event the daemon records for `notice`.
 fn plugin_notice_event(notice: model::PluginNotice) -> Event {
-use model::PluginNotice;
-match notice {
+    use model::PluginNotice;
+    match notice {
         PluginNotice::Collision {
             kind,
             id,

@@ -18,7 +18,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 

@@ -55,8 +55,8 @@ use super::{
     FIRING_QUEUE_DEPTH, Firing, Firings, Origin, Refused, TriggerContext, TriggerError, TriggerKind,
 };
 use crate::bus::EventBus;
-use crate::model::TriggerSource;
 use crate::event::{Event, WebhookListenFailed, WebhookListening, WebhookRefused};
+use crate::model::TriggerSource;
 use crate::store::NewEvent;
 use crate::store::queue::Enqueued;
 use crate::surfaces::tcp::constant_time_eq;

@@ -9,7 +9,13 @@ use serde_json::{Value, json};
 use crate::support::{Daemon, npc, repo_root, wait_for};
 
 fn printed(args: &[&str]) -> String {
-    let out = npc().args(args).assert().success().get_output().stdout.clone();
+    let out = npc()
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
     String::from_utf8(out).unwrap()
 }
 
@@ -33,13 +39,19 @@ fn committed_events_doc_is_the_generated_one() {
         "docs/events.md is stale: run `cargo run -- schema --events --markdown > docs/events.md`"
     );
     for kind in npcagent::event::Event::KINDS {
-        assert!(doc.contains(&format!("## `{kind}`")), "`{kind}` is not in docs/events.md");
+        assert!(
+            doc.contains(&format!("## `{kind}`")),
+            "`{kind}` is not in docs/events.md"
+        );
     }
 }
 
 #[test]
 fn schema_flags_that_conflict_are_refused() {
-    npc().args(["schema", "--openapi", "--events"]).assert().failure();
+    npc()
+        .args(["schema", "--openapi", "--events"])
+        .assert()
+        .failure();
     npc().args(["schema", "--markdown"]).assert().failure();
 }
 

@@ -8,13 +8,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use npcagent::event::{Event, RunOutput};
 use npcagent::store::fleet::{
     Claimed, FleetQueue, Handover, LEASE_EXPIRED_DETAIL, LEASE_LOST_DETAIL, NextClaim, Rescue,
     Rescued, SqliteQueue,
 };
 use npcagent::store::pg::PgStore;
 use npcagent::store::queue::{Enqueued, NewRun, state};
-use npcagent::event::{Event, RunOutput};
 use npcagent::store::{Store, StoreError};
 use serde_json::json;
 
@@ -769,10 +769,7 @@ async fn fenced_events_append_in_order_and_a_lost_lease_appends_none(queue: Arc<
         .await
         .unwrap();
     let late = queue
-        .append_fenced(
-            &claimed.lease,
-            vec![output_event(5).for_component("run.e")],
-        )
+        .append_fenced(&claimed.lease, vec![output_event(5).for_component("run.e")])
         .await;
     assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
     assert_eq!(

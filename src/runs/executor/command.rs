@@ -11,12 +11,12 @@ use tokio_util::sync::CancellationToken;
 use super::Executor;
 use super::worktree::Opened;
 use crate::driver::{DriverContext, child_spec};
-use crate::model::{CommandSpec, RestartPolicy};
-use crate::plan::{ComponentId, Kind};
-use crate::runs::Ending;
 use crate::event::{
     CommandRunFinished, CommandRunStarted, Event, RunFinished, RunOutput, RunStarted,
 };
+use crate::model::{CommandSpec, RestartPolicy};
+use crate::plan::{ComponentId, Kind};
+use crate::runs::Ending;
 use crate::runs::workspace::Conclusion;
 use crate::store::queue::{RunRow, state};
 
