@@ -29,6 +29,7 @@ use npcagent::api::resources::{FireAccepted, PaneAnswer, PaneOp, PaneView};
 use npcagent::api::terminal::Terminal;
 use npcagent::api::{Answer, ApiBackend, ApiError, router};
 use npcagent::bus::EventBus;
+use npcagent::event::{Event, RunOutput};
 use npcagent::store::{NewEvent, Store};
 use npcagent::surfaces::runs::ManualRun;
 use npcagent::surfaces::tcp::Access;
@@ -178,7 +179,12 @@ fn unmeasured() -> ApiError {
 async fn publish_all(bus: &EventBus) -> Vec<i64> {
     let mut pending = Vec::with_capacity(SSE_EVENTS);
     for i in 0..SSE_EVENTS {
-        pending.push(bus.publish(NewEvent::new("bench.tick", json!({ "i": i }))));
+        let tick = Event::RunOutput(RunOutput {
+            run_id: "bench".to_string(),
+            stream: "stdout".to_string(),
+            line: i.to_string(),
+        });
+        pending.push(bus.publish(NewEvent::from(tick)));
     }
     let mut ids = Vec::with_capacity(SSE_EVENTS);
     for p in pending {

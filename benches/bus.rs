@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use npcagent::bus::EventBus;
+use npcagent::event::{Event, ProcessStarted};
 use npcagent::store::{NewEvent, Store};
-use serde_json::json;
 
 /// Publisher tasks.
 const PUBLISHERS: usize = 8;
@@ -30,19 +30,14 @@ const PIPELINE_WINDOW: usize = 64;
 /// Longest the bench waits for subscribers to drain.
 const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 
-fn payload(publisher: usize, n: usize) -> serde_json::Value {
-    json!({
-        "component": format!("mcp_server/fs-{publisher}"),
-        "state": "running",
-        "pid": 40_000 + n,
-        "restarts": n % 7,
-        "detail": "started after config change (args)",
-    })
-}
-
 fn new_event(publisher: usize, n: usize) -> NewEvent {
-    NewEvent::new("component.started", payload(publisher, n))
-        .for_component(format!("mcp_server/fs-{publisher}"))
+    let component = format!("mcp_server/fs-{publisher}");
+    Event::ComponentStarted(ProcessStarted {
+        event: "started".to_string(),
+        id: component.clone(),
+        pid: 40_000 + u32::try_from(n).unwrap_or(u32::MAX),
+    })
+    .for_component(component)
 }
 
 /// Bare rusqlite: prepared insert, one transaction per 1,000 rows.
@@ -67,9 +62,14 @@ fn baseline(dir: &std::path::Path, total: usize) -> f64 {
             for _ in 0..BASELINE_ROWS_PER_TX.min(total - written) {
                 let publisher = written % PUBLISHERS;
                 let event = new_event(publisher, written);
-                let body = event.payload.to_string();
+                let body = event.payload().to_string();
                 insert
-                    .execute((1_700_000_000_000_i64, &event.kind, &event.component, &body))
+                    .execute((
+                        1_700_000_000_000_i64,
+                        event.kind(),
+                        event.component(),
+                        &body,
+                    ))
                     .expect("insert");
                 written += 1;
             }

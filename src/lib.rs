@@ -7,6 +7,7 @@ pub mod bus;
 pub mod cli;
 pub mod disk;
 pub mod driver;
+pub mod event;
 pub mod hooks;
 pub mod mcp;
 pub mod model;

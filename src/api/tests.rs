@@ -78,7 +78,7 @@ impl ApiBackend for Fake {
                 .unwrap();
             self.bus
                 .publish(
-                    NewEvent::new("run.queued", json!({ "run_id": id }))
+                    NewEvent::untyped("run.queued", json!({ "run_id": id }))
                         .for_component(crate::runs::component(&id)),
                 )
                 .await
@@ -428,7 +428,7 @@ async fn plan_and_apply_map_every_answer_to_a_stable_code() {
 async fn publish(fake: &Fake, n: usize) {
     for i in 0..n {
         fake.bus
-            .publish(NewEvent::new(
+            .publish(NewEvent::untyped(
                 if i % 2 == 0 { "test.even" } else { "test.odd" },
                 json!({ "i": i }),
             ))
@@ -566,7 +566,7 @@ async fn the_stream_sees_events_other_processes_write() {
         .unwrap();
     // A second writer on the same database, as `npc run` is.
     let other = Store::open(Store::default_path(dir.path())).unwrap();
-    let events = vec![crate::store::EncodedEvent::encode(NewEvent::new(
+    let events = vec![crate::store::EncodedEvent::encode(NewEvent::untyped(
         "run.started",
         json!({}),
     ))];
@@ -1408,7 +1408,8 @@ async fn the_fleet_endpoints_answer_through_the_backend_within_bounds() {
     );
 
     for kind in ["one", "two", "three"] {
-        let event = NewEvent::new(kind, json!({})).for_component(crate::runs::component("run-a"));
+        let event =
+            NewEvent::untyped(kind, json!({})).for_component(crate::runs::component("run-a"));
         fake.bus.publish(event).await.unwrap();
     }
     let (status, first) = get(&router, "/api/v1/fleet/events?run=run-a&limit=2").await;

@@ -266,27 +266,29 @@ impl EventBus {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(BusError::Closed);
         }
-        if !valid_kind(&event.kind) {
-            return Err(BusError::InvalidKind { kind: event.kind });
+        if !valid_kind(event.kind()) {
+            return Err(BusError::InvalidKind {
+                kind: event.kind().to_string(),
+            });
         }
         let secrets = self.inner.secrets.load();
-        if let Some(component) = &event.component
+        if let Some(component) = event.component()
             && component.len() > MAX_COMPONENT_LEN
         {
             return Err(BusError::ComponentTooLong {
                 len: component.len(),
             });
         }
-        redact_json(&mut event.payload, &secrets);
+        redact_json(event.payload_mut(), &secrets);
         let encoded = EncodedEvent::encode(event);
         let size = encoded.payload_json.len();
         if size <= MAX_PAYLOAD_BYTES {
             return Ok(encoded);
         }
         let mut event = encoded.event;
-        truncate_payload(&mut event.payload, size, MAX_PAYLOAD_BYTES);
+        truncate_payload(event.payload_mut(), size, MAX_PAYLOAD_BYTES);
         tracing::warn!(
-            kind = %event.kind,
+            kind = %event.kind(),
             size,
             limit = MAX_PAYLOAD_BYTES,
             "event_bus.payload_truncated"

@@ -21,7 +21,7 @@ fn new_bus() -> (tempfile::TempDir, EventBus) {
 }
 
 fn ev(kind: &str, n: i64) -> NewEvent {
-    NewEvent::new(kind, json!({ "n": n }))
+    NewEvent::untyped(kind, json!({ "n": n }))
 }
 
 async fn recv<T>(rx: &mut UnboundedReceiver<T>) -> T {
@@ -457,7 +457,7 @@ async fn secret_values_never_reach_the_database_or_subscribers() {
     let (dir, bus) = new_bus();
     bus.set_secrets([SECRET.to_string(), String::new()]);
     let (_sub, mut rx) = forwarder(&bus, "reader");
-    let event = NewEvent::new(
+    let event = NewEvent::untyped(
         "component.started",
         json!({
             "env": { "TOKEN": format!("Bearer {SECRET}") },
@@ -560,7 +560,7 @@ async fn an_oversize_payload_is_stored_truncated_with_a_marker_never_dropped() {
     let original = payload.to_string().len();
     assert!(original > 2 * MAX_PAYLOAD_BYTES, "{original}");
     let published = bus
-        .publish(NewEvent::new("manifest.invalid", payload))
+        .publish(NewEvent::untyped("manifest.invalid", payload))
         .await
         .expect("an oversize event is published, not refused");
     let delivered = recv(&mut rx).await;
@@ -596,7 +596,7 @@ async fn an_oversize_payload_is_stored_truncated_with_a_marker_never_dropped() {
 async fn short_secrets_keys_and_component_ids_are_never_rewritten() {
     let (_dir, bus) = new_bus();
     bus.set_secrets(["e".to_string(), "s1".to_string()]);
-    let event = NewEvent::new(
+    let event = NewEvent::untyped(
         "component.started",
         json!({ "env": { "RT_DEBUG": Text::secret("e") }, "component": "mcp_server.s1", "message": "server started" }),
     )

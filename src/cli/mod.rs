@@ -81,11 +81,17 @@ enum Command {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
-    /// Print the manifest's JSON Schema (or the REST API's OpenAPI document)
+    /// Print the manifest's JSON Schema (or the REST API's OpenAPI document, or the events' schema)
     Schema {
         /// Print the daemon API's OpenAPI 3.1 document instead
-        #[arg(long)]
+        #[arg(long, conflicts_with = "events")]
         openapi: bool,
+        /// Print the JSON Schema of every event kind instead (`kind` and `payload`)
+        #[arg(long)]
+        events: bool,
+        /// With `--events`: print the Markdown reference of the events (`docs/events.md`)
+        #[arg(long, requires = "events")]
+        markdown: bool,
     },
     /// Write a commented starter npcagent.toml (never overwrites)
     Init {
@@ -304,11 +310,23 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
     }
     match cli.command {
         Command::Validate { path, format } => validate::run(path, format),
-        Command::Schema { openapi: false } => {
+        Command::Schema {
+            events: true,
+            markdown,
+            ..
+        } => {
+            if markdown {
+                out!("{}", crate::event::markdown())?;
+            } else {
+                outln!("{}", events_schema_text())?;
+            }
+            Ok(Exit::Ok)
+        }
+        Command::Schema { openapi: false, .. } => {
             outln!("{}", schema_text())?;
             Ok(Exit::Ok)
         }
-        Command::Schema { openapi: true } => {
+        Command::Schema { openapi: true, .. } => {
             let doc = crate::api::openapi::document();
             outln!("{}", serde_json::to_string_pretty(&doc)?)?;
             Ok(Exit::Ok)
@@ -396,6 +414,12 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             Ok(Exit::Ok)
         }
     }
+}
+
+/// The events' JSON Schema as pretty-printed text (what `npc schema
+/// --events` prints and `schemas/events.schema.json` holds).
+pub fn events_schema_text() -> String {
+    serde_json::to_string_pretty(&crate::event::json_schema()).unwrap_or_default()
 }
 
 /// The JSON Schema as pretty-printed text (what `npc schema` prints and

@@ -38,7 +38,6 @@ use serde_json::{Map, Value, json};
 
 use crate::bus::EventBus;
 use crate::model::{Hook, HookEvent, Manifest};
-use crate::store::NewEvent;
 use crate::supervisor::Supervisor;
 
 pub use exec::HookError;
@@ -57,8 +56,6 @@ pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 pub const MAX_STDERR_BYTES: usize = 16 * 1024;
 /// Characters of a hook's stderr quoted in an error message or event.
 pub const STDERR_QUOTE_CHARS: usize = 400;
-/// Kind of the event recorded for every hook call.
-pub const HOOK_CALL_EVENT: &str = "hook.call";
 /// The environment variables naming a plugin's package and data directory;
 /// also the only placeholders (`${PLUGIN_ROOT}`, `${PLUGIN_DATA}`) expanded in
 /// a plugin hook's args, env and cwd, in one non-recursive pass.
@@ -427,17 +424,8 @@ pub struct HookFailure {
 }
 
 /// The decision of one hook call, as recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-enum Recorded {
-    Continue,
-    Deny,
-    Rewrite,
-    Ask,
-    Replace,
-    Observe,
-    Failed,
-}
+use crate::event::HookDecision as Recorded;
+use crate::event::{Event, HookCall};
 
 /// Runs the hooks of the current [`HookSet`] (swapped live by [`HookRunner::replace`]).
 #[derive(Debug)]
@@ -535,17 +523,16 @@ impl HookRunner {
             && let Some(reason) = policy.refuses(call)
         {
             let label = format!("profile `{}` tools", policy.profile());
-            self.publish(json!({
-                "event": HookEvent::BeforeTool.as_str(),
-                "hook": label,
-                "index": null,
-                "plugin": null,
-                "profile": policy.profile(),
-                "tool": call.name,
-                "decision": Recorded::Deny,
-                "detail": reason,
-                "duration_ms": 0.0,
-            }))
+            self.publish(HookCall {
+                event: HookEvent::BeforeTool.as_str().to_string(),
+                hook: label.clone(),
+                profile: Some(policy.profile().to_string()),
+                tool: Some(call.name.clone()),
+                decision: Recorded::Deny,
+                detail: Some(reason.clone()),
+                duration_ms: 0.0,
+                ..HookCall::default()
+            })
             .await;
             return Ok(BeforeTool::Deny {
                 hook: label,
@@ -654,18 +641,17 @@ impl HookRunner {
                 Approval::Allow => "allowed by the user".to_string(),
                 Approval::Deny { reason } => format!("denied: {reason}"),
             };
-            self.publish(json!({
-                "event": HookEvent::BeforeTool.as_str(),
-                "hook": label,
-                "index": null,
-                "plugin": null,
-                "profile": policy.profile(),
-                "pattern": pattern.as_str(),
-                "tool": call.name,
-                "decision": Recorded::Ask,
-                "detail": detail,
-                "duration_ms": millis(started.elapsed()),
-            }))
+            self.publish(HookCall {
+                event: HookEvent::BeforeTool.as_str().to_string(),
+                hook: label.clone(),
+                profile: Some(policy.profile().to_string()),
+                pattern: Some(pattern.as_str().to_string()),
+                tool: Some(call.name.clone()),
+                decision: Recorded::Ask,
+                detail: Some(detail),
+                duration_ms: millis(started.elapsed()),
+                ..HookCall::default()
+            })
             .await;
             if let Approval::Deny { reason } = approval {
                 return Ok(BeforeTool::Deny {
@@ -796,28 +782,26 @@ impl HookRunner {
         started: Instant,
         detail: Option<&str>,
     ) {
-        self.publish(json!({
-            "event": entry.event.as_str(),
-            "hook": entry.label(),
-            "index": entry.index,
-            "plugin": entry.source.plugin(),
-            "tool": tool,
-            "decision": decision,
-            "detail": detail,
-            "duration_ms": millis(started.elapsed()),
-        }))
+        self.publish(HookCall {
+            event: entry.event.as_str().to_string(),
+            hook: entry.label(),
+            index: Some(entry.index),
+            plugin: entry.source.plugin().map(str::to_string),
+            tool: tool.map(str::to_string),
+            decision,
+            detail: detail.map(str::to_string),
+            duration_ms: millis(started.elapsed()),
+            ..HookCall::default()
+        })
         .await;
     }
 
     /// Record one `hook.call` (its `event` names the component).
-    async fn publish(&self, payload: Value) {
+    async fn publish(&self, call: HookCall) {
         let Some(bus) = &self.bus else { return };
-        let component = crate::plan::ComponentId::new(
-            crate::plan::Kind::Hooks,
-            payload["event"].as_str().unwrap_or_default(),
-        )
-        .to_string();
-        let event = NewEvent::new(HOOK_CALL_EVENT, payload).for_component(component);
+        let component =
+            crate::plan::ComponentId::new(crate::plan::Kind::Hooks, &call.event).to_string();
+        let event = Event::HookCall(call).for_component(component);
         if let Err(e) = bus.publish(event).await {
             tracing::warn!(error = %e, "hooks: recording a hook call failed");
         }

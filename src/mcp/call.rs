@@ -21,20 +21,22 @@ use super::builtin::{BUILTIN_SERVER, Builtins};
 use super::client::pool::{CallError, Pool};
 use super::toolsearch::{CALL_TOOL, SEARCH_TOOLS};
 use crate::bus::EventBus;
+use crate::event::{Event, McpClientConnected, McpPromptGet, McpResourceRead, McpToolCall};
 use crate::model::ToolListing;
 use crate::plan::{ComponentId, Kind};
 use crate::store::NewEvent;
 
-/// Kind of the event recorded for every tool call.
-pub const TOOL_CALL_EVENT: &str = "mcp.tool_call";
-/// Event recorded when an MCP client finished its handshake with the
-/// gateway: which agent (its `clientInfo`) connected.
-pub const CLIENT_CONNECTED_EVENT: &str = "mcp.client_connected";
-/// Event recorded for each `resources/read` through the gateway.
-pub const RESOURCE_READ_EVENT: &str = "mcp.resource_read";
-/// Event recorded for each `prompts/get` through the gateway (the
-/// arguments are not recorded).
-pub const PROMPT_GET_EVENT: &str = "mcp.prompt_get";
+/// What the gateway served besides a tool call, recorded by
+/// [`CallPath::record_request`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// A `resources/read` (`mcp.resource_read`; the target is the URI).
+    ResourceRead,
+    /// A `prompts/get` (`mcp.prompt_get`; the target is the prompt's
+    /// name, its arguments are not recorded).
+    PromptGet,
+}
+
 /// Largest serialized arguments recorded in an event; larger ones are
 /// replaced by their size.
 pub const MAX_RECORDED_ARGUMENT_BYTES: usize = 4096;
@@ -436,9 +438,12 @@ impl CallPath {
     /// finished its handshake with the gateway.
     pub async fn record_client(&self, name: &str, version: &str) {
         let Some(bus) = &self.bus else { return };
-        let payload = json!({ "client": name, "version": version });
+        let payload = McpClientConnected {
+            client: name.to_string(),
+            version: version.to_string(),
+        };
         if let Err(e) = bus
-            .publish(NewEvent::new(CLIENT_CONNECTED_EVENT, payload))
+            .publish(NewEvent::from(Event::McpClientConnected(payload)))
             .await
         {
             tracing::warn!(error = %e, "mcp: recording a client connection failed");
@@ -450,24 +455,30 @@ impl CallPath {
     /// duration.
     pub async fn record_request(
         &self,
-        kind: &'static str,
+        kind: Served,
         target: &str,
         error: Option<&str>,
         started: Instant,
     ) {
         let Some(bus) = &self.bus else { return };
-        let key = if kind == RESOURCE_READ_EVENT {
-            "uri"
-        } else {
-            "name"
+        let outcome = if error.is_some() { "error" } else { "ok" }.to_string();
+        let error = error.map(str::to_string);
+        let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let event = match kind {
+            Served::ResourceRead => Event::McpResourceRead(McpResourceRead {
+                uri: target.to_string(),
+                outcome,
+                error,
+                duration_ms,
+            }),
+            Served::PromptGet => Event::McpPromptGet(McpPromptGet {
+                name: target.to_string(),
+                outcome,
+                error,
+                duration_ms,
+            }),
         };
-        let payload = json!({
-            key: target,
-            "outcome": if error.is_some() { "error" } else { "ok" },
-            "error": error,
-            "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
-        });
-        if let Err(e) = bus.publish(NewEvent::new(kind, payload)).await {
+        if let Err(e) = bus.publish(NewEvent::from(event)).await {
             tracing::warn!(error = %e, "mcp: recording a request failed");
         }
     }
@@ -669,21 +680,18 @@ impl CallPath {
         let (name, server, tool) = (name.as_str(), server.as_deref(), tool.as_deref());
         let builtin = server == Some(BUILTIN_SERVER)
             && (self.builtins.load().contains(name) || tool == Some(SEARCH_TOOLS));
-        let payload = json!({
-            "name": name,
-            "server": server,
-            "tool": tool,
-            "outcome": outcome,
-            "duration_ms": duration.as_secs_f64() * 1000.0,
-            "error": error,
-            "builtin": builtin,
-            "arguments": recorded_arguments(tool.unwrap_or(name), &arguments),
-        });
-        let mut payload = payload;
-        if let Some(run) = run {
-            payload["run_id"] = run.into();
-        }
-        let mut event = NewEvent::new(TOOL_CALL_EVENT, payload);
+        let payload = McpToolCall {
+            name: name.to_string(),
+            server: server.map(str::to_string),
+            tool: tool.map(str::to_string),
+            outcome: outcome.as_str().to_string(),
+            duration_ms: duration.as_secs_f64() * 1000.0,
+            error,
+            builtin,
+            arguments: recorded_arguments(tool.unwrap_or(name), &arguments),
+            run_id: run,
+        };
+        let mut event = NewEvent::from(Event::McpToolCall(payload));
         if let Some(server) = server.filter(|_| !builtin) {
             event = event.for_component(ComponentId::new(Kind::McpServer, server).to_string());
         }

@@ -60,6 +60,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use super::lock;
 use super::resource_uri;
 use crate::bus::EventBus;
+use crate::event::{Event, McpDropped, McpRequest};
 use crate::stdx::lines::encode;
 use crate::store::NewEvent;
 
@@ -78,10 +79,6 @@ pub const MAX_ELICITATION_SCHEMA_BYTES: usize = 64 * 1024;
 /// How long a `list_changed` waits before its list is fetched again, so a
 /// server announcing changes every millisecond costs one fetch per window.
 pub const LIST_CHANGED_DEBOUNCE: Duration = Duration::from_millis(50);
-/// Event recorded for each sampling or elicitation request passed through.
-pub const REQUEST_EVENT: &str = "mcp.request";
-/// Event recorded when messages for a client session were dropped.
-pub const DROPPED_EVENT: &str = "mcp.dropped";
 /// Most field names of an elicitation's schema recorded in its event.
 pub const MAX_RECORDED_FIELDS: usize = 64;
 /// Prefix of the progress tokens npc gives upstreams.
@@ -198,13 +195,15 @@ impl Client {
             "mcp: a client read notifications slower than its upstreams sent them; some were dropped"
         );
         if let Some(bus) = &self.bus {
-            let payload = json!({
-                "what": "notifications",
-                "count": count,
-                "reason": format!("more than {MAX_QUEUED_NOTIFICATIONS} waited for the client"),
-            });
+            let payload = McpDropped {
+                server: None,
+                what: "notifications".to_string(),
+                count,
+                bytes: None,
+                reason: format!("more than {MAX_QUEUED_NOTIFICATIONS} waited for the client"),
+            };
             let _ = bus
-                .publish_detached(NewEvent::new(DROPPED_EVENT, payload))
+                .publish_detached(NewEvent::from(Event::McpDropped(payload)))
                 .await;
         }
     }
@@ -644,16 +643,16 @@ impl Passthrough {
         let method = method_of(&request).to_string();
         let answer = self.route_request(request, context).await;
         if let (Some(asked), Some(bus)) = (asked, &self.bus) {
-            let payload = json!({
-                "server": self.server,
-                "method": method,
-                "request": asked,
-                "outcome": if answer.is_ok() { "ok" } else { "error" },
-                "error": answer.as_ref().err().map(|e| e.message.to_string()),
-                "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
-            });
+            let payload = McpRequest {
+                server: self.server.to_string(),
+                method,
+                request: asked,
+                outcome: if answer.is_ok() { "ok" } else { "error" }.to_string(),
+                error: answer.as_ref().err().map(|e| e.message.to_string()),
+                duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            };
             let _ = bus
-                .publish_detached(NewEvent::new(REQUEST_EVENT, payload))
+                .publish_detached(NewEvent::from(Event::McpRequest(payload)))
                 .await;
         }
         answer
@@ -690,15 +689,15 @@ impl Passthrough {
     async fn dropped(&self, what: &str, bytes: usize) {
         tracing::warn!(server = %self.server, what, bytes, "mcp: dropped an oversized upstream request");
         if let Some(bus) = &self.bus {
-            let payload = json!({
-                "server": self.server,
-                "what": what,
-                "count": 1,
-                "bytes": bytes,
-                "reason": format!("over {MAX_ELICITATION_SCHEMA_BYTES} bytes"),
-            });
+            let payload = McpDropped {
+                server: Some(self.server.to_string()),
+                what: what.to_string(),
+                count: 1,
+                bytes: Some(bytes),
+                reason: format!("over {MAX_ELICITATION_SCHEMA_BYTES} bytes"),
+            };
             let _ = bus
-                .publish_detached(NewEvent::new(DROPPED_EVENT, payload))
+                .publish_detached(NewEvent::from(Event::McpDropped(payload)))
                 .await;
         }
     }

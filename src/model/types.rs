@@ -347,9 +347,21 @@ pub enum McpTransport {
 
 keywords! {
     #[derive(
-        Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
+        Debug,
+        Clone,
+        Copy,
+        Default,
+        PartialEq,
+        Eq,
+        PartialOrd,
+        Ord,
+        Hash,
+        Serialize,
+        serde::Deserialize,
+        schemars::JsonSchema,
     )]
     pub enum ProviderKind {
+        #[default]
         ClaudeCode = "claude_code",
         Codex = "codex",
         GeminiCli = "gemini_cli",
@@ -471,9 +483,23 @@ pub struct Plugin {
 
 /// Where a plugin was registered, in discovery order: the repository's
 /// manifest first, then the user registry (`npc plugin install`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum PluginSource {
+    #[default]
     Manifest,
     User,
 }

@@ -28,6 +28,7 @@ use super::{
 };
 use crate::bus::EventBus;
 use crate::driver::{DriverContext, DriverError, TypedDriver, child_spec, kind_config};
+use crate::event::{self as ev, Event};
 use crate::model::{Pane as PaneConfig, PanePlugin as PluginConfig};
 use crate::plan::{ComponentId, Config, Kind};
 use crate::store::NewEvent;
@@ -49,8 +50,6 @@ pub const MAX_USER_INPUT_BYTES: usize = 32 * 1024;
 pub const NEEDS_ATTENTION: &str = "needs_attention";
 /// The reason of an `attention` command's notice.
 pub const ATTENTION: &str = "attention";
-/// Event: a pane needs a person (`plugin`, `reason`).
-pub const NOTICE_EVENT: &str = "pane.notice";
 /// Notices buffered for the relay to other repositories; one further
 /// behind skips the oldest.
 pub const NOTICE_QUEUE: usize = 64;
@@ -372,13 +371,16 @@ impl PaneHost {
 }
 
 /// Events to publish, collected under the state lock and sent after it.
-type Pending = Vec<(String, Option<String>, serde_json::Value)>;
+type Pending = Vec<NewEvent>;
 
 impl Host {
     /// Queue a bus event (published by [`Host::flush_events`]).
-    fn note(&self, kind: &str, pane: Option<&str>, payload: serde_json::Value) {
-        let component = pane.map(|p| ComponentId::new(Kind::Pane, p).to_string());
-        lock(&self.pending).push((kind.to_string(), component, payload));
+    fn note(&self, event: Event, pane: Option<&str>) {
+        let mut event = NewEvent::from(event);
+        if let Some(p) = pane {
+            event = event.for_component(ComponentId::new(Kind::Pane, p).to_string());
+        }
+        lock(&self.pending).push(event);
     }
 
     /// Send a status report to the clients attached to any pane (call with
@@ -395,9 +397,11 @@ impl Host {
     /// relay that tells other repositories.
     fn notice(&self, pane: &str, plugin: &str, reason: &'static str) {
         self.note(
-            NOTICE_EVENT,
+            Event::PaneNotice(ev::PaneNotice {
+                plugin: plugin.to_string(),
+                reason: reason.to_string(),
+            }),
             Some(pane),
-            serde_json::json!({ "plugin": plugin, "reason": reason }),
         );
         let _ = self.notices.send(Notice {
             pane: pane.to_string(),
@@ -406,20 +410,17 @@ impl Host {
         });
     }
 
-    fn note_plugin(&self, kind: &str, plugin: &str, payload: serde_json::Value) {
-        let component = Some(ComponentId::new(Kind::PanePlugin, plugin).to_string());
-        lock(&self.pending).push((kind.to_string(), component, payload));
+    fn note_plugin(&self, event: Event, plugin: &str) {
+        let event = event.for_component(ComponentId::new(Kind::PanePlugin, plugin).to_string());
+        lock(&self.pending).push(event);
     }
 
     /// Publish the queued events, in order.
     async fn flush_events(&self) {
         let _order = self.publishing.lock().await;
         let pending: Pending = std::mem::take(&mut *lock(&self.pending));
-        for (kind, component, payload) in pending {
-            let mut event = NewEvent::new(&kind, payload);
-            if let Some(c) = component {
-                event = event.for_component(c);
-            }
+        for event in pending {
+            let kind = event.kind().to_string();
             if let Err(e) = self.bus.publish(event).await {
                 tracing::error!("cannot publish `{kind}`: {e}");
             }
@@ -603,9 +604,12 @@ impl Host {
         };
         Self::tell_watcher(&state, &token, self.opened_event(name, &slot, &[]));
         self.note(
-            "pane.opened",
+            Event::PaneOpened(ev::PaneOpened {
+                id: slot.pane.id,
+                generation: 1,
+                pid: slot.pane.pid,
+            }),
             Some(name),
-            serde_json::json!({ "id": slot.pane.id, "generation": 1, "pid": slot.pane.pid }),
         );
         state.slots.insert(name.to_string(), slot);
         Ok(())
@@ -647,9 +651,11 @@ impl Host {
         self.cancel_recovery(state, name, slot.hold.is_some());
         if close_event {
             self.note(
-                "pane.closed",
+                Event::PaneClosed(ev::PaneInstance {
+                    id: pane.id,
+                    generation: pane.generation,
+                }),
                 Some(name),
-                serde_json::json!({ "id": pane.id, "generation": pane.generation }),
             );
         }
     }
@@ -661,7 +667,10 @@ impl Host {
         if held || cached {
             let cancelled = serde_json::json!({ "state": "cancelled" });
             self.tell_attached(name, &cancelled);
-            self.note("pane.recovery", Some(name), cancelled);
+            let recovery = ev::PaneRecovery {
+                state: "cancelled".to_string(),
+            };
+            self.note(Event::PaneRecovery(recovery), Some(name));
         }
     }
 
@@ -711,9 +720,13 @@ impl Host {
             slot.hold = Some(Instant::now() + Duration::from_millis(slot.config.relaunch_ttl_ms));
         }
         self.note(
-            "pane.exited",
+            Event::PaneExited(ev::PaneExited {
+                id,
+                generation,
+                exit: exit.clone(),
+                held: slot.hold.is_some(),
+            }),
             Some(&name),
-            serde_json::json!({ "id": id, "generation": generation, "exit": exit, "held": slot.hold.is_some() }),
         );
         Self::tell_watcher(
             &state,
@@ -727,9 +740,11 @@ impl Host {
         if watched && !relaunchable {
             // A bare shell is never relaunched: it goes to attention.
             self.note(
-                "pane.attention",
+                Event::PaneAttention(ev::PaneAttention {
+                    plugin: None,
+                    reason: Some("exited; a shell is not relaunched".to_string()),
+                }),
                 Some(&name),
-                serde_json::json!({ "reason": "exited; a shell is not relaunched" }),
             );
         }
     }
@@ -767,9 +782,11 @@ impl Host {
         for name in expired {
             if let Some(slot) = state.slots.remove(&name) {
                 self.note(
-                    "pane.hold_expired",
+                    Event::PaneHoldExpired(ev::PaneInstance {
+                        id: slot.pane.id,
+                        generation: slot.pane.generation,
+                    }),
                     Some(&name),
-                    serde_json::json!({ "id": slot.pane.id, "generation": slot.pane.generation }),
                 );
                 self.end_slot(&mut state, &name, slot, true);
             }
@@ -795,9 +812,10 @@ impl Host {
             Err(e) => {
                 tracing::warn!("pane plugin `{plugin}` sent a line that was rejected: {e}");
                 self.note_plugin(
-                    "pane_plugin.rejected",
+                    Event::PanePluginRejected(ev::PaneError {
+                        error: e.to_string(),
+                    }),
                     plugin,
-                    serde_json::json!({ "error": e.to_string() }),
                 );
                 return;
             }
@@ -828,9 +846,11 @@ impl Host {
             Err(refusal) => {
                 tracing::warn!("pane plugin `{plugin}`: `{name}` refused: {refusal}");
                 self.note_plugin(
-                    "pane_plugin.refused",
+                    Event::PanePluginRefused(ev::PanePluginRefused {
+                        cmd: name.to_string(),
+                        reason: refusal.to_string(),
+                    }),
                     plugin,
-                    serde_json::json!({ "cmd": name, "reason": refusal.to_string() }),
                 );
             }
         }
@@ -850,9 +870,8 @@ impl Host {
             Approved::Log { level, message, .. } => {
                 tracing::info!("pane plugin `{plugin}` ({level:?}): {message}");
                 self.note_plugin(
-                    "pane_plugin.log",
+                    Event::PanePluginLog(ev::PanePluginLog { level, message }),
                     plugin,
-                    serde_json::json!({ "level": level, "message": message }),
                 );
             }
             Approved::Input { token, data, .. } => {
@@ -865,9 +884,11 @@ impl Host {
                         // Typing makes the pane busy until it is quiet again.
                         slot.pane.idle_reported.store(false, Ordering::SeqCst);
                         self.note(
-                            "pane.input",
+                            Event::PaneInput(ev::PaneInput {
+                                plugin: plugin.to_string(),
+                                bytes: data.len(),
+                            }),
                             Some(&name),
-                            serde_json::json!({ "plugin": plugin, "bytes": data.len() }),
                         );
                     }
                     Err(e) => tracing::warn!("typing into pane `{name}` failed: {e}"),
@@ -884,9 +905,10 @@ impl Host {
                     outbox.event(self.opened_event(&name, slot, &[]));
                 }
                 self.note(
-                    "pane.watched",
+                    Event::PaneWatched(ev::PaneWatched {
+                        plugin: plugin.to_string(),
+                    }),
                     Some(&name),
-                    serde_json::json!({ "plugin": plugin }),
                 );
             }
             Approved::Status {
@@ -900,10 +922,14 @@ impl Host {
                 let Some(name) = Self::name_of(state, &token) else {
                     return;
                 };
-                let report = serde_json::json!({
-                    "plugin": plugin, "state": label, "detail": detail,
-                    "deadline_epoch": deadline_epoch, "attempt": attempt,
-                });
+                let status = ev::PaneStatus {
+                    plugin: plugin.to_string(),
+                    state: label.clone(),
+                    detail,
+                    deadline_epoch,
+                    attempt,
+                };
+                let report = serde_json::to_value(&status).unwrap_or_default();
                 let entering = label == NEEDS_ATTENTION
                     && state.recovery.get(&name).and_then(|r| r["state"].as_str())
                         != Some(NEEDS_ATTENTION);
@@ -914,7 +940,7 @@ impl Host {
                     state.recovery.insert(name.clone(), report.clone());
                 }
                 self.tell_attached(&name, &report);
-                self.note("pane.status", Some(&name), report);
+                self.note(Event::PaneStatus(status), Some(&name));
                 if entering {
                     self.notice(&name, plugin, NEEDS_ATTENTION);
                 }
@@ -924,9 +950,11 @@ impl Host {
                     return;
                 };
                 self.note(
-                    "pane.attention",
+                    Event::PaneAttention(ev::PaneAttention {
+                        plugin: Some(plugin.to_string()),
+                        reason: None,
+                    }),
                     Some(&name),
-                    serde_json::json!({ "plugin": plugin }),
                 );
                 self.notice(&name, plugin, ATTENTION);
             }
@@ -959,15 +987,14 @@ impl Host {
                             self.opened_event(&name, slot, &resume_args),
                         );
                         self.note(
-                            "pane.relaunched",
-                            Some(&name),
-                            serde_json::json!({
-                                "plugin": plugin,
-                                "id": slot.pane.id,
-                                "previous_id": old.as_ref().map(|o| o.pane.id),
-                                "generation": slot.pane.generation,
-                                "resume_args": resume_args,
+                            Event::PaneRelaunched(ev::PaneRelaunched {
+                                plugin: plugin.to_string(),
+                                id: slot.pane.id,
+                                previous_id: old.as_ref().map(|o| o.pane.id),
+                                generation: slot.pane.generation,
+                                resume_args: resume_args.clone(),
                             }),
+                            Some(&name),
                         );
                         // The hold ended with a successful relaunch.
                         self.cancel_recovery(state, &name, true);
@@ -975,9 +1002,11 @@ impl Host {
                     Err(e) => {
                         tracing::warn!("relaunching pane `{name}` failed: {e}");
                         self.note(
-                            "pane.relaunch_failed",
+                            Event::PaneRelaunchFailed(ev::PaneRelaunchFailed {
+                                plugin: plugin.to_string(),
+                                error: e.to_string(),
+                            }),
                             Some(&name),
-                            serde_json::json!({ "plugin": plugin, "error": e.to_string() }),
                         );
                     }
                 }
@@ -1008,9 +1037,11 @@ impl Host {
             && crate::supervisor::wants_restart(entry.config.restart, &info)
             && entry.restarts < MAX_PLUGIN_RESTARTS;
         self.note_plugin(
-            "pane_plugin.exited",
+            Event::PanePluginExited(ev::PanePluginExited {
+                exit: exit.map(|e| e.to_string()),
+                restarting: restart,
+            }),
             plugin,
-            serde_json::json!({ "exit": exit.map(|e| e.to_string()), "restarting": restart }),
         );
         if restart {
             entry.restarts += 1;
@@ -1105,9 +1136,10 @@ impl Host {
         };
         if let Err(e) = self.start_plugin(name, &config) {
             self.note_plugin(
-                "pane_plugin.failed",
+                Event::PanePluginFailed(ev::PaneError {
+                    error: e.to_string(),
+                }),
                 name,
-                serde_json::json!({ "error": e.to_string() }),
             );
         }
     }
@@ -1232,9 +1264,10 @@ impl TypedDriver for PaneHost {
                 // A pane that does not start is reported, never a failed reload.
                 if let Err(e) = self.host.open(&id.name) {
                     self.host.note(
-                        "pane.start_failed",
+                        Event::PaneStartFailed(ev::PaneError {
+                            error: e.to_string(),
+                        }),
                         Some(&id.name),
-                        serde_json::json!({ "error": e.to_string() }),
                     );
                 }
                 lock(&self.host.state)

@@ -83,15 +83,7 @@ pub enum HostEvent {
     Shutdown { v: u32 },
 }
 
-/// Severity of a plugin's `log`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum LogLevel {
-    Error,
-    Warn,
-    Info,
-    Debug,
-}
+pub use crate::event::LogLevel;
 
 /// Plugin → host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -46,7 +46,9 @@ pub fn observe(desired: &Desired) -> ObservedState {
 }
 
 /// What happens to one component.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Action {
     /// `+`: start or write it.
@@ -108,7 +110,9 @@ pub struct Plan {
 }
 
 /// Counts by action.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct Summary {
     pub add: usize,
     pub update: usize,

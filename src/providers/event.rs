@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::ProviderKind;
 
 use super::Strategy;
+use crate::event::{self as ev, AgentRecord, Event};
 
 /// One event read from an agent CLI's output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -103,24 +104,98 @@ impl AgentEvent {
     }
 }
 
-/// Why an [`AgentEvent::Error`] was emitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorKind {
-    /// The agent itself reported an error (an `error` event, a failed turn).
-    Provider,
-    /// A line on the child's stderr.
-    Stderr,
-    /// A line that is not JSON where JSON was expected; skipped.
-    NotJson,
-    /// A JSON line of a type this parser does not know; skipped.
-    UnknownEvent,
-    /// A line longer than the parser's bound; skipped.
-    LineTooLong,
-    /// A line that is not UTF-8 where JSON was expected; skipped.
-    InvalidUtf8,
-    /// Output ended in the middle of a line; the partial line was skipped.
-    Truncated,
-    /// The recorded fixtures for drift detection could not be read.
-    Detection,
+pub use crate::event::ErrorKind;
+
+impl AgentEvent {
+    /// This event as recorded for run `run_id`: its kind's [`Event`], the
+    /// payload its fields with `type` first and `run_id` last.
+    pub fn into_event(self, run_id: &str) -> Event {
+        fn record<T>(type_name: &str, event: T, run_id: &str) -> AgentRecord<T> {
+            AgentRecord {
+                type_name: type_name.to_string(),
+                event,
+                run_id: run_id.to_string(),
+            }
+        }
+        let t = self.type_name();
+        match self {
+            Self::Started { session_id, model } => {
+                Event::AgentStarted(record(t, ev::AgentStarted { session_id, model }, run_id))
+            }
+            Self::Message { text, delta } => {
+                Event::AgentMessage(record(t, ev::AgentMessage { text, delta }, run_id))
+            }
+            Self::ToolCall { id, name, input } => {
+                Event::AgentToolCall(record(t, ev::AgentToolCall { id, name, input }, run_id))
+            }
+            Self::ToolResult {
+                id,
+                name,
+                output,
+                is_error,
+            } => Event::AgentToolResult(record(
+                t,
+                ev::AgentToolResult {
+                    id,
+                    name,
+                    output,
+                    is_error,
+                },
+                run_id,
+            )),
+            Self::Usage {
+                input_tokens,
+                output_tokens,
+                cached_input_tokens,
+                cost_usd,
+            } => Event::AgentUsage(record(
+                t,
+                ev::AgentUsage {
+                    input_tokens,
+                    output_tokens,
+                    cached_input_tokens,
+                    cost_usd,
+                },
+                run_id,
+            )),
+            Self::Idle {
+                status,
+                is_error,
+                result,
+            } => Event::AgentIdle(record(
+                t,
+                ev::AgentIdle {
+                    status,
+                    is_error,
+                    result,
+                },
+                run_id,
+            )),
+            Self::Error { kind, message } => {
+                Event::AgentError(record(t, ev::AgentError { kind, message }, run_id))
+            }
+            Self::Notice { text } => {
+                Event::AgentNotice(record(t, ev::AgentNotice { text }, run_id))
+            }
+            Self::DriftDetected {
+                provider,
+                ratio,
+                threshold,
+                fixture_version,
+                from,
+                to,
+            } => Event::DriftDetected(record(
+                t,
+                ev::DriftDetected {
+                    provider,
+                    ratio,
+                    threshold,
+                    fixture_version,
+                    from,
+                    to,
+                },
+                run_id,
+            )),
+        }
+    }
 }

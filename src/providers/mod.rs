@@ -48,7 +48,6 @@ pub mod text;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::model::ProviderKind;
@@ -77,17 +76,7 @@ pub const ERROR_PREVIEW_BYTES: usize = 200;
 /// [`Parser::needs_probe`] says so.
 pub const STALE_AFTER: Duration = Duration::from_secs(30);
 
-/// One way of reading a provider's output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Strategy {
-    NativeStreamJson,
-    NativeJson,
-    NativeNdjson,
-    CaptureDiffFallback,
-    RegexFallback,
-    ProbeOnStale,
-}
+pub use crate::event::Strategy;
 
 impl Strategy {
     pub fn as_str(self) -> &'static str {

@@ -26,12 +26,15 @@ use serde_json::{Value, json};
 
 use super::{component, run_dir};
 use crate::bus::{BusError, EventBus};
+use crate::event::{
+    AgentRunFinished, AgentRunNotStarted, AgentRunStarted, Concluded, Event, RunFinished,
+    RunProbeAnswered, RunProbeFailed, RunProbeSent, RunStarted,
+};
 use crate::hooks::{HookFailure, HookRunner};
 use crate::model::{HookEvent, Manifest, ProviderKind};
 use crate::native::{self, NativeError, PlanOptions, Target};
 use crate::providers::{self, AgentEvent, LaunchError, LaunchRequest, McpHandoff, Parser, RunMcp};
 use crate::render::{self, RenderContext, RenderError, RunInfo};
-use crate::store::NewEvent;
 use crate::supervisor::{ChildSpec, ExitInfo, Supervisor, SupervisorError};
 use crate::surfaces::approval::{APPROVAL_SESSION_ENV, APPROVAL_SOCKET_ENV};
 use crate::surfaces::runs::{ApprovalRoute, ManualRun, Resume};
@@ -571,11 +574,7 @@ fn write_file(root: &Path, path: &Path, text: &str) -> Result<(), RunError> {
 /// The recorded (and `--format json`) payload of an agent event: the event
 /// with its `type`, plus the run id.
 pub fn event_payload(run_id: &str, event: &AgentEvent) -> Value {
-    let mut v = serde_json::to_value(event).unwrap_or_else(|_| json!({}));
-    if let Value::Object(map) = &mut v {
-        map.insert("run_id".to_string(), Value::String(run_id.to_string()));
-    }
-    v
+    event.clone().into_event(run_id).payload()
 }
 
 /// Start `run` through `supervisor` and stream it: every parsed event goes
@@ -604,27 +603,34 @@ where
 {
     let started = Instant::now();
     let component = component(&run.id);
-    let record = |kind: &str, payload: Value| {
-        bus.publish(NewEvent::new(kind.to_string(), payload).for_component(component.clone()))
-    };
-    let mut started_payload = json!({
-            "run_id": run.id,
-            "profile": run.profile,
-            "provider": run.provider,
-            "provider_kind": run.kind.as_str(),
-            "program": run.spec.program,
-            "cwd": run.spec.cwd,
-            "tool_cwd": run.tool_cwd,
-            "mcp_config": run.mcp_config,
-            "timeout_secs": run.timeout.as_secs(),
-            "prompt_chars": run.prompt.chars().count(),
-            "source": run.source,
-    });
-    if !run.warnings.is_empty() {
+    let record = |event: Event| bus.publish(event.for_component(component.clone()));
+    let started_payload = AgentRunStarted {
+        run_id: run.id.clone(),
+        profile: run.profile.clone(),
+        provider: run.provider.clone(),
+        provider_kind: run.kind.as_str().to_string(),
+        program: run.spec.program.clone(),
+        cwd: run.spec.cwd.clone(),
+        tool_cwd: run.tool_cwd.clone(),
+        mcp_config: run.mcp_config.clone(),
+        timeout_secs: run.timeout.as_secs(),
+        prompt_chars: run.prompt.chars().count(),
+        source: run.source.map(str::to_string),
         // What the run's starter prints (`npc run` follows the daemon's runs).
-        started_payload["warnings"] = json!(run.warnings);
-    }
-    record("run.started", started_payload).await?;
+        warnings: run.warnings.clone(),
+    };
+    record(Event::RunStarted(RunStarted::Agent(started_payload))).await?;
+    let not_started = |outcome: &str, error: &str| {
+        Event::RunFinished(RunFinished::NotStarted(AgentRunNotStarted {
+            run_id: run.id.clone(),
+            outcome: outcome.to_string(),
+            error: error.to_string(),
+            duration_ms: millis(started.elapsed()),
+            cwd: run.spec.cwd.clone(),
+            tool_cwd: run.tool_cwd.clone(),
+            cancelled: false,
+        }))
+    };
     let start_payload = json!({
         "messages": [{ "role": "user", "content": run.prompt }],
         "run_id": run.id,
@@ -640,19 +646,7 @@ where
     };
     if let Err(failure) = starting {
         let message = failure.to_string();
-        record(
-            "run.finished",
-            json!({
-                "run_id": run.id,
-                "outcome": "hook_failed",
-                "error": message,
-                "duration_ms": millis(started.elapsed()),
-                "cwd": run.spec.cwd,
-                "tool_cwd": run.tool_cwd,
-                "cancelled": false,
-            }),
-        )
-        .await?;
+        record(not_started("hook_failed", &message)).await?;
         end_hooks(hooks, run, Some(&message), "hook_failed").await;
         return Err(failure.into());
     }
@@ -660,19 +654,7 @@ where
         Ok(child) => child,
         Err(e) => {
             let message = e.to_string();
-            record(
-                "run.finished",
-                json!({
-                    "run_id": run.id,
-                    "outcome": "failed",
-                    "error": message,
-                    "duration_ms": millis(started.elapsed()),
-                    "cwd": run.spec.cwd,
-                    "tool_cwd": run.tool_cwd,
-                    "cancelled": false,
-                }),
-            )
-            .await?;
+            record(not_started("failed", &message)).await?;
             end_hooks(hooks, run, Some(&message), "failed").await;
             return Err(e.into());
         }
@@ -701,7 +683,7 @@ where
                 failed_turn = *is_error;
             }
             sink(&e);
-            pending.push(record(e.type_name(), event_payload(&run.id, &e)));
+            pending.push(record(e.into_event(&run.id)));
             *count += 1;
         }
         pending
@@ -736,7 +718,7 @@ where
                 Some(mut line) => {
                     line.bytes.push(b'\n');
                     if let Some(payload) = probe.answered(&run.id) {
-                        probe_records.push(record("run.probe_answered", payload));
+                        probe_records.push(record(Event::RunProbeAnswered(payload)));
                     }
                     let events = parser.feed(&line.bytes);
                     model.saw(&events);
@@ -751,7 +733,7 @@ where
                 Some(mut line) => {
                     line.bytes.push(b'\n');
                     if let Some(payload) = probe.answered(&run.id) {
-                        probe_records.push(record("run.probe_answered", payload));
+                        probe_records.push(record(Event::RunProbeAnswered(payload)));
                     }
                     let events = parser.feed_stderr(&line.bytes);
                     model.saw(&events);
@@ -776,23 +758,23 @@ where
                     None => Ok(()),
                 };
                 parser.probe_sent(now);
-                let (kind, payload) = match written {
+                let event = match written {
                     Ok(()) => {
                         probe.sent = Some(now);
-                        ("run.probe_sent", json!({
-                            "run_id": run.id,
-                            "silent_ms": millis(now.saturating_duration_since(silent)),
-                            "advisory": true,
-                        }))
+                        Event::RunProbeSent(RunProbeSent {
+                            run_id: run.id.clone(),
+                            silent_ms: millis(now.saturating_duration_since(silent)),
+                            advisory: true,
+                        })
                     }
                     Err(e) => {
                         // The agent closed its stdin or never reads it: no
                         // more probes.
                         probe_pipe = None;
-                        ("run.probe_failed", json!({ "run_id": run.id, "error": e.to_string() }))
+                        Event::RunProbeFailed(RunProbeFailed { run_id: run.id.clone(), error: e.to_string() })
                     }
                 };
-                probe_records.push(record(kind, payload));
+                probe_records.push(record(event));
                 Vec::new()
             }
             () = &mut timeout, if stop.is_none() && exit.is_none() => {
@@ -840,23 +822,24 @@ where
         Outcome::Failed { exit }
     });
     let duration = started.elapsed();
-    let mut finished = json!({
-        "run_id": run.id,
-        "outcome": outcome.as_str(),
-        "exit": exit,
-        "exit_code": outcome.exit_code(),
-        "cancelled": matches!(outcome, Outcome::Cancelled { .. }),
-        "timed_out": outcome == Outcome::TimedOut,
-        "duration_ms": millis(duration),
-        "cwd": run.spec.cwd,
-        "tool_cwd": run.tool_cwd,
-        "events": count,
-        "error": hook_error,
-    });
+    let mut finished = AgentRunFinished {
+        run_id: run.id.clone(),
+        outcome: outcome.as_str().to_string(),
+        exit,
+        exit_code: outcome.exit_code(),
+        cancelled: matches!(outcome, Outcome::Cancelled { .. }),
+        timed_out: outcome == Outcome::TimedOut,
+        duration_ms: millis(duration),
+        cwd: run.spec.cwd.clone(),
+        tool_cwd: run.tool_cwd.clone(),
+        events: count,
+        error: hook_error.clone(),
+        concluded: Concluded::default(),
+    };
     if let Some(conclusion) = &run.conclusion {
-        super::workspace::merge(&mut finished, conclusion.conclude().await);
+        finished.concluded = conclusion.conclude().await;
     }
-    record("run.finished", finished).await?;
+    record(Event::RunFinished(RunFinished::Agent(finished))).await?;
     let error = match outcome {
         Outcome::Succeeded => None,
         Outcome::HookFailed => hook_error.clone(),
@@ -977,12 +960,12 @@ struct ProbeState {
 impl ProbeState {
     /// Output arrived: the payload of `run.probe_answered` when a probe was
     /// waiting for it.
-    fn answered(&mut self, run_id: &str) -> Option<Value> {
+    fn answered(&mut self, run_id: &str) -> Option<RunProbeAnswered> {
         let sent = self.sent.take()?;
-        Some(json!({
-            "run_id": run_id,
-            "after_ms": millis(sent.elapsed()),
-        }))
+        Some(RunProbeAnswered {
+            run_id: run_id.to_string(),
+            after_ms: millis(sent.elapsed()),
+        })
     }
 }
 

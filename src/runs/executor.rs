@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -32,9 +32,10 @@ use super::{
 };
 use crate::bus::EventBus;
 use crate::driver::DriverContext;
+use crate::event::{Event, PreviousAttempt, RunCancelled, RunRetry, RunSkipped};
 use crate::model::{Action, Manifest, Overlap, Trigger, WorkspaceMode};
+use crate::store::Store;
 use crate::store::queue::{RUN_HISTORY_LIMIT, RunRow, state};
-use crate::store::{NewEvent, Store};
 use crate::surfaces::runs::{LocalRun, ManualRun};
 
 /// Runs carried out at once, over all queues, unless `[runs]
@@ -126,12 +127,8 @@ impl Executor {
             match interrupt_orphans(&this.store).await {
                 Ok(ids) => {
                     for id in ids {
-                        this.record(
-                            &id,
-                            "run.interrupted",
-                            json!({ "run_id": id, "detail": INTERRUPTED_DETAIL }),
-                        )
-                        .await;
+                        this.record(&id, Event::run_interrupted(&id, INTERRUPTED_DETAIL))
+                            .await;
                     }
                 }
                 Err(e) => tracing::error!("cannot mark interrupted runs: {e}"),
@@ -371,18 +368,25 @@ impl Executor {
             tracing::error!("cannot record the end of run `{id}`: {e}");
         }
         if end == state::SKIPPED || end == state::CANCELLED {
-            let kind = if end == state::SKIPPED {
-                "run.skipped"
+            let event = if end == state::SKIPPED {
+                Event::RunSkipped(RunSkipped {
+                    run_id: id.to_string(),
+                    detail: Some(detail),
+                    ..RunSkipped::default()
+                })
             } else {
-                "run.cancelled"
+                Event::RunCancelled(RunCancelled {
+                    run_id: id.to_string(),
+                    detail,
+                })
             };
-            self.record(id, kind, json!({ "run_id": id, "detail": detail }))
-                .await;
+            self.record(id, event).await;
         }
     }
 
-    async fn record(&self, id: &str, kind: &str, payload: Value) {
-        let event = NewEvent::new(kind, payload).for_component(super::component(id));
+    async fn record(&self, id: &str, event: Event) {
+        let kind = event.kind();
+        let event = event.for_component(super::component(id));
         if let Err(e) = self.bus.publish(event).await {
             tracing::warn!("cannot record `{kind}`: {e}");
         }
@@ -427,7 +431,15 @@ impl Executor {
                             match this.open_worktree(&row, spec, m, port, timeout).await {
                                 Ok(opened) => Some(opened),
                                 Err(error) => {
-                                    this.record(&row.id, "run.finished", json!({ "run_id": row.id, "trigger": row.trigger, "outcome": "failed", "error": error })).await;
+                                    this.record(
+                                        &row.id,
+                                        Event::run_failed(
+                                            &row.id,
+                                            Some(&row.trigger),
+                                            error.clone(),
+                                        ),
+                                    )
+                                    .await;
                                     this.end(&row, (state::FAILED, Some(error))).await;
                                     return;
                                 }
@@ -481,13 +493,15 @@ impl Executor {
                     .min(RETRY_BACKOFF_MAX);
                 this.record(
                     &row.id,
-                    "run.retry",
-                    json!({
-                        "run_id": row.id,
-                        "attempt": attempt + 1,
-                        "of": retries + 1,
-                        "delay_ms": u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                        "previous": { "state": ending.0, "detail": ending.1 },
+                    Event::RunRetry(RunRetry {
+                        run_id: row.id.clone(),
+                        attempt: attempt + 1,
+                        of: retries + 1,
+                        delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                        previous: PreviousAttempt {
+                            state: ending.0.to_string(),
+                            detail: ending.1.clone(),
+                        },
                     }),
                 )
                 .await;
@@ -603,8 +617,14 @@ impl Executor {
                 .await
                 .map_err(|e| CancelError::Store(e.to_string()))?;
             if taken {
-                self.record(id, "run.cancelled", json!({ "run_id": id, "detail": why }))
-                    .await;
+                self.record(
+                    id,
+                    Event::RunCancelled(RunCancelled {
+                        run_id: id.to_string(),
+                        detail: Some(why),
+                    }),
+                )
+                .await;
                 return Ok(state::CANCELLED.to_string());
             }
             // It may have started in between.
@@ -686,7 +706,11 @@ impl Executor {
             Ok(p) => p,
             Err(e) => {
                 let error = e.to_string();
-                self.record(&row.id, "run.finished", json!({ "run_id": row.id, "trigger": row.trigger, "outcome": "failed", "error": error })).await;
+                self.record(
+                    &row.id,
+                    Event::run_failed(&row.id, Some(&row.trigger), error.clone()),
+                )
+                .await;
                 return (state::FAILED, Some(error));
             }
         };

@@ -39,11 +39,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use super::Runs;
+use crate::event::Event;
 use crate::store::fleet::{Claimed, FleetQueue, Lease, NextClaim, Roster, WorkerInfo};
 use crate::store::queue::{Enqueued, state};
 use crate::store::{NewEvent, Store, StoreError};
@@ -760,11 +760,7 @@ impl Worker {
     async fn refuse(&self, lease: &Lease, error: &str) {
         let id = &lease.run_id;
         tracing::warn!("run `{}`: {error}", super::mirror::shown(id));
-        let finished = NewEvent::new(
-            "run.finished",
-            json!({ "run_id": id, "outcome": state::FAILED, "error": error }),
-        )
-        .for_component(super::component(id));
+        let finished = Event::run_failed(id, None, error).for_component(super::component(id));
         if let Err(e) = self.fleet.append_fenced(lease, vec![finished]).await {
             tracing::warn!("cannot record the refusal of a run: {e}");
         }
@@ -798,11 +794,7 @@ impl Worker {
             relayed_all += events.len();
             let relayed = events
                 .into_iter()
-                .map(|e| NewEvent {
-                    kind: e.kind,
-                    component: e.component,
-                    payload: e.payload,
-                })
+                .map(|e| NewEvent::relayed(e.kind, e.component, e.payload))
                 .collect();
             self.fleet.append_fenced(lease, relayed).await?;
             *after = last;

@@ -10,17 +10,16 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use serde_json::json;
-
 use super::{
     MANUAL_QUEUE, Origin, PreparedRun, RunError, RunReport, ending_of, interrupt_orphans,
     this_process,
 };
 use crate::bus::EventBus;
+use crate::event::Event;
 use crate::hooks::HookRunner;
 use crate::providers::AgentEvent;
+use crate::store::Store;
 use crate::store::queue::NewRun;
-use crate::store::{NewEvent, Store};
 use crate::supervisor::Supervisor;
 use crate::surfaces::runs::{LocalRun, MAX_DAEMON_PROMPT_BYTES};
 
@@ -75,11 +74,8 @@ impl Here {
         match interrupt_orphans(&self.store).await {
             Ok(ids) => {
                 for id in ids {
-                    let event = NewEvent::new(
-                        "run.interrupted",
-                        json!({ "run_id": id, "detail": super::executor::INTERRUPTED_DETAIL }),
-                    )
-                    .for_component(super::component(&id));
+                    let event = Event::run_interrupted(&id, super::executor::INTERRUPTED_DETAIL)
+                        .for_component(super::component(&id));
                     let _ = self.bus.publish(event).await;
                 }
             }

@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use super::Origin;
 use crate::bus::EventBus;
+use crate::event::{Event, RunQueued, RunSkipped};
 use crate::model::Overlap;
 use crate::store::fleet::FleetQueue;
 use crate::store::queue::{Enqueued, NewRun, RunCode};
@@ -331,23 +332,23 @@ impl RunQueue {
 /// `run.queued` or `run.skipped` of a submission the queue took, or
 /// `None` for a duplicate (nothing was recorded).
 fn queued_event(run_id: &str, run: &Submission, outcome: Enqueued) -> Option<NewEvent> {
-    let kind = match outcome {
+    let event = match outcome {
         Enqueued::Duplicate | Enqueued::Full => return None,
-        Enqueued::Skipped => "run.skipped",
-        Enqueued::Queued => "run.queued",
+        Enqueued::Skipped => Event::RunSkipped(RunSkipped {
+            run_id: run_id.to_string(),
+            trigger: Some(run.queue.clone()),
+            origin: Some(run.origin.as_str().to_string()),
+            dedupe_key: Some(run.dedupe_key.clone()),
+            detail: None,
+        }),
+        Enqueued::Queued => Event::RunQueued(RunQueued {
+            run_id: run_id.to_string(),
+            trigger: run.queue.clone(),
+            origin: run.origin.as_str().to_string(),
+            dedupe_key: run.dedupe_key.clone(),
+        }),
     };
-    Some(
-        NewEvent::new(
-            kind,
-            json!({
-                "run_id": run_id,
-                "trigger": run.queue,
-                "origin": run.origin,
-                "dedupe_key": run.dedupe_key,
-            }),
-        )
-        .for_component(super::component(run_id)),
-    )
+    Some(event.for_component(super::component(run_id)))
 }
 
 /// Record `new_run` in the fleet's shared store, with the code it starts

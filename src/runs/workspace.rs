@@ -111,35 +111,7 @@ pub enum WorkspaceError {
     },
 }
 
-/// What a worktree run handed back: its branch, where it started and ended,
-/// and how much changed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
-pub struct RunResult {
-    pub branch: String,
-    /// The commit the worktree started from.
-    pub base: String,
-    /// The branch's commit after the run (`base` when nothing changed).
-    pub head: String,
-    /// Whether npc committed the changes (the agent may have committed them itself).
-    pub committed: bool,
-    pub files: u64,
-    pub insertions: u64,
-    pub deletions: u64,
-    /// What became of the branch's push (`push = true`), once tried.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub push: Option<Pushed>,
-}
-
-/// A run's branch pushed to `origin`, or why not.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
-pub struct Pushed {
-    /// The remote's URL without credentials.
-    pub remote: String,
-    pub ok: bool,
-    /// Why the push failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
+pub use crate::event::{Pushed, RunResult};
 
 impl RunResult {
     /// The result stored with run `row`, if it handed one back.
@@ -216,15 +188,15 @@ impl Conclusion {
 
     /// Commit and measure; the fields `run.finished` carries (`result`, or
     /// `result_error`).
-    pub async fn conclude(&self) -> serde_json::Value {
+    pub async fn conclude(&self) -> crate::event::Concluded {
         let result = self
             .worktree
             .conclude(&self.supervisor, &self.message, &self.author)
             .await
             .map_err(|e| e.to_string());
-        let fields = match &result {
-            Ok(r) => serde_json::json!({ "result": r }),
-            Err(e) => serde_json::json!({ "result_error": e }),
+        let fields = crate::event::Concluded {
+            result: result.as_ref().ok().cloned(),
+            result_error: result.as_ref().err().cloned(),
         };
         *crate::stdx::lock(&self.result) = Some(result);
         fields

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::{Preview, ReloadOutcome, Runtime};
 use crate::bus::EventBus;
+use crate::event::{ApiFailed, ApiListening, Event};
 use crate::store::Store;
 use tokio_util::sync::CancellationToken;
 
@@ -28,11 +29,6 @@ use crate::store::pg::PgStore;
 use crate::surfaces::runs::ManualRun;
 use crate::surfaces::tcp::Access;
 use axum::http::StatusCode;
-
-/// Event: the REST API listens (`url`).
-pub const API_LISTENING_EVENT: &str = "api.listening";
-/// Event: the REST API could not listen (`listen`, `error`).
-pub const API_FAILED_EVENT: &str = "api.failed";
 
 /// What the plan is compared with, as the API says it.
 pub const PLAN_AGAINST: &str = "the running daemon";
@@ -93,7 +89,7 @@ pub async fn start(
             let _ = runtime.api_url.set(url.clone());
             let _ = runtime.api_locked.set(locked);
             runtime
-                .emit(API_LISTENING_EVENT, None, json!({ "url": url }))
+                .emit(Event::ApiListening(ApiListening { url: url.clone() }), None)
                 .await;
             let backend = Arc::new(DaemonApi {
                 runtime: runtime.clone(),
@@ -118,9 +114,11 @@ async fn api_off(
     tracing::warn!("the REST API is off: {e}");
     runtime
         .emit(
-            API_FAILED_EVENT,
+            Event::ApiFailed(ApiFailed {
+                listen: daemon.listen.to_string(),
+                error: e.to_string(),
+            }),
             None,
-            json!({ "listen": daemon.listen.to_string(), "error": e.to_string() }),
         )
         .await;
     None

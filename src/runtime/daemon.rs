@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::watch::{DEBOUNCE, ManifestWatcher, next_burst};
 use super::{ReloadOutcome, RepoPaths, Runtime, RuntimeError};
+use crate::event::{DaemonStarted, Event, ReloadDamped};
 use crate::surfaces::control::{self, Handler, Reply, Request};
 
 /// Events replayed per page when a client asks for history.
@@ -86,9 +87,11 @@ pub async fn run(
 
     runtime
         .emit(
-            "daemon.started",
+            Event::DaemonStarted(DaemonStarted {
+                pid: std::process::id(),
+                repo: paths.root.clone(),
+            }),
             None,
-            serde_json::json!({ "pid": std::process::id(), "repo": paths.root }),
         )
         .await;
     // Bind before the first apply so a socket problem stops the start at
@@ -146,14 +149,13 @@ pub async fn run(
                         tracing::warn!("file changes start reloads in a loop ({changed}); at most one every {}s now", DAMPED_RELOAD_INTERVAL.as_secs());
                         runtime
                             .emit(
-                                RELOAD_DAMPED_EVENT,
-                                None,
-                                serde_json::json!({
-                                    "reloads": RELOAD_LOOP_LIMIT,
-                                    "window_secs": RELOAD_LOOP_WINDOW.as_secs(),
-                                    "interval_secs": DAMPED_RELOAD_INTERVAL.as_secs(),
-                                    "changed": changed,
+                                Event::ReloadDamped(ReloadDamped {
+                                    reloads: RELOAD_LOOP_LIMIT,
+                                    window_secs: RELOAD_LOOP_WINDOW.as_secs(),
+                                    interval_secs: DAMPED_RELOAD_INTERVAL.as_secs(),
+                                    changed: changed.clone(),
                                 }),
+                                None,
                             )
                             .await;
                     }
@@ -202,8 +204,6 @@ pub const RELOAD_LOOP_LIMIT: usize = 10;
 pub const RELOAD_LOOP_WINDOW: Duration = Duration::from_secs(10);
 /// While damped, at most one reload from file changes this often.
 pub const DAMPED_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
-/// Event: file changes start reloads in a loop; they are damped.
-pub const RELOAD_DAMPED_EVENT: &str = "reload.damped";
 
 /// Counts the reloads file changes start and damps a loop of them.
 #[derive(Debug, Default)]

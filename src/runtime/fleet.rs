@@ -20,27 +20,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
-
 use super::triggers::TriggerDriver;
 use crate::bus::EventBus;
+use crate::event::{self as ev, Event};
 use crate::runs::Runs;
 use crate::runs::executor::PRUNE_EVERY;
 use crate::runs::fleet::{RETRY_INITIAL, RETRY_MAX};
 use crate::store::NewEvent;
 use crate::store::pg::PgStore;
 use crate::store::queue::RUN_HISTORY_LIMIT;
-
-/// Event: the daemon reached the fleet's shared store (`fleet`).
-pub const STORE_CONNECTED_EVENT: &str = "store.connected";
-/// Event: the shared store cannot be reached (`fleet`, `error`); once per
-/// outage, not once per retry.
-pub const STORE_UNREACHABLE_EVENT: &str = "store.unreachable";
-/// Event: this daemon took the lead of the fleet's scheduling (`fleet`).
-pub const SCHEDULER_LEADING_EVENT: &str = "scheduler.leading";
-/// Event: this daemon lost the lead of the fleet's scheduling (`fleet`,
-/// `error`): its cron triggers stopped firing.
-pub const SCHEDULER_STANDBY_EVENT: &str = "scheduler.standby";
 
 /// Connect to the shared store of `fleet` at `url` until it answers, then
 /// hand `runs` to it (each recording `remote`, the repository's `origin`
@@ -60,7 +48,13 @@ pub(super) async fn join(
                 let store = Arc::new(store);
                 runs.queue().joined(fleet, store.clone(), remote);
                 tracing::info!("joined fleet `{}`", crate::stdx::term::printable(fleet));
-                publish(bus, STORE_CONNECTED_EVENT, json!({ "fleet": fleet })).await;
+                publish(
+                    bus,
+                    Event::StoreConnected(ev::Fleet {
+                        fleet: fleet.to_string(),
+                    }),
+                )
+                .await;
                 return store;
             }
             Err(e) => {
@@ -68,8 +62,11 @@ pub(super) async fn join(
                 tracing::warn!("cannot reach the shared store: {error}; retrying in {backoff:?}");
                 if !said {
                     said = true;
-                    let payload = json!({ "fleet": fleet, "error": error });
-                    publish(bus, STORE_UNREACHABLE_EVENT, payload).await;
+                    let payload = ev::FleetError {
+                        fleet: fleet.to_string(),
+                        error: error.clone(),
+                    };
+                    publish(bus, Event::StoreUnreachable(payload)).await;
                 }
                 runs.queue().not_joined(fleet, error);
                 tokio::time::sleep(backoff).await;
@@ -105,7 +102,13 @@ pub(super) async fn watch_health(
                 healthy = true;
                 runs.queue().joined(&fleet, store.clone(), remote.clone());
                 tracing::info!("the shared store answers again");
-                publish(&bus, STORE_CONNECTED_EVENT, json!({ "fleet": fleet })).await;
+                publish(
+                    &bus,
+                    Event::StoreConnected(ev::Fleet {
+                        fleet: fleet.to_string(),
+                    }),
+                )
+                .await;
             }
             Ok(()) => {}
             Err(e) => {
@@ -114,8 +117,11 @@ pub(super) async fn watch_health(
                 if healthy {
                     healthy = false;
                     tracing::warn!("the shared store stopped answering: {error}");
-                    let payload = json!({ "fleet": fleet, "error": error });
-                    publish(&bus, STORE_UNREACHABLE_EVENT, payload).await;
+                    let payload = ev::FleetError {
+                        fleet: fleet.to_string(),
+                        error: error.clone(),
+                    };
+                    publish(&bus, Event::StoreUnreachable(payload)).await;
                 }
             }
         }
@@ -136,7 +142,13 @@ pub(super) async fn schedule(
         match store.try_lead(lease).await {
             Ok(Some(leadership)) => {
                 lead(store, triggers, &fleet).await;
-                publish(bus, SCHEDULER_LEADING_EVENT, json!({ "fleet": fleet })).await;
+                publish(
+                    bus,
+                    Event::SchedulerLeading(ev::Fleet {
+                        fleet: fleet.to_string(),
+                    }),
+                )
+                .await;
                 let mut pruned: Option<tokio::time::Instant> = None;
                 let error = loop {
                     if pruned.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
@@ -158,8 +170,11 @@ pub(super) async fn schedule(
                 triggers.stand_by();
                 drop(leadership);
                 tracing::warn!("lost the lead of the fleet's scheduling: {error}");
-                let payload = json!({ "fleet": fleet, "error": error });
-                publish(bus, SCHEDULER_STANDBY_EVENT, payload).await;
+                let payload = ev::FleetError {
+                    fleet: fleet.to_string(),
+                    error: error.to_string(),
+                };
+                publish(bus, Event::SchedulerStandby(payload)).await;
             }
             Ok(None) => {}
             Err(e) => tracing::debug!("cannot ask for the fleet's scheduling: {e}"),
@@ -190,8 +205,9 @@ async fn lead(store: &PgStore, triggers: &TriggerDriver, fleet: &str) {
     }
 }
 
-async fn publish(bus: &EventBus, kind: &str, payload: serde_json::Value) {
-    if let Err(e) = bus.publish(NewEvent::new(kind, payload)).await {
+async fn publish(bus: &EventBus, event: Event) {
+    let kind = event.kind();
+    if let Err(e) = bus.publish(NewEvent::from(event)).await {
         tracing::warn!("cannot record `{kind}`: {e}");
     }
 }

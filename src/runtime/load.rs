@@ -157,7 +157,7 @@ pub(super) enum LoadFailure {
     Operational(String),
     /// The manifest is wrong: reported once (`manifest.invalid`).
     Invalid {
-        payload: serde_json::Value,
+        payload: Box<crate::event::ManifestInvalid>,
         error_count: usize,
     },
 }

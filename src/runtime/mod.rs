@@ -31,6 +31,7 @@ use tokio::sync::mpsc;
 
 use crate::bus::{BusError, EventBus};
 use crate::driver::{Driver, DriverContext, DriverError};
+use crate::event::{self as ev, Event};
 use crate::model::{self, Manifest};
 use crate::plan::{self, Action, ComponentId, Config, Desired, ObservedState};
 use crate::store::{ComponentRecord, NewEvent, Store, StoreError, now_ms};
@@ -90,6 +91,17 @@ struct Loaded {
     desired: Desired,
     sources: load::Sources,
     inputs: plan::ExternalInputs,
+}
+
+/// A reload's component result as `reconcile.applied` lists it.
+fn component_outcome(result: &ComponentResult) -> ev::ComponentOutcome {
+    ev::ComponentOutcome {
+        id: result.id.to_string(),
+        action: result.action,
+        outcome: result.outcome.as_str().to_string(),
+        pid: result.pid,
+        error: result.error.clone(),
+    }
 }
 
 /// What [`Runtime::preview`] found.
@@ -295,13 +307,9 @@ impl Runtime {
     }
 
     /// Publish an event; failures are logged, never fatal to the caller.
-    pub async fn emit(
-        &self,
-        kind: &str,
-        component: Option<&ComponentId>,
-        payload: serde_json::Value,
-    ) {
-        let mut event = NewEvent::new(kind, payload);
+    pub async fn emit(&self, event: Event, component: Option<&ComponentId>) {
+        let kind = event.kind();
+        let mut event = NewEvent::from(event);
         if let Some(id) = component {
             event = event.for_component(id.to_string());
         }
@@ -380,10 +388,10 @@ impl Runtime {
                 mut payload,
                 error_count,
             }) => {
-                payload["reason"] = reason.into();
+                payload.reason = Some(reason.to_string());
                 self.invalid
                     .store(true, std::sync::atomic::Ordering::SeqCst);
-                self.emit("manifest.invalid", None, payload).await;
+                self.emit(Event::ManifestInvalid(*payload), None).await;
                 return (ReloadOutcome::Invalid { error_count }, None);
             }
         };
@@ -391,12 +399,11 @@ impl Runtime {
             .invalid
             .swap(false, std::sync::atomic::Ordering::SeqCst)
         {
-            self.emit(
-                "manifest.valid",
-                None,
-                serde_json::json!({ "reason": reason, "after": "manifest.invalid" }),
-            )
-            .await;
+            let valid = ev::ManifestValid {
+                reason: reason.to_string(),
+                after: "manifest.invalid".to_string(),
+            };
+            self.emit(Event::ManifestValid(valid), None).await;
         }
         self.bus.set_secrets(manifest.secret_values());
         self.join_fleet(&manifest);
@@ -485,12 +492,7 @@ impl Runtime {
         };
         for notice in new {
             tracing::warn!("{}: {notice:?}", notice.event_kind());
-            self.emit(
-                notice.event_kind(),
-                None,
-                serde_json::to_value(&notice).unwrap_or_default(),
-            )
-            .await;
+            self.emit(plugin_notice_event(notice), None).await;
         }
     }
 
@@ -498,12 +500,11 @@ impl Runtime {
     /// daemon's retry.
     async fn report_failure(&self, reason: &str, error: &str) {
         tracing::warn!("reload failed: {error}");
-        self.emit(
-            "reload.failed",
-            None,
-            serde_json::json!({ "reason": reason, "error": error }),
-        )
-        .await;
+        let failed = ev::ReloadFailed {
+            reason: reason.to_string(),
+            error: error.to_string(),
+        };
+        self.emit(Event::ReloadFailed(failed), None).await;
         self.failed.notify_one();
     }
 
@@ -513,7 +514,9 @@ impl Runtime {
         match self.load().await {
             Ok(loaded) => Preview::Plan(plan::plan(&loaded.desired, &self.observed().await)),
             Err(LoadFailure::Operational(error)) => Preview::Failed { error },
-            Err(LoadFailure::Invalid { payload, .. }) => Preview::Invalid { payload },
+            Err(LoadFailure::Invalid { payload, .. }) => Preview::Invalid {
+                payload: serde_json::to_value(&payload).unwrap_or_default(),
+            },
         }
     }
 
@@ -544,7 +547,10 @@ impl Runtime {
                         source: e,
                     };
                     return Err(LoadFailure::Invalid {
-                        payload: serde_json::json!({ "error": error.to_string() }),
+                        payload: Box::new(ev::ManifestInvalid {
+                            error: Some(error.to_string()),
+                            ..ev::ManifestInvalid::default()
+                        }),
                         error_count: 1,
                     });
                 }
@@ -555,7 +561,10 @@ impl Runtime {
                 let report = model::diagnostics::JsonReport::new(&loaded.diagnostics);
                 return Err(LoadFailure::Invalid {
                     error_count: report.error_count,
-                    payload: serde_json::json!({ "report": report }),
+                    payload: Box::new(ev::ManifestInvalid {
+                        report: Some(serde_json::to_value(&report).unwrap_or_default()),
+                        ..ev::ManifestInvalid::default()
+                    }),
                 });
             };
             let inputs = checked_external_inputs(&manifest, &paths.root).map_err(|e| {
@@ -648,14 +657,22 @@ impl Runtime {
         }
         let mut results = files::write_files(&plans, &self.store).await;
         results.extend(copied);
-        let lines: Vec<serde_json::Value> = results
-            .iter()
+        let files = results
+            .into_iter()
             .map(|(path, r)| match r {
-                Ok(outcome) => serde_json::json!({ "path": path, "outcome": outcome }),
-                Err(e) => serde_json::json!({ "path": path, "outcome": "error", "error": e }),
+                Ok(outcome) => ev::WrittenFile {
+                    path,
+                    outcome: outcome.to_string(),
+                    error: None,
+                },
+                Err(e) => ev::WrittenFile {
+                    path,
+                    outcome: "error".to_string(),
+                    error: Some(e),
+                },
             })
             .collect();
-        self.emit("files.written", None, serde_json::json!({ "files": lines }))
+        self.emit(Event::FilesWritten(ev::FilesWritten { files }), None)
             .await;
         Ok(())
     }
@@ -681,24 +698,27 @@ impl Runtime {
             .map(|c| format!("{}: {}", c.id, c.cause))
             .collect();
         if !refused.is_empty() {
-            self.emit(
-                "reload.refused",
-                None,
-                serde_json::json!({ "reason": reason, "refused": refused }),
-            )
-            .await;
+            let event = ev::ReloadRefused {
+                reason: reason.to_string(),
+                refused: refused.clone(),
+            };
+            self.emit(Event::ReloadRefused(event), None).await;
             return ReloadOutcome::Refused { reasons: refused };
         }
-        let changes: Vec<serde_json::Value> = plan
+        let changes = plan
             .actionable()
-            .map(|c| serde_json::json!({ "id": c.id.to_string(), "action": c.action, "cause": c.cause }))
+            .map(|c| ev::PlannedChange {
+                id: c.id.to_string(),
+                action: c.action,
+                cause: c.cause.clone(),
+            })
             .collect();
-        self.emit(
-            "reconcile.planned",
-            None,
-            serde_json::json!({ "reason": reason, "summary": plan.summary(), "changes": changes }),
-        )
-        .await;
+        let planned = ev::ReconcilePlanned {
+            reason: reason.to_string(),
+            summary: plan.summary(),
+            changes,
+        };
+        self.emit(Event::ReconcilePlanned(planned), None).await;
 
         let mut results = Vec::new();
         // Phase 1: stop what goes away or gets replaced. Supervised processes
@@ -724,12 +744,10 @@ impl Runtime {
             applied.pids.remove(id);
             if change.action == Action::Remove {
                 applied.configs.remove(id);
-                self.emit(
-                    "component.removed",
-                    Some(id),
-                    serde_json::json!({ "cause": change.cause }),
-                )
-                .await;
+                let removed = ev::ComponentRemoved {
+                    cause: change.cause.clone(),
+                };
+                self.emit(Event::ComponentRemoved(removed), Some(id)).await;
                 results.push(ComponentResult {
                     id: id.clone(),
                     action: change.action,
@@ -766,17 +784,16 @@ impl Runtime {
                     if let Some(pid) = pid {
                         applied.pids.insert(id.clone(), pid);
                     }
-                    let kind = match change.action {
-                        Action::Add => "component.added",
-                        Action::Replace => "component.replaced",
-                        _ => "component.updated",
+                    let applied_one = ev::ComponentApplied {
+                        cause: change.cause.clone(),
+                        pid,
                     };
-                    self.emit(
-                        kind,
-                        Some(id),
-                        serde_json::json!({ "cause": change.cause, "pid": pid }),
-                    )
-                    .await;
+                    let event = match change.action {
+                        Action::Add => Event::ComponentAdded(applied_one),
+                        Action::Replace => Event::ComponentReplaced(applied_one),
+                        _ => Event::ComponentUpdated(applied_one),
+                    };
+                    self.emit(event, Some(id)).await;
                     results.push(ComponentResult {
                         id: id.clone(),
                         action: change.action,
@@ -798,12 +815,14 @@ impl Runtime {
         let touched: Vec<ComponentId> = plan.actionable().map(|c| c.id.clone()).collect();
         self.persist(&mut applied, &touched).await;
         let outcome = ReloadOutcome::Applied { results };
-        self.emit(
-            "reconcile.applied",
-            None,
-            serde_json::to_value(&outcome).unwrap_or_default(),
-        )
-        .await;
+        if let ReloadOutcome::Applied { results } = &outcome {
+            let applied_event = ev::ReconcileApplied {
+                outcome: "applied".to_string(),
+                results: results.iter().map(component_outcome).collect(),
+            };
+            self.emit(Event::ReconcileApplied(applied_event), None)
+                .await;
+        }
         outcome
     }
 
@@ -820,12 +839,11 @@ impl Runtime {
         let driver = self.driver(id.kind);
         let error_text = error.to_string();
         let Some(old) = old else {
-            self.emit(
-                "component.start_failed",
-                Some(id),
-                serde_json::json!({ "error": error_text }),
-            )
-            .await;
+            let failed = ev::ComponentStartFailed {
+                error: error_text.clone(),
+            };
+            self.emit(Event::ComponentStartFailed(failed), Some(id))
+                .await;
             let _ = driver.stop(&self.cx, id).await;
             applied.failed.insert(id.clone(), error_text.clone());
             return ComponentResult {
@@ -847,7 +865,13 @@ impl Runtime {
                 if let Some(pid) = pid {
                     applied.pids.insert(id.clone(), pid);
                 }
-                self.emit("component.rolled_back", Some(id), serde_json::json!({ "error": error_text, "pid": pid, "detail": "the new config failed; the previous config runs again" })).await;
+                let rolled_back = ev::ComponentRolledBack {
+                    error: error_text.clone(),
+                    pid,
+                    detail: "the new config failed; the previous config runs again".to_string(),
+                };
+                self.emit(Event::ComponentRolledBack(rolled_back), Some(id))
+                    .await;
                 ComponentResult {
                     id: id.clone(),
                     action,
@@ -863,12 +887,11 @@ impl Runtime {
                     id.clone(),
                     format!("{error_text}; rolling back failed too: {again}"),
                 );
-                self.emit(
-                    "component.failed",
-                    Some(id),
-                    serde_json::json!({ "error": error_text, "rollback_error": again.to_string() }),
-                )
-                .await;
+                let failed = ev::ComponentFailed::RollBack(ev::RollBackFailed {
+                    error: error_text.clone(),
+                    rollback_error: again.to_string(),
+                });
+                self.emit(Event::ComponentFailed(failed), Some(id)).await;
                 ComponentResult {
                     id: id.clone(),
                     action,
@@ -969,16 +992,14 @@ impl Runtime {
             return;
         }
         self.stopping.cancel();
-        self.emit("daemon.stopping", None, serde_json::json!({}))
-            .await;
+        self.emit(Event::DaemonStopping(ev::Empty {}), None).await;
         self.panes.shutdown().await;
         self.triggers.shutdown().await;
         self.runs.shutdown().await;
         self.cx.supervisor.shutdown().await;
         let mut applied = self.applied.lock().await;
         applied.pids.clear();
-        self.emit("daemon.stopped", None, serde_json::json!({}))
-            .await;
+        self.emit(Event::DaemonStopped(ev::Empty {}), None).await;
         self.bus.shutdown().await;
         let _ = self.store.flush().await;
     }
@@ -997,21 +1018,48 @@ async fn forward_supervisor_events(
 ) {
     while let Some(event) = rx.recv().await {
         let Some(rt) = runtime.upgrade() else { return };
-        let (kind, id) = match &event {
-            SupervisorEvent::Started { id, .. } => ("component.started", id),
-            SupervisorEvent::Exited { id, .. } => ("component.exited", id),
-            SupervisorEvent::Restarting { id, .. } => ("component.restarting", id),
-            SupervisorEvent::Failed { id, .. } => ("component.failed", id),
-            SupervisorEvent::Stopped { id } => ("component.stopped", id),
-        };
-        let component = ComponentId::parse(id);
+        let component = ComponentId::parse(event.id());
         if let (SupervisorEvent::Started { .. }, Some(c)) = (&event, &component)
             && c.kind == plan::Kind::McpServer
         {
             // A (re)started stdio server: its session rides on the new pipes.
             rt.mcp.pool().process_started(&c.name);
         }
-        let payload = serde_json::to_value(&event).unwrap_or_default();
-        rt.emit(kind, component.as_ref(), payload).await;
+        rt.emit(event.into_event(), component.as_ref()).await;
+    }
+}
+
+/// The `registry.*` event the daemon records for `notice`.
+fn plugin_notice_event(notice: model::PluginNotice) -> Event {
+    use model::PluginNotice;
+    match notice {
+        PluginNotice::Collision {
+            kind,
+            id,
+            kept,
+            dropped,
+            dropped_path,
+            policy,
+        } => Event::PluginCollision(ev::PluginCollision {
+            notice: "collision".into(),
+            kind,
+            id,
+            kept,
+            dropped,
+            dropped_path,
+            policy,
+        }),
+        PluginNotice::Dropped {
+            id,
+            source,
+            path,
+            reason,
+        } => Event::PluginDropped(ev::PluginDropped {
+            notice: "dropped".into(),
+            id,
+            source,
+            path,
+            reason,
+        }),
     }
 }

@@ -18,7 +18,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
@@ -187,13 +186,15 @@ async fn relay(
 
 /// The event `notice` becomes on this daemon's bus; `None` for its own.
 fn relayed(notice: &Notice, scope: &Scope, own: &Own) -> Option<NewEvent> {
-    let mut payload = json!({
-        "repository": notice.repository,
-        "pane": notice.pane,
-        "plugin": notice.plugin,
-        "reason": notice.reason,
-        "at_ms": notice.at_ms,
-    });
+    let mut payload = crate::event::Notice {
+        repository: notice.repository.clone(),
+        pane: notice.pane.clone(),
+        plugin: notice.plugin.clone(),
+        reason: notice.reason.clone(),
+        at_ms: notice.at_ms,
+        host: None,
+        fleet: None,
+    };
     match scope {
         Scope::User if notice.repository == own.repository => return None,
         Scope::User => {}
@@ -201,11 +202,11 @@ fn relayed(notice: &Notice, scope: &Scope, own: &Own) -> Option<NewEvent> {
             return None;
         }
         Scope::Fleet { fleet } => {
-            payload["host"] = json!(notice.host);
-            payload["fleet"] = json!(fleet);
+            payload.host = Some(notice.host.clone());
+            payload.fleet = Some(fleet.clone());
         }
     }
-    Some(NewEvent::new(NOTICE_EVENT, payload))
+    Some(NewEvent::from(crate::event::Event::Notice(payload)))
 }
 
 #[cfg(test)]
@@ -235,13 +236,13 @@ mod tests {
         };
         assert!(relayed(&notice("", "/r"), &Scope::User, &own).is_none());
         let other = relayed(&notice("", "/other"), &Scope::User, &own).unwrap();
-        assert!(other.payload.get("host").is_none());
+        assert!(other.payload().get("host").is_none());
         assert!(relayed(&notice("a", "/r"), &fleet, &own).is_none());
         // The same checkout path on another machine is another daemon.
         let elsewhere = relayed(&notice("b", "/r"), &fleet, &own).unwrap();
-        assert_eq!(elsewhere.kind, NOTICE_EVENT);
-        assert_eq!(elsewhere.payload["host"], "b");
-        assert_eq!(elsewhere.payload["fleet"], "f@remote");
-        assert_eq!(elsewhere.payload["repository"], "/r");
+        assert_eq!(elsewhere.kind(), NOTICE_EVENT);
+        assert_eq!(elsewhere.payload()["host"], "b");
+        assert_eq!(elsewhere.payload()["fleet"], "f@remote");
+        assert_eq!(elsewhere.payload()["repository"], "/r");
     }
 }

@@ -35,7 +35,8 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
-use serde_json::json;
+
+use crate::event as ev;
 
 use super::queue::{Enqueued, MANUAL_QUEUE, NewRun, RUN_SELECT_COLUMNS, RunRow, state};
 use super::{EncodedEvent, Event, NewEvent, Store, StoreError, now_ms, sqlite};
@@ -152,35 +153,32 @@ impl Rescued {
     /// replaced one `run.cancelled`.
     pub fn events(&self) -> Vec<NewEvent> {
         let id = &self.run_id;
-        let event = |kind: &str, payload| {
-            NewEvent::new(kind, payload).for_component(super::queue::run_component(id))
-        };
+        let event = |event: ev::Event| event.for_component(super::queue::run_component(id));
         match &self.rescue {
-            Rescue::Interrupted => vec![event(
-                "run.interrupted",
-                json!({ "run_id": id, "detail": LEASE_EXPIRED_DETAIL }),
-            )],
+            Rescue::Interrupted => vec![event(ev::Event::RunInterrupted(ev::RunInterrupted {
+                run_id: id.clone(),
+                detail: LEASE_EXPIRED_DETAIL.to_string(),
+                attempt: None,
+                of: None,
+            }))],
             Rescue::Retried { attempt, of } => vec![
-                event(
-                    "run.interrupted",
-                    json!({
-                        "run_id": id,
-                        "detail": LEASE_LOST_DETAIL,
-                        "attempt": attempt - 1,
-                        "of": of,
-                    }),
-                ),
-                event(
-                    "run.retry",
-                    json!({
-                        "run_id": id,
-                        "attempt": attempt,
-                        "of": of,
-                        // The lease's timeout was its pause.
-                        "delay_ms": 0,
-                        "previous": { "state": state::INTERRUPTED, "detail": LEASE_LOST_DETAIL },
-                    }),
-                ),
+                event(ev::Event::RunInterrupted(ev::RunInterrupted {
+                    run_id: id.clone(),
+                    detail: LEASE_LOST_DETAIL.to_string(),
+                    attempt: Some(attempt - 1),
+                    of: Some(*of),
+                })),
+                event(ev::Event::RunRetry(ev::RunRetry {
+                    run_id: id.clone(),
+                    attempt: *attempt,
+                    of: *of,
+                    // The lease's timeout was its pause.
+                    delay_ms: 0,
+                    previous: ev::PreviousAttempt {
+                        state: state::INTERRUPTED.to_string(),
+                        detail: Some(LEASE_LOST_DETAIL.to_string()),
+                    },
+                })),
             ],
             Rescue::Replaced { by } => vec![super::queue::cancelled_event(
                 id,

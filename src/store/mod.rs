@@ -205,29 +205,7 @@ pub struct Event {
     pub payload: serde_json::Value,
 }
 
-/// An event to persist; the store assigns `id` and `ts_ms`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewEvent {
-    pub kind: String,
-    pub component: Option<String>,
-    pub payload: serde_json::Value,
-}
-
-impl NewEvent {
-    pub fn new(kind: impl Into<String>, payload: serde_json::Value) -> Self {
-        Self {
-            kind: kind.into(),
-            component: None,
-            payload,
-        }
-    }
-
-    /// Attach the component (`kind/name`) the event concerns.
-    pub fn for_component(mut self, component: impl Into<String>) -> Self {
-        self.component = Some(component.into());
-        self
-    }
-}
+pub use crate::event::NewEvent;
 
 /// A [`NewEvent`] whose payload is already serialized, so the writer thread
 /// spends its time inserting rather than encoding.
@@ -239,7 +217,7 @@ pub struct EncodedEvent {
 
 impl EncodedEvent {
     pub fn encode(event: NewEvent) -> Self {
-        let payload_json = event.payload.to_string();
+        let payload_json = event.payload().to_string();
         Self {
             event,
             payload_json,
@@ -835,15 +813,16 @@ fn insert_events(
             payload_json,
         } in events
         {
+            let (kind, component, payload) = event.into_parts();
             insert
-                .execute((ts_ms, &event.kind, &event.component, &payload_json))
+                .execute((ts_ms, &kind, &component, &payload_json))
                 .map_err(sqlite("insert an event"))?;
             stored.push(Event {
                 id: conn.last_insert_rowid(),
                 ts_ms,
-                kind: event.kind,
-                component: event.component,
-                payload: event.payload,
+                kind,
+                component,
+                payload,
             });
         }
         Ok(stored)

@@ -319,10 +319,10 @@ fn replace_active(conn: &Connection, run: &NewRun) -> Result<Vec<String>, StoreE
 
 /// The `run.cancelled` event of run `id`, ended for `detail`.
 pub fn cancelled_event(id: &str, detail: &str) -> super::NewEvent {
-    super::NewEvent::new(
-        "run.cancelled",
-        serde_json::json!({ "run_id": id, "detail": detail }),
-    )
+    crate::event::Event::RunCancelled(crate::event::RunCancelled {
+        run_id: id.to_string(),
+        detail: Some(detail.to_string()),
+    })
     .for_component(run_component(id))
 }
 

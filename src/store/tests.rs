@@ -11,7 +11,7 @@ fn temp_store() -> (tempfile::TempDir, Store) {
 }
 
 fn event(kind: &str, n: i64) -> EncodedEvent {
-    EncodedEvent::encode(NewEvent::new(kind, json!({ "n": n })).for_component("mcp_server/fs"))
+    EncodedEvent::encode(NewEvent::untyped(kind, json!({ "n": n })).for_component("mcp_server/fs"))
 }
 
 fn raw(path: &Path) -> Connection {

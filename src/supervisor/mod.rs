@@ -108,19 +108,7 @@ pub enum SupervisorError {
     ShuttingDown,
 }
 
-/// How a process ended: an exit code, or the signal that killed it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct ExitInfo {
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-}
-
-impl ExitInfo {
-    /// Exit code 0.
-    pub fn success(&self) -> bool {
-        self.code == Some(0)
-    }
-}
+pub use crate::event::ExitInfo;
 
 impl From<ExitStatus> for ExitInfo {
     fn from(status: ExitStatus) -> Self {
@@ -243,6 +231,63 @@ pub enum SupervisorEvent {
     Stopped {
         id: String,
     },
+}
+
+impl SupervisorEvent {
+    /// The supervised child it is about (`kind/name`).
+    pub fn id(&self) -> &str {
+        match self {
+            Self::Started { id, .. }
+            | Self::Exited { id, .. }
+            | Self::Restarting { id, .. }
+            | Self::Failed { id, .. }
+            | Self::Stopped { id } => id,
+        }
+    }
+
+    /// The `component.*` event it is recorded as; the payload keeps
+    /// `event` (`started`, `exited`, …) and `id` first.
+    pub fn into_event(self) -> crate::event::Event {
+        use crate::event::{self as ev, Event};
+        match self {
+            Self::Started { id, pid } => Event::ComponentStarted(ev::ProcessStarted {
+                event: "started".into(),
+                id,
+                pid,
+            }),
+            Self::Exited {
+                id,
+                pid,
+                code,
+                signal,
+            } => Event::ComponentExited(ev::ProcessExited {
+                event: "exited".into(),
+                id,
+                pid,
+                code,
+                signal,
+            }),
+            Self::Restarting { id, attempt, delay } => {
+                Event::ComponentRestarting(ev::ProcessRestarting {
+                    event: "restarting".into(),
+                    id,
+                    attempt,
+                    delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                })
+            }
+            Self::Failed { id, reason } => {
+                Event::ComponentFailed(ev::ComponentFailed::Supervisor(ev::ProcessFailed {
+                    event: "failed".into(),
+                    id,
+                    reason,
+                }))
+            }
+            Self::Stopped { id } => Event::ComponentStopped(ev::ProcessStopped {
+                event: "stopped".into(),
+                id,
+            }),
+        }
+    }
 }
 
 /// The pipes of the current process of a child started with piped stdio.

@@ -39,13 +39,7 @@ pub struct PtySpec {
     pub cols: u16,
 }
 
-/// How a PTY child ended: its exit code, or the name of the signal that
-/// killed it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PtyExit {
-    pub code: Option<u32>,
-    pub signal: Option<String>,
-}
+pub use crate::event::PtyExit;
 
 impl std::fmt::Display for PtyExit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -55,6 +55,7 @@ use super::{
     FIRING_QUEUE_DEPTH, Firing, Firings, Origin, Refused, TriggerContext, TriggerError, TriggerKind,
 };
 use crate::bus::EventBus;
+use crate::event::{Event, WebhookListenFailed, WebhookListening, WebhookRefused};
 use crate::model::TriggerSource;
 use crate::store::NewEvent;
 use crate::store::queue::Enqueued;
@@ -347,10 +348,9 @@ impl Listener {
                 let error = e.to_string();
                 tokio::spawn(async move {
                     let _ = bus
-                        .publish(NewEvent::new(
-                            "webhook.listen_failed",
-                            json!({ "error": error }),
-                        ))
+                        .publish(NewEvent::from(Event::WebhookListenFailed(
+                            WebhookListenFailed { error },
+                        )))
                         .await;
                 });
             }
@@ -384,10 +384,9 @@ impl Listener {
         let bus = self.bus.clone();
         tokio::spawn(async move {
             let _ = bus
-                .publish(NewEvent::new(
-                    "webhook.listening",
-                    json!({ "addr": bound.to_string() }),
-                ))
+                .publish(NewEvent::from(Event::WebhookListening(WebhookListening {
+                    addr: bound.to_string(),
+                })))
                 .await;
         });
         Ok(())
@@ -420,7 +419,7 @@ impl Listener {
     async fn refuse(
         &self,
         status: StatusCode,
-        kind: &str,
+        kind: fn(WebhookRefused) -> Event,
         route: Option<&str>,
         detail: &str,
     ) -> Response {
@@ -442,18 +441,22 @@ impl Listener {
             }
         };
         if let Some(suppressed) = suppressed {
-            let mut payload =
-                json!({ "route": route, "status": status.as_u16(), "detail": detail });
-            if suppressed > 0 {
-                payload["suppressed_before"] = suppressed.into();
-            }
-            if let Err(e) = self.bus.publish(NewEvent::new(kind, payload)).await {
-                tracing::warn!("cannot record `{kind}`: {e}");
+            let payload = WebhookRefused {
+                route: route.map(str::to_string),
+                status: status.as_u16(),
+                detail: detail.to_string(),
+                suppressed_before: (suppressed > 0).then_some(suppressed),
+            };
+            let event = kind(payload);
+            let name = event.kind();
+            if let Err(e) = self.bus.publish(NewEvent::from(event)).await {
+                tracing::warn!("cannot record `{name}`: {e}");
             }
         }
+        let name = kind(WebhookRefused::default()).kind();
         (
             status,
-            axum::Json(json!({ "error": detail, "event": kind })),
+            axum::Json(json!({ "error": detail, "event": name })),
         )
             .into_response()
     }
@@ -497,7 +500,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
         return listener
             .refuse(
                 StatusCode::METHOD_NOT_ALLOWED,
-                "webhook.method_not_allowed",
+                Event::WebhookMethodNotAllowed,
                 None,
                 "webhooks take `POST` only",
             )
@@ -511,7 +514,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
         return listener
             .refuse(
                 StatusCode::NOT_FOUND,
-                "webhook.unknown_route",
+                Event::WebhookUnknownRoute,
                 None,
                 &format!("no webhook route at `{shown}`"),
             )
@@ -528,7 +531,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
         return listener
             .refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                "webhook.too_large",
+                Event::WebhookTooLarge,
                 name,
                 &too_large(),
             )
@@ -540,11 +543,11 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
         Ok(read) => read,
         Err(refusal) => {
             use crate::surfaces::http::BodyRefusal as R;
-            let kind = match refusal {
-                R::TooLarge => "webhook.too_large",
-                R::TooSlow => "webhook.too_slow",
-                R::Busy => "webhook.busy",
-                R::Broken => "webhook.broken_body",
+            let kind: fn(WebhookRefused) -> Event = match refusal {
+                R::TooLarge => Event::WebhookTooLarge,
+                R::TooSlow => Event::WebhookTooSlow,
+                R::Busy => Event::WebhookBusy,
+                R::Broken => Event::WebhookBrokenBody,
             };
             let detail = match refusal {
                 R::TooLarge => too_large(),
@@ -555,7 +558,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
     };
     if !is_json(&parts.headers) {
         return listener
-            .refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, "webhook.unsupported_media_type", name, "send `Content-Type: application/json` (in GitHub, choose the `application/json` content type)")
+            .refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, Event::WebhookUnsupportedMediaType, name, "send `Content-Type: application/json` (in GitHub, choose the `application/json` content type)")
             .await;
     }
     // A delivery is known by its signature (what an attacker who captured
@@ -569,7 +572,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
                 return listener
                     .refuse(
                         StatusCode::UNAUTHORIZED,
-                        "webhook.bad_signature",
+                        Event::WebhookBadSignature,
                         name,
                         problem.describe(),
                     )
@@ -599,7 +602,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
         return listener
             .refuse(
                 StatusCode::CONFLICT,
-                "webhook.replayed",
+                Event::WebhookReplayed,
                 name,
                 "this delivery was already accepted",
             )
@@ -609,7 +612,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
         return listener
             .refuse(
                 StatusCode::TOO_MANY_REQUESTS,
-                "webhook.rate_limited",
+                Event::WebhookRateLimited,
                 name,
                 "too many requests on this route; slow down",
             )
@@ -621,7 +624,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
             return listener
                 .refuse(
                     StatusCode::BAD_REQUEST,
-                    "webhook.bad_json",
+                    Event::WebhookBadJson,
                     name,
                     &format!("the body is not JSON: {e}"),
                 )
@@ -635,7 +638,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
             event.as_deref().unwrap_or("")
         );
         return listener
-            .refuse(StatusCode::OK, "webhook.ignored", name, &detail)
+            .refuse(StatusCode::OK, Event::WebhookIgnored, name, &detail)
             .await;
     }
     if let Some(filter) = &route.filter {
@@ -650,7 +653,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
         };
         if let Some(detail) = detail {
             return listener
-                .refuse(StatusCode::OK, "webhook.filtered", name, &detail)
+                .refuse(StatusCode::OK, Event::WebhookFiltered, name, &detail)
                 .await;
         }
     }
@@ -674,7 +677,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
         return listener
             .refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "webhook.queue_full",
+                Event::WebhookQueueFull,
                 name,
                 "the route is being reconfigured; retry",
             )
@@ -685,7 +688,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
             listener
                 .refuse(
                     StatusCode::CONFLICT,
-                    "webhook.replayed",
+                    Event::WebhookReplayed,
                     name,
                     "this delivery was already accepted",
                 )
@@ -705,7 +708,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
             listener
                 .refuse(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "webhook.queue_full",
+                    Event::WebhookQueueFull,
                     name,
                     "the trigger's run queue is full; retry later",
                 )
@@ -718,7 +721,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
             listener
                 .refuse(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "webhook.store_unreachable",
+                    Event::WebhookStoreUnreachable,
                     name,
                     STORE_UNREACHABLE_ANSWER,
                 )

@@ -145,6 +145,57 @@ fn the_pure_core_reads_no_disk_and_no_environment() {
 }
 
 #[test]
+fn event_is_pure() {
+    let found = offenders("event", &IMPURE);
+    assert!(
+        found.is_empty(),
+        "src/event must stay pure:\n{}",
+        found.join("\n")
+    );
+}
+
+/// An event is built only from `event::Event` (`NewEvent::from`,
+/// `Event::for_component`), so a kind is never a string and a payload never
+/// a loose `json!` object: no struct literal or string constructor of
+/// `NewEvent` outside `src/event` (`NewEvent::untyped` exists only under
+/// `cfg(test)`, for the bus's and the store's own tests), and
+/// `NewEvent::relayed` — a copy of an event a fleet worker already stored —
+/// only in `runs::fleet`.
+#[test]
+fn every_event_is_made_from_the_event_enum() {
+    let mut found = Vec::new();
+    for file in rust_files(&repo_root().join("src")) {
+        let rel = file
+            .strip_prefix(repo_root())
+            .unwrap()
+            .display()
+            .to_string();
+        if rel.starts_with("src/event/") {
+            continue;
+        }
+        let mut needles = vec!["NewEvent {", "NewEvent::new("];
+        if rel != "src/runs/fleet.rs" {
+            needles.push("NewEvent::relayed(");
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for needle in &needles {
+                // `fn f() -> NewEvent {` names the type, it builds nothing.
+                if code.contains(needle) && !(code.contains("fn ") && *needle == "NewEvent {") {
+                    found.push(format!("{rel}:{}: `{}`", i + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "events are made from `event::Event` only (add a kind to `src/event/`):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
 fn plan_is_pure() {
     let found = offenders("plan", &IMPURE);
     assert!(
@@ -259,7 +310,7 @@ fn the_api_surface_never_reaches_into_the_runtime() {
 /// placed here.
 const LAYERS: &[(&str, &[&str])] = &[
     ("leaf", &["stdx", "repofs"]),
-    ("pure core", &["model", "plan"]),
+    ("pure core", &["model", "plan", "event"]),
     (
         "effects",
         &["store", "bus", "supervisor", "surfaces", "disk"],

@@ -8,13 +8,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use npcagent::event::{Event, RunFinished, RunOutput};
 use npcagent::store::fleet::{
     Claimed, FleetQueue, Handover, LEASE_EXPIRED_DETAIL, LEASE_LOST_DETAIL, NextClaim, Rescue,
     Rescued, SqliteQueue,
 };
 use npcagent::store::pg::PgStore;
 use npcagent::store::queue::{Enqueued, NewRun, state};
-use npcagent::store::{NewEvent, Store, StoreError};
+use npcagent::store::{Store, StoreError};
 use serde_json::json;
 
 use crate::pg::{PG_PASSWORD, PgCluster, Shutdown};
@@ -648,8 +649,7 @@ async fn a_late_write_under_an_old_token_is_refused(queue: Arc<dyn FleetQueue>) 
         matches!(late, Err(StoreError::Fenced { ref run, token }) if run == "a" && token == first.lease.token),
         "{late:?}"
     );
-    let event =
-        || vec![NewEvent::new("run.finished", json!({ "run_id": "a" })).for_component("run.a")];
+    let event = || vec![Event::RunFinished(RunFinished::default()).for_component("run.a")];
     for late in [
         queue.heartbeat(&first.lease, LONG_LEASE).await.err(),
         queue
@@ -682,8 +682,7 @@ async fn an_end_under_a_lapsed_lease_nobody_took_is_recorded_once(queue: Arc<dyn
     queue.enqueue(run("late")).await.unwrap();
     let held = queue.claim("w1", SHORT_LEASE).await.unwrap().unwrap();
     until_expired(&queue, &held.lease).await;
-    let finished =
-        NewEvent::new("run.finished", json!({ "run_id": "late" })).for_component("run.late");
+    let finished = Event::RunFinished(RunFinished::default()).for_component("run.late");
     queue
         .append_fenced(&held.lease, vec![finished])
         .await
@@ -793,12 +792,21 @@ async fn dedupe_keys_and_queue_bounds_hold(queue: Arc<dyn FleetQueue>) {
     assert!(queue.run("k2").await.unwrap().is_none());
 }
 
+/// Run `e`'s output line `n`.
+fn output_event(n: i64) -> Event {
+    Event::RunOutput(RunOutput {
+        run_id: "e".to_string(),
+        stream: "stdout".to_string(),
+        line: n.to_string(),
+    })
+}
+
 async fn fenced_events_append_in_order_and_a_lost_lease_appends_none(queue: Arc<dyn FleetQueue>) {
     queue.enqueue(run("e")).await.unwrap();
     let claimed = queue.claim("w", LONG_LEASE).await.unwrap().unwrap();
     let before = queue.events_after(0, 1_000).await.unwrap().len();
     let events = (0..5)
-        .map(|n| NewEvent::new("run.output", json!({ "n": n })).for_component("run.e"))
+        .map(|n| output_event(n).for_component("run.e"))
         .collect();
     let stored = queue.append_fenced(&claimed.lease, events).await.unwrap();
     assert!(stored.windows(2).all(|w| w[0].id < w[1].id));
@@ -806,7 +814,7 @@ async fn fenced_events_append_in_order_and_a_lost_lease_appends_none(queue: Arc<
     assert_eq!(all.len(), before + 5);
     let ns: Vec<i64> = all[before..]
         .iter()
-        .map(|e| e.payload["n"].as_i64().unwrap())
+        .map(|e| e.payload["line"].as_str().unwrap().parse().unwrap())
         .collect();
     assert_eq!(ns, vec![0, 1, 2, 3, 4]);
     queue
@@ -814,10 +822,7 @@ async fn fenced_events_append_in_order_and_a_lost_lease_appends_none(queue: Arc<
         .await
         .unwrap();
     let late = queue
-        .append_fenced(
-            &claimed.lease,
-            vec![NewEvent::new("run.output", json!({ "n": 5 })).for_component("run.e")],
-        )
+        .append_fenced(&claimed.lease, vec![output_event(5).for_component("run.e")])
         .await;
     assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
     assert_eq!(

@@ -10,6 +10,7 @@
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 
+use npcagent::event::{Event, RunOutput};
 use npcagent::store::NewEvent;
 use npcagent::store::fleet::FleetQueue as _;
 use npcagent::store::pg::PgStore;
@@ -204,14 +205,14 @@ fn a_follower_of_the_fleets_log_is_woken_by_the_append_itself() {
             .await
             .expect("the follower listens");
         store
-            .append_events(vec![NewEvent::new("probe", json!({}))])
+            .append_events(vec![NewEvent::from(Event::RunOutput(RunOutput::default()))])
             .await
             .unwrap();
         tokio::time::timeout(WAIT_LIMIT, follower.wait_for_append(NO_POLL))
             .await
             .expect("the append's notification wakes the follower");
         let events = follower.wait_for_events(0, 10, NO_POLL).await.unwrap();
-        assert_eq!(events.last().unwrap().kind, "probe");
+        assert_eq!(events.last().unwrap().kind, "run.output");
     });
 }
 

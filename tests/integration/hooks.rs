@@ -403,13 +403,13 @@ fn misbehave(name: &str) -> String {
 }
 
 /// A hook running `sh -c SCRIPT`.
-fn sh_hook(event: &str, script: &str, matcher: &str) -> String {
+pub(crate) fn sh_hook(event: &str, script: &str, matcher: &str) -> String {
     format!(
         "[[hooks.{event}]]\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nmatcher = {matcher:?}\n"
     )
 }
 
-fn deny_hook(matcher: &str, reason: &str) -> String {
+pub(crate) fn deny_hook(matcher: &str, reason: &str) -> String {
     sh_hook(
         "before_tool",
         &format!("echo '{{\"decision\":\"deny\",\"reason\":\"{reason}\"}}'"),

@@ -10,6 +10,7 @@ mod architecture;
 mod contain;
 mod daemon;
 mod doctor;
+mod events;
 mod fleet;
 mod fleet_code;
 mod fleet_faults;

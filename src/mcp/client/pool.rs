@@ -54,11 +54,7 @@ use crate::bus::EventBus;
 use crate::driver::{DriverContext, child_spec};
 use crate::model::{CommandSpec, Manifest, McpServer, McpTransport, Prefix, RestartPolicy};
 use crate::plan::{ComponentId, Kind};
-use crate::store::NewEvent;
 use crate::supervisor::{ChildSpec, ChildState, OutputWiring, Supervisor, SupervisorError};
-
-/// Event recorded when an upstream server cannot be connected.
-pub const SERVER_FAILED_EVENT: &str = "mcp.server_failed";
 
 /// Upstream sessions being established at once: enough that a repository's
 /// servers all start together (start-up is bounded by the slowest one, see

@@ -24,7 +24,7 @@ use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 
 use super::catalog::{Catalog, ManifestPrompts};
-use crate::mcp::call::{CallPath, PROMPT_GET_EVENT, RESOURCE_READ_EVENT};
+use crate::mcp::call::{CallPath, Served};
 use crate::mcp::client::catalog::CatalogChange;
 use crate::mcp::passthrough::{Caller, Client, Sink, as_caller};
 use crate::mcp::resource_uri;
@@ -327,7 +327,12 @@ impl ServerHandler for Gateway {
         let read = self.catalog.read_resource(&request.uri).await;
         let error = read.as_ref().err().map(|e| e.message.to_string());
         self.path
-            .record_request(RESOURCE_READ_EVENT, &request.uri, error.as_deref(), started)
+            .record_request(
+                Served::ResourceRead,
+                &request.uri,
+                error.as_deref(),
+                started,
+            )
             .await;
         Ok(read?.into())
     }
@@ -352,7 +357,7 @@ impl ServerHandler for Gateway {
             .await;
         let error = got.as_ref().err().map(|e| e.message.to_string());
         self.path
-            .record_request(PROMPT_GET_EVENT, &request.name, error.as_deref(), started)
+            .record_request(Served::PromptGet, &request.name, error.as_deref(), started)
             .await;
         Ok(got?.into())
     }

@@ -6,16 +6,18 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::Executor;
 use super::worktree::Opened;
 use crate::driver::{DriverContext, child_spec};
+use crate::event::{
+    CommandRunFinished, CommandRunStarted, Event, RunFinished, RunOutput, RunStarted,
+};
 use crate::model::{CommandSpec, RestartPolicy};
 use crate::plan::{ComponentId, Kind};
 use crate::runs::Ending;
-use crate::runs::workspace::{Conclusion, merge};
+use crate::runs::workspace::Conclusion;
 use crate::store::queue::{RunRow, state};
 
 /// Output lines of a command recorded per run (`run.output`); the rest are
@@ -73,12 +75,8 @@ impl Executor {
             });
             if let Err(e) = written {
                 let error = format!("cannot write the payload file: {e}");
-                self.record(
-                    &row.id,
-                    "run.finished",
-                    json!({ "run_id": row.id, "outcome": "failed", "error": error }),
-                )
-                .await;
+                self.record(&row.id, Event::run_failed(&row.id, None, error.clone()))
+                    .await;
                 return (state::FAILED, Some(error));
             }
             spec.env.insert(
@@ -88,39 +86,33 @@ impl Executor {
         }
         self.record(
             &row.id,
-            "run.started",
-            json!({
-                "run_id": row.id,
-                "trigger": row.trigger,
-                "origin": row.origin,
-                "action": "command",
-                "program": command.command,
-                "cwd": spec.cwd,
-            }),
+            Event::RunStarted(RunStarted::Command(CommandRunStarted {
+                run_id: row.id.clone(),
+                trigger: row.trigger.clone(),
+                origin: row.origin.clone(),
+                action: "command".to_string(),
+                program: command.command.to_string(),
+                cwd: spec.cwd.clone(),
+            })),
         )
         .await;
-        let finished = |outcome: &str, extra: Value| {
-            let mut payload = json!({
-                "run_id": row.id,
-                "trigger": row.trigger,
-                "outcome": outcome,
-                "duration_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            });
-            if let (Value::Object(p), Value::Object(e)) = (&mut payload, extra) {
-                p.extend(e);
-            }
-            payload
+        let finished = |outcome: &str| CommandRunFinished {
+            run_id: row.id.clone(),
+            trigger: row.trigger.clone(),
+            outcome: outcome.to_string(),
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            ..CommandRunFinished::default()
         };
         let mut child = match self.cx.supervisor.spawn_streaming(&spec) {
             Ok(child) => child,
             Err(e) => {
                 let error = e.to_string();
-                self.record(
-                    &row.id,
-                    "run.finished",
-                    finished("failed", json!({ "error": error })),
-                )
-                .await;
+                let event = CommandRunFinished {
+                    error: Some(error.clone()),
+                    ..finished("failed")
+                };
+                self.record(&row.id, Event::RunFinished(RunFinished::Command(event)))
+                    .await;
                 return (state::FAILED, Some(error));
             }
         };
@@ -173,8 +165,11 @@ impl Executor {
                     let text: String = line.text().chars().take(MAX_OUTPUT_LINE_CHARS).collect();
                     self.record(
                         &row.id,
-                        "run.output",
-                        json!({ "run_id": row.id, "stream": stream, "line": text }),
+                        Event::RunOutput(RunOutput {
+                            run_id: row.id.clone(),
+                            stream: stream.to_string(),
+                            line: text,
+                        }),
                     )
                     .await;
                 } else {
@@ -188,14 +183,16 @@ impl Executor {
         } else {
             state::FAILED
         });
-        let mut payload = finished(
-            end,
-            json!({ "exit": exit, "output_lines_dropped": dropped }),
-        );
+        let mut payload = CommandRunFinished {
+            exit: Some(exit),
+            output_lines_dropped: Some(dropped),
+            ..finished(end)
+        };
         if let Some(conclusion) = conclusion {
-            merge(&mut payload, conclusion.conclude().await);
+            payload.concluded = conclusion.conclude().await;
         }
-        self.record(&row.id, "run.finished", payload).await;
+        self.record(&row.id, Event::RunFinished(RunFinished::Command(payload)))
+            .await;
         let detail = (end == state::FAILED).then(|| exit.to_string());
         (end, detail)
     }

@@ -13,9 +13,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{Executor, MANUAL_QUEUE, Origin};
+use crate::event::{Event, RunCommand, RunPush, RunWorkspace, RunWorktreeKept};
 use crate::model::{Action, Manifest, WorkspaceMode, WorkspaceSpec};
 use crate::runs::workspace::{self, CommandOutcome, Conclusion, Pushed, Start, Worktree};
 use crate::store::queue::{RunRow, state};
@@ -192,15 +193,14 @@ impl Executor {
         }
         self.record(
             &row.id,
-            "run.workspace",
-            json!({
-                "run_id": row.id,
-                "workspace": "worktree",
-                "worktree": shown,
-                "branch": worktree.branch,
-                "base": worktree.base,
-                "ref": worktree.base_ref,
-                "port": port,
+            Event::RunWorkspace(RunWorkspace {
+                run_id: row.id.clone(),
+                workspace: "worktree".to_string(),
+                worktree: shown,
+                branch: worktree.branch.clone(),
+                base: worktree.base.clone(),
+                base_ref: worktree.base_ref.clone(),
+                port,
             }),
         )
         .await;
@@ -218,7 +218,8 @@ impl Executor {
             timeout,
         )
         .await;
-        self.record_commands(&row.id, "run.setup", &outcomes).await;
+        self.record_commands(&row.id, Event::RunSetup, &outcomes)
+            .await;
         if let Some(failed) = outcomes.iter().find(|o| !o.ok) {
             return Err(format!(
                 "setup command `{}` failed ({}): {}",
@@ -310,7 +311,8 @@ impl Executor {
                 AFTER_TIMEOUT,
             )
             .await;
-            self.record_commands(&row.id, "run.after", &outcomes).await;
+            self.record_commands(&row.id, Event::RunAfter, &outcomes)
+                .await;
         }
         if end == state::SUCCEEDED {
             match opened.worktree.remove(&self.cx.supervisor).await {
@@ -324,12 +326,11 @@ impl Executor {
         } else {
             self.record(
                 &row.id,
-                "run.worktree_kept",
-                json!({
-                    "run_id": row.id,
-                    "worktree": opened.worktree.dir,
-                    "branch": opened.worktree.branch,
-                    "state": end,
+                Event::RunWorktreeKept(RunWorktreeKept {
+                    run_id: row.id.clone(),
+                    worktree: opened.worktree.dir.clone(),
+                    branch: opened.worktree.branch.clone(),
+                    state: end.to_string(),
                 }),
             )
             .await;
@@ -359,36 +360,36 @@ impl Executor {
                 }
             }
         };
-        let kind = if pushed.ok {
-            "run.pushed"
-        } else {
-            "run.push_failed"
+        let payload = RunPush {
+            run_id: row.id.clone(),
+            branch: opened.worktree.branch.clone(),
+            remote: pushed.remote.clone(),
+            error: pushed.error.clone(),
         };
-        self.record(
-            &row.id,
-            kind,
-            json!({
-                "run_id": row.id,
-                "branch": opened.worktree.branch,
-                "remote": pushed.remote,
-                "error": pushed.error,
-            }),
-        )
-        .await;
+        let event = if pushed.ok {
+            Event::RunPushed(payload)
+        } else {
+            Event::RunPushFailed(payload)
+        };
+        self.record(&row.id, event).await;
         pushed
     }
 
-    async fn record_commands(&self, id: &str, kind: &str, outcomes: &[CommandOutcome]) {
+    async fn record_commands(
+        &self,
+        id: &str,
+        kind: fn(RunCommand) -> Event,
+        outcomes: &[CommandOutcome],
+    ) {
         for o in outcomes {
             self.record(
                 id,
-                kind,
-                json!({
-                    "run_id": id,
-                    "command": o.command,
-                    "ok": o.ok,
-                    "status": o.status,
-                    "output": tail(&o.output, MAX_EVENT_OUTPUT_CHARS),
+                kind(RunCommand {
+                    run_id: id.to_string(),
+                    command: o.command.clone(),
+                    ok: o.ok,
+                    status: o.status.clone(),
+                    output: tail(&o.output, MAX_EVENT_OUTPUT_CHARS),
                 }),
             )
             .await;

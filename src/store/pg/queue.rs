@@ -888,14 +888,15 @@ impl PgStore {
             .map_err(&failed)?;
         let mut stored = Vec::with_capacity(events.len());
         for event in events {
+            let (kind, component, payload) = event.into_parts();
             let row = tx
                 .query_one(
                     &insert,
                     &[
                         &self.fleet(),
-                        &event.kind,
-                        &event.component,
-                        &event.payload.to_string(),
+                        &kind,
+                        &component,
+                        &payload.to_string(),
                         &EVENTS_CHANNEL,
                     ],
                 )
@@ -904,9 +905,9 @@ impl PgStore {
             stored.push(Event {
                 id: row.get(0),
                 ts_ms: row.get(1),
-                kind: event.kind,
-                component: event.component,
-                payload: event.payload,
+                kind,
+                component,
+                payload,
             });
         }
         Ok(stored)

@@ -6,6 +6,7 @@
 //! [`super::Pool`]'s.
 
 use super::*;
+use crate::event::{Event, McpServerFailed};
 
 /// The server's tools, at most [`MAX_TOOL_PAGES`] pages and
 /// [`MAX_TOOLS_PER_SERVER`] tools, so a server paging forever or listing
@@ -463,10 +464,10 @@ impl Upstream {
             reason: e.to_string(),
         });
         if let Some(bus) = &self.bus {
-            let event = NewEvent::new(
-                SERVER_FAILED_EVENT,
-                serde_json::json!({ "server": self.name, "reason": e.to_string() }),
-            )
+            let event = Event::McpServerFailed(McpServerFailed {
+                server: self.name.to_string(),
+                reason: e.to_string(),
+            })
             .for_component(self.component().to_string());
             if let Err(e) = bus.publish(event).await {
                 tracing::warn!(error = %e, "mcp: recording a failed server failed");

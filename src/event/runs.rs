@@ -1,0 +1,366 @@
+//! The events of runs (`run.*`): queued, started, their workspace and
+//! commands, probes, the end. Every payload names its `run_id`.
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::Event;
+
+/// Deserialize a present value (`null` included) as `Some`, for a field
+/// that is absent in one shape of a kind and `null` in another.
+pub(crate) fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
+/// How a process ended: an exit code, or the signal that killed it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ExitInfo {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl ExitInfo {
+    /// Exit code 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+/// What a worktree run handed back: its branch, where it started and ended,
+/// and how much changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct RunResult {
+    pub branch: String,
+    /// The commit the worktree started from.
+    pub base: String,
+    /// The branch's commit after the run (`base` when nothing changed).
+    pub head: String,
+    /// Whether npc committed the changes (the agent may have committed them itself).
+    pub committed: bool,
+    pub files: u64,
+    pub insertions: u64,
+    pub deletions: u64,
+    /// What became of the branch's push (`push = true`), once tried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<Pushed>,
+}
+
+/// A run's branch pushed to `origin`, or why not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Pushed {
+    /// The remote's URL without credentials.
+    pub remote: String,
+    pub ok: bool,
+    /// Why the push failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A run was queued: it waits for a slot.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunQueued {
+    pub run_id: String,
+    /// The trigger (or `@manual`) whose queue it waits in.
+    pub trigger: String,
+    /// What asked for it: `cron`, `webhook`, `file_watch`, `manual`, `api`, `acp`, `cli`.
+    pub origin: String,
+    pub dedupe_key: Option<String>,
+}
+
+/// A run will not run: its trigger's overlap policy skipped it at enqueue
+/// (then it names its trigger, origin and dedupe key), or it ended skipped.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunSkipped {
+    pub run_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub dedupe_key: Option<Option<String>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub detail: Option<Option<String>>,
+}
+
+/// A run was cancelled (by hand, or replaced by a newer run of its trigger).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunCancelled {
+    pub run_id: String,
+    pub detail: Option<String>,
+}
+
+/// A run's process went away without an end: its daemon or worker died,
+/// or a fleet worker's lease expired (then `attempt` of `of` when it is
+/// queued again).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunInterrupted {
+    pub run_id: String,
+    pub detail: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub of: Option<u32>,
+}
+
+/// How an attempt of a run ended, before its retry.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PreviousAttempt {
+    pub state: String,
+    pub detail: Option<String>,
+}
+
+/// A failed attempt is tried again: attempt `attempt` of `of` after `delay_ms`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunRetry {
+    pub run_id: String,
+    pub attempt: u32,
+    pub of: u32,
+    pub delay_ms: u64,
+    pub previous: PreviousAttempt,
+}
+
+/// A run's agent or command started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum RunStarted {
+    Agent(AgentRunStarted),
+    Command(CommandRunStarted),
+}
+
+impl Default for RunStarted {
+    fn default() -> Self {
+        Self::Command(CommandRunStarted::default())
+    }
+}
+
+/// An agent run started: which profile, provider and program, where.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentRunStarted {
+    pub run_id: String,
+    pub profile: String,
+    pub provider: String,
+    pub provider_kind: String,
+    pub program: String,
+    pub cwd: PathBuf,
+    pub tool_cwd: PathBuf,
+    pub mcp_config: Option<PathBuf>,
+    pub timeout_secs: u64,
+    pub prompt_chars: usize,
+    /// Where the agent's prompt came from, when known.
+    pub source: Option<String>,
+    /// What the run's starter prints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// A command action's run started.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CommandRunStarted {
+    pub run_id: String,
+    pub trigger: String,
+    pub origin: String,
+    /// Always `command`.
+    pub action: String,
+    pub program: String,
+    pub cwd: PathBuf,
+}
+
+/// A run ended: its `outcome` (`succeeded`, `failed`, `timed_out`,
+/// `cancelled`, `hook_failed`, …) and what is known of how.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum RunFinished {
+    Agent(AgentRunFinished),
+    Command(CommandRunFinished),
+    NotStarted(AgentRunNotStarted),
+    Failed(RunFailed),
+}
+
+impl Default for RunFinished {
+    fn default() -> Self {
+        Self::Failed(RunFailed::default())
+    }
+}
+
+/// What a worktree run's end adds: the result, or why there is none.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Concluded {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<RunResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_error: Option<String>,
+}
+
+/// An agent run that ran to its end.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentRunFinished {
+    pub run_id: String,
+    pub outcome: String,
+    pub exit: ExitInfo,
+    pub exit_code: u8,
+    pub cancelled: bool,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    pub cwd: PathBuf,
+    pub tool_cwd: PathBuf,
+    /// How many agent events it recorded.
+    pub events: usize,
+    pub error: Option<String>,
+    #[serde(flatten)]
+    pub concluded: Concluded,
+}
+
+/// An agent run that never started (a hook refused it, the spawn failed).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentRunNotStarted {
+    pub run_id: String,
+    pub outcome: String,
+    pub error: String,
+    pub duration_ms: u64,
+    pub cwd: PathBuf,
+    pub tool_cwd: PathBuf,
+    pub cancelled: bool,
+}
+
+/// A command action's run ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CommandRunFinished {
+    pub run_id: String,
+    pub trigger: String,
+    pub outcome: String,
+    pub duration_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitInfo>,
+    /// Output lines past the bound, not recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_lines_dropped: Option<usize>,
+    #[serde(flatten)]
+    pub concluded: Concluded,
+}
+
+/// A run that failed before its action started (a bad row, a workspace
+/// that could not be made, a refused fleet run).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunFailed {
+    pub run_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    pub outcome: String,
+    pub error: String,
+}
+
+/// One line a command action printed (`stream` is `stdout` or `stderr`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunOutput {
+    pub run_id: String,
+    pub stream: String,
+    pub line: String,
+}
+
+/// A run got its git worktree.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunWorkspace {
+    pub run_id: String,
+    /// Always `worktree`.
+    pub workspace: String,
+    pub worktree: String,
+    pub branch: String,
+    /// The commit it starts from.
+    pub base: String,
+    /// The ref `base` was read from.
+    #[serde(rename = "ref")]
+    pub base_ref: String,
+    /// The port handed to the run in `NPC_PORT`.
+    pub port: Option<u16>,
+}
+
+/// One `setup` (`run.setup`) or `after` (`run.after`) command of a worktree run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunCommand {
+    pub run_id: String,
+    pub command: String,
+    pub ok: bool,
+    pub status: String,
+    /// The output's tail.
+    pub output: String,
+}
+
+/// A worktree run's worktree was kept (its cleanup policy, or its state).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunWorktreeKept {
+    pub run_id: String,
+    pub worktree: PathBuf,
+    pub branch: String,
+    pub state: String,
+}
+
+/// A worktree run's branch was pushed to `origin` (`run.pushed`), or not
+/// (`run.push_failed`, with the error).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunPush {
+    pub run_id: String,
+    pub branch: String,
+    /// The remote's URL without credentials.
+    pub remote: String,
+    pub error: Option<String>,
+}
+
+/// The advisory idle probe was written to a silent agent's stdin.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunProbeSent {
+    pub run_id: String,
+    pub silent_ms: u64,
+    pub advisory: bool,
+}
+
+/// The agent spoke again after a probe.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunProbeAnswered {
+    pub run_id: String,
+    pub after_ms: u64,
+}
+
+/// The probe could not be written; no more probes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunProbeFailed {
+    pub run_id: String,
+    pub error: String,
+}
+
+impl Event {
+    /// `run.finished` of a run that failed before its action started.
+    pub fn run_failed(run_id: &str, trigger: Option<&str>, error: impl Into<String>) -> Self {
+        Self::RunFinished(RunFinished::Failed(RunFailed {
+            run_id: run_id.to_string(),
+            trigger: trigger.map(str::to_string),
+            outcome: "failed".to_string(),
+            error: error.into(),
+        }))
+    }
+
+    /// `run.interrupted` of run `run_id` for `detail`.
+    pub fn run_interrupted(run_id: &str, detail: &str) -> Self {
+        Self::RunInterrupted(RunInterrupted {
+            run_id: run_id.to_string(),
+            detail: detail.to_string(),
+            attempt: None,
+            of: None,
+        })
+    }
+}
