@@ -1,6 +1,6 @@
 //! A PID namespace per child: what leaves a child's process group
 //! (`setsid`, a double fork, `nohup`, `disown`) still dies with it. A
-//! contained, non-PTY child runs as the `npc` binary with `__contain -- PROGRAM ARGS…`
+//! contained child runs as the `npc` binary with `__contain -- PROGRAM ARGS…`
 //! ([`CONTAIN_COMMAND`]). The stub moves its children into a new PID
 //! namespace (inside a user namespace that maps the caller's own ids when
 //! it may not create one otherwise) and forks the namespace's pid 1, which
@@ -16,12 +16,21 @@
 //! `Supervisor::signal` sends) is passed on to the program. The stub ends as
 //! the program did: the same exit code, or killed by the same signal.
 //!
+//! The program's pid: with [`REPORT_FLAG`] (a long-lived component), the
+//! program's process sends one message on the given socket just before its
+//! `exec`; the supervisor's end has `SO_PASSCRED`, so the kernel names the
+//! sender's pid in the supervisor's namespace. With [`TTY_FLAG`] (a pane),
+//! the stub, session leader on the terminal, gives it up (`TIOCNOTTY`) and
+//! the program's process takes it (`setsid`, `TIOCSCTTY`): a job-control
+//! shell then owns its session and groups inside the namespace, and the
+//! terminal's session (`TIOCGSID` on the master) is the program's pid;
+//! queued signals go to the program's group.
+//!
 //! Inside, `$$` and `getpid()` are namespace pids; `/proc` is the host's, so
 //! `/proc/self/stat` names the host pid. Where namespaces cannot be created
 //! ([`probe`] says why), or `NPC_PID_NAMESPACES=off` is set, children are
 //! spawned directly and contained by their process group and the watchdog
-//! only. PTY children (panes) are not run through the stub: a job-control
-//! shell would find its process group outside its namespace.
+//! only.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};

@@ -4,6 +4,9 @@
 //! group (`setsid`, with the PTY as controlling terminal), and is recorded
 //! with the supervisor's containment, so its whole tree dies with npc; when
 //! npc dies the master side closes and the kernel hangs the session up too.
+//! With a containment that has PID namespaces, the child is the stub with
+//! `--tty` (see [`pidns`]): the program is the session leader inside a
+//! namespace of its own, so what it starts ends with it even after `setsid`.
 //!
 //! The caller gets the blocking halves: a reader (for a dedicated reader
 //! thread), a writer, the master for resizing, and a waiter that blocks

@@ -1,9 +1,11 @@
 //! Containment of every descendant, through the real binary: processes that
 //! leave their process group the ways daemonizing tools do (`setsid`, a
 //! double fork, `nohup`, a shell's `&` + `disown`), started by a run's
-//! `setup` and action, are gone when
-//! the run ends, when the daemon is stopped with SIGTERM, and when it is
-//! killed with SIGKILL. Each escapee writes its host pid (the first field of
+//! `setup` and action, a stdio MCP server (a supervised component) and a
+//! pane, are gone when the run ends, the component is restarted or stopped,
+//! the pane is closed, the daemon is stopped with SIGTERM, and when it is
+//! killed with SIGKILL; `npc status` and `npc pane list` show the program's
+//! own pid. Each escapee writes its host pid (the first field of
 //! the host's `/proc/self/stat`: inside a child's PID namespace `$$` is
 //! another number) and becomes `sleep`; each is asserted alive before the
 //! event and gone (or its pid another process's) within the deadline after.
