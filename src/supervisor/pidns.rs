@@ -570,6 +570,47 @@ mod tests {
     }
 
     #[test]
+    fn the_stub_takes_only_well_formed_options() {
+        use std::os::fd::IntoRawFd;
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        let parsed = |a: &[&str]| {
+            let a = args(a);
+            Options::parse(&a)
+                .map(|(o, p, rest)| (o.tty, o.report.is_some(), p.clone(), rest.len()))
+        };
+        assert_eq!(
+            parsed(&["--tty", "--", "sh", "-c", "x"]),
+            Some((true, false, OsString::from("sh"), 2))
+        );
+        assert_eq!(
+            parsed(&["--", "sh"]),
+            Some((false, false, OsString::from("sh"), 0))
+        );
+        // A standard stream, a descriptor that is not open, no number, an
+        // unknown flag, no `--`, no program: refused.
+        for bad in [
+            &["--report", "1", "--", "sh"][..],
+            &["--report", "99999", "--", "sh"],
+            &["--report", "-4", "--", "sh"],
+            &["--report", "--", "sh"],
+            &["--bogus", "--", "sh"],
+            &["sh"],
+            &["--"],
+            &[],
+        ] {
+            assert!(parsed(bad).is_none(), "{bad:?}");
+        }
+        let (read, write) = nix::unistd::pipe().expect("pipe");
+        drop(read);
+        let fd = write.into_raw_fd().to_string();
+        assert_eq!(
+            parsed(&["--report", &fd, "--tty", "--", "sh"]),
+            Some((true, true, OsString::from("sh"), 0)),
+            "the descriptor is taken (and closed with the options)"
+        );
+    }
+
+    #[test]
     fn other_command_lines_are_not_the_stub() {
         let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
         assert!(stub_main(&args(&["npc", "status"])).is_none());
