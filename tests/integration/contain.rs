@@ -413,3 +413,60 @@ async fn through_the_stub_exit_codes_signals_streams_and_spawn_errors_are_the_pr
     assert_eq!(status.last_exit.and_then(|e| e.code), Some(7));
     sup.shutdown().await;
 }
+
+/// Job control in a contained pane works as under a terminal emulator: an
+/// interactive bash has its monitor mode, a background job runs, `fg`
+/// brings it to the terminal's foreground, Ctrl-Z stops it, and `kill`
+/// ends it; the shell, typed into through `npc pane send`, says so in files.
+#[test]
+fn a_shell_in_a_contained_pane_does_job_control() {
+    let daemon = Daemon::start(
+        "version = 1\n[panes.sh]\ncommand = \"bash\"\nargs = [\"--norc\", \"--noprofile\", \"-i\"]\n",
+    );
+    let root = daemon.root().to_path_buf();
+    let said = |file: &str, what: &str| {
+        let path = root.join(file);
+        wait_for(&format!("`{what}` in {file}"), || {
+            let text = std::fs::read_to_string(&path).ok()?;
+            text.contains(what).then_some(())
+        });
+    };
+    let send = |text: &str| {
+        daemon.npc(&["pane", "send", "sh", text]).success();
+    };
+    let shell = wait_for("the pane", || {
+        let out = daemon.npc_output(&["pane", "list", "--format", "json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        v["panes"].as_array()?.iter().find(|p| p["name"] == "sh")?["pid"].as_u64()
+    });
+    send("case $- in *m*) echo monitor > m.txt;; esac");
+    said("m.txt", "monitor");
+    send("sleep 100 &");
+    send("jobs > running.txt");
+    said("running.txt", "Running");
+    // `fg`, then Ctrl-Z once the job (the shell's `sleep` child) is the
+    // terminal's foreground group.
+    send("fg");
+    wait_for("the job in the terminal's foreground", || {
+        std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .find_map(|entry| {
+                let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+                let (comm, rest) = stat.rsplit_once(')')?;
+                let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+                // After the name: state, ppid, pgrp, session, tty, tpgid.
+                let ours = comm.ends_with("(sleep") && f.get(1)? == &shell.to_string().as_str();
+                (ours && f.get(2)? == f.get(5)?).then_some(())
+            })
+    });
+    daemon
+        .npc(&["pane", "send", "--no-enter", "sh", "\u{1a}"])
+        .success();
+    send("jobs > stopped.txt");
+    said("stopped.txt", "Stopped");
+    send("kill -9 %1; wait; jobs > ended.txt; echo done >> ended.txt");
+    said("ended.txt", "done");
+    let ended = std::fs::read_to_string(root.join("ended.txt")).unwrap();
+    assert!(!ended.contains("Stopped"), "{ended}");
+}
