@@ -236,8 +236,8 @@ pub(super) fn spawn_pty(
         .map(Pid::from_raw);
     let guard = GroupGuard::new(pgid, contain);
     let (pid, signals) = match (stub, pgid) {
-        (Some(_), Some(stub)) => (
-            session_of_program(pair.master.as_ref(), stub, child.as_mut()).unwrap_or(own),
+        (Some(program), Some(stub)) => (
+            session_of_program(pair.master.as_ref(), stub, program, child.as_mut()).unwrap_or(own),
             Signals::Stub,
         ),
         _ => (own, Signals::Direct),
@@ -275,15 +275,19 @@ const SESSION_POLL_MAX: Duration = Duration::from_millis(20);
 /// The pid of the program the stub `stub` runs on the terminal of `master`:
 /// the program becomes the session leader of the terminal (see
 /// [`pidns::TTY_FLAG`]), and the session the master reports (`TIOCGSID`) is
-/// named in this process's PID namespace. `None` when the stub ends first
-/// or the program does not take the terminal within [`PROGRAM_PID_LIMIT`]
-/// (a stub that could not create a namespace runs the program itself).
+/// named in this process's PID namespace. `None` when the stub ends first,
+/// runs the program itself (it could not create a namespace: its executable
+/// is no longer `stub_exe`), or the program does not take the terminal
+/// within [`PROGRAM_PID_LIMIT`].
 #[allow(unsafe_code)]
 fn session_of_program(
     master: &(dyn MasterPty + Send),
     stub: Pid,
+    stub_exe: &std::path::Path,
     child: &mut (dyn portable_pty::Child + Send + Sync),
 ) -> Option<u32> {
+    let exe = format!("/proc/{stub}/exe");
+    let stub_exe = std::fs::canonicalize(stub_exe).unwrap_or_else(|_| stub_exe.to_path_buf());
     let fd = master.as_raw_fd()?;
     let deadline = Instant::now() + PROGRAM_PID_LIMIT;
     let mut pause = SESSION_POLL_MIN;
@@ -294,7 +298,10 @@ fn session_of_program(
         if rc == 0 && sid > 0 && sid != stub.as_raw() {
             return u32::try_from(sid).ok();
         }
-        if !matches!(child.try_wait(), Ok(None)) || Instant::now() >= deadline {
+        let replaced = rc == 0
+            && sid == stub.as_raw()
+            && std::fs::read_link(&exe).is_ok_and(|p| p != stub_exe);
+        if replaced || !matches!(child.try_wait(), Ok(None)) || Instant::now() >= deadline {
             return None;
         }
         std::thread::sleep(pause);
