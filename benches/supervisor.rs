@@ -4,7 +4,9 @@
 //! `BufReader::lines` over the child's stdout, and the cost of a PID
 //! namespace per child: `true` through the `npc __contain` stub vs `true`
 //! alone, and `run_once(true)` through a contained supervisor (watchdog and
-//! stub) vs the plain one. Prints each ratio.
+//! stub) vs the plain one, and `start` of a long-lived component through a
+//! contained supervisor (stub, namespace, the program's pid reported) vs
+//! the plain one. Prints each ratio.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -144,6 +146,50 @@ async fn contained(plain: &Supervisor) {
     sup.shutdown().await;
 }
 
+/// Component starts per measurement (each is stopped again, untimed).
+const STARTS: u32 = 50;
+
+/// `Supervisor::start` of a long-lived component (`sleep`) through a
+/// contained supervisor (the stub, a PID namespace, and the wait for the
+/// program's pid) vs the plain one. Each is stopped outside the timing.
+async fn component_start(plain: &Supervisor) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let contain = Containment::start(
+        std::path::Path::new(NPC),
+        dir.path(),
+        &dir.path().join(".npc"),
+    )
+    .expect("containment starts");
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let sup = Supervisor::contained(tx, BackoffPolicy::default(), contain);
+    let mut spec = ChildSpec::new("sleep", std::env::temp_dir()).args(["1000"]);
+    spec.stop_grace = Duration::from_secs(5);
+    let time = |sup: &Supervisor| {
+        let (sup, spec) = (sup.clone(), spec.clone());
+        async move {
+            let mut spent = Duration::ZERO;
+            for _ in 0..STARTS {
+                let t = Instant::now();
+                let pid = sup.start("component", spec.clone()).expect("starts");
+                spent += t.elapsed();
+                assert!(pid > 0);
+                sup.remove("component").await.expect("stops");
+            }
+            spent
+        }
+    };
+    let baseline = time(plain).await;
+    let ours = time(&sup).await;
+    report(
+        "contained component start",
+        baseline,
+        ours,
+        "µs/start",
+        STARTS,
+    );
+    sup.shutdown().await;
+}
+
 fn main() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
@@ -153,5 +199,6 @@ fn main() {
         streaming(&sup).await;
         stub().await;
         contained(&sup).await;
+        component_start(&sup).await;
     });
 }

@@ -484,9 +484,10 @@ impl Supervisor {
                 });
             }
         }
-        let mut child = spawn::spawn_supervised(id, &spec, self.inner.contain.as_ref())?;
-        let guard = spawn::GroupGuard::new(spawn::pgid_of(&child), self.inner.contain.as_ref());
-        let pid = child.id().unwrap_or_default();
+        let mut spawned = spawn::spawn_supervised(id, &spec, self.inner.contain.as_ref())?;
+        let guard =
+            spawn::GroupGuard::new(spawn::pgid_of(&spawned.child), self.inner.contain.as_ref());
+        let pid = spawned.pid;
         let shared = Arc::new(Shared {
             status: Mutex::new(ChildStatus {
                 id: id.to_string(),
@@ -498,7 +499,7 @@ impl Supervisor {
             }),
             pipes: Mutex::new(None),
         });
-        monitor::stash_pipes(&shared, &mut child);
+        monitor::stash_pipes(&shared, &mut spawned);
         let (control, control_rx) = mpsc::unbounded_channel();
         let _ = self.inner.events.send(SupervisorEvent::Started {
             id: id.to_string(),
@@ -525,7 +526,7 @@ impl Supervisor {
             tracker: RestartTracker::new(self.inner.backoff),
             contain: self.inner.contain.clone(),
         };
-        tokio::spawn(monitor.run(child, guard));
+        tokio::spawn(monitor.run(spawned, guard));
         Ok(pid)
     }
 

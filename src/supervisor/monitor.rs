@@ -7,23 +7,24 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::Signal;
 use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot as once};
 use tokio::time::{Instant, sleep_until};
 
 use super::backoff::{Decision, RestartTracker, wants_restart};
 use super::contain::Containment;
-use super::spawn::{self, ChildSpec, GroupGuard};
+use super::spawn::{self, ChildSpec, GroupGuard, Signals, Spawned};
 use super::{ChildPipes, ChildState, Control, ExitInfo, Shared, SupervisorError, SupervisorEvent};
 
 /// Move the pipes of a freshly spawned child into the shared slot.
-pub(super) fn stash_pipes(shared: &Shared, child: &mut Child) {
+pub(super) fn stash_pipes(shared: &Shared, spawned: &mut Spawned) {
+    let child = &mut spawned.child;
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let mut slot = super::lock(&shared.pipes);
     *slot = if stdin.is_some() || stdout.is_some() || stderr.is_some() {
         Some(ChildPipes {
-            pid: child.id().unwrap_or_default(),
+            pid: spawned.pid,
             stdin,
             stdout,
             stderr,
@@ -79,11 +80,13 @@ impl Monitor {
 
     /// Supervise `child` (whose group `guard` records) until it is stopped,
     /// given up on, or orphaned.
-    pub(super) async fn run(mut self, mut child: Child, mut guard: GroupGuard) {
+    pub(super) async fn run(mut self, mut spawned: Spawned, mut guard: GroupGuard) {
         loop {
-            let pid = child.id().unwrap_or_default();
+            let pid = spawned.pid;
             let started = Instant::now();
-            let ending = self.watch(&mut child, started).await;
+            let ending = self
+                .watch(&mut spawned.child, spawned.signals, started)
+                .await;
             guard.disarm();
             // Every path below sets the next state before emitting `Exited`,
             // so a status read after any event is already up to date.
@@ -147,8 +150,8 @@ impl Monitor {
             }
             match spawn::spawn_supervised(&self.id, &self.spec, self.contain.as_ref()) {
                 Ok(mut next) => {
-                    guard = GroupGuard::new(spawn::pgid_of(&next), self.contain.as_ref());
-                    let pid = next.id().unwrap_or_default();
+                    guard = GroupGuard::new(spawn::pgid_of(&next.child), self.contain.as_ref());
+                    let pid = next.pid;
                     stash_pipes(&self.shared, &mut next);
                     self.shared.update(|s| s.pid = Some(pid));
                     self.shared.set_state(ChildState::Starting);
@@ -156,7 +159,7 @@ impl Monitor {
                         id: self.id.clone(),
                         pid,
                     });
-                    child = next;
+                    spawned = next;
                 }
                 Err(e) => {
                     self.shared.set_state(ChildState::Failed);
@@ -189,8 +192,7 @@ impl Monitor {
     }
 
     /// Watch one incarnation until it exits, is stopped, or is orphaned.
-    async fn watch(&mut self, child: &mut Child, started: Instant) -> Ending {
-        let pid = child.id().unwrap_or_default();
+    async fn watch(&mut self, child: &mut Child, signals: Signals, started: Instant) -> Ending {
         let pgid = spawn::pgid_of(child);
         let ready_at = started + self.ready_grace;
         let mut ready = false;
@@ -213,7 +215,7 @@ impl Monitor {
                         return Ending::Stopped(exit, done);
                     }
                     Some(Control::Signal { signal, done }) => {
-                        let _ = done.send(self.send_signal(pid, signal));
+                        let _ = done.send(self.send_signal(child, signals, signal));
                     }
                     None => {
                         if let Some(pgid) = pgid {
@@ -235,18 +237,18 @@ impl Monitor {
         ending
     }
 
-    fn send_signal(&self, pid: u32, signal: Signal) -> Result<(), SupervisorError> {
-        let pid = i32::try_from(pid).map_err(|_| SupervisorError::NotRunning {
-            id: self.id.clone(),
-            state: ChildState::Exited,
-        })?;
-        let pid = nix::unistd::Pid::from_raw(pid);
-        // A supervised component runs in the host's PID namespace, never
-        // through the stub (see `spawn::Namespace`): a plain signal.
-        kill(pid, signal).map_err(|source| SupervisorError::Signal {
-            id: self.id.clone(),
-            source,
-        })
+    fn send_signal(
+        &self,
+        child: &Child,
+        signals: Signals,
+        signal: Signal,
+    ) -> Result<(), SupervisorError> {
+        signals
+            .send(child, signal)
+            .map_err(|source| SupervisorError::Signal {
+                id: self.id.clone(),
+                source,
+            })
     }
 
     fn record_exit(&self, exit: ExitInfo) {

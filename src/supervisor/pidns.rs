@@ -1,6 +1,6 @@
 //! A PID namespace per child: what leaves a child's process group
 //! (`setsid`, a double fork, `nohup`, `disown`) still dies with it. A
-//! contained, non-PTY child runs as the `npc` binary with `__contain -- PROGRAM ARGS…`
+//! contained child runs as the `npc` binary with `__contain -- PROGRAM ARGS…`
 //! ([`CONTAIN_COMMAND`]). The stub moves its children into a new PID
 //! namespace (inside a user namespace that maps the caller's own ids when
 //! it may not create one otherwise) and forks the namespace's pid 1, which
@@ -16,12 +16,21 @@
 //! `Supervisor::signal` sends) is passed on to the program. The stub ends as
 //! the program did: the same exit code, or killed by the same signal.
 //!
+//! The program's pid: with [`REPORT_FLAG`] (a long-lived component), the
+//! program's process sends one message on the given socket just before its
+//! `exec`; the supervisor's end has `SO_PASSCRED`, so the kernel names the
+//! sender's pid in the supervisor's namespace. With [`TTY_FLAG`] (a pane),
+//! the stub, session leader on the terminal, gives it up (`TIOCNOTTY`) and
+//! the program's process takes it (`setsid`, `TIOCSCTTY`): a job-control
+//! shell then owns its session and groups inside the namespace, and the
+//! terminal's session (`TIOCGSID` on the master) is the program's pid;
+//! queued signals go to the program's group.
+//!
 //! Inside, `$$` and `getpid()` are namespace pids; `/proc` is the host's, so
 //! `/proc/self/stat` names the host pid. Where namespaces cannot be created
 //! ([`probe`] says why), or `NPC_PID_NAMESPACES=off` is set, children are
 //! spawned directly and contained by their process group and the watchdog
-//! only. PTY children (panes) are not run through the stub: a job-control
-//! shell would find its process group outside its namespace.
+//! only.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
@@ -41,6 +50,13 @@ use nix::unistd::{ForkResult, Pid, fork, getpid};
 pub const CONTAIN_COMMAND: &str = "__contain";
 /// The stub's flag that only checks whether a namespace can be created.
 pub const PROBE_FLAG: &str = "--probe";
+/// The stub's option naming the descriptor of a socket on which the
+/// program's process reports itself before its `exec` (see [`report_pid`]).
+pub const REPORT_FLAG: &str = "--report";
+/// The stub's flag for a program on a terminal: the program becomes the
+/// session leader with the terminal as its controlling terminal, as a
+/// program a terminal emulator starts is (see [`take_terminal`]).
+pub const TTY_FLAG: &str = "--tty";
 /// The environment variable that, set to [`OFF`], turns PID namespaces off
 /// for a supervising process (the fallback: process groups and the watchdog).
 pub const NAMESPACES_ENV: &str = "NPC_PID_NAMESPACES";
@@ -109,12 +125,88 @@ pub fn stub_main(args: &[OsString]) -> Option<ExitCode> {
                 ExitCode::FAILURE
             }
         },
-        Some("--") if args.len() > 3 => run(&args[3], &args[4..]),
-        _ => {
-            eprintln!("usage: npc {CONTAIN_COMMAND} -- PROGRAM [ARGS…]");
-            ExitCode::from(2)
-        }
+        _ => match Options::parse(&args[2..]) {
+            Some((options, program, rest)) => run(options, program, rest),
+            None => {
+                eprintln!(
+                    "usage: npc {CONTAIN_COMMAND} [{REPORT_FLAG} FD] [{TTY_FLAG}] -- PROGRAM [ARGS…]"
+                );
+                ExitCode::from(2)
+            }
+        },
     })
+}
+
+/// The stub's options, before `--`.
+#[derive(Debug, Default)]
+struct Options {
+    /// The socket to send one message on from the program's process just
+    /// before its `exec` ([`REPORT_FLAG`]).
+    report: Option<OwnedFd>,
+    /// The program runs on a terminal (a pane) as its session leader
+    /// ([`TTY_FLAG`]).
+    tty: bool,
+}
+
+impl Options {
+    /// The options, the program and its arguments of `args` (what follows
+    /// [`CONTAIN_COMMAND`]); `None` for a malformed command line.
+    #[allow(unsafe_code)]
+    fn parse(args: &[OsString]) -> Option<(Self, &OsString, &[OsString])> {
+        let mut options = Self::default();
+        let mut rest = args;
+        loop {
+            match rest.first()?.to_str() {
+                Some("--") => break,
+                Some(REPORT_FLAG) => {
+                    let fd: std::os::fd::RawFd = rest.get(1)?.to_str()?.parse().ok()?;
+                    // Only descriptors the supervisor handed over: not the
+                    // standard streams, and open.
+                    if fd <= 2
+                        || nix::fcntl::fcntl(fd_ref(fd)?, nix::fcntl::FcntlArg::F_GETFD).is_err()
+                    {
+                        return None;
+                    }
+                    // SAFETY: the descriptor is open (checked above) and
+                    // nothing else in this process owns it.
+                    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+                    // The program must not inherit it.
+                    let _ = nix::fcntl::fcntl(
+                        &fd,
+                        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+                    );
+                    options.report = Some(fd);
+                    rest = &rest[2..];
+                }
+                Some(TTY_FLAG) => {
+                    options.tty = true;
+                    rest = &rest[1..];
+                }
+                _ => return None,
+            }
+        }
+        let program = rest.get(1)?;
+        Some((options, program, &rest[2..]))
+    }
+}
+
+/// A borrowed view of descriptor `fd` (a number from the command line).
+#[allow(unsafe_code)]
+fn fd_ref(fd: std::os::fd::RawFd) -> Option<std::os::fd::BorrowedFd<'static>> {
+    // SAFETY: only used for `fcntl(F_GETFD)`, which fails cleanly on a
+    // descriptor that is not open.
+    (fd >= 0).then(|| unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
+}
+
+/// Tell the supervisor, on `report`, which process is about to `exec` the
+/// program: the kernel attaches this process's credentials to the message
+/// and translates its pid into the receiver's PID namespace (the receiving
+/// socket has `SO_PASSCRED`), so the supervisor learns the program's pid in
+/// its own namespace.
+fn report_pid(report: Option<&OwnedFd>) {
+    if let Some(fd) = report {
+        let _ = nix::unistd::write(fd, &[1]);
+    }
 }
 
 /// Whether this process can run children in PID namespaces; `Err` says why
@@ -222,17 +314,24 @@ fn probe_fork() -> Result<(), String> {
 /// The stub: block every signal, enter a namespace, fork its pid 1, wait for
 /// it and end as the program did. Without a namespace, exec the program.
 #[allow(unsafe_code)]
-fn run(program: &OsString, args: &[OsString]) -> ExitCode {
+fn run(options: Options, program: &OsString, args: &[OsString]) -> ExitCode {
     if SigSet::all().thread_block().is_err() {
+        report_pid(options.report.as_ref());
         exec(program, args);
     }
     match enter() {
         Ok(()) => {}
-        Err(EnterError::Refused(_)) => exec(program, args),
+        Err(EnterError::Refused(_)) => {
+            report_pid(options.report.as_ref());
+            exec(program, args)
+        }
         Err(EnterError::Unmapped(why)) => {
             eprintln!("npc: {why}");
             return ExitCode::from(CANNOT_RUN);
         }
+    }
+    if options.tty {
+        give_up_terminal();
     }
     let Ok((report_read, report_write)) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) else {
         return ExitCode::from(CANNOT_RUN);
@@ -241,10 +340,11 @@ fn run(program: &OsString, args: &[OsString]) -> ExitCode {
     match unsafe { fork() } {
         Ok(ForkResult::Child) => {
             drop(report_read);
-            namespace_init(report_write, program, args)
+            namespace_init(report_write, options, program, args)
         }
         Ok(ForkResult::Parent { child }) => {
             drop(report_write);
+            drop(options.report);
             let _ = let_go_of_stdio();
             outer(child, report_read)
         }
@@ -252,6 +352,30 @@ fn run(program: &OsString, args: &[OsString]) -> ExitCode {
             eprintln!("npc: cannot fork into a PID namespace: {e}");
             ExitCode::from(CANNOT_RUN)
         }
+    }
+}
+
+/// The stub, session leader on a terminal: give the terminal up so that the
+/// program can take it (its SIGHUP and SIGCONT to the stub's group are
+/// blocked and dropped).
+#[allow(unsafe_code)]
+fn give_up_terminal() {
+    // SAFETY: `TIOCNOTTY` takes no argument.
+    let _ = unsafe { nix::libc::ioctl(0, nix::libc::TIOCNOTTY) };
+}
+
+/// The program's process before its `exec` on a terminal: a session of its
+/// own, with the terminal (its stdin) as controlling terminal, so that a
+/// shell does job control as under a terminal emulator.
+#[allow(unsafe_code)]
+fn take_terminal() {
+    let _ = nix::unistd::setsid();
+    // SAFETY: `TIOCSCTTY` takes an int (0: do not steal the terminal).
+    if unsafe { nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) } == -1 {
+        eprintln!(
+            "npc: cannot make the terminal the controlling terminal: {}",
+            io::Error::last_os_error()
+        );
     }
 }
 
@@ -302,7 +426,12 @@ fn queued(info: &nix::sys::signalfd::siginfo) -> bool {
 /// when the program ends reports how and exits (the kernel then kills
 /// everything left in the namespace).
 #[allow(unsafe_code)]
-fn namespace_init(report: OwnedFd, program: &OsString, args: &[OsString]) -> ExitCode {
+fn namespace_init(
+    report: OwnedFd,
+    options: Options,
+    program: &OsString,
+    args: &[OsString],
+) -> ExitCode {
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     // The stub may have died before the line above: its read end is closed then.
     let mut poll = [nix::poll::PollFd::new(
@@ -321,11 +450,16 @@ fn namespace_init(report: OwnedFd, program: &OsString, args: &[OsString]) -> Exi
         Ok(ForkResult::Child) => {
             drop(signals);
             drop(report);
+            if options.tty {
+                take_terminal();
+            }
+            report_pid(options.report.as_ref());
             exec(program, args)
         }
         Ok(ForkResult::Parent { child }) => child,
         Err(_) => return ExitCode::from(CANNOT_RUN),
     };
+    drop(options.report);
     let _ = let_go_of_stdio();
     loop {
         let info = match signals.read_signal() {
@@ -339,7 +473,13 @@ fn namespace_init(report: OwnedFd, program: &OsString, args: &[OsString]) -> Exi
         };
         if signal != Signal::SIGCHLD {
             if queued(&info) {
-                let _ = kill(program_pid, signal);
+                // On a terminal, to the program's group, as to a pane's
+                // group without the stub.
+                let _ = if options.tty {
+                    nix::sys::signal::killpg(program_pid, signal)
+                } else {
+                    kill(program_pid, signal)
+                };
             }
             continue;
         }
@@ -427,6 +567,47 @@ mod tests {
         assert_eq!(Ended::parse(&[]), None);
         assert_eq!(Ended::parse(&[2, 0]), None);
         assert_eq!(Ended::parse(&[0, 1, 2]), None);
+    }
+
+    #[test]
+    fn the_stub_takes_only_well_formed_options() {
+        use std::os::fd::IntoRawFd;
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        let parsed = |a: &[&str]| {
+            let a = args(a);
+            Options::parse(&a)
+                .map(|(o, p, rest)| (o.tty, o.report.is_some(), p.clone(), rest.len()))
+        };
+        assert_eq!(
+            parsed(&["--tty", "--", "sh", "-c", "x"]),
+            Some((true, false, OsString::from("sh"), 2))
+        );
+        assert_eq!(
+            parsed(&["--", "sh"]),
+            Some((false, false, OsString::from("sh"), 0))
+        );
+        // A standard stream, a descriptor that is not open, no number, an
+        // unknown flag, no `--`, no program: refused.
+        for bad in [
+            &["--report", "1", "--", "sh"][..],
+            &["--report", "99999", "--", "sh"],
+            &["--report", "-4", "--", "sh"],
+            &["--report", "--", "sh"],
+            &["--bogus", "--", "sh"],
+            &["sh"],
+            &["--"],
+            &[],
+        ] {
+            assert!(parsed(bad).is_none(), "{bad:?}");
+        }
+        let (read, write) = nix::unistd::pipe().expect("pipe");
+        drop(read);
+        let fd = write.into_raw_fd().to_string();
+        assert_eq!(
+            parsed(&["--report", &fd, "--tty", "--", "sh"]),
+            Some((true, true, OsString::from("sh"), 0)),
+            "the descriptor is taken (and closed with the options)"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -204,25 +205,30 @@ fn output_stdio(wiring: &OutputWiring) -> io::Result<Stdio> {
 /// signal, kill on drop; with `contain`, the child announces its group to the
 /// watchdog before `exec` (see [`Announcer`]) and, where namespaces are
 /// available, runs in a PID namespace of its own through the stub (see
-/// [`pidns`]).
+/// [`pidns`]); with [`Report::Program`], the stub's program reports its pid
+/// on the returned [`PidReport`].
 fn command(
     id: &str,
     spec: &ChildSpec,
     contain: Option<&Arc<Containment>>,
-    ns: Namespace,
-) -> Result<Command, SupervisorError> {
+    report: Report,
+) -> Result<(Command, Option<PidReport>), SupervisorError> {
     let env = child_env(&spec.env, |k| std::env::var(k).ok());
-    let stub = contain
-        .filter(|_| ns == Namespace::Own)
-        .and_then(|c| c.stub());
-    let mut cmd = match stub {
+    let mut pid_report = None;
+    let mut cmd = match contain.and_then(|c| c.stub()) {
         Some(stub) => {
             // The stub's own spawn succeeds whatever the program is: what
             // the program's spawn would have said is said here.
             runnable(&spec.program, env.get("PATH"), &spec.cwd)
                 .map_err(|e| spawn_error(id, spec, e))?;
             let mut cmd = Command::new(stub);
-            cmd.arg(pidns::CONTAIN_COMMAND).arg("--").arg(&spec.program);
+            cmd.arg(pidns::CONTAIN_COMMAND);
+            if report == Report::Program {
+                let pair = PidReport::new().map_err(|e| spawn_error(id, spec, e))?;
+                pair.hand_over(&mut cmd);
+                pid_report = Some(pair);
+            }
+            cmd.arg("--").arg(&spec.program);
             cmd
         }
         None => Command::new(&spec.program),
@@ -237,7 +243,95 @@ fn command(
     if let Some(announcer) = contain.and_then(|c| c.announcer()) {
         announce_before_exec(&mut cmd, announcer);
     }
-    Ok(cmd)
+    Ok((cmd, pid_report))
+}
+
+/// How long a supervisor waits for a contained component's program to report
+/// its pid (it does so right before its `exec`, a few milliseconds after the
+/// stub starts); past it, the stub's pid stands for the program's.
+pub(super) const PROGRAM_PID_LIMIT: Duration = Duration::from_secs(5);
+
+/// A socket pair on which the program a stub runs reports its pid: the
+/// supervisor's end has `SO_PASSCRED`, so the kernel attaches the sender's
+/// pid, translated into the supervisor's PID namespace, to the message.
+#[derive(Debug)]
+struct PidReport {
+    ours: OwnedFd,
+    theirs: OwnedFd,
+}
+
+impl PidReport {
+    fn new() -> io::Result<Self> {
+        use nix::sys::socket::{
+            AddressFamily, SockFlag, SockType, setsockopt, socketpair, sockopt,
+        };
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )?;
+        setsockopt(&ours, sockopt::PassCred, &true)?;
+        Ok(Self { ours, theirs })
+    }
+
+    /// Pass the stub's end to the child of `cmd` (`--report FD`); it stays
+    /// close-on-exec in this process, so no other child inherits it.
+    #[allow(unsafe_code)]
+    fn hand_over(&self, cmd: &mut Command) {
+        let fd = self.theirs.as_raw_fd();
+        cmd.arg(pidns::REPORT_FLAG).arg(fd.to_string());
+        // SAFETY: the closure runs in the forked child before exec and makes
+        // one async-signal-safe call (fcntl); it allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                if nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+
+    /// The program's pid, once it reported it (blocking, up to `limit`);
+    /// `None` when the stub ended without a report (the program never ran)
+    /// or did not report in time.
+    fn program_pid(self, limit: Duration) -> Option<u32> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use nix::sys::socket::{ControlMessageOwned, MsgFlags, UnixCredentials, recvmsg};
+        drop(self.theirs);
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let left = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(self.ours.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, left) {
+                Ok(0) => return None,
+                Ok(_) => break,
+                Err(Errno::EINTR) => continue,
+                Err(_) => return None,
+            }
+        }
+        let mut byte = [0u8; 1];
+        let mut iov = [io::IoSliceMut::new(&mut byte)];
+        let mut space = nix::cmsg_space!(UnixCredentials);
+        let msg = recvmsg::<()>(
+            self.ours.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .ok()?;
+        if msg.bytes == 0 {
+            return None;
+        }
+        msg.cmsgs().ok()?.find_map(|c| match c {
+            ControlMessageOwned::ScmCredentials(creds) => {
+                u32::try_from(creds.pid()).ok().filter(|p| *p > 0)
+            }
+            _ => None,
+        })
+    }
 }
 
 /// Search path `execvp` uses when `PATH` is unset.
@@ -247,7 +341,7 @@ const DEFAULT_PATH: &str = "/bin:/usr/bin";
 /// whose working directory is `cwd`, the way `execvp` looks it up: a name
 /// with a `/` as it is (relative to `cwd`), any other name in each
 /// directory of `PATH`. The error is the one the `exec` would fail with.
-fn runnable(program: &str, path: Option<&String>, cwd: &Path) -> io::Result<()> {
+pub(super) fn runnable(program: &str, path: Option<&String>, cwd: &Path) -> io::Result<()> {
     use nix::unistd::{AccessFlags, access};
     let try_one = |candidate: &Path| -> io::Result<()> {
         let meta = std::fs::metadata(candidate)?;
@@ -349,27 +443,63 @@ fn check_cwd(id: &str, spec: &ChildSpec) -> Result<(), SupervisorError> {
     }
 }
 
-/// Which PID namespace a contained child runs in.
+/// Which pid of a contained child the supervisor learns. Every contained
+/// child runs in a PID namespace of its own through the stub, whose
+/// descendants end with it whatever they do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Namespace {
-    /// One of its own, through the stub: one-shot and streaming children
-    /// (a run's agent, `setup`/`after`, actions, hooks, git), whose
-    /// descendants end with them whatever they do.
-    Own,
-    /// The host's: a long-lived component (an MCP server), whose pid the
-    /// daemon shows and signals is the program's own; its descendants are
-    /// contained by its process group and the watchdog.
-    Host,
+enum Report {
+    /// The stub's only: one-shot and streaming children (a run's agent,
+    /// `setup`/`after`, actions, hooks, git), known by their process group.
+    Stub,
+    /// The program's too: a long-lived component (an MCP server), whose pid
+    /// the daemon shows is the program's own.
+    Program,
 }
 
-/// Spawn a supervised child with its declared stdio wiring.
+/// A supervised child as spawned.
+#[derive(Debug)]
+pub(super) struct Spawned {
+    /// The process the supervisor waits for: the program, or the stub
+    /// running it (its exit status is the program's).
+    pub(super) child: Child,
+    /// The program's pid in this process's PID namespace.
+    pub(super) pid: u32,
+    /// How a signal reaches the program alone.
+    pub(super) signals: Signals,
+}
+
+/// How a signal for a supervised child's program alone is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Signals {
+    /// `kill` to the program (the child itself).
+    Direct,
+    /// Queued to the stub (the child), which passes it on (see
+    /// [`pidns::queue_signal`]): the program's pid is not this process's
+    /// child, and could name another process once the program ended.
+    Stub,
+}
+
+impl Signals {
+    /// Send `signal` to the program `child` runs.
+    pub(super) fn send(self, child: &Child, signal: Signal) -> nix::Result<()> {
+        let pid = pgid_of(child).ok_or(Errno::ESRCH)?;
+        match self {
+            Self::Direct => nix::sys::signal::kill(pid, signal),
+            Self::Stub => pidns::queue_signal(pid, signal),
+        }
+    }
+}
+
+/// Spawn a supervised child with its declared stdio wiring; with a
+/// containment, through the stub, and wait (up to [`PROGRAM_PID_LIMIT`]) for
+/// its program's pid.
 pub(super) fn spawn_supervised(
     id: &str,
     spec: &ChildSpec,
     contain: Option<&Arc<Containment>>,
-) -> Result<Child, SupervisorError> {
+) -> Result<Spawned, SupervisorError> {
     check_cwd(id, spec)?;
-    let mut cmd = command(id, spec, contain, Namespace::Host)?;
+    let (mut cmd, report) = command(id, spec, contain, Report::Program)?;
     let log_err = |path: &Path, source| SupervisorError::Log {
         id: id.to_string(),
         path: path.to_path_buf(),
@@ -387,7 +517,20 @@ pub(super) fn spawn_supervised(
     })
     .stdout(wire(&spec.stdio.stdout)?)
     .stderr(wire(&spec.stdio.stderr)?);
-    spawn_contained(id, spec, cmd, contain)
+    let child = spawn_contained(id, spec, cmd, contain)?;
+    let own = child.id().unwrap_or_default();
+    Ok(match report {
+        Some(report) => Spawned {
+            pid: report.program_pid(PROGRAM_PID_LIMIT).unwrap_or(own),
+            child,
+            signals: Signals::Stub,
+        },
+        None => Spawned {
+            child,
+            pid: own,
+            signals: Signals::Direct,
+        },
+    })
 }
 
 /// Spawn a one-shot child with all three streams piped.
@@ -397,7 +540,7 @@ pub(super) fn spawn_piped(
     contain: Option<&Arc<Containment>>,
 ) -> Result<Child, SupervisorError> {
     check_cwd(id, spec)?;
-    let mut cmd = command(id, spec, contain, Namespace::Own)?;
+    let (mut cmd, _) = command(id, spec, contain, Report::Stub)?;
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

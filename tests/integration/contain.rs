@@ -1,9 +1,11 @@
 //! Containment of every descendant, through the real binary: processes that
 //! leave their process group the ways daemonizing tools do (`setsid`, a
 //! double fork, `nohup`, a shell's `&` + `disown`), started by a run's
-//! `setup` and action, are gone when
-//! the run ends, when the daemon is stopped with SIGTERM, and when it is
-//! killed with SIGKILL. Each escapee writes its host pid (the first field of
+//! `setup` and action, a stdio MCP server (a supervised component) and a
+//! pane, are gone when the run ends, the component is restarted or stopped,
+//! the pane is closed, the daemon is stopped with SIGTERM, and when it is
+//! killed with SIGKILL; `npc status` and `npc pane list` show the program's
+//! own pid. Each escapee writes its host pid (the first field of
 //! the host's `/proc/self/stat`: inside a child's PID namespace `$$` is
 //! another number) and becomes `sleep`; each is asserted alive before the
 //! event and gone (or its pid another process's) within the deadline after.
@@ -15,11 +17,14 @@ use crate::worktrees::git;
 use npcagent::supervisor::{NAMESPACES_ENV, OFF};
 
 /// The four ways out of a process group. `$1` is the directory for the pid
-/// files; with `hold` as `$2` the script stays, else it ends once the test
-/// has seen every escapee (and said so with the file `go`).
+/// files (`self.pid` is the script's own host pid); with `hold` as `$2` the
+/// script stays, else it ends once the test has seen every escapee (and
+/// said so with the file `go`).
 const ESCAPE: &str = r#"#!/bin/bash
 d=$1
 mkdir -p "$d"
+read -r me _ </proc/self/stat
+echo "$me" > "$d/self.tmp"; mv "$d/self.tmp" "$d/self.pid"
 become='read -r p _ </proc/self/stat; echo "$p" > "$0.tmp"; mv "$0.tmp" "$0"; exec sleep 3000'
 setsid sh -c "$become" "$d/setsid.pid" &
 ( sh -c "$become" "$d/double_fork.pid" & )
@@ -78,12 +83,23 @@ fn all_gone(what: &str, seen: &[Seen]) {
     wait_for(what, || seen.iter().all(Seen::gone).then_some(()));
 }
 
+/// What a test repository runs besides its trigger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Extra {
+    /// Nothing.
+    Nothing,
+    /// A stdio MCP server `tree` (a supervised component) running the
+    /// escapes into `<pids>/server`.
+    Server,
+    /// A stdio MCP server `tree` and a pane `tree` (a PTY child) running the
+    /// escapes into `<pids>/server` and `<pids>/pane`.
+    ServerAndPane,
+}
+
 /// A git repository with `escape.sh` and a manifest: a trigger `run` whose
 /// `setup` and command each start the escapes (into `<pids>/setup` and
-/// `<pids>/action`), and, with `server`, a stdio MCP server that does (into
-/// `<pids>/server`; what only the test without namespaces holds: components
-/// are contained by their group). `hold` keeps every script running.
-fn repository(pids: &Path, server: bool, hold: bool) -> tempfile::TempDir {
+/// `<pids>/action`), and `extra`. `hold` keeps every script running.
+fn repository(pids: &Path, extra: Extra, hold: bool) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let hold = if hold { " hold" } else { "" };
     let script = dir.path().join("escape.sh");
@@ -95,11 +111,14 @@ fn repository(pids: &Path, server: bool, hold: bool) -> tempfile::TempDir {
         toml_string(&format!("bash {}", at("setup"))),
         toml_string(&format!("exec bash {}", at("action"))),
     );
-    if server {
+    if extra != Extra::Nothing {
+        manifest.push_str(&server_entry(&script, &pids.join("server")));
+    }
+    if extra == Extra::ServerAndPane {
         manifest.push_str(&format!(
-            "\n[mcp.servers.tree]\ncommand = \"bash\"\nargs = [{}, {}, \"hold\"]\n",
+            "\n[panes.tree]\ncommand = \"bash\"\nargs = [{}, {}, \"hold\"]\n",
             toml_string(&script.display().to_string()),
-            toml_string(&pids.join("server").display().to_string()),
+            toml_string(&pids.join("pane").display().to_string()),
         ));
     }
     std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
@@ -108,6 +127,23 @@ fn repository(pids: &Path, server: bool, hold: bool) -> tempfile::TempDir {
     git(dir.path(), &["add", "--all"]);
     git(dir.path(), &["commit", "--quiet", "-m", "start"]);
     dir
+}
+
+/// The MCP server `tree`: `script` holding its escapees in `pids`.
+fn server_entry(script: &Path, pids: &Path) -> String {
+    format!(
+        "\n[mcp.servers.tree]\ncommand = \"bash\"\nargs = [{}, {}, \"hold\"]\n",
+        toml_string(&script.display().to_string()),
+        toml_string(&pids.display().to_string()),
+    )
+}
+
+/// The host pid the script writing into `dir` reported for itself.
+fn own_pid(dir: &Path) -> u32 {
+    let file = dir.join("self.pid");
+    wait_for(&format!("{}", file.display()), || {
+        std::fs::read_to_string(&file).ok()?.trim().parse().ok()
+    })
 }
 
 fn toml_string(s: &str) -> String {
@@ -150,7 +186,7 @@ fn pids_dir() -> (tempfile::TempDir, PathBuf) {
 #[test]
 fn what_leaves_the_group_of_a_runs_setup_or_action_ends_with_the_process() {
     let (_tmp, pids) = pids_dir();
-    let repo = repository(&pids, false, false);
+    let repo = repository(&pids, Extra::Nothing, false);
     let daemon = Daemon::start_in(repo.path());
     fire(repo.path());
     for step in ["setup", "action"] {
@@ -162,17 +198,17 @@ fn what_leaves_the_group_of_a_runs_setup_or_action_ends_with_the_process() {
     assert_eq!(ended(repo.path()), "succeeded", "{}", daemon.log());
 }
 
-/// A daemon with a run whose `setup` holds, every escapee running. (A
-/// long-lived component, an MCP server, runs in the host's PID namespace so
-/// that the pid the daemon shows and signals is the server's own: its
-/// descendants are contained by its group and the watchdog, not against
-/// `setsid`; docs/security.md says so.)
+/// A daemon with a run whose `setup` holds, an MCP server and a pane, every
+/// escapee of the three running.
 fn holding() -> (tempfile::TempDir, tempfile::TempDir, Daemon, Vec<Seen>) {
     let (tmp, pids) = pids_dir();
-    let repo = repository(&pids, false, true);
+    let repo = repository(&pids, Extra::ServerAndPane, true);
     let daemon = Daemon::start_in(repo.path());
     fire(repo.path());
-    let seen = escapees(&pids.join("setup"));
+    let seen = ["setup", "server", "pane"]
+        .iter()
+        .flat_map(|part| escapees(&pids.join(part)))
+        .collect();
     (tmp, repo, daemon, seen)
 }
 
@@ -191,9 +227,67 @@ fn what_leaves_the_group_of_a_child_ends_with_a_daemon_killed_by_sigkill() {
 }
 
 #[test]
+fn what_leaves_a_components_group_ends_when_it_is_restarted_and_stopped() {
+    let (_tmp, pids) = pids_dir();
+    let repo = repository(&pids, Extra::Server, true);
+    let script = repo.path().join("escape.sh");
+    let daemon = Daemon::start_in(repo.path());
+    let first = escapees(&pids.join("server"));
+    // `npc status` shows the program's own pid, not the stub's.
+    let own = own_pid(&pids.join("server"));
+    assert_eq!(
+        daemon.pid_of("mcp_server.tree"),
+        Some(own),
+        "{}",
+        daemon.log()
+    );
+    // An edited server is restarted: what the old process left is gone.
+    let manifest = std::fs::read_to_string(repo.path().join("npcagent.toml")).unwrap();
+    let (head, _) = manifest.split_once("\n[mcp.servers.tree]").unwrap();
+    daemon.write_manifest(&format!(
+        "{head}{}",
+        server_entry(&script, &pids.join("again"))
+    ));
+    let second = escapees(&pids.join("again"));
+    all_gone("the restarted server's escapees to end", &first);
+    let own = own_pid(&pids.join("again"));
+    wait_for("the restarted server's pid in `npc status`", || {
+        (daemon.pid_of("mcp_server.tree") == Some(own)).then_some(())
+    });
+    // A removed server is stopped: the same.
+    daemon.write_manifest(head);
+    all_gone("the stopped server's escapees to end", &second);
+}
+
+#[test]
+fn what_leaves_a_panes_group_ends_when_it_is_closed() {
+    let (_tmp, pids) = pids_dir();
+    let repo = repository(&pids, Extra::ServerAndPane, true);
+    let daemon = Daemon::start_in(repo.path());
+    let seen = escapees(&pids.join("pane"));
+    let own = own_pid(&pids.join("pane"));
+    let listed = || {
+        let out = daemon.npc_output(&["pane", "list", "--format", "json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        v["panes"]
+            .as_array()?
+            .iter()
+            .find(|p| p["name"] == "tree")?["pid"]
+            .as_u64()
+    };
+    assert_eq!(
+        wait_for("the pane's pid", listed),
+        u64::from(own),
+        "the pane's pid is its program's"
+    );
+    daemon.npc(&["pane", "close", "tree"]).success();
+    all_gone("the closed pane's escapees to end", &seen);
+}
+
+#[test]
 fn without_namespaces_the_daemon_and_doctor_say_what_is_not_contained() {
     let (_tmp, pids) = pids_dir();
-    let repo = repository(&pids, true, true);
+    let repo = repository(&pids, Extra::Server, true);
     let daemon = Daemon::start_in_with(
         repo.path(),
         DaemonSetup {
@@ -318,4 +412,71 @@ async fn through_the_stub_exit_codes_signals_streams_and_spawn_errors_are_the_pr
     let status = sup.status("svc").expect("record");
     assert_eq!(status.last_exit.and_then(|e| e.code), Some(7));
     sup.shutdown().await;
+}
+
+/// Job control in a contained pane works as under a terminal emulator: an
+/// interactive bash has its monitor mode, a background job runs, `fg`
+/// brings it to the terminal's foreground, Ctrl-Z stops it, and `kill`
+/// ends it; the shell, typed into through `npc pane send`, says so in files.
+#[test]
+fn a_shell_in_a_contained_pane_does_job_control() {
+    let daemon = Daemon::start(
+        "version = 1\n[panes.sh]\ncommand = \"bash\"\nargs = [\"--norc\", \"--noprofile\", \"-i\"]\n",
+    );
+    let root = daemon.root().to_path_buf();
+    let said = |file: &str, what: &str| {
+        let path = root.join(file);
+        wait_for(&format!("`{what}` in {file}"), || {
+            let text = std::fs::read_to_string(&path).ok()?;
+            text.contains(what).then_some(())
+        });
+    };
+    let send = |text: &str| {
+        daemon.npc(&["pane", "send", "sh", text]).success();
+    };
+    let shell = wait_for("the pane", || {
+        let out = daemon.npc_output(&["pane", "list", "--format", "json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        v["panes"].as_array()?.iter().find(|p| p["name"] == "sh")?["pid"].as_u64()
+    });
+    send("case $- in *m*) echo monitor > m.txt;; esac");
+    said("m.txt", "monitor");
+    send("sleep 100 &");
+    send("jobs > running.txt");
+    said("running.txt", "Running");
+    // The job: the shell's `sleep` child, with its group and the
+    // terminal's foreground group.
+    let job = || {
+        std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .find_map(|entry| {
+                let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+                let (comm, rest) = stat.rsplit_once(')')?;
+                let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+                // After the name: state, ppid, pgrp, session, tty, tpgid.
+                let ours = comm.ends_with("(sleep") && f.get(1)? == &shell.to_string().as_str();
+                ours.then(|| {
+                    (
+                        f.get(2).copied() == f.get(5).copied(),
+                        f.first().copied() == Some("Z"),
+                    )
+                })
+            })
+    };
+    // `fg`, then Ctrl-Z once the job is the terminal's foreground group.
+    send("fg");
+    wait_for("the job in the terminal's foreground", || {
+        job().filter(|(foreground, _)| *foreground)
+    });
+    daemon
+        .npc(&["pane", "send", "--no-enter", "sh", "\u{1a}"])
+        .success();
+    send("jobs > stopped.txt");
+    said("stopped.txt", "Stopped");
+    send("kill -9 %1");
+    wait_for("the killed job to be gone", || match job() {
+        None | Some((_, true)) => Some(()),
+        Some(_) => None,
+    });
 }
