@@ -190,7 +190,7 @@ impl TriggerKind for CronTrigger {
             drop(cx.store.set_trigger_value(
                 cx.name.clone(),
                 STATE_KEY,
-                &state_value(Some(next), &self.schedule, &self.tz.name()),
+                &state_value(Some(next), &self.schedule, self.tz.name()),
             ));
         }
         Ok(())
@@ -220,7 +220,7 @@ impl TriggerKind for CronTrigger {
             f.dedupe_key = Some(due.timestamp_millis().to_string());
             f.state = Some((
                 STATE_KEY.to_string(),
-                state_value(following, &schedule, &timezone),
+                state_value(following, &schedule, timezone),
             ));
             f
         };
