@@ -62,14 +62,18 @@ const IMPURE: [&str; 14] = [
     "crate::cli",
 ];
 
+/// Architecture invariant: the pure core (`model`, `plan`, `event`) has no
+/// async runtime, processes, database, sockets or upper rooms.
 #[test]
-fn model_is_pure() {
-    let found = offenders("model", &IMPURE);
-    assert!(
-        found.is_empty(),
-        "src/model must stay pure:\n{}",
-        found.join("\n")
-    );
+fn the_pure_core_is_pure() {
+    for room in ["model", "plan", "event"] {
+        let found = offenders(room, &IMPURE);
+        assert!(
+            found.is_empty(),
+            "src/{room} must stay pure:\n{}",
+            found.join("\n")
+        );
+    }
 }
 
 /// What the pure core reads only through its seams (`model::Files`,
@@ -144,16 +148,6 @@ fn the_pure_core_reads_no_disk_and_no_environment() {
     }
 }
 
-#[test]
-fn event_is_pure() {
-    let found = offenders("event", &IMPURE);
-    assert!(
-        found.is_empty(),
-        "src/event must stay pure:\n{}",
-        found.join("\n")
-    );
-}
-
 /// An event is built only from `event::Event` (`NewEvent::from`,
 /// `Event::for_component`), so a kind is never a string and a payload never
 /// a loose `json!` object: no struct literal or string constructor of
@@ -191,16 +185,6 @@ fn every_event_is_made_from_the_event_enum() {
     assert!(
         found.is_empty(),
         "events are made from `event::Event` only (add a kind to `src/event/`):\n{}",
-        found.join("\n")
-    );
-}
-
-#[test]
-fn plan_is_pure() {
-    let found = offenders("plan", &IMPURE);
-    assert!(
-        found.is_empty(),
-        "src/plan must stay pure:\n{}",
         found.join("\n")
     );
 }
