@@ -154,7 +154,7 @@ fn answer(args: &RunArgs) -> Answer {
         Err(e) => return refuse(args, e.to_string()),
     };
     let loaded = match crate::runtime::load_from_disk(&paths.manifest) {
-        Ok((l, _)) => l,
+        Ok(l) => l,
         Err(e) => return refuse(args, format!("cannot read `{}`: {e}", path.display())),
     };
     let Some(manifest) = &loaded.manifest else {

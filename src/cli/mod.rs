@@ -481,7 +481,7 @@ fn valid_manifest(
     before: &str,
 ) -> anyhow::Result<Option<crate::model::Manifest>> {
     use anyhow::Context as _;
-    let (loaded, _) = crate::runtime::load_from_disk(path)
+    let loaded = crate::runtime::load_from_disk(path)
         .with_context(|| format!("cannot read `{}`", path.display()))?;
     if loaded.manifest.is_none() {
         for d in &loaded.diagnostics {

@@ -12,7 +12,7 @@ use crate::stdx::term::printable;
 
 pub fn run(path: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
     let path = super::manifest_path(path)?;
-    let (loaded, _) = crate::runtime::load_from_disk(&path)
+    let loaded = crate::runtime::load_from_disk(&path)
         .with_context(|| format!("cannot read `{}`", path.display()))?;
     let errors = loaded.error_count();
     let warnings = loaded.diagnostics.len() - errors;

@@ -15,32 +15,54 @@ use super::RuntimeError;
 
 /// Load the manifest at `path` with the process environment.
 pub fn load_manifest(path: &Path) -> Result<model::Loaded, RuntimeError> {
-    load_sourced(path).map(|(loaded, _)| loaded)
-}
-
-/// [`load_manifest`], with what the manifest was computed from.
-pub fn load_sourced(path: &Path) -> Result<(model::Loaded, Sources), RuntimeError> {
     load_from_disk(path).map_err(|source| RuntimeError::Manifest {
         path: path.to_path_buf(),
         source,
     })
 }
 
+/// [`load_manifest`], with what the manifest was computed from: for a
+/// plan, whose fingerprint covers it.
+pub fn load_sourced(path: &Path) -> Result<(model::Loaded, Sources), RuntimeError> {
+    let files = package_files(path);
+    load_with(path, &files, Record::Sources).map_err(|source| RuntimeError::Manifest {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 /// The one loader on the disk: [`load_with`] over the manifest's
-/// directory, plugin packages checked. Every command loads through it
-/// (the daemon's reloads through [`load_with`], to tell operational
-/// failures apart).
-pub fn load_from_disk(path: &Path) -> std::io::Result<(model::Loaded, Sources)> {
-    let files = crate::plugins::files::PackageFiles::new(path.parent().unwrap_or(Path::new("")));
-    load_with(path, &files)
+/// directory, plugin packages checked, nothing recorded (`npc validate`,
+/// `npc hook run` on every tool call: no digest is computed for them).
+/// Every command loads through it or [`load_sourced`] (the daemon's
+/// reloads through [`load_with`], to tell operational failures apart).
+pub fn load_from_disk(path: &Path) -> std::io::Result<model::Loaded> {
+    let files = package_files(path);
+    load_with(path, &files, Record::Nothing).map(|(loaded, _)| loaded)
+}
+
+/// The files of the manifest at `path`, plugin packages checked.
+fn package_files(path: &Path) -> crate::plugins::files::PackageFiles {
+    crate::plugins::files::PackageFiles::new(path.parent().unwrap_or(Path::new("")))
+}
+
+/// Whether a load records what the manifest was computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    /// A digest of the manifest and of every file it references: what a
+    /// plan's fingerprint needs.
+    Sources,
+    /// Nothing ([`Sources::default`]): a load that plans nothing.
+    Nothing,
 }
 
 /// The one loader: the manifest at `path` read once, validated with the
-/// process environment, every file it references read through `files` and
-/// recorded in the [`Sources`] it returns.
+/// process environment, every file it references read through `files`
+/// and, with [`Record::Sources`], recorded in the [`Sources`] it returns.
 pub fn load_with(
     path: &Path,
     files: &dyn model::Files,
+    record: Record,
 ) -> std::io::Result<(model::Loaded, Sources)> {
     let bytes = match crate::disk::read_manifest(path) {
         Ok(bytes) => bytes,
@@ -51,12 +73,17 @@ pub fn load_with(
         }
         Err(e) => return Err(e.into()),
     };
+    let name = path.display().to_string();
+    if record == Record::Nothing {
+        let syntax = model::Syntax::from_path(&name);
+        let loaded = model::load_owned(&name, bytes, syntax, &ProcessEnv, files);
+        return Ok((loaded, Sources::default()));
+    }
     let recording = Recording {
         inner: files,
         reads: Mutex::new(BTreeMap::new()),
     };
     let manifest = fingerprint(bytes.as_slice());
-    let name = path.display().to_string();
     let loaded = model::load_owned(
         &name,
         bytes,

@@ -132,11 +132,10 @@ impl NpcGroup {
 
     fn plan(&self) -> Result<Value, NpcError> {
         let paths = &self.cx.paths;
-        let (loaded, _) =
-            super::load_from_disk(&paths.manifest).map_err(|e| NpcError::Manifest {
-                path: paths.manifest.display().to_string(),
-                reason: e.to_string(),
-            })?;
+        let loaded = super::load_from_disk(&paths.manifest).map_err(|e| NpcError::Manifest {
+            path: paths.manifest.display().to_string(),
+            reason: e.to_string(),
+        })?;
         let Some(manifest) = loaded.manifest else {
             let diagnostics = loaded
                 .diagnostics
