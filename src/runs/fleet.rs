@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Runs;
 use crate::event::Event;
-use crate::store::fleet::{Claimed, FleetQueue, Lease, NextClaim, Roster, WorkerInfo};
+use crate::store::fleet::{Claimed, FleetQueue, Handover, Lease, NextClaim, Roster, WorkerInfo};
 use crate::store::queue::{Enqueued, state};
 use crate::store::{NewEvent, Store, StoreError};
 
@@ -682,10 +682,24 @@ impl Worker {
                         worker,
                         lease: self.settings.lease,
                     };
-                    let handover = self
+                    // Bounded like every store call here: a stalled
+                    // connection is an unanswered end, retried; a next run
+                    // claimed but never heard of is rescued when its lease lapses.
+                    let call = self
                         .fleet
-                        .finish_and_claim(&lease, end, detail, result, asking)
-                        .await;
+                        .finish_and_claim(&lease, end, detail, result, asking);
+                    let handover = tokio::time::timeout(renew_every, call)
+                        .await
+                        .unwrap_or_else(|_| {
+                            let unanswered = || StoreError::PgUnreachable {
+                                op: "answer within the lease",
+                                message: format!("no answer within {renew_every:?}"),
+                            };
+                            Handover {
+                                ended: Err(unanswered()),
+                                next: Err(unanswered()),
+                            }
+                        });
                     match handover.next {
                         Ok(claimed) => next = claimed.map(|c| (c, at)),
                         Err(e) => store_back.complaints.failed("claim the next run", &e, None),
