@@ -125,3 +125,41 @@ pub struct HookCall {
     pub detail: Option<String>,
     pub duration_ms: f64,
 }
+
+/// Who denied a tool call ([`ToolDenied::by`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeniedBy {
+    /// The agent CLI's own permission rules (from the profile's per-run policy).
+    Cli,
+    /// A `before_tool` hook or a profile's tool rules in `npc hook run`.
+    #[default]
+    Hook,
+    /// The MCP gateway (`npc mcp serve`).
+    Gateway,
+    /// A person (or the approval timeout) answered an `ask`.
+    Approval,
+    /// The run's sandbox.
+    Sandbox,
+}
+
+/// A tool call of a run that was denied: the run, the tool, the rule that
+/// denied it and who applied the rule. A run with one of these ends
+/// `blocked` unless it also succeeded at what it tried otherwise.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolDenied {
+    /// The run (`null` for a call outside any run).
+    pub run_id: Option<String>,
+    /// The profile the run uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// The tool as the agent named it.
+    pub tool: String,
+    /// The rule: a `denied_tools` / `ask_tools` pattern, a hook's name, a
+    /// sandbox rule.
+    pub rule: String,
+    pub by: DeniedBy,
+    /// Why, in words (a hook's reason, an approver's reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}

@@ -195,6 +195,9 @@ events! {
     "mcp.server_failed" => McpServerFailed(McpServerFailed),
     /// One hook call and its decision.
     "hook.call" => HookCall(HookCall),
+    /// A tool call of a run was denied (by the CLI, a hook, the gateway, an
+    /// approval or the sandbox): the run, the tool and the rule.
+    "tool.denied" => ToolDenied(ToolDenied),
     /// A pane needs a person.
     "pane.notice" => PaneNotice(PaneNotice),
     /// A pane's process started.

@@ -51,6 +51,12 @@ pub mod state {
     /// Was running when the daemon died; never run again (at most once).
     pub const INTERRUPTED: &str = "interrupted";
     pub const TIMED_OUT: &str = "timed_out";
+    /// Parked on a question (an `ask`) until a person answers it or its
+    /// `approval_timeout` passes.
+    pub const WAITING: &str = "waiting";
+    /// Ended after a policy or permission denial stopped something the
+    /// agent tried (the denials are `tool.denied` events of the run).
+    pub const BLOCKED: &str = "blocked";
 }
 
 /// A run to record.
