@@ -35,6 +35,14 @@ use crate::model::{HookEvent, Manifest, ProviderKind};
 
 /// What every bridge entry's command starts with (how npc knows its own).
 pub const BRIDGE_COMMAND: &str = "npc hook run ";
+/// What every bridge command ends with: when `npc hook run` cannot run
+/// (`npc` is not on `PATH`: exit 127) or fails in any way other than its
+/// own denial (exit 2), the shell says so on stderr and exits 2, which
+/// Claude Code, Codex and Gemini CLI all take as "block the tool" (a
+/// missing `npc` would otherwise exit 127, a non-blocking error to all
+/// three: the policy would silently not apply). Gemini CLI's own denials
+/// exit 0 with a JSON answer, so they pass through unchanged.
+pub const FAIL_CLOSED: &str = " || { c=$?; [ \"$c\" -eq 2 ] || echo \"npc hook run could not run (exit $c), so the tool is denied; put npc on PATH (see npc doctor)\" >&2; exit 2; }";
 /// Time an agent CLI gives `npc hook run` beyond the sum of its hooks'
 /// timeouts (process start, manifest load).
 pub const BRIDGE_MARGIN_MS: u64 = 10_000;
@@ -111,7 +119,7 @@ fn entry(
         ),
     };
     let command = format!(
-        "{BRIDGE_COMMAND}{} --agent {agent} --manifest {manifest_arg}",
+        "{BRIDGE_COMMAND}{} --agent {agent} --manifest {manifest_arg}{FAIL_CLOSED}",
         event.as_str()
     );
     let handler = json!([{ "type": "command", "command": command, "timeout": timeout }]);
@@ -344,7 +352,9 @@ mod tests {
         assert_eq!(groups[0]["hooks"][0]["command"], "./mine");
         assert_eq!(
             groups[1]["hooks"][0]["command"],
-            "npc hook run before_tool --agent claude --manifest \"$CLAUDE_PROJECT_DIR\"/npcagent.toml"
+            format!(
+                "npc hook run before_tool --agent claude --manifest \"$CLAUDE_PROJECT_DIR\"/npcagent.toml{FAIL_CLOSED}"
+            )
         );
         assert_eq!(groups[1]["hooks"][0]["timeout"], 13);
         assert!(v["hooks"].get("PostToolUse").is_none());
@@ -379,6 +389,68 @@ mod tests {
         )
         .unwrap();
         assert!(none.is_empty());
+    }
+
+    /// The bridge command run the way the CLIs run it (`sh -c`), with an
+    /// `npc` on `PATH` that exits `exit` (`None`: no `npc` at all): its exit
+    /// status and stderr.
+    fn bridge_exit(dir: &Path, exit: Option<i32>) -> (i32, String) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let bin = dir.join(format!("bin-{exit:?}"));
+        std::fs::create_dir_all(&bin).unwrap();
+        if let Some(code) = exit {
+            let npc = bin.join("npc");
+            std::fs::write(&npc, format!("#!/bin/sh\necho fake-npc >&2\nexit {code}\n")).unwrap();
+            std::fs::set_permissions(&npc, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let (text, _) = edit(
+            Path::new(".claude/settings.json"),
+            ProviderKind::ClaudeCode,
+            None,
+            &manifest(DENY),
+            "npcagent.toml",
+        )
+        .unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let command = v["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let out = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(&command)
+            .env("PATH", &bin)
+            .env("CLAUDE_PROJECT_DIR", dir)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    #[test]
+    fn a_bridge_that_cannot_run_npc_blocks_the_tool() {
+        let dir = tempfile::tempdir().unwrap();
+        // No `npc` on PATH: the shell's 127 becomes a block, with the fix.
+        let (code, stderr) = bridge_exit(dir.path(), None);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(
+            stderr.contains("exit 127") && stderr.contains("put npc on PATH"),
+            "{stderr}"
+        );
+        // npc failing in any other way blocks too.
+        let (code, stderr) = bridge_exit(dir.path(), Some(101));
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains("exit 101"), "{stderr}");
+        // npc's own denial passes through as it is, without the note.
+        let (code, stderr) = bridge_exit(dir.path(), Some(2));
+        assert_eq!(code, 2);
+        assert_eq!(stderr.trim(), "fake-npc");
+        // An allowed call stays allowed.
+        let (code, _) = bridge_exit(dir.path(), Some(0));
+        assert_eq!(code, 0);
     }
 
     #[test]

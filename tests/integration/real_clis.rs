@@ -979,3 +979,96 @@ fn opencode_edit_in_a_worktree_lands_on_its_branch() {
         },
     );
 }
+
+/// `PATH` without any directory that holds an `npc`: what a machine where
+/// npc was never installed gives the agent CLI.
+fn path_without_npc() -> std::ffi::OsString {
+    let dirs: Vec<PathBuf> = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .filter(|d| !d.join("npc").exists())
+        .collect();
+    std::env::join_paths(dirs).unwrap()
+}
+
+/// A bridge that cannot run npc fails closed: with an allowing
+/// `before_tool` hook bridged into the CLI's settings and no `npc` on the
+/// CLI's `PATH` (npc itself started by its path), the shell command the
+/// model asks for is blocked by the CLI's own hook mechanism — the file is
+/// not written and the model is told why — instead of the 127 the CLIs
+/// take as a non-blocking error.
+fn bridge_without_npc_blocks_the_tool(cli: Cli, script: Script) {
+    if !installed(cli) {
+        return;
+    }
+    let hooks = "\n[[hooks.before_tool]]\ncommand = \"true\"\n";
+    let s = Setup::scripted(cli, hooks, None, script);
+    let timeout = RUN_TIMEOUT.as_secs().to_string();
+    let out = s
+        .npc(&[
+            "run",
+            "agent",
+            "--prompt",
+            "write the file",
+            "--format",
+            "json",
+            "--timeout",
+            &timeout,
+        ])
+        .env("PATH", path_without_npc())
+        .output()
+        .unwrap();
+    let who = cli.program;
+    let log = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !s.root().join(EDITED_FILE).exists(),
+        "{who}: the tool ran although the hook bridge could not run npc:\n{log}"
+    );
+    let told = s
+        .model
+        .requests()
+        .iter()
+        .any(|b| b.to_string().contains("npc hook run could not run"));
+    assert!(
+        told,
+        "{who}: the model was never told the bridge could not run:\n{log}"
+    );
+}
+
+#[test]
+fn claude_bridge_without_npc_blocks_the_tool() {
+    bridge_without_npc_blocks_the_tool(
+        CLAUDE,
+        Script {
+            tool: "Bash",
+            args: serde_json::json!({"command": edit_command(), "description": "write the file"}),
+            provider_args: &["--allowedTools", "Bash"],
+        },
+    );
+}
+
+#[test]
+fn codex_bridge_without_npc_blocks_the_tool() {
+    bridge_without_npc_blocks_the_tool(
+        CODEX,
+        Script {
+            tool: "exec_command",
+            args: serde_json::json!({"cmd": edit_command()}),
+            provider_args: &["--sandbox", "danger-full-access"],
+        },
+    );
+}
+
+#[test]
+fn gemini_bridge_without_npc_blocks_the_tool() {
+    bridge_without_npc_blocks_the_tool(
+        GEMINI,
+        Script {
+            tool: "run_shell_command",
+            args: serde_json::json!({"command": edit_command(), "description": "write the file"}),
+            provider_args: &[],
+        },
+    );
+}
