@@ -226,7 +226,13 @@ fn adopt(
         .to_string();
     let store = runtime::open_store(&paths)?;
     let mut managed = store.managed_entries(&key)?;
-    managed.extend(names);
+    managed.extend(names.iter().cloned());
+    // The lock too, so a clone of the repository knows them as npc's.
+    let mut lock = native::ownership::read(&paths.root).unwrap_or_default();
+    let mut locked = lock.entries(&key);
+    locked.extend(names);
+    lock.set(&key, locked);
+    native::ownership::write(&paths.root, &lock)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

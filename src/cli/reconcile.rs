@@ -621,7 +621,7 @@ pub fn apply(
                 .filter(|f| f.is_change())
                 .collect();
             let store = runtime::open_store(&paths)?;
-            if !print_written(rt.block_on(files::write_files(&forced, &store)))? {
+            if !print_written(rt.block_on(files::write_files(&forced, &store, &paths.root)))? {
                 exit = Exit::Failed;
             }
             rt.block_on(store.flush())?;
@@ -640,7 +640,8 @@ pub fn apply(
     let store = runtime::open_store(&paths)?;
     rt.block_on(runtime::record_state(&store, &plan::observe(&desired)))?;
     let written: Vec<FilePlan> = files.into_iter().filter(|f| f.error.is_none()).collect();
-    let failed = !print_written(rt.block_on(files::write_files(&written, &store)))? || broken;
+    let failed =
+        !print_written(rt.block_on(files::write_files(&written, &store, &paths.root)))? || broken;
     let failed = !print_written(crate::native::skills::apply(&paths.root, &skills))? || failed;
     for change in plan.actionable() {
         let runs_a_process = match desired.get(&change.id) {

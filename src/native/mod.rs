@@ -26,6 +26,7 @@ pub mod import;
 pub mod import_config;
 pub mod jsonc;
 pub mod managed;
+pub mod ownership;
 pub mod permissions;
 pub mod refs;
 pub mod rules;

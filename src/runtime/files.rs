@@ -134,6 +134,17 @@ impl FilePlan {
             remove: false,
         }
     }
+
+    /// A file npc leaves as it is, with a note saying why (shown by the
+    /// plan; nothing is written).
+    fn left_alone(path: String, what: String, note: String) -> Self {
+        Self {
+            action: "skip",
+            error: None,
+            notes: vec![note],
+            ..Self::failed(path, what, String::new())
+        }
+    }
 }
 
 fn rel(root: &Path, path: &Path) -> String {
@@ -178,6 +189,24 @@ pub fn plan_files_with(
     opts: PlanOptions,
 ) -> Vec<FilePlan> {
     let mut out = Vec::new();
+    // Which entries are npc's: its store, and for the repository's own
+    // files the lock that travels with the repository (a fresh clone).
+    let project = *scope == Scope::Project;
+    let (lock, lock_note) = if project {
+        match native::ownership::read(&paths.root) {
+            Ok(lock) => (lock, None),
+            Err(e) => (native::ownership::Ownership::default(), Some(e.to_string())),
+        }
+    } else {
+        (native::ownership::Ownership::default(), None)
+    };
+    let managed_of = |key: &str| -> BTreeSet<String> {
+        let mut entries = store
+            .and_then(|s| s.managed_entries(key).ok())
+            .unwrap_or_default();
+        entries.extend(lock.entries(key));
+        entries
+    };
     for kind in declared_kinds(manifest) {
         let exported = exported(manifest, paths, kind);
         let target = Target {
@@ -188,12 +217,9 @@ pub fn plan_files_with(
         let key = rel(&paths.root, &path);
         // The store keeps MCP entry names and (with a `:`) npc's
         // permission entries of the same file.
-        let (permission_entries, managed): (BTreeSet<String>, BTreeSet<String>) = store
-            .and_then(|s| s.managed_entries(&key).ok())
-            .unwrap_or_default()
+        let (permission_entries, managed): (BTreeSet<String>, BTreeSet<String>) = managed_of(&key)
             .into_iter()
             .partition(|name| name.contains(':'));
-        let project = *scope == Scope::Project;
         let what = match kind {
             ProviderKind::GeminiCli if project => {
                 format!("{} MCP servers, hooks and permissions", kind.as_str())
@@ -227,11 +253,18 @@ pub fn plan_files_with(
             Err(e) => out.push(FilePlan::failed(key, what, e.to_string())),
         }
         if project && matches!(kind, ProviderKind::ClaudeCode | ProviderKind::Codex) {
-            out.extend(plan_hooks_file(kind, manifest, paths, store));
+            out.extend(plan_hooks_file(kind, manifest, paths, &managed_of));
         }
         if project && kind == ProviderKind::Opencode {
             out.extend(plan_opencode_plugin(manifest, paths));
         }
+    }
+    if let Some(note) = lock_note {
+        out.push(FilePlan::left_alone(
+            native::ownership::LOCK_FILE.to_string(),
+            "the agent-file entries npc manages".to_string(),
+            note,
+        ));
     }
     let ctx = RenderContext::new(&paths.root, manifest);
     crate::model::template::with_fuel_pool(crate::model::template::BATCH_FUEL, || {
@@ -396,7 +429,7 @@ fn plan_hooks_file(
     kind: ProviderKind,
     manifest: &Manifest,
     paths: &RepoPaths,
-    store: Option<&Store>,
+    managed_of: &dyn Fn(&str) -> BTreeSet<String>,
 ) -> Option<FilePlan> {
     let file = match kind {
         ProviderKind::Codex => native::hooks::CODEX_HOOKS,
@@ -419,12 +452,7 @@ fn plan_hooks_file(
         };
         let change = with_hook_bridge(change, kind, manifest, paths)?;
         match kind {
-            ProviderKind::ClaudeCode => {
-                let previously = store
-                    .and_then(|s| s.managed_entries(file).ok())
-                    .unwrap_or_default();
-                with_permissions(change, kind, manifest, &previously)
-            }
+            ProviderKind::ClaudeCode => with_permissions(change, kind, manifest, &managed_of(file)),
             _ => Ok(change),
         }
     });
@@ -531,10 +559,18 @@ fn plan_profiles(
 pub async fn write_files(
     plans: &[FilePlan],
     store: &Store,
+    repo: &Path,
 ) -> Vec<(String, Result<&'static str, String>)> {
     let mut out = Vec::new();
+    // The lock of the repository's own files: what npc manages, for a clone.
+    let mut lock = native::ownership::read(repo).unwrap_or_default();
+    let locked = lock.clone();
     for plan in plans {
         let Some(change) = &plan.change else {
+            if plan.error.is_none() {
+                // Left alone: nothing to write.
+                continue;
+            }
             out.push((
                 plan.path.clone(),
                 Err(plan.error.clone().unwrap_or_default()),
@@ -557,6 +593,9 @@ pub async fn write_files(
             let _ = store
                 .set_managed_entries(plan.path.clone(), change.managed.clone())
                 .await;
+            if plan.root == repo {
+                lock.set(&plan.path, change.managed.clone());
+            }
         }
         out.push((
             plan.path.clone(),
@@ -566,6 +605,12 @@ pub async fn write_files(
                 (false, _) => "unchanged",
             }),
         ));
+    }
+    if lock != locked {
+        let written = native::ownership::write(repo, &lock)
+            .map(|changed| if changed { "written" } else { "unchanged" })
+            .map_err(|e| e.to_string());
+        out.push((native::ownership::LOCK_FILE.to_string(), written));
     }
     out
 }

@@ -655,7 +655,7 @@ impl Runtime {
                 self.written.record(path, content);
             }
         }
-        let mut results = files::write_files(&plans, &self.store).await;
+        let mut results = files::write_files(&plans, &self.store, &self.paths.root).await;
         results.extend(copied);
         let files = results
             .into_iter()

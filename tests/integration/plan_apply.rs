@@ -254,3 +254,125 @@ fn a_saved_plan_through_the_daemon_is_refused_after_an_edit_and_applied_when_unc
         stderr_of(&refused)
     );
 }
+
+/// `git` in `dir`, with an author; its stdout.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=test", "-c", "user.email=test@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What npc manages travels with the repository: `npc apply` writes
+/// `npcagent.lock` beside the agent files, and a teammate's fresh clone of
+/// the commit (no `.npc/`, so no store) plans clean. Without the lock the
+/// same clone reports npc's own entry as one npc did not write (what
+/// every clone did before); a lock that is not npc's is a note on the
+/// plan, never a failure, and a lock naming files outside the repository
+/// changes nothing.
+#[test]
+fn a_teammates_clone_plans_clean_with_the_committed_lock() {
+    let origin = tempfile::tempdir().unwrap();
+    let root = origin.path();
+    std::fs::write(
+        root.join("npcagent.toml"),
+        "version = 1\n[mcp]\ngateway = true\n[providers.claude]\nkind = \"claude_code\"\n[mcp.servers.alpha]\ncommand = \"sleep\"\nargs = [\"1000\"]\n",
+    )
+    .unwrap();
+    git(root, &["init", "-q", "."]);
+    npc()
+        .current_dir(root)
+        .args(["apply", "--auto-approve"])
+        .assert()
+        .success();
+    let lock: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("npcagent.lock")).unwrap())
+            .unwrap();
+    assert_eq!(
+        lock["files"][".mcp.json"],
+        serde_json::json!(["npc"]),
+        "{lock}"
+    );
+    git(root, &["add", "--all"]);
+    git(root, &["commit", "-q", "-m", "agent files"]);
+    assert!(
+        !git(root, &["ls-files"]).contains(".npc/"),
+        "npc's state is not committed"
+    );
+    let clones = tempfile::tempdir().unwrap();
+    let clone = |name: &str| {
+        let dir = clones.path().join(name);
+        git(
+            clones.path(),
+            &["clone", "-q", &root.to_string_lossy(), name],
+        );
+        dir
+    };
+    let plan = |dir: &Path| {
+        let out = npc()
+            .current_dir(dir)
+            .args(["plan", "--detailed-exitcode"])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let teammate = clone("teammate");
+    // Its components are new to it (nothing was applied there), its agent
+    // files are not: no conflict, no file to change.
+    let (code, out) = plan(&teammate);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        !out.contains("--force-agent-files") && !out.contains(".mcp.json"),
+        "a fresh clone plans its agent files clean: {out}"
+    );
+    npc()
+        .current_dir(&teammate)
+        .args(["apply", "--auto-approve"])
+        .assert()
+        .success();
+    let (code, out) = plan(&teammate);
+    assert_eq!(code, Some(0), "{out}");
+    // The same clone without the lock: npc's entry looks like the user's.
+    let bare = clone("bare");
+    std::fs::remove_file(bare.join("npcagent.lock")).unwrap();
+    let (code, out) = plan(&bare);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains(".mcp.json: `npc`") && out.contains("--force-agent-files"),
+        "{out}"
+    );
+    // A lock that is not npc's: a note, and the plan goes on.
+    std::fs::write(bare.join("npcagent.lock"), "{\"version\": 1, \"files\": 7}").unwrap();
+    let (code, out) = plan(&bare);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("is not npc's lock"), "{out}");
+    // A lock naming a file outside the repository changes nothing there.
+    let outside = clones.path().join("outside.json");
+    std::fs::write(
+        &outside,
+        "{\"mcpServers\": {\"npc\": {\"command\": \"mine\"}}}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        bare.join("npcagent.lock"),
+        "{\"version\": 1, \"files\": {\"../outside.json\": [\"npc\"]}}",
+    )
+    .unwrap();
+    npc()
+        .current_dir(&bare)
+        .args(["apply", "--auto-approve"])
+        .assert()
+        .success();
+    assert!(std::fs::read_to_string(&outside).unwrap().contains("mine"));
+}
