@@ -3,8 +3,11 @@
 //! with (`fixtures/clis`), whether the agent files npc writes for it are in
 //! step with the manifest, and whether the CLI reads them: Codex's project
 //! trust and its review of npc's hooks, Gemini CLI's folder trust (the
-//! rules in `native::doctor`). Every problem comes with the command or the
-//! edit that fixes it. Exit 0 when nothing is wrong (warnings allowed), 1
+//! rules in `native::doctor`), and whether it is logged in as far as npc
+//! can tell; then whether the `npc` the agent files call is this npc, and
+//! whether each stdio MCP server's command exists. No program a repository
+//! names, and none found through a relative `PATH` entry, is ever run.
+//! Every problem comes with the command or the edit that fixes it. Exit 0 when nothing is wrong (warnings allowed), 1
 //! otherwise.
 
 use std::collections::BTreeMap;
@@ -19,6 +22,8 @@ use crate::model::{Manifest, Provider, ProviderKind};
 use crate::native::doctor::{self as checks, GeminiTrust};
 use crate::runtime::{self, RepoPaths};
 
+/// The program the agent files npc writes call.
+const NPC_PROGRAM: &str = "npc";
 /// Longest a CLI's `--version` may take.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(15);
 /// Codex's flag that runs project hooks without a stored review.
@@ -81,7 +86,12 @@ impl Check {
 /// One CLI's report.
 #[derive(Debug, Serialize)]
 struct Report {
+    /// An agent CLI's kind, `npc` (the npc the agent files call) or
+    /// `mcp_server`.
     kind: &'static str,
+    /// The MCP server's name (`mcp_server` reports).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server: Option<String>,
     program: String,
     path: Option<PathBuf>,
     version: Option<String>,
@@ -106,23 +116,26 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<Exit> {
     let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let reports: Vec<Report> = providers
-        .into_iter()
-        .map(|(kind, provider)| {
-            let mut report = installed(kind, provider, &paths.root, &tokio);
-            if report.path.is_some() {
-                report.checks.extend(agent_files(kind, &plans));
-                report.checks.extend(trust(
-                    kind,
-                    provider,
-                    &manifest,
-                    &paths.root,
-                    home.as_deref(),
-                ));
-            }
-            report
-        })
-        .collect();
+    let mut reports: Vec<Report> = Vec::new();
+    if !providers.is_empty() {
+        reports.push(this_npc(&tokio));
+    }
+    reports.extend(providers.into_iter().map(|(kind, provider)| {
+        let mut report = installed(kind, provider, &paths.root, &tokio);
+        if report.path.is_some() {
+            report.checks.extend(agent_files(kind, &plans));
+            report.checks.extend(trust(
+                kind,
+                provider,
+                &manifest,
+                &paths.root,
+                home.as_deref(),
+            ));
+            report.checks.push(login(kind, provider, home.as_deref()));
+        }
+        report
+    }));
+    reports.extend(mcp_servers(&manifest, &paths.root));
     let failed = reports
         .iter()
         .any(|r| r.checks.iter().any(|c| c.status == Status::Problem));
@@ -151,9 +164,10 @@ fn print_human(reports: &[Report]) -> anyhow::Result<()> {
         let show = crate::stdx::term::printable;
         let version = r.version.as_deref().unwrap_or("version unknown");
         let program = show(&r.program);
-        match &r.path {
-            Some(_) => outln!("{} (`{program}` {})", r.kind, show(version))?,
-            None => outln!("{} (`{program}`)", r.kind)?,
+        match (&r.server, &r.path) {
+            (Some(name), _) => outln!("mcp server {} (`{program}`)", show(name))?,
+            (None, Some(_)) => outln!("{} (`{program}` {})", r.kind, show(version))?,
+            (None, None) => outln!("{} (`{program}`)", r.kind)?,
         }
         for c in &r.checks {
             let mark = match c.status {
@@ -188,9 +202,194 @@ fn find_program(program: &str) -> Option<PathBuf> {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
     let path = std::env::var_os("PATH")?;
+    // A relative entry (`.`, `bin`) would find the repository's own
+    // program: never looked in.
     std::env::split_paths(&path)
+        .filter(|dir| dir.is_absolute())
         .map(|dir| dir.join(program))
         .find(|p| runnable(p))
+}
+
+/// The program the agent files npc writes call (`npc mcp serve`, `npc hook
+/// run`), found on `PATH` like the CLIs find it, against this npc.
+fn this_npc(tokio: &tokio::runtime::Runtime) -> Report {
+    let this = std::env::current_exe().ok();
+    let this_real = this.as_deref().and_then(|p| p.canonicalize().ok());
+    let found = find_program(NPC_PROGRAM);
+    let mut report = Report {
+        kind: NPC_PROGRAM,
+        server: None,
+        program: NPC_PROGRAM.to_string(),
+        path: found.clone(),
+        version: Some(env!("CARGO_PKG_VERSION").to_string()),
+        fixtures: None,
+        checks: Vec::new(),
+    };
+    let shown = this
+        .as_deref()
+        .map_or_else(|| "this npc".to_string(), |p| format!("`{}`", p.display()));
+    let link_fix = format!(
+        "put this npc first on `PATH` (e.g. `ln -sf {} ~/.local/bin/npc`)",
+        this.as_deref()
+            .map_or_else(|| "PATH-TO-NPC".to_string(), |p| p.display().to_string())
+    );
+    let check = match found {
+        None => Check::bad(
+            "on_path",
+            Status::Problem,
+            "no `npc` on `PATH`: the agent CLIs cannot start npc's gateway (`npc mcp serve`), and every tool call a hook bridge governs is denied".to_string(),
+            link_fix,
+        ),
+        Some(path) if path.canonicalize().ok() == this_real => {
+            Check::ok("on_path", format!("`{}` is this npc", path.display()))
+        }
+        Some(path) => {
+            let theirs = tokio.block_on(version_of(&path, Path::new("/")));
+            let ours = semver::Version::parse(env!("CARGO_PKG_VERSION")).ok();
+            if theirs.is_some() && theirs == ours {
+                Check::bad(
+                    "on_path",
+                    Status::Warn,
+                    format!(
+                        "the agent files call `{}`, another npc binary of this version, not {shown}",
+                        path.display()
+                    ),
+                    link_fix,
+                )
+            } else {
+                Check::bad(
+                    "on_path",
+                    Status::Problem,
+                    format!(
+                        "the agent files call `{}` ({}), not {shown} ({})",
+                        path.display(),
+                        theirs.map_or_else(|| "version unknown".to_string(), |v| v.to_string()),
+                        env!("CARGO_PKG_VERSION")
+                    ),
+                    link_fix,
+                )
+            }
+        }
+    };
+    report.checks.push(check);
+    report
+}
+
+/// Whether `kind`'s CLI has credentials, as far as npc can tell without
+/// running it: a key in the environment or the provider's `env`, or the
+/// file its own login writes. A warning, never a problem: a model gateway
+/// may take other credentials.
+fn login(kind: ProviderKind, provider: &Provider, home: Option<&Path>) -> Check {
+    let in_env = |names: &[&str]| {
+        names
+            .iter()
+            .find(|n| {
+                std::env::var_os(n).is_some_and(|v| !v.is_empty()) || provider.env.contains_key(**n)
+            })
+            .map(|n| format!("`{n}` is set"))
+    };
+    let file = |p: Option<PathBuf>| {
+        p.filter(|p| p.is_file())
+            .map(|p| format!("`{}` holds its login", p.display()))
+    };
+    let data_home = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| home.map(|h| h.join(".local/share")));
+    let codex_home = std::env::var_os("CODEX_HOME")
+        .map(PathBuf::from)
+        .or_else(|| home.map(|h| h.join(".codex")));
+    let (found, how) = match kind {
+        ProviderKind::ClaudeCode => (
+            in_env(&[
+                "ANTHROPIC_API_KEY",
+                "ANTHROPIC_AUTH_TOKEN",
+                "CLAUDE_CODE_OAUTH_TOKEN",
+                "CLAUDE_CODE_USE_BEDROCK",
+                "CLAUDE_CODE_USE_VERTEX",
+            ])
+            .or_else(|| file(home.map(|h| h.join(".claude/.credentials.json")))),
+            "run `claude` once and `/login`, or set `ANTHROPIC_API_KEY` in the provider's `env`",
+        ),
+        ProviderKind::Codex => (
+            in_env(&["OPENAI_API_KEY", "CODEX_API_KEY"])
+                .or_else(|| file(codex_home.map(|h| h.join("auth.json")))),
+            "run `codex login`, or set `OPENAI_API_KEY` in the provider's `env`",
+        ),
+        ProviderKind::GeminiCli => (
+            in_env(&[
+                "GEMINI_API_KEY",
+                "GOOGLE_API_KEY",
+                "GOOGLE_GENAI_USE_VERTEXAI",
+                "GOOGLE_APPLICATION_CREDENTIALS",
+            ])
+            .or_else(|| file(home.map(|h| h.join(".gemini/oauth_creds.json")))),
+            "run `gemini` once and sign in, or set `GEMINI_API_KEY` in the provider's `env`",
+        ),
+        ProviderKind::Opencode => (
+            file(data_home.map(|d| d.join("opencode/auth.json")))
+                .or_else(|| in_env(&["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENCODE_API_KEY"])),
+            "run `opencode auth login`, or set the model provider's key in the provider's `env`",
+        ),
+    };
+    match found {
+        Some(detail) => Check::ok("login", detail),
+        None => Check::bad(
+            "login",
+            Status::Warn,
+            "no login npc can see (no key in the environment, no credentials file of the CLI's own login)".to_string(),
+            how.to_string(),
+        ),
+    }
+}
+
+/// Each stdio MCP server's command: on `PATH` (a bare name) or in the
+/// repository (a path), never run.
+fn mcp_servers(manifest: &Manifest, root: &Path) -> Vec<Report> {
+    use std::os::unix::fs::PermissionsExt;
+    manifest
+        .mcp_servers
+        .iter()
+        .filter(|(_, s)| s.enabled)
+        .filter_map(|(name, server)| {
+            let crate::model::McpTransport::Stdio(spec) = &server.transport else {
+                return None;
+            };
+            let program = spec.command.clone();
+            let path = if program.contains('/') {
+                let p = root.join(&program);
+                std::fs::metadata(&p)
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                    .then_some(p)
+            } else {
+                find_program(&program)
+            };
+            let check = match &path {
+                Some(p) => Check::ok("command", p.display().to_string()),
+                None => Check::bad(
+                    "command",
+                    Status::Problem,
+                    format!(
+                        "`{program}` is not {}: the server cannot start",
+                        if program.contains('/') {
+                            "an executable file of the repository"
+                        } else {
+                            "on `PATH`"
+                        }
+                    ),
+                    format!("install `{program}`, or change `mcp.servers.{name}.command`"),
+                ),
+            };
+            Some(Report {
+                kind: "mcp_server",
+                server: Some(name.clone()),
+                program,
+                path,
+                version: None,
+                fixtures: None,
+                checks: vec![check],
+            })
+        })
+        .collect()
 }
 
 /// Whether `kind`'s CLI is installed, and its version against npc's fixtures.
@@ -210,6 +409,7 @@ fn installed(
         .map(str::to_string);
     let mut report = Report {
         kind: kind.as_str(),
+        server: None,
         program: program.clone(),
         path: None,
         version: None,

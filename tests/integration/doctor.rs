@@ -1,8 +1,9 @@
 //! `npc doctor` through the real binary, with stand-in agent CLIs (scripts
 //! that print a version) on `PATH` and a throwaway `HOME`: a missing CLI,
-//! a version other than npc's recorded one, agent files out of step, and
-//! Codex's and Gemini CLI's trust of the repository — each a problem with
-//! its fix until the fix is made.
+//! a version other than npc's recorded one, agent files out of step,
+//! Codex's and Gemini CLI's trust of the repository, the `npc` the agent
+//! files call, the CLIs' logins and the MCP servers' commands — each a
+//! problem (or a warning) with its fix until the fix is made.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -29,6 +30,10 @@ fn doctor(root: &Path, bin: &Path, home: &Path) -> (i32, Vec<Value>) {
         .env("HOME", home)
         .env_remove("CODEX_HOME")
         .env_remove("GEMINI_CLI_TRUSTED_FOLDERS_PATH")
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("GEMINI_API_KEY")
         .output()
         .unwrap();
     let reports: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -44,9 +49,15 @@ fn doctor(root: &Path, bin: &Path, home: &Path) -> (i32, Vec<Value>) {
     )
 }
 
-/// The check `name` of `kind`'s report.
+/// The check `name` of `kind`'s report (`kind` may be `mcp_server NAME`).
 fn check<'a>(reports: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    let report = reports.iter().find(|r| r["kind"] == kind).unwrap();
+    let report = reports
+        .iter()
+        .find(|r| match kind.strip_prefix("mcp_server ") {
+            Some(server) => r["kind"] == "mcp_server" && r["server"] == server,
+            None => r["kind"] == kind,
+        })
+        .unwrap_or_else(|| panic!("no report of {kind}: {reports:#?}"));
     report["checks"]
         .as_array()
         .unwrap()
@@ -100,9 +111,34 @@ fn doctor_names_each_problem_with_its_fix_until_it_is_fixed() {
         gemini["fix"].as_str().unwrap().contains("TRUST_FOLDER"),
         "{gemini}"
     );
+    // The npc the agent files call, the CLIs' logins, the servers' commands.
+    let on_path = check(&reports, "npc", "on_path");
+    assert_eq!(on_path["status"], "problem", "{on_path}");
+    assert!(
+        on_path["fix"].as_str().unwrap().contains("ln -sf"),
+        "{on_path}"
+    );
+    let login = check(&reports, "claude_code", "login");
+    assert_eq!(login["status"], "warn", "{login}");
+    let server = check(&reports, "mcp_server fs", "command");
+    assert_eq!(server["status"], "problem", "{server}");
+    // Another npc first on PATH is not this npc.
+    stand_in(bin.path(), "npc", "npc 0.0.1");
+    let (_, reports) = doctor(&root, bin.path(), home.path());
+    let other = check(&reports, "npc", "on_path");
+    assert_eq!(other["status"], "problem", "{other}");
+    assert!(
+        other["detail"].as_str().unwrap().contains("0.0.1"),
+        "{other}"
+    );
 
     // The fixes the report gives.
     stand_in(bin.path(), "opencode", "1.18.33");
+    std::fs::remove_file(bin.path().join("npc")).unwrap();
+    std::os::unix::fs::symlink(crate::support::npc_path(), bin.path().join("npc")).unwrap();
+    stand_in(bin.path(), "true", "");
+    std::fs::create_dir_all(home.path().join(".claude")).unwrap();
+    std::fs::write(home.path().join(".claude/.credentials.json"), "{}").unwrap();
     std::fs::create_dir_all(home.path().join(".codex")).unwrap();
     std::fs::write(
         home.path().join(".codex/config.toml"),
@@ -132,6 +168,9 @@ fn doctor_names_each_problem_with_its_fix_until_it_is_fixed() {
         .filter(|c| c["status"] == "problem")
         .collect();
     assert!(problems.is_empty(), "{problems:#?}");
+    assert_eq!(check(&reports, "npc", "on_path")["status"], "ok");
+    assert_eq!(check(&reports, "claude_code", "login")["status"], "ok");
+    assert_eq!(check(&reports, "mcp_server fs", "command")["status"], "ok");
     assert_eq!(code, 0, "a warning alone does not fail");
 }
 
@@ -161,4 +200,24 @@ fn doctor_runs_no_program_the_repository_names() {
     assert_eq!(installed["status"], "warn", "{installed}");
     assert!(installed.to_string().contains("not checked"), "{installed}");
     assert!(!marker.exists(), "npc doctor ran the repository's program");
+    // A relative `PATH` entry would find the repository's own `npc` (or
+    // CLI): never looked in, so never run.
+    for name in ["npc", "claude"] {
+        std::fs::copy(&agent, repo.path().join(name)).unwrap();
+    }
+    let path = format!(".:{}", bin.path().display());
+    let out = npc()
+        .current_dir(repo.path())
+        .args(["doctor", "--format", "json"])
+        .env("PATH", path)
+        .env("HOME", home.path())
+        .output()
+        .unwrap();
+    let reports: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let on_path = check(reports.as_array().unwrap(), "npc", "on_path");
+    assert_eq!(on_path["status"], "problem", "{on_path}");
+    assert!(
+        !marker.exists(),
+        "npc doctor ran a program of a relative PATH entry"
+    );
 }
