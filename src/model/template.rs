@@ -787,21 +787,114 @@ pub fn compile_filter<'e, 's>(
     env.compile_expression(source)
 }
 
-/// Whether the filter `source` is true of `ctx`. Lookups are lenient (a
-/// missing key is undefined, which is false), and the evaluation is bounded
-/// by [`TEMPLATE_FUEL`]; an error is the reason.
-pub fn eval_filter(source: &str, ctx: minijinja::Value) -> Result<bool, String> {
-    let mut env = environment();
-    env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
-    let expr = compile_filter(&env, source).map_err(|e| e.to_string())?;
-    expr.eval(ctx)
-        .map(|v| v.is_true())
-        .map_err(|e| e.to_string())
+/// The name of a [`Filter`]'s one template.
+const FILTER_TEMPLATE: &str = "filter";
+
+/// A webhook's `filter`, checked and compiled once at load and kept
+/// compiled: every delivery evaluates it without parsing it again. Lookups
+/// are lenient (a missing key is undefined, which is false) and an
+/// evaluation is bounded by [`TEMPLATE_FUEL`]. It compares, hashes and
+/// serializes as its source, as the manifest spells it.
+#[derive(Clone)]
+pub struct Filter {
+    source: String,
+    env: std::sync::Arc<minijinja::Environment<'static>>,
+}
+
+impl Filter {
+    /// Compile `source`, an expression (refused when it is not one, or is
+    /// oversized: [`compile_filter`]'s errors).
+    pub fn compile(source: &str) -> Result<Self, minijinja::Error> {
+        let mut env = environment();
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
+        compile_filter(&env, source)?;
+        // Checked as one expression above, so the tag holds exactly it.
+        env.add_template_owned(
+            FILTER_TEMPLATE,
+            format!("{{% if ({source}) %}}1{{% endif %}}"),
+        )?;
+        Ok(Self {
+            source: source.to_string(),
+            env: std::sync::Arc::new(env),
+        })
+    }
+
+    /// The expression as written.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether the filter is true of `ctx`; an error is the reason.
+    pub fn matches(&self, ctx: minijinja::Value) -> Result<bool, String> {
+        self.env
+            .get_template(FILTER_TEMPLATE)
+            .and_then(|t| t.render(ctx))
+            .map(|text| text == "1")
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl std::fmt::Debug for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Filter").field(&self.source).finish()
+    }
+}
+
+impl PartialEq for Filter {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl Eq for Filter {}
+
+impl std::hash::Hash for Filter {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.source.hash(state);
+    }
+}
+
+impl serde::Serialize for Filter {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.source)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_compiled_filter_decides_like_the_expression() {
+        let ctx = |action: &str| {
+            let json = serde_json::json!({
+                "payload": {"action": action, "n": 3, "s": "%} {{"},
+                "event": "issues",
+            });
+            minijinja::Value::from(minijinja::value::Serde(&json))
+        };
+        let f = Filter::compile("payload.action == \"created\" and event == \"issues\"").unwrap();
+        assert_eq!(f.matches(ctx("created")), Ok(true));
+        assert_eq!(f.matches(ctx("closed")), Ok(false));
+        // Missing keys are undefined, which is false; a string holding tag
+        // text is data, not template.
+        let f = Filter::compile("payload.missing.deeper").unwrap();
+        assert_eq!(f.matches(ctx("created")), Ok(false));
+        let f = Filter::compile("payload.s == \"%} {{\"").unwrap();
+        assert_eq!(f.matches(ctx("created")), Ok(true));
+        // Not one expression: refused at compile time.
+        for bad in [
+            "1 %}{% for x in y %}",
+            "a b",
+            "payload.action ==",
+            "1) %}2{% if (1",
+        ] {
+            assert!(Filter::compile(bad).is_err(), "{bad}");
+        }
+        // Bounded like every template: an endless evaluation runs out of fuel.
+        let f = Filter::compile("range(1000000) | list | length > 0").unwrap();
+        assert!(f.matches(ctx("created")).is_err());
+    }
 
     #[test]
     fn a_template_without_built_ins_probes_the_same_in_the_bare_environment() {

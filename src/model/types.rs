@@ -792,8 +792,8 @@ pub enum TriggerSource {
         max_body_bytes: u64,
         rate_limit_per_minute: u64,
         /// A minijinja expression a request must make true (`payload`,
-        /// `event`), else it is ignored.
-        filter: Option<String>,
+        /// `event`), else it is ignored; compiled at load.
+        filter: Option<super::template::Filter>,
     },
     FileWatch {
         paths: Vec<String>,

@@ -274,8 +274,8 @@ struct Route {
     trigger: String,
     secret: Option<Vec<u8>>,
     events: Vec<String>,
-    /// The trigger's `filter` expression.
-    filter: Option<String>,
+    /// The trigger's `filter`, compiled at load.
+    filter: Option<crate::model::template::Filter>,
     max_body_bytes: u64,
     bucket: Mutex<Bucket>,
     seen: Mutex<Seen>,
@@ -646,7 +646,7 @@ async fn handle(State(listener): State<Arc<Listener>>, request: Request) -> Resp
             payload => crate::render::lenient::lenient(json.clone()),
             event => event.clone(),
         };
-        let detail = match crate::model::template::eval_filter(filter, ctx) {
+        let detail = match filter.matches(ctx) {
             Ok(true) => None,
             Ok(false) => Some("the route's `filter` is not true of this request".to_string()),
             Err(e) => Some(format!("the route's `filter` failed on this request: {e}")),
@@ -752,7 +752,7 @@ pub struct WebhookTrigger {
     events: Vec<String>,
     max_body_bytes: u64,
     rate_limit_per_minute: u64,
-    filter: Option<String>,
+    filter: Option<crate::model::template::Filter>,
     secret: Option<Vec<u8>>,
     listener: Arc<Listener>,
 }

@@ -376,18 +376,21 @@ impl Lower<'_> {
         }
     }
 
-    /// A webhook's `filter`: an expression that compiles.
-    pub(super) fn filter(&mut self, f: &Spanned<String>) {
-        let env = self.templates.get_or_insert_with(template::environment);
-        if let Err(e) = template::compile_filter(env, f) {
-            self.error(
-                &f.span,
-                format!(
-                    "`filter` is not a valid expression: {}",
-                    clip(&e.to_string())
-                ),
-                "write a minijinja expression such as `payload.action == \"created\"`",
-            );
+    /// A webhook's `filter`, compiled (kept in its compiled form).
+    pub(super) fn filter(&mut self, f: &Spanned<String>) -> Option<template::Filter> {
+        match template::Filter::compile(f) {
+            Ok(filter) => Some(filter),
+            Err(e) => {
+                self.error(
+                    &f.span,
+                    format!(
+                        "`filter` is not a valid expression: {}",
+                        clip(&e.to_string())
+                    ),
+                    "write a minijinja expression such as `payload.action == \"created\"`",
+                );
+                None
+            }
         }
     }
 }

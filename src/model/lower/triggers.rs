@@ -148,11 +148,9 @@ impl Lower<'_> {
                     DEFAULT_WEBHOOK_RATE_PER_MINUTE,
                     "requests a minute",
                 );
-                if let Some(f) = &t.filter {
-                    self.filter(f);
-                }
+                let filter = t.filter.as_ref().and_then(|f| self.filter(f));
                 TriggerSource::Webhook {
-                    filter: t.filter.as_ref().map(|f| f.value.clone()),
+                    filter,
                     route: route.value.clone(),
                     secret_env,
                     events: t.events.iter().map(|e| e.value.clone()).collect(),
