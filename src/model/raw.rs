@@ -321,7 +321,7 @@ pub struct RawProfile {
     #[schemars(extend("enum" = ["worktree", "in_place"]))]
     pub workspace: Option<Spanned<String>>,
     /// worktree: the commit to start from, a template (such as
-    /// `{{ trigger.body.pull_request.head.sha }}`). Default `HEAD`.
+    /// `{{ payload.pull_request.head.sha }}`). Default `HEAD`.
     #[serde(rename = "ref")]
     pub base_ref: Option<Spanned<String>>,
     /// worktree: the run's new branch, a template. Default `npc/{{ run.id }}`.
@@ -477,7 +477,7 @@ pub struct RawTrigger {
     #[schemars(extend("enum" = ["worktree", "in_place"]))]
     pub workspace: Option<Spanned<String>>,
     /// worktree: the commit to start from, a template (such as
-    /// `{{ trigger.body.pull_request.head.sha }}`). Default `HEAD`.
+    /// `{{ payload.pull_request.head.sha }}`). Default `HEAD`.
     #[serde(rename = "ref")]
     pub base_ref: Option<Spanned<String>>,
     /// worktree: the run's new branch, a template. Default `npc/{{ run.id }}`.
@@ -500,7 +500,7 @@ pub struct RawTrigger {
     /// kept. Default `false`.
     pub push: Option<bool>,
     /// A template naming what the overlap policy applies to (such as
-    /// `{{ trigger.body.pull_request.number }}`): runs with different keys
+    /// `{{ payload.pull_request.number }}`): runs with different keys
     /// run side by side, runs with the same key queue, skip or replace.
     pub concurrency_key: Option<Spanned<String>>,
     /// webhook: a minijinja expression over the request (`payload` is its

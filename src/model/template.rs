@@ -18,8 +18,40 @@ use super::de::Spanned;
 use super::diagnostics::Diagnostic;
 use super::source::{SourceFile, Span};
 
-/// The top-level names a template may read.
-pub const CONTEXT_ROOTS: [&str; 6] = ["vars", "project", "profile", "trigger", "workspace", "run"];
+/// The top-level names a template may read. `payload` is the request's
+/// own JSON ([`request_payload`]), the one name for it everywhere (prompts,
+/// one-line templates, webhook filters, dedupe keys).
+pub const CONTEXT_ROOTS: [&str; 7] = [
+    "vars",
+    "project",
+    "profile",
+    "trigger",
+    "workspace",
+    "run",
+    "payload",
+];
+/// What templates once wrote for the payload: still read, with a warning.
+pub const OLD_PAYLOAD: &str = "trigger.body";
+
+/// The request's own JSON in a firing's payload: a webhook's `body`, a
+/// manual firing's `payload` (`--payload`); none otherwise.
+pub fn request_payload(envelope: &serde_json::Value) -> serde_json::Value {
+    envelope
+        .get("body")
+        .or_else(|| envelope.get("payload"))
+        .cloned()
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// The warning for a template (`what`: "prompt `x`", "`branch`") that
+/// reads the payload by its old name.
+pub fn old_payload_warning(what: &str, var: &str) -> Diagnostic {
+    let now = var.replacen(OLD_PAYLOAD, "payload", 1);
+    Diagnostic::warning(format!(
+        "{what} reads `{var}`, the old name of the payload; it still works"
+    ))
+    .with_hint(format!("write `{now}` instead"))
+}
 /// Names minijinja resolves itself.
 const BUILTIN_GLOBALS: [&str; 9] = [
     "range",
@@ -476,7 +508,11 @@ pub fn check(
             continue;
         }
         let span = find_use(template, var).map_or_else(|| at.span(None), |r| at.span(Some(r)));
-        if !CONTEXT_ROOTS.contains(&root) {
+        if var == OLD_PAYLOAD || var.starts_with("trigger.body.") {
+            diags.push(
+                old_payload_warning(&format!("prompt `{}`", name.value), var).at(&at.file, span),
+            );
+        } else if !CONTEXT_ROOTS.contains(&root) {
             diags.push(
                 Diagnostic::error(format!(
                     "prompt `{}` reads `{var}`, which npc does not provide",
@@ -694,7 +730,14 @@ pub fn check_use(
         },
     );
     ctx.insert(CONTEXT_ROOTS[4], present());
-    ctx.insert(CONTEXT_ROOTS[5], if used.run { present() } else { none });
+    ctx.insert(
+        CONTEXT_ROOTS[5],
+        if used.run { present() } else { none.clone() },
+    );
+    ctx.insert(
+        CONTEXT_ROOTS[6],
+        if used.trigger { present() } else { none },
+    );
     let failure = match render_bounded(&compiled, minijinja::Value::from(ctx)) {
         Ok(rendered) => {
             *probe_fuel -= rendered.fuel.min(*probe_fuel);
@@ -719,7 +762,7 @@ pub fn check_use(
         "profile" => format!(
             "`profile` is undefined where no profile renders the prompt: guard it with `{{% if profile is defined %}}`, or do not use prompt `{name}` there"
         ),
-        "trigger" | "run" => format!(
+        "trigger" | "run" | "payload" => format!(
             "`{root}` is none unless a trigger starts the run; guard it with `{{% if {root} %}}`"
         ),
         "vars" => format!(

@@ -4,8 +4,10 @@
 //! ([`crate::model::template::environment`]: strict undefined values, so a
 //! missing variable is an error naming the template, line and variable).
 //! A template reads the roots in [`CONTEXT_ROOTS`]: `project`, `profile`,
-//! `trigger` (the payload when a trigger starts the run, looked up
-//! leniently — see [`lenient`] — else none), `vars`
+//! `trigger` (the firing when a trigger starts the run, looked up
+//! leniently — see [`lenient`] — else none), `payload` (the request's own
+//! JSON: a webhook's body, a manual firing's `--payload`; the same name
+//! filters, dedupe keys and one-line templates use), `vars`
 //! (declared variables: defaults overlaid with given values), `workspace`
 //! (the `<workspace-context>` block, captured once per run; see
 //! [`workspace`]) and `run` (run id etc., none outside a run).
@@ -315,6 +317,13 @@ fn render_template(
     let (workspace, printed) = ctx.workspace.value(profile);
     context.insert(CONTEXT_ROOTS[4], workspace);
     context.insert(CONTEXT_ROOTS[5], ser(&ctx.run));
+    context.insert(
+        CONTEXT_ROOTS[6],
+        ctx.trigger.as_ref().map_or_else(
+            || ser(&ctx.trigger),
+            |t| lenient::lenient(crate::model::template::request_payload(t)),
+        ),
+    );
     let body = render_bounded(&template, minijinja::Value::from(context))
         .map_err(|f| failure_error(&f, &template_name, name, &prompt.template))?
         .text;
@@ -490,7 +499,7 @@ fn undefined_hint(expr: &str, prompt_name: &str) -> String {
         },
         "profile" => "render the prompt for a profile (`npc render prompt NAME --profile PROFILE`)"
             .to_string(),
-        "trigger" | "run" => format!(
+        "trigger" | "run" | "payload" => format!(
             "`{root}` is none unless a trigger starts the run; guard it with `{{% if {root} %}}`"
         ),
         _ => {

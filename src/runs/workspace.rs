@@ -848,11 +848,7 @@ pub async fn run_commands(
 /// `--payload`), `run.id` the run's id (none before it has one). Lookups
 /// into payloads are lenient, as in prompts.
 pub fn line_context(payload: &serde_json::Value, run_id: Option<&str>) -> minijinja::Value {
-    let request = payload
-        .get("body")
-        .or_else(|| payload.get("payload"))
-        .cloned()
-        .unwrap_or(serde_json::Value::Null);
+    let request = crate::model::template::request_payload(payload);
     minijinja::context! {
         trigger => crate::render::lenient::lenient(payload.clone()),
         payload => crate::render::lenient::lenient(request),

@@ -798,7 +798,7 @@ command = {agent}
 args = ["--provider", "claude_code", "--fixture", {fixture}]
 env = {{ FAKE_AGENT_ARGV_FILE = {argv} }}
 [prompts.review]
-template = "Review {{{{ trigger.body.pull_request.title }}}} by [{{{{ trigger.body.missing.user }}}}] via {{{{ run.trigger }}}}"
+template = "Review {{{{ payload.pull_request.title }}}} by [{{{{ trigger.body.missing.user }}}}] via {{{{ run.trigger }}}}"
 [profiles.reviewer]
 provider = "fake"
 description = "reviews pull requests"
@@ -813,6 +813,21 @@ action = {{ profile = "reviewer", prompt = "review" }}
         ),
     )
     .unwrap();
+    // `payload` is the one name; the old `trigger.body` works, with a warning.
+    let validated = crate::support::npc()
+        .current_dir(dir.path())
+        .arg("validate")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&validated.stderr).into_owned()
+        + &String::from_utf8_lossy(&validated.stdout);
+    assert!(validated.status.success(), "{said}");
+    assert!(
+        said.contains("the old name of the payload")
+            && said.contains("write `payload.missing.user` instead")
+            && !said.contains("`payload.pull_request.title`"),
+        "{said}"
+    );
     let d = Daemon::start_in(dir.path());
     let url = webhook_url(d.root(), "pr");
     let (status, text) = http(

@@ -351,6 +351,18 @@ impl Lower<'_> {
             Ok(compiled) => {
                 let roots: BTreeSet<String> =
                     compiled.undeclared_variables(false).into_iter().collect();
+                let old = compiled
+                    .undeclared_variables(true)
+                    .into_iter()
+                    .find(|v| v == template::OLD_PAYLOAD || v.starts_with("trigger.body."));
+                if let Some(var) = old {
+                    let w = template::old_payload_warning(&format!("`{field}`"), &var);
+                    self.warning(
+                        &t.span,
+                        w.summary.clone(),
+                        w.hint.clone().unwrap_or_default(),
+                    );
+                }
                 if let Some(other) = roots
                     .iter()
                     .find(|r| !template::LINE_ROOTS.contains(&r.as_str()))
@@ -371,7 +383,7 @@ impl Lower<'_> {
                     "`{field}` is not a valid template: {}",
                     clip(&e.to_string())
                 ),
-                "fix the template, such as `{{ trigger.body.pull_request.number }}`",
+                "fix the template, such as `{{ payload.pull_request.number }}`",
             ),
         }
     }
