@@ -25,20 +25,20 @@ pub fn load_manifest(path: &Path) -> Result<model::Loaded, RuntimeError> {
 /// plan, whose fingerprint covers it.
 pub fn load_sourced(path: &Path) -> Result<(model::Loaded, Sources), RuntimeError> {
     let files = package_files(path);
-    load_with(path, &files, Record::Sources).map_err(|source| RuntimeError::Manifest {
+    load_with(path, &files).map_err(|source| RuntimeError::Manifest {
         path: path.to_path_buf(),
         source,
     })
 }
 
-/// The one loader on the disk: [`load_with`] over the manifest's
-/// directory, plugin packages checked, nothing recorded (`npc validate`,
-/// `npc hook run` on every tool call: no digest is computed for them).
+/// The one loader on the disk for a load that plans nothing (`npc
+/// validate`, `npc hook run` on every tool call, the API's listings: no
+/// digest is computed for them): `plugins::files::load_path`, plugin
+/// packages checked, which the API (a room below this one) calls itself.
 /// Every command loads through it or [`load_sourced`] (the daemon's
 /// reloads through [`load_with`], to tell operational failures apart).
 pub fn load_from_disk(path: &Path) -> std::io::Result<model::Loaded> {
-    let files = package_files(path);
-    load_with(path, &files, Record::Nothing).map(|(loaded, _)| loaded)
+    crate::plugins::files::load_path(path, &ProcessEnv)
 }
 
 /// The files of the manifest at `path`, plugin packages checked.
@@ -46,23 +46,13 @@ fn package_files(path: &Path) -> crate::plugins::files::PackageFiles {
     crate::plugins::files::PackageFiles::new(path.parent().unwrap_or(Path::new("")))
 }
 
-/// Whether a load records what the manifest was computed from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Record {
-    /// A digest of the manifest and of every file it references: what a
-    /// plan's fingerprint needs.
-    Sources,
-    /// Nothing ([`Sources::default`]): a load that plans nothing.
-    Nothing,
-}
-
-/// The one loader: the manifest at `path` read once, validated with the
-/// process environment, every file it references read through `files`
-/// and, with [`Record::Sources`], recorded in the [`Sources`] it returns.
+/// The loader of a plan: the manifest at `path` read once, validated with
+/// the process environment, every file it references read through `files`
+/// and recorded in the [`Sources`] it returns (a digest of each, which the
+/// plan's fingerprint covers).
 pub fn load_with(
     path: &Path,
     files: &dyn model::Files,
-    record: Record,
 ) -> std::io::Result<(model::Loaded, Sources)> {
     let bytes = match crate::disk::read_manifest(path) {
         Ok(bytes) => bytes,
@@ -74,11 +64,6 @@ pub fn load_with(
         Err(e) => return Err(e.into()),
     };
     let name = path.display().to_string();
-    if record == Record::Nothing {
-        let syntax = model::Syntax::from_path(&name);
-        let loaded = model::load_owned(&name, bytes, syntax, &ProcessEnv, files);
-        return Ok((loaded, Sources::default()));
-    }
     let recording = Recording {
         inner: files,
         reads: Mutex::new(BTreeMap::new()),

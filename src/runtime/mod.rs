@@ -532,7 +532,7 @@ impl Runtime {
         let paths = self.paths.clone();
         let work = tokio::task::spawn_blocking(move || {
             let files = OperationalFiles::new(&paths.root);
-            let loaded = load::load_with(&paths.manifest, &files, load::Record::Sources);
+            let loaded = load::load_with(&paths.manifest, &files);
             let loaded = match (files.failure(), loaded) {
                 (Some(error), _) => return Err(LoadFailure::Operational(error)),
                 (None, Err(e)) if is_operational(&e) => {
