@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::mpsc;
 
 use crate::support::{Daemon, DaemonSetup, WAIT_LIMIT, npc, npc_path, stderr_of, stdout_of};
+use crate::worktrees::git;
 
 const STALE: &str = "the manifest changed since the plan was shown; run `npc plan` again";
 
@@ -253,22 +254,6 @@ fn a_saved_plan_through_the_daemon_is_refused_after_an_edit_and_applied_when_unc
         "{}",
         stderr_of(&refused)
     );
-}
-
-/// `git` in `dir`, with an author; its stdout.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .args(["-c", "user.name=test", "-c", "user.email=test@example.com"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// What npc manages travels with the repository: `npc apply` writes

@@ -319,7 +319,13 @@ impl Setup {
         // `npc doctor` reads the review as Codex does.
         let out = self.npc(&["doctor", "--format", "json"]).output().unwrap();
         let reports: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let checks = reports[0]["checks"].as_array().unwrap();
+        let codex = reports
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["kind"] == "codex")
+            .unwrap_or_else(|| panic!("no codex report: {reports:#}"));
+        let checks = codex["checks"].as_array().unwrap();
         for name in ["project_trust", "hook_trust"] {
             let check = checks.iter().find(|c| c["check"] == name).unwrap();
             assert_eq!(check["status"], "ok", "{check}");
@@ -785,10 +791,12 @@ fn gemini_is_offered_npc_s_rules_and_its_acknowledged_subagent() {
         let ack = |s: &Setup| -> Value {
             let out = s.npc(&["doctor", "--format", "json"]).output().unwrap();
             let reports: Value = serde_json::from_slice(&out.stdout).unwrap();
-            reports[0]["checks"]
+            reports
                 .as_array()
                 .unwrap()
                 .iter()
+                .filter(|r| r["kind"] == "gemini_cli")
+                .flat_map(|r| r["checks"].as_array().unwrap())
                 .find(|c| c["check"] == "agent_acknowledgement")
                 .cloned()
                 .unwrap_or_else(|| panic!("no acknowledgement check in {reports}"))
@@ -836,11 +844,11 @@ const EDITED_TEXT: &str = "edited by the agent";
 /// `npc run --workspace worktree` of `cli`, carried out by the daemon: the
 /// model has the CLI's own shell tool write a file, and the edit lands on
 /// the run's branch (`npc/RUN`), not in the checkout.
-fn worktree_edit_lands_on_its_branch(cli: Cli, script: Script) {
+fn worktree_edit_lands_on_its_branch(cli: Cli) {
     if !installed(cli) {
         return;
     }
-    let s = Setup::scripted(cli, "", None, script);
+    let s = Setup::scripted(cli, "", None, edit_script(cli));
     let root = s.root();
     let git = |args: &[&str]| {
         let out = Command::new("git")
@@ -932,52 +940,56 @@ fn edit_command() -> String {
     format!("printf '%s\\n' '{EDITED_TEXT}' > {EDITED_FILE}")
 }
 
+/// The model asks `cli`'s own shell tool to run [`edit_command`], with
+/// what the CLI needs to allow it.
+fn edit_script(cli: Cli) -> Script {
+    let (tool, args, provider_args): (&str, Value, &'static [&'static str]) = match cli.kind {
+        "claude_code" => (
+            "Bash",
+            serde_json::json!({"command": edit_command(), "description": "write the file"}),
+            &["--allowedTools", "Bash"],
+        ),
+        "codex" => (
+            "exec_command",
+            serde_json::json!({"cmd": edit_command()}),
+            &["--sandbox", "danger-full-access"],
+        ),
+        "gemini_cli" => (
+            "run_shell_command",
+            serde_json::json!({"command": edit_command(), "description": "write the file"}),
+            &[],
+        ),
+        _ => (
+            "bash",
+            serde_json::json!({"command": edit_command(), "description": "write the file"}),
+            &[],
+        ),
+    };
+    Script {
+        tool,
+        args,
+        provider_args,
+    }
+}
+
 #[test]
 fn claude_edit_in_a_worktree_lands_on_its_branch() {
-    worktree_edit_lands_on_its_branch(
-        CLAUDE,
-        Script {
-            tool: "Bash",
-            args: serde_json::json!({"command": edit_command(), "description": "write the file"}),
-            provider_args: &["--allowedTools", "Bash"],
-        },
-    );
+    worktree_edit_lands_on_its_branch(CLAUDE);
 }
 
 #[test]
 fn codex_edit_in_a_worktree_lands_on_its_branch() {
-    worktree_edit_lands_on_its_branch(
-        CODEX,
-        Script {
-            tool: "exec_command",
-            args: serde_json::json!({"cmd": edit_command()}),
-            provider_args: &["--sandbox", "danger-full-access"],
-        },
-    );
+    worktree_edit_lands_on_its_branch(CODEX);
 }
 
 #[test]
 fn gemini_edit_in_a_worktree_lands_on_its_branch() {
-    worktree_edit_lands_on_its_branch(
-        GEMINI,
-        Script {
-            tool: "run_shell_command",
-            args: serde_json::json!({"command": edit_command(), "description": "write the file"}),
-            provider_args: &[],
-        },
-    );
+    worktree_edit_lands_on_its_branch(GEMINI);
 }
 
 #[test]
 fn opencode_edit_in_a_worktree_lands_on_its_branch() {
-    worktree_edit_lands_on_its_branch(
-        OPENCODE,
-        Script {
-            tool: "bash",
-            args: serde_json::json!({"command": edit_command(), "description": "write the file"}),
-            provider_args: &[],
-        },
-    );
+    worktree_edit_lands_on_its_branch(OPENCODE);
 }
 
 /// `PATH` without any directory that holds an `npc`: what a machine where
@@ -995,12 +1007,12 @@ fn path_without_npc() -> std::ffi::OsString {
 /// model asks for is blocked by the CLI's own hook mechanism — the file is
 /// not written and the model is told why — instead of the 127 the CLIs
 /// take as a non-blocking error.
-fn bridge_without_npc_blocks_the_tool(cli: Cli, script: Script) {
+fn bridge_without_npc_blocks_the_tool(cli: Cli) {
     if !installed(cli) {
         return;
     }
     let hooks = "\n[[hooks.before_tool]]\ncommand = \"true\"\n";
-    let s = Setup::scripted(cli, hooks, None, script);
+    let s = Setup::scripted(cli, hooks, None, edit_script(cli));
     let timeout = RUN_TIMEOUT.as_secs().to_string();
     let out = s
         .npc(&[
@@ -1039,36 +1051,15 @@ fn bridge_without_npc_blocks_the_tool(cli: Cli, script: Script) {
 
 #[test]
 fn claude_bridge_without_npc_blocks_the_tool() {
-    bridge_without_npc_blocks_the_tool(
-        CLAUDE,
-        Script {
-            tool: "Bash",
-            args: serde_json::json!({"command": edit_command(), "description": "write the file"}),
-            provider_args: &["--allowedTools", "Bash"],
-        },
-    );
+    bridge_without_npc_blocks_the_tool(CLAUDE);
 }
 
 #[test]
 fn codex_bridge_without_npc_blocks_the_tool() {
-    bridge_without_npc_blocks_the_tool(
-        CODEX,
-        Script {
-            tool: "exec_command",
-            args: serde_json::json!({"cmd": edit_command()}),
-            provider_args: &["--sandbox", "danger-full-access"],
-        },
-    );
+    bridge_without_npc_blocks_the_tool(CODEX);
 }
 
 #[test]
 fn gemini_bridge_without_npc_blocks_the_tool() {
-    bridge_without_npc_blocks_the_tool(
-        GEMINI,
-        Script {
-            tool: "run_shell_command",
-            args: serde_json::json!({"command": edit_command(), "description": "write the file"}),
-            provider_args: &[],
-        },
-    );
+    bridge_without_npc_blocks_the_tool(GEMINI);
 }
