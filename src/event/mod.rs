@@ -11,6 +11,7 @@ mod agent;
 mod daemon;
 mod docs;
 mod mcp;
+mod notify;
 mod panes;
 mod runs;
 mod triggers;
@@ -23,6 +24,7 @@ pub use agent::*;
 pub use daemon::*;
 pub use docs::markdown;
 pub use mcp::*;
+pub use notify::*;
 pub use panes::*;
 pub use runs::*;
 pub use triggers::*;
@@ -198,6 +200,10 @@ events! {
     /// A tool call of a run was denied (by the CLI, a hook, the gateway, an
     /// approval or the sandbox): the run, the tool and the rule.
     "tool.denied" => ToolDenied(ToolDenied),
+    /// A notification sink took a message.
+    "notify.delivered" => NotifyDelivered(NotifyDelivered),
+    /// A notification was given up.
+    "notify.failed" => NotifyFailed(NotifyFailed),
     /// A pane needs a person.
     "pane.notice" => PaneNotice(PaneNotice),
     /// A pane's process started.

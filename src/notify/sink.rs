@@ -1,0 +1,274 @@
+//! One sink's sender: a bounded queue of messages ([`MAX_QUEUED_MESSAGES`])
+//! that coalesces (a message of a run already queued becomes one message
+//! counting both; past the bound, messages are counted into one summary),
+//! one message at a time, at most one per [`MESSAGE_INTERVAL`] (the window
+//! in which a flood coalesces), each tried up to the sink's `attempts`
+//! with backoff ([`RETRY_INITIAL`] … [`RETRY_MAX`]) within its
+//! `timeout_ms`. Every delivery and every message given up is an event
+//! (`notify.delivered`, `notify.failed`). Nothing here waits on the bus:
+//! pushing is a lock and a notify, so a sink that is down never slows a run.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::bus::EventBus;
+use crate::event::{Event, NotifyDelivered, NotifyFailed};
+use crate::model::NotifySink;
+use crate::supervisor::{ChildSpec, OutputLimits, Supervisor};
+use crate::surfaces::post::{PostClient, PostError};
+
+use super::message::{Message, Request, request};
+
+/// Messages a sink holds at most; more are counted into one summary.
+pub const MAX_QUEUED_MESSAGES: usize = 64;
+/// Least time between the starts of two messages of one sink: what
+/// arrives meanwhile coalesces.
+pub const MESSAGE_INTERVAL: Duration = Duration::from_millis(100);
+/// The first retry's delay; it doubles up to [`RETRY_MAX`].
+pub const RETRY_INITIAL: Duration = Duration::from_millis(250);
+/// The longest delay between two attempts.
+pub const RETRY_MAX: Duration = Duration::from_secs(30);
+/// Most output of `notify-send` read.
+const DESKTOP_OUTPUT_BYTES: usize = 4096;
+
+/// A queued message and what it coalesces by (its run).
+#[derive(Debug)]
+struct Queued {
+    key: Option<String>,
+    message: Message,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    queue: VecDeque<Queued>,
+    /// Messages past the bound, counted into one summary.
+    overflow: u64,
+    overflow_on: Option<String>,
+}
+
+/// A sink's queue, shared by its pusher (the bus subscriber) and its task.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    pending: Mutex<Pending>,
+    ready: tokio::sync::Notify,
+}
+
+impl Outbox {
+    /// Queue `message` (of run `key`): merged into a queued message of the
+    /// same run, else appended, else counted into the overflow summary.
+    pub fn push(&self, key: Option<String>, message: Message) {
+        {
+            let mut pending = crate::stdx::lock(&self.pending);
+            let same = key
+                .as_ref()
+                .and_then(|k| pending.queue.iter_mut().find(|q| q.key.as_ref() == Some(k)));
+            if let Some(queued) = same {
+                let events = queued.message.events + message.events;
+                queued.message = message.coalesced(events);
+            } else if pending.queue.len() < MAX_QUEUED_MESSAGES {
+                pending.queue.push_back(Queued { key, message });
+            } else {
+                pending.overflow += message.events;
+                pending.overflow_on.get_or_insert(message.on);
+            }
+        }
+        self.ready.notify_one();
+    }
+
+    /// The next message, waiting for one.
+    async fn next(&self) -> Message {
+        loop {
+            {
+                let mut pending = crate::stdx::lock(&self.pending);
+                if let Some(queued) = pending.queue.pop_front() {
+                    return queued.message;
+                }
+                if pending.overflow > 0 {
+                    let events = std::mem::take(&mut pending.overflow);
+                    let on = pending.overflow_on.take().unwrap_or_default();
+                    return Message {
+                        title: "npc: more notifications than the sink could take".into(),
+                        text: format!(
+                            "{events} notifications ({on}, …) came faster than this sink takes them and were coalesced into this one; see `npc events` or the dashboard"
+                        ),
+                        on,
+                        events,
+                        ..Message::default()
+                    };
+                }
+            }
+            self.ready.notified().await;
+        }
+    }
+}
+
+/// What a sink needs to send: its settings, HTTP client and (for
+/// `desktop`) a supervisor, and where the work happens.
+#[derive(Debug, Clone)]
+pub struct Sender {
+    pub name: String,
+    pub sink: NotifySink,
+    pub client: PostClient,
+    pub supervisor: Option<Supervisor>,
+    pub cwd: std::path::PathBuf,
+}
+
+/// One attempt's outcome.
+#[derive(Debug)]
+pub struct Attempt {
+    /// The receiver's status (none for `desktop`).
+    pub status: Option<u16>,
+    pub duration: Duration,
+}
+
+/// Why an attempt failed, and whether another may succeed.
+#[derive(Debug)]
+pub struct AttemptError {
+    pub error: String,
+    pub retry: bool,
+}
+
+impl Sender {
+    /// Send `message` once.
+    pub async fn attempt(&self, message: &Message) -> Result<Attempt, AttemptError> {
+        let started = Instant::now();
+        let timeout = Duration::from_millis(self.sink.timeout_ms);
+        let fail = |error: String, retry: bool| AttemptError { error, retry };
+        match request(&self.sink, message).map_err(|e| fail(e, false))? {
+            Request::Post { url, headers, body } => {
+                let posted = self
+                    .client
+                    .post(&url, &headers, body, timeout)
+                    .await
+                    .map_err(|e| {
+                        let retry =
+                            matches!(e, PostError::Timeout { .. } | PostError::Request { .. });
+                        fail(e.to_string(), retry)
+                    })?;
+                if !posted.ok() {
+                    let retry =
+                        posted.status >= 500 || posted.status == 408 || posted.status == 429;
+                    let reply =
+                        super::message::clean(&posted.reply, super::message::MAX_FIELD_CHARS);
+                    return Err(fail(
+                        format!("the receiver answered HTTP {}: {reply}", posted.status),
+                        retry,
+                    ));
+                }
+                Ok(Attempt {
+                    status: Some(posted.status),
+                    duration: started.elapsed(),
+                })
+            }
+            Request::Desktop { title, text } => {
+                let Some(supervisor) = &self.supervisor else {
+                    return Err(fail(
+                        "no process may start here to run `notify-send`".into(),
+                        false,
+                    ));
+                };
+                if !on_path(NOTIFY_SEND) {
+                    return Err(fail(
+                        format!(
+                            "`{NOTIFY_SEND}` is not installed; install libnotify (`notify-send`) or use another kind of sink"
+                        ),
+                        false,
+                    ));
+                }
+                let mut spec = ChildSpec::new(NOTIFY_SEND, &self.cwd);
+                spec.args = vec!["--app-name=npc".into(), "--".into(), title, text];
+                let limits = OutputLimits {
+                    stdout: DESKTOP_OUTPUT_BYTES,
+                    stderr: DESKTOP_OUTPUT_BYTES,
+                };
+                let output = supervisor
+                    .run_once(&spec, None, timeout, limits)
+                    .await
+                    .map_err(|e| fail(e.to_string(), true))?;
+                if !output.status.success() {
+                    return Err(fail(
+                        format!("`{NOTIFY_SEND}` failed ({:?})", output.status),
+                        true,
+                    ));
+                }
+                Ok(Attempt {
+                    status: None,
+                    duration: started.elapsed(),
+                })
+            }
+        }
+    }
+
+    /// Send `message` up to the sink's attempts with backoff, then record
+    /// the delivery or the failure on `bus`.
+    async fn deliver(&self, bus: &EventBus, message: Message) {
+        let mut delay = RETRY_INITIAL;
+        let mut attempt = 0;
+        let run_id = message.run.as_ref().map(|r| r.id.clone());
+        let event = loop {
+            attempt += 1;
+            match self.attempt(&message).await {
+                Ok(done) => {
+                    break Event::NotifyDelivered(NotifyDelivered {
+                        sink: self.name.clone(),
+                        kind: self.sink.sink.kind().into(),
+                        on: message.on.clone(),
+                        run_id,
+                        events: message.events,
+                        attempt,
+                        status: done.status,
+                        duration_ms: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
+                    });
+                }
+                Err(e) if e.retry && attempt < self.sink.attempts => {
+                    tracing::debug!(sink = %self.name, attempt, error = %e.error, "notify.retry");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(RETRY_MAX);
+                }
+                Err(e) => {
+                    tracing::warn!(sink = %self.name, attempt, error = %e.error, "notify.failed");
+                    break Event::NotifyFailed(NotifyFailed {
+                        sink: self.name.clone(),
+                        kind: self.sink.sink.kind().into(),
+                        on: message.on.clone(),
+                        run_id,
+                        events: message.events,
+                        attempts: attempt,
+                        error: e.error,
+                    });
+                }
+            }
+        };
+        if let Err(e) = bus
+            .publish_detached(event.for_component(format!("notify/{}", self.name)))
+            .await
+        {
+            tracing::warn!(sink = %self.name, "cannot record a notification: {e}");
+        }
+    }
+
+    /// The sink's task: take messages from `outbox` one at a time, forever.
+    pub async fn serve(self, outbox: Arc<Outbox>, bus: EventBus) {
+        loop {
+            let message = outbox.next().await;
+            let started = Instant::now();
+            self.deliver(&bus, message).await;
+            tokio::time::sleep(MESSAGE_INTERVAL.saturating_sub(started.elapsed())).await;
+        }
+    }
+}
+
+/// The desktop notifier's program.
+pub const NOTIFY_SEND: &str = "notify-send";
+
+/// Whether `program` is an executable file in a directory of `PATH`.
+fn on_path(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(program))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
