@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -159,9 +159,12 @@ pub fn clean(text: &str, max: usize) -> String {
     out
 }
 
+/// What a run id keeps unencoded in a link: letters, digits, `-`, `_`.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_');
+
 /// A run id as one URL path segment.
 fn segment(id: &str) -> String {
-    utf8_percent_encode(id, NON_ALPHANUMERIC).to_string()
+    utf8_percent_encode(id, SEGMENT).to_string()
 }
 
 impl Message {

@@ -312,6 +312,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "hooks",
             "runs",
             "triggers",
+            "notify",
         ],
     ),
     ("presentation", &["api"]),
