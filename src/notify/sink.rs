@@ -1,8 +1,8 @@
 //! One sink's sender: a bounded queue of messages ([`MAX_QUEUED_MESSAGES`])
-//! that coalesces (a message of a run already queued becomes one message
-//! counting both; past the bound, messages are counted into one summary),
-//! one message at a time, at most one per [`MESSAGE_INTERVAL`] (the window
-//! in which a flood coalesces), each tried up to the sink's `attempts`
+//! that coalesces (a message waits [`COALESCE_WINDOW`] from its first
+//! event; what its run records meanwhile joins it as one message counting
+//! them all; past the bound, messages are counted into one summary), sent
+//! one at a time, each tried up to the sink's `attempts`
 //! with backoff ([`RETRY_INITIAL`] … [`RETRY_MAX`]) within its
 //! `timeout_ms`. Every delivery and every message given up is an event
 //! (`notify.delivered`, `notify.failed`). Nothing here waits on the bus:
@@ -22,9 +22,9 @@ use super::message::{Message, Request, request};
 
 /// Messages a sink holds at most; more are counted into one summary.
 pub const MAX_QUEUED_MESSAGES: usize = 64;
-/// Least time between the starts of two messages of one sink: what
-/// arrives meanwhile coalesces.
-pub const MESSAGE_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a message waits for more events of its run before it is sent
+/// (it is sent later still when the sink is busy, coalescing more).
+pub const COALESCE_WINDOW: Duration = Duration::from_millis(200);
 /// The first retry's delay; it doubles up to [`RETRY_MAX`].
 pub const RETRY_INITIAL: Duration = Duration::from_millis(250);
 /// The longest delay between two attempts.
@@ -37,6 +37,8 @@ const DESKTOP_OUTPUT_BYTES: usize = 4096;
 struct Queued {
     key: Option<String>,
     message: Message,
+    /// When it may be sent: its first event plus [`COALESCE_WINDOW`].
+    due: Instant,
 }
 
 #[derive(Debug, Default)]
@@ -67,7 +69,8 @@ impl Outbox {
                 let events = queued.message.events + message.events;
                 queued.message = message.coalesced(events);
             } else if pending.queue.len() < MAX_QUEUED_MESSAGES {
-                pending.queue.push_back(Queued { key, message });
+                let due = Instant::now() + COALESCE_WINDOW;
+                pending.queue.push_back(Queued { key, message, due });
             } else {
                 pending.overflow += message.events;
                 pending.overflow_on.get_or_insert(message.on);
@@ -76,14 +79,27 @@ impl Outbox {
         self.ready.notify_one();
     }
 
-    /// The next message, waiting for one.
+    /// The next message, waiting for one and for its window to pass.
     async fn next(&self) -> Message {
         loop {
+            let due = {
+                let mut pending = crate::stdx::lock(&self.pending);
+                match pending.queue.front().map(|q| q.due) {
+                    Some(due) if due <= Instant::now() => {
+                        if let Some(queued) = pending.queue.pop_front() {
+                            return queued.message;
+                        }
+                        None
+                    }
+                    due => due,
+                }
+            };
+            if let Some(due) = due {
+                tokio::time::sleep_until(due.into()).await;
+                continue;
+            }
             {
                 let mut pending = crate::stdx::lock(&self.pending);
-                if let Some(queued) = pending.queue.pop_front() {
-                    return queued.message;
-                }
                 if pending.overflow > 0 {
                     let events = std::mem::take(&mut pending.overflow);
                     let on = pending.overflow_on.take().unwrap_or_default();
@@ -252,9 +268,7 @@ impl Sender {
     pub async fn serve(self, outbox: Arc<Outbox>, bus: EventBus) {
         loop {
             let message = outbox.next().await;
-            let started = Instant::now();
             self.deliver(&bus, message).await;
-            tokio::time::sleep(MESSAGE_INTERVAL.saturating_sub(started.elapsed())).await;
         }
     }
 }
@@ -271,4 +285,50 @@ fn on_path(program: &str) -> bool {
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(on: &str) -> Message {
+        Message {
+            on: on.into(),
+            events: 1,
+            ..Message::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn events_of_one_run_in_the_window_are_one_message_counting_them() {
+        let outbox = Outbox::default();
+        for _ in 0..9 {
+            outbox.push(Some("run-1".into()), message("tool.denied"));
+        }
+        outbox.push(Some("run-1".into()), message("run.blocked"));
+        outbox.push(Some("run-2".into()), message("run.failed"));
+        let first = outbox.next().await;
+        assert_eq!((first.on.as_str(), first.events), ("run.blocked", 10));
+        assert!(first.text.contains("10 events coalesced"), "{}", first.text);
+        let second = outbox.next().await;
+        assert_eq!((second.on.as_str(), second.events), ("run.failed", 1));
+    }
+
+    #[tokio::test]
+    async fn past_the_bound_messages_are_counted_into_one_summary() {
+        let outbox = Outbox::default();
+        for n in 0..MAX_QUEUED_MESSAGES + 30 {
+            outbox.push(Some(format!("run-{n}")), message("run.failed"));
+        }
+        for _ in 0..MAX_QUEUED_MESSAGES {
+            assert_eq!(outbox.next().await.events, 1);
+        }
+        let summary = outbox.next().await;
+        assert_eq!(summary.events, 30);
+        assert!(
+            summary.text.starts_with("30 notifications"),
+            "{}",
+            summary.text
+        );
+    }
 }
