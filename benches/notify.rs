@@ -150,7 +150,7 @@ fn main() {
     let interval = Duration::from_nanos(1_000_000_000 / RATE);
 
     // The notifier: publish at RATE, latency to the receiver.
-    let store = Arc::new(Store::open(&dir.path().join("state.db")).expect("store"));
+    let store = Arc::new(Store::open(dir.path().join("state.db")).expect("store"));
     let notified: HashMap<String, Instant> = rt.block_on(async {
         let bus = EventBus::new(store.clone());
         let (events_tx, _events_rx) = tokio::sync::mpsc::unbounded_channel();
