@@ -11,9 +11,9 @@ mod agent;
 mod daemon;
 mod docs;
 mod mcp;
-mod sinks;
 mod panes;
 mod runs;
+mod sinks;
 mod triggers;
 
 use std::borrow::Cow;
@@ -24,9 +24,9 @@ pub use agent::*;
 pub use daemon::*;
 pub use docs::markdown;
 pub use mcp::*;
-pub use sinks::*;
 pub use panes::*;
 pub use runs::*;
+pub use sinks::*;
 pub use triggers::*;
 
 /// One closed list of event kinds: `$kind => $Struct` makes the variant

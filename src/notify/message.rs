@@ -13,7 +13,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::model::{self, NotifyOn, NotifySink, NtfyPriority, Sink, template};
+use crate::model::{NotifyOn, NotifySink, NtfyPriority, Sink, template};
 
 use super::topics;
 
@@ -55,21 +55,17 @@ pub struct RunContext {
 
 impl RunContext {
     /// The context of run `id` from its row's trigger, origin and payload;
-    /// the profile from the payload (a run by hand) or the trigger's action.
+    /// the profile from the payload (a run by hand), else `trigger_profile`
+    /// (the profile its trigger's action runs).
     pub fn of_row(
         id: &str,
         trigger: &str,
         origin: &str,
         payload: &Value,
-        manifest: &model::Manifest,
+        trigger_profile: Option<&str>,
     ) -> Self {
         let text = |v: Option<&Value>| v.and_then(Value::as_str).map(|s| clean(s, MAX_FIELD_CHARS));
-        let profile = text(payload.get("profile")).or_else(|| {
-            match manifest.triggers.get(trigger).map(|t| &t.action) {
-                Some(model::Action::RunProfile { profile, .. }) => Some(profile.clone()),
-                _ => None,
-            }
-        });
+        let profile = text(payload.get("profile")).or_else(|| trigger_profile.map(str::to_string));
         let body = payload.get("body");
         let (subject, item) = ["issue", "pull_request"]
             .into_iter()
@@ -503,7 +499,7 @@ mod tests {
         );
         let sink = NotifySink {
             sink: Sink::Webhook {
-                url: model::Text::plain("http://127.0.0.1:1/x"),
+                url: crate::model::Text::plain("http://127.0.0.1:1/x"),
                 headers: Default::default(),
                 body: Some("{\"why\": {{ message.reason }}}".into()),
             },

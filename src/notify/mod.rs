@@ -229,12 +229,16 @@ async fn run_context(store: &Arc<Store>, id: &str, manifest: &Arc<Manifest>) -> 
         .await
         .ok()?
         .ok()??;
+    let profile = match manifest.triggers.get(&row.trigger).map(|t| &t.action) {
+        Some(crate::model::Action::RunProfile { profile, .. }) => Some(profile.as_str()),
+        _ => None,
+    };
     Some(RunContext::of_row(
         &row.id,
         &row.trigger,
         &row.origin,
         &row.payload,
-        manifest,
+        profile,
     ))
 }
 
@@ -300,6 +304,42 @@ pub async fn send_sample(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{NotifyOn, Sink, Text};
+
+    fn sink(triggers: &[&str], profiles: &[&str], origins: &[RunOrigin]) -> NotifySink {
+        NotifySink {
+            sink: Sink::Slack {
+                url: Text::plain("http://127.0.0.1:1/x"),
+            },
+            on: vec![NotifyOn::RunFailed],
+            triggers: triggers.iter().map(|s| s.to_string()).collect(),
+            profiles: profiles.iter().map(|s| s.to_string()).collect(),
+            origins: origins.to_vec(),
+            attempts: 1,
+            timeout_ms: 1000,
+            enabled: true,
+        }
+    }
+
+    #[test]
+    fn filters_apply_to_runs_by_trigger_profile_and_origin() {
+        let manual = serde_json::json!({ "profile": "dev", "prompt": "hi" });
+        let run = RunContext::of_row("run-1", "@manual", "api", &manual, Some("other"));
+        assert_eq!(run.profile.as_deref(), Some("dev"));
+        assert!(passes(&sink(&[], &[], &[]), Some(&run)));
+        assert!(passes(
+            &sink(&["@manual"], &["dev"], &[RunOrigin::Api]),
+            Some(&run)
+        ));
+        assert!(!passes(&sink(&["nightly"], &[], &[]), Some(&run)));
+        assert!(!passes(&sink(&[], &["reviewer"], &[]), Some(&run)));
+        assert!(!passes(&sink(&[], &[], &[RunOrigin::Cron]), Some(&run)));
+        // Events of no run (a pane, the manifest) pass the run filters.
+        assert!(passes(
+            &sink(&["nightly"], &["reviewer"], &[RunOrigin::Cron]),
+            None
+        ));
+    }
 
     #[test]
     fn run_origins_are_the_manifest_origins() {

@@ -194,6 +194,13 @@ impl Sender {
                 }
                 let mut spec = ChildSpec::new(NOTIFY_SEND, &self.cwd);
                 spec.args = vec!["--app-name=npc".into(), "--".into(), title, text];
+                // What `notify-send` needs to reach the session's notification
+                // server; the user's own environment, never the repository's.
+                for var in DESKTOP_ENV {
+                    if let Some(value) = std::env::var_os(var).and_then(|v| v.into_string().ok()) {
+                        spec.env.insert(var.to_string(), value);
+                    }
+                }
                 let limits = OutputLimits {
                     stdout: DESKTOP_OUTPUT_BYTES,
                     stderr: DESKTOP_OUTPUT_BYTES,
@@ -272,6 +279,14 @@ impl Sender {
         }
     }
 }
+
+/// The environment `notify-send` reaches the desktop session through.
+const DESKTOP_ENV: [&str; 4] = [
+    "DBUS_SESSION_BUS_ADDRESS",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "XDG_RUNTIME_DIR",
+];
 
 /// The desktop notifier's program.
 pub const NOTIFY_SEND: &str = "notify-send";

@@ -552,3 +552,57 @@ on = ["run.failed"]
         assert!(err.contains(want), "{want}:\n{err}");
     }
 }
+
+/// A `desktop` sink runs `notify-send` (a stand-in on `PATH` here) with the
+/// title and text after `--`, so a title is never an option; without
+/// `notify-send` on `PATH` the test says what to install, exit 1.
+#[test]
+fn a_desktop_sink_runs_notify_send_when_present() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        "version = 1\n[notify.desk]\nkind = \"desktop\"\non = [\"run.blocked\"]\n",
+    )
+    .unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let argv = bin.path().join("argv.txt");
+    let script = bin.path().join("notify-send");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\nprintf '%s\\n' \"$@\" > '{}'\n", argv.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let sent = npc()
+        .current_dir(dir.path())
+        .env("PATH", &path)
+        .args(["notify", "test", "desk"])
+        .output()
+        .unwrap();
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    let args = std::fs::read_to_string(&argv).unwrap();
+    let mut lines = args.lines();
+    assert_eq!(lines.next(), Some("--app-name=npc"));
+    assert_eq!(lines.next(), Some("--"));
+    assert_eq!(lines.next(), Some("npc: run run-sample was blocked"));
+    let empty = tempfile::tempdir().unwrap();
+    let missing = npc()
+        .current_dir(dir.path())
+        .env("PATH", empty.path())
+        .args(["notify", "test", "desk"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("`notify-send` is not installed"), "{err}");
+}
