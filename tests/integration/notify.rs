@@ -81,6 +81,13 @@ impl Receiver {
         self.got.lock().unwrap().clone()
     }
 
+    /// A request to `path` came, after a short wait for one.
+    fn wait_briefly(&self, path: &str) -> Option<()> {
+        poll_within(std::time::Duration::from_secs(2), || {
+            self.got().iter().any(|g| g.path == path).then_some(())
+        })
+    }
+
     /// Wait until `n` requests came (to `path`, if given).
     fn wait(&self, n: usize, path: &str) -> Vec<Got> {
         wait_for(&format!("{n} requests to `{path}`"), || {
@@ -605,4 +612,25 @@ fn a_desktop_sink_runs_notify_send_when_present() {
     assert_eq!(missing.status.code(), Some(1));
     let err = String::from_utf8_lossy(&missing.stderr);
     assert!(err.contains("`notify-send` is not installed"), "{err}");
+}
+
+/// Sinks follow the manifest while the daemon runs: after an edit points
+/// the sink elsewhere, runs reach the new receiver.
+#[test]
+fn sinks_follow_the_manifest_on_reload() {
+    let old = Receiver::start(Mode::Ok);
+    let new = Receiver::start(Mode::Ok);
+    let sink = |url: &str| {
+        format!("\n[notify.ops]\nkind = \"slack\"\nurl = \"{url}/in\"\non = [\"run.failed\"]\n")
+    };
+    let d = Daemon::start(&manifest("false", &sink(&old.url)));
+    deliver(&d, ISSUE);
+    old.wait(1, "/in");
+    d.write_manifest(&manifest("false", &sink(&new.url)));
+    // Runs fired until one reaches the new receiver (the reload is applied
+    // in between; a run before it still goes to the old one).
+    wait_for("a run's message at the new receiver", || {
+        deliver(&d, ISSUE);
+        new.wait_briefly("/in")
+    });
 }
