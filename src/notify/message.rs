@@ -199,6 +199,12 @@ impl Message {
         let reason = ["error", "reason", "detail", "question"]
             .iter()
             .find_map(|k| field(k));
+        // A denial names its rule (`tool.denied`, an approval's question).
+        let reason = match (field("rule"), reason) {
+            (Some(rule), Some(why)) => Some(format!("{why} (rule `{rule}`)")),
+            (Some(rule), None) => Some(format!("rule `{rule}`")),
+            (None, why) => why,
+        };
         let mut message = Message {
             on: on.as_str().to_string(),
             title: String::new(),
