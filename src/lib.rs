@@ -12,6 +12,7 @@ pub mod hooks;
 pub mod mcp;
 pub mod model;
 pub mod native;
+pub mod notify;
 pub mod panes;
 pub mod plan;
 pub mod plugins;

@@ -15,6 +15,7 @@ mod import;
 mod init;
 mod man;
 mod mcp;
+mod notify;
 mod pane;
 mod plugin;
 mod reconcile;
@@ -182,6 +183,9 @@ enum Command {
     /// Panes: agent CLIs in terminals the daemon hosts
     #[command(subcommand)]
     Pane(pane::PaneCommand),
+    /// Notification sinks (`[notify.NAME]`): `npc notify test NAME` sends a sample
+    #[command(subcommand)]
+    Notify(notify::NotifyCommand),
     /// Each component: state, pid, restarts, since when
     Status {
         #[arg(long, short = 'm')]
@@ -395,6 +399,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Plugin(command) => plugin::run(command),
         Command::Hook(command) => hook::run(command),
         Command::Pane(command) => pane::run(command),
+        Command::Notify(command) => notify::run(command),
         Command::Import {
             file,
             write,

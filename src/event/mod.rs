@@ -13,6 +13,7 @@ mod docs;
 mod mcp;
 mod panes;
 mod runs;
+mod sinks;
 mod triggers;
 
 use std::borrow::Cow;
@@ -25,6 +26,7 @@ pub use docs::markdown;
 pub use mcp::*;
 pub use panes::*;
 pub use runs::*;
+pub use sinks::*;
 pub use triggers::*;
 
 /// One closed list of event kinds: `$kind => $Struct` makes the variant
@@ -198,6 +200,10 @@ events! {
     /// A tool call of a run was denied (by the CLI, a hook, the gateway, an
     /// approval or the sandbox): the run, the tool and the rule.
     "tool.denied" => ToolDenied(ToolDenied),
+    /// A notification sink took a message.
+    "notify.delivered" => NotifyDelivered(NotifyDelivered),
+    /// A notification was given up.
+    "notify.failed" => NotifyFailed(NotifyFailed),
     /// A pane needs a person.
     "pane.notice" => PaneNotice(PaneNotice),
     /// A pane's process started.

@@ -76,6 +76,12 @@ pub struct RawManifest {
     #[serde(default)]
     #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
     pub panes: IndexMap<Name, Entry<Spanned<RawPane>>>,
+    /// Notification sinks: where the daemon tells a person that a run
+    /// waits for an answer, was blocked, failed or finished, or that a
+    /// pane needs attention. Keyed by sink name.
+    #[serde(default)]
+    #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
+    pub notify: IndexMap<Name, Entry<Spanned<RawNotify>>>,
 }
 
 /// `[project]`
@@ -588,4 +594,61 @@ pub struct RawPane {
     /// Milliseconds an exited pane is held for its plugin's relaunch.
     /// Default 120000.
     pub relaunch_ttl_ms: Option<Spanned<i64>>,
+}
+
+/// `[notify.NAME]`: a notification sink.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Notify")]
+pub struct RawNotify {
+    /// `webhook` (a JSON POST), `ntfy`, `slack` (an incoming webhook) or
+    /// `desktop` (`notify-send`, when it is installed).
+    #[schemars(extend("enum" = ["webhook", "ntfy", "slack", "desktop"]))]
+    pub kind: Spanned<String>,
+    /// webhook, slack: the URL npc POSTs to; ntfy: the topic's URL
+    /// (`https://ntfy.sh/TOPIC`). It usually holds a secret: write an
+    /// environment reference such as `"${SLACK_WEBHOOK_URL}"`; it is
+    /// redacted wherever npc shows it. `https`, or `http` on loopback only.
+    pub url: Option<Spanned<Text>>,
+    /// ntfy: the topic, instead of `url` (with `server`).
+    pub topic: Option<Spanned<Text>>,
+    /// ntfy: the server of `topic`. Default `https://ntfy.sh`.
+    pub server: Option<Spanned<Text>>,
+    /// ntfy: the priority, `min`, `low`, `default`, `high` or `max`.
+    /// Default: `high` for a run that waits for an answer, else `default`.
+    #[schemars(extend("enum" = ["min", "low", "default", "high", "max"]))]
+    pub priority: Option<Spanned<String>>,
+    /// ntfy: an access token sent as `Authorization: Bearer` (write
+    /// `"${NTFY_TOKEN}"`).
+    pub token: Option<Spanned<Text>>,
+    /// webhook: HTTP headers sent with each request (values may be
+    /// `"${VAR}"`).
+    #[serde(default)]
+    pub headers: TextMap,
+    /// webhook: the JSON body, a minijinja template of `message` (`title`,
+    /// `text`, `on`, `run`, `trigger`, `links`, …). Values are written as
+    /// JSON (`{"text": {{ message.text }}}`); the rendered body must be
+    /// JSON. Default: `message` itself.
+    pub body: Option<Spanned<String>>,
+    /// What to tell: `run.waiting`, `run.blocked`, `run.failed`,
+    /// `run.succeeded`, `run.finished`, `tool.denied`, `pane.attention`, …
+    pub on: Vec<Spanned<String>>,
+    /// Only runs of these triggers (`@manual` for runs by hand); all when empty.
+    #[serde(default)]
+    pub triggers: Vec<Spanned<String>>,
+    /// Only runs of these profiles; all when empty.
+    #[serde(default)]
+    pub profiles: Vec<Spanned<String>>,
+    /// Only runs with these origins (`cron`, `webhook`, `file_watch`,
+    /// `manual`, `api`, `acp`, `cli`); all when empty.
+    #[serde(default)]
+    pub origins: Vec<Spanned<String>>,
+    /// Attempts per message before npc gives up (`notify.failed`). Default 5.
+    #[schemars(range(min = 1, max = 20))]
+    pub attempts: Option<Spanned<i64>>,
+    /// Milliseconds one request may take. Default 10000.
+    #[schemars(range(min = 1, max = 60000))]
+    pub timeout_ms: Option<Spanned<i64>>,
+    /// Whether the sink is used. Default `true`.
+    pub enabled: Option<bool>,
 }

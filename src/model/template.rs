@@ -815,6 +815,20 @@ pub fn render_line(source: &str, ctx: minijinja::Value) -> Result<String, String
     Ok(text.to_string())
 }
 
+/// The one name a notification's `body` template reads: the message
+/// (`notify::Message`).
+pub const NOTIFY_ROOTS: [&str; 1] = ["message"];
+
+/// An [`environment`] whose `{{ … }}` write each value as JSON (a
+/// notification's `body`): text from a run or a payload is data, written
+/// as a JSON string, never template source and never able to end the
+/// string it sits in.
+pub fn json_environment<'s>() -> minijinja::Environment<'s> {
+    let mut env = environment();
+    env.set_auto_escape_callback(|_| minijinja::AutoEscape::Json);
+    env
+}
+
 /// Compile a webhook's `filter` expression in `env`, refusing an
 /// oversized one first (see [`MAX_TAG_TOKENS`]).
 pub fn compile_filter<'e, 's>(

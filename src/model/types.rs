@@ -70,6 +70,8 @@ pub struct Manifest {
     pub triggers: BTreeMap<String, Trigger>,
     pub pane_plugins: BTreeMap<String, PanePlugin>,
     pub panes: BTreeMap<String, Pane>,
+    /// `[notify.NAME]`: the notification sinks.
+    pub notify: BTreeMap<String, NotifySink>,
     /// Plugin registrations dropped while loading (collisions, user
     /// plugins that do not load): the daemon records each as an event.
     pub plugin_notices: Vec<PluginNotice>,
@@ -912,8 +914,143 @@ impl Manifest {
         for p in self.panes.values() {
             command(&p.run, &mut add);
         }
+        for n in self.notify.values() {
+            n.sink.secrets().for_each(&mut add);
+        }
         out.sort();
         out.dedup();
         out
+    }
+}
+
+/// The queue (trigger name) of runs by hand: no valid trigger name.
+pub const MANUAL_QUEUE: &str = "@manual";
+
+/// Attempts per notification unless `attempts` says otherwise.
+pub const DEFAULT_NOTIFY_ATTEMPTS: u32 = 5;
+/// Most `attempts` a sink may set.
+pub const MAX_NOTIFY_ATTEMPTS: u32 = 20;
+/// How long one notification request may take unless `timeout_ms` says otherwise.
+pub const DEFAULT_NOTIFY_TIMEOUT_MS: u64 = 10_000;
+/// Longest `timeout_ms` of a sink.
+pub const MAX_NOTIFY_TIMEOUT_MS: u64 = 60_000;
+/// The ntfy server of a `topic` without `server`.
+pub const DEFAULT_NTFY_SERVER: &str = "https://ntfy.sh";
+
+/// `[notify.NAME]`: a notification sink, what it is told and of which runs.
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
+pub struct NotifySink {
+    pub sink: Sink,
+    /// What it is told, in the manifest's order, without repeats.
+    pub on: Vec<NotifyOn>,
+    /// Only runs of these triggers (`@manual` too); all when empty.
+    pub triggers: Vec<String>,
+    /// Only runs of these profiles; all when empty.
+    pub profiles: Vec<String>,
+    /// Only runs with these origins; all when empty.
+    pub origins: Vec<RunOrigin>,
+    pub attempts: u32,
+    pub timeout_ms: u64,
+    pub enabled: bool,
+}
+
+/// Where a sink sends, and how.
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Sink {
+    /// A JSON POST to `url`: `body` (a template of `message`) or the message.
+    Webhook {
+        url: Text,
+        headers: BTreeMap<String, Text>,
+        body: Option<String>,
+    },
+    /// A POST to an ntfy topic URL.
+    Ntfy {
+        url: Text,
+        priority: Option<NtfyPriority>,
+        token: Option<Text>,
+    },
+    /// A Slack incoming webhook.
+    Slack { url: Text },
+    /// `notify-send` on this machine.
+    Desktop,
+}
+
+impl Sink {
+    /// The sink's kind word (`webhook`, `ntfy`, `slack`, `desktop`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Sink::Webhook { .. } => "webhook",
+            Sink::Ntfy { .. } => "ntfy",
+            Sink::Slack { .. } => "slack",
+            Sink::Desktop => "desktop",
+        }
+    }
+
+    /// Every text of the sink that may hold a secret.
+    pub fn secrets(&self) -> impl Iterator<Item = &Text> {
+        let (url, more): (Option<&Text>, Vec<&Text>) = match self {
+            Sink::Webhook { url, headers, .. } => (Some(url), headers.values().collect()),
+            Sink::Ntfy { url, token, .. } => (Some(url), token.iter().collect()),
+            Sink::Slack { url } => (Some(url), Vec::new()),
+            Sink::Desktop => (None, Vec::new()),
+        };
+        url.into_iter().chain(more)
+    }
+}
+
+keywords! {
+    /// What a sink is told (`on`): names of what a person cares about, each
+    /// mapped onto the recorded events in one place (`notify::topics`).
+    #[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, PartialOrd, Ord, Serialize)]
+    pub enum NotifyOn {
+        /// A run waits for a person's answer to a question (an `ask`).
+        RunWaiting = "run.waiting",
+        /// A run ended `blocked`: a policy or permission denial stopped it.
+        RunBlocked = "run.blocked",
+        /// A run ended `failed`, `timed_out`, `hook_failed` or `interrupted`.
+        RunFailed = "run.failed",
+        /// A run ended `succeeded`.
+        RunSucceeded = "run.succeeded",
+        /// A run ended, however it ended.
+        RunFinished = "run.finished",
+        /// A run was queued.
+        RunQueued = "run.queued",
+        /// A run was cancelled.
+        RunCancelled = "run.cancelled",
+        /// A tool call of a run was denied.
+        ToolDenied = "tool.denied",
+        /// A pane needs a person's attention.
+        PaneAttention = "pane.attention",
+        /// A component (an MCP server, a pane plugin, …) failed.
+        ComponentFailed = "component.failed",
+        /// The manifest no longer loads; the daemon keeps what runs.
+        ManifestInvalid = "manifest.invalid",
+    }
+}
+
+keywords! {
+    /// What asked for a run (a `[notify.NAME] origins` filter).
+    #[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, PartialOrd, Ord, Serialize)]
+    pub enum RunOrigin {
+        Cron = "cron",
+        Webhook = "webhook",
+        FileWatch = "file_watch",
+        Manual = "manual",
+        Api = "api",
+        Acp = "acp",
+        Cli = "cli",
+    }
+}
+
+keywords! {
+    /// An ntfy message's priority.
+    #[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize)]
+    pub enum NtfyPriority {
+        Min = "min",
+        Low = "low",
+        Default = "default",
+        High = "high",
+        Max = "max",
     }
 }

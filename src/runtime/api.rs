@@ -88,6 +88,9 @@ pub async fn start(
             let url = format!("http://{addr}");
             let _ = runtime.api_url.set(url.clone());
             let _ = runtime.api_locked.set(locked);
+            if let Some(notify) = runtime.notify() {
+                notify.set_base(&url);
+            }
             runtime
                 .emit(Event::ApiListening(ApiListening { url: url.clone() }), None)
                 .await;

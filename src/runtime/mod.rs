@@ -147,6 +147,8 @@ pub struct Runtime {
     runs: Arc<crate::runs::Runs>,
     /// The triggers' driver, which asks `runs` for their runs.
     triggers: Arc<triggers::TriggerDriver>,
+    /// The notification sinks (`[notify.NAME]`), fed by the bus.
+    notify: Option<crate::notify::Notifier>,
     applied: tokio::sync::Mutex<Applied>,
     shut_down: std::sync::atomic::AtomicBool,
     written: Arc<watch::Written>,
@@ -207,6 +209,14 @@ impl Runtime {
             bus.clone(),
             runs.clone(),
         ));
+        let notify = crate::notify::Notifier::start(
+            bus.clone(),
+            store.clone(),
+            cx.supervisor.clone(),
+            paths.root.clone(),
+        )
+        .inspect_err(|e| tracing::warn!("notifications are off: {e}"))
+        .ok();
         let runtime = Arc::new(Runtime {
             paths: paths.clone(),
             store,
@@ -216,6 +226,7 @@ impl Runtime {
             panes,
             runs,
             triggers,
+            notify,
             applied: tokio::sync::Mutex::new(Applied::default()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             written: Arc::default(),
@@ -283,6 +294,11 @@ impl Runtime {
     /// The pane host (panes and pane plugins).
     pub fn panes(&self) -> &crate::panes::PaneHost {
         &self.panes
+    }
+
+    /// The notifier, unless the bus refused its subscription.
+    pub fn notify(&self) -> Option<&crate::notify::Notifier> {
+        self.notify.as_ref()
     }
 
     /// The trigger driver.
@@ -414,6 +430,9 @@ impl Runtime {
             self.mcp.manifest_applied(&manifest);
             self.panes.manifest_applied(&manifest).await;
             self.runs.set_manifest(&manifest);
+            if let Some(notify) = &self.notify {
+                notify.set_manifest(&manifest);
+            }
             self.plugin_notices_applied(&manifest).await;
             let running = self.as_running(&manifest, results).await;
             if let Err(error) = self.write_files(&running).await {

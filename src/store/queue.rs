@@ -35,7 +35,7 @@ pub fn replaced_detail(by: &str) -> String {
 /// The queue of runs started by hand (the API, `npc acp`, `npc run`). It is
 /// not a valid trigger name (`[a-z0-9][a-z0-9_-]*`), so no trigger shares
 /// it; its runs never wait behind each other (overlap does not apply).
-pub const MANUAL_QUEUE: &str = "@manual";
+pub use crate::model::MANUAL_QUEUE;
 
 /// Run states as stored.
 pub mod state {

@@ -2,7 +2,8 @@
 //! spoken on them: the daemon's control channel (a Unix socket,
 //! owner-only), the MCP gateway's HTTP listener and the pool's HTTP client
 //! transport (`mcp_http`), the pool's lean posts on an HTTP upstream's
-//! session (`mcp_link`), the webhook listener's socket (`webhook`),
+//! session (`mcp_link`), the notification sinks' bounded POST (`post`),
+//! the webhook listener's socket (`webhook`),
 //! `npc acp`'s approval socket (`approval`), the one guarded TCP bind and
 //! constant-time compare (`tcp`), the run requests front ends send (`runs`)
 //! and the standard streams stdio protocols are spoken on (`stdio`). The
@@ -17,6 +18,7 @@ pub mod control;
 pub mod http;
 pub mod mcp_http;
 pub mod mcp_link;
+pub mod post;
 pub mod runs;
 pub mod stdio;
 pub mod tcp;

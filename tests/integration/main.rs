@@ -29,6 +29,7 @@ mod mcp_daemon;
 mod mcp_interop;
 mod mcp_names;
 mod mcp_passthrough;
+mod notify;
 mod panes;
 mod peers;
 mod pg;

@@ -39,14 +39,22 @@ pub fn wait_for<T>(what: &str, check: impl FnMut() -> Option<T>) -> T {
 
 /// [`wait_for`] with its own deadline, for work that takes long by design
 /// (a thousand runs through a fleet).
-pub fn wait_for_within<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+pub fn wait_for_within<T>(what: &str, limit: Duration, check: impl FnMut() -> Option<T>) -> T {
+    poll_within(limit, check).unwrap_or_else(|| panic!("timed out waiting for {what}"))
+}
+
+/// Poll `check` until it returns `Some`, or `None` after `limit` (the
+/// same backoff as [`wait_for`]), for a condition that may not come.
+pub fn poll_within<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + limit;
     let mut pause = Duration::from_millis(5);
     loop {
         if let Some(v) = check() {
-            return v;
+            return Some(v);
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        if Instant::now() >= deadline {
+            return None;
+        }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(100));
     }

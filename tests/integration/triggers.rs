@@ -429,7 +429,7 @@ pub(crate) fn http(
     (status, body)
 }
 
-fn webhook_url(root: &Path, name: &str) -> String {
+pub(crate) fn webhook_url(root: &Path, name: &str) -> String {
     wait_for("the webhook listener's address", || {
         triggers(root)
             .into_iter()

@@ -121,68 +121,8 @@ impl Lower<'_> {
                         self.error(&url.span, format!("`{what}` only applies to stdio servers, and `{}` is an HTTP server", clip(&name.value)), format!("remove `{what}`"));
                     }
                 }
-                // The rules hold for a URL from the environment too; then
-                // the message names the reference, never the value.
-                if !url.is_unresolved()
-                    && let Err(problem) = check_url(url.expose())
-                {
-                    let summary = match (url.is_secret(), url.source()) {
-                        (true, Some(source)) => format!(
-                            "invalid MCP server URL from `{}`: {}",
-                            clip(source),
-                            problem.describe(UrlShown::Redacted)
-                        ),
-                        (true, None) => format!(
-                            "invalid MCP server URL: {}",
-                            problem.describe(UrlShown::Redacted)
-                        ),
-                        (false, _) => format!(
-                            "invalid MCP server URL: {}",
-                            problem.describe(UrlShown::Value)
-                        ),
-                    };
-                    self.error(
-                        &url.span,
-                        summary,
-                        "use `https://host/path`, or `http://` on loopback only",
-                    );
-                }
-                let mut headers = BTreeMap::new();
-                let mut seen: HashMap<String, Span> = HashMap::new();
-                for (key, value) in s.headers {
-                    let lower = key.to_ascii_lowercase();
-                    if !key
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c))
-                        || key.is_empty()
-                    {
-                        self.error(
-                            &key.span,
-                            format!("`{}` is not a valid HTTP header name", clip(&key.value)),
-                            "header names are letters, digits and `-`",
-                        );
-                    } else if let Some(first) = seen.get(&lower) {
-                        let line = self.file.position(first.start).line;
-                        self.error(
-                            &key.span,
-                            format!("duplicate header `{}`", clip(&key.value)),
-                            format!("header names ignore case; it is already set on line {line}"),
-                        );
-                    } else if value.value.expose().contains(['\r', '\n', '\0']) {
-                        // The value is not quoted: it may be a secret.
-                        self.error(
-                            &value.span,
-                            format!(
-                                "the value of header `{}` contains a line break or a NUL byte",
-                                clip(&key.value)
-                            ),
-                            "an HTTP header value is one line of text; remove the line break (a value with one could inject headers)",
-                        );
-                    } else {
-                        seen.insert(lower, key.span.clone());
-                        headers.insert(key.value, value.value);
-                    }
-                }
+                self.endpoint_url(&url, "MCP server URL");
+                let headers = self.http_headers(s.headers);
                 let bearer_token_env = s
                     .bearer_token_env
                     .as_ref()
@@ -230,5 +170,73 @@ impl Lower<'_> {
                 return;
             }
         }
+    }
+}
+
+impl Lower<'_> {
+    /// An endpoint npc connects to ([`check_url`]); `what` names it in the
+    /// message (`MCP server URL`). The rules hold for a URL from the
+    /// environment too; then the message names the reference, never the
+    /// value.
+    pub(super) fn endpoint_url(&mut self, url: &Spanned<Text>, what: &str) {
+        if !url.is_unresolved()
+            && let Err(problem) = check_url(url.expose())
+        {
+            let summary = match (url.is_secret(), url.source()) {
+                (true, Some(source)) => format!(
+                    "invalid {what} from `{}`: {}",
+                    clip(source),
+                    problem.describe(UrlShown::Redacted)
+                ),
+                (true, None) => format!("invalid {what}: {}", problem.describe(UrlShown::Redacted)),
+                (false, _) => format!("invalid {what}: {}", problem.describe(UrlShown::Value)),
+            };
+            self.error(
+                &url.span,
+                summary,
+                "use `https://host/path`, or `http://` on loopback only",
+            );
+        }
+    }
+
+    /// HTTP headers sent to an endpoint: valid names, none twice (ignoring
+    /// case), one-line values (never quoted: they may be secrets).
+    pub(super) fn http_headers(&mut self, raw: TextMap) -> BTreeMap<String, Text> {
+        let mut headers = BTreeMap::new();
+        let mut seen: HashMap<String, Span> = HashMap::new();
+        for (key, value) in raw {
+            let lower = key.to_ascii_lowercase();
+            if !key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c))
+                || key.is_empty()
+            {
+                self.error(
+                    &key.span,
+                    format!("`{}` is not a valid HTTP header name", clip(&key.value)),
+                    "header names are letters, digits and `-`",
+                );
+            } else if let Some(first) = seen.get(&lower) {
+                let line = self.file.position(first.start).line;
+                self.error(
+                    &key.span,
+                    format!("duplicate header `{}`", clip(&key.value)),
+                    format!("header names ignore case; it is already set on line {line}"),
+                );
+            } else if value.value.expose().contains(['\r', '\n', '\0']) {
+                self.error(
+                    &value.span,
+                    format!(
+                        "the value of header `{}` contains a line break or a NUL byte",
+                        clip(&key.value)
+                    ),
+                    "an HTTP header value is one line of text; remove the line break (a value with one could inject headers)",
+                );
+            } else {
+                seen.insert(lower, key.span.clone());
+                headers.insert(key.value, value.value);
+            }
+        }
+        headers
     }
 }

@@ -23,6 +23,7 @@ use super::types::*;
 mod agents;
 mod hooks;
 mod mcp;
+mod notify;
 mod panes;
 mod runs;
 mod triggers;
@@ -270,6 +271,7 @@ impl Lower<'_> {
             triggers: BTreeMap::new(),
             pane_plugins: BTreeMap::new(),
             panes: BTreeMap::new(),
+            notify: BTreeMap::new(),
             plugin_notices: Vec::new(),
         };
         for (name, s) in self.entries("mcp.servers", servers) {
@@ -330,6 +332,11 @@ impl Lower<'_> {
         for (name, p) in raw_panes {
             if let Some(pane) = self.pane(&name, p, &m) {
                 m.panes.insert(name.value, pane);
+            }
+        }
+        for (name, n) in self.entries("notify", raw.notify) {
+            if let Some(sink) = self.notify(&name, n) {
+                m.notify.insert(name.value, sink);
             }
         }
         for (event, list) in raw.hooks {
