@@ -391,68 +391,6 @@ mod tests {
         assert!(none.is_empty());
     }
 
-    /// The bridge command run the way the CLIs run it (`sh -c`), with an
-    /// `npc` on `PATH` that exits `exit` (`None`: no `npc` at all): its exit
-    /// status and stderr.
-    fn bridge_exit(dir: &Path, exit: Option<i32>) -> (i32, String) {
-        use std::os::unix::fs::PermissionsExt as _;
-        let bin = dir.join(format!("bin-{exit:?}"));
-        std::fs::create_dir_all(&bin).unwrap();
-        if let Some(code) = exit {
-            let npc = bin.join("npc");
-            std::fs::write(&npc, format!("#!/bin/sh\necho fake-npc >&2\nexit {code}\n")).unwrap();
-            std::fs::set_permissions(&npc, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        let (text, _) = edit(
-            Path::new(".claude/settings.json"),
-            ProviderKind::ClaudeCode,
-            None,
-            &manifest(DENY),
-            "npcagent.toml",
-        )
-        .unwrap();
-        let v: Value = serde_json::from_str(&text).unwrap();
-        let command = v["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let out = std::process::Command::new("/bin/sh")
-            .arg("-c")
-            .arg(&command)
-            .env("PATH", &bin)
-            .env("CLAUDE_PROJECT_DIR", dir)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    #[test]
-    fn a_bridge_that_cannot_run_npc_blocks_the_tool() {
-        let dir = tempfile::tempdir().unwrap();
-        // No `npc` on PATH: the shell's 127 becomes a block, with the fix.
-        let (code, stderr) = bridge_exit(dir.path(), None);
-        assert_eq!(code, 2, "{stderr}");
-        assert!(
-            stderr.contains("exit 127") && stderr.contains("put npc on PATH"),
-            "{stderr}"
-        );
-        // npc failing in any other way blocks too.
-        let (code, stderr) = bridge_exit(dir.path(), Some(101));
-        assert_eq!(code, 2, "{stderr}");
-        assert!(stderr.contains("exit 101"), "{stderr}");
-        // npc's own denial passes through as it is, without the note.
-        let (code, stderr) = bridge_exit(dir.path(), Some(2));
-        assert_eq!(code, 2);
-        assert_eq!(stderr.trim(), "fake-npc");
-        // An allowed call stays allowed.
-        let (code, _) = bridge_exit(dir.path(), Some(0));
-        assert_eq!(code, 0);
-    }
-
     #[test]
     fn a_profile_with_ask_tools_gets_the_before_tool_bridge_of_its_cli_only() {
         let asks = "[providers.c]\nkind = \"claude_code\"\n[providers.g]\nkind = \"gemini_cli\"\n\

@@ -1030,3 +1030,74 @@ fn apply_writes_an_opencode_plugin_that_stops_git_push_and_rewrites() {
     let got = opencode_calls(&root, json!([["bash", {"command": "git push"}, "pushed"]]));
     assert_eq!(got[0]["output"], "pushed", "{got:?}");
 }
+
+/// The bridge entry `npc apply` writes into `.claude/settings.json`, run
+/// the way the CLIs run it (`sh -c`) with an `npc` on `PATH` that exits
+/// `exit` (`None`: no `npc` at all): its exit status and stderr.
+fn bridge_exit(root: &std::path::Path, bin: &std::path::Path, exit: Option<i32>) -> (i32, String) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let npc_file = bin.join("npc");
+    let _ = std::fs::remove_file(&npc_file);
+    if let Some(code) = exit {
+        std::fs::write(
+            &npc_file,
+            format!("#!/bin/sh\necho fake-npc >&2\nexit {code}\n"),
+        )
+        .unwrap();
+        std::fs::set_permissions(&npc_file, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let settings: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(".claude/settings.json")).unwrap())
+            .unwrap();
+    let command = settings["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(&command)
+        .env("PATH", bin)
+        .env("CLAUDE_PROJECT_DIR", root)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every bridge entry fails closed: no `npc` on `PATH` (the shell's 127)
+/// or an `npc` failing any other way becomes exit 2, the block of Claude
+/// Code, Codex and Gemini CLI, with the fix on stderr; npc's own block (2)
+/// passes through as it is, and an allow stays an allow.
+#[test]
+fn a_bridge_that_cannot_run_npc_blocks_the_tool() {
+    let repo = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let root = repo.path();
+    std::fs::write(
+        root.join("npcagent.toml"),
+        "version = 1\n[providers.claude]\nkind = \"claude_code\"\n[[hooks.before_tool]]\ncommand = \"true\"\n",
+    )
+    .unwrap();
+    crate::support::npc()
+        .current_dir(root)
+        .args(["apply", "--auto-approve"])
+        .assert()
+        .success();
+    let (code, stderr) = bridge_exit(root, bin.path(), None);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("exit 127") && stderr.contains("put npc on PATH"),
+        "{stderr}"
+    );
+    let (code, stderr) = bridge_exit(root, bin.path(), Some(101));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("exit 101"), "{stderr}");
+    let (code, stderr) = bridge_exit(root, bin.path(), Some(2));
+    assert_eq!(code, 2);
+    assert_eq!(stderr.trim(), "fake-npc");
+    let (code, _) = bridge_exit(root, bin.path(), Some(0));
+    assert_eq!(code, 0);
+}
