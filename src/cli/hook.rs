@@ -199,15 +199,16 @@ fn answer(args: &RunArgs) -> Answer {
         Err(e) => return refuse(args, format!("cannot start the runtime: {e}")),
     };
     rt.block_on(async {
-        let bus = match crate::runtime::open_store(&paths) {
+        let (store, bus) = match crate::runtime::open_store(&paths) {
             Ok(store) => {
-                let bus = crate::bus::EventBus::new(std::sync::Arc::new(store));
+                let store = std::sync::Arc::new(store);
+                let bus = crate::bus::EventBus::new(store.clone());
                 bus.set_secrets(manifest.secret_values());
-                Some(bus)
+                (Some(store), Some(bus))
             }
             Err(e) => {
                 errln!("warning: hook calls are not recorded: cannot open the event store: {e}");
-                None
+                (None, None)
             }
         };
         let (events, _receiver) = tokio::sync::mpsc::unbounded_channel();
@@ -217,10 +218,9 @@ fn answer(args: &RunArgs) -> Answer {
         if let Some(policy) = policy {
             runner = runner.with_policy(policy);
         }
-        // Inside an agent `npc acp` started, an `ask` goes to the editor.
-        if let Some(approver) = crate::hooks::approve::SocketApprover::from_env() {
-            runner = runner.with_approver(std::sync::Arc::new(approver));
-        }
+        // Inside an agent `npc acp` started, an `ask` goes to the editor;
+        // in a run, it parks the run until a person answers.
+        runner = runner.with_approver(asker(&paths, manifest, store, bus.clone()));
         let answer = match (args.event, tool) {
             (HookEvent::BeforeTool, Some(t)) => {
                 bridge::before_tool_answer(args.agent, runner.before_tool(&t.call).await)
@@ -241,4 +241,73 @@ fn answer(args: &RunArgs) -> Answer {
         }
         answer
     })
+}
+
+/// Who answers an `ask` of this agent: the editor of the `npc acp` that
+/// started it; else, in a run (`NPC_RUN_ID`), a person through the daemon
+/// (the run parks: `hooks::park`); else nobody (a recorded denial).
+fn asker(
+    paths: &crate::runtime::RepoPaths,
+    manifest: &crate::model::Manifest,
+    store: Option<std::sync::Arc<crate::store::Store>>,
+    bus: Option<crate::bus::EventBus>,
+) -> std::sync::Arc<dyn crate::hooks::Approve> {
+    use crate::hooks::park::{NoOneToAsk, ParkApprover};
+    if let Some(approver) = crate::hooks::approve::SocketApprover::from_env() {
+        return std::sync::Arc::new(approver);
+    }
+    let run_id = std::env::var(crate::runs::agent::RUN_ID_ENV)
+        .ok()
+        .filter(|id| crate::runs::workspace::is_run_id(id));
+    let profile = std::env::var(crate::hooks::policy::PROFILE_ENV).ok();
+    // A worktree run's hooks find the worktree's manifest; its run, and
+    // the daemon that answers, live in the repository npc named
+    // (`NPC_REPO_ROOT`, set by npc for the run, never by the repository).
+    let (paths, store, bus) = match run_repository(paths, manifest) {
+        Some(main) if main.root != paths.root => match crate::runtime::open_store(&main) {
+            Ok(main_store) => {
+                let main_store = std::sync::Arc::new(main_store);
+                let main_bus = crate::bus::EventBus::new(main_store.clone());
+                main_bus.set_secrets(manifest.secret_values());
+                (main, Some(main_store), Some(main_bus))
+            }
+            Err(_) => (main, None, bus),
+        },
+        _ => (paths.clone(), store, bus),
+    };
+    match (run_id, store) {
+        (Some(run_id), Some(store)) => {
+            let daemon = paths;
+            let reach: crate::hooks::park::Reach = std::sync::Arc::new(move || {
+                daemon.running_daemon().map(drop).ok_or_else(|| {
+                    "no daemon runs for this repository, so nobody can answer; start `npc daemon` (then `npc runs approve ID` answers), run the agent through `npc acp`, or change the rule that asks".to_string()
+                })
+            });
+            std::sync::Arc::new(ParkApprover::new(
+                store,
+                bus,
+                run_id,
+                profile,
+                std::sync::Arc::new(manifest.clone()),
+                reach,
+            ))
+        }
+        (run_id, _) => std::sync::Arc::new(NoOneToAsk {
+            bus,
+            run_id,
+            profile,
+            why: "this agent runs outside any npc run or editor, so nobody can answer; run it through `npc run` with a daemon up, or `npc acp`, or change the rule that asks".to_string(),
+        }),
+    }
+}
+
+/// The repository of the run this agent works for, when npc named one
+/// (`NPC_REPO_ROOT`, a worktree run's) and it resolves.
+fn run_repository(
+    paths: &crate::runtime::RepoPaths,
+    manifest: &crate::model::Manifest,
+) -> Option<crate::runtime::RepoPaths> {
+    let root = std::path::PathBuf::from(std::env::var_os(super::mcp::REPO_ROOT_ENV)?);
+    let name = paths.manifest.file_name()?;
+    crate::runtime::RepoPaths::resolve(&root.join(name), &manifest.project.state_dir).ok()
 }

@@ -651,7 +651,7 @@ impl Executor {
         match row {
             None => Err(CancelError::NotFound(id.to_string())),
             Some(row) if signalled => Ok(row.state),
-            Some(row) if row.state == state::RUNNING => {
+            Some(row) if row.state == state::RUNNING || row.state == state::WAITING => {
                 Err(CancelError::Elsewhere { id: id.to_string() })
             }
             Some(row) => Err(CancelError::Finished {
