@@ -307,7 +307,11 @@ pub fn trigger(command: TriggerCommand) -> anyhow::Result<Exit> {
 pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
     match args.show {
         Some(RunsCommand::Approve { id, always }) => {
-            return answer(args.manifest, Request::ApproveRun { id, always }, args.format);
+            return answer(
+                args.manifest,
+                Request::ApproveRun { id, always },
+                args.format,
+            );
         }
         Some(RunsCommand::Deny { id, reason }) => {
             return answer(args.manifest, Request::DenyRun { id, reason }, args.format);

@@ -299,9 +299,13 @@ impl ApiBackend for DaemonApi {
                 Err(crate::runs::AnswerError::Refused(e @ AnswerRefused::Ended { .. })) => Err(
                     ApiError::new(StatusCode::CONFLICT, "run.finished", e.to_string()),
                 ),
-                Err(crate::runs::AnswerError::Refused(e @ AnswerRefused::NotWaiting { .. })) => Err(
-                    ApiError::new(StatusCode::CONFLICT, "run.not_waiting", e.to_string()),
-                ),
+                Err(crate::runs::AnswerError::Refused(e @ AnswerRefused::NotWaiting { .. })) => {
+                    Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        "run.not_waiting",
+                        e.to_string(),
+                    ))
+                }
                 Err(e @ crate::runs::AnswerError::Store(_)) => Err(ApiError::internal(e)),
             }
         })

@@ -166,7 +166,9 @@ fn row_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<ApprovalRow> {
     Ok(ApprovalRow {
         id: name(0)?,
         run_id: name(1)?,
-        profile: r.get::<_, Option<String>>(2)?.map(|s| cut(&s, MAX_NAME_CHARS)),
+        profile: r
+            .get::<_, Option<String>>(2)?
+            .map(|s| cut(&s, MAX_NAME_CHARS)),
         tool: name(3)?,
         rule: cut(&r.get::<_, String>(4)?, MAX_TEXT_CHARS),
         reason: text(5)?,
@@ -174,7 +176,9 @@ fn row_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<ApprovalRow> {
         state: name(7)?,
         always: r.get::<_, i64>(8)? != 0,
         answer: text(9)?,
-        answered_by: r.get::<_, Option<String>>(10)?.map(|s| cut(&s, MAX_NAME_CHARS)),
+        answered_by: r
+            .get::<_, Option<String>>(10)?
+            .map(|s| cut(&s, MAX_NAME_CHARS)),
         asked_at_ms: r.get(11)?,
         deadline_ms: r.get(12)?,
         answered_at_ms: r.get(13)?,
@@ -292,7 +296,9 @@ fn answer(
     .and_then(|mut s| s.execute((&id, to, always, &reason, by, now_ms())))
     .map_err(&failed)?;
     let row = conn
-        .prepare_cached(&format!("SELECT {ROW_COLUMNS} FROM approvals WHERE id = ?1"))
+        .prepare_cached(&format!(
+            "SELECT {ROW_COLUMNS} FROM approvals WHERE id = ?1"
+        ))
         .and_then(|mut s| s.query_row([&id], row_of))
         .map_err(&failed)?;
     Ok(Ok(row))
@@ -334,16 +340,22 @@ impl Store {
     /// Approval `id`, if stored.
     pub fn approval(&self, id: &str) -> Result<Option<ApprovalRow>, StoreError> {
         self.read("read an approval", |conn| {
-            conn.prepare_cached(&format!("SELECT {ROW_COLUMNS} FROM approvals WHERE id = ?1"))?
-                .query_row([id], row_of)
-                .optional()
+            conn.prepare_cached(&format!(
+                "SELECT {ROW_COLUMNS} FROM approvals WHERE id = ?1"
+            ))?
+            .query_row([id], row_of)
+            .optional()
         })
     }
 
     /// The approvals of run `run_id`, oldest first (at most
     /// [`MAX_PENDING_PER_RUN`] pending and the latest answered ones, up to
     /// `limit`).
-    pub fn run_approvals(&self, run_id: &str, limit: usize) -> Result<Vec<ApprovalRow>, StoreError> {
+    pub fn run_approvals(
+        &self,
+        run_id: &str,
+        limit: usize,
+    ) -> Result<Vec<ApprovalRow>, StoreError> {
         self.read("read a run's approvals", |conn| {
             conn.prepare_cached(&format!(
                 "SELECT {ROW_COLUMNS} FROM (SELECT * FROM approvals WHERE run_id = ?1
