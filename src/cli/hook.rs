@@ -280,7 +280,7 @@ fn asker(
             let daemon = paths;
             let reach: crate::hooks::park::Reach = std::sync::Arc::new(move || {
                 daemon.running_daemon().map(drop).ok_or_else(|| {
-                    "no daemon runs for this repository, so nobody can answer; start `npc daemon` (then `npc runs approve ID` answers), run the agent through `npc acp`, or change the rule that asks".to_string()
+                    "no daemon runs for this repository, so nobody can be asked; start `npc daemon` (then `npc runs approve ID` answers), run the agent through `npc acp`, or change the rule that asks".to_string()
                 })
             });
             std::sync::Arc::new(ParkApprover::new(
@@ -296,7 +296,7 @@ fn asker(
             bus,
             run_id,
             profile,
-            why: "this agent runs outside any npc run or editor, so nobody can answer; run it through `npc run` with a daemon up, or `npc acp`, or change the rule that asks".to_string(),
+            why: "this agent runs outside any npc run or editor, so nobody can be asked; run it through `npc run` with a daemon up, or `npc acp`, or change the rule that asks".to_string(),
         }),
     }
 }

@@ -221,7 +221,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
                         .ok()
                         .filter(|r| crate::runs::workspace::is_run_id(r)),
                     profile: std::env::var(crate::hooks::policy::PROFILE_ENV).ok(),
-                    why: "no daemon runs for this repository, so nobody can answer; start `npc daemon` (then `npc runs approve ID` answers), run the agent through `npc acp`, or change the rule that asks".to_string(),
+                    why: "no daemon runs for this repository, so nobody can be asked; start `npc daemon` (then `npc runs approve ID` answers), run the agent through `npc acp`, or change the rule that asks".to_string(),
                 }));
             }
         }

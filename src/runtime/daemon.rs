@@ -342,7 +342,7 @@ fn session_asking(
                 bus: Some(runtime.bus().clone()),
                 run_id: run,
                 profile: profile.clone(),
-                why: "this MCP session serves no npc run and no editor, so nobody can answer; run the agent through `npc run`, a trigger or `npc acp`, or change the rule that asks".to_string(),
+                why: "this MCP session serves no npc run and no editor, so nobody can be asked; run the agent through `npc run`, a trigger or `npc acp`, or change the rule that asks".to_string(),
             }),
         })
     });
