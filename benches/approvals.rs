@@ -100,7 +100,8 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let row = npcagent::store::queue::NewRun::new(&run, npcagent::runs::MANUAL_QUEUE, "cli", "{}");
+        let row =
+            npcagent::store::queue::NewRun::new(&run, npcagent::runs::MANUAL_QUEUE, "cli", "{}");
         store.enqueue_run(row).await.unwrap();
         assert!(store.claim_run(&run, None).await.unwrap());
     });
@@ -118,7 +119,12 @@ fn main() {
         allowed(hook(root, &run, "Read", serde_json::json!({ "path": i })));
         bare.push(t.elapsed());
         // A parked call (arguments differ each time: never `--always`d).
-        let child = hook(root, &run, "Bash", serde_json::json!({ "command": format!("echo {i}") }));
+        let child = hook(
+            root,
+            &run,
+            "Bash",
+            serde_json::json!({ "command": format!("echo {i}") }),
+        );
         wait_until("a pending approval", pending);
         let t = Instant::now();
         let answered = Command::new(common::npc())
