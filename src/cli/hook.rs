@@ -263,23 +263,30 @@ fn asker(
     // A worktree run's hooks find the worktree's manifest; its run, and
     // the daemon that answers, live in the repository npc named
     // (`NPC_REPO_ROOT`, set by npc for the run, never by the repository).
-    let (paths, store, bus) = match run_repository(paths, manifest) {
-        Some(main) if main.root != paths.root => match crate::runtime::open_store(&main) {
-            Ok(main_store) => {
-                let main_store = std::sync::Arc::new(main_store);
-                let main_bus = crate::bus::EventBus::new(main_store.clone());
-                main_bus.set_secrets(manifest.secret_values());
-                (main, Some(main_store), Some(main_bus))
+    // A fleet worker's runs live in its own store under the state
+    // directory (`NPC_RUN_STATE`, `workers/NAME`).
+    let target = worker_state(run_repository(paths, manifest).unwrap_or_else(|| paths.clone()));
+    let (paths, store, bus) = if target.root == paths.root && target.state_dir == paths.state_dir {
+        (paths.clone(), store, bus)
+    } else {
+        match crate::runtime::open_store(&target) {
+            Ok(run_store) => {
+                let run_store = std::sync::Arc::new(run_store);
+                let run_bus = crate::bus::EventBus::new(run_store.clone());
+                run_bus.set_secrets(manifest.secret_values());
+                (target, Some(run_store), Some(run_bus))
             }
-            Err(_) => (main, None, bus),
-        },
-        _ => (paths.clone(), store, bus),
+            Err(_) => (target, None, bus),
+        }
     };
     match (run_id, store) {
         (Some(run_id), Some(store)) => {
             let daemon = paths;
+            // In a fleet (`[store] url`), any node's API answers.
+            let fleet = manifest.store.url.is_some();
             let reach: crate::hooks::park::Reach = std::sync::Arc::new(move || {
-                daemon.running_daemon().map(drop).ok_or_else(|| {
+                let here = daemon.running_daemon().map(drop);
+                here.or(fleet.then_some(())).ok_or_else(|| {
                     "no daemon runs for this repository, so nobody can be asked; start `npc daemon` (then `npc runs approve ID` answers), run the agent through `npc acp`, or change the rule that asks".to_string()
                 })
             });
@@ -310,4 +317,28 @@ fn run_repository(
     let root = std::path::PathBuf::from(std::env::var_os(super::mcp::REPO_ROOT_ENV)?);
     let name = paths.manifest.file_name()?;
     crate::runtime::RepoPaths::resolve(&root.join(name), &manifest.project.state_dir).ok()
+}
+
+/// `paths` with the state directory of the fleet worker whose run this
+/// agent works for (`NPC_RUN_STATE`: exactly `workers/NAME`, NAME of
+/// letters, digits, `-`, `_` and `.` not starting with `.`); else as given.
+fn worker_state(paths: crate::runtime::RepoPaths) -> crate::runtime::RepoPaths {
+    let Ok(rel) = std::env::var(crate::runs::agent::RUN_STATE_ENV) else {
+        return paths;
+    };
+    let valid = rel.split_once('/').is_some_and(|(dir, name)| {
+        dir == super::worker::WORKERS_DIR
+            && !name.is_empty()
+            && !name.starts_with('.')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    });
+    if !valid {
+        return paths;
+    }
+    crate::runtime::RepoPaths {
+        state_dir: paths.state_dir.join(rel),
+        ..paths
+    }
 }

@@ -210,13 +210,22 @@ impl Runs {
         answer: crate::store::approvals::Answer,
         by: &'static str,
     ) -> Result<crate::store::approvals::ApprovalRow, AnswerError> {
-        use crate::event::{ApprovalDecision, DeniedBy, Event, RunApproval, ToolDenied};
         let row = self
             .store
             .answer_approval(id, answer, by)
             .await
             .map_err(AnswerError::Store)?
             .map_err(AnswerError::Refused)?;
+        self.record_answer(&row).await;
+        Ok(row)
+    }
+
+    /// Record the answer of approval `row` (just settled here, or read from
+    /// a fleet's shared store): `run.approval` and, for a denial,
+    /// `tool.denied` by `approval`.
+    pub async fn record_answer(&self, row: &crate::store::approvals::ApprovalRow) {
+        use crate::event::{ApprovalDecision, DeniedBy, Event, RunApproval, ToolDenied};
+        let by = row.answered_by.clone().unwrap_or_default();
         let denied = row.state == crate::store::approvals::state::DENIED;
         let component = super::component(&row.run_id);
         let approval = Event::RunApproval(RunApproval {
@@ -229,7 +238,7 @@ impl Runs {
                 ApprovalDecision::Allow
             },
             always: row.always,
-            by: by.to_string(),
+            by,
             reason: row.answer.clone(),
         });
         let mut events = vec![approval.for_component(component.clone())];
@@ -251,7 +260,11 @@ impl Runs {
                 tracing::warn!(error = %e, "runs: recording an approval's answer failed");
             }
         }
-        Ok(row)
+    }
+
+    /// The store the runs are recorded in.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
     }
 
     /// The approvals of run `id` (pending and answered), oldest first.

@@ -285,7 +285,7 @@ impl ApiBackend for DaemonApi {
     ) -> BoxFuture<'_, Result<crate::api::resources::RunAnswered, ApiError>> {
         Box::pin(async move {
             use crate::store::approvals::AnswerRefused;
-            match self.runtime.runs().answer(&id, answer, "api").await {
+            match self.runtime.answer_run(&id, answer, "api").await {
                 Ok(row) => Ok(crate::api::resources::RunAnswered {
                     run_id: row.run_id,
                     approval_id: row.id,

@@ -355,7 +355,7 @@ fn session_asking(
 
 /// The reply to an answer of run `id`'s approval from the command line.
 async fn answered(runtime: &Runtime, id: &str, answer: crate::store::approvals::Answer) -> Reply {
-    match runtime.runs().answer(id, answer, "cli").await {
+    match runtime.answer_run(id, answer, "cli").await {
         Ok(row) => Reply::Answered {
             run_id: row.run_id,
             approval_id: row.id,

@@ -276,25 +276,7 @@ fn answer(
             },
         }));
     };
-    let (to, always, reason) = match answer {
-        Answer::Allow { always } => (state::ALLOWED, *always, None),
-        Answer::Deny { reason } => (
-            state::DENIED,
-            false,
-            Some(
-                reason
-                    .as_deref()
-                    .map(|r| r.chars().take(MAX_REASON_CHARS).collect::<String>())
-                    .unwrap_or_else(|| "denied by a person".to_string()),
-            ),
-        ),
-    };
-    conn.prepare_cached(
-        "UPDATE approvals SET state = ?2, always = ?3, answer = ?4, answered_by = ?5,
-         answered_at_ms = ?6 WHERE id = ?1 AND state = 'pending'",
-    )
-    .and_then(|mut s| s.execute((&id, to, always, &reason, by, now_ms())))
-    .map_err(&failed)?;
+    settle(conn, &id, &Settled::of(answer, by))?;
     let row = conn
         .prepare_cached(&format!(
             "SELECT {ROW_COLUMNS} FROM approvals WHERE id = ?1"
@@ -302,6 +284,68 @@ fn answer(
         .and_then(|mut s| s.query_row([&id], row_of))
         .map_err(&failed)?;
     Ok(Ok(row))
+}
+
+/// An answer as it moves a row from `pending` (a person's, or one read
+/// from a fleet's shared store).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    /// `allowed` or `denied` (anything else is taken as `denied`).
+    pub state: String,
+    pub always: bool,
+    pub answer: Option<String>,
+    pub by: String,
+}
+
+impl Settled {
+    /// A person's `answer`, given through `by` (`cli`, `api`); a deny
+    /// reason is cut to [`MAX_REASON_CHARS`].
+    pub fn of(answer: &Answer, by: &str) -> Self {
+        let (state, always, answer) = match answer {
+            Answer::Allow { always } => (state::ALLOWED, *always, None),
+            Answer::Deny { reason } => (
+                state::DENIED,
+                false,
+                Some(
+                    reason
+                        .as_deref()
+                        .map(|r| r.chars().take(MAX_REASON_CHARS).collect::<String>())
+                        .unwrap_or_else(|| "denied by a person".to_string()),
+                ),
+            ),
+        };
+        Self {
+            state: state.to_string(),
+            always,
+            answer,
+            by: by.to_string(),
+        }
+    }
+}
+
+/// Move approval `id` from `pending` as `settled` says; whether it moved.
+fn settle(conn: &Connection, id: &str, settled: &Settled) -> Result<bool, StoreError> {
+    let to = if settled.state == state::ALLOWED {
+        state::ALLOWED
+    } else {
+        state::DENIED
+    };
+    conn.prepare_cached(
+        "UPDATE approvals SET state = ?2, always = ?3, answer = ?4, answered_by = ?5,
+         answered_at_ms = ?6 WHERE id = ?1 AND state = 'pending'",
+    )
+    .and_then(|mut s| {
+        s.execute((
+            id,
+            to,
+            settled.always && to == state::ALLOWED,
+            &settled.answer,
+            &settled.by,
+            now_ms(),
+        ))
+    })
+    .map(|n| n > 0)
+    .map_err(sqlite("answer an approval"))
 }
 
 impl Store {
@@ -320,6 +364,27 @@ impl Store {
     ) -> Pending<Result<ApprovalRow, AnswerRefused>> {
         let run_id = run_id.into();
         self.write(move |conn| answer(conn, &run_id, &reply, by))
+    }
+
+    /// Settle pending approval `id` with an answer given elsewhere (a
+    /// fleet's shared store); the row, when this moved it.
+    pub fn settle_approval(
+        &self,
+        id: impl Into<String>,
+        settled: Settled,
+    ) -> Pending<Option<ApprovalRow>> {
+        let id = id.into();
+        self.write(move |conn| {
+            if !settle(conn, &id, &settled)? {
+                return Ok(None);
+            }
+            conn.prepare_cached(&format!(
+                "SELECT {ROW_COLUMNS} FROM approvals WHERE id = ?1"
+            ))
+            .and_then(|mut s| s.query_row([&id], row_of))
+            .map(Some)
+            .map_err(sqlite("answer an approval"))
+        })
     }
 
     /// Move approval `id` from `pending` to `timed_out` with `reason`;

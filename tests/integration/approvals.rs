@@ -418,3 +418,134 @@ fn http_post(api: &str, path: &str, token: &str, body: &str) -> Value {
     let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
     serde_json::from_str(body).unwrap_or_else(|_| json!({ "raw": answer }))
 }
+
+/// A fleet repository (`[store] url`, the fleet's project and remote)
+/// whose trigger `t` runs profile `dev` in place: its fake agent asks
+/// about `Bash` once, logging the call's fate to `tool.log` in `logs`.
+fn fleet_repo(logs: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let call = json!({"id": "c1", "name": "Bash", "arguments": {"command": "echo fleet"}});
+    let manifest = format!(
+        r#"
+version = 1
+
+[project]
+name = "{project}"
+
+[store]
+url = "${{NPC_STORE_URL}}"
+
+[daemon]
+listen = "127.0.0.1:0"
+
+[providers.fake]
+kind = "claude_code"
+command = {agent}
+args = ["--provider", "claude_code", "--fixture", {fixture}]
+env = {{ FAKE_AGENT_TOOL = {call}, FAKE_AGENT_TOOL_LOG = {log}, FAKE_AGENT_NPC = {npc}, NPC_STORE_URL = "${{NPC_STORE_URL}}" }}
+
+[prompts.task]
+template = "run the tool"
+
+[profiles.dev]
+provider = "fake"
+description = "asks before Bash"
+prompt = "task"
+ask_tools = ["Bash"]
+workspace = "in_place"
+
+[triggers.t]
+kind = "cron"
+schedule = "24h"
+action = {{ profile = "dev" }}
+"#,
+        project = crate::fleet::FLEET_PROJECT,
+        agent = toml_str(
+            &repo_root()
+                .join("fixtures/clis/fake-agent.py")
+                .display()
+                .to_string()
+        ),
+        fixture = toml_str(
+            &repo_root()
+                .join("fixtures/clis")
+                .join(FIXTURE)
+                .display()
+                .to_string()
+        ),
+        call = toml_str(&call.to_string()),
+        log = toml_str(&tool_log(logs).display().to_string()),
+        npc = toml_str(&npc_path().display().to_string()),
+    );
+    std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();
+    crate::fleet::make_checkout(dir.path());
+    dir
+}
+
+#[test]
+fn in_a_fleet_another_nodes_api_answers_a_run_waiting_on_a_worker() {
+    use npcagent::store::fleet::FleetQueue as _;
+    let Some(cluster) = crate::pg::PgCluster::start() else {
+        return;
+    };
+    let logs = tempfile::tempdir().unwrap();
+    // Two machines of one fleet: a daemon in front (its API), a worker.
+    let front = fleet_repo(logs.path());
+    let back = fleet_repo(logs.path());
+    let url = crate::fleet::worker_store(&cluster, front.path());
+    let daemon = crate::fleet::ingress_daemon(front.path(), &url);
+    wait_for("the daemon to join the fleet", || {
+        let status = crate::fleet::npc_json(front.path(), &url, &["status"]);
+        (status["store"]["state"] == "connected").then_some(())
+    });
+    let _worker = crate::support::Stopped::new(crate::fleet::start_worker_leased(
+        back.path(),
+        &url,
+        &logs.path().join("worker.log"),
+        crate::fleet::STEADY_LEASE_SECS,
+    ));
+    let fired = crate::fleet::npc_json(front.path(), &url, &["trigger", "fire", "t"]);
+    let id = fired["run_id"].as_str().unwrap().to_string();
+    let api = daemon.wait_event(0, "api.listening")["payload"]["url"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("http://")
+        .to_string();
+    let token = std::fs::read_to_string(front.path().join(".npc/api.token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    // The front's API answers once the worker shared the parked call.
+    let approve = format!("/api/v1/runs/{id}/approve");
+    let answered = wait_for("the run parked on the worker to be answerable", || {
+        let answer = http_post(&api, &approve, &token, "");
+        (answer["state"] == "allowed").then_some(answer)
+    });
+    assert_eq!(answered["tool"], "Bash", "{answered}");
+    assert!(calls(logs.path()).len() <= 1);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt
+        .block_on(npcagent::store::pg::PgStore::connect(
+            &url,
+            &crate::fleet::fleet_key(),
+        ))
+        .unwrap();
+    wait_for("the worker to finish the run", || {
+        rt.block_on(store.run(&id))
+            .unwrap()
+            .filter(|r| r.state == "succeeded")
+    });
+    assert_eq!(calls(logs.path()), vec!["ran".to_string()]);
+    // Its answer is in the fleet's log, relayed by the worker.
+    let approval = wait_for("the relayed run.approval", || {
+        rt.block_on(store.events_after(0, 10_000))
+            .unwrap()
+            .into_iter()
+            .find(|e| e.kind == "run.approval" && e.payload["run_id"] == id.as_str())
+    });
+    assert_eq!(approval.payload["decision"], "allow");
+    assert_eq!(approval.payload["by"], "api");
+    // A second answer finds nothing waiting.
+    let again = http_post(&api, &approve, &token, "");
+    assert_eq!(again["error"]["code"], "run.finished", "{again}");
+}
