@@ -323,7 +323,14 @@ fn run_repository(
 /// agent works for (`NPC_RUN_STATE`: exactly `workers/NAME`, NAME of
 /// letters, digits, `-`, `_` and `.` not starting with `.`); else as given.
 fn worker_state(paths: crate::runtime::RepoPaths) -> crate::runtime::RepoPaths {
-    let Ok(rel) = std::env::var(crate::runs::agent::RUN_STATE_ENV) else {
+    worker_state_of(paths, std::env::var(crate::runs::agent::RUN_STATE_ENV).ok())
+}
+
+fn worker_state_of(
+    paths: crate::runtime::RepoPaths,
+    rel: Option<String>,
+) -> crate::runtime::RepoPaths {
+    let Some(rel) = rel else {
         return paths;
     };
     let valid = rel.split_once('/').is_some_and(|(dir, name)| {
@@ -340,5 +347,38 @@ fn worker_state(paths: crate::runtime::RepoPaths) -> crate::runtime::RepoPaths {
     crate::runtime::RepoPaths {
         state_dir: paths.state_dir.join(rel),
         ..paths
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_workers_own_directory_names_a_runs_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = crate::runtime::RepoPaths::resolve(
+            &dir.path().join("npcagent.toml"),
+            crate::model::DEFAULT_STATE_DIR,
+        )
+        .unwrap();
+        let state = paths.state_dir.clone();
+        let of = |rel: &str| worker_state_of(paths.clone(), Some(rel.to_string())).state_dir;
+        assert_eq!(of("workers/vm-1_2.3"), state.join("workers/vm-1_2.3"));
+        for hostile in [
+            "../x",
+            "workers/../x",
+            "workers/..",
+            "workers/.hidden",
+            "/etc",
+            "workers//x",
+            "workers/a/b",
+            "other/x",
+            "workers/",
+            "workers/a\nb",
+        ] {
+            assert_eq!(of(hostile), state, "{hostile}");
+        }
+        assert_eq!(worker_state_of(paths.clone(), None).state_dir, state);
     }
 }
