@@ -252,6 +252,23 @@ fn answer(
     by: &str,
 ) -> Result<Result<ApprovalRow, AnswerRefused>, StoreError> {
     let failed = sqlite("answer an approval");
+    // The run first: a run that ended (or was interrupted with its agent)
+    // waits for nothing, whatever rows it left pending.
+    let run: Option<String> = conn
+        .prepare_cached("SELECT state FROM runs WHERE id = ?1")
+        .and_then(|mut s| s.query_row([run_id], |r| r.get(0)).optional())
+        .map_err(&failed)?;
+    let shown = cut(run_id, MAX_NAME_CHARS);
+    match run {
+        None => return Ok(Err(AnswerRefused::NoRun { id: shown })),
+        Some(s) if s != run_state::RUNNING && s != run_state::QUEUED => {
+            return Ok(Err(AnswerRefused::Ended {
+                id: shown,
+                state: cut(&s, MAX_NAME_CHARS),
+            }));
+        }
+        Some(_) => {}
+    }
     let oldest: Option<String> = conn
         .prepare_cached(
             "SELECT id FROM approvals WHERE run_id = ?1 AND state = 'pending'
@@ -260,21 +277,7 @@ fn answer(
         .and_then(|mut s| s.query_row([run_id], |r| r.get(0)).optional())
         .map_err(&failed)?;
     let Some(id) = oldest else {
-        let run: Option<String> = conn
-            .prepare_cached("SELECT state FROM runs WHERE id = ?1")
-            .and_then(|mut s| s.query_row([run_id], |r| r.get(0)).optional())
-            .map_err(&failed)?;
-        let id = cut(run_id, MAX_NAME_CHARS);
-        return Ok(Err(match run {
-            None => AnswerRefused::NoRun { id },
-            Some(s) if s == run_state::QUEUED || s == run_state::RUNNING => {
-                AnswerRefused::NotWaiting { id }
-            }
-            Some(s) => AnswerRefused::Ended {
-                id,
-                state: cut(&s, MAX_NAME_CHARS),
-            },
-        }));
+        return Ok(Err(AnswerRefused::NotWaiting { id: shown }));
     };
     settle(conn, &id, &Settled::of(answer, by))?;
     let row = conn

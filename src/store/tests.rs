@@ -561,17 +561,11 @@ async fn approvals_are_answered_once_and_bounded() {
         .await
         .unwrap();
     assert_eq!(over, Parked::TooMany);
-    // An ended run is named as ended.
+    // An ended run is refused as ended, even with approvals left pending.
     store
         .mark_run(run, queue::state::SUCCEEDED, None)
         .await
         .unwrap();
-    for i in 0..MAX_PENDING_PER_RUN {
-        store
-            .expire_approval(format!("ap-p{i}"), "ended".into())
-            .await
-            .unwrap();
-    }
     let refused = store
         .answer_approval(run, Answer::Allow { always: false }, "cli")
         .await

@@ -122,6 +122,15 @@ impl PgStore {
         run_id: &str,
         settled: &Settled,
     ) -> Result<Result<SharedAnswer, AnswerRefused>, StoreError> {
+        let id = printable(run_id.chars().take(MAX_NAME_CHARS).collect());
+        // The run first: one that ended waits for nothing.
+        match self.run_state(run_id).await? {
+            None => return Ok(Err(AnswerRefused::NoRun { id })),
+            Some(s) if s != run_state::RUNNING && s != run_state::QUEUED => {
+                return Ok(Err(AnswerRefused::Ended { id, state: s }));
+            }
+            Some(_) => {}
+        }
         let client = self.client().await?;
         let row = client
             .query_opt(
@@ -154,15 +163,7 @@ impl PgStore {
                 settled: settled.clone(),
             }));
         }
-        let id = printable(run_id.chars().take(MAX_NAME_CHARS).collect());
-        let run = self.run_state(run_id).await?;
-        Ok(Err(match run {
-            None => AnswerRefused::NoRun { id },
-            Some(s) if s == run_state::QUEUED || s == run_state::RUNNING => {
-                AnswerRefused::NotWaiting { id }
-            }
-            Some(state) => AnswerRefused::Ended { id, state },
-        }))
+        Ok(Err(AnswerRefused::NotWaiting { id }))
     }
 
     async fn run_state(&self, run_id: &str) -> Result<Option<String>, StoreError> {
