@@ -141,6 +141,13 @@ impl ApiBackend for Bench {
     fn cancel_run(&self, _: String) -> BoxFuture<'_, Result<String, ApiError>> {
         Box::pin(async { Err(unmeasured()) })
     }
+    fn answer_run(
+        &self,
+        _: String,
+        _: npcagent::store::approvals::Answer,
+    ) -> BoxFuture<'_, Result<npcagent::api::resources::RunAnswered, ApiError>> {
+        Box::pin(async { Err(unmeasured()) })
+    }
     fn run_diff(
         &self,
         _: String,

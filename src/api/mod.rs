@@ -78,6 +78,13 @@ pub trait ApiBackend: Send + Sync + 'static {
     fn start_run(&self, run: ManualRun) -> BoxFuture<'_, Result<String, ApiError>>;
     /// Cancel run `id`; its state afterwards.
     fn cancel_run(&self, id: String) -> BoxFuture<'_, Result<String, ApiError>>;
+    /// Answer the oldest pending approval of run `id` (the run parked on an
+    /// `ask`); the approval answered.
+    fn answer_run(
+        &self,
+        id: String,
+        answer: crate::store::approvals::Answer,
+    ) -> BoxFuture<'_, Result<resources::RunAnswered, ApiError>>;
     /// The patch of worktree run `id`'s result, and whether it was cut.
     fn run_diff(&self, id: String) -> BoxFuture<'_, Result<resources::RunDiff, ApiError>>;
     /// Every configured or open pane.
@@ -604,6 +611,46 @@ pub const ROUTES: &[Route] = &[
         ],
     },
     Route {
+        method: "post",
+        path: "/api/v1/runs/{id}/approve",
+        operation: "approveRun",
+        summary: "Allow the tool call a run waits on (its oldest pending approval); the run goes on. `always`: the run's later identical calls (same tool, equal arguments) are allowed too (the body may be empty)",
+        params: &[path("id", "A run id (`run-…`)")],
+        body: Some(schema_of::<resources::ApproveRequest>),
+        body_optional: true,
+        status: 200,
+        answer: Some(schema_of::<resources::RunAnswered>),
+        errors: &[
+            (404, "No such run (`run.not_found`)"),
+            BODY[0],
+            BODY[2],
+            (
+                409,
+                "The run waits for no approval: answered already, never asked (`run.not_waiting`), or it ended (`run.finished`)",
+            ),
+        ],
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/runs/{id}/deny",
+        operation: "denyRun",
+        summary: "Deny the tool call a run waits on (its oldest pending approval) with an optional `reason`; the run goes on without it (the body may be empty)",
+        params: &[path("id", "A run id (`run-…`)")],
+        body: Some(schema_of::<resources::DenyRequest>),
+        body_optional: true,
+        status: 200,
+        answer: Some(schema_of::<resources::RunAnswered>),
+        errors: &[
+            (404, "No such run (`run.not_found`)"),
+            BODY[0],
+            BODY[2],
+            (
+                409,
+                "The run waits for no approval: answered already, never asked (`run.not_waiting`), or it ended (`run.finished`)",
+            ),
+        ],
+    },
+    Route {
         method: "get",
         path: "/api/v1/panes",
         operation: "listPanes",
@@ -865,6 +912,8 @@ pub fn router(backend: Arc<dyn ApiBackend>, auth: ApiAuth, remote: bool) -> Rout
         .route("/api/v1/runs/{id}/events", get(resources::run_events))
         .route("/api/v1/runs/{id}/diff", get(resources::run_diff))
         .route("/api/v1/runs/{id}/cancel", post(resources::cancel_run))
+        .route("/api/v1/runs/{id}/approve", post(resources::approve_run))
+        .route("/api/v1/runs/{id}/deny", post(resources::deny_run))
         .route("/api/v1/panes", get(resources::list_panes))
         .route("/api/v1/panes/{name}/input", post(resources::pane_input))
         .route("/api/v1/panes/{name}/resize", post(resources::pane_resize))

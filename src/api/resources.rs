@@ -86,6 +86,38 @@ pub struct RunCancelled {
     pub state: String,
 }
 
+/// `POST /api/v1/runs/{id}/approve` (the body may be empty).
+#[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApproveRequest {
+    /// Also allow the run's later identical calls (same tool, equal
+    /// arguments) without asking.
+    #[serde(default)]
+    pub always: bool,
+}
+
+/// `POST /api/v1/runs/{id}/deny` (the body may be empty).
+#[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DenyRequest {
+    /// Why (the agent and the run's `tool.denied` event show it; cut to
+    /// 1,000 characters).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// The approval an answer settled.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RunAnswered {
+    pub run_id: String,
+    pub approval_id: String,
+    /// The tool the call was for.
+    pub tool: String,
+    /// `allowed` or `denied`.
+    pub state: String,
+    pub always: bool,
+}
+
 /// One pane.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PaneView {
@@ -346,6 +378,50 @@ pub(super) async fn run_events(
     }))
 }
 
+/// A JSON body that may be empty (then `T::default()`).
+fn optional_body<T: Default + serde::de::DeserializeOwned>(raw: &[u8]) -> Result<T, ApiError> {
+    if raw.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    let value: Value = serde_json::from_slice(raw)
+        .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
+    serde_json::from_value(value).map_err(|e| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+            format!("the body does not fit this endpoint: {e}"),
+        )
+    })
+}
+
+/// `POST /api/v1/runs/{id}/approve`.
+pub(super) async fn approve_run(
+    State(state): State<ApiState>,
+    id: Result<Path<String>, PathRejection>,
+    raw: Bytes,
+) -> Result<Json<RunAnswered>, ApiError> {
+    let id = path(id)?;
+    let request: ApproveRequest = optional_body(&raw)?;
+    let answer = crate::store::approvals::Answer::Allow {
+        always: request.always,
+    };
+    state.backend.answer_run(id, answer).await.map(Json)
+}
+
+/// `POST /api/v1/runs/{id}/deny`.
+pub(super) async fn deny_run(
+    State(state): State<ApiState>,
+    id: Result<Path<String>, PathRejection>,
+    raw: Bytes,
+) -> Result<Json<RunAnswered>, ApiError> {
+    let id = path(id)?;
+    let request: DenyRequest = optional_body(&raw)?;
+    let answer = crate::store::approvals::Answer::Deny {
+        reason: request.reason,
+    };
+    state.backend.answer_run(id, answer).await.map(Json)
+}
+
 /// `POST /api/v1/runs/{id}/cancel`.
 pub(super) async fn cancel_run(
     State(state): State<ApiState>,
@@ -461,19 +537,7 @@ pub(super) async fn fire_trigger(
     raw: Bytes,
 ) -> Result<Response, ApiError> {
     let name = path(name)?;
-    let request: FireRequest = if raw.iter().all(u8::is_ascii_whitespace) {
-        FireRequest::default()
-    } else {
-        let value: Value = serde_json::from_slice(&raw)
-            .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
-        serde_json::from_value(value).map_err(|e| {
-            ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_body",
-                format!("the body does not fit this endpoint: {e}"),
-            )
-        })?
-    };
+    let request: FireRequest = optional_body(&raw)?;
     let payload = request.payload.unwrap_or(Value::Null);
     let size = payload.to_string().len();
     if size > MAX_MANUAL_PAYLOAD_BYTES {

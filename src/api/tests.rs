@@ -89,6 +89,13 @@ impl ApiBackend for Fake {
     fn run_diff(&self, id: String) -> BoxFuture<'_, Result<resources::RunDiff, ApiError>> {
         Box::pin(async move { Err(resources::run_not_found(&id)) })
     }
+    fn answer_run(
+        &self,
+        id: String,
+        _answer: crate::store::approvals::Answer,
+    ) -> BoxFuture<'_, Result<resources::RunAnswered, ApiError>> {
+        Box::pin(async move { Err(resources::run_not_found(&id)) })
+    }
     fn cancel_run(&self, id: String) -> BoxFuture<'_, Result<String, ApiError>> {
         Box::pin(async move {
             let state = crate::store::queue::state::CANCELLED;

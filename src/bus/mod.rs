@@ -185,6 +185,12 @@ impl EventBus {
         &self.inner.shared.store
     }
 
+    /// The secret values redacted from every event (for a caller that
+    /// stores or shows a value outside an event the same way).
+    pub fn secrets(&self) -> Arc<Vec<String>> {
+        self.inner.secrets.load_full()
+    }
+
     /// Replace the secret values scrubbed from every published event (call
     /// it whenever the manifest's resolved secrets change). Values shorter
     /// than [`MIN_SCRUBBED_SECRET_CHARS`] are kept out of the scrub list.

@@ -199,15 +199,16 @@ fn answer(args: &RunArgs) -> Answer {
         Err(e) => return refuse(args, format!("cannot start the runtime: {e}")),
     };
     rt.block_on(async {
-        let bus = match crate::runtime::open_store(&paths) {
+        let (store, bus) = match crate::runtime::open_store(&paths) {
             Ok(store) => {
-                let bus = crate::bus::EventBus::new(std::sync::Arc::new(store));
+                let store = std::sync::Arc::new(store);
+                let bus = crate::bus::EventBus::new(store.clone());
                 bus.set_secrets(manifest.secret_values());
-                Some(bus)
+                (Some(store), Some(bus))
             }
             Err(e) => {
                 errln!("warning: hook calls are not recorded: cannot open the event store: {e}");
-                None
+                (None, None)
             }
         };
         let (events, _receiver) = tokio::sync::mpsc::unbounded_channel();
@@ -217,10 +218,9 @@ fn answer(args: &RunArgs) -> Answer {
         if let Some(policy) = policy {
             runner = runner.with_policy(policy);
         }
-        // Inside an agent `npc acp` started, an `ask` goes to the editor.
-        if let Some(approver) = crate::hooks::approve::SocketApprover::from_env() {
-            runner = runner.with_approver(std::sync::Arc::new(approver));
-        }
+        // Inside an agent `npc acp` started, an `ask` goes to the editor;
+        // in a run, it parks the run until a person answers.
+        runner = runner.with_approver(asker(&paths, manifest, store, bus.clone()));
         let answer = match (args.event, tool) {
             (HookEvent::BeforeTool, Some(t)) => {
                 bridge::before_tool_answer(args.agent, runner.before_tool(&t.call).await)
@@ -241,4 +241,144 @@ fn answer(args: &RunArgs) -> Answer {
         }
         answer
     })
+}
+
+/// Who answers an `ask` of this agent: the editor of the `npc acp` that
+/// started it; else, in a run (`NPC_RUN_ID`), a person through the daemon
+/// (the run parks: `hooks::park`); else nobody (a recorded denial).
+fn asker(
+    paths: &crate::runtime::RepoPaths,
+    manifest: &crate::model::Manifest,
+    store: Option<std::sync::Arc<crate::store::Store>>,
+    bus: Option<crate::bus::EventBus>,
+) -> std::sync::Arc<dyn crate::hooks::Approve> {
+    use crate::hooks::park::{NoOneToAsk, ParkApprover};
+    if let Some(approver) = crate::hooks::approve::SocketApprover::from_env() {
+        return std::sync::Arc::new(approver);
+    }
+    let run_id = std::env::var(crate::runs::agent::RUN_ID_ENV)
+        .ok()
+        .filter(|id| crate::runs::workspace::is_run_id(id));
+    let profile = std::env::var(crate::hooks::policy::PROFILE_ENV).ok();
+    // A worktree run's hooks find the worktree's manifest; its run, and
+    // the daemon that answers, live in the repository npc named
+    // (`NPC_REPO_ROOT`, set by npc for the run, never by the repository).
+    // A fleet worker's runs live in its own store under the state
+    // directory (`NPC_RUN_STATE`, `workers/NAME`).
+    let target = worker_state(run_repository(paths, manifest).unwrap_or_else(|| paths.clone()));
+    let (paths, store, bus) = if target.root == paths.root && target.state_dir == paths.state_dir {
+        (paths.clone(), store, bus)
+    } else {
+        match crate::runtime::open_store(&target) {
+            Ok(run_store) => {
+                let run_store = std::sync::Arc::new(run_store);
+                let run_bus = crate::bus::EventBus::new(run_store.clone());
+                run_bus.set_secrets(manifest.secret_values());
+                (target, Some(run_store), Some(run_bus))
+            }
+            Err(_) => (target, None, bus),
+        }
+    };
+    match (run_id, store) {
+        (Some(run_id), Some(store)) => {
+            let daemon = paths;
+            // In a fleet (`[store] url`), any node's API answers.
+            let fleet = manifest.store.url.is_some();
+            let reach: crate::hooks::park::Reach = std::sync::Arc::new(move || {
+                let here = daemon.running_daemon().map(drop);
+                here.or(fleet.then_some(())).ok_or_else(|| {
+                    "no daemon runs for this repository, so nobody can be asked; start `npc daemon` (then `npc runs approve ID` answers), run the agent through `npc acp`, or change the rule that asks".to_string()
+                })
+            });
+            std::sync::Arc::new(ParkApprover::new(
+                store,
+                bus,
+                run_id,
+                profile,
+                std::sync::Arc::new(manifest.clone()),
+                reach,
+            ))
+        }
+        (run_id, _) => std::sync::Arc::new(NoOneToAsk {
+            bus,
+            run_id,
+            profile,
+            why: "this agent runs outside any npc run or editor, so nobody can be asked; run it through `npc run` with a daemon up, or `npc acp`, or change the rule that asks".to_string(),
+        }),
+    }
+}
+
+/// The repository of the run this agent works for, when npc named one
+/// (`NPC_REPO_ROOT`, a worktree run's) and it resolves.
+fn run_repository(
+    paths: &crate::runtime::RepoPaths,
+    manifest: &crate::model::Manifest,
+) -> Option<crate::runtime::RepoPaths> {
+    let root = std::path::PathBuf::from(std::env::var_os(super::mcp::REPO_ROOT_ENV)?);
+    let name = paths.manifest.file_name()?;
+    crate::runtime::RepoPaths::resolve(&root.join(name), &manifest.project.state_dir).ok()
+}
+
+/// `paths` with the state directory of the fleet worker whose run this
+/// agent works for (`NPC_RUN_STATE`: exactly `workers/NAME`, NAME of
+/// letters, digits, `-`, `_` and `.` not starting with `.`); else as given.
+fn worker_state(paths: crate::runtime::RepoPaths) -> crate::runtime::RepoPaths {
+    worker_state_of(paths, std::env::var(crate::runs::agent::RUN_STATE_ENV).ok())
+}
+
+fn worker_state_of(
+    paths: crate::runtime::RepoPaths,
+    rel: Option<String>,
+) -> crate::runtime::RepoPaths {
+    let Some(rel) = rel else {
+        return paths;
+    };
+    let valid = rel.split_once('/').is_some_and(|(dir, name)| {
+        dir == super::worker::WORKERS_DIR
+            && !name.is_empty()
+            && !name.starts_with('.')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    });
+    if !valid {
+        return paths;
+    }
+    crate::runtime::RepoPaths {
+        state_dir: paths.state_dir.join(rel),
+        ..paths
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_workers_own_directory_names_a_runs_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = crate::runtime::RepoPaths::resolve(
+            &dir.path().join("npcagent.toml"),
+            crate::model::DEFAULT_STATE_DIR,
+        )
+        .unwrap();
+        let state = paths.state_dir.clone();
+        let of = |rel: &str| worker_state_of(paths.clone(), Some(rel.to_string())).state_dir;
+        assert_eq!(of("workers/vm-1_2.3"), state.join("workers/vm-1_2.3"));
+        for hostile in [
+            "../x",
+            "workers/../x",
+            "workers/..",
+            "workers/.hidden",
+            "/etc",
+            "workers//x",
+            "workers/a/b",
+            "other/x",
+            "workers/",
+            "workers/a\nb",
+        ] {
+            assert_eq!(of(hostile), state, "{hostile}");
+        }
+        assert_eq!(worker_state_of(paths.clone(), None).state_dir, state);
+    }
 }

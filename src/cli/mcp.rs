@@ -211,8 +211,19 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
             Some(bus.clone()),
         );
         // A gateway an agent of `npc acp` started asks its editor on `ask`.
-        if let Some(approver) = crate::hooks::approve::SocketApprover::from_env() {
-            hooks = hooks.with_approver(Arc::new(approver));
+        // Without one (no daemon behind this gateway), an ask is a recorded denial.
+        match crate::hooks::approve::SocketApprover::from_env() {
+            Some(approver) => hooks = hooks.with_approver(Arc::new(approver)),
+            None => {
+                hooks = hooks.with_approver(Arc::new(crate::hooks::park::NoOneToAsk {
+                    bus: Some(bus.clone()),
+                    run_id: std::env::var(RUN_ID_ENV)
+                        .ok()
+                        .filter(|r| crate::runs::workspace::is_run_id(r)),
+                    profile: std::env::var(crate::hooks::policy::PROFILE_ENV).ok(),
+                    why: "no daemon runs for this repository, so nobody can be asked; start `npc daemon` (then `npc runs approve ID` answers), run the agent through `npc acp`, or change the rule that asks".to_string(),
+                }));
+            }
         }
         // A gateway an agent of a profile started applies its `ask_tools`.
         if let Some(policy) = crate::hooks::policy::ToolPolicy::from_env(&manifest) {

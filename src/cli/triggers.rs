@@ -75,6 +75,25 @@ enum RunsCommand {
         /// The run id (`run-…`)
         id: String,
     },
+    /// Allow the tool call run ID waits on (its oldest pending approval);
+    /// the run goes on
+    Approve {
+        /// The run id (`run-…`)
+        id: String,
+        /// Also allow the run's later identical calls (same tool, equal
+        /// arguments) without asking
+        #[arg(long)]
+        always: bool,
+    },
+    /// Deny the tool call run ID waits on (its oldest pending approval);
+    /// the run goes on without it and ends `blocked`
+    Deny {
+        /// The run id (`run-…`)
+        id: String,
+        /// Why (the agent and the run's `tool.denied` event show it)
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
     /// Remove the kept worktrees of finished runs past `[runs] keep_failed`
     /// or beyond `max_kept_worktrees` (their branches stay)
     Clean {
@@ -286,6 +305,19 @@ pub fn trigger(command: TriggerCommand) -> anyhow::Result<Exit> {
 
 /// `npc runs` and `npc runs show ID`.
 pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
+    match args.show {
+        Some(RunsCommand::Approve { id, always }) => {
+            return answer(
+                args.manifest,
+                Request::ApproveRun { id, always },
+                args.format,
+            );
+        }
+        Some(RunsCommand::Deny { id, reason }) => {
+            return answer(args.manifest, Request::DenyRun { id, reason }, args.format);
+        }
+        _ => {}
+    }
     if args.fleet {
         return fleet_runs(args);
     }
@@ -312,7 +344,7 @@ pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
         Some(RunsCommand::Show { id }) => return show(&store, &id, args.format),
         Some(RunsCommand::Diff { id }) => return diff(&paths, &store, &id),
         Some(RunsCommand::Clean { all }) => return clean(&paths, all, args.format),
-        None => {}
+        Some(RunsCommand::Approve { .. } | RunsCommand::Deny { .. }) | None => {}
     }
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     // Every run is a row of the queue, whatever started it (`npc run`'s
@@ -321,6 +353,41 @@ pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
         &store.run_rows(args.trigger.as_deref(), limit)?,
         args.format,
     )
+}
+
+/// `npc runs approve ID` / `npc runs deny ID`: the answer goes through the
+/// daemon (which owns the run and records the answer).
+fn answer(manifest: Option<PathBuf>, request: Request, format: Format) -> anyhow::Result<Exit> {
+    let paths = paths_of(manifest)?;
+    let Some((socket, pid)) = daemon_socket(&paths) else {
+        errln!(
+            "error: no daemon runs for this repository, so no run waits for an answer here; start `npc daemon` (a fleet's runs: answer through any node's API, `POST /api/v1/runs/ID/approve`)"
+        );
+        return Ok(Exit::Failed);
+    };
+    match tokio()?.block_on(Client::call(&socket, &request)) {
+        Ok(Reply::Answered {
+            run_id,
+            approval_id,
+            tool,
+            state,
+        }) => {
+            match format {
+                Format::Json => outln!(
+                    "{}",
+                    json!({ "run_id": run_id, "approval_id": approval_id, "tool": tool, "state": state })
+                )?,
+                Format::Human => say(&format!("run {run_id}: `{tool}` {state} ({approval_id})"))?,
+            }
+            Ok(Exit::Ok)
+        }
+        Ok(other) => Err(ControlError::unexpected(&other).into()),
+        Err(ControlError::Refused(error)) => {
+            errln!("error: {error}");
+            Ok(Exit::Failed)
+        }
+        Err(e) => Err(e).with_context(|| format!("the daemon (pid {pid}) did not answer")),
+    }
 }
 
 /// `npc runs --fleet` and `npc runs show ID --fleet`: the fleet's shared store.
@@ -337,7 +404,12 @@ fn fleet_runs(args: RunsArgs) -> anyhow::Result<Exit> {
                 None => Ok(Exit::Failed),
             }
         }
-        Some(RunsCommand::Diff { .. } | RunsCommand::Clean { .. }) => {
+        Some(
+            RunsCommand::Diff { .. }
+            | RunsCommand::Clean { .. }
+            | RunsCommand::Approve { .. }
+            | RunsCommand::Deny { .. },
+        ) => {
             errln!(
                 "error: `--fleet` lists runs and shows one; `npc runs diff` and `npc runs clean` act on this machine's worktrees (run them where the run ran)"
             );

@@ -95,6 +95,10 @@ events! {
     "run.pushed" => RunPushed(RunPush),
     /// A worktree run's branch could not be pushed.
     "run.push_failed" => RunPushFailed(RunPush),
+    /// A run parked on an `ask`: a tool call waits for a person's answer.
+    "run.waiting" => RunWaiting(RunWaiting),
+    /// An `ask` of a run was answered (allowed, denied, timed out).
+    "run.approval" => RunApproval(RunApproval),
     /// The advisory idle probe was written to a silent agent.
     "run.probe_sent" => RunProbeSent(RunProbeSent),
     /// The agent spoke again after a probe.

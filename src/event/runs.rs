@@ -364,3 +364,58 @@ impl Event {
         })
     }
 }
+
+/// A run parked on an `ask`: a tool call waits for a person's answer
+/// (`npc runs approve` / `npc runs deny`, the API, the dashboard). The run
+/// holds its slot while it waits.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunWaiting {
+    pub run_id: String,
+    /// The pending approval's id.
+    pub approval_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// The tool as the agent named it.
+    pub tool: String,
+    /// What asks: a hook's label or the profile's `ask_tools`.
+    pub rule: String,
+    /// Why it asks, when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The call's arguments (secrets redacted, cut to a bound).
+    pub arguments: serde_json::Value,
+    /// When the ask is denied unless answered (ms since the epoch).
+    pub deadline_ms: i64,
+}
+
+/// How an `ask` of a run was answered ([`RunApproval::decision`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    /// A person allowed the call.
+    #[default]
+    Allow,
+    /// A person denied the call.
+    Deny,
+    /// Nobody answered within `approval_timeout`: denied.
+    Timeout,
+    /// An identical call of the run was allowed with `--always` before.
+    Always,
+}
+
+/// An `ask` of a run was answered; the run goes on (a denied call is also
+/// a `tool.denied` of the run, by `approval`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunApproval {
+    pub run_id: String,
+    pub approval_id: String,
+    pub tool: String,
+    pub decision: ApprovalDecision,
+    /// With `allow`: later identical calls of the run are allowed too.
+    #[serde(default)]
+    pub always: bool,
+    /// Who answered: `cli`, `api`, `timeout`.
+    pub by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}

@@ -22,6 +22,7 @@
 pub mod approve;
 pub mod bridge;
 mod exec;
+pub mod park;
 pub mod policy;
 pub mod stage;
 #[cfg(test)]

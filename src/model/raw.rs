@@ -170,6 +170,10 @@ pub struct RawRuns {
     pub ports: Option<Spanned<String>>,
     /// Who commits a worktree run's changes (`Name <email>`). Default `npc <npc@localhost>`.
     pub author: Option<Spanned<String>>,
+    /// How long a run parked on an `ask` waits for a person's answer
+    /// (`npc runs approve` / `deny`) before the call is denied (`30m`, `2h`).
+    /// Default `30m`; a profile's or trigger's own comes first.
+    pub approval_timeout: Option<Spanned<String>>,
 }
 
 /// `[mcp]`
@@ -312,6 +316,10 @@ pub struct RawProfile {
     /// acp`; with nobody to ask, the call is denied).
     #[serde(default)]
     pub ask_tools: Vec<Spanned<String>>,
+    /// How long a run of this profile parked on an `ask` waits for an
+    /// answer before the call is denied (`30m`). Default: `[runs]
+    /// approval_timeout`; a trigger's own comes first.
+    pub approval_timeout: Option<Spanned<String>>,
     /// Model name passed to the provider.
     pub model: Option<Spanned<Text>>,
     /// Agent Skills the profile loads.
@@ -515,6 +523,10 @@ pub struct RawTrigger {
     pub filter: Option<Spanned<String>>,
     /// Longest a run may take, setup included (`30m`, `2h`). Default `30m`.
     pub timeout: Option<Spanned<String>>,
+    /// How long a run of this trigger parked on an `ask` waits for an
+    /// answer before the call is denied (`30m`). Default: the profile's,
+    /// then `[runs] approval_timeout`.
+    pub approval_timeout: Option<Spanned<String>>,
     /// How often a failed run is tried again (with a growing pause). Default 0.
     #[schemars(range(min = 0, max = 10))]
     pub retries: Option<Spanned<i64>>,

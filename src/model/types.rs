@@ -407,6 +407,9 @@ pub struct Profile {
     pub frontmatter: Frontmatter,
     /// Where its runs work (a trigger's own settings come first).
     pub workspace: WorkspaceSpec,
+    /// How long its runs wait for an answer to an `ask`, in seconds (a
+    /// trigger's own comes first; `None`: `[runs] approval_timeout`).
+    pub approval_timeout_secs: Option<u64>,
 }
 
 /// The template name of `[instructions]` (in diagnostics and renders).
@@ -594,6 +597,9 @@ pub struct Trigger {
     pub timeout_secs: Option<u64>,
     /// How often a failed run is tried again.
     pub retries: u32,
+    /// How long its runs wait for an answer to an `ask`, in seconds
+    /// (`None`: the profile's, then `[runs] approval_timeout`).
+    pub approval_timeout_secs: Option<u64>,
 }
 
 keywords! {
@@ -639,6 +645,23 @@ impl WorkspaceSpec {
             after: list(&self.after, &below.after),
             push: self.push.or(below.push),
         }
+    }
+}
+
+impl Manifest {
+    /// How long a run of `profile` started by `trigger` waits for an
+    /// answer to an `ask`, in seconds: the trigger's `approval_timeout`,
+    /// else the profile's, else `[runs] approval_timeout` (default 30m).
+    pub fn approval_timeout_secs(&self, profile: Option<&str>, trigger: Option<&str>) -> u64 {
+        let of_trigger = trigger
+            .and_then(|t| self.triggers.get(t))
+            .and_then(|t| t.approval_timeout_secs);
+        let of_profile = profile
+            .and_then(|p| self.profiles.get(p))
+            .and_then(|p| p.approval_timeout_secs);
+        of_trigger
+            .or(of_profile)
+            .unwrap_or(self.runs.approval_timeout_secs)
     }
 }
 
@@ -693,6 +716,8 @@ pub struct RunsSettings {
     pub ports: Option<(u16, u16)>,
     /// Who commits a worktree run's changes (`Name <email>`).
     pub author: Option<String>,
+    /// How long a run parked on an `ask` waits for an answer, in seconds.
+    pub approval_timeout_secs: u64,
 }
 
 /// Runs carried out at once unless `[runs] max_concurrent` says otherwise.
@@ -709,6 +734,11 @@ pub const MAX_KEPT_WORKTREES_LIMIT: usize = 1000;
 pub const MAX_RETRIES: u32 = 10;
 /// The longest `timeout` of a trigger's runs.
 pub const MAX_RUN_TIMEOUT_SECS: u64 = 7 * 24 * 60 * 60;
+/// How long a run parked on an `ask` waits for an answer unless
+/// `approval_timeout` says otherwise.
+pub const DEFAULT_APPROVAL_TIMEOUT_SECS: u64 = 30 * 60;
+/// The longest `approval_timeout`.
+pub const MAX_APPROVAL_TIMEOUT_SECS: u64 = 7 * 24 * 60 * 60;
 
 impl Default for RunsSettings {
     fn default() -> Self {
@@ -720,6 +750,7 @@ impl Default for RunsSettings {
             max_kept_worktrees: DEFAULT_MAX_KEPT_WORKTREES,
             ports: None,
             author: None,
+            approval_timeout_secs: DEFAULT_APPROVAL_TIMEOUT_SECS,
         }
     }
 }

@@ -42,6 +42,10 @@ use crate::surfaces::runs::{ApprovalRoute, ManualRun, Resume};
 /// The run id every process of a run gets (`npc mcp serve` records its
 /// calls with it).
 pub const RUN_ID_ENV: &str = "NPC_RUN_ID";
+/// Where a run's store is, relative to the state directory, when it is
+/// not the repository's own (a fleet worker's `workers/NAME`): the run's
+/// hooks park their asks there.
+pub const RUN_STATE_ENV: &str = "NPC_RUN_STATE";
 /// How long a run may take unless `--timeout` says otherwise.
 pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// After the agent exits, how long its output streams may take to close.

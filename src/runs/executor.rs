@@ -651,7 +651,7 @@ impl Executor {
         match row {
             None => Err(CancelError::NotFound(id.to_string())),
             Some(row) if signalled => Ok(row.state),
-            Some(row) if row.state == state::RUNNING => {
+            Some(row) if row.state == state::RUNNING || row.state == state::WAITING => {
                 Err(CancelError::Elsewhere { id: id.to_string() })
             }
             Some(row) => Err(CancelError::Finished {
@@ -720,6 +720,20 @@ impl Executor {
             prepared.tool_cwd = opened.worktree.dir.clone();
             prepared.spec.env.extend(opened.env.clone());
             prepared.conclusion = place.conclusion;
+        }
+        // A fleet worker keeps its runs in a store of its own under the
+        // state directory: the run's hooks park their asks there.
+        if let Some(own) = self
+            .store
+            .path()
+            .parent()
+            .and_then(|dir| dir.strip_prefix(&self.cx.state_dir).ok())
+            .filter(|rel| !rel.as_os_str().is_empty())
+        {
+            prepared.spec.env.insert(
+                crate::runs::agent::RUN_STATE_ENV.into(),
+                own.display().to_string(),
+            );
         }
         if let Some(local) = &local {
             prepared.apply_local(local.resume.as_ref(), local.approval.as_ref());

@@ -664,6 +664,15 @@ impl Worker {
                     Err(e) => store_back.failed("relay the events", &e),
                 }
             }
+            // A call parked on an `ask` waits in this worker's store: the
+            // fleet sees it, and an answer given on any node reaches it.
+            if end.is_none() && store_back.ready() {
+                match within(deadline(), self.relay_approvals(&id)).await {
+                    Ok(()) => {}
+                    Err(StoreError::Fenced { .. }) => break Relay::Fenced,
+                    Err(e) => store_back.failed("relay the approvals", &e),
+                }
+            }
             if let Some(end) = end {
                 // The run is over here: nothing of it runs any more, so its
                 // end is kept and retried with backoff until the store
@@ -782,6 +791,39 @@ impl Worker {
             .fleet
             .finish(lease, state::FAILED, Some(error.to_string()), None)
             .await;
+    }
+
+    /// Share run `id`'s pending approvals with the fleet and settle those
+    /// answered there (each answer recorded as this run's `run.approval`).
+    /// The shared store is asked only while one is pending.
+    async fn relay_approvals(&self, id: &str) -> Result<(), StoreError> {
+        use crate::store::approvals::{MAX_PENDING_PER_RUN, state as approval};
+        let local = self.local.clone();
+        let key = id.to_string();
+        let pending: Vec<_> =
+            tokio::task::spawn_blocking(move || local.run_approvals(&key, MAX_PENDING_PER_RUN * 4))
+                .await
+                .map_err(|e| StoreError::Task(e.to_string()))??
+                .into_iter()
+                .filter(|a| a.state == approval::PENDING)
+                .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        self.fleet.share_approvals(&pending).await?;
+        for answer in self.fleet.shared_answers(id).await? {
+            if !pending.iter().any(|p| p.id == answer.id) {
+                continue;
+            }
+            if let Some(row) = self
+                .local
+                .settle_approval(answer.id, answer.settled)
+                .await?
+            {
+                self.runs.record_answer(&row).await;
+            }
+        }
+        Ok(())
     }
 
     /// Relay the run's events recorded since `after` under `lease`; how

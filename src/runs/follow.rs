@@ -125,7 +125,10 @@ impl Follower {
             .await
             .map_err(|e| StoreError::Task(e.to_string()))??;
         if let Some(row) = row
-            && !matches!(row.state.as_str(), state::QUEUED | state::RUNNING)
+            && !matches!(
+                row.state.as_str(),
+                state::QUEUED | state::RUNNING | state::WAITING
+            )
         {
             // A `run.finished` recorded just after the read above is the
             // better word on the run's end.

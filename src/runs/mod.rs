@@ -50,7 +50,7 @@ pub use agent::{
     PREPARE_DEADLINE, PreparedRun, PromptChoice, RunError, RunReport, RunRequest, TriggeredBy,
     event_payload, execute, prepare, prepare_blocking,
 };
-pub use service::{Runs, StartRunError};
+pub use service::{AnswerError, Runs, StartRunError};
 
 use crate::store::queue::state;
 

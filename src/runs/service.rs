@@ -26,6 +26,8 @@ use crate::surfaces::runs::{LocalRun, LocalRunError, ManualRun};
 pub struct Runs {
     queue: RunQueue,
     executor: Arc<Executor>,
+    store: Arc<Store>,
+    bus: EventBus,
 }
 
 impl Runs {
@@ -35,8 +37,10 @@ impl Runs {
         let executor = Executor::new(store.clone(), bus.clone(), cx, wake.clone());
         executor.spawn();
         Arc::new(Self {
-            queue: RunQueue::new(store, bus, wake, executor.clone()),
+            queue: RunQueue::new(store.clone(), bus.clone(), wake, executor.clone()),
             executor,
+            store,
+            bus,
         })
     }
 
@@ -195,6 +199,88 @@ impl Runs {
 
     /// Stop run `id` because run `by` replaced it (overlap `replace` across
     /// a fleet): it ends `cancelled`, saying so.
+    /// Answer the oldest pending approval of run `id` (`by`: `cli`, `api`):
+    /// the row moves from `pending` in one conditional write, so a second
+    /// answer is refused; then `run.approval` (and, for a denial,
+    /// `tool.denied` by `approval`) is recorded. The waiting asker reads
+    /// the answer and the run goes on.
+    pub async fn answer(
+        &self,
+        id: &str,
+        answer: crate::store::approvals::Answer,
+        by: &'static str,
+    ) -> Result<crate::store::approvals::ApprovalRow, AnswerError> {
+        let row = self
+            .store
+            .answer_approval(id, answer, by)
+            .await
+            .map_err(AnswerError::Store)?
+            .map_err(AnswerError::Refused)?;
+        self.record_answer(&row).await;
+        Ok(row)
+    }
+
+    /// Record the answer of approval `row` (just settled here, or read from
+    /// a fleet's shared store): `run.approval` and, for a denial,
+    /// `tool.denied` by `approval`.
+    pub async fn record_answer(&self, row: &crate::store::approvals::ApprovalRow) {
+        use crate::event::{ApprovalDecision, DeniedBy, Event, RunApproval, ToolDenied};
+        let by = row.answered_by.clone().unwrap_or_default();
+        let denied = row.state == crate::store::approvals::state::DENIED;
+        let component = super::component(&row.run_id);
+        let approval = Event::RunApproval(RunApproval {
+            run_id: row.run_id.clone(),
+            approval_id: row.id.clone(),
+            tool: row.tool.clone(),
+            decision: if denied {
+                ApprovalDecision::Deny
+            } else {
+                ApprovalDecision::Allow
+            },
+            always: row.always,
+            by,
+            reason: row.answer.clone(),
+        });
+        let mut events = vec![approval.for_component(component.clone())];
+        if denied {
+            events.push(
+                Event::ToolDenied(ToolDenied {
+                    run_id: Some(row.run_id.clone()),
+                    profile: row.profile.clone(),
+                    tool: row.tool.clone(),
+                    rule: row.rule.clone(),
+                    by: DeniedBy::Approval,
+                    reason: row.answer.clone(),
+                })
+                .for_component(component),
+            );
+        }
+        for event in events {
+            if let Err(e) = self.bus.publish(event).await {
+                tracing::warn!(error = %e, "runs: recording an approval's answer failed");
+            }
+        }
+    }
+
+    /// The store the runs are recorded in.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// The approvals of run `id` (pending and answered), oldest first.
+    pub async fn approvals(
+        &self,
+        id: &str,
+    ) -> Result<Vec<crate::store::approvals::ApprovalRow>, crate::store::StoreError> {
+        let store = self.store.clone();
+        let id = id.to_string();
+        tokio::task::spawn_blocking(move || {
+            store.run_approvals(&id, crate::store::approvals::MAX_PENDING_PER_RUN * 4)
+        })
+        .await
+        .map_err(|e| crate::store::StoreError::Task(e.to_string()))?
+    }
+
     pub async fn replaced(&self, id: &str, by: &str) -> Result<String, CancelError> {
         let why = crate::store::queue::replaced_detail(by);
         self.executor.cancel_because(id, why).await
@@ -208,6 +294,15 @@ impl Runs {
 }
 
 /// Why a run by hand was not queued.
+/// Why an answer to a run's approval was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    #[error(transparent)]
+    Refused(crate::store::approvals::AnswerRefused),
+    #[error("cannot record the answer: {0}")]
+    Store(crate::store::StoreError),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StartRunError {
     #[error("the daemon has applied no manifest yet; fix it (see `npc validate`) and retry")]

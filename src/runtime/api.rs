@@ -281,6 +281,39 @@ impl ApiBackend for DaemonApi {
         })
     }
 
+    fn answer_run(
+        &self,
+        id: String,
+        answer: crate::store::approvals::Answer,
+    ) -> BoxFuture<'_, Result<crate::api::resources::RunAnswered, ApiError>> {
+        Box::pin(async move {
+            use crate::store::approvals::AnswerRefused;
+            match self.runtime.answer_run(&id, answer, "api").await {
+                Ok(row) => Ok(crate::api::resources::RunAnswered {
+                    run_id: row.run_id,
+                    approval_id: row.id,
+                    tool: row.tool,
+                    state: row.state,
+                    always: row.always,
+                }),
+                Err(crate::runs::AnswerError::Refused(AnswerRefused::NoRun { .. })) => {
+                    Err(crate::api::resources::run_not_found(&id))
+                }
+                Err(crate::runs::AnswerError::Refused(e @ AnswerRefused::Ended { .. })) => Err(
+                    ApiError::new(StatusCode::CONFLICT, "run.finished", e.to_string()),
+                ),
+                Err(crate::runs::AnswerError::Refused(e @ AnswerRefused::NotWaiting { .. })) => {
+                    Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        "run.not_waiting",
+                        e.to_string(),
+                    ))
+                }
+                Err(e @ crate::runs::AnswerError::Store(_)) => Err(ApiError::internal(e)),
+            }
+        })
+    }
+
     fn cancel_run(&self, id: String) -> BoxFuture<'_, Result<String, ApiError>> {
         Box::pin(async move {
             match self.runtime.runs().cancel(&id).await {

@@ -296,7 +296,7 @@ fn mcp_upgrade(runtime: Arc<Runtime>) -> control::Upgrade {
             }
             _ => None,
         };
-        let asking = session_asking(&runtime, request);
+        let asking = session_asking(&runtime, request, run.clone());
         Box::pin(async move {
             let within = Some(control::MCP_INIT_TIMEOUT);
             let session = crate::mcp::server::session::serve(gateway, read, write, within);
@@ -311,22 +311,59 @@ fn mcp_upgrade(runtime: Arc<Runtime>) -> control::Upgrade {
 /// Whom the calls of an MCP session ask, from its upgrading request: the
 /// named `npc acp` (a valid route only) and the named profile's
 /// `ask_tools` in the applied manifest (an unknown profile has none).
-fn session_asking(runtime: &Runtime, request: Request) -> crate::hooks::SessionAsking {
+fn session_asking(
+    runtime: &Runtime,
+    request: Request,
+    run: Option<String>,
+) -> crate::hooks::SessionAsking {
     let Request::Mcp {
         approval, profile, ..
     } = request
     else {
         return crate::hooks::SessionAsking::default();
     };
-    let approver = approval
+    let editor = approval
         .filter(|route| route.check().is_ok())
         .and_then(|route| crate::hooks::approve::SocketApprover::new(route.socket, route.session))
         .map(|a| Arc::new(a) as Arc<dyn crate::hooks::Approve>);
+    // Else a run's ask parks the run until a person answers this daemon;
+    // outside a run nobody can be asked (a recorded denial).
+    let approver = editor.or_else(|| {
+        Some(match (run, runtime.runs().manifest()) {
+            (Some(run), Some(manifest)) => Arc::new(crate::hooks::park::ParkApprover::new(
+                runtime.store().clone(),
+                Some(runtime.bus().clone()),
+                run,
+                profile.clone(),
+                manifest,
+                Arc::new(|| Ok(())),
+            )) as Arc<dyn crate::hooks::Approve>,
+            (run, _) => Arc::new(crate::hooks::park::NoOneToAsk {
+                bus: Some(runtime.bus().clone()),
+                run_id: run,
+                profile: profile.clone(),
+                why: "this MCP session serves no npc run and no editor, so nobody can be asked; run the agent through `npc run`, a trigger or `npc acp`, or change the rule that asks".to_string(),
+            }),
+        })
+    });
     let policy = profile.and_then(|name| {
         let manifest = runtime.runs().manifest()?;
         crate::hooks::policy::ToolPolicy::for_profile(&manifest, &name).map(Arc::new)
     });
     crate::hooks::SessionAsking { approver, policy }
+}
+
+/// The reply to an answer of run `id`'s approval from the command line.
+async fn answered(runtime: &Runtime, id: &str, answer: crate::store::approvals::Answer) -> Reply {
+    match runtime.answer_run(id, answer, "cli").await {
+        Ok(row) => Reply::Answered {
+            run_id: row.run_id,
+            approval_id: row.id,
+            tool: row.tool,
+            state: row.state,
+        },
+        Err(e) => Reply::error(e.to_string()),
+    }
 }
 
 /// Serve `npc pane attach` on an upgraded control connection.
@@ -457,6 +494,14 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
                         Err(e) => Reply::error(e.to_string()),
                     };
                     let _ = tx.send(answer).await;
+                }
+                Request::ApproveRun { id, always } => {
+                    let answer = crate::store::approvals::Answer::Allow { always };
+                    let _ = tx.send(answered(&runtime, &id, answer).await).await;
+                }
+                Request::DenyRun { id, reason } => {
+                    let answer = crate::store::approvals::Answer::Deny { reason };
+                    let _ = tx.send(answered(&runtime, &id, answer).await).await;
                 }
                 Request::Mcp { .. } => {
                     // Served by `mcp_upgrade` before a handler runs.

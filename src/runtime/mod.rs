@@ -311,6 +311,47 @@ impl Runtime {
         &self.runs
     }
 
+    /// Answer the oldest pending approval of run `id`: in this daemon's
+    /// store, or, for a run this daemon does not hold, in its fleet's
+    /// shared store (the worker carrying the run reads the answer there).
+    pub async fn answer_run(
+        &self,
+        id: &str,
+        answer: crate::store::approvals::Answer,
+        by: &'static str,
+    ) -> Result<crate::store::approvals::ApprovalRow, crate::runs::AnswerError> {
+        use crate::runs::AnswerError;
+        use crate::store::approvals::{AnswerRefused, ApprovalRow, Settled};
+        let local = self.runs().answer(id, answer.clone(), by).await;
+        let (Err(AnswerError::Refused(AnswerRefused::NoRun { .. })), Some(fleet)) =
+            (&local, self.fleet_store())
+        else {
+            return local;
+        };
+        let settled = Settled::of(&answer, by);
+        let shared = fleet
+            .answer_approval(id, &settled)
+            .await
+            .map_err(AnswerError::Store)?
+            .map_err(AnswerError::Refused)?;
+        Ok(ApprovalRow {
+            id: shared.id,
+            run_id: shared.run_id,
+            profile: None,
+            tool: shared.tool,
+            rule: String::new(),
+            reason: None,
+            arguments: serde_json::Value::Null,
+            state: settled.state,
+            always: settled.always,
+            answer: settled.answer,
+            answered_by: Some(settled.by),
+            asked_at_ms: 0,
+            deadline_ms: 0,
+            answered_at_ms: Some(crate::store::now_ms()),
+        })
+    }
+
     /// The driver of `kind`: the runtime's own MCP driver, trigger driver or
     /// pane host, or a stateless one.
     fn driver(&self, kind: plan::Kind) -> &dyn Driver {

@@ -15,6 +15,7 @@
 //! Timestamps are unix milliseconds (UTC) in `i64` everywhere.
 
 pub mod acp;
+pub mod approvals;
 pub mod fleet;
 pub mod memory;
 pub mod notices;

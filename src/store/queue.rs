@@ -52,7 +52,9 @@ pub mod state {
     pub const INTERRUPTED: &str = "interrupted";
     pub const TIMED_OUT: &str = "timed_out";
     /// Parked on a question (an `ask`) until a person answers it or its
-    /// `approval_timeout` passes.
+    /// `approval_timeout` passes. Read, not stored: the row stays
+    /// `running` (it holds its slot) while an approval of it is pending
+    /// (`store::approvals`).
     pub const WAITING: &str = "waiting";
     /// Ended after a policy or permission denial stopped something the
     /// agent tried (the denials are `tool.denied` events of the run).
@@ -231,7 +233,19 @@ macro_rules! run_columns {
 /// The columns [`run_from_row`] reads, in its order.
 pub(super) const RUN_SELECT_COLUMNS: &str = run_columns!();
 
-const RUN_SELECT: &str = concat!("SELECT ", run_columns!(), " FROM runs");
+/// [`RUN_SELECT_COLUMNS`] with the state a reader sees: a running run with
+/// a pending approval (`store::approvals`) reads [`state::WAITING`].
+macro_rules! run_columns_seen {
+    () => {
+        "seq, id, trigger, origin, dedupe_key, payload, \
+         CASE WHEN state = 'running' AND EXISTS (SELECT 1 FROM approvals a \
+         WHERE a.run_id = runs.id AND a.state = 'pending') THEN 'waiting' ELSE state END, \
+         enqueued_at_ms, started_at_ms, finished_at_ms, detail, owner, concurrency_key, result, \
+         worktree, attempt, attempts, remote, start_commit"
+    };
+}
+
+const RUN_SELECT: &str = concat!("SELECT ", run_columns_seen!(), " FROM runs");
 
 pub(super) type RawRun = (RunRow, String);
 

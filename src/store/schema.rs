@@ -234,10 +234,16 @@ const MIGRATIONS: &[Migration] = &[
         ALTER TABLE runs ADD COLUMN start_commit TEXT;
     "#,
     },
+    Migration {
+        // Pending approvals of runs (`store::approvals`): an `ask` of an
+        // unattended run waits here for a person's answer.
+        version: 11,
+        sql: super::approvals::MIGRATION,
+    },
 ];
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

@@ -457,3 +457,121 @@ fn lingering_events_share_a_transaction_and_an_awaited_write_ends_the_wait() {
         store.stats()
     );
 }
+
+#[tokio::test]
+async fn approvals_are_answered_once_and_bounded() {
+    use super::approvals::{
+        Answer, AnswerRefused, MAX_ARGUMENTS_BYTES, MAX_PENDING_PER_RUN, NewApproval, Parked,
+        call_fingerprint,
+    };
+    let (_dir, store) = temp_store();
+    let run = "run-20261205t000000000z-0a0b0c0d";
+    store
+        .enqueue_run(queue::NewRun::new(run, queue::MANUAL_QUEUE, "cli", "{}"))
+        .await
+        .unwrap();
+    assert!(store.claim_run(run, None).await.unwrap());
+    let new = |id: &str, arguments: serde_json::Value| NewApproval {
+        id: id.into(),
+        run_id: run.into(),
+        profile: Some("dev".into()),
+        tool: "Bash".into(),
+        rule: "profile `dev` ask_tools".into(),
+        reason: None,
+        fingerprint: call_fingerprint("Bash", &arguments),
+        arguments,
+        deadline_ms: now_ms() + 60_000,
+    };
+    // Nothing pending: a running run waits for nothing, an unknown one is named.
+    let refused = store
+        .answer_approval(run, Answer::Allow { always: false }, "cli")
+        .await
+        .unwrap();
+    assert!(
+        matches!(refused, Err(AnswerRefused::NotWaiting { .. })),
+        "{refused:?}"
+    );
+    let refused = store
+        .answer_approval("run-nope", Answer::Allow { always: false }, "cli")
+        .await
+        .unwrap();
+    assert!(
+        matches!(refused, Err(AnswerRefused::NoRun { .. })),
+        "{refused:?}"
+    );
+    // Parked: the run reads `waiting`; oversized arguments are stored as a marker.
+    let big = json!({ "command": "x".repeat(MAX_ARGUMENTS_BYTES + 1) });
+    assert_eq!(
+        store.park_approval(new("ap-1", big)).await.unwrap(),
+        Parked::Waiting
+    );
+    assert_eq!(
+        store.run_row(run).unwrap().unwrap().state,
+        queue::state::WAITING
+    );
+    let row = store.approval("ap-1").unwrap().unwrap();
+    assert!(row.arguments["truncated_from_bytes"].as_u64().unwrap() > MAX_ARGUMENTS_BYTES as u64);
+    // One answer wins; the second finds nothing pending.
+    let answered = store
+        .answer_approval(run, Answer::Allow { always: true }, "cli")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (answered.id.as_str(), answered.state.as_str()),
+        ("ap-1", "allowed")
+    );
+    assert!(
+        store
+            .answer_approval(run, Answer::Deny { reason: None }, "api")
+            .await
+            .unwrap()
+            .is_err()
+    );
+    assert_eq!(
+        store.run_row(run).unwrap().unwrap().state,
+        queue::state::RUNNING
+    );
+    // `--always`: the identical call is allowed without a row; another is parked.
+    let same = json!({ "command": "x".repeat(MAX_ARGUMENTS_BYTES + 1) });
+    assert_eq!(
+        store.park_approval(new("ap-2", same)).await.unwrap(),
+        Parked::AlwaysAllowed
+    );
+    // A timeout expires a pending row once; an answer after it is refused.
+    assert_eq!(
+        store
+            .park_approval(new("ap-3", json!({"command": "ls"})))
+            .await
+            .unwrap(),
+        Parked::Waiting
+    );
+    assert!(store.expire_approval("ap-3", "late".into()).await.unwrap());
+    assert!(!store.expire_approval("ap-3", "late".into()).await.unwrap());
+    // At most MAX_PENDING_PER_RUN wait at once.
+    for i in 0..MAX_PENDING_PER_RUN {
+        let parked = store
+            .park_approval(new(&format!("ap-p{i}"), json!({ "i": i })))
+            .await
+            .unwrap();
+        assert_eq!(parked, Parked::Waiting);
+    }
+    let over = store
+        .park_approval(new("ap-over", json!({"i": "over"})))
+        .await
+        .unwrap();
+    assert_eq!(over, Parked::TooMany);
+    // An ended run is refused as ended, even with approvals left pending.
+    store
+        .mark_run(run, queue::state::SUCCEEDED, None)
+        .await
+        .unwrap();
+    let refused = store
+        .answer_approval(run, Answer::Allow { always: false }, "cli")
+        .await
+        .unwrap();
+    assert!(
+        matches!(refused, Err(AnswerRefused::Ended { .. })),
+        "{refused:?}"
+    );
+}

@@ -140,6 +140,19 @@ pub enum Request {
     /// Cancel run `id`: a queued run never starts, a running one has its
     /// process group killed; answers `{"run_id", "state"}` once it ended.
     CancelRun { id: String },
+    /// Allow the oldest pending approval of run `id` (`npc runs approve`);
+    /// with `always`, later identical calls of the run are allowed too.
+    ApproveRun {
+        id: String,
+        #[serde(default)]
+        always: bool,
+    },
+    /// Deny the oldest pending approval of run `id` (`npc runs deny`).
+    DenyRun {
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
 }
 
 /// What the daemon answers, one JSON line each, tagged by `reply`.
@@ -189,6 +202,14 @@ pub enum Reply {
     DashboardUrl { url: String },
     /// To [`Request::CancelRun`]: the run's state once it ended.
     Cancelled { run_id: String, state: String },
+    /// To [`Request::ApproveRun`] and [`Request::DenyRun`]: the approval
+    /// answered, its tool and its new state (`allowed`, `denied`).
+    Answered {
+        run_id: String,
+        approval_id: String,
+        tool: String,
+        state: String,
+    },
     /// One event of [`Request::Events`] (the store's row).
     Event { event: serde_json::Value },
     /// To [`Request::Mcp`]: MCP frames follow.

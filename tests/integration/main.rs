@@ -6,6 +6,7 @@ mod acp;
 mod agent_config;
 mod agents;
 mod api;
+mod approvals;
 mod architecture;
 mod contain;
 mod daemon;

@@ -660,6 +660,121 @@ fn echo_denied_by_the_native_hook(cli: Cli) {
     );
 }
 
+/// An `ask` of a real Claude Code run (a `before_tool` hook answering
+/// `ask` for `echo`) parks the daemon's run until `npc runs approve`
+/// answers; then the call goes through and the run succeeds.
+#[test]
+fn claude_ask_parks_the_run_and_npc_runs_approve_lets_echo_run() {
+    if !installed(CLAUDE) {
+        return;
+    }
+    let hooks =
+        "\n[[hooks.before_tool]]\ncommand = \"python3\"\nargs = [\"ask.py\"]\nmatcher = \"echo\"\n";
+    let s = Setup::new(CLAUDE, hooks);
+    std::fs::write(
+        s.root().join("ask.py"),
+        "import json, sys\njson.load(sys.stdin)\nprint(json.dumps({\"decision\": \"ask\", \"reason\": \"echo needs a person\"}))\n",
+    )
+    .unwrap();
+    let path = path_with_npc();
+    let home = s.home.path().to_str().unwrap().to_string();
+    let env = [("PATH", path.to_str().unwrap()), ("HOME", home.as_str())];
+    let _daemon = crate::support::Daemon::start_in_with(
+        &s.root(),
+        crate::support::DaemonSetup {
+            only_env: Some(&env),
+            ..Default::default()
+        },
+    );
+    let timeout = RUN_TIMEOUT.as_secs().to_string();
+    let mut run = s
+        .npc(&[
+            "run",
+            "agent",
+            "--prompt",
+            "call the echo tool",
+            "--format",
+            "json",
+            "--timeout",
+            &timeout,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let state = |id: Option<&str>| -> Option<(String, String)> {
+        let out = s.npc(&["runs", "--format", "json"]).output().unwrap();
+        let rows: Value = serde_json::from_slice(&out.stdout).ok()?;
+        rows.as_array()?
+            .iter()
+            .find(|r| {
+                id.is_none_or(|id| r["id"] == id) && (id.is_some() || r["state"] == "waiting")
+            })
+            .map(|r| {
+                (
+                    r["id"].as_str().unwrap_or("").to_string(),
+                    r["state"].as_str().unwrap_or("").to_string(),
+                )
+            })
+    };
+    let (id, _) = wait_for("the Claude run to wait for an approval", || state(None));
+    // Parked: the call has not reached the server.
+    assert!(
+        !s.events()
+            .iter()
+            .any(|e| e["kind"] == "mcp.tool_call" && e["payload"]["outcome"] == "ok"),
+        "the call went through before anyone answered"
+    );
+    let waiting: Vec<Value> = s
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "run.waiting")
+        .collect();
+    assert!(
+        waiting[0]["payload"]["tool"]
+            .as_str()
+            .unwrap()
+            .ends_with(GATEWAY_ECHO),
+        "{waiting:?}"
+    );
+    assert_eq!(waiting[0]["payload"]["arguments"]["message"], ECHO_TOKEN);
+    // Answer every ask of the run (the CLI's hook asks; the gateway's
+    // stage applies the same hook to the call it forwards) until it ends.
+    let mut approved = 0;
+    let status = wait_for("the approved Claude run to end", || {
+        if let Some(status) = run.try_wait().unwrap() {
+            return Some(status);
+        }
+        if state(Some(&id)).is_some_and(|(_, st)| st == "waiting") {
+            let out = s.npc(&["runs", "approve", &id]).output().unwrap();
+            approved += usize::from(out.status.success());
+        }
+        None
+    });
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(run.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    assert!(status.success(), "{status}: {stdout}");
+    assert!(approved >= 1);
+    let events: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    check_turn(&s, &events, &format!("Echo: {ECHO_TOKEN}"));
+    let stored = s.events();
+    assert!(
+        stored
+            .iter()
+            .any(|e| e["kind"] == "mcp.tool_call" && e["payload"]["outcome"] == "ok"),
+        "the approved call never reached the server"
+    );
+    assert!(
+        stored
+            .iter()
+            .filter(|e| e["kind"] == "run.approval")
+            .all(|e| e["payload"]["decision"] == "allow" && e["payload"]["run_id"] == id.as_str())
+    );
+}
+
 #[test]
 fn claude_calls_echo_through_the_gateway() {
     echo_through_the_gateway(CLAUDE);

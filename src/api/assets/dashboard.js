@@ -27,7 +27,7 @@ const MAX_INPUT_CHARS = 2048;
 const TERMINAL_SCROLLBACK = 5000;
 // Slash commands the dashboard runs itself; they never reach the pane.
 const SLASH_COMMANDS = ["/restart", "/relaunch", "/status"];
-const RUN_ACTIVE = ["queued", "running"];
+const RUN_ACTIVE = ["queued", "running", "waiting"];
 // Pane states `/relaunch` applies to (`held`: exited, a plugin's relaunch pending).
 const PANE_ENDED = ["exited", "held", "closed"];
 // The fleet panel (a daemon with `[store] url`): runs drawn on the timeline,
@@ -57,6 +57,8 @@ const OUTCOMES = ["succeeded", "failed", "cancelled", "interrupted", "timed_out"
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 const code = new URLSearchParams(location.hash.slice(1)).get("code");
+// An answer link (`/#run=RUN_ID`, a notification's) opens that run's view.
+const linkedRun = new URLSearchParams(location.hash.slice(1)).get("run");
 let lastEventId = 0;
 let refreshTimer = null;
 const dirty = new Set();
@@ -337,6 +339,9 @@ function showRunState(run) {
     .filter((x) => x !== undefined && x !== null && x !== "").join(" · "));
   byId("run-state").className = "state-" + run.state;
   byId("run-cancel").hidden = !cancellable;
+  // A run parked on an `ask`: a person allows or denies the call.
+  const waiting = !openRun.fleet && run.state === "waiting";
+  byId("run-approval").hidden = !waiting;
   // A worktree run's result: its branch and diff stat, the patch on demand.
   const r = run.result;
   byId("run-branch").hidden = !r;
@@ -372,6 +377,7 @@ function openRunView(id, fleet) {
   byId("run-patch").hidden = true;
   byId("run-patch").textContent = "";
   byId("run-cancel").hidden = true;
+  byId("run-approval").hidden = true;
   byId("run-events").replaceChildren();
   byId("run-view").scrollIntoView({ block: "nearest" });
 }
@@ -469,6 +475,15 @@ function drawRunEvent(event) {
     case "run.started":
       node = item("meta", `${kind.slice(4)}${p.profile ? " · profile " + p.profile : ""}${p.provider ? " · provider " + p.provider : ""}${p.program ? " · " + p.program : ""}`);
       break;
+    case "run.waiting":
+      node = item("outcome bad", el("span", { class: "label" }, "waiting"),
+        `approval of ${p.tool ?? "?"} (${p.rule ?? ""})${p.reason ? " — " + cut(p.reason) : ""} · ${cut(JSON.stringify(p.arguments ?? null))}`);
+      markDirty("runs");
+      break;
+    case "run.approval":
+      node = item("meta", `approval of ${p.tool ?? "?"}: ${p.decision ?? ""}${p.always ? " (always)" : ""} by ${p.by ?? "?"}${p.reason ? " — " + cut(p.reason) : ""}`);
+      markDirty("runs");
+      break;
     case "run.finished":
     case "run.cancelled":
     case "run.skipped":
@@ -491,6 +506,16 @@ async function cancelRun() {
   say("run-result", "cancelling…");
   const answer = await call("POST", `/runs/${encodeURIComponent(openRun.id)}/cancel`);
   say("run-result", answer.ok ? `cancel requested (${answer.doc.state ?? "…"})` : errorText(answer));
+  markDirty("runs");
+}
+
+// Answer the approval the open run waits on (`approve`, `approve` with
+// `always`, or `deny` with the reason typed).
+async function answerRun(verb, body) {
+  if (!openRun) return;
+  say("run-result", "answering…");
+  const answer = await call("POST", `/runs/${encodeURIComponent(openRun.id)}/${verb}`, body);
+  say("run-result", answer.ok ? `${answer.doc.tool}: ${answer.doc.state}` : errorText(answer));
   markDirty("runs");
 }
 
@@ -1088,6 +1113,12 @@ byId("apply").addEventListener("click", async () => {
 });
 byId("run-form").addEventListener("submit", startRun);
 byId("run-cancel").addEventListener("click", cancelRun);
+byId("run-approve").addEventListener("click", () => answerRun("approve", { always: false }));
+byId("run-approve-always").addEventListener("click", () => answerRun("approve", { always: true }));
+byId("run-deny").addEventListener("click", () => {
+  const reason = byId("run-deny-reason").value.trim();
+  answerRun("deny", reason ? { reason } : {});
+});
 byId("run-diff").addEventListener("click", showDiff);
 byId("run-close").addEventListener("click", () => {
   openRun = null;
@@ -1125,4 +1156,5 @@ drawLegend();
 redeemCode().then(() => {
   markDirty("status", "plan", "plugins", "triggers", "runs", "panes");
   follow();
+  if (linkedRun) showRun(linkedRun);
 });

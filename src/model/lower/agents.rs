@@ -236,6 +236,10 @@ impl Lower<'_> {
                 frontmatter.insert(key.value, value);
             }
         }
+        let approval_timeout_secs = p
+            .approval_timeout
+            .as_ref()
+            .and_then(|d| self.duration(d, "approval_timeout", MAX_APPROVAL_TIMEOUT_SECS));
         Some(Profile {
             provider: p.provider.value,
             description: p.description.value,
@@ -248,6 +252,7 @@ impl Lower<'_> {
             skills: p.skills.into_iter().map(|v| v.value).collect(),
             frontmatter: Frontmatter(frontmatter),
             workspace,
+            approval_timeout_secs,
         })
     }
 }

@@ -213,6 +213,11 @@ impl Lower<'_> {
             }
             ok.then(|| a.value.clone())
         });
+        let approval_timeout_secs = raw
+            .approval_timeout
+            .as_ref()
+            .and_then(|d| self.duration(d, "approval_timeout", MAX_APPROVAL_TIMEOUT_SECS))
+            .unwrap_or(defaults.approval_timeout_secs);
         RunsSettings {
             workspace,
             worktrees_dir,
@@ -221,6 +226,7 @@ impl Lower<'_> {
             max_kept_worktrees,
             ports,
             author,
+            approval_timeout_secs,
         }
     }
 

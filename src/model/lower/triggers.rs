@@ -256,6 +256,10 @@ impl Lower<'_> {
             0,
             "retries",
         ) as u32;
+        let approval_timeout_secs = t
+            .approval_timeout
+            .as_ref()
+            .and_then(|d| self.duration(d, "approval_timeout", MAX_APPROVAL_TIMEOUT_SECS));
         let action = self.action(t.action, m)?;
         Some(Trigger {
             enabled: t.enabled.unwrap_or(true),
@@ -266,6 +270,7 @@ impl Lower<'_> {
             concurrency_key: t.concurrency_key.map(|k| k.value),
             timeout_secs,
             retries,
+            approval_timeout_secs,
         })
     }
 

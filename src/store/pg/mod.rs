@@ -14,6 +14,7 @@
 //! `verify-full` by default for any host but loopback.
 
 mod acp;
+pub mod approvals;
 mod leader;
 mod notices;
 mod queue;
@@ -33,7 +34,7 @@ pub use queue::{claim_statement, finish_statement};
 use super::StoreError;
 
 /// The schema version this build writes and reads.
-pub const PG_SCHEMA_VERSION: i64 = 9;
+pub const PG_SCHEMA_VERSION: i64 = 10;
 /// Connections one process keeps to the store.
 pub const POOL_SIZE: usize = 8;
 /// How long connecting to the server may take.

@@ -1221,4 +1221,18 @@ impl FleetQueue for PgStore {
     fn answers(&self) -> StoreFuture<'_, ()> {
         Box::pin(self.check())
     }
+
+    fn share_approvals<'a>(
+        &'a self,
+        rows: &'a [crate::store::approvals::ApprovalRow],
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(bounded("share approvals", self.share_approvals_of(rows)))
+    }
+
+    fn shared_answers<'a>(
+        &'a self,
+        run_id: &'a str,
+    ) -> StoreFuture<'a, Vec<super::approvals::SharedAnswer>> {
+        Box::pin(bounded("read approvals' answers", self.answers_of(run_id)))
+    }
 }

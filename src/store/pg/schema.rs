@@ -279,6 +279,12 @@ const MIGRATIONS: &[Migration] = &[
             WHERE lease_expires_at_ms IS NOT NULL;
     "#,
     },
+    Migration {
+        // Pending approvals of the fleet's runs (`pg::approvals`): any
+        // node's API answers a run parked on a worker.
+        version: 10,
+        sql: super::approvals::MIGRATION,
+    },
 ];
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS npc_schema_migrations (
