@@ -152,9 +152,9 @@ pub use crate::native::gateway::{DEFAULT_MANIFEST_NAME, GATEWAY_ENTRY, gateway_t
 
 /// The manifest as `kind`'s agent file sees it ([`native::gateway::exported`]),
 /// `npc mcp serve` given the manifest's name when it is not the default.
-pub fn exported(manifest: &Manifest, paths: &RepoPaths, kind: ProviderKind) -> Manifest {
+pub fn exported(manifest: &Manifest, paths: &RepoPaths) -> Manifest {
     let name = paths.manifest.file_name().and_then(|n| n.to_str());
-    native::gateway::exported(manifest, name, kind)
+    native::gateway::exported(manifest, name)
 }
 
 /// Plan every file. `store` (read-only is fine) supplies the managed sets;
@@ -179,7 +179,7 @@ pub fn plan_files_with(
 ) -> Vec<FilePlan> {
     let mut out = Vec::new();
     for kind in declared_kinds(manifest) {
-        let exported = exported(manifest, paths, kind);
+        let exported = exported(manifest, paths);
         let target = Target {
             kind,
             scope: scope.clone(),
@@ -384,7 +384,7 @@ fn with_permissions(
         ProviderKind::Opencode => native::permissions::opencode_edit,
         _ => native::permissions::claude_edit,
     };
-    let (after, managed, notes) = edit(&change.path, change.current(), manifest, previously)?;
+    let (after, managed, notes) = edit(&change.path, change.current(), previously)?;
     change.managed.extend(managed);
     change.replan(after, notes, &manifest.secret_values());
     Ok(change)
@@ -611,7 +611,7 @@ mod tests {
     #[test]
     fn gateway_mode_exports_one_npc_server() {
         let m = manifest(BASE);
-        let out = exported(&m, &paths(), ProviderKind::Codex);
+        let out = exported(&m, &paths());
         assert_eq!(out.mcp_servers.keys().collect::<Vec<_>>(), [GATEWAY_ENTRY]);
         let gateway = &out.mcp_servers[GATEWAY_ENTRY];
         let McpTransport::Stdio(command) = &gateway.transport else {
@@ -625,43 +625,38 @@ mod tests {
         let mut other = paths();
         other.manifest = PathBuf::from("/repo/npcagent.json");
         let McpTransport::Stdio(command) =
-            &exported(&m, &other, ProviderKind::Codex).mcp_servers[GATEWAY_ENTRY].transport
+            &exported(&m, &other).mcp_servers[GATEWAY_ENTRY].transport
         else {
             panic!()
         };
         let args: Vec<&str> = command.args.iter().map(Text::expose).collect();
         assert_eq!(args, ["mcp", "serve", "--manifest", "npcagent.json"]);
         let plain = manifest(&BASE.replace("gateway = true", "gateway = false"));
-        assert_eq!(exported(&plain, &paths(), ProviderKind::Codex), plain);
+        assert_eq!(exported(&plain, &paths()), plain);
     }
 
     #[test]
-    fn the_profiles_exact_mcp_tools_become_the_entrys_tools() {
+    fn a_runs_profile_exact_mcp_tools_become_its_entrys_tools() {
         let exact = format!(
             "{BASE}[profiles.a]\nprovider = \"codex\"\ndescription = \"a\"\nallowed_tools = [\"mcp__fs__read_file\", \"Bash(ls)\"]\n[profiles.b]\nprovider = \"codex\"\ndescription = \"b\"\nallowed_tools = [\"mcp__web__search\"]\n"
         );
         let m = manifest(&exact);
-        assert_eq!(
-            gateway_tools(&m, ProviderKind::Codex),
-            Some(vec!["fs__read_file".to_string(), "web__search".to_string()])
-        );
-        assert_eq!(
-            gateway_tools(&m, ProviderKind::ClaudeCode),
-            None,
-            "no claude profile"
-        );
+        let tools = |m: &Manifest, name: &str| gateway_tools(m, &m.profiles[name]);
+        // Each profile its own: another profile's tools never widen it.
+        assert_eq!(tools(&m, "a"), Some(vec!["fs__read_file".to_string()]));
+        assert_eq!(tools(&m, "b"), Some(vec!["web__search".to_string()]));
         let wild = exact.replace("mcp__web__search", "mcp__web__*");
-        assert_eq!(gateway_tools(&manifest(&wild), ProviderKind::Codex), None);
+        assert_eq!(tools(&manifest(&wild), "b"), None);
         let unnamed = exact.replace("[\"mcp__web__search\"]", "[\"Bash(ls)\"]");
-        assert_eq!(
-            gateway_tools(&manifest(&unnamed), ProviderKind::Codex),
-            None
-        );
+        assert_eq!(tools(&manifest(&unnamed), "b"), None);
         // Names known at run time, or a search's two tools: no filter.
         for setting in ["prefix = \"on_conflict\"", "tools = \"search\""] {
             let m =
                 manifest(&exact.replace("gateway = true", &format!("gateway = true\n{setting}")));
-            assert_eq!(gateway_tools(&m, ProviderKind::Codex), None, "{setting}");
+            assert_eq!(tools(&m, "a"), None, "{setting}");
         }
+        // The repository's entry carries no profile's tools.
+        let repo = exported(&m, &paths());
+        assert_eq!(repo.mcp_servers[GATEWAY_ENTRY].enabled_tools, None);
     }
 }
