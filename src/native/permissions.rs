@@ -265,6 +265,21 @@ const GEMINI_TOOLS: [(&str, &str); 9] = [
     ("WebSearch", "google_web_search"),
 ];
 
+/// The Claude Code name npc's patterns use for `kind`'s own tool `name`
+/// (OpenCode's `bash`, Gemini CLI's `run_shell_command`: `Bash`), when it
+/// has one.
+pub fn pattern_name(kind: ProviderKind, name: &str) -> Option<&'static str> {
+    let table: &[(&str, &str)] = match kind {
+        ProviderKind::Opencode => &OPENCODE_TOOLS,
+        ProviderKind::GeminiCli => &GEMINI_TOOLS,
+        _ => &[],
+    };
+    table
+        .iter()
+        .find(|(_, native)| *native == name)
+        .map(|(claude, _)| *claude)
+}
+
 /// One npc pattern as a Gemini CLI tool name (`run_shell_command(git
 /// diff)`, `mcp_fs_read_file`); `None` when Gemini CLI has no such tool.
 pub fn gemini_tool(pattern: &str) -> Option<String> {
@@ -412,6 +427,17 @@ mod tests {
                 .0
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_clis_own_tool_names_map_back_to_the_patterns_names() {
+        assert_eq!(pattern_name(ProviderKind::Opencode, "bash"), Some("Bash"));
+        assert_eq!(
+            pattern_name(ProviderKind::GeminiCli, "run_shell_command"),
+            Some("Bash")
+        );
+        assert_eq!(pattern_name(ProviderKind::Opencode, "edit"), Some("Edit"));
+        assert_eq!(pattern_name(ProviderKind::ClaudeCode, "Bash"), None);
     }
 
     #[test]

@@ -652,6 +652,21 @@ fn echo_denied_by_the_native_hook(cli: Cli) {
         "{}: the denied call reached the server",
         cli.program
     );
+    // The bridge's denial is a `tool.denied` of the run, with the hook.
+    let run = events
+        .iter()
+        .find_map(|e| e["run_id"].as_str())
+        .expect("the run's id");
+    assert!(
+        denials_of(&stored, run).iter().any(|d| d["by"] == "hook"
+            && d["tool"]
+                .as_str()
+                .is_some_and(|t| t.ends_with(GATEWAY_ECHO))
+            && d["reason"] == DENIAL
+            && d["rule"].as_str().is_some_and(|r| !r.is_empty())),
+        "{}: no tool.denied by the hook bridge: {stored:#?}",
+        cli.program
+    );
 }
 
 #[test]
@@ -1268,4 +1283,74 @@ fn a_second_profile_never_changes_the_firsts_files_or_runs() {
             );
         }
     }
+}
+
+/// The file the denied shell command would create.
+const DENIED_MARKER: &str = "denied-marker";
+
+/// A profile that denies a shell command of the CLI's own (`Bash(touch:*)`):
+/// the CLI refuses it under the run's own policy (Claude Code's
+/// `--settings`, Gemini CLI's `--policy` file, OpenCode's
+/// `OPENCODE_PERMISSION`), the command never runs, and the refusal is a
+/// `tool.denied` of the run (`by = cli`) naming the pattern.
+fn cli_refuses_a_denied_command(cli: Cli, script: Script) {
+    if !installed(cli) {
+        return;
+    }
+    let s = Setup::scripted(cli, "denied_tools = [\"Bash(touch:*)\"]\n", None, script);
+    let run = s.run_profile("agent");
+    assert!(
+        !s.root().join(DENIED_MARKER).exists(),
+        "{}: the denied command ran",
+        cli.program
+    );
+    let stored = s.events();
+    let denied = denials_of(&stored, &run);
+    assert!(
+        denied
+            .iter()
+            .any(|d| d["by"] == "cli" && d["rule"] == "Bash(touch:*)" && d["profile"] == "agent"),
+        "{}: no tool.denied by the CLI of run {run}: {denied:#?}\n{stored:#?}",
+        cli.program
+    );
+}
+
+fn touch_command() -> String {
+    format!("touch {DENIED_MARKER}")
+}
+
+#[test]
+fn claude_refuses_a_denied_command_of_its_own() {
+    cli_refuses_a_denied_command(
+        CLAUDE,
+        Script {
+            tool: "Bash",
+            args: serde_json::json!({"command": touch_command(), "description": "touch"}),
+            provider_args: &["--allowedTools", "Bash"],
+        },
+    );
+}
+
+#[test]
+fn gemini_refuses_a_denied_command_of_its_own() {
+    cli_refuses_a_denied_command(
+        GEMINI,
+        Script {
+            tool: "run_shell_command",
+            args: serde_json::json!({"command": touch_command(), "description": "touch"}),
+            provider_args: &[],
+        },
+    );
+}
+
+#[test]
+fn opencode_refuses_a_denied_command_of_its_own() {
+    cli_refuses_a_denied_command(
+        OPENCODE,
+        Script {
+            tool: "bash",
+            args: serde_json::json!({"command": touch_command(), "description": "touch"}),
+            provider_args: &[],
+        },
+    );
 }

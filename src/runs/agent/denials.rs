@@ -3,8 +3,8 @@
 //! says so in the tool result it streams, in its own words
 //! ([`providers::refused`]); the rule is the pattern Gemini CLI's refusal
 //! names, else the first of the profile's `denied_tools` / `ask_tools`
-//! patterns that matches the call as the CLI named it, else
-//! [`CLI_RULE`].
+//! patterns that matches the call (as the CLI named the tool, or by the
+//! patterns' name for it: OpenCode's `bash` is `Bash`), else [`CLI_RULE`].
 
 use std::collections::HashMap;
 
@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::event::{DeniedBy, ToolDenied};
 use crate::model::ProviderKind;
 use crate::model::pattern::ToolPattern;
+use crate::native::permissions::pattern_name;
 use crate::native::run_policy::denied_pattern;
 use crate::providers::{self, AgentEvent};
 
@@ -75,9 +76,15 @@ impl CliDenials {
                     .map(str::to_string)
                     .or_else(|| {
                         let (name, input) = call.as_ref()?;
+                        // As the CLI names the tool, else as the patterns do.
+                        let names = [Some(name.as_str()), pattern_name(self.kind, name)];
                         self.rules
                             .iter()
-                            .find(|r| ToolPattern::parse(r).is_ok_and(|p| p.matches(name, input)))
+                            .find(|r| {
+                                ToolPattern::parse(r).is_ok_and(|p| {
+                                    names.iter().flatten().any(|n| p.matches(n, input))
+                                })
+                            })
                             .cloned()
                     })
                     .unwrap_or_else(|| CLI_RULE.to_string());
@@ -97,3 +104,53 @@ impl CliDenials {
 
 /// Longest reason kept from a CLI's refusal text.
 pub const MAX_REASON_CHARS: usize = 500;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn result(id: &str, output: &str) -> AgentEvent {
+        AgentEvent::ToolResult {
+            id: Some(id.to_string()),
+            name: Some("bash".to_string()),
+            output: output.to_string(),
+            is_error: true,
+        }
+    }
+
+    #[test]
+    fn a_refusal_names_the_pattern_that_matches_the_call() {
+        let rules = vec!["WebFetch".to_string(), "Bash(touch:*)".to_string()];
+        let mut d = CliDenials::new("run-1", "p", ProviderKind::Opencode, rules);
+        let call = AgentEvent::ToolCall {
+            id: Some("c1".to_string()),
+            name: "bash".to_string(),
+            input: json!({"command": "touch x"}),
+        };
+        assert_eq!(d.note(&call), None);
+        let refusal =
+            "The user has specified a rule which prevents you from using this specific tool call.";
+        let denied = d.note(&result("c1", refusal)).unwrap();
+        assert_eq!(
+            (denied.tool.as_str(), denied.rule.as_str(), denied.by),
+            ("bash", "Bash(touch:*)", DeniedBy::Cli)
+        );
+        assert_eq!(denied.run_id.as_deref(), Some("run-1"));
+        // A failure that is no refusal, and a refusal of an unknown call.
+        assert_eq!(d.note(&result("c2", "exit status 1")), None);
+        assert_eq!(d.note(&result("c3", refusal)).unwrap().rule, CLI_RULE);
+    }
+
+    #[test]
+    fn geminis_refusal_names_its_pattern_itself() {
+        let mut d = CliDenials::new("r", "p", ProviderKind::GeminiCli, Vec::new());
+        let denied = d
+            .note(&result(
+                "c",
+                "npc policy denies `Bash(rm:*)` (profile `p` `denied_tools`)",
+            ))
+            .unwrap();
+        assert_eq!(denied.rule, "Bash(rm:*)");
+    }
+}
