@@ -575,6 +575,8 @@ mod tests {
     use super::*;
     use crate::model::{McpTransport, Text};
 
+    use std::collections::BTreeMap;
+
     fn manifest(text: &str) -> Manifest {
         struct NoFiles;
         impl crate::model::Files for NoFiles {
@@ -633,6 +635,62 @@ mod tests {
         assert_eq!(args, ["mcp", "serve", "--manifest", "npcagent.json"]);
         let plain = manifest(&BASE.replace("gateway = true", "gateway = false"));
         assert_eq!(exported(&plain, &paths()), plain);
+    }
+
+    #[test]
+    fn a_second_profile_of_a_cli_renders_no_repository_file_of_the_firsts_differently() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let paths = RepoPaths {
+            manifest: root.join("npcagent.toml"),
+            state_dir: root.join(".npc"),
+            root,
+        };
+        let kinds = "[providers.gemini]\nkind = \"gemini_cli\"\n[providers.opencode]\nkind = \"opencode\"\n";
+        let mut one = format!("{BASE}{kinds}");
+        for provider in ["codex", "claude", "gemini", "opencode"] {
+            one.push_str(&format!(
+                "[profiles.first_{provider}]\nprovider = \"{provider}\"\ndescription = \"a\"\nmcp_servers = [\"fs\"]\nallowed_tools = [\"Bash\", \"mcp__fs__read\"]\ndenied_tools = [\"WebFetch\"]\n"
+            ));
+        }
+        let mut two = one.clone();
+        for provider in ["codex", "claude", "gemini", "opencode"] {
+            two.push_str(&format!(
+                "[profiles.second_{provider}]\nprovider = \"{provider}\"\ndescription = \"b\"\nmcp_servers = [\"fs\"]\nallowed_tools = [\"Read\", \"mcp__fs__write\"]\ndenied_tools = [\"Bash\"]\n"
+            ));
+        }
+        let rendered = |text: &str| -> BTreeMap<String, String> {
+            plan_files(&manifest(text), &paths, None, &Scope::Project)
+                .into_iter()
+                .filter(|f| !f.path.contains("second_"))
+                .map(|f| {
+                    assert!(f.error.is_none(), "{}: {:?}", f.path, f.error);
+                    let after = f.change.map(|c| c.after).unwrap_or_default();
+                    (f.path, after)
+                })
+                .collect()
+        };
+        let (first, both) = (rendered(&one), rendered(&two));
+        // (A profile's `ask_tools` would add the hook bridge, which asks per
+        // run, `NPC_PROFILE`, the same for every profile.)
+        let differing: Vec<&String> = first
+            .keys()
+            .chain(both.keys())
+            .filter(|k| first.get(*k) != both.get(*k))
+            .collect();
+        assert!(differing.is_empty(), "{differing:?}");
+        // Only a profile's own agent file carries its patterns.
+        for (path, text) in both
+            .iter()
+            .filter(|(p, _)| !p.contains("agents/") && !p.starts_with(".npc/profiles/"))
+        {
+            assert!(
+                !text.contains("WebFetch")
+                    && !text.contains("web_fetch")
+                    && !text.contains("webfetch"),
+                "{path} carries a profile's pattern: {text}"
+            );
+        }
     }
 
     #[test]
