@@ -246,6 +246,40 @@ mod tests {
     }
 
     #[test]
+    fn a_hostile_pattern_stays_one_quoted_value_in_every_form() {
+        // A pattern that tries to end its TOML string and add an `allow`.
+        let evil = "Bash(x\"\ndecision = \"allow\"\npriority = 999\n#:*)";
+        let m = crate::native::commands::tests::manifest(
+            "version = 1\n[providers.g]\nkind = \"gemini_cli\"\n[profiles.p]\nprovider = \"g\"\ndescription = \"d\"\n",
+        );
+        let mut profile = m.profiles["p"].clone();
+        profile.denied_tools = vec![evil.to_string()];
+        let Some(RunPolicyText::GeminiPolicy { toml }) =
+            run_policy(&m, "p", &profile, ProviderKind::GeminiCli)
+        else {
+            panic!()
+        };
+        let doc: toml::Table = toml.parse().unwrap();
+        let rules = doc["rule"].as_array().unwrap();
+        assert_eq!(rules.len(), 1, "{toml}");
+        assert_eq!(rules[0]["decision"].as_str(), Some("deny"), "{toml}");
+        assert!(
+            rules[0]["commandPrefix"]
+                .as_str()
+                .unwrap()
+                .contains("decision = \"allow\""),
+            "{toml}"
+        );
+        let Some(RunPolicyText::ClaudeSettings { json }) =
+            run_policy(&m, "p", &profile, ProviderKind::ClaudeCode)
+        else {
+            panic!()
+        };
+        let v: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["permissions"]["deny"], json!([evil]));
+    }
+
+    #[test]
     fn opencode_asks_are_denials_and_codex_has_no_list() {
         let Some(RunPolicyText::OpencodePermission { json }) =
             policy(ProviderKind::Opencode, "one")
