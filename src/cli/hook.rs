@@ -214,7 +214,12 @@ fn answer(args: &RunArgs) -> Answer {
         let (events, _receiver) = tokio::sync::mpsc::unbounded_channel();
         let supervisor =
             crate::supervisor::Supervisor::new(events, crate::supervisor::BackoffPolicy::default());
-        let mut runner = HookRunner::new(set, supervisor, bus.clone());
+        // Its denials are the hook bridge's, for the run in its environment.
+        let run = std::env::var(crate::runs::agent::RUN_ID_ENV)
+            .ok()
+            .filter(|r| crate::runs::workspace::is_run_id(r));
+        let mut runner = HookRunner::new(set, supervisor, bus.clone())
+            .for_site(crate::event::DeniedBy::Hook, run);
         if let Some(policy) = policy {
             runner = runner.with_policy(policy);
         }
@@ -314,7 +319,7 @@ fn run_repository(
     paths: &crate::runtime::RepoPaths,
     manifest: &crate::model::Manifest,
 ) -> Option<crate::runtime::RepoPaths> {
-    let root = std::path::PathBuf::from(std::env::var_os(super::mcp::REPO_ROOT_ENV)?);
+    let root = std::path::PathBuf::from(std::env::var_os(crate::runs::agent::REPO_ROOT_ENV)?);
     let name = paths.manifest.file_name()?;
     crate::runtime::RepoPaths::resolve(&root.join(name), &manifest.project.state_dir).ok()
 }

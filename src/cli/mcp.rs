@@ -95,12 +95,12 @@ fn http_access(
     paths.access(daemon).map_err(|e| e.to_string())
 }
 
+/// The repository a worktree run's processes belong to (npc sets it): the
+/// gateway an agent starts in a worktree is the repository's.
+use crate::runs::agent::REPO_ROOT_ENV;
 /// The run an agent's `npc mcp serve` belongs to (npc sets it on every
 /// process of a run).
 use crate::runs::agent::RUN_ID_ENV;
-/// The repository a worktree run's processes belong to (npc sets it): the
-/// gateway an agent starts in a worktree is the repository's.
-pub const REPO_ROOT_ENV: &str = "NPC_REPO_ROOT";
 
 fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     // An agent working in a run's worktree starts its gateway there; the

@@ -426,7 +426,7 @@ pub struct HookFailure {
 
 /// The decision of one hook call, as recorded.
 use crate::event::HookDecision as Recorded;
-use crate::event::{Event, HookCall};
+use crate::event::{DeniedBy, Event, HookCall, ToolDenied};
 
 /// Runs the hooks of the current [`HookSet`] (swapped live by [`HookRunner::replace`]).
 #[derive(Debug)]
@@ -438,6 +438,12 @@ pub struct HookRunner {
     approver: Option<Arc<dyn Approve>>,
     /// The profile's `ask_tools`, applied after the `before_tool` hooks.
     policy: Option<policy::ToolPolicy>,
+    /// Who this runner is when it applies a profile's tool rules (the
+    /// gateway, or the hook bridge `npc hook run`): a `tool.denied`'s `by`.
+    site: DeniedBy,
+    /// The run whose agent makes the calls, when the runner serves one run
+    /// (`npc hook run`); else the gateway session's ([`crate::mcp::call::current_run`]).
+    run: Option<String>,
 }
 
 impl HookRunner {
@@ -449,7 +455,17 @@ impl HookRunner {
             bus,
             approver: None,
             policy: None,
+            site: DeniedBy::Gateway,
+            run: None,
         }
+    }
+
+    /// Record denials as made by `site` for run `run` (`npc hook run`:
+    /// [`DeniedBy::Hook`] and the run in its environment).
+    pub fn for_site(mut self, site: DeniedBy, run: Option<String>) -> Self {
+        self.site = site;
+        self.run = run;
+        self
     }
 
     /// Ask `approver` when a `before_tool` hook answers `ask`.
@@ -521,9 +537,11 @@ impl HookRunner {
         // call runs no hook.
         let session = SessionAsking::current().and_then(|s| s.policy);
         if let Some(policy) = self.policy.as_ref().or(session.as_deref())
-            && let Some(reason) = policy.refuses(call)
+            && let Some((rule, reason)) = policy.refusal(call)
         {
             let label = format!("profile `{}` tools", policy.profile());
+            self.denied(Some(policy.profile()), &call.name, rule, self.site, &reason)
+                .await;
             self.publish(HookCall {
                 event: HookEvent::BeforeTool.as_str().to_string(),
                 hook: label.clone(),
@@ -589,6 +607,8 @@ impl HookRunner {
                     )
                     .await;
                     if let Approval::Deny { reason } = approval {
+                        self.denied(None, &call.name, entry.label(), DeniedBy::Approval, &reason)
+                            .await;
                         return Ok(BeforeTool::Deny {
                             hook: entry.label(),
                             reason,
@@ -604,6 +624,8 @@ impl HookRunner {
                         Some(&reason),
                     )
                     .await;
+                    self.denied(None, &call.name, entry.label(), DeniedBy::Hook, &reason)
+                        .await;
                     return Ok(BeforeTool::Deny {
                         hook: entry.label(),
                         reason,
@@ -655,6 +677,14 @@ impl HookRunner {
             })
             .await;
             if let Approval::Deny { reason } = approval {
+                self.denied(
+                    Some(policy.profile()),
+                    &call.name,
+                    pattern.as_str().to_string(),
+                    DeniedBy::Approval,
+                    &reason,
+                )
+                .await;
                 return Ok(BeforeTool::Deny {
                     hook: label,
                     reason,
@@ -795,6 +825,44 @@ impl HookRunner {
             ..HookCall::default()
         })
         .await;
+    }
+
+    /// Record one `tool.denied`: the call of `tool` of the run this runner
+    /// serves, denied by `rule` as applied by `by`. `profile` is the
+    /// profile whose rule it is, else the profile the agent runs for.
+    async fn denied(
+        &self,
+        profile: Option<&str>,
+        tool: &str,
+        rule: String,
+        by: DeniedBy,
+        reason: &str,
+    ) {
+        let Some(bus) = &self.bus else { return };
+        let session = SessionAsking::current().and_then(|s| s.policy);
+        let profile = profile.map(str::to_string).or_else(|| {
+            self.policy
+                .as_ref()
+                .or(session.as_deref())
+                .map(|p| p.profile().to_string())
+        });
+        let run_id = self.run.clone().or_else(crate::mcp::call::current_run);
+        let component = run_id.as_deref().map_or_else(
+            || crate::plan::ComponentId::new(crate::plan::Kind::Hooks, "before_tool").to_string(),
+            crate::store::queue::run_component,
+        );
+        let event = Event::ToolDenied(ToolDenied {
+            run_id,
+            profile,
+            tool: tool.to_string(),
+            rule,
+            by,
+            reason: Some(reason.to_string()),
+        })
+        .for_component(component);
+        if let Err(e) = bus.publish(event).await {
+            tracing::warn!(error = %e, "hooks: recording a denied tool call failed");
+        }
     }
 
     /// Record one `hook.call` (its `event` names the component).

@@ -33,6 +33,10 @@ pub struct ToolPolicy {
     allowed: Option<Vec<ToolPattern>>,
 }
 
+/// The rule a [`ToolPolicy::refusal`] names when a call is not among the
+/// MCP tools a profile's `allowed_tools` name.
+pub const ALLOWED_RULE: &str = "allowed_tools";
+
 /// How a profile names an MCP tool in `allowed_tools` (`mcp__SERVER__TOOL`).
 pub const MCP_PATTERN_PREFIX: &str = "mcp__";
 
@@ -123,16 +127,26 @@ impl ToolPolicy {
     /// Patterns meet the name as the gateway has it and as an agent has it
     /// (`mcp__SERVER__TOOL`).
     pub fn refuses(&self, call: &ToolCallInfo) -> Option<String> {
+        self.refusal(call).map(|(_, reason)| reason)
+    }
+
+    /// [`Self::refuses`] with the rule that refuses: the `denied_tools`
+    /// pattern, or `allowed_tools` when the call is not among the tools
+    /// they name. Returns (rule, reason).
+    pub fn refusal(&self, call: &ToolCallInfo) -> Option<(String, String)> {
         let forms = forms(&call.name);
         if let Some(p) = self
             .denied
             .iter()
             .find(|p| forms.iter().any(|f| p.matches(f, &call.arguments)))
         {
-            return Some(format!(
-                "profile `{}` denies calls matching `{}` (`denied_tools`)",
-                self.profile,
-                p.as_str()
+            return Some((
+                p.as_str().to_string(),
+                format!(
+                    "profile `{}` denies calls matching `{}` (`denied_tools`)",
+                    self.profile,
+                    p.as_str()
+                ),
             ));
         }
         match &self.allowed {
@@ -141,9 +155,12 @@ impl ToolPolicy {
                     .iter()
                     .any(|p| forms.iter().any(|f| p.matches(f, &call.arguments))) =>
             {
-                Some(format!(
-                    "profile `{}` allows only the MCP tools its `allowed_tools` name; add `mcp__{}` there to allow this one",
-                    self.profile, call.name
+                Some((
+                    ALLOWED_RULE.to_string(),
+                    format!(
+                        "profile `{}` allows only the MCP tools its `allowed_tools` name; add `mcp__{}` there to allow this one",
+                        self.profile, call.name
+                    ),
                 ))
             }
             _ => None,

@@ -176,6 +176,11 @@ pub async fn for_run<F: std::future::Future>(run: Option<String>, work: F) -> F:
     }
 }
 
+/// The run the current gateway session serves ([`for_run`]), if any.
+pub fn current_run() -> Option<String> {
+    SESSION_RUN.try_with(Clone::clone).ok()
+}
+
 /// The gateway's call path: the pool, the stages around it, the event log.
 #[derive(Debug)]
 pub struct CallPath {

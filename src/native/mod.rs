@@ -31,6 +31,7 @@ pub mod permissions;
 pub mod refs;
 pub mod rules;
 pub mod run;
+pub mod run_policy;
 pub mod skills;
 
 use std::collections::BTreeSet;

@@ -20,9 +20,14 @@
 //! - Codex CLI (0.171) has no per-tool list, only an approval policy and a
 //!   sandbox: nothing of a pattern list can be expressed there.
 //!
-//! The repository-level settings take the patterns of the profile that
-//! stands for the CLI ([`repository_profile`]): the only profile the CLI
-//! runs, else the one named `default` (as `npc acp` picks its profile).
+//! These translations serve a run's own policy (`super::run_policy`: flags,
+//! a per-run file or variable) and the profiles' agent files. The
+//! repository's settings files carry project-level policy only: no
+//! profile's patterns (two profiles of one CLI would overwrite each
+//! other's, and a run of either would get the other's). npc's entries
+//! that earlier versions wrote there from "the profile that stands for
+//! the CLI" (the store keeps them) are removed by the next `npc apply`;
+//! the user's own entries stay.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -31,26 +36,7 @@ use serde_json::{Map, Value, json};
 
 use super::NativeError;
 use super::edit::{parse_native_json, rewrite_json};
-use crate::model::{Manifest, Profile, ProviderKind};
-
-/// The profile name that stands for the repository when a CLI runs several.
-pub const DEFAULT_PROFILE: &str = "default";
-
-/// The profile whose tool patterns become `kind`'s repository-level
-/// permissions: the only profile `kind` runs, else the one named
-/// [`DEFAULT_PROFILE`] when `kind` runs it.
-pub fn repository_profile(manifest: &Manifest, kind: ProviderKind) -> Option<(&str, &Profile)> {
-    let runs = |p: &Profile| manifest.providers.get(&p.provider).map(|v| v.kind) == Some(kind);
-    let mine: Vec<(&String, &Profile)> =
-        manifest.profiles.iter().filter(|(_, p)| runs(p)).collect();
-    match mine.as_slice() {
-        [(name, p)] => Some((name.as_str(), p)),
-        _ => mine
-            .into_iter()
-            .find(|(name, _)| name.as_str() == DEFAULT_PROFILE)
-            .map(|(name, p)| (name.as_str(), p)),
-    }
-}
+use crate::model::{Profile, ProviderKind};
 
 /// Claude Code's permission lists, in order.
 const CLAUDE_LISTS: [&str; 3] = ["allow", "ask", "deny"];
@@ -239,50 +225,24 @@ fn empty_object(root: &Map<String, Value>, key: &str) -> bool {
         .is_some_and(|c| c.as_object().is_some_and(Map::is_empty))
 }
 
-/// A note when `kind` runs several profiles, none named `default`, and
-/// some have tool patterns: none becomes the repository's permissions.
-fn no_repository_profile(manifest: &Manifest, kind: ProviderKind, notes: &mut Vec<String>) {
-    if repository_profile(manifest, kind).is_none()
-        && manifest.profiles.values().any(|p| {
-            manifest.providers.get(&p.provider).map(|v| v.kind) == Some(kind)
-                && !(p.allowed_tools.is_empty()
-                    && p.ask_tools.is_empty()
-                    && p.denied_tools.is_empty())
-        })
-    {
-        notes.push(format!(
-            "{} runs several profiles and none is named `{DEFAULT_PROFILE}`; no profile's tool patterns become the repository's permissions",
-            kind.as_str()
-        ));
-    }
-}
-
 /// Claude Code's settings text (`before`, `None` when absent) with npc's
-/// `permissions.allow/ask/deny` entries brought in line with the repository
-/// profile's patterns. `previously` names the entries npc added before
-/// (from the store); returns the text, the entries npc manages now, and
-/// notes.
+/// `permissions.allow/ask/deny` entries of earlier versions removed (see
+/// the module's doc). `previously` names the entries npc added before
+/// (from the store); returns the text, the entries npc manages now (none),
+/// and notes.
 pub fn claude_edit(
     path: &Path,
     before: Option<&str>,
-    manifest: &Manifest,
     previously: &BTreeSet<String>,
 ) -> Result<(String, BTreeSet<String>, Vec<String>), NativeError> {
-    let kind = ProviderKind::ClaudeCode;
     let mut notes = Vec::new();
-    no_repository_profile(manifest, kind, &mut notes);
-    let profile = repository_profile(manifest, kind).map(|(_, p)| p);
     let lists: Vec<(&str, &str, Vec<String>)> = CLAUDE_LISTS
         .into_iter()
-        .enumerate()
-        .map(|(i, list)| {
-            let due = profile.map_or_else(Vec::new, |p| claude_lists(p)[i].1.to_vec());
-            (list, list, due)
-        })
+        .map(|list| (list, list, Vec::new()))
         .collect();
     let (text, managed) = edit_lists(
         path,
-        kind,
+        ProviderKind::ClaudeCode,
         before,
         "permissions",
         &lists,
@@ -304,6 +264,21 @@ const GEMINI_TOOLS: [(&str, &str); 9] = [
     ("WebFetch", "web_fetch"),
     ("WebSearch", "google_web_search"),
 ];
+
+/// The Claude Code name npc's patterns use for `kind`'s own tool `name`
+/// (OpenCode's `bash`, Gemini CLI's `run_shell_command`: `Bash`), when it
+/// has one.
+pub fn pattern_name(kind: ProviderKind, name: &str) -> Option<&'static str> {
+    let table: &[(&str, &str)] = match kind {
+        ProviderKind::Opencode => &OPENCODE_TOOLS,
+        ProviderKind::GeminiCli => &GEMINI_TOOLS,
+        _ => &[],
+    };
+    table
+        .iter()
+        .find(|(_, native)| *native == name)
+        .map(|(claude, _)| *claude)
+}
 
 /// One npc pattern as a Gemini CLI tool name (`run_shell_command(git
 /// diff)`, `mcp_fs_read_file`); `None` when Gemini CLI has no such tool.
@@ -331,45 +306,28 @@ pub fn gemini_tool(pattern: &str) -> Option<String> {
     })
 }
 
-/// Gemini CLI's settings text with npc's `tools.allowed` (run without
-/// asking) and `tools.exclude` (never offered) entries brought in line
-/// with the repository profile's `allowed_tools` and `denied_tools`.
-/// Gemini CLI asks before a tool by default, so `ask_tools` need no entry.
+/// Gemini CLI's settings text with npc's `tools.allowed` and
+/// `tools.exclude` entries of earlier versions removed (see the module's
+/// doc).
 pub fn gemini_edit(
     path: &Path,
     before: Option<&str>,
-    manifest: &Manifest,
     previously: &BTreeSet<String>,
 ) -> Result<(String, BTreeSet<String>, Vec<String>), NativeError> {
-    let kind = ProviderKind::GeminiCli;
     let mut notes = Vec::new();
-    no_repository_profile(manifest, kind, &mut notes);
-    let profile = repository_profile(manifest, kind).map(|(_, p)| p);
-    let mut skipped = Vec::new();
-    let mut names = |patterns: &[String]| -> Vec<String> {
-        let mut out = Vec::new();
-        for p in patterns {
-            match gemini_tool(p) {
-                Some(t) if !out.contains(&t) => out.push(t),
-                Some(_) => {}
-                None => skipped.push(format!("`{p}`")),
-            }
-        }
-        out
-    };
-    let allowed = profile.map_or_else(Vec::new, |p| names(&p.allowed_tools));
-    let excluded = profile.map_or_else(Vec::new, |p| names(&p.denied_tools));
-    if !skipped.is_empty() {
-        notes.push(format!(
-            "Gemini CLI has no tool for {}; left out of its `tools` settings",
-            skipped.join(", ")
-        ));
-    }
     let lists = [
-        ("tools.allowed", "allowed", allowed),
-        ("tools.exclude", "exclude", excluded),
+        ("tools.allowed", "allowed", Vec::new()),
+        ("tools.exclude", "exclude", Vec::new()),
     ];
-    let (text, managed) = edit_lists(path, kind, before, "tools", &lists, previously, &mut notes)?;
+    let (text, managed) = edit_lists(
+        path,
+        ProviderKind::GeminiCli,
+        before,
+        "tools",
+        &lists,
+        previously,
+        &mut notes,
+    )?;
     Ok((text, managed, notes))
 }
 
@@ -378,62 +336,25 @@ fn opencode_managed(key: &str) -> String {
     format!("permission:{key}")
 }
 
-/// OpenCode's `opencode.json` text with npc's keys of `permission` brought
-/// in line with the repository profile's patterns. A key the user set is
-/// the user's (kept, and npc's rule for it left out with a note).
+/// OpenCode's `opencode.json` text with npc's keys of `permission` of
+/// earlier versions removed (see the module's doc); the user's keys stay.
 pub fn opencode_edit(
     path: &Path,
     before: Option<&str>,
-    manifest: &Manifest,
     previously: &BTreeSet<String>,
 ) -> Result<(String, BTreeSet<String>, Vec<String>), NativeError> {
     let kind = ProviderKind::Opencode;
     let mut notes = Vec::new();
-    no_repository_profile(manifest, kind, &mut notes);
-    let (wanted, skipped) = repository_profile(manifest, kind)
-        .map(|(_, p)| opencode_permission(p))
-        .unwrap_or_default();
-    if !skipped.is_empty() {
-        notes.push(format!(
-            "OpenCode has no tool for {}; left out of its `permission`",
-            skipped
-                .iter()
-                .map(|s| format!("`{s}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
-    let (mut root, stripped) = match before {
-        Some(text) => parse_native_json(path, kind, text)?,
-        None if wanted.is_empty() => return Ok((String::new(), BTreeSet::new(), notes)),
-        None => (Map::new(), None),
+    let Some(before) = before else {
+        return Ok((String::new(), BTreeSet::new(), notes));
     };
+    let (mut root, stripped) = parse_native_json(path, kind, before)?;
     let original = root.clone();
-    let mut permission = match root.get("permission") {
-        None => Map::new(),
-        Some(Value::Object(m)) => m.clone(),
-        Some(_) if wanted.is_empty() => Map::new(),
-        Some(_) => {
-            notes.push("`permission` in `opencode.json` is one action for every tool, yours; npc's rules are left out".into());
-            return Ok((
-                before.unwrap_or_default().to_string(),
-                BTreeSet::new(),
-                notes,
-            ));
-        }
+    let Some(Value::Object(permission)) = root.get("permission") else {
+        return Ok((before.to_string(), BTreeSet::new(), notes));
     };
+    let mut permission = permission.clone();
     permission.retain(|k, _| !previously.contains(&opencode_managed(k)));
-    let mut managed = BTreeSet::new();
-    for (key, rule) in wanted {
-        if permission.contains_key(&key) {
-            notes.push(format!(
-                "`permission.{key}` in `opencode.json` is yours; npc's rule for it is left out"
-            ));
-            continue;
-        }
-        managed.insert(opencode_managed(&key));
-        permission.insert(key, rule);
-    }
     if permission.is_empty() && !empty_object(&original, "permission") {
         root.shift_remove("permission");
     } else {
@@ -442,13 +363,13 @@ pub fn opencode_edit(
     let text = rewrite_json(
         path,
         kind,
-        before,
+        Some(before),
         stripped.as_deref(),
         original,
         root,
         &mut notes,
     )?;
-    Ok((text, managed, notes))
+    Ok((text, BTreeSet::new(), notes))
 }
 
 #[cfg(test)]
@@ -473,43 +394,35 @@ mod tests {
         assert_eq!(opencode_rule("Bash(unclosed"), None);
     }
 
-    const CLAUDE: &str = "version = 1\n[providers.c]\nkind = \"claude_code\"\n[profiles.dev]\nprovider = \"c\"\ndescription = \"d\"\nallowed_tools = [\"Bash(ls)\", \"mcp__fs__*\"]\nask_tools = [\"Bash(git push:*)\"]\ndenied_tools = [\"WebFetch\"]\n";
+    /// The entries earlier versions of npc wrote from "the profile that
+    /// stands for the CLI" (the store remembers them).
+    fn earlier(entries: &[&str]) -> BTreeSet<String> {
+        entries.iter().map(|e| e.to_string()).collect()
+    }
 
     #[test]
-    fn claude_permissions_are_npcs_entries_beside_the_users() {
+    fn claude_settings_keep_the_users_entries_and_lose_npcs_profile_ones() {
         let path = Path::new(".claude/settings.json");
-        let m = crate::native::commands::tests::manifest(CLAUDE);
-        let user =
-            r#"{"permissions":{"allow":["Bash(ls)","Read"],"defaultMode":"plan"},"model":"x"}"#;
-        let (text, managed, _) = claude_edit(path, Some(user), &m, &BTreeSet::new()).unwrap();
+        let written = r#"{"permissions":{"allow":["Bash(ls)","Read","mcp__fs__*"],"deny":["WebFetch"],"defaultMode":"plan"},"model":"x"}"#;
+        let previously = earlier(&["allow:mcp__fs__*", "deny:WebFetch"]);
+        let (text, managed, notes) = claude_edit(path, Some(written), &previously).unwrap();
+        assert!(
+            managed.is_empty() && notes.is_empty(),
+            "{managed:?} {notes:?}"
+        );
         let v: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
-            v["permissions"]["allow"],
-            json!(["Bash(ls)", "Read", "mcp__fs__*"])
+            v,
+            json!({"permissions": {"allow": ["Bash(ls)", "Read"], "defaultMode": "plan"}, "model": "x"})
         );
-        assert_eq!(v["permissions"]["ask"], json!(["Bash(git push:*)"]));
-        assert_eq!(v["permissions"]["deny"], json!(["WebFetch"]));
-        assert_eq!(v["permissions"]["defaultMode"], "plan");
-        // `Bash(ls)` was the user's: not npc's to remove.
-        assert_eq!(
-            managed,
-            BTreeSet::from([
-                "allow:mcp__fs__*".to_string(),
-                "ask:Bash(git push:*)".to_string(),
-                "deny:WebFetch".to_string()
-            ])
-        );
-        let (again, same, _) = claude_edit(path, Some(&text), &m, &managed).unwrap();
-        assert_eq!((again.as_str(), &same), (text.as_str(), &managed));
-        // Dropped from the manifest: the user's file comes back.
-        let none = crate::native::commands::tests::manifest("version = 1\n");
-        let (gone, left, _) = claude_edit(path, Some(&text), &none, &managed).unwrap();
-        assert!(left.is_empty());
-        let v: Value = serde_json::from_str(&gone).unwrap();
-        assert_eq!(v, serde_json::from_str::<Value>(user).unwrap());
-        // No file and nothing due: nothing is created.
+        // The user's file with no entry of npc's: as it is, whatever the
+        // manifest's profiles (they are no input here).
+        let user = r#"{"permissions":{"allow":["Bash"]}}"#;
+        let (same, _, _) = claude_edit(path, Some(user), &BTreeSet::new()).unwrap();
+        assert_eq!(same, user);
+        // No file: nothing is created.
         assert!(
-            claude_edit(path, None, &none, &BTreeSet::new())
+            claude_edit(path, None, &BTreeSet::new())
                 .unwrap()
                 .0
                 .is_empty()
@@ -517,30 +430,31 @@ mod tests {
     }
 
     #[test]
-    fn gemini_gets_its_own_tool_names_in_tools_allowed_and_exclude() {
+    fn a_clis_own_tool_names_map_back_to_the_patterns_names() {
+        assert_eq!(pattern_name(ProviderKind::Opencode, "bash"), Some("Bash"));
+        assert_eq!(
+            pattern_name(ProviderKind::GeminiCli, "run_shell_command"),
+            Some("Bash")
+        );
+        assert_eq!(pattern_name(ProviderKind::Opencode, "edit"), Some("Edit"));
+        assert_eq!(pattern_name(ProviderKind::ClaudeCode, "Bash"), None);
+    }
+
+    #[test]
+    fn gemini_settings_lose_npcs_tools_entries_only() {
         assert_eq!(
             gemini_tool("Bash(git diff:*)").as_deref(),
             Some("run_shell_command(git diff)")
         );
         assert_eq!(gemini_tool("mcp__fs__read").as_deref(), Some("mcp_fs_read"));
         assert_eq!(gemini_tool("Read(*.rs)"), None);
-        let m =
-            crate::native::commands::tests::manifest(&CLAUDE.replace("claude_code", "gemini_cli"));
         let path = Path::new(".gemini/settings.json");
-        let user = "{\n  // mine\n  \"tools\": {\"allowed\": [\"read_file\"]}\n}\n";
-        let (text, managed, notes) = gemini_edit(path, Some(user), &m, &BTreeSet::new()).unwrap();
-        assert!(text.contains("// mine"), "{text}");
-        assert!(text.contains("\"run_shell_command(ls)\""), "{text}");
-        let stripped = crate::native::jsonc::strip(
-            &text,
-            crate::native::edit::dialect(ProviderKind::GeminiCli).unwrap(),
-        );
-        let v: Value = serde_json::from_str(stripped.as_deref().unwrap_or(&text)).unwrap();
-        assert_eq!(v["tools"]["exclude"], json!(["web_fetch"]), "{text}");
-        assert!(notes.is_empty(), "{notes:?}");
-        assert_eq!(managed.len(), 3, "{managed:?}");
-        let none = crate::native::commands::tests::manifest("version = 1\n");
-        let (gone, left, _) = gemini_edit(path, Some(&text), &none, &managed).unwrap();
+        let written = "{\n  // mine\n  \"tools\": {\"allowed\": [\"read_file\", \"run_shell_command(ls)\"], \"exclude\": [\"web_fetch\"]}\n}\n";
+        let previously = earlier(&[
+            "tools.allowed:run_shell_command(ls)",
+            "tools.exclude:web_fetch",
+        ]);
+        let (gone, left, _) = gemini_edit(path, Some(written), &previously).unwrap();
         assert!(left.is_empty());
         assert!(
             gone.contains("// mine") && gone.contains("\"read_file\""),
@@ -553,55 +467,25 @@ mod tests {
     }
 
     #[test]
-    fn opencode_permission_keys_are_npcs_unless_the_user_set_them() {
-        let m =
-            crate::native::commands::tests::manifest(&CLAUDE.replace("claude_code", "opencode"));
+    fn opencode_permission_keys_of_npcs_go_and_the_users_stay() {
         let path = Path::new("opencode.json");
         let user = r#"{"mcp":{},"permission":{"webfetch":"allow"}}"#;
-        let (text, managed, notes) = opencode_edit(path, Some(user), &m, &BTreeSet::new()).unwrap();
-        let v: Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(v["permission"]["webfetch"], "allow", "the user's key wins");
-        assert_eq!(
-            v["permission"]["bash"],
-            json!({"ls": "allow", "git push *": "ask"})
-        );
-        assert_eq!(v["permission"]["fs_*"], "allow");
-        assert!(
-            notes.iter().any(|n| n.contains("`permission.webfetch`")),
-            "{notes:?}"
-        );
-        assert_eq!(
-            managed,
-            BTreeSet::from(["permission:bash".to_string(), "permission:fs_*".to_string()])
-        );
-        let none = crate::native::commands::tests::manifest("version = 1\n");
-        let (gone, _, _) = opencode_edit(path, Some(&text), &none, &managed).unwrap();
+        let written =
+            r#"{"mcp":{},"permission":{"webfetch":"allow","bash":{"ls":"allow"},"fs_*":"allow"}}"#;
+        let previously = earlier(&["permission:bash", "permission:fs_*"]);
+        let (gone, managed, _) = opencode_edit(path, Some(written), &previously).unwrap();
+        assert!(managed.is_empty());
         assert_eq!(
             serde_json::from_str::<Value>(&gone).unwrap(),
             serde_json::from_str::<Value>(user).unwrap()
         );
-    }
-
-    #[test]
-    fn the_repository_profile_is_the_only_one_else_default() {
-        let two = format!("{CLAUDE}[profiles.other]\nprovider = \"c\"\ndescription = \"o\"\n");
-        let m = crate::native::commands::tests::manifest(&two);
-        assert!(repository_profile(&m, ProviderKind::ClaudeCode).is_none());
-        let (text, _, notes) =
-            claude_edit(Path::new("s.json"), None, &m, &BTreeSet::new()).unwrap();
-        assert!(text.is_empty());
-        assert!(notes[0].contains("none is named `default`"), "{notes:?}");
-        let named = two.replace("[profiles.other]", "[profiles.default]");
-        let m = crate::native::commands::tests::manifest(&named);
-        assert_eq!(
-            repository_profile(&m, ProviderKind::ClaudeCode).unwrap().0,
-            "default"
+        let (same, _, _) = opencode_edit(path, Some(user), &BTreeSet::new()).unwrap();
+        assert_eq!(same, user);
+        assert!(
+            opencode_edit(path, None, &BTreeSet::new())
+                .unwrap()
+                .0
+                .is_empty()
         );
-        let m = crate::native::commands::tests::manifest(CLAUDE);
-        assert_eq!(
-            repository_profile(&m, ProviderKind::ClaudeCode).unwrap().0,
-            "dev"
-        );
-        assert!(repository_profile(&m, ProviderKind::Codex).is_none());
     }
 }

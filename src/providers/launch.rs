@@ -22,6 +22,10 @@
 //! - OpenCode: `opencode run --format json [ARGS] [--model M] PROMPT`, MCP
 //!   servers through `OPENCODE_CONFIG=FILE` (an `opencode.json`)
 //!
+//! A run's own tool policy ([`RunPolicy`], from the profile) comes first on
+//! the command line (Claude Code `--settings JSON`, Gemini CLI `--policy
+//! FILE`) or in the environment (OpenCode `OPENCODE_PERMISSION`).
+//!
 //! `ARGS` are the manifest's `args`. A prompt that starts with `-` is passed
 //! after `--` (or as `--prompt=…` for Gemini) so it cannot read as a flag.
 
@@ -32,6 +36,42 @@ use crate::model::{Provider, ProviderKind, Text};
 
 /// Environment variable OpenCode reads an extra config file from.
 pub const OPENCODE_CONFIG_ENV: &str = "OPENCODE_CONFIG";
+
+/// Environment variable OpenCode merges a `permission` object from, over
+/// every config file.
+pub const OPENCODE_PERMISSION_ENV: &str = "OPENCODE_PERMISSION";
+
+/// A run's own tool policy, the way one CLI takes it per invocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunPolicy<'a> {
+    /// Claude Code: `--settings JSON`.
+    Settings { json: &'a str },
+    /// Gemini CLI: `--policy FILE`.
+    PolicyFile { path: &'a Path },
+    /// OpenCode: [`OPENCODE_PERMISSION_ENV`].
+    PermissionEnv { json: &'a str },
+}
+
+impl LaunchPlan {
+    /// The plan with `policy` given to the CLI: its flags first (before any
+    /// argument of the manifest's and before the prompt), or its variable.
+    pub fn with_policy(mut self, policy: RunPolicy<'_>) -> Self {
+        let flags = match policy {
+            RunPolicy::Settings { json } => vec![Text::plain("--settings"), Text::plain(json)],
+            RunPolicy::PolicyFile { path } => vec![
+                Text::plain("--policy"),
+                Text::plain(path.to_string_lossy().into_owned()),
+            ],
+            RunPolicy::PermissionEnv { json } => {
+                self.env
+                    .insert(OPENCODE_PERMISSION_ENV.to_string(), Text::plain(json));
+                Vec::new()
+            }
+        };
+        self.args.splice(0..0, flags);
+        self
+    }
+}
 
 /// What one run asks of a provider.
 #[derive(Debug, Clone, Copy)]
@@ -354,6 +394,30 @@ mod tests {
             ]
         );
         assert_eq!(plan.env[OPENCODE_CONFIG_ENV].expose(), "/tmp/mcp.json");
+    }
+
+    #[test]
+    fn a_runs_policy_comes_first_or_in_the_environment() {
+        let plan = launch_plan(&provider(ProviderKind::ClaudeCode), &full())
+            .unwrap()
+            .with_policy(RunPolicy::Settings { json: "{}" });
+        assert_eq!(argv(&plan)[..3], ["--settings", "{}", "-p"]);
+        let req = LaunchRequest {
+            prompt: "hi",
+            model: None,
+            mcp: None,
+        };
+        let plan = launch_plan(&provider(ProviderKind::GeminiCli), &req)
+            .unwrap()
+            .with_policy(RunPolicy::PolicyFile {
+                path: Path::new("/run/p.toml"),
+            });
+        assert_eq!(argv(&plan)[..2], ["--policy", "/run/p.toml"]);
+        let plan = launch_plan(&provider(ProviderKind::Opencode), &req)
+            .unwrap()
+            .with_policy(RunPolicy::PermissionEnv { json: "{}" });
+        assert_eq!(plan.env[OPENCODE_PERMISSION_ENV].expose(), "{}");
+        assert_eq!(argv(&plan)[0], "run");
     }
 
     #[test]

@@ -41,6 +41,7 @@ mod gemini;
 pub mod launch;
 mod native;
 mod opencode;
+pub mod refusal;
 pub mod resume;
 pub mod similarity;
 pub mod text;
@@ -58,9 +59,11 @@ pub use drift::{
 };
 pub use event::{AgentEvent, ErrorKind};
 pub use launch::{
-    LaunchError, LaunchPlan, LaunchRequest, McpHandoff, RunMcp, launch_plan, mcp_handoff,
+    LaunchError, LaunchPlan, LaunchRequest, McpHandoff, OPENCODE_PERMISSION_ENV, RunMcp, RunPolicy,
+    launch_plan, mcp_handoff,
 };
 pub use native::Read;
+pub use refusal::refused;
 pub use similarity::{similarity, str_similarity};
 pub use text::IDLE_MARKERS;
 

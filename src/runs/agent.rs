@@ -25,6 +25,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{component, run_dir};
+
+mod denials;
 use crate::bus::{BusError, EventBus};
 use crate::event::{
     AgentRunFinished, AgentRunNotStarted, AgentRunStarted, Concluded, Event, RunFinished,
@@ -32,8 +34,11 @@ use crate::event::{
 };
 use crate::hooks::{HookFailure, HookRunner};
 use crate::model::{HookEvent, Manifest, ProviderKind};
+use crate::native::run_policy::RunPolicyText;
 use crate::native::{self, NativeError, PlanOptions, Target};
-use crate::providers::{self, AgentEvent, LaunchError, LaunchRequest, McpHandoff, Parser, RunMcp};
+use crate::providers::{
+    self, AgentEvent, LaunchError, LaunchRequest, McpHandoff, Parser, RunMcp, RunPolicy,
+};
 use crate::render::{self, RenderContext, RenderError, RunInfo};
 use crate::supervisor::{ChildSpec, ExitInfo, Supervisor, SupervisorError};
 use crate::surfaces::approval::{APPROVAL_SESSION_ENV, APPROVAL_SOCKET_ENV};
@@ -46,6 +51,12 @@ pub const RUN_ID_ENV: &str = "NPC_RUN_ID";
 /// not the repository's own (a fleet worker's `workers/NAME`): the run's
 /// hooks park their asks there.
 pub const RUN_STATE_ENV: &str = "NPC_RUN_STATE";
+/// The repository a run's processes belong to (a worktree run's gateway
+/// serves the repository's manifest).
+pub const REPO_ROOT_ENV: &str = "NPC_REPO_ROOT";
+/// The file of a Gemini CLI run's own policy (`--policy`), in the run's
+/// directory.
+pub const GEMINI_POLICY_FILE: &str = "gemini-policy.toml";
 /// How long a run may take unless `--timeout` says otherwise.
 pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// After the agent exits, how long its output streams may take to close.
@@ -212,6 +223,9 @@ pub struct PreparedRun {
     /// A worktree run's end: its changes committed and measured before
     /// `run.finished`, which carries the result.
     pub conclusion: Option<super::workspace::Conclusion>,
+    /// The profile's `denied_tools` then `ask_tools`: the rules a refusal
+    /// by the CLI names (`tool.denied`, [`denials::CliDenials`]).
+    pub refusing_rules: Vec<String>,
 }
 
 impl PreparedRun {
@@ -369,7 +383,17 @@ pub fn prepare(
     };
     let dir = run_dir(ctx.state_dir(), &id);
     let mut warnings = Vec::new();
-    let mcp_text = mcp_config_text(manifest, &profile.mcp_servers, provider.kind, &dir)?;
+    // What every process of the run knows of it, the gateway entry's `env`
+    // included (Codex passes an MCP server no other variable).
+    let run_env: BTreeMap<String, String> = [
+        (RUN_ID_ENV, id.clone()),
+        (crate::hooks::policy::PROFILE_ENV, req.profile.clone()),
+        (REPO_ROOT_ENV, root.display().to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let mcp_text = mcp_config_text(manifest, profile, provider.kind, &dir, &run_env)?;
     let model = profile.model.as_ref().map(|m| m.expose());
     let mut mcp_config = None;
     let plan = match (providers::mcp_handoff(provider.kind), &mcp_text) {
@@ -424,6 +448,23 @@ pub fn prepare(
             plan
         }
     };
+    // The profile's tools, for this run only (`native::run_policy`).
+    let plan = match native::run_policy::run_policy(manifest, &req.profile, profile, provider.kind)
+    {
+        None => plan,
+        Some(RunPolicyText::ClaudeSettings { json }) => {
+            plan.with_policy(RunPolicy::Settings { json: &json })
+        }
+        Some(RunPolicyText::OpencodePermission { json }) => {
+            plan.with_policy(RunPolicy::PermissionEnv { json: &json })
+        }
+        Some(RunPolicyText::GeminiPolicy { toml }) => {
+            let path = dir.join(GEMINI_POLICY_FILE);
+            own_state_dir(root, ctx.state_dir())?;
+            write_file(root, &path, &toml)?;
+            plan.with_policy(RunPolicy::PolicyFile { path: &path })
+        }
+    };
     let mut env: BTreeMap<String, String> = AUTH_ENV
         .iter()
         .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
@@ -432,13 +473,9 @@ pub fn prepare(
         plan.exposed_env()
             .map(|(k, v)| (k.to_string(), v.to_string())),
     );
-    // Its processes (an `npc mcp serve` it starts) know the run.
-    env.insert(RUN_ID_ENV.to_string(), id.clone());
-    // The agent's hooks (`npc hook run`) apply the profile's `ask_tools`.
-    env.insert(
-        crate::hooks::policy::PROFILE_ENV.to_string(),
-        req.profile.clone(),
-    );
+    // Its processes (an `npc mcp serve` it starts) know the run, and its
+    // hooks (`npc hook run`) apply the profile's `ask_tools`.
+    env.extend(run_env);
     let spec =
         ChildSpec::new(plan.program.clone(), cwd).args(plan.exposed_args().map(str::to_string));
     let spec = ChildSpec { env, ..spec };
@@ -456,6 +493,12 @@ pub fn prepare(
         warnings,
         source: None,
         conclusion: None,
+        refusing_rules: profile
+            .denied_tools
+            .iter()
+            .chain(&profile.ask_tools)
+            .cloned()
+            .collect(),
     })
 }
 
@@ -513,21 +556,25 @@ fn workspace_settings(
     })
 }
 
-/// The native MCP configuration holding only `servers`, and where it goes
-/// under `dir`; `None` when the profile names no server.
+/// The native MCP configuration holding only `profile`'s servers, and
+/// where it goes under `dir`; `None` when the profile names no server.
+/// In gateway mode the entry carries the profile's tools and `run_env`
+/// ([`native::gateway::for_run`]).
 fn mcp_config_text(
     manifest: &Manifest,
-    servers: &[String],
+    profile: &crate::model::Profile,
     kind: ProviderKind,
     dir: &Path,
+    run_env: &BTreeMap<String, String>,
 ) -> Result<Option<(PathBuf, String)>, RunError> {
+    let servers = &profile.mcp_servers;
     if servers.is_empty() {
         return Ok(None);
     }
     // In gateway mode the agent sees the gateway only (its calls pass npc's
     // hooks and event log), never the raw servers beside it.
     let only = if manifest.mcp.gateway {
-        native::gateway::exported(manifest, None, kind)
+        native::gateway::for_run(manifest, profile, run_env)
     } else {
         let mut only = manifest.clone();
         only.mcp_servers.retain(|name, _| servers.contains(name));
@@ -680,11 +727,16 @@ where
     let mut stderr = std::mem::replace(&mut child.stderr, empty_err);
     let mut count = 0usize;
     let mut failed_turn = false;
+    let mut cli_denials =
+        denials::CliDenials::new(&run.id, &run.profile, run.kind, run.refusing_rules.clone());
     let mut deliver = |events: Vec<AgentEvent>, count: &mut usize| {
         let mut pending = Vec::with_capacity(events.len());
         for e in events {
             if let AgentEvent::Idle { is_error, .. } = &e {
                 failed_turn = *is_error;
+            }
+            if let Some(denied) = cli_denials.note(&e) {
+                pending.push(record(Event::ToolDenied(denied)));
             }
             sink(&e);
             pending.push(record(e.into_event(&run.id)));

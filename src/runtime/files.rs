@@ -163,9 +163,9 @@ pub use crate::native::gateway::{DEFAULT_MANIFEST_NAME, GATEWAY_ENTRY, gateway_t
 
 /// The manifest as `kind`'s agent file sees it ([`native::gateway::exported`]),
 /// `npc mcp serve` given the manifest's name when it is not the default.
-pub fn exported(manifest: &Manifest, paths: &RepoPaths, kind: ProviderKind) -> Manifest {
+pub fn exported(manifest: &Manifest, paths: &RepoPaths) -> Manifest {
     let name = paths.manifest.file_name().and_then(|n| n.to_str());
-    native::gateway::exported(manifest, name, kind)
+    native::gateway::exported(manifest, name)
 }
 
 /// Plan every file. `store` (read-only is fine) supplies the managed sets;
@@ -208,7 +208,7 @@ pub fn plan_files_with(
         entries
     };
     for kind in declared_kinds(manifest) {
-        let exported = exported(manifest, paths, kind);
+        let exported = exported(manifest, paths);
         let target = Target {
             kind,
             scope: scope.clone(),
@@ -417,7 +417,7 @@ fn with_permissions(
         ProviderKind::Opencode => native::permissions::opencode_edit,
         _ => native::permissions::claude_edit,
     };
-    let (after, managed, notes) = edit(&change.path, change.current(), manifest, previously)?;
+    let (after, managed, notes) = edit(&change.path, change.current(), previously)?;
     change.managed.extend(managed);
     change.replan(after, notes, &manifest.secret_values());
     Ok(change)
@@ -620,6 +620,8 @@ mod tests {
     use super::*;
     use crate::model::{McpTransport, Text};
 
+    use std::collections::BTreeMap;
+
     fn manifest(text: &str) -> Manifest {
         struct NoFiles;
         impl crate::model::Files for NoFiles {
@@ -656,7 +658,7 @@ mod tests {
     #[test]
     fn gateway_mode_exports_one_npc_server() {
         let m = manifest(BASE);
-        let out = exported(&m, &paths(), ProviderKind::Codex);
+        let out = exported(&m, &paths());
         assert_eq!(out.mcp_servers.keys().collect::<Vec<_>>(), [GATEWAY_ENTRY]);
         let gateway = &out.mcp_servers[GATEWAY_ENTRY];
         let McpTransport::Stdio(command) = &gateway.transport else {
@@ -670,43 +672,94 @@ mod tests {
         let mut other = paths();
         other.manifest = PathBuf::from("/repo/npcagent.json");
         let McpTransport::Stdio(command) =
-            &exported(&m, &other, ProviderKind::Codex).mcp_servers[GATEWAY_ENTRY].transport
+            &exported(&m, &other).mcp_servers[GATEWAY_ENTRY].transport
         else {
             panic!()
         };
         let args: Vec<&str> = command.args.iter().map(Text::expose).collect();
         assert_eq!(args, ["mcp", "serve", "--manifest", "npcagent.json"]);
         let plain = manifest(&BASE.replace("gateway = true", "gateway = false"));
-        assert_eq!(exported(&plain, &paths(), ProviderKind::Codex), plain);
+        assert_eq!(exported(&plain, &paths()), plain);
     }
 
     #[test]
-    fn the_profiles_exact_mcp_tools_become_the_entrys_tools() {
+    fn a_second_profile_of_a_cli_renders_no_repository_file_of_the_firsts_differently() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let paths = RepoPaths {
+            manifest: root.join("npcagent.toml"),
+            state_dir: root.join(".npc"),
+            root,
+        };
+        let kinds = "[providers.gemini]\nkind = \"gemini_cli\"\n[providers.opencode]\nkind = \"opencode\"\n";
+        let mut one = format!("{BASE}{kinds}");
+        for provider in ["codex", "claude", "gemini", "opencode"] {
+            one.push_str(&format!(
+                "[profiles.first_{provider}]\nprovider = \"{provider}\"\ndescription = \"a\"\nmcp_servers = [\"fs\"]\nallowed_tools = [\"Bash\", \"mcp__fs__read\"]\ndenied_tools = [\"WebFetch\"]\n"
+            ));
+        }
+        let mut two = one.clone();
+        for provider in ["codex", "claude", "gemini", "opencode"] {
+            two.push_str(&format!(
+                "[profiles.second_{provider}]\nprovider = \"{provider}\"\ndescription = \"b\"\nmcp_servers = [\"fs\"]\nallowed_tools = [\"Read\", \"mcp__fs__write\"]\ndenied_tools = [\"Bash\"]\n"
+            ));
+        }
+        let rendered = |text: &str| -> BTreeMap<String, String> {
+            plan_files(&manifest(text), &paths, None, &Scope::Project)
+                .into_iter()
+                .filter(|f| !f.path.contains("second_"))
+                .map(|f| {
+                    assert!(f.error.is_none(), "{}: {:?}", f.path, f.error);
+                    let after = f.change.map(|c| c.after).unwrap_or_default();
+                    (f.path, after)
+                })
+                .collect()
+        };
+        let (first, both) = (rendered(&one), rendered(&two));
+        // (A profile's `ask_tools` would add the hook bridge, which asks per
+        // run, `NPC_PROFILE`, the same for every profile.)
+        let differing: Vec<&String> = first
+            .keys()
+            .chain(both.keys())
+            .filter(|k| first.get(*k) != both.get(*k))
+            .collect();
+        assert!(differing.is_empty(), "{differing:?}");
+        // Only a profile's own agent file carries its patterns.
+        for (path, text) in both
+            .iter()
+            .filter(|(p, _)| !p.contains("agents/") && !p.starts_with(".npc/profiles/"))
+        {
+            assert!(
+                !text.contains("WebFetch")
+                    && !text.contains("web_fetch")
+                    && !text.contains("webfetch"),
+                "{path} carries a profile's pattern: {text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_runs_profile_exact_mcp_tools_become_its_entrys_tools() {
         let exact = format!(
             "{BASE}[profiles.a]\nprovider = \"codex\"\ndescription = \"a\"\nallowed_tools = [\"mcp__fs__read_file\", \"Bash(ls)\"]\n[profiles.b]\nprovider = \"codex\"\ndescription = \"b\"\nallowed_tools = [\"mcp__web__search\"]\n"
         );
         let m = manifest(&exact);
-        assert_eq!(
-            gateway_tools(&m, ProviderKind::Codex),
-            Some(vec!["fs__read_file".to_string(), "web__search".to_string()])
-        );
-        assert_eq!(
-            gateway_tools(&m, ProviderKind::ClaudeCode),
-            None,
-            "no claude profile"
-        );
+        let tools = |m: &Manifest, name: &str| gateway_tools(m, &m.profiles[name]);
+        // Each profile its own: another profile's tools never widen it.
+        assert_eq!(tools(&m, "a"), Some(vec!["fs__read_file".to_string()]));
+        assert_eq!(tools(&m, "b"), Some(vec!["web__search".to_string()]));
         let wild = exact.replace("mcp__web__search", "mcp__web__*");
-        assert_eq!(gateway_tools(&manifest(&wild), ProviderKind::Codex), None);
+        assert_eq!(tools(&manifest(&wild), "b"), None);
         let unnamed = exact.replace("[\"mcp__web__search\"]", "[\"Bash(ls)\"]");
-        assert_eq!(
-            gateway_tools(&manifest(&unnamed), ProviderKind::Codex),
-            None
-        );
+        assert_eq!(tools(&manifest(&unnamed), "b"), None);
         // Names known at run time, or a search's two tools: no filter.
         for setting in ["prefix = \"on_conflict\"", "tools = \"search\""] {
             let m =
                 manifest(&exact.replace("gateway = true", &format!("gateway = true\n{setting}")));
-            assert_eq!(gateway_tools(&m, ProviderKind::Codex), None, "{setting}");
+            assert_eq!(tools(&m, "a"), None, "{setting}");
         }
+        // The repository's entry carries no profile's tools.
+        let repo = exported(&m, &paths());
+        assert_eq!(repo.mcp_servers[GATEWAY_ENTRY].enabled_tools, None);
     }
 }

@@ -658,6 +658,21 @@ fn echo_denied_by_the_native_hook(cli: Cli) {
         "{}: the denied call reached the server",
         cli.program
     );
+    // The bridge's denial is a `tool.denied` of the run, with the hook.
+    let run = events
+        .iter()
+        .find_map(|e| e["run_id"].as_str())
+        .expect("the run's id");
+    assert!(
+        denials_of(&stored, run).iter().any(|d| d["by"] == "hook"
+            && d["tool"]
+                .as_str()
+                .is_some_and(|t| t.ends_with(GATEWAY_ECHO))
+            && d["reason"] == DENIAL
+            && d["rule"].as_str().is_some_and(|r| !r.is_empty())),
+        "{}: no tool.denied by the hook bridge: {stored:#?}",
+        cli.program
+    );
 }
 
 /// An `ask` of a real Claude Code run (a `before_tool` hook answering
@@ -1177,4 +1192,364 @@ fn codex_bridge_without_npc_blocks_the_tool() {
 #[test]
 fn gemini_bridge_without_npc_blocks_the_tool() {
     bridge_without_npc_blocks_the_tool(GEMINI);
+}
+
+/// The profile line that denies the gateway's `echo` (as a profile names an
+/// MCP tool).
+const DENY_ECHO: &str = "denied_tools = [\"mcp__everything__echo\"]\n";
+
+impl Setup {
+    /// `npc run PROFILE` to its end, whatever its outcome: the run's id.
+    fn run_profile(&self, profile: &str) -> String {
+        let timeout = RUN_TIMEOUT.as_secs().to_string();
+        let out = self
+            .npc(&[
+                "run",
+                profile,
+                "--prompt",
+                "call the echo tool",
+                "--format",
+                "json",
+                "--timeout",
+                &timeout,
+            ])
+            .output()
+            .unwrap();
+        run_id_of(self.cli, &out)
+    }
+}
+
+/// The run id in `npc run --format json`'s output.
+fn run_id_of(cli: Cli, out: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|e| e["run_id"].as_str().map(str::to_string))
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: no run id ({}):\n{stdout}\n{}",
+                cli.program,
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+}
+
+/// The `tool.denied` events of run `run`.
+fn denials_of(stored: &[Value], run: &str) -> Vec<Value> {
+    stored
+        .iter()
+        .filter(|e| e["kind"] == "tool.denied" && e["payload"]["run_id"] == run)
+        .map(|e| e["payload"].clone())
+        .collect()
+}
+
+/// A profile whose `denied_tools` names the gateway's `echo`: the call is
+/// refused by the gateway the CLI started for the run (it knows the run and
+/// the profile from the entry's `env`, Codex's included), recorded as a
+/// `tool.denied` of the run with the rule, and never reaches the server.
+fn profile_denial_is_enforced_and_recorded(cli: Cli) {
+    if !installed(cli) {
+        return;
+    }
+    let s = Setup::new(cli, DENY_ECHO);
+    let run = s.run_profile("agent");
+    let stored = s.events();
+    let denied = denials_of(&stored, &run);
+    assert!(
+        denied.iter().any(|d| d["tool"] == GATEWAY_ECHO
+            && d["rule"] == "mcp__everything__echo"
+            && d["by"] == "gateway"
+            && d["profile"] == "agent"),
+        "{}: no tool.denied of run {run}: {stored:#?}",
+        cli.program
+    );
+    assert!(
+        !stored
+            .iter()
+            .any(|e| e["kind"] == "mcp.tool_call" && e["payload"]["outcome"] == "ok"),
+        "{}: the denied call reached the server",
+        cli.program
+    );
+}
+
+#[test]
+fn claude_profile_denial_is_enforced_and_recorded() {
+    profile_denial_is_enforced_and_recorded(CLAUDE);
+}
+
+#[test]
+fn codex_profile_denial_is_enforced_and_recorded() {
+    profile_denial_is_enforced_and_recorded(CODEX);
+}
+
+#[test]
+fn gemini_profile_denial_is_enforced_and_recorded() {
+    profile_denial_is_enforced_and_recorded(GEMINI);
+}
+
+#[test]
+fn opencode_profile_denial_is_enforced_and_recorded() {
+    profile_denial_is_enforced_and_recorded(OPENCODE);
+}
+
+/// A second profile of the same CLI that allows `echo`.
+const OPEN_PROFILE: &str = "\n[profiles.open]\nprovider = \"p\"\ndescription = \"allows echo\"\nmcp_servers = [\"everything\"]\n";
+
+/// Two profiles of one CLI, one denying `echo` and one not, fired at once:
+/// each run holds to its own profile (a denial of the first's run, an `ok`
+/// call of the second's).
+fn two_profiles_hold_at_once(cli: Cli) {
+    if !installed(cli) {
+        return;
+    }
+    let s = Setup::new(cli, &format!("{DENY_ECHO}{OPEN_PROFILE}"));
+    let timeout = RUN_TIMEOUT.as_secs().to_string();
+    // Each run's CLI has a home of its own (two CLIs of one home race on
+    // their own files at start-up: Codex's skills, OpenCode's database).
+    let other_home = tempfile::tempdir().unwrap();
+    copy_tree(s.home.path(), other_home.path());
+    let start = |profile: &str, home: Option<&Path>| {
+        let mut cmd = s.npc(&[
+            "run",
+            profile,
+            "--prompt",
+            "call the echo tool",
+            "--format",
+            "json",
+            "--timeout",
+            &timeout,
+        ]);
+        if let Some(home) = home {
+            cmd.env("HOME", home)
+                .env("XDG_DATA_HOME", home.join(".local/share"));
+        }
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (denying, open) = (start("agent", None), start("open", Some(other_home.path())));
+    let denying = run_id_of(cli, &denying.wait_with_output().unwrap());
+    let open = run_id_of(cli, &open.wait_with_output().unwrap());
+    let stored = s.events();
+    assert!(
+        denials_of(&stored, &denying)
+            .iter()
+            .any(|d| d["tool"] == GATEWAY_ECHO),
+        "{}: the denying profile's run {denying} was not refused: {stored:#?}",
+        cli.program
+    );
+    assert!(
+        denials_of(&stored, &open).is_empty(),
+        "{}: the other profile's run was refused",
+        cli.program
+    );
+    assert!(
+        stored.iter().any(|e| e["kind"] == "mcp.tool_call"
+            && e["payload"]["run_id"] == open.as_str()
+            && e["payload"]["outcome"] == "ok"),
+        "{}: the other profile's call did not go through, linked to its run {open}: {stored:#?}",
+        cli.program
+    );
+}
+
+#[test]
+fn claude_two_profiles_hold_at_once() {
+    two_profiles_hold_at_once(CLAUDE);
+}
+
+#[test]
+fn codex_two_profiles_hold_at_once() {
+    two_profiles_hold_at_once(CODEX);
+}
+
+#[test]
+fn gemini_two_profiles_hold_at_once() {
+    two_profiles_hold_at_once(GEMINI);
+}
+
+#[test]
+fn opencode_two_profiles_hold_at_once() {
+    two_profiles_hold_at_once(OPENCODE);
+}
+
+/// Copy the files under `from` to `to` (directories made, links skipped).
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            std::fs::create_dir_all(&dst).unwrap();
+            copy_tree(&src, &dst);
+        } else if kind.is_file() {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+/// Every file of the repository but npc's state and git's, with its text.
+fn repository_files(root: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path.strip_prefix(root).unwrap().to_path_buf();
+            if rel == Path::new(".npc")
+                || rel == Path::new(".git")
+                || rel == Path::new("npcagent.toml")
+            {
+                continue;
+            }
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                out.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// Adding, editing and removing a second profile of the same CLI (with
+/// other tools) while runs of the first go on leaves the repository's files
+/// byte for byte as they were (the user's `.claude/settings.json` allow
+/// list included: it was once rewritten to `{}`), and the first profile's
+/// runs are refused as before.
+#[test]
+fn a_second_profile_never_changes_the_firsts_files_or_runs() {
+    let cli = CLAUDE;
+    if !installed(cli) {
+        return;
+    }
+    let s = Setup::new(cli, DENY_ECHO);
+    let root = s.root();
+    let user_settings = r#"{"permissions":{"allow":["Bash"]}}"#;
+    std::fs::write(root.join(".claude/settings.json"), user_settings).unwrap();
+    let apply = |s: &Setup| {
+        let out = s.npc(&["apply", "--auto-approve"]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "npc apply: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    apply(&s);
+    let before = repository_files(&root);
+    let manifest = std::fs::read_to_string(root.join("npcagent.toml")).unwrap();
+    let second = |tools: &str| {
+        format!(
+            "{manifest}\n[profiles.second]\nprovider = \"p\"\ndescription = \"another\"\nmcp_servers = [\"everything\"]\n{tools}"
+        )
+    };
+    let steps = [
+        second("allowed_tools = [\"Read\", \"mcp__everything__echo\"]\n"),
+        second("allowed_tools = [\"Bash(ls:*)\"]\ndenied_tools = [\"WebFetch\"]\n"),
+        manifest.clone(),
+    ];
+    for (i, text) in steps.iter().enumerate() {
+        std::fs::write(root.join("npcagent.toml"), text).unwrap();
+        apply(&s);
+        let after = repository_files(&root);
+        let changed: Vec<&PathBuf> = after
+            .keys()
+            .chain(before.keys())
+            .filter(|k| after.get(*k) != before.get(*k))
+            .collect();
+        // A second profile is an agent of the CLI: its own file only.
+        let changed: Vec<&&PathBuf> = changed
+            .iter()
+            .filter(|p| !p.starts_with(".claude/agents/second.md"))
+            .collect();
+        assert!(changed.is_empty(), "step {i} changed {changed:?}");
+        assert_eq!(
+            std::fs::read_to_string(root.join(".claude/settings.json")).unwrap(),
+            user_settings
+        );
+        let plan = s.npc(&["plan"]).output().unwrap();
+        assert!(plan.status.success());
+        if i == 0 {
+            // The first profile's run, beside the second profile.
+            let run = s.run_profile("agent");
+            assert!(
+                denials_of(&s.events(), &run)
+                    .iter()
+                    .any(|d| d["tool"] == GATEWAY_ECHO),
+                "the first profile's denial no longer holds"
+            );
+        }
+    }
+}
+
+/// The file the denied shell command would create.
+const DENIED_MARKER: &str = "denied-marker";
+
+/// A profile that denies a shell command of the CLI's own (`Bash(touch:*)`):
+/// the CLI refuses it under the run's own policy (Claude Code's
+/// `--settings`, Gemini CLI's `--policy` file, OpenCode's
+/// `OPENCODE_PERMISSION`), the command never runs, and the refusal is a
+/// `tool.denied` of the run (`by = cli`) naming the pattern.
+fn cli_refuses_a_denied_command(cli: Cli, script: Script) {
+    if !installed(cli) {
+        return;
+    }
+    let s = Setup::scripted(cli, "denied_tools = [\"Bash(touch:*)\"]\n", None, script);
+    let run = s.run_profile("agent");
+    assert!(
+        !s.root().join(DENIED_MARKER).exists(),
+        "{}: the denied command ran",
+        cli.program
+    );
+    let stored = s.events();
+    let denied = denials_of(&stored, &run);
+    assert!(
+        denied
+            .iter()
+            .any(|d| d["by"] == "cli" && d["rule"] == "Bash(touch:*)" && d["profile"] == "agent"),
+        "{}: no tool.denied by the CLI of run {run}: {denied:#?}\n{stored:#?}",
+        cli.program
+    );
+}
+
+fn touch_command() -> String {
+    format!("touch {DENIED_MARKER}")
+}
+
+#[test]
+fn claude_refuses_a_denied_command_of_its_own() {
+    cli_refuses_a_denied_command(
+        CLAUDE,
+        Script {
+            tool: "Bash",
+            args: serde_json::json!({"command": touch_command(), "description": "touch"}),
+            provider_args: &["--allowedTools", "Bash"],
+        },
+    );
+}
+
+#[test]
+fn gemini_refuses_a_denied_command_of_its_own() {
+    cli_refuses_a_denied_command(
+        GEMINI,
+        Script {
+            tool: "run_shell_command",
+            args: serde_json::json!({"command": touch_command(), "description": "touch"}),
+            provider_args: &[],
+        },
+    );
+}
+
+#[test]
+fn opencode_refuses_a_denied_command_of_its_own() {
+    cli_refuses_a_denied_command(
+        OPENCODE,
+        Script {
+            tool: "bash",
+            args: serde_json::json!({"command": touch_command(), "description": "touch"}),
+            provider_args: &[],
+        },
+    );
 }
