@@ -16,6 +16,7 @@
 //! carries the run id, under component `run.<id>`.
 
 mod command;
+pub use command::NO_CHANGES;
 mod worktree;
 
 use std::collections::HashMap;
@@ -720,6 +721,18 @@ impl Executor {
             prepared.tool_cwd = opened.worktree.dir.clone();
             prepared.spec.env.extend(opened.env.clone());
             prepared.conclusion = place.conclusion;
+            prepared.expect_changes = opened.spec.expect_changes == Some(true);
+            // The worktree npc made is trusted for the agent CLI, or the
+            // run fails at once (`untrusted`).
+            prepared.trust = Some(crate::runs::trust::TrustPlan {
+                kind: prepared.kind,
+                dir: opened.worktree.dir.clone(),
+                worktrees: crate::runs::workspace::worktrees_root(
+                    &self.cx.repo,
+                    &self.cx.state_dir,
+                    &manifest.runs,
+                ),
+            });
         }
         if let Some(local) = &local {
             prepared.apply_local(local.resume.as_ref(), local.approval.as_ref());
