@@ -237,7 +237,7 @@ pub struct AgentRunFinished {
     pub events: usize,
     pub error: Option<String>,
     /// Why it ended as it did, as a word: `denied` (`blocked`),
-    /// `no_changes` (`expect_changes = true`), `untrusted`, `agent_error`,
+    /// `no_changes` (`expect_changes = true`), `untrusted`,
     /// `exit_status`, `timeout`, `signal`, `hook`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
