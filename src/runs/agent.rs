@@ -49,9 +49,10 @@ pub const POST_EXIT_DRAIN: Duration = Duration::from_secs(2);
 /// Provider CLI authentication and configuration variables passed through
 /// to the agent when set (on top of the supervisor's essentials). Their
 /// values are never logged or recorded.
-pub const AUTH_ENV: [&str; 8] = [
+pub const AUTH_ENV: [&str; 9] = [
     "ANTHROPIC_API_KEY",
     "CLAUDE_CODE_OAUTH_TOKEN",
+    "CLAUDE_CONFIG_DIR",
     "OPENAI_API_KEY",
     "GEMINI_API_KEY",
     "GOOGLE_API_KEY",

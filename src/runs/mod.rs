@@ -132,10 +132,9 @@ pub fn ending_of(result: &Result<RunReport, RunError>) -> Ending {
     match result {
         Ok(report) => match &report.outcome {
             Outcome::Succeeded => (state::SUCCEEDED, None),
-            Outcome::Blocked { denials } => (
-                state::BLOCKED,
-                Some(format!("denied: {}", agent::denials_in_words(denials))),
-            ),
+            Outcome::Blocked { denials } => {
+                (state::BLOCKED, Some(agent::denials_in_words(denials)))
+            }
             Outcome::NoChanges => (state::FAILED, Some(executor::NO_CHANGES.to_string())),
             Outcome::HookFailed => (
                 state::FAILED,
