@@ -650,6 +650,12 @@ fn write_file(root: &Path, path: &Path, text: &str) -> Result<(), RunError> {
 /// The recorded (and `--format json`) payload of an agent event: the event
 /// with its `type`, plus the run id.
 pub fn event_payload(run_id: &str, event: &AgentEvent) -> Value {
+    if let AgentEvent::Denied { .. } = event {
+        // Recorded as `tool.denied` (no `type`); printed as the others are.
+        let mut v = serde_json::to_value(event).unwrap_or_default();
+        v["run_id"] = run_id.into();
+        return v;
+    }
     event.clone().into_event(run_id).payload()
 }
 

@@ -27,6 +27,8 @@ use crate::support::{Peer, Stopped, WAIT_LIMIT, npc_path, repo_root, require, wa
 /// Longest one `npc run` of a real CLI may take (OpenCode's first start
 /// installs nothing but reads its model list; each turn is two requests).
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+/// The shell command OpenCode's rule refuses.
+const REFUSED_COMMAND: &str = "printf refused";
 /// The text the model asks `echo` to echo.
 const ECHO_TOKEN: &str = "npc-real-cli-echo";
 /// The reason the denying hook gives.
@@ -178,6 +180,9 @@ struct Setup {
     user: Option<u32>,
     /// More arguments for the CLI (the provider's `args`).
     provider_args: &'static [&'static str],
+    /// The CLI is not allowed the call (no `--allowedTools` for Claude
+    /// Code, no `--yolo` for Gemini CLI, a `deny` rule for OpenCode).
+    refuse: bool,
 }
 
 /// What the scripted model asks for, and what the CLI needs to allow it.
@@ -210,6 +215,36 @@ impl Setup {
 
     /// [`Setup::new_as`] with the model calling `script`'s tool.
     fn scripted(cli: Cli, hooks: &str, user: Option<u32>, script: Script) -> Self {
+        Self::scripted_with(cli, hooks, user, script, false)
+    }
+
+    /// [`Setup::new`] where the CLI itself refuses the call ([`Setup::refuse`]):
+    /// `echo`, but OpenCode's `bash` (OpenCode hides a tool a rule denies
+    /// whole, and takes patterns for `bash`).
+    fn refusing(cli: Cli) -> Self {
+        let script = if cli.kind == "opencode" {
+            Script {
+                tool: "bash",
+                args: serde_json::json!({"command": REFUSED_COMMAND, "description": "print"}),
+                provider_args: &[],
+            }
+        } else {
+            Script {
+                tool: "echo",
+                args: serde_json::json!({ "message": ECHO_TOKEN }),
+                provider_args: &[],
+            }
+        };
+        Self::scripted_with(cli, "", None, script, true)
+    }
+
+    fn scripted_with(
+        cli: Cli,
+        hooks: &str,
+        user: Option<u32>,
+        script: Script,
+        refuse: bool,
+    ) -> Self {
         let repo = tempfile::tempdir().unwrap();
         let home = tempfile::tempdir().unwrap();
         let model = Model::start(home.path(), script.tool, &script.args);
@@ -227,6 +262,7 @@ impl Setup {
             model,
             user,
             provider_args: script.provider_args,
+            refuse,
         };
         this.write_home(&root);
         let manifest = format!(
@@ -343,13 +379,17 @@ impl Setup {
                 format!(
                     "ANTHROPIC_BASE_URL = \"{url}\", ANTHROPIC_API_KEY = \"sk-scripted\", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = \"1\""
                 ),
-                "\"--allowedTools\", \"mcp__npc__everything__echo\"",
+                if self.refuse {
+                    ""
+                } else {
+                    "\"--allowedTools\", \"mcp__npc__everything__echo\""
+                },
             ),
             // The project's hooks run once reviewed: see `review_codex_hooks`.
             "codex" => ("SCRIPTED_API_KEY = \"sk-scripted\"".to_string(), ""),
             "gemini_cli" => (
                 format!("GOOGLE_GEMINI_BASE_URL = \"{url}\", GEMINI_API_KEY = \"scripted\""),
-                "\"--yolo\"",
+                if self.refuse { "" } else { "\"--yolo\"" },
             ),
             _ => (String::new(), ""),
         };
@@ -383,6 +423,16 @@ impl Setup {
                 ),
             ),
             "gemini_cli" => {
+                if self.refuse {
+                    // A user policy that denies this call of the gateway's
+                    // `echo` (its arguments), leaving the tool offered.
+                    write(
+                        ".gemini/policies/deny-echo.toml",
+                        format!(
+                            "[[rule]]\nmcpName = \"npc\"\ntoolName = \"{GATEWAY_ECHO}\"\nargsPattern = \"{ECHO_TOKEN}\"\ndecision = \"deny\"\npriority = 900\n"
+                        ),
+                    );
+                }
                 write(
                     ".gemini/settings.json",
                     r#"{"security": {"auth": {"selectedType": "gemini-api-key"}}}"#.to_string(),
@@ -392,9 +442,8 @@ impl Setup {
                     serde_json::json!({ root.to_string_lossy(): "TRUST_FOLDER" }).to_string(),
                 );
             }
-            "opencode" => write(
-                ".config/opencode/opencode.json",
-                serde_json::json!({
+            "opencode" => {
+                let mut config = serde_json::json!({
                     "provider": {"scripted": {
                         "npm": "@ai-sdk/openai-compatible",
                         "name": "scripted",
@@ -402,9 +451,14 @@ impl Setup {
                         "models": {"scripted-model": {"name": "scripted-model"}}
                     }},
                     "model": "scripted/scripted-model"
-                })
-                .to_string(),
-            ),
+                });
+                if self.refuse {
+                    config["permission"] = serde_json::json!({
+                        "bash": { "*": "allow", "printf *": "deny" }
+                    });
+                }
+                write(".config/opencode/opencode.json", config.to_string())
+            }
             _ => {}
         }
     }
@@ -438,6 +492,11 @@ impl Setup {
 
     /// `npc run agent` to its end: the run's agent events (`--format json`).
     fn run(&self) -> Vec<Value> {
+        self.run_ending(0)
+    }
+
+    /// [`Setup::run`], which must exit `code`.
+    fn run_ending(&self, code: i32) -> Vec<Value> {
         let timeout = RUN_TIMEOUT.as_secs().to_string();
         let out = self
             .npc(&[
@@ -453,9 +512,10 @@ impl Setup {
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{}: npc run failed ({}):\n{stdout}\n{}",
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{}: npc run ended otherwise ({}):\n{stdout}\n{}",
             self.cli.program,
             out.status,
             String::from_utf8_lossy(&out.stderr)
@@ -543,7 +603,8 @@ fn can_switch_user() -> bool {
         ))
 }
 
-/// The checks every scenario shares: the run finished ok with no unknown
+/// The checks every scenario shares: the run finished (`succeeded`, or
+/// `blocked` exactly when a denial of it was recorded) with no unknown
 /// event and no drift, the agent was offered the gateway's `echo` and no raw server's,
 /// and a later turn carried `expect` (the tool's result) to the model.
 fn check_turn(s: &Setup, events: &[Value], expect: &str) {
@@ -565,7 +626,9 @@ fn check_turn(s: &Setup, events: &[Value], expect: &str) {
         .iter()
         .find(|e| e["kind"] == "run.finished")
         .expect("run.finished");
-    assert_eq!(finished["payload"]["outcome"], "succeeded", "{who}");
+    let denied = stored.iter().any(|e| e["kind"] == "tool.denied");
+    let outcome = if denied { "blocked" } else { "succeeded" };
+    assert_eq!(finished["payload"]["outcome"], outcome, "{who}: {finished}");
     let turns = s.turns();
     assert!(
         turns.len() >= 2,
@@ -605,6 +668,11 @@ fn echo_through_the_gateway_as(cli: Cli, user: Option<u32>) {
     let events = s.run();
     check_turn(&s, &events, &format!("Echo: {ECHO_TOKEN}"));
     let stored = s.events();
+    assert!(
+        !stored.iter().any(|e| e["kind"] == "tool.denied"),
+        "{}: a denial in a run that was allowed its call",
+        cli.program
+    );
     let call = stored
         .iter()
         .find(|e| e["kind"] == "mcp.tool_call" && e["payload"]["name"] == GATEWAY_ECHO)
@@ -630,7 +698,9 @@ fn echo_denied_by_the_native_hook(cli: Cli) {
     }
     let hooks = "\n[[hooks.before_tool]]\ncommand = \"python3\"\nargs = [\"deny.py\"]\nmatcher = \"echo\"\n";
     let s = Setup::new(cli, hooks);
-    let events = s.run();
+    // Claude Code lists the call its hook denied among its refusals: the
+    // run is `blocked` (the others, once the hook's denial is an event).
+    let events = s.run_ending(if cli.kind == "claude_code" { 3 } else { 0 });
     check_turn(&s, &events, DENIAL);
     let stored = s.events();
     let denied: Vec<&Value> = stored
@@ -978,4 +1048,65 @@ fn opencode_edit_in_a_worktree_lands_on_its_branch() {
             provider_args: &[],
         },
     );
+}
+
+/// A call the CLI itself refuses (its own permission rules: the profile
+/// does not allow it) ends the run `blocked`, not `succeeded`, with the
+/// denial listed in `run.finished` and recorded as a `tool.denied` event of
+/// the run; `npc run` exits 3.
+fn refused_call_ends_the_run_blocked(cli: Cli) {
+    if !installed(cli) {
+        return;
+    }
+    let s = Setup::refusing(cli);
+    s.run_ending(3);
+    let stored = s.events();
+    let finished = stored
+        .iter()
+        .find(|e| e["kind"] == "run.finished")
+        .expect("run.finished");
+    assert_eq!(finished["payload"]["outcome"], "blocked", "{finished}");
+    let denials = finished["payload"]["denials"].as_array().unwrap();
+    let tool = if cli.kind == "opencode" {
+        "bash"
+    } else {
+        "echo"
+    };
+    assert!(
+        denials
+            .iter()
+            .any(|d| d["tool"].as_str().is_some_and(|t| t.ends_with(tool))),
+        "{}: {finished}",
+        cli.program
+    );
+    let run_id = finished["payload"]["run_id"].as_str().unwrap();
+    assert!(
+        stored.iter().any(|e| e["kind"] == "tool.denied"
+            && e["payload"]["run_id"] == run_id
+            && e["payload"]["by"] == "cli"),
+        "{}: {stored:#?}",
+        cli.program
+    );
+    assert!(
+        !stored
+            .iter()
+            .any(|e| e["kind"] == "mcp.tool_call" && e["payload"]["outcome"] == "ok"),
+        "{}: the refused call reached the server",
+        cli.program
+    );
+}
+
+#[test]
+fn claude_refused_call_ends_the_run_blocked() {
+    refused_call_ends_the_run_blocked(CLAUDE);
+}
+
+#[test]
+fn gemini_refused_call_ends_the_run_blocked() {
+    refused_call_ends_the_run_blocked(GEMINI);
+}
+
+#[test]
+fn opencode_refused_call_ends_the_run_blocked() {
+    refused_call_ends_the_run_blocked(OPENCODE);
 }
