@@ -520,21 +520,23 @@ fn trust(
             let shown = path
                 .as_deref()
                 .map_or("~/.claude.json".to_string(), |p| p.display().to_string());
-            vec![if checks::claude_trusts(config.as_deref(), root) {
-                Check::ok("workspace_trust", format!("`{root_text}` is trusted"))
-            } else {
-                Check::bad(
-                    "workspace_trust",
-                    Status::Problem,
-                    format!(
-                        "`{root_text}` is not a trusted workspace: Claude Code ignores its `.claude/settings.json` (the permissions and hooks npc writes) in runs in place (npc trusts the worktrees it makes itself)"
-                    ),
-                    format!(
-                        "start `claude` in `{root_text}` once and accept its trust dialog, or set `projects[\"{root_text}\"].{}` to `true` in `{shown}`",
-                        crate::runs::trust::CLAUDE_TRUST_KEY
-                    ),
-                )
-            }]
+            vec![
+                if crate::runs::trust::claude_project_trusted(config.as_deref(), root) {
+                    Check::ok("workspace_trust", format!("`{root_text}` is trusted"))
+                } else {
+                    Check::bad(
+                        "workspace_trust",
+                        Status::Problem,
+                        format!(
+                            "`{root_text}` is not a trusted workspace: Claude Code ignores its `.claude/settings.json` (the permissions and hooks npc writes) and, through the repository, in its worktrees"
+                        ),
+                        format!(
+                            "start `claude` in `{root_text}` once and accept its trust dialog, or set `projects[\"{root_text}\"].{}` to `true` in `{shown}`",
+                            crate::runs::trust::CLAUDE_TRUST_KEY
+                        ),
+                    )
+                },
+            ]
         }
         ProviderKind::Opencode => vec![Check::ok(
             "workspace_trust",

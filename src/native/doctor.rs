@@ -18,9 +18,9 @@
 //!   start-up dialog stores it), so an edited agent waits for a new yes.
 //!
 //! - Claude Code reads a repository's `.claude/settings.json` (its
-//!   permissions and hooks) only in a trusted workspace: `projects["DIR"]
-//!   .hasTrustDialogAccepted = true` in `~/.claude.json` for the directory or
-//!   one above it (what its trust dialog stores); elsewhere it ignores them
+//!   permissions and hooks) only in a trusted workspace: `projects["ROOT"]
+//!   .hasTrustDialogAccepted = true` in `~/.claude.json` (what its trust
+//!   dialog stores; `runs::trust` reads it); elsewhere it ignores them
 //!   ("this workspace has not been trusted");
 //! - OpenCode has no workspace trust: it reads a project's files anywhere.
 //!
@@ -51,20 +51,6 @@ pub fn codex_trusts(config: Option<&str>, root: &Path) -> bool {
         .and_then(|p| p.get("trust_level"))
         .and_then(toml::Value::as_str)
         == Some(CODEX_TRUSTED)
-}
-
-/// Whether Claude Code's user config (`~/.claude.json`'s text; `None` when
-/// absent) trusts `dir`: a `projects` entry of it or of a directory above
-/// it with `hasTrustDialogAccepted: true` (Claude Code walks up, too).
-pub fn claude_trusts(config: Option<&str>, dir: &Path) -> bool {
-    let Some(doc) = config.and_then(|c| serde_json::from_str::<Value>(c).ok()) else {
-        return false;
-    };
-    let projects = &doc["projects"];
-    dir.ancestors().any(|d| {
-        d.to_str()
-            .is_some_and(|k| projects[k]["hasTrustDialogAccepted"] == Value::Bool(true))
-    })
 }
 
 /// The keys (as Codex names them) of npc's hooks in the project's

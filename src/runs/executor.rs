@@ -732,6 +732,7 @@ impl Executor {
                     &self.cx.state_dir,
                     &manifest.runs,
                 ),
+                repository: opened.worktree.git.clone(),
             });
         }
         if let Some(local) = &local {

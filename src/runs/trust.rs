@@ -5,24 +5,27 @@
 //! starts, [`TrustPlan::establish`] trusts the run's worktree the CLI's own
 //! documented way, or fails the run at once ([`UntrustedWorkspace`], reason
 //! `untrusted`, with the exact fix):
-//! - Claude Code: `projects["DIR"].hasTrustDialogAccepted = true` in its
-//!   user config (`$CLAUDE_CONFIG_DIR/.claude.json`, else `~/.claude.json`),
-//!   what its trust dialog stores, unless the directory or one above it is
-//!   trusted already; the file is edited as a document, written atomically,
-//!   never through a link, and left alone when it does not parse;
 //! - Codex: the per-invocation override `-c projects={"DIR"={trust_level =
 //!   "trusted"}}` (no file is written);
 //! - Gemini CLI: `GEMINI_CLI_TRUST_WORKSPACE=true` in the run's environment
 //!   (its documented headless way; no file is written);
+//! - Claude Code trusts a git worktree through its repository (the
+//!   `projects["REPO"].hasTrustDialogAccepted` its trust dialog stores in
+//!   `~/.claude.json`, keyed by the repository holding the worktree's
+//!   branch, never the worktree): npc trusts no repository on the user's
+//!   behalf, so a worktree whose Claude Code settings
+//!   (`.claude/settings.json`, `.claude/settings.local.json`) would be
+//!   ignored fails at once with the fix; without them nothing is ignored;
 //! - OpenCode has no workspace trust.
 //!
 //! Only a directory npc made is trusted: `ROOT/RUN-ID` under the worktrees
-//! directory, a real directory (no link on the way) whose name is a run id
-//! npc makes. A repository names no path that gets trusted.
+//! directory, a real directory (itself no link) whose name is a run id npc
+//! makes. A repository names no path that gets trusted, and npc writes no
+//! CLI's user configuration.
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::agent::UntrustedWorkspace;
 use crate::model::ProviderKind;
@@ -34,10 +37,9 @@ pub const CLAUDE_CONFIG_FILE: &str = ".claude.json";
 pub const CLAUDE_TRUST_KEY: &str = "hasTrustDialogAccepted";
 /// Gemini CLI's variable that trusts the workspace for one session.
 pub const GEMINI_TRUST_ENV: &str = "GEMINI_CLI_TRUST_WORKSPACE";
-
-/// Serializes npc's edits of the user's Claude Code config within this
-/// process (a daemon starts several worktree runs at once).
-static CLAUDE_CONFIG_EDIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The project files Claude Code ignores in a workspace it does not trust.
+pub const CLAUDE_PROJECT_SETTINGS: [&str; 2] =
+    [".claude/settings.json", ".claude/settings.local.json"];
 
 /// The trust a worktree run needs before its agent starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,17 +49,19 @@ pub struct TrustPlan {
     pub dir: PathBuf,
     /// The worktrees directory it must lie directly in.
     pub worktrees: PathBuf,
+    /// The repository holding the worktree's branch (the main checkout, a
+    /// fleet worker's mirror): Claude Code's project for the worktree.
+    pub repository: PathBuf,
 }
 
-/// What [`TrustPlan::establish`] did, in words (for the run's warnings).
+/// What [`TrustPlan::establish`] found or did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Established {
-    /// The CLI trusts the directory already (or has no notion of trust).
+    /// The CLI trusts the directory already, has no notion of trust, or has
+    /// nothing there it would ignore.
     Already,
     /// The run's own arguments or environment trust it.
     ForTheRun,
-    /// npc stored the CLI's trust of it in `file`.
-    Stored { file: PathBuf },
 }
 
 /// Where Claude Code keeps its user config: `$CLAUDE_CONFIG_DIR/.claude.json`,
@@ -74,8 +78,8 @@ pub fn claude_config_path(
 
 impl TrustPlan {
     /// Trust the run's worktree for its CLI: `spec` gets what trusts it for
-    /// the run (Codex, Gemini CLI), or the user's config stores it (Claude
-    /// Code).
+    /// the run (Codex, Gemini CLI), or the CLI must trust it already (Claude
+    /// Code, where it would ignore settings).
     pub fn establish(&self, spec: &mut ChildSpec) -> Result<Established, UntrustedWorkspace> {
         let dir = self.check_own()?;
         match self.kind {
@@ -86,6 +90,7 @@ impl TrustPlan {
                 Ok(Established::ForTheRun)
             }
             ProviderKind::Codex => {
+                // Before the prompt's `--`, among the CLI's options.
                 let at = spec
                     .args
                     .iter()
@@ -96,6 +101,7 @@ impl TrustPlan {
                 Ok(Established::ForTheRun)
             }
             ProviderKind::ClaudeCode => {
+                // What the agent sees: its own environment, else npc's.
                 let env = |k: &str| {
                     spec.env
                         .get(k)
@@ -103,9 +109,9 @@ impl TrustPlan {
                         .or_else(|| std::env::var_os(k))
                 };
                 let home = env("HOME").map(PathBuf::from);
-                let path = claude_config_path(env("CLAUDE_CONFIG_DIR").as_deref(), home.as_deref())
-                    .ok_or_else(|| self.untrusted("npc knows no home directory (`HOME`)", None))?;
-                self.claude_trust(&path, &dir)
+                let config =
+                    claude_config_path(env("CLAUDE_CONFIG_DIR").as_deref(), home.as_deref());
+                self.claude_trust(config.as_deref(), &dir)
             }
         }
     }
@@ -137,60 +143,56 @@ impl TrustPlan {
         }
     }
 
-    fn untrusted(&self, why: &str, file: Option<&Path>) -> UntrustedWorkspace {
-        let file = file.map_or("~/.claude.json".to_string(), |f| f.display().to_string());
-        UntrustedWorkspace {
-            cli: cli_name(self.kind),
-            dir: self.dir.clone(),
-            why: why.to_string(),
-            fix: format!(
-                "set `projects[\"{}\"].{CLAUDE_TRUST_KEY}` to `true` in `{file}` (or start `claude` once in the repository and accept its trust dialog, which trusts every worktree below it)",
-                self.dir.display()
-            ),
-        }
-    }
-
-    /// Claude Code: store the trust in its user config unless it holds it.
-    fn claude_trust(&self, path: &Path, dir: &Path) -> Result<Established, UntrustedWorkspace> {
-        let _one = crate::stdx::lock(&CLAUDE_CONFIG_EDIT);
-        let text = crate::native::read_existing(path).map_err(|e| {
-            self.untrusted(
-                &format!("cannot read `{}`: {e}", path.display()),
-                Some(path),
-            )
-        })?;
-        if crate::native::doctor::claude_trusts(text.as_deref(), dir) {
+    /// Claude Code: its project for the worktree (the repository) must be
+    /// trusted when the worktree holds settings it would ignore.
+    fn claude_trust(
+        &self,
+        config: Option<&Path>,
+        dir: &Path,
+    ) -> Result<Established, UntrustedWorkspace> {
+        let ignored: Vec<&str> = CLAUDE_PROJECT_SETTINGS
+            .into_iter()
+            .filter(|f| std::fs::symlink_metadata(dir.join(f)).is_ok())
+            .collect();
+        if ignored.is_empty() {
             return Ok(Established::Already);
         }
-        let after = claude_trusted(text.as_deref(), dir).ok_or_else(|| {
-            self.untrusted(
-                &format!("`{}` is not a JSON object npc can edit", path.display()),
-                Some(path),
-            )
-        })?;
-        let (Some(parent), Some(_)) = (path.parent(), path.file_name()) else {
-            return Err(self.untrusted("its config has no directory", Some(path)));
-        };
-        let write = crate::repofs::Root::new(parent).and_then(|root| {
-            root.write(
-                path,
-                after.as_bytes(),
-                crate::repofs::WriteOptions {
-                    links: crate::repofs::Links::Refuse,
-                    perms: crate::repofs::Perms::Shared,
-                },
-            )
-        });
-        write.map_err(|e| {
-            self.untrusted(
-                &format!("cannot write `{}`: {e}", path.display()),
-                Some(path),
-            )
-        })?;
-        Ok(Established::Stored {
-            file: path.to_path_buf(),
+        let project = self
+            .repository
+            .canonicalize()
+            .unwrap_or_else(|_| self.repository.clone());
+        let text = config.and_then(|p| crate::native::read_existing(p).ok().flatten());
+        if claude_project_trusted(text.as_deref(), &project) {
+            return Ok(Established::Already);
+        }
+        let file = config.map_or("~/.claude.json".to_string(), |f| f.display().to_string());
+        Err(UntrustedWorkspace {
+            cli: cli_name(self.kind),
+            dir: self.dir.clone(),
+            why: format!(
+                "it trusts a git worktree through its repository `{}`, which it does not trust, so it would ignore the worktree's `{}`",
+                project.display(),
+                ignored.join("`, `")
+            ),
+            fix: format!(
+                "start `claude` in `{}` once and accept its trust dialog, or set `projects[\"{}\"].{CLAUDE_TRUST_KEY}` to `true` in `{file}`",
+                project.display(),
+                project.display()
+            ),
         })
     }
+}
+
+/// Whether Claude Code's user config (`~/.claude.json`'s text; `None` when
+/// absent) trusts the project `root` itself: `projects["ROOT"]
+/// .hasTrustDialogAccepted` is what it checks before reading a project's
+/// settings (the directory a run starts in, or a worktree's repository).
+pub fn claude_project_trusted(config: Option<&str>, root: &Path) -> bool {
+    let Some(doc) = config.and_then(|c| serde_json::from_str::<Value>(c).ok()) else {
+        return false;
+    };
+    root.to_str()
+        .is_some_and(|k| doc["projects"][k][CLAUDE_TRUST_KEY] == Value::Bool(true))
 }
 
 /// The CLI's own name, for messages.
@@ -207,33 +209,6 @@ fn cli_name(kind: ProviderKind) -> &'static str {
 pub fn codex_trust_override(dir: &Path) -> String {
     let key = Value::String(dir.to_string_lossy().into_owned()).to_string();
     format!("projects={{{key}={{trust_level=\"trusted\"}}}}")
-}
-
-/// Claude Code's config `text` (`None`: no file yet) with `dir` trusted,
-/// every other byte of meaning kept; `None` when the text is no JSON
-/// object (or its `projects` no object), which npc leaves alone.
-pub fn claude_trusted(text: Option<&str>, dir: &Path) -> Option<String> {
-    let mut doc = match text {
-        Some(t) if !t.trim().is_empty() => serde_json::from_str::<Value>(t).ok()?,
-        _ => Value::Object(Map::new()),
-    };
-    let projects = doc
-        .as_object_mut()?
-        .entry("projects")
-        .or_insert_with(|| Value::Object(Map::new()))
-        .as_object_mut()?;
-    let entry = projects
-        .entry(dir.to_str()?.to_string())
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !entry.is_object() {
-        *entry = Value::Object(Map::new());
-    }
-    entry
-        .as_object_mut()?
-        .insert(CLAUDE_TRUST_KEY.to_string(), Value::Bool(true));
-    let mut out = serde_json::to_string_pretty(&doc).ok()?;
-    out.push('\n');
-    Some(out)
 }
 
 #[cfg(test)]

@@ -907,11 +907,26 @@ const EDITED_TEXT: &str = "edited by the agent";
 /// model has the CLI's own shell tool write a file, and the edit lands on
 /// the run's branch (`npc/RUN`), not in the checkout.
 fn worktree_edit_lands_on_its_branch(cli: Cli, script: Script) {
+    worktree_edit_lands_on_its_branch_with(cli, script, &[]);
+}
+
+/// [`worktree_edit_lands_on_its_branch`] with `files` committed in the
+/// repository too; the run's `run.finished`.
+fn worktree_edit_lands_on_its_branch_with(
+    cli: Cli,
+    script: Script,
+    files: &[(&str, &str)],
+) -> Option<Value> {
     if !installed(cli) {
-        return;
+        return None;
     }
     let s = Setup::scripted(cli, "", None, script);
     let root = s.root();
+    for (name, text) in files {
+        let path = root.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
     let git = |args: &[&str]| {
         let out = Command::new("git")
             .args(["-c", "user.name=test", "-c", "user.email=test@example.com"])
@@ -949,8 +964,8 @@ fn worktree_edit_lands_on_its_branch(cli: Cli, script: Script) {
         },
     );
     let timeout = RUN_TIMEOUT.as_secs().to_string();
-    let out = s
-        .npc(&[
+    let run = || {
+        s.npc(&[
             "run",
             "agent",
             "--workspace",
@@ -963,7 +978,27 @@ fn worktree_edit_lands_on_its_branch(cli: Cli, script: Script) {
             &timeout,
         ])
         .output()
+        .unwrap()
+    };
+    let claude_config = s.home.path().join(".claude.json");
+    if cli.kind == "claude_code" {
+        // Claude Code trusts a worktree through its repository, which nobody
+        // trusted yet: the run fails at once with the fix, npc writes nothing.
+        let out = run();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        let fix = format!("projects[\"{}\"].hasTrustDialogAccepted", root.display());
+        assert!(said.contains(&fix), "{said}");
+        assert!(!claude_config.exists());
+        // What its trust dialog stores, as the fix says.
+        std::fs::write(
+            &claude_config,
+            serde_json::json!({ "projects": { root.to_string_lossy(): { "hasTrustDialogAccepted": true } } })
+                .to_string(),
+        )
         .unwrap();
+    }
+    let out = run();
     assert!(
         out.status.success(),
         "{}: npc run failed ({}):\n{}\n{}\n{}",
@@ -976,7 +1011,8 @@ fn worktree_edit_lands_on_its_branch(cli: Cli, script: Script) {
     let finished = daemon
         .events()
         .into_iter()
-        .find(|e| e["kind"] == "run.finished")
+        .filter(|e| e["kind"] == "run.finished")
+        .last()
         .expect("run.finished");
     assert_eq!(finished["payload"]["outcome"], "succeeded", "{finished}");
     let result = &finished["payload"]["result"];
@@ -995,6 +1031,7 @@ fn worktree_edit_lands_on_its_branch(cli: Cli, script: Script) {
         "",
         "the checkout stays clean"
     );
+    Some(finished)
 }
 
 /// The shell command the model asks for.
@@ -1002,15 +1039,25 @@ fn edit_command() -> String {
     format!("printf '%s\\n' '{EDITED_TEXT}' > {EDITED_FILE}")
 }
 
+/// Claude Code allowed its shell only by the repository's own settings
+/// (`.claude/settings.local.json`, which it reads in a trusted workspace
+/// only, and for a worktree, through its repository): the run fails at
+/// once with the fix until the repository is trusted, then the edit lands
+/// (before, the call was refused and the run "succeeded" with nothing
+/// changed).
 #[test]
 fn claude_edit_in_a_worktree_lands_on_its_branch() {
-    worktree_edit_lands_on_its_branch(
+    worktree_edit_lands_on_its_branch_with(
         CLAUDE,
         Script {
             tool: "Bash",
             args: serde_json::json!({"command": edit_command(), "description": "write the file"}),
-            provider_args: &["--allowedTools", "Bash"],
+            provider_args: &[],
         },
+        &[(
+            ".claude/settings.local.json",
+            r#"{"permissions": {"allow": ["Bash"]}}"#,
+        )],
     );
 }
 

@@ -254,8 +254,8 @@ impl Daemon {
         {
             cmd.env("XDG_DATA_HOME", data_home);
         }
-        // Claude Code's user config, where npc trusts a worktree it made for
-        // Claude Code: the daemon's own, never the real home's.
+        // Claude Code's user config, whose trust of a repository a worktree
+        // run checks: the daemon's own, never the real home's.
         if setup.only_env.is_none() {
             let claude = logs.path().join("claude");
             std::fs::create_dir_all(&claude).unwrap();

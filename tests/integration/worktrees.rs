@@ -858,25 +858,29 @@ fn a_run_that_changed_nothing_says_so_and_fails_when_changes_are_expected() {
     );
 }
 
-/// The daemon's environment for the trust tests: a home of its own.
-fn own_home<'a>(path: &'a str, home: &'a str, data: &'a str) -> [(&'a str, &'a str); 3] {
-    [("PATH", path), ("HOME", home), ("XDG_DATA_HOME", data)]
-}
-
-/// Claude Code ignores a repository's settings in a workspace it does not
-/// trust: npc trusts the worktree it made (`hasTrustDialogAccepted` in the
-/// user's `~/.claude.json`, everything else there kept), and when it cannot
-/// (a config it cannot edit) the run fails at once, `untrusted`, with the fix.
+/// Claude Code trusts a worktree through its repository and ignores the
+/// worktree's `.claude/settings.json` when the repository is untrusted: the
+/// run fails at once (`untrusted`, the agent never started) with the exact
+/// fix, npc writing nothing of the user's; once the user trusted the
+/// repository the run goes on. A worktree without such settings needs no trust.
 #[test]
-fn a_claude_worktree_is_trusted_for_the_run_or_the_run_fails_untrusted() {
+fn a_claude_worktree_run_needs_its_repository_trusted_or_fails_untrusted() {
     let home = tempfile::tempdir().unwrap();
     let config = home.path().join(".claude.json");
     std::fs::write(&config, r#"{"numStartups": 7, "projects": {}}"#).unwrap();
-    let dir = repository(&unchanging(""), &[("notes.txt", "base\n")]);
+    let dir = repository(
+        &unchanging(""),
+        &[("notes.txt", "base\n"), (".claude/settings.json", "{}")],
+    );
+    let root = dir.path().canonicalize().unwrap();
     let path = std::env::var("PATH").unwrap();
     let home_text = home.path().to_string_lossy().into_owned();
     let data = home.path().join("data").to_string_lossy().into_owned();
-    let env = own_home(&path, &home_text, &data);
+    let env = [
+        ("PATH", path.as_str()),
+        ("HOME", home_text.as_str()),
+        ("XDG_DATA_HOME", data.as_str()),
+    ];
     let daemon = Daemon::start_in_with(
         dir.path(),
         crate::support::DaemonSetup {
@@ -886,51 +890,34 @@ fn a_claude_worktree_is_trusted_for_the_run_or_the_run_fails_untrusted() {
     );
     let first = fire(dir.path(), "plain", "{}");
     let rows = ended(dir.path(), 1);
-    assert_eq!(rows[0]["state"], "succeeded", "{rows:#?}");
-    let workspace = daemon
-        .events()
-        .into_iter()
-        .find(|e| e["kind"] == "run.workspace" && e["payload"]["run_id"] == first.as_str())
-        .unwrap();
-    let worktree = workspace["payload"]["worktree"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let stored: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
-    assert_eq!(stored["numStartups"], 7, "{stored}");
-    assert_eq!(
-        stored["projects"][worktree.as_str()]["hasTrustDialogAccepted"],
-        true,
-        "{stored}"
-    );
-    // Only the worktree npc made: not the repository, nothing else.
-    let projects = stored["projects"].as_object().unwrap();
-    assert_eq!(projects.len(), 1, "{stored}");
-
-    std::fs::write(&config, "{ this is not json").unwrap();
-    let second = fire(dir.path(), "plain", "{}");
-    let rows = ended(dir.path(), 2);
-    let row = rows.iter().find(|r| r["id"] == second.as_str()).unwrap();
-    assert_eq!(row["state"], "failed", "{rows:#?}");
-    let detail = row["detail"].as_str().unwrap();
+    assert_eq!(rows[0]["state"], "failed", "{rows:#?}");
+    let detail = rows[0]["detail"].as_str().unwrap();
     assert!(detail.contains("does not trust"), "{detail}");
-    assert!(detail.contains("hasTrustDialogAccepted"), "{detail}");
+    let fix = format!("projects[\"{}\"].hasTrustDialogAccepted", root.display());
+    assert!(detail.contains(&fix), "{detail}");
     let events = daemon.events();
     let end = events
         .iter()
-        .find(|e| e["kind"] == "run.finished" && e["payload"]["run_id"] == second.as_str())
+        .find(|e| e["kind"] == "run.finished" && e["payload"]["run_id"] == first.as_str())
         .unwrap();
     assert_eq!(end["payload"]["reason"], "untrusted", "{end}");
-    // The agent never started, and the file npc cannot edit is as it was.
     assert!(
         !events
             .iter()
-            .any(|e| e["payload"]["run_id"] == second.as_str()
+            .any(|e| e["payload"]["run_id"] == first.as_str()
                 && e["kind"].as_str().is_some_and(|k| k.starts_with("agent."))),
-        "{events:#?}"
+        "the agent started: {events:#?}"
     );
     assert_eq!(
         std::fs::read_to_string(&config).unwrap(),
-        "{ this is not json"
+        r#"{"numStartups": 7, "projects": {}}"#
     );
+
+    // The fix, as Claude Code's trust dialog stores it.
+    let trusted = serde_json::json!({ "numStartups": 7, "projects": { root.to_string_lossy(): { "hasTrustDialogAccepted": true } } });
+    std::fs::write(&config, trusted.to_string()).unwrap();
+    let second = fire(dir.path(), "plain", "{}");
+    let rows = ended(dir.path(), 2);
+    let row = rows.iter().find(|r| r["id"] == second.as_str()).unwrap();
+    assert_eq!(row["state"], "succeeded", "{rows:#?}");
 }
