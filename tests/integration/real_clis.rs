@@ -1011,8 +1011,8 @@ fn worktree_edit_lands_on_its_branch_with(
     let finished = daemon
         .events()
         .into_iter()
-        .filter(|e| e["kind"] == "run.finished")
-        .last()
+        .rev()
+        .find(|e| e["kind"] == "run.finished")
         .expect("run.finished");
     assert_eq!(finished["payload"]["outcome"], "succeeded", "{finished}");
     let result = &finished["payload"]["result"];

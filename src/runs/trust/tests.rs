@@ -92,7 +92,7 @@ fn only_a_worktree_npc_made_is_trusted() {
             .establish(&mut spec)
             .unwrap_err();
         assert!(e.to_string().contains("does not trust"), "{e}");
-        assert!(spec.env.get(GEMINI_TRUST_ENV).is_none(), "{bad:?}");
+        assert!(!spec.env.contains_key(GEMINI_TRUST_ENV), "{bad:?}");
     }
 }
 
