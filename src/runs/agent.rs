@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::trust::UntrustedWorkspace;
 use super::{component, run_dir};
 use crate::bus::{BusError, EventBus};
 use crate::event::{
@@ -129,19 +130,6 @@ pub enum RunError {
     Hook(#[from] HookFailure),
     #[error("the run did not start: {0}")]
     Untrusted(#[from] UntrustedWorkspace),
-}
-
-/// The agent CLI would not trust a run's workspace, and npc could not (or
-/// may not) trust it for the CLI: the run fails at once (reason
-/// `untrusted`) rather than run with the repository's settings ignored.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{cli} does not trust `{}`: {why}; {fix}", dir.display())]
-pub struct UntrustedWorkspace {
-    pub cli: &'static str,
-    pub dir: PathBuf,
-    pub why: String,
-    /// The exact command or edit that trusts it.
-    pub fix: String,
 }
 
 /// Where the task prompt comes from.

@@ -27,7 +27,6 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::agent::UntrustedWorkspace;
 use crate::model::ProviderKind;
 use crate::supervisor::ChildSpec;
 
@@ -40,6 +39,19 @@ pub const GEMINI_TRUST_ENV: &str = "GEMINI_CLI_TRUST_WORKSPACE";
 /// The project files Claude Code ignores in a workspace it does not trust.
 pub const CLAUDE_PROJECT_SETTINGS: [&str; 2] =
     [".claude/settings.json", ".claude/settings.local.json"];
+
+/// The agent CLI would not trust a run's workspace, and npc could not (or
+/// may not) trust it for the CLI: the run fails at once (reason
+/// `untrusted`) rather than run with the repository's settings ignored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{cli} does not trust `{}`: {why}; {fix}", dir.display())]
+pub struct UntrustedWorkspace {
+    pub cli: &'static str,
+    pub dir: PathBuf,
+    pub why: String,
+    /// The exact command or edit that trusts it.
+    pub fix: String,
+}
 
 /// The trust a worktree run needs before its agent starts.
 #[derive(Debug, Clone, PartialEq, Eq)]

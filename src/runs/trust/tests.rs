@@ -1,3 +1,6 @@
+//! Unit tests of worktree trust: each CLI's way, only npc's own worktrees,
+//! Claude Code's trust of a worktree's repository.
+
 use super::*;
 
 #[test]
