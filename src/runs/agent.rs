@@ -497,6 +497,12 @@ pub fn prepare(
         crate::hooks::policy::PROFILE_ENV.to_string(),
         req.profile.clone(),
     );
+    if provider.kind == ProviderKind::ClaudeCode
+        && req.cwd.is_none()
+        && let Some(warning) = super::trust::claude_in_place_warning(&env, &cwd)
+    {
+        warnings.push(warning);
+    }
     let spec =
         ChildSpec::new(plan.program.clone(), cwd).args(plan.exposed_args().map(str::to_string));
     let spec = ChildSpec { env, ..spec };

@@ -162,37 +162,77 @@ impl TrustPlan {
         config: Option<&Path>,
         dir: &Path,
     ) -> Result<Established, UntrustedWorkspace> {
-        let ignored: Vec<&str> = CLAUDE_PROJECT_SETTINGS
-            .into_iter()
-            .filter(|f| std::fs::symlink_metadata(dir.join(f)).is_ok())
-            .collect();
-        if ignored.is_empty() {
-            return Ok(Established::Already);
+        match claude_ignores(config, dir, &self.repository) {
+            None => Ok(Established::Already),
+            Some((project, ignored)) => Err(UntrustedWorkspace {
+                cli: cli_name(self.kind),
+                dir: self.dir.clone(),
+                why: format!(
+                    "it trusts a git worktree through its repository `{}`, which it does not trust, so it would ignore the worktree's `{}`",
+                    project.display(),
+                    ignored.join("`, `")
+                ),
+                fix: claude_fix(config, &project),
+            }),
         }
-        let project = self
-            .repository
-            .canonicalize()
-            .unwrap_or_else(|_| self.repository.clone());
-        let text = config.and_then(|p| crate::native::read_existing(p).ok().flatten());
-        if claude_project_trusted(text.as_deref(), &project) {
-            return Ok(Established::Already);
-        }
-        let file = config.map_or("~/.claude.json".to_string(), |f| f.display().to_string());
-        Err(UntrustedWorkspace {
-            cli: cli_name(self.kind),
-            dir: self.dir.clone(),
-            why: format!(
-                "it trusts a git worktree through its repository `{}`, which it does not trust, so it would ignore the worktree's `{}`",
-                project.display(),
-                ignored.join("`, `")
-            ),
-            fix: format!(
-                "start `claude` in `{}` once and accept its trust dialog, or set `projects[\"{}\"].{CLAUDE_TRUST_KEY}` to `true` in `{file}`",
-                project.display(),
-                project.display()
-            ),
-        })
     }
+}
+
+/// The project settings Claude Code would ignore in `dir` because its user
+/// config (`config`) does not trust `project` (`dir`'s project: itself, or
+/// a worktree's repository), with the project's real path; `None` when it
+/// would ignore nothing.
+fn claude_ignores(
+    config: Option<&Path>,
+    dir: &Path,
+    project: &Path,
+) -> Option<(PathBuf, Vec<&'static str>)> {
+    let ignored: Vec<&str> = CLAUDE_PROJECT_SETTINGS
+        .into_iter()
+        .filter(|f| std::fs::symlink_metadata(dir.join(f)).is_ok())
+        .collect();
+    if ignored.is_empty() {
+        return None;
+    }
+    let project = project
+        .canonicalize()
+        .unwrap_or_else(|_| project.to_path_buf());
+    let text = config.and_then(|p| crate::native::read_existing(p).ok().flatten());
+    (!claude_project_trusted(text.as_deref(), &project)).then_some((project, ignored))
+}
+
+/// How to make Claude Code trust `project`.
+fn claude_fix(config: Option<&Path>, project: &Path) -> String {
+    let file = config.map_or("~/.claude.json".to_string(), |f| f.display().to_string());
+    format!(
+        "start `claude` in `{}` once and accept its trust dialog, or set `projects[\"{}\"].{CLAUDE_TRUST_KEY}` to `true` in `{file}`",
+        project.display(),
+        project.display()
+    )
+}
+
+/// The warning of a Claude Code run in place (in `dir`, with the child's
+/// environment `env`) whose settings Claude Code would ignore: the run goes
+/// on (what it is refused ends it `blocked`), the warning says why and how
+/// to fix it.
+pub fn claude_in_place_warning(
+    env: &std::collections::BTreeMap<String, String>,
+    dir: &Path,
+) -> Option<String> {
+    let var = |k: &str| {
+        env.get(k)
+            .map(std::ffi::OsString::from)
+            .or_else(|| std::env::var_os(k))
+    };
+    let home = var("HOME").map(PathBuf::from);
+    let config = claude_config_path(var("CLAUDE_CONFIG_DIR").as_deref(), home.as_deref());
+    let (project, ignored) = claude_ignores(config.as_deref(), dir, dir)?;
+    Some(format!(
+        "Claude Code does not trust `{}` and ignores its `{}` (their permissions and hooks); {}",
+        project.display(),
+        ignored.join("`, `"),
+        claude_fix(config.as_deref(), &project)
+    ))
 }
 
 /// Whether Claude Code's user config (`~/.claude.json`'s text; `None` when

@@ -706,3 +706,46 @@ fn a_denial_of_the_run_blocks_it_and_one_of_another_run_does_not() {
     let id = started_run_id(dir.path());
     assert_eq!(row_of(dir.path(), &id).unwrap()["state"], "blocked");
 }
+
+/// A Claude Code run in place whose `.claude/settings.json` Claude Code
+/// would ignore (the repository is untrusted) says so with the fix, rather
+/// than run as if the settings applied; trusted, it says nothing.
+#[test]
+fn an_untrusted_claude_run_in_place_warns_with_the_fix() {
+    let dir = repo_without_servers("claude_code", CLAUDE_TOOL_CALL, &[]);
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(root.join(".claude")).unwrap();
+    std::fs::write(root.join(".claude/settings.json"), "{}").unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let run = || {
+        npc()
+            .current_dir(&root)
+            .args(["run", "dev", "--prompt", "hi"])
+            .env("HOME", home.path())
+            .env_remove("CLAUDE_CONFIG_DIR")
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    assert!(out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    let fix = format!(
+        "projects[\"{}\"].hasTrustDialogAccepted` to `true` in `{}`",
+        root.display(),
+        home.path().join(".claude.json").display()
+    );
+    assert!(
+        said.contains("warning: Claude Code does not trust"),
+        "{said}"
+    );
+    assert!(said.contains(&fix), "{said}");
+    std::fs::write(
+        home.path().join(".claude.json"),
+        serde_json::json!({ "projects": { root.to_string_lossy(): { "hasTrustDialogAccepted": true } } })
+            .to_string(),
+    )
+    .unwrap();
+    let out = run();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!said.contains("does not trust"), "{said}");
+}
