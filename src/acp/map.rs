@@ -109,7 +109,7 @@ impl Mapper {
 
 /// The ACP stop reason of a run that ended with `outcome`; `max_turns` when
 /// the agent said it stopped at its turn limit.
-pub fn stop_reason(outcome: Outcome, max_turns: bool) -> StopReason {
+pub fn stop_reason(outcome: &Outcome, max_turns: bool) -> StopReason {
     match outcome {
         Outcome::Cancelled { .. } => StopReason::Cancelled,
         _ if max_turns => StopReason::MaxTurnRequests,
@@ -311,12 +311,12 @@ mod tests {
     #[test]
     fn stop_reasons_follow_the_outcome() {
         assert_eq!(
-            stop_reason(Outcome::Cancelled { signal: 15 }, true),
+            stop_reason(&Outcome::Cancelled { signal: 15 }, true),
             StopReason::Cancelled
         );
-        assert_eq!(stop_reason(Outcome::Succeeded, false), StopReason::EndTurn);
+        assert_eq!(stop_reason(&Outcome::Succeeded, false), StopReason::EndTurn);
         assert_eq!(
-            stop_reason(Outcome::TimedOut, true),
+            stop_reason(&Outcome::TimedOut, true),
             StopReason::MaxTurnRequests
         );
         assert!(hit_turn_limit(

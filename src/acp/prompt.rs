@@ -351,7 +351,7 @@ impl Agent {
             .await
             .map_err(|e| frame::error(INTERNAL_ERROR, &e.to_string()))?;
         self.keep_events(&prepared.id).await;
-        match report.outcome {
+        match &report.outcome {
             Outcome::Succeeded | Outcome::Cancelled { .. } => {}
             other => {
                 let why = match other {
@@ -360,13 +360,18 @@ impl Agent {
                         prepared.timeout.as_secs()
                     ),
                     Outcome::HookFailed => report.hook_error.clone().unwrap_or_default(),
+                    Outcome::Blocked { denials } => format!(
+                        "a denial stopped what the agent tried: {}",
+                        crate::runs::agent::denials_in_words(denials)
+                    ),
+                    Outcome::NoChanges => "the run changed no file".to_string(),
                     _ => format!("the agent failed ({})", report.exit),
                 };
                 self.say_why(&record.id, &prepared.id, other.as_str(), &why);
             }
         }
         to_value(
-            PromptResponse::new(map::stop_reason(report.outcome, max_turns)).meta(meta(json!({
+            PromptResponse::new(map::stop_reason(&report.outcome, max_turns)).meta(meta(json!({
                 "runId": prepared.id,
                 "outcome": report.outcome.as_str(),
                 "ranIn": RAN_IN_ACP,

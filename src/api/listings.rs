@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::event::RunDenial;
 use crate::model::{Manifest, TriggerSource};
 use crate::plugins::registry::{Collision, RegistryError};
 use crate::runs::{MANUAL_QUEUE, Origin};
@@ -207,8 +208,8 @@ pub struct RunListing {
     /// What asked for it: `cron`, `webhook`, `file_watch`, `manual`, `api`,
     /// `acp` or `cli`.
     pub origin: String,
-    /// `queued`, `running`, `succeeded`, `failed`, `cancelled`, `skipped`,
-    /// `timed_out`, `interrupted` or `hook_failed`.
+    /// `queued`, `running`, `waiting`, `succeeded`, `blocked`, `failed`,
+    /// `cancelled`, `skipped`, `timed_out` or `interrupted`.
     pub state: String,
     pub profile: Option<String>,
     pub enqueued_at_ms: i64,
@@ -219,6 +220,34 @@ pub struct RunListing {
     /// The process that holds or held it: in a fleet, its worker
     /// (`host/pid:start-time`); none while it waits.
     pub owner: Option<String>,
+    /// What stopped a `blocked` run: each denial's tool, rule and who
+    /// applied it (its `run.finished`'s `denials`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denials: Vec<RunDenial>,
+}
+
+/// The denials a `run.finished` payload lists (none when it lists none or
+/// is not one).
+pub fn denials_of(finished: &Value) -> Vec<RunDenial> {
+    finished
+        .get("denials")
+        .and_then(|d| serde_json::from_value(d.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// The listings of `rows`, a `blocked` row's with its denials (read from
+/// its `run.finished` in `store`).
+pub fn run_listings(store: &Store, rows: &[RunRow]) -> Result<Vec<RunListing>, StoreError> {
+    rows.iter()
+        .map(|row| {
+            let mut listing = RunListing::of(row);
+            if row.state == crate::store::queue::state::BLOCKED {
+                let (_, finished) = bracket(store, &row.id)?;
+                listing.denials = finished.map(|f| denials_of(&f.payload)).unwrap_or_default();
+            }
+            Ok(listing)
+        })
+        .collect()
 }
 
 impl RunListing {
@@ -234,6 +263,7 @@ impl RunListing {
             finished_at_ms: row.finished_at_ms,
             detail: row.detail.clone(),
             owner: row.owner.clone(),
+            denials: Vec::new(),
         }
     }
 }
@@ -251,9 +281,9 @@ pub struct RunSummary {
     /// The program of a command action.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
-    /// `queued`, `running`, `succeeded`, `failed`, `cancelled`, `skipped`,
-    /// `timed_out`, `interrupted` (the daemon died while it ran) or
-    /// `hook_failed`.
+    /// `queued`, `running`, `waiting`, `succeeded`, `blocked` (a denial
+    /// stopped what the agent tried), `failed`, `cancelled`, `skipped`,
+    /// `timed_out` or `interrupted` (the daemon died while it ran).
     pub state: String,
     /// RFC 3339.
     pub created_at: String,
@@ -267,6 +297,14 @@ pub struct RunSummary {
     /// Why it ended as it did, when the queue says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// Why it ended as it did, as a word (`run.finished`'s `reason`:
+    /// `denied`, `no_changes`, `untrusted`, `exit_status`, `timeout`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What stopped a `blocked` run: each denial's tool, rule and who
+    /// applied it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denials: Vec<RunDenial>,
     /// What a worktree run handed back: its branch, base and head commits
     /// and diff stat (its patch: `GET /api/v1/runs/{id}/diff`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -341,7 +379,16 @@ fn from_row(store: &Store, row: RunRow) -> Result<RunSummary, StoreError> {
         created_at: rfc3339(row.enqueued_at_ms),
         started_at: row.started_at_ms.map(rfc3339),
         finished_at: row.finished_at_ms.map(rfc3339),
-        exit: finished.and_then(|e| e.payload.get("exit").cloned()),
+        exit: finished
+            .as_ref()
+            .and_then(|e| e.payload.get("exit").cloned()),
+        reason: finished
+            .as_ref()
+            .and_then(|e| e.payload["reason"].as_str().map(str::to_string)),
+        denials: finished
+            .as_ref()
+            .map(|e| denials_of(&e.payload))
+            .unwrap_or_default(),
         detail: row.detail,
         result,
         worktree: row.worktree,

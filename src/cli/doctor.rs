@@ -709,6 +709,38 @@ fn trust(
             out.extend(gemini_agents(manifest, root, dir.as_deref()));
             out
         }
-        ProviderKind::ClaudeCode | ProviderKind::Opencode => Vec::new(),
+        ProviderKind::ClaudeCode => {
+            let config_dir = provider
+                .env
+                .get("CLAUDE_CONFIG_DIR")
+                .map(|v| std::ffi::OsString::from(v.expose()))
+                .or_else(|| std::env::var_os("CLAUDE_CONFIG_DIR"));
+            let path = crate::runs::trust::claude_config_path(config_dir.as_deref(), home);
+            let config = path.as_deref().and_then(read);
+            let shown = path
+                .as_deref()
+                .map_or("~/.claude.json".to_string(), |p| p.display().to_string());
+            vec![
+                if crate::runs::trust::claude_project_trusted(config.as_deref(), root) {
+                    Check::ok("workspace_trust", format!("`{root_text}` is trusted"))
+                } else {
+                    Check::bad(
+                        "workspace_trust",
+                        Status::Problem,
+                        format!(
+                            "`{root_text}` is not a trusted workspace: Claude Code ignores its `.claude/settings.json` (the permissions and hooks npc writes) and, through the repository, in its worktrees"
+                        ),
+                        format!(
+                            "start `claude` in `{root_text}` once and accept its trust dialog, or set `projects[\"{root_text}\"].{}` to `true` in `{shown}`",
+                            crate::runs::trust::CLAUDE_TRUST_KEY
+                        ),
+                    )
+                },
+            ]
+        }
+        ProviderKind::Opencode => vec![Check::ok(
+            "workspace_trust",
+            "OpenCode has no workspace trust: it reads the project's files anywhere".to_string(),
+        )],
     }
 }

@@ -39,6 +39,9 @@ pub enum Exit {
     Failed = 1,
     /// Usage or I/O error (or, with `--detailed-exitcode`, changes present).
     Usage = 2,
+    /// A policy or permission denial stopped what the agent tried (`npc
+    /// run`: the run is `blocked`).
+    Blocked = 3,
     /// The operation outlived its timeout (`npc run`).
     TimedOut = 124,
     /// Cancelled by SIGINT (Ctrl-C).

@@ -245,9 +245,19 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
                 report.duration.as_secs_f64()
             );
         }
+        if let Outcome::Blocked { denials } = &report.outcome {
+            errln!(
+                "error: a denial stopped what the agent tried: {}",
+                crate::runs::agent::denials_in_words(denials)
+            );
+        }
+        if report.outcome == Outcome::NoChanges {
+            errln!("error: the run changed no file, and `expect_changes = true` asks for changes");
+        }
         Ok(match report.outcome {
             Outcome::Succeeded => Exit::Ok,
-            Outcome::Failed { .. } | Outcome::HookFailed => Exit::Failed,
+            Outcome::Blocked { .. } => Exit::Blocked,
+            Outcome::Failed { .. } | Outcome::HookFailed | Outcome::NoChanges => Exit::Failed,
             Outcome::TimedOut => Exit::TimedOut,
             Outcome::Cancelled { signal } => cancelled_exit(signal),
         })
@@ -358,6 +368,7 @@ async fn in_daemon(
     }
     Ok(InDaemon::Done(match ended.outcome.as_str() {
         "succeeded" => Exit::Ok,
+        "blocked" => Exit::Blocked,
         "timed_out" => Exit::TimedOut,
         "cancelled" => match signalled {
             Some(signal) => cancelled_exit(signal),

@@ -349,8 +349,9 @@ pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     // Every run is a row of the queue, whatever started it (`npc run`'s
     // too: origin `cli`).
+    let rows = store.run_rows(args.trigger.as_deref(), limit)?;
     list_runs(
-        &store.run_rows(args.trigger.as_deref(), limit)?,
+        &crate::api::listings::run_listings(&store, &rows)?,
         args.format,
     )
 }
@@ -396,7 +397,13 @@ fn fleet_runs(args: RunsArgs) -> anyhow::Result<Exit> {
         None => {
             let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
             let rows = super::worker::fleet_runs(args.manifest, args.trigger.as_deref(), limit)?;
-            rows.map_or(Ok(Exit::Failed), |rows| list_runs(&rows, args.format))
+            rows.map_or(Ok(Exit::Failed), |rows| {
+                let listings: Vec<_> = rows
+                    .iter()
+                    .map(crate::api::listings::RunListing::of)
+                    .collect();
+                list_runs(&listings, args.format)
+            })
         }
         Some(RunsCommand::Show { id }) => {
             match super::worker::fleet_run(args.manifest, &id, MAX_SHOWN_EVENTS)? {
@@ -418,12 +425,15 @@ fn fleet_runs(args: RunsArgs) -> anyhow::Result<Exit> {
     }
 }
 
+/// Most characters of a run's detail one line of `npc runs` shows.
+const MAX_LISTED_DETAIL_CHARS: usize = 100;
+
 /// The listing of `npc runs` (and `npc runs --fleet`, whose rows name
-/// their worker as `owner`).
-fn list_runs(runs: &[crate::store::queue::RunRow], format: Format) -> anyhow::Result<Exit> {
+/// their worker as `owner`): a run that did not succeed says why.
+fn list_runs(runs: &[crate::api::listings::RunListing], format: Format) -> anyhow::Result<Exit> {
     let rows: Vec<Value> = runs
         .iter()
-        .map(|r| serde_json::to_value(crate::api::listings::RunListing::of(r)))
+        .map(serde_json::to_value)
         .collect::<Result<_, _>>()?;
     match format {
         Format::Json => outln!("{}", serde_json::to_string_pretty(&rows)?)?,
@@ -432,22 +442,30 @@ fn list_runs(runs: &[crate::store::queue::RunRow], format: Format) -> anyhow::Re
                 outln!("no runs yet")?;
             } else {
                 outln!(
-                    "{:<36}  {:<20}  {:<10}  {:<11}  QUEUED",
+                    "{:<36}  {:<20}  {:<10}  {:<11}  {:<19}  WHY",
                     "RUN",
                     "TRIGGER",
                     "ORIGIN",
-                    "STATE"
+                    "STATE",
+                    "QUEUED"
                 )?;
             }
             for r in &rows {
-                say(&format!(
-                    "{:<36}  {:<20}  {:<10}  {:<11}  {}",
+                let why: String = r["detail"]
+                    .as_str()
+                    .unwrap_or("")
+                    .chars()
+                    .take(MAX_LISTED_DETAIL_CHARS)
+                    .collect();
+                say(format!(
+                    "{:<36}  {:<20}  {:<10}  {:<11}  {:<19}  {why}",
                     r["id"].as_str().unwrap_or(""),
                     r["trigger"].as_str().unwrap_or("-"),
                     r["origin"].as_str().unwrap_or(""),
                     r["state"].as_str().unwrap_or(""),
                     time(r["enqueued_at_ms"].as_i64())
-                ))?;
+                )
+                .trim_end())?;
             }
         }
     }
@@ -493,7 +511,30 @@ fn show_run(
                 if let Some(d) = &r.detail {
                     say(&format!("detail: {d}"))?;
                 }
-                if let Some(result) = &r.result {
+                let finished = events.iter().rev().find(|e| e.kind == "run.finished");
+                if let Some(f) = finished {
+                    if let Some(reason) = f.payload["reason"].as_str() {
+                        say(&format!("outcome: {} ({reason})", r.state))?;
+                    }
+                    for d in crate::api::listings::denials_of(&f.payload) {
+                        let by = serde_json::to_value(d.by).unwrap_or_default();
+                        say(&format!(
+                            "denied: `{}` by {} (rule `{}`){}",
+                            d.tool,
+                            by.as_str().unwrap_or("?"),
+                            d.rule,
+                            d.reason.map(|r| format!(": {r}")).unwrap_or_default()
+                        ))?;
+                    }
+                }
+                let unchanged = r.result.as_ref().is_some_and(|x| x["unchanged"] == true);
+                if let Some(result) = r.result.as_ref().filter(|_| unchanged) {
+                    say(&format!(
+                        "branch {} ({}): no changes, the run changed no file",
+                        result["branch"].as_str().unwrap_or("?"),
+                        short(result["base"].as_str()),
+                    ))?;
+                } else if let Some(result) = &r.result {
                     say(&format!(
                         "branch {} ({} → {}): {} files changed, {} insertions, {} deletions (`npc runs diff {}`)",
                         result["branch"].as_str().unwrap_or("?"),

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::Event;
+use super::mcp::DeniedBy;
 
 /// Deserialize a present value (`null` included) as `Some`, for a field
 /// that is absent in one shape of a kind and `null` in another.
@@ -49,6 +50,21 @@ pub struct RunResult {
     /// What became of the branch's push (`push = true`), once tried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push: Option<Pushed>,
+    /// The run changed no file: its branch holds nothing `base` does not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unchanged: bool,
+}
+
+/// A denial that stopped something a run's agent tried: the tool, the rule
+/// and who applied it (a `tool.denied` event of the run, or a refusal the
+/// agent CLI reported in its own output).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RunDenial {
+    pub tool: String,
+    pub rule: String,
+    pub by: DeniedBy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A run's branch pushed to `origin`, or why not.
@@ -179,8 +195,8 @@ pub struct CommandRunStarted {
     pub cwd: PathBuf,
 }
 
-/// A run ended: its `outcome` (`succeeded`, `failed`, `timed_out`,
-/// `cancelled`, `hook_failed`, …) and what is known of how.
+/// A run ended: its `outcome` (`succeeded`, `blocked`, `failed`,
+/// `timed_out`, `cancelled`, `hook_failed`, …) and what is known of how.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum RunFinished {
@@ -220,6 +236,15 @@ pub struct AgentRunFinished {
     /// How many agent events it recorded.
     pub events: usize,
     pub error: Option<String>,
+    /// Why it ended as it did, as a word: `denied` (`blocked`),
+    /// `no_changes` (`expect_changes = true`), `untrusted`,
+    /// `exit_status`, `timeout`, `signal`, `hook`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The denials of a `blocked` run, oldest first (at most
+    /// `runs::agent::MAX_RUN_DENIALS`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denials: Vec<RunDenial>,
     #[serde(flatten)]
     pub concluded: Concluded,
 }
@@ -230,6 +255,10 @@ pub struct AgentRunNotStarted {
     pub run_id: String,
     pub outcome: String,
     pub error: String,
+    /// Why, as a word, where one applies (`untrusted`: the agent CLI would
+    /// not trust the run's worktree, and `error` says how to fix it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     pub duration_ms: u64,
     pub cwd: PathBuf,
     pub tool_cwd: PathBuf,

@@ -357,6 +357,9 @@ pub struct RawProfile {
     /// recorded (`run.push_failed`, the result's `push`), the run's outcome
     /// kept. Default `false`.
     pub push: Option<bool>,
+    /// worktree: a run that changed no file fails (reason `no_changes`)
+    /// instead of succeeding with an empty result. Default `false`.
+    pub expect_changes: Option<bool>,
 }
 
 /// `[prompts.NAME]`: a minijinja template, inline or from a file.
@@ -513,6 +516,9 @@ pub struct RawTrigger {
     /// recorded (`run.push_failed`, the result's `push`), the run's outcome
     /// kept. Default `false`.
     pub push: Option<bool>,
+    /// worktree: a run that changed no file fails (reason `no_changes`)
+    /// instead of succeeding with an empty result. Default `false`.
+    pub expect_changes: Option<bool>,
     /// A template naming what the overlap policy applies to (such as
     /// `{{ payload.pull_request.number }}`): runs with different keys
     /// run side by side, runs with the same key queue, skip or replace.

@@ -629,6 +629,9 @@ pub struct WorkspaceSpec {
     pub after: Vec<String>,
     /// Push the run's branch to `origin` once it succeeded with changes.
     pub push: Option<bool>,
+    /// A run that changed no file fails (`no_changes`) instead of
+    /// succeeding with an empty result.
+    pub expect_changes: Option<bool>,
 }
 
 impl WorkspaceSpec {
@@ -644,6 +647,7 @@ impl WorkspaceSpec {
             copy: list(&self.copy, &below.copy),
             after: list(&self.after, &below.after),
             push: self.push.or(below.push),
+            expect_changes: self.expect_changes.or(below.expect_changes),
         }
     }
 }

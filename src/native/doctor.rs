@@ -17,6 +17,13 @@
 //!   project root → agent name → the SHA-256 of the file's text, hex; its
 //!   start-up dialog stores it), so an edited agent waits for a new yes.
 //!
+//! - Claude Code reads a repository's `.claude/settings.json` (its
+//!   permissions and hooks) only in a trusted workspace: `projects["ROOT"]
+//!   .hasTrustDialogAccepted = true` in `~/.claude.json` (what its trust
+//!   dialog stores; `runs::trust` reads it); elsewhere it ignores them
+//!   ("this workspace has not been trusted");
+//! - OpenCode has no workspace trust: it reads a project's files anywhere.
+//!
 //! Pure functions over the files' text; the command reads the files.
 
 use std::path::Path;

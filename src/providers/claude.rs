@@ -1,14 +1,21 @@
 //! Claude Code `--output-format stream-json --verbose` (NDJSON): `system`
 //! (`init`), `assistant` (text / thinking / tool_use blocks), `user`
-//! (tool_result blocks), `result` (end of the run, with usage and cost),
+//! (tool_result blocks), `result` (end of the run, with usage and cost,
+//! and the tool calls Claude Code refused: `permission_denials`),
 //! plus `stream_event` and `rate_limit_event`, which carry nothing npc maps.
 
 use serde_json::Value;
 
 use super::AgentEvent;
 use super::native::{
-    NativeState, Read, error_text, output_text, provider_error, str_at, string_at, u64_at,
+    MAX_DENIALS_PER_LINE, NativeState, Read, denied, error_text, output_text, provider_error,
+    str_at, string_at, u64_at,
 };
+
+/// The `result` field listing the tool calls Claude Code refused in the
+/// turn (`[{tool_name, tool_use_id, tool_input}]`), and the rule npc
+/// records for each.
+const PERMISSION_DENIALS: &str = "permission_denials";
 
 pub fn parse(v: &Value, st: &mut NativeState, out: &mut Vec<AgentEvent>) -> Read {
     match str_at(v, "type").unwrap_or("") {
@@ -78,6 +85,15 @@ pub fn parse(v: &Value, st: &mut NativeState, out: &mut Vec<AgentEvent>) -> Read
                         .map(|r| format!(": {r}"))
                         .unwrap_or_default()
                 )));
+            }
+            let refused = v.get(PERMISSION_DENIALS).and_then(Value::as_array);
+            for d in refused.into_iter().flatten().take(MAX_DENIALS_PER_LINE) {
+                out.push(denied(
+                    string_at(d, "tool_use_id"),
+                    string_at(d, "tool_name").unwrap_or_default(),
+                    PERMISSION_DENIALS,
+                    None,
+                ));
             }
             let usage = v.get("usage");
             out.push(AgentEvent::Usage {

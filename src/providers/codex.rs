@@ -2,14 +2,19 @@
 //! `turn.completed{usage}`, `turn.failed{error}`, `error`, and
 //! `item.started|updated|completed{item}` with item types `agent_message`,
 //! `reasoning`, `command_execution`, `file_change`, `mcp_tool_call`,
-//! `web_search`, `todo_list` and `error`.
+//! `web_search`, `todo_list` and `error`; a tool-like item whose `status`
+//! is `declined` was refused by Codex itself.
 
 use serde_json::{Value, json};
 
 use super::AgentEvent;
 use super::native::{
-    NativeState, Read, error_text, output_text, provider_error, str_at, string_at, u64_at,
+    NativeState, Read, denied, error_text, output_text, provider_error, str_at, string_at, u64_at,
 };
+
+/// The status of an item Codex refused to carry out (its approval policy
+/// or sandbox said no), the rule npc records.
+const DECLINED: &str = "declined";
 
 pub fn parse(v: &Value, st: &mut NativeState, out: &mut Vec<AgentEvent>) -> Read {
     match str_at(v, "type").unwrap_or("") {
@@ -127,7 +132,8 @@ fn item_completed(item: &Value, st: &mut NativeState, out: &mut Vec<AgentEvent>)
             if id.as_deref().is_none_or(|i| !st.knows(i)) {
                 call(item, st, out);
             }
-            let failed = str_at(item, "status") == Some("failed");
+            let declined = str_at(item, "status") == Some(DECLINED);
+            let failed = declined || str_at(item, "status") == Some("failed");
             let (output, is_error) = match kind {
                 "command_execution" => (
                     output_text(item.get("aggregated_output")),
@@ -143,10 +149,19 @@ fn item_completed(item: &Value, st: &mut NativeState, out: &mut Vec<AgentEvent>)
                 },
                 _ => (string_at(item, "status").unwrap_or_default(), failed),
             };
+            let name = st
+                .name_of(id.as_deref())
+                .or_else(|| tool_of(item).map(|t| t.0));
+            if declined {
+                out.push(denied(
+                    id.clone(),
+                    name.clone().unwrap_or_default(),
+                    DECLINED,
+                    (!output.is_empty()).then(|| output.clone()),
+                ));
+            }
             out.push(AgentEvent::ToolResult {
-                name: st
-                    .name_of(id.as_deref())
-                    .or_else(|| tool_of(item).map(|t| t.0)),
+                name,
                 id,
                 output,
                 is_error,

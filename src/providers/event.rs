@@ -1,7 +1,7 @@
 //! [`AgentEvent`]: what every provider parser turns agent CLI output into.
 //! Serialized with a `type` field (`agent.message`, `agent.tool_call`,
 //! `agent.tool_result`, `agent.idle`, `agent.error`, `agent.usage`,
-//! `agent.started`, `cli_detection.drift_detected`) so the runner can put
+//! `agent.started`, `tool.denied`, `cli_detection.drift_detected`) so the runner can put
 //! the events on the bus as they are.
 
 use serde::{Deserialize, Serialize};
@@ -58,6 +58,18 @@ pub enum AgentEvent {
         is_error: bool,
         result: Option<String>,
     },
+    /// The agent CLI refused a tool call the agent tried, by its own
+    /// permission rules or policy: `rule` is the CLI's word for the refusal
+    /// (Claude Code's `permission_denials`, Gemini CLI's `policy_violation`,
+    /// Codex's `declined`, OpenCode's `permission`). Recorded as
+    /// `tool.denied` (`by: cli`) unless npc recorded that denial already.
+    #[serde(rename = "tool.denied")]
+    Denied {
+        id: Option<String>,
+        tool: String,
+        rule: String,
+        reason: Option<String>,
+    },
     /// Something went wrong: reported by the agent, or a line npc could not
     /// read (the line is skipped, parsing goes on).
     #[serde(rename = "agent.error")]
@@ -90,6 +102,7 @@ impl AgentEvent {
             Self::ToolResult { .. } => "agent.tool_result",
             Self::Usage { .. } => "agent.usage",
             Self::Idle { .. } => "agent.idle",
+            Self::Denied { .. } => "tool.denied",
             Self::Error { .. } => "agent.error",
             Self::Notice { .. } => "agent.notice",
             Self::DriftDetected { .. } => "cli_detection.drift_detected",
@@ -171,6 +184,16 @@ impl AgentEvent {
                 },
                 run_id,
             )),
+            Self::Denied {
+                tool, rule, reason, ..
+            } => Event::ToolDenied(ev::ToolDenied {
+                run_id: Some(run_id.to_string()),
+                profile: None,
+                tool,
+                rule,
+                by: ev::DeniedBy::Cli,
+                reason,
+            }),
             Self::Error { kind, message } => {
                 Event::AgentError(record(t, ev::AgentError { kind, message }, run_id))
             }

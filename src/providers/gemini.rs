@@ -1,14 +1,19 @@
 //! Gemini CLI `-o stream-json` (JSONL): `init{session_id,model}`,
 //! `message{role,content,delta}`, `tool_use{tool_name,tool_id,parameters}`,
-//! `tool_result{tool_id,status,output,error}`, `error{severity,message}`,
+//! `tool_result{tool_id,status,output,error{type,message}}` (a refused
+//! call's `type` is `policy_violation`), `error{severity,message}`,
 //! `result{status,error,stats}`.
 
 use serde_json::Value;
 
 use super::AgentEvent;
 use super::native::{
-    NativeState, Read, error_text, output_text, provider_error, str_at, string_at, u64_at,
+    NativeState, Read, denied, error_text, output_text, provider_error, str_at, string_at, u64_at,
 };
+
+/// The `tool_result` error type of a call Gemini CLI's policy engine
+/// refused (its `ToolErrorType.POLICY_VIOLATION`), the rule npc records.
+const POLICY_VIOLATION: &str = "policy_violation";
 
 pub fn parse(v: &Value, st: &mut NativeState, out: &mut Vec<AgentEvent>) -> Read {
     match str_at(v, "type").unwrap_or("") {
@@ -49,8 +54,19 @@ pub fn parse(v: &Value, st: &mut NativeState, out: &mut Vec<AgentEvent>) -> Read
                 Some(e) if is_error && !e.is_null() => error_text(e),
                 _ => output_text(v.get("output")),
             };
+            let name = st.name_of(id.as_deref());
+            let refused = is_error
+                && v.get("error").and_then(|e| str_at(e, "type")) == Some(POLICY_VIOLATION);
+            if refused {
+                out.push(denied(
+                    id.clone(),
+                    name.clone().unwrap_or_default(),
+                    POLICY_VIOLATION,
+                    Some(output.clone()),
+                ));
+            }
             out.push(AgentEvent::ToolResult {
-                name: st.name_of(id.as_deref()),
+                name,
                 id,
                 output,
                 is_error,

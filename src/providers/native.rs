@@ -95,3 +95,17 @@ pub fn error_text(v: &Value) -> String {
 pub fn provider_error(message: impl Into<String>) -> AgentEvent {
     AgentEvent::error(super::ErrorKind::Provider, message)
 }
+
+/// Most refusals one line of agent output may report (Claude Code lists a
+/// turn's permission denials in its `result`); the rest are dropped.
+pub const MAX_DENIALS_PER_LINE: usize = 64;
+
+/// The refusal of a tool call by the agent CLI itself.
+pub fn denied(id: Option<String>, tool: String, rule: &str, reason: Option<String>) -> AgentEvent {
+    AgentEvent::Denied {
+        id,
+        tool,
+        rule: rule.to_string(),
+        reason,
+    }
+}

@@ -3,7 +3,8 @@
 //! The installed CLI (`run --format json`, see FORMATS.md): `{type,
 //! timestamp, sessionID, part}` with types `step_start`, `text`
 //! (`part.text`), `tool_use` (`part{callID, tool, state{status, input,
-//! output, error}}`), `step_finish` (`part{reason, tokens{input, output,
+//! output, error}}`; an `error` that starts as OpenCode's refusals do is
+//! a refused call), `step_finish` (`part{reason, tokens{input, output,
 //! reasoning, cache{read, write}}, cost}`), `reasoning` and `error`
 //! (`error{name, data{message}}`). A `step_finish` whose reason is not
 //! `tool-calls` ends the turn.
@@ -21,8 +22,18 @@ use serde_json::Value;
 
 use super::AgentEvent;
 use super::native::{
-    NativeState, Read, error_text, output_text, provider_error, str_at, string_at, u64_at,
+    NativeState, Read, denied, error_text, output_text, provider_error, str_at, string_at, u64_at,
 };
+
+/// How OpenCode's errors of a refused tool call begin (its
+/// `PermissionDeniedError`, a rule says `deny`; its `RejectedError`, an
+/// `ask` nobody allowed): such an error is a refusal, not a failure.
+const REFUSALS: [&str; 2] = [
+    "The user has specified a rule which prevents you from using this specific tool call",
+    "The user rejected permission to use this specific tool call",
+];
+/// The rule npc records for a call OpenCode refused.
+const PERMISSION_RULE: &str = "permission";
 
 /// The `step_finish` reason that means another step follows.
 const MORE_STEPS_REASON: &str = "tool-calls";
@@ -71,12 +82,23 @@ pub fn parse(v: &Value, st: &mut NativeState, out: &mut Vec<AgentEvent>) -> Read
                     output: output_text(state.get("output")),
                     is_error: false,
                 }),
-                Some("error") => out.push(AgentEvent::ToolResult {
-                    id,
-                    name: Some(name),
-                    output: state.get("error").map(error_text).unwrap_or_default(),
-                    is_error: true,
-                }),
+                Some("error") => {
+                    let output = state.get("error").map(error_text).unwrap_or_default();
+                    if REFUSALS.iter().any(|r| output.starts_with(r)) {
+                        out.push(denied(
+                            id.clone(),
+                            name.clone(),
+                            PERMISSION_RULE,
+                            Some(output.clone()),
+                        ));
+                    }
+                    out.push(AgentEvent::ToolResult {
+                        id,
+                        name: Some(name),
+                        output,
+                        is_error: true,
+                    });
+                }
                 _ => {}
             }
             Read::Understood

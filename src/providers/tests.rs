@@ -816,3 +816,62 @@ fn every_provider_notices_a_format_it_has_never_seen() {
         assert!(ratio < DRIFT_THRESHOLD, "{kind:?}: {ratio}");
     }
 }
+
+/// The refusals each CLI reports in its own output are denials (before
+/// the turn's end), whatever the turn's end claims; an ordinary tool
+/// failure is none.
+#[test]
+fn every_cli_s_own_refusal_is_a_denial() {
+    let denials = |events: &[AgentEvent]| -> Vec<(String, String)> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::Denied { tool, rule, .. } => Some((tool.clone(), rule.clone())),
+                _ => None,
+            })
+            .collect()
+    };
+    let pair = |t: &str, r: &str| vec![(t.to_string(), r.to_string())];
+    // Claude Code: a success `result` listing a refused call.
+    let claude = br#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"rm -rf /"}}]}}
+{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"Claude requested permissions to use Bash, but you haven't granted it yet.","is_error":true}]}}
+{"type":"result","subtype":"success","is_error":false,"result":"All done, everything worked!","permission_denials":[{"tool_name":"Bash","tool_use_id":"t1","tool_input":{"command":"rm -rf /"}}]}
+"#;
+    let ev = parse_all(ProviderKind::ClaudeCode, claude);
+    assert_eq!(denials(&ev), pair("Bash", "permission_denials"));
+    let at = |t: &str| ev.iter().position(|e| e.type_name() == t).unwrap();
+    assert!(at("tool.denied") < at("agent.idle"));
+    // A flood of listed denials is cut at the bound.
+    let many: Vec<String> = (0..1000)
+        .map(|i| format!(r#"{{"tool_name":"T{i}","tool_use_id":"x{i}"}}"#))
+        .collect();
+    let flood = format!(
+        "{{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"permission_denials\":[{}]}}\n",
+        many.join(",")
+    );
+    let ev = parse_all(ProviderKind::ClaudeCode, flood.as_bytes());
+    assert_eq!(denials(&ev).len(), native::MAX_DENIALS_PER_LINE);
+    // Gemini CLI: a call its policy engine refused; a failed call is none.
+    let gemini = br#"{"type":"tool_use","tool_name":"run_shell_command","tool_id":"g1","parameters":{}}
+{"type":"tool_result","tool_id":"g1","status":"error","error":{"type":"policy_violation","message":"Tool execution denied by policy."}}
+{"type":"tool_use","tool_name":"read_file","tool_id":"g2","parameters":{}}
+{"type":"tool_result","tool_id":"g2","status":"error","error":{"type":"file_not_found","message":"no such file"}}
+{"type":"result","status":"success","stats":{}}
+"#;
+    let ev = parse_all(ProviderKind::GeminiCli, gemini);
+    assert_eq!(denials(&ev), pair("run_shell_command", "policy_violation"));
+    // Codex: a declined command; a failed one is none.
+    let codex = br#"{"type":"item.completed","item":{"id":"c1","type":"command_execution","command":"rm x","aggregated_output":"","status":"declined"}}
+{"type":"item.completed","item":{"id":"c2","type":"command_execution","command":"false","aggregated_output":"","exit_code":1,"status":"failed"}}
+{"type":"turn.completed","usage":{}}
+"#;
+    let ev = parse_all(ProviderKind::Codex, codex);
+    assert_eq!(denials(&ev), pair("command_execution", "declined"));
+    // OpenCode: a call a `deny` rule refused; another error is none.
+    let opencode = br#"{"type":"tool_use","part":{"callID":"o1","tool":"bash","state":{"status":"error","input":{},"error":"The user has specified a rule which prevents you from using this specific tool call. Here are some of the relevant rules []"}}}
+{"type":"tool_use","part":{"callID":"o2","tool":"read","state":{"status":"error","input":{},"error":"File not found"}}}
+{"type":"step_finish","part":{"reason":"stop"}}
+"#;
+    let ev = parse_all(ProviderKind::Opencode, opencode);
+    assert_eq!(denials(&ev), pair("bash", "permission"));
+}

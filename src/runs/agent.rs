@@ -24,13 +24,14 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::trust::UntrustedWorkspace;
 use super::{component, run_dir};
 
 mod denials;
 use crate::bus::{BusError, EventBus};
 use crate::event::{
-    AgentRunFinished, AgentRunNotStarted, AgentRunStarted, Concluded, Event, RunFinished,
-    RunProbeAnswered, RunProbeFailed, RunProbeSent, RunStarted,
+    AgentRunFinished, AgentRunNotStarted, AgentRunStarted, Concluded, DeniedBy, Event, RunDenial,
+    RunFinished, RunProbeAnswered, RunProbeFailed, RunProbeSent, RunStarted, ToolDenied,
 };
 use crate::hooks::{HookFailure, HookRunner};
 use crate::model::{HookEvent, Manifest, ProviderKind};
@@ -64,9 +65,10 @@ pub const POST_EXIT_DRAIN: Duration = Duration::from_secs(2);
 /// Provider CLI authentication and configuration variables passed through
 /// to the agent when set (on top of the supervisor's essentials). Their
 /// values are never logged or recorded.
-pub const AUTH_ENV: [&str; 8] = [
+pub const AUTH_ENV: [&str; 9] = [
     "ANTHROPIC_API_KEY",
     "CLAUDE_CODE_OAUTH_TOKEN",
+    "CLAUDE_CONFIG_DIR",
     "OPENAI_API_KEY",
     "GEMINI_API_KEY",
     "GOOGLE_API_KEY",
@@ -76,6 +78,11 @@ pub const AUTH_ENV: [&str; 8] = [
 ];
 /// Exit status of `npc run` when the run timed out (as `timeout(1)`).
 pub const EXIT_TIMED_OUT: u8 = 124;
+/// Exit status of `npc run` when a denial stopped something the agent
+/// tried (the run is `blocked`).
+pub const EXIT_BLOCKED: u8 = 3;
+/// Most denials a run's outcome lists (the rest are still events).
+pub const MAX_RUN_DENIALS: usize = 64;
 /// Exit statuses after a signal are 128 plus the signal number.
 pub const EXIT_SIGNAL_BASE: u8 = 128;
 /// What the advisory idle probe writes to a stale agent's stdin (the seed's
@@ -136,6 +143,8 @@ pub enum RunError {
     Queue(#[from] crate::store::StoreError),
     #[error("the run did not start: {0}")]
     Hook(#[from] HookFailure),
+    #[error("the run did not start: {0}")]
+    Untrusted(#[from] UntrustedWorkspace),
 }
 
 /// Where the task prompt comes from.
@@ -226,6 +235,11 @@ pub struct PreparedRun {
     /// The profile's `denied_tools` then `ask_tools`: the rules a refusal
     /// by the CLI names (`tool.denied`, [`denials::CliDenials`]).
     pub refusing_rules: Vec<String>,
+    /// A worktree run that changed nothing fails (`expect_changes = true`).
+    pub expect_changes: bool,
+    /// What trusts the run's worktree for its agent CLI before it starts
+    /// (a worktree npc made; `None` in place).
+    pub trust: Option<super::trust::TrustPlan>,
 }
 
 impl PreparedRun {
@@ -251,11 +265,18 @@ impl PreparedRun {
 }
 
 /// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
-    /// The agent exited 0 and did not report a failed turn.
+    /// The agent exited 0, did not report a failed turn, and nothing it
+    /// tried was denied.
     Succeeded,
+    /// The agent ended its turn, but a policy or permission denial stopped
+    /// something it tried: `tool.denied` events of the run and the refusals
+    /// the agent CLI reported, oldest first (at most [`MAX_RUN_DENIALS`]).
+    Blocked { denials: Vec<RunDenial> },
+    /// A worktree run of `expect_changes = true` changed no file.
+    NoChanges,
     /// The agent exited non-zero, was killed, or reported a failed turn.
     Failed { exit: ExitInfo },
     /// The run outlived its timeout; the process group was killed.
@@ -270,27 +291,68 @@ pub enum Outcome {
 
 impl Outcome {
     /// The exit status `npc run` ends with.
-    pub fn exit_code(self) -> u8 {
+    pub fn exit_code(&self) -> u8 {
         match self {
             Self::Succeeded => 0,
-            Self::Failed { .. } | Self::HookFailed => 1,
+            Self::Blocked { .. } => EXIT_BLOCKED,
+            Self::Failed { .. } | Self::HookFailed | Self::NoChanges => 1,
             Self::TimedOut => EXIT_TIMED_OUT,
             Self::Cancelled { signal } => {
-                EXIT_SIGNAL_BASE.saturating_add(u8::try_from(signal).unwrap_or(0))
+                EXIT_SIGNAL_BASE.saturating_add(u8::try_from(*signal).unwrap_or(0))
             }
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    /// The run's outcome (`run.finished`'s `outcome`): its stored state but
+    /// for `hook_failed` (stored `failed`).
+    pub fn as_str(&self) -> &'static str {
         match self {
             Self::Succeeded => "succeeded",
-            Self::Failed { .. } => "failed",
+            Self::Blocked { .. } => "blocked",
+            Self::Failed { .. } | Self::NoChanges => "failed",
             Self::TimedOut => "timed_out",
             Self::Cancelled { .. } => "cancelled",
             Self::HookFailed => "hook_failed",
         }
     }
+
+    /// Why it ended as it did, as a word (`run.finished`'s `reason`).
+    pub fn reason(&self) -> Option<&'static str> {
+        match self {
+            Self::Succeeded => None,
+            Self::Blocked { .. } => Some("denied"),
+            Self::NoChanges => Some("no_changes"),
+            Self::Failed { .. } => Some("exit_status"),
+            Self::TimedOut => Some("timeout"),
+            Self::Cancelled { .. } => Some("signal"),
+            Self::HookFailed => Some("hook"),
+        }
+    }
 }
+
+/// A `blocked` run's denials in words, for its stored detail and its
+/// error (`` `Bash` denied by cli (permission_denials) ``), at most
+/// [`MAX_DENIALS_IN_WORDS`] of them.
+pub fn denials_in_words(denials: &[RunDenial]) -> String {
+    let by = |b: DeniedBy| {
+        serde_json::to_value(b)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    };
+    let mut words: Vec<String> = denials
+        .iter()
+        .take(MAX_DENIALS_IN_WORDS)
+        .map(|d| format!("`{}` denied by {} ({})", d.tool, by(d.by), d.rule))
+        .collect();
+    if denials.len() > MAX_DENIALS_IN_WORDS {
+        words.push(format!("{} more", denials.len() - MAX_DENIALS_IN_WORDS));
+    }
+    words.join(", ")
+}
+
+/// Most denials a run's detail names (the event lists all it keeps).
+pub const MAX_DENIALS_IN_WORDS: usize = 5;
 
 /// What [`execute`] reports at the end.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -476,6 +538,12 @@ pub fn prepare(
     // Its processes (an `npc mcp serve` it starts) know the run, and its
     // hooks (`npc hook run`) apply the profile's `ask_tools`.
     env.extend(run_env);
+    if provider.kind == ProviderKind::ClaudeCode
+        && req.cwd.is_none()
+        && let Some(warning) = super::trust::claude_in_place_warning(&env, &cwd)
+    {
+        warnings.push(warning);
+    }
     let spec =
         ChildSpec::new(plan.program.clone(), cwd).args(plan.exposed_args().map(str::to_string));
     let spec = ChildSpec { env, ..spec };
@@ -499,6 +567,8 @@ pub fn prepare(
             .chain(&profile.ask_tools)
             .cloned()
             .collect(),
+        expect_changes: false,
+        trust: None,
     })
 }
 
@@ -625,6 +695,12 @@ fn write_file(root: &Path, path: &Path, text: &str) -> Result<(), RunError> {
 /// The recorded (and `--format json`) payload of an agent event: the event
 /// with its `type`, plus the run id.
 pub fn event_payload(run_id: &str, event: &AgentEvent) -> Value {
+    if let AgentEvent::Denied { .. } = event {
+        // Recorded as `tool.denied` (no `type`); printed as the others are.
+        let mut v = serde_json::to_value(event).unwrap_or_default();
+        v["run_id"] = run_id.into();
+        return v;
+    }
     event.clone().into_event(run_id).payload()
 }
 
@@ -670,18 +746,51 @@ where
         // What the run's starter prints (`npc run` follows the daemon's runs).
         warnings: run.warnings.clone(),
     };
+    // Denials recorded for this run from here on (by its hooks, its
+    // gateway) are read back at its end.
+    let since = {
+        let store = bus.store().clone();
+        tokio::task::spawn_blocking(move || store.last_event_id())
+            .await
+            .map_err(|e| RunError::PrepareFailed {
+                reason: e.to_string(),
+            })??
+    };
     record(Event::RunStarted(RunStarted::Agent(started_payload))).await?;
-    let not_started = |outcome: &str, error: &str| {
+    let not_started_because = |outcome: &str, error: &str, reason: Option<&str>| {
         Event::RunFinished(RunFinished::NotStarted(AgentRunNotStarted {
             run_id: run.id.clone(),
             outcome: outcome.to_string(),
             error: error.to_string(),
+            reason: reason.map(str::to_string),
             duration_ms: millis(started.elapsed()),
             cwd: run.spec.cwd.clone(),
             tool_cwd: run.tool_cwd.clone(),
             cancelled: false,
         }))
     };
+    let not_started = |outcome: &str, error: &str| not_started_because(outcome, error, None);
+    let mut spec = run.spec.clone();
+    if let Some(plan) = &run.trust {
+        let plan = plan.clone();
+        let mut trusted_spec = spec.clone();
+        let established = tokio::task::spawn_blocking(move || {
+            plan.establish(&mut trusted_spec).map(|_| trusted_spec)
+        })
+        .await
+        .map_err(|e| RunError::PrepareFailed {
+            reason: e.to_string(),
+        })?;
+        match established {
+            Ok(trusted) => spec = trusted,
+            Err(untrusted) => {
+                let message = untrusted.to_string();
+                record(not_started_because("failed", &message, Some(UNTRUSTED))).await?;
+                end_hooks(hooks, run, Some(&message), "failed").await;
+                return Err(untrusted.into());
+            }
+        }
+    }
     let start_payload = json!({
         "messages": [{ "role": "user", "content": run.prompt }],
         "run_id": run.id,
@@ -701,7 +810,7 @@ where
         end_hooks(hooks, run, Some(&message), "hook_failed").await;
         return Err(failure.into());
     }
-    let mut child = match supervisor.spawn_streaming(&run.spec) {
+    let mut child = match supervisor.spawn_streaming(&spec) {
         Ok(child) => child,
         Err(e) => {
             let message = e.to_string();
@@ -729,6 +838,9 @@ where
     let mut failed_turn = false;
     let mut cli_denials =
         denials::CliDenials::new(&run.id, &run.profile, run.kind, run.refusing_rules.clone());
+    // Refusals the agent CLI reported: recorded at the end, unless npc
+    // recorded the same denial itself (its hook, its gateway).
+    let mut refused: Vec<RunDenial> = Vec::new();
     let mut deliver = |events: Vec<AgentEvent>, count: &mut usize| {
         let mut pending = Vec::with_capacity(events.len());
         for e in events {
@@ -739,8 +851,22 @@ where
                 pending.push(record(Event::ToolDenied(denied)));
             }
             sink(&e);
-            pending.push(record(e.into_event(&run.id)));
             *count += 1;
+            if let AgentEvent::Denied {
+                tool, rule, reason, ..
+            } = e
+            {
+                if refused.len() < MAX_RUN_DENIALS {
+                    refused.push(RunDenial {
+                        tool,
+                        rule,
+                        by: DeniedBy::Cli,
+                        reason,
+                    });
+                }
+                continue;
+            }
+            pending.push(record(e.into_event(&run.id)));
         }
         pending
     };
@@ -872,13 +998,41 @@ where
         hook_error = Some(failure.to_string());
     }
     let exit = exit.unwrap_or_default();
-    let outcome = stop.unwrap_or(if exit.success() && !failed_turn {
+    let denials = run_denials(bus, since, run, refused).await?;
+    let mut outcome = stop.unwrap_or(if !exit.success() || failed_turn {
+        Outcome::Failed { exit }
+    } else if denials.is_empty() {
         Outcome::Succeeded
     } else {
-        Outcome::Failed { exit }
+        Outcome::Blocked { denials }
     });
     let duration = started.elapsed();
-    let mut finished = AgentRunFinished {
+    let mut concluded = Concluded::default();
+    if let Some(conclusion) = &run.conclusion {
+        concluded = conclusion.conclude().await;
+        let unchanged = concluded.result.as_ref().is_some_and(|r| r.unchanged);
+        if unchanged && run.expect_changes && outcome == Outcome::Succeeded {
+            outcome = Outcome::NoChanges;
+        }
+    }
+    let error = match &outcome {
+        Outcome::Succeeded => None,
+        Outcome::Blocked { denials } => Some(format!(
+            "a denial stopped what the agent tried: {}",
+            denials_in_words(denials)
+        )),
+        Outcome::NoChanges => Some(
+            "the run changed no file, and `expect_changes = true` asks for changes".to_string(),
+        ),
+        Outcome::HookFailed => hook_error.clone(),
+        Outcome::Failed { exit } => Some(format!("the agent failed ({exit})")),
+        Outcome::TimedOut => Some(format!(
+            "the run outlived its timeout of {}s",
+            run.timeout.as_secs()
+        )),
+        Outcome::Cancelled { signal } => Some(format!("the run was cancelled by signal {signal}")),
+    };
+    let finished = AgentRunFinished {
         run_id: run.id.clone(),
         outcome: outcome.as_str().to_string(),
         exit,
@@ -889,23 +1043,19 @@ where
         cwd: run.spec.cwd.clone(),
         tool_cwd: run.tool_cwd.clone(),
         events: count,
-        error: hook_error.clone(),
-        concluded: Concluded::default(),
+        // A hook's failure as before; the words of a blocked or unchanged run.
+        error: match &outcome {
+            Outcome::Blocked { .. } | Outcome::NoChanges => error.clone(),
+            _ => hook_error.clone(),
+        },
+        reason: outcome.reason().map(str::to_string),
+        denials: match &outcome {
+            Outcome::Blocked { denials } => denials.clone(),
+            _ => Vec::new(),
+        },
+        concluded,
     };
-    if let Some(conclusion) = &run.conclusion {
-        finished.concluded = conclusion.conclude().await;
-    }
     record(Event::RunFinished(RunFinished::Agent(finished))).await?;
-    let error = match outcome {
-        Outcome::Succeeded => None,
-        Outcome::HookFailed => hook_error.clone(),
-        Outcome::Failed { exit } => Some(format!("the agent failed ({exit})")),
-        Outcome::TimedOut => Some(format!(
-            "the run outlived its timeout of {}s",
-            run.timeout.as_secs()
-        )),
-        Outcome::Cancelled { signal } => Some(format!("the run was cancelled by signal {signal}")),
-    };
     end_hooks(hooks, run, error.as_deref(), outcome.as_str()).await;
     Ok(RunReport {
         outcome,
@@ -914,6 +1064,71 @@ where
         events: count,
         hook_error,
     })
+}
+
+/// The reason (`run.finished`'s `reason`) of a run whose workspace its
+/// agent CLI would not trust.
+pub const UNTRUSTED: &str = "untrusted";
+
+/// The denials of run `run`: the `tool.denied` events recorded for it
+/// since event `since` (by its hooks, its gateway, an approval), then the
+/// refusals its agent CLI reported (`refused`) that npc did not record
+/// itself, each recorded now as `tool.denied` (`by: cli`). Oldest first,
+/// at most [`MAX_RUN_DENIALS`]; an event of another run never counts.
+async fn run_denials(
+    bus: &EventBus,
+    since: i64,
+    run: &PreparedRun,
+    refused: Vec<RunDenial>,
+) -> Result<Vec<RunDenial>, RunError> {
+    let store = bus.store().clone();
+    let id = run.id.clone();
+    let stored =
+        tokio::task::spawn_blocking(move || store.denials_of_run(since, &id, MAX_RUN_DENIALS))
+            .await
+            .map_err(|e| RunError::PrepareFailed {
+                reason: e.to_string(),
+            })??;
+    let mut denials: Vec<RunDenial> = stored
+        .into_iter()
+        .filter_map(|e| serde_json::from_value::<ToolDenied>(e.payload).ok())
+        .filter(|d| d.run_id.as_deref() == Some(run.id.as_str()))
+        .map(|d| RunDenial {
+            tool: d.tool,
+            rule: d.rule,
+            by: d.by,
+            reason: d.reason,
+        })
+        .collect();
+    for d in refused {
+        if denials.iter().any(|k| same_tool(&k.tool, &d.tool)) {
+            continue;
+        }
+        let event = Event::ToolDenied(ToolDenied {
+            run_id: Some(run.id.clone()),
+            profile: Some(run.profile.clone()),
+            tool: d.tool.clone(),
+            rule: d.rule.clone(),
+            by: DeniedBy::Cli,
+            reason: d.reason.clone(),
+        });
+        bus.publish(event.for_component(component(&run.id))).await?;
+        if denials.len() < MAX_RUN_DENIALS {
+            denials.push(d);
+        }
+    }
+    Ok(denials)
+}
+
+/// Whether two names of a tool name the same one: equal, or one the other
+/// with the CLI's prefix for a gateway tool (`mcp__npc__everything__echo`
+/// and `everything__echo`).
+fn same_tool(a: &str, b: &str) -> bool {
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    !short.is_empty()
+        && long.ends_with(short)
+        && (long.len() == short.len()
+            || long[..long.len() - short.len()].ends_with(['_', '.', '/', ':']))
 }
 
 /// The best-effort end of a run's hooks: `on_error` with `error` (when the

@@ -16,6 +16,7 @@
 //! carries the run id, under component `run.<id>`.
 
 mod command;
+pub use command::NO_CHANGES;
 mod worktree;
 
 use std::collections::HashMap;
@@ -720,6 +721,19 @@ impl Executor {
             prepared.tool_cwd = opened.worktree.dir.clone();
             prepared.spec.env.extend(opened.env.clone());
             prepared.conclusion = place.conclusion;
+            prepared.expect_changes = opened.spec.expect_changes == Some(true);
+            // The worktree npc made is trusted for the agent CLI, or the
+            // run fails at once (`untrusted`).
+            prepared.trust = Some(crate::runs::trust::TrustPlan {
+                kind: prepared.kind,
+                dir: opened.worktree.dir.clone(),
+                worktrees: crate::runs::workspace::worktrees_root(
+                    &self.cx.repo,
+                    &self.cx.state_dir,
+                    &manifest.runs,
+                ),
+                repository: opened.worktree.git.clone(),
+            });
         }
         // A fleet worker keeps its runs in a store of its own under the
         // state directory: the run's hooks park their asks there.

@@ -152,6 +152,7 @@ pub struct Worker {
 fn final_state(name: &str) -> Option<&'static str> {
     [
         state::SUCCEEDED,
+        state::BLOCKED,
         state::FAILED,
         state::SKIPPED,
         state::CANCELLED,

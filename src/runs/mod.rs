@@ -35,6 +35,7 @@ pub mod mirror;
 pub mod queue;
 pub mod remote;
 pub mod service;
+pub mod trust;
 pub mod view;
 pub mod workspace;
 
@@ -129,8 +130,12 @@ pub type Ending = (&'static str, Option<String>);
 /// The stored end of an agent run that `result` reports.
 pub fn ending_of(result: &Result<RunReport, RunError>) -> Ending {
     match result {
-        Ok(report) => match report.outcome {
+        Ok(report) => match &report.outcome {
             Outcome::Succeeded => (state::SUCCEEDED, None),
+            Outcome::Blocked { denials } => {
+                (state::BLOCKED, Some(agent::denials_in_words(denials)))
+            }
+            Outcome::NoChanges => (state::FAILED, Some(executor::NO_CHANGES.to_string())),
             Outcome::HookFailed => (
                 state::FAILED,
                 Some(

@@ -72,6 +72,10 @@ fn unescaped(event: &AgentEvent) -> Option<(Stream, String)> {
                 out(format!("· tokens {}", parts.join(", ")))
             }
         }
+        AgentEvent::Denied { tool, rule, .. } => Some((
+            Stream::Stderr,
+            format!("✗ {tool} refused by the agent CLI ({rule})"),
+        )),
         AgentEvent::Idle {
             status, is_error, ..
         } => out(if *is_error {

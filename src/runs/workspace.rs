@@ -571,6 +571,7 @@ impl Worktree {
             insertions,
             deletions,
             push: None,
+            unchanged: files == 0,
         })
     }
 

@@ -498,6 +498,22 @@ impl Store {
         )
     }
 
+    /// Up to `limit` (at most [`MAX_EVENTS_PER_READ`]) `tool.denied` events
+    /// with `id > after_id` whose payload names run `run_id`, oldest first.
+    pub fn denials_of_run(
+        &self,
+        after_id: i64,
+        run_id: &str,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
+        let limit = limit.min(MAX_EVENTS_PER_READ) as i64;
+        self.events_where(
+            "id > ?1 AND kind = 'tool.denied' AND json_valid(payload) \
+             AND json_extract(payload, '$.run_id') = ?2 ORDER BY id LIMIT ?3",
+            (after_id, run_id, limit),
+        )
+    }
+
     /// The events matching `condition` (SQL after `WHERE`, with `params`).
     pub(super) fn events_where(
         &self,

@@ -29,6 +29,7 @@ fn doctor(root: &Path, bin: &Path, home: &Path) -> (i32, Vec<Value>) {
         .env("PATH", bin)
         .env("HOME", home)
         .env_remove("CODEX_HOME")
+        .env_remove("CLAUDE_CONFIG_DIR")
         .env_remove("GEMINI_CLI_TRUSTED_FOLDERS_PATH")
         .env_remove("XDG_DATA_HOME")
         .env_remove("ANTHROPIC_API_KEY")
@@ -105,6 +106,15 @@ fn doctor_names_each_problem_with_its_fix_until_it_is_fixed() {
             .contains(&format!("[projects.\"{}\"]", root.display())),
         "{codex}"
     );
+    let claude_trust = check(&reports, "claude_code", "workspace_trust");
+    assert_eq!(claude_trust["status"], "problem", "{claude_trust}");
+    assert!(
+        claude_trust["fix"].as_str().unwrap().contains(&format!(
+            "projects[\"{}\"].hasTrustDialogAccepted",
+            root.display()
+        )),
+        "{claude_trust}"
+    );
     let gemini = check(&reports, "gemini_cli", "folder_trust");
     assert_eq!(gemini["status"], "problem");
     assert!(
@@ -154,6 +164,12 @@ fn doctor_names_each_problem_with_its_fix_until_it_is_fixed() {
         serde_json::json!({ root.to_string_lossy(): "TRUST_FOLDER" }).to_string(),
     )
     .unwrap();
+    std::fs::write(
+        home.path().join(".claude.json"),
+        serde_json::json!({ "projects": { root.to_string_lossy(): { "hasTrustDialogAccepted": true } } })
+            .to_string(),
+    )
+    .unwrap();
     let applied = npc()
         .current_dir(&root)
         .args(["apply", "--auto-approve"])
@@ -172,6 +188,15 @@ fn doctor_names_each_problem_with_its_fix_until_it_is_fixed() {
     assert_eq!(check(&reports, "claude_code", "login")["status"], "ok");
     assert_eq!(check(&reports, "mcp_server fs", "command")["status"], "ok");
     assert_eq!(code, 0, "a warning alone does not fail");
+    // Every CLI's trust is checked, OpenCode's too (it has none).
+    for (kind, name) in [
+        ("claude_code", "workspace_trust"),
+        ("codex", "project_trust"),
+        ("gemini_cli", "folder_trust"),
+        ("opencode", "workspace_trust"),
+    ] {
+        assert_eq!(check(&reports, kind, name)["status"], "ok", "{kind}");
+    }
 }
 
 /// A provider `command` that is a path into the repository is the

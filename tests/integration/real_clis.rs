@@ -27,6 +27,8 @@ use crate::support::{Peer, Stopped, WAIT_LIMIT, npc_path, repo_root, require, wa
 /// Longest one `npc run` of a real CLI may take (OpenCode's first start
 /// installs nothing but reads its model list; each turn is two requests).
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+/// The shell command OpenCode's rule refuses.
+const REFUSED_COMMAND: &str = "printf refused";
 /// The text the model asks `echo` to echo.
 const ECHO_TOKEN: &str = "npc-real-cli-echo";
 /// The reason the denying hook gives.
@@ -178,6 +180,9 @@ struct Setup {
     user: Option<u32>,
     /// More arguments for the CLI (the provider's `args`).
     provider_args: &'static [&'static str],
+    /// The CLI is not allowed the call (no `--allowedTools` for Claude
+    /// Code, no `--yolo` for Gemini CLI, a `deny` rule for OpenCode).
+    refuse: bool,
 }
 
 /// What the scripted model asks for, and what the CLI needs to allow it.
@@ -210,6 +215,36 @@ impl Setup {
 
     /// [`Setup::new_as`] with the model calling `script`'s tool.
     fn scripted(cli: Cli, hooks: &str, user: Option<u32>, script: Script) -> Self {
+        Self::scripted_with(cli, hooks, user, script, false)
+    }
+
+    /// [`Setup::new`] where the CLI itself refuses the call ([`Setup::refuse`]):
+    /// `echo`, but OpenCode's `bash` (OpenCode hides a tool a rule denies
+    /// whole, and takes patterns for `bash`).
+    fn refusing(cli: Cli) -> Self {
+        let script = if cli.kind == "opencode" {
+            Script {
+                tool: "bash",
+                args: serde_json::json!({"command": REFUSED_COMMAND, "description": "print"}),
+                provider_args: &[],
+            }
+        } else {
+            Script {
+                tool: "echo",
+                args: serde_json::json!({ "message": ECHO_TOKEN }),
+                provider_args: &[],
+            }
+        };
+        Self::scripted_with(cli, "", None, script, true)
+    }
+
+    fn scripted_with(
+        cli: Cli,
+        hooks: &str,
+        user: Option<u32>,
+        script: Script,
+        refuse: bool,
+    ) -> Self {
         let repo = tempfile::tempdir().unwrap();
         let home = tempfile::tempdir().unwrap();
         let model = Model::start(home.path(), script.tool, &script.args);
@@ -227,6 +262,7 @@ impl Setup {
             model,
             user,
             provider_args: script.provider_args,
+            refuse,
         };
         this.write_home(&root);
         let manifest = format!(
@@ -349,13 +385,17 @@ impl Setup {
                 format!(
                     "ANTHROPIC_BASE_URL = \"{url}\", ANTHROPIC_API_KEY = \"sk-scripted\", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = \"1\""
                 ),
-                "\"--allowedTools\", \"mcp__npc__everything__echo\"",
+                if self.refuse {
+                    ""
+                } else {
+                    "\"--allowedTools\", \"mcp__npc__everything__echo\""
+                },
             ),
             // The project's hooks run once reviewed: see `review_codex_hooks`.
             "codex" => ("SCRIPTED_API_KEY = \"sk-scripted\"".to_string(), ""),
             "gemini_cli" => (
                 format!("GOOGLE_GEMINI_BASE_URL = \"{url}\", GEMINI_API_KEY = \"scripted\""),
-                "\"--yolo\"",
+                if self.refuse { "" } else { "\"--yolo\"" },
             ),
             _ => (String::new(), ""),
         };
@@ -389,6 +429,16 @@ impl Setup {
                 ),
             ),
             "gemini_cli" => {
+                if self.refuse {
+                    // A user policy that denies this call of the gateway's
+                    // `echo` (its arguments), leaving the tool offered.
+                    write(
+                        ".gemini/policies/deny-echo.toml",
+                        format!(
+                            "[[rule]]\nmcpName = \"npc\"\ntoolName = \"{GATEWAY_ECHO}\"\nargsPattern = \"{ECHO_TOKEN}\"\ndecision = \"deny\"\npriority = 900\n"
+                        ),
+                    );
+                }
                 write(
                     ".gemini/settings.json",
                     r#"{"security": {"auth": {"selectedType": "gemini-api-key"}}}"#.to_string(),
@@ -398,9 +448,8 @@ impl Setup {
                     serde_json::json!({ root.to_string_lossy(): "TRUST_FOLDER" }).to_string(),
                 );
             }
-            "opencode" => write(
-                ".config/opencode/opencode.json",
-                serde_json::json!({
+            "opencode" => {
+                let mut config = serde_json::json!({
                     "provider": {"scripted": {
                         "npm": "@ai-sdk/openai-compatible",
                         "name": "scripted",
@@ -408,9 +457,14 @@ impl Setup {
                         "models": {"scripted-model": {"name": "scripted-model"}}
                     }},
                     "model": "scripted/scripted-model"
-                })
-                .to_string(),
-            ),
+                });
+                if self.refuse {
+                    config["permission"] = serde_json::json!({
+                        "bash": { "*": "allow", "printf *": "deny" }
+                    });
+                }
+                write(".config/opencode/opencode.json", config.to_string())
+            }
             _ => {}
         }
     }
@@ -444,6 +498,16 @@ impl Setup {
 
     /// `npc run agent` to its end: the run's agent events (`--format json`).
     fn run(&self) -> Vec<Value> {
+        self.run_ending(0)
+    }
+
+    /// [`Setup::run`], which must exit `code`.
+    fn run_ending(&self, code: i32) -> Vec<Value> {
+        self.run_ending_one_of(&[code])
+    }
+
+    /// [`Setup::run`], which must exit with one of `codes`.
+    fn run_ending_one_of(&self, codes: &[i32]) -> Vec<Value> {
         let timeout = RUN_TIMEOUT.as_secs().to_string();
         let out = self
             .npc(&[
@@ -460,8 +524,8 @@ impl Setup {
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
-            out.status.success(),
-            "{}: npc run failed ({}):\n{stdout}\n{}",
+            out.status.code().is_some_and(|c| codes.contains(&c)),
+            "{}: npc run ended otherwise ({}):\n{stdout}\n{}",
             self.cli.program,
             out.status,
             String::from_utf8_lossy(&out.stderr)
@@ -549,7 +613,8 @@ fn can_switch_user() -> bool {
         ))
 }
 
-/// The checks every scenario shares: the run finished ok with no unknown
+/// The checks every scenario shares: the run finished (`succeeded`, or
+/// `blocked` exactly when a denial of it was recorded) with no unknown
 /// event and no drift, the agent was offered the gateway's `echo` and no raw server's,
 /// and a later turn carried `expect` (the tool's result) to the model.
 fn check_turn(s: &Setup, events: &[Value], expect: &str) {
@@ -571,7 +636,9 @@ fn check_turn(s: &Setup, events: &[Value], expect: &str) {
         .iter()
         .find(|e| e["kind"] == "run.finished")
         .expect("run.finished");
-    assert_eq!(finished["payload"]["outcome"], "succeeded", "{who}");
+    let denied = stored.iter().any(|e| e["kind"] == "tool.denied");
+    let outcome = if denied { "blocked" } else { "succeeded" };
+    assert_eq!(finished["payload"]["outcome"], outcome, "{who}: {finished}");
     let turns = s.turns();
     assert!(
         turns.len() >= 2,
@@ -611,6 +678,11 @@ fn echo_through_the_gateway_as(cli: Cli, user: Option<u32>) {
     let events = s.run();
     check_turn(&s, &events, &format!("Echo: {ECHO_TOKEN}"));
     let stored = s.events();
+    assert!(
+        !stored.iter().any(|e| e["kind"] == "tool.denied"),
+        "{}: a denial in a run that was allowed its call",
+        cli.program
+    );
     let call = stored
         .iter()
         .find(|e| e["kind"] == "mcp.tool_call" && e["payload"]["name"] == GATEWAY_ECHO)
@@ -636,7 +708,13 @@ fn echo_denied_by_the_native_hook(cli: Cli) {
     }
     let hooks = "\n[[hooks.before_tool]]\ncommand = \"python3\"\nargs = [\"deny.py\"]\nmatcher = \"echo\"\n";
     let s = Setup::new(cli, hooks);
-    let events = s.run();
+    // Claude Code and Gemini CLI report the call their hook denied as their
+    // own refusal: the run is `blocked`, exit 3 (the others once the hook's
+    // denial is an event); `check_turn` holds it to what was recorded.
+    let events = match cli.kind {
+        "claude_code" | "gemini_cli" => s.run_ending(3),
+        _ => s.run_ending_one_of(&[0, 3]),
+    };
     check_turn(&s, &events, DENIAL);
     let stored = s.events();
     let denied: Vec<&Value> = stored
@@ -974,12 +1052,27 @@ const EDITED_TEXT: &str = "edited by the agent";
 /// `npc run --workspace worktree` of `cli`, carried out by the daemon: the
 /// model has the CLI's own shell tool write a file, and the edit lands on
 /// the run's branch (`npc/RUN`), not in the checkout.
-fn worktree_edit_lands_on_its_branch(cli: Cli) {
+fn worktree_edit_lands_on_its_branch(cli: Cli, script: Script) {
+    worktree_edit_lands_on_its_branch_with(cli, script, &[]);
+}
+
+/// [`worktree_edit_lands_on_its_branch`] with `files` committed in the
+/// repository too; the run's `run.finished`.
+fn worktree_edit_lands_on_its_branch_with(
+    cli: Cli,
+    script: Script,
+    files: &[(&str, &str)],
+) -> Option<Value> {
     if !installed(cli) {
-        return;
+        return None;
     }
-    let s = Setup::scripted(cli, "", None, edit_script(cli));
+    let s = Setup::scripted(cli, "", None, script);
     let root = s.root();
+    for (name, text) in files {
+        let path = root.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
     let git = |args: &[&str]| {
         let out = Command::new("git")
             .args(["-c", "user.name=test", "-c", "user.email=test@example.com"])
@@ -1017,8 +1110,8 @@ fn worktree_edit_lands_on_its_branch(cli: Cli) {
         },
     );
     let timeout = RUN_TIMEOUT.as_secs().to_string();
-    let out = s
-        .npc(&[
+    let run = || {
+        s.npc(&[
             "run",
             "agent",
             "--workspace",
@@ -1031,7 +1124,27 @@ fn worktree_edit_lands_on_its_branch(cli: Cli) {
             &timeout,
         ])
         .output()
+        .unwrap()
+    };
+    let claude_config = s.home.path().join(".claude.json");
+    if cli.kind == "claude_code" {
+        // Claude Code trusts a worktree through its repository, which nobody
+        // trusted yet: the run fails at once with the fix, npc writes nothing.
+        let out = run();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        let fix = format!("projects[\"{}\"].hasTrustDialogAccepted", root.display());
+        assert!(said.contains(&fix), "{said}");
+        assert!(!claude_config.exists());
+        // What its trust dialog stores, as the fix says.
+        std::fs::write(
+            &claude_config,
+            serde_json::json!({ "projects": { root.to_string_lossy(): { "hasTrustDialogAccepted": true } } })
+                .to_string(),
+        )
         .unwrap();
+    }
+    let out = run();
     assert!(
         out.status.success(),
         "{}: npc run failed ({}):\n{}\n{}\n{}",
@@ -1044,6 +1157,7 @@ fn worktree_edit_lands_on_its_branch(cli: Cli) {
     let finished = daemon
         .events()
         .into_iter()
+        .rev()
         .find(|e| e["kind"] == "run.finished")
         .expect("run.finished");
     assert_eq!(finished["payload"]["outcome"], "succeeded", "{finished}");
@@ -1063,6 +1177,7 @@ fn worktree_edit_lands_on_its_branch(cli: Cli) {
         "",
         "the checkout stays clean"
     );
+    Some(finished)
 }
 
 /// The shell command the model asks for.
@@ -1103,23 +1218,18 @@ fn edit_script(cli: Cli) -> Script {
 }
 
 #[test]
-fn claude_edit_in_a_worktree_lands_on_its_branch() {
-    worktree_edit_lands_on_its_branch(CLAUDE);
-}
-
-#[test]
 fn codex_edit_in_a_worktree_lands_on_its_branch() {
-    worktree_edit_lands_on_its_branch(CODEX);
+    worktree_edit_lands_on_its_branch(CODEX, edit_script(CODEX));
 }
 
 #[test]
 fn gemini_edit_in_a_worktree_lands_on_its_branch() {
-    worktree_edit_lands_on_its_branch(GEMINI);
+    worktree_edit_lands_on_its_branch(GEMINI, edit_script(GEMINI));
 }
 
 #[test]
 fn opencode_edit_in_a_worktree_lands_on_its_branch() {
-    worktree_edit_lands_on_its_branch(OPENCODE);
+    worktree_edit_lands_on_its_branch(OPENCODE, edit_script(OPENCODE));
 }
 
 /// `PATH` without any directory that holds an `npc`: what a machine where
@@ -1530,6 +1640,28 @@ fn claude_refuses_a_denied_command_of_its_own() {
     );
 }
 
+/// Claude Code allowed its shell only by the repository's own settings
+/// (`.claude/settings.local.json`, which it reads in a trusted workspace
+/// only, and for a worktree, through its repository): the run fails at
+/// once with the fix until the repository is trusted, then the edit lands
+/// (before, the call was refused and the run "succeeded" with nothing
+/// changed).
+#[test]
+fn claude_edit_in_a_worktree_lands_on_its_branch() {
+    worktree_edit_lands_on_its_branch_with(
+        CLAUDE,
+        Script {
+            tool: "Bash",
+            args: serde_json::json!({"command": edit_command(), "description": "write the file"}),
+            provider_args: &[],
+        },
+        &[(
+            ".claude/settings.local.json",
+            r#"{"permissions": {"allow": ["Bash"]}}"#,
+        )],
+    );
+}
+
 #[test]
 fn gemini_refuses_a_denied_command_of_its_own() {
     cli_refuses_a_denied_command(
@@ -1552,4 +1684,65 @@ fn opencode_refuses_a_denied_command_of_its_own() {
             provider_args: &[],
         },
     );
+}
+
+/// A call the CLI itself refuses (its own permission rules: the profile
+/// does not allow it) ends the run `blocked`, not `succeeded`, with the
+/// denial listed in `run.finished` and recorded as a `tool.denied` event of
+/// the run; `npc run` exits 3.
+fn refused_call_ends_the_run_blocked(cli: Cli) {
+    if !installed(cli) {
+        return;
+    }
+    let s = Setup::refusing(cli);
+    s.run_ending(3);
+    let stored = s.events();
+    let finished = stored
+        .iter()
+        .find(|e| e["kind"] == "run.finished")
+        .expect("run.finished");
+    assert_eq!(finished["payload"]["outcome"], "blocked", "{finished}");
+    let denials = finished["payload"]["denials"].as_array().unwrap();
+    let tool = if cli.kind == "opencode" {
+        "bash"
+    } else {
+        "echo"
+    };
+    assert!(
+        denials
+            .iter()
+            .any(|d| d["tool"].as_str().is_some_and(|t| t.ends_with(tool))),
+        "{}: {finished}",
+        cli.program
+    );
+    let run_id = finished["payload"]["run_id"].as_str().unwrap();
+    assert!(
+        stored.iter().any(|e| e["kind"] == "tool.denied"
+            && e["payload"]["run_id"] == run_id
+            && e["payload"]["by"] == "cli"),
+        "{}: {stored:#?}",
+        cli.program
+    );
+    assert!(
+        !stored
+            .iter()
+            .any(|e| e["kind"] == "mcp.tool_call" && e["payload"]["outcome"] == "ok"),
+        "{}: the refused call reached the server",
+        cli.program
+    );
+}
+
+#[test]
+fn claude_refused_call_ends_the_run_blocked() {
+    refused_call_ends_the_run_blocked(CLAUDE);
+}
+
+#[test]
+fn gemini_refused_call_ends_the_run_blocked() {
+    refused_call_ends_the_run_blocked(GEMINI);
+}
+
+#[test]
+fn opencode_refused_call_ends_the_run_blocked() {
+    refused_call_ends_the_run_blocked(OPENCODE);
 }

@@ -551,3 +551,201 @@ fn a_daemon_interrupts_the_run_of_a_killed_npc_run_and_leaves_a_live_ones_alone(
     assert_eq!(live.wait().unwrap().code(), Some(130));
     assert_eq!(row_of(dir.path(), &live_id).unwrap()["state"], "cancelled");
 }
+
+/// A Claude Code stream that claims success after a refused call (its
+/// `result` lists the refusal in `permission_denials`).
+const REFUSED_THEN_SUCCESS: &str = r#"{"type":"system","subtype":"init","session_id":"s1","model":"m"}
+{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"touch x"}}]}}
+{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"Claude requested permissions to use Bash, but you haven't granted it yet.","is_error":true}]}}
+{"type":"assistant","message":{"content":[{"type":"text","text":"Done! Everything worked."}]}}
+{"type":"result","subtype":"success","is_error":false,"result":"Done! Everything worked.","permission_denials":[{"tool_name":"Bash","tool_use_id":"t1","tool_input":{"command":"touch x"}}],"usage":{}}
+"#;
+
+/// The lines of `npc runs show ID` that say how the run ended (no times).
+fn show_outcome(dir: &Path, id: &str) -> String {
+    let out = npc()
+        .current_dir(dir)
+        .args(["runs", "show", id])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            ["run ", "detail:", "outcome:", "denied:"]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
+        .map(|l| l.replace(id, "RUN"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A refused tool call ends the run `blocked`, not `succeeded`, however the
+/// stream ends; `npc run` exits 3 and says what was denied; the refusal is
+/// a `tool.denied` event of the run (`by: cli`); `npc runs` and `npc runs
+/// show` carry the state and the denials.
+#[test]
+fn a_refused_tool_call_ends_the_run_blocked_with_the_denial_listed() {
+    let fixture = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(fixture.path(), REFUSED_THEN_SUCCESS).unwrap();
+    let dir = repo_without_servers("claude_code", &fixture.path().to_string_lossy(), &[]);
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "touch x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error:") || l.contains("refused"))
+        .collect();
+    insta::assert_snapshot!("blocked_run_stderr", said.join("\n"));
+    let id = started_run_id(dir.path());
+    let finished = finished(dir.path());
+    assert_eq!(finished["payload"]["outcome"], "blocked", "{finished}");
+    assert_eq!(finished["payload"]["reason"], "denied", "{finished}");
+    assert_eq!(finished["payload"]["exit_code"], 3, "{finished}");
+    let denials = &finished["payload"]["denials"];
+    assert_eq!(denials[0]["tool"], "Bash", "{finished}");
+    assert_eq!(denials[0]["by"], "cli", "{finished}");
+    assert_eq!(denials[0]["rule"], "permission_denials", "{finished}");
+    let recorded: Vec<Value> = events(dir.path())
+        .into_iter()
+        .filter(|e| e["kind"] == "tool.denied")
+        .collect();
+    assert_eq!(recorded.len(), 1, "{recorded:#?}");
+    assert_eq!(recorded[0]["payload"]["run_id"], id.as_str());
+    assert_eq!(recorded[0]["payload"]["profile"], "dev");
+    assert_eq!(recorded[0]["payload"]["by"], "cli");
+    let row = row_of(dir.path(), &id).unwrap();
+    assert_eq!(row["state"], "blocked", "{row}");
+    assert_eq!(row["denials"][0]["tool"], "Bash", "{row}");
+    assert!(
+        row["detail"]
+            .as_str()
+            .unwrap()
+            .contains("`Bash` denied by cli"),
+        "{row}"
+    );
+    insta::assert_snapshot!("blocked_run_show", show_outcome(dir.path(), &id));
+}
+
+/// A provider command that records `tool.denied` events in the store as a
+/// hook or gateway process of the run would (`run_id` from `$NPC_RUN_ID`,
+/// or another run's id), then replays `fixture` as the agent.
+fn denying_agent(dir: &Path, run_id: &str, fixture: &str) {
+    let script = dir.join("deny-then-agent.py");
+    std::fs::write(
+        &script,
+        format!(
+            r#"#!/usr/bin/env python3
+import json, os, sqlite3, sys, time
+run = {run_id:?}.replace("$NPC_RUN_ID", os.environ["NPC_RUN_ID"])
+db = sqlite3.connect(".npc/state.db", timeout=30)
+payload = {{"run_id": run, "tool": "everything__echo", "rule": "everything__*", "by": "gateway", "reason": "denied_tools"}}
+db.execute("INSERT INTO events (ts_ms, kind, component, payload) VALUES (?, 'tool.denied', ?, ?)",
+           (int(time.time() * 1000), "run." + run, json.dumps(payload)))
+db.commit()
+db.close()
+os.execv(sys.executable, [sys.executable, {agent:?}, "--provider", "claude_code", "--fixture", {fixture:?}])
+"#,
+            agent = repo_root()
+                .join("fixtures/clis/fake-agent.py")
+                .display()
+                .to_string(),
+            fixture = repo_root().join("fixtures/clis").join(fixture).display().to_string(),
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let manifest = dir.join("npcagent.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let start = text.find("command = ").unwrap();
+    let end = start + text[start..].find("\nenv").unwrap();
+    let text = format!(
+        "{}command = {}\nargs = []{}",
+        &text[..start],
+        toml_str(&script.display().to_string()),
+        &text[end..]
+    );
+    std::fs::write(manifest, text).unwrap();
+}
+
+/// A denial recorded for the run (by its gateway, in another process)
+/// blocks it; one recorded for another run id does not.
+#[test]
+fn a_denial_of_the_run_blocks_it_and_one_of_another_run_does_not() {
+    let dir = repo_without_servers("claude_code", CLAUDE_TOOL_CALL, &[]);
+    denying_agent(dir.path(), "run-someone-else-0", CLAUDE_TOOL_CALL);
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "echo"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(finished(dir.path())["payload"]["outcome"], "succeeded");
+
+    let dir = repo_without_servers("claude_code", CLAUDE_TOOL_CALL, &[]);
+    denying_agent(dir.path(), "$NPC_RUN_ID", CLAUDE_TOOL_CALL);
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "echo"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let finished = finished(dir.path());
+    assert_eq!(finished["payload"]["outcome"], "blocked", "{finished}");
+    let denials = finished["payload"]["denials"].as_array().unwrap();
+    assert_eq!(denials.len(), 1, "{finished}");
+    assert_eq!(denials[0]["by"], "gateway");
+    assert_eq!(denials[0]["tool"], "everything__echo");
+    assert_eq!(denials[0]["reason"], "denied_tools");
+    let id = started_run_id(dir.path());
+    assert_eq!(row_of(dir.path(), &id).unwrap()["state"], "blocked");
+}
+
+/// A Claude Code run in place whose `.claude/settings.json` Claude Code
+/// would ignore (the repository is untrusted) says so with the fix, rather
+/// than run as if the settings applied; trusted, it says nothing.
+#[test]
+fn an_untrusted_claude_run_in_place_warns_with_the_fix() {
+    let dir = repo_without_servers("claude_code", CLAUDE_TOOL_CALL, &[]);
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(root.join(".claude")).unwrap();
+    std::fs::write(root.join(".claude/settings.json"), "{}").unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let run = || {
+        npc()
+            .current_dir(&root)
+            .args(["run", "dev", "--prompt", "hi"])
+            .env("HOME", home.path())
+            .env_remove("CLAUDE_CONFIG_DIR")
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    assert!(out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    let fix = format!(
+        "projects[\"{}\"].hasTrustDialogAccepted` to `true` in `{}`",
+        root.display(),
+        home.path().join(".claude.json").display()
+    );
+    assert!(
+        said.contains("warning: Claude Code does not trust"),
+        "{said}"
+    );
+    assert!(said.contains(&fix), "{said}");
+    std::fs::write(
+        home.path().join(".claude.json"),
+        serde_json::json!({ "projects": { root.to_string_lossy(): { "hasTrustDialogAccepted": true } } })
+            .to_string(),
+    )
+    .unwrap();
+    let out = run();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!said.contains("does not trust"), "{said}");
+}

@@ -181,7 +181,8 @@ pub struct DaemonSetup<'a> {
     /// The user's data directory (`XDG_DATA_HOME`: the notice board, plugin
     /// data, memory files). Unless set here or in `only_env`, each daemon
     /// gets its own, so tests never write to the real home or hear each
-    /// other's notices.
+    /// other's notices; so does Claude Code's config (`CLAUDE_CONFIG_DIR`)
+    /// unless `only_env` is set.
     pub data_home: Option<&'a Path>,
 }
 
@@ -260,6 +261,13 @@ impl Daemon {
             .is_some_and(|env| env.iter().any(|(k, _)| *k == "XDG_DATA_HOME"))
         {
             cmd.env("XDG_DATA_HOME", data_home);
+        }
+        // Claude Code's user config, whose trust of a repository a worktree
+        // run checks: the daemon's own, never the real home's.
+        if setup.only_env.is_none() {
+            let claude = logs.path().join("claude");
+            std::fs::create_dir_all(&claude).unwrap();
+            cmd.env("CLAUDE_CONFIG_DIR", claude);
         }
         cmd.env("NPC_LOG", "info");
         let child = cmd

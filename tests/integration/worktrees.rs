@@ -750,3 +750,174 @@ action = { command = "true" }
     let payload = &run["run"]["payload"];
     assert_eq!(payload["path"], "touched.txt", "{payload}");
 }
+
+/// A manifest whose Claude Code profile (the fake agent) changes nothing,
+/// run by trigger `plain` and by trigger `expecting` (`expect_changes`).
+fn unchanging(extra_env: &str) -> String {
+    let agent = repo_root().join("fixtures/clis/fake-agent.py");
+    let fixture = repo_root().join("fixtures/clis/claude_code/2.1.197/tool_call.jsonl");
+    format!(
+        r#"version = 1
+[daemon]
+listen = "127.0.0.1:0"
+webhook_listen = "127.0.0.1:0"
+
+[providers.fake]
+kind = "claude_code"
+command = {agent:?}
+args = ["--provider", "claude_code", "--fixture", {fixture:?}]
+env = {{ {extra_env} }}
+
+[prompts.task]
+template = "look, change nothing"
+
+[profiles.dev]
+provider = "fake"
+description = "development"
+prompt = "task"
+
+[triggers.plain]
+kind = "cron"
+schedule = "@yearly"
+action = {{ profile = "dev" }}
+
+[triggers.expecting]
+kind = "cron"
+schedule = "@yearly"
+expect_changes = true
+action = {{ profile = "dev" }}
+"#,
+        agent = agent.display().to_string(),
+        fixture = fixture.display().to_string(),
+    )
+}
+
+/// A worktree run that changed nothing says so in its result; with
+/// `expect_changes = true` it fails with that reason.
+#[test]
+fn a_run_that_changed_nothing_says_so_and_fails_when_changes_are_expected() {
+    let dir = repository(&unchanging(""), &[("notes.txt", "base\n")]);
+    let daemon = Daemon::start_in(dir.path());
+    let plain = fire(dir.path(), "plain", "{}");
+    ended(dir.path(), 1);
+    let expecting = fire(dir.path(), "expecting", "{}");
+    let rows = ended(dir.path(), 2);
+    let row = |id: &str| rows.iter().find(|r| r["id"] == id).unwrap().clone();
+    assert_eq!(row(&plain)["state"], "succeeded", "{rows:#?}");
+    assert_eq!(row(&expecting)["state"], "failed", "{rows:#?}");
+    assert!(
+        row(&expecting)["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("no changes"),
+        "{rows:#?}"
+    );
+    let finished = |id: &str| {
+        daemon
+            .events()
+            .into_iter()
+            .find(|e| e["kind"] == "run.finished" && e["payload"]["run_id"] == id)
+            .unwrap()
+    };
+    let plain_end = finished(&plain);
+    assert_eq!(
+        plain_end["payload"]["result"]["unchanged"], true,
+        "{plain_end}"
+    );
+    assert_eq!(plain_end["payload"]["result"]["files"], 0, "{plain_end}");
+    let expecting_end = finished(&expecting);
+    assert_eq!(expecting_end["payload"]["outcome"], "failed");
+    assert_eq!(expecting_end["payload"]["reason"], "no_changes");
+    // `npc runs show` says it in words.
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["runs", "show", &plain])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("no changes, the run changed no file"),
+        "{said}"
+    );
+    // The manifest field is validated: in place has nothing to measure.
+    let bad = unchanging("").replace(
+        "expect_changes = true",
+        "expect_changes = true\nworkspace = \"in_place\"",
+    );
+    std::fs::write(dir.path().join("npcagent.toml"), bad).unwrap();
+    let out = npc()
+        .current_dir(dir.path())
+        .arg("validate")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("`expect_changes` needs `workspace = \"worktree\"`"),
+        "{said}"
+    );
+}
+
+/// Claude Code trusts a worktree through its repository and ignores the
+/// worktree's `.claude/settings.json` when the repository is untrusted: the
+/// run fails at once (`untrusted`, the agent never started) with the exact
+/// fix, npc writing nothing of the user's; once the user trusted the
+/// repository the run goes on. A worktree without such settings needs no trust.
+#[test]
+fn a_claude_worktree_run_needs_its_repository_trusted_or_fails_untrusted() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join(".claude.json");
+    std::fs::write(&config, r#"{"numStartups": 7, "projects": {}}"#).unwrap();
+    let dir = repository(
+        &unchanging(""),
+        &[("notes.txt", "base\n"), (".claude/settings.json", "{}")],
+    );
+    let root = dir.path().canonicalize().unwrap();
+    let path = std::env::var("PATH").unwrap();
+    let home_text = home.path().to_string_lossy().into_owned();
+    let data = home.path().join("data").to_string_lossy().into_owned();
+    let env = [
+        ("PATH", path.as_str()),
+        ("HOME", home_text.as_str()),
+        ("XDG_DATA_HOME", data.as_str()),
+    ];
+    let daemon = Daemon::start_in_with(
+        dir.path(),
+        crate::support::DaemonSetup {
+            only_env: Some(&env),
+            ..Default::default()
+        },
+    );
+    let first = fire(dir.path(), "plain", "{}");
+    let rows = ended(dir.path(), 1);
+    assert_eq!(rows[0]["state"], "failed", "{rows:#?}");
+    let detail = rows[0]["detail"].as_str().unwrap();
+    assert!(detail.contains("does not trust"), "{detail}");
+    let fix = format!("projects[\"{}\"].hasTrustDialogAccepted", root.display());
+    assert!(detail.contains(&fix), "{detail}");
+    let events = daemon.events();
+    let end = events
+        .iter()
+        .find(|e| e["kind"] == "run.finished" && e["payload"]["run_id"] == first.as_str())
+        .unwrap();
+    assert_eq!(end["payload"]["reason"], "untrusted", "{end}");
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["payload"]["run_id"] == first.as_str()
+                && e["kind"].as_str().is_some_and(|k| k.starts_with("agent."))),
+        "the agent started: {events:#?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        r#"{"numStartups": 7, "projects": {}}"#
+    );
+
+    // The fix, as Claude Code's trust dialog stores it.
+    let trusted = serde_json::json!({ "numStartups": 7, "projects": { root.to_string_lossy(): { "hasTrustDialogAccepted": true } } });
+    std::fs::write(&config, trusted.to_string()).unwrap();
+    let second = fire(dir.path(), "plain", "{}");
+    let rows = ended(dir.path(), 2);
+    let row = rows.iter().find(|r| r["id"] == second.as_str()).unwrap();
+    assert_eq!(row["state"], "succeeded", "{rows:#?}");
+}

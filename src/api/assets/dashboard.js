@@ -323,6 +323,7 @@ async function refreshRuns() {
       r.profile ?? r.command ?? "",
       when(r.created_at),
       when(r.finished_at),
+      runWhy(r),
     ],
   })), "no runs yet");
   if (openRun) {
@@ -331,11 +332,21 @@ async function refreshRuns() {
   }
 }
 
+// Why a run ended as it did, in words: a blocked run's denials (tool, who,
+// rule), a worktree run that changed nothing, else the queue's detail.
+// Text only (`fillTable` and `say` set text, never markup).
+function runWhy(run) {
+  const denials = (run.denials || []).map((d) => `${d.tool} denied by ${d.by} (${d.rule})`);
+  if (denials.length) return cut("blocked: " + denials.join(", "));
+  if (run.result && run.result.unchanged) return "no changes";
+  return run.detail ? cut(run.detail) : "";
+}
+
 function showRunState(run) {
   openRun.state = run.state;
   const cancellable = !openRun.fleet && RUN_ACTIVE.includes(run.state);
   say("run-state", [run.state, run.source, run.profile ?? run.command,
-    run.exit != null ? `exit ${JSON.stringify(run.exit)}` : "", run.detail ? cut(run.detail) : ""]
+    run.exit != null ? `exit ${JSON.stringify(run.exit)}` : "", run.reason ?? "", runWhy(run)]
     .filter((x) => x !== undefined && x !== null && x !== "").join(" · "));
   byId("run-state").className = "state-" + run.state;
   byId("run-cancel").hidden = !cancellable;
@@ -347,7 +358,7 @@ function showRunState(run) {
   byId("run-branch").hidden = !r;
   if (r) {
     say("run-branch-text", `branch ${r.branch} (${r.base.slice(0, 12)} → ${r.head.slice(0, 12)}): ` +
-      `${r.files} files changed, +${r.insertions} −${r.deletions}` +
+      (r.unchanged ? "no changes: the run changed no file" : `${r.files} files changed, +${r.insertions} −${r.deletions}`) +
       (run.worktree ? ` · worktree kept: ${run.worktree}` : ""));
   }
 }

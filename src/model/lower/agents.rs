@@ -223,6 +223,7 @@ impl Lower<'_> {
             copy: &p.copy,
             after: &p.after,
             push: p.push,
+            expect_changes: p.expect_changes,
         });
         let mut frontmatter = BTreeMap::new();
         for (key, value) in p.frontmatter {

@@ -1,6 +1,6 @@
 //! Lowering of how runs are carried out: `[runs]`, and the workspace
 //! settings triggers and profiles share (`workspace`, `ref`, `branch`,
-//! `setup`, `copy`, `after`, `push`), with the templates among them (`ref`,
+//! `setup`, `copy`, `after`, `push`, `expect_changes`), with the templates among them (`ref`,
 //! `branch`, `concurrency_key`) and a webhook's `filter` compiled here, so a
 //! mistake is an error of `npc validate`, not of a run.
 
@@ -15,6 +15,7 @@ pub(super) struct RawWorkspace<'a> {
     pub copy: &'a [Spanned<String>],
     pub after: &'a [Spanned<String>],
     pub push: Option<bool>,
+    pub expect_changes: Option<bool>,
 }
 
 /// The schemes `[store] url` may use.
@@ -279,6 +280,7 @@ impl Lower<'_> {
                 ("copy", !raw.copy.is_empty()),
                 ("after", !raw.after.is_empty()),
                 ("push", raw.push.is_some()),
+                ("expect_changes", raw.expect_changes.is_some()),
             ] {
                 if present && let Some(m) = raw.mode {
                     self.error(
@@ -319,6 +321,7 @@ impl Lower<'_> {
             copy: raw.copy.iter().map(|s| s.value.clone()).collect(),
             after: raw.after.iter().map(|s| s.value.clone()).collect(),
             push: raw.push,
+            expect_changes: raw.expect_changes,
         }
     }
 

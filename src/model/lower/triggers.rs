@@ -241,6 +241,7 @@ impl Lower<'_> {
             copy: &t.copy,
             after: &t.after,
             push: t.push,
+            expect_changes: t.expect_changes,
         });
         if let Some(key) = &t.concurrency_key {
             self.line_template(key, "concurrency_key");

@@ -29,6 +29,37 @@ fn outcomes_map_to_exit_codes() {
     assert_eq!(Outcome::TimedOut.exit_code(), 124);
     assert_eq!(Outcome::Cancelled { signal: 2 }.exit_code(), 130);
     assert_eq!(Outcome::Cancelled { signal: 15 }.exit_code(), 143);
+    let blocked = Outcome::Blocked {
+        denials: vec![RunDenial {
+            tool: "Bash".into(),
+            rule: "permission_denials".into(),
+            by: DeniedBy::Cli,
+            reason: None,
+        }],
+    };
+    assert_eq!(blocked.exit_code(), EXIT_BLOCKED);
+    assert_eq!(blocked.as_str(), "blocked");
+    assert_eq!(blocked.reason(), Some("denied"));
+    assert_eq!(Outcome::NoChanges.as_str(), "failed");
+    assert_eq!(Outcome::NoChanges.reason(), Some("no_changes"));
+    assert_eq!(Outcome::NoChanges.exit_code(), 1);
+    let Outcome::Blocked { denials } = &blocked else {
+        unreachable!()
+    };
+    assert_eq!(
+        denials_in_words(denials),
+        "`Bash` denied by cli (permission_denials)"
+    );
+}
+
+#[test]
+fn a_tool_s_names_across_cli_and_gateway_are_one_tool() {
+    assert!(same_tool("mcp__npc__everything__echo", "everything__echo"));
+    assert!(same_tool("everything__echo", "mcp__npc__everything__echo"));
+    assert!(same_tool("Bash", "Bash"));
+    assert!(!same_tool("Bash", "NotBash"));
+    assert!(!same_tool("", "Bash"));
+    assert!(!same_tool("echo", "everything__decho"));
 }
 
 #[test]

@@ -28,6 +28,8 @@ pub const MAX_OUTPUT_LINE_CHARS: usize = 4096;
 /// Largest payload passed inline as `NPC_TRIGGER_PAYLOAD`; a larger one is
 /// written to a private file named by `NPC_TRIGGER_PAYLOAD_FILE` instead.
 pub const MAX_PAYLOAD_ENV_BYTES: usize = 64 * 1024;
+/// Why a worktree run of `expect_changes = true` that changed no file failed.
+pub const NO_CHANGES: &str = "no changes: the run changed no file (`expect_changes = true`)";
 /// After a command exits, how long its output pipes may take to close.
 pub const POST_EXIT_DRAIN: Duration = Duration::from_secs(2);
 
@@ -178,7 +180,7 @@ impl Executor {
             }
         }
         let exit = exit.unwrap_or_default();
-        let end = stopped.unwrap_or(if exit.success() {
+        let mut end = stopped.unwrap_or(if exit.success() {
             state::SUCCEEDED
         } else {
             state::FAILED
@@ -188,12 +190,24 @@ impl Executor {
             output_lines_dropped: Some(dropped),
             ..finished(end)
         };
+        let mut detail = (end == state::FAILED).then(|| exit.to_string());
         if let Some(conclusion) = conclusion {
             payload.concluded = conclusion.conclude().await;
+            let unchanged = payload
+                .concluded
+                .result
+                .as_ref()
+                .is_some_and(|r| r.unchanged);
+            let expected = opened.is_some_and(|o| o.spec.expect_changes == Some(true));
+            if unchanged && expected && end == state::SUCCEEDED {
+                end = state::FAILED;
+                payload.outcome = end.to_string();
+                payload.error = Some(NO_CHANGES.to_string());
+                detail = Some(NO_CHANGES.to_string());
+            }
         }
         self.record(&row.id, Event::RunFinished(RunFinished::Command(payload)))
             .await;
-        let detail = (end == state::FAILED).then(|| exit.to_string());
         (end, detail)
     }
 }
