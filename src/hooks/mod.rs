@@ -378,6 +378,14 @@ pub enum Approval {
 /// [`Approval::Deny`] (fail closed).
 pub trait Approve: std::fmt::Debug + Send + Sync {
     fn approve(&self, request: ApprovalRequest) -> futures_util::future::BoxFuture<'_, Approval>;
+
+    /// Whether a denial it answers is already recorded (`tool.denied`, by
+    /// `approval`): the approvers that park a run record their own, with
+    /// the run they park; the runner records every other one, so each
+    /// denial is one event.
+    fn records_denials(&self) -> bool {
+        false
+    }
 }
 
 /// Who the tool calls of one gateway session ask, and the profile policy of
@@ -508,16 +516,21 @@ impl HookRunner {
 
     /// The user's answer to `request` from the approver; without one, a
     /// denial with `no_approver` as the reason.
-    async fn ask_user(&self, request: ApprovalRequest, no_approver: String) -> Approval {
+    /// Ask the approver; the answer, and whether a denial still needs
+    /// recording (see [`Approve::records_denials`]).
+    async fn ask_user(&self, request: ApprovalRequest, no_approver: String) -> (Approval, bool) {
         let approver = self
             .approver
             .clone()
             .or_else(|| SessionAsking::current().and_then(|s| s.approver));
         match &approver {
-            Some(approver) => approver.approve(request).await,
-            None => Approval::Deny {
-                reason: no_approver,
-            },
+            Some(approver) => (approver.approve(request).await, !approver.records_denials()),
+            None => (
+                Approval::Deny {
+                    reason: no_approver,
+                },
+                true,
+            ),
         }
     }
 
@@ -593,7 +606,8 @@ impl HookRunner {
                         },
                     };
                     asked = true;
-                    let approval = self.ask_user(request, NO_APPROVER_REASON.to_string()).await;
+                    let (approval, record) =
+                        self.ask_user(request, NO_APPROVER_REASON.to_string()).await;
                     let detail = match &approval {
                         Approval::Allow => "allowed by the user".to_string(),
                         Approval::Deny { reason } => format!("denied: {reason}"),
@@ -607,8 +621,16 @@ impl HookRunner {
                     )
                     .await;
                     if let Approval::Deny { reason } = approval {
-                        self.denied(None, &call.name, entry.label(), DeniedBy::Approval, &reason)
+                        if record {
+                            self.denied(
+                                None,
+                                &call.name,
+                                entry.label(),
+                                DeniedBy::Approval,
+                                &reason,
+                            )
                             .await;
+                        }
                         return Ok(BeforeTool::Deny {
                             hook: entry.label(),
                             reason,
@@ -659,7 +681,7 @@ impl HookRunner {
                 policy.profile(),
                 pattern.as_str()
             );
-            let approval = self.ask_user(request, no_approver).await;
+            let (approval, record) = self.ask_user(request, no_approver).await;
             let detail = match &approval {
                 Approval::Allow => "allowed by the user".to_string(),
                 Approval::Deny { reason } => format!("denied: {reason}"),
@@ -677,14 +699,16 @@ impl HookRunner {
             })
             .await;
             if let Approval::Deny { reason } = approval {
-                self.denied(
-                    Some(policy.profile()),
-                    &call.name,
-                    pattern.as_str().to_string(),
-                    DeniedBy::Approval,
-                    &reason,
-                )
-                .await;
+                if record {
+                    self.denied(
+                        Some(policy.profile()),
+                        &call.name,
+                        pattern.as_str().to_string(),
+                        DeniedBy::Approval,
+                        &reason,
+                    )
+                    .await;
+                }
                 return Ok(BeforeTool::Deny {
                     hook: label,
                     reason,

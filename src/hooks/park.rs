@@ -250,6 +250,10 @@ impl Approve for ParkApprover {
     fn approve(&self, request: ApprovalRequest) -> futures_util::future::BoxFuture<'_, Approval> {
         Box::pin(self.park(request))
     }
+
+    fn records_denials(&self) -> bool {
+        true
+    }
 }
 
 /// The approver where nobody can be asked (no daemon, not in a run): every
@@ -277,6 +281,10 @@ impl Approve for NoOneToAsk {
             .await;
             Approval::Deny { reason }
         })
+    }
+
+    fn records_denials(&self) -> bool {
+        true
     }
 }
 

@@ -260,7 +260,8 @@ fn with_no_daemon_an_ask_is_a_denial_recorded_as_one() {
         .args(["run", "dev", "--prompt", "go"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    // The denial stopped what the agent tried: the run is `blocked` (exit 3).
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
     let fates = calls(logs.path());
     assert_eq!(fates.len(), 1);
     assert!(
