@@ -179,11 +179,12 @@ fn answer(args: &RunArgs) -> Answer {
     let policy = (args.event == HookEvent::BeforeTool)
         .then(|| ToolPolicy::from_env(manifest))
         .flatten();
-    let policy_asks = policy
+    // ... or deny it (`denied_tools`, on the CLI's own tools too).
+    let policy_applies = policy
         .as_ref()
         .zip(tool.as_ref())
-        .is_some_and(|(p, t)| p.asks(&t.call).is_some());
-    if set.matching(args.event, tool_name).next().is_none() && !policy_asks {
+        .is_some_and(|(p, t)| p.asks(&t.call).is_some() || p.denial(&t.call).is_some());
+    if set.matching(args.event, tool_name).next().is_none() && !policy_applies {
         return match (args.event, args.agent) {
             (HookEvent::BeforeTool, _) => {
                 bridge::before_tool_answer(args.agent, Ok(BeforeTool::Continue { arguments: None }))

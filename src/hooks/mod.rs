@@ -549,8 +549,15 @@ impl HookRunner {
         // The profile's `denied_tools` / `allowed_tools` first: a refused
         // call runs no hook.
         let session = SessionAsking::current().and_then(|s| s.policy);
+        // The hook bridge sees an agent CLI's own tools: `denied_tools`
+        // apply; the MCP allow-list is the gateway's, under its names.
+        let bridge = self.site == DeniedBy::Hook;
         if let Some(policy) = self.policy.as_ref().or(session.as_deref())
-            && let Some((rule, reason)) = policy.refusal(call)
+            && let Some((rule, reason)) = if bridge {
+                policy.denial(call)
+            } else {
+                policy.refusal(call)
+            }
         {
             let label = format!("profile `{}` tools", policy.profile());
             self.denied(Some(policy.profile()), &call.name, rule, self.site, &reason)

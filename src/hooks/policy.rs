@@ -134,21 +134,10 @@ impl ToolPolicy {
     /// pattern, or `allowed_tools` when the call is not among the tools
     /// they name. Returns (rule, reason).
     pub fn refusal(&self, call: &ToolCallInfo) -> Option<(String, String)> {
-        let forms = forms(&call.name);
-        if let Some(p) = self
-            .denied
-            .iter()
-            .find(|p| forms.iter().any(|f| p.matches(f, &call.arguments)))
-        {
-            return Some((
-                p.as_str().to_string(),
-                format!(
-                    "profile `{}` denies calls matching `{}` (`denied_tools`)",
-                    self.profile,
-                    p.as_str()
-                ),
-            ));
+        if let Some(denied) = self.denial(call) {
+            return Some(denied);
         }
+        let forms = forms(&call.name);
         match &self.allowed {
             Some(allowed)
                 if !allowed
@@ -165,6 +154,25 @@ impl ToolPolicy {
             }
             _ => None,
         }
+    }
+
+    /// The `denied_tools` pattern that refuses `call`, with the reason: all
+    /// the hook bridge applies to an agent CLI's own tools (`allowed_tools`
+    /// names MCP tools, which the gateway governs under their own names).
+    pub fn denial(&self, call: &ToolCallInfo) -> Option<(String, String)> {
+        let forms = forms(&call.name);
+        let p = self
+            .denied
+            .iter()
+            .find(|p| forms.iter().any(|f| p.matches(f, &call.arguments)))?;
+        Some((
+            p.as_str().to_string(),
+            format!(
+                "profile `{}` denies calls matching `{}` (`denied_tools`)",
+                self.profile,
+                p.as_str()
+            ),
+        ))
     }
 
     /// Whether the profile may call the gateway tool `name` at all (with

@@ -96,7 +96,8 @@ fn entry(
 ) -> Option<Value> {
     let hooks = tool_hooks(manifest, event);
     let asks = event == HookEvent::BeforeTool && profile_asks(manifest, kind);
-    if hooks.is_empty() && !asks {
+    let governs = event == HookEvent::BeforeTool && profile_governs(manifest, kind);
+    if hooks.is_empty() && !governs {
         return None;
     }
     let total_ms: u64 =
@@ -136,6 +137,23 @@ fn profile_asks(manifest: &Manifest, kind: ProviderKind) -> bool {
     manifest.profiles.values().any(|p| {
         !p.ask_tools.is_empty() && manifest.providers.get(&p.provider).map(|v| v.kind) == Some(kind)
     })
+}
+
+/// Whether a profile run by `kind`'s CLI asks about tools (`ask_tools`)
+/// or, for Codex, denies them (`denied_tools`): `npc hook run before_tool`
+/// applies them to the CLI's own tools, so its calls go through the bridge
+/// even with no hook declared. Codex has no per-run setting for its own
+/// tools; the other CLIs get `denied_tools` in their run's own policy
+/// (`native::run_policy`), so their repository files stay as they were.
+/// The entry is the same for every profile: `npc hook run` reads the run's
+/// profile from the run's environment.
+fn profile_governs(manifest: &Manifest, kind: ProviderKind) -> bool {
+    profile_asks(manifest, kind)
+        || (kind == ProviderKind::Codex
+            && manifest.profiles.values().any(|p| {
+                !p.denied_tools.is_empty()
+                    && manifest.providers.get(&p.provider).map(|v| v.kind) == Some(kind)
+            }))
 }
 
 /// Time the user may take to answer an `ask_tools` question, when asked.

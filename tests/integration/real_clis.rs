@@ -1746,3 +1746,50 @@ fn gemini_refused_call_ends_the_run_blocked() {
 fn opencode_refused_call_ends_the_run_blocked() {
     refused_call_ends_the_run_blocked(OPENCODE);
 }
+
+/// Codex has no per-run setting for its own tools: a profile's
+/// `denied_tools` reach them through the hook bridge, which applies the
+/// run's profile (named in the run's environment). The denied shell
+/// command never runs, the denial is a `tool.denied` of the run by `hook`
+/// with the pattern, and the run ends `blocked`.
+#[test]
+fn codex_denied_tools_hold_for_its_own_shell() {
+    if !installed(CODEX) {
+        return;
+    }
+    let s = Setup::scripted(
+        CODEX,
+        "denied_tools = [\"Bash(printf:*)\"]\n",
+        None,
+        edit_script(CODEX),
+    );
+    s.review_codex_hooks(&s.root());
+    let timeout = RUN_TIMEOUT.as_secs().to_string();
+    let out = s
+        .npc(&[
+            "run",
+            "agent",
+            "--prompt",
+            "write the file",
+            "--format",
+            "json",
+            "--timeout",
+            &timeout,
+        ])
+        .output()
+        .unwrap();
+    let id = run_id_of(CODEX, &out);
+    assert!(
+        !s.root().join(EDITED_FILE).exists(),
+        "the denied command ran: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let denied = denials_of(&s.events(), &id);
+    assert!(
+        denied
+            .iter()
+            .any(|d| d["by"] == "hook" && d["rule"] == "Bash(printf:*)"),
+        "{denied:#?}"
+    );
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+}

@@ -611,7 +611,10 @@ fn a_refused_tool_call_ends_the_run_blocked_with_the_denial_listed() {
     assert_eq!(denials[0]["tool"], "Bash", "{finished}");
     assert_eq!(denials[0]["by"], "cli", "{finished}");
     // No pattern of the profile explains it: the CLI's own rules.
-    assert_eq!(denials[0]["rule"], "the CLI's permission rules", "{finished}");
+    assert_eq!(
+        denials[0]["rule"], "the CLI's permission rules",
+        "{finished}"
+    );
     let recorded: Vec<Value> = events(dir.path())
         .into_iter()
         .filter(|e| e["kind"] == "tool.denied")
