@@ -34,7 +34,9 @@ use crate::model::{Manifest, Profile, ProviderKind};
 
 /// How a refusal by a run's own policy names itself in Gemini CLI's
 /// stream (its `denyMessage`), followed by the pattern.
-pub use crate::providers::refusal::POLICY_MARK as DENY_MARK;
+/// The start of the `denyMessage` of npc's Gemini CLI rules: a refusal
+/// that names the pattern ([`denied_pattern`] reads it back).
+pub const DENY_MARK: &str = "npc policy denies";
 
 /// Gemini CLI policy priority of npc's rules (within the user tier, whose
 /// range is 0..=999): above the tier's own flag rules.

@@ -41,7 +41,6 @@ mod gemini;
 pub mod launch;
 mod native;
 mod opencode;
-pub mod refusal;
 pub mod resume;
 pub mod similarity;
 pub mod text;
@@ -63,7 +62,6 @@ pub use launch::{
     launch_plan, mcp_handoff,
 };
 pub use native::Read;
-pub use refusal::refused;
 pub use similarity::{similarity, str_similarity};
 pub use text::IDLE_MARKERS;
 

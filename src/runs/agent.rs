@@ -836,8 +836,7 @@ where
     let mut stderr = std::mem::replace(&mut child.stderr, empty_err);
     let mut count = 0usize;
     let mut failed_turn = false;
-    let mut cli_denials =
-        denials::CliDenials::new(&run.id, &run.profile, run.kind, run.refusing_rules.clone());
+    let mut cli_denials = denials::CliDenials::new(run.kind, run.refusing_rules.clone());
     // Refusals the agent CLI reported: recorded at the end, unless npc
     // recorded the same denial itself (its hook, its gateway).
     let mut refused: Vec<RunDenial> = Vec::new();
@@ -847,22 +846,15 @@ where
             if let AgentEvent::Idle { is_error, .. } = &e {
                 failed_turn = *is_error;
             }
-            if let Some(denied) = cli_denials.note(&e) {
-                pending.push(record(Event::ToolDenied(denied)));
-            }
+            cli_denials.remember(&e);
             sink(&e);
             *count += 1;
             if let AgentEvent::Denied {
-                tool, rule, reason, ..
+                id, tool, reason, ..
             } = e
             {
                 if refused.len() < MAX_RUN_DENIALS {
-                    refused.push(RunDenial {
-                        tool,
-                        rule,
-                        by: DeniedBy::Cli,
-                        reason,
-                    });
+                    refused.push(cli_denials.denial(id.as_deref(), &tool, reason.as_deref()));
                 }
                 continue;
             }
