@@ -356,15 +356,32 @@ fn mcp_servers(manifest: &Manifest, root: &Path) -> Vec<Report> {
             };
             let program = spec.command.clone();
             let path = if program.contains('/') {
-                let p = root.join(&program);
-                std::fs::metadata(&p)
-                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-                    .then_some(p)
+                // Looked up through the guarded layer: a path (or a link)
+                // leaving the repository is never looked at.
+                crate::repofs::Root::new(root)
+                    .and_then(|r| r.real_path(Path::new(&program)))
+                    .ok()
+                    .filter(|p| {
+                        std::fs::metadata(p)
+                            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                    })
             } else {
                 find_program(&program)
             };
+            let outside = Path::new(&program).is_absolute()
+                || Path::new(&program)
+                    .components()
+                    .any(|c| c == std::path::Component::ParentDir);
             let check = match &path {
                 Some(p) => Check::ok("command", p.display().to_string()),
+                None if outside => Check::bad(
+                    "command",
+                    Status::Warn,
+                    format!(
+                        "`{program}` is a path outside the repository; npc doctor looks at no file outside it because a manifest says so, so it is not checked"
+                    ),
+                    format!("check that `{program}` exists yourself"),
+                ),
                 None => Check::bad(
                     "command",
                     Status::Problem,

@@ -246,3 +246,36 @@ fn doctor_runs_no_program_the_repository_names() {
         "npc doctor ran a program of a relative PATH entry"
     );
 }
+
+/// An MCP server's command that is a path is looked up only inside the
+/// repository: one that leaves it (`../`, an absolute path) is not looked
+/// at (a warning), a link out of it is no file of it, one inside is found.
+#[test]
+fn doctor_looks_up_a_servers_path_only_inside_the_repository() {
+    let outer = tempfile::tempdir().unwrap();
+    let root = outer.path().join("repo");
+    std::fs::create_dir(&root).unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    stand_in(outer.path(), "outside", "1");
+    stand_in(&root, "inside", "1");
+    std::os::unix::fs::symlink(outer.path().join("outside"), root.join("link")).unwrap();
+    std::fs::write(
+        root.join("npcagent.toml"),
+        "version = 1\n[providers.claude]\nkind = \"claude_code\"\n\
+         [mcp.servers.up]\ncommand = \"../outside\"\n\
+         [mcp.servers.abs]\ncommand = \"/bin/sh\"\n\
+         [mcp.servers.link]\ncommand = \"./link\"\n\
+         [mcp.servers.ok]\ncommand = \"./inside\"\n",
+    )
+    .unwrap();
+    let (_, reports) = doctor(&root, bin.path(), home.path());
+    // A path outside is not looked at (a warning says so); a link out of
+    // the repository is no file of it.
+    for (name, status) in [("up", "warn"), ("abs", "warn"), ("link", "problem")] {
+        let c = check(&reports, &format!("mcp_server {name}"), "command");
+        assert_eq!(c["status"], status, "{name}: {c}");
+    }
+    let ok = check(&reports, "mcp_server ok", "command");
+    assert_eq!(ok["status"], "ok", "{ok}");
+}
