@@ -667,6 +667,23 @@ impl Manifest {
             .or(of_profile)
             .unwrap_or(self.runs.approval_timeout_secs)
     }
+
+    /// The longest any run of the manifest waits for an answer, in seconds:
+    /// what an agent CLI must give a hook that may park its run, lest it
+    /// kill the hook first (a killed hook does not block the tool).
+    pub fn longest_approval_timeout_secs(&self) -> u64 {
+        let profiles = self
+            .profiles
+            .values()
+            .filter_map(|p| p.approval_timeout_secs);
+        let triggers = self
+            .triggers
+            .values()
+            .filter_map(|t| t.approval_timeout_secs);
+        profiles
+            .chain(triggers)
+            .fold(self.runs.approval_timeout_secs, u64::max)
+    }
 }
 
 impl Manifest {

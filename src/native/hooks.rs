@@ -100,8 +100,12 @@ fn entry(
     if hooks.is_empty() && !governs {
         return None;
     }
-    let total_ms: u64 =
-        hooks.iter().map(|h| h.timeout_ms).sum::<u64>() + BRIDGE_MARGIN_MS + ask_wait_ms(asks);
+    // Every `before_tool` may ask: a hook's `ask` parks the run as
+    // `ask_tools` does.
+    let may_ask = asks || (event == HookEvent::BeforeTool && !hooks.is_empty());
+    let total_ms: u64 = hooks.iter().map(|h| h.timeout_ms).sum::<u64>()
+        + BRIDGE_MARGIN_MS
+        + ask_wait_ms(manifest, may_ask);
     let (agent, manifest_arg, timeout) = match kind {
         ProviderKind::GeminiCli => (
             "gemini",
@@ -156,13 +160,18 @@ fn profile_governs(manifest: &Manifest, kind: ProviderKind) -> bool {
             }))
 }
 
-/// Time the user may take to answer an `ask_tools` question, when asked.
-fn ask_wait_ms(asks: bool) -> u64 {
-    if asks {
-        u64::try_from(crate::surfaces::approval::ANSWER_WAIT_LIMIT.as_millis()).unwrap_or(u64::MAX)
-    } else {
-        0
+/// Time a person may take to answer an `ask` (a hook's, or `ask_tools`),
+/// when the bridge may ask: the editor's limit under `npc acp`, or the
+/// longest `approval_timeout` a parked run waits. The CLI's own timeout of
+/// the bridge covers it, since a CLI that kills a hook runs the tool.
+fn ask_wait_ms(manifest: &Manifest, asks: bool) -> u64 {
+    if !asks {
+        return 0;
     }
+    let editor = crate::surfaces::approval::ANSWER_WAIT_LIMIT.as_secs();
+    editor
+        .max(manifest.longest_approval_timeout_secs())
+        .saturating_mul(1000)
 }
 
 /// The hooks of `event` that `npc hook run` runs: the manifest's and its
@@ -213,8 +222,9 @@ pub fn opencode_plugin(
     }
     // One `npc hook run` runs one event's hooks one after the other.
     let sum = |hooks: &[&crate::model::Hook]| hooks.iter().map(|h| h.timeout_ms).sum::<u64>();
-    let total_ms =
-        (sum(&before_hooks) + ask_wait_ms(asks)).max(sum(&after_hooks)) + BRIDGE_MARGIN_MS;
+    let may_ask = asks || !before_hooks.is_empty();
+    let total_ms = (sum(&before_hooks) + ask_wait_ms(manifest, may_ask)).max(sum(&after_hooks))
+        + BRIDGE_MARGIN_MS;
     let text = OPENCODE_TEMPLATE
         .replace(
             "__MANIFEST__",
@@ -374,7 +384,9 @@ mod tests {
                 "npc hook run before_tool --agent claude --manifest \"$CLAUDE_PROJECT_DIR\"/npcagent.toml{FAIL_CLOSED}"
             )
         );
-        assert_eq!(groups[1]["hooks"][0]["timeout"], 13);
+        // The hook's 2.5 s and the margin, and the longest wait for an
+        // answer: a hook may answer `ask` (default `approval_timeout` 30m).
+        assert_eq!(groups[1]["hooks"][0]["timeout"], 13 + 1800);
         assert!(v["hooks"].get("PostToolUse").is_none());
         assert_eq!(v["permissions"]["allow"][0], "Bash(ls)");
         // Idempotent, then removed when the manifest drops its hooks.
@@ -431,7 +443,9 @@ mod tests {
                 .starts_with(BRIDGE_COMMAND)
         );
         // The user's answer may take its time.
-        let wait = crate::surfaces::approval::ANSWER_WAIT_LIMIT.as_secs();
+        let wait = crate::surfaces::approval::ANSWER_WAIT_LIMIT
+            .as_secs()
+            .max(crate::model::DEFAULT_APPROVAL_TIMEOUT_SECS);
         assert_eq!(entry["timeout"], wait + BRIDGE_MARGIN_MS / 1000);
         assert!(v["hooks"].get("PostToolUse").is_none());
         // No profile of Gemini CLI asks: nothing for it.
@@ -464,7 +478,10 @@ mod tests {
             super::super::edit::dialect(ProviderKind::GeminiCli).unwrap(),
         );
         let v: Value = serde_json::from_str(stripped.as_deref().unwrap_or(&text)).unwrap();
-        assert_eq!(v["hooks"]["BeforeTool"][0]["hooks"][0]["timeout"], 12_500);
+        assert_eq!(
+            v["hooks"]["BeforeTool"][0]["hooks"][0]["timeout"],
+            12_500 + 1_800_000
+        );
         assert!(notes.iter().any(|n| n.contains("trust")));
     }
 
