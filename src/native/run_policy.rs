@@ -156,6 +156,15 @@ fn gemini_rule(pattern: &str, decision: &str, message: Option<&str>) -> Option<S
 fn gemini_policy(name: &str, p: &Profile) -> Option<String> {
     let mut rules = Vec::new();
     for pattern in &p.allowed_tools {
+        // Gemini CLI matches a shell command by prefix only: an exact
+        // subject (`Bash(ls)`) would allow `lsof` too, so it is left out
+        // (narrower, never wider than the profile).
+        if pattern
+            .split_once('(')
+            .is_some_and(|(_, rest)| !rest.ends_with(":*)"))
+        {
+            continue;
+        }
         rules.extend(gemini_rule(pattern, "allow", None));
     }
     for (list, patterns) in [
@@ -166,7 +175,13 @@ fn gemini_policy(name: &str, p: &Profile) -> Option<String> {
             let message = format!(
                 "{DENY_MARK} `{pattern}` (profile `{name}` `{list}`; nobody answers an ask in an unattended run)"
             );
-            rules.extend(gemini_rule(pattern, "deny", Some(&message)));
+            // A subject Gemini CLI cannot match (a file, a domain) denies
+            // the whole tool: wider than the profile, never a silent allow.
+            let rule = gemini_rule(pattern, "deny", Some(&message)).or_else(|| {
+                let (tool, _) = pattern.split_once('(')?;
+                gemini_rule(tool, "deny", Some(&message))
+            });
+            rules.extend(rule);
         }
     }
     (!rules.is_empty()).then(|| rules.join("\n"))
@@ -296,5 +311,30 @@ mod tests {
         );
         assert_eq!(v["webfetch"], "deny");
         assert_eq!(policy(ProviderKind::Codex, "one"), None);
+    }
+
+    #[test]
+    fn gemini_never_gets_a_wider_allow_or_a_dropped_deny() {
+        let m = crate::native::commands::tests::manifest(
+            "version = 1\n[providers.g]\nkind = \"gemini_cli\"\n[profiles.p]\nprovider = \"g\"\ndescription = \"d\"\n",
+        );
+        let profile = |allowed: &[&str], denied: &[&str]| Profile {
+            allowed_tools: allowed.iter().map(|s| s.to_string()).collect(),
+            denied_tools: denied.iter().map(|s| s.to_string()).collect(),
+            ..m.profiles["p"].clone()
+        };
+        // An exact shell allow is left out; a prefix allow stays.
+        let text = gemini_policy("p", &profile(&["Bash(ls)", "Bash(git diff:*)"], &[])).unwrap();
+        assert!(!text.contains("\"ls\""), "{text}");
+        assert!(text.contains("commandPrefix = \"git diff\""), "{text}");
+        // A deny of a file or a domain denies the whole tool.
+        let text = gemini_policy(
+            "p",
+            &profile(&[], &["Read(.env)", "WebFetch(domain:x.com)"]),
+        )
+        .unwrap();
+        assert!(text.contains("toolName = \"read_file\""), "{text}");
+        assert!(text.contains("toolName = \"web_fetch\""), "{text}");
+        assert_eq!(text.matches("decision = \"deny\"").count(), 2, "{text}");
     }
 }
