@@ -169,6 +169,11 @@ impl Drop for Notifier {
     }
 }
 
+/// Whether `sink` filters by trigger, profile or origin.
+fn has_filters(sink: &NotifySink) -> bool {
+    !(sink.triggers.is_empty() && sink.profiles.is_empty() && sink.origins.is_empty())
+}
+
 /// Whether `sink` takes a message about `run` (filters apply to runs only).
 fn passes(sink: &NotifySink, run: Option<&RunContext>) -> bool {
     let Some(run) = run else { return true };
@@ -202,12 +207,15 @@ async fn route(routes: &Routes, store: &Arc<Store>, event: &Event) {
     if wanted.is_empty() {
         return;
     }
-    let run = match topics::run_id(&event.payload) {
+    let about_a_run = topics::run_id(&event.payload);
+    let run = match about_a_run {
         Some(id) => run_context(store, id, manifest).await,
         None => None,
     };
     for (_, sink, outbox, on) in wanted {
-        if !passes(sink, run.as_ref()) {
+        // A run whose row cannot be read passes no filter (fail closed).
+        let unread = about_a_run.is_some() && run.is_none();
+        if unread && has_filters(sink) || !passes(sink, run.as_ref()) {
             continue;
         }
         let message = Message::of_event(
