@@ -102,12 +102,14 @@ impl TrustPlan {
                 Ok(Established::ForTheRun)
             }
             ProviderKind::Codex => {
-                // Before the prompt's `--`, among the CLI's options.
-                let at = spec
-                    .args
-                    .iter()
-                    .rposition(|a| a == "--")
-                    .unwrap_or(spec.args.len());
+                // Before the prompt's `--` (the args end `-- PROMPT`, and
+                // the prompt itself may be `--`), among the CLI's options.
+                let n = spec.args.len();
+                let at = if n >= 2 && spec.args[n - 2] == "--" {
+                    n - 2
+                } else {
+                    spec.args.iter().position(|a| a == "--").unwrap_or(n)
+                };
                 let pair = codex_trust_override(&dir);
                 spec.args.splice(at..at, ["-c".to_string(), pair]);
                 Ok(Established::ForTheRun)
