@@ -100,8 +100,12 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let row =
-            npcagent::store::queue::NewRun::new(&run, npcagent::runs::MANUAL_QUEUE, "cli", "{}");
+        let row = npcagent::store::queue::NewRun::new(
+            &run,
+            npcagent::runs::MANUAL_QUEUE,
+            npcagent::model::RunOrigin::Cli,
+            "{}",
+        );
         store.enqueue_run(row).await.unwrap();
         assert!(store.claim_run(&run, None).await.unwrap());
     });

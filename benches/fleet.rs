@@ -76,7 +76,7 @@ fn env_usize(name: &str, default: usize) -> usize {
 fn new_run(id: String) -> NewRun {
     NewRun {
         concurrency_key: Some(id.clone()),
-        ..NewRun::new(id, "t", "api", "{}")
+        ..NewRun::new(id, "t", npcagent::model::RunOrigin::Api, "{}")
     }
 }
 

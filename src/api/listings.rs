@@ -255,7 +255,7 @@ impl RunListing {
         Self {
             id: row.id.clone(),
             trigger: row.trigger.clone(),
-            origin: row.origin.clone(),
+            origin: row.origin.to_string(),
             state: row.state.clone(),
             profile: profile_of(row),
             enqueued_at_ms: row.enqueued_at_ms,
@@ -339,7 +339,7 @@ pub fn source_of(row: &RunRow) -> String {
     if row.trigger != MANUAL_QUEUE {
         return format!("trigger:{}", row.trigger);
     }
-    match Origin::parse(&row.origin) {
+    match row.origin.known() {
         Some(o @ (Origin::Acp | Origin::Cli)) => o.as_str().to_string(),
         _ => "manual".to_string(),
     }
@@ -348,7 +348,7 @@ pub fn source_of(row: &RunRow) -> String {
 /// The profile a row's run runs, if its request names one (a local front
 /// end's request holds its manual run under `run`).
 pub fn profile_of(row: &RunRow) -> Option<String> {
-    let local = Origin::parse(&row.origin).is_some_and(Origin::is_local);
+    let local = row.origin.known().is_some_and(Origin::is_local);
     let request = if local {
         &row.payload["run"]
     } else {

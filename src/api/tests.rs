@@ -71,7 +71,7 @@ impl ApiBackend for Fake {
                 .enqueue_run(crate::store::queue::NewRun::new(
                     &id,
                     crate::runs::MANUAL_QUEUE,
-                    "api",
+                    crate::model::RunOrigin::Api,
                     serde_json::to_string(&run).unwrap(),
                 ))
                 .await

@@ -1082,16 +1082,45 @@ keywords! {
 }
 
 keywords! {
-    /// What asked for a run (a `[notify.NAME] origins` filter).
-    #[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, PartialOrd, Ord, Serialize)]
+    /// What asked for a run: the origin a run's row and events name, and
+    /// what a `[notify.NAME] origins` filter lists.
+    #[derive(
+        Debug, Clone, Copy, PartialEq, Hash, Eq, PartialOrd, Ord, Serialize, serde::Deserialize,
+    )]
     pub enum RunOrigin {
         Cron = "cron",
         Webhook = "webhook",
         FileWatch = "file_watch",
+        /// `npc trigger fire NAME`.
         Manual = "manual",
+        /// A profile run started through the REST API (`POST /api/v1/runs`).
         Api = "api",
+        /// A prompt of `npc acp`.
         Acp = "acp",
+        /// `npc run`.
         Cli = "cli",
+    }
+}
+
+impl RunOrigin {
+    /// Whether a run of this origin carries a local front end's request
+    /// (`surfaces::runs::LocalRun`) as its row's payload.
+    pub fn is_local(self) -> bool {
+        matches!(self, Self::Acp | Self::Cli)
+    }
+
+    /// Whether a daemon in front of a fleet (`[store] url`) hands runs of
+    /// this origin to the fleet's workers: triggers' firings and runs
+    /// started through the API. A file watch's runs stay on the machine
+    /// that watches, and `npc run` / `npc acp` runs on the machine asked.
+    pub fn runs_in_fleet(self) -> bool {
+        matches!(self, Self::Cron | Self::Webhook | Self::Manual | Self::Api)
+    }
+}
+
+impl std::fmt::Display for RunOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -13,7 +13,8 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::model::{NotifyOn, NotifySink, NtfyPriority, Sink, template};
+use crate::model::{NotifyOn, NotifySink, NtfyPriority, RunOrigin, Sink, template};
+use crate::store::queue::RowOrigin;
 
 use super::topics;
 
@@ -26,12 +27,12 @@ pub const MAX_FIELD_CHARS: usize = 300;
 pub const MAX_TEXT_CHARS: usize = 2_000;
 
 /// What started a run, where the run's row says.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StartedBy {
     /// The trigger (`@manual` for runs by hand).
     pub trigger: String,
-    /// `cron`, `webhook`, `file_watch`, `manual`, `api`, `acp`, `cli`.
-    pub origin: String,
+    /// What asked for the run, as its row says.
+    pub origin: RowOrigin,
     /// A webhook's event (GitHub's `X-GitHub-Event`: `issues`, …).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event: Option<String>,
@@ -45,7 +46,7 @@ pub struct StartedBy {
 }
 
 /// A run as a notification sees it: its row and the profile it uses.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunContext {
     pub id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -60,7 +61,7 @@ impl RunContext {
     pub fn of_row(
         id: &str,
         trigger: &str,
-        origin: &str,
+        origin: &RowOrigin,
         payload: &Value,
         trigger_profile: Option<&str>,
     ) -> Self {
@@ -80,7 +81,7 @@ impl RunContext {
             profile,
             started_by: StartedBy {
                 trigger: clean(trigger, MAX_FIELD_CHARS),
-                origin: clean(origin, MAX_FIELD_CHARS),
+                origin: origin.clone(),
                 event: text(payload.get("event")),
                 subject,
                 number: item.and_then(|i| i.get("number")).and_then(Value::as_u64),
@@ -230,7 +231,7 @@ impl Message {
             profile: Some("triage".into()),
             started_by: StartedBy {
                 trigger: "issues".into(),
-                origin: "webhook".into(),
+                origin: RowOrigin::Known(RunOrigin::Webhook),
                 event: Some("issues".into()),
                 subject: Some("issue".into()),
                 number: Some(42),

@@ -23,7 +23,7 @@ use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
 
 use crate::bus::{BusError, EventBus, Subscription};
-use crate::model::{Manifest, NotifySink, RunOrigin};
+use crate::model::{Manifest, NotifySink};
 use crate::store::{Event, Store};
 use crate::supervisor::Supervisor;
 use crate::surfaces::post::{PostClient, PostError};
@@ -184,8 +184,7 @@ fn passes(sink: &NotifySink, run: Option<&RunContext>) -> bool {
                 .profile
                 .as_ref()
                 .is_some_and(|p| sink.profiles.contains(p)))
-        && (sink.origins.is_empty()
-            || RunOrigin::parse(&by.origin).is_some_and(|o| sink.origins.contains(&o)))
+        && (sink.origins.is_empty() || by.origin.known().is_some_and(|o| sink.origins.contains(&o)))
 }
 
 /// Queue `event` on every sink that wants it.
@@ -312,6 +311,7 @@ pub async fn send_sample(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::RunOrigin;
     use crate::model::{NotifyOn, Sink, Text};
 
     fn sink(triggers: &[&str], profiles: &[&str], origins: &[RunOrigin]) -> NotifySink {
@@ -332,7 +332,13 @@ mod tests {
     #[test]
     fn filters_apply_to_runs_by_trigger_profile_and_origin() {
         let manual = serde_json::json!({ "profile": "dev", "prompt": "hi" });
-        let run = RunContext::of_row("run-1", "@manual", "api", &manual, Some("other"));
+        let run = RunContext::of_row(
+            "run-1",
+            "@manual",
+            &RunOrigin::Api.into(),
+            &manual,
+            Some("other"),
+        );
         assert_eq!(run.profile.as_deref(), Some("dev"));
         assert!(passes(&sink(&[], &[], &[]), Some(&run)));
         assert!(passes(
@@ -347,26 +353,5 @@ mod tests {
             &sink(&["nightly"], &["reviewer"], &[RunOrigin::Cron]),
             None
         ));
-    }
-
-    #[test]
-    fn run_origins_are_the_manifest_origins() {
-        use crate::runs::Origin;
-        for origin in [
-            Origin::Cron,
-            Origin::Webhook,
-            Origin::FileWatch,
-            Origin::Manual,
-            Origin::Api,
-            Origin::Acp,
-            Origin::Cli,
-        ] {
-            assert!(
-                RunOrigin::parse(origin.as_str()).is_some(),
-                "`{}` is no `origins` name",
-                origin.as_str()
-            );
-        }
-        assert_eq!(RunOrigin::NAMES.len(), 7);
     }
 }

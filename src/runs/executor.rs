@@ -427,7 +427,13 @@ impl Executor {
             // the checkout itself.
             let opened = match &manifest {
                 Some(m) => {
-                    match this.workspace_of(&row.trigger, &row.origin, &row.payload, &action, m) {
+                    match this.workspace_of(
+                        &row.trigger,
+                        row.origin.known(),
+                        &row.payload,
+                        &action,
+                        m,
+                    ) {
                         (WorkspaceMode::Worktree, spec) => {
                             match this.open_worktree(&row, spec, m, port, timeout).await {
                                 Ok(opened) => Some(opened),
@@ -752,7 +758,7 @@ impl Executor {
         if let Some(local) = &local {
             prepared.apply_local(local.resume.as_ref(), local.approval.as_ref());
             // Listed like the runs its front end carries out itself.
-            prepared.source = Origin::parse(&row.origin).map(Origin::as_str);
+            prepared.source = row.origin.known().map(Origin::as_str);
         }
         if cancel.is_cancelled() {
             // Cancelled while it was being prepared: it never starts.
@@ -837,12 +843,17 @@ pub enum CancelError {
 /// again, the row is read back from a file in the repository). `None` for
 /// a row whose request does not parse or pass [`LocalRun::check`].
 fn manual_request(row: &RunRow) -> Option<(ManualRun, Option<Box<LocalRun>>)> {
-    manual_request_of(&row.origin, &row.payload)
+    manual_request_of(row.origin.known(), &row.payload)
 }
 
 /// [`manual_request`] of a run of `origin` with `payload`.
-fn manual_request_of(origin: &str, payload: &Value) -> Option<(ManualRun, Option<Box<LocalRun>>)> {
-    if Origin::parse(origin).is_some_and(Origin::is_local) {
+/// The request of a run by hand of `origin` (`None`: one no build of npc
+/// writes, never a local front end's).
+fn manual_request_of(
+    origin: Option<Origin>,
+    payload: &Value,
+) -> Option<(ManualRun, Option<Box<LocalRun>>)> {
+    if origin.is_some_and(Origin::is_local) {
         let local = serde_json::from_value::<LocalRun>(payload.clone())
             .ok()
             .filter(|a| a.check().is_ok())?;

@@ -55,7 +55,7 @@ impl Here {
                 ..NewRun::new(
                     &prepared.id,
                     MANUAL_QUEUE,
-                    origin.as_str(),
+                    origin,
                     recorded(request).to_string(),
                 )
             })

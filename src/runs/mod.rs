@@ -42,8 +42,6 @@ pub mod workspace;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 /// The component name of run `id` in the event log (the store queries by it).
 pub use crate::store::queue::run_component as component;
 pub use agent::{
@@ -64,65 +62,8 @@ pub const RUN_ID_RANDOM_BYTES: usize = 4;
 /// The queue of runs started by hand (see [`crate::store::queue::MANUAL_QUEUE`]).
 pub use crate::store::queue::MANUAL_QUEUE;
 
-/// Who asked for a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Origin {
-    Cron,
-    Webhook,
-    FileWatch,
-    /// `npc trigger fire NAME`.
-    Manual,
-    /// A profile run started through the REST API (`POST /api/v1/runs`).
-    Api,
-    /// A prompt of `npc acp`.
-    Acp,
-    /// `npc run`.
-    Cli,
-}
-
-impl Origin {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Cron => "cron",
-            Self::Webhook => "webhook",
-            Self::FileWatch => "file_watch",
-            Self::Manual => "manual",
-            Self::Api => "api",
-            Self::Acp => "acp",
-            Self::Cli => "cli",
-        }
-    }
-
-    /// Whether a run of this origin carries a `surfaces::runs::LocalRun`
-    /// (a local front end's request) as its row's payload.
-    pub fn is_local(self) -> bool {
-        matches!(self, Self::Acp | Self::Cli)
-    }
-
-    /// Whether a daemon in front of a fleet (`[store] url`) hands runs of
-    /// this origin to the fleet's workers: triggers' firings and runs
-    /// started through the API. A file watch's runs stay on the machine
-    /// that watches, and `npc run` / `npc acp` runs on the machine asked.
-    pub fn runs_in_fleet(self) -> bool {
-        matches!(self, Self::Cron | Self::Webhook | Self::Manual | Self::Api)
-    }
-
-    /// The origin a row names; `None` for a word no build of npc writes.
-    pub fn parse(s: &str) -> Option<Self> {
-        [
-            Self::Cron,
-            Self::Webhook,
-            Self::FileWatch,
-            Self::Manual,
-            Self::Api,
-            Self::Acp,
-            Self::Cli,
-        ]
-        .into_iter()
-        .find(|o| o.as_str() == s)
-    }
-}
+/// Who asked for a run (one enum for the manifest, the store and the runs).
+pub use crate::model::RunOrigin as Origin;
 
 /// How a run ended: its stored state and a detail.
 pub type Ending = (&'static str, Option<String>);

@@ -208,12 +208,7 @@ impl RunQueue {
                 attempt: row.attempt,
                 attempts: row.attempts,
                 code: row.code.clone(),
-                ..NewRun::new(
-                    &row.id,
-                    &row.trigger,
-                    run.origin().as_str(),
-                    row.payload.to_string(),
-                )
+                ..NewRun::new(&row.id, &row.trigger, run.origin(), row.payload.to_string())
             })
             .await
             .map_err(|e| Refused::Store(e.to_string()))?;
@@ -232,7 +227,7 @@ impl RunQueue {
         let new_run = NewRun {
             id: run_id.clone(),
             trigger: run.queue.clone(),
-            origin: run.origin.as_str().to_string(),
+            origin: run.origin,
             dedupe_key: run.dedupe_key.clone(),
             payload: run.payload.to_string(),
             skip_if_active: overlap == Overlap::Skip,
@@ -308,7 +303,7 @@ impl RunQueue {
     ) -> impl Future<Output = RunCode> + Send + 'static {
         let resolving = self
             .executor
-            .start_ref(&run.id, &run.trigger, &run.origin, payload)
+            .start_ref(&run.id, &run.trigger, Some(run.origin), payload)
             .map(|base_ref| base_ref.map(|r| self.executor.resolve_start(r)));
         let id = run.id.clone();
         async move {
@@ -344,7 +339,7 @@ fn queued_event(run_id: &str, run: &Submission, outcome: Enqueued) -> Option<New
         Enqueued::Queued => Event::RunQueued(RunQueued {
             run_id: run_id.to_string(),
             trigger: run.queue.clone(),
-            origin: run.origin.as_str().to_string(),
+            origin: run.origin.to_string(),
             dedupe_key: run.dedupe_key.clone(),
         }),
     };

@@ -13,7 +13,8 @@
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
-use super::{Event, Pending, Store, StoreError, json_error, now_ms, sqlite};
+use super::{Event, Pending, Store, StoreError, json_error, now_ms, sqlite, untrusted};
+use crate::model::RunOrigin;
 
 /// Most rows one listing returns.
 pub const MAX_RUNS_PER_READ: usize = 1_000;
@@ -67,9 +68,8 @@ pub struct NewRun {
     pub id: String,
     /// Its queue: the trigger's name, or [`MANUAL_QUEUE`].
     pub trigger: String,
-    /// `cron`, `webhook`, `file_watch`, `manual`, `api`, `acp` or `cli`
-    /// (`runs::Origin`).
-    pub origin: String,
+    /// What asked for it.
+    pub origin: RunOrigin,
     /// Same key, same trigger: stored once.
     pub dedupe_key: Option<String>,
     /// JSON text of the payload.
@@ -109,7 +109,7 @@ pub struct NewRun {
 }
 
 impl NewRun {
-    /// Run `id` of queue `trigger`, from `origin` (`runs::Origin`), with
+    /// Run `id` of queue `trigger`, from `origin`, with
     /// `payload` (JSON text): queued at the first of one attempt, with no
     /// dedupe key, concurrency key, overlap policy or bound on its queue.
     /// A caller sets the rest with struct update syntax; one that queues
@@ -118,13 +118,13 @@ impl NewRun {
     pub fn new(
         id: impl Into<String>,
         trigger: impl Into<String>,
-        origin: impl Into<String>,
+        origin: RunOrigin,
         payload: impl Into<String>,
     ) -> Self {
         Self {
             id: id.into(),
             trigger: trigger.into(),
-            origin: origin.into(),
+            origin,
             dedupe_key: None,
             payload: payload.into(),
             skip_if_active: false,
@@ -169,6 +169,68 @@ pub enum Enqueued {
     Full,
 }
 
+/// A stored run's origin as read back: one a build of npc writes, or a
+/// word none writes (a row another writer put in a shared store, or a
+/// database that arrived with a clone), kept printable and clipped to
+/// [`untrusted::MAX_NAME_CHARS`] for display. Nothing decides on an
+/// unknown origin: [`RowOrigin::known`] is `None` for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum RowOrigin {
+    Known(RunOrigin),
+    Unknown(String),
+}
+
+impl RowOrigin {
+    /// The origin, when it is one npc writes.
+    pub fn known(&self) -> Option<RunOrigin> {
+        match self {
+            Self::Known(origin) => Some(*origin),
+            Self::Unknown(_) => None,
+        }
+    }
+
+    /// The word as stored (clipped and printable when unknown).
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Known(origin) => origin.as_str(),
+            Self::Unknown(word) => word,
+        }
+    }
+}
+
+impl From<RunOrigin> for RowOrigin {
+    fn from(origin: RunOrigin) -> Self {
+        Self::Known(origin)
+    }
+}
+
+impl From<String> for RowOrigin {
+    fn from(word: String) -> Self {
+        match RunOrigin::parse(&word) {
+            Some(origin) => Self::Known(origin),
+            None => Self::Unknown(untrusted::text(
+                word.chars().take(untrusted::MAX_NAME_CHARS).collect(),
+            )),
+        }
+    }
+}
+
+impl From<RowOrigin> for String {
+    fn from(origin: RowOrigin) -> Self {
+        match origin {
+            RowOrigin::Known(origin) => origin.as_str().to_string(),
+            RowOrigin::Unknown(word) => word,
+        }
+    }
+}
+
+impl std::fmt::Display for RowOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One stored run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRow {
@@ -176,7 +238,7 @@ pub struct RunRow {
     pub id: String,
     /// Its queue: the trigger's name, or `@manual`.
     pub trigger: String,
-    pub origin: String,
+    pub origin: RowOrigin,
     pub dedupe_key: Option<String>,
     pub payload: serde_json::Value,
     pub state: String,
@@ -255,7 +317,7 @@ pub(super) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RawRun> {
             seq: row.get(0)?,
             id: row.get(1)?,
             trigger: row.get(2)?,
-            origin: row.get(3)?,
+            origin: RowOrigin::from(row.get::<_, String>(3)?),
             dedupe_key: row.get(4)?,
             payload: serde_json::Value::Null,
             state: row.get(6)?,
@@ -428,7 +490,7 @@ pub(super) fn enqueue(
         s.execute((
             &run.id,
             &run.trigger,
-            &run.origin,
+            run.origin.as_str(),
             &run.dedupe_key,
             &run.payload,
             state,
@@ -485,7 +547,7 @@ impl Store {
                         s.execute((
                             &run.id,
                             &run.trigger,
-                            &run.origin,
+                            run.origin.as_str(),
                             &run.payload,
                             now_ms(),
                             &run.concurrency_key,
@@ -782,8 +844,30 @@ mod tests {
         NewRun {
             dedupe_key: key.map(str::to_string),
             max_queued: 3,
-            ..NewRun::new(id, "t", "cron", "{}")
+            ..NewRun::new(id, "t", crate::model::RunOrigin::Cron, "{}")
         }
+    }
+
+    #[test]
+    fn a_stored_origin_is_typed_once_and_an_unknown_one_decides_nothing() {
+        let known = RowOrigin::from("webhook".to_string());
+        assert_eq!(known.known(), Some(RunOrigin::Webhook));
+        let hostile = format!("cli\x1b[2J{}", "x".repeat(10_000));
+        let unknown = RowOrigin::from(hostile);
+        assert_eq!(unknown.known(), None);
+        assert!(!unknown.as_str().contains('\x1b'), "{}", unknown.as_str());
+        assert!(unknown.as_str().chars().count() <= 4 * untrusted::MAX_NAME_CHARS);
+        assert!(unknown.as_str().starts_with("cli"));
+        // serde keeps the word: a row goes out and comes back the same.
+        let text = serde_json::to_string(&known).unwrap();
+        assert_eq!(text, "\"webhook\"");
+        assert_eq!(serde_json::from_str::<RowOrigin>(&text).unwrap(), known);
+        assert_eq!(
+            serde_json::from_str::<RowOrigin>("\"nope\"")
+                .unwrap()
+                .known(),
+            None
+        );
     }
 
     fn store() -> (tempfile::TempDir, Store) {

@@ -467,7 +467,12 @@ async fn approvals_are_answered_once_and_bounded() {
     let (_dir, store) = temp_store();
     let run = "run-20261205t000000000z-0a0b0c0d";
     store
-        .enqueue_run(queue::NewRun::new(run, queue::MANUAL_QUEUE, "cli", "{}"))
+        .enqueue_run(queue::NewRun::new(
+            run,
+            queue::MANUAL_QUEUE,
+            crate::model::RunOrigin::Cli,
+            "{}",
+        ))
         .await
         .unwrap();
     assert!(store.claim_run(run, None).await.unwrap());

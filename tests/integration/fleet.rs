@@ -45,7 +45,12 @@ pub(crate) fn run(id: &str) -> NewRun {
     NewRun {
         max_queued: 100_000,
         concurrency_key: Some(id.to_string()),
-        ..NewRun::new(id, "t", "api", json!({ "n": id }).to_string())
+        ..NewRun::new(
+            id,
+            "t",
+            npcagent::model::RunOrigin::Api,
+            json!({ "n": id }).to_string(),
+        )
     }
 }
 
@@ -1798,7 +1803,10 @@ fn a_daemon_with_a_store_url_answers_202_after_the_shared_commit_and_a_worker_ru
         .unwrap()
         .expect("the shared row");
     assert_eq!(row.state, state::QUEUED);
-    assert_eq!(row.origin, "webhook");
+    assert_eq!(
+        row.origin.known(),
+        Some(npcagent::model::RunOrigin::Webhook)
+    );
     // The same delivery again is a replay the shared store refuses.
     let (code, text) = deliver(repo.path(), &url, "d-1");
     assert_eq!(code, 409, "{text}");
@@ -2421,7 +2429,11 @@ fn three_schedulers_fire_every_cron_time_exactly_once_and_a_killed_leader_hands_
             .collect::<String>()
     );
     let rows = rt.block_on(store.run_rows(Some("tick"), 1_000)).unwrap();
-    assert!(rows.iter().all(|r| r.origin == "cron"), "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r.origin.known() == Some(npcagent::model::RunOrigin::Cron)),
+        "{rows:?}"
+    );
     drop(daemons);
 }
 

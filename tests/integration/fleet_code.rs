@@ -119,7 +119,12 @@ fn forged(code: RunCode) -> NewRun {
     NewRun {
         max_queued: 100,
         code: Some(code),
-        ..NewRun::new(npcagent::runs::new_run_id(), "build", "cron", "{}")
+        ..NewRun::new(
+            npcagent::runs::new_run_id(),
+            "build",
+            npcagent::model::RunOrigin::Cron,
+            "{}",
+        )
     }
 }
 

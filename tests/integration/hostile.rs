@@ -3459,7 +3459,7 @@ fn s9_a_queued_acp_run_with_a_forged_extra_in_the_repositorys_store_never_runs()
         .enqueue_run(npcagent::store::queue::NewRun::new(
             "run-20260101t000000000z-0badf00d",
             "@manual",
-            "acp",
+            npcagent::model::RunOrigin::Acp,
             payload.to_string(),
         ))
         .wait()

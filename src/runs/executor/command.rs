@@ -63,7 +63,7 @@ impl Executor {
             .insert(crate::runs::agent::RUN_ID_ENV.into(), row.id.clone());
         spec.env.insert("NPC_TRIGGER".into(), row.trigger.clone());
         spec.env
-            .insert("NPC_TRIGGER_ORIGIN".into(), row.origin.clone());
+            .insert("NPC_TRIGGER_ORIGIN".into(), row.origin.to_string());
         if payload.len() <= MAX_PAYLOAD_ENV_BYTES {
             spec.env.insert("NPC_TRIGGER_PAYLOAD".into(), payload);
         } else {
@@ -91,7 +91,7 @@ impl Executor {
             Event::RunStarted(RunStarted::Command(CommandRunStarted {
                 run_id: row.id.clone(),
                 trigger: row.trigger.clone(),
-                origin: row.origin.clone(),
+                origin: row.origin.to_string(),
                 action: "command".to_string(),
                 program: command.command.to_string(),
                 cwd: spec.cwd.clone(),

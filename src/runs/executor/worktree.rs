@@ -47,7 +47,7 @@ impl Executor {
     pub(super) fn workspace_of(
         &self,
         queue: &str,
-        origin: &str,
+        origin: Option<Origin>,
         payload: &Value,
         action: &Action,
         manifest: &Manifest,
@@ -65,7 +65,7 @@ impl Executor {
             },
         };
         let asked = super::manual_request_of(origin, payload).and_then(|(run, _)| run.workspace);
-        let unattended = Origin::parse(origin).is_some_and(|o| !o.is_local());
+        let unattended = origin.is_some_and(|o| !o.is_local());
         let git = workspace::is_git_repository(&self.cx.repo);
         let mode = asked
             .or(spec.mode)
@@ -82,7 +82,7 @@ impl Executor {
         &self,
         id: &str,
         queue: &str,
-        origin: &str,
+        origin: Option<Origin>,
         payload: &Value,
     ) -> Option<Result<String, String>> {
         let manifest = self.manifest()?;

@@ -76,9 +76,11 @@ impl FleetRun {
         if !crate::runs::workspace::is_run_id(&row.id) {
             return Err(RowRefused::Id(shown(&row.id)));
         }
-        let origin = Origin::parse(&row.origin)
+        let origin = row
+            .origin
+            .known()
             .filter(|o| o.runs_in_fleet())
-            .ok_or_else(|| RowRefused::Origin(shown(&row.origin)))?;
+            .ok_or_else(|| RowRefused::Origin(shown(row.origin.as_str())))?;
         let by_hand = row.trigger == MANUAL_QUEUE;
         if by_hand && origin != Origin::Api {
             return Err(RowRefused::Queue {

@@ -95,7 +95,12 @@ async fn a_run_claimed_while_the_worker_stops_is_handed_back_not_started() {
         stop: stop.clone(),
     });
     fleet
-        .enqueue(NewRun::new("r1", MANUAL_QUEUE, "api", "{}"))
+        .enqueue(NewRun::new(
+            "r1",
+            MANUAL_QUEUE,
+            crate::model::RunOrigin::Api,
+            "{}",
+        ))
         .await
         .unwrap();
     let local = Arc::new(Store::open(dir.path().join("local.db")).unwrap());

@@ -27,8 +27,8 @@ use crate::store::fleet::{
     lease_ms,
 };
 use crate::store::queue::{
-    Enqueued, MANUAL_QUEUE, MAX_REPLAY_KEYS_PER_QUEUE, MAX_RUNS_PER_READ, NewRun, RunCode, RunRow,
-    attempt_of, cancelled_event, replaced_detail, state,
+    Enqueued, MANUAL_QUEUE, MAX_REPLAY_KEYS_PER_QUEUE, MAX_RUNS_PER_READ, NewRun, RowOrigin,
+    RunCode, RunRow, attempt_of, cancelled_event, replaced_detail, state,
 };
 use crate::store::{Event, MAX_EVENTS_PER_READ, NewEvent, StoreError, json_error, untrusted};
 
@@ -167,7 +167,7 @@ fn run_of(row: &Row) -> Result<RunRow, StoreError> {
         seq: row.get("seq"),
         id: untrusted::text(row.get("id")),
         trigger: untrusted::text(row.get("trigger")),
-        origin: untrusted::text(row.get("origin")),
+        origin: RowOrigin::from(row.get::<_, String>("origin")),
         dedupe_key: untrusted::opt_text(row.get("dedupe_key")),
         payload: untrusted::json(
             serde_json::from_str(&payload).map_err(json_error("run payload"))?,
@@ -591,7 +591,7 @@ impl PgStore {
                     &fleet,
                     &run.id,
                     &run.trigger,
-                    &run.origin,
+                    &run.origin.as_str(),
                     &run.dedupe_key,
                     &run.payload,
                     &row_state,
