@@ -73,6 +73,8 @@ fn main() {
                 &m,
                 &managed,
                 PlanOptions::default(),
+                &[],
+                &m.secret_values(),
             )
             .unwrap(),
         );
@@ -97,6 +99,8 @@ fn main() {
                 &m,
                 &managed,
                 PlanOptions::default(),
+                &[],
+                &m.secret_values(),
             )
             .unwrap(),
         );

@@ -40,6 +40,18 @@ fn owned_keys(kind: ProviderKind) -> &'static [&'static str] {
     }
 }
 
+/// One more edit of a JSON settings file beside its MCP servers (the hook
+/// bridge, npc's permission entries): it changes the parsed document and
+/// adds its notes and the entries it manages.
+pub type Pass<'p> = &'p dyn Fn(
+    &mut JsonDoc<'_>,
+    &mut Vec<String>,
+    &mut BTreeSet<String>,
+) -> Result<(), NativeError>;
+
+/// `kind`'s file (`before`, `None` when absent) with the manifest's MCP
+/// servers brought in line, then each of `passes` (JSON files only; a
+/// TOML file takes none), the file parsed once and written once.
 pub fn edit(
     path: &Path,
     kind: ProviderKind,
@@ -47,6 +59,7 @@ pub fn edit(
     manifest: &Manifest,
     previously: &BTreeSet<String>,
     opts: PlanOptions,
+    passes: &[Pass<'_>],
 ) -> Result<Edited, NativeError> {
     let json = match kind {
         ProviderKind::ClaudeCode => JsonKind::Claude,
@@ -54,7 +67,104 @@ pub fn edit(
         ProviderKind::Opencode => JsonKind::Opencode,
         ProviderKind::Codex => return edit_toml(path, before, manifest, previously, opts),
     };
-    edit_json(path, json, kind, before, manifest, previously, opts)
+    let mut doc = JsonDoc::parse(path, kind, before)?;
+    let mut edited = edit_servers(&mut doc, json, manifest, previously, opts)?;
+    for pass in passes {
+        pass(&mut doc, &mut edited.notes, &mut edited.managed)?;
+    }
+    edited.after = doc.finish(&mut edited.notes)?;
+    Ok(edited)
+}
+
+/// A JSON (or JSONC) agent file parsed once for a plan: each pass that
+/// brings a part of it in line (the MCP servers, the hook bridge, npc's
+/// permission entries) edits [`JsonDoc::root`], and [`JsonDoc::finish`]
+/// makes the text once, the original's comments kept where they can be.
+#[derive(Debug)]
+pub struct JsonDoc<'a> {
+    pub path: &'a Path,
+    pub kind: ProviderKind,
+    before: Option<&'a str>,
+    /// The comment-free form of `before`, when it held comments.
+    stripped: Option<String>,
+    original: Map<String, Value>,
+    /// The top-level object as edited so far.
+    pub root: Map<String, Value>,
+}
+
+impl<'a> JsonDoc<'a> {
+    /// Parse `before` (`None`: the file does not exist, an empty object)
+    /// in `kind`'s dialect.
+    pub fn parse(
+        path: &'a Path,
+        kind: ProviderKind,
+        before: Option<&'a str>,
+    ) -> Result<Self, NativeError> {
+        let (root, stripped) = match before {
+            Some(text) => parse_native_json(path, kind, text)?,
+            None => (Map::new(), None),
+        };
+        Ok(Self {
+            path,
+            kind,
+            before,
+            stripped,
+            original: root.clone(),
+            root,
+        })
+    }
+
+    /// The top-level object as the file holds it.
+    pub fn original(&self) -> &Map<String, Value> {
+        &self.original
+    }
+
+    /// The error for a value of the wrong shape in this file.
+    pub fn shape(&self, message: impl Into<String>) -> NativeError {
+        NativeError::Shape {
+            path: self.path.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The text of the edited document: `before` itself when nothing
+    /// changed, the original's comments kept in place where they can be (a
+    /// note in `notes` when they cannot), and no text at all for an empty
+    /// object that was never a file.
+    pub fn finish(self, notes: &mut Vec<String>) -> Result<String, NativeError> {
+        let Self {
+            path,
+            kind,
+            before,
+            stripped,
+            original,
+            root,
+        } = self;
+        if root == original {
+            return Ok(before.unwrap_or_default().to_string());
+        }
+        if let (Some(text), Some(stripped)) = (before, stripped.as_deref())
+            && let Some(text) = keep_comments(text, stripped, original, root.clone(), kind)
+        {
+            return Ok(text);
+        }
+        if stripped.is_some() {
+            notes.push(format!(
+                "`{}` holds comments npc could not keep in place; they are dropped",
+                path.display()
+            ));
+        }
+        if root.is_empty() && before.is_none() {
+            return Ok(String::new());
+        }
+        let mut text =
+            serde_json::to_string_pretty(&Value::Object(root)).map_err(|e| NativeError::Shape {
+                path: path.into(),
+                message: format!("cannot serialize: {e}"),
+            })?;
+        text.push('\n');
+        Ok(text)
+    }
 }
 
 /// What happens to one name, decided the same way for every format.
@@ -158,6 +268,13 @@ pub fn dialect(kind: ProviderKind) -> Option<Dialect> {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// The files this thread parsed, in order (a plan parses each once).
+    pub(crate) static PARSED: std::cell::RefCell<Vec<std::path::PathBuf>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Parse a JSON target's text in its own dialect: the top-level object and,
 /// when the text held comments, its comment-free form (same offsets).
 pub fn parse_native_json(
@@ -165,38 +282,29 @@ pub fn parse_native_json(
     kind: ProviderKind,
     text: &str,
 ) -> Result<(Map<String, Value>, Option<String>), NativeError> {
+    #[cfg(test)]
+    PARSED.with(|p| p.borrow_mut().push(path.to_path_buf()));
     let stripped = dialect(kind).and_then(|d| jsonc::strip(text, d));
     let root = parse_json_object(path, stripped.as_deref().unwrap_or(text))?;
     Ok((root, stripped))
 }
 
-fn edit_json(
-    path: &Path,
+/// The MCP servers of `doc` brought in line with the manifest's.
+fn edit_servers(
+    doc: &mut JsonDoc<'_>,
     json: JsonKind,
-    kind: ProviderKind,
-    before: Option<&str>,
     manifest: &Manifest,
     previously: &BTreeSet<String>,
     opts: PlanOptions,
 ) -> Result<Edited, NativeError> {
-    let (mut root, stripped) = match before {
-        Some(text) => parse_native_json(path, kind, text)?,
-        None => (Map::new(), None),
-    };
-    let original = root.clone();
     let key = container_key(json);
-    let had_container = root.contains_key(key);
-    let mut servers = match root.get(key) {
+    let had_container = doc.root.contains_key(key);
+    let mut servers = match doc.root.get(key) {
         None => Map::new(),
         Some(Value::Object(m)) => m.clone(),
-        Some(_) => {
-            return Err(NativeError::Shape {
-                path: path.into(),
-                message: format!("`{key}` is not a JSON object"),
-            });
-        }
+        Some(_) => return Err(doc.shape(format!("`{key}` is not a JSON object"))),
     };
-    let owned = owned_keys(kind);
+    let owned = owned_keys(doc.kind);
     let mut rules = Rules {
         previously,
         opts,
@@ -206,7 +314,7 @@ fn edit_json(
     };
     for (name, server) in &manifest.mcp_servers {
         let entry = export::json_entry(json, name, server);
-        match rules.decide(name, entry, servers.contains_key(name), path) {
+        match rules.decide(name, entry, servers.contains_key(name), doc.path) {
             Decision::Insert(e) => {
                 servers.insert(name.clone(), Value::Object(e));
             }
@@ -230,86 +338,19 @@ fn edit_json(
         servers.shift_remove(&name);
     }
     if had_container || !servers.is_empty() {
-        root.insert(key.to_string(), Value::Object(servers));
+        doc.root.insert(key.to_string(), Value::Object(servers));
     }
-    let commented = match (before, &stripped) {
-        (Some(text), Some(stripped)) if root != original => {
-            keep_comments(text, stripped, original.clone(), root.clone(), kind)
-        }
-        _ => None,
-    };
-    if stripped.is_some() && root != original && commented.is_none() {
-        rules.notes.push(format!(
-            "`{}` holds comments npc could not keep in place; they are dropped",
-            path.display()
-        ));
-    }
-    let after = match before {
-        Some(text) if root == original => text.to_string(),
-        None if root.is_empty() => String::new(),
-        _ if commented.is_some() => commented.unwrap_or_default(),
-        _ => {
-            let mut s = serde_json::to_string_pretty(&Value::Object(root)).map_err(|e| {
-                NativeError::Shape {
-                    path: path.into(),
-                    message: format!("cannot serialize: {e}"),
-                }
-            })?;
-            s.push('\n');
-            s
-        }
-    };
     Ok(Edited {
-        after,
+        after: String::new(),
         notes: rules.notes,
         managed: rules.managed,
         conflicts: rules.conflicts,
     })
 }
 
-/// The text of a JSON (or JSONC) agent file edited from `original` (parsed
-/// from `before`, `stripped` its comment-free text when it had comments)
-/// to `root`: `before` itself when nothing changed, the original's comments
-/// kept in place where they can be (a note when they cannot), and no text
-/// at all for an empty object that was never a file.
-pub(crate) fn rewrite_json(
-    path: &Path,
-    kind: ProviderKind,
-    before: Option<&str>,
-    stripped: Option<&str>,
-    original: Map<String, Value>,
-    root: Map<String, Value>,
-    notes: &mut Vec<String>,
-) -> Result<String, NativeError> {
-    if root == original {
-        return Ok(before.unwrap_or_default().to_string());
-    }
-    if let (Some(text), Some(stripped)) = (before, stripped)
-        && let Some(text) = keep_comments(text, stripped, original, root.clone(), kind)
-    {
-        return Ok(text);
-    }
-    if stripped.is_some() {
-        notes.push(format!(
-            "`{}` holds comments npc could not keep in place; they are dropped",
-            path.display()
-        ));
-    }
-    if root.is_empty() && before.is_none() {
-        return Ok(String::new());
-    }
-    let mut text =
-        serde_json::to_string_pretty(&Value::Object(root)).map_err(|e| NativeError::Shape {
-            path: path.into(),
-            message: format!("cannot serialize: {e}"),
-        })?;
-    text.push('\n');
-    Ok(text)
-}
-
 /// The edited text with the original's comments in place, checked by
 /// parsing it back; `None` when the check fails.
-pub(crate) fn keep_comments(
+fn keep_comments(
     text: &str,
     stripped: &str,
     original: Map<String, Value>,

@@ -30,7 +30,7 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 
 use super::NativeError;
-use super::edit::{parse_native_json, rewrite_json};
+use super::edit::JsonDoc;
 use crate::model::{HookEvent, Manifest, ProviderKind};
 
 /// What every bridge entry's command starts with (how npc knows its own).
@@ -256,7 +256,22 @@ pub fn edit(
     manifest: &Manifest,
     manifest_name: &str,
 ) -> Result<(String, Vec<String>), NativeError> {
+    let mut doc = JsonDoc::parse(path, kind, before)?;
     let mut notes = Vec::new();
+    edit_doc(&mut doc, manifest, manifest_name, &mut notes)?;
+    let text = doc.finish(&mut notes)?;
+    Ok((text, notes))
+}
+
+/// npc's hook entries of the settings file `doc` brought in line with the
+/// manifest (see [`edit`]), notes in `notes`.
+pub fn edit_doc(
+    doc: &mut JsonDoc<'_>,
+    manifest: &Manifest,
+    manifest_name: &str,
+    notes: &mut Vec<String>,
+) -> Result<(), NativeError> {
+    let kind = doc.kind;
     let wanted: Vec<(&str, Value)> = if shell_safe(manifest_name) {
         events(kind)
             .into_iter()
@@ -271,31 +286,18 @@ pub fn edit(
         ));
         Vec::new()
     };
-    let (mut root, stripped) = match before {
-        Some(text) => parse_native_json(path, kind, text)?,
-        None if wanted.is_empty() => return Ok((String::new(), notes)),
-        None => (Map::new(), None),
-    };
-    let original = root.clone();
-    let mut hooks = match root.get("hooks") {
+    let before_hooks = doc.root.get("hooks").cloned();
+    let mut hooks = match &before_hooks {
         None => Map::new(),
         Some(Value::Object(m)) => m.clone(),
-        Some(_) => {
-            return Err(NativeError::Shape {
-                path: path.into(),
-                message: "`hooks` is not a JSON object".into(),
-            });
-        }
+        Some(_) => return Err(doc.shape("`hooks` is not a JSON object")),
     };
     for (_, native) in events(kind) {
         let Some(groups) = hooks.get_mut(native) else {
             continue;
         };
         let Some(list) = groups.as_array_mut() else {
-            return Err(NativeError::Shape {
-                path: path.into(),
-                message: format!("`hooks.{native}` is not a JSON array"),
-            });
+            return Err(doc.shape(format!("`hooks.{native}` is not a JSON array")));
         };
         list.retain(|g| !is_ours(g));
         if list.is_empty() {
@@ -312,25 +314,20 @@ pub fn edit(
         }
     }
     if hooks.is_empty() {
-        root.shift_remove("hooks");
+        doc.root.shift_remove("hooks");
     } else {
-        root.insert("hooks".into(), Value::Object(hooks));
+        doc.root.insert("hooks".into(), Value::Object(hooks));
     }
-    if root != original && kind == ProviderKind::GeminiCli && root.contains_key("hooks") {
+    let after_hooks = doc.root.get("hooks");
+    if kind == ProviderKind::GeminiCli
+        && after_hooks.is_some()
+        && after_hooks != before_hooks.as_ref()
+    {
         notes.push(
             "Gemini CLI runs project hooks only in folders you trust (`/permissions`)".into(),
         );
     }
-    let text = rewrite_json(
-        path,
-        kind,
-        before,
-        stripped.as_deref(),
-        original,
-        root,
-        &mut notes,
-    )?;
-    Ok((text, notes))
+    Ok(())
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod agents;
 pub mod commands;
 pub mod doctor;
 pub(crate) mod edit;
+pub use edit::{JsonDoc, Pass};
 pub mod export;
 pub mod gateway;
 pub mod hooks;
@@ -114,22 +115,32 @@ impl FileChange {
         }
     }
 
-    /// The text a further edit starts from: the planned text, or `None`
-    /// when the file neither exists nor is created.
-    pub fn current(&self) -> Option<&str> {
-        (self.before.is_some() || !self.after.is_empty()).then_some(self.after.as_str())
-    }
-
-    /// Take `after` as the new planned text (and its notes), the diff
-    /// redacted of `secrets` made again.
-    pub fn replan<S: AsRef<str>>(&mut self, after: String, notes: Vec<String>, secrets: &[S]) {
-        self.after = after;
-        self.notes.extend(notes);
-        self.diff = if self.is_change() {
-            redacted_diff(&self.path, self.before.as_deref(), &self.after, secrets)
-        } else {
-            String::new()
+    /// The change from `before` to what `edited` made of it, its diff
+    /// hiding `secrets`.
+    fn planned(
+        path: PathBuf,
+        before: Option<String>,
+        edited: edit::Edited,
+        secrets: &[String],
+    ) -> Self {
+        let mut change = FileChange {
+            diff: String::new(),
+            path,
+            before,
+            after: edited.after,
+            notes: edited.notes,
+            managed: edited.managed,
+            conflicts: edited.conflicts,
         };
+        if change.is_change() {
+            change.diff = redacted_diff(
+                &change.path,
+                change.before.as_deref(),
+                &change.after,
+                secrets,
+            );
+        }
+        change
     }
 }
 
@@ -249,13 +260,18 @@ pub fn read_existing_in(root: &Path, path: &Path) -> Result<Option<String>, Nati
 }
 
 /// Plan the change that brings `target`'s file in line with the
-/// manifest's MCP servers. Reads the file; writes nothing.
+/// manifest's MCP servers, then with each of `passes` (see [`edit::Pass`]).
+/// Reads the file; writes nothing. The diff hides `secrets` (the values of
+/// the whole manifest: an exported manifest may no longer hold a value the
+/// file does).
 pub fn plan_file(
     repo_root: &Path,
     target: &Target,
     manifest: &Manifest,
     previously_managed: &BTreeSet<String>,
     opts: PlanOptions,
+    passes: &[Pass<'_>],
+    secrets: &[String],
 ) -> Result<FileChange, NativeError> {
     let path = target_path(repo_root, target);
     let before = read_existing_in(target_root(repo_root, target), &path)?;
@@ -266,11 +282,14 @@ pub fn plan_file(
         manifest,
         previously_managed,
         opts,
+        passes,
+        secrets,
     )
 }
 
 /// [`plan_file`] on text already read: `before` is the file's content, or
-/// `None` when it does not exist.
+/// `None` when it does not exist. The text is parsed once and the diff made
+/// once, whatever the passes.
 pub fn plan_text(
     path: PathBuf,
     kind: ProviderKind,
@@ -278,6 +297,8 @@ pub fn plan_text(
     manifest: &Manifest,
     previously_managed: &BTreeSet<String>,
     opts: PlanOptions,
+    passes: &[Pass<'_>],
+    secrets: &[String],
 ) -> Result<FileChange, NativeError> {
     let edited = edit::edit(
         &path,
@@ -286,25 +307,35 @@ pub fn plan_text(
         manifest,
         previously_managed,
         opts,
+        passes,
     )?;
-    let mut change = FileChange {
-        diff: String::new(),
-        path,
-        before,
-        after: edited.after,
-        notes: edited.notes,
-        managed: edited.managed,
-        conflicts: edited.conflicts,
-    };
-    if change.is_change() {
-        change.diff = redacted_diff(
-            &change.path,
-            change.before.as_deref(),
-            &change.after,
-            &manifest.secret_values(),
-        );
+    Ok(FileChange::planned(path, before, edited, secrets))
+}
+
+/// Plan a JSON settings file that holds no MCP servers of npc's (Claude
+/// Code's `.claude/settings.json`, Codex CLI's hooks file): each of
+/// `passes` over it, the text parsed once and the diff (hiding `secrets`)
+/// made once.
+pub fn plan_settings(
+    path: PathBuf,
+    kind: ProviderKind,
+    before: Option<String>,
+    passes: &[Pass<'_>],
+    secrets: &[String],
+) -> Result<FileChange, NativeError> {
+    let mut doc = JsonDoc::parse(&path, kind, before.as_deref())?;
+    let (mut notes, mut managed) = (Vec::new(), BTreeSet::new());
+    for pass in passes {
+        pass(&mut doc, &mut notes, &mut managed)?;
     }
-    Ok(change)
+    let after = doc.finish(&mut notes)?;
+    let edited = edit::Edited {
+        after,
+        notes,
+        managed,
+        conflicts: Vec::new(),
+    };
+    Ok(FileChange::planned(path, before, edited, secrets))
 }
 
 /// [`unified_diff`] with every known secret value replaced on both sides

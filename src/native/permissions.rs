@@ -30,12 +30,11 @@
 //! the user's own entries stay.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 
 use serde_json::{Map, Value, json};
 
 use super::NativeError;
-use super::edit::{parse_native_json, rewrite_json};
+use super::edit::JsonDoc;
 use crate::model::{Profile, ProviderKind};
 
 /// Claude Code's permission lists, in order.
@@ -150,36 +149,22 @@ fn managed_name(list: &str, pattern: &str) -> String {
 /// user already has is not added twice (and stays the user's). Returns the
 /// text and the entries npc manages now.
 fn edit_lists(
-    path: &Path,
-    kind: ProviderKind,
-    before: Option<&str>,
+    doc: &mut JsonDoc<'_>,
     container: &str,
     lists: &[(&str, &str, Vec<String>)],
     previously: &BTreeSet<String>,
-    notes: &mut Vec<String>,
-) -> Result<(String, BTreeSet<String>), NativeError> {
-    let due = lists.iter().any(|(_, _, l)| !l.is_empty());
-    let (mut root, stripped) = match before {
-        Some(text) => parse_native_json(path, kind, text)?,
-        None if !due => return Ok((String::new(), BTreeSet::new())),
-        None => (Map::new(), None),
-    };
-    let original = root.clone();
-    let shape = |message: String| NativeError::Shape {
-        path: path.into(),
-        message,
-    };
-    let mut section = match root.get(container) {
+    managed: &mut BTreeSet<String>,
+) -> Result<(), NativeError> {
+    let mut section = match doc.root.get(container) {
         None => Map::new(),
         Some(Value::Object(m)) => m.clone(),
-        Some(_) => return Err(shape(format!("`{container}` is not a JSON object"))),
+        Some(_) => return Err(doc.shape(format!("`{container}` is not a JSON object"))),
     };
-    let mut managed = BTreeSet::new();
     for (name, key, patterns) in lists {
         let mut entries = match section.get(*key) {
             None => Vec::new(),
             Some(Value::Array(a)) => a.clone(),
-            Some(_) => return Err(shape(format!("`{container}.{key}` is not a JSON array"))),
+            Some(_) => return Err(doc.shape(format!("`{container}.{key}` is not a JSON array"))),
         };
         let users_empty = section
             .get(*key)
@@ -202,21 +187,13 @@ fn edit_lists(
             section.shift_remove(*key);
         }
     }
-    if section.is_empty() && !empty_object(&original, container) {
-        root.shift_remove(container);
+    if section.is_empty() && !empty_object(doc.original(), container) {
+        doc.root.shift_remove(container);
     } else {
-        root.insert(container.to_string(), Value::Object(section));
+        doc.root
+            .insert(container.to_string(), Value::Object(section));
     }
-    let text = rewrite_json(
-        path,
-        kind,
-        before,
-        stripped.as_deref(),
-        original,
-        root,
-        notes,
-    )?;
-    Ok((text, managed))
+    Ok(())
 }
 
 /// Whether `root.key` is an empty object (the user's; kept as it is).
@@ -225,31 +202,20 @@ fn empty_object(root: &Map<String, Value>, key: &str) -> bool {
         .is_some_and(|c| c.as_object().is_some_and(Map::is_empty))
 }
 
-/// Claude Code's settings text (`before`, `None` when absent) with npc's
-/// `permissions.allow/ask/deny` entries of earlier versions removed (see
-/// the module's doc). `previously` names the entries npc added before
-/// (from the store); returns the text, the entries npc manages now (none),
-/// and notes.
+/// Claude Code's settings `doc` with npc's `permissions.allow/ask/deny`
+/// entries of earlier versions removed (see the module's doc).
+/// `previously` names the entries npc added before (from the store);
+/// `managed` gains the entries npc manages now (none).
 pub fn claude_edit(
-    path: &Path,
-    before: Option<&str>,
+    doc: &mut JsonDoc<'_>,
     previously: &BTreeSet<String>,
-) -> Result<(String, BTreeSet<String>, Vec<String>), NativeError> {
-    let mut notes = Vec::new();
+    managed: &mut BTreeSet<String>,
+) -> Result<(), NativeError> {
     let lists: Vec<(&str, &str, Vec<String>)> = CLAUDE_LISTS
         .into_iter()
         .map(|list| (list, list, Vec::new()))
         .collect();
-    let (text, managed) = edit_lists(
-        path,
-        ProviderKind::ClaudeCode,
-        before,
-        "permissions",
-        &lists,
-        previously,
-        &mut notes,
-    )?;
-    Ok((text, managed, notes))
+    edit_lists(doc, "permissions", &lists, previously, managed)
 }
 
 /// Claude Code's built-in tools and Gemini CLI's names for them.
@@ -306,29 +272,19 @@ pub fn gemini_tool(pattern: &str) -> Option<String> {
     })
 }
 
-/// Gemini CLI's settings text with npc's `tools.allowed` and
-/// `tools.exclude` entries of earlier versions removed (see the module's
-/// doc).
+/// Gemini CLI's settings `doc` with npc's `tools.allowed` and
+/// `tools.exclude` entries of earlier versions removed (see
+/// [`claude_edit`]).
 pub fn gemini_edit(
-    path: &Path,
-    before: Option<&str>,
+    doc: &mut JsonDoc<'_>,
     previously: &BTreeSet<String>,
-) -> Result<(String, BTreeSet<String>, Vec<String>), NativeError> {
-    let mut notes = Vec::new();
+    managed: &mut BTreeSet<String>,
+) -> Result<(), NativeError> {
     let lists = [
         ("tools.allowed", "allowed", Vec::new()),
         ("tools.exclude", "exclude", Vec::new()),
     ];
-    let (text, managed) = edit_lists(
-        path,
-        ProviderKind::GeminiCli,
-        before,
-        "tools",
-        &lists,
-        previously,
-        &mut notes,
-    )?;
-    Ok((text, managed, notes))
+    edit_lists(doc, "tools", &lists, previously, managed)
 }
 
 /// How the store names one of npc's keys of OpenCode's `permission`.
@@ -336,40 +292,25 @@ fn opencode_managed(key: &str) -> String {
     format!("permission:{key}")
 }
 
-/// OpenCode's `opencode.json` text with npc's keys of `permission` of
+/// OpenCode's `opencode.json` `doc` with npc's keys of `permission` of
 /// earlier versions removed (see the module's doc); the user's keys stay.
 pub fn opencode_edit(
-    path: &Path,
-    before: Option<&str>,
+    doc: &mut JsonDoc<'_>,
     previously: &BTreeSet<String>,
-) -> Result<(String, BTreeSet<String>, Vec<String>), NativeError> {
-    let kind = ProviderKind::Opencode;
-    let mut notes = Vec::new();
-    let Some(before) = before else {
-        return Ok((String::new(), BTreeSet::new(), notes));
-    };
-    let (mut root, stripped) = parse_native_json(path, kind, before)?;
-    let original = root.clone();
-    let Some(Value::Object(permission)) = root.get("permission") else {
-        return Ok((before.to_string(), BTreeSet::new(), notes));
+    _managed: &mut BTreeSet<String>,
+) -> Result<(), NativeError> {
+    let Some(Value::Object(permission)) = doc.root.get("permission") else {
+        return Ok(());
     };
     let mut permission = permission.clone();
     permission.retain(|k, _| !previously.contains(&opencode_managed(k)));
-    if permission.is_empty() && !empty_object(&original, "permission") {
-        root.shift_remove("permission");
+    if permission.is_empty() && !empty_object(doc.original(), "permission") {
+        doc.root.shift_remove("permission");
     } else {
-        root.insert("permission".into(), Value::Object(permission));
+        doc.root
+            .insert("permission".into(), Value::Object(permission));
     }
-    let text = rewrite_json(
-        path,
-        kind,
-        Some(before),
-        stripped.as_deref(),
-        original,
-        root,
-        &mut notes,
-    )?;
-    Ok((text, BTreeSet::new(), notes))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -394,6 +335,26 @@ mod tests {
         assert_eq!(opencode_rule("Bash(unclosed"), None);
     }
 
+    use std::path::Path;
+
+    type Edit =
+        fn(&mut JsonDoc<'_>, &BTreeSet<String>, &mut BTreeSet<String>) -> Result<(), NativeError>;
+
+    /// `edit` on the text `before` of `kind`'s file at `path`: the text, the
+    /// entries managed and the notes.
+    fn on_text(
+        edit: Edit,
+        path: &Path,
+        kind: ProviderKind,
+        before: Option<&str>,
+        previously: &BTreeSet<String>,
+    ) -> (String, BTreeSet<String>, Vec<String>) {
+        let mut doc = JsonDoc::parse(path, kind, before).unwrap();
+        let (mut managed, mut notes) = (BTreeSet::new(), Vec::new());
+        edit(&mut doc, previously, &mut managed).unwrap();
+        (doc.finish(&mut notes).unwrap(), managed, notes)
+    }
+
     /// The entries earlier versions of npc wrote from "the profile that
     /// stands for the CLI" (the store remembers them).
     fn earlier(entries: &[&str]) -> BTreeSet<String> {
@@ -405,7 +366,13 @@ mod tests {
         let path = Path::new(".claude/settings.json");
         let written = r#"{"permissions":{"allow":["Bash(ls)","Read","mcp__fs__*"],"deny":["WebFetch"],"defaultMode":"plan"},"model":"x"}"#;
         let previously = earlier(&["allow:mcp__fs__*", "deny:WebFetch"]);
-        let (text, managed, notes) = claude_edit(path, Some(written), &previously).unwrap();
+        let (text, managed, notes) = on_text(
+            claude_edit,
+            path,
+            ProviderKind::ClaudeCode,
+            Some(written),
+            &previously,
+        );
         assert!(
             managed.is_empty() && notes.is_empty(),
             "{managed:?} {notes:?}"
@@ -418,14 +385,25 @@ mod tests {
         // The user's file with no entry of npc's: as it is, whatever the
         // manifest's profiles (they are no input here).
         let user = r#"{"permissions":{"allow":["Bash"]}}"#;
-        let (same, _, _) = claude_edit(path, Some(user), &BTreeSet::new()).unwrap();
+        let (same, _, _) = on_text(
+            claude_edit,
+            path,
+            ProviderKind::ClaudeCode,
+            Some(user),
+            &BTreeSet::new(),
+        );
         assert_eq!(same, user);
         // No file: nothing is created.
         assert!(
-            claude_edit(path, None, &BTreeSet::new())
-                .unwrap()
-                .0
-                .is_empty()
+            on_text(
+                claude_edit,
+                path,
+                ProviderKind::ClaudeCode,
+                None,
+                &BTreeSet::new()
+            )
+            .0
+            .is_empty()
         );
     }
 
@@ -454,7 +432,13 @@ mod tests {
             "tools.allowed:run_shell_command(ls)",
             "tools.exclude:web_fetch",
         ]);
-        let (gone, left, _) = gemini_edit(path, Some(written), &previously).unwrap();
+        let (gone, left, _) = on_text(
+            gemini_edit,
+            path,
+            ProviderKind::GeminiCli,
+            Some(written),
+            &previously,
+        );
         assert!(left.is_empty());
         assert!(
             gone.contains("// mine") && gone.contains("\"read_file\""),
@@ -473,19 +457,36 @@ mod tests {
         let written =
             r#"{"mcp":{},"permission":{"webfetch":"allow","bash":{"ls":"allow"},"fs_*":"allow"}}"#;
         let previously = earlier(&["permission:bash", "permission:fs_*"]);
-        let (gone, managed, _) = opencode_edit(path, Some(written), &previously).unwrap();
+        let (gone, managed, _) = on_text(
+            opencode_edit,
+            path,
+            ProviderKind::Opencode,
+            Some(written),
+            &previously,
+        );
         assert!(managed.is_empty());
         assert_eq!(
             serde_json::from_str::<Value>(&gone).unwrap(),
             serde_json::from_str::<Value>(user).unwrap()
         );
-        let (same, _, _) = opencode_edit(path, Some(user), &BTreeSet::new()).unwrap();
+        let (same, _, _) = on_text(
+            opencode_edit,
+            path,
+            ProviderKind::Opencode,
+            Some(user),
+            &BTreeSet::new(),
+        );
         assert_eq!(same, user);
         assert!(
-            opencode_edit(path, None, &BTreeSet::new())
-                .unwrap()
-                .0
-                .is_empty()
+            on_text(
+                opencode_edit,
+                path,
+                ProviderKind::Opencode,
+                None,
+                &BTreeSet::new()
+            )
+            .0
+            .is_empty()
         );
     }
 }

@@ -88,7 +88,17 @@ fn plan_opts(
     opts: PlanOptions,
 ) -> FileChange {
     let path = target_path(Path::new("/repo"), &Target::project(kind));
-    plan_text(path, kind, before.map(str::to_string), m, prev, opts).expect("plan succeeds")
+    plan_text(
+        path,
+        kind,
+        before.map(str::to_string),
+        m,
+        prev,
+        opts,
+        &[],
+        &m.secret_values(),
+    )
+    .expect("plan succeeds")
 }
 
 fn assert_no_secret(what: &str, text: &str) {
@@ -380,7 +390,16 @@ fn invalid_existing_files_are_refused_with_position_and_left_untouched() {
         let path = target_path(dir.path(), &target);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, text).unwrap();
-        let err = plan_file(dir.path(), &target, &m, &none(), PlanOptions::default()).unwrap_err();
+        let err = plan_file(
+            dir.path(),
+            &target,
+            &m,
+            &none(),
+            PlanOptions::default(),
+            &[],
+            &[],
+        )
+        .unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains(&path.display().to_string()), "{msg}");
         match err {
@@ -397,7 +416,16 @@ fn write_creates_directories_is_atomic_and_refuses_stale_plans() {
     let dir = tempfile::tempdir().unwrap();
     let m = manifest(SAMPLE);
     let target = Target::project(ProviderKind::Codex);
-    let c = plan_file(dir.path(), &target, &m, &none(), PlanOptions::default()).unwrap();
+    let c = plan_file(
+        dir.path(),
+        &target,
+        &m,
+        &none(),
+        PlanOptions::default(),
+        &[],
+        &[],
+    )
+    .unwrap();
     assert!(c.diff.starts_with("--- /dev/null\n"), "{}", c.diff);
     assert!(write(dir.path(), &c, crate::repofs::WriteOptions::SHARED).unwrap());
     let path = dir.path().join(".codex/config.toml");
@@ -408,7 +436,16 @@ fn write_creates_directories_is_atomic_and_refuses_stale_plans() {
         .collect();
     assert_eq!(leftovers, ["config.toml"]);
 
-    let again = plan_file(dir.path(), &target, &m, &c.managed, PlanOptions::default()).unwrap();
+    let again = plan_file(
+        dir.path(),
+        &target,
+        &m,
+        &c.managed,
+        PlanOptions::default(),
+        &[],
+        &[],
+    )
+    .unwrap();
     assert!(
         !write(dir.path(), &again, crate::repofs::WriteOptions::SHARED).unwrap(),
         "an unchanged file is not rewritten"
@@ -420,6 +457,8 @@ fn write_creates_directories_is_atomic_and_refuses_stale_plans() {
         &manifest("version = 1\n"),
         &c.managed,
         PlanOptions::default(),
+        &[],
+        &[],
     )
     .unwrap();
     std::fs::write(&path, "# edited meanwhile\n").unwrap();
@@ -1130,6 +1169,8 @@ fn opencode_jsonc_with_trailing_commas_is_accepted() {
         &m,
         &none(),
         PlanOptions::default(),
+        &[],
+        &[],
     )
     .unwrap_err();
     assert!(matches!(err, NativeError::Parse { line: 1, .. }), "{err}");

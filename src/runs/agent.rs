@@ -658,6 +658,9 @@ fn mcp_config_text(
         &only,
         &BTreeSet::new(),
         PlanOptions::default(),
+        &[],
+        // No diff is shown: only the text is used.
+        &[],
     )?;
     if change.after.is_empty() {
         return Ok(None);

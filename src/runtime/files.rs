@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::RepoPaths;
 use crate::model::{Manifest, ProviderKind};
-use crate::native::{self, FileChange, PlanOptions, Scope, Target};
+use crate::native::{self, FileChange, JsonDoc, NativeError, PlanOptions, Scope, Target};
 use crate::render::{self, RenderContext};
 use crate::repofs::{Links, WriteOptions};
 use crate::store::Store;
@@ -207,8 +207,10 @@ pub fn plan_files_with(
         entries.extend(lock.entries(key));
         entries
     };
+    let exported = exported(manifest, paths);
+    let secrets = manifest.secret_values();
+    let name = manifest_name(paths);
     for kind in declared_kinds(manifest) {
-        let exported = exported(manifest, paths);
         let target = Target {
             kind,
             scope: scope.clone(),
@@ -229,21 +231,29 @@ pub fn plan_files_with(
             }
             _ => format!("{} MCP servers", kind.as_str()),
         };
-        let planned =
-            native::plan_file(&paths.root, &target, &exported, &managed, opts).and_then(|change| {
-                match kind {
-                    // The hook bridge and the permissions live in the same
-                    // file: one change for all.
-                    ProviderKind::GeminiCli if project => {
-                        let change = with_hook_bridge(change, kind, manifest, paths)?;
-                        with_permissions(change, kind, manifest, &permission_entries)
-                    }
-                    ProviderKind::Opencode if project => {
-                        with_permissions(change, kind, manifest, &permission_entries)
-                    }
-                    _ => Ok(change),
-                }
-            });
+        // The hook bridge and the permissions live in the same file: one
+        // change for all, the file parsed once.
+        let hooks = |doc: &mut JsonDoc<'_>, notes: &mut Vec<String>, _: &mut BTreeSet<String>| {
+            native::hooks::edit_doc(doc, manifest, &name, notes)
+        };
+        let allowed =
+            |doc: &mut JsonDoc<'_>, _: &mut Vec<String>, managed: &mut BTreeSet<String>| {
+                permission_edit(kind)(doc, &permission_entries, managed)
+            };
+        let passes: &[native::Pass<'_>] = match kind {
+            ProviderKind::GeminiCli if project => &[&hooks, &allowed],
+            ProviderKind::Opencode if project => &[&allowed],
+            _ => &[],
+        };
+        let planned = native::plan_file(
+            &paths.root,
+            &target,
+            &exported,
+            &managed,
+            opts,
+            passes,
+            &secrets,
+        );
         match planned {
             Ok(change) => out.push(FilePlan {
                 native: true,
@@ -383,44 +393,16 @@ fn manifest_name(paths: &RepoPaths) -> String {
         .to_string()
 }
 
-/// `change` (to `kind`'s settings file) with the hook bridge entries
-/// brought in line too (see [`native::hooks`]).
-fn with_hook_bridge(
-    mut change: FileChange,
+/// npc's permission entries of `kind`'s settings file (see
+/// [`native::permissions`]).
+fn permission_edit(
     kind: ProviderKind,
-    manifest: &Manifest,
-    paths: &RepoPaths,
-) -> Result<FileChange, native::NativeError> {
-    let (after, notes) = native::hooks::edit(
-        &change.path,
-        kind,
-        change.current(),
-        manifest,
-        &manifest_name(paths),
-    )?;
-    change.replan(after, notes, &manifest.secret_values());
-    Ok(change)
-}
-
-/// `change` (to `kind`'s settings file) with npc's permission entries
-/// brought in line too (see [`native::permissions`]); `previously` names
-/// the entries npc added before, and the change's managed set gains the
-/// ones it manages now (the store keeps them under the file's path).
-fn with_permissions(
-    mut change: FileChange,
-    kind: ProviderKind,
-    manifest: &Manifest,
-    previously: &BTreeSet<String>,
-) -> Result<FileChange, native::NativeError> {
-    let edit = match kind {
+) -> fn(&mut JsonDoc<'_>, &BTreeSet<String>, &mut BTreeSet<String>) -> Result<(), NativeError> {
+    match kind {
         ProviderKind::GeminiCli => native::permissions::gemini_edit,
         ProviderKind::Opencode => native::permissions::opencode_edit,
         _ => native::permissions::claude_edit,
-    };
-    let (after, managed, notes) = edit(&change.path, change.current(), previously)?;
-    change.managed.extend(managed);
-    change.replan(after, notes, &manifest.secret_values());
-    Ok(change)
+    }
 }
 
 /// Claude Code's project settings (Codex CLI's hooks file) with the hook
@@ -440,21 +422,26 @@ fn plan_hooks_file(
         ProviderKind::ClaudeCode => format!("{} hooks and permissions", kind.as_str()),
         _ => format!("{} hooks", kind.as_str()),
     };
+    let name = manifest_name(paths);
+    let permissions = managed_of(file);
+    let hooks = |doc: &mut JsonDoc<'_>, notes: &mut Vec<String>, _: &mut BTreeSet<String>| {
+        native::hooks::edit_doc(doc, manifest, &name, notes)
+    };
+    let allowed = |doc: &mut JsonDoc<'_>, _: &mut Vec<String>, managed: &mut BTreeSet<String>| {
+        permission_edit(kind)(doc, &permissions, managed)
+    };
+    let passes: &[native::Pass<'_>] = match kind {
+        ProviderKind::ClaudeCode => &[&hooks, &allowed],
+        _ => &[&hooks],
+    };
     let planned = native::read_existing_in(&paths.root, &path).and_then(|before| {
-        let change = FileChange {
-            path: path.clone(),
-            after: before.clone().unwrap_or_default(),
+        native::plan_settings(
+            path.clone(),
+            kind,
             before,
-            diff: String::new(),
-            notes: Vec::new(),
-            managed: BTreeSet::new(),
-            conflicts: Vec::new(),
-        };
-        let change = with_hook_bridge(change, kind, manifest, paths)?;
-        match kind {
-            ProviderKind::ClaudeCode => with_permissions(change, kind, manifest, &managed_of(file)),
-            _ => Ok(change),
-        }
+            passes,
+            &manifest.secret_values(),
+        )
     });
     Some(match planned {
         Ok(change) if change.before.is_none() && change.after.is_empty() => return None,
@@ -653,6 +640,56 @@ mod tests {
             manifest: PathBuf::from("/repo/npcagent.toml"),
             state_dir: PathBuf::from("/repo/.npc"),
         }
+    }
+
+    #[test]
+    fn a_settings_file_with_servers_hooks_and_permissions_is_parsed_once_per_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let paths = RepoPaths {
+            manifest: root.join("npcagent.toml"),
+            state_dir: root.join(".npc"),
+            root: root.clone(),
+        };
+        std::fs::create_dir_all(root.join(".gemini")).unwrap();
+        // The user's file, with a comment and an entry of npc's of an
+        // earlier version (the lock names it).
+        std::fs::write(
+            root.join(".gemini/settings.json"),
+            "{\n  // mine\n  \"tools\": {\"exclude\": [\"web_fetch\", \"mine\"]}\n}\n",
+        )
+        .unwrap();
+        let mut lock = native::ownership::Ownership::default();
+        lock.set(
+            ".gemini/settings.json",
+            ["tools.exclude:web_fetch".to_string()].into(),
+        );
+        native::ownership::write(&root, &lock).unwrap();
+        let m = manifest(&format!(
+            "{BASE}[providers.gemini]\nkind = \"gemini_cli\"\n[[hooks.before_tool]]\ncommand = \"true\"\n"
+        ));
+        crate::native::edit::PARSED.with(|p| p.borrow_mut().clear());
+        let plans = plan_files(&m, &paths, None, &Scope::Project);
+        let parsed = crate::native::edit::PARSED.with(|p| p.borrow().clone());
+        let settings = root.join(".gemini/settings.json");
+        assert_eq!(
+            parsed.iter().filter(|p| **p == settings).count(),
+            1,
+            "{parsed:?}"
+        );
+        let plan = plans
+            .iter()
+            .find(|p| p.path == ".gemini/settings.json")
+            .unwrap_or_else(|| panic!("{plans:#?}"));
+        let diff = &plan.diff;
+        let added: Vec<&str> = diff.lines().filter(|l| l.starts_with('+')).collect();
+        // All three passes in one change: the gateway, the hook bridge, the
+        // earlier entry gone and the user's kept, the comment in place.
+        assert!(diff.contains(" // mine"), "{diff}");
+        assert!(added.iter().any(|l| l.contains(GATEWAY_ENTRY)), "{diff}");
+        assert!(added.iter().any(|l| l.contains("BeforeTool")), "{diff}");
+        assert!(added.iter().any(|l| l.contains("\"mine\"")), "{diff}");
+        assert!(!added.iter().any(|l| l.contains("web_fetch")), "{diff}");
     }
 
     #[test]
