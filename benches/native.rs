@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use npcagent::disk::DiskFiles;
 use npcagent::model::{ProviderKind, Syntax, load_bytes};
-use npcagent::native::{PlanOptions, plan_text};
+use npcagent::native::{Extra, PlanOptions, plan_text};
 
 /// Projects in the synthetic `~/.claude.json`.
 const PROJECTS: usize = 2_000;
@@ -49,6 +49,7 @@ fn main() {
     .manifest
     .expect("bench manifest loads");
     let managed: BTreeSet<String> = BTreeSet::new();
+    let secrets = m.secret_values();
 
     let mut projects = serde_json::Map::new();
     for i in 0..PROJECTS {
@@ -73,8 +74,10 @@ fn main() {
                 &m,
                 &managed,
                 PlanOptions::default(),
-                &[],
-                &m.secret_values(),
+                Extra {
+                    secrets: &secrets,
+                    ..Extra::default()
+                },
             )
             .unwrap(),
         );
@@ -99,8 +102,10 @@ fn main() {
                 &m,
                 &managed,
                 PlanOptions::default(),
-                &[],
-                &m.secret_values(),
+                Extra {
+                    secrets: &secrets,
+                    ..Extra::default()
+                },
             )
             .unwrap(),
         );

@@ -259,19 +259,36 @@ pub fn read_existing_in(root: &Path, path: &Path) -> Result<Option<String>, Nati
     Ok(root.read_existing(path, MAX_NATIVE_FILE_BYTES, crate::repofs::Links::Follow)?)
 }
 
+/// What a plan of a native file does beside its MCP servers, and what its
+/// diff hides.
+#[derive(Clone, Copy, Default)]
+pub struct Extra<'p> {
+    /// More edits of a JSON file, in order (a TOML file takes none).
+    pub passes: &'p [Pass<'p>],
+    /// The values the diff never shows: the whole manifest's (an exported
+    /// manifest may no longer hold a value the file does).
+    pub secrets: &'p [String],
+}
+
+impl std::fmt::Debug for Extra<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Extra")
+            .field("passes", &self.passes.len())
+            .field("secrets", &self.secrets.len())
+            .finish()
+    }
+}
+
 /// Plan the change that brings `target`'s file in line with the
-/// manifest's MCP servers, then with each of `passes` (see [`edit::Pass`]).
-/// Reads the file; writes nothing. The diff hides `secrets` (the values of
-/// the whole manifest: an exported manifest may no longer hold a value the
-/// file does).
+/// manifest's MCP servers, then with each of `extra.passes` (see
+/// [`Extra`]). Reads the file; writes nothing.
 pub fn plan_file(
     repo_root: &Path,
     target: &Target,
     manifest: &Manifest,
     previously_managed: &BTreeSet<String>,
     opts: PlanOptions,
-    passes: &[Pass<'_>],
-    secrets: &[String],
+    extra: Extra<'_>,
 ) -> Result<FileChange, NativeError> {
     let path = target_path(repo_root, target);
     let before = read_existing_in(target_root(repo_root, target), &path)?;
@@ -282,8 +299,7 @@ pub fn plan_file(
         manifest,
         previously_managed,
         opts,
-        passes,
-        secrets,
+        extra,
     )
 }
 
@@ -297,8 +313,7 @@ pub fn plan_text(
     manifest: &Manifest,
     previously_managed: &BTreeSet<String>,
     opts: PlanOptions,
-    passes: &[Pass<'_>],
-    secrets: &[String],
+    extra: Extra<'_>,
 ) -> Result<FileChange, NativeError> {
     let edited = edit::edit(
         &path,
@@ -307,9 +322,9 @@ pub fn plan_text(
         manifest,
         previously_managed,
         opts,
-        passes,
+        extra.passes,
     )?;
-    Ok(FileChange::planned(path, before, edited, secrets))
+    Ok(FileChange::planned(path, before, edited, extra.secrets))
 }
 
 /// Plan a JSON settings file that holds no MCP servers of npc's (Claude

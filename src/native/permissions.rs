@@ -202,6 +202,11 @@ fn empty_object(root: &Map<String, Value>, key: &str) -> bool {
         .is_some_and(|c| c.as_object().is_some_and(Map::is_empty))
 }
 
+/// One CLI's edit of npc's permission entries of its settings file: the
+/// document, the entries npc added before, the entries it manages now.
+pub type PermissionEdit =
+    fn(&mut JsonDoc<'_>, &BTreeSet<String>, &mut BTreeSet<String>) -> Result<(), NativeError>;
+
 /// Claude Code's settings `doc` with npc's `permissions.allow/ask/deny`
 /// entries of earlier versions removed (see the module's doc).
 /// `previously` names the entries npc added before (from the store);
@@ -337,13 +342,10 @@ mod tests {
 
     use std::path::Path;
 
-    type Edit =
-        fn(&mut JsonDoc<'_>, &BTreeSet<String>, &mut BTreeSet<String>) -> Result<(), NativeError>;
-
     /// `edit` on the text `before` of `kind`'s file at `path`: the text, the
     /// entries managed and the notes.
     fn on_text(
-        edit: Edit,
+        edit: PermissionEdit,
         path: &Path,
         kind: ProviderKind,
         before: Option<&str>,

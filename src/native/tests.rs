@@ -95,8 +95,10 @@ fn plan_opts(
         m,
         prev,
         opts,
-        &[],
-        &m.secret_values(),
+        Extra {
+            secrets: &m.secret_values(),
+            ..Extra::default()
+        },
     )
     .expect("plan succeeds")
 }
@@ -396,8 +398,7 @@ fn invalid_existing_files_are_refused_with_position_and_left_untouched() {
             &m,
             &none(),
             PlanOptions::default(),
-            &[],
-            &[],
+            Default::default(),
         )
         .unwrap_err();
         let msg = err.to_string();
@@ -422,8 +423,7 @@ fn write_creates_directories_is_atomic_and_refuses_stale_plans() {
         &m,
         &none(),
         PlanOptions::default(),
-        &[],
-        &[],
+        Default::default(),
     )
     .unwrap();
     assert!(c.diff.starts_with("--- /dev/null\n"), "{}", c.diff);
@@ -442,8 +442,7 @@ fn write_creates_directories_is_atomic_and_refuses_stale_plans() {
         &m,
         &c.managed,
         PlanOptions::default(),
-        &[],
-        &[],
+        Default::default(),
     )
     .unwrap();
     assert!(
@@ -457,8 +456,7 @@ fn write_creates_directories_is_atomic_and_refuses_stale_plans() {
         &manifest("version = 1\n"),
         &c.managed,
         PlanOptions::default(),
-        &[],
-        &[],
+        Default::default(),
     )
     .unwrap();
     std::fs::write(&path, "# edited meanwhile\n").unwrap();
@@ -1169,8 +1167,7 @@ fn opencode_jsonc_with_trailing_commas_is_accepted() {
         &m,
         &none(),
         PlanOptions::default(),
-        &[],
-        &[],
+        Default::default(),
     )
     .unwrap_err();
     assert!(matches!(err, NativeError::Parse { line: 1, .. }), "{err}");

@@ -658,9 +658,7 @@ fn mcp_config_text(
         &only,
         &BTreeSet::new(),
         PlanOptions::default(),
-        &[],
-        // No diff is shown: only the text is used.
-        &[],
+        Default::default(),
     )?;
     if change.after.is_empty() {
         return Ok(None);

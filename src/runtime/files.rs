@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::RepoPaths;
 use crate::model::{Manifest, ProviderKind};
-use crate::native::{self, FileChange, JsonDoc, NativeError, PlanOptions, Scope, Target};
+use crate::native::{self, FileChange, JsonDoc, PlanOptions, Scope, Target};
 use crate::render::{self, RenderContext};
 use crate::repofs::{Links, WriteOptions};
 use crate::store::Store;
@@ -251,8 +251,10 @@ pub fn plan_files_with(
             &exported,
             &managed,
             opts,
-            passes,
-            &secrets,
+            native::Extra {
+                passes,
+                secrets: &secrets,
+            },
         );
         match planned {
             Ok(change) => out.push(FilePlan {
@@ -395,9 +397,7 @@ fn manifest_name(paths: &RepoPaths) -> String {
 
 /// npc's permission entries of `kind`'s settings file (see
 /// [`native::permissions`]).
-fn permission_edit(
-    kind: ProviderKind,
-) -> fn(&mut JsonDoc<'_>, &BTreeSet<String>, &mut BTreeSet<String>) -> Result<(), NativeError> {
+fn permission_edit(kind: ProviderKind) -> native::permissions::PermissionEdit {
     match kind {
         ProviderKind::GeminiCli => native::permissions::gemini_edit,
         ProviderKind::Opencode => native::permissions::opencode_edit,
