@@ -1180,3 +1180,65 @@ action = { command = "sh", args = ["-c", "echo x >> attempts.txt; test $(wc -l <
     let attempts = std::fs::read_to_string(d.root().join("attempts.txt")).unwrap();
     assert_eq!(attempts.lines().count(), 3);
 }
+
+#[test]
+fn a_command_reads_the_payload_by_its_one_name_inline_or_from_a_file() {
+    let secret = b"s3cret";
+    // The command copies `NPC_PAYLOAD` (or the file `NPC_PAYLOAD_FILE`
+    // names) to `payload-<run>.json`, and the whole firing likewise.
+    let manifest = r#"version = 1
+[daemon]
+listen = "127.0.0.1:0"
+webhook_listen = "127.0.0.1:0"
+
+[triggers.issue]
+kind = "webhook"
+route = "github"
+secret_env = "HOOK_SECRET"
+max_body_bytes = 1048576
+action = { command = "sh", args = ["-c", "if [ -n \"$NPC_PAYLOAD_FILE\" ]; then cat \"$NPC_PAYLOAD_FILE\"; else printf '%s' \"$NPC_PAYLOAD\"; fi > payload-$NPC_RUN_ID.json; if [ -n \"$NPC_TRIGGER_PAYLOAD_FILE\" ]; then cat \"$NPC_TRIGGER_PAYLOAD_FILE\"; else printf '%s' \"$NPC_TRIGGER_PAYLOAD\"; fi > firing-$NPC_RUN_ID.json"] }
+"#;
+    let d = Daemon::start_with(
+        manifest,
+        crate::support::DaemonSetup {
+            only_env: Some(&[("HOOK_SECRET", "s3cret")]),
+            ..Default::default()
+        },
+    );
+    let url = webhook_url(d.root(), "issue");
+    let small = serde_json::json!({"action": "opened", "issue": {"number": 7}});
+    let large = serde_json::json!({"action": "opened", "pad": "x".repeat(100 * 1024)});
+    for body in [small, large] {
+        let text = body.to_string();
+        let (status, answer) = http(
+            &url,
+            "POST",
+            "/webhooks/github",
+            &[
+                ("Content-Type", "application/json".to_string()),
+                ("X-GitHub-Event", "issues".to_string()),
+                ("X-Hub-Signature-256", sign(secret, text.as_bytes())),
+            ],
+            text.as_bytes(),
+        );
+        assert_eq!(status, 202, "{answer}");
+        let id = serde_json::from_str::<Value>(&answer).unwrap()["run_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        wait_for("the run to succeed", || {
+            (run_state(d.root(), &id).as_deref() == Some("succeeded")).then_some(())
+        });
+        let read = |name: &str| -> Value {
+            let text = std::fs::read_to_string(d.root().join(format!("{name}-{id}.json")))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}: {text:.200}"))
+        };
+        // `payload` is the body, as in a filter or a prompt; the firing
+        // carries it under `body` beside the event.
+        assert_eq!(read("payload"), body);
+        let firing = read("firing");
+        assert_eq!(firing["body"], body);
+        assert_eq!(firing["event"], "issues", "{firing:.300}");
+    }
+}

@@ -25,9 +25,17 @@ use crate::store::queue::{RunRow, state};
 pub const MAX_OUTPUT_EVENTS: usize = 200;
 /// Longest output line recorded, in characters.
 pub const MAX_OUTPUT_LINE_CHARS: usize = 4096;
-/// Largest payload passed inline as `NPC_TRIGGER_PAYLOAD`; a larger one is
-/// written to a private file named by `NPC_TRIGGER_PAYLOAD_FILE` instead.
+/// Largest JSON passed inline in a command's environment ([`PAYLOAD_ENV`],
+/// [`FIRING_ENV`]); a larger one is written to a private file of the run
+/// named by the variable with `_FILE` appended instead.
 pub const MAX_PAYLOAD_ENV_BYTES: usize = 64 * 1024;
+/// A command's payload: what `payload` is in a filter, a key or a prompt
+/// (a webhook's body, a manual firing's `--payload`; `null` for a cron or
+/// file-watch firing).
+pub const PAYLOAD_ENV: &str = "NPC_PAYLOAD";
+/// A command's whole firing: what `trigger` is in a prompt (a webhook's
+/// event, delivery and body; a cron firing's `scheduled_at`; …).
+pub const FIRING_ENV: &str = "NPC_TRIGGER_PAYLOAD";
 /// Why a worktree run of `expect_changes = true` that changed no file failed.
 pub const NO_CHANGES: &str = "no changes: the run changed no file (`expect_changes = true`)";
 /// After a command exits, how long its output pipes may take to close.
@@ -58,33 +66,23 @@ impl Executor {
         if let Some(o) = opened {
             spec.env.extend(o.env.clone());
         }
-        let payload = row.payload.to_string();
         spec.env
             .insert(crate::runs::agent::RUN_ID_ENV.into(), row.id.clone());
         spec.env.insert("NPC_TRIGGER".into(), row.trigger.clone());
         spec.env
             .insert("NPC_TRIGGER_ORIGIN".into(), row.origin.to_string());
-        if payload.len() <= MAX_PAYLOAD_ENV_BYTES {
-            spec.env.insert("NPC_TRIGGER_PAYLOAD".into(), payload);
-        } else {
-            let path = super::super::run_dir(&self.cx.state_dir, &row.id).join("payload.json");
-            let written = crate::repofs::Root::new(&self.cx.repo).and_then(|root| {
-                root.write(
-                    &path,
-                    payload.as_bytes(),
-                    crate::repofs::WriteOptions::PRIVATE,
-                )
-            });
-            if let Err(e) = written {
-                let error = format!("cannot write the payload file: {e}");
+        // The payload under the one name users write everywhere (`payload`
+        // in filters, keys and prompts), and the whole firing (`trigger`).
+        let request = crate::model::template::request_payload(&row.payload);
+        for (var, file, text) in [
+            (PAYLOAD_ENV, "payload.json", request.to_string()),
+            (FIRING_ENV, "firing.json", row.payload.to_string()),
+        ] {
+            if let Err(error) = self.pass_json(&mut spec.env, &row.id, var, file, text) {
                 self.record(&row.id, Event::run_failed(&row.id, None, error.clone()))
                     .await;
                 return (state::FAILED, Some(error));
             }
-            spec.env.insert(
-                "NPC_TRIGGER_PAYLOAD_FILE".into(),
-                path.display().to_string(),
-            );
         }
         self.record(
             &row.id,
@@ -209,5 +207,32 @@ impl Executor {
         self.record(&row.id, Event::RunFinished(RunFinished::Command(payload)))
             .await;
         (end, detail)
+    }
+}
+
+impl Executor {
+    /// Put `text` (JSON) in `env` as `var`, or, past
+    /// [`MAX_PAYLOAD_ENV_BYTES`], in the run's private file `file` named by
+    /// `var` with `_FILE` appended; the error says why the file failed.
+    fn pass_json(
+        &self,
+        env: &mut std::collections::BTreeMap<String, String>,
+        run_id: &str,
+        var: &str,
+        file: &str,
+        text: String,
+    ) -> Result<(), String> {
+        if text.len() <= MAX_PAYLOAD_ENV_BYTES {
+            env.insert(var.into(), text);
+            return Ok(());
+        }
+        let path = super::super::run_dir(&self.cx.state_dir, run_id).join(file);
+        crate::repofs::Root::new(&self.cx.repo)
+            .and_then(|root| {
+                root.write(&path, text.as_bytes(), crate::repofs::WriteOptions::PRIVATE)
+            })
+            .map_err(|e| format!("cannot write the payload file `{file}`: {e}"))?;
+        env.insert(format!("{var}_FILE"), path.display().to_string());
+        Ok(())
     }
 }
