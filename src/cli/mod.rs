@@ -436,25 +436,36 @@ pub fn schema_text() -> String {
     serde_json::to_string_pretty(&crate::model::json_schema()).unwrap_or_default()
 }
 
-/// The manifest to use: `path`, or the one in the current directory
-/// (named relative to it, so diagnostics read `npcagent.toml:3:1`).
-/// What a command that records events and starts processes without a
-/// daemon (`npc run`, `npc mcp serve`) works with: the event bus over the
-/// repository's store (the manifest's secrets scrubbed), a supervisor that
-/// contains every process group it starts, and the receiver of that
-/// supervisor's events (keep it alive). Call inside a tokio runtime.
-/// Send logs to stderr, filtered by `NPC_LOG` (else `default`). A failed
+/// Send logs to stderr, filtered by `NPC_LOG` (else `RUST_LOG`, else npc's
+/// own lines at `level` and every library's at `warn` only: a library's
+/// debug structs never flood the terminal by default). Colour only when
+/// stderr is a terminal, so a log file holds no escape codes. A failed
 /// write to stderr (a full disk, a gone reader) loses the line and nothing
 /// else: tracing's own report of it would `eprint!` and panic.
-fn log_to_stderr(default: &str) {
-    let filter = std::env::var("NPC_LOG").unwrap_or_else(|_| default.to_string());
+fn log_to_stderr(level: &str) {
+    use std::io::IsTerminal as _;
+    let filter = std::env::var("NPC_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| default_log_filter(level));
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .log_internal_errors(false)
         .try_init();
 }
 
+/// The log filter when none is set: npc's own lines at `level`, every
+/// library's at `warn`.
+fn default_log_filter(level: &str) -> String {
+    format!("warn,{}={level}", env!("CARGO_CRATE_NAME"))
+}
+
+/// What a command that records events and starts processes without a
+/// daemon (`npc run`, `npc mcp serve`) works with: the event bus over the
+/// repository's store (the manifest's secrets scrubbed), a supervisor that
+/// contains every process group it starts, and the receiver of that
+/// supervisor's events (keep it alive). Call inside a tokio runtime.
 fn standalone_recording(
     paths: &crate::runtime::RepoPaths,
     manifest: &crate::model::Manifest,

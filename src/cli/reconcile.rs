@@ -685,6 +685,54 @@ fn print_written(
     Ok(ok)
 }
 
+/// The daemon's start-up summary in words: one line (`npc daemon: startup
+/// …`, what the first reconcile did), then one line per component that did
+/// not start.
+fn startup_lines(outcome: &runtime::ReloadOutcome) -> Vec<String> {
+    use runtime::{Outcome, ReloadOutcome};
+    let head = "npc daemon: startup";
+    match outcome {
+        ReloadOutcome::Applied { results } => {
+            let count = |o: Outcome| results.iter().filter(|r| r.outcome == o).count();
+            let running = results.iter().filter(|r| r.pid.is_some()).count();
+            let failed = count(Outcome::Failed) + count(Outcome::RolledBack);
+            let noun = |n: usize| if n == 1 { "component" } else { "components" };
+            let mut lines = vec![format!(
+                "{head}: {} {} up ({running} running a process), {failed} failed",
+                results.len() - failed,
+                noun(results.len() - failed),
+            )];
+            lines.extend(
+                results
+                    .iter()
+                    .filter(|r| matches!(r.outcome, Outcome::Failed | Outcome::RolledBack))
+                    .map(|r| {
+                        format!(
+                            "  {}: {}{}",
+                            r.id,
+                            r.outcome.as_str(),
+                            r.error
+                                .as_deref()
+                                .map(|e| format!(": {e}"))
+                                .unwrap_or_default()
+                        )
+                    }),
+            );
+            lines
+        }
+        ReloadOutcome::Invalid { error_count } => {
+            vec![format!(
+                "{head}: the manifest has {error_count} error(s); nothing runs"
+            )]
+        }
+        ReloadOutcome::Failed { error } => vec![format!("{head}: failed: {error}")],
+        ReloadOutcome::Refused { reasons } => {
+            vec![format!("{head}: refused: {}", reasons.join("; "))]
+        }
+        ReloadOutcome::Stale => vec![format!("{head}: {}", runtime::STALE_PLAN)],
+    }
+}
+
 fn print_outcome(outcome: &runtime::ReloadOutcome, how: &str) -> Result<Exit, OutputError> {
     use runtime::{Outcome, ReloadOutcome};
     match outcome {
@@ -747,10 +795,9 @@ pub fn daemon(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
             paths.manifest.display(),
             control::socket_path(&paths.runtime_dir()).display()
         );
-        errln!(
-            "npc daemon: startup {}",
-            serde_json::to_string(outcome).unwrap_or_default()
-        );
+        for line in startup_lines(outcome) {
+            errln!("{}", printable(&line));
+        }
         if let Some(url) = api {
             errln!("npc daemon: API {url}/api/v1/status");
         }

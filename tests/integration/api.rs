@@ -647,6 +647,7 @@ fn the_shipped_demo_comes_up_and_its_trigger_fires() {
         &manifest,
         DaemonSetup {
             files: &[("tools/hello_mcp.py", &server)],
+            default_log: true,
             ..DaemonSetup::default()
         },
     );
@@ -669,6 +670,20 @@ fn the_shipped_demo_comes_up_and_its_trigger_fires() {
         String::from_utf8_lossy(&panes.stdout)
     );
     assert!(d.root().join("heartbeat.log").is_file());
+    // The terminal (here a file) reads as sentences: the start-up in words,
+    // no escape code, no library's line below `warn`.
+    let log = d.log();
+    assert!(log.contains("npc daemon: startup: "), "{log}");
+    assert!(!log.contains('\u{1b}'), "{log}");
+    for line in log.lines() {
+        let library = [" INFO ", " DEBUG ", " TRACE "]
+            .iter()
+            .any(|level| line.contains(level) && !line.contains(&format!("{level}npcagent")));
+        assert!(
+            !library,
+            "a library's line in the daemon's log: {line}\n{log}"
+        );
+    }
 }
 
 // ----- runs, panes, triggers, plugins ---------------------------------------

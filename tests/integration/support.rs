@@ -184,6 +184,9 @@ pub struct DaemonSetup<'a> {
     /// other's notices; so does Claude Code's config (`CLAUDE_CONFIG_DIR`)
     /// unless `only_env` is set.
     pub data_home: Option<&'a Path>,
+    /// Log as a user's daemon does (no `NPC_LOG`/`RUST_LOG`: npc's lines at
+    /// info, libraries' at warn) instead of everything at info.
+    pub default_log: bool,
 }
 
 /// A real `npc daemon` on a repository, its stderr in a log outside the
@@ -269,7 +272,11 @@ impl Daemon {
             std::fs::create_dir_all(&claude).unwrap();
             cmd.env("CLAUDE_CONFIG_DIR", claude);
         }
-        cmd.env("NPC_LOG", "info");
+        if setup.default_log {
+            cmd.env_remove("NPC_LOG").env_remove("RUST_LOG");
+        } else {
+            cmd.env("NPC_LOG", "info");
+        }
         let child = cmd
             .current_dir(&root)
             .stdin(std::process::Stdio::null())
