@@ -11,6 +11,7 @@ mod output;
 mod acp;
 mod doctor;
 mod hook;
+mod human;
 mod import;
 mod init;
 mod man;

@@ -976,7 +976,13 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
                     c.id,
                     pid,
                     c.restarts,
-                    c.since.as_deref().unwrap_or("-")
+                    c.since
+                        .as_deref()
+                        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                        .map_or_else(
+                            || "-".to_string(),
+                            |t| super::human::when(Some(t.timestamp_millis()))
+                        )
                 );
                 outln!("{}", printable(&line))?;
             }
@@ -1143,21 +1149,17 @@ pub(super) fn print_event(event: &serde_json::Value, format: Format) -> Result<(
     match format {
         Format::Json => outln!("{event}")?,
         Format::Human => {
-            let ts = event["ts_ms"]
-                .as_i64()
-                .and_then(chrono::DateTime::from_timestamp_millis)
-                .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
-                .unwrap_or_default();
+            let ts = super::human::when(event["ts_ms"].as_i64());
             let component = event["component"].as_str().unwrap_or("-");
-            // The payload's JSON escapes C0 controls but not DEL or C1
-            // (U+009B is a CSI to many terminals).
+            // What others wrote (a reason, a tool's name) may hold any
+            // character: the line is made printable.
             let line = format!(
                 "{:>6}  {ts}  {:<22}  {component:<24}  {}",
                 event["id"],
                 event["kind"].as_str().unwrap_or("?"),
-                event["payload"]
+                super::human::fields(&event["payload"])
             );
-            outln!("{}", printable(&line))?;
+            outln!("{}", printable(line.trim_end()))?;
         }
     }
     Ok(())

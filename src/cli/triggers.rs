@@ -125,11 +125,7 @@ fn say(line: &str) -> Result<(), OutputError> {
     outln!("{}", printable(line))
 }
 
-fn time(ms: Option<i64>) -> String {
-    ms.and_then(chrono::DateTime::from_timestamp_millis)
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
-        .unwrap_or_else(|| "-".to_string())
-}
+use super::human::{span, when as time};
 
 /// `npc triggers`.
 pub fn list(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
@@ -442,12 +438,14 @@ fn list_runs(runs: &[crate::api::listings::RunListing], format: Format) -> anyho
                 outln!("no runs yet")?;
             } else {
                 outln!(
-                    "{:<36}  {:<20}  {:<10}  {:<11}  {:<19}  WHY",
+                    "{:<36}  {:<20}  {:<10}  {:<11}  {:<30}  {:>7}  {:>7}  WHY",
                     "RUN",
                     "TRIGGER",
                     "ORIGIN",
                     "STATE",
-                    "QUEUED"
+                    "QUEUED",
+                    "WAITED",
+                    "TOOK"
                 )?;
             }
             for r in &rows {
@@ -457,13 +455,20 @@ fn list_runs(runs: &[crate::api::listings::RunListing], format: Format) -> anyho
                     .chars()
                     .take(MAX_LISTED_DETAIL_CHARS)
                     .collect();
+                let at = |key: &str| r[key].as_i64();
+                let between = |from: Option<i64>, to: Option<i64>| match (from, to) {
+                    (Some(from), Some(to)) => span(to - from),
+                    _ => "-".to_string(),
+                };
                 say(format!(
-                    "{:<36}  {:<20}  {:<10}  {:<11}  {:<19}  {why}",
+                    "{:<36}  {:<20}  {:<10}  {:<11}  {:<30}  {:>7}  {:>7}  {why}",
                     r["id"].as_str().unwrap_or(""),
                     r["trigger"].as_str().unwrap_or("-"),
                     r["origin"].as_str().unwrap_or(""),
                     r["state"].as_str().unwrap_or(""),
-                    time(r["enqueued_at_ms"].as_i64())
+                    time(at("enqueued_at_ms")),
+                    between(at("enqueued_at_ms"), at("started_at_ms")),
+                    between(at("started_at_ms"), at("finished_at_ms")),
                 )
                 .trim_end())?;
             }
@@ -555,12 +560,13 @@ fn show_run(
                 outln!("run {id} (events only)")?;
             }
             for e in events {
-                say(&format!(
+                say(format!(
                     "{}  {:<16}  {}",
                     time(Some(e.ts_ms)),
                     e.kind,
-                    e.payload
-                ))?;
+                    super::human::fields(&e.payload)
+                )
+                .trim_end())?;
             }
         }
     }

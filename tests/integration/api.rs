@@ -670,6 +670,22 @@ fn the_shipped_demo_comes_up_and_its_trigger_fires() {
         String::from_utf8_lossy(&panes.stdout)
     );
     assert!(d.root().join("heartbeat.log").is_file());
+    // The human views read as words and columns, never raw JSON.
+    let events = crate::support::stdout_of(&d.npc(&["events"]).success());
+    assert!(events.contains("run.started"), "{events}");
+    assert!(
+        !events.contains("{\""),
+        "raw JSON in `npc events`: {events}"
+    );
+    assert!(
+        events.contains(" ago)") || events.contains("(just now)"),
+        "{events}"
+    );
+    let runs = crate::support::stdout_of(&d.npc(&["runs"]).success());
+    let header = runs.lines().next().unwrap_or_default();
+    for column in ["RUN", "STATE", "QUEUED", "WAITED", "TOOK"] {
+        assert!(header.contains(column), "{runs}");
+    }
     // The terminal (here a file) reads as sentences: the start-up in words,
     // no escape code, no library's line below `warn`.
     let log = d.log();

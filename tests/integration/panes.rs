@@ -742,10 +742,10 @@ plugin = "rec"
         "{listed}"
     );
     assert!(!raw(&listed), "{listed:?}");
-    // The event's payload: JSON escapes C0 controls itself, U+009B is npc's.
+    // The event's fields: every control character escaped.
     let events = crate::support::stdout_of(&d.npc(&["events"]).success());
     assert!(
-        events.contains(r#"limit\u001b]52;c;ZXZpbA==\u0007\x9b2J\bok"#),
+        events.contains(r#"limit\u{1b}]52;c;ZXZpbA==\u{7}\u{9b}2J\u{8}ok"#),
         "{events}"
     );
     assert!(!raw(&events), "{events:?}");
