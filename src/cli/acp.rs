@@ -22,7 +22,7 @@ pub struct AcpArgs {
     /// Stop each prompt's run after this many seconds (default 1800)
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
     timeout: Option<u64>,
-    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
+    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
     #[arg(long, short = 'm')]
     manifest: Option<PathBuf>,
 }

@@ -37,9 +37,10 @@ const GEMINI_TRUST_ENV: &str = "GEMINI_CLI_TRUST_WORKSPACE";
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
+    /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
     #[arg(long, value_enum, default_value_t)]
     format: Format,
-    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
+    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
     #[arg(long, short = 'm')]
     manifest: Option<PathBuf>,
 }

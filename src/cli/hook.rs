@@ -37,7 +37,7 @@ pub struct RunArgs {
     /// Whose hook protocol stdin and the answer use
     #[arg(long, value_enum, default_value_t = Protocol::Npc)]
     agent: Protocol,
-    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
+    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
     #[arg(long, short = 'm')]
     manifest: Option<PathBuf>,
 }

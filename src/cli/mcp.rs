@@ -46,7 +46,7 @@ pub struct ServeArgs {
     /// Serve streamable HTTP on this address (e.g. 127.0.0.1:8767) instead of stdio; non-loopback needs `daemon.allow_remote` and `daemon.token_env`
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
-    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
+    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
     #[arg(long, short = 'm')]
     manifest: Option<PathBuf>,
     /// Name upstream tools and prompts `always` SERVER__NAME, or only `on_conflict` (overrides `mcp.prefix`; needs no daemon running)

@@ -26,7 +26,7 @@ mod triggers;
 mod validate;
 mod worker;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
@@ -81,8 +81,12 @@ pub struct Cli {
 enum Command {
     /// Check a manifest: every problem at once, with file:line:column
     Validate {
-        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         path: Option<PathBuf>,
+        /// The manifest file, as every other command takes it
+        #[arg(long, short = 'm', conflicts_with = "path")]
+        manifest: Option<PathBuf>,
+        /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
@@ -130,14 +134,16 @@ enum Command {
         /// With `--write`: replace the manifest's entries that differ from the imported ones of the same name (without it, they are shown as a diff and nothing is written)
         #[arg(long, requires = "write")]
         replace: bool,
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
     },
     /// Show what `npc apply` would change, compared with the running daemon or the last apply
     Plan {
-        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
+        /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
         #[arg(long, value_enum, default_value_t)]
         format: Format,
         /// Exit 2 when there are changes or conflicts in agent files (0 none, 1 error)
@@ -155,6 +161,7 @@ enum Command {
     },
     /// Apply the plan: through the running daemon, or record it when none runs
     Apply {
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
         /// Apply without asking
@@ -172,6 +179,7 @@ enum Command {
     },
     /// Run the reconciler: apply the manifest and hot-reload it on every change
     Daemon {
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
     },
@@ -192,18 +200,22 @@ enum Command {
     Notify(notify::NotifyCommand),
     /// Each component: state, pid, restarts, since when
     Status {
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
+        /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
     /// Print the URL of the dashboard the running daemon serves
     Dashboard {
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
     },
     /// The durable event log
     Events {
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
         /// Only events after this id
@@ -216,13 +228,16 @@ enum Command {
         /// (every worker's and daemon's events, in the store's order)
         #[arg(long)]
         fleet: bool,
+        /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
     /// Triggers: next fire times, routes, watched paths and recent runs
     Triggers {
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
+        /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
@@ -235,8 +250,10 @@ enum Command {
     Worker(worker::WorkerArgs),
     /// The fleet's workers: host, version, heartbeat age, current runs; lost when a heartbeat is late
     Workers {
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
+        /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
@@ -317,7 +334,11 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         log_to_stderr("warn");
     }
     match cli.command {
-        Command::Validate { path, format } => validate::run(path, format),
+        Command::Validate {
+            path,
+            manifest,
+            format,
+        } => validate::run(path.or(manifest), format),
         Command::Schema {
             events: true,
             markdown,
@@ -519,15 +540,39 @@ fn manifest_path(path: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     if let Some(p) = path {
         return Ok(p);
     }
-    crate::model::MANIFEST_NAMES
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            let cwd = std::env::current_dir().unwrap_or_default();
-            anyhow::anyhow!(
-                "no `npcagent.toml` or `npcagent.json` in {}; run `npc init` to create one, or pass a path",
-                cwd.display()
-            )
-        })
+    if let Some(p) = std::env::var_os(MANIFEST_ENV).filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    let cwd = std::env::current_dir().unwrap_or_default();
+    find_manifest(&cwd).ok_or_else(|| {
+        anyhow::anyhow!(
+            "no `npcagent.toml` or `npcagent.json` in {} or a directory above it (up to the repository's root); run `npc init` to create one, pass `-m PATH`, or set `{MANIFEST_ENV}`",
+            cwd.display()
+        )
+    })
+}
+
+/// The variable naming the manifest when no `-m` is given.
+pub const MANIFEST_ENV: &str = "NPC_MANIFEST";
+
+/// The manifest for a command run in `cwd`: the first directory from `cwd`
+/// upward that holds `npcagent.toml` (else `npcagent.json`), the search
+/// ending at the repository's root (the first directory with `.git`), so a
+/// command in a subdirectory finds its repository's manifest and never one
+/// of a directory that holds the repository. The path is relative to `cwd`
+/// (`npcagent.toml`, `../npcagent.toml`), so diagnostics name it briefly.
+fn find_manifest(cwd: &Path) -> Option<PathBuf> {
+    let mut up = PathBuf::new();
+    for dir in cwd.ancestors() {
+        for name in crate::model::MANIFEST_NAMES {
+            if dir.join(name).is_file() {
+                return Some(up.join(name));
+            }
+        }
+        if dir.join(".git").exists() {
+            return None;
+        }
+        up.push("..");
+    }
+    None
 }

@@ -17,6 +17,7 @@ pub enum NotifyCommand {
     Test {
         /// The sink (a `[notify.NAME]` entry)
         name: String,
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
     },

@@ -29,20 +29,24 @@ pub const RESIZE_POLL: std::time::Duration = std::time::Duration::from_millis(25
 pub enum PaneCommand {
     /// Each pane: state, generation, pid, watcher, last status report
     List {
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
+        /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
     /// Open a pane of the manifest (panes also open when the daemon starts)
     Open {
         name: String,
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
     },
     /// Close a pane (its process is hung up)
     Close {
         name: String,
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
     },
@@ -53,6 +57,7 @@ pub enum PaneCommand {
         /// Do not press Enter after TEXT
         #[arg(long)]
         no_enter: bool,
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
     },
@@ -63,6 +68,7 @@ pub enum PaneCommand {
         /// sequences, dropped without this flag)
         #[arg(long)]
         clipboard: bool,
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
     },

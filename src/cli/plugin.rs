@@ -20,6 +20,7 @@ pub enum PluginCommand {
         /// Package directory (default: the current directory)
         #[arg(default_value = ".")]
         path: PathBuf,
+        /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
@@ -28,6 +29,7 @@ pub enum PluginCommand {
         /// Package directory (default: the current directory)
         #[arg(default_value = ".")]
         path: PathBuf,
+        /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
@@ -51,14 +53,17 @@ pub enum PluginCommand {
         /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory; none is fine)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
+        /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
     /// One plugin in detail: where it is, its state and its components
     Inspect {
         name: String,
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
+        /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },

@@ -16,7 +16,7 @@ use crate::render::{self, RenderContext};
 pub struct RenderArgs {
     #[command(subcommand)]
     target: Target,
-    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
+    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
     #[arg(long, short = 'm', global = true)]
     manifest: Option<PathBuf>,
 }

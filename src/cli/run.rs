@@ -53,9 +53,10 @@ pub struct RunArgs {
     /// `in_place` (the default): the repository's checkout
     #[arg(long, value_name = "WHERE", value_parser = ["worktree", "in_place"], conflicts_with = "cwd")]
     workspace: Option<String>,
+    /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
     #[arg(long, value_enum, default_value_t)]
     format: Format,
-    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory)
+    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
     #[arg(long, short = 'm')]
     manifest: Option<PathBuf>,
 }

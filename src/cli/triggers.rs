@@ -35,8 +35,10 @@ pub enum TriggerCommand {
         /// JSON the action sees as the payload's `payload`
         #[arg(long, value_name = "JSON")]
         payload: Option<String>,
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
+        /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
@@ -57,8 +59,10 @@ pub struct RunsArgs {
     /// a run of the fleet and its events there
     #[arg(long, global = true)]
     fleet: bool,
+    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
     #[arg(long, short = 'm', global = true)]
     manifest: Option<PathBuf>,
+    /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
     #[arg(long, value_enum, default_value_t, global = true)]
     format: Format,
 }

@@ -34,6 +34,7 @@ pub const FLEET_FOLLOW_POLL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
+    /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
     #[arg(long, short = 'm')]
     manifest: Option<PathBuf>,
     /// How long a claim holds without a heartbeat (a worker that stops
@@ -47,6 +48,7 @@ pub struct WorkerArgs {
 pub enum StoreCommand {
     /// Bring the PostgreSQL store `[store] url` names to this npc's schema version
     Migrate {
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
         #[arg(long, short = 'm')]
         manifest: Option<PathBuf>,
     },

@@ -456,3 +456,53 @@ fn many_problems_on_one_long_line_are_capped() {
     assert!(summaries.last().unwrap().starts_with("too many problems"));
     assert!(summaries[0].starts_with("unknown top-level field `k0`"));
 }
+
+/// A command in a subdirectory finds its repository's manifest (named
+/// relative to where it runs); `-m` and `NPC_MANIFEST` name another; the
+/// search stops at the repository's root, so a manifest in a directory
+/// that holds the repository is never taken.
+#[test]
+fn the_manifest_is_found_from_a_subdirectory_and_never_above_the_repository() {
+    let outer = tempfile::tempdir().unwrap();
+    let repo = outer.path().join("repo");
+    let deep = repo.join("src/deep");
+    std::fs::create_dir_all(&deep).unwrap();
+    std::fs::create_dir(repo.join(".git")).unwrap();
+    std::fs::write(repo.join("npcagent.toml"), "version = 1\nbogus = 1\n").unwrap();
+    let run = |dir: &Path, args: &[&str], env: Option<(&str, &Path)>| {
+        let mut cmd = npc();
+        cmd.current_dir(dir).env_remove("NPC_MANIFEST").args(args);
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    // From two levels down: the repository's manifest, named `../../`.
+    let (code, stdout, stderr) = run(&deep, &["validate"], None);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains("../../npcagent.toml:2:1"), "{stdout}");
+    // `-m` on validate too, and `NPC_MANIFEST`.
+    let good = outer.path().join("good.toml");
+    std::fs::write(&good, "version = 1\n").unwrap();
+    let (code, stdout, stderr) = run(&deep, &["validate", "-m", good.to_str().unwrap()], None);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let (code, stdout, stderr) = run(&deep, &["validate"], Some(("NPC_MANIFEST", &good)));
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    // A nested repository without a manifest: the search ends at its root,
+    // even though a directory above holds one.
+    let nested = deep.join("vendor");
+    std::fs::create_dir_all(nested.join(".git")).unwrap();
+    let (code, _, stderr) = run(&nested, &["validate"], None);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("NPC_MANIFEST"), "{stderr}");
+    // Plan from a subdirectory works on the repository, not the directory.
+    std::fs::write(repo.join("npcagent.toml"), "version = 1\n").unwrap();
+    let (code, stdout, stderr) = run(&deep, &["plan"], None);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(!deep.join(".npc").exists() && !repo.join("src/.npc").exists());
+}
