@@ -25,6 +25,21 @@ impl Env for ProcessEnv {
     }
 }
 
+/// The process environment, a variable it does not set only a warning
+/// (`npc validate --allow-missing-env`).
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessEnvAllowingUnset;
+
+impl Env for ProcessEnvAllowingUnset {
+    fn var(&self, name: &str) -> Option<String> {
+        ProcessEnv.var(name)
+    }
+
+    fn unset_is_warning(&self) -> bool {
+        true
+    }
+}
+
 /// The real file system, rooted at the manifest's directory, through the
 /// guarded layer (`crate::repofs`): nothing outside the root is read, only
 /// regular files, at most [`MAX_TEMPLATE_BYTES`] of each. It checks no

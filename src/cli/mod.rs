@@ -86,6 +86,9 @@ enum Command {
         /// The manifest file, as every other command takes it
         #[arg(long, short = 'm', conflicts_with = "path")]
         manifest: Option<PathBuf>,
+        /// Report a `${VAR}` the environment does not set as a warning, not an error (CI without the secrets); its value is not checked
+        #[arg(long)]
+        allow_missing_env: bool,
         /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
         #[arg(long, value_enum, default_value_t)]
         format: Format,
@@ -337,8 +340,13 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Validate {
             path,
             manifest,
+            allow_missing_env,
             format,
-        } => validate::run(path.or(manifest), format),
+        } => validate::run(
+            path.or(manifest),
+            validate::Env { allow_missing_env },
+            format,
+        ),
         Command::Schema {
             events: true,
             markdown,

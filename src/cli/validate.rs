@@ -10,9 +10,21 @@ use crate::model::Manifest;
 use crate::model::diagnostics::JsonReport;
 use crate::stdx::term::printable;
 
-pub fn run(path: Option<PathBuf>, format: Format) -> anyhow::Result<Exit> {
+/// How `npc validate` reads the environment.
+#[derive(Debug, Clone, Copy)]
+pub struct Env {
+    /// A `${VAR}` nobody set is a warning (`--allow-missing-env`).
+    pub allow_missing_env: bool,
+}
+
+pub fn run(path: Option<PathBuf>, env: Env, format: Format) -> anyhow::Result<Exit> {
     let path = super::manifest_path(path)?;
-    let loaded = crate::runtime::load_from_disk(&path)
+    let process: &dyn crate::model::Env = if env.allow_missing_env {
+        &crate::disk::ProcessEnvAllowingUnset
+    } else {
+        &crate::disk::ProcessEnv
+    };
+    let loaded = crate::runtime::load_from_disk_with(&path, process)
         .with_context(|| format!("cannot read `{}`", path.display()))?;
     let errors = loaded.error_count();
     let warnings = loaded.diagnostics.len() - errors;

@@ -338,6 +338,7 @@ impl<'a, 'n, 'p> NodeDe<'a, 'n, 'p> {
             Ok(done) => Ok((done.value, done.secret, false)),
             Err(errors) => {
                 for err in errors {
+                    let unset = matches!(err, InterpError::Unset { .. });
                     let (summary, hint, range) = match err {
                         InterpError::Unset { name, range } => (
                             format!("environment variable `{}` is not set", clip(&name)),
@@ -352,11 +353,13 @@ impl<'a, 'n, 'p> NodeDe<'a, 'n, 'p> {
                         ),
                     };
                     let span = inner_span(self.ctx.file, &self.node.span, raw, range);
-                    self.ctx.push_value_error(
+                    let diag = if unset && self.ctx.env.unset_is_warning() {
+                        Diagnostic::warning(summary)
+                    } else {
                         Diagnostic::error(summary)
-                            .at(self.ctx.file, span)
-                            .with_hint(hint),
-                    );
+                    };
+                    self.ctx
+                        .push_value_error(diag.at(self.ctx.file, span).with_hint(hint));
                 }
                 // Keep checking the rest of the entry with a placeholder.
                 Ok((String::new(), false, true))

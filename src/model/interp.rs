@@ -8,6 +8,13 @@ use std::ops::Range;
 /// environment; tests pass a map.
 pub trait Env {
     fn var(&self, name: &str) -> Option<String>;
+
+    /// Whether a `${NAME}` this environment does not set is only a warning
+    /// (`npc validate --allow-missing-env`: CI checks a manifest without its
+    /// secrets); the value is then a placeholder no later check reads.
+    fn unset_is_warning(&self) -> bool {
+        false
+    }
 }
 
 impl Env for std::collections::BTreeMap<String, String> {

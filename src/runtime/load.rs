@@ -38,7 +38,13 @@ pub fn load_sourced(path: &Path) -> Result<(model::Loaded, Sources), RuntimeErro
 /// Every command loads through it or [`load_sourced`] (the daemon's
 /// reloads through [`load_with`], to tell operational failures apart).
 pub fn load_from_disk(path: &Path) -> std::io::Result<model::Loaded> {
-    crate::plugins::files::load_path(path, &ProcessEnv)
+    load_from_disk_with(path, &ProcessEnv)
+}
+
+/// [`load_from_disk`] with another view of the environment (`npc validate
+/// --allow-missing-env`: [`crate::disk::ProcessEnvAllowingUnset`]).
+pub fn load_from_disk_with(path: &Path, env: &dyn model::Env) -> std::io::Result<model::Loaded> {
+    crate::plugins::files::load_path(path, env)
 }
 
 /// The files of the manifest at `path`, plugin packages checked.

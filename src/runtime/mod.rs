@@ -45,7 +45,7 @@ pub use inputs::{
 };
 pub use load::{
     FILES_DEADLINE, LOAD_DEADLINE, PLAN_BASIS_VERSION, STALE_PLAN, Sources, is_operational,
-    load_from_disk, load_manifest, load_sourced, load_with, plan_fingerprint,
+    load_from_disk, load_from_disk_with, load_manifest, load_sourced, load_with, plan_fingerprint,
 };
 use load::{LoadFailure, OperationalFiles};
 pub use paths::{

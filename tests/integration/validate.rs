@@ -506,3 +506,52 @@ fn the_manifest_is_found_from_a_subdirectory_and_never_above_the_repository() {
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(!deep.join(".npc").exists() && !repo.join("src/.npc").exists());
 }
+
+/// CI without the secrets: `--allow-missing-env` reports an unset `${VAR}`
+/// as a warning and checks the rest; without it the manifest is invalid. A
+/// malformed `${` stays an error either way.
+#[test]
+fn allow_missing_env_validates_without_the_secrets_and_checks_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("npcagent.toml");
+    let text = "version = 1\n[mcp.servers.web]\nurl = \"${NPC_TEST_NEVER_SET_URL}\"\nheaders = { Authorization = \"Bearer ${NPC_TEST_NEVER_SET_TOKEN}\" }\n";
+    std::fs::write(&manifest, text).unwrap();
+    let run = |args: &[&str]| {
+        let out = npc()
+            .current_dir(dir.path())
+            .env_remove("NPC_TEST_NEVER_SET_URL")
+            .env_remove("NPC_TEST_NEVER_SET_TOKEN")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    let (code, said) = run(&["validate"]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("`NPC_TEST_NEVER_SET_URL` is not set"),
+        "{said}"
+    );
+    let (code, said) = run(&["validate", "--allow-missing-env"]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("warning"), "{said}");
+    assert!(
+        said.contains("`NPC_TEST_NEVER_SET_TOKEN` is not set"),
+        "{said}"
+    );
+    // Everything else is still checked.
+    std::fs::write(&manifest, format!("{text}bogus = 1\n")).unwrap();
+    let (code, said) = run(&["validate", "--allow-missing-env"]);
+    assert_eq!(code, Some(1), "{said}");
+    std::fs::write(
+        &manifest,
+        "version = 1\n[mcp.servers.web]\nurl = \"${BROKEN\"\n",
+    )
+    .unwrap();
+    let (code, said) = run(&["validate", "--allow-missing-env"]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("malformed"), "{said}");
+}
