@@ -26,6 +26,9 @@ pub struct DeCtx<'a> {
     pub diags: RefCell<Vec<Diagnostic>>,
     /// Errors recorded inside each [`Entry`] being deserialized, innermost last.
     entry_errors: RefCell<Vec<usize>>,
+    /// Top-level sections spelled wrong (`[provider.x]` for `providers`):
+    /// a reference into one is no second error.
+    pub misspelled: RefCell<std::collections::BTreeSet<String>>,
 }
 
 impl fmt::Debug for DeCtx<'_> {
@@ -43,6 +46,7 @@ impl<'a> DeCtx<'a> {
             env,
             diags: RefCell::new(Vec::new()),
             entry_errors: RefCell::new(Vec::new()),
+            misspelled: RefCell::default(),
         }
     }
 
@@ -82,7 +86,9 @@ impl<'a> DeCtx<'a> {
     fn record(&self, mut e: DeError, span: Span) -> DeError {
         if !e.recorded {
             let mut diag = Diagnostic::error(e.message.clone()).at(self.file, span);
-            if let Some(field) = e.message.strip_prefix("missing field ") {
+            if e.message == "missing field `version`" {
+                diag = diag.with_hint("add `version = 1` as the first line of the manifest");
+            } else if let Some(field) = e.message.strip_prefix("missing field ") {
                 diag = diag.with_hint(format!("add {field} to this table"));
             } else if e.message.starts_with("invalid type") {
                 diag = diag.with_hint("change the value to the expected type");
@@ -100,13 +106,24 @@ impl<'a> DeCtx<'a> {
                 node.kind.describe()
             ))
             .at(self.file, node.span.clone())
-            .with_hint(format!("write {expected} here")),
+            .with_hint(type_hint(node, path, expected)),
         );
         DeError {
             message: String::new(),
             recorded: true,
         }
     }
+}
+
+/// The hint for a value of the wrong type: a single table `[x.y]` where a
+/// list of tables is wanted is `[[x.y]]` (TOML's array of tables).
+fn type_hint(node: &Node, path: &Path<'_>, expected: &str) -> String {
+    if expected == "an array" && matches!(node.kind, NodeKind::Table(_)) {
+        return format!(
+            "write `[[{path}]]` (two brackets: a list of tables) instead of `[{path}]`"
+        );
+    }
+    format!("write {expected} here")
 }
 
 /// A deserialization error; `recorded` once it became a diagnostic.
@@ -671,7 +688,12 @@ impl NodeDe<'_, '_, '_> {
             path => format!("unknown field `{}` in `{path}`", clip(&key.name)),
         };
         let hint = match did_you_mean(&key.name, visible.iter().copied()) {
-            Some(best) => format!("did you mean `{best}`?"),
+            Some(best) => {
+                if matches!(self.path, Path::Root) {
+                    self.ctx.misspelled.borrow_mut().insert(best.to_string());
+                }
+                format!("did you mean `{best}`?")
+            }
             None if visible.is_empty() => "remove it".to_string(),
             None => format!("remove it; the fields here are {}", quoted_list(&visible)),
         };

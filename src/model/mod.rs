@@ -158,7 +158,9 @@ fn load_text(
         None
     };
     diagnostics.append(&mut ctx.diags.borrow_mut());
-    let manifest = raw.and_then(|raw| lower::lower(raw, &source, files, &mut diagnostics));
+    let misspelled = ctx.misspelled.take();
+    let manifest =
+        raw.and_then(|raw| lower::lower(raw, &source, files, &misspelled, &mut diagnostics));
     diagnostics::finish(&mut diagnostics);
     let manifest = if diagnostics.iter().any(Diagnostic::is_error) {
         None

@@ -66,9 +66,60 @@ fn toml_error_diagnostic(file: &SourceFile, message: &str, span: Span) -> Diagno
     {
         message = format!("duplicate key `{}`", clip(key));
     }
+    let hint = match duplicate_table(text, &span) {
+        Some(dup) => format!(
+            "`{}` is first defined on line {}; merge the two tables, or rename one",
+            clip(dup.header),
+            dup.first_line
+        ),
+        None => "fix the syntax at the caret; see https://toml.io/en/v1.0.0".to_string(),
+    };
     Diagnostic::error(format!("invalid TOML: {message}"))
         .at(file, span)
-        .with_hint("fix the syntax at the caret; see https://toml.io/en/v1.0.0")
+        .with_hint(hint)
+}
+
+/// A table header defined twice (`[providers.a]` again): the header, the
+/// line of its first definition, and the byte range of the second one's
+/// body (whose keys toml reports as duplicates too).
+struct DuplicateTable<'t> {
+    header: &'t str,
+    first_line: usize,
+    body: std::ops::Range<usize>,
+}
+
+/// The duplicate table whose header holds `span`, when the error is one.
+fn duplicate_table<'t>(text: &'t str, span: &Span) -> Option<DuplicateTable<'t>> {
+    let start = text.get(..span.start)?.rfind('\n').map_or(0, |i| i + 1);
+    let end = text
+        .get(span.start..)?
+        .find('\n')
+        .map_or(text.len(), |i| span.start + i);
+    let header = text.get(start..end)?.trim();
+    if !header.starts_with('[') || header.starts_with("[[") {
+        return None;
+    }
+    let first_line = text
+        .get(..start)?
+        .lines()
+        .position(|l| l.trim() == header)?
+        + 1;
+    let rest = text.get(end..)?;
+    let mut offset = end;
+    let mut body_end = text.len();
+    for line in rest.split_inclusive('\n').skip(1) {
+        offset += line.len();
+        if line.trim_start().starts_with('[') {
+            body_end = offset - line.len();
+            break;
+        }
+    }
+    // `offset` began at the header's newline: the first piece is its end.
+    Some(DuplicateTable {
+        header,
+        first_line,
+        body: end..body_end,
+    })
 }
 
 /// Parse a TOML document through the toml crate's own tree, converted into
@@ -80,9 +131,23 @@ pub(super) fn parse_toml_reference(file: &SourceFile, diags: &mut Vec<Diagnostic
     let text = file.text();
     let (table, errors) = toml::de::DeTable::parse_recoverable(text);
     let failed = !errors.is_empty();
-    // One past the cap, so the report says problems were dropped.
-    for err in errors.into_iter().take(MAX_DIAGNOSTICS + 1) {
+    // The keys of a table defined twice are reported as duplicates too:
+    // one error (at the second header, naming the first) says it all.
+    let mut cascade: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut shown = 0;
+    for err in errors {
         let span = err.span().unwrap_or(0..0);
+        if cascade.iter().any(|body| body.contains(&span.start)) {
+            continue;
+        }
+        if let Some(dup) = duplicate_table(text, &span) {
+            cascade.push(dup.body);
+        }
+        // One past the cap, so the report says problems were dropped.
+        if shown > MAX_DIAGNOSTICS {
+            break;
+        }
+        shown += 1;
         diags.push(toml_error_diagnostic(file, err.message(), span));
     }
     if failed {

@@ -459,6 +459,33 @@ keywords! {
 }
 
 impl HookEvent {
+    /// The event another tool's name stands for (Claude Code's
+    /// `PreToolUse`, Gemini CLI's `BeforeTool`, a guess such as
+    /// `pre_tool`): compared without case, `_` or `-`.
+    pub fn other_name(name: &str) -> Option<Self> {
+        let folded: String = name
+            .chars()
+            .filter(|c| !matches!(c, '_' | '-'))
+            .flat_map(char::to_lowercase)
+            .collect();
+        Some(match folded.as_str() {
+            "pretool" | "pretooluse" | "beforetool" | "beforetooluse" | "toolbefore" => {
+                Self::BeforeTool
+            }
+            "posttool" | "posttooluse" | "aftertool" | "aftertooluse" | "toolafter" => {
+                Self::AfterTool
+            }
+            "sessionstart" | "start" | "agentstart" | "onstart" | "userpromptsubmit" => {
+                Self::OnAgentStart
+            }
+            "sessionend" | "stop" | "end" | "agentend" | "onend" | "onstop" => Self::OnAgentEnd,
+            "premodel" | "beforemodel" | "beforellm" | "prellm" => Self::BeforeModel,
+            "postmodel" | "aftermodel" | "afterllm" | "postllm" => Self::AfterModel,
+            "error" | "onfailure" | "failure" | "posttoolusefailure" => Self::OnError,
+            _ => return None,
+        })
+    }
+
     /// Observers whose failure does not stop a run.
     pub fn is_best_effort(self) -> bool {
         matches!(self, Self::OnError | Self::OnAgentEnd)

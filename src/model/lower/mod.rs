@@ -100,6 +100,8 @@ struct Lower<'a> {
     templates: Option<minijinja::Environment<'static>>,
     /// What is left of [`template::MANIFEST_PROBE_FUEL`] for this manifest.
     probe_fuel: u64,
+    /// Top-level sections spelled wrong (see `de::DeCtx::misspelled`).
+    misspelled: &'a BTreeSet<String>,
 }
 
 /// Lower and check a raw manifest. Returns the model only when there was no error.
@@ -107,6 +109,7 @@ pub fn lower(
     raw: RawManifest,
     file: &SourceFile,
     files: &dyn Files,
+    misspelled: &BTreeSet<String>,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<Manifest> {
     let version_reported = diags.iter().any(|d| {
@@ -123,6 +126,7 @@ pub fn lower(
         probe_fuel: template::MANIFEST_PROBE_FUEL,
         version_reported,
         errored: false,
+        misspelled,
     };
     let manifest = l.manifest(raw);
     let failed = l.errored || l.diags.iter().any(Diagnostic::is_error);
@@ -341,9 +345,12 @@ impl Lower<'_> {
         }
         for (event, list) in raw.hooks {
             let Some(kind) = HookEvent::parse(&event) else {
-                let hint = match did_you_mean(&event, HookEvent::NAMES) {
-                    Some(best) => format!("did you mean `{best}`?"),
-                    None => format!("hook events are {}", quoted_list(&HookEvent::NAMES)),
+                let hint = match HookEvent::other_name(&event).map(HookEvent::as_str) {
+                    Some(ours) => format!("npc calls it `{ours}`"),
+                    None => match did_you_mean(&event, HookEvent::NAMES) {
+                        Some(best) => format!("did you mean `{best}`?"),
+                        None => format!("hook events are {}", quoted_list(&HookEvent::NAMES)),
+                    },
                 };
                 self.error(
                     &event.span,
@@ -865,7 +872,9 @@ impl Lower<'_> {
         })
     }
 
-    /// Report a name that is not a key of `section`.
+    /// Report a name that is not a key of `section` (unless the section
+    /// itself was spelled wrong: that error says it all; the reference
+    /// still fails).
     fn reference(&mut self, name: &Spanned<String>, what: &str, section: &'static str) -> bool {
         if self
             .names
@@ -873,6 +882,10 @@ impl Lower<'_> {
             .is_some_and(|known| known.contains(name.as_str()))
         {
             return true;
+        }
+        if self.misspelled.contains(section) {
+            self.errored = true;
+            return false;
         }
         let hint = {
             let keys: Vec<&str> = self
