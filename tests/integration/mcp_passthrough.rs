@@ -179,6 +179,63 @@ fn server_requests_and_progress_behave_the_same_directly_and_through_the_gateway
     }
 }
 
+/// A call's observation with the server's random `elicitationId`s blanked,
+/// so two runs compare.
+fn without_elicitation_ids(mut step: Value) -> Value {
+    if let Some(elicitations) = step["data"]["elicitations"].as_array_mut() {
+        for e in elicitations {
+            if e.get("elicitationId").is_some_and(Value::is_string) {
+                e["elicitationId"] = json!("<id>");
+            }
+        }
+    }
+    step
+}
+
+#[test]
+fn a_url_elicitation_required_error_reaches_the_client_as_that_error_and_is_recorded() {
+    if !python_sdk() || !server_everything() {
+        return;
+    }
+    let dir = everything_repo();
+    // `errorPath`: server-everything answers `-32042` with the URL to open
+    // in `data.elicitations` instead of asking.
+    let steps = json!([
+        ["call", "trigger-url-elicitation", {"url": "https://example.com/consent", "errorPath": true}],
+        ["asked"]
+    ]);
+    let observe =
+        |got: Vec<Value>| -> Vec<Value> { got.into_iter().map(without_elicitation_ids).collect() };
+    let direct = observe(run(
+        Target::Command(&["mcp-server-everything"]),
+        None,
+        &steps,
+    ));
+    assert_eq!(direct[0]["code"], -32042, "{direct:?}");
+    assert_eq!(
+        direct[0]["data"]["elicitations"][0]["url"], "https://modelcontextprotocol.io",
+        "{direct:?}"
+    );
+    let stdio = observe(run(Target::Gateway(dir.path()), None, &steps));
+    assert_eq!(stdio, direct, "stdio");
+    let (gateway, url) = spawn_http_gateway(&dir);
+    let token = gateway_token(dir.path());
+    let http = observe(run(Target::Http { url: &url, token }, None, &steps));
+    sigterm_exits_0(gateway);
+    assert_eq!(http, direct, "http");
+    // Recorded with the server's code, once per transport.
+    let calls = events_of_kind(&dir, "mcp.tool_call");
+    let refused: Vec<&Value> = calls
+        .iter()
+        .filter(|e| e["payload"]["name"] == "trigger-url-elicitation")
+        .collect();
+    assert_eq!(refused.len(), 2, "{calls:?}");
+    for e in refused {
+        assert_eq!(e["payload"]["outcome"], "protocol_error", "{e}");
+        assert_eq!(e["payload"]["error_code"], -32042, "{e}");
+    }
+}
+
 #[test]
 fn log_messages_and_resource_updates_reach_the_session_that_asked_for_them() {
     if !python_sdk() || !server_everything() {
