@@ -237,6 +237,36 @@ fn a_url_elicitation_required_error_reaches_the_client_as_that_error_and_is_reco
 }
 
 #[test]
+fn changed_roots_reach_the_server_through_the_gateway_as_directly() {
+    if !python_sdk() || !server_everything() {
+        return;
+    }
+    let dir = everything_repo();
+    // server-everything asks `roots/list` during the first call, then again
+    // on each `notifications/roots/list_changed`, outside any call.
+    let changed = "file:///tmp/passthrough-changed-root";
+    let steps = json!([
+        ["call", "get-roots-list", {}],
+        ["set_roots", [changed]],
+        ["call_until", "get-roots-list", {}, changed],
+        ["asked"]
+    ]);
+    let direct = run(Target::Command(&["mcp-server-everything"]), None, &steps);
+    assert!(
+        direct[2]["text"].as_str().unwrap().contains(changed),
+        "{direct:?}"
+    );
+    assert_eq!(direct[3]["roots"], 2, "{direct:?}");
+    let stdio = run(Target::Gateway(dir.path()), None, &steps);
+    assert_eq!(stdio, direct, "stdio");
+    let (gateway, url) = spawn_http_gateway(&dir);
+    let token = gateway_token(dir.path());
+    let http = run(Target::Http { url: &url, token }, None, &steps);
+    sigterm_exits_0(gateway);
+    assert_eq!(http, direct, "http");
+}
+
+#[test]
 fn log_messages_and_resource_updates_reach_the_session_that_asked_for_them() {
     if !python_sdk() || !server_everything() {
         return;
