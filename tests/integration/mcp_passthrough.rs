@@ -23,6 +23,8 @@ use crate::support::{Daemon, npc_path, repo_root};
 const CLIENT_LIMIT: Duration = Duration::from_secs(90);
 /// `mcp::passthrough::MAX_ELICITATION_SCHEMA_BYTES`.
 const MAX_ELICITATION_SCHEMA_BYTES: usize = 64 * 1024;
+/// `mcp::call::MAX_PASSED_ERROR_MESSAGE_BYTES`.
+const MAX_PASSED_ERROR_MESSAGE_BYTES: usize = 4096;
 
 /// Where the client connects.
 enum Target<'a> {
@@ -234,6 +236,37 @@ fn a_url_elicitation_required_error_reaches_the_client_as_that_error_and_is_reco
         assert_eq!(e["payload"]["outcome"], "protocol_error", "{e}");
         assert_eq!(e["payload"]["error_code"], -32042, "{e}");
     }
+}
+
+#[test]
+fn an_oversized_upstream_error_passes_with_its_code_its_message_cut_and_its_data_left_out() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = hostile_repo();
+    let steps = json!([
+        ["call", "refuse", {"message_bytes": 10, "data_bytes": 10}],
+        ["call", "refuse", {"message_bytes": 100_000, "data_bytes": 200_000}],
+        ["call", "lists", {}]
+    ]);
+    let got = run(Target::Gateway(dir.path()), None, &steps);
+    // Small: passed as it came.
+    assert_eq!(got[0]["code"], -32042, "{got:?}");
+    assert_eq!(got[0]["data"], json!({"blob": "dddddddddd"}));
+    // Large: the code kept, the message cut at the bound, the data dropped.
+    assert_eq!(got[1]["code"], -32042, "{:?}", got[1]["code"]);
+    assert_eq!(got[1]["data"], Value::Null);
+    let message = got[1]["error"].as_str().unwrap();
+    assert!(message.len() <= MAX_PASSED_ERROR_MESSAGE_BYTES, "{}", message.len());
+    assert!(message.starts_with("mmm"));
+    // The session is fine: an error answer is no transport failure.
+    assert!(got[2].get("text").is_some(), "{got:?}");
+    let calls = events_of_kind(&dir, "mcp.tool_call");
+    let refused = calls
+        .iter()
+        .filter(|e| e["payload"]["name"] == "refuse")
+        .count();
+    assert_eq!(refused, 2, "{calls:?}");
 }
 
 #[test]
