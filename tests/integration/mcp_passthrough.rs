@@ -257,7 +257,11 @@ fn an_oversized_upstream_error_passes_with_its_code_its_message_cut_and_its_data
     assert_eq!(got[1]["code"], -32042, "{:?}", got[1]["code"]);
     assert_eq!(got[1]["data"], Value::Null);
     let message = got[1]["error"].as_str().unwrap();
-    assert!(message.len() <= MAX_PASSED_ERROR_MESSAGE_BYTES, "{}", message.len());
+    assert!(
+        message.len() <= MAX_PASSED_ERROR_MESSAGE_BYTES,
+        "{}",
+        message.len()
+    );
     assert!(message.starts_with("mmm"));
     // The session is fine: an error answer is no transport failure.
     assert!(got[2].get("text").is_some(), "{got:?}");
@@ -297,6 +301,46 @@ fn changed_roots_reach_the_server_through_the_gateway_as_directly() {
     let http = run(Target::Http { url: &url, token }, None, &steps);
     sigterm_exits_0(gateway);
     assert_eq!(http, direct, "http");
+}
+
+#[test]
+fn sessions_sharing_a_server_give_it_the_union_of_their_roots() {
+    if !python_sdk() || !server_everything() {
+        return;
+    }
+    let dir = everything_repo();
+    let (gateway, url) = spawn_http_gateway(&dir);
+    let (changed, beside) = (
+        "file:///tmp/passthrough-changed-root",
+        "file:///tmp/passthrough-beside-root",
+    );
+    let steps = json!([
+        ["call", "get-roots-list", {}],
+        ["set_roots", [changed]],
+        ["call_until", "get-roots-list", {}, changed],
+        ["asked"]
+    ]);
+    // A second session of the same gateway stays open all along.
+    let out = assert_cmd::Command::new("python3")
+        .arg(repo_root().join("fixtures/mcp/passthrough.py"))
+        .arg(steps.to_string())
+        .args(["--beside", beside, "--http", &url])
+        .env("MCP_BEARER", gateway_token(dir.path()))
+        .timeout(CLIENT_LIMIT)
+        .output()
+        .unwrap();
+    let got = crate::mcp::client_answers(&out);
+    sigterm_exits_0(gateway);
+    // During its call, the server asked the caller alone.
+    let first = got[0]["text"].as_str().unwrap();
+    assert!(
+        first.contains("passthrough-root") && !first.contains(beside),
+        "{first}"
+    );
+    // Outside any call, every session's roots: the caller's and the other's.
+    let after = got[2]["text"].as_str().unwrap();
+    assert!(after.contains(changed) && after.contains(beside), "{after}");
+    assert!(after.contains("(2 total)"), "{after}");
 }
 
 #[test]
