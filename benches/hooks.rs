@@ -4,8 +4,12 @@
 //! supervisor, stdin, answer parsing) vs `tokio::process::Command::output`
 //! of the same program — goal: at most 2 ms added at p50; (2) `npc hook run
 //! before_tool` end to end (process start, manifest load, one hook, the
-//! answer) vs the bare program — goal: at most 10 ms at p50. Prints p50/p99
-//! and the ratio.
+//! answer) vs the bare program — goal: at most 10 ms at p50; (3) the same
+//! `npc hook run before_tool` with a hook that MATCHES the call (so it runs
+//! and its `hook.call` is recorded) and with one whose matcher excludes it,
+//! each interleaved call by call with `npc --version` (the process start
+//! alone) — goal: the matching path at most 1.25x `--version` (median of
+//! the per-pair ratios). Prints p50/p99 and the ratios.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -123,7 +127,72 @@ fn end_to_end() {
     report("npc hook run before_tool (end to end)", bare, ours);
 }
 
+/// `npc hook run before_tool` with a matching hook and with a hook that
+/// does not match, each against `npc --version` in the same loop.
+fn against_version() {
+    let matching = tempfile::tempdir().expect("tempdir");
+    let skipped = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        matching.path().join("npcagent.toml"),
+        format!(
+            "version = 1\n[[hooks.before_tool]]\ncommand = \"{PROGRAM}\"\nmatcher = \"shell__*\"\n"
+        ),
+    )
+    .expect("manifest");
+    std::fs::write(
+        skipped.path().join("npcagent.toml"),
+        format!(
+            "version = 1\n[[hooks.before_tool]]\ncommand = \"{PROGRAM}\"\nmatcher = \"fs__*\"\n"
+        ),
+    )
+    .expect("manifest");
+    let npc = env!("CARGO_BIN_EXE_npc");
+    let input = br#"{"tool_call":{"id":"c","name":"shell__run","arguments":{"cmd":"git status"}}}"#;
+    let run = |dir: &std::path::Path, args: &[&str]| {
+        let t = Instant::now();
+        let mut child = Command::new(npc)
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawns");
+        let _ = child.stdin.take().expect("piped").write_all(input);
+        let out = child.wait_with_output().expect("waits");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        t.elapsed()
+    };
+    let hook = ["hook", "run", "before_tool"];
+    let (mut version, mut hit, mut miss) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..CALLS {
+        version.push(run(matching.path(), &["--version"]));
+        hit.push(run(matching.path(), &hook));
+        miss.push(run(skipped.path(), &hook));
+    }
+    let ratios = |ours: &[Duration]| -> Vec<Duration> {
+        // Each call over the `--version` next to it, as a duration in ms
+        // of ratio (so `pct` takes its median).
+        ours.iter()
+            .zip(&version)
+            .map(|(o, v)| Duration::from_secs_f64(o.as_secs_f64() / v.as_secs_f64() / 1e3))
+            .collect()
+    };
+    let recorded = matching.path().join(".npc");
+    assert!(recorded.is_dir(), "the matching hook's calls were recorded");
+    for (name, ours) in [("matching hook", &hit), ("no matching hook", &miss)] {
+        println!(
+            "npc hook run before_tool, {name}: p50 {:.3} ms p99 {:.3} ms; npc --version p50 {:.3} ms; median of pair ratios {:.2}x --version",
+            pct(ours.clone(), 0.5),
+            pct(ours.clone(), 0.99),
+            pct(version.clone(), 0.5),
+            pct(ratios(ours), 0.5),
+        );
+    }
+}
+
 fn main() {
     in_process();
     end_to_end();
+    against_version();
 }

@@ -200,7 +200,9 @@ fn answer(args: &RunArgs) -> Answer {
         Err(e) => return refuse(args, format!("cannot start the runtime: {e}")),
     };
     rt.block_on(async {
-        let (store, bus) = match crate::runtime::open_store(&paths) {
+        // Brief: each record is synced when it commits, and closing does
+        // not checkpoint (see `Store::open_brief`).
+        let (store, bus) = match crate::runtime::open_store_brief(&paths) {
             Ok(store) => {
                 let store = std::sync::Arc::new(store);
                 let bus = crate::bus::EventBus::new(store.clone());

@@ -11,11 +11,16 @@ pub struct McpToolCall {
     /// `None` when the name resolved to no tool.
     pub server: Option<String>,
     pub tool: Option<String>,
-    /// `ok`, `tool_error`, `unavailable`, `timeout`, `lost`, `denied`,
-    /// `unknown_tool`, `cancelled`, …
+    /// `ok`, `tool_error`, `protocol_error`, `unavailable`, `timeout`,
+    /// `lost`, `denied`, `unknown_tool`, `cancelled`, …
     pub outcome: String,
     pub duration_ms: f64,
     pub error: Option<String>,
+    /// The JSON-RPC error code the server answered with (`protocol_error`:
+    /// passed to the client as that error, e.g. `-32042` for a URL
+    /// elicitation the user must complete first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<i32>,
     /// A built-in tool of npc's own.
     pub builtin: bool,
     /// The call's arguments as the agent sent them (open), sensitive ones

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
 use serde_json::{Value, json};
 
@@ -46,6 +47,11 @@ pub const SENSITIVE_ARGUMENTS: [(&str, &str); 1] = [("fetch_url", "url")];
 /// Argument names (lowercase substrings) treated as secrets for every tool.
 pub const SECRET_ARGUMENT_MARKERS: [&str; 5] =
     ["token", "secret", "password", "api_key", "authorization"];
+/// Longest message of an upstream's JSON-RPC error passed to the client.
+pub const MAX_PASSED_ERROR_MESSAGE_BYTES: usize = 4096;
+/// Largest `data` of an upstream's JSON-RPC error passed to the client, as
+/// JSON; larger data is left out (the code and message still pass).
+pub const MAX_PASSED_ERROR_DATA_BYTES: usize = 64 * 1024;
 /// What a redacted argument is recorded as.
 pub const REDACTED: &str = "<redacted>";
 
@@ -115,6 +121,9 @@ pub enum Outcome {
     Ok,
     /// The server answered with an `isError` result.
     ToolError,
+    /// The server answered with a JSON-RPC error, passed to the client as
+    /// that error (its code recorded).
+    ProtocolError,
     UnknownTool,
     Denied,
     /// The server could not be connected.
@@ -132,6 +141,7 @@ impl Outcome {
         match self {
             Self::Ok => "ok",
             Self::ToolError => "tool_error",
+            Self::ProtocolError => "protocol_error",
             Self::UnknownTool => "unknown_tool",
             Self::Denied => "denied",
             Self::Unavailable => "unavailable",
@@ -157,6 +167,8 @@ pub struct CallRecord {
     /// From the request to the result, stages included.
     pub duration: std::time::Duration,
     pub error: Option<String>,
+    /// The JSON-RPC error code of a [`Outcome::ProtocolError`].
+    pub error_code: Option<i32>,
     /// The run whose agent made the call ([`for_run`]), if one is known.
     pub run: Option<String>,
 }
@@ -488,8 +500,13 @@ impl CallPath {
         }
     }
 
-    /// Serve one `tools/call` of the namespaced tool `name`, recorded.
-    pub async fn call(&self, name: &str, arguments: Option<JsonObject>) -> CallToolResult {
+    /// Serve one `tools/call` of the namespaced tool `name`, recorded: a
+    /// result, or the JSON-RPC error the server answered with.
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<CallToolResult, ErrorData> {
         let (result, record) = self.call_unrecorded(name, arguments).await;
         self.publish(record).await;
         result
@@ -502,7 +519,7 @@ impl CallPath {
         &self,
         name: &str,
         arguments: Option<JsonObject>,
-    ) -> (CallToolResult, CallRecord) {
+    ) -> (Result<CallToolResult, ErrorData>, CallRecord) {
         let started = Instant::now();
         // One set of built-ins for the whole call, even across a reload.
         let builtins = self.builtins();
@@ -525,8 +542,9 @@ impl CallPath {
                         outcome: Outcome::UnknownTool,
                         duration: started.elapsed(),
                         error: Some(message.clone()),
+                        error_code: None,
                     };
-                    return (error_result(message), record);
+                    return (Ok(error_result(message)), record);
                 }
             }
         } else {
@@ -552,8 +570,9 @@ impl CallPath {
                 outcome: Outcome::UnknownTool,
                 duration: started.elapsed(),
                 error: Some(message.clone()),
+                error_code: None,
             };
-            return (error_result(message), record);
+            return (Ok(error_result(message)), record);
         };
         let mut call = ToolCall {
             id: next_call_id(),
@@ -572,6 +591,8 @@ impl CallPath {
                 break;
             }
         }
+        // The server's JSON-RPC error answer, passed on as that error.
+        let mut answered = None;
         let (mut result, mut outcome, mut error) = match denied {
             Some(reason) => {
                 let message = format!("the call of `{}` was denied: {reason}", call.name);
@@ -621,11 +642,22 @@ impl CallPath {
             {
                 Ok(result) if result.is_error == Some(true) => (result, Outcome::ToolError, None),
                 Ok(result) => (result, Outcome::Ok, None),
+                Err(CallError::Answered { error, .. }) => {
+                    let error = passed_error(error);
+                    let message = error.message.to_string();
+                    answered = Some(error);
+                    (
+                        error_result(message.clone()),
+                        Outcome::ProtocolError,
+                        Some(message),
+                    )
+                }
                 Err(e) => {
                     let outcome = match e {
                         CallError::Unavailable(_) => Outcome::Unavailable,
                         CallError::Timeout { .. } => Outcome::Timeout,
                         CallError::Lost { .. } => Outcome::Lost,
+                        CallError::Answered { .. } => Outcome::ProtocolError,
                     };
                     let message = e.to_string();
                     (error_result(message.clone()), outcome, Some(message))
@@ -648,8 +680,14 @@ impl CallPath {
             outcome,
             duration: started.elapsed(),
             error,
+            error_code: answered.as_ref().map(|e| e.code.0),
         };
-        (result, record)
+        // The stages saw the error as an `isError` result; the client gets
+        // the server's error itself.
+        match answered {
+            Some(e) => (Err(e), record),
+            None => (Ok(result), record),
+        }
     }
 
     /// The record of a call of `name` the client cancelled after it began at
@@ -665,6 +703,7 @@ impl CallPath {
             outcome: Outcome::Cancelled,
             duration: started.elapsed(),
             error: Some("the client cancelled the call".into()),
+            error_code: None,
         }
     }
 
@@ -680,6 +719,7 @@ impl CallPath {
             outcome,
             duration,
             error,
+            error_code,
             run,
         } = record;
         let (name, server, tool) = (name.as_str(), server.as_deref(), tool.as_deref());
@@ -692,6 +732,7 @@ impl CallPath {
             outcome: outcome.as_str().to_string(),
             duration_ms: duration.as_secs_f64() * 1000.0,
             error,
+            error_code,
             builtin,
             arguments: recorded_arguments(tool.unwrap_or(name), &arguments),
             run_id: run,
@@ -706,6 +747,31 @@ impl CallPath {
             tracing::warn!(error = %e, "mcp: recording a tool call failed");
         }
     }
+}
+
+/// An upstream's JSON-RPC error as passed to the client: its message cut at
+/// [`MAX_PASSED_ERROR_MESSAGE_BYTES`], its data left out when larger than
+/// [`MAX_PASSED_ERROR_DATA_BYTES`] as JSON (the code always kept).
+pub fn passed_error(mut error: ErrorData) -> ErrorData {
+    if error.message.len() > MAX_PASSED_ERROR_MESSAGE_BYTES {
+        let mut end = MAX_PASSED_ERROR_MESSAGE_BYTES;
+        while !error.message.is_char_boundary(end) {
+            end -= 1;
+        }
+        error.message = error.message[..end].to_string().into();
+    }
+    let data_bytes = error
+        .data
+        .as_ref()
+        .map_or(0, |d| serde_json::to_vec(d).map_or(usize::MAX, |v| v.len()));
+    if data_bytes > MAX_PASSED_ERROR_DATA_BYTES {
+        tracing::warn!(
+            data_bytes,
+            "mcp: an upstream's error data was over the bound and left out"
+        );
+        error.data = None;
+    }
+    error
 }
 
 /// The arguments as recorded: sensitive ones replaced by [`REDACTED`], the

@@ -14,7 +14,10 @@
 //! - the upstream's requests (`sampling/createMessage`, `elicitation/create`,
 //!   `roots/list`) go to the session whose call caused them: the one whose
 //!   call's response stream they arrived on (HTTP upstreams), else the one
-//!   session with calls in flight there. With no such session, or one that
+//!   session with calls in flight there. A `roots/list` no call caused (a
+//!   server's follow-up of a client's `notifications/roots/list_changed`)
+//!   is answered with the union of the roots of every session that declared
+//!   `roots`. With no such session, or one that
 //!   did not declare the capability, the upstream gets `-32601` at once
 //!   (what a client without the capability answers), never a hang; an
 //!   elicitation whose schema is over [`MAX_ELICITATION_SCHEMA_BYTES`], or
@@ -43,9 +46,9 @@ use std::time::{Duration, Instant};
 use rmcp::model::GetExtensions as _;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientCapabilities, ClientRequest, ClientResult, ElicitRequestParams, LoggingLevel,
-    LoggingMessageNotification, LoggingMessageNotificationParam, NumberOrString,
-    ProgressNotification, ProgressNotificationParam, ProgressToken, RequestId,
+    ClientCapabilities, ClientRequest, ClientResult, ElicitRequestParams, ListRootsRequest,
+    ListRootsResult, LoggingLevel, LoggingMessageNotification, LoggingMessageNotificationParam,
+    NumberOrString, ProgressNotification, ProgressNotificationParam, ProgressToken, RequestId,
     ResourceUpdatedNotification, ResourceUpdatedNotificationParam, ServerJsonRpcMessage,
     ServerNotification, ServerRequest, ServerResult,
 };
@@ -81,6 +84,10 @@ pub const MAX_ELICITATION_SCHEMA_BYTES: usize = 64 * 1024;
 pub const LIST_CHANGED_DEBOUNCE: Duration = Duration::from_millis(50);
 /// Most field names of an elicitation's schema recorded in its event.
 pub const MAX_RECORDED_FIELDS: usize = 64;
+/// How long a session has to answer a `roots/list` asked of every session.
+pub const ROOTS_ANSWER_LIMIT: Duration = Duration::from_secs(10);
+/// Most roots in the union answered to a `roots/list` no call caused.
+pub const MAX_UNION_ROOTS: usize = 1024;
 /// Prefix of the progress tokens npc gives upstreams.
 const TOKEN_PREFIX: &str = "npc-progress-";
 
@@ -673,7 +680,12 @@ impl Passthrough {
                 None,
             ));
         }
-        let Some(caller) = self.in_flight.route(context) else {
+        let caller = self.in_flight.route(context);
+        if caller.is_none() && matches!(request, ServerRequest::ListRootsRequest(_)) {
+            // The follow-up of a client's `notifications/roots/list_changed`.
+            return self.union_of_roots().await;
+        }
+        let Some(caller) = caller else {
             return Err(not_supported(
                 &method,
                 "no client session of the gateway has a call in flight to this server that it could belong to",
@@ -683,6 +695,51 @@ impl Passthrough {
             return Err(e);
         }
         caller.client.request(request, caller.request.clone()).await
+    }
+
+    /// A `roots/list` no call caused: the union of the roots of every
+    /// session that declared `roots` (each asked at once, within
+    /// [`ROOTS_ANSWER_LIMIT`]; one that fails or is late adds none), in
+    /// session order, each URI once, at most [`MAX_UNION_ROOTS`].
+    async fn union_of_roots(&self) -> Result<ClientResult, ErrorData> {
+        let sessions: Vec<Arc<Client>> = self
+            .clients
+            .each()
+            .into_iter()
+            .filter(|c| c.capabilities().roots.is_some())
+            .collect();
+        if sessions.is_empty() {
+            return Err(not_supported(
+                "roots/list",
+                "no client session of the gateway declared `roots`",
+            ));
+        }
+        let answers = futures_util::future::join_all(sessions.iter().map(|client| async move {
+            let ask = ServerRequest::ListRootsRequest(ListRootsRequest::default());
+            tokio::time::timeout(ROOTS_ANSWER_LIMIT, client.request(ask, None)).await
+        }))
+        .await;
+        let mut seen = HashSet::new();
+        let mut roots = Vec::new();
+        let mut answered = false;
+        for answer in answers {
+            let Ok(Ok(ClientResult::ListRootsResult(listed))) = answer else {
+                continue;
+            };
+            answered = true;
+            for root in listed.roots {
+                if roots.len() < MAX_UNION_ROOTS && seen.insert(root.uri.clone()) {
+                    roots.push(root);
+                }
+            }
+        }
+        if !answered {
+            return Err(ErrorData::internal_error(
+                "no client session of the gateway answered `roots/list`; retry later",
+                None,
+            ));
+        }
+        Ok(ClientResult::ListRootsResult(ListRootsResult::new(roots)))
     }
 
     /// An upstream message that was dropped, as an `mcp.dropped` event.

@@ -179,14 +179,17 @@ async fn stages_deny_rewrite_and_replace_around_the_dispatch() {
     let policy = Arc::new(Policy::default());
     let path = CallPath::new(pool.clone(), None).with_stage(policy.clone());
 
-    let denied = path.call("bad__crash", None).await;
+    let denied = path.call("bad__crash", None).await.unwrap();
     assert_eq!(denied.is_error, Some(true));
     assert!(
         text_of(&denied).contains("denied: crashing is not allowed here"),
         "{}",
         text_of(&denied)
     );
-    let replaced = path.call("bad__ok", Some(serde_json::Map::new())).await;
+    let replaced = path
+        .call("bad__ok", Some(serde_json::Map::new()))
+        .await
+        .unwrap();
     assert_eq!(text_of(&replaced), "replaced");
     let seen = policy.seen.lock().unwrap().clone();
     assert_eq!(
@@ -337,4 +340,28 @@ fn template_expansions_are_recognised() {
     assert!(expands("a://plain", "a://plain"));
     assert!(!expands("a://plain", "a://plainer"));
     assert!(!expands("a://{broken", "a://broken"));
+}
+
+#[test]
+fn a_passed_error_keeps_its_code_and_bounds_its_message_and_data() {
+    use crate::mcp::call::{
+        MAX_PASSED_ERROR_DATA_BYTES, MAX_PASSED_ERROR_MESSAGE_BYTES, passed_error,
+    };
+    let data = serde_json::json!({"elicitations": [{"mode": "url", "url": "https://example.com"}]});
+    let small = rmcp::ErrorData::new(
+        rmcp::model::ErrorCode(-32042),
+        "open it",
+        Some(data.clone()),
+    );
+    assert_eq!(passed_error(small.clone()), small);
+    let huge = rmcp::ErrorData::new(
+        rmcp::model::ErrorCode(-32042),
+        "é".repeat(MAX_PASSED_ERROR_MESSAGE_BYTES),
+        Some(serde_json::json!({"blob": "x".repeat(MAX_PASSED_ERROR_DATA_BYTES)})),
+    );
+    let passed = passed_error(huge);
+    assert_eq!(passed.code.0, -32042);
+    assert!(passed.message.len() <= MAX_PASSED_ERROR_MESSAGE_BYTES);
+    assert!(passed.message.starts_with('é'));
+    assert_eq!(passed.data, None);
 }

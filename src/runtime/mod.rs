@@ -50,7 +50,7 @@ pub use load::{
 use load::{LoadFailure, OperationalFiles};
 pub use paths::{
     DB_FILE, RepoPaths, STORE_SIDE_SUFFIXES, TOKEN_FILE, open_existing_store, open_store,
-    open_store_read_only, state_dir_hint,
+    open_store_brief, open_store_read_only, state_dir_hint,
 };
 pub use state::{decode_state, encode_state, record_state, stored_state};
 

@@ -172,11 +172,24 @@ pub const STORE_SIDE_SUFFIXES: [&str; 3] = ["-wal", "-shm", "-journal"];
 /// Make the state directory and the database file ready through the
 /// guarded layer (private, never links), then open the store.
 pub fn open_store(paths: &RepoPaths) -> Result<Store, RuntimeError> {
+    prepare_store(paths)?;
+    Ok(Store::open(paths.db())?)
+}
+
+/// [`open_store`] for a process that records a few events and exits
+/// (`npc hook run`): see [`Store::open_brief`].
+pub fn open_store_brief(paths: &RepoPaths) -> Result<Store, RuntimeError> {
+    prepare_store(paths)?;
+    Ok(Store::open_brief(paths.db())?)
+}
+
+/// The checks before a writable open: the state directory is npc's (claimed),
+/// the database and its side files are regular files, never links.
+fn prepare_store(paths: &RepoPaths) -> Result<(), RuntimeError> {
     let root = crate::repofs::Root::new(&paths.root)?;
     paths.claim_state_dir(&root)?;
     drop(root.open_private(&paths.db())?);
-    check_side_files(&root, paths)?;
-    Ok(Store::open(paths.db())?)
+    check_side_files(&root, paths)
 }
 
 /// Open the existing store read-only (the CLI beside a daemon), after the

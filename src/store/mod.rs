@@ -31,6 +31,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
@@ -270,6 +271,21 @@ pub struct Store {
     counters: Arc<Counters>,
 }
 
+/// How long a writable [`Store`] is held, which decides what its commits and
+/// its close cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lifetime {
+    /// A daemon or a command: commits synced at checkpoints
+    /// (`synchronous = NORMAL`), the WAL folded in and removed at close.
+    Long,
+    /// A short-lived recorder ([`Store::open_brief`]).
+    Brief,
+}
+
+/// WAL pages after which a brief opener's commit checkpoints (SQLite's
+/// default), so a WAL no long opener folds in stays bounded (about 4 MiB).
+pub const WAL_AUTOCHECKPOINT_PAGES: i64 = 1000;
+
 impl Store {
     /// `<repo_root>/.npc/state.db`.
     pub fn default_path(repo_root: &Path) -> PathBuf {
@@ -280,7 +296,25 @@ impl Store {
     /// `path` for writing, switch it to WAL and run pending migrations.
     /// One process should hold a writable store for a given file.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let path = path.as_ref().to_path_buf();
+        Self::open_as(path.as_ref(), Lifetime::Long)
+    }
+
+    /// [`Store::open`] for a process that writes a few events and exits
+    /// (`npc hook run`, on every tool call of every agent): each commit is
+    /// durable when it returns, at the cost of one `fdatasync` of the WAL
+    /// (and, when this opener created the WAL, one of the directory), so a
+    /// crash of the process, the system or the power right after loses
+    /// nothing; and closing neither checkpoints nor removes the WAL (the
+    /// syncs of a checkpoint and two unlinks saved; the next long opener,
+    /// or SQLite's auto-checkpoint at [`WAL_AUTOCHECKPOINT_PAGES`], folds it
+    /// into the database, so the WAL stays bounded). SQLite's own
+    /// `synchronous = FULL` would sync the directory at every open.
+    pub fn open_brief(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_as(path.as_ref(), Lifetime::Brief)
+    }
+
+    fn open_as(path: &Path, lifetime: Lifetime) -> Result<Self, StoreError> {
+        let path = path.to_path_buf();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             // Owner-only, like every state directory (callers in a
             // repository prepare it through `crate::repofs` first).
@@ -298,6 +332,17 @@ impl Store {
             path: path.clone(),
             source: Arc::new(source),
         };
+        // What a brief opener syncs after each commit (see `open_brief`).
+        let durable = (lifetime == Lifetime::Brief).then(|| {
+            let mut wal = path.clone().into_os_string();
+            wal.push("-wal");
+            let wal = PathBuf::from(wal);
+            writer::Durable {
+                sync_dir: !wal.exists(),
+                wal,
+                synced_changes: 0,
+            }
+        });
         let mut conn = Connection::open_with_flags(
             &path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -321,11 +366,17 @@ impl Store {
         }
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(open_error)?;
+        if lifetime == Lifetime::Brief {
+            conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+                .map_err(open_error)?;
+            conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
+                .map_err(open_error)?;
+        }
         conn.pragma_update(None, "foreign_keys", true)
             .map_err(open_error)?;
         schema::migrate(&mut conn, &path)?;
         let counters = Arc::new(Counters::default());
-        let writer = WriterHandle::spawn(conn, Arc::clone(&counters))?;
+        let writer = WriterHandle::spawn(conn, Arc::clone(&counters), durable)?;
         Ok(Self {
             path,
             writer: Some(writer),

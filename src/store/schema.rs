@@ -282,6 +282,11 @@ pub(super) fn current_version(conn: &Connection) -> Result<i64, StoreError> {
 
 /// Bring the database up to [`SCHEMA_VERSION`], returning how many steps ran.
 pub(super) fn migrate(conn: &mut Connection, path: &std::path::Path) -> Result<usize, StoreError> {
+    // Up to date (every open but the first after an upgrade): read, without
+    // taking the write lock for an empty transaction.
+    if current_version(conn)? == SCHEMA_VERSION {
+        return Ok(0);
+    }
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(sqlite("begin the migration transaction"))?;

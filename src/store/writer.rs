@@ -112,12 +112,17 @@ pub(super) struct WriterHandle {
 }
 
 impl WriterHandle {
-    /// Move `conn` onto a new writer thread.
-    pub fn spawn(conn: Connection, counters: Arc<Counters>) -> Result<Self, StoreError> {
+    /// Move `conn` onto a new writer thread; with `durable`, each commit is
+    /// synced to disk before its jobs hear of it.
+    pub fn spawn(
+        conn: Connection,
+        counters: Arc<Counters>,
+        durable: Option<Durable>,
+    ) -> Result<Self, StoreError> {
         let (tx, rx) = mpsc::channel::<Box<dyn Job>>();
         let thread = std::thread::Builder::new()
             .name("npc-store-writer".into())
-            .spawn(move || writer_loop(conn, &rx, &counters))
+            .spawn(move || writer_loop(conn, &rx, &counters, durable))
             .map_err(|e| StoreError::WriterThread {
                 source: Arc::new(e),
             })?;
@@ -190,7 +195,49 @@ impl Drop for WriterHandle {
     }
 }
 
-fn writer_loop(mut conn: Connection, jobs: &mpsc::Receiver<Box<dyn Job>>, counters: &Counters) {
+/// What a brief opener ([`super::Store::open_brief`]) syncs after each
+/// commit: the WAL (`fdatasync`), and its directory once when the WAL is new.
+#[derive(Debug)]
+pub(super) struct Durable {
+    pub wal: std::path::PathBuf,
+    pub sync_dir: bool,
+    /// The connection's row changes at the last sync: a batch that wrote
+    /// nothing (a flush) needs none.
+    pub synced_changes: u64,
+}
+
+impl Durable {
+    /// Sync what the last commit wrote; a failure is logged (the commit
+    /// stands, as it would after a later checkpoint).
+    fn sync(&mut self) {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        // Never a link or a FIFO planted in its place (`O_NOFOLLOW`, `O_NONBLOCK`).
+        let synced = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(&self.wal)
+            .and_then(|f| f.sync_data());
+        let synced = synced.and_then(|()| {
+            if !self.sync_dir {
+                return Ok(());
+            }
+            let dir = self.wal.parent().unwrap_or(std::path::Path::new("."));
+            std::fs::File::open(dir).and_then(|d| d.sync_all())?;
+            self.sync_dir = false;
+            Ok(())
+        });
+        if let Err(e) = synced {
+            tracing::warn!(error = %e, wal = %self.wal.display(), "store: syncing the WAL after a commit failed");
+        }
+    }
+}
+
+fn writer_loop(
+    mut conn: Connection,
+    jobs: &mpsc::Receiver<Box<dyn Job>>,
+    counters: &Counters,
+    mut durable: Option<Durable>,
+) {
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_JOBS_PER_TRANSACTION {
@@ -201,6 +248,13 @@ fn writer_loop(mut conn: Connection, jobs: &mpsc::Receiver<Box<dyn Job>>, counte
         }
         linger(jobs, &mut batch);
         let outcome = run_batch(&mut conn, &mut batch);
+        if outcome.is_ok()
+            && let Some(durable) = &mut durable
+            && conn.total_changes() != durable.synced_changes
+        {
+            durable.synced_changes = conn.total_changes();
+            durable.sync();
+        }
         if outcome.is_ok() {
             counters.transactions.fetch_add(1, Ordering::Relaxed);
             counters

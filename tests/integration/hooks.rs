@@ -239,6 +239,46 @@ fn hook_calls_are_recorded_in_the_state_directory_the_manifest_names() {
 }
 
 #[test]
+fn a_matching_hooks_record_survives_a_crash_right_after_the_answer() {
+    use std::io::{BufRead as _, Write as _};
+    let dir = repo(&deny_hook("shell__run", "no pushing"), &[]);
+    for n in 1..=3 {
+        let mut child = std::process::Command::new(crate::support::npc_path())
+            .current_dir(dir.path())
+            .args(["hook", "run", "before_tool"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(push_call().to_string().as_bytes()).unwrap();
+        drop(stdin);
+        // The answer is written once the record is committed and synced:
+        // kill the process the moment it appears (a crash before it closes
+        // its store; when it already exited, the kill finds nothing).
+        let mut answer = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut answer)
+            .unwrap();
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = child.wait();
+        assert!(answer.contains("deny"), "{answer}");
+        // Closing never folds the WAL in: what it holds is what a crash
+        // leaves, and the record is in it.
+        assert!(dir.path().join(".npc/state.db-wal").is_file());
+        let decisions: Vec<Value> = recorded(dir.path())
+            .iter()
+            .map(|e| e["payload"]["decision"].clone())
+            .collect();
+        assert_eq!(decisions, vec![json!("deny"); n], "after call {n}");
+    }
+}
+
+#[test]
 fn the_envelope_and_environment_a_hook_gets() {
     let dir = repo(
         "[[hooks.before_tool]]\ncommand = \"./hooks/spy\"\nargs = [\"${NPC_TEST_HOOK_ARG}\"]\n\

@@ -23,6 +23,8 @@ use crate::support::{Daemon, npc_path, repo_root};
 const CLIENT_LIMIT: Duration = Duration::from_secs(90);
 /// `mcp::passthrough::MAX_ELICITATION_SCHEMA_BYTES`.
 const MAX_ELICITATION_SCHEMA_BYTES: usize = 64 * 1024;
+/// `mcp::call::MAX_PASSED_ERROR_MESSAGE_BYTES`.
+const MAX_PASSED_ERROR_MESSAGE_BYTES: usize = 4096;
 
 /// Where the client connects.
 enum Target<'a> {
@@ -177,6 +179,168 @@ fn server_requests_and_progress_behave_the_same_directly_and_through_the_gateway
             "an answer was recorded: {e}"
         );
     }
+}
+
+/// A call's observation with the server's random `elicitationId`s blanked,
+/// so two runs compare.
+fn without_elicitation_ids(mut step: Value) -> Value {
+    if let Some(elicitations) = step["data"]["elicitations"].as_array_mut() {
+        for e in elicitations {
+            if e.get("elicitationId").is_some_and(Value::is_string) {
+                e["elicitationId"] = json!("<id>");
+            }
+        }
+    }
+    step
+}
+
+#[test]
+fn a_url_elicitation_required_error_reaches_the_client_as_that_error_and_is_recorded() {
+    if !python_sdk() || !server_everything() {
+        return;
+    }
+    let dir = everything_repo();
+    // `errorPath`: server-everything answers `-32042` with the URL to open
+    // in `data.elicitations` instead of asking.
+    let steps = json!([
+        ["call", "trigger-url-elicitation", {"url": "https://example.com/consent", "errorPath": true}],
+        ["asked"]
+    ]);
+    let observe =
+        |got: Vec<Value>| -> Vec<Value> { got.into_iter().map(without_elicitation_ids).collect() };
+    let direct = observe(run(
+        Target::Command(&["mcp-server-everything"]),
+        None,
+        &steps,
+    ));
+    assert_eq!(direct[0]["code"], -32042, "{direct:?}");
+    assert_eq!(
+        direct[0]["data"]["elicitations"][0]["url"], "https://modelcontextprotocol.io",
+        "{direct:?}"
+    );
+    let stdio = observe(run(Target::Gateway(dir.path()), None, &steps));
+    assert_eq!(stdio, direct, "stdio");
+    let (gateway, url) = spawn_http_gateway(&dir);
+    let token = gateway_token(dir.path());
+    let http = observe(run(Target::Http { url: &url, token }, None, &steps));
+    sigterm_exits_0(gateway);
+    assert_eq!(http, direct, "http");
+    // Recorded with the server's code, once per transport.
+    let calls = events_of_kind(&dir, "mcp.tool_call");
+    let refused: Vec<&Value> = calls
+        .iter()
+        .filter(|e| e["payload"]["name"] == "trigger-url-elicitation")
+        .collect();
+    assert_eq!(refused.len(), 2, "{calls:?}");
+    for e in refused {
+        assert_eq!(e["payload"]["outcome"], "protocol_error", "{e}");
+        assert_eq!(e["payload"]["error_code"], -32042, "{e}");
+    }
+}
+
+#[test]
+fn an_oversized_upstream_error_passes_with_its_code_its_message_cut_and_its_data_left_out() {
+    if !python_sdk() {
+        return;
+    }
+    let dir = hostile_repo();
+    let steps = json!([
+        ["call", "refuse", {"message_bytes": 10, "data_bytes": 10}],
+        ["call", "refuse", {"message_bytes": 100_000, "data_bytes": 200_000}],
+        ["call", "lists", {}]
+    ]);
+    let got = run(Target::Gateway(dir.path()), None, &steps);
+    // Small: passed as it came.
+    assert_eq!(got[0]["code"], -32042, "{got:?}");
+    assert_eq!(got[0]["data"], json!({"blob": "dddddddddd"}));
+    // Large: the code kept, the message cut at the bound, the data dropped.
+    assert_eq!(got[1]["code"], -32042, "{:?}", got[1]["code"]);
+    assert_eq!(got[1]["data"], Value::Null);
+    let message = got[1]["error"].as_str().unwrap();
+    assert!(
+        message.len() <= MAX_PASSED_ERROR_MESSAGE_BYTES,
+        "{}",
+        message.len()
+    );
+    assert!(message.starts_with("mmm"));
+    // The session is fine: an error answer is no transport failure.
+    assert!(got[2].get("text").is_some(), "{got:?}");
+    let calls = events_of_kind(&dir, "mcp.tool_call");
+    let refused = calls
+        .iter()
+        .filter(|e| e["payload"]["name"] == "refuse")
+        .count();
+    assert_eq!(refused, 2, "{calls:?}");
+}
+
+#[test]
+fn changed_roots_reach_the_server_through_the_gateway_as_directly() {
+    if !python_sdk() || !server_everything() {
+        return;
+    }
+    let dir = everything_repo();
+    // server-everything asks `roots/list` during the first call, then again
+    // on each `notifications/roots/list_changed`, outside any call.
+    let changed = "file:///tmp/passthrough-changed-root";
+    let steps = json!([
+        ["call", "get-roots-list", {}],
+        ["set_roots", [changed]],
+        ["call_until", "get-roots-list", {}, changed],
+        ["asked"]
+    ]);
+    let direct = run(Target::Command(&["mcp-server-everything"]), None, &steps);
+    assert!(
+        direct[2]["text"].as_str().unwrap().contains(changed),
+        "{direct:?}"
+    );
+    assert_eq!(direct[3]["roots"], 2, "{direct:?}");
+    let stdio = run(Target::Gateway(dir.path()), None, &steps);
+    assert_eq!(stdio, direct, "stdio");
+    let (gateway, url) = spawn_http_gateway(&dir);
+    let token = gateway_token(dir.path());
+    let http = run(Target::Http { url: &url, token }, None, &steps);
+    sigterm_exits_0(gateway);
+    assert_eq!(http, direct, "http");
+}
+
+#[test]
+fn sessions_sharing_a_server_give_it_the_union_of_their_roots() {
+    if !python_sdk() || !server_everything() {
+        return;
+    }
+    let dir = everything_repo();
+    let (gateway, url) = spawn_http_gateway(&dir);
+    let (changed, beside) = (
+        "file:///tmp/passthrough-changed-root",
+        "file:///tmp/passthrough-beside-root",
+    );
+    let steps = json!([
+        ["call", "get-roots-list", {}],
+        ["set_roots", [changed]],
+        ["call_until", "get-roots-list", {}, changed],
+        ["asked"]
+    ]);
+    // A second session of the same gateway stays open all along.
+    let out = assert_cmd::Command::new("python3")
+        .arg(repo_root().join("fixtures/mcp/passthrough.py"))
+        .arg(steps.to_string())
+        .args(["--beside", beside, "--http", &url])
+        .env("MCP_BEARER", gateway_token(dir.path()))
+        .timeout(CLIENT_LIMIT)
+        .output()
+        .unwrap();
+    let got = crate::mcp::client_answers(&out);
+    sigterm_exits_0(gateway);
+    // During its call, the server asked the caller alone.
+    let first = got[0]["text"].as_str().unwrap();
+    assert!(
+        first.contains("passthrough-root") && !first.contains(beside),
+        "{first}"
+    );
+    // Outside any call, every session's roots: the caller's and the other's.
+    let after = got[2]["text"].as_str().unwrap();
+    assert!(after.contains(changed) && after.contains(beside), "{after}");
+    assert!(after.contains("(2 total)"), "{after}");
 }
 
 #[test]

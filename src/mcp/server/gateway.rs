@@ -220,7 +220,8 @@ impl ServerHandler for Gateway {
             result = call => {
                 // The call's progress goes out before its answer.
                 client.flush().await;
-                Ok(result.into())
+                // A server's JSON-RPC error reaches the client as that error.
+                result.map(Into::into)
             }
             // Dropping the call tells its upstream; rmcp sends no answer.
             () = context.ct.cancelled() => {

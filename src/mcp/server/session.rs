@@ -32,13 +32,13 @@ use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
-use rmcp::RoleServer;
 use rmcp::ServiceExt as _;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, RequestId, ServerJsonRpcMessage,
     ServerResult,
 };
 use rmcp::service::{Peer, ServerInitializeError};
+use rmcp::{ErrorData, RoleServer};
 use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader};
 use tokio::sync::Mutex;
@@ -165,10 +165,19 @@ fn frame(message: &ServerJsonRpcMessage) -> Vec<u8> {
     })
 }
 
-pub(super) fn answer(id: RequestId, result: CallToolResult, shape: Shape) -> Vec<u8> {
-    let mut result = ServerResult::from(CallToolResponse::from(result));
-    shape.apply(&mut result);
-    frame(&ServerJsonRpcMessage::response(result, id))
+pub(super) fn answer(
+    id: RequestId,
+    result: Result<CallToolResult, ErrorData>,
+    shape: Shape,
+) -> Vec<u8> {
+    match result {
+        Ok(result) => {
+            let mut result = ServerResult::from(CallToolResponse::from(result));
+            shape.apply(&mut result);
+            frame(&ServerJsonRpcMessage::response(result, id))
+        }
+        Err(error) => frame(&ServerJsonRpcMessage::error(error, Some(id))),
+    }
 }
 
 /// The answer to a frame longer than [`MAX_FRAME_BYTES`].
@@ -453,19 +462,34 @@ mod tests {
     fn answers_are_one_json_rpc_line() {
         let result = || CallToolResult::success(vec![rmcp::model::ContentBlock::text("hi")]);
         let legacy: Value =
-            serde_json::from_slice(&answer(RequestId::Number(1), result(), Shape::Legacy)).unwrap();
+            serde_json::from_slice(&answer(RequestId::Number(1), Ok(result()), Shape::Legacy))
+                .unwrap();
         assert_eq!(legacy["result"].get("resultType"), None, "{legacy}");
         let current: Value =
-            serde_json::from_slice(&answer(RequestId::Number(1), result(), Shape::Current))
+            serde_json::from_slice(&answer(RequestId::Number(1), Ok(result()), Shape::Current))
                 .unwrap();
         assert_eq!(current["result"]["resultType"], "complete", "{current}");
-        let bytes = answer(RequestId::String("q".into()), result(), Shape::Legacy);
+        let bytes = answer(RequestId::String("q".into()), Ok(result()), Shape::Legacy);
         assert_eq!(bytes.last(), Some(&b'\n'));
         assert_eq!(bytes.iter().filter(|&&b| b == b'\n').count(), 1);
         let value: Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(value["jsonrpc"], "2.0");
         assert_eq!(value["id"], "q");
         assert_eq!(value["result"]["content"][0]["text"], "hi");
+        // A server's error answer is the same error under the client's id.
+        let data =
+            serde_json::json!({"elicitations": [{"mode": "url", "url": "https://example.com"}]});
+        let refused = ErrorData::new(
+            rmcp::model::ErrorCode(-32042),
+            "open it",
+            Some(data.clone()),
+        );
+        let error: Value =
+            serde_json::from_slice(&answer(RequestId::Number(9), Err(refused), Shape::Current))
+                .unwrap();
+        assert_eq!(error["id"], 9);
+        assert_eq!(error["error"]["code"], -32042);
+        assert_eq!(error["error"]["data"], data);
         let error: Value = serde_json::from_slice(&too_long()).unwrap();
         assert_eq!(error["error"]["code"], -32700);
         assert_eq!(error["id"], Value::Null);

@@ -7,6 +7,7 @@
 
 use super::*;
 use crate::event::{Event, McpServerFailed};
+use crate::mcp::passthrough::INPUT_REQUIRED;
 
 /// The server's tools, at most [`MAX_TOOL_PAGES`] pages and
 /// [`MAX_TOOLS_PER_SERVER`] tools, so a server paging forever or listing
@@ -378,6 +379,10 @@ pub enum CallError {
         "MCP server `{server}` lost its connection during the call ({reason}); it is reconnected on the next call"
     )]
     Lost { server: String, reason: String },
+    /// The server answered with a JSON-RPC error (the session is fine); the
+    /// gateway passes it to its client as that error.
+    #[error("MCP server `{server}` answered with an error: {}", .error.message)]
+    Answered { server: String, error: ErrorData },
 }
 
 impl Upstream {
@@ -811,13 +816,22 @@ impl Upstream {
                 }
             })
             .await?;
-        // A protocol-level error answer: the session is fine.
-        Ok(answer.unwrap_or_else(|e| {
-            CallToolResult::error(vec![rmcp::model::ContentBlock::text(format!(
-                "MCP server `{}` answered with an error: {}",
-                self.name, e.message
-            ))])
-        }))
+        // A protocol-level error answer: the session is fine. One the
+        // gateway made itself (a multi-round-trip result it cannot pass on)
+        // stays npc's own `isError` result.
+        match answer {
+            Ok(result) => Ok(result),
+            Err(error) if error.message == INPUT_REQUIRED => Ok(CallToolResult::error(vec![
+                rmcp::model::ContentBlock::text(format!(
+                    "MCP server `{}` answered with an error: {}",
+                    self.name, error.message
+                )),
+            ])),
+            Err(error) => Err(CallError::Answered {
+                server: self.name.to_string(),
+                error,
+            }),
+        }
     }
 
     /// Send one request through `send` within the server's
