@@ -224,6 +224,9 @@ enum Command {
         /// Only events after this id
         #[arg(long)]
         since: Option<i64>,
+        /// Only the last N events (with `--follow`, then every new one)
+        #[arg(long, value_name = "N", conflicts_with = "fleet")]
+        limit: Option<usize>,
         /// Keep printing new events
         #[arg(long)]
         follow: bool,
@@ -410,14 +413,16 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             follow,
             fleet: true,
             format,
+            ..
         } => worker::fleet_events(manifest, since, follow, format),
         Command::Events {
             manifest,
             since,
+            limit,
             follow,
             fleet: false,
             format,
-        } => reconcile::events(manifest, since, follow, format),
+        } => reconcile::events(manifest, since, limit, follow, format),
         Command::Triggers { manifest, format } => triggers::list(manifest, format),
         Command::Trigger(command) => triggers::trigger(command),
         Command::Runs(args) => triggers::runs(args),

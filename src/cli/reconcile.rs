@@ -1168,10 +1168,22 @@ pub(super) fn print_event(event: &serde_json::Value, format: Format) -> Result<(
 pub fn events(
     manifest: Option<PathBuf>,
     since: Option<i64>,
+    limit: Option<usize>,
     follow: bool,
     format: Format,
 ) -> anyhow::Result<Exit> {
     let paths = locate(manifest)?;
+    // The last `limit` events: start after the one before them.
+    let since = match limit {
+        Some(n) => {
+            let floor = match runtime::open_existing_store(&paths)? {
+                Some(store) => store.id_before_last_events(n)?,
+                None => 0,
+            };
+            Some(since.unwrap_or(0).max(floor))
+        }
+        None => since,
+    };
     let rt = tokio()?;
     if let Some((socket, _)) = daemon_socket(&paths) {
         return rt.block_on(async {

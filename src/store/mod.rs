@@ -600,6 +600,19 @@ impl Store {
     }
 
     /// The id of the newest event, 0 when there is none.
+    /// The id after which the last `n` events lie (0 when there are no
+    /// more than `n`): `npc events --limit N` starts after it.
+    pub fn id_before_last_events(&self, n: usize) -> Result<i64, StoreError> {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        self.read("read the recent event ids", |conn| {
+            conn.query_row(
+                "SELECT COALESCE((SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET ?1), 0)",
+                [n],
+                |row| row.get(0),
+            )
+        })
+    }
+
     pub fn last_event_id(&self) -> Result<i64, StoreError> {
         self.read("read the last event id", |conn| {
             conn.query_row("SELECT COALESCE(MAX(id), 0) FROM events", [], |row| {

@@ -145,3 +145,37 @@ fn every_event_of_a_full_demo_run_validates_against_the_events_schema() {
         .unwrap_or_else(|| panic!("no denial in {text}"));
     assert_eq!(denied["payload"]["tool"], "hello__add", "{denied}");
 }
+
+/// `npc events --limit N`: the last N events, in order (read from the
+/// store once the daemon that wrote them stopped, so none arrives between
+/// two reads).
+#[test]
+fn events_limit_prints_the_last_n() {
+    let mut d = Daemon::start("version = 1\n[panes.one]\ncommand = \"sh\"\n");
+    d.terminate();
+    let all = |args: &[&str]| -> Vec<i64> {
+        let mut argv = vec!["events", "--format", "json"];
+        argv.extend_from_slice(args);
+        String::from_utf8(d.npc(&argv).success().get_output().stdout.clone())
+            .unwrap()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["id"]
+                    .as_i64()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let every = all(&[]);
+    assert!(every.len() > 3, "{every:?}");
+    let last = all(&["--limit", "3"]);
+    assert_eq!(last, every[every.len() - 3..], "{every:?}");
+    assert_eq!(all(&["--limit", "100000"]), every);
+    assert!(all(&["--limit", "0"]).is_empty());
+    // `--since` past the limit's floor wins.
+    let since = every[every.len() - 2].to_string();
+    assert_eq!(
+        all(&["--limit", "3", "--since", &since]),
+        every[every.len() - 1..]
+    );
+}
