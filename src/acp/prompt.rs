@@ -302,6 +302,7 @@ impl Agent {
             cwd: cwd.is_dir().then_some(cwd),
             probe_after: crate::providers::STALE_AFTER,
             trigger: None,
+            provider: None,
         };
         let run_id = runs::new_run_id();
         let preparing = runs::prepare_blocking(

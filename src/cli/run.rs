@@ -56,6 +56,9 @@ pub struct RunArgs {
     /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
     #[arg(long, value_enum, default_value_t)]
     format: Format,
+    /// Run the profile with another provider (a `[providers.NAME]`) than its own
+    #[arg(long, value_name = "NAME")]
+    provider: Option<String>,
     /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
     #[arg(long, short = 'm')]
     manifest: Option<PathBuf>,
@@ -109,6 +112,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         .and_then(crate::model::WorkspaceMode::parse);
     let mut run = prompt.manual_run(&args.profile);
     run.workspace = workspace;
+    run.provider = args.provider.clone();
     let asked = LocalRun {
         run,
         cwd: cwd.clone(),
@@ -128,6 +132,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             .probe_after
             .map_or(crate::providers::STALE_AFTER, Duration::from_secs),
         trigger: None,
+        provider: args.provider,
     };
     let format = args.format;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -170,6 +170,7 @@ impl PromptChoice {
             prompt_template: None,
             vars: BTreeMap::new(),
             workspace: None,
+            provider: None,
         };
         match self {
             Self::Literal { text } => run.prompt = Some(text.clone()),
@@ -196,6 +197,9 @@ pub struct RunRequest {
     pub probe_after: Duration,
     /// The trigger that started the run, if one did.
     pub trigger: Option<TriggeredBy>,
+    /// Another `[providers.NAME]` than the profile's (`npc run --provider`):
+    /// the same profile with another CLI.
+    pub provider: Option<String>,
 }
 
 /// The trigger behind a run: its name (`run.trigger` in a template) and
@@ -411,13 +415,14 @@ pub fn prepare(
             name: req.profile.clone(),
             known: crate::model::diagnostics::known_names(manifest.profiles.keys()),
         })?;
+    let provider_name = req.provider.as_ref().unwrap_or(&profile.provider);
     let provider =
         manifest
             .providers
-            .get(&profile.provider)
+            .get(provider_name)
             .ok_or_else(|| RunError::UnknownProvider {
                 profile: req.profile.clone(),
-                provider: profile.provider.clone(),
+                provider: provider_name.clone(),
             })?;
     let cwd = match &req.cwd {
         None => root.to_path_buf(),
@@ -550,7 +555,7 @@ pub fn prepare(
     Ok(PreparedRun {
         id,
         profile: req.profile.clone(),
-        provider: profile.provider.clone(),
+        provider: provider_name.clone(),
         kind: provider.kind,
         prompt,
         spec,

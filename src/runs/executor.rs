@@ -701,6 +701,7 @@ impl Executor {
                 a.probe_after(crate::providers::STALE_AFTER)
             }),
             trigger: triggered,
+            provider: local.as_ref().and_then(|a| a.run.provider.clone()),
         };
         let prepared = super::prepare_blocking(
             (*manifest).clone(),

@@ -41,6 +41,9 @@ pub struct ManualRun {
     /// result a branch) or `in_place`; the daemon's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<crate::model::WorkspaceMode>,
+    /// Another `[providers.NAME]` than the profile's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
 }
 
 /// Longest prompt text a prompt sends to the daemon (the control channel
@@ -48,6 +51,8 @@ pub struct ManualRun {
 /// escaping and the rest of the request need room). A longer prompt runs in
 /// the `npc acp` process, as without a daemon.
 pub const MAX_DAEMON_PROMPT_BYTES: usize = 32 * 1024;
+/// Longest provider name a run by hand names (`npc run --provider`).
+pub const MAX_PROVIDER_NAME_BYTES: usize = 128;
 /// Longest provider conversation id a [`Resume`] carries.
 pub const MAX_PROVIDER_SESSION_CHARS: usize = 200;
 /// Longest ACP session id an [`ApprovalRoute`] carries.
@@ -138,6 +143,8 @@ pub enum LocalRunError {
         "`resume.session` is not a provider session id (at most {MAX_PROVIDER_SESSION_CHARS} letters, digits, `-`, `_`, `.`, `:`, not starting with `-`)"
     )]
     BadProviderSession,
+    #[error("`provider` must name a `[providers.NAME]` (1 to {MAX_PROVIDER_NAME_BYTES} bytes)")]
+    BadProvider,
     #[error("`approval.socket` is not an approval socket name `npc acp` makes")]
     BadSocket,
     #[error(
@@ -184,6 +191,14 @@ impl LocalRun {
             .is_some_and(|p| p.len() > MAX_DAEMON_PROMPT_BYTES)
         {
             return Err(LocalRunError::PromptTooLong);
+        }
+        if self
+            .run
+            .provider
+            .as_ref()
+            .is_some_and(|p| p.is_empty() || p.len() > MAX_PROVIDER_NAME_BYTES)
+        {
+            return Err(LocalRunError::BadProvider);
         }
         if let Some(r) = &self.resume
             && !valid_provider_session(&r.session)
@@ -234,6 +249,7 @@ mod tests {
                 prompt_template: None,
                 vars: Default::default(),
                 workspace: None,
+                provider: None,
             },
             cwd: Some("/tmp".into()),
             timeout_secs: Some(60),

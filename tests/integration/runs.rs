@@ -753,3 +753,50 @@ fn an_untrusted_claude_run_in_place_warns_with_the_fix() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!said.contains("does not trust"), "{said}");
 }
+
+/// `npc run PROFILE --provider NAME`: the same profile with another CLI, in
+/// the process and through a daemon; an unknown provider is a usage error
+/// that lists the known ones.
+#[test]
+fn provider_override_runs_the_profile_with_another_cli() {
+    let argv_dir = tempfile::tempdir().unwrap();
+    let argv_file = argv_dir.path().join("argv.json");
+    let dir = repo_without_servers("claude_code", "claude_code/2.1.197/tool_call.jsonl", &[]);
+    let agent = repo_root().join("fixtures/clis/fake-agent.py");
+    let fixture = repo_root().join("fixtures/clis/codex/0.171.0/tool_call.jsonl");
+    let path = dir.path().join("npcagent.toml");
+    let mut manifest = std::fs::read_to_string(&path).unwrap();
+    manifest.push_str(&format!(
+        "\n[providers.other]\nkind = \"codex\"\ncommand = {}\nargs = [\"--provider\", \"codex\", \"--fixture\", {}]\nenv = {{ FAKE_AGENT_ARGV_FILE = {} }}\n",
+        toml_str(&agent.display().to_string()),
+        toml_str(&fixture.display().to_string()),
+        toml_str(argv_file.to_str().unwrap()),
+    ));
+    std::fs::write(&path, manifest).unwrap();
+    let run = |args: &[&str]| npc().current_dir(dir.path()).args(args).output().unwrap();
+    let out = run(&["run", "dev", "--provider", "other", "--prompt", "go"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("provider `other`"), "{stderr}");
+    // Codex's argv, not Claude Code's.
+    let argv: Vec<String> =
+        serde_json::from_str(&std::fs::read_to_string(&argv_file).unwrap()).unwrap();
+    assert_eq!(&argv[..2], ["exec", "--json"], "{argv:?}");
+    let out = run(&["run", "dev", "--provider", "nope", "--prompt", "go"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("nope"), "{stderr}");
+    // Through a daemon: the row's request carries the provider.
+    std::fs::remove_file(&argv_file).unwrap();
+    let d = crate::support::Daemon::start_in(dir.path());
+    let out = d.npc_output(&["run", "dev", "--provider", "other", "--prompt", "go"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let argv: Vec<String> =
+        serde_json::from_str(&std::fs::read_to_string(&argv_file).unwrap()).unwrap();
+    assert_eq!(&argv[..2], ["exec", "--json"], "{argv:?}");
+}

@@ -107,6 +107,7 @@ fn request(prompt: PromptChoice) -> RunRequest {
         cwd: None,
         probe_after: crate::providers::STALE_AFTER,
         trigger: None,
+        provider: None,
     }
 }
 
