@@ -15,6 +15,7 @@ mod monitor;
 mod oneshot;
 mod pidns;
 mod pty;
+mod sandbox;
 mod spawn;
 
 use crate::stdx::lock;
@@ -46,8 +47,10 @@ pub use oneshot::{
     OutputLimits, POST_EXIT_DRAIN, STREAM_QUEUE_DEPTH, StreamingChild,
 };
 pub use pidns::{
-    CONTAIN_COMMAND, NAMESPACES_ENV, OFF, PROBE_FLAG, probe as probe_pid_namespaces, stub_main,
+    CONTAIN_COMMAND, NAMESPACES_ENV, OFF, PROBE_FLAG, probe as probe_pid_namespaces,
+    probe_sandbox, probe_sandbox_once, stub_main,
 };
+pub use sandbox::{Egress, SANDBOX_ENV, SandboxSpec};
 pub use pty::{PTY_TERM, PtyControl, PtyExit, PtyProcess, PtySpec, PtyWaiter};
 pub use spawn::{
     ChildSpec, DEFAULT_STOP_GRACE, ESSENTIAL_ENV, InputWiring, LOG_DIR, LOG_ROTATE_BYTES,
