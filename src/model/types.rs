@@ -675,7 +675,11 @@ impl Manifest {
     /// The sandbox a run of `profile` started by `trigger` asks for: the
     /// trigger's, else the profile's, else `[runs]`'s; `None` when nothing
     /// says (the default then depends on who starts the run).
-    pub fn sandbox_mode(&self, profile: Option<&str>, trigger: Option<&str>) -> Option<SandboxMode> {
+    pub fn sandbox_mode(
+        &self,
+        profile: Option<&str>,
+        trigger: Option<&str>,
+    ) -> Option<SandboxMode> {
         let of_trigger = trigger
             .and_then(|t| self.triggers.get(t))
             .and_then(|t| t.sandbox);
@@ -778,7 +782,8 @@ keywords! {
 
 /// The user's secrets in the home directory: never readable by a
 /// sandboxed run, and no `[runs.sandbox]` path may open them.
-pub const SECRET_HOME_PATHS: [&str; 6] = [".ssh", ".aws", ".gnupg", ".config/gh", ".netrc", ".docker"];
+pub const SECRET_HOME_PATHS: [&str; 6] =
+    [".ssh", ".aws", ".gnupg", ".config/gh", ".netrc", ".docker"];
 
 /// A path of `[runs.sandbox]`, as written (the pure model knows no home
 /// directory): resolved by the run that uses it.

@@ -662,6 +662,58 @@ impl Executor {
         }
     }
 
+    /// Give `prepared` its sandbox ([`super::sandbox`]), or refuse it.
+    fn sandbox(
+        &self,
+        prepared: &mut super::PreparedRun,
+        manifest: &Manifest,
+        trigger: Option<&str>,
+        unattended: bool,
+    ) -> Result<(), super::sandbox::SandboxRefused> {
+        use super::sandbox;
+        let support = self.cx.supervisor.sandbox_support();
+        let decision = sandbox::decide(
+            manifest,
+            Some(&prepared.profile),
+            trigger,
+            unattended,
+            &support,
+        )?;
+        let run_dir = super::run_dir(&self.cx.state_dir, &prepared.id);
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let worktrees =
+            super::workspace::worktrees_root(&self.cx.repo, &self.cx.state_dir, &manifest.runs);
+        let cwd = prepared.spec.cwd.clone();
+        // A CLI's state directory named by its variable is its own too.
+        let named_state: Vec<std::path::PathBuf> = sandbox::STATE_DIR_ENV
+            .iter()
+            .filter_map(|k| prepared.spec.env.get(*k).map(std::path::PathBuf::from))
+            .collect();
+        let places = sandbox::Places {
+            named_state: &named_state,
+            repo: &self.cx.repo,
+            state_dir: &self.cx.state_dir,
+            worktrees: &worktrees,
+            run_dir: &run_dir,
+            cwd: &cwd,
+            home: home.as_deref(),
+            kind: prepared.kind,
+        };
+        let Some(spec) = sandbox::spec(decision.mode, &manifest.runs.sandbox_rules, &places) else {
+            return Ok(());
+        };
+        let tmp = run_dir.join(sandbox::TMP_DIR);
+        if let Err(e) = std::fs::create_dir_all(&tmp) {
+            return Err(sandbox::SandboxRefused {
+                mode: decision.mode,
+                reason: format!("cannot create `{}`: {e}", tmp.display()),
+            });
+        }
+        prepared.spec.env.extend(sandbox::env(&spec, &run_dir));
+        prepared.spec.sandbox = Some(spec);
+        Ok(())
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn run_profile(
         &self,
@@ -681,6 +733,7 @@ impl Executor {
             Starter::Hand => (None, None),
             Starter::Local(a) => (None, Some(a)),
         };
+        let trigger_name = triggered.as_ref().map(|t| t.name.clone());
         let request = RunRequest {
             profile: profile.to_string(),
             prompt,
@@ -753,6 +806,20 @@ impl Executor {
             prepared.apply_local(local.resume.as_ref(), local.approval.as_ref());
             // Listed like the runs its front end carries out itself.
             prepared.source = Origin::parse(&row.origin).map(Origin::as_str);
+        }
+        if let Err(refused) = self.sandbox(
+            &mut prepared,
+            &manifest,
+            trigger_name.as_deref(),
+            local.is_none(),
+        ) {
+            let error = refused.to_string();
+            self.record(
+                &row.id,
+                Event::run_failed(&row.id, Some(&row.trigger), error.clone()),
+            )
+            .await;
+            return (state::FAILED, Some(error));
         }
         if cancel.is_cancelled() {
             // Cancelled while it was being prepared: it never starts.

@@ -61,11 +61,12 @@ const DEVICES: [&str; 9] = [
 /// What a sandboxed child may do.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct SandboxSpec {
-    /// Never readable (their trees), unless listed in `read` or `write`.
+    /// Never readable (their trees), unless a `read` or `write` tree is
+    /// below one (hidden paths below that tree stay hidden).
     pub hidden: Vec<PathBuf>,
-    /// Readable (inside hidden paths; elsewhere everything is).
+    /// Readable trees (inside hidden paths; elsewhere everything is).
     pub read: Vec<PathBuf>,
-    /// Readable and writable.
+    /// Readable and writable trees.
     pub write: Vec<PathBuf>,
     /// `Some`: no network but loopback, and a forwarder to the proxy.
     pub egress: Option<Egress>,
@@ -83,7 +84,9 @@ pub struct Egress {
 /// Why a sandbox cannot be applied.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    #[error("Landlock is not available on this kernel ({0}); use a kernel with Landlock enabled (`lsm=landlock,…`) or set `sandbox = \"off\"`")]
+    #[error(
+        "Landlock is not available on this kernel ({0}); use a kernel with Landlock enabled (`lsm=landlock,…`) or set `sandbox = \"off\"`"
+    )]
     NoLandlock(String),
     #[error("cannot apply the Landlock rules: {0}")]
     Landlock(String),
@@ -114,17 +117,22 @@ impl SandboxSpec {
     }
 }
 
-/// Whether `path` is `hidden` or below it.
-fn below_any(path: &Path, hidden: &[PathBuf]) -> bool {
-    hidden.iter().any(|h| path.starts_with(h))
-}
-
-/// The readable part of the file system: starting from `/`, every entry
-/// that is neither hidden nor above a hidden path, and the entries of
-/// those above (recursively).
-pub fn readable_roots(hidden: &[PathBuf]) -> Result<Vec<PathBuf>, SandboxError> {
+/// The grantable parts of tree `root`: `root` itself when no hidden path
+/// is strictly below it; else every entry of `root` that is neither hidden
+/// nor above a hidden path, and (recursively) the entries of those above.
+pub fn tree_without(root: &Path, hidden: &[PathBuf]) -> Result<Vec<PathBuf>, SandboxError> {
+    let below: Vec<&PathBuf> = hidden
+        .iter()
+        .filter(|h| h.starts_with(root) && h.as_path() != root)
+        .collect();
+    if hidden.iter().any(|h| h.as_path() == root) {
+        return Ok(Vec::new());
+    }
+    if below.is_empty() {
+        return Ok(vec![root.to_path_buf()]);
+    }
     let mut out = Vec::new();
-    let mut stack = vec![PathBuf::from("/")];
+    let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
         let entries = std::fs::read_dir(&dir).map_err(|source| SandboxError::Walk {
             path: dir.clone(),
@@ -136,10 +144,10 @@ pub fn readable_roots(hidden: &[PathBuf]) -> Result<Vec<PathBuf>, SandboxError> 
             }
             let Ok(entry) = entry else { continue };
             let path = entry.path();
-            if below_any(&path, hidden) {
+            if below.iter().any(|h| path.starts_with(h)) {
                 continue;
             }
-            let above = hidden.iter().any(|h| h.starts_with(&path));
+            let above = below.iter().any(|h| h.starts_with(&path));
             // Only a real directory is walked into: a link above a hidden
             // path is granted as what it points to, which Landlock checks.
             let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
@@ -165,8 +173,14 @@ pub fn restrict(spec: &SandboxSpec) -> Result<(), SandboxError> {
     let err = |e: landlock::RulesetError| SandboxError::Landlock(e.to_string());
     let read = AccessFs::from_read(abi);
     let all = AccessFs::from_all(abi);
-    let mut roots = readable_roots(&spec.hidden)?;
-    roots.extend(spec.read.iter().cloned());
+    let mut roots = tree_without(Path::new("/"), &spec.hidden)?;
+    for tree in &spec.read {
+        roots.extend(tree_without(tree, &spec.hidden)?);
+    }
+    let mut writable = Vec::new();
+    for tree in &spec.write {
+        writable.extend(tree_without(tree, &spec.hidden)?);
+    }
     let mut rules = Vec::new();
     let mut grant = |path: &Path, access: landlock::BitFlags<AccessFs>| {
         // A path that does not exist (or vanished) grants nothing.
@@ -186,7 +200,7 @@ pub fn restrict(spec: &SandboxSpec) -> Result<(), SandboxError> {
     for dev in DEVICES {
         grant(Path::new(dev), all);
     }
-    for path in &spec.write {
+    for path in &writable {
         grant(path, all);
     }
     let ruleset = Ruleset::default()
@@ -297,4 +311,3 @@ pub fn forward(listener: std::net::TcpListener, socket: &Path) -> ! {
     }
     std::process::exit(0)
 }
-

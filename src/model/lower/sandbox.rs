@@ -47,10 +47,7 @@ impl Lower<'_> {
         };
         let table = match &raw.value {
             RawRunsSandbox::Mode(word) => {
-                return (
-                    self.sandbox_mode(&raw.span, word),
-                    SandboxRules::default(),
-                );
+                return (self.sandbox_mode(&raw.span, word), SandboxRules::default());
             }
             RawRunsSandbox::Table(table) => table,
         };
@@ -153,7 +150,10 @@ impl Lower<'_> {
             (SandboxPath::Home(_) | SandboxPath::Repository(_), Where::Absolute) => {
                 self.error(
                     &p.span,
-                    format!("`writable_outside` entry `{}` is not an absolute path", clip(p)),
+                    format!(
+                        "`writable_outside` entry `{}` is not an absolute path",
+                        clip(p)
+                    ),
                     "list paths in the home directory or the repository in `writable`",
                 );
                 return None;
@@ -169,7 +169,10 @@ impl Lower<'_> {
         {
             self.error(
                 &p.span,
-                format!("`{what}` entry `{}` opens `~/{secret}`, which sandboxed runs never see", clip(p)),
+                format!(
+                    "`{what}` entry `{}` opens `~/{secret}`, which sandboxed runs never see",
+                    clip(p)
+                ),
                 "name a directory that holds no secrets",
             );
             return None;
@@ -180,6 +183,9 @@ impl Lower<'_> {
 
 /// `allow_hosts` entry `text` as a [`HostPattern`], or why it is none.
 pub fn parse_host_pattern(text: &str) -> Result<HostPattern, String> {
+    if text.contains('/') {
+        return Err("a URL or a path, not a host name".into());
+    }
     let (host, port) = match text.rsplit_once(':') {
         Some((host, port)) => {
             let port: u16 = port
@@ -201,7 +207,9 @@ pub fn parse_host_pattern(text: &str) -> Result<HostPattern, String> {
     for label in name.split('.') {
         let ok = !label.is_empty()
             && label.len() <= MAX_LABEL_BYTES
-            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
             && !label.starts_with('-')
             && !label.ends_with('-');
         if !ok {
