@@ -669,7 +669,7 @@ impl Executor {
         manifest: &Manifest,
         trigger: Option<&str>,
         unattended: bool,
-    ) -> Result<(), super::sandbox::SandboxRefused> {
+    ) -> Result<Option<Egress>, super::sandbox::SandboxRefused> {
         use super::sandbox;
         let support = self.cx.supervisor.sandbox_support();
         let decision = sandbox::decide(
@@ -700,18 +700,90 @@ impl Executor {
             kind: prepared.kind,
         };
         let Some(spec) = sandbox::spec(decision.mode, &manifest.runs.sandbox_rules, &places) else {
-            return Ok(());
+            return Ok(None);
+        };
+        let refused = |reason: String| sandbox::SandboxRefused {
+            mode: decision.mode,
+            reason,
         };
         let tmp = run_dir.join(sandbox::TMP_DIR);
-        if let Err(e) = std::fs::create_dir_all(&tmp) {
-            return Err(sandbox::SandboxRefused {
-                mode: decision.mode,
-                reason: format!("cannot create `{}`: {e}", tmp.display()),
-            });
-        }
+        std::fs::create_dir_all(&tmp)
+            .map_err(|e| refused(format!("cannot create `{}`: {e}", tmp.display())))?;
+        let egress = match &spec.egress {
+            None => None,
+            Some(e) => {
+                let _ = std::fs::remove_file(&e.socket);
+                let listener = tokio::net::UnixListener::bind(&e.socket).map_err(|err| {
+                    refused(format!(
+                        "cannot listen on the egress proxy's socket `{}`: {err}",
+                        e.socket.display()
+                    ))
+                })?;
+                let mut allow = sandbox::model_endpoints(prepared.kind, &prepared.spec.env);
+                allow.extend(manifest.runs.sandbox_rules.allow_hosts.iter().cloned());
+                Some(Egress {
+                    listener,
+                    policy: crate::surfaces::egress::EgressPolicy { allow },
+                })
+            }
+        };
         prepared.spec.env.extend(sandbox::env(&spec, &run_dir));
         prepared.spec.sandbox = Some(spec);
-        Ok(())
+        Ok(egress)
+    }
+
+    /// Serve a `strict` run's egress proxy: each connection and refusal
+    /// recorded; the returned receiver says why when the proxy stops,
+    /// which ends the run.
+    fn serve_egress(
+        &self,
+        egress: Egress,
+        run_id: &str,
+        profile: &str,
+    ) -> (EgressTasks, tokio::sync::oneshot::Receiver<String>) {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (died_tx, died_rx) = tokio::sync::oneshot::channel();
+        let policy = Arc::new(egress.policy);
+        let proxy = tokio::spawn(async move {
+            let e = crate::surfaces::egress::serve(egress.listener, policy, tx).await;
+            let _ = died_tx.send(format!("the run's egress proxy stopped: {e}"));
+        });
+        let bus = self.bus.clone();
+        let (id, profile) = (run_id.to_string(), profile.to_string());
+        let recorder = tokio::spawn(async move {
+            let record = |event: Event| {
+                let bus = bus.clone();
+                let event = event.for_component(super::component(&id));
+                async move {
+                    if let Err(e) = bus.publish(event).await {
+                        tracing::warn!("cannot record a run's egress: {e}");
+                    }
+                }
+            };
+            while let Some(r) = rx.recv().await {
+                record(Event::RunEgress(crate::event::RunEgress {
+                    run_id: id.clone(),
+                    host: r.host.clone(),
+                    port: r.port,
+                    method: r.method.clone(),
+                    allowed: r.allowed,
+                    reason: r.reason.clone(),
+                }))
+                .await;
+                if !r.allowed {
+                    record(Event::ToolDenied(crate::event::ToolDenied {
+                        run_id: Some(id.clone()),
+                        profile: Some(profile.clone()),
+                        tool: format!("network {}:{}", r.host, r.port),
+                        rule: "[runs.sandbox] allow_hosts".into(),
+                        by: crate::event::DeniedBy::Sandbox,
+                        reason: r.reason,
+                    }))
+                    .await;
+                }
+            }
+        });
+        (EgressTasks(vec![proxy, recorder]), died_rx)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -807,26 +879,60 @@ impl Executor {
             // Listed like the runs its front end carries out itself.
             prepared.source = Origin::parse(&row.origin).map(Origin::as_str);
         }
-        if let Err(refused) = self.sandbox(
+        let egress = match self.sandbox(
             &mut prepared,
             &manifest,
             trigger_name.as_deref(),
             local.is_none(),
         ) {
-            let error = refused.to_string();
-            self.record(
-                &row.id,
-                Event::run_failed(&row.id, Some(&row.trigger), error.clone()),
-            )
-            .await;
-            return (state::FAILED, Some(error));
-        }
+            Ok(egress) => egress,
+            Err(refused) => {
+                let error = refused.to_string();
+                self.record(
+                    &row.id,
+                    Event::run_failed(&row.id, Some(&row.trigger), error.clone()),
+                )
+                .await;
+                return (state::FAILED, Some(error));
+            }
+        };
+        let (_egress_tasks, proxy_died) = match egress {
+            Some(egress) => {
+                let (tasks, died) = self.serve_egress(egress, &row.id, &prepared.profile);
+                (Some(tasks), Some(died))
+            }
+            None => (None, None),
+        };
         if cancel.is_cancelled() {
             // Cancelled while it was being prepared: it never starts.
             return (state::CANCELLED, None);
         }
-        let cancelled = async {
-            cancel.cancelled().await;
+        let run_id = row.id.clone();
+        let cancelled = async move {
+            let died = async {
+                match proxy_died {
+                    // A proxy that stops ends the run: it has no network.
+                    Some(died) => match died.await {
+                        Ok(why) => {
+                            self.record(
+                                &run_id,
+                                Event::RunEgress(crate::event::RunEgress {
+                                    run_id: run_id.clone(),
+                                    reason: Some(why),
+                                    ..Default::default()
+                                }),
+                            )
+                            .await;
+                        }
+                        Err(_) => std::future::pending().await,
+                    },
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                () = died => {}
+            }
             nix::sys::signal::Signal::SIGTERM as i32
         };
         // The manifest's hooks (and its plugins') guard a triggered run as
@@ -846,6 +952,23 @@ impl Executor {
         )
         .await;
         ending_of(&result)
+    }
+}
+
+/// A `strict` run's proxy, ready to serve.
+struct Egress {
+    listener: tokio::net::UnixListener,
+    policy: crate::surfaces::egress::EgressPolicy,
+}
+
+/// The tasks of a run's proxy, stopped when the run ends.
+struct EgressTasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for EgressTasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
     }
 }
 

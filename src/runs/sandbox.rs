@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::model::{Manifest, ProviderKind, SandboxMode, SandboxPath, SandboxRules};
+use crate::model::{HostPattern, Manifest, ProviderKind, SandboxMode, SandboxPath, SandboxRules};
 use crate::supervisor::{Egress, SandboxSpec};
 
 /// The run's own temporary directory, in its run directory (`TMPDIR`).
@@ -209,6 +209,53 @@ pub fn env(spec: &SandboxSpec, run_dir: &Path) -> Vec<(String, String)> {
         env.push(("no_proxy".to_string(), String::new()));
     }
     env
+}
+
+/// Variables naming a provider's model endpoint (a base URL).
+pub const BASE_URL_ENV: [&str; 4] = [
+    "ANTHROPIC_BASE_URL",
+    "OPENAI_BASE_URL",
+    "GOOGLE_GEMINI_BASE_URL",
+    "GEMINI_BASE_URL",
+];
+
+/// The model endpoints a `strict` run of a `kind` CLI may reach: the
+/// provider's own API host, and the host of a base URL its environment
+/// `env` names ([`BASE_URL_ENV`]).
+pub fn model_endpoints(
+    kind: ProviderKind,
+    env: &std::collections::BTreeMap<String, String>,
+) -> Vec<HostPattern> {
+    let defaults: &[&str] = match kind {
+        ProviderKind::ClaudeCode => &["api.anthropic.com"],
+        ProviderKind::Codex => &["api.openai.com", "chatgpt.com"],
+        ProviderKind::GeminiCli => &[
+            "generativelanguage.googleapis.com",
+            "cloudcode-pa.googleapis.com",
+        ],
+        ProviderKind::Opencode => &["api.anthropic.com", "api.openai.com"],
+    };
+    let mut out: Vec<HostPattern> = defaults
+        .iter()
+        .map(|h| HostPattern {
+            host: (*h).to_string(),
+            subdomains: false,
+            port: Some(443),
+        })
+        .collect();
+    for name in BASE_URL_ENV {
+        let Some(url) = env.get(name).and_then(|u| url::Url::parse(u).ok()) else {
+            continue;
+        };
+        if let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) {
+            out.push(HostPattern {
+                host: host.trim_matches(['[', ']']).to_ascii_lowercase(),
+                subdomains: false,
+                port: Some(port),
+            });
+        }
+    }
+    out
 }
 
 /// One line per trigger and profile saying which sandbox its runs get

