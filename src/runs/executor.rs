@@ -429,7 +429,14 @@ impl Executor {
                 Some(m) => {
                     match this.workspace_of(&row.trigger, &row.origin, &row.payload, &action, m) {
                         (WorkspaceMode::Worktree, spec) => {
-                            match this.open_worktree(&row, spec, m, port, timeout).await {
+                            let profile = match &action {
+                                Action::RunProfile { profile, .. } => Some(profile.as_str()),
+                                Action::RunCommand(_) => None,
+                            };
+                            match this
+                                .open_worktree(&row, spec, m, port, timeout, profile)
+                                .await
+                            {
                                 Ok(opened) => Some(opened),
                                 Err(error) => {
                                     this.record(
@@ -662,130 +669,6 @@ impl Executor {
         }
     }
 
-    /// Give `prepared` its sandbox ([`super::sandbox`]), or refuse it.
-    fn sandbox(
-        &self,
-        prepared: &mut super::PreparedRun,
-        manifest: &Manifest,
-        trigger: Option<&str>,
-        unattended: bool,
-    ) -> Result<Option<Egress>, super::sandbox::SandboxRefused> {
-        use super::sandbox;
-        let support = self.cx.supervisor.sandbox_support();
-        let decision = sandbox::decide(
-            manifest,
-            Some(&prepared.profile),
-            trigger,
-            unattended,
-            &support,
-        )?;
-        let run_dir = super::run_dir(&self.cx.state_dir, &prepared.id);
-        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-        let worktrees =
-            super::workspace::worktrees_root(&self.cx.repo, &self.cx.state_dir, &manifest.runs);
-        let cwd = prepared.spec.cwd.clone();
-        // A CLI's state directory named by its variable is its own too.
-        let named_state: Vec<std::path::PathBuf> = sandbox::STATE_DIR_ENV
-            .iter()
-            .filter_map(|k| prepared.spec.env.get(*k).map(std::path::PathBuf::from))
-            .collect();
-        let places = sandbox::Places {
-            named_state: &named_state,
-            repo: &self.cx.repo,
-            state_dir: &self.cx.state_dir,
-            worktrees: &worktrees,
-            run_dir: &run_dir,
-            cwd: &cwd,
-            home: home.as_deref(),
-            kind: prepared.kind,
-        };
-        let Some(spec) = sandbox::spec(decision.mode, &manifest.runs.sandbox_rules, &places) else {
-            return Ok(None);
-        };
-        let refused = |reason: String| sandbox::SandboxRefused {
-            mode: decision.mode,
-            reason,
-        };
-        let tmp = run_dir.join(sandbox::TMP_DIR);
-        std::fs::create_dir_all(&tmp)
-            .map_err(|e| refused(format!("cannot create `{}`: {e}", tmp.display())))?;
-        let egress = match &spec.egress {
-            None => None,
-            Some(e) => {
-                let _ = std::fs::remove_file(&e.socket);
-                let listener = tokio::net::UnixListener::bind(&e.socket).map_err(|err| {
-                    refused(format!(
-                        "cannot listen on the egress proxy's socket `{}`: {err}",
-                        e.socket.display()
-                    ))
-                })?;
-                let mut allow = sandbox::model_endpoints(prepared.kind, &prepared.spec.env);
-                allow.extend(manifest.runs.sandbox_rules.allow_hosts.iter().cloned());
-                Some(Egress {
-                    listener,
-                    policy: crate::surfaces::egress::EgressPolicy { allow },
-                })
-            }
-        };
-        prepared.spec.env.extend(sandbox::env(&spec, &run_dir));
-        prepared.spec.sandbox = Some(spec);
-        Ok(egress)
-    }
-
-    /// Serve a `strict` run's egress proxy: each connection and refusal
-    /// recorded; the returned receiver says why when the proxy stops,
-    /// which ends the run.
-    fn serve_egress(
-        &self,
-        egress: Egress,
-        run_id: &str,
-        profile: &str,
-    ) -> (EgressTasks, tokio::sync::oneshot::Receiver<String>) {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let (died_tx, died_rx) = tokio::sync::oneshot::channel();
-        let policy = Arc::new(egress.policy);
-        let proxy = tokio::spawn(async move {
-            let e = crate::surfaces::egress::serve(egress.listener, policy, tx).await;
-            let _ = died_tx.send(format!("the run's egress proxy stopped: {e}"));
-        });
-        let bus = self.bus.clone();
-        let (id, profile) = (run_id.to_string(), profile.to_string());
-        let recorder = tokio::spawn(async move {
-            let record = |event: Event| {
-                let bus = bus.clone();
-                let event = event.for_component(super::component(&id));
-                async move {
-                    if let Err(e) = bus.publish(event).await {
-                        tracing::warn!("cannot record a run's egress: {e}");
-                    }
-                }
-            };
-            while let Some(r) = rx.recv().await {
-                record(Event::RunEgress(crate::event::RunEgress {
-                    run_id: id.clone(),
-                    host: r.host.clone(),
-                    port: r.port,
-                    method: r.method.clone(),
-                    allowed: r.allowed,
-                    reason: r.reason.clone(),
-                }))
-                .await;
-                if !r.allowed {
-                    record(Event::ToolDenied(crate::event::ToolDenied {
-                        run_id: Some(id.clone()),
-                        profile: Some(profile.clone()),
-                        tool: format!("network {}:{}", r.host, r.port),
-                        rule: "[runs.sandbox] allow_hosts".into(),
-                        by: crate::event::DeniedBy::Sandbox,
-                        reason: r.reason,
-                    }))
-                    .await;
-                }
-            }
-        });
-        (EgressTasks(vec![proxy, recorder]), died_rx)
-    }
-
     #[allow(clippy::too_many_arguments)]
     async fn run_profile(
         &self,
@@ -879,9 +762,15 @@ impl Executor {
             // Listed like the runs its front end carries out itself.
             prepared.source = Origin::parse(&row.origin).map(Origin::as_str);
         }
-        let egress = match self.sandbox(
+        let places = super::sandbox::Where {
+            repo: &self.cx.repo,
+            state_dir: &self.cx.state_dir,
+            supervisor: &self.cx.supervisor,
+        };
+        let egress = match super::sandbox::apply(
             &mut prepared,
             &manifest,
+            &places,
             trigger_name.as_deref(),
             local.is_none(),
         ) {
@@ -898,7 +787,8 @@ impl Executor {
         };
         let (_egress_tasks, proxy_died) = match egress {
             Some(egress) => {
-                let (tasks, died) = self.serve_egress(egress, &row.id, &prepared.profile);
+                let (tasks, died) =
+                    super::sandbox::serve(egress, &self.bus, &row.id, &prepared.profile);
                 (Some(tasks), Some(died))
             }
             None => (None, None),
@@ -952,23 +842,6 @@ impl Executor {
         )
         .await;
         ending_of(&result)
-    }
-}
-
-/// A `strict` run's proxy, ready to serve.
-struct Egress {
-    listener: tokio::net::UnixListener,
-    policy: crate::surfaces::egress::EgressPolicy,
-}
-
-/// The tasks of a run's proxy, stopped when the run ends.
-struct EgressTasks(Vec<tokio::task::JoinHandle<()>>);
-
-impl Drop for EgressTasks {
-    fn drop(&mut self) {
-        for task in &self.0 {
-            task.abort();
-        }
     }
 }
 

@@ -14,7 +14,18 @@
 use std::path::{Path, PathBuf};
 
 use crate::model::{HostPattern, Manifest, ProviderKind, SandboxMode, SandboxPath, SandboxRules};
-use crate::supervisor::{Egress, SandboxSpec};
+use std::sync::Arc;
+
+use crate::event::Event;
+use crate::supervisor::SandboxSpec;
+
+/// npc's fixed runtime directory in the repository (its lock, ledgers,
+/// token), whatever `project.state_dir` says.
+pub const RUNTIME_DIR: &str = ".npc";
+/// The REST API's token file, in the state and runtime directories.
+pub const TOKEN_FILE: &str = "api.token";
+/// The process-group ledgers, in the runtime directory.
+pub const LEDGER_DIR: &str = crate::supervisor::LEDGER_DIR;
 
 /// The run's own temporary directory, in its run directory (`TMPDIR`).
 pub const TMP_DIR: &str = "tmp";
@@ -137,7 +148,8 @@ pub struct Places<'a> {
     /// Where the agent works: its worktree, or the checkout.
     pub cwd: &'a Path,
     pub home: Option<&'a Path>,
-    pub kind: ProviderKind,
+    /// The agent CLI (`None` for `setup` and `after` commands).
+    pub kind: Option<ProviderKind>,
     /// The CLI's state directories its variables name ([`STATE_DIR_ENV`]).
     pub named_state: &'a [PathBuf],
 }
@@ -161,19 +173,39 @@ pub fn spec(mode: SandboxMode, rules: &SandboxRules, places: &Places) -> Option<
     if mode == SandboxMode::Off {
         return None;
     }
-    let mut hidden = vec![real(places.state_dir), real(places.worktrees)];
+    let state = real(places.state_dir);
+    let runtime = real(&places.repo.join(RUNTIME_DIR));
+    // npc's secrets and what other runs own; the store stays reachable
+    // (the run's own `npc hook run` and `npc mcp serve` write it).
+    let mut hidden = vec![
+        state.join(TOKEN_FILE),
+        runtime.join(TOKEN_FILE),
+        runtime.join(LEDGER_DIR),
+        state.join(super::RUNS_DIR),
+        real(places.worktrees),
+    ];
     let mut read = vec![real(places.repo), real(places.run_dir)];
-    let mut write = vec![real(places.cwd), real(&places.run_dir.join(TMP_DIR))];
+    let cwd = real(places.cwd);
+    let in_place = hidden.iter().any(|h| h.starts_with(&cwd));
+    let mut write = vec![real(&places.run_dir.join(TMP_DIR)), state, runtime.clone()];
+    let mut write_new = Vec::new();
+    if in_place {
+        write_new.push(cwd);
+    } else {
+        write.push(cwd);
+    }
     if let Some(home) = places.home {
         let home = real(home);
         hidden.push(home.clone());
         read.extend(HOME_READABLE.iter().map(|p| home.join(p)));
-        write.extend(cli_state_dirs(places.kind).iter().map(|p| home.join(p)));
+        if let Some(kind) = places.kind {
+            write.extend(cli_state_dirs(kind).iter().map(|p| home.join(p)));
+        }
     }
     write.extend(places.named_state.iter().map(|p| real(p)));
     read.extend(rules.readable.iter().filter_map(|p| resolve(p, places)));
     write.extend(rules.writable.iter().filter_map(|p| resolve(p, places)));
-    let egress = (mode == SandboxMode::Strict).then(|| Egress {
+    let egress = (mode == SandboxMode::Strict).then(|| crate::supervisor::Egress {
         socket: places.run_dir.join(EGRESS_SOCKET),
         port: EGRESS_PORT,
     });
@@ -181,6 +213,7 @@ pub fn spec(mode: SandboxMode, rules: &SandboxRules, places: &Places) -> Option<
         hidden,
         read,
         write,
+        write_new,
         egress,
     })
 }
@@ -268,18 +301,24 @@ pub fn describe(manifest: &Manifest, support: &Result<(), String>) -> Vec<String
             ..
         }) => format!("off (the default `workspace` is unavailable: {why})"),
         Ok(d) => format!("{} (default)", d.mode.as_str()),
-        Err(refused) => format!("refused to start: {refused}"),
+        Err(refused) => format!(
+            "`{}`, which this machine cannot provide ({}): such runs refuse to start",
+            refused.mode.as_str(),
+            refused.reason
+        ),
     };
     let mut lines = Vec::new();
     for (name, trigger) in &manifest.triggers {
-        let profile = match &trigger.action {
-            crate::model::Action::RunProfile { profile, .. } => Some(profile.as_str()),
-            crate::model::Action::RunCommand(_) => None,
+        let line = match &trigger.action {
+            crate::model::Action::RunProfile { profile, .. } => format!(
+                "trigger `{name}`: sandbox {}",
+                word(decide(manifest, Some(profile), Some(name), true, support))
+            ),
+            crate::model::Action::RunCommand(_) => {
+                format!("trigger `{name}`: a command, run without a sandbox")
+            }
         };
-        lines.push(format!(
-            "trigger `{name}`: sandbox {}",
-            word(decide(manifest, profile, Some(name), true, support))
-        ));
+        lines.push(line);
     }
     for name in manifest.profiles.keys() {
         lines.push(format!(
@@ -289,4 +328,197 @@ pub fn describe(manifest: &Manifest, support: &Result<(), String>) -> Vec<String
         ));
     }
     lines
+}
+
+/// Where runs are carried out, for [`apply`].
+#[derive(Debug)]
+pub struct Where<'a> {
+    pub repo: &'a Path,
+    pub state_dir: &'a Path,
+    pub supervisor: &'a crate::supervisor::Supervisor,
+}
+
+/// A `strict` run's proxy, ready to serve.
+#[derive(Debug)]
+pub struct Proxy {
+    listener: tokio::net::UnixListener,
+    policy: crate::surfaces::egress::EgressPolicy,
+}
+
+/// The tasks of a run's proxy, stopped when the run ends.
+#[derive(Debug)]
+pub struct EgressTasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for EgressTasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Give `prepared` (a run of `manifest` in the repository of `at`) its
+/// sandbox, or refuse it; a `strict` run's proxy comes back ready to
+/// [`serve`].
+pub fn apply(
+    prepared: &mut super::PreparedRun,
+    manifest: &Manifest,
+    at: &Where,
+    trigger: Option<&str>,
+    unattended: bool,
+) -> Result<Option<Proxy>, SandboxRefused> {
+    let support = at.supervisor.sandbox_support();
+    let decision = decide(
+        manifest,
+        Some(&prepared.profile),
+        trigger,
+        unattended,
+        &support,
+    )?;
+    let run_dir = super::run_dir(at.state_dir, &prepared.id);
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let worktrees = super::workspace::worktrees_root(at.repo, at.state_dir, &manifest.runs);
+    let cwd = prepared.spec.cwd.clone();
+    // A CLI's state directory named by its variable is its own too.
+    let named_state: Vec<std::path::PathBuf> = STATE_DIR_ENV
+        .iter()
+        .filter_map(|k| prepared.spec.env.get(*k).map(std::path::PathBuf::from))
+        .collect();
+    let places = Places {
+        named_state: &named_state,
+        repo: at.repo,
+        state_dir: at.state_dir,
+        worktrees: &worktrees,
+        run_dir: &run_dir,
+        cwd: &cwd,
+        home: home.as_deref(),
+        kind: Some(prepared.kind),
+    };
+    let Some(spec) = spec(decision.mode, &manifest.runs.sandbox_rules, &places) else {
+        return Ok(None);
+    };
+    let refused = |reason: String| SandboxRefused {
+        mode: decision.mode,
+        reason,
+    };
+    let tmp = run_dir.join(TMP_DIR);
+    std::fs::create_dir_all(&tmp)
+        .map_err(|e| refused(format!("cannot create `{}`: {e}", tmp.display())))?;
+    let egress = match &spec.egress {
+        None => None,
+        Some(e) => {
+            let _ = std::fs::remove_file(&e.socket);
+            let listener = tokio::net::UnixListener::bind(&e.socket).map_err(|err| {
+                refused(format!(
+                    "cannot listen on the egress proxy's socket `{}`: {err}",
+                    e.socket.display()
+                ))
+            })?;
+            let mut allow = model_endpoints(prepared.kind, &prepared.spec.env);
+            allow.extend(manifest.runs.sandbox_rules.allow_hosts.iter().cloned());
+            Some(Proxy {
+                listener,
+                policy: crate::surfaces::egress::EgressPolicy { allow },
+            })
+        }
+    };
+    prepared.spec.env.extend(env(&spec, &run_dir));
+    prepared.spec.sandbox = Some(spec);
+    Ok(egress)
+}
+
+/// Serve a `strict` run's egress proxy: each connection and refusal
+/// recorded; the returned receiver says why when the proxy stops,
+/// which ends the run.
+pub fn serve(
+    egress: Proxy,
+    bus: &crate::bus::EventBus,
+    run_id: &str,
+    profile: &str,
+) -> (EgressTasks, tokio::sync::oneshot::Receiver<String>) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (died_tx, died_rx) = tokio::sync::oneshot::channel();
+    let policy = Arc::new(egress.policy);
+    let proxy = tokio::spawn(async move {
+        let e = crate::surfaces::egress::serve(egress.listener, policy, tx).await;
+        let _ = died_tx.send(format!("the run's egress proxy stopped: {e}"));
+    });
+    let bus = bus.clone();
+    let (id, profile) = (run_id.to_string(), profile.to_string());
+    let recorder = tokio::spawn(async move {
+        let record = |event: Event| {
+            let bus = bus.clone();
+            let event = event.for_component(super::component(&id));
+            async move {
+                if let Err(e) = bus.publish(event).await {
+                    tracing::warn!("cannot record a run's egress: {e}");
+                }
+            }
+        };
+        while let Some(r) = rx.recv().await {
+            record(crate::event::Event::RunEgress(crate::event::RunEgress {
+                run_id: id.clone(),
+                host: r.host.clone(),
+                port: r.port,
+                method: r.method.clone(),
+                allowed: r.allowed,
+                reason: r.reason.clone(),
+            }))
+            .await;
+            if !r.allowed {
+                record(crate::event::Event::ToolDenied(crate::event::ToolDenied {
+                    run_id: Some(id.clone()),
+                    profile: Some(profile.clone()),
+                    tool: format!("network {}:{}", r.host, r.port),
+                    rule: "[runs.sandbox] allow_hosts".into(),
+                    by: crate::event::DeniedBy::Sandbox,
+                    reason: r.reason,
+                }))
+                .await;
+            }
+        }
+    });
+    (EgressTasks(vec![proxy, recorder]), died_rx)
+}
+
+/// The sandbox of a worktree run's `setup` and `after` commands in `dir`:
+/// the run's mode, its files (no CLI state directory); a `strict` run's
+/// commands have no network at all (its proxy serves the agent only).
+pub fn for_commands(
+    manifest: &Manifest,
+    at: &Where,
+    run: (&str, Option<&str>, Option<&str>),
+    unattended: bool,
+    dir: &Path,
+) -> Result<Option<SandboxSpec>, SandboxRefused> {
+    let (id, profile, trigger) = run;
+    let decision = decide(
+        manifest,
+        profile,
+        trigger,
+        unattended,
+        &at.supervisor.sandbox_support(),
+    )?;
+    let run_dir = super::run_dir(at.state_dir, id);
+    let worktrees = super::workspace::worktrees_root(at.repo, at.state_dir, &manifest.runs);
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let places = Places {
+        repo: at.repo,
+        state_dir: at.state_dir,
+        worktrees: &worktrees,
+        run_dir: &run_dir,
+        cwd: dir,
+        home: home.as_deref(),
+        kind: None,
+        named_state: &[],
+    };
+    let spec = spec(decision.mode, &manifest.runs.sandbox_rules, &places);
+    if spec.is_some() {
+        let tmp = run_dir.join(TMP_DIR);
+        std::fs::create_dir_all(&tmp).map_err(|e| SandboxRefused {
+            mode: decision.mode,
+            reason: format!("cannot create `{}`: {e}", tmp.display()),
+        })?;
+    }
+    Ok(spec)
 }

@@ -68,6 +68,11 @@ pub struct SandboxSpec {
     pub read: Vec<PathBuf>,
     /// Readable and writable trees.
     pub write: Vec<PathBuf>,
+    /// Writable trees where, also in the directories above hidden paths,
+    /// new files may be written (an in-place run's checkout holding npc's
+    /// state: a hidden file there can be replaced, never read).
+    #[serde(default)]
+    pub write_new: Vec<PathBuf>,
     /// `Some`: no network but loopback, and a forwarder to the proxy.
     pub egress: Option<Egress>,
 }
@@ -117,21 +122,25 @@ impl SandboxSpec {
     }
 }
 
-/// The grantable parts of tree `root`: `root` itself when no hidden path
-/// is strictly below it; else every entry of `root` that is neither hidden
-/// nor above a hidden path, and (recursively) the entries of those above.
-pub fn tree_without(root: &Path, hidden: &[PathBuf]) -> Result<Vec<PathBuf>, SandboxError> {
+/// The grantable parts of tree `root`, and the directories walked to
+/// find them: `root` itself when no hidden path is strictly below it;
+/// else every entry of `root` that is neither hidden nor above a hidden
+/// path, and (recursively) the entries of those above.
+pub fn tree_without(
+    root: &Path,
+    hidden: &[PathBuf],
+) -> Result<(Vec<PathBuf>, Vec<PathBuf>), SandboxError> {
     let below: Vec<&PathBuf> = hidden
         .iter()
         .filter(|h| h.starts_with(root) && h.as_path() != root)
         .collect();
     if hidden.iter().any(|h| h.as_path() == root) {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     if below.is_empty() {
-        return Ok(vec![root.to_path_buf()]);
+        return Ok((vec![root.to_path_buf()], Vec::new()));
     }
-    let mut out = Vec::new();
+    let (mut out, mut walked) = (Vec::new(), Vec::new());
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
         let entries = std::fs::read_dir(&dir).map_err(|source| SandboxError::Walk {
@@ -157,8 +166,9 @@ pub fn tree_without(root: &Path, hidden: &[PathBuf]) -> Result<Vec<PathBuf>, San
                 out.push(path);
             }
         }
+        walked.push(dir);
     }
-    Ok(out)
+    Ok((out, walked))
 }
 
 /// Apply Landlock: reads of everything but `spec.hidden` (except
@@ -173,13 +183,29 @@ pub fn restrict(spec: &SandboxSpec) -> Result<(), SandboxError> {
     let err = |e: landlock::RulesetError| SandboxError::Landlock(e.to_string());
     let read = AccessFs::from_read(abi);
     let all = AccessFs::from_all(abi);
-    let mut roots = tree_without(Path::new("/"), &spec.hidden)?;
+    let mut roots = tree_without(Path::new("/"), &spec.hidden)?.0;
+    // A readable tree's own directories above hidden paths list their
+    // entries (names, not contents); `/`'s do not, so the names in a
+    // hidden home stay unlisted.
+    let mut listable = Vec::new();
     for tree in &spec.read {
-        roots.extend(tree_without(tree, &spec.hidden)?);
+        let (leaves, walked) = tree_without(tree, &spec.hidden)?;
+        roots.extend(leaves);
+        listable.extend(walked);
     }
-    let mut writable = Vec::new();
+    // A writable tree with hidden paths below: its entries are writable,
+    // and in the directories above the hidden paths entries may be made
+    // and removed (not read or written: what is hidden stays unreadable).
+    let (mut writable, mut makeable, mut fillable) = (Vec::new(), Vec::new(), Vec::new());
     for tree in &spec.write {
-        writable.extend(tree_without(tree, &spec.hidden)?);
+        let (leaves, walked) = tree_without(tree, &spec.hidden)?;
+        writable.extend(leaves);
+        makeable.extend(walked);
+    }
+    for tree in &spec.write_new {
+        let (leaves, walked) = tree_without(tree, &spec.hidden)?;
+        writable.extend(leaves);
+        fillable.extend(walked);
     }
     let mut rules = Vec::new();
     let mut grant = |path: &Path, access: landlock::BitFlags<AccessFs>| {
@@ -202,6 +228,15 @@ pub fn restrict(spec: &SandboxSpec) -> Result<(), SandboxError> {
     }
     for path in &writable {
         grant(path, all);
+    }
+    for dir in &listable {
+        grant(dir, AccessFs::ReadDir.into());
+    }
+    for dir in &makeable {
+        grant(dir, all & !AccessFs::from_file(abi));
+    }
+    for dir in &fillable {
+        grant(dir, all & !AccessFs::from_read(abi) | AccessFs::ReadDir);
     }
     let ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)

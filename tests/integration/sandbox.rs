@@ -24,13 +24,15 @@ try read_hardlink sh -c "ln '$key' hard && cat hard"
 try read_proc_root cat "/proc/self/root$key"
 try write_bashrc sh -c "echo pwned >> '$HOME/.bashrc'"
 try write_beside_worktree sh -c "echo pwned > ../beside.txt"
-try read_store sh -c "ls '$NPC_REPO_ROOT/.npc' | grep -q ."
-try read_other_worktree sh -c "ls '$NPC_REPO_ROOT/.npc/worktrees' | grep -q ."
+try read_api_token cat "$NPC_REPO_ROOT/.npc/api.token"
+try read_other_worktree cat "$NPC_REPO_ROOT/.npc/worktrees/zz-other/secret.txt"
+try read_other_run cat "$NPC_REPO_ROOT/.npc/runs/zz-other/secret.txt"
 try read_daemon_environ sh -c "cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -q DAEMON_MARKER=secret"
 try kill_daemon sh -c "kill -0 $(cat '$NPC_REPO_ROOT/daemon.pid')"
 try unshare_root unshare -r true
 try unshare_mount unshare -rm sh -c "mount -t tmpfs none /mnt"
 try write_home_ssh sh -c "echo pwned > '$HOME/.ssh/authorized_keys'"
+cat setup.txt >> "$r"
 setsid sh -c 'cut -d" " -f1 /proc/self/stat > "$TMPDIR/setsid.pid"; exec sleep 300' </dev/null >/dev/null 2>&1 &
 for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$TMPDIR/setsid.pid" ] && break; sleep 0.1; done
 echo done >> "$r"
@@ -59,6 +61,7 @@ prompt = "task"
 [triggers.agent]
 kind = "cron"
 schedule = "@yearly"
+setup = ["if cat \"$HOME/.ssh/id_ed25519\"; then echo setup_read_key escaped; else echo setup_read_key refused; fi > setup.txt"]
 action = {{ profile = "dev" }}
 "#
     )
@@ -106,7 +109,13 @@ fn start(dir: &Path, home: &Path, extra_env: &[(&str, &str)]) -> Daemon {
 #[test]
 fn every_escape_of_an_unattended_run_fails_and_the_run_still_works_in_its_worktree() {
     let (dir, home) = setup("");
+    // What another run left: its worktree and its run directory.
+    for other in [".npc/worktrees/zz-other", ".npc/runs/zz-other"] {
+        std::fs::create_dir_all(dir.path().join(other)).unwrap();
+        std::fs::write(dir.path().join(other).join("secret.txt"), "theirs").unwrap();
+    }
     let daemon = start(dir.path(), home.path(), &[]);
+    assert!(dir.path().join(".npc/api.token").is_file());
     let id = fire(dir.path(), "agent", "{}");
     ended(dir.path(), 1);
     let run_dir = dir.path().join(".npc/runs").join(&id);
@@ -117,7 +126,7 @@ fn every_escape_of_an_unattended_run_fails_and_the_run_still_works_in_its_worktr
     assert!(escaped.is_empty(), "escaped: {escaped:?}\n{report}");
     assert_eq!(
         report.lines().filter(|l| l.ends_with("refused")).count(),
-        13,
+        15,
         "{report}"
     );
     // Nothing was written outside.

@@ -266,6 +266,13 @@ impl Lower<'_> {
             .as_ref()
             .and_then(|m| self.sandbox_mode(&m.span, m));
         let action = self.action(t.action, m)?;
+        if let (Some(raw), Action::RunCommand(_)) = (&t.sandbox, &action) {
+            self.error(
+                &raw.span,
+                "`sandbox` applies to profile runs, and this trigger runs a command",
+                "remove `sandbox`, or run the command from a profile's agent",
+            );
+        }
         Some(Trigger {
             sandbox,
             enabled: t.enabled.unwrap_or(true),
