@@ -522,3 +522,93 @@ pub fn for_commands(
     }
     Ok(spec)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(text: &str) -> Manifest {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("npcagent.toml");
+        std::fs::write(&path, text).unwrap();
+        crate::plugins::files::load_path(&path, &crate::disk::ProcessEnv)
+            .unwrap()
+            .manifest
+            .expect("valid manifest")
+    }
+
+    const BASE: &str = "version = 1\n[providers.c]\nkind = \"claude_code\"\n[profiles.p]\nprovider = \"c\"\ndescription = \"d\"\n";
+
+    #[test]
+    fn the_default_is_workspace_unattended_where_supported_and_an_explicit_mode_is_never_skipped() {
+        let m = manifest(BASE);
+        let yes: Result<(), String> = Ok(());
+        let no: Result<(), String> = Err("no Landlock".into());
+        let d = decide(&m, Some("p"), None, true, &yes).unwrap();
+        assert_eq!((d.mode, d.explicit), (SandboxMode::Workspace, false));
+        let d = decide(&m, Some("p"), None, false, &yes).unwrap();
+        assert_eq!(d.mode, SandboxMode::Off);
+        let d = decide(&m, Some("p"), None, true, &no).unwrap();
+        assert_eq!(
+            (d.mode, d.unsupported.as_deref()),
+            (SandboxMode::Off, Some("no Landlock"))
+        );
+        let strict = manifest(&format!("{BASE}sandbox = \"strict\"\n"));
+        let refused = decide(&strict, Some("p"), None, false, &no).unwrap_err();
+        assert_eq!(refused.mode, SandboxMode::Strict);
+        assert!(refused.to_string().contains("no Landlock"), "{refused}");
+        let off = manifest(&format!("{BASE}sandbox = \"off\"\n"));
+        assert_eq!(
+            decide(&off, Some("p"), None, true, &no).unwrap().mode,
+            SandboxMode::Off
+        );
+    }
+
+    #[test]
+    fn a_spec_hides_home_secrets_and_other_runs_and_writes_only_the_runs_own_places() {
+        let rules = SandboxRules::default();
+        let places = Places {
+            repo: Path::new("/r"),
+            state_dir: Path::new("/r/.npc"),
+            worktrees: Path::new("/r/.npc/worktrees"),
+            run_dir: Path::new("/r/.npc/runs/1"),
+            cwd: Path::new("/r/.npc/worktrees/1"),
+            home: Some(Path::new("/h")),
+            kind: Some(ProviderKind::Codex),
+            named_state: &[],
+        };
+        assert!(spec(SandboxMode::Off, &rules, &places).is_none());
+        let s = spec(SandboxMode::Workspace, &rules, &places).unwrap();
+        for hidden in [
+            "/h",
+            "/r/.npc/api.token",
+            "/r/.npc/runs",
+            "/r/.npc/worktrees",
+        ] {
+            assert!(s.hidden.contains(&PathBuf::from(hidden)), "{hidden}: {s:?}");
+        }
+        assert!(s.write.contains(&PathBuf::from("/h/.codex")));
+        assert!(!s.write.iter().any(|w| w.starts_with("/h/.claude")));
+        assert!(s.write.contains(&PathBuf::from("/r/.npc/worktrees/1")));
+        assert!(s.egress.is_none());
+        let strict = spec(SandboxMode::Strict, &rules, &places).unwrap();
+        assert_eq!(
+            strict.egress.map(|e| e.socket),
+            Some(PathBuf::from("/r/.npc/runs/1").join(EGRESS_SOCKET))
+        );
+    }
+
+    #[test]
+    fn model_endpoints_are_the_providers_host_and_its_base_url() {
+        let env = [(
+            "ANTHROPIC_BASE_URL".to_string(),
+            "http://127.0.0.1:4000/v1".to_string(),
+        )]
+        .into_iter()
+        .collect();
+        let hosts = model_endpoints(ProviderKind::ClaudeCode, &env);
+        assert!(hosts.iter().any(|h| h.admits("api.anthropic.com", 443)));
+        assert!(hosts.iter().any(|h| h.admits("127.0.0.1", 4000)));
+        assert!(!hosts.iter().any(|h| h.admits("127.0.0.1", 4001)));
+    }
+}

@@ -225,3 +225,36 @@ pub fn parse_host_pattern(text: &str) -> Result<HostPattern, String> {
         port,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_patterns_admit_exact_names_subdomains_and_ports_only() {
+        let p = parse_host_pattern("*.Example.com:443").unwrap();
+        assert!(p.admits("api.example.com", 443));
+        assert!(p.admits("A.B.EXAMPLE.COM.", 443));
+        assert!(!p.admits("example.com", 443));
+        assert!(!p.admits("evilexample.com", 443));
+        assert!(!p.admits("api.example.com", 80));
+        let exact = parse_host_pattern("registry.npmjs.org").unwrap();
+        assert!(exact.admits("registry.npmjs.org", 8443));
+        assert!(!exact.admits("x.registry.npmjs.org", 443));
+        for bad in [
+            "",
+            "*",
+            "*.",
+            "a..b",
+            "-a.com",
+            "http://a.com",
+            "a.com:0",
+            "a.com:x",
+            "a b",
+            "[::1]:80",
+            "*.*.a",
+        ] {
+            assert!(parse_host_pattern(bad).is_err(), "{bad}");
+        }
+    }
+}
