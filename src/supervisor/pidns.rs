@@ -698,6 +698,8 @@ mod tests {
             &["--report", "-4", "--", "sh"],
             &["--report", "--", "sh"],
             &["--bogus", "--", "sh"],
+            &["--sandbox", "not json", "--", "sh"],
+            &["--sandbox", "--", "sh"],
             &["sh"],
             &["--"],
             &[],
