@@ -248,6 +248,7 @@ pub fn child_spec(
             stdout: OutputWiring::AppendTo(log.clone()),
             stderr: OutputWiring::AppendTo(log),
         },
+        sandbox: None,
     }
 }
 

@@ -155,6 +155,21 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<Exit> {
             "warning: children cannot run in PID namespaces ({why}); what a child moves out of its process group (`setsid`, a daemonizing tool) is stopped with it only by the process group and the watchdog, not when it leaves the group"
         );
     }
+    let support = super::validate::sandbox_support();
+    match &support {
+        Ok(()) if !matches!(args.format, Format::Human) => {}
+        Ok(()) => outln!(
+            "sandbox: available (Landlock, user, PID and network namespaces); unattended runs get `workspace` unless a `sandbox` setting says otherwise"
+        )?,
+        Err(why) => errln!(
+            "warning: runs cannot be sandboxed here ({why}); unattended runs run without a sandbox, and a run whose manifest asks for one refuses to start"
+        ),
+    }
+    if matches!(args.format, Format::Human) {
+        for line in crate::runs::sandbox::describe(&manifest, &support) {
+            outln!("  {}", crate::stdx::term::printable(&line))?;
+        }
+    }
     Ok(if failed { Exit::Failed } else { Exit::Ok })
 }
 

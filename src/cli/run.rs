@@ -180,7 +180,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             prepared = preparing => prepared,
             signal = &mut cancel => return Ok(cancelled_exit(signal)),
         };
-        let prepared = match prepared {
+        let mut prepared = match prepared {
             Ok(p) => p,
             Err(e) => {
                 errln!("error: {e}");
@@ -205,6 +205,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             );
         }
         let (bus, supervisor, _supervisor_events) = super::standalone_recording(&paths, manifest)?;
+        // A sandbox the manifest asks for is applied here as in the daemon.
+        let at = runs::sandbox::Where {
+            repo: &paths.root,
+            state_dir: &paths.state_dir,
+            supervisor: &supervisor,
+        };
+        let proxy = match runs::sandbox::apply(&mut prepared, manifest, &at, None, false) {
+            Ok(proxy) => proxy,
+            Err(e) => {
+                errln!("error: {e}");
+                return Ok(Exit::Failed);
+            }
+        };
+        let _proxy = proxy.map(|p| runs::sandbox::serve(p, &bus, &prepared.id, &prepared.profile));
         let here = runs::here::Here {
             store: bus.store().clone(),
             bus: bus.clone(),

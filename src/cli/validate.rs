@@ -70,6 +70,7 @@ pub fn run(path: Option<PathBuf>, env: Env, format: Format) -> anyhow::Result<Ex
                     m,
                     crate::runs::workspace::is_git_repository(dir),
                 ));
+                out.push_str(&sandboxes(m));
             }
             out!("{}", printable(&out))?;
         }
@@ -93,6 +94,25 @@ fn workspaces(m: &Manifest, git: bool) -> String {
             format!("trigger `{name}` runs {place}\n")
         })
         .collect()
+}
+
+/// Which sandbox each trigger's and profile's runs get on this machine.
+fn sandboxes(m: &Manifest) -> String {
+    if m.triggers.is_empty() && m.profiles.is_empty() {
+        return String::new();
+    }
+    let support = sandbox_support();
+    crate::runs::sandbox::describe(m, &support)
+        .into_iter()
+        .map(|line| line + "\n")
+        .collect()
+}
+
+/// Whether this machine can sandbox runs (`Err`: why not).
+pub fn sandbox_support() -> Result<(), String> {
+    std::env::current_exe()
+        .map_err(|e| format!("cannot find the `npc` binary: {e}"))
+        .and_then(|exe| crate::supervisor::probe_sandbox(&exe))
 }
 
 fn plural(n: usize, word: &str) -> String {

@@ -105,6 +105,8 @@ events! {
     "run.probe_answered" => RunProbeAnswered(RunProbeAnswered),
     /// The probe could not be written.
     "run.probe_failed" => RunProbeFailed(RunProbeFailed),
+    /// A `strict` run's connection through npc's egress proxy, admitted or refused.
+    "run.egress" => RunEgress(RunEgress),
     /// The agent CLI announced its session.
     "agent.started" => AgentStarted(AgentRecord<AgentStarted>),
     /// Text the agent wrote.

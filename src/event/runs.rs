@@ -350,6 +350,23 @@ pub struct RunPush {
     pub error: Option<String>,
 }
 
+/// A connection a `strict` run asked npc's egress proxy for: admitted
+/// (`allowed`) or refused (then also a `tool.denied` by `sandbox`), or the
+/// proxy itself stopping (`host` empty, `reason` says why).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunEgress {
+    pub run_id: String,
+    /// The host asked for (as the run named it).
+    pub host: String,
+    pub port: u16,
+    /// `CONNECT`, `GET`, …
+    pub method: String,
+    pub allowed: bool,
+    /// Why it was refused or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// The advisory idle probe was written to a silent agent's stdin.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RunProbeSent {

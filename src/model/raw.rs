@@ -174,6 +174,74 @@ pub struct RawRuns {
     /// (`npc runs approve` / `deny`) before the call is denied (`30m`, `2h`).
     /// Default `30m`; a profile's or trigger's own comes first.
     pub approval_timeout: Option<Spanned<String>>,
+    /// The sandbox of runs: a mode (`sandbox = "strict"`) or the table
+    /// `[runs.sandbox]` (`mode`, `writable`, `readable`, `allow_hosts`, …).
+    pub sandbox: Option<Spanned<RawRunsSandbox>>,
+}
+
+/// `[runs] sandbox`: a mode alone, or the table `[runs.sandbox]`.
+#[derive(Debug, JsonSchema)]
+#[schemars(untagged, rename = "RunsSandbox")]
+pub enum RawRunsSandbox {
+    /// `off`, `workspace` or `strict`.
+    Mode(#[schemars(extend("enum" = ["off", "workspace", "strict"]))] String),
+    /// `[runs.sandbox]`.
+    Table(RawSandboxTable),
+}
+
+impl<'de> Deserialize<'de> for RawRunsSandbox {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawRunsSandbox;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "a sandbox mode (`off`, `workspace`, `strict`) or a `[runs.sandbox]` table",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(RawRunsSandbox::Mode(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                RawSandboxTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(RawRunsSandbox::Table)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `[runs.sandbox]`: what sandboxed runs may do beyond the defaults.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "RunsSandboxTable")]
+pub struct RawSandboxTable {
+    /// The project's default sandbox: `off`, `workspace` (files and
+    /// processes) or `strict` (also the network, through npc's proxy).
+    /// Default: `workspace` for runs the daemon starts unattended where the
+    /// kernel can, `off` for runs started by hand.
+    #[schemars(extend("enum" = ["off", "workspace", "strict"]))]
+    pub mode: Option<Spanned<String>>,
+    /// Paths a sandboxed run may also write (and read): `~/…` in the home
+    /// directory or relative to the manifest's directory (`~/.cache/npm`).
+    #[serde(default)]
+    pub writable: Vec<Spanned<String>>,
+    /// Absolute paths outside the home directory and the repository a
+    /// sandboxed run may write: said apart from `writable` on purpose.
+    #[serde(default)]
+    pub writable_outside: Vec<Spanned<String>>,
+    /// Paths in the home directory (`~/…`), the repository or elsewhere a
+    /// sandboxed run may also read.
+    #[serde(default)]
+    pub readable: Vec<Spanned<String>>,
+    /// Hosts a `strict` run may reach through npc's proxy besides its
+    /// model endpoint and npc's gateway: `host`, `host:port`, or
+    /// `*.example.com` for its subdomains.
+    #[serde(default)]
+    pub allow_hosts: Vec<Spanned<String>>,
 }
 
 /// `[mcp]`
@@ -320,6 +388,10 @@ pub struct RawProfile {
     /// answer before the call is denied (`30m`). Default: `[runs]
     /// approval_timeout`; a trigger's own comes first.
     pub approval_timeout: Option<Spanned<String>>,
+    /// The sandbox of this profile's runs: `off`, `workspace` or `strict`
+    /// (a trigger's own comes first; default `[runs] sandbox`).
+    #[schemars(extend("enum" = ["off", "workspace", "strict"]))]
+    pub sandbox: Option<Spanned<String>>,
     /// Model name passed to the provider.
     pub model: Option<Spanned<Text>>,
     /// Agent Skills the profile loads.
@@ -533,6 +605,10 @@ pub struct RawTrigger {
     /// answer before the call is denied (`30m`). Default: the profile's,
     /// then `[runs] approval_timeout`.
     pub approval_timeout: Option<Spanned<String>>,
+    /// The sandbox of this trigger's runs: `off`, `workspace` or `strict`
+    /// (default: the profile's, then `[runs] sandbox`).
+    #[schemars(extend("enum" = ["off", "workspace", "strict"]))]
+    pub sandbox: Option<Spanned<String>>,
     /// How often a failed run is tried again (with a growing pause). Default 0.
     #[schemars(range(min = 0, max = 10))]
     pub retries: Option<Spanned<i64>>,

@@ -410,6 +410,8 @@ pub struct Profile {
     /// How long its runs wait for an answer to an `ask`, in seconds (a
     /// trigger's own comes first; `None`: `[runs] approval_timeout`).
     pub approval_timeout_secs: Option<u64>,
+    /// Its runs' sandbox (a trigger's own comes first; `None`: `[runs]`).
+    pub sandbox: Option<SandboxMode>,
 }
 
 /// The template name of `[instructions]` (in diagnostics and renders).
@@ -627,6 +629,8 @@ pub struct Trigger {
     /// How long its runs wait for an answer to an `ask`, in seconds
     /// (`None`: the profile's, then `[runs] approval_timeout`).
     pub approval_timeout_secs: Option<u64>,
+    /// Its runs' sandbox (`None`: the profile's, then `[runs]`).
+    pub sandbox: Option<SandboxMode>,
 }
 
 keywords! {
@@ -693,6 +697,23 @@ impl Manifest {
         of_trigger
             .or(of_profile)
             .unwrap_or(self.runs.approval_timeout_secs)
+    }
+
+    /// The sandbox a run of `profile` started by `trigger` asks for: the
+    /// trigger's, else the profile's, else `[runs]`'s; `None` when nothing
+    /// says (the default then depends on who starts the run).
+    pub fn sandbox_mode(
+        &self,
+        profile: Option<&str>,
+        trigger: Option<&str>,
+    ) -> Option<SandboxMode> {
+        let of_trigger = trigger
+            .and_then(|t| self.triggers.get(t))
+            .and_then(|t| t.sandbox);
+        let of_profile = profile
+            .and_then(|p| self.profiles.get(p))
+            .and_then(|p| p.sandbox);
+        of_trigger.or(of_profile).or(self.runs.sandbox)
     }
 
     /// The longest any run of the manifest waits for an answer, in seconds:
@@ -766,6 +787,78 @@ pub struct RunsSettings {
     pub author: Option<String>,
     /// How long a run parked on an `ask` waits for an answer, in seconds.
     pub approval_timeout_secs: u64,
+    /// The project's default sandbox (`None`: `workspace` for unattended
+    /// runs where the kernel can, `off` for runs started by hand).
+    pub sandbox: Option<SandboxMode>,
+    /// What sandboxed runs may do beyond the defaults (`[runs.sandbox]`).
+    pub sandbox_rules: SandboxRules,
+}
+
+keywords! {
+    /// A run's sandbox (`sandbox = "off" | "workspace" | "strict"`).
+    #[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize)]
+    pub enum SandboxMode {
+        /// No sandbox: the run has the authority of the user.
+        Off = "off",
+        /// Files and processes confined; the network as it is.
+        Workspace = "workspace",
+        /// Files, processes and the network (only through npc's proxy).
+        Strict = "strict",
+    }
+}
+
+/// The user's secrets in the home directory: never readable by a
+/// sandboxed run, and no `[runs.sandbox]` path may open them.
+pub const SECRET_HOME_PATHS: [&str; 6] =
+    [".ssh", ".aws", ".gnupg", ".config/gh", ".netrc", ".docker"];
+
+/// A path of `[runs.sandbox]`, as written (the pure model knows no home
+/// directory): resolved by the run that uses it.
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
+#[serde(tag = "in", content = "path", rename_all = "snake_case")]
+pub enum SandboxPath {
+    /// `~/REL`: in the home directory.
+    Home(String),
+    /// `REL`: relative to the manifest's directory.
+    Repository(String),
+    /// An absolute path.
+    Absolute(String),
+}
+
+/// A host `allow_hosts` admits: exact, or every subdomain (`*.NAME`), on
+/// one port or any.
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
+pub struct HostPattern {
+    /// Lower-case host name, without the `*.` of a wildcard.
+    pub host: String,
+    /// `*.host`: its subdomains (not `host` itself).
+    pub subdomains: bool,
+    pub port: Option<u16>,
+}
+
+impl HostPattern {
+    /// Whether `host` (any case) on `port` is admitted.
+    pub fn admits(&self, host: &str, port: u16) -> bool {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        let name = if self.subdomains {
+            host.strip_suffix(&self.host)
+                .is_some_and(|rest| rest.len() > 1 && rest.ends_with('.'))
+        } else {
+            host == self.host
+        };
+        name && self.port.is_none_or(|p| p == port)
+    }
+}
+
+/// `[runs.sandbox]`: what sandboxed runs may do beyond the defaults.
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize, Default)]
+pub struct SandboxRules {
+    /// Written (and read) besides the run's own directories.
+    pub writable: Vec<SandboxPath>,
+    /// Read besides what is readable by default.
+    pub readable: Vec<SandboxPath>,
+    /// Reached through the proxy by `strict` runs.
+    pub allow_hosts: Vec<HostPattern>,
 }
 
 /// Runs carried out at once unless `[runs] max_concurrent` says otherwise.
@@ -799,6 +892,8 @@ impl Default for RunsSettings {
             ports: None,
             author: None,
             approval_timeout_secs: DEFAULT_APPROVAL_TIMEOUT_SECS,
+            sandbox: None,
+            sandbox_rules: SandboxRules::default(),
         }
     }
 }

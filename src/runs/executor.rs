@@ -435,7 +435,14 @@ impl Executor {
                         m,
                     ) {
                         (WorkspaceMode::Worktree, spec) => {
-                            match this.open_worktree(&row, spec, m, port, timeout).await {
+                            let profile = match &action {
+                                Action::RunProfile { profile, .. } => Some(profile.as_str()),
+                                Action::RunCommand(_) => None,
+                            };
+                            match this
+                                .open_worktree(&row, spec, m, port, timeout, profile)
+                                .await
+                            {
                                 Ok(opened) => Some(opened),
                                 Err(error) => {
                                     this.record(
@@ -687,6 +694,7 @@ impl Executor {
             Starter::Hand => (None, None),
             Starter::Local(a) => (None, Some(a)),
         };
+        let trigger_name = triggered.as_ref().map(|t| t.name.clone());
         let request = RunRequest {
             profile: profile.to_string(),
             prompt,
@@ -761,12 +769,67 @@ impl Executor {
             // Listed like the runs its front end carries out itself.
             prepared.source = row.origin.known().map(Origin::as_str);
         }
+        let places = super::sandbox::Where {
+            repo: &self.cx.repo,
+            state_dir: &self.cx.state_dir,
+            supervisor: &self.cx.supervisor,
+        };
+        let egress = match super::sandbox::apply(
+            &mut prepared,
+            &manifest,
+            &places,
+            trigger_name.as_deref(),
+            local.is_none(),
+        ) {
+            Ok(egress) => egress,
+            Err(refused) => {
+                let error = refused.to_string();
+                self.record(
+                    &row.id,
+                    Event::run_failed(&row.id, Some(&row.trigger), error.clone()),
+                )
+                .await;
+                return (state::FAILED, Some(error));
+            }
+        };
+        let (_egress_tasks, proxy_died) = match egress {
+            Some(egress) => {
+                let (tasks, died) =
+                    super::sandbox::serve(egress, &self.bus, &row.id, &prepared.profile);
+                (Some(tasks), Some(died))
+            }
+            None => (None, None),
+        };
         if cancel.is_cancelled() {
             // Cancelled while it was being prepared: it never starts.
             return (state::CANCELLED, None);
         }
-        let cancelled = async {
-            cancel.cancelled().await;
+        let run_id = row.id.clone();
+        let cancelled = async move {
+            let died = async {
+                match proxy_died {
+                    // A proxy that stops ends the run: it has no network.
+                    Some(died) => match died.await {
+                        Ok(why) => {
+                            self.record(
+                                &run_id,
+                                Event::RunEgress(crate::event::RunEgress {
+                                    run_id: run_id.clone(),
+                                    reason: Some(why),
+                                    ..Default::default()
+                                }),
+                            )
+                            .await;
+                        }
+                        Err(_) => std::future::pending().await,
+                    },
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                () = died => {}
+            }
             nix::sys::signal::Signal::SIGTERM as i32
         };
         // The manifest's hooks (and its plugins') guard a triggered run as

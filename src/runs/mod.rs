@@ -34,6 +34,7 @@ pub mod here;
 pub mod mirror;
 pub mod queue;
 pub mod remote;
+pub mod sandbox;
 pub mod service;
 pub mod trust;
 pub mod view;

@@ -800,6 +800,7 @@ pub async fn run_commands(
     commands: &[String],
     env: &BTreeMap<String, String>,
     timeout: Duration,
+    sandbox: Option<&crate::supervisor::SandboxSpec>,
 ) -> Vec<CommandOutcome> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut outcomes = Vec::new();
@@ -807,6 +808,7 @@ pub async fn run_commands(
         let mut spec = ChildSpec::new("sh", dir);
         spec.args = vec!["-c".to_string(), command.clone()];
         spec.env = env.clone();
+        spec.sandbox = sandbox.cloned();
         let limits = OutputLimits {
             stdout: MAX_COMMAND_OUTPUT_BYTES,
             stderr: MAX_COMMAND_OUTPUT_BYTES,

@@ -287,6 +287,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_sandbox_hides_the_files_the_runtime_keeps() {
+        // `runs::sandbox` (below this room) names them on its own.
+        assert_eq!(crate::runs::sandbox::TOKEN_FILE, TOKEN_FILE);
+        assert_eq!(
+            crate::runs::sandbox::RUNTIME_DIR,
+            crate::runtime::lock::RUNTIME_DIR
+        );
+    }
+
+    #[test]
     fn the_state_dir_hint_reads_the_key_however_it_is_spelled() {
         let dir = tempfile::tempdir().unwrap();
         let hint = |name: &str, text: &str| {

@@ -15,6 +15,7 @@ mod monitor;
 mod oneshot;
 mod pidns;
 mod pty;
+mod sandbox;
 mod spawn;
 
 use crate::stdx::lock;
@@ -46,9 +47,11 @@ pub use oneshot::{
     OutputLimits, POST_EXIT_DRAIN, STREAM_QUEUE_DEPTH, StreamingChild,
 };
 pub use pidns::{
-    CONTAIN_COMMAND, NAMESPACES_ENV, OFF, PROBE_FLAG, probe as probe_pid_namespaces, stub_main,
+    CONTAIN_COMMAND, NAMESPACES_ENV, OFF, PROBE_FLAG, probe as probe_pid_namespaces, probe_sandbox,
+    probe_sandbox_once, stub_main,
 };
 pub use pty::{PTY_TERM, PtyControl, PtyExit, PtyProcess, PtySpec, PtyWaiter};
+pub use sandbox::{Egress, SANDBOX_ENV, SandboxSpec};
 pub use spawn::{
     ChildSpec, DEFAULT_STOP_GRACE, ESSENTIAL_ENV, InputWiring, LOG_DIR, LOG_ROTATE_BYTES,
     OutputWiring, StdioSpec, child_env, group_exists, log_path, signal_group,
@@ -424,6 +427,21 @@ impl Supervisor {
                 shutting_down: AtomicBool::new(false),
                 contain,
             }),
+        }
+    }
+
+    /// Whether this supervisor can start sandboxed children; `Err` says
+    /// why not (no PID namespaces, no user namespaces, no Landlock, or
+    /// `NPC_SANDBOX=off`).
+    pub fn sandbox_support(&self) -> Result<(), String> {
+        if std::env::var(SANDBOX_ENV).is_ok_and(|v| v == OFF) {
+            return Err(format!("turned off by `{SANDBOX_ENV}={OFF}`"));
+        }
+        match self.inner.contain.as_ref().and_then(|c| c.stub()) {
+            Some(stub) => probe_sandbox_once(stub),
+            None => Err(
+                "this process runs its children without PID namespaces (see `npc doctor`)".into(),
+            ),
         }
     }
 

@@ -46,6 +46,8 @@ use nix::sys::signalfd::{SfdFlags, SigSet, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, getpid};
 
+use super::sandbox::{self, SANDBOX_ENV, SANDBOX_FLAG, SANDBOX_PROBE_FLAG, SandboxSpec};
+
 /// The hidden `npc` subcommand that runs a program in a PID namespace.
 pub const CONTAIN_COMMAND: &str = "__contain";
 /// The stub's flag that only checks whether a namespace can be created.
@@ -115,6 +117,16 @@ pub fn stub_main(args: &[OsString]) -> Option<ExitCode> {
         return None;
     }
     Some(match args.get(2).and_then(|a| a.to_str()) {
+        Some(SANDBOX_PROBE_FLAG) => match enter_sandboxed(false)
+            .and_then(|()| sandbox::landlock_available())
+            .and_then(|()| probe_fork())
+        {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        },
         Some(PROBE_FLAG) => match enter()
             .map_err(|e| e.to_string())
             .and_then(|()| probe_fork())
@@ -146,6 +158,8 @@ struct Options {
     /// The program runs on a terminal (a pane) as its session leader
     /// ([`TTY_FLAG`]).
     tty: bool,
+    /// The program runs in a sandbox ([`SANDBOX_FLAG`]).
+    sandbox: Option<SandboxSpec>,
 }
 
 impl Options {
@@ -181,6 +195,10 @@ impl Options {
                 Some(TTY_FLAG) => {
                     options.tty = true;
                     rest = &rest[1..];
+                }
+                Some(SANDBOX_FLAG) => {
+                    options.sandbox = Some(SandboxSpec::from_arg(rest.get(1)?)?);
+                    rest = &rest[2..];
                 }
                 _ => return None,
             }
@@ -234,6 +252,36 @@ pub fn probe(program: &Path) -> Result<(), String> {
     } else {
         reason
     })
+}
+
+/// Whether this process can run children in a sandbox (user, PID and
+/// network namespaces and Landlock); `Err` says why not. `NPC_SANDBOX=off`
+/// answers "not here" (the test seam for a kernel without them).
+pub fn probe_sandbox(program: &Path) -> Result<(), String> {
+    if std::env::var(SANDBOX_ENV).is_ok_and(|v| v == OFF) {
+        return Err(format!("turned off by `{SANDBOX_ENV}={OFF}`"));
+    }
+    probe(program)?;
+    let out = Command::new(program)
+        .args([CONTAIN_COMMAND, SANDBOX_PROBE_FLAG])
+        .env_clear()
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot run `{}`: {e}", program.display()))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let reason = String::from_utf8_lossy(&out.stderr);
+    Err(reason.trim().chars().take(MAX_PROBE_REASON).collect())
+}
+
+/// [`probe_sandbox`], once per process.
+pub fn probe_sandbox_once(program: &Path) -> Result<(), String> {
+    static PROBED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    PROBED.get_or_init(|| probe_sandbox(program)).clone()
 }
 
 /// [`probe`], once per process: every supervisor of a process shares the
@@ -294,6 +342,31 @@ fn enter() -> Result<(), EnterError> {
     write("gid_map", format!("{gid} {gid} 1\n"))
 }
 
+/// Move this process's future children into new user and PID namespaces
+/// (a user namespace always, so nothing inside holds a capability outside
+/// it) and, with `network`, a network namespace with only loopback.
+fn enter_sandboxed(network: bool) -> Result<(), String> {
+    let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
+    let mut flags = CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID;
+    if network {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    unshare(flags).map_err(|e| {
+        format!("cannot create the sandbox's user and PID namespaces ({e}); allow unprivileged user namespaces (`sysctl user.max_user_namespaces`, `kernel.unprivileged_userns_clone=1`) or set `sandbox = \"off\"`")
+    })?;
+    let write = |file: &str, text: String| {
+        std::fs::write(format!("/proc/self/{file}"), text)
+            .map_err(|e| format!("cannot write `/proc/self/{file}`: {e}"))
+    };
+    write("setgroups", "deny".into())?;
+    write("uid_map", format!("{uid} {uid} 1\n"))?;
+    write("gid_map", format!("{gid} {gid} 1\n"))?;
+    if network {
+        sandbox::loopback_up().map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// Fork once into the new namespace and wait: namespaces that can be
 /// created but not entered (a nesting limit) fail here.
 #[allow(unsafe_code)]
@@ -315,11 +388,22 @@ fn probe_fork() -> Result<(), String> {
 /// it and end as the program did. Without a namespace, exec the program.
 #[allow(unsafe_code)]
 fn run(options: Options, program: &OsString, args: &[OsString]) -> ExitCode {
-    if SigSet::all().thread_block().is_err() {
+    if let Some(spec) = &options.sandbox {
+        // A sandbox is never skipped: without it the program does not run.
+        let applied = SigSet::all()
+            .thread_block()
+            .map_err(|e| e.to_string())
+            .and_then(|()| enter_sandboxed(spec.egress.is_some()))
+            .and_then(|()| sandbox::restrict(spec).map_err(|e| e.to_string()));
+        if let Err(why) = applied {
+            eprintln!("npc: sandbox: {why}");
+            return ExitCode::from(CANNOT_RUN);
+        }
+    } else if SigSet::all().thread_block().is_err() {
         report_pid(options.report.as_ref());
         exec(program, args);
     }
-    match enter() {
+    match options.sandbox.as_ref().map_or_else(enter, |_| Ok(())) {
         Ok(()) => {}
         Err(EnterError::Refused(_)) => {
             report_pid(options.report.as_ref());
@@ -445,6 +529,26 @@ fn namespace_init(
     let Some(signals) = signals().filter(|_| !gone) else {
         return ExitCode::from(CANNOT_RUN);
     };
+    if let Some(egress) = options.sandbox.as_ref().and_then(|s| s.egress.as_ref()) {
+        let listener = match sandbox::listen(egress.port) {
+            Ok(listener) => listener,
+            Err(e) => {
+                eprintln!("npc: sandbox: {e}");
+                return ExitCode::from(CANNOT_RUN);
+            }
+        };
+        // SAFETY: pid 1 is single-threaded.
+        match unsafe { fork() } {
+            Ok(ForkResult::Child) => {
+                drop(signals);
+                drop(report);
+                let _ = let_go_of_stdio();
+                sandbox::forward(listener, &egress.socket)
+            }
+            Ok(ForkResult::Parent { .. }) => drop(listener),
+            Err(_) => return ExitCode::from(CANNOT_RUN),
+        }
+    }
     // SAFETY: pid 1 is single-threaded.
     let program_pid = match unsafe { fork() } {
         Ok(ForkResult::Child) => {
@@ -594,6 +698,8 @@ mod tests {
             &["--report", "-4", "--", "sh"],
             &["--report", "--", "sh"],
             &["--bogus", "--", "sh"],
+            &["--sandbox", "not json", "--", "sh"],
+            &["--sandbox", "--", "sh"],
             &["sh"],
             &["--"],
             &[],

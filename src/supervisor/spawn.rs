@@ -115,6 +115,9 @@ pub struct ChildSpec {
     pub stop_grace: Duration,
     /// Stream wiring for supervised children (one-shot runs always pipe).
     pub stdio: StdioSpec,
+    /// The child's sandbox (see [`super::sandbox`]); a child with one is
+    /// never started without it.
+    pub sandbox: Option<super::sandbox::SandboxSpec>,
 }
 
 impl ChildSpec {
@@ -129,6 +132,7 @@ impl ChildSpec {
             restart: RestartPolicy::Never,
             stop_grace: DEFAULT_STOP_GRACE,
             stdio: StdioSpec::null(),
+            sandbox: None,
         }
     }
 
@@ -228,8 +232,20 @@ fn command(
                 pair.hand_over(&mut cmd);
                 pid_report = Some(pair);
             }
+            if let Some(sandbox) = &spec.sandbox {
+                cmd.arg(super::sandbox::SANDBOX_FLAG).arg(sandbox.to_arg());
+            }
             cmd.arg("--").arg(&spec.program);
             cmd
+        }
+        None if spec.sandbox.is_some() => {
+            return Err(spawn_error(
+                id,
+                spec,
+                std::io::Error::other(
+                    "the run asks for a sandbox and this process cannot contain children (PID namespaces are off or unavailable); run `npc doctor`",
+                ),
+            ));
         }
         None => Command::new(&spec.program),
     };

@@ -15,6 +15,7 @@
 
 pub mod approval;
 pub mod control;
+pub mod egress;
 pub mod http;
 pub mod mcp_http;
 pub mod mcp_link;

@@ -441,6 +441,10 @@ url = "${{NPC_STORE_URL}}"
 [daemon]
 listen = "127.0.0.1:0"
 
+# The sandboxed run writes its tool log outside the repository.
+[runs.sandbox]
+writable_outside = [{logs}]
+
 [providers.fake]
 kind = "claude_code"
 command = {agent}
@@ -478,6 +482,7 @@ action = {{ profile = "dev" }}
         ),
         call = toml_str(&call.to_string()),
         log = toml_str(&tool_log(logs).display().to_string()),
+        logs = toml_str(&logs.display().to_string()),
         npc = toml_str(&npc_path().display().to_string()),
     );
     std::fs::write(dir.path().join("npcagent.toml"), manifest).unwrap();

@@ -40,6 +40,7 @@ mod providers;
 mod real_clis;
 mod render;
 mod runs;
+mod sandbox;
 mod security;
 mod supervisor;
 mod support;

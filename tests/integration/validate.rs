@@ -237,14 +237,21 @@ fn valid_fixtures_pass() {
     }
     let full = validate(&["fixtures/valid/full.toml"]);
     // The summary, then where each trigger's runs work (`fixtures/valid`
-    // is no git repository: in the checkout).
+    // is no git repository: in the checkout), then their sandboxes (on a
+    // machine that can sandbox runs, as this one and CI).
     assert_eq!(
         full.stdout.trim_end(),
         "fixtures/valid/full.toml: valid (2 MCP servers, 2 providers, 2 profiles, 2 prompts, 2 hooks, 1 plugin, 4 triggers, 1 pane plugin, 1 pane)\n\
          trigger `issues` runs in the repository's checkout\n\
          trigger `nightly-review` runs in the repository's checkout\n\
          trigger `poll` runs in the repository's checkout\n\
-         trigger `rebuild` runs in the repository's checkout"
+         trigger `rebuild` runs in the repository's checkout\n\
+         trigger `issues`: sandbox workspace (default)\n\
+         trigger `nightly-review`: sandbox workspace (default)\n\
+         trigger `poll`: a command, run without a sandbox\n\
+         trigger `rebuild`: a command, run without a sandbox\n\
+         profile `reviewer`: sandbox workspace (default) unattended, off (default) by hand\n\
+         profile `triager`: sandbox workspace (default) unattended, off (default) by hand"
     );
 }
 

@@ -241,7 +241,12 @@ impl Lower<'_> {
             .approval_timeout
             .as_ref()
             .and_then(|d| self.duration(d, "approval_timeout", MAX_APPROVAL_TIMEOUT_SECS));
+        let sandbox = p
+            .sandbox
+            .as_ref()
+            .and_then(|m| self.sandbox_mode(&m.span, m));
         Some(Profile {
+            sandbox,
             provider: p.provider.value,
             description: p.description.value,
             prompt: p.prompt.map(|v| v.value),

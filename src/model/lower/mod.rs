@@ -26,6 +26,7 @@ mod mcp;
 mod notify;
 mod panes;
 mod runs;
+mod sandbox;
 mod triggers;
 
 /// Read access to the files a manifest references, relative to the

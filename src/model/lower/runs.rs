@@ -219,7 +219,10 @@ impl Lower<'_> {
             .as_ref()
             .and_then(|d| self.duration(d, "approval_timeout", MAX_APPROVAL_TIMEOUT_SECS))
             .unwrap_or(defaults.approval_timeout_secs);
+        let (sandbox, sandbox_rules) = self.runs_sandbox(raw.sandbox.as_ref());
         RunsSettings {
+            sandbox,
+            sandbox_rules,
             workspace,
             worktrees_dir,
             max_concurrent,

@@ -261,8 +261,20 @@ impl Lower<'_> {
             .approval_timeout
             .as_ref()
             .and_then(|d| self.duration(d, "approval_timeout", MAX_APPROVAL_TIMEOUT_SECS));
+        let sandbox = t
+            .sandbox
+            .as_ref()
+            .and_then(|m| self.sandbox_mode(&m.span, m));
         let action = self.action(t.action, m)?;
+        if let (Some(raw), Action::RunCommand(_)) = (&t.sandbox, &action) {
+            self.error(
+                &raw.span,
+                "`sandbox` applies to profile runs, and this trigger runs a command",
+                "remove `sandbox`, or run the command from a profile's agent",
+            );
+        }
         Some(Trigger {
+            sandbox,
             enabled: t.enabled.unwrap_or(true),
             source,
             action,

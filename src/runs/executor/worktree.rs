@@ -36,6 +36,8 @@ pub(crate) struct Opened {
     pub spec: WorkspaceSpec,
     /// The environment its processes get (`NPC_WORKTREE`, `NPC_PORT`, …).
     pub env: BTreeMap<String, String>,
+    /// The sandbox of its `setup` and `after` commands.
+    pub sandbox: Option<crate::supervisor::SandboxSpec>,
 }
 
 impl Executor {
@@ -126,6 +128,7 @@ impl Executor {
         manifest: &Manifest,
         port: Option<u16>,
         timeout: Duration,
+        profile: Option<&str>,
     ) -> Result<Opened, String> {
         let base_ref = base_ref_of(&spec, &row.payload, &row.id)?;
         let branch = render_line(
@@ -210,12 +213,35 @@ impl Executor {
         if let Some(port) = port {
             env.insert("NPC_PORT".into(), port.to_string());
         }
+        let trigger = manifest
+            .triggers
+            .contains_key(&row.trigger)
+            .then_some(row.trigger.as_str());
+        let at = crate::runs::sandbox::Where {
+            repo: &self.cx.repo,
+            state_dir: &self.cx.state_dir,
+            supervisor: &self.cx.supervisor,
+        };
+        let unattended =
+            !crate::runs::Origin::parse(&row.origin).is_some_and(crate::runs::Origin::is_local);
+        let sandbox = match profile {
+            Some(profile) => crate::runs::sandbox::for_commands(
+                manifest,
+                &at,
+                (&row.id, Some(profile), trigger),
+                unattended,
+                &worktree.dir,
+            )
+            .map_err(|e| e.to_string())?,
+            None => None,
+        };
         let outcomes = workspace::run_commands(
             &self.cx.supervisor,
             &worktree.dir,
             &spec.setup,
             &env,
             timeout,
+            sandbox.as_ref(),
         )
         .await;
         self.record_commands(&row.id, Event::RunSetup, &outcomes)
@@ -232,6 +258,7 @@ impl Executor {
             worktree,
             spec,
             env,
+            sandbox,
         })
     }
 
@@ -309,6 +336,7 @@ impl Executor {
                 &opened.spec.after,
                 &env,
                 AFTER_TIMEOUT,
+                opened.sandbox.as_ref(),
             )
             .await;
             self.record_commands(&row.id, Event::RunAfter, &outcomes)
