@@ -222,8 +222,7 @@ impl Executor {
             state_dir: &self.cx.state_dir,
             supervisor: &self.cx.supervisor,
         };
-        let unattended =
-            !crate::runs::Origin::parse(&row.origin).is_some_and(crate::runs::Origin::is_local);
+        let unattended = !row.origin.known().is_some_and(Origin::is_local);
         let sandbox = match profile {
             Some(profile) => crate::runs::sandbox::for_commands(
                 manifest,
