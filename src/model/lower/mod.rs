@@ -391,6 +391,36 @@ impl Lower<'_> {
                 .map(|(k, _)| k.clone())
                 .collect()
         };
+        // Who renders each prompt, found in one pass over the profiles and
+        // one over the triggers (not once per prompt: a manifest of
+        // thousands of each stays linear).
+        let mut profiles_of: HashMap<&str, Vec<&str>> = HashMap::new();
+        for (profile, p) in &m.profiles {
+            if let Some(prompt) = p.prompt.as_deref() {
+                profiles_of.entry(prompt).or_default().push(profile);
+            }
+        }
+        let mut triggers_of: HashMap<&str, Vec<(&str, &BTreeMap<String, Text>)>> = HashMap::new();
+        for (trigger, t) in &m.triggers {
+            let Action::RunProfile {
+                profile,
+                prompt: chosen,
+                vars,
+            } = &t.action
+            else {
+                continue;
+            };
+            let rendered = match chosen {
+                Some(chosen) => Some(chosen.as_str()),
+                None => m.profiles.get(profile).and_then(|p| p.prompt.as_deref()),
+            };
+            if let Some(rendered) = rendered {
+                triggers_of
+                    .entry(rendered)
+                    .or_default()
+                    .push((trigger, vars));
+            }
+        }
         for (name, prompt) in &m.prompts {
             let Some(at) = located.get(name) else {
                 continue;
@@ -409,11 +439,7 @@ impl Lower<'_> {
                     },
                 ));
             }
-            for (profile, _) in m
-                .profiles
-                .iter()
-                .filter(|(_, p)| p.prompt.as_deref() == Some(name))
-            {
+            for profile in profiles_of.get(name.as_str()).into_iter().flatten() {
                 uses.push((
                     name,
                     prompt,
@@ -427,38 +453,21 @@ impl Lower<'_> {
                     },
                 ));
             }
-            for (trigger, t) in &m.triggers {
-                let Action::RunProfile {
-                    profile,
-                    prompt: chosen,
-                    vars,
-                } = &t.action
-                else {
-                    continue;
-                };
-                let renders = match chosen {
-                    Some(chosen) => chosen == name,
-                    None => m
-                        .profiles
-                        .get(profile)
-                        .is_some_and(|p| p.prompt.as_deref() == Some(name)),
-                };
-                if renders {
-                    let mut given = defaults(prompt);
-                    given.extend(vars.keys().cloned());
-                    uses.push((
-                        name,
-                        prompt,
-                        at,
-                        template::PromptUse {
-                            what: format!("trigger `{trigger}`"),
-                            profile: true,
-                            trigger: true,
-                            run: true,
-                            vars: given,
-                        },
-                    ));
-                }
+            for (trigger, vars) in triggers_of.get(name.as_str()).into_iter().flatten() {
+                let mut given = defaults(prompt);
+                given.extend(vars.keys().cloned());
+                uses.push((
+                    name,
+                    prompt,
+                    at,
+                    template::PromptUse {
+                        what: format!("trigger `{trigger}`"),
+                        profile: true,
+                        trigger: true,
+                        run: true,
+                        vars: given,
+                    },
+                ));
             }
         }
         if let (Some(prompt), Some(at)) = (&m.instructions, instructions_at) {
