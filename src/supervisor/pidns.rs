@@ -233,8 +233,26 @@ pub fn probe(program: &Path) -> Result<(), String> {
     if std::env::var(NAMESPACES_ENV).is_ok_and(|v| v == OFF) {
         return Err(format!("turned off by `{NAMESPACES_ENV}={OFF}`"));
     }
+    run_probe(program, PROBE_FLAG)
+}
+
+/// Whether this process can run children in a sandbox (user, PID and
+/// network namespaces and Landlock); `Err` says why not. `NPC_SANDBOX=off`
+/// answers "not here" (the test seam for a kernel without them).
+pub fn probe_sandbox(program: &Path) -> Result<(), String> {
+    if std::env::var(SANDBOX_ENV).is_ok_and(|v| v == OFF) {
+        return Err(format!("turned off by `{SANDBOX_ENV}={OFF}`"));
+    }
+    probe(program)?;
+    run_probe(program, SANDBOX_PROBE_FLAG)
+}
+
+/// Run `program __contain FLAG` in an empty environment: `Ok` when it
+/// succeeds, else what it said (at most [`MAX_PROBE_REASON`] characters)
+/// or how it ended.
+fn run_probe(program: &Path, flag: &str) -> Result<(), String> {
     let out = Command::new(program)
-        .args([CONTAIN_COMMAND, PROBE_FLAG])
+        .args([CONTAIN_COMMAND, flag])
         .env_clear()
         .current_dir("/")
         .stdin(Stdio::null())
@@ -252,30 +270,6 @@ pub fn probe(program: &Path) -> Result<(), String> {
     } else {
         reason
     })
-}
-
-/// Whether this process can run children in a sandbox (user, PID and
-/// network namespaces and Landlock); `Err` says why not. `NPC_SANDBOX=off`
-/// answers "not here" (the test seam for a kernel without them).
-pub fn probe_sandbox(program: &Path) -> Result<(), String> {
-    if std::env::var(SANDBOX_ENV).is_ok_and(|v| v == OFF) {
-        return Err(format!("turned off by `{SANDBOX_ENV}={OFF}`"));
-    }
-    probe(program)?;
-    let out = Command::new(program)
-        .args([CONTAIN_COMMAND, SANDBOX_PROBE_FLAG])
-        .env_clear()
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|e| format!("cannot run `{}`: {e}", program.display()))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let reason = String::from_utf8_lossy(&out.stderr);
-    Err(reason.trim().chars().take(MAX_PROBE_REASON).collect())
 }
 
 /// [`probe_sandbox`], once per process.
