@@ -400,7 +400,9 @@ impl Lower<'_> {
                 profiles_of.entry(prompt).or_default().push(profile);
             }
         }
-        let mut triggers_of: HashMap<&str, Vec<(&str, &BTreeMap<String, Text>)>> = HashMap::new();
+        // A trigger and the variables it gives, per prompt it renders.
+        type Given<'m> = (&'m str, &'m BTreeMap<String, Text>);
+        let mut triggers_of: HashMap<&str, Vec<Given<'_>>> = HashMap::new();
         for (trigger, t) in &m.triggers {
             let Action::RunProfile {
                 profile,
