@@ -100,6 +100,19 @@ pub fn run(
     }
     let names: BTreeSet<String> = entries.into_iter().map(|(n, _)| n).collect();
     adopt(&path, file, kind, names)?;
+    // npc writes a CLI's file only for a provider of that CLI: say so
+    // rather than promise a file npc will never write.
+    let declared = runtime::load_from_disk(&path)
+        .ok()
+        .and_then(|loaded| loaded.manifest)
+        .is_none_or(|m| m.providers.values().any(|p| p.kind == kind));
+    if !declared {
+        outln!(
+            "note: the manifest declares no provider of kind `{k}`, so npc does not write `{}`; add `[providers.{k}]` with `kind = \"{k}\"` to have it kept in step",
+            printable(&file.display().to_string()),
+            k = kind.as_str()
+        )?;
+    }
     outln!("next: run `npc validate`, then `npc plan`")?;
     Ok(Exit::Ok)
 }

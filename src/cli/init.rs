@@ -6,6 +6,8 @@ use std::path::Path;
 use anyhow::Context as _;
 
 use super::Exit;
+use crate::native;
+use crate::stdx::term::printable;
 
 /// The starter manifest `npc init` writes.
 pub const STARTER: &str = include_str!("starter.toml");
@@ -52,5 +54,24 @@ pub fn run(dir: &Path) -> anyhow::Result<Exit> {
         schema.display()
     )?;
     outln!("next: edit it, then run `npc validate`")?;
+    // Agent configs already here: their MCP servers can come along.
+    let found: Vec<String> = crate::model::ProviderKind::ALL
+        .into_iter()
+        .map(|kind| native::target_path(dir, &native::Target::project(kind)))
+        .filter(|path| std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()))
+        .map(|path| {
+            path.strip_prefix(dir)
+                .unwrap_or(&path)
+                .display()
+                .to_string()
+        })
+        .collect();
+    for file in &found {
+        outln!(
+            "found {}: bring its MCP servers into the manifest with `npc import {} --write`",
+            printable(file),
+            printable(file)
+        )?;
+    }
     Ok(Exit::Ok)
 }

@@ -480,3 +480,44 @@ fn instructions_quoting_npcs_markers_converge() {
     assert_eq!(read(root, "CLAUDE.md"), USER_CLAUDE_MD);
     assert!(!root.join("AGENTS.md").exists());
 }
+
+/// First steps where the user is: `npc init` in a repository with agent
+/// configs names them and the `npc import` that brings their servers in;
+/// importing a CLI's file into a manifest without that CLI's provider says
+/// npc will not write it until one is declared.
+#[test]
+fn init_offers_import_and_import_says_when_a_file_is_not_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::write(
+        root.join(".mcp.json"),
+        r#"{"mcpServers":{"fs":{"command":"npx","args":["-y","x"]}}}"#,
+    )
+    .unwrap();
+    std::fs::create_dir(root.join(".codex")).unwrap();
+    std::fs::write(
+        root.join(".codex/config.toml"),
+        "[mcp_servers.web]\ncommand = \"web-mcp\"\n",
+    )
+    .unwrap();
+    // A link named like a config is not offered (nothing is read through it).
+    symlink("/etc/hostname", root.join("opencode.json")).unwrap();
+    let said = stdout_of(&run(root, &["init", "."]).success());
+    assert!(
+        said.contains("found .mcp.json") && said.contains("npc import .mcp.json --write"),
+        "{said}"
+    );
+    assert!(
+        said.contains("npc import .codex/config.toml --write"),
+        "{said}"
+    );
+    assert!(!said.contains("opencode.json"), "{said}");
+    // The starter declares no Codex provider: npc says it will not write
+    // `.codex/config.toml` until one is declared.
+    let said = stdout_of(&run(root, &["import", ".codex/config.toml", "--write"]).success());
+    assert!(
+        said.contains("declares no provider of kind `codex`"),
+        "{said}"
+    );
+    assert!(said.contains("[providers.codex]"), "{said}");
+}
