@@ -58,7 +58,9 @@ pub fn run(dir: &Path) -> anyhow::Result<Exit> {
     let found: Vec<String> = crate::model::ProviderKind::ALL
         .into_iter()
         .map(|kind| native::target_path(dir, &native::Target::project(kind)))
-        .filter(|path| std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()))
+        // Through the guarded layer: a file here (or a link to one here),
+        // never one a link leads to outside the repository.
+        .filter(|path| native::read_existing_in(dir, path).is_ok_and(|text| text.is_some()))
         .map(|path| {
             path.strip_prefix(dir)
                 .unwrap_or(&path)

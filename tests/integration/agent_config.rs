@@ -500,8 +500,12 @@ fn init_offers_import_and_import_says_when_a_file_is_not_written() {
         "[mcp_servers.web]\ncommand = \"web-mcp\"\n",
     )
     .unwrap();
-    // A link named like a config is not offered (nothing is read through it).
+    // A config a link leads to outside the repository is not offered, nor
+    // one under a directory that links out.
     symlink("/etc/hostname", root.join("opencode.json")).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("settings.json"), "{}").unwrap();
+    symlink(outside.path(), root.join(".gemini")).unwrap();
     let said = stdout_of(&run(root, &["init", "."]).success());
     assert!(
         said.contains("found .mcp.json") && said.contains("npc import .mcp.json --write"),
@@ -512,6 +516,7 @@ fn init_offers_import_and_import_says_when_a_file_is_not_written() {
         "{said}"
     );
     assert!(!said.contains("opencode.json"), "{said}");
+    assert!(!said.contains(".gemini"), "{said}");
     // The starter declares no Codex provider: npc says it will not write
     // `.codex/config.toml` until one is declared.
     let said = stdout_of(&run(root, &["import", ".codex/config.toml", "--write"]).success());
