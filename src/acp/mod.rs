@@ -28,7 +28,7 @@
 //! a fresh conversation per prompt. Every bound is a constant here or in
 //! [`frame`] / [`map`].
 
-pub mod frame;
+pub use crate::surfaces::jsonrpc as frame;
 pub mod map;
 mod permission;
 mod prompt;

@@ -192,6 +192,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
                 });
             }
         };
+        // An ACP run's `ask` parks it when a daemon can answer (`npc runs
+        // approve`); else it is denied and recorded.
+        if let Some(acp) = &mut prepared.acp {
+            let daemon = paths.clone();
+            acp.reach = Some(std::sync::Arc::new(move || {
+                daemon.running_daemon().map(drop).ok_or_else(|| {
+                    "no daemon runs for this repository, so nobody can be asked; start `npc daemon` (then `npc runs approve ID` answers), or change the rule that asks".to_string()
+                })
+            }));
+        }
         for w in &prepared.warnings {
             errln!("warning: {w}");
         }

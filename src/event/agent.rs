@@ -128,3 +128,60 @@ pub struct DriftDetected {
     pub from: Strategy,
     pub to: Strategy,
 }
+
+/// A fragment of the agent's reasoning (ACP `agent_thought_chunk`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentThought {
+    pub text: String,
+}
+
+/// The agent's plan for the turn (ACP `plan`): every entry, in order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentPlan {
+    pub entries: Vec<AgentPlanEntry>,
+}
+
+/// One step of an [`AgentPlan`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentPlanEntry {
+    pub content: String,
+    /// `pending`, `in_progress` or `completed`.
+    pub status: String,
+    /// `high`, `medium` or `low`.
+    pub priority: String,
+}
+
+/// The agent's session mode changed (ACP `current_mode_update`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentMode {
+    pub mode: String,
+}
+
+/// What a tool call is doing, beyond its start and result (ACP
+/// `tool_call` / `tool_call_update`): its kind, status, the files it
+/// touches and the diffs it proposes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentToolUpdate {
+    pub id: Option<String>,
+    /// `pending`, `in_progress`, `completed`, `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// `read`, `edit`, `delete`, `move`, `search`, `execute`, `think`, `fetch`, `other`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// `path` or `path:line`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub locations: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diffs: Vec<AgentDiff>,
+}
+
+/// A file change a tool call proposes or made, counted in lines.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentDiff {
+    pub path: String,
+    pub added: u64,
+    pub removed: u64,
+}

@@ -99,6 +99,8 @@ events! {
     "run.waiting" => RunWaiting(RunWaiting),
     /// An `ask` of a run was answered (allowed, denied, timed out).
     "run.approval" => RunApproval(RunApproval),
+    /// An ACP agent asked permission for a tool call; npc answered.
+    "run.permission" => RunPermission(RunPermission),
     /// The advisory idle probe was written to a silent agent.
     "run.probe_sent" => RunProbeSent(RunProbeSent),
     /// The agent spoke again after a probe.
@@ -123,6 +125,14 @@ events! {
     "agent.error" => AgentError(AgentRecord<AgentError>),
     /// A line on the agent's stderr that is no error.
     "agent.notice" => AgentNotice(AgentRecord<AgentNotice>),
+    /// A fragment of the agent's reasoning (ACP runs).
+    "agent.thought" => AgentThought(AgentRecord<AgentThought>),
+    /// The agent's plan for the turn (ACP runs).
+    "agent.plan" => AgentPlan(AgentRecord<AgentPlan>),
+    /// The agent's session mode changed (ACP runs).
+    "agent.mode" => AgentMode(AgentRecord<AgentMode>),
+    /// A tool call's kind, status, locations and diffs (ACP runs).
+    "agent.tool_update" => AgentToolUpdate(AgentRecord<AgentToolUpdate>),
     /// The agent's output no longer looks like the recorded fixture.
     "cli_detection.drift_detected" => DriftDetected(AgentRecord<DriftDetected>),
     /// The daemon started.

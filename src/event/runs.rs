@@ -465,3 +465,39 @@ pub struct RunApproval {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
+
+/// How npc answered an ACP agent's `session/request_permission`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionAnswer {
+    /// An allow option the agent offered.
+    Allowed,
+    /// A reject option the agent offered.
+    #[default]
+    Denied,
+    /// The `cancelled` outcome: the turn was cancelled, or the agent
+    /// offered no option that says what npc decided.
+    Cancelled,
+}
+
+/// An ACP agent asked permission for a tool call of a run, and npc
+/// answered by the run's policy (its profile's tool rules, its hooks, a
+/// person for an `ask`): the option chosen is one the agent offered.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunPermission {
+    pub run_id: String,
+    /// The tool as the agent named it.
+    pub tool: String,
+    /// The agent's title of the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The ids of the options the agent offered.
+    pub options: Vec<String>,
+    pub answer: PermissionAnswer,
+    /// The option chosen (`None` with `cancelled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub option_id: Option<String>,
+    /// Why, in words (the denying rule, the person's answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}

@@ -346,8 +346,15 @@ pub struct RawProvider {
     /// Which CLI this is: `claude_code`, `codex`, `gemini_cli` or `opencode`.
     #[schemars(extend("enum" = ["claude_code", "codex", "gemini_cli", "opencode"]))]
     pub kind: Spanned<String>,
+    /// How npc drives the CLI: `headless` (its non-interactive mode, the
+    /// output parsed; the default) or `acp` (npc speaks the Agent Client
+    /// Protocol to the CLI's ACP program).
+    #[schemars(extend("enum" = ["headless", "acp"]))]
+    pub driver: Option<Spanned<String>>,
     /// Executable to launch. Default: the CLI's usual name (`claude`,
-    /// `codex`, `gemini`, `opencode`).
+    /// `codex`, `gemini`, `opencode`); with `driver = "acp"`, its ACP
+    /// program (`claude-agent-acp`, `codex-acp`, `gemini --acp`,
+    /// `opencode acp`).
     pub command: Option<Spanned<String>>,
     /// Extra arguments, placed before the ones npc adds.
     #[serde(default)]

@@ -383,9 +383,42 @@ impl ProviderKind {
     }
 }
 
+keywords! {
+    /// How npc drives a provider's CLI (`[providers.NAME] driver`).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Hash, Eq, Serialize)]
+    pub enum ProviderDriver {
+        /// The CLI's headless mode, its output stream parsed
+        /// (`providers::Parser`).
+        #[default]
+        Headless = "headless",
+        /// The Agent Client Protocol: npc is the client of the CLI's ACP
+        /// program (`providers::acp`).
+        Acp = "acp",
+    }
+}
+
+impl ProviderKind {
+    /// The ACP program of this CLI and the arguments that make it speak
+    /// ACP, when `driver = "acp"` names no `command`: the two adapters
+    /// from npm (`@agentclientprotocol/claude-agent-acp`,
+    /// `@agentclientprotocol/codex-acp`), Gemini CLI's `--acp` and
+    /// OpenCode's `acp` subcommand.
+    pub fn default_acp_command(self) -> (&'static str, &'static [&'static str]) {
+        match self {
+            Self::ClaudeCode => ("claude-agent-acp", &[]),
+            Self::Codex => ("codex-acp", &[]),
+            Self::GeminiCli => ("gemini", &["--acp"]),
+            Self::Opencode => ("opencode", &["acp"]),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
 pub struct Provider {
     pub kind: ProviderKind,
+    /// How npc drives it; with `acp`, `command` and `args` are the ACP
+    /// program's.
+    pub driver: ProviderDriver,
     pub command: String,
     pub args: Vec<Text>,
     pub env: BTreeMap<String, Text>,

@@ -1,7 +1,9 @@
 //! [`AgentEvent`]: what every provider parser turns agent CLI output into.
 //! Serialized with a `type` field (`agent.message`, `agent.tool_call`,
 //! `agent.tool_result`, `agent.idle`, `agent.error`, `agent.usage`,
-//! `agent.started`, `tool.denied`, `cli_detection.drift_detected`) so the runner can put
+//! `agent.started`, `tool.denied`, `cli_detection.drift_detected`, and
+//! from ACP runs `agent.thought`, `agent.plan`, `agent.mode`,
+//! `agent.tool_update`) so the runner can put
 //! the events on the bus as they are.
 
 use serde::{Deserialize, Serialize};
@@ -79,6 +81,18 @@ pub enum AgentEvent {
     /// CLI's YOLO and terminal-colour warnings).
     #[serde(rename = "agent.notice")]
     Notice { text: String },
+    /// A fragment of the agent's reasoning (ACP `agent_thought_chunk`).
+    #[serde(rename = "agent.thought")]
+    Thought(ev::AgentThought),
+    /// The agent's plan for the turn (ACP `plan`).
+    #[serde(rename = "agent.plan")]
+    Plan(ev::AgentPlan),
+    /// The agent's session mode changed (ACP `current_mode_update`).
+    #[serde(rename = "agent.mode")]
+    Mode(ev::AgentMode),
+    /// A tool call's kind, status, locations and diffs (ACP).
+    #[serde(rename = "agent.tool_update")]
+    ToolUpdate(ev::AgentToolUpdate),
     /// Live output no longer looks like the newest recorded fixture; the
     /// parser moved from `from` to `to` in the provider's strategy chain.
     #[serde(rename = "cli_detection.drift_detected")]
@@ -105,6 +119,10 @@ impl AgentEvent {
             Self::Denied { .. } => "tool.denied",
             Self::Error { .. } => "agent.error",
             Self::Notice { .. } => "agent.notice",
+            Self::Thought(_) => "agent.thought",
+            Self::Plan(_) => "agent.plan",
+            Self::Mode(_) => "agent.mode",
+            Self::ToolUpdate(_) => "agent.tool_update",
             Self::DriftDetected { .. } => "cli_detection.drift_detected",
         }
     }
@@ -200,6 +218,10 @@ impl AgentEvent {
             Self::Notice { text } => {
                 Event::AgentNotice(record(t, ev::AgentNotice { text }, run_id))
             }
+            Self::Thought(e) => Event::AgentThought(record(t, e, run_id)),
+            Self::Plan(e) => Event::AgentPlan(record(t, e, run_id)),
+            Self::Mode(e) => Event::AgentMode(record(t, e, run_id)),
+            Self::ToolUpdate(e) => Event::AgentToolUpdate(record(t, e, run_id)),
             Self::DriftDetected {
                 provider,
                 ratio,

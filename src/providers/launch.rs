@@ -272,6 +272,7 @@ mod tests {
     fn provider(kind: ProviderKind) -> Provider {
         Provider {
             kind,
+            driver: crate::model::ProviderDriver::Headless,
             command: kind.default_command().to_string(),
             args: vec![Text::plain("--extra")],
             env: BTreeMap::from([("API_KEY".to_string(), Text::secret("s3cret"))]),

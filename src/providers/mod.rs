@@ -33,6 +33,7 @@
 //! Parsing is incremental and total: feed any bytes, in any chunks; bad
 //! lines become `agent.error` events and parsing goes on.
 
+pub mod acp;
 mod claude;
 mod codex;
 pub mod drift;

@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use super::trust::UntrustedWorkspace;
 use super::{component, run_dir};
 
+pub mod acp;
 mod denials;
 use crate::bus::{BusError, EventBus};
 use crate::event::{
@@ -244,6 +245,9 @@ pub struct PreparedRun {
     /// What trusts the run's worktree for its agent CLI before it starts
     /// (a worktree npc made; `None` in place).
     pub trust: Option<super::trust::TrustPlan>,
+    /// A provider of `driver = "acp"`: the conversation to hold with its
+    /// ACP program (`spec`), instead of parsing a headless stream.
+    pub acp: Option<acp::AcpRun>,
 }
 
 impl PreparedRun {
@@ -460,6 +464,47 @@ pub fn prepare(
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
+    if provider.driver == crate::model::ProviderDriver::Acp {
+        let mcp_servers = match run_servers(manifest, profile, &run_env) {
+            Some(only) => acp::mcp_entries(&only, &mut warnings),
+            None => Vec::new(),
+        };
+        if profile.model.is_some() {
+            warnings.push(format!(
+                "profile `{}` names a `model`, which npc does not pass to an ACP agent yet; set the model in the CLI's own configuration",
+                req.profile
+            ));
+        }
+        let mut env = auth_env();
+        env.extend(acp::fixed_env(provider.kind, profile));
+        env.extend(
+            provider
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.expose().to_string())),
+        );
+        env.extend(run_env);
+        let spec = ChildSpec::new(provider.command.clone(), cwd.clone())
+            .args(provider.args.iter().map(|a| a.expose().to_string()));
+        let spec = ChildSpec { env, ..spec };
+        let start = crate::providers::acp::Start {
+            cwd,
+            prompt: prompt.clone(),
+            mcp_servers,
+            resume: None,
+            mode: acp::mode_for(provider.kind),
+            tool_for_kind: acp::tool_for_kind(provider.kind),
+        };
+        return Ok(PreparedRun {
+            acp: Some(acp::AcpRun {
+                start,
+                policy: crate::hooks::policy::ToolPolicy::for_profile(manifest, &req.profile),
+                manifest: std::sync::Arc::new(manifest.clone()),
+                reach: None,
+            }),
+            ..prepared_run(req, profile, id, provider_name, provider.kind, prompt, spec, root, None, warnings)
+        });
+    }
     let mcp_text = mcp_config_text(manifest, profile, provider.kind, &dir, &run_env)?;
     let model = profile.model.as_ref().map(|m| m.expose());
     let mut mcp_config = None;
@@ -532,10 +577,7 @@ pub fn prepare(
             plan.with_policy(RunPolicy::PolicyFile { path: &path })
         }
     };
-    let mut env: BTreeMap<String, String> = AUTH_ENV
-        .iter()
-        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
-        .collect();
+    let mut env = auth_env();
     env.extend(
         plan.exposed_env()
             .map(|(k, v)| (k.to_string(), v.to_string())),
@@ -552,11 +594,48 @@ pub fn prepare(
     let spec =
         ChildSpec::new(plan.program.clone(), cwd).args(plan.exposed_args().map(str::to_string));
     let spec = ChildSpec { env, ..spec };
-    Ok(PreparedRun {
+    Ok(prepared_run(
+        req,
+        profile,
+        id,
+        provider_name,
+        provider.kind,
+        prompt,
+        spec,
+        root,
+        mcp_config,
+        warnings,
+    ))
+}
+
+/// The provider CLIs' authentication variables that are set here
+/// ([`AUTH_ENV`]).
+fn auth_env() -> BTreeMap<String, String> {
+    AUTH_ENV
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect()
+}
+
+/// A prepared run of either driver (a headless one: `acp` is `None`).
+#[allow(clippy::too_many_arguments)]
+fn prepared_run(
+    req: &RunRequest,
+    profile: &crate::model::Profile,
+    id: String,
+    provider_name: &str,
+    kind: ProviderKind,
+    prompt: String,
+    spec: ChildSpec,
+    root: &Path,
+    mcp_config: Option<PathBuf>,
+    warnings: Vec<String>,
+) -> PreparedRun {
+    PreparedRun {
         id,
         profile: req.profile.clone(),
-        provider: provider_name.clone(),
-        kind: provider.kind,
+        provider: provider_name.to_string(),
+        kind,
         prompt,
         spec,
         tool_cwd: root.to_path_buf(),
@@ -574,7 +653,8 @@ pub fn prepare(
             .collect(),
         expect_changes: false,
         trust: None,
-    })
+        acp: None,
+    }
 }
 
 /// `dir` as an absolute, existing directory (relative to the current one).
@@ -642,18 +722,8 @@ fn mcp_config_text(
     dir: &Path,
     run_env: &BTreeMap<String, String>,
 ) -> Result<Option<(PathBuf, String)>, RunError> {
-    let servers = &profile.mcp_servers;
-    if servers.is_empty() {
+    let Some(only) = run_servers(manifest, profile, run_env) else {
         return Ok(None);
-    }
-    // In gateway mode the agent sees the gateway only (its calls pass npc's
-    // hooks and event log), never the raw servers beside it.
-    let only = if manifest.mcp.gateway {
-        native::gateway::for_run(manifest, profile, run_env)
-    } else {
-        let mut only = manifest.clone();
-        only.mcp_servers.retain(|name, _| servers.contains(name));
-        only
     };
     let path = native::target_path(dir, &Target::project(kind));
     let change = native::plan_text(
@@ -669,6 +739,28 @@ fn mcp_config_text(
         return Ok(None);
     }
     Ok(Some((path, change.after)))
+}
+
+/// The manifest whose servers a run of `profile` gets: in gateway mode
+/// the gateway only (its calls pass npc's hooks and event log), never the
+/// raw servers beside it; else the profile's servers. `None` when the
+/// profile names no server.
+fn run_servers(
+    manifest: &Manifest,
+    profile: &crate::model::Profile,
+    run_env: &BTreeMap<String, String>,
+) -> Option<Manifest> {
+    let servers = &profile.mcp_servers;
+    if servers.is_empty() {
+        return None;
+    }
+    Some(if manifest.mcp.gateway {
+        native::gateway::for_run(manifest, profile, run_env)
+    } else {
+        let mut only = manifest.clone();
+        only.mcp_servers.retain(|name, _| servers.contains(name));
+        only
+    })
 }
 
 /// Make `state_dir` npc's own state directory in the repository `root`
@@ -816,7 +908,11 @@ where
         end_hooks(hooks, run, Some(&message), "hook_failed").await;
         return Err(failure.into());
     }
-    let mut child = match supervisor.spawn_streaming(&spec) {
+    let spawned = match &run.acp {
+        Some(_) => supervisor.spawn_streaming_lines(&spec, crate::providers::acp::MAX_FRAME_BYTES),
+        None => supervisor.spawn_streaming(&spec),
+    };
+    let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
             let message = e.to_string();
@@ -833,6 +929,19 @@ where
     // open for it — Gemini stops waiting for piped input after 500 ms of
     // silence, so an open stdin does not hold it up; for every other
     // provider stdin closes at once (EOF, as `/dev/null` would give).
+    // An ACP run's stdin carries the conversation.
+    let mut conversation = run.acp.as_ref().map(|plan| {
+        acp::Conversation::new(
+            plan,
+            &run.id,
+            &run.profile,
+            &spec.env,
+            supervisor,
+            bus,
+            hooks,
+            child.stdin.take(),
+        )
+    });
     let mut probe_pipe = child.stdin.take().filter(|_| parser.probes());
     let mut probe = ProbeState::default();
     let killer = child.killer();
@@ -880,7 +989,37 @@ where
     tokio::pin!(drain);
     let probe_timer = tokio::time::sleep(run.timeout);
     tokio::pin!(probe_timer);
+    // An ACP conversation's phase deadline (`acp::Phase::limit`).
+    let phase_timer = tokio::time::sleep(run.timeout);
+    tokio::pin!(phase_timer);
+    let mut phase = None;
+    // The conversation is over (its turn ended or it failed): the agent was
+    // stopped.
+    let mut acp_over = false;
+    let mut acp_error: Option<String> = None;
+    if let Some(c) = &mut conversation {
+        let events = c.begin().await;
+        model.saw(&events);
+        for p in deliver(events, &mut count) {
+            p.await?;
+        }
+    }
     while out_open || err_open || exit.is_none() {
+        if let Some(c) = &conversation {
+            let now = c.client().phase();
+            if phase != Some(now) {
+                phase = Some(now);
+                if let Some(limit) = now.limit() {
+                    phase_timer
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + limit);
+                }
+            }
+        }
+        let phase_due = !acp_over
+            && exit.is_none()
+            && phase.and_then(crate::providers::acp::Phase::limit).is_some();
+        let deciding = conversation.as_ref().is_some_and(acp::Conversation::deciding);
         // The probe is due when the parser says the agent went stale; the
         // timer is re-armed after every event.
         let due = probe_pipe
@@ -896,11 +1035,16 @@ where
         let pending = tokio::select! {
             line = stdout.recv(), if out_open => match line {
                 Some(mut line) => {
-                    line.bytes.push(b'\n');
                     if let Some(payload) = probe.answered(&run.id) {
                         probe_records.push(record(Event::RunProbeAnswered(payload)));
                     }
-                    let events = parser.feed(&line.bytes);
+                    let events = match &mut conversation {
+                        Some(c) => c.line(&line.bytes, line.truncated).await,
+                        None => {
+                            line.bytes.push(b'\n');
+                            parser.feed(&line.bytes)
+                        }
+                    };
                     model.saw(&events);
                     deliver(events, &mut count)
                 }
@@ -957,17 +1101,63 @@ where
                 probe_records.push(record(event));
                 Vec::new()
             }
-            () = &mut timeout, if stop.is_none() && exit.is_none() => {
-                stop = Some(Outcome::TimedOut);
+            events = async { match conversation.as_mut() {
+                Some(c) => c.decided().await,
+                None => Vec::new(),
+            } }, if deciding && stop.is_none() => {
+                model.saw(&events);
+                deliver(events, &mut count)
+            }
+            () = &mut phase_timer, if phase_due => {
+                // The agent did not answer in time: a cancelled turn is
+                // ended by force; a silent start fails the run.
+                if let Some(p) = phase
+                    && p != crate::providers::acp::Phase::Cancelling
+                {
+                    acp_error.get_or_insert(format!(
+                        "the agent did not send {} within {}s; check that the provider's `command` is its ACP program",
+                        p.waiting_for(),
+                        p.limit().unwrap_or_default().as_secs()
+                    ));
+                }
+                acp_over = true;
                 let _ = killer.kill();
                 Vec::new()
+            }
+            () = &mut timeout, if stop.is_none() && exit.is_none() => {
+                stop = Some(Outcome::TimedOut);
+                match conversation.as_mut().filter(|_| !acp_over) {
+                    Some(c) => deliver(c.cancel().await, &mut count),
+                    None => {
+                        let _ = killer.kill();
+                        Vec::new()
+                    }
+                }
             }
             signal = &mut cancel, if stop.is_none() && exit.is_none() => {
                 stop = Some(Outcome::Cancelled { signal });
-                let _ = killer.kill();
-                Vec::new()
+                match conversation.as_mut().filter(|_| !acp_over) {
+                    Some(c) => deliver(c.cancel().await, &mut count),
+                    None => {
+                        let _ = killer.kill();
+                        Vec::new()
+                    }
+                }
             }
         };
+        // An ACP conversation that is over stops its agent (an ACP
+        // program waits for more prompts).
+        if let Some(c) = &mut conversation
+            && !acp_over
+            && (c.ended.is_some() || c.failed.is_some() || exit.is_some())
+        {
+            acp_over = true;
+            if let Some(failure) = &c.failed {
+                acp_error.get_or_insert(failure.to_string());
+            }
+            c.close();
+            let _ = killer.kill();
+        }
         for p in probe_records {
             p.await?;
         }
@@ -997,7 +1187,26 @@ where
     }
     let exit = exit.unwrap_or_default();
     let denials = run_denials(bus, since, run, refused).await?;
-    let mut outcome = stop.unwrap_or(if !exit.success() || failed_turn {
+    // An ACP agent is stopped by npc once its turn ended: its turn's end
+    // says how it went, not its exit status.
+    let acp_ended = conversation.as_ref().and_then(|c| c.ended);
+    if let Some(c) = &conversation
+        && acp_ended.is_none()
+        && acp_error.is_none()
+        && stop.is_none()
+    {
+        acp_error = Some(match &c.failed {
+            Some(failure) => failure.to_string(),
+            None => format!(
+                "the agent exited ({exit}) before its turn ended; run its ACP program by hand to see why"
+            ),
+        });
+    }
+    let exited_badly = match acp_ended {
+        Some(end) => !end.is_success(),
+        None => !exit.success() || acp_error.is_some(),
+    };
+    let mut outcome = stop.unwrap_or(if exited_badly || failed_turn {
         Outcome::Failed { exit }
     } else if denials.is_empty() {
         Outcome::Succeeded
@@ -1023,7 +1232,11 @@ where
             "the run changed no file, and `expect_changes = true` asks for changes".to_string(),
         ),
         Outcome::HookFailed => hook_error.clone(),
-        Outcome::Failed { exit } => Some(format!("the agent failed ({exit})")),
+        Outcome::Failed { .. } if acp_error.is_some() => acp_error.clone(),
+        Outcome::Failed { exit } => match acp_ended {
+            Some(end) => Some(format!("the agent ended its turn with `{}`", end.as_str())),
+            None => Some(format!("the agent failed ({exit})")),
+        },
         Outcome::TimedOut => Some(format!(
             "the run outlived its timeout of {}s",
             run.timeout.as_secs()
@@ -1044,6 +1257,7 @@ where
         // A hook's failure as before; the words of a blocked or unchanged run.
         error: match &outcome {
             Outcome::Blocked { .. } | Outcome::NoChanges => error.clone(),
+            Outcome::Failed { .. } if conversation.is_some() => error.clone(),
             _ => hook_error.clone(),
         },
         reason: outcome.reason().map(str::to_string),

@@ -730,6 +730,10 @@ impl Executor {
                 return (state::FAILED, Some(error));
             }
         };
+        // The daemon is up: a person can answer an ACP run's `ask`.
+        if let Some(acp) = &mut prepared.acp {
+            acp.reach = Some(std::sync::Arc::new(|| Ok(())));
+        }
         if let Some(opened) = place.opened {
             // The agent and its tools work in the worktree; npc's state,
             // store and memory stay the repository's.

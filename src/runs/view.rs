@@ -97,6 +97,18 @@ fn unescaped(event: &AgentEvent) -> Option<(Stream, String)> {
         AgentEvent::Notice { text } => {
             Some((Stream::Stderr, format!("· {}", cut(&one_line(text)))))
         }
+        // Reasoning fragments and tool progress are recorded, not printed.
+        AgentEvent::Thought(_) | AgentEvent::ToolUpdate(_) => None,
+        AgentEvent::Plan(plan) => out(format!(
+            "· plan: {}",
+            cut(&plan
+                .entries
+                .iter()
+                .map(|e| format!("[{}] {}", e.status, one_line(&e.content)))
+                .collect::<Vec<_>>()
+                .join("; "))
+        )),
+        AgentEvent::Mode(mode) => out(format!("· mode {}", mode.mode)),
         AgentEvent::DriftDetected {
             provider,
             ratio,

@@ -24,6 +24,7 @@ const READ_CHUNK: usize = 4096;
 fn provider(kind: ProviderKind, command: &str, args: &[&str]) -> Provider {
     Provider {
         kind,
+        driver: npcagent::model::ProviderDriver::Headless,
         command: command.to_string(),
         args: args.iter().map(|a| Text::plain(*a)).collect(),
         env: BTreeMap::new(),

@@ -183,6 +183,11 @@ struct Setup {
     /// The CLI is not allowed the call (no `--allowedTools` for Claude
     /// Code, no `--yolo` for Gemini CLI, a `deny` rule for OpenCode).
     refuse: bool,
+    /// The provider has `driver = "acp"` (npc speaks ACP to the CLI's ACP
+    /// program; its permission questions are npc's to answer).
+    acp: bool,
+    /// More lines of the profile (`denied_tools = …`).
+    profile_extra: String,
 }
 
 /// What the scripted model asks for, and what the CLI needs to allow it.
@@ -245,6 +250,24 @@ impl Setup {
         script: Script,
         refuse: bool,
     ) -> Self {
+        Self::build(cli, hooks, user, script, refuse, false, "")
+    }
+
+    /// A setup whose provider has `driver = "acp"`, the model calling
+    /// `script`'s tool, the profile with `profile_extra` lines.
+    pub(crate) fn acp(cli: Cli, script: Script, profile_extra: &str) -> Self {
+        Self::build(cli, "", None, script, false, true, profile_extra)
+    }
+
+    fn build(
+        cli: Cli,
+        hooks: &str,
+        user: Option<u32>,
+        script: Script,
+        refuse: bool,
+        acp: bool,
+        profile_extra: &str,
+    ) -> Self {
         let repo = tempfile::tempdir().unwrap();
         let home = tempfile::tempdir().unwrap();
         let model = Model::start(home.path(), script.tool, &script.args);
@@ -263,12 +286,15 @@ impl Setup {
             user,
             provider_args: script.provider_args,
             refuse,
+            acp,
+            profile_extra: profile_extra.to_string(),
         };
         this.write_home(&root);
         let manifest = format!(
-            "version = 1\n[mcp]\ngateway = true\n\n[mcp.servers.everything]\ncommand = \"node\"\nargs = [{everything:?}]\n\n{provider}\n[profiles.agent]\nprovider = \"p\"\ndescription = \"the real CLI under test\"\nmcp_servers = [\"everything\"]\n{hooks}",
+            "version = 1\n[mcp]\ngateway = true\n\n[mcp.servers.everything]\ncommand = \"node\"\nargs = [{everything:?}]\n\n{provider}\n[profiles.agent]\nprovider = \"p\"\ndescription = \"the real CLI under test\"\nmcp_servers = [\"everything\"]\n{extra}\n{hooks}",
             everything = everything_entry().to_string_lossy(),
             provider = this.provider(),
+            extra = this.profile_extra,
         );
         std::fs::write(root.join("npcagent.toml"), manifest).unwrap();
         if let Some(uid) = user {
@@ -399,14 +425,17 @@ impl Setup {
             ),
             _ => (String::new(), ""),
         };
-        let mut args: Vec<String> = (!args.is_empty())
+        // An ACP program takes no headless flags: npc answers its
+        // permission questions.
+        let mut args: Vec<String> = (!args.is_empty() && !self.acp)
             .then(|| args.to_string())
             .into_iter()
             .collect();
         args.extend(self.provider_args.iter().map(|a| format!("{a:?}")));
         format!(
-            "[providers.p]\nkind = \"{}\"\nenv = {{ {env} }}\nargs = [{}]\n",
+            "[providers.p]\nkind = \"{}\"\n{}env = {{ {env} }}\nargs = [{}]\n",
             self.cli.kind,
+            if self.acp { "driver = \"acp\"\n" } else { "" },
             args.join(", ")
         )
     }
@@ -1792,4 +1821,150 @@ fn codex_denied_tools_hold_for_its_own_shell() {
         "{denied:#?}"
     );
     assert_eq!(out.status.code(), Some(3), "{out:?}");
+}
+
+// ---- `driver = "acp"`: the same CLIs driven over the Agent Client Protocol.
+
+/// Whether `cli`'s ACP program is installed (the two adapters come from
+/// npm; Gemini CLI and OpenCode speak ACP themselves).
+fn acp_installed(cli: Cli) -> bool {
+    let adapter = match cli.kind {
+        "claude_code" => Some("claude-agent-acp"),
+        "codex" => Some("codex-acp"),
+        _ => None,
+    };
+    installed(cli)
+        && adapter.is_none_or(|a| {
+            require(Peer::program(
+                a,
+                "npm install -g @agentclientprotocol/claude-agent-acp@0.101.0 @agentclientprotocol/codex-acp@2.6.0",
+            ))
+        })
+}
+
+/// An ACP run's `echo` goes through npc's gateway (handed over in
+/// `session/new`, no native file written for it), is linked to its run,
+/// and its text reaches the model; the turn ends `end_turn`, so the run
+/// succeeds although npc stopped the ACP program.
+fn acp_echo_through_the_gateway(cli: Cli) {
+    if !acp_installed(cli) {
+        return;
+    }
+    let script = Script {
+        tool: "echo",
+        args: serde_json::json!({ "message": ECHO_TOKEN }),
+        provider_args: &[],
+    };
+    let s = Setup::acp(cli, script, "");
+    let events = s.run();
+    check_turn(&s, &events, &format!("Echo: {ECHO_TOKEN}"));
+    let run = events
+        .iter()
+        .find_map(|e| e["run_id"].as_str())
+        .expect("the run's id");
+    let stored = s.events();
+    let call = stored
+        .iter()
+        .find(|e| e["kind"] == "mcp.tool_call" && e["payload"]["name"] == GATEWAY_ECHO)
+        .unwrap_or_else(|| panic!("{}: no mcp.tool_call of echo: {stored:#?}", cli.program));
+    assert_eq!(call["payload"]["outcome"], "ok", "{call}");
+    assert_eq!(call["payload"]["run_id"], run, "{}: the call is not linked to its run: {call}", cli.program);
+    for kind in ["agent.started", "agent.tool_call", "agent.idle"] {
+        assert!(
+            events.iter().any(|e| e["type"] == kind),
+            "{}: no {kind} in {events:#?}",
+            cli.program
+        );
+    }
+    let idle = events.iter().find(|e| e["type"] == "agent.idle").unwrap();
+    assert_eq!(idle["status"], "end_turn", "{idle}");
+}
+
+/// An ACP run whose profile denies the CLI's shell tool: the agent's
+/// permission question is answered with a reject option it offered
+/// (`run.permission`, `denied`), the file is not written, and the run is
+/// `blocked` (exit 3) with the denial recorded.
+fn acp_shell_denied_by_policy(cli: Cli) {
+    if !acp_installed(cli) {
+        return;
+    }
+    let Script { tool, args, .. } = edit_script(cli);
+    let script = Script {
+        tool,
+        args,
+        provider_args: &[],
+    };
+    let denied = match cli.kind {
+        "claude_code" => "Bash",
+        "codex" => "exec_command",
+        "gemini_cli" => "run_shell_command",
+        _ => "bash",
+    };
+    let s = Setup::acp(cli, script, &format!("denied_tools = [\"{denied}\"]"));
+    let events = s.run_ending(3);
+    let stored = s.events();
+    let permission = stored
+        .iter()
+        .find(|e| e["kind"] == "run.permission")
+        .unwrap_or_else(|| panic!("{}: no run.permission: {stored:#?}", cli.program));
+    assert_eq!(permission["payload"]["answer"], "denied", "{permission}");
+    let offered = permission["payload"]["options"].as_array().unwrap();
+    assert!(
+        offered.contains(&permission["payload"]["option_id"]),
+        "{}: npc answered an option the agent did not offer: {permission}",
+        cli.program
+    );
+    assert!(
+        !s.root().join(EDITED_FILE).exists(),
+        "{}: the denied command ran",
+        cli.program
+    );
+    let finished = stored.iter().find(|e| e["kind"] == "run.finished").unwrap();
+    assert_eq!(finished["payload"]["outcome"], "blocked", "{finished}");
+    let run = events.iter().find_map(|e| e["run_id"].as_str()).unwrap();
+    assert!(
+        denials_of(&stored, run).iter().any(|d| d["tool"] == denied),
+        "{}: no tool.denied of `{denied}`: {stored:#?}",
+        cli.program
+    );
+}
+
+#[test]
+fn acp_claude_calls_echo_through_the_gateway() {
+    acp_echo_through_the_gateway(CLAUDE);
+}
+
+#[test]
+fn acp_codex_calls_echo_through_the_gateway() {
+    acp_echo_through_the_gateway(CODEX);
+}
+
+#[test]
+fn acp_gemini_calls_echo_through_the_gateway() {
+    acp_echo_through_the_gateway(GEMINI);
+}
+
+#[test]
+fn acp_opencode_calls_echo_through_the_gateway() {
+    acp_echo_through_the_gateway(OPENCODE);
+}
+
+#[test]
+fn acp_claude_shell_is_denied_by_the_profile() {
+    acp_shell_denied_by_policy(CLAUDE);
+}
+
+#[test]
+fn acp_codex_shell_is_denied_by_the_profile() {
+    acp_shell_denied_by_policy(CODEX);
+}
+
+#[test]
+fn acp_gemini_shell_is_denied_by_the_profile() {
+    acp_shell_denied_by_policy(GEMINI);
+}
+
+#[test]
+fn acp_opencode_shell_is_denied_by_the_profile() {
+    acp_shell_denied_by_policy(OPENCODE);
 }

@@ -76,6 +76,9 @@ pub struct Gateway {
     client: ClientSlot,
     /// An HTTP front's sessions, which each session joins once initialized.
     http: Option<Arc<dyn HttpRegistry>>,
+    /// The run this session's agent works for ([`crate::mcp::call::for_run`]),
+    /// carried into rmcp's handlers, which run outside the session's task.
+    run: Option<String>,
 }
 
 impl Clone for Gateway {
@@ -87,6 +90,7 @@ impl Clone for Gateway {
             catalog: self.catalog.clone(),
             client: ClientSlot::default(),
             http: self.http.clone(),
+            run: None,
         }
     }
 }
@@ -128,7 +132,14 @@ impl Gateway {
             catalog,
             client: ClientSlot::default(),
             http: None,
+            run: None,
         }
+    }
+
+    /// This session's calls are run `run`'s.
+    pub fn for_run(mut self, run: Option<String>) -> Self {
+        self.run = run;
+        self
     }
 
     /// Behind an HTTP front: each session, once initialized, joins
@@ -215,7 +226,10 @@ impl ServerHandler for Gateway {
         let client = caller.client.clone();
         let started = std::time::Instant::now();
         let name = request.name;
-        let call = as_caller(Some(caller), self.path.call(&name, request.arguments));
+        let call = crate::mcp::call::for_run(
+            self.run.clone(),
+            as_caller(Some(caller), self.path.call(&name, request.arguments)),
+        );
         tokio::select! {
             result = call => {
                 // The call's progress goes out before its answer.

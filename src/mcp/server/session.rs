@@ -213,6 +213,8 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    // rmcp answers in tasks of its own: the session's run goes with it.
+    let gateway = gateway.for_run(crate::mcp::call::current_run());
     let path = gateway.call_path().clone();
     let slot = gateway.client_slot();
     let (ours, theirs) = tokio::io::duplex(PIPE_BYTES);

@@ -16,12 +16,37 @@ impl Lower<'_> {
             );
             return None;
         };
+        let driver = match &p.driver {
+            None => ProviderDriver::default(),
+            Some(word) => ProviderDriver::parse(word).unwrap_or_else(|| {
+                let hint = suggest(word, &ProviderDriver::NAMES);
+                self.error(
+                    &word.span,
+                    format!("unknown provider driver `{}`", clip(word)),
+                    hint,
+                );
+                ProviderDriver::default()
+            }),
+        };
+        // Without a `command`, the CLI's usual program: for `acp` its ACP
+        // program, whose arguments come before the user's.
+        let mut args: Vec<Text> = Vec::new();
         let command = match p.command {
             Some(c) => c,
-            None => Spanned {
-                span: p.kind.span.clone(),
-                value: kind.default_command().to_string(),
-            },
+            None => {
+                let program = match driver {
+                    ProviderDriver::Headless => kind.default_command(),
+                    ProviderDriver::Acp => {
+                        let (program, fixed) = kind.default_acp_command();
+                        args.extend(fixed.iter().map(|a| Text::plain(*a)));
+                        program
+                    }
+                };
+                Spanned {
+                    span: p.kind.span.clone(),
+                    value: program.to_string(),
+                }
+            }
         };
         self.command(&command);
         self.exec_limits(&command, &p.args, &p.env);
@@ -35,10 +60,12 @@ impl Lower<'_> {
                 "write a semver requirement such as `>=2.0` or `^1.4, <2`",
             );
         }
+        args.extend(p.args.into_iter().map(|a| a.value));
         Some(Provider {
             kind,
+            driver,
             command,
-            args: p.args.into_iter().map(|a| a.value).collect(),
+            args,
             env: self.env_map(p.env),
             version: p.version.map(|v| v.value),
         })

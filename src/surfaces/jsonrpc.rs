@@ -1,4 +1,5 @@
-//! Newline-delimited JSON-RPC 2.0 framing for `npc acp`: lines are read by
+//! Newline-delimited JSON-RPC 2.0 framing, for both sides of ACP (`npc
+//! acp`, the agent; `providers::acp`, npc's client of the agent CLIs): lines are read by
 //! `stdx::lines` (a line over [`MAX_LINE_BYTES`] is skipped without being
 //! held, and reported), then classified into a request, a
 //! notification or a response ([`Incoming`]), and the error frames a bad
@@ -8,7 +9,7 @@
 
 use serde_json::{Value, json};
 
-/// Longest frame read from the client (prompts may embed file contents).
+/// Longest frame read from a peer (prompts may embed file contents).
 pub const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
 /// Longest method name echoed back in an error.
 pub const MAX_QUOTED_METHOD_CHARS: usize = 64;
@@ -36,7 +37,7 @@ pub enum Incoming {
         method: String,
         params: Value,
     },
-    /// The client's answer to one of npc's requests.
+    /// The peer's answer to one of npc's requests.
     Response {
         id: Value,
         outcome: Result<Value, Value>,
@@ -132,7 +133,7 @@ pub fn method_not_found(method: &str) -> Value {
     let clipped: String = method.chars().take(MAX_QUOTED_METHOD_CHARS).collect();
     error(
         METHOD_NOT_FOUND,
-        &format!("`{clipped}` is not a method npc's ACP agent serves"),
+        &format!("`{clipped}` is not a method npc serves here"),
     )
 }
 

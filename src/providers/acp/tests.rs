@@ -1,0 +1,2 @@
+//! Tests of the ACP client: recorded and hostile conversations.
+use super::*;
