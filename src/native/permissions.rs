@@ -65,6 +65,16 @@ const OPENCODE_TOOLS: [(&str, &str); 12] = [
     ("TodoWrite", "todowrite"),
 ];
 
+/// The name a profile's patterns give OpenCode's own tool `tool` (they
+/// use Claude Code's names: `bash` is `Bash`); `None` for a tool it has
+/// no name for.
+pub fn opencode_pattern_name(tool: &str) -> Option<&'static str> {
+    OPENCODE_TOOLS
+        .iter()
+        .find(|(_, oc)| *oc == tool)
+        .map(|(claude, _)| *claude)
+}
+
 /// One npc pattern as an OpenCode permission: (key, sub-pattern).
 /// `None` when OpenCode has no such tool.
 pub fn opencode_rule(pattern: &str) -> Option<(String, Option<String>)> {

@@ -33,8 +33,7 @@ use agent_client_protocol_schema::v1::{
     McpServer, McpServerHttp, McpServerStdio, NewSessionRequest, NewSessionResponse,
     PermissionOptionKind, PromptRequest, PromptResponse, RequestPermissionOutcome,
     RequestPermissionRequest, RequestPermissionResponse, ResumeSessionRequest,
-    SelectedPermissionOutcome, SessionNotification, SetSessionModeRequest, StopReason,
-    TextContent,
+    SelectedPermissionOutcome, SessionNotification, SetSessionModeRequest, StopReason, TextContent,
 };
 use serde_json::{Value, json};
 
@@ -429,8 +428,14 @@ impl Client {
             return Vec::new();
         };
         let wanted: &[PermissionOptionKind] = match decision {
-            Decision::Allow => &[PermissionOptionKind::AllowOnce, PermissionOptionKind::AllowAlways],
-            Decision::Deny => &[PermissionOptionKind::RejectOnce, PermissionOptionKind::RejectAlways],
+            Decision::Allow => &[
+                PermissionOptionKind::AllowOnce,
+                PermissionOptionKind::AllowAlways,
+            ],
+            Decision::Deny => &[
+                PermissionOptionKind::RejectOnce,
+                PermissionOptionKind::RejectAlways,
+            ],
         };
         let chosen = wanted
             .iter()
@@ -478,7 +483,9 @@ impl Client {
         answer: PermissionAnswer,
     ) -> Vec<Step> {
         let outcome = match &chosen {
-            Some(id) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id.clone())),
+            Some(id) => {
+                RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id.clone()))
+            }
             None => RequestPermissionOutcome::Cancelled,
         };
         let result = to_value(&RequestPermissionResponse::new(outcome));
@@ -512,7 +519,10 @@ impl Client {
                 let mut steps = vec![Step::Event(AgentEvent::Notice {
                     text: format!(
                         "the agent refused the session mode npc asked for: {}",
-                        clip(error["message"].as_str().unwrap_or_default(), MAX_ERROR_TEXT_BYTES)
+                        clip(
+                            error["message"].as_str().unwrap_or_default(),
+                            MAX_ERROR_TEXT_BYTES
+                        )
                     ),
                 })];
                 let session = self.session.clone().unwrap_or_default();
@@ -676,7 +686,9 @@ impl Client {
         self.phase = Phase::Prompting;
         let prompt = PromptRequest::new(
             session.clone(),
-            vec![ContentBlock::Text(TextContent::new(self.start.prompt.clone()))],
+            vec![ContentBlock::Text(TextContent::new(
+                self.start.prompt.clone(),
+            ))],
         );
         vec![
             Step::Event(AgentEvent::Started {
@@ -695,7 +707,10 @@ impl Client {
                 "the agent called `{}`, which npc does not offer its agents",
                 clip(method, jsonrpc::MAX_QUOTED_METHOD_CHARS)
             ));
-            steps.push(send(&jsonrpc::response(id, Err(jsonrpc::method_not_found(method)))));
+            steps.push(send(&jsonrpc::response(
+                id,
+                Err(jsonrpc::method_not_found(method)),
+            )));
             return steps;
         }
         let request: RequestPermissionRequest = match serde_json::from_value(params) {
@@ -703,9 +718,13 @@ impl Client {
             Err(e) => {
                 let error = jsonrpc::error(
                     jsonrpc::INVALID_PARAMS,
-                    &format!("invalid params: {}", clip(&e.to_string(), MAX_ERROR_TEXT_BYTES)),
+                    &format!(
+                        "invalid params: {}",
+                        clip(&e.to_string(), MAX_ERROR_TEXT_BYTES)
+                    ),
                 );
-                let mut steps = self.complain("the agent asked permission with invalid params".to_string());
+                let mut steps =
+                    self.complain("the agent asked permission with invalid params".to_string());
                 steps.push(send(&jsonrpc::response(id, Err(error))));
                 return steps;
             }
@@ -727,7 +746,9 @@ impl Client {
         let foreign = self.session.as_deref() != Some(&*request.session_id.0);
         // A question outside the turn, of another session, or beyond the
         // bound is answered `cancelled` at once.
-        if foreign || self.phase != Phase::Prompting || self.waiting.len() >= MAX_PENDING_PERMISSIONS
+        if foreign
+            || self.phase != Phase::Prompting
+            || self.waiting.len() >= MAX_PENDING_PERMISSIONS
         {
             return self.reply_permission(waiting, None, PermissionAnswer::Cancelled);
         }
@@ -776,7 +797,10 @@ impl Client {
         } else {
             message
         };
-        vec![Step::Event(AgentEvent::error(ErrorKind::UnknownEvent, message))]
+        vec![Step::Event(AgentEvent::error(
+            ErrorKind::UnknownEvent,
+            message,
+        ))]
     }
 }
 

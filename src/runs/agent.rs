@@ -146,6 +146,10 @@ pub enum RunError {
     Hook(#[from] HookFailure),
     #[error("the run did not start: {0}")]
     Untrusted(#[from] UntrustedWorkspace),
+    #[error(
+        "profile `{profile}` rules on Codex's own tools (`{pattern}`), and Codex over ACP asks npc about none of its own tool calls, so the rule could not be enforced; use `driver = \"headless\"` for this provider (with the project's hooks reviewed), or keep the profile's rules to MCP tools (`mcp__…`)"
+    )]
+    AcpUnenforceable { profile: String, pattern: String },
 }
 
 /// Where the task prompt comes from.
@@ -465,6 +469,12 @@ pub fn prepare(
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     if provider.driver == crate::model::ProviderDriver::Acp {
+        if let Some(pattern) = acp::unenforceable(provider.kind, profile) {
+            return Err(RunError::AcpUnenforceable {
+                profile: req.profile.clone(),
+                pattern: pattern.to_string(),
+            });
+        }
         let mcp_servers = match run_servers(manifest, profile, &run_env) {
             Some(only) => acp::mcp_entries(&only, &mut warnings),
             None => Vec::new(),
@@ -498,11 +508,23 @@ pub fn prepare(
         return Ok(PreparedRun {
             acp: Some(acp::AcpRun {
                 start,
+                kind: provider.kind,
                 policy: crate::hooks::policy::ToolPolicy::for_profile(manifest, &req.profile),
                 manifest: std::sync::Arc::new(manifest.clone()),
                 reach: None,
             }),
-            ..prepared_run(req, profile, id, provider_name, provider.kind, prompt, spec, root, None, warnings)
+            ..prepared_run(
+                req,
+                profile,
+                id,
+                provider_name,
+                provider.kind,
+                prompt,
+                spec,
+                root,
+                None,
+                warnings,
+            )
         });
     }
     let mcp_text = mcp_config_text(manifest, profile, provider.kind, &dir, &run_env)?;
@@ -1018,8 +1040,12 @@ where
         }
         let phase_due = !acp_over
             && exit.is_none()
-            && phase.and_then(crate::providers::acp::Phase::limit).is_some();
-        let deciding = conversation.as_ref().is_some_and(acp::Conversation::deciding);
+            && phase
+                .and_then(crate::providers::acp::Phase::limit)
+                .is_some();
+        let deciding = conversation
+            .as_ref()
+            .is_some_and(acp::Conversation::deciding);
         // The probe is due when the parser says the agent went stale; the
         // timer is re-armed after every event.
         let due = probe_pipe

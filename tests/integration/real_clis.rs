@@ -1868,7 +1868,11 @@ fn acp_echo_through_the_gateway(cli: Cli) {
         .find(|e| e["kind"] == "mcp.tool_call" && e["payload"]["name"] == GATEWAY_ECHO)
         .unwrap_or_else(|| panic!("{}: no mcp.tool_call of echo: {stored:#?}", cli.program));
     assert_eq!(call["payload"]["outcome"], "ok", "{call}");
-    assert_eq!(call["payload"]["run_id"], run, "{}: the call is not linked to its run: {call}", cli.program);
+    assert_eq!(
+        call["payload"]["run_id"], run,
+        "{}: the call is not linked to its run: {call}",
+        cli.program
+    );
     for kind in ["agent.started", "agent.tool_call", "agent.idle"] {
         assert!(
             events.iter().any(|e| e["type"] == kind),
@@ -1898,7 +1902,8 @@ fn acp_shell_denied_by_policy(cli: Cli) {
         "claude_code" => "Bash",
         "codex" => "exec_command",
         "gemini_cli" => "run_shell_command",
-        _ => "bash",
+        // A profile names OpenCode's own tools as Claude Code does.
+        _ => "Bash",
     };
     let s = Setup::acp(cli, script, &format!("denied_tools = [\"{denied}\"]"));
     let events = s.run_ending(3);
@@ -1954,9 +1959,40 @@ fn acp_claude_shell_is_denied_by_the_profile() {
     acp_shell_denied_by_policy(CLAUDE);
 }
 
+/// Codex over ACP asks about none of its own tool calls, so a profile
+/// that rules on them does not start with `driver = "acp"`: refused with
+/// the reason, nothing run.
 #[test]
-fn acp_codex_shell_is_denied_by_the_profile() {
-    acp_shell_denied_by_policy(CODEX);
+fn acp_codex_refuses_a_profile_ruling_on_its_own_tools() {
+    if !acp_installed(CODEX) {
+        return;
+    }
+    let Script { tool, args, .. } = edit_script(CODEX);
+    let script = Script {
+        tool,
+        args,
+        provider_args: &[],
+    };
+    let s = Setup::acp(CODEX, script, "denied_tools = [\"exec_command\"]");
+    let out = s
+        .npc(&[
+            "run",
+            "agent",
+            "--prompt",
+            "write the file",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("`exec_command`") && stderr.contains("driver = \"headless\""),
+        "{stderr}"
+    );
+    assert!(s.model.requests().is_empty(), "the agent ran");
+    assert!(!s.root().join(EDITED_FILE).exists());
 }
 
 #[test]

@@ -15,7 +15,9 @@ use agent_client_protocol_schema::v1::{
 use serde_json::Value;
 
 use super::{MAX_TRACKED_TOOL_CALLS, clip};
-use crate::event::{AgentDiff, AgentMode, AgentPlan, AgentPlanEntry, AgentThought, AgentToolUpdate};
+use crate::event::{
+    AgentDiff, AgentMode, AgentPlan, AgentPlanEntry, AgentThought, AgentToolUpdate,
+};
 use crate::providers::AgentEvent;
 
 /// Longest text of one event (a message fragment, a tool's output).
@@ -71,7 +73,11 @@ pub struct CallInfo {
 /// The tool's own name: ACP's `name` where the agent gives it, else the
 /// name an adapter puts in `_meta` (`claudeCode.toolName`), else the one
 /// seen with the call's start, else its title.
-fn tool_name(name: Option<&str>, meta: Option<&serde_json::Map<String, Value>>, title: &str) -> String {
+fn tool_name(
+    name: Option<&str>,
+    meta: Option<&serde_json::Map<String, Value>>,
+    title: &str,
+) -> String {
     let from_meta = meta.and_then(|m| {
         m.values()
             .find_map(|v| v.get("toolName").and_then(Value::as_str))
@@ -88,7 +94,11 @@ pub const MAX_NAME_BYTES: usize = 256;
 /// the prefix of an id of the form `TOOL__…` (Gemini CLI's), else the
 /// CLI's tool for the call's kind (`by_kind`, from the run: `execute` is
 /// Codex's `shell`), else the title.
-pub fn call_of_update(update: &ToolCallUpdate, tools: &Tools, by_kind: &BTreeMap<String, String>) -> CallInfo {
+pub fn call_of_update(
+    update: &ToolCallUpdate,
+    tools: &Tools,
+    by_kind: &BTreeMap<String, String>,
+) -> CallInfo {
     let id = update.tool_call_id.to_string();
     let f = &update.fields;
     let title = f.title.clone();
@@ -96,7 +106,11 @@ pub fn call_of_update(update: &ToolCallUpdate, tools: &Tools, by_kind: &BTreeMap
         .split_once("__")
         .map(|(p, _)| p)
         .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
-    let by_kind = f.kind.as_ref().and_then(|k| by_kind.get(&word(k))).map(String::as_str);
+    let by_kind = f
+        .kind
+        .as_ref()
+        .and_then(|k| by_kind.get(&word(k)))
+        .map(String::as_str);
     let tool = f
         .name
         .as_deref()
@@ -110,7 +124,10 @@ pub fn call_of_update(update: &ToolCallUpdate, tools: &Tools, by_kind: &BTreeMap
     CallInfo {
         id,
         tool,
-        arguments: f.raw_input.clone().unwrap_or_else(|| Value::Object(Default::default())),
+        arguments: f
+            .raw_input
+            .clone()
+            .unwrap_or_else(|| Value::Object(Default::default())),
         title: title.map(|t| clip(&t, MAX_NAME_BYTES)),
     }
 }
@@ -171,7 +188,9 @@ fn tool_call(call: ToolCall, tools: &mut Tools) -> Vec<AgentEvent> {
     let mut events = vec![AgentEvent::ToolCall {
         id: Some(id.clone()),
         name: name.clone(),
-        input: call.raw_input.unwrap_or_else(|| Value::Object(Default::default())),
+        input: call
+            .raw_input
+            .unwrap_or_else(|| Value::Object(Default::default())),
     }];
     events.push(AgentEvent::ToolUpdate(AgentToolUpdate {
         id: Some(id.clone()),
@@ -181,7 +200,13 @@ fn tool_call(call: ToolCall, tools: &mut Tools) -> Vec<AgentEvent> {
         locations: locations(&call.locations),
         diffs: diffs(&call.content),
     }));
-    if let Some(result) = result(&id, Some(name), call.status, &call.content, call.raw_output.as_ref()) {
+    if let Some(result) = result(
+        &id,
+        Some(name),
+        call.status,
+        &call.content,
+        call.raw_output.as_ref(),
+    ) {
         events.push(result);
     }
     events
@@ -197,21 +222,32 @@ fn tool_call_update(update: ToolCallUpdate, tools: &mut Tools) -> Vec<AgentEvent
     // A call first seen in an update (Gemini CLI asks permission for a
     // call it never announced): its start, so every result has one.
     if !tools.started(&id) {
-        let name = tools
-            .name(&id)
-            .map(str::to_string)
-            .unwrap_or_else(|| tool_name(None, update.meta.as_ref(), f.title.as_deref().unwrap_or("tool")));
+        let name = tools.name(&id).map(str::to_string).unwrap_or_else(|| {
+            tool_name(
+                None,
+                update.meta.as_ref(),
+                f.title.as_deref().unwrap_or("tool"),
+            )
+        });
         tools.remember(&id, &name, true);
         events.push(AgentEvent::ToolCall {
             id: Some(id.clone()),
             name,
-            input: f.raw_input.clone().unwrap_or_else(|| Value::Object(Default::default())),
+            input: f
+                .raw_input
+                .clone()
+                .unwrap_or_else(|| Value::Object(Default::default())),
         });
     }
     let content = f.content.unwrap_or_default();
     let locations = f.locations.as_deref().map(locations).unwrap_or_default();
     let diffs = diffs(&content);
-    if f.kind.is_some() || f.title.is_some() || !locations.is_empty() || !diffs.is_empty() || f.status.is_some() {
+    if f.kind.is_some()
+        || f.title.is_some()
+        || !locations.is_empty()
+        || !diffs.is_empty()
+        || f.status.is_some()
+    {
         events.push(AgentEvent::ToolUpdate(AgentToolUpdate {
             id: Some(id.clone()),
             status: f.status.as_ref().map(word),

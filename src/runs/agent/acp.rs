@@ -41,6 +41,8 @@ pub const GATEWAY_NAME: &str = crate::native::gateway::GATEWAY_ENTRY;
 #[derive(Clone)]
 pub struct AcpRun {
     pub start: Start,
+    /// The CLI (how its tools are named in the profile's patterns).
+    pub kind: ProviderKind,
     /// The profile's tool rules (`None`: it names none).
     pub policy: Option<ToolPolicy>,
     pub manifest: Arc<Manifest>,
@@ -74,7 +76,10 @@ pub fn mcp_entries(only: &Manifest, warnings: &mut Vec<String>) -> Vec<McpEntry>
                         "the MCP server `{name}` has a `cwd`, which ACP cannot pass; the agent starts it in the run's directory"
                     ));
                 }
-                let command = match (&this, name.as_str() == GATEWAY_NAME && spec.command == "npc") {
+                let command = match (
+                    &this,
+                    name.as_str() == GATEWAY_NAME && spec.command == "npc",
+                ) {
                     (Some(exe), true) => exe.display().to_string(),
                     _ => spec.command.clone(),
                 };
@@ -107,12 +112,30 @@ pub fn mcp_entries(only: &Manifest, warnings: &mut Vec<String>) -> Vec<McpEntry>
 /// (Codex's; Gemini CLI's ids carry the name).
 pub fn tool_for_kind(kind: ProviderKind) -> BTreeMap<String, String> {
     let pairs: &[(&str, &str)] = match kind {
-        ProviderKind::ClaudeCode => &[("execute", "Bash"), ("edit", "Edit"), ("read", "Read"), ("fetch", "WebFetch")],
+        ProviderKind::ClaudeCode => &[
+            ("execute", "Bash"),
+            ("edit", "Edit"),
+            ("read", "Read"),
+            ("fetch", "WebFetch"),
+        ],
         ProviderKind::Codex => &[("execute", "exec_command"), ("edit", "apply_patch")],
-        ProviderKind::GeminiCli => &[("execute", "run_shell_command"), ("edit", "replace"), ("read", "read_file"), ("fetch", "web_fetch")],
-        ProviderKind::Opencode => &[("execute", "bash"), ("edit", "edit"), ("read", "read"), ("fetch", "webfetch")],
+        ProviderKind::GeminiCli => &[
+            ("execute", "run_shell_command"),
+            ("edit", "replace"),
+            ("read", "read_file"),
+            ("fetch", "web_fetch"),
+        ],
+        ProviderKind::Opencode => &[
+            ("execute", "bash"),
+            ("edit", "edit"),
+            ("read", "read"),
+            ("fetch", "webfetch"),
+        ],
     };
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// The session mode an ACP run of `kind` works in, when the agent offers
@@ -138,6 +161,15 @@ pub fn fixed_env(kind: ProviderKind, profile: &Profile) -> BTreeMap<String, Stri
     match kind {
         ProviderKind::ClaudeCode => {
             env.insert("ENABLE_TOOL_SEARCH".to_string(), "false".to_string());
+        }
+        // Codex's adapter leaves out a session server the Codex config
+        // names already (the project's `npc` entry, without the run's
+        // variables): the run's own entry must win.
+        ProviderKind::Codex => {
+            env.insert(
+                "DISABLE_MCP_CONFIG_FILTERING".to_string(),
+                "true".to_string(),
+            );
         }
         ProviderKind::Opencode => {
             let (mut rules, _) = crate::native::permissions::opencode_permission(profile);
@@ -165,6 +197,38 @@ fn asking(value: &mut serde_json::Value) {
     }
 }
 
+/// The first rule of `profile` on the CLI's own tools that an ACP run of
+/// `kind` cannot enforce: Codex's adapter runs its own tools in Codex's
+/// sandbox and asks npc about none of them (only about escalations), so a
+/// `denied_tools` or `ask_tools` pattern on them would be a promise npc
+/// cannot keep. MCP tools (`mcp__…`) are the gateway's.
+pub fn unenforceable(kind: ProviderKind, profile: &Profile) -> Option<&str> {
+    if kind != ProviderKind::Codex {
+        return None;
+    }
+    profile
+        .denied_tools
+        .iter()
+        .chain(&profile.ask_tools)
+        .map(String::as_str)
+        .find(|p| {
+            !p.trim_start()
+                .starts_with(crate::hooks::policy::MCP_PATTERN_PREFIX)
+        })
+}
+
+/// The name the profile's patterns give the CLI's tool `tool`: OpenCode's
+/// own tools by their Claude Code names (`bash` is `Bash`), as
+/// `denied_tools` writes them for it; every other name as it is.
+fn pattern_name(kind: ProviderKind, tool: &str) -> String {
+    match kind {
+        ProviderKind::Opencode => crate::native::permissions::opencode_pattern_name(tool)
+            .unwrap_or(tool)
+            .to_string(),
+        _ => tool.to_string(),
+    }
+}
+
 /// Whether `tool` (as the agent names it) is one of npc's gateway's.
 fn is_gateway_tool(tool: &str) -> bool {
     let gateway = GATEWAY_NAME;
@@ -189,6 +253,7 @@ pub struct Conversation {
     run_id: String,
     bus: EventBus,
     runner: Arc<HookRunner>,
+    kind: ProviderKind,
     deciding: FuturesUnordered<BoxFuture<'static, Decided>>,
     reasons: HashMap<u64, Option<String>>,
     /// How the turn ended, once it did.
@@ -242,9 +307,13 @@ impl Conversation {
             )),
             _ => nobody(bus, run_id, profile),
         };
-        let mut runner = HookRunner::new((*hooks.set()).clone(), supervisor.clone(), Some(bus.clone()))
-            .for_site(DeniedBy::Hook, Some(run_id.to_string()))
-            .with_approver(approver);
+        let mut runner = HookRunner::new(
+            (*hooks.set()).clone(),
+            supervisor.clone(),
+            Some(bus.clone()),
+        )
+        .for_site(DeniedBy::Hook, Some(run_id.to_string()))
+        .with_approver(approver);
         if let Some(policy) = &plan.policy {
             runner = runner.with_policy(policy.clone());
         }
@@ -254,6 +323,7 @@ impl Conversation {
             run_id: run_id.to_string(),
             bus: bus.clone(),
             runner: Arc::new(runner),
+            kind: plan.kind,
             deciding: FuturesUnordered::new(),
             reasons: HashMap::new(),
             ended: None,
@@ -326,7 +396,7 @@ impl Conversation {
                     let runner = self.runner.clone();
                     let call = ToolCallInfo {
                         id: ask.call_id.clone(),
-                        name: ask.tool.clone(),
+                        name: pattern_name(self.kind, &ask.tool),
                         arguments: ask.arguments.clone(),
                     };
                     let key = ask.key;
