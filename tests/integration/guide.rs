@@ -26,6 +26,26 @@ const MIN_MANIFEST_BLOCKS: usize = 10;
 const MIN_RELATIVE_LINKS: usize = 40;
 /// The issue's bound on the README: a front page, not the manual.
 const README_MAX_BYTES: usize = 12 * 1024;
+/// Fewest `npc …` command lines the pages hold (the README's tour alone
+/// has eight).
+const MIN_COMMAND_LINES: usize = 40;
+/// Characters of the synopsis notation (`[--all]`, `a|b`, `…`, `<x>`) or of
+/// the shell (quotes, `$VAR`): a span holding one is a pattern, not a
+/// command line to parse.
+const NOTATION: &[char] = &[
+    '[', ']', '|', '…', '<', '>', '{', '}', '\'', '"', '$', '(', ')',
+];
+/// A sample value for each placeholder the pages write in capitals where
+/// the command line takes a value it checks (an enum, a number, an address).
+const PLACEHOLDERS: &[(&str, &str)] = &[
+    ("EVENT", "before_tool"),
+    ("CLI", "claude"),
+    ("SHELL", "bash"),
+    ("COMMAND", "status"),
+    ("SECS", "30"),
+    ("N", "10"),
+    ("ADDR", "127.0.0.1:8080"),
+];
 /// Internal names (the project's seed documents, other products' code
 /// names) that never reach a page a user reads.
 const INTERNAL_NAMES: &[&str] = &["seed 0", "Orcacode", "NPCAgent seed"];
@@ -191,6 +211,119 @@ fn every_manifest_example_in_the_guide_validates() {
             );
         }
     }
+}
+
+/// The `npc` command lines of a page: each line of an `sh` block that runs
+/// `npc` (after any `VAR=value`; its comment and a trailing `&` cut), and
+/// each inline code span of its prose that starts with `npc ` and holds no
+/// synopsis notation. Internal subcommands (`npc __…`) are left out.
+fn command_lines(page: &Path) -> Vec<(usize, String)> {
+    let (blocks, prose) = parse(page);
+    let mut found = Vec::new();
+    for block in blocks.iter().filter(|b| b.info == "sh") {
+        for (n, line) in block.text.lines().enumerate() {
+            let line = line
+                .split(" #")
+                .next()
+                .unwrap()
+                .trim()
+                .trim_end_matches('&');
+            let words: Vec<&str> = line
+                .split_whitespace()
+                .skip_while(|w| w.contains('=') && !w.starts_with('-'))
+                .collect();
+            if words.first() == Some(&"npc") {
+                found.push((block.line + 1 + n, words.join(" ")));
+            }
+        }
+    }
+    for (number, paragraph) in paragraphs(&prose) {
+        for span in paragraph.split('`').skip(1).step_by(2) {
+            if span.starts_with("npc ") && !span.starts_with("npc __") && !span.contains(NOTATION) {
+                found.push((number, span.to_string()));
+            }
+        }
+    }
+    found
+}
+
+/// The paragraphs of a page's prose (runs of consecutive non-blank lines),
+/// each joined into one line as Markdown renders it (a code span may wrap),
+/// with the number of its first line.
+fn paragraphs(prose: &[(usize, String)]) -> Vec<(usize, String)> {
+    let mut found: Vec<(usize, String)> = Vec::new();
+    let mut last = 0;
+    for (number, line) in prose {
+        let line = line.trim();
+        if line.is_empty() {
+            last = 0;
+            continue;
+        }
+        match found.last_mut() {
+            Some((_, text)) if last + 1 == *number => {
+                text.push(' ');
+                text.push_str(line);
+            }
+            _ => found.push((*number, line.to_string())),
+        }
+        last = *number;
+    }
+    found
+}
+
+/// Every `npc …` command line the README and `docs/` show parses with the
+/// current command line: `npc ARGS --help` exits 0 (clap reads the words
+/// before `--help` first, so an unknown subcommand, an unknown option or a
+/// bad value fails). Placeholders in capitals that the command line checks
+/// are given sample values first.
+#[test]
+fn every_command_line_in_the_docs_parses() {
+    let scratch = tempfile::tempdir().unwrap();
+    let mut checked = BTreeSet::new();
+    let mut failed = Vec::new();
+    for page in pages() {
+        for (number, line) in command_lines(&page) {
+            if !checked.insert(line.clone()) {
+                continue;
+            }
+            let args: Vec<&str> = line
+                .split_whitespace()
+                .skip(1)
+                .map(|word| {
+                    PLACEHOLDERS
+                        .iter()
+                        .find(|(name, _)| *name == word)
+                        .map_or(word, |(_, sample)| sample)
+                })
+                .chain(["--help"])
+                .collect();
+            let out = npc()
+                .current_dir(scratch.path())
+                .args(&args)
+                .output()
+                .unwrap();
+            if out.status.code() != Some(0) {
+                failed.push(format!(
+                    "{}:{number}: `{line}`: {}",
+                    shown(&page),
+                    String::from_utf8_lossy(&out.stderr)
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                ));
+            }
+        }
+    }
+    assert!(
+        checked.len() >= MIN_COMMAND_LINES,
+        "only {} command lines found: {checked:?}",
+        checked.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "command lines that do not parse:\n{}",
+        failed.join("\n")
+    );
 }
 
 /// A heading's anchor as GitHub makes it: lower case, punctuation but `-`
