@@ -17,6 +17,13 @@ use crate::worktrees::git;
 
 /// The info string that marks a complete manifest to validate.
 const MANIFEST_FENCE: &str = "toml npcagent";
+/// The info string that marks a manifest shown for its errors: `npc
+/// validate` must reject it, and print what the blocks after it show.
+const INVALID_FENCE: &str = "toml npcagent-invalid";
+/// The info strings of the blocks that show what `npc validate` prints for
+/// the deliberate error before them, as text and as JSON.
+const VALIDATE_TEXT_FENCE: &str = "text npc-validate";
+const VALIDATE_JSON_FENCE: &str = "json npc-validate";
 /// The info string of a TOML block that is no manifest (another tool's file).
 const OTHER_TOML_FENCE: &str = "toml not-a-manifest";
 /// Fewest manifest examples the guide holds: fewer means the extraction
@@ -159,11 +166,12 @@ fn every_manifest_example_in_the_guide_validates() {
             if block.info == MANIFEST_FENCE {
                 manifests.push(block);
             } else if block.info.starts_with("toml") {
-                assert_eq!(
-                    block.info, OTHER_TOML_FENCE,
-                    "{}:{}: a TOML block is either a manifest (```{MANIFEST_FENCE}, validated) \
-                     or marked ```{OTHER_TOML_FENCE}",
-                    block.page, block.line
+                assert!(
+                    [INVALID_FENCE, OTHER_TOML_FENCE].contains(&block.info.as_str()),
+                    "{}:{}: a TOML block is a manifest (```{MANIFEST_FENCE}, validated), a \
+                     deliberate error (```{INVALID_FENCE}) or marked ```{OTHER_TOML_FENCE}",
+                    block.page,
+                    block.line
                 );
             }
         }
@@ -173,32 +181,17 @@ fn every_manifest_example_in_the_guide_validates() {
         "only {} manifest examples found: {manifests:?}",
         manifests.len()
     );
-    let data = tempfile::tempdir().unwrap();
     for block in &manifests {
         let at = format!("{}:{}", block.page, block.line);
-        let repo = tempfile::tempdir().unwrap();
-        git(repo.path(), &["init", "--quiet"]);
-        std::fs::write(repo.path().join("npcagent.toml"), &block.text).unwrap();
         let variables = env_references(&block.text);
-        let mut command = npc();
-        command
-            .current_dir(repo.path())
-            .args(["validate", "--format", "json"])
-            .env("XDG_DATA_HOME", data.path());
+        let mut args = vec!["--format", "json"];
         if !variables.is_empty() {
-            command.arg("--allow-missing-env");
+            args.push("--allow-missing-env");
         }
-        for name in &variables {
-            command.env_remove(name);
-        }
-        let out = command.output().unwrap();
-        let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "{at}: validate printed no JSON ({e}): {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        assert_eq!(out.status.code(), Some(0), "{at}: {report:#}");
+        let (code, printed) = validate(&block.text, &args);
+        let report: Value = serde_json::from_str(&printed)
+            .unwrap_or_else(|e| panic!("{at}: validate printed no JSON ({e}): {printed}"));
+        assert_eq!(code, Some(0), "{at}: {report:#}");
         assert_eq!(report["valid"], true, "{at}: {report:#}");
         assert_eq!(report["error_count"], 0, "{at}: {report:#}");
         for diagnostic in report["diagnostics"].as_array().unwrap() {
@@ -211,6 +204,92 @@ fn every_manifest_example_in_the_guide_validates() {
             );
         }
     }
+}
+
+/// `npc validate ARGS` of `manifest` in a fresh git repository, with the
+/// variables it names unset: its exit code and standard output.
+fn validate(manifest: &str, args: &[&str]) -> (Option<i32>, String) {
+    let repo = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    git(repo.path(), &["init", "--quiet"]);
+    std::fs::write(repo.path().join("npcagent.toml"), manifest).unwrap();
+    let mut command = npc();
+    command
+        .current_dir(repo.path())
+        .arg("validate")
+        .args(args)
+        .env("XDG_DATA_HOME", data.path());
+    for name in env_references(manifest) {
+        command.env_remove(name);
+    }
+    let out = command.output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// Every deliberate error the guide shows (```toml npcagent-invalid) fails
+/// `npc validate` with exit 1, and the blocks after it (```text
+/// npc-validate, ```json npc-validate; at least one) are exactly what it
+/// prints, so a changed diagnostic cannot leave a stale one in the guide.
+#[test]
+fn every_deliberate_error_in_the_guide_fails_as_shown() {
+    let mut shown = 0;
+    for page in pages() {
+        let blocks = parse(&page).0;
+        for (i, block) in blocks.iter().enumerate() {
+            let at = format!("{}:{}", block.page, block.line);
+            if block.info == VALIDATE_TEXT_FENCE || block.info == VALIDATE_JSON_FENCE {
+                let shown_for = blocks[..i]
+                    .iter()
+                    .rev()
+                    .find(|b| b.info.starts_with("toml"));
+                assert!(
+                    shown_for.is_some_and(|b| b.info == INVALID_FENCE),
+                    "{at}: what `npc validate` prints follows the ```{INVALID_FENCE} block it is for"
+                );
+                continue;
+            }
+            if block.info != INVALID_FENCE {
+                continue;
+            }
+            let outputs: Vec<&Block> = blocks[i + 1..]
+                .iter()
+                .take_while(|b| !b.info.starts_with("toml"))
+                .filter(|b| b.info == VALIDATE_TEXT_FENCE || b.info == VALIDATE_JSON_FENCE)
+                .collect();
+            assert!(
+                !outputs.is_empty(),
+                "{at}: a deliberate error is followed by what `npc validate` prints for it"
+            );
+            for output in outputs {
+                let json = output.info == VALIDATE_JSON_FENCE;
+                let format: &[&str] = if json { &["--format", "json"] } else { &[] };
+                let (code, printed) = validate(&block.text, format);
+                assert_eq!(code, Some(1), "{at}: {printed}");
+                if json {
+                    let want: Value = serde_json::from_str(&output.text).unwrap();
+                    let got: Value = serde_json::from_str(&printed).unwrap();
+                    assert_eq!(
+                        got, want,
+                        "{}:{}: `npc validate --format json` prints {got}",
+                        output.page, output.line
+                    );
+                } else {
+                    assert_eq!(
+                        printed.trim_end(),
+                        output.text.trim_end(),
+                        "{}:{}: `npc validate` prints:\n{printed}",
+                        output.page,
+                        output.line
+                    );
+                }
+                shown += 1;
+            }
+        }
+    }
+    assert!(shown >= 2, "only {shown} deliberate errors shown");
 }
 
 /// The `npc` command lines of a page: each line of an `sh` block that runs
