@@ -70,7 +70,8 @@ struct Block {
     text: String,
 }
 
-/// `README.md` and every Markdown page under `docs/`.
+/// `README.md`, every Markdown page under `docs/`, and the README of the
+/// fleet example (which points into the guide).
 fn pages() -> Vec<PathBuf> {
     fn walk(dir: &Path, into: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
@@ -82,7 +83,10 @@ fn pages() -> Vec<PathBuf> {
             }
         }
     }
-    let mut pages = vec![repo_root().join("README.md")];
+    let mut pages = vec![
+        repo_root().join("README.md"),
+        repo_root().join("examples/fleet/README.md"),
+    ];
     walk(&repo_root().join("docs"), &mut pages);
     pages.sort();
     pages
