@@ -65,7 +65,7 @@ pub fn no_fleet() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "fleet.none",
-        "this daemon is in no fleet: its manifest has no `[store] url` (see \"Beyond one machine\" in the README); its own runs are at /api/v1/runs",
+        "this daemon is in no fleet: its manifest has no `[store] url` (see docs/guide/fleet.md); its own runs are at /api/v1/runs",
     )
 }
 

@@ -20,6 +20,7 @@ mod fleet_sessions;
 mod fleet_tls;
 mod fleet_view;
 mod git_trust;
+mod guide;
 mod hints;
 mod hooks;
 mod hostile;

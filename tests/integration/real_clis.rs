@@ -4,7 +4,7 @@
 //! in gateway mode with `@modelcontextprotocol/server-everything` as the
 //! upstream server, every CLI in a throwaway `HOME` of its own (its model
 //! provider and trust set up there, as a user behind a model gateway would;
-//! see README "Model gateways and proxies"). Each scenario checks npc's
+//! see docs/guide/providers.md). Each scenario checks npc's
 //! event log and what reached the model: `echo` called through the gateway
 //! (`mcp.tool_call`) with its text in the next request; `echo` denied by
 //! npc's native hook bridge (`hook.call` under the CLI's own tool name) with

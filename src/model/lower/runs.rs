@@ -121,7 +121,7 @@ impl Lower<'_> {
                 self.error(
                     &url.span,
                     format!("`[store] url`{from}: {e}"),
-                    "see README's \"Beyond one machine\" for `sslmode` and `sslrootcert`",
+                    "see docs/guide/fleet.md (TLS) for `sslmode` and `sslrootcert`",
                 );
                 return false;
             }

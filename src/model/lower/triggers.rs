@@ -50,7 +50,7 @@ impl Lower<'_> {
                         if let Schedule::Cron(c) = &s
                             && c.has_star_step_day_corner()
                         {
-                            self.warning(&expr.span, format!("cron dialects read `{}` differently", clip(&expr.value)), "npc (like Vixie cron and cronie) fires only on days matching BOTH day fields, because one starts with `*`; croniter (seed 000) fires on days matching EITHER; write both day fields without `*` to mean either, or make one `*` to mean the other alone");
+                            self.warning(&expr.span, format!("cron dialects read `{}` differently", clip(&expr.value)), "npc (like Vixie cron and cronie) fires only on days matching BOTH day fields, because one starts with `*`; Python's croniter fires on days matching EITHER; write both day fields without `*` to mean either, or make one `*` to mean the other alone");
                         }
                         Some(s)
                     }
