@@ -56,6 +56,11 @@ impl Tools {
         self.names.get(id).map(|(n, _)| n.as_str())
     }
 
+    /// How many calls are remembered.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
     fn started(&self, id: &str) -> bool {
         self.names.get(id).is_some_and(|(_, s)| *s)
     }
