@@ -2004,3 +2004,203 @@ fn acp_gemini_shell_is_denied_by_the_profile() {
 fn acp_opencode_shell_is_denied_by_the_profile() {
     acp_shell_denied_by_policy(OPENCODE);
 }
+
+/// An ACP run whose profile asks before the CLI's shell tool parks when
+/// the agent asks permission (`run.waiting`, nothing run yet); `npc runs
+/// approve` answers, the agent gets the allow option it offered, the file
+/// is written and the run succeeds.
+fn acp_ask_parks_until_approved(cli: Cli, asked: &str) {
+    if !acp_installed(cli) {
+        return;
+    }
+    let Script { tool, args, .. } = edit_script(cli);
+    let script = Script {
+        tool,
+        args,
+        provider_args: &[],
+    };
+    let s = Setup::acp(cli, script, &format!("ask_tools = [\"{asked}\"]"));
+    let path = path_with_npc();
+    let home = s.home.path().to_str().unwrap().to_string();
+    let env = [("PATH", path.to_str().unwrap()), ("HOME", home.as_str())];
+    let _daemon = crate::support::Daemon::start_in_with(
+        &s.root(),
+        crate::support::DaemonSetup {
+            only_env: Some(&env),
+            ..Default::default()
+        },
+    );
+    let timeout = RUN_TIMEOUT.as_secs().to_string();
+    let mut run = s
+        .npc(&[
+            "run",
+            "agent",
+            "--prompt",
+            "write the file",
+            "--format",
+            "json",
+            "--timeout",
+            &timeout,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let waiting = wait_for("the ACP run to park", || {
+        s.events().into_iter().find(|e| e["kind"] == "run.waiting")
+    });
+    assert!(
+        !s.root().join(EDITED_FILE).exists(),
+        "{}: the command ran before anyone answered",
+        cli.program
+    );
+    let id = waiting["payload"]["run_id"].as_str().unwrap().to_string();
+    // Answer every ask of the run until it ends (Claude Code's adapter also
+    // runs the project's hook bridge, which asks about the same call).
+    let mut approved = 0;
+    let status = wait_for("the approved ACP run to end", || {
+        if let Some(status) = run.try_wait().unwrap() {
+            return Some(status);
+        }
+        let stored = s.events();
+        let parked = stored.iter().filter(|e| e["kind"] == "run.waiting").count();
+        let answered = stored
+            .iter()
+            .filter(|e| e["kind"] == "run.approval")
+            .count();
+        if parked > answered {
+            let out = s.npc(&["runs", "approve", &id]).output().unwrap();
+            approved += usize::from(out.status.success());
+        }
+        None
+    });
+    assert!(approved >= 1);
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{}: {status}: {stderr}", cli.program);
+    assert!(
+        s.root().join(EDITED_FILE).exists(),
+        "{}: the approved command did not run",
+        cli.program
+    );
+    let stored = s.events();
+    let permission = stored
+        .iter()
+        .find(|e| e["kind"] == "run.permission")
+        .expect("run.permission");
+    assert_eq!(permission["payload"]["answer"], "allowed", "{permission}");
+    assert!(
+        stored
+            .iter()
+            .any(|e| e["kind"] == "run.approval" && e["payload"]["decision"] == "allow"),
+        "{stored:#?}"
+    );
+}
+
+#[test]
+fn acp_gemini_ask_parks_until_approved() {
+    acp_ask_parks_until_approved(GEMINI, "run_shell_command");
+}
+
+#[test]
+fn acp_claude_ask_parks_until_approved() {
+    acp_ask_parks_until_approved(CLAUDE, "Bash");
+}
+
+#[test]
+fn acp_opencode_ask_parks_until_approved() {
+    acp_ask_parks_until_approved(OPENCODE, "Bash");
+}
+
+/// Ctrl-C on an ACP run mid-turn (the agent in a 30 s tool call) is
+/// carried out as the protocol says: `session/cancel`, and the agent ends
+/// its turn `cancelled`; the run ends `cancelled` (exit 130) long before the
+/// tool would have finished.
+fn acp_cancel_mid_turn(cli: Cli) {
+    if !acp_installed(cli) {
+        return;
+    }
+    let script = Script {
+        tool: if cli.kind == "codex" {
+            "trigger_long_running_operation"
+        } else {
+            "trigger-long-running-operation"
+        },
+        args: serde_json::json!({"duration": 30, "steps": 3}),
+        provider_args: &[],
+    };
+    let s = Setup::acp(cli, script, "");
+    let timeout = RUN_TIMEOUT.as_secs().to_string();
+    let mut run = s
+        .npc(&[
+            "run",
+            "agent",
+            "--prompt",
+            "run the long operation",
+            "--format",
+            "json",
+            "--timeout",
+            &timeout,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = run.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            let Ok(line) = line else { break };
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    loop {
+        let event = rx
+            .recv_timeout(RUN_TIMEOUT)
+            .unwrap_or_else(|_| panic!("{}: no tool call: {seen:#?}", cli.program));
+        let started = event["type"] == "agent.tool_call";
+        seen.push(event);
+        if started {
+            break;
+        }
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(run.id()).unwrap()),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = wait_for("the cancelled ACP run to end", || run.try_wait().unwrap());
+    assert_eq!(status.code(), Some(130), "{}: {status}", cli.program);
+    seen.extend(rx.try_iter());
+    let stored = s.events();
+    let finished = stored.iter().find(|e| e["kind"] == "run.finished").unwrap();
+    assert_eq!(finished["payload"]["outcome"], "cancelled", "{finished}");
+    let idle = seen
+        .iter()
+        .find(|e| e["type"] == "agent.idle")
+        .unwrap_or_else(|| panic!("{}: the agent never ended its turn: {seen:#?}", cli.program));
+    assert_eq!(idle["status"], "cancelled", "{}: {idle}", cli.program);
+}
+
+#[test]
+fn acp_gemini_cancel_mid_turn_ends_cancelled() {
+    acp_cancel_mid_turn(GEMINI);
+}
+
+#[test]
+fn acp_claude_cancel_mid_turn_ends_cancelled() {
+    acp_cancel_mid_turn(CLAUDE);
+}
+
+#[test]
+fn acp_codex_cancel_mid_turn_ends_cancelled() {
+    acp_cancel_mid_turn(CODEX);
+}
+
+#[test]
+fn acp_opencode_cancel_mid_turn_ends_cancelled() {
+    acp_cancel_mid_turn(OPENCODE);
+}
