@@ -2204,3 +2204,88 @@ fn acp_codex_cancel_mid_turn_ends_cancelled() {
 fn acp_opencode_cancel_mid_turn_ends_cancelled() {
     acp_cancel_mid_turn(OPENCODE);
 }
+
+/// The same turn through `headless` and `acp` means the same: the same
+/// tool called (by its gateway name), its result, a message and a
+/// finished turn, in that order; the gateway's record of the call is the
+/// same but for timing.
+fn headless_and_acp_runs_mean_the_same(cli: Cli) {
+    if !acp_installed(cli) {
+        return;
+    }
+    let echo = || Script {
+        tool: "echo",
+        args: serde_json::json!({ "message": ECHO_TOKEN }),
+        provider_args: &[],
+    };
+    let headless = Setup::scripted(cli, "", None, echo());
+    let acp = Setup::acp(cli, echo(), "");
+    // What a run means: its tool calls (by gateway name) and results
+    // (whether they carried the echo) in order, then its answer (fragments
+    // of one message counted once) and the end of its turn. Text before the
+    // first call is left out: Codex's adapter reports a warning about the
+    // model's metadata as agent text there.
+    let meaning = |events: &[Value]| -> Vec<String> {
+        let first_call = events
+            .iter()
+            .position(|e| e["type"] == "agent.tool_call")
+            .unwrap_or(0);
+        let events = &events[first_call..];
+        let mut out: Vec<String> = Vec::new();
+        for e in events {
+            let kind = e["type"].as_str().unwrap_or("");
+            let word = match kind {
+                "agent.tool_call" => {
+                    let name = e["name"].as_str().unwrap_or("");
+                    format!("call {}", &name[name.find(GATEWAY_ECHO).unwrap_or(0)..])
+                }
+                "agent.tool_result" => format!(
+                    "result {}",
+                    e["output"].as_str().unwrap_or("").contains(ECHO_TOKEN)
+                ),
+                "agent.message" => "message".to_string(),
+                "agent.idle" => format!("idle error={}", e["is_error"]),
+                _ => continue,
+            };
+            if out.last() != Some(&word) {
+                out.push(word);
+            }
+        }
+        out
+    };
+    let a = meaning(&headless.run());
+    let b = meaning(&acp.run());
+    assert_eq!(a, b, "{}: headless and acp runs differ", cli.program);
+    let call = |s: &Setup| {
+        let stored = s.events();
+        let mut c = stored
+            .into_iter()
+            .find(|e| e["kind"] == "mcp.tool_call")
+            .unwrap()["payload"]
+            .clone();
+        c["duration_ms"] = Value::Null;
+        c["run_id"] = Value::Null;
+        c
+    };
+    assert_eq!(call(&headless), call(&acp), "{}", cli.program);
+}
+
+#[test]
+fn gemini_headless_and_acp_runs_mean_the_same() {
+    headless_and_acp_runs_mean_the_same(GEMINI);
+}
+
+#[test]
+fn opencode_headless_and_acp_runs_mean_the_same() {
+    headless_and_acp_runs_mean_the_same(OPENCODE);
+}
+
+#[test]
+fn claude_headless_and_acp_runs_mean_the_same() {
+    headless_and_acp_runs_mean_the_same(CLAUDE);
+}
+
+#[test]
+fn codex_headless_and_acp_runs_mean_the_same() {
+    headless_and_acp_runs_mean_the_same(CODEX);
+}

@@ -107,10 +107,7 @@ pub fn call_of_update(
     let id = update.tool_call_id.to_string();
     let f = &update.fields;
     let title = f.title.clone();
-    let id_prefix = id
-        .split_once("__")
-        .map(|(p, _)| p)
-        .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
+    let id_prefix = gemini_tool_of_id(&id);
     let by_kind = f
         .kind
         .as_ref()
@@ -135,6 +132,16 @@ pub fn call_of_update(
             .unwrap_or_else(|| Value::Object(Default::default())),
         title: title.map(|t| clip(&t, MAX_NAME_BYTES)),
     }
+}
+
+/// The tool of a Gemini CLI call id, `TOOL__TOOL_<digits>_<digits>`
+/// (`run_shell_command__run_shell_command_1796458513260_0`).
+pub(super) fn gemini_tool_of_id(id: &str) -> Option<&str> {
+    id.match_indices("__").find_map(|(at, _)| {
+        let (tool, rest) = (&id[..at], &id[at + 2..]);
+        let tail = rest.strip_prefix(tool)?.strip_prefix('_')?;
+        (!tool.is_empty() && tail.starts_with(|c: char| c.is_ascii_digit())).then_some(tool)
+    })
 }
 
 fn meta_name(meta: Option<&serde_json::Map<String, Value>>) -> Option<&str> {

@@ -428,3 +428,18 @@ fn a_mode_is_set_only_when_the_agent_lists_it() {
     );
     assert_eq!(already[0]["method"], "session/prompt");
 }
+
+#[test]
+fn a_gemini_call_id_names_its_tool() {
+    assert_eq!(
+        map::gemini_tool_of_id("run_shell_command__run_shell_command_1796458513260_0"),
+        Some("run_shell_command")
+    );
+    assert_eq!(
+        map::gemini_tool_of_id("mcp_npc_everything__echo__mcp_npc_everything__echo_1796_0"),
+        Some("mcp_npc_everything__echo")
+    );
+    assert_eq!(map::gemini_tool_of_id("toolu_abc"), None);
+    assert_eq!(map::gemini_tool_of_id("a__b_c"), None);
+    assert_eq!(map::gemini_tool_of_id("__"), None);
+}
