@@ -59,6 +59,11 @@ pub struct RunArgs {
     /// Run the profile with another provider (a `[providers.NAME]`) than its own
     #[arg(long, value_name = "NAME")]
     provider: Option<String>,
+    /// Continue the agent's conversation of an earlier run (its id, `npc
+    /// runs`): over ACP with `session/resume` or `session/load`; headless
+    /// with the CLI's own resume flag (Claude Code, OpenCode)
+    #[arg(long, value_name = "RUN")]
+    resume: Option<String>,
     /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
     #[arg(long, short = 'm')]
     manifest: Option<PathBuf>,
@@ -113,12 +118,25 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
     let mut run = prompt.manual_run(&args.profile);
     run.workspace = workspace;
     run.provider = args.provider.clone();
+    let resume = match &args.resume {
+        None => None,
+        Some(id) => match resume_of(&paths, id) {
+            Ok(session) => Some(crate::surfaces::runs::Resume {
+                session,
+                fork: false,
+            }),
+            Err(e) => {
+                errln!("error: {e}");
+                return Ok(Exit::Usage);
+            }
+        },
+    };
     let asked = LocalRun {
         run,
         cwd: cwd.clone(),
         timeout_secs: args.timeout,
         probe_after_secs: args.probe_after,
-        resume: None,
+        resume,
         approval: None,
     };
     let request = RunRequest {
@@ -192,6 +210,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
                 });
             }
         };
+        prepared.apply_local(asked.resume.as_ref(), None);
         // An ACP run's `ask` parks it when a daemon can answer (`npc runs
         // approve`); else it is denied and recorded.
         if let Some(acp) = &mut prepared.acp {
@@ -263,7 +282,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
         if let Err(e @ OutputError::Failed { .. }) = printing {
             return Err(e.into());
         }
-        if let Some(error) = &report.hook_error {
+        if let Some(error) = report.hook_error.as_ref().or(report.acp_error.as_ref()) {
             errln!("error: {error}");
         }
         if format == Format::Human {
@@ -430,4 +449,20 @@ fn print_event(run_id: &str, event: &AgentEvent, format: Format) -> Result<(), O
         },
     }
     Ok(())
+}
+
+/// The agent's session of run `id` (`--resume`), from the store.
+fn resume_of(paths: &crate::runtime::RepoPaths, id: &str) -> anyhow::Result<String> {
+    if !runs::workspace::is_run_id(id) {
+        anyhow::bail!(
+            "`{}` is not a run id; `npc runs` lists them",
+            crate::stdx::term::printable(id)
+        );
+    }
+    let store = crate::runtime::open_store_read_only(paths)?;
+    store.agent_session_of_run(id)?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "run `{id}` recorded no agent session to continue (it never started, or its agent announced none); start a new run instead"
+        )
+    })
 }

@@ -208,13 +208,13 @@ impl TurnEnd {
 /// Why the conversation with the agent failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AcpFailure {
-    #[error(
-        "the agent answered `{method}` with error {code}: {message}; check the provider's `command` names its ACP program and that the CLI is signed in"
-    )]
+    #[error("the agent answered `{method}` with error {code}: {message}; {hint}")]
     Refused {
         method: &'static str,
         code: i64,
         message: String,
+        /// What to do next, for this method.
+        hint: &'static str,
     },
     #[error(
         "the agent's answer to `{method}` is not what ACP says: {reason}; the ACP program may speak another protocol version"
@@ -298,6 +298,19 @@ enum Sent {
 }
 
 impl Sent {
+    /// What to do when the agent refuses this request.
+    fn hint(self) -> &'static str {
+        match self {
+            Self::Resume | Self::Load => {
+                "the agent could not continue that session; start a new run instead"
+            }
+            Self::Prompt => "the agent refused the turn; its stderr (the run's events) says why",
+            _ => {
+                "check the provider's `command` names its ACP program and that the CLI is signed in"
+            }
+        }
+    }
+
     fn method(self) -> &'static str {
         match self {
             Self::Initialize => "initialize",
@@ -532,10 +545,17 @@ impl Client {
             Err(error) => {
                 self.phase = Phase::Done;
                 let message = error["message"].as_str().unwrap_or_default();
+                // The agent's own words are in `data` when its message is generic.
+                let detail = error["data"]
+                    .get("details")
+                    .and_then(Value::as_str)
+                    .map(|d| format!("{message} ({d})"))
+                    .unwrap_or_else(|| message.to_string());
                 return vec![Step::Failed(AcpFailure::Refused {
                     method: what.method(),
                     code: error["code"].as_i64().unwrap_or_default(),
-                    message: clip(message, MAX_ERROR_TEXT_BYTES),
+                    message: clip(&detail, MAX_ERROR_TEXT_BYTES),
+                    hint: what.hint(),
                 })];
             }
         };

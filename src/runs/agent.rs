@@ -77,6 +77,9 @@ pub const AUTH_ENV: [&str; 9] = [
     "CODEX_HOME",
     "XDG_CONFIG_HOME",
 ];
+/// How long an ACP agent whose conversation is over may take to exit
+/// after SIGTERM (saving its session) before its process group is killed.
+pub const ACP_STOP_GRACE: Duration = Duration::from_secs(3);
 /// Exit status of `npc run` when the run timed out (as `timeout(1)`).
 pub const EXIT_TIMED_OUT: u8 = 124;
 /// Exit status of `npc run` when a denial stopped something the agent
@@ -260,10 +263,22 @@ impl PreparedRun {
     /// route's two variables. The one place every path (in process and in
     /// the daemon) does it.
     pub fn apply_local(&mut self, resume: Option<&Resume>, route: Option<&ApprovalRoute>) {
-        if let Some(r) = resume {
-            let extra = providers::resume::args(self.kind, &r.session, r.fork);
-            let at = providers::resume::position(self.kind, &self.spec.args);
-            self.spec.args.splice(at..at, extra);
+        match (resume, &mut self.acp) {
+            // An ACP agent continues its session over the protocol
+            // (`session/resume` or `session/load`, where it offers one).
+            (Some(r), Some(acp)) => acp.start.resume = Some(r.session.clone()),
+            (Some(r), None) => {
+                let extra = providers::resume::args(self.kind, &r.session, r.fork);
+                if extra.is_empty() {
+                    self.warnings.push(format!(
+                        "{} run headless cannot continue an earlier conversation; this run starts a new one (`driver = \"acp\"` continues it where the agent can)",
+                        self.kind.as_str()
+                    ));
+                }
+                let at = providers::resume::position(self.kind, &self.spec.args);
+                self.spec.args.splice(at..at, extra);
+            }
+            (None, _) => {}
         }
         if let Some(route) = route {
             self.spec
@@ -378,6 +393,9 @@ pub struct RunReport {
     pub events: usize,
     /// Why a hook stopped the run ([`Outcome::HookFailed`]).
     pub hook_error: Option<String>,
+    /// Why an ACP conversation failed ([`Outcome::Failed`]): what the
+    /// agent answered, or what it never sent.
+    pub acp_error: Option<String>,
 }
 
 /// Longest [`prepare_blocking`] may take: rendering is bounded by its fuel
@@ -1018,6 +1036,10 @@ where
     // The conversation is over (its turn ended or it failed): the agent was
     // stopped.
     let mut acp_over = false;
+    let stop_grace = tokio::time::sleep(run.timeout);
+    tokio::pin!(stop_grace);
+    // The agent was sent SIGTERM; after `ACP_STOP_GRACE` comes SIGKILL.
+    let mut terminated = false;
     let mut acp_error: Option<String> = None;
     if let Some(c) = &mut conversation {
         let events = c.begin().await;
@@ -1134,6 +1156,10 @@ where
                 model.saw(&events);
                 deliver(events, &mut count)
             }
+            () = &mut stop_grace, if terminated && exit.is_none() => {
+                let _ = killer.kill();
+                Vec::new()
+            }
             () = &mut phase_timer, if phase_due => {
                 // The agent did not answer in time: a cancelled turn is
                 // ended by force; a silent start fails the run.
@@ -1181,8 +1207,14 @@ where
             if let Some(failure) = &c.failed {
                 acp_error.get_or_insert(failure.to_string());
             }
+            // Asked to stop (its stdin closed, SIGTERM), the agent saves
+            // its session for a later resume; after the grace it is killed.
             c.close();
-            let _ = killer.kill();
+            terminated = true;
+            let _ = killer.signal(nix::sys::signal::Signal::SIGTERM);
+            stop_grace
+                .as_mut()
+                .reset(tokio::time::Instant::now() + ACP_STOP_GRACE);
         }
         for p in probe_records {
             p.await?;
@@ -1301,6 +1333,7 @@ where
         duration,
         events: count,
         hook_error,
+        acp_error,
     })
 }
 

@@ -225,6 +225,23 @@ impl Store {
         })
     }
 
+    /// The agent's own session id of run `run_id` (its first
+    /// `agent.started` that names one), cut to [`MAX_AGENT_SESSION_BYTES`]
+    /// and refused when it holds control characters (a row is input).
+    pub fn agent_session_of_run(&self, run_id: &str) -> Result<Option<String>, StoreError> {
+        let events = self.events_where(
+            "component = ?1 AND kind = 'agent.started' ORDER BY id LIMIT ?2",
+            (super::queue::run_component(run_id), 16i64),
+        )?;
+        Ok(events.into_iter().find_map(|e| {
+            let id = e.payload.get("session_id")?.as_str()?;
+            (!id.is_empty()
+                && id.len() <= MAX_AGENT_SESSION_BYTES
+                && !id.chars().any(char::is_control))
+            .then(|| id.to_string())
+        }))
+    }
+
     /// The recorded agent events of run `run_id` (kinds `agent.*`), oldest first.
     pub fn run_agent_events(&self, run_id: &str) -> Result<Vec<Event>, StoreError> {
         self.events_where(
@@ -236,6 +253,9 @@ impl Store {
         )
     }
 }
+
+/// Longest agent session id npc continues (`npc run --resume`).
+pub const MAX_AGENT_SESSION_BYTES: usize = 256;
 
 /// One machine's sessions: rows of this store, the runs' events already
 /// in it.

@@ -2289,3 +2289,151 @@ fn claude_headless_and_acp_runs_mean_the_same() {
 fn codex_headless_and_acp_runs_mean_the_same() {
     headless_and_acp_runs_mean_the_same(CODEX);
 }
+
+/// `npc run --resume RUN` of an ACP run continues the agent's session
+/// (`session/resume`, or `session/load` where that is all it offers): the
+/// same session id, and the model's first request of the new turn carries
+/// the earlier turn's words.
+fn acp_resume_continues_the_session(cli: Cli) {
+    if !acp_installed(cli) {
+        return;
+    }
+    let script = Script {
+        tool: "echo",
+        args: serde_json::json!({ "message": ECHO_TOKEN }),
+        provider_args: &[],
+    };
+    let s = Setup::acp(cli, script, "");
+    let first = s.run();
+    let run = first
+        .iter()
+        .find_map(|e| e["run_id"].as_str())
+        .unwrap()
+        .to_string();
+    let session = first
+        .iter()
+        .find(|e| e["type"] == "agent.started")
+        .and_then(|e| e["session_id"].as_str())
+        .unwrap_or_else(|| panic!("{}: no session: {first:#?}", cli.program))
+        .to_string();
+    let before = s.model.requests().len();
+    let out = s
+        .npc(&[
+            "run",
+            "agent",
+            "--prompt",
+            "and once more",
+            "--resume",
+            &run,
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}: {}\n{stdout}\n{}",
+        cli.program,
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let second: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let resumed = second
+        .iter()
+        .find(|e| e["type"] == "agent.started")
+        .and_then(|e| e["session_id"].as_str());
+    assert_eq!(resumed, Some(session.as_str()), "{}", cli.program);
+    let requests = s.model.requests();
+    let next = requests[before..]
+        .iter()
+        .find(|r| {
+            r.to_string().contains("and once more")
+                && offered_tools(r).iter().any(|t| t.ends_with(GATEWAY_ECHO))
+        })
+        .unwrap_or_else(|| panic!("{}: the new prompt never reached the model", cli.program));
+    assert!(
+        next.to_string().contains("call the echo tool"),
+        "{}: the earlier turn is not in the resumed conversation: {next}",
+        cli.program
+    );
+}
+
+#[test]
+fn acp_claude_resume_continues_the_session() {
+    acp_resume_continues_the_session(CLAUDE);
+}
+
+#[test]
+fn acp_codex_resume_continues_the_session() {
+    acp_resume_continues_the_session(CODEX);
+}
+
+/// Gemini CLI 0.61 over ACP offers only `session/load`, and after a
+/// gateway's changed tool list it records the conversation under a new
+/// chat, so its load of the ACP session finds nothing: the resumed run
+/// fails with the agent's own words and says what to do.
+#[test]
+fn acp_gemini_resume_fails_with_the_agent_s_reason() {
+    if !acp_installed(GEMINI) {
+        return;
+    }
+    let script = Script {
+        tool: "echo",
+        args: serde_json::json!({ "message": ECHO_TOKEN }),
+        provider_args: &[],
+    };
+    let s = Setup::acp(GEMINI, script, "");
+    let first = s.run();
+    let run = first
+        .iter()
+        .find_map(|e| e["run_id"].as_str())
+        .unwrap()
+        .to_string();
+    let out = s
+        .npc(&["run", "agent", "--prompt", "again", "--resume", &run])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("session/load") && stderr.contains("start a new run"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn acp_opencode_resume_continues_the_session() {
+    acp_resume_continues_the_session(OPENCODE);
+}
+
+/// `--resume` of something that is not a run of this repository is
+/// refused before anything starts.
+#[test]
+fn resume_of_an_unknown_run_is_refused() {
+    if !acp_installed(GEMINI) {
+        return;
+    }
+    let script = Script {
+        tool: "echo",
+        args: serde_json::json!({ "message": ECHO_TOKEN }),
+        provider_args: &[],
+    };
+    let s = Setup::acp(GEMINI, script, "");
+    for bad in ["../../etc/passwd", "run-20261205t000000000z-deadbeef"] {
+        let out = s
+            .npc(&["run", "agent", "--prompt", "x", "--resume", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("npc runs") || stderr.contains("no agent session"),
+            "{stderr}"
+        );
+    }
+    assert!(s.model.requests().is_empty());
+}

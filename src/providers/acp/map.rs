@@ -57,6 +57,7 @@ impl Tools {
     }
 
     /// How many calls are remembered.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.names.len()
     }
