@@ -199,10 +199,22 @@ fn answer(args: &RunArgs) -> Answer {
         Ok(rt) => rt,
         Err(e) => return refuse(args, format!("cannot start the runtime: {e}")),
     };
+    // In a sandboxed run npc's state is read-only: what the hooks record
+    // gathers in a spool in the run's own temporary directory and goes,
+    // like an ask, over the run's channel to the process that owns it.
+    let channel = match channel() {
+        Ok(c) => c,
+        Err(e) => return refuse(args, e.to_string()),
+    };
+    let spool = channel.as_ref().map(|_| Spool::new());
     rt.block_on(async {
         // Brief: each record is synced when it commits, and closing does
         // not checkpoint (see `Store::open_brief`).
-        let (store, bus) = match crate::runtime::open_store_brief(&paths) {
+        let opened = match &spool {
+            Some(spool) => crate::store::Store::open_brief(&spool.path).map_err(|e| e.to_string()),
+            None => crate::runtime::open_store_brief(&paths).map_err(|e| e.to_string()),
+        };
+        let (store, bus) = match opened {
             Ok(store) => {
                 let store = std::sync::Arc::new(store);
                 let bus = crate::bus::EventBus::new(store.clone());
@@ -228,7 +240,15 @@ fn answer(args: &RunArgs) -> Answer {
         }
         // Inside an agent `npc acp` started, an `ask` goes to the editor;
         // in a run, it parks the run until a person answers.
-        runner = runner.with_approver(asker(&paths, manifest, store, bus.clone()));
+        runner = runner.with_approver(match &channel {
+            Some((client, run_id)) => std::sync::Arc::new(crate::hooks::park::ChannelApprover {
+                client: client.clone(),
+                bus: bus.clone(),
+                run_id: run_id.clone(),
+                profile: std::env::var(crate::hooks::policy::PROFILE_ENV).ok(),
+            }),
+            None => asker(&paths, manifest, store.clone(), bus.clone()),
+        });
         let answer = match (args.event, tool) {
             (HookEvent::BeforeTool, Some(t)) => {
                 bridge::before_tool_answer(args.agent, runner.before_tool(&t.call).await)
@@ -247,8 +267,75 @@ fn answer(args: &RunArgs) -> Answer {
         if let Some(bus) = bus {
             bus.shutdown().await;
         }
+        if let (Some((client, _)), Some(store)) = (&channel, &store) {
+            let events = Spool::drain(store);
+            if !events.is_empty()
+                && let Err(e) = client.record(events).await
+            {
+                errln!("warning: hook calls are not recorded: {e}");
+            }
+        }
         answer
     })
+}
+
+/// The channel of the sandboxed run this hook runs in, with the run's id;
+/// `None` outside one (the store is written directly).
+fn channel() -> Result<
+    Option<(crate::surfaces::channel::ChannelClient, String)>,
+    crate::surfaces::channel::ChannelError,
+> {
+    use crate::surfaces::channel::{ChannelClient, ChannelError};
+    if !ChannelClient::given() {
+        return Ok(None);
+    }
+    let run = std::env::var(crate::runs::agent::RUN_ID_ENV)
+        .ok()
+        .filter(|r| crate::runs::workspace::is_run_id(r))
+        .ok_or(ChannelError::Unset)?;
+    Ok(Some((ChannelClient::from_env(&run)?, run)))
+}
+
+/// A sandboxed hook's records before they go to the run's owner: a store
+/// of its own in the temporary directory, removed when dropped.
+struct Spool {
+    path: PathBuf,
+}
+
+/// Side files SQLite may leave beside a spool.
+const SPOOL_SIDE_FILES: [&str; 3] = ["-wal", "-shm", "-journal"];
+
+impl Spool {
+    fn new() -> Self {
+        let nonce = crate::store::now_ms();
+        Self {
+            path: std::env::temp_dir().join(format!("npc-hook-{}-{nonce}.db", std::process::id())),
+        }
+    }
+
+    /// Every event recorded so far, typed (at most what one channel
+    /// request carries).
+    fn drain(store: &crate::store::Store) -> Vec<crate::event::Event> {
+        let rows = store
+            .events_since(0, crate::surfaces::channel::MAX_RECORDED_EVENTS)
+            .unwrap_or_default();
+        rows.into_iter()
+            .filter_map(|row| {
+                serde_json::from_value(json!({"kind": row.kind, "payload": row.payload})).ok()
+            })
+            .collect()
+    }
+}
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        for side in SPOOL_SIDE_FILES {
+            let mut path = self.path.clone().into_os_string();
+            path.push(side);
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 /// Who answers an `ask` of this agent: the editor of the `npc acp` that

@@ -343,6 +343,8 @@ fn upgrade_request() -> crate::surfaces::control::Request {
         run: std::env::var(RUN_ID_ENV)
             .ok()
             .filter(|r| crate::runs::workspace::is_run_id(r)),
+        secret: crate::surfaces::channel::RunSecret::from_env(),
+        confined: false,
     }
 }
 

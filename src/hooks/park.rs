@@ -9,7 +9,9 @@
 //! can answer (its `reach` check: a daemon holds the repository); else,
 //! and for [`NoOneToAsk`], the call is denied and the denial recorded
 //! (`tool.denied`, by `approval`, reason "no one to ask: …"): no ask is
-//! ever denied silently.
+//! ever denied silently. [`ChannelApprover`]: a sandboxed run's ask, which
+//! cannot write the store, goes over the run's channel to the process that
+//! owns the run, which parks it there (`runs::channel`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -249,6 +251,44 @@ impl ParkApprover {
 impl Approve for ParkApprover {
     fn approve(&self, request: ApprovalRequest) -> futures_util::future::BoxFuture<'_, Approval> {
         Box::pin(self.park(request))
+    }
+
+    fn records_denials(&self) -> bool {
+        true
+    }
+}
+
+/// The approver of a sandboxed run's hooks: the run's owner parks the ask
+/// (and records its denial); when the channel fails, the call is denied
+/// and the denial recorded on `bus` (what the hook sends its owner).
+#[derive(Debug, Clone)]
+pub struct ChannelApprover {
+    pub client: crate::surfaces::channel::ChannelClient,
+    pub bus: Option<EventBus>,
+    pub run_id: String,
+    pub profile: Option<String>,
+}
+
+impl Approve for ChannelApprover {
+    fn approve(&self, request: ApprovalRequest) -> futures_util::future::BoxFuture<'_, Approval> {
+        Box::pin(async move {
+            match self.client.ask(request.clone()).await {
+                Ok(crate::surfaces::approval::Answer::Allow) => Approval::Allow,
+                Ok(crate::surfaces::approval::Answer::Deny { reason }) => Approval::Deny { reason },
+                Err(e) => {
+                    let reason = format!("no one to ask: {e}");
+                    record_denial(
+                        self.bus.as_ref(),
+                        Some(&self.run_id),
+                        self.profile.as_deref(),
+                        &request,
+                        &reason,
+                    )
+                    .await;
+                    Approval::Deny { reason }
+                }
+            }
+        })
     }
 
     fn records_denials(&self) -> bool {

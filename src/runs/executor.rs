@@ -792,11 +792,17 @@ impl Executor {
                 return (state::FAILED, Some(error));
             }
         };
-        let (_egress_tasks, proxy_died) = match egress {
-            Some(egress) => {
-                let (tasks, died) =
-                    super::sandbox::serve(egress, &self.bus, &row.id, &prepared.profile);
-                (Some(tasks), Some(died))
+        let (_sandbox_tasks, proxy_died) = match egress {
+            Some(sandboxed) => {
+                // The daemon (or a fleet's API) answers a parked ask.
+                let (tasks, died) = super::sandbox::serve(
+                    sandboxed,
+                    &self.bus,
+                    (&row.id, &prepared.profile),
+                    manifest.clone(),
+                    Arc::new(|| Ok(())),
+                );
+                (Some(tasks), died)
             }
             None => (None, None),
         };

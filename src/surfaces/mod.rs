@@ -4,7 +4,8 @@
 //! transport (`mcp_http`), the pool's lean posts on an HTTP upstream's
 //! session (`mcp_link`), the notification sinks' bounded POST (`post`),
 //! the webhook listener's socket (`webhook`),
-//! `npc acp`'s approval socket (`approval`), the one guarded TCP bind and
+//! `npc acp`'s approval socket (`approval`), a sandboxed run's channel to
+//! its owner (`channel`), the one guarded TCP bind and
 //! constant-time compare (`tcp`), the run requests front ends send (`runs`)
 //! and the standard streams stdio protocols are spoken on (`stdio`). The
 //! REST API's routes and handlers are the `api` room's; its listener binds
@@ -14,6 +15,7 @@
 //! it carries bytes and wire types it does not interpret.
 
 pub mod approval;
+pub mod channel;
 pub mod control;
 pub mod egress;
 pub mod http;

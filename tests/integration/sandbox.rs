@@ -32,11 +32,48 @@ try kill_daemon sh -c "kill -0 $(cat '$NPC_REPO_ROOT/daemon.pid')"
 try unshare_root unshare -r true
 try unshare_mount unshare -rm sh -c "mount -t tmpfs none /mnt"
 try write_home_ssh sh -c "echo pwned > '$HOME/.ssh/authorized_keys'"
+s="$NPC_REPO_ROOT/.npc"
+try write_state_db sh -c "printf x >> '$s/state.db'"
+try insert_approval python3 "$NPC_REPO_ROOT/forge.py" "$s/state.db" "$NPC_RUN_ID"
+try write_state_wal sh -c "printf x >> '$s/state.db-wal'"
+try delete_state_wal rm "$s/state.db-wal"
+try write_api_token sh -c "echo forged > '$s/api.token'"
+try delete_api_token rm "$s/api.token"
+try queue_a_run mkdir "$s/runs/forged"
+try queue_by_socket sh -c "cd '$NPC_REPO_ROOT' && '$NPC_BIN' trigger fire agent"
 cat setup.txt >> "$r"
 setsid sh -c 'cut -d" " -f1 /proc/self/stat > "$TMPDIR/setsid.pid"; exec sleep 300' </dev/null >/dev/null 2>&1 &
 for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$TMPDIR/setsid.pid" ] && break; sleep 0.1; done
 echo done >> "$r"
 echo "in the worktree" > made.txt
+"#;
+
+/// Inserts an answered approval of run ARGV[2] into the store ARGV[1]
+/// (what a prompt-injected agent would do to let its own ask through).
+const FORGE: &str = r#"import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], timeout=5)
+db.execute("INSERT INTO approvals (id, run_id, tool, rule, arguments, fingerprint, state, asked_at_ms, deadline_ms) VALUES (?, ?, 'Bash', 'forged', '{}', 'f', 'allowed', 0, 0)", ("forged-" + sys.argv[2], sys.argv[2]))
+db.commit()
+"#;
+
+/// The in-place agent: each attempt on npc's state in the checkout it
+/// works in, reported as [`ESCAPE`]'s are; then it writes in the checkout.
+const IN_PLACE: &str = r#"#!/bin/sh
+r="$TMPDIR/report"
+try() { name="$1"; shift; if "$@" >/dev/null 2>&1; then echo "$name escaped" >> "$r"; else echo "$name refused" >> "$r"; fi; }
+s="$PWD/.npc"
+try write_state_db sh -c "printf x >> '$s/state.db'"
+try insert_approval python3 forge.py "$s/state.db" "$NPC_RUN_ID"
+try delete_state_wal rm "$s/state.db-wal"
+try replace_api_token sh -c "echo forged > token.new && mv token.new '$s/api.token'"
+try delete_api_token rm "$s/api.token"
+try make_in_state_dir sh -c "echo x > '$s/forged'"
+try rename_state_dir mv "$s" "$PWD/.npc-moved"
+try remove_state_db rm -f "$s/state.db" "$s/state.db-shm"
+try remove_state_dir rmdir "$s"
+try queue_by_socket "$NPC_BIN" trigger fire agent
+echo done >> "$r"
+echo "in place" > made.txt
 "#;
 
 fn manifest(extra: &str) -> String {
@@ -49,6 +86,7 @@ webhook_listen = "127.0.0.1:0"
 [providers.escape]
 kind = "claude_code"
 command = "./escape.sh"
+env = {{ NPC_BIN = {npc:?} }}
 
 [prompts.task]
 template = "get out"
@@ -63,13 +101,19 @@ kind = "cron"
 schedule = "@yearly"
 setup = ["if cat \"$HOME/.ssh/id_ed25519\"; then echo setup_read_key escaped; else echo setup_read_key refused; fi > setup.txt"]
 action = {{ profile = "dev" }}
-"#
+"#,
+        npc = crate::support::npc_path().display().to_string()
     )
 }
 
 /// A repository with the escaping agent, and a fake home beside it.
 fn setup(extra: &str) -> (tempfile::TempDir, tempfile::TempDir) {
-    let dir = crate::worktrees::repository(&manifest(extra), &[("escape.sh", ESCAPE)]);
+    repository_with(&manifest(extra), ESCAPE)
+}
+
+/// A repository whose agent is `script`, and a fake home beside it.
+fn repository_with(manifest: &str, script: &str) -> (tempfile::TempDir, tempfile::TempDir) {
+    let dir = crate::worktrees::repository(manifest, &[("escape.sh", script), ("forge.py", FORGE)]);
     std::fs::set_permissions(
         dir.path().join("escape.sh"),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
@@ -126,9 +170,12 @@ fn every_escape_of_an_unattended_run_fails_and_the_run_still_works_in_its_worktr
     assert!(escaped.is_empty(), "escaped: {escaped:?}\n{report}");
     assert_eq!(
         report.lines().filter(|l| l.ends_with("refused")).count(),
-        15,
+        23,
         "{report}"
     );
+    // npc's state is as it was, and the forgery works where nothing
+    // forbids it (so the refusals above are the sandbox's).
+    state_is_intact(dir.path(), &id);
     // Nothing was written outside.
     assert_eq!(
         std::fs::read_to_string(home.path().join(".bashrc")).unwrap(),
@@ -157,6 +204,30 @@ fn every_escape_of_an_unattended_run_fails_and_the_run_still_works_in_its_worktr
         "the agent could not write in its worktree:\n{}",
         daemon.log()
     );
+}
+
+/// The store of `dir` holds no forged approval of run `id`, its token is
+/// the daemon's, and the forging script itself works outside a sandbox.
+fn state_is_intact(dir: &Path, id: &str) {
+    let state = dir.join(".npc");
+    assert!(state.join("state.db-wal").is_file());
+    // No run was queued from inside.
+    assert_eq!(crate::worktrees::runs(dir).len(), 1);
+    let token = std::fs::read_to_string(state.join("api.token")).unwrap();
+    assert!(!token.contains("forged"), "{token}");
+    assert!(!state.join("runs/forged").exists());
+    let forged = |run: &str| {
+        std::process::Command::new("python3")
+            .arg(dir.join("forge.py"))
+            .arg(state.join("state.db"))
+            .arg(run)
+            .status()
+            .unwrap()
+            .success()
+    };
+    // The run's own forgery is not there (a second insert would clash).
+    assert!(forged(id), "the run forged an approval");
+    assert!(forged("zz-control"));
 }
 
 #[test]
@@ -270,9 +341,9 @@ fn a_strict_run_reaches_only_allowed_hosts_through_the_proxy_and_each_attempt_is
         format!("[runs.sandbox]\nmode = \"strict\"\nallow_hosts = [\"127.0.0.1:{allowed}\"]\n");
     let dir = crate::worktrees::repository(
         &manifest(&extra).replace(
-            "command = \"./escape.sh\"",
+            "command = \"./escape.sh\"\nenv = {",
             &format!(
-                "command = \"./strict.py\"\nenv = {{ PORT_A = \"{allowed}\", PORT_B = \"{refused}\" }}"
+                "command = \"./strict.py\"\nenv = {{ PORT_A = \"{allowed}\", PORT_B = \"{refused}\","
             ),
         ),
         &[("strict.py", STRICT)],
@@ -327,4 +398,50 @@ fn a_strict_run_reaches_only_allowed_hosts_through_the_proxy_and_each_attempt_is
         .filter(|e| e["kind"] == "tool.denied" && e["payload"]["by"] == "sandbox")
         .count();
     assert_eq!(denied, 2, "{events:#?}");
+}
+
+/// An in-place run works in the checkout itself, which holds npc's state:
+/// it writes its files there, and every attempt to write, replace, rename
+/// or remove npc's state (or to answer its own ask over the daemon's
+/// socket) fails.
+#[test]
+fn an_in_place_run_writes_the_checkout_but_not_npcs_state_in_it() {
+    let text = manifest("")
+        .replace(
+            "prompt = \"task\"\n",
+            "prompt = \"task\"\nworkspace = \"in_place\"\n",
+        )
+        .lines()
+        .filter(|l| !l.starts_with("setup = "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let (dir, home) = repository_with(&text, IN_PLACE);
+    let daemon = start(dir.path(), home.path(), &[]);
+    let token = std::fs::read_to_string(dir.path().join(".npc/api.token")).unwrap();
+    let id = fire(dir.path(), "agent", "{}");
+    ended(dir.path(), 1);
+    let report = std::fs::read_to_string(dir.path().join(".npc/runs").join(&id).join("tmp/report"))
+        .unwrap_or_else(|e| panic!("no report ({e}):\n{}", daemon.log()));
+    assert!(report.ends_with("done\n"), "{report}");
+    let escaped: Vec<&str> = report.lines().filter(|l| l.ends_with("escaped")).collect();
+    assert!(escaped.is_empty(), "escaped: {escaped:?}\n{report}");
+    assert_eq!(
+        report.lines().filter(|l| l.ends_with("refused")).count(),
+        10,
+        "{report}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("made.txt")).unwrap(),
+        "in place\n",
+        "the agent could not write in the checkout:\n{}",
+        daemon.log()
+    );
+    assert!(!dir.path().join(".npc-moved").exists());
+    assert!(!dir.path().join(".npc/forged").exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(".npc/api.token")).unwrap(),
+        token
+    );
+    state_is_intact(dir.path(), &id);
+    assert!(crate::support::alive(daemon.pid()));
 }
