@@ -41,6 +41,11 @@ try write_api_token sh -c "echo forged > '$s/api.token'"
 try delete_api_token rm "$s/api.token"
 try queue_a_run mkdir "$s/runs/forged"
 try queue_by_socket sh -c "cd '$NPC_REPO_ROOT' && '$NPC_BIN' trigger fire agent"
+c="$NPC_REPO_ROOT/channel.py"
+try forge_channel_run python3 "$c" "$NPC_RUN_CHANNEL" zz-other "$NPC_RUN_SECRET"
+try forge_channel_event python3 "$c" "$NPC_RUN_CHANNEL" "$NPC_RUN_ID" "$NPC_RUN_SECRET" zz-other
+try forge_channel_secret python3 "$c" "$NPC_RUN_CHANNEL" "$NPC_RUN_ID" wrong
+python3 "$c" "$NPC_RUN_CHANNEL" "$NPC_RUN_ID" "$NPC_RUN_SECRET" && echo "channel_own works" >> "$r"
 cat setup.txt >> "$r"
 setsid sh -c 'cut -d" " -f1 /proc/self/stat > "$TMPDIR/setsid.pid"; exec sleep 300' </dev/null >/dev/null 2>&1 &
 for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$TMPDIR/setsid.pid" ] && break; sleep 0.1; done
@@ -54,6 +59,19 @@ const FORGE: &str = r#"import sqlite3, sys
 db = sqlite3.connect(sys.argv[1], timeout=5)
 db.execute("INSERT INTO approvals (id, run_id, tool, rule, arguments, fingerprint, state, asked_at_ms, deadline_ms) VALUES (?, ?, 'Bash', 'forged', '{}', 'f', 'allowed', 0, 0)", ("forged-" + sys.argv[2], sys.argv[2]))
 db.commit()
+"#;
+
+/// Sends a run's channel ARGV[1] a `tool.denied` of run ARGV[4] (else
+/// ARGV[2]) as run ARGV[2] with secret ARGV[3]; exits 0 when recorded.
+const CHANNEL: &str = r#"import json, socket, sys
+run = sys.argv[2]
+event_run = sys.argv[4] if len(sys.argv) > 4 else run
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+denied = {"kind": "tool.denied", "payload": {"run_id": event_run, "tool": "forged", "rule": "channel", "by": "hook"}}
+s.sendall((json.dumps({"protocol": 1, "run": run, "secret": sys.argv[3], "op": {"kind": "record", "events": [denied]}}) + "\n").encode())
+reply = json.loads(s.makefile().readline())
+sys.exit(0 if reply.get("reply") == "recorded" else 1)
 "#;
 
 /// The in-place agent: each attempt on npc's state in the checkout it
@@ -113,7 +131,14 @@ fn setup(extra: &str) -> (tempfile::TempDir, tempfile::TempDir) {
 
 /// A repository whose agent is `script`, and a fake home beside it.
 fn repository_with(manifest: &str, script: &str) -> (tempfile::TempDir, tempfile::TempDir) {
-    let dir = crate::worktrees::repository(manifest, &[("escape.sh", script), ("forge.py", FORGE)]);
+    let dir = crate::worktrees::repository(
+        manifest,
+        &[
+            ("escape.sh", script),
+            ("forge.py", FORGE),
+            ("channel.py", CHANNEL),
+        ],
+    );
     std::fs::set_permissions(
         dir.path().join("escape.sh"),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
@@ -170,9 +195,21 @@ fn every_escape_of_an_unattended_run_fails_and_the_run_still_works_in_its_worktr
     assert!(escaped.is_empty(), "escaped: {escaped:?}\n{report}");
     assert_eq!(
         report.lines().filter(|l| l.ends_with("refused")).count(),
-        23,
+        26,
         "{report}"
     );
+    // Its own record on its channel worked (so the refusals are the
+    // channel's), and made the run `blocked`; nothing names another run.
+    assert!(report.contains("channel_own works\n"), "{report}");
+    let row = &crate::worktrees::runs(dir.path())[0];
+    assert_eq!(row["state"], "blocked", "{row}");
+    let events = npc()
+        .current_dir(dir.path())
+        .args(["events", "--format", "json"])
+        .output()
+        .unwrap();
+    let events = String::from_utf8_lossy(&events.stdout);
+    assert!(!events.contains("zz-other"), "{events}");
     // npc's state is as it was, and the forgery works where nothing
     // forbids it (so the refusals above are the sandbox's).
     state_is_intact(dir.path(), &id);
