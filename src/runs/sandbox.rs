@@ -722,6 +722,38 @@ mod tests {
     }
 
     #[test]
+    fn nothing_makes_npcs_state_writable_but_the_runs_own_tmp_and_worktree() {
+        let rules = SandboxRules {
+            writable: vec![
+                SandboxPath::Repository(".npc".into()),
+                SandboxPath::Repository(".npc/runs".into()),
+                SandboxPath::Repository("out".into()),
+                SandboxPath::Absolute("/".into()),
+            ],
+            ..SandboxRules::default()
+        };
+        let named = [PathBuf::from("/r/.npc/cli-state")];
+        let places = Places {
+            repo: Path::new("/r"),
+            state_dir: Path::new("/r/.npc"),
+            worktrees: Path::new("/r/.npc/worktrees"),
+            run_dir: Path::new("/r/.npc/runs/1"),
+            cwd: Path::new("/r"),
+            home: None,
+            kind: Some(ProviderKind::Codex),
+            named_state: &named,
+        };
+        let s = spec(SandboxMode::Workspace, &rules, &places).unwrap();
+        assert_eq!(s.read_only, vec![PathBuf::from("/r/.npc")]);
+        assert_eq!(
+            s.write,
+            vec![PathBuf::from("/r/.npc/runs/1/tmp"), PathBuf::from("/r/out")]
+        );
+        // In place: the checkout is written around npc's state.
+        assert_eq!(s.write_new, vec![PathBuf::from("/r")]);
+    }
+
+    #[test]
     fn model_endpoints_are_the_providers_host_and_its_base_url() {
         let env = [(
             "ANTHROPIC_BASE_URL".to_string(),

@@ -930,6 +930,56 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+
+    #[test]
+    fn a_confined_peer_gets_the_mcp_upgrade_without_an_editor_and_nothing_else() {
+        let mcp = Request::Mcp {
+            approval: Some(super::super::runs::ApprovalRoute {
+                socket: "npc-acp-approval-00000000000000000000000000000000".into(),
+                session: "s".into(),
+            }),
+            profile: Some("p".into()),
+            run: Some("run-1".into()),
+            secret: None,
+            confined: false,
+        };
+        match confine(Ok(mcp)) {
+            Ok(Request::Mcp {
+                approval,
+                run,
+                confined,
+                ..
+            }) => {
+                assert!(approval.is_none());
+                assert!(confined);
+                assert_eq!(run.as_deref(), Some("run-1"));
+            }
+            other => panic!("{other:?}"),
+        }
+        for refused in [
+            Request::Status,
+            Request::ApproveRun {
+                id: "run-1".into(),
+                always: true,
+            },
+            Request::FireTrigger {
+                name: "t".into(),
+                payload: None,
+            },
+            Request::PaneSend {
+                name: "p".into(),
+                text: "x".into(),
+            },
+        ] {
+            assert!(confine(Ok(refused)).is_err());
+        }
+        // A client cannot say it is not confined: the field is the server's.
+        let line = r#"{"op":"mcp","protocol":2,"confined":false}"#;
+        assert!(parse_request(line.as_bytes()).is_err());
+        // This process is not confined to itself.
+        assert!(!confined(Some(std::process::id() as i32)));
+        assert!(confined(None));
+    }
     use tokio::io::AsyncBufReadExt as _;
 
     fn echo_handler() -> Handler {
