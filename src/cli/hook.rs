@@ -9,7 +9,11 @@
 //! closed: an unreadable input or manifest, or a failing hook, is a denial
 //! of a tool event. With no matching hook (and nothing the policy asks
 //! about) it answers at once, without opening the event store or starting
-//! a runtime.
+//! a runtime. In a sandboxed run (npc gave it `NPC_RUN_CHANNEL` and
+//! `NPC_RUN_SECRET`) the store is read-only: its records gather in a spool
+//! store in the run's `TMPDIR` and go, like its asks, over the run's channel
+//! to the process that owns the run (`surfaces::channel`); a channel it
+//! cannot use is a denial of a tool event (fail closed).
 
 use std::io::Read as _;
 use std::path::PathBuf;
