@@ -10,10 +10,11 @@
 //! of a tool event. With no matching hook (and nothing the policy asks
 //! about) it answers at once, without opening the event store or starting
 //! a runtime. In a sandboxed run (npc gave it `NPC_RUN_CHANNEL` and
-//! `NPC_RUN_SECRET`) the store is read-only: its records gather in a spool
-//! store in the run's `TMPDIR` and go, like its asks, over the run's channel
+//! `NPC_RUN_SECRET`) the store is read-only: its records are kept
+//! (`HookRunner::collecting`) and go, like its asks, over the run's channel
 //! to the process that owns the run (`surfaces::channel`); a channel it
-//! cannot use is a denial of a tool event (fail closed).
+//! cannot name is a denial of a tool event, an ask it cannot send a
+//! recorded denial (fail closed).
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -210,22 +211,24 @@ fn answer(args: &RunArgs) -> Answer {
         Ok(c) => c,
         Err(e) => return refuse(args, e.to_string()),
     };
-    let spool = channel.as_ref().map(|_| Spool::new());
+    let collected: crate::hooks::Collected = std::sync::Arc::default();
     rt.block_on(async {
         // Brief: each record is synced when it commits, and closing does
-        // not checkpoint (see `Store::open_brief`).
-        let opened = match &spool {
-            Some(spool) => crate::store::Store::open_brief(&spool.path).map_err(|e| e.to_string()),
-            None => crate::runtime::open_store_brief(&paths).map_err(|e| e.to_string()),
+        // not checkpoint (see `Store::open_brief`). A sandboxed run's
+        // records are kept and sent to its owner instead.
+        let opened = match &channel {
+            Some(_) => None,
+            None => Some(crate::runtime::open_store_brief(&paths)),
         };
         let (store, bus) = match opened {
-            Ok(store) => {
+            None => (None, None),
+            Some(Ok(store)) => {
                 let store = std::sync::Arc::new(store);
                 let bus = crate::bus::EventBus::new(store.clone());
                 bus.set_secrets(manifest.secret_values());
                 (Some(store), Some(bus))
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 errln!("warning: hook calls are not recorded: cannot open the event store: {e}");
                 (None, None)
             }
@@ -242,12 +245,15 @@ fn answer(args: &RunArgs) -> Answer {
         if let Some(policy) = policy {
             runner = runner.with_policy(policy);
         }
+        if channel.is_some() {
+            runner = runner.collecting(collected.clone());
+        }
         // Inside an agent `npc acp` started, an `ask` goes to the editor;
         // in a run, it parks the run until a person answers.
         runner = runner.with_approver(match &channel {
             Some((client, run_id)) => std::sync::Arc::new(crate::hooks::park::ChannelApprover {
                 client: client.clone(),
-                bus: bus.clone(),
+                collected: collected.clone(),
                 run_id: run_id.clone(),
                 profile: std::env::var(crate::hooks::policy::PROFILE_ENV).ok(),
             }),
@@ -271,12 +277,13 @@ fn answer(args: &RunArgs) -> Answer {
         if let Some(bus) = bus {
             bus.shutdown().await;
         }
-        if let (Some((client, _)), Some(store)) = (&channel, &store) {
-            let events = Spool::drain(store);
-            if !events.is_empty()
-                && let Err(e) = client.record(events).await
-            {
-                errln!("warning: hook calls are not recorded: {e}");
+        if let Some((client, _)) = &channel {
+            let events = std::mem::take(&mut *crate::stdx::lock(&collected));
+            for batch in events.chunks(crate::surfaces::channel::MAX_RECORDED_EVENTS) {
+                if let Err(e) = client.record(batch.to_vec()).await {
+                    errln!("warning: hook calls are not recorded: {e}");
+                    break;
+                }
             }
         }
         answer
@@ -298,48 +305,6 @@ fn channel() -> Result<
         .filter(|r| crate::runs::workspace::is_run_id(r))
         .ok_or(ChannelError::Unset)?;
     Ok(Some((ChannelClient::from_env(&run)?, run)))
-}
-
-/// A sandboxed hook's records before they go to the run's owner: a store
-/// of its own in the temporary directory, removed when dropped.
-struct Spool {
-    path: PathBuf,
-}
-
-/// Side files SQLite may leave beside a spool.
-const SPOOL_SIDE_FILES: [&str; 3] = ["-wal", "-shm", "-journal"];
-
-impl Spool {
-    fn new() -> Self {
-        let nonce = crate::store::now_ms();
-        Self {
-            path: std::env::temp_dir().join(format!("npc-hook-{}-{nonce}.db", std::process::id())),
-        }
-    }
-
-    /// Every event recorded so far, typed (at most what one channel
-    /// request carries).
-    fn drain(store: &crate::store::Store) -> Vec<crate::event::Event> {
-        let rows = store
-            .events_since(0, crate::surfaces::channel::MAX_RECORDED_EVENTS)
-            .unwrap_or_default();
-        rows.into_iter()
-            .filter_map(|row| {
-                serde_json::from_value(json!({"kind": row.kind, "payload": row.payload})).ok()
-            })
-            .collect()
-    }
-}
-
-impl Drop for Spool {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-        for side in SPOOL_SIDE_FILES {
-            let mut path = self.path.clone().into_os_string();
-            path.push(side);
-            let _ = std::fs::remove_file(path);
-        }
-    }
 }
 
 /// Who answers an `ask` of this agent: the editor of the `npc acp` that

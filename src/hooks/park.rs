@@ -264,7 +264,8 @@ impl Approve for ParkApprover {
 #[derive(Debug, Clone)]
 pub struct ChannelApprover {
     pub client: crate::surfaces::channel::ChannelClient,
-    pub bus: Option<EventBus>,
+    /// Where its own denial goes (what the hook sends the owner).
+    pub collected: super::Collected,
     pub run_id: String,
     pub profile: Option<String>,
 }
@@ -277,14 +278,12 @@ impl Approve for ChannelApprover {
                 Ok(crate::surfaces::approval::Answer::Deny { reason }) => Approval::Deny { reason },
                 Err(e) => {
                     let reason = format!("no one to ask: {e}");
-                    record_denial(
-                        self.bus.as_ref(),
+                    crate::stdx::lock(&self.collected).push(denial(
                         Some(&self.run_id),
                         self.profile.as_deref(),
                         &request,
                         &reason,
-                    )
-                    .await;
+                    ));
                     Approval::Deny { reason }
                 }
             }
@@ -336,15 +335,24 @@ pub async fn record_denial(
     request: &ApprovalRequest,
     reason: &str,
 ) {
-    let event = Event::ToolDenied(ToolDenied {
+    publish(bus, run_id, denial(run_id, profile, request, reason)).await;
+}
+
+/// The `tool.denied` (by `approval`) of an asked call.
+fn denial(
+    run_id: Option<&str>,
+    profile: Option<&str>,
+    request: &ApprovalRequest,
+    reason: &str,
+) -> Event {
+    Event::ToolDenied(ToolDenied {
         run_id: run_id.map(str::to_string),
         profile: profile.map(str::to_string),
         tool: request.tool_call.name.clone(),
         rule: request.hook.clone(),
         by: DeniedBy::Approval,
         reason: Some(reason.to_string()),
-    });
-    publish(bus, run_id, event).await;
+    })
 }
 
 async fn publish(bus: Option<&EventBus>, run_id: Option<&str>, event: Event) {
