@@ -1,8 +1,9 @@
 //! The owner's end of a sandboxed run's channel (`surfaces::channel`):
 //! inside its sandbox a run cannot write npc's state, so its `npc hook run`
-//! sends what it records and asks here. A run records only its own events
-//! of the kinds a hook bridge makes (`hook.call`, and `tool.denied` naming
-//! the run); an `ask` parks the run as `hooks::park` does in the owner's
+//! (and its `npc mcp serve` with no daemon to front) sends what it records
+//! and asks here. A run records only its own events of the kinds a hook
+//! bridge or gateway makes (`hook.call`, and `tool.denied` and
+//! `mcp.tool_call` naming the run); an `ask` parks the run as `hooks::park` does in the owner's
 //! store. What the channel answers cannot name another run, answer an
 //! approval or queue anything.
 
@@ -21,6 +22,7 @@ use crate::surfaces::channel::ChannelHandler;
 pub struct RunChannel {
     bus: EventBus,
     run: String,
+    manifest: Arc<Manifest>,
     park: ParkApprover,
 }
 
@@ -38,6 +40,7 @@ impl RunChannel {
         Self {
             bus: bus.clone(),
             run: run.to_string(),
+            manifest: manifest.clone(),
             park: ParkApprover::new(
                 bus.store().clone(),
                 Some(bus.clone()),
@@ -58,8 +61,19 @@ impl RunChannel {
             Event::ToolDenied(denied) if denied.run_id.as_deref() == Some(&self.run) => {
                 Ok(crate::store::queue::run_component(&self.run))
             }
+            // A call of its gateway: under its server when the manifest
+            // has one of that name, as the gateway itself records it.
+            Event::McpToolCall(call) if call.run_id.as_deref() == Some(&self.run) => Ok(match call
+                .server
+                .as_deref()
+            {
+                Some(server) if !call.builtin && self.manifest.mcp_servers.contains_key(server) => {
+                    crate::plan::ComponentId::new(crate::plan::Kind::McpServer, server).to_string()
+                }
+                _ => crate::store::queue::run_component(&self.run),
+            }),
             other => Err(format!(
-                "a run records only its own `hook.call` and `tool.denied` events, not this `{}`",
+                "a run records only its own `hook.call`, `tool.denied` and `mcp.tool_call` events, not this `{}`",
                 other.kind()
             )),
         }

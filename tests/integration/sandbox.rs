@@ -8,6 +8,8 @@
 
 use std::path::Path;
 
+use serde_json::Value;
+
 use crate::support::{Daemon, DaemonSetup, npc, wait_for};
 use crate::worktrees::{ended, fire, git};
 
@@ -481,4 +483,86 @@ fn an_in_place_run_writes_the_checkout_but_not_npcs_state_in_it() {
     );
     state_is_intact(dir.path(), &id);
     assert!(crate::support::alive(daemon.pid()));
+}
+
+/// The gateway agent: its `npc mcp serve` makes one call as the run, then
+/// one claiming another run's id (with its own secret), each answer in
+/// `$TMPDIR`.
+const GATEWAY: &str = r#"#!/bin/sh
+steps='[["call", "search_tools", {"query": "x"}]]'
+python3 "$MCP_CLIENT" "$steps" -- "$NPC_BIN" mcp serve > "$TMPDIR/own.out" 2>&1
+NPC_RUN_ID=run-20261201t000000000z-0a1b2c3d python3 "$MCP_CLIENT" "$steps" -- "$NPC_BIN" mcp serve > "$TMPDIR/forged.out" 2>&1
+echo done > "$TMPDIR/report"
+"#;
+
+/// The `mcp.tool_call` events of `dir`'s store: each one's `run_id`.
+fn tool_call_runs(dir: &Path) -> Vec<Value> {
+    let out = npc()
+        .current_dir(dir)
+        .args(["events", "--format", "json"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["kind"] == "mcp.tool_call")
+        .map(|e| e["payload"]["run_id"].clone())
+        .collect()
+}
+
+/// A sandboxed run's `npc mcp serve` records its calls as its run, in
+/// front of the daemon (the control socket takes its run id with its
+/// secret) and on its own (over the run's channel, to `npc run`); one that
+/// claims another run's id is never recorded as that run.
+#[test]
+fn a_sandboxed_gateway_records_its_calls_as_its_own_run_only() {
+    let text = manifest("[mcp]\ntools = \"search\"\n[runs]\nsandbox = \"workspace\"\n")
+        .replace(
+            "env = {",
+            &format!(
+                "env = {{ MCP_CLIENT = {:?},",
+                crate::support::repo_root()
+                    .join("fixtures/mcp/client.py")
+                    .display()
+                    .to_string()
+            ),
+        )
+        .lines()
+        .filter(|l| !l.starts_with("setup = "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let forged = "run-20261201t000000000z-0a1b2c3d";
+    // In front of the daemon.
+    let (dir, home) = repository_with(&text, GATEWAY);
+    let daemon = start(dir.path(), home.path(), &[]);
+    let id = fire(dir.path(), "agent", "{}");
+    ended(dir.path(), 1);
+    let tmp = dir.path().join(".npc/runs").join(&id).join("tmp");
+    let said = |name: &str| std::fs::read_to_string(tmp.join(name)).unwrap_or_default();
+    assert_eq!(said("report"), "done\n", "{}", daemon.log());
+    assert!(said("own.out").contains("is_error"), "{}", said("own.out"));
+    let runs = wait_for("both calls recorded", || {
+        let runs = tool_call_runs(dir.path());
+        (runs.len() >= 2).then_some(runs)
+    });
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert!(runs.contains(&Value::String(id.clone())), "{runs:?}");
+    assert!(!runs.contains(&Value::String(forged.into())), "{runs:?}");
+    drop(daemon);
+    // On its own: `npc run` by hand, no daemon.
+    let out = npc()
+        .current_dir(dir.path())
+        .env("HOME", home.path())
+        .args(["run", "dev", "--prompt", "go"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let runs = tool_call_runs(dir.path());
+    let own = crate::worktrees::runs(dir.path())[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(own, id);
+    assert!(runs.contains(&Value::String(own)), "{runs:?}");
+    assert!(!runs.contains(&Value::String(forged.into())), "{runs:?}");
 }
