@@ -419,6 +419,13 @@ mod tests {
             client("r1", secret.clone()).record(many).await,
             Err(ChannelError::TooMany)
         ));
+        // A line past the bound is refused before it is parsed.
+        let mut stream = UnixStream::connect(&path).await.unwrap();
+        let long = vec![b'x'; MAX_REQUEST_BYTES + 2];
+        let _ = stream.write_all(&long).await;
+        let mut reply = String::new();
+        let _ = tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut reply).await;
+        assert!(reply.contains("longer than"), "{reply}");
         assert_eq!(*handler.0.lock().unwrap(), 1);
         task.abort();
     }
