@@ -211,8 +211,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             state_dir: &paths.state_dir,
             supervisor: &supervisor,
         };
-        let proxy = match runs::sandbox::apply(&mut prepared, manifest, &at, None, false) {
-            Ok(proxy) => proxy,
+        let sandboxed = match runs::sandbox::apply(&mut prepared, manifest, &at, None, false) {
+            Ok(sandboxed) => sandboxed,
             Err(e) => {
                 errln!("error: {e}");
                 return Ok(Exit::Failed);
@@ -228,7 +228,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
                 "no daemon runs for this repository, so nobody can be asked; start `npc daemon` (then `npc runs approve ID` answers), or change the rule that asks".to_string()
             })
         });
-        let _sandbox = proxy.map(|p| {
+        let _sandbox = sandboxed.map(|p| {
             runs::sandbox::serve(
                 p,
                 &bus,

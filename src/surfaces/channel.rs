@@ -292,8 +292,8 @@ impl ChannelClient {
         })
     }
 
-    /// Whether this process runs in a run npc gave a channel (a sandboxed
-    /// run: its state is read-only here).
+    /// Whether this process runs in a sandboxed run (one given a channel:
+    /// its state is read-only here).
     pub fn given() -> bool {
         std::env::var_os(SOCKET_ENV).is_some() || std::env::var_os(SECRET_ENV).is_some()
     }
