@@ -1,7 +1,7 @@
 //! The sandbox's costs. Spawning: `true` run directly, through the
 //! contained stub (`npc __contain -- true`: PID namespace), and through the
-//! stub with a `workspace` sandbox (user and PID namespaces, the complement
-//! walk, Landlock) and a `strict` one (also a network namespace and the
+//! stub with a `workspace` sandbox (user, PID and mount namespaces, npc's
+//! state bound read-only, the complement walk, Landlock) and a `strict` one (also a network namespace and the
 //! forwarder), wall time from spawn to exit. The proxy: one plain HTTP
 //! request to a loopback server, direct over TCP against through npc's
 //! egress proxy on a unix socket (admission, connect, relay). Prints p50
@@ -71,11 +71,15 @@ fn main() {
     let work = dir.path().join("work");
     std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&work).unwrap();
+    // npc's state, bound read-only in the run's mount namespace.
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
     let workspace = SandboxSpec {
         hidden: vec![home.clone()],
         read: vec![],
         write: vec![work.clone()],
         write_new: vec![],
+        read_only: vec![state],
         egress: None,
     };
     let strict = SandboxSpec {

@@ -9,7 +9,12 @@
 //! closed: an unreadable input or manifest, or a failing hook, is a denial
 //! of a tool event. With no matching hook (and nothing the policy asks
 //! about) it answers at once, without opening the event store or starting
-//! a runtime.
+//! a runtime. In a sandboxed run (npc gave it `NPC_RUN_CHANNEL` and
+//! `NPC_RUN_SECRET`) the store is read-only: its records are kept
+//! (`HookRunner::collecting`) and go, like its asks, over the run's channel
+//! to the process that owns the run (`surfaces::channel`); a channel it
+//! cannot name is a denial of a tool event, an ask it cannot send a
+//! recorded denial (fail closed).
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -199,17 +204,31 @@ fn answer(args: &RunArgs) -> Answer {
         Ok(rt) => rt,
         Err(e) => return refuse(args, format!("cannot start the runtime: {e}")),
     };
+    // In a sandboxed run npc's state is read-only: what the hooks record
+    // gathers in a spool in the run's own temporary directory and goes,
+    // like an ask, over the run's channel to the process that owns it.
+    let channel = match channel() {
+        Ok(c) => c,
+        Err(e) => return refuse(args, e.to_string()),
+    };
+    let collected: crate::hooks::Collected = std::sync::Arc::default();
     rt.block_on(async {
         // Brief: each record is synced when it commits, and closing does
-        // not checkpoint (see `Store::open_brief`).
-        let (store, bus) = match crate::runtime::open_store_brief(&paths) {
-            Ok(store) => {
+        // not checkpoint (see `Store::open_brief`). A sandboxed run's
+        // records are kept and sent to its owner instead.
+        let opened = match &channel {
+            Some(_) => None,
+            None => Some(crate::runtime::open_store_brief(&paths)),
+        };
+        let (store, bus) = match opened {
+            None => (None, None),
+            Some(Ok(store)) => {
                 let store = std::sync::Arc::new(store);
                 let bus = crate::bus::EventBus::new(store.clone());
                 bus.set_secrets(manifest.secret_values());
                 (Some(store), Some(bus))
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 errln!("warning: hook calls are not recorded: cannot open the event store: {e}");
                 (None, None)
             }
@@ -226,9 +245,20 @@ fn answer(args: &RunArgs) -> Answer {
         if let Some(policy) = policy {
             runner = runner.with_policy(policy);
         }
+        if channel.is_some() {
+            runner = runner.collecting(collected.clone());
+        }
         // Inside an agent `npc acp` started, an `ask` goes to the editor;
         // in a run, it parks the run until a person answers.
-        runner = runner.with_approver(asker(&paths, manifest, store, bus.clone()));
+        runner = runner.with_approver(match &channel {
+            Some((client, run_id)) => std::sync::Arc::new(crate::hooks::park::ChannelApprover {
+                client: client.clone(),
+                collected: collected.clone(),
+                run_id: run_id.clone(),
+                profile: std::env::var(crate::hooks::policy::PROFILE_ENV).ok(),
+            }),
+            None => asker(&paths, manifest, store.clone(), bus.clone()),
+        });
         let answer = match (args.event, tool) {
             (HookEvent::BeforeTool, Some(t)) => {
                 bridge::before_tool_answer(args.agent, runner.before_tool(&t.call).await)
@@ -247,8 +277,34 @@ fn answer(args: &RunArgs) -> Answer {
         if let Some(bus) = bus {
             bus.shutdown().await;
         }
+        if let Some((client, _)) = &channel {
+            let events = std::mem::take(&mut *crate::stdx::lock(&collected));
+            for batch in events.chunks(crate::surfaces::channel::MAX_RECORDED_EVENTS) {
+                if let Err(e) = client.record(batch.to_vec()).await {
+                    errln!("warning: hook calls are not recorded: {e}");
+                    break;
+                }
+            }
+        }
         answer
     })
+}
+
+/// The channel of the sandboxed run this hook runs in, with the run's id;
+/// `None` outside one (the store is written directly).
+fn channel() -> Result<
+    Option<(crate::surfaces::channel::ChannelClient, String)>,
+    crate::surfaces::channel::ChannelError,
+> {
+    use crate::surfaces::channel::{ChannelClient, ChannelError};
+    if !ChannelClient::given() {
+        return Ok(None);
+    }
+    let run = std::env::var(crate::runs::agent::RUN_ID_ENV)
+        .ok()
+        .filter(|r| crate::runs::workspace::is_run_id(r))
+        .ok_or(ChannelError::Unset)?;
+    Ok(Some((ChannelClient::from_env(&run)?, run)))
 }
 
 /// Who answers an `ask` of this agent: the editor of the `npc acp` that

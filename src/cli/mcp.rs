@@ -174,7 +174,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     let result = rt.block_on(async move {
         // Contained like the daemon's: every upstream server's process
         // group dies with the gateway, even when it is killed.
-        let (bus, supervisor, _supervisor_events) = super::standalone_recording(&paths, &manifest)?;
+        // In a sandboxed run npc's state is read-only: what the gateway
+        // records goes over the run's channel (`surfaces::channel`).
+        let (bus, supervisor, _supervisor_events, _spool) = match sandboxed_channel()? {
+            Some(client) => channel_recording(&paths, &manifest, client)?,
+            None => {
+                let (bus, supervisor, events) = super::standalone_recording(&paths, &manifest)?;
+                (bus, supervisor, events, None)
+            }
+        };
         let pool = Arc::new(
             Pool::new(
                 &manifest,
@@ -257,6 +265,87 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
             Ok(Exit::Failed)
         }
     }
+}
+
+/// The channel of the sandboxed run this gateway serves; `None` outside one.
+fn sandboxed_channel() -> anyhow::Result<Option<crate::surfaces::channel::ChannelClient>> {
+    use crate::surfaces::channel::{ChannelClient, ChannelError};
+    if !ChannelClient::given() {
+        return Ok(None);
+    }
+    let run = std::env::var(RUN_ID_ENV)
+        .ok()
+        .filter(|r| crate::runs::workspace::is_run_id(r))
+        .ok_or(ChannelError::Unset)?;
+    Ok(Some(ChannelClient::from_env(&run)?))
+}
+
+/// A gateway's spool in a sandboxed run's temporary directory: its events
+/// are recorded here first, then sent to the run's owner; removed when
+/// dropped.
+struct Spool(PathBuf);
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        for side in ["", "-wal", "-shm", "-journal"] {
+            let mut path = self.0.clone().into_os_string();
+            path.push(side);
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// The kinds a sandboxed gateway sends its run's owner (what the owner
+/// takes, `runs::channel`).
+const SENT_KINDS: [&str; 3] = ["mcp.tool_call", "hook.call", "tool.denied"];
+
+/// Recording for a gateway in a sandboxed run: a bus over a spool in the
+/// run's `TMPDIR`, each event of [`SENT_KINDS`] sent on to the run's owner
+/// over `client`.
+#[allow(clippy::type_complexity)]
+fn channel_recording(
+    paths: &crate::runtime::RepoPaths,
+    manifest: &crate::model::Manifest,
+    client: crate::surfaces::channel::ChannelClient,
+) -> anyhow::Result<(
+    crate::bus::EventBus,
+    crate::supervisor::Supervisor,
+    tokio::sync::mpsc::UnboundedReceiver<crate::supervisor::SupervisorEvent>,
+    Option<Spool>,
+)> {
+    let spool = Spool(std::env::temp_dir().join(format!("npc-mcp-{}.db", std::process::id())));
+    let store = Arc::new(
+        crate::store::Store::open(&spool.0)
+            .with_context(|| format!("cannot open the spool `{}`", spool.0.display()))?,
+    );
+    let bus = crate::bus::EventBus::new(store);
+    bus.set_secrets(manifest.secret_values());
+    bus.subscribe(
+        "npcagent.run_channel",
+        |e| SENT_KINDS.contains(&e.kind.as_str()),
+        move |e: Arc<crate::store::Event>| {
+            let client = client.clone();
+            async move {
+                let event: crate::event::Event = serde_json::from_value(
+                    serde_json::json!({"kind": e.kind, "payload": e.payload}),
+                )
+                .map_err(|e| format!("an event cut for size is not sent: {e}"))?;
+                client
+                    .record(vec![event])
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }
+        },
+    )?;
+    let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
+    let supervisor = crate::supervisor::Supervisor::for_npc(
+        events,
+        crate::supervisor::BackoffPolicy::default(),
+        &paths.root,
+        &paths.runtime_dir(),
+    );
+    Ok((bus, supervisor, receiver, Some(spool)))
 }
 
 /// Ends on SIGINT or SIGTERM.
@@ -343,6 +432,8 @@ fn upgrade_request() -> crate::surfaces::control::Request {
         run: std::env::var(RUN_ID_ENV)
             .ok()
             .filter(|r| crate::runs::workspace::is_run_id(r)),
+        secret: crate::surfaces::channel::RunSecret::from_env(),
+        confined: false,
     }
 }
 

@@ -240,14 +240,32 @@ pub fn run(args: RunArgs) -> anyhow::Result<Exit> {
             state_dir: &paths.state_dir,
             supervisor: &supervisor,
         };
-        let proxy = match runs::sandbox::apply(&mut prepared, manifest, &at, None, false) {
-            Ok(proxy) => proxy,
+        let sandboxed = match runs::sandbox::apply(&mut prepared, manifest, &at, None, false) {
+            Ok(sandboxed) => sandboxed,
             Err(e) => {
                 errln!("error: {e}");
                 return Ok(Exit::Failed);
             }
         };
-        let _proxy = proxy.map(|p| runs::sandbox::serve(p, &bus, &prepared.id, &prepared.profile));
+        // Its hooks' asks park it here; a daemon (or in a fleet, any
+        // node's API) answers them.
+        let daemon = paths.clone();
+        let fleet = manifest.store.url.is_some();
+        let reach: crate::hooks::park::Reach = std::sync::Arc::new(move || {
+            let here = daemon.running_daemon().map(drop);
+            here.or(fleet.then_some(())).ok_or_else(|| {
+                "no daemon runs for this repository, so nobody can be asked; start `npc daemon` (then `npc runs approve ID` answers), or change the rule that asks".to_string()
+            })
+        });
+        let _sandbox = sandboxed.map(|p| {
+            runs::sandbox::serve(
+                p,
+                &bus,
+                (&prepared.id, &prepared.profile),
+                std::sync::Arc::new(manifest.clone()),
+                reach,
+            )
+        });
         let here = runs::here::Here {
             store: bus.store().clone(),
             bus: bus.clone(),

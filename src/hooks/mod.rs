@@ -436,12 +436,19 @@ pub struct HookFailure {
 use crate::event::HookDecision as Recorded;
 use crate::event::{DeniedBy, Event, HookCall, ToolDenied};
 
+/// Events a runner keeps instead of publishing them: a sandboxed run's
+/// `npc hook run`, which cannot write the store, sends them to the run's
+/// owner (`surfaces::channel`).
+pub type Collected = Arc<std::sync::Mutex<Vec<Event>>>;
+
 /// Runs the hooks of the current [`HookSet`] (swapped live by [`HookRunner::replace`]).
 #[derive(Debug)]
 pub struct HookRunner {
     set: ArcSwap<HookSet>,
     supervisor: Supervisor,
     bus: Option<EventBus>,
+    /// Where records go instead of `bus` ([`HookRunner::collecting`]).
+    collected: Option<Collected>,
     /// Who answers `ask` decisions; `None` denies them.
     approver: Option<Arc<dyn Approve>>,
     /// The profile's `ask_tools`, applied after the `before_tool` hooks.
@@ -461,6 +468,7 @@ impl HookRunner {
             set: ArcSwap::from_pointee(set),
             supervisor,
             bus,
+            collected: None,
             approver: None,
             policy: None,
             site: DeniedBy::Gateway,
@@ -473,6 +481,12 @@ impl HookRunner {
     pub fn for_site(mut self, site: DeniedBy, run: Option<String>) -> Self {
         self.site = site;
         self.run = run;
+        self
+    }
+
+    /// Keep every record in `collected` instead of publishing it.
+    pub fn collecting(mut self, collected: Collected) -> Self {
+        self.collected = Some(collected);
         self
     }
 
@@ -869,7 +883,9 @@ impl HookRunner {
         by: DeniedBy,
         reason: &str,
     ) {
-        let Some(bus) = &self.bus else { return };
+        if self.bus.is_none() && self.collected.is_none() {
+            return;
+        }
         let session = SessionAsking::current().and_then(|s| s.policy);
         let profile = profile.map(str::to_string).or_else(|| {
             self.policy
@@ -889,21 +905,26 @@ impl HookRunner {
             rule,
             by,
             reason: Some(reason.to_string()),
-        })
-        .for_component(component);
-        if let Err(e) = bus.publish(event).await {
-            tracing::warn!(error = %e, "hooks: recording a denied tool call failed");
-        }
+        });
+        self.keep(event, component).await;
     }
 
     /// Record one `hook.call` (its `event` names the component).
     async fn publish(&self, call: HookCall) {
-        let Some(bus) = &self.bus else { return };
         let component =
             crate::plan::ComponentId::new(crate::plan::Kind::Hooks, &call.event).to_string();
-        let event = Event::HookCall(call).for_component(component);
-        if let Err(e) = bus.publish(event).await {
-            tracing::warn!(error = %e, "hooks: recording a hook call failed");
+        self.keep(Event::HookCall(call), component).await;
+    }
+
+    /// Publish `event` of `component`, or keep it ([`HookRunner::collecting`]).
+    async fn keep(&self, event: Event, component: String) {
+        if let Some(collected) = &self.collected {
+            crate::stdx::lock(collected).push(event);
+            return;
+        }
+        let Some(bus) = &self.bus else { return };
+        if let Err(e) = bus.publish(event.for_component(component)).await {
+            tracing::warn!(error = %e, "hooks: recording an event failed");
         }
     }
 }

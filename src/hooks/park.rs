@@ -9,7 +9,9 @@
 //! can answer (its `reach` check: a daemon holds the repository); else,
 //! and for [`NoOneToAsk`], the call is denied and the denial recorded
 //! (`tool.denied`, by `approval`, reason "no one to ask: …"): no ask is
-//! ever denied silently.
+//! ever denied silently. [`ChannelApprover`]: a sandboxed run's ask, which
+//! cannot write the store, goes over the run's channel to the process that
+//! owns the run, which parks it there (`runs::channel`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -256,6 +258,43 @@ impl Approve for ParkApprover {
     }
 }
 
+/// The approver of a sandboxed run's hooks: the run's owner parks the ask
+/// (and records its denial); when the channel fails, the call is denied
+/// and the denial recorded on `bus` (what the hook sends its owner).
+#[derive(Debug, Clone)]
+pub struct ChannelApprover {
+    pub client: crate::surfaces::channel::ChannelClient,
+    /// Where its own denial goes (what the hook sends the owner).
+    pub collected: super::Collected,
+    pub run_id: String,
+    pub profile: Option<String>,
+}
+
+impl Approve for ChannelApprover {
+    fn approve(&self, request: ApprovalRequest) -> futures_util::future::BoxFuture<'_, Approval> {
+        Box::pin(async move {
+            match self.client.ask(request.clone()).await {
+                Ok(crate::surfaces::approval::Answer::Allow) => Approval::Allow,
+                Ok(crate::surfaces::approval::Answer::Deny { reason }) => Approval::Deny { reason },
+                Err(e) => {
+                    let reason = format!("no one to ask: {e}");
+                    crate::stdx::lock(&self.collected).push(denial(
+                        Some(&self.run_id),
+                        self.profile.as_deref(),
+                        &request,
+                        &reason,
+                    ));
+                    Approval::Deny { reason }
+                }
+            }
+        })
+    }
+
+    fn records_denials(&self) -> bool {
+        true
+    }
+}
+
 /// The approver where nobody can be asked (no daemon, not in a run): every
 /// `ask` is denied and the denial recorded as a `tool.denied` by `approval`.
 #[derive(Debug, Clone)]
@@ -296,15 +335,24 @@ pub async fn record_denial(
     request: &ApprovalRequest,
     reason: &str,
 ) {
-    let event = Event::ToolDenied(ToolDenied {
+    publish(bus, run_id, denial(run_id, profile, request, reason)).await;
+}
+
+/// The `tool.denied` (by `approval`) of an asked call.
+fn denial(
+    run_id: Option<&str>,
+    profile: Option<&str>,
+    request: &ApprovalRequest,
+    reason: &str,
+) -> Event {
+    Event::ToolDenied(ToolDenied {
         run_id: run_id.map(str::to_string),
         profile: profile.map(str::to_string),
         tool: request.tool_call.name.clone(),
         rule: request.hook.clone(),
         by: DeniedBy::Approval,
         reason: Some(reason.to_string()),
-    });
-    publish(bus, run_id, event).await;
+    })
 }
 
 async fn publish(bus: Option<&EventBus>, run_id: Option<&str>, event: Event) {

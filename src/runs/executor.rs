@@ -778,14 +778,14 @@ impl Executor {
             state_dir: &self.cx.state_dir,
             supervisor: &self.cx.supervisor,
         };
-        let egress = match super::sandbox::apply(
+        let sandboxed = match super::sandbox::apply(
             &mut prepared,
             &manifest,
             &places,
             trigger_name.as_deref(),
             local.is_none(),
         ) {
-            Ok(egress) => egress,
+            Ok(sandboxed) => sandboxed,
             Err(refused) => {
                 let error = refused.to_string();
                 self.record(
@@ -796,11 +796,17 @@ impl Executor {
                 return (state::FAILED, Some(error));
             }
         };
-        let (_egress_tasks, proxy_died) = match egress {
-            Some(egress) => {
-                let (tasks, died) =
-                    super::sandbox::serve(egress, &self.bus, &row.id, &prepared.profile);
-                (Some(tasks), Some(died))
+        let (_sandbox_tasks, proxy_died) = match sandboxed {
+            Some(sandboxed) => {
+                // The daemon (or a fleet's API) answers a parked ask.
+                let (tasks, died) = super::sandbox::serve(
+                    sandboxed,
+                    &self.bus,
+                    (&row.id, &prepared.profile),
+                    manifest.clone(),
+                    Arc::new(|| Ok(())),
+                );
+                (Some(tasks), died)
             }
             None => (None, None),
         };

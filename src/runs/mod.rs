@@ -27,6 +27,7 @@
 //! run is typed (`surfaces::runs::LocalRun`), never free-form.
 
 pub mod agent;
+pub mod channel;
 pub mod executor;
 pub mod fleet;
 pub mod follow;

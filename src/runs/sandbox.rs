@@ -175,8 +175,9 @@ pub fn spec(mode: SandboxMode, rules: &SandboxRules, places: &Places) -> Option<
     }
     let state = real(places.state_dir);
     let runtime = real(&places.repo.join(RUNTIME_DIR));
-    // npc's secrets and what other runs own; the store stays reachable
-    // (the run's own `npc hook run` and `npc mcp serve` write it).
+    // npc's secrets and what other runs own are hidden; the rest of its
+    // state is read-only (the run's own `npc hook run` and `npc mcp serve`
+    // write through the daemon, `runs::channel`).
     let mut hidden = vec![
         state.join(TOKEN_FILE),
         runtime.join(TOKEN_FILE),
@@ -187,12 +188,17 @@ pub fn spec(mode: SandboxMode, rules: &SandboxRules, places: &Places) -> Option<
     let mut read = vec![real(places.repo), real(places.run_dir)];
     let cwd = real(places.cwd);
     let in_place = hidden.iter().any(|h| h.starts_with(&cwd));
-    let mut write = vec![real(&places.run_dir.join(TMP_DIR)), state, runtime.clone()];
+    let mut read_only = vec![state];
+    if !read_only.contains(&runtime) {
+        read_only.push(runtime);
+    }
+    let run_tmp = real(&places.run_dir.join(TMP_DIR));
+    let mut write = vec![run_tmp.clone()];
     let mut write_new = Vec::new();
     if in_place {
-        write_new.push(cwd);
+        write_new.push(cwd.clone());
     } else {
-        write.push(cwd);
+        write.push(cwd.clone());
     }
     if let Some(home) = places.home {
         let home = real(home);
@@ -205,6 +211,15 @@ pub fn spec(mode: SandboxMode, rules: &SandboxRules, places: &Places) -> Option<
     write.extend(places.named_state.iter().map(|p| real(p)));
     read.extend(rules.readable.iter().filter_map(|p| resolve(p, places)));
     write.extend(rules.writable.iter().filter_map(|p| resolve(p, places)));
+    // Nothing but the run's own `tmp` and worktree is writable in npc's
+    // state, whatever `writable` or a CLI's variable says.
+    write.retain(|w| {
+        *w == run_tmp
+            || *w == cwd
+            || !read_only
+                .iter()
+                .any(|r| w.starts_with(r) || r.starts_with(w))
+    });
     let egress = (mode == SandboxMode::Strict).then(|| crate::supervisor::Egress {
         socket: places.run_dir.join(EGRESS_SOCKET),
         port: EGRESS_PORT,
@@ -214,6 +229,7 @@ pub fn spec(mode: SandboxMode, rules: &SandboxRules, places: &Places) -> Option<
         read,
         write,
         write_new,
+        read_only,
         egress,
     })
 }
@@ -222,10 +238,19 @@ pub fn spec(mode: SandboxMode, rules: &SandboxRules, places: &Places) -> Option<
 /// `strict` run the proxy in every spelling the CLIs and tools read (and
 /// no `NO_PROXY`, so nothing goes around it).
 pub fn env(spec: &SandboxSpec, run_dir: &Path) -> Vec<(String, String)> {
-    let mut env = vec![(
-        "TMPDIR".to_string(),
-        run_dir.join(TMP_DIR).display().to_string(),
-    )];
+    let mut env = vec![
+        (
+            "TMPDIR".to_string(),
+            run_dir.join(TMP_DIR).display().to_string(),
+        ),
+        (
+            crate::surfaces::channel::SOCKET_ENV.to_string(),
+            run_dir
+                .join(crate::surfaces::channel::SOCKET_FILE)
+                .display()
+                .to_string(),
+        ),
+    ];
     if let Some(egress) = &spec.egress {
         let url = format!("http://127.0.0.1:{}", egress.port);
         for name in [
@@ -345,6 +370,39 @@ pub struct Proxy {
     policy: crate::surfaces::egress::EgressPolicy,
 }
 
+/// What a sandboxed run is served while it runs: its channel (what its
+/// hooks record and ask, `runs::channel`) and a `strict` run's proxy.
+#[derive(Debug)]
+pub struct Sandboxed {
+    channel: crate::surfaces::channel::ChannelListener,
+    egress: Option<Proxy>,
+}
+
+/// The digest of a sandboxed run's secret, in its run directory: how the
+/// daemon tells the run's own `npc mcp serve` from another run's.
+pub const SECRET_FILE: &str = "run.secret";
+/// Longest [`SECRET_FILE`] read.
+const MAX_SECRET_FILE_BYTES: usize = 128;
+
+/// Whether `secret` is the secret of run `run` of the state directory
+/// `state_dir` (its [`SECRET_FILE`]).
+pub fn secret_is_the_runs(
+    state_dir: &Path,
+    run: &str,
+    secret: &crate::surfaces::channel::RunSecret,
+) -> bool {
+    if !super::workspace::is_run_id(run) {
+        return false;
+    }
+    let Ok(root) = crate::repofs::Root::new(&super::run_dir(state_dir, run)) else {
+        return false;
+    };
+    root.read_own(Path::new(SECRET_FILE), MAX_SECRET_FILE_BYTES)
+        .is_ok_and(|digest| {
+            crate::surfaces::tcp::constant_time_eq(&digest, secret.digest().as_bytes())
+        })
+}
+
 /// The tasks of a run's proxy, stopped when the run ends.
 #[derive(Debug)]
 pub struct EgressTasks(Vec<tokio::task::JoinHandle<()>>);
@@ -358,15 +416,15 @@ impl Drop for EgressTasks {
 }
 
 /// Give `prepared` (a run of `manifest` in the repository of `at`) its
-/// sandbox, or refuse it; a `strict` run's proxy comes back ready to
-/// [`serve`].
+/// sandbox, or refuse it; its channel (and a `strict` run's proxy) come
+/// back ready to [`serve`].
 pub fn apply(
     prepared: &mut super::PreparedRun,
     manifest: &Manifest,
     at: &Where,
     trigger: Option<&str>,
     unattended: bool,
-) -> Result<Option<Proxy>, SandboxRefused> {
+) -> Result<Option<Sandboxed>, SandboxRefused> {
     let support = at.supervisor.sandbox_support();
     let decision = decide(
         manifest,
@@ -422,15 +480,78 @@ pub fn apply(
             })
         }
     };
+    let channel = open_channel(&run_dir, &prepared.id).map_err(refused)?;
     prepared.spec.env.extend(env(&spec, &run_dir));
+    prepared.spec.env.insert(
+        crate::surfaces::channel::SECRET_ENV.into(),
+        channel.1.expose().to_string(),
+    );
     prepared.spec.sandbox = Some(spec);
-    Ok(egress)
+    Ok(Some(Sandboxed {
+        channel: channel.0,
+        egress,
+    }))
+}
+
+/// Bind run `id`'s channel in `run_dir` with a fresh secret (its digest in
+/// [`SECRET_FILE`]); `Err` says why not.
+fn open_channel(
+    run_dir: &Path,
+    id: &str,
+) -> Result<
+    (
+        crate::surfaces::channel::ChannelListener,
+        crate::surfaces::channel::RunSecret,
+    ),
+    String,
+> {
+    use crate::surfaces::channel::{self, RunSecret, SOCKET_FILE};
+    let secret = RunSecret::generate()
+        .ok_or_else(|| "cannot read random numbers for the run's secret".to_string())?;
+    let root = crate::repofs::Root::new(run_dir).map_err(|e| e.to_string())?;
+    root.write(
+        Path::new(SECRET_FILE),
+        secret.digest().as_bytes(),
+        crate::repofs::WriteOptions::PRIVATE,
+    )
+    .map_err(|e| e.to_string())?;
+    let socket = Path::new(SOCKET_FILE);
+    let path = root.prepare_socket(socket).map_err(|e| e.to_string())?;
+    let listener = channel::bind(&path, id, secret.clone()).map_err(|e| {
+        format!(
+            "cannot listen on the run's channel `{}`: {e}",
+            path.display()
+        )
+    })?;
+    root.socket_private(socket).map_err(|e| e.to_string())?;
+    Ok((listener, secret))
+}
+
+/// Serve a sandboxed run's channel (its hooks' records and asks, parked
+/// in `bus`'s store for a person `reach` says can answer) and a `strict`
+/// run's egress proxy (each connection and refusal recorded); the
+/// returned receiver says why when the proxy stops, which ends the run.
+pub fn serve(
+    sandboxed: Sandboxed,
+    bus: &crate::bus::EventBus,
+    run: (&str, &str),
+    manifest: Arc<Manifest>,
+    reach: crate::hooks::park::Reach,
+) -> (EgressTasks, Option<tokio::sync::oneshot::Receiver<String>>) {
+    let (run_id, profile) = run;
+    let handler = super::channel::RunChannel::new(bus, run_id, profile, manifest, reach);
+    let channel = tokio::spawn(sandboxed.channel.serve(Arc::new(handler)));
+    let Some(egress) = sandboxed.egress else {
+        return (EgressTasks(vec![channel]), None);
+    };
+    let (mut tasks, died) = serve_egress(egress, bus, run_id, profile);
+    tasks.0.push(channel);
+    (tasks, Some(died))
 }
 
 /// Serve a `strict` run's egress proxy: each connection and refusal
-/// recorded; the returned receiver says why when the proxy stops,
-/// which ends the run.
-pub fn serve(
+/// recorded; the returned receiver says why when the proxy stops.
+fn serve_egress(
     egress: Proxy,
     bus: &crate::bus::EventBus,
     run_id: &str,
@@ -590,12 +711,46 @@ mod tests {
         assert!(s.write.contains(&PathBuf::from("/h/.codex")));
         assert!(!s.write.iter().any(|w| w.starts_with("/h/.claude")));
         assert!(s.write.contains(&PathBuf::from("/r/.npc/worktrees/1")));
+        assert_eq!(s.read_only, vec![PathBuf::from("/r/.npc")]);
+        assert!(!s.write.iter().any(|w| w == Path::new("/r/.npc")));
         assert!(s.egress.is_none());
         let strict = spec(SandboxMode::Strict, &rules, &places).unwrap();
         assert_eq!(
             strict.egress.map(|e| e.socket),
             Some(PathBuf::from("/r/.npc/runs/1").join(EGRESS_SOCKET))
         );
+    }
+
+    #[test]
+    fn nothing_makes_npcs_state_writable_but_the_runs_own_tmp_and_worktree() {
+        let rules = SandboxRules {
+            writable: vec![
+                SandboxPath::Repository(".npc".into()),
+                SandboxPath::Repository(".npc/runs".into()),
+                SandboxPath::Repository("out".into()),
+                SandboxPath::Absolute("/".into()),
+            ],
+            ..SandboxRules::default()
+        };
+        let named = [PathBuf::from("/r/.npc/cli-state")];
+        let places = Places {
+            repo: Path::new("/r"),
+            state_dir: Path::new("/r/.npc"),
+            worktrees: Path::new("/r/.npc/worktrees"),
+            run_dir: Path::new("/r/.npc/runs/1"),
+            cwd: Path::new("/r"),
+            home: None,
+            kind: Some(ProviderKind::Codex),
+            named_state: &named,
+        };
+        let s = spec(SandboxMode::Workspace, &rules, &places).unwrap();
+        assert_eq!(s.read_only, vec![PathBuf::from("/r/.npc")]);
+        assert_eq!(
+            s.write,
+            vec![PathBuf::from("/r/.npc/runs/1/tmp"), PathBuf::from("/r/out")]
+        );
+        // In place: the checkout is written around npc's state.
+        assert_eq!(s.write_new, vec![PathBuf::from("/r")]);
     }
 
     #[test]

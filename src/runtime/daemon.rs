@@ -291,9 +291,24 @@ fn mcp_upgrade(runtime: Arc<Runtime>) -> control::Upgrade {
     Arc::new(move |request, read, write| {
         let gateway = gateway.clone();
         let run = match &request {
-            Request::Mcp { run, .. } => {
-                run.clone().filter(|r| crate::runs::workspace::is_run_id(r))
-            }
+            // A sandboxed run's gateway speaks for its run only with the
+            // run's secret (else another run's id would be a forgery).
+            Request::Mcp {
+                run,
+                secret,
+                confined,
+                ..
+            } => run.clone().filter(|r| {
+                crate::runs::workspace::is_run_id(r)
+                    && (!confined
+                        || secret.as_ref().is_some_and(|s| {
+                            crate::runs::sandbox::secret_is_the_runs(
+                                &runtime.paths().state_dir,
+                                r,
+                                s,
+                            )
+                        }))
+            }),
             _ => None,
         };
         let asking = session_asking(&runtime, request, run.clone());

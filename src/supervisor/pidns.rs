@@ -118,6 +118,7 @@ pub fn stub_main(args: &[OsString]) -> Option<ExitCode> {
     }
     Some(match args.get(2).and_then(|a| a.to_str()) {
         Some(SANDBOX_PROBE_FLAG) => match enter_sandboxed(false)
+            .and_then(|()| sandbox::protect(&SandboxSpec::default()).map_err(|e| e.to_string()))
             .and_then(|()| sandbox::landlock_available())
             .and_then(|()| probe_fork())
         {
@@ -338,15 +339,17 @@ fn enter() -> Result<(), EnterError> {
 
 /// Move this process's future children into new user and PID namespaces
 /// (a user namespace always, so nothing inside holds a capability outside
-/// it) and, with `network`, a network namespace with only loopback.
+/// it), this process into a mount namespace of its own (where npc's state
+/// is bound read-only, [`sandbox::protect`]) and, with `network`, a
+/// network namespace with only loopback.
 fn enter_sandboxed(network: bool) -> Result<(), String> {
     let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
-    let mut flags = CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID;
+    let mut flags = CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS;
     if network {
         flags |= CloneFlags::CLONE_NEWNET;
     }
     unshare(flags).map_err(|e| {
-        format!("cannot create the sandbox's user and PID namespaces ({e}); allow unprivileged user namespaces (`sysctl user.max_user_namespaces`, `kernel.unprivileged_userns_clone=1`) or set `sandbox = \"off\"`")
+        format!("cannot create the sandbox's user, PID and mount namespaces ({e}); allow unprivileged user namespaces (`sysctl user.max_user_namespaces`, `kernel.unprivileged_userns_clone=1`) or set `sandbox = \"off\"`")
     })?;
     let write = |file: &str, text: String| {
         std::fs::write(format!("/proc/self/{file}"), text)
@@ -388,6 +391,7 @@ fn run(options: Options, program: &OsString, args: &[OsString]) -> ExitCode {
             .thread_block()
             .map_err(|e| e.to_string())
             .and_then(|()| enter_sandboxed(spec.egress.is_some()))
+            .and_then(|()| sandbox::protect(spec).map_err(|e| e.to_string()))
             .and_then(|()| sandbox::restrict(spec).map_err(|e| e.to_string()));
         if let Err(why) = applied {
             eprintln!("npc: sandbox: {why}");

@@ -12,6 +12,15 @@
 //!   symlink, `/proc/self/root` or hardlink leads to a hidden file, and a
 //!   hardlink to a hidden file cannot be made (a link may not widen access,
 //!   `LANDLOCK_ACCESS_FS_REFER`). Mounts are refused to a Landlock domain.
+//! - npc's own state (`read_only`: the state and runtime directories):
+//!   Landlock cannot take a right back below a granted tree (an in-place
+//!   run's checkout holds `.npc`), so the stub, in a mount namespace of its
+//!   own, binds each such directory read-only over itself ([`protect`]):
+//!   nothing inside writes, replaces or removes what is below it (`EROFS`),
+//!   and the directory itself cannot be renamed or removed (a mount point
+//!   is busy); the run's own writable trees below it (its `tmp`, its
+//!   worktree) are bound writable first. The program runs after Landlock,
+//!   which refuses `mount` and `umount`, so it cannot undo the binds.
 //! - Processes: the stub's user and PID namespaces (a user namespace
 //!   always, so the run holds no capability outside it); Landlock's scopes
 //!   refuse signals to processes outside the domain and abstract unix
@@ -73,6 +82,11 @@ pub struct SandboxSpec {
     /// state: a hidden file there can be replaced, never read).
     #[serde(default)]
     pub write_new: Vec<PathBuf>,
+    /// Trees bound read-only in the child's mount namespace (npc's state):
+    /// no grant of `write` or `write_new` reaches into them, except a
+    /// `write` tree below one, which stays writable.
+    #[serde(default)]
+    pub read_only: Vec<PathBuf>,
     /// `Some`: no network but loopback, and a forwarder to the proxy.
     pub egress: Option<Egress>,
 }
@@ -105,6 +119,13 @@ pub enum SandboxError {
     TooManyEntries { path: PathBuf },
     #[error("cannot set up the run's network namespace: {0}")]
     Network(String),
+    #[error("cannot bind `{}` {how} in the run's mount namespace: {source}; run `npc doctor`, or set `sandbox = \"off\"`", path.display())]
+    Mount {
+        path: PathBuf,
+        how: &'static str,
+        #[source]
+        source: nix::errno::Errno,
+    },
 }
 
 impl SandboxSpec {
@@ -196,14 +217,17 @@ pub fn restrict(spec: &SandboxSpec) -> Result<(), SandboxError> {
     // A writable tree with hidden paths below: its entries are writable,
     // and in the directories above the hidden paths entries may be made
     // and removed (not read or written: what is hidden stays unreadable).
+    // npc's state is never granted by a tree above it (its binds are
+    // read-only anyway: this keeps Landlock's rules saying so too).
+    let unwritable: Vec<PathBuf> = spec.hidden.iter().chain(&spec.read_only).cloned().collect();
     let (mut writable, mut makeable, mut fillable) = (Vec::new(), Vec::new(), Vec::new());
     for tree in &spec.write {
-        let (leaves, walked) = tree_without(tree, &spec.hidden)?;
+        let (leaves, walked) = tree_without(tree, &unwritable)?;
         writable.extend(leaves);
         makeable.extend(walked);
     }
     for tree in &spec.write_new {
-        let (leaves, walked) = tree_without(tree, &spec.hidden)?;
+        let (leaves, walked) = tree_without(tree, &unwritable)?;
         writable.extend(leaves);
         fillable.extend(walked);
     }
@@ -255,6 +279,90 @@ pub fn restrict(spec: &SandboxSpec) -> Result<(), SandboxError> {
         ));
     }
     Ok(())
+}
+
+/// In this process's own (new) mount namespace: stop mount events
+/// propagating either way, then bind each `spec.read_only` directory
+/// read-only over itself, after binding the `spec.write` trees below it
+/// writable over themselves (a recursive bind carries them along). A
+/// directory that does not exist is skipped (nothing of npc's is there).
+pub fn protect(spec: &SandboxSpec) -> Result<(), SandboxError> {
+    use nix::mount::{MsFlags, mount};
+    let none: Option<&str> = None;
+    let fail = |path: &Path, how: &'static str| {
+        let path = path.to_path_buf();
+        move |source| SandboxError::Mount { path, how, source }
+    };
+    mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)
+        .map_err(fail(Path::new("/"), "private"))?;
+    for dir in &spec.read_only {
+        // One below another is carried by the outer bind.
+        if spec
+            .read_only
+            .iter()
+            .any(|o| o != dir && dir.starts_with(o))
+            || !dir.is_dir()
+        {
+            continue;
+        }
+        for tree in spec
+            .write
+            .iter()
+            .filter(|w| w.starts_with(dir) && *w != dir)
+        {
+            if tree.exists() {
+                mount(
+                    Some(tree),
+                    tree,
+                    none,
+                    MsFlags::MS_BIND | MsFlags::MS_REC,
+                    none,
+                )
+                .map_err(fail(tree, "writable"))?;
+            }
+        }
+        mount(
+            Some(dir),
+            dir,
+            none,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            none,
+        )
+        .map_err(fail(dir, "over itself"))?;
+        // A remount in a user namespace keeps the flags the mount below
+        // was locked with (`nosuid`, `nodev`, …), or it is refused.
+        let locked = locked_flags(dir);
+        mount(
+            none,
+            dir,
+            none,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | locked,
+            none,
+        )
+        .map_err(fail(dir, "read-only"))?;
+    }
+    Ok(())
+}
+
+/// The per-mount flags of the mount `path` is on, as a remount keeps them.
+fn locked_flags(path: &Path) -> nix::mount::MsFlags {
+    use nix::mount::MsFlags;
+    use nix::sys::statvfs::FsFlags;
+    let Ok(stat) = nix::sys::statvfs::statvfs(path) else {
+        return MsFlags::empty();
+    };
+    let flags = stat.flags();
+    [
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ]
+    .into_iter()
+    .filter(|(st, _)| flags.contains(*st))
+    .fold(MsFlags::empty(), |acc, (_, ms)| acc | ms)
 }
 
 /// Whether Landlock can be enforced here; `Err` says why not. Creates a

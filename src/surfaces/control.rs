@@ -108,6 +108,13 @@ pub enum Request {
         /// (its `NPC_RUN_ID`): the session's calls are recorded with it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         run: Option<String>,
+        /// A sandboxed run's secret (its `NPC_RUN_SECRET`): from a
+        /// [`confined`] peer, `run` counts only with it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        secret: Option<super::channel::RunSecret>,
+        /// Set by the server, never by a client: the peer runs in a sandbox.
+        #[serde(skip)]
+        confined: bool,
     },
     /// Every pane: state, generation, watcher, last status report.
     PaneList,
@@ -475,10 +482,12 @@ impl Bound {
                             continue;
                         }
                     };
-                    if stream.peer_cred().map(|c| c.uid()).ok() != Some(uid) {
+                    let cred = stream.peer_cred().ok();
+                    if cred.map(|c| c.uid()) != Some(uid) {
                         tracing::warn!("control channel: refused a peer with another uid");
                         continue;
                     }
+                    let confined = confined(cred.and_then(|c| c.pid()));
                     if live.len() >= MAX_CONNECTIONS {
                         let idle = live.iter().position(|(_, _, waiting)| waiting.load(Ordering::Relaxed));
                         match idle.and_then(|i| live.remove(i)) {
@@ -492,6 +501,7 @@ impl Bound {
                     let waiting = Arc::new(AtomicBool::new(true));
                     let handle = connections.spawn(serve_one(
                         stream,
+                        confined,
                         handler.clone(),
                         upgrade.clone().map(|u| (u, mcp_sessions.clone())),
                         attach.clone().map(|a| (a, attach_sessions.clone())),
@@ -526,8 +536,52 @@ async fn refuse(stream: UnixStream) {
     let _ = tokio::time::timeout(WRITE_TIMEOUT, write_line(&mut write, &Reply::error(error))).await;
 }
 
+/// Whether the peer `pid` runs in a sandbox: in a user namespace and a
+/// mount namespace other than this process's (a sandboxed run's stub makes
+/// both; the daemon's other children share its mount namespace). A peer
+/// whose namespaces cannot be read counts as confined.
+pub fn confined(pid: Option<i32>) -> bool {
+    let ns = |pid: &str, kind: &str| std::fs::read_link(format!("/proc/{pid}/ns/{kind}")).ok();
+    let Some(pid) = pid.filter(|p| *p > 0).map(|p| p.to_string()) else {
+        return true;
+    };
+    let theirs = ns(&pid, "user").zip(ns(&pid, "mnt"));
+    let ours = ns("self", "user").zip(ns("self", "mnt"));
+    match (theirs, ours) {
+        (Some((user, mnt)), Some((own_user, own_mnt))) => user != own_user && mnt != own_mnt,
+        // This process cannot read its own: nothing tells runs apart.
+        (_, None) => false,
+        (None, Some(_)) => true,
+    }
+}
+
+/// What a confined peer (a sandboxed run) may ask: the MCP upgrade, with
+/// no editor to ask (a sandboxed run has none: a route it names would be
+/// its own) and marked confined, so its `run` counts only with the run's
+/// secret; nothing else (no approvals, no runs, no triggers, no panes).
+fn confine(request: Result<Request, Reply>) -> Result<Request, Reply> {
+    match request? {
+        Request::Mcp {
+            profile,
+            run,
+            secret,
+            ..
+        } => Ok(Request::Mcp {
+            approval: None,
+            profile,
+            run,
+            secret,
+            confined: true,
+        }),
+        _ => Err(Reply::error(
+            "the daemon answers a sandboxed run only its MCP gateway (`npc mcp serve`); its hooks talk to the run's channel; run other npc commands outside the run",
+        )),
+    }
+}
+
 async fn serve_one(
     stream: UnixStream,
+    confined: bool,
     handler: Handler,
     upgrade: Option<(Upgrade, Arc<tokio::sync::Semaphore>)>,
     attach: Option<(AttachUpgrade, Arc<tokio::sync::Semaphore>)>,
@@ -550,6 +604,7 @@ async fn serve_one(
         Ok(Err(e)) => Err(Reply::error(format!("cannot read the request: {e}"))),
     };
     waiting.store(false, Ordering::Relaxed);
+    let request = if confined { confine(request) } else { request };
     let request = match (request, upgrade) {
         (Ok(request @ Request::Mcp { .. }), Some((upgrade, sessions))) => {
             let Ok(_session) = sessions.try_acquire_owned() else {
@@ -875,6 +930,56 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+
+    #[test]
+    fn a_confined_peer_gets_the_mcp_upgrade_without_an_editor_and_nothing_else() {
+        let mcp = Request::Mcp {
+            approval: Some(super::super::runs::ApprovalRoute {
+                socket: "npc-acp-approval-00000000000000000000000000000000".into(),
+                session: "s".into(),
+            }),
+            profile: Some("p".into()),
+            run: Some("run-1".into()),
+            secret: None,
+            confined: false,
+        };
+        match confine(Ok(mcp)) {
+            Ok(Request::Mcp {
+                approval,
+                run,
+                confined,
+                ..
+            }) => {
+                assert!(approval.is_none());
+                assert!(confined);
+                assert_eq!(run.as_deref(), Some("run-1"));
+            }
+            other => panic!("{other:?}"),
+        }
+        for refused in [
+            Request::Status,
+            Request::ApproveRun {
+                id: "run-1".into(),
+                always: true,
+            },
+            Request::FireTrigger {
+                name: "t".into(),
+                payload: None,
+            },
+            Request::PaneSend {
+                name: "p".into(),
+                text: "x".into(),
+            },
+        ] {
+            assert!(confine(Ok(refused)).is_err());
+        }
+        // A client cannot say it is not confined: the field is the server's.
+        let line = r#"{"op":"mcp","protocol":2,"confined":false}"#;
+        assert!(parse_request(line.as_bytes()).is_err());
+        // This process is not confined to itself.
+        assert!(!confined(Some(std::process::id() as i32)));
+        assert!(confined(None));
+    }
     use tokio::io::AsyncBufReadExt as _;
 
     fn echo_handler() -> Handler {

@@ -5,7 +5,8 @@
 //! session (`mcp_link`), the notification sinks' bounded POST (`post`),
 //! the webhook listener's socket (`webhook`),
 //! `npc acp`'s approval socket (`approval`), newline-delimited JSON-RPC
-//! framing (`jsonrpc`, both sides of ACP), the one guarded TCP bind and
+//! framing (`jsonrpc`, both sides of ACP), a sandboxed run's channel to
+//! its owner (`channel`), the one guarded TCP bind and
 //! constant-time compare (`tcp`), the run requests front ends send (`runs`)
 //! and the standard streams stdio protocols are spoken on (`stdio`). The
 //! REST API's routes and handlers are the `api` room's; its listener binds
@@ -15,6 +16,7 @@
 //! it carries bytes and wire types it does not interpret.
 
 pub mod approval;
+pub mod channel;
 pub mod control;
 pub mod egress;
 pub mod http;

@@ -557,3 +557,112 @@ fn in_a_fleet_another_nodes_api_answers_a_run_waiting_on_a_worker() {
     let again = http_post(&api, &approve, &token, "");
     assert_eq!(again["error"]["code"], "run.finished", "{again}");
 }
+
+/// [`repo`] whose profile runs sandboxed (`workspace`), its tool log
+/// writable outside the repository: the agent's `npc hook run` cannot
+/// write the store, so it records and asks over the run's channel.
+fn sandboxed_repo(times: u32, extra: &str) -> (tempfile::TempDir, tempfile::TempDir) {
+    let (dir, logs) = repo(times, extra);
+    let path = dir.path().join("npcagent.toml");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str(&format!(
+        "sandbox = \"workspace\"\n\n[runs.sandbox]\nwritable_outside = [{}]\n",
+        toml_str(&logs.path().display().to_string())
+    ));
+    std::fs::write(&path, text).unwrap();
+    (dir, logs)
+}
+
+/// One request line on a run's channel socket: the answer line.
+fn channel_request(socket: &Path, request: &Value) -> Value {
+    use std::io::{BufRead, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    writeln!(stream, "{request}").unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(stream)
+        .read_line(&mut line)
+        .unwrap();
+    serde_json::from_str(&line).unwrap()
+}
+
+/// A sandboxed run's ask parks it through its channel (the daemon owns
+/// the run and its store); a request on the channel with a wrong secret,
+/// or naming another run, is refused and records nothing; `npc runs
+/// approve` lets the call run.
+#[test]
+fn a_sandboxed_runs_ask_parks_it_over_its_channel_and_forged_requests_are_refused() {
+    let (dir, logs) = sandboxed_repo(1, "");
+    let _daemon = Daemon::start_in(dir.path());
+    let mut run = start_run(dir.path(), "go");
+    let id = waiting_run(dir.path());
+    let waiting = wait_for("run.waiting", || events_of(dir.path(), "run.waiting").pop());
+    assert_eq!(waiting["payload"]["run_id"], id.as_str());
+    let socket = dir.path().join(".npc/runs").join(&id).join("npc.sock");
+    let ask = json!({"kind": "ask", "request": {"hook": "forged", "reason": null,
+        "tool_call": {"id": "f", "name": "Bash", "arguments": {}}}});
+    let denied = json!({"kind": "record", "events": [{"kind": "tool.denied", "payload":
+        {"run_id": "run-other", "tool": "Bash", "rule": "forged", "by": "hook"}}]});
+    for (run_id, op) in [
+        (id.as_str(), &ask),
+        ("run-other", &denied),
+        (id.as_str(), &denied),
+    ] {
+        let reply = channel_request(
+            &socket,
+            &json!({"protocol": 1, "run": run_id, "secret": "0".repeat(64), "op": op}),
+        );
+        assert_eq!(reply["reply"], "error", "{reply}");
+        assert!(
+            reply["error"]
+                .as_str()
+                .unwrap()
+                .contains("not the run's own"),
+            "{reply}"
+        );
+    }
+    assert_eq!(events_of(dir.path(), "run.waiting").len(), 1);
+    assert!(events_of(dir.path(), "tool.denied").is_empty());
+    let (code, stdout, stderr) = answer(dir.path(), "approve", &id, &[]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(wait_exit(&mut run).success());
+    assert_eq!(calls(logs.path()), vec!["ran".to_string()]);
+    let row = runs(dir.path())
+        .into_iter()
+        .find(|r| r["id"] == id.as_str())
+        .unwrap();
+    assert_eq!(row["state"], "succeeded", "{row}");
+}
+
+/// A sandboxed run's hook denies a call (`denied_tools`): the denial, made
+/// inside the sandbox, reaches the store over the run's channel (here
+/// `npc run`'s own, no daemon) and the run ends `blocked`.
+#[test]
+fn a_sandboxed_runs_denial_is_recorded_over_its_channel_and_blocks_it() {
+    let (dir, logs) = sandboxed_repo(1, "denied_tools = [\"Bash\"]\n");
+    let out = npc()
+        .current_dir(dir.path())
+        .args(["run", "dev", "--prompt", "go"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let fates = calls(logs.path());
+    assert_eq!(fates.len(), 1, "{fates:?}");
+    assert!(fates[0].starts_with("denied: "), "{fates:?}");
+    let denied = events_of(dir.path(), "tool.denied");
+    assert_eq!(denied.len(), 1, "{denied:?}");
+    assert_eq!(denied[0]["payload"]["tool"], "Bash");
+    let run_id = denied[0]["payload"]["run_id"].as_str().unwrap().to_string();
+    let row = runs(dir.path())
+        .into_iter()
+        .find(|r| r["id"] == run_id.as_str())
+        .unwrap();
+    assert_eq!(row["state"], "blocked", "{row}");
+    // It ran sandboxed: its owner gave it a channel and a secret.
+    let run_dir = dir.path().join(".npc/runs").join(&run_id);
+    assert!(run_dir.join("run.secret").is_file());
+    // The hook's own record came over the channel too.
+    assert!(!events_of(dir.path(), "hook.call").is_empty());
+}
