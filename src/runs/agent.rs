@@ -970,18 +970,10 @@ where
     // silence, so an open stdin does not hold it up; for every other
     // provider stdin closes at once (EOF, as `/dev/null` would give).
     // An ACP run's stdin carries the conversation.
-    let mut conversation = run.acp.as_ref().map(|plan| {
-        acp::Conversation::new(
-            plan,
-            &run.id,
-            &run.profile,
-            &spec.env,
-            supervisor,
-            bus,
-            hooks,
-            child.stdin.take(),
-        )
-    });
+    let mut conversation = run
+        .acp
+        .as_ref()
+        .map(|plan| acp::Conversation::new(run, plan, supervisor, bus, hooks, child.stdin.take()));
     let mut probe_pipe = child.stdin.take().filter(|_| parser.probes());
     let mut probe = ProbeState::default();
     let killer = child.killer();

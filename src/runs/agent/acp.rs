@@ -274,18 +274,17 @@ impl std::fmt::Debug for Conversation {
 }
 
 impl Conversation {
-    /// The conversation of run `run_id` per `plan`, deciding permission
-    /// questions with the run's hooks (`hooks`' set) and policy.
+    /// The conversation of `run` per `plan`, deciding permission questions
+    /// with the run's hooks (`hooks`' set) and policy.
     pub fn new(
+        run: &super::PreparedRun,
         plan: &AcpRun,
-        run_id: &str,
-        profile: &str,
-        env: &std::collections::BTreeMap<String, String>,
         supervisor: &Supervisor,
         bus: &EventBus,
         hooks: &HookRunner,
         stdin: Option<tokio::process::ChildStdin>,
     ) -> Self {
+        let (run_id, profile, env) = (run.id.as_str(), run.profile.as_str(), &run.spec.env);
         let approver: Arc<dyn Approve> = match (
             env.get(APPROVAL_SOCKET_ENV),
             env.get(APPROVAL_SESSION_ENV),
