@@ -108,9 +108,12 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<Exit> {
     else {
         return Ok(Exit::Failed);
     };
-    let mut providers: BTreeMap<ProviderKind, &Provider> = BTreeMap::new();
+    // One report per CLI, and one more for its ACP program where a
+    // provider drives it over ACP.
+    let mut providers: BTreeMap<(ProviderKind, bool), &Provider> = BTreeMap::new();
     for provider in manifest.providers.values() {
-        providers.entry(provider.kind).or_insert(provider);
+        let acp = provider.driver == crate::model::ProviderDriver::Acp;
+        providers.entry((provider.kind, acp)).or_insert(provider);
     }
     let plans = agent_file_plans(&manifest, &paths);
     let home = std::env::var_os("HOME").map(PathBuf::from);
@@ -121,7 +124,10 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<Exit> {
     if !providers.is_empty() {
         reports.push(this_npc(&tokio));
     }
-    reports.extend(providers.into_iter().map(|(kind, provider)| {
+    reports.extend(providers.into_iter().map(|((kind, acp), provider)| {
+        if acp {
+            return acp_program(kind, provider);
+        }
         let mut report = installed(kind, provider, &paths.root, &tokio);
         if report.path.is_some() {
             report.checks.extend(agent_files(kind, &plans));
@@ -423,6 +429,51 @@ fn mcp_servers(manifest: &Manifest, root: &Path) -> Vec<Report> {
             })
         })
         .collect()
+}
+
+/// Whether the ACP program of a `driver = "acp"` provider of `kind` is
+/// installed (found on `PATH`; it is not run: an ACP program waits for a
+/// client on its stdin).
+fn acp_program(kind: ProviderKind, provider: &Provider) -> Report {
+    let program = provider.command.clone();
+    let mut report = Report {
+        kind: kind.as_str(),
+        server: None,
+        program: program.clone(),
+        path: None,
+        version: None,
+        fixtures: None,
+        checks: Vec::new(),
+    };
+    if program.contains('/') {
+        report.checks.push(Check::bad(
+            "acp_program",
+            Status::Warn,
+            format!(
+                "`{program}` is a path the manifest names; npc doctor runs no program a repository chose, so it is not checked"
+            ),
+            "check it yourself if you trust the repository".to_string(),
+        ));
+        return report;
+    }
+    report.path = find_program(&program);
+    let install = match kind {
+        ProviderKind::ClaudeCode => {
+            "`npm install -g @agentclientprotocol/claude-agent-acp`".to_string()
+        }
+        ProviderKind::Codex => "`npm install -g @agentclientprotocol/codex-acp`".to_string(),
+        _ => format!("`npm install -g {}`", package(kind)),
+    };
+    report.checks.push(match &report.path {
+        Some(path) => Check::ok("acp_program", path.display().to_string()),
+        None => Check::bad(
+            "acp_program",
+            Status::Problem,
+            format!("`{program}`, the ACP program of `driver = \"acp\"`, is not on `PATH`"),
+            install,
+        ),
+    });
+    report
 }
 
 /// Whether `kind`'s CLI is installed, and its version against npc's fixtures.

@@ -279,3 +279,59 @@ fn doctor_looks_up_a_servers_path_only_inside_the_repository() {
     let ok = check(&reports, "mcp_server ok", "command");
     assert_eq!(ok["status"], "ok", "{ok}");
 }
+
+/// A provider with `driver = "acp"` gets a check of its ACP program: a
+/// problem with the adapter's install line until it is on `PATH` (it is
+/// not run: it would wait for a client), beside the CLI's own report.
+#[test]
+fn doctor_checks_an_acp_providers_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let bin = root.join("bin");
+    let home = root.join("home");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        root.join("npcagent.toml"),
+        "version = 1\n[providers.claude]\nkind = \"claude_code\"\n[providers.claude_acp]\nkind = \"claude_code\"\ndriver = \"acp\"\n",
+    )
+    .unwrap();
+    stand_in(&bin, "claude", "2.1.197 (Claude Code)");
+    let acp_check = |reports: &[Value]| -> Value {
+        reports
+            .iter()
+            .find(|r| r["program"] == "claude-agent-acp")
+            .unwrap_or_else(|| panic!("no report of the ACP program: {reports:#?}"))["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == "acp_program")
+            .unwrap()
+            .clone()
+    };
+    let (code, reports) = doctor(root, &bin, &home);
+    assert_eq!(code, 1, "{reports:#?}");
+    let missing = acp_check(&reports);
+    assert_eq!(missing["status"], "problem", "{missing}");
+    assert!(
+        missing["fix"]
+            .as_str()
+            .unwrap()
+            .contains("@agentclientprotocol/claude-agent-acp"),
+        "{missing}"
+    );
+    // The program that would only wait for a client is found, not run.
+    std::fs::write(
+        bin.join("claude-agent-acp"),
+        "#!/bin/sh\ntouch ran\nsleep 1000\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        bin.join("claude-agent-acp"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let (_, reports) = doctor(root, &bin, &home);
+    assert_eq!(acp_check(&reports)["status"], "ok");
+    assert!(!root.join("ran").exists(), "doctor ran the ACP program");
+}
