@@ -3,6 +3,7 @@
 //! capability has its own module.
 
 mod acp;
+mod acp_driver;
 mod agent_config;
 mod agents;
 mod api;
