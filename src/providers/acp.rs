@@ -231,6 +231,8 @@ pub enum AcpFailure {
         "the agent cannot continue session `{session}`: it offers neither `session/resume` nor `session/load`; start a new run instead"
     )]
     CannotResume { session: String },
+    #[error("npc cannot write to the agent: {reason}; the agent stopped reading what npc sends")]
+    Unwritable { reason: String },
 }
 
 /// A permission question of the agent, for the run to decide.

@@ -384,8 +384,7 @@ impl Conversation {
                             crate::event::ErrorKind::Provider,
                             format!("cannot write to the agent: {e}"),
                         ));
-                        self.failed.get_or_insert(AcpFailure::BadAnswer {
-                            method: "stdin",
+                        self.failed.get_or_insert(AcpFailure::Unwritable {
                             reason: e.to_string(),
                         });
                     }
