@@ -54,15 +54,17 @@ def one_run(npc, repo, env, profile):
     proc = subprocess.Popen([npc, "run", profile, "--prompt", PROMPT, "--format", "json"],
                             cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL, text=True)
-    first = None
+    first = idle = None
     for line in proc.stdout:
         if first is None and '"agent.message"' in line:
             first = (time.monotonic() - started) * 1000
+        if '"agent.idle"' in line:
+            idle = (time.monotonic() - started) * 1000
     code = proc.wait()
     total = (time.monotonic() - started) * 1000
     if code != 0:
         raise RuntimeError("npc run %s exited %d" % (profile, code))
-    return first if first is not None else total, total
+    return first if first is not None else total, total, idle if idle is not None else total
 
 
 def bench(agent, npc, runs):
@@ -92,11 +94,11 @@ def bench(agent, npc, runs):
                     times[profile].append(one_run(npc, repo, run_env, profile))
         finally:
             model.kill()
-        med = {p: (statistics.median(t[0] for t in v), statistics.median(t[1] for t in v))
-               for p, v in times.items()}
-        print("%-8s first message: headless %6.0f ms, acp %6.0f ms (%.2fx)   whole turn: headless %6.0f ms, acp %6.0f ms (%.2fx)"
+        med = {p: [statistics.median(t[i] for t in v) for i in range(3)] for p, v in times.items()}
+        print("%-8s first message: headless %6.0f ms, acp %6.0f ms (%.2fx)   whole turn: headless %6.0f ms, acp %6.0f ms (%.2fx)   turn end to exit: headless %4.0f ms, acp %4.0f ms"
               % (agent, med["headless"][0], med["acp"][0], med["acp"][0] / med["headless"][0],
-                 med["headless"][1], med["acp"][1], med["acp"][1] / med["headless"][1]))
+                 med["headless"][1], med["acp"][1], med["acp"][1] / med["headless"][1],
+                 med["headless"][1] - med["headless"][2], med["acp"][1] - med["acp"][2]))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
