@@ -431,6 +431,19 @@ fn mcp_servers(manifest: &Manifest, root: &Path) -> Vec<Report> {
         .collect()
 }
 
+/// The warning for a program the manifest names by path: a repository's
+/// choice of program, which `npc doctor` never runs (a fresh clone's code).
+fn unchecked_path(check: &'static str, program: &str, fix: String) -> Check {
+    Check::bad(
+        check,
+        Status::Warn,
+        format!(
+            "`{program}` is a path the manifest names; npc doctor runs no program a repository chose, so it is not checked"
+        ),
+        fix,
+    )
+}
+
 /// Whether the ACP program of a `driver = "acp"` provider of `kind` is
 /// installed (found on `PATH`; it is not run: an ACP program waits for a
 /// client on its stdin).
@@ -446,12 +459,9 @@ fn acp_program(kind: ProviderKind, provider: &Provider) -> Report {
         checks: Vec::new(),
     };
     if program.contains('/') {
-        report.checks.push(Check::bad(
+        report.checks.push(unchecked_path(
             "acp_program",
-            Status::Warn,
-            format!(
-                "`{program}` is a path the manifest names; npc doctor runs no program a repository chose, so it is not checked"
-            ),
+            &program,
             "check it yourself if you trust the repository".to_string(),
         ));
         return report;
@@ -503,12 +513,9 @@ fn installed(
     // A path is the repository's choice of program: `npc doctor` on a
     // fresh clone must not run the clone's code to ask its version.
     if program.contains('/') {
-        report.checks.push(Check::bad(
+        report.checks.push(unchecked_path(
             "installed",
-            Status::Warn,
-            format!(
-                "`{program}` is a path the manifest names; npc doctor runs no program a repository chose, so it is not checked"
-            ),
+            &program,
             format!("run `{program} --version` yourself if you trust the repository"),
         ));
         return report;

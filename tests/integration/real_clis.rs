@@ -210,12 +210,7 @@ impl Setup {
 
     /// [`Setup::new`] for `user` (`None`: this process's).
     fn new_as(cli: Cli, hooks: &str, user: Option<u32>) -> Self {
-        let echo = Script {
-            tool: "echo",
-            args: serde_json::json!({ "message": ECHO_TOKEN }),
-            provider_args: &[],
-        };
-        Self::scripted(cli, hooks, user, echo)
+        Self::scripted(cli, hooks, user, echo_script())
     }
 
     /// [`Setup::new_as`] with the model calling `script`'s tool.
@@ -1825,6 +1820,24 @@ fn codex_denied_tools_hold_for_its_own_shell() {
 
 // ---- `driver = "acp"`: the same CLIs driven over the Agent Client Protocol.
 
+/// The model calls the gateway's `echo` with [`ECHO_TOKEN`].
+fn echo_script() -> Script {
+    Script {
+        tool: "echo",
+        args: serde_json::json!({ "message": ECHO_TOKEN }),
+        provider_args: &[],
+    }
+}
+
+/// The same script with the CLI's own flags left out (an ACP program
+/// takes none).
+fn acp_script(script: Script) -> Script {
+    Script {
+        provider_args: &[],
+        ..script
+    }
+}
+
 /// Whether `cli`'s ACP program is installed (the two adapters come from
 /// npm; Gemini CLI and OpenCode speak ACP themselves).
 fn acp_installed(cli: Cli) -> bool {
@@ -1850,11 +1863,7 @@ fn acp_echo_through_the_gateway(cli: Cli) {
     if !acp_installed(cli) {
         return;
     }
-    let script = Script {
-        tool: "echo",
-        args: serde_json::json!({ "message": ECHO_TOKEN }),
-        provider_args: &[],
-    };
+    let script = echo_script();
     let s = Setup::acp(cli, script, "");
     let events = s.run();
     check_turn(&s, &events, &format!("Echo: {ECHO_TOKEN}"));
@@ -1892,12 +1901,7 @@ fn acp_shell_denied_by_policy(cli: Cli) {
     if !acp_installed(cli) {
         return;
     }
-    let Script { tool, args, .. } = edit_script(cli);
-    let script = Script {
-        tool,
-        args,
-        provider_args: &[],
-    };
+    let script = acp_script(edit_script(cli));
     let denied = match cli.kind {
         "claude_code" => "Bash",
         "codex" => "exec_command",
@@ -1967,12 +1971,7 @@ fn acp_codex_refuses_a_profile_ruling_on_its_own_tools() {
     if !acp_installed(CODEX) {
         return;
     }
-    let Script { tool, args, .. } = edit_script(CODEX);
-    let script = Script {
-        tool,
-        args,
-        provider_args: &[],
-    };
+    let script = acp_script(edit_script(CODEX));
     let s = Setup::acp(CODEX, script, "denied_tools = [\"exec_command\"]");
     let out = s
         .npc(&[
@@ -2013,12 +2012,7 @@ fn acp_ask_parks_until_approved(cli: Cli, asked: &str) {
     if !acp_installed(cli) {
         return;
     }
-    let Script { tool, args, .. } = edit_script(cli);
-    let script = Script {
-        tool,
-        args,
-        provider_args: &[],
-    };
+    let script = acp_script(edit_script(cli));
     let s = Setup::acp(cli, script, &format!("ask_tools = [\"{asked}\"]"));
     let path = path_with_npc();
     let home = s.home.path().to_str().unwrap().to_string();
@@ -2213,13 +2207,8 @@ fn headless_and_acp_runs_mean_the_same(cli: Cli) {
     if !acp_installed(cli) {
         return;
     }
-    let echo = || Script {
-        tool: "echo",
-        args: serde_json::json!({ "message": ECHO_TOKEN }),
-        provider_args: &[],
-    };
-    let headless = Setup::scripted(cli, "", None, echo());
-    let acp = Setup::acp(cli, echo(), "");
+    let headless = Setup::scripted(cli, "", None, echo_script());
+    let acp = Setup::acp(cli, echo_script(), "");
     // What a run means: its tool calls (by gateway name) and results
     // (whether they carried the echo) in order, then its answer (fragments
     // of one message counted once) and the end of its turn. Text before the
@@ -2298,11 +2287,7 @@ fn acp_resume_continues_the_session(cli: Cli) {
     if !acp_installed(cli) {
         return;
     }
-    let script = Script {
-        tool: "echo",
-        args: serde_json::json!({ "message": ECHO_TOKEN }),
-        provider_args: &[],
-    };
+    let script = echo_script();
     let s = Setup::acp(cli, script, "");
     let first = s.run();
     let run = first
@@ -2381,11 +2366,7 @@ fn acp_gemini_resume_fails_with_the_agent_s_reason() {
     if !acp_installed(GEMINI) {
         return;
     }
-    let script = Script {
-        tool: "echo",
-        args: serde_json::json!({ "message": ECHO_TOKEN }),
-        provider_args: &[],
-    };
+    let script = echo_script();
     let s = Setup::acp(GEMINI, script, "");
     let first = s.run();
     let run = first
@@ -2417,11 +2398,7 @@ fn resume_of_an_unknown_run_is_refused() {
     if !acp_installed(GEMINI) {
         return;
     }
-    let script = Script {
-        tool: "echo",
-        args: serde_json::json!({ "message": ECHO_TOKEN }),
-        provider_args: &[],
-    };
+    let script = echo_script();
     let s = Setup::acp(GEMINI, script, "");
     for bad in ["../../etc/passwd", "run-20261205t000000000z-deadbeef"] {
         let out = s
