@@ -520,6 +520,41 @@ impl Setup {
         cmd
     }
 
+    /// A daemon holding the repository, with the CLI's home and npc first
+    /// on `PATH` as its only environment.
+    fn daemon(&self) -> crate::support::Daemon {
+        let path = path_with_npc();
+        let home = self.home.path().to_str().unwrap().to_string();
+        let env = [("PATH", path.to_str().unwrap()), ("HOME", home.as_str())];
+        crate::support::Daemon::start_in_with(
+            &self.root(),
+            crate::support::DaemonSetup {
+                only_env: Some(&env),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// `npc run agent --prompt PROMPT --format json` started, its output
+    /// piped.
+    fn spawn_run(&self, prompt: &str) -> std::process::Child {
+        let timeout = RUN_TIMEOUT.as_secs().to_string();
+        self.npc(&[
+            "run",
+            "agent",
+            "--prompt",
+            prompt,
+            "--format",
+            "json",
+            "--timeout",
+            &timeout,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+    }
+
     /// `npc run agent` to its end: the run's agent events (`--format json`).
     fn run(&self) -> Vec<Value> {
         self.run_ending(0)
@@ -793,32 +828,8 @@ fn claude_ask_parks_the_run_and_npc_runs_approve_lets_echo_run() {
         "import json, sys\njson.load(sys.stdin)\nprint(json.dumps({\"decision\": \"ask\", \"reason\": \"echo needs a person\"}))\n",
     )
     .unwrap();
-    let path = path_with_npc();
-    let home = s.home.path().to_str().unwrap().to_string();
-    let env = [("PATH", path.to_str().unwrap()), ("HOME", home.as_str())];
-    let _daemon = crate::support::Daemon::start_in_with(
-        &s.root(),
-        crate::support::DaemonSetup {
-            only_env: Some(&env),
-            ..Default::default()
-        },
-    );
-    let timeout = RUN_TIMEOUT.as_secs().to_string();
-    let mut run = s
-        .npc(&[
-            "run",
-            "agent",
-            "--prompt",
-            "call the echo tool",
-            "--format",
-            "json",
-            "--timeout",
-            &timeout,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let _daemon = s.daemon();
+    let mut run = s.spawn_run("call the echo tool");
     let state = |id: Option<&str>| -> Option<(String, String)> {
         let out = s.npc(&["runs", "--format", "json"]).output().unwrap();
         let rows: Value = serde_json::from_slice(&out.stdout).ok()?;
@@ -2014,34 +2025,24 @@ fn acp_ask_parks_until_approved(cli: Cli, asked: &str) {
     }
     let script = acp_script(edit_script(cli));
     let s = Setup::acp(cli, script, &format!("ask_tools = [\"{asked}\"]"));
-    let path = path_with_npc();
-    let home = s.home.path().to_str().unwrap().to_string();
-    let env = [("PATH", path.to_str().unwrap()), ("HOME", home.as_str())];
-    let _daemon = crate::support::Daemon::start_in_with(
-        &s.root(),
-        crate::support::DaemonSetup {
-            only_env: Some(&env),
-            ..Default::default()
-        },
-    );
-    let timeout = RUN_TIMEOUT.as_secs().to_string();
-    let mut run = s
-        .npc(&[
-            "run",
-            "agent",
-            "--prompt",
-            "write the file",
-            "--format",
-            "json",
-            "--timeout",
-            &timeout,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let waiting = wait_for("the ACP run to park", || {
+    let _daemon = s.daemon();
+    let mut run = s.spawn_run("write the file");
+    // The agent starts first (OpenCode's first start takes seconds).
+    let waiting = crate::support::poll_within(RUN_TIMEOUT, || {
         s.events().into_iter().find(|e| e["kind"] == "run.waiting")
+    })
+    .unwrap_or_else(|| {
+        let _ = run.kill();
+        let mut out = String::new();
+        let _ = std::io::Read::read_to_string(run.stdout.as_mut().unwrap(), &mut out);
+        panic!(
+            "{}: the ACP run never parked: {out}\n{:#?}",
+            cli.program,
+            s.events()
+                .iter()
+                .map(|e| format!("{} {}", e["kind"], e["payload"]))
+                .collect::<Vec<_>>()
+        )
     });
     assert!(
         !s.root().join(EDITED_FILE).exists(),
@@ -2052,22 +2053,23 @@ fn acp_ask_parks_until_approved(cli: Cli, asked: &str) {
     // Answer every ask of the run until it ends (Claude Code's adapter also
     // runs the project's hook bridge, which asks about the same call).
     let mut approved = 0;
-    let status = wait_for("the approved ACP run to end", || {
-        if let Some(status) = run.try_wait().unwrap() {
-            return Some(status);
-        }
-        let stored = s.events();
-        let parked = stored.iter().filter(|e| e["kind"] == "run.waiting").count();
-        let answered = stored
-            .iter()
-            .filter(|e| e["kind"] == "run.approval")
-            .count();
-        if parked > answered {
-            let out = s.npc(&["runs", "approve", &id]).output().unwrap();
-            approved += usize::from(out.status.success());
-        }
-        None
-    });
+    let status =
+        crate::support::wait_for_within("the approved ACP run to end", RUN_TIMEOUT, || {
+            if let Some(status) = run.try_wait().unwrap() {
+                return Some(status);
+            }
+            let stored = s.events();
+            let parked = stored.iter().filter(|e| e["kind"] == "run.waiting").count();
+            let answered = stored
+                .iter()
+                .filter(|e| e["kind"] == "run.approval")
+                .count();
+            if parked > answered {
+                let out = s.npc(&["runs", "approve", &id]).output().unwrap();
+                approved += usize::from(out.status.success());
+            }
+            None
+        });
     assert!(approved >= 1);
     let mut stderr = String::new();
     std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut stderr).unwrap();
@@ -2124,22 +2126,7 @@ fn acp_cancel_mid_turn(cli: Cli) {
         provider_args: &[],
     };
     let s = Setup::acp(cli, script, "");
-    let timeout = RUN_TIMEOUT.as_secs().to_string();
-    let mut run = s
-        .npc(&[
-            "run",
-            "agent",
-            "--prompt",
-            "run the long operation",
-            "--format",
-            "json",
-            "--timeout",
-            &timeout,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut run = s.spawn_run("run the long operation");
     let stdout = run.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<Value>();
     std::thread::spawn(move || {
@@ -2166,7 +2153,10 @@ fn acp_cancel_mid_turn(cli: Cli) {
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
-    let status = wait_for("the cancelled ACP run to end", || run.try_wait().unwrap());
+    let status =
+        crate::support::wait_for_within("the cancelled ACP run to end", RUN_TIMEOUT, || {
+            run.try_wait().unwrap()
+        });
     assert_eq!(status.code(), Some(130), "{}: {status}", cli.program);
     seen.extend(rx.try_iter());
     let stored = s.events();
