@@ -2404,3 +2404,34 @@ fn resume_of_an_unknown_run_is_refused() {
     }
     assert!(s.model.requests().is_empty());
 }
+
+/// An ACP run's ask with nobody to answer it (no daemon) is denied and
+/// recorded, never let through: the command does not run and the run is
+/// `blocked`, not `succeeded` with nothing done.
+#[test]
+fn acp_gemini_ask_with_nobody_to_answer_is_denied_and_the_run_blocked() {
+    if !acp_installed(GEMINI) {
+        return;
+    }
+    let s = Setup::acp(
+        GEMINI,
+        acp_script(edit_script(GEMINI)),
+        "ask_tools = [\"run_shell_command\"]",
+    );
+    s.run_ending(3);
+    assert!(!s.root().join(EDITED_FILE).exists(), "the command ran");
+    let stored = s.events();
+    let permission = stored
+        .iter()
+        .find(|e| e["kind"] == "run.permission")
+        .expect("run.permission");
+    assert_eq!(permission["payload"]["answer"], "denied", "{permission}");
+    assert!(
+        stored.iter().any(|e| e["kind"] == "tool.denied"
+            && e["payload"]["by"] == "approval"
+            && e["payload"]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("nobody can be asked"))),
+        "{stored:#?}"
+    );
+}
