@@ -183,11 +183,17 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
                 (bus, supervisor, events, None)
             }
         };
+        // The upstream servers' logs go to the state directory, which a
+        // sandboxed run cannot write: there they go to the run's `TMPDIR`.
+        let log_root = match &_spool {
+            Some(spool) => spool.logs(),
+            None => paths.state_dir.clone(),
+        };
         let pool = Arc::new(
             Pool::new(
                 &manifest,
                 paths.root.clone(),
-                paths.state_dir.clone(),
+                log_root,
                 supervisor.clone(),
             )
             .with_events(bus.clone()),
@@ -284,6 +290,21 @@ fn sandboxed_channel() -> anyhow::Result<Option<crate::surfaces::channel::Channe
 /// are recorded here first, then sent to the run's owner; removed when
 /// dropped.
 struct Spool(PathBuf);
+
+impl Spool {
+    /// Where the upstream servers of a sandboxed gateway log (`logs/`
+    /// below it), beside the spool in the run's `TMPDIR`.
+    fn logs(&self) -> PathBuf {
+        use std::os::unix::fs::DirBuilderExt as _;
+        let mut dir = self.0.clone().into_os_string();
+        dir.push(".state");
+        let dir = PathBuf::from(dir);
+        // Private, and made here (the guarded layer opens logs below an
+        // existing root); a failure shows when a server's log cannot open.
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+        dir
+    }
+}
 
 impl Drop for Spool {
     fn drop(&mut self) {

@@ -2435,3 +2435,60 @@ fn acp_gemini_ask_with_nobody_to_answer_is_denied_and_the_run_blocked() {
         "{stored:#?}"
     );
 }
+
+/// Section 3 of the sandbox: each real CLI over ACP does its turn inside
+/// `sandbox = "workspace"`: the gateway, handed the run's channel in its
+/// `mcpServers` entry, starts its servers (logging in the run's `TMPDIR`,
+/// npc's state being read-only there) and records the call as the run's
+/// over the channel; the run's private `TMPDIR` shows it was sandboxed.
+fn sandboxed_acp_turn(cli: Cli) {
+    if !acp_installed(cli) {
+        return;
+    }
+    let s = Setup::acp(cli, echo_script(), "sandbox = \"workspace\"");
+    // The sandbox lets a CLI write its state directory where it exists (a
+    // user's OpenCode has made its data, state and cache directories by its
+    // first use);
+    // it does not let the run create directories in the home.
+    for dir in [
+        ".local/share/opencode",
+        ".local/state/opencode",
+        ".cache/opencode",
+    ] {
+        std::fs::create_dir_all(s.home.path().join(dir)).unwrap();
+    }
+    let events = s.run();
+    check_turn(&s, &events, &format!("Echo: {ECHO_TOKEN}"));
+    let run = events.iter().find_map(|e| e["run_id"].as_str()).unwrap();
+    assert!(
+        s.root().join(".npc/runs").join(run).join("tmp").is_dir(),
+        "{}: the run was not sandboxed",
+        cli.program
+    );
+    let stored = s.events();
+    let call = stored
+        .iter()
+        .find(|e| e["kind"] == "mcp.tool_call" && e["payload"]["name"] == GATEWAY_ECHO)
+        .expect("the gateway's call");
+    assert_eq!(call["payload"]["run_id"], run, "{call}");
+}
+
+#[test]
+fn acp_gemini_turn_in_a_workspace_sandbox() {
+    sandboxed_acp_turn(GEMINI);
+}
+
+#[test]
+fn acp_claude_turn_in_a_workspace_sandbox() {
+    sandboxed_acp_turn(CLAUDE);
+}
+
+#[test]
+fn acp_codex_turn_in_a_workspace_sandbox() {
+    sandboxed_acp_turn(CODEX);
+}
+
+#[test]
+fn acp_opencode_turn_in_a_workspace_sandbox() {
+    sandboxed_acp_turn(OPENCODE);
+}
