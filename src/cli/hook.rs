@@ -10,7 +10,7 @@
 //! of a tool event. With no matching hook (and nothing the policy asks
 //! about) it answers at once, without opening the event store or starting
 //! a runtime. In a sandboxed run (npc gave it `NPC_RUN_CHANNEL` and
-//! `NPC_RUN_SECRET`) the store is read-only: its records are kept
+//! `NPC_RUN_PASS`) the store is read-only: its records are kept
 //! (`HookRunner::collecting`) and go, like its asks, over the run's channel
 //! to the process that owns the run (`surfaces::channel`); a channel it
 //! cannot name is a denial of a tool event, an ask it cannot send a

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::jsonc::{self, Dialect};
 
 /// Codex's table of MCP servers in its `config.toml`.
-const CODEX_SERVERS_KEY: &str = "mcp_servers";
+pub const CODEX_SERVERS_KEY: &str = "mcp_servers";
 /// Gemini CLI's object of MCP servers in its `settings.json`.
 const GEMINI_SERVERS_KEY: &str = "mcpServers";
 

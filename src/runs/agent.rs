@@ -59,6 +59,14 @@ pub const REPO_ROOT_ENV: &str = "NPC_REPO_ROOT";
 /// The file of a Gemini CLI run's own policy (`--policy`), in the run's
 /// directory.
 pub const GEMINI_POLICY_FILE: &str = "gemini-policy.toml";
+/// The variables a sandboxed run's gateway needs from the run (its
+/// channel, its secret, its own `TMPDIR`), for the CLIs that pass an MCP
+/// server only what its entry names.
+pub const CHANNEL_VARS: [&str; 3] = [
+    crate::surfaces::channel::SOCKET_ENV,
+    crate::surfaces::channel::SECRET_ENV,
+    "TMPDIR",
+];
 /// How long a run may take unless `--timeout` says otherwise.
 pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// After the agent exits, how long its output streams may take to close.
@@ -565,6 +573,17 @@ pub fn prepare(
                 )
             }));
             pairs.extend(disabled.pairs);
+            // Codex hands a server only its entry's variables: a sandboxed
+            // run's gateway reaches its owner over the channel these name
+            // (names only: the values stay in the environment).
+            if run_config.is_some() && manifest.mcp.gateway {
+                pairs.push(format!(
+                    "{}.{}.env_vars={}",
+                    native::run::CODEX_SERVERS_KEY,
+                    native::gateway::GATEWAY_ENTRY,
+                    serde_json::json!(CHANNEL_VARS)
+                ));
+            }
             let mcp = (!pairs.is_empty()).then_some(RunMcp::Overrides { pairs: &pairs });
             launch(provider, &prompt, model, mcp)?
         }

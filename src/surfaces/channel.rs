@@ -30,8 +30,11 @@ use crate::stdx::lines::{Line, LineReader, Overlong, Splitter};
 pub const SOCKET_FILE: &str = "npc.sock";
 /// The variable naming the channel's socket to the run.
 pub const SOCKET_ENV: &str = "NPC_RUN_CHANNEL";
-/// The variable carrying the run's secret.
-pub const SECRET_ENV: &str = "NPC_RUN_SECRET";
+/// The variable carrying the run's secret. Its name says neither
+/// `SECRET` nor `TOKEN` nor `KEY`: Gemini CLI strips variables so named
+/// from its MCP servers' environment, and npc's gateway is the server
+/// meant to have it.
+pub const SECRET_ENV: &str = "NPC_RUN_PASS";
 /// The channel's protocol version: every request carries it.
 pub const PROTOCOL_VERSION: u32 = 1;
 /// Longest request line (a batch of events of one hook call).

@@ -108,7 +108,7 @@ pub enum Request {
         /// (its `NPC_RUN_ID`): the session's calls are recorded with it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         run: Option<String>,
-        /// A sandboxed run's secret (its `NPC_RUN_SECRET`): from a
+        /// A sandboxed run's secret (its `NPC_RUN_PASS`): from a
         /// [`confined`] peer, `run` counts only with it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         secret: Option<super::channel::RunSecret>,

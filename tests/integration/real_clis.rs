@@ -2436,16 +2436,27 @@ fn acp_gemini_ask_with_nobody_to_answer_is_denied_and_the_run_blocked() {
     );
 }
 
-/// Section 3 of the sandbox: each real CLI over ACP does its turn inside
-/// `sandbox = "workspace"`: the gateway, handed the run's channel in its
-/// `mcpServers` entry, starts its servers (logging in the run's `TMPDIR`,
+/// Section 3 of the sandbox: each real CLI, headless and over ACP, does its
+/// turn inside `sandbox = "workspace"`: the gateway, handed the run's
+/// channel (in its `mcpServers` entry over ACP, by name to Codex, in the
+/// environment to the others), starts its servers (logging in the run's `TMPDIR`,
 /// npc's state being read-only there) and records the call as the run's
 /// over the channel; the run's private `TMPDIR` shows it was sandboxed.
-fn sandboxed_acp_turn(cli: Cli) {
-    if !acp_installed(cli) {
+fn sandboxed_turn(cli: Cli, acp: bool) {
+    let present = if acp {
+        acp_installed(cli)
+    } else {
+        installed(cli)
+    };
+    if !present {
         return;
     }
-    let s = Setup::acp(cli, echo_script(), "sandbox = \"workspace\"");
+    let sandbox = "sandbox = \"workspace\"";
+    let s = if acp {
+        Setup::acp(cli, echo_script(), sandbox)
+    } else {
+        Setup::build(cli, "", None, echo_script(), false, false, sandbox)
+    };
     // The sandbox lets a CLI write its state directory where it exists (a
     // user's OpenCode has made its data, state and cache directories by its
     // first use);
@@ -2475,20 +2486,40 @@ fn sandboxed_acp_turn(cli: Cli) {
 
 #[test]
 fn acp_gemini_turn_in_a_workspace_sandbox() {
-    sandboxed_acp_turn(GEMINI);
+    sandboxed_turn(GEMINI, true);
+}
+
+#[test]
+fn headless_gemini_turn_in_a_workspace_sandbox() {
+    sandboxed_turn(GEMINI, false);
 }
 
 #[test]
 fn acp_claude_turn_in_a_workspace_sandbox() {
-    sandboxed_acp_turn(CLAUDE);
+    sandboxed_turn(CLAUDE, true);
+}
+
+#[test]
+fn headless_claude_turn_in_a_workspace_sandbox() {
+    sandboxed_turn(CLAUDE, false);
 }
 
 #[test]
 fn acp_codex_turn_in_a_workspace_sandbox() {
-    sandboxed_acp_turn(CODEX);
+    sandboxed_turn(CODEX, true);
+}
+
+#[test]
+fn headless_codex_turn_in_a_workspace_sandbox() {
+    sandboxed_turn(CODEX, false);
 }
 
 #[test]
 fn acp_opencode_turn_in_a_workspace_sandbox() {
-    sandboxed_acp_turn(OPENCODE);
+    sandboxed_turn(OPENCODE, true);
+}
+
+#[test]
+fn headless_opencode_turn_in_a_workspace_sandbox() {
+    sandboxed_turn(OPENCODE, false);
 }

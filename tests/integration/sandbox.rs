@@ -44,10 +44,10 @@ try delete_api_token rm "$s/api.token"
 try queue_a_run mkdir "$s/runs/forged"
 try queue_by_socket sh -c "cd '$NPC_REPO_ROOT' && '$NPC_BIN' trigger fire agent"
 c="$NPC_REPO_ROOT/channel.py"
-try forge_channel_run python3 "$c" "$NPC_RUN_CHANNEL" zz-other "$NPC_RUN_SECRET"
-try forge_channel_event python3 "$c" "$NPC_RUN_CHANNEL" "$NPC_RUN_ID" "$NPC_RUN_SECRET" zz-other
+try forge_channel_run python3 "$c" "$NPC_RUN_CHANNEL" zz-other "$NPC_RUN_PASS"
+try forge_channel_event python3 "$c" "$NPC_RUN_CHANNEL" "$NPC_RUN_ID" "$NPC_RUN_PASS" zz-other
 try forge_channel_secret python3 "$c" "$NPC_RUN_CHANNEL" "$NPC_RUN_ID" wrong
-python3 "$c" "$NPC_RUN_CHANNEL" "$NPC_RUN_ID" "$NPC_RUN_SECRET" && echo "channel_own works" >> "$r"
+python3 "$c" "$NPC_RUN_CHANNEL" "$NPC_RUN_ID" "$NPC_RUN_PASS" && echo "channel_own works" >> "$r"
 cat setup.txt >> "$r"
 setsid sh -c 'cut -d" " -f1 /proc/self/stat > "$TMPDIR/setsid.pid"; exec sleep 300' </dev/null >/dev/null 2>&1 &
 for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$TMPDIR/setsid.pid" ] && break; sleep 0.1; done

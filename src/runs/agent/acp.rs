@@ -36,9 +36,6 @@ pub const WRITE_LIMIT: Duration = Duration::from_secs(10);
 /// from it are `mcp__npc__SERVER__TOOL` and the like).
 pub const GATEWAY_NAME: &str = crate::native::gateway::GATEWAY_ENTRY;
 
-/// The run's own temporary directory in a sandbox (`runs::sandbox::env`).
-const SANDBOX_TMPDIR_ENV: &str = "TMPDIR";
-
 /// What an ACP run needs beyond its child: the conversation's start and
 /// what decides its permission questions.
 #[derive(Clone)]
@@ -324,14 +321,10 @@ impl Conversation {
         // environment (Gemini CLI and Codex filter their own), so the
         // channel's variables go into the gateway's entry.
         let mut start = plan.start.clone();
-        let carried: Vec<(String, String)> = [
-            crate::surfaces::channel::SOCKET_ENV,
-            crate::surfaces::channel::SECRET_ENV,
-            SANDBOX_TMPDIR_ENV,
-        ]
-        .iter()
-        .filter_map(|k| env.get(*k).map(|v| (k.to_string(), v.clone())))
-        .collect();
+        let carried: Vec<(String, String)> = super::CHANNEL_VARS
+            .iter()
+            .filter_map(|k| env.get(*k).map(|v| (k.to_string(), v.clone())))
+            .collect();
         for entry in &mut start.mcp_servers {
             if let McpEntry::Stdio { name, env, .. } = entry
                 && name == GATEWAY_NAME
