@@ -7,7 +7,10 @@ providers, and `npc run` of each profile alternated RUNS times. The turn
 is the one the real-CLI tests use: the model calls the gateway's `echo`,
 then answers. Prints the medians and the ratio acp / headless.
 
-Usage: benches/scripts/acp_turn.py [--npc PATH] [--runs N] [claude|codex|gemini|opencode]...
+With `--pair sandbox` the pair is a headless run without a sandbox and in a
+`workspace` sandbox (issue 45's "a real CLI in a sandbox" cost).
+
+Usage: benches/scripts/acp_turn.py [--npc PATH] [--runs N] [--pair driver|sandbox] [claude|codex|gemini|opencode]...
 """
 
 import argparse
@@ -33,6 +36,18 @@ PROMPT = "call the echo tool"
 
 def toml_str(s):
     return json.dumps(s)
+
+
+def sandbox_manifest(agent, env):
+    """One headless provider; profile `off` without a sandbox, `workspace` in one."""
+    env_line = ", ".join("%s = %s" % (k, toml_str(v)) for k, v in env.items())
+    args = ", ".join(toml_str(a) for a in HEADLESS_ARGS.get(agent, []))
+    profile = ("[profiles.%s]\nprovider = \"p\"\ndescription = \"bench\"\nmcp_servers = [\"everything\"]\n"
+               "sandbox = \"%s\"\n\n")
+    return (
+        "version = 1\n[mcp]\ngateway = true\n\n[mcp.servers.everything]\ncommand = \"node\"\n"
+        "args = [%s]\n\n[providers.p]\nkind = \"%s\"\nenv = { %s }\nargs = [%s]\n\n"
+    ) % (toml_str(record.everything()), KIND[agent], env_line, args) + profile % ("off", "off") + profile % ("workspace", "workspace")
 
 
 def manifest(agent, env):
@@ -67,7 +82,7 @@ def one_run(npc, repo, env, profile):
     return first if first is not None else total, total, idle if idle is not None else total
 
 
-def bench(agent, npc, runs):
+def bench(agent, npc, runs, pair):
     work = tempfile.mkdtemp(prefix="acp-turn-")
     try:
         repo, home = os.path.join(work, "repo"), os.path.join(work, "home")
@@ -79,22 +94,31 @@ def bench(agent, npc, runs):
             url = "http://127.0.0.1:%d" % port
             env = record.setup(agent, "turn", repo, home, url)
             with open(os.path.join(repo, "npcagent.toml"), "w", encoding="utf-8") as f:
-                f.write(manifest(agent, env))
+                f.write((manifest if pair == "driver" else sandbox_manifest)(agent, env))
+            # A CLI's state directories exist after its first use (the
+            # sandbox lets it write only those).
+            for d in (".local/share/opencode", ".local/state/opencode", ".cache/opencode"):
+                os.makedirs(os.path.join(home, d), exist_ok=True)
             run_env = {"PATH": os.path.dirname(npc) + os.pathsep + os.environ.get("PATH", ""),
                        "HOME": home, "LANG": "C.UTF-8",
                        "XDG_DATA_HOME": os.path.join(home, ".local/share")}
             subprocess.run([npc, "apply", "--auto-approve"], cwd=repo, env=run_env, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             # One of each first: the CLIs' first start fills their caches.
-            for profile in ("headless", "acp"):
+            names = ("headless", "acp") if pair == "driver" else ("off", "workspace")
+            for profile in names:
                 one_run(npc, repo, run_env, profile)
-            times = {"headless": [], "acp": []}
+            times = {p: [] for p in names}
             for _ in range(runs):
-                for profile in ("headless", "acp"):
+                for profile in names:
                     times[profile].append(one_run(npc, repo, run_env, profile))
         finally:
             model.kill()
         med = {p: [statistics.median(t[i] for t in v) for i in range(3)] for p, v in times.items()}
+        if pair == "sandbox":
+            print("%-8s whole turn: sandbox off %6.0f ms, workspace %6.0f ms (%.2fx)"
+                  % (agent, med["off"][1], med["workspace"][1], med["workspace"][1] / med["off"][1]))
+            return
         print("%-8s first message: headless %6.0f ms, acp %6.0f ms (%.2fx)   whole turn: headless %6.0f ms, acp %6.0f ms (%.2fx)   turn end to exit: headless %4.0f ms, acp %4.0f ms"
               % (agent, med["headless"][0], med["acp"][0], med["acp"][0] / med["headless"][0],
                  med["headless"][1], med["acp"][1], med["acp"][1] / med["headless"][1],
@@ -107,10 +131,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--npc", default=os.path.join(ROOT, "target/release/npc"))
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--pair", choices=["driver", "sandbox"], default="driver",
+                    help="driver: headless against acp; sandbox: a headless run without and in a workspace sandbox")
     ap.add_argument("agents", nargs="*", default=["claude", "codex", "gemini", "opencode"])
     opts = ap.parse_args()
     for agent in opts.agents:
-        bench(agent, os.path.abspath(opts.npc), opts.runs)
+        bench(agent, os.path.abspath(opts.npc), opts.runs, opts.pair)
 
 
 if __name__ == "__main__":
