@@ -181,6 +181,10 @@ pub struct AgentRunStarted {
     /// What the run's starter prints.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The sandbox the agent runs in (`workspace`, `strict`); absent
+    /// without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
 }
 
 /// A command action's run started.

@@ -902,6 +902,13 @@ where
         source: run.source.map(str::to_string),
         // What the run's starter prints (`npc run` follows the daemon's runs).
         warnings: run.warnings.clone(),
+        sandbox: run.spec.sandbox.as_ref().map(|s| {
+            match s.egress {
+                Some(_) => "strict",
+                None => "workspace",
+            }
+            .to_string()
+        }),
     };
     // Denials recorded for this run from here on (by its hooks, its
     // gateway) are read back at its end.

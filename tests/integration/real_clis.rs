@@ -2477,6 +2477,11 @@ fn sandboxed_turn(cli: Cli, acp: bool) {
         cli.program
     );
     let stored = s.events();
+    let started = stored
+        .iter()
+        .find(|e| e["kind"] == "run.started")
+        .expect("run.started");
+    assert_eq!(started["payload"]["sandbox"], "workspace", "{started}");
     let call = stored
         .iter()
         .find(|e| e["kind"] == "mcp.tool_call" && e["payload"]["name"] == GATEWAY_ECHO)
