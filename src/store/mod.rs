@@ -400,13 +400,16 @@ impl Store {
             counters: Arc::new(Counters::default()),
         };
         let conn = store.open_reader()?;
-        let found = schema::current_version(&conn)?;
         // A database with nothing in it yet is one another process is
         // creating right now (its first transaction makes the tables): no
-        // store yet, as before the file existed.
-        if found == 0 && schema::is_empty(&conn)? {
+        // store yet, as before the file existed. Emptiness is read first:
+        // the creator's one transaction makes the tables and the version
+        // together, so a database found with tables has its version (read
+        // the other way round, a commit in between looked like version 0).
+        if schema::is_empty(&conn)? {
             return Err(StoreError::NotFound { path: store.path });
         }
+        let found = schema::current_version(&conn)?;
         if let Ok(mut pool) = store.readers.lock() {
             pool.push(conn);
         }
