@@ -16,12 +16,17 @@ use crate::support::{npc, repo_root};
 const FLOOD: usize = 20_000;
 
 fn repo(mode: &str, log: &Path) -> tempfile::TempDir {
+    repo_with(mode, log, "")
+}
+
+/// [`repo`] with `more` appended to the manifest.
+fn repo_with(mode: &str, log: &Path, more: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let agent = repo_root().join("fixtures/acp/hostile-agent.py");
     std::fs::write(
         dir.path().join("npcagent.toml"),
         format!(
-            "version = 1\n[providers.hostile]\nkind = \"gemini_cli\"\ndriver = \"acp\"\ncommand = \"python3\"\nargs = [{agent:?}]\nenv = {{ HOSTILE_AGENT_MODE = \"{mode}\", HOSTILE_AGENT_LOG = {log:?}, HOSTILE_AGENT_FLOOD = \"{FLOOD}\" }}\n[profiles.p]\nprovider = \"hostile\"\ndescription = \"a hostile agent\"\n"
+            "version = 1\n[providers.hostile]\nkind = \"gemini_cli\"\ndriver = \"acp\"\ncommand = \"python3\"\nargs = [{agent:?}]\nenv = {{ HOSTILE_AGENT_MODE = \"{mode}\", HOSTILE_AGENT_LOG = {log:?}, HOSTILE_AGENT_FLOOD = \"{FLOOD}\" }}\n[profiles.p]\nprovider = \"hostile\"\ndescription = \"a hostile agent\"\n{more}"
         ),
     )
     .unwrap();
@@ -125,4 +130,31 @@ fn an_agent_of_another_protocol_version_is_refused() {
     let (code, _, stderr) = run(dir.path());
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("protocol version 1"), "{stderr}");
+}
+
+/// A `before_tool` hook that rewrites the call's arguments cannot be
+/// carried by an ACP permission answer: the call is denied with the
+/// agent's reject option, the denial is recorded, and the run ends
+/// `blocked` (exit 3), not `succeeded` with the call refused unseen.
+#[test]
+fn a_rewritten_call_is_denied_recorded_and_blocks_the_run() {
+    let work = tempfile::tempdir().unwrap();
+    let log = work.path().join("answers.jsonl");
+    let hook = "[[hooks.before_tool]]\ncommand = \"sh\"\nargs = [\"-c\", \"echo '{\\\"decision\\\":\\\"rewrite\\\",\\\"arguments\\\":{\\\"command\\\":\\\"false\\\"}}'\"]\n";
+    let dir = repo_with("ask", &log, hook);
+    let (code, _, stderr) = run(dir.path());
+    assert_eq!(code, Some(3), "{stderr}");
+    let answer: Value = serde_json::from_str(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(answer["result"]["outcome"]["optionId"], "no", "{answer}");
+    assert!(
+        stderr.contains("`Bash` denied by hook (acp_permission)"),
+        "{stderr}"
+    );
 }

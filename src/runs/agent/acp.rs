@@ -19,7 +19,7 @@ use futures_util::stream::FuturesUnordered;
 use tokio::io::AsyncWriteExt as _;
 
 use crate::bus::EventBus;
-use crate::event::{DeniedBy, Event, PermissionAnswer, RunPermission};
+use crate::event::{DeniedBy, Event, PermissionAnswer, RunPermission, ToolDenied};
 use crate::hooks::park::{NoOneToAsk, ParkApprover, Reach};
 use crate::hooks::policy::ToolPolicy;
 use crate::hooks::{Approve, BeforeTool, HookRunner, ToolCallInfo};
@@ -35,6 +35,13 @@ pub const WRITE_LIMIT: Duration = Duration::from_secs(10);
 /// The gateway entry's name in a run's `mcpServers` (the agent's tools
 /// from it are `mcp__npc__SERVER__TOOL` and the like).
 pub const GATEWAY_NAME: &str = crate::native::gateway::GATEWAY_ENTRY;
+
+/// Why a call is denied when a hook rewrote its arguments.
+const REWRITE_DENIED: &str =
+    "a hook rewrote the call's arguments, which an ACP permission cannot carry; the call is denied";
+/// The rule of a denial npc records for a permission question itself (a
+/// rewrite, a failed hook).
+const DENIED_RULE: &str = "acp_permission";
 
 /// What an ACP run needs beyond its child: the conversation's start and
 /// what decides its permission questions.
@@ -244,18 +251,36 @@ fn is_gateway_tool(tool: &str) -> bool {
 }
 
 /// A decision that finished: the question's key, the decision and why.
-type Decided = (u64, Decision, Option<String>);
+type Decided = (u64, Decision, Verdict);
+
+/// Why npc decided as it did, and whether a denial is on record already.
+#[derive(Debug, Clone, Default)]
+struct Verdict {
+    reason: Option<String>,
+    /// The runner recorded the denial (`tool.denied`) itself.
+    recorded: bool,
+}
+
+impl Verdict {
+    fn because(reason: impl Into<String>, recorded: bool) -> Self {
+        Self {
+            reason: Some(reason.into()),
+            recorded,
+        }
+    }
+}
 
 /// One ACP conversation of a run, over the agent's stdin.
 pub struct Conversation {
     client: Client,
     stdin: Option<tokio::process::ChildStdin>,
     run_id: String,
+    profile: String,
     bus: EventBus,
     runner: Arc<HookRunner>,
     kind: ProviderKind,
     deciding: FuturesUnordered<BoxFuture<'static, Decided>>,
-    reasons: HashMap<u64, Option<String>>,
+    reasons: HashMap<u64, Verdict>,
     /// How the turn ended, once it did.
     pub ended: Option<TurnEnd>,
     /// Why the conversation failed, if it did.
@@ -336,6 +361,7 @@ impl Conversation {
             client: Client::new(start),
             stdin,
             run_id: run_id.to_string(),
+            profile: profile.to_string(),
             bus: bus.clone(),
             runner: Arc::new(runner),
             kind: plan.kind,
@@ -380,10 +406,10 @@ impl Conversation {
 
     /// The next decision that finishes, answered to the agent.
     pub async fn decided(&mut self) -> Vec<AgentEvent> {
-        let Some((key, decision, reason)) = self.deciding.next().await else {
+        let Some((key, decision, verdict)) = self.deciding.next().await else {
             return Vec::new();
         };
-        self.reasons.insert(key, reason);
+        self.reasons.insert(key, verdict);
         let steps = self.client.answer(key, decision);
         self.carry(steps).await
     }
@@ -417,32 +443,52 @@ impl Conversation {
                     let gateway = is_gateway_tool(&ask.tool);
                     self.deciding.push(Box::pin(async move {
                         if gateway {
-                            return (
-                                key,
-                                Decision::Allow,
-                                Some("a gateway tool: npc's gateway applies the policy".to_string()),
-                            );
+                            let why = "a gateway tool: npc's gateway applies the policy";
+                            return (key, Decision::Allow, Verdict::because(why, false));
                         }
                         match runner.before_tool(&call).await {
-                            Ok(BeforeTool::Continue { arguments: None }) => (key, Decision::Allow, None),
-                            Ok(BeforeTool::Continue { arguments: Some(_) }) => (
+                            Ok(BeforeTool::Continue { arguments: None }) => {
+                                (key, Decision::Allow, Verdict::default())
+                            }
+                            Ok(BeforeTool::Continue { arguments: Some(_) }) => {
+                                (key, Decision::Deny, Verdict::because(REWRITE_DENIED, false))
+                            }
+                            Ok(BeforeTool::Deny { reason, .. }) => {
+                                (key, Decision::Deny, Verdict::because(reason, true))
+                            }
+                            // A failed hook is recorded as a `hook.call`, not a denial.
+                            Err(failure) => (
                                 key,
                                 Decision::Deny,
-                                Some("a hook rewrote the call's arguments, which an ACP permission cannot carry; the call is denied".to_string()),
+                                Verdict::because(failure.to_string(), false),
                             ),
-                            Ok(BeforeTool::Deny { reason, .. }) => (key, Decision::Deny, Some(reason)),
-                            Err(failure) => (key, Decision::Deny, Some(failure.to_string())),
                         }
                     }));
                 }
                 Step::Answered(answered) => {
-                    let reason = self
-                        .reasons
-                        .remove(&answered.key)
-                        .flatten()
-                        .or_else(|| (answered.answer == PermissionAnswer::Cancelled).then(|| {
+                    let verdict = self.reasons.remove(&answered.key);
+                    // A denial npc decided that nothing recorded yet is a
+                    // `tool.denied` of the run, so the run ends `blocked`,
+                    // never `succeeded` with the call refused unseen.
+                    if let Some(v) = &verdict
+                        && answered.answer != PermissionAnswer::Allowed
+                        && !v.recorded
+                    {
+                        let denied = Event::ToolDenied(ToolDenied {
+                            run_id: Some(self.run_id.clone()),
+                            profile: Some(self.profile.clone()),
+                            tool: answered.tool.clone(),
+                            rule: DENIED_RULE.to_string(),
+                            by: DeniedBy::Hook,
+                            reason: v.reason.clone(),
+                        });
+                        record(&self.bus, &self.run_id, denied).await;
+                    }
+                    let reason = verdict.and_then(|v| v.reason).or_else(|| {
+                        (answered.answer == PermissionAnswer::Cancelled).then(|| {
                             "the turn was cancelled, or the agent offered no option for npc's decision".to_string()
-                        }));
+                        })
+                    });
                     let event = Event::RunPermission(RunPermission {
                         run_id: self.run_id.clone(),
                         tool: answered.tool,
@@ -452,10 +498,7 @@ impl Conversation {
                         option_id: answered.option_id,
                         reason,
                     });
-                    let _ = self
-                        .bus
-                        .publish(event.for_component(super::super::component(&self.run_id)))
-                        .await;
+                    record(&self.bus, &self.run_id, event).await;
                 }
                 Step::Ended(end) => {
                     self.ended = Some(end);
@@ -492,6 +535,15 @@ impl Conversation {
     /// Close the agent's stdin (the conversation is over).
     pub fn close(&mut self) {
         self.stdin = None;
+    }
+}
+
+/// Record `event` as run `run_id`'s; a store that refuses it is logged
+/// (the answer already went to the agent).
+async fn record(bus: &EventBus, run_id: &str, event: Event) {
+    let event = event.for_component(super::super::component(run_id));
+    if let Err(e) = bus.publish(event).await {
+        tracing::error!("cannot record an answer of run `{run_id}`: {e}");
     }
 }
 
