@@ -144,6 +144,7 @@ impl ApiBackend for Bench {
     fn answer_run(
         &self,
         _: String,
+        _: Option<String>,
         _: npcagent::store::approvals::Answer,
     ) -> BoxFuture<'_, Result<npcagent::api::resources::RunAnswered, ApiError>> {
         Box::pin(async { Err(unmeasured()) })

@@ -78,11 +78,12 @@ pub trait ApiBackend: Send + Sync + 'static {
     fn start_run(&self, run: ManualRun) -> BoxFuture<'_, Result<String, ApiError>>;
     /// Cancel run `id`; its state afterwards.
     fn cancel_run(&self, id: String) -> BoxFuture<'_, Result<String, ApiError>>;
-    /// Answer the oldest pending approval of run `id` (the run parked on an
-    /// `ask`); the approval answered.
+    /// Answer pending approval `approval` of run `id`, or its oldest when
+    /// `None` (the run parked on an `ask`); the approval answered.
     fn answer_run(
         &self,
         id: String,
+        approval: Option<String>,
         answer: crate::store::approvals::Answer,
     ) -> BoxFuture<'_, Result<resources::RunAnswered, ApiError>>;
     /// The patch of worktree run `id`'s result, and whether it was cut.

@@ -94,6 +94,11 @@ pub struct ApproveRequest {
     /// arguments) without asking.
     #[serde(default)]
     pub always: bool,
+    /// The approval answered (`approval_id` of its `run.waiting` event):
+    /// answered already, the request is refused rather than answering the
+    /// run's next question. Without it, the run's oldest pending approval.
+    #[serde(default)]
+    pub approval_id: Option<String>,
 }
 
 /// `POST /api/v1/runs/{id}/deny` (the body may be empty).
@@ -104,6 +109,9 @@ pub struct DenyRequest {
     /// 1,000 characters).
     #[serde(default)]
     pub reason: Option<String>,
+    /// The approval answered, as for `approve`.
+    #[serde(default)]
+    pub approval_id: Option<String>,
 }
 
 /// The approval an answer settled.
@@ -405,7 +413,11 @@ pub(super) async fn approve_run(
     let answer = crate::store::approvals::Answer::Allow {
         always: request.always,
     };
-    state.backend.answer_run(id, answer).await.map(Json)
+    state
+        .backend
+        .answer_run(id, request.approval_id, answer)
+        .await
+        .map(Json)
 }
 
 /// `POST /api/v1/runs/{id}/deny`.
@@ -419,7 +431,11 @@ pub(super) async fn deny_run(
     let answer = crate::store::approvals::Answer::Deny {
         reason: request.reason,
     };
-    state.backend.answer_run(id, answer).await.map(Json)
+    state
+        .backend
+        .answer_run(id, request.approval_id, answer)
+        .await
+        .map(Json)
 }
 
 /// `POST /api/v1/runs/{id}/cancel`.

@@ -92,6 +92,7 @@ impl ApiBackend for Fake {
     fn answer_run(
         &self,
         id: String,
+        _approval: Option<String>,
         _answer: crate::store::approvals::Answer,
     ) -> BoxFuture<'_, Result<resources::RunAnswered, ApiError>> {
         Box::pin(async move { Err(resources::run_not_found(&id)) })

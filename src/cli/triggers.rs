@@ -84,6 +84,10 @@ enum RunsCommand {
     Approve {
         /// The run id (`run-…`)
         id: String,
+        /// The approval to answer (`approval_id` of its `run.waiting`
+        /// event); answered already, nothing is answered
+        #[arg(long, value_name = "APPROVAL")]
+        approval: Option<String>,
         /// Also allow the run's later identical calls (same tool, equal
         /// arguments) without asking
         #[arg(long)]
@@ -94,6 +98,10 @@ enum RunsCommand {
     Deny {
         /// The run id (`run-…`)
         id: String,
+        /// The approval to answer (`approval_id` of its `run.waiting`
+        /// event); answered already, nothing is answered
+        #[arg(long, value_name = "APPROVAL")]
+        approval: Option<String>,
         /// Why (the agent and the run's `tool.denied` event show it)
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
@@ -306,15 +314,35 @@ pub fn trigger(command: TriggerCommand) -> anyhow::Result<Exit> {
 /// `npc runs` and `npc runs show ID`.
 pub fn runs(args: RunsArgs) -> anyhow::Result<Exit> {
     match args.show {
-        Some(RunsCommand::Approve { id, always }) => {
+        Some(RunsCommand::Approve {
+            id,
+            approval,
+            always,
+        }) => {
             return answer(
                 args.manifest,
-                Request::ApproveRun { id, always },
+                Request::ApproveRun {
+                    id,
+                    always,
+                    approval,
+                },
                 args.format,
             );
         }
-        Some(RunsCommand::Deny { id, reason }) => {
-            return answer(args.manifest, Request::DenyRun { id, reason }, args.format);
+        Some(RunsCommand::Deny {
+            id,
+            approval,
+            reason,
+        }) => {
+            return answer(
+                args.manifest,
+                Request::DenyRun {
+                    id,
+                    approval,
+                    reason,
+                },
+                args.format,
+            );
         }
         _ => {}
     }

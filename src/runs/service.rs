@@ -199,7 +199,8 @@ impl Runs {
 
     /// Stop run `id` because run `by` replaced it (overlap `replace` across
     /// a fleet): it ends `cancelled`, saying so.
-    /// Answer the oldest pending approval of run `id` (`by`: `cli`, `api`):
+    /// Answer pending approval `approval` of run `id`, or its oldest one
+    /// when `None` (`by`: `cli`, `api`):
     /// the row moves from `pending` in one conditional write, so a second
     /// answer is refused; then `run.approval` (and, for a denial,
     /// `tool.denied` by `approval`) is recorded. The waiting asker reads
@@ -207,12 +208,13 @@ impl Runs {
     pub async fn answer(
         &self,
         id: &str,
+        approval: Option<String>,
         answer: crate::store::approvals::Answer,
         by: &'static str,
     ) -> Result<crate::store::approvals::ApprovalRow, AnswerError> {
         let row = self
             .store
-            .answer_approval(id, answer, by)
+            .answer_approval(id, approval, answer, by)
             .await
             .map_err(AnswerError::Store)?
             .map_err(AnswerError::Refused)?;

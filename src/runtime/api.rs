@@ -284,11 +284,12 @@ impl ApiBackend for DaemonApi {
     fn answer_run(
         &self,
         id: String,
+        approval: Option<String>,
         answer: crate::store::approvals::Answer,
     ) -> BoxFuture<'_, Result<crate::api::resources::RunAnswered, ApiError>> {
         Box::pin(async move {
             use crate::store::approvals::AnswerRefused;
-            match self.runtime.answer_run(&id, answer, "api").await {
+            match self.runtime.answer_run(&id, approval, answer, "api").await {
                 Ok(row) => Ok(crate::api::resources::RunAnswered {
                     run_id: row.run_id,
                     approval_id: row.id,
@@ -302,10 +303,17 @@ impl ApiBackend for DaemonApi {
                 Err(crate::runs::AnswerError::Refused(e @ AnswerRefused::Ended { .. })) => Err(
                     ApiError::new(StatusCode::CONFLICT, "run.finished", e.to_string()),
                 ),
-                Err(crate::runs::AnswerError::Refused(e @ AnswerRefused::NotWaiting { .. })) => {
+                Err(crate::runs::AnswerError::Refused(
+                    e @ (AnswerRefused::NotWaiting { .. } | AnswerRefused::AlreadyAnswered { .. }),
+                )) => Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "run.not_waiting",
+                    e.to_string(),
+                )),
+                Err(crate::runs::AnswerError::Refused(e @ AnswerRefused::NoApproval { .. })) => {
                     Err(ApiError::new(
-                        StatusCode::CONFLICT,
-                        "run.not_waiting",
+                        StatusCode::NOT_FOUND,
+                        "approval.not_found",
                         e.to_string(),
                     ))
                 }

@@ -369,8 +369,13 @@ fn session_asking(
 }
 
 /// The reply to an answer of run `id`'s approval from the command line.
-async fn answered(runtime: &Runtime, id: &str, answer: crate::store::approvals::Answer) -> Reply {
-    match runtime.answer_run(id, answer, "cli").await {
+async fn answered(
+    runtime: &Runtime,
+    id: &str,
+    approval: Option<String>,
+    answer: crate::store::approvals::Answer,
+) -> Reply {
+    match runtime.answer_run(id, approval, answer, "cli").await {
         Ok(row) => Reply::Answered {
             run_id: row.run_id,
             approval_id: row.id,
@@ -510,13 +515,25 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
                     };
                     let _ = tx.send(answer).await;
                 }
-                Request::ApproveRun { id, always } => {
+                Request::ApproveRun {
+                    id,
+                    always,
+                    approval,
+                } => {
                     let answer = crate::store::approvals::Answer::Allow { always };
-                    let _ = tx.send(answered(&runtime, &id, answer).await).await;
+                    let _ = tx
+                        .send(answered(&runtime, &id, approval, answer).await)
+                        .await;
                 }
-                Request::DenyRun { id, reason } => {
+                Request::DenyRun {
+                    id,
+                    approval,
+                    reason,
+                } => {
                     let answer = crate::store::approvals::Answer::Deny { reason };
-                    let _ = tx.send(answered(&runtime, &id, answer).await).await;
+                    let _ = tx
+                        .send(answered(&runtime, &id, approval, answer).await)
+                        .await;
                 }
                 Request::Mcp { .. } => {
                     // Served by `mcp_upgrade` before a handler runs.

@@ -311,18 +311,23 @@ impl Runtime {
         &self.runs
     }
 
-    /// Answer the oldest pending approval of run `id`: in this daemon's
+    /// Answer pending approval `approval` of run `id` (its oldest when
+    /// `None`): in this daemon's
     /// store, or, for a run this daemon does not hold, in its fleet's
     /// shared store (the worker carrying the run reads the answer there).
     pub async fn answer_run(
         &self,
         id: &str,
+        approval: Option<String>,
         answer: crate::store::approvals::Answer,
         by: &'static str,
     ) -> Result<crate::store::approvals::ApprovalRow, crate::runs::AnswerError> {
         use crate::runs::AnswerError;
         use crate::store::approvals::{AnswerRefused, ApprovalRow, Settled};
-        let local = self.runs().answer(id, answer.clone(), by).await;
+        let local = self
+            .runs()
+            .answer(id, approval.clone(), answer.clone(), by)
+            .await;
         let (Err(AnswerError::Refused(AnswerRefused::NoRun { .. })), Some(fleet)) =
             (&local, self.fleet_store())
         else {
@@ -330,7 +335,7 @@ impl Runtime {
         };
         let settled = Settled::of(&answer, by);
         let shared = fleet
-            .answer_approval(id, &settled)
+            .answer_approval(id, approval.as_deref(), &settled)
             .await
             .map_err(AnswerError::Store)?
             .map_err(AnswerError::Refused)?;

@@ -141,6 +141,16 @@ pub enum AnswerRefused {
         "run `{id}` waits for no approval (already answered, or it never asked); see `npc runs show {id}`"
     )]
     NotWaiting { id: String },
+    #[error("run `{run}` has no approval `{approval}`; see `npc runs show {run}`")]
+    NoApproval { run: String, approval: String },
+    #[error(
+        "approval `{approval}` was already answered ({state}); nothing was answered now, see `npc runs show {run}`"
+    )]
+    AlreadyAnswered {
+        run: String,
+        approval: String,
+        state: String,
+    },
 }
 
 const ROW_COLUMNS: &str = "id, run_id, profile, tool, rule, reason, arguments, state, always, \
@@ -248,6 +258,7 @@ fn park(conn: &Connection, new: &NewApproval) -> Result<Parked, StoreError> {
 fn answer(
     conn: &Connection,
     run_id: &str,
+    approval: Option<&str>,
     answer: &Answer,
     by: &str,
 ) -> Result<Result<ApprovalRow, AnswerRefused>, StoreError> {
@@ -269,15 +280,42 @@ fn answer(
         }
         Some(_) => {}
     }
-    let oldest: Option<String> = conn
-        .prepare_cached(
-            "SELECT id FROM approvals WHERE run_id = ?1 AND state = 'pending'
-             ORDER BY asked_at_ms, id LIMIT 1",
-        )
-        .and_then(|mut s| s.query_row([run_id], |r| r.get(0)).optional())
-        .map_err(&failed)?;
-    let Some(id) = oldest else {
-        return Ok(Err(AnswerRefused::NotWaiting { id: shown }));
+    let id = if let Some(approval) = approval {
+        // The question a person saw: answered already, it is not the next
+        // one that gets this answer.
+        let state: Option<String> = conn
+            .prepare_cached("SELECT state FROM approvals WHERE id = ?1 AND run_id = ?2")
+            .and_then(|mut s| s.query_row([approval, run_id], |r| r.get(0)).optional())
+            .map_err(&failed)?;
+        let approval_shown = cut(approval, MAX_NAME_CHARS);
+        match state {
+            None => {
+                return Ok(Err(AnswerRefused::NoApproval {
+                    run: shown,
+                    approval: approval_shown,
+                }));
+            }
+            Some(s) if s != state::PENDING => {
+                return Ok(Err(AnswerRefused::AlreadyAnswered {
+                    run: shown,
+                    approval: approval_shown,
+                    state: cut(&s, MAX_NAME_CHARS),
+                }));
+            }
+            Some(_) => approval.to_string(),
+        }
+    } else {
+        let oldest: Option<String> = conn
+            .prepare_cached(
+                "SELECT id FROM approvals WHERE run_id = ?1 AND state = 'pending'
+                 ORDER BY asked_at_ms, id LIMIT 1",
+            )
+            .and_then(|mut s| s.query_row([run_id], |r| r.get(0)).optional())
+            .map_err(&failed)?;
+        let Some(id) = oldest else {
+            return Ok(Err(AnswerRefused::NotWaiting { id: shown }));
+        };
+        id
     };
     settle(conn, &id, &Settled::of(answer, by))?;
     let row = conn
@@ -357,16 +395,18 @@ impl Store {
         self.write(move |conn| park(conn, &new))
     }
 
-    /// Answer the oldest pending approval of run `run_id` (`by`: who, such
-    /// as `cli` or `api`); the answered row, or why nothing was answered.
+    /// Answer pending approval `approval` of run `run_id`, or its oldest
+    /// pending one when `None` (`by`: who, such as `cli` or `api`); the
+    /// answered row, or why nothing was answered.
     pub fn answer_approval(
         &self,
         run_id: impl Into<String>,
+        approval: Option<String>,
         reply: Answer,
         by: &'static str,
     ) -> Pending<Result<ApprovalRow, AnswerRefused>> {
         let run_id = run_id.into();
-        self.write(move |conn| answer(conn, &run_id, &reply, by))
+        self.write(move |conn| answer(conn, &run_id, approval.as_deref(), &reply, by))
     }
 
     /// Settle pending approval `id` with an answer given elsewhere (a

@@ -489,7 +489,7 @@ async fn approvals_are_answered_once_and_bounded() {
     };
     // Nothing pending: a running run waits for nothing, an unknown one is named.
     let refused = store
-        .answer_approval(run, Answer::Allow { always: false }, "cli")
+        .answer_approval(run, None, Answer::Allow { always: false }, "cli")
         .await
         .unwrap();
     assert!(
@@ -497,7 +497,7 @@ async fn approvals_are_answered_once_and_bounded() {
         "{refused:?}"
     );
     let refused = store
-        .answer_approval("run-nope", Answer::Allow { always: false }, "cli")
+        .answer_approval("run-nope", None, Answer::Allow { always: false }, "cli")
         .await
         .unwrap();
     assert!(
@@ -518,7 +518,7 @@ async fn approvals_are_answered_once_and_bounded() {
     assert!(row.arguments["truncated_from_bytes"].as_u64().unwrap() > MAX_ARGUMENTS_BYTES as u64);
     // One answer wins; the second finds nothing pending.
     let answered = store
-        .answer_approval(run, Answer::Allow { always: true }, "cli")
+        .answer_approval(run, None, Answer::Allow { always: true }, "cli")
         .await
         .unwrap()
         .unwrap();
@@ -528,7 +528,7 @@ async fn approvals_are_answered_once_and_bounded() {
     );
     assert!(
         store
-            .answer_approval(run, Answer::Deny { reason: None }, "api")
+            .answer_approval(run, None, Answer::Deny { reason: None }, "api")
             .await
             .unwrap()
             .is_err()
@@ -553,6 +553,34 @@ async fn approvals_are_answered_once_and_bounded() {
     );
     assert!(store.expire_approval("ap-3", "late".into()).await.unwrap());
     assert!(!store.expire_approval("ap-3", "late".into()).await.unwrap());
+    // An answer naming the question a person saw: answered already (here
+    // timed out), it never answers the next question instead.
+    assert_eq!(
+        store
+            .park_approval(new("ap-4", json!({"command": "pwd"})))
+            .await
+            .unwrap(),
+        Parked::Waiting
+    );
+    let named = |approval: &str| {
+        store.answer_approval(
+            run,
+            Some(approval.to_string()),
+            Answer::Allow { always: false },
+            "cli",
+        )
+    };
+    let refused = named("ap-3").await.unwrap();
+    assert!(
+        matches!(&refused, Err(AnswerRefused::AlreadyAnswered { state, .. }) if state == "timed_out"),
+        "{refused:?}"
+    );
+    let refused = named("ap-nope").await.unwrap();
+    assert!(
+        matches!(refused, Err(AnswerRefused::NoApproval { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(named("ap-4").await.unwrap().unwrap().state, "allowed");
     // At most MAX_PENDING_PER_RUN wait at once.
     for i in 0..MAX_PENDING_PER_RUN {
         let parked = store
@@ -572,7 +600,7 @@ async fn approvals_are_answered_once_and_bounded() {
         .await
         .unwrap();
     let refused = store
-        .answer_approval(run, Answer::Allow { always: false }, "cli")
+        .answer_approval(run, None, Answer::Allow { always: false }, "cli")
         .await
         .unwrap();
     assert!(

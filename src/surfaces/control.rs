@@ -147,16 +147,22 @@ pub enum Request {
     /// Cancel run `id`: a queued run never starts, a running one has its
     /// process group killed; answers `{"run_id", "state"}` once it ended.
     CancelRun { id: String },
-    /// Allow the oldest pending approval of run `id` (`npc runs approve`);
-    /// with `always`, later identical calls of the run are allowed too.
+    /// Allow pending approval `approval` of run `id`, or its oldest
+    /// (`npc runs approve`); with `always`, later identical calls of the
+    /// run are allowed too.
     ApproveRun {
         id: String,
         #[serde(default)]
         always: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approval: Option<String>,
     },
-    /// Deny the oldest pending approval of run `id` (`npc runs deny`).
+    /// Deny pending approval `approval` of run `id`, or its oldest
+    /// (`npc runs deny`).
     DenyRun {
         id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approval: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
@@ -961,6 +967,7 @@ mod tests {
             Request::ApproveRun {
                 id: "run-1".into(),
                 always: true,
+                approval: None,
             },
             Request::FireTrigger {
                 name: "t".into(),

@@ -193,15 +193,29 @@ fn a_deny_and_a_timeout_deny_the_call_by_approval_and_a_double_answer_is_refused
     let _daemon = Daemon::start_in(dir.path());
     let mut run = start_run(dir.path(), "go");
     let id = waiting_run(dir.path());
-    let (code, stdout, stderr) = answer(dir.path(), "deny", &id, &["--reason", "not on a Friday"]);
+    let (code, stdout, stderr) = answer(
+        dir.path(),
+        "deny",
+        &id,
+        &["--reason", "not on a Friday", "--format", "json"],
+    );
     assert_eq!(code, Some(0), "{stdout}{stderr}");
-    // The same approval again: refused, whatever the verb.
-    let (code, _, stderr) = answer(dir.path(), "approve", &id, &[]);
+    let denied: Value = serde_json::from_str(&stdout).unwrap();
+    let approval = denied["approval_id"].as_str().unwrap();
+    // The same approval again (a second click): refused, whatever the
+    // verb, and never taken for the run's next question, which may
+    // already wait.
+    let (code, _, stderr) = answer(dir.path(), "approve", &id, &["--approval", approval]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains("waits for no approval") || stderr.contains("nothing waits"),
+        stderr.contains(&format!(
+            "approval `{approval}` was already answered (denied)"
+        )),
         "{stderr}"
     );
+    let (code, _, stderr) = answer(dir.path(), "deny", &id, &["--approval", "nope"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("has no approval `nope`"), "{stderr}");
     wait_exit(&mut run);
     let fates = calls(logs.path());
     assert_eq!(fates.len(), 2, "{fates:?}");
@@ -393,8 +407,24 @@ fn another_account_cannot_answer_and_the_api_answers_the_owner() {
         .unwrap()
         .trim()
         .to_string();
-    let answered = http_post(&api, &format!("/api/v1/runs/{id}/approve"), &token, "");
+    // An answer naming a question the run never asked answers nothing.
+    let unknown = http_post(
+        &api,
+        &format!("/api/v1/runs/{id}/approve"),
+        &token,
+        r#"{"approval_id": "nope"}"#,
+    );
+    assert_eq!(unknown["error"]["code"], "approval.not_found", "{unknown}");
+    let waiting = wait_for("run.waiting", || events_of(dir.path(), "run.waiting").pop());
+    let asked = waiting["payload"]["approval_id"].as_str().unwrap();
+    let answered = http_post(
+        &api,
+        &format!("/api/v1/runs/{id}/approve"),
+        &token,
+        &json!({ "approval_id": asked }).to_string(),
+    );
     assert_eq!(answered["state"], "allowed", "{answered}");
+    assert_eq!(answered["approval_id"], asked, "{answered}");
     assert_eq!(answered["tool"], "Bash");
     assert!(wait_exit(&mut run).success());
     assert_eq!(calls(logs.path()), vec!["ran".to_string()]);

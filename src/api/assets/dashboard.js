@@ -489,10 +489,12 @@ function drawRunEvent(event) {
     case "run.waiting":
       node = item("outcome bad", el("span", { class: "label" }, "waiting"),
         `approval of ${p.tool ?? "?"} (${p.rule ?? ""})${p.reason ? " — " + cut(p.reason) : ""} · ${cut(JSON.stringify(p.arguments ?? null))}`);
+      if (p.approval_id) openRun.asked = [...(openRun.asked ?? []), p.approval_id];
       markDirty("runs");
       break;
     case "run.approval":
       node = item("meta", `approval of ${p.tool ?? "?"}: ${p.decision ?? ""}${p.always ? " (always)" : ""} by ${p.by ?? "?"}${p.reason ? " — " + cut(p.reason) : ""}`);
+      openRun.asked = (openRun.asked ?? []).filter((id) => id !== p.approval_id);
       markDirty("runs");
       break;
     case "run.finished":
@@ -521,10 +523,14 @@ async function cancelRun() {
 }
 
 // Answer the approval the open run waits on (`approve`, `approve` with
-// `always`, or `deny` with the reason typed).
+// `always`, or `deny` with the reason typed): the oldest one this page
+// showed, named, so an answer given elsewhere meanwhile is not taken for
+// the run's next question.
 async function answerRun(verb, body) {
   if (!openRun) return;
   say("run-result", "answering…");
+  const shown = (openRun.asked ?? [])[0];
+  if (shown) body = { ...body, approval_id: shown };
   const answer = await call("POST", `/runs/${encodeURIComponent(openRun.id)}/${verb}`, body);
   say("run-result", answer.ok ? `${answer.doc.tool}: ${answer.doc.state}` : errorText(answer));
   markDirty("runs");

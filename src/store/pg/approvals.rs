@@ -114,12 +114,14 @@ impl PgStore {
             .collect())
     }
 
-    /// Answer the oldest pending approval of run `run_id` in the shared
-    /// store (one conditional write: of two answers one wins); what it
-    /// settled, or why nothing was answered.
+    /// Answer pending approval `approval` of run `run_id` in the shared
+    /// store, or its oldest pending one when `None` (one conditional write:
+    /// of two answers one wins); what it settled, or why nothing was
+    /// answered.
     pub async fn answer_approval(
         &self,
         run_id: &str,
+        approval: Option<&str>,
         settled: &Settled,
     ) -> Result<Result<SharedAnswer, AnswerRefused>, StoreError> {
         let id = printable(run_id.chars().take(MAX_NAME_CHARS).collect());
@@ -137,10 +139,10 @@ impl PgStore {
                 &format!(
                     "UPDATE npc_approvals SET state = $3, always = $4, answer = $5,
                      answered_by = $6, answered_at_ms = npc_now_ms()
-                     WHERE fleet = $1 AND state = 'pending' AND id = (
+                     WHERE fleet = $1 AND state = 'pending' AND run_id = $2 AND id = COALESCE($7, (
                          SELECT id FROM npc_approvals WHERE fleet = $1 AND run_id = $2
                          AND state = 'pending' ORDER BY asked_at_ms, id LIMIT 1
-                         FOR UPDATE SKIP LOCKED)
+                         FOR UPDATE SKIP LOCKED))
                      RETURNING left(id, {n}), left(tool, {n})",
                     n = MAX_NAME_CHARS
                 ),
@@ -151,6 +153,7 @@ impl PgStore {
                     &settled.always,
                     &settled.answer,
                     &settled.by,
+                    &approval,
                 ],
             )
             .await
@@ -163,7 +166,31 @@ impl PgStore {
                 settled: settled.clone(),
             }));
         }
-        Ok(Err(AnswerRefused::NotWaiting { id }))
+        let Some(approval) = approval else {
+            return Ok(Err(AnswerRefused::NotWaiting { id }));
+        };
+        let state = client
+            .query_opt(
+                &format!(
+                    "SELECT left(state, {MAX_NAME_CHARS}) FROM npc_approvals
+                     WHERE fleet = $1 AND run_id = $2 AND id = $3"
+                ),
+                &[&self.fleet(), &run_id, &approval],
+            )
+            .await
+            .map_err(pg_error("read an approval"))?;
+        let shown = printable(approval.chars().take(MAX_NAME_CHARS).collect());
+        Ok(Err(match state {
+            None => AnswerRefused::NoApproval {
+                run: id,
+                approval: shown,
+            },
+            Some(r) => AnswerRefused::AlreadyAnswered {
+                run: id,
+                approval: shown,
+                state: printable(r.get(0)),
+            },
+        }))
     }
 
     async fn run_state(&self, run_id: &str) -> Result<Option<String>, StoreError> {
