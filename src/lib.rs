@@ -26,3 +26,4 @@ pub mod store;
 pub mod supervisor;
 pub mod surfaces;
 pub mod triggers;
+pub mod workflows;

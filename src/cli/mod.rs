@@ -25,6 +25,7 @@ mod run;
 mod triggers;
 mod validate;
 mod worker;
+mod workflows;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -252,6 +253,18 @@ enum Command {
     Trigger(triggers::TriggerCommand),
     /// Runs of triggers and of `npc run`; `npc runs show ID` prints one run's events
     Runs(triggers::RunsArgs),
+    /// Workflows: the declared ones and their latest runs
+    Workflows {
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
+        #[arg(long, short = 'm')]
+        manifest: Option<PathBuf>,
+        /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
+    /// Act on workflows: `npc workflow run NAME`, `show ID`, `cancel ID`
+    #[command(subcommand)]
+    Workflow(workflows::WorkflowCommand),
     /// Join the fleet of this repository on the store `[store] url` names and carry out the runs it claims there
     Worker(worker::WorkerArgs),
     /// The fleet's workers: host, version, heartbeat age, current runs; lost when a heartbeat is late
@@ -335,6 +348,8 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             | Command::Status { .. }
             | Command::Events { .. }
             | Command::Runs(_)
+            | Command::Workflows { .. }
+            | Command::Workflow(_)
             | Command::Triggers { .. }
     ) {
         log_to_stderr("warn");
@@ -426,6 +441,8 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Triggers { manifest, format } => triggers::list(manifest, format),
         Command::Trigger(command) => triggers::trigger(command),
         Command::Runs(args) => triggers::runs(args),
+        Command::Workflows { manifest, format } => workflows::list(manifest, format),
+        Command::Workflow(command) => workflows::workflow(command),
         Command::Worker(args) => worker::worker(args),
         Command::Store(command) => worker::store(command),
         Command::Workers { manifest, format } => worker::workers(manifest, format),

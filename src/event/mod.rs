@@ -15,6 +15,7 @@ mod panes;
 mod runs;
 mod sinks;
 mod triggers;
+mod workflows;
 
 use std::borrow::Cow;
 
@@ -28,6 +29,7 @@ pub use panes::*;
 pub use runs::*;
 pub use sinks::*;
 pub use triggers::*;
+pub use workflows::*;
 
 /// One closed list of event kinds: `$kind => $Struct` makes the variant
 /// `Event::$Struct($Struct)`, serialised as `{"kind": $kind, "payload": …}`.
@@ -109,6 +111,12 @@ events! {
     "run.probe_failed" => RunProbeFailed(RunProbeFailed),
     /// A `strict` run's connection through npc's egress proxy, admitted or refused.
     "run.egress" => RunEgress(RunEgress),
+    /// A workflow run started.
+    "workflow.started" => WorkflowStarted(WorkflowStarted),
+    /// A step (one instance of it) of a workflow run changed state.
+    "workflow.step" => WorkflowStep(WorkflowStep),
+    /// A workflow run ended.
+    "workflow.finished" => WorkflowFinished(WorkflowFinished),
     /// The agent CLI announced its session.
     "agent.started" => AgentStarted(AgentRecord<AgentStarted>),
     /// Text the agent wrote.

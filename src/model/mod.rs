@@ -26,6 +26,7 @@ pub mod template;
 pub mod text;
 mod toml_tree;
 pub mod types;
+pub mod workflow;
 
 #[cfg(test)]
 mod tests;

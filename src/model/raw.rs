@@ -82,6 +82,11 @@ pub struct RawManifest {
     #[serde(default)]
     #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
     pub notify: IndexMap<Name, Entry<Spanned<RawNotify>>>,
+    /// Workflows: several steps (agents or commands) toward one goal, each
+    /// step a run, in the order their `needs` give. Keyed by name.
+    #[serde(default)]
+    #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
+    pub workflows: IndexMap<Name, Entry<Spanned<RawWorkflow>>>,
 }
 
 /// `[project]`
@@ -752,4 +757,145 @@ pub struct RawNotify {
     pub timeout_ms: Option<Spanned<i64>>,
     /// Whether the sink is used. Default `true`.
     pub enabled: Option<bool>,
+}
+
+/// `[workflows.NAME]`: steps toward one goal.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Workflow")]
+pub struct RawWorkflow {
+    /// What the workflow is for (shown by `npc workflows`).
+    pub description: Option<Spanned<String>>,
+    /// The values a start gives (`npc workflow run NAME --input k=v`),
+    /// read as `inputs.NAME` in the steps' templates.
+    #[serde(default)]
+    #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
+    pub inputs: IndexMap<Name, Entry<Spanned<RawWorkflowInput>>>,
+    /// The steps, keyed by id.
+    #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
+    pub steps: IndexMap<Name, Entry<Spanned<RawStep>>>,
+}
+
+/// `[workflows.NAME.inputs.INPUT]`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "WorkflowInput")]
+pub struct RawWorkflowInput {
+    /// What the input is.
+    pub description: Option<Spanned<String>>,
+    /// Its value when a start gives none; without one, a start must give it.
+    pub default: Option<Spanned<String>>,
+}
+
+/// `[workflows.NAME.steps.ID]`: one step, a run of a profile or a command
+/// (or, with `gate` alone, a person's approval).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "WorkflowStep")]
+pub struct RawStep {
+    /// Run this profile (a `profiles` entry).
+    pub profile: Option<Spanned<String>>,
+    /// The agent's task, a template reading `inputs`, `steps` (earlier
+    /// steps' outputs), `matrix`, `payload` and `workflow`. Default: the
+    /// profile's own prompt.
+    pub prompt: Option<Spanned<String>>,
+    /// Or run this command (it reads the same values as JSON from
+    /// `NPC_TRIGGER_PAYLOAD`).
+    pub command: Option<Spanned<String>>,
+    /// Arguments of the command.
+    #[serde(default)]
+    pub args: Vec<Spanned<Text>>,
+    /// Environment of the command.
+    #[serde(default)]
+    pub env: TextMap,
+    /// The steps that must have succeeded before this one starts.
+    #[serde(default)]
+    pub needs: Vec<Spanned<String>>,
+    /// Fan-out: one instance of the step per combination of these values
+    /// (`{ part = ["api", "cli"] }`), each reading `matrix.KEY`; a string is
+    /// an expression giving the list (`"steps.plan.output.tasks"`).
+    #[serde(default)]
+    #[schemars(extend("propertyNames" = { "pattern": "^[a-z0-9][a-z0-9_-]*$" }))]
+    pub matrix: IndexMap<Name, Spanned<RawMatrix>>,
+    /// An expression over the same values as `prompt`; a step it is not
+    /// true of is `skipped` (and so are the steps that need it).
+    pub when: Option<Spanned<String>>,
+    /// Where the step works: `worktree` or `in_place` (default: the
+    /// profile's, then `[runs] workspace`).
+    pub workspace: Option<Spanned<String>>,
+    /// worktree: the commit to start from, a template such as
+    /// `{{ steps.plan.branch }}` (a step works on another step's result).
+    /// Default `HEAD`.
+    pub base: Option<Spanned<String>>,
+    /// worktree: merge the branches of these earlier steps (every instance
+    /// of a fan-out) into the base before the step starts; a conflict fails
+    /// the step, naming the files.
+    #[serde(default)]
+    pub merge: Vec<Spanned<String>>,
+    /// `approval`: the step waits for a person (`npc runs approve ID`)
+    /// before it runs; a step with `gate` and no `profile` or `command` is
+    /// the approval alone.
+    #[schemars(extend("enum" = ["approval"]))]
+    pub gate: Option<Spanned<String>>,
+    /// How often a failed run of the step is tried again. Default 0.
+    #[schemars(range(min = 0, max = 10))]
+    pub retries: Option<Spanned<i64>>,
+    /// Longest one run of the step may take (`30m`).
+    pub timeout: Option<Spanned<String>>,
+    /// How long the step's gate (and its runs' asks) wait for an answer.
+    pub approval_timeout: Option<Spanned<String>>,
+    /// The sandbox of the step's agent runs (`off`, `workspace`, `strict`).
+    #[schemars(extend("enum" = ["off", "workspace", "strict"]))]
+    pub sandbox: Option<Spanned<String>>,
+    /// What the step hands on beyond its branch, head, diff and final
+    /// message: a JSON file it writes.
+    pub outputs: Option<Spanned<RawStepOutputs>>,
+}
+
+/// `outputs` of a step.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "WorkflowStepOutputs")]
+pub struct RawStepOutputs {
+    /// A JSON file the step writes (relative to its workspace), read as
+    /// `steps.ID.output`; a missing or invalid file fails the step.
+    pub file: Spanned<String>,
+    /// A JSON Schema (a file relative to the manifest) the file must
+    /// satisfy.
+    pub schema: Option<Spanned<String>>,
+}
+
+/// A `matrix` entry: the values, or an expression giving them.
+#[derive(Debug, JsonSchema)]
+#[schemars(untagged, rename = "WorkflowMatrix")]
+pub enum RawMatrix {
+    /// The values, one instance each.
+    Values(Vec<serde_json::Value>),
+    /// An expression over `inputs` and `steps` that gives a list.
+    Expression(String),
+}
+
+impl<'de> Deserialize<'de> for RawMatrix {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawMatrix;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of values or an expression giving one")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(RawMatrix::Expression(v.to_string()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                Vec::<serde_json::Value>::deserialize(serde::de::value::SeqAccessDeserializer::new(
+                    seq,
+                ))
+                .map(RawMatrix::Values)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }

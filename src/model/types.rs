@@ -72,6 +72,8 @@ pub struct Manifest {
     pub panes: BTreeMap<String, Pane>,
     /// `[notify.NAME]`: the notification sinks.
     pub notify: BTreeMap<String, NotifySink>,
+    /// `[workflows.NAME]`: steps toward one goal.
+    pub workflows: BTreeMap<String, crate::model::workflow::Workflow>,
     /// Plugin registrations dropped while loading (collisions, user
     /// plugins that do not load): the daemon records each as an event.
     pub plugin_notices: Vec<PluginNotice>,
@@ -717,13 +719,15 @@ impl WorkspaceSpec {
 }
 
 impl Manifest {
-    /// How long a run of `profile` started by `trigger` waits for an
-    /// answer to an `ask`, in seconds: the trigger's `approval_timeout`,
+    /// How long a run of `profile` started by `trigger` (or of a workflow
+    /// step's queue) waits for an answer to an `ask`, in seconds: the
+    /// trigger's (the step's) `approval_timeout`,
     /// else the profile's, else `[runs] approval_timeout` (default 30m).
     pub fn approval_timeout_secs(&self, profile: Option<&str>, trigger: Option<&str>) -> u64 {
-        let of_trigger = trigger
-            .and_then(|t| self.triggers.get(t))
-            .and_then(|t| t.approval_timeout_secs);
+        let of_trigger = trigger.and_then(|t| match self.workflow_step(t) {
+            Some((_, step)) => step.approval_timeout_secs,
+            None => self.triggers.get(t).and_then(|t| t.approval_timeout_secs),
+        });
         let of_profile = profile
             .and_then(|p| self.profiles.get(p))
             .and_then(|p| p.approval_timeout_secs);
@@ -732,17 +736,18 @@ impl Manifest {
             .unwrap_or(self.runs.approval_timeout_secs)
     }
 
-    /// The sandbox a run of `profile` started by `trigger` asks for: the
-    /// trigger's, else the profile's, else `[runs]`'s; `None` when nothing
+    /// The sandbox a run of `profile` started by `trigger` (or of a
+    /// workflow step's queue) asks for: the trigger's (the step's), else the profile's, else `[runs]`'s; `None` when nothing
     /// says (the default then depends on who starts the run).
     pub fn sandbox_mode(
         &self,
         profile: Option<&str>,
         trigger: Option<&str>,
     ) -> Option<SandboxMode> {
-        let of_trigger = trigger
-            .and_then(|t| self.triggers.get(t))
-            .and_then(|t| t.sandbox);
+        let of_trigger = trigger.and_then(|t| match self.workflow_step(t) {
+            Some((_, step)) => step.sandbox,
+            None => self.triggers.get(t).and_then(|t| t.sandbox),
+        });
         let of_profile = profile
             .and_then(|p| self.profiles.get(p))
             .and_then(|p| p.sandbox);
@@ -761,8 +766,14 @@ impl Manifest {
             .triggers
             .values()
             .filter_map(|t| t.approval_timeout_secs);
+        let steps = self
+            .workflows
+            .values()
+            .flat_map(|w| w.steps.values())
+            .filter_map(|s| s.approval_timeout_secs);
         profiles
             .chain(triggers)
+            .chain(steps)
             .fold(self.runs.approval_timeout_secs, u64::max)
     }
 }
@@ -1254,6 +1265,8 @@ keywords! {
         Acp = "acp",
         /// `npc run`.
         Cli = "cli",
+        /// A step of a workflow run (`npc workflow run`).
+        Workflow = "workflow",
     }
 }
 

@@ -34,6 +34,7 @@ use super::{
 use crate::bus::EventBus;
 use crate::driver::DriverContext;
 use crate::event::{Event, PreviousAttempt, RunCancelled, RunRetry, RunSkipped};
+use crate::model::workflow::{StepRunPayload, parse_step_queue};
 use crate::model::{Action, Manifest, Overlap, Trigger, WorkspaceMode};
 use crate::store::Store;
 use crate::store::queue::{RUN_HISTORY_LIMIT, RunRow, state};
@@ -90,6 +91,9 @@ pub struct Executor {
     wake: Arc<Notify>,
     /// Signalled whenever a run ends.
     ended: Notify,
+    /// Counts the runs that ended and the answers given: what those who
+    /// follow runs (the `workflows` engine) wait on.
+    changes: tokio::sync::watch::Sender<u64>,
     inner: Mutex<Inner>,
     stop: CancellationToken,
     /// A fleet worker's mirror, which the worktrees of its fleet's runs
@@ -110,6 +114,7 @@ impl Executor {
             cx,
             wake,
             ended: Notify::new(),
+            changes: tokio::sync::watch::Sender::new(0),
             inner: Mutex::new(Inner::default()),
             stop: CancellationToken::new(),
             mirror: std::sync::OnceLock::new(),
@@ -118,6 +123,18 @@ impl Executor {
 
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
         crate::stdx::lock(&self.inner)
+    }
+
+    /// A receiver that sees a change whenever a run ended (its row records
+    /// the end by then) or an approval was answered.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Tell [`Executor::changes`]'s receivers that something they follow
+    /// moved.
+    pub fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Start the loop: first mark runs a crashed daemon left `running` as
@@ -219,7 +236,15 @@ impl Executor {
     /// The `retries` of trigger `name` (0 for a run by hand or an unknown
     /// trigger).
     pub fn retries_of(&self, name: &str) -> u32 {
-        self.inner().triggers.get(name).map_or(0, |t| t.retries)
+        let inner = self.inner();
+        match inner.triggers.get(name) {
+            Some(t) => t.retries,
+            None => inner
+                .manifest
+                .as_ref()
+                .and_then(|m| m.workflow_step(name))
+                .map_or(0, |(_, step)| step.retries),
+        }
     }
 
     /// Names of the applied triggers.
@@ -289,6 +314,19 @@ impl Executor {
                             Some((request, _)) => Decision::Start(manual_action(request)),
                             None => Decision::Unreadable,
                         }
+                    } else if parse_step_queue(&row.trigger).is_some() {
+                        // A workflow step's run: the applied manifest's
+                        // action for the step, never the row's; each
+                        // instance is a run of its own (no overlap).
+                        let action = inner
+                            .manifest
+                            .as_ref()
+                            .and_then(|m| m.workflow_step(&row.trigger))
+                            .and_then(|(_, step)| step.action.clone());
+                        match action {
+                            Some(action) => Decision::Start(action),
+                            None => Decision::Cancel,
+                        }
                     } else {
                         match inner.triggers.get(&row.trigger) {
                             None => Decision::Cancel,
@@ -341,7 +379,12 @@ impl Executor {
                         progress = true;
                     }
                     Decision::Cancel => {
-                        let detail = format!("trigger `{}` is no longer applied", row.trigger);
+                        let detail = match parse_step_queue(&row.trigger) {
+                            Some((workflow, step)) => format!(
+                                "step `{step}` of workflow `{workflow}` is no longer declared"
+                            ),
+                            None => format!("trigger `{}` is no longer applied", row.trigger),
+                        };
                         self.finish(&row.id, (state::CANCELLED, Some(detail))).await;
                         progress = true;
                     }
@@ -368,6 +411,7 @@ impl Executor {
         if let Err(e) = self.store.mark_run(id, end, detail.clone()).await {
             tracing::error!("cannot record the end of run `{id}`: {e}");
         }
+        self.changed();
         if end == state::SKIPPED || end == state::CANCELLED {
             let event = if end == state::SKIPPED {
                 Event::RunSkipped(RunSkipped {
@@ -416,12 +460,22 @@ impl Executor {
         };
         let this = self.clone();
         tokio::spawn(async move {
-            let timeout = this
-                .inner()
-                .triggers
-                .get(&row.trigger)
-                .and_then(|t| t.timeout_secs)
-                .map_or(super::DEFAULT_RUN_TIMEOUT, Duration::from_secs);
+            let timeout = {
+                let inner = this.inner();
+                let of_step = || {
+                    inner
+                        .manifest
+                        .as_ref()
+                        .and_then(|m| m.workflow_step(&row.trigger))
+                        .and_then(|(_, step)| step.timeout_secs)
+                };
+                inner
+                    .triggers
+                    .get(&row.trigger)
+                    .and_then(|t| t.timeout_secs)
+                    .or_else(of_step)
+                    .map_or(super::DEFAULT_RUN_TIMEOUT, Duration::from_secs)
+            };
             let started = tokio::time::Instant::now();
             // The run's workspace first: a worktree (with its setup) or
             // the checkout itself.
@@ -568,6 +622,22 @@ impl Executor {
                         _ => Starter::Hand,
                     };
                     (manual_prompt(row), starter)
+                } else if parse_step_queue(&row.trigger).is_some() {
+                    // A workflow step: the prompt npc rendered for it (the
+                    // step's values reach the profile's own prompt as the
+                    // trigger's payload).
+                    let rendered = serde_json::from_value::<StepRunPayload>(row.payload.clone())
+                        .ok()
+                        .and_then(|p| p.prompt);
+                    let prompt = match rendered {
+                        Some(text) => PromptChoice::Literal { text },
+                        None => PromptChoice::Profile,
+                    };
+                    let triggered = TriggeredBy {
+                        name: row.trigger.clone(),
+                        payload: row.payload.clone(),
+                    };
+                    (prompt, Starter::Trigger(triggered))
                 } else {
                     let prompt = match prompt {
                         Some(name) => PromptChoice::Template {
@@ -600,6 +670,7 @@ impl Executor {
         }
         self.inner().running.remove(&row.id);
         self.ended.notify_waiters();
+        self.changed();
         self.wake.notify_one();
     }
 

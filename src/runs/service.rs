@@ -103,6 +103,18 @@ impl Runs {
         self.queue.submit(run, overlap)
     }
 
+    /// A receiver that sees a change whenever a run ended or an approval
+    /// was answered (see [`Executor::changes`]).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.executor.changes()
+    }
+
+    /// Tell [`Runs::changes`]'s receivers that a run they follow moved (a
+    /// run carried out outside the executor ended).
+    pub fn changed(&self) {
+        self.executor.changed();
+    }
+
     /// The queue side: where runs go (the local store, or a fleet's
     /// shared store once joined, see [`RunQueue::join`]).
     pub fn queue(&self) -> &RunQueue {
@@ -226,6 +238,7 @@ impl Runs {
     /// a fleet's shared store): `run.approval` and, for a denial,
     /// `tool.denied` by `approval`.
     pub async fn record_answer(&self, row: &crate::store::approvals::ApprovalRow) {
+        self.executor.changed();
         use crate::event::{ApprovalDecision, DeniedBy, Event, RunApproval, ToolDenied};
         let by = row.answered_by.clone().unwrap_or_default();
         let denied = row.state == crate::store::approvals::state::DENIED;

@@ -508,6 +508,32 @@ fn handler(runtime: Arc<Runtime>) -> Handler {
                     };
                     let _ = tx.send(answer).await;
                 }
+                Request::WorkflowRun { name, inputs } => {
+                    let started = runtime
+                        .workflows()
+                        .start(
+                            &name,
+                            inputs,
+                            serde_json::Value::Null,
+                            crate::model::RunOrigin::Cli,
+                        )
+                        .await;
+                    let answer = match started {
+                        Ok(workflow_run) => Reply::WorkflowStarted { workflow_run },
+                        Err(e) => Reply::error(e.to_string()),
+                    };
+                    let _ = tx.send(answer).await;
+                }
+                Request::WorkflowCancel { id } => {
+                    let answer = match runtime.workflows().cancel(&id).await {
+                        Ok(state) => Reply::WorkflowCancelled {
+                            workflow_run: id,
+                            state,
+                        },
+                        Err(e) => Reply::error(e.to_string()),
+                    };
+                    let _ = tx.send(answer).await;
+                }
                 Request::CancelRun { id } => {
                     let answer = match runtime.runs().cancel(&id).await {
                         Ok(state) => Reply::Cancelled { run_id: id, state },

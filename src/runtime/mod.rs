@@ -147,6 +147,8 @@ pub struct Runtime {
     runs: Arc<crate::runs::Runs>,
     /// The triggers' driver, which asks `runs` for their runs.
     triggers: Arc<triggers::TriggerDriver>,
+    /// The workflow engine, which asks `runs` for its steps' runs.
+    workflows: Arc<crate::workflows::Workflows>,
     /// The notification sinks (`[notify.NAME]`), fed by the bus.
     notify: Option<crate::notify::Notifier>,
     applied: tokio::sync::Mutex<Applied>,
@@ -209,6 +211,9 @@ impl Runtime {
             bus.clone(),
             runs.clone(),
         ));
+        let workflows =
+            crate::workflows::Workflows::new(store.clone(), runs.clone(), bus.clone(), cx.clone());
+        workflows.spawn();
         let notify = crate::notify::Notifier::start(
             bus.clone(),
             store.clone(),
@@ -226,6 +231,7 @@ impl Runtime {
             panes,
             runs,
             triggers,
+            workflows,
             notify,
             applied: tokio::sync::Mutex::new(Applied::default()),
             shut_down: std::sync::atomic::AtomicBool::new(false),
@@ -309,6 +315,11 @@ impl Runtime {
     /// The run service (queue and executor).
     pub fn runs(&self) -> &Arc<crate::runs::Runs> {
         &self.runs
+    }
+
+    /// The workflow engine.
+    pub fn workflows(&self) -> &Arc<crate::workflows::Workflows> {
+        &self.workflows
     }
 
     /// Answer pending approval `approval` of run `id` (its oldest when
@@ -1060,6 +1071,7 @@ impl Runtime {
         self.emit(Event::DaemonStopping(ev::Empty {}), None).await;
         self.panes.shutdown().await;
         self.triggers.shutdown().await;
+        self.workflows.shutdown();
         self.runs.shutdown().await;
         self.cx.supervisor.shutdown().await;
         let mut applied = self.applied.lock().await;

@@ -23,6 +23,7 @@ pub mod pg;
 pub mod queue;
 mod schema;
 pub mod untrusted;
+pub mod workflows;
 mod writer;
 
 use std::collections::{BTreeMap, BTreeSet};

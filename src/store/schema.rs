@@ -240,10 +240,15 @@ const MIGRATIONS: &[Migration] = &[
         version: 11,
         sql: super::approvals::MIGRATION,
     },
+    Migration {
+        // Workflow runs and their steps' journal (`store::workflows`).
+        version: 12,
+        sql: super::workflows::MIGRATION,
+    },
 ];
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

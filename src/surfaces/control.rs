@@ -147,6 +147,15 @@ pub enum Request {
     /// Cancel run `id`: a queued run never starts, a running one has its
     /// process group killed; answers `{"run_id", "state"}` once it ended.
     CancelRun { id: String },
+    /// Start workflow `name` with `inputs` (`npc workflow run`); answers
+    /// the workflow run's id.
+    WorkflowRun {
+        name: String,
+        #[serde(default)]
+        inputs: std::collections::BTreeMap<String, String>,
+    },
+    /// Cancel workflow run `id` (`npc workflow cancel`).
+    WorkflowCancel { id: String },
     /// Allow pending approval `approval` of run `id`, or its oldest
     /// (`npc runs approve`); with `always`, later identical calls of the
     /// run are allowed too.
@@ -213,6 +222,10 @@ pub enum Reply {
     RunQueued { run_id: String },
     /// To [`Request::DashboardUrl`].
     DashboardUrl { url: String },
+    /// To [`Request::WorkflowRun`].
+    WorkflowStarted { workflow_run: String },
+    /// To [`Request::WorkflowCancel`]: its state after.
+    WorkflowCancelled { workflow_run: String, state: String },
     /// To [`Request::CancelRun`]: the run's state once it ended.
     Cancelled { run_id: String, state: String },
     /// To [`Request::ApproveRun`] and [`Request::DenyRun`]: the approval

@@ -313,6 +313,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "panes",
             "hooks",
             "runs",
+            "workflows",
             "triggers",
             "notify",
         ],

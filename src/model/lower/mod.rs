@@ -28,6 +28,7 @@ mod panes;
 mod runs;
 mod sandbox;
 mod triggers;
+mod workflows;
 
 /// Read access to the files a manifest references, relative to the
 /// manifest's directory. The loader uses the real file system; tests may
@@ -277,6 +278,7 @@ impl Lower<'_> {
             pane_plugins: BTreeMap::new(),
             panes: BTreeMap::new(),
             notify: BTreeMap::new(),
+            workflows: BTreeMap::new(),
             plugin_notices: Vec::new(),
         };
         for (name, s) in self.entries("mcp.servers", servers) {
@@ -342,6 +344,11 @@ impl Lower<'_> {
         for (name, n) in self.entries("notify", raw.notify) {
             if let Some(sink) = self.notify(&name, n) {
                 m.notify.insert(name.value, sink);
+            }
+        }
+        for (name, w) in self.entries("workflows", raw.workflows) {
+            if let Some(workflow) = self.workflow(&name, w) {
+                m.workflows.insert(name.value, workflow);
             }
         }
         for (event, list) in raw.hooks {

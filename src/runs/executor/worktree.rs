@@ -29,6 +29,10 @@ pub const AFTER_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 pub const NO_ORIGIN: &str =
     "the repository has no `origin` remote; add one with `git remote add origin URL`";
 
+/// The `ref` template of a workflow step's run whose payload names its
+/// rendered base (`model::workflow::StepRunPayload::base`).
+const STEP_BASE_TEMPLATE: &str = "{{ trigger.base }}";
+
 /// A worktree run's workspace while it runs.
 #[derive(Debug, Clone)]
 pub(crate) struct Opened {
@@ -55,9 +59,31 @@ impl Executor {
         manifest: &Manifest,
     ) -> (WorkspaceMode, WorkspaceSpec) {
         let trigger = self.inner().triggers.get(queue).cloned();
-        let spec = match &trigger {
-            Some(t) => manifest.trigger_workspace(t),
-            None => match action {
+        let step = manifest.workflow_step(queue).map(|(_, step)| step);
+        let spec = match (&trigger, step) {
+            (Some(t), _) => manifest.trigger_workspace(t),
+            (None, Some(step)) => {
+                // A step's base is rendered when the step is reached (it
+                // reads earlier steps' results) and travels in its payload.
+                let below = match action {
+                    Action::RunProfile { profile, .. } => manifest
+                        .profiles
+                        .get(profile)
+                        .map(|p| p.workspace.clone())
+                        .unwrap_or_default(),
+                    Action::RunCommand(_) => WorkspaceSpec::default(),
+                };
+                let base = payload
+                    .get("base")
+                    .and_then(Value::as_str)
+                    .map(|_| STEP_BASE_TEMPLATE.to_string());
+                WorkspaceSpec {
+                    base_ref: base,
+                    ..step.workspace.clone()
+                }
+                .over(&below)
+            }
+            (None, None) => match action {
                 Action::RunProfile { profile, .. } => manifest
                     .profiles
                     .get(profile)
@@ -90,6 +116,8 @@ impl Executor {
         let manifest = self.manifest()?;
         let action = if queue == MANUAL_QUEUE {
             super::manual_action(super::manual_request_of(origin, payload)?.0)
+        } else if let Some((_, step)) = manifest.workflow_step(queue) {
+            step.action.clone()?
         } else {
             self.inner().triggers.get(queue)?.action.clone()
         };
