@@ -61,7 +61,7 @@ const MAX_TICKS = 8;
 // Room a tick's time label needs; a tick nearer the right edge has none.
 const TICK_LABEL_WIDTH = 70;
 // Outcomes the timeline colours (its legend, in order).
-const OUTCOMES = ["succeeded", "failed", "cancelled", "interrupted", "timed_out", "running"];
+const OUTCOMES = ["succeeded", "failed", "blocked", "cancelled", "interrupted", "timed_out", "running", "waiting"];
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 const code = new URLSearchParams(location.hash.slice(1)).get("code");
