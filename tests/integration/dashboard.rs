@@ -263,8 +263,11 @@ fn the_dashboard_draws_every_run_on_a_timeline_and_says_what_started_it_in_headl
     assert_eq!(text(&seen["webhook_url"]), hook_url, "{seen}");
     assert!(hook_url.ends_with("/webhooks/github"), "{hook_url}");
 
-    // No raw JSON in what a person sees first.
+    // No raw JSON in what a person sees first, the events panel included
+    // (its lines name each event's fields in words).
     let main = text(&seen["main_text"]);
+    assert!(main.contains("run.finished"), "{main}");
+    assert!(main.contains(&format!("run_id {hook}")), "{main}");
     for json in ["{\"", "\":", "[{", "\"}"] {
         assert!(!main.contains(json), "{json} in {main}");
     }

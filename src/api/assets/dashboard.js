@@ -382,9 +382,10 @@ async function refreshRuns() {
         r.state,
         startedBy(r),
         r.profile ?? r.command ?? "",
-        el("span", { class: "start", title: `queued ${when(r.created_at)}` }, started != null ? when(started) : "not yet"),
+        el("span", { class: "start", title: `queued ${when(r.created_at)}` },
+          started != null ? when(started) : finished != null ? "never started" : "not yet"),
         el("span", { class: "wait" }, started != null ? seconds(started - queued)
-          : finished != null ? "never started" : `${seconds(now - queued)} so far`),
+          : finished != null ? "" : `${seconds(now - queued)} so far`),
         el("span", { class: "duration" }, started == null ? ""
           : finished != null ? seconds(finished - started) : `${seconds(now - started)} so far`),
         runWhy(r),
