@@ -274,6 +274,7 @@ fn the_dashboard_draws_every_run_on_a_timeline_and_says_what_started_it_in_headl
 
     // A bar opened its run: the worktree's diff, line by line in colour.
     assert!(text(&seen["run_state"]).contains("succeeded"), "{seen}");
+    assert_eq!(text(&seen["run_cause"]), "started by ok (manual)", "{seen}");
     let diff = &seen["diff"];
     let added: Vec<String> = diff["add"].as_array().unwrap().iter().map(text).collect();
     let removed: Vec<String> = diff["del"].as_array().unwrap().iter().map(text).collect();

@@ -481,6 +481,8 @@ function showRunState(run) {
     exitText(run.exit), run.reason ?? "", runWhy(run)]
     .filter((x) => x !== undefined && x !== null && x !== "").join(" · "));
   byId("run-state").className = "state-" + run.state;
+  // A local run's listing says what started it (a fleet's has its own words).
+  byId("run-cause").replaceChildren(...(run.origin ? ["started by ", startedBy(run)] : []));
   byId("run-cancel").hidden = !cancellable;
   // A run parked on an `ask`: a person allows or denies the call.
   const waiting = !openRun.fleet && run.state === "waiting";
@@ -538,6 +540,7 @@ function openRunView(id, fleet) {
   say("run-title", `Run ${id}`);
   say("run-state", "");
   say("run-result", "");
+  byId("run-cause").replaceChildren();
   byId("run-branch").hidden = true;
   byId("run-patch").hidden = true;
   byId("run-patch").textContent = "";
