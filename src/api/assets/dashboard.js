@@ -442,7 +442,8 @@ function timelineRun(r) {
 }
 
 // The runs timeline: a lane per trigger (and concurrency key), then one per
-// way of running by hand; its running bars move on between reads.
+// way of running by hand, each with a run in the window (the last hour at
+// most); its running bars move on between reads.
 function drawRunsTimeline() {
   if (!runsDrawn) return;
   const now = runsDrawn.now + (Date.now() - runsDrawn.at);
@@ -453,7 +454,8 @@ function drawRunsTimeline() {
     lanes: names.map((name) => ({ id: name, state: byHand(name) ? "manual" : "trigger", label: name })),
     runs: runsDrawn.runs,
     now,
-    empty: "no runs yet",
+    empty: runsDrawn.runs.length ? "no runs in the last hour" : "no runs yet",
+    onlyBusy: true,
   });
   const active = runsDrawn.runs.some((r) => r.finished_at_ms == null);
   if (active && !runsTicker) {
@@ -839,7 +841,8 @@ function drawFleetTimeline() {
 // finished_at_ms, about: lines of its tooltip}) a bar in its lane from its
 // start to its end (or now), coloured by outcome, after a hatched segment
 // for its time queued. Runs of a lane that overlap get a track each in it.
-function drawTimeline(host, { lanes, runs, now, empty }) {
+// `onlyBusy`: a lane with no run in the window is left out.
+function drawTimeline(host, { lanes, runs, now, empty, onlyBusy }) {
   const width = Math.max(host.clientWidth || TIMELINE_FALLBACK_WIDTH, LABEL_WIDTH + 200);
   const earliest = runs.reduce((min, r) => Math.min(min, r.enqueued_at_ms), now);
   const from = Math.max(now - TIMELINE_MAX_SPAN_MS, Math.min(earliest, now - TIMELINE_MIN_SPAN_MS));
@@ -861,7 +864,7 @@ function drawTimeline(host, { lanes, runs, now, empty }) {
         return { r, track };
       });
     return { lane, runs: mine, tracks: Math.max(ends.length, 1) };
-  });
+  }).filter((l) => !onlyBusy || l.runs.length > 0);
   const rows = placed.reduce((n, l) => n + l.tracks, 0);
   const height = AXIS_HEIGHT + Math.max(rows, 1) * LANE_HEIGHT + 4;
   const root = svg("svg", { width, height, role: "img", "aria-label": "runs timeline" });
@@ -873,7 +876,7 @@ function drawTimeline(host, { lanes, runs, now, empty }) {
       root.append(svg("text", { x: x(t) + 2, y: AXIS_HEIGHT - 7, class: "tick" }, new Date(t).toLocaleTimeString()));
     }
   }
-  if (lanes.length === 0) {
+  if (placed.length === 0) {
     root.append(svg("text", { x: 8, y: AXIS_HEIGHT + 17, class: "empty" }, empty));
   }
   let top = AXIS_HEIGHT;
