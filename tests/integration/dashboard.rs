@@ -20,6 +20,11 @@ const HOSTILE_TITLE: &str = "<img src=x onerror=alert(1)>";
 /// The issue the webhook's payload names.
 const ISSUE: u64 = 5;
 const ISSUE_URL: &str = "https://github.com/o/r/issues/5";
+/// A second delivery's issue: its title a newline and a bidirectional
+/// override, its link a script.
+const OTHER_ISSUE: u64 = 6;
+const TWISTED_TITLE: &str = "first\nsecond\u{202e}third";
+const SCRIPT_URL: &str = "javascript:alert(2)";
 /// The webhook's secret (`HOOK_SECRET`).
 const SECRET: &str = "s3cret";
 
@@ -106,13 +111,13 @@ fn fire(api: &Api, name: &str) -> String {
     answer.json()["run_id"].as_str().unwrap().to_string()
 }
 
-/// Deliver a GitHub `issues` event for issue [`ISSUE`] titled
-/// [`HOSTILE_TITLE`] to route `github`: its run's id.
-fn deliver(root: &Path) -> String {
+/// Deliver a signed GitHub `issues` event for issue `number` (its `title`
+/// and `html_url`) to route `github` as delivery `id`: its run's id.
+fn deliver(root: &Path, id: &str, number: u64, title: &str, html_url: &str) -> String {
     let url = crate::triggers::webhook_url(root, "gh");
     let body = json!({
         "action": "opened",
-        "issue": { "number": ISSUE, "title": HOSTILE_TITLE, "html_url": ISSUE_URL },
+        "issue": { "number": number, "title": title, "html_url": html_url },
     })
     .to_string();
     let (status, answer) = crate::triggers::http(
@@ -122,7 +127,7 @@ fn deliver(root: &Path) -> String {
         &[
             ("Content-Type", "application/json".to_string()),
             ("X-GitHub-Event", "issues".to_string()),
-            ("X-GitHub-Delivery", "delivery-1".to_string()),
+            ("X-GitHub-Delivery", id.to_string()),
             (
                 "X-Hub-Signature-256",
                 crate::triggers::sign(SECRET.as_bytes(), body.as_bytes()),
@@ -170,8 +175,15 @@ fn the_dashboard_draws_every_run_on_a_timeline_and_says_what_started_it_in_headl
     );
     assert_eq!(answer.status, 202, "{}", answer.json());
     let hand = answer.json()["run_id"].as_str().unwrap().to_string();
-    let hook = deliver(repo.path());
-    let runs = ended(&api, &[&ok, &bad, &hand, &hook]);
+    let hook = deliver(repo.path(), "delivery-1", ISSUE, HOSTILE_TITLE, ISSUE_URL);
+    let hostile = deliver(
+        repo.path(),
+        "delivery-2",
+        OTHER_ISSUE,
+        TWISTED_TITLE,
+        SCRIPT_URL,
+    );
+    let runs = ended(&api, &[&ok, &bad, &hand, &hook, &hostile]);
     let run = |id: &str| runs.iter().find(|r| r["id"] == id).unwrap().clone();
 
     // The listing says what started each run, the payload's text bounded.
@@ -184,6 +196,11 @@ fn the_dashboard_draws_every_run_on_a_timeline_and_says_what_started_it_in_headl
         json!({ "event": "issues", "delivery": "delivery-1", "subject": {
             "kind": "issue", "number": ISSUE, "title": HOSTILE_TITLE, "url": ISSUE_URL,
         } })
+    );
+    // One line, no override, no link that is not the web's.
+    assert_eq!(
+        run(&hostile)["cause"]["subject"],
+        json!({ "kind": "issue", "number": OTHER_ISSUE, "title": "first secondthird" })
     );
     assert_eq!(run(&ok)["state"], "succeeded", "{}", d.log());
     assert_eq!(run(&bad)["state"], "failed");
@@ -204,21 +221,24 @@ fn the_dashboard_draws_every_run_on_a_timeline_and_says_what_started_it_in_headl
     let seen = browse(
         "runs.py",
         &url,
-        &[&ok, &bad, &hand, &hook],
+        &[&ok, &bad, &hand, &hook, &hostile],
         "dashboard-runs.png",
     );
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
     assert_eq!(seen["csp_violations"], json!([]), "{seen}");
     assert_eq!(seen["dialogs"], json!([]), "no payload ran: {seen}");
     assert_eq!(seen["images"], 0, "no payload became markup: {seen}");
+    assert_eq!(seen["javascript_links"], 0, "{seen}");
+    assert_eq!(seen["hostile_links"], 1, "only the run's own link: {seen}");
 
     // One bar per run, in its lane, in its outcome's colour.
-    assert_eq!(seen["bars"], 4, "{seen}");
+    assert_eq!(seen["bars"], 5, "{seen}");
     for (name, lane, state, fill) in [
         ("ok", "ok", "succeeded", "rgb(46, 125, 50)"),
         ("bad", "bad", "failed", "rgb(198, 40, 40)"),
         ("hand", "by hand (api)", "succeeded", "rgb(46, 125, 50)"),
         ("hook", "gh · 5", "succeeded", "rgb(46, 125, 50)"),
+        ("hostile", "gh · 6", "succeeded", "rgb(46, 125, 50)"),
     ] {
         let bar = &seen[format!("{name}_bar")];
         assert_eq!(
@@ -241,7 +261,11 @@ fn the_dashboard_draws_every_run_on_a_timeline_and_says_what_started_it_in_headl
         }
     }
     let lanes: Vec<String> = seen["lanes"].as_array().unwrap().iter().map(text).collect();
-    assert_eq!(lanes, ["bad", "gh · 5", "ok", "by hand (api)"], "{seen}");
+    assert_eq!(
+        lanes,
+        ["bad", "gh · 5", "gh · 6", "ok", "by hand (api)"],
+        "{seen}"
+    );
     assert!(text(&seen["legend"]).contains("succeeded"), "{seen}");
 
     // What started each run; the hostile title is text, its link the issue.
@@ -257,6 +281,11 @@ fn the_dashboard_draws_every_run_on_a_timeline_and_says_what_started_it_in_headl
     assert_eq!(
         text(&seen["hook_link"]["text"]),
         format!("issue #{ISSUE} {HOSTILE_TITLE}")
+    );
+    assert_eq!(
+        text(&seen["hostile_row"]["started_by"]),
+        format!("gh (webhook) · issues · issue #{OTHER_ISSUE} first secondthird"),
+        "{seen}"
     );
     // The webhook trigger's URL, the listener's own.
     let hook_url = crate::triggers::webhook_url(repo.path(), "gh");

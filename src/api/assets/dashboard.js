@@ -416,7 +416,9 @@ function startedBy(r) {
   if (subject) {
     const name = `${subject.kind === "pull_request" ? "PR" : "issue"}${subject.number != null ? " #" + subject.number : ""}`;
     const text = subject.title ? `${name} ${subject.title}` : name;
-    cell.append(" · ", subject.url
+    // The API passes only http(s) addresses; the page checks again.
+    const web = typeof subject.url === "string" && /^https?:\/\//.test(subject.url);
+    cell.append(" · ", web
       ? el("a", { class: "subject", href: subject.url, target: "_blank", rel: "noopener noreferrer" }, text)
       : el("span", { class: "subject" }, text));
   }
