@@ -286,7 +286,6 @@ pub struct RunSummary {
     pub trigger: Option<String>,
     /// What asked for it: `cron`, `webhook`, `file_watch`, `manual` (a
     /// trigger fired by hand), `api`, `acp` or `cli`.
-    #[serde(default)]
     pub origin: String,
     /// The key its trigger's overlap policy applies within (rendered from
     /// the trigger's `concurrency_key`), if it has one.

@@ -42,7 +42,6 @@ pub struct RunsPage {
     pub runs: Vec<RunSummary>,
     /// The daemon's clock when it read them, in unix milliseconds (what a
     /// running run's bar of the dashboard's timeline runs up to).
-    #[serde(default)]
     pub now_ms: i64,
 }
 
