@@ -281,11 +281,26 @@ pub struct RunSummary {
     /// The program of a command action.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
+    /// The trigger that started it; none for a run started by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    /// What asked for it: `cron`, `webhook`, `file_watch`, `manual` (a
+    /// trigger fired by hand), `api`, `acp` or `cli`.
+    pub origin: String,
+    /// The key its trigger's overlap policy applies within (rendered from
+    /// the trigger's `concurrency_key`), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<String>,
+    /// What started it, as its firing recorded it: a webhook's event,
+    /// delivery and the issue or pull request its payload is about, a
+    /// file watch's path and event, a cron firing's scheduled time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<RunCause>,
     /// `queued`, `running`, `waiting`, `succeeded`, `blocked` (a denial
     /// stopped what the agent tried), `failed`, `cancelled`, `skipped`,
     /// `timed_out` or `interrupted` (the daemon died while it ran).
     pub state: String,
-    /// RFC 3339.
+    /// When it was queued, RFC 3339.
     pub created_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_at: Option<String>,
@@ -312,6 +327,141 @@ pub struct RunSummary {
     /// The run's worktree while it is kept (a run that did not succeed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worktree: Option<String>,
+}
+
+/// Longest text a run's cause shows of its firing's payload (an event, a
+/// delivery, a path, an issue's title), in characters.
+pub const MAX_CAUSE_TEXT_CHARS: usize = 200;
+/// Longest link a run's cause shows (an issue's `html_url`), in bytes.
+pub const MAX_CAUSE_URL_BYTES: usize = 2048;
+
+/// What started a run, from its firing's payload (a webhook's body is
+/// whatever its sender posted: every text here is one bounded printable
+/// line, every link an `http(s)` address).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct RunCause {
+    /// A webhook's event (its `X-GitHub-Event` or `X-Npc-Event`), or a
+    /// file watch's (`create`, `modify`, `remove`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// A webhook's delivery id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<String>,
+    /// A file watch's changed path, relative to the repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// A cron firing's scheduled time, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_at: Option<String>,
+    /// The issue or pull request a webhook's payload is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<RunSubject>,
+}
+
+/// The issue or pull request a webhook's payload names (GitHub's
+/// `pull_request` or `issue` object).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct RunSubject {
+    /// `pull_request` or `issue`.
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number: Option<u64>,
+    /// Its title: one line of at most [`MAX_CAUSE_TEXT_CHARS`] characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Its page (`html_url`), only when an `https://` or `http://`
+    /// address of at most [`MAX_CAUSE_URL_BYTES`] without spaces or controls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// Whether `c` is an invisible formatting character (a zero-width space or
+/// joiner, a bidirectional override or isolate, a byte order mark) that
+/// could make shown text read other than it is.
+fn is_format_control(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
+/// A string of an untrusted payload as one line a person reads: control
+/// characters as spaces, formatting characters dropped, surrounding space
+/// trimmed, cut to [`MAX_CAUSE_TEXT_CHARS`] (ending in `…` when cut); none
+/// when it is not a string or nothing is left.
+pub fn shown_text(value: &Value) -> Option<String> {
+    let text = value.as_str()?;
+    let mut out = String::new();
+    for (count, c) in text
+        .chars()
+        .filter(|c| !is_format_control(*c))
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .enumerate()
+    {
+        if count == MAX_CAUSE_TEXT_CHARS {
+            out.push('…');
+            break;
+        }
+        out.push(c);
+    }
+    let out = out.trim();
+    (!out.is_empty()).then(|| out.to_string())
+}
+
+/// A link of an untrusted payload, when it is a plain `https://` or
+/// `http://` address within [`MAX_CAUSE_URL_BYTES`].
+fn shown_url(value: &Value) -> Option<String> {
+    let url = value.as_str()?;
+    let web = url.starts_with("https://") || url.starts_with("http://");
+    let plain = !url.chars().any(|c| {
+        c.is_whitespace()
+            || c.is_control()
+            || is_format_control(c)
+            || matches!(c, '"' | '<' | '>' | '\\')
+    });
+    (web && plain && url.len() <= MAX_CAUSE_URL_BYTES).then(|| url.to_string())
+}
+
+/// The issue or pull request of a webhook's `body`: its `pull_request`,
+/// else its `issue` (an issue that is a pull request, as a comment's
+/// payload names one, counts as a pull request).
+fn subject_of(body: &Value) -> Option<RunSubject> {
+    let (kind, item) = match (body.get("pull_request"), body.get("issue")) {
+        (Some(pr), _) if pr.is_object() => ("pull_request", pr),
+        (_, Some(issue)) if issue.is_object() => {
+            let pr = issue.get("pull_request").is_some_and(Value::is_object);
+            (if pr { "pull_request" } else { "issue" }, issue)
+        }
+        _ => return None,
+    };
+    Some(RunSubject {
+        kind: kind.to_string(),
+        number: item["number"].as_u64(),
+        title: shown_text(&item["title"]),
+        url: shown_url(&item["html_url"]),
+    })
+}
+
+/// What started a row's run, from its firing's payload; none when the
+/// payload says nothing more than the row's origin.
+pub fn cause_of(row: &RunRow) -> Option<RunCause> {
+    let p = &row.payload;
+    let cause = match p["kind"].as_str() {
+        Some("webhook") => RunCause {
+            event: shown_text(&p["event"]),
+            delivery: shown_text(&p["delivery"]),
+            subject: subject_of(&p["body"]),
+            ..RunCause::default()
+        },
+        Some("file_watch") => RunCause {
+            event: shown_text(&p["event"]),
+            path: shown_text(&p["path"]),
+            ..RunCause::default()
+        },
+        Some("cron") => RunCause {
+            scheduled_at: shown_text(&p["scheduled_at"]),
+            ..RunCause::default()
+        },
+        _ => return None,
+    };
+    (cause != RunCause::default()).then_some(cause)
 }
 
 fn rfc3339(ms: i64) -> String {
@@ -372,6 +522,10 @@ fn from_row(store: &Store, row: RunRow) -> Result<RunSummary, StoreError> {
     let result = crate::runs::workspace::RunResult::of(&row);
     Ok(RunSummary {
         source: source_of(&row),
+        trigger: (row.trigger != MANUAL_QUEUE).then(|| row.trigger.clone()),
+        origin: row.origin.to_string(),
+        concurrency_key: row.concurrency_key.clone(),
+        cause: cause_of(&row),
         id: row.id,
         profile,
         command,
@@ -427,4 +581,121 @@ pub fn run_summary(store: &Store, id: &str) -> Result<Option<RunSummary>, StoreE
         .run_row(id)?
         .map(|row| from_row(store, row))
         .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(trigger: &str, origin: &str, payload: Value) -> RunRow {
+        serde_json::from_value(json!({
+            "seq": 1, "id": "run-1", "trigger": trigger, "origin": origin,
+            "payload": payload, "state": "succeeded", "enqueued_at_ms": 0,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_webhooks_cause_names_its_event_delivery_and_pull_request() {
+        let hook = row(
+            "gh",
+            "webhook",
+            json!({
+                "kind": "webhook", "event": "pull_request", "delivery": "d-1",
+                "body": { "action": "opened", "pull_request": {
+                    "number": 7, "title": "Fix the parser",
+                    "html_url": "https://github.com/o/r/pull/7",
+                } },
+            }),
+        );
+        let cause = cause_of(&hook).unwrap();
+        assert_eq!(cause.event.as_deref(), Some("pull_request"));
+        assert_eq!(cause.delivery.as_deref(), Some("d-1"));
+        let subject = cause.subject.unwrap();
+        assert_eq!(
+            (
+                subject.kind.as_str(),
+                subject.number,
+                subject.title.as_deref()
+            ),
+            ("pull_request", Some(7), Some("Fix the parser"))
+        );
+        assert_eq!(
+            subject.url.as_deref(),
+            Some("https://github.com/o/r/pull/7")
+        );
+        // A comment on a pull request names it as an issue that is one.
+        let comment = json!({ "kind": "webhook", "event": "issue_comment", "body": { "issue": {
+            "number": 8, "title": "t", "pull_request": { "url": "x" } } } });
+        let subject = cause_of(&row("gh", "webhook", comment))
+            .unwrap()
+            .subject
+            .unwrap();
+        assert_eq!(
+            (subject.kind.as_str(), subject.number),
+            ("pull_request", Some(8))
+        );
+    }
+
+    #[test]
+    fn a_hostile_payloads_title_and_link_come_back_one_bounded_line_or_not_at_all() {
+        let long = "x".repeat(5 * MAX_CAUSE_TEXT_CHARS);
+        let hook = row(
+            "gh",
+            "webhook",
+            json!({
+                "kind": "webhook", "event": "issues\u{1b}[2J",
+                "body": { "issue": {
+                    "number": -1,
+                    "title": "<img src=x onerror=alert(1)>\nsecond\u{202e}line\u{7}",
+                    "html_url": "javascript:alert(1)",
+                } },
+            }),
+        );
+        let cause = cause_of(&hook).unwrap();
+        assert_eq!(cause.event.as_deref(), Some("issues [2J"));
+        let subject = cause.subject.unwrap();
+        // Text stays text (the page writes it as a text node); no control,
+        // no newline, no bidirectional override.
+        assert_eq!(
+            subject.title.as_deref(),
+            Some("<img src=x onerror=alert(1)> secondline")
+        );
+        assert_eq!(subject.number, None);
+        assert_eq!(subject.url, None, "only http(s) links");
+        for url in [
+            "https://x/ onclick=1",
+            "http://x/\"><script>",
+            "data:text/html,<b>",
+        ] {
+            assert_eq!(shown_url(&json!(url)), None, "{url}");
+        }
+        let too_long = format!("https://x/{}", "y".repeat(MAX_CAUSE_URL_BYTES));
+        assert_eq!(shown_url(&json!(too_long)), None);
+        let cut = shown_text(&json!(long)).unwrap();
+        assert_eq!(cut.chars().count(), MAX_CAUSE_TEXT_CHARS + 1);
+        assert!(cut.ends_with('…'));
+        assert_eq!(shown_text(&json!(" \u{200b} ")), None);
+        assert_eq!(shown_text(&json!(42)), None);
+    }
+
+    #[test]
+    fn a_run_by_hand_has_no_cause_and_a_file_watch_names_its_path() {
+        assert_eq!(
+            cause_of(&row(MANUAL_QUEUE, "api", json!({"profile": "p"}))),
+            None
+        );
+        let watched = row(
+            "w",
+            "file_watch",
+            json!({ "kind": "file_watch", "path": "src/a.rs", "event": "modify" }),
+        );
+        let cause = cause_of(&watched).unwrap();
+        assert_eq!(
+            (cause.path.as_deref(), cause.event.as_deref()),
+            (Some("src/a.rs"), Some("modify"))
+        );
+        let fired = row("t", "manual", json!({ "kind": "manual", "payload": "x" }));
+        assert_eq!(cause_of(&fired), None);
+    }
 }

@@ -40,6 +40,9 @@ pub const MAX_TERMINAL_DIM: u16 = 1000;
 pub struct RunsPage {
     /// Newest first.
     pub runs: Vec<RunSummary>,
+    /// The daemon's clock when it read them, in unix milliseconds (what a
+    /// running run's bar of the dashboard's timeline runs up to).
+    pub now_ms: i64,
 }
 
 /// `POST /api/v1/runs` accepted a run.
@@ -327,7 +330,10 @@ pub(super) async fn list_runs(
     let store = state.backend.store();
     let runs =
         blocking(move || listings::run_summaries(&store, limit, q.before.as_deref())).await?;
-    Ok(Json(RunsPage { runs }))
+    Ok(Json(RunsPage {
+        runs,
+        now_ms: chrono::Utc::now().timestamp_millis(),
+    }))
 }
 
 /// `POST /api/v1/runs`.

@@ -663,6 +663,11 @@ async fn runs_start_list_show_and_cancel_with_stable_errors() {
     assert_eq!(page["runs"][1]["source"], "manual");
     assert_eq!(page["runs"][1]["profile"], "reviewer");
     assert_eq!(page["runs"][1]["state"], "queued");
+    // Started by hand through the API: no trigger, nothing more to say.
+    assert_eq!(page["runs"][1]["origin"], "api");
+    assert!(page["runs"][1].get("trigger").is_none());
+    assert!(page["runs"][1].get("cause").is_none());
+    assert!(page["now_ms"].as_i64().is_some_and(|now| now > 0), "{page}");
     let (_, older) = get(&router, &format!("/api/v1/runs?limit=1&before={newer}")).await;
     assert_eq!(older["runs"].as_array().unwrap().len(), 1);
     assert_eq!(older["runs"][0]["id"], id.as_str());

@@ -11,6 +11,7 @@ mod approvals;
 mod architecture;
 mod contain;
 mod daemon;
+mod dashboard;
 mod doctor;
 mod events;
 mod fleet;

@@ -19,6 +19,12 @@ const MAX_TEXT_SHOWN = 4000;
 const RUN_EVENTS_PAGE = 1000;
 const MAX_RUN_EVENT_PAGES = 20;
 const RUNS_LISTED = 50;
+// Runs the runs timeline draws (the newest; the table lists RUNS_LISTED of
+// them), and how often it moves its running bars between reads.
+const RUNS_TIMELINE_SHOWN = 200;
+const TIMELINE_TICK_MS = 1000;
+// Patch lines the run view colours; the rest of a longer patch is plain text.
+const MAX_DIFF_LINES_COLOURED = 20000;
 const REFRESH_DEBOUNCE_MS = 150;
 const RECONNECT_MAX_MS = 5000;
 // The API's bound on one `POST /panes/{name}/input` (8 KiB); keystrokes
@@ -42,6 +48,8 @@ const LANE_HEIGHT = 26;
 const BAR_HEIGHT = 14;
 const QUEUED_HEIGHT = 6;
 const LABEL_WIDTH = 230;
+// Characters of a lane's label drawn (its tooltip has all of it).
+const LANE_LABEL_CHARS = 32;
 const AXIS_HEIGHT = 20;
 const MIN_BAR_WIDTH = 2;
 // Tracks a lane grows to for runs that overlap; more share the last.
@@ -53,7 +61,7 @@ const MAX_TICKS = 8;
 // Room a tick's time label needs; a tick nearer the right edge has none.
 const TICK_LABEL_WIDTH = 70;
 // Outcomes the timeline colours (its legend, in order).
-const OUTCOMES = ["succeeded", "failed", "cancelled", "interrupted", "timed_out", "running"];
+const OUTCOMES = ["succeeded", "failed", "blocked", "cancelled", "interrupted", "timed_out", "running", "waiting"];
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 const code = new URLSearchParams(location.hash.slice(1)).get("code");
@@ -70,6 +78,10 @@ let openPane = null;
 // The fleet panel's refresh timer, and what it last drew (redrawn on resize).
 let fleetTimer = null;
 let fleetDrawn = null;
+// What the runs timeline last drew (its runs, lanes, the daemon's clock and
+// when it was read), and the timer that moves its running bars.
+let runsDrawn = null;
+let runsTicker = null;
 
 // ---------------------------------------------------------------- helpers
 
@@ -135,6 +147,42 @@ function button(label, onClick, attrs = {}) {
 function cut(text) {
   const s = typeof text === "string" ? text : JSON.stringify(text);
   return s.length > MAX_TEXT_SHOWN ? s.slice(0, MAX_TEXT_SHOWN) + "…" : s;
+}
+
+// How a process ended, in words: `exit 3`, `killed by signal 9`.
+function exitText(exit) {
+  if (exit == null) return "";
+  if (typeof exit !== "object") return `exit ${exit}`;
+  if (exit.code != null) return `exit ${exit.code}`;
+  if (exit.signal != null) return `killed by signal ${exit.signal}`;
+  return "";
+}
+
+// Fields of a payload a line names first, in this order; other plain
+// fields follow, nested ones are counted, never dumped.
+const LEAD_FIELDS = ["message", "reason", "error", "detail", "summary", "outcome", "state", "run_id", "trigger", "profile", "name", "tool", "path", "route"];
+const MAX_LINE_FIELDS = 8;
+
+// A payload as words: `field value` pairs (the lead fields first), an exit
+// as `exit 3`, a list or object as its count; never JSON.
+function fieldsText(payload) {
+  if (payload == null || typeof payload !== "object") return payload == null ? "" : String(payload);
+  const keys = Object.keys(payload);
+  const ordered = LEAD_FIELDS.filter((k) => keys.includes(k)).concat(keys.filter((k) => !LEAD_FIELDS.includes(k)));
+  const parts = [];
+  for (const k of ordered) {
+    const v = payload[k];
+    if (v == null || v === "" || v === false) continue;
+    let shown;
+    if (k === "exit") shown = exitText(v);
+    else if (Array.isArray(v)) shown = v.length ? `${v.length} item${v.length === 1 ? "" : "s"}` : "";
+    else if (typeof v === "object") shown = "…";
+    else shown = v === true ? "yes" : String(v);
+    if (shown === "") continue;
+    parts.push(k === "exit" ? shown : `${k} ${shown}`);
+    if (parts.length === MAX_LINE_FIELDS) break;
+  }
+  return cut(parts.join(" · "));
 }
 
 function when(value) {
@@ -262,7 +310,15 @@ async function refreshPlan() {
 
 // ---------------------------------------------------------------- triggers
 
+// What a trigger watches; a webhook's the URL to paste into GitHub (the
+// listener's own address: a sender elsewhere reaches it through whatever
+// forwards a public address to it).
 function triggerTarget(t) {
+  if (t.kind === "webhook") {
+    return el("span", {}, `route ${t.route ?? ""} `, t.url
+      ? el("code", { class: "webhook-url", title: "the payload URL for GitHub's webhook settings (content type application/json)" }, t.url)
+      : el("span", { class: "subtle" }, "(the webhook listener is not bound)"));
+  }
   if (t.route) return `route ${t.route}`;
   if (Array.isArray(t.paths)) return `paths ${t.paths.join(", ")}`;
   if (t.schedule) return `${t.schedule}${t.timezone ? " " + t.timezone : ""}`;
@@ -307,28 +363,108 @@ async function fireTrigger(name) {
 // -------------------------------------------------------------------- runs
 
 async function refreshRuns() {
-  const answer = await call("GET", `/runs?limit=${RUNS_LISTED}`);
+  const answer = await call("GET", `/runs?limit=${RUNS_TIMELINE_SHOWN}`);
   if (!answer.ok) {
     say("runs-note", answer.status === 404 ? "this daemon lists no runs over the API" : errorText(answer));
     return;
   }
   say("runs-note", "");
   const runs = answer.doc.runs || [];
-  fillTable("runs", runs.map((r) => ({
-    key: r.id,
-    cells: [
-      el("a", { href: "#run", class: "run-link", "data-run": r.id }, r.id),
-      r.state,
-      r.source ?? "",
-      r.profile ?? r.command ?? "",
-      when(r.created_at),
-      when(r.finished_at),
-      runWhy(r),
-    ],
-  })), "no runs yet");
+  const now = answer.doc.now_ms || Date.now();
+  fillTable("runs", runs.slice(0, RUNS_LISTED).map((r) => {
+    const queued = Date.parse(r.created_at);
+    const started = r.started_at ? Date.parse(r.started_at) : null;
+    const finished = r.finished_at ? Date.parse(r.finished_at) : null;
+    return {
+      key: r.id,
+      cells: [
+        el("a", { href: "#run", class: "run-link", "data-run": r.id }, r.id),
+        r.state,
+        startedBy(r),
+        r.profile ?? r.command ?? "",
+        el("span", { class: "start", title: `queued ${when(r.created_at)}` },
+          started != null ? when(started) : finished != null ? "never started" : "not yet"),
+        el("span", { class: "wait" }, started != null ? seconds(started - queued)
+          : finished != null ? "" : `${seconds(now - queued)} so far`),
+        el("span", { class: "duration" }, started == null ? ""
+          : finished != null ? seconds(finished - started) : `${seconds(now - started)} so far`),
+        runWhy(r),
+      ],
+    };
+  }), "no runs yet");
+  runsDrawn = { runs: runs.map(timelineRun), now, at: Date.now() };
+  drawRunsTimeline();
   if (openRun) {
     const mine = runs.find((r) => r.id === openRun.id);
     if (mine) showRunState(mine);
+  }
+}
+
+// What started a run, as a cell: its trigger and origin (or who ran it by
+// hand), and what its firing recorded: a webhook's event and the issue or
+// pull request it is about (number, title, a link to its page), a file
+// watch's path, a cron firing's scheduled time. The API bounds each text
+// and passes only http(s) links; the page writes them as text and an href.
+function startedBy(r) {
+  const cause = r.cause || {};
+  const parts = [r.trigger ? `${r.trigger} (${r.origin || "trigger"})` : `by hand (${r.origin || r.source})`];
+  if (cause.event) parts.push(cause.event);
+  if (cause.path) parts.push(cause.path);
+  if (cause.scheduled_at) parts.push(`due ${when(cause.scheduled_at)}`);
+  const cell = el("span", { class: "started-by", title: cause.delivery ? `delivery ${cause.delivery}` : undefined }, parts.join(" · "));
+  const subject = cause.subject;
+  if (subject) {
+    const name = `${subject.kind === "pull_request" ? "PR" : "issue"}${subject.number != null ? " #" + subject.number : ""}`;
+    const text = subject.title ? `${name} ${subject.title}` : name;
+    // The API passes only http(s) addresses; the page checks again.
+    const web = typeof subject.url === "string" && /^https?:\/\//.test(subject.url);
+    cell.append(" · ", web
+      ? el("a", { class: "subject", href: subject.url, target: "_blank", rel: "noopener noreferrer" }, text)
+      : el("span", { class: "subject" }, text));
+  }
+  return cell;
+}
+
+// A run of the runs API as the timeline draws it: its lane is its trigger
+// and concurrency key, or who ran it by hand.
+function timelineRun(r) {
+  const lane = r.trigger
+    ? r.trigger + (r.concurrency_key ? ` · ${r.concurrency_key}` : "")
+    : `by hand (${r.origin || r.source})`;
+  return {
+    id: r.id,
+    state: r.state,
+    lane,
+    enqueued_at_ms: Date.parse(r.created_at),
+    started_at_ms: r.started_at ? Date.parse(r.started_at) : null,
+    finished_at_ms: r.finished_at ? Date.parse(r.finished_at) : null,
+    about: [`${r.source}${r.profile || r.command ? " · " + (r.profile ?? r.command) : ""}`,
+      r.detail ? cut(r.detail) : ""],
+  };
+}
+
+// The runs timeline: a lane per trigger (and concurrency key), then one per
+// way of running by hand, each with a run in the window (the last hour at
+// most); its running bars move on between reads.
+function drawRunsTimeline() {
+  if (!runsDrawn) return;
+  const now = runsDrawn.now + (Date.now() - runsDrawn.at);
+  const names = [...new Set(runsDrawn.runs.map((r) => r.lane))];
+  const byHand = (name) => name.startsWith("by hand");
+  names.sort((a, b) => (byHand(a) - byHand(b)) || a.localeCompare(b));
+  drawTimeline(byId("runs-timeline"), {
+    lanes: names.map((name) => ({ id: name, state: byHand(name) ? "manual" : "trigger", label: name })),
+    runs: runsDrawn.runs,
+    now,
+    empty: runsDrawn.runs.length ? "no runs in the last hour" : "no runs yet",
+    onlyBusy: true,
+  });
+  const active = runsDrawn.runs.some((r) => r.finished_at_ms == null);
+  if (active && !runsTicker) {
+    runsTicker = setInterval(() => { if (!document.hidden) drawRunsTimeline(); }, TIMELINE_TICK_MS);
+  } else if (!active && runsTicker) {
+    clearInterval(runsTicker);
+    runsTicker = null;
   }
 }
 
@@ -346,9 +482,11 @@ function showRunState(run) {
   openRun.state = run.state;
   const cancellable = !openRun.fleet && RUN_ACTIVE.includes(run.state);
   say("run-state", [run.state, run.source, run.profile ?? run.command,
-    run.exit != null ? `exit ${JSON.stringify(run.exit)}` : "", run.reason ?? "", runWhy(run)]
+    exitText(run.exit), run.reason ?? "", runWhy(run)]
     .filter((x) => x !== undefined && x !== null && x !== "").join(" · "));
   byId("run-state").className = "state-" + run.state;
+  // A local run's listing says what started it (a fleet's has its own words).
+  byId("run-cause").replaceChildren(...(run.origin ? ["started by ", startedBy(run)] : []));
   byId("run-cancel").hidden = !cancellable;
   // A run parked on an `ask`: a person allows or denies the call.
   const waiting = !openRun.fleet && run.state === "waiting";
@@ -369,10 +507,32 @@ async function showDiff(event) {
   const answer = await call("GET", `/runs/${encodeURIComponent(openRun.id)}/diff`);
   const pre = byId("run-patch");
   pre.hidden = false;
-  // Text, never markup: the patch is whatever the agent wrote.
-  pre.textContent = answer.ok
-    ? answer.doc.patch + (answer.doc.truncated ? "\n… (cut at 16 MiB)" : "")
-    : errorText(answer);
+  if (!answer.ok) {
+    pre.textContent = errorText(answer);
+    return;
+  }
+  showPatch(pre, String(answer.doc.patch ?? "") + (answer.doc.truncated ? "\n… (cut at 16 MiB)" : ""));
+}
+
+// A patch, each line coloured by what it is (a file header, a hunk, an
+// added or removed line); text nodes only, never markup: the patch is
+// whatever the agent wrote.
+function showPatch(pre, patch) {
+  const lines = patch.split("\n");
+  const kind = (line) =>
+    line.startsWith("+++") || line.startsWith("---") || line.startsWith("diff ") || line.startsWith("index ") ? "file"
+      : line.startsWith("@@") ? "hunk"
+        : line.startsWith("+") ? "add"
+          : line.startsWith("-") ? "del" : null;
+  const shown = lines.slice(0, MAX_DIFF_LINES_COLOURED).map((line) => {
+    const k = kind(line);
+    return k ? el("span", { class: "diff-" + k }, line + "\n") : document.createTextNode(line + "\n");
+  });
+  const rest = lines.slice(MAX_DIFF_LINES_COLOURED);
+  const all = document.createDocumentFragment();
+  for (const node of shown) all.append(node);
+  if (rest.length) all.append(rest.join("\n"));
+  pre.replaceChildren(all);
 }
 
 // Open the run view on run `id`, empty; `fleet`: a run of the fleet's
@@ -384,6 +544,7 @@ function openRunView(id, fleet) {
   say("run-title", `Run ${id}`);
   say("run-state", "");
   say("run-result", "");
+  byId("run-cause").replaceChildren();
   byId("run-branch").hidden = true;
   byId("run-patch").hidden = true;
   byId("run-patch").textContent = "";
@@ -503,11 +664,11 @@ function drawRunEvent(event) {
     case "run.interrupted":
       node = item("outcome " + (p.outcome === "succeeded" ? "ok" : "bad"),
         el("span", { class: "label" }, "outcome"),
-        `${p.outcome ?? kind.slice(4)}${p.exit != null ? " · exit " + JSON.stringify(p.exit) : ""}${p.error ? " — " + cut(p.error) : ""}${p.detail ? " — " + cut(p.detail) : ""}`);
+        `${p.outcome ?? kind.slice(4)}${p.exit != null ? " · " + exitText(p.exit) : ""}${p.error ? " — " + cut(p.error) : ""}${p.detail ? " — " + cut(p.detail) : ""}`);
       markDirty("runs");
       break;
     default:
-      node = item("meta", `${kind} ${cut(JSON.stringify(p))}`);
+      node = item("meta", `${kind} ${fieldsText(p)}`);
   }
   if (kind !== "agent.message") openRun.message = null;
   list.append(node);
@@ -615,7 +776,7 @@ async function refreshFleet() {
     `${waiting.length} queued` + (waiting.length ? ` (oldest waiting ${seconds(now - oldest)})` : ""),
   ].join(" · "));
   fleetDrawn = { workers, runs, now };
-  drawTimeline(fleetDrawn);
+  drawFleetTimeline();
   if (openRun && openRun.fleet) {
     const mine = runs.find((r) => r.id === openRun.id);
     if (mine) showRunState(fleetRunView(mine));
@@ -633,50 +794,68 @@ function svg(tag, attrs = {}, text) {
   return node;
 }
 
-// The legend, drawn once; its first swatch holds the queued hatch pattern
-// every queued segment fills with.
-function drawLegend() {
+// The legends, drawn once, and the queued hatch pattern every queued
+// segment fills with (in an SVG of no size of its own, outside any panel
+// that may be hidden, where a pattern would not paint).
+function drawLegends() {
+  const pattern = svg("pattern", {
+    id: "queued-hatch", width: 4, height: 4, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)",
+  });
+  pattern.append(svg("rect", { width: 1.5, height: 4, class: "hatch-line" }));
+  const defs = svg("svg", { width: 0, height: 0, class: "svg-defs", "aria-hidden": "true" });
+  defs.append(svg("defs"));
+  defs.firstChild.append(pattern);
+  document.body.append(defs);
   const swatch = (cls) => {
     const box = svg("svg", { width: 14, height: 10 });
     box.append(svg("rect", { width: 14, height: 10, class: cls }));
     return box;
   };
-  const first = swatch("queued-segment");
-  const pattern = svg("pattern", {
-    id: "queued-hatch", width: 4, height: 4, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)",
-  });
-  pattern.append(svg("rect", { width: 1.5, height: 4, class: "hatch-line" }));
-  const defs = svg("defs");
-  defs.append(pattern);
-  first.prepend(defs);
-  byId("timeline-legend").replaceChildren(
-    el("span", {}, first, "queued (enqueue → start)"),
-    ...OUTCOMES.map((o) => el("span", { "data-outcome": o }, swatch("outcome-" + o), o.replace("_", " "))));
+  for (const legend of document.querySelectorAll(".legend")) {
+    legend.replaceChildren(
+      el("span", {}, swatch("queued-segment"), "queued (enqueue → start)"),
+      ...OUTCOMES.map((o) => el("span", { "data-outcome": o }, swatch("outcome-" + o), o.replace("_", " "))));
+  }
 }
 
-// One lane per worker (the roster's, then owners no longer on it), and a
-// lane for runs no worker holds yet; a bar per run from its start to its end
-// (or now), coloured by outcome, after a hatched segment for its time queued.
-// Runs of a lane that overlap (a worker runs several at once) get a track
-// each within it.
-function drawTimeline({ workers, runs, now }) {
-  const host = byId("timeline");
-  const width = Math.max(host.clientWidth || TIMELINE_FALLBACK_WIDTH, LABEL_WIDTH + 200);
-  const lanes = workers.map((w) => ({ id: w.id, state: w.state }));
+// The fleet's timeline: one lane per worker (the roster's, then owners no
+// longer on it), and a lane for runs no worker holds yet.
+function drawFleetTimeline() {
+  const { workers, runs, now } = fleetDrawn;
+  const lanes = workers.map((w) => ({ id: w.id, state: w.state, label: w.state === "alive" ? w.id : `${w.id} (${w.state})` }));
   for (const r of runs) {
-    if (r.owner && !lanes.some((l) => l.id === r.owner)) lanes.push({ id: r.owner, state: "gone" });
+    if (r.owner && !lanes.some((l) => l.id === r.owner)) lanes.push({ id: r.owner, state: "gone", label: `${r.owner} (gone)` });
   }
-  if (runs.some((r) => !r.owner)) lanes.push({ id: null, state: "waiting" });
+  if (runs.some((r) => !r.owner)) lanes.push({ id: "", state: "waiting", label: "queued, no worker yet" });
+  drawTimeline(byId("timeline"), {
+    lanes,
+    runs: runs.map((r) => Object.assign({}, r, {
+      lane: r.owner ?? "",
+      about: [`${r.trigger} (${r.origin})`, r.owner ? `worker ${r.owner}` : "waiting for a worker", r.detail ? cut(r.detail) : ""],
+    })),
+    now,
+    empty: "no workers and no runs yet",
+  });
+}
+
+// A timeline into `host`: a lane per entry of `lanes` ({id, state, label});
+// each run ({id, state, lane, enqueued_at_ms, started_at_ms,
+// finished_at_ms, about: lines of its tooltip}) a bar in its lane from its
+// start to its end (or now), coloured by outcome, after a hatched segment
+// for its time queued. Runs of a lane that overlap get a track each in it.
+// `onlyBusy`: a lane with no run in the window is left out.
+function drawTimeline(host, { lanes, runs, now, empty, onlyBusy }) {
+  const width = Math.max(host.clientWidth || TIMELINE_FALLBACK_WIDTH, LABEL_WIDTH + 200);
   const earliest = runs.reduce((min, r) => Math.min(min, r.enqueued_at_ms), now);
   const from = Math.max(now - TIMELINE_MAX_SPAN_MS, Math.min(earliest, now - TIMELINE_MIN_SPAN_MS));
   const plot = width - LABEL_WIDTH - 10;
   const x = (ms) => LABEL_WIDTH + ((Math.min(Math.max(ms, from), now) - from) / (now - from)) * plot;
   // Each lane's runs in the window, oldest first, each on the first track
   // free at its enqueue (in pixels, so bars never touch).
-  for (const lane of lanes) {
+  const placed = lanes.map((lane) => {
     const ends = [];
-    lane.runs = runs
-      .filter((r) => (r.owner ?? null) === lane.id && (r.finished_at_ms ?? now) >= from)
+    const mine = runs
+      .filter((r) => r.lane === lane.id && (r.finished_at_ms ?? now) >= from)
       .sort((a, b) => a.enqueued_at_ms - b.enqueued_at_ms)
       .map((r) => {
         const left = x(r.enqueued_at_ms);
@@ -686,9 +865,9 @@ function drawTimeline({ workers, runs, now }) {
         ends[track] = Math.max(ends[track] ?? 0, right);
         return { r, track };
       });
-    lane.tracks = Math.max(ends.length, 1);
-  }
-  const rows = lanes.reduce((n, l) => n + l.tracks, 0);
+    return { lane, runs: mine, tracks: Math.max(ends.length, 1) };
+  }).filter((l) => !onlyBusy || l.runs.length > 0);
+  const rows = placed.reduce((n, l) => n + l.tracks, 0);
   const height = AXIS_HEIGHT + Math.max(rows, 1) * LANE_HEIGHT + 4;
   const root = svg("svg", { width, height, role: "img", "aria-label": "runs timeline" });
   // The time axis: a tick per step, as many as fit.
@@ -699,25 +878,25 @@ function drawTimeline({ workers, runs, now }) {
       root.append(svg("text", { x: x(t) + 2, y: AXIS_HEIGHT - 7, class: "tick" }, new Date(t).toLocaleTimeString()));
     }
   }
-  if (lanes.length === 0) {
-    root.append(svg("text", { x: 8, y: AXIS_HEIGHT + 17, class: "empty" }, "no workers and no runs yet"));
+  if (placed.length === 0) {
+    root.append(svg("text", { x: 8, y: AXIS_HEIGHT + 17, class: "empty" }, empty));
   }
   let top = AXIS_HEIGHT;
-  for (const lane of lanes) {
-    const g = svg("g", { class: "lane", "data-lane": lane.id ?? "", "data-state": lane.state });
-    g.append(svg("rect", { x: 0, y: top + 1, width, height: lane.tracks * LANE_HEIGHT - 2, class: "lane-bg" }));
-    const label = lane.id === null ? "queued, no worker yet"
-      : lane.state === "alive" ? lane.id : `${lane.id} (${lane.state})`;
-    g.append(svg("text", { x: 6, y: top + LANE_HEIGHT / 2 + 4, class: "lane-label " + lane.state }, label));
-    for (const { r, track } of lane.runs) {
+  for (const { lane, runs: laneRuns, tracks } of placed) {
+    const g = svg("g", { class: "lane", "data-lane": lane.id, "data-state": lane.state });
+    g.append(svg("rect", { x: 0, y: top + 1, width, height: tracks * LANE_HEIGHT - 2, class: "lane-bg" }));
+    const label = svg("text", { x: 6, y: top + LANE_HEIGHT / 2 + 4, class: "lane-label " + lane.state },
+      lane.label.length > LANE_LABEL_CHARS ? lane.label.slice(0, LANE_LABEL_CHARS - 1) + "…" : lane.label);
+    label.append(svg("title", {}, lane.label));
+    g.append(label);
+    for (const { r, track } of laneRuns) {
       const y = top + track * LANE_HEIGHT;
       const started = r.started_at_ms ?? null;
       const ended = r.finished_at_ms ?? now;
-      const tip = [`${r.id} · ${r.trigger} (${r.origin}) · ${r.state}`,
+      const tip = [`${r.id} · ${r.state}`,
         `queued ${seconds((started ?? ended) - r.enqueued_at_ms)}` +
           (started != null ? ` · ran ${seconds(ended - started)}` : ""),
-        r.owner ? `worker ${r.owner}` : "waiting for a worker",
-        r.detail ? cut(r.detail) : ""].filter(Boolean).join("\n");
+        ...(r.about || [])].filter(Boolean).join("\n");
       const queuedEnd = started ?? ended;
       if (queuedEnd > r.enqueued_at_ms) {
         const qx = x(r.enqueued_at_ms);
@@ -739,7 +918,7 @@ function drawTimeline({ workers, runs, now }) {
       }
     }
     root.append(g);
-    top += lane.tracks * LANE_HEIGHT;
+    top += tracks * LANE_HEIGHT;
   }
   host.replaceChildren(root);
 }
@@ -1024,7 +1203,7 @@ function isNotice(event) {
 
 function noticeText(event) {
   const p = event.payload || {};
-  const what = p.reason ?? p.message ?? p.detail ?? cut(JSON.stringify(p));
+  const what = p.reason ?? p.message ?? p.detail ?? fieldsText(p);
   return `${when(event.ts_ms)} ${event.component ?? event.kind}: ${what}${p.plugin ? " (plugin " + p.plugin + ")" : ""}`;
 }
 
@@ -1058,9 +1237,12 @@ function staleParts(kind) {
 
 function onEvent(event) {
   lastEventId = Math.max(lastEventId, event.id);
-  const line = `#${event.id} ${event.kind}${event.component ? " " + event.component : ""} ${cut(JSON.stringify(event.payload))}`;
   const list = byId("events");
-  list.prepend(el("li", { "data-kind": event.kind }, line));
+  list.prepend(el("li", { "data-kind": event.kind },
+    el("span", { class: "when" }, when(event.ts_ms)), " ",
+    el("span", { class: "kind" }, event.kind),
+    event.component ? el("span", { class: "component" }, " " + event.component) : "",
+    " ", fieldsText(event.payload)));
   while (list.children.length > MAX_EVENTS_SHOWN) list.lastChild.remove();
   if (event.kind === "manifest.invalid") showDiagnostics(event.payload && event.payload.report);
   if (event.kind === "manifest.valid") showDiagnostics(null);
@@ -1160,15 +1342,20 @@ document.addEventListener("click", (click) => {
   }
 });
 
-// A bar of the fleet's timeline opens its run.
+// A bar of a timeline opens its run (the fleet's, from the shared log).
 byId("timeline").addEventListener("click", (click) => {
   const bar = click.target.closest && click.target.closest("[data-run]");
   if (bar) showFleetRun(bar.getAttribute("data-run"));
 });
-window.addEventListener("resize", () => {
-  if (fleetDrawn && !byId("fleet-section").hidden) drawTimeline(fleetDrawn);
+byId("runs-timeline").addEventListener("click", (click) => {
+  const bar = click.target.closest && click.target.closest("[data-run]");
+  if (bar) showRun(bar.getAttribute("data-run"));
 });
-drawLegend();
+window.addEventListener("resize", () => {
+  if (fleetDrawn && !byId("fleet-section").hidden) drawFleetTimeline();
+  drawRunsTimeline();
+});
+drawLegends();
 
 redeemCode().then(() => {
   markDirty("status", "plan", "plugins", "triggers", "runs", "panes");
