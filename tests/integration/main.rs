@@ -50,4 +50,5 @@ mod support;
 mod triggers;
 mod trust;
 mod validate;
+mod workflows;
 mod worktrees;

@@ -153,7 +153,7 @@ mod tests {
         assert!(check(row("webhook", "nightly")).is_ok());
         assert!(check(row("manual", "nightly")).is_ok());
         assert!(check(row("api", MANUAL_QUEUE)).is_ok());
-        for origin in ["cli", "acp", "file_watch", "nope\x1b[2J"] {
+        for origin in ["cli", "acp", "file_watch", "workflow", "nope\x1b[2J"] {
             let refused = check(row(origin, MANUAL_QUEUE)).unwrap_err();
             assert!(matches!(refused, RowRefused::Origin(_)), "{refused}");
             assert!(!refused.to_string().contains('\x1b'));
