@@ -2528,3 +2528,78 @@ fn acp_opencode_turn_in_a_workspace_sandbox() {
 fn headless_opencode_turn_in_a_workspace_sandbox() {
     sandboxed_turn(OPENCODE, false);
 }
+
+/// A workflow whose second step is a real Claude Code agent: it works in a
+/// worktree made from the first (command) step's result, its call through
+/// npc's gateway is recorded as its run's, and what it said last is the
+/// step's `message`.
+#[test]
+fn a_workflow_step_runs_a_real_claude_code_agent_on_the_branch_of_the_step_before() {
+    if !installed(CLAUDE) {
+        return;
+    }
+    let s = Setup::new(CLAUDE, "");
+    let root = s.root();
+    let mut manifest = std::fs::read_to_string(root.join("npcagent.toml")).unwrap();
+    manifest.push_str(
+        r#"
+[workflows.w.steps.prep]
+command = "sh"
+args = ["-c", "echo prepared > prep.txt"]
+workspace = "worktree"
+
+[workflows.w.steps.agent]
+profile = "agent"
+prompt = "Call the echo tool. You work on {{ steps.prep.branch }}."
+needs = ["prep"]
+base = "{{ steps.prep.head }}"
+"#,
+    );
+    std::fs::write(root.join("npcagent.toml"), manifest).unwrap();
+    crate::worktrees::git(&root, &["add", "--all"]);
+    crate::worktrees::git(&root, &["commit", "--quiet", "-m", "start"]);
+    let _daemon = s.daemon();
+    let out = s
+        .npc(&["workflow", "run", "w", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let view = wait_for("the workflow with a Claude step to end", || {
+        let out = s
+            .npc(&["workflow", "show", &id, "--format", "json"])
+            .output()
+            .unwrap();
+        let view: Value = serde_json::from_slice(&out.stdout).ok()?;
+        matches!(view["state"].as_str(), Some("succeeded" | "failed")).then_some(view)
+    });
+    assert_eq!(view["state"], "succeeded", "{view:#}");
+    let prep_head = view["steps"]["prep"]["head"].as_str().unwrap();
+    let agent = &view["steps"]["agent"];
+    let branch = agent["branch"].as_str().unwrap();
+    crate::worktrees::git(&root, &["merge-base", "--is-ancestor", prep_head, branch]);
+    assert_eq!(
+        crate::worktrees::git(&root, &["show", &format!("{branch}:prep.txt")]).trim(),
+        "prepared"
+    );
+    let run = agent["run"].as_str().unwrap();
+    let call = s
+        .events()
+        .into_iter()
+        .find(|e| e["kind"] == "mcp.tool_call" && e["payload"]["name"] == GATEWAY_ECHO)
+        .expect("the agent step's call through the gateway");
+    assert_eq!(call["payload"]["run_id"], run, "{call}");
+    assert!(
+        agent["outputs"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{view:#}"
+    );
+}
