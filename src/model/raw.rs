@@ -650,6 +650,12 @@ pub struct RawAction {
     pub env: TextMap,
     /// Working directory of the command.
     pub cwd: Option<Spanned<Text>>,
+    /// Or start this workflow (a `workflows` entry); its steps read the
+    /// firing's request as `payload`.
+    pub workflow: Option<Spanned<String>>,
+    /// The workflow's inputs.
+    #[serde(default)]
+    pub inputs: TextMap,
 }
 
 /// `[pane_plugins.NAME]`: a pane-plugin child (nightcrow protocol, v3).

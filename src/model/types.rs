@@ -801,7 +801,7 @@ impl Manifest {
                 .get(profile)
                 .map(|p| p.workspace.clone())
                 .unwrap_or_default(),
-            Action::RunCommand(_) => WorkspaceSpec::default(),
+            Action::RunCommand(_) | Action::StartWorkflow { .. } => WorkspaceSpec::default(),
         };
         t.workspace.over(&below)
     }
@@ -1042,6 +1042,11 @@ pub enum Action {
         vars: BTreeMap<String, Text>,
     },
     RunCommand(CommandSpec),
+    /// Start a workflow (`[workflows.NAME]`) with these inputs.
+    StartWorkflow {
+        workflow: String,
+        inputs: BTreeMap<String, Text>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
@@ -1124,6 +1129,12 @@ impl Manifest {
             match &t.action {
                 Action::RunProfile { vars, .. } => vars.values().for_each(&mut add),
                 Action::RunCommand(c) => command(c, &mut add),
+                Action::StartWorkflow { inputs, .. } => inputs.values().for_each(&mut add),
+            }
+        }
+        for step in self.workflows.values().flat_map(|w| w.steps.values()) {
+            if let Some(Action::RunCommand(c)) = &step.action {
+                command(c, &mut add);
             }
         }
         for p in self.pane_plugins.values() {

@@ -99,6 +99,23 @@ pub struct Executor {
     /// A fleet worker's mirror, which the worktrees of its fleet's runs
     /// come from (`runs::mirror`).
     mirror: std::sync::OnceLock<Arc<super::mirror::Mirror>>,
+    /// Who starts a workflow a trigger's action names (the daemon's
+    /// workflow engine, above this room).
+    starter: std::sync::OnceLock<Arc<dyn WorkflowStarter>>,
+}
+
+/// The seam through which a trigger's action starts a workflow: the
+/// workflow engine (`workflows`, above `runs`) implements it.
+pub trait WorkflowStarter: Send + Sync + std::fmt::Debug {
+    /// Start workflow `name` with `inputs`, its steps reading `payload`;
+    /// the workflow run's id, or why it did not start.
+    fn start_workflow<'a>(
+        &'a self,
+        name: &'a str,
+        inputs: std::collections::BTreeMap<String, String>,
+        payload: Value,
+        origin: Origin,
+    ) -> futures_util::future::BoxFuture<'a, Result<String, String>>;
 }
 
 impl Executor {
@@ -118,6 +135,7 @@ impl Executor {
             inner: Mutex::new(Inner::default()),
             stop: CancellationToken::new(),
             mirror: std::sync::OnceLock::new(),
+            starter: std::sync::OnceLock::new(),
         })
     }
 
@@ -491,7 +509,7 @@ impl Executor {
                         (WorkspaceMode::Worktree, spec) => {
                             let profile = match &action {
                                 Action::RunProfile { profile, .. } => Some(profile.as_str()),
-                                Action::RunCommand(_) => None,
+                                Action::RunCommand(_) | Action::StartWorkflow { .. } => None,
                             };
                             match this
                                 .open_worktree(&row, spec, m, port, timeout, profile)
@@ -607,6 +625,9 @@ impl Executor {
                 self.run_command(row, command, cancel, left, opened, conclusion)
                     .await
             }
+            Action::StartWorkflow { workflow, inputs } => {
+                self.start_workflow(row, workflow, inputs).await
+            }
             Action::RunProfile {
                 profile,
                 prompt,
@@ -661,6 +682,46 @@ impl Executor {
                     .await
             }
         }
+    }
+
+    /// A trigger's run whose action starts workflow `workflow`: the
+    /// workflow run starts (its steps are runs of their own) and this run
+    /// ends `succeeded` naming it, or `failed` saying why it did not.
+    async fn start_workflow(
+        &self,
+        row: &RunRow,
+        workflow: &str,
+        inputs: &std::collections::BTreeMap<String, crate::model::Text>,
+    ) -> Ending {
+        let Some(starter) = self.starter.get() else {
+            let why = "this process carries out no workflows (they run on the daemon)";
+            return (state::FAILED, Some(why.to_string()));
+        };
+        let inputs = inputs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.expose().to_string()))
+            .collect();
+        let payload = crate::model::template::request_payload(&row.payload);
+        let origin = row.origin.known().unwrap_or(Origin::Manual);
+        match starter
+            .start_workflow(workflow, inputs, payload, origin)
+            .await
+        {
+            Ok(id) => (
+                state::SUCCEEDED,
+                Some(format!("started workflow run `{id}`")),
+            ),
+            Err(why) => (
+                state::FAILED,
+                Some(format!("workflow `{workflow}` did not start: {why}")),
+            ),
+        }
+    }
+
+    /// Who starts the workflows of triggers' actions (set once, by the
+    /// daemon's composition).
+    pub fn set_workflow_starter(&self, starter: Arc<dyn WorkflowStarter>) {
+        let _ = self.starter.set(starter);
     }
 
     /// Record the end of a run that was running here, and let the next start.

@@ -342,6 +342,11 @@ pub fn describe(manifest: &Manifest, support: &Result<(), String>) -> Vec<String
             crate::model::Action::RunCommand(_) => {
                 format!("trigger `{name}`: a command, run without a sandbox")
             }
+            crate::model::Action::StartWorkflow { workflow, .. } => {
+                format!(
+                    "trigger `{name}`: starts workflow `{workflow}`, whose steps have their own"
+                )
+            }
         };
         lines.push(line);
     }

@@ -115,6 +115,12 @@ impl Runs {
         self.executor.changed();
     }
 
+    /// Who starts the workflows triggers' actions name (see
+    /// [`executor::WorkflowStarter`](super::executor::WorkflowStarter)).
+    pub fn set_workflow_starter(&self, starter: Arc<dyn super::executor::WorkflowStarter>) {
+        self.executor.set_workflow_starter(starter);
+    }
+
     /// The queue side: where runs go (the local store, or a fleet's
     /// shared store once joined, see [`RunQueue::join`]).
     pub fn queue(&self) -> &RunQueue {

@@ -214,6 +214,7 @@ impl Runtime {
         let workflows =
             crate::workflows::Workflows::new(store.clone(), runs.clone(), bus.clone(), cx.clone());
         workflows.spawn();
+        runs.set_workflow_starter(workflows.clone());
         let notify = crate::notify::Notifier::start(
             bus.clone(),
             store.clone(),

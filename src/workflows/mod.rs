@@ -714,6 +714,22 @@ impl Workflows {
     }
 }
 
+impl crate::runs::executor::WorkflowStarter for Workflows {
+    fn start_workflow<'a>(
+        &'a self,
+        name: &'a str,
+        inputs: BTreeMap<String, String>,
+        payload: Value,
+        origin: RunOrigin,
+    ) -> futures_util::future::BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            self.start(name, inputs, payload, origin)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
 /// The component workflow run `id`'s events are recorded under.
 pub fn component(id: &str) -> String {
     format!("workflow.{id}")

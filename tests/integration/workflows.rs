@@ -424,3 +424,91 @@ gate = "aproval"
     let text = format!("{stdout}{stderr}");
     insta::assert_snapshot!("workflow_graph_diagnostics", text);
 }
+
+#[test]
+fn a_triggers_action_starts_a_workflow_whose_steps_read_the_firings_payload() {
+    let dir = repository(
+        r#"version = 1
+
+[triggers.issue]
+kind = "webhook"
+route = "issues"
+action = { workflow = "triage", inputs = { label = "bug" } }
+
+[workflows.triage.inputs.label]
+
+[workflows.triage.steps.note]
+command = "sh"
+args = ["-c", "printf '%s' \"$NPC_TRIGGER_PAYLOAD\" > note.json"]
+workspace = "worktree"
+"#,
+        &[],
+    );
+    let _daemon = Daemon::start_in(dir.path());
+    let (code, stdout, stderr) = run_npc(
+        dir.path(),
+        &[
+            "trigger",
+            "fire",
+            "issue",
+            "--payload",
+            r#"{"issue": {"number": 42}}"#,
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let fired: Value = serde_json::from_str(&stdout).unwrap();
+    let run = fired["run_id"].as_str().unwrap().to_string();
+    let row = wait_for("the trigger's run to end", || {
+        crate::worktrees::runs(dir.path())
+            .into_iter()
+            .find(|r| r["id"] == run.as_str() && r["state"] != "queued" && r["state"] != "running")
+    });
+    assert_eq!(row["state"], "succeeded", "{row}");
+    let detail = row["detail"].as_str().unwrap();
+    let id = detail
+        .split('`')
+        .find(|s| s.starts_with("wf-"))
+        .unwrap_or_else(|| panic!("{detail}"))
+        .to_string();
+    let view = wait_until(dir.path(), &id, "the workflow's end", ended);
+    assert_eq!(view["state"], "succeeded", "{view:#}");
+    assert_eq!(view["origin"], "manual");
+    assert_eq!(view["inputs"]["label"], "bug");
+    let branch = view["steps"]["note"]["branch"].as_str().unwrap();
+    let payload: Value =
+        serde_json::from_str(&git(dir.path(), &["show", &format!("{branch}:note.json")])).unwrap();
+    assert_eq!(payload["context"]["payload"]["issue"]["number"], 42);
+    assert_eq!(payload["context"]["inputs"]["label"], "bug");
+}
+
+#[test]
+fn a_trigger_naming_an_unknown_workflow_or_leaving_out_an_input_is_invalid() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("npcagent.toml"),
+        r#"version = 1
+
+[triggers.a]
+kind = "webhook"
+route = "a"
+action = { workflow = "triag" }
+
+[triggers.b]
+kind = "webhook"
+route = "b"
+action = { workflow = "triage", inputs = { labl = "x" }, command = "true" }
+
+[workflows.triage.inputs.label]
+
+[workflows.triage.steps.note]
+command = "true"
+"#,
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run_npc(dir.path(), &["validate"]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    let text = format!("{stdout}{stderr}");
+    insta::assert_snapshot!("workflow_trigger_diagnostics", text);
+}

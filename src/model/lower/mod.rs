@@ -330,6 +330,12 @@ impl Lower<'_> {
                 m.profiles.insert(name.value, profile);
             }
         }
+        // Workflows before the triggers that start them.
+        for (name, w) in self.entries("workflows", raw.workflows) {
+            if let Some(workflow) = self.workflow(&name, w) {
+                m.workflows.insert(name.value, workflow);
+            }
+        }
         let mut routes: HashMap<String, Span> = HashMap::new();
         for (name, t) in raw_triggers {
             if let Some(trigger) = self.trigger(t, &m, &mut routes) {
@@ -344,11 +350,6 @@ impl Lower<'_> {
         for (name, n) in self.entries("notify", raw.notify) {
             if let Some(sink) = self.notify(&name, n) {
                 m.notify.insert(name.value, sink);
-            }
-        }
-        for (name, w) in self.entries("workflows", raw.workflows) {
-            if let Some(workflow) = self.workflow(&name, w) {
-                m.workflows.insert(name.value, workflow);
             }
         }
         for (event, list) in raw.hooks {

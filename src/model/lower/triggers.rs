@@ -318,6 +318,74 @@ impl Lower<'_> {
         Spanned { value: a, span }: Spanned<RawAction>,
         m: &Manifest,
     ) -> Option<Action> {
+        if let Some(workflow) = a.workflow {
+            let other = [
+                ("profile", a.profile.as_ref().map(|p| p.span.clone())),
+                ("command", a.command.as_ref().map(|c| c.span.clone())),
+                ("prompt", a.prompt.as_ref().map(|p| p.span.clone())),
+                ("vars", a.vars.first().map(|(k, _)| k.span.clone())),
+                ("args", a.args.first().map(|x| x.span.clone())),
+                ("env", a.env.first().map(|(k, _)| k.span.clone())),
+                ("cwd", a.cwd.as_ref().map(|c| c.span.clone())),
+            ];
+            for (field, at) in other {
+                if let Some(at) = at {
+                    self.error(
+                        &at,
+                        format!("an action that starts a `workflow` has no `{field}`"),
+                        "the workflow's steps say what runs; remove it, or split it into two triggers",
+                    );
+                }
+            }
+            if self.reference(&workflow, "workflow", "workflows")
+                && let Some(declared) = m.workflows.get(&workflow.value)
+            {
+                for (input, _) in &a.inputs {
+                    if !declared.inputs.contains_key(&input.value) {
+                        let hint =
+                            match did_you_mean(input, declared.inputs.keys().map(String::as_str)) {
+                                Some(best) => format!("did you mean `{best}`?"),
+                                None => format!(
+                                    "declare it under `[workflows.{}.inputs]`",
+                                    workflow.value
+                                ),
+                            };
+                        self.error(
+                            &input.span,
+                            format!(
+                                "workflow `{}` has no input `{}`",
+                                workflow.value, input.value
+                            ),
+                            hint,
+                        );
+                    }
+                }
+                for (name, declared) in &declared.inputs {
+                    if declared.default.is_none() && !a.inputs.keys().any(|k| k.value == *name) {
+                        self.error(
+                            &workflow.span,
+                            format!("workflow `{}` needs input `{name}`", clip(&workflow.value)),
+                            format!("add `inputs = {{ {name} = \"…\" }}` to the action, or give the input a `default`"),
+                        );
+                    }
+                }
+            }
+            return Some(Action::StartWorkflow {
+                workflow: workflow.value,
+                inputs: a
+                    .inputs
+                    .into_iter()
+                    .map(|(k, v)| (k.value, v.value))
+                    .collect(),
+            });
+        }
+        if let Some((input, _)) = a.inputs.first() {
+            self.error(
+                &input.span,
+                "`inputs` applies to actions that start a `workflow`",
+                "name the workflow with `workflow = \"NAME\"`, or remove `inputs`",
+            );
+        }
         match (a.profile, a.command) {
             (Some(_), Some(command)) => {
                 self.error(
@@ -328,7 +396,7 @@ impl Lower<'_> {
                 None
             }
             (None, None) => {
-                self.error(&span, "the action has neither `profile` nor `command`", "add `profile = \"NAME\"` to run an agent, or `command = \"…\"` to run a program");
+                self.error(&span, "the action has neither `profile`, `command` nor `workflow`", "add `profile = \"NAME\"` to run an agent, `command = \"…\"` to run a program, or `workflow = \"NAME\"` to start a workflow");
                 None
             }
             (Some(profile), None) => {

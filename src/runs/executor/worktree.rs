@@ -71,7 +71,9 @@ impl Executor {
                         .get(profile)
                         .map(|p| p.workspace.clone())
                         .unwrap_or_default(),
-                    Action::RunCommand(_) => WorkspaceSpec::default(),
+                    Action::RunCommand(_) | Action::StartWorkflow { .. } => {
+                        WorkspaceSpec::default()
+                    }
                 };
                 let base = payload
                     .get("base")
@@ -89,9 +91,13 @@ impl Executor {
                     .get(profile)
                     .map(|p| p.workspace.clone())
                     .unwrap_or_default(),
-                Action::RunCommand(_) => WorkspaceSpec::default(),
+                Action::RunCommand(_) | Action::StartWorkflow { .. } => WorkspaceSpec::default(),
             },
         };
+        if matches!(action, Action::StartWorkflow { .. }) {
+            // Starting a workflow changes no file: its steps have their own.
+            return (WorkspaceMode::InPlace, spec);
+        }
         let asked = super::manual_request_of(origin, payload).and_then(|(run, _)| run.workspace);
         let unattended = origin.is_some_and(|o| !o.is_local());
         let git = workspace::is_git_repository(&self.cx.repo);
