@@ -138,6 +138,8 @@ fn summary(m: &Manifest) -> String {
         (m.triggers.len(), "trigger"),
         (m.pane_plugins.len(), "pane plugin"),
         (m.panes.len(), "pane"),
+        (m.notify.len(), "notification sink"),
+        (m.workflows.len(), "workflow"),
     ];
     let shown: Vec<String> = parts
         .iter()
