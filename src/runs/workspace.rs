@@ -103,6 +103,10 @@ pub enum WorkspaceError {
     Copy { path: String, reason: String },
     #[error("`git {command}` failed: {detail}")]
     Git { command: String, detail: String },
+    #[error(
+        "merging branch `{branch}` conflicts in {files}; resolve it in an earlier step, or merge fewer branches"
+    )]
+    MergeConflict { branch: String, files: String },
     #[error("`{command}` failed ({status}): {output}")]
     Command {
         command: String,
@@ -292,6 +296,97 @@ pub async fn git_remote(
         .map(|(out, _)| out.trim().to_string())
 }
 
+/// Merge `branches`, one after the other, into the commit `base` names,
+/// without a worktree (`git merge-tree --write-tree`, then `commit-tree`
+/// with npc as the author): the merged commit, or the first branch that
+/// conflicts with the files it conflicts in. Nothing checked out changes.
+pub async fn merge_branches(
+    supervisor: &Supervisor,
+    repo: &Path,
+    base: &str,
+    branches: &[String],
+) -> Result<String, WorkspaceError> {
+    let mut current = resolve_commit(supervisor, repo, base).await?;
+    let author: BTreeMap<String, String> = [
+        ("GIT_AUTHOR_NAME", "npc"),
+        ("GIT_AUTHOR_EMAIL", "npc@localhost"),
+        ("GIT_COMMITTER_NAME", "npc"),
+        ("GIT_COMMITTER_EMAIL", "npc@localhost"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    for branch in branches {
+        check_ref_name("branch", branch)?;
+        let theirs = resolve_commit(supervisor, repo, branch).await?;
+        let args = [
+            "merge-tree",
+            "--write-tree",
+            "--name-only",
+            "--no-messages",
+            current.as_str(),
+            theirs.as_str(),
+        ];
+        let (clean, out) = git_status(
+            supervisor,
+            repo,
+            &args,
+            MAX_GIT_OUTPUT_BYTES,
+            BTreeMap::new(),
+        )
+        .await?;
+        let mut lines = out.lines();
+        let tree = lines.next().unwrap_or("").trim().to_string();
+        if !clean {
+            let files: Vec<String> = lines
+                .take_while(|l| !l.is_empty())
+                .take(MAX_CONFLICTS_NAMED)
+                .map(|f| format!("`{}`", crate::stdx::term::printable(f)))
+                .collect();
+            return Err(WorkspaceError::MergeConflict {
+                branch: branch.clone(),
+                files: files.join(", "),
+            });
+        }
+        if !is_object_id(&tree) {
+            return Err(WorkspaceError::Git {
+                command: "merge-tree".into(),
+                detail: "it printed no tree".into(),
+            });
+        }
+        let message = format!("npc: merge {branch}");
+        let args = [
+            "commit-tree",
+            tree.as_str(),
+            "-p",
+            current.as_str(),
+            "-p",
+            theirs.as_str(),
+            "-m",
+            message.as_str(),
+        ];
+        let (out, _) = git_with(
+            supervisor,
+            repo,
+            &args,
+            MAX_GIT_OUTPUT_BYTES,
+            author.clone(),
+        )
+        .await?;
+        current = out.trim().to_string();
+        if !is_object_id(&current) {
+            return Err(WorkspaceError::Git {
+                command: "commit-tree".into(),
+                detail: "it printed no commit".into(),
+            });
+        }
+    }
+    Ok(current)
+}
+
+/// Files a merge conflict names at most.
+pub const MAX_CONFLICTS_NAMED: usize = 20;
+
 async fn git_with(
     supervisor: &Supervisor,
     cwd: &Path,
@@ -299,6 +394,51 @@ async fn git_with(
     limit: usize,
     env: BTreeMap<String, String>,
 ) -> Result<(String, bool), WorkspaceError> {
+    let command = args.first().copied().unwrap_or("").to_string();
+    let (done, truncated, stdout, stderr, status) =
+        git_raw(supervisor, cwd, args, limit, env).await?;
+    if !done {
+        let text = String::from_utf8_lossy(&stderr);
+        let detail = text.trim().lines().last().unwrap_or("").to_string();
+        return Err(WorkspaceError::Git {
+            command,
+            detail: format!("{} ({})", crate::stdx::term::printable(&detail), status),
+        });
+    }
+    Ok((String::from_utf8_lossy(&stdout).into_owned(), truncated))
+}
+
+/// [`git_with`] where exit status 1 is an answer, not a failure (`git
+/// merge-tree`: conflicts): whether it exited 0, and its output.
+async fn git_status(
+    supervisor: &Supervisor,
+    cwd: &Path,
+    args: &[&str],
+    limit: usize,
+    env: BTreeMap<String, String>,
+) -> Result<(bool, String), WorkspaceError> {
+    let command = args.first().copied().unwrap_or("").to_string();
+    let (done, _, stdout, stderr, status) = git_raw(supervisor, cwd, args, limit, env).await?;
+    if !done && status.code != Some(1) {
+        let text = String::from_utf8_lossy(&stderr);
+        let detail = text.trim().lines().last().unwrap_or("").to_string();
+        return Err(WorkspaceError::Git {
+            command,
+            detail: format!("{} ({})", crate::stdx::term::printable(&detail), status),
+        });
+    }
+    Ok((done, String::from_utf8_lossy(&stdout).into_owned()))
+}
+
+/// `git ARGS` in `cwd` with npc's safe configuration: whether it exited 0,
+/// whether its output was cut, its output and errors, and its status.
+async fn git_raw(
+    supervisor: &Supervisor,
+    cwd: &Path,
+    args: &[&str],
+    limit: usize,
+    env: BTreeMap<String, String>,
+) -> Result<(bool, bool, Vec<u8>, Vec<u8>, crate::event::ExitInfo), WorkspaceError> {
     let mut spec = ChildSpec::new("git", cwd);
     spec.env = env;
     spec.args = GIT_SAFE_CONFIG
@@ -328,17 +468,12 @@ async fn git_with(
             detail: format!("it took longer than {}s", GIT_TIMEOUT.as_secs()),
         });
     }
-    if !out.status.success() {
-        let text = String::from_utf8_lossy(&out.stderr);
-        let detail = text.trim().lines().last().unwrap_or("").to_string();
-        return Err(WorkspaceError::Git {
-            command,
-            detail: format!("{} ({})", crate::stdx::term::printable(&detail), out.status),
-        });
-    }
     Ok((
-        String::from_utf8_lossy(&out.stdout).into_owned(),
+        out.status.success(),
         out.stdout_truncated,
+        out.stdout,
+        out.stderr,
+        out.status,
     ))
 }
 

@@ -465,15 +465,26 @@ impl Workflows {
     ) -> StepRow {
         let ctx = values::with_matrix(ctx, row.matrix.as_ref());
         let rendered = values::prompt(step, &ctx).and_then(|p| Ok((p, values::base(step, &ctx)?)));
-        let (prompt, base) = match rendered {
+        let (prompt, mut base) = match rendered {
             Ok(r) => r,
             Err(why) => return failed(row, why),
         };
         if !step.merge.is_empty() {
-            return failed(
-                row,
-                "`merge` of earlier branches is not carried out by this npc yet; give the step a `base` instead".to_string(),
-            );
+            // Fan-in: the branches of the merged steps (every instance of a
+            // fan-out), merged into the base first.
+            let branches = merged_branches(&step.merge, &ctx);
+            let onto = base.clone().unwrap_or_else(|| "HEAD".to_string());
+            match crate::runs::workspace::merge_branches(
+                &self.cx.supervisor,
+                &self.cx.repo,
+                &onto,
+                &branches,
+            )
+            .await
+            {
+                Ok(commit) => base = Some(commit),
+                Err(e) => return failed(row, e.to_string()),
+            }
         }
         let payload = StepRunPayload {
             workflow_run: wf.id.clone(),
@@ -792,6 +803,27 @@ fn listed(names: &[&str], none: &str) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     }
+}
+
+/// The branches of steps `merge` as `ctx` holds them: a step's `branch`,
+/// or a fan-out's `branches`, in order.
+fn merged_branches(merge: &[String], ctx: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for id in merge {
+        let step = &ctx["steps"][id];
+        if let Some(branch) = step["branch"].as_str() {
+            out.push(branch.to_string());
+        }
+        out.extend(
+            step["branches"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string),
+        );
+    }
+    out
 }
 
 fn failed(mut row: StepRow, why: String) -> StepRow {

@@ -512,3 +512,63 @@ command = "true"
     let text = format!("{stdout}{stderr}");
     insta::assert_snapshot!("workflow_trigger_diagnostics", text);
 }
+
+/// A step that writes `part-TASK.txt` (or, with `same`, one file every
+/// instance writes differently) from its matrix value.
+const PART: &str = "import json, os; t = json.loads(os.environ['NPC_TRIGGER_PAYLOAD'])['context']['matrix']['task']; open(os.environ['NAME'].replace('TASK', t), 'w').write(t)";
+
+#[test]
+fn a_step_merges_the_branches_of_a_fan_out_into_its_base_and_a_conflict_names_the_files() {
+    let manifest = format!(
+        r#"version = 1
+
+[workflows.join.steps.parts]
+command = "python3"
+args = ["-c", "{PART}"]
+env = {{ NAME = "part-TASK.txt" }}
+workspace = "worktree"
+matrix = {{ task = ["x", "y", "z"] }}
+
+[workflows.join.steps.all]
+command = "sh"
+args = ["-c", "test -f part-x.txt && test -f part-y.txt && test -f part-z.txt && echo joined > all.txt"]
+workspace = "worktree"
+merge = ["parts"]
+
+[workflows.clash.steps.parts]
+command = "python3"
+args = ["-c", "{PART}"]
+env = {{ NAME = "same.txt" }}
+workspace = "worktree"
+matrix = {{ task = ["x", "y"] }}
+
+[workflows.clash.steps.all]
+command = "true"
+workspace = "worktree"
+merge = ["parts"]
+"#
+    );
+    let dir = repository(&manifest, &[]);
+    let _daemon = Daemon::start_in(dir.path());
+    let id = start(dir.path(), "join", &[]);
+    let view = wait_until(dir.path(), &id, "the workflow's end", ended);
+    assert_eq!(view["state"], "succeeded", "{view:#}");
+    let branch = view["steps"]["all"]["branch"].as_str().unwrap();
+    for part in view["steps"]["parts"]["instances"].as_array().unwrap() {
+        let theirs = part["branch"].as_str().unwrap();
+        git(dir.path(), &["merge-base", "--is-ancestor", theirs, branch]);
+    }
+    assert_eq!(
+        git(dir.path(), &["show", &format!("{branch}:all.txt")]).trim(),
+        "joined"
+    );
+    // Two instances that wrote one file differently: the step fails,
+    // naming the file, and never runs.
+    let id = start(dir.path(), "clash", &[]);
+    let view = wait_until(dir.path(), &id, "the workflow's end", ended);
+    assert_eq!(view["state"], "failed", "{view:#}");
+    let all = &view["steps"]["all"];
+    assert!(all["run"].is_null(), "{view:#}");
+    let detail = all["detail"].as_str().unwrap();
+    assert!(detail.contains("conflicts in `same.txt`"), "{detail}");
+}
