@@ -572,3 +572,60 @@ merge = ["parts"]
     let detail = all["detail"].as_str().unwrap();
     assert!(detail.contains("conflicts in `same.txt`"), "{detail}");
 }
+
+#[test]
+fn what_a_step_hands_on_is_data_a_ref_that_reads_as_an_option_or_an_oversized_output_fails_its_step()
+ {
+    let dir = repository(
+        r#"version = 1
+
+[workflows.hostile.steps.plan]
+command = "python3"
+args = ["-c", "import json; json.dump({'ref': '--output=/tmp/npc-pwned', 'note': '{{ 7 * 7 }}'}, open('plan.json', 'w'))"]
+workspace = "worktree"
+outputs = { file = "plan.json" }
+
+[workflows.hostile.steps.build]
+command = "true"
+workspace = "worktree"
+needs = ["plan"]
+base = "{{ steps.plan.output.ref }}"
+
+[workflows.hostile.steps.echo]
+command = "sh"
+args = ["-c", "printf '%s' \"$NPC_TRIGGER_PAYLOAD\" > echo.json"]
+workspace = "worktree"
+needs = ["plan"]
+
+[workflows.big.steps.huge]
+command = "python3"
+args = ["-c", "open('out.json', 'w').write('[' + '1,' * 700000 + '1]')"]
+workspace = "worktree"
+outputs = { file = "out.json" }
+"#,
+        &[],
+    );
+    let _daemon = Daemon::start_in(dir.path());
+    let id = start(dir.path(), "hostile", &[]);
+    let view = wait_until(dir.path(), &id, "the workflow's end", ended);
+    assert_eq!(view["state"], "failed", "{view:#}");
+    let build = &view["steps"]["build"];
+    assert_eq!(build["state"], "failed", "{view:#}");
+    let detail = build["detail"].as_str().unwrap();
+    assert!(detail.contains("--output=/tmp/npc-pwned"), "{detail}");
+    assert!(!Path::new("/tmp/npc-pwned").exists());
+    // The text a step wrote is handed on as it is, never rendered again.
+    let branch = view["steps"]["echo"]["branch"].as_str().unwrap();
+    let payload: Value =
+        serde_json::from_str(&git(dir.path(), &["show", &format!("{branch}:echo.json")])).unwrap();
+    assert_eq!(
+        payload["context"]["steps"]["plan"]["output"]["note"],
+        "{{ 7 * 7 }}"
+    );
+    // An output file past the bound fails its step, read no further.
+    let id = start(dir.path(), "big", &[]);
+    let view = wait_until(dir.path(), &id, "the workflow's end", ended);
+    assert_eq!(view["state"], "failed", "{view:#}");
+    let detail = view["steps"]["huge"]["detail"].as_str().unwrap();
+    assert!(detail.contains("larger than"), "{detail}");
+}
