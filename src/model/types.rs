@@ -73,7 +73,7 @@ pub struct Manifest {
     /// `[notify.NAME]`: the notification sinks.
     pub notify: BTreeMap<String, NotifySink>,
     /// `[workflows.NAME]`: steps toward one goal.
-    pub workflows: BTreeMap<String, crate::model::workflow::Workflow>,
+    pub workflows: BTreeMap<String, Workflow>,
     /// Plugin registrations dropped while loading (collisions, user
     /// plugins that do not load): the daemon records each as an event.
     pub plugin_notices: Vec<PluginNotice>,
@@ -1312,5 +1312,95 @@ keywords! {
         Default = "default",
         High = "high",
         Max = "max",
+    }
+}
+
+/// `[workflows.NAME]`, validated: its steps form a graph without cycles
+/// whose every `needs` names a step.
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
+pub struct Workflow {
+    pub description: Option<String>,
+    pub inputs: BTreeMap<String, WorkflowInput>,
+    pub steps: BTreeMap<String, Step>,
+    /// Every step once, each after the steps it needs (ties by name).
+    pub order: Vec<String>,
+}
+
+/// `[workflows.NAME.inputs.INPUT]`.
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
+pub struct WorkflowInput {
+    pub description: Option<String>,
+    /// `None`: a start must give it.
+    pub default: Option<String>,
+}
+
+/// What a step asks of a person before it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Gate {
+    /// An approval answered like a run's ask (`npc runs approve ID`).
+    Approval,
+}
+
+/// A matrix entry: the values (each kept as JSON text), or an expression
+/// over `inputs` and `steps` that gives them when the step is reached.
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MatrixValues {
+    Values(Vec<String>),
+    Expression(String),
+}
+
+/// What a step hands on beyond its branch, head, diff and final message.
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
+pub struct StepOutputs {
+    /// A JSON file the step writes, relative to its workspace.
+    pub file: String,
+    /// The JSON Schema (its text, read at load) the file must satisfy.
+    pub schema: Option<String>,
+}
+
+/// `[workflows.NAME.steps.ID]`, validated.
+#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
+pub struct Step {
+    /// What the step runs; `None`: a gate alone.
+    pub action: Option<Action>,
+    /// The agent's task (a template); `None`: the profile's own prompt.
+    pub prompt: Option<String>,
+    pub needs: Vec<String>,
+    pub matrix: BTreeMap<String, MatrixValues>,
+    /// An expression; `None`: always.
+    pub when: Option<String>,
+    /// Where it works (its `base` is the workspace's `base_ref` template).
+    pub workspace: WorkspaceSpec,
+    /// Steps whose branches are merged into the base first.
+    pub merge: Vec<String>,
+    pub gate: Option<Gate>,
+    pub retries: u32,
+    pub timeout_secs: Option<u64>,
+    pub approval_timeout_secs: Option<u64>,
+    pub sandbox: Option<SandboxMode>,
+    pub outputs: Option<StepOutputs>,
+}
+
+impl Manifest {
+    /// The workflow and step whose runs queue in `queue`, if declared.
+    pub fn workflow_step(&self, queue: &str) -> Option<(&Workflow, &Step)> {
+        let (workflow, step) = crate::model::workflow::parse_step_queue(queue)?;
+        let w = self.workflows.get(workflow)?;
+        Some((w, w.steps.get(step)?))
+    }
+}
+
+impl Workflow {
+    /// The steps `id` comes after: everything it needs, directly or not.
+    /// Only their outputs exist when `id` is reached.
+    pub fn before(&self, id: &str) -> std::collections::BTreeSet<String> {
+        let graph: BTreeMap<String, Vec<String>> = self
+            .steps
+            .iter()
+            .map(|(k, s)| (k.clone(), s.needs.clone()))
+            .collect();
+        crate::model::workflow::ancestors(&graph, id)
     }
 }

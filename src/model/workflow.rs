@@ -1,15 +1,13 @@
-//! Workflows as declared (`[workflows.NAME]`), validated: steps with the
-//! steps they need, a fan-out matrix, a condition, a gate, and where each
-//! works. Also the pure graph facts the rest reads: the order the steps can
-//! run in ([`Workflow::order`]) and which steps a step may read the outputs
-//! of ([`Workflow::before`]). Nothing here runs anything: the `workflows`
-//! engine turns a declaration and a journal into runs.
+//! The pure facts of workflows (`[workflows.NAME]`, whose validated types
+//! are `model::types`' `Workflow` and `Step`): their bounds, the order a
+//! graph of steps can run in ([`order`]), which steps one comes after
+//! ([`ancestors`]), the queue a step's runs go to ([`step_queue`]) and what
+//! such a run carries ([`StepRunPayload`]). Nothing here runs anything: the
+//! `workflows` engine turns a declaration and a journal into runs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
-
-use super::types::{Action, SandboxMode, WorkspaceSpec};
 
 /// Most steps one workflow declares.
 pub const MAX_STEPS: usize = 256;
@@ -62,96 +60,6 @@ pub struct StepRunPayload {
     pub base: Option<String>,
     /// `inputs`, `steps`, `matrix`, `payload` and `workflow`.
     pub context: serde_json::Value,
-}
-
-/// `[workflows.NAME]`, validated: its steps form a graph without cycles
-/// whose every `needs` names a step.
-#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
-pub struct Workflow {
-    pub description: Option<String>,
-    pub inputs: BTreeMap<String, WorkflowInput>,
-    pub steps: BTreeMap<String, Step>,
-    /// Every step once, each after the steps it needs (ties by name).
-    pub order: Vec<String>,
-}
-
-/// `[workflows.NAME.inputs.INPUT]`.
-#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
-pub struct WorkflowInput {
-    pub description: Option<String>,
-    /// `None`: a start must give it.
-    pub default: Option<String>,
-}
-
-/// What a step asks of a person before it runs.
-#[derive(Debug, Clone, Copy, PartialEq, Hash, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Gate {
-    /// An approval answered like a run's ask (`npc runs approve ID`).
-    Approval,
-}
-
-/// A matrix entry: the values (each kept as JSON text), or an expression
-/// over `inputs` and `steps` that gives them when the step is reached.
-#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MatrixValues {
-    Values(Vec<String>),
-    Expression(String),
-}
-
-/// What a step hands on beyond its branch, head, diff and final message.
-#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
-pub struct StepOutputs {
-    /// A JSON file the step writes, relative to its workspace.
-    pub file: String,
-    /// The JSON Schema (its text, read at load) the file must satisfy.
-    pub schema: Option<String>,
-}
-
-/// `[workflows.NAME.steps.ID]`, validated.
-#[derive(Debug, Clone, PartialEq, Hash, Eq, Serialize)]
-pub struct Step {
-    /// What the step runs; `None`: a gate alone.
-    pub action: Option<Action>,
-    /// The agent's task (a template); `None`: the profile's own prompt.
-    pub prompt: Option<String>,
-    pub needs: Vec<String>,
-    pub matrix: BTreeMap<String, MatrixValues>,
-    /// An expression; `None`: always.
-    pub when: Option<String>,
-    /// Where it works (its `base` is the workspace's `base_ref` template).
-    pub workspace: WorkspaceSpec,
-    /// Steps whose branches are merged into the base first.
-    pub merge: Vec<String>,
-    pub gate: Option<Gate>,
-    pub retries: u32,
-    pub timeout_secs: Option<u64>,
-    pub approval_timeout_secs: Option<u64>,
-    pub sandbox: Option<SandboxMode>,
-    pub outputs: Option<StepOutputs>,
-}
-
-impl super::Manifest {
-    /// The workflow and step whose runs queue in `queue`, if declared.
-    pub fn workflow_step(&self, queue: &str) -> Option<(&Workflow, &Step)> {
-        let (workflow, step) = parse_step_queue(queue)?;
-        let w = self.workflows.get(workflow)?;
-        Some((w, w.steps.get(step)?))
-    }
-}
-
-impl Workflow {
-    /// The steps `id` comes after: everything it needs, directly or not.
-    /// Only their outputs exist when `id` is reached.
-    pub fn before(&self, id: &str) -> BTreeSet<String> {
-        let graph: BTreeMap<String, Vec<String>> = self
-            .steps
-            .iter()
-            .map(|(k, s)| (k.clone(), s.needs.clone()))
-            .collect();
-        ancestors(&graph, id)
-    }
 }
 
 /// Every step `id` needs in `graph` (step → the steps it needs), directly

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use crate::model::template;
-use crate::model::workflow::{MAX_MATRIX_INSTANCES, MatrixValues, Step, Workflow};
+use crate::model::workflow::MAX_MATRIX_INSTANCES;
+use crate::model::{MatrixValues, Step, Workflow};
 use crate::store::workflows::{StepRow, WorkflowRow, state};
 
 /// The values every step of workflow run `wf` reads: its inputs, what

@@ -6,8 +6,7 @@
 
 use super::*;
 use crate::model::workflow::{
-    Gate, MAX_INPUTS, MAX_MATRIX_INSTANCES, MAX_OUTPUT_SCHEMA_BYTES, MAX_STEPS, MatrixValues,
-    STEP_ROOTS, Step, StepOutputs, Workflow, WorkflowInput,
+    MAX_INPUTS, MAX_MATRIX_INSTANCES, MAX_OUTPUT_SCHEMA_BYTES, MAX_STEPS, STEP_ROOTS,
 };
 
 /// What a step's template may read of the workflow: the inputs declared,
