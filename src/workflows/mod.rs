@@ -326,6 +326,14 @@ impl Workflows {
                 moved.extend(reached.iter().cloned());
                 journal.insert(id.clone(), reached);
             }
+            // The context only for a step with an instance still to move
+            // (built for every step, a pass cost steps × finished steps).
+            let open = journal
+                .get(id)
+                .is_some_and(|rows| rows.iter().any(|r| !state::is_final(&r.state)));
+            if !open {
+                continue;
+            }
             let ctx = values::context(wf, &journal);
             let Some(instances) = journal.get_mut(id) else {
                 continue;
