@@ -821,7 +821,10 @@ pub const ROUTES: &[Route] = &[
         status: 202,
         answer: Some(schema_of::<workflows::WorkflowAccepted>),
         errors: &[
-            (404, "No such workflow in the applied manifest (`workflow.not_found`)"),
+            (
+                404,
+                "No such workflow in the applied manifest (`workflow.not_found`)",
+            ),
             BODY[0],
             (
                 422,

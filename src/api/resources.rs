@@ -393,7 +393,9 @@ pub(super) async fn run_events(
 }
 
 /// A JSON body that may be empty (then `T::default()`).
-pub(super) fn optional_body<T: Default + serde::de::DeserializeOwned>(raw: &[u8]) -> Result<T, ApiError> {
+pub(super) fn optional_body<T: Default + serde::de::DeserializeOwned>(
+    raw: &[u8],
+) -> Result<T, ApiError> {
     if raw.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }

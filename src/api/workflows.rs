@@ -104,10 +104,7 @@ pub(super) async fn start(
 ) -> Result<Response, ApiError> {
     let name = path(name)?;
     let request: StartWorkflow = optional_body(&raw)?;
-    let id = state
-        .backend
-        .start_workflow(name, request.inputs)
-        .await?;
+    let id = state.backend.start_workflow(name, request.inputs).await?;
     Ok(accepted(WorkflowAccepted { id }))
 }
 

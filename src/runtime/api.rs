@@ -27,13 +27,13 @@ use crate::api::workflows::{
     workflow_run_not_found,
 };
 use crate::api::{Answer, ApiBackend, ApiError, ApiListener};
-use crate::workflows::WorkflowView;
 use crate::runs::executor::CancelError;
 use crate::runs::queue::Refused;
 use crate::store::fleet::Roster;
 use crate::store::pg::PgStore;
 use crate::surfaces::runs::ManualRun;
 use crate::surfaces::tcp::Access;
+use crate::workflows::WorkflowView;
 use axum::http::StatusCode;
 
 /// What the plan is compared with, as the API says it.
@@ -467,12 +467,11 @@ impl ApiBackend for DaemonApi {
                 return Err(no_manifest());
             };
             let store = self.runtime.store().clone();
-            let rows = tokio::task::spawn_blocking(move || {
-                store.workflows(false, WORKFLOW_RUNS_LISTED)
-            })
-            .await
-            .map_err(ApiError::internal)?
-            .map_err(ApiError::internal)?;
+            let rows =
+                tokio::task::spawn_blocking(move || store.workflows(false, WORKFLOW_RUNS_LISTED))
+                    .await
+                    .map_err(ApiError::internal)?
+                    .map_err(ApiError::internal)?;
             Ok(WorkflowsPage {
                 workflows: manifest
                     .workflows
@@ -511,11 +510,9 @@ impl ApiBackend for DaemonApi {
                 .await
                 .map_err(|e| match e {
                     E::NoManifest => no_manifest(),
-                    E::Unknown { .. } => ApiError::new(
-                        StatusCode::NOT_FOUND,
-                        "workflow.not_found",
-                        e.to_string(),
-                    ),
+                    E::Unknown { .. } => {
+                        ApiError::new(StatusCode::NOT_FOUND, "workflow.not_found", e.to_string())
+                    }
                     E::UnknownInput { .. } | E::MissingInput { .. } | E::InputTooLong { .. } => {
                         ApiError::new(
                             StatusCode::UNPROCESSABLE_ENTITY,
@@ -553,11 +550,9 @@ impl ApiBackend for DaemonApi {
                 .await
                 .map_err(|e| match e {
                     E::NotFound(_) => workflow_run_not_found(&id),
-                    E::Finished { .. } => ApiError::new(
-                        StatusCode::CONFLICT,
-                        "workflow_run.finished",
-                        e.to_string(),
-                    ),
+                    E::Finished { .. } => {
+                        ApiError::new(StatusCode::CONFLICT, "workflow_run.finished", e.to_string())
+                    }
                     E::Store(detail) => ApiError::internal(detail),
                 })
         })
