@@ -286,3 +286,109 @@ fn workflows_are_listed_started_shown_and_cancelled_through_the_api_with_stable_
     );
     assert!(!d.log().contains("api: internal error"), "{}", d.log());
 }
+
+#[test]
+fn the_dashboard_draws_a_workflow_run_as_a_live_graph_and_its_gate_approves_in_headless_chromium() {
+    let dir = repository(MANIFEST, &[]);
+    let d = Daemon::start_in(dir.path());
+    let api = api_addr(&d);
+    if !browser_ready() {
+        return;
+    }
+    let out = npc()
+        .current_dir(dir.path())
+        .arg("dashboard")
+        .output()
+        .unwrap();
+    let url = String::from_utf8(out.stdout).unwrap();
+    assert!(url.contains("/#code="), "{url}");
+    let seen = browse(
+        "workflows.py",
+        &url,
+        &[HOSTILE_GOAL],
+        "dashboard-workflow.png",
+    );
+    assert_eq!(seen["csp_violations"], json!([]), "{seen}");
+    assert_eq!(seen["dialogs"], json!([]), "no input ran: {seen}");
+    assert_eq!(seen["images"], 0, "no input became markup: {seen}");
+
+    // The page started the workflow through the API, with the input as given.
+    let id = seen["id"].as_str().unwrap();
+    let done = view(&api, id);
+    assert_eq!(done["origin"], "api");
+    assert_eq!(done["inputs"]["goal"], HOSTILE_GOAL);
+    assert!(
+        seen["detail"].as_str().unwrap().contains(HOSTILE_GOAL),
+        "shown as text: {seen}"
+    );
+
+    // At the gate: one node per step, in columns by depth, an arrow per
+    // need, each node in its state's colour, the fan-out's instances drawn.
+    let waiting = &seen["waiting"];
+    let steps: Vec<&String> = waiting.as_object().unwrap().keys().collect();
+    assert_eq!(steps.len(), 4, "{seen}");
+    assert_eq!(
+        seen["edges"],
+        json!([["plan", "build"], ["build", "review"], ["review", "merge"]]),
+        "{seen}"
+    );
+    let x = |step: &str| waiting[step]["x"].as_f64().unwrap();
+    assert!(
+        x("plan") < x("build") && x("build") < x("review") && x("review") < x("merge"),
+        "{seen}"
+    );
+    for (step, state, fill) in [
+        ("plan", "succeeded", SUCCEEDED),
+        ("build", "succeeded", SUCCEEDED),
+        ("review", "waiting", WAITING),
+        ("merge", "pending", PENDING),
+    ] {
+        assert_eq!(
+            (&waiting[step]["state"], &waiting[step]["fill"]),
+            (&json!(state), &json!(fill)),
+            "{step}: {seen}"
+        );
+    }
+    let instances = waiting["build"]["instances"].as_array().unwrap();
+    assert_eq!(instances.len(), 2, "{seen}");
+    for (instance, part) in instances.iter().zip(["lexer", "parser"]) {
+        assert_eq!(instance["state"], "succeeded");
+        assert_eq!(instance["fill"], SUCCEEDED);
+        assert!(instance["text"].as_str().unwrap().contains(part), "{seen}");
+    }
+    assert!(waiting["plan"]["run"].as_str().unwrap().starts_with("run-"));
+    assert_eq!(waiting["review"]["buttons"], json!(["Approve", "Deny"]));
+    assert_eq!(waiting["merge"]["buttons"], json!([]));
+    assert_eq!(seen["state_before"], "running");
+    assert_eq!(seen["run_row_state"], "running");
+    let legend = seen["legend"].as_str().unwrap();
+    for state in ["pending", "waiting", "running", "succeeded", "failed"] {
+        assert!(legend.contains(state), "{legend}");
+    }
+
+    // The approval the page named is the one the gate's run parked.
+    let gate = done["steps"]["review"]["gate_run"].as_str().unwrap();
+    let events = http(&api, "GET", &format!("/api/v1/runs/{gate}/events"), &[]).json();
+    let waiting_event = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "run.waiting")
+        .unwrap();
+    assert_eq!(
+        waiting_event["payload"]["approval_id"], seen["approval_id"],
+        "{events:#}"
+    );
+
+    // After Approve: the workflow went on and the graph followed it live.
+    assert_eq!(done["state"], "succeeded", "{done:#}");
+    for step in ["plan", "build", "review", "merge"] {
+        assert_eq!(seen["done"][step]["state"], "succeeded", "{step}: {seen}");
+        assert_eq!(seen["done"][step]["fill"], SUCCEEDED, "{step}: {seen}");
+    }
+    assert_eq!(seen["done"]["review"]["buttons"], json!([]), "{seen}");
+    assert!(
+        seen["result"].as_str().unwrap().contains("allowed"),
+        "{seen}"
+    );
+}
