@@ -5,7 +5,8 @@
 //! headless Chromium, draws a workflow run as a graph (a node per step in
 //! a column by the depth of its `needs`, an arrow per need, each node and
 //! each fan-out instance in its state's colour) that follows the run live,
-//! and its gate's Approve button moves the workflow on.
+//! its gate's Approve button moves the workflow on, and its Cancel button
+//! ends one.
 
 use std::path::Path;
 
@@ -64,6 +65,8 @@ const HOSTILE_GOAL: &str = "<img src=x onerror=alert(1)>";
 const SUCCEEDED: &str = "rgb(46, 125, 50)";
 const WAITING: &str = "rgb(249, 168, 37)";
 const PENDING: &str = "rgb(230, 230, 230)";
+const RUNNING: &str = "rgb(21, 101, 192)";
+const CANCELLED: &str = "rgb(141, 141, 141)";
 
 /// `GET /api/v1/workflow-runs/{id}`, which must answer.
 fn view(api: &Api, id: &str) -> Value {
@@ -390,5 +393,21 @@ fn the_dashboard_draws_a_workflow_run_as_a_live_graph_and_its_gate_approves_in_h
     assert!(
         seen["result"].as_str().unwrap().contains("allowed"),
         "{seen}"
+    );
+
+    // A running step in its colour; the view's Cancel ends the workflow.
+    let running = &seen["slow_running"];
+    assert_eq!(running["wait"]["state"], "running", "{seen}");
+    assert_eq!(running["wait"]["fill"], RUNNING, "{seen}");
+    assert_eq!(running["after"]["fill"], PENDING, "{seen}");
+    let cancelled = &seen["slow_cancelled"];
+    assert_eq!(cancelled["wait"]["state"], "cancelled", "{seen}");
+    assert_eq!(cancelled["wait"]["fill"], CANCELLED, "{seen}");
+    assert_eq!(seen["cancel_hidden"], true, "{seen}");
+    let slow = view(&api, seen["slow_id"].as_str().unwrap());
+    assert_eq!(
+        (&slow["workflow"], &slow["state"]),
+        (&json!("slow"), &json!("cancelled")),
+        "{slow:#}"
     );
 }
