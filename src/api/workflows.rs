@@ -5,8 +5,9 @@
 //! /api/v1/workflow-runs/{id}`, the JSON of `npc workflow show`), and a
 //! cancel. Handlers check what the client sent, then call the
 //! [`ApiBackend`](super::ApiBackend), which asks the daemon's workflow
-//! engine; a name or id from the path is only ever looked up, never used
-//! as a path or in a query of its own.
+//! engine; a name or id from the path is only ever looked up (in the
+//! applied manifest, or as a bound parameter of the store's query), never
+//! used as a file path.
 
 use std::collections::BTreeMap;
 
