@@ -26,6 +26,7 @@ pub mod listings;
 pub mod openapi;
 pub mod resources;
 pub mod terminal;
+pub mod workflows;
 
 pub use assets::{DASHBOARD_ASSETS, DASHBOARD_CSP};
 
@@ -100,6 +101,29 @@ pub trait ApiBackend: Send + Sync + 'static {
     fn fire(&self, name: String, payload: Value) -> BoxFuture<'_, Result<FireAccepted, ApiError>>;
     /// The objects of `npc plugin list --format json`.
     fn plugins(&self) -> BoxFuture<'_, Result<Vec<PluginRow>, ApiError>>;
+    /// The applied manifest's workflows and the latest workflow runs.
+    fn workflows(&self) -> BoxFuture<'_, Result<workflows::WorkflowsPage, ApiError>> {
+        Box::pin(async { Err(workflows::no_workflows()) })
+    }
+    /// Start workflow `name` with `inputs`; the workflow run's id.
+    fn start_workflow(
+        &self,
+        _name: String,
+        _inputs: std::collections::BTreeMap<String, String>,
+    ) -> BoxFuture<'_, Result<String, ApiError>> {
+        Box::pin(async { Err(workflows::no_workflows()) })
+    }
+    /// Workflow run `id` with each step's state, branch and run.
+    fn workflow_run(
+        &self,
+        _id: String,
+    ) -> BoxFuture<'_, Result<crate::workflows::WorkflowView, ApiError>> {
+        Box::pin(async { Err(workflows::no_workflows()) })
+    }
+    /// Cancel workflow run `id`; its state afterwards.
+    fn cancel_workflow(&self, _id: String) -> BoxFuture<'_, Result<String, ApiError>> {
+        Box::pin(async { Err(workflows::no_workflows()) })
+    }
     /// The roster of the fleet this daemon fronts (`[store] url`); a
     /// backend in no fleet answers [`fleet::no_fleet`], as by default.
     fn fleet_workers(&self) -> BoxFuture<'_, Result<fleet::FleetWorkers, ApiError>> {
@@ -165,7 +189,8 @@ pub struct ErrorDetail {
     /// `pane.not_found`, `pane.not_open`, `pane.exited`,
     /// `pane.already_open`, `pane.too_many`, `pane.input_too_long`,
     /// `trigger.not_found`, `trigger.queue_full`, `fleet.none`,
-    /// `store.unreachable`.
+    /// `store.unreachable`, `workflow.not_found`, `workflow.invalid_input`,
+    /// `workflow.too_many`, `workflow_run.not_found`, `workflow_run.finished`.
     pub code: String,
     pub message: String,
     /// Structured detail where the code has some (the diagnostics of
@@ -775,6 +800,71 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "get",
+        path: "/api/v1/workflows",
+        operation: "listWorkflows",
+        summary: "The applied manifest's workflows (inputs, steps in order) and the latest workflow runs, as `npc workflows --format json`",
+        params: &[],
+        body: None,
+        body_optional: false,
+        status: 200,
+        answer: Some(schema_of::<workflows::WorkflowsPage>),
+        errors: &[(503, "No manifest is applied yet")],
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/workflows/{name}/runs",
+        operation: "startWorkflow",
+        summary: "Start a workflow, as `npc workflow run NAME --input KEY=VALUE`; answers its workflow run's `id` (the body may be empty: the declared defaults)",
+        params: &[path("name", "A workflow name (`[workflows.NAME]`)")],
+        body: Some(schema_of::<workflows::StartWorkflow>),
+        body_optional: true,
+        status: 202,
+        answer: Some(schema_of::<workflows::WorkflowAccepted>),
+        errors: &[
+            (
+                404,
+                "No such workflow in the applied manifest (`workflow.not_found`)",
+            ),
+            BODY[0],
+            (
+                422,
+                "The body does not fit, names an input the workflow lacks, leaves out one it needs, or gives one too long (`workflow.invalid_input`)",
+            ),
+            (
+                503,
+                "No manifest is applied yet, or too many workflow runs are under way (`workflow.too_many`)",
+            ),
+        ],
+    },
+    Route {
+        method: "get",
+        path: "/api/v1/workflow-runs/{id}",
+        operation: "getWorkflowRun",
+        summary: "One workflow run, as `npc workflow show ID --format json`: its state, inputs and, under `steps` in the order they run, each step's state, run, gate run, branch, needs and outputs (a fan-out's under `instances`)",
+        params: &[path("id", "A workflow run id (`wf-…`)")],
+        body: None,
+        body_optional: false,
+        status: 200,
+        answer: Some(schema_of::<crate::workflows::WorkflowView>),
+        errors: &[(404, "No such workflow run (`workflow_run.not_found`)")],
+    },
+    Route {
+        method: "post",
+        path: "/api/v1/workflow-runs/{id}/cancel",
+        operation: "cancelWorkflowRun",
+        summary: "Cancel a workflow run, as `npc workflow cancel ID`: its running steps' runs are cancelled, its gates denied, its unfinished steps end `cancelled`",
+        params: &[path("id", "A workflow run id (`wf-…`)")],
+        body: None,
+        body_optional: false,
+        status: 202,
+        answer: Some(schema_of::<workflows::WorkflowCancelled>),
+        errors: &[
+            (404, "No such workflow run (`workflow_run.not_found`)"),
+            (409, "The workflow run has ended (`workflow_run.finished`)"),
+        ],
+    },
+    Route {
+        method: "get",
         path: "/api/v1/fleet/workers",
         operation: "listFleetWorkers",
         summary: "The roster of the fleet this daemon fronts (`[store] url`), as `npc workers --format json`: host, version, heartbeat age, the runs each holds; `lost` past its lease, `stopped` after a clean stop",
@@ -927,6 +1017,10 @@ pub fn router(backend: Arc<dyn ApiBackend>, auth: ApiAuth, remote: bool) -> Rout
             post(resources::fire_trigger),
         )
         .route("/api/v1/plugins", get(resources::list_plugins))
+        .route("/api/v1/workflows", get(workflows::list))
+        .route("/api/v1/workflows/{name}/runs", post(workflows::start))
+        .route("/api/v1/workflow-runs/{id}", get(workflows::show))
+        .route("/api/v1/workflow-runs/{id}/cancel", post(workflows::cancel))
         .route("/api/v1/fleet/workers", get(fleet::workers))
         .route("/api/v1/fleet/runs", get(fleet::runs))
         .route("/api/v1/fleet/events", get(fleet::events))

@@ -242,7 +242,7 @@ pub(super) struct RunEventsQuery {
 }
 
 /// A body parsed as JSON, its failure as a stable error.
-fn body<T>(parsed: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
+pub(super) fn body<T>(parsed: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
     match parsed {
         Ok(Json(value)) => Ok(value),
         Err(rejection) => Err(match rejection {
@@ -282,7 +282,7 @@ pub(super) fn query<T>(parsed: Result<Query<T>, QueryRejection>) -> Result<T, Ap
         .map_err(|e| ApiError::bad_request(format!("bad query: {}", e.body_text())))
 }
 
-fn path<T>(parsed: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
+pub(super) fn path<T>(parsed: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
     parsed
         .map(|Path(p)| p)
         .map_err(|e| ApiError::bad_request(format!("bad path: {}", e.body_text())))
@@ -308,7 +308,7 @@ async fn blocking<T: Send + 'static>(
         .map_err(ApiError::internal)
 }
 
-fn accepted<T: Serialize>(value: T) -> Response {
+pub(super) fn accepted<T: Serialize>(value: T) -> Response {
     (StatusCode::ACCEPTED, Json(value)).into_response()
 }
 
@@ -393,7 +393,9 @@ pub(super) async fn run_events(
 }
 
 /// A JSON body that may be empty (then `T::default()`).
-fn optional_body<T: Default + serde::de::DeserializeOwned>(raw: &[u8]) -> Result<T, ApiError> {
+pub(super) fn optional_body<T: Default + serde::de::DeserializeOwned>(
+    raw: &[u8],
+) -> Result<T, ApiError> {
     if raw.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }

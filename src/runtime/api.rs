@@ -3,6 +3,7 @@
 //! socket gives `npc status` and `npc apply`, and, in front of a fleet,
 //! the fleet's roster, runs and event log from its shared store.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -21,6 +22,10 @@ use futures_util::future::BoxFuture;
 use crate::api::auth::ApiAuth;
 use crate::api::fleet::{FleetRuns, FleetWorkers};
 use crate::api::listings::{self, PluginRow};
+use crate::api::workflows::{
+    DeclaredWorkflow, WORKFLOW_RUNS_LISTED, WorkflowRunSummary, WorkflowsPage,
+    workflow_run_not_found,
+};
 use crate::api::{Answer, ApiBackend, ApiError, ApiListener};
 use crate::runs::executor::CancelError;
 use crate::runs::queue::Refused;
@@ -28,6 +33,7 @@ use crate::store::fleet::Roster;
 use crate::store::pg::PgStore;
 use crate::surfaces::runs::ManualRun;
 use crate::surfaces::tcp::Access;
+use crate::workflows::WorkflowView;
 use axum::http::StatusCode;
 
 /// What the plan is compared with, as the API says it.
@@ -405,11 +411,7 @@ impl ApiBackend for DaemonApi {
     fn triggers(&self) -> BoxFuture<'_, Result<Vec<Value>, ApiError>> {
         Box::pin(async move {
             let Some(manifest) = self.runtime.runs().manifest() else {
-                return Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "the daemon has applied no manifest yet; fix it (see `npc validate`)",
-                ));
+                return Err(no_manifest());
             };
             let live: Vec<Value> = self
                 .runtime
@@ -456,6 +458,103 @@ impl ApiBackend for DaemonApi {
                     e.to_string(),
                 )),
             }
+        })
+    }
+
+    fn workflows(&self) -> BoxFuture<'_, Result<WorkflowsPage, ApiError>> {
+        Box::pin(async move {
+            let Some(manifest) = self.runtime.runs().manifest() else {
+                return Err(no_manifest());
+            };
+            let store = self.runtime.store().clone();
+            let rows =
+                tokio::task::spawn_blocking(move || store.workflows(false, WORKFLOW_RUNS_LISTED))
+                    .await
+                    .map_err(ApiError::internal)?
+                    .map_err(ApiError::internal)?;
+            Ok(WorkflowsPage {
+                workflows: manifest
+                    .workflows
+                    .iter()
+                    .map(|(name, w)| DeclaredWorkflow {
+                        name: name.clone(),
+                        description: w.description.clone(),
+                        inputs: w.inputs.keys().cloned().collect(),
+                        steps: w.order.clone(),
+                    })
+                    .collect(),
+                runs: rows
+                    .into_iter()
+                    .map(|r| WorkflowRunSummary {
+                        id: r.id,
+                        workflow: r.name,
+                        state: r.state,
+                        created_at_ms: r.created_at_ms,
+                        finished_at_ms: r.finished_at_ms,
+                    })
+                    .collect(),
+            })
+        })
+    }
+
+    fn start_workflow(
+        &self,
+        name: String,
+        inputs: BTreeMap<String, String>,
+    ) -> BoxFuture<'_, Result<String, ApiError>> {
+        Box::pin(async move {
+            use crate::workflows::StartError as E;
+            self.runtime
+                .workflows()
+                .start(&name, inputs, Value::Null, crate::model::RunOrigin::Api)
+                .await
+                .map_err(|e| match e {
+                    E::NoManifest => no_manifest(),
+                    E::Unknown { .. } => {
+                        ApiError::new(StatusCode::NOT_FOUND, "workflow.not_found", e.to_string())
+                    }
+                    E::UnknownInput { .. } | E::MissingInput { .. } | E::InputTooLong { .. } => {
+                        ApiError::new(
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            "workflow.invalid_input",
+                            e.to_string(),
+                        )
+                    }
+                    E::TooMany => ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "workflow.too_many",
+                        e.to_string(),
+                    ),
+                    E::Store(detail) => ApiError::internal(detail),
+                })
+        })
+    }
+
+    fn workflow_run(&self, id: String) -> BoxFuture<'_, Result<WorkflowView, ApiError>> {
+        Box::pin(async move {
+            self.runtime
+                .workflows()
+                .view(&id)
+                .await
+                .map_err(ApiError::internal)?
+                .ok_or_else(|| workflow_run_not_found(&id))
+        })
+    }
+
+    fn cancel_workflow(&self, id: String) -> BoxFuture<'_, Result<String, ApiError>> {
+        Box::pin(async move {
+            use crate::workflows::CancelError as E;
+            self.runtime
+                .workflows()
+                .cancel(&id)
+                .await
+                .map_err(|e| match e {
+                    E::NotFound(_) => workflow_run_not_found(&id),
+                    E::Finished { .. } => {
+                        ApiError::new(StatusCode::CONFLICT, "workflow_run.finished", e.to_string())
+                    }
+                    E::Store(detail) => ApiError::internal(detail),
+                })
         })
     }
 
@@ -525,6 +624,15 @@ impl ApiBackend for DaemonApi {
                 })
         })
     }
+}
+
+/// The daemon has applied no manifest yet.
+fn no_manifest() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "the daemon has applied no manifest yet; fix it (see `npc validate`)",
+    )
 }
 
 fn finished(id: &str, state: &str) -> ApiError {

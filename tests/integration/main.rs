@@ -50,5 +50,6 @@ mod support;
 mod triggers;
 mod trust;
 mod validate;
+mod workflow_surfaces;
 mod workflows;
 mod worktrees;

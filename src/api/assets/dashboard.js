@@ -63,6 +63,25 @@ const TICK_LABEL_WIDTH = 70;
 // Outcomes the timeline colours (its legend, in order).
 const OUTCOMES = ["succeeded", "failed", "blocked", "cancelled", "interrupted", "timed_out", "running", "waiting"];
 const SVG_NS = "http://www.w3.org/2000/svg";
+// The workflows panel: declared workflows listed, and the graph of a
+// workflow run: steps drawn, instances of a fan-out drawn in a node, gates
+// offered in a node (and whose approval is read), and its geometry in pixels.
+const MAX_WORKFLOWS_LISTED = 200;
+const MAX_GRAPH_STEPS = 200;
+const MAX_INSTANCES_DRAWN = 12;
+const MAX_GATES_DRAWN = 12;
+const NODE_WIDTH = 200;
+const NODE_HEADER = 42;
+const NODE_PAD = 6;
+const NODE_GAP = 22;
+const COLUMN_GAP = 70;
+const GRAPH_PAD = 14;
+const INSTANCE_HEIGHT = 20;
+const GATE_ROW = 28;
+const GATE_BUTTON_WIDTH = 70;
+// Characters of a node's name and of its other lines drawn (its tooltip has all).
+const NODE_LABEL_CHARS = 26;
+const NODE_SUB_CHARS = 30;
 
 const code = new URLSearchParams(location.hash.slice(1)).get("code");
 // An answer link (`/#run=RUN_ID`, a notification's) opens that run's view.
@@ -82,6 +101,11 @@ let fleetDrawn = null;
 // when it was read), and the timer that moves its running bars.
 let runsDrawn = null;
 let runsTicker = null;
+// The workflow run shown in the workflow view: its id, and the approval
+// each of its waiting gates parked (`run.waiting`); what the declared
+// workflows' table last drew.
+let openWorkflow = null;
+let workflowsDeclared = null;
 
 // ---------------------------------------------------------------- helpers
 
@@ -812,9 +836,12 @@ function drawLegends() {
     return box;
   };
   for (const legend of document.querySelectorAll(".legend")) {
+    // A legend naming its states (the workflow graph's) has only those.
+    const own = legend.getAttribute("data-outcomes");
+    const outcomes = own ? own.split(" ") : OUTCOMES;
     legend.replaceChildren(
-      el("span", {}, swatch("queued-segment"), "queued (enqueue → start)"),
-      ...OUTCOMES.map((o) => el("span", { "data-outcome": o }, swatch("outcome-" + o), o.replace("_", " "))));
+      ...(own ? [] : [el("span", {}, swatch("queued-segment"), "queued (enqueue → start)")]),
+      ...outcomes.map((o) => el("span", { "data-outcome": o }, swatch("outcome-" + o), o.replace("_", " "))));
   }
 }
 
@@ -1190,6 +1217,286 @@ function submitPaneLine(submit) {
   sendToPane(name, line + "\r");
 }
 
+// --------------------------------------------------------------- workflows
+
+// Whether a state may be a class name (the API's text is never trusted).
+function stateClass(state) {
+  return /^[a-z_]{1,32}$/.test(String(state)) ? String(state) : "unknown";
+}
+
+function short(text, n) {
+  const s = String(text ?? "");
+  return s.length > n ? s.slice(0, n - 1) + "…" : s;
+}
+
+async function refreshWorkflows() {
+  const answer = await call("GET", "/workflows");
+  if (!answer.ok) {
+    say("workflows-note", answer.status === 404 ? "this daemon lists no workflows over the API" : errorText(answer));
+  } else {
+    say("workflows-note", "");
+    const declared = (answer.doc.workflows || []).slice(0, MAX_WORKFLOWS_LISTED);
+    // Drawn again only when the declarations change: a person may be
+    // typing an input.
+    const signature = JSON.stringify(declared);
+    if (signature !== workflowsDeclared) {
+      workflowsDeclared = signature;
+      fillTable("workflows", declared.map((w) => ({
+        key: w.name,
+        cells: [w.name, (w.steps || []).join(" → "), w.description ?? "", workflowStart(w)],
+      })), "no workflows; declare them under [workflows.NAME]");
+    }
+    fillTable("workflow-runs", (answer.doc.runs || []).map((r) => ({
+      key: r.id,
+      cells: [
+        el("a", { href: "#workflow", class: "run-link", "data-workflow-run": r.id }, r.id),
+        r.state,
+        r.workflow,
+        when(r.created_at_ms),
+        when(r.finished_at_ms),
+      ],
+    })), "no workflow runs yet");
+  }
+  await refreshWorkflowView();
+}
+
+// A declared workflow's start: a field per input (left empty: its default)
+// and a button.
+function workflowStart(w) {
+  const fields = (w.inputs || []).map((name) =>
+    el("input", { type: "text", size: 14, placeholder: name, title: `input ${name}`, "data-input": name }));
+  const cell = el("span", { class: "workflow-start", "data-workflow": w.name }, ...fields);
+  cell.append(button("Start", () => startWorkflow(w.name, cell), { class: "start-workflow", "data-workflow": w.name }));
+  return cell;
+}
+
+async function startWorkflow(name, cell) {
+  const inputs = {};
+  for (const field of cell.querySelectorAll("input[data-input]")) {
+    if (field.value !== "") inputs[field.getAttribute("data-input")] = field.value;
+  }
+  say("workflow-start-result", `starting ${name}…`);
+  const answer = await call("POST", `/workflows/${encodeURIComponent(name)}/runs`, { inputs });
+  if (!answer.ok) {
+    say("workflow-start-result", `${name}: ${errorText(answer)}`);
+    return;
+  }
+  say("workflow-start-result", `${name} started: workflow run ${answer.doc.id}`);
+  markDirty("workflows");
+  showWorkflowRun(String(answer.doc.id));
+}
+
+function showWorkflowRun(id) {
+  openWorkflow = { id, approvals: new Map() };
+  const view = byId("workflow-view");
+  view.hidden = false;
+  view.setAttribute("data-workflow-run", id);
+  say("workflow-title", id);
+  say("workflow-state", "");
+  say("workflow-result", "");
+  say("workflow-detail", "");
+  byId("workflow-graph").replaceChildren();
+  view.scrollIntoView();
+  refreshWorkflowView().catch(() => {});
+}
+
+// Read the open workflow run again and draw it.
+async function refreshWorkflowView() {
+  if (!openWorkflow) return;
+  const mine = openWorkflow;
+  const answer = await call("GET", `/workflow-runs/${encodeURIComponent(mine.id)}`);
+  if (openWorkflow !== mine) return;
+  if (!answer.ok) {
+    say("workflow-result", errorText(answer));
+    return;
+  }
+  const view = answer.doc;
+  await readGateApprovals(mine, view);
+  if (openWorkflow !== mine) return;
+  say("workflow-title", `${view.workflow} ${view.id}`);
+  const state = byId("workflow-state");
+  state.textContent = view.state;
+  state.className = "state-" + stateClass(view.state);
+  byId("workflow-cancel").hidden = view.state !== "running";
+  const inputs = Object.entries(view.inputs || {}).map(([k, v]) => `${k} ${typeof v === "string" ? v : JSON.stringify(v)}`);
+  say("workflow-detail", cut([`started by ${view.origin}`, when(view.created_at_ms), ...inputs, view.detail ?? ""]
+    .filter((part) => part !== "").join(" · ")));
+  drawWorkflowGraph(view);
+}
+
+// The gates of `view` that wait: the step itself, or each instance of a
+// fan-out (its run, and the instance's label).
+function waitingGates(step) {
+  const all = [step, ...(step.instances || [])];
+  return all.filter((s) => s.state === "waiting" && typeof s.gate_run === "string").slice(0, MAX_GATES_DRAWN);
+}
+
+// The approval each waiting gate's run parked, from its `run.waiting`
+// event (an answer names it, so it never answers a later question).
+async function readGateApprovals(mine, view) {
+  const gates = Object.values(view.steps || {}).flatMap(waitingGates)
+    .map((s) => s.gate_run).filter((g) => !mine.approvals.has(g)).slice(0, MAX_GATES_DRAWN);
+  for (const gate of gates) {
+    const answer = await call("GET", `/runs/${encodeURIComponent(gate)}/events?limit=${RUN_EVENTS_PAGE}`);
+    if (!answer.ok) continue;
+    const waiting = (answer.doc.events || []).filter((e) => e.kind === "run.waiting").pop();
+    if (waiting && waiting.payload && typeof waiting.payload.approval_id === "string") {
+      mine.approvals.set(gate, waiting.payload.approval_id);
+    }
+  }
+}
+
+// A workflow run as a graph: a node per step in a column by the depth of
+// its `needs`, an arrow per need, each node (and each instance of a
+// fan-out) in its state's colour; a waiting gate offers Approve and Deny.
+function drawWorkflowGraph(view) {
+  const ids = Object.keys(view.steps || {}).slice(0, MAX_GRAPH_STEPS);
+  const steps = new Map(ids.map((id) => [id, view.steps[id] || {}]));
+  const needsOf = (id) => (Array.isArray(steps.get(id).needs) ? steps.get(id).needs : []).filter((n) => steps.has(n));
+  const depth = new Map();
+  const depthOf = (id, seen) => {
+    if (depth.has(id)) return depth.get(id);
+    // A cycle (never in a validated manifest) goes no deeper.
+    if (seen.has(id)) return 0;
+    seen.add(id);
+    const needs = needsOf(id);
+    const d = needs.length ? 1 + Math.max(...needs.map((n) => depthOf(n, seen))) : 0;
+    seen.delete(id);
+    depth.set(id, d);
+    return d;
+  };
+  const columns = [];
+  for (const id of ids) {
+    const d = depthOf(id, new Set());
+    (columns[d] = columns[d] || []).push(id);
+  }
+  const place = new Map();
+  let width = 0;
+  let height = 0;
+  columns.forEach((column, d) => {
+    let y = GRAPH_PAD;
+    for (const id of column || []) {
+      const h = nodeHeight(steps.get(id));
+      const x = GRAPH_PAD + d * (NODE_WIDTH + COLUMN_GAP);
+      place.set(id, { x, y, h });
+      y += h + NODE_GAP;
+      width = Math.max(width, x + NODE_WIDTH + GRAPH_PAD);
+      height = Math.max(height, y - NODE_GAP + GRAPH_PAD);
+    }
+  });
+  const root = svg("svg", { width: Math.max(width, 1), height: Math.max(height, 1), class: "workflow-graph", "data-workflow-run": view.id });
+  const marker = svg("marker", { id: "workflow-arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" });
+  marker.append(svg("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow" }));
+  const defs = svg("defs");
+  defs.append(marker);
+  root.append(defs);
+  for (const id of ids) {
+    const to = place.get(id);
+    for (const need of needsOf(id)) {
+      const from = place.get(need);
+      const x1 = from.x + NODE_WIDTH;
+      const y1 = from.y + NODE_HEADER / 2;
+      const x2 = to.x;
+      const y2 = to.y + NODE_HEADER / 2;
+      const mid = (x1 + x2) / 2;
+      root.append(svg("path", {
+        class: "edge", "data-from": need, "data-to": id, "marker-end": "url(#workflow-arrow)",
+        d: `M ${x1} ${y1} C ${mid} ${y1}, ${mid} ${y2}, ${x2} ${y2}`,
+      }));
+    }
+  }
+  for (const id of ids) root.append(drawStep(id, steps.get(id), place.get(id)));
+  byId("workflow-graph").replaceChildren(root);
+}
+
+function nodeHeight(step) {
+  const instances = (step.instances || []).length;
+  const shown = Math.min(instances, MAX_INSTANCES_DRAWN);
+  const more = instances > shown ? 1 : 0;
+  return NODE_HEADER + (shown + more) * INSTANCE_HEIGHT + waitingGates(step).length * GATE_ROW + NODE_PAD;
+}
+
+// A matrix entry as words: `task lexer · size big`.
+function matrixText(matrix) {
+  if (matrix == null || typeof matrix !== "object") return "";
+  return Object.entries(matrix).map(([k, v]) => `${k} ${typeof v === "string" ? v : JSON.stringify(v)}`).join(" · ");
+}
+
+function drawStep(id, step, at) {
+  const state = stateClass(step.state);
+  const instances = Array.isArray(step.instances) ? step.instances : [];
+  const g = svg("g", { class: "node", "data-step": id, "data-state": state, transform: `translate(${at.x},${at.y})` });
+  if (typeof step.run === "string") g.setAttribute("data-run", step.run);
+  const about = [`step ${id}`, `state ${step.state}`];
+  if (step.run) about.push(`run ${step.run}`);
+  if (step.gate_run) about.push(`gate run ${step.gate_run}`);
+  if (step.branch) about.push(`branch ${step.branch}`);
+  if ((step.needs || []).length) about.push(`needs ${step.needs.join(", ")}`);
+  if (step.detail) about.push(String(step.detail));
+  g.append(svg("title", {}, cut(about.join("\n"))));
+  g.append(svg("rect", { class: "node-box outcome-" + state, width: NODE_WIDTH, height: at.h, rx: 6 }));
+  g.append(svg("text", { class: "node-label", x: 8, y: 17 }, short(id, NODE_LABEL_CHARS)));
+  const sub = instances.length ? `${step.state} · ${instances.length} instances`
+    : step.branch ? `${step.state} · ${step.branch}` : String(step.state ?? "");
+  g.append(svg("text", { class: "node-sub", x: 8, y: 34 }, short(sub, NODE_SUB_CHARS)));
+  let y = NODE_HEADER;
+  instances.slice(0, MAX_INSTANCES_DRAWN).forEach((instance, i) => {
+    const s = stateClass(instance.state);
+    const row = svg("g", { class: "instance", "data-instance": i, "data-state": s, transform: `translate(8,${y})` });
+    if (typeof instance.run === "string") row.setAttribute("data-run", instance.run);
+    const label = matrixText(instance.matrix) || `instance ${i}`;
+    row.append(svg("title", {}, cut(`${label}\nstate ${instance.state}${instance.run ? "\nrun " + instance.run : ""}${instance.branch ? "\nbranch " + instance.branch : ""}${instance.detail ? "\n" + instance.detail : ""}`)));
+    row.append(svg("rect", { class: "instance-box outcome-" + s, width: NODE_WIDTH - 16, height: INSTANCE_HEIGHT - 3, rx: 3 }));
+    row.append(svg("text", { x: 5, y: INSTANCE_HEIGHT - 7 }, short(`${label} · ${instance.state}`, NODE_SUB_CHARS)));
+    g.append(row);
+    y += INSTANCE_HEIGHT;
+  });
+  if (instances.length > MAX_INSTANCES_DRAWN) {
+    g.append(svg("text", { class: "more", x: 8, y: y + INSTANCE_HEIGHT - 6 }, `+${instances.length - MAX_INSTANCES_DRAWN} more`));
+    y += INSTANCE_HEIGHT;
+  }
+  for (const gate of waitingGates(step)) {
+    const row = svg("g", { class: "gate", "data-gate-run": gate.gate_run, transform: `translate(8,${y + 2})` });
+    const approval = openWorkflow && openWorkflow.approvals.get(gate.gate_run);
+    if (approval) row.setAttribute("data-approval-id", approval);
+    row.append(gateButton("Approve", "approve", gate.gate_run, 0));
+    row.append(gateButton("Deny", "deny", gate.gate_run, GATE_BUTTON_WIDTH + 6));
+    g.append(row);
+    y += GATE_ROW;
+  }
+  return g;
+}
+
+// A button drawn in the graph: `verb` (`approve`, `deny`) for `gate`.
+function gateButton(label, verb, gate, x) {
+  const b = svg("g", {
+    class: "gate-button " + verb, role: "button", tabindex: 0, "data-verb": verb, "data-gate-run": gate,
+    transform: `translate(${x},0)`, "aria-label": `${label} the gate ${gate}`,
+  });
+  b.append(svg("rect", { width: GATE_BUTTON_WIDTH, height: GATE_ROW - 6, rx: 4 }));
+  b.append(svg("text", { x: GATE_BUTTON_WIDTH / 2, y: GATE_ROW - 11, "text-anchor": "middle" }, label));
+  return b;
+}
+
+async function answerGate(verb, gate) {
+  const approval = openWorkflow && openWorkflow.approvals.get(gate);
+  const body = approval ? { approval_id: approval } : {};
+  if (verb === "deny") body.reason = "denied from the dashboard";
+  say("workflow-result", `${verb === "approve" ? "approving" : "denying"} gate ${gate}…`);
+  const answer = await call("POST", `/runs/${encodeURIComponent(gate)}/${verb}`, body);
+  say("workflow-result", answer.ok ? `gate ${gate}: ${answer.doc.state}` : errorText(answer));
+  markDirty("workflows", "runs");
+}
+
+async function cancelWorkflow() {
+  if (!openWorkflow) return;
+  const id = openWorkflow.id;
+  say("workflow-result", `cancelling ${id}…`);
+  const answer = await call("POST", `/workflow-runs/${encodeURIComponent(id)}/cancel`);
+  say("workflow-result", answer.ok ? `${id}: ${answer.doc.state}` : errorText(answer));
+  markDirty("workflows", "runs");
+}
+
 // ------------------------------------------------------------ live events
 
 // Notices: `notice*` events and `pane.notice` (a pane entering
@@ -1218,7 +1525,7 @@ function refresh() {
   dirty.clear();
   const work = {
     status: refreshStatus, plan: refreshPlan, plugins: refreshPlugins, triggers: refreshTriggers,
-    runs: refreshRuns, panes: refreshPanes, fleet: refreshFleet,
+    runs: refreshRuns, panes: refreshPanes, fleet: refreshFleet, workflows: refreshWorkflows,
   };
   for (const part of parts) work[part]().catch(() => {});
 }
@@ -1226,7 +1533,9 @@ function refresh() {
 // Which parts of the page an event makes stale.
 function staleParts(kind) {
   if (kind.startsWith("agent.")) return [];
-  if (kind.startsWith("run.")) return ["runs", "triggers"];
+  if (kind.startsWith("workflow.")) return ["workflows"];
+  // A step is a run: the open workflow run moves with its runs.
+  if (kind.startsWith("run.")) return ["runs", "triggers"].concat(openWorkflow ? ["workflows"] : []);
   if (kind.startsWith("trigger.")) return ["triggers", "runs"];
   if (kind.startsWith("pane")) return ["panes", "status"];
   if (["manifest.", "reload", "plugin", "files.", "component."].some((p) => kind.startsWith(p))) {
@@ -1336,6 +1645,7 @@ document.addEventListener("click", (click) => {
   if (link.hasAttribute("data-run")) showRun(link.getAttribute("data-run"));
   else if (link.hasAttribute("data-fleet-run")) showFleetRun(link.getAttribute("data-fleet-run"));
   else if (link.hasAttribute("data-pane")) showPane(link.getAttribute("data-pane"));
+  else if (link.hasAttribute("data-workflow-run")) showWorkflowRun(link.getAttribute("data-workflow-run"));
   else {
     const target = document.getElementById(link.getAttribute("href").slice(1));
     if (target) target.scrollIntoView();
@@ -1351,6 +1661,25 @@ byId("runs-timeline").addEventListener("click", (click) => {
   const bar = click.target.closest && click.target.closest("[data-run]");
   if (bar) showRun(bar.getAttribute("data-run"));
 });
+// The workflow graph: a gate's button answers it, a step opens its run.
+function onGraph(event) {
+  const target = event.target.closest && event.target.closest("[data-verb], [data-run]");
+  if (!target) return;
+  if (target.hasAttribute("data-verb")) answerGate(target.getAttribute("data-verb"), target.getAttribute("data-gate-run"));
+  else showRun(target.getAttribute("data-run"));
+}
+byId("workflow-graph").addEventListener("click", onGraph);
+byId("workflow-graph").addEventListener("keydown", (key) => {
+  if (key.key === "Enter" || key.key === " ") {
+    key.preventDefault();
+    onGraph(key);
+  }
+});
+byId("workflow-cancel").addEventListener("click", cancelWorkflow);
+byId("workflow-close").addEventListener("click", () => {
+  openWorkflow = null;
+  byId("workflow-view").hidden = true;
+});
 window.addEventListener("resize", () => {
   if (fleetDrawn && !byId("fleet-section").hidden) drawFleetTimeline();
   drawRunsTimeline();
@@ -1358,7 +1687,7 @@ window.addEventListener("resize", () => {
 drawLegends();
 
 redeemCode().then(() => {
-  markDirty("status", "plan", "plugins", "triggers", "runs", "panes");
+  markDirty("status", "plan", "plugins", "triggers", "runs", "panes", "workflows");
   follow();
   if (linkedRun) showRun(linkedRun);
 });
