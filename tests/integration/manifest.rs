@@ -131,7 +131,7 @@ fn validate_prints_a_summary_for_valid_examples() {
         .success();
     let stdout = String::from_utf8(out.get_output().stdout.clone()).unwrap();
     insta::assert_snapshot!(stdout, @r"
-    examples/full.toml: valid (3 MCP servers, 4 providers, 4 profiles, 3 prompts, 3 hooks, 1 plugin, 4 triggers, 1 pane plugin, 2 panes)
+    examples/full.toml: valid (3 MCP servers, 4 providers, 4 profiles, 3 prompts, 3 hooks, 1 plugin, 4 triggers, 1 pane plugin, 2 panes, 1 notification sink)
     trigger `docs-changed` runs in the repository's checkout
     trigger `github` runs in the repository's checkout
     trigger `lint-often` runs in the repository's checkout
