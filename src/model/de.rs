@@ -86,7 +86,13 @@ impl<'a> DeCtx<'a> {
     fn record(&self, mut e: DeError, span: Span) -> DeError {
         if !e.recorded {
             let mut diag = Diagnostic::error(e.message.clone()).at(self.file, span);
-            if e.message == "missing field `version`" {
+            // A TOML document never starts with `{`: a JSON one does.
+            if e.message == "missing field `version`"
+                && self.file.text().trim_start().starts_with('{')
+            {
+                diag = diag
+                    .with_hint("add `\"version\": 1` as the first member of the top-level object");
+            } else if e.message == "missing field `version`" {
                 diag = diag.with_hint("add `version = 1` as the first line of the manifest");
             } else if let Some(field) = e.message.strip_prefix("missing field ") {
                 diag = diag.with_hint(format!("add {field} to this table"));

@@ -1112,3 +1112,33 @@ fn a_prompt_is_checked_in_every_place_it_renders() {
         }
     }
 }
+
+#[test]
+fn a_duplicate_key_points_at_its_first_definition_and_a_flood_of_them_stays_bounded() {
+    let loaded = load(
+        "m.toml",
+        b"version = 1\n[mcp]\nservers.fs.command = \"a\"\n\n[mcp.servers.fs]\ncommand = \"b\"\n",
+        &MapFiles::default(),
+    );
+    let hints: Vec<&str> = loaded
+        .diagnostics
+        .iter()
+        .filter_map(|d| d.hint.as_deref())
+        .collect();
+    // One error: the repeated table's keys are not reported again.
+    assert_eq!(
+        hints,
+        ["`mcp.servers.fs` is first defined (as a table) on line 3; merge the two, or rename one"]
+    );
+    // Each lookup reads back to its table's header: past the bound, the
+    // generic hint.
+    let many = format!("version = 1\n[t]\n{}", "a = 1\n".repeat(200));
+    let loaded = load("m.toml", many.as_bytes(), &MapFiles::default());
+    let pointed = loaded
+        .diagnostics
+        .iter()
+        .filter(|d| d.hint.as_deref() == Some("`a` is first defined on line 3; keep one of them"))
+        .count();
+    assert_eq!(pointed, super::parse::MAX_FIRST_DEFINITION_LOOKUPS);
+    assert_eq!(loaded.diagnostics.len(), 199);
+}
