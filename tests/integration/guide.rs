@@ -464,7 +464,7 @@ fn every_man_page_has_exit_statuses_and_examples_that_parse() {
         pages += 1;
         let statuses = man_section(&page, EXIT_STATUS_HEADING);
         assert!(
-            statuses.iter().any(|l| *l == "\\fB0\\fR"),
+            statuses.contains(&"\\fB0\\fR"),
             "{name}: no EXIT STATUS with status 0"
         );
         let examples = man_examples(&page);
