@@ -1041,8 +1041,8 @@ fn mcp_module_binds_no_socket_and_spawns_nothing_itself() {
 /// An MCP server imported from an agent CLI's file with a `${VAR}` the CLI
 /// expands at its own run time: unset, `npc validate` and `npc plan` work
 /// and say what is missing, `npc apply` writes the reference (never an
-/// empty value) into the agent file, and the gateway refuses to start the
-/// server, saying why, until the variable is set.
+/// empty value) into the agent file, and the daemon and the gateway refuse
+/// to start the server, saying why, until the variable is set.
 #[test]
 fn an_imported_servers_unset_variable_is_a_warning_and_refuses_only_its_start() {
     let dir = repo("version = 1\n\n[providers.claude]\nkind = \"claude_code\"\n");
@@ -1092,6 +1092,30 @@ fn an_imported_servers_unset_variable_is_a_warning_and_refuses_only_its_start() 
         written["mcpServers"]["github"]["env"]["GITHUB_TOKEN"], "${GITHUB_TOKEN}",
         "{written:#}"
     );
+    // A daemon without the variable starts everything else and reports
+    // that server failed, naming the variable; no process of it is started.
+    let daemon = crate::support::Daemon::start_in_with(
+        dir.path(),
+        crate::support::DaemonSetup {
+            only_env: Some(&[]),
+            ..Default::default()
+        },
+    );
+    let github = daemon
+        .status()
+        .into_iter()
+        .find(|c| c["id"] == "mcp_server.github")
+        .unwrap();
+    assert_eq!(github["state"], "failed", "{github:#}");
+    assert_eq!(github["pid"], Value::Null, "{github:#}");
+    assert!(
+        github["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("it needs `GITHUB_TOKEN`"),
+        "{github:#}"
+    );
+    drop(daemon);
     if !python_sdk() {
         return;
     }
