@@ -121,7 +121,7 @@ enum Command {
         /// The manifest file, as every other command takes it
         #[arg(long, short = 'm', conflicts_with = "path")]
         manifest: Option<PathBuf>,
-        /// Report a `${VAR}` the environment does not set as a warning, not an error (CI without the secrets); its value is not checked
+        /// Report a `${VAR}` the environment does not set as a warning, not an error (CI without the secrets); its value is not checked. An MCP server's `env`, `headers`, `args` and `url` are warnings without it: npc needs them only to start that server
         #[arg(long)]
         allow_missing_env: bool,
         /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
