@@ -52,6 +52,41 @@ pub enum Exit {
     Terminated = 143,
 }
 
+impl Exit {
+    /// Every status, in order: the one table of exit codes every command
+    /// follows (`npc(1)` and each page's EXIT STATUS, and the table of
+    /// `docs/guide/commands.md`, which a test holds to it).
+    pub const ALL: [Exit; 7] = [
+        Exit::Ok,
+        Exit::Failed,
+        Exit::Usage,
+        Exit::Blocked,
+        Exit::TimedOut,
+        Exit::Interrupted,
+        Exit::Terminated,
+    ];
+
+    /// What the status means for any command (a command may give it a
+    /// meaning of its own: see `man::DOCS`).
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Exit::Ok => {
+                "success: valid, applied, done, no changes; also a closed output pipe and `--help`"
+            }
+            Exit::Failed => {
+                "invalid input (an invalid manifest or package) or a failed operation (no daemon, an unknown run, a store that does not answer)"
+            }
+            Exit::Usage => "a usage error (an unknown option, a bad argument), or an I/O error",
+            Exit::Blocked => {
+                "`npc run`: a policy or permission denial stopped what the agent tried (the run is `blocked`)"
+            }
+            Exit::TimedOut => "`npc run`: the run timed out (as `timeout(1)`)",
+            Exit::Interrupted => "`npc run`: cancelled by SIGINT (Ctrl-C)",
+            Exit::Terminated => "`npc run`: cancelled by SIGTERM",
+        }
+    }
+}
+
 impl From<Exit> for ExitCode {
     fn from(e: Exit) -> Self {
         ExitCode::from(e as u8)
@@ -87,7 +122,7 @@ enum Command {
         /// The manifest file, as every other command takes it
         #[arg(long, short = 'm', conflicts_with = "path")]
         manifest: Option<PathBuf>,
-        /// Report a `${VAR}` the environment does not set as a warning, not an error (CI without the secrets); its value is not checked
+        /// Report a `${VAR}` the environment does not set as a warning, not an error (CI without the secrets); its value is not checked. An MCP server's `env`, `headers`, `args` and `url` are warnings without it: npc needs them only to start that server
         #[arg(long)]
         allow_missing_env: bool,
         /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)

@@ -30,7 +30,8 @@ pub(super) fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// A valid manifest, where its repository keeps state, and what it was
-/// loaded from; diagnostics go to stderr when it is invalid.
+/// loaded from; its diagnostics go to stderr (an invalid one's errors, a
+/// valid one's warnings).
 fn load(
     manifest: Option<PathBuf>,
 ) -> anyhow::Result<Option<(Manifest, RepoPaths, runtime::Sources)>> {
@@ -46,6 +47,11 @@ fn load(
         );
         return Ok(None);
     };
+    // A valid manifest's warnings (an MCP server's unset `${VAR}`) still
+    // say what is missing.
+    for d in &loaded.diagnostics {
+        errln!("{d}");
+    }
     let paths = RepoPaths::resolve(&path, &model.project.state_dir)?;
     Ok(Some((model, paths, sources)))
 }

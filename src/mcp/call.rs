@@ -447,6 +447,16 @@ impl CallPath {
         self.bus.as_ref()
     }
 
+    /// Why the server a gateway name `SERVER__TOOL` names failed (its
+    /// last connection's error, which names it), when it did.
+    fn failed_server_of(&self, name: &str) -> Option<String> {
+        let (server, _) = name.split_once(super::NAMESPACE_SEPARATOR)?;
+        match self.pool.states().remove(server)? {
+            super::client::pool::UpstreamState::Failed { reason } => Some(reason),
+            _ => None,
+        }
+    }
+
     pub fn pool(&self) -> &Arc<Pool> {
         &self.pool
     }
@@ -554,6 +564,10 @@ impl CallPath {
         let resolved = self.resolve(&builtins, name);
         let Some((server, tool)) = resolved else {
             let message = match self.listing() {
+                // A server that did not start has no tools: say why.
+                _ if let Some(reason) = self.failed_server_of(name) => {
+                    format!("no tool `{name}`: {reason}")
+                }
                 ToolListing::All => {
                     format!("no tool `{name}`; see `tools/list` for the tools' names")
                 }

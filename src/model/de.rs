@@ -86,7 +86,13 @@ impl<'a> DeCtx<'a> {
     fn record(&self, mut e: DeError, span: Span) -> DeError {
         if !e.recorded {
             let mut diag = Diagnostic::error(e.message.clone()).at(self.file, span);
-            if e.message == "missing field `version`" {
+            // A TOML document never starts with `{`: a JSON one does.
+            if e.message == "missing field `version`"
+                && self.file.text().trim_start().starts_with('{')
+            {
+                diag = diag
+                    .with_hint("add `\"version\": 1` as the first member of the top-level object");
+            } else if e.message == "missing field `version`" {
                 diag = diag.with_hint("add `version = 1` as the first line of the manifest");
             } else if let Some(field) = e.message.strip_prefix("missing field ") {
                 diag = diag.with_hint(format!("add {field} to this table"));
@@ -354,9 +360,26 @@ impl<'a, 'n, 'p> NodeDe<'a, 'n, 'p> {
         match interpolate(raw, self.ctx.env) {
             Ok(done) => Ok((done.value, done.secret, false)),
             Err(errors) => {
+                // A server's value npc needs only when it starts the server
+                // (and an agent CLI reads from its own environment): unset
+                // is a warning, and the server refuses to start without it.
+                let server = start_time_server(self.path);
+                let mut secret = false;
                 for err in errors {
                     let unset = matches!(err, InterpError::Unset { .. });
+                    secret |= unset;
                     let (summary, hint, range) = match err {
+                        InterpError::Unset { name, range } if let Some(server) = server => (
+                            format!(
+                                "environment variable `{}` is not set: MCP server `{}` cannot start without it",
+                                clip(&name),
+                                clip(server)
+                            ),
+                            format!(
+                                "set `{name}` before npc starts the server (`npc daemon`, `npc run`, `npc mcp serve`); agent CLIs read it from their own environment"
+                            ),
+                            range,
+                        ),
                         InterpError::Unset { name, range } => (
                             format!("environment variable `{}` is not set", clip(&name)),
                             format!("set `{name}`, or give a default with `${{{name}:-default}}`"),
@@ -370,7 +393,7 @@ impl<'a, 'n, 'p> NodeDe<'a, 'n, 'p> {
                         ),
                     };
                     let span = inner_span(self.ctx.file, &self.node.span, raw, range);
-                    let diag = if unset && self.ctx.env.unset_is_warning() {
+                    let diag = if unset && (server.is_some() || self.ctx.env.unset_is_warning()) {
                         Diagnostic::warning(summary)
                     } else {
                         Diagnostic::error(summary)
@@ -378,10 +401,45 @@ impl<'a, 'n, 'p> NodeDe<'a, 'n, 'p> {
                     self.ctx
                         .push_value_error(diag.at(self.ctx.file, span).with_hint(hint));
                 }
-                // Keep checking the rest of the entry with a placeholder.
-                Ok((String::new(), false, true))
+                // Keep checking the rest of the entry with a placeholder;
+                // a reference to the environment is secret even unset (its
+                // source, never a value, is what agent files get).
+                Ok((String::new(), secret, true))
             }
         }
+    }
+}
+
+/// The keys of `[mcp.servers.NAME]` whose values npc needs only when it
+/// starts the server, and which agent CLIs expand from their own
+/// environment: an unset `${VAR}` there leaves the manifest valid.
+pub const START_TIME_KEYS: [&str; 4] = ["env", "headers", "args", "url"];
+
+/// The server NAME when `path` is a value under one of the
+/// [`START_TIME_KEYS`] of `[mcp.servers.NAME]`.
+fn start_time_server<'p>(path: &Path<'p>) -> Option<&'p str> {
+    fn segments<'p>(path: &Path<'p>, into: &mut Vec<Option<&'p str>>) {
+        match path {
+            Path::Root => {}
+            Path::Key(parent, key) => {
+                segments(parent, into);
+                into.push(Some(key));
+            }
+            Path::Index(parent, _) => {
+                segments(parent, into);
+                into.push(None);
+            }
+        }
+    }
+    let mut all = Vec::new();
+    segments(path, &mut all);
+    match all.as_slice() {
+        [Some("mcp"), Some("servers"), Some(name), Some(key), ..]
+            if START_TIME_KEYS.contains(key) =>
+        {
+            Some(name)
+        }
+        _ => None,
     }
 }
 

@@ -44,7 +44,12 @@ fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
     }
     for error in failure.errors {
         if has_room(diags) {
-            diags.push(toml_error_diagnostic(file, &error.message, error.span));
+            diags.push(toml_error_diagnostic(
+                file,
+                &error.message,
+                error.span,
+                None,
+            ));
         }
     }
     if let Some((what, span)) = failure.exceeded
@@ -56,27 +61,153 @@ fn parse_toml(file: &SourceFile, diags: &mut Vec<Diagnostic>) -> Option<Node> {
 }
 
 /// The diagnostic for one error of the toml crate (or of the streaming
-/// builder, in its words).
-fn toml_error_diagnostic(file: &SourceFile, message: &str, span: Span) -> Diagnostic {
+/// builder, in its words). `first` is where the key of a duplicate-key
+/// error was first defined, when known ([`first_definition`]).
+fn toml_error_diagnostic(
+    file: &SourceFile,
+    message: &str,
+    span: Span,
+    first: Option<FirstDefinition>,
+) -> Diagnostic {
     let text = file.text();
     let mut message = message.trim().replace('\n', "; ");
     // toml says only "duplicate key"; name the key the caret points at.
-    if message == "duplicate key"
-        && let Some(key) = text.get(span.clone()).filter(|k| !k.contains('\n'))
-    {
+    let duplicate = message == "duplicate key";
+    if duplicate && let Some(key) = text.get(span.clone()).filter(|k| !k.contains('\n')) {
         message = format!("duplicate key `{}`", clip(key));
     }
-    let hint = match duplicate_table(text, &span) {
-        Some(dup) => format!(
+    let table = duplicate_table(text, &span);
+    let hint = match (table, first.filter(|_| duplicate)) {
+        (Some(dup), _) => format!(
             "`{}` is first defined on line {}; merge the two tables, or rename one",
             clip(dup.header),
             dup.first_line
         ),
-        None => "fix the syntax at the caret; see https://toml.io/en/v1.0.0".to_string(),
+        (None, Some(first)) if first.table => format!(
+            "`{}` is first defined (as a table) on line {}; merge the two, or rename one",
+            clip(&first.key),
+            first.line
+        ),
+        (None, Some(first)) => format!(
+            "`{}` is first defined on line {}; keep one of them",
+            clip(&first.key),
+            first.line
+        ),
+        (None, None) => "fix the syntax at the caret; see https://toml.io/en/v1.0.0".to_string(),
     };
     Diagnostic::error(format!("invalid TOML: {message}"))
         .at(file, span)
         .with_hint(hint)
+}
+
+/// Most duplicate keys whose first definition is looked up in one document
+/// (each lookup reads back to the table's header): later ones get the
+/// generic hint, so a document of duplicates costs no more than this.
+pub(super) const MAX_FIRST_DEFINITION_LOOKUPS: usize = 32;
+
+/// Where a key that a duplicate-key error repeats was first defined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FirstDefinition {
+    /// The key as the repeated line spells its full path (`mcp.servers.fs`).
+    key: String,
+    /// 1-based line of its first definition.
+    line: usize,
+    /// Whether it was first defined as a table (a header, or implied by a
+    /// dotted key or a longer header).
+    table: bool,
+}
+
+/// The first definition of the key at `span` of `text` (a duplicate-key
+/// error), found in `root`, the document as the toml crate read it (which
+/// keeps the first definition): the key's full path is the header above
+/// it plus its own dotted key, or the header it is in.
+fn first_definition(
+    text: &str,
+    span: &Span,
+    root: &toml::de::DeTable<'_>,
+) -> Option<FirstDefinition> {
+    let line_start = text.get(..span.start)?.rfind('\n').map_or(0, |i| i + 1);
+    let line = text.get(line_start..span.end)?;
+    let trimmed = line.trim_start();
+    let (base, dotted) = if let Some(header) = trimmed.strip_prefix('[') {
+        (Vec::new(), header.trim_start_matches('['))
+    } else {
+        // A key line: its table is the nearest header above it.
+        let above = text.get(..line_start)?;
+        let header = above
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| l.starts_with('['))
+            .unwrap_or("");
+        let inner = header.trim_start_matches('[');
+        let inner = inner
+            .get(..inner.rfind(']').unwrap_or(0))?
+            .trim_end_matches(']');
+        let base = if inner.trim().is_empty() {
+            Vec::new()
+        } else {
+            toml_edit::Key::parse(inner).ok()?
+        };
+        (base, trimmed)
+    };
+    let own = toml_edit::Key::parse(dotted.trim()).ok()?;
+    let path: Vec<String> = base
+        .iter()
+        .chain(own.iter())
+        .map(|k| k.get().to_string())
+        .collect();
+    let mut table = root;
+    let mut found: Option<(usize, bool)> = None;
+    for (i, key) in path.iter().enumerate() {
+        let (k, v) = table
+            .iter()
+            .find(|(k, _)| k.get_ref().as_ref() == key.as_str())?;
+        let value = match v.get_ref() {
+            // An array of tables: its last one is the table keys go to.
+            toml::de::DeValue::Array(items) if i + 1 < path.len() => items.last()?.get_ref(),
+            other => other,
+        };
+        found = Some((earliest(k.span().start, value), value.as_table().is_some()));
+        match value.as_table() {
+            Some(inner) => table = inner,
+            None if i + 1 < path.len() => return None,
+            None => {}
+        }
+    }
+    let (at, is_table) = found?;
+    let line = text.get(..at)?.matches('\n').count() + 1;
+    let here = text.get(..span.start)?.matches('\n').count() + 1;
+    (line < here).then(|| FirstDefinition {
+        key: own
+            .iter()
+            .map(|k| k.display_repr().to_string())
+            .collect::<Vec<_>>()
+            .join("."),
+        line,
+        table: is_table,
+    })
+}
+
+/// The earliest byte where a key whose value is `value` was defined: the
+/// key's own span (which the toml crate moves to a later header repeating
+/// the table), or any key inside it, which keeps its first place.
+fn earliest(key: usize, value: &toml::de::DeValue<'_>) -> usize {
+    let mut first = key;
+    let mut stack = vec![value];
+    while let Some(value) = stack.pop() {
+        match value {
+            toml::de::DeValue::Table(table) => {
+                for (k, v) in table.iter() {
+                    first = first.min(k.span().start);
+                    stack.push(v.get_ref());
+                }
+            }
+            toml::de::DeValue::Array(items) => stack.extend(items.iter().map(|i| i.get_ref())),
+            _ => {}
+        }
+    }
+    first
 }
 
 /// A table header defined twice (`[providers.a]` again): the header, the
@@ -90,6 +221,22 @@ struct DuplicateTable<'t> {
 
 /// The duplicate table whose header holds `span`, when the error is one.
 fn duplicate_table<'t>(text: &'t str, span: &Span) -> Option<DuplicateTable<'t>> {
+    let (header, start, body) = header_at(text, span)?;
+    let first_line = text
+        .get(..start)?
+        .lines()
+        .position(|l| l.trim() == header)?
+        + 1;
+    Some(DuplicateTable {
+        header,
+        first_line,
+        body,
+    })
+}
+
+/// The `[table]` header on the line that holds `span`, where that line
+/// starts, and the byte range of its body (up to the next header).
+fn header_at<'t>(text: &'t str, span: &Span) -> Option<(&'t str, usize, std::ops::Range<usize>)> {
     let start = text.get(..span.start)?.rfind('\n').map_or(0, |i| i + 1);
     let end = text
         .get(span.start..)?
@@ -99,11 +246,6 @@ fn duplicate_table<'t>(text: &'t str, span: &Span) -> Option<DuplicateTable<'t>>
     if !header.starts_with('[') || header.starts_with("[[") {
         return None;
     }
-    let first_line = text
-        .get(..start)?
-        .lines()
-        .position(|l| l.trim() == header)?
-        + 1;
     let rest = text.get(end..)?;
     let mut offset = end;
     let mut body_end = text.len();
@@ -115,11 +257,12 @@ fn duplicate_table<'t>(text: &'t str, span: &Span) -> Option<DuplicateTable<'t>>
         }
     }
     // `offset` began at the header's newline: the first piece is its end.
-    Some(DuplicateTable {
-        header,
-        first_line,
-        body: end..body_end,
-    })
+    Some((header, start, end..body_end))
+}
+
+/// The body of the `[table]` header on the line that holds `span`.
+fn header_body(text: &str, span: &Span) -> Option<std::ops::Range<usize>> {
+    header_at(text, span).map(|(_, _, body)| body)
 }
 
 /// Parse a TOML document through the toml crate's own tree, converted into
@@ -135,20 +278,36 @@ pub(super) fn parse_toml_reference(file: &SourceFile, diags: &mut Vec<Diagnostic
     // one error (at the second header, naming the first) says it all.
     let mut cascade: Vec<std::ops::Range<usize>> = Vec::new();
     let mut shown = 0;
+    let mut lookups = 0;
     for err in errors {
         let span = err.span().unwrap_or(0..0);
         if cascade.iter().any(|body| body.contains(&span.start)) {
             continue;
         }
+        let first = (err.message().trim() == "duplicate key"
+            && lookups < MAX_FIRST_DEFINITION_LOOKUPS)
+            .then(|| {
+                lookups += 1;
+                first_definition(text, &span, table.get_ref())
+            })
+            .flatten();
         if let Some(dup) = duplicate_table(text, &span) {
             cascade.push(dup.body);
+        } else if let Some(body) = first
+            .as_ref()
+            .filter(|f| f.table)
+            .and_then(|_| header_body(text, &span))
+        {
+            // A header repeating a table a dotted key or a longer header
+            // defined: its keys are reported again too.
+            cascade.push(body);
         }
         // One past the cap, so the report says problems were dropped.
         if shown > MAX_DIAGNOSTICS {
             break;
         }
         shown += 1;
-        diags.push(toml_error_diagnostic(file, err.message(), span));
+        diags.push(toml_error_diagnostic(file, err.message(), span, first));
     }
     if failed {
         return None;

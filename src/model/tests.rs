@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 
-use super::diagnostics::{JsonReport, MAX_DIAGNOSTICS};
+use super::diagnostics::{JsonReport, MAX_DIAGNOSTICS, Severity};
 use super::*;
 
 /// The valid fixtures, compiled in so the property tests need no disk.
@@ -590,7 +590,7 @@ fn load_with_env(text: &str, env: &[(&str, &str)]) -> Loaded {
 #[test]
 fn an_unset_variable_does_not_hide_the_entrys_other_errors() {
     let loaded = load_with_env(
-        "version = 1\n[mcp.servers.s1]\ncommand = \"x\"\nargs = [\"${UNSET_VAR}\"]\ncwd = \"/abs\"\n",
+        "version = 1\n[[hooks.before_tool]]\ncommand = \"x\"\nargs = [\"${UNSET_VAR}\"]\ncwd = \"/abs\"\n",
         &[],
     );
     assert_eq!(
@@ -599,6 +599,66 @@ fn an_unset_variable_does_not_hide_the_entrys_other_errors() {
             "environment variable `UNSET_VAR` is not set",
             "`cwd` is an absolute path"
         ]
+    );
+}
+
+#[test]
+fn an_mcp_servers_unset_start_time_values_are_warnings_and_refuse_its_start() {
+    let text = "version = 1\n[mcp.servers.gh]\ncommand = \"gh-mcp\"\nargs = [\"--org=${ORG}\"]\nenv = { GITHUB_TOKEN = \"${GITHUB_TOKEN}\", PLAIN = \"${PLAIN:-x}\" }\ncwd = \"${WHERE}\"\n[mcp.servers.web]\nurl = \"${WEB_URL}\"\nheaders = { X-Team = \"${TEAM}\" }\n";
+    let loaded = load_with_env(text, &[("ORG", "acme")]);
+    // `cwd` is no start-time value: still an error.
+    let errors: Vec<&str> = loaded
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .map(|d| d.summary.as_str())
+        .collect();
+    assert_eq!(errors, ["environment variable `WHERE` is not set"]);
+    let loaded = load_with_env(
+        &text.replace("cwd = \"${WHERE}\"\n", ""),
+        &[("ORG", "acme")],
+    );
+    let manifest = loaded.manifest.as_ref().expect("valid with warnings");
+    assert_eq!(
+        summaries(&loaded),
+        [
+            "environment variable `GITHUB_TOKEN` is not set: MCP server `gh` cannot start without it",
+            "environment variable `WEB_URL` is not set: MCP server `web` cannot start without it",
+            "environment variable `TEAM` is not set: MCP server `web` cannot start without it",
+        ]
+    );
+    let gh = &manifest.mcp_servers["gh"];
+    assert_eq!(gh.unset_variables(), ["GITHUB_TOKEN"]);
+    let McpTransport::Stdio(spec) = &gh.transport else {
+        panic!("stdio")
+    };
+    // Unset, it is still a reference: agent files get its source.
+    assert!(spec.env["GITHUB_TOKEN"].is_secret());
+    assert_eq!(spec.env["GITHUB_TOKEN"].source(), Some("${GITHUB_TOKEN}"));
+    assert_eq!(spec.args[0].expose(), "--org=acme");
+    let refused = manifest.mcp_servers["web"].check_start().unwrap_err();
+    assert_eq!(refused.names, ["WEB_URL", "TEAM"]);
+    assert!(
+        refused.to_string().contains("`WEB_URL`, `TEAM`"),
+        "{refused}"
+    );
+    // Set, nothing is missing.
+    let set = load_with_env(
+        text.replace("cwd = \"${WHERE}\"\n", "").as_str(),
+        &[
+            ("ORG", "a"),
+            ("GITHUB_TOKEN", "t"),
+            ("WEB_URL", "https://x.example/mcp"),
+            ("TEAM", "b"),
+        ],
+    );
+    assert!(set.diagnostics.is_empty(), "{:?}", summaries(&set));
+    assert!(
+        set.manifest
+            .unwrap()
+            .mcp_servers
+            .values()
+            .all(|s| s.check_start().is_ok())
     );
 }
 
@@ -1051,4 +1111,34 @@ fn a_prompt_is_checked_in_every_place_it_renders() {
             ),
         }
     }
+}
+
+#[test]
+fn a_duplicate_key_points_at_its_first_definition_and_a_flood_of_them_stays_bounded() {
+    let loaded = load(
+        "m.toml",
+        b"version = 1\n[mcp]\nservers.fs.command = \"a\"\n\n[mcp.servers.fs]\ncommand = \"b\"\n",
+        &MapFiles::default(),
+    );
+    let hints: Vec<&str> = loaded
+        .diagnostics
+        .iter()
+        .filter_map(|d| d.hint.as_deref())
+        .collect();
+    // One error: the repeated table's keys are not reported again.
+    assert_eq!(
+        hints,
+        ["`mcp.servers.fs` is first defined (as a table) on line 3; merge the two, or rename one"]
+    );
+    // Each lookup reads back to its table's header: past the bound, the
+    // generic hint.
+    let many = format!("version = 1\n[t]\n{}", "a = 1\n".repeat(200));
+    let loaded = load("m.toml", many.as_bytes(), &MapFiles::default());
+    let pointed = loaded
+        .diagnostics
+        .iter()
+        .filter(|d| d.hint.as_deref() == Some("`a` is first defined on line 3; keep one of them"))
+        .count();
+    assert_eq!(pointed, super::parse::MAX_FIRST_DEFINITION_LOOKUPS);
+    assert_eq!(loaded.diagnostics.len(), 199);
 }

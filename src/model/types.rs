@@ -247,6 +247,58 @@ pub struct McpServer {
     pub restart: RestartPolicy,
 }
 
+impl McpServer {
+    /// The variables its start-time values (`env`, `headers`, `args`,
+    /// `url`) name that were not set when the manifest was read: npc
+    /// refuses to start the server rather than give it empty values.
+    pub fn unset_variables(&self) -> Vec<String> {
+        let texts: Vec<&Text> = match &self.transport {
+            McpTransport::Stdio(spec) => spec.args.iter().chain(spec.env.values()).collect(),
+            McpTransport::Http { url, headers, .. } => {
+                std::iter::once(url).chain(headers.values()).collect()
+            }
+        };
+        let mut names = Vec::new();
+        for text in texts.into_iter().filter(|t| t.is_unresolved()) {
+            let none = BTreeMap::<String, String>::new();
+            let errors = text.source().map_or_else(Vec::new, |s| {
+                super::interp::interpolate(s, &none)
+                    .err()
+                    .unwrap_or_default()
+            });
+            for error in errors {
+                if let super::interp::InterpError::Unset { name, .. } = error
+                    && !names.contains(&name)
+                {
+                    names.push(name);
+                }
+            }
+        }
+        names
+    }
+
+    /// [`McpServer::unset_variables`] as the error that refuses its start.
+    pub fn check_start(&self) -> Result<(), UnsetVariables> {
+        let names = self.unset_variables();
+        if names.is_empty() {
+            Ok(())
+        } else {
+            Err(UnsetVariables { names })
+        }
+    }
+}
+
+/// The `${VAR}`s of an MCP server that were not set when npc read the
+/// manifest (the server is named by whoever reports it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "it needs {}, which npc did not find set when it read the manifest; export it and start npc again",
+    names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+)]
+pub struct UnsetVariables {
+    pub names: Vec<String>,
+}
+
 /// Default limit of one `fetch_url` call.
 pub const DEFAULT_FETCH_TIMEOUT_MS: u64 = 20_000;
 /// Largest `fetch_timeout_ms` accepted (two minutes).

@@ -51,6 +51,9 @@ impl TypedDriver for Process {
         let McpTransport::Stdio(command) = &server.transport else {
             return Ok(None); // an HTTP MCP server: nothing to run
         };
+        server
+            .check_start()
+            .map_err(|e| DriverError::Component(Box::new(e)))?;
         let spec = child_spec(cx, id, command, server.restart);
         Ok(Some(start_child(cx, id, spec).await?))
     }

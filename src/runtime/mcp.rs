@@ -129,6 +129,10 @@ impl TypedDriver for McpDriver {
         id: &ComponentId,
         server: &McpServer,
     ) -> Result<Option<u32>, DriverError> {
+        // Never started with an empty value for a variable it names.
+        server
+            .check_start()
+            .map_err(|e| DriverError::Component(Box::new(e)))?;
         let mut pid = None;
         if let McpTransport::Stdio(command) = &server.transport {
             let spec = stdio_spec(cx, &id.name, command, server.restart);

@@ -53,6 +53,9 @@ const PLACEHOLDERS: &[(&str, &str)] = &[
     ("N", "10"),
     ("ADDR", "127.0.0.1:8080"),
 ];
+/// Fewest pages under `man/man1` (one per command; fewer means the pages
+/// were not found, not that the commands went).
+const MIN_MAN_PAGES: usize = 40;
 /// Internal names (the project's seed documents, other products' code
 /// names) that never reach a page a user reads.
 const INTERNAL_NAMES: &[&str] = &["seed 0", "Orcacode", "NPCAgent seed"];
@@ -201,9 +204,8 @@ fn every_manifest_example_in_the_guide_validates() {
         for diagnostic in report["diagnostics"].as_array().unwrap() {
             let summary = diagnostic["summary"].as_str().unwrap();
             assert!(
-                variables
-                    .iter()
-                    .any(|name| summary == format!("environment variable `{name}` is not set")),
+                variables.iter().any(|name| summary
+                    .starts_with(&format!("environment variable `{name}` is not set"))),
                 "{at}: an example in the guide draws a warning: {diagnostic:#}"
             );
         }
@@ -354,11 +356,34 @@ fn paragraphs(prose: &[(usize, String)]) -> Vec<(usize, String)> {
     found
 }
 
+/// Why the command line `npc WORDS` does not parse with the current CLI,
+/// or `None` when it does: `npc WORDS --help` exits 0 (clap reads the
+/// words before `--help` first, so an unknown subcommand, an unknown option
+/// or a bad value fails). Placeholders in capitals that the command line
+/// checks are given sample values first.
+fn parse_failure(words: &[&str], scratch: &Path) -> Option<String> {
+    let args: Vec<&str> = words
+        .iter()
+        .map(|word| {
+            PLACEHOLDERS
+                .iter()
+                .find(|(name, _)| name == word)
+                .map_or(*word, |(_, sample)| sample)
+        })
+        .chain(["--help"])
+        .collect();
+    let out = npc().current_dir(scratch).args(&args).output().unwrap();
+    (out.status.code() != Some(0)).then(|| {
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string()
+    })
+}
+
 /// Every `npc …` command line the README and `docs/` show parses with the
-/// current command line: `npc ARGS --help` exits 0 (clap reads the words
-/// before `--help` first, so an unknown subcommand, an unknown option or a
-/// bad value fails). Placeholders in capitals that the command line checks
-/// are given sample values first.
+/// current command line ([`parse_failure`]).
 #[test]
 fn every_command_line_in_the_docs_parses() {
     let scratch = tempfile::tempdir().unwrap();
@@ -369,31 +394,9 @@ fn every_command_line_in_the_docs_parses() {
             if !checked.insert(line.clone()) {
                 continue;
             }
-            let args: Vec<&str> = line
-                .split_whitespace()
-                .skip(1)
-                .map(|word| {
-                    PLACEHOLDERS
-                        .iter()
-                        .find(|(name, _)| *name == word)
-                        .map_or(word, |(_, sample)| sample)
-                })
-                .chain(["--help"])
-                .collect();
-            let out = npc()
-                .current_dir(scratch.path())
-                .args(&args)
-                .output()
-                .unwrap();
-            if out.status.code() != Some(0) {
-                failed.push(format!(
-                    "{}:{number}: `{line}`: {}",
-                    shown(&page),
-                    String::from_utf8_lossy(&out.stderr)
-                        .lines()
-                        .next()
-                        .unwrap_or("")
-                ));
+            let words: Vec<&str> = line.split_whitespace().skip(1).collect();
+            if let Some(why) = parse_failure(&words, scratch.path()) {
+                failed.push(format!("{}:{number}: `{line}`: {why}", shown(&page)));
             }
         }
     }
@@ -407,6 +410,103 @@ fn every_command_line_in_the_docs_parses() {
         "command lines that do not parse:\n{}",
         failed.join("\n")
     );
+}
+
+/// The heading of a man page's exit statuses.
+const EXIT_STATUS_HEADING: &str = ".SH \"EXIT STATUS\"";
+/// The heading of a man page's examples.
+const EXAMPLES_HEADING: &str = ".SH EXAMPLES";
+
+/// The lines of one `.SH` section of a man page (up to the next `.SH`).
+fn man_section<'a>(page: &'a str, heading: &str) -> Vec<&'a str> {
+    page.lines()
+        .skip_while(|l| *l != heading)
+        .skip(1)
+        .take_while(|l| !l.starts_with(".SH "))
+        .collect()
+}
+
+/// The command lines of a man page's EXAMPLES (its `.nf` blocks), as a
+/// shell reads them: roff's escapes undone, then split into words.
+fn man_examples(page: &str) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    let mut literal = false;
+    for line in man_section(page, EXAMPLES_HEADING) {
+        match line {
+            ".nf" => literal = true,
+            ".fi" => literal = false,
+            _ if literal => {
+                let line = line
+                    .replace("\\-", "-")
+                    .replace("\\*(Aq", "'")
+                    .replace("\\e", "\\");
+                found.push(shell_words::split(&line).unwrap());
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// Every command's man page (`man/man1/`, which another test holds to the
+/// generated ones) has an EXIT STATUS section and an EXAMPLES section, and
+/// every example parses with the current command line.
+#[test]
+fn every_man_page_has_exit_statuses_and_examples_that_parse() {
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = repo_root().join("man/man1");
+    let mut failed = Vec::new();
+    let mut pages = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let page = std::fs::read_to_string(&path).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        pages += 1;
+        let statuses = man_section(&page, EXIT_STATUS_HEADING);
+        assert!(
+            statuses.contains(&"\\fB0\\fR"),
+            "{name}: no EXIT STATUS with status 0"
+        );
+        let examples = man_examples(&page);
+        assert!(!examples.is_empty(), "{name}: no EXAMPLES");
+        for words in examples {
+            assert_eq!(words[0], "npc", "{name}: `{words:?}` does not run npc");
+            let rest: Vec<&str> = words[1..].iter().map(String::as_str).collect();
+            if let Some(why) = parse_failure(&rest, scratch.path()) {
+                failed.push(format!("{name}: `{}`: {why}", words.join(" ")));
+            }
+        }
+    }
+    assert!(pages >= MIN_MAN_PAGES, "only {pages} pages under man/man1");
+    assert!(
+        failed.is_empty(),
+        "examples that do not parse:\n{}",
+        failed.join("\n")
+    );
+}
+
+/// The exit codes of the guide's table (`docs/guide/commands.md`) are the
+/// ones `npc(1)` lists, which come from the command line's one table.
+#[test]
+fn the_guides_exit_codes_are_the_command_lines() {
+    let guide = std::fs::read_to_string(repo_root().join("docs/guide/commands.md")).unwrap();
+    let table: BTreeSet<String> = guide
+        .lines()
+        .skip_while(|l| *l != "## Exit codes")
+        .take_while(|l| !l.starts_with("## Output"))
+        .filter_map(|l| l.strip_prefix("| "))
+        .filter_map(|l| l.split(" |").next())
+        .filter(|code| code.chars().all(|c| c.is_ascii_digit()))
+        .map(str::to_string)
+        .collect();
+    let page = std::fs::read_to_string(repo_root().join("man/man1/npc.1")).unwrap();
+    let listed: BTreeSet<String> = man_section(&page, EXIT_STATUS_HEADING)
+        .iter()
+        .filter_map(|l| l.strip_prefix("\\fB")?.strip_suffix("\\fR"))
+        .map(str::to_string)
+        .collect();
+    assert!(listed.len() >= 3, "npc(1) lists {listed:?}");
+    assert_eq!(table, listed, "the guide's exit codes differ from npc(1)'s");
 }
 
 /// A heading's anchor as GitHub makes it: lower case, punctuation but `-`

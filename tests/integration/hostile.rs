@@ -2703,7 +2703,7 @@ fn an_argument_list_longer_than_the_os_allows_is_refused_by_validate() {
 
 #[test]
 fn an_unset_variable_and_another_error_in_the_same_entry_are_both_reported() {
-    let manifest = "version = 1\n[mcp.servers.s]\ncommand = \"x\"\nargs = [\"${UNSET_VAR}\"]\ncwd = \"../outside\"\nenv = { K = \"a\\u0000\" }\n";
+    let manifest = "version = 1\n[[hooks.before_tool]]\ncommand = \"x\"\nargs = [\"${UNSET_VAR}\"]\ncwd = \"../outside\"\nenv = { K = \"a\\u0000\" }\n";
     let (code, report) = validate_json("npcagent.toml", manifest.as_bytes(), &[]);
     assert_eq!(code, 1);
     assert_eq!(

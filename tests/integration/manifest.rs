@@ -172,7 +172,7 @@ fn secrets_from_the_environment_print_redacted() {
 #[test]
 fn unset_variable_is_a_diagnostic_at_its_location() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("npcagent.toml"), "version = 1\n[mcp.servers.s]\ncommand = \"srv\"\nargs = [\"--a\", \"x=${NPC_SURELY_UNSET_VAR}\"]\n").unwrap();
+    std::fs::write(dir.path().join("npcagent.toml"), "version = 1\n[providers.c]\nkind = \"claude_code\"\nargs = [\"--a\", \"x=${NPC_SURELY_UNSET_VAR}\"]\n").unwrap();
     let out = npc()
         .current_dir(dir.path())
         .env_remove("NPC_SURELY_UNSET_VAR")

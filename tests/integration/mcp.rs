@@ -59,7 +59,24 @@ pub(crate) fn stdio_session(dir: &TempDir, steps: Value) -> Vec<Value> {
 
 /// [`stdio_session`] in the repository at `root`.
 pub(crate) fn stdio_session_in(root: &std::path::Path, steps: Value) -> Vec<Value> {
-    let out = assert_cmd::Command::new("python3")
+    stdio_session_env(root, steps, &[])
+}
+
+/// [`stdio_session_in`] with variables of the environment set (`Some`) or
+/// removed (`None`).
+pub(crate) fn stdio_session_env(
+    root: &std::path::Path,
+    steps: Value,
+    env: &[(&str, Option<&str>)],
+) -> Vec<Value> {
+    let mut client = assert_cmd::Command::new("python3");
+    for (name, value) in env {
+        match value {
+            Some(value) => client.env(name, value),
+            None => client.env_remove(name),
+        };
+    }
+    let out = client
         .arg(repo_root().join("fixtures/mcp/client.py"))
         .arg(steps.to_string())
         .args(["--", &npc_path().display().to_string(), "mcp", "serve"])
@@ -1019,4 +1036,103 @@ fn mcp_module_binds_no_socket_and_spawns_nothing_itself() {
             }
         }
     }
+}
+
+/// An MCP server imported from an agent CLI's file with a `${VAR}` the CLI
+/// expands at its own run time: unset, `npc validate` and `npc plan` work
+/// and say what is missing, `npc apply` writes the reference (never an
+/// empty value) into the agent file, and the daemon and the gateway refuse
+/// to start the server, saying why, until the variable is set.
+#[test]
+fn an_imported_servers_unset_variable_is_a_warning_and_refuses_only_its_start() {
+    let dir = repo("version = 1\n\n[providers.claude]\nkind = \"claude_code\"\n");
+    crate::worktrees::git(dir.path(), &["init", "--quiet"]);
+    let native = json!({"mcpServers": {"github": {
+        "command": "python3",
+        "args": [misbehave()],
+        "env": {"GITHUB_TOKEN": "${GITHUB_TOKEN}"}
+    }}});
+    std::fs::write(dir.path().join(".mcp.json"), native.to_string()).unwrap();
+    let unset = |args: &[&str]| {
+        npc()
+            .current_dir(dir.path())
+            .env_remove("GITHUB_TOKEN")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let said = |out: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let missing = "environment variable `GITHUB_TOKEN` is not set: MCP server `github` cannot start without it";
+    let import = unset(&["import", ".mcp.json", "--write"]);
+    assert!(import.status.success(), "{}", said(&import));
+    let validate = unset(&["validate"]);
+    assert_eq!(validate.status.code(), Some(0), "{}", said(&validate));
+    assert!(said(&validate).contains(missing), "{}", said(&validate));
+    assert!(
+        said(&validate).contains("valid with 1 warning"),
+        "{}",
+        said(&validate)
+    );
+    let plan = unset(&["plan"]);
+    assert_eq!(plan.status.code(), Some(0), "{}", said(&plan));
+    assert!(said(&plan).contains("mcp_server.github"), "{}", said(&plan));
+    assert!(said(&plan).contains(missing), "{}", said(&plan));
+    let apply = unset(&["apply", "--auto-approve"]);
+    assert_eq!(apply.status.code(), Some(0), "{}", said(&apply));
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join(".mcp.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        written["mcpServers"]["github"]["env"]["GITHUB_TOKEN"], "${GITHUB_TOKEN}",
+        "{written:#}"
+    );
+    // A daemon without the variable starts everything else and reports
+    // that server failed, naming the variable; no process of it is started.
+    let daemon = crate::support::Daemon::start_in_with(
+        dir.path(),
+        crate::support::DaemonSetup {
+            only_env: Some(&[]),
+            ..Default::default()
+        },
+    );
+    let github = daemon
+        .status()
+        .into_iter()
+        .find(|c| c["id"] == "mcp_server.github")
+        .unwrap();
+    assert_eq!(github["state"], "failed", "{github:#}");
+    assert_eq!(github["pid"], Value::Null, "{github:#}");
+    assert!(
+        github["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("it needs `GITHUB_TOKEN`"),
+        "{github:#}"
+    );
+    drop(daemon);
+    if !python_sdk() {
+        return;
+    }
+    let got = stdio_session_env(
+        dir.path(),
+        json!([call("github__ok", json!({}))]),
+        &[("GITHUB_TOKEN", None)],
+    );
+    let refused = error_text(&got[0]);
+    assert!(
+        refused.contains("MCP server `github` did not start: it needs `GITHUB_TOKEN`"),
+        "{refused}"
+    );
+    let got = stdio_session_env(
+        dir.path(),
+        json!([call("github__ok", json!({}))]),
+        &[("GITHUB_TOKEN", Some("npc-test-token"))],
+    );
+    assert_eq!(ok_text(&got[0]), "fine");
 }

@@ -521,7 +521,7 @@ fn the_manifest_is_found_from_a_subdirectory_and_never_above_the_repository() {
 fn allow_missing_env_validates_without_the_secrets_and_checks_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let manifest = dir.path().join("npcagent.toml");
-    let text = "version = 1\n[mcp.servers.web]\nurl = \"${NPC_TEST_NEVER_SET_URL}\"\nheaders = { Authorization = \"Bearer ${NPC_TEST_NEVER_SET_TOKEN}\" }\n";
+    let text = "version = 1\n[providers.claude]\nkind = \"claude_code\"\nargs = [\"--url=${NPC_TEST_NEVER_SET_URL}\"]\nenv = { TOKEN = \"Bearer ${NPC_TEST_NEVER_SET_TOKEN}\" }\n";
     std::fs::write(&manifest, text).unwrap();
     let run = |args: &[&str]| {
         let out = npc()

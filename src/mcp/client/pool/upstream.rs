@@ -535,6 +535,12 @@ impl Upstream {
     ) -> Result<(RunningService<RoleClient, Listener>, Option<Lean>), PoolError> {
         let server = self.name.clone();
         let config = self.config();
+        if let Err(e) = config.check_start() {
+            return Err(PoolError::Spawn {
+                server,
+                reason: e.to_string(),
+            });
+        }
         match &config.transport {
             McpTransport::Stdio(_) if pipes.is_some() => {
                 let (Some(stdout), Some(stdin)) =
