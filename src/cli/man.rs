@@ -760,6 +760,70 @@ pub const DOCS: &[Doc] = &[
         )],
     },
     Doc {
+        command: "npc workflows",
+        exits: &[(Exit::Failed, "the manifest is invalid")],
+        examples: &[
+            (
+                "npc workflows",
+                "The declared workflows and the latest workflow runs",
+            ),
+            (
+                "npc workflows --format json",
+                "The same as JSON, for scripts",
+            ),
+        ],
+    },
+    Doc {
+        command: "npc workflow",
+        exits: &[],
+        examples: &[(
+            "npc workflow run ship --input goal=parser",
+            "Start workflow `ship` through the daemon",
+        )],
+    },
+    Doc {
+        command: "npc workflow run",
+        exits: &[(
+            Exit::Failed,
+            "refused: no daemon runs, no such workflow, an input unknown or missing",
+        )],
+        examples: &[
+            (
+                "npc workflow run ship --input goal=parser",
+                "Start workflow `ship`; prints the workflow run's id",
+            ),
+            (
+                "npc workflow run ship --input goal=parser --format json",
+                "The id as JSON: {\"id\": \"wf-…\"}",
+            ),
+        ],
+    },
+    Doc {
+        command: "npc workflow show",
+        exits: &[(Exit::Failed, "no such workflow run")],
+        examples: &[
+            (
+                "npc workflow show wf-20261205t111406158z-8a3694f8",
+                "Each step's state, run and branch",
+            ),
+            (
+                "npc workflow show wf-20261205t111406158z-8a3694f8 --format json",
+                "The same as JSON: `state`, and each step's under `steps`",
+            ),
+        ],
+    },
+    Doc {
+        command: "npc workflow cancel",
+        exits: &[(
+            Exit::Failed,
+            "refused: no daemon runs, no such workflow run, or it ended already",
+        )],
+        examples: &[(
+            "npc workflow cancel wf-20261205t111406158z-8a3694f8",
+            "Cancel its running steps' runs, deny its gates, end the rest",
+        )],
+    },
+    Doc {
         command: "npc runs clean",
         exits: &[],
         examples: &[

@@ -76,6 +76,14 @@ pub fn mcp_entries(only: &Manifest, warnings: &mut Vec<String>) -> Vec<McpEntry>
     let this = std::env::current_exe().ok();
     let mut entries = Vec::new();
     for (name, server) in only.mcp_servers.iter().filter(|(_, s)| s.enabled) {
+        // A server missing a value it needs is not handed on with an empty
+        // one (a secret above all): the agent does without it, and is told.
+        if let Err(unset) = server.check_start() {
+            warnings.push(format!(
+                "the MCP server `{name}` is left out of the run: {unset}"
+            ));
+            continue;
+        }
         match &server.transport {
             McpTransport::Stdio(spec) => {
                 if spec.cwd.is_some() {

@@ -239,3 +239,34 @@ fn in_gateway_mode_a_run_sees_the_gateway_only() {
         Some("run-g")
     );
 }
+
+#[test]
+fn an_acp_run_leaves_out_a_server_missing_a_value_rather_than_pass_it_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("npcagent.toml");
+    std::fs::write(
+        &path,
+        "version = 1\n[mcp.servers.gh]\ncommand = \"gh-mcp\"\nenv = { TOKEN = \"${NPC_TEST_SURELY_UNSET_TOKEN}\" }\n[mcp.servers.fs]\ncommand = \"fs-mcp\"\n",
+    )
+    .unwrap();
+    let m = crate::plugins::files::load_path(&path, &crate::disk::ProcessEnv)
+        .unwrap()
+        .manifest
+        .expect("an unset server value is a warning");
+    let mut warnings = Vec::new();
+    let entries = super::acp::mcp_entries(&m, &mut warnings);
+    let names: Vec<String> = entries
+        .iter()
+        .map(|e| match e {
+            crate::providers::acp::McpEntry::Stdio { name, .. }
+            | crate::providers::acp::McpEntry::Http { name, .. } => name.clone(),
+        })
+        .collect();
+    assert_eq!(names, ["fs"]);
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("`gh` is left out") && w.contains("NPC_TEST_SURELY_UNSET_TOKEN")),
+        "{warnings:?}"
+    );
+}
