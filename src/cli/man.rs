@@ -799,6 +799,20 @@ pub const DOCS: &[Doc] = &[
         ],
     },
     Doc {
+        command: "npc workflow plan",
+        exits: &[(Exit::Failed, "no such workflow, or the manifest is invalid")],
+        examples: &[
+            (
+                "npc workflow plan ship",
+                "What workflow `ship` would run, stage by stage",
+            ),
+            (
+                "npc workflow plan ship --format json",
+                "The same as JSON: `stages`, each a list of steps",
+            ),
+        ],
+    },
+    Doc {
         command: "npc workflow show",
         exits: &[(Exit::Failed, "no such workflow run")],
         examples: &[

@@ -37,6 +37,17 @@ pub enum WorkflowCommand {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
+    /// What a workflow would run, stage by stage, before anything runs
+    Plan {
+        /// Workflow name (a `[workflows.NAME]` entry)
+        name: String,
+        /// Manifest file (default: npcagent.toml, else npcagent.json, in the current directory or the nearest one above it in the repository; or `NPC_MANIFEST`)
+        #[arg(long, short = 'm')]
+        manifest: Option<PathBuf>,
+        /// Output: `human` (sentences and columns) or `json` (the exact data, for scripts)
+        #[arg(long, value_enum, default_value_t)]
+        format: Format,
+    },
     /// One workflow run: each step's state, branch and run
     Show {
         /// The workflow run id (`wf-…`)
@@ -225,7 +236,142 @@ pub fn workflow(command: WorkflowCommand) -> anyhow::Result<Exit> {
             manifest,
             format,
         } => show(manifest, &id, format),
+        WorkflowCommand::Plan {
+            name,
+            manifest,
+            format,
+        } => plan(manifest, &name, format),
     }
+}
+
+/// `npc workflow plan NAME`: the stages and what each step would run,
+/// from the manifest alone (a matrix given by an expression is read when
+/// its step is reached).
+fn plan(manifest: Option<PathBuf>, name: &str, format: Format) -> anyhow::Result<Exit> {
+    let Some((model, _)) = load(manifest)? else {
+        return Ok(Exit::Failed);
+    };
+    let Some(w) = model.workflows.get(name) else {
+        let known: Vec<&str> = model.workflows.keys().map(String::as_str).collect();
+        errln!(
+            "error: no workflow `{}`; the manifest declares {}",
+            printable(name),
+            if known.is_empty() {
+                "no workflows".to_string()
+            } else {
+                known
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        );
+        return Ok(Exit::Failed);
+    };
+    let stages = w.stages();
+    let described: Vec<Vec<serde_json::Value>> = stages
+        .iter()
+        .map(|stage| {
+            stage
+                .iter()
+                .filter_map(|id| w.steps.get(id).map(|s| step_plan(id, s)))
+                .collect()
+        })
+        .collect();
+    match format {
+        Format::Json => outln!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "workflow": name, "stages": described }))?
+        )?,
+        Format::Human => {
+            outln!(
+                "{}",
+                printable(&format!(
+                    "workflow `{name}`: {} steps in {} stages",
+                    w.steps.len(),
+                    stages.len()
+                ))
+            )?;
+            for (i, stage) in described.iter().enumerate() {
+                for (j, step) in stage.iter().enumerate() {
+                    let n = if j == 0 {
+                        format!("{}.", i + 1)
+                    } else {
+                        String::new()
+                    };
+                    outln!(
+                        "{}",
+                        printable(&format!(
+                            "  {n:<4}{:<16} {}",
+                            step["id"].as_str().unwrap_or(""),
+                            step["summary"].as_str().unwrap_or("")
+                        ))
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+/// One step of `npc workflow plan`: what it runs and under which terms.
+fn step_plan(id: &str, s: &crate::model::Step) -> serde_json::Value {
+    use crate::model::{Action, MatrixValues};
+    let runs = match &s.action {
+        Some(Action::RunProfile { profile, .. }) => format!("agent `{profile}`"),
+        Some(Action::RunCommand(c)) => format!("command `{}`", c.command),
+        Some(Action::StartWorkflow { workflow, .. }) => format!("workflow `{workflow}`"),
+        None => "a person's approval".to_string(),
+    };
+    let mut terms = vec![runs];
+    if s.gate.is_some() && s.action.is_some() {
+        terms.push("after a person's approval".into());
+    }
+    let mut instances: Option<usize> = Some(1);
+    let matrix: serde_json::Map<String, serde_json::Value> = s
+        .matrix
+        .iter()
+        .map(|(k, v)| match v {
+            MatrixValues::Values(list) => {
+                instances = instances.map(|n| n * list.len());
+                let values: Vec<serde_json::Value> = list
+                    .iter()
+                    .map(|t| serde_json::from_str(t).unwrap_or(json!(t)))
+                    .collect();
+                terms.push(format!(
+                    "{k} in {}",
+                    serde_json::Value::Array(values.clone())
+                ));
+                (k.clone(), serde_json::Value::Array(values))
+            }
+            MatrixValues::Expression(e) => {
+                instances = None;
+                terms.push(format!("{k} from `{e}` when reached"));
+                (k.clone(), json!({ "expression": e }))
+            }
+        })
+        .collect();
+    if let Some(when) = &s.when {
+        terms.push(format!("when `{when}`"));
+    }
+    if let Some(base) = &s.workspace.base_ref {
+        terms.push(format!("on `{base}`"));
+    }
+    if !s.merge.is_empty() {
+        terms.push(format!("merging {}", s.merge.join(", ")));
+    }
+    json!({
+        "id": id,
+        "runs": s.action.as_ref().map(|_| "run").unwrap_or("gate"),
+        "needs": s.needs,
+        "matrix": matrix,
+        "instances": instances,
+        "when": s.when,
+        "gate": s.gate.is_some(),
+        "base": s.workspace.base_ref,
+        "merge": s.merge,
+        "summary": terms.join("; "),
+    })
 }
 
 /// Send `request` to the daemon: its reply, or the exit after saying why

@@ -1447,6 +1447,29 @@ impl Manifest {
 impl Workflow {
     /// The steps `id` comes after: everything it needs, directly or not.
     /// Only their outputs exist when `id` is reached.
+    /// The steps in stages: each step in the stage after the last of the
+    /// steps it needs (stage 0: the steps that need none), in `order`.
+    pub fn stages(&self) -> Vec<Vec<String>> {
+        let mut depth: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut stages: Vec<Vec<String>> = Vec::new();
+        for id in &self.order {
+            let d = self.steps.get(id).map_or(0, |s| {
+                s.needs
+                    .iter()
+                    .filter_map(|n| depth.get(n.as_str()))
+                    .map(|d| d + 1)
+                    .max()
+                    .unwrap_or(0)
+            });
+            depth.insert(id, d);
+            if stages.len() <= d {
+                stages.resize(d + 1, Vec::new());
+            }
+            stages[d].push(id.clone());
+        }
+        stages
+    }
+
     pub fn before(&self, id: &str) -> std::collections::BTreeSet<String> {
         let graph: BTreeMap<String, Vec<String>> = self
             .steps

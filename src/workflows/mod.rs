@@ -228,6 +228,20 @@ impl Workflows {
             .await
             .map_err(CancelError::Store)?;
         let mut moved = Vec::new();
+        // The steps never reached end `cancelled` too, so the journal says
+        // what became of every declared step.
+        let reached: HashSet<String> = rows.iter().map(|r| r.step.clone()).collect();
+        if let Some(decl) = self
+            .runs
+            .manifest()
+            .and_then(|m| m.workflows.get(&wf.name).cloned())
+        {
+            for step in decl.order.iter().filter(|s| !reached.contains(*s)) {
+                let mut row = StepRow::new(&wf.id, step, 0, state::CANCELLED);
+                row.detail = Some("the workflow run was cancelled before it was reached".into());
+                moved.push(row);
+            }
+        }
         for mut row in rows.into_iter().filter(|r| !state::is_final(&r.state)) {
             if let Some(run) = &row.run_id {
                 // Ended already, or not this daemon's: nothing to stop.

@@ -122,6 +122,10 @@ fn a_workflow_fans_out_from_a_plan_waits_at_its_gate_and_each_step_builds_on_the
     );
     assert_eq!(code, 1);
     assert!(stderr.contains("has no input `colour`"), "{stderr}");
+    // The plan, before anything runs.
+    let (code, stdout, stderr) = run_npc(dir.path(), &["workflow", "plan", "ship"]);
+    assert_eq!(code, 0, "{stderr}");
+    insta::assert_snapshot!("workflow_plan", stdout);
     let id = start(dir.path(), "ship", &["--input", "goal=a calculator"]);
     assert!(id.starts_with("wf-"), "{id}");
     let view = wait_until(dir.path(), &id, "the review gate", |v| {
@@ -307,6 +311,8 @@ fn a_failed_step_fails_what_needs_it_and_nothing_else_a_denied_gate_fails_and_a_
     let view = show(dir.path(), &id);
     assert_eq!(view["state"], "cancelled", "{view:#}");
     assert_eq!(view["steps"]["wait"]["state"], "cancelled");
+    assert_eq!(view["steps"]["after"]["state"], "cancelled", "{view:#}");
+    assert!(view["steps"]["after"]["run"].is_null(), "{view:#}");
     let row = wait_for("the step's run to end", || {
         crate::worktrees::runs(dir.path())
             .into_iter()
