@@ -608,3 +608,73 @@ async fn approvals_are_answered_once_and_bounded() {
         "{refused:?}"
     );
 }
+
+#[tokio::test]
+async fn workflow_runs_keep_their_journal_and_only_the_newest_finished_ones_stay() {
+    use super::workflows::{StepRow, WorkflowRow, state};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("state.db")).unwrap();
+    let row = |id: &str, at: i64, st: &str| WorkflowRow {
+        id: id.into(),
+        name: "ship".into(),
+        origin: "cli".into(),
+        inputs: json!({"goal": "x"}),
+        payload: json!(null),
+        state: st.into(),
+        detail: None,
+        created_at_ms: at,
+        updated_at_ms: at,
+        finished_at_ms: None,
+    };
+    for i in 0..5 {
+        let st = if i == 0 {
+            state::RUNNING
+        } else {
+            state::SUCCEEDED
+        };
+        store
+            .create_workflow(row(&format!("wf-{i}"), i, st))
+            .await
+            .unwrap();
+        let mut step = StepRow::new(&format!("wf-{i}"), "plan", 0, state::SUCCEEDED);
+        step.outputs = Some(json!({"branch": "npc/x", "big": "y".repeat(10)}));
+        store.put_steps(vec![step]).await.unwrap();
+    }
+    // A step's row is replaced, never doubled; an ended workflow stays ended.
+    let mut again = StepRow::new("wf-1", "plan", 0, state::FAILED);
+    again.detail = Some("x".into());
+    store.put_steps(vec![again]).await.unwrap();
+    assert_eq!(store.workflow_steps("wf-1").unwrap().len(), 1);
+    assert_eq!(store.workflow_steps("wf-1").unwrap()[0].state, "failed");
+    assert!(
+        !store
+            .set_workflow_state("wf-1", state::FAILED, None)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .set_workflow_state("wf-0", state::CANCELLED, None)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .workflow("wf-0")
+            .unwrap()
+            .unwrap()
+            .finished_at_ms
+            .is_some()
+    );
+    assert_eq!(store.workflows(true, 10).unwrap().len(), 0);
+    // Two finished ones kept: the newest; the others' steps go too.
+    assert_eq!(store.prune_workflows(2).await.unwrap(), 3);
+    let left: Vec<String> = store
+        .workflows(false, 10)
+        .unwrap()
+        .into_iter()
+        .map(|w| w.id)
+        .collect();
+    assert_eq!(left, ["wf-4", "wf-3"]);
+    assert!(store.workflow_steps("wf-1").unwrap().is_empty());
+}

@@ -16,6 +16,9 @@ use super::{Pending, Store, StoreError, now_ms, sqlite};
 pub const MAX_WORKFLOWS_PER_READ: usize = 1_000;
 /// Most step rows of one workflow run read back.
 pub const MAX_STEPS_PER_WORKFLOW: usize = 4_096;
+/// Finished workflow runs kept; older finished ones (and their steps) are
+/// pruned when a workflow run ends.
+pub const WORKFLOW_HISTORY_LIMIT: usize = 1_000;
 /// Longest JSON text a row keeps (inputs, a step's outputs); longer is cut
 /// to a marker when written.
 pub const MAX_ROW_JSON_BYTES: usize = 1024 * 1024;
@@ -345,5 +348,27 @@ impl Store {
             }
         }
         Ok(None)
+    }
+
+    /// Forget finished workflow runs (and their steps) beyond the newest
+    /// `keep` ones; how many went.
+    pub fn prune_workflows(&self, keep: usize) -> Pending<usize> {
+        self.write(move |conn| {
+            let failed = sqlite("prune workflow runs");
+            const OLD: &str = "SELECT id FROM workflow_runs
+                 WHERE state NOT IN ('running') AND id NOT IN (
+                     SELECT id FROM workflow_runs WHERE state NOT IN ('running')
+                     ORDER BY created_at_ms DESC, id DESC LIMIT ?1)";
+            conn.execute(
+                &format!("DELETE FROM workflow_steps WHERE workflow_id IN ({OLD})"),
+                [keep as i64],
+            )
+            .map_err(&failed)?;
+            conn.execute(
+                &format!("DELETE FROM workflow_runs WHERE id IN ({OLD})"),
+                [keep as i64],
+            )
+            .map_err(&failed)
+        })
     }
 }

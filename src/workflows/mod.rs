@@ -723,6 +723,10 @@ impl Workflows {
             .await
         {
             Ok(true) => {
+                let kept = crate::store::workflows::WORKFLOW_HISTORY_LIMIT;
+                if let Err(e) = self.store.prune_workflows(kept).await {
+                    tracing::warn!("workflows: cannot prune old workflow runs: {e}");
+                }
                 self.publish(
                     &wf.id,
                     Event::WorkflowFinished(WorkflowFinished {
