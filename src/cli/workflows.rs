@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use clap::Subcommand;
 use serde_json::json;
 
-use super::reconcile::daemon_socket;
+use super::reconcile::{daemon_socket, tokio};
 use super::{Exit, Format};
 use crate::runtime::{self, RepoPaths};
 use crate::stdx::term::printable;
@@ -71,12 +71,6 @@ pub enum WorkflowCommand {
         #[arg(long, value_enum, default_value_t)]
         format: Format,
     },
-}
-
-fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?)
 }
 
 /// The manifest at `manifest` (an invalid one is reported) and its paths.

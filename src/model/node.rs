@@ -388,7 +388,12 @@ mod tests {
         assert!(parse_toml_reference(&file, &mut reference).is_none());
         let shown = |d: &[Diagnostic]| {
             d.iter()
-                .map(|d| (d.summary.clone(), d.location.as_ref().map(|l| l.span.clone())))
+                .map(|d| {
+                    (
+                        d.summary.clone(),
+                        d.location.as_ref().map(|l| l.span.clone()),
+                    )
+                })
                 .collect::<Vec<_>>()
         };
         assert_eq!(shown(&diags), shown(&reference));

@@ -394,18 +394,8 @@ async fn git_with(
     limit: usize,
     env: BTreeMap<String, String>,
 ) -> Result<(String, bool), WorkspaceError> {
-    let command = args.first().copied().unwrap_or("").to_string();
-    let (done, truncated, stdout, stderr, status) =
-        git_raw(supervisor, cwd, args, limit, env).await?;
-    if !done {
-        let text = String::from_utf8_lossy(&stderr);
-        let detail = text.trim().lines().last().unwrap_or("").to_string();
-        return Err(WorkspaceError::Git {
-            command,
-            detail: format!("{} ({})", crate::stdx::term::printable(&detail), status),
-        });
-    }
-    Ok((String::from_utf8_lossy(&stdout).into_owned(), truncated))
+    let (_, stdout, truncated) = git_checked(supervisor, cwd, args, limit, env, None).await?;
+    Ok((stdout, truncated))
 }
 
 /// [`git_with`] where exit status 1 is an answer, not a failure (`git
@@ -417,28 +407,21 @@ async fn git_status(
     limit: usize,
     env: BTreeMap<String, String>,
 ) -> Result<(bool, String), WorkspaceError> {
-    let command = args.first().copied().unwrap_or("").to_string();
-    let (done, _, stdout, stderr, status) = git_raw(supervisor, cwd, args, limit, env).await?;
-    if !done && status.code != Some(1) {
-        let text = String::from_utf8_lossy(&stderr);
-        let detail = text.trim().lines().last().unwrap_or("").to_string();
-        return Err(WorkspaceError::Git {
-            command,
-            detail: format!("{} ({})", crate::stdx::term::printable(&detail), status),
-        });
-    }
-    Ok((done, String::from_utf8_lossy(&stdout).into_owned()))
+    let (clean, stdout, _) = git_checked(supervisor, cwd, args, limit, env, Some(1)).await?;
+    Ok((clean, stdout))
 }
 
 /// `git ARGS` in `cwd` with npc's safe configuration: whether it exited 0,
-/// whether its output was cut, its output and errors, and its status.
-async fn git_raw(
+/// its output and whether that was cut. A non-zero exit is an error unless
+/// it is `answer` (a command whose status is its answer).
+async fn git_checked(
     supervisor: &Supervisor,
     cwd: &Path,
     args: &[&str],
     limit: usize,
     env: BTreeMap<String, String>,
-) -> Result<(bool, bool, Vec<u8>, Vec<u8>, crate::event::ExitInfo), WorkspaceError> {
+    answer: Option<i32>,
+) -> Result<(bool, String, bool), WorkspaceError> {
     let mut spec = ChildSpec::new("git", cwd);
     spec.env = env;
     spec.args = GIT_SAFE_CONFIG
@@ -468,12 +451,19 @@ async fn git_raw(
             detail: format!("it took longer than {}s", GIT_TIMEOUT.as_secs()),
         });
     }
+    let clean = out.status.success();
+    if !clean && (answer.is_none() || out.status.code != answer) {
+        let text = String::from_utf8_lossy(&out.stderr);
+        let detail = text.trim().lines().last().unwrap_or("").to_string();
+        return Err(WorkspaceError::Git {
+            command,
+            detail: format!("{} ({})", crate::stdx::term::printable(&detail), out.status),
+        });
+    }
     Ok((
-        out.status.success(),
+        clean,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
         out.stdout_truncated,
-        out.stdout,
-        out.stderr,
-        out.status,
     ))
 }
 
