@@ -215,9 +215,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         let builtins = Arc::new(Builtins::standard(
             &paths.root,
             &manifest.mcp_builtins,
-            Arc::new(NpcGroup::new(NpcContext {
-                paths: paths.clone(),
-            })),
+            Arc::new(NpcGroup::new(NpcContext::new(paths.clone()))),
         ));
         let mut hooks = crate::hooks::HookRunner::new(
             crate::hooks::HookSet::for_repository(&paths.root, &manifest),

@@ -389,9 +389,7 @@ fn static_names(model: &Manifest, paths: &RepoPaths) -> crate::mcp::StaticNames 
         &paths.root,
         &model.mcp_builtins,
         std::sync::Arc::new(crate::runtime::npc_tools::NpcGroup::new(
-            crate::runtime::npc_tools::NpcContext {
-                paths: paths.clone(),
-            },
+            crate::runtime::npc_tools::NpcContext::new(paths.clone()),
         )),
     );
     crate::mcp::static_names(model, |n| builtins.contains(n))

@@ -1330,6 +1330,8 @@ keywords! {
         Cli = "cli",
         /// A step of a workflow run (`npc workflow run`).
         Workflow = "workflow",
+        /// A run an agent started with the gateway's `npc_delegate`.
+        Delegate = "delegate",
     }
 }
 

@@ -1065,6 +1065,11 @@ fn manual_request_of(
             .filter(|a| a.check().is_ok())?;
         return Some((local.run.clone(), Some(Box::new(local))));
     }
+    if origin == Some(Origin::Delegate) {
+        let delegated =
+            serde_json::from_value::<crate::surfaces::runs::DelegatedRun>(payload.clone()).ok()?;
+        return Some((delegated.run, None));
+    }
     serde_json::from_value(payload.clone())
         .ok()
         .map(|run| (run, None))

@@ -161,6 +161,63 @@ impl Runs {
         self.submit_manual(origin, payload).await
     }
 
+    /// Start `run` for the agent of run `parent` (the gateway's
+    /// `npc_delegate`): a run like any (its own worktree and policy), of
+    /// origin `delegate`, refused past [`MAX_DELEGATION_DEPTH`] runs deep or
+    /// [`MAX_DELEGATIONS_PER_RUN`] runs from one parent, or when `parent`
+    /// is not a running run of this daemon. Returns its id.
+    pub async fn start_delegated(
+        &self,
+        parent: &str,
+        run: ManualRun,
+    ) -> Result<String, StartRunError> {
+        let store = self.store.clone();
+        let key = parent.to_string();
+        let (row, children) = tokio::task::spawn_blocking(move || {
+            Ok::<_, crate::store::StoreError>((
+                store.run_row(&key)?,
+                store.delegated_runs_of(&key)?,
+            ))
+        })
+        .await
+        .map_err(|e| StartRunError::Delegation(e.to_string()))?
+        .map_err(|e| StartRunError::Delegation(e.to_string()))?;
+        let row = row
+            .filter(|r| r.state == super::state::RUNNING)
+            .ok_or_else(|| {
+                StartRunError::Delegation(format!(
+                    "run `{parent}` is not a running run of this daemon; only a running run's agent delegates"
+                ))
+            })?;
+        let depth = match row.origin.known() {
+            Some(Origin::Delegate) => {
+                serde_json::from_value::<crate::surfaces::runs::DelegatedRun>(row.payload)
+                    .map_or(u32::MAX, |d| d.depth)
+                    .saturating_add(1)
+            }
+            _ => 1,
+        };
+        if depth > MAX_DELEGATION_DEPTH {
+            return Err(StartRunError::Delegation(format!(
+                "run `{parent}` is itself {} delegations deep; a delegated run delegates at most {MAX_DELEGATION_DEPTH} deep",
+                depth - 1
+            )));
+        }
+        if children >= MAX_DELEGATIONS_PER_RUN {
+            return Err(StartRunError::Delegation(format!(
+                "run `{parent}` delegated {children} runs already, the most one run may"
+            )));
+        }
+        self.check(&run)?;
+        let delegated = crate::surfaces::runs::DelegatedRun {
+            run,
+            parent: parent.to_string(),
+            depth,
+        };
+        let payload = serde_json::to_value(&delegated).unwrap_or_default();
+        self.submit_manual(Origin::Delegate, payload).await
+    }
+
     async fn submit_manual(
         &self,
         origin: Origin,
@@ -344,4 +401,12 @@ pub enum StartRunError {
     Local(LocalRunError),
     #[error(transparent)]
     Refused(Refused),
+    #[error("{0}")]
+    Delegation(String),
 }
+
+/// How deep delegations chain: a run an agent delegated may delegate
+/// again, up to this many runs deep.
+pub const MAX_DELEGATION_DEPTH: u32 = 2;
+/// Most runs one run's agent may delegate.
+pub const MAX_DELEGATIONS_PER_RUN: usize = 8;

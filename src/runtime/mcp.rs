@@ -56,9 +56,7 @@ impl McpDriver {
                 pool.sweep_idle().await;
             }
         });
-        let npc = NpcContext {
-            paths: paths.clone(),
-        };
+        let npc = NpcContext::new(paths.clone());
         let builtins = Arc::new(Builtins::standard(
             &npc.paths.root,
             &McpBuiltins::default(),
@@ -108,6 +106,11 @@ impl McpDriver {
         if changed {
             self.pool().catalog_changed(CatalogChange::Prompts);
         }
+    }
+
+    /// The daemon's run service, which `npc_delegate` starts runs through.
+    pub fn set_runs(&self, runs: Arc<crate::runs::Runs>) {
+        let _ = self.npc.runs.set(runs);
     }
 
     pub fn pool(&self) -> &Arc<Pool> {

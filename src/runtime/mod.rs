@@ -215,6 +215,7 @@ impl Runtime {
             crate::workflows::Workflows::new(store.clone(), runs.clone(), bus.clone(), cx.clone());
         workflows.spawn();
         runs.set_workflow_starter(workflows.clone());
+        mcp.set_runs(runs.clone());
         let notify = crate::notify::Notifier::start(
             bus.clone(),
             store.clone(),

@@ -51,6 +51,19 @@ impl From<NpcError> for BuiltinError {
 #[derive(Debug, Clone)]
 pub struct NpcContext {
     pub paths: RepoPaths,
+    /// The daemon's run service, once there is one: `npc_delegate` starts
+    /// runs through it (elsewhere it answers that it needs the daemon).
+    pub runs: Arc<std::sync::OnceLock<Arc<crate::runs::Runs>>>,
+}
+
+impl NpcContext {
+    /// The context of the repository at `paths`, with no run service yet.
+    pub fn new(paths: RepoPaths) -> Self {
+        Self {
+            paths,
+            runs: Arc::default(),
+        }
+    }
 }
 
 /// `npc_status`, `npc_plan`, `npc_events`.
@@ -62,6 +75,19 @@ pub struct NpcGroup {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct NoArgs {}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct DelegateArgs {
+    /// The profile (a `[profiles.NAME]` of the manifest) the run uses: its
+    /// own agent CLI, tools and policy.
+    profile: String,
+    /// The task for that agent.
+    prompt: String,
+    /// Wait for the run's end and answer its outcome, branch and final
+    /// message (default `true`); `false` answers its id at once.
+    wait: Option<bool>,
+}
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -207,6 +233,86 @@ impl NpcGroup {
     }
 }
 
+/// How often `npc_delegate` reads the state of the run it waits for.
+pub const DELEGATE_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+/// The longest `npc_delegate` waits for a run's end (the run's own timeout
+/// ends it sooner).
+pub const MAX_DELEGATE_WAIT: std::time::Duration = std::time::Duration::from_secs(2 * 60 * 60);
+
+impl NpcGroup {
+    /// `npc_delegate`: start the run for the calling run's agent and, with
+    /// `wait`, answer its end.
+    async fn delegate(&self, args: DelegateArgs) -> Result<Value, BuiltinError> {
+        let unavailable = |reason: String| BuiltinError::Unavailable {
+            group: "npc",
+            reason,
+        };
+        let Some(runs) = self.cx.runs.get().cloned() else {
+            return Err(unavailable(
+                "`npc_delegate` needs the daemon (`npc daemon`), which carries runs out".into(),
+            ));
+        };
+        let Some(parent) = crate::mcp::call::current_run() else {
+            return Err(unavailable(
+                "`npc_delegate` is for the agent of a run npc started; this session belongs to no run".into(),
+            ));
+        };
+        let run = crate::surfaces::runs::ManualRun {
+            profile: args.profile,
+            prompt: Some(args.prompt),
+            prompt_template: None,
+            vars: Default::default(),
+            workspace: None,
+            provider: None,
+        };
+        let id = runs
+            .start_delegated(&parent, run)
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        if args.wait == Some(false) {
+            return Ok(json!({ "run_id": id, "state": "queued" }));
+        }
+        let store = runs.store().clone();
+        let until = tokio::time::Instant::now() + MAX_DELEGATE_WAIT;
+        loop {
+            let (key, reader) = (id.clone(), store.clone());
+            let row = tokio::task::spawn_blocking(move || reader.run_row(&key))
+                .await
+                .map_err(|e| unavailable(e.to_string()))?
+                .map_err(NpcError::from)?;
+            if let Some(row) = row.filter(|r| {
+                !matches!(
+                    r.state.as_str(),
+                    crate::store::queue::state::QUEUED | crate::store::queue::state::RUNNING
+                )
+            }) {
+                let (key, reader) = (id.clone(), store.clone());
+                let message = tokio::task::spawn_blocking(move || reader.last_message_of_run(&key))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .flatten();
+                let result = row.result.as_ref();
+                return Ok(bounded(json!({
+                    "run_id": id,
+                    "state": row.state,
+                    "detail": row.detail,
+                    "branch": result.and_then(|r| r.get("branch")),
+                    "head": result.and_then(|r| r.get("head")),
+                    "message": message,
+                    "notice": EVENTS_NOTICE,
+                })));
+            }
+            if tokio::time::Instant::now() >= until {
+                return Ok(
+                    json!({ "run_id": id, "state": "running", "detail": "still running; stopped waiting" }),
+                );
+            }
+            tokio::time::sleep(DELEGATE_POLL).await;
+        }
+    }
+}
+
 impl Group for NpcGroup {
     fn name(&self) -> &'static str {
         "npc"
@@ -230,6 +336,11 @@ impl Group for NpcGroup {
                 "This repository's event log, oldest first, paged by `after` and `limit` (read-only)",
                 read,
             ),
+            tool::<DelegateArgs>(
+                "npc_delegate",
+                "Start a run of another profile's agent on a task (its own worktree and policy) and, unless `wait` is false, answer its outcome, branch and final message",
+                ToolAnnotations::new().read_only(false).open_world(false),
+            ),
         ]
     }
 
@@ -239,6 +350,9 @@ impl Group for NpcGroup {
         arguments: JsonObject,
     ) -> BoxFuture<'a, Result<Value, BuiltinError>> {
         let (group, tool) = (self.clone(), tool.to_string());
+        if tool == "npc_delegate" {
+            return Box::pin(async move { group.delegate(parse(&tool, arguments)?).await });
+        }
         Box::pin(async move {
             tokio::task::spawn_blocking(move || match tool.as_str() {
                 "npc_status" => {
@@ -273,9 +387,7 @@ pub(crate) mod tests {
     /// A context for a repository in `dir` whose manifest is `manifest`.
     pub(crate) fn context(dir: &std::path::Path, manifest: &str) -> NpcContext {
         std::fs::write(dir.join("npcagent.toml"), manifest).unwrap();
-        NpcContext {
-            paths: RepoPaths::resolve(&dir.join("npcagent.toml"), ".npc").unwrap(),
-        }
+        NpcContext::new(RepoPaths::resolve(&dir.join("npcagent.toml"), ".npc").unwrap())
     }
 
     #[test]

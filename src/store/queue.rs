@@ -765,6 +765,18 @@ impl Store {
         })
     }
 
+    /// How many runs run `parent`'s agent delegated (`npc_delegate`).
+    pub fn delegated_runs_of(&self, parent: &str) -> Result<usize, StoreError> {
+        self.read("count delegated runs", |conn| {
+            conn.prepare_cached(
+                "SELECT COUNT(*) FROM runs WHERE origin = 'delegate' AND json_valid(payload)
+                 AND json_extract(payload, '$.parent') = ?1",
+            )?
+            .query_row([parent], |r| r.get::<_, i64>(0))
+        })
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+    }
+
     /// The oldest queued run of each trigger, oldest first, at most `limit`
     /// (the executor's view: a trigger's later runs wait behind its first).
     pub fn queued_runs(&self, limit: usize) -> Result<Vec<RunRow>, StoreError> {

@@ -46,6 +46,17 @@ pub struct ManualRun {
     pub provider: Option<String>,
 }
 
+/// A run an agent asked for with the gateway's `npc_delegate` (the queue
+/// row's payload): the run, the run whose agent asked, and how deep in a
+/// chain of delegations it is (1: asked by a run nobody delegated).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelegatedRun {
+    pub run: ManualRun,
+    pub parent: String,
+    pub depth: u32,
+}
+
 /// Longest prompt text a prompt sends to the daemon (the control channel
 /// reads request lines of at most `control::MAX_REQUEST_BYTES`; JSON
 /// escaping and the rest of the request need room). A longer prompt runs in

@@ -94,7 +94,7 @@ fn tool_calls(dir: &Path) -> Vec<Value> {
         .collect()
 }
 
-const BUILTINS: [&str; 11] = [
+const BUILTINS: [&str; 12] = [
     "memory_write",
     "memory_search",
     "memory_recent",
@@ -106,6 +106,7 @@ const BUILTINS: [&str; 11] = [
     "npc_status",
     "npc_plan",
     "npc_events",
+    "npc_delegate",
 ];
 
 #[test]
@@ -536,7 +537,14 @@ fn npc_tools_read_status_plan_and_paged_events() {
             call("npc_plan", json!({})),
             call("npc_events", json!({"limit": 100_000})),
             call("npc_status", json!({"extra": true})),
+            call("npc_delegate", json!({"profile": "x", "prompt": "y"})),
         ]),
+    );
+    // Without a daemon (and from a session of no run) nothing is started.
+    assert!(
+        error_text(&got[7]).contains("`npc_delegate` needs the daemon"),
+        "{}",
+        got[7]
     );
     let first = ok_json(&got[2]);
     assert!(first["notice"].as_str().unwrap().contains("untrusted"));

@@ -2603,3 +2603,67 @@ base = "{{ steps.prep.head }}"
         "{view:#}"
     );
 }
+
+/// A real Claude Code agent calls the gateway's `npc_delegate`: the daemon
+/// starts a run of the named profile for it (origin `delegate`, its own
+/// worktree), waits for it and hands back its outcome and final message.
+/// That run's agent delegates again (2 deep, the bound), and the third
+/// asking is refused with the reason, which its agent reads.
+#[test]
+fn a_real_claude_code_agent_delegates_a_run_and_gets_its_result_and_the_depth_is_bounded() {
+    if !installed(CLAUDE) {
+        return;
+    }
+    let script = Script {
+        tool: "npc_delegate",
+        args: serde_json::json!({ "profile": "agent", "prompt": "a delegated task" }),
+        provider_args: &["--allowedTools", "mcp__npc__npc_delegate"],
+    };
+    let s = Setup::scripted(CLAUDE, "", None, script);
+    let root = s.root();
+    crate::worktrees::git(&root, &["add", "--all"]);
+    crate::worktrees::git(&root, &["commit", "--quiet", "-m", "start"]);
+    let _daemon = s.daemon();
+    let events = s.run();
+    let parent = events
+        .iter()
+        .find_map(|e| e["run_id"].as_str())
+        .unwrap()
+        .to_string();
+    let out = s.npc(&["runs", "--format", "json"]).output().unwrap();
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let delegated: Vec<&Value> = rows.iter().filter(|r| r["origin"] == "delegate").collect();
+    assert_eq!(delegated.len(), 2, "{rows:#?}");
+    for r in &delegated {
+        assert_eq!(r["state"], "succeeded", "{r}");
+    }
+    let calls: Vec<Value> = s
+        .events()
+        .into_iter()
+        .filter(|e| {
+            e["kind"] == "mcp.tool_call"
+                && e["payload"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("npc_delegate"))
+        })
+        .collect();
+    assert_eq!(calls.len(), 3, "{calls:#?}");
+    // The first two started runs; the third, two deep already, was refused.
+    let by_run = |run: &str| {
+        calls
+            .iter()
+            .find(|c| c["payload"]["run_id"] == run)
+            .unwrap_or_else(|| panic!("no call of {run}: {calls:#?}"))
+    };
+    assert_eq!(by_run(&parent)["payload"]["outcome"], "ok", "{calls:#?}");
+    let refused: Vec<&Value> = calls
+        .iter()
+        .filter(|c| c["payload"]["outcome"] != "ok")
+        .collect();
+    assert_eq!(refused.len(), 1, "{calls:#?}");
+    let model = std::fs::read_to_string(&s.model.record).unwrap();
+    assert!(
+        model.contains("delegates at most 2 deep"),
+        "the refusal reached no model"
+    );
+}
