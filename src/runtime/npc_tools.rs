@@ -1,10 +1,14 @@
 //! npc's own built-in MCP tools (the `npc` group of `mcp::builtin`, which
-//! this room implements through `mcp::builtin::Group`), read-only: `npc_status` (each component's recorded
-//! state), `npc_plan` (what `npc apply` would change, from the manifest on
-//! disk against the last applied state) and `npc_events` (the event log,
-//! paged). They use the same library paths as `npc status`, `npc plan` and
-//! `npc events` and open the repository's store read-only; every output is
-//! bounded ([`MAX_OUTPUT_BYTES`], [`MAX_EVENTS_LIMIT`]).
+//! this room implements through `mcp::builtin::Group`): read-only
+//! `npc_status` (each component's recorded state), `npc_plan` (what `npc
+//! apply` would change, from the manifest on disk against the last applied
+//! state) and `npc_events` (the event log, paged), which use the same
+//! library paths as `npc status`, `npc plan` and `npc events` and open the
+//! repository's store read-only; and `npc_delegate`, through which the
+//! agent of a run the daemon carries out asks for a run of another profile
+//! (`runs::Runs::start_delegated`, bounded in depth and number) and waits
+//! for its end. Every output is bounded ([`MAX_OUTPUT_BYTES`],
+//! [`MAX_EVENTS_LIMIT`]).
 
 use std::sync::Arc;
 
