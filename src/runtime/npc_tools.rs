@@ -258,7 +258,7 @@ impl NpcGroup {
         };
         let Some(parent) = crate::mcp::call::current_run() else {
             return Err(unavailable(
-                "`npc_delegate` is for the agent of a run npc started; this session belongs to no run".into(),
+                "`npc_delegate` is for the agent of a run the daemon carries out; this session belongs to no run".into(),
             ));
         };
         let run = crate::surfaces::runs::ManualRun {
