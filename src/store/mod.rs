@@ -47,6 +47,9 @@ pub const DEFAULT_STATE_DIR: &str = ".npc";
 pub const DB_FILE_NAME: &str = "state.db";
 /// How long a connection waits for a lock held by another connection.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// The pause between two tries to switch a new database to WAL while
+/// another process holds its lock.
+pub const WAL_SWITCH_RETRY: Duration = Duration::from_millis(10);
 /// Idle read-only connections kept for reuse.
 pub const READER_POOL_SIZE: usize = 4;
 /// Prepared statements each connection keeps (rusqlite's default is 16;
@@ -354,9 +357,22 @@ impl Store {
         .map_err(open_error)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_error)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
-        let mode: String = conn
-            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-            .map_err(open_error)?;
+        // Switching a new database to WAL takes its exclusive lock, and
+        // SQLite answers a switch that would wait on another opener's lock
+        // at once, busy handler or not: several processes creating the
+        // store together try again until `BUSY_TIMEOUT`.
+        let switching = std::time::Instant::now();
+        let mode: String = loop {
+            match conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)) {
+                Err(rusqlite::Error::SqliteFailure(e, _))
+                    if e.code == rusqlite::ErrorCode::DatabaseBusy
+                        && switching.elapsed() < BUSY_TIMEOUT =>
+                {
+                    std::thread::sleep(WAL_SWITCH_RETRY);
+                }
+                other => break other.map_err(open_error)?,
+            }
+        };
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Sqlite {
                 op: "switch to WAL mode",
