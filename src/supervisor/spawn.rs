@@ -256,6 +256,7 @@ fn command(
         .process_group(0)
         .kill_on_drop(true);
     set_parent_death_signal(&mut cmd);
+    reset_ignored_signals(&mut cmd);
     if let Some(announcer) = contain.and_then(|c| c.announcer()) {
         announce_before_exec(&mut cmd, announcer);
     }
@@ -416,6 +417,35 @@ fn spawn_contained(
         }
         spawn_error(id, spec, e)
     })
+}
+
+/// Start the child with every signal npc's own launcher ignored at its
+/// default again (`nohup` ignores SIGHUP, a shell's `&` SIGINT and SIGQUIT;
+/// an ignored signal is inherited across `exec`, and a shell cannot even
+/// trap one it was started ignoring), as a service manager starts its
+/// services: what a child does with a signal is its own choice.
+#[allow(unsafe_code)]
+fn reset_ignored_signals(cmd: &mut Command) {
+    // SAFETY: the closure runs in the forked child before exec and makes
+    // only `sigaction` calls (async-signal-safe); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            for signo in 1..nix::libc::SIGRTMIN() {
+                if signo == nix::libc::SIGKILL || signo == nix::libc::SIGSTOP {
+                    continue;
+                }
+                let mut old: nix::libc::sigaction = std::mem::zeroed();
+                if nix::libc::sigaction(signo, std::ptr::null(), &mut old) == 0
+                    && old.sa_sigaction == nix::libc::SIG_IGN
+                {
+                    let mut default: nix::libc::sigaction = std::mem::zeroed();
+                    default.sa_sigaction = nix::libc::SIG_DFL;
+                    nix::libc::sigaction(signo, &default, std::ptr::null_mut());
+                }
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Ask the kernel to SIGKILL the child when the daemon dies, even by SIGKILL.

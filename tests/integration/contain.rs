@@ -480,3 +480,38 @@ fn a_shell_in_a_contained_pane_does_job_control() {
         Some(_) => None,
     });
 }
+
+/// A daemon started ignoring SIGHUP, SIGINT and SIGQUIT (`nohup npc daemon
+/// &` in a script) starts its children with every signal at its default:
+/// a run's command sees nothing ignored, and a shell there can trap SIGHUP.
+#[test]
+fn a_daemon_started_under_nohup_starts_its_children_with_no_signal_ignored() {
+    let daemon = Daemon::start_with(
+        "version = 1\n[triggers.run]\nkind = \"webhook\"\nroute = \"r\"\naction = { command = \"sh\", args = [\"-c\", \"grep SigIgn /proc/self/status > ignored.txt\"] }\n",
+        DaemonSetup {
+            ignoring_signals: true,
+            ..Default::default()
+        },
+    );
+    // The daemon itself still ignores what it does not handle (SIGQUIT;
+    // it handles SIGHUP and SIGINT itself), as it was started.
+    let own = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
+    let ignored = own.lines().find(|l| l.starts_with("SigIgn:")).unwrap();
+    let mask = u64::from_str_radix(ignored.split_whitespace().nth(1).unwrap(), 16).unwrap();
+    let sigquit = 1 << (nix::libc::SIGQUIT - 1);
+    assert_ne!(
+        mask & sigquit,
+        0,
+        "the daemon was started ignoring SIGQUIT: {ignored}"
+    );
+    fire(daemon.root());
+    let seen = wait_for("the run's file", || {
+        std::fs::read_to_string(daemon.root().join("ignored.txt"))
+            .ok()
+            .filter(|t| t.ends_with('\n'))
+    });
+    let mask = u64::from_str_radix(seen.split_whitespace().nth(1).unwrap(), 16).unwrap();
+    // The standard signals (1–31); the C library's own real-time ones
+    // (32, 33) are not the program's to set and are left as they came.
+    assert_eq!(mask & 0x7fff_ffff, 0, "{seen}");
+}

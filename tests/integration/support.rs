@@ -187,6 +187,9 @@ pub struct DaemonSetup<'a> {
     /// Log as a user's daemon does (no `NPC_LOG`/`RUST_LOG`: npc's lines at
     /// info, libraries' at warn) instead of everything at info.
     pub default_log: bool,
+    /// Start the daemon ignoring SIGHUP, SIGINT and SIGQUIT, as `nohup npc
+    /// daemon &` in a script does.
+    pub ignoring_signals: bool,
 }
 
 /// A real `npc daemon` on a repository, its stderr in a log outside the
@@ -239,6 +242,13 @@ impl Daemon {
         let logs = tempfile::tempdir().unwrap();
         let log = std::fs::File::create(logs.path().join("daemon.log")).unwrap();
         let mut cmd = match setup.nofile {
+            None if setup.ignoring_signals => {
+                let mut c = std::process::Command::new("sh");
+                c.arg("-c")
+                    .arg("trap '' HUP INT QUIT && exec \"$0\" daemon")
+                    .arg(npc_path());
+                c
+            }
             Some(n) => {
                 let mut c = std::process::Command::new("sh");
                 c.arg("-c")
