@@ -2347,12 +2347,14 @@ fn acp_codex_resume_continues_the_session() {
     acp_resume_continues_the_session(CODEX);
 }
 
-/// Gemini CLI 0.61 over ACP offers only `session/load`, and after a
-/// gateway's changed tool list it records the conversation under a new
-/// chat, so its load of the ACP session finds nothing: the resumed run
-/// fails with the agent's own words and says what to do.
+/// Gemini CLI 0.61 over ACP offers only `session/load`, and when npc's
+/// gateway announced a changed tool list during the first turn it records
+/// the conversation under a new chat, so its load finds nothing; when the
+/// list did not change in time, the load works. Either way npc says what
+/// happened: the run goes on in the session (its prompt reaches the model),
+/// or it fails with the agent's own words and says what to do.
 #[test]
-fn acp_gemini_resume_fails_with_the_agent_s_reason() {
+fn acp_gemini_resume_continues_or_fails_with_the_agent_s_reason() {
     if !acp_installed(GEMINI) {
         return;
     }
@@ -2364,16 +2366,28 @@ fn acp_gemini_resume_fails_with_the_agent_s_reason() {
         .find_map(|e| e["run_id"].as_str())
         .unwrap()
         .to_string();
+    let before = s.model.requests().len();
     let out = s
         .npc(&["run", "agent", "--prompt", "again", "--resume", &run])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("session/load") && stderr.contains("start a new run"),
-        "{stderr}"
-    );
+    match out.status.code() {
+        Some(0) => {
+            let later = s.model.requests();
+            assert!(
+                later[before..]
+                    .iter()
+                    .any(|r| r.to_string().contains("again")),
+                "the resumed turn never reached the model: {stderr}"
+            );
+        }
+        Some(1) => assert!(
+            stderr.contains("session/load") && stderr.contains("start a new run"),
+            "{stderr}"
+        ),
+        other => panic!("the resumed run ended with {other:?}: {stderr}"),
+    }
 }
 
 #[test]
