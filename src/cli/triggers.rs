@@ -453,6 +453,9 @@ fn fleet_runs(args: RunsArgs) -> anyhow::Result<Exit> {
     }
 }
 
+/// Narrowest and widest the TRIGGER column of `npc runs` is.
+const MIN_TRIGGER_COLUMN: usize = 20;
+const MAX_TRIGGER_COLUMN: usize = 48;
 /// Most characters of a run's detail one line of `npc runs` shows.
 const MAX_LISTED_DETAIL_CHARS: usize = 100;
 
@@ -466,11 +469,19 @@ fn list_runs(runs: &[crate::api::listings::RunListing], format: Format) -> anyho
     match format {
         Format::Json => outln!("{}", serde_json::to_string_pretty(&rows)?)?,
         Format::Human => {
+            // As wide as the longest queue shown (a workflow step's
+            // `@workflow/NAME/STEP` is longer than a trigger's name).
+            let tw = rows
+                .iter()
+                .map(|r| r["trigger"].as_str().unwrap_or("-").chars().count())
+                .max()
+                .unwrap_or(0)
+                .clamp(MIN_TRIGGER_COLUMN, MAX_TRIGGER_COLUMN);
             if rows.is_empty() {
                 outln!("no runs yet")?;
             } else {
                 outln!(
-                    "{:<36}  {:<20}  {:<10}  {:<11}  {:<30}  {:>7}  {:>7}  WHY",
+                    "{:<36}  {:<tw$}  {:<10}  {:<11}  {:<30}  {:>7}  {:>7}  WHY",
                     "RUN",
                     "TRIGGER",
                     "ORIGIN",
@@ -493,7 +504,7 @@ fn list_runs(runs: &[crate::api::listings::RunListing], format: Format) -> anyho
                     _ => "-".to_string(),
                 };
                 say(format!(
-                    "{:<36}  {:<20}  {:<10}  {:<11}  {:<30}  {:>7}  {:>7}  {why}",
+                    "{:<36}  {:<tw$}  {:<10}  {:<11}  {:<30}  {:>7}  {:>7}  {why}",
                     r["id"].as_str().unwrap_or(""),
                     r["trigger"].as_str().unwrap_or("-"),
                     r["origin"].as_str().unwrap_or(""),
