@@ -162,8 +162,9 @@ impl Runs {
     }
 
     /// Start `run` for the agent of run `parent` (the gateway's
-    /// `npc_delegate`): a run like any (its own worktree and policy), of
-    /// origin `delegate`, refused past [`MAX_DELEGATION_DEPTH`] runs deep or
+    /// `npc_delegate`): a run like any (its own worktree; the asking run's
+    /// profile, so never a broader policy), of origin `delegate`, refused
+    /// for another profile, past [`MAX_DELEGATION_DEPTH`] runs deep or
     /// [`MAX_DELEGATIONS_PER_RUN`] runs from one parent, or when `parent`
     /// is not a running run of this daemon. Returns its id.
     pub async fn start_delegated(
@@ -173,10 +174,11 @@ impl Runs {
     ) -> Result<String, StartRunError> {
         let store = self.store.clone();
         let key = parent.to_string();
-        let (row, children) = tokio::task::spawn_blocking(move || {
+        let (row, children, bracket) = tokio::task::spawn_blocking(move || {
             Ok::<_, crate::store::StoreError>((
                 store.run_row(&key)?,
                 store.delegated_runs_of(&key)?,
+                store.run_bracket(&key)?,
             ))
         })
         .await
@@ -201,6 +203,20 @@ impl Runs {
             return Err(StartRunError::Delegation(format!(
                 "run `{parent}` is itself {} delegations deep; a delegated run delegates at most {MAX_DELEGATION_DEPTH} deep",
                 depth - 1
+            )));
+        }
+        // The asking run's own profile only: a delegated run never gets a
+        // broader policy than the agent that asked for it.
+        let asking = bracket
+            .iter()
+            .find(|e| e.kind == "run.started")
+            .and_then(|e| e.payload.get("profile"))
+            .and_then(serde_json::Value::as_str);
+        if asking != Some(run.profile.as_str()) {
+            return Err(StartRunError::Delegation(format!(
+                "run `{parent}` runs profile `{}`, and a run delegates to its own profile only (a delegated run never gets a broader policy than the one asking); ask for profile `{}`",
+                asking.unwrap_or("?"),
+                asking.unwrap_or("?")
             )));
         }
         if children >= MAX_DELEGATIONS_PER_RUN {

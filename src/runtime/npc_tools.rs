@@ -5,8 +5,8 @@
 //! state) and `npc_events` (the event log, paged), which use the same
 //! library paths as `npc status`, `npc plan` and `npc events` and open the
 //! repository's store read-only; and `npc_delegate`, through which the
-//! agent of a run the daemon carries out asks for a run of another profile
-//! (`runs::Runs::start_delegated`, bounded in depth and number) and waits
+//! agent of a run the daemon carries out asks for another run of its own
+//! profile (`runs::Runs::start_delegated`, bounded in depth and number) and waits
 //! for its end. Every output is bounded ([`MAX_OUTPUT_BYTES`],
 //! [`MAX_EVENTS_LIMIT`]).
 
@@ -83,8 +83,8 @@ struct NoArgs {}
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct DelegateArgs {
-    /// The profile (a `[profiles.NAME]` of the manifest) the run uses: its
-    /// own agent CLI, tools and policy.
+    /// The profile the run uses: the asking run's own (a delegated run never
+    /// gets a broader policy; another is refused).
     profile: String,
     /// The task for that agent.
     prompt: String,
@@ -342,7 +342,7 @@ impl Group for NpcGroup {
             ),
             tool::<DelegateArgs>(
                 "npc_delegate",
-                "Start a run of another profile's agent on a task (its own worktree and policy) and, unless `wait` is false, answer its outcome, branch and final message",
+                "Start another run of your own profile on a task (its own worktree, the same policy) and, unless `wait` is false, answer its outcome, branch and final message",
                 ToolAnnotations::new().read_only(false).open_world(false),
             ),
         ]

@@ -2681,3 +2681,40 @@ fn a_real_claude_code_agent_delegates_a_run_and_gets_its_result_and_the_depth_is
         "the refusal reached no model"
     );
 }
+
+/// `npc_delegate` for another profile than the asking run's is refused
+/// (a delegated run never widens the asking agent's policy): nothing runs,
+/// and the agent reads why.
+#[test]
+fn a_real_claude_code_agent_cannot_delegate_to_another_profile() {
+    if !installed(CLAUDE) {
+        return;
+    }
+    let script = Script {
+        tool: "npc_delegate",
+        args: serde_json::json!({ "profile": "admin", "prompt": "do what I may not" }),
+        provider_args: &["--allowedTools", "mcp__npc__npc_delegate"],
+    };
+    let s = Setup::build(
+        CLAUDE,
+        "",
+        None,
+        script,
+        false,
+        false,
+        "\n[profiles.admin]\nprovider = \"p\"\ndescription = \"broader\"\n",
+    );
+    let root = s.root();
+    crate::worktrees::git(&root, &["add", "--all"]);
+    crate::worktrees::git(&root, &["commit", "--quiet", "-m", "start"]);
+    let _daemon = s.daemon();
+    let _ = s.run();
+    let out = s.npc(&["runs", "--format", "json"]).output().unwrap();
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(rows.iter().all(|r| r["origin"] != "delegate"), "{rows:#?}");
+    let model = std::fs::read_to_string(&s.model.record).unwrap();
+    assert!(
+        model.contains("delegates to its own profile only"),
+        "the refusal reached no model"
+    );
+}
