@@ -73,18 +73,11 @@ pub enum WorkflowCommand {
     },
 }
 
-/// The manifest at `manifest` (an invalid one is reported) and its paths.
+/// The manifest at `manifest` (an invalid one is reported, see
+/// [`super::valid_manifest`]) and its paths.
 fn load(manifest: Option<PathBuf>) -> anyhow::Result<Option<(crate::model::Manifest, RepoPaths)>> {
     let path = super::manifest_path(manifest)?;
-    let loaded = runtime::load_manifest(&path)?;
-    let Some(model) = loaded.manifest else {
-        for d in &loaded.diagnostics {
-            errln!("{d}");
-        }
-        errln!(
-            "error: `{}` is invalid; fix it (see `npc validate`)",
-            path.display()
-        );
+    let Some(model) = super::valid_manifest(&path, "")? else {
         return Ok(None);
     };
     let paths = RepoPaths::resolve(&path, &model.project.state_dir)?;
