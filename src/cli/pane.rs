@@ -123,10 +123,9 @@ pub fn run(command: PaneCommand) -> anyhow::Result<Exit> {
                             if let Some(d) = p["status"]["detail"].as_str() {
                                 line.push_str(&format!(": {d}"));
                             }
-                            if let Some(at) = p["status"]["deadline_epoch"].as_i64()
-                                && let Some(t) = chrono::DateTime::from_timestamp(at, 0)
-                            {
-                                line.push_str(&format!(", until {}", t.to_rfc3339()));
+                            if let Some(at) = p["status"]["deadline_epoch"].as_i64() {
+                                let until = super::human::when(at.checked_mul(1000));
+                                line.push_str(&format!(", until {until}"));
                             }
                             line.push(']');
                         }

@@ -251,7 +251,22 @@ fn the_dashboard_draws_every_run_on_a_timeline_and_says_what_started_it_in_headl
         // and ran (seconds, as a person reads them).
         let row = &seen[format!("{name}_row")];
         assert_eq!(text(&row["state"]), state, "{seen}");
-        assert!(!text(&row["start"]).is_empty(), "{name}: {seen}");
+        // When it started, as the command line says times: local, and how
+        // long ago (`cli::human::when_at`), whatever the browser's locale.
+        let id = [("ok", &ok), ("bad", &bad), ("hand", &hand), ("hook", &hook)]
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .map_or(&hostile, |(_, id)| id);
+        let started = chrono::DateTime::parse_from_rfc3339(text(&run(id)["started_at"]).as_str())
+            .unwrap()
+            .with_timezone(&chrono::Local)
+            .format("%Y-%m-%d %H:%M:%S");
+        let shown = text(&row["start"]);
+        assert!(
+            shown.starts_with(&format!("{started} ("))
+                && (shown.ends_with(" ago)") || shown.ends_with("(just now)")),
+            "{name}: {shown} (started {started})"
+        );
         for cell in ["wait", "duration"] {
             let shown = text(&row[cell]);
             assert!(

@@ -209,12 +209,39 @@ function fieldsText(payload) {
   return cut(parts.join(" · "));
 }
 
+// One time format with the command line (`cli::human::when_at`): local
+// time and how long ago, `2026-12-05 06:41:02 (3m ago)`, whatever the
+// browser's locale; the API's JSON keeps milliseconds and RFC 3339.
 function when(value) {
   if (value === undefined || value === null || value === "") return "";
   const date = typeof value === "number" ? new Date(value) : new Date(String(value));
   if (isNaN(date)) return String(value);
-  const today = date.toDateString() === new Date().toDateString();
-  return today ? date.toLocaleTimeString() : date.toLocaleString();
+  return `${localDay(date)} ${clock(date)} (${age(Date.now() - date.getTime())})`;
+}
+
+function pad2(n) {
+  return String(n).padStart(2, "0");
+}
+
+function localDay(date) {
+  return `${date.getFullYear()}-${pad2(date.getMonth() + 1)}-${pad2(date.getDate())}`;
+}
+
+// `HH:MM:SS`, local, 24-hour (the timeline's ticks).
+function clock(date) {
+  return `${pad2(date.getHours())}:${pad2(date.getMinutes())}:${pad2(date.getSeconds())}`;
+}
+
+// Closer than this to now reads "just now" (as `cli::human::age`).
+const JUST_NOW_MS = 1000;
+
+// How long ago `ms` is: `just now`, `42s ago`, `5m ago`, `in 2h`.
+function age(ms) {
+  if (Math.abs(ms) < JUST_NOW_MS) return "just now";
+  const s = Math.floor(Math.abs(ms) / 1000);
+  const short = s < 60 ? `${s}s` : s < 3600 ? `${Math.floor(s / 60)}m`
+    : s < 86400 ? `${Math.floor(s / 3600)}h` : `${Math.floor(s / 86400)}d`;
+  return ms < 0 ? `in ${short}` : `${short} ago`;
 }
 
 function byId(id) {
@@ -902,7 +929,7 @@ function drawTimeline(host, { lanes, runs, now, empty, onlyBusy }) {
   for (let t = Math.ceil(from / step) * step; t <= now; t += step) {
     root.append(svg("line", { x1: x(t), x2: x(t), y1: AXIS_HEIGHT - 4, y2: height, class: "grid" }));
     if (x(t) + TICK_LABEL_WIDTH <= width) {
-      root.append(svg("text", { x: x(t) + 2, y: AXIS_HEIGHT - 7, class: "tick" }, new Date(t).toLocaleTimeString()));
+      root.append(svg("text", { x: x(t) + 2, y: AXIS_HEIGHT - 7, class: "tick" }, clock(new Date(t))));
     }
   }
   if (placed.length === 0) {
