@@ -6,6 +6,12 @@
 
 use super::*;
 
+/// After the client is gone: how long the requests still in flight (beyond
+/// a run's own `POST_EXIT_DRAIN`) and then the writer get to finish.
+const CLOSING_GRACE: Duration = Duration::from_secs(5);
+/// How often the closing session looks whether its requests finished.
+const CLOSING_POLL: Duration = Duration::from_millis(20);
+
 /// Serve ACP on `input`/`output` until the client closes `input` or `stop`
 /// resolves; either way running prompts are cancelled first (in-process
 /// agents' groups killed, the daemon's runs cancelled through it).
@@ -134,15 +140,15 @@ where
     }
     approvals.abort();
     asker.abort();
-    let deadline = runs::POST_EXIT_DRAIN + Duration::from_secs(5);
+    let deadline = runs::POST_EXIT_DRAIN + CLOSING_GRACE;
     let _ = tokio::time::timeout(deadline, async {
         while inflight.available_permits() < MAX_INFLIGHT_REQUESTS {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(CLOSING_POLL).await;
         }
     })
     .await;
     drop(agent);
-    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    let _ = tokio::time::timeout(CLOSING_GRACE, writer).await;
     result
 }
 

@@ -946,7 +946,7 @@ fn type_of(schema: &Value, node: &Value) -> String {
 
 /// `npcagent.toml(5)`: every top-level section and the keys one level in.
 pub fn manifest_page() -> String {
-    let schema = crate::model::json_schema();
+    let schema = crate::model::schema();
     let mut page = String::new();
     page.push_str(&format!(
         ".TH NPCAGENT.TOML 5 \"\" \"npc {}\" \"npc manual\"\n",

@@ -417,8 +417,7 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
             Ok(Exit::Ok)
         }
         Command::Schema { openapi: true, .. } => {
-            let doc = crate::api::openapi::document();
-            outln!("{}", serde_json::to_string_pretty(&doc)?)?;
+            outln!("{}", crate::api::openapi::DOCUMENT_TEXT.trim_end())?;
             Ok(Exit::Ok)
         }
         Command::Init { dir } => init::run(&dir),
@@ -512,15 +511,15 @@ fn run(cli: Cli) -> anyhow::Result<Exit> {
 }
 
 /// The events' JSON Schema as pretty-printed text (what `npc schema
-/// --events` prints and `schemas/events.schema.json` holds).
+/// --events` prints): `schemas/events.schema.json`, as built in.
 pub fn events_schema_text() -> String {
-    serde_json::to_string_pretty(&crate::event::json_schema()).unwrap_or_default()
+    crate::event::SCHEMA_TEXT.trim_end().to_string()
 }
 
-/// The JSON Schema as pretty-printed text (what `npc schema` prints and
-/// `schemas/npcagent.schema.json` holds).
+/// The manifest's JSON Schema as pretty-printed text (what `npc schema`
+/// prints and `npc init` writes): `schemas/npcagent.schema.json`, as built in.
 pub fn schema_text() -> String {
-    serde_json::to_string_pretty(&crate::model::json_schema()).unwrap_or_default()
+    crate::model::SCHEMA_TEXT.trim_end().to_string()
 }
 
 /// Send logs to stderr, filtered by `NPC_LOG` (else `RUST_LOG`, else npc's

@@ -18,6 +18,10 @@ use crate::stdx::term::printable;
 use crate::store::Store;
 use crate::surfaces::control::{self, Client, Reply, Request};
 
+/// How long the daemon's runtime gets to end its tasks once the daemon has
+/// stopped (its components are stopped already).
+const DAEMON_RUNTIME_SHUTDOWN: Duration = Duration::from_secs(5);
+
 /// How long `npc events` without a daemon waits between looks at the store
 /// while following (the daemon pushes events; the store can only be read).
 pub const STORE_FOLLOW_WAIT: Duration = Duration::from_secs(1);
@@ -811,7 +815,7 @@ pub fn daemon(manifest: Option<PathBuf>) -> anyhow::Result<Exit> {
             );
         }
     }));
-    rt.shutdown_timeout(Duration::from_secs(5));
+    rt.shutdown_timeout(DAEMON_RUNTIME_SHUTDOWN);
     match result {
         Ok(()) => Ok(Exit::Ok),
         Err(runtime::RuntimeError::Invalid(p)) => {

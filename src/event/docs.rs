@@ -1,11 +1,16 @@
-//! `docs/events.md`, generated from [`super::json_schema`]: every kind,
-//! what it means, and its payload's fields.
+//! `docs/events.md`, generated from the event schema ([`super::schema`],
+//! the committed one): every kind, what it means, and its payload's fields.
 
 use serde_json::Value;
 
-/// The Markdown of `docs/events.md`.
+/// The Markdown of `docs/events.md`, from the committed schema.
 pub fn markdown() -> String {
-    let schema = super::json_schema();
+    markdown_of(&super::schema())
+}
+
+/// The Markdown of `docs/events.md` from `schema` (the committed one, or
+/// [`super::json_schema`]'s in a test).
+pub fn markdown_of(schema: &Value) -> String {
     let defs = schema.get("$defs").cloned().unwrap_or(Value::Null);
     let mut out = String::from(
         "# Events\n\n\

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 pub use agent::*;
 pub use daemon::*;
-pub use docs::markdown;
+pub use docs::{markdown, markdown_of};
 pub use mcp::*;
 pub use panes::*;
 pub use runs::*;
@@ -382,8 +382,10 @@ impl NewEvent {
     }
 }
 
-/// The JSON Schema of [`Event`]: what `npc schema --events` prints and
-/// `schemas/events.schema.json` holds.
+/// The JSON Schema of [`Event`], generated: what `schemas/events.schema.json`
+/// holds (`committed_events_schema_is_the_generated_one`). The binary prints
+/// and documents the committed text ([`SCHEMA_TEXT`]) instead, so this code
+/// (half a megabyte of generated schema builders) stays out of it.
 pub fn json_schema() -> serde_json::Value {
     let schema = schemars::schema_for!(Event);
     let mut value = serde_json::to_value(schema).unwrap_or_default();
@@ -395,6 +397,16 @@ pub fn json_schema() -> serde_json::Value {
 
 /// The `$id` of the published event schema.
 pub const SCHEMA_ID: &str = "https://npcagent.dev/schemas/events.schema.json";
+
+/// `schemas/events.schema.json` as committed: what `npc schema --events`
+/// prints and `docs/events.md` is made from (equal to [`json_schema`]'s
+/// output, or a test fails).
+pub const SCHEMA_TEXT: &str = include_str!("../../schemas/events.schema.json");
+
+/// [`SCHEMA_TEXT`], parsed.
+pub fn schema() -> serde_json::Value {
+    serde_json::from_str(SCHEMA_TEXT).unwrap_or_default()
+}
 
 #[cfg(test)]
 mod tests;

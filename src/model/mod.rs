@@ -197,7 +197,10 @@ pub fn too_large(name: &str) -> Loaded {
     }
 }
 
-/// The JSON Schema of the manifest, generated from the raw structs.
+/// The JSON Schema of the manifest, generated from the raw structs: what
+/// `schemas/npcagent.schema.json` holds (`committed_schema_is_the_generated_one`).
+/// The binary prints and writes the committed text ([`SCHEMA_TEXT`]), so
+/// the generating code stays out of it.
 pub fn json_schema() -> serde_json::Value {
     let schema = schemars::schema_for!(raw::RawManifest);
     let mut value = serde_json::to_value(schema).unwrap_or_default();
@@ -210,6 +213,16 @@ pub fn json_schema() -> serde_json::Value {
 
 /// The `$id` of the published schema.
 pub const SCHEMA_ID: &str = "https://npcagent.dev/schemas/npcagent.schema.json";
+
+/// `schemas/npcagent.schema.json` as committed: what `npc schema` prints,
+/// `npc init` writes and `npcagent.toml(5)` is made from (equal to
+/// [`json_schema`]'s output, or a test fails).
+pub const SCHEMA_TEXT: &str = include_str!("../../schemas/npcagent.schema.json");
+
+/// [`SCHEMA_TEXT`], parsed.
+pub fn schema() -> serde_json::Value {
+    serde_json::from_str(SCHEMA_TEXT).unwrap_or_default()
+}
 
 /// Remove the `null` alternatives schemars adds for `Option` fields: TOML
 /// has no null, and an absent key already means "not set".

@@ -17,6 +17,9 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
+/// A failed `accept` (out of descriptors, say) is tried again after this.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+
 /// Environment variable carrying the approval socket's abstract name.
 pub const APPROVAL_SOCKET_ENV: &str = "NPC_ACP_APPROVAL_SOCKET";
 /// Environment variable carrying the ACP session the agent runs for.
@@ -121,7 +124,7 @@ impl ApprovalListener {
                     Ok((stream, _)) => stream,
                     Err(e) => {
                         tracing::warn!("acp approvals: accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        tokio::time::sleep(ACCEPT_RETRY).await;
                         continue;
                     }
                 },

@@ -26,6 +26,9 @@ use tokio::net::{UnixListener, UnixStream};
 use super::approval::{Answer, ApprovalRequest};
 use crate::stdx::lines::{Line, LineReader, Overlong, Splitter};
 
+/// A failed `accept` (out of descriptors, say) is tried again after this.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+
 /// The channel's socket, in the run's directory.
 pub const SOCKET_FILE: &str = "npc.sock";
 /// The variable naming the channel's socket to the run.
@@ -200,7 +203,7 @@ impl ChannelListener {
                 Ok((stream, _)) => stream,
                 Err(e) => {
                     tracing::warn!("run channel: accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tokio::time::sleep(ACCEPT_RETRY).await;
                     continue;
                 }
             };

@@ -24,6 +24,33 @@ pub fn repo_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Set to rewrite the generated files the binary carries from what the
+/// library generates (`NPC_UPDATE_GENERATED=1 cargo test --test integration
+/// committed_`), the way `INSTA_UPDATE` rewrites snapshots.
+pub const UPDATE_GENERATED_ENV: &str = "NPC_UPDATE_GENERATED";
+
+/// Whether this run rewrites the generated files ([`UPDATE_GENERATED_ENV`]);
+/// then the binary, built before, still carries the old ones.
+pub fn updating_generated() -> bool {
+    std::env::var_os(UPDATE_GENERATED_ENV).is_some()
+}
+
+/// Holds the committed generated file `rel` (under the repository) equal to
+/// `generated`, or rewrites it when [`UPDATE_GENERATED_ENV`] is set; the
+/// binary carries the committed text, so a stale one is what it prints.
+pub fn committed_is_generated(rel: &str, generated: &str) {
+    let path = repo_root().join(rel);
+    if updating_generated() {
+        std::fs::write(&path, format!("{}\n", generated.trim_end())).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        committed.trim_end() == generated.trim_end(),
+        "`{rel}` is stale: run `{UPDATE_GENERATED_ENV}=1 cargo test --test integration committed_`, then build again (the binary carries the file)"
+    );
+}
+
 /// A free loopback port (bound, then released for a server to take).
 pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
