@@ -1034,3 +1034,266 @@ fn the_file_guard_sees_sibling_paths_and_circles() {
         .insert(module("r::a"));
     assert_eq!(circles(&arrows), vec![vec!["r::a", "r::b", "r::c"]]);
 }
+
+// ---------------------------------------------------------------------------
+// Rooms' own invariants that a source scan can hold (ARCHITECTURE.md, Rooms).
+// ---------------------------------------------------------------------------
+
+/// Production lines of the files `rels` (paths below `src/`) that contain
+/// any of `forbidden`, comments left out.
+fn file_offenders(rels: &[&str], forbidden: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for rel in rels {
+        let path = repo_root().join("src").join(rel);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("src/{rel} is gone ({e}); update this test"));
+        for (i, line) in production_code(&text).lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for needle in forbidden {
+                if code.contains(needle) {
+                    found.push(format!("src/{rel}:{}: `{needle}`", i + 1));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// What opens a socket of its own: binding, connecting, an HTTP client.
+const SOCKET_OPENERS: [&str; 12] = [
+    "TcpListener::bind",
+    "TcpStream::connect",
+    "UnixListener::bind",
+    "UnixStream::connect",
+    "UnixDatagram::",
+    "UdpSocket::",
+    "TcpSocket::",
+    "reqwest::Client",
+    "reqwest::get",
+    "libc::socket(",
+    "libc::bind(",
+    "libc::connect(",
+];
+
+/// The files outside `surfaces` that open sockets, each for a reason of
+/// its own. `store::pg` connects through `tokio_postgres`, which only
+/// `store` may name (`only_store_opens_sqlite_and_only_supervisor_spawns`).
+const SOCKET_EXCEPTIONS: &[(&str, &str)] = &[
+    ("runtime/lock.rs", "the lock's abstract socket"),
+    (
+        "mcp/builtin/fetch.rs",
+        "`fetch_url`, pinned to the address it checked",
+    ),
+    ("mcp/builtin/search.rs", "the web search backends"),
+    (
+        "panes/recovery.rs",
+        "`npc-recovery` asks an agent's loopback server",
+    ),
+    (
+        "runs/sandbox.rs",
+        "the egress proxy's socket of a sandboxed run",
+    ),
+    (
+        "supervisor/sandbox.rs",
+        "the stub's forwarder inside the network namespace",
+    ),
+];
+
+/// Architecture invariant: only `surfaces` binds or connects sockets, but
+/// for the files of `SOCKET_EXCEPTIONS`.
+#[test]
+fn only_surfaces_binds_or_connects_sockets() {
+    let src = repo_root().join("src");
+    let mut found = Vec::new();
+    for file in rust_files(&src) {
+        let rel = file.strip_prefix(&src).unwrap().display().to_string();
+        let in_tests = rel.ends_with("tests.rs") || rel.contains("/tests/");
+        let excepted = SOCKET_EXCEPTIONS.iter().any(|(f, _)| *f == rel);
+        if rel.starts_with("surfaces/") || in_tests || excepted {
+            continue;
+        }
+        found.extend(file_offenders(&[rel.as_str()], &SOCKET_OPENERS));
+    }
+    assert!(
+        found.is_empty(),
+        "only src/surfaces opens sockets; put the listener or client there, or name the file in `SOCKET_EXCEPTIONS` with its reason:\n{}",
+        found.join("\n")
+    );
+    for (rel, why) in SOCKET_EXCEPTIONS {
+        assert!(
+            !file_offenders(&[rel], &SOCKET_OPENERS).is_empty(),
+            "src/{rel} ({why}) opens no socket any more; remove it from `SOCKET_EXCEPTIONS`"
+        );
+    }
+}
+
+/// Architecture invariant: inside `mcp`, `client` names neither `server`
+/// nor `call`, and `passthrough` (the one bridge) neither half.
+#[test]
+fn the_mcp_client_and_the_bridge_name_no_other_half() {
+    let forbidden: [(&str, &[&str]); 2] = [
+        ("mcp::client", &["mcp::server", "mcp::call"]),
+        ("mcp::passthrough", &["mcp::client", "mcp::server"]),
+    ];
+    let arrows = file_arrows();
+    let mut found = Vec::new();
+    for (from, targets) in &arrows {
+        let from = from.join("::");
+        for (half, others) in forbidden {
+            if from != half && !from.starts_with(&format!("{half}::")) {
+                continue;
+            }
+            for target in targets {
+                let target = target.join("::");
+                if others
+                    .iter()
+                    .any(|o| target == *o || target.starts_with(&format!("{o}::")))
+                {
+                    found.push(format!("`{from}` names `{target}`"));
+                }
+            }
+        }
+    }
+    assert!(
+        arrows
+            .keys()
+            .any(|m| m.join("::").starts_with("mcp::client")),
+        "the file graph lost `mcp::client`; the path reader is broken"
+    );
+    assert!(
+        found.is_empty(),
+        "the MCP client and the bridge stay apart from the server half; go through a type `mcp` defines:\n{}",
+        found.join("\n")
+    );
+}
+
+/// Architecture invariant: the ACP client of an agent's program is sans-IO:
+/// frames in, steps out; no runtime, disk, environment, process or socket.
+#[test]
+fn the_acp_client_does_no_io() {
+    // `surfaces::jsonrpc`'s frames are wire types, no socket.
+    let mut forbidden: Vec<&str> = IMPURE
+        .into_iter()
+        .filter(|n| *n != "crate::surfaces")
+        .collect();
+    forbidden.extend(DISK_AND_ENVIRONMENT);
+    forbidden.extend(["std::io", "std::net"]);
+    let mut found = file_offenders(&["providers/acp.rs"], &forbidden);
+    found.extend(production_offenders("providers/acp", &forbidden));
+    assert!(
+        found.is_empty(),
+        "src/providers/acp does I/O; leave it to `runs::agent::acp`:\n{}",
+        found.join("\n")
+    );
+}
+
+/// Architecture invariant: the fleet front of a daemon (`runtime::fleet`)
+/// only enqueues: it never claims a run nor carries one out.
+#[test]
+fn the_fleet_front_never_claims_or_carries_out_a_run() {
+    let found = file_offenders(
+        &["runtime/fleet.rs"],
+        &[
+            ".claim(",
+            "claim_run(",
+            "Worker",
+            "execute(",
+            "executor::run",
+        ],
+    );
+    assert!(
+        found.is_empty(),
+        "src/runtime/fleet.rs claims or runs a run; that is `npc worker`'s (`runs::fleet`):\n{}",
+        found.join("\n")
+    );
+}
+
+/// Architecture invariant: the command line prints only through
+/// `cli::output` (clippy denies `println!` there too); `npc pane attach`
+/// alone writes a pane's bytes to the terminal itself.
+#[test]
+fn the_cli_writes_only_through_its_output() {
+    let rels: Vec<String> = rust_files(&repo_root().join("src/cli"))
+        .into_iter()
+        .map(|f| {
+            f.strip_prefix(repo_root().join("src"))
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .filter(|rel| rel != "cli/output.rs")
+        .collect();
+    let rels: Vec<&str> = rels.iter().map(String::as_str).collect();
+    assert!(rels.len() > 10, "src/cli has few files: {rels:?}");
+    let found = file_offenders(&rels, &["println!", "eprintln!", "print!(", "eprint!("]);
+    assert!(
+        found.is_empty(),
+        "write through `cli::output` (`out!`, `outln!`, `errln!`):\n{}",
+        found.join("\n")
+    );
+}
+
+/// Durations written as literals in production code that are still to be
+/// named (file below `src/`, the literal as written). Empty when every
+/// timeout and pause is a named constant.
+const UNNAMED_DURATIONS: &[(&str, &str)] = &[
+    ("acp/server.rs", "Duration::from_secs(5)"),
+    ("acp/server.rs", "Duration::from_millis(20)"),
+    ("cli/reconcile.rs", "Duration::from_secs(5)"),
+    ("surfaces/channel.rs", "Duration::from_millis(50)"),
+    ("surfaces/approval.rs", "Duration::from_millis(50)"),
+];
+
+/// Architecture invariant: a timeout or pause is a named constant next to
+/// the code it bounds: no `Duration::from_secs(5)` in production code but
+/// in a `const` (and the few `UNNAMED_DURATIONS` still to be named).
+#[test]
+fn every_timeout_is_a_named_constant() {
+    let src = repo_root().join("src");
+    let mut found = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for file in rust_files(&src) {
+        let rel = file.strip_prefix(&src).unwrap().display().to_string();
+        if rel.ends_with("tests.rs") || rel.contains("/tests/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut previous = "";
+        for (i, line) in production_code(&text).lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("").trim();
+            let in_const =
+                code.contains("const ") || (previous.contains("const ") && previous.ends_with('='));
+            for unit in ["Duration::from_secs(", "Duration::from_millis("] {
+                let mut rest = code;
+                while let Some(at) = rest.find(unit) {
+                    let after = &rest[at + unit.len()..];
+                    let literal = after.starts_with(|c: char| c.is_ascii_digit());
+                    if literal && !in_const {
+                        let close = after.find(')').map_or(after.len(), |c| c + 1);
+                        let written = format!("{unit}{}", &after[..close]);
+                        if UNNAMED_DURATIONS.contains(&(rel.as_str(), written.as_str())) {
+                            seen.insert((rel.clone(), written));
+                        } else {
+                            found.push(format!("src/{rel}:{}: `{written}`", i + 1));
+                        }
+                    }
+                    rest = after;
+                }
+            }
+            if !code.is_empty() {
+                previous = code;
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "name each timeout as a constant next to the code it bounds:\n{}",
+        found.join("\n")
+    );
+    for (rel, written) in UNNAMED_DURATIONS {
+        assert!(
+            seen.contains(&(rel.to_string(), written.to_string())),
+            "`{written}` in src/{rel} is gone; remove it from `UNNAMED_DURATIONS`"
+        );
+    }
+}
