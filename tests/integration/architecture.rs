@@ -1297,3 +1297,267 @@ fn every_timeout_is_a_named_constant() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// ARCHITECTURE.md's shape: short rooms, each invariant naming its test.
+// ---------------------------------------------------------------------------
+
+/// The bound on ARCHITECTURE.md: a map to read in one sitting (about a
+/// third of it the names of the tests that hold its invariants); the
+/// detail lives in `docs/dev/`.
+const MAX_ARCHITECTURE_BYTES: usize = 32_000;
+/// Lines of a room's description (before its invariants).
+const MAX_ROOM_DESCRIPTION_LINES: usize = 3;
+/// Lines of one invariant, its bullet and its indented continuation.
+const MAX_INVARIANT_LINES: usize = 4;
+/// Columns of a line of a room's section.
+const MAX_ROOM_LINE_CHARS: usize = 100;
+/// How an invariant's bullet starts.
+const INVARIANT_BULLET: &str = "- Architecture invariant:";
+/// How a room's closing link to its deep dive starts.
+const DEEP_DIVE: &str = "Deep dive:";
+/// The one section under "Rooms" that is no room.
+const OUTSIDE_SRC: &str = "Outside src";
+/// Lines after a test attribute within which its `fn` follows (other
+/// attributes, a doc line between).
+const TEST_FN_WITHIN_LINES: usize = 4;
+
+/// The names of every test function under `src/` and `tests/`: a `fn`
+/// within a few lines after `#[test]` or `#[tokio::test…]`.
+fn test_names() -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    let mut files = rust_files(&repo_root().join("src"));
+    files.extend(rust_files(&repo_root().join("tests")));
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let attr = line.trim_start();
+            if !(attr.starts_with("#[test]") || attr.starts_with("#[tokio::test")) {
+                continue;
+            }
+            let name = lines[i + 1..]
+                .iter()
+                .take(TEST_FN_WITHIN_LINES)
+                .find_map(|l| l.split("fn ").nth(1))
+                .map(|rest| rest.split(['(', '<']).next().unwrap_or("").trim());
+            if let Some(name) = name.filter(|n| !n.is_empty() && !n.starts_with('$')) {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    names
+}
+
+/// A `### ` section of ARCHITECTURE.md's "Rooms": its heading, its
+/// description lines, its invariants (bullet and continuation joined), and
+/// every line with its number.
+struct RoomSection {
+    heading: String,
+    description: Vec<String>,
+    invariants: Vec<(usize, String, usize)>,
+    lines: Vec<(usize, String)>,
+}
+
+fn room_sections(doc: &str) -> Vec<RoomSection> {
+    let rooms_at = doc
+        .find("\n## Rooms")
+        .expect("ARCHITECTURE.md has a `## Rooms` section");
+    let first_line = doc[..rooms_at].lines().count() + 1;
+    let rooms = &doc[rooms_at + 1..];
+    let rooms = rooms[1..].split("\n## ").next().unwrap();
+    let mut sections: Vec<RoomSection> = Vec::new();
+    for (n, line) in rooms.lines().enumerate() {
+        let number = first_line + n;
+        if let Some(heading) = line.strip_prefix("### ") {
+            sections.push(RoomSection {
+                heading: heading.trim().to_string(),
+                description: Vec::new(),
+                invariants: Vec::new(),
+                lines: Vec::new(),
+            });
+            continue;
+        }
+        let Some(section) = sections.last_mut() else {
+            continue;
+        };
+        section.lines.push((number, line.to_string()));
+        let continues = line.starts_with("  ") && !line.trim().is_empty();
+        if line.starts_with(INVARIANT_BULLET) {
+            section.invariants.push((number, line.to_string(), 1));
+        } else if continues && !section.invariants.is_empty() {
+            let (_, text, count) = section.invariants.last_mut().unwrap();
+            text.push(' ');
+            text.push_str(line.trim());
+            *count += 1;
+        } else if !line.trim().is_empty()
+            && !line.starts_with(DEEP_DIVE)
+            && section.invariants.is_empty()
+        {
+            section.description.push(line.to_string());
+        }
+    }
+    sections
+}
+
+/// The backticked names of an invariant's closing parenthesis: "… (`a`,
+/// `b`)." gives `a` and `b`; none when it does not end so.
+fn named_tests(invariant: &str) -> Vec<String> {
+    let end = invariant.trim_end();
+    let end = end.strip_suffix('.').unwrap_or(end);
+    let Some(inner) = end.strip_suffix(')') else {
+        return Vec::new();
+    };
+    let Some((_, list)) = inner.rsplit_once('(') else {
+        return Vec::new();
+    };
+    let names: Vec<&str> = list.split(',').map(str::trim).collect();
+    let all_names = names.iter().all(|n| {
+        n.len() > 2
+            && n.starts_with('`')
+            && n.ends_with('`')
+            && n[1..n.len() - 1]
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    });
+    if !all_names {
+        return Vec::new();
+    }
+    names
+        .iter()
+        .map(|n| n.trim_matches('`').to_string())
+        .collect()
+}
+
+/// Architecture invariant: every invariant of ARCHITECTURE.md ends naming,
+/// in a closing parenthesis, the tests that hold it, and each is a test of
+/// `src/` or `tests/`.
+#[test]
+fn every_architecture_invariant_names_a_test_that_exists() {
+    let doc = std::fs::read_to_string(repo_root().join("ARCHITECTURE.md")).unwrap();
+    let tests = test_names();
+    assert!(tests.len() > 1_000, "only {} tests found", tests.len());
+    let mut found = Vec::new();
+    let mut invariants = 0;
+    for section in room_sections(&doc) {
+        for (line, text, _) in &section.invariants {
+            invariants += 1;
+            let named = named_tests(text);
+            if named.is_empty() {
+                found.push(format!(
+                    "ARCHITECTURE.md:{line}: ends naming no test: end it with \"(`test_name`, …)\""
+                ));
+            }
+            for name in named.iter().filter(|n| !tests.contains(*n)) {
+                found.push(format!(
+                    "ARCHITECTURE.md:{line}: `{name}` is no test under src/ or tests/"
+                ));
+            }
+        }
+    }
+    let stray = doc
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains("Architecture invariant") && !l.starts_with(INVARIANT_BULLET));
+    for (i, line) in stray {
+        found.push(format!(
+            "ARCHITECTURE.md:{}: an invariant is a bullet `{INVARIANT_BULLET} …` under its room: `{line}`",
+            i + 1
+        ));
+    }
+    assert!(invariants >= 60, "only {invariants} invariants found");
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// ARCHITECTURE.md stays a map: under its size bound; a section per room
+/// of `LAYERS`, in layer order; each room's description at most three
+/// lines, each invariant at most four, no line wider than the bound; and
+/// every relative link (the deep dives) names a file that exists.
+#[test]
+fn every_room_of_architecture_md_is_short_and_in_layer_order() {
+    let doc = std::fs::read_to_string(repo_root().join("ARCHITECTURE.md")).unwrap();
+    let mut found = Vec::new();
+    if doc.len() > MAX_ARCHITECTURE_BYTES {
+        found.push(format!(
+            "ARCHITECTURE.md is {} bytes, more than {MAX_ARCHITECTURE_BYTES}: move the detail to docs/dev/",
+            doc.len()
+        ));
+    }
+    let sections = room_sections(&doc);
+    let headings: Vec<&str> = sections
+        .iter()
+        .map(|s| s.heading.as_str())
+        .filter(|h| *h != OUTSIDE_SRC)
+        .collect();
+    let rooms: Vec<&str> = LAYERS.iter().flat_map(|(_, r)| r.iter().copied()).collect();
+    if headings != rooms {
+        found.push(format!(
+            "ARCHITECTURE.md's rooms {headings:?} are not `LAYERS`' rooms in order {rooms:?}"
+        ));
+    }
+    for section in &sections {
+        let room = &section.heading;
+        if section.description.len() > MAX_ROOM_DESCRIPTION_LINES {
+            found.push(format!(
+                "room `{room}`: a description of {} lines, more than {MAX_ROOM_DESCRIPTION_LINES}: move the rest to its deep dive",
+                section.description.len()
+            ));
+        }
+        for (line, _, count) in &section.invariants {
+            if *count > MAX_INVARIANT_LINES {
+                found.push(format!(
+                    "ARCHITECTURE.md:{line}: an invariant of {count} lines, more than {MAX_INVARIANT_LINES}"
+                ));
+            }
+        }
+        for (line, text) in &section.lines {
+            if text.chars().count() > MAX_ROOM_LINE_CHARS {
+                found.push(format!(
+                    "ARCHITECTURE.md:{line}: wider than {MAX_ROOM_LINE_CHARS} columns"
+                ));
+            }
+        }
+    }
+    for (i, line) in doc.lines().enumerate() {
+        for target in line.split("](").skip(1) {
+            let target = target.split(')').next().unwrap_or("");
+            let path = target.split('#').next().unwrap_or("");
+            if path.is_empty() || path.contains("://") {
+                continue;
+            }
+            if !repo_root().join(path).exists() {
+                found.push(format!(
+                    "ARCHITECTURE.md:{}: `{target}` does not exist",
+                    i + 1
+                ));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// The readers of ARCHITECTURE.md see what a person sees.
+#[test]
+fn the_architecture_md_reader_splits_rooms_and_joins_invariants() {
+    let doc = "# A\n\n## Rooms\n\nIntro.\n\n### stdx\n\nOne.\nTwo.\n\n- Architecture invariant: a\n  b (`x`, `y_2`).\n- Architecture invariant: c (`z`)\n\nDeep dive: [d](d.md)\n\n### cli\n\n- Architecture invariant: e (see `f`) g\n\n## Next\n\n### not a room\n";
+    let sections = room_sections(doc);
+    let headings: Vec<&str> = sections.iter().map(|s| s.heading.as_str()).collect();
+    assert_eq!(headings, ["stdx", "cli"]);
+    assert_eq!(sections[0].description, ["One.", "Two."]);
+    let invariants: Vec<(&str, usize)> = sections[0]
+        .invariants
+        .iter()
+        .map(|(_, t, n)| (t.as_str(), *n))
+        .collect();
+    assert_eq!(
+        invariants,
+        [
+            ("- Architecture invariant: a b (`x`, `y_2`).", 2),
+            ("- Architecture invariant: c (`z`)", 1)
+        ]
+    );
+    assert_eq!(named_tests(&sections[0].invariants[0].1), ["x", "y_2"]);
+    assert!(named_tests(&sections[1].invariants[0].1).is_empty());
+    assert!(named_tests("a (`Text::expose`)").is_empty());
+    assert!(test_names().contains("the_architecture_md_reader_splits_rooms_and_joins_invariants"));
+}
