@@ -1187,6 +1187,34 @@ fn the_acp_client_does_no_io() {
     );
 }
 
+/// Architecture invariant: `disk` interprets nothing: it reads bytes and
+/// variables and hands them to `model`, naming no parser, no format and
+/// no stage of the loader.
+#[test]
+fn disk_interprets_nothing() {
+    let found = file_offenders(
+        &["disk.rs"],
+        &[
+            "serde",
+            "toml",
+            "json",
+            "regex",
+            "minijinja",
+            "Diagnostic",
+            "model::de",
+            "model::raw",
+            "model::parse",
+            "model::lower::lower",
+            "model::template",
+        ],
+    );
+    assert!(
+        found.is_empty(),
+        "src/disk.rs interprets what it reads; leave that to `model`:\n{}",
+        found.join("\n")
+    );
+}
+
 /// Architecture invariant: the fleet front of a daemon (`runtime::fleet`)
 /// only enqueues: it never claims a run nor carries one out.
 #[test]
