@@ -1034,3 +1034,571 @@ fn the_file_guard_sees_sibling_paths_and_circles() {
         .insert(module("r::a"));
     assert_eq!(circles(&arrows), vec![vec!["r::a", "r::b", "r::c"]]);
 }
+
+// ---------------------------------------------------------------------------
+// Rooms' own invariants that a source scan can hold (ARCHITECTURE.md, Rooms).
+// ---------------------------------------------------------------------------
+
+/// Production lines of the files `rels` (paths below `src/`) that contain
+/// any of `forbidden`, comments left out.
+fn file_offenders(rels: &[&str], forbidden: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for rel in rels {
+        let path = repo_root().join("src").join(rel);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("src/{rel} is gone ({e}); update this test"));
+        for (i, line) in production_code(&text).lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for needle in forbidden {
+                if code.contains(needle) {
+                    found.push(format!("src/{rel}:{}: `{needle}`", i + 1));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// What opens a socket of its own: binding, connecting, an HTTP client.
+const SOCKET_OPENERS: [&str; 12] = [
+    "TcpListener::bind",
+    "TcpStream::connect",
+    "UnixListener::bind",
+    "UnixStream::connect",
+    "UnixDatagram::",
+    "UdpSocket::",
+    "TcpSocket::",
+    "reqwest::Client",
+    "reqwest::get",
+    "libc::socket(",
+    "libc::bind(",
+    "libc::connect(",
+];
+
+/// The files outside `surfaces` that open sockets, each for a reason of
+/// its own. `store::pg` connects through `tokio_postgres`, which only
+/// `store` may name (`only_store_opens_sqlite_and_only_supervisor_spawns`).
+const SOCKET_EXCEPTIONS: &[(&str, &str)] = &[
+    ("runtime/lock.rs", "the lock's abstract socket"),
+    (
+        "mcp/builtin/fetch.rs",
+        "`fetch_url`, pinned to the address it checked",
+    ),
+    ("mcp/builtin/search.rs", "the web search backends"),
+    (
+        "panes/recovery.rs",
+        "`npc-recovery` asks an agent's loopback server",
+    ),
+    (
+        "runs/sandbox.rs",
+        "the egress proxy's socket of a sandboxed run",
+    ),
+    (
+        "supervisor/sandbox.rs",
+        "the stub's forwarder inside the network namespace",
+    ),
+];
+
+/// Architecture invariant: only `surfaces` binds or connects sockets, but
+/// for the files of `SOCKET_EXCEPTIONS`.
+#[test]
+fn only_surfaces_binds_or_connects_sockets() {
+    let src = repo_root().join("src");
+    let mut found = Vec::new();
+    for file in rust_files(&src) {
+        let rel = file.strip_prefix(&src).unwrap().display().to_string();
+        let in_tests = rel.ends_with("tests.rs") || rel.contains("/tests/");
+        let excepted = SOCKET_EXCEPTIONS.iter().any(|(f, _)| *f == rel);
+        if rel.starts_with("surfaces/") || in_tests || excepted {
+            continue;
+        }
+        found.extend(file_offenders(&[rel.as_str()], &SOCKET_OPENERS));
+    }
+    assert!(
+        found.is_empty(),
+        "only src/surfaces opens sockets; put the listener or client there, or name the file in `SOCKET_EXCEPTIONS` with its reason:\n{}",
+        found.join("\n")
+    );
+    for (rel, why) in SOCKET_EXCEPTIONS {
+        assert!(
+            !file_offenders(&[rel], &SOCKET_OPENERS).is_empty(),
+            "src/{rel} ({why}) opens no socket any more; remove it from `SOCKET_EXCEPTIONS`"
+        );
+    }
+}
+
+/// Architecture invariant: inside `mcp`, `client` names neither `server`
+/// nor `call`, and `passthrough` (the one bridge) neither half.
+#[test]
+fn the_mcp_client_and_the_bridge_name_no_other_half() {
+    let forbidden: [(&str, &[&str]); 2] = [
+        ("mcp::client", &["mcp::server", "mcp::call"]),
+        ("mcp::passthrough", &["mcp::client", "mcp::server"]),
+    ];
+    let arrows = file_arrows();
+    let mut found = Vec::new();
+    for (from, targets) in &arrows {
+        let from = from.join("::");
+        for (half, others) in forbidden {
+            if from != half && !from.starts_with(&format!("{half}::")) {
+                continue;
+            }
+            for target in targets {
+                let target = target.join("::");
+                if others
+                    .iter()
+                    .any(|o| target == *o || target.starts_with(&format!("{o}::")))
+                {
+                    found.push(format!("`{from}` names `{target}`"));
+                }
+            }
+        }
+    }
+    assert!(
+        arrows
+            .keys()
+            .any(|m| m.join("::").starts_with("mcp::client")),
+        "the file graph lost `mcp::client`; the path reader is broken"
+    );
+    assert!(
+        found.is_empty(),
+        "the MCP client and the bridge stay apart from the server half; go through a type `mcp` defines:\n{}",
+        found.join("\n")
+    );
+}
+
+/// Architecture invariant: the ACP client of an agent's program is sans-IO:
+/// frames in, steps out; no runtime, disk, environment, process or socket.
+#[test]
+fn the_acp_client_does_no_io() {
+    // `surfaces::jsonrpc`'s frames are wire types, no socket.
+    let mut forbidden: Vec<&str> = IMPURE
+        .into_iter()
+        .filter(|n| *n != "crate::surfaces")
+        .collect();
+    forbidden.extend(DISK_AND_ENVIRONMENT);
+    forbidden.extend(["std::io", "std::net"]);
+    let mut found = file_offenders(&["providers/acp.rs"], &forbidden);
+    found.extend(production_offenders("providers/acp", &forbidden));
+    assert!(
+        found.is_empty(),
+        "src/providers/acp does I/O; leave it to `runs::agent::acp`:\n{}",
+        found.join("\n")
+    );
+}
+
+/// Architecture invariant: `disk` interprets nothing: it reads bytes and
+/// variables and hands them to `model`, naming no parser, no format and
+/// no stage of the loader.
+#[test]
+fn disk_interprets_nothing() {
+    let found = file_offenders(
+        &["disk.rs"],
+        &[
+            "serde",
+            "toml",
+            "json",
+            "regex",
+            "minijinja",
+            "Diagnostic",
+            "model::de",
+            "model::raw",
+            "model::parse",
+            "model::lower::lower",
+            "model::template",
+        ],
+    );
+    assert!(
+        found.is_empty(),
+        "src/disk.rs interprets what it reads; leave that to `model`:\n{}",
+        found.join("\n")
+    );
+}
+
+/// Architecture invariant: the fleet front of a daemon (`runtime::fleet`)
+/// only enqueues: it never claims a run nor carries one out.
+#[test]
+fn the_fleet_front_never_claims_or_carries_out_a_run() {
+    let found = file_offenders(
+        &["runtime/fleet.rs"],
+        &[
+            ".claim(",
+            "claim_run(",
+            "Worker",
+            "execute(",
+            "executor::run",
+        ],
+    );
+    assert!(
+        found.is_empty(),
+        "src/runtime/fleet.rs claims or runs a run; that is `npc worker`'s (`runs::fleet`):\n{}",
+        found.join("\n")
+    );
+}
+
+/// Fewest files of `src/cli` (fewer means the walk lost them).
+const MIN_CLI_FILES: usize = 10;
+
+/// Architecture invariant: the command line prints only through
+/// `cli::output` (clippy denies `println!` there too); `npc pane attach`
+/// alone writes a pane's bytes to the terminal itself.
+#[test]
+fn the_cli_writes_only_through_its_output() {
+    let rels: Vec<String> = rust_files(&repo_root().join("src/cli"))
+        .into_iter()
+        .map(|f| {
+            f.strip_prefix(repo_root().join("src"))
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .filter(|rel| rel != "cli/output.rs")
+        .collect();
+    let rels: Vec<&str> = rels.iter().map(String::as_str).collect();
+    assert!(
+        rels.len() >= MIN_CLI_FILES,
+        "src/cli has few files: {rels:?}"
+    );
+    let found = file_offenders(&rels, &["println!", "eprintln!", "print!(", "eprint!("]);
+    assert!(
+        found.is_empty(),
+        "write through `cli::output` (`out!`, `outln!`, `errln!`):\n{}",
+        found.join("\n")
+    );
+}
+
+/// Durations written as literals in production code that are still to be
+/// named (file below `src/`, the literal as written). Empty when every
+/// timeout and pause is a named constant.
+const UNNAMED_DURATIONS: &[(&str, &str)] = &[
+    ("acp/server.rs", "Duration::from_secs(5)"),
+    ("acp/server.rs", "Duration::from_millis(20)"),
+    ("cli/reconcile.rs", "Duration::from_secs(5)"),
+    ("surfaces/channel.rs", "Duration::from_millis(50)"),
+    ("surfaces/approval.rs", "Duration::from_millis(50)"),
+];
+
+/// Architecture invariant: a timeout or pause is a named constant next to
+/// the code it bounds: no `Duration::from_secs(5)` in production code but
+/// in a `const` (and the few `UNNAMED_DURATIONS` still to be named).
+#[test]
+fn every_timeout_is_a_named_constant() {
+    let src = repo_root().join("src");
+    let mut found = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for file in rust_files(&src) {
+        let rel = file.strip_prefix(&src).unwrap().display().to_string();
+        if rel.ends_with("tests.rs") || rel.contains("/tests/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut previous = "";
+        for (i, line) in production_code(&text).lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("").trim();
+            let in_const =
+                code.contains("const ") || (previous.contains("const ") && previous.ends_with('='));
+            for unit in ["Duration::from_secs(", "Duration::from_millis("] {
+                let mut rest = code;
+                while let Some(at) = rest.find(unit) {
+                    let after = &rest[at + unit.len()..];
+                    let literal = after.starts_with(|c: char| c.is_ascii_digit());
+                    if literal && !in_const {
+                        let close = after.find(')').map_or(after.len(), |c| c + 1);
+                        let written = format!("{unit}{}", &after[..close]);
+                        if UNNAMED_DURATIONS.contains(&(rel.as_str(), written.as_str())) {
+                            seen.insert((rel.clone(), written));
+                        } else {
+                            found.push(format!("src/{rel}:{}: `{written}`", i + 1));
+                        }
+                    }
+                    rest = after;
+                }
+            }
+            if !code.is_empty() {
+                previous = code;
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "name each timeout as a constant next to the code it bounds:\n{}",
+        found.join("\n")
+    );
+    for (rel, written) in UNNAMED_DURATIONS {
+        assert!(
+            seen.contains(&(rel.to_string(), written.to_string())),
+            "`{written}` in src/{rel} is gone; remove it from `UNNAMED_DURATIONS`"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// ARCHITECTURE.md's shape: short rooms, each invariant naming its test.
+// ---------------------------------------------------------------------------
+
+/// The bound on ARCHITECTURE.md: a map to read in one sitting (about a
+/// third of it the names of the tests that hold its invariants); the
+/// detail lives in `docs/dev/`.
+const MAX_ARCHITECTURE_BYTES: usize = 32_000;
+/// Lines of a room's description (before its invariants).
+const MAX_ROOM_DESCRIPTION_LINES: usize = 3;
+/// Lines of one invariant, its bullet and its indented continuation.
+const MAX_INVARIANT_LINES: usize = 4;
+/// Columns of a line of a room's section.
+const MAX_ROOM_LINE_CHARS: usize = 100;
+/// How an invariant's bullet starts.
+const INVARIANT_BULLET: &str = "- Architecture invariant:";
+/// How a room's closing link to its deep dive starts.
+const DEEP_DIVE: &str = "Deep dive:";
+/// The one section under "Rooms" that is no room.
+const OUTSIDE_SRC: &str = "Outside src";
+/// Lines after a test attribute within which its `fn` follows (other
+/// attributes, a doc line between).
+const TEST_FN_WITHIN_LINES: usize = 4;
+/// Fewest tests the scan finds, and fewest invariants ARCHITECTURE.md
+/// holds: fewer means a reader is broken, not that they went.
+const MIN_TESTS: usize = 1_000;
+const MIN_INVARIANTS: usize = 60;
+
+/// The names of every test function under `src/` and `tests/`: a `fn`
+/// within a few lines after `#[test]` or `#[tokio::test…]`.
+fn test_names() -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    let mut files = rust_files(&repo_root().join("src"));
+    files.extend(rust_files(&repo_root().join("tests")));
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let attr = line.trim_start();
+            if !(attr.starts_with("#[test]") || attr.starts_with("#[tokio::test")) {
+                continue;
+            }
+            let name = lines[i + 1..]
+                .iter()
+                .take(TEST_FN_WITHIN_LINES)
+                .find_map(|l| l.split("fn ").nth(1))
+                .map(|rest| rest.split(['(', '<']).next().unwrap_or("").trim());
+            if let Some(name) = name.filter(|n| !n.is_empty() && !n.starts_with('$')) {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    names
+}
+
+/// A `### ` section of ARCHITECTURE.md's "Rooms": its heading, its
+/// description lines, its invariants (bullet and continuation joined), and
+/// every line with its number.
+struct RoomSection {
+    heading: String,
+    description: Vec<String>,
+    invariants: Vec<(usize, String, usize)>,
+    lines: Vec<(usize, String)>,
+}
+
+fn room_sections(doc: &str) -> Vec<RoomSection> {
+    let rooms_at = doc
+        .find("\n## Rooms")
+        .expect("ARCHITECTURE.md has a `## Rooms` section");
+    let first_line = doc[..rooms_at].lines().count() + 1;
+    let rooms = &doc[rooms_at + 1..];
+    let rooms = rooms[1..].split("\n## ").next().unwrap();
+    let mut sections: Vec<RoomSection> = Vec::new();
+    for (n, line) in rooms.lines().enumerate() {
+        let number = first_line + n;
+        if let Some(heading) = line.strip_prefix("### ") {
+            sections.push(RoomSection {
+                heading: heading.trim().to_string(),
+                description: Vec::new(),
+                invariants: Vec::new(),
+                lines: Vec::new(),
+            });
+            continue;
+        }
+        let Some(section) = sections.last_mut() else {
+            continue;
+        };
+        section.lines.push((number, line.to_string()));
+        let continues = line.starts_with("  ") && !line.trim().is_empty();
+        if line.starts_with(INVARIANT_BULLET) {
+            section.invariants.push((number, line.to_string(), 1));
+        } else if continues && !section.invariants.is_empty() {
+            let (_, text, count) = section.invariants.last_mut().unwrap();
+            text.push(' ');
+            text.push_str(line.trim());
+            *count += 1;
+        } else if !line.trim().is_empty()
+            && !line.starts_with(DEEP_DIVE)
+            && section.invariants.is_empty()
+        {
+            section.description.push(line.to_string());
+        }
+    }
+    sections
+}
+
+/// The backticked names of an invariant's closing parenthesis: "… (`a`,
+/// `b`)." gives `a` and `b`; none when it does not end so.
+fn named_tests(invariant: &str) -> Vec<String> {
+    let end = invariant.trim_end();
+    let end = end.strip_suffix('.').unwrap_or(end);
+    let Some(inner) = end.strip_suffix(')') else {
+        return Vec::new();
+    };
+    let Some((_, list)) = inner.rsplit_once('(') else {
+        return Vec::new();
+    };
+    let names: Vec<&str> = list.split(',').map(str::trim).collect();
+    let all_names = names.iter().all(|n| {
+        n.len() > 2
+            && n.starts_with('`')
+            && n.ends_with('`')
+            && n[1..n.len() - 1]
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    });
+    if !all_names {
+        return Vec::new();
+    }
+    names
+        .iter()
+        .map(|n| n.trim_matches('`').to_string())
+        .collect()
+}
+
+/// Architecture invariant: every invariant of ARCHITECTURE.md ends naming,
+/// in a closing parenthesis, the tests that hold it, and each is a test of
+/// `src/` or `tests/`.
+#[test]
+fn every_architecture_invariant_names_a_test_that_exists() {
+    let doc = std::fs::read_to_string(repo_root().join("ARCHITECTURE.md")).unwrap();
+    let tests = test_names();
+    assert!(tests.len() >= MIN_TESTS, "only {} tests found", tests.len());
+    let mut found = Vec::new();
+    let mut invariants = 0;
+    for section in room_sections(&doc) {
+        for (line, text, _) in &section.invariants {
+            invariants += 1;
+            let named = named_tests(text);
+            if named.is_empty() {
+                found.push(format!(
+                    "ARCHITECTURE.md:{line}: ends naming no test: end it with \"(`test_name`, …)\""
+                ));
+            }
+            for name in named.iter().filter(|n| !tests.contains(*n)) {
+                found.push(format!(
+                    "ARCHITECTURE.md:{line}: `{name}` is no test under src/ or tests/"
+                ));
+            }
+        }
+    }
+    let stray = doc
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains("Architecture invariant") && !l.starts_with(INVARIANT_BULLET));
+    for (i, line) in stray {
+        found.push(format!(
+            "ARCHITECTURE.md:{}: an invariant is a bullet `{INVARIANT_BULLET} …` under its room: `{line}`",
+            i + 1
+        ));
+    }
+    assert!(
+        invariants >= MIN_INVARIANTS,
+        "only {invariants} invariants found"
+    );
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// ARCHITECTURE.md stays a map: under its size bound; a section per room
+/// of `LAYERS`, in layer order; each room's description at most three
+/// lines, each invariant at most four, no line wider than the bound; and
+/// every relative link (the deep dives) names a file that exists.
+#[test]
+fn every_room_of_architecture_md_is_short_and_in_layer_order() {
+    let doc = std::fs::read_to_string(repo_root().join("ARCHITECTURE.md")).unwrap();
+    let mut found = Vec::new();
+    if doc.len() > MAX_ARCHITECTURE_BYTES {
+        found.push(format!(
+            "ARCHITECTURE.md is {} bytes, more than {MAX_ARCHITECTURE_BYTES}: move the detail to docs/dev/",
+            doc.len()
+        ));
+    }
+    let sections = room_sections(&doc);
+    let headings: Vec<&str> = sections
+        .iter()
+        .map(|s| s.heading.as_str())
+        .filter(|h| *h != OUTSIDE_SRC)
+        .collect();
+    let rooms: Vec<&str> = LAYERS.iter().flat_map(|(_, r)| r.iter().copied()).collect();
+    if headings != rooms {
+        found.push(format!(
+            "ARCHITECTURE.md's rooms {headings:?} are not `LAYERS`' rooms in order {rooms:?}"
+        ));
+    }
+    for section in &sections {
+        let room = &section.heading;
+        if section.description.len() > MAX_ROOM_DESCRIPTION_LINES {
+            found.push(format!(
+                "room `{room}`: a description of {} lines, more than {MAX_ROOM_DESCRIPTION_LINES}: move the rest to its deep dive",
+                section.description.len()
+            ));
+        }
+        for (line, _, count) in &section.invariants {
+            if *count > MAX_INVARIANT_LINES {
+                found.push(format!(
+                    "ARCHITECTURE.md:{line}: an invariant of {count} lines, more than {MAX_INVARIANT_LINES}"
+                ));
+            }
+        }
+        for (line, text) in &section.lines {
+            if text.chars().count() > MAX_ROOM_LINE_CHARS {
+                found.push(format!(
+                    "ARCHITECTURE.md:{line}: wider than {MAX_ROOM_LINE_CHARS} columns"
+                ));
+            }
+        }
+    }
+    for (i, line) in doc.lines().enumerate() {
+        for target in line.split("](").skip(1) {
+            let target = target.split(')').next().unwrap_or("");
+            let path = target.split('#').next().unwrap_or("");
+            if path.is_empty() || path.contains("://") {
+                continue;
+            }
+            if !repo_root().join(path).exists() {
+                found.push(format!(
+                    "ARCHITECTURE.md:{}: `{target}` does not exist",
+                    i + 1
+                ));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// The readers of ARCHITECTURE.md see what a person sees.
+#[test]
+fn the_architecture_md_reader_splits_rooms_and_joins_invariants() {
+    let doc = "# A\n\n## Rooms\n\nIntro.\n\n### stdx\n\nOne.\nTwo.\n\n- Architecture invariant: a\n  b (`x`, `y_2`).\n- Architecture invariant: c (`z`)\n\nDeep dive: [d](d.md)\n\n### cli\n\n- Architecture invariant: e (see `f`) g\n\n## Next\n\n### not a room\n";
+    let sections = room_sections(doc);
+    let headings: Vec<&str> = sections.iter().map(|s| s.heading.as_str()).collect();
+    assert_eq!(headings, ["stdx", "cli"]);
+    assert_eq!(sections[0].description, ["One.", "Two."]);
+    let invariants: Vec<(&str, usize)> = sections[0]
+        .invariants
+        .iter()
+        .map(|(_, t, n)| (t.as_str(), *n))
+        .collect();
+    assert_eq!(
+        invariants,
+        [
+            ("- Architecture invariant: a b (`x`, `y_2`).", 2),
+            ("- Architecture invariant: c (`z`)", 1)
+        ]
+    );
+    assert_eq!(named_tests(&sections[0].invariants[0].1), ["x", "y_2"]);
+    assert!(named_tests(&sections[1].invariants[0].1).is_empty());
+    assert!(named_tests("a (`Text::expose`)").is_empty());
+    assert!(test_names().contains("the_architecture_md_reader_splits_rooms_and_joins_invariants"));
+}
