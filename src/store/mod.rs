@@ -286,9 +286,14 @@ enum Lifetime {
     Brief,
 }
 
-/// WAL pages after which a brief opener's commit checkpoints (SQLite's
-/// default), so a WAL no long opener folds in stays bounded (about 4 MiB).
-pub const WAL_AUTOCHECKPOINT_PAGES: i64 = 1000;
+/// WAL pages after which a brief opener's commit checkpoints, so a WAL no
+/// long opener folds in stays bounded (512 KiB). Small on purpose: a brief
+/// opener is usually the only connection, and SQLite then rebuilds its
+/// index of the WAL by reading and checksumming the whole file at open, so
+/// every `npc hook run` paid for a WAL of up to 4 MiB at SQLite's default
+/// of 1,000 pages (1.9 ms more CPU at 2 MiB than at 150 KiB, release); a
+/// checkpoint every few dozen calls costs less (`benches/RESULTS.md`).
+pub const WAL_AUTOCHECKPOINT_PAGES: i64 = 128;
 
 impl Store {
     /// `<repo_root>/.npc/state.db`.

@@ -1270,13 +1270,7 @@ fn the_cli_writes_only_through_its_output() {
 /// Durations written as literals in production code that are still to be
 /// named (file below `src/`, the literal as written). Empty when every
 /// timeout and pause is a named constant.
-const UNNAMED_DURATIONS: &[(&str, &str)] = &[
-    ("acp/server.rs", "Duration::from_secs(5)"),
-    ("acp/server.rs", "Duration::from_millis(20)"),
-    ("cli/reconcile.rs", "Duration::from_secs(5)"),
-    ("surfaces/channel.rs", "Duration::from_millis(50)"),
-    ("surfaces/approval.rs", "Duration::from_millis(50)"),
-];
+const UNNAMED_DURATIONS: &[(&str, &str)] = &[];
 
 /// Architecture invariant: a timeout or pause is a named constant next to
 /// the code it bounds: no `Duration::from_secs(5)` in production code but
