@@ -286,14 +286,18 @@ enum Lifetime {
     Brief,
 }
 
-/// WAL pages after which a brief opener's commit checkpoints, so a WAL no
-/// long opener folds in stays bounded (512 KiB). Small on purpose: a brief
-/// opener is usually the only connection, and SQLite then rebuilds its
-/// index of the WAL by reading and checksumming the whole file at open, so
-/// every `npc hook run` paid for a WAL of up to 4 MiB at SQLite's default
-/// of 1,000 pages (1.9 ms more CPU at 2 MiB than at 150 KiB, release); a
-/// checkpoint every few dozen calls costs less (`benches/RESULTS.md`).
-pub const WAL_AUTOCHECKPOINT_PAGES: i64 = 128;
+/// WAL pages (of SQLite's 4 KiB, each with its frame header) past which a
+/// brief opener, after its commit and its answer, folds the WAL into the
+/// database and truncates it (`wal_checkpoint(TRUNCATE)`): about 512 KiB.
+/// SQLite's own auto-checkpoint cannot bound a WAL that only brief openers
+/// write: a first connection rebuilds the WAL's index at open and forgets
+/// what was folded in, so the WAL is never restarted and grows with every
+/// `npc hook run`, and each open reads and checksums all of it (`walChecksumBytes`
+/// was the hottest function of a matching hook call at 2 MiB).
+pub const WAL_CHECKPOINT_PAGES: u64 = 128;
+
+/// [`WAL_CHECKPOINT_PAGES`] as the WAL file's length.
+pub(crate) const WAL_CHECKPOINT_BYTES: u64 = 32 + WAL_CHECKPOINT_PAGES * (4096 + 24);
 
 impl Store {
     /// `<repo_root>/.npc/state.db`.
@@ -314,9 +318,9 @@ impl Store {
     /// (and, when this opener created the WAL, one of the directory), so a
     /// crash of the process, the system or the power right after loses
     /// nothing; and closing neither checkpoints nor removes the WAL (the
-    /// syncs of a checkpoint and two unlinks saved; the next long opener,
-    /// or SQLite's auto-checkpoint at [`WAL_AUTOCHECKPOINT_PAGES`], folds it
-    /// into the database, so the WAL stays bounded). SQLite's own
+    /// syncs of a checkpoint and two unlinks saved; the next long opener
+    /// folds it into the database, and past [`WAL_CHECKPOINT_PAGES`] the
+    /// brief opener does, after its answer, so the WAL stays bounded). SQLite's own
     /// `synchronous = FULL` would sync the directory at every open.
     pub fn open_brief(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         Self::open_as(path.as_ref(), Lifetime::Brief)
@@ -391,7 +395,8 @@ impl Store {
         if lifetime == Lifetime::Brief {
             conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
                 .map_err(open_error)?;
-            conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
+            // The writer folds the WAL in itself (see `WAL_CHECKPOINT_PAGES`).
+            conn.pragma_update(None, "wal_autocheckpoint", 0)
                 .map_err(open_error)?;
         }
         conn.pragma_update(None, "foreign_keys", true)

@@ -53,6 +53,42 @@ fn fresh_database_is_migrated_in_wal_mode() {
     }
 }
 
+/// Brief openers (`npc hook run`) never fold the WAL in at close, and with
+/// no other connection SQLite reads the whole WAL at each open: the WAL
+/// must stay near `WAL_CHECKPOINT_PAGES`, and every record kept.
+#[test]
+fn brief_openers_keep_the_wal_small_and_lose_no_record() {
+    /// Brief opens, one record each: several checkpoints' worth.
+    const OPENS: i64 = 150;
+    /// SQLite's page size here, and a WAL frame's header.
+    const PAGE: u64 = 4096;
+    const FRAME_HEADER: u64 = 24;
+    let dir = tempfile::tempdir().unwrap();
+    let path = Store::default_path(dir.path());
+    let mut wal = path.clone().into_os_string();
+    wal.push("-wal");
+    let mut largest = 0;
+    for n in 1..=OPENS {
+        let store = Store::open_brief(&path).unwrap();
+        store
+            .append_events(vec![event("hook.call", n)])
+            .wait()
+            .unwrap();
+        drop(store);
+        largest = largest.max(std::fs::metadata(&wal).unwrap().len());
+    }
+    // A commit that crosses the mark checkpoints after it: the WAL holds at
+    // most the mark plus the pages of one commit (and SQLite's header).
+    let bound = (WAL_CHECKPOINT_PAGES + 16) * (PAGE + FRAME_HEADER) + 32;
+    assert!(
+        largest <= bound,
+        "the WAL grew to {largest} bytes (bound {bound})"
+    );
+    let store = Store::open_read_only(&path).unwrap();
+    let kept = store.events_since(0, OPENS as usize + 1).unwrap();
+    assert_eq!(kept.len(), OPENS as usize, "every record kept");
+}
+
 #[test]
 fn reopening_keeps_data_and_does_not_rerun_migrations() {
     let dir = tempfile::tempdir().unwrap();

@@ -230,6 +230,22 @@ impl Durable {
             tracing::warn!(error = %e, wal = %self.wal.display(), "store: syncing the WAL after a commit failed");
         }
     }
+
+    /// Past [`super::WAL_CHECKPOINT_BYTES`], fold the WAL into the database
+    /// and truncate it. Busy (a reader, such as a daemon's, still in the
+    /// WAL) leaves it for later: that reader's connection keeps the WAL's
+    /// index, so SQLite's own checkpoints restart it.
+    fn fold_in_when_large(&self, conn: &Connection) {
+        let large = std::fs::symlink_metadata(&self.wal)
+            .is_ok_and(|m| m.len() > super::WAL_CHECKPOINT_BYTES);
+        if large
+            && let Err(e) = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+                row.get::<_, i64>(0)
+            })
+        {
+            tracing::warn!(error = %e, "store: folding the WAL in failed");
+        }
+    }
 }
 
 fn writer_loop(
@@ -269,6 +285,13 @@ fn writer_loop(
             if finished.is_err() {
                 tracing::error!("store.writer_continuation_panicked");
             }
+        }
+        // After the answers: a brief opener's caller does not wait on it
+        // (its process ends with the store, which waits for this thread).
+        if outcome.is_ok()
+            && let Some(durable) = &durable
+        {
+            durable.fold_in_when_large(&conn);
         }
     }
 }
