@@ -10,11 +10,14 @@ The hashes in the names of generic functions depend on the build's dependency fe
 `--all-targets`: `tempfile` turns on more of `rustix`) name many functions differently. Pass both
 binaries to cover both: the file holds the union, each build finds its own names.
 
-Run from the repository root on release builds of the current tree (needs valgrind and nm):
+Run from the repository root on release builds of the current tree that keep their symbol table
+(`NPC_KEEP_SYMBOLS=1`: build.rs strips it otherwise; the names are the same either way), then
+build again without it (needs valgrind and nm):
 
-    cargo build --release && cp target/release/npc /tmp/npc-build
-    cargo bench --no-run && cp target/release/npc /tmp/npc-bench
+    NPC_KEEP_SYMBOLS=1 cargo build --release && cp target/release/npc /tmp/npc-build
+    NPC_KEEP_SYMBOLS=1 cargo bench --no-run && cp target/release/npc /tmp/npc-bench
     python3 benches/scripts/symbol_order.py /tmp/npc-build /tmp/npc-bench
+    cargo build --release
 
 With `--check BINARY` it only reports how many of the file's names BINARY has.
 """
