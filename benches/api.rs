@@ -183,16 +183,26 @@ fn unmeasured() -> ApiError {
     )
 }
 
+/// Set to publish the event this bench published before events were typed
+/// (`bench.tick` with `{"i": N}`), for same-run comparisons with commits
+/// before issue 42 (`benches/scripts/compare_commits.py --env`).
+const LEGACY_PAYLOAD_ENV: &str = "NPC_BENCH_LEGACY_PAYLOAD";
+
 /// Publish [`SSE_EVENTS`] events; their ids.
 async fn publish_all(bus: &EventBus) -> Vec<i64> {
+    let legacy = std::env::var_os(LEGACY_PAYLOAD_ENV).is_some();
     let mut pending = Vec::with_capacity(SSE_EVENTS);
     for i in 0..SSE_EVENTS {
-        let tick = Event::RunOutput(RunOutput {
-            run_id: "bench".to_string(),
-            stream: "stdout".to_string(),
-            line: i.to_string(),
-        });
-        pending.push(bus.publish(NewEvent::from(tick)));
+        let event = if legacy {
+            NewEvent::relayed("bench.tick".to_string(), None, json!({ "i": i }))
+        } else {
+            NewEvent::from(Event::RunOutput(RunOutput {
+                run_id: "bench".to_string(),
+                stream: "stdout".to_string(),
+                line: i.to_string(),
+            }))
+        };
+        pending.push(bus.publish(event));
     }
     let mut ids = Vec::with_capacity(SSE_EVENTS);
     for p in pending {

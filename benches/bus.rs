@@ -30,8 +30,23 @@ const PIPELINE_WINDOW: usize = 64;
 /// Longest the bench waits for subscribers to drain.
 const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 
+/// Set to publish the payload this bench published before events were
+/// typed (five fields), for same-run comparisons with commits before issue
+/// 42 (`benches/scripts/compare_commits.py --env`).
+const LEGACY_PAYLOAD_ENV: &str = "NPC_BENCH_LEGACY_PAYLOAD";
+
 fn new_event(publisher: usize, n: usize) -> NewEvent {
     let component = format!("mcp_server/fs-{publisher}");
+    if std::env::var_os(LEGACY_PAYLOAD_ENV).is_some() {
+        let payload = serde_json::json!({
+            "component": component,
+            "state": "running",
+            "pid": 40_000 + n,
+            "restarts": n % 7,
+            "detail": "started after config change (args)",
+        });
+        return NewEvent::relayed("component.started".to_string(), Some(component), payload);
+    }
     Event::ComponentStarted(ProcessStarted {
         event: "started".to_string(),
         id: component.clone(),

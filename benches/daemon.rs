@@ -121,11 +121,18 @@ fn main() {
         .unwrap();
     let db = root.join(".npc/state.db");
     let deadline = Instant::now() + RELOAD_LIMIT;
-    while !db.is_file() {
-        assert!(Instant::now() < deadline, "daemon did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let store = Store::open_read_only(&db).unwrap();
+    // Until the daemon has made its store: a file without tables yet is one
+    // it is creating (`NotFound` as well).
+    let store = loop {
+        match Store::open_read_only(&db) {
+            Ok(store) => break store,
+            Err(npcagent::store::StoreError::NotFound { .. }) => {
+                assert!(Instant::now() < deadline, "daemon did not start");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
     let (mut mark, _) = wait_applied(&store, 0);
 
     let mut latencies = Vec::new();
