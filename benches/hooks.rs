@@ -150,9 +150,10 @@ fn against_version() {
     .expect("manifest");
     let npc = env!("CARGO_BIN_EXE_npc");
     let input = br#"{"tool_call":{"id":"c","name":"shell__run","arguments":{"cmd":"git status"}}}"#;
-    let run = |dir: &std::path::Path, args: &[&str]| {
+    // `program args` in `dir` with the call on stdin, timed to its exit.
+    let timed = |program: &str, dir: &std::path::Path, args: &[&str]| {
         let t = Instant::now();
-        let mut child = Command::new(npc)
+        let mut child = Command::new(program)
             .args(args)
             .current_dir(dir)
             .stdin(Stdio::piped())
@@ -162,25 +163,13 @@ fn against_version() {
             .expect("spawns");
         let _ = child.stdin.take().expect("piped").write_all(input);
         let out = child.wait_with_output().expect("waits");
-        assert!(out.status.success(), "{args:?}: {out:?}");
+        assert!(out.status.success(), "{program} {args:?}: {out:?}");
         t.elapsed()
     };
+    let run = |dir: &std::path::Path, args: &[&str]| timed(npc, dir, args);
     // The hook program alone, started the way a test harness starts npc:
     // the part of a matching call that is the hook's, not npc's.
-    let bare = |dir: &std::path::Path| {
-        let t = Instant::now();
-        let mut child = Command::new(PROGRAM)
-            .current_dir(dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawns");
-        let _ = child.stdin.take().expect("piped").write_all(input);
-        let out = child.wait_with_output().expect("waits");
-        assert!(out.status.success(), "{PROGRAM}: {out:?}");
-        t.elapsed()
-    };
+    let bare = |dir: &std::path::Path| timed(PROGRAM, dir, &[]);
     let hook = ["hook", "run", "before_tool"];
     let (mut version, mut hit, mut miss, mut program) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
