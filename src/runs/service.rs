@@ -17,6 +17,7 @@ use super::queue::{Accepted, Refused, RunQueue, Submission};
 use super::{MANUAL_QUEUE, Origin};
 use crate::bus::EventBus;
 use crate::driver::DriverContext;
+use crate::event::AgentRunStarted;
 use crate::model::{Manifest, Overlap, Trigger};
 use crate::store::Store;
 use crate::surfaces::runs::{LocalRun, LocalRunError, ManualRun};
@@ -205,18 +206,22 @@ impl Runs {
                 depth - 1
             )));
         }
-        // The asking run's own profile only: a delegated run never gets a
-        // broader policy than the agent that asked for it.
+        // The asking run's own profile only (as its `run.started` says): a
+        // delegated run never gets a broader policy than the agent that
+        // asked for it.
         let asking = bracket
-            .iter()
+            .into_iter()
             .find(|e| e.kind == "run.started")
-            .and_then(|e| e.payload.get("profile"))
-            .and_then(serde_json::Value::as_str);
-        if asking != Some(run.profile.as_str()) {
+            .and_then(|e| serde_json::from_value::<AgentRunStarted>(e.payload).ok())
+            .map(|started| started.profile)
+            .ok_or_else(|| {
+                StartRunError::Delegation(format!(
+                    "run `{parent}` started no agent of a profile; only an agent's run delegates"
+                ))
+            })?;
+        if asking != run.profile {
             return Err(StartRunError::Delegation(format!(
-                "run `{parent}` runs profile `{}`, and a run delegates to its own profile only (a delegated run never gets a broader policy than the one asking); ask for profile `{}`",
-                asking.unwrap_or("?"),
-                asking.unwrap_or("?")
+                "run `{parent}` runs profile `{asking}`, and a run delegates to its own profile only (a delegated run never gets a broader policy than the one asking); ask for profile `{asking}`"
             )));
         }
         if children >= MAX_DELEGATIONS_PER_RUN {

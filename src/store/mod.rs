@@ -296,8 +296,19 @@ enum Lifetime {
 /// was the hottest function of a matching hook call at 2 MiB).
 pub const WAL_CHECKPOINT_PAGES: u64 = 128;
 
+/// The WAL file's length holding `pages` pages: SQLite's 32-byte header and
+/// a 24-byte header per frame of one page (the store keeps SQLite's default
+/// page of 4 KiB).
+pub(crate) const fn wal_bytes(pages: u64) -> u64 {
+    /// SQLite's WAL header, a frame's header, and the page size.
+    const HEADER: u64 = 32;
+    const FRAME_HEADER: u64 = 24;
+    const PAGE: u64 = 4096;
+    HEADER + pages * (FRAME_HEADER + PAGE)
+}
+
 /// [`WAL_CHECKPOINT_PAGES`] as the WAL file's length.
-pub(crate) const WAL_CHECKPOINT_BYTES: u64 = 32 + WAL_CHECKPOINT_PAGES * (4096 + 24);
+pub(crate) const WAL_CHECKPOINT_BYTES: u64 = wal_bytes(WAL_CHECKPOINT_PAGES);
 
 impl Store {
     /// `<repo_root>/.npc/state.db`.

@@ -2570,8 +2570,7 @@ base = "{{ steps.prep.head }}"
 "#,
     );
     std::fs::write(root.join("npcagent.toml"), manifest).unwrap();
-    crate::worktrees::git(&root, &["add", "--all"]);
-    crate::worktrees::git(&root, &["commit", "--quiet", "-m", "start"]);
+    crate::fleet_code::commit(&root, "start");
     let _daemon = s.daemon();
     let out = s
         .npc(&["workflow", "run", "w", "--format", "json"])
@@ -2635,8 +2634,7 @@ fn a_real_claude_code_agent_delegates_a_run_and_gets_its_result_and_the_depth_is
     };
     let s = Setup::scripted(CLAUDE, "", None, script);
     let root = s.root();
-    crate::worktrees::git(&root, &["add", "--all"]);
-    crate::worktrees::git(&root, &["commit", "--quiet", "-m", "start"]);
+    crate::fleet_code::commit(&root, "start");
     let _daemon = s.daemon();
     let events = s.run();
     let parent = events
@@ -2705,8 +2703,7 @@ fn a_real_claude_code_agent_cannot_delegate_to_another_profile() {
         "\n[profiles.admin]\nprovider = \"p\"\ndescription = \"broader\"\n",
     );
     let root = s.root();
-    crate::worktrees::git(&root, &["add", "--all"]);
-    crate::worktrees::git(&root, &["commit", "--quiet", "-m", "start"]);
+    crate::fleet_code::commit(&root, "start");
     let _daemon = s.daemon();
     let _ = s.run();
     let out = s.npc(&["runs", "--format", "json"]).output().unwrap();
