@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use super::output::OutputError;
 use super::{Exit, Format};
 use crate::model::Manifest;
-use crate::plan::{self, Action, ObservedState, Plan};
+use crate::plan::{self, Action, ObservedState, Plan, Standing};
 use crate::runtime::files::{self, FilePlan};
 use crate::runtime::{self, RepoPaths};
 use crate::stdx::term::printable;
@@ -666,7 +666,7 @@ pub fn apply(
         } else if change.id.kind == plan::Kind::Trigger {
             "recorded; it fires while `npc daemon` runs"
         } else {
-            Standing::of_kind(change.id.kind.as_str()).map_or("applied", Standing::human)
+            Standing::of_kind(change.id.kind).human()
         };
         outln!("  {:>3} {}: {note}", change.action.symbol(), change.id)?;
     }
@@ -749,10 +749,10 @@ fn print_outcome(outcome: &runtime::ReloadOutcome, how: &str) -> Result<Exit, Ou
             for r in results {
                 failed |= r.outcome != Outcome::Applied;
                 // Say what "applied" means for a component no process stands for.
-                let shown = match (r.outcome, Standing::of_kind(r.id.kind.as_str())) {
-                    (Outcome::Applied, _) if r.action == Action::Remove => "removed",
-                    (Outcome::Applied, Some(standing)) if r.pid.is_none() => standing.human(),
-                    (outcome, _) => outcome.as_str(),
+                let shown = match r.outcome {
+                    Outcome::Applied if r.action == Action::Remove => "removed",
+                    Outcome::Applied if r.pid.is_none() => Standing::of_kind(r.id.kind).human(),
+                    outcome => outcome.as_str(),
                 };
                 let pid = r.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
                 let error = r
@@ -925,6 +925,7 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
                     since: chrono::DateTime::from_timestamp_millis(r.since_ms)
                         .map(|t| t.to_rfc3339()),
                     error: None,
+                    detail: None,
                 })
                 .collect();
             (rows, "no daemon running; last recorded state".to_string())
@@ -936,7 +937,7 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
                 .iter()
                 .map(|c| {
                     let mut row = serde_json::to_value(c).unwrap_or_default();
-                    if let Some(standing) = Standing::of(c) {
+                    if let Some(standing) = standing(c) {
                         row["state"] = standing.state().into();
                         row["detail"] = standing.detail().into();
                     }
@@ -961,7 +962,7 @@ pub fn status(manifest: Option<PathBuf>, format: Format) -> anyhow::Result<Exit>
             }
             let states: Vec<String> = components
                 .iter()
-                .map(|c| Standing::of(c).map_or_else(|| c.state.clone(), |s| s.human().to_string()))
+                .map(|c| standing(c).map_or_else(|| c.state.clone(), |s| s.human().to_string()))
                 .collect();
             let width = components
                 .iter()
@@ -1058,98 +1059,10 @@ fn print_mcp_status(gateway: &str, servers: &[serde_json::Value]) -> anyhow::Res
     Ok(())
 }
 
-/// What is true of a component that no process stands for. The runtime
-/// records every such component as `applied` once its config is accepted;
-/// `npc status` and `npc apply` say instead what that means for its kind,
-/// so nothing reads as running that npc does not run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Standing {
-    /// Validated and recorded, but npc has no runtime for the kind itself
-    /// (plugins: their servers and hooks run as their own components).
-    Declared,
-    /// Run once per call, no process of its own (hooks: around the
-    /// gateway's tool calls, in `npc run`, from the agents' native hooks).
-    PerCall,
-    /// Runs only inside the daemon, and no daemon runs (panes, pane plugins).
-    InDaemon,
-    /// Read by `npc run` and `npc render` when they are used (providers,
-    /// prompts, profiles).
-    Ready,
-    /// Written into the agents' config files; the agent connects to it (an
-    /// HTTP MCP server).
-    Configured,
-    /// Settings npc itself reads (project, daemon).
-    Recorded,
-    /// A trigger the daemon runs: its firings go to the run queue.
-    Armed,
-}
-
-impl Standing {
-    /// The standing of `c`, when its recorded state is the runtime's
-    /// catch-all `applied`; `None` for supervised states (running, …).
-    fn of(c: &runtime::ComponentStatus) -> Option<Self> {
-        (c.state == "applied").then(|| Self::of_kind(&c.kind))?
-    }
-
-    fn of_kind(kind: &str) -> Option<Self> {
-        Some(match kind {
-            "plugin" => Self::Declared,
-            "trigger" => Self::Armed,
-            "hooks" => Self::PerCall,
-            "pane" | "pane_plugin" => Self::InDaemon,
-            "provider" | "prompt" | "profile" => Self::Ready,
-            "mcp_server" => Self::Configured,
-            "project" | "daemon" => Self::Recorded,
-            _ => return None,
-        })
-    }
-
-    /// The machine-readable state (`--format json`).
-    fn state(self) -> &'static str {
-        match self {
-            Self::Declared => "declared",
-            Self::PerCall => "per_call",
-            Self::InDaemon => "not running",
-            Self::Ready => "ready",
-            Self::Configured => "configured",
-            Self::Recorded => "recorded",
-            Self::Armed => "armed",
-        }
-    }
-
-    /// The state column of the human table.
-    fn human(self) -> &'static str {
-        match self {
-            Self::Declared => "declared (not run yet)",
-            Self::PerCall => "active (runs per call)",
-            Self::InDaemon => "not running (runs in `npc daemon`)",
-            Self::Ready => "ready",
-            Self::Configured => "configured",
-            Self::Recorded => "recorded",
-            Self::Armed => "armed",
-        }
-    }
-
-    /// One sentence on what the state means.
-    fn detail(self) -> &'static str {
-        match self {
-            Self::Declared => {
-                "validated and recorded; nothing runs it yet (npc has no runtime for this kind)"
-            }
-            Self::PerCall => {
-                "run once per call: around the gateway's tool calls, in `npc run`, and from the agents' native hooks (`npc hook run`)"
-            }
-            Self::InDaemon => "panes and pane plugins run while `npc daemon` runs",
-            Self::Ready => "used by `npc run` and `npc render`; no process of its own",
-            Self::Configured => {
-                "written to the agents' config files; each agent connects to it, npc runs no process"
-            }
-            Self::Recorded => "settings npc reads; no process of its own",
-            Self::Armed => {
-                "the daemon fires it into the run queue; see `npc triggers` and `npc runs`"
-            }
-        }
-    }
+/// The standing of `c` when no process stands for it (`None`: a
+/// supervised state such as `running`); older stores' `applied` included.
+fn standing(c: &runtime::ComponentStatus) -> Option<Standing> {
+    Standing::of_state(&c.kind, &c.state)
 }
 
 /// One event of a log as `npc events` prints it (and `npc events --fleet`).

@@ -10,6 +10,7 @@ mod component;
 pub mod fingerprint;
 pub mod outcome;
 mod render;
+mod standing;
 
 use std::collections::BTreeMap;
 
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 pub use component::*;
 pub use render::{render_human, render_json};
+pub use standing::Standing;
 
 /// What is applied for one component: its fingerprint and its redacted JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1001,9 +1001,10 @@ impl Runtime {
             let record = ComponentRecord {
                 kind: id.kind.as_str().to_string(),
                 name: id.name.clone(),
-                state: status
-                    .as_ref()
-                    .map_or("applied".to_string(), |s| s.state.as_str().to_string()),
+                state: status.as_ref().map_or_else(
+                    || crate::plan::Standing::of_kind(id.kind).state().to_string(),
+                    |s| s.state.as_str().to_string(),
+                ),
                 pid: status.as_ref().and_then(|s| s.pid),
                 restarts: status.as_ref().map_or(0, |s| s.restarts),
                 since_ms: now_ms(),
@@ -1031,14 +1032,24 @@ impl Runtime {
             .map(|id| {
                 let status = self.cx.supervisor.status(&id.to_string());
                 let pane = self.panes.component_status(id);
+                // No process stands for it: the kind's standing, in the
+                // words `npc status` uses.
+                let (state, detail) = match (&pane, &status) {
+                    (Some((state, _)), _) => (state.clone(), None),
+                    (None, Some(s)) => (s.state.as_str().to_string(), None),
+                    (None, None) => {
+                        let standing = crate::plan::Standing::of_kind(id.kind);
+                        (
+                            standing.state().to_string(),
+                            Some(standing.detail().to_string()),
+                        )
+                    }
+                };
                 ComponentStatus {
                     id: id.to_string(),
                     kind: id.kind.as_str().to_string(),
-                    state: pane.as_ref().map(|p| p.0.clone()).unwrap_or_else(|| {
-                        status
-                            .as_ref()
-                            .map_or("applied".to_string(), |s| s.state.as_str().to_string())
-                    }),
+                    state,
+                    detail,
                     pid: pane
                         .and_then(|p| p.1)
                         .or_else(|| status.as_ref().and_then(|s| s.pid)),
@@ -1057,6 +1068,7 @@ impl Runtime {
                 restarts: 0,
                 since: None,
                 error: Some(error.clone()),
+                detail: None,
             }))
             .collect()
     }

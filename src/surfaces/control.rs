@@ -267,6 +267,10 @@ pub struct ComponentStatus {
     /// Why it failed to start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What `state` means, for a component no process stands for
+    /// ([`crate::plan::Standing::detail`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 impl Reply {

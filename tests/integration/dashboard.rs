@@ -307,6 +307,44 @@ fn the_dashboard_draws_every_run_on_a_timeline_and_says_what_started_it_in_headl
     assert_eq!(text(&seen["webhook_url"]), hook_url, "{seen}");
     assert!(hook_url.ends_with("/webhooks/github"), "{hook_url}");
 
+    // One word per state on every surface: the status panel says what
+    // `npc status` says, and what it means.
+    let status = npc()
+        .current_dir(repo.path())
+        .args(["status", "--format", "json"])
+        .output()
+        .unwrap();
+    let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+    let api_status = http(&api, "GET", "/api/v1/status", &[]).json();
+    let components = status["components"].as_array().unwrap();
+    assert!(components.len() >= 6, "{status}");
+    for c in components {
+        let id = text(&c["id"]);
+        let api_row = api_status["components"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == c["id"])
+            .unwrap();
+        assert_eq!(api_row["state"], c["state"], "{id}: {api_status}");
+        assert_eq!(api_row["detail"], c["detail"], "{id}: {api_status}");
+        let shown = &seen["components"][&id];
+        assert_eq!(
+            text(&shown["state"]),
+            text(&c["state"]).replace('_', " "),
+            "{id}: {seen}"
+        );
+        assert_eq!(shown["detail"], c["detail"], "{id}: {seen}");
+    }
+    let state = |id: &str| text(&seen["components"][id]["state"]);
+    assert_eq!(state("trigger.gh"), "armed", "{seen}");
+    assert_eq!(state("profile.dev"), "ready", "{seen}");
+    assert_eq!(state("daemon.api"), "recorded", "{seen}");
+    assert!(
+        !seen["components"].to_string().contains("applied"),
+        "{seen}"
+    );
+
     // No raw JSON in what a person sees first, the events panel included
     // (its lines name each event's fields in words).
     let main = text(&seen["main_text"]);

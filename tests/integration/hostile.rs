@@ -2573,7 +2573,7 @@ fn apply_says_declared_for_kinds_nothing_runs() {
         "{text}"
     );
     assert!(
-        line("hooks.on_agent_end").ends_with("active (runs per call)"),
+        line("hooks.on_agent_end").ends_with("per call (no process of its own)"),
         "{text}"
     );
     assert!(line("mcp_server.remote").ends_with("configured"), "{text}");
@@ -2637,7 +2637,7 @@ fn status_shows_triggers_and_hooks_as_declared_not_applied() {
         .lines()
         .find(|l| l.starts_with("hooks.on_agent_end"))
         .unwrap_or_else(|| panic!("{text}"));
-    assert!(line.contains("active (runs per call)"), "{text}");
+    assert!(line.contains("per call (no process of its own)"), "{text}");
     let line = text
         .lines()
         .find(|l| l.starts_with("trigger.poll"))

@@ -256,10 +256,11 @@ function fillTable(id, rows, empty) {
     body.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: cols }, empty)));
     return;
   }
-  body.replaceChildren(...rows.map(({ key, cells }) => {
+  body.replaceChildren(...rows.map(({ key, cells, detail }) => {
     const tr = el("tr", { "data-key": key });
     cells.forEach((cell, i) => {
       const attrs = i === 1 ? { class: "state-" + String(cell).split(" ")[0] } : {};
+      if (i === 1 && detail) attrs.title = detail;
       tr.append(el("td", attrs, cell));
     });
     return tr;
@@ -297,7 +298,10 @@ async function refreshStatus() {
   const components = status.components || [];
   fillTable("components", components.map((c) => ({
     key: c.id,
-    cells: [c.id, c.state, c.pid ?? "-", c.restarts ?? 0, when(c.since)],
+    // The state word `npc status` prints (`per_call` reads "per call"), with
+    // what it means for a component no process stands for.
+    cells: [c.id, String(c.state).replaceAll("_", " "), c.pid ?? "-", c.restarts ?? 0, when(c.since)],
+    detail: c.detail || c.error,
   })));
   const servers = (status.mcp && status.mcp.servers) || [];
   fillTable("mcp", servers.map((s) => ({
