@@ -7,6 +7,9 @@
 //! Run: `cargo bench --bench daemon` (`NPC_BENCH_IDLE_SECS` sets the idle
 //! window, default 60).
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -112,7 +115,7 @@ fn main() {
     };
     std::fs::write(&path, manifest(0)).unwrap();
 
-    let mut daemon = Command::new(env!("CARGO_BIN_EXE_npc"))
+    let mut daemon = Command::new(common::npc())
         .arg("daemon")
         .current_dir(root)
         .stdout(Stdio::null())

@@ -14,10 +14,17 @@ pub const WRK_CONNECTIONS: u32 = 64;
 /// `wrk` threads.
 pub const WRK_THREADS: u32 = 2;
 
-/// The `npc` binary of this build.
+/// The `npc` under test: this build's, or [`OTHER_NPC_ENV`]'s when set, so
+/// one bench binary (one harness) can measure another commit's `npc` —
+/// alternate the two in the same run to compare them.
 pub fn npc() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_npc"))
+    std::env::var_os(OTHER_NPC_ENV)
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_npc")), PathBuf::from)
 }
+
+/// Names another `npc` for [`npc`] to return.
+pub const OTHER_NPC_ENV: &str = "NPC_BENCH_NPC";
 
 /// Whether `program` is on `PATH`.
 pub fn installed(program: &str) -> bool {

@@ -178,6 +178,9 @@ pub struct Host {
     pending: Mutex<Pending>,
     /// Held while publishing, so events keep their order.
     publishing: tokio::sync::Mutex<()>,
+    /// Told when a pane's slot is made: the loop ticks only while a slot
+    /// exists, so a host without panes does not wake every [`TICK`].
+    slot_made: Arc<tokio::sync::Notify>,
 }
 
 /// A fresh random pane token (128 bits, hex).
@@ -209,6 +212,7 @@ impl PaneHost {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (commands_tx, commands_rx) = mpsc::unbounded_channel();
         let key = crate::store::memory::ProjectKey::for_repo(&cx.repo);
+        let slot_made = Arc::new(tokio::sync::Notify::new());
         let host = Arc::new_cyclic(|me| Host {
             me: me.clone(),
             repo: cx.repo.clone(),
@@ -224,8 +228,14 @@ impl PaneHost {
             next_id: AtomicU64::new(1),
             pending: Mutex::default(),
             publishing: tokio::sync::Mutex::new(()),
+            slot_made: slot_made.clone(),
         });
-        tokio::spawn(run_loop(Arc::downgrade(&host), events_rx, commands_rx));
+        tokio::spawn(run_loop(
+            Arc::downgrade(&host),
+            events_rx,
+            commands_rx,
+            slot_made,
+        ));
         Self { host }
     }
 
@@ -612,6 +622,7 @@ impl Host {
             Some(name),
         );
         state.slots.insert(name.to_string(), slot);
+        self.slot_made.notify_one();
         Ok(())
     }
 
@@ -1198,11 +1209,18 @@ async fn run_loop(
     host: Weak<Host>,
     mut events: mpsc::UnboundedReceiver<PaneEvent>,
     mut commands: mpsc::UnboundedReceiver<PluginMsg>,
+    slot_made: Arc<tokio::sync::Notify>,
 ) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // Idle panes and expired holds need the tick; without a pane there
+        // is nothing to tick until one is opened (or the host is dropped).
+        let Some(ticking) = host.upgrade().map(|h| !lock(&h.state).slots.is_empty()) else {
+            return;
+        };
         tokio::select! {
+            () = slot_made.notified(), if !ticking => {}
             Some(event) = events.recv() => {
                 let Some(host) = host.upgrade() else { return };
                 match event {
@@ -1221,12 +1239,19 @@ async fn run_loop(
                 }
                 host.flush_events().await;
             }
-            _ = tick.tick() => {
+            _ = tick.tick(), if ticking => {
                 let Some(host) = host.upgrade() else { return };
                 host.tick();
                 host.flush_events().await;
             }
         }
+    }
+}
+
+impl Drop for Host {
+    /// Wakes the loop, which then finds no host and ends.
+    fn drop(&mut self) {
+        self.slot_made.notify_one();
     }
 }
 

@@ -2,8 +2,8 @@
 //! executor (origin `workflow`, queue `@workflow/NAME/STEP`). A workflow
 //! run is a row of the store; its steps' rows are the journal
 //! (`store::workflows`). The engine advances every workflow under way
-//! whenever a run ends or an approval is answered (and at least every
-//! [`TICK`]): a step whose needs succeeded is reached (its `when` read, its
+//! whenever a run ends or an approval is answered (and, while one is under
+//! way, at least every [`TICK`]; an idle engine does no pass): a step whose needs succeeded is reached (its `when` read, its
 //! matrix expanded into instances), an instance is started (its gate first:
 //! a run that waits on an approval, answered with `npc runs approve`), a
 //! finished run's outputs are taken into the journal. A step recorded
@@ -126,7 +126,9 @@ impl Workflows {
         let mut changes = self.runs.changes();
         tokio::spawn(async move {
             loop {
-                this.pass().await;
+                // With no workflow under way nothing moves until one starts
+                // (a wake) or a run ends: an idle daemon does no pass.
+                let under_way = this.pass().await;
                 tokio::select! {
                     () = this.stop.cancelled() => return,
                     () = this.wake.notified() => {}
@@ -135,7 +137,7 @@ impl Workflows {
                             tokio::time::sleep(TICK).await;
                         }
                     }
-                    () = tokio::time::sleep(TICK) => {}
+                    () = tokio::time::sleep(TICK), if under_way => {}
                 }
             }
         });
@@ -290,21 +292,26 @@ impl Workflows {
     }
 
     /// One pass over every workflow run under way.
-    async fn pass(&self) {
+    /// Whether another pass is due within [`TICK`]: a workflow is under
+    /// way, or the journal could not be read yet (no manifest is applied,
+    /// the store failed).
+    async fn pass(&self) -> bool {
         let _one = self.advancing.lock().await;
         let Some(manifest) = self.runs.manifest() else {
-            return;
+            return true;
         };
         let active = match self.read(|s| s.workflows(true, MAX_ACTIVE_WORKFLOWS)).await {
             Ok(active) => active,
             Err(e) => {
                 tracing::warn!("workflows: cannot read the workflow runs: {e}");
-                return;
+                return true;
             }
         };
+        let under_way = !active.is_empty();
         for wf in active {
             self.advance(&wf, &manifest).await;
         }
+        under_way
     }
 
     /// Move workflow run `wf` as far as its journal and its runs allow.
