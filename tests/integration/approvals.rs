@@ -553,7 +553,18 @@ fn in_a_fleet_another_nodes_api_answers_a_run_waiting_on_a_worker() {
         .unwrap()
         .trim()
         .to_string();
-    // The front's API answers once the worker shared the parked call.
+    // The fleet's listing says the run waits (not that it runs) once the
+    // worker shared the parked call, and the front's API answers it.
+    let state_listed = || {
+        let listed = crate::fleet::npc_json(front.path(), &url, &["runs", "--fleet"]);
+        listed
+            .as_array()
+            .and_then(|runs| runs.iter().find(|r| r["id"] == id.as_str()).cloned())
+            .map(|r| r["state"].clone())
+    };
+    wait_for("the fleet's listing to show the run waiting", || {
+        (state_listed() == Some(json!("waiting"))).then_some(())
+    });
     let approve = format!("/api/v1/runs/{id}/approve");
     let answered = wait_for("the run parked on the worker to be answerable", || {
         let answer = http_post(&api, &approve, &token, "");
@@ -574,6 +585,7 @@ fn in_a_fleet_another_nodes_api_answers_a_run_waiting_on_a_worker() {
             .filter(|r| r.state == "succeeded")
     });
     assert_eq!(calls(logs.path()), vec!["ran".to_string()]);
+    assert_eq!(state_listed(), Some(json!("succeeded")));
     // Its answer is in the fleet's log, relayed by the worker.
     let approval = wait_for("the relayed run.approval", || {
         rt.block_on(store.events_after(0, 10_000))

@@ -41,11 +41,14 @@ const EVENTS_LOCK_CLASS: i32 = 0x6e70_6576;
 /// and each JSON field over its bound read as the truncation marker
 /// ([`untrusted`]), the payload at most `payload_bytes`; named as the
 /// table's columns, each prefixed by `alias` (`""` or `"r."`).
-fn run_columns(alias: &str, payload_bytes: usize) -> String {
+fn run_columns(alias: &str, payload_bytes: usize, states: States) -> String {
     RUN_COLUMN_NAMES
         .iter()
         .map(|&(col, read)| {
             let named = format!("{alias}{col}");
+            if col == "state" && states == States::Seen {
+                return seen_state();
+            }
             match read {
                 Read::Plain => named,
                 Read::Name => format!(
@@ -67,6 +70,15 @@ fn run_columns(alias: &str, payload_bytes: usize) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Which state a run row's `state` column reads ([`run_columns`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum States {
+    /// As stored: what a claim or a worker acts on.
+    Stored,
+    /// As a person reads a listing ([`seen_state`]).
+    Seen,
 }
 
 /// How a column of a run row is read ([`run_columns`]).
@@ -104,12 +116,28 @@ const RUN_COLUMN_NAMES: [(&str, Read); 21] = [
     ("start_commit", Read::Name),
 ];
 
+/// The `state` column of a listed run as a reader sees it: a running run
+/// with a pending approval in `npc_approvals` reads `waiting`, as a local
+/// store's listing says (`store::queue`'s `run_columns_seen`).
+fn seen_state() -> String {
+    format!(
+        "CASE WHEN state = '{running}' AND EXISTS (SELECT 1 FROM npc_approvals a \
+         WHERE a.fleet = npc_runs.fleet AND a.run_id = npc_runs.id AND a.state = '{pending}') \
+         THEN '{waiting}' ELSE {stored} END AS state",
+        running = state::RUNNING,
+        waiting = state::WAITING,
+        pending = crate::store::approvals::state::PENDING,
+        stored = untrusted::pg_text("state", untrusted::MAX_NAME_CHARS),
+    )
+}
+
 /// A page of the fleet's runs: `$1` the fleet, `$2` the most rows, `$3` a
 /// trigger or NULL, `$4` the run the page goes on before or NULL; newest
-/// first, each payload and result as a listing reads them, the page cut at
+/// first, each payload and result as a listing reads them, a run waiting on
+/// an approval as `waiting` ([`seen_state`]), the page cut at
 /// [`untrusted::MAX_PAGE_BYTES`].
 static RUN_PAGE_SQL: LazyLock<String> = LazyLock::new(|| {
-    let columns = run_columns("", untrusted::MAX_LISTED_JSON_BYTES);
+    let columns = run_columns("", untrusted::MAX_LISTED_JSON_BYTES, States::Seen);
     let names = RUN_COLUMN_NAMES
         .iter()
         .map(|(col, _)| *col)
@@ -157,7 +185,7 @@ static EVENT_PAGE_SQL: LazyLock<String> = LazyLock::new(|| {
 
 /// [`run_columns`] of one run read whole (a claim, a look at one run).
 static RUN_COLUMNS: LazyLock<String> =
-    LazyLock::new(|| run_columns("", untrusted::MAX_CLAIMED_PAYLOAD_BYTES));
+    LazyLock::new(|| run_columns("", untrusted::MAX_CLAIMED_PAYLOAD_BYTES, States::Stored));
 
 /// A run row as read: other machines wrote it, so every text is made
 /// printable (the id too; a claim's lease names the row's id as stored).
@@ -355,7 +383,7 @@ fn claim_sql(only_if: &str) -> String {
              lease_expires_at_ms = npc_now_ms() + $3
          FROM next WHERE r.seq = next.seq
          RETURNING {}",
-        run_columns("r.", untrusted::MAX_CLAIMED_PAYLOAD_BYTES),
+        run_columns("r.", untrusted::MAX_CLAIMED_PAYLOAD_BYTES, States::Stored),
         same = of_queue("o.", "q.fleet", "q.trigger", "q.key_slot"),
     )
 }
