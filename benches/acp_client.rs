@@ -47,6 +47,7 @@ fn client() -> Client {
         mcp_servers: Vec::new(),
         resume: None,
         mode: None,
+        model: None,
         tool_for_kind: Default::default(),
     });
     c.begin();

@@ -33,7 +33,9 @@ use agent_client_protocol_schema::v1::{
     McpServer, McpServerHttp, McpServerStdio, NewSessionRequest, NewSessionResponse,
     PermissionOptionKind, PromptRequest, PromptResponse, RequestPermissionOutcome,
     RequestPermissionRequest, RequestPermissionResponse, ResumeSessionRequest,
-    SelectedPermissionOutcome, SessionNotification, SetSessionModeRequest, StopReason, TextContent,
+    SelectedPermissionOutcome, SessionConfigKind, SessionConfigOption, SessionConfigOptionCategory,
+    SessionConfigOptionValue, SessionConfigSelectOptions, SessionNotification,
+    SetSessionConfigOptionRequest, SetSessionModeRequest, StopReason, TextContent,
 };
 use serde_json::{Value, json};
 
@@ -54,6 +56,8 @@ pub const MAX_TRACKED_TOOL_CALLS: usize = 4096;
 pub const MAX_COMPLAINTS: usize = 16;
 /// Longest text of an agent's error npc keeps, in bytes.
 pub const MAX_ERROR_TEXT_BYTES: usize = 1024;
+/// Longest model id quoted from the agent.
+pub const MAX_MODEL_ID_BYTES: usize = 128;
 /// How long the agent may take to answer `initialize` (an adapter starts
 /// Node.js and its SDK first).
 pub const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -121,6 +125,10 @@ pub struct Start {
     /// another (Claude Code's adapter starts in `auto`, whose classifier
     /// blocks tool calls without asking: `default` asks npc).
     pub mode: Option<String>,
+    /// The model the profile names: set through the session's model option
+    /// (a `select` config option of category `model`) when the agent lists
+    /// that value; otherwise a notice says which model the run keeps.
+    pub model: Option<String>,
     /// The CLI's own tool for an ACP tool kind (`execute` → `Bash`), for a
     /// permission question that names no tool.
     pub tool_for_kind: std::collections::BTreeMap<String, String>,
@@ -296,6 +304,7 @@ enum Sent {
     Resume,
     Load,
     SetMode,
+    SetModel,
     Prompt,
 }
 
@@ -320,6 +329,7 @@ impl Sent {
             Self::Resume => "session/resume",
             Self::Load => "session/load",
             Self::SetMode => "session/set_mode",
+            Self::SetModel => "session/set_config_option",
             Self::Prompt => "session/prompt",
         }
     }
@@ -352,6 +362,9 @@ pub struct Client {
     next_key: u64,
     tools: map::Tools,
     complaints: usize,
+    /// Session settings still to send (mode, model), in order, once the
+    /// session is open; the prompt goes after the last.
+    settings: std::collections::VecDeque<(Sent, Value)>,
 }
 
 impl Client {
@@ -367,6 +380,7 @@ impl Client {
             next_key: 0,
             tools: map::Tools::default(),
             complaints: 0,
+            settings: std::collections::VecDeque::new(),
         }
     }
 
@@ -529,19 +543,23 @@ impl Client {
         };
         let result = match outcome {
             Ok(result) => result,
-            Err(error) if what == Sent::SetMode => {
-                // The session works in its own mode: say so, go on.
+            Err(error) if matches!(what, Sent::SetMode | Sent::SetModel) => {
+                // The session works in its own mode or model: say so, go on.
+                let setting = if what == Sent::SetMode {
+                    "session mode"
+                } else {
+                    "model"
+                };
                 let mut steps = vec![Step::Event(AgentEvent::Notice {
                     text: format!(
-                        "the agent refused the session mode npc asked for: {}",
+                        "the agent refused the {setting} npc asked for: {}",
                         clip(
                             error["message"].as_str().unwrap_or_default(),
                             MAX_ERROR_TEXT_BYTES
                         )
                     ),
                 })];
-                let session = self.session.clone().unwrap_or_default();
-                steps.extend(self.opened(session));
+                steps.extend(self.next_setting());
                 return steps;
             }
             Err(error) => {
@@ -566,6 +584,7 @@ impl Client {
             Sent::NewSession => match serde_json::from_value::<NewSessionResponse>(result) {
                 Ok(r) => {
                     let session = r.session_id.to_string();
+                    self.session = Some(session.clone());
                     // A mode npc wants, set only when the agent listed it.
                     let wanted = self.start.mode.clone().filter(|m| {
                         r.modes.as_ref().is_some_and(|modes| {
@@ -573,23 +592,37 @@ impl Client {
                                 && modes.available_modes.iter().any(|a| *a.id.0 == **m)
                         })
                     });
-                    match wanted {
-                        Some(mode) => {
-                            self.session = Some(session.clone());
-                            vec![self.request(
-                                Sent::SetMode,
-                                to_value(&SetSessionModeRequest::new(session, mode)),
-                            )]
-                        }
-                        None => self.opened(session),
+                    if let Some(mode) = wanted {
+                        let request = SetSessionModeRequest::new(session.clone(), mode);
+                        self.settings.push_back((Sent::SetMode, to_value(&request)));
                     }
+                    let mut steps = Vec::new();
+                    if let Some(model) = self.start.model.clone() {
+                        match model_setting(r.config_options.as_deref().unwrap_or_default(), &model)
+                        {
+                            ModelSetting::Current => {}
+                            ModelSetting::Set { option } => {
+                                let request = SetSessionConfigOptionRequest::new(
+                                    session,
+                                    option,
+                                    SessionConfigOptionValue::value_id(model),
+                                );
+                                self.settings
+                                    .push_back((Sent::SetModel, to_value(&request)));
+                            }
+                            ModelSetting::Unlisted { offered, current } => {
+                                steps.push(Step::Event(AgentEvent::Notice {
+                                    text: unlisted_model(&model, &offered, current.as_deref()),
+                                }));
+                            }
+                        }
+                    }
+                    steps.extend(self.next_setting());
+                    steps
                 }
                 Err(e) => self.bad_answer(what, &e),
             },
-            Sent::SetMode => {
-                let session = self.session.clone().unwrap_or_default();
-                self.opened(session)
-            }
+            Sent::SetMode | Sent::SetModel => self.next_setting(),
             Sent::Resume | Sent::Load => {
                 self.replaying = false;
                 let session = self.start.resume.clone().unwrap_or_default();
@@ -700,6 +733,17 @@ impl Client {
         };
         steps.push(step);
         steps
+    }
+
+    /// The next session setting, or the prompt when none is left.
+    fn next_setting(&mut self) -> Vec<Step> {
+        match self.settings.pop_front() {
+            Some((what, params)) => vec![self.request(what, params)],
+            None => {
+                let session = self.session.clone().unwrap_or_default();
+                self.opened(session)
+            }
+        }
     }
 
     /// The session is open: announce it and send the prompt.
@@ -835,6 +879,80 @@ fn send(frame: &Value) -> Step {
 
 fn to_value<T: serde::Serialize>(value: &T) -> Value {
     serde_json::to_value(value).unwrap_or_else(|_| json!({}))
+}
+
+/// What to do about the profile's model, given the session's config options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ModelSetting {
+    /// The session already uses it.
+    Current,
+    /// Set it through config option `option`, which lists it.
+    Set { option: String },
+    /// No model option lists it; `offered` is what the agent offers (the
+    /// frame it came in is bounded) and which one is current.
+    Unlisted {
+        offered: Vec<String>,
+        current: Option<String>,
+    },
+}
+
+/// [`ModelSetting`] for `model` among `options`: only a `select` option of
+/// category `model` that lists `model` as a value is used, so npc never
+/// sends an id the agent did not list.
+fn model_setting(options: &[SessionConfigOption], model: &str) -> ModelSetting {
+    let mut offered = Vec::new();
+    let mut current = None;
+    for option in options {
+        if option.category != Some(SessionConfigOptionCategory::Model) {
+            continue;
+        }
+        let SessionConfigKind::Select(select) = &option.kind else {
+            continue;
+        };
+        let values: Vec<&str> = match &select.options {
+            SessionConfigSelectOptions::Ungrouped(values) => {
+                values.iter().map(|v| &*v.value.0).collect()
+            }
+            SessionConfigSelectOptions::Grouped(groups) => groups
+                .iter()
+                .flat_map(|g| g.options.iter().map(|v| &*v.value.0))
+                .collect(),
+            // A shape of a later schema: nothing npc can name.
+            _ => Vec::new(),
+        };
+        if *select.current_value.0 == *model {
+            return ModelSetting::Current;
+        }
+        if values.contains(&model) {
+            return ModelSetting::Set {
+                option: option.id.0.to_string(),
+            };
+        }
+        current.get_or_insert_with(|| clip(&select.current_value.0, MAX_MODEL_ID_BYTES));
+        offered.extend(values.into_iter().map(str::to_string));
+    }
+    ModelSetting::Unlisted { offered, current }
+}
+
+/// The notice for a profile's model the agent does not offer.
+fn unlisted_model(model: &str, offered: &[String], current: Option<&str>) -> String {
+    let keeps = current.map_or_else(
+        || "the agent's own model".to_string(),
+        |c| format!("the agent's current model `{c}`"),
+    );
+    let listed = if offered.is_empty() {
+        "the agent lists no model option".to_string()
+    } else {
+        let offered: Vec<&str> = offered.iter().map(String::as_str).collect();
+        format!(
+            "the agent offers {}",
+            crate::model::diagnostics::quoted_list(&offered)
+        )
+    };
+    format!(
+        "the profile's model `{}` is not one the agent offers ({listed}); the run uses {keeps}: name one it offers in the profile's `model`",
+        clip(model, MAX_MODEL_ID_BYTES)
+    )
 }
 
 /// `text` cut to at most `max` bytes, on a character boundary.

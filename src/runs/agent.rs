@@ -505,12 +505,6 @@ pub fn prepare(
             Some(only) => acp::mcp_entries(&only, &mut warnings),
             None => Vec::new(),
         };
-        if profile.model.is_some() {
-            warnings.push(format!(
-                "profile `{}` names a `model`, which npc does not pass to an ACP agent yet; set the model in the CLI's own configuration",
-                req.profile
-            ));
-        }
         let mut env = auth_env();
         env.extend(acp::fixed_env(provider.kind, profile));
         env.extend(
@@ -529,6 +523,7 @@ pub fn prepare(
             mcp_servers,
             resume: None,
             mode: acp::mode_for(provider.kind),
+            model: profile.model.as_ref().map(|m| m.expose().to_string()),
             tool_for_kind: acp::tool_for_kind(provider.kind),
         };
         return Ok(PreparedRun {

@@ -1949,6 +1949,101 @@ fn acp_shell_denied_by_policy(cli: Cli) {
     );
 }
 
+/// An ACP run of a profile naming a `model` the agent lists: npc sets it
+/// through the session's model option, and the model server sees the
+/// requests of that model; a model the agent does not list is never sent
+/// (a notice names what it offers, the run keeps the agent's model).
+fn acp_profile_model_reaches_the_model(cli: Cli, model: &str, seen: &str) {
+    if !acp_installed(cli) {
+        return;
+    }
+    let s = Setup::acp(cli, echo_script(), &format!("model = \"{model}\""));
+    let events = s.run();
+    // The turn ends as the model answers (with another model than the
+    // scripted one, Codex offers the model no tools: only its id counts).
+    assert_run_succeeded(&s);
+    let notices: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "agent.notice")
+        .collect();
+    assert!(
+        notices
+            .iter()
+            .all(|n| !n["text"].as_str().unwrap_or_default().contains("model")),
+        "{}: {notices:#?}",
+        cli.program
+    );
+    let models: Vec<String> = s
+        .model
+        .requests()
+        .iter()
+        .filter_map(|b| b["model"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        !models.is_empty(),
+        "{}: no request named a model",
+        cli.program
+    );
+    assert!(
+        models.iter().all(|m| m.contains(seen)),
+        "{}: the profile's `{model}` did not reach the model server: {models:?}",
+        cli.program
+    );
+
+    let s = Setup::acp(cli, echo_script(), "model = \"no-such-model\"");
+    let events = s.run();
+    check_turn(&s, &events, &format!("Echo: {ECHO_TOKEN}"));
+    assert_run_succeeded(&s);
+    let notice = events
+        .iter()
+        .find(|e| {
+            e["type"] == "agent.notice"
+                && e["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("no-such-model"))
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: no notice of the unlisted model: {events:#?}",
+                cli.program
+            )
+        });
+    assert!(
+        notice["text"]
+            .as_str()
+            .unwrap()
+            .contains("is not one the agent offers"),
+        "{notice}"
+    );
+    assert!(
+        s.model.requests().iter().all(|b| b["model"]
+            .as_str()
+            .is_none_or(|m| !m.contains("no-such-model"))),
+        "{}: an unlisted model was sent",
+        cli.program
+    );
+}
+
+/// The run of `s` ended `succeeded`.
+fn assert_run_succeeded(s: &Setup) {
+    let stored = s.events();
+    let finished = stored
+        .iter()
+        .find(|e| e["kind"] == "run.finished")
+        .unwrap_or_else(|| panic!("{}: no run.finished: {stored:#?}", s.cli.program));
+    assert_eq!(finished["payload"]["outcome"], "succeeded", "{finished}");
+}
+
+#[test]
+fn acp_claude_profile_model_reaches_the_model() {
+    acp_profile_model_reaches_the_model(CLAUDE, "haiku", "haiku");
+}
+
+#[test]
+fn acp_codex_profile_model_reaches_the_model() {
+    acp_profile_model_reaches_the_model(CODEX, "gpt-6-luna", "gpt-6-luna");
+}
+
 #[test]
 fn acp_claude_calls_echo_through_the_gateway() {
     acp_echo_through_the_gateway(CLAUDE);

@@ -18,6 +18,7 @@ fn start() -> Start {
         }],
         resume: None,
         mode: None,
+        model: None,
         tool_for_kind: Default::default(),
     }
 }
@@ -427,6 +428,122 @@ fn a_mode_is_set_only_when_the_agent_lists_it() {
         json!({"currentModeId":"default","availableModes":[{"id":"default","name":"Default"}]}),
     );
     assert_eq!(already[0]["method"], "session/prompt");
+}
+
+/// The `session/new` answer claude-agent-acp 0.101.0 gave (recorded): its
+/// modes and its config options, a `model` select among them.
+fn recorded_session_answer(name: &str) -> Value {
+    let path = format!(
+        "{}/fixtures/acp/recorded/{name}.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["dir"] == "in" && r["frame"]["result"]["sessionId"].is_string())
+        .unwrap()["frame"]
+        .clone()
+}
+
+/// A client opening the recorded session with `mode` and `model`: what it
+/// sent and reported after `session/new`, and the client to go on with.
+fn open_recorded(mode: Option<&str>, model: Option<&str>) -> (Client, Vec<Step>) {
+    let mut c = Client::new(Start {
+        mode: mode.map(str::to_string),
+        model: model.map(str::to_string),
+        ..start()
+    });
+    c.begin();
+    c.feed(&line(
+        &json!({"jsonrpc":"2.0","id":1,"result":{"protocolVersion":1,"agentCapabilities":{}}}),
+    ));
+    let steps = c.feed(&line(&recorded_session_answer("claude-cancel")));
+    (c, steps)
+}
+
+#[test]
+fn a_profiles_model_is_set_through_the_model_option_the_agent_lists() {
+    // Mode first, then the model, then the prompt: one request at a time.
+    let (mut c, steps) = open_recorded(Some("default"), Some("sonnet"));
+    assert_eq!(sent(&steps)[0]["method"], "session/set_mode");
+    let steps = c.feed(&line(&json!({"jsonrpc":"2.0","id":3,"result":{}})));
+    let set = &sent(&steps)[0];
+    assert_eq!(set["method"], "session/set_config_option", "{set}");
+    assert_eq!(set["params"]["configId"], "model");
+    assert_eq!(set["params"]["value"], "sonnet");
+    assert_eq!(
+        set["params"]["sessionId"],
+        "f92ae775-2c66-4e3c-9e00-ed25d37c5b1c"
+    );
+    let steps = c.feed(&line(
+        &json!({"jsonrpc":"2.0","id":4,"result":{"configOptions":[]}}),
+    ));
+    assert_eq!(sent(&steps)[0]["method"], "session/prompt");
+    assert!(
+        events(&steps)
+            .iter()
+            .all(|e| !matches!(e, AgentEvent::Notice { .. }))
+    );
+
+    // The model the session already uses: nothing to set.
+    let (_, steps) = open_recorded(None, Some("default"));
+    assert_eq!(sent(&steps)[0]["method"], "session/prompt");
+}
+
+#[test]
+fn a_model_the_agent_does_not_list_is_never_sent_and_a_notice_says_so() {
+    let (_, steps) = open_recorded(None, Some("gpt-6\u{1b}[31m"));
+    let frames = sent(&steps);
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    assert_eq!(frames[0]["method"], "session/prompt");
+    let notice = events(&steps)
+        .into_iter()
+        .find_map(|e| match e {
+            AgentEvent::Notice { text } => Some(text),
+            _ => None,
+        })
+        .unwrap();
+    assert!(notice.contains("is not one the agent offers"), "{notice}");
+    assert!(
+        notice.contains("`sonnet`") && notice.contains("`haiku`"),
+        "{notice}"
+    );
+    assert!(notice.contains("current model `default`"), "{notice}");
+
+    // No model option at all (Gemini CLI's answer has none).
+    let mut c = Client::new(Start {
+        model: Some("gemini-pro".to_string()),
+        ..start()
+    });
+    c.begin();
+    c.feed(&line(
+        &json!({"jsonrpc":"2.0","id":1,"result":{"protocolVersion":1,"agentCapabilities":{}}}),
+    ));
+    let steps = c.feed(&line(
+        &json!({"jsonrpc":"2.0","id":2,"result":{"sessionId":"s"}}),
+    ));
+    assert_eq!(sent(&steps)[0]["method"], "session/prompt");
+    assert!(
+        events(&steps).iter().any(
+            |e| matches!(e, AgentEvent::Notice { text } if text.contains("lists no model option"))
+        ),
+        "{steps:?}"
+    );
+}
+
+#[test]
+fn a_refused_model_is_a_notice_and_the_turn_goes_on() {
+    let (mut c, steps) = open_recorded(None, Some("haiku"));
+    assert_eq!(sent(&steps)[0]["method"], "session/set_config_option");
+    let steps = c.feed(&line(
+        &json!({"jsonrpc":"2.0","id":3,"error":{"code":-32602,"message":"model not available on this plan"}}),
+    ));
+    assert_eq!(sent(&steps)[0]["method"], "session/prompt");
+    assert!(
+        events(&steps).iter().any(|e| matches!(e, AgentEvent::Notice { text } if text.contains("refused the model") && text.contains("not available"))),
+        "{steps:?}"
+    );
 }
 
 #[test]
