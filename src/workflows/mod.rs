@@ -2,8 +2,9 @@
 //! executor (origin `workflow`, queue `@workflow/NAME/STEP`). A workflow
 //! run is a row of the store; its steps' rows are the journal
 //! (`store::workflows`). The engine advances every workflow under way
-//! whenever a run ends or an approval is answered (and, while one is under
-//! way, at least every [`TICK`]; an idle engine does no pass): a step whose needs succeeded is reached (its `when` read, its
+//! whenever a run ends or an approval is answered while one is under way
+//! (and then at least every [`TICK`]; with none under way only a start
+//! wakes it): a step whose needs succeeded is reached (its `when` read, its
 //! matrix expanded into instances), an instance is started (its gate first:
 //! a run that waits on an approval, answered with `npc runs approve`), a
 //! finished run's outputs are taken into the journal. A step recorded
@@ -127,12 +128,13 @@ impl Workflows {
         tokio::spawn(async move {
             loop {
                 // With no workflow under way nothing moves until one starts
-                // (a wake) or a run ends: an idle daemon does no pass.
+                // (a wake): an idle daemon does no pass, and the runs a busy
+                // queue ends (none of them a step) cost the engine nothing.
                 let under_way = this.pass().await;
                 tokio::select! {
                     () = this.stop.cancelled() => return,
                     () = this.wake.notified() => {}
-                    changed = changes.changed() => {
+                    changed = changes.changed(), if under_way => {
                         if changed.is_err() {
                             tokio::time::sleep(TICK).await;
                         }
