@@ -389,9 +389,54 @@ pub fn quoted_list(items: &[&str]) -> String {
     list
 }
 
+/// One line per distinct `what`, naming every item that has it: `singular
+/// `a`: what` for one, `plural `a`, `b`, …: what` for several (the names as
+/// [`quoted_list`] says them), in the order each `what` first appears.
+pub fn grouped_lines<'a>(
+    singular: &str,
+    plural: &str,
+    items: impl IntoIterator<Item = (&'a str, String)>,
+) -> Vec<String> {
+    let mut groups: Vec<(String, Vec<&'a str>)> = Vec::new();
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (name, what) in items {
+        match index.get(&what) {
+            Some(&i) => groups[i].1.push(name),
+            None => {
+                index.insert(what.clone(), groups.len());
+                groups.push((what, vec![name]));
+            }
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(what, names)| {
+            let noun = if names.len() == 1 { singular } else { plural };
+            format!("{noun} {}: {what}", quoted_list(&names))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grouped_lines_name_each_item_once_under_its_what() {
+        let items = [("a", "x"), ("b", "y"), ("c", "x")].map(|(n, w)| (n, w.to_string()));
+        assert_eq!(
+            grouped_lines("trigger", "triggers", items),
+            ["triggers `a`, `c`: x", "trigger `b`: y"]
+        );
+        let many: Vec<String> = (0..25).map(|i| format!("t{i}")).collect();
+        let lines = grouped_lines(
+            "trigger",
+            "triggers",
+            many.iter().map(|n| (n.as_str(), "z".to_string())),
+        );
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].ends_with(" and 5 more: z"), "{lines:?}");
+    }
 
     #[test]
     fn suggests_close_names_only() {

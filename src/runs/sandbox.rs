@@ -13,6 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::model::diagnostics::grouped_lines;
 use crate::model::{HostPattern, Manifest, ProviderKind, SandboxMode, SandboxPath, SandboxRules};
 use std::sync::Arc;
 
@@ -332,31 +333,31 @@ pub fn describe(manifest: &Manifest, support: &Result<(), String>) -> Vec<String
             refused.reason
         ),
     };
-    let mut lines = Vec::new();
-    for (name, trigger) in &manifest.triggers {
-        let line = match &trigger.action {
+    // Items that get the same are named on one line: a manifest of a
+    // thousand profiles says its default once, not a thousand times.
+    let triggers = manifest.triggers.iter().map(|(name, trigger)| {
+        let what = match &trigger.action {
             crate::model::Action::RunProfile { profile, .. } => format!(
-                "trigger `{name}`: sandbox {}",
+                "sandbox {}",
                 word(decide(manifest, Some(profile), Some(name), true, support))
             ),
-            crate::model::Action::RunCommand(_) => {
-                format!("trigger `{name}`: a command, run without a sandbox")
-            }
+            crate::model::Action::RunCommand(_) => "a command, run without a sandbox".to_string(),
             crate::model::Action::StartWorkflow { workflow, .. } => {
-                format!(
-                    "trigger `{name}`: starts workflow `{workflow}`, whose steps have their own"
-                )
+                format!("starts workflow `{workflow}`, whose steps have their own")
             }
         };
-        lines.push(line);
-    }
-    for name in manifest.profiles.keys() {
-        lines.push(format!(
-            "profile `{name}`: sandbox {} unattended, {} by hand",
+        (name.as_str(), what)
+    });
+    let profiles = manifest.profiles.keys().map(|name| {
+        let what = format!(
+            "sandbox {} unattended, {} by hand",
             word(decide(manifest, Some(name), None, true, support)),
             word(decide(manifest, Some(name), None, false, support))
-        ));
-    }
+        );
+        (name.as_str(), what)
+    });
+    let mut lines = grouped_lines("trigger", "triggers", triggers);
+    lines.extend(grouped_lines("profile", "profiles", profiles));
     lines
 }
 

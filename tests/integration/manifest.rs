@@ -144,14 +144,9 @@ fn validate_prints_a_summary_for_valid_examples() {
     trigger `github` runs in the repository's checkout
     trigger `lint-often` runs in the repository's checkout
     trigger `nightly-tests` runs in the repository's checkout
-    trigger `docs-changed`: sandbox workspace (default)
-    trigger `github`: sandbox workspace (default)
+    triggers `docs-changed`, `github`, `nightly-tests`: sandbox workspace (default)
     trigger `lint-often`: a command, run without a sandbox
-    trigger `nightly-tests`: sandbox workspace (default)
-    profile `refactorer`: sandbox workspace (default) unattended, off (default) by hand
-    profile `reviewer`: sandbox workspace (default) unattended, off (default) by hand
-    profile `tester`: sandbox workspace (default) unattended, off (default) by hand
-    profile `triager`: sandbox workspace (default) unattended, off (default) by hand
+    profiles `refactorer`, `reviewer`, `tester`, `triager`: sandbox workspace (default) unattended, off (default) by hand
     ");
 }
 

@@ -246,12 +246,9 @@ fn valid_fixtures_pass() {
          trigger `nightly-review` runs in the repository's checkout\n\
          trigger `poll` runs in the repository's checkout\n\
          trigger `rebuild` runs in the repository's checkout\n\
-         trigger `issues`: sandbox workspace (default)\n\
-         trigger `nightly-review`: sandbox workspace (default)\n\
-         trigger `poll`: a command, run without a sandbox\n\
-         trigger `rebuild`: a command, run without a sandbox\n\
-         profile `reviewer`: sandbox workspace (default) unattended, off (default) by hand\n\
-         profile `triager`: sandbox workspace (default) unattended, off (default) by hand"
+         triggers `issues`, `nightly-review`: sandbox workspace (default)\n\
+         triggers `poll`, `rebuild`: a command, run without a sandbox\n\
+         profiles `reviewer`, `triager`: sandbox workspace (default) unattended, off (default) by hand"
     );
 }
 
