@@ -101,6 +101,8 @@ events! {
     "run.waiting" => RunWaiting(RunWaiting),
     /// An `ask` of a run was answered (allowed, denied, timed out).
     "run.approval" => RunApproval(RunApproval),
+    /// A run's agent reported its progress (`npc_progress`).
+    "run.progress" => RunProgress(RunProgress),
     /// An ACP agent asked permission for a tool call; npc answered.
     "run.permission" => RunPermission(RunPermission),
     /// The advisory idle probe was written to a silent agent.

@@ -453,6 +453,19 @@ pub enum ApprovalDecision {
     Always,
 }
 
+/// The agent of a run reported its progress through the gateway's
+/// `npc_progress`: a sentence, and named values for whoever follows the run
+/// (a workflow step hands them on as its `progress` output; a later report
+/// replaces a key).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunProgress {
+    pub run_id: String,
+    /// What the agent says it has done or is doing.
+    pub text: String,
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub outputs: serde_json::Map<String, serde_json::Value>,
+}
+
 /// An `ask` of a run was answered; the run goes on (a denied call is also
 /// a `tool.denied` of the run, by `approval`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

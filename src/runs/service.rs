@@ -162,6 +162,45 @@ impl Runs {
         self.submit_manual(origin, payload).await
     }
 
+    /// Record what the agent of run `id` reports (the gateway's
+    /// `npc_progress`) as its `run.progress`: refused unless `id` is a
+    /// running run of this daemon, and past [`MAX_PROGRESS_TEXT_CHARS`],
+    /// [`MAX_PROGRESS_OUTPUT_BYTES`] or [`MAX_PROGRESS_OUTPUT_KEYS`].
+    pub async fn progress(
+        &self,
+        id: &str,
+        text: String,
+        outputs: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), ProgressRefused> {
+        if text.chars().count() > MAX_PROGRESS_TEXT_CHARS {
+            return Err(ProgressRefused::TooLong);
+        }
+        if outputs.len() > MAX_PROGRESS_OUTPUT_KEYS
+            || serde_json::to_vec(&outputs).map_or(usize::MAX, |b| b.len())
+                > MAX_PROGRESS_OUTPUT_BYTES
+        {
+            return Err(ProgressRefused::TooLarge);
+        }
+        let (store, key) = (self.store.clone(), id.to_string());
+        let row = tokio::task::spawn_blocking(move || store.run_row(&key))
+            .await
+            .map_err(|e| ProgressRefused::Store(e.to_string()))?
+            .map_err(|e| ProgressRefused::Store(e.to_string()))?;
+        if row.is_none_or(|r| r.state != super::state::RUNNING) {
+            return Err(ProgressRefused::NotRunning { id: id.to_string() });
+        }
+        let event = crate::event::Event::RunProgress(crate::event::RunProgress {
+            run_id: id.to_string(),
+            text,
+            outputs,
+        });
+        self.bus
+            .publish(event.for_component(super::component(id)))
+            .await
+            .map_err(|e| ProgressRefused::Store(e.to_string()))?;
+        Ok(())
+    }
+
     /// Start `run` for the agent of run `parent` (the gateway's
     /// `npc_delegate`): a run like any (its own worktree; the asking run's
     /// profile, so never a broader policy), of origin `delegate`, refused
@@ -425,6 +464,30 @@ pub enum StartRunError {
     #[error("{0}")]
     Delegation(String),
 }
+
+/// Why a run's progress report was not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgressRefused {
+    #[error(
+        "run `{id}` is not a running run of this daemon; only a running run's agent reports progress"
+    )]
+    NotRunning { id: String },
+    #[error("the text is longer than {MAX_PROGRESS_TEXT_CHARS} characters; say it shorter")]
+    TooLong,
+    #[error(
+        "`outputs` has more than {MAX_PROGRESS_OUTPUT_KEYS} keys or {MAX_PROGRESS_OUTPUT_BYTES} bytes of JSON; report less, or write a file"
+    )]
+    TooLarge,
+    #[error("cannot record the report: {0}")]
+    Store(String),
+}
+
+/// Longest text of one progress report, in characters.
+pub const MAX_PROGRESS_TEXT_CHARS: usize = 4_000;
+/// Most keys in one progress report's `outputs`.
+pub const MAX_PROGRESS_OUTPUT_KEYS: usize = 32;
+/// Largest `outputs` of one progress report, as JSON bytes.
+pub const MAX_PROGRESS_OUTPUT_BYTES: usize = 16 * 1024;
 
 /// How deep delegations chain: a run an agent delegated may delegate
 /// again, up to this many runs deep.

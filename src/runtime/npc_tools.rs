@@ -7,7 +7,9 @@
 //! repository's store read-only; and `npc_delegate`, through which the
 //! agent of a run the daemon carries out asks for another run of its own
 //! profile (`runs::Runs::start_delegated`, bounded in depth and number) and waits
-//! for its end. Every output is bounded ([`MAX_OUTPUT_BYTES`],
+//! for its end; `npc_progress`, through which it reports what it has done
+//! (`runs::Runs::progress`, a `run.progress` event; a workflow step's
+//! `progress` output). Every output is bounded ([`MAX_OUTPUT_BYTES`],
 //! [`MAX_EVENTS_LIMIT`]).
 
 use std::sync::Arc;
@@ -91,6 +93,16 @@ struct DelegateArgs {
     /// Wait for the run's end and answer its outcome, branch and final
     /// message (default `true`); `false` answers its id at once.
     wait: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ProgressArgs {
+    /// What you have done or are doing, in a sentence or two.
+    text: String,
+    /// Named values for whoever follows your run (a workflow step hands
+    /// them on as its `progress` output; a later report replaces a key).
+    outputs: Option<serde_json::Map<String, Value>>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -317,6 +329,34 @@ impl NpcGroup {
     }
 }
 
+impl NpcGroup {
+    /// `npc_progress`: record the calling run's report as its
+    /// `run.progress`.
+    async fn progress(&self, args: ProgressArgs) -> Result<Value, BuiltinError> {
+        let unavailable = |reason: String| BuiltinError::Unavailable {
+            group: "npc",
+            reason,
+        };
+        let Some(runs) = self.cx.runs.get().cloned() else {
+            return Err(unavailable(
+                "`npc_progress` needs the daemon (`npc daemon`), which carries runs out".into(),
+            ));
+        };
+        let Some(run) = crate::mcp::call::current_run() else {
+            return Err(unavailable(
+                "`npc_progress` is for the agent of a run the daemon carries out; this session belongs to no run".into(),
+            ));
+        };
+        runs.progress(&run, args.text, args.outputs.unwrap_or_default())
+            .await
+            .map_err(|e| BuiltinError::InvalidArguments {
+                tool: "npc_progress".into(),
+                reason: e.to_string(),
+            })?;
+        Ok(json!({ "run_id": run, "recorded": true }))
+    }
+}
+
 impl Group for NpcGroup {
     fn name(&self) -> &'static str {
         "npc"
@@ -345,6 +385,11 @@ impl Group for NpcGroup {
                 "Start another run of your own profile on a task (its own worktree, the same policy) and, unless `wait` is false, answer its outcome, branch and final message",
                 ToolAnnotations::new().read_only(false).open_world(false),
             ),
+            tool::<ProgressArgs>(
+                "npc_progress",
+                "Report your progress: a sentence, and named values for whoever follows your run (a workflow step's `progress` output); recorded as your run's `run.progress` event",
+                ToolAnnotations::new().read_only(false).open_world(false),
+            ),
         ]
     }
 
@@ -356,6 +401,9 @@ impl Group for NpcGroup {
         let (group, tool) = (self.clone(), tool.to_string());
         if tool == "npc_delegate" {
             return Box::pin(async move { group.delegate(parse(&tool, arguments)?).await });
+        }
+        if tool == "npc_progress" {
+            return Box::pin(async move { group.progress(parse(&tool, arguments)?).await });
         }
         Box::pin(async move {
             tokio::task::spawn_blocking(move || match tool.as_str() {

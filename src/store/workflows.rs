@@ -22,6 +22,9 @@ pub const WORKFLOW_HISTORY_LIMIT: usize = 1_000;
 /// Longest JSON text a row keeps (inputs, a step's outputs); longer is cut
 /// to a marker when written.
 pub const MAX_ROW_JSON_BYTES: usize = 1024 * 1024;
+/// The newest progress reports of a run read for its step's `progress`
+/// output ([`Store::progress_of_run`]).
+pub const MAX_PROGRESS_REPORTS_READ: usize = 64;
 
 /// The schema step that adds the tables (applied by `schema`).
 pub(super) const MIGRATION: &str = r#"
@@ -348,6 +351,33 @@ impl Store {
             }
         }
         Ok(None)
+    }
+
+    /// The values run `id`'s agent reported through `npc_progress` (its
+    /// `run.progress` events' `outputs`, the newest
+    /// [`MAX_PROGRESS_REPORTS_READ`] of them), a later report's key
+    /// replacing an earlier one's.
+    pub fn progress_of_run(
+        &self,
+        id: &str,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, StoreError> {
+        let component = super::queue::run_component(id);
+        let mut reports = self.events_where(
+            "component = ?1 AND kind = ?2 ORDER BY id DESC LIMIT ?3",
+            (
+                &component,
+                "run.progress",
+                i64::try_from(MAX_PROGRESS_REPORTS_READ).unwrap_or(i64::MAX),
+            ),
+        )?;
+        reports.reverse();
+        let mut merged = serde_json::Map::new();
+        for report in reports {
+            if let Some(outputs) = report.payload.get("outputs").and_then(|o| o.as_object()) {
+                merged.extend(outputs.clone());
+            }
+        }
+        Ok(merged)
     }
 
     /// Forget finished workflow runs (and their steps) beyond the newest

@@ -618,8 +618,9 @@ impl Workflows {
     }
 
     /// What a succeeded run of `step` hands on: its branch, head, base and
-    /// diff (a worktree run), its final message, and the step's output
-    /// file, read and checked against its schema.
+    /// diff (a worktree run), its final message, what its agent reported
+    /// through `npc_progress` (`progress`), and the step's output file,
+    /// read and checked against its schema.
     async fn outputs(&self, step: &Step, run: &RunRow) -> Result<Value, String> {
         let mut out = serde_json::Map::new();
         let result = run
@@ -638,6 +639,12 @@ impl Workflows {
         let run_id = run.id.clone();
         if let Ok(Some(message)) = self.read(move |s| s.last_message_of_run(&run_id)).await {
             out.insert("message".into(), json!(message));
+        }
+        let run_id = run.id.clone();
+        if let Ok(progress) = self.read(move |s| s.progress_of_run(&run_id)).await
+            && !progress.is_empty()
+        {
+            out.insert("progress".into(), Value::Object(progress));
         }
         if let Some(spec) = &step.outputs {
             let text = match &result {

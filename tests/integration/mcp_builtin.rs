@@ -94,7 +94,7 @@ fn tool_calls(dir: &Path) -> Vec<Value> {
         .collect()
 }
 
-const BUILTINS: [&str; 12] = [
+const BUILTINS: [&str; 13] = [
     "memory_write",
     "memory_search",
     "memory_recent",
@@ -107,6 +107,7 @@ const BUILTINS: [&str; 12] = [
     "npc_plan",
     "npc_events",
     "npc_delegate",
+    "npc_progress",
 ];
 
 #[test]
@@ -538,13 +539,20 @@ fn npc_tools_read_status_plan_and_paged_events() {
             call("npc_events", json!({"limit": 100_000})),
             call("npc_status", json!({"extra": true})),
             call("npc_delegate", json!({"profile": "x", "prompt": "y"})),
+            call("npc_progress", json!({"text": "halfway"})),
         ]),
     );
-    // Without a daemon (and from a session of no run) nothing is started.
+    // Without a daemon (and from a session of no run) nothing is started
+    // and nothing is recorded.
     assert!(
         error_text(&got[7]).contains("`npc_delegate` needs the daemon"),
         "{}",
         got[7]
+    );
+    assert!(
+        error_text(&got[8]).contains("`npc_progress` needs the daemon"),
+        "{}",
+        got[8]
     );
     let first = ok_json(&got[2]);
     assert!(first["notice"].as_str().unwrap().contains("untrusted"));

@@ -2712,6 +2712,115 @@ base = "{{ steps.prep.head }}"
     );
 }
 
+/// A real Claude Code agent of a workflow step reports its progress through
+/// the gateway's `npc_progress`: the report is its run's `run.progress`, and
+/// the step hands the values on as `steps.agent.progress`.
+#[test]
+fn a_real_claude_code_agent_reports_progress_that_its_workflow_step_hands_on() {
+    if !installed(CLAUDE) {
+        return;
+    }
+    let script = Script {
+        tool: "npc_progress",
+        args: serde_json::json!({
+            "text": "half of the files are done",
+            "outputs": { "files_done": 3, "summary": "renamed the module" },
+        }),
+        provider_args: &["--allowedTools", "mcp__npc__npc_progress"],
+    };
+    let s = Setup::scripted(CLAUDE, "", None, script);
+    let root = s.root();
+    let mut manifest = std::fs::read_to_string(root.join("npcagent.toml")).unwrap();
+    manifest.push_str(
+        r#"
+[workflows.w.steps.agent]
+profile = "agent"
+prompt = "Report your progress."
+"#,
+    );
+    std::fs::write(root.join("npcagent.toml"), manifest).unwrap();
+    crate::fleet_code::commit(&root, "start");
+    let _daemon = s.daemon();
+    let out = s
+        .npc(&["workflow", "run", "w", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let view = wait_for("the workflow with a reporting Claude step to end", || {
+        let out = s
+            .npc(&["workflow", "show", &id, "--format", "json"])
+            .output()
+            .unwrap();
+        let view: Value = serde_json::from_slice(&out.stdout).ok()?;
+        matches!(view["state"].as_str(), Some("succeeded" | "failed")).then_some(view)
+    });
+    assert_eq!(view["state"], "succeeded", "{view:#}");
+    let agent = &view["steps"]["agent"];
+    assert_eq!(
+        agent["outputs"]["progress"],
+        serde_json::json!({ "files_done": 3, "summary": "renamed the module" }),
+        "{view:#}"
+    );
+    let run = agent["run"].as_str().unwrap();
+    let progress = s
+        .events()
+        .into_iter()
+        .find(|e| e["kind"] == "run.progress")
+        .expect("the agent's run.progress");
+    assert_eq!(progress["payload"]["run_id"], run, "{progress}");
+    assert_eq!(progress["payload"]["text"], "half of the files are done");
+    let call = s
+        .events()
+        .into_iter()
+        .find(|e| e["kind"] == "mcp.tool_call" && e["payload"]["name"] == "npc_progress")
+        .expect("the gateway's record of the call");
+    assert_eq!(call["payload"]["outcome"], "ok", "{call}");
+    assert_eq!(call["payload"]["run_id"], run, "{call}");
+}
+
+/// An agent's report past the bounds (here 40 keys) is refused with the
+/// reason, which the agent reads; nothing is recorded as its progress.
+#[test]
+fn a_real_claude_code_agents_oversized_progress_report_is_refused() {
+    if !installed(CLAUDE) {
+        return;
+    }
+    let outputs: serde_json::Map<String, Value> =
+        (0..40).map(|i| (format!("k{i}"), Value::from(i))).collect();
+    let script = Script {
+        tool: "npc_progress",
+        args: serde_json::json!({ "text": "too much", "outputs": outputs }),
+        provider_args: &["--allowedTools", "mcp__npc__npc_progress"],
+    };
+    let s = Setup::scripted(CLAUDE, "", None, script);
+    crate::fleet_code::commit(&s.root(), "start");
+    let _daemon = s.daemon();
+    s.run();
+    let stored = s.events();
+    assert!(
+        !stored.iter().any(|e| e["kind"] == "run.progress"),
+        "{stored:#?}"
+    );
+    let call = stored
+        .iter()
+        .find(|e| e["kind"] == "mcp.tool_call" && e["payload"]["name"] == "npc_progress")
+        .expect("the gateway's record of the call");
+    assert_ne!(call["payload"]["outcome"], "ok", "{call}");
+    let model = std::fs::read_to_string(&s.model.record).unwrap();
+    assert!(
+        model.contains("more than 32 keys"),
+        "the refusal reached no model"
+    );
+}
+
 /// A real Claude Code agent calls the gateway's `npc_delegate`: the daemon
 /// starts a run of the named profile for it (origin `delegate`, its own
 /// worktree), waits for it and hands back its outcome and final message.
