@@ -186,6 +186,21 @@ pub fn spec(mode: SandboxMode, rules: &SandboxRules, places: &Places) -> Option<
         state.join(super::RUNS_DIR),
         real(places.worktrees),
     ];
+    // The store holds every run's events and answers: the agent reads what
+    // it may through the gateway's tools, which the daemon serves.
+    for dir in [&state, &runtime] {
+        let db = crate::store::DB_FILE_NAME;
+        for name in std::iter::once(db.to_string()).chain(
+            crate::store::DB_SIDE_SUFFIXES
+                .iter()
+                .map(|s| format!("{db}{s}")),
+        ) {
+            let path = dir.join(name);
+            if !hidden.contains(&path) {
+                hidden.push(path);
+            }
+        }
+    }
     let mut read = vec![real(places.repo), real(places.run_dir)];
     let cwd = real(places.cwd);
     let in_place = hidden.iter().any(|h| h.starts_with(&cwd));
@@ -708,6 +723,9 @@ mod tests {
         let s = spec(SandboxMode::Workspace, &rules, &places).unwrap();
         for hidden in [
             "/h",
+            "/r/.npc/state.db",
+            "/r/.npc/state.db-wal",
+            "/r/.npc/state.db-shm",
             "/r/.npc/api.token",
             "/r/.npc/runs",
             "/r/.npc/worktrees",

@@ -17,7 +17,7 @@ pub const TOKEN_BYTES: usize = 32;
 pub const MAX_TOKEN_FILE_BYTES: usize = 1024;
 
 /// Name of the SQLite database inside the state directory.
-pub const DB_FILE: &str = "state.db";
+pub const DB_FILE: &str = crate::store::DB_FILE_NAME;
 
 /// Where a repository keeps its manifest and state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,7 +167,7 @@ impl RepoPaths {
 /// Files SQLite keeps beside the database (`state.db-wal`, …), named by
 /// these suffixes. SQLite opens them itself, following links, so they are
 /// checked through the guarded layer first.
-pub const STORE_SIDE_SUFFIXES: [&str; 3] = ["-wal", "-shm", "-journal"];
+pub const STORE_SIDE_SUFFIXES: [&str; 3] = crate::store::DB_SIDE_SUFFIXES;
 
 /// Make the state directory and the database file ready through the
 /// guarded layer (private, never links), then open the store.

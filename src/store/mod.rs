@@ -45,6 +45,9 @@ use writer::{Counters, WriterHandle};
 pub const DEFAULT_STATE_DIR: &str = ".npc";
 /// File name of the state database inside the state directory.
 pub const DB_FILE_NAME: &str = "state.db";
+/// Files SQLite keeps beside the database (`state.db-wal`, …), named by
+/// these suffixes.
+pub const DB_SIDE_SUFFIXES: [&str; 3] = ["-wal", "-shm", "-journal"];
 /// How long a connection waits for a lock held by another connection.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// The pause between two tries to switch a new database to WAL while

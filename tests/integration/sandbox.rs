@@ -27,6 +27,8 @@ try read_proc_root cat "/proc/self/root$key"
 try write_bashrc sh -c "echo pwned >> '$HOME/.bashrc'"
 try write_beside_worktree sh -c "echo pwned > ../beside.txt"
 try read_api_token cat "$NPC_REPO_ROOT/.npc/api.token"
+try read_state_db cat "$NPC_REPO_ROOT/.npc/state.db"
+try read_state_wal cat "$NPC_REPO_ROOT/.npc/state.db-wal"
 try read_other_worktree cat "$NPC_REPO_ROOT/.npc/worktrees/zz-other/secret.txt"
 try read_other_run cat "$NPC_REPO_ROOT/.npc/runs/zz-other/secret.txt"
 try read_daemon_environ sh -c "cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -q DAEMON_MARKER=secret"
@@ -82,6 +84,7 @@ const IN_PLACE: &str = r#"#!/bin/sh
 r="$TMPDIR/report"
 try() { name="$1"; shift; if "$@" >/dev/null 2>&1; then echo "$name escaped" >> "$r"; else echo "$name refused" >> "$r"; fi; }
 s="$PWD/.npc"
+try read_state_db cat "$s/state.db"
 try write_state_db sh -c "printf x >> '$s/state.db'"
 try insert_approval python3 forge.py "$s/state.db" "$NPC_RUN_ID"
 try delete_state_wal rm "$s/state.db-wal"
@@ -197,7 +200,7 @@ fn every_escape_of_an_unattended_run_fails_and_the_run_still_works_in_its_worktr
     assert!(escaped.is_empty(), "escaped: {escaped:?}\n{report}");
     assert_eq!(
         report.lines().filter(|l| l.ends_with("refused")).count(),
-        26,
+        28,
         "{report}"
     );
     // Its own record on its channel worked (so the refusals are the
@@ -466,7 +469,7 @@ fn an_in_place_run_writes_the_checkout_but_not_npcs_state_in_it() {
     assert!(escaped.is_empty(), "escaped: {escaped:?}\n{report}");
     assert_eq!(
         report.lines().filter(|l| l.ends_with("refused")).count(),
-        10,
+        11,
         "{report}"
     );
     assert_eq!(
