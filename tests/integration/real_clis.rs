@@ -2638,6 +2638,39 @@ fn headless_opencode_turn_in_a_workspace_sandbox() {
     sandboxed_turn(OPENCODE, false);
 }
 
+/// Add `declared` (workflow tables) to `s`'s manifest, commit, start a
+/// daemon, start workflow `name` through it and wait for its end: `npc
+/// workflow show ID --format json`.
+fn run_workflow(s: &Setup, declared: &str, name: &str) -> Value {
+    let root = s.root();
+    let mut manifest = std::fs::read_to_string(root.join("npcagent.toml")).unwrap();
+    manifest.push_str(declared);
+    std::fs::write(root.join("npcagent.toml"), manifest).unwrap();
+    crate::fleet_code::commit(&root, "start");
+    let _daemon = s.daemon();
+    let out = s
+        .npc(&["workflow", "run", name, "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for(&format!("workflow `{name}` to end"), || {
+        let out = s
+            .npc(&["workflow", "show", &id, "--format", "json"])
+            .output()
+            .unwrap();
+        let view: Value = serde_json::from_slice(&out.stdout).ok()?;
+        matches!(view["state"].as_str(), Some("succeeded" | "failed")).then_some(view)
+    })
+}
+
 /// A workflow whose second step is a real Claude Code agent: it works in a
 /// worktree made from the first (command) step's result, its call through
 /// npc's gateway is recorded as its run's, and what it said last is the
@@ -2648,9 +2681,8 @@ fn a_workflow_step_runs_a_real_claude_code_agent_on_the_branch_of_the_step_befor
         return;
     }
     let s = Setup::new(CLAUDE, "");
-    let root = s.root();
-    let mut manifest = std::fs::read_to_string(root.join("npcagent.toml")).unwrap();
-    manifest.push_str(
+    let view = run_workflow(
+        &s,
         r#"
 [workflows.w.steps.prep]
 command = "sh"
@@ -2663,35 +2695,13 @@ prompt = "Call the echo tool. You work on {{ steps.prep.branch }}."
 needs = ["prep"]
 base = "{{ steps.prep.head }}"
 "#,
+        "w",
     );
-    std::fs::write(root.join("npcagent.toml"), manifest).unwrap();
-    crate::fleet_code::commit(&root, "start");
-    let _daemon = s.daemon();
-    let out = s
-        .npc(&["workflow", "run", "w", "--format", "json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let view = wait_for("the workflow with a Claude step to end", || {
-        let out = s
-            .npc(&["workflow", "show", &id, "--format", "json"])
-            .output()
-            .unwrap();
-        let view: Value = serde_json::from_slice(&out.stdout).ok()?;
-        matches!(view["state"].as_str(), Some("succeeded" | "failed")).then_some(view)
-    });
     assert_eq!(view["state"], "succeeded", "{view:#}");
     let prep_head = view["steps"]["prep"]["head"].as_str().unwrap();
     let agent = &view["steps"]["agent"];
     let branch = agent["branch"].as_str().unwrap();
+    let root = s.root();
     crate::worktrees::git(&root, &["merge-base", "--is-ancestor", prep_head, branch]);
     assert_eq!(
         crate::worktrees::git(&root, &["show", &format!("{branch}:prep.txt")]).trim(),
@@ -2729,39 +2739,15 @@ fn a_real_claude_code_agent_reports_progress_that_its_workflow_step_hands_on() {
         provider_args: &["--allowedTools", "mcp__npc__npc_progress"],
     };
     let s = Setup::scripted(CLAUDE, "", None, script);
-    let root = s.root();
-    let mut manifest = std::fs::read_to_string(root.join("npcagent.toml")).unwrap();
-    manifest.push_str(
+    let view = run_workflow(
+        &s,
         r#"
 [workflows.w.steps.agent]
 profile = "agent"
 prompt = "Report your progress."
 "#,
+        "w",
     );
-    std::fs::write(root.join("npcagent.toml"), manifest).unwrap();
-    crate::fleet_code::commit(&root, "start");
-    let _daemon = s.daemon();
-    let out = s
-        .npc(&["workflow", "run", "w", "--format", "json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let view = wait_for("the workflow with a reporting Claude step to end", || {
-        let out = s
-            .npc(&["workflow", "show", &id, "--format", "json"])
-            .output()
-            .unwrap();
-        let view: Value = serde_json::from_slice(&out.stdout).ok()?;
-        matches!(view["state"].as_str(), Some("succeeded" | "failed")).then_some(view)
-    });
     assert_eq!(view["state"], "succeeded", "{view:#}");
     let agent = &view["steps"]["agent"];
     assert_eq!(
