@@ -33,6 +33,7 @@ pub mod fleet;
 pub mod follow;
 pub mod here;
 pub mod mirror;
+pub mod narrower;
 pub mod queue;
 pub mod remote;
 pub mod sandbox;

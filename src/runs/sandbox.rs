@@ -666,10 +666,11 @@ pub fn for_commands(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn manifest(text: &str) -> Manifest {
+    /// `text` loaded as a valid manifest.
+    pub(crate) fn manifest(text: &str) -> Manifest {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("npcagent.toml");
         std::fs::write(&path, text).unwrap();

@@ -203,8 +203,8 @@ impl Runs {
 
     /// Start `run` for the agent of run `parent` (the gateway's
     /// `npc_delegate`): a run like any (its own worktree; the asking run's
-    /// profile, so never a broader policy), of origin `delegate`, refused
-    /// for another profile, past [`MAX_DELEGATION_DEPTH`] runs deep or
+    /// profile or one no broader, [`super::narrower::broader`]), of origin
+    /// `delegate`, refused for a broader profile, past [`MAX_DELEGATION_DEPTH`] runs deep or
     /// [`MAX_DELEGATIONS_PER_RUN`] runs from one parent, or when `parent`
     /// is not a running run of this daemon. Returns its id.
     pub async fn start_delegated(
@@ -245,9 +245,9 @@ impl Runs {
                 depth - 1
             )));
         }
-        // The asking run's own profile only (as its `run.started` says): a
-        // delegated run never gets a broader policy than the agent that
-        // asked for it.
+        // The asking run's profile (as its `run.started` says) or one no
+        // broader: a delegated run never gets a broader policy than the
+        // agent that asked for it.
         let asking = bracket
             .into_iter()
             .find(|e| e.kind == "run.started")
@@ -259,9 +259,13 @@ impl Runs {
                 ))
             })?;
         if asking != run.profile {
-            return Err(StartRunError::Delegation(format!(
-                "run `{parent}` runs profile `{asking}`, and a run delegates to its own profile only (a delegated run never gets a broader policy than the one asking); ask for profile `{asking}`"
-            )));
+            let manifest = self.executor.manifest().ok_or(StartRunError::NoManifest)?;
+            if let Some(why) = super::narrower::broader(&manifest, &run.profile, &asking) {
+                return Err(StartRunError::Delegation(format!(
+                    "profile `{}` may do more than profile `{asking}` of run `{parent}` ({why}); a run delegates to its own profile or a narrower one (a delegated run never gets a broader policy than the one asking)",
+                    run.profile
+                )));
+            }
         }
         if children >= MAX_DELEGATIONS_PER_RUN {
             return Err(StartRunError::Delegation(format!(

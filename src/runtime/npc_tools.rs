@@ -85,8 +85,8 @@ struct NoArgs {}
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct DelegateArgs {
-    /// The profile the run uses: the asking run's own (a delegated run never
-    /// gets a broader policy; another is refused).
+    /// The profile the run uses: the asking run's own or a narrower one (a
+    /// delegated run never gets a broader policy; a broader one is refused).
     profile: String,
     /// The task for that agent.
     prompt: String,
@@ -382,7 +382,7 @@ impl Group for NpcGroup {
             ),
             tool::<DelegateArgs>(
                 "npc_delegate",
-                "Start another run of your own profile on a task (its own worktree, the same policy) and, unless `wait` is false, answer its outcome, branch and final message",
+                "Start another run of your own profile, or of a narrower one, on a task (its own worktree and sandbox) and, unless `wait` is false, answer its outcome, branch and final message",
                 ToolAnnotations::new().read_only(false).open_world(false),
             ),
             tool::<ProgressArgs>(

@@ -2870,9 +2870,48 @@ fn a_real_claude_code_agent_delegates_a_run_and_gets_its_result_and_the_depth_is
     );
 }
 
-/// `npc_delegate` for another profile than the asking run's is refused
-/// (a delegated run never widens the asking agent's policy): nothing runs,
-/// and the agent reads why.
+/// `npc_delegate` for a profile narrower than the asking run's (the same
+/// provider and servers, one more tool denied) starts a run of it.
+#[test]
+fn a_real_claude_code_agent_delegates_to_a_narrower_profile() {
+    if !installed(CLAUDE) {
+        return;
+    }
+    let script = Script {
+        tool: "npc_delegate",
+        args: serde_json::json!({ "profile": "reader", "prompt": "read only" }),
+        provider_args: &["--allowedTools", "mcp__npc__npc_delegate"],
+    };
+    let s = Setup::build(
+        CLAUDE,
+        "",
+        None,
+        script,
+        false,
+        false,
+        "denied_tools = [\"Write\"]\n\n[profiles.reader]\nprovider = \"p\"\ndescription = \"narrower\"\nmcp_servers = [\"everything\"]\ndenied_tools = [\"Write\", \"Edit\"]\n",
+    );
+    crate::fleet_code::commit(&s.root(), "start");
+    let _daemon = s.daemon();
+    let _ = s.run();
+    let out = s.npc(&["runs", "--format", "json"]).output().unwrap();
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let delegated: Vec<&Value> = rows.iter().filter(|r| r["origin"] == "delegate").collect();
+    assert!(!delegated.is_empty(), "{rows:#?}");
+    let events = s.events();
+    for r in &delegated {
+        assert_eq!(r["state"], "succeeded", "{r}");
+        let started = events
+            .iter()
+            .find(|e| e["kind"] == "run.started" && e["payload"]["run_id"] == r["id"])
+            .unwrap_or_else(|| panic!("no run.started of {r}"));
+        assert_eq!(started["payload"]["profile"], "reader", "{started}");
+    }
+}
+
+/// `npc_delegate` for a profile broader than the asking run's (it does not
+/// deny what the asking one denies) is refused (a delegated run never
+/// widens the asking agent's policy): nothing runs, and the agent reads why.
 #[test]
 fn a_real_claude_code_agent_cannot_delegate_to_another_profile() {
     if !installed(CLAUDE) {
@@ -2890,7 +2929,7 @@ fn a_real_claude_code_agent_cannot_delegate_to_another_profile() {
         script,
         false,
         false,
-        "\n[profiles.admin]\nprovider = \"p\"\ndescription = \"broader\"\n",
+        "denied_tools = [\"Write\"]\n\n[profiles.admin]\nprovider = \"p\"\ndescription = \"broader\"\nmcp_servers = [\"everything\"]\n",
     );
     let root = s.root();
     crate::fleet_code::commit(&root, "start");
@@ -2901,7 +2940,7 @@ fn a_real_claude_code_agent_cannot_delegate_to_another_profile() {
     assert!(rows.iter().all(|r| r["origin"] != "delegate"), "{rows:#?}");
     let model = std::fs::read_to_string(&s.model.record).unwrap();
     assert!(
-        model.contains("delegates to its own profile only"),
+        model.contains("it does not deny `Write`"),
         "the refusal reached no model"
     );
 }
