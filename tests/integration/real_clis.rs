@@ -2870,16 +2870,13 @@ fn a_real_claude_code_agent_delegates_a_run_and_gets_its_result_and_the_depth_is
     );
 }
 
-/// `npc_delegate` for a profile narrower than the asking run's (the same
-/// provider and servers, one more tool denied) starts a run of it.
-#[test]
-fn a_real_claude_code_agent_delegates_to_a_narrower_profile() {
-    if !installed(CLAUDE) {
-        return;
-    }
+/// A real Claude Code agent of profile `agent` (which denies `Write`) asks
+/// `npc_delegate` for a run of `profile`, declared by `declared`: the
+/// setup, after the asking run ended, and the repository's runs.
+fn delegate_to(profile: &str, declared: &str) -> (Setup, Vec<Value>) {
     let script = Script {
         tool: "npc_delegate",
-        args: serde_json::json!({ "profile": "reader", "prompt": "read only" }),
+        args: serde_json::json!({ "profile": profile, "prompt": "a task" }),
         provider_args: &["--allowedTools", "mcp__npc__npc_delegate"],
     };
     let s = Setup::build(
@@ -2889,13 +2886,27 @@ fn a_real_claude_code_agent_delegates_to_a_narrower_profile() {
         script,
         false,
         false,
-        "denied_tools = [\"Write\"]\n\n[profiles.reader]\nprovider = \"p\"\ndescription = \"narrower\"\nmcp_servers = [\"everything\"]\ndenied_tools = [\"Write\", \"Edit\"]\n",
+        &format!("denied_tools = [\"Write\"]\n\n{declared}"),
     );
     crate::fleet_code::commit(&s.root(), "start");
     let _daemon = s.daemon();
     let _ = s.run();
     let out = s.npc(&["runs", "--format", "json"]).output().unwrap();
     let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    (s, rows)
+}
+
+/// `npc_delegate` for a profile narrower than the asking run's (the same
+/// provider and servers, one more tool denied) starts a run of it.
+#[test]
+fn a_real_claude_code_agent_delegates_to_a_narrower_profile() {
+    if !installed(CLAUDE) {
+        return;
+    }
+    let (s, rows) = delegate_to(
+        "reader",
+        "[profiles.reader]\nprovider = \"p\"\ndescription = \"narrower\"\nmcp_servers = [\"everything\"]\ndenied_tools = [\"Write\", \"Edit\"]\n",
+    );
     let delegated: Vec<&Value> = rows.iter().filter(|r| r["origin"] == "delegate").collect();
     assert!(!delegated.is_empty(), "{rows:#?}");
     let events = s.events();
@@ -2917,26 +2928,10 @@ fn a_real_claude_code_agent_cannot_delegate_to_another_profile() {
     if !installed(CLAUDE) {
         return;
     }
-    let script = Script {
-        tool: "npc_delegate",
-        args: serde_json::json!({ "profile": "admin", "prompt": "do what I may not" }),
-        provider_args: &["--allowedTools", "mcp__npc__npc_delegate"],
-    };
-    let s = Setup::build(
-        CLAUDE,
-        "",
-        None,
-        script,
-        false,
-        false,
-        "denied_tools = [\"Write\"]\n\n[profiles.admin]\nprovider = \"p\"\ndescription = \"broader\"\nmcp_servers = [\"everything\"]\n",
+    let (s, rows) = delegate_to(
+        "admin",
+        "[profiles.admin]\nprovider = \"p\"\ndescription = \"broader\"\nmcp_servers = [\"everything\"]\n",
     );
-    let root = s.root();
-    crate::fleet_code::commit(&root, "start");
-    let _daemon = s.daemon();
-    let _ = s.run();
-    let out = s.npc(&["runs", "--format", "json"]).output().unwrap();
-    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert!(rows.iter().all(|r| r["origin"] != "delegate"), "{rows:#?}");
     let model = std::fs::read_to_string(&s.model.record).unwrap();
     assert!(
