@@ -7,12 +7,13 @@
 use std::collections::BTreeSet;
 
 use crate::hooks::policy::MCP_PATTERN_PREFIX;
-use crate::model::{Manifest, Profile, SandboxMode};
+use crate::model::{Manifest, Profile, SandboxMode, WorkspaceMode};
 
 /// The first way profile `target` may do more than profile `asking`, in
 /// words; `None` when it may do nothing `asking` may not (the same
 /// provider, no server, allowed tool or looser sandbox more, every denial
-/// and ask of `asking` kept).
+/// and ask of `asking` kept, no checkout instead of a worktree, no push, no
+/// file copied in that `asking` does not copy).
 pub fn broader(manifest: &Manifest, target: &str, asking: &str) -> Option<String> {
     let (Some(t), Some(a)) = (manifest.profiles.get(target), manifest.profiles.get(asking)) else {
         return Some(format!("profile `{target}` or `{asking}` is not declared"));
@@ -47,6 +48,21 @@ pub fn broader(manifest: &Manifest, target: &str, asking: &str) -> Option<String
     let t_asks: BTreeSet<&str> = t_denied.union(&set(&t.ask_tools)).copied().collect();
     if let Some(kept) = set(&a.ask_tools).difference(&t_asks).next() {
         return Some(format!("it does not ask before `{kept}`"));
+    }
+    // Where it writes: in the checkout itself is more than a worktree (an
+    // undeclared mode is the project's default, which may be the checkout).
+    let place = |p: &Profile| p.workspace.mode.or(manifest.runs.workspace);
+    if place(a) != place(t) && place(a) == Some(WorkspaceMode::Worktree) {
+        return Some("its runs may work in the checkout, not in a worktree".to_string());
+    }
+    if t.workspace.push == Some(true) && a.workspace.push != Some(true) {
+        return Some("it pushes its branch to `origin`".to_string());
+    }
+    if let Some(file) = set(&t.workspace.copy)
+        .difference(&set(&a.workspace.copy))
+        .next()
+    {
+        return Some(format!("it copies `{file}` into its worktree"));
     }
     let (t_box, a_box) = (sandbox(manifest, target), sandbox(manifest, asking));
     if rank(t_box) < rank(a_box) {
@@ -133,6 +149,21 @@ mod tests {
         assert!(with("denied_tools = [\"Write\"]", "denied_tools = []").contains("`Write`"));
         assert!(with("ask_tools = [\"Bash\"]", "ask_tools = []").contains("`Bash`"));
         assert!(with("ask_tools", "sandbox = \"off\"\nask_tools").contains("sandbox `off`"));
+        assert!(with("ask_tools", "push = true\nask_tools").contains("pushes"));
+        assert!(with("ask_tools", "copy = [\".env\"]\nask_tools").contains("`.env`"));
+        // A worktree asking, an in-place target (set here: a worktree
+        // needs a git repository to validate).
+        let mut m = manifest(&format!(
+            "[profiles.target]\nprovider = \"p\"\ndescription = \"d\"\n{base}workspace = \"in_place\"\n"
+        ));
+        m.profiles.get_mut("asking").unwrap().workspace.mode = Some(WorkspaceMode::Worktree);
+        assert!(
+            broader(&m, "target", "asking")
+                .unwrap()
+                .contains("checkout")
+        );
+        m.profiles.get_mut("target").unwrap().workspace.mode = Some(WorkspaceMode::Worktree);
+        assert_eq!(broader(&m, "target", "asking"), None);
         let m = manifest("[profiles.target]\nprovider = \"q\"\ndescription = \"d\"\n");
         assert!(
             broader(&m, "target", "asking")
