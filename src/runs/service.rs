@@ -491,7 +491,7 @@ pub const MAX_PROGRESS_TEXT_CHARS: usize = 4_000;
 /// Most keys in one progress report's `outputs`.
 pub const MAX_PROGRESS_OUTPUT_KEYS: usize = 32;
 /// Largest `outputs` of one progress report, as JSON bytes.
-pub const MAX_PROGRESS_OUTPUT_BYTES: usize = 16 * 1024;
+pub const MAX_PROGRESS_OUTPUT_BYTES: usize = crate::store::workflows::MAX_STEP_PROGRESS_BYTES;
 
 /// How deep delegations chain: a run an agent delegated may delegate
 /// again, up to this many runs deep.

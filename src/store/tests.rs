@@ -713,3 +713,34 @@ async fn workflow_runs_keep_their_journal_and_only_the_newest_finished_ones_stay
     assert_eq!(left, ["wf-4", "wf-3"]);
     assert!(store.workflow_steps("wf-1").unwrap().is_empty());
 }
+
+#[test]
+fn a_steps_progress_is_the_newest_value_of_each_key_within_its_bound() {
+    let (_dir, store) = temp_store();
+    let report = |outputs: serde_json::Value| {
+        EncodedEvent::encode(
+            NewEvent::untyped(
+                "run.progress",
+                json!({ "run_id": "r1", "text": "t", "outputs": outputs }),
+            )
+            .for_component(&super::queue::run_component("r1")),
+        )
+    };
+    let big = "x".repeat(super::workflows::MAX_STEP_PROGRESS_BYTES / 2);
+    store
+        .append_events(vec![
+            report(json!({ "a": 1, "b": "old" })),
+            report(json!({ "b": "new", "c": big })),
+            report(json!({ "d": big })),
+        ])
+        .wait()
+        .unwrap();
+    let progress = store.progress_of_run("r1").unwrap();
+    // `d` (newest) and `b`'s newest value fit; `c` would pass the bound;
+    // `a` still fits after it.
+    assert_eq!(progress["b"], "new");
+    assert_eq!(progress["a"], 1);
+    assert!(progress.contains_key("d"));
+    assert!(!progress.contains_key("c"), "{progress:?}");
+    assert!(store.progress_of_run("other").unwrap().is_empty());
+}

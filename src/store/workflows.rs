@@ -25,6 +25,9 @@ pub const MAX_ROW_JSON_BYTES: usize = 1024 * 1024;
 /// The newest progress reports of a run read for its step's `progress`
 /// output ([`Store::progress_of_run`]).
 pub const MAX_PROGRESS_REPORTS_READ: usize = 64;
+/// The most JSON a step's `progress` output holds (and one report's
+/// `outputs` may carry): the newest values that fit.
+pub const MAX_STEP_PROGRESS_BYTES: usize = 16 * 1024;
 
 /// The schema step that adds the tables (applied by `schema`).
 pub(super) const MIGRATION: &str = r#"
@@ -356,13 +359,15 @@ impl Store {
     /// The values run `id`'s agent reported through `npc_progress` (its
     /// `run.progress` events' `outputs`, the newest
     /// [`MAX_PROGRESS_REPORTS_READ`] of them), a later report's key
-    /// replacing an earlier one's.
+    /// replacing an earlier one's, at most [`MAX_STEP_PROGRESS_BYTES`] of
+    /// them (the newest keys that fit).
     pub fn progress_of_run(
         &self,
         id: &str,
     ) -> Result<serde_json::Map<String, serde_json::Value>, StoreError> {
         let component = super::queue::run_component(id);
-        let mut reports = self.events_where(
+        // Newest first: a key already taken was replaced by a later report.
+        let reports = self.events_where(
             "component = ?1 AND kind = ?2 ORDER BY id DESC LIMIT ?3",
             (
                 &component,
@@ -370,11 +375,21 @@ impl Store {
                 i64::try_from(MAX_PROGRESS_REPORTS_READ).unwrap_or(i64::MAX),
             ),
         )?;
-        reports.reverse();
         let mut merged = serde_json::Map::new();
+        let mut bytes = 0;
         for report in reports {
-            if let Some(outputs) = report.payload.get("outputs").and_then(|o| o.as_object()) {
-                merged.extend(outputs.clone());
+            let Some(outputs) = report.payload.get("outputs").and_then(|o| o.as_object()) else {
+                continue;
+            };
+            for (key, value) in outputs {
+                if merged.contains_key(key) {
+                    continue;
+                }
+                let size = key.len() + value.to_string().len();
+                if bytes + size <= MAX_STEP_PROGRESS_BYTES {
+                    bytes += size;
+                    merged.insert(key.clone(), value.clone());
+                }
             }
         }
         Ok(merged)
