@@ -723,7 +723,7 @@ fn a_steps_progress_is_the_newest_value_of_each_key_within_its_bound() {
                 "run.progress",
                 json!({ "run_id": "r1", "text": "t", "outputs": outputs }),
             )
-            .for_component(&super::queue::run_component("r1")),
+            .for_component(super::queue::run_component("r1")),
         )
     };
     let big = "x".repeat(super::workflows::MAX_STEP_PROGRESS_BYTES / 2);
